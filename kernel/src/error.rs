@@ -1,0 +1,66 @@
+//! Typed errors: every input that does not fit the state is rejected with one of these,
+//! and a rejected input changes nothing (no state change, no output).
+
+use crate::msg::{LockId, NodeId};
+use core::fmt;
+
+/// Why the kernel rejected an input.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub enum KernelError {
+    /// The lock id is not one of this site's `0..L` locks.
+    UnknownLock(LockId),
+    /// The node id is not one of the `0..N` nodes (or a message names this site as a peer
+    /// where it cannot be one, e.g. a message from itself).
+    UnknownNode(NodeId),
+    /// Φ was requested, or a message carries Φ where a requested mode is required.
+    InvalidMode,
+    /// `Acquire` while this site already holds the lock (a site holds one mode at a time;
+    /// use `Upgrade` for U → W).
+    AlreadyHeld(LockId),
+    /// `Acquire`/`Upgrade` while a request of this site for the lock is still pending.
+    AlreadyPending(LockId),
+    /// `Release` while this site holds nothing.
+    NotHeld(LockId),
+    /// `Upgrade` while this site does not hold the lock in U (Rule 7).
+    NotHoldingU(LockId),
+    /// `Release` of U while the upgrade to W is pending (Rule 7 keeps U until W is granted).
+    UpgradePending(LockId),
+    /// A message that is a duplicate of one already delivered (a token whose generation or
+    /// a grant whose epoch was already seen).
+    Duplicate(LockId),
+    /// A request this site could not queue: the local queue is full.
+    QueueFull(LockId),
+    /// A token whose queue could not be merged with the local queue within capacity.
+    QueueOverflow(LockId),
+    /// The site has no parent to forward to although it is not the token node
+    /// (the initial tree was not set up for this lock).
+    NoParent(LockId),
+    /// The step would produce more outputs than the output buffer has room for.
+    OutputsFull,
+}
+
+impl fmt::Display for KernelError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            KernelError::UnknownLock(l) => write!(f, "unknown lock {l}"),
+            KernelError::UnknownNode(n) => write!(f, "unknown node {n}"),
+            KernelError::InvalidMode => write!(f, "Φ is not a requestable mode"),
+            KernelError::AlreadyHeld(l) => write!(f, "lock {l} is already held here"),
+            KernelError::AlreadyPending(l) => {
+                write!(f, "a request for lock {l} is already pending")
+            }
+            KernelError::NotHeld(l) => write!(f, "lock {l} is not held here"),
+            KernelError::NotHoldingU(l) => write!(f, "upgrade needs lock {l} held in U"),
+            KernelError::UpgradePending(l) => write!(
+                f,
+                "lock {l}: U cannot be released while its upgrade is pending"
+            ),
+            KernelError::Duplicate(l) => write!(f, "duplicate message for lock {l}"),
+            KernelError::QueueFull(l) => write!(f, "local queue of lock {l} is full"),
+            KernelError::QueueOverflow(l) => write!(f, "token queue of lock {l} does not fit"),
+            KernelError::NoParent(l) => write!(f, "lock {l}: not the token node and no parent"),
+            KernelError::OutputsFull => write!(f, "output buffer too small for this step"),
+        }
+    }
+}

@@ -1,0 +1,49 @@
+//! # hilock-kernel
+//!
+//! The rules of Desai & Mueller's peer-to-peer hierarchical locking protocol (N. Desai,
+//! *Scalable Distributed Concurrency Protocol with Priority Support*, NCSU 2003, chapter 2)
+//! as pure transition functions: `no_std`, no heap, no `unsafe`, no clock, no randomness.
+//!
+//! - [`mode`]: modes IR, R, U, IW, W, their strength (inequation 2.1) and Table 2.1;
+//! - [`tables`]: Tables 2.1–2.4, literal and derived;
+//! - [`node`]: one lock at one site, Rules 2–7;
+//! - [`site`]: a site with `L` locks and the single entry point [`Site::step`];
+//! - [`naimi`]: the Naimi-Trehel baseline behind the same [`Protocol`] interface.
+//!
+//! ```
+//! use hilock_kernel::{DefaultSite, Input, LockId, Mode, NodeId, Output, Outputs, Msg};
+//! let root = NodeId(0);
+//! let mut a = DefaultSite::new(NodeId(0), root).unwrap();
+//! let mut b = DefaultSite::new(NodeId(1), root).unwrap();
+//! let mut out: Outputs<Msg<8>, 24> = Outputs::new();
+//! // b asks for R: Rule 2 sends the request to its parent, the token node a.
+//! b.step(Input::Acquire { lock: LockId(0), mode: Mode::R }, &mut out).unwrap();
+//! let Some(Output::Send { to, msg }) = out.pop() else { panic!() };
+//! assert_eq!(to, root);
+//! // a owns Φ < R: Rule 3.2 transfers the token to b.
+//! a.step(Input::Deliver { from: NodeId(1), msg: &msg }, &mut out).unwrap();
+//! let Some(Output::Send { msg, .. }) = out.pop() else { panic!() };
+//! b.step(Input::Deliver { from: root, msg: &msg }, &mut out).unwrap();
+//! assert_eq!(out.pop(), Some(Output::Granted { lock: LockId(0), mode: Mode::R }));
+//! assert!(b.lock(LockId(0)).unwrap().has_token());
+//! ```
+#![no_std]
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod error;
+pub mod mode;
+pub mod msg;
+pub mod naimi;
+pub mod node;
+pub mod protocol;
+pub mod site;
+pub mod tables;
+
+pub use error::KernelError;
+pub use mode::{compatible, conflicts, Mode, ModeSet};
+pub use msg::{Input, LockId, Msg, MsgKind, NodeId, Output, Outputs, QueueEntry};
+pub use naimi::{NaimiMsg, NaimiSite};
+pub use node::{LockNode, Peer, Pending};
+pub use protocol::Protocol;
+pub use site::{DefaultSite, Site};

@@ -1,0 +1,215 @@
+//! Identifiers, messages, inputs and outputs of the sans-IO interface.
+
+use crate::mode::{Mode, ModeSet};
+use core::fmt;
+
+/// A node (site) of the system: an index `0..N`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct NodeId(pub u8);
+
+impl NodeId {
+    /// The index of the node as `usize`.
+    pub const fn idx(self) -> usize {
+        self.0 as usize
+    }
+}
+
+impl fmt::Display for NodeId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "n{}", self.0)
+    }
+}
+
+/// A lock held by every site: an index `0..L`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct LockId(pub u16);
+
+impl LockId {
+    /// The index of the lock as `usize`.
+    pub const fn idx(self) -> usize {
+        self.0 as usize
+    }
+}
+
+impl fmt::Display for LockId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "L{}", self.0)
+    }
+}
+
+/// A request waiting in a local queue (Rule 4) or carried with the token.
+///
+/// `serial` numbers the requests of one requester for one lock (1, 2, …); with the
+/// requester it identifies a request, so that grants, tokens and duplicates can be matched.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct QueueEntry {
+    /// The node that issued the request.
+    pub requester: NodeId,
+    /// The requested mode M_R (never Φ).
+    pub mode: Mode,
+    /// The requester's serial number of this request.
+    pub serial: u32,
+}
+
+/// A protocol message of the hierarchical protocol. `Q` bounds the queue carried by the token.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub enum Msg<const Q: usize> {
+    /// Rule 2 / Rule 4: a request travelling towards the token along parent pointers.
+    Request {
+        /// The lock.
+        lock: LockId,
+        /// The request.
+        entry: QueueEntry,
+    },
+    /// Rule 3.1 / 3.2: a granted copy; the requester becomes a child of the sender.
+    Grant {
+        /// The lock.
+        lock: LockId,
+        /// The request being answered.
+        entry: QueueEntry,
+        /// Attachment counter of the (sender → requester) parent/child link after this grant.
+        epoch: u32,
+        /// The sender's record of the requester's owned mode after this grant.
+        recorded: Mode,
+        /// Frozen modes the requester must respect (invariant 2.3).
+        frozen: ModeSet,
+    },
+    /// Rule 3.2: the token, with the sender's queue; the requester becomes the token node
+    /// and the sender becomes its child if it still owns a mode.
+    Token {
+        /// The lock.
+        lock: LockId,
+        /// The request being answered.
+        entry: QueueEntry,
+        /// Generation of the token (incremented by every transfer); detects duplicates.
+        generation: u32,
+        /// The mode the sender still owns (its subtree, without the requester's).
+        sender_owned: Mode,
+        /// Attachment counter of the new (requester → sender) parent/child link.
+        epoch: u32,
+        /// The frozen modes the sender had (what the sender already respects).
+        frozen: ModeSet,
+        /// The sender's local queue (Rule 5.1: "the local queue is piggybacked").
+        queue: heapless::Vec<QueueEntry, Q>,
+    },
+    /// Rule 5.2: the sender's owned mode changed; `owned` is its new owned mode (Φ: the
+    /// sender leaves the copyset). `epoch` names the link the sender believes it is on.
+    Release {
+        /// The lock.
+        lock: LockId,
+        /// The sender's new owned mode.
+        owned: Mode,
+        /// The sender's attachment counter for this link.
+        epoch: u32,
+    },
+    /// Rule 6: modes the receiver must no longer grant (invariant 2.3).
+    Freeze {
+        /// The lock.
+        lock: LockId,
+        /// The frozen modes.
+        modes: ModeSet,
+    },
+}
+
+impl<const Q: usize> Msg<Q> {
+    /// The lock the message is about.
+    pub fn lock(&self) -> LockId {
+        match self {
+            Msg::Request { lock, .. }
+            | Msg::Grant { lock, .. }
+            | Msg::Token { lock, .. }
+            | Msg::Release { lock, .. }
+            | Msg::Freeze { lock, .. } => *lock,
+        }
+    }
+
+    /// A short name of the message kind.
+    pub fn kind(&self) -> MsgKind {
+        match self {
+            Msg::Request { .. } => MsgKind::Request,
+            Msg::Grant { .. } => MsgKind::Grant,
+            Msg::Token { .. } => MsgKind::Token,
+            Msg::Release { .. } => MsgKind::Release,
+            Msg::Freeze { .. } => MsgKind::Freeze,
+        }
+    }
+}
+
+/// Kinds of messages, for counting.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub enum MsgKind {
+    /// [`Msg::Request`] (and Naimi-Trehel requests).
+    Request,
+    /// [`Msg::Grant`].
+    Grant,
+    /// [`Msg::Token`] (and Naimi-Trehel tokens).
+    Token,
+    /// [`Msg::Release`].
+    Release,
+    /// [`Msg::Freeze`].
+    Freeze,
+}
+
+/// An input to a site: a user operation or a delivered message. Time and randomness never
+/// enter the kernel except through inputs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Input<'a, M> {
+    /// User API `RequestLock(M_R)` (Fig. 2.4).
+    Acquire {
+        /// The lock.
+        lock: LockId,
+        /// The requested mode (not Φ).
+        mode: Mode,
+    },
+    /// User API `RequestUnlock()` (Fig. 2.7).
+    Release {
+        /// The lock.
+        lock: LockId,
+    },
+    /// User API `RequestUpgrade()` (Fig. 2.11): U → W.
+    Upgrade {
+        /// The lock.
+        lock: LockId,
+    },
+    /// A message from `from` arrives.
+    Deliver {
+        /// The sender.
+        from: NodeId,
+        /// The message.
+        msg: &'a M,
+    },
+}
+
+/// An output of a step.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub enum Output<M> {
+    /// Send `msg` to `to`.
+    Send {
+        /// The destination.
+        to: NodeId,
+        /// The message.
+        msg: M,
+    },
+    /// The local user's request was granted: it now holds `lock` in `mode`.
+    Granted {
+        /// The lock.
+        lock: LockId,
+        /// The held mode.
+        mode: Mode,
+    },
+    /// The local user's U → W upgrade completed (Rule 7).
+    Upgraded {
+        /// The lock.
+        lock: LockId,
+    },
+}
+
+/// The outputs of steps: a fixed-capacity buffer that the caller drains (or clears).
+/// Steps append; a step that fails appends nothing.
+pub type Outputs<M, const O: usize> = heapless::Vec<Output<M>, O>;

@@ -1,0 +1,821 @@
+//! The state of one lock at one site, and the rules of chapter 2 as transitions on it.
+//!
+//! Every function here is total: it either applies an input completely or returns a
+//! [`KernelError`]; [`crate::site::Site::step`] restores the state if an error is returned
+//! part-way, so a rejected input changes nothing.
+
+use crate::error::KernelError;
+use crate::mode::{compatible, strongest, Mode, ModeSet};
+use crate::msg::{LockId, Msg, NodeId, Output, Outputs, QueueEntry};
+use crate::tables::{
+    freeze_for_child, frozen_by, grantable, queue_or_forward, tokenable, QueueOrForward,
+};
+
+/// What this site knows about one other node for one lock.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct Peer {
+    /// The owned mode of that node as recorded here while it is our child (Φ: not a child).
+    /// The children with a non-Φ record are the copyset of Definition 4.
+    pub child_owned: Mode,
+    /// Attachment counter of the link "that node is our child": bumped by every grant we
+    /// send it and every token we receive from it (and when it takes our token). A
+    /// [`Msg::Release`] is applied only if it carries the current value.
+    pub parent_epoch: u32,
+    /// Attachment counter of the link "we are that node's child", as seen from here.
+    pub child_epoch: u32,
+}
+
+/// The site's own outstanding request for the lock, if any.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub enum Pending {
+    /// No request outstanding (M_P = Φ).
+    None,
+    /// A request for `entry.mode` (M_P) is outstanding.
+    Request(QueueEntry),
+    /// The site holds U and waits for W (Rule 7; M_P = W).
+    Upgrade,
+}
+
+/// Counters of messages that arrived but no longer fitted the state and were dropped as
+/// harmless (they are not errors: the races of protocol-notes.md point 5 produce them).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct Stale {
+    /// Releases from a link that a later grant or token transfer superseded.
+    pub releases: u32,
+    /// Freezes from a node that is no longer our parent, or while we own nothing.
+    pub freezes: u32,
+    /// Grants for a request that is no longer pending here (answered with a Release).
+    pub grants: u32,
+    /// Tokens answering a request that is no longer pending here (the token is kept).
+    pub tokens: u32,
+}
+
+/// One lock as seen by one site: parent pointer, token, held/owned/pending modes, the
+/// copyset (children with their owned modes), the local queue and the frozen modes.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct LockNode<const N: usize, const Q: usize> {
+    pub(crate) parent: Option<NodeId>,
+    /// `Some(generation)` at the token node.
+    pub(crate) token: Option<u32>,
+    pub(crate) generation_seen: u32,
+    pub(crate) held: Mode,
+    pub(crate) pending: Pending,
+    pub(crate) frozen: ModeSet,
+    pub(crate) queue: heapless::Vec<QueueEntry, Q>,
+    pub(crate) peers: [Peer; N],
+    pub(crate) next_serial: u32,
+    pub(crate) stale: Stale,
+}
+
+/// Where a step's effects go: this site's id, the lock, and the output buffer.
+pub(crate) struct Ctx<'o, const Q: usize, const O: usize> {
+    pub me: NodeId,
+    pub lock: LockId,
+    pub out: &'o mut Outputs<Msg<Q>, O>,
+}
+
+impl<const Q: usize, const O: usize> Ctx<'_, Q, O> {
+    fn emit(&mut self, o: Output<Msg<Q>>) -> Result<(), KernelError> {
+        self.out.push(o).map_err(|_| KernelError::OutputsFull)
+    }
+    fn send(&mut self, to: NodeId, msg: Msg<Q>) -> Result<(), KernelError> {
+        self.emit(Output::Send { to, msg })
+    }
+}
+
+impl<const N: usize, const Q: usize> LockNode<N, Q> {
+    /// A lock whose initial tree gives this site `parent` (`None`: this site holds the token).
+    pub fn new(parent: Option<NodeId>) -> Self {
+        LockNode {
+            parent,
+            token: if parent.is_none() { Some(0) } else { None },
+            generation_seen: 0,
+            held: Mode::Phi,
+            pending: Pending::None,
+            frozen: ModeSet::EMPTY,
+            queue: heapless::Vec::new(),
+            peers: [Peer::default(); N],
+            next_serial: 0,
+            stale: Stale::default(),
+        }
+    }
+
+    /// Parent pointer (`None` at the token node, and while the token is on its way here
+    /// it still names the old parent).
+    pub fn parent(&self) -> Option<NodeId> {
+        self.parent
+    }
+    /// Whether this site is the token node.
+    pub fn has_token(&self) -> bool {
+        self.token.is_some()
+    }
+    /// Generation of the token held here, if any.
+    pub fn token_generation(&self) -> Option<u32> {
+        self.token
+    }
+    /// Held mode M_H (Definition 2).
+    pub fn held(&self) -> Mode {
+        self.held
+    }
+    /// Pending request.
+    pub fn pending(&self) -> Pending {
+        self.pending
+    }
+    /// Pending mode M_P (Φ if none; W while an upgrade waits).
+    pub fn pending_mode(&self) -> Mode {
+        match self.pending {
+            Pending::None => Mode::Phi,
+            Pending::Request(e) => e.mode,
+            Pending::Upgrade => Mode::W,
+        }
+    }
+    /// Frozen modes (Rule 6).
+    pub fn frozen(&self) -> ModeSet {
+        self.frozen
+    }
+    /// The local queue, head first.
+    pub fn queue(&self) -> &[QueueEntry] {
+        &self.queue
+    }
+    /// Per-peer records.
+    pub fn peers(&self) -> &[Peer; N] {
+        &self.peers
+    }
+    /// Counters of dropped stale messages.
+    pub fn stale(&self) -> Stale {
+        self.stale
+    }
+    /// The copyset: children with the owned mode recorded for each.
+    pub fn children(&self) -> impl Iterator<Item = (NodeId, Mode)> + '_ {
+        self.peers
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.child_owned != Mode::Phi)
+            .map(|(i, p)| (NodeId(i as u8), p.child_owned))
+    }
+
+    /// The strongest mode recorded for the children (Φ if none).
+    pub fn children_owned(&self) -> Mode {
+        let mut acc = Mode::Phi;
+        for p in &self.peers {
+            acc = combine(acc, p.child_owned);
+        }
+        acc
+    }
+
+    /// Owned mode M_O (Definition 3): the strongest of the held mode and the children's
+    /// owned modes. These form a compatible set (P1/P3); should they not, the node is
+    /// treated as owning W, the mode that lets it grant nothing.
+    pub fn owned(&self) -> Mode {
+        combine(self.held, self.children_owned())
+    }
+
+    // ---------------------------------------------------------------- user API
+
+    /// `RequestLock(M_R)`, Fig. 2.4: Rule 2 at a non-token node, Rule 3.2/4.2 at the token node.
+    pub(crate) fn acquire<const O: usize>(
+        &mut self,
+        cx: &mut Ctx<'_, Q, O>,
+        mode: Mode,
+    ) -> Result<(), KernelError> {
+        if mode == Mode::Phi {
+            return Err(KernelError::InvalidMode);
+        }
+        if self.held != Mode::Phi {
+            return Err(KernelError::AlreadyHeld(cx.lock));
+        }
+        if self.pending != Pending::None {
+            return Err(KernelError::AlreadyPending(cx.lock));
+        }
+        let f0 = self.frozen;
+        let serial = self.next_serial.wrapping_add(1);
+        self.next_serial = serial;
+        let entry = QueueEntry {
+            requester: cx.me,
+            mode,
+            serial,
+        };
+        let mo = self.owned();
+        if self.has_token() {
+            // Rule 3.2 for the token node's own request, subject to Rule 6.
+            if compatible(mo, mode) && !self.frozen.contains(mode) {
+                self.held = mode;
+                cx.emit(Output::Granted {
+                    lock: cx.lock,
+                    mode,
+                })?;
+            } else {
+                // Rule 4.2: the token node queues whatever it cannot grant.
+                self.enqueue(cx.lock, entry)?;
+                self.pending = Pending::Request(entry);
+                self.recompute_frozen();
+            }
+        } else if grantable(mo, mode) && !self.frozen.contains(mode) {
+            // Rule 2: M_O ≥ M_R and compatible: enter without any message.
+            self.held = mode;
+            cx.emit(Output::Granted {
+                lock: cx.lock,
+                mode,
+            })?;
+        } else {
+            // Rule 2: otherwise send the request to the parent.
+            let parent = self.parent.ok_or(KernelError::NoParent(cx.lock))?;
+            self.pending = Pending::Request(entry);
+            cx.send(
+                parent,
+                Msg::Request {
+                    lock: cx.lock,
+                    entry,
+                },
+            )?;
+        }
+        self.finish_freeze(cx, f0)
+    }
+
+    /// `RequestUnlock()`, Fig. 2.7: Rule 5.
+    pub(crate) fn release<const O: usize>(
+        &mut self,
+        cx: &mut Ctx<'_, Q, O>,
+    ) -> Result<(), KernelError> {
+        if self.held == Mode::Phi {
+            return Err(KernelError::NotHeld(cx.lock));
+        }
+        if self.pending == Pending::Upgrade {
+            return Err(KernelError::UpgradePending(cx.lock));
+        }
+        let f0 = self.frozen;
+        let before = self.owned();
+        self.held = Mode::Phi;
+        self.after_owned_change(cx, before)?;
+        self.check_queue(cx)?;
+        self.finish_freeze(cx, f0)
+    }
+
+    /// `RequestUpgrade()`, Fig. 2.11: Rule 7. Only a U holder may upgrade; a U holder is
+    /// always the token node (no copy of U can be granted, Table 2.2).
+    pub(crate) fn upgrade<const O: usize>(
+        &mut self,
+        cx: &mut Ctx<'_, Q, O>,
+    ) -> Result<(), KernelError> {
+        if self.pending != Pending::None {
+            return Err(KernelError::AlreadyPending(cx.lock));
+        }
+        if self.held != Mode::U || !self.has_token() {
+            return Err(KernelError::NotHoldingU(cx.lock));
+        }
+        let f0 = self.frozen;
+        if self.children_owned() == Mode::Phi {
+            self.held = Mode::W;
+            cx.emit(Output::Upgraded { lock: cx.lock })?;
+        } else {
+            self.pending = Pending::Upgrade;
+            self.recompute_frozen();
+        }
+        self.finish_freeze(cx, f0)
+    }
+
+    // ---------------------------------------------------------------- messages
+
+    /// `HandleRequest(M_R)`, Fig. 2.4: Rules 3 and 4 (and 6).
+    pub(crate) fn on_request<const O: usize>(
+        &mut self,
+        cx: &mut Ctx<'_, Q, O>,
+        entry: QueueEntry,
+    ) -> Result<(), KernelError> {
+        if entry.mode == Mode::Phi {
+            return Err(KernelError::InvalidMode);
+        }
+        if entry.requester.idx() >= N {
+            return Err(KernelError::UnknownNode(entry.requester));
+        }
+        let f0 = self.frozen;
+        if self.has_token() {
+            if entry.requester == cx.me {
+                // Our own request came back to us (only possible on a non-FIFO network):
+                // it waits in the queue like any other.
+                if self.pending != Pending::Request(entry) {
+                    return Err(KernelError::Duplicate(cx.lock));
+                }
+                self.enqueue(cx.lock, entry)?;
+                self.check_queue(cx)?;
+            } else {
+                self.serve_at_token(cx, entry)?;
+            }
+        } else {
+            let mo = self.owned();
+            if entry.requester != cx.me
+                && grantable(mo, entry.mode)
+                && !self.frozen.contains(entry.mode)
+            {
+                // Rule 3.1 (Table 2.2) with Rule 6.
+                self.copy_grant(cx, entry)?;
+            } else if entry.requester != cx.me
+                && queue_or_forward(self.pending_mode(), entry.mode) == QueueOrForward::Queue
+            {
+                // Rule 4.1, Table 2.3: Q.
+                self.enqueue(cx.lock, entry)?;
+            } else {
+                // Rule 4.1, Table 2.3: F.
+                self.forward(cx, entry)?;
+            }
+        }
+        self.finish_freeze(cx, f0)
+    }
+
+    /// `ReceiveGrant()`, Fig. 2.5.
+    pub(crate) fn on_grant<const O: usize>(
+        &mut self,
+        cx: &mut Ctx<'_, Q, O>,
+        from: NodeId,
+        entry: QueueEntry,
+        epoch: u32,
+        recorded: Mode,
+        frozen: ModeSet,
+    ) -> Result<(), KernelError> {
+        let link = &mut self.peers[from.idx()];
+        if epoch <= link.child_epoch {
+            return Err(KernelError::Duplicate(cx.lock));
+        }
+        link.child_epoch = epoch;
+        let expected = !self.has_token()
+            && entry.requester == cx.me
+            && self.pending == Pending::Request(entry);
+        if !expected {
+            // A grant for a request that is no longer pending: tell the granter what we
+            // really own under it, so its record is exact again.
+            self.stale.grants += 1;
+            let owned = if self.parent == Some(from) && !self.has_token() {
+                self.owned()
+            } else {
+                Mode::Phi
+            };
+            return cx.send(
+                from,
+                Msg::Release {
+                    lock: cx.lock,
+                    owned,
+                    epoch,
+                },
+            );
+        }
+        let f0 = self.frozen;
+        let before = self.owned();
+        let reattach = self.parent == Some(from) && before != Mode::Phi;
+        if let Some(old) = self.parent {
+            if old != from && before != Mode::Phi {
+                // Leaving the old parent: its record of us must drop to Φ.
+                let e = self.peers[old.idx()].child_epoch;
+                cx.send(
+                    old,
+                    Msg::Release {
+                        lock: cx.lock,
+                        owned: Mode::Phi,
+                        epoch: e,
+                    },
+                )?;
+            }
+        }
+        self.parent = Some(from);
+        self.held = entry.mode;
+        self.pending = Pending::None;
+        self.frozen = if reattach {
+            self.frozen.union(frozen)
+        } else {
+            frozen
+        };
+        cx.emit(Output::Granted {
+            lock: cx.lock,
+            mode: entry.mode,
+        })?;
+        let now = self.owned();
+        if now != recorded {
+            // The granter's record is not our owned mode (a release of ours crossed the
+            // grant and will be dropped as stale): correct it.
+            cx.send(
+                from,
+                Msg::Release {
+                    lock: cx.lock,
+                    owned: now,
+                    epoch,
+                },
+            )?;
+        }
+        self.check_queue(cx)?;
+        self.finish_freeze(cx, f0)
+    }
+
+    /// `ReceiveToken()`, Fig. 2.5, with the queue merge of Rule 8.2's FIFO reading.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn on_token<const O: usize>(
+        &mut self,
+        cx: &mut Ctx<'_, Q, O>,
+        from: NodeId,
+        entry: QueueEntry,
+        generation: u32,
+        sender_owned: Mode,
+        epoch: u32,
+        sender_frozen: ModeSet,
+        queue: &[QueueEntry],
+    ) -> Result<(), KernelError> {
+        if generation <= self.generation_seen || self.has_token() {
+            return Err(KernelError::Duplicate(cx.lock));
+        }
+        // Merge: the token's queue first, then ours; one entry per requester (the newest).
+        let mut merged: heapless::Vec<QueueEntry, Q> = heapless::Vec::new();
+        for e in queue.iter().chain(self.queue.iter()) {
+            if e.requester.idx() >= N || e.mode == Mode::Phi {
+                return Err(KernelError::UnknownNode(e.requester));
+            }
+            if let Some(x) = merged.iter_mut().find(|x| x.requester == e.requester) {
+                if e.serial > x.serial {
+                    *x = *e;
+                }
+            } else {
+                merged
+                    .push(*e)
+                    .map_err(|_| KernelError::QueueOverflow(cx.lock))?;
+            }
+        }
+        self.generation_seen = generation;
+        let f0 = self.frozen;
+        let before = self.owned();
+        if let Some(old) = self.parent {
+            if old != from && before != Mode::Phi {
+                let e = self.peers[old.idx()].child_epoch;
+                cx.send(
+                    old,
+                    Msg::Release {
+                        lock: cx.lock,
+                        owned: Mode::Phi,
+                        epoch: e,
+                    },
+                )?;
+            }
+        }
+        self.parent = None;
+        self.token = Some(generation);
+        let link = &mut self.peers[from.idx()];
+        link.child_owned = sender_owned;
+        link.parent_epoch = epoch;
+        if entry.requester == cx.me && self.pending == Pending::Request(entry) {
+            self.held = entry.mode;
+            self.pending = Pending::None;
+            cx.emit(Output::Granted {
+                lock: cx.lock,
+                mode: entry.mode,
+            })?;
+        } else {
+            self.stale.tokens += 1;
+        }
+        let own = self.pending;
+        merged.retain(|e| e.requester != cx.me || own == Pending::Request(*e));
+        self.queue = merged;
+        self.recompute_frozen();
+        self.check_queue(cx)?;
+        // Tell the children what is newly frozen: the old token node already respects
+        // `sender_frozen`, our other children what we had frozen before.
+        let frozen = self.frozen;
+        for i in 0..N {
+            let rec = self.peers[i].child_owned;
+            if rec == Mode::Phi {
+                continue;
+            }
+            let known = if i == from.idx() { sender_frozen } else { f0 };
+            let m = freeze_for_child(frozen.minus(known), rec);
+            if !m.is_empty() {
+                cx.send(
+                    NodeId(i as u8),
+                    Msg::Freeze {
+                        lock: cx.lock,
+                        modes: m,
+                    },
+                )?;
+            }
+        }
+        Ok(())
+    }
+
+    /// `HandleRelease(M_R, M_O)`, Fig. 2.7: Rule 5.
+    pub(crate) fn on_release<const O: usize>(
+        &mut self,
+        cx: &mut Ctx<'_, Q, O>,
+        from: NodeId,
+        owned: Mode,
+        epoch: u32,
+    ) -> Result<(), KernelError> {
+        let link = &self.peers[from.idx()];
+        if link.parent_epoch != epoch || link.child_owned == Mode::Phi {
+            self.stale.releases += 1;
+            return Ok(());
+        }
+        let f0 = self.frozen;
+        let before = self.owned();
+        self.peers[from.idx()].child_owned = owned;
+        self.after_owned_change(cx, before)?;
+        self.check_queue(cx)?;
+        self.finish_freeze(cx, f0)
+    }
+
+    /// `HandleFreeze(Modes)`, Fig. 2.9: Rule 6.
+    pub(crate) fn on_freeze<const O: usize>(
+        &mut self,
+        cx: &mut Ctx<'_, Q, O>,
+        from: NodeId,
+        modes: ModeSet,
+    ) -> Result<(), KernelError> {
+        if self.has_token() || self.parent != Some(from) || self.owned() == Mode::Phi {
+            self.stale.freezes += 1;
+            return Ok(());
+        }
+        let f0 = self.frozen;
+        self.frozen = self.frozen.union(modes);
+        self.finish_freeze(cx, f0)
+    }
+
+    // ---------------------------------------------------------------- internals
+
+    /// Rule 3.2 / 4.2 at the token node for a request that just arrived.
+    fn serve_at_token<const O: usize>(
+        &mut self,
+        cx: &mut Ctx<'_, Q, O>,
+        entry: QueueEntry,
+    ) -> Result<(), KernelError> {
+        let mo = self.owned();
+        if compatible(mo, entry.mode) && !self.frozen.contains(entry.mode) {
+            if tokenable(mo, entry.mode) {
+                self.transfer_token(cx, entry)
+            } else {
+                self.copy_grant(cx, entry)
+            }
+        } else {
+            self.enqueue(cx.lock, entry)?;
+            self.recompute_frozen();
+            Ok(())
+        }
+    }
+
+    /// Rule 3.1 / 3.2 (copy): the requester becomes our child with the granted mode.
+    fn copy_grant<const O: usize>(
+        &mut self,
+        cx: &mut Ctx<'_, Q, O>,
+        entry: QueueEntry,
+    ) -> Result<(), KernelError> {
+        let link = &mut self.peers[entry.requester.idx()];
+        // The record and the granted mode are compatible (both are ≤ our owned mode, which
+        // is compatible with the grant); W, the most conservative record, is the fallback.
+        let recorded = strongest(link.child_owned, entry.mode).unwrap_or(Mode::W);
+        link.child_owned = recorded;
+        link.parent_epoch = link.parent_epoch.wrapping_add(1);
+        let epoch = link.parent_epoch;
+        let frozen = freeze_for_child(self.frozen, recorded);
+        cx.send(
+            entry.requester,
+            Msg::Grant {
+                lock: cx.lock,
+                entry,
+                epoch,
+                recorded,
+                frozen,
+            },
+        )
+    }
+
+    /// Rule 3.2 (token): the requester becomes the token node and our parent; our queue
+    /// travels with the token (Rule 5.1).
+    fn transfer_token<const O: usize>(
+        &mut self,
+        cx: &mut Ctx<'_, Q, O>,
+        entry: QueueEntry,
+    ) -> Result<(), KernelError> {
+        let generation = self.token.unwrap_or(self.generation_seen).wrapping_add(1);
+        let link = &mut self.peers[entry.requester.idx()];
+        link.child_owned = Mode::Phi;
+        link.parent_epoch = link.parent_epoch.wrapping_add(1);
+        link.child_epoch = link.child_epoch.wrapping_add(1);
+        let epoch = link.child_epoch;
+        let sender_owned = self.owned();
+        let queue = core::mem::take(&mut self.queue);
+        let frozen = self.frozen;
+        self.token = None;
+        self.generation_seen = generation;
+        self.parent = Some(entry.requester);
+        if sender_owned == Mode::Phi {
+            self.frozen = ModeSet::EMPTY;
+        }
+        cx.send(
+            entry.requester,
+            Msg::Token {
+                lock: cx.lock,
+                entry,
+                generation,
+                sender_owned,
+                epoch,
+                frozen,
+                queue,
+            },
+        )
+    }
+
+    /// Rule 4.1 (F): pass the request on to the parent, unchanged.
+    fn forward<const O: usize>(
+        &mut self,
+        cx: &mut Ctx<'_, Q, O>,
+        entry: QueueEntry,
+    ) -> Result<(), KernelError> {
+        let parent = self.parent.ok_or(KernelError::NoParent(cx.lock))?;
+        cx.send(
+            parent,
+            Msg::Request {
+                lock: cx.lock,
+                entry,
+            },
+        )
+    }
+
+    /// Append to the local queue; a newer request of the same requester replaces its older
+    /// one in place (each node has at most one request outstanding per lock, so the queue
+    /// never holds more than N entries).
+    fn enqueue(&mut self, lock: LockId, entry: QueueEntry) -> Result<(), KernelError> {
+        if let Some(x) = self
+            .queue
+            .iter_mut()
+            .find(|x| x.requester == entry.requester)
+        {
+            if x.serial >= entry.serial {
+                return Err(KernelError::Duplicate(lock));
+            }
+            *x = entry;
+            return Ok(());
+        }
+        self.queue
+            .push(entry)
+            .map_err(|_| KernelError::QueueFull(lock))
+    }
+
+    /// Rule 5.2: a non-token node whose owned mode changed tells its parent. A node that
+    /// owns nothing any more leaves the copyset and forgets its frozen modes (it can grant
+    /// nothing; a later grant brings the granter's frozen modes along).
+    fn after_owned_change<const O: usize>(
+        &mut self,
+        cx: &mut Ctx<'_, Q, O>,
+        before: Mode,
+    ) -> Result<(), KernelError> {
+        if self.has_token() {
+            return Ok(());
+        }
+        let now = self.owned();
+        if now != before {
+            if let Some(p) = self.parent {
+                let epoch = self.peers[p.idx()].child_epoch;
+                cx.send(
+                    p,
+                    Msg::Release {
+                        lock: cx.lock,
+                        owned: now,
+                        epoch,
+                    },
+                )?;
+            }
+            if now == Mode::Phi {
+                self.frozen = ModeSet::EMPTY;
+            }
+        }
+        Ok(())
+    }
+
+    /// `Check_requests_on_queue()`, Fig. 2.5 (Rules 4 and 5).
+    fn check_queue<const O: usize>(&mut self, cx: &mut Ctx<'_, Q, O>) -> Result<(), KernelError> {
+        if self.has_token() {
+            self.check_queue_at_token(cx)
+        } else {
+            self.check_queue_at_child(cx)
+        }
+    }
+
+    /// At the token node: complete a waiting upgrade (Rule 7), then serve the queue strictly
+    /// from its head while the head is compatible (Rule 5.1, FIFO).
+    fn check_queue_at_token<const O: usize>(
+        &mut self,
+        cx: &mut Ctx<'_, Q, O>,
+    ) -> Result<(), KernelError> {
+        loop {
+            if self.pending == Pending::Upgrade && self.children_owned() == Mode::Phi {
+                self.held = Mode::W;
+                self.pending = Pending::None;
+                cx.emit(Output::Upgraded { lock: cx.lock })?;
+            }
+            let Some(&head) = self.queue.first() else {
+                break;
+            };
+            let mo = self.owned();
+            let upgrade_freeze = if self.pending == Pending::Upgrade {
+                frozen_by(mo, Mode::W)
+            } else {
+                ModeSet::EMPTY
+            };
+            if !compatible(mo, head.mode) || upgrade_freeze.contains(head.mode) {
+                break;
+            }
+            self.queue.remove(0);
+            if head.requester == cx.me {
+                if self.pending == Pending::Request(head) {
+                    self.held = head.mode;
+                    self.pending = Pending::None;
+                    cx.emit(Output::Granted {
+                        lock: cx.lock,
+                        mode: head.mode,
+                    })?;
+                }
+                continue;
+            }
+            if tokenable(mo, head.mode) {
+                return self.transfer_token(cx, head);
+            }
+            self.copy_grant(cx, head)?;
+        }
+        self.recompute_frozen();
+        Ok(())
+    }
+
+    /// At a non-token node: grant what Rule 3.1 allows, keep what Table 2.3 still says to
+    /// queue behind the (possibly new) pending mode, forward the rest, in queue order.
+    fn check_queue_at_child<const O: usize>(
+        &mut self,
+        cx: &mut Ctx<'_, Q, O>,
+    ) -> Result<(), KernelError> {
+        let mo = self.owned();
+        let pm = self.pending_mode();
+        let mut i = 0;
+        while i < self.queue.len() {
+            let e = self.queue[i];
+            if e.requester != cx.me && grantable(mo, e.mode) && !self.frozen.contains(e.mode) {
+                self.queue.remove(i);
+                self.copy_grant(cx, e)?;
+            } else if e.requester != cx.me && queue_or_forward(pm, e.mode) == QueueOrForward::Queue
+            {
+                i += 1;
+            } else {
+                self.queue.remove(i);
+                self.forward(cx, e)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Table 2.4 at the token node: the frozen modes are a function of the owned mode, the
+    /// queue and a waiting upgrade, recomputed whenever one of them changes.
+    fn recompute_frozen(&mut self) {
+        if !self.has_token() {
+            return;
+        }
+        let mo = self.owned();
+        let mut f = if self.pending == Pending::Upgrade {
+            frozen_by(mo, Mode::W)
+        } else {
+            ModeSet::EMPTY
+        };
+        for e in &self.queue {
+            f = f.union(frozen_by(mo, e.mode));
+        }
+        self.frozen = f;
+    }
+
+    /// Rule 6, invariant 2.3: send the modes frozen during this step to each child that
+    /// could grant them ("only if the child is potential granter … and the mode is not
+    /// already frozen", footnote a of Fig. 2.4).
+    fn finish_freeze<const O: usize>(
+        &mut self,
+        cx: &mut Ctx<'_, Q, O>,
+        before: ModeSet,
+    ) -> Result<(), KernelError> {
+        let delta = self.frozen.minus(before);
+        if delta.is_empty() {
+            return Ok(());
+        }
+        for i in 0..N {
+            let rec = self.peers[i].child_owned;
+            if rec == Mode::Phi {
+                continue;
+            }
+            let m = freeze_for_child(delta, rec);
+            if !m.is_empty() {
+                cx.send(
+                    NodeId(i as u8),
+                    Msg::Freeze {
+                        lock: cx.lock,
+                        modes: m,
+                    },
+                )?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Strongest of two modes of an owned set; W if they conflict (see [`LockNode::owned`]).
+fn combine(a: Mode, b: Mode) -> Mode {
+    strongest(a, b).unwrap_or(Mode::W)
+}

@@ -1,0 +1,181 @@
+//! A site: one node of the system with `L` locks of the hierarchical protocol.
+
+use crate::error::KernelError;
+use crate::mode::Mode;
+use crate::msg::{Input, LockId, Msg, MsgKind, NodeId, Outputs};
+use crate::node::{Ctx, LockNode};
+use crate::protocol::Protocol;
+
+/// One site of the hierarchical protocol.
+///
+/// - `N`: number of nodes in the system (node ids `0..N`, at most 255);
+/// - `L`: number of locks;
+/// - `Q`: capacity of a local queue, at least `N` (a node has at most one outstanding
+///   request per lock, so no queue ever holds more than `N` entries);
+/// - `O`: capacity of the output buffer, at least `N + Q + 6`: a step sends at most one
+///   message per queued request (grant or forward), one freeze per child, and a bounded
+///   number of others (forward/release to the parent, release to an old parent, a token,
+///   a resync release, a grant signal).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Site<const N: usize, const L: usize, const Q: usize, const O: usize> {
+    me: NodeId,
+    locks: [LockNode<N, Q>; L],
+}
+
+/// The default capacities: 8 nodes, 4 locks.
+pub type DefaultSite = Site<8, 4, 8, 24>;
+
+impl<const N: usize, const L: usize, const Q: usize, const O: usize> Site<N, L, Q, O> {
+    const CAPACITIES_OK: () = {
+        assert!(N >= 1 && N <= 255, "N must be in 1..=255");
+        assert!(L >= 1 && L <= u16::MAX as usize, "L must be in 1..=65535");
+        assert!(Q >= N, "Q must be at least N");
+        assert!(O >= N + Q + 6, "O must be at least N + Q + 6");
+    };
+
+    /// A site whose locks all start with the token at `root` and every other node's parent
+    /// pointer at `root` (a star, the usual initial tree).
+    pub fn new(me: NodeId, root: NodeId) -> Result<Self, KernelError> {
+        Self::with_parents(me, |_| if me == root { None } else { Some(root) })
+    }
+
+    /// A site whose lock `l` starts with parent `parent(l)` (`None`: this site holds the
+    /// token of `l`). Parent ids are validated.
+    pub fn with_parents(
+        me: NodeId,
+        parent: impl Fn(LockId) -> Option<NodeId>,
+    ) -> Result<Self, KernelError> {
+        let () = Self::CAPACITIES_OK;
+        if me.idx() >= N {
+            return Err(KernelError::UnknownNode(me));
+        }
+        for l in 0..L {
+            if let Some(p) = parent(LockId(l as u16)) {
+                if p.idx() >= N || p == me {
+                    return Err(KernelError::UnknownNode(p));
+                }
+            }
+        }
+        Ok(Site {
+            me,
+            locks: core::array::from_fn(|l| LockNode::new(parent(LockId(l as u16)))),
+        })
+    }
+
+    /// This site's id.
+    pub fn id(&self) -> NodeId {
+        self.me
+    }
+
+    /// The state of one lock.
+    pub fn lock(&self, lock: LockId) -> Result<&LockNode<N, Q>, KernelError> {
+        self.locks
+            .get(lock.idx())
+            .ok_or(KernelError::UnknownLock(lock))
+    }
+
+    /// All locks.
+    pub fn locks(&self) -> &[LockNode<N, Q>; L] {
+        &self.locks
+    }
+
+    /// The single entry point: apply `input`, append outputs to `out`. If the input does
+    /// not fit the state, return the error and leave state and `out` unchanged.
+    pub fn step(
+        &mut self,
+        input: Input<'_, Msg<Q>>,
+        out: &mut Outputs<Msg<Q>, O>,
+    ) -> Result<(), KernelError> {
+        let lock = match input {
+            Input::Acquire { lock, .. } | Input::Release { lock } | Input::Upgrade { lock } => lock,
+            Input::Deliver { from, msg } => {
+                if from.idx() >= N || from == self.me {
+                    return Err(KernelError::UnknownNode(from));
+                }
+                msg.lock()
+            }
+        };
+        let Some(node) = self.locks.get_mut(lock.idx()) else {
+            return Err(KernelError::UnknownLock(lock));
+        };
+        let saved = node.clone();
+        let mark = out.len();
+        let mut cx = Ctx {
+            me: self.me,
+            lock,
+            out,
+        };
+        let r = match input {
+            Input::Acquire { mode, .. } => node.acquire(&mut cx, mode),
+            Input::Release { .. } => node.release(&mut cx),
+            Input::Upgrade { .. } => node.upgrade(&mut cx),
+            Input::Deliver { from, msg } => match msg {
+                Msg::Request { entry, .. } => node.on_request(&mut cx, *entry),
+                Msg::Grant {
+                    entry,
+                    epoch,
+                    recorded,
+                    frozen,
+                    ..
+                } => node.on_grant(&mut cx, from, *entry, *epoch, *recorded, *frozen),
+                Msg::Token {
+                    entry,
+                    generation,
+                    sender_owned,
+                    epoch,
+                    frozen,
+                    queue,
+                    ..
+                } => node.on_token(
+                    &mut cx,
+                    from,
+                    *entry,
+                    *generation,
+                    *sender_owned,
+                    *epoch,
+                    *frozen,
+                    queue,
+                ),
+                Msg::Release { owned, epoch, .. } => node.on_release(&mut cx, from, *owned, *epoch),
+                Msg::Freeze { modes, .. } => node.on_freeze(&mut cx, from, *modes),
+            },
+        };
+        if r.is_err() {
+            *node = saved;
+            out.truncate(mark);
+        }
+        r
+    }
+}
+
+impl<const N: usize, const L: usize, const Q: usize, const O: usize> Protocol<O>
+    for Site<N, L, Q, O>
+{
+    type Msg = Msg<Q>;
+
+    fn id(&self) -> NodeId {
+        self.me
+    }
+    fn step(
+        &mut self,
+        input: Input<'_, Msg<Q>>,
+        out: &mut Outputs<Msg<Q>, O>,
+    ) -> Result<(), KernelError> {
+        Site::step(self, input, out)
+    }
+    fn held(&self, lock: LockId) -> Result<Mode, KernelError> {
+        Ok(self.lock(lock)?.held())
+    }
+    fn has_token(&self, lock: LockId) -> Result<bool, KernelError> {
+        Ok(self.lock(lock)?.has_token())
+    }
+    fn is_pending(&self, lock: LockId) -> Result<bool, KernelError> {
+        Ok(self.lock(lock)?.pending_mode() != Mode::Phi)
+    }
+    fn kind(msg: &Msg<Q>) -> MsgKind {
+        msg.kind()
+    }
+    fn lock_of(msg: &Msg<Q>) -> LockId {
+        msg.lock()
+    }
+}

@@ -1,0 +1,1 @@
+//! Stateright models of hilock (filled by the model-checking issue).
