@@ -1,1 +1,19 @@
-//! spec
+//! # hilock-spec
+//!
+//! hilock's specification as data: the thesis tables and rules ([`export`]), the scenario
+//! format and runner ([`scenario`]), the trace format ([`trace`]), and the in-memory system
+//! of kernel sites both run on ([`system`]). The prose is in `spec/SPEC.md`.
+
+pub mod export;
+pub mod scenario;
+pub mod system;
+pub mod trace;
+
+pub use scenario::{Prepared, RunReport, Scenario};
+pub use system::{SpecMsg, SpecSite, System};
+pub use trace::{NodeSnapshot, Trace};
+
+/// Directory of the thesis scenarios (absolute, from this crate's manifest directory).
+pub fn scenarios_dir() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios")
+}

@@ -1,0 +1,252 @@
+//! The trace format: the steps of a run (input, messages sent, state after), as JSON.
+//!
+//! Scenario runs, model-checker counterexamples and runtime recordings all use it, and
+//! `hilock replay` prints one step by step.
+
+use crate::system::{SpecMsg, SpecSite};
+use hilock_kernel::{LockId, Mode, Output, Pending};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Format tag of a trace file.
+pub const TRACE_FORMAT: &str = "hilock-trace/1";
+
+/// A whole trace.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Trace {
+    /// Always [`TRACE_FORMAT`].
+    pub format: String,
+    /// What produced the trace (scenario name, model configuration, …).
+    pub source: String,
+    /// Node names, indexed by node id.
+    pub nodes: Vec<String>,
+    /// The steps in order.
+    pub steps: Vec<TraceStep>,
+    /// Optional verdict (e.g. the property a counterexample violates).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verdict: Option<String>,
+}
+
+/// What a step's input was.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TraceInput {
+    /// User API `RequestLock`.
+    Acquire {
+        /// The lock.
+        lock: u16,
+        /// The mode.
+        mode: Mode,
+    },
+    /// User API `RequestUnlock`.
+    Release {
+        /// The lock.
+        lock: u16,
+    },
+    /// User API `RequestUpgrade`.
+    Upgrade {
+        /// The lock.
+        lock: u16,
+    },
+    /// A message delivered from `from`.
+    Deliver {
+        /// Sender name.
+        from: String,
+        /// The message.
+        msg: SpecMsg,
+    },
+}
+
+/// One step of a trace.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TraceStep {
+    /// Position in the trace (0-based).
+    pub index: usize,
+    /// The node that stepped.
+    pub node: String,
+    /// Its input.
+    pub input: TraceInput,
+    /// Messages it sent and grants it signalled.
+    pub outputs: Vec<TraceOutput>,
+    /// The kernel's rejection, if the input was rejected.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// The stepping node's state of the lock after the step.
+    pub state: NodeSnapshot,
+}
+
+/// An output of a step, with node names.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TraceOutput {
+    /// A message sent.
+    Send {
+        /// Destination name.
+        to: String,
+        /// The message.
+        msg: SpecMsg,
+    },
+    /// The local request was granted.
+    Granted {
+        /// The lock.
+        lock: u16,
+        /// The mode now held.
+        mode: Mode,
+    },
+    /// The local upgrade completed.
+    Upgraded {
+        /// The lock.
+        lock: u16,
+    },
+}
+
+impl TraceOutput {
+    /// Converts a kernel output, naming nodes with `names`.
+    pub fn from_output(o: &Output<SpecMsg>, names: &[String]) -> Self {
+        match o {
+            Output::Send { to, msg } => TraceOutput::Send { to: name(names, to.idx()), msg: msg.clone() },
+            Output::Granted { lock, mode } => TraceOutput::Granted { lock: lock.0, mode: *mode },
+            Output::Upgraded { lock } => TraceOutput::Upgraded { lock: lock.0 },
+        }
+    }
+}
+
+/// A node's view of one lock, with names instead of ids: the (M_O, M_H, M_P) tuple of the
+/// thesis figures, the token, the parent, the copyset, the queue and the frozen modes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeSnapshot {
+    /// Whether the node holds the token.
+    pub token: bool,
+    /// Parent name (`null` at the token node).
+    pub parent: Option<String>,
+    /// Owned mode M_O.
+    pub owned: Mode,
+    /// Held mode M_H.
+    pub held: Mode,
+    /// Pending mode M_P.
+    pub pending: Mode,
+    /// Children and their recorded owned modes (the copyset).
+    pub children: BTreeMap<String, Mode>,
+    /// Local queue, head first, as `NODE:MODE`.
+    pub queue: Vec<String>,
+    /// Frozen modes.
+    pub frozen: Vec<Mode>,
+}
+
+impl NodeSnapshot {
+    /// The snapshot of `lock` at `site`.
+    pub fn of(site: &SpecSite, lock: LockId, names: &[String]) -> Self {
+        let Ok(n) = site.lock(lock) else {
+            return NodeSnapshot::empty();
+        };
+        NodeSnapshot {
+            token: n.has_token(),
+            parent: n.parent().filter(|_| !n.has_token()).map(|p| name(names, p.idx())),
+            owned: n.owned(),
+            held: n.held(),
+            pending: match n.pending() {
+                Pending::None => Mode::Phi,
+                Pending::Request(e) => e.mode,
+                Pending::Upgrade => Mode::W,
+            },
+            children: n.children().map(|(c, m)| (name(names, c.idx()), m)).collect(),
+            queue: n.queue().iter().map(|e| format!("{}:{}", name(names, e.requester.idx()), e.mode.name())).collect(),
+            frozen: n.frozen().iter().collect(),
+        }
+    }
+
+    fn empty() -> Self {
+        NodeSnapshot {
+            token: false,
+            parent: None,
+            owned: Mode::Phi,
+            held: Mode::Phi,
+            pending: Mode::Phi,
+            children: BTreeMap::new(),
+            queue: vec![],
+            frozen: vec![],
+        }
+    }
+
+    /// One line in the thesis notation: `(M_O, M_H, M_P)` plus token, parent, copyset,
+    /// queue and frozen modes.
+    pub fn line(&self) -> String {
+        let mut s = format!("({}, {}, {})", self.owned, self.held, self.pending);
+        if self.token {
+            s.push_str(" token");
+        }
+        if let Some(p) = &self.parent {
+            s.push_str(&format!(" parent={p}"));
+        }
+        if !self.children.is_empty() {
+            let c: Vec<String> = self.children.iter().map(|(k, v)| format!("{k}:{v}")).collect();
+            s.push_str(&format!(" children={{{}}}", c.join(",")));
+        }
+        if !self.queue.is_empty() {
+            s.push_str(&format!(" queue=[{}]", self.queue.join(",")));
+        }
+        if !self.frozen.is_empty() {
+            let f: Vec<String> = self.frozen.iter().map(|m| m.to_string()).collect();
+            s.push_str(&format!(" frozen={{{}}}", f.join(",")));
+        }
+        s
+    }
+}
+
+/// Name of node `i`, or `n<i>` if unnamed.
+pub fn name(names: &[String], i: usize) -> String {
+    names.get(i).cloned().unwrap_or_else(|| format!("n{i}"))
+}
+
+/// One-line human description of a message.
+pub fn describe_msg(m: &SpecMsg, names: &[String]) -> String {
+    use hilock_kernel::Msg;
+    match m {
+        Msg::Request { entry, .. } => format!("Request({} {})", name(names, entry.requester.idx()), entry.mode),
+        Msg::Grant { entry, frozen, .. } => {
+            if frozen.is_empty() {
+                format!("Grant({})", entry.mode)
+            } else {
+                format!("Grant({}, frozen {})", entry.mode, frozen)
+            }
+        }
+        Msg::Token { entry, queue, sender_owned, .. } => {
+            let q: Vec<String> = queue.iter().map(|e| format!("{}:{}", name(names, e.requester.idx()), e.mode)).collect();
+            format!("Token({}, sender owns {}, queue [{}])", entry.mode, sender_owned, q.join(","))
+        }
+        Msg::Release { owned, .. } => format!("Release(now owns {owned})"),
+        Msg::Freeze { modes, .. } => format!("Freeze({modes})"),
+    }
+}
+
+impl Trace {
+    /// A human-readable rendering, one line per step.
+    pub fn render(&self) -> String {
+        let mut s = format!("trace of {}\n", self.source);
+        for st in &self.steps {
+            let input = match &st.input {
+                TraceInput::Acquire { mode, .. } => format!("acquire {mode}"),
+                TraceInput::Release { .. } => "release".to_string(),
+                TraceInput::Upgrade { .. } => "upgrade".to_string(),
+                TraceInput::Deliver { from, msg } => format!("from {from}: {}", describe_msg(msg, &self.nodes)),
+            };
+            s.push_str(&format!("{:>3}. {:<3} {input}\n", st.index, st.node));
+            for o in &st.outputs {
+                let line = match o {
+                    TraceOutput::Send { to, msg } => format!("-> {to}: {}", describe_msg(msg, &self.nodes)),
+                    TraceOutput::Granted { mode, .. } => format!("granted {mode}"),
+                    TraceOutput::Upgraded { .. } => "upgraded to W".to_string(),
+                };
+                s.push_str(&format!("          {line}\n"));
+            }
+            if let Some(e) = &st.error {
+                s.push_str(&format!("          rejected: {e}\n"));
+            }
+            s.push_str(&format!("          {} now {}\n", st.node, st.state.line()));
+        }
+        if let Some(v) = &self.verdict {
+            s.push_str(&format!("verdict: {v}\n"));
+        }
+        s
+    }
+}
