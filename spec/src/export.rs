@@ -78,18 +78,27 @@ pub struct Rule {
 }
 
 fn set(s: ModeSet) -> serde_json::Value {
-    serde_json::Value::Array(s.iter().map(|m| serde_json::Value::from(m.name())).collect())
+    serde_json::Value::Array(
+        s.iter()
+            .map(|m| serde_json::Value::from(m.name()))
+            .collect(),
+    )
 }
 
 fn grid<F: Fn(Mode, Mode) -> serde_json::Value>(f: F) -> Vec<Vec<serde_json::Value>> {
-    Mode::ALL.iter().map(|&r| Mode::REQUESTABLE.iter().map(|&c| f(r, c)).collect()).collect()
+    Mode::ALL
+        .iter()
+        .map(|&r| Mode::REQUESTABLE.iter().map(|&c| f(r, c)).collect())
+        .collect()
 }
 
 /// The specification document.
 pub fn document() -> SpecDocument {
     let rows: Vec<&'static str> = Mode::ALL.iter().map(|m| m.name()).collect();
     let cols: Vec<&'static str> = Mode::REQUESTABLE.iter().map(|m| m.name()).collect();
-    let qf = |q: QueueOrForward| serde_json::Value::from(if q == QueueOrForward::Queue { "Q" } else { "F" });
+    let qf = |q: QueueOrForward| {
+        serde_json::Value::from(if q == QueueOrForward::Queue { "Q" } else { "F" })
+    };
     SpecDocument {
         format: SPEC_FORMAT,
         source: "N. Desai, Scalable Distributed Concurrency Protocol with Priority Support, MS thesis, NCSU 2003, chapter 2",

@@ -105,7 +105,9 @@ mod double_option {
     pub fn serialize<S: Serializer>(v: &Option<Option<String>>, s: S) -> Result<S::Ok, S::Error> {
         v.serialize(s)
     }
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Option<String>>, D::Error> {
+    pub fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<Option<String>>, D::Error> {
         Ok(Some(Option::<String>::deserialize(d)?))
     }
 }
@@ -132,7 +134,9 @@ impl Op {
                 .ok_or_else(|| format!("unknown mode '{m}' (expected one of IR, R, U, IW, W)")),
             ["release"] => Ok(Op::Release),
             ["upgrade"] => Ok(Op::Upgrade),
-            _ => Err(format!("unknown operation '{s}' (expected 'acquire MODE', 'release' or 'upgrade')")),
+            _ => Err(format!(
+                "unknown operation '{s}' (expected 'acquire MODE', 'release' or 'upgrade')"
+            )),
         }
     }
 }
@@ -190,11 +194,16 @@ impl Scenario {
     pub fn prepare(&self) -> Result<Prepared, String> {
         let names = self.nodes.clone();
         if names.is_empty() || names.len() > MAX_NODES {
-            return Err(format!("'nodes' must list 1 to {MAX_NODES} nodes, found {}", names.len()));
+            return Err(format!(
+                "'nodes' must list 1 to {MAX_NODES} nodes, found {}",
+                names.len()
+            ));
         }
         for (i, n) in names.iter().enumerate() {
             if n.is_empty() || n.contains("->") || n == "*" || n.contains(char::is_whitespace) {
-                return Err(format!("node name '{n}' is not allowed (no spaces, '->' or '*')"));
+                return Err(format!(
+                    "node name '{n}' is not allowed (no spaces, '->' or '*')"
+                ));
             }
             if names[..i].contains(n) {
                 return Err(format!("node '{n}' is listed twice"));
@@ -213,7 +222,9 @@ impl Scenario {
             let c = id(child, "parents")?;
             let p = id(parent, &format!("parents.{child}"))?;
             if c == token {
-                return Err(format!("parents: the token holder '{child}' cannot have a parent"));
+                return Err(format!(
+                    "parents: the token holder '{child}' cannot have a parent"
+                ));
             }
             if c == p {
                 return Err(format!("parents: '{child}' cannot be its own parent"));
@@ -222,7 +233,10 @@ impl Scenario {
         }
         for (i, n) in names.iter().enumerate() {
             if i != token.idx() && parents[i].is_none() {
-                return Err(format!("parents: node '{n}' has no parent (only the token holder '{}' may lack one)", self.token));
+                return Err(format!(
+                    "parents: node '{n}' has no parent (only the token holder '{}' may lack one)",
+                    self.token
+                ));
             }
             // Following parent pointers must reach the token holder.
             let mut at = i;
@@ -240,7 +254,8 @@ impl Scenario {
         for (node, ops) in &self.scripts {
             let n = id(node, "scripts")?;
             for (k, op) in ops.iter().enumerate() {
-                scripts[n.idx()].push(Op::parse(op).map_err(|e| format!("scripts.{node}[{k}]: {e}"))?);
+                scripts[n.idx()]
+                    .push(Op::parse(op).map_err(|e| format!("scripts.{node}[{k}]: {e}"))?);
             }
         }
         let schedule = match &self.schedule {
@@ -252,7 +267,10 @@ impl Scenario {
                     let item = if e == "*" {
                         Sched::All
                     } else if let Some((a, b)) = e.split_once("->") {
-                        Sched::Deliver(id(a.trim(), &format!("schedule[{k}]"))?, id(b.trim(), &format!("schedule[{k}]"))?)
+                        Sched::Deliver(
+                            id(a.trim(), &format!("schedule[{k}]"))?,
+                            id(b.trim(), &format!("schedule[{k}]"))?,
+                        )
                     } else {
                         Sched::Op(id(e, &format!("schedule[{k}]"))?)
                     };
@@ -264,10 +282,15 @@ impl Scenario {
         let check_expect = |what: &str, m: &BTreeMap<String, Expect>| -> Result<(), String> {
             for (node, e) in m {
                 id(node, what)?;
-                let modes = [("owned", &e.owned), ("held", &e.held), ("pending", &e.pending)];
+                let modes = [
+                    ("owned", &e.owned),
+                    ("held", &e.held),
+                    ("pending", &e.pending),
+                ];
                 for (field, v) in modes {
                     if let Some(v) = v {
-                        Mode::parse(v).ok_or_else(|| format!("{what}.{node}.{field}: unknown mode '{v}'"))?;
+                        Mode::parse(v)
+                            .ok_or_else(|| format!("{what}.{node}.{field}: unknown mode '{v}'"))?;
                     }
                 }
                 if let Some(Some(p)) = &e.parent {
@@ -275,15 +298,20 @@ impl Scenario {
                 }
                 for (c, m) in e.children.iter().flatten() {
                     id(c, &format!("{what}.{node}.children"))?;
-                    Mode::parse(m).ok_or_else(|| format!("{what}.{node}.children.{c}: unknown mode '{m}'"))?;
+                    Mode::parse(m)
+                        .ok_or_else(|| format!("{what}.{node}.children.{c}: unknown mode '{m}'"))?;
                 }
                 for m in e.frozen.iter().flatten() {
-                    Mode::parse(m).ok_or_else(|| format!("{what}.{node}.frozen: unknown mode '{m}'"))?;
+                    Mode::parse(m)
+                        .ok_or_else(|| format!("{what}.{node}.frozen: unknown mode '{m}'"))?;
                 }
                 for q in e.queue.iter().flatten() {
-                    let (n, m) = q.split_once(':').ok_or_else(|| format!("{what}.{node}.queue: '{q}' is not NODE:MODE"))?;
+                    let (n, m) = q
+                        .split_once(':')
+                        .ok_or_else(|| format!("{what}.{node}.queue: '{q}' is not NODE:MODE"))?;
                     id(n, &format!("{what}.{node}.queue"))?;
-                    Mode::parse(m).ok_or_else(|| format!("{what}.{node}.queue: unknown mode '{m}'"))?;
+                    Mode::parse(m)
+                        .ok_or_else(|| format!("{what}.{node}.queue: unknown mode '{m}'"))?;
                 }
             }
             Ok(())
@@ -294,13 +322,23 @@ impl Scenario {
             match len {
                 None => return Err(format!("checkpoints[{k}]: checkpoints need a schedule")),
                 Some(l) if c.after > l => {
-                    return Err(format!("checkpoints[{k}]: after {} entries, but the schedule has {l}", c.after))
+                    return Err(format!(
+                        "checkpoints[{k}]: after {} entries, but the schedule has {l}",
+                        c.after
+                    ))
                 }
                 _ => {}
             }
             check_expect(&format!("checkpoints[{k}].expect"), &c.expect)?;
         }
-        Ok(Prepared { scenario: self.clone(), names, token, parents, scripts, schedule })
+        Ok(Prepared {
+            scenario: self.clone(),
+            names,
+            token,
+            parents,
+            scripts,
+            schedule,
+        })
     }
 }
 
@@ -313,7 +351,12 @@ struct Runner<'p> {
 }
 
 impl Runner<'_> {
-    fn record(&mut self, node: NodeId, input: TraceInput, r: &crate::system::StepResult) -> Result<(), String> {
+    fn record(
+        &mut self,
+        node: NodeId,
+        input: TraceInput,
+        r: &crate::system::StepResult,
+    ) -> Result<(), String> {
         let names = &self.p.names;
         for o in &r.outputs {
             if matches!(o, Output::Granted { .. } | Output::Upgraded { .. }) {
@@ -324,13 +367,21 @@ impl Runner<'_> {
             index: self.steps.len(),
             node: names[node.idx()].clone(),
             input,
-            outputs: r.outputs.iter().map(|o| TraceOutput::from_output(o, names)).collect(),
+            outputs: r
+                .outputs
+                .iter()
+                .map(|o| TraceOutput::from_output(o, names))
+                .collect(),
             error: r.error.map(|e| e.to_string()),
             state: NodeSnapshot::of(&self.sys.sites[node.idx()], LOCK, names),
         };
         self.steps.push(step);
         if let Some(e) = r.error {
-            return Err(format!("step {} ({}): the kernel rejected the input: {e}", self.steps.len() - 1, names[node.idx()]));
+            return Err(format!(
+                "step {} ({}): the kernel rejected the input: {e}",
+                self.steps.len() - 1,
+                names[node.idx()]
+            ));
         }
         self.sys.check_mutual_exclusion()?;
         self.sys.check_single_token()
@@ -340,16 +391,31 @@ impl Runner<'_> {
         let names = &self.p.names;
         let k = self.next_op[node.idx()];
         let Some(&op) = self.p.scripts[node.idx()].get(k) else {
-            return Err(format!("schedule runs '{}' but its script has no operation left", names[node.idx()]));
+            return Err(format!(
+                "schedule runs '{}' but its script has no operation left",
+                names[node.idx()]
+            ));
         };
         if self.waiting[node.idx()] {
-            return Err(format!("schedule runs '{}' operation {k} while its previous request is still pending", names[node.idx()]));
+            return Err(format!(
+                "schedule runs '{}' operation {k} while its previous request is still pending",
+                names[node.idx()]
+            ));
         }
         self.next_op[node.idx()] += 1;
         let (input, tin) = match op {
-            Op::Acquire(mode) => (Input::Acquire { lock: LOCK, mode }, TraceInput::Acquire { lock: 0, mode }),
-            Op::Release => (Input::Release { lock: LOCK }, TraceInput::Release { lock: 0 }),
-            Op::Upgrade => (Input::Upgrade { lock: LOCK }, TraceInput::Upgrade { lock: 0 }),
+            Op::Acquire(mode) => (
+                Input::Acquire { lock: LOCK, mode },
+                TraceInput::Acquire { lock: 0, mode },
+            ),
+            Op::Release => (
+                Input::Release { lock: LOCK },
+                TraceInput::Release { lock: 0 },
+            ),
+            Op::Upgrade => (
+                Input::Upgrade { lock: LOCK },
+                TraceInput::Upgrade { lock: 0 },
+            ),
         };
         if matches!(op, Op::Acquire(_) | Op::Upgrade) {
             self.waiting[node.idx()] = true;
@@ -361,9 +427,16 @@ impl Runner<'_> {
     fn deliver(&mut self, from: NodeId, to: NodeId) -> Result<(), String> {
         let names = &self.p.names;
         let Some((msg, r)) = self.sys.deliver(from, to) else {
-            return Err(format!("schedule delivers on {}->{} but no message is in flight there", names[from.idx()], names[to.idx()]));
+            return Err(format!(
+                "schedule delivers on {}->{} but no message is in flight there",
+                names[from.idx()],
+                names[to.idx()]
+            ));
         };
-        let tin = TraceInput::Deliver { from: names[from.idx()].clone(), msg };
+        let tin = TraceInput::Deliver {
+            from: names[from.idx()].clone(),
+            msg,
+        };
         self.record(to, tin, &r)
     }
 
@@ -371,7 +444,9 @@ impl Runner<'_> {
         // Bounded: every delivery is one protocol step; a run that does not settle within
         // this many deliveries is reported instead of looping forever.
         for _ in 0..100_000 {
-            let Some((from, to)) = self.sys.oldest_channel() else { return Ok(()) };
+            let Some((from, to)) = self.sys.oldest_channel() else {
+                return Ok(());
+            };
             self.deliver(from, to)?;
         }
         Err("the network did not become quiet within 100000 deliveries".to_string())
@@ -380,12 +455,16 @@ impl Runner<'_> {
     fn compare(&self, what: &str, expect: &BTreeMap<String, Expect>, out: &mut Vec<String>) {
         let names = &self.p.names;
         for (node, e) in expect {
-            let Some(i) = names.iter().position(|n| n == node) else { continue };
+            let Some(i) = names.iter().position(|n| n == node) else {
+                continue;
+            };
             let s = NodeSnapshot::of(&self.sys.sites[i], LOCK, names);
             let mode = |v: &str| Mode::parse(v).unwrap_or(Mode::Phi);
             let mut diff = |field: &str, want: String, got: String| {
                 if want != got {
-                    out.push(format!("{what}: {node}.{field}: expected {want}, found {got}"));
+                    out.push(format!(
+                        "{what}: {node}.{field}: expected {want}, found {got}"
+                    ));
                 }
             };
             if let Some(t) = e.token {
@@ -404,8 +483,15 @@ impl Runner<'_> {
                 diff("pending", mode(v).to_string(), s.pending.to_string());
             }
             if let Some(c) = &e.children {
-                let want: BTreeMap<String, String> = c.iter().map(|(k, v)| (k.clone(), mode(v).to_string())).collect();
-                let got: BTreeMap<String, String> = s.children.iter().map(|(k, v)| (k.clone(), v.to_string())).collect();
+                let want: BTreeMap<String, String> = c
+                    .iter()
+                    .map(|(k, v)| (k.clone(), mode(v).to_string()))
+                    .collect();
+                let got: BTreeMap<String, String> = s
+                    .children
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.to_string()))
+                    .collect();
                 diff("children", format!("{want:?}"), format!("{got:?}"));
             }
             if let Some(q) = &e.queue {
@@ -440,7 +526,8 @@ impl Prepared {
     /// property); expectation mismatches are reported in [`RunReport::mismatches`].
     pub fn run(&self) -> Result<RunReport, String> {
         let parents = self.parents.clone();
-        let sys = System::new(self.names.len(), |_, me| parents[me.idx()]).map_err(|e| format!("cannot build the system: {e}"))?;
+        let sys = System::new(self.names.len(), |_, me| parents[me.idx()])
+            .map_err(|e| format!("cannot build the system: {e}"))?;
         let _ = self.token;
         let mut r = Runner {
             p: self,
@@ -459,8 +546,17 @@ impl Prepared {
                         Sched::All => r.deliver_all(),
                     }
                     .map_err(|e| format!("schedule[{k}]: {e}"))?;
-                    for c in self.scenario.checkpoints.iter().filter(|c| c.after == k + 1) {
-                        let label = if c.label.is_empty() { format!("after {}", c.after) } else { c.label.clone() };
+                    for c in self
+                        .scenario
+                        .checkpoints
+                        .iter()
+                        .filter(|c| c.after == k + 1)
+                    {
+                        let label = if c.label.is_empty() {
+                            format!("after {}", c.after)
+                        } else {
+                            c.label.clone()
+                        };
                         r.compare(&format!("checkpoint {label}"), &c.expect, &mut mismatches);
                     }
                 }
@@ -487,7 +583,12 @@ impl Prepared {
             .names
             .iter()
             .enumerate()
-            .map(|(i, n)| (n.clone(), NodeSnapshot::of(&r.sys.sites[i], LOCK, &self.names)))
+            .map(|(i, n)| {
+                (
+                    n.clone(),
+                    NodeSnapshot::of(&r.sys.sites[i], LOCK, &self.names),
+                )
+            })
             .collect();
         let source = match &self.scenario.figure {
             Some(f) => format!("scenario {} (Fig. {f})", self.scenario.name),

@@ -4,9 +4,8 @@
 //! `Send` outputs of each step into channels, delivers messages when told to, and checks
 //! the global safety properties (mutual exclusion, one token) after any step.
 
-use hilock_kernel::{
-    compatible, Input, KernelError, LockId, Mode, Msg, NodeId, Output, Outputs, Site,
-};
+use hilock_kernel::tables::table_2_1;
+use hilock_kernel::{Input, KernelError, LockId, Mode, Msg, NodeId, Output, Outputs, Site};
 use std::collections::{BTreeMap, VecDeque};
 
 /// Largest number of nodes a spec system supports.
@@ -58,14 +57,22 @@ pub struct System {
 impl System {
     /// `n` sites whose lock `l` has the parent pointers `parents(l)[i]` (`None` for the
     /// token holder).
-    pub fn new(n: usize, parents: impl Fn(LockId, NodeId) -> Option<NodeId>) -> Result<Self, KernelError> {
+    pub fn new(
+        n: usize,
+        parents: impl Fn(LockId, NodeId) -> Option<NodeId>,
+    ) -> Result<Self, KernelError> {
         if n == 0 || n > MAX_NODES {
             return Err(KernelError::UnknownNode(NodeId(n.min(255) as u8)));
         }
         let sites = (0..n)
             .map(|i| SpecSite::with_parents(NodeId(i as u8), |l| parents(l, NodeId(i as u8))))
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(System { sites, channels: BTreeMap::new(), seq: 0, sent: 0 })
+        Ok(System {
+            sites,
+            channels: BTreeMap::new(),
+            seq: 0,
+            sent: 0,
+        })
     }
 
     /// `n` sites in a star around `root` for every lock.
@@ -90,7 +97,11 @@ impl System {
 
     fn step(&mut self, node: NodeId, input: Input<'_, SpecMsg>) -> StepResult {
         let Some(site) = self.sites.get_mut(node.idx()) else {
-            return StepResult { node, outputs: vec![], error: Some(KernelError::UnknownNode(node)) };
+            return StepResult {
+                node,
+                outputs: vec![],
+                error: Some(KernelError::UnknownNode(node)),
+            };
         };
         let mut out: Outputs<SpecMsg, OUT> = Outputs::new();
         match site.step(input, &mut out) {
@@ -103,12 +114,23 @@ impl System {
                         self.channels
                             .entry((node, *to))
                             .or_default()
-                            .push_back(InFlight { seq: self.seq, msg: msg.clone() });
+                            .push_back(InFlight {
+                                seq: self.seq,
+                                msg: msg.clone(),
+                            });
                     }
                 }
-                StepResult { node, outputs, error: None }
+                StepResult {
+                    node,
+                    outputs,
+                    error: None,
+                }
             }
-            Err(e) => StepResult { node, outputs: vec![], error: Some(e) },
+            Err(e) => StepResult {
+                node,
+                outputs: vec![],
+                error: Some(e),
+            },
         }
     }
 
@@ -140,7 +162,11 @@ impl System {
 
     /// Channels with a message in flight.
     pub fn busy_channels(&self) -> Vec<(NodeId, NodeId)> {
-        self.channels.iter().filter(|(_, q)| !q.is_empty()).map(|(k, _)| *k).collect()
+        self.channels
+            .iter()
+            .filter(|(_, q)| !q.is_empty())
+            .map(|(k, _)| *k)
+            .collect()
     }
 
     /// Number of messages in flight.
@@ -148,7 +174,8 @@ impl System {
         self.channels.values().map(|q| q.len()).sum()
     }
 
-    /// P1, mutual exclusion: no two sites hold incompatible modes of the same lock.
+    /// P1, mutual exclusion: no two sites hold incompatible modes of the same lock
+    /// (Table 2.1 as transcribed, [`hilock_kernel::tables::TABLE_2_1`]).
     pub fn check_mutual_exclusion(&self) -> Result<(), String> {
         for l in 0..MAX_LOCKS {
             let lock = LockId(l as u16);
@@ -160,7 +187,9 @@ impl System {
                 .collect();
             for (i, (a, ma)) in held.iter().enumerate() {
                 for (b, mb) in &held[i + 1..] {
-                    if !compatible(*ma, *mb) {
+                    // The oracle is the literal Table 2.1, independent of the kernel's
+                    // `conflicts` (which a unit test compares with it cell by cell).
+                    if table_2_1(*ma, *mb) || table_2_1(*mb, *ma) {
                         return Err(format!(
                             "mutual exclusion violated on {lock}: {a} holds {ma} and {b} holds {mb}"
                         ));
@@ -175,7 +204,11 @@ impl System {
     pub fn check_single_token(&self) -> Result<(), String> {
         for l in 0..MAX_LOCKS {
             let lock = LockId(l as u16);
-            let at_sites = self.sites.iter().filter(|s| s.lock(lock).map(|n| n.has_token()).unwrap_or(false)).count();
+            let at_sites = self
+                .sites
+                .iter()
+                .filter(|s| s.lock(lock).map(|n| n.has_token()).unwrap_or(false))
+                .count();
             let in_flight = self
                 .channels
                 .values()
@@ -183,7 +216,9 @@ impl System {
                 .filter(|m| matches!(&m.msg, Msg::Token { lock: ml, .. } if *ml == lock))
                 .count();
             if at_sites + in_flight != 1 {
-                return Err(format!("{lock}: {at_sites} tokens at sites and {in_flight} in flight"));
+                return Err(format!(
+                    "{lock}: {at_sites} tokens at sites and {in_flight} in flight"
+                ));
             }
         }
         Ok(())

@@ -104,8 +104,14 @@ impl TraceOutput {
     /// Converts a kernel output, naming nodes with `names`.
     pub fn from_output(o: &Output<SpecMsg>, names: &[String]) -> Self {
         match o {
-            Output::Send { to, msg } => TraceOutput::Send { to: name(names, to.idx()), msg: msg.clone() },
-            Output::Granted { lock, mode } => TraceOutput::Granted { lock: lock.0, mode: *mode },
+            Output::Send { to, msg } => TraceOutput::Send {
+                to: name(names, to.idx()),
+                msg: msg.clone(),
+            },
+            Output::Granted { lock, mode } => TraceOutput::Granted {
+                lock: lock.0,
+                mode: *mode,
+            },
             Output::Upgraded { lock } => TraceOutput::Upgraded { lock: lock.0 },
         }
     }
@@ -141,7 +147,10 @@ impl NodeSnapshot {
         };
         NodeSnapshot {
             token: n.has_token(),
-            parent: n.parent().filter(|_| !n.has_token()).map(|p| name(names, p.idx())),
+            parent: n
+                .parent()
+                .filter(|_| !n.has_token())
+                .map(|p| name(names, p.idx())),
             owned: n.owned(),
             held: n.held(),
             pending: match n.pending() {
@@ -149,8 +158,15 @@ impl NodeSnapshot {
                 Pending::Request(e) => e.mode,
                 Pending::Upgrade => Mode::W,
             },
-            children: n.children().map(|(c, m)| (name(names, c.idx()), m)).collect(),
-            queue: n.queue().iter().map(|e| format!("{}:{}", name(names, e.requester.idx()), e.mode.name())).collect(),
+            children: n
+                .children()
+                .map(|(c, m)| (name(names, c.idx()), m))
+                .collect(),
+            queue: n
+                .queue()
+                .iter()
+                .map(|e| format!("{}:{}", name(names, e.requester.idx()), e.mode.name()))
+                .collect(),
             frozen: n.frozen().iter().collect(),
         }
     }
@@ -179,7 +195,11 @@ impl NodeSnapshot {
             s.push_str(&format!(" parent={p}"));
         }
         if !self.children.is_empty() {
-            let c: Vec<String> = self.children.iter().map(|(k, v)| format!("{k}:{v}")).collect();
+            let c: Vec<String> = self
+                .children
+                .iter()
+                .map(|(k, v)| format!("{k}:{v}"))
+                .collect();
             s.push_str(&format!(" children={{{}}}", c.join(",")));
         }
         if !self.queue.is_empty() {
@@ -202,7 +222,11 @@ pub fn name(names: &[String], i: usize) -> String {
 pub fn describe_msg(m: &SpecMsg, names: &[String]) -> String {
     use hilock_kernel::Msg;
     match m {
-        Msg::Request { entry, .. } => format!("Request({} {})", name(names, entry.requester.idx()), entry.mode),
+        Msg::Request { entry, .. } => format!(
+            "Request({} {})",
+            name(names, entry.requester.idx()),
+            entry.mode
+        ),
         Msg::Grant { entry, frozen, .. } => {
             if frozen.is_empty() {
                 format!("Grant({})", entry.mode)
@@ -210,9 +234,22 @@ pub fn describe_msg(m: &SpecMsg, names: &[String]) -> String {
                 format!("Grant({}, frozen {})", entry.mode, frozen)
             }
         }
-        Msg::Token { entry, queue, sender_owned, .. } => {
-            let q: Vec<String> = queue.iter().map(|e| format!("{}:{}", name(names, e.requester.idx()), e.mode)).collect();
-            format!("Token({}, sender owns {}, queue [{}])", entry.mode, sender_owned, q.join(","))
+        Msg::Token {
+            entry,
+            queue,
+            sender_owned,
+            ..
+        } => {
+            let q: Vec<String> = queue
+                .iter()
+                .map(|e| format!("{}:{}", name(names, e.requester.idx()), e.mode))
+                .collect();
+            format!(
+                "Token({}, sender owns {}, queue [{}])",
+                entry.mode,
+                sender_owned,
+                q.join(",")
+            )
         }
         Msg::Release { owned, .. } => format!("Release(now owns {owned})"),
         Msg::Freeze { modes, .. } => format!("Freeze({modes})"),
@@ -228,12 +265,16 @@ impl Trace {
                 TraceInput::Acquire { mode, .. } => format!("acquire {mode}"),
                 TraceInput::Release { .. } => "release".to_string(),
                 TraceInput::Upgrade { .. } => "upgrade".to_string(),
-                TraceInput::Deliver { from, msg } => format!("from {from}: {}", describe_msg(msg, &self.nodes)),
+                TraceInput::Deliver { from, msg } => {
+                    format!("from {from}: {}", describe_msg(msg, &self.nodes))
+                }
             };
             s.push_str(&format!("{:>3}. {:<3} {input}\n", st.index, st.node));
             for o in &st.outputs {
                 let line = match o {
-                    TraceOutput::Send { to, msg } => format!("-> {to}: {}", describe_msg(msg, &self.nodes)),
+                    TraceOutput::Send { to, msg } => {
+                        format!("-> {to}: {}", describe_msg(msg, &self.nodes))
+                    }
                     TraceOutput::Granted { mode, .. } => format!("granted {mode}"),
                     TraceOutput::Upgraded { .. } => "upgraded to W".to_string(),
                 };

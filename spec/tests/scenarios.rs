@@ -11,7 +11,11 @@ fn every_thesis_scenario_passes() {
         .filter(|p| p.extension().is_some_and(|x| x == "json"))
         .collect();
     files.sort();
-    assert!(files.len() >= 5, "expected the five thesis scenarios, found {}", files.len());
+    assert!(
+        files.len() >= 5,
+        "expected the five thesis scenarios, found {}",
+        files.len()
+    );
     let mut failures = Vec::new();
     for f in &files {
         let text = std::fs::read_to_string(f).expect("readable");
@@ -20,7 +24,12 @@ fn every_thesis_scenario_passes() {
         match report {
             Err(e) => failures.push(format!("{}: {e}", f.display())),
             Ok(r) => {
-                println!("{}: {} steps, {} messages", sc.name, r.trace.steps.len(), r.messages);
+                println!(
+                    "{}: {} steps, {} messages",
+                    sc.name,
+                    r.trace.steps.len(),
+                    r.messages
+                );
                 if !r.passed() {
                     println!("{}", r.trace.render());
                     for m in &r.mismatches {
@@ -30,7 +39,11 @@ fn every_thesis_scenario_passes() {
             }
         }
     }
-    assert!(failures.is_empty(), "scenario failures:\n{}", failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "scenario failures:\n{}",
+        failures.join("\n")
+    );
 }
 
 #[test]
@@ -50,26 +63,46 @@ fn the_five_thesis_figures_are_present() {
 
 #[test]
 fn a_wrong_expectation_is_reported() {
-    let text = std::fs::read_to_string(scenarios_dir().join("fig-2.2-request-granting.json")).unwrap();
+    let text =
+        std::fs::read_to_string(scenarios_dir().join("fig-2.2-request-granting.json")).unwrap();
     let mut sc = Scenario::from_json(&text).unwrap();
     sc.expect.get_mut("B").unwrap().held = Some("W".into());
     let r = sc.prepare().unwrap().run().unwrap();
     assert!(!r.passed());
-    assert!(r.mismatches.iter().any(|m| m.contains("B.held")), "{:?}", r.mismatches);
+    assert!(
+        r.mismatches.iter().any(|m| m.contains("B.held")),
+        "{:?}",
+        r.mismatches
+    );
 }
 
 #[test]
 fn bad_files_give_one_line_errors() {
-    let base = std::fs::read_to_string(scenarios_dir().join("fig-2.2-request-granting.json")).unwrap();
+    let base =
+        std::fs::read_to_string(scenarios_dir().join("fig-2.2-request-granting.json")).unwrap();
     let cases = [
-        (base.replace("\"acquire R\"", "\"acquire RW\""), "unknown mode 'RW'"),
-        (base.replace("\"token\": \"A\"", "\"token\": \"Z\""), "unknown node 'Z'"),
+        (
+            base.replace("\"acquire R\"", "\"acquire RW\""),
+            "unknown mode 'RW'",
+        ),
+        (
+            base.replace("\"token\": \"A\"", "\"token\": \"Z\""),
+            "unknown node 'Z'",
+        ),
         (base.replace("\"E\": \"A\"}", "\"E\": \"E\"}"), "own parent"),
         ("{ not json".to_string(), "malformed scenario"),
-        (base.replace("\"schedule\": [\"A\", \"E\", \"*\", \"B\", \"*\"]", "\"schedule\": [\"A\", \"A\", \"*\", \"B\", \"*\"]"), "no operation left"),
+        (
+            base.replace(
+                "\"schedule\": [\"A\", \"E\", \"*\", \"B\", \"*\"]",
+                "\"schedule\": [\"A\", \"A\", \"*\", \"B\", \"*\"]",
+            ),
+            "no operation left",
+        ),
     ];
     for (text, want) in cases {
-        let r = Scenario::from_json(&text).and_then(|s| s.prepare()).and_then(|p| p.run().map(|_| ()));
+        let r = Scenario::from_json(&text)
+            .and_then(|s| s.prepare())
+            .and_then(|p| p.run().map(|_| ()));
         let e = r.expect_err(want);
         assert!(e.contains(want), "expected '{want}' in '{e}'");
         assert!(!e.contains('\n'), "error is not one line: {e}");

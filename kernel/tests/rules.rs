@@ -1,0 +1,363 @@
+//! Rule-by-rule tests of the hierarchical protocol on a few sites, named after the rule and
+//! table they check.
+
+use hilock_kernel::{
+    Input, KernelError, LockId, Mode, ModeSet, Msg, NodeId, Output, Outputs, Site,
+};
+
+type S = Site<4, 2, 4, 14>;
+type Out = Outputs<Msg<4>, 14>;
+const L: LockId = LockId(0);
+
+fn sites() -> Vec<S> {
+    (0..4)
+        .map(|i| S::new(NodeId(i), NodeId(0)).unwrap())
+        .collect()
+}
+
+fn step(s: &mut [S], at: u8, input: Input<'_, Msg<4>>) -> Vec<Output<Msg<4>>> {
+    let mut out = Out::new();
+    s[at as usize].step(input, &mut out).unwrap();
+    out.into_iter().collect()
+}
+
+/// Delivers every message (and the messages they cause) in FIFO order; returns the messages.
+fn settle(s: &mut [S], from: u8, outs: Vec<Output<Msg<4>>>) -> Vec<(u8, u8, Msg<4>)> {
+    let mut queue: std::collections::VecDeque<(u8, u8, Msg<4>)> = outs
+        .into_iter()
+        .filter_map(|o| match o {
+            Output::Send { to, msg } => Some((from, to.0, msg)),
+            _ => None,
+        })
+        .collect();
+    let mut log = vec![];
+    while let Some((f, t, m)) = queue.pop_front() {
+        let outs = step(
+            s,
+            t,
+            Input::Deliver {
+                from: NodeId(f),
+                msg: &m,
+            },
+        );
+        log.push((f, t, m));
+        for o in outs {
+            if let Output::Send { to, msg } = o {
+                queue.push_back((t, to.0, msg));
+            }
+        }
+    }
+    log
+}
+
+fn acquire(s: &mut [S], at: u8, mode: Mode) -> Vec<(u8, u8, Msg<4>)> {
+    let outs = step(s, at, Input::Acquire { lock: L, mode });
+    settle(s, at, outs)
+}
+
+fn release(s: &mut [S], at: u8) -> Vec<(u8, u8, Msg<4>)> {
+    let outs = step(s, at, Input::Release { lock: L });
+    settle(s, at, outs)
+}
+
+#[test]
+fn rule_2_local_acquire_sends_nothing() {
+    let mut s = sites();
+    // Node 1 gets the token (Φ < R); node 2's request goes through 0 to 1, which grants a copy.
+    acquire(&mut s, 1, Mode::R);
+    acquire(&mut s, 2, Mode::R);
+    assert_eq!(s[2].lock(L).unwrap().parent(), Some(NodeId(1)));
+    // 3 asks 0 (its parent) for IR; 0 owns Φ, forwards to 1 (token), which grants a copy.
+    acquire(&mut s, 3, Mode::IR);
+    assert_eq!(s[3].lock(L).unwrap().parent(), Some(NodeId(1)));
+    release(&mut s, 1);
+    assert_eq!(
+        s[1].lock(L).unwrap().owned(),
+        Mode::R,
+        "still owns R through child 2"
+    );
+    let outs = step(
+        &mut s,
+        1,
+        Input::Acquire {
+            lock: L,
+            mode: Mode::IR,
+        },
+    );
+    assert_eq!(
+        outs,
+        vec![Output::Granted {
+            lock: L,
+            mode: Mode::IR
+        }],
+        "Rule 2: no message"
+    );
+}
+
+#[test]
+fn rule_3_1_child_grants_copy() {
+    // A chain 3 → 1 → 0 (token), 2 → 0.
+    let mut chain: Vec<S> = (0..4)
+        .map(|i| {
+            S::with_parents(NodeId(i), |_| match i {
+                0 => None,
+                3 => Some(NodeId(1)),
+                _ => Some(NodeId(0)),
+            })
+            .unwrap()
+        })
+        .collect();
+    acquire(&mut chain, 0, Mode::R);
+    acquire(&mut chain, 1, Mode::R);
+    let log = acquire(&mut chain, 3, Mode::IR);
+    // Table 2.2 (R, IR): grantable, so node 1 answers; node 0 never sees the request.
+    assert!(log.iter().all(|(f, t, _)| *f != 0 && *t != 0), "{log:?}");
+    assert_eq!(chain[3].lock(L).unwrap().parent(), Some(NodeId(1)));
+    assert_eq!(
+        chain[1].lock(L).unwrap().children().collect::<Vec<_>>(),
+        vec![(NodeId(3), Mode::IR)]
+    );
+    // Table 2.2 (R, U): not grantable by a child; forwarded to the token node, which
+    // transfers the token (R < U, compatible).
+    acquire(&mut chain, 2, Mode::U);
+    assert!(chain[2].lock(L).unwrap().has_token());
+}
+
+#[test]
+fn rule_3_2_token_transfer_makes_the_old_token_node_a_child() {
+    let mut s = sites();
+    acquire(&mut s, 0, Mode::IR);
+    acquire(&mut s, 1, Mode::R);
+    let n1 = s[1].lock(L).unwrap();
+    assert!(n1.has_token());
+    assert_eq!(
+        n1.children().collect::<Vec<_>>(),
+        vec![(NodeId(0), Mode::IR)]
+    );
+    assert_eq!(s[0].lock(L).unwrap().parent(), Some(NodeId(1)));
+}
+
+#[test]
+fn rule_4_2_and_5_1_queue_then_serve_on_release() {
+    let mut s = sites();
+    acquire(&mut s, 0, Mode::W);
+    acquire(&mut s, 1, Mode::R);
+    assert_eq!(s[0].lock(L).unwrap().queue().len(), 1);
+    assert_eq!(s[1].lock(L).unwrap().held(), Mode::Phi);
+    release(&mut s, 0);
+    assert_eq!(s[1].lock(L).unwrap().held(), Mode::R);
+}
+
+#[test]
+fn rule_6_freeze_reaches_children_that_could_grant() {
+    let mut s = sites();
+    acquire(&mut s, 0, Mode::R);
+    acquire(&mut s, 1, Mode::R);
+    let log = acquire(&mut s, 2, Mode::W);
+    // Table 2.4 (R, W) = {IR, R, U}; child 1 owns R and could grant IR and R.
+    let freeze: Vec<_> = log
+        .iter()
+        .filter(|(_, _, m)| matches!(m, Msg::Freeze { .. }))
+        .collect();
+    assert_eq!(freeze.len(), 1, "{log:?}");
+    assert_eq!(
+        freeze[0].2,
+        Msg::Freeze {
+            lock: L,
+            modes: ModeSet::of(&[Mode::IR, Mode::R])
+        }
+    );
+    assert_eq!(
+        s[1].lock(L).unwrap().frozen(),
+        ModeSet::of(&[Mode::IR, Mode::R])
+    );
+}
+
+#[test]
+fn rule_7_upgrade_without_children_is_immediate_and_errors_elsewhere() {
+    let mut s = sites();
+    acquire(&mut s, 0, Mode::U);
+    let outs = step(&mut s, 0, Input::Upgrade { lock: L });
+    assert_eq!(outs, vec![Output::Upgraded { lock: L }]);
+    assert_eq!(s[0].lock(L).unwrap().held(), Mode::W);
+    let mut out = Out::new();
+    assert_eq!(
+        s[1].step(Input::Upgrade { lock: L }, &mut out),
+        Err(KernelError::NotHoldingU(L))
+    );
+    release(&mut s, 0);
+    acquire(&mut s, 1, Mode::R);
+    assert_eq!(s[1].lock(L).unwrap().held(), Mode::R);
+    let mut out = Out::new();
+    assert_eq!(
+        s[1].step(Input::Upgrade { lock: L }, &mut out),
+        Err(KernelError::NotHoldingU(L))
+    );
+}
+
+#[test]
+fn typed_errors_for_inputs_that_do_not_fit() {
+    let mut s = sites();
+    let mut out = Out::new();
+    let a = &mut s[1];
+    assert_eq!(
+        a.step(Input::Release { lock: L }, &mut out),
+        Err(KernelError::NotHeld(L))
+    );
+    assert_eq!(
+        a.step(
+            Input::Acquire {
+                lock: L,
+                mode: Mode::Phi
+            },
+            &mut out
+        ),
+        Err(KernelError::InvalidMode)
+    );
+    assert_eq!(
+        a.step(
+            Input::Acquire {
+                lock: LockId(9),
+                mode: Mode::R
+            },
+            &mut out
+        ),
+        Err(KernelError::UnknownLock(LockId(9)))
+    );
+    a.step(
+        Input::Acquire {
+            lock: L,
+            mode: Mode::R,
+        },
+        &mut out,
+    )
+    .unwrap();
+    let before = a.clone();
+    let n = out.len();
+    assert_eq!(
+        a.step(
+            Input::Acquire {
+                lock: L,
+                mode: Mode::R
+            },
+            &mut out
+        ),
+        Err(KernelError::AlreadyPending(L))
+    );
+    let msg = Msg::Freeze {
+        lock: L,
+        modes: ModeSet::EMPTY,
+    };
+    assert_eq!(
+        a.step(
+            Input::Deliver {
+                from: NodeId(9),
+                msg: &msg
+            },
+            &mut out
+        ),
+        Err(KernelError::UnknownNode(NodeId(9)))
+    );
+    assert_eq!(
+        a.step(
+            Input::Deliver {
+                from: NodeId(1),
+                msg: &msg
+            },
+            &mut out
+        ),
+        Err(KernelError::UnknownNode(NodeId(1)))
+    );
+    assert_eq!(*a, before, "rejected inputs change nothing");
+    assert_eq!(out.len(), n);
+}
+
+/// protocol-notes.md point 5: a release that crosses a grant to the same child must not
+/// erase the granted mode from the parent's record (the literal pseudocode sets the record
+/// to the released mode and so forgets the grant).
+#[test]
+fn release_crossing_a_grant_is_dropped_and_resynchronised() {
+    // Chain 0 (token) ← 1 ← 2.
+    let mut s: Vec<S> = (0..4)
+        .map(|i| {
+            S::with_parents(NodeId(i), |_| match i {
+                0 => None,
+                2 => Some(NodeId(1)),
+                _ => Some(NodeId(0)),
+            })
+            .unwrap()
+        })
+        .collect();
+    acquire(&mut s, 0, Mode::R);
+    acquire(&mut s, 1, Mode::IR);
+    acquire(&mut s, 2, Mode::IR); // copy from 1; 1 owns IR through 2 after releasing
+    release(&mut s, 1);
+    assert_eq!(s[1].lock(L).unwrap().owned(), Mode::IR);
+    // 1 asks for R (IR < R): request to 0, not yet delivered.
+    let req = step(
+        &mut s,
+        1,
+        Input::Acquire {
+            lock: L,
+            mode: Mode::R,
+        },
+    );
+    // 2 releases: 1's owned falls to Φ and 1 sends Release(Φ) to 0 — after its request.
+    let rel2 = step(&mut s, 2, Input::Release { lock: L });
+    let Output::Send { msg: m, .. } = &rel2[0] else {
+        panic!()
+    };
+    let rel1 = step(
+        &mut s,
+        1,
+        Input::Deliver {
+            from: NodeId(2),
+            msg: m,
+        },
+    );
+    // 0 receives the request first and grants R (copy: R ≥ R), then the stale release.
+    let Output::Send { msg: r, .. } = &req[0] else {
+        panic!()
+    };
+    let grant = step(
+        &mut s,
+        0,
+        Input::Deliver {
+            from: NodeId(1),
+            msg: r,
+        },
+    );
+    let Output::Send { msg: rel, .. } = &rel1[0] else {
+        panic!()
+    };
+    step(
+        &mut s,
+        0,
+        Input::Deliver {
+            from: NodeId(1),
+            msg: rel,
+        },
+    );
+    assert_eq!(
+        s[0].lock(L).unwrap().children().collect::<Vec<_>>(),
+        vec![(NodeId(1), Mode::R)],
+        "stale release dropped"
+    );
+    assert_eq!(s[0].lock(L).unwrap().stale().releases, 1);
+    settle(&mut s, 0, grant);
+    assert_eq!(s[1].lock(L).unwrap().held(), Mode::R);
+    assert_eq!(
+        s[0].lock(L).unwrap().children().collect::<Vec<_>>(),
+        vec![(NodeId(1), Mode::R)]
+    );
+    // Now a W request must wait for 1's R.
+    acquire(&mut s, 3, Mode::W);
+    release(&mut s, 0);
+    assert_eq!(
+        s[3].lock(L).unwrap().held(),
+        Mode::Phi,
+        "W must not be granted while 1 holds R"
+    );
+    release(&mut s, 1);
+    assert_eq!(s[3].lock(L).unwrap().held(), Mode::W);
+}
