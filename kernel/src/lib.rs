@@ -44,6 +44,6 @@ pub use error::KernelError;
 pub use mode::{compatible, conflicts, Mode, ModeSet};
 pub use msg::{Input, LockId, Msg, MsgKind, NodeId, Output, Outputs, QueueEntry};
 pub use naimi::{NaimiMsg, NaimiSite};
-pub use node::{LockNode, Peer, Pending};
+pub use node::{LockNode, Peer, Pending, Stale, Variant};
 pub use protocol::Protocol;
 pub use site::{DefaultSite, Site};

@@ -26,6 +26,45 @@ pub struct Peer {
     pub child_epoch: u32,
 }
 
+/// Protocol variant: hilock's decisions (the default) or the literal thesis readings that
+/// protocol-notes.md points at, so that the model checker can show where the literal
+/// reading fails. Every flag is `true` in [`Variant::HILOCK`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct Variant {
+    /// Rule 6 freezing. `false`: nothing is ever frozen (the thesis's chapter-2 protocol
+    /// "ignoring freeze messages", to measure the FIFO bypass bound without it).
+    pub freezing: bool,
+    /// Attachment epochs on releases and the resynchronising release after a grant
+    /// (protocol-notes point 5). `false`: the literal `HandleRelease`, which sets the
+    /// child's record to the released mode whenever a release arrives.
+    pub release_epochs: bool,
+    /// The token branch of `HandleRequest` as "tokenable ⇒ transfer the token"
+    /// (protocol-notes point 1). `false`: the literal indentation of Fig. 2.4, which
+    /// transfers the token only to a requester that is already a child.
+    pub tokenable_transfers: bool,
+    /// A non-token node forwards queued requests that it can neither grant nor keep
+    /// behind its pending mode (protocol-notes point 4). `false`: the literal
+    /// `Check_requests_on_queue`, which only grants from the local queue.
+    pub forward_stranded: bool,
+}
+
+impl Variant {
+    /// hilock's protocol.
+    pub const HILOCK: Variant = Variant {
+        freezing: true,
+        release_epochs: true,
+        tokenable_transfers: true,
+        forward_stranded: true,
+    };
+}
+
+impl Default for Variant {
+    fn default() -> Self {
+        Variant::HILOCK
+    }
+}
+
 /// The site's own outstanding request for the lock, if any.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
@@ -73,6 +112,7 @@ pub struct LockNode<const N: usize, const Q: usize> {
 /// Where a step's effects go: this site's id, the lock, and the output buffer.
 pub(crate) struct Ctx<'o, const Q: usize, const O: usize> {
     pub me: NodeId,
+    pub variant: Variant,
     pub lock: LockId,
     pub out: &'o mut Outputs<Msg<Q>, O>,
 }
@@ -211,7 +251,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
                 // Rule 4.2: the token node queues whatever it cannot grant.
                 self.enqueue(cx.lock, entry)?;
                 self.pending = Pending::Request(entry);
-                self.recompute_frozen();
+                self.recompute_frozen(cx.variant);
             }
         } else if grantable(mo, mode) && !self.frozen.contains(mode) {
             // Rule 2: M_O ≥ M_R and compatible: enter without any message.
@@ -272,7 +312,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
             cx.emit(Output::Upgraded { lock: cx.lock })?;
         } else {
             self.pending = Pending::Upgrade;
-            self.recompute_frozen();
+            self.recompute_frozen(cx.variant);
         }
         self.finish_freeze(cx, f0)
     }
@@ -391,7 +431,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
             mode: entry.mode,
         })?;
         let now = self.owned();
-        if now != recorded {
+        if cx.variant.release_epochs && now != recorded {
             // The granter's record is not our owned mode (a release of ours crossed the
             // grant and will be dropped as stale): correct it.
             cx.send(
@@ -473,7 +513,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         let own = self.pending;
         merged.retain(|e| e.requester != cx.me || own == Pending::Request(*e));
         self.queue = merged;
-        self.recompute_frozen();
+        self.recompute_frozen(cx.variant);
         self.check_queue(cx)?;
         // Tell the children what is newly frozen: the old token node already respects
         // `sender_frozen`, our other children what we had frozen before.
@@ -507,7 +547,8 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         epoch: u32,
     ) -> Result<(), KernelError> {
         let link = &self.peers[from.idx()];
-        if link.parent_epoch != epoch || link.child_owned == Mode::Phi {
+        let current = !cx.variant.release_epochs || link.parent_epoch == epoch;
+        if !current || link.child_owned == Mode::Phi {
             self.stale.releases += 1;
             return Ok(());
         }
@@ -545,14 +586,19 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
     ) -> Result<(), KernelError> {
         let mo = self.owned();
         if compatible(mo, entry.mode) && !self.frozen.contains(entry.mode) {
-            if tokenable(mo, entry.mode) {
+            let is_child = self.peers[entry.requester.idx()].child_owned != Mode::Phi;
+            if tokenable(mo, entry.mode) && (cx.variant.tokenable_transfers || is_child) {
                 self.transfer_token(cx, entry)
-            } else {
+            } else if grantable(mo, entry.mode) {
                 self.copy_grant(cx, entry)
+            } else {
+                self.enqueue(cx.lock, entry)?;
+                self.recompute_frozen(cx.variant);
+                Ok(())
             }
         } else {
             self.enqueue(cx.lock, entry)?;
-            self.recompute_frozen();
+            self.recompute_frozen(cx.variant);
             Ok(())
         }
     }
@@ -731,12 +777,20 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
                 }
                 continue;
             }
-            if tokenable(mo, head.mode) {
+            let is_child = self.peers[head.requester.idx()].child_owned != Mode::Phi;
+            if tokenable(mo, head.mode) && (cx.variant.tokenable_transfers || is_child) {
                 return self.transfer_token(cx, head);
+            }
+            if !grantable(mo, head.mode) {
+                // Literal Fig. 2.5: neither branch applies; the head waits.
+                self.queue
+                    .insert(0, head)
+                    .map_err(|_| KernelError::QueueFull(cx.lock))?;
+                break;
             }
             self.copy_grant(cx, head)?;
         }
-        self.recompute_frozen();
+        self.recompute_frozen(cx.variant);
         Ok(())
     }
 
@@ -767,8 +821,12 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
 
     /// Table 2.4 at the token node: the frozen modes are a function of the owned mode, the
     /// queue and a waiting upgrade, recomputed whenever one of them changes.
-    fn recompute_frozen(&mut self) {
+    fn recompute_frozen(&mut self, variant: Variant) {
         if !self.has_token() {
+            return;
+        }
+        if !variant.freezing {
+            self.frozen = ModeSet::EMPTY;
             return;
         }
         let mo = self.owned();

@@ -3,7 +3,7 @@
 use crate::error::KernelError;
 use crate::mode::Mode;
 use crate::msg::{Input, LockId, Msg, MsgKind, NodeId, Outputs};
-use crate::node::{Ctx, LockNode};
+use crate::node::{Ctx, LockNode, Variant};
 use crate::protocol::Protocol;
 
 /// One site of the hierarchical protocol.
@@ -19,6 +19,7 @@ use crate::protocol::Protocol;
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Site<const N: usize, const L: usize, const Q: usize, const O: usize> {
     me: NodeId,
+    variant: Variant,
     locks: [LockNode<N, Q>; L],
 }
 
@@ -58,6 +59,7 @@ impl<const N: usize, const L: usize, const Q: usize, const O: usize> Site<N, L, 
         }
         Ok(Site {
             me,
+            variant: Variant::HILOCK,
             locks: core::array::from_fn(|l| LockNode::new(parent(LockId(l as u16)))),
         })
     }
@@ -65,6 +67,17 @@ impl<const N: usize, const L: usize, const Q: usize, const O: usize> Site<N, L, 
     /// This site's id.
     pub fn id(&self) -> NodeId {
         self.me
+    }
+
+    /// The same site running protocol variant `variant` (default: [`Variant::HILOCK`]).
+    pub fn with_variant(mut self, variant: Variant) -> Self {
+        self.variant = variant;
+        self
+    }
+
+    /// The protocol variant this site runs.
+    pub fn variant(&self) -> Variant {
+        self.variant
     }
 
     /// The state of one lock.
@@ -102,6 +115,7 @@ impl<const N: usize, const L: usize, const Q: usize, const O: usize> Site<N, L, 
         let mark = out.len();
         let mut cx = Ctx {
             me: self.me,
+            variant: self.variant,
             lock,
             out,
         };
