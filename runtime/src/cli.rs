@@ -1,0 +1,123 @@
+//! Subcommands of `hilock` that work on the specification: print the tables and rules, run a
+//! scenario, replay a trace. Each returns the text to print or a one-line error.
+
+use hilock_spec::export;
+use hilock_spec::trace::{Trace, TRACE_FORMAT};
+use hilock_spec::Scenario;
+use std::path::Path;
+
+/// `hilock spec [--json]`.
+pub fn spec(json: bool) -> Result<String, String> {
+    let doc = export::document();
+    if json {
+        return serde_json::to_string_pretty(&doc)
+            .map_err(|e| format!("cannot encode the specification: {e}"));
+    }
+    let mut s = format!("{}\n{}\n\n", doc.format, doc.source);
+    s.push_str("Modes (strength, inequation 2.1): ");
+    let modes: Vec<String> = doc
+        .modes
+        .iter()
+        .map(|m| format!("{}={}", m.symbol, m.strength))
+        .collect();
+    s.push_str(&modes.join(" "));
+    s.push_str("\n\n");
+    for t in &doc.tables {
+        s.push_str(&format!(
+            "Table {} (p. {}): {}\n  rows: {}; columns: {}; cell: {}\n",
+            t.id, t.page, t.title, t.rows_are, t.columns_are, t.cell
+        ));
+        s.push_str(&format!("  {:<5}", ""));
+        for c in &t.columns {
+            s.push_str(&format!("{c:<14}"));
+        }
+        s.push('\n');
+        for (r, row) in t.rows.iter().zip(&t.literal) {
+            s.push_str(&format!("  {r:<5}"));
+            for cell in row {
+                // Table 2.2's cells say "may grant"; print the thesis's X where it may not.
+                let x = |b: bool| if b != (t.id == "2.2") { "X" } else { "." };
+                let text = match cell {
+                    serde_json::Value::Bool(b) => x(*b).to_string(),
+                    serde_json::Value::Array(a) if a.is_empty() => "-".to_string(),
+                    serde_json::Value::Array(a) => a
+                        .iter()
+                        .filter_map(|v| v.as_str())
+                        .collect::<Vec<_>>()
+                        .join(","),
+                    v => v.as_str().unwrap_or("?").to_string(),
+                };
+                s.push_str(&format!("{text:<14}"));
+            }
+            s.push('\n');
+        }
+        let same = t.derived.as_ref().map(|d| d == &t.literal);
+        match same {
+            Some(true) => s.push_str("  derived from the axioms: identical cell by cell\n\n"),
+            Some(false) => s.push_str("  derived from the axioms: DIFFERS (see SPEC.md)\n\n"),
+            None => s.push_str("  a design choice, kept literal\n\n"),
+        }
+    }
+    for r in &doc.rules {
+        s.push_str(&format!(
+            "{}: {}\n  kernel: {}\n",
+            r.id,
+            r.text,
+            r.kernel.join(", ")
+        ));
+    }
+    Ok(s)
+}
+
+/// `hilock scenario <file> [--json]`: runs the scenario; `Ok` carries the trace (rendered or
+/// JSON) and whether every expectation held.
+pub fn scenario(path: &Path, json: bool) -> Result<(String, bool), String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let sc = Scenario::from_json(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    let prepared = sc
+        .prepare()
+        .map_err(|e| format!("{}: inconsistent scenario: {e}", path.display()))?;
+    let report = prepared
+        .run()
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    let passed = report.passed();
+    let out = if json {
+        serde_json::to_string_pretty(&report.trace)
+            .map_err(|e| format!("cannot encode the trace: {e}"))?
+    } else {
+        let mut s = report.trace.render();
+        s.push_str("\nfinal states (M_O, M_H, M_P):\n");
+        for (n, st) in &report.final_states {
+            s.push_str(&format!("  {n:<3} {}\n", st.line()));
+        }
+        s.push_str(&format!("{} messages\n", report.messages));
+        if passed {
+            s.push_str("PASS: every expected state matches\n");
+        } else {
+            for m in &report.mismatches {
+                s.push_str(&format!("MISMATCH {m}\n"));
+            }
+            s.push_str(&format!(
+                "FAIL: {} expectation(s) do not match\n",
+                report.mismatches.len()
+            ));
+        }
+        s
+    };
+    Ok((out, passed))
+}
+
+/// `hilock replay <trace.json>`: prints a trace step by step.
+pub fn replay(path: &Path) -> Result<String, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let trace: Trace = serde_json::from_str(&text)
+        .map_err(|e| format!("{}: malformed trace: {e}", path.display()))?;
+    if trace.format != TRACE_FORMAT {
+        return Err(format!(
+            "{}: unknown trace format '{}' (expected {TRACE_FORMAT})",
+            path.display(),
+            trace.format
+        ));
+    }
+    Ok(trace.render())
+}
