@@ -2,7 +2,7 @@
 //!
 //! The rules of Desai & Mueller's peer-to-peer hierarchical locking protocol (N. Desai,
 //! *Scalable Distributed Concurrency Protocol with Priority Support*, NCSU 2003, chapter 2)
-//! as pure transition functions: `no_std`, no heap, no `unsafe`, no clock, no randomness.
+//! as pure transition functions: `no_std`, no heap, safe Rust only, no clock, no randomness.
 //!
 //! - [`mode`]: modes IR, R, U, IW, W, their strength (inequation 2.1) and Table 2.1;
 //! - [`tables`]: Tables 2.1–2.4, literal and derived;

@@ -2,7 +2,7 @@
 //! table they check.
 
 use hilock_kernel::{
-    Input, KernelError, LockId, Mode, ModeSet, Msg, NodeId, Output, Outputs, Site,
+    Input, KernelError, LockId, Mode, ModeSet, Msg, NodeId, Output, Outputs, Site, Variant,
 };
 
 type S = Site<4, 2, 4, 14>;
@@ -360,4 +360,88 @@ fn release_crossing_a_grant_is_dropped_and_resynchronised() {
     );
     release(&mut s, 1);
     assert_eq!(s[3].lock(L).unwrap().held(), Mode::W);
+}
+
+/// The same interleaving under the literal `HandleRelease` (`release_epochs: false`): the
+/// stale release erases the R grant from the token node's record and W is granted while R
+/// is held — the mutual-exclusion violation that the epochs prevent.
+#[test]
+fn literal_release_handling_violates_mutual_exclusion() {
+    let literal = Variant {
+        release_epochs: false,
+        ..Variant::HILOCK
+    };
+    let mut s: Vec<S> = (0..4)
+        .map(|i| {
+            let parent = match i {
+                0 => None,
+                2 => Some(NodeId(1)),
+                _ => Some(NodeId(0)),
+            };
+            S::with_parents(NodeId(i), |_| parent)
+                .unwrap()
+                .with_variant(literal)
+        })
+        .collect();
+    acquire(&mut s, 0, Mode::R);
+    acquire(&mut s, 1, Mode::IR);
+    acquire(&mut s, 2, Mode::IR);
+    release(&mut s, 1);
+    let req = step(
+        &mut s,
+        1,
+        Input::Acquire {
+            lock: L,
+            mode: Mode::R,
+        },
+    );
+    let rel2 = step(&mut s, 2, Input::Release { lock: L });
+    let Output::Send { msg: m, .. } = &rel2[0] else {
+        panic!()
+    };
+    let rel1 = step(
+        &mut s,
+        1,
+        Input::Deliver {
+            from: NodeId(2),
+            msg: m,
+        },
+    );
+    let Output::Send { msg: r, .. } = &req[0] else {
+        panic!()
+    };
+    let grant = step(
+        &mut s,
+        0,
+        Input::Deliver {
+            from: NodeId(1),
+            msg: r,
+        },
+    );
+    let Output::Send { msg: rel, .. } = &rel1[0] else {
+        panic!()
+    };
+    step(
+        &mut s,
+        0,
+        Input::Deliver {
+            from: NodeId(1),
+            msg: rel,
+        },
+    );
+    settle(&mut s, 0, grant);
+    assert_eq!(s[1].lock(L).unwrap().held(), Mode::R);
+    assert_eq!(
+        s[0].lock(L).unwrap().children().count(),
+        0,
+        "the record of node 1 was erased"
+    );
+    acquire(&mut s, 3, Mode::W);
+    release(&mut s, 0);
+    assert_eq!(
+        s[3].lock(L).unwrap().held(),
+        Mode::W,
+        "W granted while node 1 holds R"
+    );
+    assert_eq!(s[1].lock(L).unwrap().held(), Mode::R);
 }

@@ -23,11 +23,12 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Run a scenario file through the kernel and print its trace; exit 1 if an expected
-    /// state does not match, 2 if the file is malformed or inconsistent.
+    /// Run scenario files through the kernel and print their traces; exit 1 if an expected
+    /// state does not match, 2 if a file is malformed or inconsistent.
     Scenario {
-        /// The scenario (JSON), e.g. spec/scenarios/fig-2.2-request-granting.json.
-        file: PathBuf,
+        /// The scenarios (JSON), e.g. spec/scenarios/*.json.
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
         /// Print the trace as JSON (format hilock-trace/1).
         #[arg(long)]
         json: bool,
@@ -39,11 +40,38 @@ enum Command {
     },
 }
 
+fn scenarios(files: &[PathBuf], json: bool) -> Result<(String, bool), String> {
+    if json && files.len() > 1 {
+        return Err("--json prints one trace: give exactly one scenario file".into());
+    }
+    let mut text = String::new();
+    let mut all = true;
+    let mut summary = Vec::new();
+    for f in files {
+        let (t, ok) = hilock::cli::scenario(f, json)?;
+        text.push_str(&t);
+        all &= ok;
+        summary.push(format!(
+            "{} {}",
+            if ok { "PASS" } else { "FAIL" },
+            f.display()
+        ));
+    }
+    if files.len() > 1 {
+        text.push_str(&format!(
+            "\n{} scenarios:\n  {}\n",
+            files.len(),
+            summary.join("\n  ")
+        ));
+    }
+    Ok((text, all))
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Spec { json } => hilock::cli::spec(json).map(|s| (s, true)),
-        Command::Scenario { file, json } => hilock::cli::scenario(&file, json),
+        Command::Scenario { files, json } => scenarios(&files, json),
         Command::Replay { file } => hilock::cli::replay(&file).map(|s| (s, true)),
     };
     match result {
