@@ -6,7 +6,7 @@ use core::fmt;
 /// A node (site) of the system: an index `0..N`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
-pub struct NodeId(pub u8);
+pub struct NodeId(pub u16);
 
 impl NodeId {
     /// The index of the node as `usize`.

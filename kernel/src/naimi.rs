@@ -80,7 +80,7 @@ pub struct NaimiSite<const N: usize, const L: usize, const O: usize> {
 
 impl<const N: usize, const L: usize, const O: usize> NaimiSite<N, L, O> {
     const CAPACITIES_OK: () = {
-        assert!(N >= 1 && N <= 255, "N must be in 1..=255");
+        assert!(N >= 1 && N <= u16::MAX as usize, "N must be in 1..=65535");
         assert!(L >= 1 && L <= u16::MAX as usize, "L must be in 1..=65535");
         assert!(O >= 2, "O must be at least 2");
     };

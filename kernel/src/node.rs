@@ -194,7 +194,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
             .iter()
             .enumerate()
             .filter(|(_, p)| p.child_owned != Mode::Phi)
-            .map(|(i, p)| (NodeId(i as u8), p.child_owned))
+            .map(|(i, p)| (NodeId(i as u16), p.child_owned))
     }
 
     /// The strongest mode recorded for the children (Φ if none).
@@ -527,7 +527,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
             let m = freeze_for_child(frozen.minus(known), rec);
             if !m.is_empty() {
                 cx.send(
-                    NodeId(i as u8),
+                    NodeId(i as u16),
                     Msg::Freeze {
                         lock: cx.lock,
                         modes: m,
@@ -861,7 +861,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
             let m = freeze_for_child(delta, rec);
             if !m.is_empty() {
                 cx.send(
-                    NodeId(i as u8),
+                    NodeId(i as u16),
                     Msg::Freeze {
                         lock: cx.lock,
                         modes: m,

@@ -8,7 +8,7 @@ use crate::protocol::Protocol;
 
 /// One site of the hierarchical protocol.
 ///
-/// - `N`: number of nodes in the system (node ids `0..N`, at most 255);
+/// - `N`: number of nodes in the system (node ids `0..N`, at most 65535);
 /// - `L`: number of locks;
 /// - `Q`: capacity of a local queue, at least `N` (a node has at most one outstanding
 ///   request per lock, so no queue ever holds more than `N` entries);
@@ -28,7 +28,7 @@ pub type DefaultSite = Site<8, 4, 8, 24>;
 
 impl<const N: usize, const L: usize, const Q: usize, const O: usize> Site<N, L, Q, O> {
     const CAPACITIES_OK: () = {
-        assert!(N >= 1 && N <= 255, "N must be in 1..=255");
+        assert!(N >= 1 && N <= u16::MAX as usize, "N must be in 1..=65535");
         assert!(L >= 1 && L <= u16::MAX as usize, "L must be in 1..=65535");
         assert!(Q >= N, "Q must be at least N");
         assert!(O >= N + Q + 6, "O must be at least N + Q + 6");

@@ -10,13 +10,13 @@ const L: LockId = LockId(0);
 
 struct Net {
     s: Vec<S>,
-    q: VecDeque<(u8, u8, NaimiMsg)>,
-    grants: Vec<u8>,
+    q: VecDeque<(u16, u16, NaimiMsg)>,
+    grants: Vec<u16>,
     messages: usize,
 }
 
 impl Net {
-    fn new(n: u8, root: u8) -> Self {
+    fn new(n: u16, root: u16) -> Self {
         Net {
             s: (0..n)
                 .map(|i| S::new(NodeId(i), NodeId(root)).unwrap())
@@ -26,7 +26,7 @@ impl Net {
             messages: 0,
         }
     }
-    fn step(&mut self, at: u8, input: Input<'_, NaimiMsg>) {
+    fn step(&mut self, at: u16, input: Input<'_, NaimiMsg>) {
         let mut out: Outputs<NaimiMsg, 2> = Outputs::new();
         self.s[at as usize].step(input, &mut out).unwrap();
         for o in out {
@@ -112,7 +112,7 @@ fn fig_2_1_path_reversal_and_next_pointers() {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 500, ..ProptestConfig::default() })]
     #[test]
-    fn exclusive_and_every_request_served(ops in prop::collection::vec((0u8..5, 0u8..3), 1..150)) {
+    fn exclusive_and_every_request_served(ops in prop::collection::vec((0u16..5, 0u8..3), 1..150)) {
         let mut n = Net::new(5, 0);
         let mut requested = 0;
         for (node, what) in ops {
@@ -130,7 +130,7 @@ proptest! {
         // Drain: deliver everything, release holders, until quiet.
         for _ in 0..1000 {
             while n.deliver_one() { prop_assert!(n.holders() <= 1); }
-            let holders: Vec<u8> = (0..5).filter(|&i| n.s[i as usize].lock(L).unwrap().held != Mode::Phi).collect();
+            let holders: Vec<u16> = (0..5).filter(|&i| n.s[i as usize].lock(L).unwrap().held != Mode::Phi).collect();
             if holders.is_empty() { break; }
             for h in holders { n.step(h, Input::Release { lock: L }); }
         }

@@ -15,15 +15,15 @@ fn sites() -> Vec<S> {
         .collect()
 }
 
-fn step(s: &mut [S], at: u8, input: Input<'_, Msg<4>>) -> Vec<Output<Msg<4>>> {
+fn step(s: &mut [S], at: u16, input: Input<'_, Msg<4>>) -> Vec<Output<Msg<4>>> {
     let mut out = Out::new();
     s[at as usize].step(input, &mut out).unwrap();
     out.into_iter().collect()
 }
 
 /// Delivers every message (and the messages they cause) in FIFO order; returns the messages.
-fn settle(s: &mut [S], from: u8, outs: Vec<Output<Msg<4>>>) -> Vec<(u8, u8, Msg<4>)> {
-    let mut queue: std::collections::VecDeque<(u8, u8, Msg<4>)> = outs
+fn settle(s: &mut [S], from: u16, outs: Vec<Output<Msg<4>>>) -> Vec<(u16, u16, Msg<4>)> {
+    let mut queue: std::collections::VecDeque<(u16, u16, Msg<4>)> = outs
         .into_iter()
         .filter_map(|o| match o {
             Output::Send { to, msg } => Some((from, to.0, msg)),
@@ -50,12 +50,12 @@ fn settle(s: &mut [S], from: u8, outs: Vec<Output<Msg<4>>>) -> Vec<(u8, u8, Msg<
     log
 }
 
-fn acquire(s: &mut [S], at: u8, mode: Mode) -> Vec<(u8, u8, Msg<4>)> {
+fn acquire(s: &mut [S], at: u16, mode: Mode) -> Vec<(u16, u16, Msg<4>)> {
     let outs = step(s, at, Input::Acquire { lock: L, mode });
     settle(s, at, outs)
 }
 
-fn release(s: &mut [S], at: u8) -> Vec<(u8, u8, Msg<4>)> {
+fn release(s: &mut [S], at: u16) -> Vec<(u16, u16, Msg<4>)> {
     let outs = step(s, at, Input::Release { lock: L });
     settle(s, at, outs)
 }

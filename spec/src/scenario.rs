@@ -213,7 +213,7 @@ impl Scenario {
             names
                 .iter()
                 .position(|x| x == n)
-                .map(|i| NodeId(i as u8))
+                .map(|i| NodeId(i as u16))
                 .ok_or_else(|| format!("{what}: unknown node '{n}'"))
         };
         let token = id(&self.token, "token")?;
@@ -565,7 +565,7 @@ impl Prepared {
                 let mut moved = false;
                 for i in 0..self.names.len() {
                     if !r.waiting[i] && r.next_op[i] < self.scripts[i].len() {
-                        r.op(NodeId(i as u8))?;
+                        r.op(NodeId(i as u16))?;
                         moved = true;
                     }
                 }

@@ -62,10 +62,12 @@ impl System {
         parents: impl Fn(LockId, NodeId) -> Option<NodeId>,
     ) -> Result<Self, KernelError> {
         if n == 0 || n > MAX_NODES {
-            return Err(KernelError::UnknownNode(NodeId(n.min(255) as u8)));
+            return Err(KernelError::UnknownNode(NodeId(
+                n.min(u16::MAX as usize) as u16
+            )));
         }
         let sites = (0..n)
-            .map(|i| SpecSite::with_parents(NodeId(i as u8), |l| parents(l, NodeId(i as u8))))
+            .map(|i| SpecSite::with_parents(NodeId(i as u16), |l| parents(l, NodeId(i as u16))))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(System {
             sites,

@@ -14,9 +14,9 @@ const LOCKS: u16 = 2;
 
 #[derive(Clone, Debug)]
 enum Action {
-    Acquire(u8, u16, Mode),
-    Release(u8, u16),
-    Upgrade(u8, u16),
+    Acquire(u16, u16, Mode),
+    Release(u16, u16),
+    Upgrade(u16, u16),
     Deliver(usize),
     /// Deliver again a message delivered earlier.
     Duplicate(usize),
@@ -25,7 +25,7 @@ enum Action {
     /// Deliver an earlier message as if sent by a node id outside the system.
     UnknownSender(usize),
     /// A request whose requester is outside the system.
-    UnknownRequester(u8),
+    UnknownRequester(u16),
     /// A request for another (valid) lock than the one it was issued for.
     OtherLock(usize),
 }
@@ -38,7 +38,7 @@ fn mode() -> impl Strategy<Value = Mode> {
 }
 
 fn action(nonsense: bool) -> BoxedStrategy<Action> {
-    let node = 0..(N as u8 + if nonsense { 1 } else { 0 });
+    let node = 0..(N as u16 + if nonsense { 1 } else { 0 });
     let lock = 0..LOCKS;
     let wellformed = prop_oneof![
         4 => (node.clone(), lock.clone(), mode()).prop_map(|(n, l, m)| Action::Acquire(n, l, m)),
@@ -54,7 +54,7 @@ fn action(nonsense: bool) -> BoxedStrategy<Action> {
         2 => any::<usize>().prop_map(Action::Duplicate),
         1 => any::<usize>().prop_map(Action::UnknownLock),
         1 => any::<usize>().prop_map(Action::UnknownSender),
-        1 => (0..N as u8).prop_map(Action::UnknownRequester),
+        1 => (0..N as u16).prop_map(Action::UnknownRequester),
         1 => any::<usize>().prop_map(Action::OtherLock),
     ]
     .boxed()
@@ -161,7 +161,7 @@ impl Harness {
                     },
                 };
                 let to = NodeId(*n);
-                let from = NodeId((n + 1) % N as u8);
+                let from = NodeId((n + 1) % N as u16);
                 let r = self.sys.inject(from, to, &msg);
                 if r.error.is_none() {
                     return Err("accepted a request from an unknown requester".into());
@@ -219,7 +219,7 @@ impl Harness {
                         pending = true;
                     }
                     if node.held() != Mode::Phi && node.pending() == hilock_kernel::Pending::None {
-                        let r = self.sys.input(NodeId(i as u8), Input::Release { lock });
+                        let r = self.sys.input(NodeId(i as u16), Input::Release { lock });
                         if let Some(e) = r.error {
                             return Err(format!("drain: release rejected: {e}"));
                         }
