@@ -10,8 +10,12 @@ use crate::protocol::Protocol;
 ///
 /// - `N`: number of nodes in the system (node ids `0..N`, at most 65535);
 /// - `L`: number of locks;
-/// - `Q`: capacity of a local queue, at least `N` (a node has at most one outstanding
-///   request per lock, so no queue ever holds more than `N` entries);
+/// - `Q`: capacity of a local queue and of the queue carried by the token. With `Q ≥ N` no
+///   queue can overflow (a node has at most one outstanding request per lock, and a queue
+///   keeps one entry per requester). A smaller `Q` keeps messages small for large systems;
+///   then an input that would overflow a queue is rejected with
+///   [`KernelError::QueueFull`] / [`KernelError::QueueOverflow`] and changes nothing, so
+///   the driver keeps the message and may deliver it again later;
 /// - `O`: capacity of the output buffer, at least `N + Q + 6`: a step sends at most one
 ///   message per queued request (grant or forward), one freeze per child, and a bounded
 ///   number of others (forward/release to the parent, release to an old parent, a token,
@@ -30,7 +34,7 @@ impl<const N: usize, const L: usize, const Q: usize, const O: usize> Site<N, L, 
     const CAPACITIES_OK: () = {
         assert!(N >= 1 && N <= u16::MAX as usize, "N must be in 1..=65535");
         assert!(L >= 1 && L <= u16::MAX as usize, "L must be in 1..=65535");
-        assert!(Q >= N, "Q must be at least N");
+        assert!(Q >= 1, "Q must be at least 1");
         assert!(O >= N + Q + 6, "O must be at least N + Q + 6");
     };
 
