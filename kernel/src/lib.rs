@@ -8,6 +8,7 @@
 //! - [`tables`]: Tables 2.1–2.4, literal and derived;
 //! - [`node`]: one lock at one site, Rules 2–7;
 //! - [`site`]: a site with `L` locks and the single entry point [`Site::step`];
+//! - [`prio`]: priorities, frozen thresholds (Rule 6_PRIO) and inheritance (PCEP, PIP);
 //! - [`naimi`]: the Naimi-Trehel baseline behind the same [`Protocol`] interface.
 //!
 //! ```
@@ -15,7 +16,7 @@
 //! let root = NodeId(0);
 //! let mut a = DefaultSite::new(NodeId(0), root).unwrap();
 //! let mut b = DefaultSite::new(NodeId(1), root).unwrap();
-//! let mut out: Outputs<Msg<8>, 24> = Outputs::new();
+//! let mut out: Outputs<Msg<8>, 26> = Outputs::new();
 //! // b asks for R: Rule 2 sends the request to its parent, the token node a.
 //! b.step(Input::Acquire { lock: LockId(0), mode: Mode::R }, &mut out).unwrap();
 //! let Some(Output::Send { to, msg }) = out.pop() else { panic!() };
@@ -36,6 +37,7 @@ pub mod mode;
 pub mod msg;
 pub mod naimi;
 pub mod node;
+pub mod prio;
 pub mod protocol;
 pub mod site;
 pub mod tables;
@@ -45,5 +47,6 @@ pub use mode::{compatible, conflicts, Mode, ModeSet};
 pub use msg::{Input, LockId, Msg, MsgKind, NodeId, Output, Outputs, QueueEntry};
 pub use naimi::{NaimiMsg, NaimiSite};
 pub use node::{LockNode, Peer, Pending, Stale, Variant};
+pub use prio::{Frozen, Inheritance, Priority};
 pub use protocol::Protocol;
-pub use site::{DefaultSite, Site};
+pub use site::{DefaultSite, Priorities, Site};

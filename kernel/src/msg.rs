@@ -1,6 +1,7 @@
 //! Identifiers, messages, inputs and outputs of the sans-IO interface.
 
-use crate::mode::{Mode, ModeSet};
+use crate::mode::Mode;
+use crate::prio::{Frozen, Priority};
 use core::fmt;
 
 /// A node (site) of the system: an index `0..N`.
@@ -52,6 +53,9 @@ pub struct QueueEntry {
     pub mode: Mode,
     /// The requester's serial number of this request.
     pub serial: u32,
+    /// The request's effective priority ξ (0 when priorities are not used). A PIP reissue
+    /// repeats the request with the same serial and a higher priority.
+    pub prio: Priority,
 }
 
 /// A protocol message of the hierarchical protocol. `Q` bounds the queue carried by the token.
@@ -75,8 +79,8 @@ pub enum Msg<const Q: usize> {
         epoch: u32,
         /// The sender's record of the requester's owned mode after this grant.
         recorded: Mode,
-        /// Frozen modes the requester must respect (invariant 2.3).
-        frozen: ModeSet,
+        /// Frozen modes and thresholds the requester must respect (invariant 2.3).
+        frozen: Frozen,
     },
     /// Rule 3.2: the token, with the sender's queue; the requester becomes the token node
     /// and the sender becomes its child if it still owns a mode.
@@ -92,7 +96,7 @@ pub enum Msg<const Q: usize> {
         /// Attachment counter of the new (requester → sender) parent/child link.
         epoch: u32,
         /// The frozen modes the sender had (what the sender already respects).
-        frozen: ModeSet,
+        frozen: Frozen,
         /// The sender's local queue (Rule 5.1: "the local queue is piggybacked").
         queue: heapless::Vec<QueueEntry, Q>,
     },
@@ -106,12 +110,13 @@ pub enum Msg<const Q: usize> {
         /// The sender's attachment counter for this link.
         epoch: u32,
     },
-    /// Rule 6: modes the receiver must no longer grant (invariant 2.3).
+    /// Rule 6 / 6_PRIO: modes the receiver must no longer grant to requests up to their
+    /// thresholds (invariant 2.3, Table 3.1).
     Freeze {
         /// The lock.
         lock: LockId,
-        /// The frozen modes.
-        modes: ModeSet,
+        /// The frozen modes with thresholds.
+        modes: Frozen,
     },
 }
 
@@ -175,6 +180,12 @@ pub enum Input<'a, M> {
     Upgrade {
         /// The lock.
         lock: LockId,
+    },
+    /// The site's base priority β becomes `base` (chapter 3). Its effective priority ξ is
+    /// recomputed; under PIP, pending requests are reissued if ξ rose.
+    SetPriority {
+        /// The new base priority.
+        base: Priority,
     },
     /// A message from `from` arrives.
     Deliver {

@@ -117,6 +117,8 @@ impl<const N: usize, const L: usize, const O: usize> NaimiSite<N, L, O> {
         let me = self.me;
         let lock = match input {
             Input::Acquire { lock, .. } | Input::Release { lock } | Input::Upgrade { lock } => lock,
+            // Plain Naimi-Trehel has no priorities.
+            Input::SetPriority { .. } => return Ok(()),
             Input::Deliver { from, msg } => {
                 if from.idx() >= N || from == me {
                     return Err(KernelError::UnknownNode(from));
@@ -182,6 +184,7 @@ impl<const N: usize, const L: usize, const O: usize> NaimiSite<N, L, O> {
                     )?;
                 }
             }
+            Input::SetPriority { .. } => {}
             Input::Upgrade { .. } => {
                 if s.pending != Mode::Phi {
                     return Err(KernelError::AlreadyPending(lock));

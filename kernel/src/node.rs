@@ -5,10 +5,11 @@
 //! part-way, so a rejected input changes nothing.
 
 use crate::error::KernelError;
-use crate::mode::{compatible, strongest, Mode, ModeSet};
+use crate::mode::{compatible, conflicts, strongest, Mode, ModeSet};
 use crate::msg::{LockId, Msg, NodeId, Output, Outputs, QueueEntry};
+use crate::prio::{Frozen, Inheritance, Priority};
 use crate::tables::{
-    freeze_for_child, frozen_by, grantable, queue_or_forward, tokenable, QueueOrForward,
+    frozen_by, grantable, grantable_set, queue_or_forward_prio, tokenable, QueueOrForward,
 };
 
 /// What this site knows about one other node for one lock.
@@ -47,6 +48,8 @@ pub struct Variant {
     /// behind its pending mode (protocol-notes point 4). `false`: the literal
     /// `Check_requests_on_queue`, which only grants from the local queue.
     pub forward_stranded: bool,
+    /// Priority inheritance across the site's locks (section 3.7).
+    pub inheritance: Inheritance,
 }
 
 impl Variant {
@@ -56,6 +59,7 @@ impl Variant {
         release_epochs: true,
         tokenable_transfers: true,
         forward_stranded: true,
+        inheritance: Inheritance::None,
     };
 }
 
@@ -102,7 +106,7 @@ pub struct LockNode<const N: usize, const Q: usize> {
     pub(crate) generation_seen: u32,
     pub(crate) held: Mode,
     pub(crate) pending: Pending,
-    pub(crate) frozen: ModeSet,
+    pub(crate) frozen: Frozen,
     pub(crate) queue: heapless::Vec<QueueEntry, Q>,
     pub(crate) peers: [Peer; N],
     pub(crate) next_serial: u32,
@@ -113,6 +117,10 @@ pub struct LockNode<const N: usize, const Q: usize> {
 pub(crate) struct Ctx<'o, const Q: usize, const O: usize> {
     pub me: NodeId,
     pub variant: Variant,
+    /// The site's effective priority ξ(self): new requests carry it.
+    pub effective: Priority,
+    /// PIP: the priority the site must inherit after this step (0: none).
+    pub boost: Priority,
     pub lock: LockId,
     pub out: &'o mut Outputs<Msg<Q>, O>,
 }
@@ -135,7 +143,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
             generation_seen: 0,
             held: Mode::Phi,
             pending: Pending::None,
-            frozen: ModeSet::EMPTY,
+            frozen: Frozen::EMPTY,
             queue: heapless::Vec::new(),
             peers: [Peer::default(); N],
             next_serial: 0,
@@ -174,7 +182,18 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
     }
     /// Frozen modes (Rule 6).
     pub fn frozen(&self) -> ModeSet {
+        self.frozen.modes()
+    }
+    /// Frozen modes with their thresholds (Rule 6_PRIO, Table 3.1).
+    pub fn frozen_thresholds(&self) -> Frozen {
         self.frozen
+    }
+    /// Priority of the pending request (0 if none).
+    pub fn pending_prio(&self) -> Priority {
+        match self.pending {
+            Pending::Request(e) => e.prio,
+            _ => 0,
+        }
     }
     /// The local queue, head first.
     pub fn queue(&self) -> &[QueueEntry] {
@@ -237,11 +256,12 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
             requester: cx.me,
             mode,
             serial,
+            prio: cx.effective,
         };
         let mo = self.owned();
         if self.has_token() {
-            // Rule 3.2 for the token node's own request, subject to Rule 6.
-            if compatible(mo, mode) && !self.frozen.contains(mode) {
+            // Rule 3.2 for the token node's own request, subject to Rule 6_PRIO.
+            if compatible(mo, mode) && !self.frozen.blocks(mode, entry.prio) {
                 self.held = mode;
                 cx.emit(Output::Granted {
                     lock: cx.lock,
@@ -251,9 +271,9 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
                 // Rule 4.2: the token node queues whatever it cannot grant.
                 self.enqueue(cx.lock, entry)?;
                 self.pending = Pending::Request(entry);
-                self.recompute_frozen(cx.variant);
+                self.recompute_frozen(cx.variant, cx.effective);
             }
-        } else if grantable(mo, mode) && !self.frozen.contains(mode) {
+        } else if grantable(mo, mode) && !self.frozen.blocks(mode, entry.prio) {
             // Rule 2: M_O ≥ M_R and compatible: enter without any message.
             self.held = mode;
             cx.emit(Output::Granted {
@@ -312,7 +332,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
             cx.emit(Output::Upgraded { lock: cx.lock })?;
         } else {
             self.pending = Pending::Upgrade;
-            self.recompute_frozen(cx.variant);
+            self.recompute_frozen(cx.variant, cx.effective);
         }
         self.finish_freeze(cx, f0)
     }
@@ -332,7 +352,9 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
             return Err(KernelError::UnknownNode(entry.requester));
         }
         let f0 = self.frozen;
-        if self.has_token() {
+        if entry.requester != cx.me && self.requeue_reissued(cx, entry)? {
+            // A reissued request (PIP) that was waiting here: its priority was raised.
+        } else if self.has_token() {
             if entry.requester == cx.me {
                 // Our own request came back to us (only possible on a non-FIFO network):
                 // it waits in the queue like any other.
@@ -348,17 +370,15 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
             let mo = self.owned();
             if entry.requester != cx.me
                 && grantable(mo, entry.mode)
-                && !self.frozen.contains(entry.mode)
+                && !self.frozen.blocks(entry.mode, entry.prio)
             {
-                // Rule 3.1 (Table 2.2) with Rule 6.
+                // Rule 3.1 (Table 2.2) with Rule 6_PRIO.
                 self.copy_grant(cx, entry)?;
-            } else if entry.requester != cx.me
-                && queue_or_forward(self.pending_mode(), entry.mode) == QueueOrForward::Queue
-            {
-                // Rule 4.1, Table 2.3: Q.
+            } else if entry.requester != cx.me && self.keeps(entry) {
+                // Rule 4.1, Table 3.2: (C)Q.
                 self.enqueue(cx.lock, entry)?;
             } else {
-                // Rule 4.1, Table 2.3: F.
+                // Rule 4.1, Table 3.2: F.
                 self.forward(cx, entry)?;
             }
         }
@@ -373,7 +393,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         entry: QueueEntry,
         epoch: u32,
         recorded: Mode,
-        frozen: ModeSet,
+        frozen: Frozen,
     ) -> Result<(), KernelError> {
         let link = &mut self.peers[from.idx()];
         if epoch <= link.child_epoch {
@@ -422,7 +442,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         self.held = entry.mode;
         self.pending = Pending::None;
         self.frozen = if reattach {
-            self.frozen.union(frozen)
+            self.frozen.merge(frozen)
         } else {
             frozen
         };
@@ -457,7 +477,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         generation: u32,
         sender_owned: Mode,
         epoch: u32,
-        sender_frozen: ModeSet,
+        sender_frozen: Frozen,
         queue: &[QueueEntry],
     ) -> Result<(), KernelError> {
         if generation <= self.generation_seen || self.has_token() {
@@ -513,7 +533,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         let own = self.pending;
         merged.retain(|e| e.requester != cx.me || own == Pending::Request(*e));
         self.queue = merged;
-        self.recompute_frozen(cx.variant);
+        self.recompute_frozen(cx.variant, cx.effective);
         self.check_queue(cx)?;
         // Tell the children what is newly frozen: the old token node already respects
         // `sender_frozen`, our other children what we had frozen before.
@@ -524,7 +544,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
                 continue;
             }
             let known = if i == from.idx() { sender_frozen } else { f0 };
-            let m = freeze_for_child(frozen.minus(known), rec);
+            let m = frozen.beyond(known).restrict(grantable_set(rec));
             if !m.is_empty() {
                 cx.send(
                     NodeId(i as u16),
@@ -565,14 +585,19 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         &mut self,
         cx: &mut Ctx<'_, Q, O>,
         from: NodeId,
-        modes: ModeSet,
+        modes: Frozen,
     ) -> Result<(), KernelError> {
         if self.has_token() || self.parent != Some(from) || self.owned() == Mode::Phi {
             self.stale.freezes += 1;
             return Ok(());
         }
         let f0 = self.frozen;
-        self.frozen = self.frozen.union(modes);
+        self.frozen = self.frozen.merge(modes);
+        // PIP, HandleFreeze (Fig. 3.8): a holder that a queued request waits for inherits
+        // the highest threshold (Lemma 1: the freeze reaches every conflicting holder).
+        if cx.variant.inheritance == Inheritance::Pip && self.held != Mode::Phi {
+            cx.boost = cx.boost.max(modes.max_threshold().unwrap_or(0));
+        }
         self.finish_freeze(cx, f0)
     }
 
@@ -585,7 +610,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         entry: QueueEntry,
     ) -> Result<(), KernelError> {
         let mo = self.owned();
-        if compatible(mo, entry.mode) && !self.frozen.contains(entry.mode) {
+        if compatible(mo, entry.mode) && !self.frozen.blocks(entry.mode, entry.prio) {
             let is_child = self.peers[entry.requester.idx()].child_owned != Mode::Phi;
             if tokenable(mo, entry.mode) && (cx.variant.tokenable_transfers || is_child) {
                 self.transfer_token(cx, entry)
@@ -593,14 +618,96 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
                 self.copy_grant(cx, entry)
             } else {
                 self.enqueue(cx.lock, entry)?;
-                self.recompute_frozen(cx.variant);
+                self.recompute_frozen(cx.variant, cx.effective);
                 Ok(())
             }
         } else {
             self.enqueue(cx.lock, entry)?;
-            self.recompute_frozen(cx.variant);
+            self.inherit_at_token(cx, entry);
+            self.recompute_frozen(cx.variant, cx.effective);
             Ok(())
         }
+    }
+
+    /// PIP, HandleRequest at the token node (Fig. 3.8): a request queued because it
+    /// conflicts with the mode held here makes this site inherit its priority.
+    fn inherit_at_token<const O: usize>(&self, cx: &mut Ctx<'_, Q, O>, entry: QueueEntry) {
+        if cx.variant.inheritance == Inheritance::Pip && conflicts(self.held, entry.mode) {
+            cx.boost = cx.boost.max(entry.prio);
+        }
+    }
+
+    /// Whether a non-token node keeps `entry` in its queue behind its pending request
+    /// (Rule 4.1, Table 3.2; with equal priorities Table 2.3).
+    fn keeps(&self, entry: QueueEntry) -> bool {
+        queue_or_forward_prio(
+            self.pending_mode(),
+            self.pending_prio(),
+            entry.mode,
+            entry.prio,
+        ) == QueueOrForward::Queue
+    }
+
+    /// PIP, HandleReissuedRequest (Fig. 3.8): a request that is already in our queue comes
+    /// again with a higher priority. Raise it and restore Rule 8.1's order; a non-token
+    /// node that may no longer keep it (Table 3.2) forwards it. Returns `false` if the
+    /// request is not queued here (it is then handled as a fresh request; should it be
+    /// granted twice, the requester answers the stale grant with a release).
+    fn requeue_reissued<const O: usize>(
+        &mut self,
+        cx: &mut Ctx<'_, Q, O>,
+        entry: QueueEntry,
+    ) -> Result<bool, KernelError> {
+        let Some(i) = self
+            .queue
+            .iter()
+            .position(|x| x.requester == entry.requester && x.serial == entry.serial)
+        else {
+            return Ok(false);
+        };
+        if entry.prio <= self.queue[i].prio || entry.mode != self.queue[i].mode {
+            return Err(KernelError::Duplicate(cx.lock));
+        }
+        self.queue[i].prio = entry.prio;
+        sort_by_priority(&mut self.queue);
+        if self.has_token() {
+            self.inherit_at_token(cx, entry);
+            self.check_queue_at_token(cx)?;
+        } else if !self.keeps(entry) {
+            if let Some(j) = self.queue.iter().position(|x| *x == entry) {
+                self.queue.remove(j);
+            }
+            self.forward(cx, entry)?;
+        }
+        Ok(true)
+    }
+
+    /// PIP/PCEP: this site's effective priority rose to `prio`; a pending request of lower
+    /// priority is reissued at `prio` (at the token node its queue entry is raised).
+    pub(crate) fn reissue<const O: usize>(
+        &mut self,
+        cx: &mut Ctx<'_, Q, O>,
+        prio: Priority,
+    ) -> Result<(), KernelError> {
+        let Pending::Request(mut e) = self.pending else {
+            return Ok(());
+        };
+        if e.prio >= prio {
+            return Ok(());
+        }
+        e.prio = prio;
+        self.pending = Pending::Request(e);
+        let f0 = self.frozen;
+        if self.has_token() {
+            if let Some(x) = self.queue.iter_mut().find(|x| x.requester == cx.me) {
+                x.prio = prio;
+            }
+            sort_by_priority(&mut self.queue);
+            self.check_queue_at_token(cx)?;
+        } else {
+            self.forward(cx, e)?;
+        }
+        self.finish_freeze(cx, f0)
     }
 
     /// Rule 3.1 / 3.2 (copy): the requester becomes our child with the granted mode.
@@ -616,7 +723,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         link.child_owned = recorded;
         link.parent_epoch = link.parent_epoch.wrapping_add(1);
         let epoch = link.parent_epoch;
-        let frozen = freeze_for_child(self.frozen, recorded);
+        let frozen = self.frozen.restrict(grantable_set(recorded));
         cx.send(
             entry.requester,
             Msg::Grant {
@@ -649,7 +756,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         self.generation_seen = generation;
         self.parent = Some(entry.requester);
         if sender_owned == Mode::Phi {
-            self.frozen = ModeSet::EMPTY;
+            self.frozen = Frozen::EMPTY;
         }
         cx.send(
             entry.requester,
@@ -726,7 +833,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
                 )?;
             }
             if now == Mode::Phi {
-                self.frozen = ModeSet::EMPTY;
+                self.frozen = Frozen::EMPTY;
             }
         }
         Ok(())
@@ -757,12 +864,12 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
                 break;
             };
             let mo = self.owned();
-            let upgrade_freeze = if self.pending == Pending::Upgrade {
-                frozen_by(mo, Mode::W)
+            let upgrade_freeze = if self.pending == Pending::Upgrade && cx.variant.freezing {
+                Frozen::of(frozen_by(mo, Mode::W), cx.effective)
             } else {
-                ModeSet::EMPTY
+                Frozen::EMPTY
             };
-            if !compatible(mo, head.mode) || upgrade_freeze.contains(head.mode) {
+            if !compatible(mo, head.mode) || upgrade_freeze.blocks(head.mode, head.prio) {
                 break;
             }
             self.queue.remove(0);
@@ -790,7 +897,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
             }
             self.copy_grant(cx, head)?;
         }
-        self.recompute_frozen(cx.variant);
+        self.recompute_frozen(cx.variant, cx.effective);
         Ok(())
     }
 
@@ -801,15 +908,16 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         cx: &mut Ctx<'_, Q, O>,
     ) -> Result<(), KernelError> {
         let mo = self.owned();
-        let pm = self.pending_mode();
         let mut i = 0;
         while i < self.queue.len() {
             let e = self.queue[i];
-            if e.requester != cx.me && grantable(mo, e.mode) && !self.frozen.contains(e.mode) {
+            if e.requester != cx.me && grantable(mo, e.mode) && !self.frozen.blocks(e.mode, e.prio)
+            {
                 self.queue.remove(i);
                 self.copy_grant(cx, e)?;
-            } else if e.requester != cx.me && queue_or_forward(pm, e.mode) == QueueOrForward::Queue
-            {
+            } else if (e.requester != cx.me && self.keeps(e)) || !cx.variant.forward_stranded {
+                // Table 3.2 (C)Q behind the pending mode — or, in the literal reading of
+                // `Check_requests_on_queue`, every request that cannot be granted stays.
                 i += 1;
             } else {
                 self.queue.remove(i);
@@ -821,22 +929,21 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
 
     /// Table 2.4 at the token node: the frozen modes are a function of the owned mode, the
     /// queue and a waiting upgrade, recomputed whenever one of them changes.
-    fn recompute_frozen(&mut self, variant: Variant) {
+    fn recompute_frozen(&mut self, variant: Variant, upgrade_prio: Priority) {
         if !self.has_token() {
             return;
         }
         if !variant.freezing {
-            self.frozen = ModeSet::EMPTY;
+            self.frozen = Frozen::EMPTY;
             return;
         }
         let mo = self.owned();
-        let mut f = if self.pending == Pending::Upgrade {
-            frozen_by(mo, Mode::W)
-        } else {
-            ModeSet::EMPTY
-        };
+        let mut f = Frozen::EMPTY;
+        if self.pending == Pending::Upgrade {
+            f.freeze(frozen_by(mo, Mode::W), upgrade_prio);
+        }
         for e in &self.queue {
-            f = f.union(frozen_by(mo, e.mode));
+            f.freeze(frozen_by(mo, e.mode), e.prio);
         }
         self.frozen = f;
     }
@@ -847,9 +954,9 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
     fn finish_freeze<const O: usize>(
         &mut self,
         cx: &mut Ctx<'_, Q, O>,
-        before: ModeSet,
+        before: Frozen,
     ) -> Result<(), KernelError> {
-        let delta = self.frozen.minus(before);
+        let delta = self.frozen.beyond(before);
         if delta.is_empty() {
             return Ok(());
         }
@@ -858,7 +965,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
             if rec == Mode::Phi {
                 continue;
             }
-            let m = freeze_for_child(delta, rec);
+            let m = delta.restrict(grantable_set(rec));
             if !m.is_empty() {
                 cx.send(
                     NodeId(i as u16),
@@ -870,6 +977,18 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
             }
         }
         Ok(())
+    }
+}
+
+/// Rule 8.1: non-increasing priority, FIFO within a priority (a stable insertion sort; the
+/// queue holds at most `Q` entries).
+fn sort_by_priority<const Q: usize>(q: &mut heapless::Vec<QueueEntry, Q>) {
+    for i in 1..q.len() {
+        let mut j = i;
+        while j > 0 && q[j - 1].prio < q[j].prio {
+            q.swap(j - 1, j);
+            j -= 1;
+        }
     }
 }
 

@@ -2,8 +2,9 @@
 
 use crate::error::KernelError;
 use crate::mode::Mode;
-use crate::msg::{Input, LockId, Msg, MsgKind, NodeId, Outputs};
-use crate::node::{Ctx, LockNode, Variant};
+use crate::msg::{Input, LockId, Msg, MsgKind, NodeId, Output, Outputs};
+use crate::node::{Ctx, LockNode, Pending, Variant};
+use crate::prio::{Inheritance, Priority};
 use crate::protocol::Protocol;
 
 /// One site of the hierarchical protocol.
@@ -16,26 +17,41 @@ use crate::protocol::Protocol;
 ///   then an input that would overflow a queue is rejected with
 ///   [`KernelError::QueueFull`] / [`KernelError::QueueOverflow`] and changes nothing, so
 ///   the driver keeps the message and may deliver it again later;
-/// - `O`: capacity of the output buffer, at least `N + Q + 6`: a step sends at most one
-///   message per queued request (grant or forward), one freeze per child, and a bounded
-///   number of others (forward/release to the parent, release to an old parent, a token,
-///   a resync release, a grant signal).
+/// - `O`: capacity of the output buffer, at least `N + Q + L + 6`: a step sends at most one
+///   message per queued request (grant or forward), one freeze per child, one reissued
+///   request per lock (PIP), and a bounded number of others (forward/release to the
+///   parent, release to an old parent, a token, a resync release, a grant signal).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Site<const N: usize, const L: usize, const Q: usize, const O: usize> {
     me: NodeId,
     variant: Variant,
+    prio: Priorities<L>,
     locks: [LockNode<N, Q>; L],
 }
 
 /// The default capacities: 8 nodes, 4 locks.
-pub type DefaultSite = Site<8, 4, 8, 24>;
+pub type DefaultSite = Site<8, 4, 8, 26>;
+
+/// A site's priorities (chapter 3): base β, effective ξ, and per lock the inherited
+/// priority ξ(lock) (PIP) and the ceiling C_i (PCEP).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Priorities<const L: usize> {
+    /// Base priority β(self).
+    pub base: Priority,
+    /// Effective priority ξ(self); new requests carry it.
+    pub effective: Priority,
+    /// ξ(lock): the highest priority inherited through each lock while it is held (PIP).
+    pub inherited: [Priority; L],
+    /// C_i: the priority ceiling of each lock (PCEP).
+    pub ceiling: [Priority; L],
+}
 
 impl<const N: usize, const L: usize, const Q: usize, const O: usize> Site<N, L, Q, O> {
     const CAPACITIES_OK: () = {
         assert!(N >= 1 && N <= u16::MAX as usize, "N must be in 1..=65535");
         assert!(L >= 1 && L <= u16::MAX as usize, "L must be in 1..=65535");
         assert!(Q >= 1, "Q must be at least 1");
-        assert!(O >= N + Q + 6, "O must be at least N + Q + 6");
+        assert!(O >= N + Q + L + 6, "O must be at least N + Q + L + 6");
     };
 
     /// A site whose locks all start with the token at `root` and every other node's parent
@@ -64,6 +80,12 @@ impl<const N: usize, const L: usize, const Q: usize, const O: usize> Site<N, L, 
         Ok(Site {
             me,
             variant: Variant::HILOCK,
+            prio: Priorities {
+                base: 0,
+                effective: 0,
+                inherited: [0; L],
+                ceiling: [0; L],
+            },
             locks: core::array::from_fn(|l| LockNode::new(parent(LockId(l as u16)))),
         })
     }
@@ -82,6 +104,34 @@ impl<const N: usize, const L: usize, const Q: usize, const O: usize> Site<N, L, 
     /// The protocol variant this site runs.
     pub fn variant(&self) -> Variant {
         self.variant
+    }
+
+    /// The same site with priority ceilings `ceiling[l]` for PCEP (section 3.7.1).
+    pub fn with_ceilings(mut self, ceiling: [Priority; L]) -> Self {
+        self.prio.ceiling = ceiling;
+        self
+    }
+
+    /// The site's priorities.
+    pub fn priorities(&self) -> &Priorities<L> {
+        &self.prio
+    }
+
+    /// ξ(self) from β and what the held locks contribute: ceilings under PCEP (Fig. 3.7),
+    /// inherited priorities under PIP (Fig. 3.8, `RequestUnlock`).
+    fn effective_from_held(&self) -> Priority {
+        let mut e = self.prio.base;
+        for (l, node) in self.locks.iter().enumerate() {
+            if node.held() == Mode::Phi {
+                continue;
+            }
+            match self.variant.inheritance {
+                Inheritance::None => {}
+                Inheritance::Pcep => e = e.max(self.prio.ceiling[l]),
+                Inheritance::Pip => e = e.max(self.prio.inherited[l]),
+            }
+        }
+        e
     }
 
     /// The state of one lock.
@@ -104,29 +154,70 @@ impl<const N: usize, const L: usize, const Q: usize, const O: usize> Site<N, L, 
         out: &mut Outputs<Msg<Q>, O>,
     ) -> Result<(), KernelError> {
         let lock = match input {
-            Input::Acquire { lock, .. } | Input::Release { lock } | Input::Upgrade { lock } => lock,
+            Input::Acquire { lock, .. } | Input::Release { lock } | Input::Upgrade { lock } => {
+                Some(lock)
+            }
+            Input::SetPriority { .. } => None,
             Input::Deliver { from, msg } => {
                 if from.idx() >= N || from == self.me {
                     return Err(KernelError::UnknownNode(from));
                 }
-                msg.lock()
+                Some(msg.lock())
             }
         };
-        let Some(node) = self.locks.get_mut(lock.idx()) else {
-            return Err(KernelError::UnknownLock(lock));
+        if let Some(lock) = lock {
+            if lock.idx() >= L {
+                return Err(KernelError::UnknownLock(lock));
+            }
+        }
+        // Priority inheritance can touch every lock of the site: keep the whole site.
+        let saved = (self.variant.inheritance != Inheritance::None).then(|| self.clone());
+        let saved_lock = match (lock, &saved) {
+            (Some(l), None) => Some(self.locks[l.idx()].clone()),
+            _ => None,
         };
-        let saved = node.clone();
+        let mark = out.len();
+        let r = self.apply(lock, input, out);
+        if r.is_err() {
+            if let Some(s) = saved {
+                *self = s;
+            } else if let (Some(l), Some(n)) = (lock, saved_lock) {
+                self.locks[l.idx()] = n;
+            }
+            out.truncate(mark);
+        }
+        r
+    }
+
+    fn apply(
+        &mut self,
+        lock: Option<LockId>,
+        input: Input<'_, Msg<Q>>,
+        out: &mut Outputs<Msg<Q>, O>,
+    ) -> Result<(), KernelError> {
         let mark = out.len();
         let mut cx = Ctx {
             me: self.me,
             variant: self.variant,
-            lock,
+            effective: self.prio.effective,
+            boost: 0,
+            lock: lock.unwrap_or(LockId(0)),
             out,
         };
-        let r = match input {
+        let Some(lock) = lock else {
+            let Input::SetPriority { base } = input else {
+                return Ok(());
+            };
+            self.prio.base = base;
+            let target = self.effective_from_held();
+            return self.set_effective(&mut cx, target);
+        };
+        let node = &mut self.locks[lock.idx()];
+        match input {
             Input::Acquire { mode, .. } => node.acquire(&mut cx, mode),
             Input::Release { .. } => node.release(&mut cx),
             Input::Upgrade { .. } => node.upgrade(&mut cx),
+            Input::SetPriority { .. } => Ok(()),
             Input::Deliver { from, msg } => match msg {
                 Msg::Request { entry, .. } => node.on_request(&mut cx, *entry),
                 Msg::Grant {
@@ -157,12 +248,50 @@ impl<const N: usize, const L: usize, const Q: usize, const O: usize> Site<N, L, 
                 Msg::Release { owned, epoch, .. } => node.on_release(&mut cx, from, *owned, *epoch),
                 Msg::Freeze { modes, .. } => node.on_freeze(&mut cx, from, *modes),
             },
-        };
-        if r.is_err() {
-            *node = saved;
-            out.truncate(mark);
+        }?;
+        if self.variant.inheritance == Inheritance::None {
+            return Ok(());
         }
-        r
+        // PIP: ξ(lock) and ξ(self) inherit the boost; PCEP: acquiring raises ξ(self) to the
+        // ceiling; a release lowers both (Fig. 3.7, 3.8).
+        let l = lock.idx();
+        if self.locks[l].held() == Mode::Phi {
+            self.prio.inherited[l] = 0;
+        } else if cx.boost > 0 {
+            self.prio.inherited[l] = self.prio.inherited[l].max(cx.boost);
+        }
+        let mut target = self.effective_from_held();
+        if self.variant.inheritance == Inheritance::Pip {
+            target = target.max(cx.boost);
+        }
+        let granted = cx.out[mark..]
+            .iter()
+            .any(|o| matches!(o, Output::Granted { .. }));
+        if self.variant.inheritance == Inheritance::Pcep && granted {
+            target = target.max(self.prio.ceiling[l]);
+        }
+        self.set_effective(&mut cx, target)
+    }
+
+    /// Sets ξ(self); under PIP a rise reissues every pending request of a lower priority
+    /// (Fig. 3.8, "re-issue all the pending requests for all the L_i ∈ L").
+    fn set_effective(
+        &mut self,
+        cx: &mut Ctx<'_, Q, O>,
+        target: Priority,
+    ) -> Result<(), KernelError> {
+        let rose = target > self.prio.effective;
+        self.prio.effective = target;
+        cx.effective = target;
+        if rose && self.variant.inheritance == Inheritance::Pip {
+            for (l, node) in self.locks.iter_mut().enumerate() {
+                if matches!(node.pending(), Pending::Request(_)) {
+                    cx.lock = LockId(l as u16);
+                    node.reissue(cx, target)?;
+                }
+            }
+        }
+        Ok(())
     }
 }
 

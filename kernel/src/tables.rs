@@ -63,6 +63,55 @@ pub const TABLE_2_3: [[QueueOrForward; 5]; 6] = {
     ]
 };
 
+/// A cell of Table 3.2 (p. 30), the prioritized Table 2.3.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub enum PrioQueueOrForward {
+    /// `F`: forward.
+    Forward,
+    /// `CQ`: conditional queueing — queue iff ξ(pending) ≥ ξ(received), else forward.
+    ConditionalQueue,
+}
+
+/// Table 3.2 (p. 30), "Queue / Forward Decision (Prioritized)": Table 2.3 with every Q
+/// replaced by CQ (queue only if the pending request's priority is at least the received
+/// request's).
+pub const TABLE_3_2: [[PrioQueueOrForward; 5]; 6] = {
+    const C: PrioQueueOrForward = PrioQueueOrForward::ConditionalQueue;
+    const F: PrioQueueOrForward = PrioQueueOrForward::Forward;
+    [
+        [F, F, F, F, F], // Φ
+        [C, F, F, F, F], // IR
+        [F, C, F, F, F], // R
+        [F, F, C, C, C], // U
+        [F, F, F, C, F], // IW
+        [C, C, C, C, C], // W
+    ]
+};
+
+/// Rule 4.1 through Table 3.2 (literal): queue or forward at a non-token node with pending
+/// mode `pending` at priority `pending_prio` that cannot grant `requested` at `prio`.
+pub const fn queue_or_forward_prio(
+    pending: Mode,
+    pending_prio: u8,
+    requested: Mode,
+    prio: u8,
+) -> QueueOrForward {
+    match requested.column() {
+        None => QueueOrForward::Forward,
+        Some(c) => match TABLE_3_2[pending.index()][c] {
+            PrioQueueOrForward::Forward => QueueOrForward::Forward,
+            PrioQueueOrForward::ConditionalQueue => {
+                if pending_prio >= prio {
+                    QueueOrForward::Queue
+                } else {
+                    QueueOrForward::Forward
+                }
+            }
+        },
+    }
+}
+
 /// Table 2.4 (p. 20), "Rules for Freezing Lock Modes at the Token Node": row = mode M_OT
 /// owned by the token node, column = mode M_R of the request it queues; the cell is the
 /// set of modes to freeze.
@@ -124,6 +173,39 @@ pub const fn frozen_by(owned: Mode, requested: Mode) -> ModeSet {
         None => ModeSet::EMPTY,
         Some(c) => TABLE_2_4[owned.index()][c],
     }
+}
+
+/// Table 3.1 (p. 28), "Rules for Freezing Lock Modes at the Token Node (Prioritized)": the
+/// same cells as Table 2.4, plus the rule that every frozen mode's threshold becomes
+/// `max(threshold, ξ(M_R))` ([`crate::prio::Frozen::freeze`]).
+pub const TABLE_3_1: [[ModeSet; 5]; 6] = {
+    use Mode::*;
+    const E: ModeSet = ModeSet::EMPTY;
+    [
+        [E, E, E, E, E],
+        [E, E, E, E, ModeSet::of(&[IR, R, U, IW])],
+        [E, E, E, ModeSet::of(&[R, U]), ModeSet::of(&[IR, R, U])],
+        [E, E, E, ModeSet::of(&[R]), ModeSet::of(&[IR, R])],
+        [
+            E,
+            ModeSet::of(&[IW]),
+            ModeSet::of(&[IW]),
+            E,
+            ModeSet::of(&[IR, IW]),
+        ],
+        [E, E, E, E, E],
+    ]
+};
+
+/// The modes a non-token node owning `owned` could grant (a row of Table 2.2).
+pub fn grantable_set(owned: Mode) -> ModeSet {
+    let mut out = ModeSet::EMPTY;
+    for m in Mode::REQUESTABLE {
+        if grantable(owned, m) {
+            out.insert(m);
+        }
+    }
+    out
 }
 
 /// Invariant 2.3: of the frozen set, the modes a child owning `child_owned` must be told
@@ -208,6 +290,17 @@ mod tests {
     }
 
     #[test]
+    fn table_3_1_has_the_cells_of_table_2_4() {
+        for (o, r) in cells() {
+            assert_eq!(
+                TABLE_3_1[o.index()][r.column().unwrap()],
+                frozen_by(o, r),
+                "({o}, {r})"
+            );
+        }
+    }
+
+    #[test]
     fn table_2_4_literal_equals_derivation_cell_by_cell() {
         for (o, r) in cells() {
             assert_eq!(
@@ -234,6 +327,29 @@ mod tests {
         for r in Mode::REQUESTABLE {
             assert_eq!(queue_or_forward(Mode::Phi, r), QueueOrForward::Forward);
             assert_eq!(queue_or_forward(Mode::W, r), QueueOrForward::Queue);
+        }
+    }
+
+    /// Table 3.2 is Table 2.3 with every Q made conditional: with equal priorities the two
+    /// agree cell by cell; a higher-priority request is always forwarded from a CQ cell.
+    #[test]
+    fn table_3_2_is_table_2_3_with_conditional_queueing() {
+        for (p, r) in cells() {
+            assert_eq!(
+                queue_or_forward_prio(p, 3, r, 3),
+                queue_or_forward(p, r),
+                "({p}, {r})"
+            );
+            assert_eq!(
+                queue_or_forward_prio(p, 3, r, 2),
+                queue_or_forward(p, r),
+                "({p}, {r})"
+            );
+            assert_eq!(
+                queue_or_forward_prio(p, 3, r, 4),
+                QueueOrForward::Forward,
+                "({p}, {r})"
+            );
         }
     }
 

@@ -2,11 +2,11 @@
 //! table they check.
 
 use hilock_kernel::{
-    Input, KernelError, LockId, Mode, ModeSet, Msg, NodeId, Output, Outputs, Site, Variant,
+    Frozen, Input, KernelError, LockId, Mode, ModeSet, Msg, NodeId, Output, Outputs, Site, Variant,
 };
 
-type S = Site<4, 2, 4, 14>;
-type Out = Outputs<Msg<4>, 14>;
+type S = Site<4, 2, 4, 16>;
+type Out = Outputs<Msg<4>, 16>;
 const L: LockId = LockId(0);
 
 fn sites() -> Vec<S> {
@@ -164,7 +164,7 @@ fn rule_6_freeze_reaches_children_that_could_grant() {
         freeze[0].2,
         Msg::Freeze {
             lock: L,
-            modes: ModeSet::of(&[Mode::IR, Mode::R])
+            modes: Frozen::of(ModeSet::of(&[Mode::IR, Mode::R]), 0)
         }
     );
     assert_eq!(
@@ -246,7 +246,7 @@ fn typed_errors_for_inputs_that_do_not_fit() {
     );
     let msg = Msg::Freeze {
         lock: L,
-        modes: ModeSet::EMPTY,
+        modes: Frozen::EMPTY,
     };
     assert_eq!(
         a.step(

@@ -14,8 +14,8 @@ pub const MAX_NODES: usize = 16;
 pub const MAX_LOCKS: usize = 4;
 /// Queue capacity (at least [`MAX_NODES`]).
 pub const QUEUE: usize = MAX_NODES;
-/// Output capacity (`N + Q + 6`).
-pub const OUT: usize = MAX_NODES + QUEUE + 6;
+/// Output capacity (`N + Q + L + 6`).
+pub const OUT: usize = MAX_NODES + QUEUE + MAX_LOCKS + 6;
 
 /// The kernel site type the spec tools use.
 pub type SpecSite = Site<MAX_NODES, MAX_LOCKS, QUEUE, OUT>;

@@ -158,6 +158,7 @@ impl Harness {
                         requester: NodeId(77),
                         mode: Mode::R,
                         serial: 1,
+                        prio: 0,
                     },
                 };
                 let to = NodeId(*n);
