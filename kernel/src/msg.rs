@@ -68,6 +68,9 @@ pub enum Msg<const Q: usize> {
         lock: LockId,
         /// The request.
         entry: QueueEntry,
+        /// Number of this request among those the sender sent to the receiver for this lock
+        /// (1, 2, …): re-deliveries are recognised by it.
+        hop: u32,
     },
     /// Rule 3.1 / 3.2: a granted copy; the requester becomes a child of the sender.
     Grant {

@@ -25,6 +25,13 @@ pub struct Peer {
     pub parent_epoch: u32,
     /// Attachment counter of the link "we are that node's child", as seen from here.
     pub child_epoch: u32,
+    /// Requests sent to that node so far (the `hop` number of the last one).
+    pub requests_sent: u32,
+    /// Highest `hop` number of a request received from that node.
+    pub requests_seen: u32,
+    /// Bit `k` set: the request with `hop = requests_seen - 1 - k` was received too. With
+    /// `requests_seen` it recognises a re-delivered request even on a reordering network.
+    pub requests_window: u32,
 }
 
 /// Protocol variant: hilock's decisions (the default) or the literal thesis readings that
@@ -94,6 +101,9 @@ pub struct Stale {
     pub grants: u32,
     /// Tokens answering a request that is no longer pending here (the token is kept).
     pub tokens: u32,
+    /// Requests already waiting here at the same or a higher priority, or older than the
+    /// one waiting here (copies left behind by PIP reissues).
+    pub requests: u32,
 }
 
 /// One lock as seen by one site: parent pointer, token, held/owned/pending modes, the
@@ -180,6 +190,12 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
             Pending::Upgrade => Mode::W,
         }
     }
+    /// Whether `e` is this site's pending request (same serial and mode; its priority may
+    /// differ, since a PIP reissue raises it while older copies are still travelling).
+    pub fn is_pending(&self, e: QueueEntry) -> bool {
+        same_request(self.pending, e)
+    }
+
     /// Frozen modes (Rule 6).
     pub fn frozen(&self) -> ModeSet {
         self.frozen.modes()
@@ -282,15 +298,8 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
             })?;
         } else {
             // Rule 2: otherwise send the request to the parent.
-            let parent = self.parent.ok_or(KernelError::NoParent(cx.lock))?;
             self.pending = Pending::Request(entry);
-            cx.send(
-                parent,
-                Msg::Request {
-                    lock: cx.lock,
-                    entry,
-                },
-            )?;
+            self.forward(cx, entry)?;
         }
         self.finish_freeze(cx, f0)
     }
@@ -343,7 +352,9 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
     pub(crate) fn on_request<const O: usize>(
         &mut self,
         cx: &mut Ctx<'_, Q, O>,
+        from: NodeId,
         entry: QueueEntry,
+        hop: u32,
     ) -> Result<(), KernelError> {
         if entry.mode == Mode::Phi {
             return Err(KernelError::InvalidMode);
@@ -351,16 +362,18 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         if entry.requester.idx() >= N {
             return Err(KernelError::UnknownNode(entry.requester));
         }
+        self.accept_request_hop(cx.lock, from, hop)?;
         let f0 = self.frozen;
-        if entry.requester != cx.me && self.requeue_reissued(cx, entry)? {
-            // A reissued request (PIP) that was waiting here: its priority was raised.
+        if entry.requester == cx.me && !self.is_pending(entry) {
+            // A copy of one of our own requests that is already served (a PIP reissue
+            // that travelled behind the token): nothing to do.
+            self.stale.requests += 1;
+        } else if self.requeue_reissued(cx, entry)? {
+            // A request (or a PIP reissue of one) that already waits here.
         } else if self.has_token() {
             if entry.requester == cx.me {
                 // Our own request came back to us (only possible on a non-FIFO network):
                 // it waits in the queue like any other.
-                if self.pending != Pending::Request(entry) {
-                    return Err(KernelError::Duplicate(cx.lock));
-                }
                 self.enqueue(cx.lock, entry)?;
                 self.check_queue(cx)?;
             } else {
@@ -400,9 +413,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
             return Err(KernelError::Duplicate(cx.lock));
         }
         link.child_epoch = epoch;
-        let expected = !self.has_token()
-            && entry.requester == cx.me
-            && self.pending == Pending::Request(entry);
+        let expected = !self.has_token() && entry.requester == cx.me && self.is_pending(entry);
         if !expected {
             // A grant for a request that is no longer pending: tell the granter what we
             // really own under it, so its record is exact again.
@@ -520,7 +531,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         let link = &mut self.peers[from.idx()];
         link.child_owned = sender_owned;
         link.parent_epoch = epoch;
-        if entry.requester == cx.me && self.pending == Pending::Request(entry) {
+        if entry.requester == cx.me && self.is_pending(entry) {
             self.held = entry.mode;
             self.pending = Pending::None;
             cx.emit(Output::Granted {
@@ -531,7 +542,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
             self.stale.tokens += 1;
         }
         let own = self.pending;
-        merged.retain(|e| e.requester != cx.me || own == Pending::Request(*e));
+        merged.retain(|e| e.requester != cx.me || same_request(own, *e));
         self.queue = merged;
         self.recompute_frozen(cx.variant, cx.effective);
         self.check_queue(cx)?;
@@ -661,12 +672,19 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         let Some(i) = self
             .queue
             .iter()
-            .position(|x| x.requester == entry.requester && x.serial == entry.serial)
+            .position(|x| x.requester == entry.requester)
         else {
             return Ok(false);
         };
-        if entry.prio <= self.queue[i].prio || entry.mode != self.queue[i].mode {
-            return Err(KernelError::Duplicate(cx.lock));
+        let queued = self.queue[i];
+        if queued.serial < entry.serial {
+            return Ok(false);
+        }
+        if queued.serial > entry.serial || entry.prio <= queued.prio || entry.mode != queued.mode {
+            // An older request of that node, or a copy of this one that is not more urgent
+            // than what waits here: nothing to do.
+            self.stale.requests += 1;
+            return Ok(true);
         }
         self.queue[i].prio = entry.prio;
         sort_by_priority(&mut self.queue);
@@ -779,13 +797,46 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         entry: QueueEntry,
     ) -> Result<(), KernelError> {
         let parent = self.parent.ok_or(KernelError::NoParent(cx.lock))?;
+        let link = &mut self.peers[parent.idx()];
+        link.requests_sent = link.requests_sent.wrapping_add(1);
+        let hop = link.requests_sent;
         cx.send(
             parent,
             Msg::Request {
                 lock: cx.lock,
                 entry,
+                hop,
             },
         )
+    }
+
+    /// Exactly-once delivery of requests: a request whose `hop` number from `from` was
+    /// already received is a re-delivery (a duplicate) and is rejected. Serving a request
+    /// twice could let a node grant its own ancestor and close a cycle in the tree.
+    fn accept_request_hop(
+        &mut self,
+        lock: LockId,
+        from: NodeId,
+        hop: u32,
+    ) -> Result<(), KernelError> {
+        let link = &mut self.peers[from.idx()];
+        if hop > link.requests_seen {
+            let shift = hop - link.requests_seen;
+            let window = if shift >= 32 {
+                0
+            } else {
+                (link.requests_window << shift) | (1 << (shift - 1))
+            };
+            link.requests_window = window;
+            link.requests_seen = hop;
+            return Ok(());
+        }
+        let back = link.requests_seen - hop;
+        if hop == 0 || back == 0 || back > 32 || link.requests_window & (1 << (back - 1)) != 0 {
+            return Err(KernelError::Duplicate(lock));
+        }
+        link.requests_window |= 1 << (back - 1);
+        Ok(())
     }
 
     /// Append to the local queue; a newer request of the same requester replaces its older
@@ -874,7 +925,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
             }
             self.queue.remove(0);
             if head.requester == cx.me {
-                if self.pending == Pending::Request(head) {
+                if self.is_pending(head) {
                     self.held = head.mode;
                     self.pending = Pending::None;
                     cx.emit(Output::Granted {
@@ -978,6 +1029,11 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         }
         Ok(())
     }
+}
+
+/// Whether `e` is the request `p` (same requester, serial and mode, any priority).
+fn same_request(p: Pending, e: QueueEntry) -> bool {
+    matches!(p, Pending::Request(p) if p.requester == e.requester && p.serial == e.serial && p.mode == e.mode)
 }
 
 /// Rule 8.1: non-increasing priority, FIFO within a priority (a stable insertion sort; the

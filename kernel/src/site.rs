@@ -219,7 +219,7 @@ impl<const N: usize, const L: usize, const Q: usize, const O: usize> Site<N, L, 
             Input::Upgrade { .. } => node.upgrade(&mut cx),
             Input::SetPriority { .. } => Ok(()),
             Input::Deliver { from, msg } => match msg {
-                Msg::Request { entry, .. } => node.on_request(&mut cx, *entry),
+                Msg::Request { entry, hop, .. } => node.on_request(&mut cx, from, *entry, *hop),
                 Msg::Grant {
                     entry,
                     epoch,

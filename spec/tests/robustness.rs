@@ -1,11 +1,11 @@
 //! Robustness: a small system of kernel sites driven by random interleavings of user
 //! operations, deliveries and nonsense (messages for unknown locks and nodes, releases of
-//! nothing, duplicates, forged requests). The kernel never panics, rejects what does not
+//! nothing, duplicates of any delivered message). The kernel never panics, rejects what does not
 //! fit with a typed error and no state change, and after every step no two sites hold
 //! incompatible modes (P1) and there is exactly one token per lock (P2). A second property
 //! drives well-formed runs on FIFO channels and then drains them: every request is granted.
 
-use hilock_kernel::{Input, LockId, Mode, Msg, NodeId, Output};
+use hilock_kernel::{Inheritance, Input, LockId, Mode, Msg, NodeId, Output, Variant};
 use hilock_spec::system::{SpecMsg, System, MAX_LOCKS};
 use proptest::prelude::*;
 
@@ -17,6 +17,8 @@ enum Action {
     Acquire(u16, u16, Mode),
     Release(u16, u16),
     Upgrade(u16, u16),
+    /// Change a site's base priority (chapter 3).
+    SetPriority(u16, u8),
     Deliver(usize),
     /// Deliver again a message delivered earlier.
     Duplicate(usize),
@@ -26,8 +28,6 @@ enum Action {
     UnknownSender(usize),
     /// A request whose requester is outside the system.
     UnknownRequester(u16),
-    /// A request for another (valid) lock than the one it was issued for.
-    OtherLock(usize),
 }
 
 fn mode() -> impl Strategy<Value = Mode> {
@@ -44,6 +44,7 @@ fn action(nonsense: bool) -> BoxedStrategy<Action> {
         4 => (node.clone(), lock.clone(), mode()).prop_map(|(n, l, m)| Action::Acquire(n, l, m)),
         3 => (node.clone(), lock.clone()).prop_map(|(n, l)| Action::Release(n, l)),
         1 => (node.clone(), lock).prop_map(|(n, l)| Action::Upgrade(n, l)),
+        1 => (node.clone(), 0u8..8).prop_map(|(n, p)| Action::SetPriority(n, p)),
         12 => any::<usize>().prop_map(Action::Deliver),
     ];
     if !nonsense {
@@ -55,9 +56,23 @@ fn action(nonsense: bool) -> BoxedStrategy<Action> {
         1 => any::<usize>().prop_map(Action::UnknownLock),
         1 => any::<usize>().prop_map(Action::UnknownSender),
         1 => (0..N as u16).prop_map(Action::UnknownRequester),
-        1 => any::<usize>().prop_map(Action::OtherLock),
     ]
     .boxed()
+}
+
+fn cases() -> u32 {
+    std::env::var("HILOCK_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2_000)
+}
+
+fn inheritance() -> impl Strategy<Value = Inheritance> {
+    prop_oneof![
+        Just(Inheritance::None),
+        Just(Inheritance::Pcep),
+        Just(Inheritance::Pip)
+    ]
 }
 
 fn with_lock(m: &SpecMsg, lock: LockId) -> SpecMsg {
@@ -80,8 +95,20 @@ struct Harness {
 
 impl Harness {
     fn new() -> Self {
+        Self::with(Inheritance::None)
+    }
+
+    fn with(inheritance: Inheritance) -> Self {
+        let mut sys = System::star(N, NodeId(0)).unwrap();
+        for s in &mut sys.sites {
+            let v = Variant {
+                inheritance,
+                ..Variant::HILOCK
+            };
+            *s = s.clone().with_variant(v).with_ceilings([7, 5, 0, 0]);
+        }
         Harness {
-            sys: System::star(N, NodeId(0)).unwrap(),
+            sys,
             delivered: vec![],
             granted: 0,
         }
@@ -111,6 +138,10 @@ impl Harness {
                 self.sys
                     .input(NodeId(*n), Input::Upgrade { lock: LockId(*l) }),
             ),
+            Action::SetPriority(n, p) => (
+                NodeId(*n),
+                self.sys.input(NodeId(*n), Input::SetPriority { base: *p }),
+            ),
             Action::Deliver(k) => {
                 let busy = self.sys.busy_channels();
                 if busy.is_empty() {
@@ -121,10 +152,7 @@ impl Harness {
                 self.delivered.push((from, to, msg));
                 (to, r)
             }
-            Action::Duplicate(k)
-            | Action::UnknownLock(k)
-            | Action::UnknownSender(k)
-            | Action::OtherLock(k) => {
+            Action::Duplicate(k) | Action::UnknownLock(k) | Action::UnknownSender(k) => {
                 if self.delivered.is_empty() {
                     return Ok(());
                 }
@@ -132,14 +160,7 @@ impl Harness {
                 let (from, msg) = match a {
                     Action::Duplicate(_) => (from, msg),
                     Action::UnknownLock(_) => (from, with_lock(&msg, LockId(MAX_LOCKS as u16 + 3))),
-                    Action::UnknownSender(_) => (NodeId(200), msg),
-                    _ => {
-                        if !matches!(msg, Msg::Request { .. }) {
-                            return Ok(());
-                        }
-                        let other = LockId((msg.lock().0 + 1) % LOCKS);
-                        (from, with_lock(&msg, other))
-                    }
+                    _ => (NodeId(200), msg),
                 };
                 let r = self.sys.inject(from, to, &msg);
                 if matches!(a, Action::UnknownLock(_) | Action::UnknownSender(_))
@@ -160,6 +181,7 @@ impl Harness {
                         serial: 1,
                         prio: 0,
                     },
+                    hop: 1,
                 };
                 let to = NodeId(*n);
                 let from = NodeId((n + 1) % N as u16);
@@ -203,9 +225,11 @@ impl Harness {
     fn drain(&mut self) -> Result<(), String> {
         for _ in 0..10_000 {
             while let Some((from, to)) = self.sys.oldest_channel() {
-                let (_, r) = self.sys.deliver(from, to).expect("oldest");
+                let (m, r) = self.sys.deliver(from, to).expect("oldest");
                 if let Some(e) = r.error {
-                    return Err(format!("drain: delivery rejected: {e}"));
+                    return Err(format!(
+                        "drain: delivery {from} -> {to} of {m:?} rejected: {e}"
+                    ));
                 }
                 self.sys.check_mutual_exclusion()?;
                 self.sys.check_single_token()?;
@@ -230,9 +254,21 @@ impl Harness {
             }
             if !released && self.sys.in_flight() == 0 {
                 if pending {
-                    let states: Vec<String> = (0..N)
-                        .map(|i| format!("{:?}", self.sys.sites[i].lock(LockId(0)).unwrap()))
-                        .collect();
+                    let names: Vec<String> = (0..N).map(|i| format!("n{i}")).collect();
+                    let mut states = Vec::new();
+                    for l in 0..LOCKS {
+                        for i in 0..N {
+                            let site = &self.sys.sites[i];
+                            let snap = hilock_spec::NodeSnapshot::of(site, LockId(l), &names);
+                            let node = site.lock(LockId(l)).unwrap();
+                            states.push(format!(
+                                "L{l} n{i} {} pending-prio {} xi {}",
+                                snap.line(),
+                                node.pending_prio(),
+                                site.priorities().effective
+                            ));
+                        }
+                    }
                     return Err(format!(
                         "deadlock: requests pending, nothing held, network empty: {states:#?}"
                     ));
@@ -245,12 +281,13 @@ impl Harness {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 2_000, ..ProptestConfig::default() })]
+    // 2,000 cases by default; HILOCK_CASES=N for a deeper run.
+    #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
 
     /// Random, also nonsensical, inputs: no panic, typed errors, P1 and P2 after every step.
     #[test]
-    fn random_inputs_keep_mutual_exclusion(actions in prop::collection::vec(action(true), 1..200)) {
-        let mut h = Harness::new();
+    fn random_inputs_keep_mutual_exclusion(inh in inheritance(), actions in prop::collection::vec(action(true), 1..200)) {
+        let mut h = Harness::with(inh);
         for a in &actions {
             if let Err(e) = h.apply(a) {
                 prop_assert!(false, "{}", e);
@@ -261,8 +298,8 @@ proptest! {
     /// Well-formed runs on FIFO channels: after draining, every request was granted (no
     /// deadlock, no lost request).
     #[test]
-    fn wellformed_runs_grant_every_request(actions in prop::collection::vec(action(false), 1..200)) {
-        let mut h = Harness::new();
+    fn wellformed_runs_grant_every_request(inh in inheritance(), actions in prop::collection::vec(action(false), 1..200)) {
+        let mut h = Harness::with(inh);
         for a in &actions {
             if let Err(e) = h.apply(a) {
                 prop_assert!(false, "{}", e);
