@@ -501,7 +501,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
                 return Err(KernelError::UnknownNode(e.requester));
             }
             if let Some(x) = merged.iter_mut().find(|x| x.requester == e.requester) {
-                if e.serial > x.serial {
+                if (e.serial, e.prio) > (x.serial, x.prio) {
                     *x = *e;
                 }
             } else {
@@ -510,6 +510,8 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
                     .map_err(|_| KernelError::QueueOverflow(cx.lock))?;
             }
         }
+        // Rule 8.2: the merged queue in Rule 8.1's order (stable: FIFO within a priority).
+        sort_by_priority(&mut merged);
         self.generation_seen = generation;
         let f0 = self.frozen;
         let before = self.owned();
@@ -852,10 +854,17 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
                 return Err(KernelError::Duplicate(lock));
             }
             *x = entry;
+            sort_by_priority(&mut self.queue);
             return Ok(());
         }
+        // Rule 8.1: behind every entry of at least the same priority (FIFO within a level).
+        let at = self
+            .queue
+            .iter()
+            .position(|x| x.prio < entry.prio)
+            .unwrap_or(self.queue.len());
         self.queue
-            .push(entry)
+            .insert(at, entry)
             .map_err(|_| KernelError::QueueFull(lock))
     }
 

@@ -1,0 +1,271 @@
+//! Chapter 3: priorities, Rule 6_PRIO thresholds, Rule 8 queue order, Table 3.2, PCEP and
+//! PIP — and the harmlessness of PIP reissues that meet a request already granted or
+//! carried away with the token.
+
+use hilock_kernel::{
+    Inheritance, Input, LockId, Mode, Msg, NodeId, Output, Outputs, Site, Variant,
+};
+use std::collections::VecDeque;
+
+type S = Site<4, 2, 4, 16>;
+const L: LockId = LockId(0);
+
+struct Net {
+    s: Vec<S>,
+    q: VecDeque<(u16, u16, Msg<4>)>,
+    granted: Vec<(u16, LockId, Mode)>,
+}
+
+impl Net {
+    fn star(inheritance: Inheritance) -> Self {
+        let v = Variant {
+            inheritance,
+            ..Variant::HILOCK
+        };
+        Net {
+            s: (0..4)
+                .map(|i| S::new(NodeId(i), NodeId(0)).unwrap().with_variant(v))
+                .collect(),
+            q: VecDeque::new(),
+            granted: vec![],
+        }
+    }
+    fn step(&mut self, at: u16, input: Input<'_, Msg<4>>) {
+        let mut out: Outputs<Msg<4>, 16> = Outputs::new();
+        self.s[at as usize].step(input, &mut out).unwrap();
+        for o in out {
+            match o {
+                Output::Send { to, msg } => self.q.push_back((at, to.0, msg)),
+                Output::Granted { lock, mode } => self.granted.push((at, lock, mode)),
+                Output::Upgraded { .. } => {}
+            }
+        }
+    }
+    /// Delivers the oldest message on channel from → to.
+    fn deliver(&mut self, from: u16, to: u16) -> Msg<4> {
+        let i = self
+            .q
+            .iter()
+            .position(|(f, t, _)| *f == from && *t == to)
+            .expect("a message in flight");
+        let (f, t, m) = self.q.remove(i).unwrap();
+        self.step(
+            t,
+            Input::Deliver {
+                from: NodeId(f),
+                msg: &m,
+            },
+        );
+        m
+    }
+    fn settle(&mut self) {
+        while let Some((f, t, m)) = self.q.pop_front() {
+            self.step(
+                t,
+                Input::Deliver {
+                    from: NodeId(f),
+                    msg: &m,
+                },
+            );
+        }
+    }
+    fn acquire(&mut self, at: u16, mode: Mode) {
+        self.step(at, Input::Acquire { lock: L, mode });
+    }
+    fn release(&mut self, at: u16) {
+        self.step(at, Input::Release { lock: L });
+    }
+    fn node(&self, at: u16) -> &hilock_kernel::LockNode<4, 4> {
+        self.s[at as usize].lock(L).unwrap()
+    }
+    fn grants_to(&self, at: u16) -> usize {
+        self.granted.iter().filter(|g| g.0 == at).count()
+    }
+}
+
+/// A PIP reissue that reaches the granter after the original request was granted is served
+/// again as a fresh request; the requester answers that second grant with a release, so no
+/// node holds twice and the granter's record is exact again.
+#[test]
+fn pip_reissue_after_the_original_was_granted_is_harmless() {
+    let mut n = Net::star(Inheritance::Pip);
+    n.acquire(0, Mode::R);
+    n.acquire(1, Mode::R); // request 1 → 0
+    n.deliver(1, 0); // 0 grants a copy; the grant is in flight
+    n.step(1, Input::SetPriority { base: 5 }); // ξ(1) rises: the pending request is reissued
+    let reissue =
+        n.q.iter()
+            .find(|(f, t, _)| *f == 1 && *t == 0)
+            .map(|x| x.2.clone());
+    assert!(
+        matches!(reissue, Some(Msg::Request { entry, .. }) if entry.prio == 5),
+        "{reissue:?}"
+    );
+    n.deliver(0, 1); // the grant: 1 holds R
+    assert_eq!(n.node(1).held(), Mode::R);
+    n.settle(); // the reissue is granted again, 1 answers with a release
+    assert_eq!(n.grants_to(1), 1, "exactly one grant signalled to node 1");
+    assert_eq!(
+        n.node(1).stale().grants,
+        1,
+        "the second grant was recognised as stale"
+    );
+    assert_eq!(
+        n.node(0).children().collect::<Vec<_>>(),
+        vec![(NodeId(1), Mode::R)]
+    );
+    // Nothing leaked: once both release, a W request is granted.
+    n.acquire(2, Mode::W);
+    n.settle();
+    assert_eq!(n.node(2).held(), Mode::Phi);
+    n.release(0);
+    n.release(1);
+    n.settle();
+    assert_eq!(n.node(2).held(), Mode::W);
+}
+
+/// A PIP reissue of a request that travelled on with the token's queue follows the parent
+/// pointers to the new token node, which raises the queued entry: one grant, none lost.
+#[test]
+fn pip_reissue_after_the_request_moved_with_the_token_is_harmless() {
+    let mut n = Net::star(Inheritance::Pip);
+    n.acquire(0, Mode::W);
+    n.step(2, Input::SetPriority { base: 3 });
+    n.acquire(1, Mode::R); // queued at 0 with priority 0
+    n.acquire(2, Mode::W); // queued at 0 ahead of it (Rule 8.1, priority 3)
+    n.settle();
+    assert_eq!(
+        n.node(0)
+            .queue()
+            .iter()
+            .map(|e| e.requester.0)
+            .collect::<Vec<_>>(),
+        vec![2, 1]
+    );
+    n.release(0); // the token goes to 2, with 1's request in its queue
+    n.settle();
+    assert!(n.node(2).has_token());
+    assert_eq!(n.node(2).queue().len(), 1);
+    n.step(1, Input::SetPriority { base: 6 }); // reissue to 1's parent 0, forwarded to 2
+    n.settle();
+    let q = n.node(2).queue();
+    assert_eq!(
+        (q.len(), q[0].requester, q[0].prio),
+        (1, NodeId(1), 6),
+        "raised in place, not duplicated"
+    );
+    n.release(2);
+    n.settle();
+    assert_eq!(n.node(1).held(), Mode::R);
+    assert_eq!(n.grants_to(1), 1);
+    assert!(n.s.iter().all(|s| s.lock(L).unwrap().queue().is_empty()));
+}
+
+/// Rule 6_PRIO: a request of higher priority than the freeze threshold overrules it (the
+/// example of section 3.5: E's R is granted although R is frozen for B's IW).
+#[test]
+fn rule_6_prio_higher_priority_bypasses_the_freeze() {
+    let mut n = Net::star(Inheritance::None);
+    n.acquire(0, Mode::R);
+    n.step(1, Input::SetPriority { base: 2 });
+    n.acquire(1, Mode::IW); // queued; freezes R and U at threshold 2
+    n.settle();
+    assert_eq!(n.node(0).frozen_thresholds().threshold(Mode::R), Some(2));
+    n.step(2, Input::SetPriority { base: 2 });
+    n.acquire(2, Mode::R); // same priority: frozen, queued behind IW
+    n.step(3, Input::SetPriority { base: 5 });
+    n.acquire(3, Mode::R); // higher priority: granted at once
+    n.settle();
+    assert_eq!(n.node(3).held(), Mode::R);
+    assert_eq!(n.node(2).held(), Mode::Phi);
+    assert_eq!(
+        n.node(0)
+            .queue()
+            .iter()
+            .map(|e| e.requester.0)
+            .collect::<Vec<_>>(),
+        vec![1, 2]
+    );
+}
+
+/// Table 3.2: a node pending R keeps a received R of lower or equal priority (CQ → Q) but
+/// forwards one of higher priority (CQ → F).
+#[test]
+fn table_3_2_conditional_queueing() {
+    // Chain 3 → 1 → 0 (token).
+    let mk = |i: u16| {
+        let parent = match i {
+            0 => None,
+            3 => Some(NodeId(1)),
+            _ => Some(NodeId(0)),
+        };
+        S::with_parents(NodeId(i), |_| parent).unwrap()
+    };
+    for (p3, queued_at_1) in [(1u8, true), (9u8, false)] {
+        let mut n = Net::star(Inheritance::None);
+        n.s = (0..4).map(mk).collect();
+        n.acquire(0, Mode::W);
+        n.step(1, Input::SetPriority { base: 4 });
+        n.acquire(1, Mode::R);
+        n.settle();
+        n.step(3, Input::SetPriority { base: p3 });
+        n.acquire(3, Mode::R);
+        n.settle();
+        assert_eq!(n.node(1).queue().len() == 1, queued_at_1, "priority {p3}");
+        assert_eq!(
+            n.node(0).queue().iter().any(|e| e.requester == NodeId(3)),
+            !queued_at_1
+        );
+    }
+}
+
+/// PCEP (Fig. 3.7): acquiring a lock raises ξ to its ceiling; releasing lowers it to the
+/// highest ceiling still held (or β). PIP (Fig. 3.8): a holder that a queued request waits
+/// for inherits its priority, and loses it on release.
+#[test]
+fn pcep_and_pip_raise_and_lower_the_effective_priority() {
+    let v = Variant {
+        inheritance: Inheritance::Pcep,
+        ..Variant::HILOCK
+    };
+    let mut s = S::new(NodeId(0), NodeId(0))
+        .unwrap()
+        .with_variant(v)
+        .with_ceilings([6, 3]);
+    let mut out: Outputs<Msg<4>, 16> = Outputs::new();
+    s.step(
+        Input::Acquire {
+            lock: LockId(1),
+            mode: Mode::R,
+        },
+        &mut out,
+    )
+    .unwrap();
+    assert_eq!(s.priorities().effective, 3);
+    s.step(
+        Input::Acquire {
+            lock: LockId(0),
+            mode: Mode::R,
+        },
+        &mut out,
+    )
+    .unwrap();
+    assert_eq!(s.priorities().effective, 6);
+    s.step(Input::Release { lock: LockId(0) }, &mut out)
+        .unwrap();
+    assert_eq!(s.priorities().effective, 3);
+    s.step(Input::Release { lock: LockId(1) }, &mut out)
+        .unwrap();
+    assert_eq!(s.priorities().effective, 0);
+
+    let mut n = Net::star(Inheritance::Pip);
+    n.acquire(0, Mode::R);
+    n.step(1, Input::SetPriority { base: 7 });
+    n.acquire(1, Mode::W); // conflicts with 0's held R: 0 inherits 7
+    n.settle();
+    assert_eq!(n.s[0].priorities().effective, 7);
+    n.release(0);
+    n.settle();
+    assert_eq!(n.s[0].priorities().effective, 0);
+    assert_eq!(n.node(1).held(), Mode::W);
+}
