@@ -19,9 +19,9 @@
 //! first, until the network is empty. Without a schedule the runner repeats: issue every
 //! node's next operation that is not waiting for a grant, then `"*"`, until nothing moves.
 
-use crate::system::{System, MAX_NODES};
+use crate::system::{System, MAX_LOCKS, MAX_NODES};
 use crate::trace::{NodeSnapshot, Trace, TraceInput, TraceOutput, TraceStep, TRACE_FORMAT};
-use hilock_kernel::{Input, LockId, Mode, NodeId, Output};
+use hilock_kernel::{Inheritance, Input, LockId, Mode, NodeId, Output, Variant};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -43,6 +43,20 @@ pub struct Scenario {
     pub token: String,
     /// Initial parent of every node except the token holder.
     pub parents: BTreeMap<String, String>,
+    /// Further locks (lock 1, 2, …), each with its own initial tree; lock 0 is `token` and
+    /// `parents`. Operations and expectations name a lock with `@N` (`acquire R @1`, `"A@1"`).
+    #[serde(default)]
+    pub locks: Vec<LockTree>,
+    /// Initial base priority β of nodes (chapter 3; default 0). Applied as `SetPriority`
+    /// steps before the schedule.
+    #[serde(default)]
+    pub priorities: BTreeMap<String, u8>,
+    /// Priority inheritance: `"none"` (default), `"pcep"` or `"pip"` (section 3.7).
+    #[serde(default)]
+    pub inheritance: Option<String>,
+    /// PCEP ceilings per lock index (`{"0": 5}`).
+    #[serde(default)]
+    pub ceilings: BTreeMap<String, u8>,
     /// Operations per node: `acquire MODE`, `release`, `upgrade`.
     #[serde(default)]
     pub scripts: BTreeMap<String, Vec<String>>,
@@ -55,6 +69,16 @@ pub struct Scenario {
     /// Expected final states.
     #[serde(default)]
     pub expect: BTreeMap<String, Expect>,
+}
+
+/// The initial tree of one more lock.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LockTree {
+    /// Its initial token holder.
+    pub token: String,
+    /// Initial parent of every other node.
+    pub parents: BTreeMap<String, String>,
 }
 
 /// Expected states after `after` schedule entries.
@@ -98,6 +122,13 @@ pub struct Expect {
     /// Frozen modes.
     #[serde(default)]
     pub frozen: Option<Vec<String>>,
+    /// Thresholds of the frozen modes (Rule 6_PRIO), e.g. `{"R": 4}`; modes frozen at 0 are
+    /// not listed.
+    #[serde(default)]
+    pub thresholds: Option<BTreeMap<String, u8>>,
+    /// The site's effective priority ξ.
+    #[serde(default)]
+    pub effective_priority: Option<u8>,
 }
 
 mod double_option {
@@ -115,28 +146,55 @@ mod double_option {
 /// A scenario operation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Op {
-    /// `acquire MODE`.
-    Acquire(Mode),
-    /// `release`.
-    Release,
-    /// `upgrade`.
-    Upgrade,
+    /// `acquire MODE [@LOCK]`.
+    Acquire(Mode, u16),
+    /// `release [@LOCK]`.
+    Release(u16),
+    /// `upgrade [@LOCK]`.
+    Upgrade(u16),
+    /// `priority N`: set the base priority β.
+    Priority(u8),
 }
 
 impl Op {
-    /// Parses `acquire MODE`, `release`, `upgrade`.
+    /// Parses `acquire MODE [@LOCK]`, `release [@LOCK]`, `upgrade [@LOCK]`, `priority N`.
     pub fn parse(s: &str) -> Result<Op, String> {
-        let words: Vec<&str> = s.split_whitespace().collect();
+        let mut words: Vec<&str> = s.split_whitespace().collect();
+        let mut lock = 0u16;
+        if let Some(last) = words.last() {
+            if let Some(l) = last.strip_prefix('@') {
+                lock = l
+                    .parse()
+                    .ok()
+                    .filter(|l: &u16| (*l as usize) < MAX_LOCKS)
+                    .ok_or_else(|| format!("lock '{last}' is not @0 to @{}", MAX_LOCKS - 1))?;
+                words.pop();
+            }
+        }
         match words.as_slice() {
             ["acquire", m] => Mode::parse(m)
                 .filter(|m| *m != Mode::Phi)
-                .map(Op::Acquire)
+                .map(|m| Op::Acquire(m, lock))
                 .ok_or_else(|| format!("unknown mode '{m}' (expected one of IR, R, U, IW, W)")),
-            ["release"] => Ok(Op::Release),
-            ["upgrade"] => Ok(Op::Upgrade),
+            ["release"] => Ok(Op::Release(lock)),
+            ["upgrade"] => Ok(Op::Upgrade(lock)),
+            ["priority", p] => p
+                .parse()
+                .map(Op::Priority)
+                .map_err(|_| format!("priority '{p}' is not a number from 0 to 255")),
             _ => Err(format!(
-                "unknown operation '{s}' (expected 'acquire MODE', 'release' or 'upgrade')"
+                "unknown operation '{s}' (expected 'acquire MODE [@LOCK]', 'release [@LOCK]', 'upgrade [@LOCK]' or 'priority N')"
             )),
+        }
+    }
+}
+
+impl Op {
+    /// The lock the operation is about (`None` for `priority`).
+    pub fn lock(self) -> Option<u16> {
+        match self {
+            Op::Acquire(_, l) | Op::Release(l) | Op::Upgrade(l) => Some(l),
+            Op::Priority(_) => None,
         }
     }
 }
@@ -154,8 +212,11 @@ enum Sched {
 pub struct Prepared {
     scenario: Scenario,
     names: Vec<String>,
-    token: NodeId,
-    parents: Vec<Option<NodeId>>,
+    /// Parent pointers per lock (index = lock).
+    parents: Vec<Vec<Option<NodeId>>>,
+    variant: Variant,
+    ceilings: [u8; MAX_LOCKS],
+    priorities: Vec<(NodeId, u8)>,
     scripts: Vec<Vec<Op>>,
     schedule: Option<Vec<Sched>>,
 }
@@ -180,7 +241,13 @@ impl RunReport {
     }
 }
 
-const LOCK: LockId = LockId(0);
+/// Splits an expectation key `NODE` or `NODE@LOCK` (lock `None` if `@…` is not a number).
+fn split_key(key: &str) -> (&str, Option<u16>) {
+    match key.split_once('@') {
+        Some((n, l)) => (n, l.parse().ok()),
+        None => (key, Some(0)),
+    }
+}
 
 impl Scenario {
     /// Parses a scenario from JSON text. Errors are one line.
@@ -216,46 +283,82 @@ impl Scenario {
                 .map(|i| NodeId(i as u16))
                 .ok_or_else(|| format!("{what}: unknown node '{n}'"))
         };
-        let token = id(&self.token, "token")?;
-        let mut parents = vec![None; names.len()];
-        for (child, parent) in &self.parents {
-            let c = id(child, "parents")?;
-            let p = id(parent, &format!("parents.{child}"))?;
-            if c == token {
-                return Err(format!(
-                    "parents: the token holder '{child}' cannot have a parent"
-                ));
-            }
-            if c == p {
-                return Err(format!("parents: '{child}' cannot be its own parent"));
-            }
-            parents[c.idx()] = Some(p);
+        let mut trees = vec![LockTree { token: self.token.clone(), parents: self.parents.clone() }];
+        trees.extend(self.locks.iter().cloned());
+        if trees.len() > MAX_LOCKS {
+            return Err(format!("at most {MAX_LOCKS} locks, found {}", trees.len()));
         }
-        for (i, n) in names.iter().enumerate() {
-            if i != token.idx() && parents[i].is_none() {
-                return Err(format!(
-                    "parents: node '{n}' has no parent (only the token holder '{}' may lack one)",
-                    self.token
-                ));
+        let mut all_parents = Vec::new();
+        for (l, tree) in trees.iter().enumerate() {
+            let at = if l == 0 { String::new() } else { format!("locks[{}].", l - 1) };
+            let token = id(&tree.token, &format!("{at}token"))?;
+            let mut parents = vec![None; names.len()];
+            for (child, parent) in &tree.parents {
+                let c = id(child, &format!("{at}parents"))?;
+                let p = id(parent, &format!("{at}parents.{child}"))?;
+                if c == token {
+                    return Err(format!("{at}parents: the token holder '{child}' cannot have a parent"));
+                }
+                if c == p {
+                    return Err(format!("{at}parents: '{child}' cannot be its own parent"));
+                }
+                parents[c.idx()] = Some(p);
             }
-            // Following parent pointers must reach the token holder.
-            let mut at = i;
-            for _ in 0..names.len() {
-                match parents[at] {
-                    Some(p) => at = p.idx(),
-                    None => break,
+            for (i, n) in names.iter().enumerate() {
+                if i != token.idx() && parents[i].is_none() {
+                    return Err(format!(
+                        "{at}parents: node '{n}' has no parent (only the token holder '{}' may lack one)",
+                        tree.token
+                    ));
+                }
+                // Following parent pointers must reach the token holder.
+                let mut here = i;
+                for _ in 0..names.len() {
+                    match parents[here] {
+                        Some(p) => here = p.idx(),
+                        None => break,
+                    }
+                }
+                if here != token.idx() {
+                    return Err(format!("{at}parents: the parent pointers from '{n}' form a cycle and never reach the token holder"));
                 }
             }
-            if at != token.idx() {
-                return Err(format!("parents: the parent pointers from '{n}' form a cycle and never reach the token holder"));
-            }
+            all_parents.push(parents);
+        }
+        while all_parents.len() < MAX_LOCKS {
+            // Locks the scenario does not use: a star around node 0.
+            all_parents.push((0..names.len()).map(|i| (i != 0).then_some(NodeId(0))).collect());
+        }
+        let inheritance = match self.inheritance.as_deref().map(str::to_ascii_lowercase).as_deref() {
+            None | Some("none") => Inheritance::None,
+            Some("pcep") => Inheritance::Pcep,
+            Some("pip") => Inheritance::Pip,
+            Some(other) => return Err(format!("inheritance: '{other}' is not one of none, pcep, pip")),
+        };
+        let mut ceilings = [0u8; MAX_LOCKS];
+        for (l, c) in &self.ceilings {
+            let li: usize = l
+                .parse()
+                .ok()
+                .filter(|x| *x < trees.len())
+                .ok_or_else(|| format!("ceilings: '{l}' is not a lock of this scenario"))?;
+            ceilings[li] = *c;
+        }
+        let mut priorities = Vec::new();
+        for (n, p) in &self.priorities {
+            priorities.push((id(n, "priorities")?, *p));
         }
         let mut scripts = vec![Vec::new(); names.len()];
         for (node, ops) in &self.scripts {
             let n = id(node, "scripts")?;
             for (k, op) in ops.iter().enumerate() {
-                scripts[n.idx()]
-                    .push(Op::parse(op).map_err(|e| format!("scripts.{node}[{k}]: {e}"))?);
+                let op = Op::parse(op).map_err(|e| format!("scripts.{node}[{k}]: {e}"))?;
+                if let Op::Acquire(_, l) | Op::Release(l) | Op::Upgrade(l) = op {
+                    if l as usize >= trees.len() {
+                        return Err(format!("scripts.{node}[{k}]: lock @{l} is not defined (the scenario has {} locks)", trees.len()));
+                    }
+                }
+                scripts[n.idx()].push(op);
             }
         }
         let schedule = match &self.schedule {
@@ -280,8 +383,12 @@ impl Scenario {
             }
         };
         let check_expect = |what: &str, m: &BTreeMap<String, Expect>| -> Result<(), String> {
-            for (node, e) in m {
+            for (key, e) in m {
+                let (node, lock) = split_key(key);
                 id(node, what)?;
+                if lock.is_none_or(|l| l as usize >= trees.len()) {
+                    return Err(format!("{what}: '{key}' names no lock of this scenario"));
+                }
                 let modes = [
                     ("owned", &e.owned),
                     ("held", &e.held),
@@ -334,8 +441,10 @@ impl Scenario {
         Ok(Prepared {
             scenario: self.clone(),
             names,
-            token,
-            parents,
+            parents: all_parents,
+            variant: Variant { inheritance, ..Variant::HILOCK },
+            ceilings,
+            priorities,
             scripts,
             schedule,
         })
@@ -346,7 +455,8 @@ struct Runner<'p> {
     p: &'p Prepared,
     sys: System,
     next_op: Vec<usize>,
-    waiting: Vec<bool>,
+    /// Per node and lock: an acquire or upgrade is outstanding.
+    waiting: Vec<[bool; MAX_LOCKS]>,
     steps: Vec<TraceStep>,
 }
 
@@ -354,13 +464,14 @@ impl Runner<'_> {
     fn record(
         &mut self,
         node: NodeId,
+        lock: LockId,
         input: TraceInput,
         r: &crate::system::StepResult,
     ) -> Result<(), String> {
         let names = &self.p.names;
         for o in &r.outputs {
-            if matches!(o, Output::Granted { .. } | Output::Upgraded { .. }) {
-                self.waiting[node.idx()] = false;
+            if let Output::Granted { lock, .. } | Output::Upgraded { lock } = o {
+                self.waiting[node.idx()][lock.idx()] = false;
             }
         }
         let step = TraceStep {
@@ -373,7 +484,7 @@ impl Runner<'_> {
                 .map(|o| TraceOutput::from_output(o, names))
                 .collect(),
             error: r.error.map(|e| e.to_string()),
-            state: NodeSnapshot::of(&self.sys.sites[node.idx()], LOCK, names),
+            state: NodeSnapshot::of(&self.sys.sites[node.idx()], lock, names),
         };
         self.steps.push(step);
         if let Some(e) = r.error {
@@ -396,32 +507,36 @@ impl Runner<'_> {
                 names[node.idx()]
             ));
         };
-        if self.waiting[node.idx()] {
+        if op.lock().is_some_and(|l| self.waiting[node.idx()][l as usize]) {
             return Err(format!(
-                "schedule runs '{}' operation {k} while its previous request is still pending",
+                "schedule runs '{}' operation {k} while its previous request for that lock is still pending",
                 names[node.idx()]
             ));
         }
         self.next_op[node.idx()] += 1;
-        let (input, tin) = match op {
-            Op::Acquire(mode) => (
-                Input::Acquire { lock: LOCK, mode },
-                TraceInput::Acquire { lock: 0, mode },
+        let (input, tin, lock) = match op {
+            Op::Acquire(mode, l) => (
+                Input::Acquire { lock: LockId(l), mode },
+                TraceInput::Acquire { lock: l, mode },
+                l,
             ),
-            Op::Release => (
-                Input::Release { lock: LOCK },
-                TraceInput::Release { lock: 0 },
+            Op::Release(l) => (
+                Input::Release { lock: LockId(l) },
+                TraceInput::Release { lock: l },
+                l,
             ),
-            Op::Upgrade => (
-                Input::Upgrade { lock: LOCK },
-                TraceInput::Upgrade { lock: 0 },
+            Op::Upgrade(l) => (
+                Input::Upgrade { lock: LockId(l) },
+                TraceInput::Upgrade { lock: l },
+                l,
             ),
+            Op::Priority(base) => (Input::SetPriority { base }, TraceInput::SetPriority { base }, 0),
         };
-        if matches!(op, Op::Acquire(_) | Op::Upgrade) {
-            self.waiting[node.idx()] = true;
+        if matches!(op, Op::Acquire(..) | Op::Upgrade(_)) {
+            self.waiting[node.idx()][lock as usize] = true;
         }
         let r = self.sys.input(node, input);
-        self.record(node, tin, &r)
+        self.record(node, LockId(lock), tin, &r)
     }
 
     fn deliver(&mut self, from: NodeId, to: NodeId) -> Result<(), String> {
@@ -433,11 +548,12 @@ impl Runner<'_> {
                 names[to.idx()]
             ));
         };
+        let lock = msg.lock();
         let tin = TraceInput::Deliver {
             from: names[from.idx()].clone(),
             msg,
         };
-        self.record(to, tin, &r)
+        self.record(to, lock, tin, &r)
     }
 
     fn deliver_all(&mut self) -> Result<(), String> {
@@ -455,10 +571,11 @@ impl Runner<'_> {
     fn compare(&self, what: &str, expect: &BTreeMap<String, Expect>, out: &mut Vec<String>) {
         let names = &self.p.names;
         for (node, e) in expect {
-            let Some(i) = names.iter().position(|n| n == node) else {
+            let (name, lock) = split_key(node);
+            let Some(i) = names.iter().position(|n| n == name) else {
                 continue;
             };
-            let s = NodeSnapshot::of(&self.sys.sites[i], LOCK, names);
+            let s = NodeSnapshot::of(&self.sys.sites[i], LockId(lock.unwrap_or(0)), names);
             let mode = |v: &str| Mode::parse(v).unwrap_or(Mode::Phi);
             let mut diff = |field: &str, want: String, got: String| {
                 if want != got {
@@ -511,6 +628,14 @@ impl Runner<'_> {
                 got.sort();
                 diff("frozen", format!("{want:?}"), format!("{got:?}"));
             }
+            if let Some(t) = &e.thresholds {
+                let want: BTreeMap<String, u8> = t.iter().map(|(k, v)| (mode(k).name().to_string(), *v)).collect();
+                diff("thresholds", format!("{want:?}"), format!("{:?}", s.thresholds));
+            }
+            if let Some(p) = e.effective_priority {
+                let got = self.sys.sites[i].priorities().effective;
+                diff("effective_priority", p.to_string(), got.to_string());
+            }
         }
     }
 }
@@ -526,17 +651,23 @@ impl Prepared {
     /// property); expectation mismatches are reported in [`RunReport::mismatches`].
     pub fn run(&self) -> Result<RunReport, String> {
         let parents = self.parents.clone();
-        let sys = System::new(self.names.len(), |_, me| parents[me.idx()])
+        let mut sys = System::new(self.names.len(), |l, me| parents[l.idx()][me.idx()])
             .map_err(|e| format!("cannot build the system: {e}"))?;
-        let _ = self.token;
+        for site in &mut sys.sites {
+            *site = site.clone().with_variant(self.variant).with_ceilings(self.ceilings);
+        }
         let mut r = Runner {
             p: self,
             sys,
             next_op: vec![0; self.names.len()],
-            waiting: vec![false; self.names.len()],
+            waiting: vec![[false; MAX_LOCKS]; self.names.len()],
             steps: Vec::new(),
         };
         let mut mismatches = Vec::new();
+        for &(n, base) in &self.priorities {
+            let res = r.sys.input(n, Input::SetPriority { base });
+            r.record(n, LockId(0), TraceInput::SetPriority { base }, &res)?;
+        }
         match &self.schedule {
             Some(s) => {
                 for (k, e) in s.iter().enumerate() {
@@ -564,7 +695,10 @@ impl Prepared {
             None => loop {
                 let mut moved = false;
                 for i in 0..self.names.len() {
-                    if !r.waiting[i] && r.next_op[i] < self.scripts[i].len() {
+                    let ready = self.scripts[i]
+                        .get(r.next_op[i])
+                        .is_some_and(|op| !op.lock().is_some_and(|l| r.waiting[i][l as usize]));
+                    if ready {
                         r.op(NodeId(i as u16))?;
                         moved = true;
                     }
@@ -583,11 +717,13 @@ impl Prepared {
             .names
             .iter()
             .enumerate()
-            .map(|(i, n)| {
-                (
-                    n.clone(),
-                    NodeSnapshot::of(&r.sys.sites[i], LOCK, &self.names),
-                )
+            .flat_map(|(i, n)| {
+                let sites = &r.sys.sites;
+                let names = &self.names;
+                (0..self.scenario.locks.len() + 1).map(move |l| {
+                    let key = if l == 0 { n.clone() } else { format!("{n}@{l}") };
+                    (key, NodeSnapshot::of(&sites[i], LockId(l as u16), names))
+                })
             })
             .collect();
         let source = match &self.scenario.figure {

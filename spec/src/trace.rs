@@ -48,6 +48,11 @@ pub enum TraceInput {
         /// The lock.
         lock: u16,
     },
+    /// A new base priority β (chapter 3).
+    SetPriority {
+        /// The base priority.
+        base: u8,
+    },
     /// A message delivered from `from`.
     Deliver {
         /// Sender name.
@@ -137,6 +142,9 @@ pub struct NodeSnapshot {
     pub queue: Vec<String>,
     /// Frozen modes.
     pub frozen: Vec<Mode>,
+    /// Non-zero thresholds of frozen modes (Rule 6_PRIO), by mode name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub thresholds: BTreeMap<String, u8>,
 }
 
 impl NodeSnapshot {
@@ -168,6 +176,14 @@ impl NodeSnapshot {
                 .map(|e| format!("{}:{}", name(names, e.requester.idx()), e.mode.name()))
                 .collect(),
             frozen: n.frozen().iter().collect(),
+            thresholds: n
+                .frozen()
+                .iter()
+                .filter_map(|m| {
+                    let t = n.frozen_thresholds().threshold(m)?;
+                    (t > 0).then(|| (m.name().to_string(), t))
+                })
+                .collect(),
         }
     }
 
@@ -181,6 +197,7 @@ impl NodeSnapshot {
             children: BTreeMap::new(),
             queue: vec![],
             frozen: vec![],
+            thresholds: BTreeMap::new(),
         }
     }
 
@@ -206,7 +223,14 @@ impl NodeSnapshot {
             s.push_str(&format!(" queue=[{}]", self.queue.join(",")));
         }
         if !self.frozen.is_empty() {
-            let f: Vec<String> = self.frozen.iter().map(|m| m.to_string()).collect();
+            let f: Vec<String> = self
+                .frozen
+                .iter()
+                .map(|m| match self.thresholds.get(m.name()) {
+                    Some(t) => format!("{m}@{t}"),
+                    None => m.to_string(),
+                })
+                .collect();
             s.push_str(&format!(" frozen={{{}}}", f.join(",")));
         }
         s
@@ -222,6 +246,12 @@ pub fn name(names: &[String], i: usize) -> String {
 pub fn describe_msg(m: &SpecMsg, names: &[String]) -> String {
     use hilock_kernel::Msg;
     match m {
+        Msg::Request { entry, .. } if entry.prio > 0 => format!(
+            "Request({} {} prio {})",
+            name(names, entry.requester.idx()),
+            entry.mode,
+            entry.prio
+        ),
         Msg::Request { entry, .. } => format!(
             "Request({} {})",
             name(names, entry.requester.idx()),
@@ -265,6 +295,7 @@ impl Trace {
                 TraceInput::Acquire { mode, .. } => format!("acquire {mode}"),
                 TraceInput::Release { .. } => "release".to_string(),
                 TraceInput::Upgrade { .. } => "upgrade".to_string(),
+                TraceInput::SetPriority { base } => format!("priority {base}"),
                 TraceInput::Deliver { from, msg } => {
                     format!("from {from}: {}", describe_msg(msg, &self.nodes))
                 }
