@@ -9,7 +9,8 @@
 //! - [`node`]: one lock at one site, Rules 2–7;
 //! - [`site`]: a site with `L` locks and the single entry point [`Site::step`];
 //! - [`prio`]: priorities, frozen thresholds (Rule 6_PRIO) and inheritance (PCEP, PIP);
-//! - [`naimi`]: the Naimi-Trehel baseline behind the same [`Protocol`] interface.
+//! - [`naimi`]: the Naimi-Trehel baseline behind the same [`Protocol`] interface;
+//! - [`pnaimi`]: Mueller's prioritized Naimi protocol, the baseline of chapter 3.
 //!
 //! ```
 //! use hilock_kernel::{DefaultSite, Input, LockId, Mode, NodeId, Output, Outputs, Msg};
@@ -37,6 +38,7 @@ pub mod mode;
 pub mod msg;
 pub mod naimi;
 pub mod node;
+pub mod pnaimi;
 pub mod prio;
 pub mod protocol;
 pub mod site;
@@ -47,6 +49,7 @@ pub use mode::{compatible, conflicts, Mode, ModeSet};
 pub use msg::{Input, LockId, Msg, MsgKind, NodeId, Output, Outputs, QueueEntry};
 pub use naimi::{NaimiMsg, NaimiSite};
 pub use node::{LockNode, Peer, Pending, Stale, Variant};
+pub use pnaimi::{PrioNaimiMsg, PrioNaimiSite, PrioRequest};
 pub use prio::{Frozen, Inheritance, Priority};
 pub use protocol::Protocol;
 pub use site::{DefaultSite, Priorities, Site};

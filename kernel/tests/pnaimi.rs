@@ -1,0 +1,161 @@
+//! Mueller's prioritized Naimi protocol (thesis section 3.1.1): Fig. 3.1, and exclusivity,
+//! priority order and service of every request on random runs.
+
+use hilock_kernel::{Input, LockId, Mode, NodeId, Output, Outputs, PrioNaimiMsg, PrioNaimiSite};
+use proptest::prelude::*;
+use std::collections::VecDeque;
+
+type S = PrioNaimiSite<6, 1, 8, 6, 2>;
+type M = PrioNaimiMsg<6>;
+const L: LockId = LockId(0);
+
+struct Net {
+    s: Vec<S>,
+    q: VecDeque<(u16, u16, M)>,
+    grants: Vec<u16>,
+}
+
+impl Net {
+    fn new(owners: &[Option<u16>]) -> Self {
+        let s = owners
+            .iter()
+            .enumerate()
+            .map(|(i, o)| S::with_owners(NodeId(i as u16), |_| o.map(NodeId)).unwrap())
+            .collect();
+        Net {
+            s,
+            q: VecDeque::new(),
+            grants: vec![],
+        }
+    }
+    fn step(&mut self, at: u16, input: Input<'_, M>) {
+        let mut out: Outputs<M, 2> = Outputs::new();
+        self.s[at as usize].step(input, &mut out).unwrap();
+        for o in out {
+            match o {
+                Output::Send { to, msg } => self.q.push_back((at, to.0, msg)),
+                Output::Granted { .. } => self.grants.push(at),
+                Output::Upgraded { .. } => {}
+            }
+        }
+    }
+    fn settle(&mut self) {
+        while let Some((f, t, m)) = self.q.pop_front() {
+            self.step(
+                t,
+                Input::Deliver {
+                    from: NodeId(f),
+                    msg: &m,
+                },
+            );
+        }
+    }
+    fn request(&mut self, at: u16, prio: u8) {
+        self.step(at, Input::SetPriority { base: prio });
+        self.step(
+            at,
+            Input::Acquire {
+                lock: L,
+                mode: Mode::W,
+            },
+        );
+    }
+}
+
+/// Fig. 3.1: T holds the token; A, B, C, D request at priorities 1, 2, 1, 3. A's request
+/// leaves edges A → A (≤ 1), B → A (≤ 1), B → T (> 1); C's request stops at B, which has a
+/// pending request of higher priority; T's queue orders D, B, A. Service order: D, B, A, C.
+#[test]
+fn fig_3_1_prioritized_naimi() {
+    // Nodes: T=0, A=1, B=2, C=3, D=4. Initial tree: A → B → T, C → B, D → T.
+    let (t, a, b, c, d) = (0u16, 1u16, 2u16, 3u16, 4u16);
+    let mut n = Net::new(&[None, Some(b), Some(t), Some(b), Some(t), Some(t)]);
+    n.step(
+        t,
+        Input::Acquire {
+            lock: L,
+            mode: Mode::W,
+        },
+    ); // T in its critical section
+    n.request(a, 1);
+    n.settle();
+    let la = n.s[a as usize].lock(L).unwrap();
+    let lb = n.s[b as usize].lock(L).unwrap();
+    assert_eq!(
+        (la.owner[1], la.owner[2]),
+        (None, Some(NodeId(b))),
+        "A → A (≤ 1), A → B (> 1)"
+    );
+    assert_eq!(
+        (lb.owner[1], lb.owner[2]),
+        (Some(NodeId(a)), Some(NodeId(t))),
+        "B → A (≤ 1), B → T (> 1)"
+    );
+    n.request(b, 2);
+    n.settle();
+    n.request(c, 1);
+    n.settle();
+    n.request(d, 3);
+    n.settle();
+    let order = |x: &S| {
+        x.lock(L)
+            .unwrap()
+            .queue
+            .iter()
+            .map(|r| r.requester.0)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        order(&n.s[t as usize]),
+        vec![d, b, a],
+        "T's queue by priority"
+    );
+    assert_eq!(
+        order(&n.s[b as usize]),
+        vec![c],
+        "B keeps C's request behind its own"
+    );
+    for _ in 0..4 {
+        let holder = (0..6)
+            .find(|&i| n.s[i].lock(L).unwrap().held != Mode::Phi)
+            .unwrap() as u16;
+        n.step(holder, Input::Release { lock: L });
+        n.settle();
+    }
+    assert_eq!(n.grants, vec![t, d, b, a, c]);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 500, ..ProptestConfig::default() })]
+    /// Random runs: at most one holder, and after draining every request was granted.
+    #[test]
+    fn exclusive_and_every_request_served(ops in prop::collection::vec((0u16..6, 0u8..3, 0u8..8), 1..150)) {
+        let mut n = Net::new(&[None, Some(0), Some(0), Some(1), Some(2), Some(2)]);
+        let mut requested = 0;
+        for (node, what, prio) in ops {
+            let st = n.s[node as usize].lock(L).unwrap().clone();
+            match what {
+                0 if st.held == Mode::Phi && st.pending.0 == Mode::Phi => {
+                    requested += 1;
+                    n.request(node, prio);
+                }
+                1 if st.held != Mode::Phi => n.step(node, Input::Release { lock: L }),
+                _ => {
+                    if let Some((f, t, m)) = n.q.pop_front() {
+                        n.step(t, Input::Deliver { from: NodeId(f), msg: &m });
+                    }
+                }
+            }
+            let holders = n.s.iter().filter(|s| s.lock(L).unwrap().held != Mode::Phi).count();
+            prop_assert!(holders <= 1);
+        }
+        for _ in 0..1000 {
+            n.settle();
+            let holders: Vec<u16> = (0..6).filter(|&i| n.s[i as usize].lock(L).unwrap().held != Mode::Phi).collect();
+            if holders.is_empty() { break; }
+            for h in holders { n.step(h, Input::Release { lock: L }); }
+        }
+        prop_assert_eq!(n.grants.len(), requested);
+        prop_assert!(n.s.iter().all(|s| s.lock(L).unwrap().pending.0 == Mode::Phi));
+    }
+}
