@@ -283,21 +283,30 @@ impl Scenario {
                 .map(|i| NodeId(i as u16))
                 .ok_or_else(|| format!("{what}: unknown node '{n}'"))
         };
-        let mut trees = vec![LockTree { token: self.token.clone(), parents: self.parents.clone() }];
+        let mut trees = vec![LockTree {
+            token: self.token.clone(),
+            parents: self.parents.clone(),
+        }];
         trees.extend(self.locks.iter().cloned());
         if trees.len() > MAX_LOCKS {
             return Err(format!("at most {MAX_LOCKS} locks, found {}", trees.len()));
         }
         let mut all_parents = Vec::new();
         for (l, tree) in trees.iter().enumerate() {
-            let at = if l == 0 { String::new() } else { format!("locks[{}].", l - 1) };
+            let at = if l == 0 {
+                String::new()
+            } else {
+                format!("locks[{}].", l - 1)
+            };
             let token = id(&tree.token, &format!("{at}token"))?;
             let mut parents = vec![None; names.len()];
             for (child, parent) in &tree.parents {
                 let c = id(child, &format!("{at}parents"))?;
                 let p = id(parent, &format!("{at}parents.{child}"))?;
                 if c == token {
-                    return Err(format!("{at}parents: the token holder '{child}' cannot have a parent"));
+                    return Err(format!(
+                        "{at}parents: the token holder '{child}' cannot have a parent"
+                    ));
                 }
                 if c == p {
                     return Err(format!("{at}parents: '{child}' cannot be its own parent"));
@@ -327,13 +336,26 @@ impl Scenario {
         }
         while all_parents.len() < MAX_LOCKS {
             // Locks the scenario does not use: a star around node 0.
-            all_parents.push((0..names.len()).map(|i| (i != 0).then_some(NodeId(0))).collect());
+            all_parents.push(
+                (0..names.len())
+                    .map(|i| (i != 0).then_some(NodeId(0)))
+                    .collect(),
+            );
         }
-        let inheritance = match self.inheritance.as_deref().map(str::to_ascii_lowercase).as_deref() {
+        let inheritance = match self
+            .inheritance
+            .as_deref()
+            .map(str::to_ascii_lowercase)
+            .as_deref()
+        {
             None | Some("none") => Inheritance::None,
             Some("pcep") => Inheritance::Pcep,
             Some("pip") => Inheritance::Pip,
-            Some(other) => return Err(format!("inheritance: '{other}' is not one of none, pcep, pip")),
+            Some(other) => {
+                return Err(format!(
+                    "inheritance: '{other}' is not one of none, pcep, pip"
+                ))
+            }
         };
         let mut ceilings = [0u8; MAX_LOCKS];
         for (l, c) in &self.ceilings {
@@ -442,7 +464,10 @@ impl Scenario {
             scenario: self.clone(),
             names,
             parents: all_parents,
-            variant: Variant { inheritance, ..Variant::HILOCK },
+            variant: Variant {
+                inheritance,
+                ..Variant::HILOCK
+            },
             ceilings,
             priorities,
             scripts,
@@ -507,7 +532,10 @@ impl Runner<'_> {
                 names[node.idx()]
             ));
         };
-        if op.lock().is_some_and(|l| self.waiting[node.idx()][l as usize]) {
+        if op
+            .lock()
+            .is_some_and(|l| self.waiting[node.idx()][l as usize])
+        {
             return Err(format!(
                 "schedule runs '{}' operation {k} while its previous request for that lock is still pending",
                 names[node.idx()]
@@ -516,7 +544,10 @@ impl Runner<'_> {
         self.next_op[node.idx()] += 1;
         let (input, tin, lock) = match op {
             Op::Acquire(mode, l) => (
-                Input::Acquire { lock: LockId(l), mode },
+                Input::Acquire {
+                    lock: LockId(l),
+                    mode,
+                },
                 TraceInput::Acquire { lock: l, mode },
                 l,
             ),
@@ -530,7 +561,11 @@ impl Runner<'_> {
                 TraceInput::Upgrade { lock: l },
                 l,
             ),
-            Op::Priority(base) => (Input::SetPriority { base }, TraceInput::SetPriority { base }, 0),
+            Op::Priority(base) => (
+                Input::SetPriority { base },
+                TraceInput::SetPriority { base },
+                0,
+            ),
         };
         if matches!(op, Op::Acquire(..) | Op::Upgrade(_)) {
             self.waiting[node.idx()][lock as usize] = true;
@@ -629,8 +664,15 @@ impl Runner<'_> {
                 diff("frozen", format!("{want:?}"), format!("{got:?}"));
             }
             if let Some(t) = &e.thresholds {
-                let want: BTreeMap<String, u8> = t.iter().map(|(k, v)| (mode(k).name().to_string(), *v)).collect();
-                diff("thresholds", format!("{want:?}"), format!("{:?}", s.thresholds));
+                let want: BTreeMap<String, u8> = t
+                    .iter()
+                    .map(|(k, v)| (mode(k).name().to_string(), *v))
+                    .collect();
+                diff(
+                    "thresholds",
+                    format!("{want:?}"),
+                    format!("{:?}", s.thresholds),
+                );
             }
             if let Some(p) = e.effective_priority {
                 let got = self.sys.sites[i].priorities().effective;
@@ -654,7 +696,10 @@ impl Prepared {
         let mut sys = System::new(self.names.len(), |l, me| parents[l.idx()][me.idx()])
             .map_err(|e| format!("cannot build the system: {e}"))?;
         for site in &mut sys.sites {
-            *site = site.clone().with_variant(self.variant).with_ceilings(self.ceilings);
+            *site = site
+                .clone()
+                .with_variant(self.variant)
+                .with_ceilings(self.ceilings);
         }
         let mut r = Runner {
             p: self,
@@ -721,7 +766,11 @@ impl Prepared {
                 let sites = &r.sys.sites;
                 let names = &self.names;
                 (0..self.scenario.locks.len() + 1).map(move |l| {
-                    let key = if l == 0 { n.clone() } else { format!("{n}@{l}") };
+                    let key = if l == 0 {
+                        n.clone()
+                    } else {
+                        format!("{n}@{l}")
+                    };
                     (key, NodeSnapshot::of(&sites[i], LockId(l as u16), names))
                 })
             })
