@@ -153,6 +153,28 @@ impl System {
         Some((m.msg, r))
     }
 
+    /// Deliver the message at position `index` of channel `from → to` (0 = oldest), out of
+    /// FIFO order: a reordering network.
+    pub fn deliver_at(
+        &mut self,
+        from: NodeId,
+        to: NodeId,
+        index: usize,
+    ) -> Option<(SpecMsg, StepResult)> {
+        let q = self.channels.get_mut(&(from, to))?;
+        let m = q.remove(index)?;
+        if q.is_empty() {
+            self.channels.remove(&(from, to));
+        }
+        let r = self.step(to, Input::Deliver { from, msg: &m.msg });
+        Some((m.msg, r))
+    }
+
+    /// Number of messages in flight on channel `from → to`.
+    pub fn channel_len(&self, from: NodeId, to: NodeId) -> usize {
+        self.channels.get(&(from, to)).map_or(0, |q| q.len())
+    }
+
     /// The channel whose head message was sent first, if any message is in flight.
     pub fn oldest_channel(&self) -> Option<(NodeId, NodeId)> {
         self.channels

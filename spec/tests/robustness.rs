@@ -1,6 +1,6 @@
 //! Robustness: a small system of kernel sites driven by random interleavings of user
 //! operations, deliveries and nonsense (messages for unknown locks and nodes, releases of
-//! nothing, duplicates of any delivered message). The kernel never panics, rejects what does not
+//! nothing, duplicates of any delivered message, deliveries out of FIFO order). The kernel never panics, rejects what does not
 //! fit with a typed error and no state change, and after every step no two sites hold
 //! incompatible modes (P1) and there is exactly one token per lock (P2). A second property
 //! drives well-formed runs on FIFO channels and then drains them: every request is granted.
@@ -20,6 +20,8 @@ enum Action {
     /// Change a site's base priority (chapter 3).
     SetPriority(u16, u8),
     Deliver(usize),
+    /// Deliver a message that is not the oldest on its channel (a reordering network).
+    DeliverOutOfOrder(usize, usize),
     /// Deliver again a message delivered earlier.
     Duplicate(usize),
     /// Deliver an earlier message with its lock id replaced by an unknown one.
@@ -53,6 +55,7 @@ fn action(nonsense: bool) -> BoxedStrategy<Action> {
     prop_oneof![
         20 => wellformed,
         2 => any::<usize>().prop_map(Action::Duplicate),
+        3 => (any::<usize>(), any::<usize>()).prop_map(|(c, i)| Action::DeliverOutOfOrder(c, i)),
         1 => any::<usize>().prop_map(Action::UnknownLock),
         1 => any::<usize>().prop_map(Action::UnknownSender),
         1 => (0..N as u16).prop_map(Action::UnknownRequester),
@@ -149,6 +152,17 @@ impl Harness {
                 }
                 let (from, to) = busy[k % busy.len()];
                 let (msg, r) = self.sys.deliver(from, to).expect("busy channel");
+                self.delivered.push((from, to, msg));
+                (to, r)
+            }
+            Action::DeliverOutOfOrder(c, i) => {
+                let busy = self.sys.busy_channels();
+                if busy.is_empty() {
+                    return Ok(());
+                }
+                let (from, to) = busy[c % busy.len()];
+                let len = self.sys.channel_len(from, to);
+                let (msg, r) = self.sys.deliver_at(from, to, i % len).expect("busy channel");
                 self.delivered.push((from, to, msg));
                 (to, r)
             }
