@@ -1,0 +1,384 @@
+//! The priority-inversion model of thesis section 3.6 (Fig. 3.3–3.6): two locks, a
+//! low-priority node A, a high-priority node D and `m` medium-priority nodes, driving
+//! hilock-kernel sites (no rule is re-implemented here).
+//!
+//! - L_i (lock 0): A takes R; D asks for IW and must wait for A's release.
+//! - L_j (lock 1): while holding R on L_i, A asks for IR; the medium nodes ask for W.
+//!   The token of L_j starts at D, which never uses L_j.
+//!
+//! Timing assumption: a medium node issues a new request only while no message is in
+//! flight (message delays are short compared with non-critical sections). In a fully
+//! asynchronous model a request — also A's boosted one — can be delayed in the network
+//! while others are served any number of times, and no protocol bounds the inversion.
+//!
+//! Property P7 "bounded inversion": D waits for A (which holds R on L_i); while A in turn
+//! waits for its IR on L_j, every critical section granted on L_j to a node of lower
+//! priority than D other than A delays D without being one D asked to wait for — a priority
+//! inversion. P7(B): at most B such critical sections while D's request is pending. The
+//! checker reports the least B that holds.
+
+use hilock_kernel::tables::table_2_1;
+use hilock_kernel::{
+    Inheritance, Input, LockId, Mode, Msg, NodeId, Output, Outputs, Site, Variant,
+};
+use stateright::{Checker, Model, Property};
+use std::collections::{BTreeMap, VecDeque};
+
+/// Nodes: A, D and up to three medium nodes.
+pub const MAX: usize = 5;
+const Q: usize = MAX;
+const L: usize = 2;
+const O: usize = MAX + Q + L + 6;
+/// The kernel site the model drives.
+pub type ISite = Site<MAX, L, Q, O>;
+type IMsg = Msg<Q>;
+
+/// Node A (low priority).
+pub const A: u16 = 0;
+/// Node D (high priority).
+pub const D: u16 = 1;
+/// Priority of A.
+pub const PRIO_A: u8 = 1;
+/// Priority of the medium nodes.
+pub const PRIO_M: u8 = 2;
+/// Priority of D.
+pub const PRIO_D: u8 = 4;
+
+/// The protocol variant of a configuration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Flavor {
+    /// Chapter 2: every request has the same priority (FIFO with freezing).
+    Fifo,
+    /// Chapter 3 without inheritance.
+    Prioritized,
+    /// PCEP, ceiling of L_i = priority of D (its highest contender).
+    Pcep,
+    /// PIP.
+    Pip,
+}
+
+/// A configuration: the variant, the number of medium-priority nodes (0–3) and how often
+/// each of them asks for L_j.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct InversionConfig {
+    /// Protocol variant.
+    pub flavor: Flavor,
+    /// Number of medium-priority nodes.
+    pub mediums: usize,
+    /// How many times each medium node takes W on L_j (1–3).
+    pub rounds: usize,
+    /// The bound B checked by P7.
+    pub bound: u8,
+}
+
+/// A scripted operation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Op {
+    Acquire(u16, Mode),
+    Release(u16),
+}
+
+/// A model action: run a node's next operation, or deliver the oldest message on a channel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Action {
+    /// Node `n` runs its next script operation.
+    Run(u16),
+    /// Deliver the oldest message from `from` to `to`.
+    Deliver(u16, u16),
+}
+
+/// A state of the model.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct InvState {
+    sites: Vec<ISite>,
+    net: BTreeMap<(u16, u16), VecDeque<IMsg>>,
+    pc: Vec<u8>,
+    waiting: Vec<bool>,
+    /// D's request on L_i is pending.
+    d_pending: bool,
+    /// A's request on L_j is pending.
+    a_waits_j: bool,
+    /// Lower-priority grants while D's request was pending.
+    pub overtakes: u8,
+    /// A kernel error happened (a bug).
+    error: bool,
+}
+
+impl InversionConfig {
+    fn nodes(&self) -> usize {
+        2 + self.mediums
+    }
+
+    fn prio(&self, n: u16) -> u8 {
+        match n {
+            A => PRIO_A,
+            D => PRIO_D,
+            _ => PRIO_M,
+        }
+    }
+
+    fn script(&self, n: u16) -> &'static [Op] {
+        const SA: [Op; 4] = [
+            Op::Acquire(0, Mode::R),
+            Op::Acquire(1, Mode::IR),
+            Op::Release(1),
+            Op::Release(0),
+        ];
+        const SD: [Op; 2] = [Op::Acquire(0, Mode::IW), Op::Release(0)];
+        const SM: [Op; 6] = [
+            Op::Acquire(1, Mode::W),
+            Op::Release(1),
+            Op::Acquire(1, Mode::W),
+            Op::Release(1),
+            Op::Acquire(1, Mode::W),
+            Op::Release(1),
+        ];
+        match n {
+            A => &SA,
+            D => &SD,
+            _ => &SM[..2 * self.rounds.clamp(1, 3)],
+        }
+    }
+
+    fn apply(&self, st: &mut InvState, n: u16, input: Input<'_, IMsg>) {
+        let mut out: Outputs<IMsg, O> = Outputs::new();
+        if st.sites[n as usize].step(input, &mut out).is_err() {
+            st.error = true;
+            return;
+        }
+        for o in out {
+            match o {
+                Output::Send { to, msg } => st.net.entry((n, to.0)).or_default().push_back(msg),
+                Output::Granted { .. } | Output::Upgraded { .. } => {
+                    st.waiting[n as usize] = false;
+                    if n == D {
+                        st.d_pending = false;
+                    } else if n == A {
+                        st.a_waits_j = false;
+                    } else if st.d_pending && st.a_waits_j && self.prio(n) < PRIO_D {
+                        st.overtakes = st.overtakes.saturating_add(1);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Whether no action is enabled.
+    fn quiescent(&self, st: &InvState) -> bool {
+        st.net.is_empty()
+            && (0..self.nodes())
+                .all(|n| st.waiting[n] || st.pc[n] as usize >= self.script(n as u16).len())
+    }
+
+    /// Runs the checker (BFS, no depth limit) and returns it.
+    pub fn check(self) -> impl Checker<InversionConfig> {
+        self.checker().spawn_bfs().join()
+    }
+}
+
+impl Model for InversionConfig {
+    type State = InvState;
+    type Action = Action;
+
+    fn init_states(&self) -> Vec<InvState> {
+        let n = self.nodes();
+        let (variant, ceil) = match self.flavor {
+            Flavor::Fifo | Flavor::Prioritized => (Variant::HILOCK, [0, 0]),
+            Flavor::Pcep => (
+                Variant {
+                    inheritance: Inheritance::Pcep,
+                    ..Variant::HILOCK
+                },
+                [PRIO_D, 0],
+            ),
+            Flavor::Pip => (
+                Variant {
+                    inheritance: Inheritance::Pip,
+                    ..Variant::HILOCK
+                },
+                [0, 0],
+            ),
+        };
+        let mut st = InvState {
+            sites: (0..n as u16)
+                .map(|i| {
+                    // L_i: token at A; L_j: token at D.
+                    ISite::with_parents(NodeId(i), |l| {
+                        let root = if l.0 == 0 { A } else { D };
+                        (i != root).then_some(NodeId(root))
+                    })
+                    .expect("valid tree")
+                    .with_variant(variant)
+                    .with_ceilings(ceil)
+                })
+                .collect(),
+            net: BTreeMap::new(),
+            pc: vec![0; n],
+            waiting: vec![false; n],
+            d_pending: false,
+            a_waits_j: false,
+            overtakes: 0,
+            error: false,
+        };
+        if self.flavor != Flavor::Fifo {
+            for i in 0..n as u16 {
+                self.apply(&mut st, i, Input::SetPriority { base: self.prio(i) });
+            }
+        }
+        vec![st]
+    }
+
+    fn actions(&self, st: &InvState, actions: &mut Vec<Action>) {
+        if st.error {
+            return;
+        }
+        for n in 0..self.nodes() as u16 {
+            // Medium nodes issue a new request only when no message is in flight: message
+            // delays are short compared with their non-critical sections. Without this,
+            // an adversarial schedule can hold A's (boosted) request in flight forever and no
+            // protocol can bound the inversion.
+            let quiet = n == A || n == D || st.net.is_empty() || st.pc[n as usize] % 2 == 1;
+            if quiet
+                && !st.waiting[n as usize]
+                && (st.pc[n as usize] as usize) < self.script(n).len()
+            {
+                actions.push(Action::Run(n));
+            }
+        }
+        for &(f, t) in st.net.keys() {
+            actions.push(Action::Deliver(f, t));
+        }
+    }
+
+    fn next_state(&self, last: &InvState, action: Action) -> Option<InvState> {
+        let mut st = last.clone();
+        match action {
+            Action::Run(n) => {
+                let op = self.script(n)[st.pc[n as usize] as usize];
+                st.pc[n as usize] += 1;
+                match op {
+                    Op::Acquire(l, mode) => {
+                        st.waiting[n as usize] = true;
+                        if n == D {
+                            st.d_pending = true;
+                        }
+                        if n == A && l == 1 {
+                            st.a_waits_j = true;
+                        }
+                        self.apply(
+                            &mut st,
+                            n,
+                            Input::Acquire {
+                                lock: LockId(l),
+                                mode,
+                            },
+                        );
+                    }
+                    Op::Release(l) => self.apply(&mut st, n, Input::Release { lock: LockId(l) }),
+                }
+            }
+            Action::Deliver(f, t) => {
+                let q = st.net.get_mut(&(f, t))?;
+                let msg = q.pop_front()?;
+                if q.is_empty() {
+                    st.net.remove(&(f, t));
+                }
+                self.apply(
+                    &mut st,
+                    t,
+                    Input::Deliver {
+                        from: NodeId(f),
+                        msg: &msg,
+                    },
+                );
+            }
+        }
+        Some(st)
+    }
+
+    fn properties(&self) -> Vec<Property<Self>> {
+        vec![
+            Property::always("P1 mutual exclusion", |m: &Self, st: &InvState| {
+                (0..L as u16).all(|l| {
+                    let held: Vec<Mode> = st.sites[..m.nodes()]
+                        .iter()
+                        .map(|s| s.lock(LockId(l)).map(|n| n.held()).unwrap_or(Mode::Phi))
+                        .filter(|h| *h != Mode::Phi)
+                        .collect();
+                    held.iter()
+                        .enumerate()
+                        .all(|(i, a)| held[i + 1..].iter().all(|b| !table_2_1(*a, *b)))
+                })
+            }),
+            Property::always("no kernel error", |_, st: &InvState| !st.error),
+            Property::always("P4 no deadlock", |m: &Self, st: &InvState| {
+                !m.quiescent(st) || st.waiting.iter().all(|w| !w)
+            }),
+            Property::always("P7 bounded inversion", |m: &Self, st: &InvState| {
+                st.overtakes <= m.bound
+            }),
+            Property::sometimes(
+                "D waits while a lower-priority request is granted",
+                |_, st: &InvState| st.overtakes >= 1,
+            ),
+            Property::sometimes("every script completes", |m: &Self, st: &InvState| {
+                (0..m.nodes())
+                    .all(|n| st.pc[n] as usize == m.script(n as u16).len() && !st.waiting[n])
+            }),
+        ]
+    }
+}
+
+/// Result of searching the least bound B for a configuration.
+#[derive(Clone, Debug)]
+pub struct BoundReport {
+    /// The least B for which P7 holds.
+    pub bound: u8,
+    /// Unique states explored by the passing check.
+    pub states: usize,
+    /// Counterexample (as a list of actions) for B − 1, if B > 0.
+    pub counterexample: Option<Vec<String>>,
+}
+
+/// Finds the least B such that P7 holds (trying 0, 1, …, `max`), checking the other
+/// properties on the way. Returns an error naming a violated property.
+pub fn least_bound(
+    flavor: Flavor,
+    mediums: usize,
+    rounds: usize,
+    max: u8,
+) -> Result<BoundReport, String> {
+    let mut previous = None;
+    for bound in 0..=max {
+        let cfg = InversionConfig {
+            flavor,
+            mediums,
+            rounds,
+            bound,
+        };
+        let checker = cfg.check();
+        for p in ["P1 mutual exclusion", "no kernel error", "P4 no deadlock"] {
+            if let Some(path) = checker.discovery(p) {
+                return Err(format!("{p} violated: {:?}", path.into_actions()));
+            }
+        }
+        match checker.discovery("P7 bounded inversion") {
+            Some(path) => {
+                previous = Some(
+                    path.into_actions()
+                        .iter()
+                        .map(|a| format!("{a:?}"))
+                        .collect(),
+                )
+            }
+            None => {
+                return Ok(BoundReport {
+                    bound,
+                    states: checker.unique_state_count(),
+                    counterexample: previous,
+                });
+            }
+        }
+    }
+    Err(format!("P7 fails for every bound up to {max}"))
+}
