@@ -162,7 +162,10 @@ impl Harness {
                 }
                 let (from, to) = busy[c % busy.len()];
                 let len = self.sys.channel_len(from, to);
-                let (msg, r) = self.sys.deliver_at(from, to, i % len).expect("busy channel");
+                let (msg, r) = self
+                    .sys
+                    .deliver_at(from, to, i % len)
+                    .expect("busy channel");
                 self.delivered.push((from, to, msg));
                 (to, r)
             }
