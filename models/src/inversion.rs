@@ -310,7 +310,49 @@ impl Model for InversionConfig {
                         .all(|(i, a)| held[i + 1..].iter().all(|b| !table_2_1(*a, *b)))
                 })
             }),
+            Property::always("P2 single token", |m: &Self, st: &InvState| {
+                (0..L as u16).all(|l| {
+                    let at_sites = st.sites[..m.nodes()]
+                        .iter()
+                        .filter(|s| s.lock(LockId(l)).is_ok_and(|n| n.has_token()))
+                        .count();
+                    let in_flight = st
+                        .net
+                        .values()
+                        .flatten()
+                        .filter(|msg| matches!(msg, Msg::Token { lock, .. } if lock.0 == l))
+                        .count();
+                    at_sites + in_flight == 1
+                })
+            }),
+            Property::always("P3 owned-mode invariant", |m: &Self, st: &InvState| {
+                // Invariant 2.2 as records: once nothing is in flight from a child to its
+                // parent, the parent's record of the child is a mode at least as strong as
+                // (and compatible with) what the child owns.
+                (0..L as u16).all(|l| {
+                    (0..m.nodes()).all(|x| {
+                        let Ok(node) = st.sites[x].lock(LockId(l)) else {
+                            return false;
+                        };
+                        let owned = node.owned();
+                        match node.parent() {
+                            _ if node.has_token() || owned == Mode::Phi => true,
+                            None => true,
+                            Some(p) if st.net.contains_key(&(x as u16, p.0)) => true,
+                            Some(p) => {
+                                let rec = st.sites[p.idx()]
+                                    .lock(LockId(l))
+                                    .map(|n| n.peers()[x].child_owned)
+                                    .unwrap_or(Mode::Phi);
+                                hilock_kernel::mode::strongest(rec, owned) == Ok(rec)
+                            }
+                        }
+                    })
+                })
+            }),
             Property::always("no kernel error", |_, st: &InvState| !st.error),
+            // P4 and P5 in quiescent-state form (no fairness needed): when nothing can
+            // move, nobody waits — so every script has completed.
             Property::always("P4 no deadlock", |m: &Self, st: &InvState| {
                 !m.quiescent(st) || st.waiting.iter().all(|w| !w)
             }),
@@ -357,7 +399,13 @@ pub fn least_bound(
             bound,
         };
         let checker = cfg.check();
-        for p in ["P1 mutual exclusion", "no kernel error", "P4 no deadlock"] {
+        for p in [
+            "P1 mutual exclusion",
+            "P2 single token",
+            "P3 owned-mode invariant",
+            "no kernel error",
+            "P4 no deadlock",
+        ] {
             if let Some(path) = checker.discovery(p) {
                 return Err(format!("{p} violated: {:?}", path.into_actions()));
             }
