@@ -272,20 +272,21 @@ fn typed_errors_for_inputs_that_do_not_fit() {
     assert_eq!(out.len(), n);
 }
 
-/// protocol-notes.md point 5: a release that crosses a grant to the same child must not
-/// erase the granted mode from the parent's record (the literal pseudocode sets the record
-/// to the released mode and so forgets the grant).
-#[test]
-fn release_crossing_a_grant_is_dropped_and_resynchronised() {
-    // Chain 0 (token) ← 1 ← 2.
+/// protocol-notes.md point 5: a release that crosses a grant to the same child. Chain
+/// 0 (token) ← 1 ← 2: node 1 owns IR through its child 2 and asks for R; then 2 releases,
+/// so 1 sends Release(Φ) to 0 *after* its request. Node 0 receives the request first and
+/// grants R, then the release. Returns the sites after the grant has been delivered.
+fn release_race(variant: Variant) -> Vec<S> {
     let mut s: Vec<S> = (0..4)
         .map(|i| {
-            S::with_parents(NodeId(i), |_| match i {
+            let parent = match i {
                 0 => None,
                 2 => Some(NodeId(1)),
                 _ => Some(NodeId(0)),
-            })
-            .unwrap()
+            };
+            S::with_parents(NodeId(i), |_| parent)
+                .unwrap()
+                .with_variant(variant)
         })
         .collect();
     acquire(&mut s, 0, Mode::R);
@@ -293,7 +294,6 @@ fn release_crossing_a_grant_is_dropped_and_resynchronised() {
     acquire(&mut s, 2, Mode::IR); // copy from 1; 1 owns IR through 2 after releasing
     release(&mut s, 1);
     assert_eq!(s[1].lock(L).unwrap().owned(), Mode::IR);
-    // 1 asks for R (IR < R): request to 0, not yet delivered.
     let req = step(
         &mut s,
         1,
@@ -302,7 +302,6 @@ fn release_crossing_a_grant_is_dropped_and_resynchronised() {
             mode: Mode::R,
         },
     );
-    // 2 releases: 1's owned falls to Φ and 1 sends Release(Φ) to 0 — after its request.
     let rel2 = step(&mut s, 2, Input::Release { lock: L });
     let Output::Send { msg: m, .. } = &rel2[0] else {
         panic!()
@@ -315,7 +314,6 @@ fn release_crossing_a_grant_is_dropped_and_resynchronised() {
             msg: m,
         },
     );
-    // 0 receives the request first and grants R (copy: R ≥ R), then the stale release.
     let Output::Send { msg: r, .. } = &req[0] else {
         panic!()
     };
@@ -338,19 +336,25 @@ fn release_crossing_a_grant_is_dropped_and_resynchronised() {
             msg: rel,
         },
     );
-    assert_eq!(
-        s[0].lock(L).unwrap().children().collect::<Vec<_>>(),
-        vec![(NodeId(1), Mode::R)],
-        "stale release dropped"
-    );
-    assert_eq!(s[0].lock(L).unwrap().stale().releases, 1);
     settle(&mut s, 0, grant);
     assert_eq!(s[1].lock(L).unwrap().held(), Mode::R);
+    s
+}
+
+/// With attachment epochs the stale release is dropped and the record stays R: a W request
+/// waits for node 1's R.
+#[test]
+fn release_crossing_a_grant_is_dropped_and_resynchronised() {
+    let mut s = release_race(Variant::HILOCK);
+    assert_eq!(
+        s[0].lock(L).unwrap().stale().releases,
+        1,
+        "stale release dropped"
+    );
     assert_eq!(
         s[0].lock(L).unwrap().children().collect::<Vec<_>>(),
         vec![(NodeId(1), Mode::R)]
     );
-    // Now a W request must wait for 1's R.
     acquire(&mut s, 3, Mode::W);
     release(&mut s, 0);
     assert_eq!(
@@ -367,70 +371,10 @@ fn release_crossing_a_grant_is_dropped_and_resynchronised() {
 /// is held — the mutual-exclusion violation that the epochs prevent.
 #[test]
 fn literal_release_handling_violates_mutual_exclusion() {
-    let literal = Variant {
+    let mut s = release_race(Variant {
         release_epochs: false,
         ..Variant::HILOCK
-    };
-    let mut s: Vec<S> = (0..4)
-        .map(|i| {
-            let parent = match i {
-                0 => None,
-                2 => Some(NodeId(1)),
-                _ => Some(NodeId(0)),
-            };
-            S::with_parents(NodeId(i), |_| parent)
-                .unwrap()
-                .with_variant(literal)
-        })
-        .collect();
-    acquire(&mut s, 0, Mode::R);
-    acquire(&mut s, 1, Mode::IR);
-    acquire(&mut s, 2, Mode::IR);
-    release(&mut s, 1);
-    let req = step(
-        &mut s,
-        1,
-        Input::Acquire {
-            lock: L,
-            mode: Mode::R,
-        },
-    );
-    let rel2 = step(&mut s, 2, Input::Release { lock: L });
-    let Output::Send { msg: m, .. } = &rel2[0] else {
-        panic!()
-    };
-    let rel1 = step(
-        &mut s,
-        1,
-        Input::Deliver {
-            from: NodeId(2),
-            msg: m,
-        },
-    );
-    let Output::Send { msg: r, .. } = &req[0] else {
-        panic!()
-    };
-    let grant = step(
-        &mut s,
-        0,
-        Input::Deliver {
-            from: NodeId(1),
-            msg: r,
-        },
-    );
-    let Output::Send { msg: rel, .. } = &rel1[0] else {
-        panic!()
-    };
-    step(
-        &mut s,
-        0,
-        Input::Deliver {
-            from: NodeId(1),
-            msg: rel,
-        },
-    );
-    settle(&mut s, 0, grant);
-    assert_eq!(s[1].lock(L).unwrap().held(), Mode::R);
+    });
     assert_eq!(
         s[0].lock(L).unwrap().children().count(),
         0,
