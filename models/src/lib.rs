@@ -1,5 +1,9 @@
 //! Stateright models of hilock that drive `hilock-kernel` sites.
 //!
+//! - [`base`]: the chapter-2 protocol (properties P1–P6), configurations as values;
+//! - [`check`]: `check` / `explore`, the API of `hilock check` and `hilock explore`;
 //! - [`inversion`]: the priority-inversion model of thesis section 3.6 (property P7).
 
+pub mod base;
+pub mod check;
 pub mod inversion;

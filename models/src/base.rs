@@ -1,0 +1,887 @@
+//! The base protocol (thesis chapter 2) as a Stateright model that drives `hilock-kernel`
+//! sites: no rule is re-implemented here. The model only runs each node's script, routes
+//! the `Send` outputs of every step into the network, delivers messages in every order the
+//! network allows, and keeps the ghost history the properties need.
+//!
+//! A configuration is a value ([`ModelConfig`], serde JSON) with [`ModelConfig::into_model`].
+//!
+//! # State
+//! The sites (the kernel's own state, unchanged), the per-node script position, the
+//! network — per ordered pair of nodes a FIFO queue, or for the unordered network the same
+//! multiset kept sorted by a content hash (canonical: delivery order is not state) — and the
+//! ghost history of the outstanding requests (for P6) and of what the last step did (for
+//! the `sometimes` properties). Every script is finite and every step consumes a script
+//! operation or a message, so the state graph is acyclic and finite.
+//!
+//! # Properties (names as in `architecture.md` / `spec/SPEC.md`)
+//! - `P1 mutual exclusion`: no two sites hold modes of a lock that conflict by the literal
+//!   Table 2.1 ([`hilock_kernel::tables::TABLE_2_1`], not the kernel's `conflicts`).
+//! - `P2 single token`: per lock, tokens at sites + `Token` messages in flight = 1.
+//! - `P3 owned-mode invariant` (invariant 2.2): for every lock and every node `c` that is
+//!   not the token node, with parent `p`: if no `Release`, `Grant` or `Token` of that lock is
+//!   in flight between `c` and `p` (either direction), then `p`'s record of `c` *covers*
+//!   `c`'s owned mode `M_O(c)`: the record is at least as strong (inequation 2.1) and every
+//!   mode that conflicts with `M_O(c)` (Table 2.1) also conflicts with the record. (With
+//!   U = IW in strength this excludes a record IW for an owned U.) By induction up the tree
+//!   every node then owns a mode covering every mode held in its subtree.
+//! - `P4 no deadlock`, safety over quiescent states: in a state with no enabled action (the
+//!   network is empty and every script is finished or blocked on its request) no site has a
+//!   pending request.
+//! - `P5 liveness`, also over quiescent states: every script ran to its end and every
+//!   request it made was granted. Since the state graph is acyclic and finite every
+//!   maximal path ends in a quiescent state, so this is exactly "every request is
+//!   eventually granted and every script completes" on every path, without fairness.
+//!   (`Property::eventually` is not used: Stateright 0.31 can miss its counterexamples at
+//!   DAG joins, see its test `fixme_can_miss_counterexample_when_revisiting_a_state`.)
+//! - `no kernel error`: the kernel accepted every input the model gave it.
+//! - `P6 FIFO bypass ≤ k` for k = 0..=7: a request *arrives* when it first sits in the
+//!   token node's queue or is granted (by the token node, by a copy-granting child, or
+//!   locally by Rule 2); an upgrade arrives when it is issued. A waiting request `r` is
+//!   *bypassed* by a grant to another node in a mode that conflicts with `r`'s mode for a
+//!   request that arrived after `r`. The bound holds if no request is bypassed more than k
+//!   times; [`crate::check::CheckReport::fifo_bound`] is the least k that holds.
+//! - `sometimes` properties, so a pass cannot be vacuous: a copy grant by a non-token node,
+//!   a token transfer, local queueing (Table 2.3 Q at a non-token node), a freeze delivered
+//!   (and applied), an upgrade completed.
+
+use hilock_kernel::tables::table_2_1;
+use hilock_kernel::{Input, LockId, Mode, Msg, NodeId, Output, Outputs, Pending, Site, Variant};
+use serde::{Deserialize, Serialize};
+use stateright::{Model, Property};
+use std::collections::BTreeMap;
+use std::fmt;
+use std::hash::{Hash, Hasher};
+
+/// Largest number of nodes of a configuration.
+pub const MAX_NODES: usize = 5;
+/// Largest number of locks of a configuration.
+pub const MAX_LOCKS: usize = 2;
+/// Queue capacity of the model's sites (one entry per requester: no overflow).
+pub const QCAP: usize = MAX_NODES;
+/// Output capacity: `N + Q + L + 6` with L = 2 (also enough for L = 1).
+pub const OCAP: usize = MAX_NODES + QCAP + MAX_LOCKS + 6;
+/// The kernel site the model drives, with `L` locks.
+pub type MSite<const L: usize> = Site<MAX_NODES, L, QCAP, OCAP>;
+/// The kernel message type of [`MSite`].
+pub type MMsg = Msg<QCAP>;
+/// Largest FIFO bypass bound the model checks for (`P6 FIFO bypass ≤ 0` … `≤ 7`).
+pub const MAX_BYPASS: u8 = 7;
+
+/// The network between the sites.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Network {
+    /// Per-pair FIFO channels (the thesis assumption).
+    #[default]
+    Fifo,
+    /// Any message in flight may be delivered next; no duplication, no loss.
+    Unordered,
+}
+
+/// One operation of a node's script, written `acquire MODE [@LOCK]`, `release [@LOCK]` or
+/// `upgrade [@LOCK]` in JSON.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub enum ScriptOp {
+    /// `RequestLock(mode)`; the script waits until it is granted.
+    Acquire(Mode, u16),
+    /// `RequestUnlock()`.
+    Release(u16),
+    /// `RequestUpgrade()` (Rule 7); the script waits until it completes.
+    Upgrade(u16),
+}
+
+impl ScriptOp {
+    /// The lock of the operation.
+    pub fn lock(self) -> u16 {
+        match self {
+            ScriptOp::Acquire(_, l) | ScriptOp::Release(l) | ScriptOp::Upgrade(l) => l,
+        }
+    }
+}
+
+impl TryFrom<String> for ScriptOp {
+    type Error = String;
+    fn try_from(s: String) -> Result<Self, String> {
+        s.parse()
+    }
+}
+
+impl std::str::FromStr for ScriptOp {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        use hilock_spec::scenario::Op;
+        match Op::parse(s)? {
+            Op::Acquire(m, l) => Ok(ScriptOp::Acquire(m, l)),
+            Op::Release(l) => Ok(ScriptOp::Release(l)),
+            Op::Upgrade(l) => Ok(ScriptOp::Upgrade(l)),
+            Op::Priority(_) => Err(format!("'{s}': priorities are not part of this model")),
+        }
+    }
+}
+
+impl From<ScriptOp> for String {
+    fn from(op: ScriptOp) -> String {
+        op.to_string()
+    }
+}
+
+impl fmt::Display for ScriptOp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (s, l) = match self {
+            ScriptOp::Acquire(m, l) => (format!("acquire {}", m.name()), *l),
+            ScriptOp::Release(l) => ("release".to_string(), *l),
+            ScriptOp::Upgrade(l) => ("upgrade".to_string(), *l),
+        };
+        if l == 0 {
+            f.write_str(&s)
+        } else {
+            write!(f, "{s} @{l}")
+        }
+    }
+}
+
+fn one() -> usize {
+    1
+}
+
+/// A model configuration: nodes, initial tree and token holder, scripts, network, variant.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelConfig {
+    /// Short name (used in reports and traces).
+    #[serde(default)]
+    pub name: String,
+    /// Number of nodes, 2 to 5.
+    pub nodes: usize,
+    /// Number of locks, 1 or 2 (every lock starts with the same tree).
+    #[serde(default = "one")]
+    pub locks: usize,
+    /// The initial token holder of every lock.
+    pub token: u16,
+    /// Initial parent of every node (`parents[token]` is ignored, write `null`); the
+    /// pointers must form a tree rooted at the token holder.
+    pub parents: Vec<Option<u16>>,
+    /// Per node, its script (`"acquire R"`, `"release"`, `"upgrade"`, `"acquire W @1"`).
+    pub scripts: Vec<Vec<ScriptOp>>,
+    /// The network.
+    #[serde(default)]
+    pub network: Network,
+    /// The protocol variant ([`Variant::HILOCK`] unless given).
+    #[serde(default)]
+    pub variant: Variant,
+}
+
+impl ModelConfig {
+    /// A configuration on the FIFO network running [`Variant::HILOCK`], one lock; `parents`
+    /// as in [`ModelConfig::parents`], scripts as strings.
+    ///
+    /// # Panics
+    /// If a script operation does not parse.
+    pub fn new(name: &str, token: u16, parents: &[Option<u16>], scripts: &[&[&str]]) -> Self {
+        ModelConfig {
+            name: name.to_string(),
+            nodes: parents.len(),
+            locks: 1,
+            token,
+            parents: parents.to_vec(),
+            scripts: scripts
+                .iter()
+                .map(|s| {
+                    s.iter()
+                        .map(|op| op.parse().unwrap_or_else(|e| panic!("{e}")))
+                        .collect()
+                })
+                .collect(),
+            network: Network::Fifo,
+            variant: Variant::HILOCK,
+        }
+    }
+
+    /// A star of `n` nodes around node 0 (the token holder).
+    pub fn star(name: &str, scripts: &[&[&str]]) -> Self {
+        let parents: Vec<Option<u16>> = (0..scripts.len()).map(|i| (i != 0).then_some(0)).collect();
+        Self::new(name, 0, &parents, scripts)
+    }
+
+    /// A chain 0 ← 1 ← 2 ← … of `n` nodes, token at node 0.
+    pub fn chain(name: &str, scripts: &[&[&str]]) -> Self {
+        let parents: Vec<Option<u16>> = (0..scripts.len())
+            .map(|i| (i != 0).then(|| i as u16 - 1))
+            .collect();
+        Self::new(name, 0, &parents, scripts)
+    }
+
+    /// The same configuration with another network.
+    pub fn with_network(mut self, network: Network) -> Self {
+        self.network = network;
+        self
+    }
+
+    /// The same configuration with another protocol variant.
+    pub fn with_variant(mut self, variant: Variant) -> Self {
+        self.variant = variant;
+        self
+    }
+
+    /// The same configuration with `locks` locks.
+    pub fn with_locks(mut self, locks: usize) -> Self {
+        self.locks = locks;
+        self
+    }
+
+    /// The same configuration under another name.
+    pub fn named(mut self, name: &str) -> Self {
+        self.name = name.to_string();
+        self
+    }
+
+    /// Parses a JSON configuration.
+    pub fn from_json(text: &str) -> Result<Self, String> {
+        let c: ModelConfig = serde_json::from_str(text).map_err(|e| e.to_string())?;
+        c.validate()?;
+        Ok(c)
+    }
+
+    /// Checks sizes, the tree and the scripts.
+    pub fn validate(&self) -> Result<(), String> {
+        let n = self.nodes;
+        if !(2..=MAX_NODES).contains(&n) {
+            return Err(format!("nodes must be 2 to {MAX_NODES}, not {n}"));
+        }
+        if !(1..=MAX_LOCKS).contains(&self.locks) {
+            return Err(format!(
+                "locks must be 1 or {MAX_LOCKS}, not {}",
+                self.locks
+            ));
+        }
+        if self.token as usize >= n {
+            return Err(format!("token holder {} is not a node", self.token));
+        }
+        if self.parents.len() != n || self.scripts.len() != n {
+            return Err(format!("parents and scripts must have {n} entries each"));
+        }
+        for i in 0..n {
+            if i == self.token as usize {
+                continue;
+            }
+            // Follow the parent pointers to the token holder.
+            let mut at = i;
+            for _ in 0..=n {
+                if at == self.token as usize {
+                    break;
+                }
+                match self.parents[at] {
+                    Some(p) if (p as usize) < n && p as usize != at => at = p as usize,
+                    _ => return Err(format!("node {at} has no valid parent")),
+                }
+            }
+            if at != self.token as usize {
+                return Err(format!("the parents of node {i} form a cycle"));
+            }
+        }
+        for (i, s) in self.scripts.iter().enumerate() {
+            if s.len() > 250 {
+                return Err(format!("script of node {i} is too long"));
+            }
+            if let Some(op) = s.iter().find(|op| op.lock() as usize >= self.locks) {
+                return Err(format!("node {i}: '{op}' names a lock that does not exist"));
+            }
+        }
+        Ok(())
+    }
+
+    /// Parent of node `i` in the initial tree (`None` for the token holder).
+    pub fn parent(&self, i: usize) -> Option<u16> {
+        if i == self.token as usize {
+            None
+        } else {
+            self.parents[i]
+        }
+    }
+
+    /// The model with `L` locks (`L` must equal [`ModelConfig::locks`]).
+    pub fn into_model_with<const L: usize>(self) -> Result<BaseModel<L>, String> {
+        self.validate()?;
+        if self.locks != L {
+            return Err(format!("configuration has {} locks, not {L}", self.locks));
+        }
+        Ok(BaseModel { cfg: self })
+    }
+
+    /// The one-lock model (use [`ModelConfig::into_model_with`] for two locks, or the
+    /// dispatching [`crate::check::check`]).
+    pub fn into_model(self) -> Result<BaseModel<1>, String> {
+        self.into_model_with::<1>()
+    }
+}
+
+/// The model of a configuration, with `L` locks.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct BaseModel<const L: usize> {
+    /// The configuration.
+    pub cfg: ModelConfig,
+}
+
+/// A model action.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Action {
+    /// Node `n` runs its next script operation.
+    Run(u8),
+    /// Deliver the message at `index` of the channel `from → to` (always 0 on FIFO).
+    Deliver {
+        /// Sender.
+        from: u8,
+        /// Receiver.
+        to: u8,
+        /// Position in the channel.
+        index: u8,
+    },
+}
+
+/// Ghost record of one outstanding request (or upgrade) of a node for a lock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Req {
+    /// Requested mode (W for an upgrade).
+    pub mode: Mode,
+    /// Arrival rank (1, 2, … among outstanding requests; 0: not arrived yet).
+    pub arrival: u8,
+    /// Grants of conflicting, later-arrived requests while this one waited.
+    pub bypass: u8,
+}
+
+/// What the last step did (for the `sometimes` properties).
+pub mod event {
+    /// A non-token node sent a copy grant (Rule 3.1).
+    pub const COPY_BY_CHILD: u8 = 1;
+    /// The token was sent (Rule 3.2).
+    pub const TOKEN_TRANSFER: u8 = 2;
+    /// A non-token node queued another node's request (Rule 4.1, Table 2.3 Q).
+    pub const LOCAL_QUEUE: u8 = 4;
+    /// A delivered `Freeze` changed the receiver's frozen modes (Rule 6).
+    pub const FREEZE_DELIVERED: u8 = 8;
+    /// An upgrade U → W completed (Rule 7).
+    pub const UPGRADED: u8 = 16;
+}
+
+/// A state of the model.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct State<const L: usize> {
+    /// The sites.
+    pub sites: Vec<MSite<L>>,
+    /// Messages in flight per (from, to).
+    pub net: BTreeMap<(u8, u8), Vec<MMsg>>,
+    /// Per node, the index of its next script operation.
+    pub pc: Vec<u8>,
+    /// Per node and lock (`n * L + l`), the outstanding request.
+    pub reqs: Vec<Option<Req>>,
+    /// [`event`] bits of the last step.
+    pub events: u8,
+    /// The kernel rejected an input (a bug in the kernel or the configuration).
+    pub error: Option<String>,
+}
+
+impl<const L: usize> State<L> {
+    /// Whether node `n` waits for a grant or an upgrade.
+    pub fn blocked(&self, n: usize) -> bool {
+        self.reqs[n * L..(n + 1) * L].iter().any(|r| r.is_some())
+    }
+
+    /// The largest bypass count of any outstanding request.
+    pub fn max_bypass(&self) -> u8 {
+        self.reqs
+            .iter()
+            .flatten()
+            .map(|r| r.bypass)
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Messages in flight.
+    pub fn in_flight(&self) -> usize {
+        self.net.values().map(|q| q.len()).sum()
+    }
+
+    fn lock_busy(&self, a: usize, b: usize, l: usize) -> bool {
+        self.net.get(&(a as u8, b as u8)).is_some_and(|q| {
+            q.iter().any(|m| {
+                m.lock().idx() == l
+                    && matches!(
+                        m,
+                        Msg::Release { .. } | Msg::Grant { .. } | Msg::Token { .. }
+                    )
+            })
+        })
+    }
+}
+
+impl<const L: usize> fmt::Debug for State<L> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, s) in self.sites.iter().enumerate() {
+            for (l, n) in s.locks().iter().enumerate() {
+                write!(
+                    f,
+                    "n{i}@{l}: (M_O {}, M_H {}, M_P {})",
+                    n.owned(),
+                    n.held(),
+                    n.pending_mode()
+                )?;
+                if n.has_token() {
+                    f.write_str(" token")?;
+                } else if let Some(p) = n.parent() {
+                    write!(f, " parent n{}", p.0)?;
+                }
+                let ch: Vec<String> = n.children().map(|(c, m)| format!("{c}:{m}")).collect();
+                if !ch.is_empty() {
+                    write!(f, " children {{{}}}", ch.join(","))?;
+                }
+                let q: Vec<String> = n
+                    .queue()
+                    .iter()
+                    .map(|e| format!("{}:{}", e.requester, e.mode))
+                    .collect();
+                if !q.is_empty() {
+                    write!(f, " queue [{}]", q.join(","))?;
+                }
+                if !n.frozen().is_empty() {
+                    write!(f, " frozen {}", n.frozen())?;
+                }
+                if let Some(r) = self.reqs[i * L + l] {
+                    write!(
+                        f,
+                        " waits {} (arrival {}, bypassed {})",
+                        r.mode, r.arrival, r.bypass
+                    )?;
+                }
+                writeln!(f)?;
+            }
+            writeln!(f, "n{i}: script at {}", self.pc[i])?;
+        }
+        for ((a, b), q) in &self.net {
+            for m in q {
+                writeln!(f, "n{a} -> n{b}: {m:?}")?;
+            }
+        }
+        if let Some(e) = &self.error {
+            writeln!(f, "kernel error: {e}")?;
+        }
+        Ok(())
+    }
+}
+
+fn msg_key(m: &MMsg) -> u64 {
+    let mut h = std::hash::DefaultHasher::new();
+    m.hash(&mut h);
+    h.finish()
+}
+
+/// Every mode that conflicts with `owned` also conflicts with `record`, and `record` is at
+/// least as strong (literal Table 2.1).
+pub fn covers(record: Mode, owned: Mode) -> bool {
+    owned == Mode::Phi
+        || (record.at_least(owned)
+            && Mode::REQUESTABLE
+                .iter()
+                .all(|m| !table_2_1(owned, *m) || table_2_1(record, *m)))
+}
+
+impl<const L: usize> BaseModel<L> {
+    fn n(&self) -> usize {
+        self.cfg.nodes
+    }
+
+    /// Whether no action is enabled: nothing in flight, every script done or blocked.
+    pub fn quiescent(&self, st: &State<L>) -> bool {
+        st.net.is_empty()
+            && (0..self.n())
+                .all(|i| st.blocked(i) || st.pc[i] as usize >= self.cfg.scripts[i].len())
+    }
+
+    fn next_arrival(st: &State<L>) -> u8 {
+        st.reqs
+            .iter()
+            .flatten()
+            .map(|r| r.arrival)
+            .max()
+            .unwrap_or(0)
+            + 1
+    }
+
+    /// Marks the outstanding request of `n` for `l` as arrived (if it has not yet).
+    fn arrive(st: &mut State<L>, n: usize, l: usize) {
+        let a = Self::next_arrival(st);
+        if let Some(r) = &mut st.reqs[n * L + l] {
+            if r.arrival == 0 {
+                r.arrival = a;
+            }
+        }
+    }
+
+    /// Node `n` was granted `mode` on `l` (or completed its upgrade): count the bypasses.
+    fn granted(st: &mut State<L>, n: usize, l: usize, mode: Mode) {
+        Self::arrive(st, n, l);
+        let Some(me) = st.reqs[n * L + l].take() else {
+            return;
+        };
+        for (i, r) in st.reqs.iter_mut().enumerate() {
+            if i % L != l {
+                continue;
+            }
+            if let Some(r) = r {
+                if r.arrival != 0
+                    && r.arrival < me.arrival
+                    && (table_2_1(r.mode, mode) || table_2_1(mode, r.mode))
+                {
+                    r.bypass = r.bypass.saturating_add(1);
+                }
+            }
+        }
+    }
+
+    /// Renumbers the arrival ranks 1, 2, … (only their order matters).
+    fn normalise(st: &mut State<L>) {
+        let mut ranks: Vec<u8> = st
+            .reqs
+            .iter()
+            .flatten()
+            .map(|r| r.arrival)
+            .filter(|a| *a != 0)
+            .collect();
+        ranks.sort_unstable();
+        for r in st.reqs.iter_mut().flatten() {
+            if r.arrival != 0 {
+                r.arrival = ranks.iter().position(|x| *x == r.arrival).unwrap_or(0) as u8 + 1;
+            }
+        }
+    }
+
+    /// One kernel step at node `n`, with the routing of its outputs and the ghost history.
+    fn step(&self, st: &mut State<L>, n: usize, input: Input<'_, MMsg>) {
+        let (l, delivered_req, delivered_freeze) = match input {
+            Input::Acquire { lock, .. } | Input::Release { lock } | Input::Upgrade { lock } => {
+                (lock.idx(), None, false)
+            }
+            Input::SetPriority { .. } => (0, None, false),
+            Input::Deliver { msg, .. } => (
+                msg.lock().idx(),
+                match msg {
+                    Msg::Request { entry, .. } => Some(*entry),
+                    _ => None,
+                },
+                matches!(msg, Msg::Freeze { .. }),
+            ),
+        };
+        let before = st.sites[n].locks()[l].clone();
+        let mut out: Outputs<MMsg, OCAP> = Outputs::new();
+        st.events = 0;
+        if let Err(e) = st.sites[n].step(input, &mut out) {
+            st.error = Some(format!("n{n}: {e}"));
+            return;
+        }
+        let after = &st.sites[n].locks()[l];
+        let (had_token, has_token) = (before.has_token(), after.has_token());
+        if let Some(e) = delivered_req {
+            if !had_token && !has_token && after.queue().iter().any(|q| *q == e) {
+                st.events |= event::LOCAL_QUEUE;
+            }
+        }
+        if delivered_freeze && after.frozen() != before.frozen() {
+            st.events |= event::FREEZE_DELIVERED;
+        }
+        for o in out {
+            match o {
+                Output::Send { to, msg } => {
+                    match &msg {
+                        Msg::Grant { entry, lock, .. } | Msg::Token { entry, lock, .. } => {
+                            let r = entry.requester.idx();
+                            let is_current = matches!(
+                                st.sites[r].locks()[lock.idx()].pending(),
+                                Pending::Request(p) if p.serial == entry.serial
+                            );
+                            if is_current {
+                                Self::arrive(st, r, lock.idx());
+                            }
+                            if matches!(msg, Msg::Token { .. }) {
+                                st.events |= event::TOKEN_TRANSFER;
+                            } else if !had_token && !has_token {
+                                st.events |= event::COPY_BY_CHILD;
+                            }
+                        }
+                        _ => {}
+                    }
+                    let q = st.net.entry((n as u8, to.0 as u8)).or_default();
+                    match self.cfg.network {
+                        Network::Fifo => q.push(msg),
+                        Network::Unordered => {
+                            let k = msg_key(&msg);
+                            let at = q.partition_point(|m| msg_key(m) <= k);
+                            q.insert(at, msg);
+                        }
+                    }
+                }
+                Output::Granted { lock, mode } => Self::granted(st, n, lock.idx(), mode),
+                Output::Upgraded { lock } => {
+                    st.events |= event::UPGRADED;
+                    Self::granted(st, n, lock.idx(), Mode::W);
+                }
+            }
+        }
+        // Requests waiting in the token node's queue have arrived (in queue order).
+        for lk in 0..L {
+            let node = &st.sites[n].locks()[lk];
+            if node.has_token() {
+                let who: Vec<usize> = node.queue().iter().map(|e| e.requester.idx()).collect();
+                for r in who {
+                    Self::arrive(st, r, lk);
+                }
+            }
+        }
+        Self::normalise(st);
+    }
+
+    /// The script operation node `n` runs next.
+    pub fn next_op(&self, st: &State<L>, n: usize) -> Option<ScriptOp> {
+        self.cfg.scripts[n].get(st.pc[n] as usize).copied()
+    }
+
+    /// The kernel input of a script operation.
+    pub fn input_of<M>(op: ScriptOp) -> Input<'static, M> {
+        match op {
+            ScriptOp::Acquire(mode, l) => Input::Acquire {
+                lock: LockId(l),
+                mode,
+            },
+            ScriptOp::Release(l) => Input::Release { lock: LockId(l) },
+            ScriptOp::Upgrade(l) => Input::Upgrade { lock: LockId(l) },
+        }
+    }
+}
+
+fn p1<const L: usize>(_: &BaseModel<L>, st: &State<L>) -> bool {
+    (0..L).all(|l| {
+        let held: Vec<Mode> = st
+            .sites
+            .iter()
+            .map(|s| s.locks()[l].held())
+            .filter(|m| *m != Mode::Phi)
+            .collect();
+        held.iter().enumerate().all(|(i, a)| {
+            held[i + 1..]
+                .iter()
+                .all(|b| !table_2_1(*a, *b) && !table_2_1(*b, *a))
+        })
+    })
+}
+
+fn p2<const L: usize>(_: &BaseModel<L>, st: &State<L>) -> bool {
+    (0..L).all(|l| {
+        let at_sites = st.sites.iter().filter(|s| s.locks()[l].has_token()).count();
+        let in_flight = st
+            .net
+            .values()
+            .flatten()
+            .filter(|m| matches!(m, Msg::Token { lock, .. } if lock.idx() == l))
+            .count();
+        at_sites + in_flight == 1
+    })
+}
+
+fn p3<const L: usize>(_: &BaseModel<L>, st: &State<L>) -> bool {
+    (0..L).all(|l| {
+        st.sites.iter().enumerate().all(|(c, s)| {
+            let node = &s.locks()[l];
+            let Some(p) = node.parent() else {
+                return true;
+            };
+            let p = p.idx();
+            if node.has_token() || st.lock_busy(c, p, l) || st.lock_busy(p, c, l) {
+                return true;
+            }
+            let record = st.sites[p].locks()[l].peers()[c].child_owned;
+            covers(record, node.owned())
+        })
+    })
+}
+
+fn p4<const L: usize>(m: &BaseModel<L>, st: &State<L>) -> bool {
+    !m.quiescent(st)
+        || st
+            .sites
+            .iter()
+            .all(|s| s.locks().iter().all(|n| n.pending() == Pending::None))
+}
+
+fn p5<const L: usize>(m: &BaseModel<L>, st: &State<L>) -> bool {
+    !m.quiescent(st)
+        || (st.error.is_none()
+            && (0..m.n()).all(|i| !st.blocked(i) && st.pc[i] as usize == m.cfg.scripts[i].len()))
+}
+
+fn no_error<const L: usize>(_: &BaseModel<L>, st: &State<L>) -> bool {
+    st.error.is_none()
+}
+
+fn bypass<const L: usize, const K: u8>(_: &BaseModel<L>, st: &State<L>) -> bool {
+    st.max_bypass() <= K
+}
+
+fn ev<const L: usize, const E: u8>(_: &BaseModel<L>, st: &State<L>) -> bool {
+    st.events & E != 0
+}
+
+/// Names of the properties that must hold (`always`).
+pub const SAFETY: [&str; 6] = [
+    "P1 mutual exclusion",
+    "P2 single token",
+    "P3 owned-mode invariant",
+    "P4 no deadlock",
+    "P5 liveness",
+    "no kernel error",
+];
+
+/// Names of the `P6 FIFO bypass ≤ k` properties, index k.
+pub const BYPASS: [&str; MAX_BYPASS as usize + 1] = [
+    "P6 FIFO bypass ≤ 0",
+    "P6 FIFO bypass ≤ 1",
+    "P6 FIFO bypass ≤ 2",
+    "P6 FIFO bypass ≤ 3",
+    "P6 FIFO bypass ≤ 4",
+    "P6 FIFO bypass ≤ 5",
+    "P6 FIFO bypass ≤ 6",
+    "P6 FIFO bypass ≤ 7",
+];
+
+/// Names of the `sometimes` (reachability) properties.
+pub const REACHED: [&str; 5] = [
+    "reached: copy grant by a non-token node",
+    "reached: token transfer",
+    "reached: local queueing (Table 2.3 Q)",
+    "reached: freeze delivered",
+    "reached: upgrade completed",
+];
+
+impl<const L: usize> Model for BaseModel<L> {
+    type State = State<L>;
+    type Action = Action;
+
+    fn init_states(&self) -> Vec<State<L>> {
+        let n = self.n();
+        let sites = (0..n)
+            .map(|i| {
+                let parent = self.cfg.parent(i).map(NodeId);
+                MSite::<L>::with_parents(NodeId(i as u16), |_| parent)
+                    .expect("validated tree")
+                    .with_variant(self.cfg.variant)
+            })
+            .collect();
+        vec![State {
+            sites,
+            net: BTreeMap::new(),
+            pc: vec![0; n],
+            reqs: vec![None; n * L],
+            events: 0,
+            error: None,
+        }]
+    }
+
+    fn actions(&self, st: &State<L>, actions: &mut Vec<Action>) {
+        if st.error.is_some() {
+            return;
+        }
+        for i in 0..self.n() {
+            if !st.blocked(i) && (st.pc[i] as usize) < self.cfg.scripts[i].len() {
+                actions.push(Action::Run(i as u8));
+            }
+        }
+        for (&(from, to), q) in &st.net {
+            match self.cfg.network {
+                Network::Fifo => actions.push(Action::Deliver { from, to, index: 0 }),
+                Network::Unordered => {
+                    for (i, m) in q.iter().enumerate() {
+                        if i == 0 || q[i - 1] != *m {
+                            actions.push(Action::Deliver {
+                                from,
+                                to,
+                                index: i as u8,
+                            });
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn next_state(&self, last: &State<L>, action: Action) -> Option<State<L>> {
+        let mut st = last.clone();
+        match action {
+            Action::Run(i) => {
+                let i = i as usize;
+                let op = self.next_op(&st, i)?;
+                st.pc[i] += 1;
+                match op {
+                    ScriptOp::Acquire(mode, l) => {
+                        st.reqs[i * L + l as usize] = Some(Req {
+                            mode,
+                            arrival: 0,
+                            bypass: 0,
+                        });
+                    }
+                    ScriptOp::Upgrade(l) => {
+                        st.reqs[i * L + l as usize] = Some(Req {
+                            mode: Mode::W,
+                            arrival: 0,
+                            bypass: 0,
+                        });
+                        Self::arrive(&mut st, i, l as usize);
+                    }
+                    ScriptOp::Release(_) => {}
+                }
+                self.step(&mut st, i, Self::input_of(op));
+            }
+            Action::Deliver { from, to, index } => {
+                let q = st.net.get_mut(&(from, to))?;
+                if index as usize >= q.len() {
+                    return None;
+                }
+                let msg = q.remove(index as usize);
+                if q.is_empty() {
+                    st.net.remove(&(from, to));
+                }
+                self.step(
+                    &mut st,
+                    to as usize,
+                    Input::Deliver {
+                        from: NodeId(from as u16),
+                        msg: &msg,
+                    },
+                );
+            }
+        }
+        Some(st)
+    }
+
+    fn properties(&self) -> Vec<Property<Self>> {
+        use event::*;
+        vec![
+            Property::always(SAFETY[0], p1::<L>),
+            Property::always(SAFETY[1], p2::<L>),
+            Property::always(SAFETY[2], p3::<L>),
+            Property::always(SAFETY[3], p4::<L>),
+            Property::always(SAFETY[4], p5::<L>),
+            Property::always(SAFETY[5], no_error::<L>),
+            Property::always(BYPASS[0], bypass::<L, 0>),
+            Property::always(BYPASS[1], bypass::<L, 1>),
+            Property::always(BYPASS[2], bypass::<L, 2>),
+            Property::always(BYPASS[3], bypass::<L, 3>),
+            Property::always(BYPASS[4], bypass::<L, 4>),
+            Property::always(BYPASS[5], bypass::<L, 5>),
+            Property::always(BYPASS[6], bypass::<L, 6>),
+            Property::always(BYPASS[7], bypass::<L, 7>),
+            Property::sometimes(REACHED[0], ev::<L, COPY_BY_CHILD>),
+            Property::sometimes(REACHED[1], ev::<L, TOKEN_TRANSFER>),
+            Property::sometimes(REACHED[2], ev::<L, LOCAL_QUEUE>),
+            Property::sometimes(REACHED[3], ev::<L, FREEZE_DELIVERED>),
+            Property::sometimes(REACHED[4], ev::<L, UPGRADED>),
+        ]
+    }
+}

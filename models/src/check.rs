@@ -1,0 +1,357 @@
+//! The API the `hilock check` / `hilock explore` subcommands and the verify suite call:
+//! run an exhaustive BFS check of a [`ModelConfig`] and report every property, with
+//! counterexamples as `hilock-trace/1` traces; or serve the Stateright Explorer on it.
+
+use crate::base::{Action, BaseModel, MMsg, ModelConfig, Network, State, BYPASS, REACHED, SAFETY};
+use hilock_kernel::{Msg, NodeId};
+use hilock_spec::system::{SpecMsg, System};
+use hilock_spec::trace::{NodeSnapshot, Trace, TraceInput, TraceOutput, TraceStep, TRACE_FORMAT};
+use serde::Serialize;
+use stateright::{Checker, Expectation, Model, Path};
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+/// The outcome of one property.
+#[derive(Clone, Debug, Serialize)]
+pub struct PropertyReport {
+    /// Property name (as in SPEC.md).
+    pub name: String,
+    /// `always` or `sometimes`.
+    pub kind: String,
+    /// `always`: no state violates it; `sometimes`: a state satisfying it was reached.
+    pub holds: bool,
+    /// `always` that fails: the shortest counterexample found by BFS.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub counterexample: Option<Trace>,
+}
+
+/// The result of [`check`].
+#[derive(Clone, Debug, Serialize)]
+pub struct CheckReport {
+    /// Configuration name.
+    pub config: String,
+    /// States generated (with repetitions).
+    pub states: usize,
+    /// Unique states.
+    pub unique_states: usize,
+    /// Longest path explored.
+    pub max_depth: usize,
+    /// Wall time.
+    pub elapsed: Duration,
+    /// P1–P5, `no kernel error`, then the `sometimes` properties. (The `P6 FIFO bypass ≤ k`
+    /// properties are summarised in [`CheckReport::fifo_bound`].)
+    pub properties: Vec<PropertyReport>,
+    /// P6: the least k such that no request is bypassed more than k times (`None`: more
+    /// than [`crate::base::MAX_BYPASS`]).
+    pub fifo_bound: Option<u8>,
+    /// Counterexample for `P6 FIFO bypass ≤ fifo_bound − 1`, if the bound is above 0.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fifo_witness: Option<Trace>,
+}
+
+impl CheckReport {
+    /// Whether every `always` property (P1–P5, no kernel error) holds.
+    pub fn ok(&self) -> bool {
+        self.properties
+            .iter()
+            .filter(|p| p.kind == "always")
+            .all(|p| p.holds)
+    }
+
+    /// The report of property `name`.
+    pub fn property(&self, name: &str) -> Option<&PropertyReport> {
+        self.properties.iter().find(|p| p.name == name)
+    }
+
+    /// Names of the violated `always` properties.
+    pub fn violations(&self) -> Vec<&str> {
+        self.properties
+            .iter()
+            .filter(|p| p.kind == "always" && !p.holds)
+            .map(|p| p.name.as_str())
+            .collect()
+    }
+
+    /// Names of the `sometimes` properties that were not reached.
+    pub fn unreached(&self) -> Vec<&str> {
+        self.properties
+            .iter()
+            .filter(|p| p.kind == "sometimes" && !p.holds)
+            .map(|p| p.name.as_str())
+            .collect()
+    }
+
+    /// A multi-line human summary (with the rendered counterexamples).
+    pub fn render(&self) -> String {
+        let mut s = format!(
+            "{}: {} unique states ({} generated, depth {}) in {:.2?}\n",
+            self.config, self.unique_states, self.states, self.max_depth, self.elapsed
+        );
+        for p in &self.properties {
+            let verdict = match (p.kind.as_str(), p.holds) {
+                ("always", true) => "holds",
+                ("always", false) => "VIOLATED",
+                (_, true) => "reached",
+                (_, false) => "not reached",
+            };
+            s.push_str(&format!("  {:<45} {verdict}\n", p.name));
+        }
+        match self.fifo_bound {
+            Some(k) => s.push_str(&format!("  P6 FIFO bypass: least bound k = {k}\n")),
+            None => s.push_str(&format!(
+                "  P6 FIFO bypass: more than {}\n",
+                crate::base::MAX_BYPASS
+            )),
+        }
+        for p in &self.properties {
+            if let Some(t) = &p.counterexample {
+                s.push_str(&t.render());
+            }
+        }
+        s
+    }
+}
+
+/// Runs an exhaustive breadth-first check of `config` (no depth limit). `progress` is called
+/// about five times a second with (states generated, unique states, max depth), and once at
+/// the end.
+pub fn check(
+    config: &ModelConfig,
+    progress: impl FnMut(usize, usize, usize),
+) -> Result<CheckReport, String> {
+    match config.locks {
+        1 => check_l::<1>(config, progress),
+        2 => check_l::<2>(config, progress),
+        n => Err(format!("locks must be 1 or 2, not {n}")),
+    }
+}
+
+fn check_l<const L: usize>(
+    config: &ModelConfig,
+    mut progress: impl FnMut(usize, usize, usize),
+) -> Result<CheckReport, String> {
+    let model = config.clone().into_model_with::<L>()?;
+    let t = Instant::now();
+    let checker = model.clone().checker().spawn_bfs();
+    while !checker.is_done() {
+        progress(
+            checker.state_count(),
+            checker.unique_state_count(),
+            checker.max_depth(),
+        );
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    let checker = checker.join();
+    let elapsed = t.elapsed();
+    progress(
+        checker.state_count(),
+        checker.unique_state_count(),
+        checker.max_depth(),
+    );
+    let mut properties = Vec::new();
+    for p in model.properties() {
+        if BYPASS.contains(&p.name) {
+            continue;
+        }
+        let found = checker.discovery(p.name);
+        let (kind, holds) = match p.expectation {
+            Expectation::Sometimes => ("sometimes", found.is_some()),
+            _ => ("always", found.is_none()),
+        };
+        let counterexample = match (&found, kind) {
+            (Some(path), "always") => Some(trace_of(&model, path, &format!("{} violated", p.name))),
+            _ => None,
+        };
+        properties.push(PropertyReport {
+            name: p.name.to_string(),
+            kind: kind.to_string(),
+            holds,
+            counterexample,
+        });
+    }
+    debug_assert_eq!(properties.len(), SAFETY.len() + REACHED.len());
+    let fifo_bound = (0..BYPASS.len()).find(|k| checker.discovery(BYPASS[*k]).is_none());
+    let fifo_witness = match fifo_bound {
+        Some(k) if k > 0 => checker.discovery(BYPASS[k - 1]).map(|path| {
+            trace_of(
+                &model,
+                &path,
+                &format!(
+                    "{} violated: a request is bypassed {k} times",
+                    BYPASS[k - 1]
+                ),
+            )
+        }),
+        _ => None,
+    };
+    Ok(CheckReport {
+        config: config.name.clone(),
+        states: checker.state_count(),
+        unique_states: checker.unique_state_count(),
+        max_depth: checker.max_depth(),
+        elapsed,
+        properties,
+        fifo_bound: fifo_bound.map(|k| k as u8),
+        fifo_witness,
+    })
+}
+
+/// Serves the Stateright Explorer for `config` on `addr` (blocks for as long as the server
+/// runs, i.e. until the process ends). Returns an error for an invalid configuration or if
+/// `addr` cannot be bound.
+pub fn explore(config: &ModelConfig, addr: SocketAddr) -> Result<(), String> {
+    // tiny_http panics on a bind failure: find out first.
+    drop(std::net::TcpListener::bind(addr).map_err(|e| format!("cannot listen on {addr}: {e}"))?);
+    match config.locks {
+        1 => {
+            let m = config.clone().into_model_with::<1>()?;
+            m.checker().serve(addr);
+        }
+        2 => {
+            let m = config.clone().into_model_with::<2>()?;
+            m.checker().serve(addr);
+        }
+        n => return Err(format!("locks must be 1 or 2, not {n}")),
+    }
+    Ok(())
+}
+
+/// The node names traces use: `n0`, `n1`, ….
+pub fn node_names(n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("n{i}")).collect()
+}
+
+/// The model's message as the spec system's (wider) message type.
+pub fn to_spec_msg(m: &MMsg) -> SpecMsg {
+    match m {
+        Msg::Request { lock, entry, hop } => Msg::Request {
+            lock: *lock,
+            entry: *entry,
+            hop: *hop,
+        },
+        Msg::Grant {
+            lock,
+            entry,
+            epoch,
+            recorded,
+            frozen,
+        } => Msg::Grant {
+            lock: *lock,
+            entry: *entry,
+            epoch: *epoch,
+            recorded: *recorded,
+            frozen: *frozen,
+        },
+        Msg::Token {
+            lock,
+            entry,
+            generation,
+            sender_owned,
+            epoch,
+            frozen,
+            queue,
+        } => Msg::Token {
+            lock: *lock,
+            entry: *entry,
+            generation: *generation,
+            sender_owned: *sender_owned,
+            epoch: *epoch,
+            frozen: *frozen,
+            queue: heapless::Vec::from_slice(queue).expect("spec queue is wider"),
+        },
+        Msg::Release { lock, owned, epoch } => Msg::Release {
+            lock: *lock,
+            owned: *owned,
+            epoch: *epoch,
+        },
+        Msg::Freeze { lock, modes } => Msg::Freeze {
+            lock: *lock,
+            modes: *modes,
+        },
+    }
+}
+
+/// Replays a path of the model on the spec's in-memory system (the same kernel, wider
+/// capacities) and records it as a `hilock-trace/1` trace.
+pub fn trace_of<const L: usize>(
+    model: &BaseModel<L>,
+    path: &Path<State<L>, Action>,
+    verdict: &str,
+) -> Trace {
+    let cfg = &model.cfg;
+    let names = node_names(cfg.nodes);
+    let mut sys = System::new(cfg.nodes, |_, me| cfg.parent(me.idx()).map(NodeId))
+        .expect("validated configuration");
+    for s in &mut sys.sites {
+        *s = s.clone().with_variant(cfg.variant);
+    }
+    let mut steps = Vec::new();
+    for (state, action) in path.clone().into_vec() {
+        let Some(action) = action else {
+            continue;
+        };
+        let (node, lock, input, r) = match action {
+            Action::Run(i) => {
+                let i = i as usize;
+                let Some(op) = model.next_op(&state, i) else {
+                    break;
+                };
+                let input = BaseModel::<L>::input_of(op);
+                let ti = match op {
+                    crate::base::ScriptOp::Acquire(mode, lock) => {
+                        TraceInput::Acquire { lock, mode }
+                    }
+                    crate::base::ScriptOp::Release(lock) => TraceInput::Release { lock },
+                    crate::base::ScriptOp::Upgrade(lock) => TraceInput::Upgrade { lock },
+                };
+                let r = sys.input(NodeId(i as u16), input);
+                (i, op.lock(), ti, r)
+            }
+            Action::Deliver { from, to, index } => {
+                let Some(m) = state
+                    .net
+                    .get(&(from, to))
+                    .and_then(|q| q.get(index as usize))
+                else {
+                    break;
+                };
+                let spec = to_spec_msg(m);
+                let (f, t) = (NodeId(from as u16), NodeId(to as u16));
+                let at = match cfg.network {
+                    Network::Fifo => Some(0),
+                    Network::Unordered => sys
+                        .channels
+                        .get(&(f, t))
+                        .and_then(|q| q.iter().position(|x| x.msg == spec)),
+                };
+                let Some((msg, r)) = at.and_then(|at| sys.deliver_at(f, t, at)) else {
+                    break;
+                };
+                let ti = TraceInput::Deliver {
+                    from: names[from as usize].clone(),
+                    msg,
+                };
+                (to as usize, m.lock().0, ti, r)
+            }
+        };
+        steps.push(TraceStep {
+            index: steps.len(),
+            node: names[node].clone(),
+            input,
+            outputs: r
+                .outputs
+                .iter()
+                .map(|o| TraceOutput::from_output(o, &names))
+                .collect(),
+            error: r.error.map(|e| e.to_string()),
+            state: NodeSnapshot::of(&sys.sites[node], hilock_kernel::LockId(lock), &names),
+        });
+    }
+    Trace {
+        format: TRACE_FORMAT.to_string(),
+        source: format!("hilock-models base model, configuration '{}'", cfg.name),
+        nodes: names,
+        steps,
+        verdict: Some(verdict.to_string()),
+    }
+}
