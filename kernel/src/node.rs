@@ -372,8 +372,8 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
             // A request (or a PIP reissue of one) that already waits here.
         } else if self.has_token() {
             if entry.requester == cx.me {
-                // Our own request came back to us (only possible on a non-FIFO network):
-                // it waits in the queue like any other.
+                // Our own pending request reached us after we became the token node (a
+                // reissue, or a reordering network): it waits in the queue like any other.
                 self.enqueue(cx.lock, entry)?;
                 self.check_queue(cx)?;
             } else {
