@@ -10,8 +10,12 @@
 //! network — per ordered pair of nodes a FIFO queue, or for the unordered network the same
 //! multiset kept sorted by a content hash (canonical: delivery order is not state) — and the
 //! ghost history of the outstanding requests (for P6) and of what the last step did (for
-//! the `sometimes` properties). Every script is finite and every step consumes a script
-//! operation or a message, so the state graph is acyclic and finite.
+//! the `sometimes` properties). Every script is finite and the kernel's per-link counters
+//! (request hop numbers, attachment epochs, token generations) only grow, so no state
+//! repeats on a path: the state graph is acyclic. On the FIFO network it is also finite
+//! (the checker terminates without any bound). On the unordered network a request can
+//! overtake the token it chases and be forwarded between two nodes for ever, so unordered
+//! configurations set [`ModelConfig::max_messages`] (a boundary) and are checked up to it.
 //!
 //! # Properties (names as in `architecture.md` / `spec/SPEC.md`)
 //! - `P1 mutual exclusion`: no two sites hold modes of a lock that conflict by the literal
@@ -28,9 +32,11 @@
 //!   network is empty and every script is finished or blocked on its request) no site has a
 //!   pending request.
 //! - `P5 liveness`, also over quiescent states: every script ran to its end and every
-//!   request it made was granted. Since the state graph is acyclic and finite every
+//!   request it made was granted. Where the state graph is acyclic and finite (FIFO) every
 //!   maximal path ends in a quiescent state, so this is exactly "every request is
 //!   eventually granted and every script completes" on every path, without fairness.
+//!   With a message bound, quiescent states within the bound are checked and paths cut by
+//!   the bound are not: there it is only a partial check.
 //!   (`Property::eventually` is not used: Stateright 0.31 can miss its counterexamples at
 //!   DAG joins, see its test `fixme_can_miss_counterexample_when_revisiting_a_state`.)
 //! - `no kernel error`: the kernel accepted every input the model gave it.
@@ -170,6 +176,13 @@ pub struct ModelConfig {
     /// The protocol variant ([`Variant::HILOCK`] unless given).
     #[serde(default)]
     pub variant: Variant,
+    /// Optional bound on the number of messages sent in a run: states beyond it are not
+    /// explored (a Stateright boundary). Needed on the unordered network, where a request
+    /// can overtake the token it chases and be forwarded around forever (the state space is
+    /// then infinite); `None` (the default, and what every FIFO configuration uses) explores
+    /// everything.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_messages: Option<u16>,
 }
 
 impl ModelConfig {
@@ -195,6 +208,7 @@ impl ModelConfig {
                 .collect(),
             network: Network::Fifo,
             variant: Variant::HILOCK,
+            max_messages: None,
         }
     }
 
@@ -221,6 +235,12 @@ impl ModelConfig {
     /// The same configuration with another protocol variant.
     pub fn with_variant(mut self, variant: Variant) -> Self {
         self.variant = variant;
+        self
+    }
+
+    /// The same configuration with at most `n` messages sent per run.
+    pub fn with_max_messages(mut self, n: u16) -> Self {
+        self.max_messages = Some(n);
         self
     }
 
@@ -379,6 +399,8 @@ pub struct State<const L: usize> {
     pub events: u8,
     /// The kernel rejected an input (a bug in the kernel or the configuration).
     pub error: Option<String>,
+    /// Messages sent so far (kept only when [`ModelConfig::max_messages`] is set).
+    pub sent: u16,
 }
 
 impl<const L: usize> State<L> {
@@ -609,6 +631,9 @@ impl<const L: usize> BaseModel<L> {
                         }
                         _ => {}
                     }
+                    if self.cfg.max_messages.is_some() {
+                        st.sent = st.sent.saturating_add(1);
+                    }
                     let q = st.net.entry((n as u8, to.0 as u8)).or_default();
                     match self.cfg.network {
                         Network::Fifo => q.push(msg),
@@ -781,6 +806,7 @@ impl<const L: usize> Model for BaseModel<L> {
             reqs: vec![None; n * L],
             events: 0,
             error: None,
+            sent: 0,
         }]
     }
 
@@ -858,6 +884,10 @@ impl<const L: usize> Model for BaseModel<L> {
             }
         }
         Some(st)
+    }
+
+    fn within_boundary(&self, st: &State<L>) -> bool {
+        self.cfg.max_messages.is_none_or(|m| st.sent <= m)
     }
 
     fn properties(&self) -> Vec<Property<Self>> {

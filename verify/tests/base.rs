@@ -1,0 +1,501 @@
+//! Exhaustive model checks of the base protocol (thesis chapter 2, issue 4): the Stateright
+//! model of `hilock_models::base` drives `hilock-kernel` sites through every interleaving
+//! (BFS, no depth limit) and checks P1–P6 and that every rule is reached.
+//! Each check prints its configuration, unique state count, time and FIFO bypass bound.
+//!
+//! The literal thesis readings (`Variant` flags set to `false`) are checked too: the checker
+//! must find their violations; the counterexamples are written to `spec/counterexamples/`.
+
+use hilock_kernel::{Mode, Variant};
+use hilock_models::base::{ModelConfig, Network, REACHED};
+use hilock_models::check::{check, CheckReport};
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+
+/// Checks `c` exhaustively, prints one line, and returns the report.
+fn run(c: &ModelConfig) -> CheckReport {
+    let r = check(c, |_, _, _| {}).unwrap_or_else(|e| panic!("{}: {e}", c.name));
+    println!(
+        "{:<44} {:>9} unique states {:>9.2?}  P6 k = {}",
+        c.name,
+        r.unique_states,
+        r.elapsed,
+        r.fifo_bound.map_or("> 7".to_string(), |k| k.to_string())
+    );
+    r
+}
+
+/// Checks `c` and fails with the violated property's name and its trace.
+fn pass(c: &ModelConfig) -> CheckReport {
+    let r = run(c);
+    assert!(
+        r.ok(),
+        "{}: {:?} violated\n{}",
+        c.name,
+        r.violations(),
+        r.render()
+    );
+    r
+}
+
+fn acq(m: Mode) -> String {
+    format!("acquire {}", m.name())
+}
+
+fn no_freezing() -> Variant {
+    Variant {
+        freezing: false,
+        ..Variant::HILOCK
+    }
+}
+
+/// Every ordered pair (a, b) of requestable modes, requested concurrently by two nodes while
+/// a third asks for a again and the token node itself takes IR: in a chain 0 ← 1 ← 2 ← 3
+/// (copy grants by non-token nodes, local queueing) and in a star around 0.
+#[test]
+fn every_pair_of_modes_requested_concurrently() {
+    let mut total = 0;
+    let mut reached = BTreeSet::new();
+    for a in Mode::REQUESTABLE {
+        for b in Mode::REQUESTABLE {
+            let (sa, sb) = (acq(a), acq(b));
+            let scripts: [&[&str]; 4] = [
+                &["acquire IR", "release"],
+                &[&sa, "release"],
+                &[&sb, "release"],
+                &[&sa, "release"],
+            ];
+            for c in [
+                ModelConfig::chain(&format!("pair {a}/{b} chain4"), &scripts),
+                ModelConfig::star(&format!("pair {a}/{b} star4"), &scripts),
+            ] {
+                let r = pass(&c);
+                total += r.unique_states;
+                reached.extend(
+                    r.properties
+                        .iter()
+                        .filter(|p| p.kind == "sometimes" && p.holds)
+                        .map(|p| p.name.clone()),
+                );
+            }
+        }
+    }
+    println!("50 pair configurations: {total} unique states in all");
+    for p in REACHED.iter().take(4) {
+        assert!(reached.contains(*p), "{p} never reached by the pairs");
+    }
+}
+
+/// Rule 7: upgrades U → W with readers that must drain first and a second upgrader, in a
+/// star and a chain; and an upgrader that is not the initial token node.
+#[test]
+fn upgrades() {
+    let s: [&[&str]; 4] = [
+        &["acquire U", "upgrade", "release"],
+        &["acquire IR", "release"],
+        &["acquire R", "release"],
+        &["acquire U", "upgrade", "release"],
+    ];
+    for c in [
+        ModelConfig::star("upgrade star4", &s),
+        ModelConfig::chain("upgrade chain4", &s),
+        ModelConfig::chain(
+            "upgrade by a chain leaf with IW, W contenders",
+            &[
+                &["acquire IW", "release"],
+                &["acquire IR", "release"],
+                &["acquire W", "release"],
+                &["acquire U", "upgrade", "release"],
+            ],
+        ),
+    ] {
+        let r = pass(&c);
+        assert!(
+            r.property("reached: upgrade completed").unwrap().holds,
+            "{}",
+            c.name
+        );
+    }
+}
+
+/// Mixed workloads with repeated requests, 4 and 5 nodes, chain and star.
+#[test]
+fn mixed_workloads_chain_and_star() {
+    let s4: [&[&str]; 4] = [
+        &["acquire R", "release", "acquire W", "release"],
+        &["acquire IR", "release", "acquire IW", "release"],
+        &["acquire R", "release"],
+        &["acquire U", "release"],
+    ];
+    let s5: [&[&str]; 5] = [
+        &["acquire R", "release"],
+        &["acquire IR", "release"],
+        &["acquire IW", "release"],
+        &["acquire R", "release"],
+        &["acquire W", "release"],
+    ];
+    let mut reached = BTreeSet::new();
+    for c in [
+        ModelConfig::star("mix star4", &s4),
+        ModelConfig::chain("mix chain4", &s4),
+        ModelConfig::star("mix star5", &s5),
+        ModelConfig::chain("mix chain5", &s5),
+        ModelConfig::new(
+            "mix tree5 (0 <- 1 <- 2, 0 <- 3 <- 4)",
+            0,
+            &[None, Some(0), Some(1), Some(0), Some(3)],
+            &s5,
+        ),
+    ] {
+        let r = pass(&c);
+        reached.extend(
+            r.properties
+                .iter()
+                .filter(|p| p.kind == "sometimes" && p.holds)
+                .map(|p| p.name.clone()),
+        );
+    }
+    for p in REACHED.iter().take(4) {
+        assert!(reached.contains(*p), "{p} never reached");
+    }
+}
+
+/// Two locks with the same tree, taken hierarchically (IR/IW on lock 0, then R/W on lock 1).
+#[test]
+fn two_locks_hierarchically() {
+    pass(
+        &ModelConfig::star(
+            "2 locks star3",
+            &[
+                &["acquire IW", "acquire W @1", "release @1", "release"],
+                &["acquire IR", "acquire R @1", "release @1", "release"],
+                &["acquire IW", "acquire W @1", "release @1", "release"],
+            ],
+        )
+        .with_locks(2),
+    );
+    pass(
+        &ModelConfig::chain(
+            "2 locks chain3",
+            &[
+                &["acquire R", "release"],
+                &["acquire IW", "acquire W @1", "release @1", "release"],
+                &["acquire IR", "acquire R @1", "release @1", "release"],
+            ],
+        )
+        .with_locks(2),
+    );
+}
+
+/// The unordered (non-FIFO, non-duplicating) network, up to a bound on the messages sent
+/// (a request can chase the token for ever there, see `ModelConfig::max_messages`).
+/// Safety (P1–P3) does not depend on FIFO channels; liveness does: a node's `Release(Φ)`
+/// that overtakes the `Token` it sent (same channel) is dropped as stale by the new token
+/// node, which then records the old owned mode of the sender for ever, and a W request
+/// waits for ever (P4, P5). The counterexample is `spec/counterexamples/unordered-release-overtakes-token.json`.
+#[test]
+fn unordered_network_up_to_a_message_bound() {
+    let star = ModelConfig::star(
+        "unordered star3 R/W (<= 14 msgs)",
+        &[
+            &["acquire R", "release"],
+            &["acquire R", "release"],
+            &["acquire W", "release"],
+        ],
+    )
+    .with_network(Network::Unordered)
+    .with_max_messages(14);
+    pass(&star);
+    let chain = ModelConfig::chain(
+        "unordered chain3 IR/R/W (<= 14 msgs)",
+        &[
+            &["acquire IR", "release"],
+            &["acquire R", "release"],
+            &["acquire W", "release"],
+        ],
+    )
+    .with_network(Network::Unordered)
+    .with_max_messages(14);
+    let r = run(&chain);
+    assert_eq!(r.violations(), vec!["P4 no deadlock", "P5 liveness"]);
+    save(&r, "P4 no deadlock", "unordered-release-overtakes-token");
+    pass(
+        &chain
+            .clone()
+            .with_network(Network::Fifo)
+            .named("chain3 IR/R/W (FIFO)"),
+    );
+}
+
+/// P6: the least FIFO bypass bound k with Rule 6 freezing and without it. Freezing never
+/// makes the bound worse, and on some configurations it is what keeps k small.
+#[test]
+fn fifo_bypass_bound_with_and_without_freezing() {
+    let configs = [
+        ModelConfig::star(
+            "fifo star3 R,R,W",
+            &[
+                &["acquire R", "release"],
+                &["acquire R", "release"],
+                &["acquire W", "release"],
+            ],
+        ),
+        ModelConfig::star(
+            "fifo star4 R,R,W,R",
+            &[
+                &["acquire R", "release"],
+                &["acquire R", "release"],
+                &["acquire W", "release"],
+                &["acquire R", "release"],
+            ],
+        ),
+        ModelConfig::chain(
+            "fifo chain4 R,IR,W,IR",
+            &[
+                &["acquire R", "release"],
+                &["acquire IR", "release"],
+                &["acquire W", "release"],
+                &["acquire IR", "release"],
+            ],
+        ),
+        ModelConfig::star(
+            "fifo star4 IW,IW,R,IW",
+            &[
+                &["acquire IW", "release"],
+                &["acquire IW", "release"],
+                &["acquire R", "release"],
+                &["acquire IW", "release"],
+            ],
+        ),
+        ModelConfig::star(
+            "fifo star4 upgrade vs IR,R",
+            &[
+                &["acquire U", "upgrade", "release"],
+                &["acquire IR", "release"],
+                &["acquire R", "release"],
+                &["acquire IR", "release", "acquire R", "release"],
+            ],
+        ),
+        ModelConfig::star(
+            "fifo star4 R repeated vs W",
+            &[
+                &["acquire R", "release", "acquire R", "release"],
+                &["acquire R", "release", "acquire R", "release"],
+                &["acquire W", "release"],
+                &[],
+            ],
+        ),
+    ];
+    let mut strictly_better = 0;
+    println!("P6 least bypass bound k: configuration / with freezing / without");
+    for c in configs {
+        let with = pass(&c).fifo_bound;
+        let without = pass(
+            &c.clone()
+                .with_variant(no_freezing())
+                .named(&format!("{} (no freezing)", c.name)),
+        )
+        .fifo_bound;
+        println!(
+            "P6 {:<36} k = {:?} with freezing, {:?} without",
+            c.name, with, without
+        );
+        let (w, wo) = (with.unwrap_or(u8::MAX), without.unwrap_or(u8::MAX));
+        assert!(w <= wo, "{}: freezing made the bound worse", c.name);
+        if w < wo {
+            strictly_better += 1;
+        }
+    }
+    assert!(strictly_better > 0, "freezing never mattered");
+}
+
+// ------------------------------------------------------------------------------------ gaps
+
+fn counterexample_path(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../spec/counterexamples")
+        .join(format!("{name}.json"))
+}
+
+/// Writes the counterexample of `property` to `spec/counterexamples/<file>.json`.
+fn save(r: &CheckReport, property: &str, file: &str) {
+    let trace = r
+        .property(property)
+        .and_then(|p| p.counterexample.clone())
+        .expect("counterexample");
+    println!("{}", trace.render());
+    // The trace is a real run of the kernel: the replay reproduced every step.
+    assert!(trace.steps.iter().all(|s| s.error.is_none()));
+    let path = counterexample_path(file);
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(&path, serde_json::to_string_pretty(&trace).unwrap() + "\n").unwrap();
+}
+
+/// Checks `c` (a literal variant), asserts that `expected` is among the violated
+/// properties, writes the counterexample of the first of them to
+/// `spec/counterexamples/<file>.json`, and checks that hilock's protocol passes the same
+/// configuration.
+fn gap(c: &ModelConfig, expected: &[&str], file: &str) {
+    let r = run(c);
+    let v = r.violations();
+    for e in expected {
+        assert!(
+            v.contains(e),
+            "{}: expected {e} to be violated, got {v:?}",
+            c.name
+        );
+    }
+    save(&r, expected[0], file);
+    pass(
+        &c.clone()
+            .with_variant(Variant::HILOCK)
+            .named(&format!("{} (hilock)", c.name)),
+    );
+}
+
+/// protocol-notes point 5: the literal `HandleRelease` (the record becomes the released mode
+/// whenever a release arrives). Chain 0 ← 1 ← 2, node 3 under 0: 1 owns IR through 2, asks
+/// for R; 2 releases so 1 sends Release(Φ) after its request; 0 grants R first and the
+/// release then erases the grant from 0's record: P3, and then 0 hands the token to 3's W
+/// while 1 holds R: P1.
+#[test]
+fn gap_literal_release_handling_violates_p1_and_p3() {
+    let c = ModelConfig::new(
+        "release race, literal HandleRelease",
+        0,
+        &[None, Some(0), Some(1), Some(0)],
+        &[
+            &["acquire R", "release"],
+            &["acquire IR", "release", "acquire R", "release"],
+            &["acquire IR", "release"],
+            &["acquire W", "release"],
+        ],
+    )
+    .with_variant(Variant {
+        release_epochs: false,
+        ..Variant::HILOCK
+    });
+    gap(
+        &c,
+        &["P1 mutual exclusion", "P3 owned-mode invariant"],
+        "release-race-literal",
+    );
+}
+
+/// protocol-notes point 1: the literal indentation of the token branch transfers the token
+/// only to a requester that is already a child. A non-child asking for R at an idle token
+/// node (M_O = Φ < R: tokenable, not grantable) is queued for ever: P4 and P5.
+#[test]
+fn gap_literal_token_branch_deadlocks() {
+    let c = ModelConfig::star(
+        "tokenable request from a non-child, literal token branch",
+        &[&[], &["acquire R", "release"], &["acquire IR", "release"]],
+    )
+    .with_variant(Variant {
+        tokenable_transfers: false,
+        ..Variant::HILOCK
+    });
+    gap(
+        &c,
+        &["P4 no deadlock", "P5 liveness"],
+        "token-branch-literal",
+    );
+}
+
+/// protocol-notes point 4: the literal `Check_requests_on_queue` only grants. Node 3's
+/// R request waits behind 3's own pending R (Table 2.3 Q) for node 2; 3 is then served by a
+/// copy grant from the new token node 1 (U) whose queue holds 4's W, so R arrives frozen;
+/// 3 cannot grant 2's R and never forwards it: P4 and P5.
+#[test]
+fn gap_literal_check_requests_on_queue_strands_a_request() {
+    let c = ModelConfig::new(
+        "stranded request, literal Check_requests_on_queue",
+        0,
+        &[None, Some(0), Some(3), Some(0), Some(0)],
+        &[
+            &["acquire W", "release"],
+            &["acquire U", "release"],
+            &["acquire R", "release"],
+            &["acquire R", "release"],
+            &["acquire W", "release"],
+        ],
+    )
+    .with_variant(Variant {
+        forward_stranded: false,
+        ..Variant::HILOCK
+    });
+    gap(
+        &c,
+        &["P4 no deadlock", "P5 liveness"],
+        "stranded-request-literal",
+    );
+}
+
+/// Rule 6 off is not a correctness gap: P1–P5 still hold, only the FIFO bound grows
+/// (see `fifo_bypass_bound_with_and_without_freezing`).
+#[test]
+fn no_freezing_is_safe_and_live() {
+    pass(
+        &ModelConfig::chain(
+            "mix chain4 (no freezing)",
+            &[
+                &["acquire R", "release", "acquire W", "release"],
+                &["acquire IR", "release", "acquire IW", "release"],
+                &["acquire R", "release"],
+                &["acquire U", "release"],
+            ],
+        )
+        .with_variant(no_freezing()),
+    );
+}
+
+/// The example configurations shipped in `models/configs/` parse and check.
+#[test]
+fn example_configurations() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models/configs");
+    let mut n = 0;
+    for e in std::fs::read_dir(&dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_none_or(|x| x != "json") {
+            continue;
+        }
+        let c = ModelConfig::from_json(&std::fs::read_to_string(&p).unwrap())
+            .unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+        let r = run(&c);
+        let literal = c.variant != Variant::HILOCK;
+        assert_eq!(r.ok(), !literal, "{}: {:?}", c.name, r.violations());
+        n += 1;
+    }
+    assert!(n >= 2);
+}
+
+// ------------------------------------------------------------------ larger (--ignored)
+
+/// Larger configurations: `cargo test --release -p verify --test base -- --ignored`.
+#[test]
+#[ignore]
+fn larger_configurations() {
+    let s5: [&[&str]; 5] = [
+        &["acquire R", "release", "acquire W", "release"],
+        &["acquire IR", "release", "acquire IW", "release"],
+        &["acquire R", "release"],
+        &["acquire U", "upgrade", "release"],
+        &["acquire IR", "release"],
+    ];
+    for c in [
+        ModelConfig::star("large mix+upgrade star5", &s5),
+        ModelConfig::chain("large mix+upgrade chain5", &s5),
+        ModelConfig::star(
+            "large unordered star3 R/W (<= 18 msgs)",
+            &[
+                &["acquire R", "release"],
+                &["acquire R", "release"],
+                &["acquire W", "release"],
+            ],
+        )
+        .with_network(Network::Unordered)
+        .with_max_messages(18),
+    ] {
+        pass(&c);
+    }
+}
