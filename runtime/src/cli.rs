@@ -121,3 +121,81 @@ pub fn replay(path: &Path) -> Result<String, String> {
     }
     Ok(trace.render())
 }
+
+/// `hilock check <config.json>`: an exhaustive model check with progress on stderr. `Ok`
+/// carries the report and whether every property held; counterexamples are written as
+/// `hilock-trace/1` files into `out_dir` and named in the report.
+pub fn check(path: &Path, out_dir: &Path) -> Result<(String, bool), String> {
+    use hilock_models::base::ModelConfig;
+    use std::io::Write;
+    use std::time::Instant;
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let config = ModelConfig::from_json(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    config
+        .validate()
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    let start = Instant::now();
+    let mut last = Instant::now();
+    let report = hilock_models::check::check(&config, |states, unique, depth| {
+        if last.elapsed().as_millis() >= 1000 {
+            last = Instant::now();
+            let rate = states as f64 / start.elapsed().as_secs_f64().max(1e-9);
+            eprintln!("  {states} states ({unique} unique), {rate:.0} states/s, depth {depth}");
+            let _ = std::io::stderr().flush();
+        }
+    })?;
+    let mut text = report.render();
+    let stem = path
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .unwrap_or("check")
+        .to_string();
+    let mut traces: Vec<(String, &hilock_spec::Trace)> = report
+        .properties
+        .iter()
+        .filter_map(|p| p.counterexample.as_ref().map(|t| (p.name.clone(), t)))
+        .collect();
+    if let Some(w) = &report.fifo_witness {
+        traces.push(("P6 bypass witness".to_string(), w));
+    }
+    for (name, trace) in traces {
+        let slug: String = name
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() {
+                    c.to_ascii_lowercase()
+                } else {
+                    '-'
+                }
+            })
+            .collect();
+        let file = out_dir.join(format!("{stem}.{slug}.trace.json"));
+        let json = serde_json::to_string_pretty(trace)
+            .map_err(|e| format!("cannot encode the trace: {e}"))?;
+        std::fs::write(&file, json).map_err(|e| format!("{}: {e}", file.display()))?;
+        text.push_str(&format!(
+            "trace of '{name}' written to {} (hilock replay prints it)\n",
+            file.display()
+        ));
+    }
+    let ok = report.ok();
+    Ok((text, ok))
+}
+
+/// `hilock explore <config.json> --port N`: serves the Stateright Explorer on 127.0.0.1
+/// until the process is stopped.
+pub fn explore(path: &Path, port: u16) -> Result<String, String> {
+    use hilock_models::base::ModelConfig;
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let config = ModelConfig::from_json(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    config
+        .validate()
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    eprintln!(
+        "Stateright Explorer for {} on http://{addr}/ (Ctrl-C to stop)",
+        path.display()
+    );
+    hilock_models::check::explore(&config, addr)?;
+    Ok(String::new())
+}

@@ -38,6 +38,23 @@ enum Command {
         /// The trace (JSON).
         file: PathBuf,
     },
+    /// Check a model configuration exhaustively (progress on stderr); exit 1 and write the
+    /// counterexample traces if a property fails.
+    Check {
+        /// The model configuration (JSON), e.g. models/configs/star3-r-w.json.
+        file: PathBuf,
+        /// Where to write counterexample traces.
+        #[arg(long, default_value = ".")]
+        out: PathBuf,
+    },
+    /// Serve the Stateright Explorer for a model configuration on 127.0.0.1.
+    Explore {
+        /// The model configuration (JSON).
+        file: PathBuf,
+        /// The port.
+        #[arg(long, default_value_t = 3000)]
+        port: u16,
+    },
 }
 
 fn scenarios(files: &[PathBuf], json: bool) -> Result<(String, bool), String> {
@@ -73,6 +90,8 @@ fn main() -> ExitCode {
         Command::Spec { json } => hilock::cli::spec(json).map(|s| (s, true)),
         Command::Scenario { files, json } => scenarios(&files, json),
         Command::Replay { file } => hilock::cli::replay(&file).map(|s| (s, true)),
+        Command::Check { file, out } => hilock::cli::check(&file, &out),
+        Command::Explore { file, port } => hilock::cli::explore(&file, port).map(|s| (s, true)),
     };
     match result {
         Ok((text, ok)) => {

@@ -123,3 +123,44 @@ fn a_mismatching_expectation_exits_1() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("MISMATCH"));
     std::fs::remove_dir_all(&dir).ok();
 }
+
+fn configs() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/configs")
+}
+
+#[test]
+fn check_passes_a_correct_configuration_and_traces_a_literal_one() {
+    let out = hilock(&["check", configs().join("star3-r-w.json").to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("P1 mutual exclusion") && text.contains("holds"), "{text}");
+
+    let dir = std::env::temp_dir().join(format!("hilock-cli-check-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = hilock(&[
+        "check",
+        configs().join("release-race-literal.json").to_str().unwrap(),
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stdout));
+    let trace = dir.join("release-race-literal.p1-mutual-exclusion.trace.json");
+    assert!(trace.exists(), "{}", String::from_utf8_lossy(&out.stdout));
+    let replay = hilock(&["replay", trace.to_str().unwrap()]);
+    assert!(replay.status.success());
+    assert!(String::from_utf8_lossy(&replay.stdout).contains("P1 mutual exclusion violated"));
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn check_rejects_a_bad_configuration_with_one_line() {
+    let dir = std::env::temp_dir().join(format!("hilock-cli-badcfg-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let f = dir.join("bad.json");
+    std::fs::write(&f, "{ \"nodes\": 99 }").unwrap();
+    let out = hilock(&["check", f.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    std::fs::remove_dir_all(&dir).ok();
+}
