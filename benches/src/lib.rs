@@ -1,1 +1,14 @@
-//! benches
+//! # hilock-benches
+//!
+//! - `benches/step.rs`: criterion benches of one kernel `step` per input kind, table
+//!   look-ups and the size of a site (`cargo bench -p hilock-benches --bench step`);
+//! - [`sim`]: a deterministic discrete-event simulator that drives `n` kernel sites with the
+//!   thesis workload (seed 002, chapter 4) for hilock and the Naimi-Trehel baselines;
+//! - [`plot`]: SVG line charts of the simulator's results;
+//! - the `simulate` binary: runs the experiments of chapter 4 and writes CSV and SVG files
+//!   (`cargo run --release -p hilock-benches --bin simulate -- --out docs/figures`).
+//!
+//! Results and the commands that produced them are in `BENCHMARKS.md`.
+
+pub mod plot;
+pub mod sim;

@@ -1,0 +1,820 @@
+//! A deterministic discrete-event simulator that drives `n` kernel sites with the thesis
+//! workload (seed 002, chapter 4) and network model.
+//!
+//! - **Workload** (section 4.1, the multi-airline reservation table): one lock on the table
+//!   and one lock per entry ([`ENTRIES`] entries). Every node loops: non-critical code
+//!   (NCS), one *access*, critical section (CS), release. The access mode is drawn with
+//!   IR 80 % / R 10 % / U 4 % / IW 5 % / W 1 %, the entry uniformly.
+//! - **What each protocol locks for an access** (section 4.2.1): an IR or IW access is an
+//!   access to one entry; R, U and W are whole-table accesses.
+//!   - hilock: entry access = intention mode on the table, then R (for IR) or W (for IW) on
+//!     the entry; whole-table access = the table lock alone in the requested mode.
+//!   - Naimi-Trehel *same work*: entry access = that entry's lock; whole-table access =
+//!     every entry lock, one after the other in a fixed order (deadlock avoidance); all
+//!     modes are exclusive.
+//!   - Naimi-Trehel *pure*: one lock for every access.
+//! - **Times**: CS mean 15 ms, NCS mean = ratio × CS, message latency mean 150 ms, each
+//!   drawn uniformly within ±33.33 % of its mean; integer microseconds.
+//! - **Network**: reliable, per-pair FIFO: a message's arrival time is at least that of the
+//!   previous message on the same (sender, receiver) channel.
+//! - **Priorities**: node `i` of `n` has level `8 i / n` (8 levels, section 4.3). The level is
+//!   recorded with every request; it reaches the kernel only when [`PrioMode`] says so.
+//! - **Metrics**: messages per lock request (an `Acquire` input, the thesis's "lock
+//!   request"), per message kind, and request latency (first `Acquire` of an access to
+//!   entering the CS) per access mode and per priority level, over a measurement window
+//!   that starts after a warm-up.
+//!
+//! The queue capacity `Q` of the hierarchical sites equals the node capacity, so no queue
+//! can overflow; the driver still retries a rejected delivery ([`KernelError::QueueFull`] /
+//! [`KernelError::QueueOverflow`]) after the receiver's next step, keeping the channel FIFO.
+
+use hilock_kernel::{
+    Inheritance, Input, KernelError, LockId, Mode, MsgKind, NaimiSite, NodeId, Output, Outputs,
+    PrioNaimiSite, Priority, Protocol, Site, Variant,
+};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::fmt::Write as _;
+
+/// Entry locks of the airline table.
+pub const ENTRIES: usize = 8;
+/// Locks per site: the table (lock 0) and the entries (locks 1..=ENTRIES).
+pub const LOCKS: usize = ENTRIES + 1;
+/// Priority levels (section 4.3).
+pub const PRIO_LEVELS: usize = 8;
+/// Largest system the simulator supports.
+pub const MAX_NODES: usize = 1024;
+/// The access modes in thesis order, with their probabilities in percent.
+pub const MIX: [(Mode, u32); 5] = [
+    (Mode::IR, 80),
+    (Mode::R, 10),
+    (Mode::U, 4),
+    (Mode::IW, 5),
+    (Mode::W, 1),
+];
+
+/// Which protocol the sites run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Proto {
+    /// The hierarchical protocol (table + entry locks).
+    Hilock,
+    /// Naimi-Trehel doing the same work (entry locks; all entries for a table access).
+    NaimiSame,
+    /// Naimi-Trehel with one lock.
+    NaimiPure,
+    /// Mueller's prioritized Naimi protocol (thesis 3.1.1) with one lock.
+    PrioNaimi,
+}
+
+impl Proto {
+    /// Short name used in CSV files and plots.
+    pub fn name(self) -> &'static str {
+        match self {
+            Proto::Hilock => "hilock",
+            Proto::NaimiSame => "naimi-same-work",
+            Proto::NaimiPure => "naimi-pure",
+            Proto::PrioNaimi => "prio-naimi",
+        }
+    }
+}
+
+/// Whether and how the kernel sees the node priorities.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum PrioMode {
+    /// Priorities are recorded but every site runs at priority 0 (chapter 2 protocol).
+    Off,
+    /// Each site's base priority is its level (chapter 3), no inheritance.
+    On,
+    /// Priorities with the priority ceiling emulation protocol (ceilings 7 on all locks).
+    Pcep,
+    /// Priorities with the priority inheritance protocol.
+    Pip,
+}
+
+impl PrioMode {
+    /// Short name used in CSV files.
+    pub fn name(self) -> &'static str {
+        match self {
+            PrioMode::Off => "off",
+            PrioMode::On => "prio",
+            PrioMode::Pcep => "pcep",
+            PrioMode::Pip => "pip",
+        }
+    }
+}
+
+/// One simulation run.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Config {
+    /// Protocol.
+    pub proto: Proto,
+    /// Priorities in the kernel.
+    pub prio: PrioMode,
+    /// Number of nodes (2..=1024).
+    pub n: usize,
+    /// NCS mean / CS mean.
+    pub ratio: f64,
+    /// CS mean in milliseconds.
+    pub cs_ms: f64,
+    /// Message latency mean in milliseconds.
+    pub latency_ms: f64,
+    /// Relative half-width of the uniform jitter of CS, NCS and latency (1/3 in the thesis).
+    pub jitter: f64,
+    /// Accesses completed before measuring starts.
+    pub warmup_accesses: u64,
+    /// Accesses completed in the measurement window.
+    pub measured_accesses: u64,
+    /// Seed of all random streams.
+    pub seed: u64,
+}
+
+impl Config {
+    /// The thesis defaults (CS 15 ms, latency 150 ms, ±33.33 %) for `proto` on `n` nodes
+    /// at `ratio`, with a window of `per_node` accesses per node (at least 2,000 in all).
+    pub fn thesis(proto: Proto, n: usize, ratio: f64, per_node: u64, seed: u64) -> Config {
+        let measured = (per_node * n as u64).max(2000);
+        Config {
+            proto,
+            prio: PrioMode::Off,
+            n,
+            ratio,
+            cs_ms: 15.0,
+            latency_ms: 150.0,
+            jitter: 1.0 / 3.0,
+            warmup_accesses: (measured / 5).max(2 * n as u64),
+            measured_accesses: measured,
+            seed,
+        }
+    }
+}
+
+/// What a run measured.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Accesses (critical sections) completed in the window.
+    pub accesses: u64,
+    /// `Acquire` inputs issued in the window.
+    pub lock_requests: u64,
+    /// Messages sent in the window, by kind (request, grant, token, release, freeze).
+    pub msgs: [u64; 5],
+    /// Sum (µs) and count of the latencies of accesses issued and completed in the window,
+    /// by access mode (IR, R, U, IW, W).
+    pub lat_mode: [(u64, u64); 5],
+    /// The same by priority level.
+    pub lat_prio: [(u64, u64); PRIO_LEVELS],
+    /// Deliveries the kernel rejected (queue full) and the driver retried.
+    pub retries: u64,
+    /// Simulated time of the window in µs.
+    pub window_us: u64,
+    /// Kernel steps executed in the whole run.
+    pub steps: u64,
+}
+
+impl Stats {
+    /// All messages in the window.
+    pub fn messages(&self) -> u64 {
+        self.msgs.iter().sum()
+    }
+    /// Messages per lock request.
+    pub fn per_request(&self) -> f64 {
+        self.messages() as f64 / self.lock_requests.max(1) as f64
+    }
+    /// Messages of one kind per lock request.
+    pub fn kind_per_request(&self, k: usize) -> f64 {
+        self.msgs[k] as f64 / self.lock_requests.max(1) as f64
+    }
+    /// Messages per access (critical section).
+    pub fn per_access(&self) -> f64 {
+        self.messages() as f64 / self.accesses.max(1) as f64
+    }
+    /// Mean latency over all accesses in ms.
+    pub fn mean_latency_ms(&self) -> f64 {
+        let (s, c) = self
+            .lat_mode
+            .iter()
+            .fold((0u64, 0u64), |(s, c), (a, b)| (s + a, c + b));
+        mean_ms(s, c)
+    }
+    /// Mean latency of accesses of mode index `m` (IR, R, U, IW, W) in ms.
+    pub fn mode_latency_ms(&self, m: usize) -> f64 {
+        mean_ms(self.lat_mode[m].0, self.lat_mode[m].1)
+    }
+    /// Mean latency of accesses of priority level `p` in ms.
+    pub fn prio_latency_ms(&self, p: usize) -> f64 {
+        mean_ms(self.lat_prio[p].0, self.lat_prio[p].1)
+    }
+}
+
+fn mean_ms(sum_us: u64, count: u64) -> f64 {
+    if count == 0 {
+        f64::NAN
+    } else {
+        sum_us as f64 / count as f64 / 1000.0
+    }
+}
+
+/// Kind index for [`Stats::msgs`].
+pub fn kind_index(k: MsgKind) -> usize {
+    match k {
+        MsgKind::Request => 0,
+        MsgKind::Grant => 1,
+        MsgKind::Token => 2,
+        MsgKind::Release => 3,
+        MsgKind::Freeze => 4,
+    }
+}
+
+/// Names of the message kinds in [`Stats::msgs`] order.
+pub const KIND_NAMES: [&str; 5] = ["request", "grant", "token", "release", "freeze"];
+
+/// Priority level of node `i` of `n`.
+pub fn level(i: usize, n: usize) -> Priority {
+    (i * PRIO_LEVELS / n) as Priority
+}
+
+/// Runs one configuration. Large systems need a big stack for the output buffer; this
+/// runs the simulation on its own thread with a 512 MiB stack (only touched as used).
+pub fn run(cfg: &Config) -> Result<Stats, String> {
+    let cfg = *cfg;
+    std::thread::Builder::new()
+        .name(format!("sim-{}-{}", cfg.proto.name(), cfg.n))
+        .stack_size(512 << 20)
+        .spawn(move || run_here(&cfg))
+        .map_err(|e| e.to_string())?
+        .join()
+        .map_err(|_| "simulation thread panicked".to_string())?
+}
+
+macro_rules! dispatch {
+    ($cfg:expr, $($n:literal => $o:literal),*) => {
+        match $cfg.n {
+            $( n if n <= $n => dispatch_class::<$n, $o>($cfg), )*
+            n => Err(format!("n = {n} is above {MAX_NODES}")),
+        }
+    };
+}
+
+fn run_here(cfg: &Config) -> Result<Stats, String> {
+    if cfg.n < 2 {
+        return Err("n must be at least 2".into());
+    }
+    // O = N + Q + L + 6 with Q = N and L = 9.
+    dispatch!(cfg, 8 => 31, 16 => 47, 32 => 79, 64 => 143, 128 => 271, 256 => 527,
+        512 => 1039, 1024 => 2063)
+}
+
+fn dispatch_class<const N: usize, const O: usize>(cfg: &Config) -> Result<Stats, String> {
+    let n = cfg.n;
+    match cfg.proto {
+        Proto::Hilock => {
+            let inheritance = match cfg.prio {
+                PrioMode::Off | PrioMode::On => Inheritance::None,
+                PrioMode::Pcep => Inheritance::Pcep,
+                PrioMode::Pip => Inheritance::Pip,
+            };
+            let mut sites = Vec::with_capacity(n);
+            for i in 0..n {
+                let s = Site::<N, LOCKS, N, O>::new(NodeId(i as u16), NodeId(0))
+                    .map_err(|e| e.to_string())?
+                    .with_variant(Variant {
+                        inheritance,
+                        ..Variant::HILOCK
+                    })
+                    .with_ceilings([(PRIO_LEVELS - 1) as Priority; LOCKS]);
+                sites.push(s);
+            }
+            Sim::<_, O>::new(cfg, sites).run()
+        }
+        Proto::NaimiSame | Proto::NaimiPure => {
+            let sites = (0..n)
+                .map(|i| NaimiSite::<N, LOCKS, O>::new(NodeId(i as u16), NodeId(0)))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| e.to_string())?;
+            Sim::<_, O>::new(cfg, sites).run()
+        }
+        Proto::PrioNaimi => {
+            let mut sites = Vec::with_capacity(n);
+            for i in 0..n {
+                sites.push(
+                    PrioNaimiSite::<N, 1, PRIO_LEVELS, N, O>::new(NodeId(i as u16), NodeId(0))
+                        .map_err(|e| e.to_string())?,
+                );
+            }
+            Sim::<_, O>::new(cfg, sites).run()
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Ev {
+    /// The node's NCS or CS ends.
+    Timer(u16),
+    /// A message on channel (from, to) is due.
+    Deliver(u16, u16),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    Ncs,
+    Acquiring,
+    Cs,
+}
+
+#[derive(Clone, Debug)]
+struct App {
+    rng: ChaCha8Rng,
+    phase: Phase,
+    ops: [(LockId, Mode); LOCKS],
+    nops: usize,
+    k: usize,
+    mode_idx: usize,
+    prio: Priority,
+    issued_at: u64,
+    measured: bool,
+}
+
+#[derive(Debug)]
+struct Channel<M> {
+    queue: VecDeque<(u64, M)>,
+    last_arrival: u64,
+    blocked: bool,
+}
+
+struct Sim<'c, P: Protocol<O>, const O: usize> {
+    cfg: &'c Config,
+    sites: Vec<P>,
+    apps: Vec<App>,
+    channels: HashMap<(u16, u16), Channel<P::Msg>>,
+    /// Blocked channels into each node, retried after the node's next successful step.
+    blocked: Vec<Vec<u16>>,
+    events: BinaryHeap<Reverse<(u64, u64, Ev)>>,
+    seq: u64,
+    now: u64,
+    net_rng: ChaCha8Rng,
+    completed: u64,
+    window_start: Option<u64>,
+    stats: Stats,
+}
+
+fn jittered(rng: &mut ChaCha8Rng, mean_ms: f64, jitter: f64) -> u64 {
+    let u: f64 = rng.random_range(-1.0..1.0);
+    let v = mean_ms * 1000.0 * (1.0 + jitter * u);
+    v.max(0.0).round() as u64
+}
+
+impl<'c, P: Protocol<O>, const O: usize> Sim<'c, P, O> {
+    fn new(cfg: &'c Config, sites: Vec<P>) -> Self {
+        let n = cfg.n;
+        let apps = (0..n)
+            .map(|i| App {
+                rng: ChaCha8Rng::seed_from_u64(
+                    cfg.seed ^ (i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15),
+                ),
+                phase: Phase::Ncs,
+                ops: [(LockId(0), Mode::Phi); LOCKS],
+                nops: 0,
+                k: 0,
+                mode_idx: 0,
+                prio: level(i, n),
+                issued_at: 0,
+                measured: false,
+            })
+            .collect();
+        Sim {
+            cfg,
+            sites,
+            apps,
+            channels: HashMap::new(),
+            blocked: vec![Vec::new(); n],
+            events: BinaryHeap::new(),
+            seq: 0,
+            now: 0,
+            net_rng: ChaCha8Rng::seed_from_u64(cfg.seed ^ 0xD1B5_4A32_D192_ED03),
+            completed: 0,
+            window_start: None,
+            stats: Stats::default(),
+        }
+    }
+
+    fn schedule(&mut self, at: u64, ev: Ev) {
+        self.seq += 1;
+        self.events.push(Reverse((at, self.seq, ev)));
+    }
+
+    fn in_window(&self) -> bool {
+        self.window_start.is_some()
+    }
+
+    fn run(mut self) -> Result<Stats, String> {
+        let mut out: Outputs<P::Msg, O> = Outputs::new();
+        if self.cfg.prio != PrioMode::Off {
+            for i in 0..self.cfg.n {
+                let base = self.apps[i].prio;
+                self.step(i, Input::SetPriority { base }, &mut out)?;
+            }
+        }
+        for i in 0..self.cfg.n {
+            let ncs = jittered(
+                &mut self.apps[i].rng,
+                self.cfg.ratio * self.cfg.cs_ms,
+                self.cfg.jitter,
+            );
+            self.schedule(ncs, Ev::Timer(i as u16));
+        }
+        let total = self.cfg.warmup_accesses + self.cfg.measured_accesses;
+        while self.completed < total {
+            let Some(Reverse((t, _, ev))) = self.events.pop() else {
+                return Err(format!(
+                    "{} n={}: no events left after {} accesses (deadlock)",
+                    self.cfg.proto.name(),
+                    self.cfg.n,
+                    self.completed
+                ));
+            };
+            self.now = t;
+            match ev {
+                Ev::Timer(i) => self.timer(i as usize, &mut out)?,
+                Ev::Deliver(from, to) => {
+                    if !self.channels[&(from, to)].blocked {
+                        self.deliver_ready(from, to, &mut out)?;
+                    }
+                }
+            }
+        }
+        self.stats.window_us = self.now - self.window_start.unwrap_or(self.now);
+        Ok(self.stats)
+    }
+
+    /// Delivers the ready messages at the head of channel (from, to), in order, until one
+    /// is rejected (the channel blocks) or none is ready.
+    fn deliver_ready(
+        &mut self,
+        from: u16,
+        to: u16,
+        out: &mut Outputs<P::Msg, O>,
+    ) -> Result<(), String> {
+        loop {
+            let ch = self.channels.get_mut(&(from, to)).expect("channel");
+            let msg = match ch.queue.front() {
+                Some((t, _)) if *t <= self.now => ch.queue.pop_front().expect("head").1,
+                _ => {
+                    ch.blocked = false;
+                    return Ok(());
+                }
+            };
+            let r = {
+                let input = Input::Deliver {
+                    from: NodeId(from),
+                    msg: &msg,
+                };
+                self.try_step(to as usize, input, out)
+            };
+            match r {
+                Ok(()) => {}
+                Err(KernelError::QueueFull(_) | KernelError::QueueOverflow(_)) => {
+                    self.stats.retries += 1;
+                    let ch = self.channels.get_mut(&(from, to)).expect("channel");
+                    ch.queue.push_front((self.now, msg));
+                    if !ch.blocked {
+                        ch.blocked = true;
+                        self.blocked[to as usize].push(from);
+                    }
+                    return Ok(());
+                }
+                Err(e) => {
+                    return Err(format!(
+                        "{} n={}: delivering {:?} {} -> {} at {} µs: {e}",
+                        self.cfg.proto.name(),
+                        self.cfg.n,
+                        msg,
+                        from,
+                        to,
+                        self.now
+                    ))
+                }
+            }
+        }
+    }
+
+    fn step(
+        &mut self,
+        i: usize,
+        input: Input<'_, P::Msg>,
+        out: &mut Outputs<P::Msg, O>,
+    ) -> Result<(), String> {
+        let dbg = format!("{input:?}");
+        self.try_step(i, input, out).map_err(|e| {
+            format!(
+                "{} n={}: node {i} rejected {dbg} at {} µs: {e}",
+                self.cfg.proto.name(),
+                self.cfg.n,
+                self.now
+            )
+        })
+    }
+
+    /// One kernel step at node `i` and the handling of its outputs.
+    fn try_step(
+        &mut self,
+        i: usize,
+        input: Input<'_, P::Msg>,
+        out: &mut Outputs<P::Msg, O>,
+    ) -> Result<(), KernelError> {
+        out.clear();
+        self.sites[i].step(input, out)?;
+        self.stats.steps += 1;
+        let mut granted = false;
+        for o in out.drain(..) {
+            match o {
+                Output::Send { to, msg } => {
+                    if self.in_window() {
+                        self.stats.msgs[kind_index(P::kind(&msg))] += 1;
+                    }
+                    let lat = jittered(&mut self.net_rng, self.cfg.latency_ms, self.cfg.jitter);
+                    let key = (i as u16, to.0);
+                    let ch = self.channels.entry(key).or_insert_with(|| Channel {
+                        queue: VecDeque::new(),
+                        last_arrival: 0,
+                        blocked: false,
+                    });
+                    let at = (self.now + lat).max(ch.last_arrival);
+                    ch.last_arrival = at;
+                    ch.queue.push_back((at, msg));
+                    self.seq += 1;
+                    self.events
+                        .push(Reverse((at, self.seq, Ev::Deliver(key.0, key.1))));
+                }
+                Output::Granted { lock, .. } => {
+                    let a = &self.apps[i];
+                    debug_assert!(a.phase == Phase::Acquiring && a.ops[a.k].0 == lock);
+                    granted = true;
+                }
+                Output::Upgraded { .. } => {}
+            }
+        }
+        if granted {
+            self.granted(i, out)?;
+        }
+        // A step may have made room in a queue: retry blocked channels into this node.
+        if !self.blocked[i].is_empty() {
+            let froms = std::mem::take(&mut self.blocked[i]);
+            for from in froms {
+                let ch = self.channels.get_mut(&(from, i as u16)).expect("channel");
+                ch.blocked = false;
+                // Errors other than a full queue surface when the retry is attempted.
+                self.deliver_ready(from, i as u16, out)
+                    .map_err(|_| KernelError::OutputsFull)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn granted(&mut self, i: usize, out: &mut Outputs<P::Msg, O>) -> Result<(), KernelError> {
+        self.apps[i].k += 1;
+        let a = &self.apps[i];
+        if a.k < a.nops {
+            let (lock, mode) = a.ops[a.k];
+            if self.in_window() {
+                self.stats.lock_requests += 1;
+            }
+            return self.try_step(i, Input::Acquire { lock, mode }, out);
+        }
+        let a = &mut self.apps[i];
+        a.phase = Phase::Cs;
+        if a.measured {
+            let l = self.now - a.issued_at;
+            self.stats.lat_mode[a.mode_idx].0 += l;
+            self.stats.lat_mode[a.mode_idx].1 += 1;
+            self.stats.lat_prio[a.prio as usize].0 += l;
+            self.stats.lat_prio[a.prio as usize].1 += 1;
+        }
+        let cs = jittered(&mut a.rng, self.cfg.cs_ms, self.cfg.jitter);
+        self.schedule(self.now + cs, Ev::Timer(i as u16));
+        Ok(())
+    }
+
+    fn timer(&mut self, i: usize, out: &mut Outputs<P::Msg, O>) -> Result<(), String> {
+        match self.apps[i].phase {
+            Phase::Ncs => self.start_access(i, out),
+            Phase::Cs => {
+                let nops = self.apps[i].nops;
+                for k in (0..nops).rev() {
+                    let lock = self.apps[i].ops[k].0;
+                    self.step(i, Input::Release { lock }, out)?;
+                }
+                self.completed += 1;
+                if self.in_window() {
+                    self.stats.accesses += 1;
+                } else if self.completed >= self.cfg.warmup_accesses {
+                    self.window_start = Some(self.now);
+                }
+                let a = &mut self.apps[i];
+                a.phase = Phase::Ncs;
+                let ncs = jittered(&mut a.rng, self.cfg.ratio * self.cfg.cs_ms, self.cfg.jitter);
+                self.schedule(self.now + ncs, Ev::Timer(i as u16));
+                Ok(())
+            }
+            Phase::Acquiring => Err("timer while acquiring".into()),
+        }
+    }
+
+    fn start_access(&mut self, i: usize, out: &mut Outputs<P::Msg, O>) -> Result<(), String> {
+        let proto = self.cfg.proto;
+        let in_window = self.in_window();
+        let a = &mut self.apps[i];
+        let mut x = a.rng.random_range(0..100u32);
+        let mut mode_idx = 0;
+        for (j, (_, p)) in MIX.iter().enumerate() {
+            if x < *p {
+                mode_idx = j;
+                break;
+            }
+            x -= p;
+        }
+        let mode = MIX[mode_idx].0;
+        let entry = a.rng.random_range(0..ENTRIES);
+        let entry_access = matches!(mode, Mode::IR | Mode::IW);
+        let mut nops = 0;
+        let mut push = |l: usize, m: Mode| {
+            a.ops[nops] = (LockId(l as u16), m);
+            nops += 1;
+        };
+        match proto {
+            Proto::Hilock => {
+                push(0, mode);
+                if entry_access {
+                    push(1 + entry, if mode == Mode::IR { Mode::R } else { Mode::W });
+                }
+            }
+            Proto::NaimiSame => {
+                if entry_access {
+                    push(entry, mode);
+                } else {
+                    for e in 0..ENTRIES {
+                        push(e, mode);
+                    }
+                }
+            }
+            Proto::NaimiPure | Proto::PrioNaimi => push(0, mode),
+        }
+        a.nops = nops;
+        a.k = 0;
+        a.mode_idx = mode_idx;
+        a.phase = Phase::Acquiring;
+        a.issued_at = self.now;
+        a.measured = in_window;
+        let (lock, mode) = a.ops[0];
+        if in_window {
+            self.stats.lock_requests += 1;
+        }
+        self.step(i, Input::Acquire { lock, mode }, out)
+    }
+}
+
+/// The CSV header of [`csv_row`].
+pub fn csv_header() -> String {
+    let mut s = String::from(
+        "experiment,protocol,prio,n,ratio,latency_ms,seed,accesses,lock_requests,messages,msgs_per_request,msgs_per_access",
+    );
+    for k in KIND_NAMES {
+        let _ = write!(s, ",{k}_per_request");
+    }
+    s.push_str(",latency_ms_mean");
+    for (m, _) in MIX {
+        let _ = write!(s, ",latency_ms_{}", m.symbol());
+    }
+    for p in 0..PRIO_LEVELS {
+        let _ = write!(s, ",latency_ms_p{p}");
+    }
+    s.push_str(",retries,steps,window_s");
+    s
+}
+
+/// One CSV line (fixed precision, so equal runs give byte-identical files).
+pub fn csv_row(experiment: &str, cfg: &Config, st: &Stats) -> String {
+    let mut s = format!(
+        "{experiment},{},{},{},{},{},{},{},{},{},{:.4},{:.4}",
+        cfg.proto.name(),
+        cfg.prio.name(),
+        cfg.n,
+        cfg.ratio,
+        cfg.latency_ms,
+        cfg.seed,
+        st.accesses,
+        st.lock_requests,
+        st.messages(),
+        st.per_request(),
+        st.per_access()
+    );
+    for k in 0..5 {
+        let _ = write!(s, ",{:.4}", st.kind_per_request(k));
+    }
+    let _ = write!(s, ",{:.3}", st.mean_latency_ms());
+    for m in 0..5 {
+        let _ = write!(s, ",{:.3}", st.mode_latency_ms(m));
+    }
+    for p in 0..PRIO_LEVELS {
+        let _ = write!(s, ",{:.3}", st.prio_latency_ms(p));
+    }
+    let _ = write!(
+        s,
+        ",{},{},{:.3}",
+        st.retries,
+        st.steps,
+        st.window_us as f64 / 1e6
+    );
+    s
+}
+
+/// The harmonic number H(k).
+pub fn harmonic(k: usize) -> f64 {
+    (1..=k).map(|i| 1.0 / i as f64).sum()
+}
+
+/// Result of [`naimi_sequential`].
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SequentialNaimi {
+    /// Critical sections measured.
+    pub requests: u64,
+    /// Request messages per critical section.
+    pub request_hops: f64,
+    /// All messages (request hops plus the token transfer) per critical section.
+    pub messages: f64,
+}
+
+/// Naimi-Trehel with one request at a time from uniformly random nodes (any of the `n`
+/// nodes, including the token holder, which then enters at once): the setting of Lavault's
+/// average-case analysis of path reversal. The kernel's sites start from a star (every
+/// probable owner at node 0), which is not the stationary tree of the process; the first
+/// `warmup` requests are driven but not counted.
+pub fn naimi_sequential(n: usize, warmup: u64, requests: u64, seed: u64) -> SequentialNaimi {
+    assert!((2..=128).contains(&n), "n in 2..=128");
+    let mut sites: Vec<NaimiSite<128, 1, 2>> = (0..n)
+        .map(|i| NaimiSite::new(NodeId(i as u16), NodeId(0)).expect("site"))
+        .collect();
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let mut out: Outputs<hilock_kernel::NaimiMsg, 2> = Outputs::new();
+    let mut wire: VecDeque<(u16, u16, hilock_kernel::NaimiMsg)> = VecDeque::new();
+    let (mut hops, mut msgs) = (0u64, 0u64);
+    let lock = LockId(0);
+    for r in 0..warmup + requests {
+        let x = rng.random_range(0..n);
+        let count = r >= warmup;
+        let mut pending = vec![(x, None)];
+        let mut granted = false;
+        while let Some((i, m)) = pending
+            .pop()
+            .or_else(|| wire.pop_front().map(|(f, t, m)| (t as usize, Some((f, m)))))
+        {
+            out.clear();
+            match m {
+                None => sites[i]
+                    .step(
+                        Input::Acquire {
+                            lock,
+                            mode: Mode::W,
+                        },
+                        &mut out,
+                    )
+                    .expect("acquire"),
+                Some((f, msg)) => sites[i]
+                    .step(
+                        Input::Deliver {
+                            from: NodeId(f),
+                            msg: &msg,
+                        },
+                        &mut out,
+                    )
+                    .expect("deliver"),
+            }
+            for o in out.drain(..) {
+                match o {
+                    Output::Send { to, msg } => {
+                        if count {
+                            msgs += 1;
+                            if matches!(msg, hilock_kernel::NaimiMsg::Request { .. }) {
+                                hops += 1;
+                            }
+                        }
+                        wire.push_back((i as u16, to.0, msg));
+                    }
+                    Output::Granted { .. } => granted = true,
+                    Output::Upgraded { .. } => {}
+                }
+            }
+        }
+        assert!(granted, "request {r} of node {x} not granted");
+        out.clear();
+        sites[x]
+            .step(Input::Release { lock }, &mut out)
+            .expect("release");
+        assert!(out.is_empty(), "nobody waits");
+    }
+    SequentialNaimi {
+        requests,
+        request_hops: hops as f64 / requests as f64,
+        messages: msgs as f64 / requests as f64,
+    }
+}
