@@ -603,7 +603,7 @@ impl<const L: usize> BaseModel<L> {
         let after = &st.sites[n].locks()[l];
         let (had_token, has_token) = (before.has_token(), after.has_token());
         if let Some(e) = delivered_req {
-            if !had_token && !has_token && after.queue().iter().any(|q| *q == e) {
+            if !had_token && !has_token && after.queue().contains(&e) {
                 st.events |= event::LOCAL_QUEUE;
             }
         }
