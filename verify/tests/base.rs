@@ -434,7 +434,7 @@ fn gap_literal_token_branch_deadlocks() {
 
 /// protocol-notes point 4: the literal `Check_requests_on_queue` only grants. Node 3's
 /// R request waits behind 3's own pending R (Table 2.3 Q) for node 2; 3 is then served by a
-/// copy grant from the new token node 1 (U) whose queue holds 4's W, so R arrives frozen;
+/// copy grant from the new token node 1 (U) whose queue holds 0's W, so R arrives frozen;
 /// 3 cannot grant 2's R and never forwards it: P4 and P5.
 #[test]
 fn gap_literal_check_requests_on_queue_strands_a_request() {
