@@ -11,4 +11,5 @@
 //! Results and the commands that produced them are in `BENCHMARKS.md`.
 
 pub mod plot;
+pub mod scenarios;
 pub mod sim;

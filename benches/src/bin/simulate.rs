@@ -1,0 +1,489 @@
+//! Runs the experiments of the thesis's chapter 4 in the simulator and writes CSV and SVG
+//! files next to each figure they reproduce.
+//!
+//! ```sh
+//! cargo run --release -p hilock-benches --bin simulate -- --out docs/figures
+//! cargo run --release -p hilock-benches --bin simulate -- --out /tmp/fig --quick
+//! ```
+//!
+//! Options: `--out DIR` (default `docs/figures`), `--quick` (fewer sizes and accesses),
+//! `--seed S` (default 1), `--jobs J` (parallel runs, default 2), `--per-node K`
+//! (measured accesses per node, default 40, quick 15).
+
+use hilock_benches::plot::{line_chart, Series};
+use hilock_benches::sim::{self, Config, PrioMode, Proto, Stats, KIND_NAMES, MIX, PRIO_LEVELS};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::Instant;
+
+struct Opts {
+    out: PathBuf,
+    quick: bool,
+    seed: u64,
+    jobs: usize,
+    per_node: u64,
+}
+
+fn parse() -> Result<Opts, String> {
+    let mut o = Opts {
+        out: PathBuf::from("docs/figures"),
+        quick: false,
+        seed: 1,
+        jobs: 2,
+        per_node: 0,
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        let mut val = |name: &str| args.next().ok_or(format!("{name} needs a value"));
+        match a.as_str() {
+            "--out" => o.out = PathBuf::from(val("--out")?),
+            "--quick" => o.quick = true,
+            "--seed" => o.seed = val("--seed")?.parse().map_err(|e| format!("--seed: {e}"))?,
+            "--jobs" => o.jobs = val("--jobs")?.parse().map_err(|e| format!("--jobs: {e}"))?,
+            "--per-node" => {
+                o.per_node = val("--per-node")?
+                    .parse()
+                    .map_err(|e| format!("--per-node: {e}"))?
+            }
+            "-h" | "--help" => {
+                println!(
+                    "simulate [--out DIR] [--quick] [--seed S] [--jobs J] [--per-node K]\n\
+                     Runs the thesis chapter-4 experiments in the simulator; writes CSV + SVG."
+                );
+                std::process::exit(0);
+            }
+            x => return Err(format!("unknown argument {x}")),
+        }
+    }
+    if o.per_node == 0 {
+        o.per_node = if o.quick { 15 } else { 40 };
+    }
+    o.jobs = o.jobs.max(1);
+    Ok(o)
+}
+
+#[derive(Clone, Debug)]
+struct Job {
+    exp: &'static str,
+    cfg: Config,
+}
+
+fn main() {
+    let o = match parse() {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("simulate: {e}");
+            std::process::exit(2);
+        }
+    };
+    if let Err(e) = real_main(&o) {
+        eprintln!("simulate: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn sizes(quick: bool) -> Vec<usize> {
+    if quick {
+        vec![2, 4, 8, 16, 32, 64, 120, 256]
+    } else {
+        vec![2, 3, 4, 8, 16, 24, 32, 48, 64, 96, 120, 256, 512, 1024]
+    }
+}
+
+fn prio_sizes(quick: bool) -> Vec<usize> {
+    if quick {
+        vec![8, 16, 32, 48]
+    } else {
+        vec![8, 16, 24, 32, 40, 48]
+    }
+}
+
+const RATIOS: [f64; 4] = [1.0, 5.0, 10.0, 25.0];
+const UNPRIO: [Proto; 3] = [Proto::Hilock, Proto::NaimiSame, Proto::NaimiPure];
+
+fn jobs(o: &Opts) -> Vec<Job> {
+    let mut v = Vec::new();
+    // Fig. 4.1, 4.2, 4.4: every ratio, every size, the three unprioritized protocols on
+    // the same seed (ratio 10 is Fig. 4.1).
+    for ratio in RATIOS {
+        for &n in &sizes(o.quick) {
+            for proto in UNPRIO {
+                v.push(Job {
+                    exp: "unprioritized",
+                    cfg: Config::thesis(proto, n, ratio, o.per_node, o.seed),
+                });
+            }
+        }
+    }
+    // Fig. 4.5–4.7: ratio 10, 8..48 nodes, hilock without and with priorities, PCEP, PIP
+    // and the prioritized Naimi baseline.
+    for &n in &prio_sizes(o.quick) {
+        for (proto, prio) in [
+            (Proto::Hilock, PrioMode::Off),
+            (Proto::Hilock, PrioMode::On),
+            (Proto::Hilock, PrioMode::Pcep),
+            (Proto::Hilock, PrioMode::Pip),
+            (Proto::PrioNaimi, PrioMode::On),
+        ] {
+            let mut cfg = Config::thesis(proto, n, 10.0, o.per_node, o.seed);
+            cfg.prio = prio;
+            v.push(Job {
+                exp: "prioritized",
+                cfg,
+            });
+        }
+    }
+    // Largest runs first, so that the parallel workers finish together.
+    v.sort_by_key(|j| std::cmp::Reverse(j.cfg.n));
+    v
+}
+
+fn real_main(o: &Opts) -> Result<(), String> {
+    std::fs::create_dir_all(&o.out).map_err(|e| format!("{}: {e}", o.out.display()))?;
+    let jobs = jobs(o);
+    let total = jobs.len();
+    let next = AtomicUsize::new(0);
+    let done = AtomicUsize::new(0);
+    let results: Mutex<Vec<Option<Result<Stats, String>>>> = Mutex::new(vec![None; total]);
+    let t0 = Instant::now();
+    eprintln!(
+        "simulate: {total} runs on {} worker(s), seed {}, {} accesses per node{}",
+        o.jobs,
+        o.seed,
+        o.per_node,
+        if o.quick { " (quick)" } else { "" }
+    );
+    std::thread::scope(|s| {
+        for _ in 0..o.jobs {
+            s.spawn(|| loop {
+                let k = next.fetch_add(1, Ordering::SeqCst);
+                let Some(job) = jobs.get(k) else { break };
+                let t = Instant::now();
+                let r = sim::run(&job.cfg);
+                let d = done.fetch_add(1, Ordering::SeqCst) + 1;
+                match &r {
+                    Ok(st) => eprintln!(
+                        "[{d:>3}/{total}] {:<13} {:<15} {:<4} n={:<4} ratio={:<2} {:>6.3} msg/req {:>9.1} ms latency  ({:.1} s, {:.0} s total)",
+                        job.exp,
+                        job.cfg.proto.name(),
+                        job.cfg.prio.name(),
+                        job.cfg.n,
+                        job.cfg.ratio,
+                        st.per_request(),
+                        st.mean_latency_ms(),
+                        t.elapsed().as_secs_f64(),
+                        t0.elapsed().as_secs_f64()
+                    ),
+                    Err(e) => eprintln!("[{d:>3}/{total}] FAILED: {e}"),
+                }
+                results.lock().expect("results")[k] = Some(r);
+            });
+        }
+    });
+    let results = results.into_inner().expect("results");
+    let mut rows: Vec<(Job, Stats)> = Vec::new();
+    let mut failures = Vec::new();
+    for (job, r) in jobs.into_iter().zip(results) {
+        match r.expect("every job ran") {
+            Ok(st) => rows.push((job, st)),
+            Err(e) => failures.push(e),
+        }
+    }
+    // Deterministic order in the files: experiment, protocol, prio, ratio, n.
+    rows.sort_by(|(a, _), (b, _)| {
+        (a.exp, a.cfg.proto, a.cfg.prio, a.cfg.ratio as u64, a.cfg.n).cmp(&(
+            b.exp,
+            b.cfg.proto,
+            b.cfg.prio,
+            b.cfg.ratio as u64,
+            b.cfg.n,
+        ))
+    });
+    write_outputs(&o.out, &rows)?;
+    eprintln!(
+        "simulate: done in {:.0} s; files in {}",
+        t0.elapsed().as_secs_f64(),
+        o.out.display()
+    );
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{} run(s) failed:\n{}",
+            failures.len(),
+            failures.join("\n")
+        ))
+    }
+}
+
+fn write(path: &Path, text: &str) -> Result<(), String> {
+    std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+fn csv(rows: &[&(Job, Stats)]) -> String {
+    let mut s = sim::csv_header();
+    s.push('\n');
+    for (j, st) in rows {
+        s.push_str(&sim::csv_row(j.exp, &j.cfg, st));
+        s.push('\n');
+    }
+    s
+}
+
+fn series<F: Fn(&Stats) -> f64>(
+    rows: &[(Job, Stats)],
+    label: String,
+    pick: impl Fn(&Job) -> bool,
+    y: F,
+) -> Series {
+    Series {
+        label,
+        points: rows
+            .iter()
+            .filter(|(j, _)| pick(j))
+            .map(|(j, st)| (j.cfg.n as f64, y(st)))
+            .collect(),
+    }
+}
+
+fn write_outputs(out: &Path, rows: &[(Job, Stats)]) -> Result<(), String> {
+    let all: Vec<&(Job, Stats)> = rows.iter().collect();
+    write(&out.join("simulate.csv"), &csv(&all))?;
+    let unprio = |p: Proto, r: f64| {
+        move |j: &Job| j.exp == "unprioritized" && j.cfg.proto == p && j.cfg.ratio == r
+    };
+    let name = |p: Proto| p.name().to_string();
+
+    // Fig. 4.1: ratio 10, the three protocols.
+    let f41: Vec<&(Job, Stats)> = rows
+        .iter()
+        .filter(|(j, _)| j.exp == "unprioritized" && j.cfg.ratio == 10.0)
+        .collect();
+    write(&out.join("fig4_1.csv"), &csv(&f41))?;
+    let s: Vec<Series> = UNPRIO
+        .iter()
+        .map(|&p| series(rows, name(p), unprio(p, 10.0), |st| st.per_request()))
+        .collect();
+    line_chart(
+        &out.join("fig4_1a_messages.svg"),
+        "Fig. 4.1(a) messages per lock request, ratio 10 (simulated)",
+        "nodes",
+        "messages / request",
+        &s,
+        true,
+    )?;
+    let s: Vec<Series> = UNPRIO
+        .iter()
+        .map(|&p| series(rows, name(p), unprio(p, 10.0), |st| st.mean_latency_ms()))
+        .collect();
+    line_chart(
+        &out.join("fig4_1b_latency.svg"),
+        "Fig. 4.1(b) request latency, ratio 10 (simulated)",
+        "nodes",
+        "latency (ms)",
+        &s,
+        true,
+    )?;
+
+    // Fig. 4.2: hilock at every ratio.
+    let f42: Vec<&(Job, Stats)> = rows
+        .iter()
+        .filter(|(j, _)| j.exp == "unprioritized" && j.cfg.proto == Proto::Hilock)
+        .collect();
+    write(&out.join("fig4_2.csv"), &csv(&f42))?;
+    let by_ratio = |y: fn(&Stats) -> f64| -> Vec<Series> {
+        RATIOS
+            .iter()
+            .map(|&r| series(rows, format!("ratio {r}"), unprio(Proto::Hilock, r), y))
+            .collect()
+    };
+    line_chart(
+        &out.join("fig4_2a_messages.svg"),
+        "Fig. 4.2(a) hilock messages per request by NCS/CS ratio",
+        "nodes",
+        "messages / request",
+        &by_ratio(|st| st.per_request()),
+        true,
+    )?;
+    line_chart(
+        &out.join("fig4_2b_latency.svg"),
+        "Fig. 4.2(b) hilock request latency by NCS/CS ratio",
+        "nodes",
+        "latency (ms)",
+        &by_ratio(|st| st.mean_latency_ms()),
+        true,
+    )?;
+    // The hilock / Naimi ratios at every ratio (same runs, same seeds).
+    let s: Vec<Series> = RATIOS
+        .iter()
+        .flat_map(|&r| {
+            [Proto::NaimiPure, Proto::NaimiSame].map(|p| {
+                let h = series(rows, String::new(), unprio(Proto::Hilock, r), |st| {
+                    st.per_request()
+                });
+                let b = series(rows, String::new(), unprio(p, r), |st| st.per_request());
+                Series {
+                    label: format!("hilock / {} ratio {r}", p.name()),
+                    points: h
+                        .points
+                        .iter()
+                        .zip(&b.points)
+                        .map(|(a, b)| (a.0, a.1 / b.1))
+                        .collect(),
+                }
+            })
+        })
+        .collect();
+    line_chart(
+        &out.join("hilock_over_naimi.svg"),
+        "messages per request, hilock / Naimi (same run, same seed)",
+        "nodes",
+        "ratio",
+        &s,
+        true,
+    )?;
+
+    // Fig. 4.4: breakdown by message kind.
+    let kinds: [fn(&Stats) -> f64; 5] = [
+        |st| st.kind_per_request(0),
+        |st| st.kind_per_request(1),
+        |st| st.kind_per_request(2),
+        |st| st.kind_per_request(3),
+        |st| st.kind_per_request(4),
+    ];
+    let s: Vec<Series> = KIND_NAMES
+        .iter()
+        .zip(kinds)
+        .map(|(k, f)| series(rows, k.to_string(), unprio(Proto::Hilock, 10.0), f))
+        .collect();
+    line_chart(
+        &out.join("fig4_4a_breakup.svg"),
+        "Fig. 4.4(a) hilock messages per request by kind, ratio 10",
+        "nodes",
+        "messages / request",
+        &s,
+        true,
+    )?;
+    for (i, (k, f)) in KIND_NAMES.iter().zip(kinds).enumerate() {
+        let letter = ["b", "c", "d", "e", "f"][i];
+        let s: Vec<Series> = RATIOS
+            .iter()
+            .map(|&r| series(rows, format!("ratio {r}"), unprio(Proto::Hilock, r), f))
+            .collect();
+        line_chart(
+            &out.join(format!("fig4_4{letter}_{k}.svg")),
+            &format!("Fig. 4.4({letter}) hilock {k} messages per request"),
+            "nodes",
+            "messages / request",
+            &s,
+            true,
+        )?;
+    }
+
+    // Fig. 4.5–4.7: prioritized runs.
+    let pr: Vec<&(Job, Stats)> = rows
+        .iter()
+        .filter(|(j, _)| j.exp == "prioritized")
+        .collect();
+    write(&out.join("fig4_5_to_4_7.csv"), &csv(&pr))?;
+    let variants = [
+        (Proto::Hilock, PrioMode::Off, "hilock unprioritized"),
+        (Proto::Hilock, PrioMode::On, "hilock prioritized"),
+        (Proto::Hilock, PrioMode::Pcep, "hilock PCEP"),
+        (Proto::Hilock, PrioMode::Pip, "hilock PIP"),
+        (Proto::PrioNaimi, PrioMode::On, "prioritized Naimi"),
+    ];
+    let prio_pick = |p: Proto, m: PrioMode| {
+        move |j: &Job| j.exp == "prioritized" && j.cfg.proto == p && j.cfg.prio == m
+    };
+    let s: Vec<Series> = variants
+        .iter()
+        .map(|&(p, m, l)| series(rows, l.to_string(), prio_pick(p, m), |st| st.per_request()))
+        .collect();
+    line_chart(
+        &out.join("fig4_5a_messages.svg"),
+        "Fig. 4.5(a) messages per request with priorities, ratio 10",
+        "nodes",
+        "messages / request",
+        &s,
+        false,
+    )?;
+    let top = PRIO_LEVELS - 1;
+    let s: Vec<Series> = variants
+        .iter()
+        .map(|&(p, m, l)| {
+            if m == PrioMode::Off {
+                series(rows, format!("{l} (all requests)"), prio_pick(p, m), |st| {
+                    st.mean_latency_ms()
+                })
+            } else {
+                series(
+                    rows,
+                    format!("{l} (priority {top})"),
+                    prio_pick(p, m),
+                    move |st| st.prio_latency_ms(top),
+                )
+            }
+        })
+        .collect();
+    line_chart(
+        &out.join("fig4_5b_latency.svg"),
+        "Fig. 4.5(b) latency: unprioritized (all) vs highest priority",
+        "nodes",
+        "latency (ms)",
+        &s,
+        false,
+    )?;
+    for (file, title, m) in [
+        (
+            "fig4_6a_prio_levels.svg",
+            "Fig. 4.6(a) latency per priority level, no inheritance",
+            PrioMode::On,
+        ),
+        (
+            "fig4_6b_pcep_levels.svg",
+            "Fig. 4.6(b) latency per priority level, PCEP",
+            PrioMode::Pcep,
+        ),
+        (
+            "fig4_7a_pip_levels.svg",
+            "Fig. 4.7(a) latency per priority level, PIP",
+            PrioMode::Pip,
+        ),
+    ] {
+        let s: Vec<Series> = (0..PRIO_LEVELS)
+            .map(|p| {
+                series(
+                    rows,
+                    format!("priority {p}"),
+                    prio_pick(Proto::Hilock, m),
+                    move |st| st.prio_latency_ms(p),
+                )
+            })
+            .collect();
+        line_chart(&out.join(file), title, "nodes", "latency (ms)", &s, false)?;
+    }
+    // Latency per access mode (hilock, ratio 10), not a thesis figure but asked for.
+    let s: Vec<Series> = MIX
+        .iter()
+        .enumerate()
+        .map(|(i, (m, _))| {
+            series(
+                rows,
+                format!("{} access", m.symbol()),
+                unprio(Proto::Hilock, 10.0),
+                move |st| st.mode_latency_ms(i),
+            )
+        })
+        .collect();
+    line_chart(
+        &out.join("latency_per_mode.svg"),
+        "hilock request latency per access mode, ratio 10",
+        "nodes",
+        "latency (ms)",
+        &s,
+        true,
+    )?;
+    Ok(())
+}
