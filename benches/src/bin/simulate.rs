@@ -99,6 +99,8 @@ fn prio_sizes(quick: bool) -> Vec<usize> {
     }
 }
 
+/// Mean message latency of the native-latency runs (IBM SP interconnect stand-in).
+const NATIVE_LATENCY_MS: f64 = 0.05;
 const RATIOS: [f64; 4] = [1.0, 5.0, 10.0, 25.0];
 const UNPRIO: [Proto; 3] = [Proto::Hilock, Proto::NaimiSame, Proto::NaimiPure];
 
@@ -112,6 +114,21 @@ fn jobs(o: &Opts) -> Vec<Job> {
                 v.push(Job {
                     exp: "unprioritized",
                     cfg: Config::thesis(proto, n, ratio, o.per_node, o.seed),
+                });
+            }
+        }
+    }
+    // Fig. 4.2 and 4.4 were measured on the IBM SP with its native interconnect latency
+    // (section 4.2.2, "we did not resort to simulation of network latency"): the same runs
+    // with a 50 µs mean latency.
+    for ratio in RATIOS {
+        for &n in &sizes(o.quick) {
+            for proto in UNPRIO {
+                let mut cfg = Config::thesis(proto, n, ratio, o.per_node, o.seed);
+                cfg.latency_ms = NATIVE_LATENCY_MS;
+                v.push(Job {
+                    exp: "native-latency",
+                    cfg,
                 });
             }
         }
@@ -253,6 +270,9 @@ fn write_outputs(out: &Path, rows: &[(Job, Stats)]) -> Result<(), String> {
     let unprio = |p: Proto, r: f64| {
         move |j: &Job| j.exp == "unprioritized" && j.cfg.proto == p && j.cfg.ratio == r
     };
+    let native = |p: Proto, r: f64| {
+        move |j: &Job| j.exp == "native-latency" && j.cfg.proto == p && j.cfg.ratio == r
+    };
     let name = |p: Proto| p.name().to_string();
 
     // Fig. 4.1: ratio 10, the three protocols.
@@ -286,34 +306,48 @@ fn write_outputs(out: &Path, rows: &[(Job, Stats)]) -> Result<(), String> {
         true,
     )?;
 
-    // Fig. 4.2: hilock at every ratio.
-    let f42: Vec<&(Job, Stats)> = rows
-        .iter()
-        .filter(|(j, _)| j.exp == "unprioritized" && j.cfg.proto == Proto::Hilock)
-        .collect();
-    write(&out.join("fig4_2.csv"), &csv(&f42))?;
-    let by_ratio = |y: fn(&Stats) -> f64| -> Vec<Series> {
-        RATIOS
+    // Fig. 4.2: hilock at every ratio, native latency (the thesis setting) and 150 ms.
+    for (exp, suffix, what) in [
+        ("native-latency", "", "50 µs latency"),
+        ("unprioritized", "_150ms", "150 ms latency"),
+    ] {
+        let f42: Vec<&(Job, Stats)> = rows
             .iter()
-            .map(|&r| series(rows, format!("ratio {r}"), unprio(Proto::Hilock, r), y))
-            .collect()
-    };
-    line_chart(
-        &out.join("fig4_2a_messages.svg"),
-        "Fig. 4.2(a) hilock messages per request by NCS/CS ratio",
-        "nodes",
-        "messages / request",
-        &by_ratio(|st| st.per_request()),
-        true,
-    )?;
-    line_chart(
-        &out.join("fig4_2b_latency.svg"),
-        "Fig. 4.2(b) hilock request latency by NCS/CS ratio",
-        "nodes",
-        "latency (ms)",
-        &by_ratio(|st| st.mean_latency_ms()),
-        true,
-    )?;
+            .filter(|(j, _)| j.exp == exp && j.cfg.proto == Proto::Hilock)
+            .collect();
+        write(&out.join(format!("fig4_2{suffix}.csv")), &csv(&f42))?;
+        let by_ratio = |y: fn(&Stats) -> f64| -> Vec<Series> {
+            RATIOS
+                .iter()
+                .map(|&r| {
+                    series(
+                        rows,
+                        format!("ratio {r}"),
+                        move |j: &Job| {
+                            j.exp == exp && j.cfg.proto == Proto::Hilock && j.cfg.ratio == r
+                        },
+                        y,
+                    )
+                })
+                .collect()
+        };
+        line_chart(
+            &out.join(format!("fig4_2a_messages{suffix}.svg")),
+            &format!("Fig. 4.2(a) hilock messages per request by NCS/CS ratio, {what}"),
+            "nodes",
+            "messages / request",
+            &by_ratio(|st| st.per_request()),
+            true,
+        )?;
+        line_chart(
+            &out.join(format!("fig4_2b_latency{suffix}.svg")),
+            &format!("Fig. 4.2(b) hilock request latency by NCS/CS ratio, {what}"),
+            "nodes",
+            "latency (ms)",
+            &by_ratio(|st| st.mean_latency_ms()),
+            true,
+        )?;
+    }
     // The hilock / Naimi ratios at every ratio (same runs, same seeds).
     let s: Vec<Series> = RATIOS
         .iter()
@@ -355,11 +389,11 @@ fn write_outputs(out: &Path, rows: &[(Job, Stats)]) -> Result<(), String> {
     let s: Vec<Series> = KIND_NAMES
         .iter()
         .zip(kinds)
-        .map(|(k, f)| series(rows, k.to_string(), unprio(Proto::Hilock, 10.0), f))
+        .map(|(k, f)| series(rows, k.to_string(), native(Proto::Hilock, 10.0), f))
         .collect();
     line_chart(
         &out.join("fig4_4a_breakup.svg"),
-        "Fig. 4.4(a) hilock messages per request by kind, ratio 10",
+        "Fig. 4.4(a) hilock messages per request by kind, ratio 10, 50 µs latency",
         "nodes",
         "messages / request",
         &s,
@@ -369,11 +403,11 @@ fn write_outputs(out: &Path, rows: &[(Job, Stats)]) -> Result<(), String> {
         let letter = ["b", "c", "d", "e", "f"][i];
         let s: Vec<Series> = RATIOS
             .iter()
-            .map(|&r| series(rows, format!("ratio {r}"), unprio(Proto::Hilock, r), f))
+            .map(|&r| series(rows, format!("ratio {r}"), native(Proto::Hilock, r), f))
             .collect();
         line_chart(
             &out.join(format!("fig4_4{letter}_{k}.svg")),
-            &format!("Fig. 4.4({letter}) hilock {k} messages per request"),
+            &format!("Fig. 4.4({letter}) hilock {k} messages per request, 50 µs latency"),
             "nodes",
             "messages / request",
             &s,
