@@ -12,6 +12,13 @@ fn check_lavault(n: usize) {
     let r = sim::naimi_sequential(n, 20 * n as u64, 40_000, 7);
     let h = harmonic(n - 1);
     let rel = (r.messages - h).abs() / h;
+    eprintln!(
+        "n = {n}: {:.4} messages per CS (H(n-1) = {h:.4}, {:+.2} %), {:.4} request hops (H(n) - 1 = {:.4})",
+        r.messages,
+        (r.messages - h) / h * 100.0,
+        r.request_hops,
+        harmonic(n) - 1.0
+    );
     assert!(
         rel < 0.03,
         "n = {n}: {:.4} messages per CS, H(n-1) = {h:.4} ({:.2} % off)",
