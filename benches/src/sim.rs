@@ -29,8 +29,8 @@
 //! [`KernelError::QueueOverflow`]) after the receiver's next step, keeping the channel FIFO.
 
 use hilock_kernel::{
-    Inheritance, Input, KernelError, LockId, Mode, MsgKind, NaimiSite, NodeId, Output, Outputs,
-    PrioNaimiSite, Priority, Protocol, Site, Variant,
+    Inheritance, Input, KernelError, LockId, Mode, Msg, MsgKind, NaimiMsg, NaimiSite, NodeId,
+    Output, Outputs, PrioNaimiMsg, PrioNaimiSite, Priority, Protocol, Site, Variant,
 };
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -54,6 +54,39 @@ pub const MIX: [(Mode, u32); 5] = [
     (Mode::IW, 5),
     (Mode::W, 1),
 ];
+
+/// The requester named by a request message (for attributing request hops to accesses).
+pub trait Requester {
+    /// `Some(requester)` for a request message.
+    fn requester(&self) -> Option<NodeId>;
+}
+
+impl<const Q: usize> Requester for Msg<Q> {
+    fn requester(&self) -> Option<NodeId> {
+        match self {
+            Msg::Request { entry, .. } => Some(entry.requester),
+            _ => None,
+        }
+    }
+}
+
+impl Requester for NaimiMsg {
+    fn requester(&self) -> Option<NodeId> {
+        match self {
+            NaimiMsg::Request { requester, .. } => Some(*requester),
+            NaimiMsg::Token { .. } => None,
+        }
+    }
+}
+
+impl<const Q: usize> Requester for PrioNaimiMsg<Q> {
+    fn requester(&self) -> Option<NodeId> {
+        match self {
+            PrioNaimiMsg::Request { req, .. } => Some(req.requester),
+            PrioNaimiMsg::Token { .. } => None,
+        }
+    }
+}
 
 /// Which protocol the sites run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -170,6 +203,12 @@ pub struct Stats {
     pub window_us: u64,
     /// Kernel steps executed in the whole run.
     pub steps: u64,
+    /// Request messages in the window that are about lock 0 (hilock: the table lock;
+    /// Naimi same work: entry 0; Naimi pure: the only lock).
+    pub lock0_requests: u64,
+    /// Histogram of the request messages (all hops, all locks) of each access issued and
+    /// completed in the window: `request_hops[k]` accesses needed k request messages.
+    pub request_hops: Vec<u64>,
 }
 
 impl Stats {
@@ -200,6 +239,18 @@ impl Stats {
     /// Mean latency of accesses of mode index `m` (IR, R, U, IW, W) in ms.
     pub fn mode_latency_ms(&self, m: usize) -> f64 {
         mean_ms(self.lat_mode[m].0, self.lat_mode[m].1)
+    }
+    /// The `q`-quantile (0..=1) of request messages per access, and the maximum.
+    pub fn request_hops_quantile(&self, q: f64) -> usize {
+        let total: u64 = self.request_hops.iter().sum();
+        let mut acc = 0;
+        for (k, c) in self.request_hops.iter().enumerate() {
+            acc += c;
+            if acc as f64 >= q * total as f64 && acc > 0 {
+                return k;
+            }
+        }
+        0
     }
     /// Mean latency of accesses of priority level `p` in ms.
     pub fn prio_latency_ms(&self, p: usize) -> f64 {
@@ -356,6 +407,8 @@ struct Sim<'c, P: Protocol<O>, const O: usize> {
     completed: u64,
     window_start: Option<u64>,
     stats: Stats,
+    /// Request messages of each node's current access so far.
+    hops: Vec<u64>,
 }
 
 fn jittered(rng: &mut ChaCha8Rng, mean_ms: f64, jitter: f64) -> u64 {
@@ -364,7 +417,10 @@ fn jittered(rng: &mut ChaCha8Rng, mean_ms: f64, jitter: f64) -> u64 {
     v.max(0.0).round() as u64
 }
 
-impl<'c, P: Protocol<O>, const O: usize> Sim<'c, P, O> {
+impl<'c, P: Protocol<O>, const O: usize> Sim<'c, P, O>
+where
+    P::Msg: Requester,
+{
     fn new(cfg: &'c Config, sites: Vec<P>) -> Self {
         let n = cfg.n;
         let apps = (0..n)
@@ -395,6 +451,7 @@ impl<'c, P: Protocol<O>, const O: usize> Sim<'c, P, O> {
             completed: 0,
             window_start: None,
             stats: Stats::default(),
+            hops: vec![0; n],
         }
     }
 
@@ -531,6 +588,14 @@ impl<'c, P: Protocol<O>, const O: usize> Sim<'c, P, O> {
                 Output::Send { to, msg } => {
                     if self.in_window() {
                         self.stats.msgs[kind_index(P::kind(&msg))] += 1;
+                        if P::lock_of(&msg) == LockId(0) && P::kind(&msg) == MsgKind::Request {
+                            self.stats.lock0_requests += 1;
+                        }
+                    }
+                    if let Some(r) = msg.requester() {
+                        if let Some(h) = self.hops.get_mut(r.idx()) {
+                            *h += 1;
+                        }
                     }
                     let lat = jittered(&mut self.net_rng, self.cfg.latency_ms, self.cfg.jitter);
                     let key = (i as u16, to.0);
@@ -584,6 +649,11 @@ impl<'c, P: Protocol<O>, const O: usize> Sim<'c, P, O> {
         let a = &mut self.apps[i];
         a.phase = Phase::Cs;
         if a.measured {
+            let h = self.hops[i] as usize;
+            if self.stats.request_hops.len() <= h {
+                self.stats.request_hops.resize(h + 1, 0);
+            }
+            self.stats.request_hops[h] += 1;
             let l = self.now - a.issued_at;
             self.stats.lat_mode[a.mode_idx].0 += l;
             self.stats.lat_mode[a.mode_idx].1 += 1;
@@ -665,6 +735,7 @@ impl<'c, P: Protocol<O>, const O: usize> Sim<'c, P, O> {
         a.phase = Phase::Acquiring;
         a.issued_at = self.now;
         a.measured = in_window;
+        self.hops[i] = 0;
         let (lock, mode) = a.ops[0];
         if in_window {
             self.stats.lock_requests += 1;
@@ -689,6 +760,10 @@ pub fn csv_header() -> String {
         let _ = write!(s, ",latency_ms_p{p}");
     }
     s.push_str(",retries,steps,window_s");
+    s.push_str(",lock0_request_per_request,other_request_per_request");
+    s.push_str(
+        ",request_msgs_per_access_p50,request_msgs_per_access_p99,request_msgs_per_access_max",
+    );
     s
 }
 
@@ -724,6 +799,16 @@ pub fn csv_row(experiment: &str, cfg: &Config, st: &Stats) -> String {
         st.retries,
         st.steps,
         st.window_us as f64 / 1e6
+    );
+    let lr = st.lock_requests.max(1) as f64;
+    let _ = write!(
+        s,
+        ",{:.4},{:.4},{},{},{}",
+        st.lock0_requests as f64 / lr,
+        (st.msgs[0] - st.lock0_requests) as f64 / lr,
+        st.request_hops_quantile(0.5),
+        st.request_hops_quantile(0.99),
+        st.request_hops.len().saturating_sub(1)
     );
     s
 }
