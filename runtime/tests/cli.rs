@@ -133,17 +133,28 @@ fn check_passes_a_correct_configuration_and_traces_a_literal_one() {
     let out = hilock(&["check", configs().join("star3-r-w.json").to_str().unwrap()]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{text}");
-    assert!(text.contains("P1 mutual exclusion") && text.contains("holds"), "{text}");
+    assert!(
+        text.contains("P1 mutual exclusion") && text.contains("holds"),
+        "{text}"
+    );
 
     let dir = std::env::temp_dir().join(format!("hilock-cli-check-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let out = hilock(&[
         "check",
-        configs().join("release-race-literal.json").to_str().unwrap(),
+        configs()
+            .join("release-race-literal.json")
+            .to_str()
+            .unwrap(),
         "--out",
         dir.to_str().unwrap(),
     ]);
-    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stdout));
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
     let trace = dir.join("release-race-literal.p1-mutual-exclusion.trace.json");
     assert!(trace.exists(), "{}", String::from_utf8_lossy(&out.stdout));
     let replay = hilock(&["replay", trace.to_str().unwrap()]);
