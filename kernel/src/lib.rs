@@ -10,7 +10,9 @@
 //! - [`site`]: a site with `L` locks and the single entry point [`Site::step`];
 //! - [`prio`]: priorities, frozen thresholds (Rule 6_PRIO) and inheritance (PCEP, PIP);
 //! - [`naimi`]: the Naimi-Trehel baseline behind the same [`Protocol`] interface;
-//! - [`pnaimi`]: Mueller's prioritized Naimi protocol, the baseline of chapter 3.
+//! - [`pnaimi`]: Mueller's prioritized Naimi protocol, the baseline of chapter 3;
+//! - [`tree`]: Preston & Prasad's multi-granular tree locking (colours, grey counts,
+//!   demotion and promotion, top-down handshake latches).
 //!
 //! ```
 //! use hilock_kernel::{DefaultSite, Input, LockId, Mode, NodeId, Output, Outputs, Msg};
@@ -43,6 +45,7 @@ pub mod prio;
 pub mod protocol;
 pub mod site;
 pub mod tables;
+pub mod tree;
 
 pub use error::KernelError;
 pub use mode::{compatible, conflicts, Mode, ModeSet};
