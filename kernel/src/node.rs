@@ -1061,3 +1061,25 @@ fn sort_by_priority<const Q: usize>(q: &mut heapless::Vec<QueueEntry, Q>) {
 fn combine(a: Mode, b: Mode) -> Mode {
     strongest(a, b).unwrap_or(Mode::W)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn e(r: u16, prio: Priority) -> QueueEntry {
+        QueueEntry { requester: NodeId(r), mode: Mode::R, serial: 1, prio }
+    }
+
+    /// Rule 8.1: non-increasing priority, and FIFO (stable) within a priority — with equal
+    /// priorities the order of arrival is kept exactly.
+    #[test]
+    fn rule_8_1_sort_is_stable_within_a_priority() {
+        let mut q: heapless::Vec<QueueEntry, 8> = heapless::Vec::new();
+        for x in [e(1, 0), e(2, 0), e(3, 2), e(4, 0), e(5, 2)] {
+            q.push(x).unwrap();
+        }
+        sort_by_priority(&mut q);
+        let order: [u16; 5] = core::array::from_fn(|i| q[i].requester.0);
+        assert_eq!(order, [3, 5, 1, 2, 4]);
+    }
+}
