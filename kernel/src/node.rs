@@ -1067,7 +1067,12 @@ mod tests {
     use super::*;
 
     fn e(r: u16, prio: Priority) -> QueueEntry {
-        QueueEntry { requester: NodeId(r), mode: Mode::R, serial: 1, prio }
+        QueueEntry {
+            requester: NodeId(r),
+            mode: Mode::R,
+            serial: 1,
+            prio,
+        }
     }
 
     /// Rule 8.1: non-increasing priority, and FIFO (stable) within a priority — with equal
