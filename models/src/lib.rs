@@ -2,8 +2,11 @@
 //!
 //! - [`base`]: the chapter-2 protocol (properties P1–P6), configurations as values;
 //! - [`check`]: `check` / `explore`, the API of `hilock check` and `hilock explore`;
-//! - [`inversion`]: the priority-inversion model of thesis section 3.6 (property P7).
+//! - [`inversion`]: the priority-inversion model of thesis section 3.6 (property P7);
+//! - [`tree`]: Preston & Prasad tree locking, concurrent inserts and removes interleaved
+//!   one node latch at a time (property P8).
 
 pub mod base;
 pub mod check;
 pub mod inversion;
+pub mod tree;
