@@ -31,19 +31,24 @@
 //! [`TreeVariant::HILOCK`] is the algorithm that the exhaustive model check
 //! (`verify/tests/tree.rs`) and the proptests (`kernel/tests/tree.rs`) pass;
 //! [`TreeVariant::SLIDES`] is the pseudocode of slides 16 and 20 as written. They differ in
-//! three places, each a flag of [`TreeVariant`]:
-//! - promotion (slide 20): the slides test `w.sibling` and `w` — nodes next to the
-//!   requested *leaf* — at every node of the path; hilock tests the other child of the
-//!   path node and, when that child is not black, keeps the node latched and looks further
-//!   down the path for the owner that is left ([`Promotion`]);
+//! three places, each a flag of [`TreeVariant`], and the model checker refutes each literal
+//! reading (`spec/counterexamples/tree-*.json`, `spec/SPEC.md`):
+//! - promotion (slide 20): the slides test `w.sibling` and then `w` — nodes next to the
+//!   requested *leaf* — at every node of the path, and the second test, meant for the undo
+//!   of slide 21, also fires in a plain `RemoveUser`, where `w` is the leaving user's own
+//!   leaf; hilock tests the other child of the path node and, when that child is not
+//!   black, keeps the node latched and looks further down the path for the owner that is
+//!   left ([`Promotion`]);
 //! - the undo of a failed insert (slides 16 and 21): the slides run `RecurseRemove(root, w,
 //!   u)` for a user that never owned anything, which decrements every grey node on the
-//!   path; hilock decrements only the nodes above the node where the insert stopped and
-//!   promotes that node's owner if the count there falls to one ([`Undo`]);
-//! - demotion (slides 15–16): the slides demote along the common path down to the leaf and
-//!   fail there, leaving the other child of each same-path demotion as it was; hilock fails
-//!   at the black node whose original request is the requested leaf, before demoting, and
-//!   paints the other child of a same-path demotion white ([`Demotion`]).
+//!   path, also counts the insert never incremented; hilock decrements only the nodes above
+//!   the depth where the insert stopped and promotes the owner found there if a count falls
+//!   to one ([`Undo`]);
+//! - demotion (slides 15–16): a same-path demotion of the slides leaves the other child of
+//!   the demoted node as it was, and a stale owner there is later read as a region; hilock
+//!   paints it white. hilock also fails at the black node whose original request is the
+//!   requested leaf, before demoting, where the slides demote down to the leaf, fail there
+//!   and promote back ([`Demotion`]; this part only saves work).
 //!
 //! The guards `w.owner ≠ u` (slide 16) and `w.owner = u` (slide 20) are read as the
 //! *logical* owner of `w` in every variant: the physical `w.owner` is empty as soon as the
@@ -342,9 +347,12 @@ pub enum Promotion {
     /// hilock: when the count of `n` falls to 1, latch the other child of `n` (the sibling
     /// of the path node); if it is black promote its owner to `n`. Otherwise the remaining
     /// owner is further down the path: keep `n` latched and look at the other child of
-    /// every following path node until a black one is found, then promote it to `n`. A
-    /// count that falls to 0 paints the node white. The operation ends there (the nodes
-    /// below a black or white node are no longer read).
+    /// every following path node until a black one is found (in the undo of a failed
+    /// insert, also the black node the path runs into), then promote it to `n`. If none is
+    /// found, the one left is an operation still in flight (a failed insert that has not
+    /// undone its count yet) and `n` stays grey until that operation passes. A count that
+    /// falls to 0 paints the node white. The operation ends there (the nodes below a black
+    /// or white node are no longer read).
     PathSibling,
 }
 
@@ -370,8 +378,10 @@ pub enum Demotion {
     /// original request share the path, recurse, leaving the other child as it was; fail
     /// (and undo) only at a leaf that is not white.
     Slides,
-    /// hilock: fail at a black node whose original request is the requested leaf (the
-    /// paths would never split); a same-path demotion paints the other child white.
+    /// hilock: a same-path demotion paints the other child white (required: the model
+    /// checker refutes the literal demotion); and fail at a black node whose original
+    /// request is the requested leaf, where the paths would never split (saves the
+    /// demotions and their undo; the checker passes without it).
     Checked,
 }
 
@@ -1576,6 +1586,14 @@ impl Op {
                     tree.release_owner(n)?;
                     self.finish(tree, p, Outcome::Released);
                 } else if self.undoing {
+                    // the undo ran into a region (where the insert failed, with the
+                    // slides' undo maybe another): with hilock's promotion its owner is
+                    // the one left for a kept node
+                    if let (Promotion::PathSibling, Some(k), Some(o), Some(r)) =
+                        (self.variant.promotion, self.keep, node.owner, node.original)
+                    {
+                        self.promote(tree, k, o, r, p)?;
+                    }
                     self.finish(tree, p, Outcome::Released);
                 } else {
                     self.finish(tree, p, Outcome::Vanished);

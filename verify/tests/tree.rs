@@ -121,8 +121,13 @@ fn tree_literal_slides_refuted() {
     save(
         "tree-slides.json",
         &r,
-        "The pseudocode of slides 16 and 20 as written (TreeVariant::SLIDES): after a \
-         removal the tree is left grey with one owner below, or a stale owner is promoted.",
+        "The pseudocode of slides 16 and 20 as written (TreeVariant::SLIDES). u2 owns the \
+         whole tree (request t01); u1 asks for t01 too: the literal insert demotes t and t0 \
+         down to the leaf t01 and fails there. Meanwhile u2 leaves: at t the count falls to 1 \
+         but w.sibling (t00) and w (t01) are not black yet, so nothing is promoted; at t0 \
+         w = t01 is black — made black for u2 by u1's same-path demotion — and the branch \
+         `w.color = black`, meant for the undo of slide 21, promotes the leaving user u2 to \
+         t0. u2 then releases only the leaf: t0 and later t belong to a user that has left.",
     );
 }
 
@@ -139,9 +144,14 @@ fn tree_literal_w_sibling_refuted() {
     save(
         "tree-w-sibling.json",
         &r,
-        "Slide 20's promotion tests w.sibling and w (next to the requested leaf) at every \
-         path node: when the owner left is the other child of a higher node, nothing is \
-         promoted and the node stays grey with one owner below.",
+        "Slide 20's promotion (w.sibling, then w) with hilock's undo and demotion. u2 owns \
+         the tree (t01); u0 enters at t00 and demotes it; u2 leaves concurrently and reaches \
+         t before the demotion of t0 has made t00 and t01 black: at t the count falls to 1 \
+         and nothing is promoted (w.sibling is the leaf next to t01, not the other child of \
+         t). Later u0 leaves while u1 enters at t01: at t the count falls to 1, w.sibling \
+         (t01) is white again and w = t00 is u0's own black leaf, so the branch \
+         `w.color = black` promotes the leaving user u0 to the whole tree, over u1's \
+         granted leaf t01.",
     );
 }
 
@@ -158,9 +168,13 @@ fn tree_literal_undo_refuted() {
     save(
         "tree-undo.json",
         &r,
-        "Slide 16's undo RecurseRemove(root, w, u) decrements every grey node on the path, \
-         also below the node where the insert failed, which another insert has demoted in \
-         the meantime: counts it never incremented.",
+        "Slide 16's undo RecurseRemove(root, w, u) for a user that never owned anything, \
+         with hilock's promotion and demotion. u1's insert at t01 fails at the root (u2's \
+         region, original request t01) before incrementing anything, but the undo pass still \
+         runs; meanwhile u0's insert demoted the root. The undo decrements t and t0 — counts \
+         u1 never incremented — and promotes u0 to the whole tree: u2's region is gone and \
+         its remove finds nothing. hilock's undo decrements only the nodes above the depth \
+         where the insert stopped.",
     );
 }
 
@@ -177,8 +191,13 @@ fn tree_literal_demotion_refuted() {
     save(
         "tree-demotion.json",
         &r,
-        "Slide 16's same-path demotion leaves the other child as it was: a stale owner \
-         below a grey node is read as a region.",
+        "Slide 16's demotion with hilock's promotion and undo. u2 holds t00 after a \
+         demotion that left u1's old black leaf t01 below the promoted t. u0 asks for t00: \
+         the literal demotion pushes u2 down the same path t, t0, t00 and fails at the leaf; \
+         it writes t0 and t00 but leaves the other children as they were, so the stale \
+         black(u1) at t01 is now under the grey t0. u2 leaves, the count of t falls to 1, \
+         and the owner left is looked for below: the stale t01 — u1, who left long ago, \
+         gets the whole tree. hilock paints the other child of a same-path demotion white.",
     );
 }
 
