@@ -1,7 +1,36 @@
 //! # hilock
 //!
-//! The `hilock` command's library part: the subcommands that work on the specification
-//! ([`cli`]). The tokio runtime that runs real nodes over TCP is the subject of a later
-//! issue and is not here yet.
+//! Real hilock nodes over TCP, driven by [`hilock_kernel`] (tokio), the hierarchical lock
+//! API, and the `hilock` command's library part.
+//!
+//! ```no_run
+//! use hilock::{Config, Node, NodeAddr};
+//! use hilock_kernel::Mode;
+//! # async fn f() -> Result<(), Box<dyn std::error::Error>> {
+//! let nodes = vec![
+//!     NodeAddr { id: 0, addr: "127.0.0.1:7100".parse()? },
+//!     NodeAddr { id: 1, addr: "127.0.0.1:7101".parse()? },
+//! ];
+//! let node = Node::start(Config::new("airline", "a long shared secret", 0, nodes)?).await?;
+//! // IW on /db and /db/flights, then W on /db/flights/UA93; released on drop.
+//! let guard = node.lock("/db/flights/UA93", Mode::W).await?;
+//! drop(guard);
+//! # Ok(()) }
+//! ```
+//!
+//! - [`node`]: the node, its lock API ([`Node::lock`], [`Guard`]) and its tasks;
+//! - [`wire`]: the handshake and the frames;
+//! - [`config`]: the configuration file;
+//! - [`client`]: the local client socket behind `hilock lock` and `hilock status`;
+//! - [`demo`]: `hilock demo`, the airline workload on a loopback cluster with an oracle;
+//! - [`cli`]: the subcommands that work on the specification.
 
 pub mod cli;
+pub mod client;
+pub mod config;
+pub mod demo;
+pub mod node;
+pub mod wire;
+
+pub use config::{Config, NodeAddr, MAX_NODES};
+pub use node::{intention, Error, Guard, Handle, Node, Options, Stats, Status};

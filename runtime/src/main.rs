@@ -17,6 +17,70 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Start a loopback cluster and run the thesis airline workload through the real lock
+    /// API, checking every grant against Table 2.1; print messages/request and latencies.
+    Demo {
+        /// Nodes in the cluster (1..=64).
+        #[arg(long, default_value_t = 8)]
+        nodes: usize,
+        /// Accesses to serve, all nodes together (default 2000).
+        #[arg(long, conflicts_with = "seconds")]
+        requests: Option<u64>,
+        /// Run for this many seconds instead.
+        #[arg(long)]
+        seconds: Option<f64>,
+        /// Critical section in milliseconds (the thesis's 15 ms, scaled down).
+        #[arg(long, default_value_t = 1.0)]
+        cs_ms: f64,
+        /// Mean non-critical section in milliseconds (ratio 10, as in the thesis).
+        #[arg(long, default_value_t = 10.0)]
+        ncs_ms: f64,
+        /// Entries of the airline table.
+        #[arg(long, default_value_t = 16)]
+        entries: usize,
+        /// Seed of the clients' choices.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// No progress bar.
+        #[arg(long)]
+        quiet: bool,
+    },
+    /// Run a node (logs on stderr; RUST_LOG=debug for more).
+    Node {
+        /// The configuration file (TOML).
+        #[arg(long)]
+        config: PathBuf,
+        /// This node's id (overrides `id` in the file).
+        #[arg(long)]
+        id: Option<u16>,
+    },
+    /// Hold a lock while a command runs (like flock): `hilock lock /db/flights W -- cmd args`.
+    /// Exits with the command's status; 2 (and one line on stderr) if the lock is not granted.
+    Lock {
+        /// The lock path, e.g. /db/flights/UA93.
+        path: String,
+        /// The mode: IR, R, U, IW or W.
+        mode: String,
+        /// The command and its arguments.
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+        #[command(flatten)]
+        at: ClientAt,
+        /// Give up after this many milliseconds (default: the node's request_timeout_ms).
+        #[arg(long)]
+        timeout_ms: Option<u64>,
+        /// Request priority (0..=255, higher first).
+        #[arg(long, default_value_t = 0)]
+        priority: u8,
+    },
+    /// Print a running node's locks, token, queues and peers.
+    Status {
+        #[command(flatten)]
+        at: ClientAt,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Print the specification: modes, Tables 2.1–2.4 (literal and derived) and the rules.
     Spec {
         /// Print it as JSON (format hilock-spec/1).
@@ -57,6 +121,159 @@ enum Command {
     },
 }
 
+/// Where the node's client socket is.
+#[derive(clap::Args, Debug)]
+struct ClientAt {
+    /// The node's client socket.
+    #[arg(long, env = "HILOCK_SOCKET")]
+    socket: Option<PathBuf>,
+    /// …or the node's configuration file (its `client` entry).
+    #[arg(long, conflicts_with = "socket")]
+    config: Option<PathBuf>,
+    /// The node id, with --config.
+    #[arg(long, requires = "config")]
+    id: Option<u16>,
+}
+
+impl ClientAt {
+    fn socket(&self) -> Result<PathBuf, String> {
+        if let Some(s) = &self.socket {
+            return Ok(s.clone());
+        }
+        let Some(c) = &self.config else {
+            return Err("give --socket (or HILOCK_SOCKET) or --config".into());
+        };
+        let cfg = hilock::Config::from_file(c, self.id)?;
+        cfg.client
+            .ok_or_else(|| format!("{} has no `client` socket", c.display()))
+    }
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, String> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start tokio: {e}"))
+}
+
+fn init_logs(default: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+#[allow(clippy::too_many_arguments)]
+fn demo(
+    nodes: usize,
+    requests: Option<u64>,
+    seconds: Option<f64>,
+    cs_ms: f64,
+    ncs_ms: f64,
+    entries: usize,
+    seed: u64,
+    quiet: bool,
+) -> Result<(String, bool), String> {
+    init_logs("warn");
+    let ms = |x: f64, what: &str| {
+        if x.is_finite() && (0.0..=60_000.0).contains(&x) {
+            Ok(std::time::Duration::from_secs_f64(x / 1e3))
+        } else {
+            Err(format!("--{what} must be in 0..=60000"))
+        }
+    };
+    if entries == 0 {
+        return Err("--entries must be at least 1".into());
+    }
+    let opts = hilock::demo::DemoOptions {
+        nodes,
+        requests,
+        seconds,
+        cs: ms(cs_ms, "cs-ms")?,
+        ncs: ms(ncs_ms, "ncs-ms")?,
+        entries,
+        seed,
+        progress: !quiet,
+        ..Default::default()
+    };
+    let report = runtime()?.block_on(hilock::demo::run(opts))?;
+    let ok = report.ok();
+    Ok((format!("{report}\n"), ok))
+}
+
+fn node(config: &std::path::Path, id: Option<u16>) -> Result<(String, bool), String> {
+    init_logs("hilock=info");
+    let cfg = hilock::Config::from_file(config, id)?;
+    runtime()?.block_on(async {
+        let node = hilock::Node::start(cfg).await.map_err(|e| e.to_string())?;
+        tokio::signal::ctrl_c()
+            .await
+            .map_err(|e| format!("cannot wait for Ctrl-C: {e}"))?;
+        tracing::info!("stopping");
+        node.shutdown().await;
+        Ok((String::new(), true))
+    })
+}
+
+fn lock(
+    path: String,
+    mode: String,
+    command: &[String],
+    at: &ClientAt,
+    timeout_ms: Option<u64>,
+    priority: u8,
+) -> Result<ExitCode, String> {
+    let socket = at.socket()?;
+    runtime()?.block_on(async {
+        let req = hilock::client::Request::Lock {
+            path: path.clone(),
+            mode,
+            priority,
+            timeout_ms,
+        };
+        let (reply, stream) = hilock::client::request(&socket, &req).await?;
+        if !reply.ok {
+            return Err(reply.error.unwrap_or_else(|| "lock refused".into()));
+        }
+        let status = tokio::process::Command::new(&command[0])
+            .args(&command[1..])
+            .status()
+            .await
+            .map_err(|e| format!("cannot run {}: {e}", command[0]))?;
+        // Closing the stream releases the lock.
+        drop(stream);
+        Ok(match status.code() {
+            Some(c) => ExitCode::from(u8::try_from(c).unwrap_or(1)),
+            None => ExitCode::from(1),
+        })
+    })
+}
+
+fn status(at: &ClientAt, json: bool) -> Result<(String, bool), String> {
+    let socket = at.socket()?;
+    runtime()?.block_on(async {
+        let (reply, _) = hilock::client::request(&socket, &hilock::client::Request::Status).await?;
+        if !reply.ok {
+            return Err(reply.error.unwrap_or_else(|| "status refused".into()));
+        }
+        let v = reply.status.ok_or("the node sent no status")?;
+        if json {
+            return Ok((
+                format!(
+                    "{}\n",
+                    serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?
+                ),
+                true,
+            ));
+        }
+        let s: hilock::Status =
+            serde_json::from_value(v).map_err(|e| format!("bad status: {e}"))?;
+        Ok((hilock::client::render_status(&s), true))
+    })
+}
+
 fn scenarios(files: &[PathBuf], json: bool) -> Result<(String, bool), String> {
     if json && files.len() > 1 {
         return Err("--json prints one trace: give exactly one scenario file".into());
@@ -87,6 +304,31 @@ fn scenarios(files: &[PathBuf], json: bool) -> Result<(String, bool), String> {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Demo {
+            nodes,
+            requests,
+            seconds,
+            cs_ms,
+            ncs_ms,
+            entries,
+            seed,
+            quiet,
+        } => demo(
+            nodes, requests, seconds, cs_ms, ncs_ms, entries, seed, quiet,
+        ),
+        Command::Node { config, id } => node(&config, id),
+        Command::Lock {
+            path,
+            mode,
+            command,
+            at,
+            timeout_ms,
+            priority,
+        } => match lock(path, mode, &command, &at, timeout_ms, priority) {
+            Ok(code) => return code,
+            Err(e) => Err(e),
+        },
+        Command::Status { at, json } => status(&at, json),
         Command::Spec { json } => hilock::cli::spec(json).map(|s| (s, true)),
         Command::Scenario { files, json } => scenarios(&files, json),
         Command::Replay { file } => hilock::cli::replay(&file).map(|s| (s, true)),

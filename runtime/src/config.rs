@@ -1,0 +1,257 @@
+//! The node configuration (`node.toml`).
+//!
+//! Every node of a cluster can read the same file; only `id` differs (or is given on the
+//! command line with `hilock node --config cluster.toml --id 2`):
+//!
+//! ```toml
+//! cluster = "airline"               # peers must name the same cluster
+//! secret = "a long shared secret"   # or: secret_file = "/etc/hilock/secret"
+//! id = 0                            # this node: one of the ids below
+//! client = "/tmp/hilock-0.sock"     # local client socket (`hilock lock`, `hilock status`)
+//! request_timeout_ms = 30000        # default timeout of a lock request
+//!
+//! [[nodes]]
+//! id = 0
+//! addr = "127.0.0.1:7100"
+//! [[nodes]]
+//! id = 1
+//! addr = "127.0.0.1:7101"
+//! ```
+//!
+//! The ids must be exactly `0..n` (each once), `n ≤` [`MAX_NODES`]. A node listens on its
+//! own `addr` (or `listen`, if given) and dials every other node's `addr`.
+
+use serde::Deserialize;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The largest cluster a node can be part of (the kernel's node capacity `N`).
+pub const MAX_NODES: usize = 64;
+
+/// Shortest accepted cluster secret, in bytes.
+pub const MIN_SECRET_LEN: usize = 8;
+
+/// One node of the cluster, as listed in the configuration.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct NodeAddr {
+    /// The node id, `0..n`.
+    pub id: u16,
+    /// Where the node accepts connections from its peers.
+    pub addr: SocketAddr,
+}
+
+/// The configuration file, as written.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct File {
+    cluster: String,
+    secret: Option<String>,
+    secret_file: Option<PathBuf>,
+    id: Option<u16>,
+    listen: Option<SocketAddr>,
+    client: Option<PathBuf>,
+    request_timeout_ms: Option<u64>,
+    nodes: Vec<NodeAddr>,
+}
+
+/// A validated node configuration.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Config {
+    /// The cluster name; a peer naming another cluster is refused.
+    pub cluster: String,
+    /// The shared secret that authenticates peers (HMAC-SHA256 challenge-response).
+    pub secret: Vec<u8>,
+    /// This node's id.
+    pub id: u16,
+    /// Where this node listens for peers (its own entry's `addr` unless `listen` is set).
+    pub listen: SocketAddr,
+    /// Every node of the cluster, sorted by id (ids `0..n`).
+    pub nodes: Vec<NodeAddr>,
+    /// The local client socket (Unix domain socket), if any.
+    pub client: Option<PathBuf>,
+    /// Default timeout of a lock request.
+    pub request_timeout: Duration,
+}
+
+impl std::fmt::Debug for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Config")
+            .field("cluster", &self.cluster)
+            .field("secret", &"<redacted>")
+            .field("id", &self.id)
+            .field("listen", &self.listen)
+            .field("nodes", &self.nodes)
+            .field("client", &self.client)
+            .field("request_timeout", &self.request_timeout)
+            .finish()
+    }
+}
+
+impl Config {
+    /// A configuration from its parts, validated.
+    pub fn new(
+        cluster: impl Into<String>,
+        secret: impl Into<Vec<u8>>,
+        id: u16,
+        nodes: Vec<NodeAddr>,
+    ) -> Result<Config, String> {
+        let mut nodes = nodes;
+        nodes.sort_by_key(|n| n.id);
+        let listen = nodes
+            .iter()
+            .find(|n| n.id == id)
+            .map(|n| n.addr)
+            .ok_or_else(|| format!("id {id} is not one of the configured nodes"))?;
+        let c = Config {
+            cluster: cluster.into(),
+            secret: secret.into(),
+            id,
+            listen,
+            nodes,
+            client: None,
+            request_timeout: Duration::from_secs(30),
+        };
+        c.validate()?;
+        Ok(c)
+    }
+
+    /// Read and validate a TOML file; `id` overrides the file's `id`. The error is one line.
+    pub fn from_file(path: &Path, id: Option<u16>) -> Result<Config, String> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read config {}: {e}", path.display()))?;
+        Self::from_toml(&text, id).map_err(|e| format!("config {}: {e}", path.display()))
+    }
+
+    /// Parse and validate TOML text; `id` overrides the text's `id`.
+    pub fn from_toml(text: &str, id: Option<u16>) -> Result<Config, String> {
+        let f: File = toml::from_str(text).map_err(|e| {
+            // toml's messages span several lines (with a source excerpt): keep one.
+            let msg = e.message().to_string();
+            match e.span() {
+                Some(s) => {
+                    let line = text[..s.start.min(text.len())].lines().count().max(1);
+                    format!("line {line}: {msg}")
+                }
+                None => msg,
+            }
+        })?;
+        let secret = match (f.secret, f.secret_file) {
+            (Some(s), None) => s.into_bytes(),
+            (None, Some(p)) => {
+                let s = std::fs::read_to_string(&p)
+                    .map_err(|e| format!("cannot read secret_file {}: {e}", p.display()))?;
+                s.trim_end_matches(['\n', '\r']).as_bytes().to_vec()
+            }
+            (Some(_), Some(_)) => return Err("give either secret or secret_file, not both".into()),
+            (None, None) => return Err("missing secret (or secret_file)".into()),
+        };
+        let id = id
+            .or(f.id)
+            .ok_or("missing id (set `id` in the file or pass --id)")?;
+        let mut c = Config::new(f.cluster, secret, id, f.nodes)?;
+        if let Some(l) = f.listen {
+            c.listen = l;
+        }
+        c.client = f.client;
+        if let Some(ms) = f.request_timeout_ms {
+            if ms == 0 {
+                return Err("request_timeout_ms must be positive".into());
+            }
+            c.request_timeout = Duration::from_millis(ms);
+        }
+        Ok(c)
+    }
+
+    /// The checks behind every constructor.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.cluster.is_empty() || self.cluster.len() > 255 {
+            return Err("cluster name must be 1 to 255 bytes".into());
+        }
+        if self.secret.len() < MIN_SECRET_LEN {
+            return Err(format!(
+                "secret too short ({} bytes; at least {MIN_SECRET_LEN})",
+                self.secret.len()
+            ));
+        }
+        if self.nodes.is_empty() {
+            return Err("no nodes configured".into());
+        }
+        if self.nodes.len() > MAX_NODES {
+            return Err(format!(
+                "{} nodes configured; at most {MAX_NODES}",
+                self.nodes.len()
+            ));
+        }
+        for (i, n) in self.nodes.iter().enumerate() {
+            if usize::from(n.id) != i {
+                return Err(format!(
+                    "node ids must be 0..{} each exactly once; found {} where {i} was expected",
+                    self.nodes.len(),
+                    n.id
+                ));
+            }
+        }
+        if usize::from(self.id) >= self.nodes.len() {
+            return Err(format!("id {} is not one of the configured nodes", self.id));
+        }
+        Ok(())
+    }
+
+    /// Number of nodes in the cluster.
+    pub fn n(&self) -> usize {
+        self.nodes.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+cluster = "c"
+secret = "0123456789"
+id = 1
+[[nodes]]
+id = 0
+addr = "127.0.0.1:7100"
+[[nodes]]
+id = 1
+addr = "127.0.0.1:7101"
+"#;
+
+    #[test]
+    fn config_parses_and_overrides_id() {
+        let c = Config::from_toml(GOOD, None).unwrap();
+        assert_eq!(c.id, 1);
+        assert_eq!(c.listen, "127.0.0.1:7101".parse().unwrap());
+        let c = Config::from_toml(GOOD, Some(0)).unwrap();
+        assert_eq!(c.listen, "127.0.0.1:7100".parse().unwrap());
+        assert!(!format!("{c:?}").contains("0123456789"), "secret redacted");
+    }
+
+    #[test]
+    fn config_errors_are_one_line() {
+        let cases = [
+            (
+                GOOD.replace("id = 1\n[[", "id = 5\n[["),
+                "not one of the configured",
+            ),
+            (
+                GOOD.replace("secret = \"0123456789\"", ""),
+                "missing secret",
+            ),
+            (GOOD.replace("0123456789", "short"), "secret too short"),
+            (GOOD.replace("id = 0", "id = 2"), "each exactly once"),
+            (GOOD.replace("127.0.0.1:7100", "nowhere"), "line"),
+            (format!("{GOOD}\nbogus = 1\n"), "bogus"),
+            (GOOD.replace("[[nodes]]", "[[nodez]]"), "nodez"),
+        ];
+        for (text, want) in cases {
+            let e = Config::from_toml(&text, None).unwrap_err();
+            assert!(e.contains(want), "{e:?} should mention {want:?}");
+            assert!(!e.contains('\n'), "one line: {e:?}");
+        }
+    }
+}

@@ -1,0 +1,1191 @@
+//! A hilock node: one tokio task drives the kernel sites of every lock this node has seen;
+//! one task per peer dials it and sends; one task per accepted connection receives.
+//!
+//! Locks are named by paths. Each path is its own kernel site ([`LockSite`], one lock per
+//! site), created on first use; its initial token holder is [`initial_holder`]. The node
+//! re-implements no rule: every protocol decision is a [`LockSite::step`]. What the node
+//! adds is local bookkeeping the kernel leaves to its user:
+//!
+//! - **Local holders.** The kernel holds one mode per lock per site. Several tasks of the
+//!   same node that want the same lock wait in a local FIFO; the head is the site's one
+//!   kernel request. When it is granted, the waiters directly behind it that want the same
+//!   self-compatible mode (IR, R, IW) share the grant. Later arrivals wait for the next
+//!   kernel request, so local sharing cannot starve a remote writer. The kernel releases
+//!   when the last local holder does.
+//! - **Timeouts and cancellation.** A request whose caller gave up (timeout, or the future
+//!   was dropped) stays in the protocol until it is granted, and is then released at once.
+//! - **Hierarchy.** [`Node::lock`] takes the intention mode on every ancestor path first,
+//!   outermost first (see [`intention`]); all guards take locks in that order.
+
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::{SinkExt, StreamExt};
+use hilock_kernel::{compatible, Input, KernelError, Mode, NodeId, Output, Pending, Priority};
+use serde::{Deserialize, Serialize};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinSet;
+use tokio::time::{timeout, timeout_at, Instant};
+use tokio_util::codec::{Framed, LengthDelimitedCodec};
+use tracing::{debug, info, warn};
+
+use crate::config::Config;
+use crate::wire::{
+    self, ancestors, check_frame, check_path, initial_holder, Frame, Hello, KMsg, KOutputs,
+    LockSite, Side, LOCK, MAX_FRAME, PROTOCOL_VERSION,
+};
+
+/// How long each side waits for the next handshake message.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Errors of the lock API.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Error {
+    /// The path is not a valid lock path.
+    InvalidPath(String),
+    /// Φ is not a mode one can request.
+    InvalidMode,
+    /// The lock was not granted in time. `disconnected` lists the peers this node had no
+    /// connection to when it gave up (a crashed peer is the usual reason).
+    Timeout {
+        /// The lock that was not granted (an ancestor of the requested path, or itself).
+        path: String,
+        /// How long the request waited.
+        after: Duration,
+        /// Peers without a connection at that moment.
+        disconnected: Vec<u16>,
+    },
+    /// `upgrade` on a guard that does not hold its lock in U alone.
+    NotUpgradable {
+        /// The guard's path.
+        path: String,
+        /// The mode the guard holds.
+        mode: Mode,
+    },
+    /// The kernel refused the operation (a bug in the runtime's bookkeeping if it happens).
+    Kernel {
+        /// The lock.
+        path: String,
+        /// The kernel's error.
+        error: KernelError,
+    },
+    /// The node has stopped.
+    Stopped,
+}
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Error::InvalidPath(e) => write!(f, "invalid lock path: {e}"),
+            Error::InvalidMode => write!(f, "Φ is not a mode one can request"),
+            Error::Timeout {
+                path,
+                after,
+                disconnected,
+            } => {
+                write!(f, "timed out after {after:?} waiting for {path}")?;
+                if disconnected.is_empty() {
+                    write!(f, " (all peers connected: the lock is busy)")
+                } else {
+                    write!(
+                        f,
+                        " (no connection to node{} {}; the protocol cannot recover a crashed node)",
+                        if disconnected.len() > 1 { "s" } else { "" },
+                        disconnected
+                            .iter()
+                            .map(|d| d.to_string())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )
+                }
+            }
+            Error::NotUpgradable { path, mode } => {
+                write!(f, "{path} is held in {mode}; only a U guard can upgrade")
+            }
+            Error::Kernel { path, error } => write!(f, "{path}: kernel refused: {error}"),
+            Error::Stopped => write!(f, "the node has stopped"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// Options of a lock request.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Options {
+    /// The request's priority (chapter 3; higher is served first; 0 by default).
+    pub priority: Priority,
+    /// Give up after this long (whole hierarchy); `None`: the node's `request_timeout`.
+    pub timeout: Option<Duration>,
+}
+
+/// The intention mode taken on every ancestor of a lock requested in `mode`
+/// (multi-granularity locking, Gray et al., as the thesis uses it in section 4.1):
+/// IR above IR and R; IW above U, IW and W.
+pub const fn intention(mode: Mode) -> Mode {
+    match mode {
+        Mode::IR | Mode::R => Mode::IR,
+        _ => Mode::IW,
+    }
+}
+
+/// Counters of a node, for `hilock status` and the demo.
+#[derive(Debug, Default)]
+struct Counters {
+    frames_sent: AtomicU64,
+    frames_received: AtomicU64,
+    kernel_requests: AtomicU64,
+    grants: AtomicU64,
+    rejected_connections: AtomicU64,
+    kernel_rejections: AtomicU64,
+    abandoned_grants: AtomicU64,
+}
+
+/// A snapshot of a node's counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stats {
+    /// Protocol messages sent to peers.
+    pub frames_sent: u64,
+    /// Protocol messages received from peers.
+    pub frames_received: u64,
+    /// Kernel requests issued (acquires and upgrades; one per lock of a hierarchy).
+    pub kernel_requests: u64,
+    /// Grants delivered to callers (local sharing included).
+    pub grants: u64,
+    /// Connections closed for a bad handshake or a bad frame.
+    pub rejected_connections: u64,
+    /// Delivered messages the kernel refused (logged and dropped).
+    pub kernel_rejections: u64,
+    /// Grants that arrived for callers that had given up, released at once.
+    pub abandoned_grants: u64,
+}
+
+struct PeerLink {
+    addr: SocketAddr,
+    connected: AtomicBool,
+    sent: AtomicU64,
+    received: AtomicU64,
+    tx: mpsc::UnboundedSender<Bytes>,
+}
+
+struct Shared {
+    id: u16,
+    cluster: String,
+    secret: Vec<u8>,
+    n: usize,
+    request_timeout: Duration,
+    listen: SocketAddr,
+    peers: Vec<Option<PeerLink>>,
+    counters: Counters,
+}
+
+impl Shared {
+    fn disconnected(&self) -> Vec<u16> {
+        self.peers
+            .iter()
+            .enumerate()
+            .filter_map(|(i, p)| match p {
+                Some(p) if !p.connected.load(Relaxed) => Some(i as u16),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+type Reply<T> = oneshot::Sender<Result<T, Error>>;
+
+enum Cmd {
+    Acquire {
+        path: String,
+        mode: Mode,
+        prio: Priority,
+        reply: Reply<u64>,
+    },
+    Release {
+        path: String,
+        hold: u64,
+    },
+    Upgrade {
+        path: String,
+        hold: u64,
+        reply: Reply<()>,
+    },
+    Deliver {
+        from: NodeId,
+        frame: Frame,
+    },
+    Status {
+        reply: oneshot::Sender<Vec<LockStatus>>,
+    },
+}
+
+/// A running node. Dropping it (or [`Node::shutdown`]) stops every task of the node; the
+/// guards it handed out then release nothing (the node is gone).
+pub struct Node {
+    shared: Arc<Shared>,
+    tx: mpsc::UnboundedSender<Cmd>,
+    tasks: JoinSet<()>,
+}
+
+impl std::fmt::Debug for Node {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Node")
+            .field("id", &self.shared.id)
+            .field("cluster", &self.shared.cluster)
+            .field("listen", &self.shared.listen)
+            .finish()
+    }
+}
+
+impl Node {
+    /// Start a node: listen on `config.listen`, dial every peer, serve the client socket
+    /// if one is configured.
+    pub async fn start(config: Config) -> std::io::Result<Node> {
+        let listener = TcpListener::bind(config.listen).await.map_err(|e| {
+            std::io::Error::new(e.kind(), format!("cannot listen on {}: {e}", config.listen))
+        })?;
+        Self::start_on(config, listener).await
+    }
+
+    /// Start a node on a listener bound already (e.g. to port 0).
+    pub async fn start_on(config: Config, listener: TcpListener) -> std::io::Result<Node> {
+        config
+            .validate()
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+        let listen = listener.local_addr()?;
+        let mut tasks = JoinSet::new();
+        let mut peers = Vec::new();
+        let mut outboxes = Vec::new();
+        for n in &config.nodes {
+            if n.id == config.id {
+                peers.push(None);
+                continue;
+            }
+            let (tx, rx) = mpsc::unbounded_channel();
+            peers.push(Some(PeerLink {
+                addr: n.addr,
+                connected: AtomicBool::new(false),
+                sent: AtomicU64::new(0),
+                received: AtomicU64::new(0),
+                tx,
+            }));
+            outboxes.push((n.id, rx));
+        }
+        let shared = Arc::new(Shared {
+            id: config.id,
+            cluster: config.cluster.clone(),
+            secret: config.secret.clone(),
+            n: config.n(),
+            request_timeout: config.request_timeout,
+            listen,
+            peers,
+            counters: Counters::default(),
+        });
+        let (tx, rx) = mpsc::unbounded_channel();
+        tasks.spawn(Core::new(shared.clone()).run(rx));
+        for (peer, rx) in outboxes {
+            tasks.spawn(dial(shared.clone(), peer, rx));
+        }
+        tasks.spawn(accept(shared.clone(), listener, tx.clone()));
+        let mut node = Node { shared, tx, tasks };
+        if let Some(path) = &config.client {
+            let l = crate::client::bind(path)?;
+            let h = node.handle();
+            node.tasks.spawn(crate::client::serve(h, l, path.clone()));
+        }
+        info!(
+            id = config.id,
+            cluster = %config.cluster,
+            %listen,
+            nodes = config.n(),
+            "node started"
+        );
+        Ok(node)
+    }
+
+    /// A cheap handle for taking locks from other tasks.
+    pub fn handle(&self) -> Handle {
+        Handle {
+            shared: self.shared.clone(),
+            tx: self.tx.clone(),
+        }
+    }
+
+    /// This node's id.
+    pub fn id(&self) -> u16 {
+        self.shared.id
+    }
+
+    /// The address this node listens on for peers.
+    pub fn listen_addr(&self) -> SocketAddr {
+        self.shared.listen
+    }
+
+    /// Take `path` in `mode` (and the intention mode on its ancestors), with the node's
+    /// default timeout and priority 0.
+    pub async fn lock(&self, path: &str, mode: Mode) -> Result<Guard, Error> {
+        self.handle().lock(path, mode).await
+    }
+
+    /// Take `path` in `mode` with options.
+    pub async fn lock_with(&self, path: &str, mode: Mode, opts: Options) -> Result<Guard, Error> {
+        self.handle().lock_with(path, mode, opts).await
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> Stats {
+        self.handle().stats()
+    }
+
+    /// Locks, peers and counters.
+    pub async fn status(&self) -> Result<Status, Error> {
+        self.handle().status().await
+    }
+
+    /// Stop every task of the node and close its sockets.
+    pub async fn shutdown(mut self) {
+        self.tasks.shutdown().await;
+    }
+}
+
+/// A handle to a node's lock API (cheap to clone, `Send`).
+#[derive(Clone)]
+pub struct Handle {
+    shared: Arc<Shared>,
+    tx: mpsc::UnboundedSender<Cmd>,
+}
+
+impl std::fmt::Debug for Handle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Handle")
+            .field("id", &self.shared.id)
+            .finish()
+    }
+}
+
+impl Handle {
+    /// See [`Node::lock`].
+    pub async fn lock(&self, path: &str, mode: Mode) -> Result<Guard, Error> {
+        self.lock_with(path, mode, Options::default()).await
+    }
+
+    /// See [`Node::lock_with`]. The ancestors are taken first, outermost first, each in
+    /// [`intention`]`(mode)`; the timeout covers the whole hierarchy. On any error the
+    /// locks taken so far are released.
+    pub async fn lock_with(&self, path: &str, mode: Mode, opts: Options) -> Result<Guard, Error> {
+        check_path(path).map_err(Error::InvalidPath)?;
+        if mode == Mode::Phi {
+            return Err(Error::InvalidMode);
+        }
+        let wait = opts.timeout.unwrap_or(self.shared.request_timeout);
+        let start = Instant::now();
+        let deadline = start + wait;
+        let mut guard = Guard {
+            handle: self.clone(),
+            held: Vec::new(),
+        };
+        let chain = ancestors(path)
+            .into_iter()
+            .map(|a| (a, intention(mode)))
+            .chain(std::iter::once((path, mode)));
+        for (p, m) in chain {
+            let (reply, rx) = oneshot::channel();
+            self.tx
+                .send(Cmd::Acquire {
+                    path: p.to_string(),
+                    mode: m,
+                    prio: opts.priority,
+                    reply,
+                })
+                .map_err(|_| Error::Stopped)?;
+            match timeout_at(deadline, rx).await {
+                Ok(Ok(Ok(hold))) => guard.held.push((p.to_string(), m, hold)),
+                Ok(Ok(Err(e))) => return Err(e),
+                Ok(Err(_)) => return Err(Error::Stopped),
+                // Dropping `rx` marks the request abandoned: the core releases it when it
+                // is granted.
+                Err(_) => {
+                    return Err(Error::Timeout {
+                        path: p.to_string(),
+                        after: start.elapsed(),
+                        disconnected: self.shared.disconnected(),
+                    })
+                }
+            }
+        }
+        Ok(guard)
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> Stats {
+        let c = &self.shared.counters;
+        Stats {
+            frames_sent: c.frames_sent.load(Relaxed),
+            frames_received: c.frames_received.load(Relaxed),
+            kernel_requests: c.kernel_requests.load(Relaxed),
+            grants: c.grants.load(Relaxed),
+            rejected_connections: c.rejected_connections.load(Relaxed),
+            kernel_rejections: c.kernel_rejections.load(Relaxed),
+            abandoned_grants: c.abandoned_grants.load(Relaxed),
+        }
+    }
+
+    /// Locks, peers and counters.
+    pub async fn status(&self) -> Result<Status, Error> {
+        let (reply, rx) = oneshot::channel();
+        self.tx
+            .send(Cmd::Status { reply })
+            .map_err(|_| Error::Stopped)?;
+        let locks = rx.await.map_err(|_| Error::Stopped)?;
+        let s = &self.shared;
+        Ok(Status {
+            id: s.id,
+            cluster: s.cluster.clone(),
+            listen: s.listen.to_string(),
+            peers: s
+                .peers
+                .iter()
+                .enumerate()
+                .filter_map(|(i, p)| {
+                    p.as_ref().map(|p| PeerStatus {
+                        id: i as u16,
+                        addr: p.addr.to_string(),
+                        connected: p.connected.load(Relaxed),
+                        frames_sent: p.sent.load(Relaxed),
+                        frames_received: p.received.load(Relaxed),
+                    })
+                })
+                .collect(),
+            stats: self.stats(),
+            locks,
+        })
+    }
+}
+
+/// Held locks: the ancestors in their intention mode, then the requested path. Dropping
+/// the guard releases them, innermost first.
+pub struct Guard {
+    handle: Handle,
+    held: Vec<(String, Mode, u64)>,
+}
+
+impl std::fmt::Debug for Guard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list()
+            .entries(self.held.iter().map(|(p, m, _)| format!("{p}:{m}")))
+            .finish()
+    }
+}
+
+impl Guard {
+    /// The requested path.
+    pub fn path(&self) -> &str {
+        self.held.last().map(|h| h.0.as_str()).unwrap_or("")
+    }
+
+    /// The mode held on the requested path.
+    pub fn mode(&self) -> Mode {
+        self.held.last().map(|h| h.1).unwrap_or(Mode::Phi)
+    }
+
+    /// Every lock the guard holds, outermost first.
+    pub fn locks(&self) -> impl Iterator<Item = (&str, Mode)> {
+        self.held.iter().map(|(p, m, _)| (p.as_str(), *m))
+    }
+
+    /// Upgrade U → W (Rule 7) with the node's default timeout. The ancestors already hold
+    /// IW, which W needs. On timeout the upgrade stays pending in the protocol and the
+    /// guard keeps U; dropping the guard then releases once the upgrade completes.
+    pub async fn upgrade(&mut self) -> Result<(), Error> {
+        let t = self.handle.shared.request_timeout;
+        self.upgrade_within(t).await
+    }
+
+    /// [`Guard::upgrade`] with an explicit timeout.
+    pub async fn upgrade_within(&mut self, wait: Duration) -> Result<(), Error> {
+        let Some((path, mode, hold)) = self.held.last().cloned() else {
+            return Err(Error::Stopped);
+        };
+        if mode != Mode::U {
+            return Err(Error::NotUpgradable { path, mode });
+        }
+        let (reply, rx) = oneshot::channel();
+        self.handle
+            .tx
+            .send(Cmd::Upgrade {
+                path: path.clone(),
+                hold,
+                reply,
+            })
+            .map_err(|_| Error::Stopped)?;
+        match timeout(wait, rx).await {
+            Ok(Ok(Ok(()))) => {
+                if let Some(l) = self.held.last_mut() {
+                    l.1 = Mode::W;
+                }
+                Ok(())
+            }
+            Ok(Ok(Err(e))) => Err(e),
+            Ok(Err(_)) => Err(Error::Stopped),
+            Err(_) => Err(Error::Timeout {
+                path,
+                after: wait,
+                disconnected: self.handle.shared.disconnected(),
+            }),
+        }
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        for (path, _, hold) in self.held.drain(..).rev() {
+            // A stopped node has nothing to release.
+            let _ = self.handle.tx.send(Cmd::Release { path, hold });
+        }
+    }
+}
+
+/// What `hilock status` shows of a node.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Status {
+    /// Node id.
+    pub id: u16,
+    /// Cluster name.
+    pub cluster: String,
+    /// Listening address.
+    pub listen: String,
+    /// Peers.
+    pub peers: Vec<PeerStatus>,
+    /// Counters.
+    pub stats: Stats,
+    /// Every lock this node has seen, by path.
+    pub locks: Vec<LockStatus>,
+}
+
+/// A peer in [`Status`].
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct PeerStatus {
+    /// Node id.
+    pub id: u16,
+    /// Address.
+    pub addr: String,
+    /// Whether this node's outgoing connection is up.
+    pub connected: bool,
+    /// Messages sent to it.
+    pub frames_sent: u64,
+    /// Messages received from it.
+    pub frames_received: u64,
+}
+
+/// One lock in [`Status`]: the kernel state and the local bookkeeping.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct LockStatus {
+    /// The path.
+    pub path: String,
+    /// This node holds the token.
+    pub token: bool,
+    /// The parent (toward the token), if not the token node.
+    pub parent: Option<u16>,
+    /// Held mode (M_H).
+    pub held: String,
+    /// Owned mode (M_O).
+    pub owned: String,
+    /// Pending mode (M_P).
+    pub pending: String,
+    /// Frozen modes.
+    pub frozen: String,
+    /// The local queue: `node:mode@priority`.
+    pub queue: Vec<String>,
+    /// Local callers holding the lock.
+    pub holders: usize,
+    /// Local callers waiting.
+    pub waiters: usize,
+}
+
+impl LockStatus {
+    /// Nothing held, requested or queued here.
+    pub fn is_idle(&self) -> bool {
+        self.held == "Φ"
+            && self.pending == "Φ"
+            && self.queue.is_empty()
+            && self.holders == 0
+            && self.waiters == 0
+    }
+}
+
+struct Waiter {
+    mode: Mode,
+    prio: Priority,
+    reply: Reply<u64>,
+}
+
+struct LockEntry {
+    site: Box<LockSite>,
+    held: Mode,
+    holders: Vec<u64>,
+    waiters: VecDeque<Waiter>,
+    requesting: Option<Waiter>,
+    upgrading: Option<Reply<()>>,
+    release_when_upgraded: bool,
+}
+
+struct Core {
+    shared: Arc<Shared>,
+    locks: HashMap<String, LockEntry>,
+    out: Box<KOutputs>,
+    next_hold: u64,
+}
+
+impl Core {
+    fn new(shared: Arc<Shared>) -> Core {
+        Core {
+            shared,
+            locks: HashMap::new(),
+            out: Box::default(),
+            next_hold: 1,
+        }
+    }
+
+    async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Cmd>) {
+        while let Some(cmd) = rx.recv().await {
+            self.handle(cmd);
+        }
+    }
+
+    fn entry(&mut self, path: &str) -> Result<&mut LockEntry, KernelError> {
+        if !self.locks.contains_key(path) {
+            let me = NodeId(self.shared.id);
+            let root = initial_holder(path, self.shared.n);
+            let site = LockSite::new(me, root)?;
+            self.locks.insert(
+                path.to_string(),
+                LockEntry {
+                    site: Box::new(site),
+                    held: Mode::Phi,
+                    holders: Vec::new(),
+                    waiters: VecDeque::new(),
+                    requesting: None,
+                    upgrading: None,
+                    release_when_upgraded: false,
+                },
+            );
+        }
+        Ok(self.locks.get_mut(path).expect("inserted above"))
+    }
+
+    fn handle(&mut self, cmd: Cmd) {
+        match cmd {
+            Cmd::Acquire {
+                path,
+                mode,
+                prio,
+                reply,
+            } => match self.entry(&path) {
+                Ok(e) => {
+                    e.waiters.push_back(Waiter { mode, prio, reply });
+                    self.pump(&path);
+                }
+                Err(error) => {
+                    let _ = reply.send(Err(Error::Kernel { path, error }));
+                }
+            },
+            Cmd::Release { path, hold } => self.release(&path, hold),
+            Cmd::Upgrade { path, hold, reply } => self.upgrade(&path, hold, reply),
+            Cmd::Deliver { from, frame } => {
+                let path = frame.path;
+                if self.entry(&path).is_err() {
+                    return;
+                }
+                if let Err(e) = self.kstep(
+                    &path,
+                    Input::Deliver {
+                        from,
+                        msg: &frame.msg,
+                    },
+                ) {
+                    self.shared.counters.kernel_rejections.fetch_add(1, Relaxed);
+                    warn!(from = from.0, %path, error = %e, msg = ?frame.msg, "kernel refused a message; dropped");
+                }
+                self.pump(&path);
+            }
+            Cmd::Status { reply } => {
+                let mut v: Vec<LockStatus> = self
+                    .locks
+                    .iter()
+                    .map(|(path, e)| {
+                        let k = e.site.lock(LOCK).expect("one lock per site");
+                        let pending = match k.pending() {
+                            Pending::None => Mode::Phi,
+                            Pending::Request(q) => q.mode,
+                            Pending::Upgrade => Mode::W,
+                        };
+                        LockStatus {
+                            path: path.clone(),
+                            token: k.has_token(),
+                            parent: k.parent().map(|p| p.0),
+                            held: k.held().to_string(),
+                            owned: k.owned().to_string(),
+                            pending: pending.to_string(),
+                            frozen: k.frozen().to_string(),
+                            queue: k
+                                .queue()
+                                .iter()
+                                .map(|q| format!("{}:{}@{}", q.requester.0, q.mode, q.prio))
+                                .collect(),
+                            holders: e.holders.len(),
+                            waiters: e.waiters.len() + usize::from(e.requesting.is_some()),
+                        }
+                    })
+                    .collect();
+                v.sort_by(|a, b| a.path.cmp(&b.path));
+                let _ = reply.send(v);
+            }
+        }
+    }
+
+    /// One kernel step on `path`'s site, then act on its outputs.
+    fn kstep(&mut self, path: &str, input: Input<'_, KMsg>) -> Result<(), KernelError> {
+        let e = self.locks.get_mut(path).expect("entry exists");
+        self.out.clear();
+        e.site.step(input, &mut self.out)?;
+        let outs: Vec<Output<KMsg>> = self.out.drain(..).collect();
+        for o in outs {
+            match o {
+                Output::Send { to, msg } => self.send(to, path, msg),
+                Output::Granted { mode, .. } => self.granted(path, mode),
+                Output::Upgraded { .. } => self.upgraded(path),
+            }
+        }
+        Ok(())
+    }
+
+    fn send(&mut self, to: NodeId, path: &str, msg: KMsg) {
+        let Some(Some(p)) = self.shared.peers.get(to.idx()) else {
+            warn!(to = to.0, %path, "kernel addressed a node outside the cluster; dropped");
+            return;
+        };
+        let bytes = Bytes::from(wire::encode(&Frame {
+            path: path.to_string(),
+            msg,
+        }));
+        if p.tx.send(bytes).is_ok() {
+            p.sent.fetch_add(1, Relaxed);
+            self.shared.counters.frames_sent.fetch_add(1, Relaxed);
+        }
+    }
+
+    /// The kernel granted the head request: hand it to its caller, share it with the
+    /// waiters directly behind that want the same self-compatible mode.
+    fn granted(&mut self, path: &str, mode: Mode) {
+        fn grant(e: &mut LockEntry, w: Waiter, hold: u64, c: &Counters) {
+            e.holders.push(hold);
+            if w.reply.send(Ok(hold)).is_err() {
+                e.holders.retain(|&h| h != hold);
+                c.abandoned_grants.fetch_add(1, Relaxed);
+            } else {
+                c.grants.fetch_add(1, Relaxed);
+            }
+        }
+        let e = self.locks.get_mut(path).expect("entry exists");
+        e.held = mode;
+        let mut ws = Vec::new();
+        match e.requesting.take() {
+            Some(w) => ws.push(w),
+            None => warn!(%path, "kernel granted a lock nobody requested"),
+        }
+        if compatible(mode, mode) {
+            while e.waiters.front().is_some_and(|w| w.mode == mode) {
+                ws.push(e.waiters.pop_front().expect("front exists"));
+            }
+        }
+        for w in ws {
+            self.next_hold += 1;
+            let hold = self.next_hold;
+            let e = self.locks.get_mut(path).expect("entry exists");
+            grant(e, w, hold, &self.shared.counters);
+        }
+        let e = self.locks.get_mut(path).expect("entry exists");
+        if e.holders.is_empty() {
+            self.kernel_release(path);
+        }
+    }
+
+    fn upgraded(&mut self, path: &str) {
+        let e = self.locks.get_mut(path).expect("entry exists");
+        e.held = Mode::W;
+        if let Some(r) = e.upgrading.take() {
+            let _ = r.send(Ok(()));
+        }
+        if e.release_when_upgraded {
+            e.release_when_upgraded = false;
+            e.holders.clear();
+            self.kernel_release(path);
+        }
+    }
+
+    fn kernel_release(&mut self, path: &str) {
+        if let Err(error) = self.kstep(path, Input::Release { lock: LOCK }) {
+            warn!(%path, %error, "kernel refused a release");
+        }
+        if let Some(e) = self.locks.get_mut(path) {
+            e.held = Mode::Phi;
+        }
+    }
+
+    fn release(&mut self, path: &str, hold: u64) {
+        let Some(e) = self.locks.get_mut(path) else {
+            return;
+        };
+        let before = e.holders.len();
+        e.holders.retain(|&h| h != hold);
+        if e.holders.len() == before || !e.holders.is_empty() {
+            return;
+        }
+        if e.upgrading.is_some() {
+            // Rule 7 keeps U until W is granted; release then.
+            e.holders.push(hold);
+            e.release_when_upgraded = true;
+            return;
+        }
+        self.kernel_release(path);
+        self.pump(path);
+    }
+
+    fn upgrade(&mut self, path: &str, hold: u64, reply: Reply<()>) {
+        let Some(e) = self.locks.get_mut(path) else {
+            let _ = reply.send(Err(Error::Stopped));
+            return;
+        };
+        if e.holders != [hold] || e.held != Mode::U || e.upgrading.is_some() {
+            let _ = reply.send(Err(Error::NotUpgradable {
+                path: path.to_string(),
+                mode: e.held,
+            }));
+            return;
+        }
+        e.upgrading = Some(reply);
+        self.shared.counters.kernel_requests.fetch_add(1, Relaxed);
+        if let Err(error) = self.kstep(path, Input::Upgrade { lock: LOCK }) {
+            let e = self.locks.get_mut(path).expect("entry exists");
+            if let Some(r) = e.upgrading.take() {
+                let _ = r.send(Err(Error::Kernel {
+                    path: path.to_string(),
+                    error,
+                }));
+            }
+        }
+    }
+
+    /// Start the next local waiter's kernel request when the site is idle.
+    fn pump(&mut self, path: &str) {
+        loop {
+            let Some(e) = self.locks.get_mut(path) else {
+                return;
+            };
+            if e.requesting.is_some() || e.upgrading.is_some() || !e.holders.is_empty() {
+                return;
+            }
+            let Some(w) = e.waiters.pop_front() else {
+                return;
+            };
+            if w.reply.is_closed() {
+                continue;
+            }
+            let (mode, prio) = (w.mode, w.prio);
+            e.requesting = Some(w);
+            self.shared.counters.kernel_requests.fetch_add(1, Relaxed);
+            let r = self
+                .kstep(path, Input::SetPriority { base: prio })
+                .and_then(|()| self.kstep(path, Input::Acquire { lock: LOCK, mode }));
+            if let Err(error) = r {
+                let e = self.locks.get_mut(path).expect("entry exists");
+                if let Some(w) = e.requesting.take() {
+                    let _ = w.reply.send(Err(Error::Kernel {
+                        path: path.to_string(),
+                        error,
+                    }));
+                }
+            }
+        }
+    }
+}
+
+fn codec() -> LengthDelimitedCodec {
+    LengthDelimitedCodec::builder()
+        .max_frame_length(MAX_FRAME)
+        .new_codec()
+}
+
+/// The sending side of the link to `peer`: connect (with backoff), authenticate, send.
+async fn dial(shared: Arc<Shared>, peer: u16, mut rx: mpsc::UnboundedReceiver<Bytes>) {
+    let link = shared.peers[usize::from(peer)]
+        .as_ref()
+        .expect("dial only peers");
+    let mut backoff = Duration::from_millis(10);
+    let mut unsent: Option<Bytes> = None;
+    let mut was_up = false;
+    loop {
+        let mut fr = match connect(&shared, peer, link.addr).await {
+            Ok(fr) => fr,
+            Err(e) => {
+                if was_up {
+                    warn!(peer, addr = %link.addr, error = %e, "cannot reconnect to peer");
+                    was_up = false;
+                } else {
+                    debug!(peer, addr = %link.addr, error = %e, "cannot connect to peer yet");
+                }
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_millis(500));
+                continue;
+            }
+        };
+        backoff = Duration::from_millis(10);
+        link.connected.store(true, Relaxed);
+        was_up = true;
+        info!(peer, addr = %link.addr, "connected to peer");
+        let err = loop {
+            let b = match unsent.take() {
+                Some(b) => b,
+                // The acceptor sends nothing after its Welcome: anything readable means
+                // the connection is gone (this notices a dead peer before a write fails).
+                None => tokio::select! {
+                    m = rx.recv() => match m {
+                        Some(b) => b,
+                        None => return,
+                    },
+                    r = fr.next() => break match r {
+                        None => "peer closed the connection".to_string(),
+                        Some(Err(e)) => e.to_string(),
+                        Some(Ok(_)) => "peer sent data on a send-only link".to_string(),
+                    },
+                },
+            };
+            if let Err(e) = fr.send(b.clone()).await {
+                unsent = Some(b);
+                break e.to_string();
+            }
+        };
+        link.connected.store(false, Relaxed);
+        warn!(peer, addr = %link.addr, error = %err, "lost the connection to peer; reconnecting");
+    }
+}
+
+async fn connect(
+    shared: &Shared,
+    peer: u16,
+    addr: SocketAddr,
+) -> Result<Framed<TcpStream, LengthDelimitedCodec>, String> {
+    let s = timeout(HANDSHAKE_TIMEOUT, TcpStream::connect(addr))
+        .await
+        .map_err(|_| "connect timed out".to_string())?
+        .map_err(|e| e.to_string())?;
+    let _ = s.set_nodelay(true);
+    let mut fr = Framed::new(s, codec());
+    let nd = wire::nonce();
+    let hello = Hello::Dial {
+        version: PROTOCOL_VERSION,
+        cluster: shared.cluster.clone(),
+        from: shared.id,
+        to: peer,
+        nonce: nd,
+    };
+    fr.send(Bytes::from(wire::encode(&hello)))
+        .await
+        .map_err(|e| e.to_string())?;
+    let na = match next_hello(&mut fr).await? {
+        Hello::Challenge { nonce, tag } => {
+            if !wire::verify(
+                &shared.secret,
+                Side::Accept,
+                &shared.cluster,
+                shared.id,
+                peer,
+                &nd,
+                &nonce,
+                &tag,
+            ) {
+                return Err("peer failed authentication (wrong cluster secret?)".into());
+            }
+            nonce
+        }
+        other => return Err(format!("unexpected handshake message {other:?}")),
+    };
+    let t = wire::tag(
+        &shared.secret,
+        Side::Dial,
+        &shared.cluster,
+        shared.id,
+        peer,
+        &nd,
+        &na,
+    );
+    fr.send(Bytes::from(wire::encode(&Hello::Auth { tag: t })))
+        .await
+        .map_err(|e| e.to_string())?;
+    match next_hello(&mut fr).await? {
+        Hello::Welcome => Ok(fr),
+        other => Err(format!("unexpected handshake message {other:?}")),
+    }
+}
+
+async fn next_hello(fr: &mut Framed<TcpStream, LengthDelimitedCodec>) -> Result<Hello, String> {
+    match timeout(HANDSHAKE_TIMEOUT, fr.next()).await {
+        Err(_) => Err("handshake timed out".into()),
+        Ok(None) => Err("connection closed during the handshake".into()),
+        Ok(Some(Err(e))) => Err(format!("bad handshake frame: {e}")),
+        Ok(Some(Ok(b))) => {
+            wire::decode::<Hello>(&b).map_err(|e| format!("handshake does not decode: {e}"))
+        }
+    }
+}
+
+/// Accept peers' connections; each is served by its own task, which the listener's task
+/// owns (stopping the node stops them).
+async fn accept(shared: Arc<Shared>, listener: TcpListener, core: mpsc::UnboundedSender<Cmd>) {
+    let mut conns = JoinSet::new();
+    loop {
+        tokio::select! {
+            r = listener.accept() => match r {
+                Ok((s, addr)) => {
+                    let _ = s.set_nodelay(true);
+                    conns.spawn(serve_peer(shared.clone(), s, addr, core.clone()));
+                }
+                Err(e) => {
+                    warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+            Some(_) = conns.join_next(), if !conns.is_empty() => {}
+        }
+    }
+}
+
+async fn serve_peer(
+    shared: Arc<Shared>,
+    s: TcpStream,
+    addr: SocketAddr,
+    core: mpsc::UnboundedSender<Cmd>,
+) {
+    let mut fr = Framed::new(s, codec());
+    let from = match handshake_accept(&shared, &mut fr).await {
+        Ok(from) => from,
+        Err(reason) => {
+            shared.counters.rejected_connections.fetch_add(1, Relaxed);
+            warn!(%addr, %reason, "closing connection: handshake failed");
+            return;
+        }
+    };
+    debug!(%addr, peer = from, "peer authenticated");
+    let link = shared.peers[usize::from(from)]
+        .as_ref()
+        .expect("handshake checked the id");
+    let reason = loop {
+        let b = match fr.next().await {
+            None => return,
+            Some(Err(e)) => break format!("bad frame: {e}"),
+            Some(Ok(b)) => b,
+        };
+        let frame = match wire::decode::<Frame>(&b) {
+            Ok(f) => f,
+            Err(e) => break format!("frame does not decode: {e}"),
+        };
+        if let Err(e) = check_frame(&frame) {
+            break e;
+        }
+        link.received.fetch_add(1, Relaxed);
+        shared.counters.frames_received.fetch_add(1, Relaxed);
+        if core
+            .send(Cmd::Deliver {
+                from: NodeId(from),
+                frame,
+            })
+            .is_err()
+        {
+            return;
+        }
+    };
+    shared.counters.rejected_connections.fetch_add(1, Relaxed);
+    warn!(%addr, peer = from, %reason, "closing connection from peer");
+}
+
+async fn handshake_accept(
+    shared: &Shared,
+    fr: &mut Framed<TcpStream, LengthDelimitedCodec>,
+) -> Result<u16, String> {
+    let (from, nd) = match next_hello(fr).await? {
+        Hello::Dial {
+            version,
+            cluster,
+            from,
+            to,
+            nonce,
+        } => {
+            if version != PROTOCOL_VERSION {
+                return Err(format!(
+                    "protocol version {version}, this node speaks {PROTOCOL_VERSION}"
+                ));
+            }
+            if cluster != shared.cluster {
+                return Err(format!(
+                    "cluster {cluster:?}, this node is in {:?}",
+                    shared.cluster
+                ));
+            }
+            if to != shared.id {
+                return Err(format!(
+                    "addressed to node {to}, this is node {}",
+                    shared.id
+                ));
+            }
+            if usize::from(from) >= shared.n || from == shared.id {
+                return Err(format!("unknown node id {from}"));
+            }
+            (from, nonce)
+        }
+        other => return Err(format!("expected a Dial, got {other:?}")),
+    };
+    let na = wire::nonce();
+    let t = wire::tag(
+        &shared.secret,
+        Side::Accept,
+        &shared.cluster,
+        from,
+        shared.id,
+        &nd,
+        &na,
+    );
+    fr.send(Bytes::from(wire::encode(&Hello::Challenge {
+        nonce: na,
+        tag: t,
+    })))
+    .await
+    .map_err(|e| e.to_string())?;
+    match next_hello(fr).await? {
+        Hello::Auth { tag } => {
+            if !wire::verify(
+                &shared.secret,
+                Side::Dial,
+                &shared.cluster,
+                from,
+                shared.id,
+                &nd,
+                &na,
+                &tag,
+            ) {
+                return Err(format!(
+                    "node {from} failed authentication (wrong cluster secret?)"
+                ));
+            }
+        }
+        other => return Err(format!("expected Auth, got {other:?}")),
+    }
+    fr.send(Bytes::from(wire::encode(&Hello::Welcome)))
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(from)
+}

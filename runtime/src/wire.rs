@@ -1,0 +1,294 @@
+//! What travels between nodes: the handshake and the frames that carry kernel messages.
+//!
+//! Every TCP stream is a sequence of length-delimited frames (4-byte big-endian length,
+//! at most [`MAX_FRAME`] bytes) whose payloads are postcard-encoded. A node dials every
+//! peer once and sends on that connection only; it receives on the connections its peers
+//! dialed. So each ordered pair of nodes has one FIFO channel, the thesis's assumption.
+//!
+//! Handshake (dialer D, acceptor A, shared secret `k`):
+//! 1. D → A [`Hello::Dial`]: protocol version, cluster, D's id, A's id, nonce `n_d`.
+//! 2. A checks version, cluster and ids, → D [`Hello::Challenge`]: nonce `n_a` and
+//!    `HMAC-SHA256(k, "hilock/accept" ‖ transcript)`, so D knows A has the secret.
+//! 3. D checks that MAC, → A [`Hello::Auth`]: `HMAC-SHA256(k, "hilock/dial" ‖ transcript)`.
+//! 4. A checks it (in constant time) and answers [`Hello::Welcome`]. From then on D
+//!    sends [`Frame`]s.
+//!
+//! The transcript is cluster, both ids and both nonces, so a MAC cannot be replayed on
+//! another connection. Any failure closes the connection with a logged reason.
+
+use hilock_kernel::{LockId, Msg, NodeId};
+use hmac::{Hmac, Mac};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::config::MAX_NODES;
+
+/// The protocol version carried by the handshake.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// Largest frame accepted (bytes). A token carries at most [`MAX_NODES`] queue entries,
+/// far below this.
+pub const MAX_FRAME: usize = 64 * 1024;
+
+/// Longest lock path, in bytes.
+pub const MAX_PATH: usize = 1024;
+
+/// The kernel site the runtime runs per lock: up to [`MAX_NODES`] nodes, one lock per
+/// site (locks are created on demand, by path), a queue that can hold every node.
+pub type LockSite = hilock_kernel::Site<MAX_NODES, 1, MAX_NODES, { MAX_NODES * 2 + 7 }>;
+
+/// The kernel message type on the wire.
+pub type KMsg = Msg<MAX_NODES>;
+
+/// The kernel outputs buffer for [`LockSite`].
+pub type KOutputs = hilock_kernel::Outputs<KMsg, { MAX_NODES * 2 + 7 }>;
+
+/// The lock id every runtime site uses (one lock per site).
+pub const LOCK: LockId = LockId(0);
+
+/// A kernel message for the lock named `path`.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Frame {
+    /// The lock's path.
+    pub path: String,
+    /// The kernel message.
+    pub msg: KMsg,
+}
+
+/// A random nonce.
+pub type Nonce = [u8; 32];
+
+/// A MAC.
+pub type Tag = [u8; 32];
+
+/// The handshake messages.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub enum Hello {
+    /// Dialer → acceptor.
+    Dial {
+        /// [`PROTOCOL_VERSION`] of the dialer.
+        version: u32,
+        /// The dialer's cluster.
+        cluster: String,
+        /// The dialer's node id.
+        from: u16,
+        /// The node the dialer means to reach.
+        to: u16,
+        /// The dialer's nonce.
+        nonce: Nonce,
+    },
+    /// Acceptor → dialer.
+    Challenge {
+        /// The acceptor's nonce.
+        nonce: Nonce,
+        /// `HMAC(k, "hilock/accept" ‖ transcript)`.
+        tag: Tag,
+    },
+    /// Dialer → acceptor.
+    Auth {
+        /// `HMAC(k, "hilock/dial" ‖ transcript)`.
+        tag: Tag,
+    },
+    /// Acceptor → dialer: authenticated; frames may follow.
+    Welcome,
+}
+
+/// Which side a MAC is from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Side {
+    /// The acceptor's tag.
+    Accept,
+    /// The dialer's tag.
+    Dial,
+}
+
+fn mac(
+    secret: &[u8],
+    side: Side,
+    cluster: &str,
+    from: u16,
+    to: u16,
+    nd: &Nonce,
+    na: &Nonce,
+) -> Hmac<Sha256> {
+    // HMAC takes keys of any length.
+    let mut m = <Hmac<Sha256> as Mac>::new_from_slice(secret).expect("HMAC accepts any key length");
+    m.update(match side {
+        Side::Accept => b"hilock/accept",
+        Side::Dial => b"hilock/dial\0\0",
+    });
+    m.update(&PROTOCOL_VERSION.to_be_bytes());
+    m.update(&(cluster.len() as u32).to_be_bytes());
+    m.update(cluster.as_bytes());
+    m.update(&from.to_be_bytes());
+    m.update(&to.to_be_bytes());
+    m.update(nd);
+    m.update(na);
+    m
+}
+
+/// The tag of `side` over the handshake transcript.
+pub fn tag(
+    secret: &[u8],
+    side: Side,
+    cluster: &str,
+    from: u16,
+    to: u16,
+    nd: &Nonce,
+    na: &Nonce,
+) -> Tag {
+    mac(secret, side, cluster, from, to, nd, na)
+        .finalize()
+        .into_bytes()
+        .into()
+}
+
+/// Check a tag in constant time.
+#[allow(clippy::too_many_arguments)]
+pub fn verify(
+    secret: &[u8],
+    side: Side,
+    cluster: &str,
+    from: u16,
+    to: u16,
+    nd: &Nonce,
+    na: &Nonce,
+    t: &Tag,
+) -> bool {
+    mac(secret, side, cluster, from, to, nd, na)
+        .verify_slice(t)
+        .is_ok()
+}
+
+/// A fresh random nonce.
+pub fn nonce() -> Nonce {
+    rand::random()
+}
+
+/// The node that initially holds the token of the lock named `path` in a cluster of `n`
+/// nodes: the first 8 bytes of SHA-256(path), big-endian, modulo `n`. Every node computes
+/// the same holder without coordination; the other nodes start with it as their parent
+/// (a star per lock, the thesis's initial tree).
+pub fn initial_holder(path: &str, n: usize) -> NodeId {
+    let d = Sha256::digest(path.as_bytes());
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&d[..8]);
+    NodeId((u64::from_be_bytes(b) % n.max(1) as u64) as u16)
+}
+
+/// Check a lock path: `/` followed by non-empty segments separated by `/`, printable,
+/// no `.` or `..` segment, at most [`MAX_PATH`] bytes. The root `/` itself is not a lock.
+pub fn check_path(path: &str) -> Result<(), String> {
+    if path.len() > MAX_PATH {
+        return Err(format!("lock path longer than {MAX_PATH} bytes"));
+    }
+    let Some(rest) = path.strip_prefix('/') else {
+        return Err(format!("lock path {path:?} must start with '/'"));
+    };
+    if rest.is_empty() {
+        return Err("the root '/' is not a lock; name one below it, e.g. /db".into());
+    }
+    for seg in rest.split('/') {
+        if seg.is_empty() {
+            return Err(format!("lock path {path:?} has an empty segment"));
+        }
+        if seg == "." || seg == ".." {
+            return Err(format!("lock path {path:?} has a '{seg}' segment"));
+        }
+        if seg.chars().any(|c| c.is_control()) {
+            return Err(format!("lock path {path:?} has a control character"));
+        }
+    }
+    Ok(())
+}
+
+/// The ancestors of a (checked) path, outermost first: `/a/b/c` → `/a`, `/a/b`.
+pub fn ancestors(path: &str) -> Vec<&str> {
+    path.match_indices('/')
+        .skip(1)
+        .map(|(i, _)| &path[..i])
+        .collect()
+}
+
+/// Check what a frame from node `from` may carry: a valid path and a message for the
+/// runtime's single lock id.
+pub fn check_frame(f: &Frame) -> Result<(), String> {
+    check_path(&f.path)?;
+    if f.msg.lock() != LOCK {
+        return Err(format!("message for unknown lock id {}", f.msg.lock()));
+    }
+    Ok(())
+}
+
+/// Encode with postcard.
+pub fn encode<T: Serialize>(v: &T) -> Vec<u8> {
+    postcard::to_stdvec(v).expect("in-memory postcard encoding of plain data cannot fail")
+}
+
+/// Decode with postcard; trailing bytes are an error.
+pub fn decode<'a, T: Deserialize<'a>>(b: &'a [u8]) -> Result<T, String> {
+    let (v, rest) = postcard::take_from_bytes(b).map_err(|e| e.to_string())?;
+    if !rest.is_empty() {
+        return Err(format!("{} trailing bytes", rest.len()));
+    }
+    Ok(v)
+}
+
+/// Check the size bound in [`MAX_FRAME`] against the largest message.
+const _: () = assert!(MAX_NODES * 16 + 64 < MAX_FRAME);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths() {
+        assert!(check_path("/db/flights/UA93").is_ok());
+        for bad in ["", "/", "db", "/db/", "//db", "/db//x", "/a/../b", "/a/\n"] {
+            assert!(check_path(bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(ancestors("/db/flights/UA93"), ["/db", "/db/flights"]);
+        assert!(ancestors("/db").is_empty());
+    }
+
+    #[test]
+    fn holder_is_deterministic_and_spreads() {
+        let mut seen = [0usize; 5];
+        for i in 0..500 {
+            let p = format!("/t/{i}");
+            let h = initial_holder(&p, 5);
+            assert_eq!(h, initial_holder(&p, 5));
+            seen[h.idx()] += 1;
+        }
+        assert!(seen.iter().all(|&c| c > 50), "{seen:?}");
+    }
+
+    #[test]
+    fn tags_bind_secret_side_and_transcript() {
+        let (nd, na) = ([1; 32], [2; 32]);
+        let t = tag(b"secret-1", Side::Dial, "c", 0, 1, &nd, &na);
+        assert!(verify(b"secret-1", Side::Dial, "c", 0, 1, &nd, &na, &t));
+        assert!(!verify(b"secret-2", Side::Dial, "c", 0, 1, &nd, &na, &t));
+        assert!(!verify(b"secret-1", Side::Accept, "c", 0, 1, &nd, &na, &t));
+        assert!(!verify(b"secret-1", Side::Dial, "c", 1, 0, &nd, &na, &t));
+        assert!(!verify(b"secret-1", Side::Dial, "c", 0, 1, &na, &nd, &t));
+    }
+
+    #[test]
+    fn frames_round_trip_and_garbage_fails() {
+        let f = Frame {
+            path: "/db".into(),
+            msg: Msg::Release {
+                lock: LOCK,
+                owned: hilock_kernel::Mode::IR,
+                epoch: 3,
+            },
+        };
+        let b = encode(&f);
+        assert_eq!(decode::<Frame>(&b).unwrap(), f);
+        assert!(decode::<Frame>(&b[..b.len() - 1]).is_err());
+        let mut longer = b.clone();
+        longer.push(0);
+        assert!(decode::<Frame>(&longer).is_err());
+    }
+}
