@@ -217,7 +217,8 @@ enum Cmd {
     },
     Deliver {
         from: NodeId,
-        frame: Frame,
+        // Boxed: a token frame is a few hundred bytes, every other command is small.
+        frame: Box<Frame>,
     },
     Status {
         reply: oneshot::Sender<Vec<LockStatus>>,
@@ -697,7 +698,7 @@ impl Core {
             Cmd::Release { path, hold } => self.release(&path, hold),
             Cmd::Upgrade { path, hold, reply } => self.upgrade(&path, hold, reply),
             Cmd::Deliver { from, frame } => {
-                let path = frame.path;
+                let Frame { path, msg } = *frame;
                 if self.entry(&path).is_err() {
                     return;
                 }
@@ -705,11 +706,11 @@ impl Core {
                     &path,
                     Input::Deliver {
                         from,
-                        msg: &frame.msg,
+                        msg: &msg,
                     },
                 ) {
                     self.shared.counters.kernel_rejections.fetch_add(1, Relaxed);
-                    warn!(from = from.0, %path, error = %e, msg = ?frame.msg, "kernel refused a message; dropped");
+                    warn!(from = from.0, %path, error = %e, msg = ?msg, "kernel refused a message; dropped");
                 }
                 self.pump(&path);
             }
@@ -1102,7 +1103,7 @@ async fn serve_peer(
         if core
             .send(Cmd::Deliver {
                 from: NodeId(from),
-                frame,
+                frame: Box::new(frame),
             })
             .is_err()
         {

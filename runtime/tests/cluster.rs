@@ -1,0 +1,427 @@
+//! Real nodes over TCP on 127.0.0.1: random hierarchical locking checked by the oracle,
+//! timeouts that release late grants, a killed peer, and hostile connections.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::{SinkExt, StreamExt};
+use hilock::demo::{local_cluster, Oracle};
+use hilock::wire::{self, Frame, Hello, Side, PROTOCOL_VERSION};
+use hilock::{Config, Error, Node, NodeAddr, Options};
+use hilock_kernel::{LockId, Mode, Msg, NodeId};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpListener, TcpStream};
+use tokio_util::codec::{Framed, LengthDelimitedCodec};
+
+const SECRET: &[u8] = b"test secret 0123";
+
+/// Every lock on every node is idle (nothing held, pending or queued), within `wait`.
+async fn assert_all_idle(nodes: &[Node], wait: Duration) {
+    let t = tokio::time::Instant::now();
+    loop {
+        let mut busy = Vec::new();
+        for n in nodes {
+            for l in n.status().await.unwrap().locks {
+                if !l.is_idle() {
+                    busy.push(format!("node {}: {l:?}", n.id()));
+                }
+            }
+        }
+        if busy.is_empty() {
+            return;
+        }
+        assert!(t.elapsed() < wait, "locks left busy: {busy:#?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A path `/{prefix}{i}` whose initial token holder is `holder` among `n` nodes.
+fn path_rooted_at(prefix: &str, holder: u16, n: usize) -> String {
+    (0..)
+        .map(|i| format!("/{prefix}{i}"))
+        .find(|p| wire::initial_holder(p, n) == NodeId(holder))
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn five_nodes_2000_random_hierarchical_operations_satisfy_table_2_1() {
+    let nodes = local_cluster(5, "rand", SECRET, Duration::from_secs(30))
+        .await
+        .unwrap();
+    let oracle = Arc::new(Oracle::default());
+    let next = Arc::new(AtomicU64::new(0));
+    let upgrades = Arc::new(AtomicU64::new(0));
+    const OPS: u64 = 2000;
+    let mut tasks = tokio::task::JoinSet::new();
+    // Two clients per node, so local sharing and local queues are exercised too.
+    for n in &nodes {
+        for c in 0..2u64 {
+            let (h, id) = (n.handle(), n.id());
+            let (oracle, next, upgrades) = (oracle.clone(), next.clone(), upgrades.clone());
+            tasks.spawn(async move {
+                let mut rng = StdRng::seed_from_u64(u64::from(id) * 7 + c);
+                loop {
+                    let op = next.fetch_add(1, Relaxed);
+                    if op >= OPS {
+                        return;
+                    }
+                    let depth = rng.random_range(1..=3);
+                    let mut path = String::from("/r");
+                    if depth >= 2 {
+                        path.push_str(&format!("/a{}", rng.random_range(0..3)));
+                    }
+                    if depth >= 3 {
+                        path.push_str(&format!("/b{}", rng.random_range(0..3)));
+                    }
+                    let mode = [Mode::IR, Mode::R, Mode::U, Mode::IW, Mode::W]
+                        [rng.random_range(0..5usize)];
+                    let mut g = h.lock(&path, mode).await.unwrap_or_else(|e| {
+                        panic!("node {id}: {path} {mode}: {e}");
+                    });
+                    assert_eq!(g.mode(), mode);
+                    assert_eq!(g.locks().count(), depth);
+                    oracle.enter(op, id, &g);
+                    if rng.random_bool(0.3) {
+                        tokio::time::sleep(Duration::from_micros(rng.random_range(0..300))).await;
+                    } else {
+                        tokio::task::yield_now().await;
+                    }
+                    if mode == Mode::U && rng.random_bool(0.5) {
+                        g.upgrade().await.unwrap();
+                        assert_eq!(g.mode(), Mode::W);
+                        oracle.change(op, id, &path, Mode::W);
+                        upgrades.fetch_add(1, Relaxed);
+                        tokio::task::yield_now().await;
+                    }
+                    oracle.exit(op);
+                    drop(g);
+                }
+            });
+        }
+    }
+    let run = async {
+        while let Some(r) = tasks.join_next().await {
+            r.unwrap();
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(180), run)
+        .await
+        .expect("2000 operations finish within 3 minutes");
+    assert_eq!(oracle.violations(), Vec::<String>::new());
+    assert!(
+        oracle.checks() > 1000,
+        "the oracle saw overlapping holds: {}",
+        oracle.checks()
+    );
+    assert!(upgrades.load(Relaxed) > 10, "upgrades exercised");
+    assert_all_idle(&nodes, Duration::from_secs(10)).await;
+    let sent: u64 = nodes.iter().map(|n| n.stats().frames_sent).sum();
+    let received: u64 = nodes.iter().map(|n| n.stats().frames_received).sum();
+    assert_eq!(sent, received, "every message arrived");
+    assert!(sent > 1000, "the nodes talked: {sent}");
+    for n in &nodes {
+        let s = n.stats();
+        assert_eq!(s.rejected_connections, 0);
+        assert_eq!(s.kernel_rejections, 0);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timed_out_request_granted_later_is_released_at_once() {
+    let nodes = local_cluster(3, "late", SECRET, Duration::from_secs(10))
+        .await
+        .unwrap();
+    let path = path_rooted_at("late", 0, 3);
+    let held = nodes[0].lock(&path, Mode::W).await.unwrap();
+    let opts = Options {
+        priority: 0,
+        timeout: Some(Duration::from_millis(200)),
+    };
+    let e = nodes[1].lock_with(&path, Mode::R, opts).await.unwrap_err();
+    match &e {
+        Error::Timeout {
+            path: p,
+            disconnected,
+            ..
+        } => {
+            assert_eq!(p, &path);
+            assert!(disconnected.is_empty(), "{e}");
+        }
+        other => panic!("expected a timeout, got {other:?}"),
+    }
+    assert!(e.to_string().contains("timed out"), "{e}");
+    drop(held);
+    // Node 1's abandoned request is granted, then released at once: node 2 gets W.
+    let g = tokio::time::timeout(Duration::from_secs(5), nodes[2].lock(&path, Mode::W))
+        .await
+        .expect("not leaked")
+        .unwrap();
+    drop(g);
+    assert_eq!(nodes[1].stats().abandoned_grants, 1);
+    assert_all_idle(&nodes, Duration::from_secs(5)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelled_hierarchical_request_releases_its_ancestors() {
+    let nodes = local_cluster(2, "cancel", SECRET, Duration::from_secs(10))
+        .await
+        .unwrap();
+    let g = nodes[0].lock("/db/t", Mode::W).await.unwrap();
+    // Node 1 gets IW on /db, then waits for /db/t; dropping the future cancels it.
+    let h = nodes[1].handle();
+    let f = tokio::spawn(async move { h.lock("/db/t", Mode::R).await });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    f.abort();
+    let _ = f.await;
+    drop(g);
+    // Nothing is left: W on /db works from node 0 (it conflicts with any IR left behind).
+    let w = tokio::time::timeout(Duration::from_secs(5), nodes[0].lock("/db", Mode::W))
+        .await
+        .expect("not leaked")
+        .unwrap();
+    drop(w);
+    assert_all_idle(&nodes, Duration::from_secs(5)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_peer_makes_dependent_requests_fail_with_a_clear_error() {
+    let mut nodes = local_cluster(3, "kill", SECRET, Duration::from_secs(10))
+        .await
+        .unwrap();
+    let on2 = path_rooted_at("k", 2, 3);
+    let on1 = path_rooted_at("k", 1, 3);
+    // Everyone is connected first (the nodes dial each other at start).
+    let t = std::time::Instant::now();
+    while !nodes[0]
+        .status()
+        .await
+        .unwrap()
+        .peers
+        .iter()
+        .all(|p| p.connected)
+    {
+        assert!(t.elapsed() < Duration::from_secs(5), "peers connect");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let dead = nodes.pop().unwrap();
+    dead.shutdown().await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let opts = Options {
+        priority: 0,
+        timeout: Some(Duration::from_millis(500)),
+    };
+    let t = std::time::Instant::now();
+    // The token of `on2` is at node 2.
+    let e = nodes[0].lock_with(&on2, Mode::W, opts).await.unwrap_err();
+    assert!(t.elapsed() < Duration::from_secs(3), "no hang");
+    match &e {
+        Error::Timeout { disconnected, .. } => assert_eq!(disconnected, &vec![2], "{e}"),
+        other => panic!("expected a timeout, got {other:?}"),
+    }
+    let text = e.to_string();
+    assert!(text.contains("no connection to node 2"), "{text}");
+    // Locks that do not depend on node 2 still work.
+    let g = nodes[0].lock_with(&on1, Mode::W, opts).await.unwrap();
+    drop(g);
+    let s = nodes[0].status().await.unwrap();
+    let p2 = s.peers.iter().find(|p| p.id == 2).unwrap();
+    assert!(!p2.connected);
+}
+
+type Conn = Framed<TcpStream, LengthDelimitedCodec>;
+
+async fn dial(addr: std::net::SocketAddr) -> Conn {
+    let s = TcpStream::connect(addr).await.unwrap();
+    Framed::new(s, LengthDelimitedCodec::new())
+}
+
+/// Handshake as node `from` with `secret`; returns the connection after `Welcome`.
+async fn handshake(
+    addr: std::net::SocketAddr,
+    cluster: &str,
+    from: u16,
+    to: u16,
+    secret: &[u8],
+) -> Conn {
+    let mut c = dial(addr).await;
+    let nd = [7u8; 32];
+    let hello = Hello::Dial {
+        version: PROTOCOL_VERSION,
+        cluster: cluster.into(),
+        from,
+        to,
+        nonce: nd,
+    };
+    c.send(Bytes::from(wire::encode(&hello))).await.unwrap();
+    let b = c.next().await.unwrap().unwrap();
+    let Hello::Challenge { nonce: na, .. } = wire::decode::<Hello>(&b).unwrap() else {
+        panic!("expected a challenge");
+    };
+    let tag = wire::tag(secret, Side::Dial, cluster, from, to, &nd, &na);
+    c.send(Bytes::from(wire::encode(&Hello::Auth { tag })))
+        .await
+        .unwrap();
+    c
+}
+
+/// The node closes the connection within a few seconds.
+async fn assert_closed(mut c: Conn) {
+    let r = tokio::time::timeout(Duration::from_secs(7), async {
+        loop {
+            match c.next().await {
+                None | Some(Err(_)) => return,
+                Some(Ok(_)) => {}
+            }
+        }
+    })
+    .await;
+    assert!(r.is_ok(), "the node should close the connection");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn garbage_and_bad_handshakes_are_refused_and_the_node_keeps_serving() {
+    // A 3-node cluster with node 2 absent: the test speaks as (or pretends to be) node 2.
+    let l0 = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let l1 = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let free = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addrs = vec![
+        NodeAddr {
+            id: 0,
+            addr: l0.local_addr().unwrap(),
+        },
+        NodeAddr {
+            id: 1,
+            addr: l1.local_addr().unwrap(),
+        },
+        NodeAddr {
+            id: 2,
+            addr: free.local_addr().unwrap(),
+        },
+    ];
+    drop(free);
+    let cfg = |id| Config::new("faults", SECRET.to_vec(), id, addrs.clone()).unwrap();
+    let n0 = Node::start_on(cfg(0), l0).await.unwrap();
+    let n1 = Node::start_on(cfg(1), l1).await.unwrap();
+    let a0 = n0.listen_addr();
+
+    // 1 MiB of random bytes.
+    let mut s = TcpStream::connect(a0).await.unwrap();
+    let mut junk = vec![0u8; 1 << 20];
+    StdRng::seed_from_u64(42).fill(&mut junk[..]);
+    let _ = s.write_all(&junk).await; // the node may close before reading it all
+    assert_closed(Framed::new(s, LengthDelimitedCodec::new())).await;
+
+    // A wrong secret.
+    let c = handshake(a0, "faults", 2, 0, b"not the secret!!").await;
+    assert_closed(c).await;
+
+    // Wrong version, wrong cluster, unknown node, wrong addressee.
+    for (version, cluster, from, to) in [
+        (PROTOCOL_VERSION + 1, "faults", 2, 0),
+        (PROTOCOL_VERSION, "other", 2, 0),
+        (PROTOCOL_VERSION, "faults", 9, 0),
+        (PROTOCOL_VERSION, "faults", 2, 1),
+    ] {
+        let mut c = dial(a0).await;
+        let hello = Hello::Dial {
+            version,
+            cluster: cluster.into(),
+            from,
+            to,
+            nonce: [1; 32],
+        };
+        c.send(Bytes::from(wire::encode(&hello))).await.unwrap();
+        assert_closed(c).await;
+    }
+
+    // Authenticated, then a frame that does not decode.
+    let mut c = handshake(a0, "faults", 2, 0, SECRET).await;
+    let b = c.next().await.unwrap().unwrap();
+    assert_eq!(wire::decode::<Hello>(&b).unwrap(), Hello::Welcome);
+    c.send(Bytes::from_static(&[0xff; 40])).await.unwrap();
+    assert_closed(c).await;
+
+    // Authenticated, then a message for an unknown lock id.
+    let mut c = handshake(a0, "faults", 2, 0, SECRET).await;
+    let _welcome = c.next().await.unwrap().unwrap();
+    let f = Frame {
+        path: "/x".into(),
+        msg: Msg::Release {
+            lock: LockId(7),
+            owned: Mode::Phi,
+            epoch: 0,
+        },
+    };
+    c.send(Bytes::from(wire::encode(&f))).await.unwrap();
+    assert_closed(c).await;
+
+    // Authenticated, then a bad path.
+    let mut c = handshake(a0, "faults", 2, 0, SECRET).await;
+    let _welcome = c.next().await.unwrap().unwrap();
+    let f = Frame {
+        path: "no-slash".into(),
+        msg: Msg::Release {
+            lock: LockId(0),
+            owned: Mode::Phi,
+            epoch: 0,
+        },
+    };
+    c.send(Bytes::from(wire::encode(&f))).await.unwrap();
+    assert_closed(c).await;
+
+    let rejected = n0.stats().rejected_connections;
+    assert!(
+        rejected >= 9,
+        "every bad connection was counted: {rejected}"
+    );
+
+    // Node 0 still serves a lock whose token is at node 1 (messages both ways).
+    let p = path_rooted_at("alive", 1, 3);
+    let g = tokio::time::timeout(Duration::from_secs(5), n0.lock(&p, Mode::W))
+        .await
+        .expect("served")
+        .unwrap();
+    drop(g);
+    let g = tokio::time::timeout(Duration::from_secs(5), n1.lock(&p, Mode::R))
+        .await
+        .expect("served")
+        .unwrap();
+    drop(g);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_api_input_is_a_typed_error() {
+    let nodes = local_cluster(1, "api", SECRET, Duration::from_secs(5))
+        .await
+        .unwrap();
+    let n = &nodes[0];
+    for p in ["", "/", "db", "/db//x", "/a/../b"] {
+        assert!(
+            matches!(n.lock(p, Mode::R).await, Err(Error::InvalidPath(_))),
+            "{p:?}"
+        );
+    }
+    assert_eq!(
+        n.lock("/db", Mode::Phi).await.unwrap_err(),
+        Error::InvalidMode
+    );
+    let mut g = n.lock("/db", Mode::R).await.unwrap();
+    assert!(matches!(
+        g.upgrade().await,
+        Err(Error::NotUpgradable { mode: Mode::R, .. })
+    ));
+    drop(g);
+    // One node: U and its upgrade complete locally.
+    let mut g = n.lock("/db/x", Mode::U).await.unwrap();
+    g.upgrade().await.unwrap();
+    assert_eq!(
+        g.locks().collect::<Vec<_>>(),
+        [("/db", Mode::IW), ("/db/x", Mode::W)]
+    );
+    drop(g);
+    assert_all_idle(&nodes, Duration::from_secs(2)).await;
+}

@@ -1,0 +1,256 @@
+//! `hilock node`, `hilock lock -- cmd` and `hilock status` end to end: two node processes
+//! on 127.0.0.1, locks taken from the shell.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn hilock() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_hilock"))
+}
+
+/// Kills the node process when the test ends, however it ends.
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+struct Cluster {
+    dir: tempfile::TempDir,
+    nodes: Vec<Proc>,
+}
+
+impl Cluster {
+    fn socket(&self, id: usize) -> PathBuf {
+        self.dir.path().join(format!("n{id}.sock"))
+    }
+
+    fn config(&self) -> PathBuf {
+        self.dir.path().join("cluster.toml")
+    }
+}
+
+fn start(n: usize) -> Cluster {
+    let dir = tempfile::tempdir().unwrap();
+    let mut toml = String::from(
+        "cluster = \"cli\"\nsecret = \"cli test secret\"\nrequest_timeout_ms = 10000\n",
+    );
+    toml.push_str(&format!(
+        "client = \"{}\"\n",
+        dir.path().join("n{ID}.sock").display()
+    ));
+    for id in 0..n {
+        toml.push_str(&format!(
+            "[[nodes]]\nid = {id}\naddr = \"127.0.0.1:{}\"\n",
+            free_port()
+        ));
+    }
+    let mut nodes = Vec::new();
+    for id in 0..n {
+        // One file per node: the same cluster, its own id and client socket.
+        let own = dir.path().join(format!("n{id}.toml"));
+        std::fs::write(
+            &own,
+            format!("id = {id}\n{}", toml.replace("{ID}", &id.to_string())),
+        )
+        .unwrap();
+        let child = hilock()
+            .args(["node", "--config"])
+            .arg(&own)
+            .env("RUST_LOG", "hilock=warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        nodes.push(Proc(child));
+    }
+    std::fs::write(dir.path().join("cluster.toml"), toml.replace("{ID}", "0")).unwrap();
+    let c = Cluster { dir, nodes };
+    let t = Instant::now();
+    for id in 0..n {
+        while !c.socket(id).exists() {
+            assert!(t.elapsed() < Duration::from_secs(20), "node {id} starts");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    c
+}
+
+fn run(cmd: &mut Command) -> Output {
+    cmd.output().unwrap()
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn lock_cmd(socket: &Path, path: &str, mode: &str, script: &str) -> Command {
+    let mut c = hilock();
+    c.args(["lock", path, mode, "--socket"])
+        .arg(socket)
+        .args(["--", "sh", "-c", script]);
+    c
+}
+
+#[test]
+fn hilock_lock_runs_commands_under_mutual_exclusion_across_processes() {
+    let c = start(2);
+    let log = c.dir.path().join("log");
+    let script = format!(
+        "echo start >> {0}; sleep 0.15; echo end >> {0}",
+        log.display()
+    );
+    // Three critical sections on each node, all in W on the same lock, concurrently.
+    let mut kids = Vec::new();
+    for _ in 0..3 {
+        for id in 0..2 {
+            kids.push(
+                lock_cmd(&c.socket(id), "/db/flights", "W", &script)
+                    .spawn()
+                    .unwrap(),
+            );
+        }
+    }
+    for mut k in kids {
+        assert!(k.wait().unwrap().success());
+    }
+    let lines = std::fs::read_to_string(&log).unwrap();
+    let lines: Vec<&str> = lines.lines().collect();
+    assert_eq!(lines.len(), 12, "{lines:?}");
+    for pair in lines.chunks(2) {
+        assert_eq!(
+            pair,
+            ["start", "end"],
+            "critical sections overlapped: {lines:?}"
+        );
+    }
+
+    // The command's exit status is passed through.
+    let out = run(&mut lock_cmd(&c.socket(1), "/db", "R", "exit 3"));
+    assert_eq!(out.status.code(), Some(3));
+
+    // Readers share: two R holders at once on different nodes.
+    let both = c.dir.path().join("both");
+    let script = format!(
+        "echo in >> {0}; sleep 0.5; cat {0} | wc -l > {0}.$$; echo out >> {0}",
+        both.display()
+    );
+    let a = lock_cmd(&c.socket(0), "/db/flights", "R", &script)
+        .spawn()
+        .unwrap();
+    let b = lock_cmd(&c.socket(1), "/db/flights", "R", &script)
+        .spawn()
+        .unwrap();
+    for mut k in [a, b] {
+        assert!(k.wait().unwrap().success());
+    }
+    let s = std::fs::read_to_string(&both).unwrap();
+    assert_eq!(
+        s.lines().take(2).collect::<Vec<_>>(),
+        ["in", "in"],
+        "R and R overlap: {s:?}"
+    );
+
+    // status shows the locks this node has seen, and its peer.
+    let out = run(hilock().args(["status", "--socket"]).arg(c.socket(0)));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let s = text(&out.stdout);
+    assert!(s.contains("node 0 of cluster \"cli\""), "{s}");
+    assert!(s.contains("/db/flights"), "{s}");
+    assert!(s.contains("connected"), "{s}");
+    let out = run(hilock()
+        .args(["status", "--json", "--socket"])
+        .arg(c.socket(1)));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["id"], 1);
+    assert!(v["locks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|l| l["holders"] == 0));
+
+    // --config finds the socket from the cluster file (node 0's entry).
+    let out = run(hilock()
+        .args(["status", "--id", "0", "--config"])
+        .arg(c.config()));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+}
+
+#[test]
+fn hilock_lock_times_out_with_one_line_and_exit_2() {
+    let c = start(2);
+    let holder = lock_cmd(&c.socket(0), "/t", "W", "sleep 3")
+        .spawn()
+        .unwrap();
+    let _holder = Proc(holder);
+    std::thread::sleep(Duration::from_millis(500));
+    let out = run(hilock()
+        .args(["lock", "/t", "W", "--timeout-ms", "300", "--socket"])
+        .arg(c.socket(1))
+        .args(["--", "true"]));
+    assert_eq!(out.status.code(), Some(2));
+    let e = text(&out.stderr);
+    assert!(e.contains("timed out"), "{e}");
+    assert_eq!(e.trim_end().lines().count(), 1, "{e}");
+    // Bad input: one line, exit 2.
+    for args in [
+        vec!["lock", "/t", "X"],
+        vec!["lock", "t", "W"],
+        vec!["lock", "/t", "phi"],
+    ] {
+        let out = run(hilock()
+            .args(&args)
+            .arg("--socket")
+            .arg(c.socket(0))
+            .args(["--", "true"]));
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert_eq!(text(&out.stderr).trim_end().lines().count(), 1, "{args:?}");
+    }
+    let _ = c.nodes.len();
+}
+
+#[test]
+fn config_errors_give_one_line_and_a_nonzero_exit() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.toml");
+    for (content, want) in [
+        ("cluster = \"c\"\n", "missing"),
+        (
+            "cluster = \"c\"\nsecret=\"0123456789\"\nid=0\n[[nodes]]\nid=0\naddr=\"x\"\n",
+            "line",
+        ),
+        (
+            "cluster = \"c\"\nsecret=\"0123456789\"\nid=3\n[[nodes]]\nid=0\naddr=\"127.0.0.1:1\"\n",
+            "id 3",
+        ),
+        ("not toml at all [", "line"),
+    ] {
+        std::fs::write(&bad, content).unwrap();
+        let out = run(hilock().args(["node", "--config"]).arg(&bad));
+        assert_eq!(out.status.code(), Some(2), "{content}");
+        let e = text(&out.stderr);
+        assert_eq!(e.trim_end().lines().count(), 1, "{e}");
+        assert!(e.contains(want), "{e} should mention {want}");
+    }
+    let out = run(hilock().args(["node", "--config", "/nonexistent/hilock.toml"]));
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("cannot read config"));
+    // No node listening on the socket: one line.
+    let out = run(hilock()
+        .args(["status", "--socket"])
+        .arg(dir.path().join("none.sock")));
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("is `hilock node` running?"));
+}
