@@ -702,13 +702,7 @@ impl Core {
                 if self.entry(&path).is_err() {
                     return;
                 }
-                if let Err(e) = self.kstep(
-                    &path,
-                    Input::Deliver {
-                        from,
-                        msg: &msg,
-                    },
-                ) {
+                if let Err(e) = self.kstep(&path, Input::Deliver { from, msg: &msg }) {
                     self.shared.counters.kernel_rejections.fetch_add(1, Relaxed);
                     warn!(from = from.0, %path, error = %e, msg = ?msg, "kernel refused a message; dropped");
                 }
