@@ -7,7 +7,8 @@
 //! cluster = "airline"               # peers must name the same cluster
 //! secret = "a long shared secret"   # or: secret_file = "/etc/hilock/secret"
 //! id = 0                            # this node: one of the ids below
-//! client = "/tmp/hilock-0.sock"     # local client socket (`hilock lock`, `hilock status`)
+//! client = "/tmp/hilock-{id}.sock"  # local client socket (`hilock lock`, `hilock status`);
+//!                                   # `{id}` becomes the node id
 //! request_timeout_ms = 30000        # default timeout of a lock request
 //!
 //! [[nodes]]
@@ -154,7 +155,10 @@ impl Config {
         if let Some(l) = f.listen {
             c.listen = l;
         }
-        c.client = f.client;
+        // One file for the whole cluster: `{id}` in the socket path becomes the node id.
+        c.client = f
+            .client
+            .map(|p| PathBuf::from(p.to_string_lossy().replace("{id}", &id.to_string())));
         if let Some(ms) = f.request_timeout_ms {
             if ms == 0 {
                 return Err("request_timeout_ms must be positive".into());
@@ -229,6 +233,9 @@ addr = "127.0.0.1:7101"
         let c = Config::from_toml(GOOD, Some(0)).unwrap();
         assert_eq!(c.listen, "127.0.0.1:7100".parse().unwrap());
         assert!(!format!("{c:?}").contains("0123456789"), "secret redacted");
+        let with_socket = GOOD.replace("id = 1\n[[", "id = 1\nclient = \"/tmp/h-{id}.sock\"\n[[");
+        let c = Config::from_toml(&with_socket, Some(0)).unwrap();
+        assert_eq!(c.client, Some(PathBuf::from("/tmp/h-0.sock")));
     }
 
     #[test]

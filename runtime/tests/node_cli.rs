@@ -47,9 +47,10 @@ fn start(n: usize) -> Cluster {
     let mut toml = String::from(
         "cluster = \"cli\"\nsecret = \"cli test secret\"\nrequest_timeout_ms = 10000\n",
     );
+    // One file for the whole cluster; `{id}` in the socket path becomes each node's id.
     toml.push_str(&format!(
         "client = \"{}\"\n",
-        dir.path().join("n{ID}.sock").display()
+        dir.path().join("n{id}.sock").display()
     ));
     for id in 0..n {
         toml.push_str(&format!(
@@ -57,18 +58,14 @@ fn start(n: usize) -> Cluster {
             free_port()
         ));
     }
+    let file = dir.path().join("cluster.toml");
+    std::fs::write(&file, toml).unwrap();
     let mut nodes = Vec::new();
     for id in 0..n {
-        // One file per node: the same cluster, its own id and client socket.
-        let own = dir.path().join(format!("n{id}.toml"));
-        std::fs::write(
-            &own,
-            format!("id = {id}\n{}", toml.replace("{ID}", &id.to_string())),
-        )
-        .unwrap();
         let child = hilock()
             .args(["node", "--config"])
-            .arg(&own)
+            .arg(&file)
+            .args(["--id", &id.to_string()])
             .env("RUST_LOG", "hilock=warn")
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -76,7 +73,6 @@ fn start(n: usize) -> Cluster {
             .unwrap();
         nodes.push(Proc(child));
     }
-    std::fs::write(dir.path().join("cluster.toml"), toml.replace("{ID}", "0")).unwrap();
     let c = Cluster { dir, nodes };
     let t = Instant::now();
     for id in 0..n {
