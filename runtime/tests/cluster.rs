@@ -425,3 +425,45 @@ async fn bad_api_input_is_a_typed_error() {
     drop(g);
     assert_all_idle(&nodes, Duration::from_secs(2)).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_higher_priority_request_is_served_first() {
+    let nodes = local_cluster(4, "prio", SECRET, Duration::from_secs(10))
+        .await
+        .unwrap();
+    let path = path_rooted_at("prio", 0, 4);
+    let held = nodes[0].lock(&path, Mode::W).await.unwrap();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut waiting = Vec::new();
+    // Node 1 asks first at priority 1, then node 2 at priority 2, node 3 at priority 9.
+    for (i, prio) in [(1usize, 1u8), (2, 2), (3, 9)] {
+        let (h, tx) = (nodes[i].handle(), tx.clone());
+        let p = path.clone();
+        waiting.push(tokio::spawn(async move {
+            let opts = Options {
+                priority: prio,
+                timeout: None,
+            };
+            let g = h.lock_with(&p, Mode::W, opts).await.unwrap();
+            tx.send(i).unwrap();
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            drop(g);
+        }));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    drop(held);
+    let mut order = Vec::new();
+    for _ in 0..3 {
+        order.push(
+            tokio::time::timeout(Duration::from_secs(5), rx.recv())
+                .await
+                .unwrap()
+                .unwrap(),
+        );
+    }
+    assert_eq!(order, [3, 2, 1], "served by priority");
+    for w in waiting {
+        w.await.unwrap();
+    }
+    assert_all_idle(&nodes, Duration::from_secs(5)).await;
+}
