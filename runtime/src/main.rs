@@ -45,7 +45,7 @@ enum Command {
         #[arg(long)]
         quiet: bool,
     },
-    /// Run a node (logs on stderr; RUST_LOG=debug for more).
+    /// Run a node until Ctrl-C or SIGTERM (logs on stderr; RUST_LOG=hilock=debug for more).
     Node {
         /// The configuration file (TOML).
         #[arg(long)]
@@ -209,9 +209,12 @@ fn node(config: &std::path::Path, id: Option<u16>) -> Result<(String, bool), Str
     let cfg = hilock::Config::from_file(config, id)?;
     runtime()?.block_on(async {
         let node = hilock::Node::start(cfg).await.map_err(|e| e.to_string())?;
-        tokio::signal::ctrl_c()
-            .await
-            .map_err(|e| format!("cannot wait for Ctrl-C: {e}"))?;
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .map_err(|e| format!("cannot wait for SIGTERM: {e}"))?;
+        tokio::select! {
+            r = tokio::signal::ctrl_c() => r.map_err(|e| format!("cannot wait for Ctrl-C: {e}"))?,
+            _ = term.recv() => {}
+        }
         tracing::info!("stopping");
         node.shutdown().await;
         Ok((String::new(), true))
