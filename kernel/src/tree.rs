@@ -48,7 +48,8 @@
 //!   the demoted node as it was, and a stale owner there is later read as a region; hilock
 //!   paints it white. hilock also fails at the black node whose original request is the
 //!   requested leaf, before demoting, where the slides demote down to the leaf, fail there
-//!   and promote back ([`Demotion`]; this part only saves work).
+//!   and promote back ([`Demotion`]; this part only saves work: [`Demotion::PaintWhite`]
+//!   leaves it out and passes the same model checks).
 //!
 //! The guards `w.owner ≠ u` (slide 16) and `w.owner = u` (slide 20) are read as the
 //! *logical* owner of `w` in every variant: the physical `w.owner` is empty as soon as the
@@ -381,8 +382,14 @@ pub enum Demotion {
     /// hilock: a same-path demotion paints the other child white (required: the model
     /// checker refutes the literal demotion); and fail at a black node whose original
     /// request is the requested leaf, where the paths would never split (saves the
-    /// demotions and their undo; the checker passes without it).
+    /// demotions and their undo; [`Demotion::PaintWhite`], without it, passes the same
+    /// checks in `verify/tests/tree.rs`).
     Checked,
+    /// The literal demotion with only the fix that the checker requires: a same-path
+    /// demotion paints the other child white; the insert still demotes down to the leaf
+    /// and fails there. Kept to show that the early failure of [`Demotion::Checked`] is
+    /// an optimisation, not a correctness fix.
+    PaintWhite,
 }
 
 /// Which reading of the slides' pseudocode the operations run.
@@ -1548,7 +1555,7 @@ impl Op {
         }
         // same path: RecurseInsert(b, w, u) on the node just made black
         let other = if a == left { right } else { left };
-        if self.variant.demotion == Demotion::Checked {
+        if self.variant.demotion != Demotion::Slides {
             tree.release_owner(other)?;
         }
         tree.drop_latch(other);

@@ -11,6 +11,32 @@ use stateright::{Checker, Expectation, Model, Path};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+/// Stateright 0.31's BFS records, for an `always` property, the path of the *last*
+/// violating state it visits (each violation overwrites the discovery before it), so a
+/// discovery can run on well past the violation. This cuts `path` at its first state that
+/// violates `property`: a run of the model that ends in the violation. (It is the first
+/// violation on that run, not necessarily the shortest counterexample of the model.)
+pub fn first_failure<M>(
+    model: &M,
+    property: &str,
+    path: &Path<M::State, M::Action>,
+) -> Path<M::State, M::Action>
+where
+    M: Model,
+    M::State: Clone + PartialEq,
+    M::Action: Clone + PartialEq,
+{
+    let Some(prop) = model.properties().into_iter().find(|p| p.name == property) else {
+        return path.clone();
+    };
+    let steps = path.clone().into_vec();
+    let Some(k) = steps.iter().position(|(s, _)| !(prop.condition)(model, s)) else {
+        return path.clone();
+    };
+    let actions: Vec<M::Action> = steps[..k].iter().filter_map(|(_, a)| a.clone()).collect();
+    Path::from_actions(model, steps[0].0.clone(), actions.iter()).unwrap_or_else(|| path.clone())
+}
+
 /// The outcome of one property.
 #[derive(Clone, Debug, Serialize)]
 pub struct PropertyReport {
@@ -20,7 +46,8 @@ pub struct PropertyReport {
     pub kind: String,
     /// `always`: no state violates it; `sometimes`: a state satisfying it was reached.
     pub holds: bool,
-    /// `always` that fails: the shortest counterexample found by BFS.
+    /// `always` that fails: the counterexample BFS found, cut at its first violating
+    /// state ([`first_failure`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub counterexample: Option<Trace>,
 }
@@ -159,7 +186,11 @@ fn check_l<const L: usize>(
             _ => ("always", found.is_none()),
         };
         let counterexample = match (&found, kind) {
-            (Some(path), "always") => Some(trace_of(&model, path, &format!("{} violated", p.name))),
+            (Some(path), "always") => Some(trace_of(
+                &model,
+                &first_failure(&model, p.name, path),
+                &format!("{} violated", p.name),
+            )),
             _ => None,
         };
         properties.push(PropertyReport {
@@ -175,7 +206,7 @@ fn check_l<const L: usize>(
         Some(k) if k > 0 => checker.discovery(BYPASS[k - 1]).map(|path| {
             trace_of(
                 &model,
-                &path,
+                &first_failure(&model, BYPASS[k - 1], &path),
                 &format!(
                     "{} violated: a request is bypassed {k} times",
                     BYPASS[k - 1]

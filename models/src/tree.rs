@@ -218,7 +218,8 @@ impl TreeModel {
                 name: p.to_string(),
                 kind: "always".into(),
                 holds: path.is_none(),
-                counterexample: path.map(|path| self.trace(p, &path)),
+                counterexample: path
+                    .map(|path| self.trace(p, &crate::check::first_failure(self, p, &path))),
             });
         }
         for p in REACHED {
@@ -606,7 +607,8 @@ pub struct TreePropertyReport {
     pub kind: String,
     /// Holds (`always`) or was reached (`sometimes`).
     pub holds: bool,
-    /// The shortest counterexample of an `always` property that fails.
+    /// The counterexample of an `always` property that fails, cut at its first violating
+    /// state ([`crate::check::first_failure`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub counterexample: Option<TreeTrace>,
 }

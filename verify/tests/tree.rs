@@ -87,6 +87,29 @@ fn tree_p8_hilock_three_users_two_rounds_height_3() {
     }
 }
 
+/// The setup of the refutations below is passed by hilock's algorithm, so each refutation
+/// is down to the one literal rule it puts back.
+#[test]
+fn tree_p8_hilock_passes_the_refutation_setup() {
+    let r = run(&small());
+    assert_all_hold(&r);
+}
+
+/// The early failure of `Demotion::Checked` (at a black node whose original request is
+/// the requested leaf) only saves work: without it (`Demotion::PaintWhite`) the same
+/// checks pass.
+#[test]
+fn tree_p8_early_failure_is_an_optimisation() {
+    let v = TreeVariant {
+        demotion: Demotion::PaintWhite,
+        ..TreeVariant::HILOCK
+    };
+    let r = run(&small().with_variant(v, "paint-white demotion, height 2"));
+    assert_all_hold(&r);
+    let r = run(&three_users().with_variant(v, "paint-white demotion, height 3"));
+    assert_all_hold(&r);
+}
+
 fn save(file: &str, r: &TreeReport, note: &str) -> String {
     let p = r
         .properties
@@ -127,7 +150,8 @@ fn tree_literal_slides_refuted() {
          but w.sibling (t00) and w (t01) are not black yet, so nothing is promoted; at t0 \
          w = t01 is black — made black for u2 by u1's same-path demotion — and the branch \
          `w.color = black`, meant for the undo of slide 21, promotes the leaving user u2 to \
-         t0. u2 then releases only the leaf: t0 and later t belong to a user that has left.",
+         t0; the trace ends there: t0 belongs to a user that has left (u2 then releases \
+         only the leaf, and t later goes the same way).",
     );
 }
 
@@ -195,9 +219,10 @@ fn tree_literal_demotion_refuted() {
          demotion that left u1's old black leaf t01 below the promoted t. u0 asks for t00: \
          the literal demotion pushes u2 down the same path t, t0, t00 and fails at the leaf; \
          it writes t0 and t00 but leaves the other children as they were, so the stale \
-         black(u1) at t01 is now under the grey t0. u2 leaves, the count of t falls to 1, \
-         and the owner left is looked for below: the stale t01 — u1, who left long ago, \
-         gets the whole tree. hilock paints the other child of a same-path demotion white.",
+         black(u1) at t01 is now under the grey t0: the trace ends where it is first read \
+         as a region of u1, who left long ago (had the run gone on, u2 leaves, the count of \
+         t falls to 1 and the owner left is looked for below: u1 gets the whole tree). \
+         hilock paints the other child of a same-path demotion white.",
     );
 }
 
