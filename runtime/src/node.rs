@@ -37,7 +37,7 @@ use tracing::{debug, info, warn};
 use crate::config::Config;
 use crate::wire::{
     self, ancestors, check_frame, check_path, initial_holder, Frame, Hello, KMsg, KOutputs,
-    LockSite, Side, LOCK, MAX_FRAME, PROTOCOL_VERSION,
+    LockSite, Side, Transcript, LOCK, MAX_FRAME, PROTOCOL_VERSION,
 };
 
 /// How long each side waits for the next handshake message.
@@ -994,31 +994,28 @@ async fn connect(
         .map_err(|e| e.to_string())?;
     let na = match next_hello(&mut fr).await? {
         Hello::Challenge { nonce, tag } => {
-            if !wire::verify(
-                &shared.secret,
-                Side::Accept,
-                &shared.cluster,
-                shared.id,
-                peer,
-                &nd,
-                &nonce,
-                &tag,
-            ) {
+            let tr = Transcript {
+                cluster: &shared.cluster,
+                from: shared.id,
+                to: peer,
+                nd: &nd,
+                na: &nonce,
+            };
+            if !tr.verify(&shared.secret, Side::Accept, &tag) {
                 return Err("peer failed authentication (wrong cluster secret?)".into());
             }
             nonce
         }
         other => return Err(format!("unexpected handshake message {other:?}")),
     };
-    let t = wire::tag(
-        &shared.secret,
-        Side::Dial,
-        &shared.cluster,
-        shared.id,
-        peer,
-        &nd,
-        &na,
-    );
+    let t = Transcript {
+        cluster: &shared.cluster,
+        from: shared.id,
+        to: peer,
+        nd: &nd,
+        na: &na,
+    }
+    .tag(&shared.secret, Side::Dial);
     fr.send(Bytes::from(wire::encode(&Hello::Auth { tag: t })))
         .await
         .map_err(|e| e.to_string())?;
@@ -1145,15 +1142,14 @@ async fn handshake_accept(
         other => return Err(format!("expected a Dial, got {other:?}")),
     };
     let na = wire::nonce();
-    let t = wire::tag(
-        &shared.secret,
-        Side::Accept,
-        &shared.cluster,
+    let tr = Transcript {
+        cluster: &shared.cluster,
         from,
-        shared.id,
-        &nd,
-        &na,
-    );
+        to: shared.id,
+        nd: &nd,
+        na: &na,
+    };
+    let t = tr.tag(&shared.secret, Side::Accept);
     fr.send(Bytes::from(wire::encode(&Hello::Challenge {
         nonce: na,
         tag: t,
@@ -1162,16 +1158,7 @@ async fn handshake_accept(
     .map_err(|e| e.to_string())?;
     match next_hello(fr).await? {
         Hello::Auth { tag } => {
-            if !wire::verify(
-                &shared.secret,
-                Side::Dial,
-                &shared.cluster,
-                from,
-                shared.id,
-                &nd,
-                &na,
-                &tag,
-            ) {
+            if !tr.verify(&shared.secret, Side::Dial, &tag) {
                 return Err(format!(
                     "node {from} failed authentication (wrong cluster secret?)"
                 ));

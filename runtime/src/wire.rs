@@ -102,62 +102,50 @@ pub enum Side {
     Dial,
 }
 
-fn mac(
-    secret: &[u8],
-    side: Side,
-    cluster: &str,
-    from: u16,
-    to: u16,
-    nd: &Nonce,
-    na: &Nonce,
-) -> Hmac<Sha256> {
-    // HMAC takes keys of any length.
-    let mut m = <Hmac<Sha256> as Mac>::new_from_slice(secret).expect("HMAC accepts any key length");
-    m.update(match side {
-        Side::Accept => b"hilock/accept",
-        Side::Dial => b"hilock/dial\0\0",
-    });
-    m.update(&PROTOCOL_VERSION.to_be_bytes());
-    m.update(&(cluster.len() as u32).to_be_bytes());
-    m.update(cluster.as_bytes());
-    m.update(&from.to_be_bytes());
-    m.update(&to.to_be_bytes());
-    m.update(nd);
-    m.update(na);
-    m
+/// What both sides' MACs cover: the cluster, both node ids and both nonces (and the
+/// protocol version), so that a tag is good for one connection only.
+#[derive(Clone, Copy, Debug)]
+pub struct Transcript<'a> {
+    /// The cluster name.
+    pub cluster: &'a str,
+    /// The dialer's id.
+    pub from: u16,
+    /// The acceptor's id.
+    pub to: u16,
+    /// The dialer's nonce.
+    pub nd: &'a Nonce,
+    /// The acceptor's nonce.
+    pub na: &'a Nonce,
 }
 
-/// The tag of `side` over the handshake transcript.
-pub fn tag(
-    secret: &[u8],
-    side: Side,
-    cluster: &str,
-    from: u16,
-    to: u16,
-    nd: &Nonce,
-    na: &Nonce,
-) -> Tag {
-    mac(secret, side, cluster, from, to, nd, na)
-        .finalize()
-        .into_bytes()
-        .into()
-}
+impl Transcript<'_> {
+    fn mac(&self, secret: &[u8], side: Side) -> Hmac<Sha256> {
+        // HMAC takes keys of any length, so this cannot fail.
+        let mut m =
+            <Hmac<Sha256> as Mac>::new_from_slice(secret).expect("HMAC accepts any key length");
+        m.update(match side {
+            Side::Accept => b"hilock/accept",
+            Side::Dial => b"hilock/dial\0\0",
+        });
+        m.update(&PROTOCOL_VERSION.to_be_bytes());
+        m.update(&(self.cluster.len() as u32).to_be_bytes());
+        m.update(self.cluster.as_bytes());
+        m.update(&self.from.to_be_bytes());
+        m.update(&self.to.to_be_bytes());
+        m.update(self.nd);
+        m.update(self.na);
+        m
+    }
 
-/// Check a tag in constant time.
-#[allow(clippy::too_many_arguments)]
-pub fn verify(
-    secret: &[u8],
-    side: Side,
-    cluster: &str,
-    from: u16,
-    to: u16,
-    nd: &Nonce,
-    na: &Nonce,
-    t: &Tag,
-) -> bool {
-    mac(secret, side, cluster, from, to, nd, na)
-        .verify_slice(t)
-        .is_ok()
+    /// The tag of `side`: `HMAC-SHA256(secret, side label ‖ transcript)`.
+    pub fn tag(&self, secret: &[u8], side: Side) -> Tag {
+        self.mac(secret, side).finalize().into_bytes().into()
+    }
+
+    /// Check the tag of `side` in constant time.
+    pub fn verify(&self, secret: &[u8], side: Side, tag: &Tag) -> bool {
+        self.mac(secret, side).verify_slice(tag).is_ok()
+    }
 }
 
 /// A fresh random nonce.
@@ -266,12 +254,19 @@ mod tests {
     #[test]
     fn tags_bind_secret_side_and_transcript() {
         let (nd, na) = ([1; 32], [2; 32]);
-        let t = tag(b"secret-1", Side::Dial, "c", 0, 1, &nd, &na);
-        assert!(verify(b"secret-1", Side::Dial, "c", 0, 1, &nd, &na, &t));
-        assert!(!verify(b"secret-2", Side::Dial, "c", 0, 1, &nd, &na, &t));
-        assert!(!verify(b"secret-1", Side::Accept, "c", 0, 1, &nd, &na, &t));
-        assert!(!verify(b"secret-1", Side::Dial, "c", 1, 0, &nd, &na, &t));
-        assert!(!verify(b"secret-1", Side::Dial, "c", 0, 1, &na, &nd, &t));
+        let tr = |from, to, nd, na| Transcript {
+            cluster: "c",
+            from,
+            to,
+            nd,
+            na,
+        };
+        let t = tr(0, 1, &nd, &na).tag(b"secret-1", Side::Dial);
+        assert!(tr(0, 1, &nd, &na).verify(b"secret-1", Side::Dial, &t));
+        assert!(!tr(0, 1, &nd, &na).verify(b"secret-2", Side::Dial, &t));
+        assert!(!tr(0, 1, &nd, &na).verify(b"secret-1", Side::Accept, &t));
+        assert!(!tr(1, 0, &nd, &na).verify(b"secret-1", Side::Dial, &t));
+        assert!(!tr(0, 1, &na, &nd).verify(b"secret-1", Side::Dial, &t));
     }
 
     #[test]

@@ -261,7 +261,14 @@ async fn handshake(
     let Hello::Challenge { nonce: na, .. } = wire::decode::<Hello>(&b).unwrap() else {
         panic!("expected a challenge");
     };
-    let tag = wire::tag(secret, Side::Dial, cluster, from, to, &nd, &na);
+    let tag = wire::Transcript {
+        cluster,
+        from,
+        to,
+        nd: &nd,
+        na: &na,
+    }
+    .tag(secret, Side::Dial);
     c.send(Bytes::from(wire::encode(&Hello::Auth { tag })))
         .await
         .unwrap();
