@@ -1,0 +1,529 @@
+//! The hilock runtime against etcd's lock API on loopback, in one run (issue 8, part 4).
+//!
+//! Run it through the script, which installs, starts and stops etcd on 127.0.0.1:
+//!
+//! ```sh
+//! benches/etcd-compare.sh
+//! ```
+//!
+//! or by hand against an etcd that is running already (it needs protoc to build):
+//!
+//! ```sh
+//! cargo run --release -p hilock-benches --features etcd --bin etcd_compare -- \
+//!     --endpoint 127.0.0.1:2379
+//! ```
+//!
+//! Options: `--endpoint HOST:PORT` (etcd's client URL, required), `--nodes N` (hilock nodes
+//! on loopback, default 4), `--iters K` (measured uncontended acquire+release pairs per
+//! system, default 2000), `--warmup K` (unmeasured pairs before them, default 200),
+//! `--seconds S` (measured window of each contended run, default 5), `--clients 1,4,16`.
+//!
+//! Measured, all in one process run:
+//!
+//! - uncontended acquire+release latency, one client, one lock, `--iters` times: hilock
+//!   with the client on one node (after the warm-up the token stays there), hilock with
+//!   the client moving to the next node for every acquire (the token must travel every
+//!   time), and etcd (`Lock` with the client's lease, then `Unlock`);
+//! - contended throughput: C clients all taking the same exclusive lock (W for hilock)
+//!   in a loop with no critical section, for `--seconds` after a 1 s warm-up; hilock
+//!   clients are spread round-robin over the nodes (one `Handle` each), every etcd client
+//!   has its own connection and its own lease.
+//!
+//! The Markdown tables go to stdout, progress to stderr.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use etcd_client::{Client, LockOptions};
+use hilock::{Handle, Node};
+use hilock_kernel::Mode;
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Checks mutual exclusion of one contended lock: set while a client holds it.
+#[derive(Debug, Default)]
+struct Excl {
+    held: AtomicBool,
+    violations: AtomicU64,
+}
+
+impl Excl {
+    fn enter(&self) {
+        if self.held.swap(true, SeqCst) {
+            self.violations.fetch_add(1, SeqCst);
+        }
+    }
+
+    fn exit(&self) {
+        self.held.store(false, SeqCst);
+    }
+}
+
+struct Opts {
+    endpoint: String,
+    nodes: usize,
+    iters: usize,
+    warmup: usize,
+    seconds: f64,
+    clients: Vec<usize>,
+}
+
+fn parse() -> Result<Opts, String> {
+    let mut o = Opts {
+        endpoint: String::new(),
+        nodes: 4,
+        iters: 2000,
+        warmup: 200,
+        seconds: 5.0,
+        clients: vec![1, 4, 16],
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        let mut val = || args.next().ok_or(format!("{a} needs a value"));
+        let bad = |v: &str| format!("bad value {v:?} for {a}");
+        match a.as_str() {
+            "--endpoint" => o.endpoint = val()?,
+            "--nodes" => {
+                let v = val()?;
+                o.nodes = v.parse().map_err(|_| bad(&v))?;
+            }
+            "--iters" => {
+                let v = val()?;
+                o.iters = v.parse().map_err(|_| bad(&v))?;
+            }
+            "--warmup" => {
+                let v = val()?;
+                o.warmup = v.parse().map_err(|_| bad(&v))?;
+            }
+            "--seconds" => {
+                let v = val()?;
+                o.seconds = v.parse().map_err(|_| bad(&v))?;
+            }
+            "--clients" => {
+                let v = val()?;
+                o.clients = v
+                    .split(',')
+                    .map(|c| c.trim().parse::<usize>())
+                    .collect::<Result<_, _>>()
+                    .map_err(|_| bad(&v))?;
+            }
+            "-h" | "--help" => {
+                return Err(
+                    "usage: etcd_compare --endpoint HOST:PORT [--nodes 4] [--iters 2000] \
+                     [--warmup 200] [--seconds 5] [--clients 1,4,16]"
+                        .into(),
+                )
+            }
+            _ => return Err(format!("unknown argument {a:?} (see --help)")),
+        }
+    }
+    if o.endpoint.is_empty() {
+        return Err("--endpoint HOST:PORT (etcd's client address) is required".into());
+    }
+    if !(2..=64).contains(&o.nodes) {
+        return Err("--nodes must be 2..=64".into());
+    }
+    if o.iters == 0 || o.seconds <= 0.0 || o.clients.is_empty() || o.clients.contains(&0) {
+        return Err("--iters, --seconds and every --clients value must be positive".into());
+    }
+    Ok(o)
+}
+
+/// Latency summary of one uncontended run, in microseconds.
+#[derive(Clone, Copy, Debug)]
+struct Lat {
+    p50: f64,
+    p99: f64,
+    mean: f64,
+}
+
+fn summarize(mut d: Vec<Duration>) -> Lat {
+    d.sort_unstable();
+    let us = |x: Duration| x.as_secs_f64() * 1e6;
+    let pct = |p: f64| us(d[((d.len() as f64 * p).ceil() as usize).clamp(1, d.len()) - 1]);
+    let mean = d.iter().map(|&x| us(x)).sum::<f64>() / d.len() as f64;
+    Lat {
+        p50: pct(0.50),
+        p99: pct(0.99),
+        mean,
+    }
+}
+
+/// One contended run.
+#[derive(Clone, Debug)]
+struct Tput {
+    ops_per_s: f64,
+    /// Operations of each client in the measured window.
+    per_client: Vec<u64>,
+    /// hilock only: protocol messages (all nodes) per measured operation.
+    msgs_per_op: Option<f64>,
+    /// Times a client was granted the lock while another held it (must be 0).
+    violations: u64,
+}
+
+fn hilock_frames(nodes: &[Node]) -> u64 {
+    nodes.iter().map(|n| n.stats().frames_sent).sum()
+}
+
+/// Acquire+release `/path` in W through `handles[i % handles.len()]`, `warmup + iters`
+/// times; the last `iters` are timed.
+/// The loop runs in a spawned task on the runtime's workers, as a client task of an
+/// application would (not in `block_on`'s thread, which every wake-up would have to cross).
+async fn hilock_uncontended(
+    handles: Vec<Handle>,
+    path: &str,
+    warmup: usize,
+    iters: usize,
+) -> Result<Vec<Duration>, BoxError> {
+    let path = path.to_string();
+    tokio::spawn(async move {
+        let mut d = Vec::with_capacity(iters);
+        for i in 0..warmup + iters {
+            let h = &handles[i % handles.len()];
+            let t = Instant::now();
+            let g = h.lock(&path, Mode::W).await?;
+            drop(g);
+            if i >= warmup {
+                d.push(t.elapsed());
+            }
+        }
+        Ok(d)
+    })
+    .await?
+}
+
+async fn etcd_connect(endpoint: &str) -> Result<(Client, i64), BoxError> {
+    let mut c = Client::connect([endpoint], None).await?;
+    // One lease per client (two Lock calls with the same lease are one acquisition). The
+    // TTL outlives any run of this program; the lease is revoked at the end of its run.
+    let lease = c.lease_grant(600, None).await?.id();
+    Ok((c, lease))
+}
+
+async fn etcd_cycle(
+    c: &mut Client,
+    name: &str,
+    lease: i64,
+    excl: Option<&Excl>,
+) -> Result<(), BoxError> {
+    let r = c
+        .lock(name, Some(LockOptions::new().with_lease(lease)))
+        .await?;
+    if let Some(x) = excl {
+        x.enter();
+        x.exit();
+    }
+    c.unlock(r.key()).await?;
+    Ok(())
+}
+
+/// Spawned like [`hilock_uncontended`].
+async fn etcd_uncontended(
+    endpoint: &str,
+    name: &str,
+    warmup: usize,
+    iters: usize,
+) -> Result<Vec<Duration>, BoxError> {
+    let (mut c, lease) = etcd_connect(endpoint).await?;
+    let name = name.to_string();
+    tokio::spawn(async move {
+        let mut d = Vec::with_capacity(iters);
+        for i in 0..warmup + iters {
+            let t = Instant::now();
+            etcd_cycle(&mut c, &name, lease, None).await?;
+            if i >= warmup {
+                d.push(t.elapsed());
+            }
+        }
+        c.lease_revoke(lease).await?;
+        Ok(d)
+    })
+    .await?
+}
+
+const WARM: Duration = Duration::from_secs(1);
+
+/// Counts the operations a client completes inside the window `[start + WARM, end)`.
+struct Window {
+    from: Instant,
+    end: Instant,
+}
+
+impl Window {
+    fn new(seconds: f64) -> Window {
+        let from = Instant::now() + WARM;
+        Window {
+            from,
+            end: from + Duration::from_secs_f64(seconds),
+        }
+    }
+}
+
+async fn hilock_contended(
+    nodes: &[Node],
+    clients: usize,
+    path: &str,
+    seconds: f64,
+) -> Result<Tput, BoxError> {
+    let w = Arc::new(Window::new(seconds));
+    let excl = Arc::new(Excl::default());
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..clients {
+        let h = nodes[i % nodes.len()].handle();
+        let (w, excl, path) = (w.clone(), excl.clone(), path.to_string());
+        tasks.spawn(async move {
+            let mut ops = 0u64;
+            loop {
+                let g = h.lock(&path, Mode::W).await?;
+                excl.enter();
+                excl.exit();
+                drop(g);
+                let now = Instant::now();
+                if now >= w.end {
+                    break;
+                }
+                if now >= w.from {
+                    ops += 1;
+                }
+            }
+            Ok::<_, BoxError>((i, ops))
+        });
+    }
+    // Protocol messages inside the window: read the counters at both ends.
+    tokio::time::sleep_until(w.from.into()).await;
+    let f0 = hilock_frames(nodes);
+    tokio::time::sleep_until(w.end.into()).await;
+    let frames = hilock_frames(nodes) - f0;
+    let mut per_client = vec![0; clients];
+    while let Some(r) = tasks.join_next().await {
+        let (i, ops) = r??;
+        per_client[i] = ops;
+    }
+    let total: u64 = per_client.iter().sum();
+    Ok(Tput {
+        ops_per_s: total as f64 / seconds,
+        per_client,
+        msgs_per_op: (total > 0).then(|| frames as f64 / total as f64),
+        violations: excl.violations.load(SeqCst),
+    })
+}
+
+async fn etcd_contended(
+    endpoint: &str,
+    clients: usize,
+    name: &str,
+    seconds: f64,
+) -> Result<Tput, BoxError> {
+    let mut conns = Vec::new();
+    for _ in 0..clients {
+        conns.push(etcd_connect(endpoint).await?);
+    }
+    let w = Arc::new(Window::new(seconds));
+    let excl = Arc::new(Excl::default());
+    let mut tasks = tokio::task::JoinSet::new();
+    for (i, (mut c, lease)) in conns.into_iter().enumerate() {
+        let (w, excl, name) = (w.clone(), excl.clone(), name.to_string());
+        tasks.spawn(async move {
+            let mut ops = 0u64;
+            loop {
+                etcd_cycle(&mut c, &name, lease, Some(&excl)).await?;
+                let now = Instant::now();
+                if now >= w.end {
+                    break;
+                }
+                if now >= w.from {
+                    ops += 1;
+                }
+            }
+            c.lease_revoke(lease).await?;
+            Ok::<_, BoxError>((i, ops))
+        });
+    }
+    let mut per_client = vec![0; clients];
+    while let Some(r) = tasks.join_next().await {
+        let (i, ops) = r??;
+        per_client[i] = ops;
+    }
+    let total: u64 = per_client.iter().sum();
+    Ok(Tput {
+        ops_per_s: total as f64 / seconds,
+        per_client,
+        msgs_per_op: None,
+        violations: excl.violations.load(SeqCst),
+    })
+}
+
+fn ratio(a: f64, b: f64) -> String {
+    if b > 0.0 {
+        let r = a / b;
+        if r >= 10.0 {
+            format!("{r:.0}")
+        } else if r >= 0.1 {
+            format!("{r:.2}")
+        } else {
+            format!("{r:.4}")
+        }
+    } else {
+        "–".into()
+    }
+}
+
+fn us(x: f64) -> String {
+    if x >= 100.0 {
+        format!("{x:.0}")
+    } else {
+        format!("{x:.1}")
+    }
+}
+
+fn spread(v: &[u64]) -> String {
+    let min = v.iter().min().copied().unwrap_or(0);
+    let max = v.iter().max().copied().unwrap_or(0);
+    format!("{min}–{max}")
+}
+
+async fn run(o: Opts) -> Result<(), BoxError> {
+    let started = Instant::now();
+    eprintln!("etcd at {} ...", o.endpoint);
+    let etcd_version = {
+        let mut c = Client::connect([o.endpoint.as_str()], None).await?;
+        c.status().await?.version().to_string()
+    };
+    eprintln!(
+        "etcd {etcd_version}; starting {} hilock nodes on 127.0.0.1",
+        o.nodes
+    );
+    let nodes = hilock::demo::local_cluster(
+        o.nodes,
+        "etcd-compare",
+        b"etcd-compare secret",
+        Duration::from_secs(30),
+    )
+    .await?;
+    let handles: Vec<Handle> = nodes.iter().map(|n| n.handle()).collect();
+
+    eprintln!(
+        "uncontended: {} warm-up + {} measured acquire+release pairs each",
+        o.warmup, o.iters
+    );
+    eprintln!("  hilock, client on node 0 ...");
+    let h_same =
+        summarize(hilock_uncontended(handles[..1].to_vec(), "/u-same", o.warmup, o.iters).await?);
+    eprintln!("  hilock, client on the next node every time ...");
+    let f0 = hilock_frames(&nodes);
+    let h_rot_d = hilock_uncontended(handles.clone(), "/u-moving", o.warmup, o.iters).await?;
+    let rot_msgs = (hilock_frames(&nodes) - f0) as f64 / (o.warmup + o.iters) as f64;
+    let h_rot = summarize(h_rot_d);
+    eprintln!("  etcd ...");
+    let e_lat = summarize(etcd_uncontended(&o.endpoint, "u", o.warmup, o.iters).await?);
+
+    let mut contended = Vec::new();
+    for &c in &o.clients {
+        eprintln!(
+            "contended, {c} client(s), {:.0} s warm-up + {} s: hilock ...",
+            WARM.as_secs_f64(),
+            o.seconds
+        );
+        let h = hilock_contended(&nodes, c, &format!("/c{c}"), o.seconds).await?;
+        eprintln!("  {:.0} ops/s; etcd ...", h.ops_per_s);
+        let e = etcd_contended(&o.endpoint, c, &format!("c{c}"), o.seconds).await?;
+        eprintln!("  {:.0} ops/s", e.ops_per_s);
+        contended.push((c, h, e));
+    }
+    for n in nodes {
+        n.shutdown().await;
+    }
+
+    println!(
+        "hilock: {} nodes on 127.0.0.1 in this process (TCP between nodes, `Handle::lock` in \
+         the client's process); etcd {etcd_version} at {} (etcd-client, gRPC). \
+         {} cores; run took {:.0} s.\n",
+        o.nodes,
+        o.endpoint,
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        started.elapsed().as_secs_f64()
+    );
+    println!(
+        "Uncontended acquire+release, one client, one lock, {} pairs after {} warm-up \
+         pairs (µs; lower is better):\n",
+        o.iters, o.warmup
+    );
+    println!("| measurement | hilock | etcd | hilock / etcd |");
+    println!("|---|---:|---:|---:|");
+    for (label, h) in [
+        ("client on one node (token stays there)", h_same),
+        ("client on the next node every time (token moves)", h_rot),
+    ] {
+        for (stat, hv, ev) in [
+            ("p50", h.p50, e_lat.p50),
+            ("p99", h.p99, e_lat.p99),
+            ("mean", h.mean, e_lat.mean),
+        ] {
+            println!(
+                "| {stat}, hilock {label} | {} | {} | {} |",
+                us(hv),
+                us(ev),
+                ratio(hv, ev)
+            );
+        }
+    }
+    println!(
+        "\nhilock protocol messages per acquire+release with the client moving: {rot_msgs:.2}\n"
+    );
+    println!(
+        "Contended: C clients, one exclusive lock (hilock W), acquire then release at once, \
+         {} s measured after a {:.0} s warm-up (ops/s; higher is better):\n",
+        o.seconds,
+        WARM.as_secs_f64()
+    );
+    println!(
+        "| clients | hilock ops/s | etcd ops/s | hilock / etcd | hilock msgs/op | \
+         hilock ops per client (min–max) | etcd ops per client (min–max) |"
+    );
+    println!("|---:|---:|---:|---:|---:|---:|---:|");
+    for (c, h, e) in &contended {
+        println!(
+            "| {c} | {:.0} | {:.0} | {} | {} | {} | {} |",
+            h.ops_per_s,
+            e.ops_per_s,
+            ratio(h.ops_per_s, e.ops_per_s),
+            h.msgs_per_op.map_or("–".into(), |m| format!("{m:.2}")),
+            spread(&h.per_client),
+            spread(&e.per_client)
+        );
+    }
+    let violations: u64 = contended
+        .iter()
+        .map(|(_, h, e)| h.violations + e.violations)
+        .sum();
+    println!(
+        "\nMutual exclusion, checked in every contended run (a flag set while a client \
+         holds the lock): {violations} violations."
+    );
+    if violations > 0 {
+        return Err(format!("{violations} mutual exclusion violations").into());
+    }
+    Ok(())
+}
+
+fn main() {
+    let o = match parse() {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("etcd_compare: {e}");
+            std::process::exit(2);
+        }
+    };
+    let rt = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("etcd_compare: cannot start tokio: {e}");
+            std::process::exit(1);
+        }
+    };
+    if let Err(e) = rt.block_on(run(o)) {
+        eprintln!("etcd_compare: {e}");
+        std::process::exit(1);
+    }
+}
