@@ -47,13 +47,7 @@ pub const PRIO_LEVELS: usize = 8;
 /// Largest system the simulator supports.
 pub const MAX_NODES: usize = 1024;
 /// The access modes in thesis order, with their probabilities in percent.
-pub const MIX: [(Mode, u32); 5] = [
-    (Mode::IR, 80),
-    (Mode::R, 10),
-    (Mode::U, 4),
-    (Mode::IW, 5),
-    (Mode::W, 1),
-];
+pub use hilock_spec::workload::AIRLINE_MIX as MIX;
 
 /// The requester named by a request message (for attributing request hops to accesses).
 pub trait Requester {

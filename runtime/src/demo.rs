@@ -29,13 +29,7 @@ use crate::config::{Config, NodeAddr};
 use crate::node::{Guard, Handle, Node};
 
 /// The access mix of the thesis (section 4.1), in percent.
-pub const MIX: [(Mode, u32); 5] = [
-    (Mode::IR, 80),
-    (Mode::R, 10),
-    (Mode::U, 4),
-    (Mode::IW, 5),
-    (Mode::W, 1),
-];
+pub use hilock_spec::workload::AIRLINE_MIX as MIX;
 
 /// Start `n` nodes on 127.0.0.1 (ephemeral ports) in one cluster.
 pub async fn local_cluster(
@@ -594,7 +588,6 @@ mod tests {
 
     #[test]
     fn the_mix_is_the_thesis_mix() {
-        assert_eq!(MIX.iter().map(|m| m.1).sum::<u32>(), 100);
         let mut rng = StdRng::seed_from_u64(3);
         let mut counts = [0u32; 5];
         for _ in 0..100_000 {

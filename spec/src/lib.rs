@@ -8,6 +8,7 @@ pub mod export;
 pub mod scenario;
 pub mod system;
 pub mod trace;
+pub mod workload;
 
 pub use scenario::{Prepared, RunReport, Scenario};
 pub use system::{SpecMsg, SpecSite, System};
