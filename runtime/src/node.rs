@@ -43,6 +43,10 @@ use crate::wire::{
 /// How long each side waits for the next handshake message.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// Connections allowed in the handshake at once; more are closed at once (a flood of
+/// unauthenticated connections cannot pile up tasks).
+pub const MAX_PENDING_HANDSHAKES: usize = 64;
+
 /// Errors of the lock API.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Error {
@@ -1040,12 +1044,18 @@ async fn next_hello(fr: &mut Framed<TcpStream, LengthDelimitedCodec>) -> Result<
 /// owns (stopping the node stops them).
 async fn accept(shared: Arc<Shared>, listener: TcpListener, core: mpsc::UnboundedSender<Cmd>) {
     let mut conns = JoinSet::new();
+    let pending = Arc::new(tokio::sync::Semaphore::new(MAX_PENDING_HANDSHAKES));
     loop {
         tokio::select! {
             r = listener.accept() => match r {
                 Ok((s, addr)) => {
+                    let Ok(permit) = pending.clone().try_acquire_owned() else {
+                        shared.counters.rejected_connections.fetch_add(1, Relaxed);
+                        warn!(%addr, "closing connection: {MAX_PENDING_HANDSHAKES} handshakes in progress already");
+                        continue;
+                    };
                     let _ = s.set_nodelay(true);
-                    conns.spawn(serve_peer(shared.clone(), s, addr, core.clone()));
+                    conns.spawn(serve_peer(shared.clone(), s, addr, core.clone(), permit));
                 }
                 Err(e) => {
                     warn!(error = %e, "accept failed");
@@ -1062,6 +1072,7 @@ async fn serve_peer(
     s: TcpStream,
     addr: SocketAddr,
     core: mpsc::UnboundedSender<Cmd>,
+    permit: tokio::sync::OwnedSemaphorePermit,
 ) {
     let mut fr = Framed::new(s, codec());
     let from = match handshake_accept(&shared, &mut fr).await {
@@ -1072,6 +1083,7 @@ async fn serve_peer(
             return;
         }
     };
+    drop(permit);
     debug!(%addr, peer = from, "peer authenticated");
     let link = shared.peers[usize::from(from)]
         .as_ref()

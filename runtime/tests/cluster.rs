@@ -474,3 +474,45 @@ async fn a_higher_priority_request_is_served_first() {
     }
     assert_all_idle(&nodes, Duration::from_secs(5)).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_silent_connections_is_capped_and_the_node_keeps_serving() {
+    let nodes = local_cluster(2, "flood", SECRET, Duration::from_secs(10))
+        .await
+        .unwrap();
+    let t = std::time::Instant::now();
+    while !nodes[0]
+        .status()
+        .await
+        .unwrap()
+        .peers
+        .iter()
+        .all(|p| p.connected)
+    {
+        assert!(t.elapsed() < Duration::from_secs(5), "peers connect");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let before = nodes[0].stats().rejected_connections;
+    let n = hilock::node::MAX_PENDING_HANDSHAKES + 36;
+    let mut silent = Vec::new();
+    for _ in 0..n {
+        silent.push(TcpStream::connect(nodes[0].listen_addr()).await.unwrap());
+    }
+    // The connections beyond the cap are closed at once.
+    let t = std::time::Instant::now();
+    while nodes[0].stats().rejected_connections < before + 36 {
+        assert!(
+            t.elapsed() < Duration::from_secs(3),
+            "excess connections closed"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Meanwhile both nodes serve a lock whose token is at the other.
+    let p = path_rooted_at("flood", 1, 2);
+    let g = tokio::time::timeout(Duration::from_secs(3), nodes[0].lock(&p, Mode::W))
+        .await
+        .expect("served during the flood")
+        .unwrap();
+    drop(g);
+    drop(silent);
+}
