@@ -192,6 +192,9 @@ async fn a_killed_peer_makes_dependent_requests_fail_with_a_clear_error() {
     let mut nodes = local_cluster(3, "kill", SECRET, Duration::from_secs(10))
         .await
         .unwrap();
+    for (i, n) in nodes.iter().enumerate() {
+        assert_eq!(usize::from(n.id()), i);
+    }
     let on2 = path_rooted_at("k", 2, 3);
     let on1 = path_rooted_at("k", 1, 3);
     // Everyone is connected first (the nodes dial each other at start).
@@ -416,6 +419,23 @@ async fn bad_api_input_is_a_typed_error() {
         n.lock("/db", Mode::Phi).await.unwrap_err(),
         Error::InvalidMode
     );
+    assert_eq!(n.id(), 0);
+    // The intention rule: IR above IR and R, IW above U, IW and W.
+    for (mode, above) in [
+        (Mode::IR, Mode::IR),
+        (Mode::R, Mode::IR),
+        (Mode::U, Mode::IW),
+        (Mode::IW, Mode::IW),
+        (Mode::W, Mode::IW),
+    ] {
+        assert_eq!(hilock::intention(mode), above);
+        let g = n.lock("/a/b/c", mode).await.unwrap();
+        assert_eq!(
+            g.locks().collect::<Vec<_>>(),
+            [("/a", above), ("/a/b", above), ("/a/b/c", mode)]
+        );
+        assert_eq!((g.path(), g.mode()), ("/a/b/c", mode));
+    }
     let mut g = n.lock("/db", Mode::R).await.unwrap();
     assert!(matches!(
         g.upgrade().await,
