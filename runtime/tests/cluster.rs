@@ -536,3 +536,38 @@ async fn a_flood_of_silent_connections_is_capped_and_the_node_keeps_serving() {
     drop(g);
     drop(silent);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_shows_holders_local_waiters_and_the_kernel_queue() {
+    let nodes = local_cluster(2, "status", SECRET, Duration::from_secs(10))
+        .await
+        .unwrap();
+    let p = path_rooted_at("s", 0, 2);
+    let g = nodes[0].lock(&p, Mode::W).await.unwrap();
+    // A second caller on node 0 waits locally; node 1 waits in the kernel queue.
+    let (h0, h1) = (nodes[0].handle(), nodes[1].handle());
+    let (p0, p1) = (p.clone(), p.clone());
+    let local = tokio::spawn(async move { drop(h0.lock(&p0, Mode::W).await.unwrap()) });
+    let remote = tokio::spawn(async move { drop(h1.lock(&p1, Mode::R).await.unwrap()) });
+    let lock_of = |s: hilock::Status| s.locks.into_iter().find(|l| l.path == p).unwrap();
+    let t = std::time::Instant::now();
+    loop {
+        let l0 = lock_of(nodes[0].status().await.unwrap());
+        let l1 = lock_of(nodes[1].status().await.unwrap());
+        if l0.waiters == 1 && l0.queue == ["1:R@0"] && l1.waiters == 1 {
+            assert!(l0.token && !l0.is_idle() && !l1.is_idle());
+            assert_eq!((l0.held.as_str(), l0.holders), ("W", 1));
+            assert_eq!(
+                (l1.pending.as_str(), l1.holders, l1.parent),
+                ("R", 0, Some(0))
+            );
+            break;
+        }
+        assert!(t.elapsed() < Duration::from_secs(5), "{l0:?} {l1:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    drop(g);
+    local.await.unwrap();
+    remote.await.unwrap();
+    assert_all_idle(&nodes, Duration::from_secs(5)).await;
+}
