@@ -383,9 +383,19 @@ async fn garbage_and_bad_handshakes_are_refused_and_the_node_keeps_serving() {
     c.send(Bytes::from(wire::encode(&f))).await.unwrap();
     assert_closed(c).await;
 
+    // Authenticated, then a frame header announcing 100 KiB (over the 64 KiB limit):
+    // closed on the header, without waiting for the body.
+    let mut c = handshake(a0, "faults", 2, 0, SECRET).await;
+    let _welcome = c.next().await.unwrap().unwrap();
+    c.get_mut()
+        .write_all(&(100u32 * 1024).to_be_bytes())
+        .await
+        .unwrap();
+    assert_closed(c).await;
+
     let rejected = n0.stats().rejected_connections;
     assert!(
-        rejected >= 9,
+        rejected >= 10,
         "every bad connection was counted: {rejected}"
     );
 
@@ -569,5 +579,37 @@ async fn status_shows_holders_local_waiters_and_the_kernel_queue() {
     drop(g);
     local.await.unwrap();
     remote.await.unwrap();
+    assert_all_idle(&nodes, Duration::from_secs(5)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upgrade_waits_for_readers_and_a_guard_dropped_meanwhile_releases_after_it() {
+    let nodes = local_cluster(2, "upgrade", SECRET, Duration::from_secs(10))
+        .await
+        .unwrap();
+    let p = path_rooted_at("u", 0, 2);
+    let reader = nodes[1].lock(&p, Mode::R).await.unwrap();
+    // U is compatible with R (Table 2.1): granted while node 1 reads.
+    let mut u = nodes[0].lock(&p, Mode::U).await.unwrap();
+    // W is not: the upgrade waits for the reader.
+    let e = u
+        .upgrade_within(Duration::from_millis(200))
+        .await
+        .unwrap_err();
+    assert!(matches!(e, Error::Timeout { .. }), "{e}");
+    assert_eq!(u.mode(), Mode::U);
+    // The first upgrade is still pending in the protocol: a second one is refused.
+    assert!(matches!(
+        u.upgrade().await,
+        Err(Error::NotUpgradable { mode: Mode::U, .. })
+    ));
+    // Dropped while upgrading: released once the upgrade completes (Rule 7 keeps U).
+    drop(u);
+    drop(reader);
+    let w = tokio::time::timeout(Duration::from_secs(5), nodes[1].lock(&p, Mode::W))
+        .await
+        .expect("the upgraded lock was released")
+        .unwrap();
+    drop(w);
     assert_all_idle(&nodes, Duration::from_secs(5)).await;
 }
