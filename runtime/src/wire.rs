@@ -236,6 +236,10 @@ mod tests {
             assert!(check_path(bad).is_err(), "{bad:?}");
         }
         assert_eq!(ancestors("/db/flights/UA93"), ["/db", "/db/flights"]);
+        let longest = format!("/{}", "x".repeat(MAX_PATH - 1));
+        assert!(check_path(&longest).is_ok());
+        assert!(check_path(&format!("{longest}y")).is_err());
+        assert!(check_path("/db/\u{7f}").is_err());
         assert!(ancestors("/db").is_empty());
     }
 
@@ -249,6 +253,13 @@ mod tests {
             seen[h.idx()] += 1;
         }
         assert!(seen.iter().all(|&c| c > 50), "{seen:?}");
+    }
+
+    #[test]
+    fn nonces_are_fresh() {
+        let a = nonce();
+        assert_ne!(a, nonce());
+        assert_ne!(a, [0; 32]);
     }
 
     #[test]
