@@ -361,33 +361,21 @@ async fn garbage_and_bad_handshakes_are_refused_and_the_node_keeps_serving() {
     c.send(Bytes::from_static(&[0xff; 40])).await.unwrap();
     assert_closed(c).await;
 
-    // Authenticated, then a message for an unknown lock id.
-    let mut c = handshake(a0, "faults", 2, 0, SECRET).await;
-    let _welcome = c.next().await.unwrap().unwrap();
-    let f = Frame {
-        path: "/x".into(),
-        msg: Msg::Release {
-            lock: LockId(7),
-            owned: Mode::Phi,
-            epoch: 0,
-        },
-    };
-    c.send(Bytes::from(wire::encode(&f))).await.unwrap();
-    assert_closed(c).await;
-
-    // Authenticated, then a bad path.
-    let mut c = handshake(a0, "faults", 2, 0, SECRET).await;
-    let _welcome = c.next().await.unwrap().unwrap();
-    let f = Frame {
-        path: "no-slash".into(),
-        msg: Msg::Release {
-            lock: LockId(0),
-            owned: Mode::Phi,
-            epoch: 0,
-        },
-    };
-    c.send(Bytes::from(wire::encode(&f))).await.unwrap();
-    assert_closed(c).await;
+    // Authenticated, then a message for an unknown lock id, or with a bad path.
+    for (path, lock) in [("/x", 7), ("no-slash", 0)] {
+        let mut c = handshake(a0, "faults", 2, 0, SECRET).await;
+        let _welcome = c.next().await.unwrap().unwrap();
+        let f = Frame {
+            path: path.into(),
+            msg: Msg::Release {
+                lock: LockId(lock),
+                owned: Mode::Phi,
+                epoch: 0,
+            },
+        };
+        c.send(Bytes::from(wire::encode(&f))).await.unwrap();
+        assert_closed(c).await;
+    }
 
     // Authenticated, then a frame header announcing 100 KiB (over the 64 KiB limit):
     // closed on the header, without waiting for the body.
