@@ -22,6 +22,9 @@ use crate::node::{Handle, Options, Status};
 /// Longest request line accepted.
 const MAX_LINE: usize = 16 * 1024;
 
+/// Longest reply line a client reads (a status of many locks is long).
+const MAX_REPLY: u64 = 16 * 1024 * 1024;
+
 /// A client request.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(tag = "op", rename_all = "lowercase", deny_unknown_fields)]
@@ -230,21 +233,21 @@ pub async fn request(socket: &Path, req: &Request) -> Result<(Reply, UnixStream)
     let mut line = serde_json::to_vec(req).map_err(|e| e.to_string())?;
     line.push(b'\n');
     s.write_all(&line).await.map_err(|e| e.to_string())?;
+    // The node sends nothing after its reply line, so the buffer can be dropped after it.
+    let mut r = BufReader::new(s);
     let mut reply = Vec::new();
-    let mut b = [0u8; 1];
-    loop {
-        let n = s.read(&mut b).await.map_err(|e| e.to_string())?;
-        if n == 0 {
-            return Err("the node closed the connection without a reply".into());
-        }
-        if b[0] == b'\n' {
-            break;
-        }
-        reply.push(b[0]);
-        if reply.len() > 16 * 1024 * 1024 {
-            return Err("reply too long".into());
-        }
+    (&mut r)
+        .take(MAX_REPLY)
+        .read_until(b'\n', &mut reply)
+        .await
+        .map_err(|e| e.to_string())?;
+    match reply.pop() {
+        Some(b'\n') => {}
+        None => return Err("the node closed the connection without a reply".into()),
+        Some(_) if reply.len() + 1 >= MAX_REPLY as usize => return Err("reply too long".into()),
+        Some(_) => return Err("the node closed the connection without a reply".into()),
     }
+    let s = r.into_inner();
     let r: Reply = serde_json::from_slice(&reply).map_err(|e| format!("bad reply: {e}"))?;
     Ok((r, s))
 }

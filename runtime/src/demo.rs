@@ -14,7 +14,6 @@
 //! happens strictly inside the real hold, so an overlap the oracle sees is real.)
 
 use std::collections::HashMap;
-use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -545,23 +544,6 @@ pub async fn run(opts: DemoOptions) -> Result<DemoReport, String> {
         n.shutdown().await;
     }
     Ok(report)
-}
-
-/// Render a one-line progress summary (for logs when no bar is drawn).
-pub fn summary_line(r: &DemoReport) -> String {
-    let mut s = String::new();
-    let _ = write!(
-        s,
-        "{} accesses, {:.2} messages/request, {} violations",
-        r.served,
-        if r.kernel_requests == 0 {
-            0.0
-        } else {
-            r.messages as f64 / r.kernel_requests as f64
-        },
-        r.violations.len()
-    );
-    s
 }
 
 #[cfg(test)]

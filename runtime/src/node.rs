@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
-use hilock_kernel::{compatible, Input, KernelError, Mode, NodeId, Output, Pending, Priority};
+use hilock_kernel::{compatible, Input, KernelError, Mode, NodeId, Output, Priority};
 use serde::{Deserialize, Serialize};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot};
@@ -718,18 +718,13 @@ impl Core {
                     .iter()
                     .map(|(path, e)| {
                         let k = e.site.lock(LOCK).expect("one lock per site");
-                        let pending = match k.pending() {
-                            Pending::None => Mode::Phi,
-                            Pending::Request(q) => q.mode,
-                            Pending::Upgrade => Mode::W,
-                        };
                         LockStatus {
                             path: path.clone(),
                             token: k.has_token(),
                             parent: k.parent().map(|p| p.0),
                             held: k.held().to_string(),
                             owned: k.owned().to_string(),
-                            pending: pending.to_string(),
+                            pending: k.pending_mode().to_string(),
                             frozen: k.frozen().to_string(),
                             queue: k
                                 .queue()

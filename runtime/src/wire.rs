@@ -198,7 +198,7 @@ pub fn ancestors(path: &str) -> Vec<&str> {
         .collect()
 }
 
-/// Check what a frame from node `from` may carry: a valid path and a message for the
+/// Check what a frame from a peer may carry: a valid path and a message for the
 /// runtime's single lock id.
 pub fn check_frame(f: &Frame) -> Result<(), String> {
     check_path(&f.path)?;

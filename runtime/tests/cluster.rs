@@ -39,6 +39,22 @@ async fn assert_all_idle(nodes: &[Node], wait: Duration) {
     }
 }
 
+/// `node` has a connection to every peer (nodes dial each other at start), within 5 s.
+async fn wait_connected(node: &Node) {
+    let t = std::time::Instant::now();
+    while !node
+        .status()
+        .await
+        .unwrap()
+        .peers
+        .iter()
+        .all(|p| p.connected)
+    {
+        assert!(t.elapsed() < Duration::from_secs(5), "peers connect");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 /// A path `/{prefix}{i}` whose initial token holder is `holder` among `n` nodes.
 fn path_rooted_at(prefix: &str, holder: u16, n: usize) -> String {
     (0..)
@@ -198,18 +214,7 @@ async fn a_killed_peer_makes_dependent_requests_fail_with_a_clear_error() {
     let on2 = path_rooted_at("k", 2, 3);
     let on1 = path_rooted_at("k", 1, 3);
     // Everyone is connected first (the nodes dial each other at start).
-    let t = std::time::Instant::now();
-    while !nodes[0]
-        .status()
-        .await
-        .unwrap()
-        .peers
-        .iter()
-        .all(|p| p.connected)
-    {
-        assert!(t.elapsed() < Duration::from_secs(5), "peers connect");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    wait_connected(&nodes[0]).await;
     let dead = nodes.pop().unwrap();
     dead.shutdown().await;
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -504,18 +509,7 @@ async fn a_flood_of_silent_connections_is_capped_and_the_node_keeps_serving() {
     let nodes = local_cluster(2, "flood", SECRET, Duration::from_secs(10))
         .await
         .unwrap();
-    let t = std::time::Instant::now();
-    while !nodes[0]
-        .status()
-        .await
-        .unwrap()
-        .peers
-        .iter()
-        .all(|p| p.connected)
-    {
-        assert!(t.elapsed() < Duration::from_secs(5), "peers connect");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    wait_connected(&nodes[0]).await;
     let before = nodes[0].stats().rejected_connections;
     let n = hilock::node::MAX_PENDING_HANDSHAKES + 36;
     let mut silent = Vec::new();
