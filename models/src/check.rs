@@ -37,9 +37,10 @@ where
     Path::from_actions(model, steps[0].0.clone(), actions.iter()).unwrap_or_else(|| path.clone())
 }
 
-/// The outcome of one property.
+/// The outcome of one property; `C` is the counterexample's trace format (`hilock-trace/1`
+/// for the base model, `hilock-tree-trace/1` for the tree model).
 #[derive(Clone, Debug, Serialize)]
-pub struct PropertyReport {
+pub struct PropertyReport<C = Trace> {
     /// Property name (as in SPEC.md).
     pub name: String,
     /// `always` or `sometimes`.
@@ -49,7 +50,25 @@ pub struct PropertyReport {
     /// `always` that fails: the counterexample BFS found, cut at its first violating
     /// state ([`first_failure`]).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub counterexample: Option<Trace>,
+    pub counterexample: Option<C>,
+}
+
+/// Names of the violated `always` properties among `properties`.
+pub fn violated<C>(properties: &[PropertyReport<C>]) -> Vec<&str> {
+    properties
+        .iter()
+        .filter(|p| p.kind == "always" && !p.holds)
+        .map(|p| p.name.as_str())
+        .collect()
+}
+
+/// Names of the `sometimes` properties among `properties` that were not reached.
+pub fn unreached<C>(properties: &[PropertyReport<C>]) -> Vec<&str> {
+    properties
+        .iter()
+        .filter(|p| p.kind == "sometimes" && !p.holds)
+        .map(|p| p.name.as_str())
+        .collect()
 }
 
 /// The result of [`check`].
@@ -92,20 +111,12 @@ impl CheckReport {
 
     /// Names of the violated `always` properties.
     pub fn violations(&self) -> Vec<&str> {
-        self.properties
-            .iter()
-            .filter(|p| p.kind == "always" && !p.holds)
-            .map(|p| p.name.as_str())
-            .collect()
+        violated(&self.properties)
     }
 
     /// Names of the `sometimes` properties that were not reached.
     pub fn unreached(&self) -> Vec<&str> {
-        self.properties
-            .iter()
-            .filter(|p| p.kind == "sometimes" && !p.holds)
-            .map(|p| p.name.as_str())
-            .collect()
+        unreached(&self.properties)
     }
 
     /// A multi-line human summary (with the rendered counterexamples).

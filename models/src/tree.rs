@@ -598,20 +598,8 @@ impl Model for TreeModel {
     }
 }
 
-/// One property's result.
-#[derive(Clone, Debug, Serialize)]
-pub struct TreePropertyReport {
-    /// Name.
-    pub name: String,
-    /// `always` or `sometimes`.
-    pub kind: String,
-    /// Holds (`always`) or was reached (`sometimes`).
-    pub holds: bool,
-    /// The counterexample of an `always` property that fails, cut at its first violating
-    /// state ([`crate::check::first_failure`]).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub counterexample: Option<TreeTrace>,
-}
+/// One property's result, with a `hilock-tree-trace/1` counterexample.
+pub type TreePropertyReport = crate::check::PropertyReport<TreeTrace>;
 
 /// The result of [`TreeModel::check`].
 #[derive(Clone, Debug, Serialize)]
@@ -646,19 +634,11 @@ impl TreeReport {
     }
     /// The `always` properties that fail.
     pub fn violations(&self) -> Vec<&str> {
-        self.properties
-            .iter()
-            .filter(|p| p.kind == "always" && !p.holds)
-            .map(|p| p.name.as_str())
-            .collect()
+        crate::check::violated(&self.properties)
     }
     /// The `sometimes` properties not reached.
     pub fn unreached(&self) -> Vec<&str> {
-        self.properties
-            .iter()
-            .filter(|p| p.kind == "sometimes" && !p.holds)
-            .map(|p| p.name.as_str())
-            .collect()
+        crate::check::unreached(&self.properties)
     }
     /// One line.
     pub fn summary(&self) -> String {
