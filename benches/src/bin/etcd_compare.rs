@@ -60,66 +60,34 @@ impl Excl {
     }
 }
 
+/// The hilock runtime against etcd's lock API on loopback (run by `benches/etcd-compare.sh`).
+#[derive(clap::Parser)]
+#[command(name = "etcd_compare")]
 struct Opts {
+    /// etcd's client address, HOST:PORT.
+    #[arg(long)]
     endpoint: String,
+    /// hilock nodes (2..=64).
+    #[arg(long, default_value_t = 4)]
     nodes: usize,
+    /// Timed uncontended acquire+release pairs.
+    #[arg(long, default_value_t = 2000)]
     iters: usize,
+    /// Untimed pairs before them.
+    #[arg(long, default_value_t = 200)]
     warmup: usize,
+    /// Length of each contended measurement window.
+    #[arg(long, default_value_t = 5.0)]
     seconds: f64,
+    /// Client counts of the contended runs.
+    #[arg(long, value_delimiter = ',', default_values_t = [1, 4, 16])]
     clients: Vec<usize>,
 }
 
 fn parse() -> Result<Opts, String> {
-    let mut o = Opts {
-        endpoint: String::new(),
-        nodes: 4,
-        iters: 2000,
-        warmup: 200,
-        seconds: 5.0,
-        clients: vec![1, 4, 16],
-    };
-    let mut args = std::env::args().skip(1);
-    while let Some(a) = args.next() {
-        let mut val = || args.next().ok_or(format!("{a} needs a value"));
-        let bad = |v: &str| format!("bad value {v:?} for {a}");
-        match a.as_str() {
-            "--endpoint" => o.endpoint = val()?,
-            "--nodes" => {
-                let v = val()?;
-                o.nodes = v.parse().map_err(|_| bad(&v))?;
-            }
-            "--iters" => {
-                let v = val()?;
-                o.iters = v.parse().map_err(|_| bad(&v))?;
-            }
-            "--warmup" => {
-                let v = val()?;
-                o.warmup = v.parse().map_err(|_| bad(&v))?;
-            }
-            "--seconds" => {
-                let v = val()?;
-                o.seconds = v.parse().map_err(|_| bad(&v))?;
-            }
-            "--clients" => {
-                let v = val()?;
-                o.clients = v
-                    .split(',')
-                    .map(|c| c.trim().parse::<usize>())
-                    .collect::<Result<_, _>>()
-                    .map_err(|_| bad(&v))?;
-            }
-            "-h" | "--help" => {
-                return Err(
-                    "usage: etcd_compare --endpoint HOST:PORT [--nodes 4] [--iters 2000] \
-                     [--warmup 200] [--seconds 5] [--clients 1,4,16]"
-                        .into(),
-                )
-            }
-            _ => return Err(format!("unknown argument {a:?} (see --help)")),
-        }
-    }
+    let o = <Opts as clap::Parser>::parse();
     if o.endpoint.is_empty() {
-        return Err("--endpoint HOST:PORT (etcd's client address) is required".into());
+        return Err("--endpoint HOST:PORT (etcd's client address) must not be empty".into());
     }
     if !(2..=64).contains(&o.nodes) {
         return Err("--nodes must be 2..=64".into());
