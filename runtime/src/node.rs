@@ -891,11 +891,17 @@ impl Core {
                 continue;
             }
             let (mode, prio) = (w.mode, w.prio);
+            // The site's base priority carries over between requests: set it only when it
+            // changes (most requests keep priority 0).
+            let reprioritise = e.site.priorities().base != prio;
             e.requesting = Some(w);
             self.shared.counters.kernel_requests.fetch_add(1, Relaxed);
-            let r = self
-                .kstep(path, Input::SetPriority { base: prio })
-                .and_then(|()| self.kstep(path, Input::Acquire { lock: LOCK, mode }));
+            let r = if reprioritise {
+                self.kstep(path, Input::SetPriority { base: prio })
+            } else {
+                Ok(())
+            }
+            .and_then(|()| self.kstep(path, Input::Acquire { lock: LOCK, mode }));
             if let Err(error) = r {
                 let e = self.locks.get_mut(path).expect("entry exists");
                 if let Some(w) = e.requesting.take() {
