@@ -545,6 +545,21 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         }
         let own = self.pending;
         merged.retain(|e| e.requester != cx.me || same_request(own, *e));
+        if let Pending::Request(p) = own {
+            // The token answered an older copy of a request of ours (a PIP reissue served
+            // after the request itself was): our current request is still pending and, now
+            // that we are the token node, waits in our own queue like any other (Rule 4.2).
+            // Without this the token stays here while that request travels on and is lost.
+            if !merged.iter().any(|e| e.requester == cx.me) {
+                let at = merged
+                    .iter()
+                    .position(|x| x.prio < p.prio)
+                    .unwrap_or(merged.len());
+                merged
+                    .insert(at, p)
+                    .map_err(|_| KernelError::QueueOverflow(cx.lock))?;
+            }
+        }
         self.queue = merged;
         self.recompute_frozen(cx.variant, cx.effective);
         self.check_queue(cx)?;

@@ -95,6 +95,9 @@ pub enum ScriptOp {
     Release(u16),
     /// `RequestUpgrade()` (Rule 7); the script waits until it completes.
     Upgrade(u16),
+    /// `priority N`: set the node's base priority β (chapter 3; with PIP/PCEP in the
+    /// configuration's variant this may raise ξ and reissue pending requests, Fig. 3.8).
+    Priority(u8),
 }
 
 impl ScriptOp {
@@ -102,6 +105,7 @@ impl ScriptOp {
     pub fn lock(self) -> u16 {
         match self {
             ScriptOp::Acquire(_, l) | ScriptOp::Release(l) | ScriptOp::Upgrade(l) => l,
+            ScriptOp::Priority(_) => 0,
         }
     }
 }
@@ -121,7 +125,7 @@ impl std::str::FromStr for ScriptOp {
             Op::Acquire(m, l) => Ok(ScriptOp::Acquire(m, l)),
             Op::Release(l) => Ok(ScriptOp::Release(l)),
             Op::Upgrade(l) => Ok(ScriptOp::Upgrade(l)),
-            Op::Priority(_) => Err(format!("'{s}': priorities are not part of this model")),
+            Op::Priority(p) => Ok(ScriptOp::Priority(p)),
         }
     }
 }
@@ -138,6 +142,7 @@ impl fmt::Display for ScriptOp {
             ScriptOp::Acquire(m, l) => (format!("acquire {}", m.name()), *l),
             ScriptOp::Release(l) => ("release".to_string(), *l),
             ScriptOp::Upgrade(l) => ("upgrade".to_string(), *l),
+            ScriptOp::Priority(p) => return write!(f, "priority {p}"),
         };
         if l == 0 {
             f.write_str(&s)
@@ -512,11 +517,20 @@ impl<const L: usize> BaseModel<L> {
         self.cfg.nodes
     }
 
-    /// Whether no action is enabled: nothing in flight, every script done or blocked.
+    /// Whether node `i` can run its next script operation: it has one, and it is not
+    /// waiting for a grant — except that a `priority` operation runs at any time (a
+    /// scheduler raises a waiting task's priority; that is what makes PIP reissue).
+    pub fn runnable(&self, st: &State<L>, i: usize) -> bool {
+        match self.next_op(st, i) {
+            None => false,
+            Some(ScriptOp::Priority(_)) => true,
+            Some(_) => !st.blocked(i),
+        }
+    }
+
+    /// Whether no action is enabled: nothing in flight, no script can run.
     pub fn quiescent(&self, st: &State<L>) -> bool {
-        st.net.is_empty()
-            && (0..self.n())
-                .all(|i| st.blocked(i) || st.pc[i] as usize >= self.cfg.scripts[i].len())
+        st.net.is_empty() && (0..self.n()).all(|i| !self.runnable(st, i))
     }
 
     fn next_arrival(st: &State<L>) -> u8 {
@@ -678,6 +692,7 @@ impl<const L: usize> BaseModel<L> {
             },
             ScriptOp::Release(l) => Input::Release { lock: LockId(l) },
             ScriptOp::Upgrade(l) => Input::Upgrade { lock: LockId(l) },
+            ScriptOp::Priority(base) => Input::SetPriority { base },
         }
     }
 }
@@ -815,7 +830,7 @@ impl<const L: usize> Model for BaseModel<L> {
             return;
         }
         for i in 0..self.n() {
-            if !st.blocked(i) && (st.pc[i] as usize) < self.cfg.scripts[i].len() {
+            if self.runnable(st, i) {
                 actions.push(Action::Run(i as u8));
             }
         }
@@ -860,7 +875,7 @@ impl<const L: usize> Model for BaseModel<L> {
                         });
                         Self::arrive(&mut st, i, l as usize);
                     }
-                    ScriptOp::Release(_) => {}
+                    ScriptOp::Release(_) | ScriptOp::Priority(_) => {}
                 }
                 self.step(&mut st, i, Self::input_of(op));
             }

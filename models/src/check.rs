@@ -345,6 +345,7 @@ pub fn trace_of<const L: usize>(
                     }
                     crate::base::ScriptOp::Release(lock) => TraceInput::Release { lock },
                     crate::base::ScriptOp::Upgrade(lock) => TraceInput::Upgrade { lock },
+                    crate::base::ScriptOp::Priority(base) => TraceInput::SetPriority { base },
                 };
                 let r = sys.input(NodeId(i as u16), input);
                 (i, op.lock(), ti, r)

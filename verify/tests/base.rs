@@ -529,3 +529,41 @@ fn larger_configurations() {
         pass(&c);
     }
 }
+
+// ------------------------------------------------------------------ priorities (issue 13)
+
+fn pip() -> Variant {
+    Variant {
+        inheritance: hilock_kernel::Inheritance::Pip,
+        ..Variant::HILOCK
+    }
+}
+
+/// The PIP lost request (issue 13, `spec/scenarios/pip-stale-reissue-token.json`): a node
+/// that raises its priority while its request is pending reissues it (Fig. 3.8), so two
+/// copies travel. If the first copy is served, the node releases and asks again, and the
+/// stale second copy then reaches the token node, the token node cannot tell it from a new
+/// request and sends the token. Before the fix the receiver kept that token without serving
+/// its current request, and refused the copy grant that answered it: P4/P5 (lost request).
+/// Checked exhaustively over every interleaving of three nodes in a star; it failed on the
+/// code before the fix (confirmed by reverting `on_token`'s own-request insertion).
+#[test]
+fn pip_stale_reissued_request_is_not_lost() {
+    let c = ModelConfig::star(
+        "PIP stale reissue, star of 3",
+        &[
+            &["acquire IR", "release"],
+            &[
+                "acquire R",
+                "priority 1",
+                "release",
+                "acquire IR",
+                "release",
+            ],
+            &["acquire R", "release"],
+        ],
+    )
+    .with_variant(pip());
+    let r = pass(&c);
+    assert_eq!(r.unique_states, 7427);
+}
