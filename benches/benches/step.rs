@@ -9,7 +9,10 @@
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
 use hilock_benches::scenarios::{self, DefaultOutputs};
 use hilock_benches::sim::LOCKS;
-use hilock_kernel::{tables, DefaultSite, Mode, Msg, NaimiSite, Site};
+use hilock_kernel::{
+    tables, DefaultSite, Input, LockId, Mode, Msg, NaimiSite, NodeId, Output, QueueEntry, Site,
+};
+use hilock_spec::VecSink;
 use std::hint::black_box;
 
 fn steps(c: &mut Criterion) {
@@ -25,6 +28,79 @@ fn steps(c: &mut Criterion) {
             )
         });
     }
+    g.finish();
+}
+
+/// A token node of an `N`-node system holding R, with node 1 in its copyset (R), and the
+/// two messages the scaling bench delivers: a request for R from node `N - 1` (answered by
+/// a copy grant, Rule 3.2) and node 1's release (Rule 5.2, then the queue check and the
+/// freeze loop). Every per-step cost that scanned all `N` peers shows here.
+fn scaling_site<const N: usize>() -> (Site<N, 1, N>, Msg<N>, Msg<N>) {
+    let lock = LockId(0);
+    let mut s = Site::<N, 1, N>::new(NodeId(0), NodeId(0)).expect("site");
+    let mut out = VecSink::new();
+    s.step(
+        Input::Acquire {
+            lock,
+            mode: Mode::R,
+        },
+        &mut out,
+    )
+    .expect("acquire");
+    let req = |from: u16| Msg::Request {
+        lock,
+        entry: QueueEntry {
+            requester: NodeId(from),
+            mode: Mode::R,
+            serial: 1,
+            prio: 0,
+        },
+        hop: 1,
+    };
+    s.step(
+        Input::Deliver {
+            from: NodeId(1),
+            msg: &req(1),
+        },
+        &mut out,
+    )
+    .expect("request from 1");
+    assert!(matches!(out.0.last(), Some(Output::Send { .. })));
+    let release = Msg::Release {
+        lock,
+        owned: Mode::Phi,
+        epoch: 1,
+    };
+    (s, req(N as u16 - 1), release)
+}
+
+fn scaling_at<const N: usize>(
+    g: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+) {
+    let (site, req, release) = scaling_site::<N>();
+    for (name, from, msg) in [
+        ("request_copy_grant", NodeId(N as u16 - 1), &req),
+        ("release_from_child", NodeId(1), &release),
+    ] {
+        g.bench_function(format!("{name}/n={N}"), |b| {
+            b.iter_batched_ref(
+                || (site.clone(), VecSink(Vec::with_capacity(8))),
+                |(site, out)| {
+                    site.step(black_box(Input::Deliver { from, msg }), out)
+                        .expect("step");
+                },
+                BatchSize::LargeInput,
+            )
+        });
+    }
+}
+
+/// Step cost against the number of nodes (issue 13: ≤ 2× from 8 to 1,024 nodes).
+fn scaling(c: &mut Criterion) {
+    let mut g = c.benchmark_group("step_scaling");
+    scaling_at::<8>(&mut g);
+    scaling_at::<64>(&mut g);
+    scaling_at::<1024>(&mut g);
     g.finish();
 }
 
@@ -77,7 +153,7 @@ fn lookups(c: &mut Criterion) {
 fn sizes() {
     let lines = [
         format!(
-            "DefaultSite = Site<8, 4, 8, 26>: {} bytes",
+            "DefaultSite = Site<8, 4, 8>: {} bytes",
             std::mem::size_of::<DefaultSite>()
         ),
         format!(
@@ -86,20 +162,20 @@ fn sizes() {
             std::mem::size_of::<DefaultOutputs>()
         ),
         format!(
-            "simulator site Site<16, {LOCKS}, 16, 47>: {} bytes",
-            std::mem::size_of::<Site<16, LOCKS, 16, 47>>()
+            "simulator site Site<16, {LOCKS}, 16>: {} bytes",
+            std::mem::size_of::<Site<16, LOCKS, 16>>()
         ),
         format!(
-            "simulator site Site<128, {LOCKS}, 128, 271>: {} bytes",
-            std::mem::size_of::<Site<128, LOCKS, 128, 271>>()
+            "simulator site Site<128, {LOCKS}, 128>: {} bytes",
+            std::mem::size_of::<Site<128, LOCKS, 128>>()
         ),
         format!(
-            "simulator site Site<1024, {LOCKS}, 1024, 2063>: {} bytes",
-            std::mem::size_of::<Site<1024, LOCKS, 1024, 2063>>()
+            "simulator site Site<1024, {LOCKS}, 1024>: {} bytes",
+            std::mem::size_of::<Site<1024, LOCKS, 1024>>()
         ),
         format!(
-            "NaimiSite<8, 4, 2>: {} bytes",
-            std::mem::size_of::<NaimiSite<8, 4, 2>>()
+            "NaimiSite<8, 4>: {} bytes",
+            std::mem::size_of::<NaimiSite<8, 4>>()
         ),
     ];
     let text = lines.join("\n") + "\n";
@@ -113,6 +189,7 @@ fn sizes() {
 fn all(c: &mut Criterion) {
     sizes();
     steps(c);
+    scaling(c);
     lookups(c);
 }
 

@@ -32,6 +32,7 @@ use hilock_kernel::{
     Inheritance, Input, KernelError, LockId, Mode, Msg, MsgKind, NaimiMsg, NaimiSite, NodeId,
     Output, Outputs, PrioNaimiMsg, PrioNaimiSite, Priority, Protocol, Site, Variant,
 };
+use hilock_spec::VecSink;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::cmp::Reverse;
@@ -279,23 +280,15 @@ pub fn level(i: usize, n: usize) -> Priority {
     (i * PRIO_LEVELS / n) as Priority
 }
 
-/// Runs one configuration. Large systems need a big stack for the output buffer; this
-/// runs the simulation on its own thread with a 512 MiB stack (only touched as used).
+/// Runs one configuration (on the caller's thread: outputs go to a heap [`VecSink`]).
 pub fn run(cfg: &Config) -> Result<Stats, String> {
-    let cfg = *cfg;
-    std::thread::Builder::new()
-        .name(format!("sim-{}-{}", cfg.proto.name(), cfg.n))
-        .stack_size(512 << 20)
-        .spawn(move || run_here(&cfg))
-        .map_err(|e| e.to_string())?
-        .join()
-        .map_err(|_| "simulation thread panicked".to_string())?
+    run_here(cfg)
 }
 
 macro_rules! dispatch {
-    ($cfg:expr, $($n:literal => $o:literal),*) => {
+    ($cfg:expr, $($n:literal),*) => {
         match $cfg.n {
-            $( n if n <= $n => dispatch_class::<$n, $o>($cfg), )*
+            $( n if n <= $n => dispatch_class::<$n>($cfg), )*
             n => Err(format!("n = {n} is above {MAX_NODES}")),
         }
     };
@@ -305,12 +298,10 @@ fn run_here(cfg: &Config) -> Result<Stats, String> {
     if cfg.n < 2 {
         return Err("n must be at least 2".into());
     }
-    // O = N + Q + L + 6 with Q = N and L = 9.
-    dispatch!(cfg, 8 => 31, 16 => 47, 32 => 79, 64 => 143, 128 => 271, 256 => 527,
-        512 => 1039, 1024 => 2063)
+    dispatch!(cfg, 8, 16, 32, 64, 128, 256, 512, 1024)
 }
 
-fn dispatch_class<const N: usize, const O: usize>(cfg: &Config) -> Result<Stats, String> {
+fn dispatch_class<const N: usize>(cfg: &Config) -> Result<Stats, String> {
     let n = cfg.n;
     match cfg.proto {
         Proto::Hilock => {
@@ -321,7 +312,7 @@ fn dispatch_class<const N: usize, const O: usize>(cfg: &Config) -> Result<Stats,
             };
             let mut sites = Vec::with_capacity(n);
             for i in 0..n {
-                let s = Site::<N, LOCKS, N, O>::new(NodeId(i as u16), NodeId(0))
+                let s = Site::<N, LOCKS, N>::new(NodeId(i as u16), NodeId(0))
                     .map_err(|e| e.to_string())?
                     .with_variant(Variant {
                         inheritance,
@@ -330,24 +321,24 @@ fn dispatch_class<const N: usize, const O: usize>(cfg: &Config) -> Result<Stats,
                     .with_ceilings([(PRIO_LEVELS - 1) as Priority; LOCKS]);
                 sites.push(s);
             }
-            Sim::<_, O>::new(cfg, sites).run()
+            Sim::new(cfg, sites).run()
         }
         Proto::NaimiSame | Proto::NaimiPure => {
             let sites = (0..n)
-                .map(|i| NaimiSite::<N, LOCKS, O>::new(NodeId(i as u16), NodeId(0)))
+                .map(|i| NaimiSite::<N, LOCKS>::new(NodeId(i as u16), NodeId(0)))
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(|e| e.to_string())?;
-            Sim::<_, O>::new(cfg, sites).run()
+            Sim::new(cfg, sites).run()
         }
         Proto::PrioNaimi => {
             let mut sites = Vec::with_capacity(n);
             for i in 0..n {
                 sites.push(
-                    PrioNaimiSite::<N, 1, PRIO_LEVELS, N, O>::new(NodeId(i as u16), NodeId(0))
+                    PrioNaimiSite::<N, 1, PRIO_LEVELS, N>::new(NodeId(i as u16), NodeId(0))
                         .map_err(|e| e.to_string())?,
                 );
             }
-            Sim::<_, O>::new(cfg, sites).run()
+            Sim::new(cfg, sites).run()
         }
     }
 }
@@ -387,7 +378,7 @@ struct Channel<M> {
     blocked: bool,
 }
 
-struct Sim<'c, P: Protocol<O>, const O: usize> {
+struct Sim<'c, P: Protocol> {
     cfg: &'c Config,
     sites: Vec<P>,
     apps: Vec<App>,
@@ -411,7 +402,7 @@ fn jittered(rng: &mut ChaCha8Rng, mean_ms: f64, jitter: f64) -> u64 {
     v.max(0.0).round() as u64
 }
 
-impl<'c, P: Protocol<O>, const O: usize> Sim<'c, P, O>
+impl<'c, P: Protocol> Sim<'c, P>
 where
     P::Msg: Requester,
 {
@@ -459,7 +450,7 @@ where
     }
 
     fn run(mut self) -> Result<Stats, String> {
-        let mut out: Outputs<P::Msg, O> = Outputs::new();
+        let mut out: VecSink<P::Msg> = VecSink::new();
         if self.cfg.prio != PrioMode::Off {
             for i in 0..self.cfg.n {
                 let base = self.apps[i].prio;
@@ -504,7 +495,7 @@ where
         &mut self,
         from: u16,
         to: u16,
-        out: &mut Outputs<P::Msg, O>,
+        out: &mut VecSink<P::Msg>,
     ) -> Result<(), String> {
         loop {
             let ch = self.channels.get_mut(&(from, to)).expect("channel");
@@ -553,7 +544,7 @@ where
         &mut self,
         i: usize,
         input: Input<'_, P::Msg>,
-        out: &mut Outputs<P::Msg, O>,
+        out: &mut VecSink<P::Msg>,
     ) -> Result<(), String> {
         let dbg = format!("{input:?}");
         self.try_step(i, input, out).map_err(|e| {
@@ -571,13 +562,13 @@ where
         &mut self,
         i: usize,
         input: Input<'_, P::Msg>,
-        out: &mut Outputs<P::Msg, O>,
+        out: &mut VecSink<P::Msg>,
     ) -> Result<(), KernelError> {
-        out.clear();
+        out.0.clear();
         self.sites[i].step(input, out)?;
         self.stats.steps += 1;
         let mut granted = false;
-        for o in out.drain(..) {
+        for o in out.0.drain(..) {
             match o {
                 Output::Send { to, msg } => {
                     if self.in_window() {
@@ -630,7 +621,7 @@ where
         Ok(())
     }
 
-    fn granted(&mut self, i: usize, out: &mut Outputs<P::Msg, O>) -> Result<(), KernelError> {
+    fn granted(&mut self, i: usize, out: &mut VecSink<P::Msg>) -> Result<(), KernelError> {
         self.apps[i].k += 1;
         let a = &self.apps[i];
         if a.k < a.nops {
@@ -659,7 +650,7 @@ where
         Ok(())
     }
 
-    fn timer(&mut self, i: usize, out: &mut Outputs<P::Msg, O>) -> Result<(), String> {
+    fn timer(&mut self, i: usize, out: &mut VecSink<P::Msg>) -> Result<(), String> {
         match self.apps[i].phase {
             Phase::Ncs => self.start_access(i, out),
             Phase::Cs => {
@@ -684,7 +675,7 @@ where
         }
     }
 
-    fn start_access(&mut self, i: usize, out: &mut Outputs<P::Msg, O>) -> Result<(), String> {
+    fn start_access(&mut self, i: usize, out: &mut VecSink<P::Msg>) -> Result<(), String> {
         let proto = self.cfg.proto;
         let in_window = self.in_window();
         let a = &mut self.apps[i];
@@ -830,7 +821,7 @@ pub struct SequentialNaimi {
 /// `warmup` requests are driven but not counted.
 pub fn naimi_sequential(n: usize, warmup: u64, requests: u64, seed: u64) -> SequentialNaimi {
     assert!((2..=128).contains(&n), "n in 2..=128");
-    let mut sites: Vec<NaimiSite<128, 1, 2>> = (0..n)
+    let mut sites: Vec<NaimiSite<128, 1>> = (0..n)
         .map(|i| NaimiSite::new(NodeId(i as u16), NodeId(0)).expect("site"))
         .collect();
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
@@ -848,7 +839,7 @@ pub fn naimi_sequential(n: usize, warmup: u64, requests: u64, seed: u64) -> Sequ
             .or_else(|| wire.pop_front().map(|(f, t, m)| (t as usize, Some((f, m)))))
         {
             out.clear();
-            match m {
+            let _ = match m {
                 None => sites[i]
                     .step(
                         Input::Acquire {
@@ -867,7 +858,7 @@ pub fn naimi_sequential(n: usize, warmup: u64, requests: u64, seed: u64) -> Sequ
                         &mut out,
                     )
                     .expect("deliver"),
-            }
+            };
             for o in out.drain(..) {
                 match o {
                     Output::Send { to, msg } => {

@@ -227,3 +227,24 @@ pub enum Output<M> {
 /// The outputs of steps: a fixed-capacity buffer that the caller drains (or clears).
 /// Steps append; a step that fails appends nothing.
 pub type Outputs<M, const O: usize> = heapless::Vec<Output<M>, O>;
+
+/// Where a step appends its outputs. A step first checks that [`Sink::room`] is at least the
+/// most outputs it can produce (e.g. [`crate::Site::MAX_OUTPUTS`]) and is rejected with
+/// [`crate::KernelError::OutputsFull`] otherwise, so a sink never fills up half-way
+/// through a step. [`Outputs`] (fixed capacity, no heap) is a sink; a host program may
+/// implement it over a growable buffer.
+pub trait Sink<M> {
+    /// How many more outputs fit.
+    fn room(&self) -> usize;
+    /// Appends `o`; gives it back if it does not fit.
+    fn put(&mut self, o: Output<M>) -> Result<(), Output<M>>;
+}
+
+impl<M, const O: usize> Sink<M> for heapless::Vec<Output<M>, O> {
+    fn room(&self) -> usize {
+        O - self.len()
+    }
+    fn put(&mut self, o: Output<M>) -> Result<(), Output<M>> {
+        self.push(o)
+    }
+}

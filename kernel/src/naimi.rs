@@ -6,8 +6,9 @@
 
 use crate::error::KernelError;
 use crate::mode::Mode;
-use crate::msg::{Input, LockId, MsgKind, NodeId, Output, Outputs};
+use crate::msg::{Input, LockId, MsgKind, NodeId, Output, Sink};
 use crate::protocol::Protocol;
+use crate::report::Report;
 
 /// A Naimi-Trehel message.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -71,18 +72,17 @@ impl NaimiLock {
     }
 }
 
-/// A Naimi-Trehel site with `N` nodes, `L` locks and output capacity `O` (at least 2).
+/// A Naimi-Trehel site with `N` nodes and `L` locks (a step emits at most 2 outputs).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct NaimiSite<const N: usize, const L: usize, const O: usize> {
+pub struct NaimiSite<const N: usize, const L: usize> {
     me: NodeId,
     locks: [NaimiLock; L],
 }
 
-impl<const N: usize, const L: usize, const O: usize> NaimiSite<N, L, O> {
+impl<const N: usize, const L: usize> NaimiSite<N, L> {
     const CAPACITIES_OK: () = {
         assert!(N >= 1 && N <= u16::MAX as usize, "N must be in 1..=65535");
         assert!(L >= 1 && L <= u16::MAX as usize, "L must be in 1..=65535");
-        assert!(O >= 2, "O must be at least 2");
     };
 
     /// A site whose locks start with the token at `root` and every probable owner at `root`.
@@ -109,16 +109,19 @@ impl<const N: usize, const L: usize, const O: usize> NaimiSite<N, L, O> {
     }
 
     /// Apply one input (see [`Protocol::step`]).
-    pub fn step(
+    pub fn step<S: Sink<NaimiMsg>>(
         &mut self,
         input: Input<'_, NaimiMsg>,
-        out: &mut Outputs<NaimiMsg, O>,
-    ) -> Result<(), KernelError> {
+        out: &mut S,
+    ) -> Result<Report, KernelError> {
+        if out.room() < 2 {
+            return Err(KernelError::OutputsFull);
+        }
         let me = self.me;
         let lock = match input {
             Input::Acquire { lock, .. } | Input::Release { lock } | Input::Upgrade { lock } => lock,
             // Plain Naimi-Trehel has no priorities.
-            Input::SetPriority { .. } => return Ok(()),
+            Input::SetPriority { .. } => return Ok(Report::default()),
             Input::Deliver { from, msg } => {
                 if from.idx() >= N || from == me {
                     return Err(KernelError::UnknownNode(from));
@@ -131,7 +134,7 @@ impl<const N: usize, const L: usize, const O: usize> NaimiSite<N, L, O> {
             .get_mut(lock.idx())
             .ok_or(KernelError::UnknownLock(lock))?;
         // Every branch validates before it changes anything and emits at most 2 outputs
-        // (O ≥ 2), so no error can occur after a change.
+        // (room checked above), so no error can occur after a change.
         match input {
             Input::Acquire { mode, .. } => {
                 if mode == Mode::Phi {
@@ -255,27 +258,25 @@ impl<const N: usize, const L: usize, const O: usize> NaimiSite<N, L, O> {
                 }
             }
         }
-        Ok(())
+        Ok(Report::default())
     }
 }
 
-fn push<const O: usize>(
-    out: &mut Outputs<NaimiMsg, O>,
-    o: Output<NaimiMsg>,
-) -> Result<(), KernelError> {
-    out.push(o).map_err(|_| KernelError::OutputsFull)
+fn push<S: Sink<NaimiMsg>>(out: &mut S, o: Output<NaimiMsg>) -> Result<(), KernelError> {
+    out.put(o).map_err(|_| KernelError::OutputsFull)
 }
 
-impl<const N: usize, const L: usize, const O: usize> Protocol<O> for NaimiSite<N, L, O> {
+impl<const N: usize, const L: usize> Protocol for NaimiSite<N, L> {
     type Msg = NaimiMsg;
+    const MAX_OUTPUTS: usize = 2;
     fn id(&self) -> NodeId {
         self.me
     }
-    fn step(
+    fn step<S: Sink<NaimiMsg>>(
         &mut self,
         input: Input<'_, NaimiMsg>,
-        out: &mut Outputs<NaimiMsg, O>,
-    ) -> Result<(), KernelError> {
+        out: &mut S,
+    ) -> Result<Report, KernelError> {
         NaimiSite::step(self, input, out)
     }
     fn held(&self, lock: LockId) -> Result<Mode, KernelError> {

@@ -1,13 +1,18 @@
 //! The state of one lock at one site, and the rules of chapter 2 as transitions on it.
 //!
-//! Every function here is total: it either applies an input completely or returns a
-//! [`KernelError`]; [`crate::site::Site::step`] restores the state if an error is returned
-//! part-way, so a rejected input changes nothing.
+//! Every function here is total: it checks everything that can make it fail before it
+//! changes anything, so a rejected input changes nothing (no rollback copy). Two failures
+//! are excluded by construction rather than checked: a queue cannot overflow (`Q ≥ N` is a
+//! compile-time requirement of [`crate::Site`], and a queue keeps one entry per requester)
+//! and the output sink cannot fill up (`Site::step` checks its room against
+//! [`crate::Site::MAX_OUTPUTS`] first). A non-token node always has a parent (`LockNode::new`
+//! gives one to every non-token node and every token transfer sets one).
 
 use crate::error::KernelError;
 use crate::mode::{compatible, conflicts, strongest, Mode, ModeSet};
-use crate::msg::{LockId, Msg, NodeId, Output, Outputs, QueueEntry};
+use crate::msg::{LockId, Msg, NodeId, Output, QueueEntry, Sink};
 use crate::prio::{Frozen, Inheritance, Priority};
+use crate::report::{Rule, RuleSet};
 use crate::tables::{
     frozen_by, grantable, grantable_set, queue_or_forward_prio, tokenable, QueueOrForward,
 };
@@ -119,12 +124,18 @@ pub struct LockNode<const N: usize, const Q: usize> {
     pub(crate) frozen: Frozen,
     pub(crate) queue: heapless::Vec<QueueEntry, Q>,
     pub(crate) peers: [Peer; N],
+    /// The copyset (Definition 4) as a sorted list of the children with a non-Φ record, and
+    /// how many children have each owned mode (indexed by [`Mode::index`]): derived from
+    /// `peers[_].child_owned`, kept so that the owned mode and the freeze loop cost
+    /// O(copyset), not O(N).
+    pub(crate) copyset: heapless::Vec<u16, N>,
+    pub(crate) owned_count: [u16; 6],
     pub(crate) next_serial: u32,
     pub(crate) stale: Stale,
 }
 
 /// Where a step's effects go: this site's id, the lock, and the output buffer.
-pub(crate) struct Ctx<'o, const Q: usize, const O: usize> {
+pub(crate) struct Ctx<'o, const Q: usize, S> {
     pub me: NodeId,
     pub variant: Variant,
     /// The site's effective priority ξ(self): new requests carry it.
@@ -132,15 +143,25 @@ pub(crate) struct Ctx<'o, const Q: usize, const O: usize> {
     /// PIP: the priority the site must inherit after this step (0: none).
     pub boost: Priority,
     pub lock: LockId,
-    pub out: &'o mut Outputs<Msg<Q>, O>,
+    pub out: &'o mut S,
+    /// The rules that fired so far in this step.
+    pub rules: RuleSet,
+    /// A `Granted` output was emitted in this step (PCEP raises ξ then).
+    pub granted: bool,
 }
 
-impl<const Q: usize, const O: usize> Ctx<'_, Q, O> {
+impl<const Q: usize, S: Sink<Msg<Q>>> Ctx<'_, Q, S> {
     fn emit(&mut self, o: Output<Msg<Q>>) -> Result<(), KernelError> {
-        self.out.push(o).map_err(|_| KernelError::OutputsFull)
+        if matches!(o, Output::Granted { .. }) {
+            self.granted = true;
+        }
+        self.out.put(o).map_err(|_| KernelError::OutputsFull)
     }
     fn send(&mut self, to: NodeId, msg: Msg<Q>) -> Result<(), KernelError> {
         self.emit(Output::Send { to, msg })
+    }
+    pub(crate) fn fire(&mut self, r: Rule) {
+        self.rules.insert(r);
     }
 }
 
@@ -156,6 +177,8 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
             frozen: Frozen::EMPTY,
             queue: heapless::Vec::new(),
             peers: [Peer::default(); N],
+            copyset: heapless::Vec::new(),
+            owned_count: [0; 6],
             next_serial: 0,
             stale: Stale::default(),
         }
@@ -223,22 +246,56 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
     pub fn stale(&self) -> Stale {
         self.stale
     }
-    /// The copyset: children with the owned mode recorded for each.
+    /// The copyset: children with the owned mode recorded for each, by node id.
     pub fn children(&self) -> impl Iterator<Item = (NodeId, Mode)> + '_ {
-        self.peers
+        self.copyset
             .iter()
-            .enumerate()
-            .filter(|(_, p)| p.child_owned != Mode::Phi)
-            .map(|(i, p)| (NodeId(i as u16), p.child_owned))
+            .map(|&i| (NodeId(i), self.peers[i as usize].child_owned))
     }
 
-    /// The strongest mode recorded for the children (Φ if none).
+    /// The strongest mode recorded for the children (Φ if none). O(1): five counters.
     pub fn children_owned(&self) -> Mode {
         let mut acc = Mode::Phi;
-        for p in &self.peers {
-            acc = combine(acc, p.child_owned);
+        for m in Mode::REQUESTABLE {
+            if self.owned_count[m.index()] > 0 {
+                acc = combine(acc, m);
+            }
         }
         acc
+    }
+
+    /// Sets this site's record of child `i`'s owned mode (Φ: not a child), keeping the
+    /// copyset list and the per-mode counts in step. The list has room for every node, so
+    /// the insertion cannot fail.
+    fn set_child(&mut self, i: usize, m: Mode) {
+        let old = self.peers[i].child_owned;
+        if old == m {
+            return;
+        }
+        self.peers[i].child_owned = m;
+        if old != Mode::Phi {
+            self.owned_count[old.index()] -= 1;
+        }
+        if m != Mode::Phi {
+            self.owned_count[m.index()] += 1;
+        }
+        let id = i as u16;
+        match (old == Mode::Phi, m == Mode::Phi) {
+            (true, false) => {
+                let at = self
+                    .copyset
+                    .iter()
+                    .position(|&c| c > id)
+                    .unwrap_or(self.copyset.len());
+                let _ = self.copyset.insert(at, id);
+            }
+            (false, true) => {
+                if let Some(at) = self.copyset.iter().position(|&c| c == id) {
+                    self.copyset.remove(at);
+                }
+            }
+            _ => {}
+        }
     }
 
     /// Owned mode M_O (Definition 3): the strongest of the held mode and the children's
@@ -251,9 +308,9 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
     // ---------------------------------------------------------------- user API
 
     /// `RequestLock(M_R)`, Fig. 2.4: Rule 2 at a non-token node, Rule 3.2/4.2 at the token node.
-    pub(crate) fn acquire<const O: usize>(
+    pub(crate) fn acquire<S: Sink<Msg<Q>>>(
         &mut self,
-        cx: &mut Ctx<'_, Q, O>,
+        cx: &mut Ctx<'_, Q, S>,
         mode: Mode,
     ) -> Result<(), KernelError> {
         if mode == Mode::Phi {
@@ -279,19 +336,21 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
             // Rule 3.2 for the token node's own request, subject to Rule 6_PRIO.
             if compatible(mo, mode) && !self.frozen.blocks(mode, entry.prio) {
                 self.held = mode;
+                cx.fire(Rule::Rule3_2OwnGrant);
                 cx.emit(Output::Granted {
                     lock: cx.lock,
                     mode,
                 })?;
             } else {
                 // Rule 4.2: the token node queues whatever it cannot grant.
-                self.enqueue(cx.lock, entry)?;
+                self.enqueue(cx, entry)?;
                 self.pending = Pending::Request(entry);
                 self.recompute_frozen(cx.variant, cx.effective);
             }
         } else if grantable(mo, mode) && !self.frozen.blocks(mode, entry.prio) {
             // Rule 2: M_O ≥ M_R and compatible: enter without any message.
             self.held = mode;
+            cx.fire(Rule::Rule2Local);
             cx.emit(Output::Granted {
                 lock: cx.lock,
                 mode,
@@ -305,9 +364,9 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
     }
 
     /// `RequestUnlock()`, Fig. 2.7: Rule 5.
-    pub(crate) fn release<const O: usize>(
+    pub(crate) fn release<S: Sink<Msg<Q>>>(
         &mut self,
-        cx: &mut Ctx<'_, Q, O>,
+        cx: &mut Ctx<'_, Q, S>,
     ) -> Result<(), KernelError> {
         if self.held == Mode::Phi {
             return Err(KernelError::NotHeld(cx.lock));
@@ -318,6 +377,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         let f0 = self.frozen;
         let before = self.owned();
         self.held = Mode::Phi;
+        cx.fire(Rule::Rule5Release);
         self.after_owned_change(cx, before)?;
         self.check_queue(cx)?;
         self.finish_freeze(cx, f0)
@@ -325,9 +385,9 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
 
     /// `RequestUpgrade()`, Fig. 2.11: Rule 7. Only a U holder may upgrade; a U holder is
     /// always the token node (no copy of U can be granted, Table 2.2).
-    pub(crate) fn upgrade<const O: usize>(
+    pub(crate) fn upgrade<S: Sink<Msg<Q>>>(
         &mut self,
-        cx: &mut Ctx<'_, Q, O>,
+        cx: &mut Ctx<'_, Q, S>,
     ) -> Result<(), KernelError> {
         if self.pending != Pending::None {
             return Err(KernelError::AlreadyPending(cx.lock));
@@ -338,9 +398,11 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         let f0 = self.frozen;
         if self.children_owned() == Mode::Phi {
             self.held = Mode::W;
+            cx.fire(Rule::Rule7Upgrade);
             cx.emit(Output::Upgraded { lock: cx.lock })?;
         } else {
             self.pending = Pending::Upgrade;
+            cx.fire(Rule::Rule7UpgradeWaits);
             self.recompute_frozen(cx.variant, cx.effective);
         }
         self.finish_freeze(cx, f0)
@@ -349,9 +411,9 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
     // ---------------------------------------------------------------- messages
 
     /// `HandleRequest(M_R)`, Fig. 2.4: Rules 3 and 4 (and 6).
-    pub(crate) fn on_request<const O: usize>(
+    pub(crate) fn on_request<S: Sink<Msg<Q>>>(
         &mut self,
-        cx: &mut Ctx<'_, Q, O>,
+        cx: &mut Ctx<'_, Q, S>,
         from: NodeId,
         entry: QueueEntry,
         hop: u32,
@@ -368,13 +430,14 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
             // A copy of one of our own requests that is already served (a PIP reissue
             // that travelled behind the token): nothing to do.
             self.stale.requests += 1;
+            cx.fire(Rule::StaleRequest);
         } else if self.requeue_reissued(cx, entry)? {
             // A request (or a PIP reissue of one) that already waits here.
         } else if self.has_token() {
             if entry.requester == cx.me {
                 // Our own pending request reached us after we became the token node (a
                 // reissue, or a reordering network): it waits in the queue like any other.
-                self.enqueue(cx.lock, entry)?;
+                self.enqueue(cx, entry)?;
                 self.check_queue(cx)?;
             } else {
                 self.serve_at_token(cx, entry)?;
@@ -389,7 +452,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
                 self.copy_grant(cx, entry)?;
             } else if entry.requester != cx.me && self.keeps(entry) {
                 // Rule 4.1, Table 3.2: (C)Q.
-                self.enqueue(cx.lock, entry)?;
+                self.enqueue(cx, entry)?;
             } else {
                 // Rule 4.1, Table 3.2: F.
                 self.forward(cx, entry)?;
@@ -399,9 +462,9 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
     }
 
     /// `ReceiveGrant()`, Fig. 2.5.
-    pub(crate) fn on_grant<const O: usize>(
+    pub(crate) fn on_grant<S: Sink<Msg<Q>>>(
         &mut self,
-        cx: &mut Ctx<'_, Q, O>,
+        cx: &mut Ctx<'_, Q, S>,
         from: NodeId,
         entry: QueueEntry,
         epoch: u32,
@@ -418,6 +481,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
             // A grant for a request that is no longer pending: tell the granter what we
             // really own under it, so its record is exact again.
             self.stale.grants += 1;
+            cx.fire(Rule::StaleGrant);
             let owned = if self.parent == Some(from) && !self.has_token() {
                 self.owned()
             } else {
@@ -438,6 +502,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         if let Some(old) = self.parent {
             if old != from && before != Mode::Phi {
                 // Leaving the old parent: its record of us must drop to Φ.
+                cx.fire(Rule::LeaveOldParent);
                 let e = self.peers[old.idx()].child_epoch;
                 cx.send(
                     old,
@@ -452,6 +517,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         self.parent = Some(from);
         self.held = entry.mode;
         self.pending = Pending::None;
+        cx.fire(Rule::GrantReceived);
         self.frozen = if reattach {
             self.frozen.merge(frozen)
         } else {
@@ -465,6 +531,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         if cx.variant.release_epochs && now != recorded {
             // The granter's record is not our owned mode (a release of ours crossed the
             // grant and will be dropped as stale): correct it.
+            cx.fire(Rule::ResyncRelease);
             cx.send(
                 from,
                 Msg::Release {
@@ -480,9 +547,9 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
 
     /// `ReceiveToken()`, Fig. 2.5, with the queue merge of Rule 8.2's FIFO reading.
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn on_token<const O: usize>(
+    pub(crate) fn on_token<S: Sink<Msg<Q>>>(
         &mut self,
-        cx: &mut Ctx<'_, Q, O>,
+        cx: &mut Ctx<'_, Q, S>,
         from: NodeId,
         entry: QueueEntry,
         generation: u32,
@@ -517,6 +584,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         let before = self.owned();
         if let Some(old) = self.parent {
             if old != from && before != Mode::Phi {
+                cx.fire(Rule::LeaveOldParent);
                 let e = self.peers[old.idx()].child_epoch;
                 cx.send(
                     old,
@@ -530,18 +598,20 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         }
         self.parent = None;
         self.token = Some(generation);
-        let link = &mut self.peers[from.idx()];
-        link.child_owned = sender_owned;
-        link.parent_epoch = epoch;
+        self.set_child(from.idx(), sender_owned);
+        self.peers[from.idx()].parent_epoch = epoch;
+        cx.fire(Rule::Rule8_2Merge);
         if entry.requester == cx.me && self.is_pending(entry) {
             self.held = entry.mode;
             self.pending = Pending::None;
+            cx.fire(Rule::TokenReceived);
             cx.emit(Output::Granted {
                 lock: cx.lock,
                 mode: entry.mode,
             })?;
         } else {
             self.stale.tokens += 1;
+            cx.fire(Rule::StaleToken);
         }
         let own = self.pending;
         merged.retain(|e| e.requester != cx.me || same_request(own, *e));
@@ -551,6 +621,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
             // that we are the token node, waits in our own queue like any other (Rule 4.2).
             // Without this the token stays here while that request travels on and is lost.
             if !merged.iter().any(|e| e.requester == cx.me) {
+                cx.fire(Rule::OwnRequestRequeued);
                 let at = merged
                     .iter()
                     .position(|x| x.prio < p.prio)
@@ -566,14 +637,13 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         // Tell the children what is newly frozen: the old token node already respects
         // `sender_frozen`, our other children what we had frozen before.
         let frozen = self.frozen;
-        for i in 0..N {
+        for &c in &self.copyset {
+            let i = c as usize;
             let rec = self.peers[i].child_owned;
-            if rec == Mode::Phi {
-                continue;
-            }
             let known = if i == from.idx() { sender_frozen } else { f0 };
             let m = frozen.beyond(known).restrict(grantable_set(rec));
             if !m.is_empty() {
+                cx.fire(Rule::Rule6FreezeSent);
                 cx.send(
                     NodeId(i as u16),
                     Msg::Freeze {
@@ -587,9 +657,9 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
     }
 
     /// `HandleRelease(M_R, M_O)`, Fig. 2.7: Rule 5.
-    pub(crate) fn on_release<const O: usize>(
+    pub(crate) fn on_release<S: Sink<Msg<Q>>>(
         &mut self,
-        cx: &mut Ctx<'_, Q, O>,
+        cx: &mut Ctx<'_, Q, S>,
         from: NodeId,
         owned: Mode,
         epoch: u32,
@@ -598,33 +668,41 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         let current = !cx.variant.release_epochs || link.parent_epoch == epoch;
         if !current || link.child_owned == Mode::Phi {
             self.stale.releases += 1;
+            cx.fire(Rule::StaleRelease);
             return Ok(());
         }
         let f0 = self.frozen;
         let before = self.owned();
-        self.peers[from.idx()].child_owned = owned;
+        self.set_child(from.idx(), owned);
+        cx.fire(Rule::Rule5_2Apply);
         self.after_owned_change(cx, before)?;
         self.check_queue(cx)?;
         self.finish_freeze(cx, f0)
     }
 
     /// `HandleFreeze(Modes)`, Fig. 2.9: Rule 6.
-    pub(crate) fn on_freeze<const O: usize>(
+    pub(crate) fn on_freeze<S: Sink<Msg<Q>>>(
         &mut self,
-        cx: &mut Ctx<'_, Q, O>,
+        cx: &mut Ctx<'_, Q, S>,
         from: NodeId,
         modes: Frozen,
     ) -> Result<(), KernelError> {
         if self.has_token() || self.parent != Some(from) || self.owned() == Mode::Phi {
             self.stale.freezes += 1;
+            cx.fire(Rule::StaleFreeze);
             return Ok(());
         }
         let f0 = self.frozen;
         self.frozen = self.frozen.merge(modes);
+        cx.fire(Rule::Rule6FreezeApplied);
         // PIP, HandleFreeze (Fig. 3.8): a holder that a queued request waits for inherits
         // the highest threshold (Lemma 1: the freeze reaches every conflicting holder).
         if cx.variant.inheritance == Inheritance::Pip && self.held != Mode::Phi {
-            cx.boost = cx.boost.max(modes.max_threshold().unwrap_or(0));
+            let t = modes.max_threshold().unwrap_or(0);
+            if t > cx.boost {
+                cx.fire(Rule::PipInherit);
+                cx.boost = t;
+            }
         }
         self.finish_freeze(cx, f0)
     }
@@ -632,9 +710,9 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
     // ---------------------------------------------------------------- internals
 
     /// Rule 3.2 / 4.2 at the token node for a request that just arrived.
-    fn serve_at_token<const O: usize>(
+    fn serve_at_token<S: Sink<Msg<Q>>>(
         &mut self,
-        cx: &mut Ctx<'_, Q, O>,
+        cx: &mut Ctx<'_, Q, S>,
         entry: QueueEntry,
     ) -> Result<(), KernelError> {
         let mo = self.owned();
@@ -645,12 +723,12 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
             } else if grantable(mo, entry.mode) {
                 self.copy_grant(cx, entry)
             } else {
-                self.enqueue(cx.lock, entry)?;
+                self.enqueue(cx, entry)?;
                 self.recompute_frozen(cx.variant, cx.effective);
                 Ok(())
             }
         } else {
-            self.enqueue(cx.lock, entry)?;
+            self.enqueue(cx, entry)?;
             self.inherit_at_token(cx, entry);
             self.recompute_frozen(cx.variant, cx.effective);
             Ok(())
@@ -659,9 +737,13 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
 
     /// PIP, HandleRequest at the token node (Fig. 3.8): a request queued because it
     /// conflicts with the mode held here makes this site inherit its priority.
-    fn inherit_at_token<const O: usize>(&self, cx: &mut Ctx<'_, Q, O>, entry: QueueEntry) {
-        if cx.variant.inheritance == Inheritance::Pip && conflicts(self.held, entry.mode) {
-            cx.boost = cx.boost.max(entry.prio);
+    fn inherit_at_token<S: Sink<Msg<Q>>>(&self, cx: &mut Ctx<'_, Q, S>, entry: QueueEntry) {
+        if cx.variant.inheritance == Inheritance::Pip
+            && conflicts(self.held, entry.mode)
+            && entry.prio > cx.boost
+        {
+            cx.fire(Rule::PipInherit);
+            cx.boost = entry.prio;
         }
     }
 
@@ -681,9 +763,9 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
     /// node that may no longer keep it (Table 3.2) forwards it. Returns `false` if the
     /// request is not queued here (it is then handled as a fresh request; should it be
     /// granted twice, the requester answers the stale grant with a release).
-    fn requeue_reissued<const O: usize>(
+    fn requeue_reissued<S: Sink<Msg<Q>>>(
         &mut self,
-        cx: &mut Ctx<'_, Q, O>,
+        cx: &mut Ctx<'_, Q, S>,
         entry: QueueEntry,
     ) -> Result<bool, KernelError> {
         let Some(i) = self
@@ -701,9 +783,11 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
             // An older request of that node, or a copy of this one that is not more urgent
             // than what waits here: nothing to do.
             self.stale.requests += 1;
+            cx.fire(Rule::StaleRequest);
             return Ok(true);
         }
         self.queue[i].prio = entry.prio;
+        cx.fire(Rule::PipRequeue);
         sort_by_priority(&mut self.queue);
         if self.has_token() {
             self.inherit_at_token(cx, entry);
@@ -719,9 +803,9 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
 
     /// PIP/PCEP: this site's effective priority rose to `prio`; a pending request of lower
     /// priority is reissued at `prio` (at the token node its queue entry is raised).
-    pub(crate) fn reissue<const O: usize>(
+    pub(crate) fn reissue<S: Sink<Msg<Q>>>(
         &mut self,
-        cx: &mut Ctx<'_, Q, O>,
+        cx: &mut Ctx<'_, Q, S>,
         prio: Priority,
     ) -> Result<(), KernelError> {
         let Pending::Request(mut e) = self.pending else {
@@ -732,6 +816,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         }
         e.prio = prio;
         self.pending = Pending::Request(e);
+        cx.fire(Rule::PipReissue);
         let f0 = self.frozen;
         if self.has_token() {
             if let Some(x) = self.queue.iter_mut().find(|x| x.requester == cx.me) {
@@ -746,16 +831,22 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
     }
 
     /// Rule 3.1 / 3.2 (copy): the requester becomes our child with the granted mode.
-    fn copy_grant<const O: usize>(
+    fn copy_grant<S: Sink<Msg<Q>>>(
         &mut self,
-        cx: &mut Ctx<'_, Q, O>,
+        cx: &mut Ctx<'_, Q, S>,
         entry: QueueEntry,
     ) -> Result<(), KernelError> {
-        let link = &mut self.peers[entry.requester.idx()];
         // The record and the granted mode are compatible (both are ≤ our owned mode, which
         // is compatible with the grant); W, the most conservative record, is the fallback.
-        let recorded = strongest(link.child_owned, entry.mode).unwrap_or(Mode::W);
-        link.child_owned = recorded;
+        cx.fire(if self.has_token() {
+            Rule::Rule3_2CopyGrant
+        } else {
+            Rule::Rule3_1CopyGrant
+        });
+        let i = entry.requester.idx();
+        let recorded = strongest(self.peers[i].child_owned, entry.mode).unwrap_or(Mode::W);
+        self.set_child(i, recorded);
+        let link = &mut self.peers[i];
         link.parent_epoch = link.parent_epoch.wrapping_add(1);
         let epoch = link.parent_epoch;
         let frozen = self.frozen.restrict(grantable_set(recorded));
@@ -773,14 +864,15 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
 
     /// Rule 3.2 (token): the requester becomes the token node and our parent; our queue
     /// travels with the token (Rule 5.1).
-    fn transfer_token<const O: usize>(
+    fn transfer_token<S: Sink<Msg<Q>>>(
         &mut self,
-        cx: &mut Ctx<'_, Q, O>,
+        cx: &mut Ctx<'_, Q, S>,
         entry: QueueEntry,
     ) -> Result<(), KernelError> {
+        cx.fire(Rule::Rule3_2TokenTransfer);
         let generation = self.token.unwrap_or(self.generation_seen).wrapping_add(1);
+        self.set_child(entry.requester.idx(), Mode::Phi);
         let link = &mut self.peers[entry.requester.idx()];
-        link.child_owned = Mode::Phi;
         link.parent_epoch = link.parent_epoch.wrapping_add(1);
         link.child_epoch = link.child_epoch.wrapping_add(1);
         let epoch = link.child_epoch;
@@ -808,12 +900,17 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
     }
 
     /// Rule 4.1 (F): pass the request on to the parent, unchanged.
-    fn forward<const O: usize>(
+    fn forward<S: Sink<Msg<Q>>>(
         &mut self,
-        cx: &mut Ctx<'_, Q, O>,
+        cx: &mut Ctx<'_, Q, S>,
         entry: QueueEntry,
     ) -> Result<(), KernelError> {
         let parent = self.parent.ok_or(KernelError::NoParent(cx.lock))?;
+        cx.fire(if entry.requester == cx.me {
+            Rule::Rule2Request
+        } else {
+            Rule::Rule4_1Forward
+        });
         let link = &mut self.peers[parent.idx()];
         link.requests_sent = link.requests_sent.wrapping_add(1);
         let hop = link.requests_sent;
@@ -859,7 +956,17 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
     /// Append to the local queue; a newer request of the same requester replaces its older
     /// one in place (each node has at most one request outstanding per lock, so the queue
     /// never holds more than N entries).
-    fn enqueue(&mut self, lock: LockId, entry: QueueEntry) -> Result<(), KernelError> {
+    fn enqueue<S: Sink<Msg<Q>>>(
+        &mut self,
+        cx: &mut Ctx<'_, Q, S>,
+        entry: QueueEntry,
+    ) -> Result<(), KernelError> {
+        let lock = cx.lock;
+        cx.fire(if self.has_token() {
+            Rule::Rule4_2Queue
+        } else {
+            Rule::Rule4_1Queue
+        });
         if let Some(x) = self
             .queue
             .iter_mut()
@@ -878,6 +985,9 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
             .iter()
             .position(|x| x.prio < entry.prio)
             .unwrap_or(self.queue.len());
+        if at < self.queue.len() {
+            cx.fire(Rule::Rule8_1Order);
+        }
         self.queue
             .insert(at, entry)
             .map_err(|_| KernelError::QueueFull(lock))
@@ -886,9 +996,9 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
     /// Rule 5.2: a non-token node whose owned mode changed tells its parent. A node that
     /// owns nothing any more leaves the copyset and forgets its frozen modes (it can grant
     /// nothing; a later grant brings the granter's frozen modes along).
-    fn after_owned_change<const O: usize>(
+    fn after_owned_change<S: Sink<Msg<Q>>>(
         &mut self,
-        cx: &mut Ctx<'_, Q, O>,
+        cx: &mut Ctx<'_, Q, S>,
         before: Mode,
     ) -> Result<(), KernelError> {
         if self.has_token() {
@@ -897,6 +1007,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         let now = self.owned();
         if now != before {
             if let Some(p) = self.parent {
+                cx.fire(Rule::Rule5_2Propagate);
                 let epoch = self.peers[p.idx()].child_epoch;
                 cx.send(
                     p,
@@ -915,7 +1026,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
     }
 
     /// `Check_requests_on_queue()`, Fig. 2.5 (Rules 4 and 5).
-    fn check_queue<const O: usize>(&mut self, cx: &mut Ctx<'_, Q, O>) -> Result<(), KernelError> {
+    fn check_queue<S: Sink<Msg<Q>>>(&mut self, cx: &mut Ctx<'_, Q, S>) -> Result<(), KernelError> {
         if self.has_token() {
             self.check_queue_at_token(cx)
         } else {
@@ -925,14 +1036,15 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
 
     /// At the token node: complete a waiting upgrade (Rule 7), then serve the queue strictly
     /// from its head while the head is compatible (Rule 5.1, FIFO).
-    fn check_queue_at_token<const O: usize>(
+    fn check_queue_at_token<S: Sink<Msg<Q>>>(
         &mut self,
-        cx: &mut Ctx<'_, Q, O>,
+        cx: &mut Ctx<'_, Q, S>,
     ) -> Result<(), KernelError> {
         loop {
             if self.pending == Pending::Upgrade && self.children_owned() == Mode::Phi {
                 self.held = Mode::W;
                 self.pending = Pending::None;
+                cx.fire(Rule::Rule7UpgradeDone);
                 cx.emit(Output::Upgraded { lock: cx.lock })?;
             }
             let Some(&head) = self.queue.first() else {
@@ -952,6 +1064,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
                 if self.is_pending(head) {
                     self.held = head.mode;
                     self.pending = Pending::None;
+                    cx.fire(Rule::Rule3_2OwnGrant);
                     cx.emit(Output::Granted {
                         lock: cx.lock,
                         mode: head.mode,
@@ -978,9 +1091,9 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
 
     /// At a non-token node: grant what Rule 3.1 allows, keep what Table 2.3 still says to
     /// queue behind the (possibly new) pending mode, forward the rest, in queue order.
-    fn check_queue_at_child<const O: usize>(
+    fn check_queue_at_child<S: Sink<Msg<Q>>>(
         &mut self,
-        cx: &mut Ctx<'_, Q, O>,
+        cx: &mut Ctx<'_, Q, S>,
     ) -> Result<(), KernelError> {
         let mo = self.owned();
         let mut i = 0;
@@ -1026,22 +1139,21 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
     /// Rule 6, invariant 2.3: send the modes frozen during this step to each child that
     /// could grant them ("only if the child is potential granter … and the mode is not
     /// already frozen", footnote a of Fig. 2.4).
-    fn finish_freeze<const O: usize>(
+    fn finish_freeze<S: Sink<Msg<Q>>>(
         &mut self,
-        cx: &mut Ctx<'_, Q, O>,
+        cx: &mut Ctx<'_, Q, S>,
         before: Frozen,
     ) -> Result<(), KernelError> {
         let delta = self.frozen.beyond(before);
         if delta.is_empty() {
             return Ok(());
         }
-        for i in 0..N {
+        for &c in &self.copyset {
+            let i = c as usize;
             let rec = self.peers[i].child_owned;
-            if rec == Mode::Phi {
-                continue;
-            }
             let m = delta.restrict(grantable_set(rec));
             if !m.is_empty() {
+                cx.fire(Rule::Rule6FreezeSent);
                 cx.send(
                     NodeId(i as u16),
                     Msg::Freeze {

@@ -19,9 +19,10 @@
 
 use crate::error::KernelError;
 use crate::mode::Mode;
-use crate::msg::{Input, LockId, MsgKind, NodeId, Output, Outputs};
+use crate::msg::{Input, LockId, MsgKind, NodeId, Output, Outputs, Sink};
 use crate::prio::Priority;
 use crate::protocol::Protocol;
+use crate::report::Report;
 
 /// A request of the prioritized protocol.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -82,15 +83,9 @@ pub struct PrioNaimiLock<const P: usize, const Q: usize> {
 }
 
 /// A site of the prioritized Naimi protocol: `N` nodes, `L` locks, `P` priority levels,
-/// queue capacity `Q`, output capacity `O` (at least 2).
+/// queue capacity `Q` (a step emits at most 2 outputs).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct PrioNaimiSite<
-    const N: usize,
-    const L: usize,
-    const P: usize,
-    const Q: usize,
-    const O: usize,
-> {
+pub struct PrioNaimiSite<const N: usize, const L: usize, const P: usize, const Q: usize> {
     me: NodeId,
     base: Priority,
     locks: [PrioNaimiLock<P, Q>; L],
@@ -108,15 +103,12 @@ fn insert<const Q: usize>(
     q.insert(at, r).map_err(|_| KernelError::QueueFull(lock))
 }
 
-impl<const N: usize, const L: usize, const P: usize, const Q: usize, const O: usize>
-    PrioNaimiSite<N, L, P, Q, O>
-{
+impl<const N: usize, const L: usize, const P: usize, const Q: usize> PrioNaimiSite<N, L, P, Q> {
     const CAPACITIES_OK: () = {
         assert!(N >= 1 && N <= u16::MAX as usize, "N must be in 1..=65535");
         assert!(L >= 1 && L <= u16::MAX as usize, "L must be in 1..=65535");
         assert!(P >= 1 && P <= 256, "P must be in 1..=256");
         assert!(Q >= 1, "Q must be at least 1");
-        assert!(O >= 2, "O must be at least 2");
     };
 
     /// A site whose locks start with the token at `root` and every probable owner at `root`.
@@ -166,11 +158,14 @@ impl<const N: usize, const L: usize, const P: usize, const Q: usize, const O: us
     }
 
     /// Apply one input (see [`Protocol::step`]).
-    pub fn step(
+    pub fn step<S: Sink<PrioNaimiMsg<Q>>>(
         &mut self,
         input: Input<'_, PrioNaimiMsg<Q>>,
-        out: &mut Outputs<PrioNaimiMsg<Q>, O>,
-    ) -> Result<(), KernelError> {
+        out: &mut S,
+    ) -> Result<Report, KernelError> {
+        if out.room() < 2 {
+            return Err(KernelError::OutputsFull);
+        }
         let me = self.me;
         let lock = match input {
             Input::Acquire { lock, .. } | Input::Release { lock } | Input::Upgrade { lock } => lock,
@@ -179,7 +174,7 @@ impl<const N: usize, const L: usize, const P: usize, const Q: usize, const O: us
                     return Err(KernelError::InvalidMode);
                 }
                 self.base = base;
-                return Ok(());
+                return Ok(Report::default());
             }
             Input::Deliver { from, msg } => {
                 if from.idx() >= N || from == me {
@@ -191,14 +186,20 @@ impl<const N: usize, const L: usize, const P: usize, const Q: usize, const O: us
         let Some(s) = self.locks.get_mut(lock.idx()) else {
             return Err(KernelError::UnknownLock(lock));
         };
+        // The baseline keeps a copy of the lock for the error path (hilock's `Site` does
+        // not: it validates first); outputs go to a 2-slot buffer and reach `out` only on
+        // success.
         let saved = s.clone();
-        let mark = out.len();
-        let r = Self::apply(s, me, self.base, lock, input, out);
-        if r.is_err() {
+        let mut local: Outputs<PrioNaimiMsg<Q>, 2> = Outputs::new();
+        let r = Self::apply(s, me, self.base, lock, input, &mut local);
+        if let Err(e) = r {
             *s = saved;
-            out.truncate(mark);
+            return Err(e);
         }
-        r
+        for o in local {
+            out.put(o).map_err(|_| KernelError::OutputsFull)?;
+        }
+        Ok(Report::default())
     }
 
     fn apply(
@@ -207,9 +208,9 @@ impl<const N: usize, const L: usize, const P: usize, const Q: usize, const O: us
         base: Priority,
         lock: LockId,
         input: Input<'_, PrioNaimiMsg<Q>>,
-        out: &mut Outputs<PrioNaimiMsg<Q>, O>,
+        out: &mut Outputs<PrioNaimiMsg<Q>, 2>,
     ) -> Result<(), KernelError> {
-        let push = |out: &mut Outputs<PrioNaimiMsg<Q>, O>, o| {
+        let push = |out: &mut Outputs<PrioNaimiMsg<Q>, 2>, o| {
             out.push(o).map_err(|_| KernelError::OutputsFull)
         };
         match input {
@@ -345,7 +346,7 @@ impl<const N: usize, const L: usize, const P: usize, const Q: usize, const O: us
     fn pass_token(
         s: &mut PrioNaimiLock<P, Q>,
         lock: LockId,
-        out: &mut Outputs<PrioNaimiMsg<Q>, O>,
+        out: &mut Outputs<PrioNaimiMsg<Q>, 2>,
     ) -> Result<(), KernelError> {
         if s.held != Mode::Phi || s.token.is_none() || s.queue.is_empty() {
             return Ok(());
@@ -368,18 +369,19 @@ impl<const N: usize, const L: usize, const P: usize, const Q: usize, const O: us
     }
 }
 
-impl<const N: usize, const L: usize, const P: usize, const Q: usize, const O: usize> Protocol<O>
-    for PrioNaimiSite<N, L, P, Q, O>
+impl<const N: usize, const L: usize, const P: usize, const Q: usize> Protocol
+    for PrioNaimiSite<N, L, P, Q>
 {
     type Msg = PrioNaimiMsg<Q>;
+    const MAX_OUTPUTS: usize = 2;
     fn id(&self) -> NodeId {
         self.me
     }
-    fn step(
+    fn step<S: Sink<PrioNaimiMsg<Q>>>(
         &mut self,
         input: Input<'_, PrioNaimiMsg<Q>>,
-        out: &mut Outputs<PrioNaimiMsg<Q>, O>,
-    ) -> Result<(), KernelError> {
+        out: &mut S,
+    ) -> Result<Report, KernelError> {
         PrioNaimiSite::step(self, input, out)
     }
     fn held(&self, lock: LockId) -> Result<Mode, KernelError> {

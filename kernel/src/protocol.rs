@@ -1,25 +1,30 @@
-//! The site interface shared by the hierarchical protocol and the Naimi-Trehel baseline,
-//! so that the models, the simulator and the runtime can drive either.
+//! The site interface shared by the hierarchical protocol and the Naimi-Trehel baselines,
+//! so that the models, the simulator and the runtime can drive any of them.
 
 use crate::error::KernelError;
 use crate::mode::Mode;
-use crate::msg::{Input, LockId, MsgKind, NodeId, Outputs};
+use crate::msg::{Input, LockId, MsgKind, NodeId, Sink};
+use crate::report::Report;
 
 /// A site of a token-based locking protocol, driven sans-IO: one input in, outputs appended
-/// to `out`. On `Err` neither the state nor `out` has changed.
-pub trait Protocol<const O: usize> {
+/// to `out`. On `Err` neither the state nor `out` has changed: every step validates its
+/// input (ids, modes, duplicates, output room) before it changes anything.
+pub trait Protocol {
     /// The messages the protocol exchanges.
     type Msg: Clone + core::fmt::Debug;
+
+    /// The most outputs one step can produce; a sink with less room is refused.
+    const MAX_OUTPUTS: usize;
 
     /// This site's node id.
     fn id(&self) -> NodeId;
 
     /// Apply one input.
-    fn step(
+    fn step<S: Sink<Self::Msg>>(
         &mut self,
         input: Input<'_, Self::Msg>,
-        out: &mut Outputs<Self::Msg, O>,
-    ) -> Result<(), KernelError>;
+        out: &mut S,
+    ) -> Result<Report, KernelError>;
 
     /// The mode this site holds `lock` in (Φ if none).
     fn held(&self, lock: LockId) -> Result<Mode, KernelError>;

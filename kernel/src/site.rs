@@ -2,27 +2,27 @@
 
 use crate::error::KernelError;
 use crate::mode::Mode;
-use crate::msg::{Input, LockId, Msg, MsgKind, NodeId, Output, Outputs};
+use crate::msg::{Input, LockId, Msg, MsgKind, NodeId, Sink};
 use crate::node::{Ctx, LockNode, Pending, Variant};
 use crate::prio::{Inheritance, Priority};
 use crate::protocol::Protocol;
+use crate::report::{Report, Rule, RuleSet};
 
 /// One site of the hierarchical protocol.
 ///
 /// - `N`: number of nodes in the system (node ids `0..N`, at most 65535);
 /// - `L`: number of locks;
-/// - `Q`: capacity of a local queue and of the queue carried by the token. With `Q ≥ N` no
-///   queue can overflow (a node has at most one outstanding request per lock, and a queue
-///   keeps one entry per requester). A smaller `Q` keeps messages small for large systems;
-///   then an input that would overflow a queue is rejected with
-///   [`KernelError::QueueFull`] / [`KernelError::QueueOverflow`] and changes nothing, so
-///   the driver keeps the message and may deliver it again later;
-/// - `O`: capacity of the output buffer, at least `N + Q + L + 6`: a step sends at most one
-///   message per queued request (grant or forward), one freeze per child, one reissued
-///   request per lock (PIP), and a bounded number of others (forward/release to the
-///   parent, release to an old parent, a token, a resync release, a grant signal).
+/// - `Q`: capacity of a local queue and of the queue carried by the token; `Q ≥ N` is
+///   required at compile time, so no queue can overflow (a node has at most one
+///   outstanding request per lock, and a queue keeps one entry per requester).
+///
+/// A step appends at most [`Site::MAX_OUTPUTS`] = `N + Q + L + 6` outputs to the caller's
+/// [`Sink`]: one message per queued request (grant or forward), one freeze per child, one
+/// reissued request per lock (PIP), and a bounded number of others (forward/release to the
+/// parent, release to an old parent, a token, a resync release, a grant signal). A sink
+/// with less room is refused before anything changes.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct Site<const N: usize, const L: usize, const Q: usize, const O: usize> {
+pub struct Site<const N: usize, const L: usize, const Q: usize> {
     me: NodeId,
     variant: Variant,
     prio: Priorities<L>,
@@ -30,7 +30,7 @@ pub struct Site<const N: usize, const L: usize, const Q: usize, const O: usize> 
 }
 
 /// The default capacities: 8 nodes, 4 locks.
-pub type DefaultSite = Site<8, 4, 8, 26>;
+pub type DefaultSite = Site<8, 4, 8>;
 
 /// A site's priorities (chapter 3): base β, effective ξ, and per lock the inherited
 /// priority ξ(lock) (PIP) and the ceiling C_i (PCEP).
@@ -46,13 +46,18 @@ pub struct Priorities<const L: usize> {
     pub ceiling: [Priority; L],
 }
 
-impl<const N: usize, const L: usize, const Q: usize, const O: usize> Site<N, L, Q, O> {
+impl<const N: usize, const L: usize, const Q: usize> Site<N, L, Q> {
     const CAPACITIES_OK: () = {
         assert!(N >= 1 && N <= u16::MAX as usize, "N must be in 1..=65535");
         assert!(L >= 1 && L <= u16::MAX as usize, "L must be in 1..=65535");
-        assert!(Q >= 1, "Q must be at least 1");
-        assert!(O >= N + Q + L + 6, "O must be at least N + Q + L + 6");
+        assert!(
+            Q >= N,
+            "Q must be at least N (a queue keeps one entry per requester)"
+        );
     };
+
+    /// The most outputs one step can append: `N + Q + L + 6` (see [`Site`]).
+    pub const MAX_OUTPUTS: usize = N + Q + L + 6;
 
     /// A site whose locks all start with the token at `root` and every other node's parent
     /// pointer at `root` (a star, the usual initial tree).
@@ -146,13 +151,19 @@ impl<const N: usize, const L: usize, const Q: usize, const O: usize> Site<N, L, 
         &self.locks
     }
 
-    /// The single entry point: apply `input`, append outputs to `out`. If the input does
-    /// not fit the state, return the error and leave state and `out` unchanged.
-    pub fn step(
+    /// The single entry point: apply `input`, append outputs to `out`, and report the rules
+    /// that fired. If the input does not fit the state, return the error and leave state
+    /// and `out` unchanged: the step validates first (ids, output room, then each handler
+    /// its own preconditions before its first change) and then applies — there is no
+    /// rollback copy.
+    pub fn step<S: Sink<Msg<Q>>>(
         &mut self,
         input: Input<'_, Msg<Q>>,
-        out: &mut Outputs<Msg<Q>, O>,
-    ) -> Result<(), KernelError> {
+        out: &mut S,
+    ) -> Result<Report, KernelError> {
+        if out.room() < Self::MAX_OUTPUTS {
+            return Err(KernelError::OutputsFull);
+        }
         let lock = match input {
             Input::Acquire { lock, .. } | Input::Release { lock } | Input::Upgrade { lock } => {
                 Some(lock)
@@ -170,32 +181,6 @@ impl<const N: usize, const L: usize, const Q: usize, const O: usize> Site<N, L, 
                 return Err(KernelError::UnknownLock(lock));
             }
         }
-        // Priority inheritance can touch every lock of the site: keep the whole site.
-        let saved = (self.variant.inheritance != Inheritance::None).then(|| self.clone());
-        let saved_lock = match (lock, &saved) {
-            (Some(l), None) => Some(self.locks[l.idx()].clone()),
-            _ => None,
-        };
-        let mark = out.len();
-        let r = self.apply(lock, input, out);
-        if r.is_err() {
-            if let Some(s) = saved {
-                *self = s;
-            } else if let (Some(l), Some(n)) = (lock, saved_lock) {
-                self.locks[l.idx()] = n;
-            }
-            out.truncate(mark);
-        }
-        r
-    }
-
-    fn apply(
-        &mut self,
-        lock: Option<LockId>,
-        input: Input<'_, Msg<Q>>,
-        out: &mut Outputs<Msg<Q>, O>,
-    ) -> Result<(), KernelError> {
-        let mark = out.len();
         let mut cx = Ctx {
             me: self.me,
             variant: self.variant,
@@ -203,30 +188,43 @@ impl<const N: usize, const L: usize, const Q: usize, const O: usize> Site<N, L, 
             boost: 0,
             lock: lock.unwrap_or(LockId(0)),
             out,
+            rules: RuleSet::EMPTY,
+            granted: false,
         };
+        self.apply(lock, input, &mut cx)?;
+        Ok(Report { rules: cx.rules })
+    }
+
+    fn apply<S: Sink<Msg<Q>>>(
+        &mut self,
+        lock: Option<LockId>,
+        input: Input<'_, Msg<Q>>,
+        cx: &mut Ctx<'_, Q, S>,
+    ) -> Result<(), KernelError> {
         let Some(lock) = lock else {
             let Input::SetPriority { base } = input else {
                 return Ok(());
             };
             self.prio.base = base;
+            cx.fire(Rule::SetPriority);
             let target = self.effective_from_held();
-            return self.set_effective(&mut cx, target);
+            return self.set_effective(cx, target);
         };
         let node = &mut self.locks[lock.idx()];
         match input {
-            Input::Acquire { mode, .. } => node.acquire(&mut cx, mode),
-            Input::Release { .. } => node.release(&mut cx),
-            Input::Upgrade { .. } => node.upgrade(&mut cx),
+            Input::Acquire { mode, .. } => node.acquire(cx, mode),
+            Input::Release { .. } => node.release(cx),
+            Input::Upgrade { .. } => node.upgrade(cx),
             Input::SetPriority { .. } => Ok(()),
             Input::Deliver { from, msg } => match msg {
-                Msg::Request { entry, hop, .. } => node.on_request(&mut cx, from, *entry, *hop),
+                Msg::Request { entry, hop, .. } => node.on_request(cx, from, *entry, *hop),
                 Msg::Grant {
                     entry,
                     epoch,
                     recorded,
                     frozen,
                     ..
-                } => node.on_grant(&mut cx, from, *entry, *epoch, *recorded, *frozen),
+                } => node.on_grant(cx, from, *entry, *epoch, *recorded, *frozen),
                 Msg::Token {
                     entry,
                     generation,
@@ -236,7 +234,7 @@ impl<const N: usize, const L: usize, const Q: usize, const O: usize> Site<N, L, 
                     queue,
                     ..
                 } => node.on_token(
-                    &mut cx,
+                    cx,
                     from,
                     *entry,
                     *generation,
@@ -245,8 +243,8 @@ impl<const N: usize, const L: usize, const Q: usize, const O: usize> Site<N, L, 
                     *frozen,
                     queue,
                 ),
-                Msg::Release { owned, epoch, .. } => node.on_release(&mut cx, from, *owned, *epoch),
-                Msg::Freeze { modes, .. } => node.on_freeze(&mut cx, from, *modes),
+                Msg::Release { owned, epoch, .. } => node.on_release(cx, from, *owned, *epoch),
+                Msg::Freeze { modes, .. } => node.on_freeze(cx, from, *modes),
             },
         }?;
         if self.variant.inheritance == Inheritance::None {
@@ -264,20 +262,21 @@ impl<const N: usize, const L: usize, const Q: usize, const O: usize> Site<N, L, 
         if self.variant.inheritance == Inheritance::Pip {
             target = target.max(cx.boost);
         }
-        let granted = cx.out[mark..]
-            .iter()
-            .any(|o| matches!(o, Output::Granted { .. }));
-        if self.variant.inheritance == Inheritance::Pcep && granted {
-            target = target.max(self.prio.ceiling[l]);
+        if self.variant.inheritance == Inheritance::Pcep
+            && cx.granted
+            && self.prio.ceiling[l] > target
+        {
+            cx.fire(Rule::PcepCeiling);
+            target = self.prio.ceiling[l];
         }
-        self.set_effective(&mut cx, target)
+        self.set_effective(cx, target)
     }
 
     /// Sets ξ(self); under PIP a rise reissues every pending request of a lower priority
     /// (Fig. 3.8, "re-issue all the pending requests for all the L_i ∈ L").
-    fn set_effective(
+    fn set_effective<S: Sink<Msg<Q>>>(
         &mut self,
-        cx: &mut Ctx<'_, Q, O>,
+        cx: &mut Ctx<'_, Q, S>,
         target: Priority,
     ) -> Result<(), KernelError> {
         let rose = target > self.prio.effective;
@@ -295,19 +294,18 @@ impl<const N: usize, const L: usize, const Q: usize, const O: usize> Site<N, L, 
     }
 }
 
-impl<const N: usize, const L: usize, const Q: usize, const O: usize> Protocol<O>
-    for Site<N, L, Q, O>
-{
+impl<const N: usize, const L: usize, const Q: usize> Protocol for Site<N, L, Q> {
     type Msg = Msg<Q>;
+    const MAX_OUTPUTS: usize = N + Q + L + 6;
 
     fn id(&self) -> NodeId {
         self.me
     }
-    fn step(
+    fn step<S: Sink<Msg<Q>>>(
         &mut self,
         input: Input<'_, Msg<Q>>,
-        out: &mut Outputs<Msg<Q>, O>,
-    ) -> Result<(), KernelError> {
+        out: &mut S,
+    ) -> Result<Report, KernelError> {
         Site::step(self, input, out)
     }
     fn held(&self, lock: LockId) -> Result<Mode, KernelError> {

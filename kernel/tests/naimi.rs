@@ -5,7 +5,7 @@ use hilock_kernel::{Input, LockId, Mode, NaimiMsg, NaimiSite, NodeId, Output, Ou
 use proptest::prelude::*;
 use std::collections::VecDeque;
 
-type S = NaimiSite<5, 1, 2>;
+type S = NaimiSite<5, 1>;
 const L: LockId = LockId(0);
 
 struct Net {

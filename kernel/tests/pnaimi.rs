@@ -5,7 +5,7 @@ use hilock_kernel::{Input, LockId, Mode, NodeId, Output, Outputs, PrioNaimiMsg, 
 use proptest::prelude::*;
 use std::collections::VecDeque;
 
-type S = PrioNaimiSite<6, 1, 8, 6, 2>;
+type S = PrioNaimiSite<6, 1, 8, 6>;
 type M = PrioNaimiMsg<6>;
 const L: LockId = LockId(0);
 

@@ -7,7 +7,7 @@ use hilock_kernel::{
 };
 use std::collections::VecDeque;
 
-type S = Site<4, 2, 4, 16>;
+type S = Site<4, 2, 4>;
 const L: LockId = LockId(0);
 
 struct Net {
@@ -242,6 +242,7 @@ fn pcep_and_pip_raise_and_lower_the_effective_priority() {
     )
     .unwrap();
     assert_eq!(s.priorities().effective, 3);
+    out.clear();
     s.step(
         Input::Acquire {
             lock: LockId(0),
@@ -251,9 +252,11 @@ fn pcep_and_pip_raise_and_lower_the_effective_priority() {
     )
     .unwrap();
     assert_eq!(s.priorities().effective, 6);
+    out.clear();
     s.step(Input::Release { lock: LockId(0) }, &mut out)
         .unwrap();
     assert_eq!(s.priorities().effective, 3);
+    out.clear();
     s.step(Input::Release { lock: LockId(1) }, &mut out)
         .unwrap();
     assert_eq!(s.priorities().effective, 0);

@@ -5,7 +5,7 @@ use hilock_kernel::{
     Frozen, Input, KernelError, LockId, Mode, ModeSet, Msg, NodeId, Output, Outputs, Site, Variant,
 };
 
-type S = Site<4, 2, 4, 16>;
+type S = Site<4, 2, 4>;
 type Out = Outputs<Msg<4>, 16>;
 const L: LockId = LockId(0);
 
@@ -232,7 +232,15 @@ fn typed_errors_for_inputs_that_do_not_fit() {
         &mut out,
     )
     .unwrap();
+    // A sink without room for a whole step is refused before anything changes.
     let before = a.clone();
+    assert!(!out.is_empty());
+    assert_eq!(
+        a.step(Input::Release { lock: L }, &mut out),
+        Err(KernelError::OutputsFull)
+    );
+    assert_eq!(*a, before, "a refused step changes nothing");
+    out.clear();
     let n = out.len();
     assert_eq!(
         a.step(

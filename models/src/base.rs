@@ -67,7 +67,7 @@ pub const QCAP: usize = MAX_NODES;
 /// Output capacity: `N + Q + L + 6` with L = 2 (also enough for L = 1).
 pub const OCAP: usize = MAX_NODES + QCAP + MAX_LOCKS + 6;
 /// The kernel site the model drives, with `L` locks.
-pub type MSite<const L: usize> = Site<MAX_NODES, L, QCAP, OCAP>;
+pub type MSite<const L: usize> = Site<MAX_NODES, L, QCAP>;
 /// The kernel message type of [`MSite`].
 pub type MMsg = Msg<QCAP>;
 /// Largest FIFO bypass bound the model checks for (`P6 FIFO bypass ≤ 0` … `≤ 7`).

@@ -30,7 +30,7 @@ const Q: usize = MAX;
 const L: usize = 2;
 const O: usize = MAX + Q + L + 6;
 /// The kernel site the model drives.
-pub type ISite = Site<MAX, L, Q, O>;
+pub type ISite = Site<MAX, L, Q>;
 type IMsg = Msg<Q>;
 
 /// Node A (low priority).

@@ -746,7 +746,7 @@ impl Core {
     fn kstep(&mut self, path: &str, input: Input<'_, KMsg>) -> Result<(), KernelError> {
         let e = self.locks.get_mut(path).expect("entry exists");
         self.out.clear();
-        e.site.step(input, &mut self.out)?;
+        e.site.step(input, &mut *self.out)?;
         let outs: Vec<Output<KMsg>> = self.out.drain(..).collect();
         for o in outs {
             match o {

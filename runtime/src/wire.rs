@@ -35,7 +35,7 @@ pub const MAX_PATH: usize = 1024;
 
 /// The kernel site the runtime runs per lock: up to [`MAX_NODES`] nodes, one lock per
 /// site (locks are created on demand, by path), a queue that can hold every node.
-pub type LockSite = hilock_kernel::Site<MAX_NODES, 1, MAX_NODES, { MAX_NODES * 2 + 7 }>;
+pub type LockSite = hilock_kernel::Site<MAX_NODES, 1, MAX_NODES>;
 
 /// The kernel message type on the wire.
 pub type KMsg = Msg<MAX_NODES>;

@@ -6,11 +6,13 @@
 
 pub mod export;
 pub mod scenario;
+pub mod sink;
 pub mod system;
 pub mod trace;
 pub mod workload;
 
 pub use scenario::{Prepared, RunReport, Scenario};
+pub use sink::VecSink;
 pub use system::{SpecMsg, SpecSite, System};
 pub use trace::{NodeSnapshot, Trace};
 

@@ -5,7 +5,9 @@
 //! the global safety properties (mutual exclusion, one token) after any step.
 
 use hilock_kernel::tables::table_2_1;
-use hilock_kernel::{Input, KernelError, LockId, Mode, Msg, NodeId, Output, Outputs, Site};
+use hilock_kernel::{
+    Input, KernelError, LockId, Mode, Msg, NodeId, Output, Outputs, RuleSet, Site,
+};
 use std::collections::{BTreeMap, VecDeque};
 
 /// Largest number of nodes a spec system supports.
@@ -18,7 +20,7 @@ pub const QUEUE: usize = MAX_NODES;
 pub const OUT: usize = MAX_NODES + QUEUE + MAX_LOCKS + 6;
 
 /// The kernel site type the spec tools use.
-pub type SpecSite = Site<MAX_NODES, MAX_LOCKS, QUEUE, OUT>;
+pub type SpecSite = Site<MAX_NODES, MAX_LOCKS, QUEUE>;
 /// The message type of [`SpecSite`].
 pub type SpecMsg = Msg<QUEUE>;
 
@@ -40,6 +42,8 @@ pub struct StepResult {
     pub outputs: Vec<Output<SpecMsg>>,
     /// The kernel's rejection, if any.
     pub error: Option<KernelError>,
+    /// The rules that fired (empty on error).
+    pub rules: RuleSet,
 }
 
 /// A set of sites and the channels between them.
@@ -103,11 +107,12 @@ impl System {
                 node,
                 outputs: vec![],
                 error: Some(KernelError::UnknownNode(node)),
+                rules: RuleSet::EMPTY,
             };
         };
         let mut out: Outputs<SpecMsg, OUT> = Outputs::new();
         match site.step(input, &mut out) {
-            Ok(()) => {
+            Ok(report) => {
                 let outputs: Vec<_> = out.into_iter().collect();
                 for o in &outputs {
                     if let Output::Send { to, msg } = o {
@@ -126,12 +131,14 @@ impl System {
                     node,
                     outputs,
                     error: None,
+                    rules: report.rules,
                 }
             }
             Err(e) => StepResult {
                 node,
                 outputs: vec![],
                 error: Some(e),
+                rules: RuleSet::EMPTY,
             },
         }
     }

@@ -13,7 +13,7 @@ fn mode_sets_and_conflicts_display_as_in_the_thesis() {
     assert_eq!(e.to_string(), "modes U and IW conflict (Table 2.1)");
 }
 
-type S = Site<3, 1, 3, 13>;
+type S = Site<3, 1, 3>;
 
 #[test]
 fn token_generation_counts_transfers() {

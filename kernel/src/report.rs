@@ -1,0 +1,201 @@
+//! What a step did: the rules that fired, named as in the thesis.
+//!
+//! Every [`crate::Site::step`] returns a [`Report`] whose [`RuleSet`] says which rules of
+//! chapters 2 and 3 (and which of hilock's decisions of `SPEC.md` section 4) the step
+//! applied. Traces, the Explorer and the rule-coverage counts read it; nothing in the kernel
+//! depends on it.
+
+use core::fmt;
+
+macro_rules! rules {
+    ($( $(#[$doc:meta])* $name:ident = $label:literal, )*) => {
+        /// A rule (or hilock decision) that a step applied.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+        #[repr(u8)]
+        pub enum Rule {
+            $( $(#[$doc])* $name, )*
+        }
+
+        impl Rule {
+            /// Every rule, in declaration order.
+            pub const ALL: &'static [Rule] = &[$(Rule::$name,)*];
+
+            /// The rule's short label, as the thesis names it.
+            pub const fn label(self) -> &'static str {
+                match self {
+                    $( Rule::$name => $label, )*
+                }
+            }
+        }
+    };
+}
+
+rules! {
+    /// Rule 2: the owned mode covers the request (M_O ≥ M_R, compatible, not frozen): the
+    /// site enters without a message.
+    Rule2Local = "Rule 2 (local grant)",
+    /// Rule 2: the request is sent to the parent.
+    Rule2Request = "Rule 2 (request to parent)",
+    /// Rule 3.1: a non-token node grants a copy (Table 2.2).
+    Rule3_1CopyGrant = "Rule 3.1 (copy grant by a child)",
+    /// Rule 3.2: the token node grants a copy (Table 2.2).
+    Rule3_2CopyGrant = "Rule 3.2 (copy grant by the token node)",
+    /// Rule 3.2: the token node grants its own request.
+    Rule3_2OwnGrant = "Rule 3.2 (token node enters)",
+    /// Rule 3.2: the token is transferred to the requester (with the queue, Rule 5.1).
+    Rule3_2TokenTransfer = "Rule 3.2 (token transfer)",
+    /// Rule 4.1: a non-token node queues a request behind its pending one (Table 2.3 / 3.2 Q).
+    Rule4_1Queue = "Rule 4.1 (queue behind pending)",
+    /// Rule 4.1: a non-token node forwards a request to its parent (Table 2.3 / 3.2 F).
+    Rule4_1Forward = "Rule 4.1 (forward)",
+    /// Rule 4.2: the token node queues a request it cannot grant.
+    Rule4_2Queue = "Rule 4.2 (queue at the token)",
+    /// Rule 5: the local user released (`RequestUnlock`).
+    Rule5Release = "Rule 5 (release)",
+    /// Rule 5.2: the owned mode changed (weakened or became Φ): the parent is told.
+    Rule5_2Propagate = "Rule 5.2 (release to parent)",
+    /// Rule 5.2: `HandleRelease` updated a child's record.
+    Rule5_2Apply = "Rule 5.2 (record updated)",
+    /// Rule 6: newly frozen modes were sent to children (invariant 2.3).
+    Rule6FreezeSent = "Rule 6 (freeze to children)",
+    /// Rule 6: a freeze from the parent was merged into the frozen modes.
+    Rule6FreezeApplied = "Rule 6 (freeze applied)",
+    /// Rule 7: U → W at once (no child owns a mode).
+    Rule7Upgrade = "Rule 7 (upgrade at once)",
+    /// Rule 7: the upgrade waits for the children's releases (W pending, modes frozen).
+    Rule7UpgradeWaits = "Rule 7 (upgrade waits)",
+    /// Rule 7: a waiting upgrade completed.
+    Rule7UpgradeDone = "Rule 7 (upgrade completed)",
+    /// Rule 8.1: a request was placed by priority (behind every entry of at least its
+    /// priority).
+    Rule8_1Order = "Rule 8.1 (priority order)",
+    /// Rule 8.2: the token's queue was merged with the local queue.
+    Rule8_2Merge = "Rule 8.2 (queue merge)",
+    /// `ReceiveGrant` (Fig. 2.5): the pending request was granted by a copy.
+    GrantReceived = "ReceiveGrant",
+    /// `ReceiveToken` (Fig. 2.5): the token arrived for the pending request.
+    TokenReceived = "ReceiveToken",
+    /// hilock (SPEC.md 4): leaving the old parent, its record of this site drops to Φ.
+    LeaveOldParent = "leave old parent",
+    /// hilock (protocol-notes point 5): a resynchronising release after a grant.
+    ResyncRelease = "resync release",
+    /// Chapter 3: the base priority β changed.
+    SetPriority = "set priority",
+    /// PIP (Fig. 3.8): the site inherits a waiting request's priority.
+    PipInherit = "PIP inherit",
+    /// PIP (Fig. 3.8): pending requests reissued at a raised priority.
+    PipReissue = "PIP reissue",
+    /// PIP `HandleReissuedRequest` (Fig. 3.8): a queued request's priority raised.
+    PipRequeue = "PIP requeue",
+    /// PCEP (Fig. 3.7): the effective priority raised to the lock's ceiling.
+    PcepCeiling = "PCEP ceiling",
+    /// hilock (issue 13): a stale token made this site the token node; its current pending
+    /// request was queued here.
+    OwnRequestRequeued = "own request requeued",
+    /// A stale request copy was dropped.
+    StaleRequest = "stale request",
+    /// A stale grant was answered with a release.
+    StaleGrant = "stale grant",
+    /// A token for a request that is no longer pending was kept.
+    StaleToken = "stale token",
+    /// A release from a superseded link was dropped.
+    StaleRelease = "stale release",
+    /// A freeze from a node that is not the parent (or while owning Φ) was dropped.
+    StaleFreeze = "stale freeze",
+}
+
+impl fmt::Display for Rule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.label())
+    }
+}
+
+/// A set of [`Rule`]s (a bit set; iteration in declaration order).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct RuleSet(u64);
+
+impl RuleSet {
+    /// The empty set.
+    pub const EMPTY: RuleSet = RuleSet(0);
+
+    /// Adds `r`.
+    pub fn insert(&mut self, r: Rule) {
+        self.0 |= 1 << (r as u8);
+    }
+
+    /// Whether `r` is in the set.
+    pub fn contains(self, r: Rule) -> bool {
+        self.0 & (1 << (r as u8)) != 0
+    }
+
+    /// Whether the set is empty.
+    pub fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+
+    /// Number of rules in the set.
+    pub fn len(self) -> usize {
+        self.0.count_ones() as usize
+    }
+
+    /// The rules, in declaration order.
+    pub fn iter(self) -> impl Iterator<Item = Rule> {
+        Rule::ALL.iter().copied().filter(move |r| self.contains(*r))
+    }
+
+    /// The union of two sets.
+    pub fn union(self, other: RuleSet) -> RuleSet {
+        RuleSet(self.0 | other.0)
+    }
+}
+
+impl fmt::Display for RuleSet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, r) in self.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            f.write_str(r.label())?;
+        }
+        Ok(())
+    }
+}
+
+/// What one accepted step did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct Report {
+    /// The rules that fired.
+    pub rules: RuleSet,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_rule_fits_the_bit_set_and_iterates_in_order() {
+        assert!(Rule::ALL.len() <= 64);
+        let mut s = RuleSet::EMPTY;
+        for r in Rule::ALL.iter().rev() {
+            s.insert(*r);
+        }
+        assert_eq!(s.len(), Rule::ALL.len());
+        assert!(s.iter().eq(Rule::ALL.iter().copied()));
+        let mut one = RuleSet::EMPTY;
+        one.insert(Rule::Rule6FreezeSent);
+        assert!(one.contains(Rule::Rule6FreezeSent) && !one.contains(Rule::Rule2Local));
+        assert_eq!(one.to_string_for_test(), "Rule 6 (freeze to children)");
+    }
+
+    impl RuleSet {
+        fn to_string_for_test(self) -> heapless::String<64> {
+            use core::fmt::Write;
+            let mut s = heapless::String::new();
+            write!(s, "{self}").unwrap();
+            s
+        }
+    }
+}
