@@ -85,12 +85,23 @@ fn cases() -> u32 {
         .unwrap_or(2_000)
 }
 
-fn inheritance() -> impl Strategy<Value = Inheritance> {
-    prop_oneof![
-        Just(Inheritance::None),
-        Just(Inheritance::Pcep),
-        Just(Inheritance::Pip)
-    ]
+/// The inheritance variants to draw from: all three by default, or one named by
+/// `HILOCK_INHERITANCE=none|pcep|pip` (for the ≥ 10^6-case runs per variant in SPEC.md).
+fn inheritance() -> BoxedStrategy<Inheritance> {
+    match std::env::var("HILOCK_INHERITANCE").as_deref() {
+        Ok("none") => Just(Inheritance::None).boxed(),
+        Ok("pcep") => Just(Inheritance::Pcep).boxed(),
+        Ok("pip") => Just(Inheritance::Pip).boxed(),
+        Ok(other) if !other.is_empty() && other != "all" => {
+            panic!("HILOCK_INHERITANCE={other}: expected none, pcep, pip or all")
+        }
+        _ => prop_oneof![
+            Just(Inheritance::None),
+            Just(Inheritance::Pcep),
+            Just(Inheritance::Pip)
+        ]
+        .boxed(),
+    }
 }
 
 fn with_lock(m: &SpecMsg, lock: LockId) -> SpecMsg {
@@ -346,12 +357,12 @@ proptest! {
 proptest! {
     #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
 
-    /// Well-formed runs biased towards priority changes, under PIP and PCEP: after draining,
-    /// every request was granted. This generator found the PIP lost request of issue 13
+    /// Well-formed runs biased towards priority changes: after draining, every request was
+    /// granted. This generator found the PIP lost request of issue 13
     /// within a second (seeds 1 and 2, 200,000 cases); the stock one needed ~10^5 cases.
     #[test]
-    fn prio_biased_runs_grant_every_request(pip in any::<bool>(), actions in prop::collection::vec(action_prio_biased(), 1..200)) {
-        let mut h = Harness::with(if pip { Inheritance::Pip } else { Inheritance::Pcep });
+    fn prio_biased_runs_grant_every_request(inh in inheritance(), actions in prop::collection::vec(action_prio_biased(), 1..200)) {
+        let mut h = Harness::with(inh);
         for a in &actions {
             if let Err(e) = h.apply(a) {
                 prop_assert!(false, "{}", e);
