@@ -262,12 +262,10 @@ impl<const N: usize, const L: usize, const Q: usize> Site<N, L, Q> {
         if self.variant.inheritance == Inheritance::Pip {
             target = target.max(cx.boost);
         }
-        if self.variant.inheritance == Inheritance::Pcep
-            && cx.granted
-            && self.prio.ceiling[l] > target
-        {
+        if self.variant.inheritance == Inheritance::Pcep && cx.granted && target > cx.effective {
+            // The grant raised ξ(self) to the lock's ceiling (`effective_from_held` counts
+            // the ceilings of the held locks).
             cx.fire(Rule::PcepCeiling);
-            target = self.prio.ceiling[l];
         }
         self.set_effective(cx, target)
     }
