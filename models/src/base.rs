@@ -23,11 +23,20 @@
 //! - `P2 single token`: per lock, tokens at sites + `Token` messages in flight = 1.
 //! - `P3 owned-mode invariant` (invariant 2.2): for every lock and every node `c` that is
 //!   not the token node, with parent `p`: if no `Release`, `Grant` or `Token` of that lock is
-//!   in flight between `c` and `p` (either direction), then `p`'s record of `c` *covers*
-//!   `c`'s owned mode `M_O(c)`: the record is at least as strong (inequation 2.1) and every
-//!   mode that conflicts with `M_O(c)` (Table 2.1) also conflicts with the record. (With
-//!   U = IW in strength this excludes a record IW for an owned U.) By induction up the tree
-//!   every node then owns a mode covering every mode held in its subtree.
+//!   in flight between `c` and `p` (either direction), then on FIFO channels `p`'s record
+//!   of `c` *equals* `c`'s owned mode `M_O(c)` (so a weakening such as R → IR must reach the
+//!   parent, Rule 5.2), and on the unordered network it *covers* it: the record is at least
+//!   as strong (inequation 2.1) and every mode that conflicts with `M_O(c)` (Table 2.1) also
+//!   conflicts with the record. (With U = IW in strength this excludes a record IW for an
+//!   owned U.) By induction up the tree every node then owns a mode covering every mode held
+//!   in its subtree.
+//! - `P3b frozen-mode invariant` (invariant 2.3): for the same quiet links (no message of
+//!   the lock in flight either way) and a child with a non-Φ record, every mode the parent
+//!   has frozen that the child could grant (`tables::grantable_set` of the record) is frozen
+//!   at the child with at least the parent's threshold. Deleting a freeze to children (Rule
+//!   6, in `LockNode::finish_freeze` or when the token arrives in `LockNode::on_token`)
+//!   breaks it. Checked on FIFO channels (on the unordered network a freeze can overtake
+//!   the grant that makes its receiver a child, and is then dropped as stale).
 //! - `P4 no deadlock`, safety over quiescent states: in a state with no enabled action (the
 //!   network is empty and every script is finished or blocked on its request) no site has a
 //!   pending request.
@@ -50,7 +59,7 @@
 //!   a token transfer, local queueing (Table 2.3 Q at a non-token node), a freeze delivered
 //!   (and applied), an upgrade completed.
 
-use hilock_kernel::tables::table_2_1;
+use hilock_kernel::tables::{grantable_set, table_2_1};
 use hilock_kernel::{Input, LockId, Mode, Msg, NodeId, Output, Outputs, Pending, Site, Variant};
 use serde::{Deserialize, Serialize};
 use stateright::{Model, Property};
@@ -429,6 +438,13 @@ impl<const L: usize> State<L> {
         self.net.values().map(|q| q.len()).sum()
     }
 
+    /// Whether any message of lock `l` is in flight from `a` to `b`.
+    fn lock_any(&self, a: usize, b: usize, l: usize) -> bool {
+        self.net
+            .get(&(a as u8, b as u8))
+            .is_some_and(|q| q.iter().any(|m| m.lock().idx() == l))
+    }
+
     fn lock_busy(&self, a: usize, b: usize, l: usize) -> bool {
         self.net.get(&(a as u8, b as u8)).is_some_and(|q| {
             q.iter().any(|m| {
@@ -726,7 +742,7 @@ fn p2<const L: usize>(_: &BaseModel<L>, st: &State<L>) -> bool {
     })
 }
 
-fn p3<const L: usize>(_: &BaseModel<L>, st: &State<L>) -> bool {
+fn p3<const L: usize>(m: &BaseModel<L>, st: &State<L>) -> bool {
     (0..L).all(|l| {
         st.sites.iter().enumerate().all(|(c, s)| {
             let node = &s.locks()[l];
@@ -738,9 +754,45 @@ fn p3<const L: usize>(_: &BaseModel<L>, st: &State<L>) -> bool {
                 return true;
             }
             let record = st.sites[p].locks()[l].peers()[c].child_owned;
-            covers(record, node.owned())
+            match m.cfg.network {
+                // On FIFO channels the record is exact once the link is quiet (invariant
+                // 2.2 as the thesis states it): a weakening that is not propagated (Rule
+                // 5.2) leaves a stronger record and is caught here.
+                Network::Fifo => record == node.owned(),
+                // On the unordered network a release can overtake the grant it follows;
+                // only covering holds there.
+                Network::Unordered => covers(record, node.owned()),
+            }
         })
     })
+}
+
+fn p3_frozen<const L: usize>(m: &BaseModel<L>, st: &State<L>) -> bool {
+    // On the unordered network a freeze can overtake the grant that makes its receiver a
+    // child (and is dropped as stale): the invariant is stated for FIFO channels only.
+    m.cfg.network == Network::Unordered
+        || (0..L).all(|l| {
+            st.sites.iter().enumerate().all(|(c, s)| {
+                let node = &s.locks()[l];
+                let Some(p) = node.parent() else {
+                    return true;
+                };
+                let p = p.idx();
+                if node.has_token() || st.lock_any(c, p, l) || st.lock_any(p, c, l) {
+                    return true;
+                }
+                let parent = &st.sites[p].locks()[l];
+                let record = parent.peers()[c].child_owned;
+                if record == Mode::Phi {
+                    return true;
+                }
+                parent
+                    .frozen_thresholds()
+                    .restrict(grantable_set(record))
+                    .beyond(node.frozen_thresholds())
+                    .is_empty()
+            })
+        })
 }
 
 fn p4<const L: usize>(m: &BaseModel<L>, st: &State<L>) -> bool {
@@ -770,10 +822,11 @@ fn ev<const L: usize, const E: u8>(_: &BaseModel<L>, st: &State<L>) -> bool {
 }
 
 /// Names of the properties that must hold (`always`).
-pub const SAFETY: [&str; 6] = [
+pub const SAFETY: [&str; 7] = [
     "P1 mutual exclusion",
     "P2 single token",
     "P3 owned-mode invariant",
+    "P3b frozen-mode invariant",
     "P4 no deadlock",
     "P5 liveness",
     "no kernel error",
@@ -911,9 +964,10 @@ impl<const L: usize> Model for BaseModel<L> {
             Property::always(SAFETY[0], p1::<L>),
             Property::always(SAFETY[1], p2::<L>),
             Property::always(SAFETY[2], p3::<L>),
-            Property::always(SAFETY[3], p4::<L>),
-            Property::always(SAFETY[4], p5::<L>),
-            Property::always(SAFETY[5], no_error::<L>),
+            Property::always(SAFETY[3], p3_frozen::<L>),
+            Property::always(SAFETY[4], p4::<L>),
+            Property::always(SAFETY[5], p5::<L>),
+            Property::always(SAFETY[6], no_error::<L>),
             Property::always(BYPASS[0], bypass::<L, 0>),
             Property::always(BYPASS[1], bypass::<L, 1>),
             Property::always(BYPASS[2], bypass::<L, 2>),
