@@ -58,3 +58,9 @@ pub use prio::{Frozen, Inheritance, Priority};
 pub use protocol::Protocol;
 pub use report::{Report, Rule, RuleSet};
 pub use site::{DefaultSite, Priorities, Site};
+
+/// The README's code blocks, compiled and run as doctests (`cargo test --doc -p
+/// hilock-kernel`), so the kernel example there cannot drift from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeDoctests;
