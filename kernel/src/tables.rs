@@ -208,18 +208,6 @@ pub fn grantable_set(owned: Mode) -> ModeSet {
     out
 }
 
-/// Invariant 2.3: of the frozen set, the modes a child owning `child_owned` must be told
-/// about — those it could itself grant (Rule 3.1).
-pub fn freeze_for_child(frozen: ModeSet, child_owned: Mode) -> ModeSet {
-    let mut out = ModeSet::EMPTY;
-    for m in frozen.iter() {
-        if grantable(child_owned, m) {
-            out.insert(m);
-        }
-    }
-    out
-}
-
 /// Derivations of the tables from the axioms (Table 2.1 and inequation 2.1) and invariant 2.2.
 pub mod derived {
     use super::*;

@@ -228,7 +228,7 @@ pub fn rules() -> Vec<Rule> {
             id: "Rule 4.1",
             text: "A non-token node that cannot grant queues the request if Table 2.3 says Q for its pending mode, else forwards it.",
             tables: vec!["2.3"],
-            kernel: vec!["LockNode::on_request", "LockNode::check_queue_at_child", "tables::queue_or_forward"],
+            kernel: vec!["LockNode::on_request", "LockNode::check_queue_at_child", "LockNode::keeps", "tables::queue_or_forward_prio"],
             tests: vec!["scenario fig-2.3"],
         },
         Rule {
@@ -256,7 +256,7 @@ pub fn rules() -> Vec<Rule> {
             id: "Rule 6",
             text: "A node may grant only modes that are not frozen; the token node freezes per Table 2.4 (invariant 2.2) and tells children that could grant them (invariant 2.3).",
             tables: vec!["2.4"],
-            kernel: vec!["LockNode::recompute_frozen", "LockNode::finish_freeze", "LockNode::on_freeze", "tables::frozen_by", "tables::freeze_for_child"],
+            kernel: vec!["LockNode::recompute_frozen", "LockNode::finish_freeze", "LockNode::on_freeze", "tables::frozen_by", "tables::grantable_set"],
             tests: vec!["scenario fig-2.8", "scenario fig-2.10"],
         },
         Rule {

@@ -39,3 +39,159 @@ fn spec_md_lists_every_scenario_with_its_figure() {
         }
     }
 }
+
+/// Every function of `kernel/src` with the names it calls (a textual call graph: a name
+/// followed by `(` inside the body counts as a call; methods of different types with the
+/// same name are one node — the check can miss a dead function that shares a name with a
+/// live one, never the other way round).
+fn kernel_call_graph() -> std::collections::BTreeMap<String, std::collections::BTreeSet<String>> {
+    fn walk(dir: &std::path::Path, files: &mut Vec<std::path::PathBuf>) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                walk(&p, files);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                files.push(p);
+            }
+        }
+    }
+    let mut files = Vec::new();
+    walk(
+        &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../kernel/src"),
+        &mut files,
+    );
+    let ident = |b: u8| b.is_ascii_alphanumeric() || b == b'_';
+    let mut graph: std::collections::BTreeMap<String, std::collections::BTreeSet<String>> =
+        Default::default();
+    for f in files {
+        let t = std::fs::read_to_string(f).unwrap();
+        let b = t.as_bytes();
+        let mut i = 0;
+        while let Some(k) = t[i..].find("fn ") {
+            let at = i + k;
+            i = at + 3;
+            if at > 0 && ident(b[at - 1]) {
+                continue;
+            }
+            let name: String = t[i..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            if name.is_empty() {
+                continue;
+            }
+            // Skip the parameter list, then find the body (or `;` for a declaration).
+            let Some(open) = t[i..].find('(').map(|x| i + x) else {
+                break;
+            };
+            let (mut depth, mut j) = (0i32, open);
+            while j < b.len() {
+                match b[j] {
+                    b'(' => depth += 1,
+                    b')' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            break;
+                        }
+                    }
+                    _ => {}
+                }
+                j += 1;
+            }
+            let mut k = j;
+            while k < b.len() && b[k] != b'{' && b[k] != b';' {
+                k += 1;
+            }
+            if k >= b.len() || b[k] == b';' {
+                continue;
+            }
+            let (mut depth, mut e) = (0i32, k);
+            while e < b.len() {
+                match b[e] {
+                    b'{' => depth += 1,
+                    b'}' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            break;
+                        }
+                    }
+                    _ => {}
+                }
+                e += 1;
+            }
+            let body = &t[k..e.min(b.len())];
+            let calls = graph.entry(name).or_default();
+            let bb = body.as_bytes();
+            for (p, _) in body.match_indices('(') {
+                let mut s = p;
+                while s > 0 && ident(bb[s - 1]) {
+                    s -= 1;
+                }
+                if s < p {
+                    calls.insert(body[s..p].to_string());
+                }
+            }
+        }
+    }
+    graph
+}
+
+/// SPEC.md's traceability is checked, not typed (issue 13): every kernel function that the
+/// rule tables of SPEC.md (and the rule list of `hilock spec --json`) name exists in
+/// `kernel/src` and is reachable from a step (`Site::step`, the baselines' and the tree's
+/// `step`) or from the constructors a driver calls before stepping.
+#[test]
+fn spec_md_rule_functions_exist_and_are_reachable_from_step() {
+    let graph = kernel_call_graph();
+    let roots = [
+        "step",
+        "new",
+        "with_parents",
+        "with_variant",
+        "with_ceilings",
+    ];
+    let mut reach: std::collections::BTreeSet<String> =
+        roots.iter().map(|s| s.to_string()).collect();
+    let mut stack: Vec<String> = reach.iter().cloned().collect();
+    while let Some(n) = stack.pop() {
+        for c in graph.get(&n).into_iter().flatten() {
+            if graph.contains_key(c) && reach.insert(c.clone()) {
+                stack.push(c.clone());
+            }
+        }
+    }
+    let mut named: Vec<(String, String)> = Vec::new();
+    for line in spec_md().lines() {
+        let cols: Vec<&str> = line.split('|').map(str::trim).collect();
+        if cols.len() < 5
+            || !(cols[1].starts_with("Rule")
+                || cols[1].starts_with("PIP")
+                || cols[1].starts_with("PCEP")
+                || cols[1].starts_with("`Receive"))
+        {
+            continue;
+        }
+        for part in cols[3].split('`').skip(1).step_by(2) {
+            named.push((cols[1].to_string(), part.to_string()));
+        }
+    }
+    for rule in export::rules() {
+        for f in &rule.kernel {
+            named.push((rule.id.to_string(), f.to_string()));
+        }
+    }
+    assert!(named.len() > 30, "only {} functions named", named.len());
+    let mut bad = Vec::new();
+    for (rule, path) in &named {
+        let f = path.rsplit("::").next().unwrap();
+        if !f.starts_with(|c: char| c.is_ascii_lowercase()) || path.contains("::tests::") {
+            continue; // a type or constant, or a unit test named as evidence
+        }
+        if !graph.contains_key(f) {
+            bad.push(format!("{rule}: `{path}` does not exist in kernel/src"));
+        } else if !reach.contains(f) {
+            bad.push(format!("{rule}: `{path}` is not reachable from a step"));
+        }
+    }
+    assert!(bad.is_empty(), "SPEC.md traceability:\n{}", bad.join("\n"));
+}
