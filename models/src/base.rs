@@ -59,8 +59,9 @@
 //!   a token transfer, local queueing (Table 2.3 Q at a non-token node), a freeze delivered
 //!   (and applied), an upgrade completed.
 
-use hilock_kernel::tables::{grantable_set, table_2_1};
+use hilock_kernel::tables::table_2_1;
 use hilock_kernel::{Input, LockId, Mode, Msg, NodeId, Output, Outputs, Pending, Site, Variant};
+use hilock_spec::properties::{frozen_reach_children, owned_records};
 use serde::{Deserialize, Serialize};
 use stateright::{Model, Property};
 use std::collections::BTreeMap;
@@ -518,15 +519,7 @@ fn msg_key(m: &MMsg) -> u64 {
     h.finish()
 }
 
-/// Every mode that conflicts with `owned` also conflicts with `record`, and `record` is at
-/// least as strong (literal Table 2.1).
-pub fn covers(record: Mode, owned: Mode) -> bool {
-    owned == Mode::Phi
-        || (record.at_least(owned)
-            && Mode::REQUESTABLE
-                .iter()
-                .all(|m| !table_2_1(owned, *m) || table_2_1(record, *m)))
-}
+pub use hilock_spec::properties::covers;
 
 impl<const L: usize> BaseModel<L> {
     fn n(&self) -> usize {
@@ -743,56 +736,23 @@ fn p2<const L: usize>(_: &BaseModel<L>, st: &State<L>) -> bool {
 }
 
 fn p3<const L: usize>(m: &BaseModel<L>, st: &State<L>) -> bool {
-    (0..L).all(|l| {
-        st.sites.iter().enumerate().all(|(c, s)| {
-            let node = &s.locks()[l];
-            let Some(p) = node.parent() else {
-                return true;
-            };
-            let p = p.idx();
-            if node.has_token() || st.lock_busy(c, p, l) || st.lock_busy(p, c, l) {
-                return true;
-            }
-            let record = st.sites[p].locks()[l].peers()[c].child_owned;
-            match m.cfg.network {
-                // On FIFO channels the record is exact once the link is quiet (invariant
-                // 2.2 as the thesis states it): a weakening that is not propagated (Rule
-                // 5.2) leaves a stronger record and is caught here.
-                Network::Fifo => record == node.owned(),
-                // On the unordered network a release can overtake the grant it follows;
-                // only covering holds there.
-                Network::Unordered => covers(record, node.owned()),
-            }
-        })
+    // Exact on FIFO channels (invariant 2.2 as the thesis states it: a weakening that is not
+    // propagated, Rule 5.2, leaves a stronger record and is caught); covering on the
+    // unordered network, where a release can overtake the grant it follows.
+    owned_records(&st.sites, L, m.cfg.network == Network::Fifo, |c, p, l| {
+        !st.lock_busy(c, p, l) && !st.lock_busy(p, c, l)
     })
+    .is_ok()
 }
 
 fn p3_frozen<const L: usize>(m: &BaseModel<L>, st: &State<L>) -> bool {
     // On the unordered network a freeze can overtake the grant that makes its receiver a
     // child (and is dropped as stale): the invariant is stated for FIFO channels only.
     m.cfg.network == Network::Unordered
-        || (0..L).all(|l| {
-            st.sites.iter().enumerate().all(|(c, s)| {
-                let node = &s.locks()[l];
-                let Some(p) = node.parent() else {
-                    return true;
-                };
-                let p = p.idx();
-                if node.has_token() || st.lock_any(c, p, l) || st.lock_any(p, c, l) {
-                    return true;
-                }
-                let parent = &st.sites[p].locks()[l];
-                let record = parent.peers()[c].child_owned;
-                if record == Mode::Phi {
-                    return true;
-                }
-                parent
-                    .frozen_thresholds()
-                    .restrict(grantable_set(record))
-                    .beyond(node.frozen_thresholds())
-                    .is_empty()
-            })
+        || frozen_reach_children(&st.sites, L, |c, p, l| {
+            !st.lock_any(c, p, l) && !st.lock_any(p, c, l)
         })
+        .is_ok()
 }
 
 fn p4<const L: usize>(m: &BaseModel<L>, st: &State<L>) -> bool {

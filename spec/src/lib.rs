@@ -5,6 +5,7 @@
 //! of kernel sites both run on ([`system`]). The prose is in `spec/SPEC.md`.
 
 pub mod export;
+pub mod properties;
 pub mod scenario;
 pub mod sink;
 pub mod system;

@@ -520,7 +520,10 @@ impl Runner<'_> {
             ));
         }
         self.sys.check_mutual_exclusion()?;
-        self.sys.check_single_token()
+        self.sys.check_single_token()?;
+        self.sys
+            .check_tree_invariants()
+            .map_err(|e| format!("after step {}: {e}", self.steps.len() - 1))
     }
 
     fn op(&mut self, node: NodeId) -> Result<(), String> {
@@ -758,6 +761,31 @@ impl Prepared {
             },
         }
         r.compare("final state", &self.scenario.expect, &mut mismatches);
+        // The script ends as the file says: every request granted, unless the final
+        // expectations state the pending mode of that node and lock.
+        for (i, name) in self.names.iter().enumerate() {
+            for l in 0..self.scenario.locks.len() + 1 {
+                let key = if l == 0 {
+                    name.clone()
+                } else {
+                    format!("{name}@{l}")
+                };
+                let pending = r.sys.sites[i]
+                    .lock(LockId(l as u16))
+                    .map(|n| n.pending_mode())
+                    .unwrap_or(Mode::Phi);
+                let stated = self
+                    .scenario
+                    .expect
+                    .get(&key)
+                    .is_some_and(|e| e.pending.is_some());
+                if pending != Mode::Phi && !stated {
+                    mismatches.push(format!(
+                        "final state: {key} still waits for {pending}; every request must be granted by the end, or the file's \"expect\" must state {key}'s \"pending\" mode"
+                    ));
+                }
+            }
+        }
         let final_states = self
             .names
             .iter()

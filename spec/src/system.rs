@@ -231,6 +231,36 @@ impl System {
         Ok(())
     }
 
+    /// Whether a message of `lock` that satisfies `kind` is in flight from `a` to `b`.
+    fn in_flight_on(
+        &self,
+        a: usize,
+        b: usize,
+        lock: usize,
+        kind: impl Fn(&SpecMsg) -> bool,
+    ) -> bool {
+        self.channels
+            .get(&(NodeId(a as u16), NodeId(b as u16)))
+            .is_some_and(|q| q.iter().any(|m| m.msg.lock().idx() == lock && kind(&m.msg)))
+    }
+
+    /// P3 (exact: the channels are FIFO) and P3b, the tree invariants 2.2 and 2.3
+    /// ([`crate::properties`]), over the sites and the messages in flight.
+    pub fn check_tree_invariants(&self) -> Result<(), String> {
+        let records = |m: &SpecMsg| {
+            matches!(
+                m,
+                Msg::Release { .. } | Msg::Grant { .. } | Msg::Token { .. }
+            )
+        };
+        crate::properties::owned_records(&self.sites, MAX_LOCKS, true, |c, p, l| {
+            !self.in_flight_on(c, p, l, records) && !self.in_flight_on(p, c, l, records)
+        })?;
+        crate::properties::frozen_reach_children(&self.sites, MAX_LOCKS, |c, p, l| {
+            !self.in_flight_on(c, p, l, |_| true) && !self.in_flight_on(p, c, l, |_| true)
+        })
+    }
+
     /// P2, single token: exactly one token per lock, at a site or in flight.
     pub fn check_single_token(&self) -> Result<(), String> {
         for l in 0..MAX_LOCKS {
