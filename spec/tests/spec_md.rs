@@ -161,9 +161,20 @@ fn spec_md_rule_functions_exist_and_are_reachable_from_step() {
         }
     }
     let mut named: Vec<(String, String)> = Vec::new();
+    // Only the tables whose header has a "kernel function(s)" column (sections 3 and 6).
+    let mut in_rule_table = false;
     for line in spec_md().lines() {
+        if !line.starts_with('|') {
+            in_rule_table = false;
+            continue;
+        }
+        if line.contains("kernel function") {
+            in_rule_table = true;
+            continue;
+        }
         let cols: Vec<&str> = line.split('|').map(str::trim).collect();
-        if cols.len() < 5
+        if !in_rule_table
+            || cols.len() < 5
             || !(cols[1].starts_with("Rule")
                 || cols[1].starts_with("PIP")
                 || cols[1].starts_with("PCEP")
