@@ -18,6 +18,26 @@ pub fn covers(record: Mode, owned: Mode) -> bool {
                 .all(|m| !table_2_1(owned, *m) || table_2_1(record, *m)))
 }
 
+/// Every (lock, child, parent) of a non-token node whose link is quiet.
+fn quiet_links<const N: usize, const L: usize, const Q: usize>(
+    sites: &[Site<N, L, Q>],
+    locks: usize,
+    quiet: impl Fn(usize, usize, usize) -> bool,
+) -> Vec<(usize, usize, usize)> {
+    let mut links = Vec::new();
+    for l in 0..locks.min(L) {
+        for (c, s) in sites.iter().enumerate() {
+            let node = &s.locks()[l];
+            let Some(p) = node.parent() else { continue };
+            let p = p.idx();
+            if !node.has_token() && p < sites.len() && quiet(c, p, l) {
+                links.push((l, c, p));
+            }
+        }
+    }
+    links
+}
+
 /// P3, invariant 2.2: for every lock and every non-token node `c` with parent `p` whose link
 /// is quiet (no `Release`, `Grant` or `Token` of the lock in flight either way), `p`'s record
 /// of `c` equals `c`'s owned mode (`exact`, FIFO channels) or covers it (`!exact`: the
@@ -28,27 +48,20 @@ pub fn owned_records<const N: usize, const L: usize, const Q: usize>(
     exact: bool,
     quiet: impl Fn(usize, usize, usize) -> bool,
 ) -> Result<(), String> {
-    for l in 0..locks.min(L) {
-        for (c, s) in sites.iter().enumerate() {
-            let node = &s.locks()[l];
-            let Some(p) = node.parent() else { continue };
-            let p = p.idx();
-            if node.has_token() || p >= sites.len() || !quiet(c, p, l) {
-                continue;
-            }
-            let record = sites[p].locks()[l].peers()[c].child_owned;
-            let owned = node.owned();
-            let ok = if exact {
-                record == owned
-            } else {
-                covers(record, owned)
-            };
-            if !ok {
-                return Err(format!(
-                    "P3 owned-mode invariant on {}: n{p} records n{c} as {record}, n{c} owns {owned}",
-                    LockId(l as u16)
-                ));
-            }
+    for (l, c, p) in quiet_links(sites, locks, quiet) {
+        let node = &sites[c].locks()[l];
+        let record = sites[p].locks()[l].peers()[c].child_owned;
+        let owned = node.owned();
+        let ok = if exact {
+            record == owned
+        } else {
+            covers(record, owned)
+        };
+        if !ok {
+            return Err(format!(
+                "P3 owned-mode invariant on {}: n{p} records n{c} as {record}, n{c} owns {owned}",
+                LockId(l as u16)
+            ));
         }
     }
     Ok(())
@@ -62,31 +75,24 @@ pub fn frozen_reach_children<const N: usize, const L: usize, const Q: usize>(
     locks: usize,
     quiet: impl Fn(usize, usize, usize) -> bool,
 ) -> Result<(), String> {
-    for l in 0..locks.min(L) {
-        for (c, s) in sites.iter().enumerate() {
-            let node = &s.locks()[l];
-            let Some(p) = node.parent() else { continue };
-            let p = p.idx();
-            if node.has_token() || p >= sites.len() || !quiet(c, p, l) {
-                continue;
-            }
-            let parent = &sites[p].locks()[l];
-            let record = parent.peers()[c].child_owned;
-            if record == Mode::Phi {
-                continue;
-            }
-            let missing = parent
-                .frozen_thresholds()
-                .restrict(grantable_set(record))
-                .beyond(node.frozen_thresholds());
-            if !missing.is_empty() {
-                return Err(format!(
-                    "P3b frozen-mode invariant on {}: n{p} froze {} that n{c} (recorded {record}) could grant, n{c} has frozen only {}",
-                    LockId(l as u16),
-                    missing.modes(),
-                    node.frozen()
-                ));
-            }
+    for (l, c, p) in quiet_links(sites, locks, quiet) {
+        let node = &sites[c].locks()[l];
+        let parent = &sites[p].locks()[l];
+        let record = parent.peers()[c].child_owned;
+        if record == Mode::Phi {
+            continue;
+        }
+        let missing = parent
+            .frozen_thresholds()
+            .restrict(grantable_set(record))
+            .beyond(node.frozen_thresholds());
+        if !missing.is_empty() {
+            return Err(format!(
+                "P3b frozen-mode invariant on {}: n{p} froze {} that n{c} (recorded {record}) could grant, n{c} has frozen only {}",
+                LockId(l as u16),
+                missing.modes(),
+                node.frozen()
+            ));
         }
     }
     Ok(())

@@ -326,6 +326,16 @@ impl Harness {
     }
 }
 
+/// Applies `actions` to a fresh 4-site system under `inh`, then drains it: every request
+/// must be granted.
+fn run_and_drain(inh: Inheritance, actions: &[Action]) -> Result<(), String> {
+    let mut h = Harness::with(inh);
+    for a in actions {
+        h.apply(a)?;
+    }
+    h.drain()
+}
+
 proptest! {
     // 2,000 cases by default; HILOCK_CASES=N for a deeper run.
     #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
@@ -345,13 +355,7 @@ proptest! {
     /// deadlock, no lost request).
     #[test]
     fn wellformed_runs_grant_every_request(inh in inheritance(), actions in prop::collection::vec(action(false), 1..200)) {
-        let mut h = Harness::with(inh);
-        for a in &actions {
-            if let Err(e) = h.apply(a) {
-                prop_assert!(false, "{}", e);
-            }
-        }
-        if let Err(e) = h.drain() {
+        if let Err(e) = run_and_drain(inh, &actions) {
             prop_assert!(false, "{}", e);
         }
     }
@@ -365,13 +369,7 @@ proptest! {
     /// within a second (seeds 1 and 2, 200,000 cases); the stock one needed ~10^5 cases.
     #[test]
     fn prio_biased_runs_grant_every_request(inh in inheritance(), actions in prop::collection::vec(action_prio_biased(), 1..200)) {
-        let mut h = Harness::with(inh);
-        for a in &actions {
-            if let Err(e) = h.apply(a) {
-                prop_assert!(false, "{}", e);
-            }
-        }
-        if let Err(e) = h.drain() {
+        if let Err(e) = run_and_drain(inh, &actions) {
             prop_assert!(false, "{}", e);
         }
     }

@@ -40,6 +40,22 @@ fn spec_md_lists_every_scenario_with_its_figure() {
     }
 }
 
+/// The index of the bracket that closes the one at `at` (or the end of `b`).
+fn matching(b: &[u8], at: usize, open: u8, close: u8) -> usize {
+    let mut depth = 0i32;
+    for (j, &c) in b.iter().enumerate().skip(at) {
+        if c == open {
+            depth += 1;
+        } else if c == close {
+            depth -= 1;
+            if depth == 0 {
+                return j;
+            }
+        }
+    }
+    b.len()
+}
+
 /// Every function of `kernel/src` with the names it calls (a textual call graph: a name
 /// followed by `(` inside the body counts as a call; methods of different types with the
 /// same name are one node — the check can miss a dead function that shares a name with a
@@ -84,20 +100,7 @@ fn kernel_call_graph() -> std::collections::BTreeMap<String, std::collections::B
             let Some(open) = t[i..].find('(').map(|x| i + x) else {
                 break;
             };
-            let (mut depth, mut j) = (0i32, open);
-            while j < b.len() {
-                match b[j] {
-                    b'(' => depth += 1,
-                    b')' => {
-                        depth -= 1;
-                        if depth == 0 {
-                            break;
-                        }
-                    }
-                    _ => {}
-                }
-                j += 1;
-            }
+            let j = matching(b, open, b'(', b')');
             let mut k = j;
             while k < b.len() && b[k] != b'{' && b[k] != b';' {
                 k += 1;
@@ -105,20 +108,7 @@ fn kernel_call_graph() -> std::collections::BTreeMap<String, std::collections::B
             if k >= b.len() || b[k] == b';' {
                 continue;
             }
-            let (mut depth, mut e) = (0i32, k);
-            while e < b.len() {
-                match b[e] {
-                    b'{' => depth += 1,
-                    b'}' => {
-                        depth -= 1;
-                        if depth == 0 {
-                            break;
-                        }
-                    }
-                    _ => {}
-                }
-                e += 1;
-            }
+            let e = matching(b, k, b'{', b'}');
             let body = &t[k..e.min(b.len())];
             let calls = graph.entry(name).or_default();
             let bb = body.as_bytes();
