@@ -94,6 +94,50 @@ fn rule_2_local_acquire_sends_nothing() {
     );
 }
 
+/// Rule 2 at a non-token node: a chain 0 (token) ← 1 ← 2; node 1 holds an R copy and grants
+/// one to 2 (Rule 3.1), releases its own, and still owns R through 2 — so its IR request
+/// enters at once, without a message (found by the rule-deletion table: the test above
+/// exercises the token node's own grant, and deleting this branch left every test green).
+#[test]
+fn rule_2_non_token_node_enters_under_its_owned_mode() {
+    let mut s: Vec<S> = (0..4)
+        .map(|i| {
+            let parent = match i {
+                0 => None,
+                2 => Some(NodeId(1)),
+                _ => Some(NodeId(0)),
+            };
+            S::with_parents(NodeId(i), |_| parent).unwrap()
+        })
+        .collect();
+    acquire(&mut s, 0, Mode::R);
+    acquire(&mut s, 1, Mode::R);
+    acquire(&mut s, 2, Mode::R);
+    assert_eq!(s[2].lock(L).unwrap().parent(), Some(NodeId(1)));
+    assert!(!s[1].lock(L).unwrap().has_token());
+    release(&mut s, 1);
+    assert_eq!(s[1].lock(L).unwrap().owned(), Mode::R, "owns R through 2");
+    let mut out = Out::new();
+    let report = s[1]
+        .step(
+            Input::Acquire {
+                lock: L,
+                mode: Mode::IR,
+            },
+            &mut out,
+        )
+        .unwrap();
+    assert_eq!(
+        out.into_iter().collect::<Vec<_>>(),
+        vec![Output::Granted {
+            lock: L,
+            mode: Mode::IR
+        }],
+        "Rule 2: no message"
+    );
+    assert!(report.rules.contains(hilock_kernel::Rule::Rule2Local));
+}
+
 #[test]
 fn rule_3_1_child_grants_copy() {
     // A chain 3 → 1 → 0 (token), 2 → 0.
