@@ -60,26 +60,18 @@
 //!   (and applied), an upgrade completed.
 
 use hilock_kernel::tables::table_2_1;
-use hilock_kernel::{Input, LockId, Mode, Msg, NodeId, Output, Outputs, Pending, Site, Variant};
-use hilock_spec::properties::{frozen_reach_children, owned_records};
+use hilock_kernel::{Input, LockId, Mode, Msg, NodeId, Output, Pending, Variant};
+use hilock_spec::cluster::{Cluster, Order};
+use hilock_spec::system::{ModelSite, MODEL_NODES};
 use serde::{Deserialize, Serialize};
 use stateright::{Model, Property};
-use std::collections::BTreeMap;
 use std::fmt;
-use std::hash::{Hash, Hasher};
 
-/// Largest number of nodes of a configuration.
-pub const MAX_NODES: usize = 5;
+/// Largest number of nodes of a configuration (the model sites' capacity,
+/// [`hilock_spec::system::MODEL_NODES`]).
+pub const MAX_NODES: usize = MODEL_NODES;
 /// Largest number of locks of a configuration.
 pub const MAX_LOCKS: usize = 2;
-/// Queue capacity of the model's sites (one entry per requester: no overflow).
-pub const QCAP: usize = MAX_NODES;
-/// Output capacity: `N + Q + L + 6` with L = 2 (also enough for L = 1).
-pub const OCAP: usize = MAX_NODES + QCAP + MAX_LOCKS + 6;
-/// The kernel site the model drives, with `L` locks.
-pub type MSite<const L: usize> = Site<MAX_NODES, L, QCAP>;
-/// The kernel message type of [`MSite`].
-pub type MMsg = Msg<QCAP>;
 /// Largest FIFO bypass bound the model checks for (`P6 FIFO bypass ≤ 0` … `≤ 7`).
 pub const MAX_BYPASS: u8 = 7;
 
@@ -92,6 +84,16 @@ pub enum Network {
     Fifo,
     /// Any message in flight may be delivered next; no duplication, no loss.
     Unordered,
+}
+
+impl Network {
+    /// The channel order of the harness.
+    pub fn order(self) -> Order {
+        match self {
+            Network::Fifo => Order::Fifo,
+            Network::Unordered => Order::Unordered,
+        }
+    }
 }
 
 /// One operation of a node's script, written `acquire MODE [@LOCK]`, `release [@LOCK]` or
@@ -374,6 +376,14 @@ pub enum Action {
     },
 }
 
+/// What a model step applies at a node: a script operation, or the delivery of message
+/// `index` of the channel from `from`.
+#[derive(Clone, Copy, Debug)]
+enum StepInput {
+    User(ScriptOp),
+    Deliver { from: u8, index: usize },
+}
+
 /// Ghost record of one outstanding request (or upgrade) of a node for a lock.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Req {
@@ -402,18 +412,14 @@ pub mod event {
 /// A state of the model.
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub struct State<const L: usize> {
-    /// The sites.
-    pub sites: Vec<MSite<L>>,
-    /// Messages in flight per (from, to).
-    pub net: BTreeMap<(u8, u8), Vec<MMsg>>,
+    /// The sites, the messages in flight and the first kernel error: the one harness.
+    pub cluster: Cluster<ModelSite<L>>,
     /// Per node, the index of its next script operation.
     pub pc: Vec<u8>,
     /// Per node and lock (`n * L + l`), the outstanding request.
     pub reqs: Vec<Option<Req>>,
     /// [`event`] bits of the last step.
     pub events: u8,
-    /// The kernel rejected an input (a bug in the kernel or the configuration).
-    pub error: Option<String>,
     /// Messages sent so far (kept only when [`ModelConfig::max_messages`] is set).
     pub sent: u16,
 }
@@ -436,32 +442,13 @@ impl<const L: usize> State<L> {
 
     /// Messages in flight.
     pub fn in_flight(&self) -> usize {
-        self.net.values().map(|q| q.len()).sum()
-    }
-
-    /// Whether any message of lock `l` is in flight from `a` to `b`.
-    fn lock_any(&self, a: usize, b: usize, l: usize) -> bool {
-        self.net
-            .get(&(a as u8, b as u8))
-            .is_some_and(|q| q.iter().any(|m| m.lock().idx() == l))
-    }
-
-    fn lock_busy(&self, a: usize, b: usize, l: usize) -> bool {
-        self.net.get(&(a as u8, b as u8)).is_some_and(|q| {
-            q.iter().any(|m| {
-                m.lock().idx() == l
-                    && matches!(
-                        m,
-                        Msg::Release { .. } | Msg::Grant { .. } | Msg::Token { .. }
-                    )
-            })
-        })
+        self.cluster.in_flight()
     }
 }
 
 impl<const L: usize> fmt::Debug for State<L> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for (i, s) in self.sites.iter().enumerate() {
+        for (i, s) in self.cluster.sites().enumerate() {
             for (l, n) in s.locks().iter().enumerate() {
                 write!(
                     f,
@@ -501,25 +488,17 @@ impl<const L: usize> fmt::Debug for State<L> {
             }
             writeln!(f, "n{i}: script at {}", self.pc[i])?;
         }
-        for ((a, b), q) in &self.net {
-            for m in q {
-                writeln!(f, "n{a} -> n{b}: {m:?}")?;
-            }
+        for (a, b, m) in self.cluster.messages() {
+            writeln!(f, "{a} -> {b}: {m:?}")?;
         }
-        if let Some(e) = &self.error {
+        if let Some(e) = self.cluster.error() {
             writeln!(f, "kernel error: {e}")?;
         }
         Ok(())
     }
 }
 
-fn msg_key(m: &MMsg) -> u64 {
-    let mut h = std::hash::DefaultHasher::new();
-    m.hash(&mut h);
-    h.finish()
-}
-
-pub use hilock_spec::properties::covers;
+pub use hilock_spec::cluster::covers;
 
 impl<const L: usize> BaseModel<L> {
     fn n(&self) -> usize {
@@ -539,7 +518,12 @@ impl<const L: usize> BaseModel<L> {
 
     /// Whether no action is enabled: nothing in flight, no script can run.
     pub fn quiescent(&self, st: &State<L>) -> bool {
-        st.net.is_empty() && (0..self.n()).all(|i| !self.runnable(st, i))
+        st.cluster.in_flight() == 0 && self.idle(st)
+    }
+
+    /// Whether no script can run.
+    fn idle(&self, st: &State<L>) -> bool {
+        (0..self.n()).all(|i| !self.runnable(st, i))
     }
 
     fn next_arrival(st: &State<L>) -> u8 {
@@ -600,71 +584,64 @@ impl<const L: usize> BaseModel<L> {
         }
     }
 
-    /// One kernel step at node `n`, with the routing of its outputs and the ghost history.
-    fn step(&self, st: &mut State<L>, n: usize, input: Input<'_, MMsg>) {
-        let (l, delivered_req, delivered_freeze) = match input {
-            Input::Acquire { lock, .. } | Input::Release { lock } | Input::Upgrade { lock } => {
-                (lock.idx(), None, false)
+    /// One step of the harness at node `n` (a user input, or the delivery of message
+    /// `index` of the channel `from → n`), and the ghost history.
+    fn step(&self, st: &mut State<L>, n: usize, input: StepInput) {
+        let node = NodeId(n as u16);
+        let (l, before) = match input {
+            StepInput::User(op) => (op.lock() as usize, None),
+            StepInput::Deliver { from, index } => {
+                let Some(msg) = st.cluster.channel(NodeId(from as u16), node).nth(index) else {
+                    return;
+                };
+                (msg.lock().idx(), Some(msg.clone()))
             }
-            Input::SetPriority { .. } => (0, None, false),
-            Input::Deliver { msg, .. } => (
-                msg.lock().idx(),
-                match msg {
-                    Msg::Request { entry, .. } => Some(*entry),
-                    _ => None,
-                },
-                matches!(msg, Msg::Freeze { .. }),
-            ),
         };
-        let before = st.sites[n].locks()[l].clone();
-        let mut out: Outputs<MMsg, OCAP> = Outputs::new();
+        let prev = st.cluster.site(node).locks()[l].clone();
         st.events = 0;
-        if let Err(e) = st.sites[n].step(input, &mut out) {
-            st.error = Some(format!("n{n}: {e}"));
+        let step = match input {
+            StepInput::User(op) => st.cluster.input(node, Self::input_of(op)),
+            StepInput::Deliver { from, index } => {
+                match st.cluster.deliver_at(NodeId(from as u16), node, index) {
+                    Some((_, r)) => r,
+                    None => return,
+                }
+            }
+        };
+        let Ok(step) = step else {
+            // The harness keeps the first kernel error ("no kernel error").
             return;
-        }
-        let after = &st.sites[n].locks()[l];
-        let (had_token, has_token) = (before.has_token(), after.has_token());
-        if let Some(e) = delivered_req {
-            if !had_token && !has_token && after.queue().contains(&e) {
+        };
+        let after = &st.cluster.site(node).locks()[l];
+        let (had_token, has_token) = (prev.has_token(), after.has_token());
+        if let Some(Msg::Request { entry, .. }) = &before {
+            if !had_token && !has_token && after.queue().contains(entry) {
                 st.events |= event::LOCAL_QUEUE;
             }
         }
-        if delivered_freeze && after.frozen() != before.frozen() {
+        if matches!(before, Some(Msg::Freeze { .. })) && after.frozen() != prev.frozen() {
             st.events |= event::FREEZE_DELIVERED;
         }
-        for o in out {
+        for o in step.outputs {
             match o {
-                Output::Send { to, msg } => {
-                    match &msg {
-                        Msg::Grant { entry, lock, .. } | Msg::Token { entry, lock, .. } => {
-                            let r = entry.requester.idx();
-                            let is_current = matches!(
-                                st.sites[r].locks()[lock.idx()].pending(),
-                                Pending::Request(p) if p.serial == entry.serial
-                            );
-                            if is_current {
-                                Self::arrive(st, r, lock.idx());
-                            }
-                            if matches!(msg, Msg::Token { .. }) {
-                                st.events |= event::TOKEN_TRANSFER;
-                            } else if !had_token && !has_token {
-                                st.events |= event::COPY_BY_CHILD;
-                            }
+                Output::Send { msg, .. } => {
+                    if let Msg::Grant { entry, lock, .. } | Msg::Token { entry, lock, .. } = &msg {
+                        let r = entry.requester;
+                        let is_current = matches!(
+                            st.cluster.site(r).locks()[lock.idx()].pending(),
+                            Pending::Request(p) if p.serial == entry.serial
+                        );
+                        if is_current {
+                            Self::arrive(st, r.idx(), lock.idx());
                         }
-                        _ => {}
+                        if matches!(msg, Msg::Token { .. }) {
+                            st.events |= event::TOKEN_TRANSFER;
+                        } else if !had_token && !has_token {
+                            st.events |= event::COPY_BY_CHILD;
+                        }
                     }
                     if self.cfg.max_messages.is_some() {
                         st.sent = st.sent.saturating_add(1);
-                    }
-                    let q = st.net.entry((n as u8, to.0 as u8)).or_default();
-                    match self.cfg.network {
-                        Network::Fifo => q.push(msg),
-                        Network::Unordered => {
-                            let k = msg_key(&msg);
-                            let at = q.partition_point(|m| msg_key(m) <= k);
-                            q.insert(at, msg);
-                        }
                     }
                 }
                 Output::Granted { lock, mode } => Self::granted(st, n, lock.idx(), mode),
@@ -676,7 +653,7 @@ impl<const L: usize> BaseModel<L> {
         }
         // Requests waiting in the token node's queue have arrived (in queue order).
         for lk in 0..L {
-            let node = &st.sites[n].locks()[lk];
+            let node = &st.cluster.site(node).locks()[lk];
             if node.has_token() {
                 let who: Vec<usize> = node.queue().iter().map(|e| e.requester.idx()).collect();
                 for r in who {
@@ -685,6 +662,19 @@ impl<const L: usize> BaseModel<L> {
             }
         }
         Self::normalise(st);
+    }
+
+    /// The harness of a fresh run: the configuration's tree, variant and network.
+    pub fn cluster(&self) -> Cluster<ModelSite<L>> {
+        let sites = (0..self.n())
+            .map(|i| {
+                let parent = self.cfg.parent(i).map(NodeId);
+                ModelSite::<L>::with_parents(NodeId(i as u16), |_| parent)
+                    .expect("validated tree")
+                    .with_variant(self.cfg.variant)
+            })
+            .collect();
+        Cluster::new(sites).with_order(self.cfg.network.order())
     }
 
     /// The script operation node `n` runs next.
@@ -706,71 +696,42 @@ impl<const L: usize> BaseModel<L> {
     }
 }
 
+// P1–P5 and "no kernel error" are the harness's properties (`hilock_spec::cluster`),
+// written once; the model only says when its users are idle (no script can run).
+
 fn p1<const L: usize>(_: &BaseModel<L>, st: &State<L>) -> bool {
-    (0..L).all(|l| {
-        let held: Vec<Mode> = st
-            .sites
-            .iter()
-            .map(|s| s.locks()[l].held())
-            .filter(|m| *m != Mode::Phi)
-            .collect();
-        held.iter().enumerate().all(|(i, a)| {
-            held[i + 1..]
-                .iter()
-                .all(|b| !table_2_1(*a, *b) && !table_2_1(*b, *a))
-        })
-    })
+    st.cluster.check_mutual_exclusion().is_ok()
 }
 
 fn p2<const L: usize>(_: &BaseModel<L>, st: &State<L>) -> bool {
-    (0..L).all(|l| {
-        let at_sites = st.sites.iter().filter(|s| s.locks()[l].has_token()).count();
-        let in_flight = st
-            .net
-            .values()
-            .flatten()
-            .filter(|m| matches!(m, Msg::Token { lock, .. } if lock.idx() == l))
-            .count();
-        at_sites + in_flight == 1
-    })
+    st.cluster.check_single_token().is_ok()
 }
 
-fn p3<const L: usize>(m: &BaseModel<L>, st: &State<L>) -> bool {
+fn p3<const L: usize>(_: &BaseModel<L>, st: &State<L>) -> bool {
     // Exact on FIFO channels (invariant 2.2 as the thesis states it: a weakening that is not
     // propagated, Rule 5.2, leaves a stronger record and is caught); covering on the
     // unordered network, where a release can overtake the grant it follows.
-    owned_records(&st.sites, L, m.cfg.network == Network::Fifo, |c, p, l| {
-        !st.lock_busy(c, p, l) && !st.lock_busy(p, c, l)
-    })
-    .is_ok()
+    st.cluster.check_owned_records().is_ok()
 }
 
-fn p3_frozen<const L: usize>(m: &BaseModel<L>, st: &State<L>) -> bool {
+fn p3_frozen<const L: usize>(_: &BaseModel<L>, st: &State<L>) -> bool {
     // On the unordered network a freeze can overtake the grant that makes its receiver a
     // child (and is dropped as stale): the invariant is stated for FIFO channels only.
-    m.cfg.network == Network::Unordered
-        || frozen_reach_children(&st.sites, L, |c, p, l| {
-            !st.lock_any(c, p, l) && !st.lock_any(p, c, l)
-        })
-        .is_ok()
+    st.cluster.check_frozen_reach_children().is_ok()
 }
 
 fn p4<const L: usize>(m: &BaseModel<L>, st: &State<L>) -> bool {
-    !m.quiescent(st)
-        || st
-            .sites
-            .iter()
-            .all(|s| s.locks().iter().all(|n| n.pending() == Pending::None))
+    st.cluster.check_no_deadlock(m.idle(st)).is_ok()
 }
 
 fn p5<const L: usize>(m: &BaseModel<L>, st: &State<L>) -> bool {
     !m.quiescent(st)
-        || (st.error.is_none()
+        || (st.cluster.error().is_none()
             && (0..m.n()).all(|i| !st.blocked(i) && st.pc[i] as usize == m.cfg.scripts[i].len()))
 }
 
 fn no_error<const L: usize>(_: &BaseModel<L>, st: &State<L>) -> bool {
-    st.error.is_none()
+    st.cluster.check_no_kernel_error().is_ok()
 }
 
 fn bypass<const L: usize, const K: u8>(_: &BaseModel<L>, st: &State<L>) -> bool {
@@ -819,27 +780,17 @@ impl<const L: usize> Model for BaseModel<L> {
 
     fn init_states(&self) -> Vec<State<L>> {
         let n = self.n();
-        let sites = (0..n)
-            .map(|i| {
-                let parent = self.cfg.parent(i).map(NodeId);
-                MSite::<L>::with_parents(NodeId(i as u16), |_| parent)
-                    .expect("validated tree")
-                    .with_variant(self.cfg.variant)
-            })
-            .collect();
         vec![State {
-            sites,
-            net: BTreeMap::new(),
+            cluster: self.cluster(),
             pc: vec![0; n],
             reqs: vec![None; n * L],
             events: 0,
-            error: None,
             sent: 0,
         }]
     }
 
     fn actions(&self, st: &State<L>, actions: &mut Vec<Action>) {
-        if st.error.is_some() {
+        if st.cluster.error().is_some() {
             return;
         }
         for i in 0..self.n() {
@@ -847,18 +798,22 @@ impl<const L: usize> Model for BaseModel<L> {
                 actions.push(Action::Run(i as u8));
             }
         }
-        for (&(from, to), q) in &st.net {
+        for ((from, to), q) in st.cluster.channels() {
+            let (from, to) = (from.0 as u8, to.0 as u8);
             match self.cfg.network {
                 Network::Fifo => actions.push(Action::Deliver { from, to, index: 0 }),
                 Network::Unordered => {
-                    for (i, m) in q.iter().enumerate() {
-                        if i == 0 || q[i - 1] != *m {
+                    // Equal messages on one channel: delivering either is the same action.
+                    let mut last = None;
+                    for (i, m) in q.enumerate() {
+                        if last != Some(m) {
                             actions.push(Action::Deliver {
                                 from,
                                 to,
                                 index: i as u8,
                             });
                         }
+                        last = Some(m);
                     }
                 }
             }
@@ -890,23 +845,21 @@ impl<const L: usize> Model for BaseModel<L> {
                     }
                     ScriptOp::Release(_) | ScriptOp::Priority(_) => {}
                 }
-                self.step(&mut st, i, Self::input_of(op));
+                self.step(&mut st, i, StepInput::User(op));
             }
             Action::Deliver { from, to, index } => {
-                let q = st.net.get_mut(&(from, to))?;
-                if index as usize >= q.len() {
+                let len = st
+                    .cluster
+                    .channel_len(NodeId(from as u16), NodeId(to as u16));
+                if index as usize >= len {
                     return None;
-                }
-                let msg = q.remove(index as usize);
-                if q.is_empty() {
-                    st.net.remove(&(from, to));
                 }
                 self.step(
                     &mut st,
                     to as usize,
-                    Input::Deliver {
-                        from: NodeId(from as u16),
-                        msg: &msg,
+                    StepInput::Deliver {
+                        from,
+                        index: index as usize,
                     },
                 );
             }

@@ -2,9 +2,8 @@
 //! run an exhaustive BFS check of a [`ModelConfig`] and report every property, with
 //! counterexamples as `hilock-trace/1` traces; or serve the Stateright Explorer on it.
 
-use crate::base::{Action, BaseModel, MMsg, ModelConfig, Network, State, BYPASS, REACHED, SAFETY};
-use hilock_kernel::{Msg, NodeId};
-use hilock_spec::system::{SpecMsg, System};
+use crate::base::{Action, BaseModel, ModelConfig, ScriptOp, State, BYPASS, REACHED, SAFETY};
+use hilock_kernel::NodeId;
 use hilock_spec::trace::{NodeSnapshot, Trace, TraceInput, TraceOutput, TraceStep, TRACE_FORMAT};
 use serde::Serialize;
 use stateright::{Checker, Expectation, Model, Path};
@@ -263,58 +262,8 @@ pub fn node_names(n: usize) -> Vec<String> {
     (0..n).map(|i| format!("n{i}")).collect()
 }
 
-/// The model's message as the spec system's (wider) message type.
-pub fn to_spec_msg(m: &MMsg) -> SpecMsg {
-    match m {
-        Msg::Request { lock, entry, hop } => Msg::Request {
-            lock: *lock,
-            entry: *entry,
-            hop: *hop,
-        },
-        Msg::Grant {
-            lock,
-            entry,
-            epoch,
-            recorded,
-            frozen,
-        } => Msg::Grant {
-            lock: *lock,
-            entry: *entry,
-            epoch: *epoch,
-            recorded: *recorded,
-            frozen: *frozen,
-        },
-        Msg::Token {
-            lock,
-            entry,
-            generation,
-            sender_owned,
-            epoch,
-            frozen,
-            queue,
-        } => Msg::Token {
-            lock: *lock,
-            entry: *entry,
-            generation: *generation,
-            sender_owned: *sender_owned,
-            epoch: *epoch,
-            frozen: *frozen,
-            queue: heapless::Vec::from_slice(queue).expect("spec queue is wider"),
-        },
-        Msg::Release { lock, owned, epoch } => Msg::Release {
-            lock: *lock,
-            owned: *owned,
-            epoch: *epoch,
-        },
-        Msg::Freeze { lock, modes } => Msg::Freeze {
-            lock: *lock,
-            modes: *modes,
-        },
-    }
-}
-
-/// Replays a path of the model on the spec's in-memory system (the same kernel, wider
-/// capacities) and records it as a `hilock-trace/1` trace.
+/// Records a path of the model as a `hilock-trace/1` trace: each step is applied again to
+/// (a clone of) the harness in the path's state before it, which gives its outputs.
 pub fn trace_of<const L: usize>(
     model: &BaseModel<L>,
     path: &Path<State<L>, Action>,
@@ -322,72 +271,54 @@ pub fn trace_of<const L: usize>(
 ) -> Trace {
     let cfg = &model.cfg;
     let names = node_names(cfg.nodes);
-    let mut sys = System::new(cfg.nodes, |_, me| cfg.parent(me.idx()).map(NodeId))
-        .expect("validated configuration");
-    for s in &mut sys.sites {
-        *s = s.clone().with_variant(cfg.variant);
-    }
     let mut steps = Vec::new();
     for (state, action) in path.clone().into_vec() {
         let Some(action) = action else {
             continue;
         };
+        let mut cluster = state.cluster.clone();
         let (node, lock, input, r) = match action {
             Action::Run(i) => {
-                let i = i as usize;
-                let Some(op) = model.next_op(&state, i) else {
+                let Some(op) = model.next_op(&state, i as usize) else {
                     break;
                 };
-                let input = BaseModel::<L>::input_of(op);
                 let ti = match op {
-                    crate::base::ScriptOp::Acquire(mode, lock) => {
-                        TraceInput::Acquire { lock, mode }
-                    }
-                    crate::base::ScriptOp::Release(lock) => TraceInput::Release { lock },
-                    crate::base::ScriptOp::Upgrade(lock) => TraceInput::Upgrade { lock },
-                    crate::base::ScriptOp::Priority(base) => TraceInput::SetPriority { base },
+                    ScriptOp::Acquire(mode, lock) => TraceInput::Acquire { lock, mode },
+                    ScriptOp::Release(lock) => TraceInput::Release { lock },
+                    ScriptOp::Upgrade(lock) => TraceInput::Upgrade { lock },
+                    ScriptOp::Priority(base) => TraceInput::SetPriority { base },
                 };
-                let r = sys.input(NodeId(i as u16), input);
-                (i, op.lock(), ti, r)
+                let node = NodeId(u16::from(i));
+                let r = cluster.input(node, BaseModel::<L>::input_of(op));
+                (node, op.lock(), ti, r)
             }
             Action::Deliver { from, to, index } => {
-                let Some(m) = state
-                    .net
-                    .get(&(from, to))
-                    .and_then(|q| q.get(index as usize))
-                else {
+                let (f, t) = (NodeId(u16::from(from)), NodeId(u16::from(to)));
+                let Some((msg, r)) = cluster.deliver_at(f, t, index as usize) else {
                     break;
                 };
-                let spec = to_spec_msg(m);
-                let (f, t) = (NodeId(from as u16), NodeId(to as u16));
-                let at = match cfg.network {
-                    Network::Fifo => Some(0),
-                    Network::Unordered => sys
-                        .channels
-                        .get(&(f, t))
-                        .and_then(|q| q.iter().position(|x| x.msg == spec)),
-                };
-                let Some((msg, r)) = at.and_then(|at| sys.deliver_at(f, t, at)) else {
-                    break;
-                };
+                let lock = msg.lock().0;
                 let ti = TraceInput::Deliver {
                     from: names[from as usize].clone(),
                     msg,
                 };
-                (to as usize, m.lock().0, ti, r)
+                (t, lock, ti, r)
             }
         };
+        let outputs = r.as_ref().map_or(&[][..], |s| &s.outputs[..]);
         steps.push(TraceStep {
             index: steps.len(),
-            node: names[node].clone(),
+            node: names[node.idx()].clone(),
             input,
-            outputs: r
-                .outputs
+            outputs: outputs
                 .iter()
                 .map(|o| TraceOutput::from_output(o, &names))
                 .collect(),
-            error: r.error.map(|e| e.to_string()),
-            state: NodeSnapshot::of(&sys.sites[node], hilock_kernel::LockId(lock), &names),
+            error: r.as_ref().err().map(|e| match e.kernel() {
+                Some(k) => k.to_string(),
+                None => e.to_string(),
+            }),
+            state: NodeSnapshot::of(cluster.site(node), hilock_kernel::LockId(lock), &names),
         });
     }
     Trace {

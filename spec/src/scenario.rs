@@ -19,7 +19,8 @@
 //! first, until the network is empty. Without a schedule the runner repeats: issue every
 //! node's next operation that is not waiting for a grant, then `"*"`, until nothing moves.
 
-use crate::system::{System, MAX_LOCKS, MAX_NODES};
+use crate::cluster::{Step, StepError};
+use crate::system::{SpecMsg, System, MAX_LOCKS, MAX_NODES};
 use crate::trace::{NodeSnapshot, Trace, TraceInput, TraceOutput, TraceStep, TRACE_FORMAT};
 use hilock_kernel::{Inheritance, Input, LockId, Mode, NodeId, Output, Variant};
 use serde::{Deserialize, Serialize};
@@ -491,38 +492,42 @@ impl Runner<'_> {
         node: NodeId,
         lock: LockId,
         input: TraceInput,
-        r: &crate::system::StepResult,
+        r: &Result<Step<SpecMsg>, StepError>,
     ) -> Result<(), String> {
         let names = &self.p.names;
-        for o in &r.outputs {
+        let outputs: &[Output<SpecMsg>] = r.as_ref().map_or(&[], |s| &s.outputs);
+        for o in outputs {
             if let Output::Granted { lock, .. } | Output::Upgraded { lock } = o {
                 self.waiting[node.idx()][lock.idx()] = false;
             }
         }
+        let error = r.as_ref().err().map(|e| match e.kernel() {
+            Some(k) => k.to_string(),
+            None => e.to_string(),
+        });
         let step = TraceStep {
             index: self.steps.len(),
             node: names[node.idx()].clone(),
             input,
-            outputs: r
-                .outputs
+            outputs: outputs
                 .iter()
                 .map(|o| TraceOutput::from_output(o, names))
                 .collect(),
-            error: r.error.map(|e| e.to_string()),
-            state: NodeSnapshot::of(&self.sys.sites[node.idx()], lock, names),
+            error: error.clone(),
+            state: NodeSnapshot::of(self.sys.site(node), lock, names),
         };
         self.steps.push(step);
-        if let Some(e) = r.error {
+        if let Some(e) = error {
             return Err(format!(
                 "step {} ({}): the kernel rejected the input: {e}",
                 self.steps.len() - 1,
                 names[node.idx()]
             ));
         }
-        self.sys.check_mutual_exclusion()?;
-        self.sys.check_single_token()?;
+        // Every safety property that applies, after every step (P1, P2, P3, P3b:
+        // `Cluster::check_safety`; a kernel rejection was reported above).
         self.sys
-            .check_tree_invariants()
+            .check_safety()
             .map_err(|e| format!("after step {}: {e}", self.steps.len() - 1))
     }
 
@@ -613,7 +618,11 @@ impl Runner<'_> {
             let Some(i) = names.iter().position(|n| n == name) else {
                 continue;
             };
-            let s = NodeSnapshot::of(&self.sys.sites[i], LockId(lock.unwrap_or(0)), names);
+            let s = NodeSnapshot::of(
+                self.sys.site(NodeId(i as u16)),
+                LockId(lock.unwrap_or(0)),
+                names,
+            );
             let mode = |v: &str| Mode::parse(v).unwrap_or(Mode::Phi);
             let mut diff = |field: &str, want: String, got: String| {
                 if want != got {
@@ -678,7 +687,7 @@ impl Runner<'_> {
                 );
             }
             if let Some(p) = e.effective_priority {
-                let got = self.sys.sites[i].priorities().effective;
+                let got = self.sys.site(NodeId(i as u16)).priorities().effective;
                 diff("effective_priority", p.to_string(), got.to_string());
             }
         }
@@ -696,14 +705,9 @@ impl Prepared {
     /// property); expectation mismatches are reported in [`RunReport::mismatches`].
     pub fn run(&self) -> Result<RunReport, String> {
         let parents = self.parents.clone();
-        let mut sys = System::new(self.names.len(), |l, me| parents[l.idx()][me.idx()])
+        let mut sys = System::hilock(self.names.len(), |l, me| parents[l.idx()][me.idx()])
             .map_err(|e| format!("cannot build the system: {e}"))?;
-        for site in &mut sys.sites {
-            *site = site
-                .clone()
-                .with_variant(self.variant)
-                .with_ceilings(self.ceilings);
-        }
+        sys.configure(|s| s.with_variant(self.variant).with_ceilings(self.ceilings));
         let mut r = Runner {
             p: self,
             sys,
@@ -761,16 +765,25 @@ impl Prepared {
             },
         }
         r.compare("final state", &self.scenario.expect, &mut mismatches);
-        // The script ends as the file says: every request granted, unless the final
-        // expectations state the pending mode of that node and lock.
+        // The script ends as the file says: every operation of every script ran, and every
+        // request was granted, unless the final expectations state the pending mode of that
+        // node and lock.
         for (i, name) in self.names.iter().enumerate() {
+            let left = self.scripts[i].len() - r.next_op[i];
+            if left > 0 {
+                mismatches.push(format!(
+                    "final state: {left} operation(s) of {name}'s script never ran"
+                ));
+            }
             for l in 0..self.scenario.locks.len() + 1 {
                 let key = if l == 0 {
                     name.clone()
                 } else {
                     format!("{name}@{l}")
                 };
-                let pending = r.sys.sites[i]
+                let pending = r
+                    .sys
+                    .site(NodeId(i as u16))
                     .lock(LockId(l as u16))
                     .map(|n| n.pending_mode())
                     .unwrap_or(Mode::Phi);
@@ -791,7 +804,7 @@ impl Prepared {
             .iter()
             .enumerate()
             .flat_map(|(i, n)| {
-                let sites = &r.sys.sites;
+                let site = r.sys.site(NodeId(i as u16));
                 let names = &self.names;
                 (0..self.scenario.locks.len() + 1).map(move |l| {
                     let key = if l == 0 {
@@ -799,7 +812,7 @@ impl Prepared {
                     } else {
                         format!("{n}@{l}")
                     };
-                    (key, NodeSnapshot::of(&sites[i], LockId(l as u16), names))
+                    (key, NodeSnapshot::of(site, LockId(l as u16), names))
                 })
             })
             .collect();
@@ -817,7 +830,7 @@ impl Prepared {
             },
             mismatches,
             final_states,
-            messages: r.sys.sent,
+            messages: r.sys.sent(),
         })
     }
 }

@@ -3,8 +3,8 @@
 //! Scenario runs, model-checker counterexamples and runtime recordings all use it, and
 //! `hilock replay` prints one step by step.
 
-use crate::system::{SpecMsg, SpecSite};
-use hilock_kernel::{LockId, Mode, Output, Pending};
+use crate::system::SpecMsg;
+use hilock_kernel::{LockId, Mode, Output, Pending, Site};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -149,7 +149,11 @@ pub struct NodeSnapshot {
 
 impl NodeSnapshot {
     /// The snapshot of `lock` at `site`.
-    pub fn of(site: &SpecSite, lock: LockId, names: &[String]) -> Self {
+    pub fn of<const N: usize, const L: usize, const Q: usize>(
+        site: &Site<N, L, Q>,
+        lock: LockId,
+        names: &[String],
+    ) -> Self {
         let Ok(n) = site.lock(lock) else {
             return NodeSnapshot::empty();
         };

@@ -1,9 +1,11 @@
 //! Robustness: a small system of kernel sites driven by random interleavings of user
 //! operations, deliveries and nonsense (messages for unknown locks and nodes, releases of
 //! nothing, duplicates of any delivered message, deliveries out of FIFO order). The kernel never panics, rejects what does not
-//! fit with a typed error and no state change, and after every step no two sites hold
-//! incompatible modes (P1) and there is exactly one token per lock (P2). A second property
-//! drives well-formed runs on FIFO channels and then drains them: every request is granted.
+//! fit with a typed error and no state change, and after every step every safety property
+//! of the one harness (`hilock_spec::cluster`) that applies holds: no two sites hold
+//! incompatible modes (P1), exactly one token per lock (P2), and while the network has been
+//! FIFO without faults the tree invariants (P3, P3b). A second property drives well-formed
+//! runs on FIFO channels and then drains them: every request is granted (P4 at quiescence).
 
 use hilock_kernel::{
     Inheritance, Input, LockId, Mode, Msg, NodeId, Output, Rule, RuleSet, Variant,
@@ -130,13 +132,11 @@ struct Harness {
 impl Harness {
     fn with(inheritance: Inheritance) -> Self {
         let mut sys = System::star(N, NodeId(0)).unwrap();
-        for s in &mut sys.sites {
-            let v = Variant {
-                inheritance,
-                ..Variant::HILOCK
-            };
-            *s = s.clone().with_variant(v).with_ceilings([7, 5, 0, 0]);
-        }
+        let v = Variant {
+            inheritance,
+            ..Variant::HILOCK
+        };
+        sys.configure(|s| s.with_variant(v).with_ceilings([7, 5, 0, 0]));
         Harness {
             sys,
             delivered: vec![],
@@ -145,7 +145,9 @@ impl Harness {
         }
     }
 
-    /// Applies one action and checks the invariants; returns a description of a violation.
+    /// Applies one action and checks every safety property that applies (P1, P2, and P3 /
+    /// P3b while the network has been FIFO without faults); returns a description of a
+    /// violation.
     fn apply(&mut self, a: &Action) -> Result<(), String> {
         let before = self.sys.clone();
         let (node, result) = match a {
@@ -208,9 +210,7 @@ impl Harness {
                     _ => (NodeId(200), msg),
                 };
                 let r = self.sys.inject(from, to, &msg);
-                if matches!(a, Action::UnknownLock(_) | Action::UnknownSender(_))
-                    && r.error.is_none()
-                {
+                if matches!(a, Action::UnknownLock(_) | Action::UnknownSender(_)) && r.is_ok() {
                     return Err(format!(
                         "{a:?}: accepted a message that names an unknown lock or sender"
                     ));
@@ -231,80 +231,60 @@ impl Harness {
                 let to = NodeId(*n);
                 let from = NodeId((n + 1) % N as u16);
                 let r = self.sys.inject(from, to, &msg);
-                if r.error.is_none() {
+                if r.is_ok() {
                     return Err("accepted a request from an unknown requester".into());
                 }
                 (to, r)
             }
         };
-        if result.error.is_some() {
-            // A rejected input changes nothing at the site.
-            if let (Some(b), Some(s)) =
-                (before.sites.get(node.idx()), self.sys.sites.get(node.idx()))
-            {
-                if b != s {
-                    return Err(format!(
-                        "{a:?} was rejected with {:?} but changed the site",
-                        result.error
-                    ));
+        match result {
+            Err(e) => {
+                // A rejected input changes nothing at the site and produces no output.
+                if node.idx() < N && before.site(node) != self.sys.site(node) {
+                    return Err(format!("{a:?} was rejected with {e} but changed the site"));
                 }
+                self.last_rules = RuleSet::EMPTY;
             }
-            if !result.outputs.is_empty() {
-                return Err(format!("{a:?} was rejected but produced outputs"));
+            Ok(step) => {
+                self.last_rules = step.rules;
+                self.granted += step
+                    .outputs
+                    .iter()
+                    .filter(|o| matches!(o, Output::Granted { .. }))
+                    .count() as u64;
             }
         }
-        self.last_rules = result.rules;
-        self.granted += result
-            .outputs
-            .iter()
-            .filter(|o| matches!(o, Output::Granted { .. }))
-            .count() as u64;
         self.sys
-            .check_mutual_exclusion()
-            .map_err(|e| format!("after {a:?}: {e}"))?;
-        self.sys
-            .check_single_token()
+            .check_safety()
             .map_err(|e| format!("after {a:?}: {e}"))
     }
 
     /// Delivers everything and releases every held lock until no request is pending.
     fn drain(&mut self) -> Result<(), String> {
         for _ in 0..10_000 {
-            while let Some((from, to)) = self.sys.oldest_channel() {
-                let (m, r) = self.sys.deliver(from, to).expect("oldest");
-                if let Some(e) = r.error {
-                    return Err(format!(
-                        "drain: delivery {from} -> {to} of {m:?} rejected: {e}"
-                    ));
-                }
-                self.sys.check_mutual_exclusion()?;
-                self.sys.check_single_token()?;
-            }
+            self.sys
+                .settle(100_000, |sys, _| Ok(sys.check_safety()?))
+                .map_err(|e| format!("drain: {e}"))?;
             let mut released = false;
-            let mut pending = false;
             for i in 0..N {
                 for l in 0..LOCKS {
                     let lock = LockId(l);
-                    let node = self.sys.sites[i].lock(lock).unwrap();
-                    if node.pending_mode() != Mode::Phi {
-                        pending = true;
-                    }
+                    let node = self.sys.site(NodeId(i as u16)).lock(lock).unwrap();
                     if node.held() != Mode::Phi && node.pending() == hilock_kernel::Pending::None {
-                        let r = self.sys.input(NodeId(i as u16), Input::Release { lock });
-                        if let Some(e) = r.error {
-                            return Err(format!("drain: release rejected: {e}"));
-                        }
+                        self.sys
+                            .input(NodeId(i as u16), Input::Release { lock })
+                            .map_err(|e| format!("drain: release rejected: {e}"))?;
                         released = true;
                     }
                 }
             }
             if !released && self.sys.in_flight() == 0 {
-                if pending {
+                // Nothing held, nothing in flight: P4, no request may be pending.
+                return self.sys.check_no_deadlock(true).map_err(|e| {
                     let names: Vec<String> = (0..N).map(|i| format!("n{i}")).collect();
                     let mut states = Vec::new();
                     for l in 0..LOCKS {
-                        for i in 0..N {
-                            let site = &self.sys.sites[i];
+                        for (i, site) in self.sys.sites().enumerate() {
                             let snap = hilock_spec::NodeSnapshot::of(site, LockId(l), &names);
                             let node = site.lock(LockId(l)).unwrap();
                             states.push(format!(
@@ -315,11 +295,8 @@ impl Harness {
                             ));
                         }
                     }
-                    return Err(format!(
-                        "deadlock: requests pending, nothing held, network empty: {states:#?}"
-                    ));
-                }
-                return Ok(());
+                    format!("{e}: {states:#?}")
+                });
             }
         }
         Err("drain did not finish".into())
@@ -404,7 +381,8 @@ fn random_runs_reach_every_rule() {
         let mut h = Harness::with(inh);
         if inh != Inheritance::None {
             // Different ceilings per node, so that PCEP raises a priority above another's.
-            for (i, s) in h.sys.sites.iter_mut().enumerate() {
+            for i in 0..N {
+                let s = h.sys.site_mut(NodeId(i as u16));
                 *s = s.clone().with_ceilings([i as u8 + 2, 1, 0, 0]);
             }
         }
@@ -420,7 +398,7 @@ fn random_runs_reach_every_rule() {
             }
         }
         granted += h.granted;
-        for s in &h.sys.sites {
+        for s in h.sys.sites() {
             for n in s.locks() {
                 let st = n.stale();
                 rejected += u64::from(st.grants + st.releases + st.freezes);
@@ -428,8 +406,7 @@ fn random_runs_reach_every_rule() {
         }
         upgraded += h
             .sys
-            .sites
-            .iter()
+            .sites()
             .filter(|s| s.locks().iter().any(|n| n.held() == Mode::W))
             .count() as u64;
     }

@@ -1,0 +1,1047 @@
+//! One harness: a [`Cluster`] of kernel sites and the network between them.
+//!
+//! Every host-side driver of the kernel — the Stateright models (`hilock_models`), the
+//! scenario runner ([`crate::scenario`]), the robustness proptests, the simulator
+//! (`hilock_benches::sim`), the kernel's integration tests and the bench scenarios — routes
+//! the `Send` outputs of a step, delivers messages and checks the global properties through
+//! this one type. A property is written here once (P1, P2, P3, P3b, deadlock at
+//! quiescence, no kernel error) and checked by all of them.
+//!
+//! # The network
+//! Per ordered pair of nodes a channel: FIFO ([`Order::Fifo`], the thesis assumption), or a
+//! multiset ([`Order::Unordered`]: any message in flight may be delivered next; kept sorted
+//! by a content hash so that the order in which messages were sent is not state). Faults are
+//! explicit operations the caller chooses — deliver out of order ([`Cluster::deliver_at`]),
+//! duplicate ([`Cluster::duplicate`]), lose ([`Cluster::lose`]), inject an arbitrary message
+//! ([`Cluster::inject`]), crash ([`Cluster::crash`]) and restart ([`Cluster::restart`]) a
+//! node — and each is recorded in [`Faults`], so that a property is checked only where its
+//! assumption holds (P3 exact needs FIFO delivery without faults, for example).
+//!
+//! # As a model state
+//! `Clone + Hash + Eq` and canonical: channels in a `BTreeMap`, empty channels removed, the
+//! sites behind `Arc`s with a cached hash (a step copies and rehashes only the site it
+//! changes, which is what makes cloning and fingerprinting a state cheap). Equality and hash
+//! cover the sites, the messages in flight (in channel order), the order discipline, the
+//! crashed nodes, the faults and the first kernel error. They do **not** cover the
+//! bookkeeping a run observes: the send order of the messages (used only for "oldest first"
+//! delivery), the counts of messages sent and steps taken, and the rules fired so far.
+//!
+//! # Many nodes
+//! Sites and channels live on the heap and every step's outputs go to a growable
+//! [`VecSink`], so a cluster of 1,024 sites needs no large stack.
+
+use crate::VecSink;
+use hilock_kernel::tables::{grantable_set, table_2_1};
+use hilock_kernel::{
+    Input, KernelError, LockId, Mode, MsgKind, NaimiSite, NodeId, Output, PrioNaimiSite, Protocol,
+    Report, RuleSet, Site,
+};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::fmt;
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// How a channel orders its messages.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Order {
+    /// Per-pair FIFO channels (the thesis assumption, section 2.1).
+    #[default]
+    Fifo,
+    /// Any message in flight on a channel may be delivered next (no duplication, no loss).
+    Unordered,
+}
+
+/// The faults applied to the cluster so far (each an explicit operation of the caller).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Faults {
+    /// A message was delivered out of its FIFO order ([`Cluster::deliver_at`]).
+    pub reordered: bool,
+    /// A message was delivered and kept in flight ([`Cluster::duplicate`]).
+    pub duplicated: bool,
+    /// A message was dropped ([`Cluster::lose`]).
+    pub lost: bool,
+    /// A message that no site sent was delivered ([`Cluster::inject`]).
+    pub injected: bool,
+    /// A node crashed ([`Cluster::crash`]).
+    pub crashed: bool,
+}
+
+impl Faults {
+    /// No fault at all.
+    pub fn none(self) -> bool {
+        self == Faults::default()
+    }
+
+    /// Only reordering (every message sent is delivered exactly once, possibly out of order).
+    fn at_most_reordered(self) -> bool {
+        Faults {
+            reordered: false,
+            ..self
+        }
+        .none()
+    }
+}
+
+/// Why a step was not applied.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum StepError {
+    /// The kernel rejected the input at the node (its state is unchanged).
+    Kernel(NodeId, KernelError),
+    /// The node has crashed ([`Cluster::crash`]).
+    Down(NodeId),
+    /// The node is not a member of the cluster.
+    NoSuchNode(NodeId),
+}
+
+impl StepError {
+    /// The kernel's error, if the kernel rejected the input.
+    pub fn kernel(self) -> Option<KernelError> {
+        match self {
+            StepError::Kernel(_, e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for StepError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StepError::Kernel(n, e) => write!(f, "{n}: {e}"),
+            StepError::Down(n) => write!(f, "{n} has crashed"),
+            StepError::NoSuchNode(n) => write!(f, "{n} is not a node of the cluster"),
+        }
+    }
+}
+
+/// What one accepted step did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Step<M> {
+    /// The node that stepped.
+    pub node: NodeId,
+    /// Its outputs, in order (the `Send`s are also in flight now).
+    pub outputs: Vec<Output<M>>,
+    /// The rules that fired.
+    pub rules: RuleSet,
+}
+
+impl<M> Step<M> {
+    /// Whether the step granted a request (or completed an upgrade) of its node.
+    pub fn granted(&self) -> bool {
+        self.outputs
+            .iter()
+            .any(|o| matches!(o, Output::Granted { .. } | Output::Upgraded { .. }))
+    }
+}
+
+/// A violated property: its name (as in `spec/SPEC.md`) and what was seen.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Violation {
+    /// The property, e.g. `"P1 mutual exclusion"`.
+    pub property: &'static str,
+    /// What violates it.
+    pub detail: String,
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} violated: {}", self.property, self.detail)
+    }
+}
+
+impl From<Violation> for String {
+    fn from(v: Violation) -> String {
+        v.to_string()
+    }
+}
+
+/// Property names, as in `spec/SPEC.md`.
+pub mod property {
+    /// No two sites hold modes of a lock that conflict by the literal Table 2.1.
+    pub const P1: &str = "P1 mutual exclusion";
+    /// Per lock one token, at a site or in flight.
+    pub const P2: &str = "P2 single token";
+    /// Invariant 2.2: a parent's record of a child is its owned mode (FIFO) or covers it.
+    pub const P3: &str = "P3 owned-mode invariant";
+    /// Invariant 2.3: the modes a parent froze are frozen at its children.
+    pub const P3B: &str = "P3b frozen-mode invariant";
+    /// Nothing in flight and every user idle: no request is pending.
+    pub const P4: &str = "P4 no deadlock";
+    /// The kernel accepted every input it was given.
+    pub const NO_ERROR: &str = "no kernel error";
+}
+
+/// A message in flight, with its global send number. The send number orders "oldest first"
+/// delivery across channels; it is bookkeeping, not state (equality and hash ignore it).
+#[derive(Clone, Debug)]
+pub struct InFlight<M> {
+    /// Global send order.
+    pub seq: u64,
+    /// The message.
+    pub msg: M,
+}
+
+impl<M: PartialEq> PartialEq for InFlight<M> {
+    fn eq(&self, other: &Self) -> bool {
+        self.msg == other.msg
+    }
+}
+impl<M: Eq> Eq for InFlight<M> {}
+impl<M: Hash> Hash for InFlight<M> {
+    fn hash<H: Hasher>(&self, h: &mut H) {
+        self.msg.hash(h)
+    }
+}
+
+/// A site behind an `Arc` (clones of a cluster share the sites no step has changed since)
+/// with its hash cached (0: not computed yet), so a fingerprint rehashes only changed sites.
+#[derive(Debug)]
+struct Slot<P> {
+    site: Arc<P>,
+    hash: AtomicU64,
+}
+
+impl<P> Clone for Slot<P> {
+    fn clone(&self) -> Self {
+        Slot {
+            site: Arc::clone(&self.site),
+            hash: AtomicU64::new(self.hash.load(Ordering::Relaxed)),
+        }
+    }
+}
+
+impl<P: PartialEq> PartialEq for Slot<P> {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.site, &other.site) || self.site == other.site
+    }
+}
+impl<P: Eq> Eq for Slot<P> {}
+
+impl<P: Hash> Hash for Slot<P> {
+    fn hash<H: Hasher>(&self, h: &mut H) {
+        let mut v = self.hash.load(Ordering::Relaxed);
+        if v == 0 {
+            let mut d = DefaultHasher::new();
+            self.site.hash(&mut d);
+            v = d.finish().max(1);
+            self.hash.store(v, Ordering::Relaxed);
+        }
+        h.write_u64(v);
+    }
+}
+
+fn content_key<M: Hash>(m: &M) -> u64 {
+    let mut h = DefaultHasher::new();
+    m.hash(&mut h);
+    h.finish()
+}
+
+type Channel<M> = VecDeque<InFlight<M>>;
+
+/// Sites of one protocol and the channels between them. See the [module](self) docs.
+#[derive(Debug)]
+pub struct Cluster<P: Protocol> {
+    sites: Vec<Slot<P>>,
+    channels: BTreeMap<(NodeId, NodeId), Channel<P::Msg>>,
+    order: Order,
+    locks: u16,
+    crashed: BTreeSet<NodeId>,
+    faults: Faults,
+    error: Option<StepError>,
+    // Bookkeeping (not state).
+    seq: u64,
+    sent: u64,
+    steps: u64,
+    rules: RuleSet,
+}
+
+impl<P: Protocol> Clone for Cluster<P> {
+    fn clone(&self) -> Self {
+        Cluster {
+            sites: self.sites.clone(),
+            channels: self.channels.clone(),
+            order: self.order,
+            locks: self.locks,
+            crashed: self.crashed.clone(),
+            faults: self.faults,
+            error: self.error,
+            seq: self.seq,
+            sent: self.sent,
+            steps: self.steps,
+            rules: self.rules,
+        }
+    }
+}
+
+impl<P: Protocol + PartialEq> PartialEq for Cluster<P>
+where
+    P::Msg: PartialEq,
+{
+    fn eq(&self, o: &Self) -> bool {
+        self.sites == o.sites
+            && self.channels == o.channels
+            && self.order == o.order
+            && self.crashed == o.crashed
+            && self.faults == o.faults
+            && self.error == o.error
+    }
+}
+impl<P: Protocol + Eq> Eq for Cluster<P> where P::Msg: Eq {}
+
+impl<P: Protocol + Hash> Hash for Cluster<P>
+where
+    P::Msg: Hash,
+{
+    fn hash<H: Hasher>(&self, h: &mut H) {
+        self.sites.hash(h);
+        self.channels.hash(h);
+        self.order.hash(h);
+        self.crashed.hash(h);
+        self.faults.hash(h);
+        self.error.hash(h);
+    }
+}
+
+impl<P: Protocol + Clone> Cluster<P>
+where
+    P::Msg: Hash,
+{
+    /// The cluster of `sites` (site `i` must have id `i`) on FIFO channels.
+    ///
+    /// # Panics
+    /// If a site's id is not its position (a harness set-up error).
+    pub fn new(sites: Vec<P>) -> Self {
+        for (i, s) in sites.iter().enumerate() {
+            assert_eq!(s.id().idx(), i, "site {i} has id {}", s.id());
+        }
+        // The number of locks: the first lock id the sites do not know.
+        let locks = sites.first().map_or(0, |s| {
+            (0..u16::MAX)
+                .find(|l| s.has_token(LockId(*l)).is_err())
+                .unwrap_or(u16::MAX)
+        });
+        Cluster {
+            sites: sites
+                .into_iter()
+                .map(|s| Slot {
+                    site: Arc::new(s),
+                    hash: AtomicU64::new(0),
+                })
+                .collect(),
+            channels: BTreeMap::new(),
+            order: Order::Fifo,
+            locks,
+            crashed: BTreeSet::new(),
+            faults: Faults::default(),
+            error: None,
+            seq: 0,
+            sent: 0,
+            steps: 0,
+            rules: RuleSet::EMPTY,
+        }
+    }
+
+    /// The same cluster with channels ordered by `order` (set before the first send).
+    pub fn with_order(mut self, order: Order) -> Self {
+        self.order = order;
+        self
+    }
+
+    /// The order discipline of the channels.
+    pub fn order(&self) -> Order {
+        self.order
+    }
+
+    /// Number of sites.
+    pub fn len(&self) -> usize {
+        self.sites.len()
+    }
+
+    /// Whether the cluster has no sites.
+    pub fn is_empty(&self) -> bool {
+        self.sites.is_empty()
+    }
+
+    /// Number of locks of every site.
+    pub fn locks(&self) -> usize {
+        self.locks as usize
+    }
+
+    /// Site `node`.
+    ///
+    /// # Panics
+    /// If `node` is not a node of the cluster.
+    pub fn site(&self, node: NodeId) -> &P {
+        &self.sites[node.idx()].site
+    }
+
+    /// The sites, by node id.
+    pub fn sites(&self) -> impl ExactSizeIterator<Item = &P> + '_ {
+        self.sites.iter().map(|s| &*s.site)
+    }
+
+    /// Site `node` for changes outside the protocol (configuration before a run).
+    ///
+    /// # Panics
+    /// If `node` is not a node of the cluster.
+    pub fn site_mut(&mut self, node: NodeId) -> &mut P {
+        let slot = &mut self.sites[node.idx()];
+        slot.hash = AtomicU64::new(0);
+        Arc::make_mut(&mut slot.site)
+    }
+
+    /// The faults applied so far.
+    pub fn faults(&self) -> Faults {
+        self.faults
+    }
+
+    /// The first input the kernel rejected in an ordinary step (not an injected message).
+    pub fn error(&self) -> Option<StepError> {
+        self.error
+    }
+
+    /// Whether `node` has crashed.
+    pub fn is_down(&self, node: NodeId) -> bool {
+        self.crashed.contains(&node)
+    }
+
+    /// Messages sent so far (bookkeeping).
+    pub fn sent(&self) -> u64 {
+        self.sent
+    }
+
+    /// Steps applied so far (bookkeeping).
+    pub fn steps(&self) -> u64 {
+        self.steps
+    }
+
+    /// Every rule any step reported so far (bookkeeping).
+    pub fn rules_fired(&self) -> RuleSet {
+        self.rules
+    }
+
+    // ------------------------------------------------------------------ stepping
+
+    /// One kernel step at `node`; each output is shown to `see` (by reference) before the
+    /// `Send`s are routed into their channels. `record`: a kernel rejection is kept as the
+    /// cluster's [`Cluster::error`].
+    fn run(
+        &mut self,
+        node: NodeId,
+        input: Input<'_, P::Msg>,
+        record: bool,
+        mut see: impl FnMut(&Output<P::Msg>),
+    ) -> Result<Report, StepError> {
+        if node.idx() >= self.sites.len() {
+            return Err(StepError::NoSuchNode(node));
+        }
+        if self.crashed.contains(&node) {
+            return Err(StepError::Down(node));
+        }
+        let mut out = VecSink::new();
+        let slot = &mut self.sites[node.idx()];
+        // The cached hash is stale once the site may have changed.
+        slot.hash = AtomicU64::new(0);
+        // Step in place unless another cluster shares the site; a rejected step leaves the
+        // site unchanged (the kernel validates before it applies), so a shared site is only
+        // replaced by its stepped copy when the step is accepted.
+        let report = match Arc::get_mut(&mut slot.site) {
+            Some(site) => site.step(input, &mut out),
+            None => {
+                let mut site = P::clone(&slot.site);
+                let r = site.step(input, &mut out);
+                if r.is_ok() {
+                    slot.site = Arc::new(site);
+                }
+                r
+            }
+        };
+        let report = match report {
+            Ok(r) => r,
+            Err(e) => {
+                let e = StepError::Kernel(node, e);
+                if record && self.error.is_none() {
+                    self.error = Some(e);
+                }
+                return Err(e);
+            }
+        };
+        self.steps += 1;
+        self.rules = self.rules.union(report.rules);
+        for o in out.0 {
+            see(&o);
+            if let Output::Send { to, msg } = o {
+                self.route(node, to, msg);
+            }
+        }
+        Ok(report)
+    }
+
+    fn route(&mut self, from: NodeId, to: NodeId, msg: P::Msg) {
+        self.seq += 1;
+        self.sent += 1;
+        if self.crashed.contains(&to) {
+            return;
+        }
+        let m = InFlight { seq: self.seq, msg };
+        let q = self.channels.entry((from, to)).or_default();
+        match self.order {
+            Order::Fifo => q.push_back(m),
+            Order::Unordered => {
+                let k = content_key(&m.msg);
+                let at = q.partition_point(|x| content_key(&x.msg) <= k);
+                q.insert(at, m);
+            }
+        }
+    }
+
+    fn collect(
+        &mut self,
+        node: NodeId,
+        input: Input<'_, P::Msg>,
+        record: bool,
+    ) -> Result<Step<P::Msg>, StepError> {
+        let mut outputs = Vec::new();
+        let report = self.run(node, input, record, |o| outputs.push(o.clone()))?;
+        Ok(Step {
+            node,
+            outputs,
+            rules: report.rules,
+        })
+    }
+
+    /// Apply a user input at `node` (acquire, release, upgrade, priority).
+    pub fn input(
+        &mut self,
+        node: NodeId,
+        input: Input<'_, P::Msg>,
+    ) -> Result<Step<P::Msg>, StepError> {
+        self.collect(node, input, true)
+    }
+
+    /// [`Cluster::input`] without copying the outputs: each is shown to `see`.
+    pub fn input_with(
+        &mut self,
+        node: NodeId,
+        input: Input<'_, P::Msg>,
+        see: impl FnMut(&Output<P::Msg>),
+    ) -> Result<Report, StepError> {
+        self.run(node, input, true, see)
+    }
+
+    /// Takes message `index` (0 = oldest) of channel `from → to` out of the network.
+    fn take(&mut self, from: NodeId, to: NodeId, index: usize) -> Option<InFlight<P::Msg>> {
+        let q = self.channels.get_mut(&(from, to))?;
+        let m = q.remove(index)?;
+        if q.is_empty() {
+            self.channels.remove(&(from, to));
+        }
+        Some(m)
+    }
+
+    /// Deliver the oldest message on channel `from → to`, if any. A message the kernel
+    /// rejects is consumed all the same (it is returned with the error).
+    #[allow(clippy::type_complexity)]
+    pub fn deliver(
+        &mut self,
+        from: NodeId,
+        to: NodeId,
+    ) -> Option<(P::Msg, Result<Step<P::Msg>, StepError>)> {
+        self.deliver_index(from, to, 0)
+    }
+
+    /// [`Cluster::deliver`] without copying the outputs: each is shown to `see`. On a
+    /// rejection the message is put back at the head of its channel (the network is then
+    /// unchanged, like the site) and returned with the error; `None` if the channel is empty.
+    pub fn deliver_with(
+        &mut self,
+        from: NodeId,
+        to: NodeId,
+        see: impl FnMut(&Output<P::Msg>),
+    ) -> Option<Result<Report, (StepError, P::Msg)>> {
+        let m = self.take(from, to, 0)?;
+        let r = self.run(to, Input::Deliver { from, msg: &m.msg }, true, see);
+        Some(r.map_err(|e| {
+            let msg = m.msg.clone();
+            self.channels.entry((from, to)).or_default().push_front(m);
+            (e, msg)
+        }))
+    }
+
+    /// Deliver message `index` (0 = oldest) of channel `from → to`. On FIFO channels an
+    /// index other than 0 is a reordering fault ([`Faults::reordered`]).
+    #[allow(clippy::type_complexity)]
+    pub fn deliver_at(
+        &mut self,
+        from: NodeId,
+        to: NodeId,
+        index: usize,
+    ) -> Option<(P::Msg, Result<Step<P::Msg>, StepError>)> {
+        if index > 0 && self.order == Order::Fifo && index < self.channel_len(from, to) {
+            self.faults.reordered = true;
+        }
+        self.deliver_index(from, to, index)
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn deliver_index(
+        &mut self,
+        from: NodeId,
+        to: NodeId,
+        index: usize,
+    ) -> Option<(P::Msg, Result<Step<P::Msg>, StepError>)> {
+        let m = self.take(from, to, index)?;
+        let r = self.collect(to, Input::Deliver { from, msg: &m.msg }, true);
+        Some((m.msg, r))
+    }
+
+    /// Deliver a copy of message `index` of channel `from → to` and keep the original in
+    /// flight (a duplicating network).
+    #[allow(clippy::type_complexity)]
+    pub fn duplicate(
+        &mut self,
+        from: NodeId,
+        to: NodeId,
+        index: usize,
+    ) -> Option<(P::Msg, Result<Step<P::Msg>, StepError>)> {
+        let msg = self.channels.get(&(from, to))?.get(index)?.msg.clone();
+        self.faults.duplicated = true;
+        let r = self.collect(to, Input::Deliver { from, msg: &msg }, false);
+        Some((msg, r))
+    }
+
+    /// Drop message `index` of channel `from → to` (a lossy network).
+    pub fn lose(&mut self, from: NodeId, to: NodeId, index: usize) -> Option<P::Msg> {
+        let m = self.take(from, to, index)?;
+        self.faults.lost = true;
+        Some(m.msg)
+    }
+
+    /// Deliver `msg` to `to` as if sent by `from`, although no site sent it (duplicates of
+    /// delivered messages, nonsense). A rejection is not kept as [`Cluster::error`].
+    pub fn inject(
+        &mut self,
+        from: NodeId,
+        to: NodeId,
+        msg: &P::Msg,
+    ) -> Result<Step<P::Msg>, StepError> {
+        self.faults.injected = true;
+        self.collect(to, Input::Deliver { from, msg }, false)
+    }
+
+    /// Crash-stop `node`: it takes no more steps, the messages in flight to it are lost and
+    /// later messages to it are dropped. Returns the messages lost.
+    pub fn crash(&mut self, node: NodeId) -> usize {
+        if node.idx() >= self.sites.len() || !self.crashed.insert(node) {
+            return 0;
+        }
+        self.faults.crashed = true;
+        let mut lost = 0;
+        self.channels.retain(|(_, to), q| {
+            if *to == node {
+                lost += q.len();
+                false
+            } else {
+                true
+            }
+        });
+        lost
+    }
+
+    /// Restart crashed `node` with the state `site` (e.g. a fresh site, or one recovered
+    /// from stable storage). Returns `false` if the node is not down or `site` has another id.
+    pub fn restart(&mut self, node: NodeId, site: P) -> bool {
+        if site.id() != node || !self.crashed.remove(&node) {
+            return false;
+        }
+        self.sites[node.idx()] = Slot {
+            site: Arc::new(site),
+            hash: AtomicU64::new(0),
+        };
+        true
+    }
+
+    // ------------------------------------------------------------------ the network
+
+    /// Messages in flight on channel `from → to`, head first.
+    pub fn channel(&self, from: NodeId, to: NodeId) -> impl Iterator<Item = &P::Msg> + '_ {
+        self.channels
+            .get(&(from, to))
+            .into_iter()
+            .flatten()
+            .map(|m| &m.msg)
+    }
+
+    /// Number of messages in flight on channel `from → to`.
+    pub fn channel_len(&self, from: NodeId, to: NodeId) -> usize {
+        self.channels.get(&(from, to)).map_or(0, |q| q.len())
+    }
+
+    /// The channels with a message in flight, in (from, to) order, each with its messages
+    /// head first.
+    pub fn channels(
+        &self,
+    ) -> impl Iterator<Item = ((NodeId, NodeId), impl Iterator<Item = &P::Msg> + '_)> + '_ {
+        self.channels
+            .iter()
+            .map(|(k, q)| (*k, q.iter().map(|m| &m.msg)))
+    }
+
+    /// Channels with a message in flight.
+    pub fn busy_channels(&self) -> Vec<(NodeId, NodeId)> {
+        self.channels.keys().copied().collect()
+    }
+
+    /// Every message in flight: (from, to, message).
+    pub fn messages(&self) -> impl Iterator<Item = (NodeId, NodeId, &P::Msg)> + '_ {
+        self.channels
+            .iter()
+            .flat_map(|((f, t), q)| q.iter().map(move |m| (*f, *t, &m.msg)))
+    }
+
+    /// The channel whose head message was sent first, if any message is in flight.
+    pub fn oldest_channel(&self) -> Option<(NodeId, NodeId)> {
+        self.channels
+            .iter()
+            .filter_map(|(k, q)| q.front().map(|m| (m.seq, *k)))
+            .min()
+            .map(|(_, k)| k)
+    }
+
+    /// Number of messages in flight.
+    pub fn in_flight(&self) -> usize {
+        self.channels.values().map(|q| q.len()).sum()
+    }
+
+    /// Delivers the oldest message in flight until the network is empty, checking `check`
+    /// after every delivery; at most `limit` deliveries.
+    pub fn settle(
+        &mut self,
+        limit: usize,
+        mut check: impl FnMut(&Self, &Step<P::Msg>) -> Result<(), String>,
+    ) -> Result<(), String> {
+        for _ in 0..limit {
+            let Some((from, to)) = self.oldest_channel() else {
+                return Ok(());
+            };
+            let (m, r) = self.deliver(from, to).expect("a busy channel");
+            let step = r.map_err(|e| format!("delivery {from} -> {to} of {m:?} rejected: {e}"))?;
+            check(self, &step)?;
+        }
+        Err(format!(
+            "the network did not become quiet within {limit} deliveries"
+        ))
+    }
+
+    /// Whether a message of `lock` that satisfies `kind` is in flight from `a` to `b`.
+    pub fn in_flight_on(
+        &self,
+        a: NodeId,
+        b: NodeId,
+        lock: LockId,
+        kind: impl Fn(MsgKind) -> bool,
+    ) -> bool {
+        self.channels.get(&(a, b)).is_some_and(|q| {
+            q.iter()
+                .any(|m| P::lock_of(&m.msg) == lock && kind(P::kind(&m.msg)))
+        })
+    }
+
+    /// Whether the link between `a` and `b` carries no message of `lock` that satisfies
+    /// `kind`, in either direction.
+    pub fn quiet(
+        &self,
+        a: NodeId,
+        b: NodeId,
+        lock: LockId,
+        kind: impl Fn(MsgKind) -> bool,
+    ) -> bool {
+        !self.in_flight_on(a, b, lock, &kind) && !self.in_flight_on(b, a, lock, &kind)
+    }
+
+    // ------------------------------------------------------------------ properties
+
+    fn live(&self) -> impl Iterator<Item = (NodeId, &P)> + '_ {
+        self.sites
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (NodeId(i as u16), &*s.site))
+            .filter(|(n, _)| !self.crashed.contains(n))
+    }
+
+    /// P1, mutual exclusion: no two sites hold modes of the same lock that conflict by the
+    /// literal Table 2.1 ([`hilock_kernel::tables::TABLE_2_1`], not the kernel's `conflicts`,
+    /// which a unit test compares with it cell by cell). O(sites) per lock.
+    pub fn check_mutual_exclusion(&self) -> Result<(), Violation> {
+        for l in 0..self.locks {
+            let lock = LockId(l);
+            // Per requestable mode: how many hold it, and one holder.
+            let mut count = [0u32; 6];
+            let mut who = [NodeId(0); 6];
+            for (n, s) in self.live() {
+                let m = s.held(lock).unwrap_or(Mode::Phi);
+                if m != Mode::Phi {
+                    count[m as usize] += 1;
+                    who[m as usize] = n;
+                }
+            }
+            for a in Mode::REQUESTABLE {
+                for b in Mode::REQUESTABLE {
+                    let (ca, cb) = (count[a as usize], count[b as usize]);
+                    let both = if a == b { ca >= 2 } else { ca >= 1 && cb >= 1 };
+                    if both && (table_2_1(a, b) || table_2_1(b, a)) {
+                        let holders: Vec<String> = self
+                            .live()
+                            .filter_map(|(n, s)| {
+                                let m = s.held(lock).unwrap_or(Mode::Phi);
+                                (m == a || m == b).then(|| format!("{n} holds {m}"))
+                            })
+                            .collect();
+                        return Err(Violation {
+                            property: property::P1,
+                            detail: format!("on {lock}: {}", holders.join(", ")),
+                        });
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// P2, single token: per lock exactly one token, at a site or in flight (at most one
+    /// once a message was lost or a node crashed).
+    pub fn check_single_token(&self) -> Result<(), Violation> {
+        let lossy = self.faults.lost || self.faults.crashed;
+        for l in 0..self.locks {
+            let lock = LockId(l);
+            let at_sites = self
+                .live()
+                .filter(|(_, s)| s.has_token(lock).unwrap_or(false))
+                .count();
+            let in_flight = self
+                .channels
+                .values()
+                .flatten()
+                .filter(|m| P::kind(&m.msg) == MsgKind::Token && P::lock_of(&m.msg) == lock)
+                .count();
+            let n = at_sites + in_flight;
+            if n > 1 || (n == 0 && !lossy) {
+                return Err(Violation {
+                    property: property::P2,
+                    detail: format!("{lock}: {at_sites} tokens at sites and {in_flight} in flight"),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// No kernel error: the kernel accepted every ordinary input (injected messages aside).
+    pub fn check_no_kernel_error(&self) -> Result<(), Violation> {
+        match self.error {
+            None => Ok(()),
+            Some(e) => Err(Violation {
+                property: property::NO_ERROR,
+                detail: e.to_string(),
+            }),
+        }
+    }
+
+    /// A live site with a pending request (or upgrade), if any.
+    pub fn pending(&self) -> Option<(NodeId, LockId)> {
+        self.live().find_map(|(n, s)| {
+            (0..self.locks)
+                .map(LockId)
+                .find(|l| s.is_pending(*l).unwrap_or(false))
+                .map(|l| (n, l))
+        })
+    }
+
+    /// P4, no deadlock at quiescence: if nothing is in flight and `users_idle` (the caller's
+    /// users will issue nothing more that could unblock a request: e.g. every script has
+    /// ended, or nothing is held), no request is pending.
+    pub fn check_no_deadlock(&self, users_idle: bool) -> Result<(), Violation> {
+        if !users_idle || !self.channels.is_empty() {
+            return Ok(());
+        }
+        match self.pending() {
+            None => Ok(()),
+            Some((n, l)) => Err(Violation {
+                property: property::P4,
+                detail: format!(
+                    "{n} waits for {l}, nothing is in flight and no user will act again"
+                ),
+            }),
+        }
+    }
+
+    /// Every safety property that applies, after any step: P1, P2 and the protocol's own
+    /// invariants ([`Invariants`], e.g. P3 and P3b for hilock sites), each where the
+    /// cluster's faults allow it. (No kernel error is separate,
+    /// [`Cluster::check_no_kernel_error`]: a driver that feeds nonsense on purpose expects
+    /// rejections.)
+    pub fn check_safety(&self) -> Result<(), Violation>
+    where
+        P: Invariants,
+    {
+        self.check_mutual_exclusion()?;
+        self.check_single_token()?;
+        P::invariants(self)
+    }
+}
+
+/// Invariants of one protocol over a whole cluster, beyond P1 and P2 (which every token
+/// protocol shares). [`Cluster::check_safety`] checks them.
+pub trait Invariants: Protocol + Sized {
+    /// Checks the protocol's own invariants where the cluster's faults allow them.
+    fn invariants(cluster: &Cluster<Self>) -> Result<(), Violation> {
+        let _ = cluster;
+        Ok(())
+    }
+}
+
+impl<const N: usize, const L: usize> Invariants for NaimiSite<N, L> {}
+impl<const N: usize, const L: usize, const P: usize, const Q: usize> Invariants
+    for PrioNaimiSite<N, L, P, Q>
+{
+}
+
+impl<const N: usize, const L: usize, const Q: usize> Invariants for Site<N, L, Q> {
+    fn invariants(c: &Cluster<Self>) -> Result<(), Violation> {
+        c.check_owned_records()?;
+        c.check_frozen_reach_children()
+    }
+}
+
+/// Every mode that conflicts with `owned` also conflicts with `record`, and `record` is at
+/// least as strong (literal Table 2.1).
+pub fn covers(record: Mode, owned: Mode) -> bool {
+    owned == Mode::Phi
+        || (record.at_least(owned)
+            && Mode::REQUESTABLE
+                .iter()
+                .all(|m| !table_2_1(owned, *m) || table_2_1(record, *m)))
+}
+
+fn records(k: MsgKind) -> bool {
+    matches!(k, MsgKind::Release | MsgKind::Grant | MsgKind::Token)
+}
+
+impl<const N: usize, const L: usize, const Q: usize> Cluster<Site<N, L, Q>> {
+    /// Every (lock, child, parent) of a live non-token node whose link to a live parent is
+    /// quiet by `kind`.
+    fn quiet_links(
+        &self,
+        kind: fn(MsgKind) -> bool,
+    ) -> impl Iterator<Item = (LockId, NodeId, NodeId)> + '_ {
+        (0..L).flat_map(move |l| {
+            let lock = LockId(l as u16);
+            self.live().filter_map(move |(c, s)| {
+                let node = &s.locks()[l];
+                let p = node.parent()?;
+                (!node.has_token()
+                    && p.idx() < self.sites.len()
+                    && !self.crashed.contains(&p)
+                    && self.quiet(c, p, lock, kind))
+                .then_some((lock, c, p))
+            })
+        })
+    }
+
+    /// P3, invariant 2.2: for every lock and every non-token node `c` with parent `p` whose
+    /// link is quiet (no `Release`, `Grant` or `Token` of the lock in flight either way),
+    /// `p`'s record of `c` equals `c`'s owned mode on FIFO channels without faults (so a
+    /// weakening such as R → IR must reach the parent, Rule 5.2), and covers it
+    /// ([`covers`]) on the unordered network or after reordering, where a release can
+    /// overtake the grant it follows. Not checked after duplication, loss, injection or a
+    /// crash.
+    pub fn check_owned_records(&self) -> Result<(), Violation> {
+        if !self.faults.at_most_reordered() {
+            return Ok(());
+        }
+        let exact = self.order == Order::Fifo && self.faults.none();
+        for (lock, c, p) in self.quiet_links(records) {
+            let record = self.site(p).locks()[lock.idx()].peers()[c.idx()].child_owned;
+            let owned = self.site(c).locks()[lock.idx()].owned();
+            let ok = if exact {
+                record == owned
+            } else {
+                covers(record, owned)
+            };
+            if !ok {
+                return Err(Violation {
+                    property: property::P3,
+                    detail: format!("on {lock}: {p} records {c} as {record}, {c} owns {owned}"),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// P3b, invariant 2.3: for every lock and every child `c` of `p` (non-Φ record) whose
+    /// link is quiet (no message of the lock in flight either way), every mode `p` has
+    /// frozen that `c` could grant (`tables::grantable_set` of the record) is frozen at `c`
+    /// with at least `p`'s threshold. Stated for FIFO channels without faults (on the
+    /// unordered network a freeze can overtake the grant that makes its receiver a child,
+    /// and is then dropped as stale).
+    pub fn check_frozen_reach_children(&self) -> Result<(), Violation> {
+        if self.order != Order::Fifo || !self.faults.none() {
+            return Ok(());
+        }
+        for (lock, c, p) in self.quiet_links(|_| true) {
+            let node = &self.site(c).locks()[lock.idx()];
+            let parent = &self.site(p).locks()[lock.idx()];
+            let record = parent.peers()[c.idx()].child_owned;
+            if record == Mode::Phi {
+                continue;
+            }
+            let missing = parent
+                .frozen_thresholds()
+                .restrict(grantable_set(record))
+                .beyond(node.frozen_thresholds());
+            if !missing.is_empty() {
+                return Err(Violation {
+                    property: property::P3B,
+                    detail: format!(
+                        "on {lock}: {p} froze {} that {c} (recorded {record}) could grant, {c} has frozen only {}",
+                        missing.modes(),
+                        node.frozen()
+                    ),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// `n` hilock sites whose lock `l` has parent `parent(l, node)` (`None`: the token
+    /// holder), all running `variant`.
+    pub fn hilock(
+        n: usize,
+        parent: impl Fn(LockId, NodeId) -> Option<NodeId>,
+    ) -> Result<Self, KernelError> {
+        if n == 0 || n > N {
+            return Err(KernelError::UnknownNode(NodeId(
+                n.min(u16::MAX as usize) as u16
+            )));
+        }
+        let sites = (0..n)
+            .map(|i| {
+                let me = NodeId(i as u16);
+                Site::with_parents(me, |l| parent(l, me))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Cluster::new(sites))
+    }
+
+    /// `n` hilock sites in a star around `root` for every lock.
+    pub fn star(n: usize, root: NodeId) -> Result<Self, KernelError> {
+        Self::hilock(n, |_, me| (me != root).then_some(root))
+    }
+
+    /// Applies `f` to every site (configuration before a run: variant, ceilings).
+    pub fn configure(&mut self, f: impl Fn(Site<N, L, Q>) -> Site<N, L, Q>) {
+        for i in 0..self.sites.len() {
+            let s = self.site_mut(NodeId(i as u16));
+            *s = f(s.clone());
+        }
+    }
+}
