@@ -62,7 +62,7 @@
 use hilock_kernel::tables::table_2_1;
 use hilock_kernel::{Input, LockId, Mode, Msg, NodeId, Output, Pending, Variant};
 use hilock_spec::cluster::{Cluster, Order};
-use hilock_spec::system::{ModelSite, MODEL_NODES};
+use hilock_spec::system::{ModelSite, SpecMsg, MODEL_NODES};
 use serde::{Deserialize, Serialize};
 use stateright::{Model, Property};
 use std::fmt;
@@ -384,6 +384,15 @@ enum StepInput {
     Deliver { from: u8, index: usize },
 }
 
+/// An output of a step as the ghost history sees it.
+#[derive(Clone, Copy, Debug)]
+enum Note {
+    /// A message sent; for a grant or token: (requester, lock, serial, token?).
+    Sent(Option<(NodeId, LockId, u32, bool)>),
+    Granted(LockId, Mode),
+    Upgraded(LockId),
+}
+
 /// Ghost record of one outstanding request (or upgrade) of a node for a lock.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Req {
@@ -410,18 +419,38 @@ pub mod event {
 }
 
 /// A state of the model.
-#[derive(Clone, PartialEq, Eq, Hash)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct State<const L: usize> {
     /// The sites, the messages in flight and the first kernel error: the one harness.
     pub cluster: Cluster<ModelSite<L>>,
     /// Per node, the index of its next script operation.
-    pub pc: Vec<u8>,
+    pub pc: [u8; MAX_NODES],
     /// Per node and lock (`n * L + l`), the outstanding request.
-    pub reqs: Vec<Option<Req>>,
+    pub reqs: [Option<Req>; MAX_NODES * MAX_LOCKS],
     /// [`event`] bits of the last step.
     pub events: u8,
     /// Messages sent so far (kept only when [`ModelConfig::max_messages`] is set).
     pub sent: u16,
+}
+
+impl<const L: usize> std::hash::Hash for State<L> {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        // As derived, but the ghost requests packed into one word each (an injective
+        // packing), so that they are hashed as one slice of integers.
+        let reqs = self.reqs.map(|r| {
+            r.map_or(0u32, |r| {
+                1 << 24
+                    | u32::from(r.mode as u8) << 16
+                    | u32::from(r.arrival) << 8
+                    | u32::from(r.bypass)
+            })
+        });
+        self.cluster.hash(h);
+        self.pc.hash(h);
+        reqs.hash(h);
+        self.events.hash(h);
+        self.sent.hash(h);
+    }
 }
 
 impl<const L: usize> State<L> {
@@ -569,13 +598,15 @@ impl<const L: usize> BaseModel<L> {
 
     /// Renumbers the arrival ranks 1, 2, … (only their order matters).
     fn normalise(st: &mut State<L>) {
-        let mut ranks: Vec<u8> = st
-            .reqs
-            .iter()
-            .flatten()
-            .map(|r| r.arrival)
-            .filter(|a| *a != 0)
-            .collect();
+        let mut ranks = [u8::MAX; MAX_NODES * MAX_LOCKS];
+        let mut k = 0;
+        for r in st.reqs.iter().flatten() {
+            if r.arrival != 0 {
+                ranks[k] = r.arrival;
+                k += 1;
+            }
+        }
+        let ranks = &mut ranks[..k];
         ranks.sort_unstable();
         for r in st.reqs.iter_mut().flatten() {
             if r.arrival != 0 {
@@ -588,53 +619,79 @@ impl<const L: usize> BaseModel<L> {
     /// `index` of the channel `from → n`), and the ghost history.
     fn step(&self, st: &mut State<L>, n: usize, input: StepInput) {
         let node = NodeId(n as u16);
-        let (l, before) = match input {
-            StepInput::User(op) => (op.lock() as usize, None),
+        // What the delivered message is (for the `sometimes` events).
+        let (l, request, freeze) = match input {
+            StepInput::User(op) => (op.lock() as usize, None, false),
             StepInput::Deliver { from, index } => {
                 let Some(msg) = st.cluster.channel(NodeId(from as u16), node).nth(index) else {
                     return;
                 };
-                (msg.lock().idx(), Some(msg.clone()))
+                let request = match msg {
+                    Msg::Request { entry, .. } => Some(*entry),
+                    _ => None,
+                };
+                (msg.lock().idx(), request, matches!(msg, Msg::Freeze { .. }))
             }
         };
-        let prev = st.cluster.site(node).locks()[l].clone();
+        let prev = &st.cluster.site(node).locks()[l];
+        let (had_token, frozen_before) = (prev.has_token(), prev.frozen());
         st.events = 0;
+        // The outputs the ghost history needs, in order (without copying the messages).
+        let mut notes: heapless::Vec<Note, 64> = heapless::Vec::new();
+        let mut see = |o: &Output<SpecMsg>| {
+            let note = match o {
+                Output::Send {
+                    msg: Msg::Grant { entry, lock, .. },
+                    ..
+                } => Note::Sent(Some((entry.requester, *lock, entry.serial, false))),
+                Output::Send {
+                    msg: Msg::Token { entry, lock, .. },
+                    ..
+                } => Note::Sent(Some((entry.requester, *lock, entry.serial, true))),
+                Output::Send { .. } => Note::Sent(None),
+                Output::Granted { lock, mode } => Note::Granted(*lock, *mode),
+                Output::Upgraded { lock } => Note::Upgraded(*lock),
+            };
+            notes.push(note).expect("a step has fewer than 64 outputs");
+        };
         let step = match input {
-            StepInput::User(op) => st.cluster.input(node, Self::input_of(op)),
+            StepInput::User(op) => st.cluster.input_with(node, Self::input_of(op), &mut see),
             StepInput::Deliver { from, index } => {
-                match st.cluster.deliver_at(NodeId(from as u16), node, index) {
-                    Some((_, r)) => r,
+                match st
+                    .cluster
+                    .deliver_at_with(NodeId(from as u16), node, index, &mut see)
+                {
+                    Some(r) => r,
                     None => return,
                 }
             }
         };
-        let Ok(step) = step else {
+        if step.is_err() {
             // The harness keeps the first kernel error ("no kernel error").
             return;
-        };
+        }
         let after = &st.cluster.site(node).locks()[l];
-        let (had_token, has_token) = (prev.has_token(), after.has_token());
-        if let Some(Msg::Request { entry, .. }) = &before {
-            if !had_token && !has_token && after.queue().contains(entry) {
+        let has_token = after.has_token();
+        if let Some(entry) = request {
+            if !had_token && !has_token && after.queue().contains(&entry) {
                 st.events |= event::LOCAL_QUEUE;
             }
         }
-        if matches!(before, Some(Msg::Freeze { .. })) && after.frozen() != prev.frozen() {
+        if freeze && after.frozen() != frozen_before {
             st.events |= event::FREEZE_DELIVERED;
         }
-        for o in step.outputs {
-            match o {
-                Output::Send { msg, .. } => {
-                    if let Msg::Grant { entry, lock, .. } | Msg::Token { entry, lock, .. } = &msg {
-                        let r = entry.requester;
+        for &note in &notes {
+            match note {
+                Note::Sent(answer) => {
+                    if let Some((r, lock, serial, token)) = answer {
                         let is_current = matches!(
                             st.cluster.site(r).locks()[lock.idx()].pending(),
-                            Pending::Request(p) if p.serial == entry.serial
+                            Pending::Request(p) if p.serial == serial
                         );
                         if is_current {
                             Self::arrive(st, r.idx(), lock.idx());
                         }
-                        if matches!(msg, Msg::Token { .. }) {
+                        if token {
                             st.events |= event::TOKEN_TRANSFER;
                         } else if !had_token && !has_token {
                             st.events |= event::COPY_BY_CHILD;
@@ -644,8 +701,8 @@ impl<const L: usize> BaseModel<L> {
                         st.sent = st.sent.saturating_add(1);
                     }
                 }
-                Output::Granted { lock, mode } => Self::granted(st, n, lock.idx(), mode),
-                Output::Upgraded { lock } => {
+                Note::Granted(lock, mode) => Self::granted(st, n, lock.idx(), mode),
+                Note::Upgraded(lock) => {
                     st.events |= event::UPGRADED;
                     Self::granted(st, n, lock.idx(), Mode::W);
                 }
@@ -653,12 +710,13 @@ impl<const L: usize> BaseModel<L> {
         }
         // Requests waiting in the token node's queue have arrived (in queue order).
         for lk in 0..L {
-            let node = &st.cluster.site(node).locks()[lk];
-            if node.has_token() {
-                let who: Vec<usize> = node.queue().iter().map(|e| e.requester.idx()).collect();
-                for r in who {
-                    Self::arrive(st, r, lk);
-                }
+            let site = st.cluster.site(node);
+            if !site.locks()[lk].has_token() {
+                continue;
+            }
+            for k in 0..site.locks()[lk].queue().len() {
+                let r = st.cluster.site(node).locks()[lk].queue()[k].requester.idx();
+                Self::arrive(st, r, lk);
             }
         }
         Self::normalise(st);
@@ -779,11 +837,10 @@ impl<const L: usize> Model for BaseModel<L> {
     type Action = Action;
 
     fn init_states(&self) -> Vec<State<L>> {
-        let n = self.n();
         vec![State {
             cluster: self.cluster(),
-            pc: vec![0; n],
-            reqs: vec![None; n * L],
+            pc: [0; MAX_NODES],
+            reqs: [None; MAX_NODES * MAX_LOCKS],
             events: 0,
             sent: 0,
         }]

@@ -34,11 +34,11 @@ use crate::VecSink;
 use hilock_kernel::tables::{grantable_set, table_2_1};
 use hilock_kernel::{
     Input, KernelError, LockId, Mode, MsgKind, NaimiSite, NodeId, Output, PrioNaimiSite, Protocol,
-    Report, RuleSet, Site,
+    Report, RuleSet, Sink, Site,
 };
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt;
-use std::hash::{DefaultHasher, Hash, Hasher};
+use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -221,22 +221,115 @@ impl<P: Hash> Hash for Slot<P> {
     fn hash<H: Hasher>(&self, h: &mut H) {
         let mut v = self.hash.load(Ordering::Relaxed);
         if v == 0 {
-            let mut d = DefaultHasher::new();
-            self.site.hash(&mut d);
-            v = d.finish().max(1);
+            v = content_key(&*self.site).max(1);
             self.hash.store(v, Ordering::Relaxed);
         }
         h.write_u64(v);
     }
 }
 
-fn content_key<M: Hash>(m: &M) -> u64 {
-    let mut h = DefaultHasher::new();
-    m.hash(&mut h);
+/// A fast deterministic 64-bit hash of a value (of a site, for its cached hash; of a message,
+/// for the canonical order of an unordered channel). Each word is mixed in by a step that is
+/// a bijection of the running state for a fixed word and of the word for a fixed state, so
+/// two inputs of equal length that differ in one word never collide; the result is
+/// avalanched (MurmurHash3's finaliser). A site's derived `Hash` writes a few hundred small
+/// words, where SipHash's per-call cost dominated the model checker's profile.
+fn content_key<T: Hash + ?Sized>(value: &T) -> u64 {
+    let mut h = WordHasher(0x243F_6A88_85A3_08D3);
+    value.hash(&mut h);
     h.finish()
 }
 
+struct WordHasher(u64);
+
+impl WordHasher {
+    #[inline]
+    fn mix(&mut self, word: u64) {
+        self.0 = (self.0 ^ word)
+            .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+            .rotate_left(31);
+    }
+}
+
+impl Hasher for WordHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut w = [0u8; 8];
+            w[..chunk.len()].copy_from_slice(chunk);
+            self.mix(u64::from_le_bytes(w));
+        }
+    }
+    fn write_u8(&mut self, i: u8) {
+        self.mix(u64::from(i));
+    }
+    fn write_u16(&mut self, i: u16) {
+        self.mix(u64::from(i));
+    }
+    fn write_u32(&mut self, i: u32) {
+        self.mix(u64::from(i));
+    }
+    fn write_u64(&mut self, i: u64) {
+        self.mix(i);
+    }
+    fn write_usize(&mut self, i: usize) {
+        self.mix(i as u64);
+    }
+    fn finish(&self) -> u64 {
+        let mut h = self.0;
+        h ^= h >> 33;
+        h = h.wrapping_mul(0xFF51_AFD7_ED55_8CCD);
+        h ^= h >> 33;
+        h = h.wrapping_mul(0xC4CE_B9FE_1A85_EC53);
+        h ^ (h >> 33)
+    }
+}
+
 type Channel<M> = VecDeque<InFlight<M>>;
+
+/// Outputs that fit in this many slots are collected on the stack (no allocation per step).
+const SMALL_OUTPUTS: usize = 32;
+
+/// The outputs of one step: on the stack when the protocol's [`Protocol::MAX_OUTPUTS`] fits
+/// (the model checker's and the tests' sites), else in a [`VecSink`] (many nodes).
+enum Buffer<M> {
+    Small(heapless::Vec<Output<M>, SMALL_OUTPUTS>),
+    Large(VecSink<M>),
+}
+
+impl<M> Buffer<M> {
+    fn for_protocol<P: Protocol<Msg = M>>() -> Self {
+        if P::MAX_OUTPUTS <= SMALL_OUTPUTS {
+            Buffer::Small(heapless::Vec::new())
+        } else {
+            Buffer::Large(VecSink::new())
+        }
+    }
+}
+
+impl<M> Sink<M> for Buffer<M> {
+    fn room(&self) -> usize {
+        match self {
+            Buffer::Small(v) => v.room(),
+            Buffer::Large(v) => v.room(),
+        }
+    }
+    fn put(&mut self, o: Output<M>) -> Result<(), Output<M>> {
+        match self {
+            Buffer::Small(v) => v.put(o),
+            Buffer::Large(v) => v.put(o),
+        }
+    }
+}
+
+impl<M> Buffer<M> {
+    /// Hands every output to `f`, in order, by value (without moving the buffer).
+    fn drain(&mut self, mut f: impl FnMut(Output<M>)) {
+        match self {
+            Buffer::Small(v) => v.drain(..).for_each(&mut f),
+            Buffer::Large(v) => v.0.drain(..).for_each(&mut f),
+        }
+    }
+}
 
 /// Sites of one protocol and the channels between them. See the [module](self) docs.
 #[derive(Debug)]
@@ -438,7 +531,7 @@ where
         if self.crashed.contains(&node) {
             return Err(StepError::Down(node));
         }
-        let mut out = VecSink::new();
+        let mut out = Buffer::for_protocol::<P>();
         let slot = &mut self.sites[node.idx()];
         // The cached hash is stale once the site may have changed.
         slot.hash = AtomicU64::new(0);
@@ -468,12 +561,12 @@ where
         };
         self.steps += 1;
         self.rules = self.rules.union(report.rules);
-        for o in out.0 {
+        out.drain(|o| {
             see(&o);
             if let Output::Send { to, msg } = o {
                 self.route(node, to, msg);
             }
-        }
+        });
         Ok(report)
     }
 
@@ -581,6 +674,23 @@ where
             self.faults.reordered = true;
         }
         self.deliver_index(from, to, index)
+    }
+
+    /// [`Cluster::deliver_at`] without copying the outputs: each is shown to `see`. The
+    /// message is consumed even if the kernel rejects it; `None` if there is no message
+    /// `index` on the channel.
+    pub fn deliver_at_with(
+        &mut self,
+        from: NodeId,
+        to: NodeId,
+        index: usize,
+        see: impl FnMut(&Output<P::Msg>),
+    ) -> Option<Result<Report, StepError>> {
+        if index > 0 && self.order == Order::Fifo && index < self.channel_len(from, to) {
+            self.faults.reordered = true;
+        }
+        let m = self.take(from, to, index)?;
+        Some(self.run(to, Input::Deliver { from, msg: &m.msg }, true, see))
     }
 
     #[allow(clippy::type_complexity)]
@@ -762,11 +872,12 @@ where
     // ------------------------------------------------------------------ properties
 
     fn live(&self) -> impl Iterator<Item = (NodeId, &P)> + '_ {
+        let all = self.crashed.is_empty();
         self.sites
             .iter()
             .enumerate()
             .map(|(i, s)| (NodeId(i as u16), &*s.site))
-            .filter(|(n, _)| !self.crashed.contains(n))
+            .filter(move |(n, _)| all || !self.crashed.contains(n))
     }
 
     /// P1, mutual exclusion: no two sites hold modes of the same lock that conflict by the
@@ -775,20 +886,31 @@ where
     pub fn check_mutual_exclusion(&self) -> Result<(), Violation> {
         for l in 0..self.locks {
             let lock = LockId(l);
-            // Per requestable mode: how many hold it, and one holder.
-            let mut count = [0u32; 6];
-            let mut who = [NodeId(0); 6];
-            for (n, s) in self.live() {
+            // The modes held (a bit per mode) and those held by two sites or more.
+            let (mut held, mut twice) = (0u8, 0u8);
+            for (_, s) in self.live() {
                 let m = s.held(lock).unwrap_or(Mode::Phi);
                 if m != Mode::Phi {
-                    count[m as usize] += 1;
-                    who[m as usize] = n;
+                    let bit = 1u8 << (m as u8);
+                    twice |= held & bit;
+                    held |= bit;
                 }
             }
+            if held.count_ones() <= 1 && twice == 0 {
+                continue; // at most one holder
+            }
             for a in Mode::REQUESTABLE {
+                let bit_a = 1u8 << (a as u8);
+                if held & bit_a == 0 {
+                    continue;
+                }
                 for b in Mode::REQUESTABLE {
-                    let (ca, cb) = (count[a as usize], count[b as usize]);
-                    let both = if a == b { ca >= 2 } else { ca >= 1 && cb >= 1 };
+                    let bit_b = 1u8 << (b as u8);
+                    let both = if a == b {
+                        twice & bit_a != 0
+                    } else {
+                        held & bit_b != 0
+                    };
                     if both && (table_2_1(a, b) || table_2_1(b, a)) {
                         let holders: Vec<String> = self
                             .live()
