@@ -17,21 +17,16 @@
 //! inversion. P7(B): at most B such critical sections while D's request is pending. The
 //! checker reports the least B that holds.
 
-use hilock_kernel::tables::table_2_1;
-use hilock_kernel::{
-    Inheritance, Input, LockId, Mode, Msg, NodeId, Output, Outputs, Site, Variant,
-};
+use hilock_kernel::{Inheritance, Input, LockId, Mode, NodeId, Output, Variant};
+use hilock_spec::cluster::{property, Cluster};
+use hilock_spec::system::{ModelSite, MODEL_NODES};
 use stateright::{Checker, Model, Property};
-use std::collections::{BTreeMap, VecDeque};
 
 /// Nodes: A, D and up to three medium nodes.
-pub const MAX: usize = 5;
-const Q: usize = MAX;
+pub const MAX: usize = MODEL_NODES;
 const L: usize = 2;
-const O: usize = MAX + Q + L + 6;
 /// The kernel site the model drives.
-pub type ISite = Site<MAX, L, Q>;
-type IMsg = Msg<Q>;
+pub type ISite = ModelSite<L>;
 
 /// Node A (low priority).
 pub const A: u16 = 0;
@@ -90,8 +85,8 @@ pub enum Action {
 /// A state of the model.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct InvState {
-    sites: Vec<ISite>,
-    net: BTreeMap<(u16, u16), VecDeque<IMsg>>,
+    /// The sites, the messages in flight and the first kernel error: the one harness.
+    cluster: Cluster<ISite>,
     pc: Vec<u8>,
     waiting: Vec<bool>,
     /// D's request on L_i is pending.
@@ -100,8 +95,6 @@ pub struct InvState {
     a_waits_j: bool,
     /// Lower-priority grants while D's request was pending.
     pub overtakes: u8,
-    /// A kernel error happened (a bug).
-    error: bool,
 }
 
 impl InversionConfig {
@@ -140,15 +133,11 @@ impl InversionConfig {
         }
     }
 
-    fn apply(&self, st: &mut InvState, n: u16, input: Input<'_, IMsg>) {
-        let mut out: Outputs<IMsg, O> = Outputs::new();
-        if st.sites[n as usize].step(input, &mut out).is_err() {
-            st.error = true;
-            return;
-        }
-        for o in out {
+    /// Records the grants of a step at `n` (its other outputs the harness has routed).
+    fn apply(&self, st: &mut InvState, n: u16, outputs: &[Output<hilock_spec::SpecMsg>]) {
+        for o in outputs {
             match o {
-                Output::Send { to, msg } => st.net.entry((n, to.0)).or_default().push_back(msg),
+                Output::Send { .. } => {}
                 Output::Granted { .. } | Output::Upgraded { .. } => {
                     st.waiting[n as usize] = false;
                     if n == D {
@@ -163,11 +152,16 @@ impl InversionConfig {
         }
     }
 
-    /// Whether no action is enabled.
-    fn quiescent(&self, st: &InvState) -> bool {
-        st.net.is_empty()
-            && (0..self.nodes())
-                .all(|n| st.waiting[n] || st.pc[n] as usize >= self.script(n as u16).len())
+    /// One step of the harness at `n` (the harness keeps a kernel error).
+    fn step(&self, st: &mut InvState, n: u16, input: Input<'_, hilock_spec::SpecMsg>) {
+        if let Ok(step) = st.cluster.input(NodeId(n), input) {
+            self.apply(st, n, &step.outputs);
+        }
+    }
+
+    /// Whether no script can run (with nothing in flight, every medium node may run).
+    fn idle(&self, st: &InvState) -> bool {
+        (0..self.nodes()).all(|n| st.waiting[n] || st.pc[n] as usize >= self.script(n as u16).len())
     }
 
     /// Runs the checker (BFS, no depth limit) and returns it.
@@ -200,36 +194,36 @@ impl Model for InversionConfig {
             ),
         };
         let mut st = InvState {
-            sites: (0..n as u16)
-                .map(|i| {
-                    // L_i: token at A; L_j: token at D.
-                    ISite::with_parents(NodeId(i), |l| {
-                        let root = if l.0 == 0 { A } else { D };
-                        (i != root).then_some(NodeId(root))
+            cluster: Cluster::new(
+                (0..n as u16)
+                    .map(|i| {
+                        // L_i: token at A; L_j: token at D.
+                        ISite::with_parents(NodeId(i), |l| {
+                            let root = if l.0 == 0 { A } else { D };
+                            (i != root).then_some(NodeId(root))
+                        })
+                        .expect("valid tree")
+                        .with_variant(variant)
+                        .with_ceilings(ceil)
                     })
-                    .expect("valid tree")
-                    .with_variant(variant)
-                    .with_ceilings(ceil)
-                })
-                .collect(),
-            net: BTreeMap::new(),
+                    .collect(),
+            ),
             pc: vec![0; n],
             waiting: vec![false; n],
             d_pending: false,
             a_waits_j: false,
             overtakes: 0,
-            error: false,
         };
         if self.flavor != Flavor::Fifo {
             for i in 0..n as u16 {
-                self.apply(&mut st, i, Input::SetPriority { base: self.prio(i) });
+                self.step(&mut st, i, Input::SetPriority { base: self.prio(i) });
             }
         }
         vec![st]
     }
 
     fn actions(&self, st: &InvState, actions: &mut Vec<Action>) {
-        if st.error {
+        if st.cluster.error().is_some() {
             return;
         }
         for n in 0..self.nodes() as u16 {
@@ -237,7 +231,8 @@ impl Model for InversionConfig {
             // delays are short compared with their non-critical sections. Without this,
             // an adversarial schedule can hold A's (boosted) request in flight forever and no
             // protocol can bound the inversion.
-            let quiet = n == A || n == D || st.net.is_empty() || st.pc[n as usize] % 2 == 1;
+            let quiet =
+                n == A || n == D || st.cluster.in_flight() == 0 || st.pc[n as usize] % 2 == 1;
             if quiet
                 && !st.waiting[n as usize]
                 && (st.pc[n as usize] as usize) < self.script(n).len()
@@ -245,8 +240,8 @@ impl Model for InversionConfig {
                 actions.push(Action::Run(n));
             }
         }
-        for &(f, t) in st.net.keys() {
-            actions.push(Action::Deliver(f, t));
+        for (f, t) in st.cluster.busy_channels() {
+            actions.push(Action::Deliver(f.0, t.0));
         }
     }
 
@@ -265,7 +260,7 @@ impl Model for InversionConfig {
                         if n == A && l == 1 {
                             st.a_waits_j = true;
                         }
-                        self.apply(
+                        self.step(
                             &mut st,
                             n,
                             Input::Acquire {
@@ -274,23 +269,14 @@ impl Model for InversionConfig {
                             },
                         );
                     }
-                    Op::Release(l) => self.apply(&mut st, n, Input::Release { lock: LockId(l) }),
+                    Op::Release(l) => self.step(&mut st, n, Input::Release { lock: LockId(l) }),
                 }
             }
             Action::Deliver(f, t) => {
-                let q = st.net.get_mut(&(f, t))?;
-                let msg = q.pop_front()?;
-                if q.is_empty() {
-                    st.net.remove(&(f, t));
+                let (_, r) = st.cluster.deliver(NodeId(f), NodeId(t))?;
+                if let Ok(step) = r {
+                    self.apply(&mut st, t, &step.outputs);
                 }
-                self.apply(
-                    &mut st,
-                    t,
-                    Input::Deliver {
-                        from: NodeId(f),
-                        msg: &msg,
-                    },
-                );
             }
         }
         Some(st)
@@ -298,63 +284,27 @@ impl Model for InversionConfig {
 
     fn properties(&self) -> Vec<Property<Self>> {
         vec![
-            Property::always("P1 mutual exclusion", |m: &Self, st: &InvState| {
-                (0..L as u16).all(|l| {
-                    let held: Vec<Mode> = st.sites[..m.nodes()]
-                        .iter()
-                        .map(|s| s.lock(LockId(l)).map(|n| n.held()).unwrap_or(Mode::Phi))
-                        .filter(|h| *h != Mode::Phi)
-                        .collect();
-                    held.iter()
-                        .enumerate()
-                        .all(|(i, a)| held[i + 1..].iter().all(|b| !table_2_1(*a, *b)))
-                })
+            // P1, P2, P3, P3b, P4 and "no kernel error" are the harness's properties
+            // (`hilock_spec::cluster`), written once.
+            Property::always(property::P1, |_, st: &InvState| {
+                st.cluster.check_mutual_exclusion().is_ok()
             }),
-            Property::always("P2 single token", |m: &Self, st: &InvState| {
-                (0..L as u16).all(|l| {
-                    let at_sites = st.sites[..m.nodes()]
-                        .iter()
-                        .filter(|s| s.lock(LockId(l)).is_ok_and(|n| n.has_token()))
-                        .count();
-                    let in_flight = st
-                        .net
-                        .values()
-                        .flatten()
-                        .filter(|msg| matches!(msg, Msg::Token { lock, .. } if lock.0 == l))
-                        .count();
-                    at_sites + in_flight == 1
-                })
+            Property::always(property::P2, |_, st: &InvState| {
+                st.cluster.check_single_token().is_ok()
             }),
-            Property::always("P3 owned-mode invariant", |m: &Self, st: &InvState| {
-                // Invariant 2.2 as records: once nothing is in flight from a child to its
-                // parent, the parent's record of the child is a mode at least as strong as
-                // (and compatible with) what the child owns.
-                (0..L as u16).all(|l| {
-                    (0..m.nodes()).all(|x| {
-                        let Ok(node) = st.sites[x].lock(LockId(l)) else {
-                            return false;
-                        };
-                        let owned = node.owned();
-                        match node.parent() {
-                            _ if node.has_token() || owned == Mode::Phi => true,
-                            None => true,
-                            Some(p) if st.net.contains_key(&(x as u16, p.0)) => true,
-                            Some(p) => {
-                                let rec = st.sites[p.idx()]
-                                    .lock(LockId(l))
-                                    .map(|n| n.peers()[x].child_owned)
-                                    .unwrap_or(Mode::Phi);
-                                hilock_kernel::mode::strongest(rec, owned) == Ok(rec)
-                            }
-                        }
-                    })
-                })
+            Property::always(property::P3, |_, st: &InvState| {
+                st.cluster.check_owned_records().is_ok()
             }),
-            Property::always("no kernel error", |_, st: &InvState| !st.error),
-            // P4 and P5 in quiescent-state form (no fairness needed): when nothing can
-            // move, nobody waits — so every script has completed.
-            Property::always("P4 no deadlock", |m: &Self, st: &InvState| {
-                !m.quiescent(st) || st.waiting.iter().all(|w| !w)
+            Property::always(property::P3B, |_, st: &InvState| {
+                st.cluster.check_frozen_reach_children().is_ok()
+            }),
+            Property::always(property::NO_ERROR, |_, st: &InvState| {
+                st.cluster.check_no_kernel_error().is_ok()
+            }),
+            // P4 in quiescent-state form (no fairness needed): when nothing can move,
+            // nobody waits — so every script has completed.
+            Property::always(property::P4, |m: &Self, st: &InvState| {
+                st.cluster.check_no_deadlock(m.idle(st)).is_ok()
             }),
             Property::always("P7 bounded inversion", |m: &Self, st: &InvState| {
                 st.overtakes <= m.bound
@@ -400,11 +350,12 @@ pub fn least_bound(
         };
         let checker = cfg.check();
         for p in [
-            "P1 mutual exclusion",
-            "P2 single token",
-            "P3 owned-mode invariant",
-            "no kernel error",
-            "P4 no deadlock",
+            property::P1,
+            property::P2,
+            property::P3,
+            property::P3B,
+            property::NO_ERROR,
+            property::P4,
         ] {
             if let Some(path) = checker.discovery(p) {
                 return Err(format!("{p} violated: {:?}", path.into_actions()));
