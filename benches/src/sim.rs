@@ -24,20 +24,26 @@
 //!   entering the CS) per access mode and per priority level, over a measurement window
 //!   that starts after a warm-up.
 //!
+//! Routing and delivery go through the one harness, [`hilock_spec::cluster::Cluster`] (FIFO
+//! channels, sites and outputs on the heap); the simulator adds only the timing: an arrival
+//! time per message in flight and the event queue.
+//!
 //! The queue capacity `Q` of the hierarchical sites equals the node capacity, so no queue
 //! can overflow; the driver still retries a rejected delivery ([`KernelError::QueueFull`] /
-//! [`KernelError::QueueOverflow`]) after the receiver's next step, keeping the channel FIFO.
+//! [`KernelError::QueueOverflow`]) after the receiver's next step, keeping the channel FIFO
+//! (the harness puts a rejected message back at the head of its channel).
 
 use hilock_kernel::{
     Inheritance, Input, KernelError, LockId, Mode, Msg, MsgKind, NaimiMsg, NaimiSite, NodeId,
-    Output, Outputs, PrioNaimiMsg, PrioNaimiSite, Priority, Protocol, Site, Variant,
+    Output, PrioNaimiMsg, PrioNaimiSite, Priority, Protocol, Site, Variant,
 };
-use hilock_spec::VecSink;
+use hilock_spec::cluster::{Cluster, Invariants, StepError};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::fmt::Write as _;
+use std::hash::Hash;
 
 /// Entry locks of the airline table.
 pub const ENTRIES: usize = 8;
@@ -371,18 +377,20 @@ struct App {
     measured: bool,
 }
 
-#[derive(Debug)]
-struct Channel<M> {
-    queue: VecDeque<(u64, M)>,
+/// The timing of one channel: the arrival time of each message the harness has in flight
+/// on it, head first.
+#[derive(Debug, Default)]
+struct Timing {
+    arrivals: VecDeque<u64>,
     last_arrival: u64,
     blocked: bool,
 }
 
 struct Sim<'c, P: Protocol> {
     cfg: &'c Config,
-    sites: Vec<P>,
+    cluster: Cluster<P>,
     apps: Vec<App>,
-    channels: HashMap<(u16, u16), Channel<P::Msg>>,
+    channels: HashMap<(u16, u16), Timing>,
     /// Blocked channels into each node, retried after the node's next successful step.
     blocked: Vec<Vec<u16>>,
     events: BinaryHeap<Reverse<(u64, u64, Ev)>>,
@@ -402,9 +410,9 @@ fn jittered(rng: &mut ChaCha8Rng, mean_ms: f64, jitter: f64) -> u64 {
     v.max(0.0).round() as u64
 }
 
-impl<'c, P: Protocol> Sim<'c, P>
+impl<'c, P: Protocol + Clone + Invariants> Sim<'c, P>
 where
-    P::Msg: Requester,
+    P::Msg: Requester + Hash,
 {
     fn new(cfg: &'c Config, sites: Vec<P>) -> Self {
         let n = cfg.n;
@@ -425,7 +433,7 @@ where
             .collect();
         Sim {
             cfg,
-            sites,
+            cluster: Cluster::new(sites),
             apps,
             channels: HashMap::new(),
             blocked: vec![Vec::new(); n],
@@ -450,11 +458,10 @@ where
     }
 
     fn run(mut self) -> Result<Stats, String> {
-        let mut out: VecSink<P::Msg> = VecSink::new();
         if self.cfg.prio != PrioMode::Off {
             for i in 0..self.cfg.n {
                 let base = self.apps[i].prio;
-                self.step(i, Input::SetPriority { base }, &mut out)?;
+                self.step(i, Input::SetPriority { base })?;
             }
         }
         for i in 0..self.cfg.n {
@@ -477,10 +484,10 @@ where
             };
             self.now = t;
             match ev {
-                Ev::Timer(i) => self.timer(i as usize, &mut out)?,
+                Ev::Timer(i) => self.timer(i as usize)?,
                 Ev::Deliver(from, to) => {
                     if !self.channels[&(from, to)].blocked {
-                        self.deliver_ready(from, to, &mut out)?;
+                        self.deliver_ready(from, to)?;
                     }
                 }
             }
@@ -491,46 +498,33 @@ where
 
     /// Delivers the ready messages at the head of channel (from, to), in order, until one
     /// is rejected (the channel blocks) or none is ready.
-    fn deliver_ready(
-        &mut self,
-        from: u16,
-        to: u16,
-        out: &mut VecSink<P::Msg>,
-    ) -> Result<(), String> {
+    fn deliver_ready(&mut self, from: u16, to: u16) -> Result<(), String> {
         loop {
             let ch = self.channels.get_mut(&(from, to)).expect("channel");
-            let msg = match ch.queue.front() {
-                Some((t, _)) if *t <= self.now => ch.queue.pop_front().expect("head").1,
+            match ch.arrivals.front() {
+                Some(t) if *t <= self.now => {}
                 _ => {
                     ch.blocked = false;
                     return Ok(());
                 }
-            };
-            let r = {
-                let input = Input::Deliver {
-                    from: NodeId(from),
-                    msg: &msg,
-                };
-                self.try_step(to as usize, input, out)
-            };
-            match r {
+            }
+            match self.try_step(to as usize, None, Some(NodeId(from))) {
                 Ok(()) => {}
-                Err(KernelError::QueueFull(_) | KernelError::QueueOverflow(_)) => {
+                Err((KernelError::QueueFull(_) | KernelError::QueueOverflow(_), _)) => {
+                    // The harness put the message back at the head of the channel.
                     self.stats.retries += 1;
                     let ch = self.channels.get_mut(&(from, to)).expect("channel");
-                    ch.queue.push_front((self.now, msg));
                     if !ch.blocked {
                         ch.blocked = true;
                         self.blocked[to as usize].push(from);
                     }
                     return Ok(());
                 }
-                Err(e) => {
+                Err((e, what)) => {
                     return Err(format!(
-                        "{} n={}: delivering {:?} {} -> {} at {} µs: {e}",
+                        "{} n={}: delivering {what} {} -> {} at {} µs: {e}",
                         self.cfg.proto.name(),
                         self.cfg.n,
-                        msg,
                         from,
                         to,
                         self.now
@@ -540,14 +534,9 @@ where
         }
     }
 
-    fn step(
-        &mut self,
-        i: usize,
-        input: Input<'_, P::Msg>,
-        out: &mut VecSink<P::Msg>,
-    ) -> Result<(), String> {
+    fn step(&mut self, i: usize, input: Input<'_, P::Msg>) -> Result<(), String> {
         let dbg = format!("{input:?}");
-        self.try_step(i, input, out).map_err(|e| {
+        self.try_step(i, Some(input), None).map_err(|(e, _)| {
             format!(
                 "{} n={}: node {i} rejected {dbg} at {} µs: {e}",
                 self.cfg.proto.name(),
@@ -557,55 +546,81 @@ where
         })
     }
 
-    /// One kernel step at node `i` and the handling of its outputs.
+    /// One step of the harness at node `i` — the user input `input`, or the delivery of the
+    /// head message of the channel from `from` — with the timing and the statistics of its
+    /// outputs. A rejection comes with a description of the rejected message.
     fn try_step(
         &mut self,
         i: usize,
-        input: Input<'_, P::Msg>,
-        out: &mut VecSink<P::Msg>,
-    ) -> Result<(), KernelError> {
-        out.0.clear();
-        self.sites[i].step(input, out)?;
-        self.stats.steps += 1;
+        input: Option<Input<'_, P::Msg>>,
+        from: Option<NodeId>,
+    ) -> Result<(), (KernelError, String)> {
+        let node = NodeId(i as u16);
+        let in_window = self.in_window();
         let mut granted = false;
-        for o in out.0.drain(..) {
-            match o {
-                Output::Send { to, msg } => {
-                    if self.in_window() {
-                        self.stats.msgs[kind_index(P::kind(&msg))] += 1;
-                        if P::lock_of(&msg) == LockId(0) && P::kind(&msg) == MsgKind::Request {
-                            self.stats.lock0_requests += 1;
-                        }
+        let Sim {
+            cluster,
+            channels,
+            stats,
+            hops,
+            net_rng,
+            events,
+            seq,
+            now,
+            cfg,
+            ..
+        } = self;
+        // Every message sent gets its arrival time (FIFO per channel) and a delivery event.
+        let mut see = |o: &Output<P::Msg>| match o {
+            Output::Send { to, msg } => {
+                if in_window {
+                    stats.msgs[kind_index(P::kind(msg))] += 1;
+                    if P::lock_of(msg) == LockId(0) && P::kind(msg) == MsgKind::Request {
+                        stats.lock0_requests += 1;
                     }
-                    if let Some(r) = msg.requester() {
-                        if let Some(h) = self.hops.get_mut(r.idx()) {
-                            *h += 1;
-                        }
+                }
+                if let Some(r) = msg.requester() {
+                    if let Some(h) = hops.get_mut(r.idx()) {
+                        *h += 1;
                     }
-                    let lat = jittered(&mut self.net_rng, self.cfg.latency_ms, self.cfg.jitter);
-                    let key = (i as u16, to.0);
-                    let ch = self.channels.entry(key).or_insert_with(|| Channel {
-                        queue: VecDeque::new(),
-                        last_arrival: 0,
-                        blocked: false,
-                    });
-                    let at = (self.now + lat).max(ch.last_arrival);
-                    ch.last_arrival = at;
-                    ch.queue.push_back((at, msg));
-                    self.seq += 1;
-                    self.events
-                        .push(Reverse((at, self.seq, Ev::Deliver(key.0, key.1))));
                 }
-                Output::Granted { lock, .. } => {
-                    let a = &self.apps[i];
-                    debug_assert!(a.phase == Phase::Acquiring && a.ops[a.k].0 == lock);
-                    granted = true;
-                }
-                Output::Upgraded { .. } => {}
+                let lat = jittered(net_rng, cfg.latency_ms, cfg.jitter);
+                let key = (node.0, to.0);
+                let ch = channels.entry(key).or_default();
+                let at = (*now + lat).max(ch.last_arrival);
+                ch.last_arrival = at;
+                ch.arrivals.push_back(at);
+                *seq += 1;
+                events.push(Reverse((at, *seq, Ev::Deliver(key.0, key.1))));
             }
+            Output::Granted { .. } => granted = true,
+            Output::Upgraded { .. } => {}
+        };
+        let r = match (input, from) {
+            (Some(input), _) => cluster
+                .input_with(node, input, &mut see)
+                .map_err(|e| (e, String::new())),
+            (None, Some(from)) => match cluster.deliver_with(from, node, &mut see) {
+                Some(Ok(report)) => {
+                    let ch = channels.get_mut(&(from.0, node.0)).expect("channel");
+                    ch.arrivals.pop_front();
+                    Ok(report)
+                }
+                Some(Err((e, msg))) => Err((e, format!("{msg:?}"))),
+                None => Err((StepError::NoSuchNode(from), String::new())),
+            },
+            (None, None) => return Ok(()),
+        };
+        if let Err((e, what)) = r {
+            return Err(match e {
+                StepError::Kernel(_, k) => (k, what),
+                _ => (KernelError::UnknownNode(node), what),
+            });
         }
+        self.stats.steps += 1;
         if granted {
-            self.granted(i, out)?;
+            debug_assert!(self.apps[i].phase == Phase::Acquiring);
+            self.granted(i)?;
         }
         // A step may have made room in a queue: retry blocked channels into this node.
         if !self.blocked[i].is_empty() {
@@ -614,14 +629,14 @@ where
                 let ch = self.channels.get_mut(&(from, i as u16)).expect("channel");
                 ch.blocked = false;
                 // Errors other than a full queue surface when the retry is attempted.
-                self.deliver_ready(from, i as u16, out)
-                    .map_err(|_| KernelError::OutputsFull)?;
+                self.deliver_ready(from, i as u16)
+                    .map_err(|e| (KernelError::OutputsFull, e))?;
             }
         }
         Ok(())
     }
 
-    fn granted(&mut self, i: usize, out: &mut VecSink<P::Msg>) -> Result<(), KernelError> {
+    fn granted(&mut self, i: usize) -> Result<(), (KernelError, String)> {
         self.apps[i].k += 1;
         let a = &self.apps[i];
         if a.k < a.nops {
@@ -629,7 +644,7 @@ where
             if self.in_window() {
                 self.stats.lock_requests += 1;
             }
-            return self.try_step(i, Input::Acquire { lock, mode }, out);
+            return self.try_step(i, Some(Input::Acquire { lock, mode }), None);
         }
         let a = &mut self.apps[i];
         a.phase = Phase::Cs;
@@ -650,14 +665,14 @@ where
         Ok(())
     }
 
-    fn timer(&mut self, i: usize, out: &mut VecSink<P::Msg>) -> Result<(), String> {
+    fn timer(&mut self, i: usize) -> Result<(), String> {
         match self.apps[i].phase {
-            Phase::Ncs => self.start_access(i, out),
+            Phase::Ncs => self.start_access(i),
             Phase::Cs => {
                 let nops = self.apps[i].nops;
                 for k in (0..nops).rev() {
                     let lock = self.apps[i].ops[k].0;
-                    self.step(i, Input::Release { lock }, out)?;
+                    self.step(i, Input::Release { lock })?;
                 }
                 self.completed += 1;
                 if self.in_window() {
@@ -675,7 +690,7 @@ where
         }
     }
 
-    fn start_access(&mut self, i: usize, out: &mut VecSink<P::Msg>) -> Result<(), String> {
+    fn start_access(&mut self, i: usize) -> Result<(), String> {
         let proto = self.cfg.proto;
         let in_window = self.in_window();
         let a = &mut self.apps[i];
@@ -725,7 +740,7 @@ where
         if in_window {
             self.stats.lock_requests += 1;
         }
-        self.step(i, Input::Acquire { lock, mode }, out)
+        self.step(i, Input::Acquire { lock, mode })
     }
 }
 
@@ -821,66 +836,43 @@ pub struct SequentialNaimi {
 /// `warmup` requests are driven but not counted.
 pub fn naimi_sequential(n: usize, warmup: u64, requests: u64, seed: u64) -> SequentialNaimi {
     assert!((2..=128).contains(&n), "n in 2..=128");
-    let mut sites: Vec<NaimiSite<128, 1>> = (0..n)
+    let sites: Vec<NaimiSite<128, 1>> = (0..n)
         .map(|i| NaimiSite::new(NodeId(i as u16), NodeId(0)).expect("site"))
         .collect();
+    let mut cluster = Cluster::new(sites);
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    let mut out: Outputs<hilock_kernel::NaimiMsg, 2> = Outputs::new();
-    let mut wire: VecDeque<(u16, u16, hilock_kernel::NaimiMsg)> = VecDeque::new();
     let (mut hops, mut msgs) = (0u64, 0u64);
     let lock = LockId(0);
     for r in 0..warmup + requests {
-        let x = rng.random_range(0..n);
+        let x = NodeId(rng.random_range(0..n) as u16);
         let count = r >= warmup;
-        let mut pending = vec![(x, None)];
         let mut granted = false;
-        while let Some((i, m)) = pending
-            .pop()
-            .or_else(|| wire.pop_front().map(|(f, t, m)| (t as usize, Some((f, m)))))
-        {
-            out.clear();
-            let _ = match m {
-                None => sites[i]
-                    .step(
-                        Input::Acquire {
-                            lock,
-                            mode: Mode::W,
-                        },
-                        &mut out,
-                    )
-                    .expect("acquire"),
-                Some((f, msg)) => sites[i]
-                    .step(
-                        Input::Deliver {
-                            from: NodeId(f),
-                            msg: &msg,
-                        },
-                        &mut out,
-                    )
-                    .expect("deliver"),
-            };
-            for o in out.drain(..) {
-                match o {
-                    Output::Send { to, msg } => {
-                        if count {
-                            msgs += 1;
-                            if matches!(msg, hilock_kernel::NaimiMsg::Request { .. }) {
-                                hops += 1;
-                            }
-                        }
-                        wire.push_back((i as u16, to.0, msg));
+        let mut tally = |o: &Output<NaimiMsg>| match o {
+            Output::Send { msg, .. } => {
+                if count {
+                    msgs += 1;
+                    if matches!(msg, NaimiMsg::Request { .. }) {
+                        hops += 1;
                     }
-                    Output::Granted { .. } => granted = true,
-                    Output::Upgraded { .. } => {}
                 }
             }
+            Output::Granted { .. } => granted = true,
+            Output::Upgraded { .. } => {}
+        };
+        let acquire = Input::Acquire {
+            lock,
+            mode: Mode::W,
+        };
+        cluster.input_with(x, acquire, &mut tally).expect("acquire");
+        while let Some((from, to)) = cluster.oldest_channel() {
+            cluster
+                .deliver_with(from, to, &mut tally)
+                .expect("a message")
+                .expect("deliver");
         }
         assert!(granted, "request {r} of node {x} not granted");
-        out.clear();
-        sites[x]
-            .step(Input::Release { lock }, &mut out)
-            .expect("release");
-        assert!(out.is_empty(), "nobody waits");
+        let release = cluster.input(x, Input::Release { lock }).expect("release");
+        assert!(release.outputs.is_empty(), "nobody waits");
     }
     SequentialNaimi {
         requests,

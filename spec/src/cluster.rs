@@ -173,12 +173,14 @@ pub mod property {
 
 /// A message in flight, with its global send number. The send number orders "oldest first"
 /// delivery across channels; it is bookkeeping, not state (equality and hash ignore it).
+/// The message is shared (`Arc`): cloning a cluster copies no message, and a large message
+/// (the simulator's token carries a queue of up to 1,024 entries) is copied once when sent.
 #[derive(Clone, Debug)]
 pub struct InFlight<M> {
     /// Global send order.
     pub seq: u64,
     /// The message.
-    pub msg: M,
+    pub msg: Arc<M>,
 }
 
 impl<M: PartialEq> PartialEq for InFlight<M> {
@@ -286,50 +288,34 @@ impl Hasher for WordHasher {
 
 type Channel<M> = VecDeque<InFlight<M>>;
 
-/// Outputs that fit in this many slots are collected on the stack (no allocation per step).
+/// Steps a copy of a site that another cluster shares (the model checker's states share
+/// most sites), and keeps the copy if the step is accepted. Out of line: a copy of a large
+/// site (the simulator's are hundreds of KiB) must not enlarge the frame of every step.
+#[inline(never)]
+fn step_shared<P: Protocol + Clone, S: Sink<P::Msg>>(
+    site: &mut Arc<P>,
+    input: Input<'_, P::Msg>,
+    out: &mut S,
+) -> Result<Report, KernelError> {
+    let mut copy = Arc::clone(site);
+    let r = Arc::make_mut(&mut copy).step(input, out);
+    if r.is_ok() {
+        *site = copy;
+    }
+    r
+}
+
+/// The message itself: moved out if no other cluster shares it, else copied.
+fn unshare<M: Clone>(m: Arc<M>) -> M {
+    Arc::try_unwrap(m).unwrap_or_else(|m| M::clone(&m))
+}
+
+/// A step of a protocol with at most this many outputs, each of at most
+/// [`SMALL_OUTPUT_BYTES`], collects them on the stack (no allocation per step); others use
+/// a heap buffer kept between steps.
 const SMALL_OUTPUTS: usize = 32;
-
-/// The outputs of one step: on the stack when the protocol's [`Protocol::MAX_OUTPUTS`] fits
-/// (the model checker's and the tests' sites), else in a [`VecSink`] (many nodes).
-enum Buffer<M> {
-    Small(heapless::Vec<Output<M>, SMALL_OUTPUTS>),
-    Large(VecSink<M>),
-}
-
-impl<M> Buffer<M> {
-    fn for_protocol<P: Protocol<Msg = M>>() -> Self {
-        if P::MAX_OUTPUTS <= SMALL_OUTPUTS {
-            Buffer::Small(heapless::Vec::new())
-        } else {
-            Buffer::Large(VecSink::new())
-        }
-    }
-}
-
-impl<M> Sink<M> for Buffer<M> {
-    fn room(&self) -> usize {
-        match self {
-            Buffer::Small(v) => v.room(),
-            Buffer::Large(v) => v.room(),
-        }
-    }
-    fn put(&mut self, o: Output<M>) -> Result<(), Output<M>> {
-        match self {
-            Buffer::Small(v) => v.put(o),
-            Buffer::Large(v) => v.put(o),
-        }
-    }
-}
-
-impl<M> Buffer<M> {
-    /// Hands every output to `f`, in order, by value (without moving the buffer).
-    fn drain(&mut self, mut f: impl FnMut(Output<M>)) {
-        match self {
-            Buffer::Small(v) => v.drain(..).for_each(&mut f),
-            Buffer::Large(v) => v.0.drain(..).for_each(&mut f),
-        }
-    }
-}
+/// See [`SMALL_OUTPUTS`].
+const SMALL_OUTPUT_BYTES: usize = 512;
 
 /// Sites of one protocol and the channels between them. See the [module](self) docs.
 #[derive(Debug)]
@@ -346,6 +332,9 @@ pub struct Cluster<P: Protocol> {
     sent: u64,
     steps: u64,
     rules: RuleSet,
+    /// A step's output buffer, kept between steps of sites with many outputs (not state;
+    /// a clone starts without one).
+    scratch: Vec<Output<P::Msg>>,
 }
 
 impl<P: Protocol> Clone for Cluster<P> {
@@ -362,7 +351,15 @@ impl<P: Protocol> Clone for Cluster<P> {
             sent: self.sent,
             steps: self.steps,
             rules: self.rules,
+            scratch: Vec::new(),
         }
+    }
+}
+
+impl<P: Protocol> Cluster<P> {
+    /// The channels with a message in flight.
+    fn busy(&self) -> impl Iterator<Item = (&(NodeId, NodeId), &Channel<P::Msg>)> + '_ {
+        self.channels.iter().filter(|(_, q)| !q.is_empty())
     }
 }
 
@@ -372,7 +369,7 @@ where
 {
     fn eq(&self, o: &Self) -> bool {
         self.sites == o.sites
-            && self.channels == o.channels
+            && self.busy().eq(o.busy())
             && self.order == o.order
             && self.crashed == o.crashed
             && self.faults == o.faults
@@ -387,7 +384,10 @@ where
 {
     fn hash<H: Hasher>(&self, h: &mut H) {
         self.sites.hash(h);
-        self.channels.hash(h);
+        h.write_usize(self.busy().count());
+        for c in self.busy() {
+            c.hash(h);
+        }
         self.order.hash(h);
         self.crashed.hash(h);
         self.faults.hash(h);
@@ -431,6 +431,7 @@ where
             sent: 0,
             steps: 0,
             rules: RuleSet::EMPTY,
+            scratch: Vec::new(),
         }
     }
 
@@ -523,7 +524,7 @@ where
         node: NodeId,
         input: Input<'_, P::Msg>,
         record: bool,
-        mut see: impl FnMut(&Output<P::Msg>),
+        see: impl FnMut(&Output<P::Msg>),
     ) -> Result<Report, StepError> {
         if node.idx() >= self.sites.len() {
             return Err(StepError::NoSuchNode(node));
@@ -531,7 +532,62 @@ where
         if self.crashed.contains(&node) {
             return Err(StepError::Down(node));
         }
-        let mut out = Buffer::for_protocol::<P>();
+        if P::MAX_OUTPUTS <= SMALL_OUTPUTS
+            && std::mem::size_of::<Output<P::Msg>>() <= SMALL_OUTPUT_BYTES
+        {
+            self.run_small(node, input, record, see)
+        } else {
+            self.run_large(node, input, record, see)
+        }
+    }
+
+    /// A step whose outputs are collected on the stack (no allocation).
+    #[inline(never)]
+    fn run_small(
+        &mut self,
+        node: NodeId,
+        input: Input<'_, P::Msg>,
+        record: bool,
+        mut see: impl FnMut(&Output<P::Msg>),
+    ) -> Result<Report, StepError> {
+        let mut out: heapless::Vec<Output<P::Msg>, SMALL_OUTPUTS> = heapless::Vec::new();
+        let report = self.apply(node, input, record, &mut out)?;
+        for o in out.drain(..) {
+            self.emit(node, o, &mut see);
+        }
+        Ok(report)
+    }
+
+    /// A step whose outputs go to the heap (a buffer kept between steps).
+    #[inline(never)]
+    fn run_large(
+        &mut self,
+        node: NodeId,
+        input: Input<'_, P::Msg>,
+        record: bool,
+        mut see: impl FnMut(&Output<P::Msg>),
+    ) -> Result<Report, StepError> {
+        let mut out = VecSink(std::mem::take(&mut self.scratch));
+        let report = self.apply(node, input, record, &mut out);
+        let mut outputs = std::mem::take(&mut out.0);
+        if report.is_ok() {
+            for o in outputs.drain(..) {
+                self.emit(node, o, &mut see);
+            }
+        }
+        outputs.clear();
+        self.scratch = outputs;
+        report
+    }
+
+    /// The kernel step at `node` (outputs to `out`), and the bookkeeping.
+    fn apply<S: Sink<P::Msg>>(
+        &mut self,
+        node: NodeId,
+        input: Input<'_, P::Msg>,
+        record: bool,
+        out: &mut S,
+    ) -> Result<Report, StepError> {
         let slot = &mut self.sites[node.idx()];
         // The cached hash is stale once the site may have changed.
         slot.hash = AtomicU64::new(0);
@@ -539,51 +595,58 @@ where
         // site unchanged (the kernel validates before it applies), so a shared site is only
         // replaced by its stepped copy when the step is accepted.
         let report = match Arc::get_mut(&mut slot.site) {
-            Some(site) => site.step(input, &mut out),
-            None => {
-                let mut site = P::clone(&slot.site);
-                let r = site.step(input, &mut out);
-                if r.is_ok() {
-                    slot.site = Arc::new(site);
-                }
-                r
-            }
+            Some(site) => site.step(input, out),
+            None => step_shared(&mut slot.site, input, out),
         };
-        let report = match report {
-            Ok(r) => r,
+        match report {
+            Ok(r) => {
+                self.steps += 1;
+                self.rules = self.rules.union(r.rules);
+                Ok(r)
+            }
             Err(e) => {
                 let e = StepError::Kernel(node, e);
                 if record && self.error.is_none() {
                     self.error = Some(e);
                 }
-                return Err(e);
+                Err(e)
             }
-        };
-        self.steps += 1;
-        self.rules = self.rules.union(report.rules);
-        out.drain(|o| {
-            see(&o);
-            if let Output::Send { to, msg } = o {
-                self.route(node, to, msg);
-            }
-        });
-        Ok(report)
+        }
     }
 
+    /// Shows an output of `from`'s step to `see`, and routes it if it is a `Send`.
+    #[inline(always)]
+    fn emit(&mut self, from: NodeId, o: Output<P::Msg>, see: &mut impl FnMut(&Output<P::Msg>)) {
+        see(&o);
+        if let Output::Send { to, msg } = o {
+            self.route(from, to, msg);
+        }
+    }
+
+    #[inline(always)]
     fn route(&mut self, from: NodeId, to: NodeId, msg: P::Msg) {
         self.seq += 1;
         self.sent += 1;
-        if self.crashed.contains(&to) {
+        if !self.crashed.is_empty() && self.crashed.contains(&to) {
             return;
         }
-        let m = InFlight { seq: self.seq, msg };
+        let seq = self.seq;
         let q = self.channels.entry((from, to)).or_default();
         match self.order {
-            Order::Fifo => q.push_back(m),
+            Order::Fifo => q.push_back(InFlight {
+                seq,
+                msg: Arc::new(msg),
+            }),
             Order::Unordered => {
-                let k = content_key(&m.msg);
+                let k = content_key(&msg);
                 let at = q.partition_point(|x| content_key(&x.msg) <= k);
-                q.insert(at, m);
+                q.insert(
+                    at,
+                    InFlight {
+                        seq,
+                        msg: Arc::new(msg),
+                    },
+                );
             }
         }
     }
@@ -624,6 +687,9 @@ where
 
     /// Takes message `index` (0 = oldest) of channel `from → to` out of the network.
     fn take(&mut self, from: NodeId, to: NodeId, index: usize) -> Option<InFlight<P::Msg>> {
+        // An emptied channel leaves the map: iterating the busy channels (oldest first
+        // delivery, the model's actions) then costs what is in flight, not every link ever
+        // used. (Equality and hash skip empty channels all the same.)
         let q = self.channels.get_mut(&(from, to))?;
         let m = q.remove(index)?;
         if q.is_empty() {
@@ -655,7 +721,7 @@ where
         let m = self.take(from, to, 0)?;
         let r = self.run(to, Input::Deliver { from, msg: &m.msg }, true, see);
         Some(r.map_err(|e| {
-            let msg = m.msg.clone();
+            let msg = P::Msg::clone(&m.msg);
             self.channels.entry((from, to)).or_default().push_front(m);
             (e, msg)
         }))
@@ -702,7 +768,7 @@ where
     ) -> Option<(P::Msg, Result<Step<P::Msg>, StepError>)> {
         let m = self.take(from, to, index)?;
         let r = self.collect(to, Input::Deliver { from, msg: &m.msg }, true);
-        Some((m.msg, r))
+        Some((unshare(m.msg), r))
     }
 
     /// Deliver a copy of message `index` of channel `from → to` and keep the original in
@@ -714,7 +780,7 @@ where
         to: NodeId,
         index: usize,
     ) -> Option<(P::Msg, Result<Step<P::Msg>, StepError>)> {
-        let msg = self.channels.get(&(from, to))?.get(index)?.msg.clone();
+        let msg = P::Msg::clone(&self.channels.get(&(from, to))?.get(index)?.msg);
         self.faults.duplicated = true;
         let r = self.collect(to, Input::Deliver { from, msg: &msg }, false);
         Some((msg, r))
@@ -724,7 +790,7 @@ where
     pub fn lose(&mut self, from: NodeId, to: NodeId, index: usize) -> Option<P::Msg> {
         let m = self.take(from, to, index)?;
         self.faults.lost = true;
-        Some(m.msg)
+        Some(unshare(m.msg))
     }
 
     /// Deliver `msg` to `to` as if sent by `from`, although no site sent it (duplicates of
@@ -779,7 +845,7 @@ where
             .get(&(from, to))
             .into_iter()
             .flatten()
-            .map(|m| &m.msg)
+            .map(|m| &*m.msg)
     }
 
     /// Number of messages in flight on channel `from → to`.
@@ -792,21 +858,19 @@ where
     pub fn channels(
         &self,
     ) -> impl Iterator<Item = ((NodeId, NodeId), impl Iterator<Item = &P::Msg> + '_)> + '_ {
-        self.channels
-            .iter()
-            .map(|(k, q)| (*k, q.iter().map(|m| &m.msg)))
+        self.busy().map(|(k, q)| (*k, q.iter().map(|m| &*m.msg)))
     }
 
     /// Channels with a message in flight.
     pub fn busy_channels(&self) -> Vec<(NodeId, NodeId)> {
-        self.channels.keys().copied().collect()
+        self.busy().map(|(k, _)| *k).collect()
     }
 
     /// Every message in flight: (from, to, message).
     pub fn messages(&self) -> impl Iterator<Item = (NodeId, NodeId, &P::Msg)> + '_ {
         self.channels
             .iter()
-            .flat_map(|((f, t), q)| q.iter().map(move |m| (*f, *t, &m.msg)))
+            .flat_map(|((f, t), q)| q.iter().map(move |m| (*f, *t, &*m.msg)))
     }
 
     /// The channel whose head message was sent first, if any message is in flight.
@@ -982,7 +1046,7 @@ where
     /// users will issue nothing more that could unblock a request: e.g. every script has
     /// ended, or nothing is held), no request is pending.
     pub fn check_no_deadlock(&self, users_idle: bool) -> Result<(), Violation> {
-        if !users_idle || !self.channels.is_empty() {
+        if !users_idle || self.busy().next().is_some() {
             return Ok(());
         }
         match self.pending() {
