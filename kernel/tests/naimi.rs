@@ -1,63 +1,53 @@
 //! The Naimi-Trehel baseline: Fig. 2.1's path reversal and next pointer, exclusivity and
 //! FIFO service on random runs.
 
-use hilock_kernel::{Input, LockId, Mode, NaimiMsg, NaimiSite, NodeId, Output, Outputs};
+use hilock_kernel::{Input, LockId, Mode, NaimiMsg, NaimiSite, NodeId, Output};
+use hilock_spec::Cluster;
 use proptest::prelude::*;
-use std::collections::VecDeque;
 
 type S = NaimiSite<5, 1>;
 const L: LockId = LockId(0);
 
+/// The sites in the one harness, and the order in which requests were granted.
 struct Net {
-    s: Vec<S>,
-    q: VecDeque<(u16, u16, NaimiMsg)>,
+    c: Cluster<S>,
     grants: Vec<u16>,
-    messages: usize,
 }
 
 impl Net {
     fn new(n: u16, root: u16) -> Self {
         Net {
-            s: (0..n)
-                .map(|i| S::new(NodeId(i), NodeId(root)).unwrap())
-                .collect(),
-            q: VecDeque::new(),
+            c: Cluster::new(
+                (0..n)
+                    .map(|i| S::new(NodeId(i), NodeId(root)).unwrap())
+                    .collect(),
+            ),
             grants: vec![],
-            messages: 0,
         }
     }
-    fn step(&mut self, at: u16, input: Input<'_, NaimiMsg>) {
-        let mut out: Outputs<NaimiMsg, 2> = Outputs::new();
-        self.s[at as usize].step(input, &mut out).unwrap();
-        for o in out {
-            match o {
-                Output::Send { to, msg } => {
-                    self.messages += 1;
-                    self.q.push_back((at, to.0, msg))
-                }
-                Output::Granted { .. } => self.grants.push(at),
-                Output::Upgraded { .. } => {}
+    fn site(&self, at: u16) -> &S {
+        self.c.site(NodeId(at))
+    }
+    fn record(&mut self, at: NodeId, outputs: &[Output<NaimiMsg>]) {
+        for o in outputs {
+            if let Output::Granted { .. } = o {
+                self.grants.push(at.0);
             }
         }
     }
+    fn step(&mut self, at: u16, input: Input<'_, NaimiMsg>) {
+        let step = self.c.input(NodeId(at), input).unwrap();
+        self.record(step.node, &step.outputs);
+    }
+    /// Delivers the oldest message in flight (one global FIFO order).
     fn deliver_one(&mut self) -> bool {
-        let Some((f, t, m)) = self.q.pop_front() else {
+        let Some((f, t)) = self.c.oldest_channel() else {
             return false;
         };
-        self.step(
-            t,
-            Input::Deliver {
-                from: NodeId(f),
-                msg: &m,
-            },
-        );
+        let (_, r) = self.c.deliver(f, t).unwrap();
+        let step = r.unwrap();
+        self.record(step.node, &step.outputs);
         true
-    }
-    fn holders(&self) -> usize {
-        self.s
-            .iter()
-            .filter(|s| s.lock(L).unwrap().held != Mode::Phi)
-            .count()
     }
 }
 
@@ -91,10 +81,10 @@ fn fig_2_1_path_reversal_and_next_pointers() {
         },
     );
     while n.deliver_one() {}
-    assert_eq!(n.s[0].lock(L).unwrap().next, Some(NodeId(1)));
-    assert_eq!(n.s[1].lock(L).unwrap().next, Some(NodeId(3)));
+    assert_eq!(n.site(0).lock(L).unwrap().next, Some(NodeId(1)));
+    assert_eq!(n.site(1).lock(L).unwrap().next, Some(NodeId(3)));
     assert_eq!(
-        n.s[0].lock(L).unwrap().owner,
+        n.site(0).lock(L).unwrap().owner,
         Some(NodeId(3)),
         "T's probable owner follows the last requester"
     );
@@ -116,7 +106,7 @@ proptest! {
         let mut n = Net::new(5, 0);
         let mut requested = 0;
         for (node, what) in ops {
-            let st = *n.s[node as usize].lock(L).unwrap();
+            let st = *n.site(node).lock(L).unwrap();
             match what {
                 0 if st.held == Mode::Phi && st.pending == Mode::Phi => {
                     requested += 1;
@@ -125,16 +115,16 @@ proptest! {
                 1 if st.held != Mode::Phi => n.step(node, Input::Release { lock: L }),
                 _ => { n.deliver_one(); }
             }
-            prop_assert!(n.holders() <= 1);
+            // Every mode is exclusive, one token (the harness's properties).
+            if let Err(e) = n.c.check_safety() { prop_assert!(false, "{}", e); }
         }
-        // Drain: deliver everything, release holders, until quiet.
-        for _ in 0..1000 {
-            while n.deliver_one() { prop_assert!(n.holders() <= 1); }
-            let holders: Vec<u16> = (0..5).filter(|&i| n.s[i as usize].lock(L).unwrap().held != Mode::Phi).collect();
-            if holders.is_empty() { break; }
-            for h in holders { n.step(h, Input::Release { lock: L }); }
-        }
-        prop_assert_eq!(n.grants.len(), requested);
-        prop_assert!(n.s.iter().all(|s| s.lock(L).unwrap().pending == Mode::Phi));
+        // Drain: deliver everything, release holders, until quiet; nothing may stay pending.
+        let mut granted = n.grants.len();
+        let drained = n.c.drain(1000, 100_000, |c, step| {
+            granted += step.outputs.iter().filter(|o| matches!(o, Output::Granted { .. })).count();
+            Ok(c.check_safety()?)
+        });
+        if let Err(e) = drained { prop_assert!(false, "{}", e); }
+        prop_assert_eq!(granted, requested);
     }
 }

@@ -1,17 +1,17 @@
 //! Mueller's prioritized Naimi protocol (thesis section 3.1.1): Fig. 3.1, and exclusivity,
 //! priority order and service of every request on random runs.
 
-use hilock_kernel::{Input, LockId, Mode, NodeId, Output, Outputs, PrioNaimiMsg, PrioNaimiSite};
+use hilock_kernel::{Input, LockId, Mode, NodeId, Output, PrioNaimiMsg, PrioNaimiSite};
+use hilock_spec::Cluster;
 use proptest::prelude::*;
-use std::collections::VecDeque;
 
 type S = PrioNaimiSite<6, 1, 8, 6>;
 type M = PrioNaimiMsg<6>;
 const L: LockId = LockId(0);
 
+/// The sites in the one harness, and the order in which requests were granted.
 struct Net {
-    s: Vec<S>,
-    q: VecDeque<(u16, u16, M)>,
+    c: Cluster<S>,
     grants: Vec<u16>,
 }
 
@@ -23,32 +23,36 @@ impl Net {
             .map(|(i, o)| S::with_owners(NodeId(i as u16), |_| o.map(NodeId)).unwrap())
             .collect();
         Net {
-            s,
-            q: VecDeque::new(),
+            c: Cluster::new(s),
             grants: vec![],
         }
     }
-    fn step(&mut self, at: u16, input: Input<'_, M>) {
-        let mut out: Outputs<M, 2> = Outputs::new();
-        self.s[at as usize].step(input, &mut out).unwrap();
-        for o in out {
-            match o {
-                Output::Send { to, msg } => self.q.push_back((at, to.0, msg)),
-                Output::Granted { .. } => self.grants.push(at),
-                Output::Upgraded { .. } => {}
+    fn site(&self, at: u16) -> &S {
+        self.c.site(NodeId(at))
+    }
+    fn record(&mut self, at: NodeId, outputs: &[Output<M>]) {
+        for o in outputs {
+            if let Output::Granted { .. } = o {
+                self.grants.push(at.0);
             }
         }
     }
+    fn step(&mut self, at: u16, input: Input<'_, M>) {
+        let step = self.c.input(NodeId(at), input).unwrap();
+        self.record(step.node, &step.outputs);
+    }
+    /// Delivers the oldest message in flight (one global FIFO order), if any.
+    fn deliver_one(&mut self) -> bool {
+        let Some((f, t)) = self.c.oldest_channel() else {
+            return false;
+        };
+        let (_, r) = self.c.deliver(f, t).unwrap();
+        let step = r.unwrap();
+        self.record(step.node, &step.outputs);
+        true
+    }
     fn settle(&mut self) {
-        while let Some((f, t, m)) = self.q.pop_front() {
-            self.step(
-                t,
-                Input::Deliver {
-                    from: NodeId(f),
-                    msg: &m,
-                },
-            );
-        }
+        while self.deliver_one() {}
     }
     fn request(&mut self, at: u16, prio: u8) {
         self.step(at, Input::SetPriority { base: prio });
@@ -79,8 +83,8 @@ fn fig_3_1_prioritized_naimi() {
     ); // T in its critical section
     n.request(a, 1);
     n.settle();
-    let la = n.s[a as usize].lock(L).unwrap();
-    let lb = n.s[b as usize].lock(L).unwrap();
+    let la = n.site(a).lock(L).unwrap();
+    let lb = n.site(b).lock(L).unwrap();
     assert_eq!(
         (la.owner[1], la.owner[2]),
         (None, Some(NodeId(b))),
@@ -105,20 +109,16 @@ fn fig_3_1_prioritized_naimi() {
             .map(|r| r.requester.0)
             .collect::<Vec<_>>()
     };
+    assert_eq!(order(n.site(t)), vec![d, b, a], "T's queue by priority");
     assert_eq!(
-        order(&n.s[t as usize]),
-        vec![d, b, a],
-        "T's queue by priority"
-    );
-    assert_eq!(
-        order(&n.s[b as usize]),
+        order(n.site(b)),
         vec![c],
         "B keeps C's request behind its own"
     );
     for _ in 0..4 {
         let holder = (0..6)
-            .find(|&i| n.s[i].lock(L).unwrap().held != Mode::Phi)
-            .unwrap() as u16;
+            .find(|&i| n.site(i).lock(L).unwrap().held != Mode::Phi)
+            .unwrap();
         n.step(holder, Input::Release { lock: L });
         n.settle();
     }
@@ -133,7 +133,7 @@ proptest! {
         let mut n = Net::new(&[None, Some(0), Some(0), Some(1), Some(2), Some(2)]);
         let mut requested = 0;
         for (node, what, prio) in ops {
-            let st = n.s[node as usize].lock(L).unwrap().clone();
+            let st = n.site(node).lock(L).unwrap().clone();
             match what {
                 0 if st.held == Mode::Phi && st.pending.0 == Mode::Phi => {
                     requested += 1;
@@ -141,21 +141,19 @@ proptest! {
                 }
                 1 if st.held != Mode::Phi => n.step(node, Input::Release { lock: L }),
                 _ => {
-                    if let Some((f, t, m)) = n.q.pop_front() {
-                        n.step(t, Input::Deliver { from: NodeId(f), msg: &m });
-                    }
+                    n.deliver_one();
                 }
             }
-            let holders = n.s.iter().filter(|s| s.lock(L).unwrap().held != Mode::Phi).count();
-            prop_assert!(holders <= 1);
+            // Every mode is exclusive, one token (the harness's properties).
+            if let Err(e) = n.c.check_safety() { prop_assert!(false, "{}", e); }
         }
-        for _ in 0..1000 {
-            n.settle();
-            let holders: Vec<u16> = (0..6).filter(|&i| n.s[i as usize].lock(L).unwrap().held != Mode::Phi).collect();
-            if holders.is_empty() { break; }
-            for h in holders { n.step(h, Input::Release { lock: L }); }
-        }
-        prop_assert_eq!(n.grants.len(), requested);
-        prop_assert!(n.s.iter().all(|s| s.lock(L).unwrap().pending.0 == Mode::Phi));
+        // Drain: deliver everything, release holders, until quiet; nothing may stay pending.
+        let mut granted = n.grants.len();
+        let drained = n.c.drain(1000, 100_000, |c, step| {
+            granted += step.outputs.iter().filter(|o| matches!(o, Output::Granted { .. })).count();
+            Ok(c.check_safety()?)
+        });
+        if let Err(e) = drained { prop_assert!(false, "{}", e); }
+        prop_assert_eq!(granted, requested);
     }
 }

@@ -5,14 +5,14 @@
 use hilock_kernel::{
     Inheritance, Input, LockId, Mode, Msg, NodeId, Output, Outputs, Site, Variant,
 };
-use std::collections::VecDeque;
+use hilock_spec::Cluster;
 
 type S = Site<4, 2, 4>;
 const L: LockId = LockId(0);
 
+/// The sites in the one harness, and the grants signalled, in order.
 struct Net {
-    s: Vec<S>,
-    q: VecDeque<(u16, u16, Msg<4>)>,
+    c: Cluster<S>,
     granted: Vec<(u16, LockId, Mode)>,
 }
 
@@ -22,51 +22,41 @@ impl Net {
             inheritance,
             ..Variant::HILOCK
         };
+        Self::of((0..4).map(|i| S::new(NodeId(i), NodeId(0)).unwrap().with_variant(v)))
+    }
+    fn of(sites: impl Iterator<Item = S>) -> Self {
         Net {
-            s: (0..4)
-                .map(|i| S::new(NodeId(i), NodeId(0)).unwrap().with_variant(v))
-                .collect(),
-            q: VecDeque::new(),
+            c: Cluster::new(sites.collect()),
             granted: vec![],
         }
     }
-    fn step(&mut self, at: u16, input: Input<'_, Msg<4>>) {
-        let mut out: Outputs<Msg<4>, 16> = Outputs::new();
-        self.s[at as usize].step(input, &mut out).unwrap();
-        for o in out {
-            match o {
-                Output::Send { to, msg } => self.q.push_back((at, to.0, msg)),
-                Output::Granted { lock, mode } => self.granted.push((at, lock, mode)),
-                Output::Upgraded { .. } => {}
+    fn record(&mut self, at: NodeId, outputs: &[Output<Msg<4>>]) {
+        for o in outputs {
+            if let Output::Granted { lock, mode } = o {
+                self.granted.push((at.0, *lock, *mode));
             }
         }
+        // Every safety property of the harness after every step.
+        self.c.check_safety().unwrap();
+    }
+    fn step(&mut self, at: u16, input: Input<'_, Msg<4>>) {
+        let step = self.c.input(NodeId(at), input).unwrap();
+        self.record(step.node, &step.outputs);
     }
     /// Delivers the oldest message on channel from → to.
     fn deliver(&mut self, from: u16, to: u16) -> Msg<4> {
-        let i = self
-            .q
-            .iter()
-            .position(|(f, t, _)| *f == from && *t == to)
+        let (m, r) = self
+            .c
+            .deliver(NodeId(from), NodeId(to))
             .expect("a message in flight");
-        let (f, t, m) = self.q.remove(i).unwrap();
-        self.step(
-            t,
-            Input::Deliver {
-                from: NodeId(f),
-                msg: &m,
-            },
-        );
+        let step = r.unwrap();
+        self.record(step.node, &step.outputs);
         m
     }
+    /// Delivers every message in flight, oldest first.
     fn settle(&mut self) {
-        while let Some((f, t, m)) = self.q.pop_front() {
-            self.step(
-                t,
-                Input::Deliver {
-                    from: NodeId(f),
-                    msg: &m,
-                },
-            );
+        while let Some((f, t)) = self.c.oldest_channel() {
+            self.deliver(f.0, t.0);
         }
     }
     fn acquire(&mut self, at: u16, mode: Mode) {
@@ -75,8 +65,11 @@ impl Net {
     fn release(&mut self, at: u16) {
         self.step(at, Input::Release { lock: L });
     }
+    fn site(&self, at: u16) -> &S {
+        self.c.site(NodeId(at))
+    }
     fn node(&self, at: u16) -> &hilock_kernel::LockNode<4, 4> {
-        self.s[at as usize].lock(L).unwrap()
+        self.site(at).lock(L).unwrap()
     }
     fn grants_to(&self, at: u16) -> usize {
         self.granted.iter().filter(|g| g.0 == at).count()
@@ -93,10 +86,7 @@ fn pip_reissue_after_the_original_was_granted_is_harmless() {
     n.acquire(1, Mode::R); // request 1 → 0
     n.deliver(1, 0); // 0 grants a copy; the grant is in flight
     n.step(1, Input::SetPriority { base: 5 }); // ξ(1) rises: the pending request is reissued
-    let reissue =
-        n.q.iter()
-            .find(|(f, t, _)| *f == 1 && *t == 0)
-            .map(|x| x.2.clone());
+    let reissue = n.c.channel(NodeId(1), NodeId(0)).next().cloned();
     assert!(
         matches!(reissue, Some(Msg::Request { entry, .. }) if entry.prio == 5),
         "{reissue:?}"
@@ -158,7 +148,7 @@ fn pip_reissue_after_the_request_moved_with_the_token_is_harmless() {
     n.settle();
     assert_eq!(n.node(1).held(), Mode::R);
     assert_eq!(n.grants_to(1), 1);
-    assert!(n.s.iter().all(|s| s.lock(L).unwrap().queue().is_empty()));
+    assert!(n.c.sites().all(|s| s.lock(L).unwrap().queue().is_empty()));
 }
 
 /// Rule 6_PRIO: a request of higher priority than the freeze threshold overrules it (the
@@ -202,8 +192,7 @@ fn table_3_2_conditional_queueing() {
         S::with_parents(NodeId(i), |_| parent).unwrap()
     };
     for (p3, queued_at_1) in [(1u8, true), (9u8, false)] {
-        let mut n = Net::star(Inheritance::None);
-        n.s = (0..4).map(mk).collect();
+        let mut n = Net::of((0..4).map(mk));
         n.acquire(0, Mode::W);
         n.step(1, Input::SetPriority { base: 4 });
         n.acquire(1, Mode::R);
@@ -266,9 +255,9 @@ fn pcep_and_pip_raise_and_lower_the_effective_priority() {
     n.step(1, Input::SetPriority { base: 7 });
     n.acquire(1, Mode::W); // conflicts with 0's held R: 0 inherits 7
     n.settle();
-    assert_eq!(n.s[0].priorities().effective, 7);
+    assert_eq!(n.site(0).priorities().effective, 7);
     n.release(0);
     n.settle();
-    assert_eq!(n.s[0].priorities().effective, 0);
+    assert_eq!(n.site(0).priorities().effective, 0);
     assert_eq!(n.node(1).held(), Mode::W);
 }

@@ -4,60 +4,82 @@
 use hilock_kernel::{
     Frozen, Input, KernelError, LockId, Mode, ModeSet, Msg, NodeId, Output, Outputs, Site, Variant,
 };
+use hilock_spec::Cluster;
+use std::ops::{Index, IndexMut};
 
 type S = Site<4, 2, 4>;
 type Out = Outputs<Msg<4>, 16>;
 const L: LockId = LockId(0);
 
-fn sites() -> Vec<S> {
-    (0..4)
-        .map(|i| S::new(NodeId(i), NodeId(0)).unwrap())
-        .collect()
-}
+/// A few sites in the one harness; `net[i]` is site `i`. Every safety property of the
+/// harness is checked after every step unless the flag is off (the literal thesis variants
+/// break them on purpose).
+struct Net(Cluster<S>, bool);
 
-fn step(s: &mut [S], at: u16, input: Input<'_, Msg<4>>) -> Vec<Output<Msg<4>>> {
-    let mut out = Out::new();
-    s[at as usize].step(input, &mut out).unwrap();
-    out.into_iter().collect()
-}
-
-/// Delivers every message (and the messages they cause) in FIFO order; returns the messages.
-fn settle(s: &mut [S], from: u16, outs: Vec<Output<Msg<4>>>) -> Vec<(u16, u16, Msg<4>)> {
-    let mut queue: std::collections::VecDeque<(u16, u16, Msg<4>)> = outs
-        .into_iter()
-        .filter_map(|o| match o {
-            Output::Send { to, msg } => Some((from, to.0, msg)),
-            _ => None,
-        })
-        .collect();
-    let mut log = vec![];
-    while let Some((f, t, m)) = queue.pop_front() {
-        let outs = step(
-            s,
-            t,
-            Input::Deliver {
-                from: NodeId(f),
-                msg: &m,
-            },
-        );
-        log.push((f, t, m));
-        for o in outs {
-            if let Output::Send { to, msg } = o {
-                queue.push_back((t, to.0, msg));
-            }
-        }
+impl Index<usize> for Net {
+    type Output = S;
+    fn index(&self, i: usize) -> &S {
+        self.0.site(NodeId(i as u16))
     }
+}
+
+impl IndexMut<usize> for Net {
+    fn index_mut(&mut self, i: usize) -> &mut S {
+        self.0.site_mut(NodeId(i as u16))
+    }
+}
+
+fn of(sites: impl Iterator<Item = S>) -> Net {
+    Net(Cluster::new(sites.collect()), true)
+}
+
+fn sites() -> Net {
+    of((0..4).map(|i| S::new(NodeId(i), NodeId(0)).unwrap()))
+}
+
+/// One step at `at`; its messages are in flight. Every safety property of the harness
+/// holds after it.
+fn step(s: &mut Net, at: u16, input: Input<'_, Msg<4>>) -> Vec<Output<Msg<4>>> {
+    let step = s.0.input(NodeId(at), input).unwrap();
+    if s.1 {
+        s.0.check_safety().unwrap();
+    }
+    step.outputs
+}
+
+/// Delivers every message in flight (and the messages they cause), oldest first, with every
+/// safety property checked after every delivery; returns the messages delivered.
+fn settle(s: &mut Net) -> Vec<(u16, u16, Msg<4>)> {
+    let mut log = vec![];
+    let checked = s.1;
+    s.0.settle(1000, |c, from, msg, step| {
+        log.push((from.0, step.node.0, msg.clone()));
+        if checked {
+            c.check_safety()?;
+        }
+        Ok(())
+    })
+    .unwrap();
     log
 }
 
-fn acquire(s: &mut [S], at: u16, mode: Mode) -> Vec<(u16, u16, Msg<4>)> {
-    let outs = step(s, at, Input::Acquire { lock: L, mode });
-    settle(s, at, outs)
+/// Delivers the oldest message on channel `from → to`.
+fn deliver(s: &mut Net, from: u16, to: u16) {
+    let (_, r) = s.0.deliver(NodeId(from), NodeId(to)).expect("a message");
+    r.unwrap();
+    if s.1 {
+        s.0.check_safety().unwrap();
+    }
 }
 
-fn release(s: &mut [S], at: u16) -> Vec<(u16, u16, Msg<4>)> {
-    let outs = step(s, at, Input::Release { lock: L });
-    settle(s, at, outs)
+fn acquire(s: &mut Net, at: u16, mode: Mode) -> Vec<(u16, u16, Msg<4>)> {
+    step(s, at, Input::Acquire { lock: L, mode });
+    settle(s)
+}
+
+fn release(s: &mut Net, at: u16) -> Vec<(u16, u16, Msg<4>)> {
+    step(s, at, Input::Release { lock: L });
+    settle(s)
 }
 
 #[test]
@@ -141,16 +163,14 @@ fn rule_2_non_token_node_enters_under_its_owned_mode() {
 #[test]
 fn rule_3_1_child_grants_copy() {
     // A chain 3 → 1 → 0 (token), 2 → 0.
-    let mut chain: Vec<S> = (0..4)
-        .map(|i| {
-            S::with_parents(NodeId(i), |_| match i {
-                0 => None,
-                3 => Some(NodeId(1)),
-                _ => Some(NodeId(0)),
-            })
-            .unwrap()
+    let mut chain = of((0..4).map(|i| {
+        S::with_parents(NodeId(i), |_| match i {
+            0 => None,
+            3 => Some(NodeId(1)),
+            _ => Some(NodeId(0)),
         })
-        .collect();
+        .unwrap()
+    }));
     acquire(&mut chain, 0, Mode::R);
     acquire(&mut chain, 1, Mode::R);
     let log = acquire(&mut chain, 3, Mode::IR);
@@ -328,25 +348,25 @@ fn typed_errors_for_inputs_that_do_not_fit() {
 /// 0 (token) ← 1 ← 2: node 1 owns IR through its child 2 and asks for R; then 2 releases,
 /// so 1 sends Release(Φ) to 0 *after* its request. Node 0 receives the request first and
 /// grants R, then the release. Returns the sites after the grant has been delivered.
-fn release_race(variant: Variant) -> Vec<S> {
-    let mut s: Vec<S> = (0..4)
-        .map(|i| {
-            let parent = match i {
-                0 => None,
-                2 => Some(NodeId(1)),
-                _ => Some(NodeId(0)),
-            };
-            S::with_parents(NodeId(i), |_| parent)
-                .unwrap()
-                .with_variant(variant)
-        })
-        .collect();
+fn release_race(variant: Variant) -> Net {
+    let mut s = of((0..4).map(|i| {
+        let parent = match i {
+            0 => None,
+            2 => Some(NodeId(1)),
+            _ => Some(NodeId(0)),
+        };
+        S::with_parents(NodeId(i), |_| parent)
+            .unwrap()
+            .with_variant(variant)
+    }));
+    s.1 = variant == Variant::HILOCK;
     acquire(&mut s, 0, Mode::R);
     acquire(&mut s, 1, Mode::IR);
     acquire(&mut s, 2, Mode::IR); // copy from 1; 1 owns IR through 2 after releasing
     release(&mut s, 1);
     assert_eq!(s[1].lock(L).unwrap().owned(), Mode::IR);
-    let req = step(
+    // 1 asks 0 for R; then 2 releases, so 1's Release(Φ) follows its request on 1 → 0.
+    step(
         &mut s,
         1,
         Input::Acquire {
@@ -354,41 +374,12 @@ fn release_race(variant: Variant) -> Vec<S> {
             mode: Mode::R,
         },
     );
-    let rel2 = step(&mut s, 2, Input::Release { lock: L });
-    let Output::Send { msg: m, .. } = &rel2[0] else {
-        panic!()
-    };
-    let rel1 = step(
-        &mut s,
-        1,
-        Input::Deliver {
-            from: NodeId(2),
-            msg: m,
-        },
-    );
-    let Output::Send { msg: r, .. } = &req[0] else {
-        panic!()
-    };
-    let grant = step(
-        &mut s,
-        0,
-        Input::Deliver {
-            from: NodeId(1),
-            msg: r,
-        },
-    );
-    let Output::Send { msg: rel, .. } = &rel1[0] else {
-        panic!()
-    };
-    step(
-        &mut s,
-        0,
-        Input::Deliver {
-            from: NodeId(1),
-            msg: rel,
-        },
-    );
-    settle(&mut s, 0, grant);
+    step(&mut s, 2, Input::Release { lock: L });
+    deliver(&mut s, 2, 1);
+    // 0 receives the request first and grants R, then the release.
+    deliver(&mut s, 1, 0);
+    deliver(&mut s, 1, 0);
+    settle(&mut s);
     assert_eq!(s[1].lock(L).unwrap().held(), Mode::R);
     s
 }
@@ -440,4 +431,7 @@ fn literal_release_handling_violates_mutual_exclusion() {
         "W granted while node 1 holds R"
     );
     assert_eq!(s[1].lock(L).unwrap().held(), Mode::R);
+    // The harness's P1 (literal Table 2.1) sees it.
+    let e = s.0.check_safety().unwrap_err();
+    assert_eq!(e.property, hilock_spec::cluster::property::P1, "{e}");
 }

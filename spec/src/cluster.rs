@@ -887,12 +887,13 @@ where
         self.channels.values().map(|q| q.len()).sum()
     }
 
-    /// Delivers the oldest message in flight until the network is empty, checking `check`
-    /// after every delivery; at most `limit` deliveries.
+    /// Delivers the oldest message in flight until the network is empty, calling `check`
+    /// after every delivery with the sender, the message and the receiver's step; at most
+    /// `limit` deliveries. A rejected delivery is an error.
     pub fn settle(
         &mut self,
         limit: usize,
-        mut check: impl FnMut(&Self, &Step<P::Msg>) -> Result<(), String>,
+        mut check: impl FnMut(&Self, NodeId, &P::Msg, &Step<P::Msg>) -> Result<(), String>,
     ) -> Result<(), String> {
         for _ in 0..limit {
             let Some((from, to)) = self.oldest_channel() else {
@@ -900,7 +901,7 @@ where
             };
             let (m, r) = self.deliver(from, to).expect("a busy channel");
             let step = r.map_err(|e| format!("delivery {from} -> {to} of {m:?} rejected: {e}"))?;
-            check(self, &step)?;
+            check(self, from, &m, &step)?;
         }
         Err(format!(
             "the network did not become quiet within {limit} deliveries"
@@ -1060,6 +1061,62 @@ where
         }
     }
 
+    /// Mutual exclusion of a protocol whose every mode is exclusive (the Naimi-Trehel
+    /// baselines): at most one site holds a lock, whatever the mode.
+    pub fn check_exclusive(&self) -> Result<(), Violation> {
+        for l in 0..self.locks {
+            let lock = LockId(l);
+            let holders: Vec<NodeId> = self
+                .live()
+                .filter(|(_, s)| s.held(lock).unwrap_or(Mode::Phi) != Mode::Phi)
+                .map(|(n, _)| n)
+                .collect();
+            if holders.len() > 1 {
+                return Err(Violation {
+                    property: property::P1,
+                    detail: format!("{lock} is held by {holders:?} (every mode is exclusive)"),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Drives the cluster to quiescence: delivers every message (oldest first) and releases
+    /// every lock a site holds without a pending upgrade, until nothing is held or in
+    /// flight, calling `check` after every step (with the step); then checks P4 (no
+    /// request pending). At most `rounds` rounds of deliveries and releases, `limit`
+    /// deliveries each.
+    pub fn drain(
+        &mut self,
+        rounds: usize,
+        limit: usize,
+        mut check: impl FnMut(&Self, &Step<P::Msg>) -> Result<(), String>,
+    ) -> Result<(), String> {
+        for _ in 0..rounds {
+            self.settle(limit, |c, _, _, step| check(c, step))?;
+            let held: Vec<(NodeId, LockId)> = self
+                .live()
+                .flat_map(|(n, s)| {
+                    (0..self.locks).map(LockId).filter_map(move |l| {
+                        (s.held(l).unwrap_or(Mode::Phi) != Mode::Phi
+                            && !s.is_pending(l).unwrap_or(false))
+                        .then_some((n, l))
+                    })
+                })
+                .collect();
+            if held.is_empty() && self.in_flight() == 0 {
+                return Ok(self.check_no_deadlock(true)?);
+            }
+            for (n, lock) in held {
+                let step = self
+                    .input(n, Input::Release { lock })
+                    .map_err(|e| format!("drain: release rejected: {e}"))?;
+                check(self, &step)?;
+            }
+        }
+        Err(format!("the cluster did not drain within {rounds} rounds"))
+    }
+
     /// Every safety property that applies, after any step: P1, P2 and the protocol's own
     /// invariants ([`Invariants`], e.g. P3 and P3b for hilock sites), each where the
     /// cluster's faults allow it. (No kernel error is separate,
@@ -1085,10 +1142,17 @@ pub trait Invariants: Protocol + Sized {
     }
 }
 
-impl<const N: usize, const L: usize> Invariants for NaimiSite<N, L> {}
+impl<const N: usize, const L: usize> Invariants for NaimiSite<N, L> {
+    fn invariants(c: &Cluster<Self>) -> Result<(), Violation> {
+        c.check_exclusive()
+    }
+}
 impl<const N: usize, const L: usize, const P: usize, const Q: usize> Invariants
     for PrioNaimiSite<N, L, P, Q>
 {
+    fn invariants(c: &Cluster<Self>) -> Result<(), Violation> {
+        c.check_exclusive()
+    }
 }
 
 impl<const N: usize, const L: usize, const Q: usize> Invariants for Site<N, L, Q> {
