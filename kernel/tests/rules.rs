@@ -122,16 +122,14 @@ fn rule_2_local_acquire_sends_nothing() {
 /// exercises the token node's own grant, and deleting this branch left every test green).
 #[test]
 fn rule_2_non_token_node_enters_under_its_owned_mode() {
-    let mut s: Vec<S> = (0..4)
-        .map(|i| {
-            let parent = match i {
-                0 => None,
-                2 => Some(NodeId(1)),
-                _ => Some(NodeId(0)),
-            };
-            S::with_parents(NodeId(i), |_| parent).unwrap()
-        })
-        .collect();
+    let mut s = of((0..4).map(|i| {
+        let parent = match i {
+            0 => None,
+            2 => Some(NodeId(1)),
+            _ => Some(NodeId(0)),
+        };
+        S::with_parents(NodeId(i), |_| parent).unwrap()
+    }));
     acquire(&mut s, 0, Mode::R);
     acquire(&mut s, 1, Mode::R);
     acquire(&mut s, 2, Mode::R);
