@@ -4,7 +4,7 @@
 //! clone of one does not.
 
 use hilock_kernel::{DefaultSite, Input, LockId, Mode, Msg, MsgKind, NodeId, Output, Outputs};
-use std::collections::VecDeque;
+use hilock_spec::Cluster;
 
 /// Output buffer of the default site.
 pub type DefaultOutputs = Outputs<Msg<8>, 26>;
@@ -56,14 +56,11 @@ impl Scenario {
     }
 }
 
-/// Four sites (A = 0 holds the token; B, C, D point to A) and a FIFO wire.
-#[derive(Debug)]
-pub struct Net {
-    /// The sites.
-    pub sites: Vec<DefaultSite>,
-    /// Messages in flight: (from, to, msg).
-    pub wire: VecDeque<(NodeId, NodeId, Msg<8>)>,
-}
+/// Four sites (A = 0 holds the token; B, C, D point to A) in the one harness
+/// ([`hilock_spec::Cluster`], FIFO channels): building a scenario routes and delivers
+/// through it, so the prepared sites are in states the protocol reaches.
+#[derive(Clone, Debug)]
+pub struct Net(pub Cluster<DefaultSite>);
 
 const A: usize = 0;
 const B: usize = 1;
@@ -72,36 +69,33 @@ const C: usize = 2;
 impl Net {
     /// A fresh system of four sites.
     pub fn new() -> Net {
-        Net {
-            sites: (0..4)
+        Net(Cluster::new(
+            (0..4)
                 .map(|i| DefaultSite::new(NodeId(i), NodeId(0)).expect("site"))
                 .collect(),
-            wire: VecDeque::new(),
-        }
+        ))
     }
 
-    /// Steps site `i` with `input`; messages go on the wire; returns the outputs.
-    pub fn act(&mut self, i: usize, input: Input<'_, Msg<8>>) -> Vec<Output<Msg<8>>> {
-        let mut out = DefaultOutputs::new();
-        self.sites[i].step(input, &mut out).expect("step");
-        for o in out.iter() {
-            if let Output::Send { to, msg } = o {
-                self.wire.push_back((NodeId(i as u16), *to, msg.clone()));
-            }
-        }
-        out.into_iter().collect()
+    /// Site `i`.
+    pub fn site(&self, i: usize) -> &DefaultSite {
+        self.0.site(NodeId(i as u16))
     }
 
-    /// Takes the oldest message on the wire without delivering it.
+    /// Steps site `i` with `input`; its messages are in flight.
+    pub fn act(&mut self, i: usize, input: Input<'_, Msg<8>>) {
+        self.0.input(NodeId(i as u16), input).expect("step");
+    }
+
+    /// Takes the oldest message in flight out of the network without delivering it.
     pub fn take(&mut self) -> (NodeId, NodeId, Msg<8>) {
-        self.wire.pop_front().expect("a message in flight")
+        let (from, to) = self.0.oldest_channel().expect("a message in flight");
+        let msg = self.0.lose(from, to, 0).expect("a message in flight");
+        (from, to, msg)
     }
 
-    /// Delivers every message on the wire (and those that follow).
+    /// Delivers every message in flight (and those that follow), oldest first.
     pub fn settle(&mut self) {
-        while let Some((f, t, m)) = self.wire.pop_front() {
-            self.act(t.idx(), Input::Deliver { from: f, msg: &m });
-        }
+        self.0.settle(1000, |_, _, _, _| Ok(())).expect("settles");
     }
 }
 
@@ -133,7 +127,7 @@ pub fn all() -> Vec<Scenario> {
     v.push(Scenario {
         name: "local_request_forward",
         what: "Acquire(R) at a non-token site: Rule 2 sends the request to the parent",
-        site: net.sites[B].clone(),
+        site: net.site(B).clone(),
         op: Op::Acquire(Mode::R),
     });
 
@@ -141,7 +135,7 @@ pub fn all() -> Vec<Scenario> {
     v.push(Scenario {
         name: "local_request_grant",
         what: "Acquire(R) at the idle token site: granted locally, no message",
-        site: net.sites[A].clone(),
+        site: net.site(A).clone(),
         op: Op::Acquire(Mode::R),
     });
 
@@ -153,7 +147,7 @@ pub fn all() -> Vec<Scenario> {
     v.push(Scenario {
         name: "copy_grant",
         what: "Deliver(Request IR) at the token site holding IR: Rule 3.1 grants a copy",
-        site: net.sites[A].clone(),
+        site: net.site(A).clone(),
         op: Op::Deliver(f, m),
     });
 
@@ -167,7 +161,7 @@ pub fn all() -> Vec<Scenario> {
     v.push(Scenario {
         name: "token_transfer_with_queue",
         what: "Release(W) at the token site with two queued W requests: the token moves with the queue",
-        site: net.sites[A].clone(),
+        site: net.site(A).clone(),
         op: Op::Release,
     });
 
@@ -179,17 +173,16 @@ pub fn all() -> Vec<Scenario> {
     v.push(Scenario {
         name: "release_propagation",
         what: "Release(R) at a copy holder: Rule 5.2 sends Release to the parent",
-        site: net.sites[B].clone(),
+        site: net.site(B).clone(),
         op: Op::Release,
     });
-    let mut net2 = Net::new();
-    net2.sites = net.sites.clone();
+    let mut net2 = net.clone();
     net2.act(B, Input::Release { lock: LOCK });
     let (f, _, m) = net2.take();
     v.push(Scenario {
         name: "release_receive",
         what: "Deliver(Release Φ) at the parent: the child leaves the copyset",
-        site: net2.sites[A].clone(),
+        site: net2.site(A).clone(),
         op: Op::Deliver(f, m),
     });
 
@@ -200,22 +193,21 @@ pub fn all() -> Vec<Scenario> {
     v.push(Scenario {
         name: "freeze",
         what: "Deliver(Request W) at the token site with an R copy out: queue it and send Freeze to the child",
-        site: net.sites[A].clone(),
+        site: net.site(A).clone(),
         op: Op::Deliver(f, m.clone()),
     });
-    let mut net3 = Net::new();
-    net3.sites = net.sites.clone();
+    let mut net3 = net.clone();
     net3.act(A, Input::Deliver { from: f, msg: &m });
     let (f, _, m) = net3
-        .wire
-        .iter()
+        .0
+        .messages()
         .find(|(_, _, m)| m.kind() == MsgKind::Freeze)
-        .cloned()
+        .map(|(f, t, m)| (f, t, m.clone()))
         .expect("a freeze");
     v.push(Scenario {
         name: "freeze_receive",
         what: "Deliver(Freeze) at a child: it stops granting the frozen modes",
-        site: net3.sites[B].clone(),
+        site: net3.site(B).clone(),
         op: Op::Deliver(f, m),
     });
 
