@@ -228,23 +228,24 @@ pub enum Output<M> {
 /// Steps append; a step that fails appends nothing.
 pub type Outputs<M, const O: usize> = heapless::Vec<Output<M>, O>;
 
-/// Where a step appends its outputs. A step first checks that [`Sink::room`] is at least the
+/// Where a step appends its outputs (`T` is the output type: [`Output`] for the token
+/// protocols; other engines of the kernel have their own). A step first checks that [`Sink::room`] is at least the
 /// most outputs it can produce (e.g. [`crate::Site::MAX_OUTPUTS`]) and is rejected with
 /// [`crate::KernelError::OutputsFull`] otherwise, so a sink never fills up half-way
 /// through a step. [`Outputs`] (fixed capacity, no heap) is a sink; a host program may
 /// implement it over a growable buffer.
-pub trait Sink<M> {
+pub trait Sink<T> {
     /// How many more outputs fit.
     fn room(&self) -> usize;
-    /// Appends `o`; gives it back if it does not fit.
-    fn put(&mut self, o: Output<M>) -> Result<(), Output<M>>;
+    /// Appends `t`; gives it back if it does not fit.
+    fn put(&mut self, t: T) -> Result<(), T>;
 }
 
-impl<M, const O: usize> Sink<M> for heapless::Vec<Output<M>, O> {
+impl<T, const O: usize> Sink<T> for heapless::Vec<T, O> {
     fn room(&self) -> usize {
         O - self.len()
     }
-    fn put(&mut self, o: Output<M>) -> Result<(), Output<M>> {
-        self.push(o)
+    fn put(&mut self, t: T) -> Result<(), T> {
+        self.push(t)
     }
 }

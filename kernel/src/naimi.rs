@@ -109,7 +109,7 @@ impl<const N: usize, const L: usize> NaimiSite<N, L> {
     }
 
     /// Apply one input (see [`Protocol::step`]).
-    pub fn step<S: Sink<NaimiMsg>>(
+    pub fn step<S: Sink<Output<NaimiMsg>>>(
         &mut self,
         input: Input<'_, NaimiMsg>,
         out: &mut S,
@@ -262,7 +262,7 @@ impl<const N: usize, const L: usize> NaimiSite<N, L> {
     }
 }
 
-fn push<S: Sink<NaimiMsg>>(out: &mut S, o: Output<NaimiMsg>) -> Result<(), KernelError> {
+fn push<S: Sink<Output<NaimiMsg>>>(out: &mut S, o: Output<NaimiMsg>) -> Result<(), KernelError> {
     out.put(o).map_err(|_| KernelError::OutputsFull)
 }
 
@@ -272,7 +272,7 @@ impl<const N: usize, const L: usize> Protocol for NaimiSite<N, L> {
     fn id(&self) -> NodeId {
         self.me
     }
-    fn step<S: Sink<NaimiMsg>>(
+    fn step<S: Sink<Output<NaimiMsg>>>(
         &mut self,
         input: Input<'_, NaimiMsg>,
         out: &mut S,

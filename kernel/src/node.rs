@@ -150,7 +150,7 @@ pub(crate) struct Ctx<'o, const Q: usize, S> {
     pub granted: bool,
 }
 
-impl<const Q: usize, S: Sink<Msg<Q>>> Ctx<'_, Q, S> {
+impl<const Q: usize, S: Sink<Output<Msg<Q>>>> Ctx<'_, Q, S> {
     fn emit(&mut self, o: Output<Msg<Q>>) -> Result<(), KernelError> {
         if matches!(o, Output::Granted { .. }) {
             self.granted = true;
@@ -308,7 +308,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
     // ---------------------------------------------------------------- user API
 
     /// `RequestLock(M_R)`, Fig. 2.4: Rule 2 at a non-token node, Rule 3.2/4.2 at the token node.
-    pub(crate) fn acquire<S: Sink<Msg<Q>>>(
+    pub(crate) fn acquire<S: Sink<Output<Msg<Q>>>>(
         &mut self,
         cx: &mut Ctx<'_, Q, S>,
         mode: Mode,
@@ -364,7 +364,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
     }
 
     /// `RequestUnlock()`, Fig. 2.7: Rule 5.
-    pub(crate) fn release<S: Sink<Msg<Q>>>(
+    pub(crate) fn release<S: Sink<Output<Msg<Q>>>>(
         &mut self,
         cx: &mut Ctx<'_, Q, S>,
     ) -> Result<(), KernelError> {
@@ -385,7 +385,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
 
     /// `RequestUpgrade()`, Fig. 2.11: Rule 7. Only a U holder may upgrade; a U holder is
     /// always the token node (no copy of U can be granted, Table 2.2).
-    pub(crate) fn upgrade<S: Sink<Msg<Q>>>(
+    pub(crate) fn upgrade<S: Sink<Output<Msg<Q>>>>(
         &mut self,
         cx: &mut Ctx<'_, Q, S>,
     ) -> Result<(), KernelError> {
@@ -411,7 +411,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
     // ---------------------------------------------------------------- messages
 
     /// `HandleRequest(M_R)`, Fig. 2.4: Rules 3 and 4 (and 6).
-    pub(crate) fn on_request<S: Sink<Msg<Q>>>(
+    pub(crate) fn on_request<S: Sink<Output<Msg<Q>>>>(
         &mut self,
         cx: &mut Ctx<'_, Q, S>,
         from: NodeId,
@@ -462,7 +462,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
     }
 
     /// `ReceiveGrant()`, Fig. 2.5.
-    pub(crate) fn on_grant<S: Sink<Msg<Q>>>(
+    pub(crate) fn on_grant<S: Sink<Output<Msg<Q>>>>(
         &mut self,
         cx: &mut Ctx<'_, Q, S>,
         from: NodeId,
@@ -547,7 +547,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
 
     /// `ReceiveToken()`, Fig. 2.5, with the queue merge of Rule 8.2's FIFO reading.
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn on_token<S: Sink<Msg<Q>>>(
+    pub(crate) fn on_token<S: Sink<Output<Msg<Q>>>>(
         &mut self,
         cx: &mut Ctx<'_, Q, S>,
         from: NodeId,
@@ -657,7 +657,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
     }
 
     /// `HandleRelease(M_R, M_O)`, Fig. 2.7: Rule 5.
-    pub(crate) fn on_release<S: Sink<Msg<Q>>>(
+    pub(crate) fn on_release<S: Sink<Output<Msg<Q>>>>(
         &mut self,
         cx: &mut Ctx<'_, Q, S>,
         from: NodeId,
@@ -681,7 +681,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
     }
 
     /// `HandleFreeze(Modes)`, Fig. 2.9: Rule 6.
-    pub(crate) fn on_freeze<S: Sink<Msg<Q>>>(
+    pub(crate) fn on_freeze<S: Sink<Output<Msg<Q>>>>(
         &mut self,
         cx: &mut Ctx<'_, Q, S>,
         from: NodeId,
@@ -710,7 +710,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
     // ---------------------------------------------------------------- internals
 
     /// Rule 3.2 / 4.2 at the token node for a request that just arrived.
-    fn serve_at_token<S: Sink<Msg<Q>>>(
+    fn serve_at_token<S: Sink<Output<Msg<Q>>>>(
         &mut self,
         cx: &mut Ctx<'_, Q, S>,
         entry: QueueEntry,
@@ -737,7 +737,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
 
     /// PIP, HandleRequest at the token node (Fig. 3.8): a request queued because it
     /// conflicts with the mode held here makes this site inherit its priority.
-    fn inherit_at_token<S: Sink<Msg<Q>>>(&self, cx: &mut Ctx<'_, Q, S>, entry: QueueEntry) {
+    fn inherit_at_token<S: Sink<Output<Msg<Q>>>>(&self, cx: &mut Ctx<'_, Q, S>, entry: QueueEntry) {
         if cx.variant.inheritance == Inheritance::Pip
             && conflicts(self.held, entry.mode)
             && entry.prio > cx.boost
@@ -763,7 +763,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
     /// node that may no longer keep it (Table 3.2) forwards it. Returns `false` if the
     /// request is not queued here (it is then handled as a fresh request; should it be
     /// granted twice, the requester answers the stale grant with a release).
-    fn requeue_reissued<S: Sink<Msg<Q>>>(
+    fn requeue_reissued<S: Sink<Output<Msg<Q>>>>(
         &mut self,
         cx: &mut Ctx<'_, Q, S>,
         entry: QueueEntry,
@@ -803,7 +803,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
 
     /// PIP/PCEP: this site's effective priority rose to `prio`; a pending request of lower
     /// priority is reissued at `prio` (at the token node its queue entry is raised).
-    pub(crate) fn reissue<S: Sink<Msg<Q>>>(
+    pub(crate) fn reissue<S: Sink<Output<Msg<Q>>>>(
         &mut self,
         cx: &mut Ctx<'_, Q, S>,
         prio: Priority,
@@ -831,7 +831,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
     }
 
     /// Rule 3.1 / 3.2 (copy): the requester becomes our child with the granted mode.
-    fn copy_grant<S: Sink<Msg<Q>>>(
+    fn copy_grant<S: Sink<Output<Msg<Q>>>>(
         &mut self,
         cx: &mut Ctx<'_, Q, S>,
         entry: QueueEntry,
@@ -864,7 +864,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
 
     /// Rule 3.2 (token): the requester becomes the token node and our parent; our queue
     /// travels with the token (Rule 5.1).
-    fn transfer_token<S: Sink<Msg<Q>>>(
+    fn transfer_token<S: Sink<Output<Msg<Q>>>>(
         &mut self,
         cx: &mut Ctx<'_, Q, S>,
         entry: QueueEntry,
@@ -900,7 +900,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
     }
 
     /// Rule 4.1 (F): pass the request on to the parent, unchanged.
-    fn forward<S: Sink<Msg<Q>>>(
+    fn forward<S: Sink<Output<Msg<Q>>>>(
         &mut self,
         cx: &mut Ctx<'_, Q, S>,
         entry: QueueEntry,
@@ -956,7 +956,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
     /// Append to the local queue; a newer request of the same requester replaces its older
     /// one in place (each node has at most one request outstanding per lock, so the queue
     /// never holds more than N entries).
-    fn enqueue<S: Sink<Msg<Q>>>(
+    fn enqueue<S: Sink<Output<Msg<Q>>>>(
         &mut self,
         cx: &mut Ctx<'_, Q, S>,
         entry: QueueEntry,
@@ -996,7 +996,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
     /// Rule 5.2: a non-token node whose owned mode changed tells its parent. A node that
     /// owns nothing any more leaves the copyset and forgets its frozen modes (it can grant
     /// nothing; a later grant brings the granter's frozen modes along).
-    fn after_owned_change<S: Sink<Msg<Q>>>(
+    fn after_owned_change<S: Sink<Output<Msg<Q>>>>(
         &mut self,
         cx: &mut Ctx<'_, Q, S>,
         before: Mode,
@@ -1026,7 +1026,10 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
     }
 
     /// `Check_requests_on_queue()`, Fig. 2.5 (Rules 4 and 5).
-    fn check_queue<S: Sink<Msg<Q>>>(&mut self, cx: &mut Ctx<'_, Q, S>) -> Result<(), KernelError> {
+    fn check_queue<S: Sink<Output<Msg<Q>>>>(
+        &mut self,
+        cx: &mut Ctx<'_, Q, S>,
+    ) -> Result<(), KernelError> {
         if self.has_token() {
             self.check_queue_at_token(cx)
         } else {
@@ -1036,7 +1039,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
 
     /// At the token node: complete a waiting upgrade (Rule 7), then serve the queue strictly
     /// from its head while the head is compatible (Rule 5.1, FIFO).
-    fn check_queue_at_token<S: Sink<Msg<Q>>>(
+    fn check_queue_at_token<S: Sink<Output<Msg<Q>>>>(
         &mut self,
         cx: &mut Ctx<'_, Q, S>,
     ) -> Result<(), KernelError> {
@@ -1091,7 +1094,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
 
     /// At a non-token node: grant what Rule 3.1 allows, keep what Table 2.3 still says to
     /// queue behind the (possibly new) pending mode, forward the rest, in queue order.
-    fn check_queue_at_child<S: Sink<Msg<Q>>>(
+    fn check_queue_at_child<S: Sink<Output<Msg<Q>>>>(
         &mut self,
         cx: &mut Ctx<'_, Q, S>,
     ) -> Result<(), KernelError> {
@@ -1139,7 +1142,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
     /// Rule 6, invariant 2.3: send the modes frozen during this step to each child that
     /// could grant them ("only if the child is potential granter … and the mode is not
     /// already frozen", footnote a of Fig. 2.4).
-    fn finish_freeze<S: Sink<Msg<Q>>>(
+    fn finish_freeze<S: Sink<Output<Msg<Q>>>>(
         &mut self,
         cx: &mut Ctx<'_, Q, S>,
         before: Frozen,

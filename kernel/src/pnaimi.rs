@@ -158,7 +158,7 @@ impl<const N: usize, const L: usize, const P: usize, const Q: usize> PrioNaimiSi
     }
 
     /// Apply one input (see [`Protocol::step`]).
-    pub fn step<S: Sink<PrioNaimiMsg<Q>>>(
+    pub fn step<S: Sink<Output<PrioNaimiMsg<Q>>>>(
         &mut self,
         input: Input<'_, PrioNaimiMsg<Q>>,
         out: &mut S,
@@ -377,7 +377,7 @@ impl<const N: usize, const L: usize, const P: usize, const Q: usize> Protocol
     fn id(&self) -> NodeId {
         self.me
     }
-    fn step<S: Sink<PrioNaimiMsg<Q>>>(
+    fn step<S: Sink<Output<PrioNaimiMsg<Q>>>>(
         &mut self,
         input: Input<'_, PrioNaimiMsg<Q>>,
         out: &mut S,

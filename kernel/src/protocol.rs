@@ -3,7 +3,7 @@
 
 use crate::error::KernelError;
 use crate::mode::Mode;
-use crate::msg::{Input, LockId, MsgKind, NodeId, Sink};
+use crate::msg::{Input, LockId, MsgKind, NodeId, Output, Sink};
 use crate::report::Report;
 
 /// A site of a token-based locking protocol, driven sans-IO: one input in, outputs appended
@@ -20,7 +20,7 @@ pub trait Protocol {
     fn id(&self) -> NodeId;
 
     /// Apply one input.
-    fn step<S: Sink<Self::Msg>>(
+    fn step<S: Sink<Output<Self::Msg>>>(
         &mut self,
         input: Input<'_, Self::Msg>,
         out: &mut S,

@@ -2,7 +2,7 @@
 
 use crate::error::KernelError;
 use crate::mode::Mode;
-use crate::msg::{Input, LockId, Msg, MsgKind, NodeId, Sink};
+use crate::msg::{Input, LockId, Msg, MsgKind, NodeId, Output, Sink};
 use crate::node::{Ctx, LockNode, Pending, Variant};
 use crate::prio::{Inheritance, Priority};
 use crate::protocol::Protocol;
@@ -156,7 +156,7 @@ impl<const N: usize, const L: usize, const Q: usize> Site<N, L, Q> {
     /// and `out` unchanged: the step validates first (ids, output room, then each handler
     /// its own preconditions before its first change) and then applies — there is no
     /// rollback copy.
-    pub fn step<S: Sink<Msg<Q>>>(
+    pub fn step<S: Sink<Output<Msg<Q>>>>(
         &mut self,
         input: Input<'_, Msg<Q>>,
         out: &mut S,
@@ -195,7 +195,7 @@ impl<const N: usize, const L: usize, const Q: usize> Site<N, L, Q> {
         Ok(Report { rules: cx.rules })
     }
 
-    fn apply<S: Sink<Msg<Q>>>(
+    fn apply<S: Sink<Output<Msg<Q>>>>(
         &mut self,
         lock: Option<LockId>,
         input: Input<'_, Msg<Q>>,
@@ -272,7 +272,7 @@ impl<const N: usize, const L: usize, const Q: usize> Site<N, L, Q> {
 
     /// Sets ξ(self); under PIP a rise reissues every pending request of a lower priority
     /// (Fig. 3.8, "re-issue all the pending requests for all the L_i ∈ L").
-    fn set_effective<S: Sink<Msg<Q>>>(
+    fn set_effective<S: Sink<Output<Msg<Q>>>>(
         &mut self,
         cx: &mut Ctx<'_, Q, S>,
         target: Priority,
@@ -299,7 +299,7 @@ impl<const N: usize, const L: usize, const Q: usize> Protocol for Site<N, L, Q> 
     fn id(&self) -> NodeId {
         self.me
     }
-    fn step<S: Sink<Msg<Q>>>(
+    fn step<S: Sink<Output<Msg<Q>>>>(
         &mut self,
         input: Input<'_, Msg<Q>>,
         out: &mut S,

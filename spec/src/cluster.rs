@@ -292,7 +292,7 @@ type Channel<M> = VecDeque<InFlight<M>>;
 /// most sites), and keeps the copy if the step is accepted. Out of line: a copy of a large
 /// site (the simulator's are hundreds of KiB) must not enlarge the frame of every step.
 #[inline(never)]
-fn step_shared<P: Protocol + Clone, S: Sink<P::Msg>>(
+fn step_shared<P: Protocol + Clone, S: Sink<Output<P::Msg>>>(
     site: &mut Arc<P>,
     input: Input<'_, P::Msg>,
     out: &mut S,
@@ -581,7 +581,7 @@ where
     }
 
     /// The kernel step at `node` (outputs to `out`), and the bookkeeping.
-    fn apply<S: Sink<P::Msg>>(
+    fn apply<S: Sink<Output<P::Msg>>>(
         &mut self,
         node: NodeId,
         input: Input<'_, P::Msg>,

@@ -1,11 +1,11 @@
 //! A growable output sink for host programs: the kernel's [`Sink`] over a `Vec`, so that
 //! large systems (the simulator's 1,024 nodes) need no fixed-capacity buffer on the stack.
 
-use hilock_kernel::{Output, Sink};
+use hilock_kernel::Sink;
 
 /// Outputs of kernel steps in a `Vec` (room is unbounded).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct VecSink<M>(pub Vec<Output<M>>);
+pub struct VecSink<T>(pub Vec<T>);
 
 impl<M> VecSink<M> {
     /// An empty sink.
@@ -20,12 +20,12 @@ impl<M> Default for VecSink<M> {
     }
 }
 
-impl<M> Sink<M> for VecSink<M> {
+impl<T> Sink<T> for VecSink<T> {
     fn room(&self) -> usize {
         usize::MAX - self.0.len()
     }
-    fn put(&mut self, o: Output<M>) -> Result<(), Output<M>> {
-        self.0.push(o);
+    fn put(&mut self, t: T) -> Result<(), T> {
+        self.0.push(t);
         Ok(())
     }
 }
