@@ -1,0 +1,946 @@
+//! The agent of one transaction ("the client algorithm" of seed 001).
+
+use super::{
+    AbortReason, AgentError, AgentId, AgentOutput, LockInfo, LockMode, LockPath, QEntry, Report,
+    Req, Rule, ServerId, ServerMsg, Servers, Sink, WaitGraph, MAX_SERVERS,
+};
+
+/// Who resolves a cycle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub enum Resolver {
+    /// The largest reference among the agents of the cycle that hold a lock another
+    /// member waits for (the seed).
+    LargestHolder,
+    /// The largest reference in the cycle, holder or not (refuted: "it is important to
+    /// select this particular client among the ones that indeed hold a lock").
+    LargestInCycle,
+}
+
+/// The agent's algorithm variant: the seed's, or one of the alternatives Arts found
+/// unsound, kept so that the model checker can refute them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct AgentVariant {
+    /// Ignore information not newer than the version kept ("It is [not safe] to
+    /// disregard the version information").
+    pub check_versions: bool,
+    /// After a surrender, ignore the lock's updates until one carries the agent's own
+    /// identity (without it: the next newer update is taken).
+    pub await_own_ack: bool,
+    /// Who resolves a cycle.
+    pub resolver: Resolver,
+}
+
+impl AgentVariant {
+    /// The seed's agent.
+    pub const SEED: AgentVariant = AgentVariant {
+        check_versions: true,
+        await_own_ack: true,
+        resolver: Resolver::LargestHolder,
+    };
+}
+
+/// Where the transaction is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub enum Status {
+    /// Some lock asked for is not held yet (or nothing was asked yet).
+    Running,
+    /// Every lock asked for is held.
+    HaveAll,
+    /// The client ended the transaction holding every lock.
+    Committed,
+    /// The transaction was aborted.
+    Aborted(AbortReason),
+}
+
+impl Status {
+    /// Whether the transaction has ended.
+    pub fn ended(self) -> bool {
+        matches!(self, Status::Committed | Status::Aborted(_))
+    }
+}
+
+/// An input to an agent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AgentInput<'a, const D: usize, const Q: usize> {
+    /// The client asks for `path` in `mode` on `servers`, held when `req` of them grant
+    /// it (read → write on a path asked for read is an upgrade, on the same servers).
+    Lock {
+        /// The lock.
+        path: LockPath<D>,
+        /// The mode.
+        mode: LockMode,
+        /// The servers.
+        servers: Servers,
+        /// How many must grant.
+        req: Req,
+    },
+    /// A queue, announced by a server or forwarded by another agent.
+    Info(&'a LockInfo<D, Q>),
+    /// A server is gone (its monitor fired).
+    ServerDown(ServerId),
+    /// The client ends the transaction (commit if every lock is held, else abort).
+    Finish,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+struct Request<const D: usize> {
+    path: LockPath<D>,
+    mode: LockMode,
+    servers: Servers,
+    req: Req,
+    /// Held on enough servers (by the agent's views).
+    held: bool,
+    /// The mode the client was told it holds (`None`: not told, or surrendered since).
+    /// An upgrade keeps the read reported while the write is pending.
+    reported: Option<LockMode>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+struct View<const D: usize, const Q: usize> {
+    info: LockInfo<D, Q>,
+    /// A surrender was sent; the view is void until the acknowledgement.
+    awaiting_ack: bool,
+    /// Agents (ids below 64) that were sent this version.
+    sent: u64,
+}
+
+/// One transaction's agent: at most `K` locks asked for and `K` queues known, queues of at
+/// most `Q` entries, paths of depth at most `D`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct Agent<const D: usize, const Q: usize, const K: usize> {
+    me: AgentId,
+    abort_on_deadlock: bool,
+    variant: AgentVariant,
+    status: Status,
+    requests: heapless::Vec<Request<D>, K>,
+    views: heapless::Vec<View<D, Q>, K>,
+    down: Servers,
+}
+
+impl<const D: usize, const Q: usize, const K: usize> Agent<D, Q, K> {
+    /// The most outputs one step can produce: forwards (every view to every agent of every
+    /// view), the client's notices, a surrender, and a release per server.
+    pub const MAX_OUTPUTS: usize = K * K * Q + 2 * K + MAX_SERVERS + 3;
+
+    /// The agent of a new transaction with reference `me`.
+    pub fn new(me: AgentId, abort_on_deadlock: bool) -> Self {
+        Agent {
+            me,
+            abort_on_deadlock,
+            variant: AgentVariant::SEED,
+            status: Status::Running,
+            requests: heapless::Vec::new(),
+            views: heapless::Vec::new(),
+            down: Servers(0),
+        }
+    }
+
+    /// The same agent with another variant.
+    pub fn with_variant(mut self, variant: AgentVariant) -> Self {
+        self.variant = variant;
+        self
+    }
+
+    /// The agent's reference.
+    pub fn id(&self) -> AgentId {
+        self.me
+    }
+
+    /// Where the transaction is.
+    pub fn status(&self) -> Status {
+        self.status
+    }
+
+    /// The locks asked for: path, mode, held, the mode reported to the client.
+    pub fn requests(
+        &self,
+    ) -> impl Iterator<Item = (LockPath<D>, LockMode, bool, Option<LockMode>)> + '_ {
+        self.requests
+            .iter()
+            .map(|r| (r.path, r.mode, r.held, r.reported))
+    }
+
+    /// The queues known (`true`: awaiting a surrender's acknowledgement).
+    pub fn views(&self) -> impl Iterator<Item = (&LockInfo<D, Q>, bool)> + '_ {
+        self.views.iter().map(|v| (&v.info, v.awaiting_ack))
+    }
+
+    /// What the client may act on: `(server, path, mode)` for every lock reported held and
+    /// every server whose queue (as the agent knows it) grants it.
+    pub fn believed(&self) -> impl Iterator<Item = (ServerId, LockPath<D>, LockMode)> + '_ {
+        self.requests
+            .iter()
+            .filter(|_| !self.status.ended())
+            .filter_map(|r| r.reported.map(|m| (r, m)))
+            .flat_map(move |(r, m)| {
+                r.servers
+                    .iter()
+                    .filter(move |s| self.grants(*s, &r.path, m))
+                    .map(move |s| (s, r.path, m))
+            })
+    }
+
+    fn view(&self, server: ServerId, path: &LockPath<D>) -> Option<usize> {
+        self.views
+            .iter()
+            .position(|v| v.info.server == server && v.info.path == *path)
+    }
+
+    /// Whether the agent's valid view of `s` grants `path` in `mode`.
+    fn grants(&self, s: ServerId, path: &LockPath<D>, mode: LockMode) -> bool {
+        !self.down.contains(s)
+            && self
+                .view(s, path)
+                .map(|i| &self.views[i])
+                .is_some_and(|v| !v.awaiting_ack && v.info.holds_direct(self.me, mode))
+    }
+
+    /// Whether enough of `r`'s servers grant it in `mode`.
+    fn satisfied(&self, r: &Request<D>, mode: LockMode) -> bool {
+        let n = r
+            .servers
+            .iter()
+            .filter(|s| self.grants(*s, &r.path, mode))
+            .count() as u32;
+        n >= r.req.needed(r.servers.len())
+    }
+
+    /// Rule A4: a lock held on enough servers is reported to the client; a reported lock
+    /// no longer granted (surrendered; or, without the version check, lost to an older
+    /// queue) is revoked.
+    fn refresh_grants<S: Sink<AgentOutput<D, Q>>>(&mut self, out: &mut S, report: &mut Report) {
+        for i in 0..self.requests.len() {
+            let r = self.requests[i];
+            let now = self.satisfied(&r, r.mode);
+            let keeps = r.reported.is_some_and(|m| self.satisfied(&r, m));
+            let r = &mut self.requests[i];
+            r.held = now;
+            if now && r.reported != Some(r.mode) {
+                r.reported = Some(r.mode);
+                let _ = out.put(AgentOutput::Granted {
+                    path: r.path,
+                    mode: r.mode,
+                });
+                report.insert(Rule::Granted);
+            } else if !now && r.reported.is_some() && !keeps {
+                r.reported = None;
+                let _ = out.put(AgentOutput::Revoked { path: r.path });
+            }
+        }
+    }
+
+    /// Applies one input. Validates it first (an error changes nothing and outputs
+    /// nothing), then applies it and re-evaluates: grants, deadlock analysis, surrender or
+    /// forwarding.
+    pub fn step<S: Sink<AgentOutput<D, Q>>>(
+        &mut self,
+        input: AgentInput<'_, D, Q>,
+        out: &mut S,
+    ) -> Result<Report, AgentError> {
+        if out.room() < Self::MAX_OUTPUTS {
+            return Err(AgentError::OutputsFull);
+        }
+        let mut report = Report::default();
+        match input {
+            AgentInput::Lock {
+                path,
+                mode,
+                servers,
+                req,
+            } => {
+                if self.status.ended() {
+                    return Err(AgentError::Finished);
+                }
+                if servers.is_empty() {
+                    return Err(AgentError::BadServers);
+                }
+                let existing = self.requests.iter().position(|r| r.path == path);
+                match existing {
+                    Some(i) => {
+                        let r = self.requests[i];
+                        if r.mode.covers(mode) || r.servers != servers || r.req != req {
+                            return Err(AgentError::AlreadyQueued(self.me));
+                        }
+                        // Upgrade read → write on the same servers; the read stays
+                        // reported while the write is pending.
+                        self.requests[i].mode = mode;
+                        self.requests[i].held = false;
+                    }
+                    None => {
+                        if self.requests.is_full() {
+                            return Err(AgentError::Full);
+                        }
+                        let _ = self.requests.push(Request {
+                            path,
+                            mode,
+                            servers,
+                            req,
+                            held: false,
+                            reported: None,
+                        });
+                    }
+                }
+                for s in servers.iter() {
+                    let _ = out.put(AgentOutput::ToServer {
+                        server: s,
+                        msg: ServerMsg::Request {
+                            agent: self.me,
+                            path,
+                            mode,
+                        },
+                    });
+                }
+                if self.status == Status::HaveAll {
+                    self.status = Status::Running;
+                }
+                report.insert(Rule::Request);
+            }
+            AgentInput::Info(info) => {
+                if self.status.ended() {
+                    return Ok(report);
+                }
+                match self.view(info.server, &info.path) {
+                    Some(i) => {
+                        let v = &mut self.views[i];
+                        if v.awaiting_ack && self.variant.await_own_ack && info.cause != self.me {
+                            report.insert(Rule::AwaitingAck);
+                            return Ok(report);
+                        }
+                        if self.variant.check_versions && info.version <= v.info.version {
+                            report.insert(Rule::StaleIgnored);
+                            return Ok(report);
+                        }
+                        if v.awaiting_ack {
+                            report.insert(Rule::SurrenderAcked);
+                        }
+                        v.info = info.clone();
+                        v.awaiting_ack = false;
+                        v.sent = 0;
+                    }
+                    None => {
+                        if self.views.is_full() {
+                            return Err(AgentError::Full);
+                        }
+                        let _ = self.views.push(View {
+                            info: info.clone(),
+                            awaiting_ack: false,
+                            sent: 0,
+                        });
+                    }
+                }
+                report.insert(Rule::Stored);
+            }
+            AgentInput::ServerDown(s) => {
+                if (s.0 as usize) >= MAX_SERVERS {
+                    return Err(AgentError::BadServers);
+                }
+                if self.status.ended() {
+                    return Ok(report);
+                }
+                self.down = Servers(self.down.0 | Servers::one(s).0);
+                let lost = self.requests.iter().any(|r| {
+                    let alive = Servers(r.servers.0 & !self.down.0).len();
+                    alive < r.req.needed(r.servers.len())
+                });
+                if lost {
+                    self.abort(AbortReason::ServersDown(s), out);
+                    report.insert(Rule::AbortServersDown);
+                    return Ok(report);
+                }
+            }
+            AgentInput::Finish => {
+                if self.status.ended() {
+                    return Err(AgentError::Finished);
+                }
+                if self.status == Status::HaveAll {
+                    self.release_all(out);
+                    self.status = Status::Committed;
+                } else {
+                    self.abort(AbortReason::Client, out);
+                }
+                report.insert(Rule::Finish);
+                return Ok(report);
+            }
+        }
+        self.evaluate(out, &mut report);
+        Ok(report)
+    }
+
+    fn servers_used(&self) -> Servers {
+        Servers(self.requests.iter().fold(0, |m, r| m | r.servers.0))
+    }
+
+    fn release_all<S: Sink<AgentOutput<D, Q>>>(&self, out: &mut S) {
+        for s in self.servers_used().iter() {
+            let _ = out.put(AgentOutput::ToServer {
+                server: s,
+                msg: ServerMsg::Release { agent: self.me },
+            });
+        }
+    }
+
+    fn abort<S: Sink<AgentOutput<D, Q>>>(&mut self, reason: AbortReason, out: &mut S) {
+        self.release_all(out);
+        self.status = Status::Aborted(reason);
+        let _ = out.put(AgentOutput::Aborted { reason });
+    }
+
+    /// Rules A4–A7 after a change of what the agent knows.
+    fn evaluate<S: Sink<AgentOutput<D, Q>>>(&mut self, out: &mut S, report: &mut Report) {
+        self.refresh_grants(out, report);
+        let all = !self.requests.is_empty() && self.requests.iter().all(|r| r.held);
+        if all {
+            if self.status == Status::Running {
+                self.status = Status::HaveAll;
+                let _ = out.put(AgentOutput::HaveAll);
+                report.insert(Rule::HaveAll);
+            }
+            // "If we have all locks we've asked for … we cannot be involved in [a
+            // deadlock]": nothing to analyse or tell.
+            return;
+        }
+        self.status = Status::Running;
+        let g = self.graph();
+        let Some(me) = g.find(self.me) else {
+            return;
+        };
+        // A5: a cycle whose resolver is this agent.
+        for c in g.cycles() {
+            let candidates = match self.variant.resolver {
+                Resolver::LargestHolder => g.holders_in(c),
+                Resolver::LargestInCycle => c,
+            };
+            if g.largest(candidates) != Some(self.me) {
+                report.insert(Rule::DeferToLarger);
+                continue;
+            }
+            if let Some(k) = self.closing_view(&g, c) {
+                self.resolve(k, out, report);
+                return;
+            }
+        }
+        // A7: tell the agents this one waits for about the agents that wait for it.
+        self.forward(&g, me, out, report);
+    }
+
+    /// The agent's wait-for graph: every valid view, leaving out its own waiting entries of
+    /// locks already held on enough servers.
+    fn graph(&self) -> WaitGraph {
+        let mut g = WaitGraph::new();
+        let me = self.me;
+        for v in self.views.iter().filter(|v| !v.awaiting_ack) {
+            let server = v.info.server;
+            g.add_queue(&v.info.queue, |w: &QEntry<D>| {
+                w.agent == me
+                    && self.requests.iter().any(|r| {
+                        r.held && r.servers.contains(server) && r.path == w.path && r.mode == w.mode
+                    })
+            });
+        }
+        g.close();
+        g
+    }
+
+    /// The view in which a member of cycle `c` waits behind an entry this agent holds:
+    /// the lock that closes the cycle.
+    fn closing_view(&self, g: &WaitGraph, c: u64) -> Option<usize> {
+        self.views.iter().position(|v| {
+            !v.awaiting_ack
+                && v.info.queue.iter().enumerate().any(|(i, w)| {
+                    g.find(w.agent).is_some_and(|j| c & (1 << j) != 0)
+                        && v.info.queue[..i].iter().any(|f| {
+                            f.agent == self.me && WaitGraph::blocked_by(w, f) == Some(true)
+                        })
+                })
+        })
+    }
+
+    /// A5/A6: surrender view `k`'s lock, or abort if `abort_on_deadlock` and the client was
+    /// told it holds a lock in that queue.
+    fn resolve<S: Sink<AgentOutput<D, Q>>>(&mut self, k: usize, out: &mut S, report: &mut Report) {
+        let (server, path) = (self.views[k].info.server, self.views[k].info.path);
+        let reported = self
+            .requests
+            .iter()
+            .any(|r| r.reported.is_some() && r.servers.contains(server) && r.path.related(&path));
+        if self.abort_on_deadlock && reported {
+            self.abort(AbortReason::Deadlock, out);
+            report.insert(Rule::AbortOnDeadlock);
+            return;
+        }
+        let _ = out.put(AgentOutput::ToServer {
+            server,
+            msg: ServerMsg::Surrender {
+                agent: self.me,
+                path,
+            },
+        });
+        self.views[k].awaiting_ack = true;
+        report.insert(Rule::Surrender);
+        // The surrendered queue no longer counts for any lock.
+        self.refresh_grants(out, report);
+    }
+
+    /// A7: to every agent this one waits for, the contended queues in which an agent that
+    /// waits (transitively) for this one — or this one — waits, unless the receiver is in
+    /// that queue or was sent that version already.
+    fn forward<S: Sink<AgentOutput<D, Q>>>(
+        &mut self,
+        g: &WaitGraph,
+        me: usize,
+        out: &mut S,
+        report: &mut Report,
+    ) {
+        let upstream = g.waiting_for(me) | 1 << me;
+        let targets = g.waits_for(me);
+        for t in g.members(targets) {
+            for v in self.views.iter_mut() {
+                let bit = if (t.0 as usize) < 64 { 1u64 << t.0 } else { 0 };
+                if v.awaiting_ack || v.info.has(t) || v.sent & bit != 0 {
+                    continue;
+                }
+                let relevant = v.info.queue.iter().enumerate().any(|(i, w)| {
+                    g.find(w.agent).is_some_and(|j| upstream & (1 << j) != 0)
+                        && v.info.queue[..i]
+                            .iter()
+                            .any(|f| WaitGraph::blocked_by(w, f).is_some())
+                });
+                if relevant {
+                    let _ = out.put(AgentOutput::ToAgent {
+                        agent: t,
+                        info: v.info.clone(),
+                    });
+                    v.sent |= bit;
+                    report.insert(Rule::Forward);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::agent::{Announce, LockServer};
+
+    const D: usize = 2;
+    const Q: usize = 6;
+    const K: usize = 4;
+    type Ag = Agent<D, Q, K>;
+    type Srv = LockServer<D, Q, K>;
+    type AOut = heapless::Vec<AgentOutput<D, Q>, 200>;
+    type SOut = heapless::Vec<Announce<D, Q>, 400>;
+    use LockMode::{Read, Write};
+
+    fn p(k: &[u16]) -> LockPath<D> {
+        LockPath::new(k).unwrap()
+    }
+
+    /// Agents and servers with instant, ordered delivery (unit tests only; the model
+    /// checker explores the orders).
+    struct World {
+        agents: heapless::Vec<Ag, 4>,
+        servers: heapless::Vec<Srv, 3>,
+        /// Outputs every agent step produced, for assertions.
+        log: heapless::Vec<(u16, AgentOutput<D, Q>), 256>,
+        reports: heapless::Vec<(u16, Report), 256>,
+    }
+
+    impl World {
+        fn new(agents: &[(u16, bool)], servers: u16) -> World {
+            World {
+                agents: agents
+                    .iter()
+                    .map(|&(a, ab)| Ag::new(AgentId(a), ab))
+                    .collect(),
+                servers: (0..servers).map(|s| Srv::new(ServerId(s))).collect(),
+                log: heapless::Vec::new(),
+                reports: heapless::Vec::new(),
+            }
+        }
+        fn idx(&self, a: AgentId) -> usize {
+            self.agents.iter().position(|x| x.id() == a).unwrap()
+        }
+        /// Steps agent `a` and delivers everything that follows, depth first.
+        fn agent(&mut self, a: usize, input: AgentInput<'_, D, Q>) {
+            let mut out = AOut::new();
+            let r = self.agents[a].step(input, &mut out).unwrap();
+            let me = self.agents[a].id().0;
+            let _ = self.reports.push((me, r));
+            for o in out {
+                let _ = self.log.push((me, o.clone()));
+                match o {
+                    AgentOutput::ToServer { server, msg } => self.server(server, msg),
+                    AgentOutput::ToAgent { agent, info } => {
+                        let i = self.idx(agent);
+                        self.agent(i, AgentInput::Info(&info));
+                    }
+                    _ => {}
+                }
+            }
+        }
+        fn server(&mut self, s: ServerId, msg: ServerMsg<D>) {
+            let mut out = SOut::new();
+            if self.servers[s.0 as usize].step(&msg, &mut out).is_err() {
+                return; // e.g. a release from an agent already gone
+            }
+            for a in out {
+                let i = self.idx(a.to);
+                self.agent(i, AgentInput::Info(&a.info));
+            }
+        }
+        fn lock(&mut self, a: usize, k: &[u16], mode: LockMode) {
+            self.lock_on(a, k, mode, Servers(1), Req::All);
+        }
+        fn lock_on(&mut self, a: usize, k: &[u16], mode: LockMode, servers: Servers, req: Req) {
+            self.agent(
+                a,
+                AgentInput::Lock {
+                    path: p(k),
+                    mode,
+                    servers,
+                    req,
+                },
+            );
+        }
+        fn fired(&self, a: u16, r: Rule) -> usize {
+            self.reports
+                .iter()
+                .filter(|(x, rep)| *x == a && rep.contains(r))
+                .count()
+        }
+        fn status(&self, a: usize) -> Status {
+            self.agents[a].status()
+        }
+    }
+
+    #[test]
+    fn a1_a4_simple_lock_then_finish_releases() {
+        let mut w = World::new(&[(1, false)], 1);
+        w.lock(0, &[1], Write);
+        assert_eq!(w.status(0), Status::HaveAll);
+        assert!(w.fired(1, Rule::Request) == 1 && w.fired(1, Rule::Granted) == 1);
+        w.agent(0, AgentInput::Finish);
+        assert_eq!(w.status(0), Status::Committed);
+        assert_eq!(w.servers[0].entries().count(), 0);
+    }
+
+    #[test]
+    fn a4_two_agents_one_lock_second_waits_then_gets_it() {
+        let mut w = World::new(&[(1, false), (2, false)], 1);
+        w.lock(0, &[1], Write);
+        w.lock(1, &[1], Write);
+        assert_eq!(w.status(1), Status::Running);
+        w.agent(0, AgentInput::Finish);
+        assert_eq!(w.status(1), Status::HaveAll);
+    }
+
+    #[test]
+    fn a4_lock_then_upgrade() {
+        let mut w = World::new(&[(1, false)], 1);
+        w.lock(0, &[1], Read);
+        w.lock(0, &[1], Write);
+        assert_eq!(w.status(0), Status::HaveAll);
+        let (_, mode, held, _) = w.agents[0].requests().next().unwrap();
+        assert!(mode == Write && held);
+    }
+
+    #[test]
+    fn a5_two_cycle_largest_holder_surrenders_and_both_commit() {
+        let mut w = World::new(&[(1, false), (2, false)], 1);
+        w.lock(0, &[1], Write);
+        w.lock(1, &[2], Write);
+        w.lock(0, &[2], Write);
+        w.lock(1, &[1], Write); // closes the cycle: A2 is the largest holder
+        assert_eq!(w.fired(2, Rule::Surrender), 1);
+        assert_eq!(w.fired(1, Rule::Surrender), 0);
+        assert_eq!(w.status(0), Status::HaveAll);
+        // A2's lock on [2] was reported held: the client is told it was surrendered.
+        assert!(w
+            .log
+            .iter()
+            .any(|(a, o)| *a == 2 && *o == AgentOutput::Revoked { path: p(&[2]) }));
+        w.agent(0, AgentInput::Finish);
+        assert_eq!(w.status(1), Status::HaveAll);
+    }
+
+    #[test]
+    fn a6_abort_on_deadlock_aborts_instead_of_surrendering_a_reported_lock() {
+        let mut w = World::new(&[(1, false), (2, true)], 1);
+        w.lock(0, &[1], Write);
+        w.lock(1, &[2], Write);
+        w.lock(0, &[2], Write);
+        w.lock(1, &[1], Write);
+        assert_eq!(w.status(1), Status::Aborted(AbortReason::Deadlock));
+        assert_eq!(w.fired(2, Rule::AbortOnDeadlock), 1);
+        assert_eq!(w.status(0), Status::HaveAll);
+    }
+
+    #[test]
+    fn a6_abort_on_deadlock_still_surrenders_a_pending_lock() {
+        // Upgrade deadlock: both hold [1] read and ask for write. The write of the largest
+        // (A2) is pending, but its read was reported: it aborts; with a pending lock only
+        // (no read reported) it would surrender silently — see the next test.
+        let mut w = World::new(&[(1, false), (2, true)], 1);
+        w.lock(0, &[1], Read);
+        w.lock(1, &[1], Read);
+        w.lock(0, &[1], Write);
+        w.lock(1, &[1], Write);
+        assert_eq!(w.status(1), Status::Aborted(AbortReason::Deadlock));
+        assert_eq!(w.status(0), Status::HaveAll);
+    }
+
+    #[test]
+    fn a6_multi_server_conflict_inside_one_lock_is_resolved_silently() {
+        // A1 and A2 both ask for [1] on S0 and S1 (all); A1 gets S0, A2 gets S1: a cycle
+        // inside one lock. A2 (largest holder) surrenders S1's queue; its lock was pending,
+        // so even with abort_on_deadlock nothing is reported and nothing aborts.
+        let mut w = World::new(&[(1, false), (2, true)], 2);
+        // Deliver by hand to get the crossing order.
+        let mut out = AOut::new();
+        let both = Servers(0b11);
+        for a in 0..2 {
+            w.agents[a]
+                .step(
+                    AgentInput::Lock {
+                        path: p(&[1]),
+                        mode: Write,
+                        servers: both,
+                        req: Req::All,
+                    },
+                    &mut out,
+                )
+                .unwrap();
+        }
+        out.clear();
+        let req = |a| ServerMsg::Request {
+            agent: AgentId(a),
+            path: p(&[1]),
+            mode: Write,
+        };
+        w.server(ServerId(0), req(1));
+        w.server(ServerId(1), req(2));
+        w.server(ServerId(0), req(2));
+        w.server(ServerId(1), req(1));
+        assert_eq!(w.fired(2, Rule::Surrender), 1);
+        assert_eq!(w.status(0), Status::HaveAll);
+        assert_eq!(w.status(1), Status::Running);
+        assert!(!w
+            .log
+            .iter()
+            .any(|(_, o)| matches!(o, AgentOutput::Revoked { .. })));
+    }
+
+    #[test]
+    fn a5_three_cycle_resolved_by_forwarding() {
+        let mut w = World::new(&[(1, false), (2, false), (3, false)], 1);
+        w.lock(0, &[1], Write);
+        w.lock(1, &[2], Write);
+        w.lock(2, &[3], Write);
+        w.lock(0, &[2], Write);
+        w.lock(1, &[3], Write);
+        w.lock(2, &[1], Write);
+        assert!(w.fired(1, Rule::Forward) + w.fired(2, Rule::Forward) > 0);
+        assert_eq!(w.fired(3, Rule::Surrender), 1);
+        assert_eq!(w.fired(1, Rule::Surrender) + w.fired(2, Rule::Surrender), 0);
+        // A2 gets [3] (A3 surrendered it), commits, and the rest follows.
+        assert_eq!(w.status(1), Status::HaveAll);
+        w.agent(1, AgentInput::Finish);
+        assert_eq!(w.status(0), Status::HaveAll);
+        w.agent(0, AgentInput::Finish);
+        assert_eq!(w.status(2), Status::HaveAll);
+    }
+
+    #[test]
+    fn a5_hierarchical_cycle() {
+        // A1 holds [1], A2 holds [2]; A1 asks [2], A2 asks [1,5] (covered by [1]).
+        let mut w = World::new(&[(1, false), (2, false)], 1);
+        w.lock(0, &[1], Write);
+        w.lock(1, &[2], Write);
+        w.lock(0, &[2], Write);
+        w.lock(1, &[1, 5], Write);
+        assert_eq!(w.fired(2, Rule::Surrender), 1);
+        assert_eq!(w.status(0), Status::HaveAll);
+    }
+
+    #[test]
+    fn a2_stale_versions_are_ignored() {
+        let mut a = Ag::new(AgentId(1), false);
+        let mut out = AOut::new();
+        a.step(
+            AgentInput::Lock {
+                path: p(&[1]),
+                mode: Write,
+                servers: Servers(1),
+                req: Req::All,
+            },
+            &mut out,
+        )
+        .unwrap();
+        let mut s = Srv::new(ServerId(0));
+        let mut so = SOut::new();
+        s.step(
+            &ServerMsg::Request {
+                agent: AgentId(2),
+                path: p(&[1]),
+                mode: Write,
+            },
+            &mut so,
+        )
+        .unwrap();
+        s.step(
+            &ServerMsg::Request {
+                agent: AgentId(1),
+                path: p(&[1]),
+                mode: Write,
+            },
+            &mut so,
+        )
+        .unwrap();
+        let older = s.info(&p(&[1]), AgentId(2)).unwrap();
+        s.step(&ServerMsg::Release { agent: AgentId(2) }, &mut so)
+            .unwrap();
+        let newer = s.info(&p(&[1]), AgentId(2)).unwrap();
+        a.step(AgentInput::Info(&newer), &mut out).unwrap();
+        assert_eq!(a.status(), Status::HaveAll);
+        let r = a.step(AgentInput::Info(&older), &mut out).unwrap();
+        assert!(r.contains(Rule::StaleIgnored));
+        assert_eq!(a.status(), Status::HaveAll);
+        // Without the version check the older queue is taken and the grant is lost.
+        let mut b = a.clone().with_variant(AgentVariant {
+            check_versions: false,
+            ..AgentVariant::SEED
+        });
+        b.step(AgentInput::Info(&older), &mut out).unwrap();
+        assert_eq!(b.status(), Status::Running);
+    }
+
+    #[test]
+    fn a3_after_a_surrender_updates_are_ignored_until_one_carries_the_own_identity() {
+        let mut w = World::new(&[(1, false), (2, false)], 1);
+        w.lock(0, &[1], Write);
+        w.lock(1, &[2], Write);
+        w.lock(0, &[2], Write);
+        // A2 asks for [1]: A2 surrenders [2]. Check that a view awaiting its ack ignores
+        // another agent's update: replay an old update of [2] caused by A1.
+        let old = w.servers[0].info(&p(&[2]), AgentId(1)).unwrap();
+        let mut a2 = w.agents[1].clone();
+        let mut out = AOut::new();
+        a2.step(
+            AgentInput::Lock {
+                path: p(&[1]),
+                mode: Write,
+                servers: Servers(1),
+                req: Req::All,
+            },
+            &mut out,
+        )
+        .unwrap();
+        // Deliver A2's request to the server by hand, and the announcements to A2 only.
+        let mut so = SOut::new();
+        w.servers[0]
+            .step(
+                &ServerMsg::Request {
+                    agent: AgentId(2),
+                    path: p(&[1]),
+                    mode: Write,
+                },
+                &mut so,
+            )
+            .unwrap();
+        out.clear();
+        for an in so.iter().filter(|x| x.to == AgentId(2)) {
+            a2.step(AgentInput::Info(&an.info), &mut out).unwrap();
+        }
+        assert!(out.iter().any(|o| matches!(
+            o,
+            AgentOutput::ToServer {
+                msg: ServerMsg::Surrender { .. },
+                ..
+            }
+        )));
+        let mut newer = old.clone();
+        newer.version += 100;
+        let r = a2.step(AgentInput::Info(&newer), &mut out).unwrap();
+        assert!(r.contains(Rule::AwaitingAck));
+        let mut ack = newer.clone();
+        ack.cause = AgentId(2);
+        ack.version += 1;
+        let r = a2.step(AgentInput::Info(&ack), &mut out).unwrap();
+        assert!(r.contains(Rule::SurrenderAcked));
+    }
+
+    #[test]
+    fn a8_majority_survives_one_server_down_all_aborts() {
+        let mut w = World::new(&[(1, false), (2, false)], 3);
+        w.lock_on(0, &[1], Write, Servers(0b111), Req::Majority);
+        w.lock_on(1, &[2], Write, Servers(0b111), Req::All);
+        assert_eq!(w.status(0), Status::HaveAll);
+        w.agent(0, AgentInput::ServerDown(ServerId(2)));
+        assert_eq!(w.status(0), Status::HaveAll);
+        w.agent(1, AgentInput::ServerDown(ServerId(2)));
+        assert_eq!(
+            w.status(1),
+            Status::Aborted(AbortReason::ServersDown(ServerId(2)))
+        );
+        assert_eq!(w.fired(2, Rule::AbortServersDown), 1);
+        w.agent(0, AgentInput::ServerDown(ServerId(1)));
+        assert_eq!(
+            w.status(0),
+            Status::Aborted(AbortReason::ServersDown(ServerId(1)))
+        );
+    }
+
+    #[test]
+    fn a8_any_is_held_with_one_grant() {
+        let mut w = World::new(&[(1, false), (2, false)], 2);
+        w.lock_on(0, &[1], Write, Servers(0b01), Req::All);
+        w.lock_on(1, &[1], Write, Servers(0b11), Req::Any);
+        assert_eq!(w.status(1), Status::HaveAll);
+    }
+
+    #[test]
+    fn bad_input_is_refused_and_changes_nothing() {
+        let mut a = Ag::new(AgentId(1), false);
+        let mut out = AOut::new();
+        let lock = |servers| AgentInput::Lock {
+            path: p(&[1]),
+            mode: Read,
+            servers,
+            req: Req::All,
+        };
+        assert_eq!(
+            a.step(lock(Servers(0)), &mut out),
+            Err(AgentError::BadServers)
+        );
+        a.step(lock(Servers(1)), &mut out).unwrap();
+        let before = a.clone();
+        out.clear();
+        assert_eq!(
+            a.step(lock(Servers(1)), &mut out),
+            Err(AgentError::AlreadyQueued(AgentId(1)))
+        );
+        assert_eq!(
+            a.step(AgentInput::ServerDown(ServerId(40)), &mut out),
+            Err(AgentError::BadServers)
+        );
+        let mut small: heapless::Vec<AgentOutput<D, Q>, 3> = heapless::Vec::new();
+        assert_eq!(
+            a.step(AgentInput::Finish, &mut small),
+            Err(AgentError::OutputsFull)
+        );
+        assert_eq!(a, before);
+        assert!(out.is_empty());
+        a.step(AgentInput::Finish, &mut out).unwrap();
+        assert_eq!(
+            a.step(AgentInput::Finish, &mut out),
+            Err(AgentError::Finished)
+        );
+    }
+}
