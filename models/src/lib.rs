@@ -1,11 +1,13 @@
 //! Stateright models of hilock that drive `hilock-kernel` sites.
 //!
+//! - [`agents`]: Wiger's deadlock-resolving agents and lock servers (seed 001);
 //! - [`base`]: the chapter-2 protocol (properties P1–P6), configurations as values;
 //! - [`check`]: `check` / `explore`, the API of `hilock check` and `hilock explore`;
 //! - [`inversion`]: the priority-inversion model of thesis section 3.6 (property P7);
 //! - [`tree`]: Preston & Prasad tree locking, concurrent inserts and removes interleaved
 //!   one node latch at a time (property P8).
 
+pub mod agents;
 pub mod base;
 pub mod check;
 pub mod inversion;

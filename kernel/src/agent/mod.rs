@@ -170,9 +170,8 @@ impl Req {
 }
 
 /// A hierarchical lock id: a non-empty list of at most `D` keys (`[DbInstance, Table,
-/// Lock]`). `[a]` covers `[a, b]`.
+/// Lock]`). `[a]` covers `[a, b]`. (With the `serde` feature it is a list of keys.)
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct LockPath<const D: usize> {
     len: u8,
     keys: [u16; D],
@@ -210,6 +209,21 @@ impl<const D: usize> LockPath<D> {
     /// then do their locks meet.
     pub fn related(&self, other: &Self) -> bool {
         self.covers(other) || other.covers(self)
+    }
+}
+
+#[cfg(feature = "serde")]
+impl<const D: usize> serde::Serialize for LockPath<D> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        serde::Serialize::serialize(self.keys(), s)
+    }
+}
+
+#[cfg(feature = "serde")]
+impl<'de, const D: usize> serde::Deserialize<'de> for LockPath<D> {
+    fn deserialize<De: serde::Deserializer<'de>>(d: De) -> Result<Self, De::Error> {
+        let keys: heapless::Vec<u16, D> = serde::Deserialize::deserialize(d)?;
+        LockPath::new(&keys).map_err(serde::de::Error::custom)
     }
 }
 

@@ -1,0 +1,899 @@
+//! Wiger's deadlock-resolving agents (seed 001) as a Stateright model: transactions
+//! (`hilock_kernel::agent::Agent`) lock paths on lock servers
+//! (`hilock_kernel::agent::LockServer`) over a network that delivers in any order across
+//! pairs of processes and in order between one pair (Erlang's guarantee; the
+//! configuration can drop that too). The model only routes messages and plays the
+//! clients; every rule is the kernel's.
+//!
+//! # Clients
+//! A client's script is a list of locks `(path, mode, servers, all|any|majority)`. The
+//! first is asked at the start; each next one as soon as the agent reports holding every
+//! lock so far (`txn.lock(…).await`); a read followed by a write of the same path is an
+//! upgrade. When the agent holds the whole script the client may end the transaction
+//! ([`AgentAction::Finish`]), which releases everything. An aborted transaction is not
+//! retried.
+//!
+//! # Properties
+//! - `mutual exclusion`: no two live agents *believe* (the locks their clients were told
+//!   they hold, on the servers whose queue — as the agent knows it — grants them) that they
+//!   hold related paths on one server in conflicting modes; and no server grants two
+//!   conflicting related entries.
+//! - `no kernel error`: every server and agent step was accepted.
+//! - `no deadlock remains`: in a state where no action is enabled, every transaction has
+//!   ended (committed or aborted). Every step consumes a message, advances a script or
+//!   ends a transaction, and with the seed's rules servers' versions only grow and agents
+//!   never take an older queue, so no state repeats on a path: every run is finite and ends
+//!   in such a state, which makes this also `every transaction eventually completes`.
+//! - `no phantom deadlock`: an agent surrenders (or aborts on deadlock) only after it was
+//!   a holder in a cycle of the *true* wait-for graph — computed from the servers' queues,
+//!   leaving out agents that have ended and entries of locks already held on enough
+//!   servers — at some state since its previous surrender (a ghost bit per agent).
+//! - `versions bounded`: no server's version counter passes the configuration's bound (a
+//!   guard: a livelock of surrenders would otherwise make the state space infinite).
+//! - `sometimes`: a surrender, a forward, every transaction committed, an abort.
+
+use hilock_kernel::agent::{
+    Agent, AgentError, AgentInput, AgentOutput, AgentVariant, Announce, LockInfo, LockMode,
+    LockPath, LockServer, QEntry, Report, Req, Rule, ServerId, ServerMsg, ServerVariant, Servers,
+    Status, WaitGraph,
+};
+use serde::Serialize;
+use stateright::{Checker, Model, Path, Property};
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+/// Path depth in the model.
+pub const MD: usize = 2;
+/// Queue capacity (entries per server).
+pub const MQ: usize = 6;
+/// Locks and views per agent.
+pub const MK: usize = 6;
+/// Records per server.
+pub const MR: usize = 4;
+/// The kernel agent the model drives.
+pub type MAgent = Agent<MD, MQ, MK>;
+/// The kernel server the model drives.
+pub type MServer = LockServer<MD, MQ, MR>;
+/// A queue announcement.
+pub type MInfo = LockInfo<MD, MQ>;
+
+/// Property names.
+pub const EXCLUSION: &str = "mutual exclusion";
+/// Property name.
+pub const NO_ERROR: &str = "no kernel error";
+/// Property name.
+pub const NO_DEADLOCK: &str = "no deadlock remains";
+/// Property name.
+pub const NO_PHANTOM: &str = "no phantom deadlock";
+/// Property name.
+pub const BOUNDED: &str = "versions bounded";
+/// The `always` properties.
+pub const SAFETY: [&str; 5] = [EXCLUSION, NO_ERROR, NO_DEADLOCK, NO_PHANTOM, BOUNDED];
+/// The `sometimes` properties.
+pub const REACHED: [&str; 4] = [
+    "a surrender",
+    "a forward",
+    "every transaction commits",
+    "an abort",
+];
+
+/// One lock of a client's script.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+pub struct LockStep {
+    /// The path.
+    pub path: LockPath<MD>,
+    /// The mode.
+    pub mode: LockMode,
+    /// The servers.
+    pub servers: Servers,
+    /// How many must grant.
+    pub req: Req,
+}
+
+/// One client.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Script {
+    /// Its locks, in order.
+    pub steps: Vec<LockStep>,
+    /// `abort_on_deadlock`.
+    pub abort_on_deadlock: bool,
+}
+
+/// Delivery between processes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+pub enum Delivery {
+    /// In order between one pair, any order across pairs (Erlang).
+    FifoPerPair,
+    /// Any order.
+    Unordered,
+}
+
+/// A configuration.
+#[derive(Clone, Debug)]
+pub struct AgentsModel {
+    /// Name.
+    pub name: String,
+    /// The clients (agent `i` has reference `A{i}`: later index, larger reference).
+    pub scripts: Vec<Script>,
+    /// Number of servers.
+    pub servers: u16,
+    /// Agent variant.
+    pub agent_variant: AgentVariant,
+    /// Server variant.
+    pub server_variant: ServerVariant,
+    /// Delivery.
+    pub delivery: Delivery,
+    /// Bound on every server's version counter.
+    pub max_version: u32,
+}
+
+/// A process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub enum Proc {
+    /// Agent `i`.
+    Agent(u16),
+    /// Server `i`.
+    Server(u16),
+}
+
+impl std::fmt::Display for Proc {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Proc::Agent(i) => write!(f, "A{i}"),
+            Proc::Server(i) => write!(f, "S{i}"),
+        }
+    }
+}
+
+/// A message in flight.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum NetMsg {
+    /// Agent → server.
+    ToServer(ServerMsg<MD>),
+    /// Server → agent (announcement) or agent → agent (forward).
+    Info(MInfo),
+}
+
+/// A state.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct AState {
+    /// The servers.
+    pub servers: Vec<MServer>,
+    /// The agents.
+    pub agents: Vec<MAgent>,
+    /// Per agent: locks of its script asked so far.
+    pub asked: Vec<u8>,
+    /// Messages in flight per (from, to).
+    pub net: BTreeMap<(Proc, Proc), Vec<NetMsg>>,
+    /// Ghost: per agent, was a holder in a true cycle since its last surrender.
+    pub in_true_cycle: u64,
+    /// Ghost: an agent surrendered without a true cycle (its index).
+    pub phantom: Option<u16>,
+    /// Ghost: a kernel error.
+    pub error: Option<String>,
+    /// Ghost: surrenders so far (saturating at 7).
+    pub surrenders: u8,
+    /// Ghost: some agent forwarded.
+    pub forwarded: bool,
+}
+
+/// An action.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum AgentAction {
+    /// Deliver the message at `index` of the channel (the head, on FIFO channels).
+    Deliver {
+        /// Sender.
+        from: Proc,
+        /// Receiver.
+        to: Proc,
+        /// Position in the channel.
+        index: u8,
+    },
+    /// Client `agent` ends its transaction (it holds its whole script).
+    Finish {
+        /// The agent.
+        agent: u16,
+    },
+}
+
+/// What one transition did (for traces).
+#[derive(Clone, Debug, Default)]
+pub struct StepLog {
+    /// The action in words.
+    pub action: String,
+    /// Rules that fired.
+    pub rules: String,
+    /// Outputs in words.
+    pub outputs: Vec<String>,
+}
+
+fn path_str(p: &LockPath<MD>) -> String {
+    p.to_string()
+}
+
+/// A queue in words: `A0:/1 W*` (`*`: holds).
+pub fn queue_str(q: &[QEntry<MD>]) -> String {
+    q.iter()
+        .map(|e| {
+            format!(
+                "A{}:{}{}{}",
+                e.agent.0,
+                path_str(&e.path),
+                e.mode,
+                if e.granted { "*" } else { "" }
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn info_str(i: &MInfo) -> String {
+    format!(
+        "S{} {} v{} by A{} [{}]",
+        i.server.0,
+        path_str(&i.path),
+        i.version,
+        i.cause.0,
+        queue_str(&i.queue)
+    )
+}
+
+fn msg_str(m: &NetMsg) -> String {
+    match m {
+        NetMsg::ToServer(ServerMsg::Request { path, mode, .. }) => {
+            format!("request {} {mode}", path_str(path))
+        }
+        NetMsg::ToServer(ServerMsg::Surrender { path, .. }) => {
+            format!("surrender {}", path_str(path))
+        }
+        NetMsg::ToServer(ServerMsg::Cancel { path, .. }) => format!("cancel {}", path_str(path)),
+        NetMsg::ToServer(ServerMsg::Release { .. }) => "release".to_string(),
+        NetMsg::Info(i) => format!("info {}", info_str(i)),
+    }
+}
+
+impl AgentsModel {
+    /// A configuration: `scripts[i]` is agent `i`'s list of `(keys, mode, servers, req)`.
+    pub fn new(
+        name: &str,
+        servers: u16,
+        scripts: &[(&[(&[u16], LockMode, u32, Req)], bool)],
+    ) -> Result<AgentsModel, AgentError> {
+        let mut sc = Vec::new();
+        for (steps, abort) in scripts {
+            let mut v = Vec::new();
+            for (keys, mode, srv, req) in steps.iter() {
+                v.push(LockStep {
+                    path: LockPath::new(keys)?,
+                    mode: *mode,
+                    servers: Servers(*srv),
+                    req: *req,
+                });
+            }
+            sc.push(Script {
+                steps: v,
+                abort_on_deadlock: *abort,
+            });
+        }
+        Ok(AgentsModel {
+            name: name.to_string(),
+            scripts: sc,
+            servers,
+            agent_variant: AgentVariant::SEED,
+            server_variant: ServerVariant::SEED,
+            delivery: Delivery::FifoPerPair,
+            max_version: 40,
+        })
+    }
+
+    /// The same configuration with other variants.
+    pub fn with_variants(mut self, a: AgentVariant, s: ServerVariant, name: &str) -> Self {
+        self.agent_variant = a;
+        self.server_variant = s;
+        self.name = name.to_string();
+        self
+    }
+
+    /// The same configuration with another delivery.
+    pub fn with_delivery(mut self, d: Delivery, name: &str) -> Self {
+        self.delivery = d;
+        self.name = name.to_string();
+        self
+    }
+
+    fn send(st: &mut AState, from: Proc, to: Proc, m: NetMsg) {
+        st.net.entry((from, to)).or_default().push(m);
+    }
+
+    /// Steps agent `a` with `input`, routes its outputs, and lets the client ask its next
+    /// locks while the agent holds all so far.
+    fn agent_step(
+        &self,
+        st: &mut AState,
+        a: usize,
+        input: AgentInput<'_, MD, MQ>,
+        log: &mut StepLog,
+    ) {
+        let mut out = Vec::new();
+        let before = st.in_true_cycle;
+        match st.agents[a].step(input, &mut VecSink(&mut out)) {
+            Ok(r) => {
+                self.note(st, a, r, before, log);
+            }
+            Err(e) => {
+                st.error = Some(format!("A{a}: {e}"));
+                return;
+            }
+        }
+        self.route(st, a, out, log);
+        // The client asks its next lock as soon as it holds all so far.
+        while st.agents[a].status() == Status::HaveAll
+            && (st.asked[a] as usize) < self.scripts[a].steps.len()
+        {
+            let s = self.scripts[a].steps[st.asked[a] as usize];
+            st.asked[a] += 1;
+            log.outputs.push(format!(
+                "client of A{a} asks {} {}",
+                path_str(&s.path),
+                s.mode
+            ));
+            let mut out = Vec::new();
+            match st.agents[a].step(
+                AgentInput::Lock {
+                    path: s.path,
+                    mode: s.mode,
+                    servers: s.servers,
+                    req: s.req,
+                },
+                &mut VecSink(&mut out),
+            ) {
+                Ok(r) => self.note(st, a, r, before, log),
+                Err(e) => {
+                    st.error = Some(format!("A{a}: {e}"));
+                    return;
+                }
+            }
+            self.route(st, a, out, log);
+        }
+    }
+
+    fn note(&self, st: &mut AState, a: usize, r: Report, ghost: u64, log: &mut StepLog) {
+        if r.contains(Rule::Surrender) || r.contains(Rule::AbortOnDeadlock) {
+            if ghost & (1 << a) == 0 && st.phantom.is_none() {
+                st.phantom = Some(a as u16);
+            }
+            st.in_true_cycle &= !(1 << a);
+            st.surrenders = (st.surrenders + 1).min(7);
+        }
+        if r.contains(Rule::Forward) {
+            st.forwarded = true;
+        }
+        if !r.is_empty() {
+            if !log.rules.is_empty() {
+                log.rules.push_str("; ");
+            }
+            log.rules.push_str(&format!("A{a}: {r}"));
+        }
+    }
+
+    fn route(&self, st: &mut AState, a: usize, out: Vec<AgentOutput<MD, MQ>>, log: &mut StepLog) {
+        let me = Proc::Agent(a as u16);
+        for o in out {
+            match o {
+                AgentOutput::ToServer { server, msg } => {
+                    let m = NetMsg::ToServer(msg);
+                    log.outputs.push(format!("A{a} → S{}: {}", server.0, msg_str(&m)));
+                    Self::send(st, me, Proc::Server(server.0), m);
+                }
+                AgentOutput::ToAgent { agent, info } => {
+                    let m = NetMsg::Info(info);
+                    log.outputs
+                        .push(format!("A{a} → A{}: {}", agent.0, msg_str(&m)));
+                    Self::send(st, me, Proc::Agent(agent.0), m);
+                }
+                AgentOutput::Granted { path, mode } => log
+                    .outputs
+                    .push(format!("client of A{a}: granted {} {mode}", path_str(&path))),
+                AgentOutput::Revoked { path } => log
+                    .outputs
+                    .push(format!("client of A{a}: revoked {}", path_str(&path))),
+                AgentOutput::HaveAll => log.outputs.push(format!("client of A{a}: have all")),
+                AgentOutput::Aborted { reason } => log
+                    .outputs
+                    .push(format!("client of A{a}: aborted ({reason:?})")),
+            }
+        }
+    }
+
+    fn server_step(&self, st: &mut AState, s: usize, msg: &ServerMsg<MD>, log: &mut StepLog) {
+        let mut out: Vec<Announce<MD, MQ>> = Vec::new();
+        match st.servers[s].step(msg, &mut VecSink(&mut out)) {
+            Ok(r) => log.rules = format!("S{s}: {r}"),
+            Err(e) => {
+                st.error = Some(format!("S{s}: {e}"));
+                return;
+            }
+        }
+        for an in out {
+            let m = NetMsg::Info(an.info);
+            log.outputs
+                .push(format!("S{s} → A{}: {}", an.to.0, msg_str(&m)));
+            Self::send(st, Proc::Server(s as u16), Proc::Agent(an.to.0), m);
+        }
+    }
+
+    /// Applies `action` to `last` (the transition of the model, with a log for traces).
+    pub fn apply(&self, last: &AState, action: AgentAction) -> Option<(AState, StepLog)> {
+        let mut st = last.clone();
+        let mut log = StepLog::default();
+        match action {
+            AgentAction::Deliver { from, to, index } => {
+                let ch = st.net.get_mut(&(from, to))?;
+                let i = index as usize;
+                if i >= ch.len() {
+                    return None;
+                }
+                let m = ch.remove(i);
+                if ch.is_empty() {
+                    st.net.remove(&(from, to));
+                }
+                log.action = format!("{from} → {to}: {}", msg_str(&m));
+                match (to, m) {
+                    (Proc::Server(s), NetMsg::ToServer(msg)) => {
+                        self.server_step(&mut st, s as usize, &msg, &mut log)
+                    }
+                    (Proc::Agent(a), NetMsg::Info(info)) => {
+                        self.agent_step(&mut st, a as usize, AgentInput::Info(&info), &mut log)
+                    }
+                    _ => st.error = Some("message to the wrong kind of process".into()),
+                }
+            }
+            AgentAction::Finish { agent } => {
+                log.action = format!("client of A{agent} ends the transaction");
+                self.agent_step(&mut st, agent as usize, AgentInput::Finish, &mut log);
+            }
+        }
+        self.update_ghost(&mut st);
+        Some((st, log))
+    }
+
+    /// Whether agent `a`'s lock `path` is held on enough servers, by the servers' queues.
+    fn truly_held(&self, st: &AState, a: usize, path: &LockPath<MD>, mode: LockMode) -> bool {
+        let Some(step) = self.scripts[a]
+            .steps
+            .iter()
+            .rev()
+            .find(|s| s.path == *path && s.mode == mode)
+        else {
+            return false;
+        };
+        let n = step
+            .servers
+            .iter()
+            .filter(|s| {
+                st.servers[s.0 as usize].entries().any(|e| {
+                    e.agent.0 as usize == a && e.path == *path && e.granted && e.mode.covers(mode)
+                })
+            })
+            .count() as u32;
+        n >= step.req.needed(step.servers.len())
+    }
+
+    /// The true wait-for graph, from the servers' queues.
+    pub fn true_graph(&self, st: &AState) -> WaitGraph {
+        let mut g = WaitGraph::new();
+        for s in &st.servers {
+            let q: Vec<QEntry<MD>> = s.entries().collect();
+            g.add_queue(&q, |w| {
+                let a = w.agent.0 as usize;
+                st.agents[a].status().ended() || self.truly_held(st, a, &w.path, w.mode)
+            });
+        }
+        g.close();
+        g
+    }
+
+    fn update_ghost(&self, st: &mut AState) {
+        let g = self.true_graph(st);
+        for c in g.cycles() {
+            for a in g.members(g.holders_in(c)) {
+                st.in_true_cycle |= 1 << a.0;
+            }
+        }
+    }
+
+    /// Mutual exclusion on one state: `Err` says what is violated.
+    pub fn exclusion(&self, st: &AState) -> Result<(), String> {
+        let beliefs: Vec<Vec<(ServerId, LockPath<MD>, LockMode)>> =
+            st.agents.iter().map(|a| a.believed().collect()).collect();
+        for (x, bx) in beliefs.iter().enumerate() {
+            for (y, by) in beliefs.iter().enumerate().skip(x + 1) {
+                for (s, p, m) in bx {
+                    for (t, q, n) in by {
+                        if s == t && p.related(q) && !m.compatible(*n) {
+                            return Err(format!(
+                                "A{x} believes it holds {} {m} and A{y} {} {n} on S{}",
+                                path_str(p),
+                                path_str(q),
+                                s.0
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+        for (i, s) in st.servers.iter().enumerate() {
+            let e: Vec<QEntry<MD>> = s.entries().filter(|e| e.granted).collect();
+            for (k, a) in e.iter().enumerate() {
+                for b in &e[k + 1..] {
+                    if a.agent != b.agent && a.path.related(&b.path) && !a.mode.compatible(b.mode)
+                    {
+                        return Err(format!("S{i} grants A{} and A{}", a.agent.0, b.agent.0));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn terminal(&self, st: &AState) -> bool {
+        let mut v = Vec::new();
+        self.actions(st, &mut v);
+        v.is_empty()
+    }
+
+    fn all_ended(st: &AState) -> bool {
+        st.agents.iter().all(|a| a.status().ended())
+    }
+
+    fn max_version(st: &AState) -> u32 {
+        st.servers
+            .iter()
+            .flat_map(|s| s.records().map(|(_, v)| v))
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Runs the exhaustive check (BFS).
+    pub fn check(&self) -> AgentsReport {
+        let t = Instant::now();
+        let checker = self.clone().checker().spawn_bfs().join();
+        let elapsed = t.elapsed();
+        let mut properties = Vec::new();
+        for p in SAFETY {
+            let path = checker.discovery(p);
+            properties.push(AgentsPropertyReport {
+                name: p.to_string(),
+                kind: "always".into(),
+                holds: path.is_none(),
+                counterexample: path
+                    .map(|path| self.trace(p, &crate::check::first_failure(self, p, &path))),
+            });
+        }
+        for p in REACHED {
+            properties.push(AgentsPropertyReport {
+                name: p.to_string(),
+                kind: "sometimes".into(),
+                holds: checker.discovery(p).is_some(),
+                counterexample: None,
+            });
+        }
+        AgentsReport {
+            config: self.name.clone(),
+            states: checker.state_count(),
+            unique_states: checker.unique_state_count(),
+            max_depth: checker.max_depth(),
+            elapsed,
+            properties,
+        }
+    }
+
+    /// A counterexample path as a readable trace.
+    pub fn trace(&self, property: &str, path: &Path<AState, AgentAction>) -> AgentsTrace {
+        let states = path.clone().into_states();
+        let actions = path.clone().into_actions();
+        let mut steps = Vec::new();
+        for (i, a) in actions.iter().enumerate() {
+            let Some((st, log)) = self.apply(&states[i], *a) else {
+                break;
+            };
+            steps.push(AgentsTraceStep {
+                index: i,
+                action: log.action,
+                rules: log.rules,
+                outputs: log.outputs,
+                servers: st
+                    .servers
+                    .iter()
+                    .enumerate()
+                    .map(|(k, s)| {
+                        (
+                            format!("S{k}"),
+                            queue_str(&s.entries().collect::<Vec<_>>()),
+                        )
+                    })
+                    .collect(),
+                agents: st
+                    .agents
+                    .iter()
+                    .enumerate()
+                    .map(|(k, a)| (format!("A{k}"), agent_str(a)))
+                    .collect(),
+            });
+        }
+        let last = states.last().cloned();
+        let violation = match (property, last) {
+            (EXCLUSION, Some(st)) => self.exclusion(&st).err().unwrap_or_default(),
+            (NO_ERROR, Some(st)) => st.error.unwrap_or_default(),
+            (NO_DEADLOCK, Some(st)) => format!(
+                "no action is enabled and these transactions have not ended: {}",
+                st.agents
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, a)| !a.status().ended())
+                    .map(|(k, a)| format!("A{k} ({:?})", a.status()))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            (NO_PHANTOM, Some(st)) => format!(
+                "A{} resolved a deadlock that the servers' queues never had it in",
+                st.phantom.unwrap_or(0)
+            ),
+            (BOUNDED, Some(st)) => format!(
+                "a server's version counter reached {}",
+                Self::max_version(&st)
+            ),
+            _ => String::new(),
+        };
+        AgentsTrace {
+            format: "hilock-agents-trace/1".into(),
+            model: self.name.clone(),
+            agent_variant: format!("{:?}", self.agent_variant),
+            server_variant: format!("{:?}", self.server_variant),
+            delivery: self.delivery,
+            property: property.to_string(),
+            violation,
+            note: String::new(),
+            steps,
+        }
+    }
+}
+
+/// An agent in words: status, the locks asked (`*`: held; `!`: reported) and the queues it
+/// knows (`?`: awaiting a surrender's acknowledgement).
+pub fn agent_str(a: &MAgent) -> String {
+    let reqs: Vec<String> = a
+        .requests()
+        .map(|(p, m, held, rep)| {
+            format!(
+                "{}{m}{}{}",
+                path_str(&p),
+                if held { "*" } else { "" },
+                rep.map(|m| format!(" told {m}")).unwrap_or_default()
+            )
+        })
+        .collect();
+    let views: Vec<String> = a
+        .views()
+        .map(|(i, ack)| format!("{}{}", info_str(i), if ack { " ?" } else { "" }))
+        .collect();
+    format!(
+        "{:?}; locks: {}; knows: {}",
+        a.status(),
+        reqs.join(", "),
+        views.join(" | ")
+    )
+}
+
+/// A growable output buffer for the kernel (the model's host side).
+struct VecSink<'a, T>(&'a mut Vec<T>);
+
+impl<T> hilock_kernel::agent::Sink<T> for VecSink<'_, T> {
+    fn room(&self) -> usize {
+        usize::MAX
+    }
+    fn put(&mut self, t: T) -> Result<(), T> {
+        self.0.push(t);
+        Ok(())
+    }
+}
+
+impl Model for AgentsModel {
+    type State = AState;
+    type Action = AgentAction;
+
+    fn init_states(&self) -> Vec<AState> {
+        let n = self.scripts.len();
+        let mut st = AState {
+            servers: (0..self.servers)
+                .map(|s| MServer::new(ServerId(s)).with_variant(self.server_variant))
+                .collect(),
+            agents: (0..n)
+                .map(|a| {
+                    MAgent::new(
+                        hilock_kernel::agent::AgentId(a as u16),
+                        self.scripts[a].abort_on_deadlock,
+                    )
+                    .with_variant(self.agent_variant)
+                })
+                .collect(),
+            asked: vec![0; n],
+            net: BTreeMap::new(),
+            in_true_cycle: 0,
+            phantom: None,
+            error: None,
+            surrenders: 0,
+            forwarded: false,
+        };
+        let mut log = StepLog::default();
+        for a in 0..n {
+            // Every client asks its first lock: as if the agent held all of nothing.
+            if let Some(s) = self.scripts[a].steps.first().copied() {
+                st.asked[a] = 1;
+                let mut out = Vec::new();
+                if let Err(e) = st.agents[a].step(
+                    AgentInput::Lock {
+                        path: s.path,
+                        mode: s.mode,
+                        servers: s.servers,
+                        req: s.req,
+                    },
+                    &mut VecSink(&mut out),
+                ) {
+                    st.error = Some(format!("A{a}: {e}"));
+                }
+                self.route(&mut st, a, out, &mut log);
+            }
+        }
+        vec![st]
+    }
+
+    fn actions(&self, st: &AState, actions: &mut Vec<AgentAction>) {
+        if st.error.is_some() || Self::max_version(st) > self.max_version {
+            return;
+        }
+        for (&(from, to), ch) in &st.net {
+            match self.delivery {
+                Delivery::FifoPerPair => actions.push(AgentAction::Deliver { from, to, index: 0 }),
+                Delivery::Unordered => {
+                    for i in 0..ch.len() {
+                        actions.push(AgentAction::Deliver {
+                            from,
+                            to,
+                            index: i as u8,
+                        })
+                    }
+                }
+            }
+        }
+        for (a, ag) in st.agents.iter().enumerate() {
+            if ag.status() == Status::HaveAll
+                && st.asked[a] as usize == self.scripts[a].steps.len()
+            {
+                actions.push(AgentAction::Finish { agent: a as u16 });
+            }
+        }
+    }
+
+    fn next_state(&self, last: &AState, action: AgentAction) -> Option<AState> {
+        self.apply(last, action).map(|(st, _)| st)
+    }
+
+    fn properties(&self) -> Vec<Property<Self>> {
+        vec![
+            Property::always(EXCLUSION, |m: &Self, st: &AState| m.exclusion(st).is_ok()),
+            Property::always(NO_ERROR, |_, st: &AState| st.error.is_none()),
+            Property::always(NO_DEADLOCK, |m: &Self, st: &AState| {
+                st.error.is_some() || !m.terminal(st) || Self::all_ended(st)
+            }),
+            Property::always(NO_PHANTOM, |_, st: &AState| st.phantom.is_none()),
+            Property::always(BOUNDED, |m: &Self, st: &AState| {
+                Self::max_version(st) <= m.max_version
+            }),
+            Property::sometimes("a surrender", |_, st: &AState| st.surrenders > 0),
+            Property::sometimes("a forward", |_, st: &AState| st.forwarded),
+            Property::sometimes("every transaction commits", |_, st: &AState| {
+                st.agents.iter().all(|a| a.status() == Status::Committed)
+            }),
+            Property::sometimes("an abort", |_, st: &AState| {
+                st.agents
+                    .iter()
+                    .any(|a| matches!(a.status(), Status::Aborted(_)))
+            }),
+        ]
+    }
+}
+
+/// One property's result, with a `hilock-agents-trace/1` counterexample.
+pub type AgentsPropertyReport = crate::check::PropertyReport<AgentsTrace>;
+
+/// The result of [`AgentsModel::check`].
+#[derive(Clone, Debug, Serialize)]
+pub struct AgentsReport {
+    /// Configuration name.
+    pub config: String,
+    /// States generated.
+    pub states: usize,
+    /// Unique states.
+    pub unique_states: usize,
+    /// Longest path.
+    pub max_depth: usize,
+    /// Wall time.
+    pub elapsed: Duration,
+    /// Properties.
+    pub properties: Vec<AgentsPropertyReport>,
+}
+
+impl AgentsReport {
+    /// A property's report.
+    pub fn property(&self, name: &str) -> Option<&AgentsPropertyReport> {
+        self.properties.iter().find(|p| p.name == name)
+    }
+    /// Whether every `always` property holds.
+    pub fn ok(&self) -> bool {
+        self.violations().is_empty()
+    }
+    /// The `always` properties that fail.
+    pub fn violations(&self) -> Vec<&str> {
+        crate::check::violated(&self.properties)
+    }
+    /// The `sometimes` properties not reached.
+    pub fn unreached(&self) -> Vec<&str> {
+        crate::check::unreached(&self.properties)
+    }
+    /// One line.
+    pub fn summary(&self) -> String {
+        format!(
+            "{}: {} unique states ({} generated, depth {}) in {:.2?}; violated {:?}; not reached {:?}",
+            self.config,
+            self.unique_states,
+            self.states,
+            self.max_depth,
+            self.elapsed,
+            self.violations(),
+            self.unreached()
+        )
+    }
+}
+
+/// A counterexample (`hilock-agents-trace/1`): per step the action, the rules that fired,
+/// the outputs, every server's entries and every agent's state afterwards.
+#[derive(Clone, Debug, Serialize)]
+pub struct AgentsTrace {
+    /// `hilock-agents-trace/1`.
+    pub format: String,
+    /// Configuration.
+    pub model: String,
+    /// Agent variant.
+    pub agent_variant: String,
+    /// Server variant.
+    pub server_variant: String,
+    /// Delivery.
+    pub delivery: Delivery,
+    /// The property violated.
+    pub property: String,
+    /// What is wrong in the last state.
+    pub violation: String,
+    /// What the trace shows (filled in by whoever saves it).
+    pub note: String,
+    /// The steps.
+    pub steps: Vec<AgentsTraceStep>,
+}
+
+/// One step of an [`AgentsTrace`].
+#[derive(Clone, Debug, Serialize)]
+pub struct AgentsTraceStep {
+    /// Index.
+    pub index: usize,
+    /// The action.
+    pub action: String,
+    /// Rules that fired.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub rules: String,
+    /// Outputs.
+    pub outputs: Vec<String>,
+    /// Every server's entries afterwards (`*`: holds).
+    pub servers: BTreeMap<String, String>,
+    /// Every agent afterwards.
+    pub agents: BTreeMap<String, String>,
+}
