@@ -37,6 +37,7 @@ use hilock_kernel::agent::{
     LockPath, LockServer, QEntry, Report, Req, Rule, ServerId, ServerMsg, ServerVariant, Servers,
     Status, WaitGraph,
 };
+use hilock_spec::VecSink;
 use serde::Serialize;
 use stateright::{Checker, Model, Path, Property};
 use std::collections::BTreeMap;
@@ -314,9 +315,9 @@ impl AgentsModel {
         input: AgentInput<'_, MD, MQ>,
         log: &mut StepLog,
     ) {
-        let mut out = Vec::new();
+        let mut out = VecSink::default();
         let before = st.in_true_cycle;
-        match st.agents[a].step(input, &mut VecSink(&mut out)) {
+        match st.agents[a].step(input, &mut out) {
             Ok(r) => {
                 self.note(st, a, r, before, log);
             }
@@ -325,7 +326,7 @@ impl AgentsModel {
                 return;
             }
         }
-        self.route(st, a, out, log);
+        self.route(st, a, out.0, log);
         // The client asks its next lock as soon as it holds all so far.
         while st.agents[a].status() == Status::HaveAll
             && (st.asked[a] as usize) < self.scripts[a].steps.len()
@@ -337,7 +338,7 @@ impl AgentsModel {
                 path_str(&s.path),
                 s.mode
             ));
-            let mut out = Vec::new();
+            let mut out = VecSink::default();
             match st.agents[a].step(
                 AgentInput::Lock {
                     path: s.path,
@@ -345,7 +346,7 @@ impl AgentsModel {
                     servers: s.servers,
                     req: s.req,
                 },
-                &mut VecSink(&mut out),
+                &mut out,
             ) {
                 Ok(r) => self.note(st, a, r, before, log),
                 Err(e) => {
@@ -353,7 +354,7 @@ impl AgentsModel {
                     return;
                 }
             }
-            self.route(st, a, out, log);
+            self.route(st, a, out.0, log);
         }
     }
 
@@ -382,7 +383,8 @@ impl AgentsModel {
             match o {
                 AgentOutput::ToServer { server, msg } => {
                     let m = NetMsg::ToServer(msg);
-                    log.outputs.push(format!("A{a} → S{}: {}", server.0, msg_str(&m)));
+                    log.outputs
+                        .push(format!("A{a} → S{}: {}", server.0, msg_str(&m)));
                     Self::send(st, me, Proc::Server(server.0), m);
                 }
                 AgentOutput::ToAgent { agent, info } => {
@@ -391,9 +393,10 @@ impl AgentsModel {
                         .push(format!("A{a} → A{}: {}", agent.0, msg_str(&m)));
                     Self::send(st, me, Proc::Agent(agent.0), m);
                 }
-                AgentOutput::Granted { path, mode } => log
-                    .outputs
-                    .push(format!("client of A{a}: granted {} {mode}", path_str(&path))),
+                AgentOutput::Granted { path, mode } => log.outputs.push(format!(
+                    "client of A{a}: granted {} {mode}",
+                    path_str(&path)
+                )),
                 AgentOutput::Revoked { path } => log
                     .outputs
                     .push(format!("client of A{a}: revoked {}", path_str(&path))),
@@ -406,15 +409,15 @@ impl AgentsModel {
     }
 
     fn server_step(&self, st: &mut AState, s: usize, msg: &ServerMsg<MD>, log: &mut StepLog) {
-        let mut out: Vec<Announce<MD, MQ>> = Vec::new();
-        match st.servers[s].step(msg, &mut VecSink(&mut out)) {
+        let mut out: VecSink<Announce<MD, MQ>> = VecSink::default();
+        match st.servers[s].step(msg, &mut out) {
             Ok(r) => log.rules = format!("S{s}: {r}"),
             Err(e) => {
                 st.error = Some(format!("S{s}: {e}"));
                 return;
             }
         }
-        for an in out {
+        for an in out.0 {
             let m = NetMsg::Info(an.info);
             log.outputs
                 .push(format!("S{s} → A{}: {}", an.to.0, msg_str(&m)));
@@ -526,8 +529,7 @@ impl AgentsModel {
             let e: Vec<QEntry<MD>> = s.entries().filter(|e| e.granted).collect();
             for (k, a) in e.iter().enumerate() {
                 for b in &e[k + 1..] {
-                    if a.agent != b.agent && a.path.related(&b.path) && !a.mode.compatible(b.mode)
-                    {
+                    if a.agent != b.agent && a.path.related(&b.path) && !a.mode.compatible(b.mode) {
                         return Err(format!("S{i} grants A{} and A{}", a.agent.0, b.agent.0));
                     }
                 }
@@ -606,12 +608,7 @@ impl AgentsModel {
                     .servers
                     .iter()
                     .enumerate()
-                    .map(|(k, s)| {
-                        (
-                            format!("S{k}"),
-                            queue_str(&s.entries().collect::<Vec<_>>()),
-                        )
-                    })
+                    .map(|(k, s)| (format!("S{k}"), queue_str(&s.entries().collect::<Vec<_>>())))
                     .collect(),
                 agents: st
                     .agents
@@ -685,19 +682,6 @@ pub fn agent_str(a: &MAgent) -> String {
     )
 }
 
-/// A growable output buffer for the kernel (the model's host side).
-struct VecSink<'a, T>(&'a mut Vec<T>);
-
-impl<T> hilock_kernel::agent::Sink<T> for VecSink<'_, T> {
-    fn room(&self) -> usize {
-        usize::MAX
-    }
-    fn put(&mut self, t: T) -> Result<(), T> {
-        self.0.push(t);
-        Ok(())
-    }
-}
-
 impl Model for AgentsModel {
     type State = AState;
     type Action = AgentAction;
@@ -730,7 +714,7 @@ impl Model for AgentsModel {
             // Every client asks its first lock: as if the agent held all of nothing.
             if let Some(s) = self.scripts[a].steps.first().copied() {
                 st.asked[a] = 1;
-                let mut out = Vec::new();
+                let mut out = VecSink::default();
                 if let Err(e) = st.agents[a].step(
                     AgentInput::Lock {
                         path: s.path,
@@ -738,11 +722,11 @@ impl Model for AgentsModel {
                         servers: s.servers,
                         req: s.req,
                     },
-                    &mut VecSink(&mut out),
+                    &mut out,
                 ) {
                     st.error = Some(format!("A{a}: {e}"));
                 }
-                self.route(&mut st, a, out, &mut log);
+                self.route(&mut st, a, out.0, &mut log);
             }
         }
         vec![st]
@@ -767,8 +751,7 @@ impl Model for AgentsModel {
             }
         }
         for (a, ag) in st.agents.iter().enumerate() {
-            if ag.status() == Status::HaveAll
-                && st.asked[a] as usize == self.scripts[a].steps.len()
+            if ag.status() == Status::HaveAll && st.asked[a] as usize == self.scripts[a].steps.len()
             {
                 actions.push(AgentAction::Finish { agent: a as u16 });
             }

@@ -49,6 +49,7 @@ pub use graph::{WaitGraph, MAX_GRAPH};
 pub use server::{LockServer, ServerVariant, SurrenderTo};
 pub use transaction::{Agent, AgentInput, AgentVariant, Resolver, Status};
 
+pub use crate::msg::Sink;
 use core::fmt;
 
 /// A transaction's agent, named by its *reference*: unique, totally ordered ("clients and
@@ -401,25 +402,6 @@ pub enum AgentOutput<const D: usize, const Q: usize> {
         /// Why.
         reason: AbortReason,
     },
-}
-
-/// Where agent and server steps append their outputs. A step first checks that
-/// [`Sink::room`] is enough for everything it can produce and is refused with
-/// [`AgentError::OutputsFull`] otherwise. `heapless::Vec` is a sink.
-pub trait Sink<T> {
-    /// How many more outputs fit.
-    fn room(&self) -> usize;
-    /// Appends `t`; gives it back if it does not fit.
-    fn put(&mut self, t: T) -> Result<(), T>;
-}
-
-impl<T, const N: usize> Sink<T> for heapless::Vec<T, N> {
-    fn room(&self) -> usize {
-        N - self.len()
-    }
-    fn put(&mut self, t: T) -> Result<(), T> {
-        self.push(t)
-    }
 }
 
 /// Why an agent or a server refused an input (nothing changed).
