@@ -28,6 +28,13 @@
 //!   a holder in a cycle of the *true* wait-for graph — computed from the servers' queues,
 //!   leaving out agents that have ended and entries of locks already held on enough
 //!   servers — at some state since its previous surrender (a ghost bit per agent).
+//! - `one surrender per deadlock`: a deadlock is a cycle of the true wait-for graph with
+//!   its wait edges; no agent surrenders (or aborts on deadlock) for a deadlock that
+//!   another surrender was already made for while that cycle has existed ever since.
+//! - `every transaction eventually ends` (`eventually`): on every path, a state where
+//!   every transaction has committed or aborted. Stateright 0.31 can miss a
+//!   counterexample of `eventually` where paths join, so `no deadlock remains` above is
+//!   the check this rests on; this one is kept because it fails fast where it does see one.
 //! - `versions bounded`: no server's version counter passes the configuration's bound (a
 //!   guard: a livelock of surrenders would otherwise make the state space infinite).
 //! - `sometimes`: a surrender, a forward, every transaction committed, an abort.
@@ -39,7 +46,7 @@ use hilock_kernel::agent::{
 };
 use hilock_spec::VecSink;
 use serde::Serialize;
-use stateright::{Checker, Model, Path, Property};
+use stateright::{Checker, HasDiscoveries, Model, Path, Property};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
@@ -68,8 +75,19 @@ pub const NO_DEADLOCK: &str = "no deadlock remains";
 pub const NO_PHANTOM: &str = "no phantom deadlock";
 /// Property name.
 pub const BOUNDED: &str = "versions bounded";
+/// Property name.
+pub const ONE_SURRENDER: &str = "one surrender per deadlock";
+/// Property name (`eventually`).
+pub const ENDS: &str = "every transaction eventually ends";
 /// The `always` properties.
-pub const SAFETY: [&str; 5] = [EXCLUSION, NO_ERROR, NO_DEADLOCK, NO_PHANTOM, BOUNDED];
+pub const SAFETY: [&str; 6] = [
+    EXCLUSION,
+    NO_ERROR,
+    NO_DEADLOCK,
+    NO_PHANTOM,
+    ONE_SURRENDER,
+    BOUNDED,
+];
 /// The `sometimes` properties.
 pub const REACHED: [&str; 4] = [
     "a surrender",
@@ -126,6 +144,8 @@ pub struct AgentsModel {
     pub delivery: Delivery,
     /// Bound on every server's version counter.
     pub max_version: u32,
+    /// A server that may crash (once, at any point of a run).
+    pub crash: Option<u16>,
 }
 
 /// A process.
@@ -153,6 +173,9 @@ pub enum NetMsg {
     ToServer(ServerMsg<MD>),
     /// Server → agent (announcement) or agent → agent (forward).
     Info(MInfo),
+    /// The monitor of a crashed server fired (Erlang's `'DOWN'`: it arrives after every
+    /// message the server sent before it crashed).
+    Down(u16),
 }
 
 /// A state.
@@ -176,6 +199,15 @@ pub struct AState {
     pub surrenders: u8,
     /// Ghost: some agent forwarded.
     pub forwarded: bool,
+    /// Ghost: the deadlocks (cycles of the true wait-for graph, by their wait edges, see
+    /// [`AgentsModel::deadlocks`]) that a surrender (or abort on deadlock) was made for and
+    /// that have existed ever since, sorted.
+    pub targeted: Vec<(u64, u64)>,
+    /// Ghost: an episode saw more surrenders than cycles (the index of the agent whose
+    /// surrender was one too many).
+    pub extra_surrender: Option<u16>,
+    /// Crashed servers (bit `i` is server `i`).
+    pub down: u32,
 }
 
 /// An action.
@@ -194,6 +226,12 @@ pub enum AgentAction {
     Finish {
         /// The agent.
         agent: u16,
+    },
+    /// Server `server` crashes: the messages on their way to it are lost, its
+    /// announcements already sent still arrive, then every agent's monitor fires.
+    Crash {
+        /// The server.
+        server: u16,
     },
 }
 
@@ -250,6 +288,7 @@ fn msg_str(m: &NetMsg) -> String {
         NetMsg::ToServer(ServerMsg::Cancel { path, .. }) => format!("cancel {}", path_str(path)),
         NetMsg::ToServer(ServerMsg::Release { .. }) => "release".to_string(),
         NetMsg::Info(i) => format!("info {}", info_str(i)),
+        NetMsg::Down(s) => format!("DOWN S{s}"),
     }
 }
 
@@ -284,6 +323,7 @@ impl AgentsModel {
             server_variant: ServerVariant::SEED,
             delivery: Delivery::FifoPerPair,
             max_version: 40,
+            crash: None,
         })
     }
 
@@ -295,6 +335,19 @@ impl AgentsModel {
         self
     }
 
+    /// The same configuration where server `server` may crash at any point.
+    pub fn with_crash(mut self, server: u16, name: &str) -> Self {
+        self.crash = Some(server);
+        self.name = name.to_string();
+        self
+    }
+
+    /// The same configuration with another bound on the servers' version counters.
+    pub fn with_max_version(mut self, max_version: u32) -> Self {
+        self.max_version = max_version;
+        self
+    }
+
     /// The same configuration with another delivery.
     pub fn with_delivery(mut self, d: Delivery, name: &str) -> Self {
         self.delivery = d;
@@ -303,6 +356,11 @@ impl AgentsModel {
     }
 
     fn send(st: &mut AState, from: Proc, to: Proc, m: NetMsg) {
+        if let Proc::Server(s) = to {
+            if st.down & (1 << s) != 0 {
+                return; // a message to a dead process is lost
+            }
+        }
         st.net.entry((from, to)).or_default().push(m);
     }
 
@@ -365,6 +423,24 @@ impl AgentsModel {
             }
             st.in_true_cycle &= !(1 << a);
             st.surrenders = (st.surrenders + 1).min(7);
+            // The deadlock this surrender resolves: the true cycle through `a` (the servers
+            // have not seen the surrender yet). One made already for the same cycle, which
+            // has existed since, makes this one a second surrender for one deadlock.
+            let g = self.true_graph(st);
+            let mine = self
+                .deadlocks(&g)
+                .into_iter()
+                .find(|(members, _)| members & (1 << a) != 0);
+            if let Some((_, sig)) = mine {
+                match st.targeted.binary_search(&sig) {
+                    Ok(_) => {
+                        if st.extra_surrender.is_none() {
+                            st.extra_surrender = Some(a as u16);
+                        }
+                    }
+                    Err(i) => st.targeted.insert(i, sig),
+                }
+            }
         }
         if r.contains(Rule::Forward) {
             st.forwarded = true;
@@ -445,6 +521,12 @@ impl AgentsModel {
                     (Proc::Server(s), NetMsg::ToServer(msg)) => {
                         self.server_step(&mut st, s as usize, &msg, &mut log)
                     }
+                    (Proc::Agent(a), NetMsg::Down(s)) => self.agent_step(
+                        &mut st,
+                        a as usize,
+                        AgentInput::ServerDown(ServerId(s)),
+                        &mut log,
+                    ),
                     (Proc::Agent(a), NetMsg::Info(info)) => {
                         self.agent_step(&mut st, a as usize, AgentInput::Info(&info), &mut log)
                     }
@@ -454,6 +536,22 @@ impl AgentsModel {
             AgentAction::Finish { agent } => {
                 log.action = format!("client of A{agent} ends the transaction");
                 self.agent_step(&mut st, agent as usize, AgentInput::Finish, &mut log);
+            }
+            AgentAction::Crash { server } => {
+                if st.down & (1 << server) != 0 || self.crash != Some(server) {
+                    return None;
+                }
+                log.action = format!("S{server} crashes");
+                st.down |= 1 << server;
+                st.net.retain(|(_, to), _| *to != Proc::Server(server));
+                for a in 0..st.agents.len() {
+                    Self::send(
+                        &mut st,
+                        Proc::Server(server),
+                        Proc::Agent(a as u16),
+                        NetMsg::Down(server),
+                    );
+                }
             }
         }
         self.update_ghost(&mut st);
@@ -485,7 +583,10 @@ impl AgentsModel {
     /// The true wait-for graph, from the servers' queues.
     pub fn true_graph(&self, st: &AState) -> WaitGraph {
         let mut g = WaitGraph::new();
-        for s in &st.servers {
+        for (i, s) in st.servers.iter().enumerate() {
+            if st.down & (1 << i) != 0 {
+                continue;
+            }
             let q: Vec<QEntry<MD>> = s.entries().collect();
             g.add_queue(&q, |w| {
                 let a = w.agent.0 as usize;
@@ -496,6 +597,32 @@ impl AgentsModel {
         g
     }
 
+    /// The deadlocks of a true wait-for graph: per cycle (strongly connected component), its
+    /// members (a set of agent indices) and its identity, the wait edges inside it (bit
+    /// `8·w + f` of the first word: agent `w` waits for `f`; of the second: behind an
+    /// entry `f` holds). A surrender changes the edges, so a cycle that forms again after
+    /// one is a new deadlock.
+    pub fn deadlocks(&self, g: &WaitGraph) -> Vec<(u64, (u64, u64))> {
+        let id = |i: usize| g.agent(i).map_or(0, |a| a.0 as u64);
+        g.cycles()
+            .map(|c| {
+                let (mut waits, mut holds, mut members) = (0u64, 0u64, 0u64);
+                for i in (0..g.len()).filter(|i| c & (1 << i) != 0) {
+                    members |= 1 << id(i);
+                    for j in (0..g.len()).filter(|j| c & (1 << j) != 0) {
+                        if g.waits_for(i) & (1 << j) != 0 {
+                            waits |= 1 << (8 * id(i) + id(j));
+                        }
+                        if g.holds_for(i) & (1 << j) != 0 {
+                            holds |= 1 << (8 * id(i) + id(j));
+                        }
+                    }
+                }
+                (members, (waits, holds))
+            })
+            .collect()
+    }
+
     fn update_ghost(&self, st: &mut AState) {
         let g = self.true_graph(st);
         for c in g.cycles() {
@@ -503,6 +630,8 @@ impl AgentsModel {
                 st.in_true_cycle |= 1 << a.0;
             }
         }
+        let now: Vec<(u64, u64)> = self.deadlocks(&g).into_iter().map(|(_, s)| s).collect();
+        st.targeted.retain(|s| now.contains(s));
     }
 
     /// Mutual exclusion on one state: `Err` says what is violated.
@@ -526,6 +655,9 @@ impl AgentsModel {
             }
         }
         for (i, s) in st.servers.iter().enumerate() {
+            if st.down & (1 << i) != 0 {
+                continue;
+            }
             let e: Vec<QEntry<MD>> = s.entries().filter(|e| e.granted).collect();
             for (k, a) in e.iter().enumerate() {
                 for b in &e[k + 1..] {
@@ -558,8 +690,24 @@ impl AgentsModel {
 
     /// Runs the exhaustive check (BFS).
     pub fn check(&self) -> AgentsReport {
+        self.run(HasDiscoveries::All)
+    }
+
+    /// Runs the check (BFS) until the first violated property: for the refuted variants,
+    /// whose full state space can be large (a livelock of surrenders runs up to the version
+    /// bound). The state count then depends on the search order and is not pinned.
+    pub fn refute(&self) -> AgentsReport {
+        self.run(HasDiscoveries::AnyFailures)
+    }
+
+    fn run(&self, finish: HasDiscoveries) -> AgentsReport {
         let t = Instant::now();
-        let checker = self.clone().checker().spawn_bfs().join();
+        let checker = self
+            .clone()
+            .checker()
+            .finish_when(finish)
+            .spawn_bfs()
+            .join();
         let elapsed = t.elapsed();
         let mut properties = Vec::new();
         for p in SAFETY {
@@ -572,6 +720,13 @@ impl AgentsModel {
                     .map(|path| self.trace(p, &crate::check::first_failure(self, p, &path))),
             });
         }
+        let ends = checker.discovery(ENDS);
+        properties.push(AgentsPropertyReport {
+            name: ENDS.to_string(),
+            kind: "eventually".into(),
+            holds: ends.is_none(),
+            counterexample: ends.map(|path| self.trace(ENDS, &path)),
+        });
         for p in REACHED {
             properties.push(AgentsPropertyReport {
                 name: p.to_string(),
@@ -708,6 +863,9 @@ impl Model for AgentsModel {
             error: None,
             surrenders: 0,
             forwarded: false,
+            targeted: Vec::new(),
+            extra_surrender: None,
+            down: 0,
         };
         let mut log = StepLog::default();
         for a in 0..n {
@@ -750,6 +908,11 @@ impl Model for AgentsModel {
                 }
             }
         }
+        if let Some(server) = self.crash {
+            if st.down & (1 << server) == 0 {
+                actions.push(AgentAction::Crash { server });
+            }
+        }
         for (a, ag) in st.agents.iter().enumerate() {
             if ag.status() == Status::HaveAll && st.asked[a] as usize == self.scripts[a].steps.len()
             {
@@ -770,6 +933,8 @@ impl Model for AgentsModel {
                 st.error.is_some() || !m.terminal(st) || Self::all_ended(st)
             }),
             Property::always(NO_PHANTOM, |_, st: &AState| st.phantom.is_none()),
+            Property::always(ONE_SURRENDER, |_, st: &AState| st.extra_surrender.is_none()),
+            Property::eventually(ENDS, |_, st: &AState| Self::all_ended(st)),
             Property::always(BOUNDED, |m: &Self, st: &AState| {
                 Self::max_version(st) <= m.max_version
             }),

@@ -52,11 +52,11 @@ pub struct PropertyReport<C = Trace> {
     pub counterexample: Option<C>,
 }
 
-/// Names of the violated `always` properties among `properties`.
+/// Names of the violated `always` (and `eventually`) properties among `properties`.
 pub fn violated<C>(properties: &[PropertyReport<C>]) -> Vec<&str> {
     properties
         .iter()
-        .filter(|p| p.kind == "always" && !p.holds)
+        .filter(|p| (p.kind == "always" || p.kind == "eventually") && !p.holds)
         .map(|p| p.name.as_str())
         .collect()
 }

@@ -124,6 +124,11 @@ impl WaitGraph {
         self.waits.get(i).copied().unwrap_or(0)
     }
 
+    /// The agents `i` waits for directly behind an entry they hold.
+    pub fn holds_for(&self, i: usize) -> u64 {
+        self.holds.get(i).copied().unwrap_or(0)
+    }
+
     /// The agents that wait for `i`, directly or not (after [`WaitGraph::close`]).
     pub fn waiting_for(&self, i: usize) -> u64 {
         (0..self.agents.len())
