@@ -96,6 +96,10 @@ pub const REACHED: [&str; 4] = [
     "an abort",
 ];
 
+/// One lock of a client's script as a configuration gives it: `(keys, mode, servers as a
+/// bit set, all|any|majority)`.
+pub type ScriptLock<'a> = (&'a [u16], LockMode, u32, Req);
+
 /// One lock of a client's script.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 pub struct LockStep {
@@ -297,7 +301,7 @@ impl AgentsModel {
     pub fn new(
         name: &str,
         servers: u16,
-        scripts: &[(&[(&[u16], LockMode, u32, Req)], bool)],
+        scripts: &[(&[ScriptLock], bool)],
     ) -> Result<AgentsModel, AgentError> {
         let mut sc = Vec::new();
         for (steps, abort) in scripts {

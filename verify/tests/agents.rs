@@ -8,13 +8,13 @@ use hilock_kernel::agent::LockMode::{Read as R, Write as W};
 use hilock_kernel::agent::{AgentVariant, Req, Resolver, ServerVariant, SurrenderTo};
 use hilock_models::agents::AgentsTrace;
 use hilock_models::agents::{
-    AgentsModel, AgentsReport, BOUNDED, NO_DEADLOCK, NO_PHANTOM, ONE_SURRENDER,
+    AgentsModel, AgentsReport, ScriptLock, BOUNDED, NO_DEADLOCK, NO_PHANTOM, ONE_SURRENDER,
 };
 use std::path::PathBuf;
 
 const ALL: Req = Req::All;
 
-type Lock = (&'static [u16], hilock_kernel::agent::LockMode, u32, Req);
+type Lock = ScriptLock<'static>;
 
 fn model(name: &str, servers: u16, scripts: &[(&[Lock], bool)]) -> AgentsModel {
     AgentsModel::new(name, servers, scripts).expect("configuration")
