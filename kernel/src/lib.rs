@@ -36,6 +36,7 @@
 #![warn(missing_docs)]
 
 pub mod agent;
+pub mod bakery;
 pub mod error;
 pub mod mode;
 pub mod msg;

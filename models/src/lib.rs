@@ -8,6 +8,7 @@
 //!   one node latch at a time (property P8).
 
 pub mod agents;
+pub mod bakery;
 pub mod base;
 pub mod check;
 pub mod inversion;

@@ -1,0 +1,121 @@
+//! Seed 004: Lamport's bakery over a store that offers only quorum reads and writes
+//! (the Cassandra wiki page "Locking", 2010, marked "musings"), and its distributed
+//! work queue, as pure state machines.
+//!
+//! - [`store`]: the abstract replicated store: per-column cells with write timestamps,
+//!   last-write-wins, tombstones; one [`Replica`] answers one [`Request`] at a time.
+//! - [`client`]: the client (coordinator logic as Cassandra's coordinator does it: send a
+//!   request to every replica, wait for `W` acknowledgements or `R` answers, merge the
+//!   answers by timestamp) running either the lock algorithm of the seed (lines 1–19) or the
+//!   work-queue loop, literally or with hilock's corrections ([`Variant`]).
+//!
+//! Nothing here has a clock: time enters as [`Input::Tick`] (elapsed ticks), and "sleep a
+//! little" is the caller's business ([`Input::Wake`] ends the sleep).
+//!
+//! Where the literal text goes wrong, and why each correction is needed, is written in
+//! `spec/SPEC.md` (chapter "Seed 004") with the counterexamples in `spec/counterexamples/`.
+
+pub mod client;
+pub mod store;
+
+pub use client::{Client, ClientOutput, Config, Input, Phase, Program, Rule, Variant};
+pub use store::{Cell, ClientId, Family, Replica, ReplicaReport, Reply, Request, Row, Ts, Value};
+
+use core::fmt;
+
+/// A buffer the caller provides for a step's outputs. A step first checks that
+/// [`Sink::room`] is large enough for everything it may emit, so a push never fails
+/// half-way and a rejected input leaves both the state and the sink untouched.
+pub trait Sink<M> {
+    /// How many more outputs fit.
+    fn room(&self) -> usize;
+    /// Append one output (`Err` gives it back when full).
+    fn push(&mut self, m: M) -> Result<(), M>;
+}
+
+impl<M, const O: usize> Sink<M> for heapless::Vec<M, O> {
+    fn room(&self) -> usize {
+        O - self.len()
+    }
+    fn push(&mut self, m: M) -> Result<(), M> {
+        heapless::Vec::push(self, m)
+    }
+}
+
+/// A replica: an index `0..N`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct ReplicaId(pub u8);
+
+impl fmt::Display for ReplicaId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "r{}", self.0)
+    }
+}
+
+/// A fencing token: the ticket `(number, client id)` of seed line 9, compared
+/// lexicographically. As one integer (for a storage system that checks fencing tokens):
+/// [`Ticket::as_u64`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct Ticket {
+    /// `client_number` (seed line 3).
+    pub number: u32,
+    /// The client's id (the tie-break of line 9 of the classic algorithm).
+    pub id: ClientId,
+}
+
+impl Ticket {
+    /// `number · 2¹⁶ + id`: increasing in the ticket order.
+    pub const fn as_u64(self) -> u64 {
+        ((self.number as u64) << 16) | self.id.0 as u64
+    }
+}
+
+/// Why an input was rejected. A rejected input changes nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub enum BakeryError {
+    /// A replica id outside `0..N`.
+    UnknownReplica(ReplicaId),
+    /// A client id outside `1..C` (column 0 is the work queue's `0=0` marker).
+    UnknownClient(ClientId),
+    /// A row outside `0..K`.
+    UnknownRow(Row),
+    /// `R` or `W` is 0 or larger than the number of replicas.
+    BadQuorum,
+    /// `R + W ≤ N` although the variant demands intersecting quorums.
+    WeakQuorum,
+    /// Reader expiry shorter than the holder's lease (or a zero lease) with leases on.
+    BadLease,
+    /// `Acquire`/`Work` while the client is not idle.
+    NotIdle,
+    /// `Release`/`Done` while the client does not hold the lock or an item.
+    NotHeld,
+    /// The input does not fit the program (`Acquire` to a queue worker, `Work` to a
+    /// lock client).
+    WrongProgram,
+    /// A reply whose shape does not fit the request it answers (an answer to a write,
+    /// an acknowledgement of a read, a family that was not asked for).
+    BadReply,
+    /// The output buffer has less room than the step may need.
+    OutputsFull,
+}
+
+impl fmt::Display for BakeryError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BakeryError::UnknownReplica(r) => write!(f, "unknown replica {r}"),
+            BakeryError::UnknownClient(c) => write!(f, "unknown client {}", c.0),
+            BakeryError::UnknownRow(r) => write!(f, "unknown row {}", r.0),
+            BakeryError::BadQuorum => write!(f, "R and W must be between 1 and N"),
+            BakeryError::WeakQuorum => write!(f, "R + W must exceed N"),
+            BakeryError::BadLease => write!(f, "expiry must be at least the lease, lease > 0"),
+            BakeryError::NotIdle => write!(f, "the client is busy"),
+            BakeryError::NotHeld => write!(f, "nothing is held"),
+            BakeryError::WrongProgram => write!(f, "input does not fit the client's program"),
+            BakeryError::BadReply => write!(f, "reply does not fit its request"),
+            BakeryError::OutputsFull => write!(f, "output buffer too small for this step"),
+        }
+    }
+}

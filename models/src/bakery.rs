@@ -1,0 +1,1134 @@
+//! Seed 004 (the bakery over quorum reads and writes, and its work queue) as a Stateright
+//! model that drives `hilock_kernel::bakery` clients and replicas: 2–3 clients, 3
+//! replicas, R and W as parameters, every interleaving, an unordered network with
+//! arbitrary delay, client crashes as an action, and time as a `Tick` action.
+//!
+//! # State
+//! The kernel replicas and clients (their own state), the requests in flight (a sorted
+//! multiset: delivery order is not state), the ticks and crashes used, and ghost fields
+//! (last fencing token per row, completions per item, the first fencing violation).
+//!
+//! Two reductions, both exact for the properties below:
+//! - A replica's reply is handed to the client in the same step in which the replica
+//!   handles the request. A reply is an immutable snapshot and the client does nothing
+//!   else while it waits, so delaying the reply only delays the client's next send, whose
+//!   own delivery is already arbitrary; the crash action can still come in between.
+//! - Requests of operations the client no longer waits for are renamed to operation 0 (the
+//!   client ignores their replies); such reads are dropped (a read changes no replica).
+//!   Outstanding operations are renamed 1 and 2 ([`Client::compact_ops`]).
+//!
+//! # Properties
+//! - `mutual exclusion`: no two live clients hold the lock (the same work item) at once.
+//! - `fencing tokens increase`: every entry's ticket is larger than the previous entry's
+//!   on that row.
+//! - `no kernel error`: every input was accepted.
+//! - `no deadlocked state` (liveness, the bounded "no deadlocked state" form, not
+//!   `Property::eventually`): a state is deadlocked when it is not final and nothing but
+//!   stutter steps is possible: no request is in flight, every live client that has not
+//!   finished is asleep in a waiting loop (lines 9–16, or the queue's scan), no quorum of
+//!   `R` replicas could answer any of them a read that lets it leave its loop, and time
+//!   cannot help (leases off, or one more tick changes no client). Such a state has no way
+//!   out on any path, so it is "blocked forever". Re-reads that return what the client
+//!   already knows are the only enabled actions there (the graph has cycles through them,
+//!   which is why `eventually` — unsound on cycles in Stateright 0.31 — is not used).
+//!   Final: every live client did its critical sections (lock), every item is completed
+//!   (queue).
+//! - `no item completed twice` (queue).
+//! - `sometimes`: a client enters; every client finishes; a client enters after another
+//!   crashed; a lease is lost; an entry is passed because it expired; the tick horizon is
+//!   reached while every client is blocked (must stay unreached in the liveness
+//!   configurations: it would mean the horizon, not the protocol, ended the run).
+//!
+//! # Time
+//! [`Timing::None`]: no ticks (variants without leases). [`Timing::Free`]: a tick may come
+//! between any two steps, up to a horizon (safety of leases against arbitrary delays).
+//! [`Timing::Synchronous`]: a tick comes only when every live client is blocked (message
+//! delays and processing are shorter than a tick) — the assumption under which a lease
+//! protocol can promise liveness at all.
+
+use hilock_kernel::bakery::store::Columns;
+use hilock_kernel::bakery::{
+    BakeryError, Cell, Client, ClientId, ClientOutput, Config, Family, Input, Phase, Program,
+    Replica, ReplicaId, Reply, Request, Row, Ticket, Ts, Value, Variant,
+};
+use serde::Serialize;
+use stateright::{Checker, HasDiscoveries, Model, Path, Property};
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+/// Replicas.
+pub const NR: usize = 3;
+/// Rows: the lock (row 0) or up to two items, plus `lock_id` for the literal queue.
+pub const KR: usize = 3;
+/// Columns: 0 (the queue's `0=0`) and clients 1..=3.
+pub const CC: usize = 4;
+/// The kernel client the model drives.
+pub type MClient = Client<NR, KR, CC>;
+/// The kernel replica the model drives.
+pub type MReplica = Replica<KR, CC>;
+type Outs = heapless::Vec<ClientOutput, 8>;
+
+/// Property names.
+pub const MUTEX: &str = "mutual exclusion";
+/// Property name.
+pub const FENCING: &str = "fencing tokens increase";
+/// Property name.
+pub const NO_ERROR: &str = "no kernel error";
+/// Property name.
+pub const DEADLOCK: &str = "no deadlocked state";
+/// Property name.
+pub const ONCE: &str = "no item completed twice";
+/// The `always` properties.
+pub const SAFETY: [&str; 5] = [MUTEX, FENCING, NO_ERROR, DEADLOCK, ONCE];
+/// `sometimes`: a client enters.
+pub const ENTERS: &str = "a client enters";
+/// `sometimes`: final state.
+pub const FINISHES: &str = "every client finishes";
+/// `sometimes`: entered after a crash.
+pub const AFTER_CRASH: &str = "a client enters after another crashed";
+/// `sometimes`: lease lost.
+pub const LEASE_LOST: &str = "a lease is lost";
+/// `sometimes`: horizon.
+pub const HORIZON: &str = "tick horizon reached while blocked";
+/// The `sometimes` properties.
+pub const REACHED: [&str; 5] = [ENTERS, FINISHES, AFTER_CRASH, LEASE_LOST, HORIZON];
+
+/// What the clients run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+pub enum Mode {
+    /// The lock (row 0), `rounds` critical sections per client.
+    Lock {
+        /// Critical sections per client.
+        rounds: u8,
+    },
+    /// The work queue with `items` items enqueued on every replica before the run.
+    Queue {
+        /// Items (1 or 2).
+        items: u8,
+    },
+}
+
+/// When time passes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+pub enum Timing {
+    /// Never (no leases).
+    None,
+    /// Between any two steps, at most `horizon` ticks in all.
+    Free {
+        /// Ticks in all.
+        horizon: u8,
+    },
+    /// Only when every live client is blocked, at most `horizon` ticks in all.
+    Synchronous {
+        /// Ticks in all.
+        horizon: u8,
+    },
+}
+
+/// A configuration of the model.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+pub struct BakeryModel {
+    /// Name.
+    pub name: String,
+    /// Clients (2 or 3), ids 1..=clients.
+    pub clients: u8,
+    /// Read quorum.
+    pub r: u8,
+    /// Write quorum.
+    pub w: u8,
+    /// Variant.
+    pub variant: Variant,
+    /// Lock or queue.
+    pub mode: Mode,
+    /// Client crashes allowed in all.
+    pub crashes: u8,
+    /// Time.
+    pub timing: Timing,
+    /// Lease, expiry, renew-below (ticks).
+    pub lease: (u8, u8, u8),
+}
+
+/// One client in the model.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct CState {
+    /// The kernel client.
+    pub c: MClient,
+    /// Crashed (its state is reset: it is no longer observable).
+    pub crashed: bool,
+    /// Critical sections finished (exited or lost) — lock.
+    pub rounds: u8,
+}
+
+/// A state.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct BState {
+    /// Clients `0..clients` (id = index + 1).
+    pub clients: Vec<CState>,
+    /// Replicas.
+    pub replicas: Vec<MReplica>,
+    /// Requests in flight: (client index, replica, request), sorted.
+    pub net: Vec<(u8, u8, Request)>,
+    /// Ticks so far.
+    pub ticks: u8,
+    /// Crashes so far.
+    pub crashes: u8,
+    /// Ghost: last fencing token per row.
+    pub last_token: [Option<Ticket>; KR],
+    /// Ghost: a token that was not larger than its predecessor (new, previous).
+    pub fencing_violation: Option<(Ticket, Ticket)>,
+    /// Ghost: completions per item.
+    pub completed: [u8; KR],
+    /// Ghost: a kernel error.
+    pub error: Option<BakeryError>,
+    /// Ghost: the last step let a client enter after a crash.
+    pub entered_after_crash: bool,
+    /// Ghost: the last step lost a lease.
+    pub lease_lost: bool,
+}
+
+/// An action.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BAction {
+    /// Client starts (`Acquire` / `Work`).
+    Start(u8),
+    /// Client leaves the critical section (`Release` / `Done`).
+    Release(u8),
+    /// Client wakes from "sleep a little".
+    Wake(u8),
+    /// A request reaches its replica; the reply goes back to the client.
+    Deliver(u8, u8, Request),
+    /// Client crashes.
+    Crash(u8),
+    /// One tick of time.
+    Tick,
+}
+
+impl BakeryModel {
+    /// A lock configuration without leases and without crashes.
+    pub fn lock(name: &str, clients: u8, rounds: u8, r: u8, w: u8, variant: Variant) -> Self {
+        BakeryModel {
+            name: name.to_string(),
+            clients,
+            r,
+            w,
+            variant,
+            mode: Mode::Lock { rounds },
+            crashes: 0,
+            timing: Timing::None,
+            lease: (2, 2, 1),
+        }
+    }
+
+    /// A work-queue configuration without leases and without crashes.
+    pub fn queue(name: &str, workers: u8, items: u8, r: u8, w: u8, variant: Variant) -> Self {
+        BakeryModel {
+            mode: Mode::Queue { items },
+            ..Self::lock(name, workers, 1, r, w, variant)
+        }
+    }
+
+    /// With up to `n` client crashes.
+    pub fn with_crashes(mut self, n: u8) -> Self {
+        self.crashes = n;
+        self
+    }
+
+    /// With time.
+    pub fn with_timing(mut self, t: Timing) -> Self {
+        self.timing = t;
+        self
+    }
+
+    /// With lease, expiry and renew-below ticks.
+    pub fn with_lease(mut self, lease: u8, expiry: u8, renew_below: u8) -> Self {
+        self.lease = (lease, expiry, renew_below);
+        self
+    }
+
+    fn config(&self) -> Config {
+        Config {
+            r: self.r,
+            w: self.w,
+            variant: self.variant,
+            lease: self.lease.0,
+            expiry: self.lease.1,
+            renew_below: self.lease.2,
+            program: match self.mode {
+                Mode::Lock { .. } => Program::Lock { row: Row(0) },
+                Mode::Queue { items } => Program::Queue {
+                    items,
+                    lock_id: Row(KR as u8 - 1),
+                },
+            },
+        }
+    }
+
+    fn new_client(&self, i: usize) -> MClient {
+        MClient::new(ClientId(i as u16 + 1), self.config()).expect("validated configuration")
+    }
+
+    /// Checks the configuration (the kernel validates quorums and leases).
+    pub fn validate(&self) -> Result<(), String> {
+        if !(1..=3).contains(&self.clients) {
+            return Err("1 to 3 clients".into());
+        }
+        if let Mode::Queue { items } = self.mode {
+            if !(1..=2).contains(&items) {
+                return Err("1 or 2 items".into());
+            }
+        }
+        MClient::new(ClientId(1), self.config())
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+
+    fn rounds(&self) -> u8 {
+        match self.mode {
+            Mode::Lock { rounds } => rounds,
+            Mode::Queue { .. } => 1,
+        }
+    }
+
+    fn is_lock(&self) -> bool {
+        matches!(self.mode, Mode::Lock { .. })
+    }
+
+    /// Whether a live client has nothing left to do.
+    fn client_done(&self, st: &BState, cs: &CState) -> bool {
+        if cs.crashed {
+            return true;
+        }
+        match self.mode {
+            Mode::Lock { rounds } => cs.rounds >= rounds && cs.c.phase() == Phase::Idle,
+            Mode::Queue { .. } => {
+                self.all_items_done(st)
+                    && matches!(cs.c.phase(), Phase::ScanSleep | Phase::Scan | Phase::Idle)
+            }
+        }
+    }
+
+    fn all_items_done(&self, st: &BState) -> bool {
+        match self.mode {
+            Mode::Queue { items } => st.completed[..items as usize].iter().all(|&n| n > 0),
+            Mode::Lock { .. } => true,
+        }
+    }
+
+    /// Final: every live client did its work.
+    pub fn finished(&self, st: &BState) -> bool {
+        st.clients.iter().all(|cs| self.client_done(st, cs)) && self.all_items_done(st)
+    }
+
+    /// Whether a sleeping client could leave its loop after `Wake` and some quorum of
+    /// `R` replicas answering from their current contents.
+    fn could_leave(&self, st: &BState, i: usize) -> bool {
+        let cs = &st.clients[i];
+        let before = cs.c.phase();
+        let n = st.replicas.len();
+        for mask in 0u8..(1 << n) {
+            if mask.count_ones() != self.r as u32 {
+                continue;
+            }
+            let mut c = cs.c.clone();
+            let mut out = Outs::new();
+            if c.step(Input::Wake, &mut out).is_err() {
+                return true;
+            }
+            let reqs: Vec<(u8, Request)> = out
+                .iter()
+                .filter_map(|o| match o {
+                    ClientOutput::Send { to, req } => Some((to.0, *req)),
+                    _ => None,
+                })
+                .collect();
+            for (to, req) in reqs {
+                if mask & (1 << to) == 0 {
+                    continue;
+                }
+                let mut rep = st.replicas[to as usize].clone();
+                let mut rout: heapless::Vec<Reply<KR, CC>, 1> = heapless::Vec::new();
+                if rep.step(&req, &mut rout).is_err() {
+                    return true;
+                }
+                let mut o2 = Outs::new();
+                for reply in &rout {
+                    if c.step(
+                        Input::Reply {
+                            from: ReplicaId(to),
+                            reply,
+                        },
+                        &mut o2,
+                    )
+                    .is_err()
+                    {
+                        return true;
+                    }
+                }
+            }
+            if c.phase() != before && !(before == Phase::ScanSleep && c.phase() == Phase::ScanSleep)
+            {
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Every live unfinished client is asleep in a waiting loop, nothing is in flight and
+    /// no quorum read lets any of them out.
+    pub fn blocked(&self, st: &BState) -> bool {
+        if !st.net.is_empty() {
+            return false;
+        }
+        for (i, cs) in st.clients.iter().enumerate() {
+            if self.client_done(st, cs) {
+                continue;
+            }
+            let p = cs.c.phase();
+            if !p.sleeping() {
+                // A client that is not asleep has a step to take (start, release) or an
+                // operation whose requests are in flight (none here: it cannot progress).
+                if p == Phase::Idle || p == Phase::Held {
+                    return false;
+                }
+                continue;
+            }
+            if self.could_leave(st, i) {
+                return false;
+            }
+        }
+        true
+    }
+
+    fn horizon(&self) -> Option<u8> {
+        match self.timing {
+            Timing::None => None,
+            Timing::Free { horizon } | Timing::Synchronous { horizon } => Some(horizon),
+        }
+    }
+
+    /// The state after one tick, if it differs.
+    fn ticked(&self, st: &BState) -> Option<BState> {
+        let h = self.horizon()?;
+        if st.ticks >= h {
+            return None;
+        }
+        let mut next = st.clone();
+        next.ticks += 1;
+        let mut changed = false;
+        for i in 0..next.clients.len() {
+            if next.clients[i].crashed {
+                continue;
+            }
+            let before = next.clients[i].c.clone();
+            let mut out = Outs::new();
+            match next.clients[i].c.step(Input::Tick { elapsed: 1 }, &mut out) {
+                Ok(_) => {}
+                Err(e) => next.error = Some(e),
+            }
+            if next.clients[i].c != before {
+                changed = true;
+            }
+            self.route(&mut next, i, &out);
+        }
+        changed.then_some(next)
+    }
+
+    /// A deadlocked state (see the module docs).
+    pub fn deadlocked(&self, st: &BState) -> bool {
+        if self.finished(st) || st.error.is_some() || !self.blocked(st) {
+            return false;
+        }
+        match self.horizon() {
+            None => true,
+            // Out of ticks: the horizon ended the run, not the protocol (see HORIZON).
+            Some(h) if st.ticks >= h => false,
+            Some(_) => self.ticked(st).is_none(),
+        }
+    }
+
+    fn horizon_hit(&self, st: &BState) -> bool {
+        matches!(self.horizon(), Some(h) if st.ticks >= h)
+            && !self.finished(st)
+            && self.blocked(st)
+    }
+
+    /// Handles a client's outputs: requests into the network, ghost updates.
+    fn route(&self, st: &mut BState, i: usize, out: &[ClientOutput]) {
+        for o in out {
+            match *o {
+                ClientOutput::Send { to, req } => st.net.push((i as u8, to.0, req)),
+                ClientOutput::Entered { row, token } => {
+                    let r = row.0 as usize;
+                    if let Some(prev) = st.last_token[r] {
+                        if token <= prev && st.fencing_violation.is_none() {
+                            st.fencing_violation = Some((token, prev));
+                        }
+                    }
+                    st.last_token[r] = Some(token);
+                    if st.crashes > 0 {
+                        st.entered_after_crash = true;
+                    }
+                }
+                ClientOutput::Exited { .. } => st.clients[i].rounds += 1,
+                ClientOutput::Lost { .. } => {
+                    st.lease_lost = true;
+                    if self.is_lock() {
+                        st.clients[i].rounds += 1;
+                    }
+                }
+                ClientOutput::Completed { row } => {
+                    let r = row.0 as usize;
+                    st.completed[r] = st.completed[r].saturating_add(1);
+                }
+                ClientOutput::Abandoned { .. } | ClientOutput::Sleep => {}
+            }
+        }
+    }
+
+    /// Renames operations (outstanding → 1, 2; others → 0), drops dead reads, sorts.
+    fn canonical(&self, st: &mut BState) {
+        let mut maps = Vec::new();
+        for cs in st.clients.iter_mut() {
+            let old = if cs.crashed {
+                (None, None)
+            } else {
+                cs.c.compact_ops()
+            };
+            maps.push(old);
+        }
+        let mut net = Vec::with_capacity(st.net.len());
+        for (i, to, req) in st.net.drain(..) {
+            let (main, renew) = maps[i as usize];
+            let op = req.op();
+            let new = if Some(op) == main && op != 0 {
+                1
+            } else if Some(op) == renew && op != 0 {
+                2
+            } else {
+                0
+            };
+            let req = match req {
+                Request::Write {
+                    row,
+                    family,
+                    col,
+                    cell,
+                    ..
+                } => Request::Write {
+                    op: new,
+                    row,
+                    family,
+                    col,
+                    cell,
+                },
+                Request::Read { family, row, .. } => {
+                    if new == 0 {
+                        continue;
+                    }
+                    Request::Read {
+                        op: new,
+                        family,
+                        row,
+                    }
+                }
+            };
+            net.push((i, to, req));
+        }
+        net.sort();
+        st.net = net;
+    }
+
+    fn step_client(&self, st: &mut BState, i: usize, input: Input<'_, KR, CC>) {
+        let mut out = Outs::new();
+        match st.clients[i].c.step(input, &mut out) {
+            Ok(_) => self.route(st, i, &out),
+            Err(e) => st.error = Some(e),
+        }
+    }
+
+    /// One action in words.
+    pub fn describe(&self, a: &BAction) -> String {
+        match *a {
+            BAction::Start(i) => format!(
+                "c{}: {}",
+                i + 1,
+                if self.is_lock() { "acquire" } else { "work" }
+            ),
+            BAction::Release(i) => format!(
+                "c{}: {}",
+                i + 1,
+                if self.is_lock() {
+                    "release (line 19)"
+                } else {
+                    "done processing"
+                }
+            ),
+            BAction::Wake(i) => format!("c{}: wakes, re-reads", i + 1),
+            BAction::Deliver(i, r, req) => format!("r{r} handles c{}'s {}", i + 1, req_str(&req)),
+            BAction::Crash(i) => format!("c{} crashes", i + 1),
+            BAction::Tick => "tick".to_string(),
+        }
+    }
+
+    /// Runs the exhaustive check (BFS, replicas up to symmetry, two threads).
+    pub fn check(&self) -> BakeryReport {
+        self.run(HasDiscoveries::All)
+    }
+
+    /// Runs the check until the first `always` property fails (for refutations: the state
+    /// count is then not a property of the configuration and is not reported as such).
+    pub fn refute(&self) -> BakeryReport {
+        self.run(HasDiscoveries::AnyFailures)
+    }
+
+    fn run(&self, finish: HasDiscoveries) -> BakeryReport {
+        let t = Instant::now();
+        let checker = self
+            .clone()
+            .checker()
+            .symmetry_fn(representative)
+            .threads(2)
+            .finish_when(finish)
+            .spawn_bfs()
+            .join();
+        let elapsed = t.elapsed();
+        let mut properties = Vec::new();
+        for p in SAFETY {
+            let path = checker.discovery(p);
+            properties.push(BakeryPropertyReport {
+                name: p.to_string(),
+                kind: "always".into(),
+                holds: path.is_none(),
+                counterexample: path
+                    .map(|path| self.trace(p, &crate::check::first_failure(self, p, &path))),
+            });
+        }
+        for p in REACHED {
+            properties.push(BakeryPropertyReport {
+                name: p.to_string(),
+                kind: "sometimes".into(),
+                holds: checker.discovery(p).is_some(),
+                counterexample: None,
+            });
+        }
+        BakeryReport {
+            config: self.name.clone(),
+            states: checker.state_count(),
+            unique_states: checker.unique_state_count(),
+            max_depth: checker.max_depth(),
+            elapsed,
+            properties,
+        }
+    }
+
+    /// What is wrong in a state, for `property`.
+    pub fn violation(&self, property: &str, st: &BState) -> String {
+        match property {
+            MUTEX => {
+                let holders: Vec<String> = st
+                    .clients
+                    .iter()
+                    .filter(|c| !c.crashed)
+                    .filter_map(|c| {
+                        c.c.held()
+                            .map(|t| format!("c{} (row {}, ticket {})", c.c.id().0, c.c.row().0, t_str(t)))
+                    })
+                    .collect();
+                format!("in the critical section together: {}", holders.join(", "))
+            }
+            FENCING => st
+                .fencing_violation
+                .map(|(t, p)| {
+                    format!(
+                        "ticket {} entered after ticket {}: fencing token did not grow",
+                        t_str(t),
+                        t_str(p)
+                    )
+                })
+                .unwrap_or_default(),
+            NO_ERROR => st.error.map(|e| e.to_string()).unwrap_or_default(),
+            DEADLOCK => {
+                let waiting: Vec<String> = st
+                    .clients
+                    .iter()
+                    .filter(|c| !self.client_done(st, c))
+                    .map(|c| format!("c{} {}", c.c.id().0, phase_str(c.c.phase())))
+                    .collect();
+                format!(
+                    "deadlocked: nothing in flight, {} asleep and no quorum read lets any out{}",
+                    waiting.join(", "),
+                    if self.horizon().is_some() {
+                        ", and time changes nothing"
+                    } else {
+                        ""
+                    }
+                )
+            }
+            ONCE => format!("completions per item: {:?}", &st.completed),
+            _ => String::new(),
+        }
+    }
+
+    /// A path as a readable trace (`hilock-bakery-trace/1`).
+    pub fn trace(&self, property: &str, path: &Path<BState, BAction>) -> BakeryTrace {
+        let states = path.clone().into_states();
+        let actions = path.clone().into_actions();
+        let mut steps = Vec::new();
+        for (i, a) in actions.iter().enumerate() {
+            let Some(st) = states.get(i + 1) else { break };
+            steps.push(BakeryTraceStep {
+                index: i,
+                action: self.describe(a),
+                clients: st
+                    .clients
+                    .iter()
+                    .map(|c| (format!("c{}", c.c.id().0), client_str(c)))
+                    .collect(),
+                replicas: st
+                    .replicas
+                    .iter()
+                    .enumerate()
+                    .map(|(r, rep)| (format!("r{r}"), replica_str(rep, self.rows())))
+                    .collect(),
+                in_flight: st.net.len(),
+            });
+        }
+        BakeryTrace {
+            format: "hilock-bakery-trace/1".into(),
+            model: self.name.clone(),
+            config: self.clone(),
+            property: property.to_string(),
+            violation: states
+                .last()
+                .map(|s| self.violation(property, s))
+                .unwrap_or_default(),
+            note: String::new(),
+            steps,
+        }
+    }
+
+    fn rows(&self) -> usize {
+        match self.mode {
+            Mode::Lock { .. } => 1,
+            Mode::Queue { items } => items as usize,
+        }
+    }
+}
+
+/// The representative of a state's class under renaming the replicas: replicas sorted by
+/// (contents, requests in flight to them, which clients' operations they answered).
+pub fn representative(st: &BState) -> BState {
+    let key = |r: usize| {
+        let msgs: Vec<(u8, Request)> = st
+            .net
+            .iter()
+            .filter(|m| m.1 as usize == r)
+            .map(|m| (m.0, m.2))
+            .collect();
+        let bits: Vec<(bool, bool)> = st
+            .clients
+            .iter()
+            .map(|c| {
+                let (a, b) = c.c.replied();
+                (a & (1 << r) != 0, b & (1 << r) != 0)
+            })
+            .collect();
+        (st.replicas[r].clone(), msgs, bits)
+    };
+    let mut order: Vec<usize> = (0..NR).collect();
+    order.sort_by_cached_key(|&r| key(r));
+    // order[new] = old; perm[old] = new.
+    let mut perm = [0u8; NR];
+    for (new, &old) in order.iter().enumerate() {
+        perm[old] = new as u8;
+    }
+    let mut out = st.clone();
+    for (new, &old) in order.iter().enumerate() {
+        out.replicas[new] = st.replicas[old].clone();
+    }
+    for c in out.clients.iter_mut() {
+        c.c.permute_replicas(&perm).expect("a permutation");
+    }
+    for m in out.net.iter_mut() {
+        m.1 = perm[m.1 as usize];
+    }
+    out.net.sort();
+    out
+}
+
+fn t_str(t: Ticket) -> String {
+    format!("({}, c{})", t.number, t.id.0)
+}
+
+fn req_str(r: &Request) -> String {
+    match *r {
+        Request::Write {
+            row,
+            family,
+            col,
+            cell,
+            ..
+        } => match cell.val {
+            None => format!("delete <row{}, {}, {}> @{}", row.0, family.name(), col, cell.ts.0),
+            Some(v) => format!(
+                "write <row{}, {}, {}={}> @{}",
+                row.0,
+                family.name(),
+                col,
+                val_str(v),
+                cell.ts.0
+            ),
+        },
+        Request::Read { family, row, .. } => match row {
+            Some(row) => format!("read <row{}, {}>", row.0, family.name()),
+            None => format!("scan <0.., {}>", family.name()),
+        },
+    }
+}
+
+fn val_str(v: Value) -> String {
+    match v {
+        Value::Int(n) => n.to_string(),
+        Value::Released(n) => format!("released {n}"),
+    }
+}
+
+fn cols_str(cols: &Columns<CC>) -> String {
+    cols.iter()
+        .enumerate()
+        .filter_map(|(c, cell)| cell.map(|cell| format!("{c}:{cell}")))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn phase_str(p: Phase) -> String {
+    match p {
+        Phase::Idle => "idle".into(),
+        Phase::Scan => "scanning".into(),
+        Phase::ScanSleep => "asleep (no free item)".into(),
+        Phase::Choose => "line 1 (write choosing)".into(),
+        Phase::ReadMax => "line 2 (read number)".into(),
+        Phase::TakeNumber => "line 4 (write number)".into(),
+        Phase::Unchoose => "line 5 (delete choosing)".into(),
+        Phase::ReadChoosing => "line 6 (read choosing)".into(),
+        Phase::ReadNumbers => "line 7 (read number)".into(),
+        Phase::WaitChoosing { id, reading } => format!(
+            "line 9 waits on choosing[{id}]{}",
+            if reading { ", re-reading" } else { ", asleep" }
+        ),
+        Phase::RereadNumbers { id } => format!("re-reads number before line 13 for {id}"),
+        Phase::WaitNumber { id, reading } => format!(
+            "line 13 waits on number[{id}]{}",
+            if reading { ", re-reading" } else { ", asleep" }
+        ),
+        Phase::GiveUp => "gives the item up".into(),
+        Phase::Held => "IN CRITICAL SECTION".into(),
+        Phase::Exit => "line 19 (delete number)".into(),
+        Phase::Remove { step } => format!("removing the item ({step}/3)"),
+    }
+}
+
+fn client_str(c: &CState) -> String {
+    if c.crashed {
+        return "crashed".into();
+    }
+    let mut s = phase_str(c.c.phase());
+    if c.c.number() > 0 {
+        s.push_str(&format!(", number {}", c.c.number()));
+    }
+    if c.c.row() != Row(0) {
+        s.push_str(&format!(", row {}", c.c.row().0));
+    }
+    let ch = cols_str(c.c.choosing_hash());
+    let nh = cols_str(c.c.number_hash());
+    if !ch.is_empty() {
+        s.push_str(&format!(", choosing_hash {{{ch}}}"));
+    }
+    if !nh.is_empty() {
+        s.push_str(&format!(", number_hash {{{nh}}}"));
+    }
+    if let Some(l) = c.c.lease_left() {
+        s.push_str(&format!(", lease {l}"));
+    }
+    if c.rounds > 0 {
+        s.push_str(&format!(", done {}", c.rounds));
+    }
+    s
+}
+
+fn replica_str(r: &MReplica, rows: usize) -> String {
+    let mut parts = Vec::new();
+    for k in 0..rows {
+        for f in Family::ALL {
+            if let Some(cols) = r.columns(Row(k as u8), f) {
+                let s = cols_str(cols);
+                if !s.is_empty() {
+                    parts.push(format!("row{k}.{} {{{s}}}", f.name()));
+                }
+            }
+        }
+    }
+    parts.join("; ")
+}
+
+impl Model for BakeryModel {
+    type State = BState;
+    type Action = BAction;
+
+    fn init_states(&self) -> Vec<BState> {
+        let mut replicas = vec![MReplica::new(); NR];
+        if let Mode::Queue { items } = self.mode {
+            // Enqueued before the run: `write <ts, CF=details, …>`, `write <ts, CF=number, 0=0>`.
+            for rep in replicas.iter_mut() {
+                for k in 0..items {
+                    let marker = Cell {
+                        ts: Ts(1),
+                        val: Some(Value::Int(0)),
+                    };
+                    let details = Cell {
+                        ts: Ts(1),
+                        val: Some(Value::Int(1)),
+                    };
+                    rep.seed(Row(k), Family::Number, 0, marker).expect("row in range");
+                    rep.seed(Row(k), Family::Details, 0, details).expect("row in range");
+                }
+            }
+        }
+        vec![BState {
+            clients: (0..self.clients as usize)
+                .map(|i| CState {
+                    c: self.new_client(i),
+                    crashed: false,
+                    rounds: 0,
+                })
+                .collect(),
+            replicas,
+            net: Vec::new(),
+            ticks: 0,
+            crashes: 0,
+            last_token: [None; KR],
+            fencing_violation: None,
+            completed: [0; KR],
+            error: None,
+            entered_after_crash: false,
+            lease_lost: false,
+        }]
+    }
+
+    fn actions(&self, st: &BState, actions: &mut Vec<BAction>) {
+        if st.error.is_some() {
+            return;
+        }
+        for (i, cs) in st.clients.iter().enumerate() {
+            if cs.crashed {
+                continue;
+            }
+            let i8 = i as u8;
+            let p = cs.c.phase();
+            if p == Phase::Idle && (cs.rounds < self.rounds()) {
+                actions.push(BAction::Start(i8));
+            }
+            if p == Phase::Held {
+                actions.push(BAction::Release(i8));
+            }
+            if p.sleeping() {
+                actions.push(BAction::Wake(i8));
+            }
+            if st.crashes < self.crashes {
+                actions.push(BAction::Crash(i8));
+            }
+        }
+        let mut last = None;
+        for &(i, r, req) in &st.net {
+            if last == Some((i, r, req)) {
+                continue;
+            }
+            last = Some((i, r, req));
+            actions.push(BAction::Deliver(i, r, req));
+        }
+        let tick = match self.timing {
+            Timing::None => false,
+            Timing::Free { horizon } => st.ticks < horizon,
+            Timing::Synchronous { horizon } => st.ticks < horizon && self.blocked(st),
+        };
+        if tick && self.ticked(st).is_some() {
+            actions.push(BAction::Tick);
+        }
+    }
+
+    fn next_state(&self, last: &BState, action: BAction) -> Option<BState> {
+        let mut st = last.clone();
+        st.entered_after_crash = false;
+        st.lease_lost = false;
+        match action {
+            BAction::Start(i) => {
+                let input = if self.is_lock() {
+                    Input::Acquire
+                } else {
+                    Input::Work
+                };
+                self.step_client(&mut st, i as usize, input);
+            }
+            BAction::Release(i) => {
+                let input = if self.is_lock() {
+                    Input::Release
+                } else {
+                    Input::Done
+                };
+                self.step_client(&mut st, i as usize, input);
+            }
+            BAction::Wake(i) => self.step_client(&mut st, i as usize, Input::Wake),
+            BAction::Deliver(i, r, req) => {
+                let at = st.net.iter().position(|m| *m == (i, r, req))?;
+                st.net.remove(at);
+                let mut rout: heapless::Vec<Reply<KR, CC>, 1> = heapless::Vec::new();
+                if let Err(e) = st.replicas[r as usize].step(&req, &mut rout) {
+                    st.error = Some(e);
+                } else if !st.clients[i as usize].crashed {
+                    for reply in &rout {
+                        self.step_client(
+                            &mut st,
+                            i as usize,
+                            Input::Reply {
+                                from: ReplicaId(r),
+                                reply,
+                            },
+                        );
+                    }
+                }
+            }
+            BAction::Crash(i) => {
+                let cs = &mut st.clients[i as usize];
+                cs.crashed = true;
+                cs.rounds = 0;
+                cs.c = self.new_client(i as usize);
+                st.crashes += 1;
+            }
+            BAction::Tick => {
+                let mut next = self.ticked(&st)?;
+                next.entered_after_crash = st.entered_after_crash || next.entered_after_crash;
+                st = next;
+            }
+        }
+        self.canonical(&mut st);
+        Some(st)
+    }
+
+    fn properties(&self) -> Vec<Property<Self>> {
+        vec![
+            Property::always(MUTEX, |m: &Self, st: &BState| {
+                let mut held: Vec<Row> = st
+                    .clients
+                    .iter()
+                    .filter(|c| !c.crashed && c.c.held().is_some())
+                    .map(|c| c.c.row())
+                    .collect();
+                let n = held.len();
+                held.sort();
+                held.dedup();
+                let _ = m;
+                held.len() == n
+            }),
+            Property::always(FENCING, |_, st: &BState| st.fencing_violation.is_none()),
+            Property::always(NO_ERROR, |_, st: &BState| st.error.is_none()),
+            Property::always(DEADLOCK, |m: &Self, st: &BState| !m.deadlocked(st)),
+            Property::always(ONCE, |_, st: &BState| st.completed.iter().all(|&n| n <= 1)),
+            Property::sometimes(ENTERS, |_, st: &BState| st.last_token.iter().any(Option::is_some)),
+            Property::sometimes(FINISHES, |m: &Self, st: &BState| m.finished(st)),
+            Property::sometimes(AFTER_CRASH, |_, st: &BState| st.entered_after_crash),
+            Property::sometimes(LEASE_LOST, |_, st: &BState| st.lease_lost),
+            Property::sometimes(HORIZON, |m: &Self, st: &BState| m.horizon_hit(st)),
+        ]
+    }
+}
+
+/// One property's result.
+pub type BakeryPropertyReport = crate::check::PropertyReport<BakeryTrace>;
+
+/// The result of [`BakeryModel::check`].
+#[derive(Clone, Debug, Serialize)]
+pub struct BakeryReport {
+    /// Configuration name.
+    pub config: String,
+    /// States generated.
+    pub states: usize,
+    /// Unique states.
+    pub unique_states: usize,
+    /// Longest path.
+    pub max_depth: usize,
+    /// Wall time.
+    pub elapsed: Duration,
+    /// Properties.
+    pub properties: Vec<BakeryPropertyReport>,
+}
+
+impl BakeryReport {
+    /// A property's report.
+    pub fn property(&self, name: &str) -> &BakeryPropertyReport {
+        self.properties
+            .iter()
+            .find(|p| p.name == name)
+            .expect("known property")
+    }
+    /// Whether `name` holds (`always`) or was reached (`sometimes`).
+    pub fn holds(&self, name: &str) -> bool {
+        self.property(name).holds
+    }
+    /// The `always` properties that fail.
+    pub fn violations(&self) -> Vec<&str> {
+        crate::check::violated(&self.properties)
+    }
+    /// The `sometimes` properties not reached.
+    pub fn unreached(&self) -> Vec<&str> {
+        crate::check::unreached(&self.properties)
+    }
+    /// One line.
+    pub fn summary(&self) -> String {
+        format!(
+            "{}: {} unique states ({} generated, depth {}) in {:.2?}; violated {:?}; not reached {:?}",
+            self.config,
+            self.unique_states,
+            self.states,
+            self.max_depth,
+            self.elapsed,
+            self.violations(),
+            self.unreached()
+        )
+    }
+}
+
+/// A counterexample (`hilock-bakery-trace/1`): per step the action, each client's program
+/// position and hashes, and each replica's non-empty cells (`column:value@timestamp`,
+/// `†` a tombstone).
+#[derive(Clone, Debug, Serialize)]
+pub struct BakeryTrace {
+    /// `hilock-bakery-trace/1`.
+    pub format: String,
+    /// Configuration name.
+    pub model: String,
+    /// The configuration.
+    pub config: BakeryModel,
+    /// The property violated.
+    pub property: String,
+    /// What is wrong in the last state.
+    pub violation: String,
+    /// What the trace shows (filled in by whoever saves it).
+    pub note: String,
+    /// The steps.
+    pub steps: Vec<BakeryTraceStep>,
+}
+
+/// One step of a [`BakeryTrace`].
+#[derive(Clone, Debug, Serialize)]
+pub struct BakeryTraceStep {
+    /// Index.
+    pub index: usize,
+    /// The action.
+    pub action: String,
+    /// Clients after the step.
+    pub clients: BTreeMap<String, String>,
+    /// Replicas after the step.
+    pub replicas: BTreeMap<String, String>,
+    /// Requests in flight after the step.
+    pub in_flight: usize,
+}
