@@ -1,59 +1,75 @@
 //! Seed 004 (the bakery over quorum reads and writes, and its work queue) as a Stateright
 //! model that drives `hilock_kernel::bakery` clients and replicas: 2–3 clients, 3
 //! replicas, R and W as parameters, every interleaving, an unordered network with
-//! arbitrary delay, client crashes as an action, and time as a `Tick` action.
+//! arbitrary delay, client crashes as an action, and time as a `Tick` action. The model
+//! only routes: every rule of the seed runs in the kernel ([`Client::step`],
+//! [`Replica::step`]).
 //!
 //! # State
-//! The kernel replicas and clients (their own state), the requests in flight (a sorted
-//! multiset: delivery order is not state), the ticks and crashes used, and ghost fields
-//! (last fencing token per row, completions per item, the first fencing violation).
+//! The kernel replicas and clients, the requests in flight (a sorted multiset: delivery
+//! order is not state), the ticks and crashes used, and ghost fields (last fencing token
+//! per row, completions per item, the first fencing violation, the first kernel error).
 //!
-//! Two reductions, both exact for the properties below:
+//! # Reductions (each exact for the properties below)
 //! - A replica's reply is handed to the client in the same step in which the replica
 //!   handles the request. A reply is an immutable snapshot and the client does nothing
 //!   else while it waits, so delaying the reply only delays the client's next send, whose
-//!   own delivery is already arbitrary; the crash action can still come in between.
+//!   own delivery is already arbitrary; a crash can still come in between.
 //! - Requests of operations the client no longer waits for are renamed to operation 0 (the
-//!   client ignores their replies); such reads are dropped (a read changes no replica).
-//!   Outstanding operations are renamed 1 and 2 ([`Client::compact_ops`]).
+//!   client ignores their replies); such reads are dropped (a read changes no replica), and
+//!   such writes are dropped once their replica holds a cell that wins over them
+//!   (delivering them would change nothing). Outstanding operations are renamed 1 and 2
+//!   ([`Client::compact_ops`]).
+//! - Write timestamps are renamed to the least values with the same order and the same
+//!   adjacency ([`Renaming`]): last-write-wins only compares timestamps and a client only
+//!   writes its clock plus one.
+//! - Replicas are interchangeable: every state is replaced by the one whose replicas are
+//!   sorted by (contents, requests in flight to them, which outstanding operations they
+//!   answered). Stateright 0.31's BFS ignores `symmetry_fn`, so this is done in
+//!   `next_state` itself; paths replay exactly because `next_state` is deterministic.
 //!
 //! # Properties
 //! - `mutual exclusion`: no two live clients hold the lock (the same work item) at once.
 //! - `fencing tokens increase`: every entry's ticket is larger than the previous entry's
 //!   on that row.
 //! - `no kernel error`: every input was accepted.
-//! - `no deadlocked state` (liveness, the bounded "no deadlocked state" form, not
-//!   `Property::eventually`): a state is deadlocked when it is not final and nothing but
-//!   stutter steps is possible: no request is in flight, every live client that has not
-//!   finished is asleep in a waiting loop (lines 9–16, or the queue's scan), no quorum of
-//!   `R` replicas could answer any of them a read that lets it leave its loop, and time
-//!   cannot help (leases off, or one more tick changes no client). Such a state has no way
-//!   out on any path, so it is "blocked forever". Re-reads that return what the client
-//!   already knows are the only enabled actions there (the graph has cycles through them,
-//!   which is why `eventually` — unsound on cycles in Stateright 0.31 — is not used).
-//!   Final: every live client did its critical sections (lock), every item is completed
-//!   (queue).
 //! - `no item completed twice` (queue).
+//! - `every waiting client eventually enters` (`Property::eventually`): every live client
+//!   does its critical sections (lock), every item is completed (queue). Stateright 0.31
+//!   evaluates `eventually` only at terminal states and can miss counterexamples at DAG
+//!   joins and on cycles; it is exact here because (a) the condition ([`BakeryModel::finished`])
+//!   is stable — once true it stays true on every extension — so the bits Stateright
+//!   carries along a path equal the condition of the state itself, whatever path reached
+//!   it; and (b) the model makes a *blocked* state terminal: nothing in flight, every live
+//!   unfinished client asleep in a waiting loop (lines 9–16, or the queue's scan), no
+//!   quorum of `R` replicas could answer any of them a read that lets it out, and time
+//!   cannot help (leases off, no tick left, or not its turn). In such a state `Wake` is
+//!   not offered (its re-reads return what the client knows), so it has no successor.
+//!   Every other state has a successor that makes progress under fair delivery, so a
+//!   terminal state is finished or blocked, and a blocked unfinished state is a client
+//!   that waits for ever. Cycles of re-reads that never change anything are unfair paths
+//!   and are not counterexamples. One gap: while crashes are left, crashing the waiting
+//!   client is a way out of a blocked state, so deadlocks are checked with `crashes = 0`
+//!   or with the crash budget used up.
 //! - `sometimes`: a client enters; every client finishes; a client enters after another
-//!   crashed; a lease is lost; an entry is passed because it expired; the tick horizon is
-//!   reached while every client is blocked (must stay unreached in the liveness
-//!   configurations: it would mean the horizon, not the protocol, ended the run).
+//!   crashed; a lease is lost; the tick horizon is reached while every client is blocked.
 //!
 //! # Time
 //! [`Timing::None`]: no ticks (variants without leases). [`Timing::Free`]: a tick may come
 //! between any two steps, up to a horizon (safety of leases against arbitrary delays).
 //! [`Timing::Synchronous`]: a tick comes only when every live client is blocked (message
 //! delays and processing are shorter than a tick) — the assumption under which a lease
-//! protocol can promise liveness at all.
+//! protocol can promise liveness at all. Every client counts the same ticks: clock rates
+//! do not drift in the model (a drift bound ρ is a margin `expiry ≥ lease · (1 + ρ)`).
 
 use hilock_kernel::bakery::store::Columns;
 use hilock_kernel::bakery::{
     BakeryError, Cell, Client, ClientId, ClientOutput, Config, Family, Input, Phase, Program,
-    Replica, ReplicaId, Reply, Request, Row, Ticket, Ts, Value, Variant,
+    Renaming, Replica, ReplicaId, Reply, Request, Row, Ticket, Ts, Value, Variant,
 };
 use serde::Serialize;
 use stateright::{Checker, HasDiscoveries, Model, Path, Property};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 /// Replicas.
@@ -75,11 +91,11 @@ pub const FENCING: &str = "fencing tokens increase";
 /// Property name.
 pub const NO_ERROR: &str = "no kernel error";
 /// Property name.
-pub const DEADLOCK: &str = "no deadlocked state";
-/// Property name.
 pub const ONCE: &str = "no item completed twice";
 /// The `always` properties.
-pub const SAFETY: [&str; 5] = [MUTEX, FENCING, NO_ERROR, DEADLOCK, ONCE];
+pub const SAFETY: [&str; 4] = [MUTEX, FENCING, NO_ERROR, ONCE];
+/// The `eventually` property.
+pub const LIVE: &str = "every waiting client eventually enters";
 /// `sometimes`: a client enters.
 pub const ENTERS: &str = "a client enters";
 /// `sometimes`: final state.
@@ -125,6 +141,16 @@ pub enum Timing {
     },
 }
 
+/// Where a client may crash.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+pub enum CrashAt {
+    /// In any state.
+    Anywhere,
+    /// Only after its number is written and before it is given back (the seed's "if a
+    /// client crashes after setting its number"): [`Phase::numbered`].
+    AfterNumber,
+}
+
 /// A configuration of the model.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
 pub struct BakeryModel {
@@ -142,6 +168,8 @@ pub struct BakeryModel {
     pub mode: Mode,
     /// Client crashes allowed in all.
     pub crashes: u8,
+    /// Where crashes may happen.
+    pub crash_at: CrashAt,
     /// Time.
     pub timing: Timing,
     /// Lease, expiry, renew-below (ticks).
@@ -214,6 +242,7 @@ impl BakeryModel {
             variant,
             mode: Mode::Lock { rounds },
             crashes: 0,
+            crash_at: CrashAt::Anywhere,
             timing: Timing::None,
             lease: (2, 2, 1),
         }
@@ -227,9 +256,10 @@ impl BakeryModel {
         }
     }
 
-    /// With up to `n` client crashes.
-    pub fn with_crashes(mut self, n: u8) -> Self {
+    /// With up to `n` client crashes at `at`.
+    pub fn with_crashes(mut self, n: u8, at: CrashAt) -> Self {
         self.crashes = n;
+        self.crash_at = at;
         self
     }
 
@@ -242,6 +272,12 @@ impl BakeryModel {
     /// With lease, expiry and renew-below ticks.
     pub fn with_lease(mut self, lease: u8, expiry: u8, renew_below: u8) -> Self {
         self.lease = (lease, expiry, renew_below);
+        self
+    }
+
+    /// Renamed.
+    pub fn named(mut self, name: &str) -> Self {
+        self.name = name.to_string();
         self
     }
 
@@ -300,10 +336,7 @@ impl BakeryModel {
         }
         match self.mode {
             Mode::Lock { rounds } => cs.rounds >= rounds && cs.c.phase() == Phase::Idle,
-            Mode::Queue { .. } => {
-                self.all_items_done(st)
-                    && matches!(cs.c.phase(), Phase::ScanSleep | Phase::Scan | Phase::Idle)
-            }
+            Mode::Queue { .. } => self.all_items_done(st),
         }
     }
 
@@ -314,7 +347,9 @@ impl BakeryModel {
         }
     }
 
-    /// Final: every live client did its work.
+    /// The goal of the liveness property, and stable: every live client did its critical
+    /// sections (lock: a client that finished does nothing more), every item is completed
+    /// (queue: completions only grow).
     pub fn finished(&self, st: &BState) -> bool {
         st.clients.iter().all(|cs| self.client_done(st, cs)) && self.all_items_done(st)
     }
@@ -324,8 +359,7 @@ impl BakeryModel {
     fn could_leave(&self, st: &BState, i: usize) -> bool {
         let cs = &st.clients[i];
         let before = cs.c.phase();
-        let n = st.replicas.len();
-        for mask in 0u8..(1 << n) {
+        for mask in 0u8..(1 << NR) {
             if mask.count_ones() != self.r as u32 {
                 continue;
             }
@@ -352,47 +386,36 @@ impl BakeryModel {
                 }
                 let mut o2 = Outs::new();
                 for reply in &rout {
-                    if c.step(
-                        Input::Reply {
-                            from: ReplicaId(to),
-                            reply,
-                        },
-                        &mut o2,
-                    )
-                    .is_err()
-                    {
+                    let input = Input::Reply {
+                        from: ReplicaId(to),
+                        reply,
+                    };
+                    if c.step(input, &mut o2).is_err() {
                         return true;
                     }
                 }
             }
-            if c.phase() != before && !(before == Phase::ScanSleep && c.phase() == Phase::ScanSleep)
-            {
+            if c.phase() != before {
                 return true;
             }
         }
         false
     }
 
-    /// Every live unfinished client is asleep in a waiting loop, nothing is in flight and
-    /// no quorum read lets any of them out.
+    /// Nothing in flight, every live unfinished client asleep in a waiting loop, and no
+    /// quorum read lets any of them out.
     pub fn blocked(&self, st: &BState) -> bool {
         if !st.net.is_empty() {
             return false;
         }
         for (i, cs) in st.clients.iter().enumerate() {
-            if self.client_done(st, cs) {
+            if cs.crashed || (self.is_lock() && self.client_done(st, cs)) {
                 continue;
             }
             let p = cs.c.phase();
-            if !p.sleeping() {
-                // A client that is not asleep has a step to take (start, release) or an
-                // operation whose requests are in flight (none here: it cannot progress).
-                if p == Phase::Idle || p == Phase::Held {
-                    return false;
-                }
-                continue;
-            }
-            if self.could_leave(st, i) {
+            if !p.sleeping() || self.could_leave(st, i) {
+                // Not asleep with nothing in flight: it has a step to take (start,
+                // release).
                 return false;
             }
         }
@@ -406,7 +429,7 @@ impl BakeryModel {
         }
     }
 
-    /// The state after one tick, if it differs.
+    /// The state after one tick, if it differs in a client.
     fn ticked(&self, st: &BState) -> Option<BState> {
         let h = self.horizon()?;
         if st.ticks >= h {
@@ -421,35 +444,17 @@ impl BakeryModel {
             }
             let before = next.clients[i].c.clone();
             let mut out = Outs::new();
-            match next.clients[i].c.step(Input::Tick { elapsed: 1 }, &mut out) {
-                Ok(_) => {}
-                Err(e) => next.error = Some(e),
+            if let Err(e) = next.clients[i].c.step(Input::Tick { elapsed: 1 }, &mut out) {
+                next.error = Some(e);
             }
-            if next.clients[i].c != before {
-                changed = true;
-            }
+            changed |= next.clients[i].c != before;
             self.route(&mut next, i, &out);
         }
         changed.then_some(next)
     }
 
-    /// A deadlocked state (see the module docs).
-    pub fn deadlocked(&self, st: &BState) -> bool {
-        if self.finished(st) || st.error.is_some() || !self.blocked(st) {
-            return false;
-        }
-        match self.horizon() {
-            None => true,
-            // Out of ticks: the horizon ended the run, not the protocol (see HORIZON).
-            Some(h) if st.ticks >= h => false,
-            Some(_) => self.ticked(st).is_none(),
-        }
-    }
-
     fn horizon_hit(&self, st: &BState) -> bool {
-        matches!(self.horizon(), Some(h) if st.ticks >= h)
-            && !self.finished(st)
-            && self.blocked(st)
+        matches!(self.horizon(), Some(h) if st.ticks >= h) && !self.finished(st) && self.blocked(st)
     }
 
     /// Handles a client's outputs: requests into the network, ghost updates.
@@ -485,24 +490,27 @@ impl BakeryModel {
         }
     }
 
-    /// Renames operations (outstanding → 1, 2; others → 0), drops dead reads, sorts.
+    /// The representative of `st` (see "Reductions" in the module docs).
     fn canonical(&self, st: &mut BState) {
-        let mut maps = Vec::new();
-        for cs in st.clients.iter_mut() {
-            let old = if cs.crashed {
-                (None, None)
-            } else {
-                cs.c.compact_ops()
-            };
-            maps.push(old);
-        }
+        // Operations: outstanding → 1 (main), 2 (renewal); others → 0, and dead.
+        let maps: Vec<_> = st
+            .clients
+            .iter_mut()
+            .map(|cs| {
+                if cs.crashed {
+                    (None, None)
+                } else {
+                    cs.c.compact_ops()
+                }
+            })
+            .collect();
         let mut net = Vec::with_capacity(st.net.len());
         for (i, to, req) in st.net.drain(..) {
             let (main, renew) = maps[i as usize];
             let op = req.op();
-            let new = if Some(op) == main && op != 0 {
+            let new = if op != 0 && Some(op) == main {
                 1
-            } else if Some(op) == renew && op != 0 {
+            } else if op != 0 && Some(op) == renew {
                 2
             } else {
                 0
@@ -514,13 +522,19 @@ impl BakeryModel {
                     col,
                     cell,
                     ..
-                } => Request::Write {
-                    op: new,
-                    row,
-                    family,
-                    col,
-                    cell,
-                },
+                } => {
+                    let here = st.replicas[to as usize].cell(row, family, col);
+                    if new == 0 && here.is_some_and(|h| !cell.supersedes(&h)) {
+                        continue;
+                    }
+                    Request::Write {
+                        op: new,
+                        row,
+                        family,
+                        col,
+                        cell,
+                    }
+                }
                 Request::Read { family, row, .. } => {
                     if new == 0 {
                         continue;
@@ -534,8 +548,9 @@ impl BakeryModel {
             };
             net.push((i, to, req));
         }
-        net.sort();
         st.net = net;
+        rename_timestamps(st);
+        *st = representative(st);
     }
 
     fn step_client(&self, st: &mut BState, i: usize, input: Input<'_, KR, CC>) {
@@ -570,24 +585,25 @@ impl BakeryModel {
         }
     }
 
-    /// Runs the exhaustive check (BFS, replicas up to symmetry, two threads).
+    /// Runs the exhaustive check (BFS, two threads): every property.
     pub fn check(&self) -> BakeryReport {
-        self.run(HasDiscoveries::All)
+        self.run(HasDiscoveries::All, 2)
     }
 
-    /// Runs the check until the first `always` property fails (for refutations: the state
-    /// count is then not a property of the configuration and is not reported as such).
-    pub fn refute(&self) -> BakeryReport {
-        self.run(HasDiscoveries::AnyFailures)
+    /// Runs the check until `property` has a discovery (for refutations: the state count
+    /// is then not a property of the configuration). One thread, so that the
+    /// counterexample is the same on every run.
+    pub fn refute(&self, property: &'static str) -> BakeryReport {
+        self.run(HasDiscoveries::AnyOf(BTreeSet::from([property])), 1)
     }
 
-    fn run(&self, finish: HasDiscoveries) -> BakeryReport {
+    fn run(&self, finish: HasDiscoveries, threads: usize) -> BakeryReport {
+        self.validate().expect("valid configuration");
         let t = Instant::now();
         let checker = self
             .clone()
             .checker()
-            .symmetry_fn(representative)
-            .threads(2)
+            .threads(threads)
             .finish_when(finish)
             .spawn_bfs()
             .join();
@@ -603,6 +619,13 @@ impl BakeryModel {
                     .map(|path| self.trace(p, &crate::check::first_failure(self, p, &path))),
             });
         }
+        let path = checker.discovery(LIVE);
+        properties.push(BakeryPropertyReport {
+            name: LIVE.to_string(),
+            kind: "eventually".into(),
+            holds: path.is_none(),
+            counterexample: path.map(|path| self.trace(LIVE, &path)),
+        });
         for p in REACHED {
             properties.push(BakeryPropertyReport {
                 name: p.to_string(),
@@ -630,8 +653,9 @@ impl BakeryModel {
                     .iter()
                     .filter(|c| !c.crashed)
                     .filter_map(|c| {
-                        c.c.held()
-                            .map(|t| format!("c{} (row {}, ticket {})", c.c.id().0, c.c.row().0, t_str(t)))
+                        c.c.held().map(|t| {
+                            format!("c{} (row {}, ticket {})", c.c.id().0, c.c.row().0, t_str(t))
+                        })
                     })
                     .collect();
                 format!("in the critical section together: {}", holders.join(", "))
@@ -640,27 +664,39 @@ impl BakeryModel {
                 .fencing_violation
                 .map(|(t, p)| {
                     format!(
-                        "ticket {} entered after ticket {}: fencing token did not grow",
+                        "ticket {} entered after ticket {}: the fencing token did not grow",
                         t_str(t),
                         t_str(p)
                     )
                 })
                 .unwrap_or_default(),
             NO_ERROR => st.error.map(|e| e.to_string()).unwrap_or_default(),
-            DEADLOCK => {
+            LIVE => {
                 let waiting: Vec<String> = st
                     .clients
                     .iter()
                     .filter(|c| !self.client_done(st, c))
                     .map(|c| format!("c{} {}", c.c.id().0, phase_str(c.c.phase())))
                     .collect();
+                let crashed: Vec<String> = st
+                    .clients
+                    .iter()
+                    .filter(|c| c.crashed)
+                    .map(|c| format!("c{}", c.c.id().0))
+                    .collect();
                 format!(
-                    "deadlocked: nothing in flight, {} asleep and no quorum read lets any out{}",
+                    "blocked for ever: nothing in flight, {} asleep and no quorum read lets \
+                     any out{}{}",
                     waiting.join(", "),
-                    if self.horizon().is_some() {
-                        ", and time changes nothing"
+                    if crashed.is_empty() {
+                        String::new()
                     } else {
-                        ""
+                        format!("; crashed: {}", crashed.join(", "))
+                    },
+                    match self.horizon() {
+                        Some(h) if st.ticks >= h => format!("; tick horizon {h} reached"),
+                        Some(_) => "; another tick changes nothing".into(),
+                        None => String::new(),
                     }
                 )
             }
@@ -711,6 +747,64 @@ impl BakeryModel {
         match self.mode {
             Mode::Lock { .. } => 1,
             Mode::Queue { items } => items as usize,
+        }
+    }
+}
+
+/// A write nobody waits for (operation 0, see [`BakeryModel::canonical`]): its row and
+/// family.
+fn stale_write(req: &Request) -> Option<(Row, Family)> {
+    match *req {
+        Request::Write {
+            op: 0, row, family, ..
+        } => Some((row, family)),
+        _ => None,
+    }
+}
+
+/// Renames every write timestamp of the state to the least values with the same order and
+/// adjacency (gaps of two or more become two).
+fn rename_timestamps(st: &mut BState) {
+    let mut all = BTreeSet::new();
+    for r in &st.replicas {
+        r.timestamps(|t| {
+            all.insert(t);
+        });
+    }
+    for c in &st.clients {
+        c.c.timestamps(|t| {
+            all.insert(t);
+        });
+    }
+    for (_, _, req) in &st.net {
+        if let Request::Write { cell, .. } = req {
+            all.insert(cell.ts);
+        }
+    }
+    all.remove(&Ts(0));
+    let from: Vec<Ts> = all.into_iter().collect();
+    let mut to = Vec::with_capacity(from.len());
+    let (mut prev, mut new) = (0u32, 0u32);
+    for t in &from {
+        new += (t.0 - prev).min(2);
+        prev = t.0;
+        to.push(Ts(new));
+    }
+    if from == to {
+        return;
+    }
+    let map = Renaming::new(&from, &to).expect("increasing, without 0");
+    for r in st.replicas.iter_mut() {
+        r.rename_timestamps(&map)
+            .expect("every timestamp collected");
+    }
+    for c in st.clients.iter_mut() {
+        c.c.rename_timestamps(&map)
+            .expect("every timestamp collected");
+    }
+    for (_, _, req) in st.net.iter_mut() {
+        if let Request::Write { cell, .. } = req {
+            *cell = map.cell(*cell);
         }
     }
 }
@@ -769,7 +863,13 @@ fn req_str(r: &Request) -> String {
             cell,
             ..
         } => match cell.val {
-            None => format!("delete <row{}, {}, {}> @{}", row.0, family.name(), col, cell.ts.0),
+            None => format!(
+                "delete <row{}, {}, {}> @{}",
+                row.0,
+                family.name(),
+                col,
+                cell.ts.0
+            ),
             Some(v) => format!(
                 "write <row{}, {}, {}={}> @{}",
                 row.0,
@@ -878,7 +978,8 @@ impl Model for BakeryModel {
     fn init_states(&self) -> Vec<BState> {
         let mut replicas = vec![MReplica::new(); NR];
         if let Mode::Queue { items } = self.mode {
-            // Enqueued before the run: `write <ts, CF=details, …>`, `write <ts, CF=number, 0=0>`.
+            // Enqueued before the run (wiki lines 108–109): `write <ts, CF=details, …>`,
+            // `write <ts, CF=number, 0=0>`.
             for rep in replicas.iter_mut() {
                 for k in 0..items {
                     let marker = Cell {
@@ -889,8 +990,10 @@ impl Model for BakeryModel {
                         ts: Ts(1),
                         val: Some(Value::Int(1)),
                     };
-                    rep.seed(Row(k), Family::Number, 0, marker).expect("row in range");
-                    rep.seed(Row(k), Family::Details, 0, details).expect("row in range");
+                    rep.seed(Row(k), Family::Number, 0, marker)
+                        .expect("row in range");
+                    rep.seed(Row(k), Family::Details, 0, details)
+                        .expect("row in range");
                 }
             }
         }
@@ -919,37 +1022,53 @@ impl Model for BakeryModel {
         if st.error.is_some() {
             return;
         }
+        let blocked = self.blocked(st);
         for (i, cs) in st.clients.iter().enumerate() {
             if cs.crashed {
                 continue;
             }
             let i8 = i as u8;
             let p = cs.c.phase();
-            if p == Phase::Idle && (cs.rounds < self.rounds()) {
+            if p == Phase::Idle && cs.rounds < self.rounds() {
                 actions.push(BAction::Start(i8));
             }
             if p == Phase::Held {
                 actions.push(BAction::Release(i8));
             }
-            if p.sleeping() {
+            if p.sleeping() && !blocked {
                 actions.push(BAction::Wake(i8));
             }
-            if st.crashes < self.crashes {
+            let crashable = match self.crash_at {
+                CrashAt::Anywhere => true,
+                CrashAt::AfterNumber => p.numbered(),
+            };
+            if st.crashes < self.crashes && crashable {
                 actions.push(BAction::Crash(i8));
             }
         }
+        let only_stale = st.net.iter().all(|m| stale_write(&m.2).is_some());
         let mut last = None;
         for &(i, r, req) in &st.net {
             if last == Some((i, r, req)) {
                 continue;
             }
             last = Some((i, r, req));
+            if let Some((row, family)) = stale_write(&req) {
+                let observed = st.net.iter().any(|&(_, to, m)| {
+                    to == r
+                        && matches!(m, Request::Read { family: f, row: k, .. }
+                            if f == family && k.is_none_or(|k| k == row))
+                });
+                if !observed && !only_stale {
+                    continue;
+                }
+            }
             actions.push(BAction::Deliver(i, r, req));
         }
         let tick = match self.timing {
             Timing::None => false,
             Timing::Free { horizon } => st.ticks < horizon,
-            Timing::Synchronous { horizon } => st.ticks < horizon && self.blocked(st),
+            Timing::Synchronous { horizon } => st.ticks < horizon && blocked,
         };
         if tick && self.ticked(st).is_some() {
             actions.push(BAction::Tick);
@@ -986,14 +1105,11 @@ impl Model for BakeryModel {
                     st.error = Some(e);
                 } else if !st.clients[i as usize].crashed {
                     for reply in &rout {
-                        self.step_client(
-                            &mut st,
-                            i as usize,
-                            Input::Reply {
-                                from: ReplicaId(r),
-                                reply,
-                            },
-                        );
+                        let input = Input::Reply {
+                            from: ReplicaId(r),
+                            reply,
+                        };
+                        self.step_client(&mut st, i as usize, input);
                     }
                 }
             }
@@ -1004,11 +1120,7 @@ impl Model for BakeryModel {
                 cs.c = self.new_client(i as usize);
                 st.crashes += 1;
             }
-            BAction::Tick => {
-                let mut next = self.ticked(&st)?;
-                next.entered_after_crash = st.entered_after_crash || next.entered_after_crash;
-                st = next;
-            }
+            BAction::Tick => st = self.ticked(&st)?,
         }
         self.canonical(&mut st);
         Some(st)
@@ -1016,7 +1128,7 @@ impl Model for BakeryModel {
 
     fn properties(&self) -> Vec<Property<Self>> {
         vec![
-            Property::always(MUTEX, |m: &Self, st: &BState| {
+            Property::always(MUTEX, |_, st: &BState| {
                 let mut held: Vec<Row> = st
                     .clients
                     .iter()
@@ -1026,14 +1138,15 @@ impl Model for BakeryModel {
                 let n = held.len();
                 held.sort();
                 held.dedup();
-                let _ = m;
                 held.len() == n
             }),
             Property::always(FENCING, |_, st: &BState| st.fencing_violation.is_none()),
             Property::always(NO_ERROR, |_, st: &BState| st.error.is_none()),
-            Property::always(DEADLOCK, |m: &Self, st: &BState| !m.deadlocked(st)),
             Property::always(ONCE, |_, st: &BState| st.completed.iter().all(|&n| n <= 1)),
-            Property::sometimes(ENTERS, |_, st: &BState| st.last_token.iter().any(Option::is_some)),
+            Property::eventually(LIVE, |m: &Self, st: &BState| m.finished(st)),
+            Property::sometimes(ENTERS, |_, st: &BState| {
+                st.last_token.iter().any(Option::is_some)
+            }),
             Property::sometimes(FINISHES, |m: &Self, st: &BState| m.finished(st)),
             Property::sometimes(AFTER_CRASH, |_, st: &BState| st.entered_after_crash),
             Property::sometimes(LEASE_LOST, |_, st: &BState| st.lease_lost),

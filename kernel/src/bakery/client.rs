@@ -46,7 +46,7 @@
 //! has written or read), so a delete always supersedes the cell it deletes.
 
 use super::store::{Cell, ClientId, Columns, Family, Reply, Request, Row, Ts, Value};
-use super::{BakeryError, ReplicaId, Sink, Ticket};
+use super::{BakeryError, Renaming, ReplicaId, Sink, Ticket};
 
 /// The corrections of hilock; every flag `false` is the seed as written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -220,7 +220,8 @@ impl Phase {
         )
     }
 
-    fn leased(self) -> bool {
+    /// The client has entries in the store that its lease covers (lines 1–18).
+    pub const fn leased(self) -> bool {
         matches!(
             self,
             Phase::Choose
@@ -236,8 +237,9 @@ impl Phase {
         )
     }
 
-    /// The own `number` entry has been written (line 4 done) and not yet removed.
-    fn numbered(self) -> bool {
+    /// The own `number` entry has been written (line 4 done) and not yet given back
+    /// (line 19): the seed's "if a client crashes after setting its number".
+    pub const fn numbered(self) -> bool {
         self.leased() && !matches!(self, Phase::Choose | Phase::ReadMax | Phase::TakeNumber)
     }
 }
@@ -587,6 +589,48 @@ impl<const N: usize, const K: usize, const C: usize> Client<N, K, C> {
         Ok(())
     }
 
+    /// Visits every write timestamp the client holds: its Lamport clock, the cells of
+    /// `choosing_hash`, `number_hash` and of the read in progress, and the timestamps its
+    /// lease observations watch (0, "none", is skipped).
+    pub fn timestamps(&self, mut f: impl FnMut(Ts)) {
+        if self.clock > 0 {
+            f(Ts(self.clock));
+        }
+        let views = self.op.iter().flat_map(|o| o.view.iter());
+        let hashes = [&self.choosing, &self.numbers].into_iter().chain(views);
+        for cell in hashes.flatten().flatten() {
+            f(cell.ts);
+        }
+        for o in self.obs.iter().flatten().flatten() {
+            if o.ts.0 > 0 {
+                f(o.ts);
+            }
+        }
+    }
+
+    /// Renames every timestamp the client holds (see [`Renaming`]): with a renaming that
+    /// keeps order and adjacency the client behaves exactly as before. Refused, changing
+    /// nothing, if a timestamp it holds is not in the renaming.
+    pub fn rename_timestamps(&mut self, map: &Renaming<'_>) -> Result<(), BakeryError> {
+        let mut ok = map.get(Ts(self.clock)).is_some();
+        self.timestamps(|t| ok &= map.get(t).is_some());
+        if !ok {
+            return Err(BakeryError::BadRenaming);
+        }
+        self.clock = map.get(Ts(self.clock)).map_or(self.clock, |t| t.0);
+        let views = self.op.iter_mut().flat_map(|o| o.view.iter_mut());
+        let hashes = [&mut self.choosing, &mut self.numbers]
+            .into_iter()
+            .chain(views);
+        for cell in hashes.flatten().flatten() {
+            *cell = map.cell(*cell);
+        }
+        for o in self.obs.iter_mut().flatten().flatten() {
+            o.ts = map.get(o.ts).unwrap_or(o.ts);
+        }
+        Ok(())
+    }
+
     /// Apply one input. Outputs go to `out`, which must have room for `N + 2` outputs.
     /// On `Err` nothing changed.
     pub fn step(
@@ -654,6 +698,16 @@ impl<const N: usize, const K: usize, const C: usize> Client<N, K, C> {
 
     // ----- helpers -------------------------------------------------------------------
 
+    /// Lines 2–17's local variables are dead once the loop of line 8 is left: forgetting
+    /// them keeps states that differ only in dead values apart from nothing.
+    fn forget_hashes(&mut self) {
+        self.choosing = [None; C];
+        self.numbers = [None; C];
+        self.choosing_expired = 0;
+        self.numbers_expired = 0;
+        self.numbers_stale = false;
+    }
+
     fn given_back(&self) -> Option<Value> {
         self.cfg
             .variant
@@ -669,7 +723,7 @@ impl<const N: usize, const K: usize, const C: usize> Client<N, K, C> {
 
     fn send_all(&self, req: Request, out: &mut impl Sink<ClientOutput>) {
         for r in 0..N {
-            let _ = out.push(ClientOutput::Send {
+            let _ = out.put(ClientOutput::Send {
                 to: ReplicaId(r as u8),
                 req,
             });
@@ -762,6 +816,9 @@ impl<const N: usize, const K: usize, const C: usize> Client<N, K, C> {
     fn scan(&mut self, out: &mut impl Sink<ClientOutput>) {
         self.lease = None;
         self.renewal = None;
+        self.forget_hashes();
+        self.ticket = 0;
+        self.row = Row(0);
         self.read(Family::Number, None, out);
         self.phase = Phase::Scan;
     }
@@ -855,21 +912,23 @@ impl<const N: usize, const K: usize, const C: usize> Client<N, K, C> {
         self.lease = None;
         self.renewal = None;
         self.op = None;
+        self.forget_hashes();
         match (held, self.cfg.program) {
             (Some(token), Program::Lock { .. }) => {
-                let _ = out.push(ClientOutput::Lost { row, token });
+                let _ = out.put(ClientOutput::Lost { row, token });
+                self.ticket = 0;
                 self.phase = Phase::Idle;
             }
             (Some(token), Program::Queue { .. }) => {
-                let _ = out.push(ClientOutput::Lost { row, token });
+                let _ = out.put(ClientOutput::Lost { row, token });
                 self.scan(out);
             }
             (None, Program::Lock { .. }) => {
-                let _ = out.push(ClientOutput::Abandoned { row });
+                let _ = out.put(ClientOutput::Abandoned { row });
                 self.choose(out);
             }
             (None, Program::Queue { .. }) => {
-                let _ = out.push(ClientOutput::Abandoned { row });
+                let _ = out.put(ClientOutput::Abandoned { row });
                 self.scan(out);
             }
         }
@@ -969,8 +1028,9 @@ impl<const N: usize, const K: usize, const C: usize> Client<N, K, C> {
                 Rule::Line6ReadChoosing
             }
             Phase::Exit => {
+                self.ticket = 0;
                 self.phase = Phase::Idle;
-                let _ = out.push(ClientOutput::Exited { row });
+                let _ = out.put(ClientOutput::Exited { row });
                 Rule::Exited
             }
             Phase::GiveUp => {
@@ -983,8 +1043,9 @@ impl<const N: usize, const K: usize, const C: usize> Client<N, K, C> {
                 Rule::RemoveItem
             }
             Phase::Remove { step: 1 } => {
-                let _ = out.push(ClientOutput::Completed { row });
-                self.write(Family::Number, self.id.0, None, out);
+                let _ = out.put(ClientOutput::Completed { row });
+                let val = self.given_back();
+                self.write(Family::Number, self.id.0, val, out);
                 self.phase = Phase::Remove { step: 2 };
                 Rule::ItemCompleted
             }
@@ -1106,7 +1167,7 @@ impl<const N: usize, const K: usize, const C: usize> Client<N, K, C> {
                     }
                     None => {
                         self.phase = Phase::ScanSleep;
-                        let _ = out.push(ClientOutput::Sleep);
+                        let _ = out.put(ClientOutput::Sleep);
                         Rule::NothingToDo
                     }
                 }
@@ -1145,7 +1206,7 @@ impl<const N: usize, const K: usize, const C: usize> Client<N, K, C> {
                 )
             {
                 self.phase = Phase::WaitChoosing { id, reading: false };
-                let _ = out.push(ClientOutput::Sleep);
+                let _ = out.put(ClientOutput::Sleep);
                 return Rule::Line9WaitChoosing;
             }
             if v.reread_numbers && self.numbers_stale {
@@ -1167,7 +1228,7 @@ impl<const N: usize, const K: usize, const C: usize> Client<N, K, C> {
                     return match self.cfg.program {
                         Program::Lock { .. } => {
                             self.phase = Phase::WaitNumber { id, reading: false };
-                            let _ = out.push(ClientOutput::Sleep);
+                            let _ = out.put(ClientOutput::Sleep);
                             Rule::Line13WaitNumber
                         }
                         Program::Queue { .. } => {
@@ -1183,8 +1244,9 @@ impl<const N: usize, const K: usize, const C: usize> Client<N, K, C> {
             }
             id += 1;
         }
+        self.forget_hashes();
         self.phase = Phase::Held;
-        let _ = out.push(ClientOutput::Entered {
+        let _ = out.put(ClientOutput::Entered {
             row: self.row,
             token: Ticket {
                 number: self.ticket,

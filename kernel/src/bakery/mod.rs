@@ -23,24 +23,7 @@ pub use store::{Cell, ClientId, Family, Replica, ReplicaReport, Reply, Request, 
 
 use core::fmt;
 
-/// A buffer the caller provides for a step's outputs. A step first checks that
-/// [`Sink::room`] is large enough for everything it may emit, so a push never fails
-/// half-way and a rejected input leaves both the state and the sink untouched.
-pub trait Sink<M> {
-    /// How many more outputs fit.
-    fn room(&self) -> usize;
-    /// Append one output (`Err` gives it back when full).
-    fn push(&mut self, m: M) -> Result<(), M>;
-}
-
-impl<M, const O: usize> Sink<M> for heapless::Vec<M, O> {
-    fn room(&self) -> usize {
-        O - self.len()
-    }
-    fn push(&mut self, m: M) -> Result<(), M> {
-        heapless::Vec::push(self, m)
-    }
-}
+use crate::msg::Sink;
 
 /// A replica: an index `0..N`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -98,6 +81,9 @@ pub enum BakeryError {
     /// A reply whose shape does not fit the request it answers (an answer to a write,
     /// an acknowledgement of a read, a family that was not asked for).
     BadReply,
+    /// A timestamp renaming that is not two strictly increasing lists of equal length
+    /// without 0, or that misses a timestamp the client or replica holds.
+    BadRenaming,
     /// The output buffer has less room than the step may need.
     OutputsFull,
 }
@@ -115,7 +101,57 @@ impl fmt::Display for BakeryError {
             BakeryError::NotHeld => write!(f, "nothing is held"),
             BakeryError::WrongProgram => write!(f, "input does not fit the client's program"),
             BakeryError::BadReply => write!(f, "reply does not fit its request"),
+            BakeryError::BadRenaming => {
+                write!(f, "not an order-preserving renaming of the timestamps held")
+            }
             BakeryError::OutputsFull => write!(f, "output buffer too small for this step"),
+        }
+    }
+}
+
+/// A renaming of write timestamps: `from[i]` becomes `to[i]`; both lists strictly
+/// increasing, of equal length, without 0 (0 means "no timestamp" and stays 0).
+///
+/// Last-write-wins only compares timestamps and a client only ever writes its clock plus
+/// one, so a renaming that keeps their order *and* keeps which of them are consecutive
+/// integers changes no comparison now or later: a model checker uses it to map states
+/// that differ only in the values of timestamps to one representative.
+#[derive(Clone, Copy, Debug)]
+pub struct Renaming<'a> {
+    from: &'a [store::Ts],
+    to: &'a [store::Ts],
+}
+
+impl<'a> Renaming<'a> {
+    /// Checks the two lists.
+    pub fn new(from: &'a [store::Ts], to: &'a [store::Ts]) -> Result<Self, BakeryError> {
+        let increasing = |l: &[store::Ts]| {
+            l.first().is_none_or(|t| t.0 > 0) && l.windows(2).all(|w| w[0] < w[1])
+        };
+        if from.len() != to.len() || !increasing(from) || !increasing(to) {
+            return Err(BakeryError::BadRenaming);
+        }
+        Ok(Renaming { from, to })
+    }
+
+    /// The new name of `t` (`None`: `t` is not renamed by this renaming).
+    pub fn get(&self, t: store::Ts) -> Option<store::Ts> {
+        if t.0 == 0 {
+            return Some(t);
+        }
+        self.from.binary_search(&t).ok().map(|i| self.to[i])
+    }
+
+    /// Whether every timestamp of `cell` has a new name.
+    pub(crate) fn covers(&self, cell: &Option<store::Cell>) -> bool {
+        cell.is_none_or(|c| self.get(c.ts).is_some())
+    }
+
+    /// `cell` renamed (unchanged when not covered; callers check [`Renaming::covers`] first).
+    pub fn cell(&self, cell: store::Cell) -> store::Cell {
+        store::Cell {
+            ts: self.get(cell.ts).unwrap_or(cell.ts),
+            val: cell.val,
         }
     }
 }

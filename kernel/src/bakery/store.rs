@@ -3,7 +3,7 @@
 //! Each replica keeps, per column, the cell with the largest write timestamp
 //! (last-write-wins); a delete writes a tombstone, which wins a tie, as in Cassandra.
 
-use super::{BakeryError, Sink};
+use super::{BakeryError, Renaming, Sink};
 use core::fmt;
 
 /// A client id: the column it writes (`1..C`; column 0 is the work queue's `0=0` marker).
@@ -244,7 +244,7 @@ impl<const K: usize, const C: usize> Replica<K, C> {
                 if applied {
                     *slot = Some(cell);
                 }
-                let _ = out.push(Reply::Ack { op });
+                let _ = out.put(Reply::Ack { op });
                 Ok(if applied {
                     ReplicaReport::Applied
                 } else {
@@ -267,10 +267,29 @@ impl<const K: usize, const C: usize> Replica<K, C> {
                         }
                     }
                 }
-                let _ = out.push(Reply::Answer { op, family, rows });
+                let _ = out.put(Reply::Answer { op, family, rows });
                 Ok(ReplicaReport::Answered)
             }
         }
+    }
+
+    /// Visits the timestamp of every cell.
+    pub fn timestamps(&self, mut f: impl FnMut(Ts)) {
+        for cell in self.table.iter().flatten().flatten().flatten() {
+            f(cell.ts);
+        }
+    }
+
+    /// Renames every cell's timestamp (see [`Renaming`]); refused, changing nothing, if
+    /// a cell's timestamp is not in the renaming.
+    pub fn rename_timestamps(&mut self, map: &Renaming<'_>) -> Result<(), BakeryError> {
+        if !self.table.iter().flatten().flatten().all(|c| map.covers(c)) {
+            return Err(BakeryError::BadRenaming);
+        }
+        for cell in self.table.iter_mut().flatten().flatten().flatten() {
+            *cell = map.cell(*cell);
+        }
+        Ok(())
     }
 
     /// Puts a cell directly (the initial contents of a configuration, e.g. work items
