@@ -74,14 +74,8 @@ use std::time::{Duration, Instant};
 
 /// Replicas.
 pub const NR: usize = 3;
-/// Rows: the lock (row 0) or up to two items, plus `lock_id` for the literal queue.
-pub const KR: usize = 3;
-/// Columns: 0 (the queue's `0=0`) and clients 1..=3.
-pub const CC: usize = 4;
-/// The kernel client the model drives.
-pub type MClient = Client<NR, KR, CC>;
-/// The kernel replica the model drives.
-pub type MReplica = Replica<KR, CC>;
+/// Most rows: up to two items, plus `lock_id` for the literal queue.
+pub const MAX_ROWS: usize = 3;
 type Outs = heapless::Vec<ClientOutput, 8>;
 
 /// Property names.
@@ -106,8 +100,10 @@ pub const AFTER_CRASH: &str = "a client enters after another crashed";
 pub const LEASE_LOST: &str = "a lease is lost";
 /// `sometimes`: horizon.
 pub const HORIZON: &str = "tick horizon reached while blocked";
+/// `sometimes`: a ticket at [`BakeryModel::max_number`] (the bound may have cut paths).
+pub const BOUND: &str = "a ticket reaches the bound";
 /// The `sometimes` properties.
-pub const REACHED: [&str; 5] = [ENTERS, FINISHES, AFTER_CRASH, LEASE_LOST, HORIZON];
+pub const REACHED: [&str; 6] = [ENTERS, FINISHES, AFTER_CRASH, LEASE_LOST, HORIZON, BOUND];
 
 /// What the clients run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
@@ -174,13 +170,17 @@ pub struct BakeryModel {
     pub timing: Timing,
     /// Lease, expiry, renew-below (ticks).
     pub lease: (u8, u8, u8),
+    /// States in which a client drew a ticket above this are not explored
+    /// (`within_boundary`): a give-up loop with tickets kept (`keep_tickets`) draws ever
+    /// larger numbers, an infinite state space. [`BOUND`] tells whether the bound cut.
+    pub max_number: u32,
 }
 
 /// One client in the model.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct CState {
+pub struct CState<const K: usize, const C: usize> {
     /// The kernel client.
-    pub c: MClient,
+    pub c: Client<NR, K, C>,
     /// Crashed (its state is reset: it is no longer observable).
     pub crashed: bool,
     /// Critical sections finished (exited or lost) — lock.
@@ -189,11 +189,11 @@ pub struct CState {
 
 /// A state.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct BState {
+pub struct BState<const K: usize, const C: usize> {
     /// Clients `0..clients` (id = index + 1).
-    pub clients: Vec<CState>,
+    pub clients: Vec<CState<K, C>>,
     /// Replicas.
-    pub replicas: Vec<MReplica>,
+    pub replicas: Vec<Replica<K, C>>,
     /// Requests in flight: (client index, replica, request), sorted.
     pub net: Vec<(u8, u8, Request)>,
     /// Ticks so far.
@@ -201,11 +201,11 @@ pub struct BState {
     /// Crashes so far.
     pub crashes: u8,
     /// Ghost: last fencing token per row.
-    pub last_token: [Option<Ticket>; KR],
+    pub last_token: [Option<Ticket>; K],
     /// Ghost: a token that was not larger than its predecessor (new, previous).
     pub fencing_violation: Option<(Ticket, Ticket)>,
     /// Ghost: completions per item.
-    pub completed: [u8; KR],
+    pub completed: [u8; K],
     /// Ghost: a kernel error.
     pub error: Option<BakeryError>,
     /// Ghost: the last step let a client enter after a crash.
@@ -231,6 +231,18 @@ pub enum BAction {
     Tick,
 }
 
+/// A configuration with its state sizes: `K` rows, `C` columns (client ids `1..C`). The
+/// model [`BakeryModel::check`] runs; [`std::ops::Deref`] gives the configuration.
+#[derive(Clone, Debug)]
+pub struct BakerySystem<const K: usize, const C: usize>(pub BakeryModel);
+
+impl<const K: usize, const C: usize> std::ops::Deref for BakerySystem<K, C> {
+    type Target = BakeryModel;
+    fn deref(&self) -> &BakeryModel {
+        &self.0
+    }
+}
+
 impl BakeryModel {
     /// A lock configuration without leases and without crashes.
     pub fn lock(name: &str, clients: u8, rounds: u8, r: u8, w: u8, variant: Variant) -> Self {
@@ -245,6 +257,7 @@ impl BakeryModel {
             crash_at: CrashAt::Anywhere,
             timing: Timing::None,
             lease: (2, 2, 1),
+            max_number: 6,
         }
     }
 
@@ -281,6 +294,42 @@ impl BakeryModel {
         self
     }
 
+    /// Runs the exhaustive check (BFS, two threads): every property.
+    pub fn check(&self) -> BakeryReport {
+        self.dispatch(HasDiscoveries::All, 2)
+    }
+
+    /// Runs the check until `property` has a discovery (for refutations: the state count
+    /// is then not a property of the configuration). One thread, so that the
+    /// counterexample is the same on every run.
+    pub fn refute(&self, property: &'static str) -> BakeryReport {
+        self.dispatch(HasDiscoveries::AnyOf(BTreeSet::from([property])), 1)
+    }
+
+    /// The rows and columns the configuration needs: the lock's row (or the items and
+    /// `lock_id`), column 0 and one column per client.
+    pub fn sizes(&self) -> (usize, usize) {
+        let k = match self.mode {
+            Mode::Lock { .. } => 1,
+            Mode::Queue { items } => items as usize + 1,
+        };
+        (k, (self.clients as usize + 1).max(3))
+    }
+
+    fn dispatch(&self, finish: HasDiscoveries, threads: usize) -> BakeryReport {
+        let m = self.clone();
+        match self.sizes() {
+            (1, 3) => BakerySystem::<1, 3>(m).run(finish, threads),
+            (1, 4) => BakerySystem::<1, 4>(m).run(finish, threads),
+            (2, 3) => BakerySystem::<2, 3>(m).run(finish, threads),
+            (2, 4) => BakerySystem::<2, 4>(m).run(finish, threads),
+            (3, 3) => BakerySystem::<3, 3>(m).run(finish, threads),
+            _ => BakerySystem::<3, 4>(m).run(finish, threads),
+        }
+    }
+}
+
+impl<const K: usize, const C: usize> BakerySystem<K, C> {
     fn config(&self) -> Config {
         Config {
             r: self.r,
@@ -293,14 +342,14 @@ impl BakeryModel {
                 Mode::Lock { .. } => Program::Lock { row: Row(0) },
                 Mode::Queue { items } => Program::Queue {
                     items,
-                    lock_id: Row(KR as u8 - 1),
+                    lock_id: Row(K as u8 - 1),
                 },
             },
         }
     }
 
-    fn new_client(&self, i: usize) -> MClient {
-        MClient::new(ClientId(i as u16 + 1), self.config()).expect("validated configuration")
+    fn new_client(&self, i: usize) -> Client<NR, K, C> {
+        Client::new(ClientId(i as u16 + 1), self.config()).expect("validated configuration")
     }
 
     /// Checks the configuration (the kernel validates quorums and leases).
@@ -313,7 +362,7 @@ impl BakeryModel {
                 return Err("1 or 2 items".into());
             }
         }
-        MClient::new(ClientId(1), self.config())
+        Client::<NR, K, C>::new(ClientId(1), self.config())
             .map(|_| ())
             .map_err(|e| e.to_string())
     }
@@ -330,7 +379,7 @@ impl BakeryModel {
     }
 
     /// Whether a live client has nothing left to do.
-    fn client_done(&self, st: &BState, cs: &CState) -> bool {
+    fn client_done(&self, st: &BState<K, C>, cs: &CState<K, C>) -> bool {
         if cs.crashed {
             return true;
         }
@@ -340,7 +389,7 @@ impl BakeryModel {
         }
     }
 
-    fn all_items_done(&self, st: &BState) -> bool {
+    fn all_items_done(&self, st: &BState<K, C>) -> bool {
         match self.mode {
             Mode::Queue { items } => st.completed[..items as usize].iter().all(|&n| n > 0),
             Mode::Lock { .. } => true,
@@ -350,13 +399,13 @@ impl BakeryModel {
     /// The goal of the liveness property, and stable: every live client did its critical
     /// sections (lock: a client that finished does nothing more), every item is completed
     /// (queue: completions only grow).
-    pub fn finished(&self, st: &BState) -> bool {
+    pub fn finished(&self, st: &BState<K, C>) -> bool {
         st.clients.iter().all(|cs| self.client_done(st, cs)) && self.all_items_done(st)
     }
 
     /// Whether a sleeping client could leave its loop after `Wake` and some quorum of
     /// `R` replicas answering from their current contents.
-    fn could_leave(&self, st: &BState, i: usize) -> bool {
+    fn could_leave(&self, st: &BState<K, C>, i: usize) -> bool {
         let cs = &st.clients[i];
         let before = cs.c.phase();
         for mask in 0u8..(1 << NR) {
@@ -380,7 +429,7 @@ impl BakeryModel {
                     continue;
                 }
                 let mut rep = st.replicas[to as usize].clone();
-                let mut rout: heapless::Vec<Reply<KR, CC>, 1> = heapless::Vec::new();
+                let mut rout: heapless::Vec<Reply<K, C>, 1> = heapless::Vec::new();
                 if rep.step(&req, &mut rout).is_err() {
                     return true;
                 }
@@ -404,7 +453,7 @@ impl BakeryModel {
 
     /// Nothing in flight, every live unfinished client asleep in a waiting loop, and no
     /// quorum read lets any of them out.
-    pub fn blocked(&self, st: &BState) -> bool {
+    pub fn blocked(&self, st: &BState<K, C>) -> bool {
         if !st.net.is_empty() {
             return false;
         }
@@ -430,7 +479,7 @@ impl BakeryModel {
     }
 
     /// The state after one tick, if it differs in a client.
-    fn ticked(&self, st: &BState) -> Option<BState> {
+    fn ticked(&self, st: &BState<K, C>) -> Option<BState<K, C>> {
         let h = self.horizon()?;
         if st.ticks >= h {
             return None;
@@ -453,12 +502,12 @@ impl BakeryModel {
         changed.then_some(next)
     }
 
-    fn horizon_hit(&self, st: &BState) -> bool {
+    fn horizon_hit(&self, st: &BState<K, C>) -> bool {
         matches!(self.horizon(), Some(h) if st.ticks >= h) && !self.finished(st) && self.blocked(st)
     }
 
     /// Handles a client's outputs: requests into the network, ghost updates.
-    fn route(&self, st: &mut BState, i: usize, out: &[ClientOutput]) {
+    fn route(&self, st: &mut BState<K, C>, i: usize, out: &[ClientOutput]) {
         for o in out {
             match *o {
                 ClientOutput::Send { to, req } => st.net.push((i as u8, to.0, req)),
@@ -491,7 +540,7 @@ impl BakeryModel {
     }
 
     /// The representative of `st` (see "Reductions" in the module docs).
-    fn canonical(&self, st: &mut BState) {
+    fn canonical(&self, st: &mut BState<K, C>) {
         // Operations: outstanding → 1 (main), 2 (renewal); others → 0, and dead.
         let maps: Vec<_> = st
             .clients
@@ -553,7 +602,7 @@ impl BakeryModel {
         *st = representative(st);
     }
 
-    fn step_client(&self, st: &mut BState, i: usize, input: Input<'_, KR, CC>) {
+    fn step_client(&self, st: &mut BState<K, C>, i: usize, input: Input<'_, K, C>) {
         let mut out = Outs::new();
         match st.clients[i].c.step(input, &mut out) {
             Ok(_) => self.route(st, i, &out),
@@ -583,18 +632,6 @@ impl BakeryModel {
             BAction::Crash(i) => format!("c{} crashes", i + 1),
             BAction::Tick => "tick".to_string(),
         }
-    }
-
-    /// Runs the exhaustive check (BFS, two threads): every property.
-    pub fn check(&self) -> BakeryReport {
-        self.run(HasDiscoveries::All, 2)
-    }
-
-    /// Runs the check until `property` has a discovery (for refutations: the state count
-    /// is then not a property of the configuration). One thread, so that the
-    /// counterexample is the same on every run.
-    pub fn refute(&self, property: &'static str) -> BakeryReport {
-        self.run(HasDiscoveries::AnyOf(BTreeSet::from([property])), 1)
     }
 
     fn run(&self, finish: HasDiscoveries, threads: usize) -> BakeryReport {
@@ -645,7 +682,7 @@ impl BakeryModel {
     }
 
     /// What is wrong in a state, for `property`.
-    pub fn violation(&self, property: &str, st: &BState) -> String {
+    pub fn violation(&self, property: &str, st: &BState<K, C>) -> String {
         match property {
             MUTEX => {
                 let holders: Vec<String> = st
@@ -685,8 +722,7 @@ impl BakeryModel {
                     .map(|c| format!("c{}", c.c.id().0))
                     .collect();
                 format!(
-                    "blocked for ever: nothing in flight, {} asleep and no quorum read lets \
-                     any out{}{}",
+                    "blocked for ever: nothing in flight, {}; no quorum read lets any out{}{}",
                     waiting.join(", "),
                     if crashed.is_empty() {
                         String::new()
@@ -706,7 +742,7 @@ impl BakeryModel {
     }
 
     /// A path as a readable trace (`hilock-bakery-trace/1`).
-    pub fn trace(&self, property: &str, path: &Path<BState, BAction>) -> BakeryTrace {
+    pub fn trace(&self, property: &str, path: &Path<BState<K, C>, BAction>) -> BakeryTrace {
         let states = path.clone().into_states();
         let actions = path.clone().into_actions();
         let mut steps = Vec::new();
@@ -732,7 +768,7 @@ impl BakeryModel {
         BakeryTrace {
             format: "hilock-bakery-trace/1".into(),
             model: self.name.clone(),
-            config: self.clone(),
+            config: self.0.clone(),
             property: property.to_string(),
             violation: states
                 .last()
@@ -764,7 +800,7 @@ fn stale_write(req: &Request) -> Option<(Row, Family)> {
 
 /// Renames every write timestamp of the state to the least values with the same order and
 /// adjacency (gaps of two or more become two).
-fn rename_timestamps(st: &mut BState) {
+fn rename_timestamps<const K: usize, const C: usize>(st: &mut BState<K, C>) {
     let mut all = BTreeSet::new();
     for r in &st.replicas {
         r.timestamps(|t| {
@@ -811,7 +847,7 @@ fn rename_timestamps(st: &mut BState) {
 
 /// The representative of a state's class under renaming the replicas: replicas sorted by
 /// (contents, requests in flight to them, which clients' operations they answered).
-pub fn representative(st: &BState) -> BState {
+pub fn representative<const K: usize, const C: usize>(st: &BState<K, C>) -> BState<K, C> {
     let key = |r: usize| {
         let msgs: Vec<(u8, Request)> = st
             .net
@@ -893,7 +929,7 @@ fn val_str(v: Value) -> String {
     }
 }
 
-fn cols_str(cols: &Columns<CC>) -> String {
+fn cols_str<const C: usize>(cols: &Columns<C>) -> String {
     cols.iter()
         .enumerate()
         .filter_map(|(c, cell)| cell.map(|cell| format!("{c}:{cell}")))
@@ -928,7 +964,7 @@ fn phase_str(p: Phase) -> String {
     }
 }
 
-fn client_str(c: &CState) -> String {
+fn client_str<const K: usize, const C: usize>(c: &CState<K, C>) -> String {
     if c.crashed {
         return "crashed".into();
     }
@@ -956,7 +992,7 @@ fn client_str(c: &CState) -> String {
     s
 }
 
-fn replica_str(r: &MReplica, rows: usize) -> String {
+fn replica_str<const K: usize, const C: usize>(r: &Replica<K, C>, rows: usize) -> String {
     let mut parts = Vec::new();
     for k in 0..rows {
         for f in Family::ALL {
@@ -971,12 +1007,12 @@ fn replica_str(r: &MReplica, rows: usize) -> String {
     parts.join("; ")
 }
 
-impl Model for BakeryModel {
-    type State = BState;
+impl<const K: usize, const C: usize> Model for BakerySystem<K, C> {
+    type State = BState<K, C>;
     type Action = BAction;
 
-    fn init_states(&self) -> Vec<BState> {
-        let mut replicas = vec![MReplica::new(); NR];
+    fn init_states(&self) -> Vec<BState<K, C>> {
+        let mut replicas = vec![Replica::<K, C>::new(); NR];
         if let Mode::Queue { items } = self.mode {
             // Enqueued before the run (wiki lines 108–109): `write <ts, CF=details, …>`,
             // `write <ts, CF=number, 0=0>`.
@@ -1009,16 +1045,16 @@ impl Model for BakeryModel {
             net: Vec::new(),
             ticks: 0,
             crashes: 0,
-            last_token: [None; KR],
+            last_token: [None; K],
             fencing_violation: None,
-            completed: [0; KR],
+            completed: [0; K],
             error: None,
             entered_after_crash: false,
             lease_lost: false,
         }]
     }
 
-    fn actions(&self, st: &BState, actions: &mut Vec<BAction>) {
+    fn actions(&self, st: &BState<K, C>, actions: &mut Vec<BAction>) {
         if st.error.is_some() {
             return;
         }
@@ -1075,7 +1111,7 @@ impl Model for BakeryModel {
         }
     }
 
-    fn next_state(&self, last: &BState, action: BAction) -> Option<BState> {
+    fn next_state(&self, last: &BState<K, C>, action: BAction) -> Option<BState<K, C>> {
         let mut st = last.clone();
         st.entered_after_crash = false;
         st.lease_lost = false;
@@ -1100,7 +1136,7 @@ impl Model for BakeryModel {
             BAction::Deliver(i, r, req) => {
                 let at = st.net.iter().position(|m| *m == (i, r, req))?;
                 st.net.remove(at);
-                let mut rout: heapless::Vec<Reply<KR, CC>, 1> = heapless::Vec::new();
+                let mut rout: heapless::Vec<Reply<K, C>, 1> = heapless::Vec::new();
                 if let Err(e) = st.replicas[r as usize].step(&req, &mut rout) {
                     st.error = Some(e);
                 } else if !st.clients[i as usize].crashed {
@@ -1128,7 +1164,7 @@ impl Model for BakeryModel {
 
     fn properties(&self) -> Vec<Property<Self>> {
         vec![
-            Property::always(MUTEX, |_, st: &BState| {
+            Property::always(MUTEX, |_, st: &BState<K, C>| {
                 let mut held: Vec<Row> = st
                     .clients
                     .iter()
@@ -1140,18 +1176,29 @@ impl Model for BakeryModel {
                 held.dedup();
                 held.len() == n
             }),
-            Property::always(FENCING, |_, st: &BState| st.fencing_violation.is_none()),
-            Property::always(NO_ERROR, |_, st: &BState| st.error.is_none()),
-            Property::always(ONCE, |_, st: &BState| st.completed.iter().all(|&n| n <= 1)),
-            Property::eventually(LIVE, |m: &Self, st: &BState| m.finished(st)),
-            Property::sometimes(ENTERS, |_, st: &BState| {
+            Property::always(FENCING, |_, st: &BState<K, C>| {
+                st.fencing_violation.is_none()
+            }),
+            Property::always(NO_ERROR, |_, st: &BState<K, C>| st.error.is_none()),
+            Property::always(ONCE, |_, st: &BState<K, C>| {
+                st.completed.iter().all(|&n| n <= 1)
+            }),
+            Property::eventually(LIVE, |m: &Self, st: &BState<K, C>| m.finished(st)),
+            Property::sometimes(ENTERS, |_, st: &BState<K, C>| {
                 st.last_token.iter().any(Option::is_some)
             }),
-            Property::sometimes(FINISHES, |m: &Self, st: &BState| m.finished(st)),
-            Property::sometimes(AFTER_CRASH, |_, st: &BState| st.entered_after_crash),
-            Property::sometimes(LEASE_LOST, |_, st: &BState| st.lease_lost),
-            Property::sometimes(HORIZON, |m: &Self, st: &BState| m.horizon_hit(st)),
+            Property::sometimes(FINISHES, |m: &Self, st: &BState<K, C>| m.finished(st)),
+            Property::sometimes(AFTER_CRASH, |_, st: &BState<K, C>| st.entered_after_crash),
+            Property::sometimes(LEASE_LOST, |_, st: &BState<K, C>| st.lease_lost),
+            Property::sometimes(HORIZON, |m: &Self, st: &BState<K, C>| m.horizon_hit(st)),
+            Property::sometimes(BOUND, |m: &Self, st: &BState<K, C>| {
+                st.clients.iter().any(|c| c.c.number() >= m.max_number)
+            }),
         ]
+    }
+
+    fn within_boundary(&self, st: &BState<K, C>) -> bool {
+        st.clients.iter().all(|c| c.c.number() <= self.max_number)
     }
 }
 

@@ -1,24 +1,374 @@
-use hilock_kernel::bakery::Variant;
-use hilock_models::bakery::BakeryModel;
+//! Seed 004: the bakery over quorum reads and writes (`hilock_models::bakery`).
+//!
+//! hilock's corrected variant passes with pinned state counts; every defect of the
+//! literal text is refuted, with its counterexample written to
+//! `spec/counterexamples/bakery-*.json`, or shown to be a non-issue by a passing check.
+//! The default checks use R = 1, W = 3 (small: no write outlives its operation); the
+//! R = W = 2 checks are `#[ignore]`d with their time noted (`cargo test -p verify --test
+//! bakery -- --ignored`).
 
-fn no_lease() -> Variant {
-    Variant {
-        leases: false,
-        ..Variant::HILOCK
+use hilock_kernel::bakery::Variant;
+use hilock_models::bakery::{
+    BakeryModel, BakeryReport, CrashAt, Timing, AFTER_CRASH, BOUND, ENTERS, FENCING, FINISHES,
+    LIVE, MUTEX, NO_ERROR, ONCE,
+};
+use std::path::PathBuf;
+
+/// Unique states of the passing configurations (replicas up to symmetry, timestamps up
+/// to renaming).
+const PINNED: &[(&str, usize)] = &[
+    ("corrected, no leases, 2 clients, R1 W3", 1654),
+    ("corrected, no leases, 2 clients x 2 rounds, R1 W3", 38892),
+    ("corrected, no leases, 3 clients, R1 W3", 1253183),
+    ("corrected but self-comparison, 2 clients, R1 W3", 1654),
+    ("leases, crash after number, synchronous ticks, R1 W3", 3747),
+    ("leases, no crash, synchronous ticks, R1 W3", 2258),
+    ("corrected, no leases, 2 clients, R2 W2", 1295182),
+];
+
+const H: Variant = Variant::HILOCK;
+
+fn no_leases(v: Variant) -> Variant {
+    Variant { leases: false, ..v }
+}
+
+fn sync() -> Timing {
+    Timing::Synchronous { horizon: 6 }
+}
+
+fn pinned(r: &BakeryReport) {
+    let p = PINNED
+        .iter()
+        .find(|(n, _)| *n == r.config)
+        .unwrap_or_else(|| panic!("{}: no pinned state count (add it to PINNED)", r.config));
+    assert_eq!(
+        r.unique_states, p.1,
+        "{}: the reachable state space changed",
+        r.config
+    );
+}
+
+/// Checks `m` exhaustively: every `always` property and the liveness property hold, a
+/// client enters and every client finishes (the pass is not vacuous), the ticket bound
+/// did not cut, and the state count is pinned.
+fn pass(m: &BakeryModel) -> BakeryReport {
+    let r = m.check();
+    println!("{}", r.summary());
+    let broken: Vec<String> = r
+        .properties
+        .iter()
+        .filter_map(|p| p.counterexample.as_ref())
+        .map(|t| format!("{}: {}", t.property, t.violation))
+        .collect();
+    assert!(broken.is_empty(), "{}: {broken:?}", m.name);
+    for p in [MUTEX, FENCING, NO_ERROR, ONCE, LIVE] {
+        assert!(r.holds(p), "{}: {p}", m.name);
     }
+    for p in [ENTERS, FINISHES] {
+        assert!(r.holds(p), "{}: {p} not reached", m.name);
+    }
+    assert!(
+        !r.holds(BOUND),
+        "{}: the ticket bound cut the check",
+        m.name
+    );
+    pinned(&r);
+    r
+}
+
+/// Refutes `property` on `m` and writes its counterexample, with `note`, to
+/// `spec/counterexamples/<file>.json`. Returns the violation.
+fn refuted(m: &BakeryModel, property: &'static str, file: &str, note: &str) -> String {
+    let r = m.refute(property);
+    let p = r.property(property);
+    assert!(!p.holds, "{}: {property} was not refuted", m.name);
+    let mut trace = p.counterexample.clone().expect("a counterexample");
+    trace.note = note.to_string();
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../spec/counterexamples")
+        .join(format!("{file}.json"));
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(&path, serde_json::to_string_pretty(&trace).unwrap() + "\n").unwrap();
+    println!(
+        "{file}: {property} after {} steps ({} states searched): {}",
+        trace.steps.len(),
+        r.unique_states,
+        trace.violation
+    );
+    trace.violation
+}
+
+// ------------------------------------------------------------------- corrected: passes
+
+#[test]
+fn corrected_lock_passes() {
+    pass(&BakeryModel::lock(
+        "corrected, no leases, 2 clients, R1 W3",
+        2,
+        1,
+        1,
+        3,
+        no_leases(H),
+    ));
+}
+
+/// Tickets kept across rounds: fencing tokens grow from one critical section to the next.
+#[test]
+fn corrected_lock_two_rounds_passes() {
+    pass(&BakeryModel::lock(
+        "corrected, no leases, 2 clients x 2 rounds, R1 W3",
+        2,
+        2,
+        1,
+        3,
+        no_leases(H),
+    ));
+}
+
+/// ≈ 15 s (2 threads, test profile).
+#[test]
+fn corrected_lock_three_clients_passes() {
+    pass(&BakeryModel::lock(
+        "corrected, no leases, 3 clients, R1 W3",
+        3,
+        1,
+        1,
+        3,
+        no_leases(H),
+    ));
+}
+
+/// The literal loop of line 8 compares a client with its own entry: a non-issue. With
+/// R + W > N the read of line 7 sees the client's own number (its write completed before
+/// the read began and the quorums intersect), and `number < client_number` is false for it.
+#[test]
+fn self_comparison_is_a_non_issue() {
+    pass(&BakeryModel::lock(
+        "corrected but self-comparison, 2 clients, R1 W3",
+        2,
+        1,
+        1,
+        3,
+        no_leases(Variant {
+            skip_self: false,
+            ..H
+        }),
+    ));
+}
+
+/// Leases: a client crashes after taking its number; the survivor passes the entry once
+/// it has watched it unchanged for `expiry` ticks and enters (liveness holds, and a client
+/// enters after a crash).
+#[test]
+fn leases_recover_from_a_crash_after_the_number() {
+    let r = pass(
+        &BakeryModel::lock(
+            "leases, crash after number, synchronous ticks, R1 W3",
+            2,
+            1,
+            1,
+            3,
+            H,
+        )
+        .with_crashes(1, CrashAt::AfterNumber)
+        .with_timing(sync()),
+    );
+    assert!(r.holds(AFTER_CRASH));
 }
 
 #[test]
-fn scratch() {
-    for m in [BakeryModel::lock(
-        "corrected no lease 2c 1r",
+fn leases_without_crash_pass() {
+    pass(
+        &BakeryModel::lock("leases, no crash, synchronous ticks, R1 W3", 2, 1, 1, 3, H)
+            .with_timing(sync()),
+    );
+}
+
+/// ≈ 21 s (2 threads, test profile).
+#[test]
+#[ignore]
+fn corrected_lock_r2w2_passes() {
+    pass(&BakeryModel::lock(
+        "corrected, no leases, 2 clients, R2 W2",
         2,
         1,
         2,
         2,
-        no_lease(),
-    )] {
-        let r = m.check();
-        println!("{}", r.summary());
-    }
+        no_leases(H),
+    ));
+}
+
+// ------------------------------------------------------------ defects of the literal text
+
+/// Line 13 compares `number_hash[id] < client_number` without the tie-break on ids of
+/// the classic algorithm (wiki 38): two clients that read the same maximum draw the same
+/// number, and each lets the other pass.
+#[test]
+fn literal_no_tie_break_refuted() {
+    let v = refuted(
+        &BakeryModel::lock(
+            "no tie-break (else corrected), R1 W3",
+            2,
+            1,
+            1,
+            3,
+            no_leases(Variant {
+                tie_break: false,
+                ..H
+            }),
+        ),
+        MUTEX,
+        "bakery-no-tie-break",
+        "Line 13 compares numbers only: c1 and c2 both read max 0 and draw 1; neither 1 < 1, \
+         so both enter. The classic algorithm compares (number, id).",
+    );
+    assert!(v.contains("(1, c1)") && v.contains("(1, c2)"), "{v}");
+}
+
+/// Line 7 reads every number once, before line 9 waits for `choosing[id]` to clear; line
+/// 13 then judges `id` by a number read while `id` was still choosing. The classic
+/// algorithm reads `number[j]` only after `choosing[j]` is false.
+#[test]
+fn literal_stale_number_hash_refuted() {
+    refuted(
+        &BakeryModel::lock(
+            "numbers not re-read after the choosing wait (else corrected), R1 W3",
+            2,
+            1,
+            1,
+            3,
+            no_leases(Variant {
+                reread_numbers: false,
+                ..H
+            }),
+        ),
+        MUTEX,
+        "bakery-stale-number-hash",
+        "Line 13 uses the number_hash of line 7, read before the other client, still \
+         choosing, wrote its number: after waiting on choosing[id] the client passes id on \
+         a hash without id's number.",
+    );
+}
+
+/// Lines 1 and 5 write `client_id=1`: every client sets and clears column 1 of
+/// `choosing`, so a client's choosing is invisible in its own column and one client's
+/// delete clears another's flag.
+#[test]
+fn literal_choosing_column_1_refuted() {
+    refuted(
+        &BakeryModel::lock(
+            "choosing written to column 1 (else corrected), R1 W3",
+            2,
+            1,
+            1,
+            3,
+            no_leases(Variant {
+                own_choosing_column: false,
+                ..H
+            }),
+        ),
+        MUTEX,
+        "bakery-choosing-column-1",
+        "Lines 1 and 5 write column 1 of choosing for every client: the choosing flag of \
+         client 2 never appears in column 2, so client 1 does not wait for it.",
+    );
+}
+
+/// Line 19 deletes the number, so when the bakery empties numbers start again at 1 and a
+/// later holder's ticket is not larger than an earlier one: no fencing token.
+#[test]
+fn literal_delete_resets_tickets_refuted() {
+    let v = refuted(
+        &BakeryModel::lock(
+            "tickets deleted at line 19 (else corrected), 2 rounds, R1 W3",
+            2,
+            2,
+            1,
+            3,
+            no_leases(Variant {
+                keep_tickets: false,
+                ..H
+            }),
+        ),
+        FENCING,
+        "bakery-tickets-reset",
+        "Line 19 deletes the number; once every number is deleted, max + 1 is 1 again and \
+         the next holder's ticket is not larger than the previous holder's: the ticket cannot \
+         serve as a fencing token.",
+    );
+    assert!(v.contains("did not grow"), "{v}");
+}
+
+/// The whole text as written (R1 W3, quorums that intersect).
+#[test]
+fn literal_text_refuted() {
+    refuted(
+        &BakeryModel::lock("literal text, R1 W3", 2, 1, 1, 3, Variant::LITERAL),
+        MUTEX,
+        "bakery-literal",
+        "The text as written, with intersecting quorums: two clients in the critical \
+         section.",
+    );
+}
+
+/// wiki 85–86: a client that crashes after setting its number blocks the others for
+/// ever: a liveness counterexample (`Property::eventually`), ending in a state with
+/// nothing in flight, the survivor asleep on line 13 and no read that lets it out.
+#[test]
+fn literal_crash_after_number_blocks_for_ever() {
+    let v = refuted(
+        &BakeryModel::lock(
+            "literal text, crash after number, R1 W3",
+            2,
+            1,
+            1,
+            3,
+            Variant::LITERAL,
+        )
+        .with_crashes(1, CrashAt::AfterNumber),
+        LIVE,
+        "bakery-crash-blocks-literal",
+        "wiki 85-86: c1 crashes after line 4; its number stays in the store and c2 waits on \
+         it for ever at line 13.",
+    );
+    assert!(
+        v.contains("crashed: c1") || v.contains("crashed: c2"),
+        "{v}"
+    );
+    // Every correction but leases does not help.
+    let m = BakeryModel::lock(
+        "corrected without leases, crash after number, R1 W3",
+        2,
+        1,
+        1,
+        3,
+        no_leases(H),
+    )
+    .with_crashes(1, CrashAt::AfterNumber);
+    assert!(!m.refute(LIVE).holds(LIVE));
+}
+
+/// R + W ≤ N (the text says "consistency factor quorum", wiki 53, which intersects; here
+/// R = 1, W = 2 of 3): a read need not see a completed write, and the corrected variant
+/// with leases loses mutual exclusion.
+#[test]
+fn weak_quorums_refuted() {
+    refuted(
+        &BakeryModel::lock(
+            "leases, R1 W2 (R + W = N)",
+            2,
+            1,
+            1,
+            2,
+            Variant {
+                intersecting_quorums: false,
+                ..H
+            },
+        )
+        .with_timing(sync()),
+        MUTEX,
+        "bakery-weak-quorum",
+        "R + W <= N: a read of one replica need not meet a write acknowledged by two; c1 and \
+         c2 each miss the other's entries, draw the same number and both enter.",
+    );
 }

@@ -708,6 +708,8 @@ impl<const N: usize, const K: usize, const C: usize> Client<N, K, C> {
         self.numbers_stale = false;
     }
 
+    /// Line 19 / wiki 135 / wiki 145: what the own `number` column becomes when the number
+    /// is given back — a tombstone (the text), or `Released(number)` (`keep_tickets`).
     fn given_back(&self) -> Option<Value> {
         self.cfg
             .variant
@@ -794,6 +796,9 @@ impl<const N: usize, const K: usize, const C: usize> Client<N, K, C> {
         );
     }
 
+    /// Lines 1 and 5 (wiki 62, 66; queue wiki 121, 125): the column written in `choosing`
+    /// — literally `client_id=1`, i.e. column 1 for every client; the column `client_id`
+    /// with `own_choosing_column` (the syntax note of wiki 58–59).
     fn choosing_col(&self) -> u16 {
         if self.cfg.variant.own_choosing_column {
             self.id.0
@@ -802,7 +807,8 @@ impl<const N: usize, const K: usize, const C: usize> Client<N, K, C> {
         }
     }
 
-    /// Line 1 (also the restart after an abandoned attempt).
+    /// Line 1 (wiki 62; queue wiki 121): `write <lock_id, CF=choosing, client_id=1>`
+    /// (also the restart after an abandoned attempt). Starts the lease with leases on.
     fn choose(&mut self, out: &mut impl Sink<ClientOutput>) {
         if self.cfg.variant.leases {
             self.lease = Some(self.cfg.lease);
@@ -813,6 +819,7 @@ impl<const N: usize, const K: usize, const C: usize> Client<N, K, C> {
         self.phase = Phase::Choose;
     }
 
+    /// Queue, wiki 117: `scan <0.., CF=number>`; wiki 118–119 are in [`Self::read_done`].
     fn scan(&mut self, out: &mut impl Sink<ClientOutput>) {
         self.lease = None;
         self.renewal = None;
@@ -823,6 +830,8 @@ impl<const N: usize, const K: usize, const C: usize> Client<N, K, C> {
         self.phase = Phase::Scan;
     }
 
+    /// "sleep a little" is over (lines 10–11 and 14–15; queue wiki 130–131): re-read
+    /// `choosing` (literally the queue re-reads `lock_id`, wiki 131) or `number`, or rescan.
     fn wake(&mut self, out: &mut impl Sink<ClientOutput>) -> Report {
         let row = self.row;
         match self.phase {
@@ -848,6 +857,9 @@ impl<const N: usize, const K: usize, const C: usize> Client<N, K, C> {
         }
     }
 
+    /// hilock's leases (what wiki 85–86 and 154–155 ask for): age the observations of
+    /// other clients' entries, count down the own lease, renew the `number` entry when
+    /// `renew_below` ticks are left, and stop when it runs out ([`Self::lose`]).
     fn tick(&mut self, elapsed: u8, out: &mut impl Sink<ClientOutput>) -> Report {
         if !self.cfg.variant.leases || elapsed == 0 {
             return Report { rule: Rule::Idle };
@@ -1008,6 +1020,9 @@ impl<const N: usize, const K: usize, const C: usize> Client<N, K, C> {
         })
     }
 
+    /// A write reached its `W` acknowledgements: the next line. Line 1 → line 2, line 4
+    /// → line 5, line 5 → line 6, line 19 → done; queue: give-up (wiki 135) → rescan, and
+    /// the removal (wiki 143–145) one delete after the other.
     fn write_done(&mut self, out: &mut impl Sink<ClientOutput>) -> Rule {
         let row = self.row;
         match self.phase {
@@ -1083,6 +1098,9 @@ impl<const N: usize, const K: usize, const C: usize> Client<N, K, C> {
         expired
     }
 
+    /// A read reached its `R` answers (merged by timestamp): line 2 → line 3 (`max + 1`)
+    /// and line 4; line 6 → line 7; line 7 → the loop of line 8; a re-read of lines 11 or 15
+    /// → back into the loop; queue wiki 117 → wiki 118 (the lowest free row).
     fn read_done(
         &mut self,
         family: Family,
@@ -1187,7 +1205,13 @@ impl<const N: usize, const K: usize, const C: usize> Client<N, K, C> {
         ) && expired & (1 << c) == 0
     }
 
-    /// Lines 8–17 from `id` on.
+    /// Lines 8–17 (queue wiki 128–138) from `id` on: line 9 sleeps while `choosing[id]`
+    /// is 1; line 13 sleeps (queue wiki 133–136: gives the item up) while `number[id]`
+    /// exists and is smaller — `number[id] < client_number` literally, the ticket order
+    /// `(number, id)` with `tie_break`; the own id is compared too unless `skip_self`; and
+    /// with `reread_numbers` the numbers are read again after a choosing wait, as line 9 of
+    /// the classic algorithm (wiki 38) reads `number[j]` only after `choosing[j]` cleared.
+    /// Past the last id: line 18, the critical section.
     fn check_from(&mut self, mut id: u16, out: &mut impl Sink<ClientOutput>) -> Rule {
         let v = self.cfg.variant;
         while (id as usize) < C {

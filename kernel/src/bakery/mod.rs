@@ -9,6 +9,12 @@
 //!   answers by timestamp) running either the lock algorithm of the seed (lines 1–19) or the
 //!   work-queue loop, literally or with hilock's corrections ([`Variant`]).
 //!
+//! # Citing the seed
+//! `line N` is line N of the numbered algorithm of "Locking a row" (seed file
+//! `004_9b8aad623e7bdf46.txt`, lines 62–80); `wiki L` is line L of the seed file itself
+//! (set-up: wiki 49–54; the issues it names: wiki 85–88; the work queue: wiki 96–146 and
+//! its issues wiki 151–155).
+//!
 //! Nothing here has a clock: time enters as [`Input::Tick`] (elapsed ticks), and "sleep a
 //! little" is the caller's business ([`Input::Wake`] ends the sleep).
 //!
