@@ -1234,9 +1234,13 @@ impl BakeryReport {
     pub fn holds(&self, name: &str) -> bool {
         self.property(name).holds
     }
-    /// The `always` properties that fail.
+    /// The `always` and `eventually` properties that fail.
     pub fn violations(&self) -> Vec<&str> {
-        crate::check::violated(&self.properties)
+        self.properties
+            .iter()
+            .filter(|p| p.kind != "sometimes" && !p.holds)
+            .map(|p| p.name.as_str())
+            .collect()
     }
     /// The `sometimes` properties not reached.
     pub fn unreached(&self) -> Vec<&str> {

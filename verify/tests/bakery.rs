@@ -372,3 +372,56 @@ fn weak_quorums_refuted() {
          c2 each miss the other's entries, draw the same number and both enter.",
     );
 }
+
+// ----------------------------------------------------------------------------- work queue
+
+/// wiki 131: the queue's choosing re-read reads `<lock_id, CF=choosing>`, a row no
+/// worker writes: a worker waiting on another's choosing flag reads an empty row, stops
+/// waiting and takes the item while the other, still choosing, takes it too.
+#[test]
+fn queue_reads_lock_id_refuted() {
+    refuted(
+        &BakeryModel::queue(
+            "queue re-reads lock_id (else corrected), 2 workers, 1 item, R1 W3",
+            2,
+            1,
+            1,
+            3,
+            no_leases(Variant {
+                queue_reads_item: false,
+                ..H
+            }),
+        ),
+        MUTEX,
+        "bakery-queue-reads-lock-id",
+        "wiki 131 re-reads choosing of lock_id, a row nobody writes, instead of the work \
+         item's row: the waiting worker sees no choosing flag and both workers hold the \
+         item.",
+    );
+}
+
+/// Found by the checker, not named by the issue, and NOT fixed yet: a worker whose scan
+/// (wiki 117–118) saw the item free before another worker took it runs lines 1–17 on the
+/// item after that worker removed it (wiki 143–145: its number is gone too), wins, and
+/// processes the item a second time. Every correction of [`Variant::HILOCK`] is on.
+#[test]
+fn queue_stale_scan_completes_an_item_twice() {
+    let v = refuted(
+        &BakeryModel::queue(
+            "queue, corrected, 2 workers, 1 item, R1 W3",
+            2,
+            1,
+            1,
+            3,
+            no_leases(H),
+        ),
+        ONCE,
+        "bakery-queue-stale-scan",
+        "A stale scan: c2 scanned while the item was free, c1 took it, processed it and \
+         removed it (details, 0=0, its number); c2 then runs lines 1-17 on the removed item, \
+         finds no smaller number and processes it again. Not fixed: a worker must check, after \
+         winning, that the item still exists (read details, wiki 140, with a read that starts \
+         after the win).",
+    );
+    assert!(v.contains("[2"), "{v}");
+}
