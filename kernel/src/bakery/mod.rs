@@ -161,3 +161,180 @@ impl<'a> Renaming<'a> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    type C3 = Client<3, 1, 3>;
+    type Out = heapless::Vec<ClientOutput, 8>;
+
+    fn cfg(r: u8, w: u8, variant: Variant) -> Config {
+        Config {
+            r,
+            w,
+            variant,
+            lease: 2,
+            expiry: 2,
+            renew_below: 1,
+            program: Program::Lock { row: Row(0) },
+        }
+    }
+
+    #[test]
+    fn bad_configurations_are_refused() {
+        let ok = cfg(2, 2, Variant::HILOCK);
+        assert_eq!(
+            C3::new(ClientId(0), ok).err(),
+            Some(BakeryError::UnknownClient(ClientId(0)))
+        );
+        assert_eq!(
+            C3::new(ClientId(3), ok).err(),
+            Some(BakeryError::UnknownClient(ClientId(3)))
+        );
+        assert_eq!(
+            C3::new(ClientId(1), cfg(0, 2, Variant::HILOCK)).err(),
+            Some(BakeryError::BadQuorum)
+        );
+        assert_eq!(
+            C3::new(ClientId(1), cfg(4, 2, Variant::HILOCK)).err(),
+            Some(BakeryError::BadQuorum)
+        );
+        assert_eq!(
+            C3::new(ClientId(1), cfg(1, 2, Variant::HILOCK)).err(),
+            Some(BakeryError::WeakQuorum)
+        );
+        assert!(C3::new(ClientId(1), cfg(1, 2, Variant::LITERAL)).is_ok());
+        let lease = Config { expiry: 1, ..ok };
+        assert_eq!(
+            C3::new(ClientId(1), lease).err(),
+            Some(BakeryError::BadLease)
+        );
+    }
+
+    #[test]
+    fn rejected_inputs_change_nothing() {
+        let mut c = C3::new(ClientId(1), cfg(2, 2, Variant::HILOCK)).unwrap();
+        let before = c.clone();
+        let mut small: heapless::Vec<ClientOutput, 2> = heapless::Vec::new();
+        assert_eq!(
+            c.step(Input::Acquire, &mut small).err(),
+            Some(BakeryError::OutputsFull)
+        );
+        let mut out = Out::new();
+        assert_eq!(
+            c.step(Input::Release, &mut out).err(),
+            Some(BakeryError::NotHeld)
+        );
+        assert_eq!(
+            c.step(Input::Work, &mut out).err(),
+            Some(BakeryError::WrongProgram)
+        );
+        assert_eq!(c, before);
+        assert!(out.is_empty() && small.is_empty());
+        c.step(Input::Acquire, &mut out).unwrap();
+        assert_eq!(out.len(), 3, "line 1 goes to every replica");
+        let before = c.clone();
+        let reply: Reply<1, 3> = Reply::Ack { op: 1 };
+        let bad = Input::Reply {
+            from: ReplicaId(3),
+            reply: &reply,
+        };
+        assert_eq!(
+            c.step(bad, &mut out).err(),
+            Some(BakeryError::UnknownReplica(ReplicaId(3)))
+        );
+        assert_eq!(
+            c.step(Input::Acquire, &mut out).err(),
+            Some(BakeryError::NotIdle)
+        );
+        assert_eq!(c, before);
+    }
+
+    #[test]
+    fn last_write_wins_and_tombstones_win_ties() {
+        let mut r: Replica<1, 3> = Replica::new();
+        let mut out: heapless::Vec<Reply<1, 3>, 4> = heapless::Vec::new();
+        let w = |ts: u32, val: Option<Value>| Request::Write {
+            op: 1,
+            row: Row(0),
+            family: Family::Number,
+            col: 1,
+            cell: Cell { ts: Ts(ts), val },
+        };
+        assert_eq!(
+            r.step(&w(5, Some(Value::Int(3))), &mut out),
+            Ok(ReplicaReport::Applied)
+        );
+        assert_eq!(r.step(&w(4, None), &mut out), Ok(ReplicaReport::Superseded));
+        assert_eq!(r.step(&w(5, None), &mut out), Ok(ReplicaReport::Applied));
+        assert_eq!(
+            r.cell(Row(0), Family::Number, 1),
+            Some(Cell {
+                ts: Ts(5),
+                val: None
+            })
+        );
+        let before = r.clone();
+        let far = Request::Write {
+            op: 1,
+            row: Row(1),
+            family: Family::Number,
+            col: 1,
+            cell: Cell {
+                ts: Ts(9),
+                val: None,
+            },
+        };
+        assert_eq!(
+            r.step(&far, &mut out).err(),
+            Some(BakeryError::UnknownRow(Row(1)))
+        );
+        assert_eq!(r, before);
+        assert_eq!(
+            out.len(),
+            3,
+            "one acknowledgement per accepted write, none for the error"
+        );
+    }
+
+    #[test]
+    fn renamings_are_checked() {
+        let (a, b) = ([Ts(2), Ts(5)], [Ts(1), Ts(3)]);
+        assert!(Renaming::new(&a, &b).is_ok());
+        assert_eq!(
+            Renaming::new(&a, &b[..1]).err(),
+            Some(BakeryError::BadRenaming)
+        );
+        assert_eq!(
+            Renaming::new(&[Ts(5), Ts(2)], &b).err(),
+            Some(BakeryError::BadRenaming)
+        );
+        assert_eq!(
+            Renaming::new(&[Ts(0), Ts(2)], &b).err(),
+            Some(BakeryError::BadRenaming)
+        );
+        let mut r: Replica<1, 3> = Replica::new();
+        r.seed(
+            Row(0),
+            Family::Number,
+            1,
+            Cell {
+                ts: Ts(7),
+                val: None,
+            },
+        )
+        .unwrap();
+        let before = r.clone();
+        let map = Renaming::new(&a, &b).unwrap();
+        assert_eq!(
+            r.rename_timestamps(&map).err(),
+            Some(BakeryError::BadRenaming)
+        );
+        assert_eq!(r, before);
+        let (a, b) = ([Ts(7)], [Ts(1)]);
+        r.rename_timestamps(&Renaming::new(&a, &b).unwrap())
+            .unwrap();
+        assert_eq!(r.cell(Row(0), Family::Number, 1).map(|c| c.ts), Some(Ts(1)));
+    }
+}
