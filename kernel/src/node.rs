@@ -444,13 +444,13 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
             }
         } else {
             let mo = self.owned();
-            if entry.requester != cx.me
+            if self.may_serve(cx, entry)
                 && grantable(mo, entry.mode)
                 && !self.frozen.blocks(entry.mode, entry.prio)
             {
                 // Rule 3.1 (Table 2.2) with Rule 6_PRIO.
                 self.copy_grant(cx, entry)?;
-            } else if entry.requester != cx.me && self.keeps(entry) {
+            } else if self.may_serve(cx, entry) && self.keeps(entry) {
                 // Rule 4.1, Table 3.2: (C)Q.
                 self.enqueue(cx, entry)?;
             } else {
@@ -745,6 +745,19 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
             cx.fire(Rule::PipInherit);
             cx.boost = entry.prio;
         }
+    }
+
+    /// Whether this non-token node may grant `entry` a copy (Rule 3.1) or keep it behind
+    /// its pending request (Rule 4.1, (C)Q): not a request of its own, and not a request of
+    /// its parent. A request of the parent reaches a child only when the child passed the
+    /// token to that node for an older copy of one of its requests (a PIP reissue served
+    /// after the request itself, SPEC.md section 6): granting it would make the parent a
+    /// child of its own child — a cycle, after which a release is dropped as stale and a
+    /// record stays behind for ever (the robustness run of seed 8091). The request goes
+    /// back up to the parent, which answers it as the token node (it now holds or is about
+    /// to receive the token: FIFO puts the token ahead of the returned request).
+    fn may_serve<S>(&self, cx: &Ctx<'_, Q, S>, entry: QueueEntry) -> bool {
+        entry.requester != cx.me && Some(entry.requester) != self.parent
     }
 
     /// Whether a non-token node keeps `entry` in its queue behind its pending request
@@ -1102,11 +1115,11 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         let mut i = 0;
         while i < self.queue.len() {
             let e = self.queue[i];
-            if e.requester != cx.me && grantable(mo, e.mode) && !self.frozen.blocks(e.mode, e.prio)
+            if self.may_serve(cx, e) && grantable(mo, e.mode) && !self.frozen.blocks(e.mode, e.prio)
             {
                 self.queue.remove(i);
                 self.copy_grant(cx, e)?;
-            } else if (e.requester != cx.me && self.keeps(e)) || !cx.variant.forward_stranded {
+            } else if (self.may_serve(cx, e) && self.keeps(e)) || !cx.variant.forward_stranded {
                 // Table 3.2 (C)Q behind the pending mode — or, in the literal reading of
                 // `Check_requests_on_queue`, every request that cannot be granted stays.
                 i += 1;

@@ -468,3 +468,59 @@ fn regression_pip_stale_reissue_does_not_lose_a_request() {
     }
     h.drain().unwrap();
 }
+
+/// Fixed regression for the PIP stale copyset record (SPEC.md section 8, row 9): the run the
+/// prio-biased proptest shrank to with `PROPTEST_RNG_SEED=8091` after 294,260 cases. Before
+/// the fix the drain ended with the token node of lock 1 still recording n1 as an IR child
+/// while n1 owned Φ (P3), nothing held, nothing pending, the network empty.
+#[test]
+fn regression_pip_stale_copyset_record() {
+    let actions = vec![
+        Action::Acquire(2, 1, Mode::IR),
+        Action::SetPriority(1, 5),
+        Action::Acquire(2, 1, Mode::IR),
+        Action::Acquire(3, 1, Mode::R),
+        Action::Deliver(6884256041929728930),
+        Action::Deliver(0),
+        Action::Deliver(0),
+        Action::Acquire(2, 0, Mode::R),
+        Action::SetPriority(3, 1),
+        Action::Deliver(9580012382243381292),
+        Action::Acquire(1, 0, Mode::IR),
+        Action::SetPriority(1, 0),
+        Action::Deliver(10458622000495127214),
+        Action::Acquire(3, 0, Mode::R),
+        Action::Deliver(4278826540126222521),
+        Action::Acquire(1, 1, Mode::R),
+        Action::SetPriority(1, 1),
+        Action::SetPriority(1, 2),
+        Action::Deliver(333769467146126042),
+        Action::Deliver(10457539909192775674),
+        Action::Deliver(13709724581771278591),
+        Action::Deliver(32843912491469573),
+        Action::Deliver(679795552960391643),
+        Action::Deliver(5332228333412913446),
+        Action::Deliver(14893171656915070124),
+        Action::Deliver(10475699167196400006),
+        Action::Deliver(3422773575319349998),
+        Action::Deliver(13112094958772733196),
+        Action::Release(3, 1),
+        Action::Deliver(262364996764140752),
+        Action::Deliver(340302387662942761),
+        Action::Release(2, 0),
+        Action::Release(1, 1),
+        Action::Deliver(7036854634045724724),
+        Action::Deliver(9006210543388018762),
+        Action::Acquire(1, 1, Mode::IR),
+        Action::Deliver(5451170496329873943),
+        Action::SetPriority(1, 3),
+        Action::Deliver(6409667317414709145),
+        Action::Acquire(3, 1, Mode::R),
+        Action::Acquire(0, 0, Mode::IR),
+        Action::Acquire(0, 0, Mode::IR),
+        Action::Acquire(0, 0, Mode::IR),
+        Action::Acquire(0, 0, Mode::IR),
+        Action::Acquire(0, 0, Mode::IR),
+    ];
+    run_and_drain(Inheritance::Pip, &actions).unwrap();
+}

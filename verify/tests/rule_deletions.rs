@@ -37,7 +37,7 @@ const ROWS: &[Row] = &[
     Row {
         rule: "Rule 3.1: a non-token node grants a copy (Table 2.2)",
         file: "kernel/src/node.rs",
-        from: "            if entry.requester != cx.me\n                && grantable(mo, entry.mode)",
+        from: "            if self.may_serve(cx, entry)\n                && grantable(mo, entry.mode)",
         to: "            if false\n                && grantable(mo, entry.mode)",
         package: "verify",
         target: "base",
@@ -105,6 +105,15 @@ const ROWS: &[Row] = &[
         package: "verify",
         target: "base",
         filter: "pip_stale_reissued_request_is_not_lost",
+    },
+    Row {
+        rule: "issue 13: a non-token node never serves a request of its parent (may_serve)",
+        file: "kernel/src/node.rs",
+        from: "        entry.requester != cx.me && Some(entry.requester) != self.parent",
+        to: "        entry.requester != cx.me",
+        package: "verify",
+        target: "base",
+        filter: "pip_stale_copy_served_by_token_transfer_closes_no_cycle",
     },
     Row {
         rule: "Rule 1 / Table 2.1: R conflicts with W",
