@@ -673,8 +673,27 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         }
         let f0 = self.frozen;
         let before = self.owned();
+        let old_record = link.child_owned;
         self.set_child(from.idx(), owned);
         cx.fire(Rule::Rule5_2Apply);
+        // Rule 6, invariant 2.3: a record raised by a release (the resync release of a child
+        // that owns more than the grant recorded, e.g. IR granted to a node that still grants
+        // R to a child of its own) lets the child grant modes it was never told are frozen
+        // here; send them now. (Found by the 10^6-case PIP run of seed 8091, SPEC.md 8.)
+        let newly = self
+            .frozen
+            .restrict(grantable_set(owned))
+            .beyond(self.frozen.restrict(grantable_set(old_record)));
+        if !newly.is_empty() {
+            cx.fire(Rule::Rule6FreezeSent);
+            cx.send(
+                from,
+                Msg::Freeze {
+                    lock: cx.lock,
+                    modes: newly,
+                },
+            )?;
+        }
         self.after_owned_change(cx, before)?;
         self.check_queue(cx)?;
         self.finish_freeze(cx, f0)

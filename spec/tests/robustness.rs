@@ -524,3 +524,68 @@ fn regression_pip_stale_copyset_record() {
     ];
     run_and_drain(Inheritance::Pip, &actions).unwrap();
 }
+
+/// Fixed regression for the PIP frozen-mode gap (SPEC.md section 8): the run the
+/// prio-biased proptest shrank to with `PROPTEST_RNG_SEED=8091` after 783,591 cases. The
+/// token node n1, upgrading U to W with {IR, R} frozen, copy-granted IR (at a priority above
+/// the threshold) to n0, which still owned R through its child n2; n0's resync release raised
+/// n1's record to R, but R was never sent frozen to n0 (P3b, invariant 2.3).
+#[test]
+fn regression_pip_raised_record_gets_the_frozen_modes() {
+    let actions = vec![
+        Action::Acquire(3, 0, Mode::IR),
+        Action::Deliver(0),
+        Action::Deliver(0),
+        Action::Release(3, 0),
+        Action::Acquire(1, 0, Mode::IR),
+        Action::Acquire(1, 0, Mode::IR),
+        Action::Acquire(1, 0, Mode::IR),
+        Action::Acquire(0, 0, Mode::R),
+        Action::Acquire(3, 0, Mode::R),
+        Action::Acquire(2, 0, Mode::R),
+        Action::Acquire(0, 0, Mode::IR),
+        Action::Release(0, 0),
+        Action::Deliver(0),
+        Action::Deliver(0),
+        Action::Deliver(0),
+        Action::Release(0, 0),
+        Action::Deliver(3028264705860352031),
+        Action::Acquire(0, 0, Mode::IR),
+        Action::Release(1, 0),
+        Action::Acquire(1, 0, Mode::U),
+        Action::Acquire(2, 0, Mode::IR),
+        Action::Acquire(0, 1, Mode::U),
+        Action::Deliver(0),
+        Action::Acquire(0, 0, Mode::IR),
+        Action::Acquire(0, 0, Mode::IR),
+        Action::Deliver(0),
+        Action::Release(1, 0),
+        Action::Deliver(7762081829324481),
+        Action::Deliver(7945916526746639544),
+        Action::Release(0, 0),
+        Action::Release(0, 0),
+        Action::Acquire(0, 0, Mode::Phi),
+        Action::Upgrade(0, 1),
+        Action::Deliver(0),
+        Action::Acquire(1, 0, Mode::IR),
+        Action::SetPriority(1, 6),
+        Action::Acquire(1, 0, Mode::IR),
+        Action::Acquire(0, 1, Mode::IR),
+        Action::Deliver(0),
+        Action::Deliver(0),
+        Action::Upgrade(1, 0),
+        Action::SetPriority(1, 0),
+        Action::Acquire(1, 0, Mode::IR),
+        Action::Upgrade(0, 0),
+        Action::Deliver(0),
+        Action::Deliver(0),
+        Action::Upgrade(0, 0),
+        Action::Acquire(0, 0, Mode::IR),
+        Action::Acquire(2, 1, Mode::IR),
+        Action::Acquire(0, 0, Mode::IR),
+        Action::Upgrade(0, 0),
+        Action::Deliver(0),
+        Action::Acquire(0, 0, Mode::IR),
+    ];
+    run_and_drain(Inheritance::Pip, &actions).unwrap();
+}

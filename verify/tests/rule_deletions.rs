@@ -116,6 +116,15 @@ const ROWS: &[Row] = &[
         filter: "pip_stale_copy_served_by_token_transfer_closes_no_cycle",
     },
     Row {
+        rule: "Rule 6 / invariant 2.3: a release that raises a record sends the newly grantable frozen modes",
+        file: "kernel/src/node.rs",
+        from: "        if !newly.is_empty() {\n            cx.fire(Rule::Rule6FreezeSent);",
+        to: "        if false && !newly.is_empty() {\n            cx.fire(Rule::Rule6FreezeSent);",
+        package: "hilock-spec",
+        target: "robustness",
+        filter: "regression_pip_raised_record_gets_the_frozen_modes",
+    },
+    Row {
         rule: "Rule 1 / Table 2.1: R conflicts with W",
         file: "kernel/src/mode.rs",
         from: "pub const fn compatible(a: Mode, b: Mode) -> bool {\n    !conflicts(a, b)",
