@@ -40,7 +40,7 @@ elf=target/thumbv7em-none-eabihf/release/hilock-embedded
 # counts that clock, so the firmware's step figures are instruction counts (src/meter.rs).
 run() {
   timeout 120 qemu-system-arm -machine mps2-an386 -cpu cortex-m4 -nographic \
-    -semihosting-config enable=on,target=native -icount shift=6 -kernel "$elf"
+    -semihosting-config enable=on,target=native -icount shift=6 -kernel "${1:-$elf}"
 }
 
 cargo build --release --quiet ${args[@]+"${args[@]}"}
@@ -54,6 +54,15 @@ if [ "$status" -ne 0 ] || ! grep -qx "RESULT: PASS" "$log"; then
   exit 1
 fi
 echo "embedded: QEMU run passed"
+
+# The README's "Embedding" example: one site per device, inputs from an interrupt.
+status=0
+run target/thumbv7em-none-eabihf/release/node >"$log" 2>&1 || status=$?
+cat "$log"
+if [ "$status" -ne 0 ] || ! grep -qx "node: PASS" "$log"; then
+  echo "embedded: the one-site example (src/bin/node.rs) failed (exit $status)" >&2
+  exit 1
+fi
 
 if [ "$negative" = 1 ]; then
   cargo build --release --quiet --features wrong-expectation ${args[@]+"${args[@]}"}

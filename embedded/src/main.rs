@@ -76,9 +76,9 @@ fn run() -> bool {
         hprintln!("{} {}", if good { "PASS" } else { "FAIL" }, s.file);
         ok &= good;
     }
-    let scen = meter.overall();
+    let scen = meter.take_phase();
     hprintln!(
-        "scenario steps: {}, worst {} instructions, worst stack {} bytes",
+        "PHASE scenarios: {} steps, worst {} instructions, worst stack {} bytes",
         scen.count,
         scen.instructions,
         scen.stack
@@ -88,8 +88,27 @@ fn run() -> bool {
         (Inheritance::Pip, 0x9E37_79B9_7F4A_7C15),
     ] {
         ok &= random_run(net, &mut meter, inheritance, seed, 20_000);
+        let w = meter.take_phase();
+        hprintln!(
+            "PHASE random {:?}: {} steps, worst {} instructions, worst stack {} bytes",
+            inheritance,
+            w.count,
+            w.instructions,
+            w.stack
+        );
     }
-    hprintln!("worst step by kind (scenarios and random runs):");
+    for mode in [Mode::IR, Mode::W] {
+        ok &= stress(net, &mut meter, mode);
+        let w = meter.take_phase();
+        hprintln!(
+            "PHASE stress {}: {} steps, worst {} instructions, worst stack {} bytes",
+            mode,
+            w.count,
+            w.instructions,
+            w.stack
+        );
+    }
+    hprintln!("worst step by kind (all phases):");
     for (name, w) in KINDS.iter().zip(meter.worst.iter()) {
         hprintln!(
             "  {:<16} steps {:>6}  instructions {:>6}  stack {:>5} bytes",
@@ -414,6 +433,67 @@ fn random_run(
         granted,
         net.peak
     );
+    true
+}
+
+/// A constructed heavy load: node 0 holds W; every other node (priority = its id) asks
+/// for `mode`, so N - 1 requests queue at the token (Rule 4.2, Rule 8.1 order). Then every
+/// holder releases in turn until nothing is pending: for IR, node 0's release grants N - 1
+/// copies in one step (the `check_queue_at_token` loop at full length); for W, the token
+/// travels down the queue, each transfer carrying the rest of it (the merge and sort of
+/// `on_token` at full length).
+fn stress(net: &mut Net, meter: &mut Meter, mode: Mode) -> bool {
+    if net
+        .reset(|_, i| (i != 0).then_some(NodeId(0)), Variant::HILOCK)
+        .is_err()
+    {
+        return false;
+    }
+    let lock = LockId(0);
+    let go = |net: &mut Net, meter: &mut Meter, i: usize, input: Input<'_, FwMsg>| {
+        net.input(meter, NodeId(i as u16), input).is_ok()
+    };
+    let mut ok = true;
+    for i in 1..N {
+        ok &= go(net, meter, i, Input::SetPriority { base: i as u8 });
+    }
+    ok &= go(
+        net,
+        meter,
+        0,
+        Input::Acquire {
+            lock,
+            mode: Mode::W,
+        },
+    );
+    for i in 1..N {
+        ok &= go(net, meter, i, Input::Acquire { lock, mode });
+    }
+    let mut rounds = 0;
+    loop {
+        while net.in_flight() > 0 {
+            ok &= net.deliver_at(meter, 0).is_ok();
+        }
+        let mut any = false;
+        for i in 0..N {
+            if net.lock(i, 0).is_some_and(|k| k.held() != Mode::Phi) {
+                ok &= go(net, meter, i, Input::Release { lock });
+                any = true;
+            }
+        }
+        rounds += 1;
+        if !any || rounds > 2 * N || !ok {
+            break;
+        }
+    }
+    let pending = (0..N).any(|i| {
+        net.lock(i, 0)
+            .is_some_and(|k| k.pending_mode() != Mode::Phi)
+    });
+    if !ok || pending {
+        hprintln!("FAIL stress {}: ok={} pending={}", mode, ok, pending);
+        return false;
+    }
     true
 }
 

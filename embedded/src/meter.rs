@@ -74,6 +74,8 @@ pub struct Meter {
     pub worst: [Worst; KINDS.len()],
     /// The window was used up (the stack figure is then only a lower bound).
     pub saturated: bool,
+    /// Since the last [`Meter::take_phase`].
+    phase: Worst,
 }
 
 /// One kernel step, out of line, so that its frame lies below the SP `measure` reads.
@@ -110,6 +112,7 @@ impl Meter {
             ticks_per_1000: 1,
             worst: [Worst::default(); KINDS.len()],
             saturated: false,
+            phase: Worst::default(),
         };
         let overhead = (0..8).map(|_| m.measure(nothing).1).min().unwrap_or(0);
         let nops = (0..8)
@@ -118,6 +121,7 @@ impl Meter {
             .unwrap_or(0);
         m.overhead = overhead;
         m.ticks_per_1000 = nops.saturating_sub(overhead).max(1);
+        m.saturated = false;
         m
     }
 
@@ -158,6 +162,11 @@ impl Meter {
         (t * 1000 / u64::from(self.ticks_per_1000)) as u32
     }
 
+    /// The worst step since the last call (and starts a new phase).
+    pub fn take_phase(&mut self) -> Worst {
+        core::mem::take(&mut self.phase)
+    }
+
     /// The worst over every kind.
     pub fn overall(&self) -> Worst {
         self.worst.iter().fold(Worst::default(), |a, w| Worst {
@@ -182,6 +191,10 @@ impl Stepper for Meter {
         w.count += 1;
         w.instructions = w.instructions.max(ins);
         w.stack = w.stack.max(stack);
+        let p = &mut self.phase;
+        p.count += 1;
+        p.instructions = p.instructions.max(ins);
+        p.stack = p.stack.max(stack);
         r
     }
 }
