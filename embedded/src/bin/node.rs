@@ -11,12 +11,10 @@
 #![no_std]
 #![no_main]
 
-use core::cell::RefCell;
 use cortex_m::peripheral::SCB;
 use cortex_m_rt::{entry, exception};
 use cortex_m_semihosting::{debug, hio};
-use critical_section::Mutex;
-use hilock_kernel::{Input, LockId, Mode, Msg, MsgKind, NodeId, Output, QueueEntry};
+use hilock_kernel::{MsgKind, QueueEntry};
 
 const N: usize = if cfg!(feature = "n16") {
     16
@@ -28,8 +26,10 @@ const N: usize = if cfg!(feature = "n16") {
 const Q: usize = if cfg!(feature = "q16") { 16 } else { 8 };
 
 // README:begin
+use core::cell::RefCell;
+use critical_section::Mutex; // the `critical-section` crate; cortex-m provides the impl
 use heapless::Deque;
-use hilock_kernel::{Outputs, Site};
+use hilock_kernel::{Input, LockId, Mode, Msg, NodeId, Output, Outputs, Site};
 
 // Capacities are compile-time: N nodes (ids 0..N), L locks, Q queue entries (Q >= N).
 const L: usize = 2;
@@ -41,9 +41,12 @@ const O: usize = N + Q + L + 6;
 enum Event {
     /// A protocol message decoded from the radio / CAN / UART.
     Deliver(NodeId, Msg<Q>),
-    /// The local application asks for a lock, or gives it back.
+    /// The local application asks for a lock, gives it back, upgrades U to W, or changes
+    /// its base priority.
     Acquire(LockId, Mode),
     Release(LockId),
+    Upgrade(LockId),
+    SetPriority(u8),
 }
 
 /// Filled by interrupts (or RTIC tasks), drained by the main loop.
@@ -73,6 +76,8 @@ fn poll(site: &mut MySite, out: &mut Outputs<Msg<Q>, O>) -> Result<(), hilock_ke
                 out,
             )?,
             Event::Release(lock) => site.step(Input::Release { lock: *lock }, out)?,
+            Event::Upgrade(lock) => site.step(Input::Upgrade { lock: *lock }, out)?,
+            Event::SetPriority(base) => site.step(Input::SetPriority { base: *base }, out)?,
         };
         for o in out.iter() {
             match o {
@@ -163,9 +168,11 @@ fn run() -> bool {
         return false;
     };
     critical_section::with(|cs| {
-        let _ = INBOX
-            .borrow_ref_mut(cs)
-            .push_back(Event::Acquire(LockId(0), Mode::R));
+        let mut inbox = INBOX.borrow_ref_mut(cs);
+        let _ = inbox.push_back(Event::SetPriority(1));
+        let _ = inbox.push_back(Event::Acquire(LockId(0), Mode::R));
+        let _ = inbox.push_back(Event::Acquire(LockId(1), Mode::U));
+        let _ = inbox.push_back(Event::Upgrade(LockId(1)));
     });
     if poll(site, out).is_err() {
         return false;
@@ -175,9 +182,9 @@ fn run() -> bool {
         return false;
     }
     critical_section::with(|cs| {
-        let _ = INBOX
-            .borrow_ref_mut(cs)
-            .push_back(Event::Release(LockId(0)));
+        let mut inbox = INBOX.borrow_ref_mut(cs);
+        let _ = inbox.push_back(Event::Release(LockId(0)));
+        let _ = inbox.push_back(Event::Release(LockId(1)));
     });
     if poll(site, out).is_err() {
         return false;
