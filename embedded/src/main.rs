@@ -369,7 +369,18 @@ fn random_run(
     let modes = [Mode::IR, Mode::R, Mode::U, Mode::IW, Mode::W];
     let mut done = 0u32;
     let mut granted = 0u32;
+    let mut tries = 0u32;
     while done < steps {
+        tries += 1;
+        if tries > 10 * steps {
+            // Every node waits and nothing is in flight: no progress is possible.
+            hprintln!(
+                "FAIL random run ({:?}): no progress after {} steps",
+                inheritance,
+                done
+            );
+            return false;
+        }
         let r = rnd();
         let deliver = net.in_flight() > 0 && (r % 3 != 0 || !net.has_room());
         let res = if deliver {

@@ -36,7 +36,7 @@ pub enum NetError {
 
 /// Something that performs one kernel step (the firmware measures it; see `meter.rs`).
 pub trait Stepper {
-    /// `site.step(input, out)`, with the input's kind for per-kind figures.
+    /// `site.step(input, out)` (the firmware's implementation also measures it).
     fn step(
         &mut self,
         site: &mut FwSite,
