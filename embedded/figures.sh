@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# The figures of BENCHMARKS.md "Embedded: Cortex-M4F": for each capacity N x Q, the flash
+# (.text + .rodata) and RAM (.data + .bss) of the two firmware images, and the worst
+# instructions and stack bytes of one step over the scenarios and the random runs under
+# QEMU (-icount shift=6). Prints a markdown table. Not run by CI (about 2 minutes).
+#
+#   embedded/figures.sh
+set -euo pipefail
+cd "$(dirname "$0")"
+
+size_tool=""
+if command -v llvm-size >/dev/null 2>&1; then
+  size_tool=llvm-size
+else
+  rustup component add llvm-tools >/dev/null 2>&1 || true
+  cand="$(rustc --print sysroot)/lib/rustlib/x86_64-unknown-linux-gnu/bin/llvm-size"
+  [ -x "$cand" ] && size_tool="$cand"
+fi
+if [ -z "$size_tool" ]; then
+  echo "SKIP figures: no llvm-size (install LLVM or: rustup component add llvm-tools)"
+  exit 0
+fi
+command -v qemu-system-arm >/dev/null 2>&1 || { echo "SKIP figures: no qemu-system-arm"; exit 0; }
+
+dir=target/thumbv7em-none-eabihf/release
+sec() { "$size_tool" -A "$1" | awk -v s="$2" '$1 == s { print $2 }'; }
+flash() { echo $(( $(sec "$1" .text) + $(sec "$1" .rodata) )); }
+ram() { echo $(( $(sec "$1" .data) + $(sec "$1" .bss) )); }
+
+echo "| N | Q | node image flash | node image RAM | scenario image flash | scenario image RAM | size_of Site (L = 2) | steps measured | worst instructions / step | worst stack / step |"
+echo "|---|---|---|---|---|---|---|---|---|---|"
+for nq in "n4 q8" "n4 q16" "n8 q8" "n8 q16" "n16 q8" "n16 q16"; do
+  set -- $nq
+  n=${1#n}
+  q=${2#q}
+  feats=""
+  [ "$n" != 8 ] && feats="n$n"
+  [ "$q" != 8 ] && feats="${feats:+$feats,}q$q"
+  if ! cargo build --release --quiet ${feats:+--features "$feats"} 2>/tmp/hilock-figures-build.log; then
+    why=$(grep -o "Q must be at least N[^\"]*" /tmp/hilock-figures-build.log | head -1 || true)
+    echo "| $n | $q | does not build: ${why:-see cargo output} | | | | | | | |"
+    continue
+  fi
+  log=$(timeout 300 qemu-system-arm -machine mps2-an386 -cpu cortex-m4 -nographic \
+    -semihosting-config enable=on,target=native -icount shift=6 -kernel "$dir/hilock-embedded" 2>&1 || true)
+  grep -q "RESULT: PASS" <<<"$log" || { echo "$log" >&2; echo "run failed for N=$n Q=$q" >&2; exit 1; }
+  site=$(sed -n 's/.*sizes (bytes): Site \([0-9]*\),.*/\1/p' <<<"$log")
+  read -r steps ins stack < <(sed -n 's/^WORST .*: \([0-9]*\) steps, \([0-9]*\) instructions, \([0-9]*\) bytes of stack/\1 \2 \3/p' <<<"$log")
+  echo "| $n | $q | $(flash "$dir/node") | $(ram "$dir/node") | $(flash "$dir/hilock-embedded") | $(ram "$dir/hilock-embedded") | $site | $steps | $ins | $stack |"
+done
+cargo build --release --quiet
