@@ -433,3 +433,34 @@ fn literal_release_handling_violates_mutual_exclusion() {
     let e = s.0.check_safety().unwrap_err();
     assert_eq!(e.property, hilock_spec::cluster::property::P1, "{e}");
 }
+
+/// Exactly-once requests (SPEC.md section 4, hop numbers): a request delivered a second time
+/// on the same link — a duplicate, as a reconnecting transport may produce — is rejected
+/// with `KernelError::Duplicate` and leaves the site as it was; served twice, it could let a
+/// node grant its own ancestor and close a cycle in the tree.
+#[test]
+fn a_redelivered_request_is_rejected_and_changes_nothing() {
+    let mut s = sites();
+    step(
+        &mut s,
+        1,
+        Input::Acquire {
+            lock: L,
+            mode: Mode::W,
+        },
+    );
+    let msg =
+        s.0.channel(NodeId(1), NodeId(0))
+            .next()
+            .expect("request")
+            .clone();
+    assert!(matches!(msg, Msg::Request { .. }), "{msg:?}");
+    deliver(&mut s, 1, 0);
+    let before = s[0].clone();
+    let again = s.0.inject(NodeId(1), NodeId(0), &msg);
+    assert_eq!(
+        again.err().and_then(|e| e.kernel()),
+        Some(KernelError::Duplicate(L))
+    );
+    assert_eq!(s[0], before);
+}

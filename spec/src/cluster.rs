@@ -1224,6 +1224,47 @@ impl<const N: usize, const L: usize, const Q: usize> Cluster<Site<N, L, Q>> {
                 });
             }
         }
+        if exact {
+            self.check_records_name_children()?;
+        }
+        Ok(())
+    }
+
+    /// P3, the converse half (FIFO channels without faults): a node that records `c` as a
+    /// child (a non-Φ record) is `c`'s parent, once their link is quiet (no `Release`,
+    /// `Grant` or `Token` of the lock in flight either way). A node granted by a new parent
+    /// must release its old parent's record (leave-old-parent, `LockNode::on_grant` and
+    /// `on_token`); a record left behind at a node that is no longer the parent is not seen
+    /// by the first half, which reads records only along parent pointers, yet it keeps that
+    /// node's owned mode up for ever.
+    fn check_records_name_children(&self) -> Result<(), Violation> {
+        for l in 0..L {
+            let lock = LockId(l as u16);
+            for (p, s) in self.live() {
+                let node = &s.locks()[l];
+                for (c, record) in node.children() {
+                    if c.idx() >= self.sites.len()
+                        || self.crashed.contains(&c)
+                        || !self.quiet(c, p, lock, records)
+                    {
+                        continue;
+                    }
+                    let child = &self.site(c).locks()[l];
+                    if child.has_token() || child.parent() != Some(p) {
+                        return Err(Violation {
+                            property: property::P3,
+                            detail: format!(
+                                "on {lock}: {p} records {c} as {record}, but {c}'s parent is {}",
+                                child
+                                    .parent()
+                                    .map_or("none (it holds the token)".to_string(), |x| x
+                                        .to_string())
+                            ),
+                        });
+                    }
+                }
+            }
+        }
         Ok(())
     }
 
