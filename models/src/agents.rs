@@ -929,6 +929,88 @@ impl Model for AgentsModel {
         self.apply(last, action).map(|(st, _)| st)
     }
 
+    fn format_action(&self, a: &AgentAction) -> String {
+        match *a {
+            AgentAction::Deliver { from, to, index: 0 } => {
+                format!("{from} → {to}: deliver the oldest message")
+            }
+            AgentAction::Deliver { from, to, index } => {
+                format!(
+                    "{from} → {to}: deliver message number {} of the channel",
+                    index + 1
+                )
+            }
+            AgentAction::Finish { agent } => format!("A{agent}: the client ends the transaction"),
+            AgentAction::Crash { server } => format!("S{server} crashes"),
+        }
+    }
+
+    fn format_step(&self, last: &AState, a: AgentAction) -> Option<String> {
+        let (st, log) = self.apply(last, a)?;
+        let mut s = log.action;
+        if !log.rules.is_empty() {
+            s.push_str(&format!("\n  rules: {}", log.rules));
+        }
+        for o in &log.outputs {
+            s.push_str(&format!("\n  {o}"));
+        }
+        s.push('\n');
+        for (k, srv) in st.servers.iter().enumerate() {
+            s.push_str(&format!(
+                "\nS{k}: {}",
+                queue_str(&srv.entries().collect::<Vec<_>>())
+            ));
+        }
+        for (k, ag) in st.agents.iter().enumerate() {
+            s.push_str(&format!("\nA{k}: {}", agent_str(ag)));
+        }
+        for ((from, to), ch) in &st.net {
+            for m in ch {
+                s.push_str(&format!("\nin flight {from} → {to}: {}", msg_str(m)));
+            }
+        }
+        if let Some(e) = &st.error {
+            s.push_str(&format!("\nkernel error: {e}"));
+        }
+        Some(s)
+    }
+
+    fn as_svg(&self, path: Path<AState, AgentAction>) -> Option<String> {
+        let agents = self.scripts.len();
+        let lane = |p: Proc| match p {
+            Proc::Agent(i) => i as usize,
+            Proc::Server(i) => agents + i as usize,
+        };
+        let mut lanes: Vec<String> = (0..agents).map(|i| format!("A{i}")).collect();
+        lanes.extend((0..self.servers).map(|i| format!("S{i}")));
+        let mut d = crate::seq::Diagram::new(lanes);
+        for (st, a) in path.into_vec() {
+            match a {
+                Some(AgentAction::Deliver { from, to, index }) => {
+                    let label = st
+                        .net
+                        .get(&(from, to))
+                        .and_then(|ch| ch.get(index as usize))
+                        .map(msg_str)
+                        .unwrap_or_default();
+                    let label = match label.split_once(" [") {
+                        Some((short, _)) => short.to_string(),
+                        None => label,
+                    };
+                    d.message(lane(from), lane(to), label);
+                }
+                Some(AgentAction::Finish { agent }) => {
+                    d.local(agent.into(), "ends the transaction")
+                }
+                Some(AgentAction::Crash { server }) => {
+                    d.local(lane(Proc::Server(server)), "crashes")
+                }
+                None => {}
+            }
+        }
+        Some(d.svg())
+    }
+
     fn properties(&self) -> Vec<Property<Self>> {
         vec![
             Property::always(EXCLUSION, |m: &Self, st: &AState| m.exclusion(st).is_ok()),

@@ -1162,6 +1162,47 @@ impl<const K: usize, const C: usize> Model for BakerySystem<K, C> {
         Some(st)
     }
 
+    fn format_action(&self, a: &BAction) -> String {
+        self.describe(a)
+    }
+
+    fn format_step(&self, last: &BState<K, C>, a: BAction) -> Option<String> {
+        let next = self.next_state(last, a)?;
+        let mut s = self.describe(&a);
+        s.push('\n');
+        for c in &next.clients {
+            s.push_str(&format!("\nc{}: {}", c.c.id().0, client_str(c)));
+        }
+        for (r, rep) in next.replicas.iter().enumerate() {
+            s.push_str(&format!("\nr{r}: {}", replica_str(rep, self.rows())));
+        }
+        s.push_str(&format!("\nrequests in flight: {}", next.net.len()));
+        Some(s)
+    }
+
+    fn as_svg(&self, path: Path<BState<K, C>, BAction>) -> Option<String> {
+        let clients = self.clients as usize;
+        let mut lanes: Vec<String> = (1..=clients).map(|i| format!("c{i}")).collect();
+        lanes.extend((0..NR).map(|r| format!("r{r}")));
+        let mut d = crate::seq::Diagram::new(lanes);
+        for a in path.into_actions() {
+            match a {
+                BAction::Deliver(i, r, req) => {
+                    d.message(i.into(), clients + r as usize, req_str(&req))
+                }
+                BAction::Start(i) | BAction::Release(i) | BAction::Wake(i) | BAction::Crash(i) => {
+                    let text = self.describe(&a);
+                    let text = text
+                        .split_once(": ")
+                        .map_or(text.clone(), |(_, t)| t.to_string());
+                    d.local(i.into(), text)
+                }
+                BAction::Tick => {}
+            }
+        }
+        Some(d.svg())
+    }
+
     fn properties(&self) -> Vec<Property<Self>> {
         vec![
             Property::always(MUTEX, |_, st: &BState<K, C>| {

@@ -278,10 +278,7 @@ pub fn trace_of<const L: usize>(
         };
         let mut cluster = state.cluster.clone();
         let (node, lock, input, r) = match action {
-            Action::Run(i) => {
-                let Some(op) = model.next_op(&state, i as usize) else {
-                    break;
-                };
+            Action::Run { node: i, op } => {
                 let ti = match op {
                     ScriptOp::Acquire(mode, lock) => TraceInput::Acquire { lock, mode },
                     ScriptOp::Release(lock) => TraceInput::Release { lock },
@@ -292,7 +289,9 @@ pub fn trace_of<const L: usize>(
                 let r = cluster.input(node, BaseModel::<L>::input_of(op));
                 (node, op.lock(), ti, r)
             }
-            Action::Deliver { from, to, index } => {
+            Action::Deliver {
+                from, to, index, ..
+            } => {
                 let (f, t) = (NodeId(u16::from(from)), NodeId(u16::from(to)));
                 let Some((msg, r)) = cluster.deliver_at(f, t, index as usize) else {
                     break;

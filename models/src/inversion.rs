@@ -17,10 +17,11 @@
 //! inversion. P7(B): at most B such critical sections while D's request is pending. The
 //! checker reports the least B that holds.
 
+use crate::base::Delivered;
 use hilock_kernel::{Inheritance, Input, LockId, Mode, NodeId, Output, Variant};
 use hilock_spec::cluster::{property, Cluster};
 use hilock_spec::system::{ModelSite, MODEL_NODES};
-use stateright::{Checker, Model, Property};
+use stateright::{Checker, Model, Path, Property};
 
 /// Nodes: A, D and up to three medium nodes.
 pub const MAX: usize = MODEL_NODES;
@@ -66,20 +67,77 @@ pub struct InversionConfig {
     pub bound: u8,
 }
 
-/// A scripted operation.
+/// A scripted operation: acquire a mode on lock 0 (L_i) or 1 (L_j), or release it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-enum Op {
+pub enum Op {
+    /// `RequestLock(mode)` on the lock.
     Acquire(u16, Mode),
+    /// `RequestUnlock()` of the lock.
     Release(u16),
 }
 
-/// A model action: run a node's next operation, or deliver the oldest message on a channel.
+fn lock_name(l: u16) -> &'static str {
+    if l == 0 {
+        "L_i"
+    } else {
+        "L_j"
+    }
+}
+
+impl std::fmt::Display for Op {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match *self {
+            Op::Acquire(l, m) => write!(f, "acquire {m} on {}", lock_name(l)),
+            Op::Release(l) => write!(f, "release {}", lock_name(l)),
+        }
+    }
+}
+
+/// The name of node `n`: A, D, M2, M3, M4.
+pub fn node_name(n: u16) -> String {
+    match n {
+        A => "A".into(),
+        D => "D".into(),
+        m => format!("M{m}"),
+    }
+}
+
+/// A model action: run a node's next operation, or deliver the oldest message on a
+/// channel. Each carries what it does, so that the Explorer can name it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Action {
-    /// Node `n` runs its next script operation.
-    Run(u16),
+    /// Node `node` runs its next script operation `op`.
+    Run {
+        /// The node.
+        node: u16,
+        /// The operation.
+        op: Op,
+    },
     /// Deliver the oldest message from `from` to `to`.
-    Deliver(u16, u16),
+    Deliver {
+        /// Sender.
+        from: u16,
+        /// Receiver.
+        to: u16,
+        /// The message.
+        msg: Delivered,
+    },
+}
+
+impl std::fmt::Display for Action {
+    /// `A acquire R on L_i`, `M2 → D request W @L1 p=2`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match *self {
+            Action::Run { node, op } => write!(f, "{} {op}", node_name(node)),
+            Action::Deliver { from, to, msg } => {
+                let label = msg.label(from as u8).replace(
+                    &format!(" for n{} ", msg.requester),
+                    &format!(" for {} ", node_name(msg.requester)),
+                );
+                write!(f, "{} → {} {label}", node_name(from), node_name(to))
+            }
+        }
+    }
 }
 
 /// A state of the model.
@@ -233,23 +291,30 @@ impl Model for InversionConfig {
             // protocol can bound the inversion.
             let quiet =
                 n == A || n == D || st.cluster.in_flight() == 0 || st.pc[n as usize] % 2 == 1;
-            if quiet
-                && !st.waiting[n as usize]
-                && (st.pc[n as usize] as usize) < self.script(n).len()
-            {
-                actions.push(Action::Run(n));
+            if quiet && !st.waiting[n as usize] {
+                if let Some(&op) = self.script(n).get(st.pc[n as usize] as usize) {
+                    actions.push(Action::Run { node: n, op });
+                }
             }
         }
         for (f, t) in st.cluster.busy_channels() {
-            actions.push(Action::Deliver(f.0, t.0));
+            if let Some(m) = st.cluster.channel(f, t).next() {
+                actions.push(Action::Deliver {
+                    from: f.0,
+                    to: t.0,
+                    msg: Delivered::of(m),
+                });
+            }
         }
     }
 
     fn next_state(&self, last: &InvState, action: Action) -> Option<InvState> {
         let mut st = last.clone();
         match action {
-            Action::Run(n) => {
-                let op = self.script(n)[st.pc[n as usize] as usize];
+            Action::Run { node: n, op } => {
+                if self.script(n).get(st.pc[n as usize] as usize) != Some(&op) {
+                    return None;
+                }
                 st.pc[n as usize] += 1;
                 match op {
                     Op::Acquire(l, mode) => {
@@ -272,7 +337,7 @@ impl Model for InversionConfig {
                     Op::Release(l) => self.step(&mut st, n, Input::Release { lock: LockId(l) }),
                 }
             }
-            Action::Deliver(f, t) => {
+            Action::Deliver { from: f, to: t, .. } => {
                 let (_, r) = st.cluster.deliver(NodeId(f), NodeId(t))?;
                 if let Ok(step) = r {
                     self.apply(&mut st, t, &step.outputs);
@@ -280,6 +345,48 @@ impl Model for InversionConfig {
             }
         }
         Some(st)
+    }
+
+    fn format_action(&self, action: &Action) -> String {
+        action.to_string()
+    }
+
+    fn format_step(&self, last: &InvState, action: Action) -> Option<String> {
+        let next = self.next_state(last, action)?;
+        let mut cluster = last.cluster.clone();
+        let r = match action {
+            Action::Run { node, op } => cluster
+                .input(node_input(node), op_input(op))
+                .map(|s| s.rules),
+            Action::Deliver { from, to, .. } => cluster
+                .deliver(NodeId(from), NodeId(to))?
+                .1
+                .map(|s| s.rules),
+        };
+        let rules = match r {
+            Ok(r) if r.is_empty() => String::new(),
+            Ok(r) => format!("\n  rules: {r}"),
+            Err(e) => format!("\n  rejected by the kernel: {e}"),
+        };
+        Some(format!("{action}{rules}\n\n{next:#?}"))
+    }
+
+    fn as_svg(&self, path: Path<InvState, Action>) -> Option<String> {
+        let mut d = crate::seq::Diagram::new((0..self.nodes() as u16).map(node_name).collect());
+        for a in path.into_actions() {
+            match a {
+                Action::Run { node, op } => d.local(node.into(), op.to_string()),
+                Action::Deliver { from, to, msg } => d.message(
+                    from.into(),
+                    to.into(),
+                    Action::Deliver { from, to, msg }
+                        .to_string()
+                        .split_once(&format!("{} ", node_name(to)))
+                        .map_or(String::new(), |(_, l)| l.to_string()),
+                ),
+            }
+        }
+        Some(d.svg())
     }
 
     fn properties(&self) -> Vec<Property<Self>> {
@@ -321,6 +428,20 @@ impl Model for InversionConfig {
     }
 }
 
+fn node_input(n: u16) -> NodeId {
+    NodeId(n)
+}
+
+fn op_input(op: Op) -> Input<'static, hilock_spec::SpecMsg> {
+    match op {
+        Op::Acquire(l, mode) => Input::Acquire {
+            lock: LockId(l),
+            mode,
+        },
+        Op::Release(l) => Input::Release { lock: LockId(l) },
+    }
+}
+
 /// Result of searching the least bound B for a configuration.
 #[derive(Clone, Debug)]
 pub struct BoundReport {
@@ -358,17 +479,14 @@ pub fn least_bound(
             property::P4,
         ] {
             if let Some(path) = checker.discovery(p) {
-                return Err(format!("{p} violated: {:?}", path.into_actions()));
+                let steps: Vec<String> =
+                    path.into_actions().iter().map(|a| a.to_string()).collect();
+                return Err(format!("{p} violated: {}", steps.join("; ")));
             }
         }
         match checker.discovery("P7 bounded inversion") {
             Some(path) => {
-                previous = Some(
-                    path.into_actions()
-                        .iter()
-                        .map(|a| format!("{a:?}"))
-                        .collect(),
-                )
+                previous = Some(path.into_actions().iter().map(|a| a.to_string()).collect())
             }
             None => {
                 return Ok(BoundReport {

@@ -4,6 +4,7 @@
 //! - [`base`]: the chapter-2 protocol (properties P1–P6), configurations as values;
 //! - [`check`]: `check` / `explore`, the API of `hilock check` and `hilock explore`;
 //! - [`inversion`]: the priority-inversion model of thesis section 3.6 (property P7);
+//! - [`seq`]: message sequence diagrams (SVG), which every model's `as_svg` draws;
 //! - [`tree`]: Preston & Prasad tree locking, concurrent inserts and removes interleaved
 //!   one node latch at a time (property P8).
 
@@ -12,4 +13,5 @@ pub mod bakery;
 pub mod base;
 pub mod check;
 pub mod inversion;
+pub mod seq;
 pub mod tree;

@@ -97,7 +97,10 @@ fn explorer_serves_page_status_and_states() {
         "each of the three nodes can run its first operation"
     );
     assert!(
-        next[0]["action"].as_str().unwrap_or("").contains("Run"),
+        next[0]["action"]
+            .as_str()
+            .unwrap_or("")
+            .contains(" acquire "),
         "{next:?}"
     );
     let (status, _) = get(addr, "/.states/0/99").expect("GET invalid path");
