@@ -106,3 +106,88 @@ fn explorer_serves_page_status_and_states() {
     let (status, _) = get(addr, "/.states/0/99").expect("GET invalid path");
     assert!(status.contains("404"), "an invalid action index: {status}");
 }
+
+fn counterexamples() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../spec/counterexamples")
+}
+
+/// Every saved base-model counterexample (`spec/counterexamples/*.json` of format
+/// `hilock-trace/1`, its configuration in `configs/`) replays through its configuration's
+/// model to a state that violates the property its verdict names: `hilock explore CONFIG
+/// --trace FILE` opens it at the failing state.
+#[test]
+fn saved_counterexamples_open_at_their_failing_state() {
+    let mut n = 0;
+    for e in std::fs::read_dir(counterexamples()).expect("counterexamples") {
+        let p = e.expect("entry").path();
+        if p.extension().is_none_or(|x| x != "json") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&p).expect("trace");
+        let v: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+        if v["format"] != "hilock-trace/1" {
+            continue;
+        }
+        let name = p.file_name().expect("name");
+        let cfg = std::fs::read_to_string(counterexamples().join("configs").join(name))
+            .unwrap_or_else(|e| panic!("{}: no configuration in configs/: {e}", p.display()));
+        let cfg = ModelConfig::from_json(&cfg).expect("configuration");
+        let trace = hilock_models::open::parse_base_trace(&text).expect("a base trace");
+        let opened = hilock_models::open::open_base(&cfg, &trace)
+            .unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+        let verdict = trace.verdict.clone().unwrap_or_default();
+        let property = verdict.split(" violated").next().unwrap_or("");
+        assert!(
+            opened.violated.iter().any(|x| x == property),
+            "{}: the last state violates {:?}, the verdict says {verdict}",
+            p.display(),
+            opened.violated
+        );
+        assert_eq!(opened.steps, trace.steps.len());
+        assert_eq!(opened.encoded.split('/').count(), trace.steps.len() + 1);
+        n += 1;
+    }
+    assert!(n >= 4, "only {n} base counterexamples");
+}
+
+/// A failing check (here the literal token branch, which deadlocks) writes its
+/// configuration and counterexamples for the Explorer and says how to open each: the
+/// command and the URL of the failing state.
+#[test]
+fn a_failing_check_prints_how_to_open_it() {
+    let cfg = ModelConfig::star(
+        "tokenable request from a non-child, literal token branch",
+        &[&[], &["acquire R", "release"], &["acquire IR", "release"]],
+    )
+    .with_variant(hilock_kernel::Variant {
+        tokenable_transfers: false,
+        ..hilock_kernel::Variant::HILOCK
+    });
+    let r = hilock_models::check::check(&cfg, |_, _, _| {}).expect("check");
+    assert!(!r.ok());
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../target/test-explorer-failing-check");
+    let text = hilock_models::open::save_for_explorer(&cfg, &r, &dir).expect("saved");
+    let config = dir.join("tokenable-request-from-a-non-child--literal-token-branch.config.json");
+    let trace = dir
+        .join("tokenable-request-from-a-non-child--literal-token-branch.p4-no-deadlock.trace.json");
+    let cmd = format!(
+        "hilock explore {} --trace {}",
+        config.display(),
+        trace.display()
+    );
+    assert!(text.contains(&cmd), "{text}");
+    assert!(
+        text.contains("then browse http://127.0.0.1:3000/#/steps/0/"),
+        "{text}"
+    );
+    // What was written opens at the failing state.
+    let cfg2 = ModelConfig::from_json(&std::fs::read_to_string(&config).expect("config"))
+        .expect("configuration");
+    assert_eq!(cfg2, cfg);
+    let t = hilock_models::open::parse_base_trace(&std::fs::read_to_string(&trace).expect("trace"))
+        .expect("trace");
+    let opened = hilock_models::open::open_base(&cfg2, &t).expect("replays");
+    assert!(opened.violated.iter().any(|p| p == "P4 no deadlock"));
+    assert!(text.contains(&opened.encoded));
+}
