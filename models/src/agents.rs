@@ -954,6 +954,7 @@ impl Model for AgentsModel {
         for o in &log.outputs {
             s.push_str(&format!("\n  {o}"));
         }
+        s.push_str(&crate::check::violations_line(self, &st));
         s.push('\n');
         for (k, srv) in st.servers.iter().enumerate() {
             s.push_str(&format!(

@@ -1169,6 +1169,7 @@ impl<const K: usize, const C: usize> Model for BakerySystem<K, C> {
     fn format_step(&self, last: &BState<K, C>, a: BAction) -> Option<String> {
         let next = self.next_state(last, a)?;
         let mut s = self.describe(&a);
+        s.push_str(&crate::check::violations_line(self, &next));
         s.push('\n');
         for c in &next.clients {
             s.push_str(&format!("\nc{}: {}", c.c.id().0, client_str(c)));

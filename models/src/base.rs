@@ -1108,7 +1108,11 @@ impl<const L: usize> Model for BaseModel<L> {
 
     fn format_step(&self, last: &State<L>, action: Action) -> Option<String> {
         let next = self.next_state(last, action)?;
-        Some(format!("{}\n\n{next:?}", self.explain(last, action)))
+        Some(format!(
+            "{}{}\n\n{next:?}",
+            self.explain(last, action),
+            crate::check::violations_line(self, &next)
+        ))
     }
 
     fn as_svg(&self, path: Path<State<L>, Action>) -> Option<String> {

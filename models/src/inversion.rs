@@ -368,7 +368,8 @@ impl Model for InversionConfig {
             Ok(r) => format!("\n  rules: {r}"),
             Err(e) => format!("\n  rejected by the kernel: {e}"),
         };
-        Some(format!("{action}{rules}\n\n{next:#?}"))
+        let bad = crate::check::violations_line(self, &next);
+        Some(format!("{action}{rules}{bad}\n\n{next:#?}"))
     }
 
     fn as_svg(&self, path: Path<InvState, Action>) -> Option<String> {

@@ -35,7 +35,7 @@ pub struct Diagram {
     pub events: Vec<Event>,
 }
 
-const LANE: usize = 170;
+const LANE: usize = 200;
 const ROW: usize = 26;
 const TOP: usize = 40;
 const LEFT: usize = 90;
@@ -80,7 +80,7 @@ impl Diagram {
     /// The diagram as a standalone SVG document (dark text on a light background, so that
     /// it reads in the Explorer's dark pane and in a browser alike).
     pub fn svg(&self) -> String {
-        let width = LEFT * 2 + self.lanes.len().saturating_sub(1) * LANE;
+        let width = LEFT + self.lanes.len().saturating_sub(1) * LANE + 190;
         let height = TOP + (self.events.len() + 1) * ROW + 10;
         let mut s = String::new();
         let _ = write!(

@@ -592,6 +592,7 @@ impl Model for TreeModel {
         if !effects.is_empty() {
             let _ = write!(s, "\n  {effects}");
         }
+        s.push_str(&crate::check::violations_line(self, &next));
         s.push_str("\n\ntree (non-white or latched nodes):");
         for (n, what) in snapshot(&next.tree) {
             let _ = write!(s, "\n  {n}: {what}");
