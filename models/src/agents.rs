@@ -123,7 +123,7 @@ pub struct Script {
 }
 
 /// Delivery between processes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
 pub enum Delivery {
     /// In order between one pair, any order across pairs (Erlang).
     FifoPerPair,
@@ -747,6 +747,31 @@ impl AgentsModel {
             elapsed,
             properties,
         }
+    }
+
+    /// Whether `a` in `before` is the recorded step `step` of a `hilock-agents-trace/1`
+    /// trace: the same action text, and the same servers and agents afterwards.
+    pub fn fits_step(&self, before: &AState, a: &AgentAction, step: &serde_json::Value) -> bool {
+        let Some((st, log)) = self.apply(before, *a) else {
+            return false;
+        };
+        if step["action"].as_str() != Some(log.action.as_str()) {
+            return false;
+        }
+        let servers: BTreeMap<String, String> = st
+            .servers
+            .iter()
+            .enumerate()
+            .map(|(k, s)| (format!("S{k}"), queue_str(&s.entries().collect::<Vec<_>>())))
+            .collect();
+        let agents: BTreeMap<String, String> = st
+            .agents
+            .iter()
+            .enumerate()
+            .map(|(k, a)| (format!("A{k}"), agent_str(a)))
+            .collect();
+        serde_json::to_value(servers).ok().as_ref() == step.get("servers")
+            && serde_json::to_value(agents).ok().as_ref() == step.get("agents")
     }
 
     /// A counterexample path as a readable trace.

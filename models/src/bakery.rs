@@ -106,7 +106,7 @@ pub const BOUND: &str = "a ticket reaches the bound";
 pub const REACHED: [&str; 6] = [ENTERS, FINISHES, AFTER_CRASH, LEASE_LOST, HORIZON, BOUND];
 
 /// What the clients run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
 pub enum Mode {
     /// The lock (row 0), `rounds` critical sections per client.
     Lock {
@@ -121,7 +121,7 @@ pub enum Mode {
 }
 
 /// When time passes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
 pub enum Timing {
     /// Never (no leases).
     None,
@@ -138,7 +138,7 @@ pub enum Timing {
 }
 
 /// Where a client may crash.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
 pub enum CrashAt {
     /// In any state.
     Anywhere,
@@ -148,7 +148,7 @@ pub enum CrashAt {
 }
 
 /// A configuration of the model.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
 pub struct BakeryModel {
     /// Name.
     pub name: String,
@@ -739,6 +739,30 @@ impl<const K: usize, const C: usize> BakerySystem<K, C> {
             ONCE => format!("completions per item: {:?}", &st.completed),
             _ => String::new(),
         }
+    }
+
+    /// Whether `a` in `before` is the recorded step `step` of a `hilock-bakery-trace/1`
+    /// trace: the same action text, and the same clients and replicas afterwards.
+    pub fn fits_step(&self, before: &BState<K, C>, a: &BAction, step: &serde_json::Value) -> bool {
+        if step["action"].as_str() != Some(self.describe(a).as_str()) {
+            return false;
+        }
+        let Some(st) = self.next_state(before, *a) else {
+            return false;
+        };
+        let clients: BTreeMap<String, String> = st
+            .clients
+            .iter()
+            .map(|c| (format!("c{}", c.c.id().0), client_str(c)))
+            .collect();
+        let replicas: BTreeMap<String, String> = st
+            .replicas
+            .iter()
+            .enumerate()
+            .map(|(r, rep)| (format!("r{r}"), replica_str(rep, self.rows())))
+            .collect();
+        serde_json::to_value(clients).ok().as_ref() == step.get("clients")
+            && serde_json::to_value(replicas).ok().as_ref() == step.get("replicas")
     }
 
     /// A path as a readable trace (`hilock-bakery-trace/1`).

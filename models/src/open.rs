@@ -8,10 +8,16 @@
 //! step must be one of the actions the model enables in the state reached so far, or the
 //! replay stops with one line naming the first step that does not fit.
 
+use crate::agents::{AgentsModel, Delivery, ScriptLock};
+use crate::bakery::{BakeryModel, BakerySystem};
 use crate::base::{Action, BaseModel, Delivered, ModelConfig, ScriptOp, State};
 use crate::seq::Diagram;
+use crate::tree::TreeModel;
+use hilock_kernel::agent::{AgentVariant, LockMode, Req, ServerVariant};
+use hilock_kernel::tree::TreeVariant;
 use hilock_kernel::NodeId;
 use hilock_spec::trace::{Trace, TraceInput, TRACE_FORMAT};
+use serde::{Deserialize, Serialize};
 use stateright::{Model, Path};
 use std::path::Path as FsPath;
 
@@ -77,6 +83,7 @@ pub fn parse_base_trace(text: &str) -> Result<Trace, String> {
 
 fn model_of_format(f: &str) -> &'static str {
     match f {
+        TRACE_FORMAT => "the base model",
         "hilock-tree-trace/1" => "the tree-locking model",
         "hilock-agents-trace/1" => "the agents model",
         "hilock-bakery-trace/1" => "the bakery model",
@@ -339,4 +346,309 @@ pub fn save_for_explorer(
         out.push_str(&how_to_open(&config, &file, &opened.encoded));
     }
     Ok(out)
+}
+
+// ------------------------------------------------------------------ the other models
+
+/// A configuration of one of the other models as a file: `{"model": "tree", …}`,
+/// `{"model": "agents", …}` or `{"model": "bakery", …}` (a base-model configuration has no
+/// `model` field).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(tag = "model", rename_all = "snake_case")]
+pub enum OtherConfig {
+    /// Preston & Prasad tree locking.
+    Tree(TreeConfig),
+    /// Wiger's agents and lock servers.
+    Agents(AgentsConfig),
+    /// The bakery (its configuration as a bakery trace embeds it).
+    Bakery(BakeryModel),
+}
+
+/// A tree-locking configuration ([`TreeModel::new`]).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TreeConfig {
+    /// Name.
+    pub name: String,
+    /// Height of the complete tree.
+    pub height: u32,
+    /// Per user, its leaves by their slide-10 paths (`"01"`), or `["*"]`.
+    pub choices: Vec<Vec<String>>,
+    /// Rounds per user.
+    pub rounds: u8,
+    /// Algorithm variant.
+    pub variant: TreeVariant,
+}
+
+/// One lock of an agent's script.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentLockConfig {
+    /// The path's keys (`[1]` is `/1`).
+    pub path: Vec<u16>,
+    /// `Read` or `Write`.
+    pub mode: LockMode,
+    /// The servers, as a bit set.
+    pub servers: u32,
+    /// `All`, `Any` or `Majority`.
+    pub req: Req,
+}
+
+/// One agent's script.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentScriptConfig {
+    /// Its locks in order.
+    pub locks: Vec<AgentLockConfig>,
+    /// `abort_on_deadlock`.
+    #[serde(default)]
+    pub abort_on_deadlock: bool,
+}
+
+/// An agents configuration ([`AgentsModel::new`] and its variants).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentsConfig {
+    /// Name.
+    pub name: String,
+    /// Number of servers.
+    pub servers: u16,
+    /// The agents' scripts.
+    pub scripts: Vec<AgentScriptConfig>,
+    /// Agent variant (the seed's if absent).
+    #[serde(default = "seed_agent")]
+    pub agent_variant: AgentVariant,
+    /// Server variant (the seed's if absent).
+    #[serde(default = "seed_server")]
+    pub server_variant: ServerVariant,
+    /// Delivery.
+    #[serde(default = "fifo_per_pair")]
+    pub delivery: Delivery,
+    /// Bound on the servers' version counters.
+    #[serde(default = "forty")]
+    pub max_version: u32,
+    /// A server that may crash.
+    #[serde(default)]
+    pub crash: Option<u16>,
+}
+
+fn seed_agent() -> AgentVariant {
+    AgentVariant::SEED
+}
+fn seed_server() -> ServerVariant {
+    ServerVariant::SEED
+}
+fn fifo_per_pair() -> Delivery {
+    Delivery::FifoPerPair
+}
+fn forty() -> u32 {
+    40
+}
+
+impl TreeConfig {
+    /// The model.
+    pub fn model(&self) -> Result<TreeModel, String> {
+        let choices: Vec<Vec<&str>> = self
+            .choices
+            .iter()
+            .map(|c| c.iter().map(String::as_str).collect())
+            .collect();
+        let refs: Vec<&[&str]> = choices.iter().map(Vec::as_slice).collect();
+        TreeModel::new(&self.name, self.height, &refs, self.rounds, self.variant)
+            .map_err(|e| format!("bad tree configuration: {e}"))
+    }
+}
+
+impl AgentsConfig {
+    /// The model.
+    pub fn model(&self) -> Result<AgentsModel, String> {
+        let locks: Vec<Vec<ScriptLock>> = self
+            .scripts
+            .iter()
+            .map(|s| {
+                s.locks
+                    .iter()
+                    .map(|l| (l.path.as_slice(), l.mode, l.servers, l.req))
+                    .collect()
+            })
+            .collect();
+        let scripts: Vec<(&[ScriptLock], bool)> = locks
+            .iter()
+            .zip(&self.scripts)
+            .map(|(l, s)| (l.as_slice(), s.abort_on_deadlock))
+            .collect();
+        let mut m = AgentsModel::new(&self.name, self.servers, &scripts)
+            .map_err(|e| format!("bad agents configuration: {e}"))?
+            .with_variants(self.agent_variant, self.server_variant, &self.name)
+            .with_delivery(self.delivery, &self.name)
+            .with_max_version(self.max_version);
+        m.crash = self.crash;
+        Ok(m)
+    }
+}
+
+impl OtherConfig {
+    /// The trace format of the model.
+    pub fn trace_format(&self) -> &'static str {
+        match self {
+            OtherConfig::Tree(_) => "hilock-tree-trace/1",
+            OtherConfig::Agents(_) => "hilock-agents-trace/1",
+            OtherConfig::Bakery(_) => "hilock-bakery-trace/1",
+        }
+    }
+
+    /// The configuration's name.
+    pub fn name(&self) -> &str {
+        match self {
+            OtherConfig::Tree(c) => &c.name,
+            OtherConfig::Agents(c) => &c.name,
+            OtherConfig::Bakery(c) => &c.name,
+        }
+    }
+}
+
+/// Replays the steps of a model trace: each must be an enabled action whose text and
+/// state afterwards `fits` the recorded step.
+fn replay_steps<M>(
+    m: &M,
+    name: &str,
+    steps: &[serde_json::Value],
+    fits: impl Fn(&M::State, &M::Action, &serde_json::Value) -> bool,
+) -> Result<Opened, String>
+where
+    M: Model,
+    M::State: Clone + PartialEq + std::fmt::Debug,
+    M::Action: Clone + PartialEq + std::fmt::Debug,
+{
+    let init = m.init_states().remove(0);
+    let mut st = init.clone();
+    let mut actions = Vec::new();
+    let mut texts = Vec::new();
+    for (i, step) in steps.iter().enumerate() {
+        let mut enabled = Vec::new();
+        m.actions(&st, &mut enabled);
+        let Some(a) = enabled.iter().find(|a| fits(&st, a, step)).cloned() else {
+            let what: Vec<String> = enabled.iter().map(|a| m.format_action(a)).collect();
+            return Err(format!(
+                "step {i} ('{}') cannot happen in configuration '{name}'; enabled there: {}",
+                step["action"].as_str().unwrap_or("?"),
+                if what.is_empty() {
+                    "nothing".to_string()
+                } else {
+                    what.join("; ")
+                }
+            ));
+        };
+        st = m
+            .next_state(&st, a.clone())
+            .ok_or_else(|| format!("step {i} is refused by the model"))?;
+        texts.push(m.format_action(&a));
+        actions.push(a);
+    }
+    let path = Path::from_actions(m, init, actions.iter())
+        .ok_or_else(|| "the replayed path is not a path of the model".to_string())?;
+    let last = path.last_state().clone();
+    let violated = m
+        .properties()
+        .into_iter()
+        .filter(|p| p.expectation == stateright::Expectation::Always && !(p.condition)(m, &last))
+        .map(|p| p.name.to_string())
+        .collect();
+    Ok(Opened {
+        encoded: path.encode(m),
+        steps: actions.len(),
+        violated,
+        texts,
+    })
+}
+
+/// Replays a trace of one of the other models (its JSON) through `cfg`'s model.
+pub fn open_other(cfg: &OtherConfig, trace: &serde_json::Value) -> Result<Opened, String> {
+    match format_of(trace) {
+        Some(f) if f == cfg.trace_format() => {}
+        Some(f) => {
+            return Err(format!(
+                "a {f} trace ({}), but the configuration is of {} ({})",
+                model_of_format(f),
+                model_of_format(cfg.trace_format()),
+                cfg.trace_format()
+            ))
+        }
+        None => {
+            return Err(format!(
+                "no \"format\" field: an older or foreign trace, not {}",
+                cfg.trace_format()
+            ))
+        }
+    }
+    let steps = trace
+        .get("steps")
+        .and_then(|s| s.as_array())
+        .ok_or_else(|| format!("a {} trace without steps", cfg.trace_format()))?;
+    let name = cfg.name();
+    match cfg {
+        OtherConfig::Tree(c) => {
+            let m = c.model()?;
+            replay_steps(&m, name, steps, |s, a, j| m.fits_step(s, a, j))
+        }
+        OtherConfig::Agents(c) => {
+            let m = c.model()?;
+            replay_steps(&m, name, steps, |s, a, j| m.fits_step(s, a, j))
+        }
+        OtherConfig::Bakery(c) => bakery_open(c, name, steps),
+    }
+}
+
+fn bakery_open(c: &BakeryModel, name: &str, steps: &[serde_json::Value]) -> Result<Opened, String> {
+    fn go<const K: usize, const C: usize>(
+        m: BakerySystem<K, C>,
+        name: &str,
+        steps: &[serde_json::Value],
+    ) -> Result<Opened, String> {
+        m.validate()?;
+        replay_steps(&m, name, steps, |s, a, j| m.fits_step(s, a, j))
+    }
+    let m = c.clone();
+    match m.sizes() {
+        (1, 3) => go(BakerySystem::<1, 3>(m), name, steps),
+        (1, 4) => go(BakerySystem::<1, 4>(m), name, steps),
+        (2, 3) => go(BakerySystem::<2, 3>(m), name, steps),
+        (2, 4) => go(BakerySystem::<2, 4>(m), name, steps),
+        (3, 3) => go(BakerySystem::<3, 3>(m), name, steps),
+        _ => go(BakerySystem::<3, 4>(m), name, steps),
+    }
+}
+
+/// Serves the Stateright Explorer for one of the other models on `addr` (blocks while the
+/// server runs).
+pub fn explore_other(cfg: &OtherConfig, addr: std::net::SocketAddr) -> Result<(), String> {
+    drop(std::net::TcpListener::bind(addr).map_err(|e| format!("cannot listen on {addr}: {e}"))?);
+    match cfg {
+        OtherConfig::Tree(c) => {
+            c.model()?.checker().serve(addr);
+        }
+        OtherConfig::Agents(c) => {
+            c.model()?.checker().serve(addr);
+        }
+        OtherConfig::Bakery(c) => {
+            fn serve<const K: usize, const C: usize>(
+                m: BakerySystem<K, C>,
+                addr: std::net::SocketAddr,
+            ) -> Result<(), String> {
+                m.validate()?;
+                m.checker().serve(addr);
+                Ok(())
+            }
+            let m = c.clone();
+            match m.sizes() {
+                (1, 3) => serve(BakerySystem::<1, 3>(m), addr)?,
+                (1, 4) => serve(BakerySystem::<1, 4>(m), addr)?,
+                (2, 3) => serve(BakerySystem::<2, 3>(m), addr)?,
+                (2, 4) => serve(BakerySystem::<2, 4>(m), addr)?,
+                (3, 3) => serve(BakerySystem::<3, 3>(m), addr)?,
+                _ => serve(BakerySystem::<3, 4>(m), addr)?,
+            }
+        }
+    }
+    Ok(())
 }

@@ -276,6 +276,18 @@ impl TreeModel {
         }
     }
 
+    /// Whether `a` in `before` is the recorded step `step` of a `hilock-tree-trace/1`
+    /// trace: the same action text and the same tree afterwards.
+    pub fn fits_step(&self, before: &TreeState, a: &TreeAction, step: &serde_json::Value) -> bool {
+        if step["action"].as_str() != Some(self.describe(before, a).as_str()) {
+            return false;
+        }
+        let Some(next) = self.next_state(before, *a) else {
+            return false;
+        };
+        serde_json::to_value(snapshot(&next.tree)).ok().as_ref() == step.get("tree")
+    }
+
     /// One action in words.
     pub fn describe(&self, before: &TreeState, a: &TreeAction) -> String {
         let t = &before.tree;

@@ -221,9 +221,14 @@ pub fn check(path: &Path, out_dir: &Path) -> Result<(String, bool), String> {
 pub fn explore(path: &Path, port: u16, trace: Option<&Path>) -> Result<String, String> {
     use hilock_models::base::ModelConfig;
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let v: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|e| format!("{}: not a JSON configuration: {e}", path.display()))?;
+    if v.get("model").is_some() {
+        return explore_other(path, &v, port, trace);
+    }
     let config = ModelConfig::from_json(&text).map_err(|e| {
         format!(
-            "{}: not a base-model configuration (the Explorer opens those): {e}",
+            "{}: not a model configuration (a base-model one, or one with \"model\": \"tree\", \"agents\" or \"bakery\"): {e}",
             path.display()
         )
     })?;
@@ -248,6 +253,13 @@ pub fn explore(path: &Path, port: u16, trace: Option<&Path>) -> Result<String, S
         "Stateright Explorer for {} on http://{addr}/ (Ctrl-C to stop)",
         path.display()
     );
+    announce(start.as_ref().map(|(o, t)| (o, *t)), port);
+    hilock_models::check::explore(&config, addr)?;
+    Ok(String::new())
+}
+
+/// Prints where a replayed trace opens: its last state's URL on stdout.
+fn announce(start: Option<(&hilock_models::open::Opened, &Path)>, port: u16) {
     if let Some((o, t)) = start {
         let verdict = if o.violated.is_empty() {
             "no property fails there".to_string()
@@ -271,6 +283,36 @@ pub fn explore(path: &Path, port: u16, trace: Option<&Path>) -> Result<String, S
         use std::io::Write;
         let _ = std::io::stdout().flush();
     }
-    hilock_models::check::explore(&config, addr)?;
+}
+
+/// `hilock explore` for a tree, agents or bakery configuration (`"model": …`).
+fn explore_other(
+    path: &Path,
+    v: &serde_json::Value,
+    port: u16,
+    trace: Option<&Path>,
+) -> Result<String, String> {
+    use hilock_models::open::{explore_other, open_other, OtherConfig};
+    let config: OtherConfig = serde_json::from_value(v.clone())
+        .map_err(|e| format!("{}: not a model configuration: {e}", path.display()))?;
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let start = match trace {
+        None => None,
+        Some(t) => {
+            let tt = std::fs::read_to_string(t).map_err(|e| format!("{}: {e}", t.display()))?;
+            let tv: serde_json::Value = serde_json::from_str(&tt)
+                .map_err(|e| format!("{}: not a JSON trace: {e}", t.display()))?;
+            let opened = open_other(&config, &tv)
+                .map_err(|e| format!("{} does not fit {}: {e}", t.display(), path.display()))?;
+            Some((opened, t))
+        }
+    };
+    drop(std::net::TcpListener::bind(addr).map_err(|e| format!("cannot listen on {addr}: {e}"))?);
+    eprintln!(
+        "Stateright Explorer for {} on http://{addr}/ (Ctrl-C to stop)",
+        path.display()
+    );
+    announce(start.as_ref().map(|(o, t)| (o, *t)), port);
+    explore_other(&config, addr)?;
     Ok(String::new())
 }

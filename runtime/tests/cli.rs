@@ -188,41 +188,52 @@ fn free_port() -> u16 {
 }
 
 /// `hilock explore CONFIG --trace FILE` prints the URL of the trace's last state and
-/// serves it; the process is stopped by the test.
+/// serves it, for a saved counterexample of each model (base, tree, agents, bakery); the
+/// process is stopped by the test.
 #[test]
 fn explore_opens_a_saved_counterexample_at_its_last_state() {
     use std::io::{BufRead, BufReader};
-    let port = free_port().to_string();
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_hilock"))
-        .args([
-            "explore",
-            counterexamples()
-                .join("configs/token-branch-literal.json")
-                .to_str()
-                .unwrap(),
-            "--trace",
-            counterexamples()
-                .join("token-branch-literal.json")
-                .to_str()
-                .unwrap(),
-            "--port",
-            &port,
-        ])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("hilock runs");
-    let mut line = String::new();
-    let read = BufReader::new(child.stdout.take().unwrap()).read_line(&mut line);
-    child.kill().ok();
-    let out = child.wait_with_output().expect("hilock ends");
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(read.is_ok(), "{err}");
-    assert!(
-        line.starts_with(&format!("http://127.0.0.1:{port}/#/steps/0/")),
-        "{line} {err}"
-    );
-    assert!(err.contains("P4 no deadlock"), "{err}");
+    for (name, property) in [
+        ("token-branch-literal", "P4 no deadlock"),
+        ("tree-slides", "P8 tree colours and exclusivity"),
+        ("agents-majority-unneeded-surrender", "no phantom deadlock"),
+        ("bakery-literal", "mutual exclusion"),
+    ] {
+        let port = free_port().to_string();
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_hilock"))
+            .args([
+                "explore",
+                counterexamples()
+                    .join(format!("configs/{name}.json"))
+                    .to_str()
+                    .unwrap(),
+                "--trace",
+                counterexamples()
+                    .join(format!("{name}.json"))
+                    .to_str()
+                    .unwrap(),
+                "--port",
+                &port,
+            ])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("hilock runs");
+        let mut line = String::new();
+        let read = BufReader::new(child.stdout.take().unwrap()).read_line(&mut line);
+        child.kill().ok();
+        let out = child.wait_with_output().expect("hilock ends");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(read.is_ok(), "{name}: {err}");
+        assert!(
+            line.starts_with(&format!("http://127.0.0.1:{port}/#/steps/0/")),
+            "{name}: {line} {err}"
+        );
+        assert!(
+            err.contains(&format!("there {property}")),
+            "{name}: the last state violates {property}: {err}"
+        );
+    }
 }
 
 /// One line naming the mismatch, exit 2, for a trace that does not fit the configuration.
@@ -284,11 +295,24 @@ fn a_trace_that_does_not_fit_gives_one_line() {
     let old = dir.join("old.json");
     std::fs::write(&old, v.to_string()).unwrap();
     explore_fails(&star3, &old, "a hilock-trace/1 trace of an older shape");
-    // A configuration of another kind.
+    // Not a configuration.
     explore_fails(
         &counterexamples().join("tree-slides.json"),
         &race,
-        "not a base-model configuration",
+        "not a model configuration",
+    );
+    // Another model's configuration, and a trace of the same model but another
+    // configuration.
+    let tree = counterexamples().join("configs/tree-slides.json");
+    explore_fails(
+        &tree,
+        &race,
+        "a hilock-trace/1 trace (the base model), but the configuration is of the tree-locking model",
+    );
+    explore_fails(
+        &tree,
+        &counterexamples().join("tree-undo.json"),
+        "step 4 ('u1: InsertUser latches t') cannot happen in configuration 'literal slides, height 2'",
     );
     std::fs::remove_dir_all(&dir).ok();
 }

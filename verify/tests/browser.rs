@@ -4,7 +4,9 @@
 //! reads the page the browser built: the path of actions lists every step of the trace in
 //! words, in order; the current state pane shows the sequence diagram (SVG, with arrows)
 //! and says which property fails. A screenshot is saved as
-//! `target/explorer-counterexample.png`.
+//! `target/explorer-release-race-literal.png`. The tree, agents and bakery models'
+//! counterexamples (`tree-slides`, `agents-majority-unneeded-surrender`, `bakery-literal`)
+//! are opened and checked the same way.
 //!
 //! Chromium is Debian's `chromium` (`.ci/run` installs it where it can); without it the
 //! test prints one line saying it is skipped. Everything runs on 127.0.0.1, Chromium with a
@@ -143,74 +145,84 @@ fn path_of_actions(dom: &str) -> Vec<String> {
     texts
 }
 
-#[test]
-fn the_explorer_shows_a_saved_counterexample_in_chromium() {
-    let Some(bin) = chromium() else {
-        println!(
-            "browser test skipped: Chromium not found (apt-get install chromium, or set CHROMIUM)"
-        );
-        return;
-    };
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let cx = root.join("spec/counterexamples");
-    let cfg = ModelConfig::from_json(
-        &std::fs::read_to_string(cx.join("configs/release-race-literal.json")).expect("config"),
-    )
-    .expect("configuration");
-    let trace = hilock_models::open::parse_base_trace(
-        &std::fs::read_to_string(cx.join("release-race-literal.json")).expect("trace"),
-    )
-    .expect("a base trace");
-    let opened = hilock_models::open::open_base(&cfg, &trace).expect("the trace fits");
+/// Serves the Explorer for the saved counterexample `name` (its configuration in
+/// `spec/counterexamples/configs/`) on a free port; returns the replayed trace, the
+/// property it violates and the URL of its last state.
+fn serve(name: &str) -> (hilock_models::open::Opened, String, String) {
+    let cx = Path::new(env!("CARGO_MANIFEST_DIR")).join("../spec/counterexamples");
+    let cfg_text =
+        std::fs::read_to_string(cx.join(format!("configs/{name}.json"))).expect("config");
+    let text = std::fs::read_to_string(cx.join(format!("{name}.json"))).expect("trace");
     let port = TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("a free port")
         .port();
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
-    // `explore` blocks while it serves: a thread the test process abandons.
-    let c = cfg.clone();
-    std::thread::spawn(move || {
-        if let Err(e) = explore(&c, addr) {
-            eprintln!("explore: {e}");
-        }
-    });
+    let v: serde_json::Value = serde_json::from_str(&cfg_text).expect("JSON");
+    let (opened, property) = if v.get("model").is_none() {
+        let cfg = ModelConfig::from_json(&cfg_text).expect("configuration");
+        let trace = hilock_models::open::parse_base_trace(&text).expect("a base trace");
+        let opened = hilock_models::open::open_base(&cfg, &trace).expect("the trace fits");
+        let verdict = trace.verdict.clone().unwrap_or_default();
+        // `explore` blocks while it serves: a thread the test process abandons.
+        std::thread::spawn(move || {
+            if let Err(e) = explore(&cfg, addr) {
+                eprintln!("explore: {e}");
+            }
+        });
+        (
+            opened,
+            verdict.split(" violated").next().unwrap_or("").to_string(),
+        )
+    } else {
+        let cfg: hilock_models::open::OtherConfig =
+            serde_json::from_value(v).expect("configuration");
+        let tv: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+        let opened = hilock_models::open::open_other(&cfg, &tv).expect("the trace fits");
+        std::thread::spawn(move || {
+            if let Err(e) = hilock_models::open::explore_other(&cfg, addr) {
+                eprintln!("explore: {e}");
+            }
+        });
+        (opened, tv["property"].as_str().unwrap_or("").to_string())
+    };
     wait_for(addr);
     let url = hilock_models::open::url(port, &opened.encoded);
+    (opened, property, url)
+}
 
-    let dom = run_chromium(&bin, &url, &["--dump-dom"], Duration::from_secs(90));
+/// Opens the Explorer at the last state of the saved counterexample `name` in Chromium and
+/// checks the page: every step in words in the path of actions, the sequence diagram, the
+/// violated property. Saves a screenshot as `target/explorer-<name>.png`.
+fn check_in_browser(bin: &Path, name: &str, arrows: bool) -> String {
+    let (opened, property, url) = serve(name);
+    let dom = run_chromium(bin, &url, &["--dump-dom"], Duration::from_secs(90));
     let shown = path_of_actions(&dom);
     // Pre-init, Init 0, then every step of the trace in words, in order.
     assert_eq!(
         shown.get(2..),
         Some(&opened.texts[..]),
-        "the path of actions in the browser:\n{shown:#?}"
+        "{name}: the path of actions in the browser:\n{shown:#?}"
     );
     assert!(
-        shown.iter().any(|t| t.contains("→ n0 request")),
-        "{shown:?}"
+        dom.contains("<svg") && (dom.contains("class=\"local\"") || dom.contains("class=\"msg\"")),
+        "{name}: the sequence diagram is on the page"
+    );
+    assert_eq!(
+        dom.contains("class=\"msg\""),
+        arrows,
+        "{name}: arrows in the diagram"
     );
     assert!(
-        dom.contains("<svg") && dom.contains("class=\"msg\""),
-        "the sequence diagram is on the page"
+        dom.contains(&format!("⚠ violates: {property}")),
+        "{name}: the failing state says that {property} fails"
     );
-    assert!(
-        dom.contains("⚠ violates: P1 mutual exclusion"),
-        "the failing state says which property fails"
-    );
-    // The step's rules (the kernel's report), the sites' tuples and the messages in flight.
-    for what in [
-        "rules: Rule 8.2 (queue merge)",
-        "(M_O W, M_H W",
-        "in flight n0 → n1",
-    ] {
-        assert!(dom.contains(what), "the state pane shows {what}");
-    }
-
-    let shot = root.join("target/explorer-counterexample.png");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let shot = root.join(format!("target/explorer-{name}.png"));
     std::fs::create_dir_all(shot.parent().expect("target")).expect("target directory");
     let _ = std::fs::remove_file(&shot);
     run_chromium(
-        &bin,
+        bin,
         &url,
         &[&format!("--screenshot={}", shot.display())],
         Duration::from_secs(90),
@@ -221,5 +233,45 @@ fn the_explorer_shows_a_saved_counterexample_in_chromium() {
         png.len() > 20_000,
         "a screenshot of a page, not a blank one"
     );
-    println!("screenshot: {}", shot.display());
+    println!("{name}: screenshot {}", shot.display());
+    dom
+}
+
+#[test]
+fn the_explorer_shows_a_saved_counterexample_in_chromium() {
+    let Some(bin) = chromium() else {
+        println!(
+            "browser test skipped: Chromium not found (apt-get install chromium, or set CHROMIUM)"
+        );
+        return;
+    };
+    let dom = check_in_browser(&bin, "release-race-literal", true);
+    assert!(
+        path_of_actions(&dom)
+            .iter()
+            .any(|t| t.contains("→ n0 request")),
+        "a delivery in words"
+    );
+    // The step's rules (the kernel's report), the sites' tuples and the messages in flight.
+    for what in [
+        "rules: Rule 8.2 (queue merge)",
+        "(M_O W, M_H W",
+        "in flight n0 → n1",
+    ] {
+        assert!(dom.contains(what), "the state pane shows {what}");
+    }
+}
+
+/// The other models' saved counterexamples open the same way.
+#[test]
+fn the_explorer_shows_the_other_models_counterexamples_in_chromium() {
+    let Some(bin) = chromium() else {
+        println!(
+            "browser test skipped: Chromium not found (apt-get install chromium, or set CHROMIUM)"
+        );
+        return;
+    };
+    check_in_browser(&bin, "tree-slides", false);
+    check_in_browser(&bin, "agents-majority-unneeded-surrender", true);
+    check_in_browser(&bin, "bakery-literal", true);
 }

@@ -111,13 +111,14 @@ fn counterexamples() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../spec/counterexamples")
 }
 
-/// Every saved base-model counterexample (`spec/counterexamples/*.json` of format
-/// `hilock-trace/1`, its configuration in `configs/`) replays through its configuration's
-/// model to a state that violates the property its verdict names: `hilock explore CONFIG
-/// --trace FILE` opens it at the failing state.
+/// Every saved counterexample (`spec/counterexamples/*.json`; its configuration in
+/// `configs/`) of every model — base, tree, agents, bakery — replays through its
+/// configuration's model to a state that violates the property it names (for an
+/// `eventually` property, to its last state): `hilock explore CONFIG --trace FILE` opens it
+/// at the failing state.
 #[test]
 fn saved_counterexamples_open_at_their_failing_state() {
-    let mut n = 0;
+    let mut per_format = std::collections::BTreeMap::new();
     for e in std::fs::read_dir(counterexamples()).expect("counterexamples") {
         let p = e.expect("entry").path();
         if p.extension().is_none_or(|x| x != "json") {
@@ -125,29 +126,53 @@ fn saved_counterexamples_open_at_their_failing_state() {
         }
         let text = std::fs::read_to_string(&p).expect("trace");
         let v: serde_json::Value = serde_json::from_str(&text).expect("JSON");
-        if v["format"] != "hilock-trace/1" {
-            continue;
-        }
         let name = p.file_name().expect("name");
         let cfg = std::fs::read_to_string(counterexamples().join("configs").join(name))
             .unwrap_or_else(|e| panic!("{}: no configuration in configs/: {e}", p.display()));
-        let cfg = ModelConfig::from_json(&cfg).expect("configuration");
-        let trace = hilock_models::open::parse_base_trace(&text).expect("a base trace");
-        let opened = hilock_models::open::open_base(&cfg, &trace)
-            .unwrap_or_else(|e| panic!("{}: {e}", p.display()));
-        let verdict = trace.verdict.clone().unwrap_or_default();
-        let property = verdict.split(" violated").next().unwrap_or("");
-        assert!(
-            opened.violated.iter().any(|x| x == property),
-            "{}: the last state violates {:?}, the verdict says {verdict}",
-            p.display(),
-            opened.violated
-        );
-        assert_eq!(opened.steps, trace.steps.len());
-        assert_eq!(opened.encoded.split('/').count(), trace.steps.len() + 1);
-        n += 1;
+        let format = v["format"].as_str().unwrap_or("").to_string();
+        let (opened, property, steps) = if format == "hilock-trace/1" {
+            let cfg = ModelConfig::from_json(&cfg).expect("configuration");
+            let trace = hilock_models::open::parse_base_trace(&text).expect("a base trace");
+            let opened = hilock_models::open::open_base(&cfg, &trace)
+                .unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+            let verdict = trace.verdict.clone().unwrap_or_default();
+            let property = verdict.split(" violated").next().unwrap_or("").to_string();
+            (opened, property, trace.steps.len())
+        } else {
+            let cfg: hilock_models::open::OtherConfig =
+                serde_json::from_str(&cfg).expect("configuration");
+            let opened = hilock_models::open::open_other(&cfg, &v)
+                .unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+            let steps = v["steps"].as_array().map_or(0, Vec::len);
+            (
+                opened,
+                v["property"].as_str().unwrap_or("").to_string(),
+                steps,
+            )
+        };
+        if !property.contains("eventually") {
+            assert!(
+                opened.violated.contains(&property),
+                "{}: the last state violates {:?}, the trace says {property}",
+                p.display(),
+                opened.violated
+            );
+        }
+        assert_eq!(opened.steps, steps);
+        assert_eq!(opened.encoded.split('/').count(), steps + 1);
+        *per_format.entry(format).or_insert(0) += 1;
     }
-    assert!(n >= 4, "only {n} base counterexamples");
+    for f in [
+        "hilock-trace/1",
+        "hilock-tree-trace/1",
+        "hilock-agents-trace/1",
+        "hilock-bakery-trace/1",
+    ] {
+        assert!(
+            per_format.get(f).is_some_and(|n| *n > 0),
+            "{f}: {per_format:?}"
+        );
+    }
 }
 
 /// A failing check (here the literal token branch, which deadlocks) writes its
