@@ -430,11 +430,18 @@ impl Delivered {
 
     /// The message in words, as the sequence diagram labels it (`request W p=3 for n1`).
     pub fn label(&self, from: u8) -> String {
-        let lock = if self.lock == 0 {
-            String::new()
-        } else {
-            format!(" @L{}", self.lock)
-        };
+        self.label_with(from, |l| {
+            if l == 0 {
+                String::new()
+            } else {
+                format!(" @L{l}")
+            }
+        })
+    }
+
+    /// [`Delivered::label`] with the lock named by `lock` (a suffix such as `" on L_j"`).
+    pub fn label_with(&self, from: u8, lock: impl Fn(u16) -> String) -> String {
+        let lock = lock(self.lock);
         match self.kind {
             MsgKind::Request => {
                 let mut s = format!("request {}{lock}", self.mode);

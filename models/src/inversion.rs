@@ -41,7 +41,7 @@ pub const PRIO_M: u8 = 2;
 pub const PRIO_D: u8 = 4;
 
 /// The protocol variant of a configuration.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum Flavor {
     /// Chapter 2: every request has the same priority (FIFO with freezing).
     Fifo,
@@ -55,7 +55,8 @@ pub enum Flavor {
 
 /// A configuration: the variant, the number of medium-priority nodes (0–3) and how often
 /// each of them asks for L_j.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct InversionConfig {
     /// Protocol variant.
     pub flavor: Flavor,
@@ -130,10 +131,12 @@ impl std::fmt::Display for Action {
         match *self {
             Action::Run { node, op } => write!(f, "{} {op}", node_name(node)),
             Action::Deliver { from, to, msg } => {
-                let label = msg.label(from as u8).replace(
-                    &format!(" for n{} ", msg.requester),
-                    &format!(" for {} ", node_name(msg.requester)),
-                );
+                let label = msg
+                    .label_with(from as u8, |l| format!(" on {}", lock_name(l)))
+                    .replace(
+                        &format!(" for n{} ", msg.requester),
+                        &format!(" for {} ", node_name(msg.requester)),
+                    );
                 write!(f, "{} → {} {label}", node_name(from), node_name(to))
             }
         }
@@ -220,6 +223,135 @@ impl InversionConfig {
     /// Whether no script can run (with nothing in flight, every medium node may run).
     fn idle(&self, st: &InvState) -> bool {
         (0..self.nodes()).all(|n| st.waiting[n] || st.pc[n] as usize >= self.script(n as u16).len())
+    }
+
+    /// A state as a table: per node and lock (M_O, M_H, M_P), token or parent, children,
+    /// queue and frozen modes; the scripts' positions, the messages in flight and the count
+    /// of overtakes.
+    pub fn table(&self, st: &InvState) -> String {
+        use std::fmt::Write;
+        let mut s = String::new();
+        for (i, site) in st.cluster.sites().enumerate() {
+            let me = node_name(i as u16);
+            for (l, n) in site.locks().iter().enumerate() {
+                let _ = write!(
+                    s,
+                    "{me} on {}: (M_O {}, M_H {}, M_P {})",
+                    lock_name(l as u16),
+                    n.owned(),
+                    n.held(),
+                    n.pending_mode()
+                );
+                if n.has_token() {
+                    s.push_str(" token");
+                } else if let Some(p) = n.parent() {
+                    let _ = write!(s, " parent {}", node_name(p.0));
+                }
+                let ch: Vec<String> = n
+                    .children()
+                    .map(|(c, m)| format!("{}:{m}", node_name(c.0)))
+                    .collect();
+                if !ch.is_empty() {
+                    let _ = write!(s, " children {{{}}}", ch.join(","));
+                }
+                let q: Vec<String> = n
+                    .queue()
+                    .iter()
+                    .map(|e| format!("{}:{} p={}", node_name(e.requester.0), e.mode, e.prio))
+                    .collect();
+                if !q.is_empty() {
+                    let _ = write!(s, " queue [{}]", q.join(", "));
+                }
+                if !n.frozen().is_empty() {
+                    let _ = write!(s, " frozen {}", n.frozen());
+                }
+                s.push('\n');
+            }
+            let _ = writeln!(
+                s,
+                "{me}: script at {}{}",
+                st.pc[i],
+                if st.waiting[i] { ", waiting" } else { "" }
+            );
+        }
+        for (a, b, m) in st.cluster.messages() {
+            let _ = writeln!(
+                s,
+                "in flight {}",
+                Action::Deliver {
+                    from: a.0,
+                    to: b.0,
+                    msg: Delivered::of(m)
+                }
+            );
+        }
+        let _ = write!(
+            s,
+            "lower-priority critical sections on L_j while D waited: {}",
+            st.overtakes
+        );
+        s
+    }
+
+    /// Checks the sizes: 0 to 3 medium nodes, 1 to 3 rounds.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.mediums > MAX - 2 || !(1..=3).contains(&self.rounds) {
+            return Err(format!(
+                "an inversion configuration has 0 to {} medium nodes and 1 to 3 rounds",
+                MAX - 2
+            ));
+        }
+        Ok(())
+    }
+
+    /// The configuration's name (`P7 Prioritized mediums=2 rounds=1 B=1`).
+    pub fn name(&self) -> String {
+        format!(
+            "P7 {:?} mediums={} rounds={} B={}",
+            self.flavor, self.mediums, self.rounds, self.bound
+        )
+    }
+
+    /// A path as a readable trace (`hilock-inversion-trace/1`).
+    pub fn trace(&self, property: &str, path: &Path<InvState, Action>) -> InversionTrace {
+        let states = path.clone().into_states();
+        let steps = path
+            .clone()
+            .into_actions()
+            .iter()
+            .zip(states.iter().skip(1))
+            .enumerate()
+            .map(|(index, (a, st))| InversionTraceStep {
+                index,
+                action: a.to_string(),
+                overtakes: st.overtakes,
+            })
+            .collect();
+        InversionTrace {
+            format: "hilock-inversion-trace/1".into(),
+            model: self.name(),
+            config: *self,
+            property: property.to_string(),
+            violation: states
+                .last()
+                .map(|s| {
+                    format!(
+                        "{} lower-priority critical sections on L_j while D waited (bound {})",
+                        s.overtakes, self.bound
+                    )
+                })
+                .unwrap_or_default(),
+            steps,
+        }
+    }
+
+    /// Whether `a` in `before` is the recorded step `step` of a `hilock-inversion-trace/1`
+    /// trace: the same action text and the same count of overtakes afterwards.
+    pub fn fits_step(&self, before: &InvState, a: &Action, step: &serde_json::Value) -> bool {
+        step["action"].as_str() == Some(a.to_string().as_str())
+            && self
+                .next_state(before, *a)
+                .is_some_and(|st| step["overtakes"].as_u64() == Some(u64::from(st.overtakes)))
     }
 
     /// Runs the checker (BFS, no depth limit) and returns it.
@@ -369,7 +501,7 @@ impl Model for InversionConfig {
             Err(e) => format!("\n  rejected by the kernel: {e}"),
         };
         let bad = crate::check::violations_line(self, &next);
-        Some(format!("{action}{rules}{bad}\n\n{next:#?}"))
+        Some(format!("{action}{rules}{bad}\n\n{}", self.table(&next)))
     }
 
     fn as_svg(&self, path: Path<InvState, Action>) -> Option<String> {
@@ -499,4 +631,32 @@ pub fn least_bound(
         }
     }
     Err(format!("P7 fails for every bound up to {max}"))
+}
+
+/// A counterexample of the inversion model (`hilock-inversion-trace/1`).
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct InversionTrace {
+    /// `hilock-inversion-trace/1`.
+    pub format: String,
+    /// The configuration's name.
+    pub model: String,
+    /// The configuration.
+    pub config: InversionConfig,
+    /// The property violated.
+    pub property: String,
+    /// What is wrong in the last state.
+    pub violation: String,
+    /// The steps.
+    pub steps: Vec<InversionTraceStep>,
+}
+
+/// One step of an [`InversionTrace`].
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct InversionTraceStep {
+    /// Index.
+    pub index: usize,
+    /// The action in words.
+    pub action: String,
+    /// Lower-priority critical sections granted on L_j while D waited, so far.
+    pub overtakes: u8,
 }

@@ -11,6 +11,7 @@
 use crate::agents::{AgentsModel, Delivery, ScriptLock};
 use crate::bakery::{BakeryModel, BakerySystem};
 use crate::base::{Action, BaseModel, Delivered, ModelConfig, ScriptOp, State};
+use crate::inversion::InversionConfig;
 use crate::seq::Diagram;
 use crate::tree::TreeModel;
 use hilock_kernel::agent::{AgentVariant, LockMode, Req, ServerVariant};
@@ -87,6 +88,7 @@ fn model_of_format(f: &str) -> &'static str {
         "hilock-tree-trace/1" => "the tree-locking model",
         "hilock-agents-trace/1" => "the agents model",
         "hilock-bakery-trace/1" => "the bakery model",
+        "hilock-inversion-trace/1" => "the priority-inversion model",
         _ => "an unknown model",
     }
 }
@@ -362,6 +364,8 @@ pub enum OtherConfig {
     Agents(AgentsConfig),
     /// The bakery (its configuration as a bakery trace embeds it).
     Bakery(BakeryModel),
+    /// The priority-inversion model (P7).
+    Inversion(InversionConfig),
 }
 
 /// A tree-locking configuration ([`TreeModel::new`]).
@@ -494,15 +498,17 @@ impl OtherConfig {
             OtherConfig::Tree(_) => "hilock-tree-trace/1",
             OtherConfig::Agents(_) => "hilock-agents-trace/1",
             OtherConfig::Bakery(_) => "hilock-bakery-trace/1",
+            OtherConfig::Inversion(_) => "hilock-inversion-trace/1",
         }
     }
 
     /// The configuration's name.
-    pub fn name(&self) -> &str {
+    pub fn name(&self) -> String {
         match self {
-            OtherConfig::Tree(c) => &c.name,
-            OtherConfig::Agents(c) => &c.name,
-            OtherConfig::Bakery(c) => &c.name,
+            OtherConfig::Tree(c) => c.name.clone(),
+            OtherConfig::Agents(c) => c.name.clone(),
+            OtherConfig::Bakery(c) => c.name.clone(),
+            OtherConfig::Inversion(c) => c.name(),
         }
     }
 }
@@ -585,7 +591,7 @@ pub fn open_other(cfg: &OtherConfig, trace: &serde_json::Value) -> Result<Opened
         .get("steps")
         .and_then(|s| s.as_array())
         .ok_or_else(|| format!("a {} trace without steps", cfg.trace_format()))?;
-    let name = cfg.name();
+    let name = &cfg.name();
     match cfg {
         OtherConfig::Tree(c) => {
             let m = c.model()?;
@@ -596,6 +602,10 @@ pub fn open_other(cfg: &OtherConfig, trace: &serde_json::Value) -> Result<Opened
             replay_steps(&m, name, steps, |s, a, j| m.fits_step(s, a, j))
         }
         OtherConfig::Bakery(c) => bakery_open(c, name, steps),
+        OtherConfig::Inversion(c) => {
+            c.validate()?;
+            replay_steps(c, name, steps, |s, a, j| c.fits_step(s, a, j))
+        }
     }
 }
 
@@ -629,6 +639,10 @@ pub fn explore_other(cfg: &OtherConfig, addr: std::net::SocketAddr) -> Result<()
         }
         OtherConfig::Agents(c) => {
             c.model()?.checker().serve(addr);
+        }
+        OtherConfig::Inversion(c) => {
+            c.validate()?;
+            c.checker().serve(addr);
         }
         OtherConfig::Bakery(c) => {
             fn serve<const K: usize, const C: usize>(

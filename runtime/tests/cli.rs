@@ -188,13 +188,14 @@ fn free_port() -> u16 {
 }
 
 /// `hilock explore CONFIG --trace FILE` prints the URL of the trace's last state and
-/// serves it, for a saved counterexample of each model (base, tree, agents, bakery); the
-/// process is stopped by the test.
+/// serves it, for a saved counterexample of each model (base, inversion, tree, agents,
+/// bakery); the process is stopped by the test.
 #[test]
 fn explore_opens_a_saved_counterexample_at_its_last_state() {
     use std::io::{BufRead, BufReader};
     for (name, property) in [
         ("token-branch-literal", "P4 no deadlock"),
+        ("inversion-no-inheritance", "P7 bounded inversion"),
         ("tree-slides", "P8 tree colours and exclusivity"),
         ("agents-majority-unneeded-surrender", "no phantom deadlock"),
         ("bakery-literal", "mutual exclusion"),

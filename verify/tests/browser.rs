@@ -4,9 +4,10 @@
 //! reads the page the browser built: the path of actions lists every step of the trace in
 //! words, in order; the current state pane shows the sequence diagram (SVG, with arrows)
 //! and says which property fails. A screenshot is saved as
-//! `target/explorer-release-race-literal.png`. The tree, agents and bakery models'
-//! counterexamples (`tree-slides`, `agents-majority-unneeded-surrender`, `bakery-literal`)
-//! are opened and checked the same way.
+//! `target/explorer-release-race-literal.png`. The inversion, tree, agents and bakery
+//! models' counterexamples (`inversion-no-inheritance`, `tree-slides`,
+//! `agents-majority-unneeded-surrender`, `bakery-literal`) are opened and checked the same
+//! way.
 //!
 //! Chromium is Debian's `chromium` (`.ci/run` installs it where it can); without it the
 //! test prints one line saying it is skipped. Everything runs on 127.0.0.1, Chromium with a
@@ -271,6 +272,7 @@ fn the_explorer_shows_the_other_models_counterexamples_in_chromium() {
         );
         return;
     };
+    check_in_browser(&bin, "inversion-no-inheritance", true);
     check_in_browser(&bin, "tree-slides", false);
     check_in_browser(&bin, "agents-majority-unneeded-surrender", true);
     check_in_browser(&bin, "bakery-literal", true);

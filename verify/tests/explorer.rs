@@ -112,7 +112,7 @@ fn counterexamples() -> std::path::PathBuf {
 }
 
 /// Every saved counterexample (`spec/counterexamples/*.json`; its configuration in
-/// `configs/`) of every model — base, tree, agents, bakery — replays through its
+/// `configs/`) of every model — base, inversion, tree, agents, bakery — replays through its
 /// configuration's model to a state that violates the property it names (for an
 /// `eventually` property, to its last state): `hilock explore CONFIG --trace FILE` opens it
 /// at the failing state.
@@ -167,6 +167,7 @@ fn saved_counterexamples_open_at_their_failing_state() {
         "hilock-tree-trace/1",
         "hilock-agents-trace/1",
         "hilock-bakery-trace/1",
+        "hilock-inversion-trace/1",
     ] {
         assert!(
             per_format.get(f).is_some_and(|n| *n > 0),
