@@ -225,6 +225,8 @@ pub enum AgentAction {
         to: Proc,
         /// Position in the channel.
         index: u8,
+        /// What is delivered (so that the Explorer can name it without the state).
+        what: Carried,
     },
     /// Client `agent` ends its transaction (it holds its whole script).
     Finish {
@@ -237,6 +239,71 @@ pub enum AgentAction {
         /// The server.
         server: u16,
     },
+}
+
+/// A summary of a message in flight, carried by a delivery action.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Carried {
+    /// Agent → server.
+    ToServer(ServerMsg<MD>),
+    /// A queue announcement (server → agent) or forward (agent → agent).
+    Info {
+        /// The server whose queue it is.
+        server: u16,
+        /// The lock.
+        path: LockPath<MD>,
+        /// The queue's version.
+        version: u32,
+        /// The agent that caused it.
+        cause: u16,
+    },
+    /// The monitor of crashed server `0` fired.
+    Down(u16),
+}
+
+impl Carried {
+    /// The summary of `m`.
+    pub fn of(m: &NetMsg) -> Self {
+        match m {
+            NetMsg::ToServer(msg) => Carried::ToServer(*msg),
+            NetMsg::Info(i) => Carried::Info {
+                server: i.server.0,
+                path: i.path,
+                version: i.version,
+                cause: i.cause.0,
+            },
+            NetMsg::Down(s) => Carried::Down(*s),
+        }
+    }
+}
+
+impl std::fmt::Display for Carried {
+    /// `request /1 W`, `info S0 /1 v2 by A1`, `DOWN S0`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Carried::ToServer(ServerMsg::Request { path, mode, .. }) => {
+                write!(f, "request {} {mode}", path_str(path))
+            }
+            Carried::ToServer(ServerMsg::Surrender { path, .. }) => {
+                write!(f, "surrender {}", path_str(path))
+            }
+            Carried::ToServer(ServerMsg::Cancel { path, .. }) => {
+                write!(f, "cancel {}", path_str(path))
+            }
+            Carried::ToServer(ServerMsg::Release { .. }) => f.write_str("release"),
+            Carried::Info {
+                server,
+                path,
+                version,
+                cause,
+            } => write!(
+                f,
+                "info S{server} {} v{version} by A{cause}",
+                path_str(path)
+            ),
+            Carried::Down(s) => write!(f, "DOWN S{s}"),
+        }
+    }
 }
 
 /// What one transition did (for traces).
@@ -510,10 +577,15 @@ impl AgentsModel {
         let mut st = last.clone();
         let mut log = StepLog::default();
         match action {
-            AgentAction::Deliver { from, to, index } => {
+            AgentAction::Deliver {
+                from,
+                to,
+                index,
+                what,
+            } => {
                 let ch = st.net.get_mut(&(from, to))?;
                 let i = index as usize;
-                if i >= ch.len() {
+                if i >= ch.len() || Carried::of(&ch[i]) != what {
                     return None;
                 }
                 let m = ch.remove(i);
@@ -924,17 +996,17 @@ impl Model for AgentsModel {
             return;
         }
         for (&(from, to), ch) in &st.net {
-            match self.delivery {
-                Delivery::FifoPerPair => actions.push(AgentAction::Deliver { from, to, index: 0 }),
-                Delivery::Unordered => {
-                    for i in 0..ch.len() {
-                        actions.push(AgentAction::Deliver {
-                            from,
-                            to,
-                            index: i as u8,
-                        })
-                    }
-                }
+            let n = match self.delivery {
+                Delivery::FifoPerPair => ch.len().min(1),
+                Delivery::Unordered => ch.len(),
+            };
+            for (i, m) in ch.iter().take(n).enumerate() {
+                actions.push(AgentAction::Deliver {
+                    from,
+                    to,
+                    index: i as u8,
+                    what: Carried::of(m),
+                })
             }
         }
         if let Some(server) = self.crash {
@@ -956,15 +1028,7 @@ impl Model for AgentsModel {
 
     fn format_action(&self, a: &AgentAction) -> String {
         match *a {
-            AgentAction::Deliver { from, to, index: 0 } => {
-                format!("{from} → {to}: deliver the oldest message")
-            }
-            AgentAction::Deliver { from, to, index } => {
-                format!(
-                    "{from} → {to}: deliver message number {} of the channel",
-                    index + 1
-                )
-            }
+            AgentAction::Deliver { from, to, what, .. } => format!("{from} → {to}: {what}"),
             AgentAction::Finish { agent } => format!("A{agent}: the client ends the transaction"),
             AgentAction::Crash { server } => format!("S{server} crashes"),
         }
@@ -1010,20 +1074,10 @@ impl Model for AgentsModel {
         let mut lanes: Vec<String> = (0..agents).map(|i| format!("A{i}")).collect();
         lanes.extend((0..self.servers).map(|i| format!("S{i}")));
         let mut d = crate::seq::Diagram::new(lanes);
-        for (st, a) in path.into_vec() {
+        for (_, a) in path.into_vec() {
             match a {
-                Some(AgentAction::Deliver { from, to, index }) => {
-                    let label = st
-                        .net
-                        .get(&(from, to))
-                        .and_then(|ch| ch.get(index as usize))
-                        .map(msg_str)
-                        .unwrap_or_default();
-                    let label = match label.split_once(" [") {
-                        Some((short, _)) => short.to_string(),
-                        None => label,
-                    };
-                    d.message(lane(from), lane(to), label);
+                Some(AgentAction::Deliver { from, to, what, .. }) => {
+                    d.message(lane(from), lane(to), what.to_string());
                 }
                 Some(AgentAction::Finish { agent }) => {
                     d.local(agent.into(), "ends the transaction")

@@ -282,14 +282,20 @@ pub fn diagram_of(text: &str) -> Result<(String, Diagram, Vec<String>), String> 
         }
     };
     for t in &texts {
-        if let Some((pair, label)) = t.split_once(": ") {
-            if let Some((a, b)) = pair.split_once(" → ") {
-                let (a, b) = (lane(&mut d, a), lane(&mut d, b));
-                let label = label.split_once(" [").map_or(label, |x| x.0);
-                d.message(a, b, label);
-                continue;
-            }
-            let at = lane(&mut d, pair);
+        // `A2 → S0: request /1 R [queue]` (agents), `D → A request IW on L_i` (inversion).
+        let arrow = t
+            .split_once(" → ")
+            .filter(|(a, _)| !a.contains(' '))
+            .and_then(|(a, rest)| {
+                rest.split_once(' ')
+                    .map(|(b, l)| (a, b.trim_end_matches(':'), l))
+            });
+        if let Some((a, b, label)) = arrow {
+            let (a, b) = (lane(&mut d, a), lane(&mut d, b));
+            let label = label.split_once(" [").map_or(label, |x| x.0);
+            d.message(a, b, label);
+        } else if let Some((who, label)) = t.split_once(": ") {
+            let at = lane(&mut d, who);
             d.local(at, label);
         } else if let Some((r, rest)) = t.split_once(" handles ") {
             if let Some((c, label)) = rest.split_once("'s ") {

@@ -328,6 +328,11 @@ fn replay_writes_the_sequence_diagram() {
         ("agents-no-ack", &["A0", "A1", "A2", "S0"][..], true),
         ("bakery-literal", &["c1", "c2", "r0"][..], true),
         ("tree-slides", &["u0", "u1", "u2"][..], false),
+        (
+            "inversion-no-inheritance",
+            &["A", "D", "M2", "M3"][..],
+            true,
+        ),
     ] {
         let (svg, html) = (
             dir.join(format!("{name}.svg")),
