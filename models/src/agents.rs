@@ -123,7 +123,7 @@ pub struct Script {
 }
 
 /// Delivery between processes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
 pub enum Delivery {
     /// In order between one pair, any order across pairs (Erlang).
     FifoPerPair,
@@ -225,6 +225,8 @@ pub enum AgentAction {
         to: Proc,
         /// Position in the channel.
         index: u8,
+        /// What is delivered (so that the Explorer can name it without the state).
+        what: Carried,
     },
     /// Client `agent` ends its transaction (it holds its whole script).
     Finish {
@@ -237,6 +239,71 @@ pub enum AgentAction {
         /// The server.
         server: u16,
     },
+}
+
+/// A summary of a message in flight, carried by a delivery action.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Carried {
+    /// Agent → server.
+    ToServer(ServerMsg<MD>),
+    /// A queue announcement (server → agent) or forward (agent → agent).
+    Info {
+        /// The server whose queue it is.
+        server: u16,
+        /// The lock.
+        path: LockPath<MD>,
+        /// The queue's version.
+        version: u32,
+        /// The agent that caused it.
+        cause: u16,
+    },
+    /// The monitor of crashed server `0` fired.
+    Down(u16),
+}
+
+impl Carried {
+    /// The summary of `m`.
+    pub fn of(m: &NetMsg) -> Self {
+        match m {
+            NetMsg::ToServer(msg) => Carried::ToServer(*msg),
+            NetMsg::Info(i) => Carried::Info {
+                server: i.server.0,
+                path: i.path,
+                version: i.version,
+                cause: i.cause.0,
+            },
+            NetMsg::Down(s) => Carried::Down(*s),
+        }
+    }
+}
+
+impl std::fmt::Display for Carried {
+    /// `request /1 W`, `info S0 /1 v2 by A1`, `DOWN S0`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Carried::ToServer(ServerMsg::Request { path, mode, .. }) => {
+                write!(f, "request {} {mode}", path_str(path))
+            }
+            Carried::ToServer(ServerMsg::Surrender { path, .. }) => {
+                write!(f, "surrender {}", path_str(path))
+            }
+            Carried::ToServer(ServerMsg::Cancel { path, .. }) => {
+                write!(f, "cancel {}", path_str(path))
+            }
+            Carried::ToServer(ServerMsg::Release { .. }) => f.write_str("release"),
+            Carried::Info {
+                server,
+                path,
+                version,
+                cause,
+            } => write!(
+                f,
+                "info S{server} {} v{version} by A{cause}",
+                path_str(path)
+            ),
+            Carried::Down(s) => write!(f, "DOWN S{s}"),
+        }
+    }
 }
 
 /// What one transition did (for traces).
@@ -510,10 +577,15 @@ impl AgentsModel {
         let mut st = last.clone();
         let mut log = StepLog::default();
         match action {
-            AgentAction::Deliver { from, to, index } => {
+            AgentAction::Deliver {
+                from,
+                to,
+                index,
+                what,
+            } => {
                 let ch = st.net.get_mut(&(from, to))?;
                 let i = index as usize;
-                if i >= ch.len() {
+                if i >= ch.len() || Carried::of(&ch[i]) != what {
                     return None;
                 }
                 let m = ch.remove(i);
@@ -749,6 +821,31 @@ impl AgentsModel {
         }
     }
 
+    /// Whether `a` in `before` is the recorded step `step` of a `hilock-agents-trace/1`
+    /// trace: the same action text, and the same servers and agents afterwards.
+    pub fn fits_step(&self, before: &AState, a: &AgentAction, step: &serde_json::Value) -> bool {
+        let Some((st, log)) = self.apply(before, *a) else {
+            return false;
+        };
+        if step["action"].as_str() != Some(log.action.as_str()) {
+            return false;
+        }
+        let servers: BTreeMap<String, String> = st
+            .servers
+            .iter()
+            .enumerate()
+            .map(|(k, s)| (format!("S{k}"), queue_str(&s.entries().collect::<Vec<_>>())))
+            .collect();
+        let agents: BTreeMap<String, String> = st
+            .agents
+            .iter()
+            .enumerate()
+            .map(|(k, a)| (format!("A{k}"), agent_str(a)))
+            .collect();
+        serde_json::to_value(servers).ok().as_ref() == step.get("servers")
+            && serde_json::to_value(agents).ok().as_ref() == step.get("agents")
+    }
+
     /// A counterexample path as a readable trace.
     pub fn trace(&self, property: &str, path: &Path<AState, AgentAction>) -> AgentsTrace {
         let states = path.clone().into_states();
@@ -899,17 +996,17 @@ impl Model for AgentsModel {
             return;
         }
         for (&(from, to), ch) in &st.net {
-            match self.delivery {
-                Delivery::FifoPerPair => actions.push(AgentAction::Deliver { from, to, index: 0 }),
-                Delivery::Unordered => {
-                    for i in 0..ch.len() {
-                        actions.push(AgentAction::Deliver {
-                            from,
-                            to,
-                            index: i as u8,
-                        })
-                    }
-                }
+            let n = match self.delivery {
+                Delivery::FifoPerPair => ch.len().min(1),
+                Delivery::Unordered => ch.len(),
+            };
+            for (i, m) in ch.iter().take(n).enumerate() {
+                actions.push(AgentAction::Deliver {
+                    from,
+                    to,
+                    index: i as u8,
+                    what: Carried::of(m),
+                })
             }
         }
         if let Some(server) = self.crash {
@@ -927,6 +1024,71 @@ impl Model for AgentsModel {
 
     fn next_state(&self, last: &AState, action: AgentAction) -> Option<AState> {
         self.apply(last, action).map(|(st, _)| st)
+    }
+
+    fn format_action(&self, a: &AgentAction) -> String {
+        match *a {
+            AgentAction::Deliver { from, to, what, .. } => format!("{from} → {to}: {what}"),
+            AgentAction::Finish { agent } => format!("A{agent}: the client ends the transaction"),
+            AgentAction::Crash { server } => format!("S{server} crashes"),
+        }
+    }
+
+    fn format_step(&self, last: &AState, a: AgentAction) -> Option<String> {
+        let (st, log) = self.apply(last, a)?;
+        let mut s = log.action;
+        if !log.rules.is_empty() {
+            s.push_str(&format!("\n  rules: {}", log.rules));
+        }
+        for o in &log.outputs {
+            s.push_str(&format!("\n  {o}"));
+        }
+        s.push_str(&crate::check::violations_line(self, &st));
+        s.push('\n');
+        for (k, srv) in st.servers.iter().enumerate() {
+            s.push_str(&format!(
+                "\nS{k}: {}",
+                queue_str(&srv.entries().collect::<Vec<_>>())
+            ));
+        }
+        for (k, ag) in st.agents.iter().enumerate() {
+            s.push_str(&format!("\nA{k}: {}", agent_str(ag)));
+        }
+        for ((from, to), ch) in &st.net {
+            for m in ch {
+                s.push_str(&format!("\nin flight {from} → {to}: {}", msg_str(m)));
+            }
+        }
+        if let Some(e) = &st.error {
+            s.push_str(&format!("\nkernel error: {e}"));
+        }
+        Some(s)
+    }
+
+    fn as_svg(&self, path: Path<AState, AgentAction>) -> Option<String> {
+        let agents = self.scripts.len();
+        let lane = |p: Proc| match p {
+            Proc::Agent(i) => i as usize,
+            Proc::Server(i) => agents + i as usize,
+        };
+        let mut lanes: Vec<String> = (0..agents).map(|i| format!("A{i}")).collect();
+        lanes.extend((0..self.servers).map(|i| format!("S{i}")));
+        let mut d = crate::seq::Diagram::new(lanes);
+        for (_, a) in path.into_vec() {
+            match a {
+                Some(AgentAction::Deliver { from, to, what, .. }) => {
+                    d.message(lane(from), lane(to), what.to_string());
+                }
+                Some(AgentAction::Finish { agent }) => {
+                    d.local(agent.into(), "ends the transaction")
+                }
+                Some(AgentAction::Crash { server }) => {
+                    d.local(lane(Proc::Server(server)), "crashes")
+                }
+                None => {}
+            }
+        }
+        Some(d.svg())
     }
 
     fn properties(&self) -> Vec<Property<Self>> {

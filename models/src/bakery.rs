@@ -106,7 +106,7 @@ pub const BOUND: &str = "a ticket reaches the bound";
 pub const REACHED: [&str; 6] = [ENTERS, FINISHES, AFTER_CRASH, LEASE_LOST, HORIZON, BOUND];
 
 /// What the clients run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
 pub enum Mode {
     /// The lock (row 0), `rounds` critical sections per client.
     Lock {
@@ -121,7 +121,7 @@ pub enum Mode {
 }
 
 /// When time passes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
 pub enum Timing {
     /// Never (no leases).
     None,
@@ -138,7 +138,7 @@ pub enum Timing {
 }
 
 /// Where a client may crash.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
 pub enum CrashAt {
     /// In any state.
     Anywhere,
@@ -148,7 +148,7 @@ pub enum CrashAt {
 }
 
 /// A configuration of the model.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
 pub struct BakeryModel {
     /// Name.
     pub name: String,
@@ -741,6 +741,30 @@ impl<const K: usize, const C: usize> BakerySystem<K, C> {
         }
     }
 
+    /// Whether `a` in `before` is the recorded step `step` of a `hilock-bakery-trace/1`
+    /// trace: the same action text, and the same clients and replicas afterwards.
+    pub fn fits_step(&self, before: &BState<K, C>, a: &BAction, step: &serde_json::Value) -> bool {
+        if step["action"].as_str() != Some(self.describe(a).as_str()) {
+            return false;
+        }
+        let Some(st) = self.next_state(before, *a) else {
+            return false;
+        };
+        let clients: BTreeMap<String, String> = st
+            .clients
+            .iter()
+            .map(|c| (format!("c{}", c.c.id().0), client_str(c)))
+            .collect();
+        let replicas: BTreeMap<String, String> = st
+            .replicas
+            .iter()
+            .enumerate()
+            .map(|(r, rep)| (format!("r{r}"), replica_str(rep, self.rows())))
+            .collect();
+        serde_json::to_value(clients).ok().as_ref() == step.get("clients")
+            && serde_json::to_value(replicas).ok().as_ref() == step.get("replicas")
+    }
+
     /// A path as a readable trace (`hilock-bakery-trace/1`).
     pub fn trace(&self, property: &str, path: &Path<BState<K, C>, BAction>) -> BakeryTrace {
         let states = path.clone().into_states();
@@ -1160,6 +1184,48 @@ impl<const K: usize, const C: usize> Model for BakerySystem<K, C> {
         }
         self.canonical(&mut st);
         Some(st)
+    }
+
+    fn format_action(&self, a: &BAction) -> String {
+        self.describe(a)
+    }
+
+    fn format_step(&self, last: &BState<K, C>, a: BAction) -> Option<String> {
+        let next = self.next_state(last, a)?;
+        let mut s = self.describe(&a);
+        s.push_str(&crate::check::violations_line(self, &next));
+        s.push('\n');
+        for c in &next.clients {
+            s.push_str(&format!("\nc{}: {}", c.c.id().0, client_str(c)));
+        }
+        for (r, rep) in next.replicas.iter().enumerate() {
+            s.push_str(&format!("\nr{r}: {}", replica_str(rep, self.rows())));
+        }
+        s.push_str(&format!("\nrequests in flight: {}", next.net.len()));
+        Some(s)
+    }
+
+    fn as_svg(&self, path: Path<BState<K, C>, BAction>) -> Option<String> {
+        let clients = self.clients as usize;
+        let mut lanes: Vec<String> = (1..=clients).map(|i| format!("c{i}")).collect();
+        lanes.extend((0..NR).map(|r| format!("r{r}")));
+        let mut d = crate::seq::Diagram::new(lanes);
+        for a in path.into_actions() {
+            match a {
+                BAction::Deliver(i, r, req) => {
+                    d.message(i.into(), clients + r as usize, req_str(&req))
+                }
+                BAction::Start(i) | BAction::Release(i) | BAction::Wake(i) | BAction::Crash(i) => {
+                    let text = self.describe(&a);
+                    let text = text
+                        .split_once(": ")
+                        .map_or(text.clone(), |(_, t)| t.to_string());
+                    d.local(i.into(), text)
+                }
+                BAction::Tick => {}
+            }
+        }
+        Some(d.svg())
     }
 
     fn properties(&self) -> Vec<Property<Self>> {

@@ -60,11 +60,12 @@
 //!   (and applied), an upgrade completed.
 
 use hilock_kernel::tables::table_2_1;
-use hilock_kernel::{Input, LockId, Mode, Msg, NodeId, Output, Pending, Variant};
+use hilock_kernel::{Frozen, Input, LockId, Mode, Msg, MsgKind, NodeId, Output, Pending, Variant};
 use hilock_spec::cluster::{Cluster, Order};
 use hilock_spec::system::{ModelSite, SpecMsg, MODEL_NODES};
+use hilock_spec::trace::describe_msg;
 use serde::{Deserialize, Serialize};
-use stateright::{Model, Property};
+use stateright::{Model, Path, Property};
 use std::fmt;
 
 /// Largest number of nodes of a configuration (the model sites' capacity,
@@ -360,11 +361,18 @@ pub struct BaseModel<const L: usize> {
     pub cfg: ModelConfig,
 }
 
-/// A model action.
+/// A model action. Each carries what it does (the script operation, a summary of the
+/// message delivered), so that the Explorer can name it without the state
+/// ([`Model::format_action`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Action {
-    /// Node `n` runs its next script operation.
-    Run(u8),
+    /// Node `node` runs its next script operation, `op`.
+    Run {
+        /// The node.
+        node: u8,
+        /// Its next script operation.
+        op: ScriptOp,
+    },
     /// Deliver the message at `index` of the channel `from → to` (always 0 on FIFO).
     Deliver {
         /// Sender.
@@ -373,7 +381,97 @@ pub enum Action {
         to: u8,
         /// Position in the channel.
         index: u8,
+        /// The message.
+        msg: Delivered,
     },
+}
+
+/// A summary of a delivered message (what an action label needs: kind, lock, mode,
+/// requester, priority, frozen modes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Delivered {
+    /// Request, grant, token, release or freeze.
+    pub kind: MsgKind,
+    /// The lock.
+    pub lock: u16,
+    /// The requester (request, grant, token).
+    pub requester: u16,
+    /// The requested mode (request, grant, token) or the sender's new owned mode
+    /// (release).
+    pub mode: Mode,
+    /// The request's priority.
+    pub prio: u8,
+    /// Frozen modes carried (grant, token, freeze).
+    pub frozen: Frozen,
+}
+
+impl Delivered {
+    /// The summary of `m`.
+    pub fn of(m: &SpecMsg) -> Self {
+        let (requester, mode, prio, frozen) = match m {
+            Msg::Request { entry, .. } => {
+                (entry.requester.0, entry.mode, entry.prio, Frozen::default())
+            }
+            Msg::Grant { entry, frozen, .. } | Msg::Token { entry, frozen, .. } => {
+                (entry.requester.0, entry.mode, entry.prio, *frozen)
+            }
+            Msg::Release { owned, .. } => (0, *owned, 0, Frozen::default()),
+            Msg::Freeze { modes, .. } => (0, Mode::Phi, 0, *modes),
+        };
+        Delivered {
+            kind: m.kind(),
+            lock: m.lock().0,
+            requester,
+            mode,
+            prio,
+            frozen,
+        }
+    }
+
+    /// The message in words, as the sequence diagram labels it (`request W p=3 for n1`).
+    pub fn label(&self, from: u8) -> String {
+        self.label_with(from, |l| {
+            if l == 0 {
+                String::new()
+            } else {
+                format!(" @L{l}")
+            }
+        })
+    }
+
+    /// [`Delivered::label`] with the lock named by `lock` (a suffix such as `" on L_j"`).
+    pub fn label_with(&self, from: u8, lock: impl Fn(u16) -> String) -> String {
+        let lock = lock(self.lock);
+        match self.kind {
+            MsgKind::Request => {
+                let mut s = format!("request {}{lock}", self.mode);
+                if self.prio > 0 {
+                    s.push_str(&format!(" p={}", self.prio));
+                }
+                if self.requester != u16::from(from) {
+                    s.push_str(&format!(" for n{} (forwarded)", self.requester));
+                }
+                s
+            }
+            MsgKind::Grant if self.frozen.is_empty() => format!("grant {}{lock}", self.mode),
+            MsgKind::Grant => format!("grant {}{lock}, frozen {}", self.mode, self.frozen),
+            MsgKind::Token => format!("token for {}{lock}", self.mode),
+            MsgKind::Release => format!("release{lock}, owns {} now", self.mode),
+            MsgKind::Freeze => format!("freeze {}{lock}", self.frozen),
+        }
+    }
+}
+
+impl fmt::Display for Action {
+    /// `n1 acquire R`, `n2 → n0 request W p=3 for n1 (forwarded)`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Action::Run { node, op } => write!(f, "n{node} {op}"),
+            Action::Deliver { from, to, msg, .. } => {
+                write!(f, "n{from} → n{to} {}", msg.label(*from))
+            }
+        }
+    }
 }
 
 /// What a model step applies at a node: a script operation, or the delivery of message
@@ -517,8 +615,15 @@ impl<const L: usize> fmt::Debug for State<L> {
             }
             writeln!(f, "n{i}: script at {}", self.pc[i])?;
         }
+        let names: Vec<String> = (0..self.cluster.len()).map(|i| format!("n{i}")).collect();
         for (a, b, m) in self.cluster.messages() {
-            writeln!(f, "{a} -> {b}: {m:?}")?;
+            writeln!(
+                f,
+                "in flight n{} → n{}: {}",
+                a.0,
+                b.0,
+                describe_msg(m, &names)
+            )?;
         }
         if let Some(e) = self.cluster.error() {
             writeln!(f, "kernel error: {e}")?;
@@ -722,6 +827,65 @@ impl<const L: usize> BaseModel<L> {
         Self::normalise(st);
     }
 
+    /// What `action` does in `st`, in words: the action, the rules of the thesis the kernel
+    /// reports for the step ([`hilock_kernel::Report`]), and its outputs.
+    pub fn explain(&self, st: &State<L>, action: Action) -> String {
+        let mut cluster = st.cluster.clone();
+        let (node, r) = match action {
+            Action::Run { node, op } => {
+                (node, cluster.input(NodeId(node.into()), Self::input_of(op)))
+            }
+            Action::Deliver {
+                from, to, index, ..
+            } => match cluster.deliver_at(NodeId(from.into()), NodeId(to.into()), index.into()) {
+                Some((_, r)) => (to, r),
+                None => return format!("{action}: no such message"),
+            },
+        };
+        let mut s = action.to_string();
+        match r {
+            Ok(step) => {
+                if !step.rules.is_empty() {
+                    s.push_str(&format!("\n  rules: {}", step.rules));
+                }
+                for o in &step.outputs {
+                    let line = match o {
+                        Output::Send { to, msg } => {
+                            format!("n{node} → n{} {}", to.0, Delivered::of(msg).label(node))
+                        }
+                        Output::Granted { lock, mode } => {
+                            format!("n{node} enters {mode} on L{}", lock.0)
+                        }
+                        Output::Upgraded { lock } => {
+                            format!("n{node} upgraded to W on L{}", lock.0)
+                        }
+                    };
+                    s.push_str(&format!("\n  {line}"));
+                }
+                if step.outputs.is_empty() {
+                    s.push_str("\n  (no message sent)");
+                }
+            }
+            Err(e) => s.push_str(&format!("\n  rejected by the kernel: {e}")),
+        }
+        s
+    }
+
+    /// The message sequence of `actions` from the initial state: one lane per node, a dot
+    /// per script operation, an arrow per delivered message.
+    pub fn diagram(&self, actions: &[Action]) -> crate::seq::Diagram {
+        let mut d = crate::seq::Diagram::new((0..self.n()).map(|i| format!("n{i}")).collect());
+        for a in actions {
+            match *a {
+                Action::Run { node, op } => d.local(node.into(), op.to_string()),
+                Action::Deliver { from, to, msg, .. } => {
+                    d.message(from.into(), to.into(), msg.label(from))
+                }
+            }
+        }
+        d
+    }
+
     /// The harness of a fresh run: the configuration's tree, variant and network.
     pub fn cluster(&self) -> Cluster<ModelSite<L>> {
         let sites = (0..self.n())
@@ -852,13 +1016,24 @@ impl<const L: usize> Model for BaseModel<L> {
         }
         for i in 0..self.n() {
             if self.runnable(st, i) {
-                actions.push(Action::Run(i as u8));
+                if let Some(op) = self.next_op(st, i) {
+                    actions.push(Action::Run { node: i as u8, op });
+                }
             }
         }
-        for ((from, to), q) in st.cluster.channels() {
+        for ((from, to), mut q) in st.cluster.channels() {
             let (from, to) = (from.0 as u8, to.0 as u8);
             match self.cfg.network {
-                Network::Fifo => actions.push(Action::Deliver { from, to, index: 0 }),
+                Network::Fifo => {
+                    if let Some(m) = q.next() {
+                        actions.push(Action::Deliver {
+                            from,
+                            to,
+                            index: 0,
+                            msg: Delivered::of(m),
+                        });
+                    }
+                }
                 Network::Unordered => {
                     // Equal messages on one channel: delivering either is the same action.
                     let mut last = None;
@@ -868,6 +1043,7 @@ impl<const L: usize> Model for BaseModel<L> {
                                 from,
                                 to,
                                 index: i as u8,
+                                msg: Delivered::of(m),
                             });
                         }
                         last = Some(m);
@@ -880,9 +1056,12 @@ impl<const L: usize> Model for BaseModel<L> {
     fn next_state(&self, last: &State<L>, action: Action) -> Option<State<L>> {
         let mut st = last.clone();
         match action {
-            Action::Run(i) => {
-                let i = i as usize;
+            Action::Run { node, op: expected } => {
+                let i = node as usize;
                 let op = self.next_op(&st, i)?;
+                if op != expected {
+                    return None;
+                }
                 st.pc[i] += 1;
                 match op {
                     ScriptOp::Acquire(mode, l) => {
@@ -904,11 +1083,17 @@ impl<const L: usize> Model for BaseModel<L> {
                 }
                 self.step(&mut st, i, StepInput::User(op));
             }
-            Action::Deliver { from, to, index } => {
-                let len = st
+            Action::Deliver {
+                from,
+                to,
+                index,
+                msg,
+            } => {
+                let m = st
                     .cluster
-                    .channel_len(NodeId(from as u16), NodeId(to as u16));
-                if index as usize >= len {
+                    .channel(NodeId(from as u16), NodeId(to as u16))
+                    .nth(index as usize)?;
+                if Delivered::of(m) != msg {
                     return None;
                 }
                 self.step(
@@ -922,6 +1107,23 @@ impl<const L: usize> Model for BaseModel<L> {
             }
         }
         Some(st)
+    }
+
+    fn format_action(&self, action: &Action) -> String {
+        action.to_string()
+    }
+
+    fn format_step(&self, last: &State<L>, action: Action) -> Option<String> {
+        let next = self.next_state(last, action)?;
+        Some(format!(
+            "{}{}\n\n{next:?}",
+            self.explain(last, action),
+            crate::check::violations_line(self, &next)
+        ))
+    }
+
+    fn as_svg(&self, path: Path<State<L>, Action>) -> Option<String> {
+        Some(self.diagram(&path.into_actions()).svg())
     }
 
     fn within_boundary(&self, st: &State<L>) -> bool {

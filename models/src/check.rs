@@ -36,6 +36,22 @@ where
     Path::from_actions(model, steps[0].0.clone(), actions.iter()).unwrap_or_else(|| path.clone())
 }
 
+/// The `always` properties `st` violates, as a line for the Explorer's step text
+/// (empty if none): `⚠ violates: P1 mutual exclusion, P3 owned-mode invariant`.
+pub fn violations_line<M: Model>(model: &M, st: &M::State) -> String {
+    let v: Vec<&str> = model
+        .properties()
+        .into_iter()
+        .filter(|p| p.expectation == Expectation::Always && !(p.condition)(model, st))
+        .map(|p| p.name)
+        .collect();
+    if v.is_empty() {
+        String::new()
+    } else {
+        format!("\n⚠ violates: {}", v.join(", "))
+    }
+}
+
 /// The outcome of one property; `C` is the counterexample's trace format (`hilock-trace/1`
 /// for the base model, `hilock-tree-trace/1` for the tree model).
 #[derive(Clone, Debug, Serialize)]
@@ -278,10 +294,7 @@ pub fn trace_of<const L: usize>(
         };
         let mut cluster = state.cluster.clone();
         let (node, lock, input, r) = match action {
-            Action::Run(i) => {
-                let Some(op) = model.next_op(&state, i as usize) else {
-                    break;
-                };
+            Action::Run { node: i, op } => {
                 let ti = match op {
                     ScriptOp::Acquire(mode, lock) => TraceInput::Acquire { lock, mode },
                     ScriptOp::Release(lock) => TraceInput::Release { lock },
@@ -292,7 +305,9 @@ pub fn trace_of<const L: usize>(
                 let r = cluster.input(node, BaseModel::<L>::input_of(op));
                 (node, op.lock(), ti, r)
             }
-            Action::Deliver { from, to, index } => {
+            Action::Deliver {
+                from, to, index, ..
+            } => {
                 let (f, t) = (NodeId(u16::from(from)), NodeId(u16::from(to)));
                 let Some((msg, r)) = cluster.deliver_at(f, t, index as usize) else {
                     break;

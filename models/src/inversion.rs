@@ -17,10 +17,11 @@
 //! inversion. P7(B): at most B such critical sections while D's request is pending. The
 //! checker reports the least B that holds.
 
+use crate::base::Delivered;
 use hilock_kernel::{Inheritance, Input, LockId, Mode, NodeId, Output, Variant};
 use hilock_spec::cluster::{property, Cluster};
 use hilock_spec::system::{ModelSite, MODEL_NODES};
-use stateright::{Checker, Model, Property};
+use stateright::{Checker, Model, Path, Property};
 
 /// Nodes: A, D and up to three medium nodes.
 pub const MAX: usize = MODEL_NODES;
@@ -40,7 +41,7 @@ pub const PRIO_M: u8 = 2;
 pub const PRIO_D: u8 = 4;
 
 /// The protocol variant of a configuration.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum Flavor {
     /// Chapter 2: every request has the same priority (FIFO with freezing).
     Fifo,
@@ -54,7 +55,8 @@ pub enum Flavor {
 
 /// A configuration: the variant, the number of medium-priority nodes (0–3) and how often
 /// each of them asks for L_j.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct InversionConfig {
     /// Protocol variant.
     pub flavor: Flavor,
@@ -66,20 +68,79 @@ pub struct InversionConfig {
     pub bound: u8,
 }
 
-/// A scripted operation.
+/// A scripted operation: acquire a mode on lock 0 (L_i) or 1 (L_j), or release it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-enum Op {
+pub enum Op {
+    /// `RequestLock(mode)` on the lock.
     Acquire(u16, Mode),
+    /// `RequestUnlock()` of the lock.
     Release(u16),
 }
 
-/// A model action: run a node's next operation, or deliver the oldest message on a channel.
+fn lock_name(l: u16) -> &'static str {
+    if l == 0 {
+        "L_i"
+    } else {
+        "L_j"
+    }
+}
+
+impl std::fmt::Display for Op {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match *self {
+            Op::Acquire(l, m) => write!(f, "acquire {m} on {}", lock_name(l)),
+            Op::Release(l) => write!(f, "release {}", lock_name(l)),
+        }
+    }
+}
+
+/// The name of node `n`: A, D, M2, M3, M4.
+pub fn node_name(n: u16) -> String {
+    match n {
+        A => "A".into(),
+        D => "D".into(),
+        m => format!("M{m}"),
+    }
+}
+
+/// A model action: run a node's next operation, or deliver the oldest message on a
+/// channel. Each carries what it does, so that the Explorer can name it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Action {
-    /// Node `n` runs its next script operation.
-    Run(u16),
+    /// Node `node` runs its next script operation `op`.
+    Run {
+        /// The node.
+        node: u16,
+        /// The operation.
+        op: Op,
+    },
     /// Deliver the oldest message from `from` to `to`.
-    Deliver(u16, u16),
+    Deliver {
+        /// Sender.
+        from: u16,
+        /// Receiver.
+        to: u16,
+        /// The message.
+        msg: Delivered,
+    },
+}
+
+impl std::fmt::Display for Action {
+    /// `A acquire R on L_i`, `M2 → D request W @L1 p=2`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match *self {
+            Action::Run { node, op } => write!(f, "{} {op}", node_name(node)),
+            Action::Deliver { from, to, msg } => {
+                let label = msg
+                    .label_with(from as u8, |l| format!(" on {}", lock_name(l)))
+                    .replace(
+                        &format!(" for n{} ", msg.requester),
+                        &format!(" for {} ", node_name(msg.requester)),
+                    );
+                write!(f, "{} → {} {label}", node_name(from), node_name(to))
+            }
+        }
+    }
 }
 
 /// A state of the model.
@@ -164,6 +225,135 @@ impl InversionConfig {
         (0..self.nodes()).all(|n| st.waiting[n] || st.pc[n] as usize >= self.script(n as u16).len())
     }
 
+    /// A state as a table: per node and lock (M_O, M_H, M_P), token or parent, children,
+    /// queue and frozen modes; the scripts' positions, the messages in flight and the count
+    /// of overtakes.
+    pub fn table(&self, st: &InvState) -> String {
+        use std::fmt::Write;
+        let mut s = String::new();
+        for (i, site) in st.cluster.sites().enumerate() {
+            let me = node_name(i as u16);
+            for (l, n) in site.locks().iter().enumerate() {
+                let _ = write!(
+                    s,
+                    "{me} on {}: (M_O {}, M_H {}, M_P {})",
+                    lock_name(l as u16),
+                    n.owned(),
+                    n.held(),
+                    n.pending_mode()
+                );
+                if n.has_token() {
+                    s.push_str(" token");
+                } else if let Some(p) = n.parent() {
+                    let _ = write!(s, " parent {}", node_name(p.0));
+                }
+                let ch: Vec<String> = n
+                    .children()
+                    .map(|(c, m)| format!("{}:{m}", node_name(c.0)))
+                    .collect();
+                if !ch.is_empty() {
+                    let _ = write!(s, " children {{{}}}", ch.join(","));
+                }
+                let q: Vec<String> = n
+                    .queue()
+                    .iter()
+                    .map(|e| format!("{}:{} p={}", node_name(e.requester.0), e.mode, e.prio))
+                    .collect();
+                if !q.is_empty() {
+                    let _ = write!(s, " queue [{}]", q.join(", "));
+                }
+                if !n.frozen().is_empty() {
+                    let _ = write!(s, " frozen {}", n.frozen());
+                }
+                s.push('\n');
+            }
+            let _ = writeln!(
+                s,
+                "{me}: script at {}{}",
+                st.pc[i],
+                if st.waiting[i] { ", waiting" } else { "" }
+            );
+        }
+        for (a, b, m) in st.cluster.messages() {
+            let _ = writeln!(
+                s,
+                "in flight {}",
+                Action::Deliver {
+                    from: a.0,
+                    to: b.0,
+                    msg: Delivered::of(m)
+                }
+            );
+        }
+        let _ = write!(
+            s,
+            "lower-priority critical sections on L_j while D waited: {}",
+            st.overtakes
+        );
+        s
+    }
+
+    /// Checks the sizes: 0 to 3 medium nodes, 1 to 3 rounds.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.mediums > MAX - 2 || !(1..=3).contains(&self.rounds) {
+            return Err(format!(
+                "an inversion configuration has 0 to {} medium nodes and 1 to 3 rounds",
+                MAX - 2
+            ));
+        }
+        Ok(())
+    }
+
+    /// The configuration's name (`P7 Prioritized mediums=2 rounds=1 B=1`).
+    pub fn name(&self) -> String {
+        format!(
+            "P7 {:?} mediums={} rounds={} B={}",
+            self.flavor, self.mediums, self.rounds, self.bound
+        )
+    }
+
+    /// A path as a readable trace (`hilock-inversion-trace/1`).
+    pub fn trace(&self, property: &str, path: &Path<InvState, Action>) -> InversionTrace {
+        let states = path.clone().into_states();
+        let steps = path
+            .clone()
+            .into_actions()
+            .iter()
+            .zip(states.iter().skip(1))
+            .enumerate()
+            .map(|(index, (a, st))| InversionTraceStep {
+                index,
+                action: a.to_string(),
+                overtakes: st.overtakes,
+            })
+            .collect();
+        InversionTrace {
+            format: "hilock-inversion-trace/1".into(),
+            model: self.name(),
+            config: *self,
+            property: property.to_string(),
+            violation: states
+                .last()
+                .map(|s| {
+                    format!(
+                        "{} lower-priority critical sections on L_j while D waited (bound {})",
+                        s.overtakes, self.bound
+                    )
+                })
+                .unwrap_or_default(),
+            steps,
+        }
+    }
+
+    /// Whether `a` in `before` is the recorded step `step` of a `hilock-inversion-trace/1`
+    /// trace: the same action text and the same count of overtakes afterwards.
+    pub fn fits_step(&self, before: &InvState, a: &Action, step: &serde_json::Value) -> bool {
+        step["action"].as_str() == Some(a.to_string().as_str())
+            && self
+                .next_state(before, *a)
+                .is_some_and(|st| step["overtakes"].as_u64() == Some(u64::from(st.overtakes)))
+    }
+
     /// Runs the checker (BFS, no depth limit) and returns it.
     pub fn check(self) -> impl Checker<InversionConfig> {
         self.checker().spawn_bfs().join()
@@ -233,23 +423,30 @@ impl Model for InversionConfig {
             // protocol can bound the inversion.
             let quiet =
                 n == A || n == D || st.cluster.in_flight() == 0 || st.pc[n as usize] % 2 == 1;
-            if quiet
-                && !st.waiting[n as usize]
-                && (st.pc[n as usize] as usize) < self.script(n).len()
-            {
-                actions.push(Action::Run(n));
+            if quiet && !st.waiting[n as usize] {
+                if let Some(&op) = self.script(n).get(st.pc[n as usize] as usize) {
+                    actions.push(Action::Run { node: n, op });
+                }
             }
         }
         for (f, t) in st.cluster.busy_channels() {
-            actions.push(Action::Deliver(f.0, t.0));
+            if let Some(m) = st.cluster.channel(f, t).next() {
+                actions.push(Action::Deliver {
+                    from: f.0,
+                    to: t.0,
+                    msg: Delivered::of(m),
+                });
+            }
         }
     }
 
     fn next_state(&self, last: &InvState, action: Action) -> Option<InvState> {
         let mut st = last.clone();
         match action {
-            Action::Run(n) => {
-                let op = self.script(n)[st.pc[n as usize] as usize];
+            Action::Run { node: n, op } => {
+                if self.script(n).get(st.pc[n as usize] as usize) != Some(&op) {
+                    return None;
+                }
                 st.pc[n as usize] += 1;
                 match op {
                     Op::Acquire(l, mode) => {
@@ -272,7 +469,7 @@ impl Model for InversionConfig {
                     Op::Release(l) => self.step(&mut st, n, Input::Release { lock: LockId(l) }),
                 }
             }
-            Action::Deliver(f, t) => {
+            Action::Deliver { from: f, to: t, .. } => {
                 let (_, r) = st.cluster.deliver(NodeId(f), NodeId(t))?;
                 if let Ok(step) = r {
                     self.apply(&mut st, t, &step.outputs);
@@ -280,6 +477,49 @@ impl Model for InversionConfig {
             }
         }
         Some(st)
+    }
+
+    fn format_action(&self, action: &Action) -> String {
+        action.to_string()
+    }
+
+    fn format_step(&self, last: &InvState, action: Action) -> Option<String> {
+        let next = self.next_state(last, action)?;
+        let mut cluster = last.cluster.clone();
+        let r = match action {
+            Action::Run { node, op } => cluster
+                .input(node_input(node), op_input(op))
+                .map(|s| s.rules),
+            Action::Deliver { from, to, .. } => cluster
+                .deliver(NodeId(from), NodeId(to))?
+                .1
+                .map(|s| s.rules),
+        };
+        let rules = match r {
+            Ok(r) if r.is_empty() => String::new(),
+            Ok(r) => format!("\n  rules: {r}"),
+            Err(e) => format!("\n  rejected by the kernel: {e}"),
+        };
+        let bad = crate::check::violations_line(self, &next);
+        Some(format!("{action}{rules}{bad}\n\n{}", self.table(&next)))
+    }
+
+    fn as_svg(&self, path: Path<InvState, Action>) -> Option<String> {
+        let mut d = crate::seq::Diagram::new((0..self.nodes() as u16).map(node_name).collect());
+        for a in path.into_actions() {
+            match a {
+                Action::Run { node, op } => d.local(node.into(), op.to_string()),
+                Action::Deliver { from, to, msg } => d.message(
+                    from.into(),
+                    to.into(),
+                    Action::Deliver { from, to, msg }
+                        .to_string()
+                        .split_once(&format!("{} ", node_name(to)))
+                        .map_or(String::new(), |(_, l)| l.to_string()),
+                ),
+            }
+        }
+        Some(d.svg())
     }
 
     fn properties(&self) -> Vec<Property<Self>> {
@@ -321,6 +561,20 @@ impl Model for InversionConfig {
     }
 }
 
+fn node_input(n: u16) -> NodeId {
+    NodeId(n)
+}
+
+fn op_input(op: Op) -> Input<'static, hilock_spec::SpecMsg> {
+    match op {
+        Op::Acquire(l, mode) => Input::Acquire {
+            lock: LockId(l),
+            mode,
+        },
+        Op::Release(l) => Input::Release { lock: LockId(l) },
+    }
+}
+
 /// Result of searching the least bound B for a configuration.
 #[derive(Clone, Debug)]
 pub struct BoundReport {
@@ -358,17 +612,14 @@ pub fn least_bound(
             property::P4,
         ] {
             if let Some(path) = checker.discovery(p) {
-                return Err(format!("{p} violated: {:?}", path.into_actions()));
+                let steps: Vec<String> =
+                    path.into_actions().iter().map(|a| a.to_string()).collect();
+                return Err(format!("{p} violated: {}", steps.join("; ")));
             }
         }
         match checker.discovery("P7 bounded inversion") {
             Some(path) => {
-                previous = Some(
-                    path.into_actions()
-                        .iter()
-                        .map(|a| format!("{a:?}"))
-                        .collect(),
-                )
+                previous = Some(path.into_actions().iter().map(|a| a.to_string()).collect())
             }
             None => {
                 return Ok(BoundReport {
@@ -380,4 +631,32 @@ pub fn least_bound(
         }
     }
     Err(format!("P7 fails for every bound up to {max}"))
+}
+
+/// A counterexample of the inversion model (`hilock-inversion-trace/1`).
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct InversionTrace {
+    /// `hilock-inversion-trace/1`.
+    pub format: String,
+    /// The configuration's name.
+    pub model: String,
+    /// The configuration.
+    pub config: InversionConfig,
+    /// The property violated.
+    pub property: String,
+    /// What is wrong in the last state.
+    pub violation: String,
+    /// The steps.
+    pub steps: Vec<InversionTraceStep>,
+}
+
+/// One step of an [`InversionTrace`].
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct InversionTraceStep {
+    /// Index.
+    pub index: usize,
+    /// The action in words.
+    pub action: String,
+    /// Lower-priority critical sections granted on L_j while D waited, so far.
+    pub overtakes: u8,
 }

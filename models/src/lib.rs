@@ -4,6 +4,9 @@
 //! - [`base`]: the chapter-2 protocol (properties P1–P6), configurations as values;
 //! - [`check`]: `check` / `explore`, the API of `hilock check` and `hilock explore`;
 //! - [`inversion`]: the priority-inversion model of thesis section 3.6 (property P7);
+//! - [`open`]: a saved trace replayed to its Explorer path and URL, and its sequence
+//!   diagram (`hilock explore --trace`, `hilock replay --svg/--html`);
+//! - [`seq`]: message sequence diagrams (SVG), which every model's `as_svg` draws;
 //! - [`tree`]: Preston & Prasad tree locking, concurrent inserts and removes interleaved
 //!   one node latch at a time (property P8).
 
@@ -12,4 +15,6 @@ pub mod bakery;
 pub mod base;
 pub mod check;
 pub mod inversion;
+pub mod open;
+pub mod seq;
 pub mod tree;

@@ -37,6 +37,7 @@ use hilock_kernel::tree::{
 use serde::Serialize;
 use stateright::{Checker, Model, Path, Property};
 use std::collections::BTreeMap;
+use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
 /// Node capacity of the model's trees (height ≤ 4).
@@ -273,6 +274,18 @@ impl TreeModel {
             note: String::new(),
             steps,
         }
+    }
+
+    /// Whether `a` in `before` is the recorded step `step` of a `hilock-tree-trace/1`
+    /// trace: the same action text and the same tree afterwards.
+    pub fn fits_step(&self, before: &TreeState, a: &TreeAction, step: &serde_json::Value) -> bool {
+        if step["action"].as_str() != Some(self.describe(before, a).as_str()) {
+            return false;
+        }
+        let Some(next) = self.next_state(before, *a) else {
+            return false;
+        };
+        serde_json::to_value(snapshot(&next.tree)).ok().as_ref() == step.get("tree")
     }
 
     /// One action in words.
@@ -572,6 +585,69 @@ impl Model for TreeModel {
             }
         }
         Some(st)
+    }
+
+    fn format_action(&self, a: &TreeAction) -> String {
+        match *a {
+            TreeAction::Insert { user, leaf } => {
+                format!("u{user}: InsertUser({}) starts", name(&self.tree, leaf))
+            }
+            TreeAction::Remove { user } => format!("u{user}: RemoveUser of its leaf starts"),
+            TreeAction::Step { user } => format!("u{user}: its operation takes the next latch"),
+        }
+    }
+
+    fn format_step(&self, last: &TreeState, a: TreeAction) -> Option<String> {
+        let next = self.next_state(last, a)?;
+        let mut s = self.describe(last, &a);
+        let effects = next.last.describe(&next.tree);
+        if !effects.is_empty() {
+            let _ = write!(s, "\n  {effects}");
+        }
+        s.push_str(&crate::check::violations_line(self, &next));
+        s.push_str("\n\ntree (non-white or latched nodes):");
+        for (n, what) in snapshot(&next.tree) {
+            let _ = write!(s, "\n  {n}: {what}");
+        }
+        for (u, us) in next.users.iter().enumerate() {
+            let _ = write!(
+                s,
+                "\nu{u}: round {}, holds {}, {}",
+                us.round,
+                us.held.map_or("nothing".into(), |l| name(&next.tree, l)),
+                match us.op {
+                    Some(op) => format!(
+                        "{:?} in progress, wants {}",
+                        op.kind(),
+                        op.want().map_or("nothing".into(), |n| name(&next.tree, n))
+                    ),
+                    None => "idle".into(),
+                }
+            );
+        }
+        if let Some(e) = next.error {
+            let _ = write!(s, "\nkernel error: {e}");
+        }
+        Some(s)
+    }
+
+    fn as_svg(&self, path: Path<TreeState, TreeAction>) -> Option<String> {
+        let mut d = crate::seq::Diagram::new((0..self.users()).map(|u| format!("u{u}")).collect());
+        for (st, a) in path.into_vec() {
+            if let Some(a) = a {
+                let user = match a {
+                    TreeAction::Insert { user, .. }
+                    | TreeAction::Remove { user }
+                    | TreeAction::Step { user } => user,
+                };
+                let text = self.describe(&st, &a);
+                let text = text
+                    .split_once(": ")
+                    .map_or(text.clone(), |(_, t)| t.to_string());
+                d.local(user.into(), text);
+            }
+        }
+        Some(d.svg())
     }
 
     fn properties(&self) -> Vec<Property<Self>> {

@@ -107,19 +107,44 @@ pub fn scenario(path: &Path, json: bool) -> Result<(String, bool), String> {
     Ok((out, passed))
 }
 
-/// `hilock replay <trace.json>`: prints a trace step by step.
-pub fn replay(path: &Path) -> Result<String, String> {
+/// `hilock replay <trace.json> [--svg F] [--html F]`: prints a trace step by step (a
+/// `hilock-trace/1` trace in full, another model's trace by its action texts) and writes
+/// its sequence diagram to the files given.
+pub fn replay(path: &Path, svg: Option<&Path>, html: Option<&Path>) -> Result<String, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let trace: Trace = serde_json::from_str(&text)
-        .map_err(|e| format!("{}: malformed trace: {e}", path.display()))?;
-    if trace.format != TRACE_FORMAT {
-        return Err(format!(
-            "{}: unknown trace format '{}' (expected {TRACE_FORMAT})",
-            path.display(),
-            trace.format
+    let (title, diagram, steps) =
+        hilock_models::open::diagram_of(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut out = match serde_json::from_str::<serde_json::Value>(&text)
+        .ok()
+        .as_ref()
+        .and_then(hilock_models::open::format_of)
+    {
+        Some(TRACE_FORMAT) => {
+            let trace: Trace = serde_json::from_str(&text)
+                .map_err(|e| format!("{}: malformed trace: {e}", path.display()))?;
+            trace.render()
+        }
+        _ => {
+            let mut s = format!("{title}\n");
+            for (i, st) in steps.iter().enumerate() {
+                s.push_str(&format!("{i:>3}. {st}\n"));
+            }
+            s
+        }
+    };
+    if let Some(f) = svg {
+        std::fs::write(f, diagram.svg()).map_err(|e| format!("{}: {e}", f.display()))?;
+        out.push_str(&format!("sequence diagram written to {}\n", f.display()));
+    }
+    if let Some(f) = html {
+        std::fs::write(f, diagram.html(&title, &steps))
+            .map_err(|e| format!("{}: {e}", f.display()))?;
+        out.push_str(&format!(
+            "sequence diagram and steps written to {}\n",
+            f.display()
         ));
     }
-    Ok(trace.render())
+    Ok(out)
 }
 
 /// `hilock check <config.json>`: an exhaustive model check with progress on stderr. `Ok`
@@ -177,25 +202,117 @@ pub fn check(path: &Path, out_dir: &Path) -> Result<(String, bool), String> {
             "trace of '{name}' written to {} (hilock replay prints it)\n",
             file.display()
         ));
+        let opened = hilock_models::open::open_base(&config, trace)
+            .map_err(|e| format!("{}: the trace does not replay: {e}", file.display()))?;
+        text.push_str(&hilock_models::open::how_to_open(
+            path,
+            &file,
+            &opened.encoded,
+        ));
     }
     let ok = report.ok();
     Ok((text, ok))
 }
 
-/// `hilock explore <config.json> --port N`: serves the Stateright Explorer on 127.0.0.1
-/// until the process is stopped.
-pub fn explore(path: &Path, port: u16) -> Result<String, String> {
+/// `hilock explore <config.json> --port N [--trace FILE]`: serves the Stateright Explorer on
+/// 127.0.0.1 until the process is stopped; with a trace, first replays it through the
+/// configuration's model and prints the URL of its last state (a trace that does not fit
+/// the configuration is an error before anything is served).
+pub fn explore(path: &Path, port: u16, trace: Option<&Path>) -> Result<String, String> {
     use hilock_models::base::ModelConfig;
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let config = ModelConfig::from_json(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    let v: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|e| format!("{}: not a JSON configuration: {e}", path.display()))?;
+    if v.get("model").is_some() {
+        return explore_other(path, &v, port, trace);
+    }
+    let config = ModelConfig::from_json(&text).map_err(|e| {
+        format!(
+            "{}: not a model configuration (a base-model one, or one with \"model\": \"tree\", \"agents\" or \"bakery\"): {e}",
+            path.display()
+        )
+    })?;
     config
         .validate()
         .map_err(|e| format!("{}: {e}", path.display()))?;
     let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let start = match trace {
+        None => None,
+        Some(t) => {
+            let tt = std::fs::read_to_string(t).map_err(|e| format!("{}: {e}", t.display()))?;
+            let trace = hilock_models::open::parse_base_trace(&tt)
+                .map_err(|e| format!("{}: {e}", t.display()))?;
+            let opened = hilock_models::open::open_base(&config, &trace)
+                .map_err(|e| format!("{} does not fit {}: {e}", t.display(), path.display()))?;
+            Some((opened, t))
+        }
+    };
+    // Bind first: a port in use is an error line, not a panic inside the server.
+    drop(std::net::TcpListener::bind(addr).map_err(|e| format!("cannot listen on {addr}: {e}"))?);
     eprintln!(
         "Stateright Explorer for {} on http://{addr}/ (Ctrl-C to stop)",
         path.display()
     );
+    announce(start.as_ref().map(|(o, t)| (o, *t)), port);
     hilock_models::check::explore(&config, addr)?;
+    Ok(String::new())
+}
+
+/// Prints where a replayed trace opens: its last state's URL on stdout.
+fn announce(start: Option<(&hilock_models::open::Opened, &Path)>, port: u16) {
+    if let Some((o, t)) = start {
+        let verdict = if o.violated.is_empty() {
+            "no property fails there".to_string()
+        } else {
+            format!(
+                "there {} {}",
+                o.violated.join(", "),
+                if o.violated.len() == 1 {
+                    "fails"
+                } else {
+                    "fail"
+                }
+            )
+        };
+        eprintln!(
+            "{}: {} steps replayed; its last state ({verdict}) is at",
+            t.display(),
+            o.steps
+        );
+        println!("{}", hilock_models::open::url(port, &o.encoded));
+        use std::io::Write;
+        let _ = std::io::stdout().flush();
+    }
+}
+
+/// `hilock explore` for a tree, agents or bakery configuration (`"model": …`).
+fn explore_other(
+    path: &Path,
+    v: &serde_json::Value,
+    port: u16,
+    trace: Option<&Path>,
+) -> Result<String, String> {
+    use hilock_models::open::{explore_other, open_other, OtherConfig};
+    let config: OtherConfig = serde_json::from_value(v.clone())
+        .map_err(|e| format!("{}: not a model configuration: {e}", path.display()))?;
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let start = match trace {
+        None => None,
+        Some(t) => {
+            let tt = std::fs::read_to_string(t).map_err(|e| format!("{}: {e}", t.display()))?;
+            let tv: serde_json::Value = serde_json::from_str(&tt)
+                .map_err(|e| format!("{}: not a JSON trace: {e}", t.display()))?;
+            let opened = open_other(&config, &tv)
+                .map_err(|e| format!("{} does not fit {}: {e}", t.display(), path.display()))?;
+            Some((opened, t))
+        }
+    };
+    drop(std::net::TcpListener::bind(addr).map_err(|e| format!("cannot listen on {addr}: {e}"))?);
+    eprintln!(
+        "Stateright Explorer for {} on http://{addr}/ (Ctrl-C to stop)",
+        path.display()
+    );
+    announce(start.as_ref().map(|(o, t)| (o, *t)), port);
+    explore_other(&config, addr)?;
     Ok(String::new())
 }

@@ -97,10 +97,17 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Print a trace file (hilock-trace/1) step by step.
+    /// Print a trace file step by step; with --svg/--html also write its message sequence
+    /// diagram to a file that opens in a browser without a server.
     Replay {
-        /// The trace (JSON).
+        /// The trace (JSON): hilock-trace/1, or a tree, agents or bakery model trace.
         file: PathBuf,
+        /// Write the sequence diagram as SVG to this file.
+        #[arg(long)]
+        svg: Option<PathBuf>,
+        /// Write the sequence diagram and the steps as an HTML page to this file.
+        #[arg(long)]
+        html: Option<PathBuf>,
     },
     /// Check a model configuration exhaustively (progress on stderr); exit 1 and write the
     /// counterexample traces if a property fails.
@@ -111,13 +118,18 @@ enum Command {
         #[arg(long, default_value = ".")]
         out: PathBuf,
     },
-    /// Serve the Stateright Explorer for a model configuration on 127.0.0.1.
+    /// Serve the Stateright Explorer for a model configuration on 127.0.0.1; with --trace,
+    /// print the URL of the trace's last state (exit 2 if the trace does not fit).
     Explore {
         /// The model configuration (JSON).
         file: PathBuf,
         /// The port.
         #[arg(long, default_value_t = 3000)]
         port: u16,
+        /// A trace of this configuration (hilock-trace/1, e.g. a counterexample of
+        /// `hilock check`) to open at its last state.
+        #[arg(long)]
+        trace: Option<PathBuf>,
     },
 }
 
@@ -335,9 +347,13 @@ fn main() -> ExitCode {
         Command::Status { at, json } => status(&at, json),
         Command::Spec { json } => hilock::cli::spec(json).map(|s| (s, true)),
         Command::Scenario { files, json } => scenarios(&files, json),
-        Command::Replay { file } => hilock::cli::replay(&file).map(|s| (s, true)),
+        Command::Replay { file, svg, html } => {
+            hilock::cli::replay(&file, svg.as_deref(), html.as_deref()).map(|s| (s, true))
+        }
         Command::Check { file, out } => hilock::cli::check(&file, &out),
-        Command::Explore { file, port } => hilock::cli::explore(&file, port).map(|s| (s, true)),
+        Command::Explore { file, port, trace } => {
+            hilock::cli::explore(&file, port, trace.as_deref()).map(|s| (s, true))
+        }
     };
     match result {
         Ok((text, ok)) => {

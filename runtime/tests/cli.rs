@@ -160,6 +160,209 @@ fn check_passes_a_correct_configuration_and_traces_a_literal_one() {
     let replay = hilock(&["replay", trace.to_str().unwrap()]);
     assert!(replay.status.success());
     assert!(String::from_utf8_lossy(&replay.stdout).contains("P1 mutual exclusion violated"));
+    // Each counterexample comes with the command that opens it and its Explorer URL.
+    let text = String::from_utf8_lossy(&out.stdout);
+    let cmd = format!(
+        "hilock explore {} --trace {}",
+        configs().join("release-race-literal.json").display(),
+        trace.display()
+    );
+    assert!(text.contains(&cmd), "{text}");
+    assert!(
+        text.contains("then browse http://127.0.0.1:3000/#/steps/0/"),
+        "{text}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+fn counterexamples() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../spec/counterexamples")
+}
+
+/// A free port on 127.0.0.1 (bind port 0, read it, release it).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// `hilock explore CONFIG --trace FILE` prints the URL of the trace's last state and
+/// serves it, for a saved counterexample of each model (base, inversion, tree, agents,
+/// bakery); the process is stopped by the test.
+#[test]
+fn explore_opens_a_saved_counterexample_at_its_last_state() {
+    use std::io::{BufRead, BufReader};
+    for (name, property) in [
+        ("token-branch-literal", "P4 no deadlock"),
+        ("inversion-no-inheritance", "P7 bounded inversion"),
+        ("tree-slides", "P8 tree colours and exclusivity"),
+        ("agents-majority-unneeded-surrender", "no phantom deadlock"),
+        ("bakery-literal", "mutual exclusion"),
+    ] {
+        let port = free_port().to_string();
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_hilock"))
+            .args([
+                "explore",
+                counterexamples()
+                    .join(format!("configs/{name}.json"))
+                    .to_str()
+                    .unwrap(),
+                "--trace",
+                counterexamples()
+                    .join(format!("{name}.json"))
+                    .to_str()
+                    .unwrap(),
+                "--port",
+                &port,
+            ])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("hilock runs");
+        let mut line = String::new();
+        let read = BufReader::new(child.stdout.take().unwrap()).read_line(&mut line);
+        child.kill().ok();
+        let out = child.wait_with_output().expect("hilock ends");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(read.is_ok(), "{name}: {err}");
+        assert!(
+            line.starts_with(&format!("http://127.0.0.1:{port}/#/steps/0/")),
+            "{name}: {line} {err}"
+        );
+        assert!(
+            err.contains(&format!("there {property}")),
+            "{name}: the last state violates {property}: {err}"
+        );
+    }
+}
+
+/// One line naming the mismatch, exit 2, for a trace that does not fit the configuration.
+fn explore_fails(config: &std::path::Path, trace: &std::path::Path, expect: &str) {
+    let port = free_port().to_string();
+    let out = hilock(&[
+        "explore",
+        config.to_str().unwrap(),
+        "--trace",
+        trace.to_str().unwrap(),
+        "--port",
+        &port,
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
+    assert!(err.contains(expect), "{err} should name: {expect}");
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+#[test]
+fn a_trace_that_does_not_fit_gives_one_line() {
+    let dir = std::env::temp_dir().join(format!(
+        "hilock-cli-explore-mismatch-{}",
+        std::process::id()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let star3 = configs().join("star3-r-w.json");
+    let race = counterexamples().join("release-race-literal.json");
+    // Another configuration: 4 nodes against 3.
+    explore_fails(
+        &star3,
+        &race,
+        "the trace has 4 nodes, configuration 'star3-r-w' has 3",
+    );
+    // Another configuration with the same nodes: the first step that cannot happen.
+    explore_fails(
+        &configs().join("upgrade-chain4.json"),
+        &race,
+        "step 1 (n2 acquire IR on L0) cannot happen in configuration 'upgrade-chain4'",
+    );
+    // Another model's trace.
+    explore_fails(
+        &star3,
+        &counterexamples().join("tree-slides.json"),
+        "a hilock-tree-trace/1 trace (the tree-locking model)",
+    );
+    // An older format: no format tag, or the steps of an older shape.
+    let text = std::fs::read_to_string(&race).unwrap();
+    let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    v.as_object_mut().unwrap().remove("format");
+    let untagged = dir.join("untagged.json");
+    std::fs::write(&untagged, v.to_string()).unwrap();
+    explore_fails(&star3, &untagged, "no \"format\" field");
+    let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    for s in v["steps"].as_array_mut().unwrap() {
+        s.as_object_mut().unwrap().remove("state");
+    }
+    let old = dir.join("old.json");
+    std::fs::write(&old, v.to_string()).unwrap();
+    explore_fails(&star3, &old, "a hilock-trace/1 trace of an older shape");
+    // Not a configuration.
+    explore_fails(
+        &counterexamples().join("tree-slides.json"),
+        &race,
+        "not a model configuration",
+    );
+    // Another model's configuration, and a trace of the same model but another
+    // configuration.
+    let tree = counterexamples().join("configs/tree-slides.json");
+    explore_fails(
+        &tree,
+        &race,
+        "a hilock-trace/1 trace (the base model), but the configuration is of the tree-locking model",
+    );
+    explore_fails(
+        &tree,
+        &counterexamples().join("tree-undo.json"),
+        "step 4 ('u1: InsertUser latches t') cannot happen in configuration 'literal slides, height 2'",
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// `hilock replay --svg/--html` writes the sequence diagram of a saved trace of any model.
+#[test]
+fn replay_writes_the_sequence_diagram() {
+    let dir = std::env::temp_dir().join(format!("hilock-cli-svg-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for (name, lanes, arrows) in [
+        ("release-race-literal", &["n0", "n1", "n2", "n3"][..], true),
+        ("agents-no-ack", &["A0", "A1", "A2", "S0"][..], true),
+        ("bakery-literal", &["c1", "c2", "r0"][..], true),
+        ("tree-slides", &["u0", "u1", "u2"][..], false),
+        (
+            "inversion-no-inheritance",
+            &["A", "D", "M2", "M3"][..],
+            true,
+        ),
+    ] {
+        let (svg, html) = (
+            dir.join(format!("{name}.svg")),
+            dir.join(format!("{name}.html")),
+        );
+        let out = hilock(&[
+            "replay",
+            counterexamples()
+                .join(format!("{name}.json"))
+                .to_str()
+                .unwrap(),
+            "--svg",
+            svg.to_str().unwrap(),
+            "--html",
+            html.to_str().unwrap(),
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let svg = std::fs::read_to_string(&svg).expect("SVG written");
+        assert!(svg.starts_with("<svg"), "{name}");
+        for l in lanes {
+            assert!(svg.contains(&format!(">{l}</text>")), "{name}: lane {l}");
+        }
+        assert_eq!(svg.contains("class=\"msg\""), arrows, "{name}: arrows");
+        let html = std::fs::read_to_string(&html).expect("HTML written");
+        assert!(html.contains("<svg") && html.contains("<li>"), "{name}");
+    }
     std::fs::remove_dir_all(&dir).ok();
 }
 

@@ -153,16 +153,25 @@ thread_local! {
     static IGNORED_RUN: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
-/// Checks `c` and fails with the violated property's name and its trace.
+/// Where a failing check writes its configuration and counterexamples for the Explorer.
+fn explorer_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/counterexamples")
+}
+
+/// Checks `c` and fails with the violated property's name, its trace, and the command
+/// that opens each counterexample in the Stateright Explorer.
 fn pass(c: &ModelConfig) -> CheckReport {
     let r = run(c);
-    assert!(
-        r.ok(),
-        "{}: {:?} violated\n{}",
-        c.name,
-        r.violations(),
-        r.render()
-    );
+    if !r.ok() {
+        let open = hilock_models::open::save_for_explorer(c, &r, &explorer_dir())
+            .unwrap_or_else(|e| format!("(cannot save for the Explorer: {e})\n"));
+        panic!(
+            "{}: {:?} violated\n{}{open}",
+            c.name,
+            r.violations(),
+            r.render()
+        );
+    }
     r
 }
 
@@ -346,7 +355,12 @@ fn unordered_network_up_to_a_message_bound() {
     .with_max_messages(14);
     let r = run(&chain);
     assert_eq!(r.violations(), vec!["P4 no deadlock", "P5 liveness"]);
-    save(&r, "P4 no deadlock", "unordered-release-overtakes-token");
+    save(
+        &chain,
+        &r,
+        "P4 no deadlock",
+        "unordered-release-overtakes-token",
+    );
     pass(
         &chain
             .clone()
@@ -475,8 +489,10 @@ fn counterexample_path(name: &str) -> PathBuf {
         .join(format!("{name}.json"))
 }
 
-/// Writes the counterexample of `property` to `spec/counterexamples/<file>.json`.
-fn save(r: &CheckReport, property: &str, file: &str) {
+/// Writes the counterexample of `property` to `spec/counterexamples/<file>.json` and its
+/// configuration to `spec/counterexamples/configs/<file>.json`, and checks that
+/// `hilock explore CONFIG --trace FILE` opens it at a state violating `property`.
+fn save(c: &ModelConfig, r: &CheckReport, property: &str, file: &str) {
     let trace = r
         .property(property)
         .and_then(|p| p.counterexample.clone())
@@ -487,6 +503,23 @@ fn save(r: &CheckReport, property: &str, file: &str) {
     let path = counterexample_path(file);
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
     std::fs::write(&path, serde_json::to_string_pretty(&trace).unwrap() + "\n").unwrap();
+    let config = path
+        .parent()
+        .unwrap()
+        .join("configs")
+        .join(format!("{file}.json"));
+    std::fs::create_dir_all(config.parent().unwrap()).unwrap();
+    std::fs::write(&config, serde_json::to_string_pretty(c).unwrap() + "\n").unwrap();
+    let opened = hilock_models::open::open_base(c, &trace).expect("the trace replays");
+    assert!(
+        opened.violated.iter().any(|p| p == property),
+        "{file}: the replayed trace ends where {:?} fail, not {property}",
+        opened.violated
+    );
+    print!(
+        "{}",
+        hilock_models::open::how_to_open(&config, &path, &opened.encoded)
+    );
 }
 
 /// Checks `c` (a literal variant), asserts that `expected` is among the violated
@@ -503,7 +536,7 @@ fn gap(c: &ModelConfig, expected: &[&str], file: &str) {
             c.name
         );
     }
-    save(&r, expected[0], file);
+    save(c, &r, expected[0], file);
     pass(
         &c.clone()
             .with_variant(Variant::HILOCK)

@@ -97,9 +97,123 @@ fn explorer_serves_page_status_and_states() {
         "each of the three nodes can run its first operation"
     );
     assert!(
-        next[0]["action"].as_str().unwrap_or("").contains("Run"),
+        next[0]["action"]
+            .as_str()
+            .unwrap_or("")
+            .contains(" acquire "),
         "{next:?}"
     );
     let (status, _) = get(addr, "/.states/0/99").expect("GET invalid path");
     assert!(status.contains("404"), "an invalid action index: {status}");
+}
+
+fn counterexamples() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../spec/counterexamples")
+}
+
+/// Every saved counterexample (`spec/counterexamples/*.json`; its configuration in
+/// `configs/`) of every model — base, inversion, tree, agents, bakery — replays through its
+/// configuration's model to a state that violates the property it names (for an
+/// `eventually` property, to its last state): `hilock explore CONFIG --trace FILE` opens it
+/// at the failing state.
+#[test]
+fn saved_counterexamples_open_at_their_failing_state() {
+    let mut per_format = std::collections::BTreeMap::new();
+    for e in std::fs::read_dir(counterexamples()).expect("counterexamples") {
+        let p = e.expect("entry").path();
+        if p.extension().is_none_or(|x| x != "json") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&p).expect("trace");
+        let v: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+        let name = p.file_name().expect("name");
+        let cfg = std::fs::read_to_string(counterexamples().join("configs").join(name))
+            .unwrap_or_else(|e| panic!("{}: no configuration in configs/: {e}", p.display()));
+        let format = v["format"].as_str().unwrap_or("").to_string();
+        let (opened, property, steps) = if format == "hilock-trace/1" {
+            let cfg = ModelConfig::from_json(&cfg).expect("configuration");
+            let trace = hilock_models::open::parse_base_trace(&text).expect("a base trace");
+            let opened = hilock_models::open::open_base(&cfg, &trace)
+                .unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+            let verdict = trace.verdict.clone().unwrap_or_default();
+            let property = verdict.split(" violated").next().unwrap_or("").to_string();
+            (opened, property, trace.steps.len())
+        } else {
+            let cfg: hilock_models::open::OtherConfig =
+                serde_json::from_str(&cfg).expect("configuration");
+            let opened = hilock_models::open::open_other(&cfg, &v)
+                .unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+            let steps = v["steps"].as_array().map_or(0, Vec::len);
+            (
+                opened,
+                v["property"].as_str().unwrap_or("").to_string(),
+                steps,
+            )
+        };
+        if !property.contains("eventually") {
+            assert!(
+                opened.violated.contains(&property),
+                "{}: the last state violates {:?}, the trace says {property}",
+                p.display(),
+                opened.violated
+            );
+        }
+        assert_eq!(opened.steps, steps);
+        assert_eq!(opened.encoded.split('/').count(), steps + 1);
+        *per_format.entry(format).or_insert(0) += 1;
+    }
+    for f in [
+        "hilock-trace/1",
+        "hilock-tree-trace/1",
+        "hilock-agents-trace/1",
+        "hilock-bakery-trace/1",
+        "hilock-inversion-trace/1",
+    ] {
+        assert!(
+            per_format.get(f).is_some_and(|n| *n > 0),
+            "{f}: {per_format:?}"
+        );
+    }
+}
+
+/// A failing check (here the literal token branch, which deadlocks) writes its
+/// configuration and counterexamples for the Explorer and says how to open each: the
+/// command and the URL of the failing state.
+#[test]
+fn a_failing_check_prints_how_to_open_it() {
+    let cfg = ModelConfig::star(
+        "tokenable request from a non-child, literal token branch",
+        &[&[], &["acquire R", "release"], &["acquire IR", "release"]],
+    )
+    .with_variant(hilock_kernel::Variant {
+        tokenable_transfers: false,
+        ..hilock_kernel::Variant::HILOCK
+    });
+    let r = hilock_models::check::check(&cfg, |_, _, _| {}).expect("check");
+    assert!(!r.ok());
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../target/test-explorer-failing-check");
+    let text = hilock_models::open::save_for_explorer(&cfg, &r, &dir).expect("saved");
+    let config = dir.join("tokenable-request-from-a-non-child--literal-token-branch.config.json");
+    let trace = dir
+        .join("tokenable-request-from-a-non-child--literal-token-branch.p4-no-deadlock.trace.json");
+    let cmd = format!(
+        "hilock explore {} --trace {}",
+        config.display(),
+        trace.display()
+    );
+    assert!(text.contains(&cmd), "{text}");
+    assert!(
+        text.contains("then browse http://127.0.0.1:3000/#/steps/0/"),
+        "{text}"
+    );
+    // What was written opens at the failing state.
+    let cfg2 = ModelConfig::from_json(&std::fs::read_to_string(&config).expect("config"))
+        .expect("configuration");
+    assert_eq!(cfg2, cfg);
+    let t = hilock_models::open::parse_base_trace(&std::fs::read_to_string(&trace).expect("trace"))
+        .expect("trace");
+    let opened = hilock_models::open::open_base(&cfg2, &t).expect("replays");
+    assert!(opened.violated.iter().any(|p| p == "P4 no deadlock"));
+    assert!(text.contains(&opened.encoded));
 }

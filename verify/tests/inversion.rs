@@ -113,3 +113,47 @@ fn p7_three_medium_nodes() {
     assert_eq!(bound(Flavor::Pcep, 3, 2), 2);
     assert_eq!(bound(Flavor::Pip, 3, 2), 2);
 }
+
+/// The counterexample of P7 with B = 1 without inheritance (two medium nodes, one round
+/// each: least B = 2) is saved as `spec/counterexamples/inversion-no-inheritance.json`, its
+/// configuration in `configs/`, and `hilock explore CONFIG --trace FILE` opens it at the
+/// state where the second lower-priority critical section overtakes D.
+#[test]
+fn p7_counterexample_without_inheritance_is_saved_and_opens() {
+    use hilock_models::inversion::InversionConfig;
+    use stateright::Checker;
+    let cfg = InversionConfig {
+        flavor: Flavor::Prioritized,
+        mediums: 2,
+        rounds: 1,
+        bound: 1,
+    };
+    let p = "P7 bounded inversion";
+    let path = cfg
+        .check()
+        .discovery(p)
+        .expect("B = 1 fails without inheritance");
+    let trace = cfg.trace(p, &hilock_models::check::first_failure(&cfg, p, &path));
+    assert!(
+        trace.steps.last().is_some_and(|s| s.overtakes == 2),
+        "{trace:?}"
+    );
+    let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../spec/counterexamples");
+    let file = dir.join("inversion-no-inheritance.json");
+    let json = serde_json::to_string_pretty(&trace).expect("JSON") + "\n";
+    std::fs::write(&file, &json).expect("written");
+    let config = hilock_models::open::OtherConfig::Inversion(cfg);
+    let config_file = dir.join("configs/inversion-no-inheritance.json");
+    std::fs::write(
+        &config_file,
+        serde_json::to_string_pretty(&config).expect("JSON") + "\n",
+    )
+    .expect("written");
+    let v: serde_json::Value = serde_json::from_str(&json).expect("JSON");
+    let opened = hilock_models::open::open_other(&config, &v).expect("the trace replays");
+    assert_eq!(opened.violated, vec![p.to_string()]);
+    print!(
+        "{}",
+        hilock_models::open::how_to_open(&config_file, &file, &opened.encoded)
+    );
+}

@@ -1,0 +1,674 @@
+//! From a counterexample to the browser: replay a saved trace through the model to find
+//! its path, the Stateright Explorer URL of that path, and the sequence diagram of any
+//! saved trace.
+//!
+//! Stateright 0.31's Explorer names a path by *action indices*: `#/steps/0/2/1` is the
+//! initial state 0, then the action at index 2 of the enabled actions of that state, then
+//! index 1 of the next state's (see `Path::encode`). A trace is replayed step by step: each
+//! step must be one of the actions the model enables in the state reached so far, or the
+//! replay stops with one line naming the first step that does not fit.
+
+use crate::agents::{AgentsModel, Delivery, ScriptLock};
+use crate::bakery::{BakeryModel, BakerySystem};
+use crate::base::{Action, BaseModel, Delivered, ModelConfig, ScriptOp, State};
+use crate::inversion::InversionConfig;
+use crate::seq::Diagram;
+use crate::tree::TreeModel;
+use hilock_kernel::agent::{AgentVariant, LockMode, Req, ServerVariant};
+use hilock_kernel::tree::TreeVariant;
+use hilock_kernel::NodeId;
+use hilock_spec::trace::{Trace, TraceInput, TRACE_FORMAT};
+use serde::{Deserialize, Serialize};
+use stateright::{Model, Path};
+use std::path::Path as FsPath;
+
+/// The default port of `hilock explore`.
+pub const DEFAULT_PORT: u16 = 3000;
+
+/// A trace replayed through a model configuration.
+#[derive(Clone, Debug)]
+pub struct Opened {
+    /// The Explorer path (`0/2/1/…`).
+    pub encoded: String,
+    /// Steps replayed.
+    pub steps: usize,
+    /// The `always` properties the last state violates (empty: none).
+    pub violated: Vec<String>,
+    /// The actions in words.
+    pub texts: Vec<String>,
+}
+
+/// The Explorer URL of an encoded path on `127.0.0.1:port`.
+pub fn url(port: u16, encoded: &str) -> String {
+    format!("http://127.0.0.1:{port}/#/steps/{encoded}")
+}
+
+/// The lines that tell a user how to open a counterexample: the command and the URL.
+pub fn how_to_open(config: &FsPath, trace: &FsPath, encoded: &str) -> String {
+    format!(
+        "  open it in the Stateright Explorer: hilock explore {} --trace {}\n  \
+         then browse {} (the failing state)\n",
+        config.display(),
+        trace.display(),
+        url(DEFAULT_PORT, encoded)
+    )
+}
+
+/// The format tag of a trace file's JSON, if it has one.
+pub fn format_of(v: &serde_json::Value) -> Option<&str> {
+    v.get("format").and_then(|f| f.as_str())
+}
+
+/// Parses a base-model trace (`hilock-trace/1`); any other format, or a file of that format
+/// that does not parse, is one line saying so.
+pub fn parse_base_trace(text: &str) -> Result<Trace, String> {
+    let v: serde_json::Value =
+        serde_json::from_str(text).map_err(|e| format!("not a JSON trace: {e}"))?;
+    match format_of(&v) {
+        Some(TRACE_FORMAT) => {}
+        Some(other) => {
+            return Err(format!(
+                "a {other} trace ({}), not a base-model trace ({TRACE_FORMAT}): \
+                 it belongs to another model",
+                model_of_format(other)
+            ))
+        }
+        None => {
+            return Err(format!(
+                "no \"format\" field: an older or foreign trace, not {TRACE_FORMAT}"
+            ))
+        }
+    }
+    serde_json::from_value(v).map_err(|e| format!("a {TRACE_FORMAT} trace of an older shape: {e}"))
+}
+
+fn model_of_format(f: &str) -> &'static str {
+    match f {
+        TRACE_FORMAT => "the base model",
+        "hilock-tree-trace/1" => "the tree-locking model",
+        "hilock-agents-trace/1" => "the agents model",
+        "hilock-bakery-trace/1" => "the bakery model",
+        "hilock-inversion-trace/1" => "the priority-inversion model",
+        _ => "an unknown model",
+    }
+}
+
+/// The configuration name a base-model trace names in its `source`, if any.
+pub fn source_config(trace: &Trace) -> Option<&str> {
+    let s = trace.source.split_once("configuration '")?.1;
+    s.rsplit_once('\'').map(|(name, _)| name)
+}
+
+/// Replays `trace` through the model of `cfg`.
+pub fn open_base(cfg: &ModelConfig, trace: &Trace) -> Result<Opened, String> {
+    match cfg.locks {
+        1 => open_l::<1>(&cfg.clone().into_model_with::<1>()?, trace),
+        2 => open_l::<2>(&cfg.clone().into_model_with::<2>()?, trace),
+        n => Err(format!("locks must be 1 or 2, not {n}")),
+    }
+}
+
+/// Whether `action` is the step `step` of a trace with node names `names`.
+fn fits<const L: usize>(
+    st: &State<L>,
+    names: &[String],
+    node: usize,
+    input: &TraceInput,
+    action: &Action,
+) -> bool {
+    let idx = |n: &str| names.iter().position(|x| x == n);
+    match (*action, input) {
+        (Action::Run { node: n, op }, _) if usize::from(n) == node => {
+            matches!(
+                (op, input),
+                (ScriptOp::Acquire(m, l), TraceInput::Acquire { lock, mode }) if m == *mode && l == *lock
+            ) || matches!((op, input), (ScriptOp::Release(l), TraceInput::Release { lock }) if l == *lock)
+                || matches!((op, input), (ScriptOp::Upgrade(l), TraceInput::Upgrade { lock }) if l == *lock)
+                || matches!((op, input), (ScriptOp::Priority(p), TraceInput::SetPriority { base }) if p == *base)
+        }
+        (
+            Action::Deliver {
+                from, to, index, ..
+            },
+            TraceInput::Deliver { from: f, msg },
+        ) if usize::from(to) == node && idx(f) == Some(usize::from(from)) => st
+            .cluster
+            .channel(NodeId(from.into()), NodeId(to.into()))
+            .nth(index.into())
+            .is_some_and(|m| m == msg),
+        _ => false,
+    }
+}
+
+fn input_text(node: &str, input: &TraceInput) -> String {
+    match input {
+        TraceInput::Acquire { lock, mode } => format!("{node} acquire {mode} on L{lock}"),
+        TraceInput::Release { lock } => format!("{node} release L{lock}"),
+        TraceInput::Upgrade { lock } => format!("{node} upgrade L{lock}"),
+        TraceInput::SetPriority { base } => format!("{node} priority {base}"),
+        TraceInput::Deliver { from, msg } => {
+            let f = from.trim_start_matches('n').parse().unwrap_or(0);
+            format!("{from} → {node} {}", Delivered::of(msg).label(f))
+        }
+    }
+}
+
+fn open_l<const L: usize>(model: &BaseModel<L>, trace: &Trace) -> Result<Opened, String> {
+    let cfg = &model.cfg;
+    let other = source_config(trace)
+        .filter(|n| *n != cfg.name)
+        .map(|n| format!(" (the trace names configuration '{n}')"))
+        .unwrap_or_default();
+    if trace.nodes.len() != cfg.nodes {
+        return Err(format!(
+            "the trace has {} nodes, configuration '{}' has {}{other}",
+            trace.nodes.len(),
+            cfg.name,
+            cfg.nodes
+        ));
+    }
+    let init = model.init_states().remove(0);
+    let mut st = init.clone();
+    let mut actions = Vec::new();
+    let mut texts = Vec::new();
+    for (i, step) in trace.steps.iter().enumerate() {
+        let node = trace
+            .nodes
+            .iter()
+            .position(|n| *n == step.node)
+            .ok_or_else(|| format!("step {i}: unknown node '{}'", step.node))?;
+        let mut enabled = Vec::new();
+        model.actions(&st, &mut enabled);
+        let Some(a) = enabled
+            .iter()
+            .find(|a| fits(&st, &trace.nodes, node, &step.input, a))
+            .copied()
+        else {
+            let what: Vec<String> = enabled.iter().map(|a| a.to_string()).collect();
+            return Err(format!(
+                "step {i} ({}) cannot happen in configuration '{}'{other}; enabled there: {}",
+                input_text(&step.node, &step.input),
+                cfg.name,
+                if what.is_empty() {
+                    "nothing".to_string()
+                } else {
+                    what.join("; ")
+                }
+            ));
+        };
+        st = model
+            .next_state(&st, a)
+            .ok_or_else(|| format!("step {i} ({a}) is refused by the model"))?;
+        texts.push(a.to_string());
+        actions.push(a);
+    }
+    let path = Path::from_actions(model, init, actions.iter())
+        .ok_or_else(|| "the replayed path is not a path of the model".to_string())?;
+    let last = path.last_state().clone();
+    let violated = model
+        .properties()
+        .into_iter()
+        .filter(|p| {
+            p.expectation == stateright::Expectation::Always && !(p.condition)(model, &last)
+        })
+        .map(|p| p.name.to_string())
+        .collect();
+    Ok(Opened {
+        encoded: path.encode(model),
+        steps: actions.len(),
+        violated,
+        texts,
+    })
+}
+
+/// The sequence diagram of a saved trace of any model, and its steps in words: a
+/// `hilock-trace/1` trace from its inputs (an arrow per delivered message, a dot per user
+/// operation); the other models' traces from their action texts (`A2 → S0: …` is an
+/// arrow, `u0: …` a dot on u0's line, `r1 handles c2's …` an arrow from c2 to r1).
+pub fn diagram_of(text: &str) -> Result<(String, Diagram, Vec<String>), String> {
+    let v: serde_json::Value =
+        serde_json::from_str(text).map_err(|e| format!("not a JSON trace: {e}"))?;
+    if format_of(&v) == Some(TRACE_FORMAT) {
+        let t = parse_base_trace(text)?;
+        let mut d = Diagram::new(t.nodes.clone());
+        let mut texts = Vec::new();
+        for step in &t.steps {
+            let node = t.nodes.iter().position(|n| *n == step.node).unwrap_or(0);
+            let line = input_text(&step.node, &step.input);
+            match &step.input {
+                TraceInput::Deliver { from, msg } => {
+                    let f = t.nodes.iter().position(|n| n == from).unwrap_or(0);
+                    d.message(f, node, Delivered::of(msg).label(f as u8));
+                }
+                _ => d.local(node, line.split_once(' ').map_or("", |x| x.1).to_string()),
+            }
+            texts.push(line);
+        }
+        let title = format!(
+            "{}{}",
+            t.source,
+            t.verdict.map(|v| format!(": {v}")).unwrap_or_default()
+        );
+        return Ok((title, d, texts));
+    }
+    let Some(format) = format_of(&v) else {
+        return Err(format!(
+            "no \"format\" field: an older or foreign trace, not {TRACE_FORMAT} or a model trace"
+        ));
+    };
+    if model_of_format(format) == "an unknown model" {
+        return Err(format!("unknown trace format '{format}'"));
+    }
+    let steps = v
+        .get("steps")
+        .and_then(|s| s.as_array())
+        .ok_or_else(|| format!("a {format} trace without steps"))?;
+    let texts: Vec<String> = steps
+        .iter()
+        .map(|s| {
+            s.get("action")
+                .and_then(|a| a.as_str())
+                .unwrap_or("")
+                .to_string()
+        })
+        .collect();
+    // Lanes in order of appearance, clients and agents first.
+    let mut d = Diagram::default();
+    let lane = |d: &mut Diagram, name: &str| match d.lanes.iter().position(|l| l == name) {
+        Some(i) => i,
+        None => {
+            d.lanes.push(name.to_string());
+            d.lanes.len() - 1
+        }
+    };
+    for t in &texts {
+        // `A2 → S0: request /1 R [queue]` (agents), `D → A request IW on L_i` (inversion).
+        let arrow = t
+            .split_once(" → ")
+            .filter(|(a, _)| !a.contains(' '))
+            .and_then(|(a, rest)| {
+                rest.split_once(' ')
+                    .map(|(b, l)| (a, b.trim_end_matches(':'), l))
+            });
+        if let Some((a, b, label)) = arrow {
+            let (a, b) = (lane(&mut d, a), lane(&mut d, b));
+            let label = label.split_once(" [").map_or(label, |x| x.0);
+            d.message(a, b, label);
+        } else if let Some((who, label)) = t.split_once(": ") {
+            let at = lane(&mut d, who);
+            d.local(at, label);
+        } else if let Some((r, rest)) = t.split_once(" handles ") {
+            if let Some((c, label)) = rest.split_once("'s ") {
+                let (c, r) = (lane(&mut d, c), lane(&mut d, r));
+                d.message(c, r, label);
+            }
+        } else if let Some((who, what)) = t.split_once(' ') {
+            let at = lane(&mut d, who);
+            d.local(at, what);
+        }
+    }
+    let title = format!(
+        "{} — {}: {}",
+        v.get("model").and_then(|m| m.as_str()).unwrap_or(format),
+        v.get("property").and_then(|m| m.as_str()).unwrap_or(""),
+        v.get("violation").and_then(|m| m.as_str()).unwrap_or("")
+    );
+    Ok((title, d, texts))
+}
+
+/// Writes the configuration and every counterexample of `report` into `dir`
+/// (`<slug>.config.json`, `<slug>.<property>.trace.json`) and returns, per counterexample,
+/// the command that opens it in the Explorer and the URL of its failing state: what a
+/// failing check in `cargo test -p verify` prints.
+pub fn save_for_explorer(
+    cfg: &ModelConfig,
+    report: &crate::check::CheckReport,
+    dir: &FsPath,
+) -> Result<String, String> {
+    let slug = |s: &str| -> String {
+        s.chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() {
+                    c.to_ascii_lowercase()
+                } else {
+                    '-'
+                }
+            })
+            .collect()
+    };
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let name = slug(&cfg.name);
+    let config = dir.join(format!("{name}.config.json"));
+    let json = serde_json::to_string_pretty(cfg).map_err(|e| e.to_string())?;
+    std::fs::write(&config, json + "\n").map_err(|e| format!("{}: {e}", config.display()))?;
+    let mut out = String::new();
+    for p in &report.properties {
+        let Some(trace) = &p.counterexample else {
+            continue;
+        };
+        let file = dir.join(format!("{name}.{}.trace.json", slug(&p.name)));
+        let json = serde_json::to_string_pretty(trace).map_err(|e| e.to_string())?;
+        std::fs::write(&file, json + "\n").map_err(|e| format!("{}: {e}", file.display()))?;
+        let opened = open_base(cfg, trace)?;
+        out.push_str(&format!("counterexample of '{}':\n", p.name));
+        out.push_str(&how_to_open(&config, &file, &opened.encoded));
+    }
+    Ok(out)
+}
+
+// ------------------------------------------------------------------ the other models
+
+/// A configuration of one of the other models as a file: `{"model": "tree", …}`,
+/// `{"model": "agents", …}` or `{"model": "bakery", …}` (a base-model configuration has no
+/// `model` field).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(tag = "model", rename_all = "snake_case")]
+pub enum OtherConfig {
+    /// Preston & Prasad tree locking.
+    Tree(TreeConfig),
+    /// Wiger's agents and lock servers.
+    Agents(AgentsConfig),
+    /// The bakery (its configuration as a bakery trace embeds it).
+    Bakery(BakeryModel),
+    /// The priority-inversion model (P7).
+    Inversion(InversionConfig),
+}
+
+/// A tree-locking configuration ([`TreeModel::new`]).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TreeConfig {
+    /// Name.
+    pub name: String,
+    /// Height of the complete tree.
+    pub height: u32,
+    /// Per user, its leaves by their slide-10 paths (`"01"`), or `["*"]`.
+    pub choices: Vec<Vec<String>>,
+    /// Rounds per user.
+    pub rounds: u8,
+    /// Algorithm variant.
+    pub variant: TreeVariant,
+}
+
+/// One lock of an agent's script.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentLockConfig {
+    /// The path's keys (`[1]` is `/1`).
+    pub path: Vec<u16>,
+    /// `Read` or `Write`.
+    pub mode: LockMode,
+    /// The servers, as a bit set.
+    pub servers: u32,
+    /// `All`, `Any` or `Majority`.
+    pub req: Req,
+}
+
+/// One agent's script.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentScriptConfig {
+    /// Its locks in order.
+    pub locks: Vec<AgentLockConfig>,
+    /// `abort_on_deadlock`.
+    #[serde(default)]
+    pub abort_on_deadlock: bool,
+}
+
+/// An agents configuration ([`AgentsModel::new`] and its variants).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentsConfig {
+    /// Name.
+    pub name: String,
+    /// Number of servers.
+    pub servers: u16,
+    /// The agents' scripts.
+    pub scripts: Vec<AgentScriptConfig>,
+    /// Agent variant (the seed's if absent).
+    #[serde(default = "seed_agent")]
+    pub agent_variant: AgentVariant,
+    /// Server variant (the seed's if absent).
+    #[serde(default = "seed_server")]
+    pub server_variant: ServerVariant,
+    /// Delivery.
+    #[serde(default = "fifo_per_pair")]
+    pub delivery: Delivery,
+    /// Bound on the servers' version counters.
+    #[serde(default = "forty")]
+    pub max_version: u32,
+    /// A server that may crash.
+    #[serde(default)]
+    pub crash: Option<u16>,
+}
+
+fn seed_agent() -> AgentVariant {
+    AgentVariant::SEED
+}
+fn seed_server() -> ServerVariant {
+    ServerVariant::SEED
+}
+fn fifo_per_pair() -> Delivery {
+    Delivery::FifoPerPair
+}
+fn forty() -> u32 {
+    40
+}
+
+impl TreeConfig {
+    /// The model.
+    pub fn model(&self) -> Result<TreeModel, String> {
+        let choices: Vec<Vec<&str>> = self
+            .choices
+            .iter()
+            .map(|c| c.iter().map(String::as_str).collect())
+            .collect();
+        let refs: Vec<&[&str]> = choices.iter().map(Vec::as_slice).collect();
+        TreeModel::new(&self.name, self.height, &refs, self.rounds, self.variant)
+            .map_err(|e| format!("bad tree configuration: {e}"))
+    }
+}
+
+impl AgentsConfig {
+    /// The model.
+    pub fn model(&self) -> Result<AgentsModel, String> {
+        let locks: Vec<Vec<ScriptLock>> = self
+            .scripts
+            .iter()
+            .map(|s| {
+                s.locks
+                    .iter()
+                    .map(|l| (l.path.as_slice(), l.mode, l.servers, l.req))
+                    .collect()
+            })
+            .collect();
+        let scripts: Vec<(&[ScriptLock], bool)> = locks
+            .iter()
+            .zip(&self.scripts)
+            .map(|(l, s)| (l.as_slice(), s.abort_on_deadlock))
+            .collect();
+        let mut m = AgentsModel::new(&self.name, self.servers, &scripts)
+            .map_err(|e| format!("bad agents configuration: {e}"))?
+            .with_variants(self.agent_variant, self.server_variant, &self.name)
+            .with_delivery(self.delivery, &self.name)
+            .with_max_version(self.max_version);
+        m.crash = self.crash;
+        Ok(m)
+    }
+}
+
+impl OtherConfig {
+    /// The trace format of the model.
+    pub fn trace_format(&self) -> &'static str {
+        match self {
+            OtherConfig::Tree(_) => "hilock-tree-trace/1",
+            OtherConfig::Agents(_) => "hilock-agents-trace/1",
+            OtherConfig::Bakery(_) => "hilock-bakery-trace/1",
+            OtherConfig::Inversion(_) => "hilock-inversion-trace/1",
+        }
+    }
+
+    /// The configuration's name.
+    pub fn name(&self) -> String {
+        match self {
+            OtherConfig::Tree(c) => c.name.clone(),
+            OtherConfig::Agents(c) => c.name.clone(),
+            OtherConfig::Bakery(c) => c.name.clone(),
+            OtherConfig::Inversion(c) => c.name(),
+        }
+    }
+}
+
+/// Replays the steps of a model trace: each must be an enabled action whose text and
+/// state afterwards `fits` the recorded step.
+fn replay_steps<M>(
+    m: &M,
+    name: &str,
+    steps: &[serde_json::Value],
+    fits: impl Fn(&M::State, &M::Action, &serde_json::Value) -> bool,
+) -> Result<Opened, String>
+where
+    M: Model,
+    M::State: Clone + PartialEq + std::fmt::Debug,
+    M::Action: Clone + PartialEq + std::fmt::Debug,
+{
+    let init = m.init_states().remove(0);
+    let mut st = init.clone();
+    let mut actions = Vec::new();
+    let mut texts = Vec::new();
+    for (i, step) in steps.iter().enumerate() {
+        let mut enabled = Vec::new();
+        m.actions(&st, &mut enabled);
+        let Some(a) = enabled.iter().find(|a| fits(&st, a, step)).cloned() else {
+            let what: Vec<String> = enabled.iter().map(|a| m.format_action(a)).collect();
+            return Err(format!(
+                "step {i} ('{}') cannot happen in configuration '{name}'; enabled there: {}",
+                step["action"].as_str().unwrap_or("?"),
+                if what.is_empty() {
+                    "nothing".to_string()
+                } else {
+                    what.join("; ")
+                }
+            ));
+        };
+        st = m
+            .next_state(&st, a.clone())
+            .ok_or_else(|| format!("step {i} is refused by the model"))?;
+        texts.push(m.format_action(&a));
+        actions.push(a);
+    }
+    let path = Path::from_actions(m, init, actions.iter())
+        .ok_or_else(|| "the replayed path is not a path of the model".to_string())?;
+    let last = path.last_state().clone();
+    let violated = m
+        .properties()
+        .into_iter()
+        .filter(|p| p.expectation == stateright::Expectation::Always && !(p.condition)(m, &last))
+        .map(|p| p.name.to_string())
+        .collect();
+    Ok(Opened {
+        encoded: path.encode(m),
+        steps: actions.len(),
+        violated,
+        texts,
+    })
+}
+
+/// Replays a trace of one of the other models (its JSON) through `cfg`'s model.
+pub fn open_other(cfg: &OtherConfig, trace: &serde_json::Value) -> Result<Opened, String> {
+    match format_of(trace) {
+        Some(f) if f == cfg.trace_format() => {}
+        Some(f) => {
+            return Err(format!(
+                "a {f} trace ({}), but the configuration is of {} ({})",
+                model_of_format(f),
+                model_of_format(cfg.trace_format()),
+                cfg.trace_format()
+            ))
+        }
+        None => {
+            return Err(format!(
+                "no \"format\" field: an older or foreign trace, not {}",
+                cfg.trace_format()
+            ))
+        }
+    }
+    let steps = trace
+        .get("steps")
+        .and_then(|s| s.as_array())
+        .ok_or_else(|| format!("a {} trace without steps", cfg.trace_format()))?;
+    let name = &cfg.name();
+    match cfg {
+        OtherConfig::Tree(c) => {
+            let m = c.model()?;
+            replay_steps(&m, name, steps, |s, a, j| m.fits_step(s, a, j))
+        }
+        OtherConfig::Agents(c) => {
+            let m = c.model()?;
+            replay_steps(&m, name, steps, |s, a, j| m.fits_step(s, a, j))
+        }
+        OtherConfig::Bakery(c) => bakery_open(c, name, steps),
+        OtherConfig::Inversion(c) => {
+            c.validate()?;
+            replay_steps(c, name, steps, |s, a, j| c.fits_step(s, a, j))
+        }
+    }
+}
+
+fn bakery_open(c: &BakeryModel, name: &str, steps: &[serde_json::Value]) -> Result<Opened, String> {
+    fn go<const K: usize, const C: usize>(
+        m: BakerySystem<K, C>,
+        name: &str,
+        steps: &[serde_json::Value],
+    ) -> Result<Opened, String> {
+        m.validate()?;
+        replay_steps(&m, name, steps, |s, a, j| m.fits_step(s, a, j))
+    }
+    let m = c.clone();
+    match m.sizes() {
+        (1, 3) => go(BakerySystem::<1, 3>(m), name, steps),
+        (1, 4) => go(BakerySystem::<1, 4>(m), name, steps),
+        (2, 3) => go(BakerySystem::<2, 3>(m), name, steps),
+        (2, 4) => go(BakerySystem::<2, 4>(m), name, steps),
+        (3, 3) => go(BakerySystem::<3, 3>(m), name, steps),
+        _ => go(BakerySystem::<3, 4>(m), name, steps),
+    }
+}
+
+/// Serves the Stateright Explorer for one of the other models on `addr` (blocks while the
+/// server runs).
+pub fn explore_other(cfg: &OtherConfig, addr: std::net::SocketAddr) -> Result<(), String> {
+    drop(std::net::TcpListener::bind(addr).map_err(|e| format!("cannot listen on {addr}: {e}"))?);
+    match cfg {
+        OtherConfig::Tree(c) => {
+            c.model()?.checker().serve(addr);
+        }
+        OtherConfig::Agents(c) => {
+            c.model()?.checker().serve(addr);
+        }
+        OtherConfig::Inversion(c) => {
+            c.validate()?;
+            c.checker().serve(addr);
+        }
+        OtherConfig::Bakery(c) => {
+            fn serve<const K: usize, const C: usize>(
+                m: BakerySystem<K, C>,
+                addr: std::net::SocketAddr,
+            ) -> Result<(), String> {
+                m.validate()?;
+                m.checker().serve(addr);
+                Ok(())
+            }
+            let m = c.clone();
+            match m.sizes() {
+                (1, 3) => serve(BakerySystem::<1, 3>(m), addr)?,
+                (1, 4) => serve(BakerySystem::<1, 4>(m), addr)?,
+                (2, 3) => serve(BakerySystem::<2, 3>(m), addr)?,
+                (2, 4) => serve(BakerySystem::<2, 4>(m), addr)?,
+                (3, 3) => serve(BakerySystem::<3, 3>(m), addr)?,
+                _ => serve(BakerySystem::<3, 4>(m), addr)?,
+            }
+        }
+    }
+    Ok(())
+}
