@@ -186,6 +186,8 @@ struct Shared {
     listen: SocketAddr,
     peers: Vec<Option<PeerLink>>,
     counters: Counters,
+    /// Set when the node stops: clients holding locks are told they are lost.
+    stopping: tokio::sync::watch::Sender<bool>,
 }
 
 impl Shared {
@@ -235,6 +237,7 @@ pub struct Node {
     shared: Arc<Shared>,
     tx: mpsc::UnboundedSender<Cmd>,
     tasks: JoinSet<()>,
+    client: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl std::fmt::Debug for Node {
@@ -290,6 +293,7 @@ impl Node {
             listen,
             peers,
             counters: Counters::default(),
+            stopping: tokio::sync::watch::Sender::new(false),
         });
         let (tx, rx) = mpsc::unbounded_channel();
         tasks.spawn(Core::new(shared.clone()).run(rx));
@@ -297,11 +301,16 @@ impl Node {
             tasks.spawn(dial(shared.clone(), peer, rx));
         }
         tasks.spawn(accept(shared.clone(), listener, tx.clone()));
-        let mut node = Node { shared, tx, tasks };
+        let mut node = Node {
+            shared,
+            tx,
+            tasks,
+            client: None,
+        };
         if let Some(path) = &config.client {
             let l = crate::client::bind(path)?;
             let h = node.handle();
-            node.tasks.spawn(crate::client::serve(h, l, path.clone()));
+            node.client = Some(tokio::spawn(crate::client::serve(h, l, path.clone())));
         }
         info!(
             id = config.id,
@@ -352,9 +361,22 @@ impl Node {
         self.handle().status().await
     }
 
-    /// Stop every task of the node and close its sockets.
+    /// Stop every task of the node and close its sockets. Clients of the client socket
+    /// that hold a lock are told first that it is lost (they get a short while to read it).
     pub async fn shutdown(mut self) {
+        self.shared.stopping.send_replace(true);
+        if let Some(c) = self.client.take() {
+            let _ = c.await;
+        }
         self.tasks.shutdown().await;
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        if let Some(c) = self.client.take() {
+            c.abort();
+        }
     }
 }
 
@@ -374,6 +396,11 @@ impl std::fmt::Debug for Handle {
 }
 
 impl Handle {
+    /// Becomes `true` when the node stops.
+    pub fn stopping(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.shared.stopping.subscribe()
+    }
+
     /// See [`Node::lock`].
     pub async fn lock(&self, path: &str, mode: Mode) -> Result<Guard, Error> {
         self.lock_with(path, mode, Options::default()).await

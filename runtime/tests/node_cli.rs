@@ -264,3 +264,218 @@ fn config_errors_give_one_line_and_a_nonzero_exit() {
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out.stderr).contains("is `hilock node` running?"));
 }
+
+/// Wait for `file` to exist (the command wrote it), within 10 s.
+fn wait_file(file: &Path) -> String {
+    let t = Instant::now();
+    loop {
+        if let Ok(s) = std::fs::read_to_string(file) {
+            if s.ends_with('\n') {
+                return s;
+            }
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "{} written",
+            file.display()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Whether process `pid` runs (exists and is not a zombie).
+fn running(pid: i32) -> bool {
+    hilock::proc::stat(pid).is_some_and(|(s, _, _)| s != 'Z' && s != 'X')
+}
+
+/// A script that writes the pids of a background `sleep 100` and of the shell itself to
+/// `file` (atomically), then sleeps too: three processes in the command's group, two of
+/// them named in the file.
+fn sleepers(file: &Path, prefix: &str) -> String {
+    format!(
+        "{prefix}sleep 100 & echo $! > {0}.tmp; echo $$ >> {0}.tmp; mv {0}.tmp {0}; sleep 100",
+        file.display()
+    )
+}
+
+fn pids(s: &str) -> Vec<i32> {
+    s.split_whitespace().map(|p| p.parse().unwrap()).collect()
+}
+
+/// Wait until `node`'s status shows `path` pending in `mode` (a request is waiting there).
+fn wait_pending(c: &Cluster, node: usize, path: &str, mode: &str) {
+    let t = Instant::now();
+    loop {
+        let out = run(hilock()
+            .args(["status", "--json", "--socket"])
+            .arg(c.socket(node)));
+        if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&out.stdout) {
+            let pending = v["locks"].as_array().is_some_and(|ls| {
+                ls.iter()
+                    .any(|l| l["path"] == path && (l["pending"] == mode || l["waiters"] != 0))
+            });
+            if pending {
+                return;
+            }
+        }
+        assert!(t.elapsed() < Duration::from_secs(10), "request waits");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn sigkill_of_hilock_lock_kills_its_command_before_another_node_is_granted() {
+    let c = start(2);
+    let f = c.dir.path().join("pids");
+    let holder = lock_cmd(&c.socket(0), "/k", "W", &sleepers(&f, ""))
+        .spawn()
+        .unwrap();
+    let mut holder = Proc(holder);
+    let held = pids(&wait_file(&f));
+    assert!(held.iter().all(|&p| running(p)));
+    // Node 1 waits for the lock; what it finds when granted goes to `seen`.
+    let seen = c.dir.path().join("seen");
+    let check = format!(
+        "for p in {}; do if [ -r /proc/$p/stat ] && ! grep -q ') [ZX] ' /proc/$p/stat; then echo alive $p; else echo dead $p; fi; done > {1}.tmp; mv {1}.tmp {1}",
+        held.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(" "),
+        seen.display()
+    );
+    let waiter = lock_cmd(&c.socket(1), "/k", "W", &check).spawn().unwrap();
+    let mut waiter = Proc(waiter);
+    wait_pending(&c, 1, "/k", "W");
+    holder.0.kill().unwrap(); // SIGKILL: the wrapper cannot clean up
+    let _ = holder.0.wait();
+    let t = Instant::now();
+    let st = loop {
+        if let Some(st) = waiter.0.try_wait().unwrap() {
+            break st;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(15),
+            "node 1 is granted once the group is dead"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert!(st.success());
+    let s = std::fs::read_to_string(&seen).unwrap();
+    assert_eq!(
+        s.matches("dead").count(),
+        held.len(),
+        "at node 1's grant: {s}"
+    );
+    assert!(held.iter().all(|&p| !running(p)));
+}
+
+#[test]
+fn the_command_dies_with_the_lock_and_exit_codes_say_why() {
+    // The node crashes (SIGKILL): the connection closes, the wrapper kills the group —
+    // SIGTERM, and SIGKILL after the grace since the command ignores SIGTERM — and exits 75.
+    let c = start(1);
+    let f = c.dir.path().join("pids");
+    let mut wrapper = Proc(
+        hilock()
+            .args(["lock", "/g", "W", "--kill-grace-ms", "400", "--socket"])
+            .arg(c.socket(0))
+            .args(["--", "sh", "-c", &sleepers(&f, "trap '' TERM; ")])
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let held = pids(&wait_file(&f));
+    let mut node = c.nodes.into_iter().next().unwrap();
+    let t = Instant::now();
+    node.0.kill().unwrap();
+    let st = wait_exit(&mut wrapper.0, Duration::from_secs(10));
+    let took = t.elapsed();
+    assert_eq!(st.code(), Some(75));
+    assert!(
+        took >= Duration::from_millis(400) && took < Duration::from_secs(5),
+        "SIGKILL after the 400 ms grace: {took:?}"
+    );
+    assert!(held.iter().all(|&p| !running(p)), "{held:?}");
+    let mut e = String::new();
+    std::io::Read::read_to_string(wrapper.0.stderr.as_mut().unwrap(), &mut e).unwrap();
+    assert!(e.contains("connection to the node closed"), "{e}");
+    assert_eq!(e.trim_end().lines().count(), 1, "{e}");
+
+    // The node stops (SIGTERM): it reports the loss, the wrapper exits 76.
+    let c = start(1);
+    let f = c.dir.path().join("pids");
+    let mut wrapper = Proc(
+        hilock()
+            .args(["lock", "/g", "W", "--socket"])
+            .arg(c.socket(0))
+            .args(["--", "sh", "-c", &sleepers(&f, "")])
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let held = pids(&wait_file(&f));
+    let pid = c.nodes[0].0.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let st = wait_exit(&mut wrapper.0, Duration::from_secs(10));
+    assert_eq!(st.code(), Some(76));
+    assert!(held.iter().all(|&p| !running(p)), "{held:?}");
+    let mut e = String::new();
+    std::io::Read::read_to_string(wrapper.0.stderr.as_mut().unwrap(), &mut e).unwrap();
+    assert!(e.contains("the node is stopping"), "{e}");
+
+    // The command exits leaving a background process: it is killed before the release,
+    // and the command's status is passed through.
+    let c = start(1);
+    let f = c.dir.path().join("bg");
+    let script = format!(
+        "sleep 100 & echo $! > {0}.tmp; mv {0}.tmp {0}; exit 4",
+        f.display()
+    );
+    let out = run(&mut lock_cmd(&c.socket(0), "/g", "W", &script));
+    assert_eq!(out.status.code(), Some(4));
+    let bg = pids(&std::fs::read_to_string(&f).unwrap());
+    assert!(!running(bg[0]), "the background sleep is gone");
+
+    // SIGTERM to the wrapper goes to the command; its status says the signal (128 + 15).
+    let f = c.dir.path().join("pids2");
+    let mut wrapper = Proc(
+        lock_cmd(&c.socket(0), "/g", "W", &sleepers(&f, ""))
+            .spawn()
+            .unwrap(),
+    );
+    let held = pids(&wait_file(&f));
+    let pid = wrapper.0.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let st = wait_exit(&mut wrapper.0, Duration::from_secs(10));
+    assert_eq!(st.code(), Some(128 + 15));
+    assert!(held.iter().all(|&p| !running(p)), "{held:?}");
+    // The lock was released: it can be taken again at once.
+    let out = run(hilock()
+        .args(["lock", "/g", "W", "--timeout-ms", "2000", "--socket"])
+        .arg(c.socket(0))
+        .args(["--", "true"]));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    // A command that does not exist: 127, one line.
+    let out = run(hilock()
+        .args(["lock", "/g", "W", "--socket"])
+        .arg(c.socket(0))
+        .args(["--", "/nonexistent/command"]));
+    assert_eq!(out.status.code(), Some(127));
+    assert_eq!(text(&out.stderr).trim_end().lines().count(), 1);
+}
+
+fn wait_exit(c: &mut Child, wait: Duration) -> std::process::ExitStatus {
+    let t = Instant::now();
+    loop {
+        if let Some(st) = c.try_wait().unwrap() {
+            return st;
+        }
+        assert!(t.elapsed() < wait, "exits within {wait:?}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
