@@ -49,6 +49,9 @@ pub enum Request {
         /// Timeout in milliseconds (default: the node's `request_timeout_ms`).
         #[serde(default)]
         timeout_ms: Option<u64>,
+        /// The client runs under another lock of this node ([`crate::Options::nested`]).
+        #[serde(default)]
+        nested: bool,
     },
     /// The node's status.
     Status,
@@ -225,6 +228,7 @@ async fn client(node: Handle, s: UnixStream) {
             mode,
             priority,
             timeout_ms,
+            nested,
         } => {
             let Some(m) = Mode::parse(&mode).filter(|m| *m != Mode::Phi) else {
                 let _ = write_reply(
@@ -237,6 +241,7 @@ async fn client(node: Handle, s: UnixStream) {
             let opts = Options {
                 priority,
                 timeout: timeout_ms.map(Duration::from_millis),
+                nested,
             };
             // If the client goes away while waiting, give up (the grant is then released).
             let mut probe = [0u8; 1];

@@ -297,6 +297,8 @@ fn lock(
             mode,
             priority,
             timeout_ms,
+            // Run by a command under another `hilock lock` (which sets HILOCK_LOCK).
+            nested: std::env::var_os("HILOCK_LOCK").is_some(),
         };
         let (reply, stream) = hilock::client::request(&socket, &req).await?;
         if !reply.ok {

@@ -6,12 +6,13 @@
 //! re-implements no rule: every protocol decision is a [`LockSite::step`]. What the node
 //! adds is local bookkeeping the kernel leaves to its user:
 //!
-//! - **Local holders.** The kernel holds one mode per lock per site. Several tasks of the
-//!   same node that want the same lock wait in a local FIFO; the head is the site's one
-//!   kernel request. When it is granted, the waiters directly behind it that want the same
-//!   self-compatible mode (IR, R, IW) share the grant. Later arrivals wait for the next
-//!   kernel request, so local sharing cannot starve a remote writer. The kernel releases
-//!   when the last local holder does.
+//! - **Local holders.** The kernel holds one mode per lock per site (M_H). Any number of
+//!   local callers share it whose modes it covers (`LockEntry::joinable`): reference
+//!   counting per hold, with the mode of each. A caller the held mode does not cover
+//!   waits until the local holders are gone; the site's next kernel request is then the
+//!   first waiter's. Callers do not overtake local waiters or remote requests waiting
+//!   here, except nested ones ([`Options::nested`]). The kernel releases when the last
+//!   local holder does.
 //! - **Timeouts and cancellation.** A request whose caller gave up (timeout, or the future
 //!   was dropped) stays in the protocol until it is granted, and is then released at once.
 //! - **Hierarchy.** [`Node::lock`] takes the intention mode on every ancestor path first,
@@ -25,6 +26,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
+use hilock_kernel::mode::strongest;
 use hilock_kernel::{compatible, Input, KernelError, Mode, NodeId, Output, Priority};
 use serde::{Deserialize, Serialize};
 use tokio::net::{TcpListener, TcpStream};
@@ -126,6 +128,13 @@ pub struct Options {
     pub priority: Priority,
     /// Give up after this long (whole hierarchy); `None`: the node's `request_timeout`.
     pub timeout: Option<Duration>,
+    /// The caller already holds a lock of this node (it nests, like a `hilock lock` run
+    /// under another). A nested request shares the node's current hold whenever Table 2.1
+    /// allows, even ahead of local waiters and of remote requests that wait for the lock,
+    /// so that a caller never waits for a hold of its own (e.g. IW on `/db` for `/db/b`
+    /// while it holds `/db/a` in W). Requests that are not nested do not overtake waiting
+    /// requests.
+    pub nested: bool,
 }
 
 /// The intention mode taken on every ancestor of a lock requested in `mode`
@@ -210,6 +219,7 @@ enum Cmd {
         path: String,
         mode: Mode,
         prio: Priority,
+        nested: bool,
         reply: Reply<u64>,
     },
     Release {
@@ -432,6 +442,7 @@ impl Handle {
                     path: p.to_string(),
                     mode: m,
                     prio: opts.priority,
+                    nested: opts.nested,
                     reply,
                 })
                 .map_err(|_| Error::Stopped)?;
@@ -653,17 +664,56 @@ impl LockStatus {
 struct Waiter {
     mode: Mode,
     prio: Priority,
+    /// Made by a caller that holds another lock of this node ([`Options::nested`]).
+    nested: bool,
     reply: Reply<u64>,
+}
+
+/// A U → W upgrade asked for by holder `hold`.
+struct Upgrading {
+    hold: u64,
+    reply: Option<Reply<()>>,
+    /// Given to the kernel (only once `hold` is the only local holder).
+    issued: bool,
 }
 
 struct LockEntry {
     site: Box<LockSite>,
+    /// The kernel's held mode M_H: covers every local holder's mode.
     held: Mode,
-    holders: Vec<u64>,
+    /// Local holders: hold id and mode; pairwise compatible (Table 2.1).
+    holders: Vec<(u64, Mode)>,
     waiters: VecDeque<Waiter>,
     requesting: Option<Waiter>,
-    upgrading: Option<Reply<()>>,
+    upgrading: Option<Upgrading>,
     release_when_upgraded: bool,
+}
+
+impl LockEntry {
+    /// Whether a local caller asking for `w` may share what the node holds now, without
+    /// a kernel request: the kernel's held mode covers `w.mode` (it is the stronger of
+    /// the two compatible modes, so every mode a remote node may hold beside it is
+    /// compatible with `w.mode` too), no upgrade is under way, and — unless the caller is nested, i.e. already holds a lock
+    /// of this node and could otherwise wait for itself — no remote request waits for this
+    /// lock here and `w.mode` is not frozen (Rule 6), so local sharing cannot starve a
+    /// remote request.
+    fn joinable(&self, me: NodeId, w: &Waiter) -> bool {
+        if self.held == Mode::Phi || self.upgrading.is_some() || self.requesting.is_some() {
+            return false;
+        }
+        if strongest(self.held, w.mode) != Ok(self.held) {
+            return false;
+        }
+        // Implied by the cover: the modes a held mode covers (IR under R, IR and R under
+        // U, IR under IW) are compatible with one another and with it, and the local
+        // holders all have the held mode or a covered one.
+        debug_assert!(self.holders.iter().all(|&(_, m)| compatible(m, w.mode)));
+        if w.nested {
+            return true;
+        }
+        let k = self.site.lock(LOCK).expect("one lock per site");
+        !k.frozen().contains(w.mode) && k.queue().iter().all(|q| q.requester == me)
+    }
 }
 
 struct Core {
@@ -716,10 +766,16 @@ impl Core {
                 path,
                 mode,
                 prio,
+                nested,
                 reply,
             } => match self.entry(&path) {
                 Ok(e) => {
-                    e.waiters.push_back(Waiter { mode, prio, reply });
+                    e.waiters.push_back(Waiter {
+                        mode,
+                        prio,
+                        nested,
+                        reply,
+                    });
                     self.pump(&path);
                 }
                 Err(error) => {
@@ -800,35 +856,32 @@ impl Core {
         }
     }
 
-    /// The kernel granted the head request: hand it to its caller, share it with the
-    /// waiters directly behind that want the same self-compatible mode.
-    fn granted(&mut self, path: &str, mode: Mode) {
-        fn grant(e: &mut LockEntry, w: Waiter, hold: u64, c: &Counters) {
-            e.holders.push(hold);
-            if w.reply.send(Ok(hold)).is_err() {
-                e.holders.retain(|&h| h != hold);
-                c.abandoned_grants.fetch_add(1, Relaxed);
-            } else {
-                c.grants.fetch_add(1, Relaxed);
-            }
+    /// Give `w` a local hold in `mode`; `false` if its caller has gone (abandoned).
+    fn give(&mut self, path: &str, w: Waiter) -> bool {
+        self.next_hold += 1;
+        let hold = self.next_hold;
+        let e = self.locks.get_mut(path).expect("entry exists");
+        e.holders.push((hold, w.mode));
+        if w.reply.send(Ok(hold)).is_err() {
+            e.holders.retain(|&(h, _)| h != hold);
+            self.shared.counters.abandoned_grants.fetch_add(1, Relaxed);
+            false
+        } else {
+            self.shared.counters.grants.fetch_add(1, Relaxed);
+            true
         }
+    }
+
+    /// The kernel granted the site's request: hand it to its caller. (Local callers that
+    /// may share it join in [`Core::pump`].)
+    fn granted(&mut self, path: &str, mode: Mode) {
         let e = self.locks.get_mut(path).expect("entry exists");
         e.held = mode;
-        let mut ws = Vec::new();
         match e.requesting.take() {
-            Some(w) => ws.push(w),
-            None => warn!(%path, "kernel granted a lock nobody requested"),
-        }
-        if compatible(mode, mode) {
-            while e.waiters.front().is_some_and(|w| w.mode == mode) {
-                ws.push(e.waiters.pop_front().expect("front exists"));
+            Some(w) => {
+                self.give(path, w);
             }
-        }
-        for w in ws {
-            self.next_hold += 1;
-            let hold = self.next_hold;
-            let e = self.locks.get_mut(path).expect("entry exists");
-            grant(e, w, hold, &self.shared.counters);
+            None => warn!(%path, "kernel granted a lock nobody requested"),
         }
         let e = self.locks.get_mut(path).expect("entry exists");
         if e.holders.is_empty() {
@@ -839,8 +892,13 @@ impl Core {
     fn upgraded(&mut self, path: &str) {
         let e = self.locks.get_mut(path).expect("entry exists");
         e.held = Mode::W;
-        if let Some(r) = e.upgrading.take() {
-            let _ = r.send(Ok(()));
+        if let Some(u) = e.upgrading.take() {
+            for h in e.holders.iter_mut().filter(|h| h.0 == u.hold) {
+                h.1 = Mode::W;
+            }
+            if let Some(r) = u.reply {
+                let _ = r.send(Ok(()));
+            }
         }
         if e.release_when_upgraded {
             e.release_when_upgraded = false;
@@ -863,17 +921,26 @@ impl Core {
             return;
         };
         let before = e.holders.len();
-        e.holders.retain(|&h| h != hold);
-        if e.holders.len() == before || !e.holders.is_empty() {
+        e.holders.retain(|&(h, _)| h != hold);
+        if e.holders.len() == before {
             return;
         }
-        if e.upgrading.is_some() {
-            // Rule 7 keeps U until W is granted; release then.
-            e.holders.push(hold);
-            e.release_when_upgraded = true;
-            return;
+        match &e.upgrading {
+            Some(u) if u.hold == hold && u.issued => {
+                // Rule 7 keeps U until W is granted; release then.
+                e.holders.push((hold, Mode::U));
+                e.release_when_upgraded = true;
+                return;
+            }
+            // The upgrade had not reached the kernel yet: it is dropped with its holder.
+            Some(u) if u.hold == hold => e.upgrading = None,
+            _ => {}
         }
-        self.kernel_release(path);
+        if e.holders.is_empty() {
+            self.kernel_release(path);
+        } else {
+            self.try_upgrade(path);
+        }
         self.pump(path);
     }
 
@@ -882,18 +949,39 @@ impl Core {
             let _ = reply.send(Err(Error::Stopped));
             return;
         };
-        if e.holders != [hold] || e.held != Mode::U || e.upgrading.is_some() {
+        let mine = e.holders.iter().find(|h| h.0 == hold).map(|h| h.1);
+        if mine != Some(Mode::U) || e.held != Mode::U || e.upgrading.is_some() {
             let _ = reply.send(Err(Error::NotUpgradable {
                 path: path.to_string(),
-                mode: e.held,
+                mode: mine.unwrap_or(e.held),
             }));
             return;
         }
-        e.upgrading = Some(reply);
+        e.upgrading = Some(Upgrading {
+            hold,
+            reply: Some(reply),
+            issued: false,
+        });
+        self.try_upgrade(path);
+    }
+
+    /// Give a waiting upgrade to the kernel once its holder is the only local holder
+    /// (W is compatible with no other mode, local or remote).
+    fn try_upgrade(&mut self, path: &str) {
+        let Some(e) = self.locks.get_mut(path) else {
+            return;
+        };
+        let Some(u) = &mut e.upgrading else {
+            return;
+        };
+        if u.issued || e.holders.len() != 1 || e.holders[0].0 != u.hold {
+            return;
+        }
+        u.issued = true;
         self.shared.counters.kernel_requests.fetch_add(1, Relaxed);
         if let Err(error) = self.kstep(path, Input::Upgrade { lock: LOCK }) {
             let e = self.locks.get_mut(path).expect("entry exists");
-            if let Some(r) = e.upgrading.take() {
+            if let Some(r) = e.upgrading.take().and_then(|u| u.reply) {
                 let _ = r.send(Err(Error::Kernel {
                     path: path.to_string(),
                     error,
@@ -902,21 +990,34 @@ impl Core {
         }
     }
 
-    /// Start the next local waiter's kernel request when the site is idle.
+    /// Serve local waiters: a waiter that may share the node's current hold joins it
+    /// (`LockEntry::joinable`) — the first waiter in FIFO order, or a nested waiter
+    /// anywhere in the queue; when the site holds nothing and has no request out, the first
+    /// waiter's request goes to the kernel.
     fn pump(&mut self, path: &str) {
+        let me = NodeId(self.shared.id);
         loop {
             let Some(e) = self.locks.get_mut(path) else {
                 return;
             };
-            if e.requesting.is_some() || e.upgrading.is_some() || !e.holders.is_empty() {
+            e.waiters.retain(|w| !w.reply.is_closed());
+            if e.requesting.is_some() || e.upgrading.is_some() {
                 return;
             }
-            let Some(w) = e.waiters.pop_front() else {
-                return;
+            let pick = match e.waiters.front() {
+                None => return,
+                Some(w) if e.joinable(me, w) => Some(0),
+                Some(_) => e.waiters.iter().position(|w| w.nested && e.joinable(me, w)),
             };
-            if w.reply.is_closed() {
+            if let Some(i) = pick {
+                let w = e.waiters.remove(i).expect("index from position");
+                self.give(path, w);
                 continue;
             }
+            if !e.holders.is_empty() || e.held != Mode::Phi {
+                return;
+            }
+            let w = e.waiters.pop_front().expect("front exists");
             let (mode, prio) = (w.mode, w.prio);
             // The site's base priority carries over between requests: set it only when it
             // changes (most requests keep priority 0).

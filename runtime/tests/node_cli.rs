@@ -479,3 +479,39 @@ fn wait_exit(c: &mut Child, wait: Duration) -> std::process::ExitStatus {
         std::thread::sleep(Duration::from_millis(5));
     }
 }
+
+#[test]
+fn nested_hilock_lock_and_two_readers_on_one_node() {
+    let c = start(2);
+    // Nested: the command under W on /db/a takes W on /db/b from the same node (both
+    // need IW on /db, which the node shares between them).
+    let f = c.dir.path().join("nested");
+    let inner = format!(
+        "{} lock /db/b W --timeout-ms 3000 --socket {} -- sh -c 'echo $HILOCK_LOCK > {}'",
+        env!("CARGO_BIN_EXE_hilock"),
+        c.socket(0).display(),
+        f.display()
+    );
+    let out = run(hilock()
+        .args(["lock", "/db/a", "W", "--timeout-ms", "3000", "--socket"])
+        .arg(c.socket(0))
+        .args(["--", "sh", "-c", &inner]));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(std::fs::read_to_string(&f).unwrap(), "/db/b\n");
+
+    // Two readers on one node overlap.
+    let both = c.dir.path().join("both");
+    let script = format!("echo in >> {0}; sleep 0.5; echo out >> {0}", both.display());
+    let kids: Vec<_> = (0..2)
+        .map(|_| Proc(lock_cmd(&c.socket(0), "/db", "R", &script).spawn().unwrap()))
+        .collect();
+    for mut k in kids {
+        assert!(wait_exit(&mut k.0, Duration::from_secs(10)).success());
+    }
+    let s = std::fs::read_to_string(&both).unwrap();
+    assert_eq!(
+        s.lines().collect::<Vec<_>>(),
+        ["in", "in", "out", "out"],
+        "R and R overlap on one node"
+    );
+}
