@@ -408,16 +408,18 @@ pub fn render_status(s: &Status) -> String {
     o.push_str("peers:\n");
     for p in &s.peers {
         o.push_str(&format!(
-            "  node {:<3} {:<22} {:<12} sent {:<8} received {}\n",
+            "  node {:<3} {:<22} {:<12} sent {:<8} received {:<8} resent {:<6} duplicates {}\n",
             p.id,
             p.addr,
-            if p.connected {
-                "connected"
+            if p.state == "connected" {
+                "connected".to_string()
             } else {
-                "DISCONNECTED"
+                p.state.to_uppercase()
             },
             p.frames_sent,
-            p.frames_received
+            p.frames_received,
+            p.resent,
+            p.duplicates
         ));
     }
     o.push_str(&format!("locks ({}):\n", s.locks.len()));

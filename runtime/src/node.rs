@@ -82,6 +82,20 @@ pub enum Error {
     },
     /// The node has stopped.
     Stopped,
+    /// This node is a new run of a node its peers knew (it crashed and restarted with
+    /// fresh state while they ran): it serves no lock.
+    Refused {
+        /// Who refused it and why.
+        reason: String,
+    },
+    /// A peer this request waited on restarted with fresh state; it is refused, so the
+    /// request cannot be served.
+    PeerRestarted {
+        /// The lock.
+        path: String,
+        /// The restarted peer.
+        peer: u16,
+    },
 }
 
 impl std::fmt::Display for Error {
@@ -115,6 +129,15 @@ impl std::fmt::Display for Error {
             }
             Error::Kernel { path, error } => write!(f, "{path}: kernel refused: {error}"),
             Error::Stopped => write!(f, "the node has stopped"),
+            Error::Refused { reason } => write!(
+                f,
+                "this node serves no lock: {reason} (restart the whole cluster)"
+            ),
+            Error::PeerRestarted { path, peer } => write!(
+                f,
+                "{path}: node {peer} restarted with fresh state and is refused; the protocol \
+                 cannot recover its tokens and copies (restart the whole cluster)"
+            ),
         }
     }
 }
@@ -178,12 +201,46 @@ pub struct Stats {
     pub abandoned_grants: u64,
 }
 
+/// The receiving side of the channel from one peer.
+#[derive(Default)]
+struct Inbound {
+    /// The run (incarnation) of the peer this node knows, from either direction's handshake.
+    incarnation: Option<u64>,
+    /// Messages of that run delivered to the core (the last number).
+    delivered: u64,
+    /// Counts accepted connections from the peer: only the newest one delivers.
+    conn: u64,
+}
+
 struct PeerLink {
     addr: SocketAddr,
+    /// This node's connection to the peer is up (handshake done, not seen closed).
     connected: AtomicBool,
+    /// A connection from the peer is up.
+    incoming: AtomicBool,
     sent: AtomicU64,
     received: AtomicU64,
+    resent: AtomicU64,
+    duplicates: AtomicU64,
+    dropped: AtomicU64,
+    /// The peer has welcomed this node's run at least once.
+    welcomed: AtomicBool,
+    inbound: std::sync::Mutex<Inbound>,
+    refused: std::sync::Mutex<Option<String>>,
     tx: mpsc::UnboundedSender<Bytes>,
+}
+
+impl PeerLink {
+    fn refused(&self) -> Option<String> {
+        self.refused.lock().expect("refused lock").clone()
+    }
+
+    fn refuse(&self, reason: String) {
+        self.refused
+            .lock()
+            .expect("refused lock")
+            .get_or_insert(reason);
+    }
 }
 
 struct Shared {
@@ -197,9 +254,19 @@ struct Shared {
     counters: Counters,
     /// Set when the node stops: clients holding locks are told they are lost.
     stopping: tokio::sync::watch::Sender<bool>,
+    /// This run of the node (random, drawn at start).
+    incarnation: u64,
+    /// Peers that have welcomed this run.
+    welcomed: std::sync::atomic::AtomicUsize,
 }
 
 impl Shared {
+    /// Nodes (this one included) that must have let this run in before it grants
+    /// anything: a majority.
+    fn quorum(&self) -> usize {
+        self.n / 2 + 1
+    }
+
     fn disconnected(&self) -> Vec<u16> {
         self.peers
             .iter()
@@ -238,6 +305,16 @@ enum Cmd {
     },
     Status {
         reply: oneshot::Sender<Vec<LockStatus>>,
+    },
+    /// A majority of the cluster has let this run of the node in: it may grant.
+    Admitted,
+    /// A peer knew an earlier run of this node: serve nothing.
+    Fenced {
+        reason: String,
+    },
+    /// A peer is a new run of a node this node knew.
+    PeerRestarted {
+        peer: u16,
     },
 }
 
@@ -288,8 +365,15 @@ impl Node {
             peers.push(Some(PeerLink {
                 addr: n.addr,
                 connected: AtomicBool::new(false),
+                incoming: AtomicBool::new(false),
                 sent: AtomicU64::new(0),
                 received: AtomicU64::new(0),
+                resent: AtomicU64::new(0),
+                duplicates: AtomicU64::new(0),
+                dropped: AtomicU64::new(0),
+                welcomed: AtomicBool::new(false),
+                inbound: std::sync::Mutex::new(Inbound::default()),
+                refused: std::sync::Mutex::new(None),
                 tx,
             }));
             outboxes.push((n.id, rx));
@@ -304,11 +388,13 @@ impl Node {
             peers,
             counters: Counters::default(),
             stopping: tokio::sync::watch::Sender::new(false),
+            incarnation: rand::random(),
+            welcomed: std::sync::atomic::AtomicUsize::new(0),
         });
         let (tx, rx) = mpsc::unbounded_channel();
         tasks.spawn(Core::new(shared.clone()).run(rx));
         for (peer, rx) in outboxes {
-            tasks.spawn(dial(shared.clone(), peer, rx));
+            tasks.spawn(dial(shared.clone(), peer, rx, tx.clone()));
         }
         tasks.spawn(accept(shared.clone(), listener, tx.clone()));
         let mut node = Node {
@@ -495,12 +581,23 @@ impl Handle {
                 .iter()
                 .enumerate()
                 .filter_map(|(i, p)| {
-                    p.as_ref().map(|p| PeerStatus {
-                        id: i as u16,
-                        addr: p.addr.to_string(),
-                        connected: p.connected.load(Relaxed),
-                        frames_sent: p.sent.load(Relaxed),
-                        frames_received: p.received.load(Relaxed),
+                    p.as_ref().map(|p| {
+                        let connected = p.connected.load(Relaxed);
+                        PeerStatus {
+                            id: i as u16,
+                            addr: p.addr.to_string(),
+                            connected,
+                            incoming: p.incoming.load(Relaxed),
+                            state: match p.refused() {
+                                Some(r) => format!("refused: {r}"),
+                                None if connected => "connected".into(),
+                                None => "reconnecting".into(),
+                            },
+                            frames_sent: p.sent.load(Relaxed),
+                            frames_received: p.received.load(Relaxed),
+                            resent: p.resent.load(Relaxed),
+                            duplicates: p.duplicates.load(Relaxed),
+                        }
                     })
                 })
                 .collect(),
@@ -617,12 +714,22 @@ pub struct PeerStatus {
     pub id: u16,
     /// Address.
     pub addr: String,
-    /// Whether this node's outgoing connection is up.
+    /// Whether this node's connection to it is up (handshake done and not seen closed;
+    /// this node notices a closed connection as soon as the operating system reports it).
     pub connected: bool,
-    /// Messages sent to it.
+    /// Whether a connection from it is up.
+    pub incoming: bool,
+    /// `connected`, `reconnecting` (messages wait and are resent when it is back) or
+    /// `refused: …` (it restarted, or refused this node as a restarted one).
+    pub state: String,
+    /// Messages sent to it (each once, however often resent).
     pub frames_sent: u64,
-    /// Messages received from it.
+    /// Messages received from it and delivered (each once).
     pub frames_received: u64,
+    /// Messages resent to it after a reconnect.
+    pub resent: u64,
+    /// Resent messages from it that had been delivered already (dropped).
+    pub duplicates: u64,
 }
 
 /// One lock in [`Status`]: the kernel state and the local bookkeeping.
@@ -721,15 +828,30 @@ struct Core {
     locks: HashMap<String, LockEntry>,
     out: Box<KOutputs>,
     next_hold: u64,
+    /// A majority of the cluster has let this run in (until then requests wait).
+    admitted: bool,
+    /// This run was refused by a peer that knew an earlier one: nothing is served.
+    fenced: Option<String>,
 }
 
 impl Core {
     fn new(shared: Arc<Shared>) -> Core {
         Core {
+            admitted: shared.quorum() <= 1,
             shared,
             locks: HashMap::new(),
             out: Box::default(),
             next_hold: 1,
+            fenced: None,
+        }
+    }
+
+    /// Answer a caller's request with `err` now; a kernel request already out stays in
+    /// the protocol and is released when granted (as for a caller that gave up).
+    fn fail_requesting(e: &mut LockEntry, err: Error) {
+        if let Some(w) = e.requesting.as_mut() {
+            let (gone, _) = oneshot::channel();
+            let _ = std::mem::replace(&mut w.reply, gone).send(Err(err));
         }
     }
 
@@ -762,6 +884,10 @@ impl Core {
 
     fn handle(&mut self, cmd: Cmd) {
         match cmd {
+            Cmd::Acquire { reply, .. } if self.fenced.is_some() => {
+                let reason = self.fenced.clone().unwrap_or_default();
+                let _ = reply.send(Err(Error::Refused { reason }));
+            }
             Cmd::Acquire {
                 path,
                 mode,
@@ -794,6 +920,45 @@ impl Core {
                     warn!(from = from.0, %path, error = %e, msg = ?msg, "kernel refused a message; dropped");
                 }
                 self.pump(&path);
+            }
+            Cmd::Admitted => {
+                self.admitted = true;
+                let paths: Vec<String> = self.locks.keys().cloned().collect();
+                for p in paths {
+                    self.pump(&p);
+                }
+            }
+            Cmd::Fenced { reason } => {
+                warn!(%reason, "this run of the node is refused by the cluster; serving nothing");
+                for e in self.locks.values_mut() {
+                    for w in e.waiters.drain(..) {
+                        let _ = w.reply.send(Err(Error::Refused {
+                            reason: reason.clone(),
+                        }));
+                    }
+                    Self::fail_requesting(
+                        e,
+                        Error::Refused {
+                            reason: reason.clone(),
+                        },
+                    );
+                }
+                self.fenced.get_or_insert(reason);
+            }
+            Cmd::PeerRestarted { peer } => {
+                // Requests on their way to the restarted node will not come back: fail them.
+                for (path, e) in self.locks.iter_mut() {
+                    let k = e.site.lock(LOCK).expect("one lock per site");
+                    if e.requesting.is_some() && k.parent() == Some(NodeId(peer)) {
+                        Self::fail_requesting(
+                            e,
+                            Error::PeerRestarted {
+                                path: path.clone(),
+                                peer,
+                            },
+                        );
+                    }
+                }
             }
             Cmd::Status { reply } => {
                 let mut v: Vec<LockStatus> = self
@@ -1014,7 +1179,7 @@ impl Core {
                 self.give(path, w);
                 continue;
             }
-            if !e.holders.is_empty() || e.held != Mode::Phi {
+            if !e.holders.is_empty() || e.held != Mode::Phi || !self.admitted {
                 return;
             }
             let w = e.waiters.pop_front().expect("front exists");
@@ -1050,17 +1215,55 @@ fn codec() -> LengthDelimitedCodec {
 }
 
 /// The sending side of the link to `peer`: connect (with backoff), authenticate, send.
-async fn dial(shared: Arc<Shared>, peer: u16, mut rx: mpsc::UnboundedReceiver<Bytes>) {
+/// How long the acceptor may hold back an acknowledgement.
+const ACK_DELAY: Duration = Duration::from_millis(5);
+
+/// Acknowledge at once when this many messages are unacknowledged.
+const ACK_EVERY: u64 = 64;
+
+/// The sending side of the link to `peer`: connect (with backoff), authenticate, send
+/// numbered messages, keep them until acknowledged, resend after a reconnect.
+async fn dial(
+    shared: Arc<Shared>,
+    peer: u16,
+    mut rx: mpsc::UnboundedReceiver<Bytes>,
+    core: mpsc::UnboundedSender<Cmd>,
+) {
     let link = shared.peers[usize::from(peer)]
         .as_ref()
         .expect("dial only peers");
     let mut backoff = Duration::from_millis(10);
-    let mut unsent: Option<Bytes> = None;
+    // Messages sent but not acknowledged, oldest first, with their numbers.
+    let mut unacked: VecDeque<(u64, Bytes)> = VecDeque::new();
+    let mut next_seq = 1u64;
     let mut was_up = false;
     loop {
-        let mut fr = match connect(&shared, peer, link.addr).await {
-            Ok(fr) => fr,
-            Err(e) => {
+        if let Some(reason) = link.refused() {
+            // A new run of that node (or this node is one): nothing more goes to it.
+            warn!(peer, %reason, "not talking to peer any more");
+            unacked.clear();
+            while rx.recv().await.is_some() {
+                link.dropped.fetch_add(1, Relaxed);
+            }
+            return;
+        }
+        let (mut fr, delivered) = match connect(&shared, peer, link.addr).await {
+            Ok(c) => c,
+            Err(ConnectError::Refused(reason)) => {
+                // The peer knew an earlier run of this node: this node must not serve.
+                link.refuse(reason.clone());
+                let _ = core.send(Cmd::Fenced {
+                    reason: format!("node {peer} refused this node: {reason}"),
+                });
+                continue;
+            }
+            Err(ConnectError::Restarted(reason)) => {
+                link.refuse(reason.clone());
+                warn!(peer, %reason, "peer restarted; refusing it");
+                let _ = core.send(Cmd::PeerRestarted { peer });
+                continue;
+            }
+            Err(ConnectError::Other(e)) => {
                 if was_up {
                     warn!(peer, addr = %link.addr, error = %e, "cannot reconnect to peer");
                     was_up = false;
@@ -1073,41 +1276,89 @@ async fn dial(shared: Arc<Shared>, peer: u16, mut rx: mpsc::UnboundedReceiver<By
             }
         };
         backoff = Duration::from_millis(10);
+        if delivered >= next_seq {
+            // The acceptor claims messages this node never sent: not the same channel.
+            warn!(
+                peer,
+                delivered, next_seq, "peer acknowledges messages never sent; reconnecting"
+            );
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            continue;
+        }
+        while unacked.front().is_some_and(|(s, _)| *s <= delivered) {
+            unacked.pop_front();
+        }
         link.connected.store(true, Relaxed);
+        if !link.welcomed.swap(true, Relaxed) {
+            let welcomed = shared.welcomed.fetch_add(1, Relaxed) + 1;
+            if welcomed + 1 >= shared.quorum() {
+                let _ = core.send(Cmd::Admitted);
+            }
+        }
         was_up = true;
-        info!(peer, addr = %link.addr, "connected to peer");
-        let err = loop {
-            let b = match unsent.take() {
-                Some(b) => b,
-                // The acceptor sends nothing after its Welcome: anything readable means
-                // the connection is gone (this notices a dead peer before a write fails).
-                None => tokio::select! {
-                    m = rx.recv() => match m {
-                        Some(b) => b,
-                        None => return,
+        info!(peer, addr = %link.addr, resend = unacked.len(), "connected to peer");
+        let err = 'conn: {
+            for (seq, b) in &unacked {
+                if let Err(e) = fr.send(Bytes::from(wire::envelope(*seq, b))).await {
+                    break 'conn e.to_string();
+                }
+                link.resent.fetch_add(1, Relaxed);
+            }
+            loop {
+                tokio::select! {
+                    m = rx.recv() => {
+                        let Some(b) = m else { return };
+                        let seq = next_seq;
+                        next_seq += 1;
+                        unacked.push_back((seq, b.clone()));
+                        if let Err(e) = fr.send(Bytes::from(wire::envelope(seq, &b))).await {
+                            break 'conn e.to_string();
+                        }
+                    }
+                    r = fr.next() => match r {
+                        None => break 'conn "peer closed the connection".to_string(),
+                        Some(Err(e)) => break 'conn e.to_string(),
+                        Some(Ok(b)) => match wire::decode::<wire::Ack>(&b) {
+                            Ok(a) if a.delivered < next_seq => {
+                                while unacked.front().is_some_and(|(s, _)| *s <= a.delivered) {
+                                    unacked.pop_front();
+                                }
+                            }
+                            Ok(a) => break 'conn format!("acknowledgement of message {} never sent", a.delivered),
+                            Err(e) => break 'conn format!("bad acknowledgement: {e}"),
+                        },
                     },
-                    r = fr.next() => break match r {
-                        None => "peer closed the connection".to_string(),
-                        Some(Err(e)) => e.to_string(),
-                        Some(Ok(_)) => "peer sent data on a send-only link".to_string(),
-                    },
-                },
-            };
-            if let Err(e) = fr.send(b.clone()).await {
-                unsent = Some(b);
-                break e.to_string();
+                }
             }
         };
         link.connected.store(false, Relaxed);
-        warn!(peer, addr = %link.addr, error = %err, "lost the connection to peer; reconnecting");
+        warn!(peer, addr = %link.addr, error = %err, unacked = unacked.len(), "lost the connection to peer; reconnecting");
     }
 }
 
+/// Why a connection attempt failed.
+enum ConnectError {
+    /// The peer refused this node as a new run of a node it knew.
+    Refused(String),
+    /// The peer is a new run of a node this node knew.
+    Restarted(String),
+    /// Anything else (not reachable, timeout, bad handshake): try again later.
+    Other(String),
+}
+
+impl From<String> for ConnectError {
+    fn from(e: String) -> Self {
+        ConnectError::Other(e)
+    }
+}
+
+/// Connect and authenticate; returns the connection and how many of this node's messages
+/// the peer has delivered.
 async fn connect(
     shared: &Shared,
     peer: u16,
     addr: SocketAddr,
-) -> Result<Framed<TcpStream, LengthDelimitedCodec>, String> {
+) -> Result<(Framed<TcpStream, LengthDelimitedCodec>, u64), ConnectError> {
     let s = timeout(HANDSHAKE_TIMEOUT, TcpStream::connect(addr))
         .await
         .map_err(|_| "connect timed out".to_string())?
@@ -1121,40 +1372,68 @@ async fn connect(
         from: shared.id,
         to: peer,
         nonce: nd,
+        incarnation: shared.incarnation,
     };
     fr.send(Bytes::from(wire::encode(&hello)))
         .await
         .map_err(|e| e.to_string())?;
-    let na = match next_hello(&mut fr).await? {
-        Hello::Challenge { nonce, tag } => {
+    let (na, ia) = match next_hello(&mut fr).await? {
+        Hello::Challenge {
+            nonce,
+            incarnation,
+            tag,
+        } => {
             let tr = Transcript {
                 cluster: &shared.cluster,
                 from: shared.id,
                 to: peer,
                 nd: &nd,
                 na: &nonce,
+                id: shared.incarnation,
+                ia: incarnation,
             };
             if !tr.verify(&shared.secret, Side::Accept, &tag) {
-                return Err("peer failed authentication (wrong cluster secret?)".into());
+                return Err("peer failed authentication (wrong cluster secret?)"
+                    .to_string()
+                    .into());
             }
-            nonce
+            (nonce, incarnation)
         }
-        other => return Err(format!("unexpected handshake message {other:?}")),
+        Hello::Refused { reason } => return Err(ConnectError::Refused(reason)),
+        other => return Err(format!("unexpected handshake message {other:?}").into()),
     };
+    let link = shared.peers[usize::from(peer)]
+        .as_ref()
+        .expect("dial only peers");
+    {
+        let mut inb = link.inbound.lock().expect("inbound lock");
+        match inb.incarnation {
+            Some(k) if k != ia => {
+                return Err(ConnectError::Restarted(format!(
+                    "node {peer} restarted (run {ia:016x}, was {k:016x}) and lost the state the \
+                     protocol needs (tokens, copies, queues); restart the whole cluster"
+                )))
+            }
+            _ => inb.incarnation = Some(ia),
+        }
+    }
     let t = Transcript {
         cluster: &shared.cluster,
         from: shared.id,
         to: peer,
         nd: &nd,
         na: &na,
+        id: shared.incarnation,
+        ia,
     }
     .tag(&shared.secret, Side::Dial);
     fr.send(Bytes::from(wire::encode(&Hello::Auth { tag: t })))
         .await
         .map_err(|e| e.to_string())?;
     match next_hello(&mut fr).await? {
-        Hello::Welcome => Ok(fr),
-        other => Err(format!("unexpected handshake message {other:?}")),
+        Hello::Welcome { delivered } => Ok((fr, delivered)),
+        Hello::Refused { reason } => Err(ConnectError::Refused(reason)),
+        other => Err(format!("unexpected handshake message {other:?}").into()),
     }
 }
 
@@ -1204,59 +1483,158 @@ async fn serve_peer(
     permit: tokio::sync::OwnedSemaphorePermit,
 ) {
     let mut fr = Framed::new(s, codec());
-    let from = match handshake_accept(&shared, &mut fr).await {
-        Ok(from) => from,
+    let (from, incarnation) = match handshake_accept(&shared, &mut fr).await {
+        Ok(x) => x,
         Err(reason) => {
             shared.counters.rejected_connections.fetch_add(1, Relaxed);
             warn!(%addr, %reason, "closing connection: handshake failed");
             return;
         }
     };
-    drop(permit);
-    debug!(%addr, peer = from, "peer authenticated");
     let link = shared.peers[usize::from(from)]
         .as_ref()
         .expect("handshake checked the id");
-    let reason = loop {
-        let b = match fr.next().await {
-            None => return,
-            Some(Err(e)) => break format!("bad frame: {e}"),
-            Some(Ok(b)) => b,
-        };
-        let frame = match wire::decode::<Frame>(&b) {
-            Ok(f) => f,
-            Err(e) => break format!("frame does not decode: {e}"),
-        };
-        if let Err(e) = check_frame(&frame) {
-            break e;
+    // Is this the run of `from` this node knows? Take over its inbound channel.
+    let admitted = {
+        let mut inb = link.inbound.lock().expect("inbound lock");
+        match inb.incarnation {
+            Some(k) if k != incarnation => Err(format!(
+                "node {} knew an earlier run of node {from} (run {k:016x}; this is {incarnation:016x}); \
+                 the protocol cannot take back the old run's tokens and copies: restart the whole cluster",
+                shared.id
+            )),
+            _ => {
+                inb.incarnation = Some(incarnation);
+                inb.conn += 1;
+                Ok((inb.conn, inb.delivered))
+            }
         }
-        link.received.fetch_add(1, Relaxed);
-        shared.counters.frames_received.fetch_add(1, Relaxed);
-        if core
-            .send(Cmd::Deliver {
-                from: NodeId(from),
-                frame: Box::new(frame),
-            })
-            .is_err()
-        {
+    };
+    let (conn, delivered) = match admitted {
+        Ok(x) => x,
+        Err(reason) => {
+            shared.counters.rejected_connections.fetch_add(1, Relaxed);
+            warn!(%addr, peer = from, %reason, "refusing a new run of a known node");
+            let first = link.refused().is_none();
+            link.refuse(format!("node {from} restarted; refused"));
+            if first {
+                let _ = core.send(Cmd::PeerRestarted { peer: from });
+            }
+            let _ = fr
+                .send(Bytes::from(wire::encode(&Hello::Refused { reason })))
+                .await;
             return;
         }
     };
-    shared.counters.rejected_connections.fetch_add(1, Relaxed);
-    warn!(%addr, peer = from, %reason, "closing connection from peer");
+    if fr
+        .send(Bytes::from(wire::encode(&Hello::Welcome { delivered })))
+        .await
+        .is_err()
+    {
+        return;
+    }
+    drop(permit);
+    link.incoming.store(true, Relaxed);
+    debug!(%addr, peer = from, delivered, "peer authenticated");
+    let mut acked = delivered;
+    let mut ack_at: Option<Instant> = None;
+    let reason = loop {
+        let b = tokio::select! {
+            b = fr.next() => b,
+            _ = async { tokio::time::sleep_until(ack_at.expect("armed")).await }, if ack_at.is_some() => {
+                ack_at = None;
+                let d = link.inbound.lock().expect("inbound lock").delivered;
+                if d > acked {
+                    if fr.send(Bytes::from(wire::encode(&wire::Ack { delivered: d }))).await.is_err() {
+                        break None;
+                    }
+                    acked = d;
+                }
+                continue;
+            }
+        };
+        let b = match b {
+            None => break None,
+            Some(Err(e)) => break Some(format!("bad frame: {e}")),
+            Some(Ok(b)) => b,
+        };
+        let env = match wire::decode::<wire::Envelope>(&b) {
+            Ok(f) => f,
+            Err(e) => break Some(format!("frame does not decode: {e}")),
+        };
+        if let Err(e) = check_frame(&env.frame) {
+            break Some(e);
+        }
+        let d = {
+            let mut inb = link.inbound.lock().expect("inbound lock");
+            if inb.conn != conn {
+                // A newer connection from the same peer took over.
+                break None;
+            }
+            if env.seq <= inb.delivered {
+                link.duplicates.fetch_add(1, Relaxed);
+                inb.delivered
+            } else if env.seq == inb.delivered + 1 {
+                inb.delivered = env.seq;
+                link.received.fetch_add(1, Relaxed);
+                shared.counters.frames_received.fetch_add(1, Relaxed);
+                if core
+                    .send(Cmd::Deliver {
+                        from: NodeId(from),
+                        frame: Box::new(env.frame),
+                    })
+                    .is_err()
+                {
+                    return;
+                }
+                inb.delivered
+            } else {
+                break Some(format!(
+                    "message {} after {}: a gap in the channel",
+                    env.seq, inb.delivered
+                ));
+            }
+        };
+        if d >= acked + ACK_EVERY {
+            if fr
+                .send(Bytes::from(wire::encode(&wire::Ack { delivered: d })))
+                .await
+                .is_err()
+            {
+                break None;
+            }
+            acked = d;
+            ack_at = None;
+        } else if d > acked && ack_at.is_none() {
+            ack_at = Some(Instant::now() + ACK_DELAY);
+        }
+    };
+    {
+        let inb = link.inbound.lock().expect("inbound lock");
+        if inb.conn == conn {
+            link.incoming.store(false, Relaxed);
+        }
+    }
+    if let Some(reason) = reason {
+        shared.counters.rejected_connections.fetch_add(1, Relaxed);
+        warn!(%addr, peer = from, %reason, "closing connection from peer");
+    }
 }
 
+/// The acceptor's side of the handshake up to the dialer's Auth; returns the dialer's id
+/// and incarnation. (The Welcome or Refused is the caller's.)
 async fn handshake_accept(
     shared: &Shared,
     fr: &mut Framed<TcpStream, LengthDelimitedCodec>,
-) -> Result<u16, String> {
-    let (from, nd) = match next_hello(fr).await? {
+) -> Result<(u16, u64), String> {
+    let (from, nd, id) = match next_hello(fr).await? {
         Hello::Dial {
             version,
             cluster,
             from,
             to,
             nonce,
+            incarnation,
         } => {
             if version != PROTOCOL_VERSION {
                 return Err(format!(
@@ -1278,7 +1656,7 @@ async fn handshake_accept(
             if usize::from(from) >= shared.n || from == shared.id {
                 return Err(format!("unknown node id {from}"));
             }
-            (from, nonce)
+            (from, nonce, incarnation)
         }
         other => return Err(format!("expected a Dial, got {other:?}")),
     };
@@ -1289,10 +1667,13 @@ async fn handshake_accept(
         to: shared.id,
         nd: &nd,
         na: &na,
+        id,
+        ia: shared.incarnation,
     };
     let t = tr.tag(&shared.secret, Side::Accept);
     fr.send(Bytes::from(wire::encode(&Hello::Challenge {
         nonce: na,
+        incarnation: shared.incarnation,
         tag: t,
     })))
     .await
@@ -1307,8 +1688,5 @@ async fn handshake_accept(
         }
         other => return Err(format!("expected Auth, got {other:?}")),
     }
-    fr.send(Bytes::from(wire::encode(&Hello::Welcome)))
-        .await
-        .map_err(|e| e.to_string())?;
-    Ok(from)
+    Ok((from, id))
 }

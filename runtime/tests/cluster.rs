@@ -274,10 +274,16 @@ async fn handshake(
         from,
         to,
         nonce: nd,
+        incarnation: 77,
     };
     c.send(Bytes::from(wire::encode(&hello))).await.unwrap();
     let b = c.next().await.unwrap().unwrap();
-    let Hello::Challenge { nonce: na, .. } = wire::decode::<Hello>(&b).unwrap() else {
+    let Hello::Challenge {
+        nonce: na,
+        incarnation: ia,
+        ..
+    } = wire::decode::<Hello>(&b).unwrap()
+    else {
         panic!("expected a challenge");
     };
     let tag = wire::Transcript {
@@ -286,6 +292,8 @@ async fn handshake(
         to,
         nd: &nd,
         na: &na,
+        id: 77,
+        ia,
     }
     .tag(secret, Side::Dial);
     c.send(Bytes::from(wire::encode(&Hello::Auth { tag })))
@@ -360,6 +368,7 @@ async fn garbage_and_bad_handshakes_are_refused_and_the_node_keeps_serving() {
             from,
             to,
             nonce: [1; 32],
+            incarnation: 1,
         };
         c.send(Bytes::from(wire::encode(&hello))).await.unwrap();
         // Refused on the Dial itself: no challenge, the connection just closes.
@@ -373,7 +382,10 @@ async fn garbage_and_bad_handshakes_are_refused_and_the_node_keeps_serving() {
     // Authenticated, then a frame that does not decode.
     let mut c = handshake(a0, "faults", 2, 0, SECRET).await;
     let b = c.next().await.unwrap().unwrap();
-    assert_eq!(wire::decode::<Hello>(&b).unwrap(), Hello::Welcome);
+    assert_eq!(
+        wire::decode::<Hello>(&b).unwrap(),
+        Hello::Welcome { delivered: 0 }
+    );
     c.send(Bytes::from_static(&[0xff; 40])).await.unwrap();
     assert_closed(c).await;
 
@@ -389,7 +401,8 @@ async fn garbage_and_bad_handshakes_are_refused_and_the_node_keeps_serving() {
                 epoch: 0,
             },
         };
-        c.send(Bytes::from(wire::encode(&f))).await.unwrap();
+        let env = wire::Envelope { seq: 1, frame: f };
+        c.send(Bytes::from(wire::encode(&env))).await.unwrap();
         assert_closed(c).await;
     }
 
@@ -421,6 +434,102 @@ async fn garbage_and_bad_handshakes_are_refused_and_the_node_keeps_serving() {
         .expect("served")
         .unwrap();
     drop(g);
+
+    // The numbered channel, speaking as node 2 (run 77): message 1 is delivered, a second
+    // message 1 is dropped as a duplicate, message 3 (a gap) closes the connection; the
+    // next connection's Welcome names 1 as delivered.
+    let release = |seq| {
+        Bytes::from(wire::encode(&wire::Envelope {
+            seq,
+            frame: Frame {
+                path: "/dup".into(),
+                msg: Msg::Release {
+                    lock: LockId(0),
+                    owned: Mode::Phi,
+                    epoch: 0,
+                },
+            },
+        }))
+    };
+    let peer2 = |s: hilock::Status| s.peers.into_iter().find(|p| p.id == 2).unwrap();
+    let mut c = handshake(a0, "faults", 2, 0, SECRET).await;
+    let b = c.next().await.unwrap().unwrap();
+    assert_eq!(
+        wire::decode::<Hello>(&b).unwrap(),
+        Hello::Welcome { delivered: 0 }
+    );
+    c.send(release(1)).await.unwrap();
+    c.send(release(1)).await.unwrap();
+    // The acknowledgement comes within the ack delay.
+    let b = tokio::time::timeout(Duration::from_secs(3), c.next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        wire::decode::<wire::Ack>(&b).unwrap(),
+        wire::Ack { delivered: 1 }
+    );
+    let t = std::time::Instant::now();
+    loop {
+        let p2 = peer2(n0.status().await.unwrap());
+        assert!(p2.incoming);
+        if (p2.frames_received, p2.duplicates) == (1, 1) {
+            break;
+        }
+        assert!(t.elapsed() < Duration::from_secs(3), "{p2:?}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    c.send(release(3)).await.unwrap();
+    assert_closed(c).await;
+    let mut c = handshake(a0, "faults", 2, 0, SECRET).await;
+    let b = c.next().await.unwrap().unwrap();
+    assert_eq!(
+        wire::decode::<Hello>(&b).unwrap(),
+        Hello::Welcome { delivered: 1 }
+    );
+    drop(c);
+    // Another run of node 2 is refused, with a reason.
+    let mut c = dial(a0).await;
+    let hello = Hello::Dial {
+        version: PROTOCOL_VERSION,
+        cluster: "faults".into(),
+        from: 2,
+        to: 0,
+        nonce: [3; 32],
+        incarnation: 78,
+    };
+    c.send(Bytes::from(wire::encode(&hello))).await.unwrap();
+    let b = c.next().await.unwrap().unwrap();
+    let Hello::Challenge {
+        nonce: na,
+        incarnation: ia,
+        ..
+    } = wire::decode::<Hello>(&b).unwrap()
+    else {
+        panic!("expected a challenge");
+    };
+    let tag = wire::Transcript {
+        cluster: "faults",
+        from: 2,
+        to: 0,
+        nd: &[3; 32],
+        na: &na,
+        id: 78,
+        ia,
+    }
+    .tag(SECRET, Side::Dial);
+    c.send(Bytes::from(wire::encode(&Hello::Auth { tag })))
+        .await
+        .unwrap();
+    let b = c.next().await.unwrap().unwrap();
+    match wire::decode::<Hello>(&b).unwrap() {
+        Hello::Refused { reason } => assert!(reason.contains("earlier run of node 2"), "{reason}"),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    assert!(peer2(n0.status().await.unwrap())
+        .state
+        .starts_with("refused"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -559,7 +668,24 @@ async fn status_shows_holders_local_waiters_and_the_kernel_queue() {
     let (p0, p1) = (p.clone(), p.clone());
     let local = tokio::spawn(async move { drop(h0.lock(&p0, Mode::W).await.unwrap()) });
     let remote = tokio::spawn(async move { drop(h1.lock(&p1, Mode::R).await.unwrap()) });
-    let lock_of = |s: hilock::Status| s.locks.into_iter().find(|l| l.path == p).unwrap();
+    // (Each node shows the lock once a request for it has reached the node.)
+    let lock_of = |s: hilock::Status| {
+        s.locks
+            .into_iter()
+            .find(|l| l.path == p)
+            .unwrap_or_else(|| hilock::node::LockStatus {
+                path: p.clone(),
+                token: false,
+                parent: None,
+                held: "Φ".into(),
+                owned: "Φ".into(),
+                pending: "Φ".into(),
+                frozen: String::new(),
+                queue: Vec::new(),
+                holders: 0,
+                waiters: 0,
+            })
+    };
     let t = std::time::Instant::now();
     loop {
         let l0 = lock_of(nodes[0].status().await.unwrap());
