@@ -69,7 +69,9 @@ enum Command {
         command: Vec<String>,
         #[command(flatten)]
         at: ClientAt,
-        /// Give up after this many milliseconds (default: the node's request_timeout_ms).
+        /// Give up after this many milliseconds (default: `request_timeout_ms` of the file
+        /// given with --config, else 30000). The command itself gives up one second later
+        /// if the node has not answered by then.
         #[arg(long)]
         timeout_ms: Option<u64>,
         /// Request priority (0..=255, higher first).
@@ -97,6 +99,10 @@ enum Command {
         /// Print JSON.
         #[arg(long)]
         json: bool,
+        /// Give up (exit 2, one line) if the node has not answered within this many
+        /// milliseconds.
+        #[arg(long, default_value_t = DEFAULT_STATUS_TIMEOUT_MS)]
+        timeout_ms: u64,
     },
     /// Print the specification: modes, Tables 2.1–2.4 (literal and derived) and the rules.
     Spec {
@@ -153,6 +159,19 @@ struct ClientAt {
 }
 
 impl ClientAt {
+    /// The lock timeout a request should carry when none is given: the node's own
+    /// default from its file, if the socket comes from one.
+    fn default_timeout_ms(&self) -> Result<u64, String> {
+        match &self.config {
+            Some(c) => Ok(hilock::Config::from_file(c, self.id)?
+                .request_timeout
+                .as_millis()
+                .try_into()
+                .unwrap_or(u64::MAX)),
+            None => Ok(DEFAULT_LOCK_TIMEOUT_MS),
+        }
+    }
+
     fn socket(&self) -> Result<PathBuf, String> {
         if let Some(s) = &self.socket {
             return Ok(s.clone());
@@ -173,12 +192,25 @@ fn runtime() -> Result<tokio::runtime::Runtime, String> {
         .map_err(|e| format!("cannot start tokio: {e}"))
 }
 
+/// Default of `hilock status --timeout-ms`.
+const DEFAULT_STATUS_TIMEOUT_MS: u64 = 5000;
+
+/// Default of `hilock lock --timeout-ms` with `--socket` (the configuration file's default
+/// `request_timeout_ms` too).
+const DEFAULT_LOCK_TIMEOUT_MS: u64 = 30_000;
+
+/// How much longer than the lock timeout the command waits for the node's answer.
+const ANSWER_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
+
 fn init_logs(default: &str) {
+    use std::io::IsTerminal;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        // Colours only for a terminal: plain text in files and journals.
+        .with_ansi(std::io::stderr().is_terminal())
         .try_init();
 }
 
@@ -284,6 +316,10 @@ fn lock(
     use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
     use tokio::signal::unix::{signal, SignalKind};
     let socket = at.socket()?;
+    let timeout_ms = match timeout_ms {
+        Some(t) => t,
+        None => at.default_timeout_ms()?,
+    };
     let grace = std::time::Duration::from_millis(kill_grace_ms);
     // A current-thread runtime: the child is spawned from this (the main) thread, whose
     // end is what the parent-death signal of the child waits for.
@@ -296,11 +332,14 @@ fn lock(
             path: path.clone(),
             mode,
             priority,
-            timeout_ms,
+            timeout_ms: Some(timeout_ms),
             // Run by a command under another `hilock lock` (which sets HILOCK_LOCK).
             nested: std::env::var_os("HILOCK_LOCK").is_some(),
         };
-        let (reply, stream) = hilock::client::request(&socket, &req).await?;
+        let wait = std::time::Duration::from_millis(timeout_ms).saturating_add(ANSWER_GRACE);
+        let (reply, stream) = tokio::time::timeout(wait, hilock::client::request(&socket, &req))
+            .await
+            .map_err(|_| format!("no answer from the node within {wait:?}"))??;
         if !reply.ok {
             return Err(reply.error.unwrap_or_else(|| "lock refused".into()));
         }
@@ -438,10 +477,16 @@ fn exec_gated(fd: i32, command: &[String]) -> ExitCode {
     })
 }
 
-fn status(at: &ClientAt, json: bool) -> Result<(String, bool), String> {
+fn status(at: &ClientAt, json: bool, timeout_ms: u64) -> Result<(String, bool), String> {
     let socket = at.socket()?;
+    let wait = std::time::Duration::from_millis(timeout_ms);
     runtime()?.block_on(async {
-        let (reply, _) = hilock::client::request(&socket, &hilock::client::Request::Status).await?;
+        let (reply, _) = tokio::time::timeout(
+            wait,
+            hilock::client::request(&socket, &hilock::client::Request::Status),
+        )
+        .await
+        .map_err(|_| format!("no answer from the node within {wait:?}"))??;
         if !reply.ok {
             return Err(reply.error.unwrap_or_else(|| "status refused".into()));
         }
@@ -525,7 +570,11 @@ fn main() -> ExitCode {
             Err(e) => Err(e),
         },
         Command::ExecGated { fd, command } => return exec_gated(fd, &command),
-        Command::Status { at, json } => status(&at, json),
+        Command::Status {
+            at,
+            json,
+            timeout_ms,
+        } => status(&at, json, timeout_ms),
         Command::Spec { json } => hilock::cli::spec(json).map(|s| (s, true)),
         Command::Scenario { files, json } => scenarios(&files, json),
         Command::Replay { file } => hilock::cli::replay(&file).map(|s| (s, true)),

@@ -515,3 +515,93 @@ fn nested_hilock_lock_and_two_readers_on_one_node() {
         "R and R overlap on one node"
     );
 }
+
+#[test]
+fn every_client_command_gives_up_within_its_timeout_and_logs_are_plain() {
+    // A "node" that accepts connections and never answers.
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("mute.sock");
+    let l = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for s in l.incoming() {
+            held.push(s);
+        }
+    });
+    for (args, limit) in [
+        (vec!["status", "--timeout-ms", "300"], 3000),
+        (vec!["lock", "/x", "W", "--timeout-ms", "300"], 4000),
+    ] {
+        let t = Instant::now();
+        let mut cmd = hilock();
+        cmd.args(&args).arg("--socket").arg(&sock);
+        if args[0] == "lock" {
+            cmd.args(["--", "true"]);
+        }
+        // Bounded even if the command would hang: killed after 10 s.
+        let mut child = Proc(cmd.stderr(Stdio::piped()).spawn().unwrap());
+        let st = loop {
+            if let Some(st) = child.0.try_wait().unwrap() {
+                break st;
+            }
+            assert!(t.elapsed() < Duration::from_secs(10), "{args:?} gives up");
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        let took = t.elapsed();
+        assert_eq!(st.code(), Some(2), "{args:?}");
+        let mut e = String::new();
+        std::io::Read::read_to_string(child.0.stderr.as_mut().unwrap(), &mut e).unwrap();
+        assert!(e.contains("no answer from the node"), "{e}");
+        assert_eq!(e.trim_end().lines().count(), 1, "{e}");
+        assert!(
+            took >= Duration::from_millis(300) && took < Duration::from_millis(limit),
+            "{args:?}: {took:?}"
+        );
+    }
+
+    // Logs to a file (not a terminal) carry no colour codes.
+    let c = start(1);
+    let log = c.dir.path().join("node.log");
+    let toml = c.config();
+    let cfg = std::fs::read_to_string(&toml)
+        .unwrap()
+        .replace("n{id}.sock", "m{id}.sock");
+    let toml2 = c.dir.path().join("other.toml");
+    // The same node id on other ports, so it can run beside the first one.
+    let cfg = cfg
+        .lines()
+        .map(|l| {
+            if l.starts_with("addr") {
+                format!("addr = \"127.0.0.1:{}\"", free_port())
+            } else {
+                l.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    std::fs::write(&toml2, cfg).unwrap();
+    let mut node = Proc(
+        hilock()
+            .args(["node", "--id", "0", "--config"])
+            .arg(&toml2)
+            .env("RUST_LOG", "hilock=info")
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    let t = Instant::now();
+    while !std::fs::read_to_string(&log)
+        .unwrap()
+        .contains("node started")
+    {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "the node logs its start"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    node.0.kill().unwrap();
+    let _ = node.0.wait();
+    let s = std::fs::read_to_string(&log).unwrap();
+    assert!(!s.contains('\u{1b}'), "no ANSI escape codes: {s:?}");
+}
