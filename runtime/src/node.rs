@@ -114,7 +114,7 @@ impl std::fmt::Display for Error {
                 } else {
                     write!(
                         f,
-                        " (no connection to node{} {}; the protocol cannot recover a crashed node)",
+                        " (no working connection to node{} {}; the protocol cannot recover a crashed node)",
                         if disconnected.len() > 1 { "s" } else { "" },
                         disconnected
                             .iter()
@@ -225,6 +225,9 @@ struct PeerLink {
     dropped: AtomicU64,
     /// The peer has welcomed this node's run at least once.
     welcomed: AtomicBool,
+    /// The connection to the peer is open but the peer has not answered for
+    /// [`SILENT_AFTER`].
+    silent: AtomicBool,
     inbound: std::sync::Mutex<Inbound>,
     refused: std::sync::Mutex<Option<String>>,
     tx: mpsc::UnboundedSender<Bytes>,
@@ -372,6 +375,7 @@ impl Node {
                 duplicates: AtomicU64::new(0),
                 dropped: AtomicU64::new(0),
                 welcomed: AtomicBool::new(false),
+                silent: AtomicBool::new(false),
                 inbound: std::sync::Mutex::new(Inbound::default()),
                 refused: std::sync::Mutex::new(None),
                 tx,
@@ -591,6 +595,7 @@ impl Handle {
                             state: match p.refused() {
                                 Some(r) => format!("refused: {r}"),
                                 None if connected => "connected".into(),
+                                None if p.silent.load(Relaxed) => "silent".into(),
                                 None => "reconnecting".into(),
                             },
                             frames_sent: p.sent.load(Relaxed),
@@ -715,12 +720,15 @@ pub struct PeerStatus {
     /// Address.
     pub addr: String,
     /// Whether this node's connection to it is up (handshake done and not seen closed;
-    /// this node notices a closed connection as soon as the operating system reports it).
+    /// this node notices a closed connection as soon as the operating system reports it)
+    /// and the peer answers (it acknowledges at least every 200 ms; after a second of
+    /// silence it counts as not connected).
     pub connected: bool,
     /// Whether a connection from it is up.
     pub incoming: bool,
-    /// `connected`, `reconnecting` (messages wait and are resent when it is back) or
-    /// `refused: …` (it restarted, or refused this node as a restarted one).
+    /// `connected`, `silent` (the connection is open but the peer has not answered for a
+    /// second: stopped or hung), `reconnecting` (messages wait and are resent when it is
+    /// back) or `refused: …` (it restarted, or refused this node as a restarted one).
     pub state: String,
     /// Messages sent to it (each once, however often resent).
     pub frames_sent: u64,
@@ -1221,6 +1229,13 @@ const ACK_DELAY: Duration = Duration::from_millis(5);
 /// Acknowledge at once when this many messages are unacknowledged.
 const ACK_EVERY: u64 = 64;
 
+/// The acceptor acknowledges at least this often, traffic or not (a heartbeat).
+pub const HEARTBEAT: Duration = Duration::from_millis(200);
+
+/// A peer whose connection stays open but that has not acknowledged anything for this
+/// long (stopped, hung, or its network gone silently) is shown as not connected.
+pub const SILENT_AFTER: Duration = Duration::from_secs(1);
+
 /// The sending side of the link to `peer`: connect (with backoff), authenticate, send
 /// numbered messages, keep them until acknowledged, resend after a reconnect.
 async fn dial(
@@ -1297,6 +1312,8 @@ async fn dial(
         }
         was_up = true;
         info!(peer, addr = %link.addr, resend = unacked.len(), "connected to peer");
+        let mut heard = Instant::now();
+        let mut check = tokio::time::interval(HEARTBEAT);
         let err = 'conn: {
             for (seq, b) in &unacked {
                 if let Err(e) = fr.send(Bytes::from(wire::envelope(*seq, b))).await {
@@ -1315,11 +1332,22 @@ async fn dial(
                             break 'conn e.to_string();
                         }
                     }
+                    _ = check.tick() => {
+                        if heard.elapsed() > SILENT_AFTER && !link.silent.swap(true, Relaxed) {
+                            link.connected.store(false, Relaxed);
+                            warn!(peer, addr = %link.addr, "peer does not answer (stopped or hung?)");
+                        }
+                    }
                     r = fr.next() => match r {
                         None => break 'conn "peer closed the connection".to_string(),
                         Some(Err(e)) => break 'conn e.to_string(),
                         Some(Ok(b)) => match wire::decode::<wire::Ack>(&b) {
                             Ok(a) if a.delivered < next_seq => {
+                                heard = Instant::now();
+                                if link.silent.swap(false, Relaxed) {
+                                    link.connected.store(true, Relaxed);
+                                    info!(peer, addr = %link.addr, "peer answers again");
+                                }
                                 while unacked.front().is_some_and(|(s, _)| *s <= a.delivered) {
                                     unacked.pop_front();
                                 }
@@ -1332,6 +1360,7 @@ async fn dial(
             }
         };
         link.connected.store(false, Relaxed);
+        link.silent.store(false, Relaxed);
         warn!(peer, addr = %link.addr, error = %err, unacked = unacked.len(), "lost the connection to peer; reconnecting");
     }
 }
@@ -1538,9 +1567,18 @@ async fn serve_peer(
     debug!(%addr, peer = from, delivered, "peer authenticated");
     let mut acked = delivered;
     let mut ack_at: Option<Instant> = None;
+    let mut beat = tokio::time::interval(HEARTBEAT);
     let reason = loop {
         let b = tokio::select! {
             b = fr.next() => b,
+            _ = beat.tick() => {
+                let d = link.inbound.lock().expect("inbound lock").delivered;
+                if fr.send(Bytes::from(wire::encode(&wire::Ack { delivered: d }))).await.is_err() {
+                    break None;
+                }
+                acked = d;
+                continue;
+            }
             _ = async { tokio::time::sleep_until(ack_at.expect("armed")).await }, if ack_at.is_some() => {
                 ack_at = None;
                 let d = link.inbound.lock().expect("inbound lock").delivered;

@@ -242,7 +242,7 @@ async fn a_killed_peer_makes_dependent_requests_fail_with_a_clear_error() {
         other => panic!("expected a timeout, got {other:?}"),
     }
     let text = e.to_string();
-    assert!(text.contains("no connection to node 2"), "{text}");
+    assert!(text.contains("no working connection to node 2"), "{text}");
     // Locks that do not depend on node 2 still work.
     let g = nodes[0].lock_with(&on1, Mode::W, opts).await.unwrap();
     drop(g);

@@ -605,3 +605,65 @@ fn every_client_command_gives_up_within_its_timeout_and_logs_are_plain() {
     let s = std::fs::read_to_string(&log).unwrap();
     assert!(!s.contains('\u{1b}'), "no ANSI escape codes: {s:?}");
 }
+
+fn peer_json(c: &Cluster, node: usize, peer: u64) -> serde_json::Value {
+    let out = run(hilock()
+        .args(["status", "--json", "--timeout-ms", "2000", "--socket"])
+        .arg(c.socket(node)));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    v["peers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["id"] == peer)
+        .unwrap()
+        .clone()
+}
+
+fn wait_peer_state(c: &Cluster, node: usize, peer: u64, state: &str) {
+    let t = Instant::now();
+    loop {
+        let p = peer_json(c, node, peer);
+        if p["state"] == state {
+            assert_eq!(p["connected"], state == "connected", "{p}");
+            return;
+        }
+        assert!(t.elapsed() < Duration::from_secs(5), "{state}: {p}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_stopped_peer_is_shown_silent_and_named_in_errors() {
+    let c = start(2);
+    wait_peer_state(&c, 0, 1, "connected");
+    let on1 = (0..)
+        .map(|i| format!("/s{i}"))
+        .find(|p| hilock::wire::initial_holder(p, 2) == hilock_kernel::NodeId(1))
+        .unwrap();
+    let pid = c.nodes[1].0.id().to_string();
+    let sig = |s: &str| {
+        assert!(Command::new("kill")
+            .args([s, &pid])
+            .status()
+            .unwrap()
+            .success())
+    };
+    sig("-STOP");
+    wait_peer_state(&c, 0, 1, "silent");
+    let out = run(hilock()
+        .args(["lock", &on1, "W", "--timeout-ms", "500", "--socket"])
+        .arg(c.socket(0))
+        .args(["--", "true"]));
+    sig("-CONT");
+    assert_eq!(out.status.code(), Some(2));
+    let e = text(&out.stderr);
+    assert!(e.contains("no working connection to node 1"), "{e}");
+    wait_peer_state(&c, 0, 1, "connected");
+    let out = run(hilock()
+        .args(["lock", &on1, "W", "--timeout-ms", "5000", "--socket"])
+        .arg(c.socket(0))
+        .args(["--", "true"]));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+}
