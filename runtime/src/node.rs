@@ -129,10 +129,7 @@ impl std::fmt::Display for Error {
             }
             Error::Kernel { path, error } => write!(f, "{path}: kernel refused: {error}"),
             Error::Stopped => write!(f, "the node has stopped"),
-            Error::Refused { reason } => write!(
-                f,
-                "this node serves no lock: {reason} (restart the whole cluster)"
-            ),
+            Error::Refused { reason } => write!(f, "this node serves no lock: {reason}"),
             Error::PeerRestarted { path, peer } => write!(
                 f,
                 "{path}: node {peer} restarted with fresh state and is refused; the protocol \

@@ -369,6 +369,7 @@ async fn a_node_restarted_with_fresh_state_is_refused_without_a_double_grant_or_
             panic!("double grant: {:?}", oracle.violations());
         }
         Err(e @ Error::Refused { .. }) => {
+            eprintln!("restarted node refused after {:?}: {e}", t.elapsed());
             assert!(t.elapsed() < Duration::from_secs(3), "refused at once: {e}");
             assert!(e.to_string().contains("restart the whole cluster"), "{e}");
         }
