@@ -27,6 +27,9 @@ use tracing::{debug, warn};
 
 use crate::node::{Handle, Options, Status};
 
+/// How long a new client connection may stay silent before its request.
+pub const FIRST_LINE_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// Longest request line accepted.
 const MAX_LINE: usize = 16 * 1024;
 
@@ -138,13 +141,27 @@ const STOP_NOTICE: Duration = Duration::from_millis(300);
 
 /// Serve clients until the node stops. When it stops, every client that holds a lock is
 /// told so (`"lost":true`) before its connection closes.
-pub async fn serve(node: Handle, listener: UnixListener, path: PathBuf) {
+pub async fn serve(node: Handle, listener: UnixListener, path: PathBuf, max_clients: usize) {
     let mut conns = tokio::task::JoinSet::new();
     let _cleanup = RemoveOnDrop(path);
     let mut stop = node.stopping();
+    let mut refused = 0u64;
     loop {
         tokio::select! {
             r = listener.accept() => match r {
+                Ok((s, _)) if conns.len() >= max_clients => {
+                    // Best effort, without waiting: the socket buffer takes one line.
+                    let mut line = serde_json::to_vec(&Reply::error(format!(
+                        "too many clients: this node serves {max_clients} connections at once (max_clients)"
+                    )))
+                    .unwrap_or_default();
+                    line.push(b'\n');
+                    let _ = s.try_write(&line);
+                    refused += 1;
+                    if refused.is_power_of_two() {
+                        warn!(max_clients, refused, "refusing client connections: too many");
+                    }
+                }
                 Ok((s, _)) => { conns.spawn(client(node.clone(), s)); }
                 Err(e) => {
                     warn!(error = %e, "client accept failed");
@@ -186,7 +203,20 @@ async fn client(node: Handle, s: UnixStream) {
     let (r, mut w) = s.into_split();
     let mut r = BufReader::new(r);
     let mut line = String::new();
-    match (&mut r).take(MAX_LINE as u64).read_line(&mut line).await {
+    let first = tokio::time::timeout(
+        FIRST_LINE_TIMEOUT,
+        (&mut r).take(MAX_LINE as u64).read_line(&mut line),
+    )
+    .await;
+    let Ok(first) = first else {
+        let _ = write_reply(
+            &mut w,
+            &Reply::error(format!("no request within {FIRST_LINE_TIMEOUT:?}")),
+        )
+        .await;
+        return;
+    };
+    match first {
         Ok(0) => return,
         Ok(_) if !line.ends_with('\n') => {
             let _ = write_reply(
@@ -245,9 +275,11 @@ async fn client(node: Handle, s: UnixStream) {
             };
             // If the client goes away while waiting, give up (the grant is then released).
             let mut probe = [0u8; 1];
+            let mut stop = node.stopping();
             let guard = tokio::select! {
                 g = node.lock_with(&path, m, opts) => g,
                 _ = r.read(&mut probe) => return,
+                _ = stopped(&mut stop) => Err(crate::node::Error::Stopped),
             };
             let guard = match guard {
                 Ok(g) => g,
@@ -369,15 +401,21 @@ pub async fn request(socket: &Path, req: &Request) -> Result<(Reply, UnixStream)
     })?;
     let mut line = serde_json::to_vec(req).map_err(|e| e.to_string())?;
     line.push(b'\n');
-    s.write_all(&line).await.map_err(|e| e.to_string())?;
+    // A node that refuses the connection (too many clients) has answered and closed
+    // already: the write may fail, the answer is still there to read.
+    let written = s.write_all(&line).await.map_err(|e| e.to_string());
     // The node sends nothing after its reply line, so the buffer can be dropped after it.
     let mut r = BufReader::new(s);
     let mut reply = Vec::new();
-    (&mut r)
+    let read = (&mut r)
         .take(MAX_REPLY)
         .read_until(b'\n', &mut reply)
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| e.to_string());
+    if reply.is_empty() {
+        written?;
+        read?;
+    }
     match reply.pop() {
         Some(b'\n') => {}
         None => return Err("the node closed the connection without a reply".into()),

@@ -433,7 +433,7 @@ fn lock(
                         }
                         _ => (
                             EXIT_NODE_GONE,
-                            "the connection to the node closed (node stopped or crashed)".to_string(),
+                            format!("lock on {path} lost: the connection to the node closed (node stopped or crashed)"),
                         ),
                     };
                 }
@@ -443,10 +443,7 @@ fn lock(
             }
         };
         kill_group(pgid, &mut child, grace).await;
-        eprintln!(
-            "hilock: lock on {path} lost: {}; the command's process group was killed",
-            lost.1
-        );
+        eprintln!("hilock: {}; the command's process group was killed", lost.1);
         Ok(ExitCode::from(lost.0))
     })
 }

@@ -407,7 +407,12 @@ impl Node {
         if let Some(path) = &config.client {
             let l = crate::client::bind(path)?;
             let h = node.handle();
-            node.client = Some(tokio::spawn(crate::client::serve(h, l, path.clone())));
+            node.client = Some(tokio::spawn(crate::client::serve(
+                h,
+                l,
+                path.clone(),
+                config.max_clients,
+            )));
         }
         info!(
             id = config.id,

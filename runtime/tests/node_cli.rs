@@ -43,10 +43,16 @@ impl Cluster {
 }
 
 fn start(n: usize) -> Cluster {
+    start_with(n, "")
+}
+
+/// `n` nodes with `extra` lines in their configuration file.
+fn start_with(n: usize, extra: &str) -> Cluster {
     let dir = tempfile::tempdir().unwrap();
     let mut toml = String::from(
         "cluster = \"cli\"\nsecret = \"cli test secret\"\nrequest_timeout_ms = 10000\n",
     );
+    toml.push_str(extra);
     // One file for the whole cluster; `{id}` in the socket path becomes each node's id.
     toml.push_str(&format!(
         "client = \"{}\"\n",
@@ -398,8 +404,9 @@ fn the_command_dies_with_the_lock_and_exit_codes_say_why() {
     assert!(e.contains("connection to the node closed"), "{e}");
     assert_eq!(e.trim_end().lines().count(), 1, "{e}");
 
-    // The node stops (SIGTERM): it reports the loss, the wrapper exits 76.
-    let c = start(1);
+    // The node stops (SIGTERM): it reports the loss, the wrapper exits 76; the node
+    // itself is gone within a second.
+    let mut c = start(1);
     let f = c.dir.path().join("pids");
     let mut wrapper = Proc(
         hilock()
@@ -417,6 +424,8 @@ fn the_command_dies_with_the_lock_and_exit_codes_say_why() {
         .status()
         .unwrap()
         .success());
+    let node_st = wait_exit(&mut c.nodes[0].0, Duration::from_secs(1));
+    assert!(node_st.success(), "{node_st:?}");
     let st = wait_exit(&mut wrapper.0, Duration::from_secs(10));
     assert_eq!(st.code(), Some(76));
     assert!(held.iter().all(|&p| !running(p)), "{held:?}");
@@ -665,5 +674,48 @@ fn a_stopped_peer_is_shown_silent_and_named_in_errors() {
         .args(["lock", &on1, "W", "--timeout-ms", "5000", "--socket"])
         .arg(c.socket(0))
         .args(["--", "true"]));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+}
+
+#[test]
+fn client_connections_are_capped_and_silent_ones_closed() {
+    use std::io::{BufRead, BufReader};
+    let c = start_with(1, "max_clients = 4\n");
+    let connect = || std::os::unix::net::UnixStream::connect(c.socket(0)).unwrap();
+    let silent: Vec<_> = (0..4).map(|_| connect()).collect();
+    std::thread::sleep(Duration::from_millis(200));
+    // The fifth is refused with one line.
+    let mut line = String::new();
+    let s = connect();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    BufReader::new(s).read_line(&mut line).unwrap();
+    assert!(line.contains("too many clients"), "{line}");
+    let out = run(hilock()
+        .args(["status", "--timeout-ms", "1000", "--socket"])
+        .arg(c.socket(0)));
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("too many clients"),
+        "{}",
+        text(&out.stderr)
+    );
+    // The silent ones are told and closed after the first-line timeout; then the node
+    // serves again.
+    let t = Instant::now();
+    for s in silent {
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut line = String::new();
+        BufReader::new(s).read_line(&mut line).unwrap();
+        assert!(line.contains("no request within"), "{line}");
+    }
+    let took = t.elapsed();
+    assert!(
+        took >= hilock::client::FIRST_LINE_TIMEOUT - Duration::from_millis(500)
+            && took < hilock::client::FIRST_LINE_TIMEOUT + Duration::from_secs(3),
+        "{took:?}"
+    );
+    let out = run(hilock()
+        .args(["status", "--timeout-ms", "2000", "--socket"])
+        .arg(c.socket(0)));
     assert!(out.status.success(), "{}", text(&out.stderr));
 }
