@@ -37,6 +37,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let quick = Options {
         priority: 0,
         timeout: Some(Duration::from_millis(100)),
+        nested: false,
     };
     match c.lock_with("/airline", Mode::W, quick).await {
         Err(e) => println!("node 2: {e}"),

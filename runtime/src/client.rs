@@ -4,8 +4,16 @@
 //! Protocol: one JSON object per line.
 //! - `{"op":"lock","path":"/db","mode":"W","priority":0,"timeout_ms":5000}` → the node
 //!   answers `{"ok":true,"locks":["/db:W"]}` once granted (or `{"ok":false,"error":"…"}`).
-//!   The lock is held until the client closes the connection (or sends any line), like
-//!   `flock`: a client that dies releases its lock.
+//!   The lock is held until the client sends `{"op":"release"}` (or any other line) or
+//!   closes the connection, like `flock`: a client that dies releases its lock.
+//! - While it holds the lock, a client may send `{"op":"child","pgid":G}` once: G is a
+//!   process group whose leader is a child of the client (checked with the socket's peer
+//!   credentials and `/proc`); the node answers `{"ok":true}`. If the connection then
+//!   closes without a `release` line (the client died), the node kills group G with
+//!   SIGKILL and releases the lock only once no process of G is left
+//!   ([`crate::proc::group_alive`]). `hilock lock` registers its command this way.
+//! - When the node stops while a client holds a lock, it sends
+//!   `{"ok":false,"lost":true,"error":"…"}` and closes the connection.
 //! - `{"op":"status"}` → `{"ok":true,"status":{…}}` ([`crate::node::Status`]).
 
 use std::path::{Path, PathBuf};
@@ -18,6 +26,9 @@ use tokio::net::{UnixListener, UnixStream};
 use tracing::{debug, warn};
 
 use crate::node::{Handle, Options, Status};
+
+/// How long a new client connection may stay silent before its request.
+pub const FIRST_LINE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Longest request line accepted.
 const MAX_LINE: usize = 16 * 1024;
@@ -41,9 +52,19 @@ pub enum Request {
         /// Timeout in milliseconds (default: the node's `request_timeout_ms`).
         #[serde(default)]
         timeout_ms: Option<u64>,
+        /// The client runs under another lock of this node ([`crate::Options::nested`]).
+        #[serde(default)]
+        nested: bool,
     },
     /// The node's status.
     Status,
+    /// After a grant: the process group of the command that runs under the lock.
+    Child {
+        /// The group id (the pid of its leader, a child of the client).
+        pgid: i32,
+    },
+    /// After a grant: release the lock.
+    Release,
 }
 
 /// A reply.
@@ -60,6 +81,9 @@ pub struct Reply {
     /// The status.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<serde_json::Value>,
+    /// The lock this connection held is lost (the node is stopping).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub lost: bool,
 }
 
 impl Reply {
@@ -69,6 +93,17 @@ impl Reply {
             error: Some(e.to_string()),
             locks: None,
             status: None,
+            lost: false,
+        }
+    }
+
+    fn ok() -> Reply {
+        Reply {
+            ok: true,
+            error: None,
+            locks: None,
+            status: None,
+            lost: false,
         }
     }
 }
@@ -101,13 +136,32 @@ pub fn bind(path: &Path) -> std::io::Result<UnixListener> {
     })
 }
 
-/// Serve clients until the node stops.
-pub async fn serve(node: Handle, listener: UnixListener, path: PathBuf) {
+/// How long a stopping node gives its clients to hear that their locks are lost.
+const STOP_NOTICE: Duration = Duration::from_millis(300);
+
+/// Serve clients until the node stops. When it stops, every client that holds a lock is
+/// told so (`"lost":true`) before its connection closes.
+pub async fn serve(node: Handle, listener: UnixListener, path: PathBuf, max_clients: usize) {
     let mut conns = tokio::task::JoinSet::new();
     let _cleanup = RemoveOnDrop(path);
+    let mut stop = node.stopping();
+    let mut refused = 0u64;
     loop {
         tokio::select! {
             r = listener.accept() => match r {
+                Ok((s, _)) if conns.len() >= max_clients => {
+                    // Best effort, without waiting: the socket buffer takes one line.
+                    let mut line = serde_json::to_vec(&Reply::error(format!(
+                        "too many clients: this node serves {max_clients} connections at once (max_clients)"
+                    )))
+                    .unwrap_or_default();
+                    line.push(b'\n');
+                    let _ = s.try_write(&line);
+                    refused += 1;
+                    if refused.is_power_of_two() {
+                        warn!(max_clients, refused, "refusing client connections: too many");
+                    }
+                }
                 Ok((s, _)) => { conns.spawn(client(node.clone(), s)); }
                 Err(e) => {
                     warn!(error = %e, "client accept failed");
@@ -115,8 +169,19 @@ pub async fn serve(node: Handle, listener: UnixListener, path: PathBuf) {
                 }
             },
             Some(_) = conns.join_next(), if !conns.is_empty() => {}
+            _ = stopped(&mut stop) => break,
         }
     }
+    drop(listener);
+    let _ = tokio::time::timeout(STOP_NOTICE, async {
+        while conns.join_next().await.is_some() {}
+    })
+    .await;
+}
+
+/// Resolves when the node stops.
+async fn stopped(stop: &mut tokio::sync::watch::Receiver<bool>) {
+    let _ = stop.wait_for(|s| *s).await;
 }
 
 struct RemoveOnDrop(PathBuf);
@@ -134,10 +199,24 @@ async fn write_reply(w: &mut (impl AsyncWriteExt + Unpin), r: &Reply) -> std::io
 }
 
 async fn client(node: Handle, s: UnixStream) {
+    let peer_pid = s.peer_cred().ok().and_then(|c| c.pid());
     let (r, mut w) = s.into_split();
     let mut r = BufReader::new(r);
     let mut line = String::new();
-    match (&mut r).take(MAX_LINE as u64).read_line(&mut line).await {
+    let first = tokio::time::timeout(
+        FIRST_LINE_TIMEOUT,
+        (&mut r).take(MAX_LINE as u64).read_line(&mut line),
+    )
+    .await;
+    let Ok(first) = first else {
+        let _ = write_reply(
+            &mut w,
+            &Reply::error(format!("no request within {FIRST_LINE_TIMEOUT:?}")),
+        )
+        .await;
+        return;
+    };
+    match first {
         Ok(0) => return,
         Ok(_) if !line.ends_with('\n') => {
             let _ = write_reply(
@@ -164,20 +243,22 @@ async fn client(node: Handle, s: UnixStream) {
         Request::Status => {
             let reply = match node.status().await {
                 Ok(s) => Reply {
-                    ok: true,
-                    error: None,
-                    locks: None,
                     status: serde_json::to_value(s).ok(),
+                    ..Reply::ok()
                 },
                 Err(e) => Reply::error(e),
             };
             let _ = write_reply(&mut w, &reply).await;
+        }
+        Request::Child { .. } | Request::Release => {
+            let _ = write_reply(&mut w, &Reply::error("no lock held on this connection")).await;
         }
         Request::Lock {
             path,
             mode,
             priority,
             timeout_ms,
+            nested,
         } => {
             let Some(m) = Mode::parse(&mode).filter(|m| *m != Mode::Phi) else {
                 let _ = write_reply(
@@ -190,12 +271,15 @@ async fn client(node: Handle, s: UnixStream) {
             let opts = Options {
                 priority,
                 timeout: timeout_ms.map(Duration::from_millis),
+                nested,
             };
             // If the client goes away while waiting, give up (the grant is then released).
             let mut probe = [0u8; 1];
+            let mut stop = node.stopping();
             let guard = tokio::select! {
                 g = node.lock_with(&path, m, opts) => g,
                 _ = r.read(&mut probe) => return,
+                _ = stopped(&mut stop) => Err(crate::node::Error::Stopped),
             };
             let guard = match guard {
                 Ok(g) => g,
@@ -206,18 +290,103 @@ async fn client(node: Handle, s: UnixStream) {
             };
             let locks = guard.locks().map(|(p, m)| format!("{p}:{m}")).collect();
             let reply = Reply {
-                ok: true,
-                error: None,
                 locks: Some(locks),
-                status: None,
+                ..Reply::ok()
             };
             if write_reply(&mut w, &reply).await.is_err() {
                 return;
             }
-            // Hold until the client closes the connection or sends anything.
-            let _ = r.read(&mut probe).await;
+            hold(&node, &mut r, &mut w, peer_pid, &path).await;
             drop(guard);
         }
+    }
+}
+
+/// Hold a granted lock until the client releases it, dies or the node stops. Returns when
+/// the lock may be released: if the client registered its command's process group and
+/// then died, only once that group has been killed and no process of it is left.
+async fn hold(
+    node: &Handle,
+    r: &mut BufReader<tokio::net::unix::OwnedReadHalf>,
+    w: &mut tokio::net::unix::OwnedWriteHalf,
+    peer_pid: Option<i32>,
+    path: &str,
+) {
+    let mut stop = node.stopping();
+    let mut group: Option<i32> = None;
+    let mut line = String::new();
+    loop {
+        line.clear();
+        let mut limited = (&mut *r).take(MAX_LINE as u64);
+        tokio::select! {
+            n = limited.read_line(&mut line) => {
+                if matches!(n, Ok(0) | Err(_)) || !line.ends_with('\n') {
+                    // The client is gone without releasing.
+                    if let Some(g) = group {
+                        kill_group(node, g, path).await;
+                    }
+                    return;
+                }
+                match serde_json::from_str::<Request>(line.trim_end()) {
+                    Ok(Request::Child { pgid }) if group.is_none() => {
+                        let ok = peer_pid
+                            .is_some_and(|p| crate::proc::is_group_leader_child_of(pgid, p));
+                        if !ok {
+                            let _ = write_reply(
+                                w,
+                                &Reply::error(format!(
+                                    "process group {pgid} is not led by a child of this client \
+                                     (the node and its clients must share a pid namespace)"
+                                )),
+                            )
+                            .await;
+                            return;
+                        }
+                        group = Some(pgid);
+                        debug!(%path, pgid, "client registered its command's process group");
+                        if write_reply(w, &Reply::ok()).await.is_err() {
+                            kill_group(node, pgid, path).await;
+                            return;
+                        }
+                    }
+                    // A release, or anything else: release.
+                    _ => return,
+                }
+            }
+            _ = stopped(&mut stop) => {
+                let _ = write_reply(
+                    w,
+                    &Reply {
+                        lost: true,
+                        ..Reply::error(format!("lock on {path} lost: the node is stopping"))
+                    },
+                )
+                .await;
+                return;
+            }
+        }
+    }
+}
+
+/// The client holding a lock died after registering process group `pgid`: kill the group
+/// and wait until no process of it is left (however long that takes; a warning every 10 s).
+async fn kill_group(node: &Handle, pgid: i32, path: &str) {
+    let mut stop = node.stopping();
+    let started = std::time::Instant::now();
+    loop {
+        match crate::proc::signal_group(pgid, libc::SIGKILL) {
+            Ok(_) => {}
+            Err(e) => warn!(%path, pgid, error = %e, "cannot kill the dead client's process group"),
+        }
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        tokio::select! {
+            gone = crate::proc::wait_group_gone(pgid, deadline) => if gone {
+                debug!(%path, pgid, after = ?started.elapsed(), "dead client's process group is gone; releasing");
+                return;
+            },
+            _ = stopped(&mut stop) => return,
+        }
+        warn!(%path, pgid, after = ?started.elapsed(), "the dead client's process group is still alive; the lock stays held");
     }
 }
 
@@ -232,15 +401,21 @@ pub async fn request(socket: &Path, req: &Request) -> Result<(Reply, UnixStream)
     })?;
     let mut line = serde_json::to_vec(req).map_err(|e| e.to_string())?;
     line.push(b'\n');
-    s.write_all(&line).await.map_err(|e| e.to_string())?;
+    // A node that refuses the connection (too many clients) has answered and closed
+    // already: the write may fail, the answer is still there to read.
+    let written = s.write_all(&line).await.map_err(|e| e.to_string());
     // The node sends nothing after its reply line, so the buffer can be dropped after it.
     let mut r = BufReader::new(s);
     let mut reply = Vec::new();
-    (&mut r)
+    let read = (&mut r)
         .take(MAX_REPLY)
         .read_until(b'\n', &mut reply)
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| e.to_string());
+    if reply.is_empty() {
+        written?;
+        read?;
+    }
     match reply.pop() {
         Some(b'\n') => {}
         None => return Err("the node closed the connection without a reply".into()),
@@ -271,16 +446,18 @@ pub fn render_status(s: &Status) -> String {
     o.push_str("peers:\n");
     for p in &s.peers {
         o.push_str(&format!(
-            "  node {:<3} {:<22} {:<12} sent {:<8} received {}\n",
+            "  node {:<3} {:<22} {:<12} sent {:<8} received {:<8} resent {:<6} duplicates {}\n",
             p.id,
             p.addr,
-            if p.connected {
-                "connected"
+            if p.state == "connected" {
+                "connected".to_string()
             } else {
-                "DISCONNECTED"
+                p.state.to_uppercase()
             },
             p.frames_sent,
-            p.frames_received
+            p.frames_received,
+            p.resent,
+            p.duplicates
         ));
     }
     o.push_str(&format!("locks ({}):\n", s.locks.len()));

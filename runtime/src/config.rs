@@ -10,6 +10,7 @@
 //! client = "/tmp/hilock-{id}.sock"  # local client socket (`hilock lock`, `hilock status`);
 //!                                   # `{id}` becomes the node id
 //! request_timeout_ms = 30000        # default timeout of a lock request
+//! max_clients = 1024                # client connections served at once
 //!
 //! [[nodes]]
 //! id = 0
@@ -29,6 +30,9 @@ use std::time::Duration;
 
 /// The largest cluster a node can be part of (the kernel's node capacity `N`).
 pub const MAX_NODES: usize = 64;
+
+/// Default of `max_clients`: client connections a node serves at once.
+pub const DEFAULT_MAX_CLIENTS: usize = 1024;
 
 /// Shortest accepted cluster secret, in bytes.
 pub const MIN_SECRET_LEN: usize = 8;
@@ -53,6 +57,7 @@ struct File {
     id: Option<u16>,
     listen: Option<SocketAddr>,
     client: Option<PathBuf>,
+    max_clients: Option<usize>,
     request_timeout_ms: Option<u64>,
     nodes: Vec<NodeAddr>,
 }
@@ -72,6 +77,8 @@ pub struct Config {
     pub nodes: Vec<NodeAddr>,
     /// The local client socket (Unix domain socket), if any.
     pub client: Option<PathBuf>,
+    /// Client connections served at once; more are refused with a one-line error.
+    pub max_clients: usize,
     /// Default timeout of a lock request.
     pub request_timeout: Duration,
 }
@@ -85,6 +92,7 @@ impl std::fmt::Debug for Config {
             .field("listen", &self.listen)
             .field("nodes", &self.nodes)
             .field("client", &self.client)
+            .field("max_clients", &self.max_clients)
             .field("request_timeout", &self.request_timeout)
             .finish()
     }
@@ -112,6 +120,7 @@ impl Config {
             listen,
             nodes,
             client: None,
+            max_clients: DEFAULT_MAX_CLIENTS,
             request_timeout: Duration::from_secs(30),
         };
         c.validate()?;
@@ -159,6 +168,12 @@ impl Config {
         c.client = f
             .client
             .map(|p| PathBuf::from(p.to_string_lossy().replace("{id}", &id.to_string())));
+        if let Some(m) = f.max_clients {
+            if m == 0 {
+                return Err("max_clients must be positive".into());
+            }
+            c.max_clients = m;
+        }
         if let Some(ms) = f.request_timeout_ms {
             if ms == 0 {
                 return Err("request_timeout_ms must be positive".into());

@@ -66,6 +66,7 @@ pub struct Oracle {
     held: Mutex<HashMap<String, Vec<Holding>>>,
     violations: Mutex<Vec<String>>,
     checks: AtomicU64,
+    same_node: AtomicU64,
 }
 
 impl Oracle {
@@ -76,11 +77,19 @@ impl Oracle {
         }
     }
 
+    /// Register one lock: `op` holds `path` in `mode` on `node`.
+    pub fn register_path(&self, op: u64, node: u16, path: &str, mode: Mode) {
+        self.register(op, node, path, mode);
+    }
+
     fn register(&self, op: u64, node: u16, path: &str, mode: Mode) {
         let mut held = self.held.lock().expect("oracle lock");
         let v = held.entry(path.to_string()).or_default();
         for &(_, n, m) in v.iter().filter(|x| x.0 != op) {
             self.checks.fetch_add(1, Relaxed);
+            if n == node {
+                self.same_node.fetch_add(1, Relaxed);
+            }
             if !compatible(m, mode) {
                 self.violations.lock().expect("oracle lock").push(format!(
                     "{path}: node {node} granted {mode} while node {n} holds {m} (Table 2.1)"
@@ -107,6 +116,11 @@ impl Oracle {
     /// Pairs checked so far.
     pub fn checks(&self) -> u64 {
         self.checks.load(Relaxed)
+    }
+
+    /// Pairs checked so far whose two holds are on the same node (local sharing).
+    pub fn same_node_checks(&self) -> u64 {
+        self.same_node.load(Relaxed)
     }
 
     /// Violations found so far.
@@ -338,6 +352,7 @@ async fn client(
                 crate::node::Options {
                     priority: 0,
                     timeout: Some(opts.timeout),
+                    nested: false,
                 },
             )
             .await;

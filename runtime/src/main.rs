@@ -55,7 +55,10 @@ enum Command {
         id: Option<u16>,
     },
     /// Hold a lock while a command runs (like flock): `hilock lock /db/flights W -- cmd args`.
-    /// Exits with the command's status; 2 (and one line on stderr) if the lock is not granted.
+    /// The command runs in its own process group and dies with the lock. Exits with the
+    /// command's status (128+N if signal N killed it); 2 (and one line on stderr) if the
+    /// lock is not granted; 75 if the connection to the node closed while the command ran
+    /// and 76 if the node reported the lock lost (the command's group was killed first).
     Lock {
         /// The lock path, e.g. /db/flights/UA93.
         path: String,
@@ -66,12 +69,28 @@ enum Command {
         command: Vec<String>,
         #[command(flatten)]
         at: ClientAt,
-        /// Give up after this many milliseconds (default: the node's request_timeout_ms).
+        /// Give up after this many milliseconds (default: `request_timeout_ms` of the file
+        /// given with --config, else 30000). The command itself gives up one second later
+        /// if the node has not answered by then.
         #[arg(long)]
         timeout_ms: Option<u64>,
         /// Request priority (0..=255, higher first).
         #[arg(long, default_value_t = 0)]
         priority: u8,
+        /// When the lock is lost or the command exits leaving processes in its group: how
+        /// long after SIGTERM before SIGKILL, in milliseconds.
+        #[arg(long, default_value_t = DEFAULT_KILL_GRACE_MS)]
+        kill_grace_ms: u64,
+    },
+    /// Internal: the first program `hilock lock` starts in the command's process group; it
+    /// waits until the node knows the group, then executes the command.
+    #[command(name = "exec-gated", hide = true)]
+    ExecGated {
+        /// The file descriptor to wait on.
+        fd: i32,
+        /// The command and its arguments.
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
     },
     /// Print a running node's locks, token, queues and peers.
     Status {
@@ -80,6 +99,10 @@ enum Command {
         /// Print JSON.
         #[arg(long)]
         json: bool,
+        /// Give up (exit 2, one line) if the node has not answered within this many
+        /// milliseconds.
+        #[arg(long, default_value_t = DEFAULT_STATUS_TIMEOUT_MS)]
+        timeout_ms: u64,
     },
     /// Print the specification: modes, Tables 2.1–2.4 (literal and derived) and the rules.
     Spec {
@@ -148,6 +171,19 @@ struct ClientAt {
 }
 
 impl ClientAt {
+    /// The lock timeout a request should carry when none is given: the node's own
+    /// default from its file, if the socket comes from one.
+    fn default_timeout_ms(&self) -> Result<u64, String> {
+        match &self.config {
+            Some(c) => Ok(hilock::Config::from_file(c, self.id)?
+                .request_timeout
+                .as_millis()
+                .try_into()
+                .unwrap_or(u64::MAX)),
+            None => Ok(DEFAULT_LOCK_TIMEOUT_MS),
+        }
+    }
+
     fn socket(&self) -> Result<PathBuf, String> {
         if let Some(s) = &self.socket {
             return Ok(s.clone());
@@ -168,12 +204,25 @@ fn runtime() -> Result<tokio::runtime::Runtime, String> {
         .map_err(|e| format!("cannot start tokio: {e}"))
 }
 
+/// Default of `hilock status --timeout-ms`.
+const DEFAULT_STATUS_TIMEOUT_MS: u64 = 5000;
+
+/// Default of `hilock lock --timeout-ms` with `--socket` (the configuration file's default
+/// `request_timeout_ms` too).
+const DEFAULT_LOCK_TIMEOUT_MS: u64 = 30_000;
+
+/// How much longer than the lock timeout the command waits for the node's answer.
+const ANSWER_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
+
 fn init_logs(default: &str) {
+    use std::io::IsTerminal;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        // Colours only for a terminal: plain text in files and journals.
+        .with_ansi(std::io::stderr().is_terminal())
         .try_init();
 }
 
@@ -233,6 +282,40 @@ fn node(config: &std::path::Path, id: Option<u16>) -> Result<(String, bool), Str
     })
 }
 
+/// Default of `hilock lock --kill-grace-ms`.
+const DEFAULT_KILL_GRACE_MS: u64 = 2000;
+
+/// `hilock lock`: the connection to the node closed while the command ran (the node
+/// stopped or crashed); the command's group was killed.
+const EXIT_NODE_GONE: u8 = 75;
+
+/// `hilock lock`: the node reported the lock lost (e.g. it is stopping); the command's
+/// group was killed.
+const EXIT_LOCK_LOST: u8 = 76;
+
+/// Kill every process of group `pgid`: SIGTERM, then SIGKILL after `grace`; reap `child`
+/// (the group's leader) on the way. Returns once no process of the group is left (or
+/// after a further 10 s of SIGKILL, which only an unkillable process survives).
+async fn kill_group(pgid: i32, child: &mut tokio::process::Child, grace: std::time::Duration) {
+    use hilock::proc::{signal_group, wait_group_gone};
+    use std::time::Instant;
+    let _ = signal_group(pgid, libc::SIGTERM);
+    let reap = async {
+        let _ = child.wait().await;
+    };
+    let _ = tokio::time::timeout(grace, async {
+        reap.await;
+        wait_group_gone(pgid, Instant::now() + grace).await
+    })
+    .await;
+    if hilock::proc::group_alive(pgid) {
+        let _ = signal_group(pgid, libc::SIGKILL);
+    }
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(10), child.wait()).await;
+    wait_group_gone(pgid, Instant::now() + std::time::Duration::from_secs(10)).await;
+}
+
+#[allow(clippy::too_many_arguments)]
 fn lock(
     path: String,
     mode: String,
@@ -240,37 +323,179 @@ fn lock(
     at: &ClientAt,
     timeout_ms: Option<u64>,
     priority: u8,
+    kill_grace_ms: u64,
 ) -> Result<ExitCode, String> {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    use tokio::signal::unix::{signal, SignalKind};
     let socket = at.socket()?;
-    runtime()?.block_on(async {
+    let timeout_ms = match timeout_ms {
+        Some(t) => t,
+        None => at.default_timeout_ms()?,
+    };
+    let grace = std::time::Duration::from_millis(kill_grace_ms);
+    // A current-thread runtime: the child is spawned from this (the main) thread, whose
+    // end is what the parent-death signal of the child waits for.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start tokio: {e}"))?;
+    rt.block_on(async {
         let req = hilock::client::Request::Lock {
             path: path.clone(),
             mode,
             priority,
-            timeout_ms,
+            timeout_ms: Some(timeout_ms),
+            // Run by a command under another `hilock lock` (which sets HILOCK_LOCK).
+            nested: std::env::var_os("HILOCK_LOCK").is_some(),
         };
-        let (reply, stream) = hilock::client::request(&socket, &req).await?;
+        let wait = std::time::Duration::from_millis(timeout_ms).saturating_add(ANSWER_GRACE);
+        let (reply, stream) = tokio::time::timeout(wait, hilock::client::request(&socket, &req))
+            .await
+            .map_err(|_| format!("no answer from the node within {wait:?}"))??;
         if !reply.ok {
             return Err(reply.error.unwrap_or_else(|| "lock refused".into()));
         }
-        let status = tokio::process::Command::new(&command[0])
-            .args(&command[1..])
-            .status()
-            .await
-            .map_err(|e| format!("cannot run {}: {e}", command[0]))?;
-        // Closing the stream releases the lock.
-        drop(stream);
-        Ok(match status.code() {
-            Some(c) => ExitCode::from(u8::try_from(c).unwrap_or(1)),
-            None => ExitCode::from(1),
-        })
+        // From now on the signals that would stop the wrapper go to the command's group;
+        // the wrapper stays to release the lock when the command is gone.
+        let (sig_tx, mut sig_rx) = tokio::sync::mpsc::unbounded_channel();
+        for s in hilock::proc::FORWARDED {
+            let mut sig = signal(SignalKind::from_raw(s))
+                .map_err(|e| format!("cannot catch signal {s}: {e}"))?;
+            let tx = sig_tx.clone();
+            tokio::spawn(async move {
+                while sig.recv().await.is_some() && tx.send(s).is_ok() {}
+            });
+        }
+        let (r, mut w) = stream.into_split();
+        let mut r = BufReader::new(r);
+        // The command starts as `hilock exec-gated FD -- CMD…` in its own process group;
+        // it executes CMD only after the node has registered the group, so no part of CMD
+        // can run under a lock the node would release without killing it.
+        let (gate_r, mut gate_w) =
+            hilock::proc::pipe().map_err(|e| format!("cannot create a pipe: {e}"))?;
+        let gate_fd = std::os::fd::AsRawFd::as_raw_fd(&gate_r);
+        let exe = std::env::current_exe().map_err(|e| format!("cannot find hilock itself: {e}"))?;
+        let mut cmd = tokio::process::Command::new(exe);
+        cmd.arg("exec-gated")
+            .arg(gate_fd.to_string())
+            .arg("--")
+            .args(command)
+            .env("HILOCK_LOCK", &path);
+        hilock::proc::own_group_with_parent_death(&mut cmd, gate_fd);
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| format!("cannot start {}: {e}", command[0]))?;
+        drop(gate_r);
+        let pgid = child
+            .id()
+            .ok_or("the command exited before it started")? as i32;
+        // Register the group with the node and wait for its answer.
+        let mut line = serde_json::to_vec(&hilock::client::Request::Child { pgid })
+            .map_err(|e| e.to_string())?;
+        line.push(b'\n');
+        let mut answer = String::new();
+        let registered = async {
+            w.write_all(&line).await.map_err(|e| e.to_string())?;
+            r.read_line(&mut answer).await.map_err(|e| e.to_string())?;
+            let a: hilock::client::Reply = serde_json::from_str(answer.trim_end())
+                .map_err(|_| "the node closed the connection".to_string())?;
+            if a.ok {
+                Ok(())
+            } else {
+                Err(a.error.unwrap_or_else(|| "refused".into()))
+            }
+        }
+        .await;
+        if let Err(e) = registered {
+            kill_group(pgid, &mut child, grace).await;
+            return Err(format!("the node did not register the command: {e}"));
+        }
+        std::io::Write::write_all(&mut gate_w, b"x")
+            .map_err(|e| format!("cannot start the command: {e}"))?;
+        drop(gate_w);
+        let mut node_line = String::new();
+        let lost = loop {
+            tokio::select! {
+                st = child.wait() => {
+                    let st = st.map_err(|e| format!("cannot wait for the command: {e}"))?;
+                    // Nothing of the command may outlive the lock.
+                    if hilock::proc::group_alive(pgid) {
+                        kill_group(pgid, &mut child, grace).await;
+                    }
+                    let mut rel = serde_json::to_vec(&hilock::client::Request::Release)
+                        .map_err(|e| e.to_string())?;
+                    rel.push(b'\n');
+                    let _ = w.write_all(&rel).await;
+                    let _ = w.shutdown().await;
+                    use std::os::unix::process::ExitStatusExt;
+                    return Ok(match (st.code(), st.signal()) {
+                        (Some(c), _) => ExitCode::from(u8::try_from(c).unwrap_or(1)),
+                        (None, Some(s)) => ExitCode::from(128u8.saturating_add(s as u8)),
+                        (None, None) => ExitCode::from(1),
+                    });
+                }
+                n = r.read_line(&mut node_line) => {
+                    break match n {
+                        Ok(n) if n > 0 && node_line.ends_with('\n') => {
+                            let why = serde_json::from_str::<hilock::client::Reply>(node_line.trim_end())
+                                .ok()
+                                .and_then(|r| r.error)
+                                .unwrap_or_else(|| node_line.trim_end().to_string());
+                            (EXIT_LOCK_LOST, why)
+                        }
+                        _ => (
+                            EXIT_NODE_GONE,
+                            format!("lock on {path} lost: the connection to the node closed (node stopped or crashed)"),
+                        ),
+                    };
+                }
+                Some(s) = sig_rx.recv() => {
+                    let _ = hilock::proc::signal_group(pgid, s);
+                }
+            }
+        };
+        kill_group(pgid, &mut child, grace).await;
+        eprintln!("hilock: {}; the command's process group was killed", lost.1);
+        Ok(ExitCode::from(lost.0))
     })
 }
 
-fn status(at: &ClientAt, json: bool) -> Result<(String, bool), String> {
+/// `hilock exec-gated FD -- CMD…`: wait for one byte on FD, then become CMD. If FD ends
+/// without a byte, the wrapper is gone: exit without running CMD.
+fn exec_gated(fd: i32, command: &[String]) -> ExitCode {
+    use std::os::unix::process::CommandExt;
+    match hilock::proc::wait_gate(fd) {
+        Ok(true) => {}
+        Ok(false) => {
+            eprintln!("hilock: the lock wrapper went away before the command started");
+            return ExitCode::from(EXIT_NODE_GONE);
+        }
+        Err(e) => {
+            eprintln!("hilock: cannot wait to start the command: {e}");
+            return ExitCode::from(2);
+        }
+    }
+    let e = std::process::Command::new(&command[0])
+        .args(&command[1..])
+        .exec();
+    eprintln!("hilock: cannot run {}: {e}", command[0]);
+    ExitCode::from(if e.kind() == std::io::ErrorKind::NotFound {
+        127
+    } else {
+        126
+    })
+}
+
+fn status(at: &ClientAt, json: bool, timeout_ms: u64) -> Result<(String, bool), String> {
     let socket = at.socket()?;
+    let wait = std::time::Duration::from_millis(timeout_ms);
     runtime()?.block_on(async {
-        let (reply, _) = hilock::client::request(&socket, &hilock::client::Request::Status).await?;
+        let (reply, _) = tokio::time::timeout(
+            wait,
+            hilock::client::request(&socket, &hilock::client::Request::Status),
+        )
+        .await
+        .map_err(|_| format!("no answer from the node within {wait:?}"))??;
         if !reply.ok {
             return Err(reply.error.unwrap_or_else(|| "status refused".into()));
         }
@@ -340,11 +565,25 @@ fn main() -> ExitCode {
             at,
             timeout_ms,
             priority,
-        } => match lock(path, mode, &command, &at, timeout_ms, priority) {
+            kill_grace_ms,
+        } => match lock(
+            path,
+            mode,
+            &command,
+            &at,
+            timeout_ms,
+            priority,
+            kill_grace_ms,
+        ) {
             Ok(code) => return code,
             Err(e) => Err(e),
         },
-        Command::Status { at, json } => status(&at, json),
+        Command::ExecGated { fd, command } => return exec_gated(fd, &command),
+        Command::Status {
+            at,
+            json,
+            timeout_ms,
+        } => status(&at, json, timeout_ms),
         Command::Spec { json } => hilock::cli::spec(json).map(|s| (s, true)),
         Command::Scenario { files, json } => scenarios(&files, json),
         Command::Replay { file, svg, html } => {

@@ -6,12 +6,13 @@
 //! re-implements no rule: every protocol decision is a [`LockSite::step`]. What the node
 //! adds is local bookkeeping the kernel leaves to its user:
 //!
-//! - **Local holders.** The kernel holds one mode per lock per site. Several tasks of the
-//!   same node that want the same lock wait in a local FIFO; the head is the site's one
-//!   kernel request. When it is granted, the waiters directly behind it that want the same
-//!   self-compatible mode (IR, R, IW) share the grant. Later arrivals wait for the next
-//!   kernel request, so local sharing cannot starve a remote writer. The kernel releases
-//!   when the last local holder does.
+//! - **Local holders.** The kernel holds one mode per lock per site (M_H). Any number of
+//!   local callers share it whose modes it covers (`LockEntry::joinable`): reference
+//!   counting per hold, with the mode of each. A caller the held mode does not cover
+//!   waits until the local holders are gone; the site's next kernel request is then the
+//!   first waiter's. Callers do not overtake local waiters or remote requests waiting
+//!   here, except nested ones ([`Options::nested`]). The kernel releases when the last
+//!   local holder does.
 //! - **Timeouts and cancellation.** A request whose caller gave up (timeout, or the future
 //!   was dropped) stays in the protocol until it is granted, and is then released at once.
 //! - **Hierarchy.** [`Node::lock`] takes the intention mode on every ancestor path first,
@@ -25,6 +26,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
+use hilock_kernel::mode::strongest;
 use hilock_kernel::{compatible, Input, KernelError, Mode, NodeId, Output, Priority};
 use serde::{Deserialize, Serialize};
 use tokio::net::{TcpListener, TcpStream};
@@ -80,6 +82,20 @@ pub enum Error {
     },
     /// The node has stopped.
     Stopped,
+    /// This node is a new run of a node its peers knew (it crashed and restarted with
+    /// fresh state while they ran): it serves no lock.
+    Refused {
+        /// Who refused it and why.
+        reason: String,
+    },
+    /// A peer this request waited on restarted with fresh state; it is refused, so the
+    /// request cannot be served.
+    PeerRestarted {
+        /// The lock.
+        path: String,
+        /// The restarted peer.
+        peer: u16,
+    },
 }
 
 impl std::fmt::Display for Error {
@@ -98,7 +114,7 @@ impl std::fmt::Display for Error {
                 } else {
                     write!(
                         f,
-                        " (no connection to node{} {}; the protocol cannot recover a crashed node)",
+                        " (no working connection to node{} {}; the protocol cannot recover a crashed node)",
                         if disconnected.len() > 1 { "s" } else { "" },
                         disconnected
                             .iter()
@@ -113,6 +129,12 @@ impl std::fmt::Display for Error {
             }
             Error::Kernel { path, error } => write!(f, "{path}: kernel refused: {error}"),
             Error::Stopped => write!(f, "the node has stopped"),
+            Error::Refused { reason } => write!(f, "this node serves no lock: {reason}"),
+            Error::PeerRestarted { path, peer } => write!(
+                f,
+                "{path}: node {peer} restarted with fresh state and is refused; the protocol \
+                 cannot recover its tokens and copies (restart the whole cluster)"
+            ),
         }
     }
 }
@@ -126,6 +148,13 @@ pub struct Options {
     pub priority: Priority,
     /// Give up after this long (whole hierarchy); `None`: the node's `request_timeout`.
     pub timeout: Option<Duration>,
+    /// The caller already holds a lock of this node (it nests, like a `hilock lock` run
+    /// under another). A nested request shares the node's current hold whenever Table 2.1
+    /// allows, even ahead of local waiters and of remote requests that wait for the lock,
+    /// so that a caller never waits for a hold of its own (e.g. IW on `/db` for `/db/b`
+    /// while it holds `/db/a` in W). Requests that are not nested do not overtake waiting
+    /// requests.
+    pub nested: bool,
 }
 
 /// The intention mode taken on every ancestor of a lock requested in `mode`
@@ -169,12 +198,49 @@ pub struct Stats {
     pub abandoned_grants: u64,
 }
 
+/// The receiving side of the channel from one peer.
+#[derive(Default)]
+struct Inbound {
+    /// The run (incarnation) of the peer this node knows, from either direction's handshake.
+    incarnation: Option<u64>,
+    /// Messages of that run delivered to the core (the last number).
+    delivered: u64,
+    /// Counts accepted connections from the peer: only the newest one delivers.
+    conn: u64,
+}
+
 struct PeerLink {
     addr: SocketAddr,
+    /// This node's connection to the peer is up (handshake done, not seen closed).
     connected: AtomicBool,
+    /// A connection from the peer is up.
+    incoming: AtomicBool,
     sent: AtomicU64,
     received: AtomicU64,
+    resent: AtomicU64,
+    duplicates: AtomicU64,
+    dropped: AtomicU64,
+    /// The peer has welcomed this node's run at least once.
+    welcomed: AtomicBool,
+    /// The connection to the peer is open but the peer has not answered for
+    /// [`SILENT_AFTER`].
+    silent: AtomicBool,
+    inbound: std::sync::Mutex<Inbound>,
+    refused: std::sync::Mutex<Option<String>>,
     tx: mpsc::UnboundedSender<Bytes>,
+}
+
+impl PeerLink {
+    fn refused(&self) -> Option<String> {
+        self.refused.lock().expect("refused lock").clone()
+    }
+
+    fn refuse(&self, reason: String) {
+        self.refused
+            .lock()
+            .expect("refused lock")
+            .get_or_insert(reason);
+    }
 }
 
 struct Shared {
@@ -186,9 +252,21 @@ struct Shared {
     listen: SocketAddr,
     peers: Vec<Option<PeerLink>>,
     counters: Counters,
+    /// Set when the node stops: clients holding locks are told they are lost.
+    stopping: tokio::sync::watch::Sender<bool>,
+    /// This run of the node (random, drawn at start).
+    incarnation: u64,
+    /// Peers that have welcomed this run.
+    welcomed: std::sync::atomic::AtomicUsize,
 }
 
 impl Shared {
+    /// Nodes (this one included) that must have let this run in before it grants
+    /// anything: a majority.
+    fn quorum(&self) -> usize {
+        self.n / 2 + 1
+    }
+
     fn disconnected(&self) -> Vec<u16> {
         self.peers
             .iter()
@@ -208,6 +286,7 @@ enum Cmd {
         path: String,
         mode: Mode,
         prio: Priority,
+        nested: bool,
         reply: Reply<u64>,
     },
     Release {
@@ -227,6 +306,16 @@ enum Cmd {
     Status {
         reply: oneshot::Sender<Vec<LockStatus>>,
     },
+    /// A majority of the cluster has let this run of the node in: it may grant.
+    Admitted,
+    /// A peer knew an earlier run of this node: serve nothing.
+    Fenced {
+        reason: String,
+    },
+    /// A peer is a new run of a node this node knew.
+    PeerRestarted {
+        peer: u16,
+    },
 }
 
 /// A running node. Dropping it (or [`Node::shutdown`]) stops every task of the node; the
@@ -235,6 +324,7 @@ pub struct Node {
     shared: Arc<Shared>,
     tx: mpsc::UnboundedSender<Cmd>,
     tasks: JoinSet<()>,
+    client: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl std::fmt::Debug for Node {
@@ -275,8 +365,16 @@ impl Node {
             peers.push(Some(PeerLink {
                 addr: n.addr,
                 connected: AtomicBool::new(false),
+                incoming: AtomicBool::new(false),
                 sent: AtomicU64::new(0),
                 received: AtomicU64::new(0),
+                resent: AtomicU64::new(0),
+                duplicates: AtomicU64::new(0),
+                dropped: AtomicU64::new(0),
+                welcomed: AtomicBool::new(false),
+                silent: AtomicBool::new(false),
+                inbound: std::sync::Mutex::new(Inbound::default()),
+                refused: std::sync::Mutex::new(None),
                 tx,
             }));
             outboxes.push((n.id, rx));
@@ -290,18 +388,31 @@ impl Node {
             listen,
             peers,
             counters: Counters::default(),
+            stopping: tokio::sync::watch::Sender::new(false),
+            incarnation: rand::random(),
+            welcomed: std::sync::atomic::AtomicUsize::new(0),
         });
         let (tx, rx) = mpsc::unbounded_channel();
         tasks.spawn(Core::new(shared.clone()).run(rx));
         for (peer, rx) in outboxes {
-            tasks.spawn(dial(shared.clone(), peer, rx));
+            tasks.spawn(dial(shared.clone(), peer, rx, tx.clone()));
         }
         tasks.spawn(accept(shared.clone(), listener, tx.clone()));
-        let mut node = Node { shared, tx, tasks };
+        let mut node = Node {
+            shared,
+            tx,
+            tasks,
+            client: None,
+        };
         if let Some(path) = &config.client {
             let l = crate::client::bind(path)?;
             let h = node.handle();
-            node.tasks.spawn(crate::client::serve(h, l, path.clone()));
+            node.client = Some(tokio::spawn(crate::client::serve(
+                h,
+                l,
+                path.clone(),
+                config.max_clients,
+            )));
         }
         info!(
             id = config.id,
@@ -352,9 +463,22 @@ impl Node {
         self.handle().status().await
     }
 
-    /// Stop every task of the node and close its sockets.
+    /// Stop every task of the node and close its sockets. Clients of the client socket
+    /// that hold a lock are told first that it is lost (they get a short while to read it).
     pub async fn shutdown(mut self) {
+        self.shared.stopping.send_replace(true);
+        if let Some(c) = self.client.take() {
+            let _ = c.await;
+        }
         self.tasks.shutdown().await;
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        if let Some(c) = self.client.take() {
+            c.abort();
+        }
     }
 }
 
@@ -374,6 +498,11 @@ impl std::fmt::Debug for Handle {
 }
 
 impl Handle {
+    /// Becomes `true` when the node stops.
+    pub fn stopping(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.shared.stopping.subscribe()
+    }
+
     /// See [`Node::lock`].
     pub async fn lock(&self, path: &str, mode: Mode) -> Result<Guard, Error> {
         self.lock_with(path, mode, Options::default()).await
@@ -405,6 +534,7 @@ impl Handle {
                     path: p.to_string(),
                     mode: m,
                     prio: opts.priority,
+                    nested: opts.nested,
                     reply,
                 })
                 .map_err(|_| Error::Stopped)?;
@@ -457,12 +587,24 @@ impl Handle {
                 .iter()
                 .enumerate()
                 .filter_map(|(i, p)| {
-                    p.as_ref().map(|p| PeerStatus {
-                        id: i as u16,
-                        addr: p.addr.to_string(),
-                        connected: p.connected.load(Relaxed),
-                        frames_sent: p.sent.load(Relaxed),
-                        frames_received: p.received.load(Relaxed),
+                    p.as_ref().map(|p| {
+                        let connected = p.connected.load(Relaxed);
+                        PeerStatus {
+                            id: i as u16,
+                            addr: p.addr.to_string(),
+                            connected,
+                            incoming: p.incoming.load(Relaxed),
+                            state: match p.refused() {
+                                Some(r) => format!("refused: {r}"),
+                                None if connected => "connected".into(),
+                                None if p.silent.load(Relaxed) => "silent".into(),
+                                None => "reconnecting".into(),
+                            },
+                            frames_sent: p.sent.load(Relaxed),
+                            frames_received: p.received.load(Relaxed),
+                            resent: p.resent.load(Relaxed),
+                            duplicates: p.duplicates.load(Relaxed),
+                        }
                     })
                 })
                 .collect(),
@@ -579,12 +721,25 @@ pub struct PeerStatus {
     pub id: u16,
     /// Address.
     pub addr: String,
-    /// Whether this node's outgoing connection is up.
+    /// Whether this node's connection to it is up (handshake done and not seen closed;
+    /// this node notices a closed connection as soon as the operating system reports it)
+    /// and the peer answers (it acknowledges at least every 200 ms; after a second of
+    /// silence it counts as not connected).
     pub connected: bool,
-    /// Messages sent to it.
+    /// Whether a connection from it is up.
+    pub incoming: bool,
+    /// `connected`, `silent` (the connection is open but the peer has not answered for a
+    /// second: stopped or hung), `reconnecting` (messages wait and are resent when it is
+    /// back) or `refused: …` (it restarted, or refused this node as a restarted one).
+    pub state: String,
+    /// Messages sent to it (each once, however often resent).
     pub frames_sent: u64,
-    /// Messages received from it.
+    /// Messages received from it and delivered (each once).
     pub frames_received: u64,
+    /// Messages resent to it after a reconnect.
+    pub resent: u64,
+    /// Resent messages from it that had been delivered already (dropped).
+    pub duplicates: u64,
 }
 
 /// One lock in [`Status`]: the kernel state and the local bookkeeping.
@@ -626,17 +781,56 @@ impl LockStatus {
 struct Waiter {
     mode: Mode,
     prio: Priority,
+    /// Made by a caller that holds another lock of this node ([`Options::nested`]).
+    nested: bool,
     reply: Reply<u64>,
+}
+
+/// A U → W upgrade asked for by holder `hold`.
+struct Upgrading {
+    hold: u64,
+    reply: Option<Reply<()>>,
+    /// Given to the kernel (only once `hold` is the only local holder).
+    issued: bool,
 }
 
 struct LockEntry {
     site: Box<LockSite>,
+    /// The kernel's held mode M_H: covers every local holder's mode.
     held: Mode,
-    holders: Vec<u64>,
+    /// Local holders: hold id and mode; pairwise compatible (Table 2.1).
+    holders: Vec<(u64, Mode)>,
     waiters: VecDeque<Waiter>,
     requesting: Option<Waiter>,
-    upgrading: Option<Reply<()>>,
+    upgrading: Option<Upgrading>,
     release_when_upgraded: bool,
+}
+
+impl LockEntry {
+    /// Whether a local caller asking for `w` may share what the node holds now, without
+    /// a kernel request: the kernel's held mode covers `w.mode` (it is the stronger of
+    /// the two compatible modes, so every mode a remote node may hold beside it is
+    /// compatible with `w.mode` too), no upgrade is under way, and — unless the caller is nested, i.e. already holds a lock
+    /// of this node and could otherwise wait for itself — no remote request waits for this
+    /// lock here and `w.mode` is not frozen (Rule 6), so local sharing cannot starve a
+    /// remote request.
+    fn joinable(&self, me: NodeId, w: &Waiter) -> bool {
+        if self.held == Mode::Phi || self.upgrading.is_some() || self.requesting.is_some() {
+            return false;
+        }
+        if strongest(self.held, w.mode) != Ok(self.held) {
+            return false;
+        }
+        // Implied by the cover: the modes a held mode covers (IR under R, IR and R under
+        // U, IR under IW) are compatible with one another and with it, and the local
+        // holders all have the held mode or a covered one.
+        debug_assert!(self.holders.iter().all(|&(_, m)| compatible(m, w.mode)));
+        if w.nested {
+            return true;
+        }
+        let k = self.site.lock(LOCK).expect("one lock per site");
+        !k.frozen().contains(w.mode) && k.queue().iter().all(|q| q.requester == me)
+    }
 }
 
 struct Core {
@@ -644,15 +838,30 @@ struct Core {
     locks: HashMap<String, LockEntry>,
     out: Box<KOutputs>,
     next_hold: u64,
+    /// A majority of the cluster has let this run in (until then requests wait).
+    admitted: bool,
+    /// This run was refused by a peer that knew an earlier one: nothing is served.
+    fenced: Option<String>,
 }
 
 impl Core {
     fn new(shared: Arc<Shared>) -> Core {
         Core {
+            admitted: shared.quorum() <= 1,
             shared,
             locks: HashMap::new(),
             out: Box::default(),
             next_hold: 1,
+            fenced: None,
+        }
+    }
+
+    /// Answer a caller's request with `err` now; a kernel request already out stays in
+    /// the protocol and is released when granted (as for a caller that gave up).
+    fn fail_requesting(e: &mut LockEntry, err: Error) {
+        if let Some(w) = e.requesting.as_mut() {
+            let (gone, _) = oneshot::channel();
+            let _ = std::mem::replace(&mut w.reply, gone).send(Err(err));
         }
     }
 
@@ -685,14 +894,24 @@ impl Core {
 
     fn handle(&mut self, cmd: Cmd) {
         match cmd {
+            Cmd::Acquire { reply, .. } if self.fenced.is_some() => {
+                let reason = self.fenced.clone().unwrap_or_default();
+                let _ = reply.send(Err(Error::Refused { reason }));
+            }
             Cmd::Acquire {
                 path,
                 mode,
                 prio,
+                nested,
                 reply,
             } => match self.entry(&path) {
                 Ok(e) => {
-                    e.waiters.push_back(Waiter { mode, prio, reply });
+                    e.waiters.push_back(Waiter {
+                        mode,
+                        prio,
+                        nested,
+                        reply,
+                    });
                     self.pump(&path);
                 }
                 Err(error) => {
@@ -711,6 +930,45 @@ impl Core {
                     warn!(from = from.0, %path, error = %e, msg = ?msg, "kernel refused a message; dropped");
                 }
                 self.pump(&path);
+            }
+            Cmd::Admitted => {
+                self.admitted = true;
+                let paths: Vec<String> = self.locks.keys().cloned().collect();
+                for p in paths {
+                    self.pump(&p);
+                }
+            }
+            Cmd::Fenced { reason } => {
+                warn!(%reason, "this run of the node is refused by the cluster; serving nothing");
+                for e in self.locks.values_mut() {
+                    for w in e.waiters.drain(..) {
+                        let _ = w.reply.send(Err(Error::Refused {
+                            reason: reason.clone(),
+                        }));
+                    }
+                    Self::fail_requesting(
+                        e,
+                        Error::Refused {
+                            reason: reason.clone(),
+                        },
+                    );
+                }
+                self.fenced.get_or_insert(reason);
+            }
+            Cmd::PeerRestarted { peer } => {
+                // Requests on their way to the restarted node will not come back: fail them.
+                for (path, e) in self.locks.iter_mut() {
+                    let k = e.site.lock(LOCK).expect("one lock per site");
+                    if e.requesting.is_some() && k.parent() == Some(NodeId(peer)) {
+                        Self::fail_requesting(
+                            e,
+                            Error::PeerRestarted {
+                                path: path.clone(),
+                                peer,
+                            },
+                        );
+                    }
+                }
             }
             Cmd::Status { reply } => {
                 let mut v: Vec<LockStatus> = self
@@ -773,35 +1031,32 @@ impl Core {
         }
     }
 
-    /// The kernel granted the head request: hand it to its caller, share it with the
-    /// waiters directly behind that want the same self-compatible mode.
-    fn granted(&mut self, path: &str, mode: Mode) {
-        fn grant(e: &mut LockEntry, w: Waiter, hold: u64, c: &Counters) {
-            e.holders.push(hold);
-            if w.reply.send(Ok(hold)).is_err() {
-                e.holders.retain(|&h| h != hold);
-                c.abandoned_grants.fetch_add(1, Relaxed);
-            } else {
-                c.grants.fetch_add(1, Relaxed);
-            }
+    /// Give `w` a local hold in `mode`; `false` if its caller has gone (abandoned).
+    fn give(&mut self, path: &str, w: Waiter) -> bool {
+        self.next_hold += 1;
+        let hold = self.next_hold;
+        let e = self.locks.get_mut(path).expect("entry exists");
+        e.holders.push((hold, w.mode));
+        if w.reply.send(Ok(hold)).is_err() {
+            e.holders.retain(|&(h, _)| h != hold);
+            self.shared.counters.abandoned_grants.fetch_add(1, Relaxed);
+            false
+        } else {
+            self.shared.counters.grants.fetch_add(1, Relaxed);
+            true
         }
+    }
+
+    /// The kernel granted the site's request: hand it to its caller. (Local callers that
+    /// may share it join in [`Core::pump`].)
+    fn granted(&mut self, path: &str, mode: Mode) {
         let e = self.locks.get_mut(path).expect("entry exists");
         e.held = mode;
-        let mut ws = Vec::new();
         match e.requesting.take() {
-            Some(w) => ws.push(w),
-            None => warn!(%path, "kernel granted a lock nobody requested"),
-        }
-        if compatible(mode, mode) {
-            while e.waiters.front().is_some_and(|w| w.mode == mode) {
-                ws.push(e.waiters.pop_front().expect("front exists"));
+            Some(w) => {
+                self.give(path, w);
             }
-        }
-        for w in ws {
-            self.next_hold += 1;
-            let hold = self.next_hold;
-            let e = self.locks.get_mut(path).expect("entry exists");
-            grant(e, w, hold, &self.shared.counters);
+            None => warn!(%path, "kernel granted a lock nobody requested"),
         }
         let e = self.locks.get_mut(path).expect("entry exists");
         if e.holders.is_empty() {
@@ -812,8 +1067,13 @@ impl Core {
     fn upgraded(&mut self, path: &str) {
         let e = self.locks.get_mut(path).expect("entry exists");
         e.held = Mode::W;
-        if let Some(r) = e.upgrading.take() {
-            let _ = r.send(Ok(()));
+        if let Some(u) = e.upgrading.take() {
+            for h in e.holders.iter_mut().filter(|h| h.0 == u.hold) {
+                h.1 = Mode::W;
+            }
+            if let Some(r) = u.reply {
+                let _ = r.send(Ok(()));
+            }
         }
         if e.release_when_upgraded {
             e.release_when_upgraded = false;
@@ -836,17 +1096,26 @@ impl Core {
             return;
         };
         let before = e.holders.len();
-        e.holders.retain(|&h| h != hold);
-        if e.holders.len() == before || !e.holders.is_empty() {
+        e.holders.retain(|&(h, _)| h != hold);
+        if e.holders.len() == before {
             return;
         }
-        if e.upgrading.is_some() {
-            // Rule 7 keeps U until W is granted; release then.
-            e.holders.push(hold);
-            e.release_when_upgraded = true;
-            return;
+        match &e.upgrading {
+            Some(u) if u.hold == hold && u.issued => {
+                // Rule 7 keeps U until W is granted; release then.
+                e.holders.push((hold, Mode::U));
+                e.release_when_upgraded = true;
+                return;
+            }
+            // The upgrade had not reached the kernel yet: it is dropped with its holder.
+            Some(u) if u.hold == hold => e.upgrading = None,
+            _ => {}
         }
-        self.kernel_release(path);
+        if e.holders.is_empty() {
+            self.kernel_release(path);
+        } else {
+            self.try_upgrade(path);
+        }
         self.pump(path);
     }
 
@@ -855,18 +1124,39 @@ impl Core {
             let _ = reply.send(Err(Error::Stopped));
             return;
         };
-        if e.holders != [hold] || e.held != Mode::U || e.upgrading.is_some() {
+        let mine = e.holders.iter().find(|h| h.0 == hold).map(|h| h.1);
+        if mine != Some(Mode::U) || e.held != Mode::U || e.upgrading.is_some() {
             let _ = reply.send(Err(Error::NotUpgradable {
                 path: path.to_string(),
-                mode: e.held,
+                mode: mine.unwrap_or(e.held),
             }));
             return;
         }
-        e.upgrading = Some(reply);
+        e.upgrading = Some(Upgrading {
+            hold,
+            reply: Some(reply),
+            issued: false,
+        });
+        self.try_upgrade(path);
+    }
+
+    /// Give a waiting upgrade to the kernel once its holder is the only local holder
+    /// (W is compatible with no other mode, local or remote).
+    fn try_upgrade(&mut self, path: &str) {
+        let Some(e) = self.locks.get_mut(path) else {
+            return;
+        };
+        let Some(u) = &mut e.upgrading else {
+            return;
+        };
+        if u.issued || e.holders.len() != 1 || e.holders[0].0 != u.hold {
+            return;
+        }
+        u.issued = true;
         self.shared.counters.kernel_requests.fetch_add(1, Relaxed);
         if let Err(error) = self.kstep(path, Input::Upgrade { lock: LOCK }) {
             let e = self.locks.get_mut(path).expect("entry exists");
-            if let Some(r) = e.upgrading.take() {
+            if let Some(r) = e.upgrading.take().and_then(|u| u.reply) {
                 let _ = r.send(Err(Error::Kernel {
                     path: path.to_string(),
                     error,
@@ -875,21 +1165,34 @@ impl Core {
         }
     }
 
-    /// Start the next local waiter's kernel request when the site is idle.
+    /// Serve local waiters: a waiter that may share the node's current hold joins it
+    /// (`LockEntry::joinable`) — the first waiter in FIFO order, or a nested waiter
+    /// anywhere in the queue; when the site holds nothing and has no request out, the first
+    /// waiter's request goes to the kernel.
     fn pump(&mut self, path: &str) {
+        let me = NodeId(self.shared.id);
         loop {
             let Some(e) = self.locks.get_mut(path) else {
                 return;
             };
-            if e.requesting.is_some() || e.upgrading.is_some() || !e.holders.is_empty() {
+            e.waiters.retain(|w| !w.reply.is_closed());
+            if e.requesting.is_some() || e.upgrading.is_some() {
                 return;
             }
-            let Some(w) = e.waiters.pop_front() else {
-                return;
+            let pick = match e.waiters.front() {
+                None => return,
+                Some(w) if e.joinable(me, w) => Some(0),
+                Some(_) => e.waiters.iter().position(|w| w.nested && e.joinable(me, w)),
             };
-            if w.reply.is_closed() {
+            if let Some(i) = pick {
+                let w = e.waiters.remove(i).expect("index from position");
+                self.give(path, w);
                 continue;
             }
+            if !e.holders.is_empty() || e.held != Mode::Phi || !self.admitted {
+                return;
+            }
+            let w = e.waiters.pop_front().expect("front exists");
             let (mode, prio) = (w.mode, w.prio);
             // The site's base priority carries over between requests: set it only when it
             // changes (most requests keep priority 0).
@@ -922,17 +1225,62 @@ fn codec() -> LengthDelimitedCodec {
 }
 
 /// The sending side of the link to `peer`: connect (with backoff), authenticate, send.
-async fn dial(shared: Arc<Shared>, peer: u16, mut rx: mpsc::UnboundedReceiver<Bytes>) {
+/// How long the acceptor may hold back an acknowledgement.
+const ACK_DELAY: Duration = Duration::from_millis(5);
+
+/// Acknowledge at once when this many messages are unacknowledged.
+const ACK_EVERY: u64 = 64;
+
+/// The acceptor acknowledges at least this often, traffic or not (a heartbeat).
+pub const HEARTBEAT: Duration = Duration::from_millis(200);
+
+/// A peer whose connection stays open but that has not acknowledged anything for this
+/// long (stopped, hung, or its network gone silently) is shown as not connected.
+pub const SILENT_AFTER: Duration = Duration::from_secs(1);
+
+/// The sending side of the link to `peer`: connect (with backoff), authenticate, send
+/// numbered messages, keep them until acknowledged, resend after a reconnect.
+async fn dial(
+    shared: Arc<Shared>,
+    peer: u16,
+    mut rx: mpsc::UnboundedReceiver<Bytes>,
+    core: mpsc::UnboundedSender<Cmd>,
+) {
     let link = shared.peers[usize::from(peer)]
         .as_ref()
         .expect("dial only peers");
     let mut backoff = Duration::from_millis(10);
-    let mut unsent: Option<Bytes> = None;
+    // Messages sent but not acknowledged, oldest first, with their numbers.
+    let mut unacked: VecDeque<(u64, Bytes)> = VecDeque::new();
+    let mut next_seq = 1u64;
     let mut was_up = false;
     loop {
-        let mut fr = match connect(&shared, peer, link.addr).await {
-            Ok(fr) => fr,
-            Err(e) => {
+        if let Some(reason) = link.refused() {
+            // A new run of that node (or this node is one): nothing more goes to it.
+            warn!(peer, %reason, "not talking to peer any more");
+            unacked.clear();
+            while rx.recv().await.is_some() {
+                link.dropped.fetch_add(1, Relaxed);
+            }
+            return;
+        }
+        let (mut fr, delivered) = match connect(&shared, peer, link.addr).await {
+            Ok(c) => c,
+            Err(ConnectError::Refused(reason)) => {
+                // The peer knew an earlier run of this node: this node must not serve.
+                link.refuse(reason.clone());
+                let _ = core.send(Cmd::Fenced {
+                    reason: format!("node {peer} refused this node: {reason}"),
+                });
+                continue;
+            }
+            Err(ConnectError::Restarted(reason)) => {
+                link.refuse(reason.clone());
+                warn!(peer, %reason, "peer restarted; refusing it");
+                let _ = core.send(Cmd::PeerRestarted { peer });
+                continue;
+            }
+            Err(ConnectError::Other(e)) => {
                 if was_up {
                     warn!(peer, addr = %link.addr, error = %e, "cannot reconnect to peer");
                     was_up = false;
@@ -945,41 +1293,103 @@ async fn dial(shared: Arc<Shared>, peer: u16, mut rx: mpsc::UnboundedReceiver<By
             }
         };
         backoff = Duration::from_millis(10);
+        if delivered >= next_seq {
+            // The acceptor claims messages this node never sent: not the same channel.
+            warn!(
+                peer,
+                delivered, next_seq, "peer acknowledges messages never sent; reconnecting"
+            );
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            continue;
+        }
+        while unacked.front().is_some_and(|(s, _)| *s <= delivered) {
+            unacked.pop_front();
+        }
         link.connected.store(true, Relaxed);
+        if !link.welcomed.swap(true, Relaxed) {
+            let welcomed = shared.welcomed.fetch_add(1, Relaxed) + 1;
+            if welcomed + 1 >= shared.quorum() {
+                let _ = core.send(Cmd::Admitted);
+            }
+        }
         was_up = true;
-        info!(peer, addr = %link.addr, "connected to peer");
-        let err = loop {
-            let b = match unsent.take() {
-                Some(b) => b,
-                // The acceptor sends nothing after its Welcome: anything readable means
-                // the connection is gone (this notices a dead peer before a write fails).
-                None => tokio::select! {
-                    m = rx.recv() => match m {
-                        Some(b) => b,
-                        None => return,
+        info!(peer, addr = %link.addr, resend = unacked.len(), "connected to peer");
+        let mut heard = Instant::now();
+        let mut check = tokio::time::interval(HEARTBEAT);
+        let err = 'conn: {
+            for (seq, b) in &unacked {
+                if let Err(e) = fr.send(Bytes::from(wire::envelope(*seq, b))).await {
+                    break 'conn e.to_string();
+                }
+                link.resent.fetch_add(1, Relaxed);
+            }
+            loop {
+                tokio::select! {
+                    m = rx.recv() => {
+                        let Some(b) = m else { return };
+                        let seq = next_seq;
+                        next_seq += 1;
+                        unacked.push_back((seq, b.clone()));
+                        if let Err(e) = fr.send(Bytes::from(wire::envelope(seq, &b))).await {
+                            break 'conn e.to_string();
+                        }
+                    }
+                    _ = check.tick() => {
+                        if heard.elapsed() > SILENT_AFTER && !link.silent.swap(true, Relaxed) {
+                            link.connected.store(false, Relaxed);
+                            warn!(peer, addr = %link.addr, "peer does not answer (stopped or hung?)");
+                        }
+                    }
+                    r = fr.next() => match r {
+                        None => break 'conn "peer closed the connection".to_string(),
+                        Some(Err(e)) => break 'conn e.to_string(),
+                        Some(Ok(b)) => match wire::decode::<wire::Ack>(&b) {
+                            Ok(a) if a.delivered < next_seq => {
+                                heard = Instant::now();
+                                if link.silent.swap(false, Relaxed) {
+                                    link.connected.store(true, Relaxed);
+                                    info!(peer, addr = %link.addr, "peer answers again");
+                                }
+                                while unacked.front().is_some_and(|(s, _)| *s <= a.delivered) {
+                                    unacked.pop_front();
+                                }
+                            }
+                            Ok(a) => break 'conn format!("acknowledgement of message {} never sent", a.delivered),
+                            Err(e) => break 'conn format!("bad acknowledgement: {e}"),
+                        },
                     },
-                    r = fr.next() => break match r {
-                        None => "peer closed the connection".to_string(),
-                        Some(Err(e)) => e.to_string(),
-                        Some(Ok(_)) => "peer sent data on a send-only link".to_string(),
-                    },
-                },
-            };
-            if let Err(e) = fr.send(b.clone()).await {
-                unsent = Some(b);
-                break e.to_string();
+                }
             }
         };
         link.connected.store(false, Relaxed);
-        warn!(peer, addr = %link.addr, error = %err, "lost the connection to peer; reconnecting");
+        link.silent.store(false, Relaxed);
+        warn!(peer, addr = %link.addr, error = %err, unacked = unacked.len(), "lost the connection to peer; reconnecting");
     }
 }
 
+/// Why a connection attempt failed.
+enum ConnectError {
+    /// The peer refused this node as a new run of a node it knew.
+    Refused(String),
+    /// The peer is a new run of a node this node knew.
+    Restarted(String),
+    /// Anything else (not reachable, timeout, bad handshake): try again later.
+    Other(String),
+}
+
+impl From<String> for ConnectError {
+    fn from(e: String) -> Self {
+        ConnectError::Other(e)
+    }
+}
+
+/// Connect and authenticate; returns the connection and how many of this node's messages
+/// the peer has delivered.
 async fn connect(
     shared: &Shared,
     peer: u16,
     addr: SocketAddr,
-) -> Result<Framed<TcpStream, LengthDelimitedCodec>, String> {
+) -> Result<(Framed<TcpStream, LengthDelimitedCodec>, u64), ConnectError> {
     let s = timeout(HANDSHAKE_TIMEOUT, TcpStream::connect(addr))
         .await
         .map_err(|_| "connect timed out".to_string())?
@@ -993,40 +1403,68 @@ async fn connect(
         from: shared.id,
         to: peer,
         nonce: nd,
+        incarnation: shared.incarnation,
     };
     fr.send(Bytes::from(wire::encode(&hello)))
         .await
         .map_err(|e| e.to_string())?;
-    let na = match next_hello(&mut fr).await? {
-        Hello::Challenge { nonce, tag } => {
+    let (na, ia) = match next_hello(&mut fr).await? {
+        Hello::Challenge {
+            nonce,
+            incarnation,
+            tag,
+        } => {
             let tr = Transcript {
                 cluster: &shared.cluster,
                 from: shared.id,
                 to: peer,
                 nd: &nd,
                 na: &nonce,
+                id: shared.incarnation,
+                ia: incarnation,
             };
             if !tr.verify(&shared.secret, Side::Accept, &tag) {
-                return Err("peer failed authentication (wrong cluster secret?)".into());
+                return Err("peer failed authentication (wrong cluster secret?)"
+                    .to_string()
+                    .into());
             }
-            nonce
+            (nonce, incarnation)
         }
-        other => return Err(format!("unexpected handshake message {other:?}")),
+        Hello::Refused { reason } => return Err(ConnectError::Refused(reason)),
+        other => return Err(format!("unexpected handshake message {other:?}").into()),
     };
+    let link = shared.peers[usize::from(peer)]
+        .as_ref()
+        .expect("dial only peers");
+    {
+        let mut inb = link.inbound.lock().expect("inbound lock");
+        match inb.incarnation {
+            Some(k) if k != ia => {
+                return Err(ConnectError::Restarted(format!(
+                    "node {peer} restarted (run {ia:016x}, was {k:016x}) and lost the state the \
+                     protocol needs (tokens, copies, queues); restart the whole cluster"
+                )))
+            }
+            _ => inb.incarnation = Some(ia),
+        }
+    }
     let t = Transcript {
         cluster: &shared.cluster,
         from: shared.id,
         to: peer,
         nd: &nd,
         na: &na,
+        id: shared.incarnation,
+        ia,
     }
     .tag(&shared.secret, Side::Dial);
     fr.send(Bytes::from(wire::encode(&Hello::Auth { tag: t })))
         .await
         .map_err(|e| e.to_string())?;
     match next_hello(&mut fr).await? {
-        Hello::Welcome => Ok(fr),
-        other => Err(format!("unexpected handshake message {other:?}")),
+        Hello::Welcome { delivered } => Ok((fr, delivered)),
+        Hello::Refused { reason } => Err(ConnectError::Refused(reason)),
+        other => Err(format!("unexpected handshake message {other:?}").into()),
     }
 }
 
@@ -1076,59 +1514,167 @@ async fn serve_peer(
     permit: tokio::sync::OwnedSemaphorePermit,
 ) {
     let mut fr = Framed::new(s, codec());
-    let from = match handshake_accept(&shared, &mut fr).await {
-        Ok(from) => from,
+    let (from, incarnation) = match handshake_accept(&shared, &mut fr).await {
+        Ok(x) => x,
         Err(reason) => {
             shared.counters.rejected_connections.fetch_add(1, Relaxed);
             warn!(%addr, %reason, "closing connection: handshake failed");
             return;
         }
     };
-    drop(permit);
-    debug!(%addr, peer = from, "peer authenticated");
     let link = shared.peers[usize::from(from)]
         .as_ref()
         .expect("handshake checked the id");
-    let reason = loop {
-        let b = match fr.next().await {
-            None => return,
-            Some(Err(e)) => break format!("bad frame: {e}"),
-            Some(Ok(b)) => b,
-        };
-        let frame = match wire::decode::<Frame>(&b) {
-            Ok(f) => f,
-            Err(e) => break format!("frame does not decode: {e}"),
-        };
-        if let Err(e) = check_frame(&frame) {
-            break e;
+    // Is this the run of `from` this node knows? Take over its inbound channel.
+    let admitted = {
+        let mut inb = link.inbound.lock().expect("inbound lock");
+        match inb.incarnation {
+            Some(k) if k != incarnation => Err(format!(
+                "node {} knew an earlier run of node {from} (run {k:016x}; this is {incarnation:016x}); \
+                 the protocol cannot take back the old run's tokens and copies: restart the whole cluster",
+                shared.id
+            )),
+            _ => {
+                inb.incarnation = Some(incarnation);
+                inb.conn += 1;
+                Ok((inb.conn, inb.delivered))
+            }
         }
-        link.received.fetch_add(1, Relaxed);
-        shared.counters.frames_received.fetch_add(1, Relaxed);
-        if core
-            .send(Cmd::Deliver {
-                from: NodeId(from),
-                frame: Box::new(frame),
-            })
-            .is_err()
-        {
+    };
+    let (conn, delivered) = match admitted {
+        Ok(x) => x,
+        Err(reason) => {
+            shared.counters.rejected_connections.fetch_add(1, Relaxed);
+            warn!(%addr, peer = from, %reason, "refusing a new run of a known node");
+            let first = link.refused().is_none();
+            link.refuse(format!("node {from} restarted; refused"));
+            if first {
+                let _ = core.send(Cmd::PeerRestarted { peer: from });
+            }
+            let _ = fr
+                .send(Bytes::from(wire::encode(&Hello::Refused { reason })))
+                .await;
             return;
         }
     };
-    shared.counters.rejected_connections.fetch_add(1, Relaxed);
-    warn!(%addr, peer = from, %reason, "closing connection from peer");
+    if fr
+        .send(Bytes::from(wire::encode(&Hello::Welcome { delivered })))
+        .await
+        .is_err()
+    {
+        return;
+    }
+    drop(permit);
+    link.incoming.store(true, Relaxed);
+    debug!(%addr, peer = from, delivered, "peer authenticated");
+    let mut acked = delivered;
+    let mut ack_at: Option<Instant> = None;
+    let mut beat = tokio::time::interval(HEARTBEAT);
+    let reason = loop {
+        let b = tokio::select! {
+            b = fr.next() => b,
+            _ = beat.tick() => {
+                let d = link.inbound.lock().expect("inbound lock").delivered;
+                if fr.send(Bytes::from(wire::encode(&wire::Ack { delivered: d }))).await.is_err() {
+                    break None;
+                }
+                acked = d;
+                continue;
+            }
+            _ = async { tokio::time::sleep_until(ack_at.expect("armed")).await }, if ack_at.is_some() => {
+                ack_at = None;
+                let d = link.inbound.lock().expect("inbound lock").delivered;
+                if d > acked {
+                    if fr.send(Bytes::from(wire::encode(&wire::Ack { delivered: d }))).await.is_err() {
+                        break None;
+                    }
+                    acked = d;
+                }
+                continue;
+            }
+        };
+        let b = match b {
+            None => break None,
+            Some(Err(e)) => break Some(format!("bad frame: {e}")),
+            Some(Ok(b)) => b,
+        };
+        let env = match wire::decode::<wire::Envelope>(&b) {
+            Ok(f) => f,
+            Err(e) => break Some(format!("frame does not decode: {e}")),
+        };
+        if let Err(e) = check_frame(&env.frame) {
+            break Some(e);
+        }
+        let d = {
+            let mut inb = link.inbound.lock().expect("inbound lock");
+            if inb.conn != conn {
+                // A newer connection from the same peer took over.
+                break None;
+            }
+            if env.seq <= inb.delivered {
+                link.duplicates.fetch_add(1, Relaxed);
+                inb.delivered
+            } else if env.seq == inb.delivered + 1 {
+                inb.delivered = env.seq;
+                link.received.fetch_add(1, Relaxed);
+                shared.counters.frames_received.fetch_add(1, Relaxed);
+                if core
+                    .send(Cmd::Deliver {
+                        from: NodeId(from),
+                        frame: Box::new(env.frame),
+                    })
+                    .is_err()
+                {
+                    return;
+                }
+                inb.delivered
+            } else {
+                break Some(format!(
+                    "message {} after {}: a gap in the channel",
+                    env.seq, inb.delivered
+                ));
+            }
+        };
+        if d >= acked + ACK_EVERY {
+            if fr
+                .send(Bytes::from(wire::encode(&wire::Ack { delivered: d })))
+                .await
+                .is_err()
+            {
+                break None;
+            }
+            acked = d;
+            ack_at = None;
+        } else if d > acked && ack_at.is_none() {
+            ack_at = Some(Instant::now() + ACK_DELAY);
+        }
+    };
+    {
+        let inb = link.inbound.lock().expect("inbound lock");
+        if inb.conn == conn {
+            link.incoming.store(false, Relaxed);
+        }
+    }
+    if let Some(reason) = reason {
+        shared.counters.rejected_connections.fetch_add(1, Relaxed);
+        warn!(%addr, peer = from, %reason, "closing connection from peer");
+    }
 }
 
+/// The acceptor's side of the handshake up to the dialer's Auth; returns the dialer's id
+/// and incarnation. (The Welcome or Refused is the caller's.)
 async fn handshake_accept(
     shared: &Shared,
     fr: &mut Framed<TcpStream, LengthDelimitedCodec>,
-) -> Result<u16, String> {
-    let (from, nd) = match next_hello(fr).await? {
+) -> Result<(u16, u64), String> {
+    let (from, nd, id) = match next_hello(fr).await? {
         Hello::Dial {
             version,
             cluster,
             from,
             to,
             nonce,
+            incarnation,
         } => {
             if version != PROTOCOL_VERSION {
                 return Err(format!(
@@ -1150,7 +1696,7 @@ async fn handshake_accept(
             if usize::from(from) >= shared.n || from == shared.id {
                 return Err(format!("unknown node id {from}"));
             }
-            (from, nonce)
+            (from, nonce, incarnation)
         }
         other => return Err(format!("expected a Dial, got {other:?}")),
     };
@@ -1161,10 +1707,13 @@ async fn handshake_accept(
         to: shared.id,
         nd: &nd,
         na: &na,
+        id,
+        ia: shared.incarnation,
     };
     let t = tr.tag(&shared.secret, Side::Accept);
     fr.send(Bytes::from(wire::encode(&Hello::Challenge {
         nonce: na,
+        incarnation: shared.incarnation,
         tag: t,
     })))
     .await
@@ -1179,8 +1728,5 @@ async fn handshake_accept(
         }
         other => return Err(format!("expected Auth, got {other:?}")),
     }
-    fr.send(Bytes::from(wire::encode(&Hello::Welcome)))
-        .await
-        .map_err(|e| e.to_string())?;
-    Ok(from)
+    Ok((from, id))
 }

@@ -2,19 +2,32 @@
 //!
 //! Every TCP stream is a sequence of length-delimited frames (4-byte big-endian length,
 //! at most [`MAX_FRAME`] bytes) whose payloads are postcard-encoded. A node dials every
-//! peer once and sends on that connection only; it receives on the connections its peers
-//! dialed. So each ordered pair of nodes has one FIFO channel, the thesis's assumption.
+//! peer and sends its kernel messages on that connection only; it receives on the
+//! connections its peers dialed. So each ordered pair of nodes has one channel.
 //!
 //! Handshake (dialer D, acceptor A, shared secret `k`):
-//! 1. D → A [`Hello::Dial`]: protocol version, cluster, D's id, A's id, nonce `n_d`.
-//! 2. A checks version, cluster and ids, → D [`Hello::Challenge`]: nonce `n_a` and
-//!    `HMAC-SHA256(k, "hilock/accept" ‖ transcript)`, so D knows A has the secret.
-//! 3. D checks that MAC, → A [`Hello::Auth`]: `HMAC-SHA256(k, "hilock/dial" ‖ transcript)`.
-//! 4. A checks it (in constant time) and answers [`Hello::Welcome`]. From then on D
-//!    sends [`Frame`]s.
+//! 1. D → A [`Hello::Dial`]: protocol version, cluster, D's id, A's id, nonce `n_d`, D's
+//!    incarnation `i_d` (a random number drawn when the node starts).
+//! 2. A checks version, cluster and ids, → D [`Hello::Challenge`]: nonce `n_a`, A's
+//!    incarnation `i_a` and `HMAC-SHA256(k, "hilock/accept" ‖ transcript)`, so D knows A
+//!    has the secret.
+//! 3. D checks that MAC and that `i_a` is the incarnation of A it knew (if it knew one),
+//!    → A [`Hello::Auth`]: `HMAC-SHA256(k, "hilock/dial" ‖ transcript)`.
+//! 4. A checks it (in constant time) and that `i_d` is the incarnation of D it knew (if
+//!    any), and answers [`Hello::Welcome`] with the number of D's messages it has
+//!    delivered so far — or [`Hello::Refused`] if D is a new run of a node it knew.
 //!
-//! The transcript is cluster, both ids and both nonces, so a MAC cannot be replayed on
-//! another connection. Any failure closes the connection with a logged reason.
+//! The transcript is cluster, both ids, both nonces and both incarnations, so a MAC cannot
+//! be replayed on another connection. Any failure closes the connection with a logged
+//! reason.
+//!
+//! **Lossless channel.** After the handshake D sends [`Envelope`]s: its kernel messages
+//! numbered 1, 2, … for the whole life of its incarnation (not per connection). A
+//! delivers exactly the next number, drops numbers it has delivered already (a resent
+//! message) and closes the connection on a gap; it acknowledges with [`Ack`] (cumulative).
+//! D keeps every message until it is acknowledged and, after a reconnect, resends those
+//! after the number the Welcome names. So every message is delivered once and in order
+//! across any number of lost connections, while both nodes live.
 
 use hilock_kernel::{LockId, Msg, NodeId};
 use hmac::{Hmac, Mac};
@@ -24,7 +37,7 @@ use sha2::{Digest, Sha256};
 use crate::config::MAX_NODES;
 
 /// The protocol version carried by the handshake.
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;
 
 /// Largest frame accepted (bytes). A token carries at most [`MAX_NODES`] queue entries,
 /// far below this.
@@ -76,11 +89,15 @@ pub enum Hello {
         to: u16,
         /// The dialer's nonce.
         nonce: Nonce,
+        /// The dialer's incarnation (random, drawn when the node started).
+        incarnation: u64,
     },
     /// Acceptor → dialer.
     Challenge {
         /// The acceptor's nonce.
         nonce: Nonce,
+        /// The acceptor's incarnation.
+        incarnation: u64,
         /// `HMAC(k, "hilock/accept" ‖ transcript)`.
         tag: Tag,
     },
@@ -89,8 +106,43 @@ pub enum Hello {
         /// `HMAC(k, "hilock/dial" ‖ transcript)`.
         tag: Tag,
     },
-    /// Acceptor → dialer: authenticated; frames may follow.
-    Welcome,
+    /// Acceptor → dialer: authenticated; envelopes may follow.
+    Welcome {
+        /// How many of the dialer's messages (this incarnation) the acceptor has
+        /// delivered: the dialer resends from the next one.
+        delivered: u64,
+    },
+    /// Acceptor → dialer: the dialer is a new run of a node the acceptor knew; the
+    /// protocol cannot take back the old run's tokens and copies, so it is not let in.
+    Refused {
+        /// Why, for the dialer's log and its callers' errors.
+        reason: String,
+    },
+}
+
+/// Dialer → acceptor after the handshake: kernel message number `seq` (1, 2, … over the
+/// dialer's incarnation).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Envelope {
+    /// The message's number.
+    pub seq: u64,
+    /// The message.
+    pub frame: Frame,
+}
+
+/// Encode an [`Envelope`] around a frame encoded already (postcard encodes a struct as
+/// its fields one after the other).
+pub fn envelope(seq: u64, frame: &[u8]) -> Vec<u8> {
+    let mut v = encode(&seq);
+    v.extend_from_slice(frame);
+    v
+}
+
+/// Acceptor → dialer: every message up to `delivered` has been delivered.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Ack {
+    /// The number of the last message delivered.
+    pub delivered: u64,
 }
 
 /// Which side a MAC is from.
@@ -102,8 +154,8 @@ pub enum Side {
     Dial,
 }
 
-/// What both sides' MACs cover: the cluster, both node ids and both nonces (and the
-/// protocol version), so that a tag is good for one connection only.
+/// What both sides' MACs cover: the cluster, both node ids, both nonces and both
+/// incarnations (and the protocol version), so that a tag is good for one connection only.
 #[derive(Clone, Copy, Debug)]
 pub struct Transcript<'a> {
     /// The cluster name.
@@ -116,6 +168,10 @@ pub struct Transcript<'a> {
     pub nd: &'a Nonce,
     /// The acceptor's nonce.
     pub na: &'a Nonce,
+    /// The dialer's incarnation.
+    pub id: u64,
+    /// The acceptor's incarnation.
+    pub ia: u64,
 }
 
 impl Transcript<'_> {
@@ -134,6 +190,8 @@ impl Transcript<'_> {
         m.update(&self.to.to_be_bytes());
         m.update(self.nd);
         m.update(self.na);
+        m.update(&self.id.to_be_bytes());
+        m.update(&self.ia.to_be_bytes());
         m
     }
 
@@ -271,6 +329,8 @@ mod tests {
             to,
             nd,
             na,
+            id: 5,
+            ia: 6,
         };
         let t = tr(0, 1, &nd, &na).tag(b"secret-1", Side::Dial);
         assert!(tr(0, 1, &nd, &na).verify(b"secret-1", Side::Dial, &t));
@@ -278,6 +338,28 @@ mod tests {
         assert!(!tr(0, 1, &nd, &na).verify(b"secret-1", Side::Accept, &t));
         assert!(!tr(1, 0, &nd, &na).verify(b"secret-1", Side::Dial, &t));
         assert!(!tr(0, 1, &na, &nd).verify(b"secret-1", Side::Dial, &t));
+        let other_run = Transcript {
+            ia: 7,
+            ..tr(0, 1, &nd, &na)
+        };
+        assert!(!other_run.verify(b"secret-1", Side::Dial, &t));
+    }
+
+    #[test]
+    fn an_envelope_is_the_seq_then_the_frame() {
+        let f = Frame {
+            path: "/db".into(),
+            msg: Msg::Release {
+                lock: LOCK,
+                owned: hilock_kernel::Mode::IR,
+                epoch: 3,
+            },
+        };
+        let b = envelope(300, &encode(&f));
+        assert_eq!(
+            decode::<Envelope>(&b).unwrap(),
+            Envelope { seq: 300, frame: f }
+        );
     }
 
     #[test]

@@ -43,10 +43,16 @@ impl Cluster {
 }
 
 fn start(n: usize) -> Cluster {
+    start_with(n, "")
+}
+
+/// `n` nodes with `extra` lines in their configuration file.
+fn start_with(n: usize, extra: &str) -> Cluster {
     let dir = tempfile::tempdir().unwrap();
     let mut toml = String::from(
         "cluster = \"cli\"\nsecret = \"cli test secret\"\nrequest_timeout_ms = 10000\n",
     );
+    toml.push_str(extra);
     // One file for the whole cluster; `{id}` in the socket path becomes each node's id.
     toml.push_str(&format!(
         "client = \"{}\"\n",
@@ -263,4 +269,453 @@ fn config_errors_give_one_line_and_a_nonzero_exit() {
         .arg(dir.path().join("none.sock")));
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out.stderr).contains("is `hilock node` running?"));
+}
+
+/// Wait for `file` to exist (the command wrote it), within 10 s.
+fn wait_file(file: &Path) -> String {
+    let t = Instant::now();
+    loop {
+        if let Ok(s) = std::fs::read_to_string(file) {
+            if s.ends_with('\n') {
+                return s;
+            }
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "{} written",
+            file.display()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Whether process `pid` runs (exists and is not a zombie).
+fn running(pid: i32) -> bool {
+    hilock::proc::stat(pid).is_some_and(|(s, _, _)| s != 'Z' && s != 'X')
+}
+
+/// A script that writes the pids of a background `sleep 100` and of the shell itself to
+/// `file` (atomically), then sleeps too: three processes in the command's group, two of
+/// them named in the file.
+fn sleepers(file: &Path, prefix: &str) -> String {
+    format!(
+        "{prefix}sleep 100 & echo $! > {0}.tmp; echo $$ >> {0}.tmp; mv {0}.tmp {0}; sleep 100",
+        file.display()
+    )
+}
+
+fn pids(s: &str) -> Vec<i32> {
+    s.split_whitespace().map(|p| p.parse().unwrap()).collect()
+}
+
+/// Wait until `node`'s status shows `path` pending in `mode` (a request is waiting there).
+fn wait_pending(c: &Cluster, node: usize, path: &str, mode: &str) {
+    let t = Instant::now();
+    loop {
+        let out = run(hilock()
+            .args(["status", "--json", "--socket"])
+            .arg(c.socket(node)));
+        if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&out.stdout) {
+            let pending = v["locks"].as_array().is_some_and(|ls| {
+                ls.iter()
+                    .any(|l| l["path"] == path && (l["pending"] == mode || l["waiters"] != 0))
+            });
+            if pending {
+                return;
+            }
+        }
+        assert!(t.elapsed() < Duration::from_secs(10), "request waits");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn sigkill_of_hilock_lock_kills_its_command_before_another_node_is_granted() {
+    let c = start(2);
+    let f = c.dir.path().join("pids");
+    let holder = lock_cmd(&c.socket(0), "/k", "W", &sleepers(&f, ""))
+        .spawn()
+        .unwrap();
+    let mut holder = Proc(holder);
+    let held = pids(&wait_file(&f));
+    assert!(held.iter().all(|&p| running(p)));
+    // Node 1 waits for the lock; what it finds when granted goes to `seen`.
+    let seen = c.dir.path().join("seen");
+    let check = format!(
+        "for p in {}; do if [ -r /proc/$p/stat ] && ! grep -q ') [ZX] ' /proc/$p/stat; then echo alive $p; else echo dead $p; fi; done > {1}.tmp; mv {1}.tmp {1}",
+        held.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(" "),
+        seen.display()
+    );
+    let waiter = lock_cmd(&c.socket(1), "/k", "W", &check).spawn().unwrap();
+    let mut waiter = Proc(waiter);
+    wait_pending(&c, 1, "/k", "W");
+    holder.0.kill().unwrap(); // SIGKILL: the wrapper cannot clean up
+    let _ = holder.0.wait();
+    let t = Instant::now();
+    let st = loop {
+        if let Some(st) = waiter.0.try_wait().unwrap() {
+            break st;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(15),
+            "node 1 is granted once the group is dead"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert!(st.success());
+    let s = std::fs::read_to_string(&seen).unwrap();
+    assert_eq!(
+        s.matches("dead").count(),
+        held.len(),
+        "at node 1's grant: {s}"
+    );
+    assert!(held.iter().all(|&p| !running(p)));
+}
+
+#[test]
+fn the_command_dies_with_the_lock_and_exit_codes_say_why() {
+    // The node crashes (SIGKILL): the connection closes, the wrapper kills the group —
+    // SIGTERM, and SIGKILL after the grace since the command ignores SIGTERM — and exits 75.
+    let c = start(1);
+    let f = c.dir.path().join("pids");
+    let mut wrapper = Proc(
+        hilock()
+            .args(["lock", "/g", "W", "--kill-grace-ms", "400", "--socket"])
+            .arg(c.socket(0))
+            .args(["--", "sh", "-c", &sleepers(&f, "trap '' TERM; ")])
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let held = pids(&wait_file(&f));
+    let mut node = c.nodes.into_iter().next().unwrap();
+    let t = Instant::now();
+    node.0.kill().unwrap();
+    let st = wait_exit(&mut wrapper.0, Duration::from_secs(10));
+    let took = t.elapsed();
+    assert_eq!(st.code(), Some(75));
+    assert!(
+        took >= Duration::from_millis(400) && took < Duration::from_secs(5),
+        "SIGKILL after the 400 ms grace: {took:?}"
+    );
+    assert!(held.iter().all(|&p| !running(p)), "{held:?}");
+    let mut e = String::new();
+    std::io::Read::read_to_string(wrapper.0.stderr.as_mut().unwrap(), &mut e).unwrap();
+    assert!(e.contains("connection to the node closed"), "{e}");
+    assert_eq!(e.trim_end().lines().count(), 1, "{e}");
+
+    // The node stops (SIGTERM): it reports the loss, the wrapper exits 76; the node
+    // itself is gone within a second.
+    let mut c = start(1);
+    let f = c.dir.path().join("pids");
+    let mut wrapper = Proc(
+        hilock()
+            .args(["lock", "/g", "W", "--socket"])
+            .arg(c.socket(0))
+            .args(["--", "sh", "-c", &sleepers(&f, "")])
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let held = pids(&wait_file(&f));
+    let pid = c.nodes[0].0.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let node_st = wait_exit(&mut c.nodes[0].0, Duration::from_secs(1));
+    assert!(node_st.success(), "{node_st:?}");
+    let st = wait_exit(&mut wrapper.0, Duration::from_secs(10));
+    assert_eq!(st.code(), Some(76));
+    assert!(held.iter().all(|&p| !running(p)), "{held:?}");
+    let mut e = String::new();
+    std::io::Read::read_to_string(wrapper.0.stderr.as_mut().unwrap(), &mut e).unwrap();
+    assert!(e.contains("the node is stopping"), "{e}");
+
+    // The command exits leaving a background process: it is killed before the release,
+    // and the command's status is passed through.
+    let c = start(1);
+    let f = c.dir.path().join("bg");
+    let script = format!(
+        "sleep 100 & echo $! > {0}.tmp; mv {0}.tmp {0}; exit 4",
+        f.display()
+    );
+    let out = run(&mut lock_cmd(&c.socket(0), "/g", "W", &script));
+    assert_eq!(out.status.code(), Some(4));
+    let bg = pids(&std::fs::read_to_string(&f).unwrap());
+    assert!(!running(bg[0]), "the background sleep is gone");
+
+    // SIGTERM to the wrapper goes to the command; its status says the signal (128 + 15).
+    let f = c.dir.path().join("pids2");
+    let mut wrapper = Proc(
+        lock_cmd(&c.socket(0), "/g", "W", &sleepers(&f, ""))
+            .spawn()
+            .unwrap(),
+    );
+    let held = pids(&wait_file(&f));
+    let pid = wrapper.0.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let st = wait_exit(&mut wrapper.0, Duration::from_secs(10));
+    assert_eq!(st.code(), Some(128 + 15));
+    assert!(held.iter().all(|&p| !running(p)), "{held:?}");
+    // The lock was released: it can be taken again at once.
+    let out = run(hilock()
+        .args(["lock", "/g", "W", "--timeout-ms", "2000", "--socket"])
+        .arg(c.socket(0))
+        .args(["--", "true"]));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    // A command that does not exist: 127, one line.
+    let out = run(hilock()
+        .args(["lock", "/g", "W", "--socket"])
+        .arg(c.socket(0))
+        .args(["--", "/nonexistent/command"]));
+    assert_eq!(out.status.code(), Some(127));
+    assert_eq!(text(&out.stderr).trim_end().lines().count(), 1);
+}
+
+fn wait_exit(c: &mut Child, wait: Duration) -> std::process::ExitStatus {
+    let t = Instant::now();
+    loop {
+        if let Some(st) = c.try_wait().unwrap() {
+            return st;
+        }
+        assert!(t.elapsed() < wait, "exits within {wait:?}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn nested_hilock_lock_and_two_readers_on_one_node() {
+    let c = start(2);
+    // Nested: the command under W on /db/a takes W on /db/b from the same node (both
+    // need IW on /db, which the node shares between them).
+    let f = c.dir.path().join("nested");
+    let inner = format!(
+        "{} lock /db/b W --timeout-ms 3000 --socket {} -- sh -c 'echo $HILOCK_LOCK > {}'",
+        env!("CARGO_BIN_EXE_hilock"),
+        c.socket(0).display(),
+        f.display()
+    );
+    let out = run(hilock()
+        .args(["lock", "/db/a", "W", "--timeout-ms", "3000", "--socket"])
+        .arg(c.socket(0))
+        .args(["--", "sh", "-c", &inner]));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(std::fs::read_to_string(&f).unwrap(), "/db/b\n");
+
+    // Two readers on one node overlap.
+    let both = c.dir.path().join("both");
+    let script = format!("echo in >> {0}; sleep 0.5; echo out >> {0}", both.display());
+    let kids: Vec<_> = (0..2)
+        .map(|_| Proc(lock_cmd(&c.socket(0), "/db", "R", &script).spawn().unwrap()))
+        .collect();
+    for mut k in kids {
+        assert!(wait_exit(&mut k.0, Duration::from_secs(10)).success());
+    }
+    let s = std::fs::read_to_string(&both).unwrap();
+    assert_eq!(
+        s.lines().collect::<Vec<_>>(),
+        ["in", "in", "out", "out"],
+        "R and R overlap on one node"
+    );
+}
+
+#[test]
+fn every_client_command_gives_up_within_its_timeout_and_logs_are_plain() {
+    // A "node" that accepts connections and never answers.
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("mute.sock");
+    let l = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for s in l.incoming() {
+            held.push(s);
+        }
+    });
+    for (args, limit) in [
+        (vec!["status", "--timeout-ms", "300"], 3000),
+        (vec!["lock", "/x", "W", "--timeout-ms", "300"], 4000),
+    ] {
+        let t = Instant::now();
+        let mut cmd = hilock();
+        cmd.args(&args).arg("--socket").arg(&sock);
+        if args[0] == "lock" {
+            cmd.args(["--", "true"]);
+        }
+        // Bounded even if the command would hang: killed after 10 s.
+        let mut child = Proc(cmd.stderr(Stdio::piped()).spawn().unwrap());
+        let st = loop {
+            if let Some(st) = child.0.try_wait().unwrap() {
+                break st;
+            }
+            assert!(t.elapsed() < Duration::from_secs(10), "{args:?} gives up");
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        let took = t.elapsed();
+        assert_eq!(st.code(), Some(2), "{args:?}");
+        let mut e = String::new();
+        std::io::Read::read_to_string(child.0.stderr.as_mut().unwrap(), &mut e).unwrap();
+        assert!(e.contains("no answer from the node"), "{e}");
+        assert_eq!(e.trim_end().lines().count(), 1, "{e}");
+        assert!(
+            took >= Duration::from_millis(300) && took < Duration::from_millis(limit),
+            "{args:?}: {took:?}"
+        );
+    }
+
+    // Logs to a file (not a terminal) carry no colour codes.
+    let c = start(1);
+    let log = c.dir.path().join("node.log");
+    let toml = c.config();
+    let cfg = std::fs::read_to_string(&toml)
+        .unwrap()
+        .replace("n{id}.sock", "m{id}.sock");
+    let toml2 = c.dir.path().join("other.toml");
+    // The same node id on other ports, so it can run beside the first one.
+    let cfg = cfg
+        .lines()
+        .map(|l| {
+            if l.starts_with("addr") {
+                format!("addr = \"127.0.0.1:{}\"", free_port())
+            } else {
+                l.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    std::fs::write(&toml2, cfg).unwrap();
+    let mut node = Proc(
+        hilock()
+            .args(["node", "--id", "0", "--config"])
+            .arg(&toml2)
+            .env("RUST_LOG", "hilock=info")
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    let t = Instant::now();
+    while !std::fs::read_to_string(&log)
+        .unwrap()
+        .contains("node started")
+    {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "the node logs its start"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    node.0.kill().unwrap();
+    let _ = node.0.wait();
+    let s = std::fs::read_to_string(&log).unwrap();
+    assert!(!s.contains('\u{1b}'), "no ANSI escape codes: {s:?}");
+}
+
+fn peer_json(c: &Cluster, node: usize, peer: u64) -> serde_json::Value {
+    let out = run(hilock()
+        .args(["status", "--json", "--timeout-ms", "2000", "--socket"])
+        .arg(c.socket(node)));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    v["peers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["id"] == peer)
+        .unwrap()
+        .clone()
+}
+
+fn wait_peer_state(c: &Cluster, node: usize, peer: u64, state: &str) {
+    let t = Instant::now();
+    loop {
+        let p = peer_json(c, node, peer);
+        if p["state"] == state {
+            assert_eq!(p["connected"], state == "connected", "{p}");
+            return;
+        }
+        assert!(t.elapsed() < Duration::from_secs(5), "{state}: {p}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_stopped_peer_is_shown_silent_and_named_in_errors() {
+    let c = start(2);
+    wait_peer_state(&c, 0, 1, "connected");
+    let on1 = (0..)
+        .map(|i| format!("/s{i}"))
+        .find(|p| hilock::wire::initial_holder(p, 2) == hilock_kernel::NodeId(1))
+        .unwrap();
+    let pid = c.nodes[1].0.id().to_string();
+    let sig = |s: &str| {
+        assert!(Command::new("kill")
+            .args([s, &pid])
+            .status()
+            .unwrap()
+            .success())
+    };
+    sig("-STOP");
+    wait_peer_state(&c, 0, 1, "silent");
+    let out = run(hilock()
+        .args(["lock", &on1, "W", "--timeout-ms", "500", "--socket"])
+        .arg(c.socket(0))
+        .args(["--", "true"]));
+    sig("-CONT");
+    assert_eq!(out.status.code(), Some(2));
+    let e = text(&out.stderr);
+    assert!(e.contains("no working connection to node 1"), "{e}");
+    wait_peer_state(&c, 0, 1, "connected");
+    let out = run(hilock()
+        .args(["lock", &on1, "W", "--timeout-ms", "5000", "--socket"])
+        .arg(c.socket(0))
+        .args(["--", "true"]));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+}
+
+#[test]
+fn client_connections_are_capped_and_silent_ones_closed() {
+    use std::io::{BufRead, BufReader};
+    let c = start_with(1, "max_clients = 4\n");
+    let connect = || std::os::unix::net::UnixStream::connect(c.socket(0)).unwrap();
+    let silent: Vec<_> = (0..4).map(|_| connect()).collect();
+    std::thread::sleep(Duration::from_millis(200));
+    // The fifth is refused with one line.
+    let mut line = String::new();
+    let s = connect();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    BufReader::new(s).read_line(&mut line).unwrap();
+    assert!(line.contains("too many clients"), "{line}");
+    let out = run(hilock()
+        .args(["status", "--timeout-ms", "1000", "--socket"])
+        .arg(c.socket(0)));
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("too many clients"),
+        "{}",
+        text(&out.stderr)
+    );
+    // The silent ones are told and closed after the first-line timeout; then the node
+    // serves again.
+    let t = Instant::now();
+    for s in silent {
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut line = String::new();
+        BufReader::new(s).read_line(&mut line).unwrap();
+        assert!(line.contains("no request within"), "{line}");
+    }
+    let took = t.elapsed();
+    assert!(
+        took >= hilock::client::FIRST_LINE_TIMEOUT - Duration::from_millis(500)
+            && took < hilock::client::FIRST_LINE_TIMEOUT + Duration::from_secs(3),
+        "{took:?}"
+    );
+    let out = run(hilock()
+        .args(["status", "--timeout-ms", "2000", "--socket"])
+        .arg(c.socket(0)));
+    assert!(out.status.success(), "{}", text(&out.stderr));
 }

@@ -1,0 +1,213 @@
+//! Process groups for `hilock lock -- CMD`: the command runs in its own process group with
+//! the parent-death signal set, and whoever is alive to see the lock go (the wrapper, or
+//! the node when the wrapper itself died) kills the whole group and waits until no process
+//! of it is left before the lock is released.
+//!
+//! Linux only: the parent-death signal is `prctl(PR_SET_PDEATHSIG)` and "is any process of
+//! the group left" is a scan of `/proc` (zombies do not count: they run nothing, and a
+//! zombie whose parent died may wait for a reaper that never comes in a container).
+//!
+//! This is the one place of the runtime with `unsafe` code: `pre_exec` (the hook that runs
+//! in the forked child before `exec`) is an unsafe API, and the `libc` calls in it
+//! (`prctl`, `getppid`, `fcntl`, all async-signal-safe) have no safe std equivalent.
+
+use std::time::{Duration, Instant};
+
+/// Signals the wrapper forwards to the command's group (the command is not in the
+/// terminal's foreground group, so Ctrl-C reaches the wrapper only).
+pub const FORWARDED: [i32; 4] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT];
+
+/// `(state, parent pid, process group)` of `pid` from `/proc/PID/stat`, or `None` if the
+/// process does not exist (or `/proc` cannot be read).
+pub fn stat(pid: i32) -> Option<(char, i32, i32)> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // "pid (comm) state ppid pgrp ..."; comm may contain spaces and parentheses.
+    let rest = &s[s.rfind(')')? + 1..];
+    let mut f = rest.split_ascii_whitespace();
+    let state = f.next()?.chars().next()?;
+    let ppid = f.next()?.parse().ok()?;
+    let pgrp = f.next()?.parse().ok()?;
+    Some((state, ppid, pgrp))
+}
+
+/// The processes (not zombies) whose process group is `pgid`.
+pub fn group_members(pgid: i32) -> Vec<i32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&pid| {
+            matches!(stat(pid), Some((state, _, pgrp)) if pgrp == pgid && state != 'Z' && state != 'X')
+        })
+        .collect()
+}
+
+/// Whether any process of group `pgid` is still alive (zombies excepted).
+pub fn group_alive(pgid: i32) -> bool {
+    !group_members(pgid).is_empty()
+}
+
+/// Send `sig` to every process of group `pgid`. `Ok(false)`: the group is gone already.
+pub fn signal_group(pgid: i32, sig: i32) -> std::io::Result<bool> {
+    if pgid <= 1 {
+        return Err(std::io::Error::other(format!(
+            "refusing to signal process group {pgid}"
+        )));
+    }
+    // SAFETY: killpg has no memory-safety preconditions; a bad group is an error code.
+    #[allow(unsafe_code)]
+    let r = unsafe { libc::killpg(pgid, sig) };
+    if r == 0 {
+        return Ok(true);
+    }
+    let e = std::io::Error::last_os_error();
+    if e.raw_os_error() == Some(libc::ESRCH) {
+        Ok(false)
+    } else {
+        Err(e)
+    }
+}
+
+/// Wait until no process of group `pgid` is alive, polling `/proc` every few milliseconds;
+/// `false` if some are still alive at `deadline`.
+pub async fn wait_group_gone(pgid: i32, deadline: Instant) -> bool {
+    loop {
+        if !group_alive(pgid) {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Make `cmd` start its child in a new process group (the child's pid is the group id)
+/// with SIGKILL as its parent-death signal, and keep `keep_fd` open across `exec` (it is
+/// the gate the child waits on, see `hilock lock`).
+///
+/// The parent-death signal is tied to the thread that forks: call `spawn` from a thread
+/// that lives as long as the wrapper (the wrapper uses a current-thread runtime, so every
+/// spawn happens on its main thread).
+pub fn own_group_with_parent_death(cmd: &mut tokio::process::Command, keep_fd: i32) {
+    // SAFETY: getpid has no preconditions.
+    #[allow(unsafe_code)]
+    let parent = unsafe { libc::getpid() };
+    cmd.process_group(0);
+    // SAFETY: the hook runs in the forked child before exec; it only makes
+    // async-signal-safe system calls (prctl, getppid, fcntl) and allocates nothing.
+    #[allow(unsafe_code)]
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::prctl(
+                libc::PR_SET_PDEATHSIG,
+                libc::SIGKILL as libc::c_ulong,
+                0,
+                0,
+                0,
+            ) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            // The parent may have died between fork and prctl: then no signal will come.
+            if libc::getppid() != parent {
+                return Err(std::io::Error::other(
+                    "the hilock wrapper died while starting the command",
+                ));
+            }
+            if libc::fcntl(keep_fd, libc::F_SETFD, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+/// A pipe, both ends close-on-exec: `(read end, write end)`. (`std::io::pipe` needs Rust
+/// 1.87; the workspace's MSRV is 1.85.)
+pub fn pipe() -> std::io::Result<(std::os::fd::OwnedFd, std::fs::File)> {
+    use std::os::fd::FromRawFd;
+    let mut fds = [0i32; 2];
+    // SAFETY: `fds` is a valid array of two ints for pipe2 to fill.
+    #[allow(unsafe_code)]
+    let r = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: pipe2 succeeded, so both descriptors are open and owned by nobody else.
+    #[allow(unsafe_code)]
+    let (r, w) = unsafe {
+        (
+            std::os::fd::OwnedFd::from_raw_fd(fds[0]),
+            std::fs::File::from_raw_fd(fds[1]),
+        )
+    };
+    Ok((r, w))
+}
+
+/// Wait for one byte on the inherited file descriptor `fd` (`Ok(false)`: end of file, the
+/// writer is gone), then mark `fd` close-on-exec so the command does not inherit it.
+pub fn wait_gate(fd: i32) -> std::io::Result<bool> {
+    let mut b = [0u8; 1];
+    let n = loop {
+        // SAFETY: `b` is a valid, writable buffer of 1 byte for the whole call.
+        #[allow(unsafe_code)]
+        let n = unsafe { libc::read(fd, b.as_mut_ptr().cast(), 1) };
+        if n >= 0 {
+            break n;
+        }
+        let e = std::io::Error::last_os_error();
+        if e.kind() != std::io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    };
+    // SAFETY: fcntl on a descriptor number has no memory-safety preconditions.
+    #[allow(unsafe_code)]
+    unsafe {
+        libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
+    }
+    Ok(n == 1)
+}
+
+/// Whether `pid` is a live child of `parent` that leads its own process group: what the
+/// node checks before it accepts a client's report of its command's group.
+pub fn is_group_leader_child_of(pid: i32, parent: i32) -> bool {
+    matches!(stat(pid), Some((state, ppid, pgrp)) if ppid == parent && pgrp == pid && state != 'Z')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_parses_this_process_and_its_group() {
+        let me = std::process::id() as i32;
+        let (state, ppid, pgrp) = stat(me).expect("own /proc entry");
+        assert!(state != 'Z');
+        assert!(ppid > 0 && pgrp > 0);
+        assert!(group_members(pgrp).contains(&me));
+        assert!(stat(-5).is_none());
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_group_is_killed_and_seen_gone() {
+        let (r, _w) = pipe().unwrap();
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&r);
+        let mut c = tokio::process::Command::new("sh");
+        c.args(["-c", "sleep 30 & sleep 30"]);
+        own_group_with_parent_death(&mut c, fd);
+        let mut child = c.spawn().unwrap();
+        let pid = child.id().unwrap() as i32;
+        assert!(is_group_leader_child_of(pid, std::process::id() as i32));
+        let t = Instant::now();
+        while group_members(pid).len() < 3 {
+            assert!(t.elapsed() < Duration::from_secs(5), "both sleeps start");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert!(signal_group(pid, libc::SIGKILL).unwrap());
+        let _ = child.wait().await;
+        assert!(wait_group_gone(pid, Instant::now() + Duration::from_secs(5)).await);
+        assert!(!signal_group(pid, 0).unwrap_or(false) || !group_alive(pid));
+        assert!(signal_group(1, libc::SIGKILL).is_err());
+    }
+}
