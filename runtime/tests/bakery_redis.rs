@@ -1,0 +1,635 @@
+//! The bakery (seed 004) over 3 real `redis-server` replicas that each test starts itself
+//! on free 127.0.0.1 ports (no persistence, a temporary directory each) and kills at the
+//! end. Without `redis-server` every test prints one SKIP line and passes.
+//!
+//! The history checker: every client records `invoke`, `grant` (with its fencing token),
+//! `release` and `fail`/`crash` under one mutex with a monotonic timestamp; the checker
+//! fails on two grants without a release between them (overlapping holds), on a token that
+//! does not increase, and on an invoke that never got a grant or a failure (a lost request).
+
+use hilock::bakery::redis::{key, RedisReplica};
+use hilock::bakery::{BakeryLock, Error, Options, ReplicaBackend};
+use hilock_kernel::bakery::{Cell, Family, Reply, Request, Row, Ts, Value};
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+fn have_redis() -> bool {
+    let ok = Command::new("redis-server")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        println!("SKIP bakery_redis: redis-server is not installed (apt-get install redis-server)");
+    }
+    ok
+}
+
+/// `n` redis-servers on free loopback ports; killed on drop.
+struct Replicas {
+    children: Vec<Option<Child>>,
+    addrs: Vec<String>,
+    _dirs: Vec<tempfile::TempDir>,
+}
+
+impl Replicas {
+    fn start(n: usize) -> Replicas {
+        let mut r = Replicas {
+            children: Vec::new(),
+            addrs: Vec::new(),
+            _dirs: Vec::new(),
+        };
+        for _ in 0..n {
+            let port = TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port();
+            let dir = tempfile::tempdir().unwrap();
+            let child = Command::new("redis-server")
+                .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+                .args(["--save", "", "--appendonly", "no"])
+                .arg("--dir")
+                .arg(dir.path())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("start redis-server");
+            r.children.push(Some(child));
+            r.addrs.push(format!("127.0.0.1:{port}"));
+            r._dirs.push(dir);
+        }
+        for a in &r.addrs {
+            let t = Instant::now();
+            while std::net::TcpStream::connect(a).is_err() {
+                assert!(
+                    t.elapsed() < Duration::from_secs(10),
+                    "redis-server at {a} did not start"
+                );
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        r
+    }
+
+    fn kill(&mut self, i: usize) {
+        if let Some(mut c) = self.children[i].take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Replicas {
+    fn drop(&mut self) {
+        for i in 0..self.children.len() {
+            self.kill(i);
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Ev {
+    Invoke,
+    Grant(u64),
+    Release,
+    Fail,
+    Crash,
+}
+
+#[derive(Clone, Default)]
+struct History(Arc<Mutex<Vec<(Instant, u16, Ev)>>>);
+
+impl History {
+    fn record(&self, client: u16, ev: Ev) {
+        let mut h = self.0.lock().unwrap();
+        h.push((Instant::now(), client, ev));
+    }
+
+    fn grants(&self) -> usize {
+        let h = self.0.lock().unwrap();
+        h.iter().filter(|e| matches!(e.2, Ev::Grant(_))).count()
+    }
+
+    /// The violations of the history (empty: correct).
+    fn check(&self) -> Vec<String> {
+        let h = self.0.lock().unwrap();
+        let mut v = Vec::new();
+        let mut holder: Option<(u16, u64)> = None;
+        let mut last_fence = 0u64;
+        let mut open: std::collections::HashMap<u16, i64> = Default::default();
+        for (i, &(_, c, ev)) in h.iter().enumerate() {
+            match ev {
+                Ev::Invoke => *open.entry(c).or_default() += 1,
+                Ev::Grant(f) => {
+                    *open.entry(c).or_default() -= 1;
+                    if let Some((other, of)) = holder {
+                        v.push(format!(
+                            "event {i}: client {c} granted (fence {f}) while client {other} holds (fence {of})"
+                        ));
+                    }
+                    if f <= last_fence {
+                        v.push(format!("event {i}: fence {f} after fence {last_fence}"));
+                    }
+                    last_fence = last_fence.max(f);
+                    holder = Some((c, f));
+                }
+                Ev::Release | Ev::Crash => {
+                    if holder.is_some_and(|(h, _)| h == c) {
+                        holder = None;
+                    } else if ev == Ev::Release {
+                        v.push(format!(
+                            "event {i}: client {c} releases what it does not hold"
+                        ));
+                    }
+                }
+                Ev::Fail => *open.entry(c).or_default() -= 1,
+            }
+        }
+        for (c, n) in open {
+            if n != 0 {
+                v.push(format!(
+                    "client {c}: {n} request(s) without a grant or a failure"
+                ));
+            }
+        }
+        v
+    }
+}
+
+fn opts(id: u16, lease_ms: u64) -> Options {
+    Options {
+        lease: Duration::from_millis(lease_ms),
+        call_timeout: Duration::from_millis(300),
+        ..Options::new(id)
+    }
+}
+
+/// One client: `rounds` times acquire, hold `hold`, release.
+async fn worker(
+    name: &'static str,
+    addrs: Vec<String>,
+    o: Options,
+    rounds: usize,
+    hold: Duration,
+    jitter: Duration,
+    h: History,
+) -> Result<(), Error> {
+    let mut lock = if jitter.is_zero() {
+        BakeryLock::<3>::redis(name, &addrs, o)?
+    } else {
+        BakeryLock::<3>::new(name, jittery(&addrs, jitter), o)?
+    };
+    for _ in 0..rounds {
+        h.record(o.client_id, Ev::Invoke);
+        let t = match lock.acquire(Duration::from_secs(20)).await {
+            Ok(t) => t,
+            Err(e) => {
+                h.record(o.client_id, Ev::Fail);
+                return Err(e);
+            }
+        };
+        h.record(o.client_id, Ev::Grant(t.as_u64()));
+        lock.hold(Box::pin(tokio::time::sleep(hold))).await?;
+        h.record(o.client_id, Ev::Release);
+        lock.release(Duration::from_secs(10)).await?;
+    }
+    Ok(())
+}
+
+/// A replica whose every request waits a pseudo-random 0..`max` before it is sent, so
+/// that requests overtake each other (the model's arbitrary message delay).
+#[derive(Debug)]
+struct Jittery {
+    inner: Arc<RedisReplica>,
+    max_us: u64,
+    seq: std::sync::atomic::AtomicU64,
+}
+
+impl ReplicaBackend for Jittery {
+    fn addr(&self) -> &str {
+        self.inner.addr()
+    }
+    fn call(
+        self: Arc<Self>,
+        lock: Arc<str>,
+        req: Request,
+    ) -> futures_util::future::BoxFuture<
+        'static,
+        Result<hilock::bakery::store::LockReply, hilock::bakery::ReplicaError>,
+    > {
+        let n = self.seq.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let x = (n ^ (self.max_us << 7)).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 33;
+        let delay = Duration::from_micros(x % self.max_us.max(1));
+        Box::pin(async move {
+            tokio::time::sleep(delay).await;
+            self.inner.clone().call(lock, req).await
+        })
+    }
+}
+
+fn jittery(addrs: &[String], max: Duration) -> Vec<Arc<dyn ReplicaBackend>> {
+    addrs
+        .iter()
+        .enumerate()
+        .map(|(i, a)| {
+            Arc::new(Jittery {
+                inner: RedisReplica::new(a).unwrap(),
+                max_us: max.as_micros() as u64,
+                seq: std::sync::atomic::AtomicU64::new(i as u64 * 1000),
+            }) as Arc<dyn ReplicaBackend>
+        })
+        .collect()
+}
+
+fn bounded<F: std::future::Future>(secs: u64, f: F) -> F::Output {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        tokio::time::timeout(Duration::from_secs(secs), f)
+            .await
+            .expect("test ran out of time")
+    })
+}
+
+/// The most a request to a replica is delayed in the exclusion test.
+const JITTER: Duration = Duration::from_millis(4);
+
+#[test]
+fn four_clients_exclude_each_other_on_three_replicas() {
+    if !have_redis() {
+        return;
+    }
+    let reps = Replicas::start(3);
+    let h = History::default();
+    bounded(60, async {
+        let tasks: Vec<_> = (1..=5u16)
+            .map(|id| {
+                tokio::spawn(worker(
+                    "excl",
+                    reps.addrs.clone(),
+                    opts(id, 2000),
+                    8,
+                    Duration::from_millis(3),
+                    JITTER,
+                    h.clone(),
+                ))
+            })
+            .collect();
+        for t in tasks {
+            t.await.unwrap().unwrap();
+        }
+    });
+    assert_eq!(h.grants(), 40);
+    assert_eq!(h.check(), Vec::<String>::new());
+}
+
+#[test]
+fn a_killed_replica_is_tolerated() {
+    if !have_redis() {
+        return;
+    }
+    let mut reps = Replicas::start(3);
+    let h = History::default();
+    let grants_before_kill = bounded(60, async {
+        let tasks: Vec<_> = (1..=4u16)
+            .map(|id| {
+                tokio::spawn(worker(
+                    "kill",
+                    reps.addrs.clone(),
+                    opts(id, 2000),
+                    8,
+                    Duration::from_millis(3),
+                    Duration::ZERO,
+                    h.clone(),
+                ))
+            })
+            .collect();
+        while h.grants() < 10 {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        let before = h.grants();
+        reps.kill(2);
+        for t in tasks {
+            t.await.unwrap().unwrap();
+        }
+        before
+    });
+    assert!(
+        grants_before_kill < 32,
+        "the replica died before the run ended"
+    );
+    assert_eq!(h.grants(), 32);
+    assert_eq!(h.check(), Vec::<String>::new());
+}
+
+/// A client stopped (its task aborted) while holding: the next client gets the lock once
+/// the lease has run out, not before.
+#[test]
+fn a_stopped_holder_is_freed_after_its_lease() {
+    if !have_redis() {
+        return;
+    }
+    let reps = Replicas::start(3);
+    let h = History::default();
+    let lease = 600;
+    let (stopped_at, waited) = bounded(60, async {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let (addrs, hh) = (reps.addrs.clone(), h.clone());
+        let a = tokio::spawn(async move {
+            let mut lock = BakeryLock::<3>::redis("stop", &addrs, opts(1, lease)).unwrap();
+            hh.record(1, Ev::Invoke);
+            let t = lock.acquire(Duration::from_secs(5)).await.unwrap();
+            hh.record(1, Ev::Grant(t.as_u64()));
+            let _ = tx.send(());
+            lock.hold(Box::pin(std::future::pending::<()>())).await
+        });
+        rx.await.unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        a.abort();
+        let _ = a.await;
+        h.record(1, Ev::Crash);
+        let stopped_at = Instant::now();
+        let mut b = BakeryLock::<3>::redis("stop", &reps.addrs, opts(2, lease)).unwrap();
+        h.record(2, Ev::Invoke);
+        let t = b.acquire(Duration::from_secs(10)).await.unwrap();
+        h.record(2, Ev::Grant(t.as_u64()));
+        let waited = stopped_at.elapsed();
+        h.record(2, Ev::Release);
+        b.release(Duration::from_secs(5)).await.unwrap();
+        (stopped_at, waited)
+    });
+    let _ = stopped_at;
+    // B must watch A's entry for EXPIRY_TICKS (1.3 leases) before passing it.
+    assert!(
+        waited >= Duration::from_millis(lease),
+        "granted after {waited:?}, before the stopped holder's lease could run out"
+    );
+    assert!(
+        waited < Duration::from_millis(3 * lease + 2000),
+        "waited {waited:?}"
+    );
+    assert_eq!(h.check(), Vec::<String>::new());
+}
+
+/// A client stopped after it took a number (waiting behind a holder): once the holder
+/// releases, the next client passes the stopped client's number after its lease.
+#[test]
+fn a_client_stopped_after_taking_a_number_is_passed_after_its_lease() {
+    if !have_redis() {
+        return;
+    }
+    let reps = Replicas::start(3);
+    let h = History::default();
+    let lease = 600;
+    let waited = bounded(60, async {
+        let mut b = BakeryLock::<3>::redis("num", &reps.addrs, opts(2, lease)).unwrap();
+        h.record(2, Ev::Invoke);
+        let t = b.acquire(Duration::from_secs(5)).await.unwrap();
+        h.record(2, Ev::Grant(t.as_u64()));
+        let (addrs, hh) = (reps.addrs.clone(), h.clone());
+        let c = tokio::spawn(async move {
+            let mut lock = BakeryLock::<3>::redis("num", &addrs, opts(3, lease)).unwrap();
+            let r = lock.acquire(Duration::from_secs(30)).await;
+            if let Ok(t) = r {
+                hh.record(3, Ev::Grant(t.as_u64()));
+            }
+        });
+        h.record(3, Ev::Invoke);
+        // C draws its number within a few round trips, then waits for B.
+        b.hold(Box::pin(tokio::time::sleep(Duration::from_millis(200))))
+            .await
+            .unwrap();
+        c.abort();
+        let _ = c.await;
+        h.record(3, Ev::Fail);
+        h.record(2, Ev::Release);
+        b.release(Duration::from_secs(5)).await.unwrap();
+        let start = Instant::now();
+        let mut d = BakeryLock::<3>::redis("num", &reps.addrs, opts(4, lease)).unwrap();
+        h.record(4, Ev::Invoke);
+        let t = d.acquire(Duration::from_secs(10)).await.unwrap();
+        h.record(4, Ev::Grant(t.as_u64()));
+        let waited = start.elapsed();
+        h.record(4, Ev::Release);
+        d.release(Duration::from_secs(5)).await.unwrap();
+        waited
+    });
+    assert!(
+        waited >= Duration::from_millis(lease / 2),
+        "granted after {waited:?}: the stopped client's number was not waited for"
+    );
+    assert!(
+        waited < Duration::from_millis(3 * lease + 2000),
+        "waited {waited:?}"
+    );
+    assert_eq!(h.check(), Vec::<String>::new());
+}
+
+#[test]
+fn unreachable_replicas_are_named_after_the_timeout() {
+    // Ports nobody listens on (bound, then released).
+    let dead: Vec<String> = (0..3)
+        .map(|_| {
+            let p = TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port();
+            format!("127.0.0.1:{p}")
+        })
+        .collect();
+    let (err, elapsed, retries) = bounded(30, async {
+        let mut lock = BakeryLock::<3>::redis("gone", &dead, opts(1, 1000)).unwrap();
+        let t = Instant::now();
+        let e = lock.acquire(Duration::from_millis(800)).await.unwrap_err();
+        (e, t.elapsed(), lock.stats().retries)
+    });
+    let Error::NoQuorum {
+        need, got, missing, ..
+    } = &err
+    else {
+        panic!("expected NoQuorum, got {err}");
+    };
+    assert_eq!((*need, *got), (2, 0));
+    for a in &dead {
+        assert!(
+            err.to_string().contains(a.as_str()),
+            "{err} does not name {a}"
+        );
+    }
+    assert_eq!(missing.len(), 3);
+    assert!(retries > 0, "no retry before giving up");
+    assert!(elapsed < Duration::from_millis(2500), "took {elapsed:?}");
+}
+
+#[test]
+fn one_replica_short_of_quorum_is_named() {
+    if !have_redis() {
+        return;
+    }
+    let mut reps = Replicas::start(3);
+    // Two dead replicas: a majority of 3 cannot be reached.
+    reps.kill(1);
+    reps.kill(2);
+    let err = bounded(30, async {
+        let mut lock = BakeryLock::<3>::redis("short", &reps.addrs, opts(1, 1000)).unwrap();
+        lock.acquire(Duration::from_millis(600)).await.unwrap_err()
+    });
+    let text = err.to_string();
+    assert!(
+        matches!(
+            err,
+            Error::NoQuorum {
+                got: 1,
+                need: 2,
+                ..
+            }
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains(&reps.addrs[1]) && text.contains(&reps.addrs[2]),
+        "{text}"
+    );
+    assert!(!text.contains(&reps.addrs[0]), "{text}");
+}
+
+async fn raw(addr: &str) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(format!("redis://{addr}/"))
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap()
+}
+
+#[test]
+fn a_foreign_entry_is_reported_and_never_trusted() {
+    if !have_redis() {
+        return;
+    }
+    let reps = Replicas::start(3);
+    bounded(60, async {
+        // Replica 0 holds a foreign value in client 7's number column.
+        let mut c0 = raw(&reps.addrs[0]).await;
+        let _: () = redis::cmd("HSET")
+            .arg(key("foreign", Family::Number))
+            .arg("7")
+            .arg("999999 not ours")
+            .query_async(&mut c0)
+            .await
+            .unwrap();
+        // A client reads around it (replicas 1 and 2 make the quorum) and reports it.
+        let mut lock = BakeryLock::<3>::redis("foreign", &reps.addrs, opts(1, 1000)).unwrap();
+        let t = lock.acquire(Duration::from_secs(5)).await.unwrap();
+        assert_eq!(t.number, 1, "the foreign number was not counted");
+        lock.release(Duration::from_secs(5)).await.unwrap();
+        let m = &lock.stats().malformed;
+        assert!(
+            m.iter()
+                .any(|s| s.contains(&reps.addrs[0]) && s.contains("'7'")),
+            "{m:?}"
+        );
+        // Client 7's own write to that field is refused by the script, not applied.
+        let mut seven = BakeryLock::<3>::redis("foreign", &reps.addrs, opts(7, 1000)).unwrap();
+        seven.acquire(Duration::from_secs(5)).await.unwrap();
+        seven.release(Duration::from_secs(5)).await.unwrap();
+        let v: String = redis::cmd("HGET")
+            .arg(key("foreign", Family::Number))
+            .arg("7")
+            .query_async(&mut c0)
+            .await
+            .unwrap();
+        assert_eq!(v, "999999 not ours");
+        assert!(seven
+            .stats()
+            .malformed
+            .iter()
+            .any(|s| s.contains("hilock-foreign")));
+        // With a second replica foreign too, no read quorum: one error naming both.
+        let mut c1 = raw(&reps.addrs[1]).await;
+        let _: () = redis::cmd("HSET")
+            .arg(key("foreign", Family::Number))
+            .arg("9")
+            .arg("v1 x I 1")
+            .query_async(&mut c1)
+            .await
+            .unwrap();
+        let mut two = BakeryLock::<3>::redis("foreign", &reps.addrs, opts(2, 1000)).unwrap();
+        let err = two.acquire(Duration::from_millis(600)).await.unwrap_err();
+        let text = err.to_string();
+        assert!(matches!(err, Error::NoQuorum { .. }), "{text}");
+        assert!(
+            text.contains(&reps.addrs[0]) && text.contains(&reps.addrs[1]),
+            "{text}"
+        );
+        assert!(text.contains("malformed"), "{text}");
+    });
+}
+
+/// The Lua script's last-write-wins equals the kernel's `Cell::merge` on every ordered
+/// pair of cells with timestamps 1..2 (tombstones, numbers and released numbers).
+#[test]
+fn the_script_keeps_the_cell_the_kernel_would_keep() {
+    if !have_redis() {
+        return;
+    }
+    let reps = Replicas::start(1);
+    let mut cells = Vec::new();
+    for ts in 1..=2 {
+        for val in [
+            None,
+            Some(Value::Int(1)),
+            Some(Value::Int(2)),
+            Some(Value::Released(1)),
+            Some(Value::Released(2)),
+        ] {
+            cells.push(Cell { ts: Ts(ts), val });
+        }
+    }
+    bounded(60, async {
+        let r = RedisReplica::new(&reps.addrs[0]).unwrap();
+        let mut col = 0u16;
+        for a in &cells {
+            for b in &cells {
+                col = col % 31 + 1;
+                let lock: Arc<str> =
+                    format!("lww{}", a.ts.0 * 100 + b.ts.0 * 10 + col as u32).into();
+                let lock: Arc<str> = format!("{lock}-{:?}-{:?}", a, b).replace(' ', "").into();
+                for c in [a, b] {
+                    let w = Request::Write {
+                        op: 1,
+                        row: Row(0),
+                        family: Family::Number,
+                        col,
+                        cell: *c,
+                    };
+                    assert!(matches!(
+                        r.clone().call(lock.clone(), w).await,
+                        Ok(Reply::Ack { .. })
+                    ));
+                }
+                let read = Request::Read {
+                    op: 2,
+                    family: Family::Number,
+                    row: Some(Row(0)),
+                };
+                let Ok(Reply::Answer { rows, .. }) = r.clone().call(lock.clone(), read).await
+                else {
+                    panic!("no answer");
+                };
+                assert_eq!(
+                    rows[0][col as usize],
+                    Cell::merge(Some(*a), Some(*b)),
+                    "write {a} then {b}"
+                );
+            }
+        }
+    });
+}
