@@ -633,3 +633,81 @@ fn the_script_keeps_the_cell_the_kernel_would_keep() {
         }
     });
 }
+
+#[test]
+fn the_command_holds_the_lock_and_exports_the_fence() {
+    if !have_redis() {
+        return;
+    }
+    let reps = Replicas::start(3);
+    let hilock = env!("CARGO_BIN_EXE_hilock");
+    let run = |id: &str, script: &str| {
+        Command::new(hilock)
+            .args([
+                "bakery",
+                "lock",
+                "cli",
+                "--replicas",
+                &reps.addrs.join(","),
+                "--client-id",
+                id,
+            ])
+            .args([
+                "--lease-ms",
+                "1000",
+                "--timeout-ms",
+                "5000",
+                "--",
+                "sh",
+                "-c",
+                script,
+            ])
+            .output()
+            .unwrap()
+    };
+    let out = run("3", "echo $HILOCK_FENCE; exit 7");
+    assert_eq!(out.status.code(), Some(7), "{out:?}");
+    // Ticket (1, 3): number 1, client 3.
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        ((1u64 << 16) | 3).to_string()
+    );
+    // The ticket was given back: the next one is larger.
+    let out = run("2", "echo $HILOCK_FENCE");
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        ((2u64 << 16) | 2).to_string()
+    );
+}
+
+#[test]
+fn the_command_names_the_missing_replicas_and_exits_2() {
+    let dead: Vec<String> = (0..3)
+        .map(|_| {
+            let p = TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port();
+            format!("127.0.0.1:{p}")
+        })
+        .collect();
+    let out = Command::new(env!("CARGO_BIN_EXE_hilock"))
+        .args([
+            "bakery",
+            "lock",
+            "x",
+            "--replicas",
+            &dead.join(","),
+            "--client-id",
+            "1",
+        ])
+        .args(["--timeout-ms", "500", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(dead.iter().all(|a| err.contains(a.as_str())), "{err}");
+}
