@@ -16,16 +16,21 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 fn have_redis() -> bool {
-    let ok = Command::new("redis-server")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !ok {
-        println!("SKIP bakery_redis: redis-server is not installed (apt-get install redis-server)");
-    }
-    ok
+    static HAVE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *HAVE.get_or_init(|| {
+        let ok = Command::new("redis-server")
+            .arg("--version")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !ok {
+            eprintln!(
+                "SKIP bakery_redis: redis-server is not installed (apt-get install redis-server)"
+            );
+        }
+        ok
+    })
 }
 
 /// `n` redis-servers on free loopback ports; killed on drop.
@@ -710,4 +715,69 @@ fn the_command_names_the_missing_replicas_and_exits_2() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(dead.iter().all(|a| err.contains(a.as_str())), "{err}");
+}
+
+/// Item 5 of issue 18: round trips (quorum operations) and latency per acquire as clients
+/// grow, over 3 fresh local replicas, R = W = 2, hold 1 ms, no pause between rounds.
+/// `cargo test -p hilock --test bakery_redis bakery_scaling -- --ignored --nocapture`
+#[test]
+#[ignore = "measurement: prints a table for BENCHMARKS.md"]
+fn bakery_scaling() {
+    if !have_redis() {
+        return;
+    }
+    println!("| clients | acquires | round trips / acquire (mean) | sleeps / acquire | latency p50 | latency p99 | acquires/s |");
+    println!("|---|---|---|---|---|---|---|");
+    for clients in [1u16, 2, 4, 8] {
+        let reps = Replicas::start(3);
+        let rounds = 25usize;
+        let started = Instant::now();
+        let results = bounded(300, async {
+            let tasks: Vec<_> = (1..=clients)
+                .map(|id| {
+                    let addrs = reps.addrs.clone();
+                    tokio::spawn(async move {
+                        let mut lock =
+                            BakeryLock::<3>::redis("bench", &addrs, opts(id, 2000)).unwrap();
+                        // Warm-up: connections and the start-up read of the entries.
+                        lock.acquire(Duration::from_secs(60)).await.unwrap();
+                        lock.release(Duration::from_secs(10)).await.unwrap();
+                        let mut v = Vec::new();
+                        for _ in 0..rounds {
+                            let (ops, sleeps) = (lock.stats().ops, lock.stats().sleeps);
+                            let t = Instant::now();
+                            lock.acquire(Duration::from_secs(60)).await.unwrap();
+                            let lat = t.elapsed();
+                            let rt = lock.stats().ops - ops;
+                            let sl = lock.stats().sleeps - sleeps;
+                            lock.hold(Box::pin(tokio::time::sleep(Duration::from_millis(1))))
+                                .await
+                                .unwrap();
+                            lock.release(Duration::from_secs(10)).await.unwrap();
+                            v.push((lat, rt, sl));
+                        }
+                        v
+                    })
+                })
+                .collect();
+            let mut all = Vec::new();
+            for t in tasks {
+                all.extend(t.await.unwrap());
+            }
+            all
+        });
+        let wall = started.elapsed().as_secs_f64();
+        let n = results.len();
+        let mut lats: Vec<Duration> = results.iter().map(|r| r.0).collect();
+        lats.sort();
+        let rt = results.iter().map(|r| r.1).sum::<u64>() as f64 / n as f64;
+        let sl = results.iter().map(|r| r.2).sum::<u64>() as f64 / n as f64;
+        let p = |q: f64| lats[((n as f64 * q) as usize).min(n - 1)].as_secs_f64() * 1000.0;
+        println!(
+            "| {clients} | {n} | {rt:.1} | {sl:.1} | {:.2} ms | {:.2} ms | {:.0} |",
+            p(0.5),
+            p(0.99),
+            n as f64 / wall
+        );
+    }
 }
