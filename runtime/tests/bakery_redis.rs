@@ -781,3 +781,114 @@ fn bakery_scaling() {
         );
     }
 }
+
+/// Kills a child process on drop (the test never leaves one running).
+struct Reap(Child);
+
+impl Drop for Reap {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn signal(pid: u32, sig: &str) {
+    let ok = Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ok, "kill {sig} {pid}");
+}
+
+/// `hilock bakery lock` SIGSTOPped while its command runs: another client gets the lock
+/// after the lease; when the stopped one continues, it sees its lease gone, kills its
+/// command and exits 2 with one line saying so.
+#[test]
+fn a_sigstopped_command_loses_the_lock_after_its_lease() {
+    if !have_redis() {
+        return;
+    }
+    use std::io::BufRead;
+    let reps = Replicas::start(3);
+    let hilock = env!("CARGO_BIN_EXE_hilock");
+    let addrs = reps.addrs.join(",");
+    let args = |id: &'static str| {
+        let mut c = Command::new(hilock);
+        c.args([
+            "bakery",
+            "lock",
+            "sig",
+            "--replicas",
+            &addrs,
+            "--client-id",
+            id,
+        ])
+        .args(["--lease-ms", "600", "--timeout-ms", "10000", "--"]);
+        c
+    };
+    let mut a = Reap(
+        args("1")
+            .args(["sh", "-c", "echo $$; exec sleep 30"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let out = a.0.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = std::io::BufReader::new(out).read_line(&mut line);
+        let _ = tx.send(line);
+    });
+    let line = rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("A was not granted");
+    let cmd_pid: u32 = line.trim().parse().expect("the command's pid");
+    signal(a.0.id(), "-STOP");
+    let stopped = Instant::now();
+    let b = args("2").arg("true").output().unwrap();
+    let waited = stopped.elapsed();
+    assert_eq!(b.status.code(), Some(0), "{b:?}");
+    assert!(
+        waited >= Duration::from_millis(600),
+        "B granted after {waited:?}"
+    );
+    signal(a.0.id(), "-CONT");
+    let t = Instant::now();
+    let status = loop {
+        if let Some(s) = a.0.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "A did not stop after SIGCONT"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(2));
+    // The command (sleep 30) is gone, not left running without the lock.
+    let alive = || {
+        Command::new("kill")
+            .args(["-0", &cmd_pid.to_string()])
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    let t = Instant::now();
+    while alive() {
+        assert!(
+            t.elapsed() < Duration::from_secs(2),
+            "the command outlived the lease"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // (Read after the command is gone: it shares the stderr pipe.)
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut a.0.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(
+        err.contains("lease ran out") && err.contains("killed"),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
+}

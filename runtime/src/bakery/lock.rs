@@ -452,10 +452,9 @@ impl<const N: usize> BakeryLock<N> {
             match o {
                 ClientOutput::Send { to, req } => {
                     if self.requests.insert(req.op(), req).is_none() {
+                        // A new operation: reasons from earlier ones no longer apply.
                         self.stats.ops += 1;
-                        if let Some(f) = self.failures.get_mut(to.0 as usize) {
-                            *f = None;
-                        }
+                        self.failures.iter_mut().for_each(|f| *f = None);
                     }
                     self.stats.requests += 1;
                     self.store.send(to, self.name.clone(), req);
