@@ -552,7 +552,8 @@ impl<const N: usize> BakeryLock<N> {
         Ok(())
     }
 
-    /// The error at the deadline: the operation short of its quorum, or a plain timeout.
+    /// The error at the deadline: the operation short of its quorum because replicas
+    /// failed, or a plain timeout.
     fn deadline_error(&self, start: Instant) -> Error {
         let (a, _) = self.client.outstanding();
         let (mask, _) = self.client.replied();
@@ -563,7 +564,9 @@ impl<const N: usize> BakeryLock<N> {
                 Request::Read { family, .. } => (format!("read {}", family.name()), cfg.r),
             };
             let got = mask.count_ones() as u8;
-            if got < need {
+            // Short of its quorum because replicas failed (not merely still in flight).
+            let failed = (0..N).any(|r| mask & (1 << r) == 0 && self.failures[r].is_some());
+            if got < need && failed {
                 let missing = (0..N)
                     .filter(|r| mask & (1 << r) == 0)
                     .map(|r| self.describe(r, self.failures[r].clone()))
