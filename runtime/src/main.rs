@@ -242,7 +242,7 @@ enum BakeryCommand {
         /// This client's id, 1..=31; no two running clients may share one.
         #[arg(long, env = "HILOCK_CLIENT_ID")]
         client_id: u16,
-        /// The lease: without renewal, others pass this client's entry after 1.3 leases.
+        /// The lease: others pass an entry that stops changing 1.3 leases after they saw it.
         #[arg(long, default_value_t = 2000)]
         lease_ms: u64,
         /// Give up after this many milliseconds.
