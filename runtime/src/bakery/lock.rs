@@ -171,9 +171,6 @@ enum Until<T> {
 }
 
 /// One bakery client on `N` replicas (the kernel's `Client<N, 1, 32>`), for one lock.
-/// After an error of [`BakeryLock::acquire`] or [`BakeryLock::release`] the kernel client
-/// is somewhere inside the algorithm and refuses a new `acquire` (`Error::Kernel`): make a
-/// new `BakeryLock` (its old entries expire after the lease).
 #[derive(Debug)]
 pub struct BakeryLock<const N: usize> {
     name: Arc<str>,
