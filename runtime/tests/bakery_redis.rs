@@ -407,10 +407,27 @@ fn a_client_stopped_after_taking_a_number_is_passed_after_its_lease() {
             }
         });
         h.record(3, Ev::Invoke);
-        // C draws its number within a few round trips, then waits for B.
-        b.hold(Box::pin(tokio::time::sleep(Duration::from_millis(200))))
-            .await
-            .unwrap();
+        // C draws its number and waits for B: stop it once its number is on two replicas.
+        let addrs = reps.addrs.clone();
+        let numbered = async move {
+            loop {
+                let mut on = 0;
+                for a in &addrs {
+                    let v: Option<String> = redis::cmd("HGET")
+                        .arg(key("num", Family::Number))
+                        .arg("3")
+                        .query_async(&mut raw(a).await)
+                        .await
+                        .unwrap();
+                    on += v.is_some_and(|v| v.contains(" I ")) as usize;
+                }
+                if on >= 2 {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        };
+        b.hold(Box::pin(numbered)).await.unwrap();
         c.abort();
         let _ = c.await;
         h.record(3, Ev::Fail);
