@@ -92,6 +92,12 @@ enum Command {
         #[arg(last = true, required = true)]
         command: Vec<String>,
     },
+    /// The bakery lock of seed 004 over redis-server replicas (quorum reads and writes,
+    /// leases); no hilock node needed.
+    Bakery {
+        #[command(subcommand)]
+        command: BakeryCommand,
+    },
     /// Print a running node's locks, token, queues and peers.
     Status {
         #[command(flatten)]
@@ -316,6 +322,53 @@ async fn kill_group(pgid: i32, child: &mut tokio::process::Child, grace: std::ti
 }
 
 #[allow(clippy::too_many_arguments)]
+#[derive(Subcommand, Debug)]
+enum BakeryCommand {
+    /// Hold the bakery lock NAME while a command runs, renewing its lease; the fencing
+    /// token (the ticket) is in the command's environment as HILOCK_FENCE. Exits with the
+    /// command's status; 2 (and one line on stderr) if the lock is not granted in time or
+    /// its lease runs out while the command runs (the command is killed then).
+    Lock {
+        /// The lock's name.
+        name: String,
+        /// The redis-server replicas, host:port,... (1 to 7; quorums are majorities).
+        #[arg(long, value_delimiter = ',', default_value = "127.0.0.1:6379")]
+        replicas: Vec<String>,
+        /// This client's id, 1..=31; no two running clients may share one.
+        #[arg(long, env = "HILOCK_CLIENT_ID")]
+        client_id: u16,
+        /// The lease: others pass an entry that stops changing 1.3 leases after they saw it.
+        #[arg(long, default_value_t = 2000)]
+        lease_ms: u64,
+        /// Give up after this many milliseconds.
+        #[arg(long, default_value_t = 10000)]
+        timeout_ms: u64,
+        /// The command and its arguments.
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
+}
+
+fn bakery(command: BakeryCommand) -> Result<ExitCode, String> {
+    let BakeryCommand::Lock {
+        name,
+        replicas,
+        client_id,
+        lease_ms,
+        timeout_ms,
+        command,
+    } = command;
+    let opts = hilock::bakery::Options {
+        lease: std::time::Duration::from_millis(lease_ms),
+        ..hilock::bakery::Options::new(client_id)
+    };
+    let timeout = std::time::Duration::from_millis(timeout_ms);
+    let code = runtime()?.block_on(hilock::bakery::lock::run_command(
+        &name, &replicas, opts, timeout, &command,
+    ))?;
+    Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)))
+}
+
 fn lock(
     path: String,
     mode: String,
@@ -584,6 +637,10 @@ fn main() -> ExitCode {
             json,
             timeout_ms,
         } => status(&at, json, timeout_ms),
+        Command::Bakery { command } => match bakery(command) {
+            Ok(code) => return code,
+            Err(e) => Err(e),
+        },
         Command::Spec { json } => hilock::cli::spec(json).map(|s| (s, true)),
         Command::Scenario { files, json } => scenarios(&files, json),
         Command::Replay { file, svg, html } => {

@@ -533,6 +533,12 @@ impl<const N: usize, const K: usize, const C: usize> Client<N, K, C> {
     pub fn number_hash(&self) -> &Columns<C> {
         &self.numbers
     }
+    /// Moves the Lamport clock to at least `ts` (never back). A client that starts again
+    /// under an id an earlier run used passes the largest write timestamp it finds in the
+    /// store, so that its next writes supersede that run's entries in its own columns.
+    pub fn advance_clock(&mut self, ts: Ts) {
+        self.clock = self.clock.max(ts.0);
+    }
     /// The operation ids outstanding: the main operation and a lease renewal.
     pub fn outstanding(&self) -> (Option<u32>, Option<u32>) {
         (self.op.map(|o| o.id), self.renewal.map(|r| r.op))

@@ -252,6 +252,29 @@ mod tests {
     }
 
     #[test]
+    fn advanced_clock_outranks_an_earlier_run() {
+        let mut c = C3::new(ClientId(1), cfg(2, 2, Variant::HILOCK)).unwrap();
+        c.advance_clock(Ts(40));
+        c.advance_clock(Ts(7));
+        assert_eq!(c.clock(), 40, "the clock never goes back");
+        let mut out = Out::new();
+        c.step(Input::Acquire, &mut out).unwrap();
+        let Some(ClientOutput::Send {
+            req: Request::Write { cell, .. },
+            ..
+        }) = out.first()
+        else {
+            panic!("line 1 sends a write: {out:?}");
+        };
+        assert_eq!(cell.ts, Ts(41));
+        let old = Cell {
+            ts: Ts(40),
+            val: None,
+        };
+        assert!(cell.supersedes(&old));
+    }
+
+    #[test]
     fn last_write_wins_and_tombstones_win_ties() {
         let mut r: Replica<1, 3> = Replica::new();
         let mut out: heapless::Vec<Reply<1, 3>, 4> = heapless::Vec::new();

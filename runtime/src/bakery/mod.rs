@@ -1,0 +1,26 @@
+//! Seed 004 on real replicas: the kernel's bakery [`Client`](hilock_kernel::bakery::Client)
+//! driven over `N` `redis-server` instances.
+//!
+//! The kernel decides everything the algorithm decides (which line comes next, the quorum
+//! counts, the merge of answers by write timestamp, the number drawn, the waits, the
+//! leases); this module only does I/O:
+//!
+//! - [`store`]: the [`ReplicaBackend`] trait (one replica answers one kernel
+//!   [`Request`](hilock_kernel::bakery::Request)), the strict text encoding of a cell and
+//!   [`QuorumStore`], which sends each request to its replica with a time limit and hands
+//!   the answers back; a replica that does not answer in time, or whose answer does not
+//!   decode, counts as missing (and is named in the error);
+//! - [`redis`]: the backend over one `redis-server`: a hash per lock and column family,
+//!   last-write-wins per field by a server-side Lua script that applies a write only if
+//!   its cell supersedes the stored one by the kernel's rule
+//!   ([`Cell::supersedes`](hilock_kernel::bakery::Cell::supersedes));
+//! - [`lock`]: [`BakeryLock`], the driver: feeds the client's `Send` outputs to the store,
+//!   the replies, ticks and wake-ups back in, retries missing replicas with backoff up to the
+//!   caller's deadline; `hilock bakery lock` is [`lock::run_command`].
+
+pub mod lock;
+pub mod redis;
+pub mod store;
+
+pub use lock::{BakeryLock, Error, Options, Stats};
+pub use store::{QuorumStore, ReplicaBackend, ReplicaError, COLUMNS};

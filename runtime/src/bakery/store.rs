@@ -1,0 +1,270 @@
+//! The I/O side of the kernel's replicated store: one [`ReplicaBackend`] per replica, the
+//! strict text form of a cell, and [`QuorumStore`], which sends requests to replicas with
+//! a time limit. Counting quorums and merging answers is the kernel client's
+//! (`Client::reply`); nothing here decides what an answer means.
+
+use futures_util::future::BoxFuture;
+use hilock_kernel::bakery::{Cell, Family, ReplicaId, Reply, Request, Ts, Value};
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+/// Columns per family: client ids `1..COLUMNS` (column 0 is the work queue's marker).
+pub const COLUMNS: usize = 32;
+/// Rows the lock program uses: one, the lock.
+pub const ROWS: usize = 1;
+/// A reply as the kernel's lock client takes it.
+pub type LockReply = Reply<ROWS, COLUMNS>;
+/// The columns of one family of the lock's row.
+pub type LockColumns = [Option<Cell>; COLUMNS];
+
+/// Why a replica gave no usable answer. Every case counts as a missing answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ReplicaError {
+    /// No answer within the time limit.
+    Timeout(Duration),
+    /// Cannot connect, or the connection failed.
+    Unreachable(String),
+    /// The replica answered with an error.
+    Refused(String),
+    /// An entry that is not hilock's (or not this lock's): reported, never trusted.
+    Malformed(String),
+}
+
+impl fmt::Display for ReplicaError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ReplicaError::Timeout(d) => write!(f, "no answer within {} ms", d.as_millis()),
+            ReplicaError::Unreachable(e) => write!(f, "unreachable: {e}"),
+            ReplicaError::Refused(e) => write!(f, "error: {e}"),
+            ReplicaError::Malformed(e) => write!(f, "malformed or foreign entry: {e}"),
+        }
+    }
+}
+
+/// One replica of the store: applies a kernel [`Request`] to the lock `lock` and answers
+/// as the kernel's `Replica::step` would (an `Ack` for a write — applied or superseded —,
+/// the family's cells for a read).
+pub trait ReplicaBackend: Send + Sync + fmt::Debug + 'static {
+    /// Where it is (for messages), e.g. `127.0.0.1:6379`.
+    fn addr(&self) -> &str;
+    /// Sends one request.
+    fn call(
+        self: Arc<Self>,
+        lock: Arc<str>,
+        req: Request,
+    ) -> BoxFuture<'static, Result<LockReply, ReplicaError>>;
+}
+
+/// The text of a cell in the store: `v1 <ts> <I|R|T> <n>` (`I`: `Value::Int(n)`, `R`:
+/// `Value::Released(n)`, `T`: tombstone with `n = 0`).
+pub fn encode_cell(cell: &Cell) -> String {
+    let (kind, n) = match cell.val {
+        None => ('T', 0),
+        Some(Value::Int(n)) => ('I', n),
+        Some(Value::Released(n)) => ('R', n),
+    };
+    format!("v1 {} {kind} {n}", cell.ts.0)
+}
+
+/// The parts of [`encode_cell`] as the Lua script takes them: `ts`, kind, `n`.
+pub fn cell_args(cell: &Cell) -> (u32, &'static str, u32) {
+    match cell.val {
+        None => (cell.ts.0, "T", 0),
+        Some(Value::Int(n)) => (cell.ts.0, "I", n),
+        Some(Value::Released(n)) => (cell.ts.0, "R", n),
+    }
+}
+
+fn decimal(s: &str) -> Option<u32> {
+    let ok =
+        !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) && (s == "0" || !s.starts_with('0'));
+    ok.then(|| s.parse().ok()).flatten()
+}
+
+/// Decodes one field of `family` (column `field`, text `value`) strictly: anything that
+/// [`encode_cell`] cannot have written for this family — another format, a column outside
+/// `1..COLUMNS`, a timestamp 0, a choosing value other than 1, a number 0 — is an error.
+pub fn decode_field(family: Family, field: &[u8], value: &[u8]) -> Result<(usize, Cell), String> {
+    let show = |b: &[u8]| {
+        String::from_utf8_lossy(b)
+            .chars()
+            .take(60)
+            .collect::<String>()
+    };
+    let bad = || {
+        format!(
+            "{} field '{}' = '{}'",
+            family.name(),
+            show(field),
+            show(value)
+        )
+    };
+    let col = std::str::from_utf8(field)
+        .ok()
+        .and_then(decimal)
+        .filter(|&c| c >= 1 && (c as usize) < COLUMNS)
+        .ok_or_else(bad)? as usize;
+    let text = std::str::from_utf8(value).map_err(|_| bad())?;
+    let parts: Vec<&str> = text.split(' ').collect();
+    let [v, ts, kind, n] = parts[..] else {
+        return Err(bad());
+    };
+    let (ts, n) = match (decimal(ts), decimal(n)) {
+        (Some(ts), Some(n)) if v == "v1" && ts > 0 => (ts, n),
+        _ => return Err(bad()),
+    };
+    let val = match (family, kind, n) {
+        (_, "T", 0) => None,
+        (Family::Choosing, "I", 1) => Some(Value::Int(1)),
+        (Family::Number, "I", n) if n > 0 => Some(Value::Int(n)),
+        (Family::Number, "R", n) if n > 0 => Some(Value::Released(n)),
+        _ => return Err(bad()),
+    };
+    Ok((col, Cell { ts: Ts(ts), val }))
+}
+
+/// A reply from one replica to one operation, as [`QuorumStore`] delivers it.
+#[derive(Debug)]
+pub struct Delivery {
+    /// The replica.
+    pub from: ReplicaId,
+    /// The operation the request belonged to.
+    pub op: u32,
+    /// Its answer, or why there is none.
+    pub result: Result<LockReply, ReplicaError>,
+}
+
+/// `N` replicas and a time limit per call: [`QuorumStore::send`] sends a request to one
+/// replica and delivers the reply (or the reason there is none) on the channel given at
+/// construction. The kernel client counts the quorums.
+#[derive(Debug, Clone)]
+pub struct QuorumStore {
+    replicas: Vec<Arc<dyn ReplicaBackend>>,
+    call_timeout: Duration,
+    tx: mpsc::UnboundedSender<Delivery>,
+}
+
+impl QuorumStore {
+    /// The store over `replicas` (index = [`ReplicaId`]); replies arrive on the receiver.
+    pub fn new(
+        replicas: Vec<Arc<dyn ReplicaBackend>>,
+        call_timeout: Duration,
+    ) -> (Self, mpsc::UnboundedReceiver<Delivery>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        (
+            QuorumStore {
+                replicas,
+                call_timeout,
+                tx,
+            },
+            rx,
+        )
+    }
+
+    /// Number of replicas.
+    pub fn len(&self) -> usize {
+        self.replicas.len()
+    }
+
+    /// Whether there are no replicas.
+    pub fn is_empty(&self) -> bool {
+        self.replicas.is_empty()
+    }
+
+    /// The address of replica `r`.
+    pub fn addr(&self, r: ReplicaId) -> &str {
+        self.replicas.get(r.0 as usize).map_or("?", |b| b.addr())
+    }
+
+    /// Sends `req` to replica `to` (in a task of its own); the reply, a timeout or an error
+    /// is delivered later.
+    pub fn send(&self, to: ReplicaId, lock: Arc<str>, req: Request) {
+        let tx = self.tx.clone();
+        let limit = self.call_timeout;
+        let Some(backend) = self.replicas.get(to.0 as usize).cloned() else {
+            let _ = tx.send(Delivery {
+                from: to,
+                op: req.op(),
+                result: Err(ReplicaError::Unreachable("no such replica".into())),
+            });
+            return;
+        };
+        tokio::spawn(async move {
+            let result = match tokio::time::timeout(limit, backend.call(lock, req)).await {
+                Ok(r) => r,
+                Err(_) => Err(ReplicaError::Timeout(limit)),
+            };
+            let _ = tx.send(Delivery {
+                from: to,
+                op: req.op(),
+                result,
+            });
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cells_round_trip_and_foreign_text_is_refused() {
+        let cells = [
+            (
+                Family::Choosing,
+                Cell {
+                    ts: Ts(3),
+                    val: Some(Value::Int(1)),
+                },
+            ),
+            (
+                Family::Number,
+                Cell {
+                    ts: Ts(9),
+                    val: Some(Value::Int(7)),
+                },
+            ),
+            (
+                Family::Number,
+                Cell {
+                    ts: Ts(10),
+                    val: Some(Value::Released(7)),
+                },
+            ),
+            (
+                Family::Number,
+                Cell {
+                    ts: Ts(11),
+                    val: None,
+                },
+            ),
+        ];
+        for (f, c) in cells {
+            assert_eq!(
+                decode_field(f, b"5", encode_cell(&c).as_bytes()),
+                Ok((5, c))
+            );
+        }
+        let bad: [(Family, &[u8], &[u8]); 11] = [
+            (Family::Number, b"0", b"v1 1 I 1"),
+            (Family::Number, b"32", b"v1 1 I 1"),
+            (Family::Number, b"05", b"v1 1 I 1"),
+            (Family::Number, b"x", b"v1 1 I 1"),
+            (Family::Number, b"5", b"v2 1 I 1"),
+            (Family::Number, b"5", b"v1 0 I 1"),
+            (Family::Number, b"5", b"v1 1 I 0"),
+            (Family::Number, b"5", b"v1 1 I 1 extra"),
+            (Family::Number, b"5", b"hello"),
+            (Family::Choosing, b"5", b"v1 1 I 2"),
+            (Family::Choosing, b"5", b"v1 1 R 1"),
+        ];
+        for (f, field, value) in bad {
+            assert!(
+                decode_field(f, field, value).is_err(),
+                "{f:?} {field:?} {value:?}"
+            );
+        }
+    }
+}

@@ -1,0 +1,919 @@
+//! The bakery (seed 004) over 3 real `redis-server` replicas that each test starts itself
+//! on free 127.0.0.1 ports (no persistence, a temporary directory each) and kills at the
+//! end. Without `redis-server` every test prints one SKIP line and passes.
+//!
+//! The history checker: every client records `invoke`, `grant` (with its fencing token),
+//! `release` and `fail`/`crash` under one mutex with a monotonic timestamp; the checker
+//! fails on two grants without a release between them (overlapping holds), on a token that
+//! does not increase, and on an invoke that never got a grant or a failure (a lost request).
+
+use hilock::bakery::redis::{key, RedisReplica};
+use hilock::bakery::{BakeryLock, Error, Options, ReplicaBackend};
+use hilock_kernel::bakery::{Cell, Family, Reply, Request, Row, Ts, Value};
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+fn have_redis() -> bool {
+    static HAVE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *HAVE.get_or_init(|| {
+        let ok = Command::new("redis-server")
+            .arg("--version")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !ok {
+            eprintln!(
+                "SKIP bakery_redis: redis-server is not installed (apt-get install redis-server)"
+            );
+        }
+        ok
+    })
+}
+
+/// `n` redis-servers on free loopback ports; killed on drop.
+struct Replicas {
+    children: Vec<Option<Child>>,
+    addrs: Vec<String>,
+    _dirs: Vec<tempfile::TempDir>,
+}
+
+impl Replicas {
+    fn start(n: usize) -> Replicas {
+        let mut r = Replicas {
+            children: Vec::new(),
+            addrs: Vec::new(),
+            _dirs: Vec::new(),
+        };
+        for _ in 0..n {
+            let port = TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port();
+            let dir = tempfile::tempdir().unwrap();
+            let child = Command::new("redis-server")
+                .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+                .args(["--save", "", "--appendonly", "no"])
+                .arg("--dir")
+                .arg(dir.path())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("start redis-server");
+            r.children.push(Some(child));
+            r.addrs.push(format!("127.0.0.1:{port}"));
+            r._dirs.push(dir);
+        }
+        for a in &r.addrs {
+            let t = Instant::now();
+            while std::net::TcpStream::connect(a).is_err() {
+                assert!(
+                    t.elapsed() < Duration::from_secs(10),
+                    "redis-server at {a} did not start"
+                );
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        r
+    }
+
+    fn kill(&mut self, i: usize) {
+        if let Some(mut c) = self.children[i].take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Replicas {
+    fn drop(&mut self) {
+        for i in 0..self.children.len() {
+            self.kill(i);
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Ev {
+    Invoke,
+    Grant(u64),
+    Release,
+    Fail,
+    Crash,
+}
+
+#[derive(Clone, Default)]
+struct History(Arc<Mutex<Vec<(Instant, u16, Ev)>>>);
+
+impl History {
+    fn record(&self, client: u16, ev: Ev) {
+        let mut h = self.0.lock().unwrap();
+        h.push((Instant::now(), client, ev));
+    }
+
+    fn grants(&self) -> usize {
+        let h = self.0.lock().unwrap();
+        h.iter().filter(|e| matches!(e.2, Ev::Grant(_))).count()
+    }
+
+    /// The violations of the history (empty: correct).
+    fn check(&self) -> Vec<String> {
+        let h = self.0.lock().unwrap();
+        let mut v = Vec::new();
+        let mut holder: Option<(u16, u64)> = None;
+        let mut last_fence = 0u64;
+        let mut open: std::collections::HashMap<u16, i64> = Default::default();
+        for (i, &(_, c, ev)) in h.iter().enumerate() {
+            match ev {
+                Ev::Invoke => *open.entry(c).or_default() += 1,
+                Ev::Grant(f) => {
+                    *open.entry(c).or_default() -= 1;
+                    if let Some((other, of)) = holder {
+                        v.push(format!(
+                            "event {i}: client {c} granted (fence {f}) while client {other} holds (fence {of})"
+                        ));
+                    }
+                    if f <= last_fence {
+                        v.push(format!("event {i}: fence {f} after fence {last_fence}"));
+                    }
+                    last_fence = last_fence.max(f);
+                    holder = Some((c, f));
+                }
+                Ev::Release | Ev::Crash => {
+                    if holder.is_some_and(|(h, _)| h == c) {
+                        holder = None;
+                    } else if ev == Ev::Release {
+                        v.push(format!(
+                            "event {i}: client {c} releases what it does not hold"
+                        ));
+                    }
+                }
+                Ev::Fail => *open.entry(c).or_default() -= 1,
+            }
+        }
+        for (c, n) in open {
+            if n != 0 {
+                v.push(format!(
+                    "client {c}: {n} request(s) without a grant or a failure"
+                ));
+            }
+        }
+        v
+    }
+}
+
+fn opts(id: u16, lease_ms: u64) -> Options {
+    Options {
+        lease: Duration::from_millis(lease_ms),
+        call_timeout: Duration::from_millis(300),
+        ..Options::new(id)
+    }
+}
+
+/// One client: `rounds` times acquire, hold `hold`, release.
+async fn worker(
+    name: &'static str,
+    addrs: Vec<String>,
+    o: Options,
+    rounds: usize,
+    hold: Duration,
+    jitter: Duration,
+    h: History,
+) -> Result<(), Error> {
+    let mut lock = if jitter.is_zero() {
+        BakeryLock::<3>::redis(name, &addrs, o)?
+    } else {
+        BakeryLock::<3>::new(name, jittery(&addrs, jitter), o)?
+    };
+    for _ in 0..rounds {
+        h.record(o.client_id, Ev::Invoke);
+        let t = match lock.acquire(Duration::from_secs(20)).await {
+            Ok(t) => t,
+            Err(e) => {
+                h.record(o.client_id, Ev::Fail);
+                return Err(e);
+            }
+        };
+        h.record(o.client_id, Ev::Grant(t.as_u64()));
+        lock.hold(Box::pin(tokio::time::sleep(hold))).await?;
+        h.record(o.client_id, Ev::Release);
+        lock.release(Duration::from_secs(10)).await?;
+    }
+    Ok(())
+}
+
+/// A replica whose every request waits a pseudo-random 0..`max` before it is sent, so
+/// that requests overtake each other (the model's arbitrary message delay).
+#[derive(Debug)]
+struct Jittery {
+    inner: Arc<RedisReplica>,
+    max_us: u64,
+    seq: std::sync::atomic::AtomicU64,
+}
+
+impl ReplicaBackend for Jittery {
+    fn addr(&self) -> &str {
+        self.inner.addr()
+    }
+    fn call(
+        self: Arc<Self>,
+        lock: Arc<str>,
+        req: Request,
+    ) -> futures_util::future::BoxFuture<
+        'static,
+        Result<hilock::bakery::store::LockReply, hilock::bakery::ReplicaError>,
+    > {
+        let n = self.seq.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let x = (n ^ (self.max_us << 7)).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 33;
+        let delay = Duration::from_micros(x % self.max_us.max(1));
+        Box::pin(async move {
+            tokio::time::sleep(delay).await;
+            self.inner.clone().call(lock, req).await
+        })
+    }
+}
+
+fn jittery(addrs: &[String], max: Duration) -> Vec<Arc<dyn ReplicaBackend>> {
+    addrs
+        .iter()
+        .enumerate()
+        .map(|(i, a)| {
+            Arc::new(Jittery {
+                inner: RedisReplica::new(a).unwrap(),
+                max_us: max.as_micros() as u64,
+                seq: std::sync::atomic::AtomicU64::new(i as u64 * 1000),
+            }) as Arc<dyn ReplicaBackend>
+        })
+        .collect()
+}
+
+fn bounded<F: std::future::Future>(secs: u64, f: F) -> F::Output {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        tokio::time::timeout(Duration::from_secs(secs), f)
+            .await
+            .expect("test ran out of time")
+    })
+}
+
+/// The most a request to a replica is delayed in the exclusion test.
+const JITTER: Duration = Duration::from_millis(4);
+
+#[test]
+fn four_clients_exclude_each_other_on_three_replicas() {
+    if !have_redis() {
+        return;
+    }
+    let reps = Replicas::start(3);
+    let h = History::default();
+    bounded(60, async {
+        let tasks: Vec<_> = (1..=5u16)
+            .map(|id| {
+                tokio::spawn(worker(
+                    "excl",
+                    reps.addrs.clone(),
+                    opts(id, 2000),
+                    8,
+                    Duration::from_millis(3),
+                    JITTER,
+                    h.clone(),
+                ))
+            })
+            .collect();
+        for t in tasks {
+            t.await.unwrap().unwrap();
+        }
+    });
+    assert_eq!(h.grants(), 40);
+    assert_eq!(h.check(), Vec::<String>::new());
+}
+
+#[test]
+fn a_killed_replica_is_tolerated() {
+    if !have_redis() {
+        return;
+    }
+    let mut reps = Replicas::start(3);
+    let h = History::default();
+    let grants_before_kill = bounded(60, async {
+        let tasks: Vec<_> = (1..=4u16)
+            .map(|id| {
+                tokio::spawn(worker(
+                    "kill",
+                    reps.addrs.clone(),
+                    opts(id, 2000),
+                    8,
+                    Duration::from_millis(3),
+                    Duration::ZERO,
+                    h.clone(),
+                ))
+            })
+            .collect();
+        while h.grants() < 10 {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        let before = h.grants();
+        reps.kill(2);
+        for t in tasks {
+            t.await.unwrap().unwrap();
+        }
+        before
+    });
+    assert!(
+        grants_before_kill < 32,
+        "the replica died before the run ended"
+    );
+    assert_eq!(h.grants(), 32);
+    assert_eq!(h.check(), Vec::<String>::new());
+}
+
+/// A client stopped (its task aborted) while holding: the next client gets the lock once
+/// the lease has run out, not before.
+#[test]
+fn a_stopped_holder_is_freed_after_its_lease() {
+    if !have_redis() {
+        return;
+    }
+    let reps = Replicas::start(3);
+    let h = History::default();
+    let lease = 600;
+    let (stopped_at, waited) = bounded(60, async {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let (addrs, hh) = (reps.addrs.clone(), h.clone());
+        let a = tokio::spawn(async move {
+            let mut lock = BakeryLock::<3>::redis("stop", &addrs, opts(1, lease)).unwrap();
+            hh.record(1, Ev::Invoke);
+            let t = lock.acquire(Duration::from_secs(5)).await.unwrap();
+            hh.record(1, Ev::Grant(t.as_u64()));
+            let _ = tx.send(());
+            lock.hold(Box::pin(std::future::pending::<()>())).await
+        });
+        rx.await.unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        a.abort();
+        let _ = a.await;
+        h.record(1, Ev::Crash);
+        let stopped_at = Instant::now();
+        let mut b = BakeryLock::<3>::redis("stop", &reps.addrs, opts(2, lease)).unwrap();
+        h.record(2, Ev::Invoke);
+        let t = b.acquire(Duration::from_secs(10)).await.unwrap();
+        h.record(2, Ev::Grant(t.as_u64()));
+        let waited = stopped_at.elapsed();
+        h.record(2, Ev::Release);
+        b.release(Duration::from_secs(5)).await.unwrap();
+        (stopped_at, waited)
+    });
+    let _ = stopped_at;
+    // B must watch A's entry for EXPIRY_TICKS (1.3 leases) before passing it.
+    assert!(
+        waited >= Duration::from_millis(lease),
+        "granted after {waited:?}, before the stopped holder's lease could run out"
+    );
+    assert!(
+        waited < Duration::from_millis(3 * lease + 2000),
+        "waited {waited:?}"
+    );
+    assert_eq!(h.check(), Vec::<String>::new());
+}
+
+/// A client stopped after it took a number (waiting behind a holder): once the holder
+/// releases, the next client passes the stopped client's number after its lease.
+#[test]
+fn a_client_stopped_after_taking_a_number_is_passed_after_its_lease() {
+    if !have_redis() {
+        return;
+    }
+    let reps = Replicas::start(3);
+    let h = History::default();
+    let lease = 600;
+    let waited = bounded(60, async {
+        let mut b = BakeryLock::<3>::redis("num", &reps.addrs, opts(2, lease)).unwrap();
+        h.record(2, Ev::Invoke);
+        let t = b.acquire(Duration::from_secs(5)).await.unwrap();
+        h.record(2, Ev::Grant(t.as_u64()));
+        let (addrs, hh) = (reps.addrs.clone(), h.clone());
+        let c = tokio::spawn(async move {
+            let mut lock = BakeryLock::<3>::redis("num", &addrs, opts(3, lease)).unwrap();
+            let r = lock.acquire(Duration::from_secs(30)).await;
+            if let Ok(t) = r {
+                hh.record(3, Ev::Grant(t.as_u64()));
+            }
+        });
+        h.record(3, Ev::Invoke);
+        // C draws its number and waits for B: stop it once its number is on two replicas.
+        let addrs = reps.addrs.clone();
+        let numbered = async move {
+            loop {
+                let mut on = 0;
+                for a in &addrs {
+                    let v: Option<String> = redis::cmd("HGET")
+                        .arg(key("num", Family::Number))
+                        .arg("3")
+                        .query_async(&mut raw(a).await)
+                        .await
+                        .unwrap();
+                    on += v.is_some_and(|v| v.contains(" I ")) as usize;
+                }
+                if on >= 2 {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        };
+        b.hold(Box::pin(numbered)).await.unwrap();
+        c.abort();
+        let _ = c.await;
+        h.record(3, Ev::Fail);
+        h.record(2, Ev::Release);
+        b.release(Duration::from_secs(5)).await.unwrap();
+        let start = Instant::now();
+        let mut d = BakeryLock::<3>::redis("num", &reps.addrs, opts(4, lease)).unwrap();
+        h.record(4, Ev::Invoke);
+        let t = d.acquire(Duration::from_secs(10)).await.unwrap();
+        h.record(4, Ev::Grant(t.as_u64()));
+        let waited = start.elapsed();
+        h.record(4, Ev::Release);
+        d.release(Duration::from_secs(5)).await.unwrap();
+        waited
+    });
+    assert!(
+        waited >= Duration::from_millis(lease / 2),
+        "granted after {waited:?}: the stopped client's number was not waited for"
+    );
+    assert!(
+        waited < Duration::from_millis(3 * lease + 2000),
+        "waited {waited:?}"
+    );
+    assert_eq!(h.check(), Vec::<String>::new());
+}
+
+#[test]
+fn unreachable_replicas_are_named_after_the_timeout() {
+    // Ports nobody listens on (bound, then released).
+    let dead: Vec<String> = (0..3)
+        .map(|_| {
+            let p = TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port();
+            format!("127.0.0.1:{p}")
+        })
+        .collect();
+    let (err, elapsed, retries) = bounded(30, async {
+        let mut lock = BakeryLock::<3>::redis("gone", &dead, opts(1, 1000)).unwrap();
+        let t = Instant::now();
+        let e = lock.acquire(Duration::from_millis(800)).await.unwrap_err();
+        (e, t.elapsed(), lock.stats().retries)
+    });
+    let Error::NoQuorum {
+        need, got, missing, ..
+    } = &err
+    else {
+        panic!("expected NoQuorum, got {err}");
+    };
+    assert_eq!((*need, *got), (2, 0));
+    for a in &dead {
+        assert!(
+            err.to_string().contains(a.as_str()),
+            "{err} does not name {a}"
+        );
+    }
+    assert_eq!(missing.len(), 3);
+    assert!(retries > 0, "no retry before giving up");
+    assert!(elapsed < Duration::from_millis(2500), "took {elapsed:?}");
+}
+
+#[test]
+fn one_replica_short_of_quorum_is_named() {
+    if !have_redis() {
+        return;
+    }
+    let mut reps = Replicas::start(3);
+    // Two dead replicas: a majority of 3 cannot be reached.
+    reps.kill(1);
+    reps.kill(2);
+    let err = bounded(30, async {
+        let mut lock = BakeryLock::<3>::redis("short", &reps.addrs, opts(1, 1000)).unwrap();
+        lock.acquire(Duration::from_millis(600)).await.unwrap_err()
+    });
+    let text = err.to_string();
+    assert!(
+        matches!(
+            err,
+            Error::NoQuorum {
+                got: 1,
+                need: 2,
+                ..
+            }
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains(&reps.addrs[1]) && text.contains(&reps.addrs[2]),
+        "{text}"
+    );
+    assert!(!text.contains(&reps.addrs[0]), "{text}");
+}
+
+async fn raw(addr: &str) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(format!("redis://{addr}/"))
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap()
+}
+
+#[test]
+fn a_foreign_entry_is_reported_and_never_trusted() {
+    if !have_redis() {
+        return;
+    }
+    let reps = Replicas::start(3);
+    bounded(60, async {
+        // Replica 0 holds a foreign value in client 7's number column.
+        let mut c0 = raw(&reps.addrs[0]).await;
+        let _: () = redis::cmd("HSET")
+            .arg(key("foreign", Family::Number))
+            .arg("7")
+            .arg("999999 not ours")
+            .query_async(&mut c0)
+            .await
+            .unwrap();
+        // A client reads around it (replicas 1 and 2 make the quorum) and reports it.
+        let mut lock = BakeryLock::<3>::redis("foreign", &reps.addrs, opts(1, 1000)).unwrap();
+        let t = lock.acquire(Duration::from_secs(5)).await.unwrap();
+        assert_eq!(t.number, 1, "the foreign number was not counted");
+        lock.release(Duration::from_secs(5)).await.unwrap();
+        let m = &lock.stats().malformed;
+        assert!(
+            m.iter()
+                .any(|s| s.contains(&reps.addrs[0]) && s.contains("'7'")),
+            "{m:?}"
+        );
+        // A write to that field is refused by the script (reported as foreign), not applied.
+        let r0 = RedisReplica::new(&reps.addrs[0]).unwrap();
+        let w = Request::Write {
+            op: 1,
+            row: Row(0),
+            family: Family::Number,
+            col: 7,
+            cell: Cell {
+                ts: Ts(1_000_000),
+                val: Some(Value::Int(1)),
+            },
+        };
+        let refused = r0.call("foreign".into(), w).await;
+        assert!(
+            matches!(&refused, Err(hilock::bakery::ReplicaError::Malformed(m)) if m.contains("hilock-foreign")),
+            "{refused:?}"
+        );
+        let v: String = redis::cmd("HGET")
+            .arg(key("foreign", Family::Number))
+            .arg("7")
+            .query_async(&mut c0)
+            .await
+            .unwrap();
+        assert_eq!(v, "999999 not ours");
+        // With a second replica foreign too, no read quorum: one error naming both.
+        let mut c1 = raw(&reps.addrs[1]).await;
+        let _: () = redis::cmd("HSET")
+            .arg(key("foreign", Family::Number))
+            .arg("9")
+            .arg("v1 x I 1")
+            .query_async(&mut c1)
+            .await
+            .unwrap();
+        let mut two = BakeryLock::<3>::redis("foreign", &reps.addrs, opts(2, 1000)).unwrap();
+        let err = two.acquire(Duration::from_millis(600)).await.unwrap_err();
+        let text = err.to_string();
+        assert!(matches!(err, Error::NoQuorum { .. }), "{text}");
+        assert!(
+            text.contains(&reps.addrs[0]) && text.contains(&reps.addrs[1]),
+            "{text}"
+        );
+        assert!(text.contains("malformed"), "{text}");
+    });
+}
+
+/// The Lua script's last-write-wins equals the kernel's `Cell::merge` on every ordered
+/// pair of cells with timestamps 1..2 (tombstones, numbers and released numbers).
+#[test]
+fn the_script_keeps_the_cell_the_kernel_would_keep() {
+    if !have_redis() {
+        return;
+    }
+    let reps = Replicas::start(1);
+    let mut cells = Vec::new();
+    for ts in 1..=2 {
+        for val in [
+            None,
+            Some(Value::Int(1)),
+            Some(Value::Int(2)),
+            Some(Value::Released(1)),
+            Some(Value::Released(2)),
+        ] {
+            cells.push(Cell { ts: Ts(ts), val });
+        }
+    }
+    bounded(60, async {
+        let r = RedisReplica::new(&reps.addrs[0]).unwrap();
+        let mut col = 0u16;
+        for a in &cells {
+            for b in &cells {
+                col = col % 31 + 1;
+                let lock: Arc<str> =
+                    format!("lww{}", a.ts.0 * 100 + b.ts.0 * 10 + col as u32).into();
+                let lock: Arc<str> = format!("{lock}-{:?}-{:?}", a, b).replace(' ', "").into();
+                for c in [a, b] {
+                    let w = Request::Write {
+                        op: 1,
+                        row: Row(0),
+                        family: Family::Number,
+                        col,
+                        cell: *c,
+                    };
+                    assert!(matches!(
+                        r.clone().call(lock.clone(), w).await,
+                        Ok(Reply::Ack { .. })
+                    ));
+                }
+                let read = Request::Read {
+                    op: 2,
+                    family: Family::Number,
+                    row: Some(Row(0)),
+                };
+                let Ok(Reply::Answer { rows, .. }) = r.clone().call(lock.clone(), read).await
+                else {
+                    panic!("no answer");
+                };
+                assert_eq!(
+                    rows[0][col as usize],
+                    Cell::merge(Some(*a), Some(*b)),
+                    "write {a} then {b}"
+                );
+            }
+        }
+    });
+}
+
+#[test]
+fn the_command_holds_the_lock_and_exports_the_fence() {
+    if !have_redis() {
+        return;
+    }
+    let reps = Replicas::start(3);
+    let hilock = env!("CARGO_BIN_EXE_hilock");
+    let run = |id: &str, script: &str| {
+        Command::new(hilock)
+            .args([
+                "bakery",
+                "lock",
+                "cli",
+                "--replicas",
+                &reps.addrs.join(","),
+                "--client-id",
+                id,
+            ])
+            .args([
+                "--lease-ms",
+                "1000",
+                "--timeout-ms",
+                "5000",
+                "--",
+                "sh",
+                "-c",
+                script,
+            ])
+            .output()
+            .unwrap()
+    };
+    let out = run("3", "echo $HILOCK_FENCE; exit 7");
+    assert_eq!(out.status.code(), Some(7), "{out:?}");
+    // Ticket (1, 3): number 1, client 3.
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        ((1u64 << 16) | 3).to_string()
+    );
+    // The ticket was given back: the next one is larger.
+    let out = run("2", "echo $HILOCK_FENCE");
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        ((2u64 << 16) | 2).to_string()
+    );
+}
+
+#[test]
+fn the_command_names_the_missing_replicas_and_exits_2() {
+    let dead: Vec<String> = (0..3)
+        .map(|_| {
+            let p = TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port();
+            format!("127.0.0.1:{p}")
+        })
+        .collect();
+    let out = Command::new(env!("CARGO_BIN_EXE_hilock"))
+        .args([
+            "bakery",
+            "lock",
+            "x",
+            "--replicas",
+            &dead.join(","),
+            "--client-id",
+            "1",
+        ])
+        .args(["--timeout-ms", "500", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(dead.iter().all(|a| err.contains(a.as_str())), "{err}");
+}
+
+/// Item 5 of issue 18: round trips (quorum operations) and latency per acquire as clients
+/// grow, over 3 fresh local replicas, R = W = 2, hold 1 ms, no pause between rounds.
+/// `cargo test -p hilock --test bakery_redis bakery_scaling -- --ignored --nocapture`
+#[test]
+#[ignore = "measurement: prints a table for BENCHMARKS.md"]
+fn bakery_scaling() {
+    if !have_redis() {
+        return;
+    }
+    println!("| clients | acquires | round trips / acquire (mean) | sleeps / acquire | latency p50 | latency p99 | acquires/s |");
+    println!("|---|---|---|---|---|---|---|");
+    for clients in [1u16, 2, 4, 8] {
+        let reps = Replicas::start(3);
+        let rounds = 25usize;
+        let started = Instant::now();
+        let results = bounded(300, async {
+            let tasks: Vec<_> = (1..=clients)
+                .map(|id| {
+                    let addrs = reps.addrs.clone();
+                    tokio::spawn(async move {
+                        let mut lock =
+                            BakeryLock::<3>::redis("bench", &addrs, opts(id, 2000)).unwrap();
+                        // Warm-up: connections and the start-up read of the entries.
+                        lock.acquire(Duration::from_secs(60)).await.unwrap();
+                        lock.release(Duration::from_secs(10)).await.unwrap();
+                        let mut v = Vec::new();
+                        for _ in 0..rounds {
+                            let (ops, sleeps) = (lock.stats().ops, lock.stats().sleeps);
+                            let t = Instant::now();
+                            lock.acquire(Duration::from_secs(60)).await.unwrap();
+                            let lat = t.elapsed();
+                            let rt = lock.stats().ops - ops;
+                            let sl = lock.stats().sleeps - sleeps;
+                            lock.hold(Box::pin(tokio::time::sleep(Duration::from_millis(1))))
+                                .await
+                                .unwrap();
+                            lock.release(Duration::from_secs(10)).await.unwrap();
+                            v.push((lat, rt, sl));
+                        }
+                        v
+                    })
+                })
+                .collect();
+            let mut all = Vec::new();
+            for t in tasks {
+                all.extend(t.await.unwrap());
+            }
+            all
+        });
+        let wall = started.elapsed().as_secs_f64();
+        let n = results.len();
+        let mut lats: Vec<Duration> = results.iter().map(|r| r.0).collect();
+        lats.sort();
+        let rt = results.iter().map(|r| r.1).sum::<u64>() as f64 / n as f64;
+        let sl = results.iter().map(|r| r.2).sum::<u64>() as f64 / n as f64;
+        let p = |q: f64| lats[((n as f64 * q) as usize).min(n - 1)].as_secs_f64() * 1000.0;
+        println!(
+            "| {clients} | {n} | {rt:.1} | {sl:.1} | {:.2} ms | {:.2} ms | {:.0} |",
+            p(0.5),
+            p(0.99),
+            n as f64 / wall
+        );
+    }
+}
+
+/// Kills a child process on drop (the test never leaves one running).
+struct Reap(Child);
+
+impl Drop for Reap {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn signal(pid: u32, sig: &str) {
+    let ok = Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ok, "kill {sig} {pid}");
+}
+
+/// `hilock bakery lock` SIGSTOPped while its command runs: another client gets the lock
+/// after the lease; when the stopped one continues, it sees its lease gone, kills its
+/// command and exits 2 with one line saying so.
+#[test]
+fn a_sigstopped_command_loses_the_lock_after_its_lease() {
+    if !have_redis() {
+        return;
+    }
+    use std::io::BufRead;
+    let reps = Replicas::start(3);
+    let hilock = env!("CARGO_BIN_EXE_hilock");
+    let addrs = reps.addrs.join(",");
+    let args = |id: &'static str| {
+        let mut c = Command::new(hilock);
+        c.args([
+            "bakery",
+            "lock",
+            "sig",
+            "--replicas",
+            &addrs,
+            "--client-id",
+            id,
+        ])
+        .args(["--lease-ms", "600", "--timeout-ms", "10000", "--"]);
+        c
+    };
+    let mut a = Reap(
+        args("1")
+            .args(["sh", "-c", "echo $$; exec sleep 30"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let out = a.0.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = std::io::BufReader::new(out).read_line(&mut line);
+        let _ = tx.send(line);
+    });
+    let line = rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("A was not granted");
+    let cmd_pid: u32 = line.trim().parse().expect("the command's pid");
+    signal(a.0.id(), "-STOP");
+    let stopped = Instant::now();
+    let b = args("2").arg("true").output().unwrap();
+    let waited = stopped.elapsed();
+    assert_eq!(b.status.code(), Some(0), "{b:?}");
+    assert!(
+        waited >= Duration::from_millis(600),
+        "B granted after {waited:?}"
+    );
+    signal(a.0.id(), "-CONT");
+    let t = Instant::now();
+    let status = loop {
+        if let Some(s) = a.0.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "A did not stop after SIGCONT"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(2));
+    // The command (sleep 30) is gone, not left running without the lock.
+    let alive = || {
+        Command::new("kill")
+            .args(["-0", &cmd_pid.to_string()])
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    let t = Instant::now();
+    while alive() {
+        assert!(
+            t.elapsed() < Duration::from_secs(2),
+            "the command outlived the lease"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // (Read after the command is gone: it shares the stderr pipe.)
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut a.0.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(
+        err.contains("lease ran out") && err.contains("killed"),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
+}
