@@ -785,32 +785,14 @@ impl AgentsModel {
             .spawn_bfs()
             .join();
         let elapsed = t.elapsed();
-        let mut properties = Vec::new();
-        for p in SAFETY {
-            let path = checker.discovery(p);
-            properties.push(AgentsPropertyReport {
-                name: p.to_string(),
-                kind: "always".into(),
-                holds: path.is_none(),
-                counterexample: path
-                    .map(|path| self.trace(p, &crate::check::first_failure(self, p, &path))),
-            });
-        }
-        let ends = checker.discovery(ENDS);
-        properties.push(AgentsPropertyReport {
-            name: ENDS.to_string(),
-            kind: "eventually".into(),
-            holds: ends.is_none(),
-            counterexample: ends.map(|path| self.trace(ENDS, &path)),
-        });
-        for p in REACHED {
-            properties.push(AgentsPropertyReport {
-                name: p.to_string(),
-                kind: "sometimes".into(),
-                holds: checker.discovery(p).is_some(),
-                counterexample: None,
-            });
-        }
+        let properties = crate::check::property_reports(
+            self,
+            &checker,
+            &SAFETY,
+            &[ENDS],
+            &REACHED,
+            |p, path| self.trace(p, path),
+        );
         AgentsReport {
             config: self.name.clone(),
             states: checker.state_count(),

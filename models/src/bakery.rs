@@ -645,32 +645,14 @@ impl<const K: usize, const C: usize> BakerySystem<K, C> {
             .spawn_bfs()
             .join();
         let elapsed = t.elapsed();
-        let mut properties = Vec::new();
-        for p in SAFETY {
-            let path = checker.discovery(p);
-            properties.push(BakeryPropertyReport {
-                name: p.to_string(),
-                kind: "always".into(),
-                holds: path.is_none(),
-                counterexample: path
-                    .map(|path| self.trace(p, &crate::check::first_failure(self, p, &path))),
-            });
-        }
-        let path = checker.discovery(LIVE);
-        properties.push(BakeryPropertyReport {
-            name: LIVE.to_string(),
-            kind: "eventually".into(),
-            holds: path.is_none(),
-            counterexample: path.map(|path| self.trace(LIVE, &path)),
-        });
-        for p in REACHED {
-            properties.push(BakeryPropertyReport {
-                name: p.to_string(),
-                kind: "sometimes".into(),
-                holds: checker.discovery(p).is_some(),
-                counterexample: None,
-            });
-        }
+        let properties = crate::check::property_reports(
+            self,
+            &checker,
+            &SAFETY,
+            &[LIVE],
+            &REACHED,
+            |p, path| self.trace(p, path),
+        );
         BakeryReport {
             config: self.name.clone(),
             states: checker.state_count(),

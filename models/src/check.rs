@@ -68,6 +68,54 @@ pub struct PropertyReport<C = Trace> {
     pub counterexample: Option<C>,
 }
 
+/// The report of every property of a finished check, written once for the models that
+/// report through [`PropertyReport`] (agents, bakery): each `always` property with its
+/// counterexample cut at the first violation ([`first_failure`]), each `eventually`
+/// property with the path the checker found, each `sometimes` property reached or not.
+/// `trace` renders a path as the model's trace format.
+pub fn property_reports<M, C>(
+    model: &M,
+    checker: &impl Checker<M>,
+    always: &[&'static str],
+    eventually: &[&'static str],
+    sometimes: &[&'static str],
+    trace: impl Fn(&str, &Path<M::State, M::Action>) -> C,
+) -> Vec<PropertyReport<C>>
+where
+    M: Model,
+    M::State: Clone + PartialEq,
+    M::Action: Clone + PartialEq,
+{
+    let mut out = Vec::new();
+    for &p in always {
+        let path = checker.discovery(p);
+        out.push(PropertyReport {
+            name: p.to_string(),
+            kind: "always".into(),
+            holds: path.is_none(),
+            counterexample: path.map(|path| trace(p, &first_failure(model, p, &path))),
+        });
+    }
+    for &p in eventually {
+        let path = checker.discovery(p);
+        out.push(PropertyReport {
+            name: p.to_string(),
+            kind: "eventually".into(),
+            holds: path.is_none(),
+            counterexample: path.map(|path| trace(p, &path)),
+        });
+    }
+    for &p in sometimes {
+        out.push(PropertyReport {
+            name: p.to_string(),
+            kind: "sometimes".into(),
+            holds: checker.discovery(p).is_some(),
+            counterexample: None,
+        });
+    }
+    out
+}
+
 /// Names of the violated `always` (and `eventually`) properties among `properties`.
 pub fn violated<C>(properties: &[PropertyReport<C>]) -> Vec<&str> {
     properties
