@@ -110,6 +110,7 @@ const PINNED: &[(&str, usize)] = &[
         "PIP stale copy served by a token transfer, star of 4",
         35467,
     ),
+    ("leave old parent, chain4", 29864),
     ("2 locks star3", 6677),
     ("2 locks chain3", 2334),
     ("unordered star3 R/W (<= 14 msgs)", 2124),
@@ -759,5 +760,27 @@ fn pip_stale_copy_served_by_token_transfer_closes_no_cycle() {
         ],
     )
     .with_variant(pip());
+    pass(&c);
+}
+
+/// Leave-old-parent (`LockNode::on_grant`, SPEC.md rule-deletion table): in a chain
+/// 0 ← 1 ← 2 ← 3, n2 holds IR granted by n1 and copy-grants IR to n3; after n2 releases it
+/// still owns IR through n3, and its R request goes up past n1 (which cannot grant R) to the
+/// token node n0, which holds R and so grants a copy (not the token): n0 becomes n2's new
+/// parent. n2 must release its old
+/// parent's record of it; without that, n1 records n2 for ever although n2 is no longer its
+/// child (P3's converse half). No other configuration reached this case (deleting the
+/// release left every check green).
+#[test]
+fn a_grant_from_a_new_parent_releases_the_old_parents_record() {
+    let c = ModelConfig::chain(
+        "leave old parent, chain4",
+        &[
+            &["acquire R", "release"],
+            &["acquire IR", "release"],
+            &["acquire IR", "release", "acquire R", "release"],
+            &["acquire IR", "release"],
+        ],
+    );
     pass(&c);
 }

@@ -170,6 +170,15 @@ const ROWS: &[Row] = &[
         filter: "regression_pip_raised_record_gets_the_frozen_modes",
     },
     Row {
+        rule: "leave old parent: a grant from a new parent releases the old parent's record",
+        file: "kernel/src/node.rs",
+        from: "            if old != from && before != Mode::Phi {\n                // Leaving the old parent",
+        to: "            if false && old != from && before != Mode::Phi {\n                // Leaving the old parent",
+        package: "verify",
+        target: "base",
+        filter: "a_grant_from_a_new_parent_releases_the_old_parents_record",
+    },
+    Row {
         rule: "stale grant: a grant for a request no longer pending is answered with a release",
         file: "kernel/src/node.rs",
         from: "            return cx.send(\n                from,",
