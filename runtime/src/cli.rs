@@ -235,26 +235,45 @@ pub fn explore(path: &Path, port: u16, trace: Option<&Path>) -> Result<String, S
     config
         .validate()
         .map_err(|e| format!("{}: {e}", path.display()))?;
+    serve_explorer(
+        path,
+        port,
+        trace,
+        |t, tt| {
+            let trace = hilock_models::open::parse_base_trace(tt)
+                .map_err(|e| format!("{}: {e}", t.display()))?;
+            hilock_models::open::open_base(&config, &trace)
+                .map_err(|e| format!("{} does not fit {}: {e}", t.display(), path.display()))
+        },
+        |addr| hilock_models::check::explore(&config, addr),
+    )
+}
+
+/// The part of `hilock explore` every model shares: open `trace` (if any) with `open`, bind
+/// the port first (a port in use is an error line, not a panic inside the server), say
+/// where the Explorer is and where the trace's last state is, then `serve`.
+fn serve_explorer(
+    path: &Path,
+    port: u16,
+    trace: Option<&Path>,
+    open: impl FnOnce(&Path, &str) -> Result<hilock_models::open::Opened, String>,
+    serve: impl FnOnce(std::net::SocketAddr) -> Result<(), String>,
+) -> Result<String, String> {
     let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
     let start = match trace {
         None => None,
         Some(t) => {
             let tt = std::fs::read_to_string(t).map_err(|e| format!("{}: {e}", t.display()))?;
-            let trace = hilock_models::open::parse_base_trace(&tt)
-                .map_err(|e| format!("{}: {e}", t.display()))?;
-            let opened = hilock_models::open::open_base(&config, &trace)
-                .map_err(|e| format!("{} does not fit {}: {e}", t.display(), path.display()))?;
-            Some((opened, t))
+            Some((open(t, &tt)?, t))
         }
     };
-    // Bind first: a port in use is an error line, not a panic inside the server.
     drop(std::net::TcpListener::bind(addr).map_err(|e| format!("cannot listen on {addr}: {e}"))?);
     eprintln!(
         "Stateright Explorer for {} on http://{addr}/ (Ctrl-C to stop)",
         path.display()
     );
     announce(start.as_ref().map(|(o, t)| (o, *t)), port);
-    hilock_models::check::explore(&config, addr)?;
+    serve(addr)?;
     Ok(String::new())
 }
 
@@ -295,24 +314,16 @@ fn explore_other(
     use hilock_models::open::{explore_other, open_other, OtherConfig};
     let config: OtherConfig = serde_json::from_value(v.clone())
         .map_err(|e| format!("{}: not a model configuration: {e}", path.display()))?;
-    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
-    let start = match trace {
-        None => None,
-        Some(t) => {
-            let tt = std::fs::read_to_string(t).map_err(|e| format!("{}: {e}", t.display()))?;
-            let tv: serde_json::Value = serde_json::from_str(&tt)
+    serve_explorer(
+        path,
+        port,
+        trace,
+        |t, tt| {
+            let tv: serde_json::Value = serde_json::from_str(tt)
                 .map_err(|e| format!("{}: not a JSON trace: {e}", t.display()))?;
-            let opened = open_other(&config, &tv)
-                .map_err(|e| format!("{} does not fit {}: {e}", t.display(), path.display()))?;
-            Some((opened, t))
-        }
-    };
-    drop(std::net::TcpListener::bind(addr).map_err(|e| format!("cannot listen on {addr}: {e}"))?);
-    eprintln!(
-        "Stateright Explorer for {} on http://{addr}/ (Ctrl-C to stop)",
-        path.display()
-    );
-    announce(start.as_ref().map(|(o, t)| (o, *t)), port);
-    explore_other(&config, addr)?;
-    Ok(String::new())
+            open_other(&config, &tv)
+                .map_err(|e| format!("{} does not fit {}: {e}", t.display(), path.display()))
+        },
+        |addr| explore_other(&config, addr),
+    )
 }
