@@ -754,8 +754,17 @@ fn leaf(t: &T, i: usize) -> TreeNodeId {
     leaves[i % leaves.len()]
 }
 
+/// 10,000 cases by default; `HILOCK_CASES=N` sets another count (the cargo-mutants pass in
+/// spec/MUTANTS.md runs fewer, a deep run more).
+fn cases() -> u32 {
+    std::env::var("HILOCK_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10_000)
+}
+
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(10_000))]
+    #![proptest_config(ProptestConfig::with_cases(cases()))]
 
     /// Random insert/remove sequences, one operation at a time, against the naive
     /// reference: after every operation the colours (white ⇒ no request inside, black ⇒
