@@ -964,6 +964,7 @@ fn phase_str(p: Phase) -> String {
             if reading { ", re-reading" } else { ", asleep" }
         ),
         Phase::GiveUp => "gives the item up".into(),
+        Phase::ReadDetails => "won; wiki 140 reads the item's details".into(),
         Phase::Held => "IN CRITICAL SECTION".into(),
         Phase::Exit => "line 19 (delete number)".into(),
         Phase::Remove { step } => format!("removing the item ({step}/3)"),

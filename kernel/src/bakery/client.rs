@@ -76,6 +76,14 @@ pub struct Variant {
     pub keep_tickets: bool,
     /// The client refuses `R + W ≤ N` (quorums that need not intersect).
     pub intersecting_quorums: bool,
+    /// Work queue: wiki 140 (`work_details = read <work_item_id, CF=details>`) is read after
+    /// the win, before processing, and an item whose details are gone — removed by a worker
+    /// that processed it after this worker's scan saw it free — is given up (own number
+    /// given back, rescan) instead of processed again. Literally the details are read and
+    /// processed whatever they are (the stale-scan defect, SPEC.md seed 004). Traces saved
+    /// before this flag existed read it as `false`.
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub item_exists: bool,
 }
 
 impl Variant {
@@ -89,6 +97,7 @@ impl Variant {
         leases: false,
         keep_tickets: false,
         intersecting_quorums: false,
+        item_exists: false,
     };
     /// hilock's bakery: every correction.
     pub const HILOCK: Variant = Variant {
@@ -100,6 +109,7 @@ impl Variant {
         leases: true,
         keep_tickets: true,
         intersecting_quorums: true,
+        item_exists: true,
     };
 }
 
@@ -190,6 +200,9 @@ pub enum Phase {
     },
     /// Queue: "someone else is handling this work item": the own number's delete in flight.
     GiveUp,
+    /// Queue, hilock (`item_exists`): won; wiki 140's read of the item's `details` in
+    /// flight, to give the item up if it was removed meanwhile.
+    ReadDetails,
     /// Line 18: in the critical section (lock) or processing the item (queue).
     Held,
     /// Line 19 in flight.
@@ -233,6 +246,7 @@ impl Phase {
                 | Phase::WaitChoosing { .. }
                 | Phase::RereadNumbers { .. }
                 | Phase::WaitNumber { .. }
+                | Phase::ReadDetails
                 | Phase::Held
         )
     }
@@ -350,6 +364,11 @@ pub enum Rule {
     NothingToDo,
     /// Queue: a smaller number exists; give up the item.
     GiveUp,
+    /// Queue (`item_exists`): won; wiki 140's read of `details` started.
+    ReadDetails,
+    /// Queue (`item_exists`): the item's `details` are gone (removed after the scan); give
+    /// it up.
+    ItemGone,
     /// Queue: one of the removal deletes.
     RemoveItem,
     /// Queue: the item's `0=0` is deleted.
@@ -1168,6 +1187,15 @@ impl<const N: usize, const K: usize, const C: usize> Client<N, K, C> {
                 self.numbers_stale = false;
                 self.check_from(id, out)
             }
+            Phase::ReadDetails => {
+                // Wiki 140, read after the win: the item is still there iff its details are.
+                if op.view[row][0].is_some_and(|c| c.val.is_some()) {
+                    self.enter(out)
+                } else {
+                    self.give_up(out);
+                    Rule::ItemGone
+                }
+            }
             Phase::Scan => {
                 let Program::Queue { items, .. } = self.cfg.program else {
                     return Rule::Stale;
@@ -1262,11 +1290,7 @@ impl<const N: usize, const K: usize, const C: usize> Client<N, K, C> {
                             Rule::Line13WaitNumber
                         }
                         Program::Queue { .. } => {
-                            self.lease = None;
-                            self.renewal = None;
-                            let val = self.given_back();
-                            self.write(Family::Number, self.id.0, val, out);
-                            self.phase = Phase::GiveUp;
+                            self.give_up(out);
                             Rule::GiveUp
                         }
                     };
@@ -1274,6 +1298,27 @@ impl<const N: usize, const K: usize, const C: usize> Client<N, K, C> {
             }
             id += 1;
         }
+        if self.cfg.variant.item_exists && matches!(self.cfg.program, Program::Queue { .. }) {
+            self.forget_hashes();
+            self.read(Family::Details, Some(self.row), out);
+            self.phase = Phase::ReadDetails;
+            return Rule::ReadDetails;
+        }
+        self.enter(out)
+    }
+
+    /// Queue wiki 135: give the item up — the own number back (a tombstone, or
+    /// `Released(number)` with `keep_tickets`), then rescan ([`Self::write_done`]).
+    fn give_up(&mut self, out: &mut impl Sink<ClientOutput>) {
+        self.lease = None;
+        self.renewal = None;
+        let val = self.given_back();
+        self.write(Family::Number, self.id.0, val, out);
+        self.phase = Phase::GiveUp;
+    }
+
+    /// Line 18 (queue wiki 139): the critical section / processing the item.
+    fn enter(&mut self, out: &mut impl Sink<ClientOutput>) -> Rule {
         self.forget_hashes();
         self.phase = Phase::Held;
         let _ = out.put(ClientOutput::Entered {
