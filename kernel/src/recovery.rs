@@ -195,22 +195,25 @@ impl fmt::Display for RecoveryError {
     }
 }
 
-/// The membership of the next epoch (`true`: member), from the current one and what the
-/// service knows of each node: `Up` members stay, `Crashed` and `Expired` ones leave,
-/// `Joining` nodes enter. A `Suspected` member stays until its own lease has expired —
-/// unless `kill_before_regrant` is off, when it leaves at once although it may still hold
-/// locks and grant locally.
+/// The membership of the next epoch (`true`: member), if one is needed, from the current
+/// one and what the service knows of each node: `Up` members stay, `Crashed` and `Expired`
+/// ones leave, `Joining` nodes (new incarnations, also of a current member) enter. A
+/// `Suspected` member stays until its own lease has expired — unless
+/// `kill_before_regrant` is off, when it leaves at once although it may still hold locks
+/// and grant locally. `None`: the membership stays as it is (no new epoch).
 pub fn next_members<const N: usize>(
     current: &[bool; N],
     view: &[Liveness; N],
     variant: RecoveryVariant,
-) -> [bool; N] {
-    core::array::from_fn(|i| match view[i] {
+) -> Option<[bool; N]> {
+    let next = core::array::from_fn(|i| match view[i] {
         Liveness::Up => current[i],
         Liveness::Suspected => current[i] && variant.kill_before_regrant,
         Liveness::Expired | Liveness::Crashed => false,
         Liveness::Joining => true,
-    })
+    });
+    let joining = view.contains(&Liveness::Joining);
+    (next != *current || joining).then_some(next)
 }
 
 /// Parts per million.
@@ -1222,14 +1225,33 @@ mod tests {
             Liveness::Joining,
         ];
         let h = RecoveryVariant::HILOCK;
-        assert_eq!(next_members(&cur, &view, h), [true, true, false, true]);
+        assert_eq!(
+            next_members(&cur, &view, h),
+            Some([true, true, false, true])
+        );
         let off = RecoveryVariant {
             kill_before_regrant: false,
             ..h
         };
-        assert_eq!(next_members(&cur, &view, off), [true, false, false, true]);
+        assert_eq!(
+            next_members(&cur, &view, off),
+            Some([true, false, false, true])
+        );
         let view = [Liveness::Expired, Liveness::Up, Liveness::Up, Liveness::Up];
-        assert_eq!(next_members(&cur, &view, h), [false, true, true, false]);
+        assert_eq!(
+            next_members(&cur, &view, h),
+            Some([false, true, true, false])
+        );
+        // Nothing changed: no epoch. A new incarnation of a member: a new epoch.
+        let view = [
+            Liveness::Up,
+            Liveness::Suspected,
+            Liveness::Up,
+            Liveness::Up,
+        ];
+        assert_eq!(next_members(&cur, &view, h), None);
+        let view = [Liveness::Up, Liveness::Up, Liveness::Joining, Liveness::Up];
+        assert_eq!(next_members(&cur, &view, h), Some(cur));
     }
 
     #[test]
