@@ -24,7 +24,7 @@ const PINNED: &[(&str, usize)] = &[
     ("U+upgrade R IW, 1 crash, 1 restart", 83985),
     ("W W R, every fault once", 743606),
     ("4 nodes W R R IW, 1 crash", 155017),
-    ("4 nodes W W R IW, 2 crashes, 2 restarts", 0),
+    ("4 nodes W W R IW, 1 crash, 1 restart", 1_413_429),
 ];
 
 fn wwr(name: &str) -> FaultConfig {
@@ -240,13 +240,13 @@ fn every_fault_once() {
     );
 }
 
-/// Two crashes and two restarts on four nodes (see README for the time).
+/// A crash and a restart on four nodes (see README for the time).
 #[test]
 #[ignore]
-fn four_nodes_two_crashes_two_restarts() {
+fn four_nodes_crash_and_restart() {
     pass(
         FaultConfig::new(
-            "4 nodes W W R IW, 2 crashes, 2 restarts",
+            "4 nodes W W R IW, 1 crash, 1 restart",
             &[
                 &["acquire W", "release"],
                 &["acquire W", "release"],
@@ -254,7 +254,7 @@ fn four_nodes_two_crashes_two_restarts() {
                 &["acquire IW", "release"],
             ],
         )
-        .with_faults(2, 0, 2, 0),
+        .with_faults(1, 0, 1, 0),
         &[REGENERATED, AFTER_INSTALL, REJOINED],
     );
 }
