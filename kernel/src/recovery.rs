@@ -32,7 +32,7 @@
 //!    node serves its queue by the ordinary rules (`Check_requests_on_queue`).
 //!
 //! [`RecoveryVariant`] switches each safeguard off, so that the model checker can show
-//! what it prevents (`spec/counterexamples/faults-*.json`).
+//! what it prevents (`spec/counterexamples/faults/*.json`).
 
 use crate::error::KernelError;
 use crate::mode::{conflicts, Mode};

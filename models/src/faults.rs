@@ -556,7 +556,7 @@ pub struct FaultStep {
     pub state: Vec<String>,
 }
 
-/// A counterexample of the fault model (`spec/counterexamples/faults-*.json`).
+/// A counterexample of the fault model (`spec/counterexamples/faults/*.json`).
 #[derive(Clone, Debug, Serialize)]
 pub struct FaultTrace {
     /// `hilock-faults-trace/1`.
