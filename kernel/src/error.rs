@@ -38,6 +38,15 @@ pub enum KernelError {
     NoParent(LockId),
     /// The step would produce more outputs than the output buffer has room for.
     OutputsFull,
+    /// A message stamped with an earlier epoch than the receiver's ([`crate::recovery`]):
+    /// it was sent before the current membership was installed.
+    StaleEpoch(LockId),
+    /// A message stamped with a later epoch than the receiver's: the receiver has not
+    /// installed that epoch yet (a runtime keeps the message until it has).
+    FutureEpoch(LockId),
+    /// The site is not a member of the current epoch: its lease expired, or it is a new
+    /// incarnation waiting to be let in ([`crate::recovery`]).
+    NotMember,
 }
 
 impl fmt::Display for KernelError {
@@ -61,6 +70,9 @@ impl fmt::Display for KernelError {
             KernelError::QueueOverflow(l) => write!(f, "token queue of lock {l} does not fit"),
             KernelError::NoParent(l) => write!(f, "lock {l}: not the token node and no parent"),
             KernelError::OutputsFull => write!(f, "output buffer too small for this step"),
+            KernelError::StaleEpoch(l) => write!(f, "lock {l}: message from an earlier epoch"),
+            KernelError::FutureEpoch(l) => write!(f, "lock {l}: message from a later epoch"),
+            KernelError::NotMember => write!(f, "this site is not a member of the current epoch"),
         }
     }
 }

@@ -9,6 +9,8 @@
 //! - [`node`]: one lock at one site, Rules 2–7;
 //! - [`site`]: a site with `L` locks and the single entry point [`Site::step`];
 //! - [`prio`]: priorities, frozen thresholds (Rule 6_PRIO) and inheritance (PCEP, PIP);
+//! - [`recovery`]: epochs, leases and the recovery transitions of the fault model
+//!   (`spec/FAULTS.md`): stale-epoch messages rejected, a lost token regenerated once;
 //! - [`naimi`]: the Naimi-Trehel baseline behind the same [`Protocol`] interface;
 //! - [`pnaimi`]: Mueller's prioritized Naimi protocol, the baseline of chapter 3;
 //! - [`tree`]: Preston & Prasad's multi-granular tree locking (colours, grey counts,
@@ -45,6 +47,7 @@ pub mod node;
 pub mod pnaimi;
 pub mod prio;
 pub mod protocol;
+pub mod recovery;
 pub mod report;
 pub mod site;
 pub mod tables;

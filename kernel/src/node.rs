@@ -267,7 +267,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
     /// Sets this site's record of child `i`'s owned mode (Φ: not a child), keeping the
     /// copyset list and the per-mode counts in step. The list has room for every node, so
     /// the insertion cannot fail.
-    fn set_child(&mut self, i: usize, m: Mode) {
+    pub(crate) fn set_child(&mut self, i: usize, m: Mode) {
         let old = self.peers[i].child_owned;
         if old == m {
             return;
@@ -1058,7 +1058,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
     }
 
     /// `Check_requests_on_queue()`, Fig. 2.5 (Rules 4 and 5).
-    fn check_queue<S: Sink<Output<Msg<Q>>>>(
+    pub(crate) fn check_queue<S: Sink<Output<Msg<Q>>>>(
         &mut self,
         cx: &mut Ctx<'_, Q, S>,
     ) -> Result<(), KernelError> {
@@ -1174,7 +1174,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
     /// Rule 6, invariant 2.3: send the modes frozen during this step to each child that
     /// could grant them ("only if the child is potential granter … and the mode is not
     /// already frozen", footnote a of Fig. 2.4).
-    fn finish_freeze<S: Sink<Output<Msg<Q>>>>(
+    pub(crate) fn finish_freeze<S: Sink<Output<Msg<Q>>>>(
         &mut self,
         cx: &mut Ctx<'_, Q, S>,
         before: Frozen,
@@ -1209,7 +1209,7 @@ fn same_request(p: Pending, e: QueueEntry) -> bool {
 
 /// Rule 8.1: non-increasing priority, FIFO within a priority (a stable insertion sort; the
 /// queue holds at most `Q` entries).
-fn sort_by_priority<const Q: usize>(q: &mut heapless::Vec<QueueEntry, Q>) {
+pub(crate) fn sort_by_priority<const Q: usize>(q: &mut heapless::Vec<QueueEntry, Q>) {
     for i in 1..q.len() {
         let mut j = i;
         while j > 0 && q[j - 1].prio < q[j].prio {

@@ -151,6 +151,12 @@ impl<const N: usize, const L: usize, const Q: usize> Site<N, L, Q> {
         &self.locks
     }
 
+    /// All locks, for the recovery transitions ([`crate::recovery`]), which rebuild a lock's
+    /// state outside the rules of [`Site::step`].
+    pub(crate) fn locks_mut(&mut self) -> &mut [LockNode<N, Q>; L] {
+        &mut self.locks
+    }
+
     /// The single entry point: apply `input`, append outputs to `out`, and report the rules
     /// that fired. If the input does not fit the state, return the error and leave state
     /// and `out` unchanged: the step validates first (ids, output room, then each handler

@@ -805,6 +805,59 @@ where
         self.collect(to, Input::Deliver { from, msg }, false)
     }
 
+    /// [`Cluster::deliver_at_with`] for a network where some rejections are part of the
+    /// protocol (e.g. a message of an earlier epoch, [`KernelError::StaleEpoch`]): a
+    /// rejection for which `expected` holds consumes the message and is not kept as
+    /// [`Cluster::error`]; any other is kept as usual.
+    pub fn deliver_at_expecting(
+        &mut self,
+        from: NodeId,
+        to: NodeId,
+        index: usize,
+        expected: impl Fn(KernelError) -> bool,
+        see: impl FnMut(&Output<P::Msg>),
+    ) -> Option<Result<Report, StepError>> {
+        if index > 0 && self.order == Order::Fifo && index < self.channel_len(from, to) {
+            self.faults.reordered = true;
+        }
+        let m = self.take(from, to, index)?;
+        let r = self.run(to, Input::Deliver { from, msg: &m.msg }, false, see);
+        if let Err(e) = r {
+            if !e.kernel().is_some_and(&expected) && self.error.is_none() {
+                self.error = Some(e);
+            }
+        }
+        Some(r)
+    }
+    /// Applies `f`, a transition of `node`'s site outside [`Protocol::step`] (the recovery
+    /// transitions of `hilock_kernel::recovery`), and routes the `Send`s it appends like a
+    /// step's. On `Err` the site is unchanged (the transition is total) and nothing is
+    /// routed; the error is not kept as [`Cluster::error`]. `Err(None)`: the node is not
+    /// a node of the cluster or has crashed.
+    #[allow(clippy::type_complexity)]
+    pub fn transition<T, E>(
+        &mut self,
+        node: NodeId,
+        f: impl FnOnce(&mut P, &mut VecSink<Output<P::Msg>>) -> Result<T, E>,
+    ) -> Result<(T, Vec<Output<P::Msg>>), Option<E>> {
+        if node.idx() >= self.sites.len() || self.crashed.contains(&node) {
+            return Err(None);
+        }
+        let slot = &mut self.sites[node.idx()];
+        slot.hash = AtomicU64::new(0);
+        let mut copy = Arc::clone(&slot.site);
+        let mut out = VecSink(Vec::new());
+        let t = f(Arc::make_mut(&mut copy), &mut out).map_err(Some)?;
+        slot.site = copy;
+        self.steps += 1;
+        let outputs = out.0;
+        for o in &outputs {
+            if let Output::Send { to, msg } = o {
+                self.route(node, *to, msg.clone());
+            }
+        }
+        Ok((t, outputs))
+    }
     /// Crash-stop `node`: it takes no more steps, the messages in flight to it are lost and
     /// later messages to it are dropped. Returns the messages lost.
     pub fn crash(&mut self, node: NodeId) -> usize {

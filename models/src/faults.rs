@@ -1,0 +1,851 @@
+//! The base protocol with crashes, restarts, partitions/pauses, lease expiry and epoch
+//! installation (issue 15, `spec/FAULTS.md`), driving `hilock_kernel::recovery`.
+//!
+//! The sites are [`FaultSite`]s in the one harness ([`Cluster`]); the model re-implements no
+//! rule. It runs each node's script, delivers messages (FIFO), and plays the membership
+//! service as an **atomic oracle**: one [`FaultAction::Install`] computes the next
+//! membership ([`next_members`]), collects every new member's report
+//! ([`FaultSite::report`]), rebuilds the lock ([`rebuild`]) and installs the plan at every
+//! member ([`FaultSite::install`]) in one step. Fault actions, each within a budget of the
+//! configuration:
+//!
+//! - [`FaultAction::Crash`]: crash-stop ([`Cluster::crash`]: messages to the node are lost;
+//!   those it sent are still delivered — and rejected by their epoch once a new one is
+//!   installed);
+//! - [`FaultAction::Suspect`]: the node is partitioned away or paused: the service stops
+//!   hearing its renewals, and no message to or from it is delivered while it lasts; the
+//!   node itself still runs its script (a local grant, Rule 2, needs no message). Its own
+//!   lease then expires ([`FaultAction::Expire`], [`FaultSite::expire_lease`]: holds killed);
+//! - [`FaultAction::Restart`]: a crashed or expired node comes back as a new incarnation
+//!   ([`FaultSite::joining`]) and reruns its script from the start once it is let in;
+//! - [`FaultAction::Reinstall`]: the plan of the current epoch is delivered again to a
+//!   member (a duplicated install).
+//!
+//! The oracle installs only when the membership changes, and only when it can hear every
+//! member of the new epoch (a suspected member is waited for until its lease expired).
+//! Epochs only grow and every budget is finite, so the state graph is finite and acyclic.
+//!
+//! # Properties
+//! - [`P1`]: no two nodes that are up hold conflicting modes (Table 2.1). A node that is
+//!   up holds something only while its lease is valid on its own clock (expiry kills), so
+//!   this is mutual exclusion among the holders with a live lease.
+//! - [`ONE_TOKEN`]: per epoch at most one token: at the up members of that epoch plus the
+//!   tokens of that epoch in flight.
+//! - [`NO_LOST`] (liveness, over quiescent states — no message deliverable, no script can
+//!   run, no lease expiry or install pending): every up member of the current epoch ran
+//!   its script to the end and has no request pending. As in the base model, the graph is
+//!   acyclic and finite, so this is "every request of a live member is eventually granted"
+//!   on every path.
+//! - [`NO_ERROR`]: every input and recovery transition the model gave was accepted (a
+//!   message of an earlier epoch, or to a node that is not a member, is dropped by design).
+//! - `sometimes`: a token regenerated, a lease expired while holding, a request granted
+//!   after an install, a restarted node granted.
+
+use crate::base::ScriptOp;
+use crate::check::{property_reports, PropertyReport};
+use hilock_kernel::recovery::{
+    next_members, rebuild, Epoch, FaultSite, Liveness, Plan, RecoveryVariant, Stamped, Standing,
+};
+use hilock_kernel::{Input, KernelError, LockId, Mode, MsgKind, NodeId, Output, Site};
+use hilock_spec::cluster::Cluster;
+use hilock_spec::system::{SpecMsg, MODEL_NODES, QUEUE};
+use hilock_spec::trace::describe_msg;
+use serde::Serialize;
+use stateright::{Checker, HasDiscoveries, Model, Property};
+use std::collections::BTreeSet;
+use std::fmt;
+use std::time::{Duration, Instant};
+
+/// The site of the fault model: one lock.
+pub type FSite = FaultSite<MODEL_NODES, 1, QUEUE>;
+/// Its message: a base-protocol message stamped with an epoch.
+pub type FMsg = Stamped<SpecMsg>;
+
+const L0: LockId = LockId(0);
+
+/// Property names.
+pub const P1: &str = "P1 mutual exclusion (live leases)";
+/// See the module docs.
+pub const ONE_TOKEN: &str = "single token per lock per epoch";
+/// See the module docs.
+pub const NO_LOST: &str = "no lost request of a live member";
+/// See the module docs.
+pub const NO_ERROR: &str = "no kernel error";
+/// `sometimes`: an install regenerated a token.
+pub const REGENERATED: &str = "reached: token regenerated";
+/// `sometimes`: a lease expired while its node held the lock.
+pub const KILLED: &str = "reached: holder killed at lease expiry";
+/// `sometimes`: a request was granted after an install.
+pub const AFTER_INSTALL: &str = "reached: granted after an install";
+/// `sometimes`: a restarted incarnation was granted.
+pub const REJOINED: &str = "reached: restarted node granted";
+
+/// The `always` properties.
+pub const SAFETY: [&str; 4] = [P1, ONE_TOKEN, NO_LOST, NO_ERROR];
+/// The `sometimes` properties.
+pub const REACHED: [&str; 4] = [REGENERATED, KILLED, AFTER_INSTALL, REJOINED];
+
+/// A configuration: a star around n0 (the initial token node) with one lock.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+pub struct FaultConfig {
+    /// Name (reports, counterexamples).
+    pub name: String,
+    /// Per node, its script (`acquire M`, `release`, `upgrade`; lock 0 only).
+    pub scripts: Vec<Vec<ScriptOp>>,
+    /// Crash budget.
+    pub crashes: u8,
+    /// Partition/pause budget ([`FaultAction::Suspect`]).
+    pub suspicions: u8,
+    /// Restart budget.
+    pub restarts: u8,
+    /// Duplicated installs.
+    pub reinstalls: u8,
+    /// The recovery safeguards.
+    pub variant: RecoveryVariant,
+}
+
+impl FaultConfig {
+    /// A configuration with no fault budget yet (add with the `with_*` methods).
+    ///
+    /// # Panics
+    /// If a script operation does not parse, or names another lock than 0.
+    pub fn new(name: &str, scripts: &[&[&str]]) -> Self {
+        let scripts: Vec<Vec<ScriptOp>> = scripts
+            .iter()
+            .map(|s| {
+                s.iter()
+                    .map(|op| op.parse().unwrap_or_else(|e| panic!("{e}")))
+                    .collect()
+            })
+            .collect();
+        assert!((2..=MODEL_NODES).contains(&scripts.len()), "2 to 5 nodes");
+        assert!(
+            scripts.iter().flatten().all(|op| op.lock() == 0),
+            "one lock"
+        );
+        FaultConfig {
+            name: name.to_string(),
+            scripts,
+            crashes: 0,
+            suspicions: 0,
+            restarts: 0,
+            reinstalls: 0,
+            variant: RecoveryVariant::HILOCK,
+        }
+    }
+    /// With budgets: crashes, suspicions (partition/pause), restarts, duplicated installs.
+    pub fn with_faults(
+        mut self,
+        crashes: u8,
+        suspicions: u8,
+        restarts: u8,
+        reinstalls: u8,
+    ) -> Self {
+        self.crashes = crashes;
+        self.suspicions = suspicions;
+        self.restarts = restarts;
+        self.reinstalls = reinstalls;
+        self
+    }
+    /// With recovery variant `v`.
+    pub fn with_variant(mut self, v: RecoveryVariant) -> Self {
+        self.variant = v;
+        self
+    }
+    /// Under another name.
+    pub fn named(mut self, name: &str) -> Self {
+        self.name = name.to_string();
+        self
+    }
+    fn n(&self) -> usize {
+        self.scripts.len()
+    }
+}
+
+/// Budget slots in [`FState::used`].
+const CRASH: usize = 0;
+const SUSPECT: usize = 1;
+const RESTART: usize = 2;
+const REINSTALL: usize = 3;
+
+/// [`FState::events`] bits of the last step.
+mod ev {
+    pub const REGENERATED: u8 = 1;
+    pub const KILLED: u8 = 2;
+    pub const AFTER_INSTALL: u8 = 4;
+    pub const REJOINED: u8 = 8;
+}
+
+/// A state of the fault model.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct FState {
+    /// The sites and the network: the one harness.
+    pub cluster: Cluster<FSite>,
+    /// Per node, its next script operation.
+    pub pc: [u8; MODEL_NODES],
+    /// The oracle's epoch.
+    pub epoch: Epoch,
+    /// The oracle's members of `epoch`.
+    pub members: [bool; MODEL_NODES],
+    /// Nodes the oracle cannot hear (partitioned or paused).
+    pub suspected: [bool; MODEL_NODES],
+    /// Per node, whether it is a restarted incarnation (for [`REJOINED`]).
+    pub restarted: [bool; MODEL_NODES],
+    /// Fault budgets used: crashes, suspicions, restarts, reinstalls.
+    pub used: [u8; 4],
+    /// The plan of the current epoch (for [`FaultAction::Reinstall`]).
+    pub plan: Option<Plan<QUEUE>>,
+    /// Whether an install happened (for [`AFTER_INSTALL`]).
+    pub installed: bool,
+    /// A recovery transition the kernel rejected (a violation of [`NO_ERROR`]).
+    pub error: Option<String>,
+    /// What the last step did.
+    pub events: u8,
+}
+
+/// An action of the fault model.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FaultAction {
+    /// Node `node` runs its next script operation.
+    Run {
+        /// The node.
+        node: u8,
+        /// The operation.
+        op: ScriptOp,
+    },
+    /// Deliver the head of channel `from → to`.
+    Deliver {
+        /// Sender.
+        from: u8,
+        /// Receiver.
+        to: u8,
+        /// Kind of the message.
+        kind: MsgKind,
+        /// Its epoch.
+        epoch: Epoch,
+    },
+    /// Crash-stop a node.
+    Crash(u8),
+    /// The service stops hearing a node (partition or pause).
+    Suspect(u8),
+    /// A suspected node's lease expires on its own clock: its holds are killed.
+    Expire(u8),
+    /// The oracle installs the next epoch.
+    Install,
+    /// A crashed or expired node restarts as a new incarnation.
+    Restart(u8),
+    /// The current plan is delivered again to a member.
+    Reinstall(u8),
+}
+
+impl fmt::Display for FaultAction {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FaultAction::Run { node, op } => write!(f, "n{node} {op}"),
+            FaultAction::Deliver {
+                from,
+                to,
+                kind,
+                epoch,
+            } => write!(f, "n{from} → n{to} {kind:?} (epoch {epoch})"),
+            FaultAction::Crash(n) => write!(f, "n{n} crashes"),
+            FaultAction::Suspect(n) => write!(f, "n{n} is cut off (partition or pause)"),
+            FaultAction::Expire(n) => write!(f, "n{n}'s lease expires on its own clock"),
+            FaultAction::Install => write!(f, "the membership service installs the next epoch"),
+            FaultAction::Restart(n) => write!(f, "n{n} restarts (new incarnation)"),
+            FaultAction::Reinstall(n) => write!(f, "the current plan reaches n{n} again"),
+        }
+    }
+}
+
+impl fmt::Debug for FState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let members: Vec<String> = (0..MODEL_NODES)
+            .filter(|i| self.members[*i])
+            .map(|i| format!("n{i}"))
+            .collect();
+        writeln!(f, "epoch {} members {{{}}}", self.epoch, members.join(","))?;
+        for (i, s) in self.cluster.sites().enumerate() {
+            if self.cluster.is_down(NodeId(i as u16)) {
+                writeln!(f, "n{i}: crashed")?;
+                continue;
+            }
+            let l = s.site().locks()[0].clone();
+            write!(
+                f,
+                "n{i}: {:?} epoch {} M_H {} M_P {}",
+                s.standing(),
+                s.epoch(),
+                l.held(),
+                l.pending_mode()
+            )?;
+            if l.has_token() {
+                write!(f, " token g{}", l.token_generation().unwrap_or(0))?;
+            } else if let Some(p) = l.parent() {
+                write!(f, " parent n{}", p.0)?;
+            }
+            let ch: Vec<String> = l.children().map(|(c, m)| format!("{c}:{m}")).collect();
+            if !ch.is_empty() {
+                write!(f, " children {{{}}}", ch.join(","))?;
+            }
+            let q: Vec<String> = l
+                .queue()
+                .iter()
+                .map(|e| format!("{}:{}", e.requester, e.mode))
+                .collect();
+            if !q.is_empty() {
+                write!(f, " queue [{}]", q.join(","))?;
+            }
+            if self.suspected[i] {
+                f.write_str(" (cut off)")?;
+            }
+            writeln!(f, " script at {}", self.pc[i])?;
+        }
+        let names: Vec<String> = (0..self.cluster.len()).map(|i| format!("n{i}")).collect();
+        for (a, b, m) in self.cluster.messages() {
+            writeln!(
+                f,
+                "in flight n{} → n{}: {} (epoch {})",
+                a.0,
+                b.0,
+                describe_msg(&m.msg, &names),
+                m.epoch
+            )?;
+        }
+        if let Some(e) = self.cluster.error() {
+            writeln!(f, "kernel error: {e}")?;
+        }
+        if let Some(e) = &self.error {
+            writeln!(f, "recovery error: {e}")?;
+        }
+        Ok(())
+    }
+}
+
+/// The model of a [`FaultConfig`].
+#[derive(Clone, Debug)]
+pub struct FaultModel {
+    /// The configuration.
+    pub cfg: FaultConfig,
+}
+
+impl FaultConfig {
+    /// The model.
+    pub fn into_model(self) -> FaultModel {
+        FaultModel { cfg: self }
+    }
+}
+
+fn kernel_input<M>(op: ScriptOp) -> Input<'static, M> {
+    crate::base::BaseModel::<1>::input_of(op)
+}
+
+impl FaultModel {
+    fn node(i: usize) -> NodeId {
+        NodeId(i as u16)
+    }
+
+    fn up(st: &FState, i: usize) -> bool {
+        !st.cluster.is_down(Self::node(i))
+    }
+
+    fn standing(st: &FState, i: usize) -> Standing {
+        st.cluster.site(Self::node(i)).standing()
+    }
+
+    fn runnable(&self, st: &FState, i: usize) -> Option<ScriptOp> {
+        if !Self::up(st, i) || Self::standing(st, i) != Standing::Member {
+            return None;
+        }
+        let op = *self.cfg.scripts[i].get(st.pc[i] as usize)?;
+        let l = &st.cluster.site(Self::node(i)).site().locks()[0];
+        (l.pending_mode() == Mode::Phi).then_some(op)
+    }
+
+    /// The oracle's view of each node.
+    fn view(st: &FState) -> [Liveness; MODEL_NODES] {
+        core::array::from_fn(|i| {
+            if i >= st.cluster.len() || st.cluster.is_down(Self::node(i)) {
+                Liveness::Crashed
+            } else {
+                match Self::standing(st, i) {
+                    Standing::Expired => Liveness::Expired,
+                    Standing::Joining => Liveness::Joining,
+                    Standing::Member if st.suspected[i] => Liveness::Suspected,
+                    Standing::Member => Liveness::Up,
+                }
+            }
+        })
+    }
+
+    /// The next membership, if the oracle would install one now: it differs from the
+    /// current one and every new member can be heard.
+    fn next(&self, st: &FState) -> Option<[bool; MODEL_NODES]> {
+        let new = next_members(&st.members, &Self::view(st), self.cfg.variant)?;
+        let heard = (0..MODEL_NODES).all(|i| !new[i] || !st.suspected[i]);
+        (heard && new.iter().any(|m| *m)).then_some(new)
+    }
+
+    /// The deliverable channel heads: not to or from a cut-off node.
+    fn deliverable(st: &FState) -> Vec<(u8, u8, MsgKind, Epoch)> {
+        st.cluster
+            .channels()
+            .filter(|((a, b), _)| !st.suspected[a.idx()] && !st.suspected[b.idx()])
+            .filter_map(|((a, b), mut q)| {
+                q.next()
+                    .map(|m| (a.0 as u8, b.0 as u8, m.msg.kind(), m.epoch))
+            })
+            .collect()
+    }
+
+    /// No script can run, nothing can be delivered, no expiry or install is pending.
+    pub fn quiescent(&self, st: &FState) -> bool {
+        (0..self.cfg.n()).all(|i| self.runnable(st, i).is_none())
+            && Self::deliverable(st).is_empty()
+            && (0..self.cfg.n()).all(|i| {
+                !(st.suspected[i] && Self::up(st, i) && Self::standing(st, i) == Standing::Member)
+            })
+            && self.next(st).is_none()
+    }
+
+    fn note_grants(st: &mut FState, node: usize, outputs: &[Output<FMsg>]) {
+        if outputs
+            .iter()
+            .any(|o| matches!(o, Output::Granted { .. } | Output::Upgraded { .. }))
+        {
+            if st.installed {
+                st.events |= ev::AFTER_INSTALL;
+            }
+            if st.restarted[node] {
+                st.events |= ev::REJOINED;
+            }
+        }
+    }
+
+    fn install(&self, st: &mut FState, new: [bool; MODEL_NODES]) {
+        let epoch = st.epoch + 1;
+        let mut reports = Vec::new();
+        for i in (0..MODEL_NODES).filter(|i| new[*i]) {
+            match st.cluster.site(Self::node(i)).report(L0) {
+                Ok(r) => reports.push(r),
+                Err(e) => {
+                    st.error = Some(format!("report of n{i}: {e}"));
+                    return;
+                }
+            }
+        }
+        let plan = match rebuild::<MODEL_NODES, QUEUE>(epoch, &new, &reports) {
+            Ok(p) => p,
+            Err(e) => {
+                st.error = Some(format!("rebuild for epoch {epoch}: {e}"));
+                return;
+            }
+        };
+        if plan.regenerated {
+            st.events |= ev::REGENERATED;
+        }
+        st.epoch = epoch;
+        st.members = new;
+        st.installed = true;
+        for i in (0..MODEL_NODES).filter(|i| new[*i]) {
+            let r = st.cluster.transition(Self::node(i), |s, out| {
+                s.install(epoch, core::slice::from_ref(&plan), out)
+            });
+            match r {
+                Ok((_, outputs)) => Self::note_grants(st, i, &outputs),
+                Err(e) => {
+                    st.error = Some(format!("install at n{i}: {e:?}"));
+                    return;
+                }
+            }
+        }
+        st.plan = Some(plan);
+    }
+
+    /// A counterexample or witness path as a trace.
+    pub fn trace(
+        &self,
+        property: &str,
+        path: &stateright::Path<FState, FaultAction>,
+    ) -> FaultTrace {
+        let mut steps = Vec::new();
+        for (st, a) in path.clone().into_vec() {
+            let state = format!("{st:?}");
+            steps.push(FaultStep {
+                index: steps.len(),
+                action: a.map(|a| a.to_string()),
+                state: state.lines().map(str::to_string).collect(),
+            });
+        }
+        let last = path.last_state();
+        FaultTrace {
+            format: "hilock-faults-trace/1".into(),
+            config: self.cfg.clone(),
+            property: property.to_string(),
+            violation: self.violation(property, last),
+            note: String::new(),
+            steps,
+        }
+    }
+
+    /// What is wrong in `st` for `property` (empty if it holds there).
+    pub fn violation(&self, property: &str, st: &FState) -> String {
+        let r = match property {
+            P1 => st
+                .cluster
+                .check_mutual_exclusion()
+                .map_err(|v| v.to_string()),
+            ONE_TOKEN => one_token(st),
+            NO_LOST => {
+                if no_lost(self, st) {
+                    Ok(())
+                } else {
+                    Err("quiescent, but a live member's script did not finish".into())
+                }
+            }
+            NO_ERROR => no_error(st),
+            _ => Ok(()),
+        };
+        r.err().unwrap_or_default()
+    }
+
+    /// Checks every property exhaustively (2 threads).
+    pub fn check(&self) -> FaultReport {
+        self.run(HasDiscoveries::All, 2)
+    }
+
+    /// Runs until `property` has a discovery (one thread, so that the counterexample is
+    /// the same on every run).
+    pub fn refute(&self, property: &'static str) -> FaultReport {
+        self.run(HasDiscoveries::AnyOf(BTreeSet::from([property])), 1)
+    }
+
+    fn run(&self, finish: HasDiscoveries, threads: usize) -> FaultReport {
+        let t = Instant::now();
+        let checker = self
+            .clone()
+            .checker()
+            .threads(threads)
+            .finish_when(finish)
+            .spawn_bfs()
+            .join();
+        let elapsed = t.elapsed();
+        let properties = property_reports(self, &checker, &SAFETY, &[], &REACHED, |p, path| {
+            self.trace(p, path)
+        });
+        FaultReport {
+            config: self.cfg.name.clone(),
+            states: checker.state_count(),
+            unique_states: checker.unique_state_count(),
+            max_depth: checker.max_depth(),
+            elapsed,
+            properties,
+        }
+    }
+}
+
+/// A step of a [`FaultTrace`].
+#[derive(Clone, Debug, Serialize)]
+pub struct FaultStep {
+    /// Position.
+    pub index: usize,
+    /// The action that led here (none for the initial state).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub action: Option<String>,
+    /// The state after it, one line per node and message.
+    pub state: Vec<String>,
+}
+
+/// A counterexample of the fault model (`spec/counterexamples/faults/*.json`).
+#[derive(Clone, Debug, Serialize)]
+pub struct FaultTrace {
+    /// `hilock-faults-trace/1`.
+    pub format: String,
+    /// The configuration.
+    pub config: FaultConfig,
+    /// The violated property.
+    pub property: String,
+    /// What is wrong in the last state.
+    pub violation: String,
+    /// A note by the test that saved it.
+    pub note: String,
+    /// The run, from the initial state.
+    pub steps: Vec<FaultStep>,
+}
+
+/// The result of a check.
+#[derive(Clone, Debug, Serialize)]
+pub struct FaultReport {
+    /// Configuration name.
+    pub config: String,
+    /// States generated.
+    pub states: usize,
+    /// Unique states.
+    pub unique_states: usize,
+    /// Longest path.
+    pub max_depth: usize,
+    /// Wall time.
+    pub elapsed: Duration,
+    /// Every property.
+    pub properties: Vec<PropertyReport<FaultTrace>>,
+}
+
+impl FaultReport {
+    /// The report of `name`.
+    ///
+    /// # Panics
+    /// If there is no such property.
+    pub fn property(&self, name: &str) -> &PropertyReport<FaultTrace> {
+        self.properties
+            .iter()
+            .find(|p| p.name == name)
+            .unwrap_or_else(|| panic!("no property {name}"))
+    }
+    /// Whether `name` holds (`always`) or was reached (`sometimes`).
+    pub fn holds(&self, name: &str) -> bool {
+        self.property(name).holds
+    }
+    /// One line.
+    pub fn summary(&self) -> String {
+        format!(
+            "{}: {} unique states ({} generated, depth {}) in {:.2?}; violated: {:?}; not reached: {:?}",
+            self.config,
+            self.unique_states,
+            self.states,
+            self.max_depth,
+            self.elapsed,
+            crate::check::violated(&self.properties),
+            crate::check::unreached(&self.properties)
+        )
+    }
+}
+
+fn one_token(st: &FState) -> Result<(), String> {
+    let mut count: std::collections::BTreeMap<Epoch, usize> = Default::default();
+    for (i, s) in st.cluster.sites().enumerate() {
+        let up = !st.cluster.is_down(NodeId(i as u16));
+        if up && s.standing() == Standing::Member && s.site().locks()[0].has_token() {
+            *count.entry(s.epoch()).or_default() += 1;
+        }
+    }
+    for (_, _, m) in st.cluster.messages() {
+        if m.msg.kind() == MsgKind::Token {
+            *count.entry(m.epoch).or_default() += 1;
+        }
+    }
+    match count.iter().find(|(_, n)| **n > 1) {
+        Some((e, n)) => Err(format!(
+            "{n} tokens of epoch {e} (at members and in flight)"
+        )),
+        None => Ok(()),
+    }
+}
+
+fn no_lost(m: &FaultModel, st: &FState) -> bool {
+    !m.quiescent(st)
+        || (0..m.cfg.n()).all(|i| {
+            let s = st.cluster.site(NodeId(i as u16));
+            let live = st.members[i]
+                && FaultModel::up(st, i)
+                && s.standing() == Standing::Member
+                && s.epoch() == st.epoch;
+            !live
+                || (st.pc[i] as usize == m.cfg.scripts[i].len()
+                    && s.site().locks()[0].pending_mode() == Mode::Phi)
+        })
+}
+
+fn no_error(st: &FState) -> Result<(), String> {
+    if let Some(e) = st.cluster.error() {
+        return Err(e.to_string());
+    }
+    match &st.error {
+        Some(e) => Err(e.clone()),
+        None => Ok(()),
+    }
+}
+
+impl Model for FaultModel {
+    type State = FState;
+    type Action = FaultAction;
+
+    fn init_states(&self) -> Vec<FState> {
+        let sites = (0..self.cfg.n())
+            .map(|i| {
+                let s = Site::new(NodeId(i as u16), NodeId(0)).expect("valid ids");
+                FSite::new(s).with_recovery(self.cfg.variant)
+            })
+            .collect();
+        vec![FState {
+            cluster: Cluster::new(sites),
+            pc: [0; MODEL_NODES],
+            epoch: 0,
+            members: core::array::from_fn(|i| i < self.cfg.n()),
+            suspected: [false; MODEL_NODES],
+            restarted: [false; MODEL_NODES],
+            used: [0; 4],
+            plan: None,
+            installed: false,
+            error: None,
+            events: 0,
+        }]
+    }
+
+    fn actions(&self, st: &FState, out: &mut Vec<FaultAction>) {
+        if st.cluster.error().is_some() || st.error.is_some() {
+            return;
+        }
+        let n = self.cfg.n();
+        for i in 0..n {
+            if let Some(op) = self.runnable(st, i) {
+                out.push(FaultAction::Run { node: i as u8, op });
+            }
+        }
+        for (from, to, kind, epoch) in Self::deliverable(st) {
+            out.push(FaultAction::Deliver {
+                from,
+                to,
+                kind,
+                epoch,
+            });
+        }
+        for i in 0..n {
+            let (up, standing) = (Self::up(st, i), Self::standing(st, i));
+            let id = i as u8;
+            if st.suspected[i] && up && standing == Standing::Member {
+                out.push(FaultAction::Expire(id));
+            }
+            if up && st.used[CRASH] < self.cfg.crashes {
+                out.push(FaultAction::Crash(id));
+            }
+            if up
+                && standing == Standing::Member
+                && st.members[i]
+                && !st.suspected[i]
+                && st.used[SUSPECT] < self.cfg.suspicions
+            {
+                out.push(FaultAction::Suspect(id));
+            }
+            if (!up || standing == Standing::Expired) && st.used[RESTART] < self.cfg.restarts {
+                out.push(FaultAction::Restart(id));
+            }
+            if up
+                && st.members[i]
+                && standing == Standing::Member
+                && st.plan.is_some()
+                && st.used[REINSTALL] < self.cfg.reinstalls
+            {
+                out.push(FaultAction::Reinstall(id));
+            }
+        }
+        if self.next(st).is_some() {
+            out.push(FaultAction::Install);
+        }
+    }
+
+    fn next_state(&self, last: &FState, action: FaultAction) -> Option<FState> {
+        let mut st = last.clone();
+        st.events = 0;
+        match action {
+            FaultAction::Run { node, op } => {
+                let i = node as usize;
+                if self.runnable(&st, i) != Some(op) {
+                    return None;
+                }
+                st.pc[i] += 1;
+                let step = st.cluster.input(Self::node(i), kernel_input(op)).ok()?;
+                Self::note_grants(&mut st, i, &step.outputs);
+            }
+            FaultAction::Deliver { from, to, .. } => {
+                let mut outputs = Vec::new();
+                // A rejection is either expected (an old epoch, a non-member: the message
+                // is dropped) or kept as the harness's error (`no kernel error`).
+                let _ = st.cluster.deliver_at_expecting(
+                    NodeId(from.into()),
+                    NodeId(to.into()),
+                    0,
+                    |e| matches!(e, KernelError::StaleEpoch(_) | KernelError::NotMember),
+                    |o| outputs.push(o.clone()),
+                )?;
+                Self::note_grants(&mut st, to as usize, &outputs);
+            }
+            FaultAction::Crash(n) => {
+                st.cluster.crash(Self::node(n.into()));
+                st.used[CRASH] += 1;
+            }
+            FaultAction::Suspect(n) => {
+                st.suspected[n as usize] = true;
+                st.used[SUSPECT] += 1;
+            }
+            FaultAction::Expire(n) => {
+                let (killed, _) = st
+                    .cluster
+                    .transition(Self::node(n.into()), |s, _| s.expire_lease())
+                    .ok()?;
+                if killed.held[0] != Mode::Phi {
+                    st.events |= ev::KILLED;
+                }
+            }
+            FaultAction::Install => {
+                let new = self.next(&st)?;
+                self.install(&mut st, new);
+            }
+            FaultAction::Restart(n) => {
+                let i = n as usize;
+                let id = Self::node(i);
+                if !st.cluster.is_down(id) {
+                    st.cluster.crash(id);
+                }
+                let fresh = FSite::joining(id).ok()?.with_recovery(self.cfg.variant);
+                if !st.cluster.restart(id, fresh) {
+                    return None;
+                }
+                st.pc[i] = 0;
+                st.suspected[i] = false;
+                st.restarted[i] = true;
+                st.used[RESTART] += 1;
+            }
+            FaultAction::Reinstall(n) => {
+                let plan = st.plan.clone()?;
+                let epoch = st.epoch;
+                let i = n as usize;
+                // The kernel refuses a plan of an epoch already installed: nothing happens.
+                let (_, outputs) = st
+                    .cluster
+                    .transition(Self::node(i), |s, out| {
+                        s.install(epoch, core::slice::from_ref(&plan), out)
+                    })
+                    .ok()?;
+                st.used[REINSTALL] += 1;
+                if plan.root == Self::node(i) {
+                    st.events |= ev::REGENERATED;
+                }
+                Self::note_grants(&mut st, i, &outputs);
+            }
+        }
+        Some(st)
+    }
+
+    fn format_action(&self, action: &FaultAction) -> String {
+        action.to_string()
+    }
+
+    fn properties(&self) -> Vec<Property<Self>> {
+        vec![
+            Property::always(P1, |_, st: &FState| {
+                st.cluster.check_mutual_exclusion().is_ok()
+            }),
+            Property::always(ONE_TOKEN, |_, st: &FState| one_token(st).is_ok()),
+            Property::always(NO_LOST, no_lost),
+            Property::always(NO_ERROR, |_, st: &FState| no_error(st).is_ok()),
+            Property::sometimes(REGENERATED, |_, st: &FState| {
+                st.events & ev::REGENERATED != 0
+            }),
+            Property::sometimes(KILLED, |_, st: &FState| st.events & ev::KILLED != 0),
+            Property::sometimes(AFTER_INSTALL, |_, st: &FState| {
+                st.events & ev::AFTER_INSTALL != 0
+            }),
+            Property::sometimes(REJOINED, |_, st: &FState| st.events & ev::REJOINED != 0),
+        ]
+    }
+}
