@@ -555,3 +555,162 @@ impl Engine {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hilock_kernel::agent::{LockMode, QEntry, Req, Servers};
+    use std::sync::Mutex;
+    use tokio::sync::oneshot;
+
+    /// Node 0 of 2; every link up; what is sent is kept.
+    #[derive(Default)]
+    struct FakeNet(Mutex<Vec<(u16, AgentFrame)>>);
+
+    impl Net for FakeNet {
+        fn id(&self) -> u16 {
+            0
+        }
+        fn n(&self) -> usize {
+            2
+        }
+        fn send(&self, peer: u16, frame: AgentFrame) -> bool {
+            self.0.lock().unwrap().push((peer, frame));
+            true
+        }
+        fn link(&self, _: u16) -> Link {
+            Link::Up
+        }
+    }
+
+    fn path(k: u16) -> LockPath<DEPTH> {
+        LockPath::new(&[k]).unwrap()
+    }
+
+    fn request(agent: u16, k: u16) -> Cmd {
+        Cmd::Net {
+            from: 1,
+            frame: Box::new(AgentFrame::ToServer(ServerMsg::Request {
+                agent: AgentId(agent),
+                path: path(k),
+                mode: LockMode::Write,
+            })),
+        }
+    }
+
+    fn entries(e: &Engine) -> Vec<(u16, bool)> {
+        e.server.entries().map(|x| (x.agent.0, x.granted)).collect()
+    }
+
+    fn engine() -> (Engine, Arc<FakeNet>) {
+        let net = Arc::new(FakeNet::default());
+        (Engine::new(net.clone(), None), net)
+    }
+
+    #[test]
+    fn a_frame_for_another_nodes_agent_is_dropped_and_changes_nothing() {
+        let (mut e, net) = engine();
+        // Agent 2 is node 0's (2 mod 2): node 1 may not speak for it.
+        e.handle(request(2, 7));
+        assert_eq!(e.counters.foreign_frames.load(Relaxed), 1);
+        assert!(entries(&e).is_empty());
+        assert!(net.0.lock().unwrap().is_empty());
+    }
+
+    #[test]
+    fn unknown_agents_and_surrenders_of_locks_not_held_are_refused_and_change_nothing() {
+        let (mut e, net) = engine();
+        e.handle(request(1, 7));
+        e.handle(request(3, 7));
+        assert_eq!(entries(&e), vec![(1, true), (3, false)]);
+        let before = (*e.server).clone();
+        net.0.lock().unwrap().clear();
+        let msg = |m| Cmd::Net {
+            from: 1,
+            frame: Box::new(AgentFrame::ToServer(m)),
+        };
+        // A release of an agent the server does not know: refused, nothing sent.
+        e.handle(msg(ServerMsg::Release { agent: AgentId(5) }));
+        assert_eq!(*e.server, before);
+        assert!(net.0.lock().unwrap().is_empty());
+        // A surrender by a waiting agent (it holds nothing in that queue): refused.
+        e.handle(msg(ServerMsg::Surrender {
+            agent: AgentId(3),
+            path: path(7),
+        }));
+        assert_eq!(*e.server, before);
+        assert_eq!(e.counters.surrenders_refused.load(Relaxed), 1);
+        // A surrender by an unknown agent: refused, and its node is told.
+        e.handle(msg(ServerMsg::Surrender {
+            agent: AgentId(9),
+            path: path(7),
+        }));
+        assert_eq!(*e.server, before);
+        assert_eq!(
+            net.0.lock().unwrap().as_slice(),
+            &[(
+                1,
+                AgentFrame::Refused {
+                    agent: AgentId(9),
+                    error: AgentError::UnknownAgent(AgentId(9)),
+                }
+            )]
+        );
+        assert_eq!(e.counters.server_refusals.load(Relaxed), 3);
+    }
+
+    #[test]
+    fn a_stale_queue_is_ignored_and_the_transaction_keeps_its_lock() {
+        let (mut e, _net) = engine();
+        let (view, _rx) = watch::channel(TxnView::default());
+        e.handle(Cmd::Begin {
+            id: AgentId(0),
+            abort_on_deadlock: false,
+            view,
+        });
+        let (reply, mut got) = oneshot::channel();
+        e.handle(Cmd::Lock {
+            id: AgentId(0),
+            path: path(7),
+            name: "/k".into(),
+            mode: LockMode::Write,
+            servers: Servers::one(ServerId(0)),
+            req: Req::All,
+            reply,
+        });
+        assert_eq!(got.try_recv().unwrap(), Ok(()));
+        // An older version of the queue (another agent holding) arrives late.
+        let mut queue = heapless::Vec::new();
+        for (a, granted) in [(5, true), (0, false)] {
+            let _ = queue.push(QEntry {
+                agent: AgentId(a),
+                path: path(7),
+                mode: LockMode::Write,
+                granted,
+            });
+        }
+        let stale = Info {
+            server: ServerId(0),
+            path: path(7),
+            version: 0,
+            cause: AgentId(5),
+            queue,
+        };
+        e.handle(Cmd::Net {
+            from: 1,
+            frame: Box::new(AgentFrame::Info {
+                to: AgentId(0),
+                info: Box::new(stale),
+            }),
+        });
+        assert_eq!(e.counters.stale_ignored.load(Relaxed), 1);
+        assert_eq!(e.agents[&AgentId(0)].agent.status(), Status::HaveAll);
+        let (reply, mut done) = oneshot::channel();
+        e.handle(Cmd::Finish {
+            id: AgentId(0),
+            reply: Some(reply),
+        });
+        assert_eq!(done.try_recv().unwrap(), Ok(()));
+        assert!(entries(&e).is_empty());
+    }
+}
