@@ -53,7 +53,7 @@ use std::time::{Duration, Instant};
 /// Path depth in the model.
 pub const MD: usize = 2;
 /// Queue capacity (entries per server).
-pub const MQ: usize = 6;
+pub const MQ: usize = 8;
 /// Locks and views per agent.
 pub const MK: usize = 6;
 /// Records per server.

@@ -56,6 +56,19 @@ pub enum Request {
         #[serde(default)]
         nested: bool,
     },
+    /// A transaction of the agents engine (seed 001) over several locks, held while the
+    /// connection is open (like `lock`); deadlocks are resolved by the agents.
+    Txn {
+        /// The locks, `PATH:R` or `PATH:W`.
+        locks: Vec<String>,
+        /// Timeout in milliseconds (default: the agents engine's).
+        #[serde(default)]
+        timeout_ms: Option<u64>,
+        /// Abort instead of surrendering a lock reported held (never happens here: every
+        /// lock is asked for at once and reported only when all are held).
+        #[serde(default)]
+        abort_on_deadlock: bool,
+    },
     /// The node's status.
     Status,
     /// After a grant: the process group of the command that runs under the lock.
@@ -253,6 +266,11 @@ async fn client(node: Handle, s: UnixStream) {
         Request::Child { .. } | Request::Release => {
             let _ = write_reply(&mut w, &Reply::error("no lock held on this connection")).await;
         }
+        Request::Txn {
+            locks,
+            timeout_ms,
+            abort_on_deadlock,
+        } => txn(&node, r, w, peer_pid, locks, timeout_ms, abort_on_deadlock).await,
         Request::Lock {
             path,
             mode,
@@ -296,10 +314,84 @@ async fn client(node: Handle, s: UnixStream) {
             if write_reply(&mut w, &reply).await.is_err() {
                 return;
             }
-            hold(&node, &mut r, &mut w, peer_pid, &path).await;
+            hold(
+                &node,
+                &mut r,
+                &mut w,
+                peer_pid,
+                &path,
+                std::future::pending(),
+            )
+            .await;
             drop(guard);
         }
     }
+}
+
+/// `{"op":"txn"}`: ask for every lock at once in one transaction, answer once all are
+/// held, then hold them like a lock (the transaction ends when the connection does; an
+/// abort while held is reported as lost).
+async fn txn(
+    node: &Handle,
+    mut r: BufReader<tokio::net::unix::OwnedReadHalf>,
+    mut w: tokio::net::unix::OwnedWriteHalf,
+    peer_pid: Option<i32>,
+    locks: Vec<String>,
+    timeout_ms: Option<u64>,
+    abort_on_deadlock: bool,
+) {
+    let mut parsed = Vec::new();
+    for l in &locks {
+        match crate::agents::parse_lock(l) {
+            Ok(x) => parsed.push(x),
+            Err(e) => {
+                let _ = write_reply(&mut w, &Reply::error(e)).await;
+                return;
+            }
+        }
+    }
+    if parsed.is_empty() {
+        let _ = write_reply(
+            &mut w,
+            &Reply::error("a transaction needs at least one lock"),
+        )
+        .await;
+        return;
+    }
+    let opts = crate::agents::TxnOptions {
+        abort_on_deadlock,
+        timeout: timeout_ms.map(Duration::from_millis),
+    };
+    let mut t = match node.transaction(opts) {
+        Ok(t) => t,
+        Err(e) => {
+            let _ = write_reply(&mut w, &Reply::error(e)).await;
+            return;
+        }
+    };
+    let mut probe = [0u8; 1];
+    let mut stop = node.stopping();
+    let got = tokio::select! {
+        g = t.lock_all(&parsed) => g,
+        // The client went away while waiting: dropping the transaction releases all.
+        _ = r.read(&mut probe) => return,
+        _ = stopped(&mut stop) => Err(crate::agents::TxnError::Stopped),
+    };
+    if let Err(e) = got {
+        let _ = write_reply(&mut w, &Reply::error(e)).await;
+        return;
+    }
+    let names: Vec<String> = parsed.iter().map(|(p, m)| format!("{p}:{m}")).collect();
+    let reply = Reply {
+        locks: Some(names.clone()),
+        ..Reply::ok()
+    };
+    if write_reply(&mut w, &reply).await.is_err() {
+        return;
+    }
+    let lost = async { t.lost().await.to_string() };
+    hold(node, &mut r, &mut w, peer_pid, &names.join(" "), lost).await;
+    drop(t);
 }
 
 /// Hold a granted lock until the client releases it, dies or the node stops. Returns when
@@ -311,8 +403,10 @@ async fn hold(
     w: &mut tokio::net::unix::OwnedWriteHalf,
     peer_pid: Option<i32>,
     path: &str,
+    lost: impl std::future::Future<Output = String>,
 ) {
     let mut stop = node.stopping();
+    let mut lost = std::pin::pin!(lost);
     let mut group: Option<i32> = None;
     let mut line = String::new();
     loop {
@@ -359,6 +453,17 @@ async fn hold(
                     &Reply {
                         lost: true,
                         ..Reply::error(format!("lock on {path} lost: the node is stopping"))
+                    },
+                )
+                .await;
+                return;
+            }
+            why = &mut lost => {
+                let _ = write_reply(
+                    w,
+                    &Reply {
+                        lost: true,
+                        ..Reply::error(format!("locks {path} lost: {why}"))
                     },
                 )
                 .await;

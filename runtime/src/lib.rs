@@ -26,6 +26,7 @@
 //! - [`demo`]: `hilock demo`, the airline workload on a loopback cluster with an oracle;
 //! - [`cli`]: the subcommands that work on the specification.
 
+pub mod agents;
 pub mod bakery;
 pub mod cli;
 pub mod client;

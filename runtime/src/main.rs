@@ -59,11 +59,21 @@ enum Command {
     /// command's status (128+N if signal N killed it); 2 (and one line on stderr) if the
     /// lock is not granted; 75 if the connection to the node closed while the command ran
     /// and 76 if the node reported the lock lost (the command's group was killed first).
+    ///
+    /// With --txn: `hilock lock --txn /a:W /b:R -- cmd args` takes every `PATH:R|W` in one
+    /// transaction of the agents engine (seed 001, deadlocks detected and resolved) and
+    /// runs the command once all are held; the exit codes are the same.
     Lock {
-        /// The lock path, e.g. /db/flights/UA93.
-        path: String,
-        /// The mode: IR, R, U, IW or W.
-        mode: String,
+        /// The lock path and mode: `/db/flights/UA93 W` (mode IR, R, U, IW or W); with
+        /// --txn, one or more `PATH:R` or `PATH:W`.
+        #[arg(required = true)]
+        locks: Vec<String>,
+        /// Take the locks as one transaction of the agents engine.
+        #[arg(long)]
+        txn: bool,
+        /// With --txn: abort instead of surrendering a lock already reported held.
+        #[arg(long, requires = "txn")]
+        abort_on_deadlock: bool,
         /// The command and its arguments.
         #[arg(last = true, required = true)]
         command: Vec<String>,
@@ -369,9 +379,22 @@ fn bakery(command: BakeryCommand) -> Result<ExitCode, String> {
     Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)))
 }
 
+/// What `hilock lock` asks of the node: one lock of the token engine, or a transaction of
+/// the agents engine (`--txn`).
+enum LockRequest {
+    Lock {
+        path: String,
+        mode: String,
+    },
+    Txn {
+        locks: Vec<String>,
+        abort_on_deadlock: bool,
+    },
+}
+
+#[allow(clippy::too_many_arguments)]
 fn lock(
-    path: String,
-    mode: String,
+    what: LockRequest,
     command: &[String],
     at: &ClientAt,
     timeout_ms: Option<u64>,
@@ -393,13 +416,32 @@ fn lock(
         .build()
         .map_err(|e| format!("cannot start tokio: {e}"))?;
     rt.block_on(async {
-        let req = hilock::client::Request::Lock {
-            path: path.clone(),
-            mode,
-            priority,
-            timeout_ms: Some(timeout_ms),
-            // Run by a command under another `hilock lock` (which sets HILOCK_LOCK).
-            nested: std::env::var_os("HILOCK_LOCK").is_some(),
+        let (req, path) = match what {
+            LockRequest::Lock { path, mode } => (
+                hilock::client::Request::Lock {
+                    path: path.clone(),
+                    mode,
+                    priority,
+                    timeout_ms: Some(timeout_ms),
+                    // Run by a command under another `hilock lock` (which sets HILOCK_LOCK).
+                    nested: std::env::var_os("HILOCK_LOCK").is_some(),
+                },
+                path,
+            ),
+            LockRequest::Txn {
+                locks,
+                abort_on_deadlock,
+            } => {
+                let label = locks.join(" ");
+                (
+                    hilock::client::Request::Txn {
+                        locks,
+                        timeout_ms: Some(timeout_ms),
+                        abort_on_deadlock,
+                    },
+                    label,
+                )
+            }
         };
         let wait = std::time::Duration::from_millis(timeout_ms).saturating_add(ANSWER_GRACE);
         let (reply, stream) = tokio::time::timeout(wait, hilock::client::request(&socket, &req))
@@ -612,16 +654,30 @@ fn main() -> ExitCode {
         ),
         Command::Node { config, id } => node(&config, id),
         Command::Lock {
-            path,
-            mode,
+            mut locks,
+            txn,
+            abort_on_deadlock,
             command,
             at,
             timeout_ms,
             priority,
             kill_grace_ms,
         } => match lock(
-            path,
-            mode,
+            if txn {
+                LockRequest::Txn {
+                    locks,
+                    abort_on_deadlock,
+                }
+            } else if locks.len() == 2 {
+                let mode = locks.pop().unwrap_or_default();
+                LockRequest::Lock {
+                    path: locks.pop().unwrap_or_default(),
+                    mode,
+                }
+            } else {
+                eprintln!("hilock: lock takes PATH MODE (or --txn PATH:MODE…)");
+                return ExitCode::from(2);
+            },
             &command,
             &at,
             timeout_ms,

@@ -258,6 +258,40 @@ struct Shared {
     incarnation: u64,
     /// Peers that have welcomed this run.
     welcomed: std::sync::atomic::AtomicUsize,
+    /// The agents engine's inbox (seed 001, [`crate::agents`]).
+    agents: crate::agents::Inbox,
+}
+
+/// The agents engine sends on the same peer links (see [`crate::agents::Net`]).
+impl crate::agents::Net for Shared {
+    fn id(&self) -> u16 {
+        self.id
+    }
+    fn n(&self) -> usize {
+        self.n
+    }
+    fn send(&self, peer: u16, frame: crate::agents::AgentFrame) -> bool {
+        let Some(Some(p)) = self.peers.get(usize::from(peer)) else {
+            return false;
+        };
+        let bytes = Bytes::from(wire::encode(&wire::Payload::Agents(Box::new(frame))));
+        let ok = p.tx.send(bytes).is_ok();
+        if ok {
+            p.sent.fetch_add(1, Relaxed);
+            self.counters.frames_sent.fetch_add(1, Relaxed);
+        }
+        ok
+    }
+    fn link(&self, peer: u16) -> crate::agents::Link {
+        match self.peers.get(usize::from(peer)) {
+            Some(Some(p)) => match p.refused() {
+                Some(reason) => crate::agents::Link::Gone(reason),
+                None if p.connected.load(Relaxed) => crate::agents::Link::Up,
+                None => crate::agents::Link::Down,
+            },
+            _ => crate::agents::Link::Gone(format!("node {peer} is not in the cluster")),
+        }
+    }
 }
 
 impl Shared {
@@ -379,6 +413,7 @@ impl Node {
             }));
             outboxes.push((n.id, rx));
         }
+        let (agents_inbox, agents_rx) = crate::agents::inbox(config.id, config.n());
         let shared = Arc::new(Shared {
             id: config.id,
             cluster: config.cluster.clone(),
@@ -391,7 +426,9 @@ impl Node {
             stopping: tokio::sync::watch::Sender::new(false),
             incarnation: rand::random(),
             welcomed: std::sync::atomic::AtomicUsize::new(0),
+            agents: agents_inbox,
         });
+        tasks.spawn(crate::agents::run(shared.clone(), agents_rx));
         let (tx, rx) = mpsc::unbounded_channel();
         tasks.spawn(Core::new(shared.clone()).run(rx));
         for (peer, rx) in outboxes {
@@ -498,6 +535,11 @@ impl std::fmt::Debug for Handle {
 }
 
 impl Handle {
+    /// The agents engine's inbox ([`crate::agents`]).
+    pub(crate) fn agents(&self) -> &crate::agents::Inbox {
+        &self.shared.agents
+    }
+
     /// Becomes `true` when the node stops.
     pub fn stopping(&self) -> tokio::sync::watch::Receiver<bool> {
         self.shared.stopping.subscribe()
@@ -1021,10 +1063,10 @@ impl Core {
             warn!(to = to.0, %path, "kernel addressed a node outside the cluster; dropped");
             return;
         };
-        let bytes = Bytes::from(wire::encode(&Frame {
+        let bytes = Bytes::from(wire::encode(&wire::Payload::Token(Frame {
             path: path.to_string(),
             msg,
-        }));
+        })));
         if p.tx.send(bytes).is_ok() {
             p.sent.fetch_add(1, Relaxed);
             self.shared.counters.frames_sent.fetch_add(1, Relaxed);
@@ -1602,9 +1644,17 @@ async fn serve_peer(
             Ok(f) => f,
             Err(e) => break Some(format!("frame does not decode: {e}")),
         };
-        if let Err(e) = check_frame(&env.frame) {
-            break Some(e);
-        }
+        // Token frames go to the core, agents frames to the agents engine.
+        let cmd = match env.frame {
+            wire::Payload::Token(f) => match check_frame(&f) {
+                Ok(()) => Ok(Cmd::Deliver {
+                    from: NodeId(from),
+                    frame: Box::new(f),
+                }),
+                Err(e) => break Some(e),
+            },
+            wire::Payload::Agents(f) => Err(f),
+        };
         let d = {
             let mut inb = link.inbound.lock().expect("inbound lock");
             if inb.conn != conn {
@@ -1618,13 +1668,11 @@ async fn serve_peer(
                 inb.delivered = env.seq;
                 link.received.fetch_add(1, Relaxed);
                 shared.counters.frames_received.fetch_add(1, Relaxed);
-                if core
-                    .send(Cmd::Deliver {
-                        from: NodeId(from),
-                        frame: Box::new(env.frame),
-                    })
-                    .is_err()
-                {
+                let sent = match cmd {
+                    Ok(cmd) => core.send(cmd).is_ok(),
+                    Err(f) => shared.agents.deliver(from, f),
+                };
+                if !sent {
                     return;
                 }
                 inb.delivered

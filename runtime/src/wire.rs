@@ -37,7 +37,7 @@ use sha2::{Digest, Sha256};
 use crate::config::MAX_NODES;
 
 /// The protocol version carried by the handshake.
-pub const PROTOCOL_VERSION: u32 = 2;
+pub const PROTOCOL_VERSION: u32 = 3;
 
 /// Largest frame accepted (bytes). A token carries at most [`MAX_NODES`] queue entries,
 /// far below this.
@@ -120,17 +120,29 @@ pub enum Hello {
     },
 }
 
-/// Dialer → acceptor after the handshake: kernel message number `seq` (1, 2, … over the
+/// What one numbered message carries: a token-engine frame, or a frame of the agents
+/// engine ([`crate::agents`], seed 001). Both engines share the peer links.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+// The token frame is the common message; boxing it would cost an allocation per message.
+#[allow(clippy::large_enum_variant)]
+pub enum Payload {
+    /// A kernel message of the token engine.
+    Token(Frame),
+    /// A message between lock servers and agents.
+    Agents(Box<crate::agents::AgentFrame>),
+}
+
+/// Dialer → acceptor after the handshake: message number `seq` (1, 2, … over the
 /// dialer's incarnation).
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub struct Envelope {
     /// The message's number.
     pub seq: u64,
     /// The message.
-    pub frame: Frame,
+    pub frame: Payload,
 }
 
-/// Encode an [`Envelope`] around a frame encoded already (postcard encodes a struct as
+/// Encode an [`Envelope`] around a payload encoded already (postcard encodes a struct as
 /// its fields one after the other).
 pub fn envelope(seq: u64, frame: &[u8]) -> Vec<u8> {
     let mut v = encode(&seq);
@@ -355,10 +367,13 @@ mod tests {
                 epoch: 3,
             },
         };
-        let b = envelope(300, &encode(&f));
+        let b = envelope(300, &encode(&Payload::Token(f.clone())));
         assert_eq!(
             decode::<Envelope>(&b).unwrap(),
-            Envelope { seq: 300, frame: f }
+            Envelope {
+                seq: 300,
+                frame: Payload::Token(f)
+            }
         );
     }
 

@@ -401,7 +401,10 @@ async fn garbage_and_bad_handshakes_are_refused_and_the_node_keeps_serving() {
                 epoch: 0,
             },
         };
-        let env = wire::Envelope { seq: 1, frame: f };
+        let env = wire::Envelope {
+            seq: 1,
+            frame: wire::Payload::Token(f),
+        };
         c.send(Bytes::from(wire::encode(&env))).await.unwrap();
         assert_closed(c).await;
     }
@@ -441,14 +444,14 @@ async fn garbage_and_bad_handshakes_are_refused_and_the_node_keeps_serving() {
     let release = |seq| {
         Bytes::from(wire::encode(&wire::Envelope {
             seq,
-            frame: Frame {
+            frame: wire::Payload::Token(Frame {
                 path: "/dup".into(),
                 msg: Msg::Release {
                     lock: LockId(0),
                     owned: Mode::Phi,
                     epoch: 0,
                 },
-            },
+            }),
         }))
     };
     let peer2 = |s: hilock::Status| s.peers.into_iter().find(|p| p.id == 2).unwrap();

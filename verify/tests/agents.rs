@@ -292,3 +292,37 @@ fn majority_locks_can_surrender_without_a_deadlock() {
     assert_eq!(r.violations(), vec![NO_PHANTOM]);
     save(&r, NO_PHANTOM, "agents-majority-unneeded-surrender");
 }
+
+/// Found while building the runtime (issue 16, items 3 and 5): in the runtime's random
+/// transactions (`runtime/tests/agents.rs`) two agents surrender one lock to each other
+/// back and forth while a third agent's cycle stays. Three agents over three locks on one
+/// server, shaped like that run (one takes `/3` then `/2`; one `/2`, `/1`, `/3`; one reads
+/// `/1`, then writes `/3`), already break `one surrender per deadlock`: a second agent
+/// surrenders for a deadlock that a surrender was made for and that has existed ever
+/// since. Saved as `agents-3x3-second-surrender.json`. (The model's server capacity `MQ`
+/// is 8 for this configuration's seven entries; the classic counts did not change.) This
+/// test pins the defect: it fails once the kernel is fixed, and the configuration then
+/// moves to [`classic`].
+#[test]
+fn three_agents_three_locks_surrender_twice_for_one_deadlock() {
+    let m = model(
+        "3 agents x 3 locks, 2-3 locks each",
+        1,
+        &[
+            (&[(&[3], W, 1, ALL), (&[2], W, 1, ALL)], false),
+            (
+                &[(&[2], W, 1, ALL), (&[1], W, 1, ALL), (&[3], W, 1, ALL)],
+                false,
+            ),
+            (&[(&[1], R, 1, ALL), (&[3], W, 1, ALL)], false),
+        ],
+    )
+    .with_max_version(14);
+    let r = m.refute();
+    println!("{}", r.summary());
+    assert_eq!(r.violations(), vec![ONE_SURRENDER]);
+    let t = save(&r, ONE_SURRENDER, "agents-3x3-second-surrender");
+    for s in &t.steps {
+        println!("{} {} | {}", s.index, s.action, s.rules);
+    }
+}

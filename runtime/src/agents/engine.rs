@@ -1,0 +1,716 @@
+//! The task of a node's agents engine: its lock server, its transactions' agents, and the
+//! routing between them and the other nodes. No rule is decided here: every queue change
+//! is a [`RtServer::step`], every agent decision an [`RtAgent::step`].
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::Instant;
+
+use hilock_kernel::agent::{
+    AbortReason, AgentError, AgentId, AgentInput, AgentOutput, Announce, LockPath, Rule, ServerId,
+    ServerMsg, Status,
+};
+use hilock_spec::VecSink;
+use tokio::sync::watch;
+use tracing::{debug, warn};
+
+use super::{
+    AgentFrame, Cmd, Counters, EngineRx, Inbox, Info, Link, Net, Reply, RtAgent, RtServer,
+    TxnError, TxnView, AGENTS_GONE_AFTER, DEPTH, LINK_CHECK, MAX_SERVERS, SERVER_DOWN_AFTER,
+};
+
+/// A message between processes of this node (one FIFO queue keeps each pair in order).
+enum Work {
+    ToServer(ServerMsg<DEPTH>),
+    Info {
+        to: AgentId,
+        info: Box<Info>,
+    },
+    Refused {
+        agent: AgentId,
+        from: u16,
+        error: AgentError,
+    },
+}
+
+/// A transaction whose agent runs here.
+struct Local {
+    agent: Box<RtAgent>,
+    names: Vec<(LockPath<DEPTH>, String)>,
+    waiters: Vec<Reply<()>>,
+    view: watch::Sender<TxnView>,
+    /// A server refused one of its requests: the reason its abort reports.
+    refused: Option<TxnError>,
+    /// Why it ended, once it has (answers later calls).
+    ended: Option<TxnError>,
+}
+
+impl Local {
+    fn name(&self, p: &LockPath<DEPTH>) -> String {
+        self.names
+            .iter()
+            .find(|(q, _)| q == p)
+            .map_or_else(|| p.to_string(), |(_, n)| n.clone())
+    }
+}
+
+/// What the engine knows of a peer link.
+#[derive(Default, Clone, Copy)]
+struct Watch {
+    since: Option<Instant>,
+    declared: bool,
+    released: bool,
+}
+
+pub(crate) struct Engine {
+    net: Arc<dyn Net>,
+    counters: Arc<Counters>,
+    me: u16,
+    n: usize,
+    server: Box<RtServer>,
+    agents: HashMap<AgentId, Local>,
+    work: VecDeque<Work>,
+    links: Vec<Watch>,
+}
+
+/// The engine's task: commands and frames in, and a look at the peer links every
+/// [`LINK_CHECK`].
+pub(crate) async fn run(net: Arc<dyn Net>, rx: EngineRx) {
+    let EngineRx { mut rx, counters } = rx;
+    let mut e = Engine::new(net, Some(counters));
+    let mut tick = tokio::time::interval(LINK_CHECK);
+    loop {
+        tokio::select! {
+            c = rx.recv() => {
+                let Some(c) = c else { return };
+                e.handle(c);
+            }
+            _ = tick.tick() => e.check_links(Instant::now()),
+        }
+    }
+}
+
+impl Engine {
+    /// An engine over `net`; `counters` shared with the node's [`Inbox`] when given.
+    pub(crate) fn new(net: Arc<dyn Net>, counters: Option<Arc<Counters>>) -> Engine {
+        let (me, n) = (net.id(), net.n());
+        Engine {
+            counters: counters.unwrap_or_default(),
+            me,
+            n,
+            server: Box::new(RtServer::new(ServerId(me))),
+            agents: HashMap::new(),
+            work: VecDeque::new(),
+            links: vec![
+                Watch {
+                    since: Some(Instant::now()),
+                    ..Watch::default()
+                };
+                n
+            ],
+            net,
+        }
+    }
+
+    /// One command, then every local message it caused.
+    pub(crate) fn handle(&mut self, cmd: Cmd) {
+        match cmd {
+            Cmd::Net { from, frame } => {
+                self.counters.frames_received.fetch_add(1, Relaxed);
+                self.net_frame(from, *frame);
+            }
+            Cmd::Begin {
+                id,
+                abort_on_deadlock,
+                view,
+            } => {
+                self.counters.begun.fetch_add(1, Relaxed);
+                self.agents.insert(
+                    id,
+                    Local {
+                        agent: Box::new(RtAgent::new(id, abort_on_deadlock)),
+                        names: Vec::new(),
+                        waiters: Vec::new(),
+                        view,
+                        refused: None,
+                        ended: None,
+                    },
+                );
+            }
+            Cmd::Lock {
+                id,
+                path,
+                name,
+                mode,
+                servers,
+                req,
+                reply,
+            } => self.lock(id, path, name, mode, servers, req, reply),
+            Cmd::Finish { id, reply } => self.finish(id, reply),
+            Cmd::Agents { reply } => {
+                let v = self
+                    .agents
+                    .iter()
+                    .map(|(id, l)| {
+                        let views: Vec<String> = l
+                            .agent
+                            .views()
+                            .map(|(i, awaiting)| {
+                                let q: Vec<String> = i
+                                    .queue
+                                    .iter()
+                                    .map(|e| {
+                                        format!(
+                                            "{}{}{}",
+                                            e.agent,
+                                            e.mode,
+                                            if e.granted { "*" } else { "" }
+                                        )
+                                    })
+                                    .collect();
+                                format!(
+                                    "{}{} v{} by {}{} [{}]",
+                                    i.server,
+                                    i.path,
+                                    i.version,
+                                    i.cause,
+                                    if awaiting { " AWAITING" } else { "" },
+                                    q.join(" ")
+                                )
+                            })
+                            .collect();
+                        let reqs: Vec<String> = l
+                            .agent
+                            .requests()
+                            .map(|(p, m, h, r)| format!("{p}{m} held {h} reported {r:?}"))
+                            .collect();
+                        format!(
+                            "{id} {:?} requests {reqs:?} views {views:?}",
+                            l.agent.status()
+                        )
+                    })
+                    .collect();
+                let _ = reply.send(v);
+            }
+            Cmd::Entries { reply } => {
+                let v = self
+                    .server
+                    .entries()
+                    .map(|e| (e.agent.0, e.path.to_string(), e.mode, e.granted))
+                    .collect();
+                let _ = reply.send(v);
+            }
+        }
+        self.drain();
+    }
+
+    fn drain(&mut self) {
+        while let Some(w) = self.work.pop_front() {
+            self.counters.local_messages.fetch_add(1, Relaxed);
+            match w {
+                Work::ToServer(msg) => self.server_step(self.me, msg),
+                Work::Info { to, info } => self.agent_info(to, &info),
+                Work::Refused { agent, from, error } => self.refused(agent, from, error),
+            }
+        }
+    }
+
+    fn net_frame(&mut self, from: u16, f: AgentFrame) {
+        match f {
+            AgentFrame::ToServer(msg) => self.server_step(from, msg),
+            AgentFrame::Info { to, info } => self.agent_info(to, &info),
+            AgentFrame::Refused { agent, error } => self.refused(agent, from, error),
+        }
+    }
+
+    fn owner(&self, a: AgentId) -> u16 {
+        Inbox::owner(a, self.n)
+    }
+
+    fn send_server(&mut self, s: ServerId, msg: ServerMsg<DEPTH>) {
+        if s.0 == self.me {
+            self.work.push_back(Work::ToServer(msg));
+        } else if self.net.send(s.0, AgentFrame::ToServer(msg)) {
+            self.counters.frames_sent.fetch_add(1, Relaxed);
+        } else {
+            warn!(server = s.0, "agents: no such server; message dropped");
+        }
+    }
+
+    fn send_agent(&mut self, a: AgentId, info: Info) {
+        let node = self.owner(a);
+        if node == self.me {
+            self.work.push_back(Work::Info {
+                to: a,
+                info: Box::new(info),
+            });
+        } else if self.net.send(
+            node,
+            AgentFrame::Info {
+                to: a,
+                info: Box::new(info),
+            },
+        ) {
+            self.counters.frames_sent.fetch_add(1, Relaxed);
+        }
+    }
+
+    /// A message for this node's server from an agent of node `from`.
+    fn server_step(&mut self, from: u16, msg: ServerMsg<DEPTH>) {
+        let agent = msg.agent();
+        if self.owner(agent) != from {
+            // Only a node's own agents speak from it.
+            self.counters.foreign_frames.fetch_add(1, Relaxed);
+            warn!(from, %agent, "agents: a message for another node's agent; dropped");
+            return;
+        }
+        let mut out: VecSink<Announce<DEPTH, { super::QUEUE }>> = VecSink::default();
+        match self.server.step(&msg, &mut out) {
+            Ok(r) => {
+                if r.contains(Rule::SurrenderToEnd) {
+                    self.counters.surrenders_done.fetch_add(1, Relaxed);
+                }
+                for a in out.0 {
+                    self.send_agent(a.to, a.info);
+                }
+            }
+            Err(error) => {
+                self.counters.server_refusals.fetch_add(1, Relaxed);
+                match msg {
+                    // A surrender of a queue in which the agent holds nothing any more: its
+                    // own earlier surrender of a related lock (the same subtree) moved its
+                    // entries, and the announcement of that move, which carries its
+                    // identity, is on its way to it (sent before this refusal, on the same
+                    // channel). Nothing changed; nothing to do.
+                    ServerMsg::Surrender { .. } if matches!(error, AgentError::NotHolder(_)) => {
+                        self.counters.surrenders_refused.fetch_add(1, Relaxed);
+                        debug!(%agent, %error, "agents: surrender of a lock no longer held");
+                    }
+                    // The agent waits for an answer that will not come: tell its node.
+                    ServerMsg::Request { .. } | ServerMsg::Surrender { .. } => {
+                        debug!(%agent, %error, "agents: server refused a request");
+                        if from == self.me {
+                            self.work.push_back(Work::Refused {
+                                agent,
+                                from: self.me,
+                                error,
+                            });
+                        } else if self.net.send(from, AgentFrame::Refused { agent, error }) {
+                            self.counters.frames_sent.fetch_add(1, Relaxed);
+                        }
+                    }
+                    // A release or cancel of nothing (e.g. after the entries were released
+                    // when the agent's node looked dead): nothing to do.
+                    _ => debug!(%agent, %error, "agents: server refused a release"),
+                }
+            }
+        }
+    }
+
+    fn agent_info(&mut self, to: AgentId, info: &Info) {
+        if !self.agents.contains_key(&to) {
+            // A transaction that ended (ids are never reused): nothing to tell.
+            return;
+        }
+        if let Err(e) = self.agent_step(to, AgentInput::Info(info)) {
+            warn!(agent = %to, error = %e, "agents: agent refused a queue");
+        }
+    }
+
+    fn refused(&mut self, agent: AgentId, from: u16, error: AgentError) {
+        let Some(l) = self.agents.get_mut(&agent) else {
+            return;
+        };
+        if l.agent.status().ended() {
+            return;
+        }
+        l.refused = Some(TxnError::ServerRefused { node: from, error });
+        let _ = self.agent_step(agent, AgentInput::Finish);
+    }
+
+    /// One agent step; routes its outputs and answers its client.
+    fn agent_step(
+        &mut self,
+        id: AgentId,
+        input: AgentInput<'_, DEPTH, { super::QUEUE }>,
+    ) -> Result<(), AgentError> {
+        let Some(l) = self.agents.get_mut(&id) else {
+            return Err(AgentError::UnknownAgent(id));
+        };
+        let mut out = VecSink::default();
+        let r = l.agent.step(input, &mut out)?;
+        let c = &self.counters;
+        if r.contains(Rule::Surrender) {
+            c.surrenders.fetch_add(1, Relaxed);
+        }
+        if r.contains(Rule::Forward) {
+            c.forwards.fetch_add(1, Relaxed);
+        }
+        if r.contains(Rule::StaleIgnored) {
+            c.stale_ignored.fetch_add(1, Relaxed);
+        }
+        for o in out.0 {
+            match o {
+                AgentOutput::ToServer { server, msg } => self.send_server(server, msg),
+                AgentOutput::ToAgent { agent, info } => self.send_agent(agent, info),
+                AgentOutput::Granted { .. } => {}
+                AgentOutput::Revoked { path } => {
+                    self.counters.revoked.fetch_add(1, Relaxed);
+                    if let Some(l) = self.agents.get_mut(&id) {
+                        let name = l.name(&path);
+                        l.view.send_modify(|v| v.revoked.push(name));
+                    }
+                }
+                AgentOutput::HaveAll => {
+                    if let Some(l) = self.agents.get_mut(&id) {
+                        for w in l.waiters.drain(..) {
+                            let _ = w.send(Ok(()));
+                        }
+                    }
+                }
+                AgentOutput::Aborted { reason } => self.aborted(id, reason),
+            }
+        }
+        Ok(())
+    }
+
+    fn aborted(&mut self, id: AgentId, reason: AbortReason) {
+        let Some(l) = self.agents.get_mut(&id) else {
+            return;
+        };
+        let c = &self.counters;
+        let err = match (l.refused.take(), reason) {
+            (Some(e), _) => {
+                c.aborted_other.fetch_add(1, Relaxed);
+                e
+            }
+            (None, AbortReason::Deadlock) => {
+                c.aborted_deadlock.fetch_add(1, Relaxed);
+                TxnError::Deadlock
+            }
+            (None, AbortReason::ServersDown(s)) => {
+                c.aborted_server_down.fetch_add(1, Relaxed);
+                TxnError::ServerDown { node: s.0 }
+            }
+            (None, AbortReason::Client) => {
+                c.aborted_other.fetch_add(1, Relaxed);
+                TxnError::Ended
+            }
+        };
+        for w in l.waiters.drain(..) {
+            let _ = w.send(Err(err.clone()));
+        }
+        l.view.send_modify(|v| v.aborted = Some(err.clone()));
+        l.ended = Some(err);
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn lock(
+        &mut self,
+        id: AgentId,
+        path: LockPath<DEPTH>,
+        name: String,
+        mode: hilock_kernel::agent::LockMode,
+        servers: hilock_kernel::agent::Servers,
+        req: hilock_kernel::agent::Req,
+        reply: Reply<()>,
+    ) {
+        let Some(l) = self.agents.get_mut(&id) else {
+            let _ = reply.send(Err(TxnError::Ended));
+            return;
+        };
+        if let Some(e) = &l.ended {
+            let _ = reply.send(Err(e.clone()));
+            return;
+        }
+        let input = AgentInput::Lock {
+            path,
+            mode,
+            servers,
+            req,
+        };
+        // Validate first: a refused call changes nothing (the kernel's guarantee).
+        let mut probe = (*l.agent).clone();
+        if let Err(e) = probe.step(input, &mut VecSink::default()) {
+            let _ = reply.send(Err(TxnError::Refused(e)));
+            return;
+        }
+        if !l.names.iter().any(|(p, _)| *p == path) {
+            l.names.push((path, name));
+        }
+        l.waiters.push(reply);
+        let _ = self.agent_step(id, input);
+        // Servers this node already counts as down: the kernel decides whether the lock
+        // can still be had (rule A8).
+        for s in servers.iter() {
+            if self.links.get(usize::from(s.0)).is_some_and(|w| w.declared) {
+                let _ = self.agent_step(id, AgentInput::ServerDown(s));
+            }
+        }
+        if let Some(l) = self.agents.get_mut(&id) {
+            if l.agent.status() == Status::HaveAll {
+                for w in l.waiters.drain(..) {
+                    let _ = w.send(Ok(()));
+                }
+            }
+        }
+    }
+
+    fn finish(&mut self, id: AgentId, reply: Option<Reply<()>>) {
+        let r = match self.agents.get(&id) {
+            None => Err(TxnError::Ended),
+            Some(l) if l.ended.is_some() => Err(l.ended.clone().unwrap_or(TxnError::Ended)),
+            Some(l) => {
+                let had_all = l.agent.status() == Status::HaveAll;
+                let _ = self.agent_step(id, AgentInput::Finish);
+                if had_all && reply.is_some() {
+                    self.counters.committed.fetch_add(1, Relaxed);
+                    Ok(())
+                } else {
+                    // Dropped, timed out or asked to commit without every lock: aborted.
+                    if had_all {
+                        self.counters.aborted_other.fetch_add(1, Relaxed);
+                    }
+                    Err(TxnError::Ended)
+                }
+            }
+        };
+        if let Some(l) = self.agents.remove(&id) {
+            for w in l.waiters {
+                let _ = w.send(Err(TxnError::Ended));
+            }
+        }
+        if let Some(reply) = reply {
+            let _ = reply.send(r);
+        }
+    }
+
+    /// Peers unreachable for [`SERVER_DOWN_AFTER`] are dead servers for the running agents;
+    /// for [`AGENTS_GONE_AFTER`], this node's server releases their agents.
+    pub(crate) fn check_links(&mut self, now: Instant) {
+        for p in 0..self.n.min(MAX_SERVERS.max(self.n)) {
+            let p16 = p as u16;
+            if p16 == self.me {
+                continue;
+            }
+            let (gone, up) = match self.net.link(p16) {
+                Link::Up => (false, true),
+                Link::Down => (false, false),
+                Link::Gone(_) => (true, false),
+            };
+            let w = &mut self.links[p];
+            if up {
+                *w = Watch::default();
+                continue;
+            }
+            let since = *w.since.get_or_insert(now);
+            let down_for = now.saturating_duration_since(since);
+            if !w.declared && (gone || down_for >= SERVER_DOWN_AFTER) {
+                w.declared = true;
+                warn!(
+                    peer = p,
+                    "agents: lock server unreachable; counting it as down"
+                );
+                if p < MAX_SERVERS {
+                    let ids: Vec<AgentId> = self.agents.keys().copied().collect();
+                    for a in ids {
+                        let _ = self.agent_step(a, AgentInput::ServerDown(ServerId(p16)));
+                    }
+                }
+            }
+            let w = &mut self.links[p];
+            if !w.released && (gone || down_for >= AGENTS_GONE_AFTER) {
+                w.released = true;
+                self.release_node(p16);
+            }
+        }
+        self.drain();
+    }
+
+    /// This node's server releases every entry of node `p`'s agents.
+    fn release_node(&mut self, p: u16) {
+        let mut ids: Vec<AgentId> = self
+            .server
+            .entries()
+            .map(|e| e.agent)
+            .filter(|a| self.owner(*a) == p)
+            .collect();
+        ids.dedup();
+        ids.sort();
+        ids.dedup();
+        for a in ids {
+            warn!(peer = p, agent = %a, "agents: releasing an unreachable node's agent");
+            self.counters.peers_released.fetch_add(1, Relaxed);
+            let mut out: VecSink<Announce<DEPTH, { super::QUEUE }>> = VecSink::default();
+            if self
+                .server
+                .step(&ServerMsg::Release { agent: a }, &mut out)
+                .is_ok()
+            {
+                for an in out.0 {
+                    self.send_agent(an.to, an.info);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hilock_kernel::agent::{LockMode, QEntry, Req, Servers};
+    use std::sync::Mutex;
+    use tokio::sync::oneshot;
+
+    /// Node 0 of 2; every link up; what is sent is kept.
+    #[derive(Default)]
+    struct FakeNet(Mutex<Vec<(u16, AgentFrame)>>);
+
+    impl Net for FakeNet {
+        fn id(&self) -> u16 {
+            0
+        }
+        fn n(&self) -> usize {
+            2
+        }
+        fn send(&self, peer: u16, frame: AgentFrame) -> bool {
+            self.0.lock().unwrap().push((peer, frame));
+            true
+        }
+        fn link(&self, _: u16) -> Link {
+            Link::Up
+        }
+    }
+
+    fn path(k: u16) -> LockPath<DEPTH> {
+        LockPath::new(&[k]).unwrap()
+    }
+
+    fn request(agent: u16, k: u16) -> Cmd {
+        Cmd::Net {
+            from: 1,
+            frame: Box::new(AgentFrame::ToServer(ServerMsg::Request {
+                agent: AgentId(agent),
+                path: path(k),
+                mode: LockMode::Write,
+            })),
+        }
+    }
+
+    fn entries(e: &Engine) -> Vec<(u16, bool)> {
+        e.server.entries().map(|x| (x.agent.0, x.granted)).collect()
+    }
+
+    fn engine() -> (Engine, Arc<FakeNet>) {
+        let net = Arc::new(FakeNet::default());
+        (Engine::new(net.clone(), None), net)
+    }
+
+    #[test]
+    fn a_frame_for_another_nodes_agent_is_dropped_and_changes_nothing() {
+        let (mut e, net) = engine();
+        // Agent 2 is node 0's (2 mod 2): node 1 may not speak for it.
+        e.handle(request(2, 7));
+        assert_eq!(e.counters.foreign_frames.load(Relaxed), 1);
+        assert!(entries(&e).is_empty());
+        assert!(net.0.lock().unwrap().is_empty());
+    }
+
+    #[test]
+    fn unknown_agents_and_surrenders_of_locks_not_held_are_refused_and_change_nothing() {
+        let (mut e, net) = engine();
+        e.handle(request(1, 7));
+        e.handle(request(3, 7));
+        assert_eq!(entries(&e), vec![(1, true), (3, false)]);
+        let before = (*e.server).clone();
+        net.0.lock().unwrap().clear();
+        let msg = |m| Cmd::Net {
+            from: 1,
+            frame: Box::new(AgentFrame::ToServer(m)),
+        };
+        // A release of an agent the server does not know: refused, nothing sent.
+        e.handle(msg(ServerMsg::Release { agent: AgentId(5) }));
+        assert_eq!(*e.server, before);
+        assert!(net.0.lock().unwrap().is_empty());
+        // A surrender by a waiting agent (it holds nothing in that queue): refused.
+        e.handle(msg(ServerMsg::Surrender {
+            agent: AgentId(3),
+            path: path(7),
+        }));
+        assert_eq!(*e.server, before);
+        assert_eq!(e.counters.surrenders_refused.load(Relaxed), 1);
+        // A surrender by an unknown agent: refused, and its node is told.
+        e.handle(msg(ServerMsg::Surrender {
+            agent: AgentId(9),
+            path: path(7),
+        }));
+        assert_eq!(*e.server, before);
+        assert_eq!(
+            net.0.lock().unwrap().as_slice(),
+            &[(
+                1,
+                AgentFrame::Refused {
+                    agent: AgentId(9),
+                    error: AgentError::UnknownAgent(AgentId(9)),
+                }
+            )]
+        );
+        assert_eq!(e.counters.server_refusals.load(Relaxed), 3);
+    }
+
+    #[test]
+    fn a_stale_queue_is_ignored_and_the_transaction_keeps_its_lock() {
+        let (mut e, _net) = engine();
+        let (view, _rx) = watch::channel(TxnView::default());
+        e.handle(Cmd::Begin {
+            id: AgentId(0),
+            abort_on_deadlock: false,
+            view,
+        });
+        let (reply, mut got) = oneshot::channel();
+        e.handle(Cmd::Lock {
+            id: AgentId(0),
+            path: path(7),
+            name: "/k".into(),
+            mode: LockMode::Write,
+            servers: Servers::one(ServerId(0)),
+            req: Req::All,
+            reply,
+        });
+        assert_eq!(got.try_recv().unwrap(), Ok(()));
+        // An older version of the queue (another agent holding) arrives late.
+        let mut queue = heapless::Vec::new();
+        for (a, granted) in [(5, true), (0, false)] {
+            let _ = queue.push(QEntry {
+                agent: AgentId(a),
+                path: path(7),
+                mode: LockMode::Write,
+                granted,
+            });
+        }
+        let stale = Info {
+            server: ServerId(0),
+            path: path(7),
+            version: 0,
+            cause: AgentId(5),
+            queue,
+        };
+        e.handle(Cmd::Net {
+            from: 1,
+            frame: Box::new(AgentFrame::Info {
+                to: AgentId(0),
+                info: Box::new(stale),
+            }),
+        });
+        assert_eq!(e.counters.stale_ignored.load(Relaxed), 1);
+        assert_eq!(e.agents[&AgentId(0)].agent.status(), Status::HaveAll);
+        let (reply, mut done) = oneshot::channel();
+        e.handle(Cmd::Finish {
+            id: AgentId(0),
+            reply: Some(reply),
+        });
+        assert_eq!(done.try_recv().unwrap(), Ok(()));
+        assert!(entries(&e).is_empty());
+    }
+}

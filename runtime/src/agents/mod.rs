@@ -1,0 +1,702 @@
+//! The agents engine (seed 001, Ulf Wiger's deadlock-resolving lock agents) on real nodes:
+//! transactions over many locks whose deadlocks are detected and resolved by a surrender.
+//!
+//! Every rule is the kernel's ([`hilock_kernel::agent`]): each node runs one
+//! [`LockServer`] (the server of the locks whose *home* it is) and one [`Agent`] per
+//! transaction started on it; [`engine`] only routes the kernel's outputs — a server's
+//! announcements to the node of the agent they name, an agent's requests to the servers'
+//! nodes, its forwarded dependency information to the other agents' nodes — and turns the
+//! agents' outputs into answers for the client.
+//!
+//! # Where a lock lives
+//! A lock is a path `/a/b/c`; its home is the node [`home`] picks by hashing the *top-level*
+//! element (`/a`), so a whole subtree lives on one server and the server sees the
+//! hierarchy (a lock on `/a` covers `/a/b`). [`Transaction::lock_on`] asks the same path of
+//! several nodes with `all | any | majority`. Path elements become the kernel's 16-bit keys
+//! by hashing ([`lock_path`]); two names with the same key are one lock to the server, which
+//! can only make a transaction wait longer, never let two conflicting holders in.
+//!
+//! # Transport
+//! The agents engine sends on the node's peer links ([`Net`], implemented by the node):
+//! lossless and FIFO per ordered pair of nodes while both run, the model's assumption
+//! (FIFO per pair of processes). Messages between processes of one node go through one
+//! local FIFO queue.
+//!
+//! # Failures
+//! - The client of a transaction goes away (the [`Transaction`] is dropped, or the process
+//!   behind `hilock lock --txn` dies and its client connection closes): its agent finishes,
+//!   which releases every entry on every server (the seed: "a cancel request always arrives
+//!   when a client process is somehow killed").
+//! - A peer node unreachable for [`SERVER_DOWN_AFTER`] (or refused as restarted) is a dead
+//!   lock server for the running agents: the kernel aborts the transactions with a lock that
+//!   can no longer get its `all | any | majority` ([`TxnError::ServerDown`] names the node)
+//!   and lets the others go on. After [`AGENTS_GONE_AFTER`] the node's own server releases
+//!   the entries of that node's agents (their client is unreachable). The second delay is
+//!   longer so that an agent stops counting a server before that server can give its locks
+//!   to others; like every lease, this assumes the two nodes' clocks run at similar rates
+//!   and that neither is paused for longer than the difference.
+
+mod engine;
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::Duration;
+
+use hilock_kernel::agent::{AgentError, AgentId, LockInfo, LockPath, ServerMsg, Servers};
+pub use hilock_kernel::agent::{LockMode, Req};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use tokio::sync::{mpsc, oneshot, watch};
+
+pub(crate) use engine::run;
+
+/// Deepest lock path (elements).
+pub const DEPTH: usize = 8;
+/// Entries one node's lock server holds at once (all its locks together).
+pub const QUEUE: usize = 128;
+/// Lock records one server keeps at once.
+pub const RECORDS: usize = 128;
+/// Locks and known queues per transaction.
+pub const LOCKS: usize = 32;
+/// Largest cluster the agents engine serves (the kernel names servers in a 32-bit set).
+pub const MAX_SERVERS: usize = hilock_kernel::agent::MAX_SERVERS;
+
+/// A peer unreachable this long counts as a dead lock server for the running agents.
+pub const SERVER_DOWN_AFTER: Duration = Duration::from_millis(1500);
+/// A peer unreachable this long: this node's server releases the entries of its agents.
+pub const AGENTS_GONE_AFTER: Duration = Duration::from_secs(4);
+/// How often the engine looks at the peer links.
+pub const LINK_CHECK: Duration = Duration::from_millis(50);
+/// Default wait for a lock, after which the transaction aborts.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The kernel agent the runtime runs.
+pub type RtAgent = hilock_kernel::agent::Agent<DEPTH, QUEUE, LOCKS>;
+/// The kernel lock server the runtime runs.
+pub type RtServer = hilock_kernel::agent::LockServer<DEPTH, QUEUE, RECORDS>;
+/// A queue announcement.
+pub type Info = LockInfo<DEPTH, QUEUE>;
+
+/// What the agents engines of two nodes send each other.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub enum AgentFrame {
+    /// From an agent on the sending node to the lock server of the receiving node.
+    ToServer(ServerMsg<DEPTH>),
+    /// A queue for agent `to` on the receiving node: a server's announcement or another
+    /// agent's forwarded dependency information.
+    Info {
+        /// The agent.
+        to: AgentId,
+        /// The queue.
+        info: Box<Info>,
+    },
+    /// The receiving node's agent `agent` asked the sender's server for something it
+    /// refused (a full server, a surrender of a lock not held): the transaction aborts.
+    Refused {
+        /// The agent.
+        agent: AgentId,
+        /// Why.
+        error: AgentError,
+    },
+}
+
+/// The state of a peer link, as the node sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Link {
+    /// Connected.
+    Up,
+    /// Not connected (yet, or any more).
+    Down,
+    /// Refused for good (the peer is a new run of the node, or this node is): its state is
+    /// gone.
+    Gone(String),
+}
+
+/// The node's peer links, as the agents engine uses them.
+pub trait Net: Send + Sync + 'static {
+    /// This node's id.
+    fn id(&self) -> u16;
+    /// Nodes in the cluster.
+    fn n(&self) -> usize;
+    /// Send `frame` to `peer` on the lossless FIFO link; `false` if there is no such peer.
+    fn send(&self, peer: u16, frame: AgentFrame) -> bool;
+    /// The link to `peer`.
+    fn link(&self, peer: u16) -> Link;
+}
+
+/// Why a transaction call failed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TxnError {
+    /// The lock path is not a path (empty, the root, a bad element).
+    InvalidPath(String),
+    /// The kernel's agent refused the call and nothing changed: the lock is asked for
+    /// already, too many locks, a path deeper than [`DEPTH`], no server.
+    Refused(AgentError),
+    /// A node list that names no node, a node outside the cluster, or one twice.
+    BadNodes(String),
+    /// Aborted by `abort_on_deadlock`: resolving a deadlock needed a lock this
+    /// transaction had already been told it holds.
+    Deadlock,
+    /// Aborted: too few of a lock's servers are left; `node` is the one whose loss decided.
+    ServerDown {
+        /// The node.
+        node: u16,
+    },
+    /// Aborted: the lock server of `node` refused a request of this transaction.
+    ServerRefused {
+        /// The node.
+        node: u16,
+        /// Its reason.
+        error: AgentError,
+    },
+    /// No grant within the wait; the transaction was aborted.
+    Timeout {
+        /// The lock waited for.
+        path: String,
+        /// How long.
+        after: Duration,
+    },
+    /// The transaction ended already.
+    Ended,
+    /// The node stopped.
+    Stopped,
+    /// This node has started as many transactions as its share of the kernel's 16-bit
+    /// agent references allows (a run of a node never reuses one).
+    IdsExhausted,
+    /// The cluster has more nodes than the agents engine can name ([`MAX_SERVERS`]).
+    ClusterTooLarge,
+}
+
+impl std::fmt::Display for TxnError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TxnError::InvalidPath(e) => write!(f, "invalid lock path: {e}"),
+            TxnError::Refused(e) => write!(f, "refused: {e}"),
+            TxnError::BadNodes(e) => write!(f, "bad node list: {e}"),
+            TxnError::Deadlock => f.write_str(
+                "transaction aborted: a deadlock needed a lock it already held (abort_on_deadlock)",
+            ),
+            TxnError::ServerDown { node } => write!(
+                f,
+                "transaction aborted: the lock server of node {node} is down and too few remain"
+            ),
+            TxnError::ServerRefused { node, error } => write!(
+                f,
+                "transaction aborted: the lock server of node {node} refused a request: {error}"
+            ),
+            TxnError::Timeout { path, after } => {
+                write!(
+                    f,
+                    "transaction aborted: {path} not granted within {after:?}"
+                )
+            }
+            TxnError::Ended => f.write_str("the transaction has ended"),
+            TxnError::Stopped => f.write_str("the node stopped"),
+            TxnError::IdsExhausted => {
+                f.write_str("this run of the node has used all its transaction references")
+            }
+            TxnError::ClusterTooLarge => write!(
+                f,
+                "the agents engine serves clusters of at most {MAX_SERVERS} nodes"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for TxnError {}
+
+/// Options of a transaction.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct TxnOptions {
+    /// Abort (with [`TxnError::Deadlock`]) instead of surrendering a lock the client was
+    /// already told it holds (the seed's `abort_on_deadlock`). Surrenders of locks still
+    /// pending happen either way and are invisible to the client.
+    pub abort_on_deadlock: bool,
+    /// How long one `lock` call may wait (default [`DEFAULT_TIMEOUT`]); then the
+    /// transaction aborts.
+    pub timeout: Option<Duration>,
+}
+
+/// Counters of a node's agents engine.
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    begun: AtomicU64,
+    committed: AtomicU64,
+    aborted_deadlock: AtomicU64,
+    aborted_server_down: AtomicU64,
+    aborted_other: AtomicU64,
+    surrenders: AtomicU64,
+    surrenders_done: AtomicU64,
+    surrenders_refused: AtomicU64,
+    revoked: AtomicU64,
+    forwards: AtomicU64,
+    stale_ignored: AtomicU64,
+    frames_sent: AtomicU64,
+    frames_received: AtomicU64,
+    local_messages: AtomicU64,
+    server_refusals: AtomicU64,
+    foreign_frames: AtomicU64,
+    peers_released: AtomicU64,
+}
+
+/// A snapshot of a node's agents engine counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentStats {
+    /// Transactions started on this node.
+    pub begun: u64,
+    /// Committed (every lock held when the client ended it).
+    pub committed: u64,
+    /// Aborted by `abort_on_deadlock`.
+    pub aborted_deadlock: u64,
+    /// Aborted because too few servers of a lock were left.
+    pub aborted_server_down: u64,
+    /// Aborted otherwise (the client dropped it, a timeout, a refused request).
+    pub aborted_other: u64,
+    /// Surrenders this node's agents decided on (kernel rule A5).
+    pub surrenders: u64,
+    /// Surrenders this node's server applied (a holder moved to the end of a queue).
+    pub surrenders_done: u64,
+    /// Surrenders this node's server refused because the agent held nothing in that queue
+    /// any more (its earlier surrender of a related lock had moved its entries).
+    pub surrenders_refused: u64,
+    /// Locks reported to a client and later surrendered (without `abort_on_deadlock`).
+    pub revoked: u64,
+    /// Agent steps that forwarded dependency information.
+    pub forwards: u64,
+    /// Queues an agent ignored as older than the one it had (kernel rule A2).
+    pub stale_ignored: u64,
+    /// Agents frames sent to other nodes.
+    pub frames_sent: u64,
+    /// Agents frames received from other nodes.
+    pub frames_received: u64,
+    /// Messages between a server and an agent of this node (no network).
+    pub local_messages: u64,
+    /// Messages this node's server refused (typed kernel errors; nothing changed).
+    pub server_refusals: u64,
+    /// Frames from a peer naming an agent of another node (dropped).
+    pub foreign_frames: u64,
+    /// Entries of agents released because their node was unreachable.
+    pub peers_released: u64,
+}
+
+impl Counters {
+    fn snapshot(&self) -> AgentStats {
+        let g = |c: &AtomicU64| c.load(Relaxed);
+        AgentStats {
+            begun: g(&self.begun),
+            committed: g(&self.committed),
+            aborted_deadlock: g(&self.aborted_deadlock),
+            aborted_server_down: g(&self.aborted_server_down),
+            aborted_other: g(&self.aborted_other),
+            surrenders: g(&self.surrenders),
+            surrenders_done: g(&self.surrenders_done),
+            surrenders_refused: g(&self.surrenders_refused),
+            revoked: g(&self.revoked),
+            forwards: g(&self.forwards),
+            stale_ignored: g(&self.stale_ignored),
+            frames_sent: g(&self.frames_sent),
+            frames_received: g(&self.frames_received),
+            local_messages: g(&self.local_messages),
+            server_refusals: g(&self.server_refusals),
+            foreign_frames: g(&self.foreign_frames),
+            peers_released: g(&self.peers_released),
+        }
+    }
+}
+
+type Reply<T> = oneshot::Sender<Result<T, TxnError>>;
+
+/// What a transaction knows of itself that the engine may change at any time.
+#[derive(Clone, Debug, Default)]
+pub struct TxnView {
+    /// Locks the client had been told it holds and that were surrendered to resolve a
+    /// deadlock (and asked for again); only without `abort_on_deadlock`.
+    pub revoked: Vec<String>,
+    /// Set when the transaction was aborted by the engine.
+    pub aborted: Option<TxnError>,
+}
+
+/// The engine's inputs.
+pub(crate) enum Cmd {
+    /// A frame from peer `from`.
+    Net { from: u16, frame: Box<AgentFrame> },
+    /// A new transaction.
+    Begin {
+        id: AgentId,
+        abort_on_deadlock: bool,
+        view: watch::Sender<TxnView>,
+    },
+    /// `lock`/`lock_on`.
+    Lock {
+        id: AgentId,
+        path: LockPath<DEPTH>,
+        name: String,
+        mode: LockMode,
+        servers: Servers,
+        req: Req,
+        reply: Reply<()>,
+    },
+    /// The transaction ends (commit if it holds every lock asked for, else abort).
+    Finish {
+        id: AgentId,
+        reply: Option<Reply<()>>,
+    },
+    /// The local agents in words, for diagnostics.
+    Agents { reply: oneshot::Sender<Vec<String>> },
+    /// The server's entries, for tests and status: `(agent, path, mode, granted)`.
+    Entries {
+        reply: oneshot::Sender<Vec<(u16, String, LockMode, bool)>>,
+    },
+}
+
+/// The sending side of a node's agents engine (cheap to clone).
+#[derive(Clone)]
+pub struct Inbox {
+    tx: mpsc::UnboundedSender<Cmd>,
+    counters: Arc<Counters>,
+    me: u16,
+    n: usize,
+    next: Arc<AtomicU32>,
+}
+
+impl std::fmt::Debug for Inbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Inbox").field("node", &self.me).finish()
+    }
+}
+
+/// What [`run`] reads: the commands, and the counters it shares with the [`Inbox`].
+pub(crate) struct EngineRx {
+    rx: mpsc::UnboundedReceiver<Cmd>,
+    counters: Arc<Counters>,
+}
+
+/// A new engine inbox for node `me` of `n`, and the receiver [`run`] reads.
+pub(crate) fn inbox(me: u16, n: usize) -> (Inbox, EngineRx) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let counters = Arc::new(Counters::default());
+    (
+        Inbox {
+            tx,
+            counters: counters.clone(),
+            me,
+            n,
+            next: Arc::new(AtomicU32::new(0)),
+        },
+        EngineRx { rx, counters },
+    )
+}
+
+impl Inbox {
+    /// A frame from `from` for the engine; `false` if the engine has stopped.
+    pub(crate) fn deliver(&self, from: u16, frame: Box<AgentFrame>) -> bool {
+        self.tx.send(Cmd::Net { from, frame }).is_ok()
+    }
+
+    /// The node whose agent `a` is: references are `k·n + node`, never reused in a run.
+    pub fn owner(a: AgentId, n: usize) -> u16 {
+        (usize::from(a.0) % n.max(1)) as u16
+    }
+
+    fn next_id(&self) -> Result<AgentId, TxnError> {
+        if self.n > MAX_SERVERS {
+            return Err(TxnError::ClusterTooLarge);
+        }
+        let k = self.next.fetch_add(1, Relaxed) as usize;
+        let id = k
+            .checked_mul(self.n)
+            .and_then(|x| x.checked_add(usize::from(self.me)))
+            .filter(|&x| x <= usize::from(u16::MAX))
+            .ok_or(TxnError::IdsExhausted)?;
+        Ok(AgentId(id as u16))
+    }
+}
+
+/// The key of one path element: the first two bytes of its SHA-256.
+fn key(element: &str) -> u16 {
+    let d = Sha256::digest(element.as_bytes());
+    u16::from_be_bytes([d[0], d[1]])
+}
+
+/// The kernel lock id of a path: one hashed key per element (at most [`DEPTH`]).
+pub fn lock_path(path: &str) -> Result<LockPath<DEPTH>, TxnError> {
+    crate::wire::check_path(path).map_err(TxnError::InvalidPath)?;
+    let keys: Vec<u16> = path[1..].split('/').map(key).collect();
+    LockPath::new(&keys).map_err(TxnError::Refused)
+}
+
+/// The home node of a (checked) path among `n`: chosen by its top-level element, so a
+/// subtree lives on one server.
+pub fn home(path: &str, n: usize) -> u16 {
+    let top = path[1..].split('/').next().unwrap_or("");
+    crate::wire::initial_holder(&format!("/{top}"), n).0
+}
+
+/// Parse `R`/`W` (also `read`/`write`).
+pub fn parse_mode(s: &str) -> Option<LockMode> {
+    match s {
+        "R" | "r" | "read" => Some(LockMode::Read),
+        "W" | "w" | "write" => Some(LockMode::Write),
+        _ => None,
+    }
+}
+
+/// Parse `/path:R` or `/path:W` (the `hilock lock --txn` argument).
+pub fn parse_lock(s: &str) -> Result<(String, LockMode), String> {
+    let (p, m) = s
+        .rsplit_once(':')
+        .ok_or_else(|| format!("{s:?}: expected PATH:R or PATH:W"))?;
+    let mode = parse_mode(m).ok_or_else(|| format!("{s:?}: mode must be R or W"))?;
+    lock_path(p).map_err(|e| format!("{s:?}: {e}"))?;
+    Ok((p.to_string(), mode))
+}
+
+impl crate::node::Handle {
+    /// Start a transaction whose agent runs on this node (see [`crate::agents`]).
+    pub fn transaction(&self, opts: TxnOptions) -> Result<Transaction, TxnError> {
+        Transaction::begin(self.agents().clone(), opts)
+    }
+
+    /// The agents engine's counters.
+    pub fn agent_stats(&self) -> AgentStats {
+        self.agents().counters.snapshot()
+    }
+
+    /// This node's lock server's entries, in queue order: `(agent, path key list, mode,
+    /// granted)` (for tests and diagnostics).
+    pub async fn agent_entries(&self) -> Result<Vec<(u16, String, LockMode, bool)>, TxnError> {
+        let (reply, rx) = oneshot::channel();
+        self.agents()
+            .tx
+            .send(Cmd::Entries { reply })
+            .map_err(|_| TxnError::Stopped)?;
+        rx.await.map_err(|_| TxnError::Stopped)
+    }
+}
+
+impl crate::node::Handle {
+    /// This node's agents in words (status, requests, known queues), for diagnostics.
+    pub async fn agent_states(&self) -> Result<Vec<String>, TxnError> {
+        let (reply, rx) = oneshot::channel();
+        self.agents()
+            .tx
+            .send(Cmd::Agents { reply })
+            .map_err(|_| TxnError::Stopped)?;
+        rx.await.map_err(|_| TxnError::Stopped)
+    }
+}
+
+impl crate::node::Node {
+    /// Start a transaction whose agent runs on this node (see [`crate::agents`]).
+    pub fn transaction(&self, opts: TxnOptions) -> Result<Transaction, TxnError> {
+        self.handle().transaction(opts)
+    }
+
+    /// The agents engine's counters.
+    pub fn agent_stats(&self) -> AgentStats {
+        self.handle().agent_stats()
+    }
+}
+
+/// A transaction over many locks: [`Transaction::lock`] waits until every lock asked for so
+/// far is held; deadlocks are resolved by the agents (a surrender of a pending lock is not
+/// seen here); everything is released when the transaction ends ([`Transaction::commit`],
+/// or drop).
+pub struct Transaction {
+    id: AgentId,
+    inbox: Inbox,
+    view: watch::Receiver<TxnView>,
+    timeout: Duration,
+    ended: bool,
+}
+
+impl std::fmt::Debug for Transaction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Transaction")
+            .field("id", &self.id)
+            .field("ended", &self.ended)
+            .finish()
+    }
+}
+
+impl Transaction {
+    fn begin(inbox: Inbox, opts: TxnOptions) -> Result<Transaction, TxnError> {
+        let id = inbox.next_id()?;
+        let (vtx, view) = watch::channel(TxnView::default());
+        inbox
+            .tx
+            .send(Cmd::Begin {
+                id,
+                abort_on_deadlock: opts.abort_on_deadlock,
+                view: vtx,
+            })
+            .map_err(|_| TxnError::Stopped)?;
+        Ok(Transaction {
+            id,
+            inbox,
+            view,
+            timeout: opts.timeout.unwrap_or(DEFAULT_TIMEOUT),
+            ended: false,
+        })
+    }
+
+    /// The agent's reference (unique in the cluster; later transactions of a node get
+    /// larger ones).
+    pub fn id(&self) -> u16 {
+        self.id.0
+    }
+
+    /// Lock `path` in `mode` on its home node; returns when every lock of the transaction
+    /// is held. Read then write of one path is an upgrade.
+    pub async fn lock(&mut self, path: &str, mode: LockMode) -> Result<(), TxnError> {
+        self.lock_all(&[(path.to_string(), mode)]).await
+    }
+
+    /// Lock `path` in `mode` on each of `nodes`; held when `req` of them grant it.
+    pub async fn lock_on(
+        &mut self,
+        path: &str,
+        mode: LockMode,
+        nodes: &[u16],
+        req: Req,
+    ) -> Result<(), TxnError> {
+        let p = lock_path(path)?;
+        let servers = self.servers(nodes)?;
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        let rx = self.request(p, path, mode, servers, req)?;
+        self.wait(rx, path, deadline).await
+    }
+
+    /// Ask for every lock of `locks` (each on its home node) at once; returns when all are
+    /// held (within one timeout).
+    pub async fn lock_all(&mut self, locks: &[(String, LockMode)]) -> Result<(), TxnError> {
+        let mut asked = Vec::new();
+        for (path, _) in locks {
+            asked.push(lock_path(path)?);
+        }
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        let mut waits = Vec::new();
+        for ((path, mode), p) in locks.iter().zip(asked) {
+            let home = home(path, self.inbox.n);
+            let servers = Servers::one(hilock_kernel::agent::ServerId(home));
+            waits.push((self.request(p, path, *mode, servers, Req::All)?, path));
+        }
+        for (rx, path) in waits {
+            self.wait(rx, path, deadline).await?;
+        }
+        Ok(())
+    }
+
+    fn servers(&self, nodes: &[u16]) -> Result<Servers, TxnError> {
+        if nodes.is_empty() {
+            return Err(TxnError::BadNodes("no node".into()));
+        }
+        let mut s = 0u32;
+        for &x in nodes {
+            if usize::from(x) >= self.inbox.n.min(MAX_SERVERS) {
+                return Err(TxnError::BadNodes(format!(
+                    "node {x} is not in the cluster of {}",
+                    self.inbox.n
+                )));
+            }
+            if s & (1 << x) != 0 {
+                return Err(TxnError::BadNodes(format!("node {x} named twice")));
+            }
+            s |= 1 << x;
+        }
+        Ok(Servers(s))
+    }
+
+    /// Sends one request to the engine.
+    fn request(
+        &mut self,
+        path: LockPath<DEPTH>,
+        name: &str,
+        mode: LockMode,
+        servers: Servers,
+        req: Req,
+    ) -> Result<oneshot::Receiver<Result<(), TxnError>>, TxnError> {
+        if self.ended {
+            return Err(TxnError::Ended);
+        }
+        let (reply, rx) = oneshot::channel();
+        self.inbox
+            .tx
+            .send(Cmd::Lock {
+                id: self.id,
+                path,
+                name: name.to_string(),
+                mode,
+                servers,
+                req,
+                reply,
+            })
+            .map_err(|_| TxnError::Stopped)?;
+        Ok(rx)
+    }
+
+    /// Waits for the answer to a request until `deadline`; on an abort or a timeout the
+    /// transaction ends (everything is released).
+    async fn wait(
+        &mut self,
+        rx: oneshot::Receiver<Result<(), TxnError>>,
+        name: &str,
+        deadline: tokio::time::Instant,
+    ) -> Result<(), TxnError> {
+        let r = match tokio::time::timeout_at(deadline, rx).await {
+            Ok(Ok(r)) => r,
+            Ok(Err(_)) => Err(TxnError::Stopped),
+            Err(_) => Err(TxnError::Timeout {
+                path: name.to_string(),
+                after: self.timeout,
+            }),
+        };
+        if let Err(e) = &r {
+            if !matches!(e, TxnError::Refused(_)) {
+                self.finish(None);
+            }
+        }
+        r
+    }
+
+    fn finish(&mut self, reply: Option<Reply<()>>) {
+        if !self.ended {
+            self.ended = true;
+            let _ = self.inbox.tx.send(Cmd::Finish { id: self.id, reply });
+        }
+    }
+
+    /// Locks the client was told it held that were surrendered since (to resolve a
+    /// deadlock; only without `abort_on_deadlock`) and asked for again.
+    pub fn revoked(&self) -> Vec<String> {
+        self.view.borrow().revoked.clone()
+    }
+
+    /// Resolves when the engine aborts the transaction (e.g. a server of one of its locks
+    /// is down): the locks are lost.
+    pub async fn lost(&self) -> TxnError {
+        let mut v = self.view.clone();
+        let r = match v.wait_for(|v| v.aborted.is_some()).await {
+            Ok(v) => v.aborted.clone().unwrap_or(TxnError::Ended),
+            Err(_) => TxnError::Stopped,
+        };
+        r
+    }
+
+    /// End the transaction: committed if it holds every lock it asked for (then `Ok`),
+    /// else aborted. Every lock is released.
+    pub async fn commit(mut self) -> Result<(), TxnError> {
+        if self.ended {
+            return Err(TxnError::Ended);
+        }
+        let (reply, rx) = oneshot::channel();
+        self.finish(Some(reply));
+        rx.await.unwrap_or(Err(TxnError::Stopped))
+    }
+}
+
+impl Drop for Transaction {
+    fn drop(&mut self) {
+        self.finish(None);
+    }
+}
