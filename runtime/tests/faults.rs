@@ -1,8 +1,9 @@
 //! Faults between real nodes on 127.0.0.1: a fault-injecting TCP proxy between every pair
 //! of nodes cuts connections at random while clients lock and unlock, and a node that
 //! restarts with fresh state. A checker (the demo's oracle) sees every hold between its
-//! grant and its release and flags any overlap Table 2.1 forbids; every request must be
-//! granted (none lost) and every kernel message delivered exactly once.
+//! grant and its release and flags any overlap Table 2.1 forbids and any hold whose fencing
+//! token is not above that of an earlier conflicting hold of its path that had ended; every
+//! request must be granted (none lost) and every kernel message delivered exactly once.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
@@ -275,12 +276,13 @@ async fn random_connection_cuts_lose_nothing_and_break_no_exclusion() {
         );
     }
     eprintln!(
-        "{} requests invoked, {} granted; {cuts} connections cut; {} pairs checked, {} violations; \
-         {sent} messages sent, {delivered} delivered, {resent} resent, {duplicates} duplicates dropped; \
-         {} times a cut peer was shown connected",
+        "{} requests invoked, {} granted; {cuts} connections cut; {} pairs checked, {} fences \
+         checked, {} violations; {sent} messages sent, {delivered} delivered, {resent} resent, \
+         {duplicates} duplicates dropped; {} times a cut peer was shown connected",
         invoked.load(Relaxed),
         granted.load(Relaxed),
         oracle.checks(),
+        oracle.fence_checks(),
         oracle.violations().len(),
         shown_connected.len()
     );
@@ -291,6 +293,10 @@ async fn random_connection_cuts_lose_nothing_and_break_no_exclusion() {
         "no request lost"
     );
     assert!(granted.load(Relaxed) > 200);
+    assert!(
+        oracle.fence_checks() > 200,
+        "fences compared with ended holds"
+    );
     assert_eq!(sent, delivered, "every message delivered exactly once");
     assert!(resent > 10, "the cuts lost messages that had to be resent");
     assert_eq!(shown_connected, Vec::<String>::new());
