@@ -84,6 +84,8 @@ pub enum Msg<const Q: usize> {
         recorded: Mode,
         /// Frozen modes and thresholds the requester must respect (invariant 2.3).
         frozen: Frozen,
+        /// The fencing token of this grant ([`crate::LockNode::fence`]).
+        fence: u64,
     },
     /// Rule 3.2: the token, with the sender's queue; the requester becomes the token node
     /// and the sender becomes its child if it still owns a mode.
@@ -102,6 +104,8 @@ pub enum Msg<const Q: usize> {
         frozen: Frozen,
         /// The sender's local queue (Rule 5.1: "the local queue is piggybacked").
         queue: heapless::Vec<QueueEntry, Q>,
+        /// The fencing counter carried with the token: the fence of this transfer.
+        fence: u64,
     },
     /// Rule 5.2: the sender's owned mode changed; `owned` is its new owned mode (Φ: the
     /// sender leaves the copyset). `epoch` names the link the sender believes it is on.

@@ -132,6 +132,11 @@ pub struct LockNode<const N: usize, const Q: usize> {
     pub(crate) owned_count: [u16; 6],
     pub(crate) next_serial: u32,
     pub(crate) stale: Stale,
+    /// Fencing counter (see [`LockNode::fence`]): at the token node the last fence issued
+    /// (it travels with the token); elsewhere the highest fence received.
+    pub(crate) fence: u64,
+    /// The fence of the current hold (meaningful while `held` is not Φ).
+    pub(crate) held_fence: u64,
 }
 
 /// Where a step's effects go: this site's id, the lock, and the output buffer.
@@ -181,6 +186,8 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
             owned_count: [0; 6],
             next_serial: 0,
             stale: Stale::default(),
+            fence: 0,
+            held_fence: 0,
         }
     }
 
@@ -196,6 +203,28 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
     /// Generation of the token held here, if any.
     pub fn token_generation(&self) -> Option<u32> {
         self.token
+    }
+    /// The fencing token of the current hold (`None` while nothing is held).
+    ///
+    /// A counter travels with the token: the token node adds one for every grant it makes
+    /// (its own, a copy, a token transfer, a completed upgrade) and stamps the grant with
+    /// it; a copy granted by a non-token node (Rule 3.1) and a local grant under an owned
+    /// mode (Rule 2) carry the highest fence that node has received. Of two grants of
+    /// this lock in conflicting modes, the later has the larger fence (checked by the
+    /// harness, `Cluster::check_fences`), so a storage service that remembers the
+    /// largest fence it saw can refuse a write from a holder that lost the lock.
+    pub fn fence(&self) -> Option<u64> {
+        (self.held != Mode::Phi).then_some(self.held_fence)
+    }
+    /// The fencing counter: at the token node the last fence issued, elsewhere the highest
+    /// fence received.
+    pub fn fence_counter(&self) -> u64 {
+        self.fence
+    }
+    /// The token node issues the next fence (every grant it makes takes one).
+    fn next_fence(&mut self) -> u64 {
+        self.fence = self.fence.saturating_add(1);
+        self.fence
     }
     /// Held mode M_H (Definition 2).
     pub fn held(&self) -> Mode {
@@ -336,6 +365,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
             // Rule 3.2 for the token node's own request, subject to Rule 6_PRIO.
             if compatible(mo, mode) && !self.frozen.blocks(mode, entry.prio) {
                 self.held = mode;
+                self.held_fence = self.next_fence();
                 cx.fire(Rule::Rule3_2OwnGrant);
                 cx.emit(Output::Granted {
                     lock: cx.lock,
@@ -350,6 +380,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         } else if grantable(mo, mode) && !self.frozen.blocks(mode, entry.prio) {
             // Rule 2: M_O ≥ M_R and compatible: enter without any message.
             self.held = mode;
+            self.held_fence = self.fence;
             cx.fire(Rule::Rule2Local);
             cx.emit(Output::Granted {
                 lock: cx.lock,
@@ -398,6 +429,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         let f0 = self.frozen;
         if self.children_owned() == Mode::Phi {
             self.held = Mode::W;
+            self.held_fence = self.next_fence();
             cx.fire(Rule::Rule7Upgrade);
             cx.emit(Output::Upgraded { lock: cx.lock })?;
         } else {
@@ -462,6 +494,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
     }
 
     /// `ReceiveGrant()`, Fig. 2.5.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn on_grant<S: Sink<Output<Msg<Q>>>>(
         &mut self,
         cx: &mut Ctx<'_, Q, S>,
@@ -470,6 +503,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         epoch: u32,
         recorded: Mode,
         frozen: Frozen,
+        fence: u64,
     ) -> Result<(), KernelError> {
         let link = &mut self.peers[from.idx()];
         if epoch <= link.child_epoch {
@@ -516,6 +550,8 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         }
         self.parent = Some(from);
         self.held = entry.mode;
+        self.fence = self.fence.max(fence);
+        self.held_fence = self.fence;
         self.pending = Pending::None;
         cx.fire(Rule::GrantReceived);
         self.frozen = if reattach {
@@ -557,6 +593,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         epoch: u32,
         sender_frozen: Frozen,
         queue: &[QueueEntry],
+        fence: u64,
     ) -> Result<(), KernelError> {
         if generation <= self.generation_seen || self.has_token() {
             return Err(KernelError::Duplicate(cx.lock));
@@ -598,11 +635,13 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         }
         self.parent = None;
         self.token = Some(generation);
+        self.fence = self.fence.max(fence);
         self.set_child(from.idx(), sender_owned);
         self.peers[from.idx()].parent_epoch = epoch;
         cx.fire(Rule::Rule8_2Merge);
         if entry.requester == cx.me && self.is_pending(entry) {
             self.held = entry.mode;
+            self.held_fence = self.fence;
             self.pending = Pending::None;
             cx.fire(Rule::TokenReceived);
             cx.emit(Output::Granted {
@@ -882,6 +921,12 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         link.parent_epoch = link.parent_epoch.wrapping_add(1);
         let epoch = link.parent_epoch;
         let frozen = self.frozen.restrict(grantable_set(recorded));
+        // The token node issues a new fence; a non-token node passes on its own.
+        let fence = if self.has_token() {
+            self.next_fence()
+        } else {
+            self.fence
+        };
         cx.send(
             entry.requester,
             Msg::Grant {
@@ -890,6 +935,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
                 epoch,
                 recorded,
                 frozen,
+                fence,
             },
         )
     }
@@ -911,6 +957,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         let sender_owned = self.owned();
         let queue = core::mem::take(&mut self.queue);
         let frozen = self.frozen;
+        let fence = self.next_fence();
         self.token = None;
         self.generation_seen = generation;
         self.parent = Some(entry.requester);
@@ -927,6 +974,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
                 epoch,
                 frozen,
                 queue,
+                fence,
             },
         )
     }
@@ -1078,6 +1126,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         loop {
             if self.pending == Pending::Upgrade && self.children_owned() == Mode::Phi {
                 self.held = Mode::W;
+                self.held_fence = self.next_fence();
                 self.pending = Pending::None;
                 cx.fire(Rule::Rule7UpgradeDone);
                 cx.emit(Output::Upgraded { lock: cx.lock })?;
@@ -1098,6 +1147,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
             if head.requester == cx.me {
                 if self.is_pending(head) {
                     self.held = head.mode;
+                    self.held_fence = self.next_fence();
                     self.pending = Pending::None;
                     cx.fire(Rule::Rule3_2OwnGrant);
                     cx.emit(Output::Granted {

@@ -35,6 +35,13 @@ pub trait Protocol {
     /// Whether a request of this site for `lock` (or an upgrade) is outstanding.
     fn is_pending(&self, lock: LockId) -> Result<bool, KernelError>;
 
+    /// The fencing token of this site's current hold of `lock` (`None`: nothing held, or
+    /// a protocol without fencing tokens). Read it right after the step that granted.
+    fn fence(&self, lock: LockId) -> Result<Option<u64>, KernelError> {
+        let _ = lock;
+        Ok(None)
+    }
+
     /// The kind of a message, for counting.
     fn kind(msg: &Self::Msg) -> MsgKind;
 

@@ -229,8 +229,9 @@ impl<const N: usize, const L: usize, const Q: usize> Site<N, L, Q> {
                     epoch,
                     recorded,
                     frozen,
+                    fence,
                     ..
-                } => node.on_grant(cx, from, *entry, *epoch, *recorded, *frozen),
+                } => node.on_grant(cx, from, *entry, *epoch, *recorded, *frozen, *fence),
                 Msg::Token {
                     entry,
                     generation,
@@ -238,6 +239,7 @@ impl<const N: usize, const L: usize, const Q: usize> Site<N, L, Q> {
                     epoch,
                     frozen,
                     queue,
+                    fence,
                     ..
                 } => node.on_token(
                     cx,
@@ -248,6 +250,7 @@ impl<const N: usize, const L: usize, const Q: usize> Site<N, L, Q> {
                     *epoch,
                     *frozen,
                     queue,
+                    *fence,
                 ),
                 Msg::Release { owned, epoch, .. } => node.on_release(cx, from, *owned, *epoch),
                 Msg::Freeze { modes, .. } => node.on_freeze(cx, from, *modes),
@@ -320,6 +323,9 @@ impl<const N: usize, const L: usize, const Q: usize> Protocol for Site<N, L, Q> 
     }
     fn is_pending(&self, lock: LockId) -> Result<bool, KernelError> {
         Ok(self.lock(lock)?.pending_mode() != Mode::Phi)
+    }
+    fn fence(&self, lock: LockId) -> Result<Option<u64>, KernelError> {
+        Ok(self.lock(lock)?.fence())
     }
     fn kind(msg: &Msg<Q>) -> MsgKind {
         msg.kind()

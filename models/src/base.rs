@@ -49,6 +49,10 @@
 //!   (`Property::eventually` is not used: Stateright 0.31 can miss its counterexamples at
 //!   DAG joins, see its test `fixme_can_miss_counterexample_when_revisiting_a_state`.)
 //! - `no kernel error`: the kernel accepted every input the model gave it.
+//! - `P8 fencing tokens increase`: of two grants (or completed upgrades) of one lock in
+//!   conflicting modes, the later carries the larger fencing token
+//!   ([`hilock_kernel::LockNode::fence`]; the harness's ghost history,
+//!   `Cluster::check_fences`).
 //! - `P6 FIFO bypass ≤ k` for k = 0..=7: a request *arrives* when it first sits in the
 //!   token node's queue or is granted (by the token node, by a copy-granting child, or
 //!   locally by Rule 2); an upgrade arrives when it is issued. A waiting request `r` is
@@ -956,6 +960,10 @@ fn no_error<const L: usize>(_: &BaseModel<L>, st: &State<L>) -> bool {
     st.cluster.check_no_kernel_error().is_ok()
 }
 
+fn p8<const L: usize>(_: &BaseModel<L>, st: &State<L>) -> bool {
+    st.cluster.check_fences().is_ok()
+}
+
 fn bypass<const L: usize, const K: u8>(_: &BaseModel<L>, st: &State<L>) -> bool {
     st.max_bypass() <= K
 }
@@ -965,7 +973,7 @@ fn ev<const L: usize, const E: u8>(_: &BaseModel<L>, st: &State<L>) -> bool {
 }
 
 /// Names of the properties that must hold (`always`).
-pub const SAFETY: [&str; 7] = [
+pub const SAFETY: [&str; 8] = [
     "P1 mutual exclusion",
     "P2 single token",
     "P3 owned-mode invariant",
@@ -973,6 +981,7 @@ pub const SAFETY: [&str; 7] = [
     "P4 no deadlock",
     "P5 liveness",
     "no kernel error",
+    "P8 fencing tokens increase",
 ];
 
 /// Names of the `P6 FIFO bypass ≤ k` properties, index k.
@@ -1140,6 +1149,7 @@ impl<const L: usize> Model for BaseModel<L> {
             Property::always(SAFETY[4], p4::<L>),
             Property::always(SAFETY[5], p5::<L>),
             Property::always(SAFETY[6], no_error::<L>),
+            Property::always(SAFETY[7], p8::<L>),
             Property::always(BYPASS[0], bypass::<L, 0>),
             Property::always(BYPASS[1], bypass::<L, 1>),
             Property::always(BYPASS[2], bypass::<L, 2>),

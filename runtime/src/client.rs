@@ -94,6 +94,9 @@ pub struct Reply {
     /// The status.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<serde_json::Value>,
+    /// The fencing token of the granted hold ([`crate::Guard::fence`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fence: Option<u64>,
     /// The lock this connection held is lost (the node is stopping).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub lost: bool,
@@ -106,6 +109,7 @@ impl Reply {
             error: Some(e.to_string()),
             locks: None,
             status: None,
+            fence: None,
             lost: false,
         }
     }
@@ -116,6 +120,7 @@ impl Reply {
             error: None,
             locks: None,
             status: None,
+            fence: None,
             lost: false,
         }
     }
@@ -309,6 +314,7 @@ async fn client(node: Handle, s: UnixStream) {
             let locks = guard.locks().map(|(p, m)| format!("{p}:{m}")).collect();
             let reply = Reply {
                 locks: Some(locks),
+                fence: Some(guard.fence()),
                 ..Reply::ok()
             };
             if write_reply(&mut w, &reply).await.is_err() {

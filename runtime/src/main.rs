@@ -476,6 +476,10 @@ fn lock(
             .arg("--")
             .args(command)
             .env("HILOCK_LOCK", &path);
+        // The fencing token of this hold, for the command to pass to a storage service.
+        if let Some(fence) = reply.fence {
+            cmd.env("HILOCK_FENCE", fence.to_string());
+        }
         hilock::proc::own_group_with_parent_death(&mut cmd, gate_fd);
         let mut child = cmd
             .spawn()

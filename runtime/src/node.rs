@@ -321,7 +321,8 @@ enum Cmd {
         mode: Mode,
         prio: Priority,
         nested: bool,
-        reply: Reply<u64>,
+        /// The hold id and the hold's fencing token.
+        reply: Reply<(u64, u64)>,
     },
     Release {
         path: String,
@@ -330,7 +331,8 @@ enum Cmd {
     Upgrade {
         path: String,
         hold: u64,
-        reply: Reply<()>,
+        /// The fencing token of the W hold.
+        reply: Reply<u64>,
     },
     Deliver {
         from: NodeId,
@@ -581,7 +583,7 @@ impl Handle {
                 })
                 .map_err(|_| Error::Stopped)?;
             match timeout_at(deadline, rx).await {
-                Ok(Ok(Ok(hold))) => guard.held.push((p.to_string(), m, hold)),
+                Ok(Ok(Ok((hold, fence)))) => guard.held.push((p.to_string(), m, hold, fence)),
                 Ok(Ok(Err(e))) => return Err(e),
                 Ok(Err(_)) => return Err(Error::Stopped),
                 // Dropping `rx` marks the request abandoned: the core releases it when it
@@ -660,13 +662,14 @@ impl Handle {
 /// the guard releases them, innermost first.
 pub struct Guard {
     handle: Handle,
-    held: Vec<(String, Mode, u64)>,
+    /// Path, mode, hold id, fencing token; outermost first.
+    held: Vec<(String, Mode, u64, u64)>,
 }
 
 impl std::fmt::Debug for Guard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_list()
-            .entries(self.held.iter().map(|(p, m, _)| format!("{p}:{m}")))
+            .entries(self.held.iter().map(|(p, m, _, f)| format!("{p}:{m}#{f}")))
             .finish()
     }
 }
@@ -682,9 +685,26 @@ impl Guard {
         self.held.last().map(|h| h.1).unwrap_or(Mode::Phi)
     }
 
+    /// The fencing token of this hold of the requested path: of two holds of one path in
+    /// conflicting modes anywhere in the cluster, the later has the larger fence (a
+    /// counter that travels with the lock's token; [`hilock_kernel::LockNode::fence`]).
+    /// Pass it with every write to a storage service, and let the service reject a write
+    /// whose fence is lower than the highest it has seen for that path: a holder that
+    /// was paused (GC, SIGSTOP) or cut off past the end of its hold is then refused
+    /// instead of overwriting the work of the next holder. After [`Guard::upgrade`] it is
+    /// the fence of the W hold.
+    pub fn fence(&self) -> u64 {
+        self.held.last().map(|h| h.3).unwrap_or(0)
+    }
+
+    /// Every lock the guard holds with its mode and fencing token, outermost first.
+    pub fn fenced_locks(&self) -> impl Iterator<Item = (&str, Mode, u64)> {
+        self.held.iter().map(|(p, m, _, f)| (p.as_str(), *m, *f))
+    }
+
     /// Every lock the guard holds, outermost first.
     pub fn locks(&self) -> impl Iterator<Item = (&str, Mode)> {
-        self.held.iter().map(|(p, m, _)| (p.as_str(), *m))
+        self.held.iter().map(|(p, m, _, _)| (p.as_str(), *m))
     }
 
     /// Upgrade U → W (Rule 7) with the node's default timeout. The ancestors already hold
@@ -697,7 +717,7 @@ impl Guard {
 
     /// [`Guard::upgrade`] with an explicit timeout.
     pub async fn upgrade_within(&mut self, wait: Duration) -> Result<(), Error> {
-        let Some((path, mode, hold)) = self.held.last().cloned() else {
+        let Some((path, mode, hold, _)) = self.held.last().cloned() else {
             return Err(Error::Stopped);
         };
         if mode != Mode::U {
@@ -713,9 +733,10 @@ impl Guard {
             })
             .map_err(|_| Error::Stopped)?;
         match timeout(wait, rx).await {
-            Ok(Ok(Ok(()))) => {
+            Ok(Ok(Ok(fence))) => {
                 if let Some(l) = self.held.last_mut() {
                     l.1 = Mode::W;
+                    l.3 = fence;
                 }
                 Ok(())
             }
@@ -732,7 +753,7 @@ impl Guard {
 
 impl Drop for Guard {
     fn drop(&mut self) {
-        for (path, _, hold) in self.held.drain(..).rev() {
+        for (path, _, hold, _) in self.held.drain(..).rev() {
             // A stopped node has nothing to release.
             let _ = self.handle.tx.send(Cmd::Release { path, hold });
         }
@@ -825,13 +846,13 @@ struct Waiter {
     prio: Priority,
     /// Made by a caller that holds another lock of this node ([`Options::nested`]).
     nested: bool,
-    reply: Reply<u64>,
+    reply: Reply<(u64, u64)>,
 }
 
 /// A U → W upgrade asked for by holder `hold`.
 struct Upgrading {
     hold: u64,
-    reply: Option<Reply<()>>,
+    reply: Option<Reply<u64>>,
     /// Given to the kernel (only once `hold` is the only local holder).
     issued: bool,
 }
@@ -849,6 +870,15 @@ struct LockEntry {
 }
 
 impl LockEntry {
+    /// The fencing token of the site's current hold (0 while it holds nothing).
+    fn fence(&self) -> u64 {
+        self.site
+            .lock(LOCK)
+            .ok()
+            .and_then(|k| k.fence())
+            .unwrap_or(0)
+    }
+
     /// Whether a local caller asking for `w` may share what the node holds now, without
     /// a kernel request: the kernel's held mode covers `w.mode` (it is the stronger of
     /// the two compatible modes, so every mode a remote node may hold beside it is
@@ -1079,7 +1109,9 @@ impl Core {
         let hold = self.next_hold;
         let e = self.locks.get_mut(path).expect("entry exists");
         e.holders.push((hold, w.mode));
-        if w.reply.send(Ok(hold)).is_err() {
+        // Every local holder shares the site's hold, and its fence.
+        let fence = e.fence();
+        if w.reply.send(Ok((hold, fence))).is_err() {
             e.holders.retain(|&(h, _)| h != hold);
             self.shared.counters.abandoned_grants.fetch_add(1, Relaxed);
             false
@@ -1114,7 +1146,7 @@ impl Core {
                 h.1 = Mode::W;
             }
             if let Some(r) = u.reply {
-                let _ = r.send(Ok(()));
+                let _ = r.send(Ok(e.fence()));
             }
         }
         if e.release_when_upgraded {
@@ -1161,7 +1193,7 @@ impl Core {
         self.pump(path);
     }
 
-    fn upgrade(&mut self, path: &str, hold: u64, reply: Reply<()>) {
+    fn upgrade(&mut self, path: &str, hold: u64, reply: Reply<u64>) {
         let Some(e) = self.locks.get_mut(path) else {
             let _ = reply.send(Err(Error::Stopped));
             return;

@@ -109,7 +109,7 @@ async fn five_nodes_2000_random_hierarchical_operations_satisfy_table_2_1() {
                     if mode == Mode::U && rng.random_bool(0.5) {
                         g.upgrade().await.unwrap();
                         assert_eq!(g.mode(), Mode::W);
-                        oracle.change(op, id, &path, Mode::W);
+                        oracle.change(op, id, &g);
                         upgrades.fetch_add(1, Relaxed);
                         tokio::task::yield_now().await;
                     }
@@ -942,4 +942,75 @@ async fn many_local_holders_and_nested_guards_satisfy_table_2_1() {
     );
     assert!(nested_ops.load(Relaxed) > 200);
     assert_all_idle(&nodes, Duration::from_secs(10)).await;
+}
+
+/// A storage service that checks fencing tokens the way the README says to: it keeps the
+/// largest fence it has accepted and refuses a write with a lower one.
+#[derive(Default)]
+struct FencedStore {
+    highest: u64,
+    value: String,
+}
+
+impl FencedStore {
+    fn write(&mut self, fence: u64, value: &str) -> Result<(), String> {
+        if fence < self.highest {
+            return Err(format!("fence {fence} < {}", self.highest));
+        }
+        self.highest = fence;
+        self.value = value.to_string();
+        Ok(())
+    }
+}
+
+/// `Guard::fence` grows with every conflicting hold of a path across nodes (W after W on
+/// another node, W after shared R holds, W after an upgrade), compatible holds may share
+/// one, and a store that checks fences refuses the late write of a holder whose hold
+/// ended (e.g. one paused past it), so it cannot overwrite the next holder's write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fences_grow_with_every_conflicting_hold_and_a_store_refuses_a_stale_one() {
+    let nodes = local_cluster(3, "fence", SECRET, Duration::from_secs(10))
+        .await
+        .unwrap();
+    let p = "/fenced/data";
+    let mut store = FencedStore::default();
+    let mut last = 0;
+    let mut stale_guard_fence = None;
+    // W holds on every node in turn, two in a row on each (the second granted by the
+    // token node to itself again): each fence above the one before.
+    for round in 0..2 {
+        for n in nodes.iter().flat_map(|n| [n, n]) {
+            let g = n.lock(p, Mode::W).await.unwrap();
+            assert!(
+                g.fence() > last,
+                "node {} W hold fence {} not above {last}",
+                n.id(),
+                g.fence()
+            );
+            last = g.fence();
+            store
+                .write(g.fence(), &format!("n{} r{round}", n.id()))
+                .unwrap();
+            if stale_guard_fence.is_none() {
+                stale_guard_fence = Some(g.fence());
+            }
+        }
+    }
+    // Shared R holds on two nodes at once: both above the last W; the next W above both.
+    let r0 = nodes[0].lock(p, Mode::R).await.unwrap();
+    let r1 = nodes[1].lock(p, Mode::R).await.unwrap();
+    assert!(r0.fence() > last && r1.fence() > last, "{r0:?} {r1:?}");
+    let top = r0.fence().max(r1.fence());
+    drop((r0, r1));
+    let mut u = nodes[2].lock(p, Mode::U).await.unwrap();
+    assert!(u.fence() > top);
+    let before = u.fence();
+    u.upgrade().await.unwrap();
+    assert!(u.fence() > before, "the W of an upgrade has a new fence");
+    store.write(u.fence(), "upgraded").unwrap();
+    drop(u);
+    // The first holder, paused past its hold, wakes up and writes with its old fence.
+    let err = store.write(stale_guard_fence.unwrap(), "late").unwrap_err();
+    assert!(err.contains("fence"), "{err}");
+    assert_eq!(store.value, "upgraded");
 }

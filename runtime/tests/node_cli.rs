@@ -771,3 +771,34 @@ fn hilock_lock_txn_runs_commands_under_both_locks_across_nodes() {
         assert_eq!(text(&out.stderr).trim_end().lines().count(), 1, "{bad:?}");
     }
 }
+
+/// `hilock lock` gives the command its hold's fencing token as `HILOCK_FENCE`: W holds on
+/// alternating nodes see strictly increasing numbers, and a command under a later W hold
+/// sees a larger one than two overlapping R holds before it (README "Fencing tokens").
+#[test]
+fn hilock_lock_exports_a_growing_fencing_token() {
+    let c = start(2);
+    let fence = |node: usize, mode: &str| -> u64 {
+        let out = run(&mut lock_cmd(
+            &c.socket(node),
+            "/fence/f",
+            mode,
+            "echo \"$HILOCK_FENCE\"",
+        ));
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let s = text(&out.stdout);
+        s.trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("HILOCK_FENCE is not a number: {s:?}"))
+    };
+    let mut last = 0;
+    for i in 0..4 {
+        let f = fence(i % 2, "W");
+        assert!(f > last, "W on node {}: fence {f} after {last}", i % 2);
+        last = f;
+    }
+    let (r0, r1) = (fence(0, "R"), fence(1, "R"));
+    assert!(r0 > last && r1 > last, "R fences {r0}, {r1} after W {last}");
+    let w = fence(0, "W");
+    assert!(w > r0.max(r1), "W fence {w} after R fences {r0}, {r1}");
+}

@@ -5,7 +5,7 @@
 //! (`hilock_benches::sim`), the kernel's integration tests and the bench scenarios — routes
 //! the `Send` outputs of a step, delivers messages and checks the global properties through
 //! this one type. A property is written here once (P1, P2, P3, P3b, deadlock at
-//! quiescence, no kernel error) and checked by all of them.
+//! quiescence, no kernel error, P8 fencing tokens) and checked by all of them.
 //!
 //! # The network
 //! Per ordered pair of nodes a channel: FIFO ([`Order::Fifo`], the thesis assumption), or a
@@ -169,6 +169,26 @@ pub mod property {
     pub const P4: &str = "P4 no deadlock";
     /// The kernel accepted every input it was given.
     pub const NO_ERROR: &str = "no kernel error";
+    /// Of two grants of a lock in conflicting modes, the later has the larger fence.
+    pub const FENCE: &str = "P8 fencing tokens increase";
+}
+
+/// A grant whose fencing token is not larger than that of an earlier conflicting grant of
+/// the same lock (what [`Cluster::check_fences`] reports).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct FenceBreach {
+    /// The node granted.
+    pub node: NodeId,
+    /// The lock.
+    pub lock: LockId,
+    /// The mode granted.
+    pub mode: Mode,
+    /// Its fence.
+    pub fence: u64,
+    /// The mode of the earlier conflicting grant.
+    pub earlier: Mode,
+    /// The earlier grant's fence (at least `fence`).
+    pub earlier_fence: u64,
 }
 
 /// A message in flight, with its global send number. The send number orders "oldest first"
@@ -327,6 +347,10 @@ pub struct Cluster<P: Protocol> {
     crashed: BTreeSet<NodeId>,
     faults: Faults,
     error: Option<StepError>,
+    /// Ghost history for the fencing property: per lock, the largest fence granted in
+    /// each mode (indexed by `Mode as usize`), and the first grant that broke the order.
+    fences: BTreeMap<LockId, [Option<u64>; 6]>,
+    fence_breach: Option<FenceBreach>,
     // Bookkeeping (not state).
     seq: u64,
     sent: u64,
@@ -347,6 +371,8 @@ impl<P: Protocol> Clone for Cluster<P> {
             crashed: self.crashed.clone(),
             faults: self.faults,
             error: self.error,
+            fences: self.fences.clone(),
+            fence_breach: self.fence_breach.clone(),
             seq: self.seq,
             sent: self.sent,
             steps: self.steps,
@@ -374,6 +400,8 @@ where
             && self.crashed == o.crashed
             && self.faults == o.faults
             && self.error == o.error
+            && self.fences == o.fences
+            && self.fence_breach == o.fence_breach
     }
 }
 impl<P: Protocol + Eq> Eq for Cluster<P> where P::Msg: Eq {}
@@ -392,6 +420,8 @@ where
         self.crashed.hash(h);
         self.faults.hash(h);
         self.error.hash(h);
+        self.fences.hash(h);
+        self.fence_breach.hash(h);
     }
 }
 
@@ -427,6 +457,8 @@ where
             crashed: BTreeSet::new(),
             faults: Faults::default(),
             error: None,
+            fences: BTreeMap::new(),
+            fence_breach: None,
             seq: 0,
             sent: 0,
             steps: 0,
@@ -618,9 +650,41 @@ where
     #[inline(always)]
     fn emit(&mut self, from: NodeId, o: Output<P::Msg>, see: &mut impl FnMut(&Output<P::Msg>)) {
         see(&o);
-        if let Output::Send { to, msg } = o {
-            self.route(from, to, msg);
+        match o {
+            Output::Send { to, msg } => self.route(from, to, msg),
+            Output::Granted { lock, mode } => self.note_fence(from, lock, mode),
+            Output::Upgraded { lock } => self.note_fence(from, lock, Mode::W),
         }
+    }
+
+    /// The ghost history of the fencing property: `node` was just granted `lock` in `mode`
+    /// (the step is applied, so the site reports the grant's fence). A protocol without
+    /// fencing tokens reports none and is not recorded.
+    fn note_fence(&mut self, node: NodeId, lock: LockId, mode: Mode) {
+        let Ok(Some(fence)) = self.sites[node.idx()].site.fence(lock) else {
+            return;
+        };
+        let seen = self.fences.entry(lock).or_insert([None; 6]);
+        if self.fence_breach.is_none() {
+            for m in Mode::REQUESTABLE {
+                match seen[m as usize] {
+                    Some(f) if f >= fence && (table_2_1(m, mode) || table_2_1(mode, m)) => {
+                        self.fence_breach = Some(FenceBreach {
+                            node,
+                            lock,
+                            mode,
+                            fence,
+                            earlier: m,
+                            earlier_fence: f,
+                        });
+                        break;
+                    }
+                    _ => {}
+                }
+            }
+        }
+        let slot = &mut seen[mode as usize];
+        *slot = Some(slot.map_or(fence, |f| f.max(fence)));
     }
 
     #[inline(always)]
@@ -1086,6 +1150,28 @@ where
         }
     }
 
+    /// P8, fencing tokens: every grant (and completed upgrade) so far had a fence larger than
+    /// that of every earlier grant of the same lock in a conflicting mode (literal Table
+    /// 2.1). Not checked once a node crashed: a node restarted with fresh state starts its
+    /// counter again (the runtime refuses such a node instead, issue 14).
+    pub fn check_fences(&self) -> Result<(), Violation> {
+        match &self.fence_breach {
+            Some(b) if !self.faults.crashed => Err(Violation {
+                property: property::FENCE,
+                detail: format!(
+                    "{} granted {} {} with fence {}, not above the fence {} of an earlier {} grant",
+                    b.node, b.lock, b.mode, b.fence, b.earlier_fence, b.earlier
+                ),
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    /// The fencing ghost: per lock, the largest fence granted so far in each mode.
+    pub fn fences_granted(&self, lock: LockId) -> Option<[Option<u64>; 6]> {
+        self.fences.get(&lock).copied()
+    }
+
     /// A live site with a pending request (or upgrade), if any.
     pub fn pending(&self) -> Option<(NodeId, LockId)> {
         self.live().find_map(|(n, s)| {
@@ -1211,7 +1297,8 @@ impl<const N: usize, const L: usize, const P: usize, const Q: usize> Invariants
 impl<const N: usize, const L: usize, const Q: usize> Invariants for Site<N, L, Q> {
     fn invariants(c: &Cluster<Self>) -> Result<(), Violation> {
         c.check_owned_records()?;
-        c.check_frozen_reach_children()
+        c.check_frozen_reach_children()?;
+        c.check_fences()
     }
 }
 
