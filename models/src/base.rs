@@ -49,7 +49,7 @@
 //!   (`Property::eventually` is not used: Stateright 0.31 can miss its counterexamples at
 //!   DAG joins, see its test `fixme_can_miss_counterexample_when_revisiting_a_state`.)
 //! - `no kernel error`: the kernel accepted every input the model gave it.
-//! - `P8 fencing tokens increase`: of two grants (or completed upgrades) of one lock in
+//! - `P10 fencing tokens increase`: of two grants (or completed upgrades) of one lock in
 //!   conflicting modes, the later carries the larger fencing token
 //!   ([`hilock_kernel::LockNode::fence`]; the harness's ghost history,
 //!   `Cluster::check_fences`).
@@ -981,7 +981,7 @@ pub const SAFETY: [&str; 8] = [
     "P4 no deadlock",
     "P5 liveness",
     "no kernel error",
-    "P8 fencing tokens increase",
+    "P10 fencing tokens increase",
 ];
 
 /// Names of the `P6 FIFO bypass ≤ k` properties, index k.

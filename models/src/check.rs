@@ -147,7 +147,7 @@ pub struct CheckReport {
     pub max_depth: usize,
     /// Wall time.
     pub elapsed: Duration,
-    /// P1–P5, `no kernel error`, P8, then the `sometimes` properties. (The `P6 FIFO bypass ≤ k`
+    /// P1–P5, `no kernel error`, P10, then the `sometimes` properties. (The `P6 FIFO bypass ≤ k`
     /// properties are summarised in [`CheckReport::fifo_bound`].)
     pub properties: Vec<PropertyReport>,
     /// P6: the least k such that no request is bypassed more than k times (`None`: more
@@ -159,7 +159,7 @@ pub struct CheckReport {
 }
 
 impl CheckReport {
-    /// Whether every `always` property (P1–P5, no kernel error, P8) holds.
+    /// Whether every `always` property (P1–P5, no kernel error, P10) holds.
     pub fn ok(&self) -> bool {
         self.properties
             .iter()

@@ -5,7 +5,7 @@
 //! (`hilock_benches::sim`), the kernel's integration tests and the bench scenarios — routes
 //! the `Send` outputs of a step, delivers messages and checks the global properties through
 //! this one type. A property is written here once (P1, P2, P3, P3b, deadlock at
-//! quiescence, no kernel error, P8 fencing tokens) and checked by all of them.
+//! quiescence, no kernel error, P10 fencing tokens) and checked by all of them.
 //!
 //! # The network
 //! Per ordered pair of nodes a channel: FIFO ([`Order::Fifo`], the thesis assumption), or a
@@ -170,7 +170,7 @@ pub mod property {
     /// The kernel accepted every input it was given.
     pub const NO_ERROR: &str = "no kernel error";
     /// Of two grants of a lock in conflicting modes, the later has the larger fence.
-    pub const FENCE: &str = "P8 fencing tokens increase";
+    pub const FENCE: &str = "P10 fencing tokens increase";
 }
 
 /// A grant whose fencing token is not larger than that of an earlier conflicting grant of
@@ -1150,7 +1150,7 @@ where
         }
     }
 
-    /// P8, fencing tokens: every grant (and completed upgrade) so far had a fence larger than
+    /// P10, fencing tokens: every grant (and completed upgrade) so far had a fence larger than
     /// that of every earlier grant of the same lock in a conflicting mode (literal Table
     /// 2.1). Not checked once a node crashed: a node restarted with fresh state starts its
     /// counter again (the runtime refuses such a node instead, issue 14).
