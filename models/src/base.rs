@@ -878,9 +878,10 @@ impl<const L: usize> BaseModel<L> {
                         // (its journey ended there); every other send continues one.
                         if (user && r == node) || st.excess[k] == NOT_TRAVELLING {
                             // A token in flight when the journey starts counts as a move.
-                            let in_flight = st.cluster.messages().any(|(_, _, m)| {
-                                m.lock() == lock && m.kind() == MsgKind::Token
-                            });
+                            let in_flight = st
+                                .cluster
+                                .messages()
+                                .any(|(_, _, m)| m.lock() == lock && m.kind() == MsgKind::Token);
                             st.excess[k] = 1 - i8::from(in_flight);
                         } else {
                             st.excess[k] = st.excess[k].saturating_add(1);
