@@ -72,10 +72,13 @@
 //!   leaves behind (lower priority) is not counted.
 //! - `sometimes` properties, so a pass cannot be vacuous: a copy grant by a non-token node,
 //!   a token transfer, local queueing (Table 2.3 Q at a non-token node), a freeze delivered
-//!   (and applied), an upgrade completed.
+//!   (and applied), an upgrade completed, an idle relay's shortcut taken (only under
+//!   [`hilock_kernel::Forwarding::Compress`]).
 
 use hilock_kernel::tables::table_2_1;
-use hilock_kernel::{Frozen, Input, LockId, Mode, Msg, MsgKind, NodeId, Output, Pending, Variant};
+use hilock_kernel::{
+    Frozen, Input, LockId, Mode, Msg, MsgKind, NodeId, Output, Pending, Rule, Variant,
+};
 use hilock_spec::cluster::{Cluster, Order};
 use hilock_spec::system::{ModelSite, SpecMsg, MODEL_NODES};
 use hilock_spec::trace::describe_msg;
@@ -531,6 +534,8 @@ pub mod event {
     pub const FREEZE_DELIVERED: u8 = 8;
     /// An upgrade U → W completed (Rule 7).
     pub const UPGRADED: u8 = 16;
+    /// An idle relay used its shortcut ([`hilock_kernel::Forwarding::Compress`]).
+    pub const SHORTCUT: u8 = 32;
 }
 
 /// A state of the model.
@@ -807,9 +812,12 @@ impl<const L: usize> BaseModel<L> {
                 }
             }
         };
-        if step.is_err() {
+        let Ok(report) = step else {
             // The harness keeps the first kernel error ("no kernel error").
             return;
+        };
+        if report.rules.contains(Rule::CompressShortcut) {
+            st.events |= event::SHORTCUT;
         }
         let after = &st.cluster.site(node).locks()[l];
         let has_token = after.has_token();
@@ -1084,12 +1092,13 @@ pub const BYPASS: [&str; MAX_BYPASS as usize + 1] = [
 ];
 
 /// Names of the `sometimes` (reachability) properties.
-pub const REACHED: [&str; 5] = [
+pub const REACHED: [&str; 6] = [
     "reached: copy grant by a non-token node",
     "reached: token transfer",
     "reached: local queueing (Table 2.3 Q)",
     "reached: freeze delivered",
     "reached: upgrade completed",
+    "reached: compress shortcut",
 ];
 
 impl<const L: usize> Model for BaseModel<L> {
@@ -1251,6 +1260,7 @@ impl<const L: usize> Model for BaseModel<L> {
             Property::sometimes(REACHED[2], ev::<L, LOCAL_QUEUE>),
             Property::sometimes(REACHED[3], ev::<L, FREEZE_DELIVERED>),
             Property::sometimes(REACHED[4], ev::<L, UPGRADED>),
+            Property::sometimes(REACHED[5], ev::<L, SHORTCUT>),
         ]
     }
 }
