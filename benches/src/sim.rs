@@ -210,6 +210,10 @@ pub struct Stats {
     /// Request messages in the window that are about lock 0 (hilock: the table lock;
     /// Naimi same work: entry 0; Naimi pure: the only lock).
     pub lock0_requests: u64,
+    /// Request messages in the window sent by a node other than their requester (a
+    /// forward, Rule 4.1 F or a queued request sent on); the rest were sent by their
+    /// requester (Rule 2, a PIP reissue).
+    pub forwards: u64,
     /// Histogram of the request messages (all hops, all locks) of each access issued and
     /// completed in the window: `request_hops[k]` accesses needed k request messages.
     pub request_hops: Vec<u64>,
@@ -586,6 +590,9 @@ where
                     stats.msgs[kind_index(P::kind(msg))] += 1;
                     if P::lock_of(msg) == LockId(0) && P::kind(msg) == MsgKind::Request {
                         stats.lock0_requests += 1;
+                    }
+                    if msg.requester().is_some_and(|r| r != node) {
+                        stats.forwards += 1;
                     }
                 }
                 if let Some(r) = msg.requester() {

@@ -165,16 +165,26 @@ fn real_main(o: &Opts) -> Result<(), String> {
         );
     }
     println!();
-    println!("Per kind (messages per lock request): request / grant / token / release / freeze");
+    println!(
+        "Per kind (messages per lock request): request (sent by the requester) / forward \
+         (request sent on by another node) / grant / token / release / freeze"
+    );
     println!();
-    println!("| n | protocol | request | grant | token | release | freeze |");
-    println!("|---:|---|---:|---:|---:|---:|---:|");
+    println!("| n | protocol | request | forward | grant | token | release | freeze |");
+    println!("|---:|---|---:|---:|---:|---:|---:|---:|");
     for (c, st) in &rows {
         if c.proto == Proto::NaimiPure {
             continue;
         }
-        print!("| {} | {} |", c.n, c.proto.name());
-        for k in 0..KIND_NAMES.len() {
+        let lr = st.lock_requests.max(1) as f64;
+        print!(
+            "| {} | {} | {:.3} | {:.3} |",
+            c.n,
+            c.proto.name(),
+            (st.msgs[0] - st.forwards) as f64 / lr,
+            st.forwards as f64 / lr
+        );
+        for k in 1..KIND_NAMES.len() {
             print!(" {:.3} |", st.kind_per_request(k));
         }
         println!();
