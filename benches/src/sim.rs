@@ -34,8 +34,8 @@
 //! (the harness puts a rejected message back at the head of its channel).
 
 use hilock_kernel::{
-    Inheritance, Input, KernelError, LockId, Mode, Msg, MsgKind, NaimiMsg, NaimiSite, NodeId,
-    Output, PrioNaimiMsg, PrioNaimiSite, Priority, Protocol, Site, Variant,
+    Forwarding, Inheritance, Input, KernelError, LockId, Mode, Msg, MsgKind, NaimiMsg, NaimiSite,
+    NodeId, Output, PrioNaimiMsg, PrioNaimiSite, Priority, Protocol, Site, Variant,
 };
 use hilock_spec::cluster::{Cluster, Invariants, StepError};
 use rand::{Rng, SeedableRng};
@@ -92,8 +92,10 @@ impl<const Q: usize> Requester for PrioNaimiMsg<Q> {
 /// Which protocol the sites run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Proto {
-    /// The hierarchical protocol (table + entry locks).
+    /// The hierarchical protocol (table + entry locks), the thesis's forwarding.
     Hilock,
+    /// The same with hilock's compressed forwarding ([`Forwarding::Compress`], issue 19).
+    HilockCompress,
     /// Naimi-Trehel doing the same work (entry locks; all entries for a table access).
     NaimiSame,
     /// Naimi-Trehel with one lock.
@@ -107,6 +109,7 @@ impl Proto {
     pub fn name(self) -> &'static str {
         match self {
             Proto::Hilock => "hilock",
+            Proto::HilockCompress => "hilock-compress",
             Proto::NaimiSame => "naimi-same-work",
             Proto::NaimiPure => "naimi-pure",
             Proto::PrioNaimi => "prio-naimi",
@@ -207,6 +210,10 @@ pub struct Stats {
     /// Request messages in the window that are about lock 0 (hilock: the table lock;
     /// Naimi same work: entry 0; Naimi pure: the only lock).
     pub lock0_requests: u64,
+    /// Request messages in the window sent by a node other than their requester (a
+    /// forward, Rule 4.1 F or a queued request sent on); the rest were sent by their
+    /// requester (Rule 2, a PIP reissue).
+    pub forwards: u64,
     /// Histogram of the request messages (all hops, all locks) of each access issued and
     /// completed in the window: `request_hops[k]` accesses needed k request messages.
     pub request_hops: Vec<u64>,
@@ -310,7 +317,12 @@ fn run_here(cfg: &Config) -> Result<Stats, String> {
 fn dispatch_class<const N: usize>(cfg: &Config) -> Result<Stats, String> {
     let n = cfg.n;
     match cfg.proto {
-        Proto::Hilock => {
+        Proto::Hilock | Proto::HilockCompress => {
+            let forwarding = if cfg.proto == Proto::HilockCompress {
+                Forwarding::Compress
+            } else {
+                Forwarding::Thesis
+            };
             let inheritance = match cfg.prio {
                 PrioMode::Off | PrioMode::On => Inheritance::None,
                 PrioMode::Pcep => Inheritance::Pcep,
@@ -322,6 +334,7 @@ fn dispatch_class<const N: usize>(cfg: &Config) -> Result<Stats, String> {
                     .map_err(|e| e.to_string())?
                     .with_variant(Variant {
                         inheritance,
+                        forwarding,
                         ..Variant::HILOCK
                     })
                     .with_ceilings([(PRIO_LEVELS - 1) as Priority; LOCKS]);
@@ -578,6 +591,9 @@ where
                     if P::lock_of(msg) == LockId(0) && P::kind(msg) == MsgKind::Request {
                         stats.lock0_requests += 1;
                     }
+                    if msg.requester().is_some_and(|r| r != node) {
+                        stats.forwards += 1;
+                    }
                 }
                 if let Some(r) = msg.requester() {
                     if let Some(h) = hops.get_mut(r.idx()) {
@@ -712,7 +728,7 @@ where
             nops += 1;
         };
         match proto {
-            Proto::Hilock => {
+            Proto::Hilock | Proto::HilockCompress => {
                 push(0, mode);
                 if entry_access {
                     push(1 + entry, if mode == Mode::IR { Mode::R } else { Mode::W });

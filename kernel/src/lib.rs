@@ -57,7 +57,7 @@ pub use error::KernelError;
 pub use mode::{compatible, conflicts, Mode, ModeSet};
 pub use msg::{Input, LockId, Msg, MsgKind, NodeId, Output, Outputs, QueueEntry, Sink};
 pub use naimi::{NaimiMsg, NaimiSite};
-pub use node::{LockNode, Peer, Pending, Stale, Variant};
+pub use node::{Forwarding, LockNode, Peer, Pending, Stale, Variant};
 pub use pnaimi::{PrioNaimiMsg, PrioNaimiSite, PrioRequest};
 pub use prio::{Frozen, Inheritance, Priority};
 pub use protocol::Protocol;

@@ -62,6 +62,34 @@ pub struct Variant {
     pub forward_stranded: bool,
     /// Priority inheritance across the site's locks (section 3.7).
     pub inheritance: Inheritance,
+    /// Where a non-token node sends the requests it forwards (issue 19; default: the
+    /// thesis's parent pointer).
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub forwarding: Forwarding,
+}
+
+/// How a non-token node routes the requests it forwards (issue 19, SPEC.md section 9).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
+pub enum Forwarding {
+    /// The thesis (Fig. 2.4): always along `Parent`, which changes only on a grant or a
+    /// token transfer.
+    #[default]
+    Thesis,
+    /// hilock's extension: an *idle relay* (not the token node, owns Φ, nothing pending,
+    /// empty queue) remembers the last request it forwarded, `{S, M_S, ξ_S}`, as a
+    /// shortcut if it came straight from `S` (else it forgets the shortcut), and sends a later request `{D, M_D, ξ_D}` of another node to `S` instead
+    /// of its parent iff `S` would keep it behind its own pending request (Table 3.2:
+    /// `queue_or_forward_prio(M_S, ξ_S, M_D, ξ_D) = Q`). The shortcut is dropped when the
+    /// node requests, or receives a grant or the token. `Parent` itself is unchanged, so
+    /// releases and freezes are untouched.
+    Compress,
+    /// Naimi's path reversal applied literally: an idle relay points its parent at every
+    /// requester it forwards. Deliberately wrong (the requester keeps its own parent, so
+    /// relay and requester point at each other and a third request cycles between them);
+    /// kept to show that property P9 (bounded forwarding) catches it.
+    NaiveReversal,
 }
 
 impl Variant {
@@ -72,6 +100,7 @@ impl Variant {
         tokenable_transfers: true,
         forward_stranded: true,
         inheritance: Inheritance::None,
+        forwarding: Forwarding::Thesis,
     };
 }
 
@@ -137,6 +166,8 @@ pub struct LockNode<const N: usize, const Q: usize> {
     pub(crate) fence: u64,
     /// The fence of the current hold (meaningful while `held` is not Φ).
     pub(crate) held_fence: u64,
+    /// [`Forwarding::Compress`]: the last request this node forwarded as an idle relay.
+    pub(crate) shortcut: Option<QueueEntry>,
 }
 
 /// Where a step's effects go: this site's id, the lock, and the output buffer.
@@ -153,6 +184,8 @@ pub(crate) struct Ctx<'o, const Q: usize, S> {
     pub rules: RuleSet,
     /// A `Granted` output was emitted in this step (PCEP raises ξ then).
     pub granted: bool,
+    /// The sender of the delivered message, if the step delivers one.
+    pub sender: Option<NodeId>,
 }
 
 impl<const Q: usize, S: Sink<Output<Msg<Q>>>> Ctx<'_, Q, S> {
@@ -188,6 +221,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
             stale: Stale::default(),
             fence: 0,
             held_fence: 0,
+            shortcut: None,
         }
     }
 
@@ -351,6 +385,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         if self.pending != Pending::None {
             return Err(KernelError::AlreadyPending(cx.lock));
         }
+        self.shortcut = None;
         let f0 = self.frozen;
         let serial = self.next_serial.wrapping_add(1);
         self.next_serial = serial;
@@ -548,6 +583,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
                 )?;
             }
         }
+        self.shortcut = None;
         self.parent = Some(from);
         self.held = entry.mode;
         self.fence = self.fence.max(fence);
@@ -633,6 +669,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
                 )?;
             }
         }
+        self.shortcut = None;
         self.parent = None;
         self.token = Some(generation);
         self.fence = self.fence.max(fence);
@@ -985,7 +1022,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         cx: &mut Ctx<'_, Q, S>,
         entry: QueueEntry,
     ) -> Result<(), KernelError> {
-        let parent = self.parent.ok_or(KernelError::NoParent(cx.lock))?;
+        let parent = self.route(cx, entry)?;
         cx.fire(if entry.requester == cx.me {
             Rule::Rule2Request
         } else {
@@ -1002,6 +1039,51 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
                 hop,
             },
         )
+    }
+
+    /// Where [`LockNode::forward`] sends `entry` ([`Variant::forwarding`]); an idle relay
+    /// under [`Forwarding::Compress`] / [`Forwarding::NaiveReversal`] also updates its
+    /// shortcut / parent here.
+    fn route<S: Sink<Output<Msg<Q>>>>(
+        &mut self,
+        cx: &mut Ctx<'_, Q, S>,
+        entry: QueueEntry,
+    ) -> Result<NodeId, KernelError> {
+        let parent = self.parent.ok_or(KernelError::NoParent(cx.lock))?;
+        let idle_relay = entry.requester != cx.me
+            && !self.has_token()
+            && self.pending == Pending::None
+            && self.queue.is_empty()
+            && self.owned() == Mode::Phi;
+        if !idle_relay {
+            return Ok(parent);
+        }
+        match cx.variant.forwarding {
+            Forwarding::Thesis => Ok(parent),
+            Forwarding::Compress => {
+                let to = match self.shortcut {
+                    Some(s)
+                        if s.requester != entry.requester
+                            && queue_or_forward_prio(s.mode, s.prio, entry.mode, entry.prio)
+                                == QueueOrForward::Queue =>
+                    {
+                        cx.fire(Rule::CompressShortcut);
+                        s.requester
+                    }
+                    _ => parent,
+                };
+                // Only a request that came straight from its requester (a child of this
+                // node) becomes the shortcut: then this node is the requester's parent, so no
+                // request routed along the shortcut can be one of the requester's parent
+                // (which it would send back, Rule 3.1 `may_serve`).
+                self.shortcut = (cx.sender == Some(entry.requester)).then_some(entry);
+                Ok(to)
+            }
+            Forwarding::NaiveReversal => {
+                self.parent = Some(entry.requester);
+                Ok(parent)
+            }
+        }
     }
 
     /// Exactly-once delivery of requests: a request whose `hop` number from `from` was

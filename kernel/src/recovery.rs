@@ -673,6 +673,7 @@ impl<const N: usize, const L: usize, const Q: usize> FaultSite<N, L, Q> {
                 out: &mut sink,
                 rules: RuleSet::EMPTY,
                 granted: false,
+                sender: None,
             };
             // The room was checked for every lock: these cannot fail.
             n.check_queue(&mut cx)

@@ -93,6 +93,9 @@ rules! {
     /// hilock (issue 13): a stale token made this site the token node; its current pending
     /// request was queued here.
     OwnRequestRequeued = "own request requeued",
+    /// hilock (issue 19, [`crate::Forwarding::Compress`]): an idle relay sent a request
+    /// to the requester it forwarded last, which keeps it behind its own (Table 3.2 Q).
+    CompressShortcut = "compress shortcut",
     /// A stale request copy was dropped.
     StaleRequest = "stale request",
     /// A stale grant was answered with a release.

@@ -196,6 +196,10 @@ impl<const N: usize, const L: usize, const Q: usize> Site<N, L, Q> {
             out,
             rules: RuleSet::EMPTY,
             granted: false,
+            sender: match input {
+                Input::Deliver { from, .. } => Some(from),
+                _ => None,
+            },
         };
         self.apply(lock, input, &mut cx)?;
         Ok(Report { rules: cx.rules })

@@ -3,7 +3,7 @@
 //! carried away with the token.
 
 use hilock_kernel::{
-    Inheritance, Input, LockId, Mode, Msg, NodeId, Output, Outputs, Site, Variant,
+    Forwarding, Inheritance, Input, LockId, Mode, Msg, NodeId, Output, Outputs, Site, Variant,
 };
 use hilock_spec::Cluster;
 
@@ -18,8 +18,15 @@ struct Net {
 
 impl Net {
     fn star(inheritance: Inheritance) -> Self {
+        // `HILOCK_FORWARDING=compress` runs these tests under hilock's compressed forwarding
+        // (issue 19; SPEC.md section 9 lists the run).
+        let forwarding = match std::env::var("HILOCK_FORWARDING").as_deref() {
+            Ok("compress") => Forwarding::Compress,
+            _ => Forwarding::Thesis,
+        };
         let v = Variant {
             inheritance,
+            forwarding,
             ..Variant::HILOCK
         };
         Self::of((0..4).map(|i| S::new(NodeId(i), NodeId(0)).unwrap().with_variant(v)))

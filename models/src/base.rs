@@ -59,12 +59,30 @@
 //!   *bypassed* by a grant to another node in a mode that conflicts with `r`'s mode for a
 //!   request that arrived after `r`. The bound holds if no request is bypassed more than k
 //!   times; [`crate::check::CheckReport::fifo_bound`] is the least k that holds.
+//! - `P9 bounded forwarding` (issue 19): a request's *journey* starts when its requester
+//!   sends it (Rule 2, or a PIP reissue) or when a node that had queued it sends it on
+//!   (protocol-notes point 4), and ends where it is queued, served (granted, copy-granted,
+//!   token) or dropped as stale. P9 holds if every journey has at most
+//!   [`forward_bound`]`(n) = n − 1` `Request` messages (the requester's send plus at most
+//!   n − 2 forwards) *plus one per token transfer of the lock during the journey* (a token
+//!   in flight when it starts counts): between token moves the parent pointers form a tree
+//!   rooted at the token node, and each move can put the root one step further away (a
+//!   request chasing the token: `n2 → n0 → n1 → n0` in a star of 3, where n − 1 = 2 alone
+//!   fails). The ghost counter [`State::excess`] keeps, per outstanding request, messages
+//!   minus token moves of its current journey; the check is `excess ≤ n − 1`. Stated for
+//!   FIFO channels: on the unordered network a request can overtake the token it chases
+//!   and be forwarded between two nodes for ever (section "Dependency on FIFO channels" of
+//!   SPEC.md). A journey is that of the newest copy of a request: the copy a PIP reissue
+//!   leaves behind (lower priority) is not counted.
 //! - `sometimes` properties, so a pass cannot be vacuous: a copy grant by a non-token node,
 //!   a token transfer, local queueing (Table 2.3 Q at a non-token node), a freeze delivered
-//!   (and applied), an upgrade completed.
+//!   (and applied), an upgrade completed, an idle relay's shortcut taken (only under
+//!   [`hilock_kernel::Forwarding::Compress`]).
 
 use hilock_kernel::tables::table_2_1;
-use hilock_kernel::{Frozen, Input, LockId, Mode, Msg, MsgKind, NodeId, Output, Pending, Variant};
+use hilock_kernel::{
+    Frozen, Input, LockId, Mode, Msg, MsgKind, NodeId, Output, Pending, Rule, Variant,
+};
 use hilock_spec::cluster::{Cluster, Order};
 use hilock_spec::system::{ModelSite, SpecMsg, MODEL_NODES};
 use hilock_spec::trace::describe_msg;
@@ -491,6 +509,8 @@ enum StepInput {
 enum Note {
     /// A message sent; for a grant or token: (requester, lock, serial, token?).
     Sent(Option<(NodeId, LockId, u32, bool)>),
+    /// A `Request` sent: (requester, lock, serial, priority).
+    Request(NodeId, LockId, u32, u8),
     Granted(LockId, Mode),
     Upgraded(LockId),
 }
@@ -518,6 +538,8 @@ pub mod event {
     pub const FREEZE_DELIVERED: u8 = 8;
     /// An upgrade U → W completed (Rule 7).
     pub const UPGRADED: u8 = 16;
+    /// An idle relay used its shortcut ([`hilock_kernel::Forwarding::Compress`]).
+    pub const SHORTCUT: u8 = 32;
 }
 
 /// A state of the model.
@@ -533,6 +555,10 @@ pub struct State<const L: usize> {
     pub events: u8,
     /// Messages sent so far (kept only when [`ModelConfig::max_messages`] is set).
     pub sent: u16,
+    /// Per node and lock (`n * L + l`), for the outstanding request whose current journey
+    /// is in progress: its `Request` messages minus the token transfers of the lock during
+    /// it (a token in flight at its start counts); [`NOT_TRAVELLING`] otherwise (P9).
+    pub excess: [i8; MAX_NODES * MAX_LOCKS],
 }
 
 impl<const L: usize> std::hash::Hash for State<L> {
@@ -552,6 +578,7 @@ impl<const L: usize> std::hash::Hash for State<L> {
         reqs.hash(h);
         self.events.hash(h);
         self.sent.hash(h);
+        self.excess.hash(h);
     }
 }
 
@@ -569,6 +596,14 @@ impl<const L: usize> State<L> {
             .map(|r| r.bypass)
             .max()
             .unwrap_or(0)
+    }
+
+    /// Whether every journey in progress has at most `base` `Request` messages more than
+    /// token transfers during it (P9 with `base` = [`forward_bound`]`(n)`).
+    pub fn journeys_within(&self, base: usize) -> bool {
+        self.excess
+            .iter()
+            .all(|&e| e == NOT_TRAVELLING || e <= 0 || e.unsigned_abs() as usize <= base)
     }
 
     /// Messages in flight.
@@ -687,6 +722,7 @@ impl<const L: usize> BaseModel<L> {
     /// Node `n` was granted `mode` on `l` (or completed its upgrade): count the bypasses.
     fn granted(st: &mut State<L>, n: usize, l: usize, mode: Mode) {
         Self::arrive(st, n, l);
+        st.excess[n * L + l] = NOT_TRAVELLING;
         let Some(me) = st.reqs[n * L + l].take() else {
             return;
         };
@@ -744,6 +780,7 @@ impl<const L: usize> BaseModel<L> {
         };
         let prev = &st.cluster.site(node).locks()[l];
         let (had_token, frozen_before) = (prev.has_token(), prev.frozen());
+        let user = matches!(input, StepInput::User(_));
         st.events = 0;
         // The outputs the ghost history needs, in order (without copying the messages).
         let mut notes: heapless::Vec<Note, 64> = heapless::Vec::new();
@@ -757,6 +794,10 @@ impl<const L: usize> BaseModel<L> {
                     msg: Msg::Token { entry, lock, .. },
                     ..
                 } => Note::Sent(Some((entry.requester, *lock, entry.serial, true))),
+                Output::Send {
+                    msg: Msg::Request { entry, lock, .. },
+                    ..
+                } => Note::Request(entry.requester, *lock, entry.serial, entry.prio),
                 Output::Send { .. } => Note::Sent(None),
                 Output::Granted { lock, mode } => Note::Granted(*lock, *mode),
                 Output::Upgraded { lock } => Note::Upgraded(*lock),
@@ -775,9 +816,12 @@ impl<const L: usize> BaseModel<L> {
                 }
             }
         };
-        if step.is_err() {
+        let Ok(report) = step else {
             // The harness keeps the first kernel error ("no kernel error").
             return;
+        };
+        if report.rules.contains(Rule::CompressShortcut) {
+            st.events |= event::SHORTCUT;
         }
         let after = &st.cluster.site(node).locks()[l];
         let has_token = after.has_token();
@@ -788,6 +832,20 @@ impl<const L: usize> BaseModel<L> {
         }
         if freeze && after.frozen() != frozen_before {
             st.events |= event::FREEZE_DELIVERED;
+        }
+        if let Some(entry) = request {
+            // P9: the request's journey ends here unless this step sent it on.
+            let sent_on = notes.iter().any(|x| {
+                matches!(x, Note::Request(r, lk, s, _)
+                    if *r == entry.requester && lk.idx() == l && *s == entry.serial)
+            });
+            let newest = matches!(
+                st.cluster.site(entry.requester).locks()[l].pending(),
+                Pending::Request(p) if p.serial == entry.serial && p.prio == entry.prio
+            );
+            if !sent_on && newest {
+                st.excess[entry.requester.idx() * L + l] = NOT_TRAVELLING;
+            }
         }
         for &note in &notes {
             match note {
@@ -801,6 +859,11 @@ impl<const L: usize> BaseModel<L> {
                             Self::arrive(st, r.idx(), lock.idx());
                         }
                         if token {
+                            for k in (0..MAX_NODES).map(|i| i * L + lock.idx()) {
+                                if st.excess[k] != NOT_TRAVELLING {
+                                    st.excess[k] = st.excess[k].saturating_sub(1).max(-100);
+                                }
+                            }
                             st.events |= event::TOKEN_TRANSFER;
                         } else if !had_token && !has_token {
                             st.events |= event::COPY_BY_CHILD;
@@ -808,6 +871,33 @@ impl<const L: usize> BaseModel<L> {
                     }
                     if self.cfg.max_messages.is_some() {
                         st.sent = st.sent.saturating_add(1);
+                    }
+                }
+                Note::Request(r, lock, serial, prio) => {
+                    if self.cfg.max_messages.is_some() {
+                        st.sent = st.sent.saturating_add(1);
+                    }
+                    // The newest copy of the outstanding request (an older copy left behind
+                    // by a PIP reissue has a lower priority; it is not this journey).
+                    let is_current = matches!(
+                        st.cluster.site(r).locks()[lock.idx()].pending(),
+                        Pending::Request(p) if p.serial == serial && p.prio == prio
+                    );
+                    if is_current {
+                        let k = r.idx() * L + lock.idx();
+                        // A user operation of the requester (Rule 2, a PIP reissue) starts a
+                        // journey, and so does a send by a node that had queued the request
+                        // (its journey ended there); every other send continues one.
+                        if (user && r == node) || st.excess[k] == NOT_TRAVELLING {
+                            // A token in flight when the journey starts counts as a move.
+                            let in_flight = st
+                                .cluster
+                                .messages()
+                                .any(|(_, _, m)| m.lock() == lock && m.kind() == MsgKind::Token);
+                            st.excess[k] = 1 - i8::from(in_flight);
+                        } else {
+                            st.excess[k] = st.excess[k].saturating_add(1);
+                        }
                     }
                 }
                 Note::Granted(lock, mode) => Self::granted(st, n, lock.idx(), mode),
@@ -956,6 +1046,19 @@ fn p5<const L: usize>(m: &BaseModel<L>, st: &State<L>) -> bool {
             && (0..m.n()).all(|i| !st.blocked(i) && st.pc[i] as usize == m.cfg.scripts[i].len()))
 }
 
+/// [`State::excess`] of a request that is not travelling (not sent yet, queued, served).
+pub const NOT_TRAVELLING: i8 = i8::MIN;
+
+/// The P9 bound: at most `n − 1` `Request` messages per journey of a request, plus one per
+/// token transfer during the journey.
+pub fn forward_bound(nodes: usize) -> usize {
+    nodes.saturating_sub(1)
+}
+
+fn p9<const L: usize>(m: &BaseModel<L>, st: &State<L>) -> bool {
+    m.cfg.network != Network::Fifo || st.journeys_within(forward_bound(m.n()))
+}
+
 fn no_error<const L: usize>(_: &BaseModel<L>, st: &State<L>) -> bool {
     st.cluster.check_no_kernel_error().is_ok()
 }
@@ -973,7 +1076,7 @@ fn ev<const L: usize, const E: u8>(_: &BaseModel<L>, st: &State<L>) -> bool {
 }
 
 /// Names of the properties that must hold (`always`).
-pub const SAFETY: [&str; 8] = [
+pub const SAFETY: [&str; 9] = [
     "P1 mutual exclusion",
     "P2 single token",
     "P3 owned-mode invariant",
@@ -982,6 +1085,7 @@ pub const SAFETY: [&str; 8] = [
     "P5 liveness",
     "no kernel error",
     "P10 fencing tokens increase",
+    "P9 bounded forwarding",
 ];
 
 /// Names of the `P6 FIFO bypass ≤ k` properties, index k.
@@ -997,12 +1101,13 @@ pub const BYPASS: [&str; MAX_BYPASS as usize + 1] = [
 ];
 
 /// Names of the `sometimes` (reachability) properties.
-pub const REACHED: [&str; 5] = [
+pub const REACHED: [&str; 6] = [
     "reached: copy grant by a non-token node",
     "reached: token transfer",
     "reached: local queueing (Table 2.3 Q)",
     "reached: freeze delivered",
     "reached: upgrade completed",
+    "reached: compress shortcut",
 ];
 
 impl<const L: usize> Model for BaseModel<L> {
@@ -1016,6 +1121,7 @@ impl<const L: usize> Model for BaseModel<L> {
             reqs: [None; MAX_NODES * MAX_LOCKS],
             events: 0,
             sent: 0,
+            excess: [NOT_TRAVELLING; MAX_NODES * MAX_LOCKS],
         }]
     }
 
@@ -1150,6 +1256,7 @@ impl<const L: usize> Model for BaseModel<L> {
             Property::always(SAFETY[5], p5::<L>),
             Property::always(SAFETY[6], no_error::<L>),
             Property::always(SAFETY[7], p8::<L>),
+            Property::always(SAFETY[8], p9::<L>),
             Property::always(BYPASS[0], bypass::<L, 0>),
             Property::always(BYPASS[1], bypass::<L, 1>),
             Property::always(BYPASS[2], bypass::<L, 2>),
@@ -1163,6 +1270,7 @@ impl<const L: usize> Model for BaseModel<L> {
             Property::sometimes(REACHED[2], ev::<L, LOCAL_QUEUE>),
             Property::sometimes(REACHED[3], ev::<L, FREEZE_DELIVERED>),
             Property::sometimes(REACHED[4], ev::<L, UPGRADED>),
+            Property::sometimes(REACHED[5], ev::<L, SHORTCUT>),
         ]
     }
 }

@@ -700,6 +700,13 @@ impl Prepared {
         &self.names
     }
 
+    /// The same scenario under another forwarding rule (issue 19: the thesis scenarios
+    /// must end in the same states under hilock's compressed forwarding).
+    pub fn with_forwarding(mut self, forwarding: hilock_kernel::Forwarding) -> Self {
+        self.variant.forwarding = forwarding;
+        self
+    }
+
     /// Runs the scenario. `Err` is a one-line reason the run could not be completed (a
     /// schedule that does not fit, an input the kernel rejected, a violated safety
     /// property); expectation mismatches are reported in [`RunReport::mismatches`].

@@ -8,7 +8,7 @@
 //! runs on FIFO channels and then drains them: every request is granted (P4 at quiescence).
 
 use hilock_kernel::{
-    Inheritance, Input, LockId, Mode, Msg, NodeId, Output, Rule, RuleSet, Variant,
+    Forwarding, Inheritance, Input, LockId, Mode, Msg, NodeId, Output, Rule, RuleSet, Variant,
 };
 use hilock_spec::system::{SpecMsg, System, MAX_LOCKS};
 use proptest::prelude::*;
@@ -109,6 +109,19 @@ fn inheritance() -> BoxedStrategy<Inheritance> {
     }
 }
 
+/// The forwarding rules to draw from (issue 19): the thesis's and hilock's compression,
+/// or one named by `HILOCK_FORWARDING=thesis|compress`.
+fn forwarding() -> BoxedStrategy<Forwarding> {
+    match std::env::var("HILOCK_FORWARDING").as_deref() {
+        Ok("thesis") => Just(Forwarding::Thesis).boxed(),
+        Ok("compress") => Just(Forwarding::Compress).boxed(),
+        Ok(other) if !other.is_empty() && other != "all" => {
+            panic!("HILOCK_FORWARDING={other}: expected thesis, compress or all")
+        }
+        _ => prop_oneof![Just(Forwarding::Thesis), Just(Forwarding::Compress)].boxed(),
+    }
+}
+
 fn with_lock(m: &SpecMsg, lock: LockId) -> SpecMsg {
     let mut m = m.clone();
     match &mut m {
@@ -131,9 +144,14 @@ struct Harness {
 
 impl Harness {
     fn with(inheritance: Inheritance) -> Self {
+        Self::with_forwarding(inheritance, Forwarding::Thesis)
+    }
+
+    fn with_forwarding(inheritance: Inheritance, forwarding: Forwarding) -> Self {
         let mut sys = System::star(N, NodeId(0)).unwrap();
         let v = Variant {
             inheritance,
+            forwarding,
             ..Variant::HILOCK
         };
         sys.configure(|s| s.with_variant(v).with_ceilings([7, 5, 0, 0]));
@@ -286,8 +304,8 @@ impl Harness {
 
 /// Applies `actions` to a fresh 4-site system under `inh`, then drains it: every request
 /// must be granted.
-fn run_and_drain(inh: Inheritance, actions: &[Action]) -> Result<(), String> {
-    let mut h = Harness::with(inh);
+fn run_and_drain(inh: Inheritance, fwd: Forwarding, actions: &[Action]) -> Result<(), String> {
+    let mut h = Harness::with_forwarding(inh, fwd);
     for a in actions {
         h.apply(a)?;
     }
@@ -300,8 +318,8 @@ proptest! {
 
     /// Random, also nonsensical, inputs: no panic, typed errors, P1 and P2 after every step.
     #[test]
-    fn random_inputs_keep_mutual_exclusion(inh in inheritance(), actions in prop::collection::vec(action(true), 1..200)) {
-        let mut h = Harness::with(inh);
+    fn random_inputs_keep_mutual_exclusion(inh in inheritance(), fwd in forwarding(), actions in prop::collection::vec(action(true), 1..200)) {
+        let mut h = Harness::with_forwarding(inh, fwd);
         for a in &actions {
             if let Err(e) = h.apply(a) {
                 prop_assert!(false, "{}", e);
@@ -312,8 +330,8 @@ proptest! {
     /// Well-formed runs on FIFO channels: after draining, every request was granted (no
     /// deadlock, no lost request).
     #[test]
-    fn wellformed_runs_grant_every_request(inh in inheritance(), actions in prop::collection::vec(action(false), 1..200)) {
-        if let Err(e) = run_and_drain(inh, &actions) {
+    fn wellformed_runs_grant_every_request(inh in inheritance(), fwd in forwarding(), actions in prop::collection::vec(action(false), 1..200)) {
+        if let Err(e) = run_and_drain(inh, fwd, &actions) {
             prop_assert!(false, "{}", e);
         }
     }
@@ -326,8 +344,8 @@ proptest! {
     /// granted. This generator found the PIP lost request of issue 13
     /// within a second (seeds 1 and 2, 200,000 cases); the stock one needed ~10^5 cases.
     #[test]
-    fn prio_biased_runs_grant_every_request(inh in inheritance(), actions in prop::collection::vec(action_prio_biased(), 1..200)) {
-        if let Err(e) = run_and_drain(inh, &actions) {
+    fn prio_biased_runs_grant_every_request(inh in inheritance(), fwd in forwarding(), actions in prop::collection::vec(action_prio_biased(), 1..200)) {
+        if let Err(e) = run_and_drain(inh, fwd, &actions) {
             prop_assert!(false, "{}", e);
         }
     }
@@ -349,17 +367,24 @@ fn random_runs_reach_every_rule() {
     let mut kinds = std::collections::BTreeMap::new();
     let (mut granted, mut upgraded, mut rejected) = (0u64, 0u64, 0u64);
     let mut coverage: BTreeMap<Rule, u64> = BTreeMap::new();
-    for run in 0..4000 {
+    // Runs 4,000..5,000 use hilock's compressed forwarding (issue 19), the others the
+    // thesis's.
+    for run in 0..5000 {
         let (strategy, inh) = match run % 4 {
             0 | 1 => (action(true), Inheritance::None),
             2 => (action_prio_biased(), Inheritance::Pcep),
             _ => (action_prio_biased(), Inheritance::Pip),
         };
+        let fwd = if run < 4000 {
+            Forwarding::Thesis
+        } else {
+            Forwarding::Compress
+        };
         let actions = prop::collection::vec(strategy, 100..200)
             .new_tree(&mut runner)
             .unwrap()
             .current();
-        let mut h = Harness::with(inh);
+        let mut h = Harness::with_forwarding(inh, fwd);
         if inh != Inheritance::None {
             // Different ceilings per node, so that PCEP raises a priority above another's.
             for i in 0..N {
@@ -522,7 +547,7 @@ fn regression_pip_stale_copyset_record() {
         Action::Acquire(0, 0, Mode::IR),
         Action::Acquire(0, 0, Mode::IR),
     ];
-    run_and_drain(Inheritance::Pip, &actions).unwrap();
+    run_and_drain(Inheritance::Pip, Forwarding::Thesis, &actions).unwrap();
 }
 
 /// Fixed regression for the PIP frozen-mode gap (SPEC.md section 8): the run the
@@ -587,5 +612,5 @@ fn regression_pip_raised_record_gets_the_frozen_modes() {
         Action::Deliver(0),
         Action::Acquire(0, 0, Mode::IR),
     ];
-    run_and_drain(Inheritance::Pip, &actions).unwrap();
+    run_and_drain(Inheritance::Pip, Forwarding::Thesis, &actions).unwrap();
 }
