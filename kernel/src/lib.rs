@@ -37,6 +37,7 @@
 
 pub mod agent;
 pub mod bakery;
+pub mod chord;
 pub mod error;
 pub mod mode;
 pub mod msg;
