@@ -14,6 +14,7 @@ pub mod agents;
 pub mod bakery;
 pub mod base;
 pub mod check;
+pub mod chord;
 pub mod inversion;
 pub mod open;
 pub mod seq;

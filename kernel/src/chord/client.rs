@@ -1,7 +1,8 @@
 //! The client side (Fig. 4): `n = lookup(oid)`, then `n.s_lock(oid)` (or `s_unlock`,
 //! `s_dellock`), one request at a time. With hilock's servers it also follows redirects
-//! (adopting the newer view) and retries; a request is resent with the same key and a new
-//! request number.
+//! (adopting the newer view) and retries; a request is resent with the same request number
+//! (one request of a client is outstanding at a time, so the number only tells answers to
+//! an earlier request apart).
 
 use super::{
     room, send, Addr, Answer, ChordError, ChordMsg, ClientId, Key, Op, Out, Report, Ring, Rule,
@@ -70,7 +71,6 @@ impl<const N: usize> ChordClient<N> {
             .ring
             .lookup(self.view, key)
             .ok_or(ChordError::BadView)?;
-        self.seq = self.seq.wrapping_add(1);
         let token = Token {
             client: self.id,
             seq: self.seq,
@@ -101,6 +101,10 @@ impl<const N: usize> ChordClient<N> {
         }
         self.ring.check_key(key)?;
         room(out, 1)?;
+        self.ring
+            .lookup(self.view, key)
+            .ok_or(ChordError::BadView)?;
+        self.seq = self.seq.wrapping_add(1);
         self.send(op, key, out)?;
         self.waiting = Some((op, key));
         let mut rep = Report::default();
@@ -211,17 +215,13 @@ mod tests {
             Addr::Node(super::super::NodeId(2)),
             "24 → 32 in v1"
         );
-        let (e, _) = c.on_reply(t, Answer::Granted, &mut out).unwrap();
-        assert_eq!(
-            e,
-            ClientEvent::Ignored,
-            "an answer to the old request number"
-        );
-        let t2 = Token {
+        let t0 = Token {
             client: ClientId(1),
-            seq: 2,
+            seq: 0,
         };
-        let (e, _) = c.on_reply(t2, Answer::Granted, &mut out).unwrap();
+        let (e, _) = c.on_reply(t0, Answer::Granted, &mut out).unwrap();
+        assert_eq!(e, ClientEvent::Ignored, "an answer to an earlier request");
+        let (e, _) = c.on_reply(t, Answer::Granted, &mut out).unwrap();
         assert_eq!(e, ClientEvent::Done(Op::Lock, Key(24), Answer::Granted));
     }
 }

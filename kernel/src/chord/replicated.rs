@@ -12,7 +12,10 @@
 //!   view had it before leaving that view.
 //! - A retried request is answered from the entry: a lock held by the asking client is
 //!   [`Answer::Granted`] again, an unlock of a lock it does not hold is
-//!   [`Answer::Released`] — a request is never served twice.
+//!   [`Answer::Released`] — a request is never served twice. The entry is written again
+//!   (new version, same holder) and replicated before that answer: the first attempt may
+//!   have reached only the old primary before a view change redirected it (the model
+//!   checker found the grant from such an unreplicated entry).
 //! - Installing a view hands over exactly the moved ranges: for every elementary arc
 //!   ([`Ring::arc_of`]) this server has complete state for, every member that holds the arc
 //!   in the new view but did not in the old one gets this server's entries of that arc
@@ -281,21 +284,25 @@ impl<const N: usize, const T: usize> RingServer<N, T> {
                 }
                 let holder = self.holder(*key);
                 let me = Some(token.client);
-                let (new, answer) = match (op, holder) {
-                    (Op::Lock, h) if h == me => (None, Answer::Granted),
-                    (Op::Lock, Some(_)) => (None, Answer::Refused),
-                    (Op::Lock, None) => (Some(me), Answer::Granted),
-                    (_, h) if h == me => (Some(None), Answer::Released),
-                    _ => (None, Answer::Released),
-                };
-                let Some(new_holder) = new else {
-                    reply(out, answer);
-                    rep.insert(if answer == Answer::Refused {
-                        Rule::LockRefused
-                    } else {
-                        Rule::Idempotent
-                    });
-                    return Ok(rep);
+                // A request whose outcome the entry already shows (a retry after a
+                // redirect, whose first write may never have reached the replicas) is
+                // written again, so that it is answered only once every replica has it.
+                let (new_holder, answer) = match (op, holder) {
+                    (Op::Lock, h) if h == me => {
+                        rep.insert(Rule::Idempotent);
+                        (me, Answer::Granted)
+                    }
+                    (Op::Lock, Some(_)) => {
+                        reply(out, Answer::Refused);
+                        rep.insert(Rule::LockRefused);
+                        return Ok(rep);
+                    }
+                    (Op::Lock, None) => (me, Answer::Granted),
+                    (_, h) if h == me => (None, Answer::Released),
+                    (_, h) => {
+                        rep.insert(Rule::Idempotent);
+                        (h, Answer::Released)
+                    }
                 };
                 let need = self.ring.replicas(self.view, *key, self.copies()) & !(1 << self.id.0);
                 if need != 0 && self.pending.is_full() {
