@@ -39,6 +39,7 @@
 
 pub mod agent;
 pub mod bakery;
+pub mod chord;
 pub mod error;
 pub mod mode;
 pub mod msg;

@@ -17,6 +17,7 @@ pub mod bakery;
 pub mod base;
 pub mod check;
 pub mod faults;
+pub mod chord;
 pub mod inversion;
 pub mod open;
 pub mod seq;

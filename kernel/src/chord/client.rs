@@ -1,0 +1,227 @@
+//! The client side (Fig. 4): `n = lookup(oid)`, then `n.s_lock(oid)` (or `s_unlock`,
+//! `s_dellock`), one request at a time. With hilock's servers it also follows redirects
+//! (adopting the newer view) and retries; a request is resent with the same request number
+//! (one request of a client is outstanding at a time, so the number only tells answers to
+//! an earlier request apart).
+
+use super::{
+    room, send, Addr, Answer, ChordError, ChordMsg, ClientId, Key, Op, Out, Report, Ring, Rule,
+    Token, View,
+};
+use crate::msg::Sink;
+
+/// What a client step finished.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ClientEvent {
+    /// Still waiting (sent or resent).
+    Waiting,
+    /// The request ended with this answer.
+    Done(Op, Key, Answer),
+    /// An answer to an earlier request, ignored.
+    Ignored,
+}
+
+/// A client.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ChordClient<const N: usize> {
+    id: ClientId,
+    ring: Ring<N>,
+    view: View,
+    seq: u8,
+    waiting: Option<(Op, Key)>,
+}
+
+impl<const N: usize> ChordClient<N> {
+    /// A client that routes with `view`.
+    pub fn new(id: ClientId, ring: Ring<N>, view: View) -> Result<Self, ChordError> {
+        ring.check_view(view)?;
+        Ok(ChordClient {
+            id,
+            ring,
+            view,
+            seq: 0,
+            waiting: None,
+        })
+    }
+
+    /// Its id.
+    pub fn id(&self) -> ClientId {
+        self.id
+    }
+    /// The view it routes with.
+    pub fn view(&self) -> View {
+        self.view
+    }
+    /// The request it waits for.
+    pub fn waiting(&self) -> Option<(Op, Key)> {
+        self.waiting
+    }
+    /// The current request number.
+    pub fn seq(&self) -> u8 {
+        self.seq
+    }
+
+    fn send<const T: usize, S: Sink<Out<T>>>(
+        &mut self,
+        op: Op,
+        key: Key,
+        out: &mut S,
+    ) -> Result<(), ChordError> {
+        let to = self
+            .ring
+            .lookup(self.view, key)
+            .ok_or(ChordError::BadView)?;
+        let token = Token {
+            client: self.id,
+            seq: self.seq,
+        };
+        let view = self.view;
+        send(
+            out,
+            Addr::Node(to),
+            ChordMsg::Request {
+                token,
+                op,
+                key,
+                view,
+            },
+        );
+        Ok(())
+    }
+
+    /// Starts a request: `lookup(key)`, then the call.
+    pub fn start<const T: usize, S: Sink<Out<T>>>(
+        &mut self,
+        op: Op,
+        key: Key,
+        out: &mut S,
+    ) -> Result<Report, ChordError> {
+        if self.waiting.is_some() {
+            return Err(ChordError::Busy);
+        }
+        self.ring.check_key(key)?;
+        room(out, 1)?;
+        self.ring
+            .lookup(self.view, key)
+            .ok_or(ChordError::BadView)?;
+        self.seq = self.seq.wrapping_add(1);
+        self.send(op, key, out)?;
+        self.waiting = Some((op, key));
+        let mut rep = Report::default();
+        rep.insert(Rule::Sent);
+        Ok(rep)
+    }
+
+    /// Chord (or the membership service) told the client a newer ring: later lookups use
+    /// it. An older view is ignored.
+    pub fn learn(&mut self, view: View) -> Result<(), ChordError> {
+        self.ring.check_view(view)?;
+        if view.epoch >= self.view.epoch {
+            self.view = view;
+        }
+        Ok(())
+    }
+
+    /// The service node did not answer (it is gone): look up again with `view` and resend.
+    pub fn timeout<const T: usize, S: Sink<Out<T>>>(
+        &mut self,
+        view: View,
+        out: &mut S,
+    ) -> Result<Report, ChordError> {
+        let Some((op, key)) = self.waiting else {
+            return Err(ChordError::Busy);
+        };
+        self.ring.check_view(view)?;
+        room(out, 1)?;
+        let before = *self;
+        self.learn(view)?;
+        if let Err(e) = self.send(op, key, out) {
+            *self = before;
+            return Err(e);
+        }
+        let mut rep = Report::default();
+        rep.insert(Rule::Resent);
+        Ok(rep)
+    }
+
+    /// An answer arrived.
+    pub fn on_reply<const T: usize, S: Sink<Out<T>>>(
+        &mut self,
+        token: Token,
+        answer: Answer,
+        out: &mut S,
+    ) -> Result<(ClientEvent, Report), ChordError> {
+        let mut rep = Report::default();
+        let Some((op, key)) = self.waiting else {
+            rep.insert(Rule::Stale);
+            return Ok((ClientEvent::Ignored, rep));
+        };
+        if token.client != self.id || token.seq != self.seq {
+            rep.insert(Rule::Stale);
+            return Ok((ClientEvent::Ignored, rep));
+        }
+        match answer {
+            Answer::Redirect(_) | Answer::Retry => {
+                room(out, 1)?;
+                if let Answer::Redirect(v) = answer {
+                    self.ring.check_view(v)?;
+                    self.learn(v)?;
+                }
+                self.send(op, key, out)?;
+                rep.insert(Rule::Resent);
+                Ok((ClientEvent::Waiting, rep))
+            }
+            a => {
+                self.waiting = None;
+                rep.insert(Rule::Done);
+                Ok((ClientEvent::Done(op, key, a), rep))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn client_routes_by_lookup_and_follows_redirects() {
+        let ring = Ring::new(6, [8, 21, 32]).unwrap();
+        let v0 = View {
+            epoch: 0,
+            members: 0b011,
+        };
+        let mut c = ChordClient::new(ClientId(1), ring, v0).unwrap();
+        let mut out: heapless::Vec<Out<2>, 4> = heapless::Vec::new();
+        c.start(Op::Lock, Key(24), &mut out).unwrap();
+        assert_eq!(
+            out[0].to,
+            Addr::Node(super::super::NodeId(0)),
+            "24 → 8 (wraps)"
+        );
+        assert_eq!(
+            c.start(Op::Lock, Key(1), &mut out).err(),
+            Some(ChordError::Busy)
+        );
+        let t = Token {
+            client: ClientId(1),
+            seq: 1,
+        };
+        let v1 = v0.join(super::super::NodeId(2));
+        let (e, _) = c.on_reply(t, Answer::Redirect(v1), &mut out).unwrap();
+        assert_eq!(e, ClientEvent::Waiting);
+        assert_eq!(
+            out[1].to,
+            Addr::Node(super::super::NodeId(2)),
+            "24 → 32 in v1"
+        );
+        let t0 = Token {
+            client: ClientId(1),
+            seq: 0,
+        };
+        let (e, _) = c.on_reply(t0, Answer::Granted, &mut out).unwrap();
+        assert_eq!(e, ClientEvent::Ignored, "an answer to an earlier request");
+        let (e, _) = c.on_reply(t, Answer::Granted, &mut out).unwrap();
+        assert_eq!(e, ClientEvent::Done(Op::Lock, Key(24), Answer::Granted));
+    }
+}

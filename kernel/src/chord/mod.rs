@@ -1,0 +1,416 @@
+//! Seed 003: lock service placed on a Chord ring by consistent hashing (P2P-based locking
+//! for real-time collaborative editing, Fig. 2 server side, Fig. 4 client side, Fig. 5 the
+//! double-leave loss), as pure state machines.
+//!
+//! - [`ring`]: the m-bit identifier circle, successor/predecessor of a view, `lookup`, the
+//!   fixed placement hash ([`ring::hash`]) of a lock's placement key
+//!   ([`ring::placement_key`]: its top-level path element);
+//! - [`paper`]: the seed's server LITERALLY — `olock`, `olock_b`, `s_lock`, `s_unlock`,
+//!   `s_dellock`, leave = Fig. 2(d) `append`, join = Fig. 2(e) `remove` — with every remote
+//!   call a separate message (non-atomic), kept to be refuted by the model checker;
+//! - [`replicated`]: hilock's server: per-key entries on the primary and its `r` successors
+//!   (`r` configurable, default 2), a write answered only after every replica acknowledged
+//!   it, hand-over of exactly the moved elementary arcs on a view change, and epochs: a
+//!   request routed with another view is redirected, a retried request is answered from
+//!   the entry (never served twice);
+//! - [`client`]: the client of Fig. 4 (`lookup`, then the RPC), with redirects and retries.
+//!
+//! Every step validates its input first: a typed [`ChordError`] leaves the state and the
+//! output buffer untouched; a [`Report`] names the [`Rule`]s that fired. No clock, no
+//! randomness, no heap.
+//!
+//! The priority extension of section 3 (`olock(oid, islocked, priority)`) is NOT built: the
+//! seed does not say what the stored priority becomes on unlock, whether the displaced
+//! holder is told, or how a backup learns the priority; see `spec/SPEC.md`, seed 003.
+//!
+//! # Citing the seed
+//! `(a)3` is line 3 of Fig. 2(a); `(d)`, `(e)` are node leave and node join.
+
+pub mod client;
+pub mod paper;
+pub mod replicated;
+pub mod ring;
+
+pub use client::{ChordClient, ClientEvent};
+pub use paper::PaperNode;
+pub use replicated::RingServer;
+pub use ring::{hash, placement_key, Ring, View};
+
+use core::fmt;
+
+pub use crate::msg::NodeId;
+use crate::msg::Sink;
+
+/// A lock's identifier on the circle (`hash(placement_key(path))`, below `2^m`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Key(pub u16);
+
+/// A client (a collaborating site's user).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ClientId(pub u8);
+
+/// What a client asks of the service node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Op {
+    /// `c_lock` / `s_lock`.
+    Lock,
+    /// `c_unlock` / `s_unlock`.
+    Unlock,
+    /// `c_dellock` / `s_dellock` (paper only).
+    Delete,
+}
+
+/// A request's identity: the client and its request number.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Token {
+    /// The client.
+    pub client: ClientId,
+    /// Its request number.
+    pub seq: u8,
+}
+
+/// The answer to a request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Answer {
+    /// `s_lock` returned true: the client holds the lock.
+    Granted,
+    /// `s_lock` returned false: somebody holds it.
+    Refused,
+    /// `s_unlock` returned true (or the client did not hold it: hilock answers idempotently).
+    Released,
+    /// `s_unlock` returned false: the lock was not locked (paper).
+    NotLocked,
+    /// `s_dellock` done.
+    Deleted,
+    /// hilock: routed with another view; here is the server's.
+    Redirect(View),
+    /// hilock: the server does not have this key's arc yet, or a write on it is in
+    /// progress; ask again.
+    Retry,
+}
+
+/// One row of the paper's lock table: `(oid, islocked)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Entry {
+    /// `oid`.
+    pub key: Key,
+    /// `islocked`.
+    pub locked: bool,
+}
+
+/// An entry's version in hilock's table: the epoch of the view it was written in, then
+/// the writer's counter (one primary per key and epoch, so versions of a key are totally
+/// ordered by their writes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct Version {
+    /// View epoch.
+    pub epoch: u16,
+    /// Writer's counter.
+    pub n: u16,
+}
+
+/// One key's entry in hilock's table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Slot {
+    /// The key.
+    pub key: Key,
+    /// Who holds it (`None`: free).
+    pub holder: Option<ClientId>,
+    /// Its version.
+    pub version: Version,
+}
+
+/// Where a message goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Addr {
+    /// A ring node.
+    Node(NodeId),
+    /// A client.
+    Client(ClientId),
+    /// The Chord layer (notifications; the membership service).
+    Chord,
+}
+
+/// Chord's notification of a change in the keys a node is responsible for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Change {
+    /// The predecessor left (abruptly): run Fig. 2(d).
+    PredecessorLeft,
+    /// A node joined as predecessor: run Fig. 2(e).
+    PredecessorJoined,
+}
+
+/// Every message of the ring service, `T` entries at most per table copy.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ChordMsg<const T: usize> {
+    /// Client → service node (Fig. 4: `n.s_lock(oid)` …). `view` is the client's view
+    /// (hilock checks it; the paper ignores it).
+    Request {
+        /// Who asks.
+        token: Token,
+        /// What.
+        op: Op,
+        /// Which lock.
+        key: Key,
+        /// The view the client routed with.
+        view: View,
+    },
+    /// Service node → client.
+    Reply {
+        /// The request answered.
+        token: Token,
+        /// The answer.
+        answer: Answer,
+    },
+    /// Paper (a)4 / (b)4: `successor.olock_b.modify(oid, v)`, an RPC; `token` is the
+    /// client request it belongs to.
+    BackupModify {
+        /// Entry written.
+        entry: Entry,
+        /// The client request waiting for the RPC.
+        token: Token,
+    },
+    /// Paper: the return of [`ChordMsg::BackupModify`].
+    BackupAck {
+        /// The client request.
+        token: Token,
+    },
+    /// Paper (c)2 and (e)7: `successor.olock_b.delete(oid)`.
+    BackupDelete {
+        /// The key.
+        key: Key,
+    },
+    /// Paper (d)3: `successor.olock_b.insert(olock.get(oid))`.
+    BackupInsert {
+        /// The entry.
+        entry: Entry,
+    },
+    /// Paper (d)5: `predecessor.olock.dump(olock_b)`, the call.
+    Fetch,
+    /// Paper (d)5: the predecessor's `olock`, to be dumped into the caller's `olock_b`.
+    FetchReply {
+        /// A copy of the predecessor's `olock`.
+        entries: heapless::Vec<Entry, T>,
+    },
+    /// Paper (e)1: `olock_b.dump(predecessor.olock_b)`.
+    BackupDump {
+        /// A copy of the sender's `olock_b`.
+        entries: heapless::Vec<Entry, T>,
+    },
+    /// Paper (e)4: `predecessor.olock.insert(olock.get(oid))`.
+    Insert {
+        /// The entry.
+        entry: Entry,
+    },
+    /// Chord → node: the keys this node serves changed.
+    Notify(Change),
+    /// hilock: primary → replica, a write of `slot` in `view`.
+    Replicate {
+        /// The primary's view.
+        view: View,
+        /// The entry.
+        slot: Slot,
+        /// The client request it serves.
+        token: Token,
+    },
+    /// hilock: replica → primary.
+    ReplicaAck {
+        /// The replica's view.
+        view: View,
+        /// The key.
+        key: Key,
+        /// The client request.
+        token: Token,
+    },
+    /// hilock: a replica with a newer view refuses a write of an older one.
+    ReplicaNack {
+        /// The replica's view.
+        view: View,
+    },
+    /// hilock: hand-over on a view change: the sender's entries in the elementary arcs
+    /// `arcs` (a bit per node slot, see [`Ring::arc_of`]), which the receiver newly covers.
+    Transfer {
+        /// The new view.
+        view: View,
+        /// The arcs handed over.
+        arcs: u16,
+        /// The sender's entries in them.
+        slots: heapless::Vec<Slot, T>,
+    },
+    /// hilock: the membership service announces a view.
+    NewView(View),
+}
+
+/// A message on its way.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Out<const T: usize> {
+    /// The receiver.
+    pub to: Addr,
+    /// The message.
+    pub msg: ChordMsg<T>,
+}
+
+/// The rules of seed 003 and of hilock's ring variant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum Rule {
+    /// (a)1–2: already locked, return false.
+    LockRefused,
+    /// (a)3–4: `olock.modify(oid,true)`, backup RPC sent.
+    LockLocal,
+    /// (b)1–2: not locked, return false.
+    UnlockNotLocked,
+    /// (b)3–4: `olock.modify(oid,false)`, backup RPC sent.
+    UnlockLocal,
+    /// (c)1–2.
+    DelLock,
+    /// (a)4/(b)4 at the successor: `olock_b.modify`.
+    BackupModified,
+    /// The backup RPC returned: the client is answered ((a)5 / (b)5).
+    Answered,
+    /// (d)1–5 at the node whose predecessor left.
+    Append,
+    /// (d)5 at the new predecessor: its `olock` sent back.
+    FetchServed,
+    /// (d)5 returns: the copy dumped into `olock_b`.
+    FetchDumped,
+    /// (e)1–7 at the node whose new predecessor joined.
+    Remove,
+    /// A remote `insert`/`delete`/`dump` on `olock` or `olock_b` applied.
+    RemoteTableOp,
+    /// hilock: request routed with another view, or to a node not primary in it.
+    Redirected,
+    /// hilock: arc not handed over yet, or a write on the key in progress.
+    RetryLater,
+    /// hilock: a retried request answered from the entry (not served twice).
+    Idempotent,
+    /// hilock: a write applied at the primary and sent to the replicas.
+    WriteStarted,
+    /// hilock: a replica applied a write.
+    Replicated,
+    /// hilock: the last replica acknowledged: the client is answered.
+    WriteAcknowledged,
+    /// hilock: a view installed (writes of the old view redirected, arcs handed over).
+    ViewInstalled,
+    /// hilock: handed-over entries merged (newest version wins).
+    TransferMerged,
+    /// A message of an older view ignored.
+    Stale,
+    /// Client: request sent to `lookup(key)`.
+    Sent,
+    /// Client: an answer ended the request.
+    Done,
+    /// Client: redirected or told to retry; request sent again.
+    Resent,
+}
+
+impl Rule {
+    /// All rules, in declaration order.
+    pub const ALL: [Rule; 24] = [
+        Rule::LockRefused,
+        Rule::LockLocal,
+        Rule::UnlockNotLocked,
+        Rule::UnlockLocal,
+        Rule::DelLock,
+        Rule::BackupModified,
+        Rule::Answered,
+        Rule::Append,
+        Rule::FetchServed,
+        Rule::FetchDumped,
+        Rule::Remove,
+        Rule::RemoteTableOp,
+        Rule::Redirected,
+        Rule::RetryLater,
+        Rule::Idempotent,
+        Rule::WriteStarted,
+        Rule::Replicated,
+        Rule::WriteAcknowledged,
+        Rule::ViewInstalled,
+        Rule::TransferMerged,
+        Rule::Stale,
+        Rule::Sent,
+        Rule::Done,
+        Rule::Resent,
+    ];
+}
+
+/// The rules one step fired.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Report {
+    bits: u32,
+}
+
+impl Report {
+    /// Adds `r`.
+    pub fn insert(&mut self, r: Rule) {
+        self.bits |= 1 << (r as u8);
+    }
+    /// Whether `r` fired.
+    pub fn contains(self, r: Rule) -> bool {
+        self.bits & (1 << (r as u8)) != 0
+    }
+    /// The rules, in declaration order.
+    pub fn iter(self) -> impl Iterator<Item = Rule> {
+        Rule::ALL.iter().copied().filter(move |r| self.contains(*r))
+    }
+    fn of(r: Rule) -> Self {
+        let mut rep = Report::default();
+        rep.insert(r);
+        rep
+    }
+}
+
+/// Why an input was rejected. A rejected input changes nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ChordError {
+    /// `m` is 0 or above 16, or two slots share an identifier, or more than 16 slots.
+    BadRing,
+    /// A key or identifier not below `2^m`.
+    BadKey(Key),
+    /// A view naming a slot that does not exist, or with no member.
+    BadView,
+    /// The node is not a member of its view (the paper's node has no successor).
+    NotMember(NodeId),
+    /// A message from something that cannot send it (e.g. a `Request` not from a client).
+    BadSender,
+    /// A message this kind of node does not handle.
+    WrongVariant,
+    /// A lock table, or the pending list, is full.
+    TableFull,
+    /// `r` is 0 or not below the number of slots.
+    BadReplication,
+    /// The client already waits for an answer.
+    Busy,
+    /// The output buffer has less room than the step may need.
+    OutputsFull,
+}
+
+impl fmt::Display for ChordError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ChordError::BadRing => write!(f, "bad ring: 1 ≤ m ≤ 16, distinct identifiers"),
+            ChordError::BadKey(k) => write!(f, "key {} outside the identifier space", k.0),
+            ChordError::BadView => write!(f, "view with unknown or no members"),
+            ChordError::NotMember(n) => write!(f, "{n} is not in its view"),
+            ChordError::BadSender => write!(f, "message from a sender that cannot send it"),
+            ChordError::WrongVariant => write!(f, "message of the other variant"),
+            ChordError::TableFull => write!(f, "lock table full"),
+            ChordError::BadReplication => write!(f, "r must be between 1 and slots - 1"),
+            ChordError::Busy => write!(f, "the client is waiting for an answer"),
+            ChordError::OutputsFull => write!(f, "output buffer too small for this step"),
+        }
+    }
+}
+
+fn room<const T: usize, S: Sink<Out<T>>>(out: &S, need: usize) -> Result<(), ChordError> {
+    if out.room() < need {
+        Err(ChordError::OutputsFull)
+    } else {
+        Ok(())
+    }
+}
+
+fn send<const T: usize, S: Sink<Out<T>>>(out: &mut S, to: Addr, msg: ChordMsg<T>) {
+    // Cannot fail: every step checks the room it needs first.
+    let _ = out.put(Out { to, msg });
+}

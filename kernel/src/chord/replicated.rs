@@ -1,0 +1,553 @@
+//! hilock's ring server: each key's entry lives on its service node (the primary) and the
+//! `r` members after it; views have epochs.
+//!
+//! - A request carries the client's view. A server with an older view installs the newer
+//!   one first; a request with an older view, or for a key this server is not primary of,
+//!   is answered [`Answer::Redirect`] with the server's view — never served.
+//! - A write (lock or unlock that changes the entry) gets version `(epoch, counter)`, is
+//!   sent to the other `r` replicas, and the client is answered only when every one of them
+//!   acknowledged it ([`Rule::WriteAcknowledged`]). A replica with a newer view refuses
+//!   ([`ChordMsg::ReplicaNack`]); installing a view answers every write still waiting
+//!   with a redirect, so a write of an old view completes only if every replica of the old
+//!   view had it before leaving that view.
+//! - A retried request is answered from the entry: a lock held by the asking client is
+//!   [`Answer::Granted`] again, an unlock of a lock it does not hold is
+//!   [`Answer::Released`] — a request is never served twice. The entry is written again
+//!   (new version, same holder) and replicated before that answer: the first attempt may
+//!   have reached only the old primary before a view change redirected it (the model
+//!   checker found the grant from such an unreplicated entry).
+//! - Installing a view hands over exactly the moved ranges: for every elementary arc
+//!   ([`Ring::arc_of`]) this server has complete state for, every member that holds the arc
+//!   in the new view but did not in the old one gets this server's entries of that arc
+//!   ([`ChordMsg::Transfer`]). A server serves a key only once it has its arc (`ready`);
+//!   entries are merged newest version first, entries of arcs it no longer holds dropped.
+//!
+//! The membership service (etcd in cluster mode; the model's `Chord` actor) announces
+//! views with [`ChordMsg::NewView`] and starts the next change only when every live member
+//! of the current view has installed it and is ready for all its arcs.
+
+use super::{
+    room, send, Addr, Answer, ChordError, ChordMsg, Key, NodeId, Op, Out, Report, Ring, Rule, Slot,
+    Token, Version, View,
+};
+use crate::msg::Sink;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct Pending {
+    key: Key,
+    token: Token,
+    answer: Answer,
+    /// Replicas that have not acknowledged yet (bit per slot).
+    need: u16,
+}
+
+/// One server of hilock's ring: slots `N`, table capacity `T`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct RingServer<const N: usize, const T: usize> {
+    id: NodeId,
+    ring: Ring<N>,
+    r: u8,
+    view: View,
+    slots: heapless::Vec<Slot, T>,
+    /// Arcs (bit per slot) this server has complete state for.
+    ready: u16,
+    clock: u16,
+    pending: heapless::Vec<Pending, T>,
+}
+
+struct Count;
+impl<const T: usize> Sink<Out<T>> for Count {
+    fn room(&self) -> usize {
+        usize::MAX
+    }
+    fn put(&mut self, _: Out<T>) -> Result<(), Out<T>> {
+        Ok(())
+    }
+}
+
+impl<const N: usize, const T: usize> RingServer<N, T> {
+    /// The most messages one step sends: redirects of every waiting write, a transfer per
+    /// member, and a write to every replica.
+    pub const MAX_OUTPUTS: usize = T + 2 * N + 1;
+
+    /// The default number of successor replicas.
+    pub const DEFAULT_R: u8 = 2;
+
+    /// A server in `view` with `r` successor replicas (`1 ≤ r < N`). A member of `view`
+    /// starts ready for its arcs (an empty table is complete at the start); a server that
+    /// joins later starts with nothing.
+    pub fn new(id: NodeId, ring: Ring<N>, r: u8, view: View) -> Result<Self, ChordError> {
+        ring.ident(id).ok_or(ChordError::BadView)?;
+        ring.check_view(view)?;
+        if r == 0 || r as usize >= N {
+            return Err(ChordError::BadReplication);
+        }
+        let ready = if view.has(id) {
+            ring.covered(view, id, r + 1)
+        } else {
+            0
+        };
+        Ok(RingServer {
+            id,
+            ring,
+            r,
+            view,
+            slots: heapless::Vec::new(),
+            ready,
+            clock: 0,
+            pending: heapless::Vec::new(),
+        })
+    }
+
+    /// This server.
+    pub fn id(&self) -> NodeId {
+        self.id
+    }
+    /// Its view.
+    pub fn view(&self) -> View {
+        self.view
+    }
+    /// Its entries.
+    pub fn slots(&self) -> &[Slot] {
+        &self.slots
+    }
+    /// Who holds `key` in this server's table.
+    pub fn holder(&self, key: Key) -> Option<super::ClientId> {
+        self.slots
+            .iter()
+            .find(|s| s.key == key)
+            .and_then(|s| s.holder)
+    }
+    /// Whether it has every arc it holds in its view, and its view is `v`.
+    pub fn settled_in(&self, v: View) -> bool {
+        self.view == v && self.ready == self.covered(v)
+    }
+    /// Writes waiting for acknowledgements.
+    pub fn pending(&self) -> usize {
+        self.pending.len()
+    }
+
+    fn copies(&self) -> u8 {
+        self.r + 1
+    }
+
+    fn covered(&self, v: View) -> u16 {
+        if v.has(self.id) {
+            self.ring.covered(v, self.id, self.copies())
+        } else {
+            0
+        }
+    }
+
+    fn arc_key(&self, arc: usize) -> Key {
+        Key(self.ring.ident(NodeId(arc as u16)).unwrap_or(0))
+    }
+
+    fn upsert(&mut self, s: Slot) -> Result<(), ChordError> {
+        match self.slots.iter_mut().find(|x| x.key == s.key) {
+            Some(x) => {
+                if s.version > x.version {
+                    *x = s;
+                }
+                Ok(())
+            }
+            None => self.slots.push(s).map_err(|_| ChordError::TableFull),
+        }
+    }
+
+    /// Installs `v` if it is newer: redirects waiting writes, hands over moved arcs,
+    /// drops arcs no longer held.
+    fn install<S: Sink<Out<T>>>(&mut self, v: View, out: &mut S, rep: &mut Report) {
+        if v.epoch <= self.view.epoch {
+            return;
+        }
+        let old = self.view;
+        for p in self.pending.iter() {
+            let msg = ChordMsg::Reply {
+                token: p.token,
+                answer: Answer::Redirect(v),
+            };
+            send(out, Addr::Client(p.token.client), msg);
+        }
+        self.pending.clear();
+        for y in 0..N {
+            let yn = NodeId(y as u16);
+            if yn == self.id || !v.has(yn) {
+                continue;
+            }
+            let mut arcs = 0u16;
+            for a in 0..N {
+                if self.ready & (1 << a) == 0 {
+                    continue;
+                }
+                let k = self.arc_key(a);
+                let bit = 1u16 << y;
+                let new = self.ring.replicas(v, k, self.copies());
+                let was = self.ring.replicas(old, k, self.copies());
+                if new & bit != 0 && was & bit == 0 {
+                    arcs |= 1 << a;
+                }
+            }
+            if arcs != 0 {
+                let mut slots = heapless::Vec::new();
+                for s in &self.slots {
+                    if arcs & (1 << self.ring.arc_of(s.key)) != 0 {
+                        let _ = slots.push(*s);
+                    }
+                }
+                send(
+                    out,
+                    Addr::Node(yn),
+                    ChordMsg::Transfer {
+                        view: v,
+                        arcs,
+                        slots,
+                    },
+                );
+            }
+        }
+        let cov = self.covered(v);
+        self.ready &= cov;
+        let ring = self.ring;
+        self.slots.retain(|s| cov & (1 << ring.arc_of(s.key)) != 0);
+        self.view = v;
+        rep.insert(Rule::ViewInstalled);
+    }
+
+    /// Handles one message from `from`. On error nothing changed and nothing was sent.
+    pub fn step<S: Sink<Out<T>>>(
+        &mut self,
+        from: Addr,
+        msg: &ChordMsg<T>,
+        out: &mut S,
+    ) -> Result<Report, ChordError> {
+        room(out, Self::MAX_OUTPUTS)?;
+        let mut dry = self.clone();
+        dry.apply(from, msg, &mut Count)?;
+        self.apply(from, msg, out)
+    }
+
+    fn check_msg_view(&self, v: View) -> Result<(), ChordError> {
+        self.ring.check_view(v)
+    }
+
+    fn apply<S: Sink<Out<T>>>(
+        &mut self,
+        from: Addr,
+        msg: &ChordMsg<T>,
+        out: &mut S,
+    ) -> Result<Report, ChordError> {
+        let mut rep = Report::default();
+        let node_from = || match from {
+            Addr::Node(n) if n.idx() < N => Ok(n),
+            _ => Err(ChordError::BadSender),
+        };
+        match msg {
+            ChordMsg::Request {
+                token,
+                op,
+                key,
+                view,
+            } => {
+                if from != Addr::Client(token.client) {
+                    return Err(ChordError::BadSender);
+                }
+                if *op == Op::Delete {
+                    return Err(ChordError::WrongVariant);
+                }
+                self.ring.check_key(*key)?;
+                self.check_msg_view(*view)?;
+                self.install(*view, out, &mut rep);
+                let to = Addr::Client(token.client);
+                let reply = |out: &mut S, answer| {
+                    send(
+                        out,
+                        to,
+                        ChordMsg::Reply {
+                            token: *token,
+                            answer,
+                        },
+                    )
+                };
+                if view.epoch < self.view.epoch
+                    || self.ring.lookup(self.view, *key) != Some(self.id)
+                {
+                    reply(out, Answer::Redirect(self.view));
+                    rep.insert(Rule::Redirected);
+                    return Ok(rep);
+                }
+                let arc = self.ring.arc_of(*key);
+                if self.ready & (1 << arc) == 0 || self.pending.iter().any(|p| p.key == *key) {
+                    reply(out, Answer::Retry);
+                    rep.insert(Rule::RetryLater);
+                    return Ok(rep);
+                }
+                let holder = self.holder(*key);
+                let me = Some(token.client);
+                // A request whose outcome the entry already shows (a retry after a
+                // redirect, whose first write may never have reached the replicas) is
+                // written again, so that it is answered only once every replica has it.
+                let (new_holder, answer) = match (op, holder) {
+                    (Op::Lock, h) if h == me => {
+                        rep.insert(Rule::Idempotent);
+                        (me, Answer::Granted)
+                    }
+                    (Op::Lock, Some(_)) => {
+                        reply(out, Answer::Refused);
+                        rep.insert(Rule::LockRefused);
+                        return Ok(rep);
+                    }
+                    (Op::Lock, None) => (me, Answer::Granted),
+                    (_, h) if h == me => (None, Answer::Released),
+                    (_, h) => {
+                        rep.insert(Rule::Idempotent);
+                        (h, Answer::Released)
+                    }
+                };
+                let need = self.ring.replicas(self.view, *key, self.copies()) & !(1 << self.id.0);
+                if need != 0 && self.pending.is_full() {
+                    return Err(ChordError::TableFull);
+                }
+                self.clock = self.clock.wrapping_add(1);
+                let slot = Slot {
+                    key: *key,
+                    holder: new_holder,
+                    version: Version {
+                        epoch: self.view.epoch,
+                        n: self.clock,
+                    },
+                };
+                self.upsert(slot)?;
+                rep.insert(Rule::WriteStarted);
+                if need == 0 {
+                    reply(out, answer);
+                    rep.insert(Rule::WriteAcknowledged);
+                    return Ok(rep);
+                }
+                let _ = self.pending.push(Pending {
+                    key: *key,
+                    token: *token,
+                    answer,
+                    need,
+                });
+                for y in 0..N {
+                    if need & (1 << y) != 0 {
+                        let m = ChordMsg::Replicate {
+                            view: self.view,
+                            slot,
+                            token: *token,
+                        };
+                        send(out, Addr::Node(NodeId(y as u16)), m);
+                    }
+                }
+                Ok(rep)
+            }
+            ChordMsg::Replicate { view, slot, token } => {
+                let p = node_from()?;
+                self.check_msg_view(*view)?;
+                self.ring.check_key(slot.key)?;
+                self.install(*view, out, &mut rep);
+                if view.epoch < self.view.epoch {
+                    send(
+                        out,
+                        Addr::Node(p),
+                        ChordMsg::ReplicaNack { view: self.view },
+                    );
+                    rep.insert(Rule::Stale);
+                    return Ok(rep);
+                }
+                if self.covered(self.view) & (1 << self.ring.arc_of(slot.key)) == 0 {
+                    rep.insert(Rule::Stale);
+                    return Ok(rep);
+                }
+                self.upsert(*slot)?;
+                let ack = ChordMsg::ReplicaAck {
+                    view: self.view,
+                    key: slot.key,
+                    token: *token,
+                };
+                send(out, Addr::Node(p), ack);
+                rep.insert(Rule::Replicated);
+                Ok(rep)
+            }
+            ChordMsg::ReplicaAck { view, key, token } => {
+                let y = node_from()?;
+                self.check_msg_view(*view)?;
+                self.install(*view, out, &mut rep);
+                let i = self
+                    .pending
+                    .iter()
+                    .position(|p| p.key == *key && p.token == *token);
+                match (view.epoch == self.view.epoch, i) {
+                    (true, Some(i)) => {
+                        self.pending[i].need &= !(1 << y.0);
+                        if self.pending[i].need == 0 {
+                            let p = self.pending.remove(i);
+                            let m = ChordMsg::Reply {
+                                token: p.token,
+                                answer: p.answer,
+                            };
+                            send(out, Addr::Client(p.token.client), m);
+                            rep.insert(Rule::WriteAcknowledged);
+                        }
+                    }
+                    _ => rep.insert(Rule::Stale),
+                }
+                Ok(rep)
+            }
+            ChordMsg::ReplicaNack { view } => {
+                node_from()?;
+                self.check_msg_view(*view)?;
+                self.install(*view, out, &mut rep);
+                rep.insert(Rule::Stale);
+                Ok(rep)
+            }
+            ChordMsg::Transfer { view, arcs, slots } => {
+                node_from()?;
+                self.check_msg_view(*view)?;
+                for s in slots {
+                    self.ring.check_key(s.key)?;
+                }
+                self.install(*view, out, &mut rep);
+                if view.epoch < self.view.epoch {
+                    rep.insert(Rule::Stale);
+                    return Ok(rep);
+                }
+                let take = *arcs & self.covered(self.view);
+                for s in slots {
+                    if take & (1 << self.ring.arc_of(s.key)) != 0 {
+                        self.upsert(*s)?;
+                    }
+                }
+                self.ready |= take;
+                rep.insert(Rule::TransferMerged);
+                Ok(rep)
+            }
+            ChordMsg::NewView(v) => {
+                if from != Addr::Chord {
+                    return Err(ChordError::BadSender);
+                }
+                self.check_msg_view(*v)?;
+                self.install(*v, out, &mut rep);
+                if rep.iter().next().is_none() {
+                    rep.insert(Rule::Stale);
+                }
+                Ok(rep)
+            }
+            _ => Err(ChordError::WrongVariant),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::ClientId;
+    use super::*;
+
+    type S = RingServer<3, 4>;
+    type O = heapless::Vec<Out<4>, 32>;
+    const V: View = View {
+        epoch: 0,
+        members: 0b011,
+    };
+
+    fn ring() -> Ring<3> {
+        Ring::new(6, [8, 21, 32]).unwrap()
+    }
+    fn lock(seq: u8, view: View) -> ChordMsg<4> {
+        ChordMsg::Request {
+            token: Token {
+                client: ClientId(1),
+                seq,
+            },
+            op: Op::Lock,
+            key: Key(10),
+            view,
+        }
+    }
+    const C1: Addr = Addr::Client(ClientId(1));
+
+    #[test]
+    fn a_write_is_answered_after_the_replica_and_a_retry_is_not_served_twice() {
+        let mut a = S::new(NodeId(1), ring(), 1, V).unwrap();
+        let mut b = S::new(NodeId(0), ring(), 1, V).unwrap();
+        let mut out = O::new();
+        let rep = a.step(C1, &lock(1, V), &mut out).unwrap();
+        assert!(rep.contains(Rule::WriteStarted));
+        let m = out.pop().unwrap();
+        assert!(out.is_empty(), "no answer before the replica has it");
+        b.step(Addr::Node(NodeId(1)), &m.msg, &mut out).unwrap();
+        assert_eq!(b.holder(Key(10)), Some(ClientId(1)));
+        let ack = out.pop().unwrap();
+        let rep = a.step(Addr::Node(NodeId(0)), &ack.msg, &mut out).unwrap();
+        assert!(rep.contains(Rule::WriteAcknowledged));
+        out.clear();
+        let rep = a.step(C1, &lock(2, V), &mut out).unwrap();
+        assert!(rep.contains(Rule::Idempotent), "{rep:?}");
+        assert_eq!(out.len(), 1);
+    }
+
+    #[test]
+    fn an_old_view_is_redirected_and_a_joiner_waits_for_its_arc() {
+        let v1 = V.join(NodeId(2));
+        let mut a = S::new(NodeId(1), ring(), 1, V).unwrap();
+        let mut c = S::new(NodeId(2), ring(), 1, V).unwrap();
+        let mut out = O::new();
+        a.step(Addr::Chord, &ChordMsg::NewView(v1), &mut out)
+            .unwrap();
+        let t = out.iter().find(|o| o.to == Addr::Node(NodeId(2))).cloned();
+        assert!(
+            t.is_some(),
+            "the joiner gets the arcs it now holds: {out:?}"
+        );
+        out.clear();
+        a.step(C1, &lock(1, V), &mut out).unwrap();
+        assert!(matches!(
+            out.pop().unwrap().msg,
+            ChordMsg::Reply {
+                answer: Answer::Redirect(v),
+                ..
+            } if v == v1
+        ));
+        // Key 24 is the joiner's (ident 32) in v1: retry until the transfer arrives.
+        let req = ChordMsg::Request {
+            token: Token {
+                client: ClientId(1),
+                seq: 2,
+            },
+            op: Op::Lock,
+            key: Key(24),
+            view: v1,
+        };
+        let rep = c.step(C1, &req, &mut out).unwrap();
+        assert!(rep.contains(Rule::ViewInstalled) && rep.contains(Rule::RetryLater));
+        let before = c.clone();
+        assert_eq!(
+            c.step(Addr::Node(NodeId(1)), &lock(1, V), &mut out),
+            Err(ChordError::BadSender)
+        );
+        assert_eq!(c, before);
+        c.step(Addr::Node(NodeId(1)), &t.unwrap().msg, &mut out)
+            .unwrap();
+        assert!(c.settled_in(v1));
+        out.clear();
+        let rep = c.step(C1, &req, &mut out).unwrap();
+        assert!(rep.contains(Rule::WriteStarted));
+    }
+
+    #[test]
+    fn bad_configurations_are_refused() {
+        assert_eq!(
+            S::new(NodeId(0), ring(), 0, V).err(),
+            Some(ChordError::BadReplication)
+        );
+        assert_eq!(
+            S::new(NodeId(0), ring(), 3, V).err(),
+            Some(ChordError::BadReplication)
+        );
+        assert_eq!(
+            S::new(NodeId(3), ring(), 1, V).err(),
+            Some(ChordError::BadView)
+        );
+    }
+}

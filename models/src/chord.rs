@@ -1,0 +1,738 @@
+//! Seed 003 (Chord-placed lock service) as a Stateright model that drives
+//! `hilock_kernel::chord`: up to 4 ring slots, clients that lock one key and unlock it,
+//! joins, leaves and crashes, and an unordered network (any message in flight may be
+//! delivered next: reordering). The model only routes; every rule runs in the kernel
+//! ([`PaperNode::step`], [`RingServer::step`], [`ChordClient`]).
+//!
+//! # Variants
+//! - [`Variant::Paper`]: Fig. 2 literally. Chord's pointers change for every node and
+//!   client at once (the most favourable reading of Chord); the table moves — Fig. 2(d)
+//!   and (e) — start when Chord's notification (a message) reaches the successor. A leave is
+//!   abrupt, as in the seed (the leaving node sends nothing; its successor takes over from
+//!   `olock_b`), so a leave is a crash.
+//! - [`Variant::Hilock`]: the replicated server with `r` successor replicas. The membership
+//!   service (etcd's role) announces each view with `NewView` messages and starts the next
+//!   change (a join, a graceful leave, the removal of a crashed node) only when every live
+//!   member of the current view has installed it and has all its arcs. A crash stops a node
+//!   at once; its removal (`Detect`) is a later action.
+//!
+//! A client whose request (or its answer) died with a node times out (`Timeout`: no
+//! message of it in flight, the node it asked is down) and resends with the current view.
+//!
+//! # Properties
+//! - `at most one holder per lock`: no two clients hold one key (between their grant and
+//!   the sending of their unlock).
+//! - `no lost lock`: a held key is recorded as locked by its holder somewhere — in a live
+//!   node's table (`olock`/`olock_b`; hilock: any replica) or in a message in flight.
+//! - `no kernel error`.
+//! - `every request answered` (eventually; Stateright 0.31 evaluates it at terminal
+//!   states): every client finished its lock/unlock.
+//! - sometimes: `a lock is granted`, `the membership changed`.
+
+use hilock_kernel::chord::{
+    Addr, Answer, Change, ChordClient, ChordMsg, ClientEvent, ClientId, Entry, Key, NodeId, Op,
+    Out, PaperNode, Ring, RingServer, View,
+};
+use serde::Serialize;
+use stateright::{Checker, HasDiscoveries, Model, Property};
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+/// Slots.
+pub const NS: usize = 4;
+/// Table capacity.
+pub const T: usize = 4;
+type Outs = heapless::Vec<Out<T>, 32>;
+type Msg = ChordMsg<T>;
+
+/// Property name.
+pub const MUTEX: &str = "at most one holder per lock";
+/// Property name.
+pub const LOST: &str = "no lost lock";
+/// Property name.
+pub const NO_ERROR: &str = "no kernel error";
+/// Property name.
+pub const LIVE: &str = "every request answered";
+/// `sometimes`.
+pub const GRANTED: &str = "a lock is granted";
+/// `sometimes`.
+pub const CHANGED: &str = "the membership changed";
+
+/// Which server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+pub enum Variant {
+    /// Fig. 2 literally.
+    Paper,
+    /// hilock's replicated server.
+    Hilock {
+        /// Successor replicas.
+        r: u8,
+    },
+}
+
+/// A configuration.
+#[derive(Clone, Debug, Serialize)]
+pub struct RingModel {
+    /// Its name (state counts are pinned by name).
+    pub name: String,
+    /// Server variant.
+    pub variant: Variant,
+    /// Slot identifiers (m = 6).
+    pub idents: [u16; NS],
+    /// Members at the start (bit per slot).
+    pub initial: u16,
+    /// The key each client locks and then unlocks.
+    pub clients: Vec<u16>,
+    /// Slots that may join.
+    pub joins: u16,
+    /// Slots that may leave (Paper: abruptly; Hilock: gracefully).
+    pub leaves: u16,
+    /// Slots that may crash (Hilock).
+    pub crashable: u16,
+    /// Most crashes (Hilock) in a run.
+    pub crashes: u8,
+    /// Most membership changes (joins + leaves) in a run.
+    pub changes: u8,
+    /// Test-only: break a check on purpose (see the tests).
+    pub sabotage: Sabotage,
+}
+
+/// Deliberate breakage, to watch a check go red.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub enum Sabotage {
+    /// None.
+    #[default]
+    None,
+    /// Hand-over messages arrive without their entries (the arcs are still marked ready).
+    EmptyTransfers,
+    /// The service never removes a crashed node.
+    NoDetect,
+}
+
+/// A ring node of either variant.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum RNode {
+    /// Paper.
+    Paper(PaperNode<NS, T>),
+    /// hilock.
+    Hilock(RingServer<NS, T>),
+}
+
+/// A client and where it is in its program.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct CState {
+    /// Kernel client.
+    pub c: ChordClient<NS>,
+    /// 0 idle, 1 locking, 2 holding, 3 unlocking, 4 done.
+    pub stage: u8,
+    /// The node its last request went to.
+    pub target: NodeId,
+    /// The key it locks.
+    pub key: u16,
+}
+
+/// A state.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct RState {
+    /// Nodes (by slot).
+    pub nodes: Vec<RNode>,
+    /// Live nodes.
+    pub alive: u16,
+    /// Chord's ring (Paper) / the service's view (Hilock).
+    pub view: View,
+    /// Clients.
+    pub clients: Vec<CState>,
+    /// Messages in flight (a sorted multiset).
+    pub net: Vec<(Addr, Addr, Msg)>,
+    /// Membership changes so far.
+    pub changes: u8,
+    /// Crashes so far.
+    pub crashes: u8,
+    /// Slots that joined.
+    pub joined: u16,
+    /// First kernel error.
+    pub error: Option<String>,
+}
+
+/// An action.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum RAction {
+    /// Client starts its next request.
+    Start(usize),
+    /// A message is delivered.
+    Deliver(Addr, Addr, Msg),
+    /// A node joins.
+    Join(NodeId),
+    /// A node leaves.
+    Leave(NodeId),
+    /// A node crashes (Hilock).
+    Crash(NodeId),
+    /// The service removes a crashed node (Hilock).
+    Detect(NodeId),
+    /// A client times out and resends.
+    Timeout(usize),
+}
+
+/// A counterexample as saved under `spec/counterexamples/`.
+#[derive(Clone, Debug, Serialize)]
+pub struct Trace {
+    /// Format.
+    pub format: &'static str,
+    /// Configuration.
+    pub config: RingModel,
+    /// The property.
+    pub property: String,
+    /// What the trace shows.
+    pub note: String,
+    /// The actions.
+    pub steps: Vec<String>,
+    /// What is wrong at the end.
+    pub violation: String,
+}
+
+/// A check's outcome.
+#[derive(Clone, Debug)]
+pub struct RingReport {
+    /// Configuration name.
+    pub config: String,
+    /// Unique states.
+    pub unique_states: usize,
+    /// Time.
+    pub elapsed: Duration,
+    /// Properties with a discovery (a counterexample, or a `sometimes` example).
+    pub discovered: BTreeSet<String>,
+    /// Counterexample of the property asked for (refute).
+    pub trace: Option<Trace>,
+}
+
+impl RingReport {
+    /// Whether `always`/`eventually` property `p` holds (no counterexample), or whether a
+    /// `sometimes` property `p` was reached.
+    pub fn found(&self, p: &str) -> bool {
+        self.discovered.contains(p)
+    }
+}
+
+impl RingModel {
+    /// A configuration with no membership change; add them with the fields.
+    pub fn new(name: &str, variant: Variant, initial: u16, clients: Vec<u16>) -> Self {
+        RingModel {
+            name: name.to_string(),
+            variant,
+            idents: [8, 21, 32, 48],
+            initial,
+            clients,
+            joins: 0,
+            leaves: 0,
+            crashable: 0,
+            crashes: 0,
+            changes: 0,
+            sabotage: Sabotage::None,
+        }
+    }
+
+    fn ring(&self) -> Ring<NS> {
+        Ring::new(6, self.idents).expect("valid ring")
+    }
+
+    /// Exhaustive check of every property (two threads).
+    pub fn check(&self) -> RingReport {
+        self.run(HasDiscoveries::All, 2, None)
+    }
+
+    /// Search until `property` is refuted (one thread: the same trace every run).
+    pub fn refute(&self, property: &'static str) -> RingReport {
+        self.run(
+            HasDiscoveries::AnyOf(BTreeSet::from([property])),
+            1,
+            Some(property),
+        )
+    }
+
+    fn run(
+        &self,
+        finish: HasDiscoveries,
+        threads: usize,
+        want: Option<&'static str>,
+    ) -> RingReport {
+        let t = Instant::now();
+        let checker = self
+            .clone()
+            .checker()
+            .threads(threads)
+            .finish_when(finish)
+            .spawn_bfs()
+            .join();
+        let elapsed = t.elapsed();
+        let discovered: BTreeSet<String> = checker
+            .discoveries()
+            .keys()
+            .map(|k| k.to_string())
+            .collect();
+        let trace = want.and_then(|p| {
+            checker.discovery(p).map(|path| {
+                let last = path.last_state().clone();
+                Trace {
+                    format: "hilock-ring-trace/1",
+                    config: self.clone(),
+                    property: p.to_string(),
+                    note: String::new(),
+                    steps: path
+                        .into_actions()
+                        .iter()
+                        .map(|a| format!("{a:?}"))
+                        .collect(),
+                    violation: self.violation(p, &last),
+                }
+            })
+        });
+        RingReport {
+            config: self.name.clone(),
+            unique_states: checker.unique_state_count(),
+            elapsed,
+            discovered,
+            trace,
+        }
+    }
+
+    /// Clients holding each key.
+    fn holders(st: &RState, k: Key) -> Vec<ClientId> {
+        st.clients
+            .iter()
+            .filter(|c| c.stage == 2 && Key(c.key) == k)
+            .map(|c| c.c.id())
+            .collect()
+    }
+
+    fn keys(&self) -> BTreeSet<Key> {
+        self.clients.iter().map(|k| Key(*k)).collect()
+    }
+
+    fn mutex_ok(&self, st: &RState) -> bool {
+        self.keys()
+            .into_iter()
+            .all(|k| Self::holders(st, k).len() <= 1)
+    }
+
+    /// Whether the lock of `c` on `k` is recorded somewhere.
+    fn recorded(st: &RState, k: Key, c: ClientId) -> bool {
+        let locked = Entry {
+            key: k,
+            locked: true,
+        };
+        let in_node = st.nodes.iter().enumerate().any(|(i, n)| {
+            st.alive & (1 << i) != 0
+                && match n {
+                    RNode::Paper(p) => p.olock().contains(&locked) || p.olock_b().contains(&locked),
+                    RNode::Hilock(s) => s.holder(k) == Some(c),
+                }
+        });
+        let in_flight = st.net.iter().any(|(_, _, m)| match m {
+            ChordMsg::BackupModify { entry, .. }
+            | ChordMsg::BackupInsert { entry }
+            | ChordMsg::Insert { entry } => *entry == locked,
+            ChordMsg::FetchReply { entries } | ChordMsg::BackupDump { entries } => {
+                entries.contains(&locked)
+            }
+            ChordMsg::Replicate { slot, .. } => slot.key == k && slot.holder == Some(c),
+            ChordMsg::Transfer { slots, .. } => {
+                slots.iter().any(|s| s.key == k && s.holder == Some(c))
+            }
+            _ => false,
+        });
+        in_node || in_flight
+    }
+
+    fn lost_ok(&self, st: &RState) -> bool {
+        self.keys().into_iter().all(|k| {
+            Self::holders(st, k)
+                .into_iter()
+                .all(|c| Self::recorded(st, k, c))
+        })
+    }
+
+    fn finished(st: &RState) -> bool {
+        st.clients.iter().all(|c| c.stage == 4)
+    }
+
+    /// What is wrong in `st` for `property`.
+    pub fn violation(&self, property: &str, st: &RState) -> String {
+        let nodes: Vec<String> = st
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| {
+                let up = if st.alive & (1 << i) != 0 {
+                    ""
+                } else {
+                    " (down)"
+                };
+                match n {
+                    RNode::Paper(p) => format!(
+                        "n{}{up}: olock {:?} olock_b {:?}",
+                        self.idents[i],
+                        p.olock(),
+                        p.olock_b()
+                    ),
+                    RNode::Hilock(s) => format!(
+                        "n{}{up}: epoch {} {:?}",
+                        self.idents[i],
+                        s.view().epoch,
+                        s.slots()
+                    ),
+                }
+            })
+            .collect();
+        let what = match property {
+            MUTEX => {
+                let h: Vec<String> = self
+                    .keys()
+                    .into_iter()
+                    .map(|k| format!("key {}: {:?}", k.0, Self::holders(st, k)))
+                    .collect();
+                format!("two clients hold one lock: {}", h.join("; "))
+            }
+            LOST => "a client holds a lock no live node and no message records".to_string(),
+            NO_ERROR => st.error.clone().unwrap_or_default(),
+            LIVE => {
+                let w: Vec<String> = st
+                    .clients
+                    .iter()
+                    .filter(|c| c.stage != 4)
+                    .map(|c| {
+                        format!(
+                            "c{} stage {} waits for {:?}",
+                            c.c.id().0,
+                            c.stage,
+                            c.c.waiting()
+                        )
+                    })
+                    .collect();
+                format!("no step left, unanswered: {}", w.join(", "))
+            }
+            _ => String::new(),
+        };
+        format!("{what} | {}", nodes.join(" | "))
+    }
+
+    fn hilock(&self) -> bool {
+        matches!(self.variant, Variant::Hilock { .. })
+    }
+
+    /// Every live member of the service's view installed it and has its arcs, and every
+    /// live node that was in the previous view has installed it.
+    fn settled(&self, st: &RState) -> bool {
+        st.nodes.iter().enumerate().all(|(i, n)| match n {
+            RNode::Hilock(s) if st.alive & (1 << i) != 0 => {
+                let involved = st.view.has(NodeId(i as u16)) || s.view().has(NodeId(i as u16));
+                !involved
+                    || s.settled_in(st.view)
+                    || (!st.view.has(NodeId(i as u16)) && s.view() == st.view)
+            }
+            _ => true,
+        })
+    }
+
+    fn send_all(&self, st: &mut RState, from: NodeId, outs: Outs) {
+        for o in outs {
+            if let Addr::Node(n) = o.to {
+                if st.alive & (1 << n.0) == 0 {
+                    continue;
+                }
+            }
+            st.net.push((Addr::Node(from), o.to, o.msg));
+        }
+    }
+
+    fn change_view(&self, st: &mut RState, new: View, notify: Option<(NodeId, Change)>) {
+        let old = st.view;
+        st.view = new;
+        st.changes += 1;
+        match self.variant {
+            Variant::Paper => {
+                for n in st.nodes.iter_mut() {
+                    if let RNode::Paper(p) = n {
+                        let _ = p.set_view(new);
+                    }
+                }
+                for c in st.clients.iter_mut() {
+                    let _ = c.c.learn(new);
+                }
+                if let Some((to, ch)) = notify {
+                    st.net
+                        .push((Addr::Chord, Addr::Node(to), ChordMsg::Notify(ch)));
+                }
+            }
+            Variant::Hilock { .. } => {
+                for i in 0..NS {
+                    let n = NodeId(i as u16);
+                    if st.alive & (1 << i) != 0 && (old.has(n) || new.has(n)) {
+                        st.net
+                            .push((Addr::Chord, Addr::Node(n), ChordMsg::NewView(new)));
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl RNode {
+    fn step(&mut self, from: Addr, msg: &Msg, out: &mut Outs) -> Result<(), String> {
+        match self {
+            RNode::Paper(p) => p.step(from, msg, out).map(|_| ()),
+            RNode::Hilock(s) => s.step(from, msg, out).map(|_| ()),
+        }
+        .map_err(|e| format!("{msg:?} from {from:?}: {e}"))
+    }
+}
+
+impl Model for RingModel {
+    type State = RState;
+    type Action = RAction;
+
+    fn init_states(&self) -> Vec<RState> {
+        let ring = self.ring();
+        let view = View {
+            epoch: 0,
+            members: self.initial,
+        };
+        let nodes = (0..NS)
+            .map(|i| {
+                let id = NodeId(i as u16);
+                match self.variant {
+                    Variant::Paper => RNode::Paper(PaperNode::new(id, ring, view).expect("node")),
+                    Variant::Hilock { r } => {
+                        RNode::Hilock(RingServer::new(id, ring, r, view).expect("server"))
+                    }
+                }
+            })
+            .collect();
+        let clients = self
+            .clients
+            .iter()
+            .enumerate()
+            .map(|(i, k)| CState {
+                c: ChordClient::new(ClientId(i as u8 + 1), ring, view).expect("client"),
+                stage: 0,
+                target: NodeId(0),
+                key: *k,
+            })
+            .collect();
+        vec![RState {
+            nodes,
+            alive: self.initial,
+            view,
+            clients,
+            net: Vec::new(),
+            changes: 0,
+            crashes: 0,
+            joined: 0,
+            error: None,
+        }]
+    }
+
+    fn actions(&self, st: &RState, actions: &mut Vec<RAction>) {
+        if st.error.is_some() {
+            return;
+        }
+        for (i, c) in st.clients.iter().enumerate() {
+            if matches!(c.stage, 0 | 2) {
+                actions.push(RAction::Start(i));
+            }
+            let mentions = st.net.iter().any(|(f, t, m)| {
+                *f == Addr::Client(c.c.id())
+                    || *t == Addr::Client(c.c.id())
+                    || matches!(m, ChordMsg::BackupModify { token, .. } | ChordMsg::BackupAck { token } | ChordMsg::Replicate { token, .. } | ChordMsg::ReplicaAck { token, .. } if token.client == c.c.id())
+            });
+            if c.c.waiting().is_some() && !mentions && st.alive & (1 << c.target.0) == 0 {
+                actions.push(RAction::Timeout(i));
+            }
+        }
+        let mut seen = BTreeSet::new();
+        for m in &st.net {
+            if seen.insert(m) {
+                actions.push(RAction::Deliver(m.0, m.1, m.2.clone()));
+            }
+        }
+        let ring = self.ring();
+        if st.changes < self.changes && (!self.hilock() || self.settled(st)) {
+            for i in 0..NS {
+                let n = NodeId(i as u16);
+                let bit = 1u16 << i;
+                let fresh = (self.initial | st.joined) & bit == 0;
+                if self.joins & bit != 0 && fresh {
+                    actions.push(RAction::Join(n));
+                }
+                if self.leaves & bit != 0
+                    && st.view.has(n)
+                    && st.alive & bit != 0
+                    && st.view.members.count_ones() > 1
+                {
+                    actions.push(RAction::Leave(n));
+                }
+            }
+        }
+        if self.hilock() {
+            for i in 0..NS {
+                let n = NodeId(i as u16);
+                let bit = 1u16 << i;
+                if st.crashes < self.crashes
+                    && self.crashable & bit != 0
+                    && st.alive & bit != 0
+                    && st.view.has(n)
+                {
+                    actions.push(RAction::Crash(n));
+                }
+                if self.sabotage != Sabotage::NoDetect
+                    && st.alive & bit == 0
+                    && st.view.has(n)
+                    && self.settled(st)
+                    && ring.next(st.view, n) != Some(n)
+                {
+                    actions.push(RAction::Detect(n));
+                }
+            }
+        }
+    }
+
+    fn next_state(&self, last: &RState, action: RAction) -> Option<RState> {
+        let mut st = last.clone();
+        let ring = self.ring();
+        match action {
+            RAction::Start(i) => {
+                let c = &mut st.clients[i];
+                let op = if c.stage == 0 { Op::Lock } else { Op::Unlock };
+                let mut out = Outs::new();
+                if let Err(e) = c.c.start(op, Key(c.key), &mut out) {
+                    st.error = Some(format!("client start: {e}"));
+                    return Some(st);
+                }
+                c.stage += 1;
+                for o in out {
+                    if let Addr::Node(n) = o.to {
+                        c.target = n;
+                        if st.alive & (1 << n.0) != 0 {
+                            st.net.push((Addr::Client(c.c.id()), o.to, o.msg));
+                        }
+                    }
+                }
+            }
+            RAction::Timeout(i) => {
+                let view = st.view;
+                let c = &mut st.clients[i];
+                let mut out = Outs::new();
+                if let Err(e) = c.c.timeout(view, &mut out) {
+                    st.error = Some(format!("client timeout: {e}"));
+                    return Some(st);
+                }
+                for o in out {
+                    if let Addr::Node(n) = o.to {
+                        c.target = n;
+                        if st.alive & (1 << n.0) != 0 {
+                            st.net.push((Addr::Client(c.c.id()), o.to, o.msg));
+                        }
+                    }
+                }
+            }
+            RAction::Deliver(from, to, msg) => {
+                let pos = st
+                    .net
+                    .iter()
+                    .position(|m| m.0 == from && m.1 == to && m.2 == msg)?;
+                st.net.remove(pos);
+                match to {
+                    Addr::Client(cid) => {
+                        let i = st.clients.iter().position(|c| c.c.id() == cid)?;
+                        let ChordMsg::Reply { token, answer } = msg else {
+                            st.error = Some("a client got a server message".into());
+                            return Some(st);
+                        };
+                        let c = &mut st.clients[i];
+                        let mut out = Outs::new();
+                        match c.c.on_reply(token, answer, &mut out) {
+                            Ok((ClientEvent::Done(op, _, a), _)) => {
+                                c.stage = match (op, a) {
+                                    (Op::Lock, Answer::Granted) => 2,
+                                    _ => 4,
+                                };
+                            }
+                            Ok(_) => {}
+                            Err(e) => st.error = Some(format!("client: {e}")),
+                        }
+                        for o in out {
+                            if let Addr::Node(n) = o.to {
+                                c.target = n;
+                                if st.alive & (1 << n.0) != 0 {
+                                    st.net.push((Addr::Client(cid), o.to, o.msg));
+                                }
+                            }
+                        }
+                    }
+                    Addr::Node(n) => {
+                        let mut out = Outs::new();
+                        let mut msg = msg;
+                        if self.sabotage == Sabotage::EmptyTransfers {
+                            if let ChordMsg::Transfer { slots, .. } = &mut msg {
+                                slots.clear();
+                            }
+                        }
+                        if let Err(e) = st.nodes[n.0 as usize].step(from, &msg, &mut out) {
+                            st.error = Some(e);
+                        }
+                        self.send_all(&mut st, n, out);
+                    }
+                    Addr::Chord => return None,
+                }
+            }
+            RAction::Join(n) => {
+                let new = st.view.join(n);
+                st.alive |= 1 << n.0;
+                st.joined |= 1 << n.0;
+                if let RNode::Paper(_) = st.nodes[n.0 as usize] {
+                    st.nodes[n.0 as usize] =
+                        RNode::Paper(PaperNode::new(n, ring, new).expect("node"));
+                }
+                let succ = ring.next(new, n).expect("member");
+                self.change_view(&mut st, new, Some((succ, Change::PredecessorJoined)));
+            }
+            RAction::Leave(n) => {
+                let new = st.view.leave(n);
+                if !self.hilock() {
+                    // The seed's leave is abrupt.
+                    st.alive &= !(1 << n.0);
+                    st.net.retain(|m| m.1 != Addr::Node(n));
+                }
+                // The successor of the leaving node's identifier in the new ring.
+                let succ = ring
+                    .successor(new, ring.ident(n).expect("slot"))
+                    .expect("member");
+                self.change_view(&mut st, new, Some((succ, Change::PredecessorLeft)));
+            }
+            RAction::Crash(n) => {
+                st.alive &= !(1 << n.0);
+                st.crashes += 1;
+                st.net.retain(|m| m.1 != Addr::Node(n));
+            }
+            RAction::Detect(n) => {
+                let new = st.view.leave(n);
+                self.change_view(&mut st, new, None);
+                st.changes -= 1;
+            }
+        }
+        st.net.sort();
+        Some(st)
+    }
+
+    fn properties(&self) -> Vec<Property<Self>> {
+        vec![
+            Property::always(MUTEX, |m: &Self, st: &RState| m.mutex_ok(st)),
+            Property::always(LOST, |m: &Self, st: &RState| m.lost_ok(st)),
+            Property::always(NO_ERROR, |_, st: &RState| st.error.is_none()),
+            Property::eventually(LIVE, |_, st: &RState| Self::finished(st)),
+            Property::sometimes(GRANTED, |_, st: &RState| {
+                st.clients.iter().any(|c| c.stage == 2)
+            }),
+            Property::sometimes(CHANGED, |_, st: &RState| st.view.epoch > 0),
+        ]
+    }
+}

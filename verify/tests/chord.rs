@@ -1,0 +1,264 @@
+//! Seed 003: the Chord-placed lock service (`hilock_models::chord`).
+//!
+//! hilock's replicated ring server (r = 2) passes with pinned state counts; the seed's
+//! Fig. 2 taken literally is refuted, each counterexample written to
+//! `spec/counterexamples/ring/ring-*.json` (a subdirectory: `hilock explore` does not open
+//! this model's traces yet, and `verify/tests/explorer.rs` checks every trace in the parent); each passing property is broken once on purpose
+//! (`*_goes_red`). The 4-slot join configuration is `#[ignore]`d (about 36 s; `cargo test
+//! -p verify --test chord -- --ignored`).
+
+use hilock_models::chord::{
+    RingModel, RingReport, Sabotage, Variant, CHANGED, GRANTED, LIVE, LOST, MUTEX, NO_ERROR,
+};
+use std::path::PathBuf;
+
+/// Unique states of the passing configurations.
+const PINNED: &[(&str, usize)] = &[
+    ("hilock r2: 2 nodes + join, 2 clients on key 24", 68944),
+    (
+        "hilock r2: 3 nodes, graceful leave, 2 clients on key 10",
+        114878,
+    ),
+    ("hilock r2: 3 nodes, 2 crashes, 2 clients on key 10", 344678),
+    ("hilock r2: 3 nodes + join, 2 clients on key 24", 1_029_414),
+];
+
+const H2: Variant = Variant::Hilock { r: 2 };
+
+fn pass(m: &RingModel) -> RingReport {
+    let r = m.check();
+    println!(
+        "{}: {} states in {:?}, discovered {:?}",
+        r.config, r.unique_states, r.elapsed, r.discovered
+    );
+    for p in [MUTEX, LOST, NO_ERROR, LIVE] {
+        assert!(!r.found(p), "{}: {p} violated", m.name);
+    }
+    for p in [GRANTED, CHANGED] {
+        assert!(r.found(p), "{}: {p} never reached (vacuous)", m.name);
+    }
+    let pinned = PINNED
+        .iter()
+        .find(|(n, _)| *n == m.name)
+        .unwrap_or_else(|| panic!("{}: no pinned state count", m.name));
+    assert_eq!(r.unique_states, pinned.1, "{}: state space changed", m.name);
+    r
+}
+
+/// Refutes `property` and saves the counterexample as `spec/counterexamples/ring/<file>.json`.
+fn refuted(m: &RingModel, property: &'static str, file: &str, note: &str) -> String {
+    let r = m.refute(property);
+    let mut t = r
+        .trace
+        .unwrap_or_else(|| panic!("{}: {property} not refuted", m.name));
+    t.note = note.to_string();
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../spec/counterexamples/ring")
+        .join(format!("{file}.json"));
+    std::fs::write(&path, serde_json::to_string_pretty(&t).unwrap() + "\n").unwrap();
+    println!(
+        "{file}: {property} after {} steps ({} states): {}",
+        t.steps.len(),
+        r.unique_states,
+        t.violation
+    );
+    t.violation
+}
+
+fn join_small() -> RingModel {
+    let mut m = RingModel::new(
+        "hilock r2: 2 nodes + join, 2 clients on key 24",
+        H2,
+        0b0011,
+        vec![24, 24],
+    );
+    m.joins = 0b0100;
+    m.changes = 1;
+    m
+}
+
+fn leave() -> RingModel {
+    let mut m = RingModel::new(
+        "hilock r2: 3 nodes, graceful leave, 2 clients on key 10",
+        H2,
+        0b0111,
+        vec![10, 10],
+    );
+    m.leaves = 0b0111;
+    m.changes = 1;
+    m
+}
+
+fn crashes(v: Variant, n: u8) -> RingModel {
+    let mut m = RingModel::new(
+        "hilock r2: 3 nodes, 2 crashes, 2 clients on key 10",
+        v,
+        0b0111,
+        vec![10, 10],
+    );
+    m.crashable = 0b0111;
+    m.crashes = n;
+    m
+}
+
+// ------------------------------------------------------------------ hilock: passes
+
+#[test]
+fn hilock_join_hands_over_the_moved_arc() {
+    pass(&join_small());
+}
+
+#[test]
+fn hilock_graceful_leave_passes() {
+    pass(&leave());
+}
+
+/// r = 2: any 2 of the 3 nodes may crash (they are adjacent on a 3-ring).
+#[test]
+fn hilock_r2_survives_two_adjacent_crashes() {
+    pass(&crashes(H2, 2));
+}
+
+/// About 36 s and 1,029,414 states on the shared 2-core machine.
+#[test]
+#[ignore]
+fn hilock_join_into_three_nodes_passes() {
+    let mut m = RingModel::new(
+        "hilock r2: 3 nodes + join, 2 clients on key 24",
+        H2,
+        0b0111,
+        vec![24, 24],
+    );
+    m.idents = [8, 21, 48, 32];
+    m.joins = 0b1000;
+    m.changes = 1;
+    pass(&m);
+}
+
+// ------------------------------------------------------- refuted: the paper and r = 1
+
+/// Fig. 5 with hilock's server and r = 1: a node and its successor crash together.
+#[test]
+fn fig5_double_leave_loses_the_lock_with_r1() {
+    let mut m = crashes(Variant::Hilock { r: 1 }, 2);
+    m.name = "hilock r1: 3 nodes, 2 crashes".into();
+    refuted(
+        &m,
+        LOST,
+        "ring-fig5-double-leave-r1",
+        "Fig. 5: c1 holds key 10 (primary n21, one replica n32); n21 and its successor n32 \
+         crash together; no live node and no message records the lock.",
+    );
+}
+
+/// Fig. 5 with the seed's own tables: the service node and its successor leave.
+#[test]
+fn paper_double_leave_loses_the_lock() {
+    let mut m = RingModel::new(
+        "paper: 3 nodes, 2 leaves",
+        Variant::Paper,
+        0b0111,
+        vec![10, 10],
+    );
+    m.leaves = 0b0111;
+    m.changes = 2;
+    refuted(
+        &m,
+        LOST,
+        "ring-paper-fig5-double-leave",
+        "Fig. 5 literally: olock on n21, olock_b on n32; both leave; the lock state is gone.",
+    );
+}
+
+/// Fig. 2(e) is not atomic: Chord already routes key 10 to the joiner n12 while n21's
+/// `predecessor.olock.insert` is still on its way; the joiner's `getIslocked` of a missing
+/// oid is false, so it grants a second holder.
+#[test]
+fn paper_join_grants_twice_before_the_insert_arrives() {
+    let mut m = RingModel::new(
+        "paper: 3 nodes + join at 12",
+        Variant::Paper,
+        0b0111,
+        vec![10, 10],
+    );
+    m.idents = [8, 21, 32, 12];
+    m.joins = 0b1000;
+    m.changes = 1;
+    refuted(
+        &m,
+        MUTEX,
+        "ring-paper-join-window",
+        "Fig. 2(e): c2 holds key 10 at n21; n12 joins and Chord routes key 10 to it; c1's \
+         s_lock reaches n12 before (e)4's insert: n12 has no entry, getIslocked = false, \
+         c1 is granted too.",
+    );
+}
+
+/// Fig. 2(d) is not atomic either, and `dump`/`insert` append: the successor grants from
+/// its empty `olock` before Chord's notification runs `append`, and `append`'s
+/// `olock_b.dump(olock)` then adds a second entry for the same oid.
+#[test]
+fn paper_leave_grants_twice_and_duplicates_the_entry() {
+    let mut m = RingModel::new(
+        "paper: 3 nodes, 1 leave of n21",
+        Variant::Paper,
+        0b0111,
+        vec![10, 10],
+    );
+    m.leaves = 0b0010;
+    m.changes = 1;
+    let v = refuted(
+        &m,
+        MUTEX,
+        "ring-paper-leave-window-duplicates",
+        "Fig. 2(d): c2 holds key 10 at n21; n21 leaves; c1's s_lock reaches n32 before \
+         Chord's notification: olock has no entry, c1 is granted; then (d)1 dumps olock_b \
+         into olock: n32's olock has (10, true) twice.",
+    );
+    let e = "Entry { key: Key(10), locked: true }";
+    assert!(v.contains(&format!("olock [{e}, {e}]")), "{v}");
+}
+
+/// The seed's RPC to a successor that left never returns: the client is never answered.
+#[test]
+fn paper_rpc_to_a_departed_successor_never_returns() {
+    let mut m = RingModel::new(
+        "paper: 3 nodes, 1 leave",
+        Variant::Paper,
+        0b0111,
+        vec![10, 10],
+    );
+    m.leaves = 0b0111;
+    m.changes = 1;
+    refuted(
+        &m,
+        LIVE,
+        "ring-paper-rpc-to-departed-successor",
+        "(a)4: successor.olock_b.modify is in flight when the successor leaves; the call \
+         never returns, (a)5 never runs, the client waits for ever.",
+    );
+}
+
+// -------------------------------------------------------- broken on purpose: goes red
+
+#[test]
+fn hand_over_without_entries_goes_red() {
+    let mut m = join_small();
+    m.sabotage = Sabotage::EmptyTransfers;
+    assert!(m.refute(MUTEX).trace.is_some());
+}
+
+#[test]
+fn never_removing_a_crashed_node_goes_red() {
+    // One client: with two, the other's retries are a cycle, and Stateright 0.31 checks
+    // `eventually` only at terminal states.
+    let mut m = crashes(H2, 1);
+    m.clients = vec![10];
+    m.sabotage = Sabotage::NoDetect;
+    assert!(m.refute(LIVE).trace.is_some());
+}
+
+#[test]
+fn more_crashes_than_r_goes_red() {
+    assert!(crashes(H2, 3).refute(LOST).trace.is_some());
+}
