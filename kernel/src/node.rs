@@ -36,6 +36,9 @@ pub struct Peer {
     pub requests_seen: u32,
     /// Bit `k` set: the request with `hop = requests_seen - 1 - k` was received too. With
     /// `requests_seen` it recognises a re-delivered request even on a reordering network.
+    /// A request more than 32 behind the newest cannot be told apart from a re-delivery
+    /// and is refused as one (`kernel/tests/node_paths.rs` checks the window against a
+    /// reference set).
     pub requests_window: u32,
 }
 
@@ -1097,13 +1100,11 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
     ) -> Result<(), KernelError> {
         let link = &mut self.peers[from.idx()];
         if hop > link.requests_seen {
+            // The old newest moves to bit `shift - 1`; bits that leave the 32-bit window are
+            // forgotten (a shift of exactly 32 keeps the old newest: `1 << 31`).
             let shift = hop - link.requests_seen;
-            let window = if shift >= 32 {
-                0
-            } else {
-                (link.requests_window << shift) | (1 << (shift - 1))
-            };
-            link.requests_window = window;
+            link.requests_window = link.requests_window.checked_shl(shift).unwrap_or(0)
+                | 1u32.checked_shl(shift - 1).unwrap_or(0);
             link.requests_seen = hop;
             return Ok(());
         }
