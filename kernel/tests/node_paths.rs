@@ -3,7 +3,8 @@
 //! generation, and the counters of stale messages.
 
 use hilock_kernel::{
-    Frozen, Input, KernelError, LockId, Mode, Msg, NodeId, Output, Outputs, QueueEntry, Site,
+    Frozen, Inheritance, Input, KernelError, LockId, Mode, ModeSet, Msg, NodeId, Output, Outputs,
+    QueueEntry, Site, Variant,
 };
 use hilock_spec::Cluster;
 use proptest::prelude::*;
@@ -257,4 +258,293 @@ fn stale_freezes_requests_and_tokens_are_counted() {
     assert_eq!(n.held(), Mode::Phi);
     assert_eq!(n.stale().freezes, 3);
     assert_eq!(n.stale().requests, 3);
+}
+
+fn entry(requester: u16, mode: Mode, serial: u32, prio: u8) -> QueueEntry {
+    QueueEntry {
+        requester: NodeId(requester),
+        mode,
+        serial,
+        prio,
+    }
+}
+
+fn grant(e: QueueEntry, epoch: u32, frozen: Frozen) -> Msg<4> {
+    Msg::Grant {
+        lock: L,
+        entry: e,
+        epoch,
+        recorded: e.mode,
+        frozen,
+        fence: 1,
+    }
+}
+
+fn input(site: &mut S, i: Input<'_, Msg<4>>) -> Out {
+    let mut out = Out::new();
+    site.step(i, &mut out).unwrap();
+    out
+}
+
+/// Site 1 (parent 0) holds IR under frozen `f1`, grants an IR copy to node 2, releases its
+/// own hold (it still owns IR through 2) and asks for R: the request is pending at its
+/// parent.
+fn owning_through_a_child(f1: Frozen) -> S {
+    let mut site = S::new(NodeId(1), NodeId(0)).unwrap();
+    input(
+        &mut site,
+        Input::Acquire {
+            lock: L,
+            mode: Mode::IR,
+        },
+    );
+    deliver_to(&mut site, 0, &grant(entry(1, Mode::IR, 1, 0), 1, f1)).unwrap();
+    assert_eq!(site.lock(L).unwrap().frozen(), f1.modes());
+    deliver_to(&mut site, 2, &request(2, 1, 1)).unwrap();
+    input(&mut site, Input::Release { lock: L });
+    let n = site.lock(L).unwrap();
+    assert_eq!((n.held(), n.owned()), (Mode::Phi, Mode::IR));
+    input(
+        &mut site,
+        Input::Acquire {
+            lock: L,
+            mode: Mode::R,
+        },
+    );
+    assert_eq!(site.lock(L).unwrap().pending_mode(), Mode::R);
+    site
+}
+
+/// Invariant 2.3 on a grant (Fig. 2.5): a grant from the node that already is our parent,
+/// while we own a mode under it, adds its frozen modes to ours; a grant from a new parent
+/// replaces them (what the old parent froze is no longer ours to respect).
+#[test]
+fn a_grant_merges_frozen_modes_from_the_same_parent_and_replaces_them_from_a_new_one() {
+    let f1 = Frozen::of(ModeSet::of(&[Mode::W]), 0);
+    let f2 = Frozen::of(ModeSet::of(&[Mode::U]), 0);
+    let mut same = owning_through_a_child(f1);
+    deliver_to(&mut same, 0, &grant(entry(1, Mode::R, 2, 0), 2, f2)).unwrap();
+    let n = same.lock(L).unwrap();
+    assert_eq!(n.held(), Mode::R);
+    assert_eq!(n.frozen(), ModeSet::of(&[Mode::U, Mode::W]));
+    let mut moved = owning_through_a_child(f1);
+    let out = deliver_to(&mut moved, 3, &grant(entry(1, Mode::R, 2, 0), 1, f2)).unwrap();
+    let n = moved.lock(L).unwrap();
+    assert_eq!((n.held(), n.parent()), (Mode::R, Some(NodeId(3))));
+    assert_eq!(n.frozen(), ModeSet::of(&[Mode::U]));
+    // And the old parent is told that we left it.
+    assert!(out.iter().any(|o| matches!(
+        o,
+        Output::Send {
+            to: NodeId(0),
+            msg: Msg::Release {
+                owned: Mode::Phi,
+                ..
+            }
+        }
+    )));
+}
+
+/// Rule 6: a freeze is applied only from our parent while we own a mode and are not the
+/// token node; otherwise it is stale.
+#[test]
+fn freezes_apply_only_from_the_parent_to_an_owner() {
+    let f = Frozen::of(ModeSet::of(&[Mode::W]), 0);
+    let freeze = Msg::Freeze { lock: L, modes: f };
+    // Owning IR under parent 0: a freeze from 2 (our child, not our parent) is stale.
+    let mut site = owning_through_a_child(Frozen::EMPTY);
+    deliver_to(&mut site, 2, &freeze).unwrap();
+    assert_eq!(site.lock(L).unwrap().frozen(), ModeSet::EMPTY);
+    assert_eq!(site.lock(L).unwrap().stale().freezes, 1);
+    deliver_to(&mut site, 0, &freeze).unwrap();
+    assert_eq!(site.lock(L).unwrap().frozen(), f.modes());
+    // Owning nothing: stale even from the parent.
+    let mut idle = S::new(NodeId(1), NodeId(0)).unwrap();
+    deliver_to(&mut idle, 0, &freeze).unwrap();
+    assert_eq!(idle.lock(L).unwrap().frozen(), ModeSet::EMPTY);
+    assert_eq!(idle.lock(L).unwrap().stale().freezes, 1);
+    // The token node: stale from anyone.
+    let mut token = S::new(NodeId(0), NodeId(0)).unwrap();
+    input(
+        &mut token,
+        Input::Acquire {
+            lock: L,
+            mode: Mode::R,
+        },
+    );
+    deliver_to(&mut token, 1, &freeze).unwrap();
+    assert_eq!(token.lock(L).unwrap().frozen(), ModeSet::EMPTY);
+    assert_eq!(token.lock(L).unwrap().stale().freezes, 1);
+}
+
+/// Inheritance happens only under PIP (Fig. 3.8): under PCEP a holder that receives a
+/// freeze with a threshold, or that queues a conflicting request of a higher priority,
+/// inherits nothing.
+#[test]
+fn only_pip_inherits_from_freezes_and_queued_requests() {
+    let pcep = Variant {
+        inheritance: Inheritance::Pcep,
+        ..Variant::HILOCK
+    };
+    let mut site2 = S::new(NodeId(1), NodeId(0)).unwrap().with_variant(pcep);
+    input(
+        &mut site2,
+        Input::Acquire {
+            lock: L,
+            mode: Mode::R,
+        },
+    );
+    deliver_to(
+        &mut site2,
+        0,
+        &grant(entry(1, Mode::R, 1, 0), 1, Frozen::EMPTY),
+    )
+    .unwrap();
+    let freeze = Msg::Freeze {
+        lock: L,
+        modes: Frozen::of(ModeSet::of(&[Mode::R]), 6),
+    };
+    deliver_to(&mut site2, 0, &freeze).unwrap();
+    assert_eq!(site2.priorities().inherited[0], 0);
+    assert_eq!(site2.priorities().effective, 0);
+    // The token node holding R queues a W request of priority 5.
+    let mut token = S::new(NodeId(0), NodeId(0)).unwrap().with_variant(pcep);
+    input(
+        &mut token,
+        Input::Acquire {
+            lock: L,
+            mode: Mode::R,
+        },
+    );
+    let w = Msg::Request {
+        lock: L,
+        entry: entry(2, Mode::W, 1, 5),
+        hop: 1,
+    };
+    deliver_to(&mut token, 2, &w).unwrap();
+    assert_eq!(token.lock(L).unwrap().queue().len(), 1);
+    assert_eq!(token.priorities().inherited[0], 0);
+    // Under PIP the same two steps make the holders inherit.
+    let pip = Variant {
+        inheritance: Inheritance::Pip,
+        ..Variant::HILOCK
+    };
+    let mut token = S::new(NodeId(0), NodeId(0)).unwrap().with_variant(pip);
+    input(
+        &mut token,
+        Input::Acquire {
+            lock: L,
+            mode: Mode::R,
+        },
+    );
+    deliver_to(&mut token, 2, &w).unwrap();
+    assert_eq!(token.priorities().effective, 5);
+    let mut site2 = S::new(NodeId(1), NodeId(0)).unwrap().with_variant(pip);
+    input(
+        &mut site2,
+        Input::Acquire {
+            lock: L,
+            mode: Mode::R,
+        },
+    );
+    deliver_to(
+        &mut site2,
+        0,
+        &grant(entry(1, Mode::R, 1, 0), 1, Frozen::EMPTY),
+    )
+    .unwrap();
+    deliver_to(&mut site2, 0, &freeze).unwrap();
+    assert_eq!(site2.priorities().effective, 6);
+}
+
+/// Rule 8.2 merge: one entry per requester, the newest request (higher serial, then higher
+/// priority) wins, whichever queue it came from; an entry with mode Φ is refused and
+/// changes nothing.
+#[test]
+fn token_queue_merge_keeps_the_newest_entry_per_requester() {
+    // Site 1 (parent 0) keeps 2's W request behind its own pending W (Table 2.3: Q), then
+    // receives the token whose queue has an older request of 2 and a request of 3.
+    let mut site = S::new(NodeId(1), NodeId(0)).unwrap();
+    input(
+        &mut site,
+        Input::Acquire {
+            lock: L,
+            mode: Mode::W,
+        },
+    );
+    let newer = entry(2, Mode::W, 2, 0);
+    deliver_to(
+        &mut site,
+        2,
+        &Msg::Request {
+            lock: L,
+            entry: newer,
+            hop: 1,
+        },
+    )
+    .unwrap();
+    assert_eq!(site.lock(L).unwrap().queue(), &[newer]);
+    let token = |queue: &[QueueEntry]| Msg::Token {
+        lock: L,
+        entry: entry(1, Mode::W, 1, 0),
+        generation: 1,
+        sender_owned: Mode::Phi,
+        epoch: 1,
+        frozen: Frozen::EMPTY,
+        queue: heapless::Vec::from_slice(queue).unwrap(),
+        fence: 1,
+    };
+    let bad = token(&[entry(3, Mode::Phi, 1, 0)]);
+    let before = site.clone();
+    assert!(deliver_to(&mut site, 0, &bad).is_err());
+    assert_eq!(site, before);
+    let out = deliver_to(
+        &mut site,
+        0,
+        &token(&[entry(2, Mode::W, 1, 0), entry(3, Mode::R, 1, 0)]),
+    )
+    .unwrap();
+    let n = site.lock(L).unwrap();
+    assert_eq!(n.held(), Mode::W);
+    assert_eq!(n.queue(), &[newer, entry(3, Mode::R, 1, 0)], "{out:?}");
+}
+
+/// A token that answers an older copy of our request (a PIP reissue served late) while a
+/// newer request of ours is pending: the pending request joins the merged queue by its
+/// priority, after the entries of the same priority (FIFO within a priority, Rule 8.1).
+#[test]
+fn own_pending_request_joins_the_token_queue_by_priority() {
+    let mut site = S::new(NodeId(1), NodeId(0)).unwrap();
+    input(&mut site, Input::SetPriority { base: 1 });
+    input(
+        &mut site,
+        Input::Acquire {
+            lock: L,
+            mode: Mode::W,
+        },
+    );
+    assert_eq!(site.lock(L).unwrap().pending_prio(), 1);
+    let token = Msg::Token {
+        lock: L,
+        // An older request of ours (serial 0): not the pending one.
+        entry: entry(1, Mode::W, 0, 0),
+        generation: 1,
+        sender_owned: Mode::W,
+        epoch: 1,
+        frozen: Frozen::EMPTY,
+        queue: heapless::Vec::from_slice(&[
+            entry(2, Mode::W, 1, 5),
+            entry(3, Mode::W, 1, 1),
+            entry(0, Mode::W, 1, 0),
+        ])
+        .unwrap(),
+        fence: 1,
+    };
+    // The sender still owns W: nothing can be served, the queue stays as merged.
+    deliver_to(&mut site, 0, &token).unwrap();
+    let n = site.lock(L).unwrap();
+    assert!(n.has_token());
+    assert_eq!(n.held(), Mode::Phi);
+    let order: Vec<u16> = n.queue().iter().map(|e| e.requester.0).collect();
+    assert_eq!(order, [2, 3, 1, 0]);
 }
