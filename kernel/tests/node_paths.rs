@@ -203,6 +203,21 @@ fn stale_grants_are_counted() {
     }
 }
 
+/// The token of lock `L` (generation 1, fence 1) answering `e`, from a sender that still
+/// owns `sender_owned`, with `queue`.
+fn token_msg(e: QueueEntry, sender_owned: Mode, queue: &[QueueEntry]) -> Msg<4> {
+    Msg::Token {
+        lock: L,
+        entry: e,
+        generation: 1,
+        sender_owned,
+        epoch: 1,
+        frozen: Frozen::EMPTY,
+        queue: heapless::Vec::from_slice(queue).unwrap(),
+        fence: 1,
+    }
+}
+
 fn deliver_to(site: &mut S, from: u16, msg: &Msg<4>) -> Result<Out, KernelError> {
     let mut out = Out::new();
     site.step(
@@ -236,21 +251,7 @@ fn stale_freezes_requests_and_tokens_are_counted() {
         assert!(out.is_empty(), "{out:?}");
         assert_eq!(site.lock(L).unwrap().stale().requests, k);
     }
-    let token = Msg::Token {
-        lock: L,
-        entry: QueueEntry {
-            requester: NodeId(1),
-            mode: Mode::W,
-            serial: 3,
-            prio: 0,
-        },
-        generation: 1,
-        sender_owned: Mode::Phi,
-        epoch: 1,
-        frozen: Frozen::EMPTY,
-        queue: heapless::Vec::new(),
-        fence: 4,
-    };
+    let token = token_msg(entry(1, Mode::W, 3, 0), Mode::Phi, &[]);
     deliver_to(&mut site, 0, &token).unwrap();
     let n = site.lock(L).unwrap();
     assert_eq!(n.stale().tokens, 1);
@@ -377,84 +378,52 @@ fn freezes_apply_only_from_the_parent_to_an_owner() {
     assert_eq!(token.lock(L).unwrap().stale().freezes, 1);
 }
 
-/// Inheritance happens only under PIP (Fig. 3.8): under PCEP a holder that receives a
-/// freeze with a threshold, or that queues a conflicting request of a higher priority,
-/// inherits nothing.
-#[test]
-fn only_pip_inherits_from_freezes_and_queued_requests() {
-    let pcep = Variant {
-        inheritance: Inheritance::Pcep,
-        ..Variant::HILOCK
-    };
-    let mut site2 = S::new(NodeId(1), NodeId(0)).unwrap().with_variant(pcep);
-    input(
-        &mut site2,
-        Input::Acquire {
+/// A holder of R under `variant`: site 1 with R granted by its parent 0, and the token node
+/// 0 holding R itself.
+fn r_holders(variant: Variant) -> (S, S) {
+    let mut child = S::new(NodeId(1), NodeId(0)).unwrap().with_variant(variant);
+    let mut token = S::new(NodeId(0), NodeId(0)).unwrap().with_variant(variant);
+    for site in [&mut child, &mut token] {
+        let acquire = Input::Acquire {
             lock: L,
             mode: Mode::R,
-        },
-    );
-    deliver_to(
-        &mut site2,
-        0,
-        &grant(entry(1, Mode::R, 1, 0), 1, Frozen::EMPTY),
-    )
-    .unwrap();
+        };
+        input(site, acquire);
+    }
+    let g = grant(entry(1, Mode::R, 1, 0), 1, Frozen::EMPTY);
+    deliver_to(&mut child, 0, &g).unwrap();
+    (child, token)
+}
+
+/// Inheritance happens only under PIP (Fig. 3.8): under PCEP a holder that receives a
+/// freeze with a threshold, or that queues a conflicting request of a higher priority,
+/// inherits nothing; under PIP both make it inherit.
+#[test]
+fn only_pip_inherits_from_freezes_and_queued_requests() {
     let freeze = Msg::Freeze {
         lock: L,
         modes: Frozen::of(ModeSet::of(&[Mode::R]), 6),
     };
-    deliver_to(&mut site2, 0, &freeze).unwrap();
-    assert_eq!(site2.priorities().inherited[0], 0);
-    assert_eq!(site2.priorities().effective, 0);
-    // The token node holding R queues a W request of priority 5.
-    let mut token = S::new(NodeId(0), NodeId(0)).unwrap().with_variant(pcep);
-    input(
-        &mut token,
-        Input::Acquire {
-            lock: L,
-            mode: Mode::R,
-        },
-    );
     let w = Msg::Request {
         lock: L,
         entry: entry(2, Mode::W, 1, 5),
         hop: 1,
     };
-    deliver_to(&mut token, 2, &w).unwrap();
-    assert_eq!(token.lock(L).unwrap().queue().len(), 1);
-    assert_eq!(token.priorities().inherited[0], 0);
-    // Under PIP the same two steps make the holders inherit.
-    let pip = Variant {
-        inheritance: Inheritance::Pip,
-        ..Variant::HILOCK
-    };
-    let mut token = S::new(NodeId(0), NodeId(0)).unwrap().with_variant(pip);
-    input(
-        &mut token,
-        Input::Acquire {
-            lock: L,
-            mode: Mode::R,
-        },
-    );
-    deliver_to(&mut token, 2, &w).unwrap();
-    assert_eq!(token.priorities().effective, 5);
-    let mut site2 = S::new(NodeId(1), NodeId(0)).unwrap().with_variant(pip);
-    input(
-        &mut site2,
-        Input::Acquire {
-            lock: L,
-            mode: Mode::R,
-        },
-    );
-    deliver_to(
-        &mut site2,
-        0,
-        &grant(entry(1, Mode::R, 1, 0), 1, Frozen::EMPTY),
-    )
-    .unwrap();
-    deliver_to(&mut site2, 0, &freeze).unwrap();
-    assert_eq!(site2.priorities().effective, 6);
+    for (inheritance, from_freeze, from_queue) in
+        [(Inheritance::Pcep, 0, 0), (Inheritance::Pip, 6, 5)]
+    {
+        let (mut child, mut token) = r_holders(Variant {
+            inheritance,
+            ..Variant::HILOCK
+        });
+        deliver_to(&mut child, 0, &freeze).unwrap();
+        assert_eq!(child.priorities().inherited[0], from_freeze);
+        assert_eq!(child.priorities().effective, from_freeze);
+        deliver_to(&mut token, 2, &w).unwrap();
+        assert_eq!(token.lock(L).unwrap().queue().len(), 1);
+        assert_eq!(token.priorities().inherited[0], from_queue);
+        assert_eq!(token.priorities().effective, from_queue);
+    }
 }
 
 /// Rule 8.2 merge: one entry per requester, the newest request (higher serial, then higher
@@ -484,16 +453,7 @@ fn token_queue_merge_keeps_the_newest_entry_per_requester() {
     )
     .unwrap();
     assert_eq!(site.lock(L).unwrap().queue(), &[newer]);
-    let token = |queue: &[QueueEntry]| Msg::Token {
-        lock: L,
-        entry: entry(1, Mode::W, 1, 0),
-        generation: 1,
-        sender_owned: Mode::Phi,
-        epoch: 1,
-        frozen: Frozen::EMPTY,
-        queue: heapless::Vec::from_slice(queue).unwrap(),
-        fence: 1,
-    };
+    let token = |queue: &[QueueEntry]| token_msg(entry(1, Mode::W, 1, 0), Mode::Phi, queue);
     let bad = token(&[entry(3, Mode::Phi, 1, 0)]);
     let before = site.clone();
     assert!(deliver_to(&mut site, 0, &bad).is_err());
@@ -524,22 +484,13 @@ fn own_pending_request_joins_the_token_queue_by_priority() {
         },
     );
     assert_eq!(site.lock(L).unwrap().pending_prio(), 1);
-    let token = Msg::Token {
-        lock: L,
-        // An older request of ours (serial 0): not the pending one.
-        entry: entry(1, Mode::W, 0, 0),
-        generation: 1,
-        sender_owned: Mode::W,
-        epoch: 1,
-        frozen: Frozen::EMPTY,
-        queue: heapless::Vec::from_slice(&[
-            entry(2, Mode::W, 1, 5),
-            entry(3, Mode::W, 1, 1),
-            entry(0, Mode::W, 1, 0),
-        ])
-        .unwrap(),
-        fence: 1,
-    };
+    // An older request of ours (serial 0), not the pending one.
+    let queue = [
+        entry(2, Mode::W, 1, 5),
+        entry(3, Mode::W, 1, 1),
+        entry(0, Mode::W, 1, 0),
+    ];
+    let token = token_msg(entry(1, Mode::W, 0, 0), Mode::W, &queue);
     // The sender still owns W: nothing can be served, the queue stays as merged.
     deliver_to(&mut site, 0, &token).unwrap();
     let n = site.lock(L).unwrap();
