@@ -188,11 +188,7 @@ fn print_tables(s: &Script, steps: &[(u16, Vec<Rule>)], end: &[End]) {
     println!("const {c}_STEPS: &[StepRules] = &[");
     for (node, rules) in steps {
         let r: Vec<String> = rules.iter().map(|r| format!("Rule::{r:?}")).collect();
-        println!(
-            "    StepRules {{ node: {}, rules: &[{}] }},",
-            s.nodes[*node as usize],
-            r.join(", ")
-        );
+        println!("    at({}, &[{}]),", s.nodes[*node as usize], r.join(", "));
     }
     println!("];\n\nconst {c}_END: &[End] = &[");
     for e in end {
@@ -201,8 +197,15 @@ fn print_tables(s: &Script, steps: &[(u16, Vec<Rule>)], end: &[End]) {
             None => "None".to_string(),
         };
         println!(
-            "    End {{ node: {}, lock: {}, token: {}, parent: {parent}, owned: {:?}, held: {:?}, pending: {:?}, queue: {}, effective: {} }},",
-            s.nodes[e.node as usize], e.lock, e.token, e.owned, e.held, e.pending, e.queue, e.effective
+            "    end({}, {}, {}, {parent}, [{:?}, {:?}, {:?}], {}, {}),",
+            s.nodes[e.node as usize],
+            e.lock,
+            e.token,
+            e.owned,
+            e.held,
+            e.pending,
+            e.queue,
+            e.effective
         );
     }
     println!("];\n");
