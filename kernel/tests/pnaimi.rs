@@ -1,69 +1,36 @@
 //! Mueller's prioritized Naimi protocol (thesis section 3.1.1): Fig. 3.1, and exclusivity,
 //! priority order and service of every request on random runs.
 
-use hilock_kernel::{Input, LockId, Mode, NodeId, Output, PrioNaimiMsg, PrioNaimiSite};
-use hilock_spec::Cluster;
+use hilock_kernel::{Input, LockId, Mode, NodeId, Output, PrioNaimiSite};
 use proptest::prelude::*;
 
 type S = PrioNaimiSite<6, 1, 8, 6>;
-type M = PrioNaimiMsg<6>;
 const L: LockId = LockId(0);
 
-/// The sites in the one harness, and the order in which requests were granted.
-struct Net {
-    c: Cluster<S>,
-    grants: Vec<u16>,
-}
+mod common;
 
-impl Net {
-    fn new(owners: &[Option<u16>]) -> Self {
-        let s = owners
+type Net = common::Net<S>;
+
+fn net(owners: &[Option<u16>]) -> Net {
+    Net::new(
+        owners
             .iter()
             .enumerate()
             .map(|(i, o)| S::with_owners(NodeId(i as u16), |_| o.map(NodeId)).unwrap())
-            .collect();
-        Net {
-            c: Cluster::new(s),
-            grants: vec![],
-        }
-    }
-    fn site(&self, at: u16) -> &S {
-        self.c.site(NodeId(at))
-    }
-    fn record(&mut self, at: NodeId, outputs: &[Output<M>]) {
-        for o in outputs {
-            if let Output::Granted { .. } = o {
-                self.grants.push(at.0);
-            }
-        }
-    }
-    fn step(&mut self, at: u16, input: Input<'_, M>) {
-        let step = self.c.input(NodeId(at), input).unwrap();
-        self.record(step.node, &step.outputs);
-    }
-    /// Delivers the oldest message in flight (one global FIFO order), if any.
-    fn deliver_one(&mut self) -> bool {
-        let Some((f, t)) = self.c.oldest_channel() else {
-            return false;
-        };
-        let (_, r) = self.c.deliver(f, t).unwrap();
-        let step = r.unwrap();
-        self.record(step.node, &step.outputs);
-        true
-    }
-    fn settle(&mut self) {
-        while self.deliver_one() {}
-    }
-    fn request(&mut self, at: u16, prio: u8) {
-        self.step(at, Input::SetPriority { base: prio });
-        self.step(
-            at,
-            Input::Acquire {
-                lock: L,
-                mode: Mode::W,
-            },
-        );
-    }
+            .collect(),
+    )
+}
+
+/// `at` asks for W at priority `prio`.
+fn request(n: &mut Net, at: u16, prio: u8) {
+    n.step(at, Input::SetPriority { base: prio });
+    n.step(
+        at,
+        Input::Acquire {
+            lock: L,
+            mode: Mode::W,
+        },
+    );
 }
 
 /// Fig. 3.1: T holds the token; A, B, C, D request at priorities 1, 2, 1, 3. A's request
@@ -73,7 +40,7 @@ impl Net {
 fn fig_3_1_prioritized_naimi() {
     // Nodes: T=0, A=1, B=2, C=3, D=4. Initial tree: A → B → T, C → B, D → T.
     let (t, a, b, c, d) = (0u16, 1u16, 2u16, 3u16, 4u16);
-    let mut n = Net::new(&[None, Some(b), Some(t), Some(b), Some(t), Some(t)]);
+    let mut n = net(&[None, Some(b), Some(t), Some(b), Some(t), Some(t)]);
     n.step(
         t,
         Input::Acquire {
@@ -81,7 +48,7 @@ fn fig_3_1_prioritized_naimi() {
             mode: Mode::W,
         },
     ); // T in its critical section
-    n.request(a, 1);
+    request(&mut n, a, 1);
     n.settle();
     let la = n.site(a).lock(L).unwrap();
     let lb = n.site(b).lock(L).unwrap();
@@ -95,11 +62,11 @@ fn fig_3_1_prioritized_naimi() {
         (Some(NodeId(a)), Some(NodeId(t))),
         "B → A (≤ 1), B → T (> 1)"
     );
-    n.request(b, 2);
+    request(&mut n, b, 2);
     n.settle();
-    n.request(c, 1);
+    request(&mut n, c, 1);
     n.settle();
-    n.request(d, 3);
+    request(&mut n, d, 3);
     n.settle();
     let order = |x: &S| {
         x.lock(L)
@@ -130,14 +97,14 @@ proptest! {
     /// Random runs: at most one holder, and after draining every request was granted.
     #[test]
     fn exclusive_and_every_request_served(ops in prop::collection::vec((0u16..6, 0u8..3, 0u8..8), 1..150)) {
-        let mut n = Net::new(&[None, Some(0), Some(0), Some(1), Some(2), Some(2)]);
+        let mut n = net(&[None, Some(0), Some(0), Some(1), Some(2), Some(2)]);
         let mut requested = 0;
         for (node, what, prio) in ops {
             let st = n.site(node).lock(L).unwrap().clone();
             match what {
                 0 if st.held == Mode::Phi && st.pending.0 == Mode::Phi => {
                     requested += 1;
-                    n.request(node, prio);
+                    request(&mut n, node, prio);
                 }
                 1 if st.held != Mode::Phi => n.step(node, Input::Release { lock: L }),
                 _ => {
