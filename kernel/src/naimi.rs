@@ -70,6 +70,24 @@ impl NaimiLock {
     fn busy(&self) -> bool {
         self.pending != Mode::Phi || self.held != Mode::Phi
     }
+    /// Sends the token (next generation) to `to`.
+    fn send_token<S: Sink<Output<NaimiMsg>>>(
+        &mut self,
+        lock: LockId,
+        to: NodeId,
+        out: &mut S,
+    ) -> Result<(), KernelError> {
+        let generation = self.token.unwrap_or(self.generation_seen).wrapping_add(1);
+        self.token = None;
+        self.generation_seen = generation;
+        push(
+            out,
+            Output::Send {
+                to,
+                msg: NaimiMsg::Token { lock, generation },
+            },
+        )
+    }
 }
 
 /// A Naimi-Trehel site with `N` nodes and `L` locks (a step emits at most 2 outputs).
@@ -175,16 +193,7 @@ impl<const N: usize, const L: usize> NaimiSite<N, L> {
                 }
                 s.held = Mode::Phi;
                 if let Some(n) = s.next.take() {
-                    let generation = s.token.unwrap_or(s.generation_seen).wrapping_add(1);
-                    s.token = None;
-                    s.generation_seen = generation;
-                    push(
-                        out,
-                        Output::Send {
-                            to: n,
-                            msg: NaimiMsg::Token { lock, generation },
-                        },
-                    )?;
+                    s.send_token(lock, n, out)?;
                 }
             }
             Input::SetPriority { .. } => {}
@@ -217,16 +226,7 @@ impl<const N: usize, const L: usize> NaimiSite<N, L> {
                             }
                             s.next = Some(requester);
                         } else {
-                            let generation = s.token.unwrap_or(s.generation_seen).wrapping_add(1);
-                            s.token = None;
-                            s.generation_seen = generation;
-                            push(
-                                out,
-                                Output::Send {
-                                    to: requester,
-                                    msg: NaimiMsg::Token { lock, generation },
-                                },
-                            )?;
+                            s.send_token(lock, requester, out)?;
                         }
                     }
                     Some(o) => {
