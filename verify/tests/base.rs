@@ -6,6 +6,11 @@
 //! The literal thesis readings (`Variant` flags set to `false`) are checked too: the checker
 //! must find their violations; the counterexamples are written to `spec/counterexamples/`.
 
+/// The model checker clones a state per successor: mimalloc's allocation is cheaper than
+/// glibc's for that pattern (BENCHMARKS.md, "Model checking throughput").
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use hilock_kernel::{Forwarding, Mode, Variant};
 use hilock_models::base::{ModelConfig, Network, REACHED};
 use hilock_models::check::{check, CheckReport};

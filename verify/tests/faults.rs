@@ -8,6 +8,11 @@
 //! configurations are `#[ignore]`d with their time noted
 //! (`cargo test --release -p verify --test faults -- --ignored --nocapture`).
 
+/// The model checker clones a state per successor: mimalloc's allocation is cheaper than
+/// glibc's for that pattern (BENCHMARKS.md, "Model checking throughput").
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use hilock_kernel::recovery::RecoveryVariant;
 use hilock_models::faults::{
     FaultConfig, FaultModel, FaultReport, AFTER_INSTALL, KILLED, NO_LOST, ONE_TOKEN, P1,

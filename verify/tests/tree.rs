@@ -4,6 +4,11 @@
 //! the slides' pseudocode taken literally is refuted, and the counterexamples are saved
 //! under `spec/counterexamples/tree-*.json`.
 
+/// The model checker clones a state per successor: mimalloc's allocation is cheaper than
+/// glibc's for that pattern (BENCHMARKS.md, "Model checking throughput").
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use hilock_kernel::tree::{Demotion, Promotion, TreeVariant, Undo};
 use hilock_models::tree::{TreeModel, TreeReport, P8, REACHED};
 use std::path::PathBuf;
