@@ -402,6 +402,40 @@ impl fmt::Display for ChordError {
     }
 }
 
+/// A ring server's step in two parts (issue 13: one validate-then-apply step, no rollback
+/// copy): [`Server::check`] reads the state and finds every error the input can cause;
+/// [`Server::apply`] then changes the state and sends, and cannot fail.
+pub(crate) trait Server<const T: usize> {
+    /// The most messages one step sends.
+    const MAX_OUTPUTS: usize;
+    /// Every error `msg` from `from` can cause; reads only.
+    fn check(&self, from: Addr, msg: &ChordMsg<T>) -> Result<(), ChordError>;
+    /// The step, for an input that passed [`Server::check`] with room for
+    /// [`Server::MAX_OUTPUTS`] messages in `out`.
+    fn apply<S: Sink<Out<T>>>(&mut self, from: Addr, msg: &ChordMsg<T>, out: &mut S) -> Report;
+}
+
+/// The step of every ring server ([`PaperNode::step`], [`RingServer::step`]): output room,
+/// then the check (an error leaves the server and `out` untouched), then the change.
+pub(crate) fn step<const T: usize, X: Server<T>, S: Sink<Out<T>>>(
+    server: &mut X,
+    from: Addr,
+    msg: &ChordMsg<T>,
+    out: &mut S,
+) -> Result<Report, ChordError> {
+    room(out, X::MAX_OUTPUTS)?;
+    server.check(from, msg)?;
+    Ok(server.apply(from, msg, out))
+}
+
+/// The node a server-to-server message comes from (one of the `N` slots).
+pub(crate) fn node_sender<const N: usize>(from: Addr) -> Result<NodeId, ChordError> {
+    match from {
+        Addr::Node(n) if n.idx() < N => Ok(n),
+        _ => Err(ChordError::BadSender),
+    }
+}
+
 fn room<const T: usize, S: Sink<Out<T>>>(out: &S, need: usize) -> Result<(), ChordError> {
     if out.room() < need {
         Err(ChordError::OutputsFull)
