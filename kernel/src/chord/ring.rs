@@ -7,6 +7,7 @@ use super::{ChordError, Key, NodeId};
 /// Which node slots are members, and the view's number (hilock's epoch; the paper's Chord
 /// ring has no number and keeps 0).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct View {
     /// Epoch: increases with every membership change.
     pub epoch: u16,

@@ -1,0 +1,295 @@
+//! The ring engine (seed 003) on a loopback ring: six nodes serve locks under load from
+//! twelve clients while two nodes join, one leaves gracefully and the primary of a held
+//! lock is killed. The nodes run in this process as tasks; a kill aborts the node's task,
+//! which drops (closes) every socket it has at once — what the operating system does to
+//! the sockets of a process killed with SIGKILL — and sends nothing more.
+//!
+//! Checks: the demo's history checker ([`hilock::demo::Oracle`]: every grant registered
+//! after the client got it, every end before the client sends the unlock; an overlap of two
+//! holds of one path is a violation) reports 0 violations; no lock is lost (the lock held
+//! across the kill is recorded by its new primary and both replicas, a contender is refused
+//! it, and after everybody unlocked no entry is left locked); every request is answered
+//! within its bound; no server refused an input.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use hilock::demo::Oracle;
+use hilock::ring::{key_of, ring, Membership, RingClient, RingNode, SLOTS};
+use hilock_kernel::chord::{ClientId, NodeId, View};
+use hilock_kernel::Mode;
+use tokio::net::TcpListener;
+
+const LOAD_CLIENTS: u8 = 12;
+const PATHS: u64 = 16;
+const HELD: &str = "/pinned/record";
+const HOLDER: u8 = 100;
+const CONTENDER: u8 = 101;
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+/// The node of `n` in `nodes`.
+fn slot(nodes: &[Option<RingNode>], n: NodeId) -> &RingNode {
+    nodes[n.idx()].as_ref().expect("live node")
+}
+
+/// The primary and the two replicas of `path` in `v`.
+fn holders_of(v: View, path: &str) -> Vec<NodeId> {
+    let set = ring().replicas(v, key_of(path), 3);
+    (0..SLOTS as u16)
+        .filter(|i| set & (1 << i) != 0)
+        .map(NodeId)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn six_node_ring_joins_leave_and_kill_under_load_no_violation_no_lost_lock() {
+    tokio::time::timeout(Duration::from_secs(90), run())
+        .await
+        .expect("the ring test ended within 90 s");
+}
+
+async fn run() {
+    let t0 = Instant::now();
+    // Slots 0..5 start; 6 and 7 join.
+    let mut listeners = Vec::new();
+    let mut addrs: Vec<Option<SocketAddr>> = vec![None; SLOTS];
+    for (i, a) in addrs.iter_mut().enumerate().take(8) {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        *a = Some(l.local_addr().unwrap());
+        listeners.push((i as u16, l));
+    }
+    let addrs = Arc::new(addrs);
+    let ml = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let membership = Membership::start(ml, 0b0011_1111).await.unwrap();
+    let maddr = membership.addr();
+    let mut nodes: Vec<Option<RingNode>> = (0..SLOTS).map(|_| None).collect();
+    let mut joiners = Vec::new();
+    for (i, l) in listeners {
+        if i < 6 {
+            nodes[i as usize] = Some(RingNode::start(i, l, addrs.clone(), maddr).await.unwrap());
+        } else {
+            joiners.push((i, l));
+        }
+    }
+    let limit = Duration::from_secs(10);
+    membership
+        .wait_for(limit, |v| v.members == 0b0011_1111)
+        .await
+        .unwrap();
+
+    // The lock held across everything.
+    let mut holder = RingClient::connect(HOLDER, addrs.clone(), maddr)
+        .await
+        .unwrap();
+    let mut contender = RingClient::connect(CONTENDER, addrs.clone(), maddr)
+        .await
+        .unwrap();
+    let oracle = Arc::new(Oracle::default());
+    let ops = Arc::new(AtomicU64::new(1));
+    assert!(
+        holder.lock(HELD).await.unwrap(),
+        "the first lock is granted"
+    );
+    let held_op = ops.fetch_add(1, Relaxed);
+    oracle.register_path(held_op, HOLDER as u16, HELD, Mode::W);
+
+    // Load: each client locks random paths, holds 1–3 ms, unlocks.
+    let stop = Arc::new(AtomicBool::new(false));
+    let errors = Arc::new(Mutex::new(Vec::<String>::new()));
+    let (grants, refusals) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let mut load = Vec::new();
+    for c in 1..=LOAD_CLIENTS {
+        let mut cl = RingClient::connect(c, addrs.clone(), maddr).await.unwrap();
+        let (stop, errors, oracle, ops, grants, refusals) = (
+            stop.clone(),
+            errors.clone(),
+            oracle.clone(),
+            ops.clone(),
+            grants.clone(),
+            refusals.clone(),
+        );
+        load.push(tokio::spawn(async move {
+            let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ c as u64);
+            while !stop.load(Relaxed) {
+                let path = format!("/doc{}/part", rng.next() % PATHS);
+                match cl.lock(&path).await {
+                    Ok(true) => {
+                        grants.fetch_add(1, Relaxed);
+                        let op = ops.fetch_add(1, Relaxed);
+                        oracle.register_path(op, c as u16, &path, Mode::W);
+                        tokio::time::sleep(Duration::from_millis(1 + rng.next() % 3)).await;
+                        oracle.exit(op);
+                        if let Err(e) = cl.unlock(&path).await {
+                            errors
+                                .lock()
+                                .unwrap()
+                                .push(format!("c{c} unlock {path}: {e}"));
+                            return cl;
+                        }
+                    }
+                    Ok(false) => {
+                        refusals.fetch_add(1, Relaxed);
+                        tokio::time::sleep(Duration::from_millis(1)).await;
+                    }
+                    Err(e) => {
+                        errors
+                            .lock()
+                            .unwrap()
+                            .push(format!("c{c} lock {path}: {e}"));
+                        return cl;
+                    }
+                }
+            }
+            cl
+        }));
+    }
+    let phase = |what: &str| {
+        println!(
+            "{:>6.2} s  {what}: {} grants, {} refusals so far",
+            t0.elapsed().as_secs_f64(),
+            grants.load(Relaxed),
+            refusals.load(Relaxed)
+        )
+    };
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    phase("load running on 6 nodes");
+
+    // Two joins.
+    for (i, l) in joiners {
+        nodes[i as usize] = Some(RingNode::start(i, l, addrs.clone(), maddr).await.unwrap());
+        membership.join(i);
+        let v = membership
+            .wait_for(limit, |v| v.has(NodeId(i)))
+            .await
+            .unwrap();
+        phase(&format!("node {i} joined, view {v:?}"));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+
+    // A graceful leave of a node that is not among the held lock's holders.
+    let v = membership.view().0;
+    let keep = holders_of(v, HELD);
+    let leaver = (0..8u16)
+        .map(NodeId)
+        .find(|n| v.has(*n) && !keep.contains(n))
+        .unwrap();
+    membership.leave(leaver.0);
+    let v = membership
+        .wait_for(limit, |v| !v.has(leaver))
+        .await
+        .unwrap();
+    let t = Instant::now();
+    while !slot(&nodes, leaver).stopped() {
+        assert!(
+            t.elapsed() < limit,
+            "the leaver stops once the change is done"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    nodes[leaver.idx()] = None;
+    phase(&format!("node {} left gracefully, view {v:?}", leaver.0));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    // Kill the primary of the held lock, under load.
+    let v = membership.view().0;
+    let victim = ring().lookup(v, key_of(HELD)).unwrap();
+    let before = slot(&nodes, victim).snapshot();
+    let victim_locks = before.slots.iter().filter(|s| s.holder.is_some()).count();
+    assert!(
+        before
+            .slots
+            .iter()
+            .any(|s| s.key == key_of(HELD) && s.holder == Some(ClientId(HOLDER))),
+        "the victim holds the lock: {before:?}"
+    );
+    nodes[victim.idx()].take().unwrap().kill();
+    let v = membership
+        .wait_for(limit, |v| !v.has(victim))
+        .await
+        .unwrap();
+    phase(&format!(
+        "node {} killed holding {victim_locks} locked entries, view {v:?}",
+        victim.0
+    ));
+    assert_eq!(
+        v.members.count_ones(),
+        6,
+        "a 6-node ring after 2 joins, 1 leave, 1 kill"
+    );
+
+    // No lost lock: the new primary and both replicas record the holder; a contender is
+    // refused.
+    let now = holders_of(v, HELD);
+    assert_eq!(now.len(), 3);
+    for n in &now {
+        let s = slot(&nodes, *n).snapshot();
+        assert_eq!(
+            s.slots
+                .iter()
+                .find(|x| x.key == key_of(HELD))
+                .and_then(|x| x.holder),
+            Some(ClientId(HOLDER)),
+            "node {} records the held lock: {s:?}",
+            n.0
+        );
+    }
+    assert!(
+        !contender.lock(HELD).await.unwrap(),
+        "the lock held across the kill is refused to another client"
+    );
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    phase("load after the kill");
+
+    // Stop the load; every client ends.
+    stop.store(true, Relaxed);
+    let mut resent = 0;
+    for h in load {
+        let cl = tokio::time::timeout(limit, h)
+            .await
+            .expect("client ends")
+            .unwrap();
+        resent += cl.resent;
+    }
+    oracle.exit(held_op);
+    holder.unlock(HELD).await.unwrap();
+    assert!(contender.lock(HELD).await.unwrap(), "free after the unlock");
+    contender.unlock(HELD).await.unwrap();
+
+    let errs = errors.lock().unwrap().clone();
+    assert!(errs.is_empty(), "requests not answered: {errs:#?}");
+    // Nothing left locked on any live node, and no server refused an input.
+    let mut left: BTreeMap<u16, Vec<String>> = BTreeMap::new();
+    for n in nodes.iter().flatten() {
+        let s = n.snapshot();
+        assert!(s.errors.is_empty(), "node {}: {:?}", n.id(), s.errors);
+        for x in s.slots.iter().filter(|x| x.holder.is_some()) {
+            left.entry(n.id()).or_default().push(format!("{x:?}"));
+        }
+    }
+    assert!(left.is_empty(), "entries left locked: {left:?}");
+    let g = grants.load(Relaxed);
+    println!(
+        "{:.2} s: {g} grants, {} refusals, {resent} requests sent again, {} violations",
+        t0.elapsed().as_secs_f64(),
+        refusals.load(Relaxed),
+        oracle.violations().len()
+    );
+    assert_eq!(
+        oracle.violations(),
+        Vec::<String>::new(),
+        "exclusion violations"
+    );
+    assert!(g > 200, "the load ran: {g} grants");
+}
