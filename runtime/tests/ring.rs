@@ -229,6 +229,13 @@ async fn run() {
         "a 6-node ring after 2 joins, 1 leave, 1 kill"
     );
 
+    let bad = oracle.violations();
+    assert!(
+        bad.is_empty(),
+        "{} exclusion violations up to the kill, the first: {:?}",
+        bad.len(),
+        &bad[..bad.len().min(3)]
+    );
     // No lost lock: the new primary and both replicas record the holder; a contender is
     // refused.
     let now = holders_of(v, HELD);

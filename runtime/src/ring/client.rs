@@ -137,7 +137,7 @@ impl RingClient {
                 let tx = self.open(n).await;
                 self.conns.insert(n, tx);
             }
-            let ok = self.conns[&n].send(Frame::Msg(o.msg)).is_ok();
+            let ok = self.conns[&n].send(Frame::Msg(Box::new(o.msg))).is_ok();
             if !ok {
                 self.conns.remove(&n);
                 let _ = self.tx.send((n, None));
@@ -185,8 +185,16 @@ impl RingClient {
                 return Err(ClientError::Timeout { op, key });
             };
             let mut out = COuts::new();
-            match f {
-                Some(Frame::Msg(ChordMsg::Reply { token, answer })) => {
+            let reply = match f {
+                Some(Frame::Msg(m)) => match *m {
+                    ChordMsg::Reply { token, answer } => Some(Some((token, answer))),
+                    _ => Some(None),
+                },
+                Some(_) => Some(None),
+                None => None,
+            };
+            match reply {
+                Some(Some((token, answer))) => {
                     if answer == Answer::Retry {
                         tokio::time::sleep(Duration::from_millis(5)).await;
                     }
@@ -200,7 +208,7 @@ impl RingClient {
                         ClientEvent::Ignored => {}
                     }
                 }
-                Some(_) => {}
+                Some(None) => {}
                 None => {
                     self.conns.remove(&n);
                     if self.target == Some(n) && self.kc.waiting().is_some() {

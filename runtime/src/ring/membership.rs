@@ -123,7 +123,7 @@ impl State {
         self.view = new;
         for (i, tx) in &self.nodes {
             if self.up & (1 << i) != 0 && (self.old.has(NodeId(*i)) || new.has(NodeId(*i))) {
-                let _ = tx.send(Frame::Msg(ChordMsg::NewView(new)));
+                let _ = tx.send(Frame::Msg(Box::new(ChordMsg::NewView(new))));
             }
         }
         self.clients.retain(|c| c.send(Frame::Current(new)).is_ok());

@@ -83,7 +83,7 @@ pub enum Frame {
     /// First frame: who dialed.
     Hello(Addr),
     /// A kernel message (its sender is the connection's `Hello`).
-    Msg(Msg),
+    Msg(Box<Msg>),
     /// Membership → node or client: the current view (first answer to `Hello`, and every
     /// later view for clients).
     Current(View),

@@ -167,7 +167,7 @@ async fn run(
                     Ev::Open(..) => continue,
                     Ev::MembershipGone => return,
                     Ev::Frame(Addr::Chord, Frame::Left) => return,
-                    Ev::Frame(from, Frame::Msg(m)) => (from, m),
+                    Ev::Frame(from, Frame::Msg(m)) => (from, *m),
                     Ev::Frame(..) => continue,
                 };
                 let mut out = Outs::new();
@@ -180,18 +180,18 @@ async fn run(
                     match o.to {
                         Addr::Node(n) => {
                             let tx = links.entry(n).or_insert_with(|| link(me, n, &peers));
-                            if tx.send(Frame::Msg(o.msg.clone())).is_err() {
+                            if tx.send(Frame::Msg(Box::new(o.msg.clone()))).is_err() {
                                 // The link task ended (the peer is down): try a fresh
                                 // connection once; if that fails too, the message is lost
                                 // with the peer, as in the model.
                                 let tx = link(me, n, &peers);
-                                let _ = tx.send(Frame::Msg(o.msg));
+                                let _ = tx.send(Frame::Msg(Box::new(o.msg)));
                                 links.insert(n, tx);
                             }
                         }
                         Addr::Client(c) => {
                             if let Some(tx) = clients.get(&c) {
-                                let _ = tx.send(Frame::Msg(o.msg));
+                                let _ = tx.send(Frame::Msg(Box::new(o.msg)));
                             }
                         }
                         Addr::Chord => {}
