@@ -300,3 +300,261 @@ async fn run() {
     );
     assert!(g > 200, "the load ran: {g} grants");
 }
+
+/// The view of the first `n` slots.
+fn first(n: u16) -> View {
+    View {
+        epoch: 0,
+        members: ((1u32 << n) - 1) as u16,
+    }
+}
+
+/// Load balance and movement of the runtime's placement (the kernel's `Ring::lookup` over
+/// the 16 slots, the kernel's `hash` of each lock's top-level element): prints the tables of
+/// BENCHMARKS.md and checks consistent hashing's movement property — on a join only keys
+/// that the joiner now serves move, on a leave only the leaver's keys move.
+#[test]
+fn placement_balance_and_movement() {
+    const K: usize = 10_000;
+    let r = ring();
+    let keys: Vec<_> = (0..K).map(|i| key_of(&format!("/lock{i}/x"))).collect();
+    println!("| nodes | keys | min | mean | max | max/mean |");
+    println!("|---|---|---|---|---|---|");
+    for n in [4u16, 8, 12, 16] {
+        let v = first(n);
+        let mut per = vec![0usize; SLOTS];
+        for k in &keys {
+            per[r.lookup(v, *k).unwrap().idx()] += 1;
+        }
+        let per = &per[..n as usize];
+        let (min, max) = (*per.iter().min().unwrap(), *per.iter().max().unwrap());
+        let mean = K as f64 / n as f64;
+        assert_eq!(per.iter().sum::<usize>(), K);
+        println!(
+            "| {n} | {K} | {min} | {mean:.0} | {max} | {:.2} |",
+            max as f64 / mean
+        );
+    }
+    println!();
+    println!("| change | K/n | primaries moved | replica sets changed (r = 2) |");
+    println!("|---|---|---|---|");
+    for n in [4u16, 8, 12, 15] {
+        let (a, b) = (first(n), first(n).join(NodeId(n)));
+        let joiner = NodeId(n);
+        let (mut moved, mut sets) = (0, 0);
+        for k in &keys {
+            let (x, y) = (r.lookup(a, *k).unwrap(), r.lookup(b, *k).unwrap());
+            if x != y {
+                moved += 1;
+                assert_eq!(y, joiner, "on a join, keys move only to the joiner");
+            }
+            if r.replicas(a, *k, 3) != r.replicas(b, *k, 3) {
+                sets += 1;
+            }
+        }
+        println!(
+            "| join: {n} -> {} | {:.0} | {moved} | {sets} |",
+            n + 1,
+            K as f64 / (n + 1) as f64
+        );
+        // The leave of the same node, back to `a`.
+        let mut moved_back = 0;
+        for k in &keys {
+            let (x, y) = (r.lookup(b, *k).unwrap(), r.lookup(a, *k).unwrap());
+            if x != y {
+                moved_back += 1;
+                assert_eq!(x, joiner, "on a leave, only the leaver's keys move");
+            }
+        }
+        assert_eq!(moved_back, moved);
+        println!(
+            "| leave: {} -> {n} | {:.0} | {moved_back} | {sets} |",
+            n + 1,
+            K as f64 / (n + 1) as f64
+        );
+    }
+}
+
+/// One workload, three engines, one run (BENCHMARKS.md): 6 nodes on loopback, 12 clients
+/// (2 per node), each taking W on one of 16 paths 100 times, holding 1 ms. Token engine:
+/// `Node::lock`; agents engine: a transaction of one lock; ring engine: `RingClient::lock`,
+/// retried every 1 ms while refused (the seed's lock does not queue). About 15 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore]
+async fn engine_comparison() {
+    const NODES: usize = 6;
+    const CLIENTS: usize = 12;
+    const EACH: usize = 100;
+    const HOLD: Duration = Duration::from_millis(1);
+    let path = |c: usize, i: usize| format!("/doc{}/part", (c * 7919 + i * 104_729) % 16);
+    fn pct(v: &mut [f64], p: f64) -> f64 {
+        v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        v[((v.len() as f64 - 1.0) * p).round() as usize]
+    }
+    let mut rows = Vec::new();
+    let oracle = Arc::new(Oracle::default());
+    let ops = Arc::new(AtomicU64::new(1));
+
+    // Token engine.
+    {
+        let nodes =
+            hilock::demo::local_cluster(NODES, "cmp-token", b"secret", Duration::from_secs(30))
+                .await
+                .unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let before: u64 = nodes.iter().map(|n| n.stats().frames_sent).sum();
+        let t = Instant::now();
+        let mut tasks = Vec::new();
+        for c in 0..CLIENTS {
+            let h = nodes[c % NODES].handle();
+            let (oracle, ops) = (oracle.clone(), ops.clone());
+            tasks.push(tokio::spawn(async move {
+                let mut lat = Vec::new();
+                for i in 0..EACH {
+                    let p = path(c, i);
+                    let s = Instant::now();
+                    let g = h.lock(&p, Mode::W).await.unwrap();
+                    lat.push(s.elapsed().as_secs_f64() * 1e3);
+                    let op = ops.fetch_add(1, Relaxed);
+                    oracle.register_path(op, c as u16, &p, Mode::W);
+                    tokio::time::sleep(HOLD).await;
+                    oracle.exit(op);
+                    drop(g);
+                }
+                lat
+            }));
+        }
+        let mut lat = Vec::new();
+        for t in tasks {
+            lat.extend(t.await.unwrap());
+        }
+        let secs = t.elapsed().as_secs_f64();
+        let msgs: u64 = nodes.iter().map(|n| n.stats().frames_sent).sum::<u64>() - before;
+        rows.push(("token (seed 002)", secs, lat, msgs, "peer frames"));
+    }
+    // Agents engine (single home per top-level element).
+    {
+        let nodes =
+            hilock::demo::local_cluster(NODES, "cmp-agents", b"secret", Duration::from_secs(30))
+                .await
+                .unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let before: u64 = nodes.iter().map(|n| n.agent_stats().frames_sent).sum();
+        let t = Instant::now();
+        let mut tasks = Vec::new();
+        for c in 0..CLIENTS {
+            let h = nodes[c % NODES].handle();
+            let (oracle, ops) = (oracle.clone(), ops.clone());
+            tasks.push(tokio::spawn(async move {
+                let mut lat = Vec::new();
+                for i in 0..EACH {
+                    let p = path(c, i);
+                    let s = Instant::now();
+                    let mut tx = h.transaction(Default::default()).unwrap();
+                    tx.lock(&p, hilock::agents::LockMode::Write).await.unwrap();
+                    lat.push(s.elapsed().as_secs_f64() * 1e3);
+                    let op = ops.fetch_add(1, Relaxed);
+                    oracle.register_path(op, c as u16, &p, Mode::W);
+                    tokio::time::sleep(HOLD).await;
+                    oracle.exit(op);
+                    tx.commit().await.unwrap();
+                }
+                lat
+            }));
+        }
+        let mut lat = Vec::new();
+        for t in tasks {
+            lat.extend(t.await.unwrap());
+        }
+        let secs = t.elapsed().as_secs_f64();
+        let msgs: u64 = nodes
+            .iter()
+            .map(|n| n.agent_stats().frames_sent)
+            .sum::<u64>()
+            - before;
+        rows.push(("agents (seed 001)", secs, lat, msgs, "peer frames"));
+    }
+    // Ring engine.
+    {
+        let mut addrs: Vec<Option<SocketAddr>> = vec![None; SLOTS];
+        let mut ls = Vec::new();
+        for a in addrs.iter_mut().take(NODES) {
+            let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            *a = Some(l.local_addr().unwrap());
+            ls.push(l);
+        }
+        let addrs = Arc::new(addrs);
+        let m = Membership::start(TcpListener::bind("127.0.0.1:0").await.unwrap(), 0b11_1111)
+            .await
+            .unwrap();
+        let mut nodes = Vec::new();
+        for (i, l) in ls.into_iter().enumerate() {
+            nodes.push(
+                RingNode::start(i as u16, l, addrs.clone(), m.addr())
+                    .await
+                    .unwrap(),
+            );
+        }
+        m.wait_for(Duration::from_secs(5), |_| true).await.unwrap();
+        let count = |nodes: &[RingNode]| -> u64 {
+            nodes
+                .iter()
+                .map(|n| {
+                    let s = n.snapshot();
+                    s.steps + s.replies
+                })
+                .sum()
+        };
+        let before = count(&nodes);
+        let t = Instant::now();
+        let mut tasks = Vec::new();
+        for c in 0..CLIENTS {
+            let mut cl = RingClient::connect(c as u8 + 1, addrs.clone(), m.addr())
+                .await
+                .unwrap();
+            let (oracle, ops) = (oracle.clone(), ops.clone());
+            tasks.push(tokio::spawn(async move {
+                let mut lat = Vec::new();
+                for i in 0..EACH {
+                    let p = path(c, i);
+                    let s = Instant::now();
+                    while !cl.lock(&p).await.unwrap() {
+                        tokio::time::sleep(Duration::from_millis(1)).await;
+                    }
+                    lat.push(s.elapsed().as_secs_f64() * 1e3);
+                    let op = ops.fetch_add(1, Relaxed);
+                    oracle.register_path(op, c as u16, &p, Mode::W);
+                    tokio::time::sleep(HOLD).await;
+                    oracle.exit(op);
+                    cl.unlock(&p).await.unwrap();
+                }
+                lat
+            }));
+        }
+        let mut lat = Vec::new();
+        for t in tasks {
+            lat.extend(t.await.unwrap());
+        }
+        let secs = t.elapsed().as_secs_f64();
+        let msgs = count(&nodes) - before;
+        rows.push((
+            "ring (seed 003, r = 2)",
+            secs,
+            lat,
+            msgs,
+            "messages received (requests, replication, answers)",
+        ));
+    }
+    let n = (CLIENTS * EACH) as f64;
+    println!("| engine | accesses | wall s | accesses/s | acquire p50 ms | acquire p99 ms | messages per access | counted |");
+    println!("|---|---|---|---|---|---|---|---|");
+    for (name, secs, mut lat, msgs, what) in rows {
+        let (p50, p99) = (pct(&mut lat, 0.5), pct(&mut lat, 0.99));
+        println!(
+            "| {name} | {n} | {secs:.2} | {:.0} | {p50:.2} | {p99:.2} | {:.1} | {what} |",
+            n / secs,
+            msgs as f64 / n
+        );
+    }
+    assert_eq!(oracle.violations(), Vec::<String>::new());
+}

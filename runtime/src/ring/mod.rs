@@ -11,8 +11,8 @@
 //!
 //! # Placement
 //! The ring has [`SLOTS`] node slots on a 16-bit circle; slot `i` has the identifier
-//! [`hash`](hilock_kernel::chord::hash) of `"hilock-ring-slot-<i>"` (FNV-1a, fixed, so every
-//! process places alike). A lock path is placed by its top-level element
+//! [`hash`](hilock_kernel::chord::hash) of `"hilock-ring-slot-<i>"` (FNV-1a then fmix32,
+//! fixed, so every process places alike). A lock path is placed by its top-level element
 //! ([`Ring::key_of`](hilock_kernel::chord::Ring::key_of)).
 //!
 //! # Transport

@@ -25,8 +25,10 @@ pub struct Snapshot {
     pub settled: bool,
     /// Kernel errors (an input the server refused); a correct run has none.
     pub errors: Vec<String>,
-    /// Messages it stepped.
+    /// Messages it stepped (every message it received).
     pub steps: u64,
+    /// Answers it sent to clients.
+    pub replies: u64,
 }
 
 /// A running ring node.
@@ -190,6 +192,7 @@ async fn run(
                             }
                         }
                         Addr::Client(c) => {
+                            snap.replies += 1;
                             if let Some(tx) = clients.get(&c) {
                                 let _ = tx.send(Frame::Msg(Box::new(o.msg)));
                             }
