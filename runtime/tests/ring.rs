@@ -322,7 +322,7 @@ fn placement_balance_and_movement() {
     println!("|---|---|---|---|---|---|");
     for n in [4u16, 8, 12, 16] {
         let v = first(n);
-        let mut per = vec![0usize; SLOTS];
+        let mut per = [0usize; SLOTS];
         for k in &keys {
             per[r.lookup(v, *k).unwrap().idx()] += 1;
         }
@@ -378,7 +378,7 @@ fn placement_balance_and_movement() {
 /// One workload, three engines, one run (BENCHMARKS.md): 6 nodes on loopback, 12 clients
 /// (2 per node), each taking W on one of 16 paths 100 times, holding 1 ms. Token engine:
 /// `Node::lock`; agents engine: a transaction of one lock; ring engine: `RingClient::lock`,
-/// retried every 1 ms while refused (the seed's lock does not queue). About 15 s.
+/// retried every 1 ms while refused (the seed's lock does not queue). About 3 s.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore]
 async fn engine_comparison() {
@@ -397,10 +397,14 @@ async fn engine_comparison() {
 
     // Token engine.
     {
-        let nodes =
-            hilock::demo::local_cluster(NODES, "cmp-token", b"secret", Duration::from_secs(30))
-                .await
-                .unwrap();
+        let nodes = hilock::demo::local_cluster(
+            NODES,
+            "cmp-token",
+            b"a long shared secret",
+            Duration::from_secs(30),
+        )
+        .await
+        .unwrap();
         tokio::time::sleep(Duration::from_millis(300)).await;
         let before: u64 = nodes.iter().map(|n| n.stats().frames_sent).sum();
         let t = Instant::now();
@@ -434,10 +438,14 @@ async fn engine_comparison() {
     }
     // Agents engine (single home per top-level element).
     {
-        let nodes =
-            hilock::demo::local_cluster(NODES, "cmp-agents", b"secret", Duration::from_secs(30))
-                .await
-                .unwrap();
+        let nodes = hilock::demo::local_cluster(
+            NODES,
+            "cmp-agents",
+            b"a long shared secret",
+            Duration::from_secs(30),
+        )
+        .await
+        .unwrap();
         tokio::time::sleep(Duration::from_millis(300)).await;
         let before: u64 = nodes.iter().map(|n| n.agent_stats().frames_sent).sum();
         let t = Instant::now();
