@@ -566,3 +566,209 @@ async fn engine_comparison() {
     }
     assert_eq!(oracle.violations(), Vec::<String>::new());
 }
+
+/// A `hilock ring-node` child process, killed (SIGKILL) when dropped.
+struct Proc(std::process::Child);
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The same ring as separate `hilock ring-node` processes (the membership service and the
+/// clients in this process): 6 nodes under load, a join, a graceful leave (the process
+/// exits by itself) and `kill -9` of the primary of a held lock. The history checker
+/// reports 0 violations; the held lock survives the kill (refused to a contender, granted
+/// after its holder's unlock); afterwards every path is free (a fresh client is granted
+/// each); every request is answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ring_node_processes_survive_kill_9_of_a_primary_under_load() {
+    tokio::time::timeout(Duration::from_secs(90), processes())
+        .await
+        .expect("the process test ended within 90 s");
+}
+
+async fn processes() {
+    let mut addrs: Vec<Option<SocketAddr>> = vec![None; SLOTS];
+    for a in addrs.iter_mut().take(7) {
+        // A free port: bound and released; the child binds it again.
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        *a = Some(l.local_addr().unwrap());
+    }
+    let peers: Vec<String> = addrs.iter().flatten().map(|a| a.to_string()).collect();
+    let peers = peers.join(",");
+    let addrs = Arc::new(addrs);
+    let membership = Membership::start(TcpListener::bind("127.0.0.1:0").await.unwrap(), 0b11_1111)
+        .await
+        .unwrap();
+    let maddr = membership.addr();
+    let spawn = |i: u16| {
+        Proc(
+            std::process::Command::new(env!("CARGO_BIN_EXE_hilock"))
+                .args(["ring-node", "--id", &i.to_string(), "--peers", &peers])
+                .args(["--membership", &maddr.to_string()])
+                .stdout(std::process::Stdio::null())
+                .spawn()
+                .expect("hilock ring-node starts"),
+        )
+    };
+    let mut procs: Vec<Option<Proc>> = (0..7).map(|_| None).collect();
+    for i in 0..6u16 {
+        procs[i as usize] = Some(spawn(i));
+    }
+    let limit = Duration::from_secs(10);
+    let t = Instant::now();
+    while membership.up() != 0b11_1111 {
+        assert!(
+            t.elapsed() < limit,
+            "6 nodes connect: {:b}",
+            membership.up()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    membership.wait_for(limit, |_| true).await.unwrap();
+
+    let oracle = Arc::new(Oracle::default());
+    let ops = Arc::new(AtomicU64::new(1));
+    let mut holder = RingClient::connect(HOLDER, addrs.clone(), maddr)
+        .await
+        .unwrap();
+    let mut contender = RingClient::connect(CONTENDER, addrs.clone(), maddr)
+        .await
+        .unwrap();
+    assert!(holder.lock(HELD).await.unwrap());
+    let held_op = ops.fetch_add(1, Relaxed);
+    oracle.register_path(held_op, HOLDER as u16, HELD, Mode::W);
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let errors = Arc::new(Mutex::new(Vec::<String>::new()));
+    let grants = Arc::new(AtomicU64::new(0));
+    let mut load = Vec::new();
+    for c in 1..=LOAD_CLIENTS {
+        let mut cl = RingClient::connect(c, addrs.clone(), maddr).await.unwrap();
+        let (stop, errors, oracle, ops, grants) = (
+            stop.clone(),
+            errors.clone(),
+            oracle.clone(),
+            ops.clone(),
+            grants.clone(),
+        );
+        load.push(tokio::spawn(async move {
+            let mut rng = Rng(0x2545_f491_4f6c_dd1d ^ c as u64);
+            while !stop.load(Relaxed) {
+                let path = format!("/doc{}/part", rng.next() % PATHS);
+                match cl.lock(&path).await {
+                    Ok(true) => {
+                        grants.fetch_add(1, Relaxed);
+                        let op = ops.fetch_add(1, Relaxed);
+                        oracle.register_path(op, c as u16, &path, Mode::W);
+                        tokio::time::sleep(Duration::from_millis(1 + rng.next() % 3)).await;
+                        oracle.exit(op);
+                        if let Err(e) = cl.unlock(&path).await {
+                            errors
+                                .lock()
+                                .unwrap()
+                                .push(format!("c{c} unlock {path}: {e}"));
+                            return;
+                        }
+                    }
+                    Ok(false) => tokio::time::sleep(Duration::from_millis(1)).await,
+                    Err(e) => {
+                        errors
+                            .lock()
+                            .unwrap()
+                            .push(format!("c{c} lock {path}: {e}"));
+                        return;
+                    }
+                }
+            }
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    // A join.
+    procs[6] = Some(spawn(6));
+    membership.join(6);
+    membership
+        .wait_for(limit, |v| v.has(NodeId(6)))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // A graceful leave: the process exits by itself once the change is complete.
+    let v = membership.view().0;
+    let keep = holders_of(v, HELD);
+    let leaver = (0..7u16)
+        .map(NodeId)
+        .find(|n| v.has(*n) && !keep.contains(n))
+        .unwrap();
+    membership.leave(leaver.0);
+    membership
+        .wait_for(limit, |v| !v.has(leaver))
+        .await
+        .unwrap();
+    let mut p = procs[leaver.idx()].take().unwrap();
+    let t = Instant::now();
+    loop {
+        if let Some(st) = p.0.try_wait().unwrap() {
+            assert!(st.success(), "the leaver exits cleanly: {st}");
+            break;
+        }
+        assert!(t.elapsed() < limit, "the leaver exits");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // kill -9 of the held lock's primary, under load.
+    let v = membership.view().0;
+    let victim = ring().lookup(v, key_of(HELD)).unwrap();
+    let before = grants.load(Relaxed);
+    drop(procs[victim.idx()].take()); // SIGKILL and reap
+    membership
+        .wait_for(limit, |v| !v.has(victim))
+        .await
+        .unwrap();
+    assert_eq!(membership.view().0.members.count_ones(), 5);
+    assert!(
+        !contender.lock(HELD).await.unwrap(),
+        "the lock held across kill -9 is refused to another client"
+    );
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let after = grants.load(Relaxed);
+    assert!(after > before, "the load goes on after the kill");
+    stop.store(true, Relaxed);
+    for h in load {
+        tokio::time::timeout(limit, h)
+            .await
+            .expect("client ends")
+            .unwrap();
+    }
+    oracle.exit(held_op);
+    holder.unlock(HELD).await.unwrap();
+    let errs = errors.lock().unwrap().clone();
+    assert!(errs.is_empty(), "requests not answered: {errs:#?}");
+    // Nothing left locked: a fresh client is granted every path.
+    let mut fresh = RingClient::connect(200, addrs.clone(), maddr)
+        .await
+        .unwrap();
+    for p in (0..PATHS)
+        .map(|k| format!("/doc{k}/part"))
+        .chain([HELD.to_string()])
+    {
+        assert!(fresh.lock(&p).await.unwrap(), "{p} is free at the end");
+        fresh.unlock(&p).await.unwrap();
+    }
+    let bad = oracle.violations();
+    println!(
+        "processes: {} grants, {} violations, victim node {}, leaver node {}",
+        grants.load(Relaxed),
+        bad.len(),
+        victim.0,
+        leaver.0
+    );
+    assert!(
+        bad.is_empty(),
+        "{} violations: {:?}",
+        bad.len(),
+        &bad[..bad.len().min(3)]
+    );
+    assert!(grants.load(Relaxed) > 200);
+}

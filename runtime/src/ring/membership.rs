@@ -6,6 +6,8 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU16, Ordering::Relaxed};
+use std::sync::Arc;
 
 use hilock_kernel::chord::{Addr, ChordMsg, NodeId, View};
 use tokio::net::TcpListener;
@@ -34,6 +36,7 @@ pub struct Membership {
     addr: SocketAddr,
     ask: mpsc::UnboundedSender<Ev>,
     state: watch::Receiver<(View, bool)>,
+    up: Arc<AtomicU16>,
     task: JoinHandle<()>,
 }
 
@@ -50,11 +53,13 @@ impl Membership {
             .map_err(|e| std::io::Error::other(format!("initial view: {e}")))?;
         let (ask, rx) = mpsc::unbounded_channel();
         let (state_tx, state) = watch::channel((view, true));
-        let task = tokio::spawn(run(listener, view, ask.clone(), rx, state_tx));
+        let up = Arc::new(AtomicU16::new(0));
+        let task = tokio::spawn(run(listener, view, ask.clone(), rx, state_tx, up.clone()));
         Ok(Membership {
             addr,
             ask,
             state,
+            up,
             task,
         })
     }
@@ -70,6 +75,10 @@ impl Membership {
     /// Queues the graceful leave of slot `n`.
     pub fn leave(&self, n: u16) {
         let _ = self.ask.send(Ev::Ask(Change::Leave(n)));
+    }
+    /// The slots whose node is connected to the service (bit per slot).
+    pub fn up(&self) -> u16 {
+        self.up.load(Relaxed)
     }
     /// The current view and whether every live node of its change is settled in it.
     pub fn view(&self) -> (View, bool) {
@@ -181,6 +190,7 @@ async fn run(
     ev_tx: mpsc::UnboundedSender<Ev>,
     mut rx: mpsc::UnboundedReceiver<Ev>,
     state_tx: watch::Sender<(View, bool)>,
+    up: Arc<AtomicU16>,
 ) {
     let mut st = State {
         view,
@@ -243,6 +253,7 @@ async fn run(
                     Ev::Ask(c) => st.queue.push_back(c),
                 }
                 st.advance();
+                up.store(st.up, Relaxed);
                 state_tx.send_replace((st.view, st.settled() && st.leaving.is_none()));
             }
         }

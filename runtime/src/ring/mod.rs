@@ -42,6 +42,7 @@ pub use node::{RingNode, Snapshot};
 use futures_util::{SinkExt, StreamExt};
 use hilock_kernel::chord::{hash, Addr, ChordMsg, Key, Out, Ring, RingServer, View};
 use serde::{Deserialize, Serialize};
+use std::net::SocketAddr;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
@@ -137,7 +138,7 @@ impl Reader {
 
 /// Dials `addr` and says who we are.
 pub(crate) async fn dial(
-    addr: std::net::SocketAddr,
+    addr: SocketAddr,
     me: Addr,
 ) -> std::io::Result<(Reader, mpsc::UnboundedSender<Frame>)> {
     let s = TcpStream::connect(addr).await?;
@@ -146,6 +147,40 @@ pub(crate) async fn dial(
     let tx = writer(w);
     let _ = tx.send(Frame::Hello(me));
     Ok((Reader::new(r), tx))
+}
+
+/// `hilock ring-node`: runs node `id` of the ring whose slots are at `peers`
+/// (comma-separated, slot order) until it has left gracefully or the membership service at
+/// `membership` went away.
+pub fn serve(id: u16, peers: &str, membership: SocketAddr) -> Result<String, String> {
+    let mut addrs: Vec<Option<SocketAddr>> = vec![None; SLOTS];
+    for (i, p) in peers.split(',').enumerate() {
+        let a = p
+            .trim()
+            .parse()
+            .map_err(|e| format!("--peers: {p:?} is not an address: {e}"))?;
+        *addrs
+            .get_mut(i)
+            .ok_or_else(|| format!("--peers: more than {SLOTS} addresses"))? = Some(a);
+    }
+    let me = addrs
+        .get(id as usize)
+        .copied()
+        .flatten()
+        .ok_or_else(|| format!("--id {id}: no such slot in --peers"))?;
+    let rt = tokio::runtime::Runtime::new().map_err(|e| format!("tokio: {e}"))?;
+    rt.block_on(async move {
+        let l = tokio::net::TcpListener::bind(me)
+            .await
+            .map_err(|e| format!("listen on {me}: {e}"))?;
+        let node = RingNode::start(id, l, std::sync::Arc::new(addrs), membership)
+            .await
+            .map_err(|e| format!("membership service at {membership}: {e}"))?;
+        while !node.stopped() {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        Ok(format!("ring node {id} stopped\n"))
+    })
 }
 
 #[cfg(test)]
