@@ -22,6 +22,7 @@
 //! - [`wire`]: the handshake and the frames;
 //! - [`config`]: the configuration file;
 //! - [`client`]: the local client socket behind `hilock lock` and `hilock status`;
+//! - [`ring`]: the ring engine (seed 003): lock servers placed by consistent hashing;
 //! - [`proc`]: the process group of `hilock lock`'s command (kill it, see it gone);
 //! - [`demo`]: `hilock demo`, the airline workload on a loopback cluster with an oracle;
 //! - [`cli`]: the subcommands that work on the specification.
@@ -34,6 +35,7 @@ pub mod config;
 pub mod demo;
 pub mod node;
 pub mod proc;
+pub mod ring;
 pub mod wire;
 
 pub use config::{Config, NodeAddr, MAX_NODES};

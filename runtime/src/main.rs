@@ -54,6 +54,19 @@ enum Command {
         #[arg(long)]
         id: Option<u16>,
     },
+    /// Run a node of the ring engine (seed 003) until its graceful leave completes or the
+    /// membership service goes away; its address is the `--id`th of `--peers`.
+    RingNode {
+        /// This node's slot (0..16).
+        #[arg(long)]
+        id: u16,
+        /// Every slot's address, in slot order, comma-separated (127.0.0.1:7200,…).
+        #[arg(long)]
+        peers: String,
+        /// The membership service's address.
+        #[arg(long)]
+        membership: std::net::SocketAddr,
+    },
     /// Hold a lock while a command runs (like flock): `hilock lock /db/flights W -- cmd args`.
     /// The command runs in its own process group and dies with the lock. Exits with the
     /// command's status (128+N if signal N killed it); 2 (and one line on stderr) if the
@@ -657,6 +670,11 @@ fn main() -> ExitCode {
             nodes, requests, seconds, cs_ms, ncs_ms, entries, seed, quiet,
         ),
         Command::Node { config, id } => node(&config, id),
+        Command::RingNode {
+            id,
+            peers,
+            membership,
+        } => hilock::ring::serve(id, &peers, membership).map(|s| (s, true)),
         Command::Lock {
             mut locks,
             txn,

@@ -43,14 +43,17 @@ use crate::msg::Sink;
 
 /// A lock's identifier on the circle (`hash(placement_key(path))`, below `2^m`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Key(pub u16);
 
 /// A client (a collaborating site's user).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct ClientId(pub u8);
 
 /// What a client asks of the service node.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum Op {
     /// `c_lock` / `s_lock`.
     Lock,
@@ -62,6 +65,7 @@ pub enum Op {
 
 /// A request's identity: the client and its request number.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Token {
     /// The client.
     pub client: ClientId,
@@ -71,6 +75,7 @@ pub struct Token {
 
 /// The answer to a request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum Answer {
     /// `s_lock` returned true: the client holds the lock.
     Granted,
@@ -91,6 +96,7 @@ pub enum Answer {
 
 /// One row of the paper's lock table: `(oid, islocked)`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Entry {
     /// `oid`.
     pub key: Key,
@@ -102,6 +108,7 @@ pub struct Entry {
 /// the writer's counter (one primary per key and epoch, so versions of a key are totally
 /// ordered by their writes).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Version {
     /// View epoch.
     pub epoch: u16,
@@ -111,6 +118,7 @@ pub struct Version {
 
 /// One key's entry in hilock's table.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Slot {
     /// The key.
     pub key: Key,
@@ -122,6 +130,7 @@ pub struct Slot {
 
 /// Where a message goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum Addr {
     /// A ring node.
     Node(NodeId),
@@ -133,6 +142,7 @@ pub enum Addr {
 
 /// Chord's notification of a change in the keys a node is responsible for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum Change {
     /// The predecessor left (abruptly): run Fig. 2(d).
     PredecessorLeft,
@@ -142,6 +152,7 @@ pub enum Change {
 
 /// Every message of the ring service, `T` entries at most per table copy.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum ChordMsg<const T: usize> {
     /// Client → service node (Fig. 4: `n.s_lock(oid)` …). `view` is the client's view
     /// (hilock checks it; the paper ignores it).
@@ -243,6 +254,7 @@ pub enum ChordMsg<const T: usize> {
 
 /// A message on its way.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Out<const T: usize> {
     /// The receiver.
     pub to: Addr,
@@ -399,6 +411,40 @@ impl fmt::Display for ChordError {
             ChordError::Busy => write!(f, "the client is waiting for an answer"),
             ChordError::OutputsFull => write!(f, "output buffer too small for this step"),
         }
+    }
+}
+
+/// A ring server's step in two parts (issue 13: one validate-then-apply step, no rollback
+/// copy): [`Server::check`] reads the state and finds every error the input can cause;
+/// [`Server::apply`] then changes the state and sends, and cannot fail.
+pub(crate) trait Server<const T: usize> {
+    /// The most messages one step sends.
+    const MAX_OUTPUTS: usize;
+    /// Every error `msg` from `from` can cause; reads only.
+    fn check(&self, from: Addr, msg: &ChordMsg<T>) -> Result<(), ChordError>;
+    /// The step, for an input that passed [`Server::check`] with room for
+    /// [`Server::MAX_OUTPUTS`] messages in `out`.
+    fn apply<S: Sink<Out<T>>>(&mut self, from: Addr, msg: &ChordMsg<T>, out: &mut S) -> Report;
+}
+
+/// The step of every ring server ([`PaperNode::step`], [`RingServer::step`]): output room,
+/// then the check (an error leaves the server and `out` untouched), then the change.
+pub(crate) fn step<const T: usize, X: Server<T>, S: Sink<Out<T>>>(
+    server: &mut X,
+    from: Addr,
+    msg: &ChordMsg<T>,
+    out: &mut S,
+) -> Result<Report, ChordError> {
+    room(out, X::MAX_OUTPUTS)?;
+    server.check(from, msg)?;
+    Ok(server.apply(from, msg, out))
+}
+
+/// The node a server-to-server message comes from (one of the `N` slots).
+pub(crate) fn node_sender<const N: usize>(from: Addr) -> Result<NodeId, ChordError> {
+    match from {
+        Addr::Node(n) if n.idx() < N => Ok(n),
+        _ => Err(ChordError::BadSender),
     }
 }
 

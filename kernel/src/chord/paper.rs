@@ -23,8 +23,8 @@
 //! are handled in order), (a)/(b) do wait.
 
 use super::{
-    room, send, Addr, Answer, Change, ChordError, ChordMsg, Entry, Key, NodeId, Op, Out, Report,
-    Ring, Rule, Token, View,
+    node_sender, send, Addr, Answer, Change, ChordError, ChordMsg, Entry, Key, NodeId, Op, Out,
+    Report, Ring, Rule, Server, Token, View,
 };
 use crate::msg::Sink;
 
@@ -40,17 +40,6 @@ pub struct PaperNode<const N: usize, const T: usize> {
     waiting: heapless::Vec<(Token, Answer), T>,
 }
 
-struct Count(usize);
-impl<const T: usize> Sink<Out<T>> for Count {
-    fn room(&self) -> usize {
-        usize::MAX
-    }
-    fn put(&mut self, _: Out<T>) -> Result<(), Out<T>> {
-        self.0 += 1;
-        Ok(())
-    }
-}
-
 fn get_islocked(t: &[Entry], k: Key) -> bool {
     t.iter().find(|e| e.key == k).is_some_and(|e| e.locked)
 }
@@ -59,22 +48,37 @@ fn get(t: &[Entry], k: Key) -> Option<Entry> {
     t.iter().find(|e| e.key == k).copied()
 }
 
-fn modify<const T: usize>(
-    t: &mut heapless::Vec<Entry, T>,
-    k: Key,
-    v: bool,
-) -> Result<(), ChordError> {
+/// `olock.modify(oid, v)`. Room for a missing oid was checked ([`has_room`]).
+fn modify<const T: usize>(t: &mut heapless::Vec<Entry, T>, k: Key, v: bool) {
     match t.iter_mut().find(|e| e.key == k) {
         Some(e) => e.locked = v,
-        None => t
-            .push(Entry { key: k, locked: v })
-            .map_err(|_| ChordError::TableFull)?,
+        None => {
+            let _ = t.push(Entry { key: k, locked: v });
+        }
     }
-    Ok(())
 }
 
-fn insert<const T: usize>(t: &mut heapless::Vec<Entry, T>, e: Entry) -> Result<(), ChordError> {
-    t.push(e).map_err(|_| ChordError::TableFull)
+/// `olock.insert(e)` (appends). Room was checked ([`has_room`]).
+fn insert<const T: usize>(t: &mut heapless::Vec<Entry, T>, e: Entry) {
+    let _ = t.push(e);
+}
+
+/// Whether `extra` more entries fit in `t`.
+fn has_room<const T: usize>(t: &heapless::Vec<Entry, T>, extra: usize) -> Result<(), ChordError> {
+    if t.len() + extra > T {
+        Err(ChordError::TableFull)
+    } else {
+        Ok(())
+    }
+}
+
+/// Whether `modify(t, k, _)` fits: `k` is there, or there is room to append it.
+fn modify_fits<const T: usize>(t: &heapless::Vec<Entry, T>, k: Key) -> Result<(), ChordError> {
+    if t.iter().any(|e| e.key == k) {
+        Ok(())
+    } else {
+        has_room(t, 1)
+    }
 }
 
 fn delete<const T: usize>(t: &mut heapless::Vec<Entry, T>, k: Key) {
@@ -138,20 +142,24 @@ impl<const N: usize, const T: usize> PaperNode<N, T> {
         Ok(())
     }
 
-    fn succ(&self) -> Result<NodeId, ChordError> {
-        if !self.view.has(self.id) {
-            return Err(ChordError::NotMember(self.id));
+    /// A node out of its view has no successor (the paper's node must be on the ring).
+    fn member(&self) -> Result<(), ChordError> {
+        if self.view.has(self.id) {
+            Ok(())
+        } else {
+            Err(ChordError::NotMember(self.id))
         }
-        self.ring
-            .next(self.view, self.id)
-            .ok_or(ChordError::NotMember(self.id))
     }
 
-    fn pred(&self) -> Result<NodeId, ChordError> {
-        self.succ()?;
-        self.ring
-            .prev(self.view, self.id)
-            .ok_or(ChordError::NotMember(self.id))
+    /// Chord's successor pointer. A view always has a member ([`Ring::check_view`]), so
+    /// `next` finds one; for a member ([`PaperNode::member`]) it is its successor.
+    fn succ(&self) -> NodeId {
+        self.ring.next(self.view, self.id).unwrap_or(self.id)
+    }
+
+    /// Chord's predecessor pointer (see [`PaperNode::succ`]).
+    fn pred(&self) -> NodeId {
+        self.ring.prev(self.view, self.id).unwrap_or(self.id)
     }
 
     /// Handles one message from `from`. On error nothing changed and nothing was sent.
@@ -161,31 +169,84 @@ impl<const N: usize, const T: usize> PaperNode<N, T> {
         msg: &ChordMsg<T>,
         out: &mut S,
     ) -> Result<Report, ChordError> {
-        room(out, Self::MAX_OUTPUTS)?;
-        // Dry run on a copy: an error leaves `self` and `out` untouched.
-        let mut dry = self.clone();
-        dry.apply(from, msg, &mut Count(0))?;
-        self.apply(from, msg, out)
+        super::step(self, from, msg, out)
     }
+}
 
-    fn apply<S: Sink<Out<T>>>(
-        &mut self,
-        from: Addr,
-        msg: &ChordMsg<T>,
-        out: &mut S,
-    ) -> Result<Report, ChordError> {
-        let me = self.id;
-        let node_from = || match from {
-            Addr::Node(n) => Ok(n),
-            _ => Err(ChordError::BadSender),
-        };
+impl<const N: usize, const T: usize> Server<T> for PaperNode<N, T> {
+    const MAX_OUTPUTS: usize = Self::MAX_OUTPUTS;
+
+    fn check(&self, from: Addr, msg: &ChordMsg<T>) -> Result<(), ChordError> {
+        let node_from = || node_sender::<N>(from).map(|_| ());
         match msg {
             ChordMsg::Request { token, op, key, .. } => {
                 if from != Addr::Client(token.client) {
                     return Err(ChordError::BadSender);
                 }
                 self.ring.check_key(*key)?;
-                let succ = self.succ()?;
+                self.member()?;
+                let locked = match op {
+                    Op::Lock => true,
+                    Op::Unlock => false,
+                    Op::Delete => return Ok(()),
+                };
+                if get_islocked(&self.olock, *key) == locked {
+                    return Ok(());
+                }
+                // (a)3 / (b)3, then the wait for (a)4's return.
+                modify_fits(&self.olock, *key)?;
+                if self.succ() != self.id && self.waiting.is_full() {
+                    return Err(ChordError::TableFull);
+                }
+                Ok(())
+            }
+            ChordMsg::BackupModify { entry, .. } => {
+                node_from()?;
+                self.ring.check_key(entry.key)?;
+                modify_fits(&self.olock_b, entry.key)
+            }
+            ChordMsg::BackupAck { .. } | ChordMsg::BackupDelete { .. } | ChordMsg::Fetch => {
+                node_from()
+            }
+            ChordMsg::BackupInsert { .. } => {
+                node_from()?;
+                has_room(&self.olock_b, 1)
+            }
+            ChordMsg::Insert { .. } => {
+                node_from()?;
+                has_room(&self.olock, 1)
+            }
+            ChordMsg::FetchReply { entries } | ChordMsg::BackupDump { entries } => {
+                node_from()?;
+                has_room(&self.olock_b, entries.len())
+            }
+            ChordMsg::Notify(change) => {
+                if from != Addr::Chord {
+                    return Err(ChordError::BadSender);
+                }
+                self.member()?;
+                match change {
+                    // (d)1 appends all of `olock_b` to `olock`.
+                    Change::PredecessorLeft => has_room(&self.olock, self.olock_b.len()),
+                    // (e)2 clears `olock_b` before (e)5 inserts one entry per distinct oid
+                    // of `olock`: at most `T`.
+                    Change::PredecessorJoined => Ok(()),
+                }
+            }
+            ChordMsg::Reply { .. }
+            | ChordMsg::Replicate { .. }
+            | ChordMsg::ReplicaAck { .. }
+            | ChordMsg::ReplicaNack { .. }
+            | ChordMsg::Transfer { .. }
+            | ChordMsg::NewView(_) => Err(ChordError::WrongVariant),
+        }
+    }
+
+    fn apply<S: Sink<Out<T>>>(&mut self, from: Addr, msg: &ChordMsg<T>, out: &mut S) -> Report {
+        let me = self.id;
+        match msg {
+            ChordMsg::Request { token, op, key, .. } => {
+                let succ = self.succ();
                 let to = Addr::Client(token.client);
                 let (locked, answer, rule) = match op {
                     Op::Lock => (true, Answer::Granted, Rule::LockLocal),
@@ -205,7 +266,7 @@ impl<const N: usize, const T: usize> PaperNode<N, T> {
                                 answer,
                             },
                         );
-                        return Ok(Report::of(Rule::DelLock));
+                        return Report::of(Rule::DelLock);
                     }
                 };
                 // (a)1–2 / (b)1–2.
@@ -223,10 +284,10 @@ impl<const N: usize, const T: usize> PaperNode<N, T> {
                             answer,
                         },
                     );
-                    return Ok(Report::of(rule));
+                    return Report::of(rule);
                 }
                 // (a)3 / (b)3.
-                modify(&mut self.olock, *key, locked)?;
+                modify(&mut self.olock, *key, locked);
                 let mut rep = Report::of(rule);
                 if succ == me {
                     send(
@@ -239,10 +300,8 @@ impl<const N: usize, const T: usize> PaperNode<N, T> {
                     );
                     rep.insert(Rule::Answered);
                 } else {
-                    // (a)4 / (b)4: the RPC; (a)5 when it returns.
-                    self.waiting
-                        .push((*token, answer))
-                        .map_err(|_| ChordError::TableFull)?;
+                    // (a)4 / (b)4: the RPC; (a)5 when it returns. Room checked.
+                    let _ = self.waiting.push((*token, answer));
                     let entry = Entry { key: *key, locked };
                     send(
                         out,
@@ -253,17 +312,14 @@ impl<const N: usize, const T: usize> PaperNode<N, T> {
                         },
                     );
                 }
-                Ok(rep)
+                rep
             }
             ChordMsg::BackupModify { entry, token } => {
-                let p = node_from()?;
-                self.ring.check_key(entry.key)?;
-                modify(&mut self.olock_b, entry.key, entry.locked)?;
-                send(out, Addr::Node(p), ChordMsg::BackupAck { token: *token });
-                Ok(Report::of(Rule::BackupModified))
+                modify(&mut self.olock_b, entry.key, entry.locked);
+                send(out, from, ChordMsg::BackupAck { token: *token });
+                Report::of(Rule::BackupModified)
             }
             ChordMsg::BackupAck { token } => {
-                node_from()?;
                 match self.waiting.iter().position(|(t, _)| t == token) {
                     Some(i) => {
                         let (t, answer) = self.waiting.remove(i);
@@ -272,53 +328,45 @@ impl<const N: usize, const T: usize> PaperNode<N, T> {
                             Addr::Client(t.client),
                             ChordMsg::Reply { token: t, answer },
                         );
-                        Ok(Report::of(Rule::Answered))
+                        Report::of(Rule::Answered)
                     }
-                    None => Ok(Report::of(Rule::Stale)),
+                    None => Report::of(Rule::Stale),
                 }
             }
             ChordMsg::BackupDelete { key } => {
-                node_from()?;
                 delete(&mut self.olock_b, *key);
-                Ok(Report::of(Rule::RemoteTableOp))
+                Report::of(Rule::RemoteTableOp)
             }
             ChordMsg::BackupInsert { entry } => {
-                node_from()?;
-                insert(&mut self.olock_b, *entry)?;
-                Ok(Report::of(Rule::RemoteTableOp))
+                insert(&mut self.olock_b, *entry);
+                Report::of(Rule::RemoteTableOp)
             }
             ChordMsg::Insert { entry } => {
-                node_from()?;
-                insert(&mut self.olock, *entry)?;
-                Ok(Report::of(Rule::RemoteTableOp))
+                insert(&mut self.olock, *entry);
+                Report::of(Rule::RemoteTableOp)
             }
             ChordMsg::Fetch => {
-                let p = node_from()?;
                 let entries = self.olock.clone();
-                send(out, Addr::Node(p), ChordMsg::FetchReply { entries });
-                Ok(Report::of(Rule::FetchServed))
+                send(out, from, ChordMsg::FetchReply { entries });
+                Report::of(Rule::FetchServed)
             }
             ChordMsg::FetchReply { entries } | ChordMsg::BackupDump { entries } => {
-                node_from()?;
                 for e in entries {
-                    insert(&mut self.olock_b, *e)?;
+                    insert(&mut self.olock_b, *e);
                 }
-                Ok(Report::of(if matches!(msg, ChordMsg::FetchReply { .. }) {
+                Report::of(if matches!(msg, ChordMsg::FetchReply { .. }) {
                     Rule::FetchDumped
                 } else {
                     Rule::RemoteTableOp
-                }))
+                })
             }
             ChordMsg::Notify(Change::PredecessorLeft) => {
-                if from != Addr::Chord {
-                    return Err(ChordError::BadSender);
-                }
-                let (succ, pred) = (self.succ()?, self.pred()?);
+                let (succ, pred) = (self.succ(), self.pred());
                 // oidS: the objects of the predecessor, i.e. those backed up here.
                 let oids: heapless::Vec<Key, T> = keys(&self.olock_b);
                 // (d)1: olock_b.dump(olock).
-                for e in self.olock_b.clone().iter() {
-                    insert(&mut self.olock, *e)?;
+                for e in self.olock_b.iter() {
+                    insert(&mut self.olock, *e);
                 }
                 // (d)2–3.
                 for k in &oids {
@@ -332,13 +380,10 @@ impl<const N: usize, const T: usize> PaperNode<N, T> {
                 if pred != me {
                     send(out, Addr::Node(pred), ChordMsg::Fetch);
                 }
-                Ok(Report::of(Rule::Append))
+                Report::of(Rule::Append)
             }
             ChordMsg::Notify(Change::PredecessorJoined) => {
-                if from != Addr::Chord {
-                    return Err(ChordError::BadSender);
-                }
-                let (succ, pred) = (self.succ()?, self.pred()?);
+                let (succ, pred) = (self.succ(), self.pred());
                 // oidS: the objects this node no longer serves.
                 let mut oids: heapless::Vec<Key, T> = heapless::Vec::new();
                 for k in keys::<T>(&self.olock) {
@@ -354,19 +399,15 @@ impl<const N: usize, const T: usize> PaperNode<N, T> {
                     // (e)4–7.
                     if let Some(e) = get(&self.olock, *k) {
                         send(out, Addr::Node(pred), ChordMsg::Insert { entry: e });
-                        insert(&mut self.olock_b, e)?;
+                        insert(&mut self.olock_b, e);
                     }
                     delete(&mut self.olock, *k);
                     send(out, Addr::Node(succ), ChordMsg::BackupDelete { key: *k });
                 }
-                Ok(Report::of(Rule::Remove))
+                Report::of(Rule::Remove)
             }
-            ChordMsg::Reply { .. }
-            | ChordMsg::Replicate { .. }
-            | ChordMsg::ReplicaAck { .. }
-            | ChordMsg::ReplicaNack { .. }
-            | ChordMsg::Transfer { .. }
-            | ChordMsg::NewView(_) => Err(ChordError::WrongVariant),
+            // Refused by `check`.
+            _ => Report::default(),
         }
     }
 }

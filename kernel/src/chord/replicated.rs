@@ -27,8 +27,8 @@
 //! of the current view has installed it and is ready for all its arcs.
 
 use super::{
-    room, send, Addr, Answer, ChordError, ChordMsg, Key, NodeId, Op, Out, Report, Ring, Rule, Slot,
-    Token, Version, View,
+    node_sender, send, Addr, Answer, ChordError, ChordMsg, Key, NodeId, Op, Out, Report, Ring,
+    Rule, Server, Slot, Token, Version, View,
 };
 use crate::msg::Sink;
 
@@ -55,14 +55,23 @@ pub struct RingServer<const N: usize, const T: usize> {
     pending: heapless::Vec<Pending, T>,
 }
 
-struct Count;
-impl<const T: usize> Sink<Out<T>> for Count {
-    fn room(&self) -> usize {
-        usize::MAX
-    }
-    fn put(&mut self, _: Out<T>) -> Result<(), Out<T>> {
-        Ok(())
-    }
+/// What a request comes to, decided from the state as it is after the request's view is
+/// installed (the same before and after [`RingServer::install`]: see [`RingServer::decide`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Decision {
+    /// Old view, or not the primary: redirect.
+    Redirect,
+    /// Arc not here yet, or a write on the key pending: retry.
+    Retry,
+    /// Held by another client.
+    Refused,
+    /// Write the entry and answer once the replicas `need` acknowledged.
+    Write {
+        holder: Option<super::ClientId>,
+        answer: Answer,
+        idempotent: bool,
+        need: u16,
+    },
 }
 
 impl<const N: usize, const T: usize> RingServer<N, T> {
@@ -143,15 +152,89 @@ impl<const N: usize, const T: usize> RingServer<N, T> {
         Key(self.ring.ident(NodeId(arc as u16)).unwrap_or(0))
     }
 
-    fn upsert(&mut self, s: Slot) -> Result<(), ChordError> {
+    /// Writes `s` unless the entry is newer. Room was checked ([`RingServer::fits`]).
+    fn upsert(&mut self, s: Slot) {
         match self.slots.iter_mut().find(|x| x.key == s.key) {
             Some(x) => {
                 if s.version > x.version {
                     *x = s;
                 }
-                Ok(())
             }
-            None => self.slots.push(s).map_err(|_| ChordError::TableFull),
+            None => {
+                let _ = self.slots.push(s);
+            }
+        }
+    }
+
+    /// The view this server has once `v` is installed (the newer of the two).
+    fn after(&self, v: View) -> View {
+        if v.epoch > self.view.epoch {
+            v
+        } else {
+            self.view
+        }
+    }
+
+    /// Whether the entries of `keys` fit into the table as it is once `v` is installed
+    /// (installing drops the entries of arcs no longer held).
+    fn fits(&self, v: View, keys: impl Iterator<Item = Key>) -> Result<(), ChordError> {
+        let kept: &dyn Fn(&Slot) -> bool = if v.epoch > self.view.epoch {
+            let cov = self.covered(v);
+            &move |s: &Slot| cov & (1 << self.ring.arc_of(s.key)) != 0
+        } else {
+            &|_: &Slot| true
+        };
+        let mut len = self.slots.iter().filter(|s| kept(s)).count();
+        let mut seen: heapless::Vec<Key, T> = heapless::Vec::new();
+        for k in keys {
+            if seen.contains(&k) || self.slots.iter().any(|s| s.key == k && kept(s)) {
+                continue;
+            }
+            len += 1;
+            if len > T || seen.push(k).is_err() {
+                return Err(ChordError::TableFull);
+            }
+        }
+        Ok(())
+    }
+
+    /// What a request of `token` to `op` on `key`, routed with `view`, comes to. Decided
+    /// from the state after installing `view`: the view [`RingServer::after`], the ready
+    /// arcs it keeps, and no pending write if it is newer (installing redirects them).
+    fn decide(&self, token: Token, op: Op, key: Key, view: View) -> Decision {
+        let v = self.after(view);
+        let newer = v != self.view;
+        if view.epoch < v.epoch || self.ring.lookup(v, key) != Some(self.id) {
+            return Decision::Redirect;
+        }
+        let ready = if newer {
+            self.ready & self.covered(v)
+        } else {
+            self.ready
+        };
+        let busy = !newer && self.pending.iter().any(|p| p.key == key);
+        if ready & (1 << self.ring.arc_of(key)) == 0 || busy {
+            return Decision::Retry;
+        }
+        // The primary holds the key's arc in `v`, so installing keeps its entry.
+        let holder = self.holder(key);
+        let me = Some(token.client);
+        // A request whose outcome the entry already shows (a retry after a redirect, whose
+        // first write may never have reached the replicas) is written again, so that it is
+        // answered only once every replica has it.
+        let (holder, answer, idempotent) = match (op, holder) {
+            (Op::Lock, h) if h == me => (me, Answer::Granted, true),
+            (Op::Lock, Some(_)) => return Decision::Refused,
+            (Op::Lock, None) => (me, Answer::Granted, false),
+            (_, h) if h == me => (None, Answer::Released, false),
+            (_, h) => (h, Answer::Released, true),
+        };
+        let need = self.ring.replicas(v, key, self.copies()) & !(1 << self.id.0);
+        Decision::Write {
+            holder,
+            answer,
+            idempotent,
+            need,
         }
     }
 
@@ -221,27 +304,14 @@ impl<const N: usize, const T: usize> RingServer<N, T> {
         msg: &ChordMsg<T>,
         out: &mut S,
     ) -> Result<Report, ChordError> {
-        room(out, Self::MAX_OUTPUTS)?;
-        let mut dry = self.clone();
-        dry.apply(from, msg, &mut Count)?;
-        self.apply(from, msg, out)
+        super::step(self, from, msg, out)
     }
+}
 
-    fn check_msg_view(&self, v: View) -> Result<(), ChordError> {
-        self.ring.check_view(v)
-    }
+impl<const N: usize, const T: usize> Server<T> for RingServer<N, T> {
+    const MAX_OUTPUTS: usize = Self::MAX_OUTPUTS;
 
-    fn apply<S: Sink<Out<T>>>(
-        &mut self,
-        from: Addr,
-        msg: &ChordMsg<T>,
-        out: &mut S,
-    ) -> Result<Report, ChordError> {
-        let mut rep = Report::default();
-        let node_from = || match from {
-            Addr::Node(n) if n.idx() < N => Ok(n),
-            _ => Err(ChordError::BadSender),
-        };
+    fn check(&self, from: Addr, msg: &ChordMsg<T>) -> Result<(), ChordError> {
         match msg {
             ChordMsg::Request {
                 token,
@@ -256,10 +326,70 @@ impl<const N: usize, const T: usize> RingServer<N, T> {
                     return Err(ChordError::WrongVariant);
                 }
                 self.ring.check_key(*key)?;
-                self.check_msg_view(*view)?;
+                self.ring.check_view(*view)?;
+                if let Decision::Write { need, .. } = self.decide(*token, *op, *key, *view) {
+                    let pending_full = self.after(*view) == self.view && self.pending.is_full();
+                    if need != 0 && pending_full {
+                        return Err(ChordError::TableFull);
+                    }
+                    self.fits(*view, core::iter::once(*key))?;
+                }
+                Ok(())
+            }
+            ChordMsg::Replicate { view, slot, .. } => {
+                node_sender::<N>(from)?;
+                self.ring.check_view(*view)?;
+                self.ring.check_key(slot.key)?;
+                let v = self.after(*view);
+                if view.epoch < v.epoch || self.covered(v) & (1 << self.ring.arc_of(slot.key)) == 0
+                {
+                    return Ok(());
+                }
+                self.fits(*view, core::iter::once(slot.key))
+            }
+            ChordMsg::ReplicaAck { view, .. } | ChordMsg::ReplicaNack { view } => {
+                node_sender::<N>(from)?;
+                self.ring.check_view(*view)
+            }
+            ChordMsg::Transfer { view, arcs, slots } => {
+                node_sender::<N>(from)?;
+                self.ring.check_view(*view)?;
+                for s in slots {
+                    self.ring.check_key(s.key)?;
+                }
+                let v = self.after(*view);
+                if view.epoch < v.epoch {
+                    return Ok(());
+                }
+                let take = *arcs & self.covered(v);
+                let moved = slots
+                    .iter()
+                    .filter(|s| take & (1 << self.ring.arc_of(s.key)) != 0)
+                    .map(|s| s.key);
+                self.fits(*view, moved)
+            }
+            ChordMsg::NewView(v) => {
+                if from != Addr::Chord {
+                    return Err(ChordError::BadSender);
+                }
+                self.ring.check_view(*v)
+            }
+            _ => Err(ChordError::WrongVariant),
+        }
+    }
+
+    fn apply<S: Sink<Out<T>>>(&mut self, from: Addr, msg: &ChordMsg<T>, out: &mut S) -> Report {
+        let mut rep = Report::default();
+        match msg {
+            ChordMsg::Request {
+                token,
+                op,
+                key,
+                view,
+            } => {
                 self.install(*view, out, &mut rep);
-                let to = Addr::Client(token.client);
                 let reply = |out: &mut S, answer| {
+                    let to = Addr::Client(token.client);
                     send(
                         out,
                         to,
@@ -269,61 +399,51 @@ impl<const N: usize, const T: usize> RingServer<N, T> {
                         },
                     )
                 };
-                if view.epoch < self.view.epoch
-                    || self.ring.lookup(self.view, *key) != Some(self.id)
-                {
-                    reply(out, Answer::Redirect(self.view));
-                    rep.insert(Rule::Redirected);
-                    return Ok(rep);
-                }
-                let arc = self.ring.arc_of(*key);
-                if self.ready & (1 << arc) == 0 || self.pending.iter().any(|p| p.key == *key) {
-                    reply(out, Answer::Retry);
-                    rep.insert(Rule::RetryLater);
-                    return Ok(rep);
-                }
-                let holder = self.holder(*key);
-                let me = Some(token.client);
-                // A request whose outcome the entry already shows (a retry after a
-                // redirect, whose first write may never have reached the replicas) is
-                // written again, so that it is answered only once every replica has it.
-                let (new_holder, answer) = match (op, holder) {
-                    (Op::Lock, h) if h == me => {
-                        rep.insert(Rule::Idempotent);
-                        (me, Answer::Granted)
+                let (holder, answer, need) = match self.decide(*token, *op, *key, *view) {
+                    Decision::Redirect => {
+                        reply(out, Answer::Redirect(self.view));
+                        rep.insert(Rule::Redirected);
+                        return rep;
                     }
-                    (Op::Lock, Some(_)) => {
+                    Decision::Retry => {
+                        reply(out, Answer::Retry);
+                        rep.insert(Rule::RetryLater);
+                        return rep;
+                    }
+                    Decision::Refused => {
                         reply(out, Answer::Refused);
                         rep.insert(Rule::LockRefused);
-                        return Ok(rep);
+                        return rep;
                     }
-                    (Op::Lock, None) => (me, Answer::Granted),
-                    (_, h) if h == me => (None, Answer::Released),
-                    (_, h) => {
-                        rep.insert(Rule::Idempotent);
-                        (h, Answer::Released)
+                    Decision::Write {
+                        holder,
+                        answer,
+                        idempotent,
+                        need,
+                    } => {
+                        if idempotent {
+                            rep.insert(Rule::Idempotent);
+                        }
+                        (holder, answer, need)
                     }
                 };
-                let need = self.ring.replicas(self.view, *key, self.copies()) & !(1 << self.id.0);
-                if need != 0 && self.pending.is_full() {
-                    return Err(ChordError::TableFull);
-                }
                 self.clock = self.clock.wrapping_add(1);
                 let slot = Slot {
                     key: *key,
-                    holder: new_holder,
+                    holder,
                     version: Version {
                         epoch: self.view.epoch,
                         n: self.clock,
                     },
                 };
-                self.upsert(slot)?;
+                self.upsert(slot);
                 rep.insert(Rule::WriteStarted);
                 if need == 0 {
                     reply(out, answer);
                     rep.insert(Rule::WriteAcknowledged);
-                    return Ok(rep);
+                    return rep;
                 }
+                // Room checked.
                 let _ = self.pending.push(Pending {
                     key: *key,
                     token: *token,
@@ -340,47 +460,43 @@ impl<const N: usize, const T: usize> RingServer<N, T> {
                         send(out, Addr::Node(NodeId(y as u16)), m);
                     }
                 }
-                Ok(rep)
+                rep
             }
             ChordMsg::Replicate { view, slot, token } => {
-                let p = node_from()?;
-                self.check_msg_view(*view)?;
-                self.ring.check_key(slot.key)?;
                 self.install(*view, out, &mut rep);
                 if view.epoch < self.view.epoch {
-                    send(
-                        out,
-                        Addr::Node(p),
-                        ChordMsg::ReplicaNack { view: self.view },
-                    );
+                    let nack = ChordMsg::ReplicaNack { view: self.view };
+                    send(out, from, nack);
                     rep.insert(Rule::Stale);
-                    return Ok(rep);
+                    return rep;
                 }
                 if self.covered(self.view) & (1 << self.ring.arc_of(slot.key)) == 0 {
                     rep.insert(Rule::Stale);
-                    return Ok(rep);
+                    return rep;
                 }
-                self.upsert(*slot)?;
+                self.upsert(*slot);
                 let ack = ChordMsg::ReplicaAck {
                     view: self.view,
                     key: slot.key,
                     token: *token,
                 };
-                send(out, Addr::Node(p), ack);
+                send(out, from, ack);
                 rep.insert(Rule::Replicated);
-                Ok(rep)
+                rep
             }
             ChordMsg::ReplicaAck { view, key, token } => {
-                let y = node_from()?;
-                self.check_msg_view(*view)?;
                 self.install(*view, out, &mut rep);
+                let from_bit = match from {
+                    Addr::Node(y) => 1u16 << y.0,
+                    _ => 0,
+                };
                 let i = self
                     .pending
                     .iter()
                     .position(|p| p.key == *key && p.token == *token);
                 match (view.epoch == self.view.epoch, i) {
                     (true, Some(i)) => {
-                        self.pending[i].need &= !(1 << y.0);
+                        self.pending[i].need &= !from_bit;
                         if self.pending[i].need == 0 {
                             let p = self.pending.remove(i);
                             let m = ChordMsg::Reply {
@@ -393,48 +509,38 @@ impl<const N: usize, const T: usize> RingServer<N, T> {
                     }
                     _ => rep.insert(Rule::Stale),
                 }
-                Ok(rep)
+                rep
             }
             ChordMsg::ReplicaNack { view } => {
-                node_from()?;
-                self.check_msg_view(*view)?;
                 self.install(*view, out, &mut rep);
                 rep.insert(Rule::Stale);
-                Ok(rep)
+                rep
             }
             ChordMsg::Transfer { view, arcs, slots } => {
-                node_from()?;
-                self.check_msg_view(*view)?;
-                for s in slots {
-                    self.ring.check_key(s.key)?;
-                }
                 self.install(*view, out, &mut rep);
                 if view.epoch < self.view.epoch {
                     rep.insert(Rule::Stale);
-                    return Ok(rep);
+                    return rep;
                 }
                 let take = *arcs & self.covered(self.view);
                 for s in slots {
                     if take & (1 << self.ring.arc_of(s.key)) != 0 {
-                        self.upsert(*s)?;
+                        self.upsert(*s);
                     }
                 }
                 self.ready |= take;
                 rep.insert(Rule::TransferMerged);
-                Ok(rep)
+                rep
             }
             ChordMsg::NewView(v) => {
-                if from != Addr::Chord {
-                    return Err(ChordError::BadSender);
-                }
-                self.check_msg_view(*v)?;
                 self.install(*v, out, &mut rep);
                 if rep.iter().next().is_none() {
                     rep.insert(Rule::Stale);
                 }
-                Ok(rep)
+                rep
             }
-            _ => Err(ChordError::WrongVariant),
+            // Refused by `check`.
+            _ => rep,
         }
     }
 }
@@ -533,6 +639,107 @@ mod tests {
         out.clear();
         let rep = c.step(C1, &req, &mut out).unwrap();
         assert!(rep.contains(Rule::WriteStarted));
+    }
+
+    /// The check finds a full table before anything changes: a request for a new key on
+    /// a full table, a transfer that brings more keys than fit, and a full pending list.
+    #[test]
+    fn a_full_table_is_refused_and_changes_nothing() {
+        // Alone in the view: every arc is this server's, no replica.
+        let alone = View {
+            epoch: 0,
+            members: 0b001,
+        };
+        let mut a = S::new(NodeId(0), ring(), 1, alone).unwrap();
+        let mut out = O::new();
+        for k in 0..4u16 {
+            let req = ChordMsg::Request {
+                token: Token {
+                    client: ClientId(1),
+                    seq: k as u8,
+                },
+                op: Op::Lock,
+                key: Key(k),
+                view: alone,
+            };
+            a.step(C1, &req, &mut out).unwrap();
+        }
+        let before = a.clone();
+        out.clear();
+        let fifth = ChordMsg::Request {
+            token: Token {
+                client: ClientId(1),
+                seq: 9,
+            },
+            op: Op::Lock,
+            key: Key(4),
+            view: alone,
+        };
+        assert_eq!(a.step(C1, &fifth, &mut out), Err(ChordError::TableFull));
+        // The same key again is a write over its own entry: it fits.
+        let again = ChordMsg::Request {
+            token: Token {
+                client: ClientId(1),
+                seq: 10,
+            },
+            op: Op::Unlock,
+            key: Key(3),
+            view: alone,
+        };
+        let mut b = a.clone();
+        assert!(b.step(C1, &again, &mut out).is_ok());
+        out.clear();
+        let slots = (4..6u16)
+            .map(|k| Slot {
+                key: Key(k),
+                holder: None,
+                version: Version::default(),
+            })
+            .collect();
+        let t = ChordMsg::Transfer {
+            view: alone,
+            arcs: 0b111,
+            slots,
+        };
+        assert_eq!(
+            a.step(Addr::Node(NodeId(1)), &t, &mut out),
+            Err(ChordError::TableFull)
+        );
+        assert_eq!(a, before);
+        assert!(out.is_empty());
+        // Pending full: four writes waiting for the replica of a two-member view.
+        let mut p = S::new(NodeId(1), ring(), 1, V).unwrap();
+        for k in 9..13u16 {
+            let req = ChordMsg::Request {
+                token: Token {
+                    client: ClientId(k as u8),
+                    seq: 1,
+                },
+                op: Op::Lock,
+                key: Key(k),
+                view: V,
+            };
+            p.step(Addr::Client(ClientId(k as u8)), &req, &mut out)
+                .unwrap();
+        }
+        assert_eq!(p.pending(), 4);
+        let before = p.clone();
+        out.clear();
+        let req = ChordMsg::Request {
+            token: Token {
+                client: ClientId(20),
+                seq: 1,
+            },
+            op: Op::Lock,
+            key: Key(13),
+            view: V,
+        };
+        assert_eq!(
+            p.step(Addr::Client(ClientId(20)), &req, &mut out),
+            Err(ChordError::TableFull)
+        );
+        assert_eq!(p, before);
+        assert!(out.is_empty());
     }
 
     #[test]

@@ -1,0 +1,226 @@
+//! A ring client: the kernel's [`ChordClient`] (Fig. 4: `lookup`, then the call; redirects
+//! and retries) on sockets. One request at a time. A request whose node went away (its
+//! connection closed) is sent again with the membership service's current view
+//! ([`ChordClient::timeout`]), with the same request number, so the new primary answers it
+//! from the entry instead of serving it twice.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hilock_kernel::chord::{
+    Addr, Answer, ChordClient, ChordError, ChordMsg, ClientEvent, ClientId, Key, NodeId, Op, Out,
+    View,
+};
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinSet;
+
+use super::{dial, ring, Frame, SLOTS, TABLE};
+
+type COuts = heapless::Vec<Out<TABLE>, 1>;
+
+/// Why a request failed.
+#[derive(Debug)]
+pub enum ClientError {
+    /// The kernel refused (a bug, or a client used wrongly).
+    Kernel(ChordError),
+    /// No answer within the bound.
+    Timeout {
+        /// What was asked.
+        op: Op,
+        /// The key.
+        key: Key,
+    },
+    /// The membership service is unreachable.
+    Membership(std::io::Error),
+}
+
+impl std::fmt::Display for ClientError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ClientError::Kernel(e) => write!(f, "ring client: {e}"),
+            ClientError::Timeout { op, key } => write!(f, "{op:?} of key {} not answered", key.0),
+            ClientError::Membership(e) => write!(f, "membership service: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for ClientError {}
+
+impl From<ChordError> for ClientError {
+    fn from(e: ChordError) -> Self {
+        ClientError::Kernel(e)
+    }
+}
+
+/// A client of the ring.
+#[derive(Debug)]
+pub struct RingClient {
+    kc: ChordClient<SLOTS>,
+    nodes: Arc<Vec<Option<SocketAddr>>>,
+    conns: HashMap<NodeId, mpsc::UnboundedSender<Frame>>,
+    tx: mpsc::UnboundedSender<(NodeId, Option<Frame>)>,
+    rx: mpsc::UnboundedReceiver<(NodeId, Option<Frame>)>,
+    view: watch::Receiver<View>,
+    target: Option<NodeId>,
+    tasks: JoinSet<()>,
+    /// Bound on one request.
+    pub limit: Duration,
+    /// Requests sent again (redirect, retry or a node gone).
+    pub resent: u64,
+}
+
+impl RingClient {
+    /// Client `id` of the ring whose nodes are at `nodes`, views from `membership`.
+    pub async fn connect(
+        id: u8,
+        nodes: Arc<Vec<Option<SocketAddr>>>,
+        membership: SocketAddr,
+    ) -> Result<RingClient, ClientError> {
+        let (mut r, mtx) = dial(membership, Addr::Client(ClientId(id)))
+            .await
+            .map_err(ClientError::Membership)?;
+        let Some(Frame::Current(v)) = r.next().await else {
+            return Err(ClientError::Membership(std::io::Error::other(
+                "no view from the membership service",
+            )));
+        };
+        let (vtx, view) = watch::channel(v);
+        let mut tasks = JoinSet::new();
+        tasks.spawn(async move {
+            let _keep = mtx;
+            while let Some(f) = r.next().await {
+                if let Frame::Current(v) = f {
+                    vtx.send_replace(v);
+                }
+            }
+        });
+        let (tx, rx) = mpsc::unbounded_channel();
+        Ok(RingClient {
+            kc: ChordClient::new(ClientId(id), ring(), v)?,
+            nodes,
+            conns: HashMap::new(),
+            tx,
+            rx,
+            view,
+            target: None,
+            tasks,
+            limit: Duration::from_secs(20),
+            resent: 0,
+        })
+    }
+
+    /// Its id.
+    pub fn id(&self) -> ClientId {
+        self.kc.id()
+    }
+
+    /// `c_lock(path)`: `true` if granted, `false` if somebody holds it.
+    pub async fn lock(&mut self, path: &str) -> Result<bool, ClientError> {
+        match self.call(Op::Lock, super::key_of(path)).await? {
+            Answer::Granted => Ok(true),
+            _ => Ok(false),
+        }
+    }
+
+    /// `c_unlock(path)`.
+    pub async fn unlock(&mut self, path: &str) -> Result<(), ClientError> {
+        self.call(Op::Unlock, super::key_of(path)).await.map(|_| ())
+    }
+
+    async fn send(&mut self, out: COuts) {
+        for o in out {
+            let Addr::Node(n) = o.to else { continue };
+            self.target = Some(n);
+            if !self.conns.contains_key(&n) {
+                let tx = self.open(n).await;
+                self.conns.insert(n, tx);
+            }
+            let ok = self.conns[&n].send(Frame::Msg(Box::new(o.msg))).is_ok();
+            if !ok {
+                self.conns.remove(&n);
+                let _ = self.tx.send((n, None));
+            }
+        }
+    }
+
+    /// A connection to node `n`; its frames (and its end, `None`) come on `self.rx`.
+    async fn open(&mut self, n: NodeId) -> mpsc::UnboundedSender<Frame> {
+        let back = self.tx.clone();
+        let addr = self.nodes.get(n.idx()).copied().flatten();
+        let me = Addr::Client(self.kc.id());
+        let conn = match addr {
+            Some(a) => dial(a, me).await.ok(),
+            None => None,
+        };
+        match conn {
+            Some((mut r, tx)) => {
+                self.tasks.spawn(async move {
+                    while let Some(f) = r.next().await {
+                        if back.send((n, Some(f))).is_err() {
+                            return;
+                        }
+                    }
+                    let _ = back.send((n, None));
+                });
+                tx
+            }
+            None => {
+                let _ = back.send((n, None));
+                // A closed channel: the next send fails and reports the node gone.
+                mpsc::unbounded_channel().0
+            }
+        }
+    }
+
+    async fn call(&mut self, op: Op, key: Key) -> Result<Answer, ClientError> {
+        let mut out = COuts::new();
+        self.kc.start(op, key, &mut out)?;
+        self.send(out).await;
+        let deadline = tokio::time::Instant::now() + self.limit;
+        loop {
+            let ev = tokio::time::timeout_at(deadline, self.rx.recv()).await;
+            let Ok(Some((n, f))) = ev else {
+                return Err(ClientError::Timeout { op, key });
+            };
+            let mut out = COuts::new();
+            let reply = match f {
+                Some(Frame::Msg(m)) => match *m {
+                    ChordMsg::Reply { token, answer } => Some(Some((token, answer))),
+                    _ => Some(None),
+                },
+                Some(_) => Some(None),
+                None => None,
+            };
+            match reply {
+                Some(Some((token, answer))) => {
+                    if answer == Answer::Retry {
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                    }
+                    let (e, _) = self.kc.on_reply(token, answer, &mut out)?;
+                    match e {
+                        ClientEvent::Done(_, _, a) => return Ok(a),
+                        ClientEvent::Waiting => {
+                            self.resent += 1;
+                            self.send(out).await;
+                        }
+                        ClientEvent::Ignored => {}
+                    }
+                }
+                Some(None) => {}
+                None => {
+                    self.conns.remove(&n);
+                    if self.target == Some(n) && self.kc.waiting().is_some() {
+                        // The node it asked is gone: ask again with the service's view.
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        let v = *self.view.borrow();
+                        self.kc.timeout(v, &mut out)?;
+                        self.resent += 1;
+                        self.send(out).await;
+                    }
+                }
+            }
+        }
+    }
+}

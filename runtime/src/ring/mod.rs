@@ -1,0 +1,207 @@
+//! The ring engine (seed 003) on real sockets: lock servers placed on a Chord ring by
+//! consistent hashing, each key's entry on its service node and `r` = 2 successors.
+//!
+//! Every rule is the kernel's ([`hilock_kernel::chord`]): a [`RingNode`] runs one
+//! [`RingServer`](hilock_kernel::chord::RingServer) and only routes its outputs; a
+//! [`RingClient`] runs the kernel's [`ChordClient`](hilock_kernel::chord::ChordClient)
+//! (lookup, redirects, retries); the [`Membership`] service plays the model's `Chord`
+//! actor (etcd's role): it announces views with `NewView` and starts the next change (a
+//! join, a graceful leave, the removal of a crashed node) only when every live node of the
+//! current change has installed the view and has all its arcs — the model's `settled`.
+//!
+//! # Placement
+//! The ring has [`SLOTS`] node slots on a 16-bit circle; slot `i` has the identifier
+//! [`hash`](hilock_kernel::chord::hash) of `"hilock-ring-slot-<i>"` (FNV-1a then fmix32,
+//! fixed, so every process places alike). A lock path is placed by its top-level element
+//! ([`Ring::key_of`](hilock_kernel::chord::Ring::key_of)).
+//!
+//! # Transport
+//! Length-delimited frames (postcard) over TCP. Every connection starts with
+//! [`Frame::Hello`] naming the sender; a node sends to a peer on the connection it dialed,
+//! and answers a client on the connection the client dialed. A connection that breaks is
+//! not re-established for the messages it carried: a peer that closed is down (the model's
+//! crash: its messages are gone), and the membership service removes a node whose
+//! connection to it closed. The links are not authenticated (loopback only so far).
+//!
+//! # Limits (said, not hidden)
+//! - The membership service is one process (in the tests: the test process). Without it
+//!   no view changes; with etcd it would be replicated — not built.
+//! - Crash detection is the membership service seeing the node's connection close (a
+//!   killed process's sockets are closed by the operating system). A paused or
+//!   partitioned node is not removed; the epochs keep it from serving twice (a write needs
+//!   the acknowledgements of replicas that refuse an old view), but requests to it wait.
+
+mod client;
+mod membership;
+mod node;
+
+pub use client::{ClientError, RingClient};
+pub use membership::Membership;
+pub use node::{RingNode, Snapshot};
+
+use futures_util::{SinkExt, StreamExt};
+use hilock_kernel::chord::{hash, Addr, ChordMsg, Key, Out, Ring, RingServer, View};
+use serde::{Deserialize, Serialize};
+use std::net::SocketAddr;
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::TcpStream;
+use tokio::sync::mpsc;
+use tokio_util::codec::{FramedRead, FramedWrite, LengthDelimitedCodec};
+
+/// Node slots of the ring (the kernel's views are 16-bit sets).
+pub const SLOTS: usize = 16;
+/// Entries one server holds (its own keys and its replicas').
+pub const TABLE: usize = 64;
+/// Identifier bits.
+pub const BITS: u8 = 16;
+/// Successor replicas.
+pub const R: u8 = 2;
+
+/// The kernel server the runtime runs.
+pub type Server = RingServer<SLOTS, TABLE>;
+/// The kernel message.
+pub type Msg = ChordMsg<TABLE>;
+/// A step's outputs.
+pub(crate) type Outs = heapless::Vec<Out<TABLE>, { Server::MAX_OUTPUTS }>;
+
+/// The ring every process uses.
+pub fn ring() -> Ring<SLOTS> {
+    let mut idents = [0u16; SLOTS];
+    for (i, x) in idents.iter_mut().enumerate() {
+        *x = hash(format!("hilock-ring-slot-{i}").as_bytes(), BITS).0;
+    }
+    Ring::new(BITS, idents).expect("the slot identifiers are distinct (checked by a test)")
+}
+
+/// The key a lock path is placed by.
+pub fn key_of(path: &str) -> Key {
+    ring().key_of(path)
+}
+
+/// What travels on a ring connection.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum Frame {
+    /// First frame: who dialed.
+    Hello(Addr),
+    /// A kernel message (its sender is the connection's `Hello`).
+    Msg(Box<Msg>),
+    /// Membership → node or client: the current view (first answer to `Hello`, and every
+    /// later view for clients).
+    Current(View),
+    /// Node → membership: the view the node has installed and whether it has every arc it
+    /// holds in it.
+    Status {
+        /// The node's view.
+        view: View,
+        /// `settled_in(view)`.
+        settled: bool,
+    },
+    /// Membership → a node that left gracefully: the change is complete, stop.
+    Left,
+}
+
+fn codec() -> LengthDelimitedCodec {
+    LengthDelimitedCodec::builder()
+        .max_frame_length(1 << 20)
+        .new_codec()
+}
+
+/// Spawns the writer of `w`: every frame sent on the returned channel goes out in order;
+/// the task ends when the connection breaks or the channel closes.
+pub(crate) fn writer(w: OwnedWriteHalf) -> mpsc::UnboundedSender<Frame> {
+    let (tx, mut rx) = mpsc::unbounded_channel::<Frame>();
+    tokio::spawn(async move {
+        let mut fw = FramedWrite::new(w, codec());
+        while let Some(f) = rx.recv().await {
+            let bytes = postcard::to_stdvec(&f).expect("in-memory encoding cannot fail");
+            if fw.send(bytes::Bytes::from(bytes)).await.is_err() {
+                break;
+            }
+        }
+    });
+    tx
+}
+
+/// Reads frames from `r` until it closes or sends garbage.
+pub(crate) struct Reader(FramedRead<OwnedReadHalf, LengthDelimitedCodec>);
+
+impl Reader {
+    pub(crate) fn new(r: OwnedReadHalf) -> Self {
+        Reader(FramedRead::new(r, codec()))
+    }
+    /// The next frame; `None` when the connection is closed or broken.
+    pub(crate) async fn next(&mut self) -> Option<Frame> {
+        let b = self.0.next().await?.ok()?;
+        postcard::from_bytes(&b).ok()
+    }
+}
+
+/// Dials `addr` and says who we are.
+pub(crate) async fn dial(
+    addr: SocketAddr,
+    me: Addr,
+) -> std::io::Result<(Reader, mpsc::UnboundedSender<Frame>)> {
+    let s = TcpStream::connect(addr).await?;
+    s.set_nodelay(true)?;
+    let (r, w) = s.into_split();
+    let tx = writer(w);
+    let _ = tx.send(Frame::Hello(me));
+    Ok((Reader::new(r), tx))
+}
+
+/// `hilock ring-node`: runs node `id` of the ring whose slots are at `peers`
+/// (comma-separated, slot order) until it has left gracefully or the membership service at
+/// `membership` went away.
+pub fn serve(id: u16, peers: &str, membership: SocketAddr) -> Result<String, String> {
+    let mut addrs: Vec<Option<SocketAddr>> = vec![None; SLOTS];
+    for (i, p) in peers.split(',').enumerate() {
+        let a = p
+            .trim()
+            .parse()
+            .map_err(|e| format!("--peers: {p:?} is not an address: {e}"))?;
+        *addrs
+            .get_mut(i)
+            .ok_or_else(|| format!("--peers: more than {SLOTS} addresses"))? = Some(a);
+    }
+    let me = addrs
+        .get(id as usize)
+        .copied()
+        .flatten()
+        .ok_or_else(|| format!("--id {id}: no such slot in --peers"))?;
+    let rt = tokio::runtime::Runtime::new().map_err(|e| format!("tokio: {e}"))?;
+    rt.block_on(async move {
+        let l = tokio::net::TcpListener::bind(me)
+            .await
+            .map_err(|e| format!("listen on {me}: {e}"))?;
+        let node = RingNode::start(id, l, std::sync::Arc::new(addrs), membership)
+            .await
+            .map_err(|e| format!("membership service at {membership}: {e}"))?;
+        while !node.stopped() {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        Ok(format!("ring node {id} stopped\n"))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_slot_identifiers_are_distinct_and_frames_round_trip() {
+        let r = ring();
+        assert_eq!(r.bits(), BITS);
+        let f = Frame::Status {
+            view: View {
+                epoch: 3,
+                members: 0b111,
+            },
+            settled: true,
+        };
+        let b = postcard::to_stdvec(&f).unwrap();
+        assert!(matches!(
+            postcard::from_bytes::<Frame>(&b).unwrap(),
+            Frame::Status { settled: true, .. }
+        ));
+    }
+}
