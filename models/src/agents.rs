@@ -58,6 +58,8 @@ pub const MQ: usize = 8;
 pub const MK: usize = 6;
 /// Records per server.
 pub const MR: usize = 4;
+/// Servers a configuration may have.
+pub const MAX_SERVERS_MODEL: usize = 4;
 /// The kernel agent the model drives.
 pub type MAgent = Agent<MD, MQ, MK>;
 /// The kernel server the model drives.
@@ -370,6 +372,9 @@ impl AgentsModel {
         servers: u16,
         scripts: &[(&[ScriptLock], bool)],
     ) -> Result<AgentsModel, AgentError> {
+        if servers as usize > MAX_SERVERS_MODEL {
+            return Err(AgentError::BadServers);
+        }
         let mut sc = Vec::new();
         for (steps, abort) in scripts {
             let mut v = Vec::new();
@@ -656,28 +661,32 @@ impl AgentsModel {
         n >= step.req.needed(step.servers.len())
     }
 
-    /// The true wait-for graph, from the servers' queues.
+    /// The true wait-for graph, from the servers' queues (one queue per server: all its
+    /// entries), built by the kernel's [`WaitGraph::add_queues`].
     pub fn true_graph(&self, st: &AState) -> WaitGraph {
         let mut g = WaitGraph::new();
-        for (i, s) in st.servers.iter().enumerate() {
-            if st.down & (1 << i) != 0 {
-                continue;
-            }
-            let q: Vec<QEntry<MD>> = s.entries().collect();
-            g.add_queue(&q, |w| {
-                let a = w.agent.0 as usize;
-                st.agents[a].status().ended() || self.truly_held(st, a, &w.path, w.mode)
-            });
-        }
+        let qs: Vec<(ServerId, Vec<QEntry<MD>>)> = st
+            .servers
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| st.down & (1 << i) == 0)
+            .map(|(_, s)| (s.id(), s.entries().collect()))
+            .collect();
+        let refs: Vec<(ServerId, &[QEntry<MD>])> =
+            qs.iter().map(|(s, q)| (*s, q.as_slice())).collect();
+        let _ = g.add_queues::<MD, MQ, MAX_SERVERS_MODEL>(&refs, |_, w| {
+            let a = w.agent.0 as usize;
+            st.agents[a].status().ended() || self.truly_held(st, a, &w.path, w.mode)
+        });
         g.close();
         g
     }
 
-    /// The deadlocks of a true wait-for graph: per cycle (strongly connected component), its
-    /// members (a set of agent indices) and its identity, the wait edges inside it (bit
-    /// `8·w + f` of the first word: agent `w` waits for `f`; of the second: behind an
-    /// entry `f` holds). A surrender changes the edges, so a cycle that forms again after
-    /// one is a new deadlock.
+    /// The deadlocks of a true wait-for graph: per cycle (strongly connected component of
+    /// *waits for a holder*, see [`WaitGraph`]), its members (a set of agent indices) and
+    /// its identity, the edges inside it (bit `8·w + f` of the first word: agent `w` waits
+    /// for holder `f`; of the second: directly behind an entry `f` holds). A surrender
+    /// changes the edges, so a cycle that forms again after one is a new deadlock.
     pub fn deadlocks(&self, g: &WaitGraph) -> Vec<(u64, (u64, u64))> {
         let id = |i: usize| g.agent(i).map_or(0, |a| a.0 as u64);
         g.cycles()
@@ -686,7 +695,7 @@ impl AgentsModel {
                 for i in (0..g.len()).filter(|i| c & (1 << i) != 0) {
                     members |= 1 << id(i);
                     for j in (0..g.len()).filter(|j| c & (1 << j) != 0) {
-                        if g.waits_for(i) & (1 << j) != 0 {
+                        if g.waits_for_holders(i) & (1 << j) != 0 {
                             waits |= 1 << (8 * id(i) + id(j));
                         }
                         if g.holds_for(i) & (1 << j) != 0 {
@@ -702,7 +711,7 @@ impl AgentsModel {
     fn update_ghost(&self, st: &mut AState) {
         let g = self.true_graph(st);
         for c in g.cycles() {
-            for a in g.members(g.holders_in(c)) {
+            for a in g.members(c) {
                 st.in_true_cycle |= 1 << a.0;
             }
         }

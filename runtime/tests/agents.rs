@@ -498,7 +498,11 @@ struct Outcome {
     committed: u64,
     aborted_deadlock: u64,
     timed_out: u64,
+    /// Transactions that ended otherwise (each a failure of the run; named in the panic).
+    unexpected: u64,
     surrenders: u64,
+    /// Surrenders the servers refused (the agent held nothing in that queue any more).
+    surrenders_refused: u64,
     revoked: u64,
     frames: u64,
     seconds: f64,
@@ -524,16 +528,18 @@ async fn random_run(
     let seq = Arc::new(AtomicU64::new(1));
     let history = Arc::new(Mutex::new(Vec::new()));
     let outcome = Arc::new(Mutex::new(Outcome::default()));
+    let unexpected = Arc::new(Mutex::new(Vec::<String>::new()));
     let started = std::time::Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
     for node in &nodes {
         for c in 0..clients {
             let h = node.handle();
-            let (seq, history, outcome, universe) = (
+            let (seq, history, outcome, universe, unexpected) = (
                 seq.clone(),
                 history.clone(),
                 outcome.clone(),
                 universe.clone(),
+                unexpected.clone(),
             );
             let seed = u64::from(node.id()) * 100 + c as u64;
             tasks.spawn(async move {
@@ -594,7 +600,13 @@ async fn random_run(
                         Err(TxnError::Timeout { .. }) if timeouts_allowed => {
                             outcome.lock().unwrap().timed_out += 1;
                         }
-                        Err(e) => panic!("transaction {id} (abort_on_deadlock {abort}): {e}"),
+                        Err(e) => {
+                            outcome.lock().unwrap().unexpected += 1;
+                            unexpected
+                                .lock()
+                                .unwrap()
+                                .push(format!("transaction {id} (abort_on_deadlock {abort}): {e}"));
+                        }
                     }
                 }
             });
@@ -610,6 +622,15 @@ async fn random_run(
     let mut o = *outcome.lock().unwrap();
     o.seconds = started.elapsed().as_secs_f64();
     o.transactions = (nodes.len() * clients * per_client) as u64;
+    let st: Vec<_> = nodes.iter().map(|n| n.agent_stats()).collect();
+    let sum = |f: fn(&hilock::agents::AgentStats) -> u64| st.iter().map(f).sum::<u64>();
+    o.surrenders = sum(|s| s.surrenders_done);
+    o.surrenders_refused = sum(|s| s.surrenders_refused);
+    o.revoked = sum(|s| s.revoked);
+    o.frames = sum(|s| s.frames_sent) + sum(|s| s.local_messages);
+    println!("{name}: {o:?}");
+    let unexpected = unexpected.lock().unwrap().clone();
+    assert!(unexpected.is_empty(), "{name}: {unexpected:#?}");
     assert_eq!(
         o.committed + o.aborted_deadlock + o.timed_out,
         o.transactions
@@ -617,12 +638,6 @@ async fn random_run(
     let h = history.lock().unwrap().clone();
     let v = violations(&h);
     assert!(v.is_empty(), "{} exclusion violations: {v:#?}", v.len());
-    let st: Vec<_> = nodes.iter().map(|n| n.agent_stats()).collect();
-    let sum = |f: fn(&hilock::agents::AgentStats) -> u64| st.iter().map(f).sum::<u64>();
-    o.surrenders = sum(|s| s.surrenders_done);
-    o.revoked = sum(|s| s.revoked);
-    o.frames = sum(|s| s.frames_sent) + sum(|s| s.local_messages);
-    println!("{name}: {o:?}");
     assert_eq!(sum(|s| s.committed), o.committed);
     assert_eq!(sum(|s| s.aborted_deadlock), o.aborted_deadlock);
     let ids: HashSet<u16> = h.iter().map(|x| x.1).collect();
@@ -631,10 +646,11 @@ async fn random_run(
     o
 }
 
-/// Issue 16's acceptance run as far as it holds on the current kernel: 200 random
-/// transactions over five top-level locks that deadlock often on a 5-node loopback cluster; 0 exclusion violations;
-/// every transaction ends within 120 s — committed, aborted on deadlock as asked, or (the
-/// kernel's surrender livelock, see the ignored test below) aborted after a 3 s wait.
+/// 200 random transactions over five top-level locks that deadlock often on a 5-node
+/// loopback cluster, with a short (3 s) wait per lock: 0 exclusion violations; every
+/// transaction ends within 120 s — committed, aborted on deadlock as asked, or aborted with
+/// `Timeout` after a 3 s wait (a few do: a lock surrendered again and again behind other
+/// transactions under load; the strict run below allows none).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn five_nodes_200_random_transactions_no_exclusion_violation_all_end() {
     let o = random_run(
@@ -655,15 +671,12 @@ async fn five_nodes_200_random_transactions_no_exclusion_violation_all_end() {
     assert!(o.committed > 0, "{o:?}");
 }
 
-/// The acceptance test of issue 16 proper: the same run, but a transaction may only commit
-/// or abort on deadlock (no timeouts, 20 s wait). RED on the current kernel: two agents
-/// that both wait in a third agent's cycle surrender one lock to each other back and forth
-/// (each, in turn, is the largest holder of the strongly connected component it sees, and
-/// `closing_view` picks the lock they share), the server's version counter runs into the
-/// tens of thousands, and the real cycle is never broken. Run with
-/// `cargo test -p hilock --test agents -- --ignored`.
+/// The acceptance test of issue 16 proper: the same run with 260 transactions, but a
+/// transaction may only commit or abort on deadlock (no timeouts, 20 s wait), within 60 s.
+/// It was red before the kernel's fix of the surrender livelock (two agents that both
+/// waited in a third agent's cycle surrendered one lock to each other back and forth; now a
+/// deadlock is a cycle of *waits for a holder*, `kernel/src/agent/graph.rs`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore]
 async fn five_nodes_260_random_transactions_all_commit_or_abort_on_deadlock() {
     random_run(
         "agents-strict",
@@ -677,13 +690,14 @@ async fn five_nodes_260_random_transactions_all_commit_or_abort_on_deadlock() {
     .await;
 }
 
-/// The same run with locks inside each other's subtrees (`/t0` and `/t0/x`). RED on the
-/// current kernel, and worse than the livelock: after an agent surrenders `/t0`, the server
-/// moves its entry on `/t0/x` too, but the agent's view of `/t0/x` is not voided (rule A3
-/// is per view), so it can count `/t0/x` as held on that stale view — a client is told it
-/// holds every lock while the server has it waiting (seen as `commit` finding the
-/// transaction no longer holding all). Run with `cargo test -p hilock --test agents --
-/// --ignored`.
+/// The strict run with locks inside each other's subtrees (`/t0` and `/t0/x`): only commit
+/// or abort on deadlock, 20 s wait, within 60 s. It was red before the kernel voided, after
+/// a surrender of `/t0`, the agent's views of the related locks whose queues the server
+/// changes (its entry on `/t0/x` moves too): a client could be told it held every lock
+/// while the server had it waiting. Ignored: it passed 12 of 14 runs (18–28 s each); in the
+/// other two, two or three transactions near the end were not granted a lock within 20 s
+/// (e.g. "/t1 not granted within 20s"; surrenders refused: 0) — not diagnosed yet. Run with
+/// `cargo test -p hilock --test agents -- --ignored --nocapture`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore]
 async fn five_nodes_200_random_hierarchical_transactions_no_exclusion_violation() {
@@ -692,9 +706,9 @@ async fn five_nodes_200_random_hierarchical_transactions_no_exclusion_violation(
         &HIER,
         4,
         10,
-        Duration::from_secs(3),
-        true,
-        Duration::from_secs(120),
+        Duration::from_secs(20),
+        false,
+        Duration::from_secs(60),
     )
     .await;
 }

@@ -1,14 +1,26 @@
 //! The wait-for graph an agent builds from the queues it knows ("the graph expressing which
 //! client waits for which other client to get access to an object").
 //!
-//! A waiting entry `w` of agent `W` waits for every earlier entry `f` of another agent `F`
-//! on a related path that either conflicts with it (read/write, write/anything) or is
-//! itself waiting (nobody overtakes a waiting entry): `W → F`. When `f` holds, `F` is a
-//! *holder* of a lock `W` waits for: only such agents may surrender ("it is important to
-//! select this particular client among the ones that indeed hold a lock"). A cycle is a
-//! strongly connected component with an edge inside.
+//! Two relations over agents:
+//!
+//! - *waits* (`W → F`): a waiting entry `w` of agent `W` stands behind an earlier entry `f`
+//!   of another agent `F` on a related path that either conflicts with it (read/write,
+//!   write/anything) or is itself waiting (nobody overtakes a waiting entry). Information is
+//!   spread along this relation (rule A7).
+//! - *waits for a holder* (`W ⇒ H`): `w` cannot be granted before `H` gives up an entry it
+//!   holds: `H`'s granted entry blocks `w` directly, or blocks a waiting entry that `w`
+//!   waits behind, transitively, on the same server (across the queues of related locks:
+//!   an entry is one `(server, agent, path, mode)` in every queue it appears in). This is
+//!   the seed's graph: "not all clients need be presented in the graph, but only those that
+//!   hold a lock. However, the relation that expresses a client waiting for another client
+//!   takes all known clients into account". A deadlock is a cycle of `⇒` (every member
+//!   holds a lock another member waits for); its resolver is its largest member ("from the
+//!   nodes on this cycle the client with largest reference surrenders the object it
+//!   locks"). A cycle of *waits* through an agent that only waits (behind a third agent that
+//!   holds) is not a deadlock yet: the holder outside it goes on, and when the waiter gets
+//!   the lock the cycle of `⇒` appears — seen alike by every member that knows it.
 
-use super::{AgentId, QEntry};
+use super::{AgentId, QEntry, ServerId};
 
 /// Agents one graph can name (a 64-bit set per agent).
 pub const MAX_GRAPH: usize = 64;
@@ -24,6 +36,10 @@ pub struct WaitGraph {
     holds: [u64; MAX_GRAPH],
     /// Transitive closure of `waits` (filled by [`WaitGraph::close`]).
     reach: [u64; MAX_GRAPH],
+    /// `hwaits[i]`: the agents `i` waits for as holders (`⇒`, see the module doc).
+    hwaits: [u64; MAX_GRAPH],
+    /// Transitive closure of `hwaits`.
+    hreach: [u64; MAX_GRAPH],
 }
 
 impl Default for WaitGraph {
@@ -33,6 +49,8 @@ impl Default for WaitGraph {
             waits: [0; MAX_GRAPH],
             holds: [0; MAX_GRAPH],
             reach: [0; MAX_GRAPH],
+            hwaits: [0; MAX_GRAPH],
+            hreach: [0; MAX_GRAPH],
         }
     }
 }
@@ -82,8 +100,10 @@ impl WaitGraph {
         waits.then_some(f.granted)
     }
 
-    /// Adds the edges of one queue (entries in arrival order); `skip(w)` leaves a waiting
-    /// entry out (an agent's own entry for a lock it already has on enough servers).
+    /// Adds the *waits* edges of one queue (entries in arrival order) and its direct
+    /// holders ([`WaitGraph::holds_for`]); not the `⇒` relation ([`WaitGraph::add_queues`]
+    /// adds both). `skip(w)` leaves a waiting entry out (an agent's own entry for a lock it
+    /// already has on enough servers).
     pub fn add_queue<const D: usize>(
         &mut self,
         queue: &[QEntry<D>],
@@ -106,14 +126,142 @@ impl WaitGraph {
         }
     }
 
-    /// Computes the transitive closure (call after the last [`WaitGraph::add_queue`]).
+    /// Adds the edges of both relations for a set of queues, each announced by server
+    /// `queues[k].0` (at most `K` queues of at most `Q` entries are read; the rest is left
+    /// out). An entry is the same entry in every queue of its server where it appears, so
+    /// a chain of waiting entries is followed from one lock's queue into a related lock's.
+    /// `skip(server, w)` leaves a waiting entry's own edges out (an agent's own entry for a
+    /// lock it already has on enough servers); chains of other entries still pass through
+    /// it. Returns, per queue and entry, the graph indices of the agents whose granted
+    /// entries that (waiting) entry waits for, directly or through waiting entries: the
+    /// `⇒` relation entry by entry (0 for granted entries).
+    pub fn add_queues<const D: usize, const Q: usize, const K: usize>(
+        &mut self,
+        queues: &[(ServerId, &[QEntry<D>])],
+        skip: impl Fn(ServerId, &QEntry<D>) -> bool,
+    ) -> [[u64; Q]; K] {
+        let n = queues.len().min(K);
+        let len = |k: usize| queues[k].1.len().min(Q);
+        let mut hs = [[0u64; Q]; K];
+        // The first occurrence (queue, index) of each waiting entry on its server.
+        let mut canon = [[(0u16, 0u16); Q]; K];
+        for k in 0..n {
+            let (s, q) = queues[k];
+            for i in 0..len(k) {
+                canon[k][i] = (k as u16, i as u16);
+                let w = &q[i];
+                if w.granted {
+                    continue;
+                }
+                'find: for (k2, (s2, q2)) in queues.iter().enumerate().take(k + 1) {
+                    if *s2 != s {
+                        continue;
+                    }
+                    for (i2, f) in q2.iter().enumerate().take(len(k2)) {
+                        if k2 == k && i2 >= i {
+                            break 'find;
+                        }
+                        if !f.granted && f.agent == w.agent && f.path == w.path && f.mode == w.mode
+                        {
+                            canon[k][i] = (k2 as u16, i2 as u16);
+                            break 'find;
+                        }
+                    }
+                }
+            }
+        }
+        // Holders that block an entry directly.
+        for k in 0..n {
+            let q = queues[k].1;
+            for i in 0..len(k) {
+                let w = &q[i];
+                if w.granted {
+                    continue;
+                }
+                let (ck, ci) = canon[k][i];
+                for f in &q[..i] {
+                    if Self::blocked_by(w, f) == Some(true) {
+                        if let Some(b) = self.index(f.agent) {
+                            hs[ck as usize][ci as usize] |= 1 << b;
+                        }
+                    }
+                }
+            }
+        }
+        // Through waiting entries, to a fixpoint (each round adds a bit or stops).
+        loop {
+            let mut changed = false;
+            for k in 0..n {
+                let q = queues[k].1;
+                for i in 0..len(k) {
+                    let w = &q[i];
+                    if w.granted {
+                        continue;
+                    }
+                    let mut add = 0;
+                    for (j, f) in q[..i].iter().enumerate() {
+                        if Self::blocked_by(w, f) == Some(false) {
+                            let (fk, fi) = canon[k][j];
+                            add |= hs[fk as usize][fi as usize];
+                        }
+                    }
+                    let (ck, ci) = canon[k][i];
+                    let h = &mut hs[ck as usize][ci as usize];
+                    if add & !*h != 0 {
+                        *h |= add;
+                        changed = true;
+                    }
+                }
+            }
+            if !changed {
+                break;
+            }
+        }
+        // Every occurrence gets its entry's set; the edges of both relations.
+        for k in 0..n {
+            let (s, q) = queues[k];
+            for i in 0..len(k) {
+                let w = &q[i];
+                if w.granted {
+                    continue;
+                }
+                let (ck, ci) = canon[k][i];
+                hs[k][i] = hs[ck as usize][ci as usize];
+                if skip(s, w) {
+                    continue;
+                }
+                let Some(a) = self.index(w.agent) else {
+                    continue;
+                };
+                self.hwaits[a] |= hs[k][i];
+                for f in &q[..i] {
+                    if let Some(holder) = Self::blocked_by(w, f) {
+                        if let Some(b) = self.index(f.agent) {
+                            self.waits[a] |= 1 << b;
+                            if holder {
+                                self.holds[a] |= 1 << b;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        hs
+    }
+
+    /// Computes the transitive closures (call after the last [`WaitGraph::add_queue`] or
+    /// [`WaitGraph::add_queues`]).
     pub fn close(&mut self) {
         let n = self.agents.len();
         self.reach[..n].copy_from_slice(&self.waits[..n]);
+        self.hreach[..n].copy_from_slice(&self.hwaits[..n]);
         for k in 0..n {
             for i in 0..n {
                 if self.reach[i] & (1 << k) != 0 {
                     self.reach[i] |= self.reach[k];
+                }
+                if self.hreach[i] & (1 << k) != 0 {
+                    self.hreach[i] |= self.hreach[k];
                 }
             }
         }
@@ -136,21 +284,30 @@ impl WaitGraph {
             .fold(0, |m, j| m | 1 << j)
     }
 
-    /// The strongly connected component of `i` if `i` is on a cycle (after
-    /// [`WaitGraph::close`]).
-    pub fn cycle_of(&self, i: usize) -> Option<u64> {
-        if i >= self.agents.len() || self.reach[i] & (1 << i) == 0 {
+    /// The agents `i` waits for as holders (`⇒`, after [`WaitGraph::add_queues`]).
+    pub fn waits_for_holders(&self, i: usize) -> u64 {
+        self.hwaits.get(i).copied().unwrap_or(0)
+    }
+
+    fn component(reach: &[u64; MAX_GRAPH], n: usize, i: usize) -> Option<u64> {
+        if i >= n || reach[i] & (1 << i) == 0 {
             return None;
         }
         Some(
-            (0..self.agents.len())
-                .filter(|&j| self.reach[i] & (1 << j) != 0 && self.reach[j] & (1 << i) != 0)
+            (0..n)
+                .filter(|&j| reach[i] & (1 << j) != 0 && reach[j] & (1 << i) != 0)
                 .fold(0, |m, j| m | 1 << j),
         )
     }
 
-    /// Every cycle (strongly connected component with an edge), once each, by its lowest
-    /// index.
+    /// The deadlock of `i`: its strongly connected component of `⇒` if `i` is on a cycle of
+    /// it (after [`WaitGraph::close`]). Every member holds a lock another member waits for.
+    pub fn cycle_of(&self, i: usize) -> Option<u64> {
+        Self::component(&self.hreach, self.agents.len(), i)
+    }
+
+    /// Every deadlock (strongly connected component of `⇒` with an edge), once each, by its
+    /// lowest index.
     pub fn cycles(&self) -> impl Iterator<Item = u64> + '_ {
         (0..self.agents.len()).filter_map(move |i| {
             let c = self.cycle_of(i)?;
@@ -158,7 +315,18 @@ impl WaitGraph {
         })
     }
 
-    /// The agents of `component` that hold a lock another member waits for.
+    /// Every strongly connected component of *waits* with an edge (the pre-fix rule's
+    /// "cycles", kept for the refuted variants), once each, by its lowest index.
+    pub fn wait_components(&self) -> impl Iterator<Item = u64> + '_ {
+        let n = self.agents.len();
+        (0..n).filter_map(move |i| {
+            let c = Self::component(&self.reach, n, i)?;
+            (c.trailing_zeros() as usize == i).then_some(c)
+        })
+    }
+
+    /// The agents of `component` that hold a lock another member waits for directly (the
+    /// holders of a component of *waits*).
     pub fn holders_in(&self, component: u64) -> u64 {
         (0..self.agents.len())
             .filter(|&j| component & (1 << j) != 0)
@@ -196,20 +364,75 @@ mod tests {
     }
     use LockMode::{Read, Write};
 
+    const S0: ServerId = ServerId(0);
+
     #[test]
     fn two_cycle_and_its_holders() {
+        let q1 = [e(1, &[1], Write, true), e(2, &[1], Write, false)];
+        let q2 = [e(2, &[2], Write, true), e(1, &[2], Write, false)];
         let mut g = WaitGraph::new();
-        g.add_queue(&[e(1, &[1], Write, true), e(2, &[1], Write, false)], |_| {
-            false
-        });
-        g.add_queue(&[e(2, &[2], Write, true), e(1, &[2], Write, false)], |_| {
-            false
-        });
+        g.add_queues::<2, 4, 2>(&[(S0, &q1), (S0, &q2)], |_, _| false);
+        g.close();
+        let c: heapless::Vec<u64, 4> = g.cycles().collect();
+        assert_eq!(c, [0b11]);
+        assert_eq!(g.wait_components().count(), 1);
+        assert_eq!(g.holders_in(c[0]), 0b11);
+        assert_eq!(g.largest(c[0]), Some(AgentId(2)));
+    }
+
+    /// The 3x3 counterexample's last state as A1 knew it: A1 waits for /3 behind A2, who
+    /// waits for /3 behind A0; A2 waits for /1 behind A1. A cycle of *waits* (A1 → A2 → A1)
+    /// but no deadlock: A0 holds /3 and goes on. Only once A2 holds /3 is there one.
+    #[test]
+    fn a_waiter_behind_a_third_holder_closes_no_deadlock() {
+        let q3 = [
+            e(0, &[3], Write, true),
+            e(2, &[3], Write, false),
+            e(1, &[3], Write, false),
+        ];
+        let q1 = [e(1, &[1], Write, true), e(2, &[1], Read, false)];
+        let mut g = WaitGraph::new();
+        let hs = g.add_queues::<2, 4, 2>(&[(S0, &q3), (S0, &q1)], |_, _| false);
+        g.close();
+        let (a0, a1, a2) = (
+            g.find(AgentId(0)).unwrap(),
+            g.find(AgentId(1)).unwrap(),
+            g.find(AgentId(2)).unwrap(),
+        );
+        assert_eq!(g.wait_components().count(), 1, "A1 → A2 → A1 in *waits*");
+        assert_eq!(g.cycles().count(), 0, "no deadlock");
+        assert_eq!(g.waits_for_holders(a1), 1 << a0);
+        assert_eq!(g.waits_for_holders(a2), (1 << a0) | (1 << a1));
+        assert_eq!(hs[0][2], 1 << a0, "A1's /3 waits for A0 through A2's entry");
+        // A0 has released /3 and A2 holds it: now a deadlock of A1 and A2.
+        let q3 = [e(2, &[3], Write, true), e(1, &[3], Write, false)];
+        let mut g = WaitGraph::new();
+        g.add_queues::<2, 4, 2>(&[(S0, &q3), (S0, &q1)], |_, _| false);
         g.close();
         let c: heapless::Vec<u64, 4> = g.cycles().collect();
         assert_eq!(c.len(), 1);
-        assert_eq!(g.holders_in(c[0]), 0b11);
-        assert_eq!(g.largest(g.holders_in(c[0])), Some(AgentId(2)));
+        assert_eq!(g.members(c[0]).max(), Some(AgentId(2)));
+    }
+
+    /// A chain of waits through a waiting entry whose holder only another lock's queue
+    /// shows: A3 waits on [1,1] behind A2's waiting [1], which waits behind A1's [1,2].
+    #[test]
+    fn chains_follow_one_entry_across_related_queues_of_its_server() {
+        let q11 = [e(2, &[1], Write, false), e(3, &[1, 1], Write, false)];
+        let q1 = [e(1, &[1, 2], Write, true), e(2, &[1], Write, false)];
+        let mut g = WaitGraph::new();
+        let hs = g.add_queues::<2, 4, 2>(&[(S0, &q11), (S0, &q1)], |_, _| false);
+        g.close();
+        let a1 = g.find(AgentId(1)).unwrap();
+        let a3 = g.find(AgentId(3)).unwrap();
+        assert_eq!(g.waits_for_holders(a3), 1 << a1);
+        assert_eq!(hs[0][1], 1 << a1);
+        // The same entries on another server are other entries.
+        let mut g = WaitGraph::new();
+        g.add_queues::<2, 4, 2>(&[(S0, &q11), (ServerId(1), &q1)], |_, _| false);
+        g.close();
+        let a3 = g.find(AgentId(3)).unwrap();
+        assert_eq!(g.waits_for_holders(a3), 0);
     }
 
     #[test]

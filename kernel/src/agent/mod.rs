@@ -270,6 +270,12 @@ pub struct LockInfo<const D: usize, const Q: usize> {
     pub version: u32,
     /// The agent whose request, surrender, cancel or release caused this version.
     pub cause: AgentId,
+    /// Whether that was a surrender: with `cause` the acknowledgement a surrendering agent
+    /// waits for. (The agent's own requests carry its identity too; with read → write
+    /// upgrades and hierarchical locks a request's announcement can still be on its way
+    /// when the agent surrenders, so the identity alone is no acknowledgement. `locks`
+    /// sends the same as a separate `{surrender, Agent}` note.)
+    pub surrender: bool,
     /// The queue, in arrival order.
     pub queue: heapless::Vec<QEntry<D>, Q>,
 }

@@ -121,10 +121,16 @@ impl<const D: usize, const Q: usize, const R: usize> LockServer<D, Q, R> {
     /// The current queue of `path` as it would be announced (`None`: no record).
     pub fn info(&self, path: &LockPath<D>, cause: AgentId) -> Option<LockInfo<D, Q>> {
         let r = self.records.iter().find(|r| r.path == *path)?;
-        Some(self.info_of(r, &grants::<D, Q>(&self.entries), cause))
+        Some(self.info_of(r, &grants::<D, Q>(&self.entries), cause, false))
     }
 
-    fn info_of(&self, r: &Record<D>, g: &[bool; Q], cause: AgentId) -> LockInfo<D, Q> {
+    fn info_of(
+        &self,
+        r: &Record<D>,
+        g: &[bool; Q],
+        cause: AgentId,
+        surrender: bool,
+    ) -> LockInfo<D, Q> {
         let mut queue = heapless::Vec::new();
         for (i, e) in self.entries.iter().enumerate() {
             if e.path.related(&r.path) {
@@ -142,6 +148,7 @@ impl<const D: usize, const Q: usize, const R: usize> LockServer<D, Q, R> {
             path: r.path,
             version: r.version,
             cause,
+            surrender,
             queue,
         }
     }
@@ -243,7 +250,8 @@ impl<const D: usize, const Q: usize, const R: usize> LockServer<D, Q, R> {
             }
         }
         self.complete_upgrades(&mut touched, &mut report);
-        self.announce(agent, &touched, out, &mut report);
+        let surrender = matches!(msg, ServerMsg::Surrender { .. });
+        self.announce(agent, surrender, &touched, out, &mut report);
         Ok(report)
     }
 
@@ -333,6 +341,7 @@ impl<const D: usize, const Q: usize, const R: usize> LockServer<D, Q, R> {
     fn announce<S: Sink<Announce<D, Q>>>(
         &mut self,
         cause: AgentId,
+        surrender: bool,
         touched: &[bool; R],
         out: &mut S,
         report: &mut Report,
@@ -363,7 +372,7 @@ impl<const D: usize, const Q: usize, const R: usize> LockServer<D, Q, R> {
         {
             self.clock = self.clock.saturating_add(1);
             self.records[k].version = self.clock;
-            let info = self.info_of(&self.records[k], &g, cause);
+            let info = self.info_of(&self.records[k], &g, cause, surrender);
             for (i, e) in info.queue.iter().enumerate() {
                 if info.queue[..i].iter().all(|f| f.agent != e.agent) {
                     // Room was checked: at most R records × Q agents.
@@ -521,7 +530,9 @@ mod tests {
             holders(&s, &[1]).as_slice(),
             &[(2, true), (3, false), (1, false)]
         );
-        assert!(out.iter().all(|a| a.info.cause == AgentId(1)));
+        assert!(out
+            .iter()
+            .all(|a| a.info.cause == AgentId(1) && a.info.surrender));
         // A waiting agent cannot surrender; a stranger is unknown; nothing changes.
         let before = s.clone();
         let sur = |a| ServerMsg::Surrender {

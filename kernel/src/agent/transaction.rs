@@ -5,15 +5,24 @@ use super::{
     Req, Rule, ServerId, ServerMsg, Servers, Sink, WaitGraph, MAX_SERVERS,
 };
 
-/// Who resolves a cycle.
+/// Who resolves a cycle, and which lock it gives up.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum Resolver {
-    /// The largest reference among the agents of the cycle that hold a lock another
-    /// member waits for (the seed).
+    /// The seed: a deadlock is a cycle of *waits for a holder* (`⇒`, see
+    /// [`WaitGraph`]), so every member holds a lock another member waits for; the largest
+    /// member surrenders the lock that closes it — a lock it holds that a member of the
+    /// cycle waits for ("the object it holds that caused the deadlock situation").
     LargestHolder,
-    /// The largest reference in the cycle, holder or not (refuted: "it is important to
-    /// select this particular client among the ones that indeed hold a lock").
+    /// The rule before the fix (refuted: a second surrender for one deadlock, and in the
+    /// runtime a livelock): a "cycle" is a strongly connected component of *waits*, which
+    /// also runs through agents that only wait (behind a third agent that holds); the
+    /// largest of its holders surrenders the first lock in which a member of the component
+    /// waits behind it.
+    LargestHolderOfWaitComponent,
+    /// The largest reference in a component of *waits*, holder or not (refuted: "it is
+    /// important to select this particular client among the ones that indeed hold a
+    /// lock").
     LargestInCycle,
 }
 
@@ -30,6 +39,12 @@ pub struct AgentVariant {
     pub await_own_ack: bool,
     /// Who resolves a cycle.
     pub resolver: Resolver,
+    /// After surrendering lock `p` on a server, also void the views of the related locks
+    /// whose queues the surrender changes there (the server moves every entry of the agent
+    /// related to `p`, e.g. its entry on `[p, x]`, and announces each changed queue with
+    /// the agent's identity). Without it (refuted): a view of `[p, x]` still says the agent
+    /// holds it while the server has it waiting.
+    pub void_related: bool,
 }
 
 impl AgentVariant {
@@ -38,6 +53,7 @@ impl AgentVariant {
         check_versions: true,
         await_own_ack: true,
         resolver: Resolver::LargestHolder,
+        void_related: true,
     };
 }
 
@@ -103,8 +119,9 @@ struct Request<const D: usize> {
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 struct View<const D: usize, const Q: usize> {
     info: LockInfo<D, Q>,
-    /// A surrender was sent; the view is void until the acknowledgement.
-    awaiting_ack: bool,
+    /// Surrenders sent whose acknowledgement (an announcement of this queue caused by this
+    /// agent's surrender) has not arrived; the view is void while this is not 0.
+    awaiting: u8,
     /// Agents (ids below 64) that were sent this version.
     sent: u64,
 }
@@ -168,7 +185,7 @@ impl<const D: usize, const Q: usize, const K: usize> Agent<D, Q, K> {
 
     /// The queues known (`true`: awaiting a surrender's acknowledgement).
     pub fn views(&self) -> impl Iterator<Item = (&LockInfo<D, Q>, bool)> + '_ {
-        self.views.iter().map(|v| (&v.info, v.awaiting_ack))
+        self.views.iter().map(|v| (&v.info, v.awaiting > 0))
     }
 
     /// What the client may act on: `(server, path, mode)` for every lock reported held and
@@ -198,7 +215,7 @@ impl<const D: usize, const Q: usize, const K: usize> Agent<D, Q, K> {
             && self
                 .view(s, path)
                 .map(|i| &self.views[i])
-                .is_some_and(|v| !v.awaiting_ack && v.info.holds_direct(self.me, mode))
+                .is_some_and(|v| v.awaiting == 0 && v.info.holds_direct(self.me, mode))
     }
 
     /// Whether enough of `r`'s servers grant it in `mode`.
@@ -308,19 +325,28 @@ impl<const D: usize, const Q: usize, const K: usize> Agent<D, Q, K> {
                 match self.view(info.server, &info.path) {
                     Some(i) => {
                         let v = &mut self.views[i];
-                        if v.awaiting_ack && self.variant.await_own_ack && info.cause != self.me {
-                            report.insert(Rule::AwaitingAck);
-                            return Ok(report);
+                        if v.awaiting > 0 && self.variant.await_own_ack {
+                            if info.cause != self.me || !info.surrender {
+                                report.insert(Rule::AwaitingAck);
+                                return Ok(report);
+                            }
+                            // One acknowledgement per surrender that changed this queue.
+                            v.awaiting -= 1;
+                            if v.awaiting > 0 {
+                                report.insert(Rule::AwaitingAck);
+                                return Ok(report);
+                            }
+                            report.insert(Rule::SurrenderAcked);
                         }
                         if self.variant.check_versions && info.version <= v.info.version {
                             report.insert(Rule::StaleIgnored);
                             return Ok(report);
                         }
-                        if v.awaiting_ack {
+                        if v.awaiting > 0 {
                             report.insert(Rule::SurrenderAcked);
                         }
                         v.info = info.clone();
-                        v.awaiting_ack = false;
+                        v.awaiting = 0;
                         v.sent = 0;
                     }
                     None => {
@@ -329,7 +355,7 @@ impl<const D: usize, const Q: usize, const K: usize> Agent<D, Q, K> {
                         }
                         let _ = self.views.push(View {
                             info: info.clone(),
-                            awaiting_ack: false,
+                            awaiting: 0,
                             sent: 0,
                         });
                     }
@@ -406,52 +432,115 @@ impl<const D: usize, const Q: usize, const K: usize> Agent<D, Q, K> {
             return;
         }
         self.status = Status::Running;
-        let g = self.graph();
+        let (g, map) = self.graph();
         let Some(me) = g.find(self.me) else {
             return;
         };
         // A5: a cycle whose resolver is this agent.
-        for c in g.cycles() {
-            let candidates = match self.variant.resolver {
-                Resolver::LargestHolder => g.holders_in(c),
-                Resolver::LargestInCycle => c,
-            };
-            if g.largest(candidates) != Some(self.me) {
-                report.insert(Rule::DeferToLarger);
-                continue;
+        match self.variant.resolver {
+            Resolver::LargestHolder => {
+                for c in g.cycles() {
+                    if g.largest(c) != Some(self.me) {
+                        report.insert(Rule::DeferToLarger);
+                        continue;
+                    }
+                    if let Some(k) = self.closing_lock(&g, &map, c) {
+                        self.resolve(k, out, report);
+                        return;
+                    }
+                }
             }
-            if let Some(k) = self.closing_view(&g, c) {
-                self.resolve(k, out, report);
-                return;
+            r => {
+                for c in g.wait_components() {
+                    let candidates = match r {
+                        Resolver::LargestInCycle => c,
+                        _ => g.holders_in(c),
+                    };
+                    if g.largest(candidates) != Some(self.me) {
+                        report.insert(Rule::DeferToLarger);
+                        continue;
+                    }
+                    if let Some(k) = self.closing_view(&g, c) {
+                        self.resolve(k, out, report);
+                        return;
+                    }
+                }
             }
         }
         // A7: tell the agents this one waits for about the agents that wait for it.
         self.forward(&g, me, out, report);
     }
 
-    /// The agent's wait-for graph: every valid view, leaving out its own waiting entries of
-    /// locks already held on enough servers.
-    fn graph(&self) -> WaitGraph {
-        let mut g = WaitGraph::new();
-        let me = self.me;
-        for v in self.views.iter().filter(|v| !v.awaiting_ack) {
-            let server = v.info.server;
-            g.add_queue(&v.info.queue, |w: &QEntry<D>| {
-                w.agent == me
-                    && self.requests.iter().any(|r| {
-                        r.held && r.servers.contains(server) && r.path == w.path && r.mode == w.mode
-                    })
-            });
-        }
-        g.close();
-        g
+    /// Whether `w` (an entry of a view of `server`) is this agent's own waiting entry for a
+    /// lock it already has on enough servers: it adds no edge.
+    fn held_elsewhere(&self, server: ServerId, w: &QEntry<D>) -> bool {
+        w.agent == self.me
+            && self.requests.iter().any(|r| {
+                r.held && r.servers.contains(server) && r.path == w.path && r.mode == w.mode
+            })
     }
 
-    /// The view in which a member of cycle `c` waits behind an entry this agent holds:
-    /// the lock that closes the cycle.
+    /// The agent's wait-for graph over every valid view and, per queue given to the
+    /// graph, its view's index.
+    fn graph(&self) -> (WaitGraph, heapless::Vec<usize, K>) {
+        let mut g = WaitGraph::new();
+        let mut qs: heapless::Vec<(ServerId, &[QEntry<D>]), K> = heapless::Vec::new();
+        let mut map: heapless::Vec<usize, K> = heapless::Vec::new();
+        for (k, v) in self.views.iter().enumerate() {
+            if v.awaiting == 0 {
+                // Cannot fail: at most K views.
+                let _ = qs.push((v.info.server, &v.info.queue));
+                let _ = map.push(k);
+            }
+        }
+        let _ = g.add_queues::<D, Q, K>(&qs, |s, w| self.held_elsewhere(s, w));
+        g.close();
+        (g, map)
+    }
+
+    /// The lock that closes deadlock `c` (this agent is its largest member): a view in
+    /// which a waiting entry of a member of `c` waits behind an entry this agent holds,
+    /// directly or behind waiting entries of that queue; surrendering that lock moves the
+    /// holding entry behind it. If the chain passes from one lock's queue into a related
+    /// lock's ([`WaitGraph::add_queues`]), the first view in which this agent's holding
+    /// entry blocks a waiting entry.
+    fn closing_lock(&self, g: &WaitGraph, map: &[usize], c: u64) -> Option<usize> {
+        let in_c = |a: AgentId| g.find(a).is_some_and(|j| c & (1 << j) != 0);
+        let mut fallback = None;
+        for &k in map {
+            let v = &self.views[k];
+            let q = &v.info.queue;
+            // within[i]: entry i waits for one of this agent's holding entries of this queue.
+            let mut within = [false; Q];
+            for (i, w) in q.iter().enumerate().take(Q) {
+                if w.granted {
+                    continue;
+                }
+                within[i] =
+                    q[..i]
+                        .iter()
+                        .enumerate()
+                        .any(|(j, f)| match WaitGraph::blocked_by(w, f) {
+                            Some(true) => f.agent == self.me,
+                            Some(false) => within[j],
+                            None => false,
+                        });
+                if within[i] {
+                    if in_c(w.agent) && !self.held_elsewhere(v.info.server, w) {
+                        return Some(k);
+                    }
+                    fallback = fallback.or(Some(k));
+                }
+            }
+        }
+        fallback
+    }
+
+    /// The pre-fix rule's lock ([`Resolver::LargestHolderOfWaitComponent`]): the first view
+    /// in which a member of component `c` waits directly behind an entry this agent holds.
     fn closing_view(&self, g: &WaitGraph, c: u64) -> Option<usize> {
         self.views.iter().position(|v| {
-            !v.awaiting_ack
+            v.awaiting == 0
                 && v.info.queue.iter().enumerate().any(|(i, w)| {
                     g.find(w.agent).is_some_and(|j| c & (1 << j) != 0)
                         && v.info.queue[..i].iter().any(|f| {
@@ -481,10 +570,59 @@ impl<const D: usize, const Q: usize, const K: usize> Agent<D, Q, K> {
                 path,
             },
         });
-        self.views[k].awaiting_ack = true;
+        self.views[k].awaiting = self.views[k].awaiting.saturating_add(1);
+        if self.variant.void_related {
+            self.void_related(server, &path, k);
+        }
         report.insert(Rule::Surrender);
         // The surrendered queue no longer counts for any lock.
         self.refresh_grants(out, report);
+    }
+
+    /// After surrendering `path` on `server` (view `k`): the server moves every entry of this
+    /// agent related to `path` to the end and announces each changed queue — of the locks
+    /// related to `path` or to a moved entry's path — with this agent's identity, to every
+    /// agent with an entry in it (this one, where one of its requests on that server is
+    /// related: they all arrived before the surrender, FIFO per pair). Such a queue that
+    /// this agent asked for, or knows with itself in it (its record cannot disappear while
+    /// the agent's entry is there), waits for one more acknowledgement; a lock asked for
+    /// whose first announcement has not arrived yet gets an empty view that waits for it,
+    /// so that an announcement sent before the surrender is not taken.
+    fn void_related(&mut self, server: ServerId, path: &LockPath<D>, k: usize) {
+        let mut mine: heapless::Vec<LockPath<D>, K> = heapless::Vec::new();
+        for r in self.requests.iter().filter(|r| r.servers.contains(server)) {
+            let _ = mine.push(r.path);
+        }
+        let touched = |p: &LockPath<D>| {
+            p.related(path) || mine.iter().any(|m| m.related(path) && m.related(p))
+        };
+        let announced = |p: &LockPath<D>| mine.iter().any(|m| m.related(p));
+        for i in 0..self.views.len() {
+            let v = &self.views[i];
+            let p = v.info.path;
+            if i == k || v.info.server != server || !touched(&p) || !announced(&p) {
+                continue;
+            }
+            if mine.contains(&p) || v.info.has(self.me) {
+                self.views[i].awaiting = self.views[i].awaiting.saturating_add(1);
+            }
+        }
+        for p in mine.iter().filter(|p| touched(p)) {
+            if self.view(server, p).is_none() && !self.views.is_full() {
+                let _ = self.views.push(View {
+                    info: LockInfo {
+                        server,
+                        path: *p,
+                        version: 0,
+                        cause: self.me,
+                        surrender: false,
+                        queue: heapless::Vec::new(),
+                    },
+                    awaiting: 1,
+                    sent: 0,
+                });
+            }
+        }
     }
 
     /// A7: to every agent this one waits for, the contended queues in which an agent that
@@ -502,7 +640,7 @@ impl<const D: usize, const Q: usize, const K: usize> Agent<D, Q, K> {
         for t in g.members(targets) {
             for v in self.views.iter_mut() {
                 let bit = if (t.0 as usize) < 64 { 1u64 << t.0 } else { 0 };
-                if v.awaiting_ack || v.info.has(t) || v.sent & bit != 0 {
+                if v.awaiting > 0 || v.info.has(t) || v.sent & bit != 0 {
                     continue;
                 }
                 let relevant = v.info.queue.iter().enumerate().any(|(i, w)| {
@@ -869,8 +1007,14 @@ mod tests {
         newer.version += 100;
         let r = a2.step(AgentInput::Info(&newer), &mut out).unwrap();
         assert!(r.contains(Rule::AwaitingAck));
-        let mut ack = newer.clone();
-        ack.cause = AgentId(2);
+        // The agent's own identity on an announcement of its request is no acknowledgement.
+        let mut own_request = newer.clone();
+        own_request.cause = AgentId(2);
+        own_request.version += 1;
+        let r = a2.step(AgentInput::Info(&own_request), &mut out).unwrap();
+        assert!(r.contains(Rule::AwaitingAck));
+        let mut ack = own_request.clone();
+        ack.surrender = true;
         ack.version += 1;
         let r = a2.step(AgentInput::Info(&ack), &mut out).unwrap();
         assert!(r.contains(Rule::SurrenderAcked));

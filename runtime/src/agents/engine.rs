@@ -694,6 +694,7 @@ mod tests {
             path: path(7),
             version: 0,
             cause: AgentId(5),
+            surrender: false,
             queue,
         };
         e.handle(Cmd::Net {
