@@ -8,7 +8,7 @@
 //! does not increase, and on an invoke that never got a grant or a failure (a lost request).
 
 use hilock::bakery::redis::{key, RedisReplica};
-use hilock::bakery::{BakeryLock, Error, Options, ReplicaBackend};
+use hilock::bakery::{BakeryLock, Error, Options, ReplicaBackend, Scope};
 use hilock_kernel::bakery::{Cell, Family, Reply, Request, Row, Ts, Value};
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
@@ -220,7 +220,7 @@ impl ReplicaBackend for Jittery {
     }
     fn call(
         self: Arc<Self>,
-        lock: Arc<str>,
+        lock: Arc<Scope>,
         req: Request,
     ) -> futures_util::future::BoxFuture<
         'static,
@@ -570,7 +570,7 @@ fn a_foreign_entry_is_reported_and_never_trusted() {
                 val: Some(Value::Int(1)),
             },
         };
-        let refused = r0.call("foreign".into(), w).await;
+        let refused = ReplicaBackend::<1>::call(r0.clone(), Scope::lock("foreign"), w).await;
         assert!(
             matches!(&refused, Err(hilock::bakery::ReplicaError::Malformed(m)) if m.contains("hilock-foreign")),
             "{refused:?}"
@@ -631,7 +631,7 @@ fn the_script_keeps_the_cell_the_kernel_would_keep() {
                 col = col % 31 + 1;
                 let lock: Arc<str> =
                     format!("lww{}", a.ts.0 * 100 + b.ts.0 * 10 + col as u32).into();
-                let lock: Arc<str> = format!("{lock}-{:?}-{:?}", a, b).replace(' ', "").into();
+                let lock = Scope::lock(&format!("{lock}-{:?}-{:?}", a, b).replace(' ', ""));
                 for c in [a, b] {
                     let w = Request::Write {
                         op: 1,
@@ -641,7 +641,7 @@ fn the_script_keeps_the_cell_the_kernel_would_keep() {
                         cell: *c,
                     };
                     assert!(matches!(
-                        r.clone().call(lock.clone(), w).await,
+                        ReplicaBackend::<1>::call(r.clone(), lock.clone(), w).await,
                         Ok(Reply::Ack { .. })
                     ));
                 }
@@ -650,7 +650,8 @@ fn the_script_keeps_the_cell_the_kernel_would_keep() {
                     family: Family::Number,
                     row: Some(Row(0)),
                 };
-                let Ok(Reply::Answer { rows, .. }) = r.clone().call(lock.clone(), read).await
+                let Ok(Reply::Answer { rows, .. }) =
+                    ReplicaBackend::<1>::call(r.clone(), lock.clone(), read).await
                 else {
                     panic!("no answer");
                 };
@@ -916,4 +917,431 @@ fn a_sigstopped_command_loses_the_lock_after_its_lease() {
         "{err}"
     );
     assert_eq!(err.lines().count(), 1, "{err}");
+}
+
+// ----- the work queue (`hilock bakery queue push|work`) --------------------------------
+
+/// `hilock bakery queue push NAME ITEM`: the key it prints.
+fn push_item(addrs: &[String], queue: &str, payload: &str) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_hilock"))
+        .args(["bakery", "queue", "push", queue, payload, "--replicas"])
+        .arg(addrs.join(","))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let key = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert!(hilock::bakery::queue::valid_item_key(&key), "{key}");
+    key
+}
+
+/// The command of the queue tests: appends `start KEY FENCE ITEM` to the log (`$1`), works
+/// for `ms`, appends `end KEY FENCE`.
+fn logging(log: &std::path::Path, ms: u32) -> Vec<String> {
+    let script = format!(
+        "echo \"start $HILOCK_ITEM_KEY $HILOCK_FENCE $HILOCK_ITEM\" >> \"$1\"; sleep {}; echo \"end $HILOCK_ITEM_KEY $HILOCK_FENCE\" >> \"$1\"",
+        ms as f64 / 1000.0
+    );
+    vec![
+        "sh".into(),
+        "-c".into(),
+        script,
+        "sh".into(),
+        log.display().to_string(),
+    ]
+}
+
+/// A worker process (`hilock bakery queue work … --exit-when-empty`) in a process group of
+/// its own, so that SIGSTOP can stop it together with its command; killed on drop.
+struct WorkerProc(Child);
+
+impl Drop for WorkerProc {
+    fn drop(&mut self) {
+        let pid = self.0.id();
+        let _ = Command::new("kill")
+            .args(["-KILL", &format!("-{pid}")])
+            .stderr(Stdio::null())
+            .status();
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn spawn_worker(
+    addrs: &[String],
+    queue: &str,
+    id: u16,
+    lease_ms: u64,
+    cmd: &[String],
+) -> WorkerProc {
+    use std::os::unix::process::CommandExt;
+    let child = Command::new(env!("CARGO_BIN_EXE_hilock"))
+        .args(["bakery", "queue", "work", queue, "--replicas"])
+        .arg(addrs.join(","))
+        .args(["--client-id", &id.to_string()])
+        .args(["--lease-ms", &lease_ms.to_string()])
+        .args(["--exit-when-empty", "--timeout-ms", "30000", "--"])
+        .args(cmd)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    WorkerProc(child)
+}
+
+/// Waits (bounded) for a worker to exit; its status and stderr.
+fn finish(w: &mut WorkerProc, within: Duration) -> (Option<i32>, String) {
+    let t = Instant::now();
+    let status = loop {
+        if let Some(s) = w.0.try_wait().unwrap() {
+            break s;
+        }
+        assert!(t.elapsed() < within, "worker {} did not finish", w.0.id());
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut err = String::new();
+    if let Some(mut e) = w.0.stderr.take() {
+        std::io::Read::read_to_string(&mut e, &mut err).unwrap();
+    }
+    (status.code(), err)
+}
+
+/// The history of a queue run, checked: every pushed item has exactly one complete
+/// execution (a `start` followed by its `end`, with the item's payload), no two executions of
+/// one item overlap, and the fences of an item's executions increase; an item in
+/// `taken_over` may also have one execution that never ended (its worker lost the lease:
+/// the command was killed) before the complete one, with a smaller fence. Returns the
+/// violations.
+fn check_queue_log(
+    log: &std::path::Path,
+    pushed: &std::collections::HashMap<String, String>,
+    taken_over: &[String],
+) -> Vec<String> {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let mut v = Vec::new();
+    // Per item: (fence, ended) of each execution in start order.
+    let mut runs: std::collections::HashMap<String, Vec<(u64, bool)>> = Default::default();
+    for (i, line) in text.lines().enumerate() {
+        let parts: Vec<&str> = line.splitn(4, ' ').collect();
+        let (kind, key, fence) = match parts[..] {
+            [k, key, f, ..] => (k, key.to_string(), f.parse::<u64>().unwrap_or(0)),
+            _ => {
+                v.push(format!("line {i}: '{line}'"));
+                continue;
+            }
+        };
+        let Some(payload) = pushed.get(&key) else {
+            v.push(format!("line {i}: unknown item {key}"));
+            continue;
+        };
+        let r = runs.entry(key.clone()).or_default();
+        match kind {
+            "start" => {
+                if parts.get(3) != Some(&payload.as_str()) {
+                    v.push(format!(
+                        "line {i}: {key} ran with {:?}, pushed {payload:?}",
+                        parts.get(3)
+                    ));
+                }
+                if let Some(&(f, ended)) = r.last() {
+                    if !ended && !taken_over.contains(&key) {
+                        v.push(format!(
+                            "line {i}: {key} started again while running (fence {f})"
+                        ));
+                    }
+                    if fence <= f {
+                        v.push(format!("line {i}: {key} fence {fence} after {f}"));
+                    }
+                }
+                r.push((fence, false));
+            }
+            "end" => match r.last_mut() {
+                Some((f, ended)) if *f == fence && !*ended => *ended = true,
+                _ => v.push(format!(
+                    "line {i}: {key} ends an execution that is not running"
+                )),
+            },
+            _ => v.push(format!("line {i}: '{line}'")),
+        }
+    }
+    for key in pushed.keys() {
+        let r = runs.get(key).cloned().unwrap_or_default();
+        let complete = r.iter().filter(|e| e.1).count();
+        let killed = r.len() - complete;
+        let allowed = if taken_over.contains(key) { 1 } else { 0 };
+        if complete != 1 || killed > allowed || r.last().is_some_and(|e| !e.1) {
+            v.push(format!(
+                "{key}: {complete} complete and {killed} unfinished execution(s)"
+            ));
+        }
+    }
+    v
+}
+
+fn push_all(addrs: &[String], queue: &str, n: usize) -> std::collections::HashMap<String, String> {
+    (0..n)
+        .map(|i| {
+            let payload = format!("job-{i}");
+            (push_item(addrs, queue, &payload), payload)
+        })
+        .collect()
+}
+
+fn ends(log: &std::path::Path) -> usize {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.starts_with("end "))
+        .count()
+}
+
+/// Four worker processes, 16 pushed items, 3 replicas: every item is worked exactly once
+/// (checked on the history the commands write), and the workers exit when nothing is left.
+#[test]
+fn queue_four_workers_work_every_item_exactly_once() {
+    if !have_redis() {
+        return;
+    }
+    let reps = Replicas::start(3);
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("history");
+    let pushed = push_all(&reps.addrs, "jobs", 16);
+    let mut workers: Vec<_> = (1..=4u16)
+        .map(|id| spawn_worker(&reps.addrs, "jobs", id, 2000, &logging(&log, 20)))
+        .collect();
+    for w in &mut workers {
+        let (code, err) = finish(w, Duration::from_secs(60));
+        assert_eq!(code, Some(0), "{err}");
+        assert!(err.is_empty(), "{err}");
+    }
+    assert_eq!(check_queue_log(&log, &pushed, &[]), Vec::<String>::new());
+    assert_eq!(ends(&log), 16);
+}
+
+/// A replica killed while three workers drain 16 items: every item is still worked
+/// exactly once.
+#[test]
+fn queue_tolerates_a_killed_replica() {
+    if !have_redis() {
+        return;
+    }
+    let mut reps = Replicas::start(3);
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("history");
+    let pushed = push_all(&reps.addrs, "kq", 16);
+    let mut workers: Vec<_> = (1..=3u16)
+        .map(|id| spawn_worker(&reps.addrs, "kq", id, 2000, &logging(&log, 20)))
+        .collect();
+    let t = Instant::now();
+    while ends(&log) < 3 {
+        assert!(t.elapsed() < Duration::from_secs(30), "no progress");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let before = ends(&log);
+    reps.kill(2);
+    for w in &mut workers {
+        let (code, err) = finish(w, Duration::from_secs(60));
+        assert_eq!(code, Some(0), "{err}");
+    }
+    assert!(before < 16, "the replica died after the run");
+    assert_eq!(check_queue_log(&log, &pushed, &[]), Vec::<String>::new());
+}
+
+/// A worker SIGSTOPped (with its command) while it works on an item: two other workers do
+/// the rest and take that item over once its lease has run out (not before); when the
+/// stopped worker continues it learns that its lease is gone, kills its command, says so
+/// in one line and exits when the queue is empty. The item has one unfinished execution
+/// (fence f) and one complete one (fence > f); every other item exactly one.
+#[test]
+fn queue_takes_over_a_stopped_worker_s_item_after_its_lease() {
+    if !have_redis() {
+        return;
+    }
+    let reps = Replicas::start(3);
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("history");
+    let pushed = push_all(&reps.addrs, "sq", 6);
+    let lease = 600u64;
+    // A's command starts and never finishes by itself.
+    let stuck = vec![
+        "sh".into(),
+        "-c".into(),
+        "echo \"start $HILOCK_ITEM_KEY $HILOCK_FENCE $HILOCK_ITEM\" >> \"$1\"; exec sleep 30"
+            .into(),
+        "sh".into(),
+        log.display().to_string(),
+    ];
+    let mut a = spawn_worker(&reps.addrs, "sq", 1, lease, &stuck);
+    let t = Instant::now();
+    let first = loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if let Some(l) = text.lines().next() {
+            break l.split(' ').nth(1).unwrap().to_string();
+        }
+        assert!(t.elapsed() < Duration::from_secs(20), "A took no item");
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    signal_group(a.0.id(), "-STOP");
+    let stopped = Instant::now();
+    let mut others: Vec<_> = (2..=3u16)
+        .map(|id| spawn_worker(&reps.addrs, "sq", id, lease, &logging(&log, 10)))
+        .collect();
+    for w in &mut others {
+        let (code, err) = finish(w, Duration::from_secs(60));
+        assert_eq!(code, Some(0), "{err}");
+    }
+    let waited = stopped.elapsed();
+    assert!(
+        waited >= Duration::from_millis(lease),
+        "the stopped worker's item was taken over after {waited:?}"
+    );
+    signal_group(a.0.id(), "-CONT");
+    let (code, err) = finish(&mut a, Duration::from_secs(10));
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        err.contains(&first) && err.contains("lease") && err.contains("killed"),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert_eq!(
+        check_queue_log(&log, &pushed, &[first.clone()]),
+        Vec::<String>::new()
+    );
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(
+        text.lines().filter(|l| l.contains(&first)).count(),
+        3,
+        "{text}"
+    );
+}
+
+fn signal_group(pid: u32, sig: &str) {
+    let ok = Command::new("kill")
+        .args([sig, "--", &format!("-{pid}")])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ok, "kill {sig} -{pid}");
+}
+
+/// Bad input to `hilock bakery queue`: one line on stderr, exit 2, never a panic.
+#[test]
+fn queue_commands_refuse_bad_input_with_one_line() {
+    let dead: Vec<String> = (0..3)
+        .map(|_| {
+            let p = TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port();
+            format!("127.0.0.1:{p}")
+        })
+        .collect();
+    let run = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_hilock"))
+            .args(["bakery", "queue"])
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    };
+    let replicas = dead.join(",");
+    // Unreachable replicas: the push names them all.
+    let (code, err) = run(&[
+        "push",
+        "q",
+        "x",
+        "--replicas",
+        &replicas,
+        "--timeout-ms",
+        "300",
+    ]);
+    assert_eq!(code, Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(dead.iter().all(|a| err.contains(a.as_str())), "{err}");
+    // And the worker's wait for an item.
+    let (code, err) = run(&[
+        "work",
+        "q",
+        "--replicas",
+        &replicas,
+        "--client-id",
+        "1",
+        "--timeout-ms",
+        "500",
+        "--",
+        "true",
+    ]);
+    assert_eq!(code, Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(dead.iter().all(|a| err.contains(a.as_str())), "{err}");
+    for (args, says) in [
+        (vec!["push", "", "x", "--replicas", &replicas], "name"),
+        (
+            vec!["push", "q", "x", "--replicas", "not an address"],
+            "replica",
+        ),
+        (
+            vec![
+                "work",
+                "q",
+                "--replicas",
+                &replicas,
+                "--client-id",
+                "0",
+                "--",
+                "true",
+            ],
+            "client id",
+        ),
+        (
+            vec![
+                "work",
+                "q",
+                "--replicas",
+                &replicas,
+                "--client-id",
+                "40",
+                "--",
+                "true",
+            ],
+            "client id",
+        ),
+        (
+            vec![
+                "work",
+                "q",
+                "--replicas",
+                "a:1,b:1,c:1,d:1,e:1,f:1,g:1,h:1",
+                "--client-id",
+                "1",
+                "--",
+                "true",
+            ],
+            "replicas",
+        ),
+        (
+            vec![
+                "work",
+                "q",
+                "--replicas",
+                &replicas,
+                "--client-id",
+                "1",
+                "--lease-ms",
+                "5",
+                "--",
+                "true",
+            ],
+            "lease",
+        ),
+    ] {
+        let (code, err) = run(&args);
+        assert_eq!(code, Some(2), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+        assert!(!err.contains("panick"), "{args:?}: {err}");
+    }
 }
