@@ -1345,3 +1345,319 @@ fn queue_commands_refuse_bad_input_with_one_line() {
         assert!(!err.contains("panick"), "{args:?}: {err}");
     }
 }
+
+// ----- item 5 of issue 18: the bakery against the token engine and etcd -----------------
+
+/// A minimal HTTP/1.1 client of etcd's JSON gateway (`/v3/...`) on one kept-alive
+/// connection (no etcd client crate in this package: it needs protoc and tonic).
+struct EtcdHttp {
+    conn: tokio::io::BufReader<tokio::net::TcpStream>,
+}
+
+impl EtcdHttp {
+    async fn connect(addr: &str) -> std::io::Result<EtcdHttp> {
+        let s = tokio::net::TcpStream::connect(addr).await?;
+        s.set_nodelay(true)?;
+        Ok(EtcdHttp {
+            conn: tokio::io::BufReader::new(s),
+        })
+    }
+
+    async fn post(&mut self, path: &str, body: &str) -> Result<serde_json::Value, String> {
+        use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
+        let req = format!(
+            "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        let e = |e: std::io::Error| e.to_string();
+        self.conn
+            .get_mut()
+            .write_all(req.as_bytes())
+            .await
+            .map_err(e)?;
+        let mut status = String::new();
+        self.conn.read_line(&mut status).await.map_err(e)?;
+        let (mut len, mut chunked) = (None, false);
+        loop {
+            let mut h = String::new();
+            self.conn.read_line(&mut h).await.map_err(e)?;
+            let h = h.trim_end().to_ascii_lowercase();
+            if h.is_empty() {
+                break;
+            }
+            if let Some(v) = h.strip_prefix("content-length:") {
+                len = v.trim().parse::<usize>().ok();
+            }
+            chunked |= h.starts_with("transfer-encoding:") && h.contains("chunked");
+        }
+        let mut body = Vec::new();
+        if chunked {
+            loop {
+                let mut line = String::new();
+                self.conn.read_line(&mut line).await.map_err(e)?;
+                let n = usize::from_str_radix(line.trim(), 16).map_err(|x| x.to_string())?;
+                let mut chunk = vec![0; n + 2];
+                self.conn.read_exact(&mut chunk).await.map_err(e)?;
+                if n == 0 {
+                    break;
+                }
+                body.extend_from_slice(&chunk[..n]);
+            }
+        } else {
+            let mut b = vec![0; len.ok_or("no length")?];
+            self.conn.read_exact(&mut b).await.map_err(e)?;
+            body = b;
+        }
+        if !status.contains(" 200 ") {
+            return Err(format!(
+                "{path}: {status} {}",
+                String::from_utf8_lossy(&body)
+            ));
+        }
+        serde_json::from_slice(&body).map_err(|x| x.to_string())
+    }
+}
+
+fn base64(s: &[u8]) -> String {
+    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for c in s.chunks(3) {
+        let b = [c[0], *c.get(1).unwrap_or(&0), *c.get(2).unwrap_or(&0)];
+        let n = (b[0] as u32) << 16 | (b[1] as u32) << 8 | b[2] as u32;
+        for i in 0..4 {
+            if i <= c.len() {
+                out.push(A[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// One single-member etcd on free loopback ports, data in a temporary directory; killed
+/// on drop.
+struct Etcd {
+    child: Child,
+    addr: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start_etcd() -> Option<Etcd> {
+    let port = || {
+        TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    };
+    let (c, p) = (port(), port());
+    let dir = tempfile::tempdir().unwrap();
+    let child = Command::new("etcd")
+        .args(["--name", "bench", "--data-dir"])
+        .arg(dir.path().join("data"))
+        .args(["--listen-client-urls", &format!("http://127.0.0.1:{c}")])
+        .args(["--advertise-client-urls", &format!("http://127.0.0.1:{c}")])
+        .args(["--listen-peer-urls", &format!("http://127.0.0.1:{p}")])
+        .args([
+            "--initial-advertise-peer-urls",
+            &format!("http://127.0.0.1:{p}"),
+        ])
+        .args(["--initial-cluster", &format!("bench=http://127.0.0.1:{p}")])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .ok()?;
+    Some(Etcd {
+        child,
+        addr: format!("127.0.0.1:{c}"),
+        _dir: dir,
+    })
+}
+
+/// One client's measurements: per acquire (latency, round trips) and the wall time.
+type Samples = Vec<(Duration, f64)>;
+
+const CMP_ROUNDS: usize = 25;
+const CMP_HOLD: Duration = Duration::from_millis(1);
+
+async fn cmp_bakery(addrs: Vec<String>, lock: String, id: u16) -> Samples {
+    let mut l = BakeryLock::<3>::redis(&lock, &addrs, opts(id, 2000)).unwrap();
+    l.acquire(Duration::from_secs(60)).await.unwrap();
+    l.release(Duration::from_secs(10)).await.unwrap();
+    let mut v = Vec::new();
+    for _ in 0..CMP_ROUNDS {
+        let ops = l.stats().ops;
+        let t = Instant::now();
+        l.acquire(Duration::from_secs(60)).await.unwrap();
+        v.push((t.elapsed(), (l.stats().ops - ops) as f64));
+        l.hold(Box::pin(tokio::time::sleep(CMP_HOLD)))
+            .await
+            .unwrap();
+        l.release(Duration::from_secs(10)).await.unwrap();
+    }
+    v
+}
+
+async fn cmp_token(h: hilock::Handle, path: String) -> Samples {
+    drop(h.lock(&path, hilock_kernel::Mode::W).await.unwrap());
+    let mut v = Vec::new();
+    for _ in 0..CMP_ROUNDS {
+        let t = Instant::now();
+        let g = h.lock(&path, hilock_kernel::Mode::W).await.unwrap();
+        v.push((t.elapsed(), 0.0));
+        tokio::time::sleep(CMP_HOLD).await;
+        drop(g);
+    }
+    v
+}
+
+async fn cmp_etcd(addr: String, lock: String) -> Samples {
+    let mut c = EtcdHttp::connect(&addr).await.unwrap();
+    let lease = c.post("/v3/lease/grant", "{\"TTL\": 600}").await.unwrap()["ID"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let body = format!(
+        "{{\"name\": \"{}\", \"lease\": \"{lease}\"}}",
+        base64(lock.as_bytes())
+    );
+    let cycle = async |c: &mut EtcdHttp| {
+        let r = c.post("/v3/lock/lock", &body).await.unwrap();
+        let key = r["key"].as_str().unwrap().to_string();
+        (key,)
+    };
+    let (k,) = cycle(&mut c).await;
+    c.post("/v3/lock/unlock", &format!("{{\"key\": \"{k}\"}}"))
+        .await
+        .unwrap();
+    let mut v = Vec::new();
+    for _ in 0..CMP_ROUNDS {
+        let t = Instant::now();
+        let (k,) = cycle(&mut c).await;
+        v.push((t.elapsed(), 1.0));
+        tokio::time::sleep(CMP_HOLD).await;
+        c.post("/v3/lock/unlock", &format!("{{\"key\": \"{k}\"}}"))
+            .await
+            .unwrap();
+    }
+    v
+}
+
+/// Latency p50, p99 (ms), mean round trips per acquire, acquires/s.
+fn cmp_summary(all: &[Samples], wall: Duration) -> (f64, f64, f64, f64) {
+    let mut lats: Vec<Duration> = all.iter().flatten().map(|s| s.0).collect();
+    lats.sort();
+    let n = lats.len();
+    let p = |q: f64| lats[((n as f64 * q) as usize).min(n - 1)].as_secs_f64() * 1000.0;
+    let rt = all.iter().flatten().map(|s| s.1).sum::<f64>() / n as f64;
+    (p(0.5), p(0.99), rt, n as f64 / wall.as_secs_f64())
+}
+
+/// Item 5 of issue 18 in one run: the bakery (3 redis-server replicas, R = W = 2), the
+/// token engine (3 hilock nodes on loopback, clients spread over them) and etcd's lock
+/// (one member, through its JSON gateway) on the same workload: C clients × 25 rounds of
+/// acquire, hold 1 ms, release of one lock, after one warm-up round each.
+/// `cargo test -p hilock --test bakery_redis bakery_vs_token_engine_vs_etcd -- --ignored --nocapture`
+#[test]
+#[ignore = "measurement: prints a table for BENCHMARKS.md"]
+fn bakery_vs_token_engine_vs_etcd() {
+    if !have_redis() {
+        return;
+    }
+    let Some(etcd) = start_etcd() else {
+        eprintln!("SKIP bakery_vs_token_engine_vs_etcd: etcd is not installed (apt-get install etcd-server)");
+        return;
+    };
+    let started = Instant::now();
+    let reps = Replicas::start(3);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let rows = rt.block_on(async {
+        // etcd up?
+        let t = Instant::now();
+        loop {
+            if let Ok(mut c) = EtcdHttp::connect(&etcd.addr).await {
+                if c.post("/v3/lease/grant", "{\"TTL\": 5}").await.is_ok() {
+                    break;
+                }
+            }
+            assert!(t.elapsed() < Duration::from_secs(20), "etcd did not start");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let nodes = hilock::demo::local_cluster(
+            3,
+            "bakery-cmp",
+            b"bakery-cmp secret",
+            Duration::from_secs(30),
+        )
+        .await
+        .unwrap();
+        let frames = |n: &[hilock::Node]| n.iter().map(|x| x.stats().frames_sent).sum::<u64>();
+        let mut rows = Vec::new();
+        for clients in [1u16, 2, 4, 8] {
+            let t = Instant::now();
+            let b: Vec<Samples> = futures_util::future::join_all((1..=clients).map(|id| {
+                tokio::spawn(cmp_bakery(reps.addrs.clone(), format!("cmp{clients}"), id))
+            }))
+            .await
+            .into_iter()
+            .map(Result::unwrap)
+            .collect();
+            let bw = t.elapsed();
+            let f0 = frames(&nodes);
+            let t = Instant::now();
+            let k: Vec<Samples> = futures_util::future::join_all((0..clients).map(|i| {
+                tokio::spawn(cmp_token(
+                    nodes[i as usize % 3].handle(),
+                    format!("/cmp{clients}"),
+                ))
+            }))
+            .await
+            .into_iter()
+            .map(Result::unwrap)
+            .collect();
+            let kw = t.elapsed();
+            // Inter-node frames per acquire+release (warm-up rounds included).
+            let kf = (frames(&nodes) - f0) as f64 / (clients as usize * (CMP_ROUNDS + 1)) as f64;
+            let t = Instant::now();
+            let e: Vec<Samples> = futures_util::future::join_all(
+                (0..clients)
+                    .map(|_| tokio::spawn(cmp_etcd(etcd.addr.clone(), format!("cmp{clients}")))),
+            )
+            .await
+            .into_iter()
+            .map(Result::unwrap)
+            .collect();
+            let ew = t.elapsed();
+            rows.push((
+                clients,
+                cmp_summary(&b, bw),
+                cmp_summary(&k, kw),
+                kf,
+                cmp_summary(&e, ew),
+            ));
+        }
+        rows
+    });
+    println!("| clients | bakery p50 / p99 (ms) | bakery quorum round trips / acquire | bakery acquires/s | token engine p50 / p99 (ms) | token engine frames / acquire+release | token engine acquires/s | etcd p50 / p99 (ms) | etcd acquires/s | p50 bakery : token : etcd |");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|");
+    for (c, b, k, kf, e) in rows {
+        println!(
+            "| {c} | {:.2} / {:.2} | {:.1} | {:.0} | {:.3} / {:.3} | {kf:.1} | {:.0} | {:.2} / {:.2} | {:.0} | {:.0} : 1 : {:.0} |",
+            b.0, b.1, b.2, b.3, k.0, k.1, k.3, e.0, e.1, e.3,
+            b.0 / k.0.max(1e-6), e.0 / k.0.max(1e-6)
+        );
+    }
+    println!("run time {:.1} s", started.elapsed().as_secs_f64());
+}
