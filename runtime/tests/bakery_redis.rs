@@ -973,13 +973,26 @@ fn spawn_worker(
     lease_ms: u64,
     cmd: &[String],
 ) -> WorkerProc {
+    spawn_worker_with(addrs, queue, id, lease_ms, &[], cmd)
+}
+
+fn spawn_worker_with(
+    addrs: &[String],
+    queue: &str,
+    id: u16,
+    lease_ms: u64,
+    extra: &[&str],
+    cmd: &[String],
+) -> WorkerProc {
     use std::os::unix::process::CommandExt;
     let child = Command::new(env!("CARGO_BIN_EXE_hilock"))
         .args(["bakery", "queue", "work", queue, "--replicas"])
         .arg(addrs.join(","))
         .args(["--client-id", &id.to_string()])
         .args(["--lease-ms", &lease_ms.to_string()])
-        .args(["--exit-when-empty", "--timeout-ms", "30000", "--"])
+        .args(["--exit-when-empty", "--timeout-ms", "30000"])
+        .args(extra)
+        .arg("--")
         .args(cmd)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -1660,4 +1673,42 @@ fn bakery_vs_token_engine_vs_etcd() {
         );
     }
     println!("run time {:.1} s", started.elapsed().as_secs_f64());
+}
+
+/// A command that fails stops its worker with the command's status (one line on stderr)
+/// and leaves the item, which another worker completes after the lease; `--max-items 1`
+/// stops a worker after one item.
+#[test]
+fn queue_a_failing_command_stops_the_worker_and_leaves_its_item() {
+    if !have_redis() {
+        return;
+    }
+    let reps = Replicas::start(3);
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("history");
+    let pushed = push_all(&reps.addrs, "fq", 3);
+    let fail: Vec<String> = vec!["sh".into(), "-c".into(), "exit 3".into()];
+    let mut a = spawn_worker(&reps.addrs, "fq", 1, 600, &fail);
+    let (code, err) = finish(&mut a, Duration::from_secs(20));
+    assert_eq!(code, Some(3), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("failed on item") && err.contains("another worker"),
+        "{err}"
+    );
+    let mut b = spawn_worker_with(
+        &reps.addrs,
+        "fq",
+        2,
+        600,
+        &["--max-items", "1"],
+        &logging(&log, 5),
+    );
+    let (code, err) = finish(&mut b, Duration::from_secs(20));
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(ends(&log), 1, "--max-items 1");
+    let mut c = spawn_worker(&reps.addrs, "fq", 3, 600, &logging(&log, 5));
+    let (code, err) = finish(&mut c, Duration::from_secs(20));
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(check_queue_log(&log, &pushed, &[]), Vec::<String>::new());
 }
