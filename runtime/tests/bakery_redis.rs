@@ -1217,7 +1217,7 @@ fn queue_takes_over_a_stopped_worker_s_item_after_its_lease() {
     );
     assert_eq!(err.lines().count(), 1, "{err}");
     assert_eq!(
-        check_queue_log(&log, &pushed, &[first.clone()]),
+        check_queue_log(&log, &pushed, std::slice::from_ref(&first)),
         Vec::<String>::new()
     );
     let text = std::fs::read_to_string(&log).unwrap();

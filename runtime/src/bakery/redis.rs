@@ -185,7 +185,7 @@ impl RedisReplica {
         }
     }
 
-    fn decode<const K: usize>(
+    fn decode(
         scope: &Scope,
         key: &str,
         family: Family,
@@ -265,7 +265,7 @@ impl RedisReplica {
                     Ok(fields) => {
                         let mut rows = [[None; COLUMNS]; K];
                         for ((r, k), f) in keys.iter().zip(&fields) {
-                            Self::decode::<K>(&scope, k, family, f, &mut rows[*r])?;
+                            Self::decode(&scope, k, family, f, &mut rows[*r])?;
                         }
                         Ok(Reply::Answer { op, family, rows })
                     }

@@ -394,4 +394,30 @@ mod tests {
             );
         }
     }
+
+    #[test]
+    fn column_0_is_the_queue_s_marker_and_details_only() {
+        let marker = (Family::Number, b"0".as_slice(), b"v1 1 I 0".as_slice());
+        let details = (Family::Details, b"0".as_slice(), b"v1 1 I 1".as_slice());
+        let gone = (Family::Number, b"0".as_slice(), b"v1 9 T 0".as_slice());
+        for (f, field, value) in [marker, details, gone] {
+            assert!(decode_field_in(true, f, field, value).is_ok(), "{f:?}");
+            assert!(decode_field_in(false, f, field, value).is_err(), "{f:?}");
+        }
+        let bad: [(Family, &[u8], &[u8]); 5] = [
+            (Family::Number, b"0", b"v1 1 I 5"),
+            (Family::Number, b"0", b"v1 1 R 1"),
+            (Family::Choosing, b"0", b"v1 1 I 1"),
+            (Family::Details, b"0", b"v1 1 I 2"),
+            (Family::Details, b"3", b"v1 1 I 1"),
+        ];
+        for (f, field, value) in bad {
+            assert!(
+                decode_field_in(true, f, field, value).is_err(),
+                "{f:?} {field:?} {value:?}"
+            );
+        }
+        // Other columns of a queue row decode as a lock's.
+        assert!(decode_field_in(true, Family::Number, b"4", b"v1 3 I 2").is_ok());
+    }
 }
