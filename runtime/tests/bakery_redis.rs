@@ -956,11 +956,9 @@ struct WorkerProc(Child);
 
 impl Drop for WorkerProc {
     fn drop(&mut self) {
-        let pid = self.0.id();
-        let _ = Command::new("kill")
-            .args(["-KILL", &format!("-{pid}")])
-            .stderr(Stdio::null())
-            .status();
+        // The worker leads its process group (its command is in it): killpg, never the
+        // `kill` program with a negative argument (procps' kill can read that otherwise).
+        let _ = hilock::proc::signal_group(self.0.id() as i32, libc::SIGKILL);
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
@@ -1194,7 +1192,7 @@ fn queue_takes_over_a_stopped_worker_s_item_after_its_lease() {
         assert!(t.elapsed() < Duration::from_secs(20), "A took no item");
         std::thread::sleep(Duration::from_millis(5));
     };
-    signal_group(a.0.id(), "-STOP");
+    signal_group(a.0.id(), libc::SIGSTOP);
     let stopped = Instant::now();
     let mut others: Vec<_> = (2..=3u16)
         .map(|id| spawn_worker(&reps.addrs, "sq", id, lease, &logging(&log, 10)))
@@ -1208,7 +1206,7 @@ fn queue_takes_over_a_stopped_worker_s_item_after_its_lease() {
         waited >= Duration::from_millis(lease),
         "the stopped worker's item was taken over after {waited:?}"
     );
-    signal_group(a.0.id(), "-CONT");
+    signal_group(a.0.id(), libc::SIGCONT);
     let (code, err) = finish(&mut a, Duration::from_secs(10));
     assert_eq!(code, Some(0), "{err}");
     assert!(
@@ -1228,12 +1226,9 @@ fn queue_takes_over_a_stopped_worker_s_item_after_its_lease() {
     );
 }
 
-fn signal_group(pid: u32, sig: &str) {
-    let ok = Command::new("kill")
-        .args([sig, "--", &format!("-{pid}")])
-        .status()
-        .is_ok_and(|s| s.success());
-    assert!(ok, "kill {sig} -{pid}");
+fn signal_group(pgid: u32, sig: i32) {
+    let ok = hilock::proc::signal_group(pgid as i32, sig);
+    assert!(matches!(ok, Ok(true)), "killpg {pgid} {sig}: {ok:?}");
 }
 
 /// Bad input to `hilock bakery queue`: one line on stderr, exit 2, never a panic.
