@@ -8,7 +8,7 @@
 //! does not increase, and on an invoke that never got a grant or a failure (a lost request).
 
 use hilock::bakery::redis::{key, RedisReplica};
-use hilock::bakery::{BakeryLock, Error, Options, ReplicaBackend};
+use hilock::bakery::{BakeryLock, Error, Options, ReplicaBackend, Scope};
 use hilock_kernel::bakery::{Cell, Family, Reply, Request, Row, Ts, Value};
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
@@ -220,7 +220,7 @@ impl ReplicaBackend for Jittery {
     }
     fn call(
         self: Arc<Self>,
-        lock: Arc<str>,
+        lock: Arc<Scope>,
         req: Request,
     ) -> futures_util::future::BoxFuture<
         'static,
@@ -570,7 +570,7 @@ fn a_foreign_entry_is_reported_and_never_trusted() {
                 val: Some(Value::Int(1)),
             },
         };
-        let refused = r0.call("foreign".into(), w).await;
+        let refused = ReplicaBackend::<1>::call(r0.clone(), Scope::lock("foreign"), w).await;
         assert!(
             matches!(&refused, Err(hilock::bakery::ReplicaError::Malformed(m)) if m.contains("hilock-foreign")),
             "{refused:?}"
@@ -631,7 +631,7 @@ fn the_script_keeps_the_cell_the_kernel_would_keep() {
                 col = col % 31 + 1;
                 let lock: Arc<str> =
                     format!("lww{}", a.ts.0 * 100 + b.ts.0 * 10 + col as u32).into();
-                let lock: Arc<str> = format!("{lock}-{:?}-{:?}", a, b).replace(' ', "").into();
+                let lock = Scope::lock(&format!("{lock}-{:?}-{:?}", a, b).replace(' ', ""));
                 for c in [a, b] {
                     let w = Request::Write {
                         op: 1,
@@ -641,7 +641,7 @@ fn the_script_keeps_the_cell_the_kernel_would_keep() {
                         cell: *c,
                     };
                     assert!(matches!(
-                        r.clone().call(lock.clone(), w).await,
+                        ReplicaBackend::<1>::call(r.clone(), lock.clone(), w).await,
                         Ok(Reply::Ack { .. })
                     ));
                 }
@@ -650,7 +650,8 @@ fn the_script_keeps_the_cell_the_kernel_would_keep() {
                     family: Family::Number,
                     row: Some(Row(0)),
                 };
-                let Ok(Reply::Answer { rows, .. }) = r.clone().call(lock.clone(), read).await
+                let Ok(Reply::Answer { rows, .. }) =
+                    ReplicaBackend::<1>::call(r.clone(), lock.clone(), read).await
                 else {
                     panic!("no answer");
                 };
@@ -916,4 +917,793 @@ fn a_sigstopped_command_loses_the_lock_after_its_lease() {
         "{err}"
     );
     assert_eq!(err.lines().count(), 1, "{err}");
+}
+
+// ----- the work queue (`hilock bakery queue push|work`) --------------------------------
+
+/// `hilock bakery queue push NAME ITEM`: the key it prints.
+fn push_item(addrs: &[String], queue: &str, payload: &str) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_hilock"))
+        .args(["bakery", "queue", "push", queue, payload, "--replicas"])
+        .arg(addrs.join(","))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let key = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert!(hilock::bakery::queue::valid_item_key(&key), "{key}");
+    key
+}
+
+/// The command of the queue tests: appends `start KEY FENCE ITEM` to the log (`$1`), works
+/// for `ms`, appends `end KEY FENCE`.
+fn logging(log: &std::path::Path, ms: u32) -> Vec<String> {
+    let script = format!(
+        "echo \"start $HILOCK_ITEM_KEY $HILOCK_FENCE $HILOCK_ITEM\" >> \"$1\"; sleep {}; echo \"end $HILOCK_ITEM_KEY $HILOCK_FENCE\" >> \"$1\"",
+        ms as f64 / 1000.0
+    );
+    vec![
+        "sh".into(),
+        "-c".into(),
+        script,
+        "sh".into(),
+        log.display().to_string(),
+    ]
+}
+
+/// A worker process (`hilock bakery queue work … --exit-when-empty`) in a process group of
+/// its own, so that SIGSTOP can stop it together with its command; killed on drop.
+struct WorkerProc(Child);
+
+impl Drop for WorkerProc {
+    fn drop(&mut self) {
+        // The worker leads its process group (its command is in it): killpg, never the
+        // `kill` program with a negative argument (procps' kill can read that otherwise).
+        let _ = hilock::proc::signal_group(self.0.id() as i32, libc::SIGKILL);
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn spawn_worker(
+    addrs: &[String],
+    queue: &str,
+    id: u16,
+    lease_ms: u64,
+    cmd: &[String],
+) -> WorkerProc {
+    spawn_worker_with(addrs, queue, id, lease_ms, &[], cmd)
+}
+
+fn spawn_worker_with(
+    addrs: &[String],
+    queue: &str,
+    id: u16,
+    lease_ms: u64,
+    extra: &[&str],
+    cmd: &[String],
+) -> WorkerProc {
+    use std::os::unix::process::CommandExt;
+    let child = Command::new(env!("CARGO_BIN_EXE_hilock"))
+        .args(["bakery", "queue", "work", queue, "--replicas"])
+        .arg(addrs.join(","))
+        .args(["--client-id", &id.to_string()])
+        .args(["--lease-ms", &lease_ms.to_string()])
+        .args(["--exit-when-empty", "--timeout-ms", "30000"])
+        .args(extra)
+        .arg("--")
+        .args(cmd)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    WorkerProc(child)
+}
+
+/// Waits (bounded) for a worker to exit; its status and stderr.
+fn finish(w: &mut WorkerProc, within: Duration) -> (Option<i32>, String) {
+    let t = Instant::now();
+    let status = loop {
+        if let Some(s) = w.0.try_wait().unwrap() {
+            break s;
+        }
+        assert!(t.elapsed() < within, "worker {} did not finish", w.0.id());
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut err = String::new();
+    if let Some(mut e) = w.0.stderr.take() {
+        std::io::Read::read_to_string(&mut e, &mut err).unwrap();
+    }
+    (status.code(), err)
+}
+
+/// The history of a queue run, checked: every pushed item has exactly one complete
+/// execution (a `start` followed by its `end`, with the item's payload), no two executions of
+/// one item overlap, and the fences of an item's executions increase; an item in
+/// `taken_over` may also have one execution that never ended (its worker lost the lease:
+/// the command was killed) before the complete one, with a smaller fence. Returns the
+/// violations.
+fn check_queue_log(
+    log: &std::path::Path,
+    pushed: &std::collections::HashMap<String, String>,
+    taken_over: &[String],
+) -> Vec<String> {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let mut v = Vec::new();
+    // Per item: (fence, ended) of each execution in start order.
+    let mut runs: std::collections::HashMap<String, Vec<(u64, bool)>> = Default::default();
+    for (i, line) in text.lines().enumerate() {
+        let parts: Vec<&str> = line.splitn(4, ' ').collect();
+        let (kind, key, fence) = match parts[..] {
+            [k, key, f, ..] => (k, key.to_string(), f.parse::<u64>().unwrap_or(0)),
+            _ => {
+                v.push(format!("line {i}: '{line}'"));
+                continue;
+            }
+        };
+        let Some(payload) = pushed.get(&key) else {
+            v.push(format!("line {i}: unknown item {key}"));
+            continue;
+        };
+        let r = runs.entry(key.clone()).or_default();
+        match kind {
+            "start" => {
+                if parts.get(3) != Some(&payload.as_str()) {
+                    v.push(format!(
+                        "line {i}: {key} ran with {:?}, pushed {payload:?}",
+                        parts.get(3)
+                    ));
+                }
+                if let Some(&(f, ended)) = r.last() {
+                    if !ended && !taken_over.contains(&key) {
+                        v.push(format!(
+                            "line {i}: {key} started again while running (fence {f})"
+                        ));
+                    }
+                    if fence <= f {
+                        v.push(format!("line {i}: {key} fence {fence} after {f}"));
+                    }
+                }
+                r.push((fence, false));
+            }
+            "end" => match r.last_mut() {
+                Some((f, ended)) if *f == fence && !*ended => *ended = true,
+                _ => v.push(format!(
+                    "line {i}: {key} ends an execution that is not running"
+                )),
+            },
+            _ => v.push(format!("line {i}: '{line}'")),
+        }
+    }
+    for key in pushed.keys() {
+        let r = runs.get(key).cloned().unwrap_or_default();
+        let complete = r.iter().filter(|e| e.1).count();
+        let killed = r.len() - complete;
+        let allowed = if taken_over.contains(key) { 1 } else { 0 };
+        if complete != 1 || killed > allowed || r.last().is_some_and(|e| !e.1) {
+            v.push(format!(
+                "{key}: {complete} complete and {killed} unfinished execution(s)"
+            ));
+        }
+    }
+    v
+}
+
+fn push_all(addrs: &[String], queue: &str, n: usize) -> std::collections::HashMap<String, String> {
+    (0..n)
+        .map(|i| {
+            let payload = format!("job-{i}");
+            (push_item(addrs, queue, &payload), payload)
+        })
+        .collect()
+}
+
+fn ends(log: &std::path::Path) -> usize {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.starts_with("end "))
+        .count()
+}
+
+/// Four worker processes, 16 pushed items, 3 replicas: every item is worked exactly once
+/// (checked on the history the commands write), and the workers exit when nothing is left.
+#[test]
+fn queue_four_workers_work_every_item_exactly_once() {
+    if !have_redis() {
+        return;
+    }
+    let reps = Replicas::start(3);
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("history");
+    let pushed = push_all(&reps.addrs, "jobs", 16);
+    let mut workers: Vec<_> = (1..=4u16)
+        .map(|id| spawn_worker(&reps.addrs, "jobs", id, 2000, &logging(&log, 20)))
+        .collect();
+    for w in &mut workers {
+        let (code, err) = finish(w, Duration::from_secs(60));
+        assert_eq!(code, Some(0), "{err}");
+        assert!(err.is_empty(), "{err}");
+    }
+    assert_eq!(check_queue_log(&log, &pushed, &[]), Vec::<String>::new());
+    assert_eq!(ends(&log), 16);
+}
+
+/// A replica killed while three workers drain 16 items: every item is still worked
+/// exactly once.
+#[test]
+fn queue_tolerates_a_killed_replica() {
+    if !have_redis() {
+        return;
+    }
+    let mut reps = Replicas::start(3);
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("history");
+    let pushed = push_all(&reps.addrs, "kq", 16);
+    let mut workers: Vec<_> = (1..=3u16)
+        .map(|id| spawn_worker(&reps.addrs, "kq", id, 2000, &logging(&log, 20)))
+        .collect();
+    let t = Instant::now();
+    while ends(&log) < 3 {
+        assert!(t.elapsed() < Duration::from_secs(30), "no progress");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let before = ends(&log);
+    reps.kill(2);
+    for w in &mut workers {
+        let (code, err) = finish(w, Duration::from_secs(60));
+        assert_eq!(code, Some(0), "{err}");
+    }
+    assert!(before < 16, "the replica died after the run");
+    assert_eq!(check_queue_log(&log, &pushed, &[]), Vec::<String>::new());
+}
+
+/// A worker SIGSTOPped (with its command) while it works on an item: two other workers do
+/// the rest and take that item over once its lease has run out (not before); when the
+/// stopped worker continues it learns that its lease is gone, kills its command, says so
+/// in one line and exits when the queue is empty. The item has one unfinished execution
+/// (fence f) and one complete one (fence > f); every other item exactly one.
+#[test]
+fn queue_takes_over_a_stopped_worker_s_item_after_its_lease() {
+    if !have_redis() {
+        return;
+    }
+    let reps = Replicas::start(3);
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("history");
+    let pushed = push_all(&reps.addrs, "sq", 6);
+    let lease = 600u64;
+    // A's command starts and never finishes by itself.
+    let stuck = vec![
+        "sh".into(),
+        "-c".into(),
+        "echo \"start $HILOCK_ITEM_KEY $HILOCK_FENCE $HILOCK_ITEM\" >> \"$1\"; exec sleep 30"
+            .into(),
+        "sh".into(),
+        log.display().to_string(),
+    ];
+    let mut a = spawn_worker(&reps.addrs, "sq", 1, lease, &stuck);
+    let t = Instant::now();
+    let first = loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if let Some(l) = text.lines().next() {
+            break l.split(' ').nth(1).unwrap().to_string();
+        }
+        assert!(t.elapsed() < Duration::from_secs(20), "A took no item");
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    signal_group(a.0.id(), libc::SIGSTOP);
+    let stopped = Instant::now();
+    let mut others: Vec<_> = (2..=3u16)
+        .map(|id| spawn_worker(&reps.addrs, "sq", id, lease, &logging(&log, 10)))
+        .collect();
+    for w in &mut others {
+        let (code, err) = finish(w, Duration::from_secs(60));
+        assert_eq!(code, Some(0), "{err}");
+    }
+    let waited = stopped.elapsed();
+    assert!(
+        waited >= Duration::from_millis(lease),
+        "the stopped worker's item was taken over after {waited:?}"
+    );
+    signal_group(a.0.id(), libc::SIGCONT);
+    let (code, err) = finish(&mut a, Duration::from_secs(10));
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        err.contains(&first) && err.contains("lease") && err.contains("killed"),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert_eq!(
+        check_queue_log(&log, &pushed, std::slice::from_ref(&first)),
+        Vec::<String>::new()
+    );
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(
+        text.lines().filter(|l| l.contains(&first)).count(),
+        3,
+        "{text}"
+    );
+}
+
+fn signal_group(pgid: u32, sig: i32) {
+    let ok = hilock::proc::signal_group(pgid as i32, sig);
+    assert!(matches!(ok, Ok(true)), "killpg {pgid} {sig}: {ok:?}");
+}
+
+/// Bad input to `hilock bakery queue`: one line on stderr, exit 2, never a panic.
+#[test]
+fn queue_commands_refuse_bad_input_with_one_line() {
+    let dead: Vec<String> = (0..3)
+        .map(|_| {
+            let p = TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port();
+            format!("127.0.0.1:{p}")
+        })
+        .collect();
+    let run = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_hilock"))
+            .args(["bakery", "queue"])
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    };
+    let replicas = dead.join(",");
+    // Unreachable replicas: the push names them all.
+    let (code, err) = run(&[
+        "push",
+        "q",
+        "x",
+        "--replicas",
+        &replicas,
+        "--timeout-ms",
+        "300",
+    ]);
+    assert_eq!(code, Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(dead.iter().all(|a| err.contains(a.as_str())), "{err}");
+    // And the worker's wait for an item.
+    let (code, err) = run(&[
+        "work",
+        "q",
+        "--replicas",
+        &replicas,
+        "--client-id",
+        "1",
+        "--timeout-ms",
+        "500",
+        "--",
+        "true",
+    ]);
+    assert_eq!(code, Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(dead.iter().all(|a| err.contains(a.as_str())), "{err}");
+    for (args, says) in [
+        (vec!["push", "", "x", "--replicas", &replicas], "name"),
+        (
+            vec!["push", "q", "x", "--replicas", "not an address"],
+            "replica",
+        ),
+        (
+            vec![
+                "work",
+                "q",
+                "--replicas",
+                &replicas,
+                "--client-id",
+                "0",
+                "--",
+                "true",
+            ],
+            "client id",
+        ),
+        (
+            vec![
+                "work",
+                "q",
+                "--replicas",
+                &replicas,
+                "--client-id",
+                "40",
+                "--",
+                "true",
+            ],
+            "client id",
+        ),
+        (
+            vec![
+                "work",
+                "q",
+                "--replicas",
+                "a:1,b:1,c:1,d:1,e:1,f:1,g:1,h:1",
+                "--client-id",
+                "1",
+                "--",
+                "true",
+            ],
+            "replicas",
+        ),
+        (
+            vec![
+                "work",
+                "q",
+                "--replicas",
+                &replicas,
+                "--client-id",
+                "1",
+                "--lease-ms",
+                "5",
+                "--",
+                "true",
+            ],
+            "lease",
+        ),
+    ] {
+        let (code, err) = run(&args);
+        assert_eq!(code, Some(2), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+        assert!(!err.contains("panick"), "{args:?}: {err}");
+    }
+}
+
+// ----- item 5 of issue 18: the bakery against the token engine and etcd -----------------
+
+/// A minimal HTTP/1.1 client of etcd's JSON gateway (`/v3/...`) on one kept-alive
+/// connection (no etcd client crate in this package: it needs protoc and tonic).
+struct EtcdHttp {
+    conn: tokio::io::BufReader<tokio::net::TcpStream>,
+}
+
+impl EtcdHttp {
+    async fn connect(addr: &str) -> std::io::Result<EtcdHttp> {
+        let s = tokio::net::TcpStream::connect(addr).await?;
+        s.set_nodelay(true)?;
+        Ok(EtcdHttp {
+            conn: tokio::io::BufReader::new(s),
+        })
+    }
+
+    async fn post(&mut self, path: &str, body: &str) -> Result<serde_json::Value, String> {
+        use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
+        let req = format!(
+            "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        let e = |e: std::io::Error| e.to_string();
+        self.conn
+            .get_mut()
+            .write_all(req.as_bytes())
+            .await
+            .map_err(e)?;
+        let mut status = String::new();
+        self.conn.read_line(&mut status).await.map_err(e)?;
+        let (mut len, mut chunked) = (None, false);
+        loop {
+            let mut h = String::new();
+            self.conn.read_line(&mut h).await.map_err(e)?;
+            let h = h.trim_end().to_ascii_lowercase();
+            if h.is_empty() {
+                break;
+            }
+            if let Some(v) = h.strip_prefix("content-length:") {
+                len = v.trim().parse::<usize>().ok();
+            }
+            chunked |= h.starts_with("transfer-encoding:") && h.contains("chunked");
+        }
+        let mut body = Vec::new();
+        if chunked {
+            loop {
+                let mut line = String::new();
+                self.conn.read_line(&mut line).await.map_err(e)?;
+                let n = usize::from_str_radix(line.trim(), 16).map_err(|x| x.to_string())?;
+                let mut chunk = vec![0; n + 2];
+                self.conn.read_exact(&mut chunk).await.map_err(e)?;
+                if n == 0 {
+                    break;
+                }
+                body.extend_from_slice(&chunk[..n]);
+            }
+        } else {
+            let mut b = vec![0; len.ok_or("no length")?];
+            self.conn.read_exact(&mut b).await.map_err(e)?;
+            body = b;
+        }
+        if !status.contains(" 200 ") {
+            return Err(format!(
+                "{path}: {status} {}",
+                String::from_utf8_lossy(&body)
+            ));
+        }
+        serde_json::from_slice(&body).map_err(|x| x.to_string())
+    }
+}
+
+fn base64(s: &[u8]) -> String {
+    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for c in s.chunks(3) {
+        let b = [c[0], *c.get(1).unwrap_or(&0), *c.get(2).unwrap_or(&0)];
+        let n = (b[0] as u32) << 16 | (b[1] as u32) << 8 | b[2] as u32;
+        for i in 0..4 {
+            if i <= c.len() {
+                out.push(A[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// One single-member etcd on free loopback ports, data in a temporary directory; killed
+/// on drop.
+struct Etcd {
+    child: Child,
+    addr: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start_etcd() -> Option<Etcd> {
+    let port = || {
+        TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    };
+    let (c, p) = (port(), port());
+    let dir = tempfile::tempdir().unwrap();
+    let child = Command::new("etcd")
+        .args(["--name", "bench", "--data-dir"])
+        .arg(dir.path().join("data"))
+        .args(["--listen-client-urls", &format!("http://127.0.0.1:{c}")])
+        .args(["--advertise-client-urls", &format!("http://127.0.0.1:{c}")])
+        .args(["--listen-peer-urls", &format!("http://127.0.0.1:{p}")])
+        .args([
+            "--initial-advertise-peer-urls",
+            &format!("http://127.0.0.1:{p}"),
+        ])
+        .args(["--initial-cluster", &format!("bench=http://127.0.0.1:{p}")])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .ok()?;
+    Some(Etcd {
+        child,
+        addr: format!("127.0.0.1:{c}"),
+        _dir: dir,
+    })
+}
+
+/// One client's measurements: per acquire (latency, round trips) and the wall time.
+type Samples = Vec<(Duration, f64)>;
+
+const CMP_ROUNDS: usize = 25;
+const CMP_HOLD: Duration = Duration::from_millis(1);
+
+async fn cmp_bakery(addrs: Vec<String>, lock: String, id: u16) -> Samples {
+    let mut l = BakeryLock::<3>::redis(&lock, &addrs, opts(id, 2000)).unwrap();
+    l.acquire(Duration::from_secs(60)).await.unwrap();
+    l.release(Duration::from_secs(10)).await.unwrap();
+    let mut v = Vec::new();
+    for _ in 0..CMP_ROUNDS {
+        let ops = l.stats().ops;
+        let t = Instant::now();
+        l.acquire(Duration::from_secs(60)).await.unwrap();
+        v.push((t.elapsed(), (l.stats().ops - ops) as f64));
+        l.hold(Box::pin(tokio::time::sleep(CMP_HOLD)))
+            .await
+            .unwrap();
+        l.release(Duration::from_secs(10)).await.unwrap();
+    }
+    v
+}
+
+async fn cmp_token(h: hilock::Handle, path: String) -> Samples {
+    drop(h.lock(&path, hilock_kernel::Mode::W).await.unwrap());
+    let mut v = Vec::new();
+    for _ in 0..CMP_ROUNDS {
+        let t = Instant::now();
+        let g = h.lock(&path, hilock_kernel::Mode::W).await.unwrap();
+        v.push((t.elapsed(), 0.0));
+        tokio::time::sleep(CMP_HOLD).await;
+        drop(g);
+    }
+    v
+}
+
+async fn cmp_etcd(addr: String, lock: String) -> Samples {
+    let mut c = EtcdHttp::connect(&addr).await.unwrap();
+    let lease = c.post("/v3/lease/grant", "{\"TTL\": 600}").await.unwrap()["ID"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let body = format!(
+        "{{\"name\": \"{}\", \"lease\": \"{lease}\"}}",
+        base64(lock.as_bytes())
+    );
+    let cycle = async |c: &mut EtcdHttp| {
+        let r = c.post("/v3/lock/lock", &body).await.unwrap();
+        let key = r["key"].as_str().unwrap().to_string();
+        (key,)
+    };
+    let (k,) = cycle(&mut c).await;
+    c.post("/v3/lock/unlock", &format!("{{\"key\": \"{k}\"}}"))
+        .await
+        .unwrap();
+    let mut v = Vec::new();
+    for _ in 0..CMP_ROUNDS {
+        let t = Instant::now();
+        let (k,) = cycle(&mut c).await;
+        v.push((t.elapsed(), 1.0));
+        tokio::time::sleep(CMP_HOLD).await;
+        c.post("/v3/lock/unlock", &format!("{{\"key\": \"{k}\"}}"))
+            .await
+            .unwrap();
+    }
+    v
+}
+
+/// Latency p50, p99 (ms), mean round trips per acquire, acquires/s.
+fn cmp_summary(all: &[Samples], wall: Duration) -> (f64, f64, f64, f64) {
+    let mut lats: Vec<Duration> = all.iter().flatten().map(|s| s.0).collect();
+    lats.sort();
+    let n = lats.len();
+    let p = |q: f64| lats[((n as f64 * q) as usize).min(n - 1)].as_secs_f64() * 1000.0;
+    let rt = all.iter().flatten().map(|s| s.1).sum::<f64>() / n as f64;
+    (p(0.5), p(0.99), rt, n as f64 / wall.as_secs_f64())
+}
+
+/// Item 5 of issue 18 in one run: the bakery (3 redis-server replicas, R = W = 2), the
+/// token engine (3 hilock nodes on loopback, clients spread over them) and etcd's lock
+/// (one member, through its JSON gateway) on the same workload: C clients × 25 rounds of
+/// acquire, hold 1 ms, release of one lock, after one warm-up round each.
+/// `cargo test -p hilock --test bakery_redis bakery_vs_token_engine_vs_etcd -- --ignored --nocapture`
+#[test]
+#[ignore = "measurement: prints a table for BENCHMARKS.md"]
+fn bakery_vs_token_engine_vs_etcd() {
+    if !have_redis() {
+        return;
+    }
+    let Some(etcd) = start_etcd() else {
+        eprintln!("SKIP bakery_vs_token_engine_vs_etcd: etcd is not installed (apt-get install etcd-server)");
+        return;
+    };
+    let started = Instant::now();
+    let reps = Replicas::start(3);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let rows = rt.block_on(async {
+        // etcd up?
+        let t = Instant::now();
+        loop {
+            if let Ok(mut c) = EtcdHttp::connect(&etcd.addr).await {
+                if c.post("/v3/lease/grant", "{\"TTL\": 5}").await.is_ok() {
+                    break;
+                }
+            }
+            assert!(t.elapsed() < Duration::from_secs(20), "etcd did not start");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let nodes = hilock::demo::local_cluster(
+            3,
+            "bakery-cmp",
+            b"bakery-cmp secret",
+            Duration::from_secs(30),
+        )
+        .await
+        .unwrap();
+        let frames = |n: &[hilock::Node]| n.iter().map(|x| x.stats().frames_sent).sum::<u64>();
+        let mut rows = Vec::new();
+        for clients in [1u16, 2, 4, 8] {
+            let t = Instant::now();
+            let b: Vec<Samples> = futures_util::future::join_all((1..=clients).map(|id| {
+                tokio::spawn(cmp_bakery(reps.addrs.clone(), format!("cmp{clients}"), id))
+            }))
+            .await
+            .into_iter()
+            .map(Result::unwrap)
+            .collect();
+            let bw = t.elapsed();
+            let f0 = frames(&nodes);
+            let t = Instant::now();
+            let k: Vec<Samples> = futures_util::future::join_all((0..clients).map(|i| {
+                tokio::spawn(cmp_token(
+                    nodes[i as usize % 3].handle(),
+                    format!("/cmp{clients}"),
+                ))
+            }))
+            .await
+            .into_iter()
+            .map(Result::unwrap)
+            .collect();
+            let kw = t.elapsed();
+            // Inter-node frames per acquire+release (warm-up rounds included).
+            let kf = (frames(&nodes) - f0) as f64 / (clients as usize * (CMP_ROUNDS + 1)) as f64;
+            let t = Instant::now();
+            let e: Vec<Samples> = futures_util::future::join_all(
+                (0..clients)
+                    .map(|_| tokio::spawn(cmp_etcd(etcd.addr.clone(), format!("cmp{clients}")))),
+            )
+            .await
+            .into_iter()
+            .map(Result::unwrap)
+            .collect();
+            let ew = t.elapsed();
+            rows.push((
+                clients,
+                cmp_summary(&b, bw),
+                cmp_summary(&k, kw),
+                kf,
+                cmp_summary(&e, ew),
+            ));
+        }
+        rows
+    });
+    println!("| clients | bakery p50 / p99 (ms) | bakery quorum round trips / acquire | bakery acquires/s | token engine p50 / p99 (ms) | token engine frames / acquire+release | token engine acquires/s | etcd p50 / p99 (ms) | etcd acquires/s | p50 bakery : token : etcd |");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|");
+    for (c, b, k, kf, e) in rows {
+        println!(
+            "| {c} | {:.2} / {:.2} | {:.1} | {:.0} | {:.3} / {:.3} | {kf:.1} | {:.0} | {:.2} / {:.2} | {:.0} | {:.0} : 1 : {:.0} |",
+            b.0, b.1, b.2, b.3, k.0, k.1, k.3, e.0, e.1, e.3,
+            b.0 / k.0.max(1e-6), e.0 / k.0.max(1e-6)
+        );
+    }
+    println!("run time {:.1} s", started.elapsed().as_secs_f64());
+}
+
+/// A command that fails stops its worker with the command's status (one line on stderr)
+/// and leaves the item, which another worker completes after the lease; `--max-items 1`
+/// stops a worker after one item.
+#[test]
+fn queue_a_failing_command_stops_the_worker_and_leaves_its_item() {
+    if !have_redis() {
+        return;
+    }
+    let reps = Replicas::start(3);
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("history");
+    let pushed = push_all(&reps.addrs, "fq", 3);
+    let fail: Vec<String> = vec!["sh".into(), "-c".into(), "exit 3".into()];
+    let mut a = spawn_worker(&reps.addrs, "fq", 1, 600, &fail);
+    let (code, err) = finish(&mut a, Duration::from_secs(20));
+    assert_eq!(code, Some(3), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("failed on item") && err.contains("another worker"),
+        "{err}"
+    );
+    let mut b = spawn_worker_with(
+        &reps.addrs,
+        "fq",
+        2,
+        600,
+        &["--max-items", "1"],
+        &logging(&log, 5),
+    );
+    let (code, err) = finish(&mut b, Duration::from_secs(20));
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(ends(&log), 1, "--max-items 1");
+    let mut c = spawn_worker(&reps.addrs, "fq", 3, 600, &logging(&log, 5));
+    let (code, err) = finish(&mut c, Duration::from_secs(20));
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(check_queue_log(&log, &pushed, &[]), Vec::<String>::new());
 }

@@ -29,7 +29,7 @@
 //! only replicas that are down during this read (see SPEC.md, Seed 004, "Not done").
 
 use super::redis::RedisReplica;
-use super::store::{Delivery, LockReply, QuorumStore, ReplicaBackend, ReplicaError, COLUMNS, ROWS};
+use super::store::{Delivery, QuorumStore, ReplicaBackend, ReplicaError, Scope, COLUMNS, ROWS};
 use hilock_kernel::bakery::{
     BakeryError, Client, ClientId, ClientOutput, Config, Family, Input, Program, ReplicaId, Reply,
     Request, Row, Ticket, Ts, Variant,
@@ -115,6 +115,8 @@ pub enum Error {
     },
     /// The kernel refused an input (a bug of the driver).
     Kernel(BakeryError),
+    /// Queue: a refresh of the window found no pending item (asked to stop then).
+    QueueEmpty,
 }
 
 impl fmt::Display for Error {
@@ -142,6 +144,7 @@ impl fmt::Display for Error {
                 token.as_u64()
             ),
             Error::Kernel(e) => write!(f, "kernel refused an input: {e}"),
+            Error::QueueEmpty => write!(f, "the queue has no pending item"),
         }
     }
 }
@@ -165,23 +168,28 @@ pub struct Stats {
     pub malformed: Vec<String>,
 }
 
-enum Until<T> {
+pub(crate) enum Until<T> {
     Event(ClientOutput),
     Done(T),
 }
 
-/// One bakery client on `N` replicas (the kernel's `Client<N, 1, 32>`), for one lock.
+/// One bakery client on `N` replicas for one lock (the kernel's `Client<N, 1, 32>`).
+pub type BakeryLock<const N: usize> = Driver<N, ROWS>;
+
+/// The driver of one kernel bakery client `Client<N, K, 32>` on `N` replicas: `K = 1` for
+/// a lock ([`BakeryLock`]), `K = QUEUE_ROWS` for a queue worker
+/// ([`BakeryQueue`](super::queue::BakeryQueue)).
 #[derive(Debug)]
-pub struct BakeryLock<const N: usize> {
-    name: Arc<str>,
-    client: Client<N, ROWS, COLUMNS>,
-    store: QuorumStore,
-    rx: mpsc::UnboundedReceiver<Delivery>,
-    opts: Options,
+pub struct Driver<const N: usize, const K: usize> {
+    pub(crate) scope: Arc<Scope>,
+    pub(crate) client: Client<N, K, COLUMNS>,
+    pub(crate) store: QuorumStore<K>,
+    rx: mpsc::UnboundedReceiver<Delivery<K>>,
+    pub(crate) opts: Options,
     tick: Duration,
     epoch: Instant,
     ticks_fed: u64,
-    requests: HashMap<u32, Request>,
+    requests: HashMap<u32, (Request, Arc<Scope>)>,
     failures: Vec<Option<String>>,
     retries: Vec<(Instant, ReplicaId, u32)>,
     attempts: HashMap<(u32, u8), u32>,
@@ -189,7 +197,11 @@ pub struct BakeryLock<const N: usize> {
     events: VecDeque<ClientOutput>,
     synced: bool,
     rng: u64,
-    stats: Stats,
+    pub(crate) stats: Stats,
+    /// Queue: the sends of a scan that waits for the window's refresh.
+    pub(crate) pending_scan: Vec<(ReplicaId, Request)>,
+    /// Queue: stop with [`Error::QueueEmpty`] when a refresh finds nothing pending.
+    pub(crate) stop_when_empty: bool,
 }
 
 impl<const N: usize> BakeryLock<N> {
@@ -199,6 +211,42 @@ impl<const N: usize> BakeryLock<N> {
         replicas: Vec<Arc<dyn ReplicaBackend>>,
         opts: Options,
     ) -> Result<Self, Error> {
+        Self::with_program(
+            Scope::lock(name),
+            replicas,
+            opts,
+            Program::Lock { row: Row(0) },
+        )
+    }
+
+    /// A client over `redis-server`s at `addrs` (`host:port`).
+    pub fn redis(name: &str, addrs: &[String], opts: Options) -> Result<Self, Error> {
+        Self::new(name, redis_replicas(addrs)?, opts)
+    }
+}
+
+/// The redis replicas at `addrs` as backends with `K` rows.
+pub fn redis_replicas<const K: usize>(
+    addrs: &[String],
+) -> Result<Vec<Arc<dyn ReplicaBackend<K>>>, Error> {
+    addrs
+        .iter()
+        .map(|a| RedisReplica::new(a).map(|r| r as Arc<dyn ReplicaBackend<K>>))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(Error::Config)
+}
+
+impl<const N: usize, const K: usize> Driver<N, K> {
+    /// A kernel client running `program` in `scope` on `replicas` (exactly `N`).
+    pub(crate) fn with_program(
+        scope: Arc<Scope>,
+        replicas: Vec<Arc<dyn ReplicaBackend<K>>>,
+        opts: Options,
+        program: Program,
+    ) -> Result<Self, Error> {
+        let name = match &*scope {
+            Scope::Lock(n) | Scope::Queue { name: n, .. } => n.clone(),
+        };
         if replicas.len() != N {
             return Err(Error::Config(format!(
                 "{} replicas given, {N} expected",
@@ -219,7 +267,7 @@ impl<const N: usize> BakeryLock<N> {
             lease: LEASE_TICKS,
             expiry: EXPIRY_TICKS,
             renew_below: RENEW_BELOW,
-            program: Program::Lock { row: Row(0) },
+            program,
         };
         if opts.client_id == 0 || opts.client_id as usize >= COLUMNS {
             return Err(Error::Config(format!(
@@ -235,8 +283,8 @@ impl<const N: usize> BakeryLock<N> {
             return Err(Error::Config("the lease must be at least 10 ms".into()));
         }
         let (store, rx) = QuorumStore::new(replicas, opts.call_timeout);
-        Ok(BakeryLock {
-            name: name.into(),
+        Ok(Driver {
+            scope,
             client,
             store,
             rx,
@@ -255,17 +303,9 @@ impl<const N: usize> BakeryLock<N> {
                 ^ (opts.client_id as u64)
                 ^ (std::process::id() as u64) << 20,
             stats: Stats::default(),
+            pending_scan: Vec::new(),
+            stop_when_empty: false,
         })
-    }
-
-    /// A client over `redis-server`s at `addrs` (`host:port`).
-    pub fn redis(name: &str, addrs: &[String], opts: Options) -> Result<Self, Error> {
-        let replicas = addrs
-            .iter()
-            .map(|a| RedisReplica::new(a).map(|r| r as Arc<dyn ReplicaBackend>))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(Error::Config)?;
-        Self::new(name, replicas, opts)
     }
 
     /// The counters.
@@ -274,10 +314,277 @@ impl<const N: usize> BakeryLock<N> {
     }
 
     /// The kernel client (read only).
-    pub fn client(&self) -> &Client<N, ROWS, COLUMNS> {
+    pub fn client(&self) -> &Client<N, K, COLUMNS> {
         &self.client
     }
 
+    /// Holds the lock (or the item) while `work` runs: renews the lease, answers nothing
+    /// else. Returns `work`'s output, or [`Error::Lost`] as soon as the lease runs out (then
+    /// `work` must stop using it: the caller drops or kills it).
+    pub async fn hold<F: Future + Unpin>(&mut self, mut work: F) -> Result<F::Output, Error> {
+        match self
+            .drive(Instant::now(), None, Some(&mut work), |_| false)
+            .await?
+        {
+            Until::Done(v) => Ok(v),
+            Until::Event(_) => Err(Error::Config("hold ended without its work".into())),
+        }
+    }
+
+    pub(crate) fn describe(&self, r: usize, why: Option<String>) -> String {
+        format!(
+            "r{r} {} ({})",
+            self.store.addr(ReplicaId(r as u8)),
+            why.unwrap_or_else(|| "no answer yet".into())
+        )
+    }
+
+    pub(crate) fn note_failure(&mut self, from: ReplicaId, e: &ReplicaError) {
+        if let ReplicaError::Malformed(m) = e {
+            let text = format!("{}: {m}", self.store.addr(from));
+            tracing::warn!("bakery: {text}");
+            self.stats.malformed.push(text);
+        }
+        if let Some(f) = self.failures.get_mut(from.0 as usize) {
+            *f = Some(e.to_string());
+        }
+    }
+
+    fn jitter(&mut self, d: Duration) -> Duration {
+        self.rng ^= self.rng << 13;
+        self.rng ^= self.rng >> 7;
+        self.rng ^= self.rng << 17;
+        let ns = d.as_nanos() as u64;
+        d + Duration::from_nanos(if ns == 0 { 0 } else { self.rng % ns })
+    }
+
+    /// One kernel step; its outputs are carried out or queued.
+    pub(crate) fn feed(&mut self, input: Input<'_, K, COLUMNS>) -> Result<(), Error> {
+        let mut out: heapless::Vec<ClientOutput, 16> = heapless::Vec::new();
+        self.client.step(input, &mut out).map_err(Error::Kernel)?;
+        for o in out {
+            match o {
+                ClientOutput::Send { to, req } => {
+                    let new = !self.requests.contains_key(&req.op())
+                        && self.pending_scan.iter().all(|(_, r)| r.op() != req.op());
+                    if new {
+                        // A new operation: reasons from earlier ones no longer apply.
+                        self.stats.ops += 1;
+                        self.failures.iter_mut().for_each(|f| *f = None);
+                    }
+                    if matches!(req, Request::Read { row: None, .. })
+                        && !self.requests.contains_key(&req.op())
+                    {
+                        // A queue's scan: sent once the window is refreshed (`drive`).
+                        self.pending_scan.push((to, req));
+                        continue;
+                    }
+                    self.requests.insert(req.op(), (req, self.scope.clone()));
+                    self.stats.requests += 1;
+                    self.store.send(to, self.scope.clone(), req);
+                }
+                ClientOutput::Sleep => {
+                    self.stats.sleeps += 1;
+                    let pause = self.jitter(self.opts.poll);
+                    self.wake_at = Some(Instant::now() + pause);
+                }
+                ClientOutput::Abandoned { .. } => {
+                    self.stats.abandoned += 1;
+                    self.events.push_back(o);
+                }
+                other => self.events.push_back(other),
+            }
+        }
+        let (a, b) = self.client.outstanding();
+        let live = |op: u32| Some(op) == a || Some(op) == b;
+        self.requests.retain(|op, _| live(*op));
+        self.pending_scan.retain(|(_, r)| live(r.op()));
+        self.retries.retain(|(_, _, op)| live(*op));
+        self.attempts.retain(|(op, _), _| live(*op));
+        Ok(())
+    }
+
+    /// Sends a held-back scan (see [`Self::refresh_window`]) with the current window.
+    pub(crate) fn send_pending_scan(&mut self) {
+        for (to, req) in std::mem::take(&mut self.pending_scan) {
+            self.requests.insert(req.op(), (req, self.scope.clone()));
+            self.stats.requests += 1;
+            self.store.send(to, self.scope.clone(), req);
+        }
+    }
+
+    /// Whether replica `r` still owes an answer to the outstanding operation `op`.
+    fn owes(&self, op: u32, r: ReplicaId) -> bool {
+        let (a, b) = self.client.outstanding();
+        let (ma, mb) = self.client.replied();
+        let mask = if Some(op) == a {
+            ma
+        } else if Some(op) == b {
+            mb
+        } else {
+            return false;
+        };
+        mask & (1 << r.0) == 0
+    }
+
+    fn on_delivery(&mut self, d: Delivery<K>) -> Result<(), Error> {
+        match d.result {
+            Ok(reply) => {
+                match self.feed(Input::Reply {
+                    from: d.from,
+                    reply: &reply,
+                }) {
+                    Err(Error::Kernel(e)) => {
+                        // The kernel refuses a reply that does not fit its request: that
+                        // replica's answer is missing.
+                        self.note_failure(d.from, &ReplicaError::Refused(e.to_string()));
+                        Ok(())
+                    }
+                    r => r,
+                }
+            }
+            Err(e) => {
+                self.note_failure(d.from, &e);
+                if self.owes(d.op, d.from) {
+                    let n = self.attempts.entry((d.op, d.from.0)).or_insert(0);
+                    *n += 1;
+                    let delay =
+                        Duration::from_millis(10 << (*n).min(7)).min(Duration::from_secs(1));
+                    self.retries.push((Instant::now() + delay, d.from, d.op));
+                }
+                Ok(())
+            }
+        }
+    }
+
+    fn fire_retries(&mut self) {
+        let now = Instant::now();
+        let due: Vec<_> = self
+            .retries
+            .iter()
+            .copied()
+            .filter(|r| r.0 <= now)
+            .collect();
+        self.retries.retain(|r| r.0 > now);
+        for (_, to, op) in due {
+            if let (true, Some((req, scope))) = (self.owes(op, to), self.requests.get(&op).cloned())
+            {
+                self.stats.retries += 1;
+                self.stats.requests += 1;
+                self.store.send(to, scope, req);
+            }
+        }
+    }
+
+    fn feed_ticks(&mut self) -> Result<(), Error> {
+        let due = (self.epoch.elapsed().as_nanos() / self.tick.as_nanos()) as u64;
+        while self.ticks_fed < due {
+            let n = (due - self.ticks_fed).min(255);
+            self.ticks_fed += n;
+            self.feed(Input::Tick { elapsed: n as u8 })?;
+        }
+        Ok(())
+    }
+
+    /// The error at the deadline: the operation short of its quorum because replicas
+    /// failed, or a plain timeout.
+    fn deadline_error(&self, start: Instant) -> Error {
+        let (a, _) = self.client.outstanding();
+        let (mask, _) = self.client.replied();
+        if let Some((req, _)) = a.and_then(|op| self.requests.get(&op)) {
+            let cfg = self.client.config();
+            let (what, need) = match req {
+                Request::Write { family, .. } => (format!("write {}", family.name()), cfg.w),
+                Request::Read { family, .. } => (format!("read {}", family.name()), cfg.r),
+            };
+            let got = mask.count_ones() as u8;
+            // Short of its quorum because replicas failed (not merely still in flight).
+            let failed = (0..N).any(|r| mask & (1 << r) == 0 && self.failures[r].is_some());
+            if got < need && failed {
+                let missing = (0..N)
+                    .filter(|r| mask & (1 << r) == 0)
+                    .map(|r| self.describe(r, self.failures[r].clone()))
+                    .collect();
+                return Error::NoQuorum {
+                    what,
+                    need,
+                    got,
+                    missing,
+                };
+            }
+        }
+        Error::Timeout {
+            waited: start.elapsed(),
+            phase: format!("{:?}", self.client.phase()),
+        }
+    }
+
+    /// Runs the event loop until an output `want` accepts, `work` finishes, the deadline
+    /// passes or the lease is lost.
+    pub(crate) async fn drive<F: Future + Unpin>(
+        &mut self,
+        start: Instant,
+        deadline: Option<Instant>,
+        mut work: Option<&mut F>,
+        want: impl Fn(&ClientOutput) -> bool,
+    ) -> Result<Until<F::Output>, Error> {
+        loop {
+            while let Some(ev) = self.events.pop_front() {
+                if want(&ev) {
+                    return Ok(Until::Event(ev));
+                }
+                if let ClientOutput::Lost { token, .. } = ev {
+                    return Err(Error::Lost { token });
+                }
+            }
+            if !self.pending_scan.is_empty() {
+                let empty = self.refresh_window().await;
+                if empty && self.stop_when_empty {
+                    return Err(Error::QueueEmpty);
+                }
+                continue;
+            }
+            let now = Instant::now();
+            if deadline.is_some_and(|d| now >= d) {
+                return Err(self.deadline_error(start));
+            }
+            let far = now + Duration::from_secs(3600);
+            let next_tick = self.epoch
+                + Duration::from_nanos(
+                    (self.tick.as_nanos() as u64).saturating_mul(self.ticks_fed + 1),
+                );
+            let wake = self.wake_at;
+            let retry = self.retries.iter().map(|r| r.0).min();
+            let work_done = async {
+                match work.as_mut() {
+                    Some(f) => Some((&mut **f).await),
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                d = self.rx.recv() => {
+                    if let Some(d) = d {
+                        self.on_delivery(d)?;
+                    }
+                }
+                _ = sleep_until(next_tick) => self.feed_ticks()?,
+                _ = sleep_until(wake.unwrap_or(far)), if wake.is_some() => {
+                    self.wake_at = None;
+                    self.feed(Input::Wake)?;
+                }
+                _ = sleep_until(retry.unwrap_or(far)), if retry.is_some() => self.fire_retries(),
+                _ = sleep_until(deadline.unwrap_or(far)), if deadline.is_some() => {}
+                v = work_done => {
+                    if let Some(v) = v {
+                        return Ok(Until::Done(v));
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl<const N: usize> BakeryLock<N> {
     /// Acquires the lock (seed lines 1–18) within `timeout`; returns the fencing token.
     pub async fn acquire(&mut self, timeout: Duration) -> Result<Ticket, Error> {
         let start = Instant::now();
@@ -298,19 +605,6 @@ impl<const N: usize> BakeryLock<N> {
         {
             Until::Event(ClientOutput::Entered { token, .. }) => Ok(token),
             _ => Err(Error::Config("acquire ended without entering".into())),
-        }
-    }
-
-    /// Holds the lock while `work` runs: renews the lease, answers nothing else. Returns
-    /// `work`'s output, or [`Error::Lost`] as soon as the lease runs out (then `work` must
-    /// stop using the lock: the caller drops or kills it).
-    pub async fn hold<F: Future + Unpin>(&mut self, mut work: F) -> Result<F::Output, Error> {
-        match self
-            .drive(Instant::now(), None, Some(&mut work), |_| false)
-            .await?
-        {
-            Until::Done(v) => Ok(v),
-            Until::Event(_) => Err(Error::Config("hold ended without its work".into())),
         }
     }
 
@@ -343,7 +637,7 @@ impl<const N: usize> BakeryLock<N> {
                     family,
                     row: Some(Row(0)),
                 };
-                s.store.send(ReplicaId(r as u8), s.name.clone(), req);
+                s.store.send(ReplicaId(r as u8), s.scope.clone(), req);
             }
         };
         for r in 0..N {
@@ -415,231 +709,6 @@ impl<const N: usize> BakeryLock<N> {
         }
         self.client.advance_clock(Ts(max));
         Ok(())
-    }
-
-    fn describe(&self, r: usize, why: Option<String>) -> String {
-        format!(
-            "r{r} {} ({})",
-            self.store.addr(ReplicaId(r as u8)),
-            why.unwrap_or_else(|| "no answer yet".into())
-        )
-    }
-
-    fn note_failure(&mut self, from: ReplicaId, e: &ReplicaError) {
-        if let ReplicaError::Malformed(m) = e {
-            let text = format!("{}: {m}", self.store.addr(from));
-            tracing::warn!("bakery: {text}");
-            self.stats.malformed.push(text);
-        }
-        if let Some(f) = self.failures.get_mut(from.0 as usize) {
-            *f = Some(e.to_string());
-        }
-    }
-
-    fn jitter(&mut self, d: Duration) -> Duration {
-        self.rng ^= self.rng << 13;
-        self.rng ^= self.rng >> 7;
-        self.rng ^= self.rng << 17;
-        let ns = d.as_nanos() as u64;
-        d + Duration::from_nanos(if ns == 0 { 0 } else { self.rng % ns })
-    }
-
-    /// One kernel step; its outputs are carried out or queued.
-    fn feed(&mut self, input: Input<'_, ROWS, COLUMNS>) -> Result<(), Error> {
-        let mut out: heapless::Vec<ClientOutput, 16> = heapless::Vec::new();
-        self.client.step(input, &mut out).map_err(Error::Kernel)?;
-        for o in out {
-            match o {
-                ClientOutput::Send { to, req } => {
-                    if self.requests.insert(req.op(), req).is_none() {
-                        // A new operation: reasons from earlier ones no longer apply.
-                        self.stats.ops += 1;
-                        self.failures.iter_mut().for_each(|f| *f = None);
-                    }
-                    self.stats.requests += 1;
-                    self.store.send(to, self.name.clone(), req);
-                }
-                ClientOutput::Sleep => {
-                    self.stats.sleeps += 1;
-                    let pause = self.jitter(self.opts.poll);
-                    self.wake_at = Some(Instant::now() + pause);
-                }
-                ClientOutput::Abandoned { .. } => {
-                    self.stats.abandoned += 1;
-                    self.events.push_back(o);
-                }
-                other => self.events.push_back(other),
-            }
-        }
-        let (a, b) = self.client.outstanding();
-        let live = |op: u32| Some(op) == a || Some(op) == b;
-        self.requests.retain(|op, _| live(*op));
-        self.retries.retain(|(_, _, op)| live(*op));
-        self.attempts.retain(|(op, _), _| live(*op));
-        Ok(())
-    }
-
-    /// Whether replica `r` still owes an answer to the outstanding operation `op`.
-    fn owes(&self, op: u32, r: ReplicaId) -> bool {
-        let (a, b) = self.client.outstanding();
-        let (ma, mb) = self.client.replied();
-        let mask = if Some(op) == a {
-            ma
-        } else if Some(op) == b {
-            mb
-        } else {
-            return false;
-        };
-        mask & (1 << r.0) == 0
-    }
-
-    fn on_delivery(&mut self, d: Delivery) -> Result<(), Error> {
-        match d.result {
-            Ok(reply) => {
-                let reply: LockReply = reply;
-                match self.feed(Input::Reply {
-                    from: d.from,
-                    reply: &reply,
-                }) {
-                    Err(Error::Kernel(e)) => {
-                        // The kernel refuses a reply that does not fit its request: that
-                        // replica's answer is missing.
-                        self.note_failure(d.from, &ReplicaError::Refused(e.to_string()));
-                        Ok(())
-                    }
-                    r => r,
-                }
-            }
-            Err(e) => {
-                self.note_failure(d.from, &e);
-                if self.owes(d.op, d.from) {
-                    let n = self.attempts.entry((d.op, d.from.0)).or_insert(0);
-                    *n += 1;
-                    let delay =
-                        Duration::from_millis(10 << (*n).min(7)).min(Duration::from_secs(1));
-                    self.retries.push((Instant::now() + delay, d.from, d.op));
-                }
-                Ok(())
-            }
-        }
-    }
-
-    fn fire_retries(&mut self) {
-        let now = Instant::now();
-        let due: Vec<_> = self
-            .retries
-            .iter()
-            .copied()
-            .filter(|r| r.0 <= now)
-            .collect();
-        self.retries.retain(|r| r.0 > now);
-        for (_, to, op) in due {
-            if let (true, Some(req)) = (self.owes(op, to), self.requests.get(&op).copied()) {
-                self.stats.retries += 1;
-                self.stats.requests += 1;
-                self.store.send(to, self.name.clone(), req);
-            }
-        }
-    }
-
-    fn feed_ticks(&mut self) -> Result<(), Error> {
-        let due = (self.epoch.elapsed().as_nanos() / self.tick.as_nanos()) as u64;
-        while self.ticks_fed < due {
-            let n = (due - self.ticks_fed).min(255);
-            self.ticks_fed += n;
-            self.feed(Input::Tick { elapsed: n as u8 })?;
-        }
-        Ok(())
-    }
-
-    /// The error at the deadline: the operation short of its quorum because replicas
-    /// failed, or a plain timeout.
-    fn deadline_error(&self, start: Instant) -> Error {
-        let (a, _) = self.client.outstanding();
-        let (mask, _) = self.client.replied();
-        if let Some(req) = a.and_then(|op| self.requests.get(&op)) {
-            let cfg = self.client.config();
-            let (what, need) = match req {
-                Request::Write { family, .. } => (format!("write {}", family.name()), cfg.w),
-                Request::Read { family, .. } => (format!("read {}", family.name()), cfg.r),
-            };
-            let got = mask.count_ones() as u8;
-            // Short of its quorum because replicas failed (not merely still in flight).
-            let failed = (0..N).any(|r| mask & (1 << r) == 0 && self.failures[r].is_some());
-            if got < need && failed {
-                let missing = (0..N)
-                    .filter(|r| mask & (1 << r) == 0)
-                    .map(|r| self.describe(r, self.failures[r].clone()))
-                    .collect();
-                return Error::NoQuorum {
-                    what,
-                    need,
-                    got,
-                    missing,
-                };
-            }
-        }
-        Error::Timeout {
-            waited: start.elapsed(),
-            phase: format!("{:?}", self.client.phase()),
-        }
-    }
-
-    /// Runs the event loop until an output `want` accepts, `work` finishes, the deadline
-    /// passes or the lease is lost.
-    async fn drive<F: Future + Unpin>(
-        &mut self,
-        start: Instant,
-        deadline: Option<Instant>,
-        mut work: Option<&mut F>,
-        want: impl Fn(&ClientOutput) -> bool,
-    ) -> Result<Until<F::Output>, Error> {
-        loop {
-            while let Some(ev) = self.events.pop_front() {
-                if want(&ev) {
-                    return Ok(Until::Event(ev));
-                }
-                if let ClientOutput::Lost { token, .. } = ev {
-                    return Err(Error::Lost { token });
-                }
-            }
-            let now = Instant::now();
-            if deadline.is_some_and(|d| now >= d) {
-                return Err(self.deadline_error(start));
-            }
-            let far = now + Duration::from_secs(3600);
-            let next_tick = self.epoch
-                + Duration::from_nanos(
-                    (self.tick.as_nanos() as u64).saturating_mul(self.ticks_fed + 1),
-                );
-            let wake = self.wake_at;
-            let retry = self.retries.iter().map(|r| r.0).min();
-            let work_done = async {
-                match work.as_mut() {
-                    Some(f) => Some((&mut **f).await),
-                    None => std::future::pending().await,
-                }
-            };
-            tokio::select! {
-                d = self.rx.recv() => {
-                    if let Some(d) = d {
-                        self.on_delivery(d)?;
-                    }
-                }
-                _ = sleep_until(next_tick) => self.feed_ticks()?,
-                _ = sleep_until(wake.unwrap_or(far)), if wake.is_some() => {
-                    self.wake_at = None;
-                    self.feed(Input::Wake)?;
-                }
-                _ = sleep_until(retry.unwrap_or(far)), if retry.is_some() => self.fire_retries(),
-                _ = sleep_until(deadline.unwrap_or(far)), if deadline.is_some() => {}
-                v = work_done => {
-                    if let Some(v) = v {
-                        return Ok(Until::Done(v));
-                    }
-                }
-            }
-        }
     }
 }
 

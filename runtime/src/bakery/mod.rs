@@ -16,11 +16,15 @@
 //!   ([`Cell::supersedes`](hilock_kernel::bakery::Cell::supersedes));
 //! - [`lock`]: [`BakeryLock`], the driver: feeds the client's `Send` outputs to the store,
 //!   the replies, ticks and wake-ups back in, retries missing replicas with backoff up to the
-//!   caller's deadline; `hilock bakery lock` is [`lock::run_command`].
+//!   caller's deadline; `hilock bakery lock` is [`lock::run_command`];
+//! - [`queue`]: the work queue — the same driver running the kernel's queue program over a
+//!   window of items, the push, `hilock bakery queue push|work`.
 
 pub mod lock;
+pub mod queue;
 pub mod redis;
 pub mod store;
 
-pub use lock::{BakeryLock, Error, Options, Stats};
-pub use store::{QuorumStore, ReplicaBackend, ReplicaError, COLUMNS};
+pub use lock::{BakeryLock, Driver, Error, Options, Stats};
+pub use queue::{BakeryQueue, Taken};
+pub use store::{QuorumStore, ReplicaBackend, ReplicaError, Scope, COLUMNS, QUEUE_ROWS};

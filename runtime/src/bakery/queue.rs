@@ -1,0 +1,496 @@
+//! Seed 004's distributed work queue on real replicas: `hilock bakery queue push|work`.
+//!
+//! The worker is the kernel's queue client (`Program::Queue`, `Variant::HILOCK`: the seed's
+//! loop with hilock's corrections, among them leases and `item_exists`) driven by the same
+//! [`Driver`] as the lock: every scan, choosing/number write, wait, give-up, details read and
+//! removal is a kernel step carried out against the [`QuorumStore`](super::QuorumStore).
+//!
+//! # Rows: the window
+//! The kernel client has a fixed number of rows ([`QUEUE_ROWS`]); the queue has any number
+//! of items. Before each scan the kernel starts (`scan <0.., CF=number>`, wiki 117), the
+//! driver refreshes its *window*: it lists the queue's index on every replica (the lowest
+//! `2 · QUEUE_ROWS` pending keys and which of the window's items are done there) and
+//! needs `R` listings; an item stays in its row until some replica reports it done (the
+//! delete of its `0=0` marker was applied there, which happens only after it was
+//! processed), and free rows take the lowest pending keys not in the window. A row keeps
+//! its item while the kernel works on it: the window only changes before a scan, and every
+//! request carries the window it was sent with (a retry goes to the same items). So row
+//! order is not key order once rows are reused: "lowest row key" (wiki 118) becomes "lowest
+//! row of the window", an approximate order, as the seed allows ("(approximate) order").
+//! Each refresh is one round trip more per scan ([`Stats::ops`](super::Stats) counts it).
+//!
+//! Listings also return the largest write timestamp each replica saw in the queue; the
+//! kernel's Lamport clock is moved past it (`Client::advance_clock`) so that a restarted
+//! worker under an earlier run's id writes above that run's cells (and a reused row never
+//! shows another item's cell under a timestamp the kernel watched for lease expiry).
+//!
+//! # Push
+//! Not a kernel step (the kernel model starts with the items in the store, and the seed
+//! puts no consistency constraint on the enqueue): a push names the item by a fresh key
+//! (`<unix time in µs, 20 digits>-<8 hex digits>`, so key order is push order, as the
+//! seed's "unique timestamp") and writes, atomically on each replica, the payload, the
+//! details and the `0=0` marker at timestamp 1 (the smallest: any worker's later write
+//! supersedes them) and the index entry. It returns once `W` replicas applied it (so a
+//! read quorum meets it); fewer by the deadline is an error naming the replicas.
+//!
+//! # What a worker guarantees
+//! Every pushed item is processed to completion at least once while some worker runs
+//! (and, within the lease, the kernel's mutual exclusion per item — model-checked for the
+//! queue in `verify` — keeps two workers from holding it at once). It is processed more
+//! than once only if a worker lost its lease while processing it (stopped or too slow to
+//! renew): that worker is told (`Error::Lost`) and kills its command, and the next worker
+//! holds a larger fencing token. Without lost leases every item is processed exactly once.
+
+use super::lock::{redis_replicas, Driver, Error, Options, Until};
+use super::store::{Listing, ReplicaBackend, Scope, QUEUE_ROWS};
+use futures_util::future::join_all;
+use hilock_kernel::bakery::{ClientOutput, Input, Phase, Program, Row, Ticket, Ts};
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// Whether `key` can be an item key: 1 to 64 bytes of digits, lowercase letters and `-`.
+pub fn valid_item_key(key: &str) -> bool {
+    (1..=64).contains(&key.len())
+        && key
+            .bytes()
+            .all(|b| b.is_ascii_digit() || b.is_ascii_lowercase() || b == b'-')
+}
+
+/// Largest payload accepted by [`push`].
+pub const MAX_PAYLOAD: usize = 1 << 20;
+
+fn check_name(name: &str) -> Result<(), Error> {
+    if name.is_empty() || name.len() > 200 || name.contains(|c: char| c.is_control()) {
+        return Err(Error::Config(
+            "the queue name must have 1 to 200 bytes and no control characters".into(),
+        ));
+    }
+    Ok(())
+}
+
+fn fresh_key() -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let mut x = (now.as_nanos() as u64) ^ ((std::process::id() as u64) << 32);
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    x ^= x >> 33;
+    format!("{:020}-{:08x}", now.as_micros(), x as u32)
+}
+
+/// Enqueues `payload` in the queue `name` on `replicas`; returns the item's key once `w`
+/// replicas (0: a majority) applied the push, retrying the others with backoff up to
+/// `timeout`.
+pub async fn push<const K: usize>(
+    name: &str,
+    replicas: &[Arc<dyn ReplicaBackend<K>>],
+    payload: &str,
+    w: u8,
+    call_timeout: Duration,
+    timeout: Duration,
+) -> Result<String, Error> {
+    check_name(name)?;
+    let n = replicas.len();
+    if n == 0 || n > 7 {
+        return Err(Error::Config(format!(
+            "{n} replicas: between 1 and 7 are supported"
+        )));
+    }
+    let need = if w == 0 { (n / 2 + 1) as u8 } else { w };
+    if need as usize > n {
+        return Err(Error::Config(format!("W={need} of {n} replicas")));
+    }
+    if payload.len() > MAX_PAYLOAD {
+        return Err(Error::Config(format!(
+            "the item has {} bytes; at most {MAX_PAYLOAD}",
+            payload.len()
+        )));
+    }
+    let key = fresh_key();
+    let (queue, item, data): (Arc<str>, Arc<str>, Arc<str>) =
+        (name.into(), key.as_str().into(), payload.into());
+    let deadline = Instant::now() + timeout;
+    let mut why: Vec<Option<String>> = vec![Some("not asked yet".into()); n];
+    let mut backoff = Duration::from_millis(10);
+    loop {
+        let asks = (0..n).filter(|&r| why[r].is_some()).map(|r| {
+            let call = replicas[r]
+                .clone()
+                .push(queue.clone(), item.clone(), data.clone());
+            async move { (r, tokio::time::timeout(call_timeout, call).await) }
+        });
+        for (r, res) in join_all(asks).await {
+            why[r] = match res {
+                Ok(Ok(())) => None,
+                Ok(Err(e)) => Some(e.to_string()),
+                Err(_) => Some(format!("no answer within {} ms", call_timeout.as_millis())),
+            };
+        }
+        let got = why.iter().filter(|w| w.is_none()).count();
+        if got >= need as usize {
+            return Ok(key);
+        }
+        if Instant::now() + backoff >= deadline {
+            return Err(Error::NoQuorum {
+                what: format!("push of {key}"),
+                need,
+                got: got as u8,
+                missing: (0..n)
+                    .filter_map(|r| {
+                        why[r]
+                            .as_ref()
+                            .map(|w| format!("r{r} {} ({w})", replicas[r].addr()))
+                    })
+                    .collect(),
+            });
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_secs(1));
+    }
+}
+
+impl<const N: usize, const K: usize> Driver<N, K> {
+    /// Before a queue scan: lists the index on every replica, moves the kernel's clock past
+    /// the queue's, rebuilds the window (see the module's doc), then sends the scan with
+    /// it. Returns whether the window is empty. With fewer than `R` listings the window is
+    /// kept as it was (the scan is still sent).
+    pub(crate) async fn refresh_window(&mut self) -> bool {
+        let Scope::Queue { name, items } = &*self.scope else {
+            self.send_pending_scan();
+            return false;
+        };
+        let (name, old) = (name.clone(), items.clone());
+        let queue: Arc<str> = name.as_str().into();
+        let known: Arc<[String]> = old.iter().flatten().cloned().collect();
+        let limit = 2 * K;
+        let ct = self.store.call_timeout();
+        let asks = self.store.replicas().iter().enumerate().map(|(r, b)| {
+            let call = b.clone().list(queue.clone(), limit, known.clone());
+            async move { (r, tokio::time::timeout(ct, call).await) }
+        });
+        let answers = join_all(asks).await;
+        self.stats.ops += 1;
+        self.stats.requests += N as u64;
+        let mut listings: Vec<Listing> = Vec::new();
+        for (r, a) in answers {
+            let from = hilock_kernel::bakery::ReplicaId(r as u8);
+            match a {
+                Ok(Ok(l)) => listings.push(l),
+                Ok(Err(e)) => self.note_failure(from, &e),
+                Err(_) => self.note_failure(from, &super::ReplicaError::Timeout(ct)),
+            }
+        }
+        if listings.len() < self.client.config().r as usize {
+            self.send_pending_scan();
+            return false;
+        }
+        let clock = listings.iter().map(|l| l.clock).max().unwrap_or(0);
+        self.client.advance_clock(Ts(clock));
+        let done: BTreeSet<&str> = listings
+            .iter()
+            .flat_map(|l| l.items.iter())
+            .filter(|i| i.done)
+            .map(|i| i.key.as_str())
+            .collect();
+        let mut window: Vec<Option<String>> = old
+            .iter()
+            .map(|i| i.clone().filter(|k| !done.contains(k.as_str())))
+            .collect();
+        let mut pending: BTreeSet<&str> = listings
+            .iter()
+            .flat_map(|l| l.items.iter())
+            .filter(|i| !i.done && !done.contains(i.key.as_str()))
+            .map(|i| i.key.as_str())
+            .collect();
+        for k in window.iter().flatten() {
+            pending.remove(k.as_str());
+        }
+        let mut fresh = pending.into_iter();
+        for slot in window.iter_mut().filter(|s| s.is_none()) {
+            match fresh.next() {
+                Some(k) => *slot = Some(k.to_string()),
+                None => break,
+            }
+        }
+        let empty = window.iter().all(Option::is_none);
+        self.scope = Arc::new(Scope::Queue {
+            name,
+            items: window,
+        });
+        self.send_pending_scan();
+        empty
+    }
+}
+
+/// An item a worker holds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Taken {
+    /// The item's key.
+    pub item: String,
+    /// What it asks for.
+    pub payload: String,
+    /// The fencing token (the worker's ticket on the item).
+    pub token: Ticket,
+}
+
+/// One worker of the queue `name` on `N` replicas (the kernel's
+/// `Client<N, QUEUE_ROWS, 32>` running the work-queue program).
+#[derive(Debug)]
+pub struct BakeryQueue<const N: usize> {
+    d: Driver<N, QUEUE_ROWS>,
+    name: Arc<str>,
+}
+
+impl<const N: usize> BakeryQueue<N> {
+    /// A worker of the queue `name` on `replicas` (exactly `N`).
+    pub fn new(
+        name: &str,
+        replicas: Vec<Arc<dyn ReplicaBackend<QUEUE_ROWS>>>,
+        opts: Options,
+    ) -> Result<Self, Error> {
+        check_name(name)?;
+        let scope = Arc::new(Scope::Queue {
+            name: name.to_string(),
+            items: vec![None; QUEUE_ROWS],
+        });
+        let program = Program::Queue {
+            items: QUEUE_ROWS as u8,
+            lock_id: Row(0),
+        };
+        Ok(BakeryQueue {
+            d: Driver::with_program(scope, replicas, opts, program)?,
+            name: name.into(),
+        })
+    }
+
+    /// A worker over `redis-server`s at `addrs`.
+    pub fn redis(name: &str, addrs: &[String], opts: Options) -> Result<Self, Error> {
+        Self::new(name, redis_replicas(addrs)?, opts)
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> &super::Stats {
+        &self.d.stats
+    }
+
+    /// Runs the worker loop until it holds an item (and has its payload): `Ok(None)` if
+    /// `stop_when_empty` and a refresh finds no pending item; an error at `timeout`.
+    pub async fn next(
+        &mut self,
+        timeout: Option<Duration>,
+        stop_when_empty: bool,
+    ) -> Result<Option<Taken>, Error> {
+        let start = Instant::now();
+        let deadline = timeout.map(|t| start + t);
+        if self.d.client.phase() == Phase::Idle {
+            self.d.feed(Input::Work)?;
+        }
+        self.d.stop_when_empty = stop_when_empty;
+        let r = self
+            .d
+            .drive(
+                start,
+                deadline,
+                None::<&mut std::future::Pending<()>>,
+                |o| matches!(o, ClientOutput::Entered { .. }),
+            )
+            .await;
+        self.d.stop_when_empty = false;
+        let (row, token) = match r {
+            Ok(Until::Event(ClientOutput::Entered { row, token })) => (row, token),
+            Err(Error::QueueEmpty) => return Ok(None),
+            Err(e) => return Err(e),
+            Ok(_) => return Err(Error::Config("the worker stopped without an item".into())),
+        };
+        let item = self
+            .d
+            .scope
+            .item(row.0 as usize)
+            .ok_or_else(|| Error::Config(format!("entered the empty row {}", row.0)))?
+            .to_string();
+        let limit = deadline.unwrap_or(Instant::now() + Duration::from_secs(10));
+        let payload = self.payload(&item, limit).await?;
+        Ok(Some(Taken {
+            item,
+            payload,
+            token,
+        }))
+    }
+
+    /// The item's payload from the first replica that has it (pushes reached `W`).
+    async fn payload(&mut self, item: &str, deadline: Instant) -> Result<String, Error> {
+        let item: Arc<str> = item.into();
+        let ct = self.d.store.call_timeout();
+        let mut backoff = Duration::from_millis(10);
+        loop {
+            let asks = self.d.store.replicas().iter().enumerate().map(|(r, b)| {
+                let call = b.clone().payload(self.name.clone(), item.clone());
+                async move { (r, tokio::time::timeout(ct, call).await) }
+            });
+            let answers = join_all(asks).await;
+            self.d.stats.ops += 1;
+            let mut missing = Vec::new();
+            for (r, a) in answers {
+                match a {
+                    Ok(Ok(Some(p))) => return Ok(p),
+                    Ok(Ok(None)) => missing.push(format!(
+                        "r{r} {} (no payload)",
+                        self.d.store.replicas()[r].addr()
+                    )),
+                    Ok(Err(e)) => {
+                        missing.push(format!("r{r} {} ({e})", self.d.store.replicas()[r].addr()))
+                    }
+                    Err(_) => missing.push(format!(
+                        "r{r} {} (no answer within {} ms)",
+                        self.d.store.replicas()[r].addr(),
+                        ct.as_millis()
+                    )),
+                }
+            }
+            if Instant::now() + backoff >= deadline {
+                return Err(Error::NoQuorum {
+                    what: format!("read of the payload of {item}"),
+                    need: 1,
+                    got: 0,
+                    missing,
+                });
+            }
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_secs(1));
+        }
+    }
+
+    /// Holds the item while `work` runs (renewing the lease); [`Error::Lost`] as soon as
+    /// the lease runs out — the kernel has then gone back to scanning, and `work` must stop.
+    pub async fn hold<F: std::future::Future + Unpin>(
+        &mut self,
+        work: F,
+    ) -> Result<F::Output, Error> {
+        self.d.hold(work).await
+    }
+
+    /// The item is processed: removes it (wiki 143–145: details, the `0=0` marker, the own
+    /// number); returns once the marker's delete has its `W` acknowledgements.
+    pub async fn done(&mut self, timeout: Duration) -> Result<(), Error> {
+        let start = Instant::now();
+        self.d.feed(Input::Done)?;
+        self.d
+            .drive(
+                start,
+                Some(start + timeout),
+                None::<&mut std::future::Pending<()>>,
+                |o| matches!(o, ClientOutput::Completed { .. }),
+            )
+            .await
+            .map(|_| ())
+    }
+}
+
+/// `hilock bakery queue push`: prints nothing itself; returns the item's key.
+pub async fn push_command(
+    name: &str,
+    addrs: &[String],
+    payload: &str,
+    timeout: Duration,
+) -> Result<String, String> {
+    let replicas = redis_replicas::<QUEUE_ROWS>(addrs).map_err(|e| e.to_string())?;
+    let opts = Options::new(1);
+    push(name, &replicas, payload, 0, opts.call_timeout, timeout)
+        .await
+        .map_err(|e| e.to_string())
+}
+
+/// What `hilock bakery queue work` does besides the command.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct WorkLimits {
+    /// Stop after this many items.
+    pub max_items: Option<u64>,
+    /// Stop when a refresh of the window finds no pending item.
+    pub exit_when_empty: bool,
+    /// Give up waiting for the next item after this long.
+    pub wait: Option<Duration>,
+}
+
+/// `hilock bakery queue work`: takes items one after the other and runs `command` for
+/// each with `HILOCK_ITEM` (the payload), `HILOCK_ITEM_KEY` and `HILOCK_FENCE` set, renewing
+/// the lease while it runs; removes the item when the command exits 0. A command that
+/// fails stops the worker with its status (the item is left: another worker takes it over
+/// after the lease). A lost lease kills the command, is said on stderr, and the worker
+/// goes on with the next item.
+pub async fn work_command(
+    name: &str,
+    addrs: &[String],
+    opts: Options,
+    limits: WorkLimits,
+    command: &[String],
+) -> Result<i32, String> {
+    macro_rules! with_n {
+        ($($n:literal)*) => {
+            match addrs.len() {
+                $($n => work_n::<$n>(name, addrs, opts, limits, command).await,)*
+                n => Err(format!("{n} replicas: between 1 and 7 are supported")),
+            }
+        };
+    }
+    with_n!(1 2 3 4 5 6 7)
+}
+
+async fn work_n<const N: usize>(
+    name: &str,
+    addrs: &[String],
+    opts: Options,
+    limits: WorkLimits,
+    command: &[String],
+) -> Result<i32, String> {
+    let (prog, args) = command.split_first().ok_or("no command given")?;
+    let mut q = BakeryQueue::<N>::redis(name, addrs, opts).map_err(|e| e.to_string())?;
+    let mut worked = 0u64;
+    while limits.max_items.is_none_or(|m| worked < m) {
+        let Some(t) = q
+            .next(limits.wait, limits.exit_when_empty)
+            .await
+            .map_err(|e| e.to_string())?
+        else {
+            break;
+        };
+        let mut child = tokio::process::Command::new(prog)
+            .args(args)
+            .env("HILOCK_ITEM", &t.payload)
+            .env("HILOCK_ITEM_KEY", &t.item)
+            .env("HILOCK_FENCE", t.token.as_u64().to_string())
+            .spawn()
+            .map_err(|e| format!("cannot run {prog}: {e}"))?;
+        match q.hold(Box::pin(child.wait())).await {
+            Ok(status) => {
+                let status = status.map_err(|e| format!("waiting for {prog}: {e}"))?;
+                if !status.success() {
+                    eprintln!(
+                        "hilock: {prog} failed on item {} ({status}); the item is left to another worker after the lease",
+                        t.item
+                    );
+                    return Ok(status.code().unwrap_or(1));
+                }
+                q.done(Duration::from_secs(30))
+                    .await
+                    .map_err(|e| format!("removing item {}: {e}", t.item))?;
+                worked += 1;
+            }
+            Err(Error::Lost { token }) => {
+                let _ = child.kill().await;
+                eprintln!(
+                    "hilock: the lease of item {} ran out while {prog} ran (fence {} is no longer valid); the command was killed, going on",
+                    t.item,
+                    token.as_u64()
+                );
+            }
+            Err(e) => {
+                let _ = child.kill().await;
+                return Err(format!("{e}; the command was killed"));
+            }
+        }
+    }
+    Ok(0)
+}
