@@ -4,7 +4,7 @@
 
 use hilock_kernel::{
     Frozen, Inheritance, Input, KernelError, LockId, Mode, ModeSet, Msg, NodeId, Output, Outputs,
-    QueueEntry, Site, Variant,
+    QueueEntry, Rule, Site, Variant,
 };
 use hilock_spec::Cluster;
 use proptest::prelude::*;
@@ -498,4 +498,152 @@ fn own_pending_request_joins_the_token_queue_by_priority() {
     assert_eq!(n.held(), Mode::Phi);
     let order: Vec<u16> = n.queue().iter().map(|e| e.requester.0).collect();
     assert_eq!(order, [2, 3, 1, 0]);
+}
+
+fn req(e: QueueEntry, hop: u32) -> Msg<4> {
+    Msg::Request {
+        lock: L,
+        entry: e,
+        hop,
+    }
+}
+
+fn step_report(site: &mut S, from: u16, msg: &Msg<4>) -> (hilock_kernel::Report, Out) {
+    let mut out = Out::new();
+    let r = site
+        .step(
+            Input::Deliver {
+                from: NodeId(from),
+                msg,
+            },
+            &mut out,
+        )
+        .unwrap();
+    (r, out)
+}
+
+fn pip() -> Variant {
+    Variant {
+        inheritance: Inheritance::Pip,
+        ..Variant::HILOCK
+    }
+}
+
+/// PIP inherits only a priority *above* the one already inherited in the step: a freeze
+/// with threshold 0 at a holder, or a conflicting request of priority 0 at the token node,
+/// reports no `PipInherit` (Fig. 3.8).
+#[test]
+fn pip_reports_inheritance_only_for_a_higher_priority() {
+    let (mut child, mut token) = r_holders(pip());
+    let freeze = Msg::Freeze {
+        lock: L,
+        modes: Frozen::of(ModeSet::of(&[Mode::R]), 0),
+    };
+    let (r, _) = step_report(&mut child, 0, &freeze);
+    assert!(r.rules.contains(Rule::Rule6FreezeApplied));
+    assert!(!r.rules.contains(Rule::PipInherit), "{:?}", r.rules);
+    let (r, _) = step_report(&mut token, 2, &req(entry(2, Mode::W, 1, 0), 1));
+    assert_eq!(token.lock(L).unwrap().queue().len(), 1);
+    assert!(!r.rules.contains(Rule::PipInherit), "{:?}", r.rules);
+    let (r, _) = step_report(&mut token, 3, &req(entry(3, Mode::W, 1, 2), 1));
+    assert!(r.rules.contains(Rule::PipInherit), "{:?}", r.rules);
+}
+
+/// The literal token branch of Fig. 2.4 (`tokenable_transfers: false`): the token moves
+/// only to a requester that already is a child; an idle token node queues a W request of a
+/// non-child.
+#[test]
+fn literal_token_branch_transfers_only_to_a_child() {
+    let literal = Variant {
+        tokenable_transfers: false,
+        ..Variant::HILOCK
+    };
+    let mut token = S::new(NodeId(0), NodeId(0)).unwrap().with_variant(literal);
+    let (_, out) = step_report(&mut token, 2, &req(entry(2, Mode::W, 1, 0), 1));
+    assert!(token.lock(L).unwrap().has_token());
+    assert!(
+        !out.iter().any(|o| matches!(
+            o,
+            Output::Send {
+                msg: Msg::Token { .. },
+                ..
+            }
+        )),
+        "{out:?}"
+    );
+    assert_eq!(token.lock(L).unwrap().queue().len(), 1);
+    let mut hilock = S::new(NodeId(0), NodeId(0)).unwrap();
+    step_report(&mut hilock, 2, &req(entry(2, Mode::W, 1, 0), 1));
+    assert!(!hilock.lock(L).unwrap().has_token());
+}
+
+/// The token node holding W, with node 2's W request (serial 2, priority 3) in its queue.
+fn token_queueing_for_2() -> S {
+    let mut token = S::new(NodeId(0), NodeId(0)).unwrap().with_variant(pip());
+    input(
+        &mut token,
+        Input::Acquire {
+            lock: L,
+            mode: Mode::W,
+        },
+    );
+    step_report(&mut token, 2, &req(entry(2, Mode::W, 2, 3), 1));
+    assert_eq!(token.lock(L).unwrap().queue(), &[entry(2, Mode::W, 2, 3)]);
+    token
+}
+
+/// PIP, HandleReissuedRequest (Fig. 3.8): a copy of a queued request that is older, or not
+/// more urgent, changes nothing and is counted as stale; a newer request of the same node
+/// replaces the queued one; a more urgent copy raises it.
+#[test]
+fn reissued_requests_raise_only_what_is_newer_or_more_urgent() {
+    // An older request of 2 with a higher priority: stale.
+    let mut t = token_queueing_for_2();
+    step_report(&mut t, 2, &req(entry(2, Mode::W, 1, 7), 2));
+    assert_eq!(t.lock(L).unwrap().queue(), &[entry(2, Mode::W, 2, 3)]);
+    assert_eq!(t.lock(L).unwrap().stale().requests, 1);
+    // The same request at a lower priority: stale, the priority stays.
+    let mut t = token_queueing_for_2();
+    step_report(&mut t, 2, &req(entry(2, Mode::W, 2, 1), 2));
+    assert_eq!(t.lock(L).unwrap().queue(), &[entry(2, Mode::W, 2, 3)]);
+    assert_eq!(t.lock(L).unwrap().stale().requests, 1);
+    // The same request at a higher priority: raised.
+    let mut t = token_queueing_for_2();
+    let (r, _) = step_report(&mut t, 2, &req(entry(2, Mode::W, 2, 6), 2));
+    assert!(r.rules.contains(Rule::PipRequeue));
+    assert_eq!(t.lock(L).unwrap().queue(), &[entry(2, Mode::W, 2, 6)]);
+    assert_eq!(t.lock(L).unwrap().stale().requests, 0);
+    // A newer request of 2: replaces the queued one.
+    let mut t = token_queueing_for_2();
+    step_report(&mut t, 2, &req(entry(2, Mode::W, 3, 3), 2));
+    assert_eq!(t.lock(L).unwrap().queue(), &[entry(2, Mode::W, 3, 3)]);
+    assert_eq!(t.lock(L).unwrap().stale().requests, 0);
+}
+
+/// A non-token node that keeps a request behind its own pending one (Table 3.2: Q) forwards
+/// it to its parent once a reissue makes it more urgent than what it waits behind.
+#[test]
+fn a_reissue_that_outranks_the_pending_request_is_forwarded() {
+    let mut site = S::new(NodeId(1), NodeId(0)).unwrap().with_variant(pip());
+    input(
+        &mut site,
+        Input::Acquire {
+            lock: L,
+            mode: Mode::W,
+        },
+    );
+    step_report(&mut site, 2, &req(entry(2, Mode::W, 1, 0), 1));
+    assert_eq!(site.lock(L).unwrap().queue(), &[entry(2, Mode::W, 1, 0)]);
+    let (_, out) = step_report(&mut site, 2, &req(entry(2, Mode::W, 1, 5), 2));
+    assert!(site.lock(L).unwrap().queue().is_empty());
+    assert!(
+        out.iter().any(|o| matches!(
+            o,
+            Output::Send {
+                to: NodeId(0),
+                msg: Msg::Request { entry: e, .. }
+            } if *e == entry(2, Mode::W, 1, 5)
+        )),
+        "{out:?}"
+    );
 }
