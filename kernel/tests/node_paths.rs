@@ -647,3 +647,39 @@ fn a_reissue_that_outranks_the_pending_request_is_forwarded() {
         "{out:?}"
     );
 }
+
+/// PIP at the token node (Fig. 3.8): a rise of the site's priority raises its own queued
+/// request, not another node's, and Rule 8.1 puts it first.
+#[test]
+fn a_priority_rise_at_the_token_node_raises_its_own_queued_request() {
+    // The token node grants R to 2 under its own R, releases it (it owns R through 2) and
+    // queues 3's W and then its own W.
+    let (_, mut token) = r_holders(pip());
+    step_report(&mut token, 2, &req(entry(2, Mode::R, 1, 0), 1));
+    input(&mut token, Input::Release { lock: L });
+    step_report(&mut token, 3, &req(entry(3, Mode::W, 1, 0), 1));
+    input(
+        &mut token,
+        Input::Acquire {
+            lock: L,
+            mode: Mode::W,
+        },
+    );
+    let queued: Vec<(u16, u8)> = token
+        .lock(L)
+        .unwrap()
+        .queue()
+        .iter()
+        .map(|e| (e.requester.0, e.prio))
+        .collect();
+    assert_eq!(queued, [(3, 0), (0, 0)]);
+    input(&mut token, Input::SetPriority { base: 5 });
+    let queued: Vec<(u16, u8)> = token
+        .lock(L)
+        .unwrap()
+        .queue()
+        .iter()
+        .map(|e| (e.requester.0, e.prio))
+        .collect();
+    assert_eq!(queued, [(0, 5), (3, 0)]);
+}
