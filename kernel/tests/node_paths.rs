@@ -575,6 +575,14 @@ fn literal_token_branch_transfers_only_to_a_child() {
     let mut hilock = S::new(NodeId(0), NodeId(0)).unwrap();
     step_report(&mut hilock, 2, &req(entry(2, Mode::W, 1, 0), 1));
     assert!(!hilock.lock(L).unwrap().has_token());
+    // The same when the queue is served (Rule 5.1): the token node held R while the W
+    // request of the non-child 3 arrived, and releases.
+    let (_, mut token) = r_holders(literal);
+    step_report(&mut token, 3, &req(entry(3, Mode::W, 1, 0), 1));
+    let mut out = Out::new();
+    token.step(Input::Release { lock: L }, &mut out).unwrap();
+    assert!(token.lock(L).unwrap().has_token(), "{out:?}");
+    assert_eq!(token.lock(L).unwrap().queue().len(), 1);
 }
 
 /// The token node holding W, with node 2's W request (serial 2, priority 3) in its queue.
