@@ -96,6 +96,8 @@ pub enum Proto {
     Hilock,
     /// The same with hilock's compressed forwarding ([`Forwarding::Compress`], issue 19).
     HilockCompress,
+    /// The same with per-class routing pointers ([`Forwarding::ClassPointers`], issue 19).
+    HilockPointers,
     /// Naimi-Trehel doing the same work (entry locks; all entries for a table access).
     NaimiSame,
     /// Naimi-Trehel with one lock.
@@ -110,10 +112,47 @@ impl Proto {
         match self {
             Proto::Hilock => "hilock",
             Proto::HilockCompress => "hilock-compress",
+            Proto::HilockPointers => "hilock-pointers",
             Proto::NaimiSame => "naimi-same-work",
             Proto::NaimiPure => "naimi-pure",
             Proto::PrioNaimi => "prio-naimi",
         }
+    }
+}
+
+/// Classifies the node that forwarded a request, for [`Stats::forwards_by_state`].
+pub trait RelayClass {
+    /// 0: idle relay (not the token node, owns Φ, nothing pending, empty queue); 1: owns
+    /// a mode, nothing pending; 2: has a request of its own pending; 3: anything else.
+    fn relay_class(&self, lock: LockId) -> usize;
+}
+
+impl<const N: usize, const L: usize, const Q: usize> RelayClass for Site<N, L, Q> {
+    fn relay_class(&self, lock: LockId) -> usize {
+        let Ok(l) = self.lock(lock) else { return 3 };
+        if l.pending_mode() != Mode::Phi {
+            2
+        } else if l.has_token() || !l.queue().is_empty() {
+            3
+        } else if l.owned() != Mode::Phi {
+            1
+        } else {
+            0
+        }
+    }
+}
+
+impl<const N: usize, const L: usize> RelayClass for NaimiSite<N, L> {
+    fn relay_class(&self, _lock: LockId) -> usize {
+        3
+    }
+}
+
+impl<const N: usize, const L: usize, const P: usize, const Q: usize> RelayClass
+    for PrioNaimiSite<N, L, P, Q>
+{
+    fn relay_class(&self, _lock: LockId) -> usize {
+        3
     }
 }
 
@@ -217,6 +256,13 @@ pub struct Stats {
     /// Histogram of the request messages (all hops, all locks) of each access issued and
     /// completed in the window: `request_hops[k]` accesses needed k request messages.
     pub request_hops: Vec<u64>,
+    /// Histogram of the request messages of each lock request (an `Acquire` that sent a
+    /// request) issued and granted in the window, by lock class (0: lock 0, the table;
+    /// 1: the other locks): `journey_hops[c][k]` lock requests needed k request messages.
+    pub journey_hops: [Vec<u64>; 2],
+    /// Forwards in the window by the state of the forwarding node after its step
+    /// ([`RelayClass`]): idle relay, owns a mode (not pending), pending, other.
+    pub forwards_by_state: [u64; 4],
 }
 
 impl Stats {
@@ -317,11 +363,11 @@ fn run_here(cfg: &Config) -> Result<Stats, String> {
 fn dispatch_class<const N: usize>(cfg: &Config) -> Result<Stats, String> {
     let n = cfg.n;
     match cfg.proto {
-        Proto::Hilock | Proto::HilockCompress => {
-            let forwarding = if cfg.proto == Proto::HilockCompress {
-                Forwarding::Compress
-            } else {
-                Forwarding::Thesis
+        Proto::Hilock | Proto::HilockCompress | Proto::HilockPointers => {
+            let forwarding = match cfg.proto {
+                Proto::HilockCompress => Forwarding::Compress,
+                Proto::HilockPointers => Forwarding::ClassPointers,
+                _ => Forwarding::Thesis,
             };
             let inheritance = match cfg.prio {
                 PrioMode::Off | PrioMode::On => Inheritance::None,
@@ -415,6 +461,8 @@ struct Sim<'c, P: Protocol> {
     stats: Stats,
     /// Request messages of each node's current access so far.
     hops: Vec<u64>,
+    /// Request messages of each node's current lock request so far.
+    journey: Vec<u64>,
 }
 
 fn jittered(rng: &mut ChaCha8Rng, mean_ms: f64, jitter: f64) -> u64 {
@@ -423,7 +471,7 @@ fn jittered(rng: &mut ChaCha8Rng, mean_ms: f64, jitter: f64) -> u64 {
     v.max(0.0).round() as u64
 }
 
-impl<'c, P: Protocol + Clone + Invariants> Sim<'c, P>
+impl<'c, P: Protocol + Clone + Invariants + RelayClass> Sim<'c, P>
 where
     P::Msg: Requester + Hash,
 {
@@ -458,6 +506,7 @@ where
             window_start: None,
             stats: Stats::default(),
             hops: vec![0; n],
+            journey: vec![0; n],
         }
     }
 
@@ -571,11 +620,13 @@ where
         let node = NodeId(i as u16);
         let in_window = self.in_window();
         let mut granted = false;
+        let mut forwarded: Option<LockId> = None;
         let Sim {
             cluster,
             channels,
             stats,
             hops,
+            journey,
             net_rng,
             events,
             seq,
@@ -593,10 +644,14 @@ where
                     }
                     if msg.requester().is_some_and(|r| r != node) {
                         stats.forwards += 1;
+                        forwarded = Some(P::lock_of(msg));
                     }
                 }
                 if let Some(r) = msg.requester() {
                     if let Some(h) = hops.get_mut(r.idx()) {
+                        *h += 1;
+                    }
+                    if let Some(h) = journey.get_mut(r.idx()) {
                         *h += 1;
                     }
                 }
@@ -634,6 +689,10 @@ where
             });
         }
         self.stats.steps += 1;
+        if let Some(lock) = forwarded {
+            let c = self.cluster.site(node).relay_class(lock);
+            self.stats.forwards_by_state[c] += 1;
+        }
         if granted {
             debug_assert!(self.apps[i].phase == Phase::Acquiring);
             self.granted(i)?;
@@ -653,6 +712,16 @@ where
     }
 
     fn granted(&mut self, i: usize) -> Result<(), (KernelError, String)> {
+        let j = std::mem::take(&mut self.journey[i]);
+        let a = &self.apps[i];
+        if a.measured && j > 0 {
+            let c = usize::from(a.ops[a.k].0 != LockId(0));
+            let h = &mut self.stats.journey_hops[c];
+            if h.len() <= j as usize {
+                h.resize(j as usize + 1, 0);
+            }
+            h[j as usize] += 1;
+        }
         self.apps[i].k += 1;
         let a = &self.apps[i];
         if a.k < a.nops {
@@ -728,7 +797,7 @@ where
             nops += 1;
         };
         match proto {
-            Proto::Hilock | Proto::HilockCompress => {
+            Proto::Hilock | Proto::HilockCompress | Proto::HilockPointers => {
                 push(0, mode);
                 if entry_access {
                     push(1 + entry, if mode == Mode::IR { Mode::R } else { Mode::W });
@@ -752,6 +821,7 @@ where
         a.issued_at = self.now;
         a.measured = in_window;
         self.hops[i] = 0;
+        self.journey[i] = 0;
         let (lock, mode) = a.ops[0];
         if in_window {
             self.stats.lock_requests += 1;

@@ -21,7 +21,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
 
-const PROTOS: [Proto; 3] = [Proto::Hilock, Proto::HilockCompress, Proto::NaimiPure];
+const PROTOS: [Proto; 4] = [
+    Proto::Hilock,
+    Proto::HilockCompress,
+    Proto::HilockPointers,
+    Proto::NaimiPure,
+];
 
 struct Opts {
     out: PathBuf,
@@ -88,6 +93,32 @@ fn main() {
     }
 }
 
+/// "mean p50 p90 p99 max" of a histogram (`h[k]` items had value k).
+fn hist_summary(h: &[u64]) -> String {
+    let total: u64 = h.iter().sum();
+    if total == 0 {
+        return "-".into();
+    }
+    let mean = h.iter().enumerate().map(|(k, c)| k as u64 * c).sum::<u64>() as f64 / total as f64;
+    let q = |p: f64| {
+        let mut acc = 0;
+        for (k, c) in h.iter().enumerate() {
+            acc += c;
+            if acc as f64 >= p * total as f64 {
+                return k;
+            }
+        }
+        h.len() - 1
+    };
+    format!(
+        "{mean:.2} {} {} {} {}",
+        q(0.5),
+        q(0.9),
+        q(0.99),
+        h.len() - 1
+    )
+}
+
 fn real_main(o: &Opts) -> Result<(), String> {
     std::fs::create_dir_all(&o.out).map_err(|e| format!("{}: {e}", o.out.display()))?;
     let mut cfgs = Vec::new();
@@ -144,24 +175,32 @@ fn real_main(o: &Opts) -> Result<(), String> {
         elapsed.as_secs_f64()
     );
     println!();
-    println!("| n | hilock (thesis) | hilock (compress) | Naimi-Trehel | compress / Naimi | thesis / Naimi | lock requests / access (hilock) |");
-    println!("|---:|---:|---:|---:|---:|---:|---:|");
+    println!(
+        "| n | hilock (thesis) | hilock (compress) | hilock (pointers) | Naimi-Trehel | \
+         thesis / Naimi | compress / Naimi | pointers / Naimi | lock requests / access (hilock) |"
+    );
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for &n in &o.sizes {
-        let (Some(h), Some(c), Some(nt)) = (
+        let (Some(h), Some(c), Some(p), Some(nt)) = (
             get(Proto::Hilock, n),
             get(Proto::HilockCompress, n),
+            get(Proto::HilockPointers, n),
             get(Proto::NaimiPure, n),
         ) else {
             continue;
         };
-        let (h, c, nt) = (h.1.per_request(), c.1.per_request(), nt.1.per_request());
-        let lr = get(Proto::Hilock, n).map_or(0.0, |(_, s)| {
-            s.lock_requests as f64 / s.accesses.max(1) as f64
-        });
+        let lr = h.1.lock_requests as f64 / h.1.accesses.max(1) as f64;
+        let (h, c, p, nt) = (
+            h.1.per_request(),
+            c.1.per_request(),
+            p.1.per_request(),
+            nt.1.per_request(),
+        );
         println!(
-            "| {n} | {h:.2} | {c:.2} | {nt:.2} | {:.2} | {:.2} | {lr:.2} |",
+            "| {n} | {h:.2} | {c:.2} | {p:.2} | {nt:.2} | {:.2} | {:.2} | {:.2} | {lr:.2} |",
+            h / nt,
             c / nt,
-            h / nt
+            p / nt
         );
     }
     println!();
@@ -188,6 +227,33 @@ fn real_main(o: &Opts) -> Result<(), String> {
             print!(" {:.3} |", st.kind_per_request(k));
         }
         println!();
+    }
+    println!();
+    println!(
+        "Journeys: request messages per lock request that sent one (table lock / entry locks: \
+         mean, p50, p90, p99, max), and who forwarded (share of forwards sent by an idle \
+         relay / a node owning a mode / a pending node / other)"
+    );
+    println!();
+    println!("| n | protocol | table: mean p50 p90 p99 max | entries: mean p50 p90 p99 max | idle | owns | pending | other |");
+    println!("|---:|---|---|---|---:|---:|---:|---:|");
+    for (c, st) in &rows {
+        if c.proto == Proto::NaimiPure {
+            continue;
+        }
+        let fw = st.forwards.max(1) as f64;
+        let f = &st.forwards_by_state;
+        println!(
+            "| {} | {} | {} | {} | {:.2} | {:.2} | {:.2} | {:.2} |",
+            c.n,
+            c.proto.name(),
+            hist_summary(&st.journey_hops[0]),
+            hist_summary(&st.journey_hops[1]),
+            f[0] as f64 / fw,
+            f[1] as f64 / fw,
+            f[2] as f64 / fw,
+            f[3] as f64 / fw
+        );
     }
     println!();
     println!("Naimi-Trehel, one request at a time from a random node (Lavault's setting):");
@@ -229,7 +295,7 @@ fn real_main(o: &Opts) -> Result<(), String> {
         true,
     )?;
     let mut s = Vec::new();
-    for p in [Proto::Hilock, Proto::HilockCompress] {
+    for p in [Proto::Hilock, Proto::HilockCompress, Proto::HilockPointers] {
         for (k, name) in KIND_NAMES.iter().enumerate() {
             let mut x = series(p, &|st| st.kind_per_request(k));
             x.label = format!("{} {name}", p.name());
