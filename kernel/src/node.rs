@@ -1117,7 +1117,8 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
                 // Only a request that came straight from its requester (a child) becomes a
                 // pointer, for Compress's reason: no request sent along it can be one of the
                 // requester's parent. With pointers from any sender the simulator
-                // deadlocked at 120 nodes (cause not analysed).
+                // deadlocked at 120 nodes: two pending requesters kept each other's
+                // requests (SPEC.md "Forwarding").
                 if cx.sender != Some(entry.requester) {
                     return Ok(to);
                 }

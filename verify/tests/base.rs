@@ -1074,59 +1074,64 @@ fn forwarding_configs() -> Vec<ModelConfig> {
     configs
 }
 
-/// Checks every configuration of [`forwarding_configs`] under `forwarding` (names get
-/// `suffix`): P1–P5, P3b, P9 and "no kernel error" hold, and no FIFO bypass bound k (P6)
-/// is worse than the thesis rule's on the same configuration. Returns the total of unique
-/// states and the configurations where a shortcut was taken; the relay configurations
-/// must be among them (else the variant would check nothing new).
-fn forwarding_on_every_configuration(forwarding: Forwarding, suffix: &str) -> (usize, Vec<String>) {
-    let mut shortcuts = Vec::new();
-    let mut total = 0;
+/// Checks every configuration of [`forwarding_configs`] under each of `variants` (names
+/// get the variant's suffix): P1–P5, P3b, P9 and "no kernel error" hold, and no FIFO bypass
+/// bound k (P6) is worse than the thesis rule's on the same configuration (the thesis run
+/// is made once per configuration). Returns, per variant, the total of unique states and
+/// the configurations where a shortcut was taken; the relay configurations must be among
+/// them (else the variant would check nothing new).
+fn forwarding_on_every_configuration(variants: &[(Forwarding, &str)]) -> Vec<(usize, Vec<String>)> {
+    let mut out = vec![(0, Vec::new()); variants.len()];
     for c in forwarding_configs() {
         let thesis = run(&c).fifo_bound.unwrap_or(u8::MAX);
-        let cc = c
-            .clone()
-            .with_variant(Variant {
-                forwarding,
-                ..c.variant
-            })
-            .named(&format!("{} ({suffix})", c.name));
-        let r = pass(&cc);
-        total += r.unique_states;
-        let k = r.fifo_bound.unwrap_or(u8::MAX);
-        assert!(
-            k <= thesis,
-            "{}: P6 k = {k} under {suffix}, {thesis} under the thesis rule",
-            cc.name
-        );
-        if r.property("reached: compress shortcut").unwrap().holds {
-            shortcuts.push(c.name.clone());
+        for (&(forwarding, suffix), (total, shortcuts)) in variants.iter().zip(out.iter_mut()) {
+            let cc = c
+                .clone()
+                .with_variant(Variant {
+                    forwarding,
+                    ..c.variant
+                })
+                .named(&format!("{} ({suffix})", c.name));
+            let r = pass(&cc);
+            *total += r.unique_states;
+            let k = r.fifo_bound.unwrap_or(u8::MAX);
+            assert!(
+                k <= thesis,
+                "{}: P6 k = {k} under {suffix}, {thesis} under the thesis rule",
+                cc.name
+            );
+            if r.property("reached: compress shortcut").unwrap().holds {
+                shortcuts.push(c.name.clone());
+            }
         }
     }
-    println!("{suffix} forwarding: {total} unique states in all; shortcut taken in {shortcuts:?}");
-    for name in relay_configs().iter().map(|c| &c.name) {
-        assert!(shortcuts.contains(name), "{name}: no shortcut taken");
+    for (&(_, suffix), (total, shortcuts)) in variants.iter().zip(&out) {
+        println!(
+            "{suffix} forwarding: {total} unique states in all; shortcut taken in {shortcuts:?}"
+        );
+        for name in relay_configs().iter().map(|c| &c.name) {
+            assert!(
+                shortcuts.contains(name),
+                "{suffix}: {name}: no shortcut taken"
+            );
+        }
     }
-    (total, shortcuts)
+    out
 }
 
-/// Issue 19: hilock's compressed forwarding ([`Forwarding::Compress`]) on every FIFO
-/// configuration of this file; the priority-2 request of the second relay configuration is
-/// not sent along the shortcut (its P6 k equals the thesis's).
+/// Issue 19: hilock's compressed forwarding ([`Forwarding::Compress`]) and its per-class
+/// routing pointers ([`Forwarding::ClassPointers`]) on every FIFO configuration of this
+/// file; the priority-2 request of the second relay configuration is sent along no
+/// shortcut (its P6 k equals the thesis's). Totals pinned.
 #[test]
-fn compressed_forwarding_on_every_configuration() {
-    let (total, _) = forwarding_on_every_configuration(Forwarding::Compress, "compress");
-    let pinned = PINNED.iter().find(|(n, _)| *n == "compressed forwarding:");
-    assert_eq!(Some(total), pinned.map(|p| p.1));
-}
-
-/// Issue 19: per-class routing pointers ([`Forwarding::ClassPointers`]) on the same
-/// configurations as [`compressed_forwarding_on_every_configuration`], with the same checks.
-#[test]
-fn class_pointers_on_every_configuration() {
-    let (total, _) = forwarding_on_every_configuration(Forwarding::ClassPointers, "pointers");
-    let pinned = PINNED.iter().find(|(n, _)| *n == "class pointers:");
-    assert_eq!(Some(total), pinned.map(|p| p.1));
+fn forwarding_variants_on_every_configuration() {
+    let r = forwarding_on_every_configuration(&[
+        (Forwarding::Compress, "compress"),
+        (Forwarding::ClassPointers, "pointers"),
+    ]);
+    let pin = |name: &str| PINNED.iter().find(|(n, _)| *n == name).map(|p| p.1);
+    assert_eq!(Some(r[0].0), pin("compressed forwarding:"));
+    assert_eq!(Some(r[1].0), pin("class pointers:"));
 }
 
 /// P9 can fail: Naimi's path reversal applied literally ([`Forwarding::NaiveReversal`]:
