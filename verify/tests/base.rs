@@ -209,7 +209,7 @@ const PINNED: &[(&str, usize)] = &[
     ("relay star5: idle n0; W, IR, IR, IW (compress)", 19054),
     ("relay star4: idle n0; W, U, IW (compress)", 575),
     ("leave old parent, chain4 (compress)", 84026),
-    ("compressed forwarding:", 4821413),
+    ("compressed forwarding:", 5448119),
     ("pair IR/IR chain4 (pointers)", 12366),
     ("pair IR/IR star4 (pointers)", 14880),
     ("pair IR/R chain4 (pointers)", 22034),
