@@ -42,7 +42,6 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
-use std::fmt::Write as _;
 use std::hash::Hash;
 
 /// Entry locks of the airline table.
@@ -96,6 +95,8 @@ pub enum Proto {
     Hilock,
     /// The same with hilock's compressed forwarding ([`Forwarding::Compress`], issue 19).
     HilockCompress,
+    /// The same with per-class routing pointers ([`Forwarding::ClassPointers`], issue 19).
+    HilockPointers,
     /// Naimi-Trehel doing the same work (entry locks; all entries for a table access).
     NaimiSame,
     /// Naimi-Trehel with one lock.
@@ -110,10 +111,47 @@ impl Proto {
         match self {
             Proto::Hilock => "hilock",
             Proto::HilockCompress => "hilock-compress",
+            Proto::HilockPointers => "hilock-pointers",
             Proto::NaimiSame => "naimi-same-work",
             Proto::NaimiPure => "naimi-pure",
             Proto::PrioNaimi => "prio-naimi",
         }
+    }
+}
+
+/// Classifies the node that forwarded a request, for [`Stats::forwards_by_state`].
+pub trait RelayClass {
+    /// 0: idle relay (not the token node, owns Φ, nothing pending, empty queue); 1: owns
+    /// a mode, nothing pending; 2: has a request of its own pending; 3: anything else.
+    fn relay_class(&self, lock: LockId) -> usize;
+}
+
+impl<const N: usize, const L: usize, const Q: usize> RelayClass for Site<N, L, Q> {
+    fn relay_class(&self, lock: LockId) -> usize {
+        let Ok(l) = self.lock(lock) else { return 3 };
+        if l.pending_mode() != Mode::Phi {
+            2
+        } else if l.has_token() || !l.queue().is_empty() {
+            3
+        } else if l.owned() != Mode::Phi {
+            1
+        } else {
+            0
+        }
+    }
+}
+
+impl<const N: usize, const L: usize> RelayClass for NaimiSite<N, L> {
+    fn relay_class(&self, _lock: LockId) -> usize {
+        3
+    }
+}
+
+impl<const N: usize, const L: usize, const P: usize, const Q: usize> RelayClass
+    for PrioNaimiSite<N, L, P, Q>
+{
+    fn relay_class(&self, _lock: LockId) -> usize {
+        3
     }
 }
 
@@ -217,6 +255,13 @@ pub struct Stats {
     /// Histogram of the request messages (all hops, all locks) of each access issued and
     /// completed in the window: `request_hops[k]` accesses needed k request messages.
     pub request_hops: Vec<u64>,
+    /// Histogram of the request messages of each lock request (an `Acquire` that sent a
+    /// request) issued and granted in the window, by lock class (0: lock 0, the table;
+    /// 1: the other locks): `journey_hops[c][k]` lock requests needed k request messages.
+    pub journey_hops: [Vec<u64>; 2],
+    /// Forwards in the window by the state of the forwarding node after its step
+    /// ([`RelayClass`]): idle relay, owns a mode (not pending), pending, other.
+    pub forwards_by_state: [u64; 4],
 }
 
 impl Stats {
@@ -317,11 +362,11 @@ fn run_here(cfg: &Config) -> Result<Stats, String> {
 fn dispatch_class<const N: usize>(cfg: &Config) -> Result<Stats, String> {
     let n = cfg.n;
     match cfg.proto {
-        Proto::Hilock | Proto::HilockCompress => {
-            let forwarding = if cfg.proto == Proto::HilockCompress {
-                Forwarding::Compress
-            } else {
-                Forwarding::Thesis
+        Proto::Hilock | Proto::HilockCompress | Proto::HilockPointers => {
+            let forwarding = match cfg.proto {
+                Proto::HilockCompress => Forwarding::Compress,
+                Proto::HilockPointers => Forwarding::ClassPointers,
+                _ => Forwarding::Thesis,
             };
             let inheritance = match cfg.prio {
                 PrioMode::Off | PrioMode::On => Inheritance::None,
@@ -415,6 +460,8 @@ struct Sim<'c, P: Protocol> {
     stats: Stats,
     /// Request messages of each node's current access so far.
     hops: Vec<u64>,
+    /// Request messages of each node's current lock request so far.
+    journey: Vec<u64>,
 }
 
 fn jittered(rng: &mut ChaCha8Rng, mean_ms: f64, jitter: f64) -> u64 {
@@ -423,7 +470,7 @@ fn jittered(rng: &mut ChaCha8Rng, mean_ms: f64, jitter: f64) -> u64 {
     v.max(0.0).round() as u64
 }
 
-impl<'c, P: Protocol + Clone + Invariants> Sim<'c, P>
+impl<'c, P: Protocol + Clone + Invariants + RelayClass> Sim<'c, P>
 where
     P::Msg: Requester + Hash,
 {
@@ -458,6 +505,7 @@ where
             window_start: None,
             stats: Stats::default(),
             hops: vec![0; n],
+            journey: vec![0; n],
         }
     }
 
@@ -571,11 +619,13 @@ where
         let node = NodeId(i as u16);
         let in_window = self.in_window();
         let mut granted = false;
+        let mut forwarded: Option<LockId> = None;
         let Sim {
             cluster,
             channels,
             stats,
             hops,
+            journey,
             net_rng,
             events,
             seq,
@@ -593,10 +643,14 @@ where
                     }
                     if msg.requester().is_some_and(|r| r != node) {
                         stats.forwards += 1;
+                        forwarded = Some(P::lock_of(msg));
                     }
                 }
                 if let Some(r) = msg.requester() {
                     if let Some(h) = hops.get_mut(r.idx()) {
+                        *h += 1;
+                    }
+                    if let Some(h) = journey.get_mut(r.idx()) {
                         *h += 1;
                     }
                 }
@@ -634,6 +688,10 @@ where
             });
         }
         self.stats.steps += 1;
+        if let Some(lock) = forwarded {
+            let c = self.cluster.site(node).relay_class(lock);
+            self.stats.forwards_by_state[c] += 1;
+        }
         if granted {
             debug_assert!(self.apps[i].phase == Phase::Acquiring);
             self.granted(i)?;
@@ -653,6 +711,16 @@ where
     }
 
     fn granted(&mut self, i: usize) -> Result<(), (KernelError, String)> {
+        let j = std::mem::take(&mut self.journey[i]);
+        let a = &self.apps[i];
+        if a.measured && j > 0 {
+            let c = usize::from(a.ops[a.k].0 != LockId(0));
+            let h = &mut self.stats.journey_hops[c];
+            if h.len() <= j as usize {
+                h.resize(j as usize + 1, 0);
+            }
+            h[j as usize] += 1;
+        }
         self.apps[i].k += 1;
         let a = &self.apps[i];
         if a.k < a.nops {
@@ -728,7 +796,7 @@ where
             nops += 1;
         };
         match proto {
-            Proto::Hilock | Proto::HilockCompress => {
+            Proto::Hilock | Proto::HilockCompress | Proto::HilockPointers => {
                 push(0, mode);
                 if entry_access {
                     push(1 + entry, if mode == Mode::IR { Mode::R } else { Mode::W });
@@ -752,6 +820,7 @@ where
         a.issued_at = self.now;
         a.measured = in_window;
         self.hops[i] = 0;
+        self.journey[i] = 0;
         let (lock, mode) = a.ops[0];
         if in_window {
             self.stats.lock_requests += 1;
@@ -760,73 +829,162 @@ where
     }
 }
 
-/// The CSV header of [`csv_row`].
-pub fn csv_header() -> String {
-    let mut s = String::from(
-        "experiment,protocol,prio,n,ratio,latency_ms,seed,accesses,lock_requests,messages,msgs_per_request,msgs_per_access",
-    );
-    for k in KIND_NAMES {
-        let _ = write!(s, ",{k}_per_request");
-    }
-    s.push_str(",latency_ms_mean");
-    for (m, _) in MIX {
-        let _ = write!(s, ",latency_ms_{}", m.symbol());
-    }
-    for p in 0..PRIO_LEVELS {
-        let _ = write!(s, ",latency_ms_p{p}");
-    }
-    s.push_str(",retries,steps,window_s");
-    s.push_str(",lock0_request_per_request,other_request_per_request");
-    s.push_str(
-        ",request_msgs_per_access_p50,request_msgs_per_access_p99,request_msgs_per_access_max",
-    );
-    s
+/// One line of the simulator's CSV files (written with the `csv` crate through serde;
+/// values rounded to fixed precision, so equal runs give byte-identical files).
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct CsvRow {
+    /// Experiment name.
+    pub experiment: String,
+    /// [`Proto::name`].
+    pub protocol: &'static str,
+    /// [`PrioMode::name`].
+    pub prio: &'static str,
+    /// Nodes.
+    pub n: usize,
+    /// NCS / CS.
+    pub ratio: f64,
+    /// Mean message latency (ms).
+    pub latency_ms: f64,
+    /// Seed.
+    pub seed: u64,
+    /// Accesses in the window.
+    pub accesses: u64,
+    /// Lock requests (`Acquire` inputs) in the window.
+    pub lock_requests: u64,
+    /// Messages in the window.
+    pub messages: u64,
+    /// Messages per lock request.
+    pub msgs_per_request: f64,
+    /// Messages per access.
+    pub msgs_per_access: f64,
+    /// Request messages sent by their requester, per lock request.
+    pub request_per_request: f64,
+    /// Request messages sent on by another node (forwards), per lock request.
+    pub forward_per_request: f64,
+    /// Grants per lock request.
+    pub grant_per_request: f64,
+    /// Token transfers per lock request.
+    pub token_per_request: f64,
+    /// Releases per lock request.
+    pub release_per_request: f64,
+    /// Freezes per lock request.
+    pub freeze_per_request: f64,
+    /// Mean access latency (ms).
+    pub latency_ms_mean: f64,
+    /// Mean latency of IR accesses (ms).
+    pub latency_ms_ir: f64,
+    /// … R accesses.
+    pub latency_ms_r: f64,
+    /// … U accesses.
+    pub latency_ms_u: f64,
+    /// … IW accesses.
+    pub latency_ms_iw: f64,
+    /// … W accesses.
+    pub latency_ms_w: f64,
+    /// Mean latency of priority level 0 … 7 (ms).
+    pub latency_ms_p0: f64,
+    /// Level 1.
+    pub latency_ms_p1: f64,
+    /// Level 2.
+    pub latency_ms_p2: f64,
+    /// Level 3.
+    pub latency_ms_p3: f64,
+    /// Level 4.
+    pub latency_ms_p4: f64,
+    /// Level 5.
+    pub latency_ms_p5: f64,
+    /// Level 6.
+    pub latency_ms_p6: f64,
+    /// Level 7.
+    pub latency_ms_p7: f64,
+    /// Deliveries retried.
+    pub retries: u64,
+    /// Kernel steps.
+    pub steps: u64,
+    /// Simulated window (s).
+    pub window_s: f64,
+    /// Request messages about lock 0 per lock request.
+    pub lock0_request_per_request: f64,
+    /// Request messages about other locks per lock request.
+    pub other_request_per_request: f64,
+    /// Median request messages per access.
+    pub request_msgs_per_access_p50: usize,
+    /// 99th percentile of request messages per access.
+    pub request_msgs_per_access_p99: usize,
+    /// Largest request messages per access.
+    pub request_msgs_per_access_max: usize,
 }
 
-/// One CSV line (fixed precision, so equal runs give byte-identical files).
-pub fn csv_row(experiment: &str, cfg: &Config, st: &Stats) -> String {
-    let mut s = format!(
-        "{experiment},{},{},{},{},{},{},{},{},{},{:.4},{:.4}",
-        cfg.proto.name(),
-        cfg.prio.name(),
-        cfg.n,
-        cfg.ratio,
-        cfg.latency_ms,
-        cfg.seed,
-        st.accesses,
-        st.lock_requests,
-        st.messages(),
-        st.per_request(),
-        st.per_access()
-    );
-    for k in 0..5 {
-        let _ = write!(s, ",{:.4}", st.kind_per_request(k));
+fn round(x: f64, digits: i32) -> f64 {
+    let f = 10f64.powi(digits);
+    (x * f).round() / f
+}
+
+impl CsvRow {
+    /// The row of one run.
+    pub fn new(experiment: &str, cfg: &Config, st: &Stats) -> CsvRow {
+        let lr = st.lock_requests.max(1) as f64;
+        let r4 = |x: f64| round(x, 4);
+        let r3 = |x: f64| round(x, 3);
+        let p = |l: usize| r3(st.prio_latency_ms(l));
+        CsvRow {
+            experiment: experiment.to_string(),
+            protocol: cfg.proto.name(),
+            prio: cfg.prio.name(),
+            n: cfg.n,
+            ratio: cfg.ratio,
+            latency_ms: cfg.latency_ms,
+            seed: cfg.seed,
+            accesses: st.accesses,
+            lock_requests: st.lock_requests,
+            messages: st.messages(),
+            msgs_per_request: r4(st.per_request()),
+            msgs_per_access: r4(st.per_access()),
+            request_per_request: r4((st.msgs[0] - st.forwards) as f64 / lr),
+            forward_per_request: r4(st.forwards as f64 / lr),
+            grant_per_request: r4(st.kind_per_request(1)),
+            token_per_request: r4(st.kind_per_request(2)),
+            release_per_request: r4(st.kind_per_request(3)),
+            freeze_per_request: r4(st.kind_per_request(4)),
+            latency_ms_mean: r3(st.mean_latency_ms()),
+            latency_ms_ir: r3(st.mode_latency_ms(0)),
+            latency_ms_r: r3(st.mode_latency_ms(1)),
+            latency_ms_u: r3(st.mode_latency_ms(2)),
+            latency_ms_iw: r3(st.mode_latency_ms(3)),
+            latency_ms_w: r3(st.mode_latency_ms(4)),
+            latency_ms_p0: p(0),
+            latency_ms_p1: p(1),
+            latency_ms_p2: p(2),
+            latency_ms_p3: p(3),
+            latency_ms_p4: p(4),
+            latency_ms_p5: p(5),
+            latency_ms_p6: p(6),
+            latency_ms_p7: p(7),
+            retries: st.retries,
+            steps: st.steps,
+            window_s: r3(st.window_us as f64 / 1e6),
+            lock0_request_per_request: r4(st.lock0_requests as f64 / lr),
+            other_request_per_request: r4((st.msgs[0] - st.lock0_requests) as f64 / lr),
+            request_msgs_per_access_p50: st.request_hops_quantile(0.5),
+            request_msgs_per_access_p99: st.request_hops_quantile(0.99),
+            request_msgs_per_access_max: st.request_hops.len().saturating_sub(1),
+        }
     }
-    let _ = write!(s, ",{:.3}", st.mean_latency_ms());
-    for m in 0..5 {
-        let _ = write!(s, ",{:.3}", st.mode_latency_ms(m));
+}
+
+/// The CSV text (header and one line per row) of `rows`.
+pub fn csv_bytes(rows: &[CsvRow]) -> Result<Vec<u8>, String> {
+    let mut w = csv::Writer::from_writer(Vec::new());
+    for r in rows {
+        w.serialize(r).map_err(|e| e.to_string())?;
     }
-    for p in 0..PRIO_LEVELS {
-        let _ = write!(s, ",{:.3}", st.prio_latency_ms(p));
-    }
-    let _ = write!(
-        s,
-        ",{},{},{:.3}",
-        st.retries,
-        st.steps,
-        st.window_us as f64 / 1e6
-    );
-    let lr = st.lock_requests.max(1) as f64;
-    let _ = write!(
-        s,
-        ",{:.4},{:.4},{},{},{}",
-        st.lock0_requests as f64 / lr,
-        (st.msgs[0] - st.lock0_requests) as f64 / lr,
-        st.request_hops_quantile(0.5),
-        st.request_hops_quantile(0.99),
-        st.request_hops.len().saturating_sub(1)
-    );
-    s
+    w.into_inner().map_err(|e| e.to_string())
+}
+
+/// Writes `rows` as a CSV file.
+pub fn write_csv(path: &std::path::Path, rows: &[CsvRow]) -> Result<(), String> {
+    let bytes = csv_bytes(rows)?;
+    std::fs::write(path, bytes).map_err(|e| format!("{}: {e}", path.display()))
 }
 
 /// The harmonic number H(k).

@@ -50,24 +50,34 @@ fn small(proto: Proto, n: usize, seed: u64) -> Config {
 #[test]
 fn same_seed_gives_byte_identical_csv() {
     let run = || {
-        let mut csv = sim::csv_header();
+        let mut rows = Vec::new();
         for proto in [Proto::Hilock, Proto::NaimiSame, Proto::NaimiPure] {
             for n in [4, 16] {
                 let cfg = small(proto, n, 42);
                 let st = sim::run(&cfg).expect("run");
-                csv.push('\n');
-                csv.push_str(&sim::csv_row("det", &cfg, &st));
+                rows.push(sim::CsvRow::new("det", &cfg, &st));
             }
         }
-        csv
+        sim::csv_bytes(&rows).expect("csv")
     };
     let a = run();
     let b = run();
-    assert_eq!(a.as_bytes(), b.as_bytes());
+    assert_eq!(a, b);
+    assert_eq!(
+        String::from_utf8_lossy(&a).lines().count(),
+        7,
+        "header + 6 rows"
+    );
     // A different seed gives a different run.
     let cfg = small(Proto::Hilock, 16, 43);
     let st = sim::run(&cfg).expect("run");
-    assert!(!a.contains(&sim::csv_row("det", &cfg, &st)));
+    let other = sim::csv_bytes(&[sim::CsvRow::new("det", &cfg, &st)]).expect("csv");
+    let line = String::from_utf8_lossy(&other)
+        .lines()
+        .nth(1)
+        .unwrap()
+        .to_string();
+    assert!(!String::from_utf8_lossy(&a).contains(&line));
 }
 
 #[test]

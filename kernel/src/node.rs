@@ -93,6 +93,16 @@ pub enum Forwarding {
     /// relay and requester point at each other and a third request cycles between them);
     /// kept to show that property P9 (bounded forwarding) catches it.
     NaiveReversal,
+    /// hilock's extension, second form (issue 19, SPEC.md "Forwarding"): per-mode-class
+    /// routing pointers. An idle relay keeps, for each requestable mode M, the last request
+    /// `{S, M, ξ_S}` of mode M that it forwarded straight from its requester S (a child),
+    /// newest first; it sends a later request `{D, M_D, ξ_D}` of another node to the
+    /// newest such S whose pending request keeps it by Table 3.2
+    /// (`queue_or_forward_prio(M, ξ_S, M_D, ξ_D) = Q`), else to its parent. Unlike
+    /// Compress's single shortcut, a pointer survives requests of other modes and requests
+    /// forwarded from elsewhere. The pointers are dropped when the node requests, or
+    /// receives a grant or the token; `Parent` is unchanged.
+    ClassPointers,
 }
 
 impl Variant {
@@ -171,6 +181,10 @@ pub struct LockNode<const N: usize, const Q: usize> {
     pub(crate) held_fence: u64,
     /// [`Forwarding::Compress`]: the last request this node forwarded as an idle relay.
     pub(crate) shortcut: Option<QueueEntry>,
+    /// [`Forwarding::ClassPointers`]: for each requestable mode at most one pointer, the
+    /// last request of that mode this node forwarded as an idle relay; newest first, the
+    /// `Some`s before the `None`s, no requester twice.
+    pub(crate) routes: [Option<QueueEntry>; 5],
 }
 
 /// Where a step's effects go: this site's id, the lock, and the output buffer.
@@ -225,6 +239,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
             fence: 0,
             held_fence: 0,
             shortcut: None,
+            routes: [None; 5],
         }
     }
 
@@ -389,6 +404,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
             return Err(KernelError::AlreadyPending(cx.lock));
         }
         self.shortcut = None;
+        self.forget_routes();
         let f0 = self.frozen;
         let serial = self.next_serial.wrapping_add(1);
         self.next_serial = serial;
@@ -587,6 +603,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
             }
         }
         self.shortcut = None;
+        self.forget_routes();
         self.parent = Some(from);
         self.held = entry.mode;
         self.fence = self.fence.max(fence);
@@ -673,6 +690,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
             }
         }
         self.shortcut = None;
+        self.forget_routes();
         self.parent = None;
         self.token = Some(generation);
         self.fence = self.fence.max(fence);
@@ -1086,7 +1104,47 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
                 self.parent = Some(entry.requester);
                 Ok(parent)
             }
+            Forwarding::ClassPointers => {
+                // The newest remembered requester (other than D) that keeps D (Table 3.2).
+                let to = match self.routes.iter().flatten().find(|s| {
+                    s.requester != entry.requester
+                        && queue_or_forward_prio(s.mode, s.prio, entry.mode, entry.prio)
+                            == QueueOrForward::Queue
+                }) {
+                    Some(s) => {
+                        cx.fire(Rule::CompressShortcut);
+                        s.requester
+                    }
+                    None => parent,
+                };
+                // Only a request that came straight from its requester (a child) becomes a
+                // pointer, for Compress's reason: no request sent along it can be one of the
+                // requester's parent. With pointers from any sender the simulator
+                // deadlocked at 120 nodes: two pending requesters kept each other's
+                // requests (SPEC.md "Forwarding").
+                if cx.sender != Some(entry.requester) {
+                    return Ok(to);
+                }
+                // D becomes the newest pointer; it replaces the pointer of its mode and any
+                // older pointer to D.
+                let mut next = [None; 5];
+                next[0] = Some(entry);
+                let mut k = 1;
+                for r in self.routes.iter().flatten() {
+                    if r.mode != entry.mode && r.requester != entry.requester && k < next.len() {
+                        next[k] = Some(*r);
+                        k += 1;
+                    }
+                }
+                self.routes = next;
+                Ok(to)
+            }
         }
+    }
+
+    /// Drops every [`Forwarding::ClassPointers`] pointer.
+    fn forget_routes(&mut self) {
+        self.routes = [None; 5];
     }
 
     /// Exactly-once delivery of requests: a request whose `hop` number from `from` was

@@ -18,10 +18,11 @@ struct Net {
 
 impl Net {
     fn star(inheritance: Inheritance) -> Self {
-        // `HILOCK_FORWARDING=compress` runs these tests under hilock's compressed forwarding
-        // (issue 19; SPEC.md section 9 lists the run).
+        // `HILOCK_FORWARDING=compress` / `=pointers` runs these tests under hilock's
+        // compressed forwarding / class pointers (issue 19; SPEC.md "Forwarding" lists the runs).
         let forwarding = match std::env::var("HILOCK_FORWARDING").as_deref() {
             Ok("compress") => Forwarding::Compress,
+            Ok("pointers") => Forwarding::ClassPointers,
             _ => Forwarding::Thesis,
         };
         let v = Variant {

@@ -109,16 +109,22 @@ fn inheritance() -> BoxedStrategy<Inheritance> {
     }
 }
 
-/// The forwarding rules to draw from (issue 19): the thesis's and hilock's compression,
-/// or one named by `HILOCK_FORWARDING=thesis|compress`.
+/// The forwarding rules to draw from (issue 19): the thesis's and hilock's two extensions,
+/// or one named by `HILOCK_FORWARDING=thesis|compress|pointers`.
 fn forwarding() -> BoxedStrategy<Forwarding> {
     match std::env::var("HILOCK_FORWARDING").as_deref() {
         Ok("thesis") => Just(Forwarding::Thesis).boxed(),
         Ok("compress") => Just(Forwarding::Compress).boxed(),
+        Ok("pointers") => Just(Forwarding::ClassPointers).boxed(),
         Ok(other) if !other.is_empty() && other != "all" => {
-            panic!("HILOCK_FORWARDING={other}: expected thesis, compress or all")
+            panic!("HILOCK_FORWARDING={other}: expected thesis, compress, pointers or all")
         }
-        _ => prop_oneof![Just(Forwarding::Thesis), Just(Forwarding::Compress)].boxed(),
+        _ => prop_oneof![
+            Just(Forwarding::Thesis),
+            Just(Forwarding::Compress),
+            Just(Forwarding::ClassPointers)
+        ]
+        .boxed(),
     }
 }
 

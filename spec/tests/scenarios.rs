@@ -17,6 +17,12 @@ fn every_thesis_scenario_passes_under_compressed_forwarding() {
     run_every_scenario(Forwarding::Compress);
 }
 
+/// Issue 19: the same under hilock's per-class routing pointers.
+#[test]
+fn every_thesis_scenario_passes_under_class_pointers() {
+    run_every_scenario(Forwarding::ClassPointers);
+}
+
 fn run_every_scenario(forwarding: Forwarding) {
     let mut files: Vec<_> = std::fs::read_dir(scenarios_dir())
         .expect("spec/scenarios exists")

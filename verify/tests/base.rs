@@ -214,7 +214,88 @@ const PINNED: &[(&str, usize)] = &[
     ("relay star5: idle n0; W, IR, IR, IW (compress)", 19054),
     ("relay star4: idle n0; W, U, IW (compress)", 575),
     ("leave old parent, chain4 (compress)", 84026),
-    ("compressed forwarding:", 4821413),
+    ("compressed forwarding:", 5448119),
+    ("pair IR/IR chain4 (pointers)", 12366),
+    ("pair IR/IR star4 (pointers)", 14880),
+    ("pair IR/R chain4 (pointers)", 22034),
+    ("pair IR/R star4 (pointers)", 14925),
+    ("pair IR/U chain4 (pointers)", 22034),
+    ("pair IR/U star4 (pointers)", 14925),
+    ("pair IR/IW chain4 (pointers)", 22034),
+    ("pair IR/IW star4 (pointers)", 14925),
+    ("pair IR/W chain4 (pointers)", 11961),
+    ("pair IR/W star4 (pointers)", 10320),
+    ("pair R/IR chain4 (pointers)", 26612),
+    ("pair R/IR star4 (pointers)", 18172),
+    ("pair R/R chain4 (pointers)", 16250),
+    ("pair R/R star4 (pointers)", 24285),
+    ("pair R/U chain4 (pointers)", 30178),
+    ("pair R/U star4 (pointers)", 23323),
+    ("pair R/IW chain4 (pointers)", 22040),
+    ("pair R/IW star4 (pointers)", 17325),
+    ("pair R/W chain4 (pointers)", 16137),
+    ("pair R/W star4 (pointers)", 15748),
+    ("pair U/IR chain4 (pointers)", 19532),
+    ("pair U/IR star4 (pointers)", 13912),
+    ("pair U/R chain4 (pointers)", 23876),
+    ("pair U/R star4 (pointers)", 19343),
+    ("pair U/U chain4 (pointers)", 8646),
+    ("pair U/U star4 (pointers)", 13077),
+    ("pair U/IW chain4 (pointers)", 13545),
+    ("pair U/IW star4 (pointers)", 14487),
+    ("pair U/W chain4 (pointers)", 8708),
+    ("pair U/W star4 (pointers)", 12544),
+    ("pair IW/IR chain4 (pointers)", 26612),
+    ("pair IW/IR star4 (pointers)", 18172),
+    ("pair IW/R chain4 (pointers)", 22040),
+    ("pair IW/R star4 (pointers)", 17325),
+    ("pair IW/U chain4 (pointers)", 16442),
+    ("pair IW/U star4 (pointers)", 17603),
+    ("pair IW/IW chain4 (pointers)", 16250),
+    ("pair IW/IW star4 (pointers)", 24285),
+    ("pair IW/W chain4 (pointers)", 16137),
+    ("pair IW/W star4 (pointers)", 15748),
+    ("pair W/IR chain4 (pointers)", 9550),
+    ("pair W/IR star4 (pointers)", 8096),
+    ("pair W/R chain4 (pointers)", 10464),
+    ("pair W/R star4 (pointers)", 10427),
+    ("pair W/U chain4 (pointers)", 7368),
+    ("pair W/U star4 (pointers)", 10457),
+    ("pair W/IW chain4 (pointers)", 10464),
+    ("pair W/IW star4 (pointers)", 10427),
+    ("pair W/W chain4 (pointers)", 5507),
+    ("pair W/W star4 (pointers)", 7524),
+    ("upgrade star4 (pointers)", 41670),
+    ("upgrade chain4 (pointers)", 92447),
+    (
+        "upgrade by a chain leaf with IW, W contenders (pointers)",
+        25743,
+    ),
+    ("mix star4 (pointers)", 367517),
+    ("mix chain4 (pointers)", 773686),
+    ("mix star5 (pointers)", 466964),
+    ("mix chain5 (pointers)", 1430276),
+    ("mix tree5 (0 <- 1 <- 2, 0 <- 3 <- 4) (pointers)", 680927),
+    ("2 locks star3 (pointers)", 11630),
+    ("2 locks chain3 (pointers)", 3172),
+    ("fifo star3 R,R,W (pointers)", 415),
+    ("fifo star4 R,R,W,R (pointers)", 10320),
+    ("fifo chain4 R,IR,W,IR (pointers)", 15136),
+    ("fifo star4 IW,IW,R,IW (pointers)", 10424),
+    ("fifo star4 upgrade vs IR,R (pointers)", 429981),
+    ("fifo star4 R repeated vs W (pointers)", 6972),
+    ("fifo R copies below a child vs W (pointers)", 127530),
+    ("PIP stale reissue, star of 3 (pointers)", 14010),
+    (
+        "PIP stale copy served by a token transfer, star of 4 (pointers)",
+        98626,
+    ),
+    ("relay star4: idle n0; W, R, R (pointers)", 679),
+    ("relay star4: idle n0; W, R, priority 2 R (pointers)", 713),
+    ("relay star5: idle n0; W, IR, IR, IW (pointers)", 19056),
+    ("relay star4: idle n0; W, U, IW (pointers)", 575),
+    ("leave old parent, chain4 (pointers)", 84716),
+    ("class pointers:", 5512227),
 ];
 
 /// Checks `c` exhaustively, prints one line (with states/s), asserts the pinned state count,
@@ -916,13 +997,6 @@ fn a_grant_from_a_new_parent_releases_the_old_parents_record() {
 
 // ------------------------------------------------------- forwarding (issue 19, P9)
 
-fn compress(v: Variant) -> Variant {
-    Variant {
-        forwarding: Forwarding::Compress,
-        ..v
-    }
-}
-
 /// Configurations with an idle relay: the token leaves n0, which has nothing to do, and
 /// later requests pass through it. Under [`Forwarding::Compress`] n0 sends a request of
 /// the class the last requester keeps (Table 3.2 Q) to that requester; a higher priority
@@ -983,14 +1057,9 @@ fn idle_relays_thesis_forwarding() {
     }
 }
 
-/// Issue 19: hilock's compressed forwarding ([`Forwarding::Compress`]) on every FIFO
-/// configuration of this file (pairs, upgrades, mixes, 2 locks, the P6 set, PIP, leave old
-/// parent, idle relays): P1–P5, P3b, P9 and "no kernel error" hold, and no FIFO bypass
-/// bound k (P6) is worse than the thesis rule's on the same configuration. The shortcut is
-/// taken (else this would check nothing new), and the priority-2 request of the second
-/// relay configuration is not sent along it (its P6 k equals the thesis's).
-#[test]
-fn compressed_forwarding_on_every_configuration() {
+/// Every FIFO configuration of this file (pairs, upgrades, mixes, 2 locks, the P6 set, PIP,
+/// leave old parent, idle relays): the configurations the forwarding variants are checked on.
+fn forwarding_configs() -> Vec<ModelConfig> {
     let mut configs = pair_configs();
     configs.extend(upgrade_configs());
     configs.extend(mix_configs());
@@ -1007,32 +1076,67 @@ fn compressed_forwarding_on_every_configuration() {
             &["acquire IR", "release"],
         ],
     ));
-    let mut shortcuts = Vec::new();
-    let mut total = 0;
-    for c in configs {
+    configs
+}
+
+/// Checks every configuration of [`forwarding_configs`] under each of `variants` (names
+/// get the variant's suffix): P1–P5, P3b, P9 and "no kernel error" hold, and no FIFO bypass
+/// bound k (P6) is worse than the thesis rule's on the same configuration (the thesis run
+/// is made once per configuration). Returns, per variant, the total of unique states and
+/// the configurations where a shortcut was taken; the relay configurations must be among
+/// them (else the variant would check nothing new).
+fn forwarding_on_every_configuration(variants: &[(Forwarding, &str)]) -> Vec<(usize, Vec<String>)> {
+    let mut out = vec![(0, Vec::new()); variants.len()];
+    for c in forwarding_configs() {
         let thesis = run(&c).fifo_bound.unwrap_or(u8::MAX);
-        let cc = c
-            .clone()
-            .with_variant(compress(c.variant))
-            .named(&format!("{} (compress)", c.name));
-        let r = pass(&cc);
-        total += r.unique_states;
-        let k = r.fifo_bound.unwrap_or(u8::MAX);
-        assert!(
-            k <= thesis,
-            "{}: P6 k = {k} under compression, {thesis} under the thesis rule",
-            cc.name
-        );
-        if r.property("reached: compress shortcut").unwrap().holds {
-            shortcuts.push(c.name.clone());
+        for (&(forwarding, suffix), (total, shortcuts)) in variants.iter().zip(out.iter_mut()) {
+            let cc = c
+                .clone()
+                .with_variant(Variant {
+                    forwarding,
+                    ..c.variant
+                })
+                .named(&format!("{} ({suffix})", c.name));
+            let r = pass(&cc);
+            *total += r.unique_states;
+            let k = r.fifo_bound.unwrap_or(u8::MAX);
+            assert!(
+                k <= thesis,
+                "{}: P6 k = {k} under {suffix}, {thesis} under the thesis rule",
+                cc.name
+            );
+            if r.property("reached: compress shortcut").unwrap().holds {
+                shortcuts.push(c.name.clone());
+            }
         }
     }
-    println!(
-        "compressed forwarding: {total} unique states in all; shortcut taken in {shortcuts:?}"
-    );
-    for name in relay_configs().iter().map(|c| &c.name) {
-        assert!(shortcuts.contains(name), "{name}: no shortcut taken");
+    for (&(_, suffix), (total, shortcuts)) in variants.iter().zip(&out) {
+        println!(
+            "{suffix} forwarding: {total} unique states in all; shortcut taken in {shortcuts:?}"
+        );
+        for name in relay_configs().iter().map(|c| &c.name) {
+            assert!(
+                shortcuts.contains(name),
+                "{suffix}: {name}: no shortcut taken"
+            );
+        }
     }
+    out
+}
+
+/// Issue 19: hilock's compressed forwarding ([`Forwarding::Compress`]) and its per-class
+/// routing pointers ([`Forwarding::ClassPointers`]) on every FIFO configuration of this
+/// file; the priority-2 request of the second relay configuration is sent along no
+/// shortcut (its P6 k equals the thesis's). Totals pinned.
+#[test]
+fn forwarding_variants_on_every_configuration() {
+    let r = forwarding_on_every_configuration(&[
+        (Forwarding::Compress, "compress"),
+        (Forwarding::ClassPointers, "pointers"),
+    ]);
+    let pin = |name: &str| PINNED.iter().find(|(n, _)| *n == name).map(|p| p.1);
+    assert_eq!(Some(r[0].0), pin("compressed forwarding:"));
+    assert_eq!(Some(r[1].0), pin("class pointers:"));
 }
 
 /// P9 can fail: Naimi's path reversal applied literally ([`Forwarding::NaiveReversal`]:

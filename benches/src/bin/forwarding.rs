@@ -8,84 +8,92 @@
 //! cargo run --release -p hilock-benches --bin forwarding -- --out docs/figures
 //! ```
 //!
-//! Options: `--out DIR` (default `docs/figures`), `--seed S` (default 1), `--jobs J`
-//! (parallel runs, default 2), `--per-node K` (measured accesses per node, default 40),
-//! `--ratio R` (NCS / CS, default 10), `--latency MS` (mean message latency, default 150),
-//! `--sizes a,b,c` (default 8,16,32,64,120,256,512,1024). Writes `forwarding.csv`,
-//! `forwarding_messages.svg` and `forwarding_kinds.svg` and prints a Markdown table.
+//! Options (clap, `--help`): `--out DIR` (default `docs/figures`), `--seed S` (default 1),
+//! `--jobs J` (rayon worker threads, default 2), `--per-node K` (measured accesses per
+//! node, default 40), `--ratio R` (NCS / CS, default 10), `--latency MS` (mean message
+//! latency, default 150), `--sizes a,b,c` (default 8,16,32,64,120,256,512,1024). Writes
+//! `forwarding.csv`, `forwarding_messages.svg` and `forwarding_kinds.svg` and prints
+//! Markdown tables.
 
+use clap::Parser;
 use hilock_benches::plot::{line_chart, Series};
-use hilock_benches::sim::{self, Config, Proto, Stats, KIND_NAMES};
+use hilock_benches::sim::{self, Config, CsvRow, Proto, Stats, KIND_NAMES};
+use indicatif::ProgressBar;
+use rayon::prelude::*;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
 use std::time::Instant;
 
-const PROTOS: [Proto; 3] = [Proto::Hilock, Proto::HilockCompress, Proto::NaimiPure];
+const PROTOS: [Proto; 4] = [
+    Proto::Hilock,
+    Proto::HilockCompress,
+    Proto::HilockPointers,
+    Proto::NaimiPure,
+];
 
+/// Messages per lock request of the forwarding rules against Naimi-Trehel, 8 … 1,024 nodes.
+#[derive(Debug, Parser)]
+#[command(name = "forwarding")]
 struct Opts {
+    /// Output directory.
+    #[arg(long, default_value = "docs/figures")]
     out: PathBuf,
+    /// Seed of every random stream.
+    #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Parallel runs (rayon worker threads).
+    #[arg(long, default_value_t = 2)]
     jobs: usize,
+    /// Measured accesses per node.
+    #[arg(long, default_value_t = 40)]
     per_node: u64,
+    /// NCS / CS.
+    #[arg(long, default_value_t = 10.0)]
     ratio: f64,
+    /// Mean message latency (ms).
+    #[arg(long = "latency", default_value_t = 150.0)]
     latency_ms: f64,
+    /// Node counts (comma-separated).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "8,16,32,64,120,256,512,1024"
+    )]
     sizes: Vec<usize>,
 }
 
-fn parse() -> Result<Opts, String> {
-    let mut o = Opts {
-        out: PathBuf::from("docs/figures"),
-        seed: 1,
-        jobs: 2,
-        per_node: 40,
-        ratio: 10.0,
-        latency_ms: 150.0,
-        sizes: vec![8, 16, 32, 64, 120, 256, 512, 1024],
-    };
-    let mut args = std::env::args().skip(1);
-    while let Some(a) = args.next() {
-        let mut val = |name: &str| args.next().ok_or(format!("{name} needs a value"));
-        let num = |name: &str, v: String| v.parse::<f64>().map_err(|e| format!("{name}: {e}"));
-        match a.as_str() {
-            "--out" => o.out = PathBuf::from(val("--out")?),
-            "--seed" => o.seed = num("--seed", val("--seed")?)? as u64,
-            "--jobs" => o.jobs = num("--jobs", val("--jobs")?)? as usize,
-            "--per-node" => o.per_node = num("--per-node", val("--per-node")?)? as u64,
-            "--ratio" => o.ratio = num("--ratio", val("--ratio")?)?,
-            "--latency" => o.latency_ms = num("--latency", val("--latency")?)?,
-            "--sizes" => {
-                o.sizes = val("--sizes")?
-                    .split(',')
-                    .map(|x| x.trim().parse().map_err(|e| format!("--sizes: {e}")))
-                    .collect::<Result<_, _>>()?
-            }
-            "-h" | "--help" => {
-                println!(
-                    "forwarding [--out DIR] [--seed S] [--jobs J] [--per-node K] [--ratio R] \
-                     [--latency MS] [--sizes a,b,c]"
-                );
-                std::process::exit(0);
-            }
-            x => return Err(format!("unknown argument {x}")),
-        }
-    }
-    o.jobs = o.jobs.max(1);
-    Ok(o)
-}
-
 fn main() {
-    let o = match parse() {
-        Ok(o) => o,
-        Err(e) => {
-            eprintln!("forwarding: {e}");
-            std::process::exit(2);
-        }
-    };
+    let mut o = Opts::parse();
+    o.jobs = o.jobs.max(1);
     if let Err(e) = real_main(&o) {
         eprintln!("forwarding: {e}");
         std::process::exit(1);
     }
+}
+
+/// "mean p50 p90 p99 max" of a histogram (`h[k]` items had value k).
+fn hist_summary(h: &[u64]) -> String {
+    let total: u64 = h.iter().sum();
+    if total == 0 {
+        return "-".into();
+    }
+    let mean = h.iter().enumerate().map(|(k, c)| k as u64 * c).sum::<u64>() as f64 / total as f64;
+    let q = |p: f64| {
+        let mut acc = 0;
+        for (k, c) in h.iter().enumerate() {
+            acc += c;
+            if acc as f64 >= p * total as f64 {
+                return k;
+            }
+        }
+        h.len() - 1
+    };
+    format!(
+        "{mean:.2} {} {} {} {}",
+        q(0.5),
+        q(0.9),
+        q(0.99),
+        h.len() - 1
+    )
 }
 
 fn real_main(o: &Opts) -> Result<(), String> {
@@ -102,20 +110,23 @@ fn real_main(o: &Opts) -> Result<(), String> {
         }
     }
     let t = Instant::now();
-    let next = AtomicUsize::new(0);
-    let results: Mutex<Vec<(Config, Result<Stats, String>)>> = Mutex::new(Vec::new());
-    std::thread::scope(|s| {
-        for _ in 0..o.jobs {
-            s.spawn(|| loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                let Some(c) = cfgs.get(i) else { break };
+    let bar = ProgressBar::new(cfgs.len() as u64);
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(o.jobs)
+        .build()
+        .map_err(|e| e.to_string())?;
+    let results: Vec<Result<Stats, String>> = pool.install(|| {
+        cfgs.par_iter()
+            .map(|c| {
                 let r = sim::run(c);
-                results.lock().expect("lock").push((*c, r));
-            });
-        }
+                bar.inc(1);
+                r
+            })
+            .collect()
     });
+    bar.finish_and_clear();
     let mut rows = Vec::new();
-    for (c, r) in results.into_inner().expect("lock") {
+    for (c, r) in cfgs.into_iter().zip(results) {
         rows.push((
             c,
             r.map_err(|e| format!("{} n={}: {e}", c.proto.name(), c.n))?,
@@ -124,14 +135,11 @@ fn real_main(o: &Opts) -> Result<(), String> {
     rows.sort_by_key(|(c, _)| (c.n, c.proto));
     let elapsed = t.elapsed();
 
-    let mut csv = sim::csv_header();
-    csv.push('\n');
-    for (c, st) in &rows {
-        csv.push_str(&sim::csv_row("forwarding", c, st));
-        csv.push('\n');
-    }
-    let path = o.out.join("forwarding.csv");
-    std::fs::write(&path, csv).map_err(|e| format!("{}: {e}", path.display()))?;
+    let csv: Vec<CsvRow> = rows
+        .iter()
+        .map(|(c, st)| CsvRow::new("forwarding", c, st))
+        .collect();
+    sim::write_csv(&o.out.join("forwarding.csv"), &csv)?;
 
     let get = |p: Proto, n: usize| rows.iter().find(|(c, _)| c.proto == p && c.n == n);
     println!(
@@ -144,24 +152,32 @@ fn real_main(o: &Opts) -> Result<(), String> {
         elapsed.as_secs_f64()
     );
     println!();
-    println!("| n | hilock (thesis) | hilock (compress) | Naimi-Trehel | compress / Naimi | thesis / Naimi | lock requests / access (hilock) |");
-    println!("|---:|---:|---:|---:|---:|---:|---:|");
+    println!(
+        "| n | hilock (thesis) | hilock (compress) | hilock (pointers) | Naimi-Trehel | \
+         thesis / Naimi | compress / Naimi | pointers / Naimi | lock requests / access (hilock) |"
+    );
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for &n in &o.sizes {
-        let (Some(h), Some(c), Some(nt)) = (
+        let (Some(h), Some(c), Some(p), Some(nt)) = (
             get(Proto::Hilock, n),
             get(Proto::HilockCompress, n),
+            get(Proto::HilockPointers, n),
             get(Proto::NaimiPure, n),
         ) else {
             continue;
         };
-        let (h, c, nt) = (h.1.per_request(), c.1.per_request(), nt.1.per_request());
-        let lr = get(Proto::Hilock, n).map_or(0.0, |(_, s)| {
-            s.lock_requests as f64 / s.accesses.max(1) as f64
-        });
+        let lr = h.1.lock_requests as f64 / h.1.accesses.max(1) as f64;
+        let (h, c, p, nt) = (
+            h.1.per_request(),
+            c.1.per_request(),
+            p.1.per_request(),
+            nt.1.per_request(),
+        );
         println!(
-            "| {n} | {h:.2} | {c:.2} | {nt:.2} | {:.2} | {:.2} | {lr:.2} |",
+            "| {n} | {h:.2} | {c:.2} | {p:.2} | {nt:.2} | {:.2} | {:.2} | {:.2} | {lr:.2} |",
+            h / nt,
             c / nt,
-            h / nt
+            p / nt
         );
     }
     println!();
@@ -188,6 +204,33 @@ fn real_main(o: &Opts) -> Result<(), String> {
             print!(" {:.3} |", st.kind_per_request(k));
         }
         println!();
+    }
+    println!();
+    println!(
+        "Journeys: request messages per lock request that sent one (table lock / entry locks: \
+         mean, p50, p90, p99, max), and who forwarded (share of forwards sent by an idle \
+         relay / a node owning a mode / a pending node / other)"
+    );
+    println!();
+    println!("| n | protocol | table: mean p50 p90 p99 max | entries: mean p50 p90 p99 max | idle | owns | pending | other |");
+    println!("|---:|---|---|---|---:|---:|---:|---:|");
+    for (c, st) in &rows {
+        if c.proto == Proto::NaimiPure {
+            continue;
+        }
+        let fw = st.forwards.max(1) as f64;
+        let f = &st.forwards_by_state;
+        println!(
+            "| {} | {} | {} | {} | {:.2} | {:.2} | {:.2} | {:.2} |",
+            c.n,
+            c.proto.name(),
+            hist_summary(&st.journey_hops[0]),
+            hist_summary(&st.journey_hops[1]),
+            f[0] as f64 / fw,
+            f[1] as f64 / fw,
+            f[2] as f64 / fw,
+            f[3] as f64 / fw
+        );
     }
     println!();
     println!("Naimi-Trehel, one request at a time from a random node (Lavault's setting):");
@@ -229,7 +272,7 @@ fn real_main(o: &Opts) -> Result<(), String> {
         true,
     )?;
     let mut s = Vec::new();
-    for p in [Proto::Hilock, Proto::HilockCompress] {
+    for p in [Proto::Hilock, Proto::HilockCompress, Proto::HilockPointers] {
         for (k, name) in KIND_NAMES.iter().enumerate() {
             let mut x = series(p, &|st| st.kind_per_request(k));
             x.label = format!("{} {name}", p.name());

@@ -6,61 +6,74 @@
 //! cargo run --release -p hilock-benches --bin simulate -- --out /tmp/fig --quick
 //! ```
 //!
-//! Options: `--out DIR` (default `docs/figures`), `--quick` (fewer sizes and accesses),
-//! `--seed S` (default 1), `--jobs J` (parallel runs, default 2), `--per-node K`
-//! (measured accesses per node, default 40, quick 15).
+//! Options (clap; `--help` lists them): `--out DIR` (default `docs/figures`), `--quick`
+//! (fewer sizes and accesses), `--seed S` (default 1), `--jobs J` (rayon worker threads,
+//! default 2), `--per-node K` (measured accesses per node, default 40, quick 15),
+//! `--experiments unprioritized,native-latency,prioritized` (default all), `--sizes a,b,c`
+//! and `--ratios a,b,c` (of the unprioritized and native-latency experiments). A progress
+//! bar (indicatif) on stderr when it is a terminal; CSV through the `csv` crate and serde.
 
+use clap::{Parser, ValueEnum};
 use hilock_benches::plot::{line_chart, Series};
-use hilock_benches::sim::{self, Config, PrioMode, Proto, Stats, KIND_NAMES, MIX, PRIO_LEVELS};
+
+use hilock_benches::sim::{
+    self, Config, CsvRow, PrioMode, Proto, Stats, KIND_NAMES, MIX, PRIO_LEVELS,
+};
+use indicatif::{ProgressBar, ProgressStyle};
+use rayon::prelude::*;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
 use std::time::Instant;
 
+/// The thesis's chapter-4 experiments in the deterministic simulator; writes CSV + SVG.
+#[derive(Debug, Parser)]
+#[command(name = "simulate")]
 struct Opts {
+    /// Output directory.
+    #[arg(long, default_value = "docs/figures")]
     out: PathBuf,
+    /// Fewer sizes and accesses.
+    #[arg(long)]
     quick: bool,
+    /// Seed of every random stream.
+    #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Parallel runs (rayon worker threads).
+    #[arg(long, default_value_t = 2)]
     jobs: usize,
+    /// Measured accesses per node (0: 40, quick 15).
+    #[arg(long, default_value_t = 0)]
     per_node: u64,
+    /// Experiments to run (comma-separated; default: all).
+    #[arg(long, value_enum, value_delimiter = ',')]
+    experiments: Vec<Experiment>,
+    /// Node counts of the unprioritized and native-latency experiments (comma-separated;
+    /// default: 2 … 1,024, quick 2 … 256).
+    #[arg(long, value_delimiter = ',')]
+    sizes: Vec<usize>,
+    /// NCS / CS ratios of the unprioritized and native-latency experiments
+    /// (comma-separated; default 1,5,10,25, the thesis's Fig. 4.2).
+    #[arg(long, value_delimiter = ',')]
+    ratios: Vec<f64>,
 }
 
-fn parse() -> Result<Opts, String> {
-    let mut o = Opts {
-        out: PathBuf::from("docs/figures"),
-        quick: false,
-        seed: 1,
-        jobs: 2,
-        per_node: 0,
-    };
-    let mut args = std::env::args().skip(1);
-    while let Some(a) = args.next() {
-        let mut val = |name: &str| args.next().ok_or(format!("{name} needs a value"));
-        match a.as_str() {
-            "--out" => o.out = PathBuf::from(val("--out")?),
-            "--quick" => o.quick = true,
-            "--seed" => o.seed = val("--seed")?.parse().map_err(|e| format!("--seed: {e}"))?,
-            "--jobs" => o.jobs = val("--jobs")?.parse().map_err(|e| format!("--jobs: {e}"))?,
-            "--per-node" => {
-                o.per_node = val("--per-node")?
-                    .parse()
-                    .map_err(|e| format!("--per-node: {e}"))?
-            }
-            "-h" | "--help" => {
-                println!(
-                    "simulate [--out DIR] [--quick] [--seed S] [--jobs J] [--per-node K]\n\
-                     Runs the thesis chapter-4 experiments in the simulator; writes CSV + SVG."
-                );
-                std::process::exit(0);
-            }
-            x => return Err(format!("unknown argument {x}")),
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Experiment {
+    /// Fig. 4.1: 150 ms latency, every ratio, hilock and both Naimi variants.
+    Unprioritized,
+    /// Fig. 4.2 and 4.4: the same with 50 µs latency (the IBM SP setting).
+    NativeLatency,
+    /// Fig. 4.5–4.7: priorities, PCEP, PIP and the prioritized Naimi baseline.
+    Prioritized,
+}
+
+impl Experiment {
+    fn name(self) -> &'static str {
+        match self {
+            Experiment::Unprioritized => "unprioritized",
+            Experiment::NativeLatency => "native-latency",
+            Experiment::Prioritized => "prioritized",
         }
     }
-    if o.per_node == 0 {
-        o.per_node = if o.quick { 15 } else { 40 };
-    }
-    o.jobs = o.jobs.max(1);
-    Ok(o)
 }
 
 #[derive(Clone, Debug)]
@@ -70,13 +83,20 @@ struct Job {
 }
 
 fn main() {
-    let o = match parse() {
-        Ok(o) => o,
-        Err(e) => {
-            eprintln!("simulate: {e}");
-            std::process::exit(2);
-        }
-    };
+    let mut o = Opts::parse();
+    if o.per_node == 0 {
+        o.per_node = if o.quick { 15 } else { 40 };
+    }
+    o.jobs = o.jobs.max(1);
+    if o.experiments.is_empty() {
+        o.experiments = Experiment::value_variants().to_vec();
+    }
+    if o.sizes.is_empty() {
+        o.sizes = sizes(o.quick);
+    }
+    if o.ratios.is_empty() {
+        o.ratios = RATIOS.to_vec();
+    }
     if let Err(e) = real_main(&o) {
         eprintln!("simulate: {e}");
         std::process::exit(1);
@@ -106,10 +126,11 @@ const UNPRIO: [Proto; 3] = [Proto::Hilock, Proto::NaimiSame, Proto::NaimiPure];
 
 fn jobs(o: &Opts) -> Vec<Job> {
     let mut v = Vec::new();
+    let on = |e: Experiment| o.experiments.contains(&e);
     // Fig. 4.1, 4.2, 4.4: every ratio, every size, the three unprioritized protocols on
     // the same seed (ratio 10 is Fig. 4.1).
-    for ratio in RATIOS {
-        for &n in &sizes(o.quick) {
+    for &ratio in o.ratios.iter().filter(|_| on(Experiment::Unprioritized)) {
+        for &n in &o.sizes {
             for proto in UNPRIO {
                 v.push(Job {
                     exp: "unprioritized",
@@ -121,8 +142,8 @@ fn jobs(o: &Opts) -> Vec<Job> {
     // Fig. 4.2 and 4.4 were measured on the IBM SP with its native interconnect latency
     // (section 4.2.2, "we did not resort to simulation of network latency"): the same runs
     // with a 50 µs mean latency.
-    for ratio in RATIOS {
-        for &n in &sizes(o.quick) {
+    for &ratio in o.ratios.iter().filter(|_| on(Experiment::NativeLatency)) {
+        for &n in &o.sizes {
             for proto in UNPRIO {
                 let mut cfg = Config::thesis(proto, n, ratio, o.per_node, o.seed);
                 cfg.latency_ms = NATIVE_LATENCY_MS;
@@ -135,7 +156,10 @@ fn jobs(o: &Opts) -> Vec<Job> {
     }
     // Fig. 4.5–4.7: ratio 10, 8..48 nodes, hilock without and with priorities, PCEP, PIP
     // and the prioritized Naimi baseline.
-    for &n in &prio_sizes(o.quick) {
+    for &n in prio_sizes(o.quick)
+        .iter()
+        .filter(|_| on(Experiment::Prioritized))
+    {
         for (proto, prio) in [
             (Proto::Hilock, PrioMode::Off),
             (Proto::Hilock, PrioMode::On),
@@ -160,49 +184,50 @@ fn real_main(o: &Opts) -> Result<(), String> {
     std::fs::create_dir_all(&o.out).map_err(|e| format!("{}: {e}", o.out.display()))?;
     let jobs = jobs(o);
     let total = jobs.len();
-    let next = AtomicUsize::new(0);
-    let done = AtomicUsize::new(0);
-    let results: Mutex<Vec<Option<Result<Stats, String>>>> = Mutex::new(vec![None; total]);
     let t0 = Instant::now();
     eprintln!(
-        "simulate: {total} runs on {} worker(s), seed {}, {} accesses per node{}",
+        "simulate: {total} runs ({}) on {} worker(s), seed {}, {} accesses per node{}",
+        o.experiments
+            .iter()
+            .map(|e| e.name())
+            .collect::<Vec<_>>()
+            .join(", "),
         o.jobs,
         o.seed,
         o.per_node,
         if o.quick { " (quick)" } else { "" }
     );
-    std::thread::scope(|s| {
-        for _ in 0..o.jobs {
-            s.spawn(|| loop {
-                let k = next.fetch_add(1, Ordering::SeqCst);
-                let Some(job) = jobs.get(k) else { break };
-                let t = Instant::now();
+    // indicatif draws only when stderr is a terminal.
+    let bar = ProgressBar::new(total as u64).with_style(
+        ProgressStyle::with_template("{elapsed:>4} [{bar:40}] {pos}/{len} {msg}")
+            .map_err(|e| e.to_string())?
+            .progress_chars("=> "),
+    );
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(o.jobs)
+        .build()
+        .map_err(|e| e.to_string())?;
+    let results: Vec<Result<Stats, String>> = pool.install(|| {
+        jobs.par_iter()
+            .map(|job| {
                 let r = sim::run(&job.cfg);
-                let d = done.fetch_add(1, Ordering::SeqCst) + 1;
-                match &r {
-                    Ok(st) => eprintln!(
-                        "[{d:>3}/{total}] {:<13} {:<15} {:<4} n={:<4} ratio={:<2} {:>6.3} msg/req {:>9.1} ms latency  ({:.1} s, {:.0} s total)",
-                        job.exp,
-                        job.cfg.proto.name(),
-                        job.cfg.prio.name(),
-                        job.cfg.n,
-                        job.cfg.ratio,
-                        st.per_request(),
-                        st.mean_latency_ms(),
-                        t.elapsed().as_secs_f64(),
-                        t0.elapsed().as_secs_f64()
-                    ),
-                    Err(e) => eprintln!("[{d:>3}/{total}] FAILED: {e}"),
-                }
-                results.lock().expect("results")[k] = Some(r);
-            });
-        }
+                bar.set_message(format!(
+                    "{} {} n={} ratio={}",
+                    job.exp,
+                    job.cfg.proto.name(),
+                    job.cfg.n,
+                    job.cfg.ratio
+                ));
+                bar.inc(1);
+                r
+            })
+            .collect()
     });
-    let results = results.into_inner().expect("results");
+    bar.finish_and_clear();
     let mut rows: Vec<(Job, Stats)> = Vec::new();
     let mut failures = Vec::new();
     for (job, r) in jobs.into_iter().zip(results) {
-        match r.expect("every job ran") {
+        match r {
             Ok(st) => rows.push((job, st)),
             Err(e) => failures.push(e),
         }
@@ -219,7 +244,7 @@ fn real_main(o: &Opts) -> Result<(), String> {
     });
     write_outputs(&o.out, &rows)?;
     eprintln!(
-        "simulate: done in {:.0} s; files in {}",
+        "simulate: done in {:.1} s; files in {}",
         t0.elapsed().as_secs_f64(),
         o.out.display()
     );
@@ -234,18 +259,15 @@ fn real_main(o: &Opts) -> Result<(), String> {
     }
 }
 
-fn write(path: &Path, text: &str) -> Result<(), String> {
-    std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))
-}
-
-fn csv(rows: &[&(Job, Stats)]) -> String {
-    let mut s = sim::csv_header();
-    s.push('\n');
-    for (j, st) in rows {
-        s.push_str(&sim::csv_row(j.exp, &j.cfg, st));
-        s.push('\n');
+fn csv(path: &Path, rows: &[&(Job, Stats)]) -> Result<(), String> {
+    if rows.is_empty() {
+        return Ok(());
     }
-    s
+    let rows: Vec<CsvRow> = rows
+        .iter()
+        .map(|(j, st)| CsvRow::new(j.exp, &j.cfg, st))
+        .collect();
+    sim::write_csv(path, &rows)
 }
 
 fn series<F: Fn(&Stats) -> f64>(
@@ -265,8 +287,17 @@ fn series<F: Fn(&Stats) -> f64>(
 }
 
 fn write_outputs(out: &Path, rows: &[(Job, Stats)]) -> Result<(), String> {
+    // The ratios that were run (in order).
+    let mut ratios: Vec<f64> = Vec::new();
+    for (j, _) in rows {
+        if j.exp != "prioritized" && !ratios.contains(&j.cfg.ratio) {
+            ratios.push(j.cfg.ratio);
+        }
+    }
+    ratios.sort_by(f64::total_cmp);
+    let ratios = &ratios;
     let all: Vec<&(Job, Stats)> = rows.iter().collect();
-    write(&out.join("simulate.csv"), &csv(&all))?;
+    csv(&out.join("simulate.csv"), &all)?;
     let unprio = |p: Proto, r: f64| {
         move |j: &Job| j.exp == "unprioritized" && j.cfg.proto == p && j.cfg.ratio == r
     };
@@ -280,12 +311,12 @@ fn write_outputs(out: &Path, rows: &[(Job, Stats)]) -> Result<(), String> {
         .iter()
         .filter(|(j, _)| j.exp == "unprioritized" && j.cfg.ratio == 10.0)
         .collect();
-    write(&out.join("fig4_1.csv"), &csv(&f41))?;
+    csv(&out.join("fig4_1.csv"), &f41)?;
     let s: Vec<Series> = UNPRIO
         .iter()
         .map(|&p| series(rows, name(p), unprio(p, 10.0), |st| st.per_request()))
         .collect();
-    line_chart(
+    chart(
         &out.join("fig4_1a_messages.svg"),
         "Fig. 4.1(a) messages per lock request, ratio 10 (simulated)",
         "nodes",
@@ -297,7 +328,7 @@ fn write_outputs(out: &Path, rows: &[(Job, Stats)]) -> Result<(), String> {
         .iter()
         .map(|&p| series(rows, name(p), unprio(p, 10.0), |st| st.mean_latency_ms()))
         .collect();
-    line_chart(
+    chart(
         &out.join("fig4_1b_latency.svg"),
         "Fig. 4.1(b) request latency, ratio 10 (simulated)",
         "nodes",
@@ -315,9 +346,9 @@ fn write_outputs(out: &Path, rows: &[(Job, Stats)]) -> Result<(), String> {
             .iter()
             .filter(|(j, _)| j.exp == exp && j.cfg.proto == Proto::Hilock)
             .collect();
-        write(&out.join(format!("fig4_2{suffix}.csv")), &csv(&f42))?;
+        csv(&out.join(format!("fig4_2{suffix}.csv")), &f42)?;
         let by_ratio = |y: fn(&Stats) -> f64| -> Vec<Series> {
-            RATIOS
+            ratios
                 .iter()
                 .map(|&r| {
                     series(
@@ -331,7 +362,7 @@ fn write_outputs(out: &Path, rows: &[(Job, Stats)]) -> Result<(), String> {
                 })
                 .collect()
         };
-        line_chart(
+        chart(
             &out.join(format!("fig4_2a_messages{suffix}.svg")),
             &format!("Fig. 4.2(a) hilock messages per request by NCS/CS ratio, {what}"),
             "nodes",
@@ -339,7 +370,7 @@ fn write_outputs(out: &Path, rows: &[(Job, Stats)]) -> Result<(), String> {
             &by_ratio(|st| st.per_request()),
             true,
         )?;
-        line_chart(
+        chart(
             &out.join(format!("fig4_2b_latency{suffix}.svg")),
             &format!("Fig. 4.2(b) hilock request latency by NCS/CS ratio, {what}"),
             "nodes",
@@ -349,7 +380,7 @@ fn write_outputs(out: &Path, rows: &[(Job, Stats)]) -> Result<(), String> {
         )?;
     }
     // The hilock / Naimi ratios at every ratio (same runs, same seeds).
-    let s: Vec<Series> = RATIOS
+    let s: Vec<Series> = ratios
         .iter()
         .flat_map(|&r| {
             [Proto::NaimiPure, Proto::NaimiSame].map(|p| {
@@ -369,7 +400,7 @@ fn write_outputs(out: &Path, rows: &[(Job, Stats)]) -> Result<(), String> {
             })
         })
         .collect();
-    line_chart(
+    chart(
         &out.join("hilock_over_naimi.svg"),
         "messages per request, hilock / Naimi (same run, same seed)",
         "nodes",
@@ -391,7 +422,7 @@ fn write_outputs(out: &Path, rows: &[(Job, Stats)]) -> Result<(), String> {
         .zip(kinds)
         .map(|(k, f)| series(rows, k.to_string(), native(Proto::Hilock, 10.0), f))
         .collect();
-    line_chart(
+    chart(
         &out.join("fig4_4a_breakup.svg"),
         "Fig. 4.4(a) hilock messages per request by kind, ratio 10, 50 µs latency",
         "nodes",
@@ -401,11 +432,11 @@ fn write_outputs(out: &Path, rows: &[(Job, Stats)]) -> Result<(), String> {
     )?;
     for (i, (k, f)) in KIND_NAMES.iter().zip(kinds).enumerate() {
         let letter = ["b", "c", "d", "e", "f"][i];
-        let s: Vec<Series> = RATIOS
+        let s: Vec<Series> = ratios
             .iter()
             .map(|&r| series(rows, format!("ratio {r}"), native(Proto::Hilock, r), f))
             .collect();
-        line_chart(
+        chart(
             &out.join(format!("fig4_4{letter}_{k}.svg")),
             &format!("Fig. 4.4({letter}) hilock {k} messages per request, 50 µs latency"),
             "nodes",
@@ -420,7 +451,7 @@ fn write_outputs(out: &Path, rows: &[(Job, Stats)]) -> Result<(), String> {
         .iter()
         .filter(|(j, _)| j.exp == "prioritized")
         .collect();
-    write(&out.join("fig4_5_to_4_7.csv"), &csv(&pr))?;
+    csv(&out.join("fig4_5_to_4_7.csv"), &pr)?;
     let variants = [
         (Proto::Hilock, PrioMode::Off, "hilock unprioritized"),
         (Proto::Hilock, PrioMode::On, "hilock prioritized"),
@@ -435,7 +466,7 @@ fn write_outputs(out: &Path, rows: &[(Job, Stats)]) -> Result<(), String> {
         .iter()
         .map(|&(p, m, l)| series(rows, l.to_string(), prio_pick(p, m), |st| st.per_request()))
         .collect();
-    line_chart(
+    chart(
         &out.join("fig4_5a_messages.svg"),
         "Fig. 4.5(a) messages per request with priorities, ratio 10",
         "nodes",
@@ -461,7 +492,7 @@ fn write_outputs(out: &Path, rows: &[(Job, Stats)]) -> Result<(), String> {
             }
         })
         .collect();
-    line_chart(
+    chart(
         &out.join("fig4_5b_latency.svg"),
         "Fig. 4.5(b) latency: unprioritized (all) vs highest priority",
         "nodes",
@@ -496,7 +527,7 @@ fn write_outputs(out: &Path, rows: &[(Job, Stats)]) -> Result<(), String> {
                 )
             })
             .collect();
-        line_chart(&out.join(file), title, "nodes", "latency (ms)", &s, false)?;
+        chart(&out.join(file), title, "nodes", "latency (ms)", &s, false)?;
     }
     // Latency per access mode (hilock, ratio 10), not a thesis figure but asked for.
     let s: Vec<Series> = MIX
@@ -511,7 +542,7 @@ fn write_outputs(out: &Path, rows: &[(Job, Stats)]) -> Result<(), String> {
             )
         })
         .collect();
-    line_chart(
+    chart(
         &out.join("latency_per_mode.svg"),
         "hilock request latency per access mode, ratio 10",
         "nodes",
@@ -520,4 +551,19 @@ fn write_outputs(out: &Path, rows: &[(Job, Stats)]) -> Result<(), String> {
         true,
     )?;
     Ok(())
+}
+
+/// [`line_chart`], skipped when no series has a point (an experiment not selected).
+fn chart(
+    path: &Path,
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    series: &[Series],
+    log_x: bool,
+) -> Result<(), String> {
+    if series.iter().all(|s| s.points.is_empty()) {
+        return Ok(());
+    }
+    line_chart(path, title, x_label, y_label, series, log_x)
 }
