@@ -216,6 +216,8 @@ struct PeerLink {
     /// A connection from the peer is up.
     incoming: AtomicBool,
     sent: AtomicU64,
+    /// Messages the peer has acknowledged (the channel's last delivered number).
+    acked: AtomicU64,
     received: AtomicU64,
     resent: AtomicU64,
     duplicates: AtomicU64,
@@ -342,6 +344,10 @@ enum Cmd {
     Status {
         reply: oneshot::Sender<Vec<LockStatus>>,
     },
+    /// Answered once every command before it has been handled.
+    Flush {
+        reply: oneshot::Sender<()>,
+    },
     /// A majority of the cluster has let this run of the node in: it may grant.
     Admitted,
     /// A peer knew an earlier run of this node: serve nothing.
@@ -403,6 +409,7 @@ impl Node {
                 connected: AtomicBool::new(false),
                 incoming: AtomicBool::new(false),
                 sent: AtomicU64::new(0),
+                acked: AtomicU64::new(0),
                 received: AtomicU64::new(0),
                 resent: AtomicU64::new(0),
                 duplicates: AtomicU64::new(0),
@@ -503,11 +510,33 @@ impl Node {
     }
 
     /// Stop every task of the node and close its sockets. Clients of the client socket
-    /// that hold a lock are told first that it is lost (they get a short while to read it).
+    /// that hold a lock are told first that it is lost, the commands they registered are
+    /// killed, and their locks are released; the messages that hand the released locks
+    /// over to waiting nodes are sent and acknowledged before the node's connections close
+    /// (for at most [`HAND_OVER`]). Locks held by this node that nobody waits for stay
+    /// with it (the protocol cannot recover them).
     pub async fn shutdown(mut self) {
         self.shared.stopping.send_replace(true);
         if let Some(c) = self.client.take() {
             let _ = c.await;
+        }
+        let deadline = Instant::now() + HAND_OVER;
+        let (reply, rx) = oneshot::channel();
+        if self.tx.send(Cmd::Flush { reply }).is_ok() {
+            let _ = timeout_at(deadline, rx).await;
+        }
+        // Every release is in the kernel now and its messages in the peers' queues: wait
+        // for the peers that are up to acknowledge them.
+        loop {
+            let pending = self.shared.peers.iter().flatten().any(|p| {
+                p.connected.load(Relaxed)
+                    && p.refused().is_none()
+                    && p.acked.load(Relaxed) < p.sent.load(Relaxed)
+            });
+            if !pending || Instant::now() >= deadline {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
         }
         self.tasks.shutdown().await;
     }
@@ -1042,6 +1071,9 @@ impl Core {
                     }
                 }
             }
+            Cmd::Flush { reply } => {
+                let _ = reply.send(());
+            }
             Cmd::Status { reply } => {
                 let mut v: Vec<LockStatus> = self
                     .locks
@@ -1298,7 +1330,10 @@ fn codec() -> LengthDelimitedCodec {
         .new_codec()
 }
 
-/// The sending side of the link to `peer`: connect (with backoff), authenticate, send.
+/// How long a stopping node waits for its peers to acknowledge the messages that hand its
+/// released locks over ([`Node::shutdown`]).
+pub const HAND_OVER: Duration = Duration::from_millis(100);
+
 /// How long the acceptor may hold back an acknowledgement.
 const ACK_DELAY: Duration = Duration::from_millis(5);
 
@@ -1379,6 +1414,7 @@ async fn dial(
         while unacked.front().is_some_and(|(s, _)| *s <= delivered) {
             unacked.pop_front();
         }
+        link.acked.fetch_max(delivered, Relaxed);
         link.connected.store(true, Relaxed);
         if !link.welcomed.swap(true, Relaxed) {
             let welcomed = shared.welcomed.fetch_add(1, Relaxed) + 1;
@@ -1427,6 +1463,7 @@ async fn dial(
                                 while unacked.front().is_some_and(|(s, _)| *s <= a.delivered) {
                                     unacked.pop_front();
                                 }
+                                link.acked.fetch_max(a.delivered, Relaxed);
                             }
                             Ok(a) => break 'conn format!("acknowledgement of message {} never sent", a.delivered),
                             Err(e) => break 'conn format!("bad acknowledgement: {e}"),

@@ -1014,3 +1014,56 @@ async fn fences_grow_with_every_conflicting_hold_and_a_store_refuses_a_stale_one
     assert!(err.contains("fence"), "{err}");
     assert_eq!(store.value, "upgraded");
 }
+
+/// A node that stops right after its guards are dropped hands the released locks over to
+/// the nodes waiting for them (`Node::shutdown` lets the kernel release and waits for the
+/// peers' acknowledgements before it closes the connections): every waiter is granted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopping_node_hands_released_locks_over_to_waiting_nodes() {
+    const LOCKS: usize = 20;
+    let mut nodes = local_cluster(2, "handover", SECRET, Duration::from_secs(10))
+        .await
+        .unwrap();
+    wait_connected(&nodes[0]).await;
+    wait_connected(&nodes[1]).await;
+    let paths: Vec<String> = (0..LOCKS).map(|i| format!("/h{i}")).collect();
+    let mut guards = Vec::new();
+    for p in &paths {
+        guards.push(nodes[0].lock(p, Mode::W).await.unwrap());
+    }
+    let mut waiters = tokio::task::JoinSet::new();
+    for p in &paths {
+        let (h, p) = (nodes[1].handle(), p.clone());
+        waiters.spawn(async move {
+            h.lock_with(&p, Mode::W, within(3000, false))
+                .await
+                .map(drop)
+                .map_err(|e| format!("{p}: {e}"))
+        });
+    }
+    // Every request waits in node 0's queue.
+    let t = std::time::Instant::now();
+    loop {
+        let st = nodes[0].status().await.unwrap();
+        let queued = st
+            .locks
+            .iter()
+            .filter(|l| l.queue.iter().any(|q| q.starts_with("1:W")))
+            .count();
+        if queued == LOCKS {
+            break;
+        }
+        assert!(t.elapsed() < Duration::from_secs(5), "{queued} queued");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let n0 = nodes.remove(0);
+    drop(guards);
+    n0.shutdown().await;
+    let mut errors = Vec::new();
+    while let Some(r) = waiters.join_next().await {
+        if let Err(e) = r.unwrap() {
+            errors.push(e);
+        }
+    }
+    assert_eq!(errors, Vec::<String>::new(), "every waiter is granted");
+}

@@ -372,6 +372,69 @@ fn sigkill_of_hilock_lock_kills_its_command_before_another_node_is_granted() {
     assert!(held.iter().all(|&p| !running(p)));
 }
 
+/// Nanoseconds since the Unix epoch (as `date +%s%N` prints them).
+fn epoch_ns() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+}
+
+/// SIGTERM of a node while one of its clients holds a lock another node waits for: the
+/// holder's command (which ignores SIGTERM) is dead before the other node is granted, the
+/// other node is granted
+/// (its command started) within 200 ms, and the stopped node has exited within 200 ms.
+#[test]
+fn sigterm_of_a_node_kills_its_command_and_hands_the_lock_over_within_200_ms() {
+    let mut c = start(2);
+    let f = c.dir.path().join("pids");
+    let mut holder = Proc(
+        // The command ignores SIGTERM: the wrapper's own kill would wait out its 2 s grace.
+        lock_cmd(&c.socket(0), "/t", "W", &sleepers(&f, "trap '' TERM; "))
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let held = pids(&wait_file(&f));
+    let seen = c.dir.path().join("seen");
+    let check = format!(
+        "date +%s%N > {1}.tmp; for p in {0}; do if [ -r /proc/$p/stat ] && ! grep -q ') [ZX] ' /proc/$p/stat; then echo alive $p; else echo dead $p; fi; done >> {1}.tmp; mv {1}.tmp {1}",
+        held.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(" "),
+        seen.display()
+    );
+    let mut waiter = Proc(lock_cmd(&c.socket(1), "/t", "W", &check).spawn().unwrap());
+    wait_pending(&c, 1, "/t", "W");
+    let pid = c.nodes[0].0.id().to_string();
+    let termed = epoch_ns();
+    let t = Instant::now();
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let node_st = wait_exit(&mut c.nodes[0].0, Duration::from_secs(5));
+    let exited = t.elapsed();
+    assert!(node_st.success(), "{node_st:?}");
+    assert!(wait_exit(&mut waiter.0, Duration::from_secs(10)).success());
+    let s = std::fs::read_to_string(&seen).unwrap();
+    let granted: u128 = s.lines().next().unwrap().trim().parse().unwrap();
+    let handed_over = Duration::from_nanos((granted - termed) as u64);
+    eprintln!("SIGTERM: node exited after {exited:?}; node 1's command started {handed_over:?} after the signal");
+    assert_eq!(
+        s.matches("dead").count(),
+        held.len(),
+        "at node 1's grant: {s}"
+    );
+    assert!(exited < Duration::from_millis(200), "node exit {exited:?}");
+    assert!(
+        handed_over < Duration::from_millis(200),
+        "hand-over {handed_over:?}"
+    );
+    let st = wait_exit(&mut holder.0, Duration::from_secs(10));
+    assert_eq!(st.code(), Some(76));
+    assert!(held.iter().all(|&p| !running(p)), "{held:?}");
+}
+
 #[test]
 fn the_command_dies_with_the_lock_and_exit_codes_say_why() {
     // The node crashes (SIGKILL): the connection closes, the wrapper kills the group —
