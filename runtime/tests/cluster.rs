@@ -179,7 +179,26 @@ async fn a_timed_out_request_granted_later_is_released_at_once() {
         }
         other => panic!("expected a timeout, got {other:?}"),
     }
-    assert!(e.to_string().contains("timed out"), "{e}");
+    // The error says where the request stood: not "the lock is busy", but which node it
+    // went to and that node's state; on the token node, who holds it here, in what mode,
+    // and the caller's place in the queue.
+    let text = e.to_string();
+    assert!(text.contains("timed out"), "{e}");
+    assert!(
+        text.contains(&format!("{path} in R"))
+            && text.contains("the token is at node 0")
+            && text.contains("node 0 is connected"),
+        "{e}"
+    );
+    let e = nodes[0].lock_with(&path, Mode::W, opts).await.unwrap_err();
+    let text = e.to_string();
+    assert!(
+        text.contains("held at this node (node 0) in W by 1 local caller")
+            && text.contains("queue position 1 at this node (0 local requests ahead)")
+            && text.contains("queued here before it: node 1 for R")
+            && !text.contains("connected: the lock is busy"),
+        "{e}"
+    );
     drop(held);
     // Node 1's abandoned request is granted, then released at once: node 2 gets W.
     let g = tokio::time::timeout(Duration::from_secs(5), nodes[2].lock(&path, Mode::W))
@@ -188,6 +207,7 @@ async fn a_timed_out_request_granted_later_is_released_at_once() {
         .unwrap();
     drop(g);
     assert_eq!(nodes[1].stats().abandoned_grants, 1);
+    assert_eq!(nodes[0].stats().abandoned_grants, 0);
     assert_all_idle(&nodes, Duration::from_secs(5)).await;
 }
 
