@@ -889,7 +889,7 @@ fn raise_fd_limit() -> u64 {
             libc::getrlimit(libc::RLIMIT_NOFILE, &mut r);
         }
     }
-    r.rlim_cur as u64
+    r.rlim_cur
 }
 
 /// 20,000 silent connections (half to the peer port, half to the client socket; fewer if
