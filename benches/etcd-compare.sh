@@ -75,7 +75,7 @@ trap 'exit 130' INT TERM
 cport=$(free_port)
 pport=$(free_port)
 while [ "$pport" = "$cport" ]; do pport=$(free_port); done
-version=$(etcd --version 2>/dev/null | head -n 1)
+version=$(etcd --version 2>/dev/null | sed -n 1p)
 echo "== starting $version on 127.0.0.1:$cport (peer port $pport, data in $dir)" >&2
 etcd --name hilock-bench \
   --data-dir "$dir/data" \

@@ -2,6 +2,7 @@
 //! scenario, replay a trace. Each returns the text to print or a one-line error.
 
 use hilock_spec::export;
+#[cfg(feature = "models")]
 use hilock_spec::trace::{Trace, TRACE_FORMAT};
 use hilock_spec::Scenario;
 use std::path::Path;
@@ -107,6 +108,7 @@ pub fn scenario(path: &Path, json: bool) -> Result<(String, bool), String> {
     Ok((out, passed))
 }
 
+#[cfg(feature = "models")]
 /// `hilock replay <trace.json> [--svg F] [--html F]`: prints a trace step by step (a
 /// `hilock-trace/1` trace in full, another model's trace by its action texts) and writes
 /// its sequence diagram to the files given.
@@ -147,6 +149,7 @@ pub fn replay(path: &Path, svg: Option<&Path>, html: Option<&Path>) -> Result<St
     Ok(out)
 }
 
+#[cfg(feature = "models")]
 /// `hilock check <config.json>`: an exhaustive model check with progress on stderr. `Ok`
 /// carries the report and whether every property held; counterexamples are written as
 /// `hilock-trace/1` files into `out_dir` and named in the report.
@@ -214,6 +217,7 @@ pub fn check(path: &Path, out_dir: &Path) -> Result<(String, bool), String> {
     Ok((text, ok))
 }
 
+#[cfg(feature = "models")]
 /// `hilock explore <config.json> --port N [--trace FILE]`: serves the Stateright Explorer on
 /// 127.0.0.1 until the process is stopped; with a trace, first replays it through the
 /// configuration's model and prints the URL of its last state (a trace that does not fit
@@ -249,6 +253,7 @@ pub fn explore(path: &Path, port: u16, trace: Option<&Path>) -> Result<String, S
     )
 }
 
+#[cfg(feature = "models")]
 /// The part of `hilock explore` every model shares: open `trace` (if any) with `open`, bind
 /// the port first (a port in use is an error line, not a panic inside the server), say
 /// where the Explorer is and where the trace's last state is, then `serve`.
@@ -277,6 +282,7 @@ fn serve_explorer(
     Ok(String::new())
 }
 
+#[cfg(feature = "models")]
 /// Prints where a replayed trace opens: its last state's URL on stdout.
 fn announce(start: Option<(&hilock_models::open::Opened, &Path)>, port: u16) {
     if let Some((o, t)) = start {
@@ -304,6 +310,7 @@ fn announce(start: Option<(&hilock_models::open::Opened, &Path)>, port: u16) {
     }
 }
 
+#[cfg(feature = "models")]
 /// `hilock explore` for a tree, agents or bakery configuration (`"model": …`).
 fn explore_other(
     path: &Path,
@@ -327,3 +334,30 @@ fn explore_other(
         |addr| explore_other(&config, addr),
     )
 }
+
+/// Without the `models` feature (stateright and the models are left out, e.g. for a node
+/// built with `--no-default-features`): `replay`, `check` and `explore` say so.
+#[cfg(not(feature = "models"))]
+mod without_models {
+    use std::path::Path;
+
+    const MISSING: &str = "this hilock was built without the `models` feature (the Stateright \
+                           models): build it with default features for replay, check and explore";
+
+    /// See the `models` build.
+    pub fn replay(_: &Path, _: Option<&Path>, _: Option<&Path>) -> Result<String, String> {
+        Err(MISSING.into())
+    }
+
+    /// See the `models` build.
+    pub fn check(_: &Path, _: &Path) -> Result<(String, bool), String> {
+        Err(MISSING.into())
+    }
+
+    /// See the `models` build.
+    pub fn explore(_: &Path, _: u16, _: Option<&Path>) -> Result<String, String> {
+        Err(MISSING.into())
+    }
+}
+#[cfg(not(feature = "models"))]
+pub use without_models::{check, explore, replay};

@@ -154,8 +154,9 @@ pub fn bind(path: &Path) -> std::io::Result<UnixListener> {
     })
 }
 
-/// How long a stopping node gives its clients to hear that their locks are lost.
-const STOP_NOTICE: Duration = Duration::from_millis(300);
+/// How long a stopping node gives its clients to hear that their locks are lost and their
+/// commands to be killed.
+const STOP_NOTICE: Duration = Duration::from_millis(150);
 
 /// Serve clients until the node stops. When it stops, every client that holds a lock is
 /// told so (`"lost":true`) before its connection closes.
@@ -195,6 +196,8 @@ pub async fn serve(node: Handle, listener: UnixListener, path: PathBuf, max_clie
         while conns.join_next().await.is_some() {}
     })
     .await;
+    // Wait for the aborted ones too: their guards are released before the node hands over.
+    conns.shutdown().await;
 }
 
 /// Resolves when the node stops.
@@ -320,7 +323,7 @@ async fn client(node: Handle, s: UnixStream) {
             if write_reply(&mut w, &reply).await.is_err() {
                 return;
             }
-            hold(
+            let release = hold(
                 &node,
                 &mut r,
                 &mut w,
@@ -329,7 +332,13 @@ async fn client(node: Handle, s: UnixStream) {
                 std::future::pending(),
             )
             .await;
-            drop(guard);
+            if release {
+                drop(guard);
+            } else {
+                // A process of the command survived SIGKILL while the node stops: never
+                // release under it (the lock goes with this node).
+                std::mem::forget(guard);
+            }
         }
     }
 }
@@ -396,13 +405,25 @@ async fn txn(
         return;
     }
     let lost = async { t.lost().await.to_string() };
-    hold(node, &mut r, &mut w, peer_pid, &names.join(" "), lost).await;
-    drop(t);
+    if hold(node, &mut r, &mut w, peer_pid, &names.join(" "), lost).await {
+        drop(t);
+    } else {
+        std::mem::forget(t);
+    }
 }
+
+/// How long a stopping node gives a registered command between SIGTERM and SIGKILL.
+const STOP_TERM_GRACE: Duration = Duration::from_millis(40);
+
+/// How long a stopping node waits after SIGKILL for the command's group to be gone.
+const STOP_KILL_WAIT: Duration = Duration::from_millis(80);
 
 /// Hold a granted lock until the client releases it, dies or the node stops. Returns when
 /// the lock may be released: if the client registered its command's process group and
-/// then died, only once that group has been killed and no process of it is left.
+/// then died, only once that group has been killed and no process of it is left. When the
+/// node stops, a registered group is killed (SIGTERM, SIGKILL [`STOP_TERM_GRACE`] later)
+/// before the release; `false` if a process of it is still alive [`STOP_KILL_WAIT`] after
+/// the SIGKILL: then the lock must not be released.
 async fn hold(
     node: &Handle,
     r: &mut BufReader<tokio::net::unix::OwnedReadHalf>,
@@ -410,7 +431,7 @@ async fn hold(
     peer_pid: Option<i32>,
     path: &str,
     lost: impl std::future::Future<Output = String>,
-) {
+) -> bool {
     let mut stop = node.stopping();
     let mut lost = std::pin::pin!(lost);
     let mut group: Option<i32> = None;
@@ -422,10 +443,10 @@ async fn hold(
             n = limited.read_line(&mut line) => {
                 if matches!(n, Ok(0) | Err(_)) || !line.ends_with('\n') {
                     // The client is gone without releasing.
-                    if let Some(g) = group {
-                        kill_group(node, g, path).await;
-                    }
-                    return;
+                    return match group {
+                        Some(g) => kill_group(node, g, path).await,
+                        None => true,
+                    };
                 }
                 match serde_json::from_str::<Request>(line.trim_end()) {
                     Ok(Request::Child { pgid }) if group.is_none() => {
@@ -440,17 +461,16 @@ async fn hold(
                                 )),
                             )
                             .await;
-                            return;
+                            return true;
                         }
                         group = Some(pgid);
                         debug!(%path, pgid, "client registered its command's process group");
                         if write_reply(w, &Reply::ok()).await.is_err() {
-                            kill_group(node, pgid, path).await;
-                            return;
+                            return kill_group(node, pgid, path).await;
                         }
                     }
                     // A release, or anything else: release.
-                    _ => return,
+                    _ => return true,
                 }
             }
             _ = stopped(&mut stop) => {
@@ -462,7 +482,12 @@ async fn hold(
                     },
                 )
                 .await;
-                return;
+                // The wrapper kills the group too when it reads this; the node does not
+                // wait for it: the command must be gone before the lock is handed over.
+                return match group {
+                    Some(g) => stop_group(g, path).await,
+                    None => true,
+                };
             }
             why = &mut lost => {
                 let _ = write_reply(
@@ -473,15 +498,32 @@ async fn hold(
                     },
                 )
                 .await;
-                return;
+                return true;
             }
         }
     }
 }
 
+/// The node stops while a command holds a lock: kill its group quickly (SIGTERM, then
+/// SIGKILL after [`STOP_TERM_GRACE`]); whether no process of it is left.
+async fn stop_group(pgid: i32, path: &str) -> bool {
+    let _ = crate::proc::signal_group(pgid, libc::SIGTERM);
+    let now = std::time::Instant::now();
+    if crate::proc::wait_group_gone(pgid, now + STOP_TERM_GRACE).await {
+        return true;
+    }
+    let _ = crate::proc::signal_group(pgid, libc::SIGKILL);
+    let gone = crate::proc::wait_group_gone(pgid, std::time::Instant::now() + STOP_KILL_WAIT).await;
+    if !gone {
+        warn!(%path, pgid, "a process of the command survived SIGKILL; the lock is not released");
+    }
+    gone
+}
+
 /// The client holding a lock died after registering process group `pgid`: kill the group
 /// and wait until no process of it is left (however long that takes; a warning every 10 s).
-async fn kill_group(node: &Handle, pgid: i32, path: &str) {
+/// If the node stops meanwhile: as [`stop_group`].
+async fn kill_group(node: &Handle, pgid: i32, path: &str) -> bool {
     let mut stop = node.stopping();
     let started = std::time::Instant::now();
     loop {
@@ -493,9 +535,9 @@ async fn kill_group(node: &Handle, pgid: i32, path: &str) {
         tokio::select! {
             gone = crate::proc::wait_group_gone(pgid, deadline) => if gone {
                 debug!(%path, pgid, after = ?started.elapsed(), "dead client's process group is gone; releasing");
-                return;
+                return true;
             },
-            _ = stopped(&mut stop) => return,
+            _ = stopped(&mut stop) => return stop_group(pgid, path).await,
         }
         warn!(%path, pgid, after = ?started.elapsed(), "the dead client's process group is still alive; the lock stays held");
     }

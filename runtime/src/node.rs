@@ -57,14 +57,22 @@ pub enum Error {
     /// Φ is not a mode one can request.
     InvalidMode,
     /// The lock was not granted in time. `disconnected` lists the peers this node had no
-    /// connection to when it gave up (a crashed peer is the usual reason).
+    /// working connection to when it gave up (a crashed, stopped or cut-off peer);
+    /// `waiting` says what the request was waiting for as this node saw it then.
     Timeout {
         /// The lock that was not granted (an ancestor of the requested path, or itself).
         path: String,
+        /// The mode asked for on it.
+        mode: Mode,
         /// How long the request waited.
         after: Duration,
-        /// Peers without a connection at that moment.
+        /// Peers without a working connection at that moment.
         disconnected: Vec<u16>,
+        /// Where the request stood: its place in this node's queue, who holds the lock
+        /// here or was granted it from here (node and mode), or the peer its request went
+        /// to and that peer's state (connected, not answering for how long, unreachable
+        /// since when, refused).
+        waiting: String,
     },
     /// `upgrade` on a guard that does not hold its lock in U alone.
     NotUpgradable {
@@ -105,12 +113,20 @@ impl std::fmt::Display for Error {
             Error::InvalidMode => write!(f, "Φ is not a mode one can request"),
             Error::Timeout {
                 path,
+                mode,
                 after,
                 disconnected,
+                waiting,
             } => {
-                write!(f, "timed out after {after:?} waiting for {path}")?;
+                write!(
+                    f,
+                    "timed out after {after:.1?} waiting for {path} in {mode}"
+                )?;
+                if !waiting.is_empty() {
+                    write!(f, ": {waiting}")?;
+                }
                 if disconnected.is_empty() {
-                    write!(f, " (all peers connected: the lock is busy)")
+                    Ok(())
                 } else {
                     write!(
                         f,
@@ -216,6 +232,8 @@ struct PeerLink {
     /// A connection from the peer is up.
     incoming: AtomicBool,
     sent: AtomicU64,
+    /// Messages the peer has acknowledged (the channel's last delivered number).
+    acked: AtomicU64,
     received: AtomicU64,
     resent: AtomicU64,
     duplicates: AtomicU64,
@@ -227,12 +245,49 @@ struct PeerLink {
     silent: AtomicBool,
     inbound: std::sync::Mutex<Inbound>,
     refused: std::sync::Mutex<Option<String>>,
+    /// When this node last lost its working connection to the peer (`None` while it has
+    /// one, or before the first).
+    down_since: std::sync::Mutex<Option<Instant>>,
     tx: mpsc::UnboundedSender<Bytes>,
 }
 
 impl PeerLink {
     fn refused(&self) -> Option<String> {
         self.refused.lock().expect("refused lock").clone()
+    }
+
+    /// The working connection is gone since `at` (closed, or the peer went silent).
+    fn went_down(&self, at: Instant) {
+        self.down_since
+            .lock()
+            .expect("down_since lock")
+            .get_or_insert(at);
+    }
+
+    fn came_up(&self) {
+        *self.down_since.lock().expect("down_since lock") = None;
+    }
+
+    /// The peer's state for people: connected, not answering for how long, unreachable
+    /// for how long, never reached, or refused.
+    fn describe(&self, id: u16) -> String {
+        if let Some(r) = self.refused() {
+            return format!("node {id} is refused ({r})");
+        }
+        let since = *self.down_since.lock().expect("down_since lock");
+        if self.connected.load(Relaxed) {
+            format!("node {id} is connected")
+        } else if self.silent.load(Relaxed) {
+            let t = since.map_or(Duration::ZERO, |s| s.elapsed());
+            format!("node {id} has not answered for {t:.1?} (stopped, hung or cut off)")
+        } else if let Some(s) = since {
+            format!(
+                "node {id} is unreachable for {:.1?} (reconnecting)",
+                s.elapsed()
+            )
+        } else {
+            format!("node {id} has not been reached yet")
+        }
     }
 
     fn refuse(&self, reason: String) {
@@ -258,6 +313,8 @@ struct Shared {
     incarnation: u64,
     /// Peers that have welcomed this run.
     welcomed: std::sync::atomic::AtomicUsize,
+    /// Numbers the lock requests of callers (to find one in a queue).
+    tickets: AtomicU64,
     /// The agents engine's inbox (seed 001, [`crate::agents`]).
     agents: crate::agents::Inbox,
 }
@@ -295,6 +352,12 @@ impl crate::agents::Net for Shared {
 }
 
 impl Shared {
+    /// Count a rejected connection; returns the count (warnings are logged only when it
+    /// is a power of two, so a flood of bad connections costs a few log lines).
+    fn reject(&self) -> u64 {
+        self.counters.rejected_connections.fetch_add(1, Relaxed) + 1
+    }
+
     /// Nodes (this one included) that must have let this run in before it grants
     /// anything: a majority.
     fn quorum(&self) -> usize {
@@ -321,6 +384,7 @@ enum Cmd {
         mode: Mode,
         prio: Priority,
         nested: bool,
+        ticket: u64,
         /// The hold id and the hold's fencing token.
         reply: Reply<(u64, u64)>,
     },
@@ -341,6 +405,16 @@ enum Cmd {
     },
     Status {
         reply: oneshot::Sender<Vec<LockStatus>>,
+    },
+    /// Where request `ticket` for `path` stands (for a timeout's error).
+    Explain {
+        path: String,
+        ticket: u64,
+        reply: oneshot::Sender<String>,
+    },
+    /// Answered once every command before it has been handled.
+    Flush {
+        reply: oneshot::Sender<()>,
     },
     /// A majority of the cluster has let this run of the node in: it may grant.
     Admitted,
@@ -403,6 +477,7 @@ impl Node {
                 connected: AtomicBool::new(false),
                 incoming: AtomicBool::new(false),
                 sent: AtomicU64::new(0),
+                acked: AtomicU64::new(0),
                 received: AtomicU64::new(0),
                 resent: AtomicU64::new(0),
                 duplicates: AtomicU64::new(0),
@@ -411,6 +486,7 @@ impl Node {
                 silent: AtomicBool::new(false),
                 inbound: std::sync::Mutex::new(Inbound::default()),
                 refused: std::sync::Mutex::new(None),
+                down_since: std::sync::Mutex::new(None),
                 tx,
             }));
             outboxes.push((n.id, rx));
@@ -428,6 +504,7 @@ impl Node {
             stopping: tokio::sync::watch::Sender::new(false),
             incarnation: rand::random(),
             welcomed: std::sync::atomic::AtomicUsize::new(0),
+            tickets: AtomicU64::new(0),
             agents: agents_inbox,
         });
         tasks.spawn(crate::agents::run(shared.clone(), agents_rx));
@@ -503,11 +580,33 @@ impl Node {
     }
 
     /// Stop every task of the node and close its sockets. Clients of the client socket
-    /// that hold a lock are told first that it is lost (they get a short while to read it).
+    /// that hold a lock are told first that it is lost, the commands they registered are
+    /// killed, and their locks are released; the messages that hand the released locks
+    /// over to waiting nodes are sent and acknowledged before the node's connections close
+    /// (for at most [`HAND_OVER`]). Locks held by this node that nobody waits for stay
+    /// with it (the protocol cannot recover them).
     pub async fn shutdown(mut self) {
         self.shared.stopping.send_replace(true);
         if let Some(c) = self.client.take() {
             let _ = c.await;
+        }
+        let deadline = Instant::now() + HAND_OVER;
+        let (reply, rx) = oneshot::channel();
+        if self.tx.send(Cmd::Flush { reply }).is_ok() {
+            let _ = timeout_at(deadline, rx).await;
+        }
+        // Every release is in the kernel now and its messages in the peers' queues: wait
+        // for the peers that are up to acknowledge them.
+        loop {
+            let pending = self.shared.peers.iter().flatten().any(|p| {
+                p.connected.load(Relaxed)
+                    && p.refused().is_none()
+                    && p.acked.load(Relaxed) < p.sent.load(Relaxed)
+            });
+            if !pending || Instant::now() >= deadline {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
         }
         self.tasks.shutdown().await;
     }
@@ -572,32 +671,57 @@ impl Handle {
             .map(|a| (a, intention(mode)))
             .chain(std::iter::once((path, mode)));
         for (p, m) in chain {
-            let (reply, rx) = oneshot::channel();
+            let (reply, mut rx) = oneshot::channel();
+            let ticket = self.shared.tickets.fetch_add(1, Relaxed) + 1;
             self.tx
                 .send(Cmd::Acquire {
                     path: p.to_string(),
                     mode: m,
                     prio: opts.priority,
                     nested: opts.nested,
+                    ticket,
                     reply,
                 })
                 .map_err(|_| Error::Stopped)?;
-            match timeout_at(deadline, rx).await {
+            match timeout_at(deadline, &mut rx).await {
                 Ok(Ok(Ok((hold, fence)))) => guard.held.push((p.to_string(), m, hold, fence)),
                 Ok(Ok(Err(e))) => return Err(e),
                 Ok(Err(_)) => return Err(Error::Stopped),
-                // Dropping `rx` marks the request abandoned: the core releases it when it
-                // is granted.
+                // Dropping `rx` (after asking where the request stands) marks the request
+                // abandoned: the core releases it when it is granted.
                 Err(_) => {
+                    let after = start.elapsed();
+                    let waiting = self.explain(p, ticket).await;
+                    drop(rx);
                     return Err(Error::Timeout {
                         path: p.to_string(),
-                        after: start.elapsed(),
+                        mode: m,
+                        after,
                         disconnected: self.shared.disconnected(),
-                    })
+                        waiting,
+                    });
                 }
             }
         }
         Ok(guard)
+    }
+
+    /// Where request `ticket` for `path` stands, as the core sees it (empty if the core
+    /// does not answer within 100 ms).
+    async fn explain(&self, path: &str, ticket: u64) -> String {
+        let (reply, rx) = oneshot::channel();
+        let cmd = Cmd::Explain {
+            path: path.to_string(),
+            ticket,
+            reply,
+        };
+        if self.tx.send(cmd).is_err() {
+            return String::new();
+        }
+        match timeout(Duration::from_millis(100), rx).await {
+            Ok(Ok(s)) => s,
+            _ => String::new(),
+        }
     }
 
     /// The counters.
@@ -742,11 +866,16 @@ impl Guard {
             }
             Ok(Ok(Err(e))) => Err(e),
             Ok(Err(_)) => Err(Error::Stopped),
-            Err(_) => Err(Error::Timeout {
-                path,
-                after: wait,
-                disconnected: self.handle.shared.disconnected(),
-            }),
+            Err(_) => {
+                let waiting = self.handle.explain(&path, 0).await;
+                Err(Error::Timeout {
+                    path,
+                    mode: Mode::W,
+                    after: wait,
+                    disconnected: self.handle.shared.disconnected(),
+                    waiting,
+                })
+            }
         }
     }
 }
@@ -842,6 +971,8 @@ impl LockStatus {
 }
 
 struct Waiter {
+    /// The caller's request number ([`Cmd::Explain`]).
+    ticket: u64,
     mode: Mode,
     prio: Priority,
     /// Made by a caller that holds another lock of this node ([`Options::nested`]).
@@ -975,10 +1106,12 @@ impl Core {
                 mode,
                 prio,
                 nested,
+                ticket,
                 reply,
             } => match self.entry(&path) {
                 Ok(e) => {
                     e.waiters.push_back(Waiter {
+                        ticket,
                         mode,
                         prio,
                         nested,
@@ -1042,6 +1175,16 @@ impl Core {
                     }
                 }
             }
+            Cmd::Flush { reply } => {
+                let _ = reply.send(());
+            }
+            Cmd::Explain {
+                path,
+                ticket,
+                reply,
+            } => {
+                let _ = reply.send(self.explain(&path, ticket));
+            }
             Cmd::Status { reply } => {
                 let mut v: Vec<LockStatus> = self
                     .locks
@@ -1070,6 +1213,87 @@ impl Core {
                 let _ = reply.send(v);
             }
         }
+    }
+
+    /// Where request `ticket` for `path` stands: its place among this node's callers, who
+    /// holds the lock here or was granted it from here, or which peer the request went to
+    /// and that peer's state.
+    fn explain(&self, path: &str, ticket: u64) -> String {
+        let Some(e) = self.locks.get(path) else {
+            return "the lock is not known at this node".into();
+        };
+        let Ok(k) = e.site.lock(LOCK) else {
+            return String::new();
+        };
+        let mut parts = Vec::new();
+        if let Some(r) = &self.fenced {
+            parts.push(format!("this node serves no lock ({r})"));
+        } else if !self.admitted {
+            parts.push("this node is waiting for a majority of the cluster to let it in".into());
+        }
+        let out = e.requesting.as_ref();
+        if out.is_some_and(|w| w.ticket == ticket) {
+            parts.push(format!(
+                "this node's request for {} is the one in the protocol",
+                k.pending_mode()
+            ));
+        } else if let Some(i) = e.waiters.iter().position(|w| w.ticket == ticket) {
+            let ahead = i + usize::from(out.is_some());
+            parts.push(format!(
+                "queue position {} at this node ({ahead} local request{} ahead)",
+                ahead + 1,
+                if ahead == 1 { "" } else { "s" }
+            ));
+        } else if e.upgrading.is_some() {
+            parts.push("an upgrade to W waits for the other local holders".into());
+        }
+        if !e.holders.is_empty() {
+            let mut modes: Vec<String> = e.holders.iter().map(|(_, m)| m.to_string()).collect();
+            modes.dedup();
+            parts.push(format!(
+                "held at this node (node {}) in {} by {} local caller{} ({})",
+                self.shared.id,
+                e.held,
+                e.holders.len(),
+                if e.holders.len() == 1 { "" } else { "s" },
+                modes.join(", ")
+            ));
+        }
+        let granted: Vec<String> = k
+            .children()
+            .filter(|&(_, m)| m != Mode::Phi)
+            .map(|(n, m)| format!("node {} in {m}", n.0))
+            .collect();
+        if !granted.is_empty() {
+            parts.push(format!(
+                "granted from here to {} (or nodes below them)",
+                granted.join(", ")
+            ));
+        }
+        let remote: Vec<String> = k
+            .queue()
+            .iter()
+            .filter(|q| q.requester.0 != self.shared.id)
+            .map(|q| format!("node {} for {}", q.requester.0, q.mode))
+            .collect();
+        if !remote.is_empty() {
+            parts.push(format!("queued here before it: {}", remote.join(", ")));
+        }
+        if k.has_token() {
+            parts.push("this node has the lock's token".into());
+        } else if let Some(p) = k.parent() {
+            let state = self
+                .shared
+                .peers
+                .get(p.idx())
+                .and_then(|l| l.as_ref())
+                .map_or_else(|| format!("node {}", p.0), |l| l.describe(p.0));
+            parts.push(format!(
+                "the token is at node {} or beyond it; {state}",
+                p.0
+            ));
+        }
+        parts.join("; ")
     }
 
     /// One kernel step on `path`'s site, then act on its outputs.
@@ -1298,7 +1522,10 @@ fn codec() -> LengthDelimitedCodec {
         .new_codec()
 }
 
-/// The sending side of the link to `peer`: connect (with backoff), authenticate, send.
+/// How long a stopping node waits for its peers to acknowledge the messages that hand its
+/// released locks over ([`Node::shutdown`]).
+pub const HAND_OVER: Duration = Duration::from_millis(100);
+
 /// How long the acceptor may hold back an acknowledgement.
 const ACK_DELAY: Duration = Duration::from_millis(5);
 
@@ -1379,7 +1606,9 @@ async fn dial(
         while unacked.front().is_some_and(|(s, _)| *s <= delivered) {
             unacked.pop_front();
         }
+        link.acked.fetch_max(delivered, Relaxed);
         link.connected.store(true, Relaxed);
+        link.came_up();
         if !link.welcomed.swap(true, Relaxed) {
             let welcomed = shared.welcomed.fetch_add(1, Relaxed) + 1;
             if welcomed + 1 >= shared.quorum() {
@@ -1411,6 +1640,7 @@ async fn dial(
                     _ = check.tick() => {
                         if heard.elapsed() > SILENT_AFTER && !link.silent.swap(true, Relaxed) {
                             link.connected.store(false, Relaxed);
+                            link.went_down(heard);
                             warn!(peer, addr = %link.addr, "peer does not answer (stopped or hung?)");
                         }
                     }
@@ -1422,11 +1652,13 @@ async fn dial(
                                 heard = Instant::now();
                                 if link.silent.swap(false, Relaxed) {
                                     link.connected.store(true, Relaxed);
+                                    link.came_up();
                                     info!(peer, addr = %link.addr, "peer answers again");
                                 }
                                 while unacked.front().is_some_and(|(s, _)| *s <= a.delivered) {
                                     unacked.pop_front();
                                 }
+                                link.acked.fetch_max(a.delivered, Relaxed);
                             }
                             Ok(a) => break 'conn format!("acknowledgement of message {} never sent", a.delivered),
                             Err(e) => break 'conn format!("bad acknowledgement: {e}"),
@@ -1436,6 +1668,7 @@ async fn dial(
             }
         };
         link.connected.store(false, Relaxed);
+        link.went_down(Instant::now());
         link.silent.store(false, Relaxed);
         warn!(peer, addr = %link.addr, error = %err, unacked = unacked.len(), "lost the connection to peer; reconnecting");
     }
@@ -1563,8 +1796,12 @@ async fn accept(shared: Arc<Shared>, listener: TcpListener, core: mpsc::Unbounde
             r = listener.accept() => match r {
                 Ok((s, addr)) => {
                     let Ok(permit) = pending.clone().try_acquire_owned() else {
-                        shared.counters.rejected_connections.fetch_add(1, Relaxed);
-                        warn!(%addr, "closing connection: {MAX_PENDING_HANDSHAKES} handshakes in progress already");
+                        let n = shared.reject();
+                        if n.is_power_of_two() {
+                            warn!(%addr, rejected = n, "closing connection: {MAX_PENDING_HANDSHAKES} handshakes in progress already (logged for the 1st, 2nd, 4th, 8th ... rejected connection)");
+                        } else {
+                            debug!(%addr, "closing connection: {MAX_PENDING_HANDSHAKES} handshakes in progress already");
+                        }
                         continue;
                     };
                     let _ = s.set_nodelay(true);
@@ -1591,8 +1828,12 @@ async fn serve_peer(
     let (from, incarnation) = match handshake_accept(&shared, &mut fr).await {
         Ok(x) => x,
         Err(reason) => {
-            shared.counters.rejected_connections.fetch_add(1, Relaxed);
-            warn!(%addr, %reason, "closing connection: handshake failed");
+            let n = shared.reject();
+            if n.is_power_of_two() {
+                warn!(%addr, %reason, rejected = n, "closing connection: handshake failed (logged for the 1st, 2nd, 4th, 8th ... rejected connection)");
+            } else {
+                debug!(%addr, %reason, "closing connection: handshake failed");
+            }
             return;
         }
     };
@@ -1618,8 +1859,12 @@ async fn serve_peer(
     let (conn, delivered) = match admitted {
         Ok(x) => x,
         Err(reason) => {
-            shared.counters.rejected_connections.fetch_add(1, Relaxed);
-            warn!(%addr, peer = from, %reason, "refusing a new run of a known node");
+            let n = shared.reject();
+            if n.is_power_of_two() {
+                warn!(%addr, peer = from, %reason, rejected = n, "refusing a new run of a known node");
+            } else {
+                debug!(%addr, peer = from, %reason, "refusing a new run of a known node");
+            }
             let first = link.refused().is_none();
             link.refuse(format!("node {from} restarted; refused"));
             if first {
@@ -1736,8 +1981,12 @@ async fn serve_peer(
         }
     }
     if let Some(reason) = reason {
-        shared.counters.rejected_connections.fetch_add(1, Relaxed);
-        warn!(%addr, peer = from, %reason, "closing connection from peer");
+        let n = shared.reject();
+        if n.is_power_of_two() {
+            warn!(%addr, peer = from, %reason, rejected = n, "closing connection from peer");
+        } else {
+            debug!(%addr, peer = from, %reason, "closing connection from peer");
+        }
     }
 }
 

@@ -179,7 +179,26 @@ async fn a_timed_out_request_granted_later_is_released_at_once() {
         }
         other => panic!("expected a timeout, got {other:?}"),
     }
-    assert!(e.to_string().contains("timed out"), "{e}");
+    // The error says where the request stood: not "the lock is busy", but which node it
+    // went to and that node's state; on the token node, who holds it here, in what mode,
+    // and the caller's place in the queue.
+    let text = e.to_string();
+    assert!(text.contains("timed out"), "{e}");
+    assert!(
+        text.contains(&format!("{path} in R"))
+            && text.contains("the token is at node 0")
+            && text.contains("node 0 is connected"),
+        "{e}"
+    );
+    let e = nodes[0].lock_with(&path, Mode::W, opts).await.unwrap_err();
+    let text = e.to_string();
+    assert!(
+        text.contains("held at this node (node 0) in W by 1 local caller")
+            && text.contains("queue position 1 at this node (0 local requests ahead)")
+            && text.contains("queued here before it: node 1 for R")
+            && !text.contains("connected: the lock is busy"),
+        "{e}"
+    );
     drop(held);
     // Node 1's abandoned request is granted, then released at once: node 2 gets W.
     let g = tokio::time::timeout(Duration::from_secs(5), nodes[2].lock(&path, Mode::W))
@@ -188,6 +207,7 @@ async fn a_timed_out_request_granted_later_is_released_at_once() {
         .unwrap();
     drop(g);
     assert_eq!(nodes[1].stats().abandoned_grants, 1);
+    assert_eq!(nodes[0].stats().abandoned_grants, 0);
     assert_all_idle(&nodes, Duration::from_secs(5)).await;
 }
 
@@ -1013,4 +1033,57 @@ async fn fences_grow_with_every_conflicting_hold_and_a_store_refuses_a_stale_one
     let err = store.write(stale_guard_fence.unwrap(), "late").unwrap_err();
     assert!(err.contains("fence"), "{err}");
     assert_eq!(store.value, "upgraded");
+}
+
+/// A node that stops right after its guards are dropped hands the released locks over to
+/// the nodes waiting for them (`Node::shutdown` lets the kernel release and waits for the
+/// peers' acknowledgements before it closes the connections): every waiter is granted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopping_node_hands_released_locks_over_to_waiting_nodes() {
+    const LOCKS: usize = 20;
+    let mut nodes = local_cluster(2, "handover", SECRET, Duration::from_secs(10))
+        .await
+        .unwrap();
+    wait_connected(&nodes[0]).await;
+    wait_connected(&nodes[1]).await;
+    let paths: Vec<String> = (0..LOCKS).map(|i| format!("/h{i}")).collect();
+    let mut guards = Vec::new();
+    for p in &paths {
+        guards.push(nodes[0].lock(p, Mode::W).await.unwrap());
+    }
+    let mut waiters = tokio::task::JoinSet::new();
+    for p in &paths {
+        let (h, p) = (nodes[1].handle(), p.clone());
+        waiters.spawn(async move {
+            h.lock_with(&p, Mode::W, within(3000, false))
+                .await
+                .map(drop)
+                .map_err(|e| format!("{p}: {e}"))
+        });
+    }
+    // Every request waits in node 0's queue.
+    let t = std::time::Instant::now();
+    loop {
+        let st = nodes[0].status().await.unwrap();
+        let queued = st
+            .locks
+            .iter()
+            .filter(|l| l.queue.iter().any(|q| q.starts_with("1:W")))
+            .count();
+        if queued == LOCKS {
+            break;
+        }
+        assert!(t.elapsed() < Duration::from_secs(5), "{queued} queued");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let n0 = nodes.remove(0);
+    drop(guards);
+    n0.shutdown().await;
+    let mut errors = Vec::new();
+    while let Some(r) = waiters.join_next().await {
+        if let Err(e) = r.unwrap() {
+            errors.push(e);
+        }
+    }
+    assert_eq!(errors, Vec::<String>::new(), "every waiter is granted");
 }

@@ -372,6 +372,69 @@ fn sigkill_of_hilock_lock_kills_its_command_before_another_node_is_granted() {
     assert!(held.iter().all(|&p| !running(p)));
 }
 
+/// Nanoseconds since the Unix epoch (as `date +%s%N` prints them).
+fn epoch_ns() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+}
+
+/// SIGTERM of a node while one of its clients holds a lock another node waits for: the
+/// holder's command (which ignores SIGTERM) is dead before the other node is granted, the
+/// other node is granted
+/// (its command started) within 200 ms, and the stopped node has exited within 200 ms.
+#[test]
+fn sigterm_of_a_node_kills_its_command_and_hands_the_lock_over_within_200_ms() {
+    let mut c = start(2);
+    let f = c.dir.path().join("pids");
+    let mut holder = Proc(
+        // The command ignores SIGTERM: the wrapper's own kill would wait out its 2 s grace.
+        lock_cmd(&c.socket(0), "/t", "W", &sleepers(&f, "trap '' TERM; "))
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let held = pids(&wait_file(&f));
+    let seen = c.dir.path().join("seen");
+    let check = format!(
+        "date +%s%N > {1}.tmp; for p in {0}; do if [ -r /proc/$p/stat ] && ! grep -q ') [ZX] ' /proc/$p/stat; then echo alive $p; else echo dead $p; fi; done >> {1}.tmp; mv {1}.tmp {1}",
+        held.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(" "),
+        seen.display()
+    );
+    let mut waiter = Proc(lock_cmd(&c.socket(1), "/t", "W", &check).spawn().unwrap());
+    wait_pending(&c, 1, "/t", "W");
+    let pid = c.nodes[0].0.id().to_string();
+    let termed = epoch_ns();
+    let t = Instant::now();
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let node_st = wait_exit(&mut c.nodes[0].0, Duration::from_secs(5));
+    let exited = t.elapsed();
+    assert!(node_st.success(), "{node_st:?}");
+    assert!(wait_exit(&mut waiter.0, Duration::from_secs(10)).success());
+    let s = std::fs::read_to_string(&seen).unwrap();
+    let granted: u128 = s.lines().next().unwrap().trim().parse().unwrap();
+    let handed_over = Duration::from_nanos((granted - termed) as u64);
+    eprintln!("SIGTERM: node exited after {exited:?}; node 1's command started {handed_over:?} after the signal");
+    assert_eq!(
+        s.matches("dead").count(),
+        held.len(),
+        "at node 1's grant: {s}"
+    );
+    assert!(exited < Duration::from_millis(200), "node exit {exited:?}");
+    assert!(
+        handed_over < Duration::from_millis(200),
+        "hand-over {handed_over:?}"
+    );
+    let st = wait_exit(&mut holder.0, Duration::from_secs(10));
+    assert_eq!(st.code(), Some(76));
+    assert!(held.iter().all(|&p| !running(p)), "{held:?}");
+}
+
 #[test]
 fn the_command_dies_with_the_lock_and_exit_codes_say_why() {
     // The node crashes (SIGKILL): the connection closes, the wrapper kills the group —
@@ -669,6 +732,11 @@ fn a_stopped_peer_is_shown_silent_and_named_in_errors() {
     assert_eq!(out.status.code(), Some(2));
     let e = text(&out.stderr);
     assert!(e.contains("no working connection to node 1"), "{e}");
+    assert!(
+        e.contains("the token is at node 1") && e.contains("node 1 has not answered for"),
+        "{e}"
+    );
+    assert!(!e.contains("node 1 is connected"), "{e}");
     wait_peer_state(&c, 0, 1, "connected");
     let out = run(hilock()
         .args(["lock", &on1, "W", "--timeout-ms", "5000", "--socket"])
@@ -801,4 +869,141 @@ fn hilock_lock_exports_a_growing_fencing_token() {
     assert!(r0 > last && r1 > last, "R fences {r0}, {r1} after W {last}");
     let w = fence(0, "W");
     assert!(w > r0.max(r1), "W fence {w} after R fences {r0}, {r1}");
+}
+
+/// Raise this process's soft limit of open files to its hard limit (children inherit it);
+/// returns the new soft limit.
+fn raise_fd_limit() -> u64 {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit write/read the struct given; no other precondition.
+    #[allow(unsafe_code)]
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) != 0 {
+            return 1024;
+        }
+        r.rlim_cur = r.rlim_max.min(65_536);
+        if libc::setrlimit(libc::RLIMIT_NOFILE, &r) != 0 {
+            libc::getrlimit(libc::RLIMIT_NOFILE, &mut r);
+        }
+    }
+    r.rlim_cur
+}
+
+/// 20,000 silent connections (half to the peer port, half to the client socket; fewer if
+/// this process may not open that many files, said on stderr): the node keeps its open
+/// files bounded (the client cap plus the handshake cap), answers `hilock status`
+/// throughout (with the status, or with the "too many clients" refusal while the client
+/// cap is taken), serves again once they are gone, and logs a handful of warnings, not
+/// one per rejected connection.
+#[test]
+fn twenty_thousand_silent_connections_neither_exhaust_files_nor_flood_the_log() {
+    let limit = raise_fd_limit();
+    let total = 20_000u64.min(limit.saturating_sub(300));
+    if total < 20_000 {
+        eprintln!("open-file limit {limit}: {total} silent connections instead of 20000");
+    }
+    let c = start(1);
+    // Run a second node with a log file: same file, other ports and socket.
+    let log = c.dir.path().join("node.log");
+    let cfg = std::fs::read_to_string(c.config())
+        .unwrap()
+        .replace("n{id}.sock", "m{id}.sock")
+        .lines()
+        .map(|l| {
+            if l.starts_with("addr") {
+                format!("addr = \"127.0.0.1:{}\"", free_port())
+            } else {
+                l.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    let toml = c.dir.path().join("flood.toml");
+    std::fs::write(&toml, &cfg).unwrap();
+    let addr: std::net::SocketAddr = cfg
+        .lines()
+        .find(|l| l.starts_with("addr"))
+        .unwrap()
+        .split('"')
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    let sock = c.dir.path().join("m0.sock");
+    let node = Proc(
+        hilock()
+            .args(["node", "--id", "0", "--config"])
+            .arg(&toml)
+            .env("RUST_LOG", "hilock=info")
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    let t = Instant::now();
+    while !sock.exists() {
+        assert!(t.elapsed() < Duration::from_secs(10), "node starts");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let fds = || std::fs::read_dir(format!("/proc/{}/fd", node.0.id())).map_or(0, |d| d.count());
+    // The node answers: with its status, or (while max_clients silent clients hold the
+    // client socket) with the clear refusal.
+    let status_ok = || {
+        let out = run(hilock()
+            .args(["status", "--timeout-ms", "3000", "--socket"])
+            .arg(&sock));
+        out.status.success() || text(&out.stderr).contains("too many clients")
+    };
+    let t = Instant::now();
+    let mut held = Vec::new();
+    let (mut tcp, mut unix, mut most) = (0u64, 0u64, 0usize);
+    for i in 0..total {
+        if i % 2 == 0 {
+            if let Ok(s) = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2)) {
+                held.push(Box::new(s) as Box<dyn std::any::Any>);
+                tcp += 1;
+            }
+        } else if let Ok(s) = std::os::unix::net::UnixStream::connect(&sock) {
+            held.push(Box::new(s));
+            unix += 1;
+        }
+        if i % 2000 == 1999 {
+            most = most.max(fds());
+            assert!(status_ok(), "status answers after {i} connections");
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(120),
+            "{i} connections in 120 s"
+        );
+    }
+    most = most.max(fds());
+    let took = t.elapsed();
+    assert!(status_ok(), "status answers with all connections open");
+    drop(held);
+    // With the silent clients gone, the status itself again.
+    let t = Instant::now();
+    while !run(hilock()
+        .args(["status", "--timeout-ms", "3000", "--socket"])
+        .arg(&sock))
+    .status
+    .success()
+    {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "status after the flood"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let s = std::fs::read_to_string(&log).unwrap();
+    let warns = s.lines().filter(|l| l.contains("WARN")).count();
+    eprintln!(
+        "{tcp} TCP + {unix} client-socket silent connections in {took:?}: the node had at most \
+         {most} open files; {warns} warnings logged"
+    );
+    assert!(tcp + unix >= total * 9 / 10, "{tcp} + {unix} of {total}");
+    let cap = hilock::config::DEFAULT_MAX_CLIENTS + hilock::node::MAX_PENDING_HANDSHAKES + 100;
+    assert!(most <= cap, "{most} open files (cap {cap})");
+    assert!(warns <= 40, "{warns} warnings:\n{s}");
 }

@@ -35,7 +35,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use etcd_client::{Client, LockOptions};
+use std::collections::HashMap;
+
+use etcd_client::{
+    Client, EventType, GetOptions, LockOptions, PutOptions, SortOrder, SortTarget, WatchOptions,
+    WatchStream,
+};
 use hilock::{Handle, Node};
 use hilock_kernel::Mode;
 
@@ -128,6 +133,8 @@ struct Tput {
     msgs_per_op: Option<f64>,
     /// Times a client was granted the lock while another held it (must be 0).
     violations: u64,
+    /// etcd session recipe: waits that looked again after 1 s without the event.
+    rechecks: u64,
 }
 
 fn hilock_frames(nodes: &[Node]) -> u64 {
@@ -169,42 +176,185 @@ async fn etcd_connect(endpoint: &str) -> Result<(Client, i64), BoxError> {
     Ok((c, lease))
 }
 
-async fn etcd_cycle(
-    c: &mut Client,
-    name: &str,
+/// How an etcd client takes the lock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Recipe {
+    /// etcd's v3lock `Lock`/`Unlock` RPCs: the server runs the lock recipe, and every
+    /// waiter opens a new watch on its predecessor's key at a revision the store has
+    /// reached already. etcd 3.4 serves such a watch from its "unsynced" group, which
+    /// `syncWatchersLoop` catches up every 100 ms: under contention every hand-off waits
+    /// for that tick.
+    V3Lock,
+    /// The same recipe on the client (etcd's `concurrency.Mutex`: a key per session under
+    /// the lock's prefix, created with the session's lease; the holder is the key with the
+    /// lowest create revision; a waiter waits for the deletion of the key created just
+    /// before its own), but each session opens one watch on the prefix when it starts
+    /// (a watch from the current revision is in the "synced" group and gets events as
+    /// they happen) and reads deletions from it, instead of a new watch per wait.
+    Session,
+}
+
+/// One etcd client: its own connection, its own lease, and for [`Recipe::Session`] its
+/// standing watch on the lock's prefix.
+struct EtcdSession {
+    c: Client,
     lease: i64,
-    excl: Option<&Excl>,
-) -> Result<(), BoxError> {
-    let r = c
-        .lock(name, Some(LockOptions::new().with_lease(lease)))
-        .await?;
+    recipe: Recipe,
+    /// The lock's prefix (`NAME/`) and this session's key under it.
+    prefix: String,
+    key: String,
+    watch: Option<WatchStream>,
+    /// The revision of the last deletion of each key under the prefix seen on the watch.
+    deleted: HashMap<Vec<u8>, i64>,
+    /// Waits that had to look again after 1 s without the expected event (a safety net;
+    /// reported, 0 in every run).
+    rechecks: u64,
+}
+
+impl EtcdSession {
+    async fn open(endpoint: &str, name: &str, recipe: Recipe) -> Result<EtcdSession, BoxError> {
+        let (mut c, lease) = etcd_connect(endpoint).await?;
+        let prefix = format!("{name}/");
+        let watch = match recipe {
+            Recipe::V3Lock => None,
+            Recipe::Session => {
+                let mut w = c
+                    .watch(prefix.as_str(), Some(WatchOptions::new().with_prefix()))
+                    .await?;
+                // The first response says the watch exists: from now on every deletion
+                // under the prefix reaches this session.
+                match w.message().await? {
+                    Some(r) if r.created() => {}
+                    other => return Err(format!("watch not created: {other:?}").into()),
+                }
+                Some(w)
+            }
+        };
+        Ok(EtcdSession {
+            c,
+            lease,
+            recipe,
+            key: format!("{prefix}{lease:x}"),
+            prefix,
+            watch,
+            deleted: HashMap::new(),
+            rechecks: 0,
+        })
+    }
+
+    /// Read the watch until `key` has been deleted after revision `after` (1 s at most).
+    async fn wait_deleted(&mut self, key: &[u8], after: i64) -> Result<bool, BoxError> {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(1);
+        loop {
+            if self.deleted.get(key).is_some_and(|&r| r > after) {
+                return Ok(true);
+            }
+            let w = self.watch.as_mut().ok_or("no watch")?;
+            let Ok(m) = tokio::time::timeout_at(deadline, w.message()).await else {
+                return Ok(false);
+            };
+            let r = m?.ok_or("the watch ended")?;
+            for e in r.events() {
+                if e.event_type() == EventType::Delete {
+                    if let Some(kv) = e.kv() {
+                        self.deleted.insert(kv.key().to_vec(), kv.mod_revision());
+                    }
+                }
+            }
+        }
+    }
+
+    /// Take the lock; returns the key to release (`unlock`).
+    async fn lock(&mut self, name: &str) -> Result<Vec<u8>, BoxError> {
+        if self.recipe == Recipe::V3Lock {
+            let r = self
+                .c
+                .lock(name, Some(LockOptions::new().with_lease(self.lease)))
+                .await?;
+            return Ok(r.key().to_vec());
+        }
+        let put = self
+            .c
+            .put(
+                self.key.as_str(),
+                "",
+                Some(PutOptions::new().with_lease(self.lease)),
+            )
+            .await?;
+        let mine = put.header().ok_or("put without a header")?.revision();
+        loop {
+            // The key created last before this session's own, if any.
+            let g = self
+                .c
+                .get(
+                    self.prefix.as_str(),
+                    Some(
+                        GetOptions::new()
+                            .with_prefix()
+                            .with_max_create_revision(mine - 1)
+                            .with_sort(SortTarget::Create, SortOrder::Descend)
+                            .with_limit(1),
+                    ),
+                )
+                .await?;
+            let at = g.header().ok_or("get without a header")?.revision();
+            let Some(pred) = g.kvs().first().map(|kv| kv.key().to_vec()) else {
+                return Ok(self.key.clone().into_bytes());
+            };
+            // It existed at revision `at`: wait for a deletion after that.
+            if !self.wait_deleted(&pred, at).await? {
+                self.rechecks += 1;
+            }
+        }
+    }
+
+    async fn unlock(&mut self, key: Vec<u8>) -> Result<(), BoxError> {
+        match self.recipe {
+            Recipe::V3Lock => {
+                self.c.unlock(key).await?;
+            }
+            Recipe::Session => {
+                self.c.delete(key, None).await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn close(mut self) -> Result<u64, BoxError> {
+        self.c.lease_revoke(self.lease).await?;
+        Ok(self.rechecks)
+    }
+}
+
+async fn etcd_cycle(s: &mut EtcdSession, name: &str, excl: Option<&Excl>) -> Result<(), BoxError> {
+    let key = s.lock(name).await?;
     if let Some(x) = excl {
         x.enter();
         x.exit();
     }
-    c.unlock(r.key()).await?;
-    Ok(())
+    s.unlock(key).await
 }
 
 /// Spawned like [`hilock_uncontended`].
 async fn etcd_uncontended(
     endpoint: &str,
     name: &str,
+    recipe: Recipe,
     warmup: usize,
     iters: usize,
 ) -> Result<Vec<Duration>, BoxError> {
-    let (mut c, lease) = etcd_connect(endpoint).await?;
+    let mut s = EtcdSession::open(endpoint, name, recipe).await?;
     let name = name.to_string();
     tokio::spawn(async move {
         let mut d = Vec::with_capacity(iters);
         for i in 0..warmup + iters {
             let t = Instant::now();
-            etcd_cycle(&mut c, &name, lease, None).await?;
+            etcd_cycle(&mut s, &name, None).await?;
             if i >= warmup {
                 d.push(t.elapsed());
             }
         }
-        c.lease_revoke(lease).await?;
+        s.close().await?;
         Ok(d)
     })
     .await?
@@ -274,28 +424,30 @@ async fn hilock_contended(
         per_client,
         msgs_per_op: (total > 0).then(|| frames as f64 / total as f64),
         violations: excl.violations.load(SeqCst),
+        rechecks: 0,
     })
 }
 
 async fn etcd_contended(
     endpoint: &str,
+    recipe: Recipe,
     clients: usize,
     name: &str,
     seconds: f64,
 ) -> Result<Tput, BoxError> {
     let mut conns = Vec::new();
     for _ in 0..clients {
-        conns.push(etcd_connect(endpoint).await?);
+        conns.push(EtcdSession::open(endpoint, name, recipe).await?);
     }
     let w = Arc::new(Window::new(seconds));
     let excl = Arc::new(Excl::default());
     let mut tasks = tokio::task::JoinSet::new();
-    for (i, (mut c, lease)) in conns.into_iter().enumerate() {
+    for (i, mut c) in conns.into_iter().enumerate() {
         let (w, excl, name) = (w.clone(), excl.clone(), name.to_string());
         tasks.spawn(async move {
             let mut ops = 0u64;
             loop {
-                etcd_cycle(&mut c, &name, lease, Some(&excl)).await?;
+                etcd_cycle(&mut c, &name, Some(&excl)).await?;
                 let now = Instant::now();
                 if now >= w.end {
                     break;
@@ -304,19 +456,22 @@ async fn etcd_contended(
                     ops += 1;
                 }
             }
-            c.lease_revoke(lease).await?;
-            Ok::<_, BoxError>((i, ops))
+            let rechecks = c.close().await?;
+            Ok::<_, BoxError>((i, ops, rechecks))
         });
     }
     let mut per_client = vec![0; clients];
+    let mut rechecks = 0;
     while let Some(r) = tasks.join_next().await {
-        let (i, ops) = r??;
+        let (i, ops, re) = r??;
         per_client[i] = ops;
+        rechecks += re;
     }
     let total: u64 = per_client.iter().sum();
     Ok(Tput {
         ops_per_s: total as f64 / seconds,
         per_client,
+        rechecks,
         msgs_per_op: None,
         violations: excl.violations.load(SeqCst),
     })
@@ -370,6 +525,8 @@ async fn run(o: Opts) -> Result<(), BoxError> {
     )
     .await?;
     let handles: Vec<Handle> = nodes.iter().map(|n| n.handle()).collect();
+    // Every run uses lock names of its own (a prefix per process run).
+    let run_id = std::process::id();
 
     eprintln!(
         "uncontended: {} warm-up + {} measured acquire+release pairs each",
@@ -383,8 +540,28 @@ async fn run(o: Opts) -> Result<(), BoxError> {
     let h_rot_d = hilock_uncontended(handles.clone(), "/u-moving", o.warmup, o.iters).await?;
     let rot_msgs = (hilock_frames(&nodes) - f0) as f64 / (o.warmup + o.iters) as f64;
     let h_rot = summarize(h_rot_d);
-    eprintln!("  etcd ...");
-    let e_lat = summarize(etcd_uncontended(&o.endpoint, "u", o.warmup, o.iters).await?);
+    eprintln!("  etcd, session recipe ...");
+    let e_ses = summarize(
+        etcd_uncontended(
+            &o.endpoint,
+            &format!("u-ses-{run_id}"),
+            Recipe::Session,
+            o.warmup,
+            o.iters,
+        )
+        .await?,
+    );
+    eprintln!("  etcd, v3lock RPC ...");
+    let e_v3 = summarize(
+        etcd_uncontended(
+            &o.endpoint,
+            &format!("u-v3-{run_id}"),
+            Recipe::V3Lock,
+            o.warmup,
+            o.iters,
+        )
+        .await?,
+    );
 
     let mut contended = Vec::new();
     for &c in &o.clients {
@@ -394,10 +571,26 @@ async fn run(o: Opts) -> Result<(), BoxError> {
             o.seconds
         );
         let h = hilock_contended(&nodes, c, &format!("/c{c}"), o.seconds).await?;
-        eprintln!("  {:.0} ops/s; etcd ...", h.ops_per_s);
-        let e = etcd_contended(&o.endpoint, c, &format!("c{c}"), o.seconds).await?;
-        eprintln!("  {:.0} ops/s", e.ops_per_s);
-        contended.push((c, h, e));
+        eprintln!("  {:.0} ops/s; etcd session recipe ...", h.ops_per_s);
+        let es = etcd_contended(
+            &o.endpoint,
+            Recipe::Session,
+            c,
+            &format!("c-ses-{run_id}-{c}"),
+            o.seconds,
+        )
+        .await?;
+        eprintln!("  {:.0} ops/s; etcd v3lock RPC ...", es.ops_per_s);
+        let ev = etcd_contended(
+            &o.endpoint,
+            Recipe::V3Lock,
+            c,
+            &format!("c-v3-{run_id}-{c}"),
+            o.seconds,
+        )
+        .await?;
+        eprintln!("  {:.0} ops/s", ev.ops_per_s);
+        contended.push((c, h, es, ev));
     }
     for n in nodes {
         n.shutdown().await;
@@ -405,8 +598,8 @@ async fn run(o: Opts) -> Result<(), BoxError> {
 
     println!(
         "hilock: {} nodes on 127.0.0.1 in this process (TCP between nodes, `Handle::lock` in \
-         the client's process); etcd {etcd_version} at {} (etcd-client, gRPC). \
-         {} cores; run took {:.0} s.\n",
+         the client's process); etcd {etcd_version} at {} (etcd-client, gRPC; every client \
+         its own connection and lease). {} cores; run took {:.0} s.\n",
         o.nodes,
         o.endpoint,
         std::thread::available_parallelism().map_or(0, |n| n.get()),
@@ -414,24 +607,26 @@ async fn run(o: Opts) -> Result<(), BoxError> {
     );
     println!(
         "Uncontended acquire+release, one client, one lock, {} pairs after {} warm-up \
-         pairs (µs; lower is better):\n",
+         pairs (µs; lower is better). etcd: the session recipe (put, get, delete: one \
+         standing watch per session), and etcd's v3lock Lock/Unlock RPCs:\n",
         o.iters, o.warmup
     );
-    println!("| measurement | hilock | etcd | hilock / etcd |");
-    println!("|---|---:|---:|---:|");
+    println!("| measurement | hilock | etcd session | etcd v3lock | hilock / etcd session |");
+    println!("|---|---:|---:|---:|---:|");
     for (label, h) in [
         ("client on one node (token stays there)", h_same),
         ("client on the next node every time (token moves)", h_rot),
     ] {
-        for (stat, hv, ev) in [
-            ("p50", h.p50, e_lat.p50),
-            ("p99", h.p99, e_lat.p99),
-            ("mean", h.mean, e_lat.mean),
+        for (stat, hv, ev, vv) in [
+            ("p50", h.p50, e_ses.p50, e_v3.p50),
+            ("p99", h.p99, e_ses.p99, e_v3.p99),
+            ("mean", h.mean, e_ses.mean, e_v3.mean),
         ] {
             println!(
-                "| {stat}, hilock {label} | {} | {} | {} |",
+                "| {stat}, hilock {label} | {} | {} | {} | {} |",
                 us(hv),
                 us(ev),
+                us(vv),
                 ratio(hv, ev)
             );
         }
@@ -446,28 +641,32 @@ async fn run(o: Opts) -> Result<(), BoxError> {
         WARM.as_secs_f64()
     );
     println!(
-        "| clients | hilock ops/s | etcd ops/s | hilock / etcd | hilock msgs/op | \
-         hilock ops per client (min–max) | etcd ops per client (min–max) |"
+        "| clients | hilock ops/s | etcd session ops/s | etcd v3lock ops/s | hilock / etcd session | \
+         hilock msgs/op | ops per client (min–max): hilock | etcd session | etcd v3lock |"
     );
-    println!("|---:|---:|---:|---:|---:|---:|---:|");
-    for (c, h, e) in &contended {
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for (c, h, es, ev) in &contended {
         println!(
-            "| {c} | {:.0} | {:.0} | {} | {} | {} | {} |",
+            "| {c} | {:.0} | {:.0} | {:.0} | {} | {} | {} | {} | {} |",
             h.ops_per_s,
-            e.ops_per_s,
-            ratio(h.ops_per_s, e.ops_per_s),
+            es.ops_per_s,
+            ev.ops_per_s,
+            ratio(h.ops_per_s, es.ops_per_s),
             h.msgs_per_op.map_or("–".into(), |m| format!("{m:.2}")),
             spread(&h.per_client),
-            spread(&e.per_client)
+            spread(&es.per_client),
+            spread(&ev.per_client)
         );
     }
     let violations: u64 = contended
         .iter()
-        .map(|(_, h, e)| h.violations + e.violations)
+        .map(|(_, h, es, ev)| h.violations + es.violations + ev.violations)
         .sum();
+    let rechecks: u64 = contended.iter().map(|(_, _, es, _)| es.rechecks).sum();
     println!(
         "\nMutual exclusion, checked in every contended run (a flag set while a client \
-         holds the lock): {violations} violations."
+         holds the lock): {violations} violations. etcd session recipe: {rechecks} waits \
+         looked again after 1 s without the deletion event."
     );
     if violations > 0 {
         return Err(format!("{violations} mutual exclusion violations").into());
