@@ -14,7 +14,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 use tokio::task::{JoinHandle, JoinSet};
 
-use super::{ring, writer, Frame, Reader};
+use super::{read_peer, ring, Frame};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Change {
@@ -207,21 +207,11 @@ async fn run(
         tokio::select! {
             acc = listener.accept() => {
                 let Ok((s, _)) = acc else { continue };
-                let _ = s.set_nodelay(true);
-                let (r, w) = s.into_split();
                 let ev_tx = ev_tx.clone();
                 readers.spawn(async move {
-                    let mut r = Reader::new(r);
-                    let Some(Frame::Hello(from)) = r.next().await else { return };
-                    if ev_tx.send(Ev::Open(from, writer(w))).is_err() {
-                        return;
+                    if let Some(from) = read_peer(s, ev_tx.clone(), Ev::Open, Ev::Frame).await {
+                        let _ = ev_tx.send(Ev::Closed(from));
                     }
-                    while let Some(f) = r.next().await {
-                        if ev_tx.send(Ev::Frame(from, f)).is_err() {
-                            return;
-                        }
-                    }
-                    let _ = ev_tx.send(Ev::Closed(from));
                 });
             }
             ev = rx.recv() => {

@@ -136,6 +136,28 @@ impl Reader {
     }
 }
 
+/// Serves one accepted connection: its first frame must be `Hello(from)`; then
+/// `open(from, writer)` and every later frame as `frame(from, f)` go to `ev`. Returns the
+/// peer when its connection ended, `None` when it never said hello or `ev` closed.
+pub(crate) async fn read_peer<E>(
+    s: TcpStream,
+    ev: mpsc::UnboundedSender<E>,
+    open: fn(Addr, mpsc::UnboundedSender<Frame>) -> E,
+    frame: fn(Addr, Frame) -> E,
+) -> Option<Addr> {
+    let _ = s.set_nodelay(true);
+    let (r, w) = s.into_split();
+    let mut r = Reader::new(r);
+    let Some(Frame::Hello(from)) = r.next().await else {
+        return None;
+    };
+    ev.send(open(from, writer(w))).ok()?;
+    while let Some(f) = r.next().await {
+        ev.send(frame(from, f)).ok()?;
+    }
+    Some(from)
+}
+
 /// Dials `addr` and says who we are.
 pub(crate) async fn dial(
     addr: SocketAddr,

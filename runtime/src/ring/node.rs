@@ -12,7 +12,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 use tokio::task::{JoinHandle, JoinSet};
 
-use super::{dial, ring, writer, Frame, Outs, Reader, Server, R};
+use super::{dial, read_peer, ring, Frame, Outs, Reader, Server, R};
 
 /// What a node shows of itself (for status and the tests' lost-lock check).
 #[derive(Clone, Debug, Default)]
@@ -143,20 +143,9 @@ async fn run(
         tokio::select! {
             acc = listener.accept() => {
                 let Ok((s, _)) = acc else { continue };
-                let _ = s.set_nodelay(true);
-                let (r, w) = s.into_split();
                 let ev_tx = ev_tx.clone();
                 readers.spawn(async move {
-                    let mut r = Reader::new(r);
-                    let Some(Frame::Hello(from)) = r.next().await else { return };
-                    if ev_tx.send(Ev::Open(from, writer(w))).is_err() {
-                        return;
-                    }
-                    while let Some(f) = r.next().await {
-                        if ev_tx.send(Ev::Frame(from, f)).is_err() {
-                            return;
-                        }
-                    }
+                    read_peer(s, ev_tx, Ev::Open, Ev::Frame).await;
                 });
             }
             ev = ev_rx.recv() => {
