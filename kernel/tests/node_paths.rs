@@ -585,16 +585,23 @@ fn literal_token_branch_transfers_only_to_a_child() {
     assert_eq!(token.lock(L).unwrap().queue().len(), 1);
 }
 
-/// The token node holding W, with node 2's W request (serial 2, priority 3) in its queue.
-fn token_queueing_for_2() -> S {
-    let mut token = S::new(NodeId(0), NodeId(0)).unwrap().with_variant(pip());
+/// Site `me` of a star around the token node 0, under PIP, after asking for W (granted at
+/// once at the token node, pending elsewhere).
+fn pip_site_asking_w(me: u16) -> S {
+    let mut site = S::new(NodeId(me), NodeId(0)).unwrap().with_variant(pip());
     input(
-        &mut token,
+        &mut site,
         Input::Acquire {
             lock: L,
             mode: Mode::W,
         },
     );
+    site
+}
+
+/// The token node holding W, with node 2's W request (serial 2, priority 3) in its queue.
+fn token_queueing_for_2() -> S {
+    let mut token = pip_site_asking_w(0);
     step_report(&mut token, 2, &req(entry(2, Mode::W, 2, 3), 1));
     assert_eq!(token.lock(L).unwrap().queue(), &[entry(2, Mode::W, 2, 3)]);
     token
@@ -632,14 +639,7 @@ fn reissued_requests_raise_only_what_is_newer_or_more_urgent() {
 /// it to its parent once a reissue makes it more urgent than what it waits behind.
 #[test]
 fn a_reissue_that_outranks_the_pending_request_is_forwarded() {
-    let mut site = S::new(NodeId(1), NodeId(0)).unwrap().with_variant(pip());
-    input(
-        &mut site,
-        Input::Acquire {
-            lock: L,
-            mode: Mode::W,
-        },
-    );
+    let mut site = pip_site_asking_w(1);
     step_report(&mut site, 2, &req(entry(2, Mode::W, 1, 0), 1));
     assert_eq!(site.lock(L).unwrap().queue(), &[entry(2, Mode::W, 1, 0)]);
     let (_, out) = step_report(&mut site, 2, &req(entry(2, Mode::W, 1, 5), 2));
