@@ -40,6 +40,83 @@ impl Rng {
 }
 
 /// The node of `n` in `nodes`.
+/// The load of the ring tests: `LOAD_CLIENTS` clients, each locking random paths of
+/// `PATHS`, holding 1–3 ms (registered with the oracle) and unlocking, until `stop`; a
+/// refused lock is retried after 1 ms; an error ends the client and is recorded. Each
+/// client's task gives its client back.
+struct Load {
+    stop: Arc<AtomicBool>,
+    errors: Arc<Mutex<Vec<String>>>,
+    grants: Arc<AtomicU64>,
+    refusals: Arc<AtomicU64>,
+    clients: Vec<tokio::task::JoinHandle<RingClient>>,
+}
+
+impl Load {
+    async fn start(
+        addrs: &Arc<Vec<Option<SocketAddr>>>,
+        maddr: SocketAddr,
+        oracle: &Arc<Oracle>,
+        ops: &Arc<AtomicU64>,
+        seed: u64,
+    ) -> Load {
+        let stop = Arc::new(AtomicBool::new(false));
+        let errors = Arc::new(Mutex::new(Vec::<String>::new()));
+        let (grants, refusals) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+        let mut clients = Vec::new();
+        for c in 1..=LOAD_CLIENTS {
+            let mut cl = RingClient::connect(c, addrs.clone(), maddr).await.unwrap();
+            let (stop, errors, oracle, ops, grants, refusals) = (
+                stop.clone(),
+                errors.clone(),
+                oracle.clone(),
+                ops.clone(),
+                grants.clone(),
+                refusals.clone(),
+            );
+            clients.push(tokio::spawn(async move {
+                let mut rng = Rng(seed ^ c as u64);
+                while !stop.load(Relaxed) {
+                    let path = format!("/doc{}/part", rng.next() % PATHS);
+                    match cl.lock(&path).await {
+                        Ok(true) => {
+                            grants.fetch_add(1, Relaxed);
+                            let op = ops.fetch_add(1, Relaxed);
+                            oracle.register_path(op, c as u16, &path, Mode::W);
+                            tokio::time::sleep(Duration::from_millis(1 + rng.next() % 3)).await;
+                            oracle.exit(op);
+                            if let Err(e) = cl.unlock(&path).await {
+                                let e = format!("c{c} unlock {path}: {e}");
+                                errors.lock().unwrap().push(e);
+                                return cl;
+                            }
+                        }
+                        Ok(false) => {
+                            refusals.fetch_add(1, Relaxed);
+                            tokio::time::sleep(Duration::from_millis(1)).await;
+                        }
+                        Err(e) => {
+                            errors
+                                .lock()
+                                .unwrap()
+                                .push(format!("c{c} lock {path}: {e}"));
+                            return cl;
+                        }
+                    }
+                }
+                cl
+            }));
+        }
+        Load {
+            stop,
+            errors,
+            grants,
+            refusals,
+            clients,
+        }
+    }
+}
+
 fn slot(nodes: &[Option<RingNode>], n: NodeId) -> &RingNode {
     nodes[n.idx()].as_ref().expect("live node")
 }
@@ -106,55 +183,14 @@ async fn run() {
     oracle.register_path(held_op, HOLDER as u16, HELD, Mode::W);
 
     // Load: each client locks random paths, holds 1–3 ms, unlocks.
-    let stop = Arc::new(AtomicBool::new(false));
-    let errors = Arc::new(Mutex::new(Vec::<String>::new()));
-    let (grants, refusals) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
-    let mut load = Vec::new();
-    for c in 1..=LOAD_CLIENTS {
-        let mut cl = RingClient::connect(c, addrs.clone(), maddr).await.unwrap();
-        let (stop, errors, oracle, ops, grants, refusals) = (
-            stop.clone(),
-            errors.clone(),
-            oracle.clone(),
-            ops.clone(),
-            grants.clone(),
-            refusals.clone(),
-        );
-        load.push(tokio::spawn(async move {
-            let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ c as u64);
-            while !stop.load(Relaxed) {
-                let path = format!("/doc{}/part", rng.next() % PATHS);
-                match cl.lock(&path).await {
-                    Ok(true) => {
-                        grants.fetch_add(1, Relaxed);
-                        let op = ops.fetch_add(1, Relaxed);
-                        oracle.register_path(op, c as u16, &path, Mode::W);
-                        tokio::time::sleep(Duration::from_millis(1 + rng.next() % 3)).await;
-                        oracle.exit(op);
-                        if let Err(e) = cl.unlock(&path).await {
-                            errors
-                                .lock()
-                                .unwrap()
-                                .push(format!("c{c} unlock {path}: {e}"));
-                            return cl;
-                        }
-                    }
-                    Ok(false) => {
-                        refusals.fetch_add(1, Relaxed);
-                        tokio::time::sleep(Duration::from_millis(1)).await;
-                    }
-                    Err(e) => {
-                        errors
-                            .lock()
-                            .unwrap()
-                            .push(format!("c{c} lock {path}: {e}"));
-                        return cl;
-                    }
-                }
-            }
-            cl
-        }));
-    }
+    let load = Load::start(&addrs, maddr, &oracle, &ops, 0x9e37_79b9_7f4a_7c15).await;
+    let Load {
+        stop,
+        errors,
+        grants,
+        refusals,
+        clients: load,
+    } = load;
     let phase = |what: &str| {
         println!(
             "{:>6.2} s  {what}: {} grants, {} refusals so far",
@@ -641,50 +677,13 @@ async fn processes() {
     let held_op = ops.fetch_add(1, Relaxed);
     oracle.register_path(held_op, HOLDER as u16, HELD, Mode::W);
 
-    let stop = Arc::new(AtomicBool::new(false));
-    let errors = Arc::new(Mutex::new(Vec::<String>::new()));
-    let grants = Arc::new(AtomicU64::new(0));
-    let mut load = Vec::new();
-    for c in 1..=LOAD_CLIENTS {
-        let mut cl = RingClient::connect(c, addrs.clone(), maddr).await.unwrap();
-        let (stop, errors, oracle, ops, grants) = (
-            stop.clone(),
-            errors.clone(),
-            oracle.clone(),
-            ops.clone(),
-            grants.clone(),
-        );
-        load.push(tokio::spawn(async move {
-            let mut rng = Rng(0x2545_f491_4f6c_dd1d ^ c as u64);
-            while !stop.load(Relaxed) {
-                let path = format!("/doc{}/part", rng.next() % PATHS);
-                match cl.lock(&path).await {
-                    Ok(true) => {
-                        grants.fetch_add(1, Relaxed);
-                        let op = ops.fetch_add(1, Relaxed);
-                        oracle.register_path(op, c as u16, &path, Mode::W);
-                        tokio::time::sleep(Duration::from_millis(1 + rng.next() % 3)).await;
-                        oracle.exit(op);
-                        if let Err(e) = cl.unlock(&path).await {
-                            errors
-                                .lock()
-                                .unwrap()
-                                .push(format!("c{c} unlock {path}: {e}"));
-                            return;
-                        }
-                    }
-                    Ok(false) => tokio::time::sleep(Duration::from_millis(1)).await,
-                    Err(e) => {
-                        errors
-                            .lock()
-                            .unwrap()
-                            .push(format!("c{c} lock {path}: {e}"));
-                        return;
-                    }
-                }
-            }
-        }));
-    }
+    let Load {
+        stop,
+        errors,
+        grants,
+        clients: load,
+        ..
+    } = Load::start(&addrs, maddr, &oracle, &ops, 0x2545_f491_4f6c_dd1d).await;
     tokio::time::sleep(Duration::from_millis(400)).await;
     // A join.
     procs[6] = Some(spawn(6));
