@@ -360,7 +360,21 @@ async fn a_node_restarted_with_fresh_state_is_refused_without_a_double_grant_or_
     let old = nodes.pop().unwrap();
     let addr2 = old.listen_addr();
     old.shutdown().await;
-    let l = TcpListener::bind(addr2).await.unwrap();
+    // The port is free once the old node's sockets are gone, but the other tests of this
+    // file open and cut many connections meanwhile, and an outgoing one may take the
+    // freed port as its source port for a moment (seen once in CI as AddrInUse): retry
+    // for a bounded time.
+    let bound = Instant::now() + Duration::from_secs(5);
+    let l = loop {
+        match TcpListener::bind(addr2).await {
+            Ok(l) => break l,
+            Err(e) if Instant::now() < bound => {
+                eprintln!("rebinding {addr2}: {e}; retrying");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => panic!("{addr2} still in use 5 s after the shutdown: {e}"),
+        }
+    };
     let fresh = Node::start_on(cfg(2), l).await.unwrap();
     // Its fresh state says it holds the token of `p`: it must not grant it.
     let t = Instant::now();
