@@ -628,6 +628,25 @@ fn lock(
         let mut node_line = String::new();
         let lost = loop {
             tokio::select! {
+                // The node writes "lock lost" before it kills the group (a stopping
+                // node): when both are ready, the node's word is read first, so the
+                // exit code says the lock was lost, not that the command was killed.
+                biased;
+                n = r.read_line(&mut node_line) => {
+                    break match n {
+                        Ok(n) if n > 0 && node_line.ends_with('\n') => {
+                            let why = serde_json::from_str::<hilock::client::Reply>(node_line.trim_end())
+                                .ok()
+                                .and_then(|r| r.error)
+                                .unwrap_or_else(|| node_line.trim_end().to_string());
+                            (EXIT_LOCK_LOST, why)
+                        }
+                        _ => (
+                            EXIT_NODE_GONE,
+                            format!("lock on {path} lost: the connection to the node closed (node stopped or crashed)"),
+                        ),
+                    };
+                }
                 st = child.wait() => {
                     let st = st.map_err(|e| format!("cannot wait for the command: {e}"))?;
                     // Nothing of the command may outlive the lock.
@@ -645,21 +664,6 @@ fn lock(
                         (None, Some(s)) => ExitCode::from(128u8.saturating_add(s as u8)),
                         (None, None) => ExitCode::from(1),
                     });
-                }
-                n = r.read_line(&mut node_line) => {
-                    break match n {
-                        Ok(n) if n > 0 && node_line.ends_with('\n') => {
-                            let why = serde_json::from_str::<hilock::client::Reply>(node_line.trim_end())
-                                .ok()
-                                .and_then(|r| r.error)
-                                .unwrap_or_else(|| node_line.trim_end().to_string());
-                            (EXIT_LOCK_LOST, why)
-                        }
-                        _ => (
-                            EXIT_NODE_GONE,
-                            format!("lock on {path} lost: the connection to the node closed (node stopped or crashed)"),
-                        ),
-                    };
                 }
                 Some(s) = sig_rx.recv() => {
                     let _ = hilock::proc::signal_group(pgid, s);
