@@ -8,8 +8,8 @@ use hilock_kernel::agent::LockMode::{Read as R, Write as W};
 use hilock_kernel::agent::{AgentVariant, Req, Resolver, ServerVariant, SurrenderTo};
 use hilock_models::agents::AgentsTrace;
 use hilock_models::agents::{
-    AgentsModel, AgentsReport, ScriptLock, BOUNDED, EXCLUSION, NO_DEADLOCK, NO_PHANTOM,
-    ONE_SURRENDER,
+    AgentsModel, AgentsReport, Outcome, ScriptLock, BOUNDED, EXCLUSION, NO_DEADLOCK, NO_PHANTOM,
+    ONE_SURRENDER, OUTCOME,
 };
 use std::path::PathBuf;
 
@@ -114,7 +114,28 @@ fn classic() -> Vec<AgentsModel> {
             ],
         )
         .with_crash(1, "all over two servers, one may crash"),
+        majority_one_down(),
     ]
+}
+
+/// Majority over three servers with one down (issue 16, item 5): A0 locks `[1]` on a
+/// `majority` of S0, S1, S2; A1 locks `[2]` on `all` of S1, S2; S2 may crash at any point.
+/// A0 must commit in every run (two servers remain); A1 must commit, or abort naming S2
+/// when S2 is down (`transactions end as expected`). The locks are distinct: two agents
+/// contending for a `majority` lock can surrender without a deadlock (see
+/// [`majority_locks_can_surrender_without_a_deadlock`]).
+fn majority_one_down() -> AgentsModel {
+    model(
+        "majority over three servers, one may crash",
+        3,
+        &[
+            (&[(&[1], W, 0b111, Req::Majority)], false),
+            (&[(&[2], W, 0b110, ALL)], false),
+        ],
+    )
+    .with_crash(2, "majority over three servers, one may crash")
+    .with_outcome(0, Outcome::Commits)
+    .with_outcome(1, Outcome::CommitsOrDownAborts(2))
 }
 
 /// Three agents over three locks on one server, shaped like the runtime's random run that
@@ -173,6 +194,7 @@ const PINNED: &[(&str, usize)] = &[
         809,
     ),
     ("all over two servers, one may crash", 2282),
+    ("majority over three servers, one may crash", 65381),
 ];
 
 const VERSIONS_EXPECTED: &str = NO_DEADLOCK;
