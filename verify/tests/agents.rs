@@ -373,6 +373,56 @@ fn three_agents_three_locks_each_deadlock_resolved_by_one_surrender() {
     assert_eq!(r.unique_states, 752_707, "unique states changed");
 }
 
+/// The 4-cycle (issue 16, item 5): four agents on one server, agent `i` takes lock `i+1`
+/// and then asks for the next agent's lock (`/1 /2`, `/2 /3`, `/3 /4`, `/4 /1`).
+fn four_cycle() -> AgentsModel {
+    model(
+        "4-cycle (4 agents x 4 locks)",
+        1,
+        &[
+            (&[(&[1], W, 1, ALL), (&[2], W, 1, ALL)], false),
+            (&[(&[2], W, 1, ALL), (&[3], W, 1, ALL)], false),
+            (&[(&[3], W, 1, ALL), (&[4], W, 1, ALL)], false),
+            (&[(&[4], W, 1, ALL), (&[1], W, 1, ALL)], false),
+        ],
+    )
+}
+
+/// The majority transaction commits in every run although S2 may crash, and the `all`
+/// transaction is aborted naming S2 in some (its count is pinned in [`PINNED`]).
+#[test]
+fn majority_over_three_servers_with_one_down_commits_and_all_aborts_naming_it() {
+    let m = majority_one_down();
+    let r = check(&m);
+    assert!(r.ok(), "{}: violated {:?}", m.name, r.violations());
+    assert!(r.property(OUTCOME).is_some_and(|p| p.holds));
+    for reached in ["an abort", "every transaction commits"] {
+        assert!(!r.unreached().contains(&reached), "{reached} not reached");
+    }
+}
+
+/// The 4-cycle: every property, a surrender, a forward and every transaction committed
+/// reached. NOT RUN TO THE END: on the shared 2-core, 23 GB machine it was stopped after
+/// about 6 min (test profile) at 12 GB resident, so it has no pinned count and has not been
+/// seen to pass; behind `--ignored` and `HILOCK_AGENTS_4CYCLE=1` (so that a plain
+/// `--ignored` run does not take the machine's memory), listed in the README. The 4-cycle runs on real nodes in
+/// `runtime/tests/agents.rs` `two_three_and_four_cycles_and_a_hierarchical_cycle_are_resolved`.
+#[test]
+#[ignore]
+fn four_cycle_each_deadlock_resolved_by_one_surrender() {
+    if std::env::var_os("HILOCK_AGENTS_4CYCLE").is_none() {
+        println!("skipped: set HILOCK_AGENTS_4CYCLE=1 to run the 4-cycle (more than 12 GB)");
+        return;
+    }
+    let m = four_cycle();
+    let r = check(&m);
+    assert!(r.ok(), "{}: violated {:?}", m.name, r.violations());
+    for reached in ["a surrender", "a forward", "every transaction commits"] {
+        assert!(!r.unreached().contains(&reached), "{reached} not reached");
+    }
+    println!("unique states: {} (not pinned yet)", r.unique_states);
+}
+
 /// Found while building the runtime (issue 16, items 3 and 5), fixed in the kernel since:
 /// under the rule before the fix ([`Resolver::LargestHolderOfWaitComponent`]: a "cycle" is
 /// a strongly connected component of *waits*, through agents that only wait behind a
