@@ -831,23 +831,32 @@ impl AgentsModel {
         self.run(HasDiscoveries::AnyFailures)
     }
 
+    /// Runs the exhaustive check depth-first: the same reachable states as [`Self::check`]
+    /// with far less memory (no breadth-first frontier), for the larger configurations.
+    pub fn check_dfs(&self) -> AgentsReport {
+        self.run_with(HasDiscoveries::All, true)
+    }
+
     fn run(&self, finish: HasDiscoveries) -> AgentsReport {
+        self.run_with(finish, false)
+    }
+
+    fn run_with(&self, finish: HasDiscoveries, dfs: bool) -> AgentsReport {
         let t = Instant::now();
-        let checker = self
-            .clone()
-            .checker()
-            .finish_when(finish)
-            .spawn_bfs()
-            .join();
+        let builder = self.clone().checker().finish_when(finish);
+        if dfs {
+            self.report(&builder.spawn_dfs().join(), t)
+        } else {
+            self.report(&builder.spawn_bfs().join(), t)
+        }
+    }
+
+    fn report(&self, checker: &impl Checker<Self>, t: Instant) -> AgentsReport {
         let elapsed = t.elapsed();
-        let properties = crate::check::property_reports(
-            self,
-            &checker,
-            &SAFETY,
-            &[ENDS],
-            &REACHED,
-            |p, path| self.trace(p, path),
-        );
+        let properties =
+            crate::check::property_reports(self, checker, &SAFETY, &[ENDS], &REACHED, |p, path| {
+                self.trace(p, path)
+            });
         AgentsReport {
             config: self.name.clone(),
             states: checker.state_count(),

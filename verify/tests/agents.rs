@@ -373,6 +373,21 @@ fn three_agents_three_locks_each_deadlock_resolved_by_one_surrender() {
     assert_eq!(r.unique_states, 752_707, "unique states changed");
 }
 
+/// The depth-first check (used for the 4-cycle, which the breadth-first one cannot hold in
+/// memory here) reaches the same states and verdicts as the breadth-first one.
+#[test]
+fn depth_first_check_reaches_the_same_states() {
+    for m in classic()
+        .into_iter()
+        .filter(|m| !m.name.starts_with("3-cycle") && !m.name.starts_with("2-cycle and"))
+    {
+        let (b, d) = (m.check(), m.check_dfs());
+        assert_eq!(b.unique_states, d.unique_states, "{}", m.name);
+        assert_eq!(b.violations(), d.violations(), "{}", m.name);
+        assert_eq!(b.unreached(), d.unreached(), "{}", m.name);
+    }
+}
+
 /// The 4-cycle (issue 16, item 5): four agents on one server, agent `i` takes lock `i+1`
 /// and then asks for the next agent's lock (`/1 /2`, `/2 /3`, `/3 /4`, `/4 /1`).
 fn four_cycle() -> AgentsModel {
@@ -402,8 +417,9 @@ fn majority_over_three_servers_with_one_down_commits_and_all_aborts_naming_it() 
 }
 
 /// The 4-cycle: every property, a surrender, a forward and every transaction committed
-/// reached. NOT RUN TO THE END: on the shared 2-core, 23 GB machine it was stopped after
-/// about 6 min (test profile) at 12 GB resident, so it has no pinned count and has not been
+/// reached. Checked depth-first ([`AgentsModel::check_dfs`]): breadth-first it was stopped
+/// after about 6 min (test profile) at 12 GB resident on the shared 2-core, 23 GB machine.
+/// NOT RUN TO THE END depth-first either yet, so it has no pinned count and has not been
 /// seen to pass; behind `--ignored` and `HILOCK_AGENTS_4CYCLE=1` (so that a plain
 /// `--ignored` run does not take the machine's memory), listed in the README. The 4-cycle runs on real nodes in
 /// `runtime/tests/agents.rs` `two_three_and_four_cycles_and_a_hierarchical_cycle_are_resolved`.
@@ -415,7 +431,8 @@ fn four_cycle_each_deadlock_resolved_by_one_surrender() {
         return;
     }
     let m = four_cycle();
-    let r = check(&m);
+    let r = m.check_dfs();
+    println!("{}", r.summary());
     assert!(r.ok(), "{}: violated {:?}", m.name, r.violations());
     for reached in ["a surrender", "a forward", "every transaction commits"] {
         assert!(!r.unreached().contains(&reached), "{reached} not reached");
