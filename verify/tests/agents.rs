@@ -419,15 +419,15 @@ fn majority_over_three_servers_with_one_down_commits_and_all_aborts_naming_it() 
 /// The 4-cycle: every property, a surrender, a forward and every transaction committed
 /// reached. Checked depth-first ([`AgentsModel::check_dfs`]): breadth-first it was stopped
 /// after about 6 min (test profile) at 12 GB resident on the shared 2-core, 23 GB machine.
-/// NOT RUN TO THE END depth-first either yet, so it has no pinned count and has not been
-/// seen to pass; behind `--ignored` and `HILOCK_AGENTS_4CYCLE=1` (so that a plain
+/// NOT RUN TO THE END depth-first either: stopped after about 11 min (8.7 min CPU) at
+/// 0.6 GB resident, still growing; so it has no pinned count and has not been seen to pass; behind `--ignored` and `HILOCK_AGENTS_4CYCLE=1` (so that a plain
 /// `--ignored` run does not take the machine's memory), listed in the README. The 4-cycle runs on real nodes in
 /// `runtime/tests/agents.rs` `two_three_and_four_cycles_and_a_hierarchical_cycle_are_resolved`.
 #[test]
 #[ignore]
 fn four_cycle_each_deadlock_resolved_by_one_surrender() {
     if std::env::var_os("HILOCK_AGENTS_4CYCLE").is_none() {
-        println!("skipped: set HILOCK_AGENTS_4CYCLE=1 to run the 4-cycle (more than 12 GB)");
+        println!("skipped: set HILOCK_AGENTS_4CYCLE=1 to run the 4-cycle (more than 11 min)");
         return;
     }
     let m = four_cycle();
