@@ -40,9 +40,9 @@
 //! - `sometimes`: a surrender, a forward, every transaction committed, an abort.
 
 use hilock_kernel::agent::{
-    Agent, AgentError, AgentInput, AgentOutput, AgentVariant, Announce, LockInfo, LockMode,
-    LockPath, LockServer, QEntry, Report, Req, Rule, ServerId, ServerMsg, ServerVariant, Servers,
-    Status, WaitGraph,
+    AbortReason, Agent, AgentError, AgentInput, AgentOutput, AgentVariant, Announce, LockInfo,
+    LockMode, LockPath, LockServer, QEntry, Report, Req, Rule, ServerId, ServerMsg, ServerVariant,
+    Servers, Status, WaitGraph,
 };
 use hilock_spec::VecSink;
 use serde::Serialize;
@@ -79,16 +79,19 @@ pub const NO_PHANTOM: &str = "no phantom deadlock";
 pub const BOUNDED: &str = "versions bounded";
 /// Property name.
 pub const ONE_SURRENDER: &str = "one surrender per deadlock";
+/// Property name: every transaction given an [`Outcome`] ends as it says.
+pub const OUTCOME: &str = "transactions end as expected";
 /// Property name (`eventually`).
 pub const ENDS: &str = "every transaction eventually ends";
 /// The `always` properties.
-pub const SAFETY: [&str; 6] = [
+pub const SAFETY: [&str; 7] = [
     EXCLUSION,
     NO_ERROR,
     NO_DEADLOCK,
     NO_PHANTOM,
     ONE_SURRENDER,
     BOUNDED,
+    OUTCOME,
 ];
 /// The `sometimes` properties.
 pub const REACHED: [&str; 4] = [
@@ -124,6 +127,31 @@ pub struct Script {
     pub abort_on_deadlock: bool,
 }
 
+/// How a transaction must have ended in every state where no action is enabled
+/// ([`AgentsModel::with_outcome`]; property `transactions end as expected`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Outcome {
+    /// Committed.
+    Commits,
+    /// Committed, or aborted because server `.0` went down (naming it); the abort only
+    /// while that server is down.
+    CommitsOrDownAborts(u16),
+}
+
+impl Outcome {
+    /// Whether `status` (with the set `down` of crashed servers) fits.
+    pub fn fits(self, status: Status, down: u32) -> bool {
+        match self {
+            Outcome::Commits => status == Status::Committed,
+            Outcome::CommitsOrDownAborts(s) => {
+                status == Status::Committed
+                    || (status == Status::Aborted(AbortReason::ServersDown(ServerId(s)))
+                        && down & (1 << s) != 0)
+            }
+        }
+    }
+}
+
 /// Delivery between processes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
 pub enum Delivery {
@@ -152,6 +180,8 @@ pub struct AgentsModel {
     pub max_version: u32,
     /// A server that may crash (once, at any point of a run).
     pub crash: Option<u16>,
+    /// Per agent, how its transaction must end (checked where no action is enabled).
+    pub outcomes: Vec<(u16, Outcome)>,
 }
 
 /// A process.
@@ -400,6 +430,7 @@ impl AgentsModel {
             delivery: Delivery::FifoPerPair,
             max_version: 40,
             crash: None,
+            outcomes: Vec::new(),
         })
     }
 
@@ -416,6 +447,21 @@ impl AgentsModel {
         self.crash = Some(server);
         self.name = name.to_string();
         self
+    }
+
+    /// The same configuration where agent `agent`'s transaction must end as `outcome`.
+    pub fn with_outcome(mut self, agent: u16, outcome: Outcome) -> Self {
+        self.outcomes.push((agent, outcome));
+        self
+    }
+
+    /// Whether every transaction given an outcome ended as it says.
+    pub fn outcomes_fit(&self, st: &AState) -> bool {
+        self.outcomes.iter().all(|&(a, o)| {
+            st.agents
+                .get(a as usize)
+                .is_some_and(|ag| o.fits(ag.status(), st.down))
+        })
     }
 
     /// The same configuration with another bound on the servers' version counters.
@@ -785,23 +831,32 @@ impl AgentsModel {
         self.run(HasDiscoveries::AnyFailures)
     }
 
+    /// Runs the exhaustive check depth-first: the same reachable states as [`Self::check`]
+    /// with far less memory (no breadth-first frontier), for the larger configurations.
+    pub fn check_dfs(&self) -> AgentsReport {
+        self.run_with(HasDiscoveries::All, true)
+    }
+
     fn run(&self, finish: HasDiscoveries) -> AgentsReport {
+        self.run_with(finish, false)
+    }
+
+    fn run_with(&self, finish: HasDiscoveries, dfs: bool) -> AgentsReport {
         let t = Instant::now();
-        let checker = self
-            .clone()
-            .checker()
-            .finish_when(finish)
-            .spawn_bfs()
-            .join();
+        let builder = self.clone().checker().finish_when(finish);
+        if dfs {
+            self.report(&builder.spawn_dfs().join(), t)
+        } else {
+            self.report(&builder.spawn_bfs().join(), t)
+        }
+    }
+
+    fn report(&self, checker: &impl Checker<Self>, t: Instant) -> AgentsReport {
         let elapsed = t.elapsed();
-        let properties = crate::check::property_reports(
-            self,
-            &checker,
-            &SAFETY,
-            &[ENDS],
-            &REACHED,
-            |p, path| self.trace(p, path),
-        );
+        let properties =
+            crate::check::property_reports(self, checker, &SAFETY, &[ENDS], &REACHED, |p, path| {
+                self.trace(p, path)
+            });
         AgentsReport {
             config: self.name.clone(),
             states: checker.state_count(),
@@ -882,6 +937,15 @@ impl AgentsModel {
             (NO_PHANTOM, Some(st)) => format!(
                 "A{} resolved a deadlock that the servers' queues never had it in",
                 st.phantom.unwrap_or(0)
+            ),
+            (OUTCOME, Some(st)) => format!(
+                "no action is enabled and a transaction ended otherwise than expected: {}",
+                st.agents
+                    .iter()
+                    .enumerate()
+                    .map(|(k, a)| format!("A{k} ({:?})", a.status()))
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ),
             (BOUNDED, Some(st)) => format!(
                 "a server's version counter reached {}",
@@ -1091,6 +1155,9 @@ impl Model for AgentsModel {
             }),
             Property::always(NO_PHANTOM, |_, st: &AState| st.phantom.is_none()),
             Property::always(ONE_SURRENDER, |_, st: &AState| st.extra_surrender.is_none()),
+            Property::always(OUTCOME, |m: &Self, st: &AState| {
+                m.outcomes.is_empty() || st.error.is_some() || !m.terminal(st) || m.outcomes_fit(st)
+            }),
             Property::eventually(ENDS, |_, st: &AState| Self::all_ended(st)),
             Property::always(BOUNDED, |m: &Self, st: &AState| {
                 Self::max_version(st) <= m.max_version

@@ -8,8 +8,8 @@ use hilock_kernel::agent::LockMode::{Read as R, Write as W};
 use hilock_kernel::agent::{AgentVariant, Req, Resolver, ServerVariant, SurrenderTo};
 use hilock_models::agents::AgentsTrace;
 use hilock_models::agents::{
-    AgentsModel, AgentsReport, ScriptLock, BOUNDED, EXCLUSION, NO_DEADLOCK, NO_PHANTOM,
-    ONE_SURRENDER,
+    AgentsModel, AgentsReport, Outcome, ScriptLock, BOUNDED, EXCLUSION, NO_DEADLOCK, NO_PHANTOM,
+    ONE_SURRENDER, OUTCOME,
 };
 use std::path::PathBuf;
 
@@ -114,7 +114,28 @@ fn classic() -> Vec<AgentsModel> {
             ],
         )
         .with_crash(1, "all over two servers, one may crash"),
+        majority_one_down(),
     ]
+}
+
+/// Majority over three servers with one down (issue 16, item 5): A0 locks `[1]` on a
+/// `majority` of S0, S1, S2; A1 locks `[2]` on `all` of S1, S2; S2 may crash at any point.
+/// A0 must commit in every run (two servers remain); A1 must commit, or abort naming S2
+/// when S2 is down (`transactions end as expected`). The locks are distinct: two agents
+/// contending for a `majority` lock can surrender without a deadlock (see
+/// [`majority_locks_can_surrender_without_a_deadlock`]).
+fn majority_one_down() -> AgentsModel {
+    model(
+        "majority over three servers, one may crash",
+        3,
+        &[
+            (&[(&[1], W, 0b111, Req::Majority)], false),
+            (&[(&[2], W, 0b110, ALL)], false),
+        ],
+    )
+    .with_crash(2, "majority over three servers, one may crash")
+    .with_outcome(0, Outcome::Commits)
+    .with_outcome(1, Outcome::CommitsOrDownAborts(2))
 }
 
 /// Three agents over three locks on one server, shaped like the runtime's random run that
@@ -173,6 +194,7 @@ const PINNED: &[(&str, usize)] = &[
         809,
     ),
     ("all over two servers, one may crash", 2282),
+    ("majority over three servers, one may crash", 65381),
 ];
 
 const VERSIONS_EXPECTED: &str = NO_DEADLOCK;
@@ -349,6 +371,73 @@ fn three_agents_three_locks_each_deadlock_resolved_by_one_surrender() {
     let r = check(&m);
     assert!(r.ok(), "{}: violated {:?}", m.name, r.violations());
     assert_eq!(r.unique_states, 752_707, "unique states changed");
+}
+
+/// The depth-first check (used for the 4-cycle, which the breadth-first one cannot hold in
+/// memory here) reaches the same states and verdicts as the breadth-first one.
+#[test]
+fn depth_first_check_reaches_the_same_states() {
+    for m in classic()
+        .into_iter()
+        .filter(|m| !m.name.starts_with("3-cycle") && !m.name.starts_with("2-cycle and"))
+    {
+        let (b, d) = (m.check(), m.check_dfs());
+        assert_eq!(b.unique_states, d.unique_states, "{}", m.name);
+        assert_eq!(b.violations(), d.violations(), "{}", m.name);
+        assert_eq!(b.unreached(), d.unreached(), "{}", m.name);
+    }
+}
+
+/// The 4-cycle (issue 16, item 5): four agents on one server, agent `i` takes lock `i+1`
+/// and then asks for the next agent's lock (`/1 /2`, `/2 /3`, `/3 /4`, `/4 /1`).
+fn four_cycle() -> AgentsModel {
+    model(
+        "4-cycle (4 agents x 4 locks)",
+        1,
+        &[
+            (&[(&[1], W, 1, ALL), (&[2], W, 1, ALL)], false),
+            (&[(&[2], W, 1, ALL), (&[3], W, 1, ALL)], false),
+            (&[(&[3], W, 1, ALL), (&[4], W, 1, ALL)], false),
+            (&[(&[4], W, 1, ALL), (&[1], W, 1, ALL)], false),
+        ],
+    )
+}
+
+/// The majority transaction commits in every run although S2 may crash, and the `all`
+/// transaction is aborted naming S2 in some (its count is pinned in [`PINNED`]).
+#[test]
+fn majority_over_three_servers_with_one_down_commits_and_all_aborts_naming_it() {
+    let m = majority_one_down();
+    let r = check(&m);
+    assert!(r.ok(), "{}: violated {:?}", m.name, r.violations());
+    assert!(r.property(OUTCOME).is_some_and(|p| p.holds));
+    for reached in ["an abort", "every transaction commits"] {
+        assert!(!r.unreached().contains(&reached), "{reached} not reached");
+    }
+}
+
+/// The 4-cycle: every property, a surrender, a forward and every transaction committed
+/// reached. Checked depth-first ([`AgentsModel::check_dfs`]): breadth-first it was stopped
+/// after about 6 min (test profile) at 12 GB resident on the shared 2-core, 23 GB machine.
+/// NOT RUN TO THE END depth-first either: stopped after about 11 min (8.7 min CPU) at
+/// 0.6 GB resident, still growing; so it has no pinned count and has not been seen to pass; behind `--ignored` and `HILOCK_AGENTS_4CYCLE=1` (so that a plain
+/// `--ignored` run does not take the machine's memory), listed in the README. The 4-cycle runs on real nodes in
+/// `runtime/tests/agents.rs` `two_three_and_four_cycles_and_a_hierarchical_cycle_are_resolved`.
+#[test]
+#[ignore]
+fn four_cycle_each_deadlock_resolved_by_one_surrender() {
+    if std::env::var_os("HILOCK_AGENTS_4CYCLE").is_none() {
+        println!("skipped: set HILOCK_AGENTS_4CYCLE=1 to run the 4-cycle (more than 11 min)");
+        return;
+    }
+    let m = four_cycle();
+    let r = m.check_dfs();
+    println!("{}", r.summary());
+    assert!(r.ok(), "{}: violated {:?}", m.name, r.violations());
+    for reached in ["a surrender", "a forward", "every transaction commits"] {
+        assert!(!r.unreached().contains(&reached), "{reached} not reached");
+    }
+    println!("unique states: {} (not pinned yet)", r.unique_states);
 }
 
 /// Found while building the runtime (issue 16, items 3 and 5), fixed in the kernel since:
