@@ -656,6 +656,12 @@ fn a_reissue_that_outranks_the_pending_request_is_forwarded() {
     );
 }
 
+/// The local queue of `L` at `site` as (requester, priority), head first.
+fn queued(site: &S) -> Vec<(u16, u8)> {
+    let q = site.lock(L).unwrap().queue();
+    q.iter().map(|e| (e.requester.0, e.prio)).collect()
+}
+
 /// PIP at the token node (Fig. 3.8): a rise of the site's priority raises its own queued
 /// request, not another node's, and Rule 8.1 puts it first.
 #[test]
@@ -673,21 +679,7 @@ fn a_priority_rise_at_the_token_node_raises_its_own_queued_request() {
             mode: Mode::W,
         },
     );
-    let queued: Vec<(u16, u8)> = token
-        .lock(L)
-        .unwrap()
-        .queue()
-        .iter()
-        .map(|e| (e.requester.0, e.prio))
-        .collect();
-    assert_eq!(queued, [(3, 0), (0, 0)]);
+    assert_eq!(queued(&token), [(3, 0), (0, 0)]);
     input(&mut token, Input::SetPriority { base: 5 });
-    let queued: Vec<(u16, u8)> = token
-        .lock(L)
-        .unwrap()
-        .queue()
-        .iter()
-        .map(|e| (e.requester.0, e.prio))
-        .collect();
-    assert_eq!(queued, [(0, 5), (3, 0)]);
+    assert_eq!(queued(&token), [(0, 5), (3, 0)]);
 }
