@@ -1888,7 +1888,9 @@ async fn serve_peer(
     debug!(%addr, peer = from, delivered, "peer authenticated");
     let mut acked = delivered;
     let mut ack_at: Option<Instant> = None;
-    let mut beat = tokio::time::interval(HEARTBEAT);
+    // The first heartbeat is one period away: an immediate tick would send an
+    // acknowledgement of nothing ahead of the frames the peer is sending right now.
+    let mut beat = tokio::time::interval_at(Instant::now() + HEARTBEAT, HEARTBEAT);
     let reason = loop {
         let b = tokio::select! {
             b = fr.next() => b,

@@ -481,6 +481,9 @@ async fn garbage_and_bad_handshakes_are_refused_and_the_node_keeps_serving() {
         wire::decode::<Hello>(&b).unwrap(),
         Hello::Welcome { delivered: 0 }
     );
+    // A pause after the Welcome: no heartbeat acknowledgement may come before the first
+    // one is due (one HEARTBEAT period), so the next Ack is the one for message 1.
+    tokio::time::sleep(Duration::from_millis(20)).await;
     c.send(release(1)).await.unwrap();
     c.send(release(1)).await.unwrap();
     // The acknowledgement comes within the ack delay.
