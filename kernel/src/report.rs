@@ -6,6 +6,7 @@
 //! depends on it.
 
 use core::fmt;
+use core::marker::PhantomData;
 
 macro_rules! rules {
     ($( $(#[$doc:meta])* $name:ident = $label:literal, )*) => {
@@ -114,47 +115,102 @@ impl fmt::Display for Rule {
     }
 }
 
-/// A set of [`Rule`]s (a bit set; iteration in declaration order).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
-pub struct RuleSet(u64);
+/// The rules of one engine, named: an enum of at most 64 variants (`#[repr(u8)]`, declared
+/// in order), each with a label. [`Rule`] (the thesis), `agent::Rule` (seed 001) and
+/// `chord::Rule` (seed 003) are the three; [`Rules`] is the one bit set over any of them.
+pub trait RuleName: Copy + 'static {
+    /// Every rule, in declaration order (at most 64).
+    const ALL: &'static [Self];
+    /// The rule's position in [`RuleName::ALL`].
+    fn index(self) -> u8;
+    /// The rule's short label, as its source names it.
+    fn label(self) -> &'static str;
+}
 
-impl RuleSet {
+impl RuleName for Rule {
+    const ALL: &'static [Rule] = Rule::ALL;
+    fn index(self) -> u8 {
+        self as u8
+    }
+    fn label(self) -> &'static str {
+        Rule::label(self)
+    }
+}
+
+/// A set of rules of one engine (a bit set; iteration in declaration order). Serialised as
+/// its bits (a number).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(transparent, bound = "")
+)]
+pub struct Rules<R> {
+    bits: u64,
+    #[cfg_attr(feature = "serde", serde(skip))]
+    _rule: PhantomData<R>,
+}
+
+/// The thesis's rules that one token-engine step applied.
+pub type RuleSet = Rules<Rule>;
+
+impl<R> Default for Rules<R> {
+    fn default() -> Self {
+        Self::EMPTY
+    }
+}
+
+impl<R> Rules<R> {
     /// The empty set.
-    pub const EMPTY: RuleSet = RuleSet(0);
-
-    /// Adds `r`.
-    pub fn insert(&mut self, r: Rule) {
-        self.0 |= 1 << (r as u8);
-    }
-
-    /// Whether `r` is in the set.
-    pub fn contains(self, r: Rule) -> bool {
-        self.0 & (1 << (r as u8)) != 0
-    }
+    pub const EMPTY: Self = Rules {
+        bits: 0,
+        _rule: PhantomData,
+    };
 
     /// Whether the set is empty.
     pub fn is_empty(self) -> bool {
-        self.0 == 0
+        self.bits == 0
     }
 
     /// Number of rules in the set.
     pub fn len(self) -> usize {
-        self.0.count_ones() as usize
-    }
-
-    /// The rules, in declaration order.
-    pub fn iter(self) -> impl Iterator<Item = Rule> {
-        Rule::ALL.iter().copied().filter(move |r| self.contains(*r))
+        self.bits.count_ones() as usize
     }
 
     /// The union of two sets.
-    pub fn union(self, other: RuleSet) -> RuleSet {
-        RuleSet(self.0 | other.0)
+    pub fn union(self, other: Self) -> Self {
+        Rules {
+            bits: self.bits | other.bits,
+            _rule: PhantomData,
+        }
     }
 }
 
-impl fmt::Display for RuleSet {
+impl<R: RuleName> Rules<R> {
+    /// The set of `r` alone.
+    pub fn of(r: R) -> Self {
+        let mut s = Self::EMPTY;
+        s.insert(r);
+        s
+    }
+
+    /// Adds `r`.
+    pub fn insert(&mut self, r: R) {
+        self.bits |= 1 << r.index();
+    }
+
+    /// Whether `r` is in the set.
+    pub fn contains(self, r: R) -> bool {
+        self.bits & (1 << r.index()) != 0
+    }
+
+    /// The rules, in declaration order.
+    pub fn iter(self) -> impl Iterator<Item = R> {
+        R::ALL.iter().copied().filter(move |r| self.contains(*r))
+    }
+}
+
+impl<R: RuleName> fmt::Display for Rules<R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         for (i, r) in self.iter().enumerate() {
             if i > 0 {
@@ -191,6 +247,33 @@ mod tests {
         one.insert(Rule::Rule6FreezeSent);
         assert!(one.contains(Rule::Rule6FreezeSent) && !one.contains(Rule::Rule2Local));
         assert_eq!(one.to_string_for_test(), "Rule 6 (freeze to children)");
+    }
+
+    fn indexes_are_positions<R: RuleName>() {
+        assert!(R::ALL.len() <= 64);
+        for (i, r) in R::ALL.iter().enumerate() {
+            assert_eq!(usize::from(r.index()), i, "{}", r.label());
+        }
+        let mut s = Rules::<R>::EMPTY;
+        for r in R::ALL.iter().rev() {
+            s.insert(*r);
+        }
+        assert_eq!(s.len(), R::ALL.len());
+        assert!(s.iter().map(R::index).eq(R::ALL.iter().map(|r| r.index())));
+        assert!(Rules::of(R::ALL[0]).contains(R::ALL[0]));
+        assert!(!Rules::of(R::ALL[0]).contains(R::ALL[R::ALL.len() - 1]));
+    }
+
+    #[test]
+    fn the_three_engines_rules_share_one_set() {
+        indexes_are_positions::<Rule>();
+        indexes_are_positions::<crate::agent::Rule>();
+        indexes_are_positions::<crate::chord::Rule>();
+        let two = Rules::of(crate::chord::Rule::LockLocal)
+            .union(Rules::of(crate::chord::Rule::BackupModified));
+        let mut s = heapless::String::<64>::new();
+        core::fmt::Write::write_fmt(&mut s, format_args!("{two}")).unwrap();
+        assert_eq!(s, "(a) lock, (a)/(b) backup modified");
     }
 
     impl RuleSet {

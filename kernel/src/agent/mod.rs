@@ -539,43 +539,18 @@ impl fmt::Display for Rule {
     }
 }
 
-/// The rules one step applied (a bit set, iterated in declaration order).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
-pub struct Report {
-    bits: u32,
-}
-
-impl Report {
-    /// Adds `r`.
-    pub fn insert(&mut self, r: Rule) {
-        self.bits |= 1 << (r as u8);
+impl crate::report::RuleName for Rule {
+    const ALL: &'static [Rule] = Rule::ALL;
+    fn index(self) -> u8 {
+        self as u8
     }
-    /// Whether `r` fired.
-    pub fn contains(self, r: Rule) -> bool {
-        self.bits & (1 << (r as u8)) != 0
-    }
-    /// The rules, in declaration order.
-    pub fn iter(self) -> impl Iterator<Item = Rule> {
-        Rule::ALL.iter().copied().filter(move |r| self.contains(*r))
-    }
-    /// Whether nothing fired.
-    pub fn is_empty(self) -> bool {
-        self.bits == 0
+    fn label(self) -> &'static str {
+        Rule::label(self)
     }
 }
 
-impl fmt::Display for Report {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for (i, r) in self.iter().enumerate() {
-            if i > 0 {
-                f.write_str(", ")?;
-            }
-            f.write_str(r.label())?;
-        }
-        Ok(())
-    }
-}
+/// The rules one step applied (the kernel's one rule set, [`crate::report::Rules`]).
+pub type Report = crate::report::Rules<Rule>;
 
 #[cfg(test)]
 mod tests {

@@ -346,31 +346,43 @@ impl Rule {
     ];
 }
 
-/// The rules one step fired.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub struct Report {
-    bits: u32,
+impl crate::report::RuleName for Rule {
+    const ALL: &'static [Rule] = &Rule::ALL;
+    fn index(self) -> u8 {
+        self as u8
+    }
+    fn label(self) -> &'static str {
+        match self {
+            Rule::LockRefused => "(a) lock refused",
+            Rule::LockLocal => "(a) lock",
+            Rule::UnlockNotLocked => "(b) unlock of a free lock",
+            Rule::UnlockLocal => "(b) unlock",
+            Rule::DelLock => "(c) dellock",
+            Rule::BackupModified => "(a)/(b) backup modified",
+            Rule::Answered => "(a)/(b) answered",
+            Rule::Append => "(d) append",
+            Rule::FetchServed => "(d) fetch served",
+            Rule::FetchDumped => "(d) fetch dumped",
+            Rule::Remove => "(e) remove",
+            Rule::RemoteTableOp => "remote table op",
+            Rule::Redirected => "redirected",
+            Rule::RetryLater => "retry later",
+            Rule::Idempotent => "idempotent retry",
+            Rule::WriteStarted => "write started",
+            Rule::Replicated => "replicated",
+            Rule::WriteAcknowledged => "write acknowledged",
+            Rule::ViewInstalled => "view installed",
+            Rule::TransferMerged => "transfer merged",
+            Rule::Stale => "stale",
+            Rule::Sent => "sent",
+            Rule::Done => "done",
+            Rule::Resent => "resent",
+        }
+    }
 }
 
-impl Report {
-    /// Adds `r`.
-    pub fn insert(&mut self, r: Rule) {
-        self.bits |= 1 << (r as u8);
-    }
-    /// Whether `r` fired.
-    pub fn contains(self, r: Rule) -> bool {
-        self.bits & (1 << (r as u8)) != 0
-    }
-    /// The rules, in declaration order.
-    pub fn iter(self) -> impl Iterator<Item = Rule> {
-        Rule::ALL.iter().copied().filter(move |r| self.contains(*r))
-    }
-    fn of(r: Rule) -> Self {
-        let mut rep = Report::default();
-        rep.insert(r);
-        rep
-    }
-}
+/// The rules one step fired (the kernel's one rule set, [`crate::report::Rules`]).
+pub type Report = crate::report::Rules<Rule>;
 
 /// Why an input was rejected. A rejected input changes nothing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
