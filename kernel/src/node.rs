@@ -587,23 +587,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         let f0 = self.frozen;
         let before = self.owned();
         let reattach = self.parent == Some(from) && before != Mode::Phi;
-        if let Some(old) = self.parent {
-            if old != from && before != Mode::Phi {
-                // Leaving the old parent: its record of us must drop to Φ.
-                cx.fire(Rule::LeaveOldParent);
-                let e = self.peers[old.idx()].child_epoch;
-                cx.send(
-                    old,
-                    Msg::Release {
-                        lock: cx.lock,
-                        owned: Mode::Phi,
-                        epoch: e,
-                    },
-                )?;
-            }
-        }
-        self.shortcut = None;
-        self.forget_routes();
+        self.leave_old_parent(cx, from, before)?;
         self.parent = Some(from);
         self.held = entry.mode;
         self.fence = self.fence.max(fence);
@@ -675,22 +659,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         self.generation_seen = generation;
         let f0 = self.frozen;
         let before = self.owned();
-        if let Some(old) = self.parent {
-            if old != from && before != Mode::Phi {
-                cx.fire(Rule::LeaveOldParent);
-                let e = self.peers[old.idx()].child_epoch;
-                cx.send(
-                    old,
-                    Msg::Release {
-                        lock: cx.lock,
-                        owned: Mode::Phi,
-                        epoch: e,
-                    },
-                )?;
-            }
-        }
-        self.shortcut = None;
-        self.forget_routes();
+        self.leave_old_parent(cx, from, before)?;
         self.parent = None;
         self.token = Some(generation);
         self.fence = self.fence.max(fence);
@@ -1140,6 +1109,35 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
                 Ok(to)
             }
         }
+    }
+
+    /// hilock (SPEC.md 4, "leave old parent"): a grant or the token from `from` makes it
+    /// this site's parent; a site that owned `before` ≠ Φ under another parent tells that
+    /// parent its record of this site drops to Φ. The routes learnt under the old parent
+    /// are dropped.
+    fn leave_old_parent<S: Sink<Output<Msg<Q>>>>(
+        &mut self,
+        cx: &mut Ctx<'_, Q, S>,
+        from: NodeId,
+        before: Mode,
+    ) -> Result<(), KernelError> {
+        if let Some(old) = self.parent {
+            if old != from && before != Mode::Phi {
+                cx.fire(Rule::LeaveOldParent);
+                let e = self.peers[old.idx()].child_epoch;
+                cx.send(
+                    old,
+                    Msg::Release {
+                        lock: cx.lock,
+                        owned: Mode::Phi,
+                        epoch: e,
+                    },
+                )?;
+            }
+        }
+        self.shortcut = None;
+        self.forget_routes();
+        Ok(())
     }
 
     /// Drops every [`Forwarding::ClassPointers`] pointer.

@@ -8,9 +8,11 @@
 use core::fmt;
 use core::marker::PhantomData;
 
-macro_rules! rules {
-    ($( $(#[$doc:meta])* $name:ident = $label:literal, )*) => {
-        /// A rule (or hilock decision) that a step applied.
+/// Declares an engine's `Rule` enum (at most 64 rules, `#[repr(u8)]`, in order) with its
+/// labels: `ALL`, `label`, `Display` and [`RuleName`], so that [`Rules`] is its rule set.
+macro_rules! named_rules {
+    ($(#[$enum_doc:meta])* ; $( $(#[$doc:meta])* $name:ident = $label:literal, )*) => {
+        $(#[$enum_doc])*
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
         #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
         #[repr(u8)]
@@ -22,17 +24,36 @@ macro_rules! rules {
             /// Every rule, in declaration order.
             pub const ALL: &'static [Rule] = &[$(Rule::$name,)*];
 
-            /// The rule's short label, as the thesis names it.
+            /// The rule's short label, as its source names it.
             pub const fn label(self) -> &'static str {
                 match self {
                     $( Rule::$name => $label, )*
                 }
             }
         }
+
+        impl core::fmt::Display for Rule {
+            fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+                f.write_str(self.label())
+            }
+        }
+
+        impl $crate::report::RuleName for Rule {
+            const ALL: &'static [Rule] = Rule::ALL;
+            fn index(self) -> u8 {
+                self as u8
+            }
+            fn label(self) -> &'static str {
+                Rule::label(self)
+            }
+        }
     };
 }
+pub(crate) use named_rules;
 
-rules! {
+named_rules! {
+    /// A rule (or hilock decision) that a step applied.
+    ;
     /// Rule 2: the owned mode covers the request (M_O ≥ M_R, compatible, not frozen): the
     /// site enters without a message.
     Rule2Local = "Rule 2 (local grant)",
@@ -109,12 +130,6 @@ rules! {
     StaleFreeze = "stale freeze",
 }
 
-impl fmt::Display for Rule {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.label())
-    }
-}
-
 /// The rules of one engine, named: an enum of at most 64 variants (`#[repr(u8)]`, declared
 /// in order), each with a label. [`Rule`] (the thesis), `agent::Rule` (seed 001) and
 /// `chord::Rule` (seed 003) are the three; [`Rules`] is the one bit set over any of them.
@@ -125,16 +140,6 @@ pub trait RuleName: Copy + 'static {
     fn index(self) -> u8;
     /// The rule's short label, as its source names it.
     fn label(self) -> &'static str;
-}
-
-impl RuleName for Rule {
-    const ALL: &'static [Rule] = Rule::ALL;
-    fn index(self) -> u8 {
-        self as u8
-    }
-    fn label(self) -> &'static str {
-        Rule::label(self)
-    }
 }
 
 /// A set of rules of one engine (a bit set; iteration in declaration order). Serialised as

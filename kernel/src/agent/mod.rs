@@ -453,31 +453,9 @@ impl fmt::Display for AgentError {
     }
 }
 
-macro_rules! agent_rules {
-    ($( $(#[$doc:meta])* $name:ident = $label:literal, )*) => {
-        /// A rule of the seed that a server or agent step applied.
-        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-        #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
-        #[repr(u8)]
-        pub enum Rule {
-            $( $(#[$doc])* $name, )*
-        }
-
-        impl Rule {
-            /// Every rule, in declaration order.
-            pub const ALL: &'static [Rule] = &[$(Rule::$name,)*];
-
-            /// The rule's short label.
-            pub const fn label(self) -> &'static str {
-                match self {
-                    $( Rule::$name => $label, )*
-                }
-            }
-        }
-    };
-}
-
-agent_rules! {
+crate::report::named_rules! {
+    /// A rule of the seed that a server or agent step applied.
+    ;
     /// Server: a request was put at the end of the queue ("put at the end of the queue and
     /// all clients in the queue are notified").
     Enqueue = "S1 enqueue",
@@ -531,22 +509,6 @@ agent_rules! {
     AbortServersDown = "A8 abort: servers down",
     /// Agent: the transaction ended (commit or client abort): every server releases.
     Finish = "A9 finish",
-}
-
-impl fmt::Display for Rule {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.label())
-    }
-}
-
-impl crate::report::RuleName for Rule {
-    const ALL: &'static [Rule] = Rule::ALL;
-    fn index(self) -> u8 {
-        self as u8
-    }
-    fn label(self) -> &'static str {
-        Rule::label(self)
-    }
 }
 
 /// The rules one step applied (the kernel's one rule set, [`crate::report::Rules`]).
