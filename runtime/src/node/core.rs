@@ -1,0 +1,613 @@
+//! The core task: one kernel site per lock path, the local holders and waiters of each,
+//! and the node's answers to its callers.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use hilock_kernel::mode::strongest;
+use hilock_kernel::{compatible, Input, KernelError, Mode, NodeId, Output, Priority};
+use tokio::sync::{mpsc, oneshot};
+use tracing::warn;
+
+use super::{Error, LockStatus, Shared};
+use crate::wire::{self, initial_holder, Frame, KMsg, KOutputs, LockSite, LOCK};
+
+pub(super) type Reply<T> = oneshot::Sender<Result<T, Error>>;
+
+pub(super) enum Cmd {
+    Acquire {
+        path: String,
+        mode: Mode,
+        prio: Priority,
+        nested: bool,
+        ticket: u64,
+        /// The hold id and the hold's fencing token.
+        reply: Reply<(u64, u64)>,
+    },
+    Release {
+        path: String,
+        hold: u64,
+    },
+    Upgrade {
+        path: String,
+        hold: u64,
+        /// The fencing token of the W hold.
+        reply: Reply<u64>,
+    },
+    Deliver {
+        from: NodeId,
+        // Boxed: a token frame is a few hundred bytes, every other command is small.
+        frame: Box<Frame>,
+    },
+    Status {
+        reply: oneshot::Sender<Vec<LockStatus>>,
+    },
+    /// Where request `ticket` for `path` stands (for a timeout's error).
+    Explain {
+        path: String,
+        ticket: u64,
+        reply: oneshot::Sender<String>,
+    },
+    /// Answered once every command before it has been handled.
+    Flush {
+        reply: oneshot::Sender<()>,
+    },
+    /// A majority of the cluster has let this run of the node in: it may grant.
+    Admitted,
+    /// A peer knew an earlier run of this node: serve nothing.
+    Fenced {
+        reason: String,
+    },
+    /// A peer is a new run of a node this node knew.
+    PeerRestarted {
+        peer: u16,
+    },
+}
+
+struct Waiter {
+    /// The caller's request number ([`Cmd::Explain`]).
+    ticket: u64,
+    mode: Mode,
+    prio: Priority,
+    /// Made by a caller that holds another lock of this node ([`Options::nested`]).
+    nested: bool,
+    reply: Reply<(u64, u64)>,
+}
+
+/// A U → W upgrade asked for by holder `hold`.
+struct Upgrading {
+    hold: u64,
+    reply: Option<Reply<u64>>,
+    /// Given to the kernel (only once `hold` is the only local holder).
+    issued: bool,
+}
+
+struct LockEntry {
+    site: Box<LockSite>,
+    /// The kernel's held mode M_H: covers every local holder's mode.
+    held: Mode,
+    /// Local holders: hold id and mode; pairwise compatible (Table 2.1).
+    holders: Vec<(u64, Mode)>,
+    waiters: VecDeque<Waiter>,
+    requesting: Option<Waiter>,
+    upgrading: Option<Upgrading>,
+    release_when_upgraded: bool,
+}
+
+impl LockEntry {
+    /// The fencing token of the site's current hold (0 while it holds nothing).
+    fn fence(&self) -> u64 {
+        self.site
+            .lock(LOCK)
+            .ok()
+            .and_then(|k| k.fence())
+            .unwrap_or(0)
+    }
+
+    /// Whether a local caller asking for `w` may share what the node holds now, without
+    /// a kernel request: the kernel's held mode covers `w.mode` (it is the stronger of
+    /// the two compatible modes, so every mode a remote node may hold beside it is
+    /// compatible with `w.mode` too), no upgrade is under way, and — unless the caller is nested, i.e. already holds a lock
+    /// of this node and could otherwise wait for itself — no remote request waits for this
+    /// lock here and `w.mode` is not frozen (Rule 6), so local sharing cannot starve a
+    /// remote request.
+    fn joinable(&self, me: NodeId, w: &Waiter) -> bool {
+        if self.held == Mode::Phi || self.upgrading.is_some() || self.requesting.is_some() {
+            return false;
+        }
+        if strongest(self.held, w.mode) != Ok(self.held) {
+            return false;
+        }
+        // Implied by the cover: the modes a held mode covers (IR under R, IR and R under
+        // U, IR under IW) are compatible with one another and with it, and the local
+        // holders all have the held mode or a covered one.
+        debug_assert!(self.holders.iter().all(|&(_, m)| compatible(m, w.mode)));
+        if w.nested {
+            return true;
+        }
+        let k = self.site.lock(LOCK).expect("one lock per site");
+        !k.frozen().contains(w.mode) && k.queue().iter().all(|q| q.requester == me)
+    }
+}
+
+pub(super) struct Core {
+    shared: Arc<Shared>,
+    locks: HashMap<String, LockEntry>,
+    out: Box<KOutputs>,
+    next_hold: u64,
+    /// A majority of the cluster has let this run in (until then requests wait).
+    admitted: bool,
+    /// This run was refused by a peer that knew an earlier one: nothing is served.
+    fenced: Option<String>,
+}
+
+impl Core {
+    pub(super) fn new(shared: Arc<Shared>) -> Core {
+        Core {
+            admitted: shared.quorum() <= 1,
+            shared,
+            locks: HashMap::new(),
+            out: Box::default(),
+            next_hold: 1,
+            fenced: None,
+        }
+    }
+
+    /// Answer a caller's request with `err` now; a kernel request already out stays in
+    /// the protocol and is released when granted (as for a caller that gave up).
+    fn fail_requesting(e: &mut LockEntry, err: Error) {
+        if let Some(w) = e.requesting.as_mut() {
+            let (gone, _) = oneshot::channel();
+            let _ = std::mem::replace(&mut w.reply, gone).send(Err(err));
+        }
+    }
+
+    pub(super) async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Cmd>) {
+        while let Some(cmd) = rx.recv().await {
+            self.handle(cmd);
+        }
+    }
+
+    fn entry(&mut self, path: &str) -> Result<&mut LockEntry, KernelError> {
+        if !self.locks.contains_key(path) {
+            let me = NodeId(self.shared.id);
+            let root = initial_holder(path, self.shared.n);
+            let site = LockSite::new(me, root)?;
+            self.locks.insert(
+                path.to_string(),
+                LockEntry {
+                    site: Box::new(site),
+                    held: Mode::Phi,
+                    holders: Vec::new(),
+                    waiters: VecDeque::new(),
+                    requesting: None,
+                    upgrading: None,
+                    release_when_upgraded: false,
+                },
+            );
+        }
+        Ok(self.locks.get_mut(path).expect("inserted above"))
+    }
+
+    fn handle(&mut self, cmd: Cmd) {
+        match cmd {
+            Cmd::Acquire { reply, .. } if self.fenced.is_some() => {
+                let reason = self.fenced.clone().unwrap_or_default();
+                let _ = reply.send(Err(Error::Refused { reason }));
+            }
+            Cmd::Acquire {
+                path,
+                mode,
+                prio,
+                nested,
+                ticket,
+                reply,
+            } => match self.entry(&path) {
+                Ok(e) => {
+                    e.waiters.push_back(Waiter {
+                        ticket,
+                        mode,
+                        prio,
+                        nested,
+                        reply,
+                    });
+                    self.pump(&path);
+                }
+                Err(error) => {
+                    let _ = reply.send(Err(Error::Kernel { path, error }));
+                }
+            },
+            Cmd::Release { path, hold } => self.release(&path, hold),
+            Cmd::Upgrade { path, hold, reply } => self.upgrade(&path, hold, reply),
+            Cmd::Deliver { from, frame } => {
+                let Frame { path, msg } = *frame;
+                if self.entry(&path).is_err() {
+                    return;
+                }
+                if let Err(e) = self.kstep(&path, Input::Deliver { from, msg: &msg }) {
+                    self.shared.counters.kernel_rejections.fetch_add(1, Relaxed);
+                    warn!(from = from.0, %path, error = %e, msg = ?msg, "kernel refused a message; dropped");
+                }
+                self.pump(&path);
+            }
+            Cmd::Admitted => {
+                self.admitted = true;
+                let paths: Vec<String> = self.locks.keys().cloned().collect();
+                for p in paths {
+                    self.pump(&p);
+                }
+            }
+            Cmd::Fenced { reason } => {
+                warn!(%reason, "this run of the node is refused by the cluster; serving nothing");
+                for e in self.locks.values_mut() {
+                    for w in e.waiters.drain(..) {
+                        let _ = w.reply.send(Err(Error::Refused {
+                            reason: reason.clone(),
+                        }));
+                    }
+                    Self::fail_requesting(
+                        e,
+                        Error::Refused {
+                            reason: reason.clone(),
+                        },
+                    );
+                }
+                self.fenced.get_or_insert(reason);
+            }
+            Cmd::PeerRestarted { peer } => {
+                // Requests on their way to the restarted node will not come back: fail them.
+                for (path, e) in self.locks.iter_mut() {
+                    let k = e.site.lock(LOCK).expect("one lock per site");
+                    if e.requesting.is_some() && k.parent() == Some(NodeId(peer)) {
+                        Self::fail_requesting(
+                            e,
+                            Error::PeerRestarted {
+                                path: path.clone(),
+                                peer,
+                            },
+                        );
+                    }
+                }
+            }
+            Cmd::Flush { reply } => {
+                let _ = reply.send(());
+            }
+            Cmd::Explain {
+                path,
+                ticket,
+                reply,
+            } => {
+                let _ = reply.send(self.explain(&path, ticket));
+            }
+            Cmd::Status { reply } => {
+                let mut v: Vec<LockStatus> = self
+                    .locks
+                    .iter()
+                    .map(|(path, e)| {
+                        let k = e.site.lock(LOCK).expect("one lock per site");
+                        LockStatus {
+                            path: path.clone(),
+                            token: k.has_token(),
+                            parent: k.parent().map(|p| p.0),
+                            held: k.held().to_string(),
+                            owned: k.owned().to_string(),
+                            pending: k.pending_mode().to_string(),
+                            frozen: k.frozen().to_string(),
+                            queue: k
+                                .queue()
+                                .iter()
+                                .map(|q| format!("{}:{}@{}", q.requester.0, q.mode, q.prio))
+                                .collect(),
+                            holders: e.holders.len(),
+                            waiters: e.waiters.len() + usize::from(e.requesting.is_some()),
+                        }
+                    })
+                    .collect();
+                v.sort_by(|a, b| a.path.cmp(&b.path));
+                let _ = reply.send(v);
+            }
+        }
+    }
+
+    /// Where request `ticket` for `path` stands: its place among this node's callers, who
+    /// holds the lock here or was granted it from here, or which peer the request went to
+    /// and that peer's state.
+    fn explain(&self, path: &str, ticket: u64) -> String {
+        let Some(e) = self.locks.get(path) else {
+            return "the lock is not known at this node".into();
+        };
+        let Ok(k) = e.site.lock(LOCK) else {
+            return String::new();
+        };
+        let mut parts = Vec::new();
+        if let Some(r) = &self.fenced {
+            parts.push(format!("this node serves no lock ({r})"));
+        } else if !self.admitted {
+            parts.push("this node is waiting for a majority of the cluster to let it in".into());
+        }
+        let out = e.requesting.as_ref();
+        if out.is_some_and(|w| w.ticket == ticket) {
+            parts.push(format!(
+                "this node's request for {} is the one in the protocol",
+                k.pending_mode()
+            ));
+        } else if let Some(i) = e.waiters.iter().position(|w| w.ticket == ticket) {
+            let ahead = i + usize::from(out.is_some());
+            parts.push(format!(
+                "queue position {} at this node ({ahead} local request{} ahead)",
+                ahead + 1,
+                if ahead == 1 { "" } else { "s" }
+            ));
+        } else if e.upgrading.is_some() {
+            parts.push("an upgrade to W waits for the other local holders".into());
+        }
+        if !e.holders.is_empty() {
+            let mut modes: Vec<String> = e.holders.iter().map(|(_, m)| m.to_string()).collect();
+            modes.dedup();
+            parts.push(format!(
+                "held at this node (node {}) in {} by {} local caller{} ({})",
+                self.shared.id,
+                e.held,
+                e.holders.len(),
+                if e.holders.len() == 1 { "" } else { "s" },
+                modes.join(", ")
+            ));
+        }
+        let granted: Vec<String> = k
+            .children()
+            .filter(|&(_, m)| m != Mode::Phi)
+            .map(|(n, m)| format!("node {} in {m}", n.0))
+            .collect();
+        if !granted.is_empty() {
+            parts.push(format!(
+                "granted from here to {} (or nodes below them)",
+                granted.join(", ")
+            ));
+        }
+        let remote: Vec<String> = k
+            .queue()
+            .iter()
+            .filter(|q| q.requester.0 != self.shared.id)
+            .map(|q| format!("node {} for {}", q.requester.0, q.mode))
+            .collect();
+        if !remote.is_empty() {
+            parts.push(format!("queued here before it: {}", remote.join(", ")));
+        }
+        if k.has_token() {
+            parts.push("this node has the lock's token".into());
+        } else if let Some(p) = k.parent() {
+            let state = self
+                .shared
+                .peers
+                .get(p.idx())
+                .and_then(|l| l.as_ref())
+                .map_or_else(|| format!("node {}", p.0), |l| l.describe(p.0));
+            parts.push(format!(
+                "the token is at node {} or beyond it; {state}",
+                p.0
+            ));
+        }
+        parts.join("; ")
+    }
+
+    /// One kernel step on `path`'s site, then act on its outputs.
+    fn kstep(&mut self, path: &str, input: Input<'_, KMsg>) -> Result<(), KernelError> {
+        let e = self.locks.get_mut(path).expect("entry exists");
+        self.out.clear();
+        e.site.step(input, &mut *self.out)?;
+        let outs: Vec<Output<KMsg>> = self.out.drain(..).collect();
+        for o in outs {
+            match o {
+                Output::Send { to, msg } => self.send(to, path, msg),
+                Output::Granted { mode, .. } => self.granted(path, mode),
+                Output::Upgraded { .. } => self.upgraded(path),
+            }
+        }
+        Ok(())
+    }
+
+    fn send(&mut self, to: NodeId, path: &str, msg: KMsg) {
+        let Some(Some(p)) = self.shared.peers.get(to.idx()) else {
+            warn!(to = to.0, %path, "kernel addressed a node outside the cluster; dropped");
+            return;
+        };
+        let bytes = Bytes::from(wire::encode(&wire::Payload::Token(Frame {
+            path: path.to_string(),
+            msg,
+        })));
+        if p.tx.send(bytes).is_ok() {
+            p.sent.fetch_add(1, Relaxed);
+            self.shared.counters.frames_sent.fetch_add(1, Relaxed);
+        }
+    }
+
+    /// Give `w` a local hold in `mode`; `false` if its caller has gone (abandoned).
+    fn give(&mut self, path: &str, w: Waiter) -> bool {
+        self.next_hold += 1;
+        let hold = self.next_hold;
+        let e = self.locks.get_mut(path).expect("entry exists");
+        e.holders.push((hold, w.mode));
+        // Every local holder shares the site's hold, and its fence.
+        let fence = e.fence();
+        if w.reply.send(Ok((hold, fence))).is_err() {
+            e.holders.retain(|&(h, _)| h != hold);
+            self.shared.counters.abandoned_grants.fetch_add(1, Relaxed);
+            false
+        } else {
+            self.shared.counters.grants.fetch_add(1, Relaxed);
+            true
+        }
+    }
+
+    /// The kernel granted the site's request: hand it to its caller. (Local callers that
+    /// may share it join in [`Core::pump`].)
+    fn granted(&mut self, path: &str, mode: Mode) {
+        let e = self.locks.get_mut(path).expect("entry exists");
+        e.held = mode;
+        match e.requesting.take() {
+            Some(w) => {
+                self.give(path, w);
+            }
+            None => warn!(%path, "kernel granted a lock nobody requested"),
+        }
+        let e = self.locks.get_mut(path).expect("entry exists");
+        if e.holders.is_empty() {
+            self.kernel_release(path);
+        }
+    }
+
+    fn upgraded(&mut self, path: &str) {
+        let e = self.locks.get_mut(path).expect("entry exists");
+        e.held = Mode::W;
+        if let Some(u) = e.upgrading.take() {
+            for h in e.holders.iter_mut().filter(|h| h.0 == u.hold) {
+                h.1 = Mode::W;
+            }
+            if let Some(r) = u.reply {
+                let _ = r.send(Ok(e.fence()));
+            }
+        }
+        if e.release_when_upgraded {
+            e.release_when_upgraded = false;
+            e.holders.clear();
+            self.kernel_release(path);
+        }
+    }
+
+    fn kernel_release(&mut self, path: &str) {
+        if let Err(error) = self.kstep(path, Input::Release { lock: LOCK }) {
+            warn!(%path, %error, "kernel refused a release");
+        }
+        if let Some(e) = self.locks.get_mut(path) {
+            e.held = Mode::Phi;
+        }
+    }
+
+    fn release(&mut self, path: &str, hold: u64) {
+        let Some(e) = self.locks.get_mut(path) else {
+            return;
+        };
+        let before = e.holders.len();
+        e.holders.retain(|&(h, _)| h != hold);
+        if e.holders.len() == before {
+            return;
+        }
+        match &e.upgrading {
+            Some(u) if u.hold == hold && u.issued => {
+                // Rule 7 keeps U until W is granted; release then.
+                e.holders.push((hold, Mode::U));
+                e.release_when_upgraded = true;
+                return;
+            }
+            // The upgrade had not reached the kernel yet: it is dropped with its holder.
+            Some(u) if u.hold == hold => e.upgrading = None,
+            _ => {}
+        }
+        if e.holders.is_empty() {
+            self.kernel_release(path);
+        } else {
+            self.try_upgrade(path);
+        }
+        self.pump(path);
+    }
+
+    fn upgrade(&mut self, path: &str, hold: u64, reply: Reply<u64>) {
+        let Some(e) = self.locks.get_mut(path) else {
+            let _ = reply.send(Err(Error::Stopped));
+            return;
+        };
+        let mine = e.holders.iter().find(|h| h.0 == hold).map(|h| h.1);
+        if mine != Some(Mode::U) || e.held != Mode::U || e.upgrading.is_some() {
+            let _ = reply.send(Err(Error::NotUpgradable {
+                path: path.to_string(),
+                mode: mine.unwrap_or(e.held),
+            }));
+            return;
+        }
+        e.upgrading = Some(Upgrading {
+            hold,
+            reply: Some(reply),
+            issued: false,
+        });
+        self.try_upgrade(path);
+    }
+
+    /// Give a waiting upgrade to the kernel once its holder is the only local holder
+    /// (W is compatible with no other mode, local or remote).
+    fn try_upgrade(&mut self, path: &str) {
+        let Some(e) = self.locks.get_mut(path) else {
+            return;
+        };
+        let Some(u) = &mut e.upgrading else {
+            return;
+        };
+        if u.issued || e.holders.len() != 1 || e.holders[0].0 != u.hold {
+            return;
+        }
+        u.issued = true;
+        self.shared.counters.kernel_requests.fetch_add(1, Relaxed);
+        if let Err(error) = self.kstep(path, Input::Upgrade { lock: LOCK }) {
+            let e = self.locks.get_mut(path).expect("entry exists");
+            if let Some(r) = e.upgrading.take().and_then(|u| u.reply) {
+                let _ = r.send(Err(Error::Kernel {
+                    path: path.to_string(),
+                    error,
+                }));
+            }
+        }
+    }
+
+    /// Serve local waiters: a waiter that may share the node's current hold joins it
+    /// (`LockEntry::joinable`) — the first waiter in FIFO order, or a nested waiter
+    /// anywhere in the queue; when the site holds nothing and has no request out, the first
+    /// waiter's request goes to the kernel.
+    fn pump(&mut self, path: &str) {
+        let me = NodeId(self.shared.id);
+        loop {
+            let Some(e) = self.locks.get_mut(path) else {
+                return;
+            };
+            e.waiters.retain(|w| !w.reply.is_closed());
+            if e.requesting.is_some() || e.upgrading.is_some() {
+                return;
+            }
+            let pick = match e.waiters.front() {
+                None => return,
+                Some(w) if e.joinable(me, w) => Some(0),
+                Some(_) => e.waiters.iter().position(|w| w.nested && e.joinable(me, w)),
+            };
+            if let Some(i) = pick {
+                let w = e.waiters.remove(i).expect("index from position");
+                self.give(path, w);
+                continue;
+            }
+            if !e.holders.is_empty() || e.held != Mode::Phi || !self.admitted {
+                return;
+            }
+            let w = e.waiters.pop_front().expect("front exists");
+            let (mode, prio) = (w.mode, w.prio);
+            // The site's base priority carries over between requests: set it only when it
+            // changes (most requests keep priority 0).
+            let reprioritise = e.site.priorities().base != prio;
+            e.requesting = Some(w);
+            self.shared.counters.kernel_requests.fetch_add(1, Relaxed);
+            let r = if reprioritise {
+                self.kstep(path, Input::SetPriority { base: prio })
+            } else {
+                Ok(())
+            }
+            .and_then(|()| self.kstep(path, Input::Acquire { lock: LOCK, mode }));
+            if let Err(error) = r {
+                let e = self.locks.get_mut(path).expect("entry exists");
+                if let Some(w) = e.requesting.take() {
+                    let _ = w.reply.send(Err(Error::Kernel {
+                        path: path.to_string(),
+                        error,
+                    }));
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,205 @@
+//! The handshake of a peer connection: version, cluster and ids, HMAC challenge-response
+//! over both nonces and both runs (incarnations), then Welcome (with how much of the
+//! channel the acceptor has delivered) or Refused.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::{SinkExt, StreamExt};
+use tokio::net::TcpStream;
+use tokio::time::timeout;
+use tokio_util::codec::{Framed, LengthDelimitedCodec};
+
+use super::net::codec;
+use super::Shared;
+use crate::wire::{self, Hello, Side, Transcript, PROTOCOL_VERSION};
+
+/// How long each side waits for the next handshake message.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Connections allowed in the handshake at once; more are closed at once (a flood of
+/// unauthenticated connections cannot pile up tasks).
+pub const MAX_PENDING_HANDSHAKES: usize = 64;
+
+/// Why a connection attempt failed.
+pub(super) enum ConnectError {
+    /// The peer refused this node as a new run of a node it knew.
+    Refused(String),
+    /// The peer is a new run of a node this node knew.
+    Restarted(String),
+    /// Anything else (not reachable, timeout, bad handshake): try again later.
+    Other(String),
+}
+
+impl From<String> for ConnectError {
+    fn from(e: String) -> Self {
+        ConnectError::Other(e)
+    }
+}
+
+/// Connect and authenticate; returns the connection and how many of this node's messages
+/// the peer has delivered.
+pub(super) async fn connect(
+    shared: &Shared,
+    peer: u16,
+    addr: SocketAddr,
+) -> Result<(Framed<TcpStream, LengthDelimitedCodec>, u64), ConnectError> {
+    let s = timeout(HANDSHAKE_TIMEOUT, TcpStream::connect(addr))
+        .await
+        .map_err(|_| "connect timed out".to_string())?
+        .map_err(|e| e.to_string())?;
+    let _ = s.set_nodelay(true);
+    let mut fr = Framed::new(s, codec());
+    let nd = wire::nonce();
+    let hello = Hello::Dial {
+        version: PROTOCOL_VERSION,
+        cluster: shared.cluster.clone(),
+        from: shared.id,
+        to: peer,
+        nonce: nd,
+        incarnation: shared.incarnation,
+    };
+    fr.send(Bytes::from(wire::encode(&hello)))
+        .await
+        .map_err(|e| e.to_string())?;
+    let (na, ia) = match next_hello(&mut fr).await? {
+        Hello::Challenge {
+            nonce,
+            incarnation,
+            tag,
+        } => {
+            let tr = Transcript {
+                cluster: &shared.cluster,
+                from: shared.id,
+                to: peer,
+                nd: &nd,
+                na: &nonce,
+                id: shared.incarnation,
+                ia: incarnation,
+            };
+            if !tr.verify(&shared.secret, Side::Accept, &tag) {
+                return Err("peer failed authentication (wrong cluster secret?)"
+                    .to_string()
+                    .into());
+            }
+            (nonce, incarnation)
+        }
+        Hello::Refused { reason } => return Err(ConnectError::Refused(reason)),
+        other => return Err(format!("unexpected handshake message {other:?}").into()),
+    };
+    let link = shared.peers[usize::from(peer)]
+        .as_ref()
+        .expect("dial only peers");
+    {
+        let mut inb = link.inbound.lock().expect("inbound lock");
+        match inb.incarnation {
+            Some(k) if k != ia => {
+                return Err(ConnectError::Restarted(format!(
+                    "node {peer} restarted (run {ia:016x}, was {k:016x}) and lost the state the \
+                     protocol needs (tokens, copies, queues); restart the whole cluster"
+                )))
+            }
+            _ => inb.incarnation = Some(ia),
+        }
+    }
+    let t = Transcript {
+        cluster: &shared.cluster,
+        from: shared.id,
+        to: peer,
+        nd: &nd,
+        na: &na,
+        id: shared.incarnation,
+        ia,
+    }
+    .tag(&shared.secret, Side::Dial);
+    fr.send(Bytes::from(wire::encode(&Hello::Auth { tag: t })))
+        .await
+        .map_err(|e| e.to_string())?;
+    match next_hello(&mut fr).await? {
+        Hello::Welcome { delivered } => Ok((fr, delivered)),
+        Hello::Refused { reason } => Err(ConnectError::Refused(reason)),
+        other => Err(format!("unexpected handshake message {other:?}").into()),
+    }
+}
+
+async fn next_hello(fr: &mut Framed<TcpStream, LengthDelimitedCodec>) -> Result<Hello, String> {
+    match timeout(HANDSHAKE_TIMEOUT, fr.next()).await {
+        Err(_) => Err("handshake timed out".into()),
+        Ok(None) => Err("connection closed during the handshake".into()),
+        Ok(Some(Err(e))) => Err(format!("bad handshake frame: {e}")),
+        Ok(Some(Ok(b))) => {
+            wire::decode::<Hello>(&b).map_err(|e| format!("handshake does not decode: {e}"))
+        }
+    }
+}
+
+/// The acceptor's side of the handshake up to the dialer's Auth; returns the dialer's id
+/// and incarnation. (The Welcome or Refused is the caller's.)
+pub(super) async fn handshake_accept(
+    shared: &Shared,
+    fr: &mut Framed<TcpStream, LengthDelimitedCodec>,
+) -> Result<(u16, u64), String> {
+    let (from, nd, id) = match next_hello(fr).await? {
+        Hello::Dial {
+            version,
+            cluster,
+            from,
+            to,
+            nonce,
+            incarnation,
+        } => {
+            if version != PROTOCOL_VERSION {
+                return Err(format!(
+                    "protocol version {version}, this node speaks {PROTOCOL_VERSION}"
+                ));
+            }
+            if cluster != shared.cluster {
+                return Err(format!(
+                    "cluster {cluster:?}, this node is in {:?}",
+                    shared.cluster
+                ));
+            }
+            if to != shared.id {
+                return Err(format!(
+                    "addressed to node {to}, this is node {}",
+                    shared.id
+                ));
+            }
+            if usize::from(from) >= shared.n || from == shared.id {
+                return Err(format!("unknown node id {from}"));
+            }
+            (from, nonce, incarnation)
+        }
+        other => return Err(format!("expected a Dial, got {other:?}")),
+    };
+    let na = wire::nonce();
+    let tr = Transcript {
+        cluster: &shared.cluster,
+        from,
+        to: shared.id,
+        nd: &nd,
+        na: &na,
+        id,
+        ia: shared.incarnation,
+    };
+    let t = tr.tag(&shared.secret, Side::Accept);
+    fr.send(Bytes::from(wire::encode(&Hello::Challenge {
+        nonce: na,
+        incarnation: shared.incarnation,
+        tag: t,
+    })))
+    .await
+    .map_err(|e| e.to_string())?;
+    match next_hello(fr).await? {
+        Hello::Auth { tag } => {
+            if !tr.verify(&shared.secret, Side::Dial, &tag) {
+                return Err(format!(
+                    "node {from} failed authentication (wrong cluster secret?)"
+                ));
+            }
+        }
+        other => return Err(format!("expected Auth, got {other:?}")),
+    }
+    Ok((from, id))
+}

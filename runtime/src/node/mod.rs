@@ -1,0 +1,716 @@
+//! A hilock node: one tokio task drives the kernel sites of every lock this node has seen;
+//! one task per peer dials it and sends; one task per accepted connection receives.
+//!
+//! Locks are named by paths. Each path is its own kernel site
+//! ([`LockSite`](crate::wire::LockSite), one lock per site), created on first use; its
+//! initial token holder is [`initial_holder`](crate::wire::initial_holder). The node
+//! re-implements no rule: every protocol decision is a
+//! [`LockSite::step`](crate::wire::LockSite). What the node
+//! adds is local bookkeeping the kernel leaves to its user:
+//!
+//! - **Local holders.** The kernel holds one mode per lock per site (M_H). Any number of
+//!   local callers share it whose modes it covers (`LockEntry::joinable`): reference
+//!   counting per hold, with the mode of each. A caller the held mode does not cover
+//!   waits until the local holders are gone; the site's next kernel request is then the
+//!   first waiter's. Callers do not overtake local waiters or remote requests waiting
+//!   here, except nested ones ([`Options::nested`]). The kernel releases when the last
+//!   local holder does.
+//! - **Timeouts and cancellation.** A request whose caller gave up (timeout, or the future
+//!   was dropped) stays in the protocol until it is granted, and is then released at once.
+//! - **Hierarchy.** [`Node::lock`] takes the intention mode on every ancestor path first,
+//!   outermost first (see [`intention`]); all guards take locks in that order.
+//!
+//! The module's parts: this file holds the lock API ([`Node`], [`Handle`], [`Guard`],
+//! [`Error`], [`Options`]) and the node's shared state; `core` the task that drives the
+//! kernel sites and the local holders; `net` the peer channels (dialing, sending and
+//! resending, accepting, acknowledgements, heartbeats); `handshake` the authentication of
+//! a connection; `status` what `hilock status` shows.
+
+mod core;
+mod handshake;
+mod net;
+mod status;
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use hilock_kernel::{KernelError, Mode, Priority};
+use serde::{Deserialize, Serialize};
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinSet;
+use tokio::time::{timeout, timeout_at, Instant};
+use tracing::info;
+
+use crate::config::Config;
+use crate::wire::{self, ancestors, check_path};
+
+use self::core::{Cmd, Core};
+pub use self::handshake::{HANDSHAKE_TIMEOUT, MAX_PENDING_HANDSHAKES};
+use self::net::{accept, dial, Inbound, PeerLink};
+pub use self::net::{HAND_OVER, HEARTBEAT, SILENT_AFTER};
+pub use self::status::{LockStatus, PeerStatus, Status};
+
+/// Errors of the lock API.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Error {
+    /// The path is not a valid lock path.
+    InvalidPath(String),
+    /// Φ is not a mode one can request.
+    InvalidMode,
+    /// The lock was not granted in time. `disconnected` lists the peers this node had no
+    /// working connection to when it gave up (a crashed, stopped or cut-off peer);
+    /// `waiting` says what the request was waiting for as this node saw it then.
+    Timeout {
+        /// The lock that was not granted (an ancestor of the requested path, or itself).
+        path: String,
+        /// The mode asked for on it.
+        mode: Mode,
+        /// How long the request waited.
+        after: Duration,
+        /// Peers without a working connection at that moment.
+        disconnected: Vec<u16>,
+        /// Where the request stood: its place in this node's queue, who holds the lock
+        /// here or was granted it from here (node and mode), or the peer its request went
+        /// to and that peer's state (connected, not answering for how long, unreachable
+        /// since when, refused).
+        waiting: String,
+    },
+    /// `upgrade` on a guard that does not hold its lock in U alone.
+    NotUpgradable {
+        /// The guard's path.
+        path: String,
+        /// The mode the guard holds.
+        mode: Mode,
+    },
+    /// The kernel refused the operation (a bug in the runtime's bookkeeping if it happens).
+    Kernel {
+        /// The lock.
+        path: String,
+        /// The kernel's error.
+        error: KernelError,
+    },
+    /// The node has stopped.
+    Stopped,
+    /// This node is a new run of a node its peers knew (it crashed and restarted with
+    /// fresh state while they ran): it serves no lock.
+    Refused {
+        /// Who refused it and why.
+        reason: String,
+    },
+    /// A peer this request waited on restarted with fresh state; it is refused, so the
+    /// request cannot be served.
+    PeerRestarted {
+        /// The lock.
+        path: String,
+        /// The restarted peer.
+        peer: u16,
+    },
+}
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Error::InvalidPath(e) => write!(f, "invalid lock path: {e}"),
+            Error::InvalidMode => write!(f, "Φ is not a mode one can request"),
+            Error::Timeout {
+                path,
+                mode,
+                after,
+                disconnected,
+                waiting,
+            } => {
+                write!(
+                    f,
+                    "timed out after {after:.1?} waiting for {path} in {mode}"
+                )?;
+                if !waiting.is_empty() {
+                    write!(f, ": {waiting}")?;
+                }
+                if disconnected.is_empty() {
+                    Ok(())
+                } else {
+                    write!(
+                        f,
+                        " (no working connection to node{} {}; the protocol cannot recover a crashed node)",
+                        if disconnected.len() > 1 { "s" } else { "" },
+                        disconnected
+                            .iter()
+                            .map(|d| d.to_string())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )
+                }
+            }
+            Error::NotUpgradable { path, mode } => {
+                write!(f, "{path} is held in {mode}; only a U guard can upgrade")
+            }
+            Error::Kernel { path, error } => write!(f, "{path}: kernel refused: {error}"),
+            Error::Stopped => write!(f, "the node has stopped"),
+            Error::Refused { reason } => write!(f, "this node serves no lock: {reason}"),
+            Error::PeerRestarted { path, peer } => write!(
+                f,
+                "{path}: node {peer} restarted with fresh state and is refused; the protocol \
+                 cannot recover its tokens and copies (restart the whole cluster)"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// Options of a lock request.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Options {
+    /// The request's priority (chapter 3; higher is served first; 0 by default).
+    pub priority: Priority,
+    /// Give up after this long (whole hierarchy); `None`: the node's `request_timeout`.
+    pub timeout: Option<Duration>,
+    /// The caller already holds a lock of this node (it nests, like a `hilock lock` run
+    /// under another). A nested request shares the node's current hold whenever Table 2.1
+    /// allows, even ahead of local waiters and of remote requests that wait for the lock,
+    /// so that a caller never waits for a hold of its own (e.g. IW on `/db` for `/db/b`
+    /// while it holds `/db/a` in W). Requests that are not nested do not overtake waiting
+    /// requests.
+    pub nested: bool,
+}
+
+/// The intention mode taken on every ancestor of a lock requested in `mode`
+/// (multi-granularity locking, Gray et al., as the thesis uses it in section 4.1):
+/// IR above IR and R; IW above U, IW and W.
+pub const fn intention(mode: Mode) -> Mode {
+    match mode {
+        Mode::IR | Mode::R => Mode::IR,
+        _ => Mode::IW,
+    }
+}
+
+/// Counters of a node, for `hilock status` and the demo.
+#[derive(Debug, Default)]
+struct Counters {
+    frames_sent: AtomicU64,
+    frames_received: AtomicU64,
+    kernel_requests: AtomicU64,
+    grants: AtomicU64,
+    rejected_connections: AtomicU64,
+    kernel_rejections: AtomicU64,
+    abandoned_grants: AtomicU64,
+}
+
+/// A snapshot of a node's counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stats {
+    /// Protocol messages sent to peers.
+    pub frames_sent: u64,
+    /// Protocol messages received from peers.
+    pub frames_received: u64,
+    /// Kernel requests issued (acquires and upgrades; one per lock of a hierarchy).
+    pub kernel_requests: u64,
+    /// Grants delivered to callers (local sharing included).
+    pub grants: u64,
+    /// Connections closed for a bad handshake or a bad frame.
+    pub rejected_connections: u64,
+    /// Delivered messages the kernel refused (logged and dropped).
+    pub kernel_rejections: u64,
+    /// Grants that arrived for callers that had given up, released at once.
+    pub abandoned_grants: u64,
+}
+
+struct Shared {
+    id: u16,
+    cluster: String,
+    secret: Vec<u8>,
+    n: usize,
+    request_timeout: Duration,
+    listen: SocketAddr,
+    peers: Vec<Option<PeerLink>>,
+    counters: Counters,
+    /// Set when the node stops: clients holding locks are told they are lost.
+    stopping: tokio::sync::watch::Sender<bool>,
+    /// This run of the node (random, drawn at start).
+    incarnation: u64,
+    /// Peers that have welcomed this run.
+    welcomed: std::sync::atomic::AtomicUsize,
+    /// Numbers the lock requests of callers (to find one in a queue).
+    tickets: AtomicU64,
+    /// The agents engine's inbox (seed 001, [`crate::agents`]).
+    agents: crate::agents::Inbox,
+}
+
+/// The agents engine sends on the same peer links (see [`crate::agents::Net`]).
+impl crate::agents::Net for Shared {
+    fn id(&self) -> u16 {
+        self.id
+    }
+    fn n(&self) -> usize {
+        self.n
+    }
+    fn send(&self, peer: u16, frame: crate::agents::AgentFrame) -> bool {
+        let Some(Some(p)) = self.peers.get(usize::from(peer)) else {
+            return false;
+        };
+        let bytes = Bytes::from(wire::encode(&wire::Payload::Agents(Box::new(frame))));
+        let ok = p.tx.send(bytes).is_ok();
+        if ok {
+            p.sent.fetch_add(1, Relaxed);
+            self.counters.frames_sent.fetch_add(1, Relaxed);
+        }
+        ok
+    }
+    fn link(&self, peer: u16) -> crate::agents::Link {
+        match self.peers.get(usize::from(peer)) {
+            Some(Some(p)) => match p.refused() {
+                Some(reason) => crate::agents::Link::Gone(reason),
+                None if p.connected.load(Relaxed) => crate::agents::Link::Up,
+                None => crate::agents::Link::Down,
+            },
+            _ => crate::agents::Link::Gone(format!("node {peer} is not in the cluster")),
+        }
+    }
+}
+
+impl Shared {
+    /// Count a rejected connection; returns the count (warnings are logged only when it
+    /// is a power of two, so a flood of bad connections costs a few log lines).
+    fn reject(&self) -> u64 {
+        self.counters.rejected_connections.fetch_add(1, Relaxed) + 1
+    }
+
+    /// Nodes (this one included) that must have let this run in before it grants
+    /// anything: a majority.
+    fn quorum(&self) -> usize {
+        self.n / 2 + 1
+    }
+
+    fn disconnected(&self) -> Vec<u16> {
+        self.peers
+            .iter()
+            .enumerate()
+            .filter_map(|(i, p)| match p {
+                Some(p) if !p.connected.load(Relaxed) => Some(i as u16),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+/// A running node. Dropping it (or [`Node::shutdown`]) stops every task of the node; the
+/// guards it handed out then release nothing (the node is gone).
+pub struct Node {
+    shared: Arc<Shared>,
+    tx: mpsc::UnboundedSender<Cmd>,
+    tasks: JoinSet<()>,
+    client: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Node {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Node")
+            .field("id", &self.shared.id)
+            .field("cluster", &self.shared.cluster)
+            .field("listen", &self.shared.listen)
+            .finish()
+    }
+}
+
+impl Node {
+    /// Start a node: listen on `config.listen`, dial every peer, serve the client socket
+    /// if one is configured.
+    pub async fn start(config: Config) -> std::io::Result<Node> {
+        let listener = TcpListener::bind(config.listen).await.map_err(|e| {
+            std::io::Error::new(e.kind(), format!("cannot listen on {}: {e}", config.listen))
+        })?;
+        Self::start_on(config, listener).await
+    }
+
+    /// Start a node on a listener bound already (e.g. to port 0).
+    pub async fn start_on(config: Config, listener: TcpListener) -> std::io::Result<Node> {
+        config
+            .validate()
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+        let listen = listener.local_addr()?;
+        let mut tasks = JoinSet::new();
+        let mut peers = Vec::new();
+        let mut outboxes = Vec::new();
+        for n in &config.nodes {
+            if n.id == config.id {
+                peers.push(None);
+                continue;
+            }
+            let (tx, rx) = mpsc::unbounded_channel();
+            peers.push(Some(PeerLink {
+                addr: n.addr,
+                connected: AtomicBool::new(false),
+                incoming: AtomicBool::new(false),
+                sent: AtomicU64::new(0),
+                acked: AtomicU64::new(0),
+                received: AtomicU64::new(0),
+                resent: AtomicU64::new(0),
+                duplicates: AtomicU64::new(0),
+                dropped: AtomicU64::new(0),
+                welcomed: AtomicBool::new(false),
+                silent: AtomicBool::new(false),
+                inbound: std::sync::Mutex::new(Inbound::default()),
+                refused: std::sync::Mutex::new(None),
+                down_since: std::sync::Mutex::new(None),
+                tx,
+            }));
+            outboxes.push((n.id, rx));
+        }
+        let (agents_inbox, agents_rx) = crate::agents::inbox(config.id, config.n());
+        let shared = Arc::new(Shared {
+            id: config.id,
+            cluster: config.cluster.clone(),
+            secret: config.secret.clone(),
+            n: config.n(),
+            request_timeout: config.request_timeout,
+            listen,
+            peers,
+            counters: Counters::default(),
+            stopping: tokio::sync::watch::Sender::new(false),
+            incarnation: rand::random(),
+            welcomed: std::sync::atomic::AtomicUsize::new(0),
+            tickets: AtomicU64::new(0),
+            agents: agents_inbox,
+        });
+        tasks.spawn(crate::agents::run(shared.clone(), agents_rx));
+        let (tx, rx) = mpsc::unbounded_channel();
+        tasks.spawn(Core::new(shared.clone()).run(rx));
+        for (peer, rx) in outboxes {
+            tasks.spawn(dial(shared.clone(), peer, rx, tx.clone()));
+        }
+        tasks.spawn(accept(shared.clone(), listener, tx.clone()));
+        let mut node = Node {
+            shared,
+            tx,
+            tasks,
+            client: None,
+        };
+        if let Some(path) = &config.client {
+            let l = crate::client::bind(path)?;
+            let h = node.handle();
+            node.client = Some(tokio::spawn(crate::client::serve(
+                h,
+                l,
+                path.clone(),
+                config.max_clients,
+            )));
+        }
+        info!(
+            id = config.id,
+            cluster = %config.cluster,
+            %listen,
+            nodes = config.n(),
+            "node started"
+        );
+        Ok(node)
+    }
+
+    /// A cheap handle for taking locks from other tasks.
+    pub fn handle(&self) -> Handle {
+        Handle {
+            shared: self.shared.clone(),
+            tx: self.tx.clone(),
+        }
+    }
+
+    /// This node's id.
+    pub fn id(&self) -> u16 {
+        self.shared.id
+    }
+
+    /// The address this node listens on for peers.
+    pub fn listen_addr(&self) -> SocketAddr {
+        self.shared.listen
+    }
+
+    /// Take `path` in `mode` (and the intention mode on its ancestors), with the node's
+    /// default timeout and priority 0.
+    pub async fn lock(&self, path: &str, mode: Mode) -> Result<Guard, Error> {
+        self.handle().lock(path, mode).await
+    }
+
+    /// Take `path` in `mode` with options.
+    pub async fn lock_with(&self, path: &str, mode: Mode, opts: Options) -> Result<Guard, Error> {
+        self.handle().lock_with(path, mode, opts).await
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> Stats {
+        self.handle().stats()
+    }
+
+    /// Locks, peers and counters.
+    pub async fn status(&self) -> Result<Status, Error> {
+        self.handle().status().await
+    }
+
+    /// Stop every task of the node and close its sockets. Clients of the client socket
+    /// that hold a lock are told first that it is lost, the commands they registered are
+    /// killed, and their locks are released; the messages that hand the released locks
+    /// over to waiting nodes are sent and acknowledged before the node's connections close
+    /// (for at most [`HAND_OVER`]). Locks held by this node that nobody waits for stay
+    /// with it (the protocol cannot recover them).
+    pub async fn shutdown(mut self) {
+        self.shared.stopping.send_replace(true);
+        if let Some(c) = self.client.take() {
+            let _ = c.await;
+        }
+        let deadline = Instant::now() + HAND_OVER;
+        let (reply, rx) = oneshot::channel();
+        if self.tx.send(Cmd::Flush { reply }).is_ok() {
+            let _ = timeout_at(deadline, rx).await;
+        }
+        // Every release is in the kernel now and its messages in the peers' queues: wait
+        // for the peers that are up to acknowledge them.
+        loop {
+            let pending = self.shared.peers.iter().flatten().any(|p| {
+                p.connected.load(Relaxed)
+                    && p.refused().is_none()
+                    && p.acked.load(Relaxed) < p.sent.load(Relaxed)
+            });
+            if !pending || Instant::now() >= deadline {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        self.tasks.shutdown().await;
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        if let Some(c) = self.client.take() {
+            c.abort();
+        }
+    }
+}
+
+/// A handle to a node's lock API (cheap to clone, `Send`).
+#[derive(Clone)]
+pub struct Handle {
+    shared: Arc<Shared>,
+    tx: mpsc::UnboundedSender<Cmd>,
+}
+
+impl std::fmt::Debug for Handle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Handle")
+            .field("id", &self.shared.id)
+            .finish()
+    }
+}
+
+impl Handle {
+    /// The agents engine's inbox ([`crate::agents`]).
+    pub(crate) fn agents(&self) -> &crate::agents::Inbox {
+        &self.shared.agents
+    }
+
+    /// Becomes `true` when the node stops.
+    pub fn stopping(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.shared.stopping.subscribe()
+    }
+
+    /// See [`Node::lock`].
+    pub async fn lock(&self, path: &str, mode: Mode) -> Result<Guard, Error> {
+        self.lock_with(path, mode, Options::default()).await
+    }
+
+    /// See [`Node::lock_with`]. The ancestors are taken first, outermost first, each in
+    /// [`intention`]`(mode)`; the timeout covers the whole hierarchy. On any error the
+    /// locks taken so far are released.
+    pub async fn lock_with(&self, path: &str, mode: Mode, opts: Options) -> Result<Guard, Error> {
+        check_path(path).map_err(Error::InvalidPath)?;
+        if mode == Mode::Phi {
+            return Err(Error::InvalidMode);
+        }
+        let wait = opts.timeout.unwrap_or(self.shared.request_timeout);
+        let start = Instant::now();
+        let deadline = start + wait;
+        let mut guard = Guard {
+            handle: self.clone(),
+            held: Vec::new(),
+        };
+        let chain = ancestors(path)
+            .into_iter()
+            .map(|a| (a, intention(mode)))
+            .chain(std::iter::once((path, mode)));
+        for (p, m) in chain {
+            let (reply, mut rx) = oneshot::channel();
+            let ticket = self.shared.tickets.fetch_add(1, Relaxed) + 1;
+            self.tx
+                .send(Cmd::Acquire {
+                    path: p.to_string(),
+                    mode: m,
+                    prio: opts.priority,
+                    nested: opts.nested,
+                    ticket,
+                    reply,
+                })
+                .map_err(|_| Error::Stopped)?;
+            match timeout_at(deadline, &mut rx).await {
+                Ok(Ok(Ok((hold, fence)))) => guard.held.push((p.to_string(), m, hold, fence)),
+                Ok(Ok(Err(e))) => return Err(e),
+                Ok(Err(_)) => return Err(Error::Stopped),
+                // Dropping `rx` (after asking where the request stands) marks the request
+                // abandoned: the core releases it when it is granted.
+                Err(_) => {
+                    let after = start.elapsed();
+                    let waiting = self.explain(p, ticket).await;
+                    drop(rx);
+                    return Err(Error::Timeout {
+                        path: p.to_string(),
+                        mode: m,
+                        after,
+                        disconnected: self.shared.disconnected(),
+                        waiting,
+                    });
+                }
+            }
+        }
+        Ok(guard)
+    }
+
+    /// Where request `ticket` for `path` stands, as the core sees it (empty if the core
+    /// does not answer within 100 ms).
+    async fn explain(&self, path: &str, ticket: u64) -> String {
+        let (reply, rx) = oneshot::channel();
+        let cmd = Cmd::Explain {
+            path: path.to_string(),
+            ticket,
+            reply,
+        };
+        if self.tx.send(cmd).is_err() {
+            return String::new();
+        }
+        match timeout(Duration::from_millis(100), rx).await {
+            Ok(Ok(s)) => s,
+            _ => String::new(),
+        }
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> Stats {
+        let c = &self.shared.counters;
+        Stats {
+            frames_sent: c.frames_sent.load(Relaxed),
+            frames_received: c.frames_received.load(Relaxed),
+            kernel_requests: c.kernel_requests.load(Relaxed),
+            grants: c.grants.load(Relaxed),
+            rejected_connections: c.rejected_connections.load(Relaxed),
+            kernel_rejections: c.kernel_rejections.load(Relaxed),
+            abandoned_grants: c.abandoned_grants.load(Relaxed),
+        }
+    }
+}
+
+/// Held locks: the ancestors in their intention mode, then the requested path. Dropping
+/// the guard releases them, innermost first.
+pub struct Guard {
+    handle: Handle,
+    /// Path, mode, hold id, fencing token; outermost first.
+    held: Vec<(String, Mode, u64, u64)>,
+}
+
+impl std::fmt::Debug for Guard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list()
+            .entries(self.held.iter().map(|(p, m, _, f)| format!("{p}:{m}#{f}")))
+            .finish()
+    }
+}
+
+impl Guard {
+    /// The requested path.
+    pub fn path(&self) -> &str {
+        self.held.last().map(|h| h.0.as_str()).unwrap_or("")
+    }
+
+    /// The mode held on the requested path.
+    pub fn mode(&self) -> Mode {
+        self.held.last().map(|h| h.1).unwrap_or(Mode::Phi)
+    }
+
+    /// The fencing token of this hold of the requested path: of two holds of one path in
+    /// conflicting modes anywhere in the cluster, the later has the larger fence (a
+    /// counter that travels with the lock's token; [`hilock_kernel::LockNode::fence`]).
+    /// Pass it with every write to a storage service, and let the service reject a write
+    /// whose fence is lower than the highest it has seen for that path: a holder that
+    /// was paused (GC, SIGSTOP) or cut off past the end of its hold is then refused
+    /// instead of overwriting the work of the next holder. After [`Guard::upgrade`] it is
+    /// the fence of the W hold.
+    pub fn fence(&self) -> u64 {
+        self.held.last().map(|h| h.3).unwrap_or(0)
+    }
+
+    /// Every lock the guard holds with its mode and fencing token, outermost first.
+    pub fn fenced_locks(&self) -> impl Iterator<Item = (&str, Mode, u64)> {
+        self.held.iter().map(|(p, m, _, f)| (p.as_str(), *m, *f))
+    }
+
+    /// Every lock the guard holds, outermost first.
+    pub fn locks(&self) -> impl Iterator<Item = (&str, Mode)> {
+        self.held.iter().map(|(p, m, _, _)| (p.as_str(), *m))
+    }
+
+    /// Upgrade U → W (Rule 7) with the node's default timeout. The ancestors already hold
+    /// IW, which W needs. On timeout the upgrade stays pending in the protocol and the
+    /// guard keeps U; dropping the guard then releases once the upgrade completes.
+    pub async fn upgrade(&mut self) -> Result<(), Error> {
+        let t = self.handle.shared.request_timeout;
+        self.upgrade_within(t).await
+    }
+
+    /// [`Guard::upgrade`] with an explicit timeout.
+    pub async fn upgrade_within(&mut self, wait: Duration) -> Result<(), Error> {
+        let Some((path, mode, hold, _)) = self.held.last().cloned() else {
+            return Err(Error::Stopped);
+        };
+        if mode != Mode::U {
+            return Err(Error::NotUpgradable { path, mode });
+        }
+        let (reply, rx) = oneshot::channel();
+        self.handle
+            .tx
+            .send(Cmd::Upgrade {
+                path: path.clone(),
+                hold,
+                reply,
+            })
+            .map_err(|_| Error::Stopped)?;
+        match timeout(wait, rx).await {
+            Ok(Ok(Ok(fence))) => {
+                if let Some(l) = self.held.last_mut() {
+                    l.1 = Mode::W;
+                    l.3 = fence;
+                }
+                Ok(())
+            }
+            Ok(Ok(Err(e))) => Err(e),
+            Ok(Err(_)) => Err(Error::Stopped),
+            Err(_) => {
+                let waiting = self.handle.explain(&path, 0).await;
+                Err(Error::Timeout {
+                    path,
+                    mode: Mode::W,
+                    after: wait,
+                    disconnected: self.handle.shared.disconnected(),
+                    waiting,
+                })
+            }
+        }
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        for (path, _, hold, _) in self.held.drain(..).rev() {
+            // A stopped node has nothing to release.
+            let _ = self.handle.tx.send(Cmd::Release { path, hold });
+        }
+    }
+}

@@ -1,0 +1,476 @@
+//! The peer channels: the sending side of each link (dial, number, keep until
+//! acknowledged, resend after a reconnect, notice a silent peer) and the receiving side
+//! (accept, deliver in order exactly once, acknowledge, heartbeat).
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::{SinkExt, StreamExt};
+use hilock_kernel::NodeId;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+use tokio_util::codec::{Framed, LengthDelimitedCodec};
+use tracing::{debug, info, warn};
+
+use super::core::Cmd;
+use super::handshake::{connect, handshake_accept, ConnectError, MAX_PENDING_HANDSHAKES};
+use super::Shared;
+use crate::wire::{self, check_frame, Hello, MAX_FRAME};
+
+/// The receiving side of the channel from one peer.
+#[derive(Default)]
+pub(super) struct Inbound {
+    /// The run (incarnation) of the peer this node knows, from either direction's handshake.
+    pub(super) incarnation: Option<u64>,
+    /// Messages of that run delivered to the core (the last number).
+    pub(super) delivered: u64,
+    /// Counts accepted connections from the peer: only the newest one delivers.
+    pub(super) conn: u64,
+}
+
+pub(super) struct PeerLink {
+    pub(super) addr: SocketAddr,
+    /// This node's connection to the peer is up (handshake done, not seen closed).
+    pub(super) connected: AtomicBool,
+    /// A connection from the peer is up.
+    pub(super) incoming: AtomicBool,
+    pub(super) sent: AtomicU64,
+    /// Messages the peer has acknowledged (the channel's last delivered number).
+    pub(super) acked: AtomicU64,
+    pub(super) received: AtomicU64,
+    pub(super) resent: AtomicU64,
+    pub(super) duplicates: AtomicU64,
+    pub(super) dropped: AtomicU64,
+    /// The peer has welcomed this node's run at least once.
+    pub(super) welcomed: AtomicBool,
+    /// The connection to the peer is open but the peer has not answered for
+    /// [`SILENT_AFTER`].
+    pub(super) silent: AtomicBool,
+    pub(super) inbound: std::sync::Mutex<Inbound>,
+    pub(super) refused: std::sync::Mutex<Option<String>>,
+    /// When this node last lost its working connection to the peer (`None` while it has
+    /// one, or before the first).
+    pub(super) down_since: std::sync::Mutex<Option<Instant>>,
+    pub(super) tx: mpsc::UnboundedSender<Bytes>,
+}
+
+impl PeerLink {
+    pub(super) fn refused(&self) -> Option<String> {
+        self.refused.lock().expect("refused lock").clone()
+    }
+
+    /// The working connection is gone since `at` (closed, or the peer went silent).
+    pub(super) fn went_down(&self, at: Instant) {
+        self.down_since
+            .lock()
+            .expect("down_since lock")
+            .get_or_insert(at);
+    }
+
+    pub(super) fn came_up(&self) {
+        *self.down_since.lock().expect("down_since lock") = None;
+    }
+
+    /// The peer's state for people: connected, not answering for how long, unreachable
+    /// for how long, never reached, or refused.
+    pub(super) fn describe(&self, id: u16) -> String {
+        if let Some(r) = self.refused() {
+            return format!("node {id} is refused ({r})");
+        }
+        let since = *self.down_since.lock().expect("down_since lock");
+        if self.connected.load(Relaxed) {
+            format!("node {id} is connected")
+        } else if self.silent.load(Relaxed) {
+            let t = since.map_or(Duration::ZERO, |s| s.elapsed());
+            format!("node {id} has not answered for {t:.1?} (stopped, hung or cut off)")
+        } else if let Some(s) = since {
+            format!(
+                "node {id} is unreachable for {:.1?} (reconnecting)",
+                s.elapsed()
+            )
+        } else {
+            format!("node {id} has not been reached yet")
+        }
+    }
+
+    pub(super) fn refuse(&self, reason: String) {
+        self.refused
+            .lock()
+            .expect("refused lock")
+            .get_or_insert(reason);
+    }
+}
+
+pub(super) fn codec() -> LengthDelimitedCodec {
+    LengthDelimitedCodec::builder()
+        .max_frame_length(MAX_FRAME)
+        .new_codec()
+}
+
+/// How long a stopping node waits for its peers to acknowledge the messages that hand its
+/// released locks over ([`Node::shutdown`](super::Node::shutdown)).
+pub const HAND_OVER: Duration = Duration::from_millis(100);
+
+/// How long the acceptor may hold back an acknowledgement.
+const ACK_DELAY: Duration = Duration::from_millis(5);
+
+/// Acknowledge at once when this many messages are unacknowledged.
+const ACK_EVERY: u64 = 64;
+
+/// The acceptor acknowledges at least this often, traffic or not (a heartbeat).
+pub const HEARTBEAT: Duration = Duration::from_millis(200);
+
+/// A peer whose connection stays open but that has not acknowledged anything for this
+/// long (stopped, hung, or its network gone silently) is shown as not connected.
+pub const SILENT_AFTER: Duration = Duration::from_secs(1);
+
+/// The sending side of the link to `peer`: connect (with backoff), authenticate, send
+/// numbered messages, keep them until acknowledged, resend after a reconnect.
+pub(super) async fn dial(
+    shared: Arc<Shared>,
+    peer: u16,
+    mut rx: mpsc::UnboundedReceiver<Bytes>,
+    core: mpsc::UnboundedSender<Cmd>,
+) {
+    let link = shared.peers[usize::from(peer)]
+        .as_ref()
+        .expect("dial only peers");
+    let mut backoff = Duration::from_millis(10);
+    // Messages sent but not acknowledged, oldest first, with their numbers.
+    let mut unacked: VecDeque<(u64, Bytes)> = VecDeque::new();
+    let mut next_seq = 1u64;
+    let mut was_up = false;
+    loop {
+        if let Some(reason) = link.refused() {
+            // A new run of that node (or this node is one): nothing more goes to it.
+            warn!(peer, %reason, "not talking to peer any more");
+            unacked.clear();
+            while rx.recv().await.is_some() {
+                link.dropped.fetch_add(1, Relaxed);
+            }
+            return;
+        }
+        let (mut fr, delivered) = match connect(&shared, peer, link.addr).await {
+            Ok(c) => c,
+            Err(ConnectError::Refused(reason)) => {
+                // The peer knew an earlier run of this node: this node must not serve.
+                link.refuse(reason.clone());
+                let _ = core.send(Cmd::Fenced {
+                    reason: format!("node {peer} refused this node: {reason}"),
+                });
+                continue;
+            }
+            Err(ConnectError::Restarted(reason)) => {
+                link.refuse(reason.clone());
+                warn!(peer, %reason, "peer restarted; refusing it");
+                let _ = core.send(Cmd::PeerRestarted { peer });
+                continue;
+            }
+            Err(ConnectError::Other(e)) => {
+                if was_up {
+                    warn!(peer, addr = %link.addr, error = %e, "cannot reconnect to peer");
+                    was_up = false;
+                } else {
+                    debug!(peer, addr = %link.addr, error = %e, "cannot connect to peer yet");
+                }
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_millis(500));
+                continue;
+            }
+        };
+        backoff = Duration::from_millis(10);
+        if delivered >= next_seq {
+            // The acceptor claims messages this node never sent: not the same channel.
+            warn!(
+                peer,
+                delivered, next_seq, "peer acknowledges messages never sent; reconnecting"
+            );
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            continue;
+        }
+        while unacked.front().is_some_and(|(s, _)| *s <= delivered) {
+            unacked.pop_front();
+        }
+        link.acked.fetch_max(delivered, Relaxed);
+        link.connected.store(true, Relaxed);
+        link.came_up();
+        if !link.welcomed.swap(true, Relaxed) {
+            let welcomed = shared.welcomed.fetch_add(1, Relaxed) + 1;
+            if welcomed + 1 >= shared.quorum() {
+                let _ = core.send(Cmd::Admitted);
+            }
+        }
+        was_up = true;
+        info!(peer, addr = %link.addr, resend = unacked.len(), "connected to peer");
+        let mut heard = Instant::now();
+        let mut check = tokio::time::interval(HEARTBEAT);
+        let err = 'conn: {
+            for (seq, b) in &unacked {
+                if let Err(e) = fr.send(Bytes::from(wire::envelope(*seq, b))).await {
+                    break 'conn e.to_string();
+                }
+                link.resent.fetch_add(1, Relaxed);
+            }
+            loop {
+                tokio::select! {
+                    m = rx.recv() => {
+                        let Some(b) = m else { return };
+                        let seq = next_seq;
+                        next_seq += 1;
+                        unacked.push_back((seq, b.clone()));
+                        if let Err(e) = fr.send(Bytes::from(wire::envelope(seq, &b))).await {
+                            break 'conn e.to_string();
+                        }
+                    }
+                    _ = check.tick() => {
+                        if heard.elapsed() > SILENT_AFTER && !link.silent.swap(true, Relaxed) {
+                            link.connected.store(false, Relaxed);
+                            link.went_down(heard);
+                            warn!(peer, addr = %link.addr, "peer does not answer (stopped or hung?)");
+                        }
+                    }
+                    r = fr.next() => match r {
+                        None => break 'conn "peer closed the connection".to_string(),
+                        Some(Err(e)) => break 'conn e.to_string(),
+                        Some(Ok(b)) => match wire::decode::<wire::Ack>(&b) {
+                            Ok(a) if a.delivered < next_seq => {
+                                heard = Instant::now();
+                                if link.silent.swap(false, Relaxed) {
+                                    link.connected.store(true, Relaxed);
+                                    link.came_up();
+                                    info!(peer, addr = %link.addr, "peer answers again");
+                                }
+                                while unacked.front().is_some_and(|(s, _)| *s <= a.delivered) {
+                                    unacked.pop_front();
+                                }
+                                link.acked.fetch_max(a.delivered, Relaxed);
+                            }
+                            Ok(a) => break 'conn format!("acknowledgement of message {} never sent", a.delivered),
+                            Err(e) => break 'conn format!("bad acknowledgement: {e}"),
+                        },
+                    },
+                }
+            }
+        };
+        link.connected.store(false, Relaxed);
+        link.went_down(Instant::now());
+        link.silent.store(false, Relaxed);
+        warn!(peer, addr = %link.addr, error = %err, unacked = unacked.len(), "lost the connection to peer; reconnecting");
+    }
+}
+
+/// Accept peers' connections; each is served by its own task, which the listener's task
+/// owns (stopping the node stops them).
+pub(super) async fn accept(
+    shared: Arc<Shared>,
+    listener: TcpListener,
+    core: mpsc::UnboundedSender<Cmd>,
+) {
+    let mut conns = JoinSet::new();
+    let pending = Arc::new(tokio::sync::Semaphore::new(MAX_PENDING_HANDSHAKES));
+    loop {
+        tokio::select! {
+            r = listener.accept() => match r {
+                Ok((s, addr)) => {
+                    let Ok(permit) = pending.clone().try_acquire_owned() else {
+                        let n = shared.reject();
+                        if n.is_power_of_two() {
+                            warn!(%addr, rejected = n, "closing connection: {MAX_PENDING_HANDSHAKES} handshakes in progress already (logged for the 1st, 2nd, 4th, 8th ... rejected connection)");
+                        } else {
+                            debug!(%addr, "closing connection: {MAX_PENDING_HANDSHAKES} handshakes in progress already");
+                        }
+                        continue;
+                    };
+                    let _ = s.set_nodelay(true);
+                    conns.spawn(serve_peer(shared.clone(), s, addr, core.clone(), permit));
+                }
+                Err(e) => {
+                    warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+            Some(_) = conns.join_next(), if !conns.is_empty() => {}
+        }
+    }
+}
+
+async fn serve_peer(
+    shared: Arc<Shared>,
+    s: TcpStream,
+    addr: SocketAddr,
+    core: mpsc::UnboundedSender<Cmd>,
+    permit: tokio::sync::OwnedSemaphorePermit,
+) {
+    let mut fr = Framed::new(s, codec());
+    let (from, incarnation) = match handshake_accept(&shared, &mut fr).await {
+        Ok(x) => x,
+        Err(reason) => {
+            let n = shared.reject();
+            if n.is_power_of_two() {
+                warn!(%addr, %reason, rejected = n, "closing connection: handshake failed (logged for the 1st, 2nd, 4th, 8th ... rejected connection)");
+            } else {
+                debug!(%addr, %reason, "closing connection: handshake failed");
+            }
+            return;
+        }
+    };
+    let link = shared.peers[usize::from(from)]
+        .as_ref()
+        .expect("handshake checked the id");
+    // Is this the run of `from` this node knows? Take over its inbound channel.
+    let admitted = {
+        let mut inb = link.inbound.lock().expect("inbound lock");
+        match inb.incarnation {
+            Some(k) if k != incarnation => Err(format!(
+                "node {} knew an earlier run of node {from} (run {k:016x}; this is {incarnation:016x}); \
+                 the protocol cannot take back the old run's tokens and copies: restart the whole cluster",
+                shared.id
+            )),
+            _ => {
+                inb.incarnation = Some(incarnation);
+                inb.conn += 1;
+                Ok((inb.conn, inb.delivered))
+            }
+        }
+    };
+    let (conn, delivered) = match admitted {
+        Ok(x) => x,
+        Err(reason) => {
+            let n = shared.reject();
+            if n.is_power_of_two() {
+                warn!(%addr, peer = from, %reason, rejected = n, "refusing a new run of a known node");
+            } else {
+                debug!(%addr, peer = from, %reason, "refusing a new run of a known node");
+            }
+            let first = link.refused().is_none();
+            link.refuse(format!("node {from} restarted; refused"));
+            if first {
+                let _ = core.send(Cmd::PeerRestarted { peer: from });
+            }
+            let _ = fr
+                .send(Bytes::from(wire::encode(&Hello::Refused { reason })))
+                .await;
+            return;
+        }
+    };
+    if fr
+        .send(Bytes::from(wire::encode(&Hello::Welcome { delivered })))
+        .await
+        .is_err()
+    {
+        return;
+    }
+    drop(permit);
+    link.incoming.store(true, Relaxed);
+    debug!(%addr, peer = from, delivered, "peer authenticated");
+    let mut acked = delivered;
+    let mut ack_at: Option<Instant> = None;
+    // The first heartbeat is one period away: an immediate tick would send an
+    // acknowledgement of nothing ahead of the frames the peer is sending right now.
+    let mut beat = tokio::time::interval_at(Instant::now() + HEARTBEAT, HEARTBEAT);
+    let reason = loop {
+        let b = tokio::select! {
+            b = fr.next() => b,
+            _ = beat.tick() => {
+                let d = link.inbound.lock().expect("inbound lock").delivered;
+                if fr.send(Bytes::from(wire::encode(&wire::Ack { delivered: d }))).await.is_err() {
+                    break None;
+                }
+                acked = d;
+                continue;
+            }
+            _ = async { tokio::time::sleep_until(ack_at.expect("armed")).await }, if ack_at.is_some() => {
+                ack_at = None;
+                let d = link.inbound.lock().expect("inbound lock").delivered;
+                if d > acked {
+                    if fr.send(Bytes::from(wire::encode(&wire::Ack { delivered: d }))).await.is_err() {
+                        break None;
+                    }
+                    acked = d;
+                }
+                continue;
+            }
+        };
+        let b = match b {
+            None => break None,
+            Some(Err(e)) => break Some(format!("bad frame: {e}")),
+            Some(Ok(b)) => b,
+        };
+        let env = match wire::decode::<wire::Envelope>(&b) {
+            Ok(f) => f,
+            Err(e) => break Some(format!("frame does not decode: {e}")),
+        };
+        // Token frames go to the core, agents frames to the agents engine.
+        let cmd = match env.frame {
+            wire::Payload::Token(f) => match check_frame(&f) {
+                Ok(()) => Ok(Cmd::Deliver {
+                    from: NodeId(from),
+                    frame: Box::new(f),
+                }),
+                Err(e) => break Some(e),
+            },
+            wire::Payload::Agents(f) => Err(f),
+        };
+        let d = {
+            let mut inb = link.inbound.lock().expect("inbound lock");
+            if inb.conn != conn {
+                // A newer connection from the same peer took over.
+                break None;
+            }
+            if env.seq <= inb.delivered {
+                link.duplicates.fetch_add(1, Relaxed);
+                inb.delivered
+            } else if env.seq == inb.delivered + 1 {
+                inb.delivered = env.seq;
+                link.received.fetch_add(1, Relaxed);
+                shared.counters.frames_received.fetch_add(1, Relaxed);
+                let sent = match cmd {
+                    Ok(cmd) => core.send(cmd).is_ok(),
+                    Err(f) => shared.agents.deliver(from, f),
+                };
+                if !sent {
+                    return;
+                }
+                inb.delivered
+            } else {
+                break Some(format!(
+                    "message {} after {}: a gap in the channel",
+                    env.seq, inb.delivered
+                ));
+            }
+        };
+        if d >= acked + ACK_EVERY {
+            if fr
+                .send(Bytes::from(wire::encode(&wire::Ack { delivered: d })))
+                .await
+                .is_err()
+            {
+                break None;
+            }
+            acked = d;
+            ack_at = None;
+        } else if d > acked && ack_at.is_none() {
+            ack_at = Some(Instant::now() + ACK_DELAY);
+        }
+    };
+    {
+        let inb = link.inbound.lock().expect("inbound lock");
+        if inb.conn == conn {
+            link.incoming.store(false, Relaxed);
+        }
+    }
+    if let Some(reason) = reason {
+        let n = shared.reject();
+        if n.is_power_of_two() {
+            warn!(%addr, peer = from, %reason, rejected = n, "closing connection from peer");
+        } else {
+            debug!(%addr, peer = from, %reason, "closing connection from peer");
+        }
+    }
+}

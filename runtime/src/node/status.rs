@@ -1,0 +1,135 @@
+//! What `hilock status` shows of a node.
+
+use std::sync::atomic::Ordering::Relaxed;
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::oneshot;
+
+use super::core::Cmd;
+use super::{Error, Handle, Stats};
+
+/// What `hilock status` shows of a node.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Status {
+    /// Node id.
+    pub id: u16,
+    /// Cluster name.
+    pub cluster: String,
+    /// Listening address.
+    pub listen: String,
+    /// Peers.
+    pub peers: Vec<PeerStatus>,
+    /// Counters.
+    pub stats: Stats,
+    /// Every lock this node has seen, by path.
+    pub locks: Vec<LockStatus>,
+}
+
+/// A peer in [`Status`].
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct PeerStatus {
+    /// Node id.
+    pub id: u16,
+    /// Address.
+    pub addr: String,
+    /// Whether this node's connection to it is up (handshake done and not seen closed;
+    /// this node notices a closed connection as soon as the operating system reports it)
+    /// and the peer answers (it acknowledges at least every 200 ms; after a second of
+    /// silence it counts as not connected).
+    pub connected: bool,
+    /// Whether a connection from it is up.
+    pub incoming: bool,
+    /// `connected`, `silent` (the connection is open but the peer has not answered for a
+    /// second: stopped or hung), `reconnecting` (messages wait and are resent when it is
+    /// back) or `refused: …` (it restarted, or refused this node as a restarted one).
+    pub state: String,
+    /// Messages sent to it (each once, however often resent).
+    pub frames_sent: u64,
+    /// Messages received from it and delivered (each once).
+    pub frames_received: u64,
+    /// Messages resent to it after a reconnect.
+    pub resent: u64,
+    /// Resent messages from it that had been delivered already (dropped).
+    pub duplicates: u64,
+}
+
+/// One lock in [`Status`]: the kernel state and the local bookkeeping.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct LockStatus {
+    /// The path.
+    pub path: String,
+    /// This node holds the token.
+    pub token: bool,
+    /// The parent (toward the token), if not the token node.
+    pub parent: Option<u16>,
+    /// Held mode (M_H).
+    pub held: String,
+    /// Owned mode (M_O).
+    pub owned: String,
+    /// Pending mode (M_P).
+    pub pending: String,
+    /// Frozen modes.
+    pub frozen: String,
+    /// The local queue: `node:mode@priority`.
+    pub queue: Vec<String>,
+    /// Local callers holding the lock.
+    pub holders: usize,
+    /// Local callers waiting.
+    pub waiters: usize,
+}
+
+impl LockStatus {
+    /// Nothing held, requested or queued here.
+    pub fn is_idle(&self) -> bool {
+        self.held == "Φ"
+            && self.pending == "Φ"
+            && self.queue.is_empty()
+            && self.holders == 0
+            && self.waiters == 0
+    }
+}
+
+impl Handle {
+    /// Locks, peers and counters.
+    pub async fn status(&self) -> Result<Status, Error> {
+        let (reply, rx) = oneshot::channel();
+        self.tx
+            .send(Cmd::Status { reply })
+            .map_err(|_| Error::Stopped)?;
+        let locks = rx.await.map_err(|_| Error::Stopped)?;
+        let s = &self.shared;
+        Ok(Status {
+            id: s.id,
+            cluster: s.cluster.clone(),
+            listen: s.listen.to_string(),
+            peers: s
+                .peers
+                .iter()
+                .enumerate()
+                .filter_map(|(i, p)| {
+                    p.as_ref().map(|p| {
+                        let connected = p.connected.load(Relaxed);
+                        PeerStatus {
+                            id: i as u16,
+                            addr: p.addr.to_string(),
+                            connected,
+                            incoming: p.incoming.load(Relaxed),
+                            state: match p.refused() {
+                                Some(r) => format!("refused: {r}"),
+                                None if connected => "connected".into(),
+                                None if p.silent.load(Relaxed) => "silent".into(),
+                                None => "reconnecting".into(),
+                            },
+                            frames_sent: p.sent.load(Relaxed),
+                            frames_received: p.received.load(Relaxed),
+                            resent: p.resent.load(Relaxed),
+                            duplicates: p.duplicates.load(Relaxed),
+                        }
+                    })
+                })
+                .collect(),
+            stats: self.stats(),
+            locks,
+        })
+    }
+}
