@@ -48,7 +48,7 @@ use hilock_spec::VecSink;
 use serde::Serialize;
 use stateright::{Checker, HasDiscoveries, Model, Path, Property};
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// Path depth in the model.
 pub const MD: usize = 2;
@@ -1180,53 +1180,7 @@ impl Model for AgentsModel {
 pub type AgentsPropertyReport = crate::check::PropertyReport<AgentsTrace>;
 
 /// The result of [`AgentsModel::check`].
-#[derive(Clone, Debug, Serialize)]
-pub struct AgentsReport {
-    /// Configuration name.
-    pub config: String,
-    /// States generated.
-    pub states: usize,
-    /// Unique states.
-    pub unique_states: usize,
-    /// Longest path.
-    pub max_depth: usize,
-    /// Wall time.
-    pub elapsed: Duration,
-    /// Properties.
-    pub properties: Vec<AgentsPropertyReport>,
-}
-
-impl AgentsReport {
-    /// A property's report.
-    pub fn property(&self, name: &str) -> Option<&AgentsPropertyReport> {
-        self.properties.iter().find(|p| p.name == name)
-    }
-    /// Whether every `always` property holds.
-    pub fn ok(&self) -> bool {
-        self.violations().is_empty()
-    }
-    /// The `always` properties that fail.
-    pub fn violations(&self) -> Vec<&str> {
-        crate::check::violated(&self.properties)
-    }
-    /// The `sometimes` properties not reached.
-    pub fn unreached(&self) -> Vec<&str> {
-        crate::check::unreached(&self.properties)
-    }
-    /// One line.
-    pub fn summary(&self) -> String {
-        format!(
-            "{}: {} unique states ({} generated, depth {}) in {:.2?}; violated {:?}; not reached {:?}",
-            self.config,
-            self.unique_states,
-            self.states,
-            self.max_depth,
-            self.elapsed,
-            self.violations(),
-            self.unreached()
-        )
-    }
-}
+pub type AgentsReport = crate::check::ModelReport<AgentsTrace>;
 
 /// A counterexample (`hilock-agents-trace/1`): per step the action, the rules that fired,
 /// the outputs, every server's entries and every agent's state afterwards.

@@ -70,7 +70,7 @@ use hilock_kernel::bakery::{
 use serde::Serialize;
 use stateright::{Checker, HasDiscoveries, Model, Path, Property};
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// Replicas.
 pub const NR: usize = 3;
@@ -1255,60 +1255,7 @@ impl<const K: usize, const C: usize> Model for BakerySystem<K, C> {
 pub type BakeryPropertyReport = crate::check::PropertyReport<BakeryTrace>;
 
 /// The result of [`BakeryModel::check`].
-#[derive(Clone, Debug, Serialize)]
-pub struct BakeryReport {
-    /// Configuration name.
-    pub config: String,
-    /// States generated.
-    pub states: usize,
-    /// Unique states.
-    pub unique_states: usize,
-    /// Longest path.
-    pub max_depth: usize,
-    /// Wall time.
-    pub elapsed: Duration,
-    /// Properties.
-    pub properties: Vec<BakeryPropertyReport>,
-}
-
-impl BakeryReport {
-    /// A property's report.
-    pub fn property(&self, name: &str) -> &BakeryPropertyReport {
-        self.properties
-            .iter()
-            .find(|p| p.name == name)
-            .expect("known property")
-    }
-    /// Whether `name` holds (`always`) or was reached (`sometimes`).
-    pub fn holds(&self, name: &str) -> bool {
-        self.property(name).holds
-    }
-    /// The `always` and `eventually` properties that fail.
-    pub fn violations(&self) -> Vec<&str> {
-        self.properties
-            .iter()
-            .filter(|p| p.kind != "sometimes" && !p.holds)
-            .map(|p| p.name.as_str())
-            .collect()
-    }
-    /// The `sometimes` properties not reached.
-    pub fn unreached(&self) -> Vec<&str> {
-        crate::check::unreached(&self.properties)
-    }
-    /// One line.
-    pub fn summary(&self) -> String {
-        format!(
-            "{}: {} unique states ({} generated, depth {}) in {:.2?}; violated {:?}; not reached {:?}",
-            self.config,
-            self.unique_states,
-            self.states,
-            self.max_depth,
-            self.elapsed,
-            self.violations(),
-            self.unreached()
-        )
-    }
-}
+pub type BakeryReport = crate::check::ModelReport<BakeryTrace>;
 
 /// A counterexample (`hilock-bakery-trace/1`): per step the action, each client's program
 /// position and hashes, and each replica's non-empty cells (`column:value@timestamp`,

@@ -116,6 +116,65 @@ where
     out
 }
 
+/// The result of a check of the models that report through [`PropertyReport`] (agents,
+/// bakery, faults, tree); `C` is the model's counterexample format.
+#[derive(Clone, Debug, Serialize)]
+pub struct ModelReport<C> {
+    /// Configuration name.
+    pub config: String,
+    /// States generated (with repetitions).
+    pub states: usize,
+    /// Unique states.
+    pub unique_states: usize,
+    /// Longest path.
+    pub max_depth: usize,
+    /// Wall time.
+    pub elapsed: Duration,
+    /// Every property, in the model's order.
+    pub properties: Vec<PropertyReport<C>>,
+}
+
+impl<C> ModelReport<C> {
+    /// The report of property `name`, if the model has it.
+    pub fn property(&self, name: &str) -> Option<&PropertyReport<C>> {
+        self.properties.iter().find(|p| p.name == name)
+    }
+    /// Whether `name` holds (`always`, `eventually`) or was reached (`sometimes`).
+    ///
+    /// # Panics
+    /// If the model has no such property (a misspelt name must not read as "fails").
+    pub fn holds(&self, name: &str) -> bool {
+        self.property(name)
+            .unwrap_or_else(|| panic!("no property {name}"))
+            .holds
+    }
+    /// Whether every `always` and `eventually` property holds.
+    pub fn ok(&self) -> bool {
+        self.violations().is_empty()
+    }
+    /// The `always` and `eventually` properties that fail.
+    pub fn violations(&self) -> Vec<&str> {
+        violated(&self.properties)
+    }
+    /// The `sometimes` properties not reached.
+    pub fn unreached(&self) -> Vec<&str> {
+        unreached(&self.properties)
+    }
+    /// One line.
+    pub fn summary(&self) -> String {
+        format!(
+            "{}: {} unique states ({} generated, depth {}) in {:.2?}; violated {:?}; not reached {:?}",
+            self.config,
+            self.unique_states,
+            self.states,
+            self.max_depth,
+            self.elapsed,
+            self.violations(),
+            self.unreached()
+        )
+    }
+}
+
 /// Names of the violated `always` (and `eventually`) properties among `properties`.
 pub fn violated<C>(properties: &[PropertyReport<C>]) -> Vec<&str> {
     properties

@@ -42,7 +42,7 @@
 //!   after an install, a restarted node granted.
 
 use crate::base::ScriptOp;
-use crate::check::{property_reports, PropertyReport};
+use crate::check::property_reports;
 use hilock_kernel::recovery::{
     next_members, rebuild, Epoch, FaultSite, Liveness, Plan, RecoveryVariant, Stamped, Standing,
 };
@@ -54,7 +54,7 @@ use serde::Serialize;
 use stateright::{Checker, HasDiscoveries, Model, Property};
 use std::collections::BTreeSet;
 use std::fmt;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// The site of the fault model: one lock.
 pub type FSite = FaultSite<MODEL_NODES, 1, QUEUE>;
@@ -574,51 +574,7 @@ pub struct FaultTrace {
 }
 
 /// The result of a check.
-#[derive(Clone, Debug, Serialize)]
-pub struct FaultReport {
-    /// Configuration name.
-    pub config: String,
-    /// States generated.
-    pub states: usize,
-    /// Unique states.
-    pub unique_states: usize,
-    /// Longest path.
-    pub max_depth: usize,
-    /// Wall time.
-    pub elapsed: Duration,
-    /// Every property.
-    pub properties: Vec<PropertyReport<FaultTrace>>,
-}
-
-impl FaultReport {
-    /// The report of `name`.
-    ///
-    /// # Panics
-    /// If there is no such property.
-    pub fn property(&self, name: &str) -> &PropertyReport<FaultTrace> {
-        self.properties
-            .iter()
-            .find(|p| p.name == name)
-            .unwrap_or_else(|| panic!("no property {name}"))
-    }
-    /// Whether `name` holds (`always`) or was reached (`sometimes`).
-    pub fn holds(&self, name: &str) -> bool {
-        self.property(name).holds
-    }
-    /// One line.
-    pub fn summary(&self) -> String {
-        format!(
-            "{}: {} unique states ({} generated, depth {}) in {:.2?}; violated: {:?}; not reached: {:?}",
-            self.config,
-            self.unique_states,
-            self.states,
-            self.max_depth,
-            self.elapsed,
-            crate::check::violated(&self.properties),
-            crate::check::unreached(&self.properties)
-        )
-    }
-}
+pub type FaultReport = crate::check::ModelReport<FaultTrace>;
 
 fn one_token(st: &FState) -> Result<(), String> {
     let mut count: std::collections::BTreeMap<Epoch, usize> = Default::default();

@@ -38,7 +38,7 @@ use serde::Serialize;
 use stateright::{Checker, Model, Path, Property};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// Node capacity of the model's trees (height ≤ 4).
 pub const MCAP: usize = 31;
@@ -233,7 +233,6 @@ impl TreeModel {
         }
         TreeReport {
             config: self.name.clone(),
-            variant: self.variant,
             states: checker.state_count(),
             unique_states: checker.unique_state_count(),
             max_depth: checker.max_depth(),
@@ -678,58 +677,7 @@ impl Model for TreeModel {
 pub type TreePropertyReport = crate::check::PropertyReport<TreeTrace>;
 
 /// The result of [`TreeModel::check`].
-#[derive(Clone, Debug, Serialize)]
-pub struct TreeReport {
-    /// Configuration name.
-    pub config: String,
-    /// Variant.
-    pub variant: TreeVariant,
-    /// States generated.
-    pub states: usize,
-    /// Unique states.
-    pub unique_states: usize,
-    /// Longest path.
-    pub max_depth: usize,
-    /// Wall time.
-    pub elapsed: Duration,
-    /// Properties.
-    pub properties: Vec<TreePropertyReport>,
-}
-
-impl TreeReport {
-    /// A property's report.
-    pub fn property(&self, name: &str) -> Option<&TreePropertyReport> {
-        self.properties.iter().find(|p| p.name == name)
-    }
-    /// Whether every `always` property holds.
-    pub fn ok(&self) -> bool {
-        self.properties
-            .iter()
-            .filter(|p| p.kind == "always")
-            .all(|p| p.holds)
-    }
-    /// The `always` properties that fail.
-    pub fn violations(&self) -> Vec<&str> {
-        crate::check::violated(&self.properties)
-    }
-    /// The `sometimes` properties not reached.
-    pub fn unreached(&self) -> Vec<&str> {
-        crate::check::unreached(&self.properties)
-    }
-    /// One line.
-    pub fn summary(&self) -> String {
-        format!(
-            "{}: {} unique states ({} generated, depth {}) in {:.2?}; violated {:?}; not reached {:?}",
-            self.config,
-            self.unique_states,
-            self.states,
-            self.max_depth,
-            self.elapsed,
-            self.violations(),
-            self.unreached()
-        )
-    }
-}
+pub type TreeReport = crate::check::ModelReport<TreeTrace>;
 
 /// A counterexample as a readable trace (`hilock-tree-trace/1`): per step the action, what
 /// it did, and the non-white or latched nodes afterwards, named by their slide-10 paths.

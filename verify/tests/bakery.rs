@@ -82,7 +82,7 @@ fn pass(m: &BakeryModel) -> BakeryReport {
 /// `spec/counterexamples/<file>.json`. Returns the violation.
 fn refuted(m: &BakeryModel, property: &'static str, file: &str, note: &str) -> String {
     let r = m.refute(property);
-    let p = r.property(property);
+    let p = r.property(property).expect("a known property");
     assert!(!p.holds, "{}: {property} was not refuted", m.name);
     let mut trace = p.counterexample.clone().expect("a counterexample");
     trace.note = note.to_string();

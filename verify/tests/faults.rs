@@ -56,8 +56,7 @@ fn pass(c: FaultConfig, reached: &[&str]) -> FaultReport {
             "{}: {p} violated: {}",
             r.config,
             r.property(p)
-                .counterexample
-                .as_ref()
+                .and_then(|p| p.counterexample.as_ref())
                 .map_or(String::new(), |t| t.violation.clone())
         );
     }
@@ -82,7 +81,7 @@ fn pass(c: FaultConfig, reached: &[&str]) -> FaultReport {
 fn refuted(c: FaultConfig, property: &'static str, file: &str, note: &str) -> String {
     let m: FaultModel = c.into_model();
     let r = m.refute(property);
-    let p = r.property(property);
+    let p = r.property(property).expect("a known property");
     assert!(!p.holds, "{}: {property} was not refuted", r.config);
     let mut trace = p.counterexample.clone().expect("a counterexample");
     trace.note = note.to_string();
