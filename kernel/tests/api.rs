@@ -6,7 +6,8 @@
 
 use hilock_kernel::mode::{strongest, Incompatible};
 use hilock_kernel::{
-    Input, KernelError, LockId, Mode, ModeSet, Msg, NodeId, Output, Outputs, Site,
+    Frozen, Inheritance, Input, KernelError, LockId, Mode, ModeSet, Msg, NodeId, Output, Outputs,
+    Rule, RuleSet, Site, Variant,
 };
 
 #[test]
@@ -140,4 +141,61 @@ fn token_generation_counts_transfers() {
     .unwrap();
     assert_eq!(a.lock(l).unwrap().token_generation(), None);
     assert_eq!(b.lock(l).unwrap().token_generation(), Some(1));
+}
+
+/// Frozen modes read as a mode set with each non-zero threshold after `@` (traces, the
+/// Explorer); `Debug` is the same text.
+#[test]
+fn frozen_modes_display_with_their_thresholds() {
+    assert_eq!(Frozen::default().to_string(), "{}");
+    let f = Frozen::of(ModeSet::of(&[Mode::R]), 0).merge(Frozen::of(ModeSet::of(&[Mode::W]), 3));
+    assert_eq!(f.to_string(), "{R, W@3}");
+    assert_eq!(format!("{f:?}"), "{R, W@3}");
+    let g = Frozen::of(ModeSet::of(&[Mode::IR, Mode::U]), 2);
+    assert_eq!(g.to_string(), "{IR@2, U@2}");
+}
+
+/// Rules read as the thesis names them; a rule set is empty until a rule is added, and a
+/// union holds each rule once.
+#[test]
+fn rules_and_rule_sets_read_as_the_thesis_names_them() {
+    assert_eq!(Rule::Rule2Local.to_string(), "Rule 2 (local grant)");
+    assert_eq!(
+        Rule::Rule8_2Merge.to_string(),
+        Rule::Rule8_2Merge.label().to_string()
+    );
+    assert!(RuleSet::EMPTY.is_empty());
+    let a = RuleSet::of(Rule::Rule2Local);
+    assert!(!a.is_empty());
+    assert_eq!(a.union(a), a);
+    assert_eq!(a.union(a).len(), 1);
+    let both = a.union(RuleSet::of(Rule::Rule6FreezeSent));
+    assert_eq!(both.len(), 2);
+    assert_eq!(
+        both.to_string(),
+        "Rule 2 (local grant), Rule 6 (freeze to children)"
+    );
+}
+
+/// `Site::with_parents` refuses a parent that is the site itself or not a node; a site
+/// reports the variant it runs.
+#[test]
+fn sites_refuse_bad_parents_and_report_their_variant() {
+    type S = Site<4, 2, 4>;
+    assert_eq!(
+        S::with_parents(NodeId(1), |_| Some(NodeId(1))).err(),
+        Some(KernelError::UnknownNode(NodeId(1)))
+    );
+    assert_eq!(
+        S::with_parents(NodeId(1), |l| (l.0 == 1).then_some(NodeId(4))).err(),
+        Some(KernelError::UnknownNode(NodeId(4)))
+    );
+    assert!(S::with_parents(NodeId(1), |l| (l.0 == 1).then_some(NodeId(0))).is_ok());
+    let pip = Variant {
+        inheritance: Inheritance::Pip,
+        ..Variant::HILOCK
+    };
+    let s = S::new(NodeId(0), NodeId(0)).unwrap();
+    assert_eq!(s.variant(), Variant::HILOCK);
+    assert_eq!(s.with_variant(pip).variant(), pip);
 }

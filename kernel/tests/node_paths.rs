@@ -142,6 +142,28 @@ fn copyset_is_listed_by_node_id() {
     assert_eq!(kids, [(1, Mode::R), (2, Mode::IR), (3, Mode::R)]);
 }
 
+/// A holder's fence is its grant's (none when it holds nothing); later conflicting grants
+/// carry larger fences; the fencing counter is the last fence issued at the token node and
+/// the highest received elsewhere.
+#[test]
+fn fences_of_holders_and_fencing_counters() {
+    let mut c = cluster();
+    assert_eq!(node(&c, 0).fence(), None);
+    assert_eq!(node(&c, 0).fence_counter(), 0);
+    acquire(&mut c, 1, Mode::W);
+    let f1 = node(&c, 1).fence().expect("a holder has a fence");
+    assert!(f1 >= 1);
+    assert_eq!(node(&c, 1).fence_counter(), f1);
+    release(&mut c, 1);
+    assert_eq!(node(&c, 1).fence(), None);
+    acquire(&mut c, 2, Mode::W);
+    let f2 = node(&c, 2).fence().expect("a holder has a fence");
+    assert!(f2 > f1, "{f2} after {f1}");
+    assert_eq!(node(&c, 2).fence_counter(), f2);
+    // Node 1 held the token and issued f2 when it passed the token on.
+    assert_eq!(node(&c, 1).fence_counter(), f2);
+}
+
 /// The token's generation counts its transfers, and only the token node has one.
 #[test]
 fn token_generation_counts_transfers() {
