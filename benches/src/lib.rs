@@ -5,6 +5,9 @@
 //! - [`sim`]: a deterministic discrete-event simulator that drives `n` kernel sites with the
 //!   thesis workload (seed 002, chapter 4) for hilock and the Naimi-Trehel baselines;
 //! - [`plot`]: SVG line charts of the simulator's results;
+//! - [`txn`]: multi-lock transactions on the token engine (ordered acquisition) and on the
+//!   agents engine (detection and surrender), and the `txn_compare` binary that tabulates
+//!   and plots them (`cargo run --release -p hilock-benches --bin txn_compare`);
 //! - the `simulate` binary: runs the experiments of chapter 4 and writes CSV and SVG files
 //!   (`cargo run --release -p hilock-benches --bin simulate -- --out docs/figures`).
 //!
@@ -13,3 +16,4 @@
 pub mod plot;
 pub mod scenarios;
 pub mod sim;
+pub mod txn;

@@ -612,12 +612,43 @@ async fn random_run(
             });
         }
     }
+    // Watchdog (diagnostics): when nothing happens for 5 s, print every node's agents and
+    // server entries once.
+    let dog = {
+        let (seq, handles) = (
+            seq.clone(),
+            nodes.iter().map(|n| n.handle()).collect::<Vec<_>>(),
+        );
+        tokio::spawn(async move {
+            let mut last = seq.load(SeqCst);
+            let mut quiet = 0;
+            loop {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                let now = seq.load(SeqCst);
+                if now == last {
+                    quiet += 1;
+                } else {
+                    quiet = 0;
+                    last = now;
+                }
+                if quiet == 10 {
+                    for (i, h) in handles.iter().enumerate() {
+                        eprintln!("STALL node {i} entries {:?}", h.agent_entries().await);
+                        for a in h.agent_states().await.unwrap_or_default() {
+                            eprintln!("STALL node {i} agent {a}");
+                        }
+                    }
+                }
+            }
+        })
+    };
     let all = tokio::time::timeout(bound, async {
         while let Some(r) = tasks.join_next().await {
             r.expect("client task");
         }
     })
     .await;
+    dog.abort();
     assert!(all.is_ok(), "not done within {bound:?}");
     let mut o = *outcome.lock().unwrap();
     o.seconds = started.elapsed().as_secs_f64();
@@ -694,12 +725,14 @@ async fn five_nodes_260_random_transactions_all_commit_or_abort_on_deadlock() {
 /// or abort on deadlock, 20 s wait, within 60 s. It was red before the kernel voided, after
 /// a surrender of `/t0`, the agent's views of the related locks whose queues the server
 /// changes (its entry on `/t0/x` moves too): a client could be told it held every lock
-/// while the server had it waiting. Ignored: it passed 12 of 14 runs (18–28 s each); in the
-/// other two, two or three transactions near the end were not granted a lock within 20 s
-/// (e.g. "/t1 not granted within 20s"; surrenders refused: 0) — not diagnosed yet. Run with
-/// `cargo test -p hilock --test agents -- --ignored --nocapture`.
+/// while the server had it waiting. It then stalled in about 1 run of 7 (a lock not granted
+/// within 20 s): a queue of `/t0/x` announced before the agent's surrender of `/t0` arrived
+/// after it, was taken as news, and made the agent surrender `/t0/x` too, which the server
+/// refused — so the acknowledgement its views waited for never came. The kernel now ignores
+/// such a queue until the surrender's last acknowledgement (kernel test
+/// `a3_a_queue_sent_before_a_surrender_that_arrives_after_it_is_not_taken`; the simulator
+/// `hilock_benches::txn` stalled on 1,120 of 1,200 hierarchical runs before, 0 after).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore]
 async fn five_nodes_200_random_hierarchical_transactions_no_exclusion_violation() {
     random_run(
         "agents-hier",

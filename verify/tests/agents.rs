@@ -191,7 +191,7 @@ const PINNED: &[(&str, usize)] = &[
     ("one lock on two servers (all)", 3349),
     (
         "hierarchical surrender ([1] and [1,5] held, [1] surrendered)",
-        809,
+        609,
     ),
     ("all over two servers, one may crash", 2282),
     ("majority over three servers, one may crash", 65381),

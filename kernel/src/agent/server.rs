@@ -250,8 +250,11 @@ impl<const D: usize, const Q: usize, const R: usize> LockServer<D, Q, R> {
             }
         }
         self.complete_upgrades(&mut touched, &mut report);
-        let surrender = matches!(msg, ServerMsg::Surrender { .. });
-        self.announce(agent, surrender, &touched, out, &mut report);
+        let surrendered = match *msg {
+            ServerMsg::Surrender { path, .. } => Some(path),
+            _ => None,
+        };
+        self.announce(agent, surrendered, &touched, out, &mut report);
         Ok(report)
     }
 
@@ -337,11 +340,15 @@ impl<const D: usize, const Q: usize, const R: usize> LockServer<D, Q, R> {
     }
 
     /// Rules S6 and S7: drops the records whose queue is now empty and announces every
-    /// other record related to a touched path, with a new version.
+    /// other record related to a touched path, with a new version. After a surrender of
+    /// `surrendered`, that lock's record comes last: its announcement to the surrendering
+    /// agent closes the acknowledgements of the surrender (the agent knows every
+    /// announcement of this server that arrives before it was sent before or with the
+    /// surrender).
     fn announce<S: Sink<Announce<D, Q>>>(
         &mut self,
         cause: AgentId,
-        surrender: bool,
+        surrendered: Option<LockPath<D>>,
         touched: &[bool; R],
         out: &mut S,
         report: &mut Report,
@@ -364,12 +371,14 @@ impl<const D: usize, const Q: usize, const R: usize> LockServer<D, Q, R> {
             keep
         });
         let g = grants::<D, Q>(&self.entries);
-        for (k, _) in kept
-            .iter()
-            .enumerate()
-            .take(self.records.len())
-            .filter(|x| *x.1)
-        {
+        let surrender = surrendered.is_some();
+        let is_last = |r: &Record<D>| Some(r.path) == surrendered;
+        let n = self.records.len();
+        let order = (0..n)
+            .filter(|&k| !is_last(&self.records[k]))
+            .chain((0..n).filter(|&k| is_last(&self.records[k])));
+        let order: heapless::Vec<usize, R> = order.collect();
+        for k in order.into_iter().filter(|&k| kept[k]) {
             self.clock = self.clock.saturating_add(1);
             self.records[k].version = self.clock;
             let info = self.info_of(&self.records[k], &g, cause, surrender);

@@ -138,6 +138,10 @@ pub struct Agent<const D: usize, const Q: usize, const K: usize> {
     requests: heapless::Vec<Request<D>, K>,
     views: heapless::Vec<View<D, Q>, K>,
     down: Servers,
+    /// Surrenders whose acknowledgements have not all arrived, oldest first: `(server,
+    /// lock)`. The server announces the surrendered lock's own queue last of the
+    /// acknowledgements, so its arrival ends the entry.
+    pending: heapless::Vec<(ServerId, LockPath<D>), K>,
 }
 
 impl<const D: usize, const Q: usize, const K: usize> Agent<D, Q, K> {
@@ -155,6 +159,7 @@ impl<const D: usize, const Q: usize, const K: usize> Agent<D, Q, K> {
             requests: heapless::Vec::new(),
             views: heapless::Vec::new(),
             down: Servers(0),
+            pending: heapless::Vec::new(),
         }
     }
 
@@ -321,6 +326,27 @@ impl<const D: usize, const Q: usize, const K: usize> Agent<D, Q, K> {
             AgentInput::Info(info) => {
                 if self.status.ended() {
                     return Ok(report);
+                }
+                let ack = info.cause == self.me && info.surrender;
+                if self.variant.await_own_ack {
+                    if ack {
+                        // The surrendered lock's own acknowledgement is the last of its
+                        // surrender's: the oldest pending surrender on this server is done.
+                        if let Some(i) = self.pending.iter().position(|x| x.0 == info.server) {
+                            if self.pending[i].1 == info.path {
+                                self.pending.remove(i);
+                            }
+                        }
+                    } else if info.has(self.me) && self.pending_touches(info.server, &info.path) {
+                        // A queue with this agent in it, from the server of a surrender
+                        // not yet acknowledged, that the surrender changes: it was sent
+                        // before the surrender (FIFO per pair; a forwarded queue never
+                        // names its receiver) and may show entries the surrender moved.
+                        // The acknowledgement of this queue follows (the agent's entry
+                        // keeps its record alive).
+                        report.insert(Rule::AwaitingAck);
+                        return Ok(report);
+                    }
                 }
                 match self.view(info.server, &info.path) {
                     Some(i) => {
@@ -563,6 +589,14 @@ impl<const D: usize, const Q: usize, const K: usize> Agent<D, Q, K> {
             report.insert(Rule::AbortOnDeadlock);
             return;
         }
+        if self.variant.await_own_ack && self.pending.is_full() {
+            // Too many surrenders unacknowledged to track one more: decide again when an
+            // acknowledgement has arrived.
+            return;
+        }
+        if self.variant.await_own_ack {
+            let _ = self.pending.push((server, path));
+        }
         let _ = out.put(AgentOutput::ToServer {
             server,
             msg: ServerMsg::Surrender {
@@ -579,6 +613,24 @@ impl<const D: usize, const Q: usize, const K: usize> Agent<D, Q, K> {
         self.refresh_grants(out, report);
     }
 
+    /// Whether a surrender of `surrendered` on `server` changes the queue of `p` there, as
+    /// far as this agent can tell: `p` is related to the surrendered lock, or to one of the
+    /// agent's locks on that server that the surrender moves.
+    fn touches(&self, server: ServerId, surrendered: &LockPath<D>, p: &LockPath<D>) -> bool {
+        p.related(surrendered)
+            || self.requests.iter().any(|r| {
+                r.servers.contains(server) && r.path.related(surrendered) && r.path.related(p)
+            })
+    }
+
+    /// Whether a surrender on `server` whose acknowledgements have not all arrived changes
+    /// the queue of `p`.
+    fn pending_touches(&self, server: ServerId, p: &LockPath<D>) -> bool {
+        self.pending
+            .iter()
+            .any(|(s, q)| *s == server && self.touches(server, q, p))
+    }
+
     /// After surrendering `path` on `server` (view `k`): the server moves every entry of this
     /// agent related to `path` to the end and announces each changed queue — of the locks
     /// related to `path` or to a moved entry's path — with this agent's identity, to every
@@ -593,21 +645,26 @@ impl<const D: usize, const Q: usize, const K: usize> Agent<D, Q, K> {
         for r in self.requests.iter().filter(|r| r.servers.contains(server)) {
             let _ = mine.push(r.path);
         }
-        let touched = |p: &LockPath<D>| {
-            p.related(path) || mine.iter().any(|m| m.related(path) && m.related(p))
-        };
         let announced = |p: &LockPath<D>| mine.iter().any(|m| m.related(p));
-        for i in 0..self.views.len() {
-            let v = &self.views[i];
+        let mut void = [false; K];
+        for (i, v) in self.views.iter().enumerate() {
             let p = v.info.path;
-            if i == k || v.info.server != server || !touched(&p) || !announced(&p) {
+            if i == k
+                || v.info.server != server
+                || !self.touches(server, path, &p)
+                || !announced(&p)
+            {
                 continue;
             }
-            if mine.contains(&p) || v.info.has(self.me) {
-                self.views[i].awaiting = self.views[i].awaiting.saturating_add(1);
+            void[i] = mine.contains(&p) || v.info.has(self.me);
+        }
+        for (i, v) in self.views.iter_mut().enumerate() {
+            if void[i] {
+                v.awaiting = v.awaiting.saturating_add(1);
             }
         }
-        for p in mine.iter().filter(|p| touched(p)) {
+        mine.retain(|p| self.touches(server, path, p));
+        for p in mine.iter() {
             if self.view(server, p).is_none() && !self.views.is_full() {
                 let _ = self.views.push(View {
                     info: LockInfo {
@@ -1018,6 +1075,87 @@ mod tests {
         ack.version += 1;
         let r = a2.step(AgentInput::Info(&ack), &mut out).unwrap();
         assert!(r.contains(Rule::SurrenderAcked));
+    }
+
+    /// The hierarchical stall of the runtime's random hierarchical run (issue 16), by
+    /// hand: a queue of `/1/1` announced *before* A2 surrendered `/1` (A2's entry on `/1`
+    /// holds in it) arrives *after* the surrender. Taken as news, it shows A2 still
+    /// holding, so A2 "finds" the cycle again and surrenders `/1/1`, which the server
+    /// refuses (A2 holds nothing there any more): no acknowledgement ever comes for the
+    /// views that second surrender voided, and A2 never sees its grant of `/1`. The agent
+    /// must ignore a queue of that server that the unacknowledged surrender changes.
+    type Inbox = heapless::Vec<Announce<D, Q>, 64>;
+
+    #[test]
+    fn a3_a_queue_sent_before_a_surrender_that_arrives_after_it_is_not_taken() {
+        let mut s = Srv::new(ServerId(0));
+        let mut agents = [Ag::new(AgentId(1), false), Ag::new(AgentId(2), false)];
+        let mut inbox = Inbox::new();
+        let mut refused = 0;
+        // One agent step; its requests reach the server at once; announcements queue up.
+        let mut step =
+            |agents: &mut [Ag; 2], a: usize, input: AgentInput<'_, D, Q>, inbox: &mut Inbox| {
+                let mut out = AOut::new();
+                agents[a].step(input, &mut out).unwrap();
+                for o in out {
+                    if let AgentOutput::ToServer { msg, .. } = o {
+                        let mut so = SOut::new();
+                        match s.step(&msg, &mut so) {
+                            Ok(_) => inbox.extend(so),
+                            Err(_) => refused += 1,
+                        }
+                    }
+                }
+            };
+        let lock = |k: &[u16], mode| AgentInput::Lock {
+            path: p(k),
+            mode,
+            servers: Servers(1),
+            req: Req::All,
+        };
+        // Delivers every queued announcement for agent `who` (all agents: None) except
+        // the one held back, in order, until nothing is left.
+        fn flush(
+            step: &mut impl FnMut(&mut [Ag; 2], usize, AgentInput<'_, D, Q>, &mut Inbox),
+            agents: &mut [Ag; 2],
+            inbox: &mut Inbox,
+        ) {
+            while !inbox.is_empty() {
+                let an = inbox.remove(0);
+                let a = an.to.0 as usize - 1;
+                step(agents, a, AgentInput::Info(&an.info), inbox);
+            }
+        }
+        step(&mut agents, 0, lock(&[2], Write), &mut inbox);
+        step(&mut agents, 1, lock(&[1], Write), &mut inbox);
+        step(&mut agents, 1, lock(&[2], Write), &mut inbox);
+        flush(&mut step, &mut agents, &mut inbox);
+        // A1 asks /1/1: the server creates its record and announces /1 and /1/1 to both.
+        step(&mut agents, 0, lock(&[1, 1], Read), &mut inbox);
+        let held_back = inbox
+            .iter()
+            .position(|an| an.to == AgentId(2) && an.info.path == p(&[1, 1]))
+            .unwrap();
+        let late = inbox.remove(held_back);
+        // The rest arrives until A2 sees the cycle in /1 and surrenders it.
+        while !agents[1].views().any(|(_, awaiting)| awaiting) {
+            let an = inbox.remove(0);
+            let a = an.to.0 as usize - 1;
+            step(&mut agents, a, AgentInput::Info(&an.info), &mut inbox);
+        }
+        // The queue of /1/1 sent before the surrender arrives now, ahead of the
+        // surrender's acknowledgements (FIFO from the server).
+        step(&mut agents, 1, AgentInput::Info(&late.info), &mut inbox);
+        flush(&mut step, &mut agents, &mut inbox);
+        assert_eq!(
+            agents[0].status(),
+            Status::HaveAll,
+            "A1 got /1/1 by A2's surrender"
+        );
+        step(&mut agents, 0, AgentInput::Finish, &mut inbox);
+        flush(&mut step, &mut agents, &mut inbox);
+        assert_eq!(refused, 0, "a surrender of a lock no longer held");
+        assert_eq!(agents[1].status(), Status::HaveAll, "A2 gets /1 and /2");
     }
 
     #[test]
