@@ -5,11 +5,15 @@
 //! - [`sim`]: a deterministic discrete-event simulator that drives `n` kernel sites with the
 //!   thesis workload (seed 002, chapter 4) for hilock and the Naimi-Trehel baselines;
 //! - [`plot`]: SVG line charts of the simulator's results;
+//! - [`ring`]: the ring engine's placement figures (seed 003: load balance, keys moved per
+//!   join/leave, lookup messages), by the kernel's `chord::vnodes` and `chord::fingers`;
+//!   the `ringsim` binary prints them (`cargo run --release -p hilock-benches --bin ringsim`);
 //! - the `simulate` binary: runs the experiments of chapter 4 and writes CSV and SVG files
 //!   (`cargo run --release -p hilock-benches --bin simulate -- --out docs/figures`).
 //!
 //! Results and the commands that produced them are in `BENCHMARKS.md`.
 
 pub mod plot;
+pub mod ring;
 pub mod scenarios;
 pub mod sim;
