@@ -9,12 +9,15 @@
 //! Options (`--help`): `--sizes` (default 8,16,…,1024), `--vnodes` (points per node,
 //! default 1,8,32,128), `--keys K` (default 100,000), `--trials T` (joins and leaves per
 //! size, default 16), `--jobs J` (rayon threads, default 2), `--out DIR` (CSV + SVG),
-//! `--parts` (which of balance, movement, hops, airline). Markdown tables on stdout, a
+//! `--parts` (which of balance, movement, hops, airline), and for the airline comparison
+//! `--airline-sizes` (default 4,8,16), `--ratio`, `--per-node`, `--seed`. Markdown tables on stdout, a
 //! progress bar on stderr.
 
 use clap::{Parser, ValueEnum};
 use hilock_benches::plot::{line_chart, Series};
 use hilock_benches::ring::{self, Balance, Hops, Movement};
+use hilock_benches::ringair::{self, RING_KINDS};
+use hilock_benches::sim::{self, Config, Proto, KIND_NAMES};
 use indicatif::{ProgressBar, ProgressStyle};
 use rayon::prelude::*;
 use std::path::{Path, PathBuf};
@@ -46,6 +49,18 @@ struct Opts {
     /// Parallel jobs (rayon threads).
     #[arg(long, default_value_t = 2)]
     jobs: usize,
+    /// Node counts of the airline comparison (the kernel's ring holds at most 16).
+    #[arg(long, value_delimiter = ',', default_value = "4,8,16")]
+    airline_sizes: Vec<usize>,
+    /// Airline: NCS / CS ratio.
+    #[arg(long, default_value_t = 10.0)]
+    ratio: f64,
+    /// Airline: measured accesses per node (at least 2,000 in all).
+    #[arg(long, default_value_t = 40)]
+    per_node: u64,
+    /// Airline: seed.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
     /// Parts to run (comma-separated; default all).
     #[arg(long, value_enum, value_delimiter = ',')]
     parts: Vec<Part>,
@@ -59,6 +74,8 @@ enum Part {
     Movement,
     /// Lookup messages: finger tables vs a full view.
     Hops,
+    /// The airline workload on the token engine and the ring engine.
+    Airline,
 }
 
 fn main() {
@@ -255,6 +272,9 @@ fn real_main(o: &Opts) -> Result<(), String> {
             true,
         )?;
     }
+    if on(Part::Airline) {
+        airline(o, &pool)?;
+    }
     eprintln!("ringsim: done in {:.1} s", t0.elapsed().as_secs_f64());
     Ok(())
 }
@@ -273,4 +293,125 @@ fn per_v<T>(o: &Opts, rows: &[T], f: impl Fn(&T) -> (usize, u32, f64)) -> Vec<Se
                 .collect(),
         })
         .collect()
+}
+
+/// One engine's row of the airline comparison.
+#[derive(Clone, Debug, serde::Serialize)]
+struct AirRow {
+    engine: &'static str,
+    n: usize,
+    ratio: f64,
+    latency_ms: f64,
+    seed: u64,
+    accesses: u64,
+    lock_requests: u64,
+    messages: u64,
+    msgs_per_access: f64,
+    msgs_per_lock_request: f64,
+    latency_ms_mean: f64,
+    latency_delays_mean: f64,
+    polls: u64,
+    breakdown: String,
+}
+
+fn airline(o: &Opts, pool: &rayon::ThreadPool) -> Result<(), String> {
+    let engines = [
+        "token: hilock",
+        "token: naimi-same-work",
+        "ring: hilock r=2",
+    ];
+    let jobs: Vec<(usize, usize)> = o
+        .airline_sizes
+        .iter()
+        .flat_map(|&n| (0..engines.len()).map(move |e| (n, e)))
+        .collect();
+    let b = bar(jobs.len(), "airline");
+    let rows: Vec<AirRow> = pool.install(|| {
+        jobs.par_iter()
+            .map(|&(n, e)| {
+                let proto = if e == 1 {
+                    Proto::NaimiSame
+                } else {
+                    Proto::Hilock
+                };
+                let cfg = Config::thesis(proto, n, o.ratio, o.per_node, o.seed);
+                let d = cfg.latency_ms;
+                let row =
+                    |accesses, lock_requests, messages: u64, lat: f64, polls, breakdown| AirRow {
+                        engine: engines[e],
+                        n,
+                        ratio: cfg.ratio,
+                        latency_ms: d,
+                        seed: cfg.seed,
+                        accesses,
+                        lock_requests,
+                        messages,
+                        msgs_per_access: messages as f64 / (accesses as f64).max(1.0),
+                        msgs_per_lock_request: messages as f64 / (lock_requests as f64).max(1.0),
+                        latency_ms_mean: lat,
+                        latency_delays_mean: lat / d,
+                        polls,
+                        breakdown,
+                    };
+                let r = if e < 2 {
+                    let st = sim::run(&cfg)?;
+                    let bd = KIND_NAMES
+                        .iter()
+                        .zip(st.msgs)
+                        .map(|(k, m)| format!("{k} {:.2}", m as f64 / st.accesses.max(1) as f64))
+                        .collect::<Vec<_>>()
+                        .join(", ");
+                    row(
+                        st.accesses,
+                        st.lock_requests,
+                        st.messages(),
+                        st.mean_latency_ms(),
+                        0,
+                        bd,
+                    )
+                } else {
+                    let st = ringair::run(&cfg)?;
+                    let bd = RING_KINDS
+                        .iter()
+                        .zip(st.msgs)
+                        .map(|(k, m)| format!("{k} {:.2}", m as f64 / st.accesses.max(1) as f64))
+                        .collect::<Vec<_>>()
+                        .join(", ");
+                    row(
+                        st.accesses,
+                        st.lock_requests,
+                        st.messages(),
+                        st.mean_latency_ms(),
+                        st.polls,
+                        bd,
+                    )
+                };
+                b.inc(1);
+                Ok(r)
+            })
+            .collect::<Result<_, String>>()
+    })?;
+    b.finish_and_clear();
+    println!(
+        "### Airline workload, token engine vs ring engine: NCS/CS {}, CS 15 ms, latency 150 ms ±33 %, {} measured accesses per node (at least 2,000), seed {}\n",
+        o.ratio, o.per_node, o.seed
+    );
+    println!("| nodes | engine | accesses | lock requests | messages/access | messages/lock request | latency (message delays) | polls (whole run) | messages per access by kind |");
+    println!("|---|---|---|---|---|---|---|---|---|");
+    for r in &rows {
+        println!(
+            "| {} | {} | {} | {} | {:.2} | {:.2} | {:.2} | {} | {} |",
+            r.n,
+            r.engine,
+            r.accesses,
+            r.lock_requests,
+            r.msgs_per_access,
+            r.msgs_per_lock_request,
+            r.latency_delays_mean,
+            r.polls,
+            r.breakdown
+        );
+    }
+    println!();
+    write_csv(&o.out.join("ring_airline.csv"), &rows)
 }
