@@ -8,12 +8,19 @@
 //! - [`txn`]: multi-lock transactions on the token engine (ordered acquisition) and on the
 //!   agents engine (detection and surrender), and the `txn_compare` binary that tabulates
 //!   and plots them (`cargo run --release -p hilock-benches --bin txn_compare`);
+//! - [`ring`]: the ring engine's placement figures (seed 003: load balance, keys moved per
+//!   join/leave, lookup messages), by the kernel's `chord::vnodes` and `chord::fingers`;
+//!   the `ringsim` binary prints them (`cargo run --release -p hilock-benches --bin ringsim`);
+//! - [`ringair`]: the simulator's airline workload on the ring engine (kernel `RingServer`
+//!   and `ChordClient` as a `Protocol` site in the one harness), next to the token engine;
 //! - the `simulate` binary: runs the experiments of chapter 4 and writes CSV and SVG files
 //!   (`cargo run --release -p hilock-benches --bin simulate -- --out docs/figures`).
 //!
 //! Results and the commands that produced them are in `BENCHMARKS.md`.
 
 pub mod plot;
+pub mod ring;
+pub mod ringair;
 pub mod scenarios;
 pub mod sim;
 pub mod txn;

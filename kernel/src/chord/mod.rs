@@ -27,9 +27,11 @@
 //! `(a)3` is line 3 of Fig. 2(a); `(d)`, `(e)` are node leave and node join.
 
 pub mod client;
+pub mod fingers;
 pub mod paper;
 pub mod replicated;
 pub mod ring;
+pub mod vnodes;
 
 pub use client::{ChordClient, ClientEvent};
 pub use paper::PaperNode;

@@ -1,0 +1,676 @@
+//! The airline workload of the simulator ([`crate::sim`]) on the ring engine (seed 003,
+//! hilock's replicated variant, r = 2), for the token engine / ring engine comparison of
+//! issue 17 item 4.
+//!
+//! - **Sites.** [`RingSite`] puts one kernel [`RingServer`] (slot `i` of a 16-slot ring,
+//!   slots at `hash("hilock-ring-slot-<i>")` as in the runtime) and one kernel
+//!   [`ChordClient`] (client `i`, routing with a full membership view) at node `i`, behind
+//!   the kernel's [`Protocol`] interface, so that the one harness
+//!   ([`hilock_spec::Cluster`]) routes and delivers its messages and checks mutual
+//!   exclusion ([`Cluster::check_exclusive`]) after every grant. A message between the
+//!   client and the server of one node is a local call (not sent, no delay), as the token
+//!   engine's local acquire.
+//! - **Workload.** The simulator's [`Config`] and its per-node random streams, drawn in the
+//!   simulator's order (NCS, access mode from [`MIX`], entry, CS, NCS, …), so each node
+//!   makes the same sequence of accesses as in [`crate::sim`]. The ring's locks are
+//!   exclusive only (no modes), so an access locks what the simulator's Naimi-Trehel *same
+//!   work* locks: IR and IW one entry's lock, R, U and W every entry lock in a fixed order.
+//!   Entry `e` is the lock `/airline-entry-<e>` (each its own top-level element, so the
+//!   entries are spread over the ring).
+//! - **The seed's lock does not queue**: a refused lock is asked again one mean message
+//!   latency later (the poll input is [`Input::Upgrade`] of the lock, which the ring has no
+//!   other use for; each poll is a request and an answer, counted). A `Retry` answer of
+//!   the node's own server (a write on the key waits for its replicas) is resent at the
+//!   next poll too; one from another node's server is resent at once (the round trip is
+//!   the wait).
+//! - **Timing** as in [`crate::sim`]: each message's latency drawn uniformly within
+//!   ±jitter of the mean, per-pair FIFO.
+
+use crate::sim::{Config, ENTRIES, MIX};
+use hilock_kernel::chord::{
+    hash, Addr, Answer, ChordClient, ChordError, ChordMsg, ClientEvent, ClientId, Key, Op, Out,
+    Ring, RingServer, View,
+};
+use hilock_kernel::{
+    Input, KernelError, LockId, Mode, MsgKind, NodeId, Output, Protocol, Report, Sink,
+};
+use hilock_spec::cluster::Cluster;
+use hilock_spec::VecSink;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
+
+/// Slots of the ring (the kernel's ring holds at most 16).
+pub const SLOTS: usize = 16;
+/// Lock-table capacity of a server.
+pub const TABLE: usize = 16;
+/// Successor replicas (the kernel's default).
+pub const R: u8 = 2;
+
+/// The ring's messages.
+pub type RingMsg = ChordMsg<TABLE>;
+
+/// The 16-slot ring of the runtime: slot `i` at `hash("hilock-ring-slot-<i>", 16)`.
+pub fn ring() -> Result<Ring<SLOTS>, ChordError> {
+    let ids: [u16; SLOTS] =
+        core::array::from_fn(|i| hash(crate::ring::node_name(i).as_bytes(), 16).0);
+    Ring::new(16, ids)
+}
+
+/// The key of entry lock `e`.
+pub fn entry_key(e: usize) -> Key {
+    hash(format!("airline-entry-{e}").as_bytes(), 16)
+}
+
+fn entry_of(k: Key) -> Option<usize> {
+    (0..ENTRIES).find(|e| entry_key(*e) == k)
+}
+
+/// A ring server and a client at one node, as a [`Protocol`] site.
+#[derive(Clone, Debug)]
+pub struct RingSite {
+    id: NodeId,
+    server: RingServer<SLOTS, TABLE>,
+    client: ChordClient<SLOTS>,
+    keys: [Key; ENTRIES],
+    held: [bool; ENTRIES],
+    current: Option<(Op, usize)>,
+    queue: VecDeque<(Op, usize)>,
+    /// The current request waits to be asked again ([`Input::Upgrade`], the poll input).
+    poll: Option<Poll>,
+    polls: u64,
+}
+
+/// Why the current request waits for a poll.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Poll {
+    /// The lock was refused (held by another client): ask again.
+    Refused,
+    /// The local server said retry (a write on the key in progress): resend.
+    Retry,
+}
+
+impl RingSite {
+    /// Node `i` of a ring whose members are the first `n` slots.
+    pub fn new(i: usize, n: usize) -> Result<Self, ChordError> {
+        if n == 0 || n > SLOTS || i >= n {
+            return Err(ChordError::BadView);
+        }
+        let ring = ring()?;
+        let view = View {
+            epoch: 0,
+            members: if n == 16 { 0xffff } else { (1u16 << n) - 1 },
+        };
+        let id = NodeId(i as u16);
+        Ok(RingSite {
+            id,
+            server: RingServer::new(id, ring, R, view)?,
+            client: ChordClient::new(ClientId(i as u8), ring, view)?,
+            keys: core::array::from_fn(entry_key),
+            held: [false; ENTRIES],
+            current: None,
+            queue: VecDeque::new(),
+            poll: None,
+            polls: 0,
+        })
+    }
+
+    /// Refused locks asked again so far.
+    pub fn polls(&self) -> u64 {
+        self.polls
+    }
+
+    /// The lock whose request waits for a poll ([`Input::Upgrade`] of it).
+    pub fn wants_poll(&self) -> Option<LockId> {
+        match (self.poll, self.current) {
+            (Some(_), Some((_, l))) => Some(LockId(l as u16)),
+            _ => None,
+        }
+    }
+
+    /// The server's table.
+    pub fn server(&self) -> &RingServer<SLOTS, TABLE> {
+        &self.server
+    }
+
+    /// A lock request for entry `l` is waiting or queued.
+    fn pending(&self, l: usize) -> bool {
+        let lock = |c: &(Op, usize)| c.0 == Op::Lock && c.1 == l;
+        self.current.as_ref().is_some_and(lock) || self.queue.iter().any(lock)
+    }
+
+    /// [`RingSite::pump`] of `first`, whose messages may also be for other nodes.
+    fn pump_out(
+        &mut self,
+        first: Vec<(Addr, Addr, RingMsg)>,
+        sends: &mut Vec<Output<RingMsg>>,
+    ) -> Result<(), ChordError> {
+        let me_client = Addr::Client(ClientId(self.id.0 as u8));
+        let mut local = Vec::new();
+        for (f, t, m) in first {
+            match t {
+                t if t == me_client || t == Addr::Node(self.id) => local.push((f, t, m)),
+                Addr::Node(x) => sends.push(Output::Send { to: x, msg: m }),
+                _ => return Err(ChordError::BadSender),
+            }
+        }
+        self.pump(local, sends)
+    }
+
+    /// Runs `first` (sender, receiver, message: each to this node's client or server) and
+    /// every local message it causes, starting queued client requests when the client is
+    /// idle; messages to other nodes go to `sends`.
+    fn pump(
+        &mut self,
+        first: Vec<(Addr, Addr, RingMsg)>,
+        sends: &mut Vec<Output<RingMsg>>,
+    ) -> Result<(), ChordError> {
+        let me_client = Addr::Client(ClientId(self.id.0 as u8));
+        let me_node = Addr::Node(self.id);
+        let mut work: VecDeque<(Addr, Addr, RingMsg)> = first.into();
+        let route = |origin: Addr,
+                     out: VecSink<Out<TABLE>>,
+                     work: &mut VecDeque<(Addr, Addr, RingMsg)>,
+                     sends: &mut Vec<Output<RingMsg>>|
+         -> Result<(), ChordError> {
+            for o in out.0 {
+                match o.to {
+                    t if t == me_client || t == me_node => work.push_back((origin, t, o.msg)),
+                    Addr::Node(x) => sends.push(Output::Send { to: x, msg: o.msg }),
+                    Addr::Client(c) => sends.push(Output::Send {
+                        to: NodeId(c.0 as u16),
+                        msg: o.msg,
+                    }),
+                    Addr::Chord => return Err(ChordError::BadSender),
+                }
+            }
+            Ok(())
+        };
+        loop {
+            if self.current.is_none() {
+                if let Some((op, l)) = self.queue.pop_front() {
+                    let mut out: VecSink<Out<TABLE>> = VecSink::new();
+                    self.client.start(op, self.keys[l], &mut out)?;
+                    self.current = Some((op, l));
+                    route(me_client, out, &mut work, sends)?;
+                }
+            }
+            let Some((from, to, msg)) = work.pop_front() else {
+                return Ok(());
+            };
+            let mut out: VecSink<Out<TABLE>> = VecSink::new();
+            if to == me_client {
+                let ChordMsg::Reply { token, answer } = msg else {
+                    return Err(ChordError::BadSender);
+                };
+                let (ev, _) = self.client.on_reply(token, answer, &mut out)?;
+                if ev == ClientEvent::Waiting && from == me_node {
+                    // A retry from this node's own server (a write on the key waits for
+                    // its replicas): resending now would loop without time passing.
+                    out.0.clear();
+                    self.poll = Some(Poll::Retry);
+                }
+                if let ClientEvent::Done(op, key, a) = ev {
+                    let l = entry_of(key).ok_or(ChordError::BadKey(key))?;
+                    match (op, a) {
+                        (Op::Lock, Answer::Granted) => {
+                            self.held[l] = true;
+                            self.current = None;
+                            sends.push(Output::Granted {
+                                lock: LockId(l as u16),
+                                mode: Mode::W,
+                            });
+                        }
+                        (Op::Lock, _) => {
+                            // Refused: the seed's lock does not queue; asked again at the
+                            // next poll.
+                            self.poll = Some(Poll::Refused);
+                        }
+                        _ => self.current = None,
+                    }
+                }
+                route(me_client, out, &mut work, sends)?;
+            } else {
+                let from = match &msg {
+                    ChordMsg::Request { token, .. } => Addr::Client(token.client),
+                    _ => from,
+                };
+                self.server.step(from, &msg, &mut out)?;
+                route(me_node, out, &mut work, sends)?;
+            }
+        }
+    }
+}
+
+fn kerr(e: ChordError, id: NodeId) -> KernelError {
+    match e {
+        ChordError::OutputsFull => KernelError::OutputsFull,
+        ChordError::NotMember(n) => KernelError::UnknownNode(n),
+        _ => KernelError::UnknownNode(id),
+    }
+}
+
+impl Protocol for RingSite {
+    type Msg = RingMsg;
+    const MAX_OUTPUTS: usize = 4 * (TABLE + 2 * SLOTS + 1);
+
+    fn id(&self) -> NodeId {
+        self.id
+    }
+
+    fn step<S: Sink<Output<RingMsg>>>(
+        &mut self,
+        input: Input<'_, RingMsg>,
+        out: &mut S,
+    ) -> Result<Report, KernelError> {
+        let before = self.clone();
+        let mut sends = Vec::new();
+        let first = match input {
+            Input::Acquire { lock, mode } => {
+                let l = lock.idx();
+                if l >= ENTRIES {
+                    return Err(KernelError::UnknownLock(lock));
+                }
+                if mode == Mode::Phi {
+                    return Err(KernelError::InvalidMode);
+                }
+                if self.held[l] {
+                    return Err(KernelError::AlreadyHeld(lock));
+                }
+                if self.pending(l) {
+                    return Err(KernelError::AlreadyPending(lock));
+                }
+                self.queue.push_back((Op::Lock, l));
+                Vec::new()
+            }
+            Input::Release { lock } => {
+                let l = lock.idx();
+                if l >= ENTRIES {
+                    return Err(KernelError::UnknownLock(lock));
+                }
+                if !self.held[l] {
+                    return Err(KernelError::NotHeld(lock));
+                }
+                self.held[l] = false;
+                self.queue.push_back((Op::Unlock, l));
+                Vec::new()
+            }
+            Input::Deliver { from, msg } => {
+                let me_client = Addr::Client(ClientId(self.id.0 as u8));
+                match msg {
+                    ChordMsg::Reply { .. } => vec![(Addr::Node(from), me_client, msg.clone())],
+                    _ => vec![(Addr::Node(from), Addr::Node(self.id), msg.clone())],
+                }
+            }
+            // The poll input: ask again for the refused (or retried) lock.
+            Input::Upgrade { lock } => {
+                let me_client = Addr::Client(ClientId(self.id.0 as u8));
+                let (Some(p), Some((op, l))) = (self.poll, self.current) else {
+                    return Err(KernelError::NotHoldingU(lock));
+                };
+                if l != lock.idx() {
+                    return Err(KernelError::NotHoldingU(lock));
+                }
+                let mut out: VecSink<Out<TABLE>> = VecSink::new();
+                let r = match p {
+                    Poll::Refused => self.client.start(op, self.keys[l], &mut out),
+                    Poll::Retry => self.client.timeout(self.client.view(), &mut out),
+                };
+                if let Err(e) = r {
+                    *self = before;
+                    return Err(kerr(e, self.id));
+                }
+                self.poll = None;
+                self.polls += 1;
+                out.0
+                    .into_iter()
+                    .map(|o| (me_client, o.to, o.msg))
+                    .collect()
+            }
+            _ => return Err(KernelError::InvalidMode),
+        };
+        let r = self.pump_out(first, &mut sends);
+        if let Err(e) = r {
+            *self = before;
+            return Err(kerr(e, self.id));
+        }
+        if out.room() < sends.len() {
+            *self = before;
+            return Err(KernelError::OutputsFull);
+        }
+        for s in sends {
+            let _ = out.put(s);
+        }
+        Ok(Report::default())
+    }
+
+    fn held(&self, lock: LockId) -> Result<Mode, KernelError> {
+        match self.held.get(lock.idx()) {
+            Some(true) => Ok(Mode::W),
+            Some(false) => Ok(Mode::Phi),
+            None => Err(KernelError::UnknownLock(lock)),
+        }
+    }
+
+    fn has_token(&self, lock: LockId) -> Result<bool, KernelError> {
+        self.held(lock).map(|_| false)
+    }
+
+    fn is_pending(&self, lock: LockId) -> Result<bool, KernelError> {
+        self.held(lock).map(|_| self.pending(lock.idx()))
+    }
+
+    fn kind(msg: &RingMsg) -> MsgKind {
+        match msg {
+            ChordMsg::Request { .. } => MsgKind::Request,
+            ChordMsg::Reply { .. } => MsgKind::Grant,
+            _ => MsgKind::Release,
+        }
+    }
+
+    fn lock_of(msg: &RingMsg) -> LockId {
+        let key = match msg {
+            ChordMsg::Request { key, .. } | ChordMsg::ReplicaAck { key, .. } => Some(*key),
+            ChordMsg::Replicate { slot, .. } => Some(slot.key),
+            _ => None,
+        };
+        LockId(key.and_then(entry_of).unwrap_or(0) as u16)
+    }
+}
+
+/// What a ring run measured (the window as in [`crate::sim::Stats`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RingStats {
+    /// Accesses completed in the window.
+    pub accesses: u64,
+    /// Lock requests (`Acquire` inputs) issued in the window.
+    pub lock_requests: u64,
+    /// Messages sent in the window: client requests, answers, replication writes,
+    /// replication acknowledgements, other.
+    pub msgs: [u64; 5],
+    /// Sum (µs) and count of access latencies (issue to entering the CS).
+    pub lat: (u64, u64),
+    /// Refused locks asked again (whole run).
+    pub polls: u64,
+    /// Grants after which mutual exclusion was checked.
+    pub checked_grants: u64,
+    /// Simulated window (µs).
+    pub window_us: u64,
+}
+
+impl RingStats {
+    /// All messages in the window.
+    pub fn messages(&self) -> u64 {
+        self.msgs.iter().sum()
+    }
+    /// Messages per access.
+    pub fn per_access(&self) -> f64 {
+        self.messages() as f64 / self.accesses.max(1) as f64
+    }
+    /// Messages per lock request.
+    pub fn per_request(&self) -> f64 {
+        self.messages() as f64 / self.lock_requests.max(1) as f64
+    }
+    /// Mean access latency (ms).
+    pub fn mean_latency_ms(&self) -> f64 {
+        self.lat.0 as f64 / self.lat.1.max(1) as f64 / 1000.0
+    }
+}
+
+/// Names of [`RingStats::msgs`].
+pub const RING_KINDS: [&str; 5] = ["request", "answer", "replicate", "replica-ack", "other"];
+
+fn ring_kind(m: &RingMsg) -> usize {
+    match m {
+        ChordMsg::Request { .. } => 0,
+        ChordMsg::Reply { .. } => 1,
+        ChordMsg::Replicate { .. } => 2,
+        ChordMsg::ReplicaAck { .. } => 3,
+        _ => 4,
+    }
+}
+
+fn jittered(rng: &mut ChaCha8Rng, mean_ms: f64, jitter: f64) -> u64 {
+    let u: f64 = rng.random_range(-1.0..1.0);
+    let v = mean_ms * 1000.0 * (1.0 + jitter * u);
+    v.max(0.0).round() as u64
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Ev {
+    Timer(u16),
+    Deliver(u16, u16),
+    Poll(u16),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    Ncs,
+    Acquiring,
+    Cs,
+}
+
+struct App {
+    rng: ChaCha8Rng,
+    phase: Phase,
+    ops: Vec<usize>,
+    k: usize,
+    issued_at: u64,
+    measured: bool,
+}
+
+/// Runs the airline workload of `cfg` (its `proto` is ignored) on the ring engine with
+/// `cfg.n` nodes (at most [`SLOTS`]).
+pub fn run(cfg: &Config) -> Result<RingStats, String> {
+    let n = cfg.n;
+    if !(3..=SLOTS).contains(&n) {
+        return Err(format!(
+            "ring engine: n = {n}, need 3 ≤ n ≤ {SLOTS} (r = 2)"
+        ));
+    }
+    let sites = (0..n)
+        .map(|i| RingSite::new(i, n))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| e.to_string())?;
+    let mut cluster = Cluster::new(sites);
+    let mut apps: Vec<App> = (0..n)
+        .map(|i| App {
+            rng: ChaCha8Rng::seed_from_u64(
+                cfg.seed ^ (i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15),
+            ),
+            phase: Phase::Ncs,
+            ops: Vec::new(),
+            k: 0,
+            issued_at: 0,
+            measured: false,
+        })
+        .collect();
+    let mut net = ChaCha8Rng::seed_from_u64(cfg.seed ^ 0xD1B5_4A32_D192_ED03);
+    let mut events: BinaryHeap<Reverse<(u64, u64, Ev)>> = BinaryHeap::new();
+    let mut seq = 0u64;
+    let mut channels: HashMap<(u16, u16), (VecDeque<u64>, u64)> = HashMap::new();
+    let mut st = RingStats::default();
+    let (mut now, mut completed, mut window_start) = (0u64, 0u64, None::<u64>);
+    for (i, a) in apps.iter_mut().enumerate() {
+        let t = jittered(&mut a.rng, cfg.ratio * cfg.cs_ms, cfg.jitter);
+        seq += 1;
+        events.push(Reverse((t, seq, Ev::Timer(i as u16))));
+    }
+    let total = cfg.warmup_accesses + cfg.measured_accesses;
+    let mut poll_due = vec![false; n];
+    // One step at node `i`: an input, or the head of channel from → i.
+    macro_rules! step {
+        ($i:expr, $input:expr, $from:expr) => {{
+            let node = NodeId($i as u16);
+            let in_window = window_start.is_some();
+            let mut granted = false;
+            let mut see = |o: &Output<RingMsg>| match o {
+                Output::Send { to, msg } => {
+                    if in_window {
+                        st.msgs[ring_kind(msg)] += 1;
+                    }
+                    let lat = jittered(&mut net, cfg.latency_ms, cfg.jitter);
+                    let ch = channels.entry((node.0, to.0)).or_default();
+                    let at = (now + lat).max(ch.1);
+                    ch.1 = at;
+                    ch.0.push_back(at);
+                    seq += 1;
+                    events.push(Reverse((at, seq, Ev::Deliver(node.0, to.0))));
+                }
+                Output::Granted { .. } => granted = true,
+                Output::Upgraded { .. } => {}
+            };
+            let r: Result<(), String> = match $from {
+                None => cluster
+                    .input_with(node, $input, &mut see)
+                    .map(|_| ())
+                    .map_err(|e| e.to_string()),
+                Some(from) => match cluster.deliver_with(from, node, &mut see) {
+                    Some(Ok(_)) => Ok(()),
+                    Some(Err((e, m))) => Err(format!("{e} delivering {m:?}")),
+                    None => Err("empty channel".into()),
+                },
+            };
+            r.map_err(|e| format!("ring n={n}: node {node} at {now} µs: {e}"))?;
+            if cluster.site(node).wants_poll().is_some() && !poll_due[node.idx()] {
+                poll_due[node.idx()] = true;
+                seq += 1;
+                let at = now + (cfg.latency_ms * 1000.0).round() as u64;
+                events.push(Reverse((at, seq, Ev::Poll(node.0))));
+            }
+            granted
+        }};
+    }
+    while completed < total {
+        let Some(Reverse((t, _, ev))) = events.pop() else {
+            return Err(format!("ring n={n}: no events after {completed} accesses"));
+        };
+        now = t;
+        let (i, granted) = match ev {
+            Ev::Deliver(from, to) => {
+                let ch = channels.get_mut(&(from, to)).expect("channel");
+                ch.0.pop_front();
+                let g = step!(
+                    to,
+                    Input::Acquire {
+                        lock: LockId(0),
+                        mode: Mode::W
+                    },
+                    Some(NodeId(from))
+                );
+                (to as usize, g)
+            }
+            Ev::Poll(i) => {
+                poll_due[i as usize] = false;
+                match cluster.site(NodeId(i)).wants_poll() {
+                    Some(lock) => {
+                        let g = step!(i, Input::Upgrade { lock }, None::<NodeId>);
+                        (i as usize, g)
+                    }
+                    None => (i as usize, false),
+                }
+            }
+            Ev::Timer(i) => {
+                let i = i as usize;
+                match apps[i].phase {
+                    Phase::Ncs => {
+                        let in_window = window_start.is_some();
+                        let a = &mut apps[i];
+                        let mut x = a.rng.random_range(0..100u32);
+                        let mut mode = Mode::IR;
+                        for (m, p) in MIX.iter() {
+                            if x < *p {
+                                mode = *m;
+                                break;
+                            }
+                            x -= p;
+                        }
+                        let entry = a.rng.random_range(0..ENTRIES);
+                        a.ops = if matches!(mode, Mode::IR | Mode::IW) {
+                            vec![entry]
+                        } else {
+                            (0..ENTRIES).collect()
+                        };
+                        a.k = 0;
+                        a.phase = Phase::Acquiring;
+                        a.issued_at = now;
+                        a.measured = in_window;
+                        if in_window {
+                            st.lock_requests += 1;
+                        }
+                        let lock = LockId(a.ops[0] as u16);
+                        let g = step!(
+                            i,
+                            Input::Acquire {
+                                lock,
+                                mode: Mode::W
+                            },
+                            None::<NodeId>
+                        );
+                        (i, g)
+                    }
+                    Phase::Cs => {
+                        for k in (0..apps[i].ops.len()).rev() {
+                            let lock = LockId(apps[i].ops[k] as u16);
+                            let _ = step!(i, Input::Release { lock }, None::<NodeId>);
+                        }
+                        completed += 1;
+                        if window_start.is_some() {
+                            st.accesses += 1;
+                        } else if completed >= cfg.warmup_accesses {
+                            window_start = Some(now);
+                        }
+                        let a = &mut apps[i];
+                        a.phase = Phase::Ncs;
+                        let ncs = jittered(&mut a.rng, cfg.ratio * cfg.cs_ms, cfg.jitter);
+                        seq += 1;
+                        events.push(Reverse((now + ncs, seq, Ev::Timer(i as u16))));
+                        (i, false)
+                    }
+                    Phase::Acquiring => return Err("timer while acquiring".into()),
+                }
+            }
+        };
+        if granted {
+            cluster
+                .check_exclusive()
+                .map_err(|v| format!("ring n={n} at {now} µs: {v:?}"))?;
+            st.checked_grants += 1;
+            let a = &mut apps[i];
+            if a.phase != Phase::Acquiring {
+                return Err(format!("ring n={n}: node {i} granted while not acquiring"));
+            }
+            a.k += 1;
+            if a.k < a.ops.len() {
+                if window_start.is_some() {
+                    st.lock_requests += 1;
+                }
+                let lock = LockId(a.ops[a.k] as u16);
+                let g = step!(
+                    i,
+                    Input::Acquire {
+                        lock,
+                        mode: Mode::W
+                    },
+                    None::<NodeId>
+                );
+                if g {
+                    return Err("a second grant in one step".into());
+                }
+            } else {
+                a.phase = Phase::Cs;
+                if a.measured {
+                    st.lat.0 += now - a.issued_at;
+                    st.lat.1 += 1;
+                }
+                let cs = jittered(&mut a.rng, cfg.cs_ms, cfg.jitter);
+                seq += 1;
+                events.push(Reverse((now + cs, seq, Ev::Timer(i as u16))));
+            }
+        }
+    }
+    st.polls = cluster.sites().map(|s| s.polls()).sum();
+    st.window_us = now - window_start.unwrap_or(now);
+    Ok(st)
+}
