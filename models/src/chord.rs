@@ -19,6 +19,27 @@
 //! A client whose request (or its answer) died with a node times out (`Timeout`: no
 //! message of it in flight, the node it asked is down) and resends with the current view.
 //!
+//! # Partitions and pauses (hilock variant)
+//! `Isolate(n)` cuts node `n` off from everybody (the other nodes, the membership service
+//! and the clients) until `Heal(n)`: every message to or from it, in flight or sent
+//! while the cut lasts, is lost (its TCP connections broke). A process pause (GC, SIGSTOP)
+//! is the same as far as the others can tell. Nobody can tell a cut node from a crashed
+//! one, so suspicion is all a successor has. What the service does with it is
+//! [`Takeover`]:
+//! - [`Takeover::Lease`] (shipped): a member holds a lease from the service and stops
+//!   answering requests when it cannot renew it (`Expire`: [`RingServer::stop`]); the
+//!   service removes a live suspected node (`Detect`) only once its lease has run out, so
+//!   its successor takes its range over only from an installed view, after the old
+//!   primary stopped. A paused node's lease runs out during the pause; on waking it looks
+//!   at its clock before anything else, so the model's `Expire` may come at the moment
+//!   the lease runs out, before the node's next step.
+//! - [`Takeover::Suspicion`] (naive): the service removes a node as soon as its successor
+//!   suspects it (cut off), without waiting for a lease.
+//! - [`Takeover::Local`] (naive, Chord's own way): the successor of a node it suspects
+//!   installs, by itself, the view without it (epoch + 1); there is no authority for
+//!   epochs. A client whose node does not answer tries the node's successor (Chord's
+//!   client), so a client finds a server that took over.
+//!
 //! # Properties
 //! - `at most one holder per lock`: no two clients hold one key (between their grant and
 //!   the sending of their unlock).
@@ -53,6 +74,12 @@ pub const LOST: &str = "no lost lock";
 pub const NO_ERROR: &str = "no kernel error";
 /// Property name.
 pub const LIVE: &str = "every request answered";
+/// Property name: a request is answered only by a server that has the key's current
+/// state. Checked where a server refuses a lock: the holder its table names must hold the
+/// lock or be between its lock request and the end of its unlock. A write's answer needs
+/// every replica (fenced by epochs, `MUTEX` and `LOST`); a refusal is answered from the
+/// server's own table, so it is what a replaced server that still serves gets wrong.
+pub const ONE_SERVER: &str = "one server per key: no answer from a replaced server";
 /// `sometimes`.
 pub const GRANTED: &str = "a lock is granted";
 /// `sometimes`.
@@ -68,6 +95,20 @@ pub enum Variant {
         /// Successor replicas.
         r: u8,
     },
+}
+
+/// When a successor takes its predecessor's range over (hilock variant; see the module's
+/// documentation).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize)]
+pub enum Takeover {
+    /// Shipped: only from a view the service installed, and for a live node only once its
+    /// lease ran out (the node stopped).
+    #[default]
+    Lease,
+    /// Naive: the service removes a node as soon as it is suspected.
+    Suspicion,
+    /// Naive: the successor installs a view without its suspected predecessor itself.
+    Local,
 }
 
 /// A configuration.
@@ -91,8 +132,20 @@ pub struct RingModel {
     pub crashable: u16,
     /// Most crashes (Hilock) in a run.
     pub crashes: u8,
-    /// Most membership changes (joins + leaves) in a run.
+    /// Most membership changes (joins + leaves; `Takeover::Local`: local take-overs) in a
+    /// run.
     pub changes: u8,
+    /// Slots that may be cut off (partitioned or paused; hilock).
+    pub isolatable: u16,
+    /// Most `Isolate` actions in a run.
+    pub isolations: u8,
+    /// Who takes a suspected node's range over.
+    pub takeover: Takeover,
+    /// `Takeover::Lease`: whether a cut may heal before the node's lease ran out. Such a
+    /// cut loses the replica messages of a write in progress, and the write then waits
+    /// for ever (a known defect: `ring-short-cut-strands-write`); `false` checks the
+    /// cuts that last until the lease ran out.
+    pub short_cuts: bool,
     /// Test-only: break a check on purpose (see the tests).
     pub sabotage: Sabotage,
 }
@@ -152,6 +205,12 @@ pub struct RState {
     pub joined: u16,
     /// First kernel error.
     pub error: Option<String>,
+    /// Nodes cut off from the other nodes and the service (bit per slot).
+    pub cut: u16,
+    /// `Isolate` actions so far.
+    pub isolations: u8,
+    /// The first answer from a replaced server (`ONE_SERVER`).
+    pub stale: Option<String>,
 }
 
 /// An action.
@@ -171,6 +230,15 @@ pub enum RAction {
     Detect(NodeId),
     /// A client times out and resends.
     Timeout(usize),
+    /// A node is cut off from the other nodes and the service (a partition, a pause).
+    Isolate(NodeId),
+    /// The cut ends.
+    Heal(NodeId),
+    /// A cut node's lease runs out: it stops answering (`Takeover::Lease`).
+    Expire(NodeId),
+    /// `Takeover::Local`: the node installs, by itself, the view without its suspected
+    /// predecessor.
+    Suspect(NodeId),
 }
 
 /// A counterexample as saved under `spec/counterexamples/`.
@@ -227,6 +295,10 @@ impl RingModel {
             crashable: 0,
             crashes: 0,
             changes: 0,
+            isolatable: 0,
+            isolations: 0,
+            takeover: Takeover::Lease,
+            short_cuts: false,
             sabotage: Sabotage::None,
         }
     }
@@ -375,9 +447,12 @@ impl RingModel {
                         p.olock_b()
                     ),
                     RNode::Hilock(s) => format!(
-                        "n{}{up}: epoch {} {:?}",
+                        "n{}{up}{}{}: view {} {:#06b} {:?}",
                         self.idents[i],
+                        if st.cut & (1 << i) != 0 { " (cut)" } else { "" },
+                        if s.stopped() { " (stopped)" } else { "" },
                         s.view().epoch,
+                        s.view().members,
                         s.slots()
                     ),
                 }
@@ -394,6 +469,7 @@ impl RingModel {
             }
             LOST => "a client holds a lock no live node and no message records".to_string(),
             NO_ERROR => st.error.clone().unwrap_or_default(),
+            ONE_SERVER => st.stale.clone().unwrap_or_default(),
             LIVE => {
                 let w: Vec<String> = st
                     .clients
@@ -423,7 +499,7 @@ impl RingModel {
     /// live node that was in the previous view has installed it.
     fn settled(&self, st: &RState) -> bool {
         st.nodes.iter().enumerate().all(|(i, n)| match n {
-            RNode::Hilock(s) if st.alive & (1 << i) != 0 => {
+            RNode::Hilock(s) if st.alive & (1 << i) != 0 && !s.stopped() => {
                 let involved = st.view.has(NodeId(i as u16)) || s.view().has(NodeId(i as u16));
                 !involved
                     || s.settled_in(st.view)
@@ -431,6 +507,22 @@ impl RingModel {
             }
             _ => true,
         })
+    }
+
+    /// Whether a message from `f` to `t` is lost: one of them is cut off (TCP loses what
+    /// its broken connection carried).
+    fn blocked(st: &RState, f: Addr, t: Addr) -> bool {
+        let cut = |a: Addr| matches!(a, Addr::Node(n) if st.cut & (1 << n.0) != 0);
+        cut(f) || cut(t)
+    }
+
+    fn stopped(st: &RState, n: NodeId) -> bool {
+        matches!(&st.nodes[n.0 as usize], RNode::Hilock(s) if s.stopped())
+    }
+
+    /// Whether node `n` suspects node `p`: `p` crashed, or one of them is cut off.
+    fn suspects(st: &RState, n: NodeId, p: NodeId) -> bool {
+        st.alive & (1 << p.0) == 0 || (st.cut & ((1 << p.0) | (1 << n.0))) != 0
     }
 
     fn send_all(&self, st: &mut RState, from: NodeId, outs: Outs) {
@@ -528,6 +620,9 @@ impl Model for RingModel {
             crashes: 0,
             joined: 0,
             error: None,
+            cut: 0,
+            isolations: 0,
+            stale: None,
         }]
     }
 
@@ -540,17 +635,26 @@ impl Model for RingModel {
                 actions.push(RAction::Start(i));
             }
             let mentions = st.net.iter().any(|(f, t, m)| {
-                *f == Addr::Client(c.c.id())
+                let of_c = *f == Addr::Client(c.c.id())
                     || *t == Addr::Client(c.c.id())
-                    || matches!(m, ChordMsg::BackupModify { token, .. } | ChordMsg::BackupAck { token } | ChordMsg::Replicate { token, .. } | ChordMsg::ReplicaAck { token, .. } if token.client == c.c.id())
+                    || matches!(m, ChordMsg::BackupModify { token, .. } | ChordMsg::BackupAck { token } | ChordMsg::Replicate { token, .. } | ChordMsg::ReplicaAck { token, .. } if token.client == c.c.id());
+                of_c && !Self::blocked(st, *f, *t)
             });
-            if c.c.waiting().is_some() && !mentions && st.alive & (1 << c.target.0) == 0 {
+            // Nothing of its request can reach it: its node crashed, is cut off or stopped,
+            // or neither the network nor the node has it any more (lost in a cut).
+            let waits = matches!(&st.nodes[c.target.0 as usize],
+                RNode::Hilock(s) if s.waits_for(c.c.id()));
+            let unanswering = st.alive & (1 << c.target.0) == 0
+                || st.cut & (1 << c.target.0) != 0
+                || Self::stopped(st, c.target)
+                || (self.hilock() && !waits);
+            if c.c.waiting().is_some() && !mentions && unanswering {
                 actions.push(RAction::Timeout(i));
             }
         }
         let mut seen = BTreeSet::new();
         for m in &st.net {
-            if seen.insert(m) {
+            if !Self::blocked(st, m.0, m.1) && seen.insert(m) {
                 actions.push(RAction::Deliver(m.0, m.1, m.2.clone()));
             }
         }
@@ -583,13 +687,46 @@ impl Model for RingModel {
                 {
                     actions.push(RAction::Crash(n));
                 }
+                // Whom the service may remove: a crashed node; a live one whose lease
+                // ran out (Lease) or that its successor suspects (Suspicion).
+                let removable = st.alive & bit == 0
+                    || match self.takeover {
+                        Takeover::Lease => Self::stopped(st, n),
+                        Takeover::Suspicion => st.cut & bit != 0,
+                        Takeover::Local => false,
+                    };
                 if self.sabotage != Sabotage::NoDetect
-                    && st.alive & bit == 0
+                    && removable
                     && st.view.has(n)
                     && self.settled(st)
                     && ring.next(st.view, n) != Some(n)
                 {
                     actions.push(RAction::Detect(n));
+                }
+                if st.isolations < self.isolations
+                    && self.isolatable & bit != 0
+                    && st.alive & bit != 0
+                    && st.cut & bit == 0
+                {
+                    actions.push(RAction::Isolate(n));
+                }
+                if st.cut & bit != 0 {
+                    if self.short_cuts || self.takeover != Takeover::Lease || Self::stopped(st, n) {
+                        actions.push(RAction::Heal(n));
+                    }
+                    if self.takeover == Takeover::Lease && !Self::stopped(st, n) {
+                        actions.push(RAction::Expire(n));
+                    }
+                }
+                if let (Takeover::Local, RNode::Hilock(s)) = (self.takeover, &st.nodes[i]) {
+                    let p = ring.prev(s.view(), n);
+                    if st.changes < self.changes
+                        && st.alive & bit != 0
+                        && s.view().has(n)
+                        && p.is_some_and(|p| p != n && Self::suspects(st, n, p))
+                    {
+                        actions.push(RAction::Suspect(n));
+                    }
                 }
             }
         }
@@ -618,7 +755,19 @@ impl Model for RingModel {
                 }
             }
             RAction::Timeout(i) => {
-                let view = st.view;
+                let mut view = st.view;
+                if self.takeover == Takeover::Local {
+                    // Chord's client: the node does not answer; ask its successor (the
+                    // client's view without it; same epoch, so no server installs it).
+                    let c = &st.clients[i].c;
+                    view = View {
+                        epoch: c.view().epoch,
+                        members: c.view().members & !(1 << st.clients[i].target.0),
+                    };
+                    if view.members == 0 {
+                        return None;
+                    }
+                }
                 let c = &mut st.clients[i];
                 let mut out = Outs::new();
                 if let Err(e) = c.c.timeout(view, &mut out) {
@@ -670,6 +819,12 @@ impl Model for RingModel {
                     }
                     Addr::Node(n) => {
                         let mut out = Outs::new();
+                        let asked = match (&msg, &st.nodes[n.0 as usize]) {
+                            (ChordMsg::Request { token, key, .. }, RNode::Hilock(s)) => {
+                                Some((*token, *key, s.holder(*key)))
+                            }
+                            _ => None,
+                        };
                         let mut msg = msg;
                         if self.sabotage == Sabotage::EmptyTransfers {
                             if let ChordMsg::Transfer { slots, .. } = &mut msg {
@@ -678,6 +833,25 @@ impl Model for RingModel {
                         }
                         if let Err(e) = st.nodes[n.0 as usize].step(from, &msg, &mut out) {
                             st.error = Some(e);
+                        }
+                        if let Some((token, key, Some(h))) = asked {
+                            let refused = out.iter().any(|o| {
+                                o.msg
+                                    == ChordMsg::Reply {
+                                        token,
+                                        answer: Answer::Refused,
+                                    }
+                            });
+                            let holds = st.clients.iter().any(|c| {
+                                c.c.id() == h && Key(c.key) == key && (1..=3).contains(&c.stage)
+                            });
+                            if refused && !holds && st.stale.is_none() {
+                                st.stale = Some(format!(
+                                    "n{} refused key {} to c{}: its table names c{} as holder, \
+                                     who does not hold it",
+                                    self.idents[n.0 as usize], key.0, token.client.0, h.0
+                                ));
+                            }
                         }
                         self.send_all(&mut st, n, out);
                     }
@@ -718,7 +892,42 @@ impl Model for RingModel {
                 self.change_view(&mut st, new, None);
                 st.changes -= 1;
             }
+            RAction::Isolate(n) => {
+                st.cut |= 1 << n.0;
+                st.isolations += 1;
+            }
+            RAction::Heal(n) => st.cut &= !(1 << n.0),
+            RAction::Expire(n) => {
+                if let RNode::Hilock(s) = &mut st.nodes[n.0 as usize] {
+                    s.stop();
+                }
+            }
+            RAction::Suspect(n) => {
+                let RNode::Hilock(s) = &st.nodes[n.0 as usize] else {
+                    return None;
+                };
+                let p = ring.prev(s.view(), n)?;
+                let v = s.view().leave(p);
+                let mut out = Outs::new();
+                if let Err(e) =
+                    st.nodes[n.0 as usize].step(Addr::Chord, &ChordMsg::NewView(v), &mut out)
+                {
+                    st.error = Some(e);
+                }
+                st.changes += 1;
+                self.send_all(&mut st, n, out);
+            }
         }
+        let lost: Vec<bool> = st
+            .net
+            .iter()
+            .map(|m| Self::blocked(&st, m.0, m.1))
+            .collect();
+        let mut i = 0;
+        st.net.retain(|_| {
+            i += 1;
+            !lost[i - 1]
+        });
         st.net.sort();
         Some(st)
     }
@@ -728,6 +937,7 @@ impl Model for RingModel {
             Property::always(MUTEX, |m: &Self, st: &RState| m.mutex_ok(st)),
             Property::always(LOST, |m: &Self, st: &RState| m.lost_ok(st)),
             Property::always(NO_ERROR, |_, st: &RState| st.error.is_none()),
+            Property::always(ONE_SERVER, |_, st: &RState| st.stale.is_none()),
             Property::eventually(LIVE, |_, st: &RState| Self::finished(st)),
             Property::sometimes(GRANTED, |_, st: &RState| {
                 st.clients.iter().any(|c| c.stage == 2)

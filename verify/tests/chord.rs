@@ -8,7 +8,8 @@
 //! -p verify --test chord -- --ignored`).
 
 use hilock_models::chord::{
-    RingModel, RingReport, Sabotage, Variant, CHANGED, GRANTED, LIVE, LOST, MUTEX, NO_ERROR,
+    RingModel, RingReport, Sabotage, Takeover, Variant, CHANGED, GRANTED, LIVE, LOST, MUTEX,
+    NO_ERROR, ONE_SERVER,
 };
 use std::path::PathBuf;
 
@@ -21,6 +22,10 @@ const PINNED: &[(&str, usize)] = &[
     ),
     ("hilock r2: 3 nodes, 2 crashes, 2 clients on key 10", 344678),
     ("hilock r2: 3 nodes + join, 2 clients on key 24", 1_029_414),
+    (
+        "hilock r2: 3 nodes, n21 cut off once, Lease take-over, 2 clients on key 10",
+        26836,
+    ),
 ];
 
 const H2: Variant = Variant::Hilock { r: 2 };
@@ -31,7 +36,7 @@ fn pass(m: &RingModel) -> RingReport {
         "{}: {} states in {:?}, discovered {:?}",
         r.config, r.unique_states, r.elapsed, r.discovered
     );
-    for p in [MUTEX, LOST, NO_ERROR, LIVE] {
+    for p in [MUTEX, LOST, NO_ERROR, LIVE, ONE_SERVER] {
         assert!(!r.found(p), "{}: {p} violated", m.name);
     }
     for p in [GRANTED, CHANGED] {
@@ -261,4 +266,85 @@ fn never_removing_a_crashed_node_goes_red() {
 #[test]
 fn more_crashes_than_r_goes_red() {
     assert!(crashes(H2, 3).refute(LOST).trace.is_some());
+}
+
+// ------------------------------------------------ partitions and pauses (issue 17 item 3)
+
+/// Three nodes, two clients on key 10 (n21's), n21 may be cut off once (a partition or a
+/// pause), `takeover` decides who serves its range then.
+fn cut(takeover: Takeover) -> RingModel {
+    let mut m = RingModel::new(
+        &format!(
+            "hilock r2: 3 nodes, n21 cut off once, {takeover:?} take-over, 2 clients on key 10"
+        ),
+        H2,
+        0b0111,
+        vec![10, 10],
+    );
+    m.isolatable = 0b0010;
+    m.isolations = 1;
+    m.takeover = takeover;
+    m
+}
+
+/// Shipped: the service removes the cut node only once its lease ran out and it stopped
+/// answering; the successor serves the range from that installed view.
+#[test]
+fn lease_take_over_passes_under_a_partition() {
+    pass(&cut(Takeover::Lease));
+}
+
+/// Naive: the service removes the node as soon as its successor suspects it. Mutual
+/// exclusion still holds (a write of the cut node needs its replicas, which have the
+/// newer view), but the cut node, still serving when the cut heals, refuses a lock from
+/// its old table.
+#[test]
+fn take_over_on_suspicion_answers_from_a_replaced_server() {
+    let v = refuted(
+        &cut(Takeover::Suspicion),
+        ONE_SERVER,
+        "ring-takeover-on-suspicion",
+        "Naive take-over: one client holds key 10 (n21's); n21 is cut off; its successor \
+         suspects it and the service removes it at once (no lease); the holder unlocks at \
+         n32 in the new view; the cut heals; n21, which never stopped, still has view 0 and \
+         refuses the other client's lock because its table names the first as holder.",
+    );
+    assert!(v.contains("n21 refused key 10"), "{v}");
+    let r = cut(Takeover::Suspicion).check();
+    assert!(!r.found(MUTEX) && !r.found(LOST), "{:?}", r.discovered);
+}
+
+/// Naive, Chord's way: each side installs its own view with the next epoch; one epoch,
+/// two views, and both primaries of key 10 get their writes acknowledged.
+#[test]
+fn local_take_over_grants_twice() {
+    let mut m = cut(Takeover::Local);
+    m.name = "hilock r2: 3 nodes, one cut, Local take-over, 2 clients on key 10".into();
+    m.isolatable = 0b0111;
+    m.changes = 2;
+    refuted(
+        &m,
+        MUTEX,
+        "ring-local-takeover-two-views",
+        "Local take-over: n21 is cut off; n21 suspects its predecessor n8 and installs \
+         view 1 = {n21, n32}; n32 suspects n21 and installs view 1 = {n8, n32}; c2 is \
+         granted key 10 by n32 (replica n8 acknowledges); the cut heals; c1 is granted key \
+         10 by n21, whose replica n32 acknowledges a write of the same epoch.",
+    );
+}
+
+/// A cut that heals before the lease ran out loses the replica messages of a write in
+/// progress; nothing sends them again, and the client is never answered (not fixed).
+#[test]
+fn a_short_cut_strands_a_write() {
+    let mut m = cut(Takeover::Lease);
+    m.short_cuts = true;
+    refuted(
+        &m,
+        LIVE,
+        "ring-short-cut-strands-write",
+        "Known defect: c1's unlock is at n21 waiting for its replicas when n21 is cut off \
+         for less than its lease; the Replicate messages are lost with the connections, \
+         nothing resends them, and the write (and c1) wait for ever.",
+    );
 }

@@ -316,11 +316,14 @@ pub enum Rule {
     Done,
     /// Client: redirected or told to retry; request sent again.
     Resent,
+    /// hilock: a request reached a server that lost its lease ([`RingServer::stop`]): not
+    /// answered (the client times out and asks the membership service for the view).
+    LeaseLost,
 }
 
 impl Rule {
     /// All rules, in declaration order.
-    pub const ALL: [Rule; 24] = [
+    pub const ALL: [Rule; 25] = [
         Rule::LockRefused,
         Rule::LockLocal,
         Rule::UnlockNotLocked,
@@ -345,6 +348,7 @@ impl Rule {
         Rule::Sent,
         Rule::Done,
         Rule::Resent,
+        Rule::LeaseLost,
     ];
 }
 

@@ -53,6 +53,8 @@ pub struct RingServer<const N: usize, const T: usize> {
     ready: u16,
     clock: u16,
     pending: heapless::Vec<Pending, T>,
+    /// Lost its lease: answers no request ([`RingServer::stop`]).
+    stopped: bool,
 }
 
 /// What a request comes to, decided from the state as it is after the request's view is
@@ -105,6 +107,7 @@ impl<const N: usize, const T: usize> RingServer<N, T> {
             ready,
             clock: 0,
             pending: heapless::Vec::new(),
+            stopped: false,
         })
     }
 
@@ -134,6 +137,28 @@ impl<const N: usize, const T: usize> RingServer<N, T> {
     /// Writes waiting for acknowledgements.
     pub fn pending(&self) -> usize {
         self.pending.len()
+    }
+
+    /// The server lost its lease with the membership service (it could not renew it in
+    /// time: a partition, a pause): from now on it answers no request
+    /// ([`Rule::LeaseLost`]), so that the membership service may give its ranges to
+    /// another server once the lease has run out, without two servers answering for one
+    /// key. It drops the writes it was waiting for unanswered (their clients time out and
+    /// ask the new primary, which answers from the entry if the write reached the
+    /// replicas), and keeps acknowledging replica writes and installing views (it is still
+    /// a member until the service removes it). Permanent: a server that lost its lease
+    /// comes back only by joining again. The model's `Expire` action.
+    pub fn stop(&mut self) {
+        self.stopped = true;
+        self.pending.clear();
+    }
+    /// Whether it lost its lease.
+    pub fn stopped(&self) -> bool {
+        self.stopped
+    }
+    /// Whether a write of `client`'s is waiting for acknowledgements here.
+    pub fn waits_for(&self, client: super::ClientId) -> bool {
+        self.pending.iter().any(|p| p.token.client == client)
     }
 
     fn copies(&self) -> u8 {
@@ -327,6 +352,9 @@ impl<const N: usize, const T: usize> Server<T> for RingServer<N, T> {
                 }
                 self.ring.check_key(*key)?;
                 self.ring.check_view(*view)?;
+                if self.stopped {
+                    return Ok(());
+                }
                 if let Decision::Write { need, .. } = self.decide(*token, *op, *key, *view) {
                     let pending_full = self.after(*view) == self.view && self.pending.is_full();
                     if need != 0 && pending_full {
@@ -387,6 +415,10 @@ impl<const N: usize, const T: usize> Server<T> for RingServer<N, T> {
                 key,
                 view,
             } => {
+                if self.stopped {
+                    rep.insert(Rule::LeaseLost);
+                    return rep;
+                }
                 self.install(*view, out, &mut rep);
                 let reply = |out: &mut S, answer| {
                     let to = Addr::Client(token.client);
@@ -740,6 +772,49 @@ mod tests {
         );
         assert_eq!(p, before);
         assert!(out.is_empty());
+    }
+
+    /// A server that lost its lease answers no request and changes nothing for it, but
+    /// still acknowledges a replica write.
+    #[test]
+    fn a_stopped_server_answers_no_request_but_still_replicates() {
+        let mut a = S::new(NodeId(1), ring(), 1, V).unwrap();
+        let mut b = S::new(NodeId(0), ring(), 1, V).unwrap();
+        a.stop();
+        assert!(a.stopped());
+        let before = a.clone();
+        let mut out = O::new();
+        let rep = a.step(C1, &lock(1, V), &mut out).unwrap();
+        assert!(rep.contains(Rule::LeaseLost) && !rep.contains(Rule::WriteStarted));
+        assert!(out.is_empty());
+        assert_eq!(a, before);
+        // A request with a newer view is not installed from either.
+        let v1 = V.join(NodeId(2));
+        a.step(C1, &lock(2, v1), &mut out).unwrap();
+        assert_eq!(a.view(), V);
+        // As a replica it still acknowledges (key 30 is node 0's, replicated on node 1);
+        // a primary that stops drops its waiting write unanswered.
+        let req = ChordMsg::Request {
+            token: Token {
+                client: ClientId(1),
+                seq: 3,
+            },
+            op: Op::Lock,
+            key: Key(30),
+            view: V,
+        };
+        b.step(C1, &req, &mut out).unwrap();
+        assert!(b.waits_for(ClientId(1)));
+        b.stop();
+        assert!(!b.waits_for(ClientId(1)));
+        let m = out.pop().unwrap();
+        assert_eq!(m.to, Addr::Node(NodeId(1)));
+        let rep = a.step(Addr::Node(NodeId(0)), &m.msg, &mut out).unwrap();
+        assert!(rep.contains(Rule::Replicated));
+        let ack = out.pop().unwrap();
+        out.clear();
+        let rep = b.step(Addr::Node(NodeId(1)), &ack.msg, &mut out).unwrap();
+        assert!(rep.contains(Rule::Stale) && out.is_empty());
     }
 
     #[test]
