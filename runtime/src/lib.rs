@@ -22,6 +22,8 @@
 //! - [`wire`]: the handshake and the frames;
 //! - [`config`]: the configuration file;
 //! - [`client`]: the local client socket behind `hilock lock` and `hilock status`;
+//! - `membership` (feature `etcd`): node leases, the member list, epochs and the recovery
+//!   leader through etcd;
 //! - [`ring`]: the ring engine (seed 003): lock servers placed by consistent hashing;
 //! - [`proc`]: the process group of `hilock lock`'s command (kill it, see it gone);
 //! - [`demo`]: `hilock demo`, the airline workload on a loopback cluster with an oracle;
@@ -33,6 +35,8 @@ pub mod cli;
 pub mod client;
 pub mod config;
 pub mod demo;
+#[cfg(feature = "etcd")]
+pub mod membership;
 pub mod node;
 pub mod proc;
 pub mod ring;

@@ -15,6 +15,10 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+#[path = "support/etcd.rs"]
+mod etcd;
+use etcd::start_etcd;
+
 fn have_redis() -> bool {
     static HAVE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *HAVE.get_or_init(|| {
@@ -1441,53 +1445,6 @@ fn base64(s: &[u8]) -> String {
         }
     }
     out
-}
-
-/// One single-member etcd on free loopback ports, data in a temporary directory; killed
-/// on drop.
-struct Etcd {
-    child: Child,
-    addr: String,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Etcd {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start_etcd() -> Option<Etcd> {
-    let port = || {
-        TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port()
-    };
-    let (c, p) = (port(), port());
-    let dir = tempfile::tempdir().unwrap();
-    let child = Command::new("etcd")
-        .args(["--name", "bench", "--data-dir"])
-        .arg(dir.path().join("data"))
-        .args(["--listen-client-urls", &format!("http://127.0.0.1:{c}")])
-        .args(["--advertise-client-urls", &format!("http://127.0.0.1:{c}")])
-        .args(["--listen-peer-urls", &format!("http://127.0.0.1:{p}")])
-        .args([
-            "--initial-advertise-peer-urls",
-            &format!("http://127.0.0.1:{p}"),
-        ])
-        .args(["--initial-cluster", &format!("bench=http://127.0.0.1:{p}")])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .ok()?;
-    Some(Etcd {
-        child,
-        addr: format!("127.0.0.1:{c}"),
-        _dir: dir,
-    })
 }
 
 /// One client's measurements: per acquire (latency, round trips) and the wall time.

@@ -1,0 +1,841 @@
+//! Cluster membership, node leases, epochs and the recovery leader through etcd
+//! (`spec/FAULTS.md`, section 3.1; feature `etcd`).
+//!
+//! Under the cluster's prefix `/hilock/<cluster>/` etcd keeps:
+//!
+//! - `members/<id>`: one key per live node, `{"id":…,"incarnation":…}`, bound to the node's
+//!   etcd lease. The member list is the set of these keys: a node whose lease expires (or
+//!   is revoked) disappears from it, and every watcher sees a delete event.
+//! - `epoch`: the installed epoch, `{"epoch":e,"members":[…]}`, and `plan`: the bytes of
+//!   its recovery plan. Both are written by one transaction that compares the epoch key's
+//!   mod revision with the one the installer read ([`Membership::install_epoch`]), so two
+//!   installers of epoch `e + 1` cannot both succeed, and an installer that read an old
+//!   epoch is refused ([`Error::StaleEpoch`]).
+//! - `leader`: the recovery leader, bound to its lease and created only where it does not
+//!   exist (create revision 0), so there is at most one, and the next one can take over
+//!   as soon as its lease is gone ([`Membership::lead`]).
+//!
+//! **Node lease.** [`Membership::join`] grants an etcd lease with the configured TTL and
+//! keeps it alive from a task. The node treats its lease as valid only for the kernel's
+//! [`local_lease`](hilock_kernel::recovery::local_lease) after it *sent* its last
+//! successful renewal (TTL shortened by the drift bound ρ and the grace to kill the
+//! holders' commands); when that has passed without a renewal, or etcd answers that the
+//! lease is gone, [`LeaseState::Lost`] is published on [`Membership::lease`] — once, for
+//! good: the node must stop granting and kill its holders' commands, and can only come
+//! back as a new incarnation. A process paused past its deadline sees it at its first
+//! step after the pause, before it takes any renewal answer.
+//!
+//! Every etcd call runs under [`EtcdOptions::timeout`]: an unreachable, stopped or paused
+//! etcd gives [`Error::Unreachable`], never a hang.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::future::Future;
+use std::time::Duration;
+
+use etcd_client::{
+    Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, LeaseKeepAliveStream,
+    LeaseKeeper, PutOptions, Txn, TxnOp, TxnOpResponse, WatchOptions,
+};
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+/// How a node uses etcd.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EtcdOptions {
+    /// etcd's client endpoints, `HOST:PORT` or `http://HOST:PORT`.
+    pub endpoints: Vec<String>,
+    /// The node lease's TTL in whole seconds (etcd's unit; etcd may raise a small TTL to
+    /// its minimum, and the granted TTL is the one used).
+    pub ttl_s: u32,
+    /// Real time the node needs to stop granting and kill its holders' commands.
+    pub grace: Duration,
+    /// Bound on the clock rate drift ρ, parts per million.
+    pub rho_ppm: u32,
+    /// Every etcd call (connect, grant, renew, read, transaction) fails with
+    /// [`Error::Unreachable`] after this long.
+    pub timeout: Duration,
+}
+
+impl EtcdOptions {
+    /// TTL 10 s, grace 1 s, ρ = 100 ppm, timeout 2 s.
+    pub fn new(endpoints: Vec<String>) -> EtcdOptions {
+        EtcdOptions {
+            endpoints,
+            ttl_s: 10,
+            grace: Duration::from_secs(1),
+            rho_ppm: 100,
+            timeout: Duration::from_secs(2),
+        }
+    }
+
+    /// The local lease for a TTL (`recovery::local_lease` in milliseconds).
+    pub fn local_lease(&self, ttl_s: u64) -> Result<Duration, Error> {
+        let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        hilock_kernel::recovery::local_lease(
+            ttl_s.saturating_mul(1000),
+            ms(self.grace),
+            self.rho_ppm,
+        )
+        .map(Duration::from_millis)
+        .map_err(|e| {
+            Error::Config(format!(
+                "etcd lease TTL {ttl_s} s with grace {:?} and drift {} ppm leaves no local lease ({e:?})",
+                self.grace, self.rho_ppm
+            ))
+        })
+    }
+
+    fn check(&self) -> Result<(), Error> {
+        if self.endpoints.is_empty() || self.endpoints.iter().any(|e| e.trim().is_empty()) {
+            return Err(Error::Config("etcd endpoints must not be empty".into()));
+        }
+        if self.ttl_s == 0 {
+            return Err(Error::Config("etcd lease TTL must be at least 1 s".into()));
+        }
+        if self.timeout.is_zero() {
+            return Err(Error::Config("etcd timeout must not be zero".into()));
+        }
+        self.local_lease(u64::from(self.ttl_s)).map(|_| ())
+    }
+}
+
+/// A membership error.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Error {
+    /// Bad options (empty endpoints, a TTL too short for the grace and drift).
+    Config(String),
+    /// etcd did not answer `op` within the timeout, or could not be reached at all.
+    Unreachable { op: &'static str, detail: String },
+    /// This node's lease is lost (locally expired, or gone at etcd): it is no longer a
+    /// member and may not act as one.
+    LeaseLost,
+    /// The install of epoch `tried` was refused: the installed epoch is `current`, not
+    /// the one the installer read.
+    StaleEpoch { tried: u32, current: u32 },
+    /// Another incarnation of node `id` is still a member (its lease has not ended).
+    IdInUse { id: u16, incarnation: u64 },
+    /// etcd answered `op` with an error.
+    Etcd { op: &'static str, detail: String },
+    /// A key under the cluster's prefix does not hold what hilock writes there.
+    Corrupt { key: String, detail: String },
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Config(s) => write!(f, "membership configuration: {s}"),
+            Error::Unreachable { op, detail } => write!(f, "etcd unreachable ({op}): {detail}"),
+            Error::LeaseLost => write!(f, "this node's etcd lease is lost"),
+            Error::StaleEpoch { tried, current } => write!(
+                f,
+                "stale epoch: installing epoch {tried} refused, epoch {current} is installed"
+            ),
+            Error::IdInUse { id, incarnation } => write!(
+                f,
+                "node {id} is still a member (incarnation {incarnation:#018x}): wait until its lease has ended"
+            ),
+            Error::Etcd { op, detail } => write!(f, "etcd error ({op}): {detail}"),
+            Error::Corrupt { key, detail } => write!(f, "etcd key {key}: {detail}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+fn classify(op: &'static str, e: etcd_client::Error) -> Error {
+    use etcd_client::Error as E;
+    match e {
+        E::TransportError(_) | E::IoError(_) | E::EndpointError(_) => Error::Unreachable {
+            op,
+            detail: e.to_string(),
+        },
+        // gRPC codes 1 (cancelled), 4 (deadline exceeded), 14 (unavailable): no answer.
+        E::GRpcStatus(ref s) if matches!(i32::from(s.code()), 1 | 4 | 14) => Error::Unreachable {
+            op,
+            detail: e.to_string(),
+        },
+        _ => Error::Etcd {
+            op,
+            detail: e.to_string(),
+        },
+    }
+}
+
+/// `f` under the timeout; etcd's errors classified.
+async fn timed<T>(
+    timeout: Duration,
+    op: &'static str,
+    f: impl Future<Output = Result<T, etcd_client::Error>>,
+) -> Result<T, Error> {
+    match tokio::time::timeout(timeout, f).await {
+        Err(_) => Err(Error::Unreachable {
+            op,
+            detail: format!("no answer within {timeout:?}"),
+        }),
+        Ok(Err(e)) => Err(classify(op, e)),
+        Ok(Ok(v)) => Ok(v),
+    }
+}
+
+/// A live node, as its member key says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Member {
+    pub id: u16,
+    pub incarnation: u64,
+}
+
+/// The member list as a watcher sees it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MemberView {
+    /// The live members by id.
+    pub members: BTreeMap<u16, Member>,
+    /// etcd's revision this view is at.
+    pub revision: i64,
+    /// Whether the watch is connected; `false`: etcd is unreachable and the view may be
+    /// behind.
+    pub connected: bool,
+}
+
+/// Why a lease was lost.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LostReason {
+    /// No renewal was answered before the local lease ended (etcd unreachable, or this
+    /// process was paused).
+    NotRenewed,
+    /// etcd answered that the lease no longer exists (expired or revoked there).
+    Expired,
+    /// The node left ([`Membership::leave`]).
+    Left,
+}
+
+/// A node's lease, as the node must act on it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LeaseState {
+    /// Valid until then (local clock).
+    Valid { until: Instant },
+    /// Lost for good: stop granting, kill the holders' commands.
+    Lost(LostReason),
+}
+
+impl LeaseState {
+    pub fn is_lost(&self) -> bool {
+        matches!(self, LeaseState::Lost(_))
+    }
+}
+
+/// An installed epoch, as read from etcd.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EpochView {
+    /// The epoch; 0: none installed yet.
+    pub epoch: u32,
+    /// Its members.
+    pub members: Vec<Member>,
+    /// Its plan, as the installer wrote it.
+    pub plan: Vec<u8>,
+    /// The epoch key's mod revision (0: none): what the next install compares.
+    pub revision: i64,
+}
+
+#[derive(Serialize, Deserialize)]
+struct EpochRecord {
+    epoch: u32,
+    members: Vec<Member>,
+}
+
+/// The recovery leader.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Leader {
+    pub member: Member,
+    /// This node is the leader.
+    pub mine: bool,
+}
+
+/// The keys under one cluster's prefix.
+#[derive(Clone, Debug)]
+struct Keys {
+    members: String,
+    epoch: String,
+    plan: String,
+    leader: String,
+}
+
+impl Keys {
+    fn new(cluster: &str) -> Keys {
+        let p = format!("/hilock/{cluster}/");
+        Keys {
+            members: format!("{p}members/"),
+            epoch: format!("{p}epoch"),
+            plan: format!("{p}plan"),
+            leader: format!("{p}leader"),
+        }
+    }
+
+    fn member(&self, id: u16) -> String {
+        format!("{}{id:05}", self.members)
+    }
+}
+
+fn parse<T: for<'a> Deserialize<'a>>(key: &[u8], value: &[u8]) -> Result<T, Error> {
+    serde_json::from_slice(value).map_err(|e| Error::Corrupt {
+        key: String::from_utf8_lossy(key).into_owned(),
+        detail: e.to_string(),
+    })
+}
+
+fn json<T: Serialize>(v: &T) -> Vec<u8> {
+    serde_json::to_vec(v).expect("plain structs serialise")
+}
+
+async fn connect(o: &EtcdOptions) -> Result<Client, Error> {
+    let opts = ConnectOptions::new()
+        .with_connect_timeout(o.timeout)
+        .with_timeout(o.timeout)
+        // HTTP/2 pings: a connection to a stopped or paused etcd is found dead.
+        .with_keep_alive(Duration::from_millis(500), o.timeout)
+        .with_keep_alive_while_idle(true);
+    timed(
+        o.timeout,
+        "connect",
+        Client::connect(&o.endpoints, Some(opts)),
+    )
+    .await
+}
+
+/// One node's membership: its lease, kept alive by a task, and the member list, kept by a
+/// watch. Dropping it stops both tasks (the lease then expires at etcd after its TTL);
+/// [`Membership::leave`] revokes the lease at once.
+pub struct Membership {
+    client: Client,
+    keys: Keys,
+    me: Member,
+    lease_id: i64,
+    ttl: Duration,
+    local: Duration,
+    timeout: Duration,
+    lease: watch::Receiver<LeaseState>,
+    lease_tx: watch::Sender<LeaseState>,
+    members: watch::Receiver<MemberView>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl fmt::Debug for Membership {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Membership")
+            .field("me", &self.me)
+            .field("lease_id", &self.lease_id)
+            .field("ttl", &self.ttl)
+            .field("local", &self.local)
+            .field("lease", &*self.lease.borrow())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for Membership {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+impl Membership {
+    /// Joins `cluster` as node `me`: grants the node lease, creates the member key only if
+    /// no other incarnation of `me.id` holds it ([`Error::IdInUse`]), and starts the
+    /// keep-alive and the member watch. All of it within [`EtcdOptions::timeout`]
+    /// ([`Error::Unreachable`] after that; a lease granted by then expires after its TTL).
+    pub async fn join(o: &EtcdOptions, cluster: &str, me: Member) -> Result<Membership, Error> {
+        o.check()?;
+        match tokio::time::timeout(o.timeout, Self::join_within(o, cluster, me)).await {
+            Ok(r) => r,
+            Err(_) => Err(Error::Unreachable {
+                op: "join",
+                detail: format!("no answer within {:?}", o.timeout),
+            }),
+        }
+    }
+
+    async fn join_within(o: &EtcdOptions, cluster: &str, me: Member) -> Result<Membership, Error> {
+        let keys = Keys::new(cluster);
+        let mut client = connect(o).await?;
+        // The local lease counts from before the grant was sent.
+        let sent = Instant::now();
+        let grant = timed(
+            o.timeout,
+            "lease grant",
+            client.lease_grant(i64::from(o.ttl_s), None),
+        )
+        .await?;
+        let lease_id = grant.id();
+        let ttl_s = u64::try_from(grant.ttl()).unwrap_or(0).max(1);
+        let local = o.local_lease(ttl_s)?;
+        let key = keys.member(me.id);
+        let txn = Txn::new()
+            .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
+            .and_then([TxnOp::put(
+                key.clone(),
+                json(&me),
+                Some(PutOptions::new().with_lease(lease_id)),
+            )])
+            .or_else([TxnOp::get(key.clone(), None)]);
+        let created = timed(o.timeout, "create member key", client.txn(txn)).await;
+        let refused = match created {
+            Ok(r) if r.succeeded() => None,
+            Ok(r) => Some(match other_member(&r) {
+                Some(Ok(m)) => Error::IdInUse {
+                    id: me.id,
+                    incarnation: m.incarnation,
+                },
+                Some(Err(e)) => e,
+                None => Error::Etcd {
+                    op: "create member key",
+                    detail: "refused without the existing key".into(),
+                },
+            }),
+            Err(e) => Some(e),
+        };
+        if let Some(e) = refused {
+            let _ = timed(o.timeout, "lease revoke", client.lease_revoke(lease_id)).await;
+            return Err(e);
+        }
+        let (lease_tx, lease) = watch::channel(LeaseState::Valid {
+            until: sent + local,
+        });
+        let (members_tx, members) = watch::channel(MemberView::default());
+        let keeper = tokio::spawn(keep_alive(
+            client.clone(),
+            lease_id,
+            local,
+            o.timeout,
+            sent + local,
+            lease_tx.clone(),
+        ));
+        let watcher = tokio::spawn(watch_members(
+            client.clone(),
+            keys.members.clone(),
+            o.timeout,
+            members_tx,
+        ));
+        Ok(Membership {
+            client,
+            keys,
+            me,
+            lease_id,
+            ttl: Duration::from_secs(ttl_s),
+            local,
+            timeout: o.timeout,
+            lease,
+            lease_tx,
+            members,
+            tasks: vec![keeper, watcher],
+        })
+    }
+
+    pub fn me(&self) -> Member {
+        self.me
+    }
+
+    /// The etcd lease id.
+    pub fn lease_id(&self) -> i64 {
+        self.lease_id
+    }
+
+    /// The TTL etcd granted.
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// How long after a renewal was sent the node holds its lease valid.
+    pub fn local_lease(&self) -> Duration {
+        self.local
+    }
+
+    /// The lease's state; [`LeaseState::Lost`] is published once and never changes back.
+    pub fn lease(&self) -> watch::Receiver<LeaseState> {
+        self.lease.clone()
+    }
+
+    /// The member list, kept up to date by a watch.
+    pub fn members(&self) -> watch::Receiver<MemberView> {
+        self.members.clone()
+    }
+
+    fn check_lease(&self) -> Result<(), Error> {
+        match *self.lease.borrow() {
+            LeaseState::Lost(_) => Err(Error::LeaseLost),
+            LeaseState::Valid { until } if Instant::now() >= until => Err(Error::LeaseLost),
+            LeaseState::Valid { .. } => Ok(()),
+        }
+    }
+
+    /// The live members, read from etcd now.
+    pub async fn list_members(&self) -> Result<BTreeMap<u16, Member>, Error> {
+        let r = timed(
+            self.timeout,
+            "list members",
+            self.client.clone().get(
+                self.keys.members.clone(),
+                Some(GetOptions::new().with_prefix()),
+            ),
+        )
+        .await?;
+        let mut out = BTreeMap::new();
+        for kv in r.kvs() {
+            let m: Member = parse(kv.key(), kv.value())?;
+            out.insert(m.id, m);
+        }
+        Ok(out)
+    }
+
+    /// The installed epoch (epoch 0 with no members where none is), its members and plan,
+    /// read in one transaction.
+    pub async fn current_epoch(&self) -> Result<EpochView, Error> {
+        let txn = Txn::new().and_then([
+            TxnOp::get(self.keys.epoch.clone(), None),
+            TxnOp::get(self.keys.plan.clone(), None),
+        ]);
+        let r = timed(self.timeout, "read epoch", self.client.clone().txn(txn)).await?;
+        epoch_view(&r.op_responses())
+    }
+
+    /// Installs epoch `base.epoch + 1` with `members` and `plan`, in one transaction that
+    /// succeeds only if the installed epoch is still `base` (the epoch key's mod revision
+    /// is `base.revision`) and this node's member key still exists (its lease is alive at
+    /// etcd). Refused: [`Error::StaleEpoch`] (another install came first) or
+    /// [`Error::LeaseLost`].
+    pub async fn install_epoch(
+        &self,
+        base: &EpochView,
+        members: &[Member],
+        plan: &[u8],
+    ) -> Result<EpochView, Error> {
+        self.check_lease()?;
+        let tried = base.epoch.checked_add(1).ok_or(Error::StaleEpoch {
+            tried: u32::MAX,
+            current: base.epoch,
+        })?;
+        let mut members = members.to_vec();
+        members.sort();
+        members.dedup();
+        let record = EpochRecord {
+            epoch: tried,
+            members: members.clone(),
+        };
+        let me = self.keys.member(self.me.id);
+        let txn = Txn::new()
+            .when([
+                Compare::mod_revision(self.keys.epoch.clone(), CompareOp::Equal, base.revision),
+                Compare::lease(me.clone(), CompareOp::Equal, self.lease_id),
+            ])
+            .and_then([
+                TxnOp::put(self.keys.epoch.clone(), json(&record), None),
+                TxnOp::put(self.keys.plan.clone(), plan.to_vec(), None),
+            ])
+            .or_else([
+                TxnOp::get(self.keys.epoch.clone(), None),
+                TxnOp::get(self.keys.plan.clone(), None),
+                TxnOp::get(me, None),
+            ]);
+        let r = timed(self.timeout, "install epoch", self.client.clone().txn(txn)).await?;
+        let ops = r.op_responses();
+        if r.succeeded() {
+            let revision = r.header().map(|h| h.revision()).unwrap_or(0);
+            return Ok(EpochView {
+                epoch: tried,
+                members,
+                plan: plan.to_vec(),
+                revision,
+            });
+        }
+        let mine_alive = matches!(ops.get(2), Some(TxnOpResponse::Get(g))
+            if g.kvs().first().is_some_and(|kv| kv.lease() == self.lease_id));
+        if !mine_alive {
+            return Err(Error::LeaseLost);
+        }
+        let current = epoch_view(&ops[..2])?;
+        Err(Error::StaleEpoch {
+            tried,
+            current: current.epoch,
+        })
+    }
+
+    /// Becomes the recovery leader if there is none (the leader key, bound to this
+    /// node's lease, is created only where it does not exist); returns the leader either
+    /// way. The leadership ends with the leader's lease, or with [`Membership::resign`].
+    pub async fn lead(&self) -> Result<Leader, Error> {
+        self.check_lease()?;
+        let key = self.keys.leader.clone();
+        let txn = Txn::new()
+            .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
+            .and_then([TxnOp::put(
+                key.clone(),
+                json(&self.me),
+                Some(PutOptions::new().with_lease(self.lease_id)),
+            )])
+            .or_else([TxnOp::get(key.clone(), None)]);
+        let r = timed(self.timeout, "lead", self.client.clone().txn(txn)).await?;
+        if r.succeeded() {
+            return Ok(Leader {
+                member: self.me,
+                mine: true,
+            });
+        }
+        match other_member(&r) {
+            Some(Ok(m)) => Ok(Leader {
+                member: m,
+                mine: m == self.me,
+            }),
+            Some(Err(e)) => Err(e),
+            // Deleted between the compare and the get of the same transaction: cannot
+            // happen (one revision), but say so rather than guess.
+            None => Err(Error::Etcd {
+                op: "lead",
+                detail: "leader key neither created nor found".into(),
+            }),
+        }
+    }
+
+    /// Gives up the leadership if this node holds it (the key is deleted only if it is
+    /// bound to this node's lease).
+    pub async fn resign(&self) -> Result<(), Error> {
+        let key = self.keys.leader.clone();
+        let txn = Txn::new()
+            .when([Compare::lease(key.clone(), CompareOp::Equal, self.lease_id)])
+            .and_then([TxnOp::delete(key, None)]);
+        timed(self.timeout, "resign", self.client.clone().txn(txn)).await?;
+        Ok(())
+    }
+
+    /// Leaves the cluster: stops the keep-alive and revokes the lease (the member key, and
+    /// the leader key if this node held it, are deleted at once). The lease state becomes
+    /// [`LostReason::Left`].
+    pub async fn leave(mut self) -> Result<(), Error> {
+        for t in self.tasks.drain(..) {
+            t.abort();
+        }
+        self.lease_tx
+            .send_replace(LeaseState::Lost(LostReason::Left));
+        timed(
+            self.timeout,
+            "lease revoke",
+            self.client.clone().lease_revoke(self.lease_id),
+        )
+        .await?;
+        Ok(())
+    }
+}
+
+/// The member in the `or_else` get of a refused create.
+fn other_member(r: &etcd_client::TxnResponse) -> Option<Result<Member, Error>> {
+    r.op_responses().into_iter().find_map(|op| match op {
+        TxnOpResponse::Get(g) => g.kvs().first().map(|kv| parse(kv.key(), kv.value())),
+        _ => None,
+    })
+}
+
+/// The epoch from the gets of the epoch key and the plan key.
+fn epoch_view(ops: &[TxnOpResponse]) -> Result<EpochView, Error> {
+    let get = |i: usize| match ops.get(i) {
+        Some(TxnOpResponse::Get(g)) => Ok(g.kvs().first().cloned()),
+        _ => Err(Error::Etcd {
+            op: "read epoch",
+            detail: "transaction answered without the gets".into(),
+        }),
+    };
+    let Some(kv) = get(0)? else {
+        return Ok(EpochView {
+            epoch: 0,
+            members: Vec::new(),
+            plan: Vec::new(),
+            revision: 0,
+        });
+    };
+    let rec: EpochRecord = parse(kv.key(), kv.value())?;
+    Ok(EpochView {
+        epoch: rec.epoch,
+        members: rec.members,
+        plan: get(1)?.map(|p| p.value().to_vec()).unwrap_or_default(),
+        revision: kv.mod_revision(),
+    })
+}
+
+/// One renewal: a keep-alive request and its answer (the TTL; 0: the lease is gone).
+async fn renew(
+    client: &mut Client,
+    stream: &mut Option<(LeaseKeeper, LeaseKeepAliveStream)>,
+    lease: i64,
+) -> Result<i64, etcd_client::Error> {
+    let Some(s) = stream else {
+        // A new stream sends the first request and reads its answer itself: it fails
+        // with "lease not found" where the TTL is 0.
+        return match client.lease_keep_alive(lease).await {
+            Ok(s) => {
+                *stream = Some(s);
+                Ok(1)
+            }
+            Err(etcd_client::Error::LeaseKeepAliveError(e)) if e == "lease not found" => Ok(0),
+            Err(e) => Err(e),
+        };
+    };
+    s.0.keep_alive().await?;
+    match s.1.message().await? {
+        Some(r) => Ok(r.ttl()),
+        None => Err(etcd_client::Error::LeaseKeepAliveError(
+            "keep-alive stream closed".into(),
+        )),
+    }
+}
+
+/// Keeps the lease alive every third of the local lease; publishes `Lost` when the local
+/// lease ends without a renewal or etcd says the lease is gone.
+async fn keep_alive(
+    mut client: Client,
+    lease: i64,
+    local: Duration,
+    timeout: Duration,
+    mut valid_until: Instant,
+    tx: watch::Sender<LeaseState>,
+) {
+    let period = (local / 3).max(Duration::from_millis(50));
+    let retry = (period / 4).max(Duration::from_millis(25));
+    let mut stream = None;
+    let mut next = Instant::now() + period;
+    let lost = |r: LostReason| {
+        tx.send_replace(LeaseState::Lost(r));
+        tracing::warn!(lease, ?r, "etcd lease lost");
+    };
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep_until(next) => {}
+            _ = tokio::time::sleep_until(valid_until) => return lost(LostReason::NotRenewed),
+        }
+        // After a pause the deadline may have passed while nothing ran: that comes first.
+        if Instant::now() >= valid_until {
+            return lost(LostReason::NotRenewed);
+        }
+        let sent = Instant::now();
+        let r = tokio::select! {
+            r = tokio::time::timeout(timeout, renew(&mut client, &mut stream, lease)) => r,
+            _ = tokio::time::sleep_until(valid_until) => return lost(LostReason::NotRenewed),
+        };
+        if Instant::now() >= valid_until {
+            return lost(LostReason::NotRenewed);
+        }
+        match r {
+            Ok(Ok(ttl)) if ttl > 0 => {
+                valid_until = sent + local;
+                tx.send_replace(LeaseState::Valid { until: valid_until });
+                next = sent + period;
+            }
+            Ok(Ok(_)) => return lost(LostReason::Expired),
+            Ok(Err(e)) => {
+                tracing::debug!(lease, "etcd lease renewal failed: {e}");
+                stream = None;
+                next = Instant::now() + retry;
+            }
+            Err(_) => {
+                tracing::debug!(lease, "etcd lease renewal: no answer within {timeout:?}");
+                stream = None;
+                next = Instant::now() + retry;
+            }
+        }
+    }
+}
+
+/// Reads the member list and follows it with a watch; after an error, reads it again.
+async fn watch_members(
+    client: Client,
+    prefix: String,
+    timeout: Duration,
+    tx: watch::Sender<MemberView>,
+) {
+    let backoff = Duration::from_millis(200);
+    loop {
+        if let Err(e) = follow_members(client.clone(), &prefix, timeout, &tx).await {
+            tracing::debug!("etcd member watch: {e}");
+        }
+        tx.send_modify(|v| v.connected = false);
+        tokio::time::sleep(backoff).await;
+    }
+}
+
+async fn follow_members(
+    mut client: Client,
+    prefix: &str,
+    timeout: Duration,
+    tx: &watch::Sender<MemberView>,
+) -> Result<(), Error> {
+    let r = timed(
+        timeout,
+        "list members",
+        client.get(prefix, Some(GetOptions::new().with_prefix())),
+    )
+    .await?;
+    let mut view = MemberView {
+        members: BTreeMap::new(),
+        revision: r.header().map(|h| h.revision()).unwrap_or(0),
+        connected: true,
+    };
+    for kv in r.kvs() {
+        let m: Member = parse(kv.key(), kv.value())?;
+        view.members.insert(m.id, m);
+    }
+    tx.send_replace(view.clone());
+    let mut stream = timed(
+        timeout,
+        "watch members",
+        client.watch(
+            prefix,
+            Some(
+                WatchOptions::new()
+                    .with_prefix()
+                    .with_start_revision(view.revision + 1),
+            ),
+        ),
+    )
+    .await?;
+    loop {
+        let Some(resp) = stream
+            .message()
+            .await
+            .map_err(|e| classify("watch members", e))?
+        else {
+            return Err(Error::Unreachable {
+                op: "watch members",
+                detail: "watch stream closed".into(),
+            });
+        };
+        if resp.canceled() {
+            return Err(Error::Etcd {
+                op: "watch members",
+                detail: format!("watch canceled: {}", resp.cancel_reason()),
+            });
+        }
+        for ev in resp.events() {
+            let Some(kv) = ev.kv() else { continue };
+            match ev.event_type() {
+                EventType::Put => {
+                    let m: Member = parse(kv.key(), kv.value())?;
+                    view.members.insert(m.id, m);
+                }
+                EventType::Delete => {
+                    let id = std::str::from_utf8(&kv.key()[prefix.len()..])
+                        .ok()
+                        .and_then(|s| s.parse::<u16>().ok())
+                        .ok_or_else(|| Error::Corrupt {
+                            key: String::from_utf8_lossy(kv.key()).into_owned(),
+                            detail: "not a member key".into(),
+                        })?;
+                    view.members.remove(&id);
+                }
+            }
+            view.revision = view.revision.max(kv.mod_revision());
+        }
+        if let Some(h) = resp.header() {
+            view.revision = view.revision.max(h.revision());
+        }
+        tx.send_replace(view.clone());
+    }
+}

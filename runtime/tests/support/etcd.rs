@@ -1,0 +1,189 @@
+//! One single-member etcd for a test: free loopback ports, data in a temporary directory,
+//! killed on drop. Shared by the tests that need etcd (`#[path = "support/etcd.rs"] mod
+//! etcd;`); each uses part of it.
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// A running etcd (or one stopped by [`Etcd::stop`]).
+pub struct Etcd {
+    child: Child,
+    /// The client address, `127.0.0.1:PORT`.
+    pub addr: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        self.resume();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn have(cmd: &str) -> bool {
+    Command::new(cmd)
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Whether `etcd` is installed; if it is not, one try (per test process) of `apt-get
+/// update` then `apt-get install -y etcd-server`, as root only.
+pub fn ensure_etcd() -> bool {
+    static HAVE: OnceLock<bool> = OnceLock::new();
+    *HAVE.get_or_init(|| {
+        if have("etcd") {
+            return true;
+        }
+        let root = Command::new("id")
+            .arg("-u")
+            .output()
+            .is_ok_and(|o| o.stdout.trim_ascii() == b"0");
+        if root && have("apt-get") {
+            let quiet = |args: &[&str]| {
+                Command::new("apt-get")
+                    .args(args)
+                    .env("DEBIAN_FRONTEND", "noninteractive")
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .status()
+                    .is_ok_and(|s| s.success())
+            };
+            let _ = quiet(&["update", "-qq"]) && quiet(&["install", "-y", "-qq", "etcd-server"]);
+        }
+        have("etcd")
+    })
+}
+
+/// Spawns etcd (`None`: it could not be spawned, e.g. it is not installed); it may not
+/// answer yet (see [`start_healthy`]).
+pub fn start_etcd() -> Option<Etcd> {
+    let (c, p) = (free_port(), free_port());
+    let dir = tempfile::tempdir().unwrap();
+    let child = Command::new("etcd")
+        .args(["--name", "test", "--data-dir"])
+        .arg(dir.path().join("data"))
+        .args(["--listen-client-urls", &format!("http://127.0.0.1:{c}")])
+        .args(["--advertise-client-urls", &format!("http://127.0.0.1:{c}")])
+        .args(["--listen-peer-urls", &format!("http://127.0.0.1:{p}")])
+        .args([
+            "--initial-advertise-peer-urls",
+            &format!("http://127.0.0.1:{p}"),
+        ])
+        .args(["--initial-cluster", &format!("test=http://127.0.0.1:{p}")])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .ok()?;
+    Some(Etcd {
+        child,
+        addr: format!("127.0.0.1:{c}"),
+        _dir: dir,
+    })
+}
+
+/// etcd installed if need be, started, and answering `/health` within 20 s; `None` after
+/// printing one line saying why `test` is skipped.
+pub fn start_healthy(test: &str) -> Option<Etcd> {
+    if !ensure_etcd() {
+        eprintln!(
+            "SKIP {test}: etcd is not installed and 'apt-get install etcd-server' is not possible here"
+        );
+        return None;
+    }
+    let Some(mut e) = start_etcd() else {
+        eprintln!("SKIP {test}: etcd could not be started");
+        return None;
+    };
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(20) {
+        if e.healthy() {
+            return Some(e);
+        }
+        if let Ok(Some(_)) = e.child.try_wait() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    e.stop();
+    eprintln!("SKIP {test}: etcd did not become healthy within 20 s");
+    None
+}
+
+impl Etcd {
+    /// `GET /health` answers `"health":"true"` within 1 s.
+    pub fn healthy(&self) -> bool {
+        let get = || -> std::io::Result<String> {
+            let mut s = TcpStream::connect_timeout(
+                &self.addr.parse().unwrap(),
+                Duration::from_millis(500),
+            )?;
+            s.set_read_timeout(Some(Duration::from_secs(1)))?;
+            write!(
+                s,
+                "GET /health HTTP/1.0\r\nHost: {}\r\nConnection: close\r\n\r\n",
+                self.addr
+            )?;
+            let mut out = String::new();
+            s.read_to_string(&mut out)?;
+            Ok(out)
+        };
+        get().is_ok_and(|r| r.contains("\"health\":\"true\""))
+    }
+
+    /// `POST path` with a JSON body to etcd's JSON gateway; the response (head and body).
+    pub fn post(&self, path: &str, body: &str) -> std::io::Result<String> {
+        let mut s =
+            TcpStream::connect_timeout(&self.addr.parse().unwrap(), Duration::from_millis(500))?;
+        s.set_read_timeout(Some(Duration::from_secs(2)))?;
+        write!(
+            s,
+            "POST {path} HTTP/1.0\r\nHost: {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            self.addr,
+            body.len()
+        )?;
+        let mut out = String::new();
+        s.read_to_string(&mut out)?;
+        Ok(out)
+    }
+
+    /// Stops etcd for good (SIGKILL).
+    pub fn stop(&mut self) {
+        self.resume();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Pauses etcd (SIGSTOP): it keeps its sockets but answers nothing.
+    pub fn pause(&self) {
+        self.signal("-STOP");
+    }
+
+    /// Resumes a paused etcd (SIGCONT).
+    pub fn resume(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, sig: &str) {
+        let _ = Command::new("kill")
+            .args([sig, &self.child.id().to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+}
