@@ -383,6 +383,7 @@ impl crate::report::RuleName for Rule {
             Rule::Sent => "sent",
             Rule::Done => "done",
             Rule::Resent => "resent",
+            Rule::LeaseLost => "lease lost: stopped",
         }
     }
 }
