@@ -47,18 +47,7 @@ impl View {
 /// 4,030 of 65,536), and a ring of such nodes gives one node nearly every key (measured:
 /// 9,828 of 10,000 keys on one of 4 nodes; BENCHMARKS.md, seed 003).
 pub fn hash(bytes: &[u8], m: u8) -> Key {
-    let mut h: u32 = 2_166_136_261;
-    for b in bytes {
-        h ^= *b as u32;
-        h = h.wrapping_mul(16_777_619);
-    }
-    h ^= h >> 16;
-    h = h.wrapping_mul(0x85eb_ca6b);
-    h ^= h >> 13;
-    h = h.wrapping_mul(0xc2b2_ae35);
-    h ^= h >> 16;
-    let mask = if m >= 16 { 0xffff } else { (1u32 << m) - 1 };
-    Key((h & mask) as u16)
+    Key(super::vnodes::reduce(super::vnodes::hash32(bytes), m.min(16)) as u16)
 }
 
 /// A lock's placement key: its top-level path element (`"/doc/ch1/p3"` → `"doc"`), so that
