@@ -37,7 +37,7 @@
 
 use hilock_kernel::agent::{
     Agent, AgentError, AgentId, AgentInput, AgentOutput, Announce, LockInfo, LockMode, LockPath,
-    LockServer, Req, Rule, ServerId, ServerMsg, Servers, Status,
+    LockServer, QEntry, Req, Rule, ServerId, ServerMsg, Servers, Status,
 };
 use hilock_kernel::{Input, LockId, Mode, MsgKind, NodeId, Output, Protocol, Site};
 use hilock_spec::cluster::Cluster;
@@ -692,18 +692,7 @@ impl AgentsSim {
     fn dump(&self) -> String {
         let mut s = String::new();
         for srv in &self.servers {
-            let e: Vec<String> = srv
-                .entries()
-                .map(|e| {
-                    format!(
-                        "{}{}{}{}",
-                        e.agent,
-                        e.path,
-                        e.mode,
-                        if e.granted { "*" } else { "" }
-                    )
-                })
-                .collect();
+            let e: Vec<String> = srv.entries().map(entry_text).collect();
             let r: Vec<String> = srv.records().map(|(p, v)| format!("{p} v{v}")).collect();
             s += &format!(
                 "{}: entries [{}] records [{}]\n",
@@ -718,19 +707,7 @@ impl AgentsSim {
                 s += &format!("  request {p} {m} held {held} reported {rep:?}\n");
             }
             for (info, awaiting) in a.views() {
-                let q: Vec<String> = info
-                    .queue
-                    .iter()
-                    .map(|e| {
-                        format!(
-                            "{}{}{}{}",
-                            e.agent,
-                            e.path,
-                            e.mode,
-                            if e.granted { "*" } else { "" }
-                        )
-                    })
-                    .collect();
+                let q: Vec<String> = info.queue.iter().copied().map(entry_text).collect();
                 s += &format!(
                     "  view {}{} v{} by {}{}{} [{}]\n",
                     info.server,
@@ -919,4 +896,15 @@ impl AgentsSim {
             _ => Err("message to the wrong kind of process".into()),
         }
     }
+}
+
+/// A queue entry as the stall dump shows it: agent, path, mode, `*` when it holds.
+fn entry_text<const D: usize>(e: QEntry<D>) -> String {
+    format!(
+        "{}{}{}{}",
+        e.agent,
+        e.path,
+        e.mode,
+        if e.granted { "*" } else { "" }
+    )
 }

@@ -355,12 +355,7 @@ fn airline(o: &Opts, pool: &rayon::ThreadPool) -> Result<(), String> {
                     };
                 let r = if e < 2 {
                     let st = sim::run(&cfg)?;
-                    let bd = KIND_NAMES
-                        .iter()
-                        .zip(st.msgs)
-                        .map(|(k, m)| format!("{k} {:.2}", m as f64 / st.accesses.max(1) as f64))
-                        .collect::<Vec<_>>()
-                        .join(", ");
+                    let bd = per_access(&KIND_NAMES, &st.msgs, st.accesses);
                     row(
                         st.accesses,
                         st.lock_requests,
@@ -371,12 +366,7 @@ fn airline(o: &Opts, pool: &rayon::ThreadPool) -> Result<(), String> {
                     )
                 } else {
                     let st = ringair::run(&cfg)?;
-                    let bd = RING_KINDS
-                        .iter()
-                        .zip(st.msgs)
-                        .map(|(k, m)| format!("{k} {:.2}", m as f64 / st.accesses.max(1) as f64))
-                        .collect::<Vec<_>>()
-                        .join(", ");
+                    let bd = per_access(&RING_KINDS, &st.msgs, st.accesses);
                     row(
                         st.accesses,
                         st.lock_requests,
@@ -414,4 +404,14 @@ fn airline(o: &Opts, pool: &rayon::ThreadPool) -> Result<(), String> {
     }
     println!();
     write_csv(&o.out.join("ring_airline.csv"), &rows)
+}
+
+/// Messages of each kind per access, as `kind 1.23, kind 0.45, …`.
+fn per_access(kinds: &[&str], msgs: &[u64], accesses: u64) -> String {
+    kinds
+        .iter()
+        .zip(msgs)
+        .map(|(k, m)| format!("{k} {:.2}", *m as f64 / accesses.max(1) as f64))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
