@@ -16,6 +16,10 @@ pub trait Protocol {
     /// The most outputs one step can produce; a sink with less room is refused.
     const MAX_OUTPUTS: usize;
 
+    /// Whether every grant carries a fencing token ([`Protocol::fence`] is `Some` right
+    /// after a grant). The harness then counts a grant without one as a breach of P10.
+    const FENCED: bool = false;
+
     /// This site's node id.
     fn id(&self) -> NodeId;
 

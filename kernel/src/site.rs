@@ -308,6 +308,7 @@ impl<const N: usize, const L: usize, const Q: usize> Site<N, L, Q> {
 impl<const N: usize, const L: usize, const Q: usize> Protocol for Site<N, L, Q> {
     type Msg = Msg<Q>;
     const MAX_OUTPUTS: usize = N + Q + L + 6;
+    const FENCED: bool = true;
 
     fn id(&self) -> NodeId {
         self.me

@@ -659,10 +659,14 @@ where
 
     /// The ghost history of the fencing property: `node` was just granted `lock` in `mode`
     /// (the step is applied, so the site reports the grant's fence). A protocol without
-    /// fencing tokens reports none and is not recorded.
+    /// fencing tokens reports none and is not recorded; a grant of a fenced protocol
+    /// ([`Protocol::FENCED`]) without a fence counts as fence 0, below every fence issued
+    /// (they start at 1), so it breaches P10 after any conflicting grant.
     fn note_fence(&mut self, node: NodeId, lock: LockId, mode: Mode) {
-        let Ok(Some(fence)) = self.sites[node.idx()].site.fence(lock) else {
-            return;
+        let fence = match self.sites[node.idx()].site.fence(lock) {
+            Ok(Some(fence)) => fence,
+            _ if P::FENCED => 0,
+            _ => return,
         };
         let seen = self.fences.entry(lock).or_insert([None; 6]);
         if self.fence_breach.is_none() {
