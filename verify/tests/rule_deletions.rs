@@ -170,10 +170,10 @@ const ROWS: &[Row] = &[
         filter: "regression_pip_raised_record_gets_the_frozen_modes",
     },
     Row {
-        rule: "leave old parent: a grant from a new parent releases the old parent's record",
+        rule: "leave old parent: a grant (or the token) from a new parent releases the old parent's record",
         file: "kernel/src/node.rs",
-        from: "            if old != from && before != Mode::Phi {\n                // Leaving the old parent",
-        to: "            if false && old != from && before != Mode::Phi {\n                // Leaving the old parent",
+        from: "            if old != from && before != Mode::Phi {\n                cx.fire(Rule::LeaveOldParent);",
+        to: "            if false && old != from && before != Mode::Phi {\n                cx.fire(Rule::LeaveOldParent);",
         package: "verify",
         target: "base",
         filter: "a_grant_from_a_new_parent_releases_the_old_parents_record",
