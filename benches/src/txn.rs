@@ -39,7 +39,7 @@ use hilock_kernel::agent::{
     Agent, AgentError, AgentId, AgentInput, AgentOutput, Announce, LockInfo, LockMode, LockPath,
     LockServer, QEntry, Req, Rule, ServerId, ServerMsg, Servers, Status,
 };
-use hilock_kernel::{Input, LockId, Mode, MsgKind, NodeId, Output, Protocol, Site};
+use hilock_kernel::{Input, LockId, Mode, NodeId, Output, Protocol, Site};
 use hilock_spec::cluster::Cluster;
 use hilock_spec::VecSink;
 use rand::seq::SliceRandom;
@@ -461,16 +461,6 @@ struct TokenSim {
     cluster: Cluster<TSite>,
 }
 
-fn token_kind(k: MsgKind) -> usize {
-    match k {
-        MsgKind::Request => 0,
-        MsgKind::Grant => 1,
-        MsgKind::Token => 2,
-        MsgKind::Release => 3,
-        MsgKind::Freeze => 4,
-    }
-}
-
 impl TokenSim {
     fn new(cfg: TxnConfig) -> Result<TokenSim, String> {
         let n = cfg.nodes;
@@ -574,7 +564,7 @@ impl TokenSim {
         let mut granted = false;
         let mut sent = Vec::new();
         let mut see = |o: &Output<<TSite as Protocol>::Msg>| match o {
-            Output::Send { to, msg } => sent.push((to.0, token_kind(TSite::kind(msg)))),
+            Output::Send { to, msg } => sent.push((to.0, crate::sim::kind_index(TSite::kind(msg)))),
             Output::Granted { .. } => granted = true,
             Output::Upgraded { .. } => {}
         };
