@@ -446,14 +446,95 @@ pub fn run(cfg: &TxnConfig) -> Result<TxnStats, String> {
             if cfg.children > 0 || cfg.abort_on_deadlock {
                 return Err("children and abort_on_deadlock are for the agents engine".into());
             }
-            TokenSim::new(*cfg)?.run()
+            drive(TokenSim::new(*cfg)?)
         }
-        Engine::AgentsRandom | Engine::AgentsOrdered => AgentsSim::new(*cfg).run(),
+        Engine::AgentsRandom | Engine::AgentsOrdered => drive(AgentsSim::new(*cfg)),
     }
 }
 
 fn home(l: Lk, nodes: usize) -> u16 {
     (l.top as usize % nodes) as u16
+}
+
+/// One engine of the comparison, driven by [`drive`]'s event loop.
+trait EngineSim {
+    /// The engine's name in error messages.
+    const NAME: &'static str;
+    fn clock(&mut self) -> &mut Clock;
+    fn timer(&mut self, i: usize) -> Result<(), String>;
+    /// A message event of this engine (the other engine's events are an error).
+    fn event(&mut self, ev: Ev) -> Result<(), String>;
+    /// What an error message shows of the engine's state (empty: nothing).
+    fn state(&self) -> String {
+        String::new()
+    }
+}
+
+/// Runs `e` until no event is left: every client thinks first; a stalled client, or a
+/// transaction pending when nothing is left to happen, is an error.
+fn drive<E: EngineSim>(mut e: E) -> Result<TxnStats, String> {
+    for i in 0..e.clock().cfg.nodes {
+        e.clock().think(i);
+    }
+    while let Some(Reverse((t, _, ev))) = e.clock().events.pop() {
+        e.clock().now = t;
+        match ev {
+            Ev::Timer(i) => e.timer(i as usize)?,
+            ev => e.event(ev)?,
+        }
+        if let Some(i) = e.clock().stalled() {
+            return Err(format!(
+                "client {i} waits too long ({}){}",
+                E::NAME,
+                e.state()
+            ));
+        }
+    }
+    if !e.clock().all_done() {
+        return Err(format!(
+            "no event left but transactions pending ({}){}",
+            E::NAME,
+            e.state()
+        ));
+    }
+    let c = e.clock();
+    c.stats.time_us = c.now;
+    Ok(std::mem::take(&mut c.stats))
+}
+
+impl EngineSim for TokenSim {
+    const NAME: &'static str = "token engine";
+    fn clock(&mut self) -> &mut Clock {
+        &mut self.clock
+    }
+    fn timer(&mut self, i: usize) -> Result<(), String> {
+        TokenSim::timer(self, i)
+    }
+    fn event(&mut self, ev: Ev) -> Result<(), String> {
+        match ev {
+            Ev::Token(from, to) => self.step(to as usize, Some(from)),
+            _ => Err("agents event in a token run".into()),
+        }
+    }
+}
+
+impl EngineSim for AgentsSim {
+    const NAME: &'static str = "agents engine";
+    fn clock(&mut self) -> &mut Clock {
+        &mut self.clock
+    }
+    fn timer(&mut self, i: usize) -> Result<(), String> {
+        AgentsSim::timer(self, i)
+    }
+    fn event(&mut self, ev: Ev) -> Result<(), String> {
+        match ev {
+            Ev::Agents(from, to) => self.deliver(from, to),
+            _ => Err("token event in an agents run".into()),
+        }
+    }
+    fn state(&self) -> String {
+        format!("\n{}", self.dump())
+    }
 }
 
 struct TokenSim {
@@ -479,28 +560,6 @@ impl TokenSim {
             clock: Clock::new(cfg),
             cluster: Cluster::new(sites),
         })
-    }
-
-    fn run(mut self) -> Result<TxnStats, String> {
-        for i in 0..self.clock.cfg.nodes {
-            self.clock.think(i);
-        }
-        while let Some(Reverse((t, _, ev))) = self.clock.events.pop() {
-            self.clock.now = t;
-            match ev {
-                Ev::Timer(i) => self.timer(i as usize)?,
-                Ev::Token(from, to) => self.step(to as usize, Some(from))?,
-                Ev::Agents(..) => return Err("agents event in a token run".into()),
-            }
-            if let Some(i) = self.clock.stalled() {
-                return Err(format!("client {i} waits too long (token engine)"));
-            }
-        }
-        if !self.clock.all_done() {
-            return Err("no event left but transactions pending (token engine)".into());
-        }
-        self.clock.stats.time_us = self.clock.now;
-        Ok(self.clock.stats)
     }
 
     fn timer(&mut self, i: usize) -> Result<(), String> {
@@ -648,34 +707,6 @@ impl AgentsSim {
         let at = self.clock.arrival((from, to), remote);
         self.channels.entry((from, to)).or_default().push_back(m);
         self.clock.schedule(at, Ev::Agents(from, to));
-    }
-
-    fn run(mut self) -> Result<TxnStats, String> {
-        for i in 0..self.clock.cfg.nodes {
-            self.clock.think(i);
-        }
-        while let Some(Reverse((t, _, ev))) = self.clock.events.pop() {
-            self.clock.now = t;
-            match ev {
-                Ev::Timer(i) => self.timer(i as usize)?,
-                Ev::Agents(from, to) => self.deliver(from, to)?,
-                Ev::Token(..) => return Err("token event in an agents run".into()),
-            }
-            if let Some(i) = self.clock.stalled() {
-                return Err(format!(
-                    "client {i} waits too long (agents engine)\n{}",
-                    self.dump()
-                ));
-            }
-        }
-        if !self.clock.all_done() {
-            return Err(format!(
-                "no event left but transactions pending (agents engine)\n{}",
-                self.dump()
-            ));
-        }
-        self.clock.stats.time_us = self.clock.now;
-        Ok(self.clock.stats)
     }
 
     /// The servers' entries and every live agent's requests and views.
