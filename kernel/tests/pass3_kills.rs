@@ -1,0 +1,280 @@
+//! Checks for the mutants that cargo-mutants' pass 3 (the rest of the thesis core) left
+//! unexplained (spec/MUTANTS.md, "Pass 3"): the idle relay's routing under
+//! `Forwarding::Compress` and `Forwarding::ClassPointers`, `check_queue_at_child`'s frozen
+//! test and stranded-request forwarding, PCEP's ceiling rule and its separation from PIP's
+//! reissue, and the output bound `Protocol::MAX_OUTPUTS` the harness sizes its buffer by.
+//! Every run goes through the one harness (`hilock_spec::Cluster`).
+
+use hilock_kernel::{
+    Forwarding, Inheritance, Input, LockId, Mode, Msg, NodeId, Output, Priority, Rule, Site,
+    Variant,
+};
+use hilock_spec::{Cluster, Step};
+
+type S = Site<8, 2, 8>;
+const L0: LockId = LockId(0);
+const L1: LockId = LockId(1);
+
+/// n0 holds every token; n1's parent is n0; n2..n7 are children of n1 (for both locks).
+fn relay_tree(forwarding: Forwarding, inheritance: Inheritance) -> Cluster<S> {
+    let mut c = Cluster::<S>::hilock(8, |_, me| match me.0 {
+        0 => None,
+        1 => Some(NodeId(0)),
+        _ => Some(NodeId(1)),
+    })
+    .unwrap();
+    let v = Variant {
+        forwarding,
+        inheritance,
+        ..Variant::HILOCK
+    };
+    c.configure(|s| s.with_variant(v));
+    c
+}
+
+fn input(c: &mut Cluster<S>, at: u16, input: Input<'_, Msg<8>>) -> Step<Msg<8>> {
+    let s = c.input(NodeId(at), input).unwrap();
+    c.check_safety().unwrap();
+    s
+}
+
+fn acquire(c: &mut Cluster<S>, at: u16, lock: LockId, mode: Mode) -> Step<Msg<8>> {
+    input(c, at, Input::Acquire { lock, mode })
+}
+
+fn deliver(c: &mut Cluster<S>, from: u16, to: u16) -> Step<Msg<8>> {
+    let (_, r) = c
+        .deliver(NodeId(from), NodeId(to))
+        .expect("a message in flight");
+    let s = r.unwrap();
+    c.check_safety().unwrap();
+    s
+}
+
+/// The requests a step sent: (to, requester, mode).
+fn requests(s: &Step<Msg<8>>) -> Vec<(u16, u16, Mode)> {
+    s.outputs
+        .iter()
+        .filter_map(|o| match o {
+            Output::Send {
+                to,
+                msg: Msg::Request { entry, .. },
+            } => Some((to.0, entry.requester.0, entry.mode)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The grants a step sent: (to, mode).
+fn grants(s: &Step<Msg<8>>) -> Vec<(u16, Mode)> {
+    s.outputs
+        .iter()
+        .filter_map(|o| match o {
+            Output::Send {
+                to,
+                msg: Msg::Grant { entry, .. },
+            } => Some((to.0, entry.mode)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Child `at` requests `mode` of lock 0 and the idle relay n1 receives it: where n1 sends it.
+fn relay(c: &mut Cluster<S>, at: u16, mode: Mode) -> u16 {
+    acquire(c, at, L0, mode);
+    let s = deliver(c, at, 1);
+    let r = requests(&s);
+    assert_eq!(r.len(), 1, "n1 forwards n{at}'s request once: {r:?}");
+    assert_eq!((r[0].1, r[0].2), (at, mode));
+    let to = r[0].0;
+    assert_eq!(
+        s.rules.contains(Rule::CompressShortcut),
+        to != 0,
+        "CompressShortcut fires iff n1 does not use its parent"
+    );
+    to
+}
+
+/// Compress: the idle relay n1 sends a request to the last requester it forwarded straight
+/// from its requester iff that requester keeps it (Table 3.2), else to its parent; the
+/// shortcut is the last such request.
+#[test]
+fn compress_shortcut_is_the_last_direct_request_and_used_only_where_it_keeps() {
+    let mut c = relay_tree(Forwarding::Compress, Inheritance::None);
+    // The first request goes to the parent; n2 (R) becomes the shortcut.
+    assert_eq!(relay(&mut c, 2, Mode::R), 0);
+    // R keeps R: n3's request goes to n2.
+    assert_eq!(relay(&mut c, 3, Mode::R), 2);
+    // R does not keep IR: to the parent (n3's R request, came from n3, is the shortcut now).
+    assert_eq!(relay(&mut c, 4, Mode::IR), 0);
+    // n4 (IR) is the shortcut now: IR keeps IR.
+    assert_eq!(relay(&mut c, 5, Mode::IR), 4);
+}
+
+/// ClassPointers: one pointer per mode, newest first; a request goes to the newest pointer
+/// (other than its own requester) that keeps it, else to the parent.
+#[test]
+fn class_pointers_keep_one_pointer_per_mode() {
+    let mut c = relay_tree(Forwarding::ClassPointers, Inheritance::None);
+    assert_eq!(relay(&mut c, 2, Mode::R), 0); // pointers: n2 R
+    assert_eq!(relay(&mut c, 3, Mode::IR), 0); // R keeps no IR; pointers: n3 IR, n2 R
+    assert_eq!(relay(&mut c, 4, Mode::IW), 0); // n4 IW, n3 IR, n2 R
+    // The IR pointer (the second of three) survived two newer requests of other modes.
+    assert_eq!(relay(&mut c, 5, Mode::IR), 3); // n5 IR, n4 IW, n2 R
+    // ... and so did the R pointer, the oldest.
+    assert_eq!(relay(&mut c, 6, Mode::R), 2);
+}
+
+/// ClassPointers: a newer pointer of a mode replaces the older one of that mode; a request
+/// is never sent to its own requester. n3's request, reissued with a higher priority (PIP),
+/// comes to n1 again: n2's old R pointer (dropped) would keep it, n3's own pointer must not
+/// be used, so it goes to the parent.
+#[test]
+fn class_pointers_replace_the_older_pointer_of_the_same_mode() {
+    let mut c = relay_tree(Forwarding::ClassPointers, Inheritance::Pip);
+    input(&mut c, 2, Input::SetPriority { base: 7 });
+    assert_eq!(relay(&mut c, 2, Mode::R), 0); // pointers: n2 R at 7
+    assert_eq!(relay(&mut c, 3, Mode::R), 2); // R at 7 keeps R at 0; pointers: n3 R
+    let s = input(&mut c, 3, Input::SetPriority { base: 5 });
+    assert!(s.rules.contains(Rule::PipReissue));
+    let s = deliver(&mut c, 3, 1);
+    assert_eq!(requests(&s), vec![(0, 3, Mode::R)]);
+}
+
+/// A grant (and the node's own request) makes n1 forget its pointers: once idle again it
+/// sends a request that n2's old pointer would keep to its parent.
+#[test]
+fn class_pointers_are_forgotten_on_a_grant() {
+    let mut c = relay_tree(Forwarding::ClassPointers, Inheritance::None);
+    assert!(acquire(&mut c, 0, L0, Mode::R).granted());
+    assert_eq!(relay(&mut c, 2, Mode::R), 0); // pointers: n2 R
+    acquire(&mut c, 1, L0, Mode::IR);
+    assert_eq!(grants(&deliver(&mut c, 1, 0)), vec![(2, Mode::R)]);
+    assert_eq!(grants(&deliver(&mut c, 1, 0)), vec![(1, Mode::IR)]);
+    assert!(deliver(&mut c, 0, 1).granted());
+    input(&mut c, 1, Input::Release { lock: L0 });
+    assert_eq!(relay(&mut c, 3, Mode::R), 0);
+}
+
+/// `check_queue_at_child` after a grant that carries frozen modes: n1 (granted R at
+/// priority 5 past n4's W at 3) must not grant n2's queued R at 0, which R's freeze at 3
+/// blocks; not kept behind any pending request now, the request is forwarded to the parent.
+#[test]
+fn a_child_forwards_a_queued_request_its_new_freeze_blocks() {
+    let mut c = relay_tree(Forwarding::Thesis, Inheritance::None);
+    // n4 is a child of n1 in this tree; its W request is forwarded to n0 first.
+    assert!(acquire(&mut c, 0, L0, Mode::R).granted());
+    input(&mut c, 4, Input::SetPriority { base: 3 });
+    acquire(&mut c, 4, L0, Mode::W);
+    assert_eq!(requests(&deliver(&mut c, 4, 1)), vec![(0, 4, Mode::W)]);
+    deliver(&mut c, 1, 0); // n0 queues W and freezes IR, R, U at 3
+    input(&mut c, 1, Input::SetPriority { base: 5 });
+    acquire(&mut c, 1, L0, Mode::R);
+    acquire(&mut c, 2, L0, Mode::R);
+    let s = deliver(&mut c, 2, 1);
+    assert!(s.outputs.is_empty(), "n1 keeps n2's R behind its own R");
+    assert_eq!(grants(&deliver(&mut c, 1, 0)), vec![(1, Mode::R)]);
+    let s = deliver(&mut c, 0, 1);
+    assert!(s.granted());
+    assert_eq!(grants(&s), vec![]);
+    assert_eq!(requests(&s), vec![(0, 2, Mode::R)]);
+}
+
+/// `check_queue_at_child` with a pending request: n1 owns R through its child n2 and waits
+/// for W; n3's IW waits behind the W (Table 2.3 Q). When n2 releases, n1 still cannot grant
+/// IW and must keep it, not forward it.
+#[test]
+fn a_pending_child_keeps_what_its_pending_mode_keeps_after_a_release() {
+    let mut c = relay_tree(Forwarding::Thesis, Inheritance::None);
+    assert!(acquire(&mut c, 0, L0, Mode::R).granted());
+    acquire(&mut c, 1, L0, Mode::R);
+    deliver(&mut c, 1, 0);
+    assert!(deliver(&mut c, 0, 1).granted());
+    acquire(&mut c, 2, L0, Mode::R);
+    assert_eq!(grants(&deliver(&mut c, 2, 1)), vec![(2, Mode::R)]);
+    assert!(deliver(&mut c, 1, 2).granted());
+    input(&mut c, 1, Input::Release { lock: L0 });
+    assert_eq!(requests(&acquire(&mut c, 1, L0, Mode::W)), vec![(0, 1, Mode::W)]);
+    acquire(&mut c, 3, L0, Mode::IW);
+    assert!(deliver(&mut c, 3, 1).outputs.is_empty(), "n1 keeps IW");
+    input(&mut c, 2, Input::Release { lock: L0 });
+    let s = deliver(&mut c, 2, 1);
+    assert!(s.rules.contains(Rule::Rule5_2Propagate));
+    assert_eq!(requests(&s), vec![], "IW stays queued behind n1's W");
+    assert_eq!(c.site(NodeId(1)).lock(L0).unwrap().queue().len(), 1);
+}
+
+fn pcep_star() -> Cluster<S> {
+    let mut c = Cluster::<S>::star(2, NodeId(0)).unwrap();
+    let v = Variant {
+        inheritance: Inheritance::Pcep,
+        ..Variant::HILOCK
+    };
+    c.configure(|s| s.with_variant(v).with_ceilings([5, 0]));
+    c
+}
+
+fn effective(c: &Cluster<S>, at: u16) -> Priority {
+    c.site(NodeId(at)).priorities().effective
+}
+
+/// PCEP's ceiling rule fires exactly when a grant raises ξ(self) (lock 0's ceiling 5 above
+/// the base 0), not on a grant that leaves it (lock 1's ceiling 0).
+#[test]
+fn pcep_ceiling_fires_only_when_a_grant_raises_the_priority() {
+    let mut c = pcep_star();
+    let s = acquire(&mut c, 0, L1, Mode::R);
+    assert!(s.granted());
+    assert!(!s.rules.contains(Rule::PcepCeiling), "{}", s.rules);
+    assert_eq!(effective(&c, 0), 0);
+    let s = acquire(&mut c, 0, L0, Mode::R);
+    assert!(s.granted());
+    assert!(s.rules.contains(Rule::PcepCeiling), "{}", s.rules);
+    assert_eq!(effective(&c, 0), 5);
+}
+
+/// A rise of ξ(self) under PCEP reissues nothing (reissuing is PIP's rule): n1 waits for
+/// lock 1 when its grant of lock 0 raises it to lock 0's ceiling.
+#[test]
+fn a_pcep_rise_reissues_no_pending_request() {
+    let mut c = pcep_star();
+    acquire(&mut c, 1, L0, Mode::R);
+    acquire(&mut c, 1, L1, Mode::R);
+    deliver(&mut c, 1, 0); // the token of lock 0 goes to n1
+    let s = deliver(&mut c, 0, 1);
+    assert!(s.granted());
+    assert!(s.rules.contains(Rule::PcepCeiling));
+    assert_eq!(effective(&c, 1), 5);
+    assert!(!s.rules.contains(Rule::PipReissue), "{}", s.rules);
+    assert_eq!(requests(&s), vec![]);
+    assert_eq!(c.in_flight(), 1, "only n1's first request for lock 1");
+}
+
+/// The harness collects a step's outputs on the stack when the protocol's bound
+/// (`Protocol::MAX_OUTPUTS`) fits its 32-slot buffer, and the kernel refuses a step whose
+/// buffer has less room than its bound (`Site::MAX_OUTPUTS`): the two must be the same
+/// number. At a bound of 33 (N + Q + L + 6 with N = 10, Q = 16, L = 1, and with
+/// N = Q = 1, L = 25) a smaller `Protocol::MAX_OUTPUTS` would make every step fail.
+#[test]
+fn sites_whose_output_bound_just_exceeds_the_stack_buffer_step() {
+    fn run<const N: usize, const L: usize, const Q: usize>() {
+        assert_eq!(Site::<N, L, Q>::MAX_OUTPUTS, 33);
+        assert_eq!(
+            <Site<N, L, Q> as hilock_kernel::Protocol>::MAX_OUTPUTS,
+            Site::<N, L, Q>::MAX_OUTPUTS
+        );
+        let mut c = Cluster::<Site<N, L, Q>>::star(N, NodeId(0)).unwrap();
+        let s = c
+            .input(
+                NodeId(0),
+                Input::Acquire {
+                    lock: LockId(0),
+                    mode: Mode::W,
+                },
+            )
+            .unwrap();
+        assert!(s.granted());
+    }
+    run::<10, 1, 16>();
+    run::<1, 25, 1>();
+}
