@@ -5,9 +5,10 @@
 //! reissue, and the output bound `Protocol::MAX_OUTPUTS` the harness sizes its buffer by.
 //! Every run goes through the one harness (`hilock_spec::Cluster`).
 
+use hilock_kernel::tables::{derived, tokenable};
 use hilock_kernel::{
-    Forwarding, Inheritance, Input, LockId, Mode, Msg, NodeId, Output, Priority, Rule, Site,
-    Variant,
+    compatible, Forwarding, Inheritance, Input, LockId, Mode, Msg, NodeId, Output, Priority, Rule,
+    Site, Variant,
 };
 use hilock_spec::{Cluster, Step};
 
@@ -119,9 +120,9 @@ fn class_pointers_keep_one_pointer_per_mode() {
     assert_eq!(relay(&mut c, 2, Mode::R), 0); // pointers: n2 R
     assert_eq!(relay(&mut c, 3, Mode::IR), 0); // R keeps no IR; pointers: n3 IR, n2 R
     assert_eq!(relay(&mut c, 4, Mode::IW), 0); // n4 IW, n3 IR, n2 R
-    // The IR pointer (the second of three) survived two newer requests of other modes.
+                                               // The IR pointer (the second of three) survived two newer requests of other modes.
     assert_eq!(relay(&mut c, 5, Mode::IR), 3); // n5 IR, n4 IW, n2 R
-    // ... and so did the R pointer, the oldest.
+                                               // ... and so did the R pointer, the oldest.
     assert_eq!(relay(&mut c, 6, Mode::R), 2);
 }
 
@@ -194,7 +195,10 @@ fn a_pending_child_keeps_what_its_pending_mode_keeps_after_a_release() {
     assert_eq!(grants(&deliver(&mut c, 2, 1)), vec![(2, Mode::R)]);
     assert!(deliver(&mut c, 1, 2).granted());
     input(&mut c, 1, Input::Release { lock: L0 });
-    assert_eq!(requests(&acquire(&mut c, 1, L0, Mode::W)), vec![(0, 1, Mode::W)]);
+    assert_eq!(
+        requests(&acquire(&mut c, 1, L0, Mode::W)),
+        vec![(0, 1, Mode::W)]
+    );
     acquire(&mut c, 3, L0, Mode::IW);
     assert!(deliver(&mut c, 3, 1).outputs.is_empty(), "n1 keeps IW");
     input(&mut c, 2, Input::Release { lock: L0 });
@@ -253,16 +257,12 @@ fn a_pcep_rise_reissues_no_pending_request() {
 /// The harness collects a step's outputs on the stack when the protocol's bound
 /// (`Protocol::MAX_OUTPUTS`) fits its 32-slot buffer, and the kernel refuses a step whose
 /// buffer has less room than its bound (`Site::MAX_OUTPUTS`): the two must be the same
-/// number. At a bound of 33 (N + Q + L + 6 with N = 10, Q = 16, L = 1, and with
-/// N = Q = 1, L = 25) a smaller `Protocol::MAX_OUTPUTS` would make every step fail.
+/// number. At a bound of 33 (N + Q + L + 6 with N = 10, Q = 16, L = 1, and with N = 1,
+/// Q = L = 13) a smaller `Protocol::MAX_OUTPUTS` would make every step fail.
 #[test]
 fn sites_whose_output_bound_just_exceeds_the_stack_buffer_step() {
     fn run<const N: usize, const L: usize, const Q: usize>() {
         assert_eq!(Site::<N, L, Q>::MAX_OUTPUTS, 33);
-        assert_eq!(
-            <Site<N, L, Q> as hilock_kernel::Protocol>::MAX_OUTPUTS,
-            Site::<N, L, Q>::MAX_OUTPUTS
-        );
         let mut c = Cluster::<Site<N, L, Q>>::star(N, NodeId(0)).unwrap();
         let s = c
             .input(
@@ -274,7 +274,28 @@ fn sites_whose_output_bound_just_exceeds_the_stack_buffer_step() {
             )
             .unwrap();
         assert!(s.granted());
+        assert_eq!(
+            <Site<N, L, Q> as hilock_kernel::Protocol>::MAX_OUTPUTS,
+            Site::<N, L, Q>::MAX_OUTPUTS
+        );
     }
     run::<10, 1, 16>();
-    run::<1, 25, 1>();
+    run::<1, 13, 13>();
+}
+
+/// `tables::derived::frozen_by`'s premise, stated in its doc comment: at the token node
+/// "grantable ∨ tokenable is plain compatibility". (It makes `compatible ∧ (grantable ∨
+/// tokenable)` and `compatible ∨ grantable ∨ tokenable` the same set, so that mutant of
+/// the derivation is equivalent: spec/MUTANTS.md.)
+#[test]
+fn grantable_or_tokenable_is_compatibility() {
+    for o in Mode::ALL {
+        for m in Mode::REQUESTABLE {
+            assert_eq!(
+                derived::grantable(o, m) || tokenable(o, m),
+                compatible(o, m),
+                "({o}, {m})"
+            );
+        }
+    }
 }
