@@ -683,7 +683,7 @@ async fn a_sigstopped_node_resumes_without_violation_loss_or_storm() {
         frames_sent(&live[0]).await + frames_sent(&live[1]).await,
         tally.granted.load(Relaxed),
     );
-    // While node 1 is stopped, peers are shown not connected (silent).
+    // While node 1 is stopped, peers are shown not connected (not answering).
     let s0 = proc_status(&live[0]).await.expect("node 0 answers");
     let p1 = s0["peers"]
         .as_array()
