@@ -4,7 +4,9 @@
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{
+    AtomicBool, AtomicU64, Ordering::Acquire, Ordering::Relaxed, Ordering::Release,
+};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -109,18 +111,37 @@ impl PeerLink {
         }
     }
 
-    /// Whether the peer answers a probe sent now on this node's connection within `wait`
-    /// (`false` also when the connection is down or the probe cannot be sent).
-    pub(super) async fn probe(&self, wait: Duration) -> bool {
+    /// Whether the peer answers, before `deadline`, a probe sent on this node's current
+    /// connection to it, *on that connection*: `true` only if the connection is up, the
+    /// peer acknowledges a probe sent after this call began, and that connection has not
+    /// been lost (nor the peer gone silent) when this returns. A connection replaced while
+    /// waiting is probed again (until `deadline`); a connection that is down gives `false`
+    /// at once. Only a real answer counts: nothing here marks the peer as answering.
+    pub(super) async fn probe(&self, deadline: Instant) -> bool {
         let mut pong = self.pong.subscribe();
-        let lost = pong.borrow().1;
-        let id = self.pings.fetch_add(1, Relaxed) + 1;
-        self.ping_now.notify_one();
-        let answered = matches!(
-            tokio::time::timeout(wait, pong.wait_for(|&(p, l)| p >= id || l != lost)).await,
-            Ok(Ok(r)) if r.0 >= id
-        );
-        answered
+        loop {
+            // The connection after `lost` losses; `connected` is stored (Release) after the
+            // count of losses grew, so a later connection's `true` shows a larger count.
+            let lost = pong.borrow_and_update().1;
+            if !self.connected.load(Acquire) {
+                return false;
+            }
+            let id = self.pings.fetch_add(1, Relaxed) + 1;
+            self.ping_now.notify_one();
+            let r = match tokio::time::timeout_at(
+                deadline,
+                pong.wait_for(|&(p, l)| p >= id || l != lost),
+            )
+            .await
+            {
+                Ok(Ok(r)) => *r,
+                _ => return false,
+            };
+            if r.1 != lost {
+                continue; // that connection was lost: probe the next one, if any
+            }
+            return self.connected.load(Acquire) && self.pong.borrow().1 == lost;
+        }
     }
 
     /// How long ago this node last heard from the peer, for people.
@@ -233,7 +254,7 @@ pub(super) async fn dial(
             unacked.pop_front();
         }
         link.acked.fetch_max(delivered, Relaxed);
-        link.connected.store(true, Relaxed);
+        link.connected.store(true, Release);
         link.came_up();
         if !link.welcomed.swap(true, Relaxed) {
             let welcomed = shared.welcomed.fetch_add(1, Relaxed) + 1;
@@ -292,7 +313,7 @@ pub(super) async fn dial(
                                     newer
                                 });
                                 if link.silent.swap(false, Relaxed) {
-                                    link.connected.store(true, Relaxed);
+                                    link.connected.store(true, Release);
                                     link.came_up();
                                     info!(peer, addr = %link.addr, "peer answers again");
                                 }

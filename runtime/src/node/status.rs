@@ -109,47 +109,39 @@ impl Handle {
             .map_err(|_| Error::Stopped)?;
         let locks = rx.await.map_err(|_| Error::Stopped)?;
         let s = &self.shared;
-        let answered = futures_util::future::join_all(s.peers.iter().map(|p| async move {
-            match p {
-                Some(p) if p.connected.load(Relaxed) && p.refused().is_none() => {
-                    p.probe(PROBE_WAIT).await
+        let deadline = tokio::time::Instant::now() + PROBE_WAIT;
+        // One snapshot per peer, taken as soon as its probe has ended: `connected` only
+        // when the probe was answered on the connection that is still up now.
+        let peers = s.peers.iter().enumerate().filter_map(|(i, p)| {
+            p.as_ref().map(|p| async move {
+                let answered = p.refused().is_none() && p.probe(deadline).await;
+                let open = p.connected.load(Relaxed) || p.silent.load(Relaxed);
+                let refused = p.refused();
+                let connected = answered && refused.is_none();
+                PeerStatus {
+                    id: i as u16,
+                    addr: p.addr.to_string(),
+                    connected,
+                    incoming: p.incoming.load(Relaxed),
+                    state: match refused {
+                        Some(r) => format!("refused: {r}"),
+                        None if connected => "connected".into(),
+                        None if open => p.not_answering(),
+                        None => "reconnecting".into(),
+                    },
+                    frames_sent: p.sent.load(Relaxed),
+                    frames_received: p.received.load(Relaxed),
+                    resent: p.resent.load(Relaxed),
+                    duplicates: p.duplicates.load(Relaxed),
                 }
-                _ => false,
-            }
-        }))
-        .await;
+            })
+        });
+        let peers = futures_util::future::join_all(peers).await;
         Ok(Status {
             id: s.id,
             cluster: s.cluster.clone(),
             listen: s.listen.to_string(),
-            peers: s
-                .peers
-                .iter()
-                .enumerate()
-                .zip(answered)
-                .filter_map(|((i, p), answered)| {
-                    p.as_ref().map(|p| {
-                        let open = p.connected.load(Relaxed) || p.silent.load(Relaxed);
-                        let connected = p.connected.load(Relaxed) && answered;
-                        PeerStatus {
-                            id: i as u16,
-                            addr: p.addr.to_string(),
-                            connected,
-                            incoming: p.incoming.load(Relaxed),
-                            state: match p.refused() {
-                                Some(r) => format!("refused: {r}"),
-                                None if connected => "connected".into(),
-                                None if open => p.not_answering(),
-                                None => "reconnecting".into(),
-                            },
-                            frames_sent: p.sent.load(Relaxed),
-                            frames_received: p.received.load(Relaxed),
-                            resent: p.resent.load(Relaxed),
-                            duplicates: p.duplicates.load(Relaxed),
-                        }
-                    })
-                })
-                .collect(),
+            peers,
             stats: self.stats(),
             locks,
         })
