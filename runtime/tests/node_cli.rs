@@ -770,6 +770,9 @@ fn status_never_shows_a_just_stopped_peer_as_connected() {
         let took = t.elapsed();
         sig("-CONT");
         assert_eq!(stopped["connected"], false, "round {round}: {stopped}");
+        // `incoming` only says node 1's connection to node 0 is open (README, FAULTS.md
+        // 2.3): the accepting side has no probe of its own.
+        assert_eq!(stopped["incoming"], true, "round {round}: {stopped}");
         let state = stopped["state"].as_str().unwrap();
         assert!(
             state.starts_with("not answering (last heard ") && state.ends_with(" ms ago)"),
