@@ -28,6 +28,17 @@
 //! D keeps every message until it is acknowledged and, after a reconnect, resends those
 //! after the number the Welcome names. So every message is delivered once and in order
 //! across any number of lost connections, while both nodes live.
+//!
+//! **Probes** (version 4). D may send `Envelope { seq: 0, frame: Payload::Ping(p) }`
+//! between its numbered messages: number 0 is outside the numbered stream, nothing is
+//! delivered, and A answers at once with an [`Ack`] whose `ping` is `p`; every later Ack
+//! on that connection carries the newest ping A has seen. `hilock status` pings each
+//! peer to show only peers that answer *now* as connected.
+//!
+//! **Compatibility.** The handshake's first field is [`PROTOCOL_VERSION`]; an acceptor
+//! refuses any other version, so nodes of different versions never exchange frames.
+//! Version 4 added `Payload::Ping` and `Ack::ping` (version 3 nodes could decode
+//! neither).
 
 use hilock_kernel::{LockId, Msg, NodeId};
 use hmac::{Hmac, Mac};
@@ -37,7 +48,7 @@ use sha2::{Digest, Sha256};
 use crate::config::MAX_NODES;
 
 /// The protocol version carried by the handshake.
-pub const PROTOCOL_VERSION: u32 = 3;
+pub const PROTOCOL_VERSION: u32 = 4;
 
 /// Largest frame accepted (bytes). A token carries at most [`MAX_NODES`] queue entries,
 /// far below this.
@@ -130,6 +141,9 @@ pub enum Payload {
     Token(Frame),
     /// A message between lock servers and agents.
     Agents(Box<crate::agents::AgentFrame>),
+    /// A probe (only with message number 0, never delivered): the acceptor answers with
+    /// an [`Ack`] whose `ping` is this number (version 4).
+    Ping(u64),
 }
 
 /// Dialer → acceptor after the handshake: message number `seq` (1, 2, … over the
@@ -150,11 +164,14 @@ pub fn envelope(seq: u64, frame: &[u8]) -> Vec<u8> {
     v
 }
 
-/// Acceptor → dialer: every message up to `delivered` has been delivered.
+/// Acceptor → dialer: every message up to `delivered` has been delivered, and the newest
+/// probe seen on this connection is `ping`.
 #[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub struct Ack {
     /// The number of the last message delivered.
     pub delivered: u64,
+    /// The newest [`Payload::Ping`] received on this connection (0: none yet).
+    pub ping: u64,
 }
 
 /// Which side a MAC is from.

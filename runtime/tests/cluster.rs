@@ -494,8 +494,35 @@ async fn garbage_and_bad_handshakes_are_refused_and_the_node_keeps_serving() {
         .unwrap();
     assert_eq!(
         wire::decode::<wire::Ack>(&b).unwrap(),
-        wire::Ack { delivered: 1 }
+        wire::Ack {
+            delivered: 1,
+            ping: 0
+        }
     );
+    // A probe (message number 0) is answered at once (well before the next heartbeat,
+    // 200 ms) with its number, and delivers nothing (the counts below stay 1 and 1).
+    let ping = |seq, p| {
+        Bytes::from(wire::encode(&wire::Envelope {
+            seq,
+            frame: wire::Payload::Ping(p),
+        }))
+    };
+    c.send(ping(0, 7)).await.unwrap();
+    let t = std::time::Instant::now();
+    loop {
+        let b = tokio::time::timeout(Duration::from_millis(150), c.next())
+            .await
+            .expect("the probe is answered at once")
+            .unwrap()
+            .unwrap();
+        let a = wire::decode::<wire::Ack>(&b).unwrap();
+        if a.ping == 7 {
+            assert_eq!(a.delivered, 1);
+            break;
+        }
+        assert_eq!(a.ping, 0, "a heartbeat sent before the probe arrived");
+        assert!(t.elapsed() < Duration::from_millis(150));
+    }
     let t = std::time::Instant::now();
     loop {
         let p2 = peer2(n0.status().await.unwrap());
@@ -514,7 +541,9 @@ async fn garbage_and_bad_handshakes_are_refused_and_the_node_keeps_serving() {
         wire::decode::<Hello>(&b).unwrap(),
         Hello::Welcome { delivered: 1 }
     );
-    drop(c);
+    // A probe must carry number 0: one with a message number closes the connection.
+    c.send(ping(2, 9)).await.unwrap();
+    assert_closed(c).await;
     // Another run of node 2 is refused, with a reason.
     let mut c = dial(a0).await;
     let hello = Hello::Dial {

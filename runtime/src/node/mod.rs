@@ -52,7 +52,7 @@ use self::core::{Cmd, Core};
 pub use self::handshake::{HANDSHAKE_TIMEOUT, MAX_PENDING_HANDSHAKES};
 use self::net::{accept, dial, Inbound, PeerLink};
 pub use self::net::{HAND_OVER, HEARTBEAT, SILENT_AFTER};
-pub use self::status::{LockStatus, PeerStatus, Status};
+pub use self::status::{LockStatus, PeerStatus, Status, PROBE_WAIT};
 
 /// Errors of the lock API.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -357,6 +357,10 @@ impl Node {
                 refused: std::sync::Mutex::new(None),
                 down_since: std::sync::Mutex::new(None),
                 tx,
+                heard: std::sync::Mutex::new(None),
+                pings: AtomicU64::new(0),
+                ping_now: tokio::sync::Notify::new(),
+                pong: tokio::sync::watch::Sender::new((0, 0)),
             }));
             outboxes.push((n.id, rx));
         }

@@ -4,7 +4,9 @@
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{
+    AtomicBool, AtomicU64, Ordering::Acquire, Ordering::Relaxed, Ordering::Release,
+};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -58,6 +60,16 @@ pub(super) struct PeerLink {
     /// one, or before the first).
     pub(super) down_since: std::sync::Mutex<Option<Instant>>,
     pub(super) tx: mpsc::UnboundedSender<Bytes>,
+    /// When this node last heard from the peer on its connection (the Welcome or an
+    /// acknowledgement).
+    pub(super) heard: std::sync::Mutex<Option<Instant>>,
+    /// Probes asked for ([`PeerLink::probe`]): the newest probe's number.
+    pub(super) pings: AtomicU64,
+    /// Wakes the dialing task to send a probe.
+    pub(super) ping_now: tokio::sync::Notify,
+    /// The newest probe the peer has answered, and how many of this node's connections
+    /// to it have been lost (a probe stops waiting when its connection is lost).
+    pub(super) pong: tokio::sync::watch::Sender<(u64, u64)>,
 }
 
 impl PeerLink {
@@ -96,6 +108,50 @@ impl PeerLink {
             )
         } else {
             format!("node {id} has not been reached yet")
+        }
+    }
+
+    /// Whether the peer answers, before `deadline`, a probe sent on this node's current
+    /// connection to it, *on that connection*: `true` only if the connection is up, the
+    /// peer acknowledges a probe sent after this call began, and that connection has not
+    /// been lost (nor the peer gone silent) when this returns. A connection replaced while
+    /// waiting is probed again (until `deadline`); a connection that is down gives `false`
+    /// at once. Only a real answer counts: nothing here marks the peer as answering.
+    pub(super) async fn probe(&self, deadline: Instant) -> bool {
+        let mut pong = self.pong.subscribe();
+        loop {
+            // The connection after `lost` losses; `connected` is stored (Release) after the
+            // count of losses grew, so a later connection's `true` shows a larger count.
+            let lost = pong.borrow_and_update().1;
+            if !self.connected.load(Acquire) {
+                return false;
+            }
+            let id = self.pings.fetch_add(1, Relaxed) + 1;
+            self.ping_now.notify_one();
+            let r = match tokio::time::timeout_at(
+                deadline,
+                pong.wait_for(|&(p, l)| p >= id || l != lost),
+            )
+            .await
+            {
+                Ok(Ok(r)) => *r,
+                _ => return false,
+            };
+            if r.1 != lost {
+                continue; // that connection was lost: probe the next one, if any
+            }
+            return self.connected.load(Acquire) && self.pong.borrow().1 == lost;
+        }
+    }
+
+    /// How long ago this node last heard from the peer, for people.
+    pub(super) fn not_answering(&self) -> String {
+        match *self.heard.lock().expect("heard lock") {
+            Some(t) => format!(
+                "not answering (last heard {} ms ago)",
+                t.elapsed().as_millis()
+            ),
+            None => "not answering (never heard)".into(),
         }
     }
 
@@ -198,7 +254,7 @@ pub(super) async fn dial(
             unacked.pop_front();
         }
         link.acked.fetch_max(delivered, Relaxed);
-        link.connected.store(true, Relaxed);
+        link.connected.store(true, Release);
         link.came_up();
         if !link.welcomed.swap(true, Relaxed) {
             let welcomed = shared.welcomed.fetch_add(1, Relaxed) + 1;
@@ -209,6 +265,7 @@ pub(super) async fn dial(
         was_up = true;
         info!(peer, addr = %link.addr, resend = unacked.len(), "connected to peer");
         let mut heard = Instant::now();
+        *link.heard.lock().expect("heard lock") = Some(heard);
         let mut check = tokio::time::interval(HEARTBEAT);
         let err = 'conn: {
             for (seq, b) in &unacked {
@@ -228,6 +285,12 @@ pub(super) async fn dial(
                             break 'conn e.to_string();
                         }
                     }
+                    _ = link.ping_now.notified() => {
+                        let ping = wire::Envelope { seq: 0, frame: wire::Payload::Ping(link.pings.load(Relaxed)) };
+                        if let Err(e) = fr.send(Bytes::from(wire::encode(&ping))).await {
+                            break 'conn e.to_string();
+                        }
+                    }
                     _ = check.tick() => {
                         if heard.elapsed() > SILENT_AFTER && !link.silent.swap(true, Relaxed) {
                             link.connected.store(false, Relaxed);
@@ -239,10 +302,18 @@ pub(super) async fn dial(
                         None => break 'conn "peer closed the connection".to_string(),
                         Some(Err(e)) => break 'conn e.to_string(),
                         Some(Ok(b)) => match wire::decode::<wire::Ack>(&b) {
-                            Ok(a) if a.delivered < next_seq => {
+                            Ok(a) if a.delivered < next_seq && a.ping <= link.pings.load(Relaxed) => {
                                 heard = Instant::now();
+                                *link.heard.lock().expect("heard lock") = Some(heard);
+                                link.pong.send_if_modified(|p| {
+                                    let newer = a.ping > p.0;
+                                    if newer {
+                                        p.0 = a.ping;
+                                    }
+                                    newer
+                                });
                                 if link.silent.swap(false, Relaxed) {
-                                    link.connected.store(true, Relaxed);
+                                    link.connected.store(true, Release);
                                     link.came_up();
                                     info!(peer, addr = %link.addr, "peer answers again");
                                 }
@@ -251,7 +322,7 @@ pub(super) async fn dial(
                                 }
                                 link.acked.fetch_max(a.delivered, Relaxed);
                             }
-                            Ok(a) => break 'conn format!("acknowledgement of message {} never sent", a.delivered),
+                            Ok(a) => break 'conn format!("acknowledgement of message {} or probe {} never sent", a.delivered, a.ping),
                             Err(e) => break 'conn format!("bad acknowledgement: {e}"),
                         },
                     },
@@ -261,6 +332,7 @@ pub(super) async fn dial(
         link.connected.store(false, Relaxed);
         link.went_down(Instant::now());
         link.silent.store(false, Relaxed);
+        link.pong.send_modify(|p| p.1 += 1);
         warn!(peer, addr = %link.addr, error = %err, unacked = unacked.len(), "lost the connection to peer; reconnecting");
     }
 }
@@ -370,6 +442,8 @@ async fn serve_peer(
     link.incoming.store(true, Relaxed);
     debug!(%addr, peer = from, delivered, "peer authenticated");
     let mut acked = delivered;
+    // The newest probe received on this connection.
+    let mut ping = 0u64;
     let mut ack_at: Option<Instant> = None;
     // The first heartbeat is one period away: an immediate tick would send an
     // acknowledgement of nothing ahead of the frames the peer is sending right now.
@@ -379,7 +453,7 @@ async fn serve_peer(
             b = fr.next() => b,
             _ = beat.tick() => {
                 let d = link.inbound.lock().expect("inbound lock").delivered;
-                if fr.send(Bytes::from(wire::encode(&wire::Ack { delivered: d }))).await.is_err() {
+                if fr.send(Bytes::from(wire::encode(&wire::Ack { delivered: d, ping }))).await.is_err() {
                     break None;
                 }
                 acked = d;
@@ -389,7 +463,7 @@ async fn serve_peer(
                 ack_at = None;
                 let d = link.inbound.lock().expect("inbound lock").delivered;
                 if d > acked {
-                    if fr.send(Bytes::from(wire::encode(&wire::Ack { delivered: d }))).await.is_err() {
+                    if fr.send(Bytes::from(wire::encode(&wire::Ack { delivered: d, ping }))).await.is_err() {
                         break None;
                     }
                     acked = d;
@@ -416,6 +490,24 @@ async fn serve_peer(
                 Err(e) => break Some(e),
             },
             wire::Payload::Agents(f) => Err(f),
+            // A probe (number 0, outside the numbered stream): answer at once.
+            wire::Payload::Ping(p) => {
+                if env.seq != 0 {
+                    break Some(format!("probe with message number {}", env.seq));
+                }
+                ping = p;
+                let d = link.inbound.lock().expect("inbound lock").delivered;
+                if fr
+                    .send(Bytes::from(wire::encode(&wire::Ack { delivered: d, ping })))
+                    .await
+                    .is_err()
+                {
+                    break None;
+                }
+                acked = d;
+                ack_at = None;
+                continue;
+            }
         };
         let d = {
             let mut inb = link.inbound.lock().expect("inbound lock");
@@ -447,7 +539,7 @@ async fn serve_peer(
         };
         if d >= acked + ACK_EVERY {
             if fr
-                .send(Bytes::from(wire::encode(&wire::Ack { delivered: d })))
+                .send(Bytes::from(wire::encode(&wire::Ack { delivered: d, ping })))
                 .await
                 .is_err()
             {

@@ -1,12 +1,18 @@
 //! What `hilock status` shows of a node.
 
 use std::sync::atomic::Ordering::Relaxed;
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 
 use super::core::Cmd;
 use super::{Error, Handle, Stats};
+
+/// How long [`Handle::status`] waits for each peer to answer the probe it sends for the
+/// call (all peers at once): a peer that does not answer within it is shown as not
+/// answering, not connected.
+pub const PROBE_WAIT: Duration = Duration::from_millis(300);
 
 /// What `hilock status` shows of a node.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -34,14 +40,18 @@ pub struct PeerStatus {
     pub addr: String,
     /// Whether this node's connection to it is up (handshake done and not seen closed;
     /// this node notices a closed connection as soon as the operating system reports it)
-    /// and the peer answers (it acknowledges at least every 200 ms; after a second of
-    /// silence it counts as not connected).
+    /// and the peer answered, on that connection, a probe sent for this status call within
+    /// [`PROBE_WAIT`] (300 ms). A stopped, hung or silently cut-off peer is never shown
+    /// connected.
     pub connected: bool,
     /// Whether a connection from it is up.
     pub incoming: bool,
-    /// `connected`, `silent` (the connection is open but the peer has not answered for a
-    /// second: stopped or hung), `reconnecting` (messages wait and are resent when it is
-    /// back) or `refused: …` (it restarted, or refused this node as a restarted one).
+    /// `connected` (answered this call's probe), `not answering (last heard N ms ago)`
+    /// (the connection is open but the peer did not answer the probe within
+    /// [`PROBE_WAIT`], or has answered nothing for a second: stopped, hung or cut off;
+    /// N is the time since its last acknowledgement), `reconnecting` (no connection;
+    /// messages wait and are resent when it is back) or `refused: …` (it restarted, or
+    /// refused this node as a restarted one).
     pub state: String,
     /// Messages sent to it (each once, however often resent).
     pub frames_sent: u64,
@@ -90,7 +100,8 @@ impl LockStatus {
 }
 
 impl Handle {
-    /// Locks, peers and counters.
+    /// Locks, peers and counters. Every peer with an open connection is probed for this
+    /// call; the answer takes at most [`PROBE_WAIT`] longer when one does not answer.
     pub async fn status(&self) -> Result<Status, Error> {
         let (reply, rx) = oneshot::channel();
         self.tx
@@ -98,36 +109,39 @@ impl Handle {
             .map_err(|_| Error::Stopped)?;
         let locks = rx.await.map_err(|_| Error::Stopped)?;
         let s = &self.shared;
+        let deadline = tokio::time::Instant::now() + PROBE_WAIT;
+        // One snapshot per peer, taken as soon as its probe has ended: `connected` only
+        // when the probe was answered on the connection that is still up now.
+        let peers = s.peers.iter().enumerate().filter_map(|(i, p)| {
+            p.as_ref().map(|p| async move {
+                let answered = p.refused().is_none() && p.probe(deadline).await;
+                let open = p.connected.load(Relaxed) || p.silent.load(Relaxed);
+                let refused = p.refused();
+                let connected = answered && refused.is_none();
+                PeerStatus {
+                    id: i as u16,
+                    addr: p.addr.to_string(),
+                    connected,
+                    incoming: p.incoming.load(Relaxed),
+                    state: match refused {
+                        Some(r) => format!("refused: {r}"),
+                        None if connected => "connected".into(),
+                        None if open => p.not_answering(),
+                        None => "reconnecting".into(),
+                    },
+                    frames_sent: p.sent.load(Relaxed),
+                    frames_received: p.received.load(Relaxed),
+                    resent: p.resent.load(Relaxed),
+                    duplicates: p.duplicates.load(Relaxed),
+                }
+            })
+        });
+        let peers = futures_util::future::join_all(peers).await;
         Ok(Status {
             id: s.id,
             cluster: s.cluster.clone(),
             listen: s.listen.to_string(),
-            peers: s
-                .peers
-                .iter()
-                .enumerate()
-                .filter_map(|(i, p)| {
-                    p.as_ref().map(|p| {
-                        let connected = p.connected.load(Relaxed);
-                        PeerStatus {
-                            id: i as u16,
-                            addr: p.addr.to_string(),
-                            connected,
-                            incoming: p.incoming.load(Relaxed),
-                            state: match p.refused() {
-                                Some(r) => format!("refused: {r}"),
-                                None if connected => "connected".into(),
-                                None if p.silent.load(Relaxed) => "silent".into(),
-                                None => "reconnecting".into(),
-                            },
-                            frames_sent: p.sent.load(Relaxed),
-                            frames_received: p.received.load(Relaxed),
-                            resent: p.resent.load(Relaxed),
-                            duplicates: p.duplicates.load(Relaxed),
-                        }
-                    })
-                })
-                .collect(),
+            peers,
             stats: self.stats(),
             locks,
         })
