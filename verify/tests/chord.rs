@@ -26,6 +26,10 @@ const PINNED: &[(&str, usize)] = &[
         "hilock r2: 3 nodes, n21 cut off once, Lease take-over, 2 clients on key 10",
         26836,
     ),
+    (
+        "hilock r2: 3 nodes, n21 cut off once, short cuts, Lease take-over, 2 clients on key 10",
+        28461,
+    ),
 ];
 
 const H2: Variant = Variant::Hilock { r: 2 };
@@ -333,18 +337,71 @@ fn local_take_over_grants_twice() {
     );
 }
 
-/// A cut that heals before the lease ran out loses the replica messages of a write in
-/// progress; nothing sends them again, and the client is never answered (not fixed).
-#[test]
-fn a_short_cut_strands_a_write() {
+/// The short-cut configuration: n21's cut may heal before its lease ran out.
+fn short_cut() -> RingModel {
     let mut m = cut(Takeover::Lease);
+    m.name =
+        "hilock r2: 3 nodes, n21 cut off once, short cuts, Lease take-over, 2 clients on key 10"
+            .into();
     m.short_cuts = true;
-    refuted(
+    m
+}
+
+/// A cut that heals before the lease ran out loses the replica messages (or their
+/// acknowledgements) of a write in progress; on `Heal` both ends of every re-established
+/// link send again what they owe (`RingServer::reconnected`), and every request is
+/// answered. Requests and answers lost with the client's connection are the client's own
+/// timeout's (it resends; the entry answers a retry).
+#[test]
+fn a_short_cut_heals_and_the_write_completes() {
+    pass(&short_cut());
+}
+
+/// Without the resend on `Heal`, the defect found before the fix: the write and its
+/// client wait for ever. The trace is the one saved then.
+#[test]
+fn a_short_cut_without_resend_strands_the_write_goes_red() {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../spec/counterexamples/ring/ring-short-cut-strands-write.json");
+    let saved: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let mut m = short_cut();
+    m.sabotage = Sabotage::NoResend;
+    let v = refuted(
         &m,
         LIVE,
         "ring-short-cut-strands-write",
-        "Known defect: c1's unlock is at n21 waiting for its replicas when n21 is cut off \
-         for less than its lease; the Replicate messages are lost with the connections, \
-         nothing resends them, and the write (and c1) wait for ever.",
+        "Defect before RingServer::reconnected (fixed; reproduced with Sabotage::NoResend): \
+         c1's unlock is at n21 waiting for its replicas when n21 is cut off for less than \
+         its lease; the Replicate messages are lost with the connections, nothing resends \
+         them, and the write (and c1) wait for ever.",
+    );
+    assert!(v.contains("c1 stage 3 waits for"), "{v}");
+    let now: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    assert_eq!(now["steps"], saved["steps"], "not the saved counterexample");
+}
+
+/// A replica that applied a write but does not acknowledge its copy again: the copy sent
+/// after a cut that lost the first acknowledgement gets no answer, and the write waits
+/// for ever.
+#[test]
+fn a_replica_that_does_not_acknowledge_a_duplicate_goes_red() {
+    let mut m = short_cut();
+    m.sabotage = Sabotage::NoReack;
+    let t = m
+        .refute(LIVE)
+        .trace
+        .expect("every request answered refuted");
+    println!("{:?}\n{}", t.steps, t.violation);
+    assert!(
+        t.steps.iter().any(|s| s.starts_with("Heal")),
+        "{:?}",
+        t.steps
+    );
+    assert!(
+        t.violation.contains("no step left, unanswered"),
+        "{}",
+        t.violation
     );
 }
