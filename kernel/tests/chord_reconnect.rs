@@ -94,7 +94,11 @@ fn reconnecting_resends_the_unacknowledged_replica_write() {
     assert_eq!(answer(&out), Some(Answer::Granted));
     assert_eq!(p.pending(), 0);
     out.clear();
-    assert_eq!(p.reconnected(B, &mut out), Ok(0), "nothing in progress any more");
+    assert_eq!(
+        p.reconnected(B, &mut out),
+        Ok(0),
+        "nothing in progress any more"
+    );
 }
 
 /// The replica applied the write but its acknowledgement was lost: the copy sent on
@@ -128,7 +132,8 @@ fn a_duplicate_replicate_is_acknowledged_again_and_not_applied_twice() {
         epoch: 1,
         members: 0b111,
     };
-    a.step(Addr::Chord, &ChordMsg::NewView(v1), &mut out).unwrap();
+    a.step(Addr::Chord, &ChordMsg::NewView(v1), &mut out)
+        .unwrap();
     out.clear();
     p.reconnected(A, &mut out).unwrap();
     let again = out.pop().unwrap();
@@ -164,10 +169,7 @@ fn a_bad_peer_or_a_full_buffer_is_refused_and_sends_nothing() {
         msg: ChordMsg::Fetch,
     })
     .unwrap();
-    assert_eq!(
-        p.reconnected(B, &mut full),
-        Err(ChordError::OutputsFull)
-    );
+    assert_eq!(p.reconnected(B, &mut full), Err(ChordError::OutputsFull));
     assert_eq!(full.len(), 1);
     assert_eq!(p, before);
     // A server that lost its lease dropped its writes: nothing to send again.
