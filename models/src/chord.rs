@@ -23,7 +23,10 @@
 //! `Isolate(n)` cuts node `n` off from everybody (the other nodes, the membership service
 //! and the clients) until `Heal(n)`: every message to or from it, in flight or sent
 //! while the cut lasts, is lost (its TCP connections broke). A process pause (GC, SIGSTOP)
-//! is the same as far as the others can tell. Nobody can tell a cut node from a crashed
+//! is the same as far as the others can tell. On `Heal(n)` the links between `n` and the
+//! others are new connections, and both ends of each send again the replica writes it
+//! owes ([`RingServer::reconnected`]; clients recover what they lost by their own
+//! timeout). Nobody can tell a cut node from a crashed
 //! one, so suspicion is all a successor has. What the service does with it is
 //! [`Takeover`]:
 //! - [`Takeover::Lease`] (shipped): a member holds a lease from the service and stops
@@ -142,8 +145,10 @@ pub struct RingModel {
     /// Who takes a suspected node's range over.
     pub takeover: Takeover,
     /// `Takeover::Lease`: whether a cut may heal before the node's lease ran out. Such a
-    /// cut loses the replica messages of a write in progress, and the write then waits
-    /// for ever (a known defect: `ring-short-cut-strands-write`); `false` checks the
+    /// cut loses the replica messages (and acknowledgements) of a write in progress; on
+    /// `Heal` both ends of every re-established link call [`RingServer::reconnected`],
+    /// which sends them again (without it the write waited for ever:
+    /// `ring-short-cut-strands-write`, [`Sabotage::NoResend`]). `false` checks only the
     /// cuts that last until the lease ran out.
     pub short_cuts: bool,
     /// Test-only: break a check on purpose (see the tests).
@@ -160,6 +165,12 @@ pub enum Sabotage {
     EmptyTransfers,
     /// The service never removes a crashed node.
     NoDetect,
+    /// `Heal` does not call [`RingServer::reconnected`]: the replica messages lost in a
+    /// short cut are never sent again (the defect `ring-short-cut-strands-write`).
+    NoResend,
+    /// A replica does not acknowledge a copy of a write it already applied (its
+    /// `ReplicaAck` is dropped).
+    NoReack,
 }
 
 /// A ring node of either variant.
@@ -536,6 +547,31 @@ impl RingModel {
         }
     }
 
+    /// `Heal(n)`: the links between `n` and every other live node that is not cut off are
+    /// new connections; both ends send again what those links owe
+    /// ([`RingServer::reconnected`]), as the runtime does when it dials a peer again.
+    fn reconnect(&self, st: &mut RState, n: NodeId) {
+        if st.alive & (1 << n.0) == 0 {
+            return;
+        }
+        for i in 0..NS {
+            let p = NodeId(i as u16);
+            if p == n || st.alive & (1 << i) == 0 || st.cut & (1 << i) != 0 {
+                continue;
+            }
+            for (from, to) in [(n, p), (p, n)] {
+                let RNode::Hilock(s) = &st.nodes[from.0 as usize] else {
+                    return;
+                };
+                let mut out = Outs::new();
+                if let Err(e) = s.reconnected(to, &mut out) {
+                    st.error = Some(format!("reconnected({to}) at {from}: {e}"));
+                }
+                self.send_all(st, from, out);
+            }
+        }
+    }
+
     fn change_view(&self, st: &mut RState, new: View, notify: Option<(NodeId, Change)>) {
         let old = st.view;
         st.view = new;
@@ -831,8 +867,17 @@ impl Model for RingModel {
                                 slots.clear();
                             }
                         }
+                        let applied = match (&msg, &st.nodes[n.0 as usize]) {
+                            (ChordMsg::Replicate { slot, .. }, RNode::Hilock(s)) => {
+                                s.slots().contains(slot)
+                            }
+                            _ => false,
+                        };
                         if let Err(e) = st.nodes[n.0 as usize].step(from, &msg, &mut out) {
                             st.error = Some(e);
+                        }
+                        if applied && self.sabotage == Sabotage::NoReack {
+                            out.retain(|o| !matches!(o.msg, ChordMsg::ReplicaAck { .. }));
                         }
                         if let Some((token, key, Some(h))) = asked {
                             let refused = out.iter().any(|o| {
@@ -896,7 +941,12 @@ impl Model for RingModel {
                 st.cut |= 1 << n.0;
                 st.isolations += 1;
             }
-            RAction::Heal(n) => st.cut &= !(1 << n.0),
+            RAction::Heal(n) => {
+                st.cut &= !(1 << n.0);
+                if self.sabotage != Sabotage::NoResend {
+                    self.reconnect(&mut st, n);
+                }
+            }
             RAction::Expire(n) => {
                 if let RNode::Hilock(s) = &mut st.nodes[n.0 as usize] {
                     s.stop();

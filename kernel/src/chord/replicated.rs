@@ -16,6 +16,11 @@
 //!   (new version, same holder) and replicated before that answer: the first attempt may
 //!   have reached only the old primary before a view change redirected it (the model
 //!   checker found the grant from such an unreplicated entry).
+//! - A write in progress is sent again to a replica whose link was re-established
+//!   ([`RingServer::reconnected`]): a cut shorter than the lease loses the `Replicate`s and
+//!   `ReplicaAck`s it carried (seed 003's Fig. 2(a)4 RPC has the same gap;
+//!   `spec/FAULTS.md` §2.6). A replica acknowledges a copy of a write it already applied
+//!   (same entry, same version) again and does not apply it twice ([`Rule::Idempotent`]).
 //! - Installing a view hands over exactly the moved ranges: for every elementary arc
 //!   ([`Ring::arc_of`]) this server has complete state for, every member that holds the arc
 //!   in the new view but did not in the old one gets this server's entries of that arc
@@ -34,7 +39,8 @@ use crate::msg::Sink;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 struct Pending {
-    key: Key,
+    /// The entry as written, sent again by [`RingServer::reconnected`].
+    slot: Slot,
     token: Token,
     answer: Answer,
     /// Replicas that have not acknowledged yet (bit per slot).
@@ -161,6 +167,52 @@ impl<const N: usize, const T: usize> RingServer<N, T> {
         self.pending.iter().any(|p| p.token.client == client)
     }
 
+    /// The link to `peer` was (re)established: sends `peer` again the
+    /// [`ChordMsg::Replicate`] of every write in progress that `peer` has not acknowledged,
+    /// exactly as first sent (same view, same entry and version, same request), and
+    /// returns how many it sent. Changes nothing.
+    ///
+    /// Why: a connection that breaks loses what it carried. A member cut off for less than
+    /// its lease (a partition, a pause: the model's `Isolate` then `Heal`) keeps its writes
+    /// waiting, but their `Replicate` messages, or the replicas' `ReplicaAck`s, died with
+    /// the connection, and nothing else sends them again: the write and its client waited
+    /// for ever (`spec/counterexamples/ring/ring-short-cut-strands-write.json`;
+    /// `spec/FAULTS.md` §2.6). Seed 003's own backup write, Fig. 2(a)4
+    /// `successor.olock_b.modify`, is an RPC with no answer for a lost call either. A
+    /// replica that already applied the write acknowledges the copy again without
+    /// applying it twice (same version: [`Rule::Idempotent`]); one that installed a newer
+    /// view refuses it ([`ChordMsg::ReplicaNack`]), which redirects the write here. The
+    /// runtime calls this when it opens a new connection to `peer`, on either side; the
+    /// model calls it for both ends of every link on `Heal`.
+    ///
+    /// Errors, with nothing sent: `peer` is not one of the `N` slots or is this server
+    /// ([`ChordError::BadSender`]); `out` has no room for the copies
+    /// ([`ChordError::OutputsFull`]).
+    pub fn reconnected<S: Sink<Out<T>>>(
+        &self,
+        peer: NodeId,
+        out: &mut S,
+    ) -> Result<usize, ChordError> {
+        if node_sender::<N>(Addr::Node(peer))? == self.id {
+            return Err(ChordError::BadSender);
+        }
+        let bit = 1u16 << peer.0;
+        let owed = self.pending.iter().filter(|p| p.need & bit != 0);
+        let n = owed.clone().count();
+        if out.room() < n {
+            return Err(ChordError::OutputsFull);
+        }
+        for p in owed {
+            let m = ChordMsg::Replicate {
+                view: self.view,
+                slot: p.slot,
+                token: p.token,
+            };
+            send(out, Addr::Node(peer), m);
+        }
+        Ok(n)
+    }
+
     fn copies(&self) -> u8 {
         self.r + 1
     }
@@ -237,7 +289,7 @@ impl<const N: usize, const T: usize> RingServer<N, T> {
         } else {
             self.ready
         };
-        let busy = !newer && self.pending.iter().any(|p| p.key == key);
+        let busy = !newer && self.pending.iter().any(|p| p.slot.key == key);
         if ready & (1 << self.ring.arc_of(key)) == 0 || busy {
             return Decision::Retry;
         }
@@ -477,7 +529,7 @@ impl<const N: usize, const T: usize> Server<T> for RingServer<N, T> {
                 }
                 // Room checked.
                 let _ = self.pending.push(Pending {
-                    key: *key,
+                    slot,
                     token: *token,
                     answer,
                     need,
@@ -506,14 +558,21 @@ impl<const N: usize, const T: usize> Server<T> for RingServer<N, T> {
                     rep.insert(Rule::Stale);
                     return rep;
                 }
-                self.upsert(*slot);
+                // A copy of a write this replica already applied (sent again by
+                // `reconnected` because the acknowledgement was lost): acknowledged again,
+                // not applied twice.
+                if self.slots.iter().any(|s| s == slot) {
+                    rep.insert(Rule::Idempotent);
+                } else {
+                    self.upsert(*slot);
+                    rep.insert(Rule::Replicated);
+                }
                 let ack = ChordMsg::ReplicaAck {
                     view: self.view,
                     key: slot.key,
                     token: *token,
                 };
                 send(out, from, ack);
-                rep.insert(Rule::Replicated);
                 rep
             }
             ChordMsg::ReplicaAck { view, key, token } => {
@@ -525,7 +584,7 @@ impl<const N: usize, const T: usize> Server<T> for RingServer<N, T> {
                 let i = self
                     .pending
                     .iter()
-                    .position(|p| p.key == *key && p.token == *token);
+                    .position(|p| p.slot.key == *key && p.token == *token);
                 match (view.epoch == self.view.epoch, i) {
                     (true, Some(i)) => {
                         self.pending[i].need &= !from_bit;
