@@ -145,10 +145,11 @@ const NATIVE_LATENCY_MS: f64 = 0.05;
 const RATIOS: [f64; 4] = [1.0, 5.0, 10.0, 25.0];
 const UNPRIO: [Proto; 3] = [Proto::Hilock, Proto::NaimiSame, Proto::NaimiPure];
 /// The protocols of the `forwarding` experiment.
-const FORWARDING: [Proto; 4] = [
+const FORWARDING: [Proto; 5] = [
     Proto::Hilock,
     Proto::HilockCompress,
     Proto::HilockPointers,
+    Proto::HilockOrdered,
     Proto::NaimiPure,
 ];
 
@@ -420,8 +421,8 @@ fn print_tables(rows: &[(Job, Stats)], lavault: &[LavaultRow]) {
             }
             println!();
         }
-        println!("\n| n | protocol | request | forward | grant | token | release | freeze | entry-lock journey mean / p99 |");
-        println!("|---:|---|---:|---:|---:|---:|---:|---:|---|");
+        println!("\n| n | protocol | request | forward | grant | token | release | freeze | entry-lock journey mean / p99 | idle-relay parent age, table: mean p50 p90 | entries: mean p50 p90 | idle-relay forwards via pointer | entry token moves / lock request |");
+        println!("|---:|---|---:|---:|---:|---:|---:|---:|---|---|---|---:|---:|");
         for &n in &sizes {
             for &p in &hilocks {
                 let Some(st) = get("forwarding", p, 10.0, n) else {
@@ -441,7 +442,7 @@ fn print_tables(rows: &[(Job, Stats)], lavault: &[LavaultRow]) {
                     })
                     .unwrap_or(0);
                 println!(
-                    "| {n} | {} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {mean:.2} / {p99} |",
+                    "| {n} | {} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {mean:.2} / {p99} | {} | {} | {:.2} | {:.3} |",
                     p.name(),
                     (st.msgs[0] - st.forwards) as f64 / lr,
                     st.forwards as f64 / lr,
@@ -449,6 +450,10 @@ fn print_tables(rows: &[(Job, Stats)], lavault: &[LavaultRow]) {
                     st.kind_per_request(2),
                     st.kind_per_request(3),
                     st.kind_per_request(4),
+                    hist3(&st.relay_age[0]),
+                    hist3(&st.relay_age[1]),
+                    st.relay_via_pointer as f64 / st.forwards_by_state[0].max(1) as f64,
+                    st.token_moves[1] as f64 / lr,
                 );
             }
         }
@@ -468,6 +473,25 @@ fn print_tables(rows: &[(Job, Stats)], lavault: &[LavaultRow]) {
             );
         }
     }
+}
+
+/// "mean p50 p90" of a histogram (`h[k]` items had value k).
+fn hist3(h: &[u64]) -> String {
+    let total: u64 = h.iter().sum();
+    if total == 0 {
+        return "-".into();
+    }
+    let mean = h.iter().enumerate().map(|(k, c)| k as u64 * c).sum::<u64>() as f64 / total as f64;
+    let q = |p: f64| {
+        let mut acc = 0;
+        h.iter()
+            .position(|c| {
+                acc += c;
+                acc as f64 >= p * total as f64
+            })
+            .unwrap_or(0)
+    };
+    format!("{mean:.1} {} {}", q(0.5), q(0.9))
 }
 
 fn csv(path: &Path, rows: &[&(Job, Stats)]) -> Result<(), String> {
@@ -740,6 +764,50 @@ fn write_outputs(out: &Path, rows: &[(Job, Stats)]) -> Result<(), String> {
             .collect();
         chart(&out.join(file), title, "nodes", "latency (ms)", &s, false)?;
     }
+    // Issue 19: the forwarding variants against Naimi-Trehel pure (same run, same seed).
+    let fwd = |p: Proto| move |j: &Job| j.exp == "forwarding" && j.cfg.proto == p;
+    let s: Vec<Series> = FORWARDING
+        .iter()
+        .map(|&p| series(rows, name(p), fwd(p), |st| st.per_request()))
+        .collect();
+    chart(
+        &out.join("forwarding_variants.svg"),
+        "messages per lock request by forwarding rule, ratio 10, 150 ms (one run)",
+        "nodes",
+        "messages / request",
+        &s,
+        true,
+    )?;
+    let base = series(rows, String::new(), fwd(Proto::NaimiPure), |st| {
+        st.per_request()
+    });
+    let s: Vec<Series> = FORWARDING
+        .iter()
+        .filter(|&&p| p != Proto::NaimiPure)
+        .map(|&p| {
+            let h = series(rows, String::new(), fwd(p), |st| st.per_request());
+            Series {
+                label: format!("{} / naimi-pure", p.name()),
+                points: h
+                    .points
+                    .iter()
+                    .zip(&base.points)
+                    .map(|(a, b)| (a.0, a.1 / b.1))
+                    .collect(),
+            }
+        })
+        .collect();
+    chart(
+        &out.join("forwarding_over_naimi.svg"),
+        "messages per lock request, hilock variant / Naimi-Trehel (same run)",
+        "nodes",
+        "ratio",
+        &s,
+        true,
+    )?;
+    let f: Vec<&(Job, Stats)> = rows.iter().filter(|(j, _)| j.exp == "forwarding").collect();
+    csv(&out.join("forwarding_variants.csv"), &f)?;
+
     // Latency per access mode (hilock, ratio 10), not a thesis figure but asked for.
     let s: Vec<Series> = MIX
         .iter()
