@@ -97,6 +97,9 @@ pub enum Proto {
     HilockCompress,
     /// The same with per-class routing pointers ([`Forwarding::ClassPointers`], issue 19).
     HilockPointers,
+    /// The same with id-ordered requester pointers ([`Forwarding::OrderedPointers`],
+    /// issue 19, experimental).
+    HilockOrdered,
     /// Naimi-Trehel doing the same work (entry locks; all entries for a table access).
     NaimiSame,
     /// Naimi-Trehel with one lock.
@@ -112,6 +115,7 @@ impl Proto {
             Proto::Hilock => "hilock",
             Proto::HilockCompress => "hilock-compress",
             Proto::HilockPointers => "hilock-pointers",
+            Proto::HilockOrdered => "hilock-ordered",
             Proto::NaimiSame => "naimi-same-work",
             Proto::NaimiPure => "naimi-pure",
             Proto::PrioNaimi => "prio-naimi",
@@ -124,6 +128,11 @@ pub trait RelayClass {
     /// 0: idle relay (not the token node, owns Φ, nothing pending, empty queue); 1: owns
     /// a mode, nothing pending; 2: has a request of its own pending; 3: anything else.
     fn relay_class(&self, lock: LockId) -> usize;
+    /// The node's parent pointer for `lock` (hilock; `None` elsewhere), for
+    /// [`Stats::relay_age`].
+    fn parent_of(&self, _lock: LockId) -> Option<NodeId> {
+        None
+    }
 }
 
 impl<const N: usize, const L: usize, const Q: usize> RelayClass for Site<N, L, Q> {
@@ -138,6 +147,9 @@ impl<const N: usize, const L: usize, const Q: usize> RelayClass for Site<N, L, Q
         } else {
             0
         }
+    }
+    fn parent_of(&self, lock: LockId) -> Option<NodeId> {
+        self.lock(lock).ok().and_then(|l| l.parent())
     }
 }
 
@@ -262,6 +274,16 @@ pub struct Stats {
     /// Forwards in the window by the state of the forwarding node after its step
     /// ([`RelayClass`]): idle relay, owns a mode (not pending), pending, other.
     pub forwards_by_state: [u64; 4],
+    /// Staleness of the idle relays' parent pointers (issue 19): for each forward in the
+    /// window sent by an idle relay, the number of token transfers of that lock since the
+    /// relay's parent pointer was last set, as a histogram by lock class (0: the table,
+    /// 1: the entries): `relay_age[c][k]` forwards had age k (capped at 4,095).
+    pub relay_age: [Vec<u64>; 2],
+    /// Forwards in the window by idle relays that went to a routing pointer
+    /// (Compress/ClassPointers), not to the parent.
+    pub relay_via_pointer: u64,
+    /// Token transfers in the window by lock class (0: the table, 1: the entries).
+    pub token_moves: [u64; 2],
 }
 
 impl Stats {
@@ -362,10 +384,11 @@ fn run_here(cfg: &Config) -> Result<Stats, String> {
 fn dispatch_class<const N: usize>(cfg: &Config) -> Result<Stats, String> {
     let n = cfg.n;
     match cfg.proto {
-        Proto::Hilock | Proto::HilockCompress | Proto::HilockPointers => {
+        Proto::Hilock | Proto::HilockCompress | Proto::HilockPointers | Proto::HilockOrdered => {
             let forwarding = match cfg.proto {
                 Proto::HilockCompress => Forwarding::Compress,
                 Proto::HilockPointers => Forwarding::ClassPointers,
+                Proto::HilockOrdered => Forwarding::OrderedPointers,
                 _ => Forwarding::Thesis,
             };
             let inheritance = match cfg.prio {
@@ -462,6 +485,10 @@ struct Sim<'c, P: Protocol> {
     hops: Vec<u64>,
     /// Request messages of each node's current lock request so far.
     journey: Vec<u64>,
+    /// Token transfers of each lock so far (whole run).
+    moves: [u64; LOCKS],
+    /// Each node's parent for each lock and the value of `moves` when it was last set.
+    parents: Vec<[(Option<NodeId>, u64); LOCKS]>,
 }
 
 fn jittered(rng: &mut ChaCha8Rng, mean_ms: f64, jitter: f64) -> u64 {
@@ -506,6 +533,8 @@ where
             stats: Stats::default(),
             hops: vec![0; n],
             journey: vec![0; n],
+            moves: [0; LOCKS],
+            parents: vec![[(Some(NodeId(0)), 0); LOCKS]; n],
         }
     }
 
@@ -619,7 +648,7 @@ where
         let node = NodeId(i as u16);
         let in_window = self.in_window();
         let mut granted = false;
-        let mut forwarded: Option<LockId> = None;
+        let mut forwarded: Option<(LockId, NodeId)> = None;
         let Sim {
             cluster,
             channels,
@@ -631,11 +660,21 @@ where
             seq,
             now,
             cfg,
+            moves,
             ..
         } = self;
         // Every message sent gets its arrival time (FIFO per channel) and a delivery event.
         let mut see = |o: &Output<P::Msg>| match o {
             Output::Send { to, msg } => {
+                if P::kind(msg) == MsgKind::Token {
+                    let l = P::lock_of(msg).idx();
+                    if let Some(m) = moves.get_mut(l) {
+                        *m += 1;
+                    }
+                    if in_window {
+                        stats.token_moves[usize::from(l != 0)] += 1;
+                    }
+                }
                 if in_window {
                     stats.msgs[kind_index(P::kind(msg))] += 1;
                     if P::lock_of(msg) == LockId(0) && P::kind(msg) == MsgKind::Request {
@@ -643,7 +682,7 @@ where
                     }
                     if msg.requester().is_some_and(|r| r != node) {
                         stats.forwards += 1;
-                        forwarded = Some(P::lock_of(msg));
+                        forwarded = Some((P::lock_of(msg), *to));
                     }
                 }
                 if let Some(r) = msg.requester() {
@@ -688,9 +727,32 @@ where
             });
         }
         self.stats.steps += 1;
-        if let Some(lock) = forwarded {
-            let c = self.cluster.site(node).relay_class(lock);
+        if let Some((lock, to)) = forwarded {
+            let site = self.cluster.site(node);
+            let c = site.relay_class(lock);
             self.stats.forwards_by_state[c] += 1;
+            let l = lock.idx();
+            if c == 0 && l < LOCKS {
+                let (parent, set_at) = self.parents[i][l];
+                if site.parent_of(lock) == parent {
+                    let age = (self.moves[l] - set_at).min(4095) as usize;
+                    let h = &mut self.stats.relay_age[usize::from(l != 0)];
+                    if h.len() <= age {
+                        h.resize(age + 1, 0);
+                    }
+                    h[age] += 1;
+                }
+                if parent != Some(to) {
+                    self.stats.relay_via_pointer += 1;
+                }
+            }
+        }
+        // Note when this node's parent pointers changed (for the relay ages above).
+        for l in 0..LOCKS {
+            let p = self.cluster.site(node).parent_of(LockId(l as u16));
+            if p != self.parents[i][l].0 {
+                self.parents[i][l] = (p, self.moves[l]);
+            }
         }
         if granted {
             debug_assert!(self.apps[i].phase == Phase::Acquiring);
@@ -796,7 +858,10 @@ where
             nops += 1;
         };
         match proto {
-            Proto::Hilock | Proto::HilockCompress | Proto::HilockPointers => {
+            Proto::Hilock
+            | Proto::HilockCompress
+            | Proto::HilockPointers
+            | Proto::HilockOrdered => {
                 push(0, mode);
                 if entry_access {
                     push(1 + entry, if mode == Mode::IR { Mode::R } else { Mode::W });
@@ -1052,5 +1117,32 @@ pub fn naimi_sequential(n: usize, warmup: u64, requests: u64, seed: u64) -> Sequ
         requests,
         request_hops: hops as f64 / requests as f64,
         messages: msgs as f64 / requests as f64,
+    }
+}
+
+#[cfg(test)]
+mod relay_tests {
+    use super::*;
+
+    /// The issue-19 instruments: the thesis rule never routes along a pointer, ClassPointers
+    /// does; idle relays' parent ages are recorded for both lock classes, and the entry
+    /// locks' token moves are counted.
+    #[test]
+    fn relay_instruments_see_pointers_only_under_a_pointer_rule() {
+        let run16 = |p: Proto| run(&Config::thesis(p, 16, 10.0, 40, 1)).expect("run");
+        let thesis = run16(Proto::Hilock);
+        let pointers = run16(Proto::HilockPointers);
+        assert_eq!(thesis.relay_via_pointer, 0);
+        assert!(pointers.relay_via_pointer > 0);
+        for st in [&thesis, &pointers] {
+            assert!(st.forwards_by_state[0] > 0);
+            let aged: u64 = st.relay_age.iter().flatten().sum();
+            assert!(aged > 0 && aged <= st.forwards_by_state[0]);
+            assert!(st.relay_age[1]
+                .iter()
+                .enumerate()
+                .any(|(k, c)| k > 0 && *c > 0));
+            assert!(st.token_moves[1] > 0 && st.token_moves[0] + st.token_moves[1] == st.msgs[2]);
+        }
     }
 }

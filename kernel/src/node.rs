@@ -103,6 +103,14 @@ pub enum Forwarding {
     /// forwarded from elsewhere. The pointers are dropped when the node requests, or
     /// receives a grant or the token; `Parent` is unchanged.
     ClassPointers,
+    /// hilock's extension, third form (issue 19, experimental, SPEC.md "Forwarding"):
+    /// [`Forwarding::ClassPointers`] with Naimi-style pointers to *any* requester an idle
+    /// relay forwarded (not only a child's), used only towards a requester with a smaller
+    /// node id than the request's requester — the id order is meant to rule out two
+    /// pending requesters keeping each other's requests (the deadlock of the unordered
+    /// form) — and only once (a used pointer is dropped). Everything else (Table 3.2
+    /// condition, when pointers are dropped) is ClassPointers'.
+    OrderedPointers,
 }
 
 impl Variant {
@@ -1108,7 +1116,49 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
                 self.routes = next;
                 Ok(to)
             }
+            Forwarding::OrderedPointers => Ok(self.route_ordered(cx, entry, parent)),
         }
+    }
+
+    /// [`Forwarding::OrderedPointers`] at an idle relay (experimental, issue 19): send
+    /// `entry` {D, M_D, ξ_D} to the newest remembered requester S with S < D (node id) whose
+    /// remembered request keeps it by Table 3.2, else to `parent`; a pointer is used once
+    /// (it is dropped when taken, so a request that comes back to this relay goes on along
+    /// another pointer or the parent). Then D becomes the newest pointer, whoever sent the
+    /// request (Naimi's reversal, restricted to the classes D keeps), replacing the pointer
+    /// of its mode and any older pointer to D.
+    fn route_ordered<S: Sink<Output<Msg<Q>>>>(
+        &mut self,
+        cx: &mut Ctx<'_, Q, S>,
+        entry: QueueEntry,
+        parent: NodeId,
+    ) -> NodeId {
+        let taken = self.routes.iter().position(|s| {
+            s.is_some_and(|s| {
+                s.requester != entry.requester
+                    && s.requester < entry.requester
+                    && queue_or_forward_prio(s.mode, s.prio, entry.mode, entry.prio)
+                        == QueueOrForward::Queue
+            })
+        });
+        let to = match taken.and_then(|i| self.routes[i].take()) {
+            Some(s) => {
+                cx.fire(Rule::CompressShortcut);
+                s.requester
+            }
+            None => parent,
+        };
+        let mut next = [None; 5];
+        next[0] = Some(entry);
+        let mut k = 1;
+        for r in self.routes.iter().flatten() {
+            if r.mode != entry.mode && r.requester != entry.requester && k < next.len() {
+                next[k] = Some(*r);
+                k += 1;
+            }
+        }
+        self.routes = next;
+        to
     }
 
     /// hilock (SPEC.md 4, "leave old parent"): a grant or the token from `from` makes it

@@ -110,14 +110,16 @@ fn inheritance() -> BoxedStrategy<Inheritance> {
 }
 
 /// The forwarding rules to draw from (issue 19): the thesis's and hilock's two extensions,
-/// or one named by `HILOCK_FORWARDING=thesis|compress|pointers`.
+/// or one named by `HILOCK_FORWARDING=thesis|compress|pointers|ordered` (the experimental
+/// `OrderedPointers` only by name: the default draws are unchanged).
 fn forwarding() -> BoxedStrategy<Forwarding> {
     match std::env::var("HILOCK_FORWARDING").as_deref() {
         Ok("thesis") => Just(Forwarding::Thesis).boxed(),
         Ok("compress") => Just(Forwarding::Compress).boxed(),
         Ok("pointers") => Just(Forwarding::ClassPointers).boxed(),
+        Ok("ordered") => Just(Forwarding::OrderedPointers).boxed(),
         Ok(other) if !other.is_empty() && other != "all" => {
-            panic!("HILOCK_FORWARDING={other}: expected thesis, compress, pointers or all")
+            panic!("HILOCK_FORWARDING={other}: expected thesis, compress, pointers, ordered or all")
         }
         _ => prop_oneof![
             Just(Forwarding::Thesis),

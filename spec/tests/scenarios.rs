@@ -23,6 +23,12 @@ fn every_thesis_scenario_passes_under_class_pointers() {
     run_every_scenario(Forwarding::ClassPointers);
 }
 
+/// Issue 19: the same under the experimental id-ordered requester pointers.
+#[test]
+fn every_thesis_scenario_passes_under_ordered_pointers() {
+    run_every_scenario(Forwarding::OrderedPointers);
+}
+
 fn run_every_scenario(forwarding: Forwarding) {
     let mut files: Vec<_> = std::fs::read_dir(scenarios_dir())
         .expect("spec/scenarios exists")

@@ -296,6 +296,8 @@ const PINNED: &[(&str, usize)] = &[
     ("relay star4: idle n0; W, U, IW (pointers)", 575),
     ("leave old parent, chain4 (pointers)", 84716),
     ("class pointers:", 5512227),
+    ("ordered pointers, mix star4", 372537),
+    ("ordered pointers, mix star4 (hilock)", 356245),
 ];
 
 /// Checks `c` exhaustively, prints one line (with states/s), asserts the pinned state count,
@@ -1137,6 +1139,30 @@ fn forwarding_variants_on_every_configuration() {
     let pin = |name: &str| PINNED.iter().find(|(n, _)| *n == name).map(|p| p.1);
     assert_eq!(Some(r[0].0), pin("compressed forwarding:"));
     assert_eq!(Some(r[1].0), pin("class pointers:"));
+}
+
+/// Issue 19, experimental: id-ordered, one-shot requester pointers
+/// ([`Forwarding::OrderedPointers`]) violate P9 on "mix star4": n3, an idle relay, learnt a
+/// pointer to n0 from n0's W request (sent on by n1, not by n0) and sends n1's IW to n0; n1
+/// is n0's parent (n0 handed it the token), so n0 may not serve it and sends it back up to
+/// n1, which sends it to its parent n3 again — 4 `Request` messages for n = 4 with no token
+/// move (counterexample `spec/counterexamples/ordered-pointers-parent-bounce.json`). The
+/// variant passes P1–P5, P3b, P10 there; it is kept only for the simulator's numbers
+/// (SPEC.md "Id-ordered requester pointers").
+#[test]
+fn gap_ordered_pointers_exceed_the_forwarding_bound() {
+    let c = mix_configs()[0]
+        .clone()
+        .named("ordered pointers, mix star4")
+        .with_variant(Variant {
+            forwarding: Forwarding::OrderedPointers,
+            ..Variant::HILOCK
+        });
+    gap(
+        &c,
+        &["P9 bounded forwarding"],
+        "ordered-pointers-parent-bounce",
+    );
 }
 
 /// P9 can fail: Naimi's path reversal applied literally ([`Forwarding::NaiveReversal`]:

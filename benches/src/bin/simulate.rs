@@ -9,8 +9,10 @@
 //! Options (clap; `--help` lists them): `--out DIR` (default `docs/figures`), `--quick`
 //! (fewer sizes and accesses), `--seed S` (default 1), `--jobs J` (rayon worker threads,
 //! default 2), `--per-node K` (measured accesses per node, default 40, quick 15),
-//! `--experiments unprioritized,native-latency,prioritized` (default all), `--sizes a,b,c`
-//! and `--ratios a,b,c` (of the unprioritized and native-latency experiments). A progress
+//! `--experiments unprioritized,native-latency,prioritized,lavault,forwarding` (default the
+//! first three; `linux-cluster` and `ibm-sp` are aliases of the first two), `--sizes a,b,c`
+//! and `--ratios a,b,c` (of the unprioritized and native-latency experiments). Markdown
+//! tables of the unprioritized, native-latency, forwarding and Lavault results on stdout. A progress
 //! bar (indicatif) on stderr when it is a terminal; CSV through the `csv` crate and serde.
 
 use clap::{Parser, ValueEnum};
@@ -43,7 +45,8 @@ struct Opts {
     /// Measured accesses per node (0: 40, quick 15).
     #[arg(long, default_value_t = 0)]
     per_node: u64,
-    /// Experiments to run (comma-separated; default: all).
+    /// Experiments to run (comma-separated; default: unprioritized, native-latency,
+    /// prioritized).
     #[arg(long, value_enum, value_delimiter = ',')]
     experiments: Vec<Experiment>,
     /// Node counts of the unprioritized and native-latency experiments (comma-separated;
@@ -58,12 +61,24 @@ struct Opts {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum Experiment {
-    /// Fig. 4.1: 150 ms latency, every ratio, hilock and both Naimi variants.
+    /// Fig. 4.1, the thesis's Linux-cluster setting (section 4.2.1, "3.25 messages"):
+    /// CS 15 ms, NCS ratio × 15 ms, simulated latency 150 ms, all ±33.33 %; hilock and
+    /// both Naimi variants, every ratio. Alias `linux-cluster`.
+    #[value(alias = "linux-cluster")]
     Unprioritized,
-    /// Fig. 4.2 and 4.4: the same with 50 µs latency (the IBM SP setting).
+    /// Fig. 4.2 and 4.4, the thesis's IBM SP setting (section 4.2.2, "6.5 messages" at
+    /// ratio 10): the same with the native interconnect latency, here 50 µs. Alias
+    /// `ibm-sp`.
+    #[value(alias = "ibm-sp")]
     NativeLatency,
     /// Fig. 4.5–4.7: priorities, PCEP, PIP and the prioritized Naimi baseline.
     Prioritized,
+    /// Naimi-Trehel one request at a time from a random node against Lavault's mean
+    /// H(n − 1) messages per CS (sizes ≤ 128 of `--sizes`).
+    Lavault,
+    /// Issue 19: every forwarding variant of hilock and Naimi-Trehel pure, ratio 10,
+    /// 150 ms, over `--sizes`.
+    Forwarding,
 }
 
 impl Experiment {
@@ -72,6 +87,8 @@ impl Experiment {
             Experiment::Unprioritized => "unprioritized",
             Experiment::NativeLatency => "native-latency",
             Experiment::Prioritized => "prioritized",
+            Experiment::Lavault => "lavault",
+            Experiment::Forwarding => "forwarding",
         }
     }
 }
@@ -89,7 +106,11 @@ fn main() {
     }
     o.jobs = o.jobs.max(1);
     if o.experiments.is_empty() {
-        o.experiments = Experiment::value_variants().to_vec();
+        o.experiments = vec![
+            Experiment::Unprioritized,
+            Experiment::NativeLatency,
+            Experiment::Prioritized,
+        ];
     }
     if o.sizes.is_empty() {
         o.sizes = sizes(o.quick);
@@ -123,6 +144,14 @@ fn prio_sizes(quick: bool) -> Vec<usize> {
 const NATIVE_LATENCY_MS: f64 = 0.05;
 const RATIOS: [f64; 4] = [1.0, 5.0, 10.0, 25.0];
 const UNPRIO: [Proto; 3] = [Proto::Hilock, Proto::NaimiSame, Proto::NaimiPure];
+/// The protocols of the `forwarding` experiment.
+const FORWARDING: [Proto; 5] = [
+    Proto::Hilock,
+    Proto::HilockCompress,
+    Proto::HilockPointers,
+    Proto::HilockOrdered,
+    Proto::NaimiPure,
+];
 
 fn jobs(o: &Opts) -> Vec<Job> {
     let mut v = Vec::new();
@@ -172,6 +201,15 @@ fn jobs(o: &Opts) -> Vec<Job> {
             v.push(Job {
                 exp: "prioritized",
                 cfg,
+            });
+        }
+    }
+    // Issue 19: the forwarding variants against Naimi-Trehel pure, ratio 10, 150 ms.
+    for &n in o.sizes.iter().filter(|_| on(Experiment::Forwarding)) {
+        for proto in FORWARDING {
+            v.push(Job {
+                exp: "forwarding",
+                cfg: Config::thesis(proto, n, 10.0, o.per_node, o.seed),
             });
         }
     }
@@ -243,6 +281,12 @@ fn real_main(o: &Opts) -> Result<(), String> {
         ))
     });
     write_outputs(&o.out, &rows)?;
+    let lavault = if o.experiments.contains(&Experiment::Lavault) {
+        pool.install(|| lavault(o))
+    } else {
+        Vec::new()
+    };
+    print_tables(&rows, &lavault);
     eprintln!(
         "simulate: done in {:.1} s; files in {}",
         t0.elapsed().as_secs_f64(),
@@ -257,6 +301,197 @@ fn real_main(o: &Opts) -> Result<(), String> {
             failures.join("\n")
         ))
     }
+}
+
+/// One row of the Lavault check: n, messages per CS, request hops per CS.
+type LavaultRow = (usize, f64, f64);
+
+/// Naimi-Trehel one request at a time (Lavault's setting) at every size ≤ 128 of
+/// `--sizes`: 20·n warm-up requests, 40,000 counted; written to `lavault.csv`.
+fn lavault(o: &Opts) -> Vec<LavaultRow> {
+    let sizes: Vec<usize> = o.sizes.iter().copied().filter(|&n| n <= 128).collect();
+    let rows: Vec<LavaultRow> = sizes
+        .par_iter()
+        .map(|&n| {
+            let r = sim::naimi_sequential(n, 20 * n as u64, 40_000, o.seed);
+            (n, r.messages, r.request_hops)
+        })
+        .collect();
+    let mut text = String::from(
+        "n,messages_per_cs,harmonic_n_minus_1,request_hops_per_cs,harmonic_n_minus_one_minus_1\n",
+    );
+    for (n, m, h) in &rows {
+        text.push_str(&format!(
+            "{n},{m:.4},{:.4},{h:.4},{:.4}\n",
+            sim::harmonic(n - 1),
+            sim::harmonic(*n) - 1.0
+        ));
+    }
+    if let Err(e) = std::fs::write(o.out.join("lavault.csv"), text) {
+        eprintln!("simulate: lavault.csv: {e}");
+    }
+    rows
+}
+
+/// Markdown tables of the unprioritized, native-latency and forwarding runs and the
+/// Lavault check, on stdout (BENCHMARKS.md quotes them).
+fn print_tables(rows: &[(Job, Stats)], lavault: &[LavaultRow]) {
+    let get = |exp: &str, p: Proto, r: f64, n: usize| {
+        rows.iter()
+            .find(|(j, _)| j.exp == exp && j.cfg.proto == p && j.cfg.ratio == r && j.cfg.n == n)
+            .map(|(_, st)| st)
+    };
+    let mut sizes: Vec<usize> = rows.iter().map(|(j, _)| j.cfg.n).collect();
+    sizes.sort_unstable();
+    sizes.dedup();
+    let mut ratios: Vec<f64> = rows.iter().map(|(j, _)| j.cfg.ratio).collect();
+    ratios.sort_by(f64::total_cmp);
+    ratios.dedup();
+    for (exp, what) in [
+        ("unprioritized", "Linux-cluster setting (latency 150 ms)"),
+        ("native-latency", "IBM SP setting (latency 50 µs)"),
+    ] {
+        for &r in &ratios {
+            if sizes
+                .iter()
+                .all(|&n| get(exp, Proto::Hilock, r, n).is_none())
+            {
+                continue;
+            }
+            println!("\n{what}, ratio {r}: messages per lock request; hilock by kind\n");
+            println!("| n | hilock | Naimi same work | Naimi pure | hilock / pure | hilock / same | request | forward | grant | token | release | freeze | latency ms |");
+            println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+            for &n in &sizes {
+                let (Some(h), Some(s), Some(p)) = (
+                    get(exp, Proto::Hilock, r, n),
+                    get(exp, Proto::NaimiSame, r, n),
+                    get(exp, Proto::NaimiPure, r, n),
+                ) else {
+                    continue;
+                };
+                let lr = h.lock_requests.max(1) as f64;
+                println!(
+                    "| {n} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.1} |",
+                    h.per_request(),
+                    s.per_request(),
+                    p.per_request(),
+                    h.per_request() / p.per_request(),
+                    h.per_request() / s.per_request(),
+                    (h.msgs[0] - h.forwards) as f64 / lr,
+                    h.forwards as f64 / lr,
+                    h.kind_per_request(1),
+                    h.kind_per_request(2),
+                    h.kind_per_request(3),
+                    h.kind_per_request(4),
+                    h.mean_latency_ms(),
+                );
+            }
+        }
+    }
+    if sizes
+        .iter()
+        .any(|&n| get("forwarding", Proto::NaimiPure, 10.0, n).is_some())
+    {
+        let hilocks: Vec<Proto> = FORWARDING
+            .iter()
+            .copied()
+            .filter(|&p| p != Proto::NaimiPure)
+            .collect();
+        println!("\nForwarding variants, ratio 10, 150 ms: messages per lock request (and / Naimi-Trehel pure)\n");
+        print!("| n | Naimi pure |");
+        for p in &hilocks {
+            print!(" {} |", p.name());
+        }
+        println!();
+        println!("|---:|---:|{}", "---:|".repeat(hilocks.len()));
+        for &n in &sizes {
+            let Some(nt) = get("forwarding", Proto::NaimiPure, 10.0, n) else {
+                continue;
+            };
+            print!("| {n} | {:.2} |", nt.per_request());
+            for &p in &hilocks {
+                match get("forwarding", p, 10.0, n) {
+                    Some(st) => print!(
+                        " {:.2} ({:.2}×) |",
+                        st.per_request(),
+                        st.per_request() / nt.per_request()
+                    ),
+                    None => print!(" - |"),
+                }
+            }
+            println!();
+        }
+        println!("\n| n | protocol | request | forward | grant | token | release | freeze | entry-lock journey mean / p99 | idle-relay parent age, table: mean p50 p90 | entries: mean p50 p90 | idle-relay forwards via pointer | entry token moves / lock request |");
+        println!("|---:|---|---:|---:|---:|---:|---:|---:|---|---|---|---:|---:|");
+        for &n in &sizes {
+            for &p in &hilocks {
+                let Some(st) = get("forwarding", p, 10.0, n) else {
+                    continue;
+                };
+                let lr = st.lock_requests.max(1) as f64;
+                let h = &st.journey_hops[1];
+                let tot: u64 = h.iter().sum();
+                let mean = h.iter().enumerate().map(|(k, c)| k as u64 * c).sum::<u64>() as f64
+                    / tot.max(1) as f64;
+                let mut acc = 0;
+                let p99 = h
+                    .iter()
+                    .position(|c| {
+                        acc += c;
+                        acc as f64 >= 0.99 * tot as f64
+                    })
+                    .unwrap_or(0);
+                println!(
+                    "| {n} | {} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {mean:.2} / {p99} | {} | {} | {:.2} | {:.3} |",
+                    p.name(),
+                    (st.msgs[0] - st.forwards) as f64 / lr,
+                    st.forwards as f64 / lr,
+                    st.kind_per_request(1),
+                    st.kind_per_request(2),
+                    st.kind_per_request(3),
+                    st.kind_per_request(4),
+                    hist3(&st.relay_age[0]),
+                    hist3(&st.relay_age[1]),
+                    st.relay_via_pointer as f64 / st.forwards_by_state[0].max(1) as f64,
+                    st.token_moves[1] as f64 / lr,
+                );
+            }
+        }
+    }
+    if !lavault.is_empty() {
+        println!("\nNaimi-Trehel one request at a time from a random node (Lavault's setting)\n");
+        println!(
+            "| n | messages per CS | H(n − 1) | difference | request hops per CS | H(n) − 1 |"
+        );
+        println!("|---:|---:|---:|---:|---:|---:|");
+        for &(n, m, h) in lavault {
+            let hn = sim::harmonic(n - 1);
+            println!(
+                "| {n} | {m:.3} | {hn:.3} | {:+.2} % | {h:.3} | {:.3} |",
+                100.0 * (m / hn - 1.0),
+                sim::harmonic(n) - 1.0
+            );
+        }
+    }
+}
+
+/// "mean p50 p90" of a histogram (`h[k]` items had value k).
+fn hist3(h: &[u64]) -> String {
+    let total: u64 = h.iter().sum();
+    if total == 0 {
+        return "-".into();
+    }
+    let mean = h.iter().enumerate().map(|(k, c)| k as u64 * c).sum::<u64>() as f64 / total as f64;
+    let q = |p: f64| {
+        let mut acc = 0;
+        h.iter()
+            .position(|c| {
+                acc += c;
+                acc as f64 >= p * total as f64
+            })
+            .unwrap_or(0)
+    };
+    format!("{mean:.1} {} {}", q(0.5), q(0.9))
 }
 
 fn csv(path: &Path, rows: &[&(Job, Stats)]) -> Result<(), String> {
@@ -529,6 +764,50 @@ fn write_outputs(out: &Path, rows: &[(Job, Stats)]) -> Result<(), String> {
             .collect();
         chart(&out.join(file), title, "nodes", "latency (ms)", &s, false)?;
     }
+    // Issue 19: the forwarding variants against Naimi-Trehel pure (same run, same seed).
+    let fwd = |p: Proto| move |j: &Job| j.exp == "forwarding" && j.cfg.proto == p;
+    let s: Vec<Series> = FORWARDING
+        .iter()
+        .map(|&p| series(rows, name(p), fwd(p), |st| st.per_request()))
+        .collect();
+    chart(
+        &out.join("forwarding_variants.svg"),
+        "messages per lock request by forwarding rule, ratio 10, 150 ms (one run)",
+        "nodes",
+        "messages / request",
+        &s,
+        true,
+    )?;
+    let base = series(rows, String::new(), fwd(Proto::NaimiPure), |st| {
+        st.per_request()
+    });
+    let s: Vec<Series> = FORWARDING
+        .iter()
+        .filter(|&&p| p != Proto::NaimiPure)
+        .map(|&p| {
+            let h = series(rows, String::new(), fwd(p), |st| st.per_request());
+            Series {
+                label: format!("{} / naimi-pure", p.name()),
+                points: h
+                    .points
+                    .iter()
+                    .zip(&base.points)
+                    .map(|(a, b)| (a.0, a.1 / b.1))
+                    .collect(),
+            }
+        })
+        .collect();
+    chart(
+        &out.join("forwarding_over_naimi.svg"),
+        "messages per lock request, hilock variant / Naimi-Trehel (same run)",
+        "nodes",
+        "ratio",
+        &s,
+        true,
+    )?;
+    let f: Vec<&(Job, Stats)> = rows.iter().filter(|(j, _)| j.exp == "forwarding").collect();
+    csv(&out.join("forwarding_variants.csv"), &f)?;
+
     // Latency per access mode (hilock, ratio 10), not a thesis figure but asked for.
     let s: Vec<Series> = MIX
         .iter()
