@@ -14,7 +14,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 use tokio::task::{JoinHandle, JoinSet};
 
-use super::{read_peer, ring, Frame};
+use super::{read_peer, ring, Frame, MembershipState, Request};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Change {
@@ -112,12 +112,23 @@ struct State {
     up: u16,
     nodes: HashMap<u16, mpsc::UnboundedSender<Frame>>,
     clients: Vec<mpsc::UnboundedSender<Frame>>,
+    /// `hilock ring join|leave` connections: they get every new [`MembershipState`].
+    admins: Vec<mpsc::UnboundedSender<Frame>>,
     status: HashMap<u16, (View, bool)>,
     queue: VecDeque<Change>,
     leaving: Option<u16>,
 }
 
 impl State {
+    fn state(&self) -> MembershipState {
+        MembershipState {
+            view: self.view,
+            settled: self.settled() && self.leaving.is_none(),
+            up: self.up,
+            queued: self.queue.len() as u16,
+        }
+    }
+
     /// Every live node of the old or the new view has installed the view and is settled.
     fn settled(&self) -> bool {
         (0..16u16).all(|i| {
@@ -198,11 +209,13 @@ async fn run(
         up: 0,
         nodes: HashMap::new(),
         clients: Vec::new(),
+        admins: Vec::new(),
         status: HashMap::new(),
         queue: VecDeque::new(),
         leaving: None,
     };
     let mut readers = JoinSet::new();
+    let mut shown = None;
     loop {
         tokio::select! {
             acc = listener.accept() => {
@@ -226,7 +239,15 @@ async fn run(
                         let _ = tx.send(Frame::Current(st.view));
                         st.clients.push(tx);
                     }
-                    Ev::Open(Addr::Chord, _) => {}
+                    Ev::Open(Addr::Chord, tx) => {
+                        let _ = tx.send(Frame::State(st.state()));
+                        st.admins.push(tx);
+                    }
+                    Ev::Frame(Addr::Chord, Frame::Ask(r)) => match r {
+                        Request::Join(n) if n < 16 => st.queue.push_back(Change::Join(n)),
+                        Request::Leave(n) if n < 16 => st.queue.push_back(Change::Leave(n)),
+                        _ => {}
+                    },
                     Ev::Frame(Addr::Node(n), Frame::Status { view, settled }) => {
                         st.status.insert(n.0, (view, settled));
                     }
@@ -244,7 +265,12 @@ async fn run(
                 }
                 st.advance();
                 up.store(st.up, Relaxed);
-                state_tx.send_replace((st.view, st.settled() && st.leaving.is_none()));
+                let now = st.state();
+                state_tx.send_replace((now.view, now.settled));
+                if shown != Some(now) {
+                    shown = Some(now);
+                    st.admins.retain(|a| a.send(Frame::State(now)).is_ok());
+                }
             }
         }
     }

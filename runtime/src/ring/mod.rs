@@ -40,9 +40,10 @@ pub use membership::Membership;
 pub use node::{RingNode, Snapshot};
 
 use futures_util::{SinkExt, StreamExt};
-use hilock_kernel::chord::{hash, Addr, ChordMsg, Key, Out, Ring, RingServer, View};
+use hilock_kernel::chord::{hash, Addr, ChordMsg, Key, NodeId, Out, Ring, RingServer, View};
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
+use std::time::Duration;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
@@ -98,6 +99,197 @@ pub enum Frame {
     },
     /// Membership → a node that left gracefully: the change is complete, stop.
     Left,
+    /// Admin (`hilock ring join|leave`, connected as [`Addr::Chord`]) → membership: start
+    /// a change.
+    Ask(Request),
+    /// Membership → admin: the service's state, sent on connect and whenever it changes.
+    State(MembershipState),
+}
+
+/// A change an administrator asks the membership service for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Request {
+    /// Slot `n` joins (once its node is connected to the service).
+    Join(u16),
+    /// Slot `n` leaves gracefully (hands its entries over, then its process exits).
+    Leave(u16),
+}
+
+/// What the membership service says of itself.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MembershipState {
+    /// The current view.
+    pub view: View,
+    /// Every live node of the last change installed `view` and has all its arcs, and no
+    /// graceful leave is in progress.
+    pub settled: bool,
+    /// Slots whose node is connected to the service (bit per slot).
+    pub up: u16,
+    /// Changes asked for and not started yet.
+    pub queued: u16,
+}
+
+/// An administrator's connection to the membership service (`hilock ring join|leave`).
+pub struct Admin {
+    reader: Reader,
+    tx: mpsc::UnboundedSender<Frame>,
+    last: MembershipState,
+}
+
+impl std::fmt::Debug for Admin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Admin").field("last", &self.last).finish()
+    }
+}
+
+impl Admin {
+    /// Connects to the service at `membership`; fails after `limit`.
+    pub async fn connect(membership: SocketAddr, limit: Duration) -> Result<Admin, String> {
+        let go = async {
+            let (mut reader, tx) = dial(membership, Addr::Chord)
+                .await
+                .map_err(|e| format!("membership service at {membership}: {e}"))?;
+            loop {
+                match reader.next().await {
+                    Some(Frame::State(last)) => return Ok(Admin { reader, tx, last }),
+                    Some(_) => continue,
+                    None => {
+                        return Err(format!(
+                            "membership service at {membership} closed the connection"
+                        ))
+                    }
+                }
+            }
+        };
+        tokio::time::timeout(limit, go)
+            .await
+            .map_err(|_| format!("no answer from the membership service at {membership}"))?
+    }
+
+    /// The state last heard of.
+    pub fn state(&self) -> MembershipState {
+        self.last
+    }
+
+    /// Asks for `r`.
+    pub fn ask(&self, r: Request) -> Result<(), String> {
+        self.tx
+            .send(Frame::Ask(r))
+            .map_err(|_| "the membership connection closed".to_string())
+    }
+
+    /// Waits until the state is settled and satisfies `f`, at most `limit`.
+    pub async fn wait_for(
+        &mut self,
+        limit: Duration,
+        f: impl Fn(&MembershipState) -> bool,
+    ) -> Result<MembershipState, String> {
+        let go = async {
+            loop {
+                if self.last.settled && f(&self.last) {
+                    return Ok(self.last);
+                }
+                match self.reader.next().await {
+                    Some(Frame::State(s)) => self.last = s,
+                    Some(_) => {}
+                    None => return Err("the membership service closed the connection".to_string()),
+                }
+            }
+        };
+        match tokio::time::timeout(limit, go).await {
+            Ok(r) => r,
+            Err(_) => Err(format!(
+                "not settled after {limit:?}: view epoch {} members {}, settled {}, up {}",
+                self.last.view.epoch,
+                slots_of(self.last.view.members),
+                self.last.settled,
+                slots_of(self.last.up)
+            )),
+        }
+    }
+}
+
+/// A slot set as `[0, 2, 5]`.
+pub fn slots_of(bits: u16) -> String {
+    let v: Vec<String> = (0..16)
+        .filter(|i| bits & (1 << i) != 0)
+        .map(|i: u16| i.to_string())
+        .collect();
+    format!("[{}]", v.join(", "))
+}
+
+/// `hilock ring join|leave`: asks the service at `membership` for `r` and waits until the
+/// view has (join) or has not (leave) the slot and every node involved is settled.
+pub fn change(membership: SocketAddr, r: Request, limit: Duration) -> Result<String, String> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("tokio: {e}"))?;
+    rt.block_on(async move {
+        let t0 = tokio::time::Instant::now();
+        let mut a = Admin::connect(membership, limit).await?;
+        let (n, join) = match r {
+            Request::Join(n) => (n, true),
+            Request::Leave(n) => (n, false),
+        };
+        if usize::from(n) >= SLOTS {
+            return Err(format!("--id {n}: the ring has {SLOTS} slots"));
+        }
+        a.ask(r)?;
+        let left = limit.saturating_sub(t0.elapsed());
+        let s = a
+            .wait_for(left, |s| s.view.has(NodeId(n)) == join)
+            .await
+            .map_err(|e| format!("{r:?}: {e}"))?;
+        Ok(format!(
+            "{} {n}: view epoch {} members {}\n",
+            if join { "joined" } else { "left" },
+            s.view.epoch,
+            slots_of(s.view.members)
+        ))
+    })
+}
+
+/// `hilock ring membership`: runs the membership service on `cfg`'s `[ring]` address until
+/// Ctrl-C or SIGTERM.
+pub fn membership_service(cfg: &crate::config::RingConfig) -> Result<String, String> {
+    let rt = tokio::runtime::Runtime::new().map_err(|e| format!("tokio: {e}"))?;
+    rt.block_on(async move {
+        let l = tokio::net::TcpListener::bind(cfg.membership)
+            .await
+            .map_err(|e| format!("listen on {}: {e}", cfg.membership))?;
+        let m = Membership::start(l, cfg.members)
+            .await
+            .map_err(|e| e.to_string())?;
+        tracing::info!(
+            "ring membership service on {}, first view {}",
+            m.addr(),
+            slots_of(cfg.members)
+        );
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .map_err(|e| format!("cannot wait for SIGTERM: {e}"))?;
+        tokio::select! {
+            r = tokio::signal::ctrl_c() => r.map_err(|e| format!("cannot wait for Ctrl-C: {e}"))?,
+            _ = term.recv() => {}
+        }
+        Ok(String::new())
+    })
+}
+
+/// `hilock node --config F` with `engine = "ring"`: runs the ring node of `cfg.id` (see
+/// [`serve`]).
+pub fn serve_config(cfg: &crate::Config) -> Result<String, String> {
+    let ring = cfg
+        .ring
+        .as_ref()
+        .ok_or("engine = \"ring\" needs a [ring] table")?;
+    let mut addrs: Vec<Option<SocketAddr>> = vec![None; SLOTS];
+    for n in &cfg.nodes {
+        *addrs
+            .get_mut(usize::from(n.id))
+            .ok_or_else(|| format!("node {}: the ring has {SLOTS} slots", n.id))? = Some(n.addr);
+    }
+    run_node(cfg.id, addrs, cfg.listen, ring.membership)
 }
 
 fn codec() -> LengthDelimitedCodec {
@@ -190,6 +382,16 @@ pub fn serve(id: u16, peers: &str, membership: SocketAddr) -> Result<String, Str
         .copied()
         .flatten()
         .ok_or_else(|| format!("--id {id}: no such slot in --peers"))?;
+    run_node(id, addrs, me, membership)
+}
+
+/// Runs node `id` listening on `me` until it has left or the service went away.
+fn run_node(
+    id: u16,
+    addrs: Vec<Option<SocketAddr>>,
+    me: SocketAddr,
+    membership: SocketAddr,
+) -> Result<String, String> {
     let rt = tokio::runtime::Runtime::new().map_err(|e| format!("tokio: {e}"))?;
     rt.block_on(async move {
         let l = tokio::net::TcpListener::bind(me)

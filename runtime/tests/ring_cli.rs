@@ -1,0 +1,368 @@
+//! The ring engine (seed 003) as `hilock` processes: `hilock node --config F` with
+//! `engine = "ring"`, `hilock ring membership`, `hilock ring join|leave`. Only 127.0.0.1,
+//! every wait bounded; every child is killed when the test ends.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hilock::demo::Oracle;
+use hilock::ring::{key_of, ring, Admin, RingClient, SLOTS};
+use hilock_kernel::chord::NodeId;
+use hilock_kernel::Mode;
+
+#[path = "support/ring_load.rs"]
+mod ring_load;
+use ring_load::{Load, CONTENDER, HELD, HOLDER, PATHS};
+
+const BIN: &str = env!("CARGO_BIN_EXE_hilock");
+
+/// A child process, killed (SIGKILL) and reaped when dropped.
+struct Proc(Child);
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> SocketAddr {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap()
+}
+
+/// A ring configuration: `n` slots at `addrs`, the service at `m`, first view `members`.
+fn ring_toml(addrs: &[SocketAddr], m: SocketAddr, members: &[u16], lease_ms: u64) -> String {
+    let mut s = format!(
+        "engine = \"ring\"\ncluster = \"ring-cli\"\nsecret = \"a long shared secret\"\n\
+         [ring]\nmembership = \"{m}\"\nmembers = {members:?}\nlease_ms = {lease_ms}\n"
+    );
+    for (i, a) in addrs.iter().enumerate() {
+        s.push_str(&format!("[[nodes]]\nid = {i}\naddr = \"{a}\"\n"));
+    }
+    s
+}
+
+const GOOD: &str = r#"
+engine = "ring"
+cluster = "c"
+secret = "0123456789"
+id = 1
+[ring]
+membership = "127.0.0.1:7300"
+members = [0, 2]
+lease_ms = 700
+[[nodes]]
+id = 0
+addr = "127.0.0.1:7200"
+[[nodes]]
+id = 1
+addr = "127.0.0.1:7201"
+[[nodes]]
+id = 2
+addr = "127.0.0.1:7202"
+"#;
+
+/// The engine is named in the file; a bad name or a missing `[ring]` field is one clear
+/// line, from the library and from `hilock node`.
+#[test]
+fn the_engine_is_named_in_the_config_and_ring_errors_are_clear() {
+    use hilock::config::Engine;
+    let c = hilock::Config::from_toml(GOOD, None).unwrap();
+    assert_eq!(c.engine, Engine::Ring);
+    let r = c.ring.clone().unwrap();
+    assert_eq!(r.membership, "127.0.0.1:7300".parse().unwrap());
+    assert_eq!(r.members, 0b101);
+    assert_eq!(r.lease, Duration::from_millis(700));
+    // Without `members`: every node; without `lease_ms`: the default.
+    let c = hilock::Config::from_toml(
+        &GOOD
+            .replace("members = [0, 2]\n", "")
+            .replace("lease_ms = 700\n", ""),
+        None,
+    )
+    .unwrap();
+    let r = c.ring.unwrap();
+    assert_eq!(r.members, 0b111);
+    assert_eq!(
+        r.lease,
+        Duration::from_millis(hilock::config::DEFAULT_RING_LEASE_MS)
+    );
+    // The token engine stays the default.
+    let token = GOOD.replace("engine = \"ring\"\n", "");
+    let token = &token[..token.find("[ring]").unwrap()].to_string();
+    let token = format!("{token}{}", &GOOD[GOOD.find("[[nodes]]").unwrap()..]);
+    let c = hilock::Config::from_toml(&token, None).unwrap();
+    assert_eq!((c.engine, c.ring), (Engine::Token, None));
+
+    let many: String = (0..17)
+        .map(|i| format!("[[nodes]]\nid = {i}\naddr = \"127.0.0.1:{}\"\n", 7200 + i))
+        .collect();
+    let head = &GOOD[..GOOD.find("[[nodes]]").unwrap()];
+    let cases = [
+        (
+            GOOD.replace("engine = \"ring\"", "engine = \"rnig\""),
+            "engine \"rnig\": expected \"token\" or \"ring\"",
+        ),
+        (
+            GOOD.replace(
+                "[ring]\nmembership = \"127.0.0.1:7300\"\nmembers = [0, 2]\nlease_ms = 700\n",
+                "",
+            ),
+            "engine = \"ring\" needs a [ring] table",
+        ),
+        (
+            GOOD.replace("membership = \"127.0.0.1:7300\"\n", ""),
+            "membership",
+        ),
+        (
+            GOOD.replace("engine = \"ring\"\n", ""),
+            "a [ring] table needs engine = \"ring\"",
+        ),
+        (
+            GOOD.replace("members = [0, 2]", "members = [0, 3]"),
+            "ring member 3 is not one of the configured nodes",
+        ),
+        (
+            GOOD.replace("members = [0, 2]", "members = []"),
+            "at least one node",
+        ),
+        (GOOD.replace("lease_ms = 700", "lease_ms = 0"), "lease_ms 0"),
+        (GOOD.replace("lease_ms = 700", "lease = 700"), "lease"),
+        (
+            format!("{head}{many}"),
+            "the ring has 16 slots; 17 nodes configured",
+        ),
+    ];
+    for (text, want) in &cases {
+        let e = hilock::Config::from_toml(text, None).unwrap_err();
+        assert!(e.contains(want), "{e:?} should mention {want:?}");
+        assert!(!e.contains('\n'), "one line: {e:?}");
+    }
+    // The same through the command: exit 2, one line on stderr.
+    let dir = tempfile::tempdir().unwrap();
+    for (i, (text, want)) in cases.iter().take(2).enumerate() {
+        let f = dir.path().join(format!("bad{i}.toml"));
+        std::fs::write(&f, text).unwrap();
+        let out = Command::new(BIN)
+            .args(["node", "--config"])
+            .arg(&f)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{out:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(want), "{err:?} should mention {want:?}");
+        assert_eq!(err.trim_end().lines().count(), 1, "one line: {err:?}");
+    }
+}
+
+/// Polls until the service answers.
+async fn admin(m: SocketAddr) -> Admin {
+    let t = Instant::now();
+    loop {
+        if let Ok(a) = Admin::connect(m, Duration::from_secs(2)).await {
+            return a;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "the membership service listens"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn spawn(args: &[&str], config: &Path) -> Proc {
+    Proc(
+        Command::new(BIN)
+            .args(args)
+            .arg("--config")
+            .arg(config)
+            .stdout(Stdio::null())
+            .env("RUST_LOG", "hilock=warn")
+            .spawn()
+            .expect("hilock starts"),
+    )
+}
+
+/// Runs `hilock ring ARGS --config F` to its end (at most `limit`): its exit code, stdout
+/// and stderr.
+async fn ring_cmd(args: &[&str], config: &Path, limit: Duration) -> (Option<i32>, String, String) {
+    let out = tokio::time::timeout(
+        limit,
+        tokio::process::Command::new(BIN)
+            .arg("ring")
+            .args(args)
+            .arg("--config")
+            .arg(config)
+            .env("RUST_LOG", "hilock=warn")
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("hilock ring ends in time")
+    .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Five `hilock node` processes (`engine = "ring"`) and `hilock ring membership`, load
+/// from twelve clients and a lock held throughout: `hilock ring join` of a sixth node,
+/// then `hilock ring leave` of the held lock's primary (its entries are handed over while
+/// clients hold locks; its process exits by itself, status 0). The history checker
+/// reports 0 violations; the held lock survives the leave (refused to a contender, granted
+/// after its holder's unlock); afterwards every path is free; every request is answered.
+/// A join of a slot whose node does not run fails after `--timeout-ms`, exit 2, one line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ring_join_and_leave_commands_hand_over_held_locks_under_load() {
+    tokio::time::timeout(Duration::from_secs(120), join_and_leave())
+        .await
+        .expect("the test ended within 120 s");
+}
+
+async fn join_and_leave() {
+    let dir = tempfile::tempdir().unwrap();
+    let addrs: Vec<SocketAddr> = (0..6).map(|_| free_port()).collect();
+    let maddr = free_port();
+    let cfg = dir.path().join("ring.toml");
+    std::fs::write(&cfg, ring_toml(&addrs, maddr, &[0, 1, 2, 3, 4], 1000)).unwrap();
+    let _service = spawn(&["ring", "membership"], &cfg);
+    let mut adm = admin(maddr).await;
+    let mut procs: Vec<Option<Proc>> = (0..6).map(|_| None).collect();
+    for (i, p) in procs.iter_mut().enumerate().take(5) {
+        *p = Some(spawn(&["node", "--id", &i.to_string()], &cfg));
+    }
+    let limit = Duration::from_secs(15);
+    adm.wait_for(limit, |s| s.up == 0b1_1111).await.unwrap();
+
+    let mut slots: Vec<Option<SocketAddr>> = vec![None; SLOTS];
+    for (i, a) in addrs.iter().enumerate() {
+        slots[i] = Some(*a);
+    }
+    let slots = Arc::new(slots);
+    let oracle = Arc::new(Oracle::default());
+    let ops = Arc::new(AtomicU64::new(1));
+    let mut holder = RingClient::connect(HOLDER, slots.clone(), maddr)
+        .await
+        .unwrap();
+    let mut contender = RingClient::connect(CONTENDER, slots.clone(), maddr)
+        .await
+        .unwrap();
+    assert!(
+        holder.lock(HELD).await.unwrap(),
+        "the first lock is granted"
+    );
+    let held_op = ops.fetch_add(1, Relaxed);
+    oracle.register_path(held_op, HOLDER as u16, HELD, Mode::W);
+    let Load {
+        stop,
+        errors,
+        grants,
+        clients: load,
+        ..
+    } = Load::start(&slots, maddr, &oracle, &ops, 0x5851_f42d_4c95_7f2d).await;
+    tokio::time::sleep(Duration::from_millis(400)).await;
+
+    // `hilock ring join` of slot 5, whose node runs.
+    procs[5] = Some(spawn(&["node", "--id", "5"], &cfg));
+    let (code, out, err) = ring_cmd(&["join", "--id", "5"], &cfg, limit).await;
+    assert_eq!(code, Some(0), "ring join: {out} {err}");
+    assert!(
+        out.starts_with("joined 5: view epoch 1 members [0, 1, 2, 3, 4, 5]"),
+        "{out}"
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    // `hilock ring leave` of the held lock's primary, while the lock is held and the load
+    // runs.
+    let v = adm
+        .wait_for(limit, |s| s.view.has(NodeId(5)))
+        .await
+        .unwrap()
+        .view;
+    let leaver = ring().lookup(v, key_of(HELD)).unwrap();
+    let before = grants.load(Relaxed);
+    let (code, out, err) = ring_cmd(&["leave", "--id", &leaver.0.to_string()], &cfg, limit).await;
+    assert_eq!(code, Some(0), "ring leave: {out} {err}");
+    assert!(
+        out.starts_with(&format!("left {}: view epoch 2", leaver.0)),
+        "{out}"
+    );
+    let mut p = procs[leaver.idx()].take().unwrap();
+    let t = Instant::now();
+    loop {
+        if let Some(st) = p.0.try_wait().unwrap() {
+            assert!(st.success(), "the leaver exits cleanly: {st}");
+            break;
+        }
+        assert!(t.elapsed() < limit, "the leaver exits");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let v = adm
+        .wait_for(limit, |s| !s.view.has(leaver))
+        .await
+        .unwrap()
+        .view;
+    assert_ne!(ring().lookup(v, key_of(HELD)), Some(leaver));
+    assert!(
+        !contender.lock(HELD).await.unwrap(),
+        "the lock held across the leave of its primary is refused to another client"
+    );
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(
+        grants.load(Relaxed) > before,
+        "the load goes on after the leave"
+    );
+
+    stop.store(true, Relaxed);
+    for h in load {
+        tokio::time::timeout(limit, h)
+            .await
+            .expect("client ends")
+            .unwrap();
+    }
+    oracle.exit(held_op);
+    holder.unlock(HELD).await.unwrap();
+    let errs = errors.lock().unwrap().clone();
+    assert!(errs.is_empty(), "requests not answered: {errs:#?}");
+    let mut fresh = RingClient::connect(200, slots.clone(), maddr)
+        .await
+        .unwrap();
+    for p in (0..PATHS)
+        .map(|k| format!("/doc{k}/part"))
+        .chain([HELD.to_string()])
+    {
+        assert!(fresh.lock(&p).await.unwrap(), "{p} is free at the end");
+        fresh.unlock(&p).await.unwrap();
+    }
+    let bad = oracle.violations();
+    println!(
+        "ring join/leave processes: {} grants, {} violations, leaver node {}",
+        grants.load(Relaxed),
+        bad.len(),
+        leaver.0
+    );
+    assert!(
+        bad.is_empty(),
+        "{} violations: {:?}",
+        bad.len(),
+        &bad[..bad.len().min(3)]
+    );
+    assert!(grants.load(Relaxed) > 200);
+
+    // A join whose node does not run: exit 2 after the timeout, one line.
+    let (code, _, err) = ring_cmd(
+        &["join", "--id", &leaver.0.to_string(), "--timeout-ms", "500"],
+        &cfg,
+        limit,
+    )
+    .await;
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("not settled after"), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err:?}");
+}
