@@ -1,6 +1,7 @@
 //! The ring engine (seed 003) as `hilock` processes: `hilock node --config F` with
 //! `engine = "ring"`, `hilock ring membership`, `hilock ring join|leave`. Only 127.0.0.1,
-//! every wait bounded; every child is killed when the test ends.
+//! every wait bounded; every child is killed when the test ends. `RING_LOG=hilock=info`
+//! shows the children's logs (default `hilock=warn`).
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -181,7 +182,10 @@ fn spawn(args: &[&str], config: &Path) -> Proc {
             .arg("--config")
             .arg(config)
             .stdout(Stdio::null())
-            .env("RUST_LOG", "hilock=warn")
+            .env(
+                "RUST_LOG",
+                std::env::var("RING_LOG").unwrap_or("hilock=warn".into()),
+            )
             .spawn()
             .expect("hilock starts"),
     )
@@ -365,4 +369,160 @@ async fn join_and_leave() {
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("not settled after"), "{err}");
     assert_eq!(err.trim_end().lines().count(), 1, "one line: {err:?}");
+}
+
+/// `kill -SIG pid` of our own child (`STOP`, `CONT`).
+fn signal(p: &Proc, sig: &str) {
+    let st = Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg(p.0.id().to_string())
+        .status()
+        .unwrap();
+    assert!(st.success(), "kill -{sig}");
+}
+
+/// Crash detection by the successor under the lease rule, with `hilock node` processes
+/// (lease 1000 ms) under load and a lock held throughout:
+/// - SIGSTOP of the held lock's primary (a pause: its sockets stay open): its successor
+///   suspects it within three beats (0.3 lease), but the service removes it only after its
+///   lease ran out — at least 0.75 lease after the pause, as it renews every quarter lease;
+///   on SIGCONT it looks at its clock first, answers nothing and exits (status 0);
+/// - kill -9 of the new primary of the held lock: removed once its successor suspects it
+///   and its lease ran out.
+///
+/// After each, the held lock is refused to a contender; at the end the history checker
+/// reports 0 violations, every request was answered and every path is free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn successor_detects_a_pause_and_kill_9_removal_only_after_the_lease() {
+    tokio::time::timeout(Duration::from_secs(120), crash_detection())
+        .await
+        .expect("the test ended within 120 s");
+}
+
+async fn crash_detection() {
+    const LEASE: Duration = Duration::from_millis(1000);
+    let dir = tempfile::tempdir().unwrap();
+    let addrs: Vec<SocketAddr> = (0..5).map(|_| free_port()).collect();
+    let maddr = free_port();
+    let cfg = dir.path().join("ring.toml");
+    let toml = ring_toml(&addrs, maddr, &[0, 1, 2, 3, 4], LEASE.as_millis() as u64);
+    std::fs::write(&cfg, toml).unwrap();
+    let _service = spawn(&["ring", "membership"], &cfg);
+    let mut adm = admin(maddr).await;
+    let mut procs: Vec<Option<Proc>> = (0..5)
+        .map(|i| Some(spawn(&["node", "--id", &i.to_string()], &cfg)))
+        .collect();
+    let limit = Duration::from_secs(15);
+    adm.wait_for(limit, |s| s.up == 0b1_1111).await.unwrap();
+
+    let mut slots: Vec<Option<SocketAddr>> = vec![None; SLOTS];
+    for (i, a) in addrs.iter().enumerate() {
+        slots[i] = Some(*a);
+    }
+    let slots = Arc::new(slots);
+    let oracle = Arc::new(Oracle::default());
+    let ops = Arc::new(AtomicU64::new(1));
+    let mut holder = RingClient::connect(HOLDER, slots.clone(), maddr)
+        .await
+        .unwrap();
+    let mut contender = RingClient::connect(CONTENDER, slots.clone(), maddr)
+        .await
+        .unwrap();
+    assert!(holder.lock(HELD).await.unwrap());
+    let held_op = ops.fetch_add(1, Relaxed);
+    oracle.register_path(held_op, HOLDER as u16, HELD, Mode::W);
+    let Load {
+        stop,
+        errors,
+        grants,
+        clients: load,
+        ..
+    } = Load::start(&slots, maddr, &oracle, &ops, 0x1405_7b7e_f767_814f).await;
+    tokio::time::sleep(Duration::from_millis(400)).await;
+
+    // A pause of the held lock's primary.
+    let v = adm.wait_for(limit, |_| true).await.unwrap().view;
+    let paused = ring().lookup(v, key_of(HELD)).unwrap();
+    let t = Instant::now();
+    signal(procs[paused.idx()].as_ref().unwrap(), "STOP");
+    let v = adm
+        .wait_for(limit, |s| !s.view.has(paused))
+        .await
+        .unwrap()
+        .view;
+    let took = t.elapsed();
+    println!("paused node {} removed after {took:?}", paused.0);
+    assert!(
+        took >= LEASE.mul_f64(0.75),
+        "node {} removed {took:?} after its pause: before its lease ran out",
+        paused.0
+    );
+    assert!(
+        !contender.lock(HELD).await.unwrap(),
+        "the lock held across the pause of its primary is refused to another client"
+    );
+    // Woken, it answers nothing and exits once it sees it was removed.
+    let mut p = procs[paused.idx()].take().unwrap();
+    signal(&p, "CONT");
+    let t = Instant::now();
+    loop {
+        if let Some(st) = p.0.try_wait().unwrap() {
+            assert!(st.success(), "the woken node exits cleanly: {st}");
+            break;
+        }
+        assert!(t.elapsed() < limit, "the woken node exits");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    // kill -9 of the new primary of the held lock.
+    let victim = ring().lookup(v, key_of(HELD)).unwrap();
+    let before = grants.load(Relaxed);
+    let t = Instant::now();
+    drop(procs[victim.idx()].take()); // SIGKILL and reap
+    adm.wait_for(limit, |s| !s.view.has(victim)).await.unwrap();
+    println!("killed node {} removed after {:?}", victim.0, t.elapsed());
+    assert!(
+        !contender.lock(HELD).await.unwrap(),
+        "the lock held across kill -9 of its primary is refused to another client"
+    );
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(
+        grants.load(Relaxed) > before,
+        "the load goes on after the kill"
+    );
+
+    stop.store(true, Relaxed);
+    for h in load {
+        tokio::time::timeout(limit, h)
+            .await
+            .expect("client ends")
+            .unwrap();
+    }
+    oracle.exit(held_op);
+    holder.unlock(HELD).await.unwrap();
+    let errs = errors.lock().unwrap().clone();
+    assert!(errs.is_empty(), "requests not answered: {errs:#?}");
+    let mut fresh = RingClient::connect(200, slots.clone(), maddr)
+        .await
+        .unwrap();
+    for p in (0..PATHS)
+        .map(|k| format!("/doc{k}/part"))
+        .chain([HELD.to_string()])
+    {
+        assert!(fresh.lock(&p).await.unwrap(), "{p} is free at the end");
+        fresh.unlock(&p).await.unwrap();
+    }
+    let bad = oracle.violations();
+    println!(
+        "ring crash detection: {} grants, {} violations",
+        grants.load(Relaxed),
+        bad.len()
+    );
+    assert!(
+        bad.is_empty(),
+        "{} violations: {:?}",
+        bad.len(),
+        &bad[..bad.len().min(3)]
+    );
 }

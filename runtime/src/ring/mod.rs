@@ -20,16 +20,16 @@
 //! [`Frame::Hello`] naming the sender; a node sends to a peer on the connection it dialed,
 //! and answers a client on the connection the client dialed. A connection that breaks is
 //! not re-established for the messages it carried: a peer that closed is down (the model's
-//! crash: its messages are gone), and the membership service removes a node whose
-//! connection to it closed. The links are not authenticated (loopback only so far).
+//! crash: its messages are gone). The links are not authenticated (loopback only so far).
 //!
 //! # Limits (said, not hidden)
-//! - The membership service is one process (in the tests: the test process). Without it
+//! - The membership service is one process (`hilock ring membership`, or a test). Without it
 //!   no view changes; with etcd it would be replicated — not built.
-//! - Crash detection is the membership service seeing the node's connection close (a
-//!   killed process's sockets are closed by the operating system). A paused or
-//!   partitioned node is not removed; the epochs keep it from serving twice (a write needs
-//!   the acknowledgements of replicas that refuse an old view), but requests to it wait.
+//! - Crash detection is by the successor, removal under the lease rule (see
+//!   [`Membership`] and `spec/FAULTS.md` §2.6): every node renews a lease with the service
+//!   and stops answering when it cannot; it beats to its successor, which reports a
+//!   silent predecessor; the service removes a member only when its successor suspects
+//!   it and its lease has run out.
 
 mod client;
 mod membership;
@@ -104,7 +104,36 @@ pub enum Frame {
     Ask(Request),
     /// Membership → admin: the service's state, sent on connect and whenever it changes.
     State(MembershipState),
+    /// Node → membership: renew my lease (number `0`, `1`, …).
+    Renew(u64),
+    /// Membership → node: renewal `seq` granted for `ms` milliseconds, counted on the node's
+    /// clock from when it sent `Renew(seq)`.
+    Lease {
+        /// The renewal.
+        seq: u64,
+        /// The lease's length.
+        ms: u32,
+    },
+    /// Node → its successor in its view, every tenth of a lease while it serves.
+    Beat,
+    /// Node → membership: my predecessor (this slot) sent no beat for three beat periods.
+    Suspect(u16),
 }
+
+/// Clock-rate bound assumed between any two processes (1 %, far above a real clock's
+/// drift): a node stops at `L·(1 − RHO)` after sending a renewal, by its clock; the
+/// service counts the lease as running out `L·(1 + RHO)` after it received the renewal,
+/// by its clock.
+pub const RHO: f64 = 0.01;
+
+/// Beats and lease checks per lease.
+pub const TICKS_PER_LEASE: u32 = 10;
+
+/// Beat periods without a beat after which a successor suspects its predecessor.
+pub const SUSPECT_AFTER_BEATS: u32 = 3;
+
+/// Default lease of [`Membership::start`].
+pub const DEFAULT_LEASE: Duration = Duration::from_millis(2000);
 
 /// A change an administrator asks the membership service for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -258,7 +287,7 @@ pub fn membership_service(cfg: &crate::config::RingConfig) -> Result<String, Str
         let l = tokio::net::TcpListener::bind(cfg.membership)
             .await
             .map_err(|e| format!("listen on {}: {e}", cfg.membership))?;
-        let m = Membership::start(l, cfg.members)
+        let m = Membership::start_with_lease(l, cfg.members, cfg.lease)
             .await
             .map_err(|e| e.to_string())?;
         tracing::info!(
