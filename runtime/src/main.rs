@@ -229,6 +229,20 @@ enum RingCommand {
         #[arg(long, default_value_t = 30_000)]
         timeout_ms: u64,
     },
+    /// Print the ring: the view (epoch, members), each slot's identifier, the key range it
+    /// serves as primary, that range's replica set, and what each node reports (its view,
+    /// its entries).
+    Status {
+        /// The configuration file (TOML, `engine = "ring"`).
+        #[arg(long)]
+        config: PathBuf,
+        /// Print JSON (format hilock-ring-status/1).
+        #[arg(long)]
+        json: bool,
+        /// Wait at most this many milliseconds for each answer.
+        #[arg(long, default_value_t = 2000)]
+        timeout_ms: u64,
+    },
 }
 
 /// Where the ring's membership service is.
@@ -270,6 +284,16 @@ fn ring(command: RingCommand) -> Result<(String, bool), String> {
         RingCommand::Membership { config } => {
             hilock::ring::membership_service(&ring_config(&config)?).map(|s| (s, true))
         }
+        RingCommand::Status {
+            config,
+            json,
+            timeout_ms,
+        } => hilock::ring::status(
+            &hilock::Config::from_file(&config, Some(0))?,
+            json,
+            ms(timeout_ms),
+        )
+        .map(|s| (s, true)),
         RingCommand::Join { id, at, timeout_ms } => hilock::ring::change(
             at.membership()?,
             hilock::ring::Request::Join(id),

@@ -359,6 +359,8 @@ async fn join_and_leave() {
     );
     assert!(grants.load(Relaxed) > 200);
 
+    check_status(&cfg, limit).await;
+
     // A join whose node does not run: exit 2 after the timeout, one line.
     let (code, _, err) = ring_cmd(
         &["join", "--id", &leaver.0.to_string(), "--timeout-ms", "500"],
@@ -524,5 +526,99 @@ async fn crash_detection() {
         "{} violations: {:?}",
         bad.len(),
         &bad[..bad.len().min(3)]
+    );
+}
+
+/// `hilock ring status --json` against the kernel's placement: every key's primary is the
+/// member whose printed range holds it, the printed replica sets are the kernel's, and
+/// every entry a node reports lies in a range it holds (primary or replica).
+async fn check_status(cfg: &Path, limit: Duration) {
+    let (code, out, err) = ring_cmd(&["status", "--json"], cfg, limit).await;
+    assert_eq!(code, Some(0), "ring status: {err}");
+    let doc: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(doc["format"], "hilock-ring-status/1");
+    let r = ring();
+    let members = doc["members"].as_array().unwrap();
+    let mut v = hilock_kernel::chord::View {
+        epoch: doc["epoch"].as_u64().unwrap() as u16,
+        members: 0,
+    };
+    for m in members {
+        v.members |= 1 << m.as_u64().unwrap();
+    }
+    let nodes = doc["nodes"].as_array().unwrap();
+    let within = |k: u64, a: u64, b: u64| {
+        if a < b {
+            a < k && k <= b
+        } else {
+            k > a || k <= b
+        }
+    };
+    let mut checked = 0;
+    for k in (0..65_536u64).step_by(97) {
+        let key = hilock_kernel::chord::Key(k as u16);
+        let owner: Vec<u64> = nodes
+            .iter()
+            .filter(|n| {
+                n["range"]
+                    .as_array()
+                    .is_some_and(|a| within(k, a[0].as_u64().unwrap(), a[1].as_u64().unwrap()))
+            })
+            .map(|n| n["slot"].as_u64().unwrap())
+            .collect();
+        let want = r.lookup(v, key).unwrap();
+        assert_eq!(
+            owner,
+            vec![want.0 as u64],
+            "key {k}: printed owners {owner:?}"
+        );
+        let n = &nodes[want.idx()];
+        let set = r.replicas(v, key, 3);
+        let printed: u16 = n["replicas"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| 1u16 << x.as_u64().unwrap())
+            .sum();
+        assert_eq!(printed, set, "key {k}: replica set");
+        checked += 1;
+    }
+    let mut entries = 0;
+    for n in nodes.iter().filter(|n| n["member"] == true) {
+        let slot = n["slot"].as_u64().unwrap() as u16;
+        let node = n["node"]
+            .as_object()
+            .expect("a live member answers the probe");
+        assert_eq!(
+            node["epoch"].as_u64().unwrap() as u16,
+            v.epoch,
+            "slot {slot}'s view"
+        );
+        for e in node["entries"].as_array().unwrap() {
+            let key = hilock_kernel::chord::Key(e.as_u64().unwrap() as u16);
+            assert!(
+                r.replicas(v, key, 3) & (1 << slot) != 0,
+                "slot {slot} reports key {} it does not hold in the view",
+                key.0
+            );
+            entries += 1;
+        }
+    }
+    assert!(entries > 0, "the nodes report entries");
+    println!("ring status: {checked} keys and {entries} entries agree with the kernel's placement");
+    // The text form names every slot.
+    let (code, out, _) = ring_cmd(&["status"], cfg, limit).await;
+    assert_eq!(code, Some(0));
+    assert!(
+        out.starts_with(&format!(
+            "ring: 16-bit identifiers, r = 2; view epoch {}",
+            v.epoch
+        )),
+        "{out}"
+    );
+    assert_eq!(
+        out.lines().filter(|l| l.starts_with("slot ")).count(),
+        nodes.len(),
+        "{out}"
     );
 }

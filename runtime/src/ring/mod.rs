@@ -118,6 +118,137 @@ pub enum Frame {
     Beat,
     /// Node → membership: my predecessor (this slot) sent no beat for three beat periods.
     Suspect(u16),
+    /// Node → a status probe (a connection that said `Hello(Chord)`): what it holds.
+    Report(NodeReport),
+}
+
+/// What a node tells `hilock ring status`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeReport {
+    /// Its view.
+    pub view: View,
+    /// Whether it holds every arc it must in its view.
+    pub settled: bool,
+    /// Whether it lost its lease (answers no request).
+    pub lease_lost: bool,
+    /// Its entries (its own keys and its replicas'): key and holder.
+    pub entries: Vec<(u16, Option<u8>)>,
+}
+
+/// Asks the node at `addr` for its [`NodeReport`]; `None` if it does not answer in `limit`.
+pub async fn probe(addr: SocketAddr, limit: Duration) -> Option<NodeReport> {
+    let go = async {
+        let (mut r, _tx) = dial(addr, Addr::Chord).await.ok()?;
+        loop {
+            match r.next().await? {
+                Frame::Report(x) => return Some(x),
+                _ => continue,
+            }
+        }
+    };
+    tokio::time::timeout(limit, go).await.ok().flatten()
+}
+
+/// `hilock ring status`: the service's view, each slot's identifier, the key range it
+/// serves as primary (`(from, to]` on the identifier circle, the kernel's `lookup`), the
+/// replica set of that range (the kernel's `replicas`, r + 1 members) and what the node
+/// itself reports (its view, its entries). JSON (format `hilock-ring-status/1`) or text.
+pub fn status(cfg: &crate::Config, json: bool, limit: Duration) -> Result<String, String> {
+    let ringcfg = cfg
+        .ring
+        .as_ref()
+        .ok_or("not a ring configuration (engine = \"ring\" and a [ring] table)")?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("tokio: {e}"))?;
+    rt.block_on(async move {
+        let st = Admin::connect(ringcfg.membership, limit).await?.state();
+        let v = st.view;
+        let r = ring();
+        let mut nodes = Vec::new();
+        for n in &cfg.nodes {
+            let id = NodeId(n.id);
+            let ident = r.ident(id).ok_or("slot out of range")?;
+            let member = v.has(id);
+            let (from, replicas) = if member {
+                let p = r.prev(v, id).and_then(|p| r.ident(p)).unwrap_or(ident);
+                let set = r.replicas(v, Key(ident), R + 1);
+                let set: Vec<u16> = (0..16).filter(|i| set & (1 << i) != 0).collect();
+                (Some(p), set)
+            } else {
+                (None, Vec::new())
+            };
+            let report = probe(n.addr, limit).await;
+            nodes.push(serde_json::json!({
+                "slot": n.id,
+                "addr": n.addr.to_string(),
+                "ident": ident,
+                "member": member,
+                "up": st.up & (1 << n.id) != 0,
+                // The primary range (from, to]; a lone member serves the whole circle.
+                "range": from.map(|f| [f, ident]),
+                "replicas": replicas,
+                "node": report.map(|x| serde_json::json!({
+                    "epoch": x.view.epoch,
+                    "members": (0..16u16).filter(|i| x.view.members & (1 << i) != 0).collect::<Vec<_>>(),
+                    "settled": x.settled,
+                    "lease_lost": x.lease_lost,
+                    "entries": x.entries.iter().map(|e| e.0).collect::<Vec<_>>(),
+                    "locked": x.entries.iter().filter(|e| e.1.is_some()).count(),
+                })),
+            }));
+        }
+        let doc = serde_json::json!({
+            "format": "hilock-ring-status/1",
+            "bits": BITS,
+            "r": R,
+            "epoch": v.epoch,
+            "members": (0..16u16).filter(|i| v.members & (1 << i) != 0).collect::<Vec<_>>(),
+            "settled": st.settled,
+            "nodes": nodes,
+        });
+        if json {
+            return serde_json::to_string_pretty(&doc)
+                .map(|s| s + "\n")
+                .map_err(|e| e.to_string());
+        }
+        let mut out = format!(
+            "ring: {BITS}-bit identifiers, r = {R}; view epoch {} members {}, {}\n",
+            v.epoch,
+            slots_of(v.members),
+            if st.settled { "settled" } else { "changing" }
+        );
+        for n in doc["nodes"].as_array().into_iter().flatten() {
+            let range = match n["range"].as_array() {
+                Some(a) => format!(
+                    "primary for ({:#06x}, {:#06x}]  replicas {}",
+                    a[0].as_u64().unwrap_or(0),
+                    a[1].as_u64().unwrap_or(0),
+                    n["replicas"]
+                ),
+                None => "not a member".to_string(),
+            };
+            let node = match n["node"].as_object() {
+                Some(x) => format!(
+                    "node: epoch {}, {}, {} entries ({} locked){}",
+                    x["epoch"],
+                    if x["settled"] == true { "settled" } else { "not settled" },
+                    x["entries"].as_array().map_or(0, |e| e.len()),
+                    x["locked"],
+                    if x["lease_lost"] == true { ", lease lost" } else { "" }
+                ),
+                None => "node: no answer".to_string(),
+            };
+            out.push_str(&format!(
+                "slot {:>2}  {}  id {:#06x}  {range}  {node}\n",
+                n["slot"],
+                n["addr"].as_str().unwrap_or(""),
+                n["ident"].as_u64().unwrap_or(0)
+            ));
+        }
+        Ok(out)
+    })
 }
 
 /// Clock-rate bound assumed between any two processes (1 %, far above a real clock's

@@ -277,6 +277,20 @@ async fn run(
                         clients.insert(c, tx);
                         continue;
                     }
+                    Ev::Open(Addr::Chord, tx) => {
+                        // A status probe (`hilock ring status`): what this node holds.
+                        let _ = tx.send(Frame::Report(super::NodeReport {
+                            view: server.view(),
+                            settled: server.settled_in(server.view()),
+                            lease_lost: server.stopped(),
+                            entries: server
+                                .slots()
+                                .iter()
+                                .map(|x| (x.key.0, x.holder.map(|c| c.0)))
+                                .collect(),
+                        }));
+                        continue;
+                    }
                     Ev::Open(..) => continue,
                     Ev::MembershipGone => return,
                     Ev::Frame(Addr::Chord, Frame::Left) => return,
