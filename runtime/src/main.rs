@@ -129,7 +129,8 @@ enum Command {
         #[command(subcommand)]
         command: BakeryCommand,
     },
-    /// Print a running node's locks, token, queues and peers.
+    /// Print a running node's locks, token, queues and peers; with the --config of a ring
+    /// (`engine = "ring"`), the ring as `hilock ring status` prints it.
     Status {
         #[command(flatten)]
         at: ClientAt,
@@ -830,6 +831,14 @@ fn exec_gated(fd: i32, command: &[String]) -> ExitCode {
 }
 
 fn status(at: &ClientAt, json: bool, timeout_ms: u64) -> Result<(String, bool), String> {
+    // A ring configuration: the ring's status (`hilock ring status`).
+    if let Some(c) = &at.config {
+        let cfg = hilock::Config::from_file(c, Some(at.id.unwrap_or(0)))?;
+        if cfg.engine == hilock::config::Engine::Ring {
+            let wait = std::time::Duration::from_millis(timeout_ms);
+            return hilock::ring::status(&cfg, json, wait).map(|s| (s, true));
+        }
+    }
     let socket = at.socket()?;
     let wait = std::time::Duration::from_millis(timeout_ms);
     runtime()?.block_on(async {

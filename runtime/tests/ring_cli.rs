@@ -606,6 +606,19 @@ async fn check_status(cfg: &Path, limit: Duration) {
     }
     assert!(entries > 0, "the nodes report entries");
     println!("ring status: {checked} keys and {entries} entries agree with the kernel's placement");
+    // `hilock status --config F` of a ring prints the same.
+    let same = tokio::process::Command::new(BIN)
+        .args(["status", "--json", "--config"])
+        .arg(cfg)
+        .kill_on_drop(true)
+        .output();
+    let same = tokio::time::timeout(limit, same).await.unwrap().unwrap();
+    assert!(same.status.success(), "{same:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&same.stdout),
+        out,
+        "hilock status = hilock ring status"
+    );
     // The text form names every slot.
     let (code, out, _) = ring_cmd(&["status"], cfg, limit).await;
     assert_eq!(code, Some(0));
