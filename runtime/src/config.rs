@@ -22,6 +22,20 @@
 //!
 //! The ids must be exactly `0..n` (each once), `n ≤` [`MAX_NODES`]. A node listens on its
 //! own `addr` (or `listen`, if given) and dials every other node's `addr`.
+//!
+//! # The ring engine (seed 003)
+//! `engine = "ring"` makes `hilock node` run a node of the ring engine ([`crate::ring`])
+//! instead of the token engine (`engine = "token"`, the default). Then the `[[nodes]]` are
+//! the ring's slots (node id = slot, at most [`crate::ring::SLOTS`]) and a `[ring]` table
+//! names the membership service:
+//!
+//! ```toml
+//! engine = "ring"
+//! [ring]
+//! membership = "127.0.0.1:7300"   # `hilock ring membership` listens here
+//! members = [0, 1, 2, 3]          # the first view (default: every node)
+//! lease_ms = 1000                 # the nodes' lease (default 2000)
+//! ```
 
 use serde::Deserialize;
 use std::net::SocketAddr;
@@ -60,6 +74,103 @@ struct File {
     max_clients: Option<usize>,
     request_timeout_ms: Option<u64>,
     nodes: Vec<NodeAddr>,
+    // The ring engine (seed 003).
+    engine: Option<String>,
+    ring: Option<RingFile>,
+}
+
+/// Which engine `hilock node` runs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Engine {
+    /// The token engine (seed 002), the default.
+    #[default]
+    Token,
+    /// The ring of lock servers (seed 003, [`crate::ring`]).
+    Ring,
+}
+
+/// The `[ring]` table, as written.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RingFile {
+    membership: SocketAddr,
+    members: Option<Vec<u16>>,
+    lease_ms: Option<u64>,
+}
+
+/// The ring engine's settings (`engine = "ring"`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RingConfig {
+    /// The membership service's address.
+    pub membership: SocketAddr,
+    /// The first view: bit per slot (default every configured node).
+    pub members: u16,
+    /// The lease the membership service grants the nodes.
+    pub lease: Duration,
+}
+
+/// Default of `lease_ms` in `[ring]`.
+pub const DEFAULT_RING_LEASE_MS: u64 = 2000;
+
+/// The engine and `[ring]` table of a file, validated against its `nodes`.
+fn ring_part(
+    engine: Option<&str>,
+    ring: Option<RingFile>,
+    nodes: &[NodeAddr],
+) -> Result<(Engine, Option<RingConfig>), String> {
+    let engine = match engine {
+        None | Some("token") => Engine::Token,
+        Some("ring") => Engine::Ring,
+        Some(e) => return Err(format!("engine {e:?}: expected \"token\" or \"ring\"")),
+    };
+    let Some(r) = ring else {
+        return match engine {
+            Engine::Token => Ok((engine, None)),
+            Engine::Ring => Err(
+                "engine = \"ring\" needs a [ring] table with `membership = \"host:port\"`".into(),
+            ),
+        };
+    };
+    if engine != Engine::Ring {
+        return Err("a [ring] table needs engine = \"ring\"".into());
+    }
+    let slots = crate::ring::SLOTS;
+    if nodes.len() > slots {
+        return Err(format!(
+            "the ring has {slots} slots; {} nodes configured",
+            nodes.len()
+        ));
+    }
+    let members = match r.members {
+        None => ((1u32 << nodes.len()) - 1) as u16,
+        Some(m) => {
+            let mut bits = 0u16;
+            for i in m {
+                if usize::from(i) >= nodes.len() {
+                    return Err(format!(
+                        "ring member {i} is not one of the configured nodes"
+                    ));
+                }
+                bits |= 1 << i;
+            }
+            if bits == 0 {
+                return Err("ring members must name at least one node".into());
+            }
+            bits
+        }
+    };
+    let lease_ms = r.lease_ms.unwrap_or(DEFAULT_RING_LEASE_MS);
+    if !(50..=600_000).contains(&lease_ms) {
+        return Err(format!("ring lease_ms {lease_ms}: must be in 50..=600000"));
+    }
+    Ok((
+        engine,
+        Some(RingConfig {
+            membership: r.membership,
+            members,
+            lease: Duration::from_millis(lease_ms),
+        }),
+    ))
 }
 
 /// A validated node configuration.
@@ -81,6 +192,10 @@ pub struct Config {
     pub max_clients: usize,
     /// Default timeout of a lock request.
     pub request_timeout: Duration,
+    /// The engine `hilock node` runs.
+    pub engine: Engine,
+    /// The ring engine's settings (with `engine = "ring"`).
+    pub ring: Option<RingConfig>,
 }
 
 impl std::fmt::Debug for Config {
@@ -94,6 +209,8 @@ impl std::fmt::Debug for Config {
             .field("client", &self.client)
             .field("max_clients", &self.max_clients)
             .field("request_timeout", &self.request_timeout)
+            .field("engine", &self.engine)
+            .field("ring", &self.ring)
             .finish()
     }
 }
@@ -122,6 +239,8 @@ impl Config {
             client: None,
             max_clients: DEFAULT_MAX_CLIENTS,
             request_timeout: Duration::from_secs(30),
+            engine: Engine::Token,
+            ring: None,
         };
         c.validate()?;
         Ok(c)
@@ -160,7 +279,9 @@ impl Config {
         let id = id
             .or(f.id)
             .ok_or("missing id (set `id` in the file or pass --id)")?;
+        let (engine, ring) = ring_part(f.engine.as_deref(), f.ring, &f.nodes)?;
         let mut c = Config::new(f.cluster, secret, id, f.nodes)?;
+        (c.engine, c.ring) = (engine, ring);
         if let Some(l) = f.listen {
             c.listen = l;
         }

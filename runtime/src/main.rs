@@ -46,6 +46,9 @@ enum Command {
         quiet: bool,
     },
     /// Run a node until Ctrl-C or SIGTERM (logs on stderr; RUST_LOG=hilock=debug for more).
+    /// The file names the engine: `engine = "token"` (the default) or `engine = "ring"` (a
+    /// node of the ring of seed 003, which runs until its graceful leave is done or the
+    /// membership service goes away).
     Node {
         /// The configuration file (TOML).
         #[arg(long)]
@@ -66,6 +69,11 @@ enum Command {
         /// The membership service's address.
         #[arg(long)]
         membership: std::net::SocketAddr,
+    },
+    /// The ring engine (seed 003): its membership service, joins and graceful leaves.
+    Ring {
+        #[command(subcommand)]
+        command: RingCommand,
     },
     /// Hold a lock while a command runs (like flock): `hilock lock /db/flights W -- cmd args`.
     /// The command runs in its own process group and dies with the lock. Exits with the
@@ -121,7 +129,8 @@ enum Command {
         #[command(subcommand)]
         command: BakeryCommand,
     },
-    /// Print a running node's locks, token, queues and peers.
+    /// Print a running node's locks, token, queues and peers; with the --config of a ring
+    /// (`engine = "ring"`), the ring as `hilock ring status` prints it.
     Status {
         #[command(flatten)]
         at: ClientAt,
@@ -183,6 +192,122 @@ enum Command {
         #[arg(long)]
         trace: Option<PathBuf>,
     },
+}
+
+/// `hilock ring …`.
+#[derive(Subcommand, Debug)]
+enum RingCommand {
+    /// Run the ring's membership service (the `[ring]` table of the file: its address, the
+    /// first view, the lease) until Ctrl-C or SIGTERM.
+    Membership {
+        /// The configuration file (TOML, `engine = "ring"`).
+        #[arg(long)]
+        config: PathBuf,
+    },
+    /// Ask the membership service to let slot ID join (its node must be running: `hilock
+    /// node --config F --id ID`) and wait until the new view is settled: every node of the
+    /// change installed it and holds every entry it must. Exit 2 (one line) on timeout.
+    Join {
+        /// The slot.
+        #[arg(long)]
+        id: u16,
+        #[command(flatten)]
+        at: RingAt,
+        /// Give up after this many milliseconds.
+        #[arg(long, default_value_t = 30_000)]
+        timeout_ms: u64,
+    },
+    /// Ask the membership service for the graceful leave of slot ID (its entries are
+    /// handed over while clients hold locks; its process exits once the change is done)
+    /// and wait until the new view is settled. Exit 2 (one line) on timeout.
+    Leave {
+        /// The slot.
+        #[arg(long)]
+        id: u16,
+        #[command(flatten)]
+        at: RingAt,
+        /// Give up after this many milliseconds.
+        #[arg(long, default_value_t = 30_000)]
+        timeout_ms: u64,
+    },
+    /// Print the ring: the view (epoch, members), each slot's identifier, the key range it
+    /// serves as primary, that range's replica set, and what each node reports (its view,
+    /// its entries).
+    Status {
+        /// The configuration file (TOML, `engine = "ring"`).
+        #[arg(long)]
+        config: PathBuf,
+        /// Print JSON (format hilock-ring-status/1).
+        #[arg(long)]
+        json: bool,
+        /// Wait at most this many milliseconds for each answer.
+        #[arg(long, default_value_t = 2000)]
+        timeout_ms: u64,
+    },
+}
+
+/// Where the ring's membership service is.
+#[derive(clap::Args, Debug)]
+struct RingAt {
+    /// The configuration file (its `[ring]` table's `membership`).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// …or the membership service's address.
+    #[arg(long, conflicts_with = "config")]
+    membership: Option<std::net::SocketAddr>,
+}
+
+/// The `[ring]` table of `file` (any node's id will do: the table is the cluster's).
+fn ring_config(file: &std::path::Path) -> Result<hilock::config::RingConfig, String> {
+    let cfg = hilock::Config::from_file(file, Some(0))?;
+    cfg.ring.ok_or_else(|| {
+        format!(
+            "{}: not a ring configuration (engine = \"ring\" and a [ring] table)",
+            file.display()
+        )
+    })
+}
+
+impl RingAt {
+    fn membership(&self) -> Result<std::net::SocketAddr, String> {
+        match (&self.config, self.membership) {
+            (_, Some(m)) => Ok(m),
+            (Some(c), None) => Ok(ring_config(c)?.membership),
+            (None, None) => Err("give --config or --membership".into()),
+        }
+    }
+}
+
+fn ring(command: RingCommand) -> Result<(String, bool), String> {
+    init_logs("hilock=info");
+    let ms = std::time::Duration::from_millis;
+    match command {
+        RingCommand::Membership { config } => {
+            hilock::ring::membership_service(&ring_config(&config)?).map(|s| (s, true))
+        }
+        RingCommand::Status {
+            config,
+            json,
+            timeout_ms,
+        } => hilock::ring::status(
+            &hilock::Config::from_file(&config, Some(0))?,
+            json,
+            ms(timeout_ms),
+        )
+        .map(|s| (s, true)),
+        RingCommand::Join { id, at, timeout_ms } => hilock::ring::change(
+            at.membership()?,
+            hilock::ring::Request::Join(id),
+            ms(timeout_ms),
+        )
+        .map(|s| (s, true)),
+        RingCommand::Leave { id, at, timeout_ms } => hilock::ring::change(
+            at.membership()?,
+            hilock::ring::Request::Leave(id),
+            ms(timeout_ms),
+        )
+        .map(|s| (s, true)),
+    }
 }
 
 /// Where the node's client socket is.
@@ -297,6 +422,9 @@ fn demo(
 fn node(config: &std::path::Path, id: Option<u16>) -> Result<(String, bool), String> {
     init_logs("hilock=info");
     let cfg = hilock::Config::from_file(config, id)?;
+    if cfg.engine == hilock::config::Engine::Ring {
+        return hilock::ring::serve_config(&cfg).map(|s| (s, true));
+    }
     runtime()?.block_on(async {
         let node = hilock::Node::start(cfg).await.map_err(|e| e.to_string())?;
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
@@ -703,6 +831,14 @@ fn exec_gated(fd: i32, command: &[String]) -> ExitCode {
 }
 
 fn status(at: &ClientAt, json: bool, timeout_ms: u64) -> Result<(String, bool), String> {
+    // A ring configuration: the ring's status (`hilock ring status`).
+    if let Some(c) = &at.config {
+        let cfg = hilock::Config::from_file(c, Some(at.id.unwrap_or(0)))?;
+        if cfg.engine == hilock::config::Engine::Ring {
+            let wait = std::time::Duration::from_millis(timeout_ms);
+            return hilock::ring::status(&cfg, json, wait).map(|s| (s, true));
+        }
+    }
     let socket = at.socket()?;
     let wait = std::time::Duration::from_millis(timeout_ms);
     runtime()?.block_on(async {
@@ -779,6 +915,7 @@ fn main() -> ExitCode {
             peers,
             membership,
         } => hilock::ring::serve(id, &peers, membership).map(|s| (s, true)),
+        Command::Ring { command } => ring(command),
         Command::Lock {
             mut locks,
             txn,

@@ -1,8 +1,9 @@
 //! A ring client: the kernel's [`ChordClient`] (Fig. 4: `lookup`, then the call; redirects
-//! and retries) on sockets. One request at a time. A request whose node went away (its
-//! connection closed) is sent again with the membership service's current view
-//! ([`ChordClient::timeout`]), with the same request number, so the new primary answers it
-//! from the entry instead of serving it twice.
+//! and retries) on sockets. One request at a time, routed with the membership service's
+//! newest view. A request whose node went away (its connection closed), or that is not
+//! answered while the service installs a newer view (its node paused or cut off), is sent
+//! again with the service's current view ([`ChordClient::timeout`]), with the same request
+//! number, so the new primary answers it from the entry instead of serving it twice.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -19,6 +20,9 @@ use tokio::task::JoinSet;
 use super::{dial, ring, Frame, SLOTS, TABLE};
 
 type COuts = heapless::Vec<Out<TABLE>, 1>;
+
+/// How often a client waiting for an answer looks for a newer view.
+const VIEW_CHECK: Duration = Duration::from_millis(100);
 
 /// Why a request failed.
 #[derive(Debug)]
@@ -176,12 +180,35 @@ impl RingClient {
 
     async fn call(&mut self, op: Op, key: Key) -> Result<Answer, ClientError> {
         let mut out = COuts::new();
+        // Route with the service's newest view.
+        let v = *self.view.borrow();
+        self.kc.learn(v)?;
         self.kc.start(op, key, &mut out)?;
         self.send(out).await;
         let deadline = tokio::time::Instant::now() + self.limit;
         loop {
-            let ev = tokio::time::timeout_at(deadline, self.rx.recv()).await;
-            let Ok(Some((n, f))) = ev else {
+            let now = tokio::time::Instant::now();
+            if now >= deadline {
+                return Err(ClientError::Timeout { op, key });
+            }
+            let wake = deadline.min(now + VIEW_CHECK);
+            let ev = match tokio::time::timeout_at(wake, self.rx.recv()).await {
+                Ok(ev) => ev,
+                Err(_) => {
+                    // No answer yet: if the service has installed a newer view since the
+                    // request went out (its node may be paused or cut off, its connection
+                    // still open), ask again with it, same request number.
+                    let v = *self.view.borrow();
+                    if self.kc.waiting().is_some() && v.epoch > self.kc.view().epoch {
+                        let mut out = COuts::new();
+                        self.kc.timeout(v, &mut out)?;
+                        self.resent += 1;
+                        self.send(out).await;
+                    }
+                    continue;
+                }
+            };
+            let Some((n, f)) = ev else {
                 return Err(ClientError::Timeout { op, key });
             };
             let mut out = COuts::new();

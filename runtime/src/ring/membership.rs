@@ -1,8 +1,18 @@
 //! The membership service: the model's `Chord` actor (etcd's role in cluster mode). It
 //! holds the view, announces each new one to every live node of the old and the new view
 //! (`NewView`), and starts the next change only when each of them reports that it has
-//! installed the view and has all its arcs. A node whose connection closes is down; its
-//! removal is queued as a change like the others (the model's `Detect`).
+//! installed the view and has all its arcs.
+//!
+//! # Leases and crash detection (the model's `Takeover::Lease`)
+//! Every node holds a lease ([`Frame::Renew`] → [`Frame::Lease`]); the service counts it as
+//! running out `L·(1 + RHO)` after it received the last renewal it granted, and grants no
+//! renewal once it ran out (the node comes back only by joining again). The node counts
+//! `L·(1 − RHO)` from when it sent the renewal and answers no request after that
+//! ([`RingServer::stop`](hilock_kernel::chord::RingServer::stop)). A node's successor
+//! reports it ([`Frame::Suspect`]) when it sent no beat for a while; the service removes a
+//! member (the model's `Detect`) only when its successor suspects it AND its lease has run
+//! out — never on a suspicion alone, and not because its connection to the service closed.
+//! So the old primary has stopped before the view without it is announced.
 
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
@@ -14,7 +24,11 @@ use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 use tokio::task::{JoinHandle, JoinSet};
 
-use super::{read_peer, ring, Frame};
+use super::{
+    read_peer, ring, Frame, MembershipState, Request, DEFAULT_LEASE, RHO, TICKS_PER_LEASE,
+};
+use std::time::Duration;
+use tokio::time::Instant;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Change {
@@ -41,8 +55,21 @@ pub struct Membership {
 }
 
 impl Membership {
-    /// Starts the service on `listener` with the initial members `initial` (bit per slot).
+    /// Starts the service on `listener` with the initial members `initial` (bit per slot)
+    /// and the [`DEFAULT_LEASE`].
     pub async fn start(listener: TcpListener, initial: u16) -> std::io::Result<Membership> {
+        Self::start_with_lease(listener, initial, DEFAULT_LEASE).await
+    }
+
+    /// [`Membership::start`] with the nodes' lease `lease` (at least 50 ms).
+    pub async fn start_with_lease(
+        listener: TcpListener,
+        initial: u16,
+        lease: Duration,
+    ) -> std::io::Result<Membership> {
+        if lease < Duration::from_millis(50) || lease > Duration::from_secs(600) {
+            return Err(std::io::Error::other("the lease must be 50 ms to 600 s"));
+        }
         let addr = listener.local_addr()?;
         let view = View {
             epoch: 0,
@@ -54,7 +81,15 @@ impl Membership {
         let (ask, rx) = mpsc::unbounded_channel();
         let (state_tx, state) = watch::channel((view, true));
         let up = Arc::new(AtomicU16::new(0));
-        let task = tokio::spawn(run(listener, view, ask.clone(), rx, state_tx, up.clone()));
+        let task = tokio::spawn(run(
+            listener,
+            view,
+            lease,
+            ask.clone(),
+            rx,
+            state_tx,
+            up.clone(),
+        ));
         Ok(Membership {
             addr,
             ask,
@@ -112,18 +147,39 @@ struct State {
     up: u16,
     nodes: HashMap<u16, mpsc::UnboundedSender<Frame>>,
     clients: Vec<mpsc::UnboundedSender<Frame>>,
+    /// `hilock ring join|leave` connections: they get every new [`MembershipState`].
+    admins: Vec<mpsc::UnboundedSender<Frame>>,
     status: HashMap<u16, (View, bool)>,
     queue: VecDeque<Change>,
     leaving: Option<u16>,
+    /// When each node's lease runs out, by the service's clock.
+    expires: HashMap<u16, Instant>,
+    /// Nodes whose lease ran out (bit per slot): no renewal any more, not waited for.
+    expired: u16,
+    /// Nodes their successor suspects (bit per slot).
+    suspected: u16,
+    /// Nodes granted a lease since they were last removed (bit per slot).
+    granted: u16,
 }
 
 impl State {
+    fn state(&self) -> MembershipState {
+        MembershipState {
+            view: self.view,
+            settled: self.settled() && self.leaving.is_none(),
+            up: self.up,
+            queued: self.queue.len() as u16,
+        }
+    }
+
     /// Every live node of the old or the new view has installed the view and is settled.
     fn settled(&self) -> bool {
         (0..16u16).all(|i| {
             let n = NodeId(i);
             let involved = self.view.has(n) || self.old.has(n);
-            !involved || self.up & (1 << i) == 0 || self.status.get(&i) == Some(&(self.view, true))
+            !involved
+                || (self.up & !self.expired) & (1 << i) == 0
+                || self.status.get(&i) == Some(&(self.view, true))
         })
     }
 
@@ -179,14 +235,23 @@ impl State {
         if let Change::Leave(n) = c {
             self.leaving = Some(n);
         }
+        if let Change::Remove(n) | Change::Leave(n) = c {
+            // Out of the view: a new incarnation may get a lease (which clears `expired`)
+            // and join again; until then a node whose lease ran out is not waited for.
+            let bit = !(1u16 << n);
+            (self.granted, self.suspected) = (self.granted & bit, self.suspected & bit);
+            self.expires.remove(&n);
+        }
         tracing::info!("ring membership: {c:?}: view {new:?}");
         self.announce(new);
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn run(
     listener: TcpListener,
     view: View,
+    lease: Duration,
     ev_tx: mpsc::UnboundedSender<Ev>,
     mut rx: mpsc::UnboundedReceiver<Ev>,
     state_tx: watch::Sender<(View, bool)>,
@@ -198,13 +263,48 @@ async fn run(
         up: 0,
         nodes: HashMap::new(),
         clients: Vec::new(),
+        admins: Vec::new(),
         status: HashMap::new(),
         queue: VecDeque::new(),
         leaving: None,
+        expires: HashMap::new(),
+        expired: 0,
+        suspected: 0,
+        granted: 0,
     };
+    // The service counts a lease L·(1 + RHO) from a renewal's receipt; every first member
+    // is counted as holding one from now.
+    let service_lease = lease.mul_f64(1.0 + RHO);
+    let ms = u32::try_from(lease.as_millis()).unwrap_or(u32::MAX);
+    let t0 = Instant::now();
+    for i in 0..16u16 {
+        if view.has(NodeId(i)) {
+            st.expires.insert(i, t0 + service_lease);
+        }
+    }
+    let mut tick = tokio::time::interval(lease / TICKS_PER_LEASE);
     let mut readers = JoinSet::new();
+    let mut shown = None;
     loop {
         tokio::select! {
+            _ = tick.tick() => {
+                let now = Instant::now();
+                for (i, t) in &st.expires {
+                    if now >= *t && st.expired & (1 << i) == 0 {
+                        tracing::info!("ring membership: the lease of node {i} ran out");
+                        st.expired |= 1 << i;
+                    }
+                }
+                // Remove a member only if its successor suspects it and its lease ran out.
+                for i in 0..16u16 {
+                    let bit = 1 << i;
+                    let queued = st.queue.contains(&Change::Remove(i));
+                    if st.suspected & st.expired & bit != 0 && st.view.has(NodeId(i)) && !queued {
+                        tracing::info!("ring membership: node {i} suspected by its successor, lease out: removing it");
+                        st.queue.push_back(Change::Remove(i));
+                    }
+                }
+            }
             acc = listener.accept() => {
                 let Ok((s, _)) = acc else { continue };
                 let ev_tx = ev_tx.clone();
@@ -226,17 +326,47 @@ async fn run(
                         let _ = tx.send(Frame::Current(st.view));
                         st.clients.push(tx);
                     }
-                    Ev::Open(Addr::Chord, _) => {}
+                    Ev::Open(Addr::Chord, tx) => {
+                        let _ = tx.send(Frame::State(st.state()));
+                        st.admins.push(tx);
+                    }
+                    Ev::Frame(Addr::Chord, Frame::Ask(r)) => match r {
+                        Request::Join(n) if n < 16 => st.queue.push_back(Change::Join(n)),
+                        Request::Leave(n) if n < 16 => st.queue.push_back(Change::Leave(n)),
+                        _ => {}
+                    },
                     Ev::Frame(Addr::Node(n), Frame::Status { view, settled }) => {
                         st.status.insert(n.0, (view, settled));
                     }
+                    Ev::Frame(Addr::Node(n), Frame::Renew(seq)) if n.0 < 16 => {
+                        // No renewal once the lease ran out: such a node stopped serving and
+                        // comes back only by joining again.
+                        let bit = 1 << n.0;
+                        let removing = st.queue.contains(&Change::Remove(n.0));
+                        if st.expired & st.granted & bit == 0 && !removing {
+                            st.granted |= bit;
+                            st.expired &= !bit;
+                            st.suspected &= !bit;
+                            st.expires.insert(n.0, Instant::now() + service_lease);
+                            if let Some(tx) = st.nodes.get(&n.0) {
+                                let _ = tx.send(Frame::Lease { seq, ms });
+                            }
+                        }
+                    }
+                    Ev::Frame(Addr::Node(n), Frame::Suspect(p)) if p < 16 => {
+                        // Only the successor's word counts.
+                        if st.view.has(n) && ring().next(st.view, NodeId(p)) == Some(n) {
+                            st.suspected |= 1 << p;
+                        }
+                    }
                     Ev::Frame(..) => {}
                     Ev::Closed(Addr::Node(n)) => {
+                        // Not a removal: only its successor's suspicion and the end of its
+                        // lease remove it.
                         st.up &= !(1 << n.0);
                         st.nodes.remove(&n.0);
                         if st.view.has(n) {
-                            tracing::info!("ring membership: node {} is down", n.0);
-                            st.queue.push_back(Change::Remove(n.0));
+                            tracing::info!("ring membership: node {} disconnected", n.0);
                         }
                     }
                     Ev::Closed(_) => {}
@@ -244,7 +374,12 @@ async fn run(
                 }
                 st.advance();
                 up.store(st.up, Relaxed);
-                state_tx.send_replace((st.view, st.settled() && st.leaving.is_none()));
+                let now = st.state();
+                state_tx.send_replace((now.view, now.settled));
+                if shown != Some(now) {
+                    shown = Some(now);
+                    st.admins.retain(|a| a.send(Frame::State(now)).is_ok());
+                }
             }
         }
     }

@@ -20,16 +20,16 @@
 //! [`Frame::Hello`] naming the sender; a node sends to a peer on the connection it dialed,
 //! and answers a client on the connection the client dialed. A connection that breaks is
 //! not re-established for the messages it carried: a peer that closed is down (the model's
-//! crash: its messages are gone), and the membership service removes a node whose
-//! connection to it closed. The links are not authenticated (loopback only so far).
+//! crash: its messages are gone). The links are not authenticated (loopback only so far).
 //!
 //! # Limits (said, not hidden)
-//! - The membership service is one process (in the tests: the test process). Without it
+//! - The membership service is one process (`hilock ring membership`, or a test). Without it
 //!   no view changes; with etcd it would be replicated — not built.
-//! - Crash detection is the membership service seeing the node's connection close (a
-//!   killed process's sockets are closed by the operating system). A paused or
-//!   partitioned node is not removed; the epochs keep it from serving twice (a write needs
-//!   the acknowledgements of replicas that refuse an old view), but requests to it wait.
+//! - Crash detection is by the successor, removal under the lease rule (see
+//!   [`Membership`] and `spec/FAULTS.md` §2.6): every node renews a lease with the service
+//!   and stops answering when it cannot; it beats to its successor, which reports a
+//!   silent predecessor; the service removes a member only when its successor suspects
+//!   it and its lease has run out.
 
 mod client;
 mod membership;
@@ -40,9 +40,10 @@ pub use membership::Membership;
 pub use node::{RingNode, Snapshot};
 
 use futures_util::{SinkExt, StreamExt};
-use hilock_kernel::chord::{hash, Addr, ChordMsg, Key, Out, Ring, RingServer, View};
+use hilock_kernel::chord::{hash, Addr, ChordMsg, Key, NodeId, Out, Ring, RingServer, View};
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
+use std::time::Duration;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
@@ -98,6 +99,357 @@ pub enum Frame {
     },
     /// Membership → a node that left gracefully: the change is complete, stop.
     Left,
+    /// Admin (`hilock ring join|leave`, connected as [`Addr::Chord`]) → membership: start
+    /// a change.
+    Ask(Request),
+    /// Membership → admin: the service's state, sent on connect and whenever it changes.
+    State(MembershipState),
+    /// Node → membership: renew my lease (number `0`, `1`, …).
+    Renew(u64),
+    /// Membership → node: renewal `seq` granted for `ms` milliseconds, counted on the node's
+    /// clock from when it sent `Renew(seq)`.
+    Lease {
+        /// The renewal.
+        seq: u64,
+        /// The lease's length.
+        ms: u32,
+    },
+    /// Node → its successor in its view, every tenth of a lease while it serves.
+    Beat,
+    /// Node → membership: my predecessor (this slot) sent no beat for three beat periods.
+    Suspect(u16),
+    /// Node → a status probe (a connection that said `Hello(Chord)`): what it holds.
+    Report(NodeReport),
+}
+
+/// What a node tells `hilock ring status`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeReport {
+    /// Its view.
+    pub view: View,
+    /// Whether it holds every arc it must in its view.
+    pub settled: bool,
+    /// Whether it lost its lease (answers no request).
+    pub lease_lost: bool,
+    /// Its entries (its own keys and its replicas'): key and holder.
+    pub entries: Vec<(u16, Option<u8>)>,
+}
+
+/// Asks the node at `addr` for its [`NodeReport`]; `None` if it does not answer in `limit`.
+pub async fn probe(addr: SocketAddr, limit: Duration) -> Option<NodeReport> {
+    let go = async {
+        let (mut r, _tx) = dial(addr, Addr::Chord).await.ok()?;
+        loop {
+            match r.next().await? {
+                Frame::Report(x) => return Some(x),
+                _ => continue,
+            }
+        }
+    };
+    tokio::time::timeout(limit, go).await.ok().flatten()
+}
+
+/// `hilock ring status`: the service's view, each slot's identifier, the key range it
+/// serves as primary (`(from, to]` on the identifier circle, the kernel's `lookup`), the
+/// replica set of that range (the kernel's `replicas`, r + 1 members) and what the node
+/// itself reports (its view, its entries). JSON (format `hilock-ring-status/1`) or text.
+pub fn status(cfg: &crate::Config, json: bool, limit: Duration) -> Result<String, String> {
+    let ringcfg = cfg
+        .ring
+        .as_ref()
+        .ok_or("not a ring configuration (engine = \"ring\" and a [ring] table)")?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("tokio: {e}"))?;
+    rt.block_on(async move {
+        let st = Admin::connect(ringcfg.membership, limit).await?.state();
+        let v = st.view;
+        let r = ring();
+        let mut nodes = Vec::new();
+        for n in &cfg.nodes {
+            let id = NodeId(n.id);
+            let ident = r.ident(id).ok_or("slot out of range")?;
+            let member = v.has(id);
+            let (from, replicas) = if member {
+                let p = r.prev(v, id).and_then(|p| r.ident(p)).unwrap_or(ident);
+                let set = r.replicas(v, Key(ident), R + 1);
+                let set: Vec<u16> = (0..16).filter(|i| set & (1 << i) != 0).collect();
+                (Some(p), set)
+            } else {
+                (None, Vec::new())
+            };
+            let report = probe(n.addr, limit).await;
+            nodes.push(serde_json::json!({
+                "slot": n.id,
+                "addr": n.addr.to_string(),
+                "ident": ident,
+                "member": member,
+                "up": st.up & (1 << n.id) != 0,
+                // The primary range (from, to]; a lone member serves the whole circle.
+                "range": from.map(|f| [f, ident]),
+                "replicas": replicas,
+                "node": report.map(|x| serde_json::json!({
+                    "epoch": x.view.epoch,
+                    "members": (0..16u16).filter(|i| x.view.members & (1 << i) != 0).collect::<Vec<_>>(),
+                    "settled": x.settled,
+                    "lease_lost": x.lease_lost,
+                    "entries": x.entries.iter().map(|e| e.0).collect::<Vec<_>>(),
+                    "locked": x.entries.iter().filter(|e| e.1.is_some()).count(),
+                })),
+            }));
+        }
+        let doc = serde_json::json!({
+            "format": "hilock-ring-status/1",
+            "bits": BITS,
+            "r": R,
+            "epoch": v.epoch,
+            "members": (0..16u16).filter(|i| v.members & (1 << i) != 0).collect::<Vec<_>>(),
+            "settled": st.settled,
+            "nodes": nodes,
+        });
+        if json {
+            return serde_json::to_string_pretty(&doc)
+                .map(|s| s + "\n")
+                .map_err(|e| e.to_string());
+        }
+        let mut out = format!(
+            "ring: {BITS}-bit identifiers, r = {R}; view epoch {} members {}, {}\n",
+            v.epoch,
+            slots_of(v.members),
+            if st.settled { "settled" } else { "changing" }
+        );
+        for n in doc["nodes"].as_array().into_iter().flatten() {
+            let range = match n["range"].as_array() {
+                Some(a) => format!(
+                    "primary for ({:#06x}, {:#06x}]  replicas {}",
+                    a[0].as_u64().unwrap_or(0),
+                    a[1].as_u64().unwrap_or(0),
+                    n["replicas"]
+                ),
+                None => "not a member".to_string(),
+            };
+            let node = match n["node"].as_object() {
+                Some(x) => format!(
+                    "node: epoch {}, {}, {} entries ({} locked){}",
+                    x["epoch"],
+                    if x["settled"] == true { "settled" } else { "not settled" },
+                    x["entries"].as_array().map_or(0, |e| e.len()),
+                    x["locked"],
+                    if x["lease_lost"] == true { ", lease lost" } else { "" }
+                ),
+                None => "node: no answer".to_string(),
+            };
+            out.push_str(&format!(
+                "slot {:>2}  {}  id {:#06x}  {range}  {node}\n",
+                n["slot"],
+                n["addr"].as_str().unwrap_or(""),
+                n["ident"].as_u64().unwrap_or(0)
+            ));
+        }
+        Ok(out)
+    })
+}
+
+/// Clock-rate bound assumed between any two processes (1 %, far above a real clock's
+/// drift): a node stops at `L·(1 − RHO)` after sending a renewal, by its clock; the
+/// service counts the lease as running out `L·(1 + RHO)` after it received the renewal,
+/// by its clock.
+pub const RHO: f64 = 0.01;
+
+/// Beats and lease checks per lease.
+pub const TICKS_PER_LEASE: u32 = 10;
+
+/// Beat periods without a beat after which a successor suspects its predecessor.
+pub const SUSPECT_AFTER_BEATS: u32 = 3;
+
+/// Default lease of [`Membership::start`].
+pub const DEFAULT_LEASE: Duration = Duration::from_millis(2000);
+
+/// A change an administrator asks the membership service for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Request {
+    /// Slot `n` joins (once its node is connected to the service).
+    Join(u16),
+    /// Slot `n` leaves gracefully (hands its entries over, then its process exits).
+    Leave(u16),
+}
+
+/// What the membership service says of itself.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MembershipState {
+    /// The current view.
+    pub view: View,
+    /// Every live node of the last change installed `view` and has all its arcs, and no
+    /// graceful leave is in progress.
+    pub settled: bool,
+    /// Slots whose node is connected to the service (bit per slot).
+    pub up: u16,
+    /// Changes asked for and not started yet.
+    pub queued: u16,
+}
+
+/// An administrator's connection to the membership service (`hilock ring join|leave`).
+pub struct Admin {
+    reader: Reader,
+    tx: mpsc::UnboundedSender<Frame>,
+    last: MembershipState,
+}
+
+impl std::fmt::Debug for Admin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Admin").field("last", &self.last).finish()
+    }
+}
+
+impl Admin {
+    /// Connects to the service at `membership`; fails after `limit`.
+    pub async fn connect(membership: SocketAddr, limit: Duration) -> Result<Admin, String> {
+        let go = async {
+            let (mut reader, tx) = dial(membership, Addr::Chord)
+                .await
+                .map_err(|e| format!("membership service at {membership}: {e}"))?;
+            loop {
+                match reader.next().await {
+                    Some(Frame::State(last)) => return Ok(Admin { reader, tx, last }),
+                    Some(_) => continue,
+                    None => {
+                        return Err(format!(
+                            "membership service at {membership} closed the connection"
+                        ))
+                    }
+                }
+            }
+        };
+        tokio::time::timeout(limit, go)
+            .await
+            .map_err(|_| format!("no answer from the membership service at {membership}"))?
+    }
+
+    /// The state last heard of.
+    pub fn state(&self) -> MembershipState {
+        self.last
+    }
+
+    /// Asks for `r`.
+    pub fn ask(&self, r: Request) -> Result<(), String> {
+        self.tx
+            .send(Frame::Ask(r))
+            .map_err(|_| "the membership connection closed".to_string())
+    }
+
+    /// Waits until the state is settled and satisfies `f`, at most `limit`.
+    pub async fn wait_for(
+        &mut self,
+        limit: Duration,
+        f: impl Fn(&MembershipState) -> bool,
+    ) -> Result<MembershipState, String> {
+        let go = async {
+            loop {
+                if self.last.settled && f(&self.last) {
+                    return Ok(self.last);
+                }
+                match self.reader.next().await {
+                    Some(Frame::State(s)) => self.last = s,
+                    Some(_) => {}
+                    None => return Err("the membership service closed the connection".to_string()),
+                }
+            }
+        };
+        match tokio::time::timeout(limit, go).await {
+            Ok(r) => r,
+            Err(_) => Err(format!(
+                "not settled after {limit:?}: view epoch {} members {}, settled {}, up {}",
+                self.last.view.epoch,
+                slots_of(self.last.view.members),
+                self.last.settled,
+                slots_of(self.last.up)
+            )),
+        }
+    }
+}
+
+/// A slot set as `[0, 2, 5]`.
+pub fn slots_of(bits: u16) -> String {
+    let v: Vec<String> = (0..16)
+        .filter(|i| bits & (1 << i) != 0)
+        .map(|i: u16| i.to_string())
+        .collect();
+    format!("[{}]", v.join(", "))
+}
+
+/// `hilock ring join|leave`: asks the service at `membership` for `r` and waits until the
+/// view has (join) or has not (leave) the slot and every node involved is settled.
+pub fn change(membership: SocketAddr, r: Request, limit: Duration) -> Result<String, String> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("tokio: {e}"))?;
+    rt.block_on(async move {
+        let t0 = tokio::time::Instant::now();
+        let mut a = Admin::connect(membership, limit).await?;
+        let (n, join) = match r {
+            Request::Join(n) => (n, true),
+            Request::Leave(n) => (n, false),
+        };
+        if usize::from(n) >= SLOTS {
+            return Err(format!("--id {n}: the ring has {SLOTS} slots"));
+        }
+        a.ask(r)?;
+        let left = limit.saturating_sub(t0.elapsed());
+        let s = a
+            .wait_for(left, |s| s.view.has(NodeId(n)) == join)
+            .await
+            .map_err(|e| format!("{r:?}: {e}"))?;
+        Ok(format!(
+            "{} {n}: view epoch {} members {}\n",
+            if join { "joined" } else { "left" },
+            s.view.epoch,
+            slots_of(s.view.members)
+        ))
+    })
+}
+
+/// `hilock ring membership`: runs the membership service on `cfg`'s `[ring]` address until
+/// Ctrl-C or SIGTERM.
+pub fn membership_service(cfg: &crate::config::RingConfig) -> Result<String, String> {
+    let rt = tokio::runtime::Runtime::new().map_err(|e| format!("tokio: {e}"))?;
+    rt.block_on(async move {
+        let l = tokio::net::TcpListener::bind(cfg.membership)
+            .await
+            .map_err(|e| format!("listen on {}: {e}", cfg.membership))?;
+        let m = Membership::start_with_lease(l, cfg.members, cfg.lease)
+            .await
+            .map_err(|e| e.to_string())?;
+        tracing::info!(
+            "ring membership service on {}, first view {}",
+            m.addr(),
+            slots_of(cfg.members)
+        );
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .map_err(|e| format!("cannot wait for SIGTERM: {e}"))?;
+        tokio::select! {
+            r = tokio::signal::ctrl_c() => r.map_err(|e| format!("cannot wait for Ctrl-C: {e}"))?,
+            _ = term.recv() => {}
+        }
+        Ok(String::new())
+    })
+}
+
+/// `hilock node --config F` with `engine = "ring"`: runs the ring node of `cfg.id` (see
+/// [`serve`]).
+pub fn serve_config(cfg: &crate::Config) -> Result<String, String> {
+    let ring = cfg
+        .ring
+        .as_ref()
+        .ok_or("engine = \"ring\" needs a [ring] table")?;
+    let mut addrs: Vec<Option<SocketAddr>> = vec![None; SLOTS];
+    for n in &cfg.nodes {
+        *addrs
+            .get_mut(usize::from(n.id))
+            .ok_or_else(|| format!("node {}: the ring has {SLOTS} slots", n.id))? = Some(n.addr);
+    }
+    run_node(cfg.id, addrs, cfg.listen, ring.membership)
 }
 
 fn codec() -> LengthDelimitedCodec {
@@ -190,6 +542,16 @@ pub fn serve(id: u16, peers: &str, membership: SocketAddr) -> Result<String, Str
         .copied()
         .flatten()
         .ok_or_else(|| format!("--id {id}: no such slot in --peers"))?;
+    run_node(id, addrs, me, membership)
+}
+
+/// Runs node `id` listening on `me` until it has left or the service went away.
+fn run_node(
+    id: u16,
+    addrs: Vec<Option<SocketAddr>>,
+    me: SocketAddr,
+    membership: SocketAddr,
+) -> Result<String, String> {
     let rt = tokio::runtime::Runtime::new().map_err(|e| format!("tokio: {e}"))?;
     rt.block_on(async move {
         let l = tokio::net::TcpListener::bind(me)

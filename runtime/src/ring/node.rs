@@ -6,13 +6,18 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use hilock_kernel::chord::{Addr, ClientId, NodeId, Slot, View};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 use tokio::task::{JoinHandle, JoinSet};
 
-use super::{dial, read_peer, ring, Frame, Outs, Reader, Server, R};
+use super::{
+    dial, read_peer, ring, Frame, Outs, Reader, Server, R, RHO, SUSPECT_AFTER_BEATS,
+    TICKS_PER_LEASE,
+};
+use tokio::time::Instant;
 
 /// What a node shows of itself (for status and the tests' lost-lock check).
 #[derive(Clone, Debug, Default)]
@@ -29,6 +34,10 @@ pub struct Snapshot {
     pub steps: u64,
     /// Answers it sent to clients.
     pub replies: u64,
+    /// It lost its lease (could not renew it in time): it answers no request any more.
+    pub lease_lost: bool,
+    /// Suspicions of its predecessor it reported to the membership service.
+    pub suspicions: u64,
 }
 
 /// A running ring node.
@@ -70,10 +79,43 @@ impl RingNode {
                 )))
             }
         };
+        // The first lease, before anything is served; what comes meanwhile is kept. Asked
+        // again every 200 ms (the service grants none while this slot is being removed).
+        let mut seq = 0;
+        let mut sent = Instant::now();
+        let _ = mtx.send(Frame::Renew(seq));
+        let mut early = Vec::new();
+        let lease = loop {
+            match tokio::time::timeout(Duration::from_millis(200), mreader.next()).await {
+                Ok(Some(Frame::Lease { seq: s, ms })) if s == seq => {
+                    break Duration::from_millis(ms.into())
+                }
+                Ok(Some(Frame::Lease { .. })) => {}
+                Ok(Some(f)) => early.push(f),
+                Ok(None) => {
+                    return Err(std::io::Error::other(
+                        "the membership service closed before granting a lease",
+                    ))
+                }
+                Err(_) => {
+                    seq += 1;
+                    sent = Instant::now();
+                    let _ = mtx.send(Frame::Renew(seq));
+                }
+            }
+        };
         let server = Server::new(NodeId(id), ring(), R, view)
             .map_err(|e| std::io::Error::other(format!("ring server: {e}")))?;
         let (snap_tx, snap) = watch::channel(Snapshot::default());
-        let task = tokio::spawn(run(server, listener, peers, mreader, mtx, snap_tx));
+        let lease = Lease {
+            len: lease,
+            until: sent + lease.mul_f64(1.0 - RHO),
+            sent: HashMap::new(),
+            next: seq + 1,
+        };
+        let task = tokio::spawn(run(
+            server, listener, peers, mreader, early, mtx, lease, snap_tx,
+        ));
         Ok(RingNode {
             id,
             addr,
@@ -105,16 +147,41 @@ impl RingNode {
     }
 }
 
+/// The node's lease with the membership service.
+struct Lease {
+    /// Its length (the service's word).
+    len: Duration,
+    /// Valid until then, by this node's clock: `L·(1 − RHO)` after sending the renewal the
+    /// service granted last.
+    until: Instant,
+    /// When each unanswered renewal was sent.
+    sent: HashMap<u64, Instant>,
+    /// The next renewal's number.
+    next: u64,
+}
+
+#[allow(clippy::too_many_arguments)]
 async fn run(
     mut server: Server,
     listener: TcpListener,
     peers: Arc<Vec<Option<SocketAddr>>>,
     mut mreader: Reader,
+    early: Vec<Frame>,
     mtx: mpsc::UnboundedSender<Frame>,
+    mut lease: Lease,
     snap_tx: watch::Sender<Snapshot>,
 ) {
     let me = server.id();
     let (ev_tx, mut ev_rx) = mpsc::unbounded_channel::<Ev>();
+    for f in early {
+        let _ = ev_tx.send(Ev::Frame(Addr::Chord, f));
+    }
+    let period = lease.len / TICKS_PER_LEASE;
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // The predecessor this node watches and when it last heard a beat of it.
+    let mut watched: Option<(NodeId, Instant)> = None;
+    let mut last_beat: HashMap<NodeId, Instant> = HashMap::new();
     // Every reader of this node lives in `readers`: aborting the node drops them all.
     let mut readers = JoinSet::new();
     {
@@ -140,7 +207,62 @@ async fn run(
     report(&server, &mtx, &mut last_status);
     snap_tx.send_replace(snap.clone());
     loop {
+        // Before anything else: a node whose lease ran out answers nothing any more (after
+        // a pause, this is the first thing it does).
+        if !server.stopped() && Instant::now() >= lease.until {
+            tracing::warn!("ring node {}: lease lost; answering no request", me.0);
+            server.stop();
+            snap.lease_lost = true;
+            snap_tx.send_replace(snap.clone());
+        }
+        // A node that lost its lease ends once the service removed it.
+        if server.stopped() && !server.view().has(me) {
+            return;
+        }
         tokio::select! {
+            _ = tick.tick() => {
+                let now = Instant::now();
+                // The clock first (the wait may have been a pause); then nothing more.
+                if server.stopped() || now >= lease.until {
+                    continue;
+                }
+                // Renew the lease every quarter lease.
+                let last = lease.sent.values().max().copied();
+                if last.is_none_or(|t| now >= t + lease.len / 4) {
+                    lease.sent.insert(lease.next, now);
+                    let _ = mtx.send(Frame::Renew(lease.next));
+                    lease.next += 1;
+                }
+                lease.sent.retain(|_, t| now < *t + lease.len);
+                // Beat to the successor.
+                let v = server.view();
+                let ring = ring();
+                if let Some(next) = ring.next(v, me).filter(|n| *n != me && v.has(me)) {
+                    let tx = links.entry(next).or_insert_with(|| link(me, next, &peers));
+                    if tx.send(Frame::Beat).is_err() {
+                        let tx = link(me, next, &peers);
+                        let _ = tx.send(Frame::Beat);
+                        links.insert(next, tx);
+                    }
+                }
+                // Watch the predecessor.
+                let pred = ring.prev(v, me).filter(|p| *p != me && v.has(me));
+                match (pred, watched) {
+                    (None, _) => watched = None,
+                    (Some(p), Some((w, _))) if p == w => {}
+                    // A new predecessor: it gets a full grace period.
+                    (Some(p), _) => watched = Some((p, now)),
+                }
+                if let Some((p, since)) = watched {
+                    let heard = last_beat.get(&p).copied().unwrap_or(since).max(since);
+                    if now >= heard + period * SUSPECT_AFTER_BEATS {
+                        snap.suspicions += 1;
+                        tracing::info!("ring node {}: predecessor {} sends no beats", me.0, p.0);
+                        let _ = mtx.send(Frame::Suspect(p.0));
+                        snap_tx.send_replace(snap.clone());
+                    }
+                }
+            }
             acc = listener.accept() => {
                 let Ok((s, _)) = acc else { continue };
                 let ev_tx = ev_tx.clone();
@@ -155,12 +277,43 @@ async fn run(
                         clients.insert(c, tx);
                         continue;
                     }
+                    Ev::Open(Addr::Chord, tx) => {
+                        // A status probe (`hilock ring status`): what this node holds.
+                        let _ = tx.send(Frame::Report(super::NodeReport {
+                            view: server.view(),
+                            settled: server.settled_in(server.view()),
+                            lease_lost: server.stopped(),
+                            entries: server
+                                .slots()
+                                .iter()
+                                .map(|x| (x.key.0, x.holder.map(|c| c.0)))
+                                .collect(),
+                        }));
+                        continue;
+                    }
                     Ev::Open(..) => continue,
                     Ev::MembershipGone => return,
                     Ev::Frame(Addr::Chord, Frame::Left) => return,
+                    Ev::Frame(Addr::Chord, Frame::Lease { seq, ms }) => {
+                        if let Some(t) = lease.sent.remove(&seq) {
+                            let until = t + Duration::from_millis(ms.into()).mul_f64(1.0 - RHO);
+                            lease.until = lease.until.max(until);
+                        }
+                        continue;
+                    }
+                    Ev::Frame(Addr::Node(n), Frame::Beat) => {
+                        last_beat.insert(n, Instant::now());
+                        continue;
+                    }
                     Ev::Frame(from, Frame::Msg(m)) => (from, *m),
                     Ev::Frame(..) => continue,
                 };
+                // The clock first: the wait for this event may have been a pause.
+                if !server.stopped() && Instant::now() >= lease.until {
+                    tracing::warn!("ring node {}: lease lost; answering no request", me.0);
+                    server.stop();
+                    snap.lease_lost = true;
+                }
                 let mut out = Outs::new();
                 snap.steps += 1;
                 if let Err(e) = server.step(from, &msg, &mut out) {

@@ -1,0 +1,637 @@
+//! The ring engine (seed 003) as `hilock` processes: `hilock node --config F` with
+//! `engine = "ring"`, `hilock ring membership`, `hilock ring join|leave`. Only 127.0.0.1,
+//! every wait bounded; every child is killed when the test ends. `RING_LOG=hilock=info`
+//! shows the children's logs (default `hilock=warn`).
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hilock::demo::Oracle;
+use hilock::ring::{key_of, ring, Admin, RingClient, SLOTS};
+use hilock_kernel::chord::NodeId;
+use hilock_kernel::Mode;
+
+#[path = "support/ring_load.rs"]
+mod ring_load;
+use ring_load::{Load, CONTENDER, HELD, HOLDER, PATHS};
+
+const BIN: &str = env!("CARGO_BIN_EXE_hilock");
+
+/// A child process, killed (SIGKILL) and reaped when dropped.
+struct Proc(Child);
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> SocketAddr {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap()
+}
+
+/// A ring configuration: `n` slots at `addrs`, the service at `m`, first view `members`.
+fn ring_toml(addrs: &[SocketAddr], m: SocketAddr, members: &[u16], lease_ms: u64) -> String {
+    let mut s = format!(
+        "engine = \"ring\"\ncluster = \"ring-cli\"\nsecret = \"a long shared secret\"\n\
+         [ring]\nmembership = \"{m}\"\nmembers = {members:?}\nlease_ms = {lease_ms}\n"
+    );
+    for (i, a) in addrs.iter().enumerate() {
+        s.push_str(&format!("[[nodes]]\nid = {i}\naddr = \"{a}\"\n"));
+    }
+    s
+}
+
+const GOOD: &str = r#"
+engine = "ring"
+cluster = "c"
+secret = "0123456789"
+id = 1
+[ring]
+membership = "127.0.0.1:7300"
+members = [0, 2]
+lease_ms = 700
+[[nodes]]
+id = 0
+addr = "127.0.0.1:7200"
+[[nodes]]
+id = 1
+addr = "127.0.0.1:7201"
+[[nodes]]
+id = 2
+addr = "127.0.0.1:7202"
+"#;
+
+/// The engine is named in the file; a bad name or a missing `[ring]` field is one clear
+/// line, from the library and from `hilock node`.
+#[test]
+fn the_engine_is_named_in_the_config_and_ring_errors_are_clear() {
+    use hilock::config::Engine;
+    let c = hilock::Config::from_toml(GOOD, None).unwrap();
+    assert_eq!(c.engine, Engine::Ring);
+    let r = c.ring.clone().unwrap();
+    assert_eq!(r.membership, "127.0.0.1:7300".parse().unwrap());
+    assert_eq!(r.members, 0b101);
+    assert_eq!(r.lease, Duration::from_millis(700));
+    // Without `members`: every node; without `lease_ms`: the default.
+    let c = hilock::Config::from_toml(
+        &GOOD
+            .replace("members = [0, 2]\n", "")
+            .replace("lease_ms = 700\n", ""),
+        None,
+    )
+    .unwrap();
+    let r = c.ring.unwrap();
+    assert_eq!(r.members, 0b111);
+    assert_eq!(
+        r.lease,
+        Duration::from_millis(hilock::config::DEFAULT_RING_LEASE_MS)
+    );
+    // The token engine stays the default.
+    let token = GOOD.replace("engine = \"ring\"\n", "");
+    let token = &token[..token.find("[ring]").unwrap()].to_string();
+    let token = format!("{token}{}", &GOOD[GOOD.find("[[nodes]]").unwrap()..]);
+    let c = hilock::Config::from_toml(&token, None).unwrap();
+    assert_eq!((c.engine, c.ring), (Engine::Token, None));
+
+    let many: String = (0..17)
+        .map(|i| format!("[[nodes]]\nid = {i}\naddr = \"127.0.0.1:{}\"\n", 7200 + i))
+        .collect();
+    let head = &GOOD[..GOOD.find("[[nodes]]").unwrap()];
+    let cases = [
+        (
+            GOOD.replace("engine = \"ring\"", "engine = \"rnig\""),
+            "engine \"rnig\": expected \"token\" or \"ring\"",
+        ),
+        (
+            GOOD.replace(
+                "[ring]\nmembership = \"127.0.0.1:7300\"\nmembers = [0, 2]\nlease_ms = 700\n",
+                "",
+            ),
+            "engine = \"ring\" needs a [ring] table",
+        ),
+        (
+            GOOD.replace("membership = \"127.0.0.1:7300\"\n", ""),
+            "membership",
+        ),
+        (
+            GOOD.replace("engine = \"ring\"\n", ""),
+            "a [ring] table needs engine = \"ring\"",
+        ),
+        (
+            GOOD.replace("members = [0, 2]", "members = [0, 3]"),
+            "ring member 3 is not one of the configured nodes",
+        ),
+        (
+            GOOD.replace("members = [0, 2]", "members = []"),
+            "at least one node",
+        ),
+        (GOOD.replace("lease_ms = 700", "lease_ms = 0"), "lease_ms 0"),
+        (GOOD.replace("lease_ms = 700", "lease = 700"), "lease"),
+        (
+            format!("{head}{many}"),
+            "the ring has 16 slots; 17 nodes configured",
+        ),
+    ];
+    for (text, want) in &cases {
+        let e = hilock::Config::from_toml(text, None).unwrap_err();
+        assert!(e.contains(want), "{e:?} should mention {want:?}");
+        assert!(!e.contains('\n'), "one line: {e:?}");
+    }
+    // The same through the command: exit 2, one line on stderr.
+    let dir = tempfile::tempdir().unwrap();
+    for (i, (text, want)) in cases.iter().take(2).enumerate() {
+        let f = dir.path().join(format!("bad{i}.toml"));
+        std::fs::write(&f, text).unwrap();
+        let out = Command::new(BIN)
+            .args(["node", "--config"])
+            .arg(&f)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{out:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(want), "{err:?} should mention {want:?}");
+        assert_eq!(err.trim_end().lines().count(), 1, "one line: {err:?}");
+    }
+}
+
+/// Polls until the service answers.
+async fn admin(m: SocketAddr) -> Admin {
+    let t = Instant::now();
+    loop {
+        if let Ok(a) = Admin::connect(m, Duration::from_secs(2)).await {
+            return a;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "the membership service listens"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn spawn(args: &[&str], config: &Path) -> Proc {
+    Proc(
+        Command::new(BIN)
+            .args(args)
+            .arg("--config")
+            .arg(config)
+            .stdout(Stdio::null())
+            .env(
+                "RUST_LOG",
+                std::env::var("RING_LOG").unwrap_or("hilock=warn".into()),
+            )
+            .spawn()
+            .expect("hilock starts"),
+    )
+}
+
+/// Runs `hilock ring ARGS --config F` to its end (at most `limit`): its exit code, stdout
+/// and stderr.
+async fn ring_cmd(args: &[&str], config: &Path, limit: Duration) -> (Option<i32>, String, String) {
+    let out = tokio::time::timeout(
+        limit,
+        tokio::process::Command::new(BIN)
+            .arg("ring")
+            .args(args)
+            .arg("--config")
+            .arg(config)
+            .env("RUST_LOG", "hilock=warn")
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("hilock ring ends in time")
+    .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Five `hilock node` processes (`engine = "ring"`) and `hilock ring membership`, load
+/// from twelve clients and a lock held throughout: `hilock ring join` of a sixth node,
+/// then `hilock ring leave` of the held lock's primary (its entries are handed over while
+/// clients hold locks; its process exits by itself, status 0). The history checker
+/// reports 0 violations; the held lock survives the leave (refused to a contender, granted
+/// after its holder's unlock); afterwards every path is free; every request is answered.
+/// A join of a slot whose node does not run fails after `--timeout-ms`, exit 2, one line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ring_join_and_leave_commands_hand_over_held_locks_under_load() {
+    tokio::time::timeout(Duration::from_secs(120), join_and_leave())
+        .await
+        .expect("the test ended within 120 s");
+}
+
+async fn join_and_leave() {
+    let dir = tempfile::tempdir().unwrap();
+    let addrs: Vec<SocketAddr> = (0..6).map(|_| free_port()).collect();
+    let maddr = free_port();
+    let cfg = dir.path().join("ring.toml");
+    std::fs::write(&cfg, ring_toml(&addrs, maddr, &[0, 1, 2, 3, 4], 1000)).unwrap();
+    let _service = spawn(&["ring", "membership"], &cfg);
+    let mut adm = admin(maddr).await;
+    let mut procs: Vec<Option<Proc>> = (0..6).map(|_| None).collect();
+    for (i, p) in procs.iter_mut().enumerate().take(5) {
+        *p = Some(spawn(&["node", "--id", &i.to_string()], &cfg));
+    }
+    let limit = Duration::from_secs(15);
+    adm.wait_for(limit, |s| s.up == 0b1_1111).await.unwrap();
+
+    let mut slots: Vec<Option<SocketAddr>> = vec![None; SLOTS];
+    for (i, a) in addrs.iter().enumerate() {
+        slots[i] = Some(*a);
+    }
+    let slots = Arc::new(slots);
+    let oracle = Arc::new(Oracle::default());
+    let ops = Arc::new(AtomicU64::new(1));
+    let mut holder = RingClient::connect(HOLDER, slots.clone(), maddr)
+        .await
+        .unwrap();
+    let mut contender = RingClient::connect(CONTENDER, slots.clone(), maddr)
+        .await
+        .unwrap();
+    assert!(
+        holder.lock(HELD).await.unwrap(),
+        "the first lock is granted"
+    );
+    let held_op = ops.fetch_add(1, Relaxed);
+    oracle.register_path(held_op, HOLDER as u16, HELD, Mode::W);
+    let Load {
+        stop,
+        errors,
+        grants,
+        clients: load,
+        ..
+    } = Load::start(&slots, maddr, &oracle, &ops, 0x5851_f42d_4c95_7f2d).await;
+    tokio::time::sleep(Duration::from_millis(400)).await;
+
+    // `hilock ring join` of slot 5, whose node runs.
+    procs[5] = Some(spawn(&["node", "--id", "5"], &cfg));
+    let (code, out, err) = ring_cmd(&["join", "--id", "5"], &cfg, limit).await;
+    assert_eq!(code, Some(0), "ring join: {out} {err}");
+    assert!(
+        out.starts_with("joined 5: view epoch 1 members [0, 1, 2, 3, 4, 5]"),
+        "{out}"
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    // `hilock ring leave` of the held lock's primary, while the lock is held and the load
+    // runs.
+    let v = adm
+        .wait_for(limit, |s| s.view.has(NodeId(5)))
+        .await
+        .unwrap()
+        .view;
+    let leaver = ring().lookup(v, key_of(HELD)).unwrap();
+    let before = grants.load(Relaxed);
+    let (code, out, err) = ring_cmd(&["leave", "--id", &leaver.0.to_string()], &cfg, limit).await;
+    assert_eq!(code, Some(0), "ring leave: {out} {err}");
+    assert!(
+        out.starts_with(&format!("left {}: view epoch 2", leaver.0)),
+        "{out}"
+    );
+    let mut p = procs[leaver.idx()].take().unwrap();
+    let t = Instant::now();
+    loop {
+        if let Some(st) = p.0.try_wait().unwrap() {
+            assert!(st.success(), "the leaver exits cleanly: {st}");
+            break;
+        }
+        assert!(t.elapsed() < limit, "the leaver exits");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let v = adm
+        .wait_for(limit, |s| !s.view.has(leaver))
+        .await
+        .unwrap()
+        .view;
+    assert_ne!(ring().lookup(v, key_of(HELD)), Some(leaver));
+    assert!(
+        !contender.lock(HELD).await.unwrap(),
+        "the lock held across the leave of its primary is refused to another client"
+    );
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(
+        grants.load(Relaxed) > before,
+        "the load goes on after the leave"
+    );
+
+    stop.store(true, Relaxed);
+    for h in load {
+        tokio::time::timeout(limit, h)
+            .await
+            .expect("client ends")
+            .unwrap();
+    }
+    oracle.exit(held_op);
+    holder.unlock(HELD).await.unwrap();
+    let errs = errors.lock().unwrap().clone();
+    assert!(errs.is_empty(), "requests not answered: {errs:#?}");
+    let mut fresh = RingClient::connect(200, slots.clone(), maddr)
+        .await
+        .unwrap();
+    for p in (0..PATHS)
+        .map(|k| format!("/doc{k}/part"))
+        .chain([HELD.to_string()])
+    {
+        assert!(fresh.lock(&p).await.unwrap(), "{p} is free at the end");
+        fresh.unlock(&p).await.unwrap();
+    }
+    let bad = oracle.violations();
+    println!(
+        "ring join/leave processes: {} grants, {} violations, leaver node {}",
+        grants.load(Relaxed),
+        bad.len(),
+        leaver.0
+    );
+    assert!(
+        bad.is_empty(),
+        "{} violations: {:?}",
+        bad.len(),
+        &bad[..bad.len().min(3)]
+    );
+    assert!(grants.load(Relaxed) > 200);
+
+    check_status(&cfg, limit).await;
+
+    // A join whose node does not run: exit 2 after the timeout, one line.
+    let (code, _, err) = ring_cmd(
+        &["join", "--id", &leaver.0.to_string(), "--timeout-ms", "500"],
+        &cfg,
+        limit,
+    )
+    .await;
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("not settled after"), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err:?}");
+}
+
+/// `kill -SIG pid` of our own child (`STOP`, `CONT`).
+fn signal(p: &Proc, sig: &str) {
+    let st = Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg(p.0.id().to_string())
+        .status()
+        .unwrap();
+    assert!(st.success(), "kill -{sig}");
+}
+
+/// Crash detection by the successor under the lease rule, with `hilock node` processes
+/// (lease 1000 ms) under load and a lock held throughout:
+/// - SIGSTOP of the held lock's primary (a pause: its sockets stay open): its successor
+///   suspects it within three beats (0.3 lease), but the service removes it only after its
+///   lease ran out — at least 0.75 lease after the pause, as it renews every quarter lease;
+///   on SIGCONT it looks at its clock first, answers nothing and exits (status 0);
+/// - kill -9 of the new primary of the held lock: removed once its successor suspects it
+///   and its lease ran out.
+///
+/// After each, the held lock is refused to a contender; at the end the history checker
+/// reports 0 violations, every request was answered and every path is free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn successor_detects_a_pause_and_kill_9_removal_only_after_the_lease() {
+    tokio::time::timeout(Duration::from_secs(120), crash_detection())
+        .await
+        .expect("the test ended within 120 s");
+}
+
+async fn crash_detection() {
+    const LEASE: Duration = Duration::from_millis(1000);
+    let dir = tempfile::tempdir().unwrap();
+    let addrs: Vec<SocketAddr> = (0..5).map(|_| free_port()).collect();
+    let maddr = free_port();
+    let cfg = dir.path().join("ring.toml");
+    let toml = ring_toml(&addrs, maddr, &[0, 1, 2, 3, 4], LEASE.as_millis() as u64);
+    std::fs::write(&cfg, toml).unwrap();
+    let _service = spawn(&["ring", "membership"], &cfg);
+    let mut adm = admin(maddr).await;
+    let mut procs: Vec<Option<Proc>> = (0..5)
+        .map(|i| Some(spawn(&["node", "--id", &i.to_string()], &cfg)))
+        .collect();
+    let limit = Duration::from_secs(15);
+    adm.wait_for(limit, |s| s.up == 0b1_1111).await.unwrap();
+
+    let mut slots: Vec<Option<SocketAddr>> = vec![None; SLOTS];
+    for (i, a) in addrs.iter().enumerate() {
+        slots[i] = Some(*a);
+    }
+    let slots = Arc::new(slots);
+    let oracle = Arc::new(Oracle::default());
+    let ops = Arc::new(AtomicU64::new(1));
+    let mut holder = RingClient::connect(HOLDER, slots.clone(), maddr)
+        .await
+        .unwrap();
+    let mut contender = RingClient::connect(CONTENDER, slots.clone(), maddr)
+        .await
+        .unwrap();
+    assert!(holder.lock(HELD).await.unwrap());
+    let held_op = ops.fetch_add(1, Relaxed);
+    oracle.register_path(held_op, HOLDER as u16, HELD, Mode::W);
+    let Load {
+        stop,
+        errors,
+        grants,
+        clients: load,
+        ..
+    } = Load::start(&slots, maddr, &oracle, &ops, 0x1405_7b7e_f767_814f).await;
+    tokio::time::sleep(Duration::from_millis(400)).await;
+
+    // A pause of the held lock's primary.
+    let v = adm.wait_for(limit, |_| true).await.unwrap().view;
+    let paused = ring().lookup(v, key_of(HELD)).unwrap();
+    let t = Instant::now();
+    signal(procs[paused.idx()].as_ref().unwrap(), "STOP");
+    let v = adm
+        .wait_for(limit, |s| !s.view.has(paused))
+        .await
+        .unwrap()
+        .view;
+    let took = t.elapsed();
+    println!("paused node {} removed after {took:?}", paused.0);
+    assert!(
+        took >= LEASE.mul_f64(0.75),
+        "node {} removed {took:?} after its pause: before its lease ran out",
+        paused.0
+    );
+    assert!(
+        !contender.lock(HELD).await.unwrap(),
+        "the lock held across the pause of its primary is refused to another client"
+    );
+    // Woken, it answers nothing and exits once it sees it was removed.
+    let mut p = procs[paused.idx()].take().unwrap();
+    signal(&p, "CONT");
+    let t = Instant::now();
+    loop {
+        if let Some(st) = p.0.try_wait().unwrap() {
+            assert!(st.success(), "the woken node exits cleanly: {st}");
+            break;
+        }
+        assert!(t.elapsed() < limit, "the woken node exits");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    // kill -9 of the new primary of the held lock.
+    let victim = ring().lookup(v, key_of(HELD)).unwrap();
+    let before = grants.load(Relaxed);
+    let t = Instant::now();
+    drop(procs[victim.idx()].take()); // SIGKILL and reap
+    adm.wait_for(limit, |s| !s.view.has(victim)).await.unwrap();
+    println!("killed node {} removed after {:?}", victim.0, t.elapsed());
+    assert!(
+        !contender.lock(HELD).await.unwrap(),
+        "the lock held across kill -9 of its primary is refused to another client"
+    );
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(
+        grants.load(Relaxed) > before,
+        "the load goes on after the kill"
+    );
+
+    stop.store(true, Relaxed);
+    for h in load {
+        tokio::time::timeout(limit, h)
+            .await
+            .expect("client ends")
+            .unwrap();
+    }
+    oracle.exit(held_op);
+    holder.unlock(HELD).await.unwrap();
+    let errs = errors.lock().unwrap().clone();
+    assert!(errs.is_empty(), "requests not answered: {errs:#?}");
+    let mut fresh = RingClient::connect(200, slots.clone(), maddr)
+        .await
+        .unwrap();
+    for p in (0..PATHS)
+        .map(|k| format!("/doc{k}/part"))
+        .chain([HELD.to_string()])
+    {
+        assert!(fresh.lock(&p).await.unwrap(), "{p} is free at the end");
+        fresh.unlock(&p).await.unwrap();
+    }
+    let bad = oracle.violations();
+    println!(
+        "ring crash detection: {} grants, {} violations",
+        grants.load(Relaxed),
+        bad.len()
+    );
+    assert!(
+        bad.is_empty(),
+        "{} violations: {:?}",
+        bad.len(),
+        &bad[..bad.len().min(3)]
+    );
+}
+
+/// `hilock ring status --json` against the kernel's placement: every key's primary is the
+/// member whose printed range holds it, the printed replica sets are the kernel's, and
+/// every entry a node reports lies in a range it holds (primary or replica).
+async fn check_status(cfg: &Path, limit: Duration) {
+    let (code, out, err) = ring_cmd(&["status", "--json"], cfg, limit).await;
+    assert_eq!(code, Some(0), "ring status: {err}");
+    let doc: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(doc["format"], "hilock-ring-status/1");
+    let r = ring();
+    let members = doc["members"].as_array().unwrap();
+    let mut v = hilock_kernel::chord::View {
+        epoch: doc["epoch"].as_u64().unwrap() as u16,
+        members: 0,
+    };
+    for m in members {
+        v.members |= 1 << m.as_u64().unwrap();
+    }
+    let nodes = doc["nodes"].as_array().unwrap();
+    let within = |k: u64, a: u64, b: u64| {
+        if a < b {
+            a < k && k <= b
+        } else {
+            k > a || k <= b
+        }
+    };
+    let mut checked = 0;
+    for k in (0..65_536u64).step_by(97) {
+        let key = hilock_kernel::chord::Key(k as u16);
+        let owner: Vec<u64> = nodes
+            .iter()
+            .filter(|n| {
+                n["range"]
+                    .as_array()
+                    .is_some_and(|a| within(k, a[0].as_u64().unwrap(), a[1].as_u64().unwrap()))
+            })
+            .map(|n| n["slot"].as_u64().unwrap())
+            .collect();
+        let want = r.lookup(v, key).unwrap();
+        assert_eq!(
+            owner,
+            vec![want.0 as u64],
+            "key {k}: printed owners {owner:?}"
+        );
+        let n = &nodes[want.idx()];
+        let set = r.replicas(v, key, 3);
+        let printed: u16 = n["replicas"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| 1u16 << x.as_u64().unwrap())
+            .sum();
+        assert_eq!(printed, set, "key {k}: replica set");
+        checked += 1;
+    }
+    let mut entries = 0;
+    for n in nodes.iter().filter(|n| n["member"] == true) {
+        let slot = n["slot"].as_u64().unwrap() as u16;
+        let node = n["node"]
+            .as_object()
+            .expect("a live member answers the probe");
+        assert_eq!(
+            node["epoch"].as_u64().unwrap() as u16,
+            v.epoch,
+            "slot {slot}'s view"
+        );
+        for e in node["entries"].as_array().unwrap() {
+            let key = hilock_kernel::chord::Key(e.as_u64().unwrap() as u16);
+            assert!(
+                r.replicas(v, key, 3) & (1 << slot) != 0,
+                "slot {slot} reports key {} it does not hold in the view",
+                key.0
+            );
+            entries += 1;
+        }
+    }
+    assert!(entries > 0, "the nodes report entries");
+    println!("ring status: {checked} keys and {entries} entries agree with the kernel's placement");
+    // `hilock status --config F` of a ring prints the same.
+    let same = tokio::process::Command::new(BIN)
+        .args(["status", "--json", "--config"])
+        .arg(cfg)
+        .kill_on_drop(true)
+        .output();
+    let same = tokio::time::timeout(limit, same).await.unwrap().unwrap();
+    assert!(same.status.success(), "{same:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&same.stdout),
+        out,
+        "hilock status = hilock ring status"
+    );
+    // The text form names every slot.
+    let (code, out, _) = ring_cmd(&["status"], cfg, limit).await;
+    assert_eq!(code, Some(0));
+    assert!(
+        out.starts_with(&format!(
+            "ring: 16-bit identifiers, r = 2; view epoch {}",
+            v.epoch
+        )),
+        "{out}"
+    );
+    assert_eq!(
+        out.lines().filter(|l| l.starts_with("slot ")).count(),
+        nodes.len(),
+        "{out}"
+    );
+}

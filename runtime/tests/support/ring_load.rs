@@ -1,0 +1,115 @@
+//! The load of the ring tests (`#[path = "support/ring_load.rs"] mod ring_load;`): clients
+//! that lock random paths under the demo's history checker.
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use hilock::demo::Oracle;
+use hilock::ring::{key_of, ring, RingClient, SLOTS};
+use hilock_kernel::chord::{NodeId, View};
+use hilock_kernel::Mode;
+
+pub const LOAD_CLIENTS: u8 = 12;
+pub const PATHS: u64 = 16;
+pub const HELD: &str = "/pinned/record";
+pub const HOLDER: u8 = 100;
+pub const CONTENDER: u8 = 101;
+
+pub struct Rng(u64);
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+/// The load of the ring tests: `LOAD_CLIENTS` clients, each locking random paths of
+/// `PATHS`, holding 1–3 ms (registered with the oracle) and unlocking, until `stop`; a
+/// refused lock is retried after 1 ms; an error ends the client and is recorded. Each
+/// client's task gives its client back.
+pub struct Load {
+    pub stop: Arc<AtomicBool>,
+    pub errors: Arc<Mutex<Vec<String>>>,
+    pub grants: Arc<AtomicU64>,
+    pub refusals: Arc<AtomicU64>,
+    pub clients: Vec<tokio::task::JoinHandle<RingClient>>,
+}
+
+impl Load {
+    pub async fn start(
+        addrs: &Arc<Vec<Option<SocketAddr>>>,
+        maddr: SocketAddr,
+        oracle: &Arc<Oracle>,
+        ops: &Arc<AtomicU64>,
+        seed: u64,
+    ) -> Load {
+        let stop = Arc::new(AtomicBool::new(false));
+        let errors = Arc::new(Mutex::new(Vec::<String>::new()));
+        let (grants, refusals) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+        let mut clients = Vec::new();
+        for c in 1..=LOAD_CLIENTS {
+            let mut cl = RingClient::connect(c, addrs.clone(), maddr).await.unwrap();
+            let (stop, errors, oracle, ops, grants, refusals) = (
+                stop.clone(),
+                errors.clone(),
+                oracle.clone(),
+                ops.clone(),
+                grants.clone(),
+                refusals.clone(),
+            );
+            clients.push(tokio::spawn(async move {
+                let mut rng = Rng(seed ^ c as u64);
+                while !stop.load(Relaxed) {
+                    let path = format!("/doc{}/part", rng.next() % PATHS);
+                    match cl.lock(&path).await {
+                        Ok(true) => {
+                            grants.fetch_add(1, Relaxed);
+                            let op = ops.fetch_add(1, Relaxed);
+                            oracle.register_path(op, c as u16, &path, Mode::W);
+                            tokio::time::sleep(Duration::from_millis(1 + rng.next() % 3)).await;
+                            oracle.exit(op);
+                            if let Err(e) = cl.unlock(&path).await {
+                                let e = format!("c{c} unlock {path}: {e}");
+                                errors.lock().unwrap().push(e);
+                                return cl;
+                            }
+                        }
+                        Ok(false) => {
+                            refusals.fetch_add(1, Relaxed);
+                            tokio::time::sleep(Duration::from_millis(1)).await;
+                        }
+                        Err(e) => {
+                            errors
+                                .lock()
+                                .unwrap()
+                                .push(format!("c{c} lock {path}: {e}"));
+                            return cl;
+                        }
+                    }
+                }
+                cl
+            }));
+        }
+        Load {
+            stop,
+            errors,
+            grants,
+            refusals,
+            clients,
+        }
+    }
+}
+
+/// The primary and the two replicas of `path` in `v`.
+pub fn holders_of(v: View, path: &str) -> Vec<NodeId> {
+    let set = ring().replicas(v, key_of(path), 3);
+    (0..SLOTS as u16)
+        .filter(|i| set & (1 << i) != 0)
+        .map(NodeId)
+        .collect()
+}
