@@ -238,12 +238,7 @@ async fn run(
                 let v = server.view();
                 let ring = ring();
                 if let Some(next) = ring.next(v, me).filter(|n| *n != me && v.has(me)) {
-                    let tx = links.entry(next).or_insert_with(|| link(me, next, &peers));
-                    if tx.send(Frame::Beat).is_err() {
-                        let tx = link(me, next, &peers);
-                        let _ = tx.send(Frame::Beat);
-                        links.insert(next, tx);
-                    }
+                    send_node(&mut links, &server, me, &peers, next, Frame::Beat);
                 }
                 // Watch the predecessor.
                 let pred = ring.prev(v, me).filter(|p| *p != me && v.has(me));
@@ -291,7 +286,14 @@ async fn run(
                         }));
                         continue;
                     }
-                    Ev::Open(..) => continue,
+                    Ev::Open(Addr::Node(p), _) => {
+                        // A peer dialled in again: the acknowledgements it sent on its old
+                        // connection may be lost, so it gets every replica write it has
+                        // not acknowledged again (FAULTS.md §2.6, a short cut).
+                        let tx = links.entry(p).or_insert_with(|| link(me, p, &peers));
+                        resend_owed(&server, me, p, tx);
+                        continue;
+                    }
                     Ev::MembershipGone => return,
                     Ev::Frame(Addr::Chord, Frame::Left) => return,
                     Ev::Frame(Addr::Chord, Frame::Lease { seq, ms }) => {
@@ -323,15 +325,7 @@ async fn run(
                 for o in out {
                     match o.to {
                         Addr::Node(n) => {
-                            let tx = links.entry(n).or_insert_with(|| link(me, n, &peers));
-                            if tx.send(Frame::Msg(Box::new(o.msg.clone()))).is_err() {
-                                // The link task ended (the peer is down): try a fresh
-                                // connection once; if that fails too, the message is lost
-                                // with the peer, as in the model.
-                                let tx = link(me, n, &peers);
-                                let _ = tx.send(Frame::Msg(Box::new(o.msg)));
-                                links.insert(n, tx);
-                            }
+                            send_node(&mut links, &server, me, &peers, n, Frame::Msg(Box::new(o.msg)));
                         }
                         Addr::Client(c) => {
                             snap.replies += 1;
@@ -362,6 +356,50 @@ fn report(server: &Server, mtx: &mpsc::UnboundedSender<Frame>, last: &mut Option
             view: now.0,
             settled: now.1,
         });
+    }
+}
+
+/// Sends `f` to peer `n` on the link this node dialled. When that link's task has ended
+/// (the peer was down or the connection broke) it dials a fresh one once and first sends
+/// the peer again every replica write it has not acknowledged
+/// ([`RingServer::reconnected`](hilock_kernel::chord::RingServer::reconnected): what the
+/// broken connection may have lost, FAULTS.md §2.6); if that dial fails too, the frame is
+/// lost with the peer, as in the model's crash.
+fn send_node(
+    links: &mut HashMap<NodeId, mpsc::UnboundedSender<Frame>>,
+    server: &Server,
+    me: NodeId,
+    peers: &Arc<Vec<Option<SocketAddr>>>,
+    n: NodeId,
+    f: Frame,
+) {
+    let tx = links.entry(n).or_insert_with(|| link(me, n, peers));
+    if let Err(mpsc::error::SendError(f)) = tx.send(f) {
+        let tx = link(me, n, peers);
+        resend_owed(server, me, n, &tx);
+        let _ = tx.send(f);
+        links.insert(n, tx);
+    }
+}
+
+/// Queues on `tx` the copies of every write in progress that peer `p` has not
+/// acknowledged (duplicates are acknowledged again by the replica, not applied twice).
+fn resend_owed(server: &Server, me: NodeId, p: NodeId, tx: &mpsc::UnboundedSender<Frame>) {
+    let mut again =
+        heapless::Vec::<hilock_kernel::chord::Out<{ super::TABLE }>, { super::TABLE }>::new();
+    match server.reconnected(p, &mut again) {
+        Ok(0) => {}
+        Ok(k) => {
+            tracing::info!(
+                "ring node {}: {k} replica writes sent again to {}",
+                me.0,
+                p.0
+            );
+            for o in again {
+                let _ = tx.send(Frame::Msg(Box::new(o.msg)));
+            }
+        }
+        Err(e) => tracing::warn!("ring node {}: resend to {} refused: {e}", me.0, p.0),
     }
 }
 
