@@ -14,6 +14,15 @@
 //!   ([`crate::proc::group_alive`]). `hilock lock` registers its command this way.
 //! - When the node stops while a client holds a lock, it sends
 //!   `{"ok":false,"lost":true,"error":"…"}` and closes the connection.
+//! - Membership through etcd (`spec/FAULTS.md` 3.1): the grant carries the end of the
+//!   node's lease, `"lease_until_ms":T,"lease_grace_ms":G` (T on the machine's
+//!   `CLOCK_MONOTONIC`, [`crate::proc::monotonic`]), and the node sends
+//!   `{"ok":true,"lease_until_ms":T',…}` after every renewal of its lease. A holder must
+//!   stop what it does under the lock by T + G if no renewal moved T — even when the node
+//!   itself is paused and cannot say so (`hilock lock` kills its command's group at T:
+//!   SIGTERM, SIGKILL at most G/2 later). When the node's lease is lost it sends
+//!   `{"ok":false,"lost":true,"lease_lost":true,"error":"…"}`, kills the registered group
+//!   and only then releases the lock.
 //! - `{"op":"status"}` → `{"ok":true,"status":{…}}` ([`crate::node::Status`]).
 
 use std::path::{Path, PathBuf};
@@ -100,6 +109,16 @@ pub struct Reply {
     /// The lock this connection held is lost (the node is stopping).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub lost: bool,
+    /// Membership through etcd: the hold is good until this `CLOCK_MONOTONIC` time in
+    /// milliseconds unless a later line moves it ([`crate::proc::monotonic_ms_to_instant`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease_until_ms: Option<u64>,
+    /// With `lease_until_ms`: by how much later the holder's command must be gone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease_grace_ms: Option<u64>,
+    /// With `lost`: the lock is lost because the node's etcd lease is.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub lease_lost: bool,
 }
 
 impl Reply {
@@ -111,6 +130,9 @@ impl Reply {
             status: None,
             fence: None,
             lost: false,
+            lease_until_ms: None,
+            lease_grace_ms: None,
+            lease_lost: false,
         }
     }
 
@@ -122,6 +144,9 @@ impl Reply {
             status: None,
             fence: None,
             lost: false,
+            lease_until_ms: None,
+            lease_grace_ms: None,
+            lease_lost: false,
         }
     }
 }
@@ -315,9 +340,12 @@ async fn client(node: Handle, s: UnixStream) {
                 }
             };
             let locks = guard.locks().map(|(p, m)| format!("{p}:{m}")).collect();
+            let lease = node.lease().borrow().deadline_ms();
             let reply = Reply {
                 locks: Some(locks),
                 fence: Some(guard.fence()),
+                lease_until_ms: lease.map(|l| l.0),
+                lease_grace_ms: lease.map(|l| l.1),
                 ..Reply::ok()
             };
             if write_reply(&mut w, &reply).await.is_err() {
@@ -397,8 +425,11 @@ async fn txn(
         return;
     }
     let names: Vec<String> = parsed.iter().map(|(p, m)| format!("{p}:{m}")).collect();
+    let lease = node.lease().borrow().deadline_ms();
     let reply = Reply {
         locks: Some(names.clone()),
+        lease_until_ms: lease.map(|l| l.0),
+        lease_grace_ms: lease.map(|l| l.1),
         ..Reply::ok()
     };
     if write_reply(&mut w, &reply).await.is_err() {
@@ -421,9 +452,10 @@ const STOP_KILL_WAIT: Duration = Duration::from_millis(80);
 /// Hold a granted lock until the client releases it, dies or the node stops. Returns when
 /// the lock may be released: if the client registered its command's process group and
 /// then died, only once that group has been killed and no process of it is left. When the
-/// node stops, a registered group is killed (SIGTERM, SIGKILL [`STOP_TERM_GRACE`] later)
-/// before the release; `false` if a process of it is still alive [`STOP_KILL_WAIT`] after
-/// the SIGKILL: then the lock must not be released.
+/// node stops, or its etcd lease is lost, a registered group is killed (SIGTERM, SIGKILL
+/// [`STOP_TERM_GRACE`] later) before the release; `false` if a process of it is still
+/// alive [`STOP_KILL_WAIT`] after the SIGKILL: then the lock must not be released. While
+/// the node's lease is valid, every renewal is passed on to the client.
 async fn hold(
     node: &Handle,
     r: &mut BufReader<tokio::net::unix::OwnedReadHalf>,
@@ -435,20 +467,30 @@ async fn hold(
     let mut stop = node.stopping();
     let mut lost = std::pin::pin!(lost);
     let mut group: Option<i32> = None;
-    let mut line = String::new();
+    let mut lease = node.lease();
+    let mut follow_lease = !matches!(*lease.borrow(), crate::node::NodeLease::Static);
+    // A lease lost between the grant and now: the change is seen below at once.
+    lease.mark_changed();
+    // Bytes, not a String: `read_until` keeps what it read when another branch wins, so
+    // no part of a line is lost to a lease renewal.
+    let mut line = Vec::new();
     loop {
-        line.clear();
         let mut limited = (&mut *r).take(MAX_LINE as u64);
         tokio::select! {
-            n = limited.read_line(&mut line) => {
-                if matches!(n, Ok(0) | Err(_)) || !line.ends_with('\n') {
+            n = limited.read_until(b'\n', &mut line) => {
+                if matches!(n, Ok(0) | Err(_)) || line.len() >= MAX_LINE {
                     // The client is gone without releasing.
                     return match group {
                         Some(g) => kill_group(node, g, path).await,
                         None => true,
                     };
                 }
-                match serde_json::from_str::<Request>(line.trim_end()) {
+                if line.last() != Some(&b'\n') {
+                    continue;
+                }
+                let req = serde_json::from_slice::<Request>(line.trim_ascii_end());
+                line.clear();
+                match req {
                     Ok(Request::Child { pgid }) if group.is_none() => {
                         let ok = peer_pid
                             .is_some_and(|p| crate::proc::is_group_leader_child_of(pgid, p));
@@ -499,6 +541,43 @@ async fn hold(
                 )
                 .await;
                 return true;
+            }
+            changed = lease.changed(), if follow_lease => {
+                if changed.is_err() {
+                    follow_lease = false;
+                    continue;
+                }
+                let now = lease.borrow_and_update().clone();
+                match now {
+                    crate::node::NodeLease::Lost { reason } => {
+                        let _ = write_reply(
+                            w,
+                            &Reply {
+                                lost: true,
+                                lease_lost: true,
+                                ..Reply::error(format!("lock on {path} lost: {reason}"))
+                            },
+                        )
+                        .await;
+                        // The node's word first, then the kill, then (on return) the
+                        // release: the command is gone before the lock is.
+                        return match group {
+                            Some(g) => stop_group(g, path).await,
+                            None => true,
+                        };
+                    }
+                    l => {
+                        if let Some((until, grace)) = l.deadline_ms() {
+                            let renewal = Reply {
+                                lease_until_ms: Some(until),
+                                lease_grace_ms: Some(grace),
+                                ..Reply::ok()
+                            };
+                            // A client that is gone is seen by the read above.
+                            let _ = write_reply(w, &renewal).await;
+                        }
+                    }
+                }
             }
         }
     }

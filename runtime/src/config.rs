@@ -36,6 +36,22 @@
 //! members = [0, 1, 2, 3]          # the first view (default: every node)
 //! lease_ms = 1000                 # the nodes' lease (default 2000)
 //! ```
+//!
+//! # Membership
+//! Membership (issue 15; `spec/FAULTS.md` 2.3 and 4). By default the cluster is
+//! static: the nodes above, and a dead node's paths fail only at the request timeout. With
+//! etcd (a `hilock` built with `--features etcd`):
+//!
+//! ```toml
+//! membership = "etcd"                  # default: "static"
+//! etcd_endpoints = ["127.0.0.1:2379"]  # etcd's client URLs
+//! etcd_lease_ttl_s = 10                # the node lease's TTL (default 10)
+//! etcd_grace_ms = 1000                 # time to kill holders' commands (default 1000)
+//! ```
+//!
+//! the node holds an etcd lease while it runs; when the lease is lost it stops granting
+//! and its holders' commands are killed, and a peer whose lease ends fails the requests
+//! that wait on it ([`crate::node`], `spec/FAULTS.md` 3.1).
 
 use serde::Deserialize;
 use std::net::SocketAddr;
@@ -73,6 +89,11 @@ struct File {
     client: Option<PathBuf>,
     max_clients: Option<usize>,
     request_timeout_ms: Option<u64>,
+    // Membership (issue 15): see the module documentation.
+    membership: Option<String>,
+    etcd_endpoints: Option<Vec<String>>,
+    etcd_lease_ttl_s: Option<u32>,
+    etcd_grace_ms: Option<u64>,
     nodes: Vec<NodeAddr>,
     // The ring engine (seed 003).
     engine: Option<String>,
@@ -173,6 +194,23 @@ fn ring_part(
     ))
 }
 
+/// How the cluster's membership is kept.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Membership {
+    /// The configured nodes, for the node's whole run (the default).
+    #[default]
+    Static,
+    /// Node leases and the member list in etcd (`hilock::membership`, feature `etcd`).
+    Etcd {
+        /// etcd's client endpoints.
+        endpoints: Vec<String>,
+        /// The node lease's TTL, whole seconds.
+        ttl_s: u32,
+        /// Real time the node needs to stop granting and kill its holders' commands.
+        grace: Duration,
+    },
+}
+
 /// A validated node configuration.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Config {
@@ -196,6 +234,8 @@ pub struct Config {
     pub engine: Engine,
     /// The ring engine's settings (with `engine = "ring"`).
     pub ring: Option<RingConfig>,
+    /// Static, or etcd leases and member list.
+    pub membership: Membership,
 }
 
 impl std::fmt::Debug for Config {
@@ -211,6 +251,7 @@ impl std::fmt::Debug for Config {
             .field("request_timeout", &self.request_timeout)
             .field("engine", &self.engine)
             .field("ring", &self.ring)
+            .field("membership", &self.membership)
             .finish()
     }
 }
@@ -241,6 +282,7 @@ impl Config {
             request_timeout: Duration::from_secs(30),
             engine: Engine::Token,
             ring: None,
+            membership: Membership::Static,
         };
         c.validate()?;
         Ok(c)
@@ -301,6 +343,30 @@ impl Config {
             }
             c.request_timeout = Duration::from_millis(ms);
         }
+        c.membership = match f.membership.as_deref().unwrap_or("static") {
+            "static" => {
+                if f.etcd_endpoints.is_some()
+                    || f.etcd_lease_ttl_s.is_some()
+                    || f.etcd_grace_ms.is_some()
+                {
+                    return Err("etcd_* settings need membership = \"etcd\"".into());
+                }
+                Membership::Static
+            }
+            "etcd" => Membership::Etcd {
+                endpoints: f
+                    .etcd_endpoints
+                    .ok_or("membership = \"etcd\" needs etcd_endpoints")?,
+                ttl_s: f.etcd_lease_ttl_s.unwrap_or(10),
+                grace: Duration::from_millis(f.etcd_grace_ms.unwrap_or(1000)),
+            },
+            other => {
+                return Err(format!(
+                    "membership {other:?}: one of \"static\" or \"etcd\""
+                ))
+            }
+        };
+        c.validate()?;
         Ok(c)
     }
 
@@ -335,6 +401,25 @@ impl Config {
         }
         if usize::from(self.id) >= self.nodes.len() {
             return Err(format!("id {} is not one of the configured nodes", self.id));
+        }
+        if let Membership::Etcd {
+            endpoints,
+            ttl_s,
+            grace,
+        } = &self.membership
+        {
+            if endpoints.is_empty() || endpoints.iter().any(|e| e.trim().is_empty()) {
+                return Err("etcd_endpoints must name at least one endpoint".into());
+            }
+            if *ttl_s < 2 {
+                return Err("etcd_lease_ttl_s must be at least 2".into());
+            }
+            if grace.as_millis() >= u128::from(*ttl_s) * 1000 {
+                return Err(format!(
+                    "etcd_grace_ms ({} ms) must be shorter than the lease TTL ({ttl_s} s)",
+                    grace.as_millis()
+                ));
+            }
         }
         Ok(())
     }
@@ -372,6 +457,20 @@ addr = "127.0.0.1:7101"
         let with_socket = GOOD.replace("id = 1\n[[", "id = 1\nclient = \"/tmp/h-{id}.sock\"\n[[");
         let c = Config::from_toml(&with_socket, Some(0)).unwrap();
         assert_eq!(c.client, Some(PathBuf::from("/tmp/h-0.sock")));
+        assert_eq!(c.membership, Membership::Static);
+        let etcd = GOOD.replace(
+            "id = 1\n[[",
+            "id = 1\nmembership = \"etcd\"\netcd_endpoints = [\"127.0.0.1:2379\"]\n[[",
+        );
+        let c = Config::from_toml(&etcd, None).unwrap();
+        assert_eq!(
+            c.membership,
+            Membership::Etcd {
+                endpoints: vec!["127.0.0.1:2379".into()],
+                ttl_s: 10,
+                grace: Duration::from_secs(1),
+            }
+        );
     }
 
     #[test]
@@ -390,6 +489,25 @@ addr = "127.0.0.1:7101"
             (GOOD.replace("127.0.0.1:7100", "nowhere"), "line"),
             (format!("{GOOD}\nbogus = 1\n"), "bogus"),
             (GOOD.replace("[[nodes]]", "[[nodez]]"), "nodez"),
+            (
+                GOOD.replace("id = 1\n[[", "id = 1\nmembership = \"etcd\"\n[["),
+                "needs etcd_endpoints",
+            ),
+            (
+                GOOD.replace("id = 1\n[[", "id = 1\nmembership = \"zk\"\n[["),
+                "one of",
+            ),
+            (
+                GOOD.replace("id = 1\n[[", "id = 1\netcd_lease_ttl_s = 5\n[["),
+                "need membership",
+            ),
+            (
+                GOOD.replace(
+                    "id = 1\n[[",
+                    "id = 1\nmembership = \"etcd\"\netcd_endpoints = [\"127.0.0.1:2379\"]\netcd_lease_ttl_s = 2\netcd_grace_ms = 2000\n[[",
+                ),
+                "shorter than the lease TTL",
+            ),
         ];
         for (text, want) in cases {
             let e = Config::from_toml(&text, None).unwrap_err();

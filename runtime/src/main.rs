@@ -78,8 +78,9 @@ enum Command {
     /// Hold a lock while a command runs (like flock): `hilock lock /db/flights W -- cmd args`.
     /// The command runs in its own process group and dies with the lock. Exits with the
     /// command's status (128+N if signal N killed it); 2 (and one line on stderr) if the
-    /// lock is not granted; 75 if the connection to the node closed while the command ran
-    /// and 76 if the node reported the lock lost (the command's group was killed first).
+    /// lock is not granted; 75 if the connection to the node closed while the command ran,
+    /// 76 if the node reported the lock lost and 77 if the node's etcd lease was lost or
+    /// not renewed in time (membership through etcd; the command's group was killed first).
     ///
     /// With --txn: `hilock lock --txn /a:W /b:R -- cmd args` takes every `PATH:R|W` in one
     /// transaction of the agents engine (seed 001, deadlocks detected and resolved) and
@@ -450,6 +451,20 @@ const EXIT_NODE_GONE: u8 = 75;
 /// group was killed.
 const EXIT_LOCK_LOST: u8 = 76;
 
+/// `hilock lock`: the node's etcd lease was lost (the node said so), or its end passed
+/// without a renewal (the node may be paused or cut off from etcd); the command's group
+/// was killed.
+const EXIT_LEASE_LOST: u8 = 77;
+
+/// The end of the node's lease a reply carries, as a local instant, and the grace.
+fn lease_deadline(
+    r: &hilock::client::Reply,
+) -> Option<(tokio::time::Instant, std::time::Duration)> {
+    let until = r.lease_until_ms?;
+    let grace = std::time::Duration::from_millis(r.lease_grace_ms.unwrap_or(0));
+    Some((hilock::proc::monotonic_ms_to_instant(until), grace))
+}
+
 /// Kill every process of group `pgid`: SIGTERM, then SIGKILL after `grace`; reap `child`
 /// (the group's leader) on the way. Returns once no process of the group is left (or
 /// after a further 10 s of SIGKILL, which only an unkillable process survives).
@@ -691,6 +706,10 @@ fn lock(
         if !reply.ok {
             return Err(reply.error.unwrap_or_else(|| "lock refused".into()));
         }
+        // Membership through etcd: the hold ends with the node's lease unless the node
+        // renews it (spec/FAULTS.md 3.1) — checked here, where a paused node cannot
+        // keep the command running past it.
+        let mut lease = lease_deadline(&reply);
         // From now on the signals that would stop the wrapper go to the command's group;
         // the wrapper stays to release the lock when the command is gone.
         let (sig_tx, mut sig_rx) = tokio::sync::mpsc::unbounded_channel();
@@ -733,16 +752,23 @@ fn lock(
         let mut line = serde_json::to_vec(&hilock::client::Request::Child { pgid })
             .map_err(|e| e.to_string())?;
         line.push(b'\n');
-        let mut answer = String::new();
         let registered = async {
             w.write_all(&line).await.map_err(|e| e.to_string())?;
-            r.read_line(&mut answer).await.map_err(|e| e.to_string())?;
-            let a: hilock::client::Reply = serde_json::from_str(answer.trim_end())
-                .map_err(|_| "the node closed the connection".to_string())?;
-            if a.ok {
-                Ok(())
-            } else {
-                Err(a.error.unwrap_or_else(|| "refused".into()))
+            loop {
+                let mut answer = String::new();
+                r.read_line(&mut answer).await.map_err(|e| e.to_string())?;
+                let a: hilock::client::Reply = serde_json::from_str(answer.trim_end())
+                    .map_err(|_| "the node closed the connection".to_string())?;
+                if a.ok && a.lease_until_ms.is_some() {
+                    // A lease renewal, not the answer.
+                    lease = lease_deadline(&a);
+                    continue;
+                }
+                break if a.ok {
+                    Ok(())
+                } else {
+                    Err(a.error.unwrap_or_else(|| "refused".into()))
+                };
             }
         }
         .await;
@@ -753,27 +779,58 @@ fn lock(
         std::io::Write::write_all(&mut gate_w, b"x")
             .map_err(|e| format!("cannot start the command: {e}"))?;
         drop(gate_w);
-        let mut node_line = String::new();
+        // Bytes: `read_until` keeps a partly read line when another branch wins.
+        let mut node_line = Vec::new();
+        let mut kill_grace = grace;
         let lost = loop {
+            let lease_end = lease.map(|l| l.0);
             tokio::select! {
                 // The node writes "lock lost" before it kills the group (a stopping
                 // node): when both are ready, the node's word is read first, so the
                 // exit code says the lock was lost, not that the command was killed.
                 biased;
-                n = r.read_line(&mut node_line) => {
-                    break match n {
-                        Ok(n) if n > 0 && node_line.ends_with('\n') => {
-                            let why = serde_json::from_str::<hilock::client::Reply>(node_line.trim_end())
-                                .ok()
-                                .and_then(|r| r.error)
-                                .unwrap_or_else(|| node_line.trim_end().to_string());
-                            (EXIT_LOCK_LOST, why)
+                n = r.read_until(b'\n', &mut node_line) => {
+                    match n {
+                        Ok(n) if n > 0 && node_line.ends_with(b"\n") => {
+                            let text = String::from_utf8_lossy(node_line.trim_ascii_end()).into_owned();
+                            node_line.clear();
+                            let parsed = serde_json::from_str::<hilock::client::Reply>(&text).ok();
+                            if let Some(p) = parsed.as_ref().filter(|p| p.ok && !p.lost) {
+                                // A renewal of the node's lease.
+                                if p.lease_until_ms.is_some() {
+                                    lease = lease_deadline(p);
+                                }
+                                continue;
+                            }
+                            let code = if parsed.as_ref().is_some_and(|p| p.lease_lost) {
+                                EXIT_LEASE_LOST
+                            } else {
+                                EXIT_LOCK_LOST
+                            };
+                            let why = parsed.and_then(|r| r.error).unwrap_or(text);
+                            break (code, why);
                         }
-                        _ => (
+                        // The rest of a line comes with the next read (or its end).
+                        Ok(n) if n > 0 => continue,
+                        _ => break (
                             EXIT_NODE_GONE,
                             format!("lock on {path} lost: the connection to the node closed (node stopped or crashed)"),
                         ),
-                    };
+                    }
+                }
+                _ = tokio::time::sleep_until(lease_end.unwrap_or_else(tokio::time::Instant::now)), if lease_end.is_some() => {
+                    // The node did not renew its lease in time (paused, hung, or cut off
+                    // from etcd): the command must be gone within the lease's grace.
+                    if let Some((_, g)) = lease {
+                        kill_grace = kill_grace.min(g / 2);
+                    }
+                    break (
+                        EXIT_LEASE_LOST,
+                        format!(
+                            "lock on {path} lost: the node's etcd lease was not renewed in time \
+                             (the node is paused, hung or cut off from etcd)"
+                        ),
+                    );
                 }
                 st = child.wait() => {
                     let st = st.map_err(|e| format!("cannot wait for the command: {e}"))?;
@@ -798,7 +855,12 @@ fn lock(
                 }
             }
         };
-        kill_group(pgid, &mut child, grace).await;
+        if lost.0 == EXIT_LEASE_LOST {
+            if let Some((_, g)) = lease {
+                kill_grace = kill_grace.min(g / 2);
+            }
+        }
+        kill_group(pgid, &mut child, kill_grace).await;
         eprintln!("hilock: {}; the command's process group was killed", lost.1);
         Ok(ExitCode::from(lost.0))
     })

@@ -169,6 +169,49 @@ pub fn wait_gate(fd: i32) -> std::io::Result<bool> {
     Ok(n == 1)
 }
 
+/// The system's monotonic clock (`CLOCK_MONOTONIC`, the clock of [`std::time::Instant`] on
+/// Linux): the same for every process of the machine, so a node can hand a deadline to its
+/// `hilock lock` wrappers (the end of its etcd lease) that they read on their own.
+pub fn monotonic() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid timespec for clock_gettime to fill; CLOCK_MONOTONIC always
+    // exists on Linux.
+    #[allow(unsafe_code)]
+    let r = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    assert_eq!(r, 0, "clock_gettime(CLOCK_MONOTONIC)");
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// `at` (a local [`tokio::time::Instant`]) as [`monotonic`] time in whole milliseconds,
+/// rounded so that it is never later than `at` (0 if `at` has passed long ago).
+pub fn instant_to_monotonic_ms(at: tokio::time::Instant) -> u64 {
+    // The monotonic clock first: a pause between the two reads makes the result earlier.
+    let mono = monotonic();
+    let now = tokio::time::Instant::now();
+    let t = if at >= now {
+        mono + (at - now)
+    } else {
+        mono.saturating_sub(now - at)
+    };
+    u64::try_from(t.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// [`monotonic`] time `ms` as a local [`tokio::time::Instant`], never later than it.
+pub fn monotonic_ms_to_instant(ms: u64) -> tokio::time::Instant {
+    // The local clock first: a pause between the two reads makes the result earlier.
+    let now = tokio::time::Instant::now();
+    let mono = monotonic();
+    let at = Duration::from_millis(ms);
+    if at >= mono {
+        now + (at - mono)
+    } else {
+        now.checked_sub(mono - at).unwrap_or(now)
+    }
+}
+
 /// Whether `pid` is a live child of `parent` that leads its own process group: what the
 /// node checks before it accepts a client's report of its command's group.
 pub fn is_group_leader_child_of(pid: i32, parent: i32) -> bool {
@@ -187,6 +230,20 @@ mod tests {
         assert!(ppid > 0 && pgrp > 0);
         assert!(group_members(pgrp).contains(&me));
         assert!(stat(-5).is_none());
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn monotonic_deadlines_round_trip_never_later() {
+        let at = tokio::time::Instant::now() + Duration::from_millis(1500);
+        let ms = instant_to_monotonic_ms(at);
+        let back = monotonic_ms_to_instant(ms);
+        assert!(back <= at, "never later");
+        assert!(at - back < Duration::from_millis(5), "{:?}", at - back);
+        let past = tokio::time::Instant::now();
+        assert!(monotonic_ms_to_instant(instant_to_monotonic_ms(past)) <= past);
+        let a = monotonic();
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(monotonic() - a >= Duration::from_millis(20));
     }
 
     #[tokio::test(flavor = "current_thread")]

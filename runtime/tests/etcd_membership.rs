@@ -9,15 +9,11 @@
 #[path = "support/etcd.rs"]
 mod etcd;
 
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
-use std::sync::Arc;
 use std::time::Duration;
 
 use hilock::membership::{
     EpochView, Error, EtcdOptions, LeaseState, LostReason, Member, MemberView, Membership,
 };
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
@@ -67,63 +63,6 @@ async fn view_until(
 
 fn ids(v: &MemberView) -> Vec<u16> {
     v.members.keys().copied().collect()
-}
-
-/// A TCP proxy to etcd that can cut its node off: while cut, it reads and discards
-/// everything in both directions (a partition: nothing is refused, nothing arrives).
-struct Proxy {
-    addr: String,
-    cut: Arc<AtomicBool>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Drop for Proxy {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-impl Proxy {
-    async fn start(target: &str) -> Proxy {
-        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = l.local_addr().unwrap().to_string();
-        let cut = Arc::new(AtomicBool::new(false));
-        let (c, target) = (cut.clone(), target.to_string());
-        let task = tokio::spawn(async move {
-            let mut conns = tokio::task::JoinSet::new();
-            while let Ok((a, _)) = l.accept().await {
-                let Ok(b) = TcpStream::connect(&target).await else {
-                    continue;
-                };
-                let (ar, aw) = a.into_split();
-                let (br, bw) = b.into_split();
-                conns.spawn(pipe(ar, bw, c.clone()));
-                conns.spawn(pipe(br, aw, c.clone()));
-            }
-        });
-        Proxy { addr, cut, task }
-    }
-
-    fn cut(&self) {
-        self.cut.store(true, Relaxed);
-    }
-}
-
-async fn pipe(
-    mut r: tokio::net::tcp::OwnedReadHalf,
-    mut w: tokio::net::tcp::OwnedWriteHalf,
-    cut: Arc<AtomicBool>,
-) {
-    let mut buf = vec![0u8; 16 * 1024];
-    loop {
-        let n = match r.read(&mut buf).await {
-            Ok(0) | Err(_) => return,
-            Ok(n) => n,
-        };
-        if !cut.load(Relaxed) && w.write_all(&buf[..n]).await.is_err() {
-            return;
-        }
-    }
 }
 
 /// Two nodes join and see each other; a second incarnation of a member is refused while
@@ -192,7 +131,7 @@ fn a_node_cut_from_etcd_loses_its_lease_before_the_others_see_it_leave() {
     };
     let o = opts(&etcd.addr, Duration::from_secs(1));
     run(Duration::from_secs(40), async {
-        let proxy = Proxy::start(&etcd.addr).await;
+        let proxy = etcd::Proxy::start(&etcd.addr).await;
         let a = Membership::join(&o, "c", m(0, 1)).await.unwrap();
         let ob = EtcdOptions {
             endpoints: vec![proxy.addr.clone()],

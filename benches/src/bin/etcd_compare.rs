@@ -29,6 +29,11 @@
 //!   clients are spread round-robin over the nodes (one `Handle` each), every etcd client
 //!   has its own connection and its own lease.
 //!
+//! - the uncontended hilock rows again on a second cluster whose nodes hold etcd leases
+//!   (`membership = "etcd"` against the same etcd, issue 15), interleaved with the first
+//!   cluster's runs in rounds so that both see the same machine load. This needs hilock's
+//!   own `etcd` feature: `--features etcd,hilock/etcd`; without it the row says so.
+//!
 //! The Markdown tables go to stdout, progress to stderr.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
@@ -506,6 +511,38 @@ fn spread(v: &[u64]) -> String {
     format!("{min}–{max}")
 }
 
+/// `n` nodes on 127.0.0.1 with `membership = "etcd"` (leases at `endpoint`, TTL 10 s).
+async fn etcd_member_cluster(n: usize, endpoint: &str) -> Result<Vec<Node>, BoxError> {
+    let mut listeners = Vec::new();
+    let mut addrs = Vec::new();
+    for id in 0..n {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        addrs.push(hilock::NodeAddr {
+            id: id as u16,
+            addr: l.local_addr()?,
+        });
+        listeners.push(l);
+    }
+    let cluster = format!("etcd-compare-members-{}", std::process::id());
+    let mut nodes = Vec::new();
+    for (id, l) in listeners.into_iter().enumerate() {
+        let mut c = hilock::Config::new(
+            cluster.as_str(),
+            b"etcd-compare secret".to_vec(),
+            id as u16,
+            addrs.clone(),
+        )?;
+        c.request_timeout = Duration::from_secs(30);
+        c.membership = hilock::config::Membership::Etcd {
+            endpoints: vec![endpoint.to_string()],
+            ttl_s: 10,
+            grace: Duration::from_secs(1),
+        };
+        nodes.push(Node::start_on(c, l).await?);
+    }
+    Ok(nodes)
+}
+
 async fn run(o: Opts) -> Result<(), BoxError> {
     let started = Instant::now();
     eprintln!("etcd at {} ...", o.endpoint);
@@ -540,6 +577,35 @@ async fn run(o: Opts) -> Result<(), BoxError> {
     let h_rot_d = hilock_uncontended(handles.clone(), "/u-moving", o.warmup, o.iters).await?;
     let rot_msgs = (hilock_frames(&nodes) - f0) as f64 / (o.warmup + o.iters) as f64;
     let h_rot = summarize(h_rot_d);
+    // Membership through etcd on vs off: a second cluster whose nodes hold etcd leases;
+    // both clusters measured in alternating rounds (same load on the machine).
+    eprintln!("  hilock with etcd membership vs without, client on node 0, 5 rounds ...");
+    let members = match etcd_member_cluster(o.nodes, &o.endpoint).await {
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
+    };
+    let on_off = match &members {
+        Ok(m) => {
+            let mh: Vec<Handle> = m.iter().map(|n| n.handle()).collect();
+            let (mut on, mut off) = (Vec::new(), Vec::new());
+            let per = (o.iters / 5).max(1);
+            for round in 0..5 {
+                let p = format!("/u-onoff-{round}");
+                off.extend(hilock_uncontended(handles[..1].to_vec(), &p, o.warmup, per).await?);
+                on.extend(hilock_uncontended(mh[..1].to_vec(), &p, o.warmup, per).await?);
+            }
+            Some((summarize(off), summarize(on)))
+        }
+        Err(e) => {
+            eprintln!("  skipped: {e}");
+            None
+        }
+    };
+    if let Ok(m) = members {
+        for n in m {
+            n.shutdown().await;
+        }
+    }
     eprintln!("  etcd, session recipe ...");
     let e_ses = summarize(
         etcd_uncontended(
@@ -634,6 +700,32 @@ async fn run(o: Opts) -> Result<(), BoxError> {
     println!(
         "\nhilock protocol messages per acquire+release with the client moving: {rot_msgs:.2}\n"
     );
+    match on_off {
+        Some((off, on)) => {
+            println!(
+                "Membership through etcd (issue 15) on vs off: the uncontended acquire+release \
+                 of a client on node 0 (token local), on the cluster above (static) and on a \
+                 second cluster of {} nodes holding etcd leases (TTL 10 s) at the same etcd, in \
+                 5 alternating rounds of {} pairs each (µs):\n",
+                o.nodes,
+                (o.iters / 5).max(1)
+            );
+            println!("| statistic | static | etcd membership | etcd membership / static |");
+            println!("|---|---:|---:|---:|");
+            for (stat, a, b) in [
+                ("p50", off.p50, on.p50),
+                ("p99", off.p99, on.p99),
+                ("mean", off.mean, on.mean),
+            ] {
+                println!("| {stat} | {} | {} | {} |", us(a), us(b), ratio(b, a));
+            }
+            println!();
+        }
+        None => println!(
+            "Membership through etcd on vs off: not measured (this build of hilock has no \
+             `etcd` feature: run with `--features etcd,hilock/etcd`).\n"
+        ),
+    }
     println!(
         "Contended: C clients, one exclusive lock (hilock W), acquire then release at once, \
          {} s measured after a {:.0} s warm-up (ops/s; higher is better):\n",

@@ -24,10 +24,12 @@
 //! [`Error`], [`Options`]) and the node's shared state; `core` the task that drives the
 //! kernel sites and the local holders; `net` the peer channels (dialing, sending and
 //! resending, accepting, acknowledgements, heartbeats); `handshake` the authentication of
-//! a connection; `status` what `hilock status` shows.
+//! a connection; `status` what `hilock status` shows; `lease` the node's etcd lease and
+//! its peers' (membership through etcd, [`NodeLease`]).
 
 mod core;
 mod handshake;
+mod lease;
 mod net;
 mod status;
 
@@ -50,6 +52,7 @@ use crate::wire::{self, ancestors, check_path};
 
 use self::core::{Cmd, Core};
 pub use self::handshake::{HANDSHAKE_TIMEOUT, MAX_PENDING_HANDSHAKES};
+pub use self::lease::NodeLease;
 use self::net::{accept, dial, Inbound, PeerLink};
 pub use self::net::{HAND_OVER, HEARTBEAT, SILENT_AFTER};
 pub use self::status::{LockStatus, PeerStatus, Status, PROBE_WAIT};
@@ -109,6 +112,17 @@ pub enum Error {
         /// The restarted peer.
         peer: u16,
     },
+    /// Membership through etcd: a peer this request waited on (the lock's token or the
+    /// request's path is at it, as this node knows it) has left the cluster — its etcd
+    /// lease ended.
+    PeerGone {
+        /// The lock.
+        path: String,
+        /// The peer.
+        peer: u16,
+        /// How it left (its lease ended, at which etcd revision).
+        reason: String,
+    },
 }
 
 impl std::fmt::Display for Error {
@@ -156,11 +170,21 @@ impl std::fmt::Display for Error {
                 "{path}: node {peer} restarted with fresh state and is refused; the protocol \
                  cannot recover its tokens and copies (restart the whole cluster)"
             ),
+            Error::PeerGone { path, peer, reason } => write!(
+                f,
+                "{path}: node {peer} has left the cluster ({reason}); this request waits on it \
+                 (the lock's token or the request's path is at node {peer}) and cannot be served \
+                 (regenerating its tokens is not built: restart the whole cluster)"
+            ),
         }
     }
 }
 
 impl std::error::Error for Error {}
+
+/// How often a waiting request checks whether it now waits on a peer that left the
+/// cluster (membership through etcd).
+const GONE_POLL: Duration = Duration::from_millis(200);
 
 /// Options of a lock request.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -238,6 +262,10 @@ struct Shared {
     tickets: AtomicU64,
     /// The agents engine's inbox (seed 001, [`crate::agents`]).
     agents: crate::agents::Inbox,
+    /// This node's lease ([`NodeLease::Static`] without etcd).
+    lease: tokio::sync::watch::Sender<NodeLease>,
+    /// Peers that left the cluster (etcd membership), with how.
+    gone: std::sync::Mutex<std::collections::BTreeMap<u16, String>>,
 }
 
 /// The agents engine sends on the same peer links (see [`crate::agents::Net`]).
@@ -304,6 +332,7 @@ pub struct Node {
     tx: mpsc::UnboundedSender<Cmd>,
     tasks: JoinSet<()>,
     client: Option<tokio::task::JoinHandle<()>>,
+    session: Option<lease::Session>,
 }
 
 impl std::fmt::Debug for Node {
@@ -365,6 +394,8 @@ impl Node {
             outboxes.push((n.id, rx));
         }
         let (agents_inbox, agents_rx) = crate::agents::inbox(config.id, config.n());
+        let incarnation = rand::random();
+        let (session, first_lease) = lease::Session::start(&config, incarnation).await?;
         let shared = Arc::new(Shared {
             id: config.id,
             cluster: config.cluster.clone(),
@@ -375,14 +406,17 @@ impl Node {
             peers,
             counters: Counters::default(),
             stopping: tokio::sync::watch::Sender::new(false),
-            incarnation: rand::random(),
+            incarnation,
             welcomed: std::sync::atomic::AtomicUsize::new(0),
             tickets: AtomicU64::new(0),
             agents: agents_inbox,
+            lease: tokio::sync::watch::Sender::new(first_lease),
+            gone: Default::default(),
         });
         tasks.spawn(crate::agents::run(shared.clone(), agents_rx));
         let (tx, rx) = mpsc::unbounded_channel();
         tasks.spawn(Core::new(shared.clone()).run(rx));
+        session.follow(&shared, &tx, &mut tasks);
         for (peer, rx) in outboxes {
             tasks.spawn(dial(shared.clone(), peer, rx, tx.clone()));
         }
@@ -392,6 +426,7 @@ impl Node {
             tx,
             tasks,
             client: None,
+            session: Some(session),
         };
         if let Some(path) = &config.client {
             let l = crate::client::bind(path)?;
@@ -482,6 +517,9 @@ impl Node {
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
         self.tasks.shutdown().await;
+        if let Some(s) = self.session.take() {
+            s.leave().await;
+        }
     }
 }
 
@@ -519,6 +557,50 @@ impl Handle {
         self.shared.stopping.subscribe()
     }
 
+    /// This node's lease (membership through etcd; [`NodeLease::Static`] otherwise). A
+    /// holder of a [`Guard`] must stop using what it guards when the lease is
+    /// [`NodeLease::Lost`] or its `until` has passed: the lock is no longer its own.
+    pub fn lease(&self) -> tokio::sync::watch::Receiver<NodeLease> {
+        self.shared.lease.subscribe()
+    }
+
+    /// `Err` if this node's lease does not let it grant now.
+    fn lease_check(&self) -> Result<(), Error> {
+        self.shared
+            .lease
+            .borrow()
+            .check(Instant::now())
+            .map_err(|reason| Error::Refused { reason })
+    }
+
+    /// The error for a request the core failed because `peer` is refused or gone.
+    fn peer_error(&self, path: String, peer: u16) -> Error {
+        match self.shared.gone.lock().expect("gone lock").get(&peer) {
+            Some(reason) => Error::PeerGone {
+                path,
+                peer,
+                reason: reason.clone(),
+            },
+            None => Error::PeerRestarted { path, peer },
+        }
+    }
+
+    /// If the lock `path` waits on a peer that left the cluster — its token is not here
+    /// and this node's parent for it (where its requests go) is that peer — the peer and
+    /// how it left. Asks the core only while some peer is gone.
+    async fn waits_on_gone(&self, path: &str) -> Option<(u16, String)> {
+        if self.shared.gone.lock().expect("gone lock").is_empty() {
+            return None;
+        }
+        let (reply, rx) = oneshot::channel();
+        self.tx.send(Cmd::Status { reply }).ok()?;
+        let locks = rx.await.ok()?;
+        let l = locks.into_iter().find(|l| l.path == path)?;
+        let parent = l.parent.filter(|_| !l.token)?;
+        let gone = self.shared.gone.lock().expect("gone lock");
+        gone.get(&parent).map(|r| (parent, r.clone()))
+    }
+
     /// See [`Node::lock`].
     pub async fn lock(&self, path: &str, mode: Mode) -> Result<Guard, Error> {
         self.lock_with(path, mode, Options::default()).await
@@ -532,6 +614,7 @@ impl Handle {
         if mode == Mode::Phi {
             return Err(Error::InvalidMode);
         }
+        self.lease_check()?;
         let wait = opts.timeout.unwrap_or(self.shared.request_timeout);
         let start = Instant::now();
         let deadline = start + wait;
@@ -556,8 +639,39 @@ impl Handle {
                     reply,
                 })
                 .map_err(|_| Error::Stopped)?;
-            match timeout_at(deadline, &mut rx).await {
+            // Membership through etcd: a request that waits on a peer that left fails
+            // (now, or as soon as it is sent to it), naming the peer.
+            let answer = if matches!(*self.shared.lease.borrow(), NodeLease::Static) {
+                timeout_at(deadline, &mut rx).await
+            } else {
+                loop {
+                    if let Some((peer, reason)) = self.waits_on_gone(p).await {
+                        // Closed, the request is abandoned (as on a timeout: the core
+                        // releases it when it is granted); a grant sent before the close
+                        // is taken, not lost.
+                        rx.close();
+                        match rx.try_recv() {
+                            Ok(granted) => break Ok(Ok(granted)),
+                            Err(_) => {
+                                return Err(Error::PeerGone {
+                                    path: p.to_string(),
+                                    peer,
+                                    reason,
+                                })
+                            }
+                        }
+                    }
+                    tokio::select! {
+                        a = timeout_at(deadline, &mut rx) => break a,
+                        _ = tokio::time::sleep(GONE_POLL) => {}
+                    }
+                }
+            };
+            match answer {
                 Ok(Ok(Ok((hold, fence)))) => guard.held.push((p.to_string(), m, hold, fence)),
+                Ok(Ok(Err(Error::PeerRestarted { path, peer }))) => {
+                    return Err(self.peer_error(path, peer))
+                }
                 Ok(Ok(Err(e))) => return Err(e),
                 Ok(Err(_)) => return Err(Error::Stopped),
                 // Dropping `rx` (after asking where the request stands) marks the request
@@ -576,6 +690,9 @@ impl Handle {
                 }
             }
         }
+        // A grant that comes back after the lease ended (e.g. it arrived while this node
+        // was paused) is released, not handed out.
+        self.lease_check()?;
         Ok(guard)
     }
 

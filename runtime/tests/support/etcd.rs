@@ -6,7 +6,8 @@
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 /// A running etcd (or one stopped by [`Etcd::stop`]).
@@ -185,5 +186,65 @@ impl Etcd {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .status();
+    }
+}
+
+/// A TCP proxy to etcd that can cut its node off: while cut, it reads and discards
+/// everything in both directions (a partition: nothing is refused, nothing arrives).
+pub struct Proxy {
+    /// The proxy's address, `127.0.0.1:PORT`: give it to the node as etcd's endpoint.
+    pub addr: String,
+    cut: Arc<AtomicBool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Proxy {
+    pub async fn start(target: &str) -> Proxy {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        let cut = Arc::new(AtomicBool::new(false));
+        let (c, target) = (cut.clone(), target.to_string());
+        let task = tokio::spawn(async move {
+            let mut conns = tokio::task::JoinSet::new();
+            while let Ok((a, _)) = l.accept().await {
+                let Ok(b) = tokio::net::TcpStream::connect(&target).await else {
+                    continue;
+                };
+                let (ar, aw) = a.into_split();
+                let (br, bw) = b.into_split();
+                conns.spawn(pipe(ar, bw, c.clone()));
+                conns.spawn(pipe(br, aw, c.clone()));
+            }
+        });
+        Proxy { addr, cut, task }
+    }
+
+    /// From now on, everything is read and discarded.
+    pub fn cut(&self) {
+        self.cut.store(true, Relaxed);
+    }
+}
+
+async fn pipe(
+    mut r: tokio::net::tcp::OwnedReadHalf,
+    mut w: tokio::net::tcp::OwnedWriteHalf,
+    cut: Arc<AtomicBool>,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        let n = match r.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        if !cut.load(Relaxed) && w.write_all(&buf[..n]).await.is_err() {
+            return;
+        }
     }
 }

@@ -1,0 +1,315 @@
+//! The node's lease and its peers' leases (issue 15 item 4; `spec/FAULTS.md` 3.1 and 4).
+//!
+//! With `membership = "etcd"` ([`crate::config::Membership::Etcd`], feature `etcd`) the node
+//! joins etcd before it serves ([`crate::membership::Membership::join`]: an etcd lease kept
+//! alive, its member key bound to it) and follows two watches:
+//!
+//! - **Its own lease.** While it is valid, [`NodeLease::Valid`] says until when (the local
+//!   lease of `spec/FAULTS.md` 3.1, which ends at least the grace before etcd can expire
+//!   the lease). The client socket hands that deadline, renewed at every renewal, to each
+//!   holder (`hilock lock` kills its command when the deadline passes unrenewed, even if
+//!   this node is paused). When the lease is lost (its local lease ended without a renewal,
+//!   or etcd says it is gone) the node publishes [`NodeLease::Lost`] once: it stops granting
+//!   at once (the core refuses every waiting and new request with an error naming the
+//!   lease, and a grant that comes back after the loss is released, not handed out), and
+//!   every holder of the client socket is told that its lock is lost and its command's
+//!   process group is killed before the lock is released.
+//! - **The member list.** A peer that was a member and whose member key is gone (its lease
+//!   ended at etcd: it crashed, was paused or cut off past its TTL, or left) is *gone* for
+//!   this node's run: the requests of this node that wait on it — the lock's token or the
+//!   request's path is at that peer as this node knows it (its parent for the lock) — fail
+//!   with [`Error::PeerGone`](super::Error::PeerGone) naming it, and so do later requests
+//!   that would be sent to it. (Regenerating its tokens by the kernel's recovery
+//!   transitions is the next step, not built.)
+//!
+//! With static membership (the default) [`NodeLease::Static`]: none of this.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::config::Config;
+
+/// The node's lease, as the lock API and the client socket act on it
+/// ([`Handle::lease`](super::Handle::lease)).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NodeLease {
+    /// Static membership: no lease.
+    Static,
+    /// The node's etcd lease is valid until `until` (this machine's clock); a holder's
+    /// command must be gone within `grace` after it.
+    Valid {
+        /// The end of the local lease.
+        until: Instant,
+        /// The grace to kill holders' commands (`etcd_grace_ms`).
+        grace: Duration,
+        /// etcd's lease id.
+        lease: i64,
+    },
+    /// Lost for good: the node grants nothing more (`reason` names the lease and why).
+    Lost {
+        /// Why, for errors.
+        reason: String,
+    },
+}
+
+impl NodeLease {
+    /// `Err(reason)` if the node may not grant at `now`: the lease is lost, or its local
+    /// lease has ended (the loss is about to be published).
+    pub fn check(&self, now: Instant) -> Result<(), String> {
+        match self {
+            NodeLease::Static => Ok(()),
+            NodeLease::Valid { until, lease, .. } if now >= *until => Err(format!(
+                "this node's etcd lease {lease:#x} was not renewed in time (its local lease ended \
+                 {:.1?} ago): the node grants nothing more",
+                now - *until
+            )),
+            NodeLease::Valid { .. } => Ok(()),
+            NodeLease::Lost { reason } => Err(reason.clone()),
+        }
+    }
+
+    /// For a holder: the end of the lease as `CLOCK_MONOTONIC` milliseconds
+    /// ([`crate::proc::instant_to_monotonic_ms`]) and the grace in milliseconds; `None`
+    /// with static membership or a lost lease.
+    pub fn deadline_ms(&self) -> Option<(u64, u64)> {
+        match self {
+            NodeLease::Valid { until, grace, .. } => Some((
+                crate::proc::instant_to_monotonic_ms(*until),
+                u64::try_from(grace.as_millis()).unwrap_or(u64::MAX),
+            )),
+            _ => None,
+        }
+    }
+}
+
+/// The node's membership session: the etcd membership it joined (nothing when static).
+pub(super) struct Session {
+    #[cfg(feature = "etcd")]
+    etcd: Option<crate::membership::Membership>,
+}
+
+impl Session {
+    /// Joins the cluster's membership as this run (`incarnation`) of the node; the first
+    /// lease state. Static membership: nothing to join.
+    pub(super) async fn start(
+        config: &Config,
+        incarnation: u64,
+    ) -> std::io::Result<(Session, NodeLease)> {
+        #[cfg(not(feature = "etcd"))]
+        let _ = incarnation;
+        match &config.membership {
+            crate::config::Membership::Static => Ok((
+                Session {
+                    #[cfg(feature = "etcd")]
+                    etcd: None,
+                },
+                NodeLease::Static,
+            )),
+            #[cfg(feature = "etcd")]
+            crate::config::Membership::Etcd {
+                endpoints,
+                ttl_s,
+                grace,
+            } => {
+                use crate::membership::{EtcdOptions, LeaseState, Member, Membership};
+                let mut o = EtcdOptions::new(endpoints.clone());
+                o.ttl_s = *ttl_s;
+                o.grace = *grace;
+                let me = Member {
+                    id: config.id,
+                    incarnation,
+                };
+                let m = Membership::join(&o, &config.cluster, me)
+                    .await
+                    .map_err(|e| {
+                        std::io::Error::other(format!("cannot join the cluster through etcd: {e}"))
+                    })?;
+                let first = match *m.lease().borrow() {
+                    LeaseState::Valid { until } => NodeLease::Valid {
+                        until,
+                        grace: *grace,
+                        lease: m.lease_id(),
+                    },
+                    LeaseState::Lost(r) => NodeLease::Lost {
+                        reason: lost_reason(m.lease_id(), config.id, r, m.local_lease()),
+                    },
+                };
+                tracing::info!(
+                    lease = format!("{:#x}", m.lease_id()),
+                    ttl = ?m.ttl(),
+                    local = ?m.local_lease(),
+                    "joined the cluster through etcd"
+                );
+                Ok((Session { etcd: Some(m) }, first))
+            }
+            #[cfg(not(feature = "etcd"))]
+            crate::config::Membership::Etcd { .. } => Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "membership = \"etcd\" needs a hilock built with `--features etcd`",
+            )),
+        }
+    }
+
+    /// Starts following the lease and the member list (nothing when static).
+    pub(super) fn follow(
+        &self,
+        shared: &std::sync::Arc<super::Shared>,
+        core: &tokio::sync::mpsc::UnboundedSender<super::core::Cmd>,
+        tasks: &mut tokio::task::JoinSet<()>,
+    ) {
+        #[cfg(feature = "etcd")]
+        if let Some(m) = &self.etcd {
+            tasks.spawn(etcd::follow_lease(
+                shared.clone(),
+                core.clone(),
+                m.lease(),
+                m.lease_id(),
+                m.local_lease(),
+            ));
+            tasks.spawn(etcd::follow_members(
+                shared.clone(),
+                core.clone(),
+                m.members(),
+            ));
+        }
+        #[cfg(not(feature = "etcd"))]
+        let _ = (shared, core, tasks);
+    }
+
+    /// Leaves the membership (revokes the lease: peers see this node gone at once).
+    pub(super) async fn leave(self) {
+        #[cfg(feature = "etcd")]
+        if let Some(m) = self.etcd {
+            if let Err(e) = m.leave().await {
+                tracing::warn!(error = %e, "could not revoke the etcd lease; it ends after its TTL");
+            }
+        }
+    }
+}
+
+#[cfg(feature = "etcd")]
+fn lost_reason(lease: i64, id: u16, why: crate::membership::LostReason, local: Duration) -> String {
+    use crate::membership::LostReason;
+    let why = match why {
+        LostReason::NotRenewed => format!(
+            "not renewed within its local lease of {local:.1?}: etcd unreachable, or this process \
+             was paused"
+        ),
+        LostReason::Expired => "etcd says it has expired or was revoked".into(),
+        LostReason::Left => "the node left the cluster".into(),
+    };
+    format!(
+        "the etcd lease {lease:#x} of node {id} is lost ({why}); this run of the node grants \
+         nothing more (a new run must join)"
+    )
+}
+
+#[cfg(feature = "etcd")]
+mod etcd {
+    use std::collections::BTreeMap;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use tokio::sync::{mpsc, watch};
+    use tracing::warn;
+
+    use super::{lost_reason, NodeLease};
+    use crate::membership::{LeaseState, MemberView};
+    use crate::node::core::Cmd;
+    use crate::node::Shared;
+
+    /// Publishes the lease's state; on loss, fences the core (every waiting and new
+    /// request refused with the reason) — the client socket's holders follow
+    /// [`Shared::lease`](crate::node::Shared) themselves.
+    pub(super) async fn follow_lease(
+        shared: Arc<Shared>,
+        core: mpsc::UnboundedSender<Cmd>,
+        mut rx: watch::Receiver<LeaseState>,
+        lease: i64,
+        local: Duration,
+    ) {
+        let grace = match &*shared.lease.borrow() {
+            NodeLease::Valid { grace, .. } => *grace,
+            _ => Duration::ZERO,
+        };
+        loop {
+            let state = *rx.borrow_and_update();
+            match state {
+                LeaseState::Valid { until } => {
+                    shared.lease.send_modify(|l| {
+                        if !matches!(l, NodeLease::Lost { .. }) {
+                            *l = NodeLease::Valid {
+                                until,
+                                grace,
+                                lease,
+                            };
+                        }
+                    });
+                }
+                LeaseState::Lost(why) => {
+                    let reason = lost_reason(lease, shared.id, why, local);
+                    warn!(%reason, "lease lost: stopping to grant; holders' commands are killed");
+                    shared.lease.send_replace(NodeLease::Lost {
+                        reason: reason.clone(),
+                    });
+                    let _ = core.send(Cmd::Fenced { reason });
+                    return;
+                }
+            }
+            if rx.changed().await.is_err() {
+                // The membership is gone: the node is stopping.
+                return;
+            }
+        }
+    }
+
+    /// Marks a peer gone when its member key disappears (or another run of it took the key
+    /// over) and fails the requests that wait on it.
+    pub(super) async fn follow_members(
+        shared: Arc<Shared>,
+        core: mpsc::UnboundedSender<Cmd>,
+        mut rx: watch::Receiver<MemberView>,
+    ) {
+        let mut seen: BTreeMap<u16, u64> = BTreeMap::new();
+        loop {
+            let view = rx.borrow_and_update().clone();
+            if view.connected {
+                let mut ended = Vec::new();
+                for (&id, &incarnation) in &seen {
+                    match view.members.get(&id) {
+                        Some(m) if m.incarnation == incarnation => {}
+                        Some(_) => {
+                            ended.push((id, "its run was replaced by a new one".to_string()))
+                        }
+                        None => ended.push((id, "its etcd lease ended".to_string())),
+                    }
+                }
+                for (id, why) in ended {
+                    seen.remove(&id);
+                    let reason = format!("{why} (etcd revision {})", view.revision);
+                    let first = shared
+                        .gone
+                        .lock()
+                        .expect("gone lock")
+                        .insert(id, reason.clone())
+                        .is_none();
+                    if first {
+                        warn!(peer = id, %reason, "peer left the cluster; failing the requests that wait on it");
+                        let _ = core.send(Cmd::PeerRestarted { peer: id });
+                    }
+                }
+                for (&id, m) in &view.members {
+                    let peer = usize::from(id) < shared.n && id != shared.id;
+                    let known_gone = shared.gone.lock().expect("gone lock").contains_key(&id);
+                    if peer && !known_gone {
+                        seen.entry(id).or_insert(m.incarnation);
+                    }
+                }
+            }
+            if rx.changed().await.is_err() {
+                return;
+            }
+        }
+    }
+}

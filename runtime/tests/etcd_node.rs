@@ -1,0 +1,628 @@
+//! `hilock node` processes with `membership = "etcd"` (feature `etcd`) against a real etcd
+//! that each test starts itself (`support/etcd.rs`; skipped with one printed line where
+//! etcd cannot be had): what a node does when its own lease is lost, and when a peer's
+//! lease ends (issue 15 item 4; `spec/FAULTS.md` 3.1 and 4). Every test body runs under a
+//! time bound; every hold is seen by the demo's history checker (`hilock::demo::Oracle`).
+//!
+//! `cargo test -p hilock --features etcd --test etcd_node`
+
+#[path = "support/etcd.rs"]
+mod etcd;
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use hilock::client::{request, Reply, Request};
+use hilock::demo::Oracle;
+use hilock::membership::{EtcdOptions, Member, MemberView, Membership};
+use hilock_kernel::Mode;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+/// The node lease's TTL (the smallest a default etcd grants) and the grace: the local
+/// lease is then (1 − ρ)(2 s − 0.5 s) ≈ 1.5 s.
+const TTL_S: u32 = 2;
+const GRACE_MS: u64 = 500;
+
+/// Requests wait this long unless they fail first: far above TTL + 1 s, so a request
+/// that fails within TTL + 1 s did not time out.
+const REQUEST_TIMEOUT_MS: u64 = 30_000;
+
+/// `hilock node` processes, node `i` reaching etcd at `endpoints[i]`.
+struct Nodes {
+    dir: tempfile::TempDir,
+    kids: Vec<Option<Child>>,
+}
+
+impl Nodes {
+    fn start(cluster: &str, endpoints: &[String]) -> Nodes {
+        let dir = tempfile::tempdir().unwrap();
+        let addrs: Vec<_> = endpoints
+            .iter()
+            .map(|_| {
+                std::net::TcpListener::bind("127.0.0.1:0")
+                    .unwrap()
+                    .local_addr()
+                    .unwrap()
+            })
+            .collect();
+        let mut nodes = Nodes {
+            kids: Vec::new(),
+            dir,
+        };
+        for (id, endpoint) in endpoints.iter().enumerate() {
+            let mut toml = format!(
+                "cluster = \"{cluster}\"\nsecret = \"etcd node test secret\"\nid = {id}\n\
+                 request_timeout_ms = {REQUEST_TIMEOUT_MS}\nclient = \"{}\"\n\
+                 membership = \"etcd\"\netcd_endpoints = [\"{endpoint}\"]\n\
+                 etcd_lease_ttl_s = {TTL_S}\netcd_grace_ms = {GRACE_MS}\n",
+                nodes.socket(id).display()
+            );
+            for (j, a) in addrs.iter().enumerate() {
+                toml.push_str(&format!("[[nodes]]\nid = {j}\naddr = \"{a}\"\n"));
+            }
+            let file = nodes.dir.path().join(format!("n{id}.toml"));
+            std::fs::write(&file, toml).unwrap();
+            let child = Command::new(env!("CARGO_BIN_EXE_hilock"))
+                .args(["node", "--config"])
+                .arg(&file)
+                .env("RUST_LOG", "hilock=error")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap();
+            nodes.kids.push(Some(child));
+        }
+        // A node binds its client socket only after it has joined etcd.
+        for id in 0..endpoints.len() {
+            let t = std::time::Instant::now();
+            while !nodes.socket(id).exists() {
+                assert!(t.elapsed() < Duration::from_secs(20), "node {id} starts");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+        nodes
+    }
+
+    fn socket(&self, id: usize) -> PathBuf {
+        self.dir.path().join(format!("n{id}.sock"))
+    }
+
+    fn pid(&self, id: usize) -> u32 {
+        self.kids[id].as_ref().unwrap().id()
+    }
+
+    fn signal(&self, id: usize, sig: &str) {
+        let ok = Command::new("kill")
+            .arg(format!("-{sig}"))
+            .arg(self.pid(id).to_string())
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill -{sig} node {id}");
+    }
+
+    fn kill(&mut self, id: usize) {
+        if let Some(mut c) = self.kids[id].take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Nodes {
+    fn drop(&mut self) {
+        for c in self.kids.iter_mut().flatten() {
+            let _ = Command::new("kill")
+                .args(["-CONT", &c.id().to_string()])
+                .status();
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// `hilock lock PATH W -- sleep 100` on node `id`'s socket, and the sleep's pid and fence
+/// once it runs (it runs only once the lock is granted and its group registered).
+struct Wrapper {
+    child: Child,
+    sleep: i32,
+    fence: u64,
+}
+
+impl Wrapper {
+    async fn start(nodes: &Nodes, id: usize, path: &str) -> Wrapper {
+        let child = Command::new(env!("CARGO_BIN_EXE_hilock"))
+            .args(["lock", path, "W", "--socket"])
+            .arg(nodes.socket(id))
+            .args(["--timeout-ms", "10000", "--", "sleep", "100"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let wrapper = child.id() as i32;
+        let t = Instant::now();
+        let sleep = loop {
+            if let Some(pid) = child_named(wrapper, "sleep") {
+                break pid;
+            }
+            assert!(t.elapsed() < Duration::from_secs(10), "the command starts");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        let env = std::fs::read(format!("/proc/{sleep}/environ")).unwrap();
+        let fence = env
+            .split(|&b| b == 0)
+            .find_map(|kv| kv.strip_prefix(b"HILOCK_FENCE="))
+            .map(|v| String::from_utf8_lossy(v).parse().unwrap())
+            .expect("HILOCK_FENCE in the command's environment");
+        Wrapper {
+            child,
+            sleep,
+            fence,
+        }
+    }
+
+    /// Whether the command (not a zombie) still runs.
+    fn alive(&self) -> bool {
+        matches!(hilock::proc::stat(self.sleep), Some((s, _, _)) if s != 'Z' && s != 'X')
+    }
+
+    /// The wrapper's exit code, waiting at most `within`.
+    async fn exit_code(&mut self, within: Duration) -> Option<i32> {
+        let t = Instant::now();
+        loop {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                return st.code();
+            }
+            if t.elapsed() > within {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
+
+impl Drop for Wrapper {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = Command::new("kill")
+            .args(["-KILL", &self.sleep.to_string()])
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+/// The child of `parent` whose command name is `name`.
+fn child_named(parent: i32, name: &str) -> Option<i32> {
+    std::fs::read_dir("/proc")
+        .ok()?
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .find(|&pid| {
+            matches!(hilock::proc::stat(pid), Some((_, ppid, _)) if ppid == parent)
+                && std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                    .is_ok_and(|c| c.trim_end() == name)
+        })
+}
+
+/// The test's own view of the member list (it joins as a member with an id no node has).
+async fn observer(etcd: &str, cluster: &str) -> (Membership, watch::Receiver<MemberView>) {
+    let mut o = EtcdOptions::new(vec![etcd.to_string()]);
+    o.ttl_s = TTL_S;
+    o.grace = Duration::from_millis(GRACE_MS);
+    let m = Membership::join(
+        &o,
+        cluster,
+        Member {
+            id: 900,
+            incarnation: 1,
+        },
+    )
+    .await
+    .unwrap();
+    let w = m.members();
+    (m, w)
+}
+
+async fn until_members(w: &mut watch::Receiver<MemberView>, p: impl FnMut(&MemberView) -> bool) {
+    tokio::time::timeout(Duration::from_secs(10), w.wait_for(p))
+        .await
+        .expect("member view reached in time")
+        .unwrap();
+}
+
+fn lock_req(path: &str, mode: &str) -> Request {
+    Request::Lock {
+        path: path.into(),
+        mode: mode.into(),
+        priority: 0,
+        timeout_ms: Some(REQUEST_TIMEOUT_MS),
+        nested: false,
+    }
+}
+
+/// Registers a client reply's grant with the oracle.
+fn register(oracle: &Oracle, op: u64, node: u16, reply: &Reply) {
+    let locks = reply.locks.clone().unwrap_or_default();
+    let fence = reply.fence.expect("a grant carries its fence");
+    for (k, l) in locks.iter().enumerate() {
+        let (p, m) = l.rsplit_once(':').unwrap();
+        let m = Mode::parse(m).unwrap();
+        if k + 1 == locks.len() {
+            oracle.register_fenced(op, node, p, m, fence);
+        } else {
+            oracle.register_path(op, node, p, m);
+        }
+    }
+}
+
+/// Clients on `nodes_at` locking random paths under `/w` until `stop`; every grant goes to
+/// the oracle, every error is kept.
+fn workload(
+    nodes: &Nodes,
+    nodes_at: &[usize],
+    oracle: &Arc<Oracle>,
+    ops: &Arc<AtomicU64>,
+    errors: &Arc<Mutex<Vec<String>>>,
+    stop: &Arc<AtomicBool>,
+) -> tokio::task::JoinSet<u64> {
+    let mut set = tokio::task::JoinSet::new();
+    for &node in nodes_at {
+        for c in 0..2u64 {
+            let socket = nodes.socket(node);
+            let (oracle, ops, errors, stop) =
+                (oracle.clone(), ops.clone(), errors.clone(), stop.clone());
+            set.spawn(async move {
+                let mut granted = 0;
+                let mut k = node as u64 * 7 + c;
+                while !stop.load(Relaxed) {
+                    k = k
+                        .wrapping_mul(6364136223846793005)
+                        .wrapping_add(1442695040888963407);
+                    let path = format!("/w/e{}", (k >> 33) % 4);
+                    let mode = ["IR", "R", "U", "IW", "W"][((k >> 40) % 5) as usize];
+                    let op = ops.fetch_add(1, Relaxed) + 1_000;
+                    let answer = tokio::time::timeout(
+                        Duration::from_millis(REQUEST_TIMEOUT_MS + 3_000),
+                        request(&socket, &lock_req(&path, mode)),
+                    )
+                    .await
+                    .expect("every request is answered");
+                    match answer {
+                        Ok((reply, stream)) if reply.ok => {
+                            granted += 1;
+                            register(&oracle, op, node as u16, &reply);
+                            tokio::time::sleep(Duration::from_millis(2)).await;
+                            oracle.exit(op);
+                            drop(stream);
+                        }
+                        Ok((reply, _)) => {
+                            errors
+                                .lock()
+                                .unwrap()
+                                .push(format!("node {node}: {}", reply.error.unwrap_or_default()));
+                            tokio::time::sleep(Duration::from_millis(50)).await;
+                        }
+                        Err(e) => {
+                            errors.lock().unwrap().push(format!("node {node}: {e}"));
+                            tokio::time::sleep(Duration::from_millis(50)).await;
+                        }
+                    }
+                }
+                granted
+            });
+        }
+    }
+    set
+}
+
+/// A node paused (SIGSTOP) past its lease while `hilock lock /a W -- sleep 100` holds /a
+/// on it: the wrapper kills the sleep when the lease deadline the node handed it passes
+/// unrenewed — before etcd ends the node's lease, so before anybody could be granted /a
+/// by a membership change — and exits 77 (lease lost). After SIGCONT the node finds its
+/// lease lost, grants nothing more, and releases /a; node 0 is then granted /a, with the
+/// sleep long dead. Clients on nodes 0 and 2 meanwhile: 0 violations, and every error
+/// names node 1 (their requests waited on it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_node_s_command_dies_before_its_lease_ends_and_before_another_node_is_granted() {
+    let name =
+        "a_paused_node_s_command_dies_before_its_lease_ends_and_before_another_node_is_granted";
+    let Some(etcd) = etcd::start_healthy(name) else {
+        return;
+    };
+    let body = async {
+        let cluster = "paused";
+        let nodes = Nodes::start(cluster, &vec![etcd.addr.clone(); 3]);
+        let (_obs, mut view) = observer(&etcd.addr, cluster).await;
+        until_members(&mut view, |v| (0..3).all(|i| v.members.contains_key(&i))).await;
+        let oracle = Arc::new(Oracle::default());
+        let mut wrapper = Wrapper::start(&nodes, 1, "/a").await;
+        oracle.register_fenced(1, 1, "/a", Mode::W, wrapper.fence);
+        let (ops, errors, stop) = (
+            Arc::new(AtomicU64::new(0)),
+            Arc::new(Mutex::new(Vec::new())),
+            Arc::new(AtomicBool::new(false)),
+        );
+        let mut clients = workload(&nodes, &[0, 2], &oracle, &ops, &errors, &stop);
+        // Node 0 asks for /a until it is granted; at the grant, the sleep must be dead.
+        let waiter = {
+            let (socket, oracle, sleep) = (nodes.socket(0), oracle.clone(), wrapper.sleep);
+            tokio::spawn(async move {
+                let mut tries = Vec::new();
+                loop {
+                    let (reply, stream) = request(&socket, &lock_req("/a", "W")).await.unwrap();
+                    if reply.ok {
+                        let alive = matches!(hilock::proc::stat(sleep), Some((s, _, _)) if s != 'Z' && s != 'X');
+                        if !alive {
+                            oracle.exit(1);
+                        }
+                        register(&oracle, 2, 0, &reply);
+                        oracle.exit(2);
+                        drop(stream);
+                        return (Instant::now(), alive, tries);
+                    }
+                    tries.push(reply.error.unwrap_or_default());
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let stopped = Instant::now();
+        nodes.signal(1, "STOP");
+        // When the sleep dies, and when etcd ends node 1's lease.
+        let (mut dead, mut gone) = (None, None);
+        while dead.is_none() || gone.is_none() {
+            assert!(
+                stopped.elapsed() < Duration::from_secs(u64::from(TTL_S) + 3),
+                "sleep dead: {dead:?}, lease gone: {gone:?}"
+            );
+            if dead.is_none() && !wrapper.alive() {
+                dead = Some(stopped.elapsed());
+            }
+            if gone.is_none() && !view.borrow().members.contains_key(&1) {
+                gone = Some(stopped.elapsed());
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        let (dead, gone) = (dead.unwrap(), gone.unwrap());
+        let code = wrapper.exit_code(Duration::from_secs(2)).await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let resumed = stopped.elapsed();
+        nodes.signal(1, "CONT");
+        let (granted_at, alive_at_grant, tries) =
+            tokio::time::timeout(Duration::from_secs(15), waiter)
+                .await
+                .expect("node 0 is granted /a after node 1 resumes")
+                .unwrap();
+        stop.store(true, Relaxed);
+        let mut granted = 0;
+        while let Some(r) = clients.join_next().await {
+            granted += r.unwrap();
+        }
+        let errors = errors.lock().unwrap().clone();
+        eprintln!(
+            "SIGSTOP at 0: sleep dead after {dead:.3?}, node 1's lease gone at etcd after \
+             {gone:.3?}, node 1 resumed after {resumed:.3?}, node 0 granted /a after {:.3?} \
+             (after {} refusals: {:?}); wrapper exit {code:?}; workload {granted} grants, {} \
+             errors {:?}; {} pairs and {} fences checked, violations {:?}",
+            granted_at - stopped,
+            tries.len(),
+            tries.iter().take(2).collect::<Vec<_>>(),
+            errors.len(),
+            errors.iter().take(3).collect::<Vec<_>>(),
+            oracle.checks(),
+            oracle.fence_checks(),
+            oracle.violations()
+        );
+        assert!(
+            dead < gone,
+            "the command must be dead before etcd ends the lease: dead after {dead:?}, gone after {gone:?}"
+        );
+        assert_eq!(code, Some(77), "the wrapper says: lease lost");
+        assert!(
+            !alive_at_grant,
+            "the sleep is dead when node 0 is granted /a"
+        );
+        assert_eq!(oracle.violations(), Vec::<String>::new());
+        assert!(granted > 10, "the workload ran ({granted} grants)");
+        for e in &errors {
+            assert!(e.contains("node 1"), "an error names node 1: {e}");
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(60), body)
+        .await
+        .expect("test body ends within 60 s");
+}
+
+/// A node cut from etcd (a proxy that swallows everything) while `hilock lock /c W --
+/// sleep 100` holds /c on it: the command is killed within the local lease plus the grace
+/// and before the others see the lease end, the wrapper exits 77, and the node refuses
+/// every new request with an error naming its lease — it grants nothing more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_cut_from_etcd_stops_granting_and_kills_its_holders_commands() {
+    let name = "a_node_cut_from_etcd_stops_granting_and_kills_its_holders_commands";
+    let Some(etcd) = etcd::start_healthy(name) else {
+        return;
+    };
+    let body = async {
+        let cluster = "cut";
+        let proxy = etcd::Proxy::start(&etcd.addr).await;
+        let endpoints = vec![etcd.addr.clone(), proxy.addr.clone(), etcd.addr.clone()];
+        let nodes = Nodes::start(cluster, &endpoints);
+        let (_obs, mut view) = observer(&etcd.addr, cluster).await;
+        until_members(&mut view, |v| (0..3).all(|i| v.members.contains_key(&i))).await;
+        let mut wrapper = Wrapper::start(&nodes, 1, "/c").await;
+        // A second holder, of the client socket only (no command): told it is lost.
+        let (held, mut held_stream) = request(&nodes.socket(1), &lock_req("/d", "R"))
+            .await
+            .unwrap();
+        assert!(held.ok, "{:?}", held.error);
+        assert!(
+            held.lease_until_ms.is_some(),
+            "a grant carries the lease's end"
+        );
+        let cut = Instant::now();
+        proxy.cut();
+        let (mut dead, mut gone) = (None, None);
+        while dead.is_none() || gone.is_none() {
+            assert!(
+                cut.elapsed() < Duration::from_secs(u64::from(TTL_S) + 3),
+                "sleep dead: {dead:?}, lease gone: {gone:?}"
+            );
+            if dead.is_none() && !wrapper.alive() {
+                dead = Some(cut.elapsed());
+            }
+            if gone.is_none() && !view.borrow().members.contains_key(&1) {
+                gone = Some(cut.elapsed());
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        let (dead, gone) = (dead.unwrap(), gone.unwrap());
+        let code = wrapper.exit_code(Duration::from_secs(2)).await;
+        // The socket-only holder reads a lost line (renewals before it).
+        let lost = {
+            use tokio::io::AsyncBufReadExt;
+            let mut r = tokio::io::BufReader::new(&mut held_stream);
+            let mut last = None;
+            for _ in 0..50 {
+                let mut line = String::new();
+                let n = tokio::time::timeout(Duration::from_secs(2), r.read_line(&mut line))
+                    .await
+                    .expect("a line within 2 s")
+                    .unwrap();
+                if n == 0 {
+                    break;
+                }
+                let rep: Reply = serde_json::from_str(line.trim_end()).unwrap();
+                if rep.lost {
+                    last = Some(rep);
+                    break;
+                }
+            }
+            last.expect("the holder is told its lock is lost")
+        };
+        let refused_at = Instant::now();
+        let (after, _) = request(&nodes.socket(1), &lock_req("/e", "W"))
+            .await
+            .unwrap();
+        let refused_in = refused_at.elapsed();
+        eprintln!(
+            "cut at 0: sleep dead after {dead:.3?}, node 1's lease gone at etcd after {gone:.3?}; \
+             wrapper exit {code:?}; holder told {:?}; a new request on node 1 answered in \
+             {refused_in:.1?}: {:?}",
+            lost.error, after.error
+        );
+        assert!(
+            dead < gone,
+            "killed before the lease ends at etcd: dead after {dead:?}, gone after {gone:?}"
+        );
+        assert!(
+            dead < Duration::from_millis(1_500 + GRACE_MS),
+            "within the local lease and the grace: {dead:?}"
+        );
+        assert_eq!(code, Some(77), "the wrapper says: lease lost");
+        assert!(lost.lease_lost, "{lost:?}");
+        let e = after.error.clone().unwrap_or_default();
+        assert!(
+            !after.ok && e.contains("etcd lease") && e.contains("node 1"),
+            "a node without its lease grants nothing: {after:?}"
+        );
+        assert!(refused_in < Duration::from_secs(1), "refused at once");
+    };
+    tokio::time::timeout(Duration::from_secs(60), body)
+        .await
+        .expect("test body ends within 60 s");
+}
+
+/// A peer killed with SIGKILL while it holds a path's token: the requests of the other
+/// nodes that wait on it fail with an error naming it within the lease TTL + 1 s of the
+/// kill (not at their 30 s timeout), a new request for that path fails at once, and a
+/// path whose token is elsewhere is still served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_peer_fails_the_requests_waiting_on_it_naming_it_within_ttl_plus_1s() {
+    let name = "a_killed_peer_fails_the_requests_waiting_on_it_naming_it_within_ttl_plus_1s";
+    let Some(etcd) = etcd::start_healthy(name) else {
+        return;
+    };
+    let body = async {
+        let cluster = "killed";
+        let mut nodes = Nodes::start(cluster, &vec![etcd.addr.clone(); 3]);
+        let rooted = |holder: u16| {
+            (0..)
+                .map(|i| format!("/b{i}"))
+                .find(|p| hilock::wire::initial_holder(p, 3).0 == holder)
+                .unwrap()
+        };
+        let (at1, at0) = (rooted(1), rooted(0));
+        let mut wrapper = Wrapper::start(&nodes, 1, &at1).await;
+        let mut waiting = tokio::task::JoinSet::new();
+        for node in [0usize, 2] {
+            let (socket, path) = (nodes.socket(node), at1.clone());
+            waiting.spawn(async move {
+                let (reply, _s) = request(&socket, &lock_req(&path, "W")).await.unwrap();
+                (node, Instant::now(), reply)
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let killed = Instant::now();
+        nodes.kill(1);
+        let mut answers = Vec::new();
+        while let Some(r) = tokio::time::timeout(Duration::from_secs(10), waiting.join_next())
+            .await
+            .expect("the waiting requests are answered within 10 s")
+        {
+            let (node, at, reply) = r.unwrap();
+            answers.push((node, at - killed, reply));
+        }
+        let fast = Instant::now();
+        let (again, _) = request(&nodes.socket(0), &lock_req(&at1, "W"))
+            .await
+            .unwrap();
+        let again_in = fast.elapsed();
+        let (other, _s) = request(&nodes.socket(2), &lock_req(&at0, "W"))
+            .await
+            .unwrap();
+        let code = wrapper.exit_code(Duration::from_secs(2)).await;
+        for (node, after, reply) in &answers {
+            eprintln!(
+                "node {node}: answered {after:.3?} after the kill: {:?}",
+                reply.error
+            );
+        }
+        eprintln!(
+            "a new request for {at1} failed in {again_in:.1?}: {:?}; {at0} (token at node 0) \
+             granted: {}; node 1's wrapper exit {code:?}",
+            again.error, other.ok
+        );
+        for (node, after, reply) in &answers {
+            let e = reply.error.clone().unwrap_or_default();
+            assert!(!reply.ok, "node {node} was not granted {at1}");
+            assert!(
+                e.contains("node 1 has left the cluster"),
+                "node {node}'s error names node 1: {e}"
+            );
+            assert!(
+                *after <= Duration::from_secs(u64::from(TTL_S) + 1),
+                "node {node} answered {after:?} after the kill (TTL + 1 s = {} s)",
+                TTL_S + 1
+            );
+        }
+        assert!(
+            !again.ok && again.error.unwrap_or_default().contains("node 1"),
+            "a new request waiting on node 1 fails naming it"
+        );
+        assert!(again_in < Duration::from_secs(1), "at once: {again_in:?}");
+        assert!(
+            other.ok,
+            "a lock whose token is at node 0: {:?}",
+            other.error
+        );
+        assert!(!wrapper.alive(), "the killed node's command is dead");
+    };
+    tokio::time::timeout(Duration::from_secs(60), body)
+        .await
+        .expect("test body ends within 60 s");
+}
