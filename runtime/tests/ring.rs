@@ -25,7 +25,7 @@ use tokio::net::TcpListener;
 
 #[path = "support/ring_load.rs"]
 mod ring_load;
-use ring_load::{holders_of, Load, CONTENDER, HELD, HOLDER, PATHS};
+use ring_load::{holders_of, Load, CONTENDER, HELD, HOLDER};
 
 fn slot(nodes: &[Option<RingNode>], n: NodeId) -> &RingNode {
     nodes[n.idx()].as_ref().expect("live node")
@@ -91,6 +91,7 @@ async fn run() {
         grants,
         refusals,
         clients: load,
+        ..
     } = load;
     let phase = |what: &str| {
         println!(
@@ -578,13 +579,8 @@ async fn processes() {
     let held_op = ops.fetch_add(1, Relaxed);
     oracle.register_path(held_op, HOLDER as u16, HELD, Mode::W);
 
-    let Load {
-        stop,
-        errors,
-        grants,
-        clients: load,
-        ..
-    } = Load::start(&addrs, maddr, &oracle, &ops, 0x2545_f491_4f6c_dd1d).await;
+    let load = Load::start(&addrs, maddr, &oracle, &ops, 0x2545_f491_4f6c_dd1d).await;
+    let grants = load.grants.clone();
     tokio::time::sleep(Duration::from_millis(400)).await;
     // A join.
     procs[6] = Some(spawn(6));
@@ -634,41 +630,11 @@ async fn processes() {
     tokio::time::sleep(Duration::from_millis(400)).await;
     let after = grants.load(Relaxed);
     assert!(after > before, "the load goes on after the kill");
-    stop.store(true, Relaxed);
-    for h in load {
-        tokio::time::timeout(limit, h)
-            .await
-            .expect("client ends")
-            .unwrap();
-    }
-    oracle.exit(held_op);
-    holder.unlock(HELD).await.unwrap();
-    let errs = errors.lock().unwrap().clone();
-    assert!(errs.is_empty(), "requests not answered: {errs:#?}");
-    // Nothing left locked: a fresh client is granted every path.
-    let mut fresh = RingClient::connect(200, addrs.clone(), maddr)
-        .await
-        .unwrap();
-    for p in (0..PATHS)
-        .map(|k| format!("/doc{k}/part"))
-        .chain([HELD.to_string()])
-    {
-        assert!(fresh.lock(&p).await.unwrap(), "{p} is free at the end");
-        fresh.unlock(&p).await.unwrap();
-    }
-    let bad = oracle.violations();
+    load.finish(limit, &oracle, (held_op, &mut holder), "processes")
+        .await;
     println!(
-        "processes: {} grants, {} violations, victim node {}, leaver node {}",
-        grants.load(Relaxed),
-        bad.len(),
-        victim.0,
-        leaver.0
-    );
-    assert!(
-        bad.is_empty(),
-        "{} violations: {:?}",
-        bad.len(),
-        &bad[..bad.len().min(3)]
+        "processes: victim node {}, leaver node {}",
+        victim.0, leaver.0
     );
     assert!(grants.load(Relaxed) > 200);
 }

@@ -17,7 +17,7 @@ use hilock_kernel::Mode;
 
 #[path = "support/ring_load.rs"]
 mod ring_load;
-use ring_load::{Load, CONTENDER, HELD, HOLDER, PATHS};
+use ring_load::{Load, CONTENDER, HELD, HOLDER};
 
 const BIN: &str = env!("CARGO_BIN_EXE_hilock");
 
@@ -263,13 +263,8 @@ async fn join_and_leave() {
     );
     let held_op = ops.fetch_add(1, Relaxed);
     oracle.register_path(held_op, HOLDER as u16, HELD, Mode::W);
-    let Load {
-        stop,
-        errors,
-        grants,
-        clients: load,
-        ..
-    } = Load::start(&slots, maddr, &oracle, &ops, 0x5851_f42d_4c95_7f2d).await;
+    let load = Load::start(&slots, maddr, &oracle, &ops, 0x5851_f42d_4c95_7f2d).await;
+    let grants = load.grants.clone();
     tokio::time::sleep(Duration::from_millis(400)).await;
 
     // `hilock ring join` of slot 5, whose node runs.
@@ -323,40 +318,14 @@ async fn join_and_leave() {
         "the load goes on after the leave"
     );
 
-    stop.store(true, Relaxed);
-    for h in load {
-        tokio::time::timeout(limit, h)
-            .await
-            .expect("client ends")
-            .unwrap();
-    }
-    oracle.exit(held_op);
-    holder.unlock(HELD).await.unwrap();
-    let errs = errors.lock().unwrap().clone();
-    assert!(errs.is_empty(), "requests not answered: {errs:#?}");
-    let mut fresh = RingClient::connect(200, slots.clone(), maddr)
-        .await
-        .unwrap();
-    for p in (0..PATHS)
-        .map(|k| format!("/doc{k}/part"))
-        .chain([HELD.to_string()])
-    {
-        assert!(fresh.lock(&p).await.unwrap(), "{p} is free at the end");
-        fresh.unlock(&p).await.unwrap();
-    }
-    let bad = oracle.violations();
-    println!(
-        "ring join/leave processes: {} grants, {} violations, leaver node {}",
-        grants.load(Relaxed),
-        bad.len(),
-        leaver.0
-    );
-    assert!(
-        bad.is_empty(),
-        "{} violations: {:?}",
-        bad.len(),
-        &bad[..bad.len().min(3)]
-    );
+    load.finish(
+        limit,
+        &oracle,
+        (held_op, &mut holder),
+        "ring join/leave processes",
+    )
+    .await;
+    println!("ring join/leave processes: leaver node {}", leaver.0);
     assert!(grants.load(Relaxed) > 200);
 
     check_status(&cfg, limit).await;
@@ -433,13 +402,8 @@ async fn crash_detection() {
     assert!(holder.lock(HELD).await.unwrap());
     let held_op = ops.fetch_add(1, Relaxed);
     oracle.register_path(held_op, HOLDER as u16, HELD, Mode::W);
-    let Load {
-        stop,
-        errors,
-        grants,
-        clients: load,
-        ..
-    } = Load::start(&slots, maddr, &oracle, &ops, 0x1405_7b7e_f767_814f).await;
+    let load = Load::start(&slots, maddr, &oracle, &ops, 0x1405_7b7e_f767_814f).await;
+    let grants = load.grants.clone();
     tokio::time::sleep(Duration::from_millis(400)).await;
 
     // A pause of the held lock's primary.
@@ -494,39 +458,13 @@ async fn crash_detection() {
         "the load goes on after the kill"
     );
 
-    stop.store(true, Relaxed);
-    for h in load {
-        tokio::time::timeout(limit, h)
-            .await
-            .expect("client ends")
-            .unwrap();
-    }
-    oracle.exit(held_op);
-    holder.unlock(HELD).await.unwrap();
-    let errs = errors.lock().unwrap().clone();
-    assert!(errs.is_empty(), "requests not answered: {errs:#?}");
-    let mut fresh = RingClient::connect(200, slots.clone(), maddr)
-        .await
-        .unwrap();
-    for p in (0..PATHS)
-        .map(|k| format!("/doc{k}/part"))
-        .chain([HELD.to_string()])
-    {
-        assert!(fresh.lock(&p).await.unwrap(), "{p} is free at the end");
-        fresh.unlock(&p).await.unwrap();
-    }
-    let bad = oracle.violations();
-    println!(
-        "ring crash detection: {} grants, {} violations",
-        grants.load(Relaxed),
-        bad.len()
-    );
-    assert!(
-        bad.is_empty(),
-        "{} violations: {:?}",
-        bad.len(),
-        &bad[..bad.len().min(3)]
-    );
+    load.finish(
+        limit,
+        &oracle,
+        (held_op, &mut holder),
+        "ring crash detection",
+    )
+    .await;
 }
 
 /// `hilock ring status --json` against the kernel's placement: every key's primary is the

@@ -38,6 +38,8 @@ pub struct Load {
     pub grants: Arc<AtomicU64>,
     pub refusals: Arc<AtomicU64>,
     pub clients: Vec<tokio::task::JoinHandle<RingClient>>,
+    addrs: Arc<Vec<Option<SocketAddr>>>,
+    maddr: SocketAddr,
 }
 
 impl Load {
@@ -101,7 +103,54 @@ impl Load {
             grants,
             refusals,
             clients,
+            addrs: addrs.clone(),
+            maddr,
         }
+    }
+
+    /// Ends a run: stops the load (every client ends within `limit`), releases the held
+    /// lock (`held`: its oracle operation and its holder), and checks that every request
+    /// was answered, that nothing is left locked (a fresh client is granted every path)
+    /// and that the history checker saw no violation. Prints `what` with the grants and
+    /// returns them.
+    pub async fn finish(
+        self,
+        limit: Duration,
+        oracle: &Oracle,
+        held: (u64, &mut RingClient),
+        what: &str,
+    ) -> u64 {
+        self.stop.store(true, Relaxed);
+        for h in self.clients {
+            tokio::time::timeout(limit, h)
+                .await
+                .expect("client ends")
+                .unwrap();
+        }
+        oracle.exit(held.0);
+        held.1.unlock(HELD).await.unwrap();
+        let errs = self.errors.lock().unwrap().clone();
+        assert!(errs.is_empty(), "requests not answered: {errs:#?}");
+        let mut fresh = RingClient::connect(200, self.addrs.clone(), self.maddr)
+            .await
+            .unwrap();
+        for p in (0..PATHS)
+            .map(|k| format!("/doc{k}/part"))
+            .chain([HELD.to_string()])
+        {
+            assert!(fresh.lock(&p).await.unwrap(), "{p} is free at the end");
+            fresh.unlock(&p).await.unwrap();
+        }
+        let bad = oracle.violations();
+        let grants = self.grants.load(Relaxed);
+        println!("{what}: {grants} grants, {} violations", bad.len());
+        assert!(
+            bad.is_empty(),
+            "{} violations: {:?}",
+            bad.len(),
+            &bad[..bad.len().min(3)]
+        );
+        grants
     }
 }
 
