@@ -674,12 +674,17 @@ impl Handle {
                 }
                 Ok(Ok(Err(e))) => return Err(e),
                 Ok(Err(_)) => return Err(Error::Stopped),
-                // Dropping `rx` (after asking where the request stands) marks the request
-                // abandoned: the core releases it when it is granted.
+                // Closing `rx` (after asking where the request stands) marks the request
+                // abandoned: the core releases it when it is granted. A grant that arrived
+                // in the meantime (while `explain` waited) is put in the guard, whose drop
+                // releases it, instead of being dropped with `rx` and left held.
                 Err(_) => {
                     let after = start.elapsed();
                     let waiting = self.explain(p, ticket).await;
-                    drop(rx);
+                    rx.close();
+                    if let Ok(Ok((hold, fence))) = rx.try_recv() {
+                        guard.held.push((p.to_string(), m, hold, fence));
+                    }
                     return Err(Error::Timeout {
                         path: p.to_string(),
                         mode: m,
