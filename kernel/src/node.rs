@@ -1104,16 +1104,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
                 }
                 // D becomes the newest pointer; it replaces the pointer of its mode and any
                 // older pointer to D.
-                let mut next = [None; 5];
-                next[0] = Some(entry);
-                let mut k = 1;
-                for r in self.routes.iter().flatten() {
-                    if r.mode != entry.mode && r.requester != entry.requester && k < next.len() {
-                        next[k] = Some(*r);
-                        k += 1;
-                    }
-                }
-                self.routes = next;
+                self.push_route(entry);
                 Ok(to)
             }
             Forwarding::OrderedPointers => Ok(self.route_ordered(cx, entry, parent)),
@@ -1148,16 +1139,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
             }
             None => parent,
         };
-        let mut next = [None; 5];
-        next[0] = Some(entry);
-        let mut k = 1;
-        for r in self.routes.iter().flatten() {
-            if r.mode != entry.mode && r.requester != entry.requester && k < next.len() {
-                next[k] = Some(*r);
-                k += 1;
-            }
-        }
-        self.routes = next;
+        self.push_route(entry);
         to
     }
 
@@ -1188,6 +1170,23 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         self.shortcut = None;
         self.forget_routes();
         Ok(())
+    }
+
+    /// `entry`'s requester D becomes the newest routing pointer: it replaces the pointer of
+    /// its mode and any older pointer to D; the others keep their order (at most five, one
+    /// per requestable mode). [`Forwarding::ClassPointers`] and
+    /// [`Forwarding::OrderedPointers`].
+    fn push_route(&mut self, entry: QueueEntry) {
+        let mut next = [None; 5];
+        next[0] = Some(entry);
+        let mut k = 1;
+        for r in self.routes.iter().flatten() {
+            if r.mode != entry.mode && r.requester != entry.requester && k < next.len() {
+                next[k] = Some(*r);
+                k += 1;
+            }
+        }
+        self.routes = next;
     }
 
     /// Drops every [`Forwarding::ClassPointers`] pointer.
