@@ -372,6 +372,18 @@ pub(super) async fn accept(
     }
 }
 
+/// Acknowledges on an inbound connection every message delivered up to `delivered`, with
+/// the newest probe received on it (`ping`, 0: none). False when the connection is gone.
+async fn send_ack(
+    fr: &mut Framed<TcpStream, LengthDelimitedCodec>,
+    delivered: u64,
+    ping: u64,
+) -> bool {
+    fr.send(Bytes::from(wire::encode(&wire::Ack { delivered, ping })))
+        .await
+        .is_ok()
+}
+
 async fn serve_peer(
     shared: Arc<Shared>,
     s: TcpStream,
@@ -453,7 +465,7 @@ async fn serve_peer(
             b = fr.next() => b,
             _ = beat.tick() => {
                 let d = link.inbound.lock().expect("inbound lock").delivered;
-                if fr.send(Bytes::from(wire::encode(&wire::Ack { delivered: d, ping }))).await.is_err() {
+                if !send_ack(&mut fr, d, ping).await {
                     break None;
                 }
                 acked = d;
@@ -463,7 +475,7 @@ async fn serve_peer(
                 ack_at = None;
                 let d = link.inbound.lock().expect("inbound lock").delivered;
                 if d > acked {
-                    if fr.send(Bytes::from(wire::encode(&wire::Ack { delivered: d, ping }))).await.is_err() {
+                    if !send_ack(&mut fr, d, ping).await {
                         break None;
                     }
                     acked = d;
@@ -497,11 +509,7 @@ async fn serve_peer(
                 }
                 ping = p;
                 let d = link.inbound.lock().expect("inbound lock").delivered;
-                if fr
-                    .send(Bytes::from(wire::encode(&wire::Ack { delivered: d, ping })))
-                    .await
-                    .is_err()
-                {
+                if !send_ack(&mut fr, d, ping).await {
                     break None;
                 }
                 acked = d;
@@ -538,11 +546,7 @@ async fn serve_peer(
             }
         };
         if d >= acked + ACK_EVERY {
-            if fr
-                .send(Bytes::from(wire::encode(&wire::Ack { delivered: d, ping })))
-                .await
-                .is_err()
-            {
+            if !send_ack(&mut fr, d, ping).await {
                 break None;
             }
             acked = d;
