@@ -1,0 +1,658 @@
+//! Fault tests of issue 15 (item 5): a 5-node `hilock node` cluster with `membership =
+//! "etcd"` (feature `etcd`) against a real etcd each test starts itself (`support/etcd.rs`;
+//! skipped with one printed line where etcd cannot be had), under the airline workload
+//! (`support/etcd_cluster.rs`: two clients per node over the client socket, IR/R/U/IW/W on
+//! `/airline` and its entries, every grant and release in the demo's history checker), and
+//! one fault per test: kill -9 of a busy path's token holder, of the middle node of a long
+//! request path, of two nodes at once, a SIGSTOP of a holder past its lease and SIGCONT,
+//! and a partition of one node (its peer links and its etcd link) that heals.
+//!
+//! Each test asserts 0 violations and that every request of a node the test did not kill
+//! was answered — granted, or failed with an error of a kind the test names
+//! ([`Kind`]) — within its timeout plus `etcd_cluster::ANSWER_SLACK` (no hang), and prints the time from
+//! the fault to (1) the first answer to a probe of the affected lock (a W request asked from
+//! each live node behind the fault, again 100 ms after each answer) and (2) service
+//! restored: a probe granted. Where (2) holds today it is asserted to be within the lease
+//! TTL + 1 s ([`Restore::Assert`]); where it cannot yet — a dead node's token is not
+//! regenerated (spec/FAULTS.md 4) — it is printed, "not restored within 4 s" if so
+//! ([`Restore::Report`]). Each test marks its one line to change when regeneration is built.
+//!
+//! The tests run one at a time (each starts etcd and five nodes; a loaded 2-core machine
+//! would otherwise starve the nodes' 0.5 s lease renewals).
+//!
+//! `cargo test -p hilock --features etcd --test etcd_faults -- --nocapture`
+#![cfg(feature = "etcd")]
+
+#[path = "support/etcd.rs"]
+mod etcd;
+#[path = "support/etcd_cluster.rs"]
+mod etcd_cluster;
+#[path = "support/partition.rs"]
+mod partition;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use etcd_cluster::{
+    lock_of, observer, probe, restored_text, rooted_at, until_members, Airline, Kind, Nodes,
+    Outcome, Probed, Recorder, Wrapper, TTL_S, WORK_TIMEOUT_MS,
+};
+use hilock::membership::{MemberView, Membership};
+use hilock_kernel::Mode;
+use partition::CutProxy;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+/// Nodes in the cluster.
+const N: usize = 5;
+
+/// Airline clients per node.
+const CLIENTS: usize = 2;
+
+/// Issue 15's goal: service restored within the lease TTL + 1 s of the fault.
+const RESTORE_GOAL: Duration = Duration::from_secs(TTL_S as u64 + 1);
+
+/// How long the probes wait for service to be restored (past the goal, so that a miss is
+/// measured, not cut off at the goal).
+const WINDOW: Duration = Duration::from_secs(TTL_S as u64 + 2);
+
+/// One test at a time.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Whether a test asserts (2), time to service restored, against [`RESTORE_GOAL`].
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Restore {
+    /// Asserted: restored within the goal.
+    Assert,
+    /// Printed only (the runtime cannot regenerate a dead node's token yet).
+    Report,
+}
+
+/// etcd, five nodes, the test's view of the member list and the history checker. Fields
+/// drop in order: the nodes before the proxies and etcd.
+struct Cluster {
+    nodes: Nodes,
+    rec: Arc<Recorder>,
+    view: watch::Receiver<MemberView>,
+    _obs: Membership,
+    /// With a partitioned node: its etcd link, the link into it, its links to each peer.
+    proxies: Vec<CutProxy>,
+    _etcd: etcd::Etcd,
+}
+
+impl Cluster {
+    /// `None` (after one printed line) where etcd cannot be had. With `cut = Some(p)`,
+    /// node p's etcd link and every peer link to and from it go through [`CutProxy`]s.
+    async fn start(test: &str, cluster: &str, cut: Option<usize>) -> Option<Cluster> {
+        let etcd = etcd::start_healthy(test)?;
+        let listen = etcd_cluster::free_addrs(N);
+        let mut endpoints = vec![etcd.addr.clone(); N];
+        let mut proxies = Vec::new();
+        let mut route: Vec<Vec<SocketAddr>> = (0..N).map(|_| listen.clone()).collect();
+        if let Some(p) = cut {
+            let to_etcd = CutProxy::start(&etcd.addr).await;
+            endpoints[p] = to_etcd.addr.clone();
+            proxies.push(to_etcd);
+            let into = CutProxy::start(&listen[p].to_string()).await;
+            for (i, r) in route.iter_mut().enumerate() {
+                if i != p {
+                    r[p] = into.addr.parse().unwrap();
+                }
+            }
+            proxies.push(into);
+            for j in (0..N).filter(|&j| j != p) {
+                let out = CutProxy::start(&listen[j].to_string()).await;
+                route[p][j] = out.addr.parse().unwrap();
+                proxies.push(out);
+            }
+        }
+        let nodes = Nodes::start_routed(cluster, &endpoints, WORK_TIMEOUT_MS, &listen, |i, j| {
+            route[i][j]
+        });
+        let (obs, mut view) = observer(&etcd.addr, cluster).await;
+        until_members(&mut view, |v| {
+            (0..N as u16).all(|i| v.members.contains_key(&i))
+        })
+        .await;
+        Some(Cluster {
+            nodes,
+            rec: Arc::new(Recorder::default()),
+            view,
+            _obs: obs,
+            proxies,
+            _etcd: etcd,
+        })
+    }
+
+    fn airline(&self, on: &[usize]) -> Airline {
+        Airline::start(&self.nodes, &self.rec, on, CLIENTS)
+    }
+
+    /// SIGKILL of `ids` (one right after the other).
+    fn kill(&mut self, ids: &[usize]) {
+        for &id in ids {
+            self.rec.killed(id);
+        }
+        for &id in ids {
+            self.nodes.kill(id);
+        }
+    }
+
+    /// The node holding `path`'s token, stopped (SIGSTOP): a node that says it has the
+    /// token, after which — with it stopped for 100 ms, so that a token it was sending has
+    /// arrived — no other node says so. (A token on its way to it dies with it.) The test
+    /// then kills it; the stop lasts well under its local lease.
+    async fn stop_token_holder(&self, path: &str, alive: &[usize]) -> usize {
+        for _ in 0..20 {
+            let mut holder = None;
+            for &i in alive {
+                if lock_of(&self.nodes, i, path).await.0 {
+                    holder = Some(i);
+                }
+            }
+            let Some(h) = holder else {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                continue;
+            };
+            self.nodes.signal(h, "STOP");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let mut elsewhere = false;
+            for &i in alive.iter().filter(|&&i| i != h) {
+                elsewhere |= lock_of(&self.nodes, i, path).await.0;
+            }
+            if !elsewhere {
+                return h;
+            }
+            self.nodes.signal(h, "CONT");
+        }
+        panic!("no node held {path}'s token still, 20 tries");
+    }
+}
+
+/// The end of a test: the kinds of answers, per node, that it accepts.
+struct Verdict<'a> {
+    name: &'a str,
+    t0: Instant,
+    accept: &'a dyn Fn(&Outcome) -> bool,
+}
+
+impl Verdict<'_> {
+    /// Prints the answers by kind and asserts: 0 violations, every answer accepted (no
+    /// hang, no unnamed error), and that the workload ran.
+    fn check(&self, rec: &Recorder) {
+        let out = rec.outcomes();
+        let mut kinds: Vec<(Kind, usize)> = Vec::new();
+        for o in &out {
+            match kinds.iter_mut().find(|k| k.0 == o.kind) {
+                Some(k) => k.1 += 1,
+                None => kinds.push((o.kind, 1)),
+            }
+        }
+        let after = out.iter().filter(|o| o.answered >= self.t0).count();
+        let granted = out.iter().filter(|o| o.kind == Kind::Granted).count();
+        let slowest = out
+            .iter()
+            .filter(|o| o.kind != Kind::NodeKilled)
+            .map(|o| o.answered - o.issued)
+            .max()
+            .unwrap_or_default();
+        eprintln!(
+            "{}: {} requests ({after} answered after the fault), by kind {kinds:?}; slowest \
+             answer {slowest:.3?}; {} pairs and {} fences checked, violations {:?}",
+            self.name,
+            out.len(),
+            rec.oracle.checks(),
+            rec.oracle.fence_checks(),
+            rec.oracle.violations()
+        );
+        let bad: Vec<_> = out.iter().filter(|o| !(self.accept)(o)).collect();
+        for o in bad.iter().take(5) {
+            eprintln!(
+                "  NOT ACCEPTED: node {} {} {:?} after {:.3?}: {}",
+                o.node,
+                o.path,
+                o.kind,
+                o.answered - o.issued,
+                o.text
+            );
+        }
+        assert_eq!(rec.oracle.violations(), Vec::<String>::new());
+        assert!(
+            bad.is_empty(),
+            "{} answers of a kind this test does not accept (first: {:?})",
+            bad.len(),
+            bad.first()
+        );
+        assert!(granted > 50, "the workload ran ({granted} grants)");
+    }
+}
+
+/// Prints (1) and (2) for one probed lock and, with [`Restore::Assert`], asserts (2).
+fn restore(what: &str, p: &Probed, since: &str, offset: Duration, r: Restore) {
+    let first = p.first.map_or("none".to_string(), |(t, n, k)| {
+        format!("{:.3} s (node {n}: {k:?})", t.as_secs_f64())
+    });
+    let restored = Probed {
+        restored: p.restored.map(|(t, n)| (t.saturating_sub(offset), n)),
+        ..p.clone()
+    };
+    eprintln!(
+        "{what}: first clear answer {first} after the fault; service restored {} after {since}",
+        restored_text(&restored, WINDOW)
+    );
+    if r == Restore::Assert {
+        let t = restored.restored.map(|(t, _)| t);
+        assert!(
+            t.is_some_and(|t| t <= RESTORE_GOAL),
+            "{what}: restored {t:?} after {since} (goal: the lease TTL + 1 s = {RESTORE_GOAL:?})"
+        );
+    }
+}
+
+/// Accepted from a node that stays up, connected and a member: granted, or the clear
+/// errors of a request that waited on a dead node — `PeerGone` (its parent for the lock
+/// is the dead node) or `Timeout` (the dead node is further along its path, which this
+/// node cannot see: spec/FAULTS.md 2.2.1).
+fn survivor(o: &Outcome) -> bool {
+    matches!(o.kind, Kind::Granted | Kind::PeerGone | Kind::Timeout)
+}
+
+/// Runs `body` alone (one test at a time) within 60 s.
+async fn serial(body: impl std::future::Future<Output = ()>) {
+    let _one = SERIAL.lock().await;
+    tokio::time::timeout(Duration::from_secs(60), body)
+        .await
+        .expect("test body ends within 60 s");
+}
+
+/// (a) kill -9 of the node holding the token of `/airline`, the table lock every access
+/// of the workload takes. Requests of the survivors that waited on it fail (PeerGone or
+/// Timeout), none hangs; a lock whose token is at a survivor is still granted within the
+/// TTL + 1 s; `/airline` is not restored (no regeneration).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_of_a_busy_path_s_token_holder() {
+    let name = "kill_9_of_a_busy_path_s_token_holder";
+    serial(async {
+        let Some(mut cl) = Cluster::start(name, "a", None).await else {
+            return;
+        };
+        let all: Vec<usize> = (0..N).collect();
+        let work = cl.airline(&all);
+        tokio::time::sleep(Duration::from_millis(1_500)).await;
+        let h = cl.stop_token_holder("/airline", &all).await;
+        let t0 = Instant::now();
+        cl.kill(&[h]);
+        let live: Vec<usize> = all.iter().copied().filter(|&i| i != h).collect();
+        let g = live[0];
+        let free = rooted_at("/free", g as u16, N);
+        let others: Vec<usize> = live.iter().copied().filter(|&i| i != g).collect();
+        let (busy, unaffected) = tokio::join!(
+            probe(&cl.nodes, &cl.rec, "/airline", &live, t0, WINDOW),
+            probe(&cl.nodes, &cl.rec, &free, &others, t0, WINDOW)
+        );
+        work.finish().await;
+        eprintln!("{name}: killed node {h}, the holder of /airline's token");
+        // When tokens are regenerated: Restore::Report → Restore::Assert on the next line.
+        restore(
+            "/airline",
+            &busy,
+            "the kill",
+            Duration::ZERO,
+            Restore::Report,
+        );
+        restore(
+            &format!("{free} (token at node {g})"),
+            &unaffected,
+            "the kill",
+            Duration::ZERO,
+            Restore::Assert,
+        );
+        let accept = |o: &Outcome| {
+            if o.node == h {
+                matches!(o.kind, Kind::Granted | Kind::NodeKilled)
+            } else {
+                survivor(o)
+            }
+        };
+        Verdict {
+            name,
+            t0,
+            accept: &accept,
+        }
+        .check(&cl.rec);
+    })
+    .await;
+}
+
+/// (b) kill -9 of the middle node of a request path built on purpose: the token of
+/// `/chain<i>` starts at node 0, moves to node 2, then to node 3, so node 0's parent is
+/// node 2 and node 2's is node 3 (the token node); node 4's and node 1's parent is node 0.
+/// Their path is 4 → 0 → 2 → 3 (checked in the nodes' status). Node 2 is killed: node 0's
+/// requests fail naming it; nodes 1 and 4 cannot see it (their parent, node 0, is alive)
+/// and time out. Node 3 still has the token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_of_the_middle_of_a_long_request_path() {
+    let name = "kill_9_of_the_middle_of_a_long_request_path";
+    serial(async {
+        let Some(mut cl) = Cluster::start(name, "b", None).await else {
+            return;
+        };
+        let chain = rooted_at("/chain", 0, N);
+        let sock = |i: usize| cl.nodes.socket(i);
+        for via in [2usize, 3] {
+            let k = cl
+                .rec
+                .ask(
+                    &sock(via),
+                    via,
+                    &chain,
+                    Mode::W,
+                    WORK_TIMEOUT_MS,
+                    Duration::ZERO,
+                    false,
+                )
+                .await;
+            assert_eq!(k, Kind::Granted, "node {via} is granted {chain}");
+        }
+        // Node 2's release of the token to node 3 is in flight until node 3 has it.
+        let t = Instant::now();
+        while !lock_of(&cl.nodes, 3, &chain).await.0 {
+            assert!(
+                t.elapsed() < Duration::from_secs(5),
+                "node 3 gets the token"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let parents: Vec<_> = {
+            let mut v = Vec::new();
+            for i in 0..N {
+                v.push(lock_of(&cl.nodes, i, &chain).await);
+            }
+            v
+        };
+        eprintln!("{name}: {chain} (token, parent) per node: {parents:?}");
+        assert_eq!(parents[3], (true, None), "node 3 holds the token");
+        assert_eq!(parents[2].1, Some(3), "node 2 → node 3");
+        assert_eq!(parents[0].1, Some(2), "node 0 → node 2");
+        for i in [1, 4] {
+            // A node that never asked for the lock may not know it yet: its parent is then
+            // the initial holder, node 0.
+            assert!(
+                matches!(parents[i], (false, None | Some(0))),
+                "node {i} → node 0"
+            );
+        }
+        let all: Vec<usize> = (0..N).collect();
+        let work = cl.airline(&all);
+        tokio::time::sleep(Duration::from_millis(1_500)).await;
+        let t0 = Instant::now();
+        cl.kill(&[2]);
+        let behind = [0usize, 1, 4];
+        let free = rooted_at("/free", 3, N);
+        let (cut_off, unaffected) = tokio::join!(
+            probe(&cl.nodes, &cl.rec, &chain, &behind, t0, WINDOW),
+            probe(&cl.nodes, &cl.rec, &free, &[0, 1, 4], t0, WINDOW)
+        );
+        work.finish().await;
+        // When tokens are regenerated: Restore::Report → Restore::Assert on the next line.
+        restore(
+            &chain,
+            &cut_off,
+            "the kill",
+            Duration::ZERO,
+            Restore::Report,
+        );
+        restore(
+            &format!("{free} (token at node 3)"),
+            &unaffected,
+            "the kill",
+            Duration::ZERO,
+            Restore::Assert,
+        );
+        let probes: Vec<_> = cl
+            .rec
+            .outcomes()
+            .into_iter()
+            .filter(|o| o.probe && o.path == chain)
+            .collect();
+        for node in behind {
+            let kinds: Vec<Kind> = probes
+                .iter()
+                .filter(|o| o.node == node)
+                .map(|o| o.kind)
+                .collect();
+            eprintln!("{name}: node {node}'s probes of {chain}: {kinds:?}");
+        }
+        // Node 0's parent is the dead node: it is told so (not left to time out).
+        assert!(
+            probes
+                .iter()
+                .any(|o| o.node == 0 && o.kind == Kind::PeerGone && o.text.contains("node 2")),
+            "node 0's probe fails naming node 2"
+        );
+        let accept = |o: &Outcome| {
+            if o.node == 2 {
+                matches!(o.kind, Kind::Granted | Kind::NodeKilled)
+            } else {
+                survivor(o)
+            }
+        };
+        Verdict {
+            name,
+            t0,
+            accept: &accept,
+        }
+        .check(&cl.rec);
+    })
+    .await;
+}
+
+/// (c) kill -9 of two nodes at once: the holder of `/airline`'s token and the next node.
+/// The three survivors' requests are all answered; a lock rooted at a survivor is still
+/// granted within the TTL + 1 s; `/airline` is not restored (no regeneration).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_of_two_nodes_at_once() {
+    let name = "kill_9_of_two_nodes_at_once";
+    serial(async {
+        let Some(mut cl) = Cluster::start(name, "c", None).await else {
+            return;
+        };
+        let all: Vec<usize> = (0..N).collect();
+        let work = cl.airline(&all);
+        tokio::time::sleep(Duration::from_millis(1_500)).await;
+        let h = cl.stop_token_holder("/airline", &all).await;
+        let k = (h + 1) % N;
+        let t0 = Instant::now();
+        cl.kill(&[h, k]);
+        let live: Vec<usize> = all.iter().copied().filter(|&i| i != h && i != k).collect();
+        let g = live[0];
+        let free = rooted_at("/free", g as u16, N);
+        let others: Vec<usize> = live.iter().copied().filter(|&i| i != g).collect();
+        let (busy, unaffected) = tokio::join!(
+            probe(&cl.nodes, &cl.rec, "/airline", &live, t0, WINDOW),
+            probe(&cl.nodes, &cl.rec, &free, &others, t0, WINDOW)
+        );
+        work.finish().await;
+        eprintln!("{name}: killed node {h} (holder of /airline's token) and node {k}");
+        // When tokens are regenerated: Restore::Report → Restore::Assert on the next line.
+        restore(
+            "/airline",
+            &busy,
+            "the kills",
+            Duration::ZERO,
+            Restore::Report,
+        );
+        restore(
+            &format!("{free} (token at node {g})"),
+            &unaffected,
+            "the kills",
+            Duration::ZERO,
+            Restore::Assert,
+        );
+        let accept = |o: &Outcome| {
+            if o.node == h || o.node == k {
+                matches!(o.kind, Kind::Granted | Kind::NodeKilled)
+            } else {
+                survivor(o)
+            }
+        };
+        Verdict {
+            name,
+            t0,
+            accept: &accept,
+        }
+        .check(&cl.rec);
+    })
+    .await;
+}
+
+/// What a node that lost its lease (paused past it, or cut off) may answer: its own lease
+/// is lost (or a request timed out first, or a grant read after its deadline — not used),
+/// and grants only from before its holder's command was killed, i.e. before its lease ran
+/// out: after that it acts on nothing it knew.
+fn lost_lease_node(o: &Outcome, dead_at: Instant) -> bool {
+    match o.kind {
+        Kind::LeaseLost | Kind::Timeout | Kind::ExpiredGrant => true,
+        Kind::Granted => o.answered < dead_at,
+        _ => false,
+    }
+}
+
+/// Node 1 holds `/held<i>` (its token starts there) for `hilock lock … -- sleep 100`, the
+/// other nodes probe it from the fault on, the workload runs on all five; `fault` starts the
+/// fault at node 1 and `end` ends it once etcd has ended node 1's lease (+ 300 ms). Checks:
+/// the sleep is dead before etcd ends the lease and before any other node is granted
+/// `/held` (the oracle sees the command's hold until it is dead), the wrapper exits 77,
+/// node 1 grants nothing after that and refuses a new request naming its lease, and
+/// `/held` is granted to another node within the TTL + 1 s of the end of the fault.
+async fn held_by_a_node_that_loses_its_lease(
+    name: &str,
+    cl: &mut Cluster,
+    fault: impl Fn(&Nodes, &[CutProxy]),
+    end: impl Fn(&Nodes, &[CutProxy]),
+    what: (&str, &str),
+) {
+    let p = 1usize;
+    let held = rooted_at("/held", p as u16, N);
+    let mut wrapper = Wrapper::start(&cl.nodes, p, &held).await;
+    cl.rec.command_holds(&wrapper, p, &held);
+    let all: Vec<usize> = (0..N).collect();
+    let work = cl.airline(&all);
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let t0 = Instant::now();
+    fault(&cl.nodes, &cl.proxies);
+    let others: Vec<usize> = all.iter().copied().filter(|&i| i != p).collect();
+    // The probes run from the fault until restored, at most the fault's length (at most
+    // TTL + 3 s + 300 ms) and WINDOW after it.
+    let window = Duration::from_secs(u64::from(TTL_S) + 3) + WINDOW;
+    let probes = probe(&cl.nodes, &cl.rec, &held, &others, t0, window);
+    // Meanwhile: when the command dies, when etcd ends node 1's lease; 300 ms after both,
+    // the fault ends.
+    let (view, nodes, proxies) = (&mut cl.view, &cl.nodes, &cl.proxies);
+    let watch = async {
+        let (mut dead, mut gone) = (None, None);
+        while dead.is_none() || gone.is_none() {
+            assert!(
+                t0.elapsed() < Duration::from_secs(u64::from(TTL_S) + 3),
+                "command dead: {dead:?}, lease gone at etcd: {gone:?}"
+            );
+            if dead.is_none() && !wrapper.alive() {
+                dead = Some(t0.elapsed());
+            }
+            if gone.is_none() && !view.borrow().members.contains_key(&(p as u16)) {
+                gone = Some(t0.elapsed());
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let ended = t0.elapsed();
+        end(nodes, proxies);
+        (dead.unwrap(), gone.unwrap(), ended)
+    };
+    let (probed, (dead, gone, ended)) = tokio::join!(probes, watch);
+    let dead_at = t0 + dead;
+    let code = wrapper.exit_code(Duration::from_secs(2)).await;
+    // After the fault has ended, node 1 refuses a new request naming its lease.
+    let after = cl
+        .rec
+        .ask(
+            &cl.nodes.socket(p),
+            p,
+            &rooted_at("/after", p as u16, N),
+            Mode::W,
+            WORK_TIMEOUT_MS,
+            Duration::ZERO,
+            false,
+        )
+        .await;
+    work.finish().await;
+    eprintln!(
+        "{name}: {} at 0: node 1's command dead after {dead:.3?}, its lease gone at etcd \
+         after {gone:.3?}, {} after {ended:.3?}; wrapper exit {code:?}; a new request at \
+         node 1 afterwards: {after:?}",
+        what.0, what.1
+    );
+    restore(&held, &probed, what.0, Duration::ZERO, Restore::Report);
+    restore(&held, &probed, what.1, ended, Restore::Assert);
+    assert!(
+        dead < gone,
+        "the command must be dead before etcd ends the lease: dead after {dead:?}, gone after {gone:?}"
+    );
+    assert_eq!(code, Some(77), "the wrapper says: lease lost");
+    assert_eq!(after, Kind::LeaseLost, "node 1 refuses naming its lease");
+    let accept = |o: &Outcome| {
+        if o.node == p {
+            lost_lease_node(o, dead_at)
+        } else {
+            survivor(o)
+        }
+    };
+    Verdict {
+        name,
+        t0,
+        accept: &accept,
+    }
+    .check(&cl.rec);
+}
+
+/// (d) SIGSTOP of a holder past its lease, then SIGCONT.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigstop_of_a_holder_past_its_lease_then_sigcont() {
+    let name = "sigstop_of_a_holder_past_its_lease_then_sigcont";
+    serial(async {
+        let Some(mut cl) = Cluster::start(name, "d", None).await else {
+            return;
+        };
+        held_by_a_node_that_loses_its_lease(
+            name,
+            &mut cl,
+            |nodes, _| nodes.signal(1, "STOP"),
+            |nodes, _| nodes.signal(1, "CONT"),
+            ("the SIGSTOP", "the SIGCONT"),
+        )
+        .await;
+    })
+    .await;
+}
+
+/// (e) A partition of node 1 from every peer and from etcd (all its links through
+/// proxies that swallow everything), healed after etcd ended its lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partition_of_one_node_from_peers_and_etcd_then_heal() {
+    let name = "partition_of_one_node_from_peers_and_etcd_then_heal";
+    serial(async {
+        let Some(mut cl) = Cluster::start(name, "e", Some(1)).await else {
+            return;
+        };
+        held_by_a_node_that_loses_its_lease(
+            name,
+            &mut cl,
+            |_, proxies| proxies.iter().for_each(CutProxy::cut),
+            |_, proxies| proxies.iter().for_each(CutProxy::heal),
+            ("the cut", "the heal"),
+        )
+        .await;
+    })
+    .await;
+}
