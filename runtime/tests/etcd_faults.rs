@@ -157,9 +157,16 @@ impl Cluster {
             };
             self.nodes.signal(h, "STOP");
             tokio::time::sleep(Duration::from_millis(100)).await;
-            let mut elsewhere = false;
+            // All at once: each status call waits up to 300 ms for the stopped node.
+            let mut asks = tokio::task::JoinSet::new();
             for &i in alive.iter().filter(|&&i| i != h) {
-                elsewhere |= lock_of(&self.nodes, i, path).await.0;
+                let socket = self.nodes.socket(i);
+                let path = path.to_string();
+                asks.spawn(async move { etcd_cluster::token_at(&socket, &path).await });
+            }
+            let mut elsewhere = false;
+            while let Some(r) = asks.join_next().await {
+                elsewhere |= r.unwrap();
             }
             if !elsewhere {
                 return h;

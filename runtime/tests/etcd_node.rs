@@ -8,255 +8,25 @@
 
 #[path = "support/etcd.rs"]
 mod etcd;
+#[path = "support/etcd_cluster.rs"]
+mod etcd_cluster;
 
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use etcd_cluster::{observer, register, rooted_at, until_members, Nodes, Wrapper, GRACE_MS, TTL_S};
 use hilock::client::{request, Reply, Request};
 use hilock::demo::Oracle;
-use hilock::membership::{EtcdOptions, Member, MemberView, Membership};
 use hilock_kernel::Mode;
-use tokio::sync::watch;
 use tokio::time::Instant;
-
-/// The node lease's TTL (the smallest a default etcd grants) and the grace: the local
-/// lease is then (1 − ρ)(2 s − 0.5 s) ≈ 1.5 s.
-const TTL_S: u32 = 2;
-const GRACE_MS: u64 = 500;
 
 /// Requests wait this long unless they fail first: far above TTL + 1 s, so a request
 /// that fails within TTL + 1 s did not time out.
 const REQUEST_TIMEOUT_MS: u64 = 30_000;
 
-/// `hilock node` processes, node `i` reaching etcd at `endpoints[i]`.
-struct Nodes {
-    dir: tempfile::TempDir,
-    kids: Vec<Option<Child>>,
-}
-
-impl Nodes {
-    fn start(cluster: &str, endpoints: &[String]) -> Nodes {
-        let dir = tempfile::tempdir().unwrap();
-        let addrs: Vec<_> = endpoints
-            .iter()
-            .map(|_| {
-                std::net::TcpListener::bind("127.0.0.1:0")
-                    .unwrap()
-                    .local_addr()
-                    .unwrap()
-            })
-            .collect();
-        let mut nodes = Nodes {
-            kids: Vec::new(),
-            dir,
-        };
-        for (id, endpoint) in endpoints.iter().enumerate() {
-            let mut toml = format!(
-                "cluster = \"{cluster}\"\nsecret = \"etcd node test secret\"\nid = {id}\n\
-                 request_timeout_ms = {REQUEST_TIMEOUT_MS}\nclient = \"{}\"\n\
-                 membership = \"etcd\"\netcd_endpoints = [\"{endpoint}\"]\n\
-                 etcd_lease_ttl_s = {TTL_S}\netcd_grace_ms = {GRACE_MS}\n",
-                nodes.socket(id).display()
-            );
-            for (j, a) in addrs.iter().enumerate() {
-                toml.push_str(&format!("[[nodes]]\nid = {j}\naddr = \"{a}\"\n"));
-            }
-            let file = nodes.dir.path().join(format!("n{id}.toml"));
-            std::fs::write(&file, toml).unwrap();
-            let child = Command::new(env!("CARGO_BIN_EXE_hilock"))
-                .args(["node", "--config"])
-                .arg(&file)
-                .env("RUST_LOG", "hilock=error")
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .unwrap();
-            nodes.kids.push(Some(child));
-        }
-        // A node binds its client socket only after it has joined etcd.
-        for id in 0..endpoints.len() {
-            let t = std::time::Instant::now();
-            while !nodes.socket(id).exists() {
-                assert!(t.elapsed() < Duration::from_secs(20), "node {id} starts");
-                std::thread::sleep(Duration::from_millis(10));
-            }
-        }
-        nodes
-    }
-
-    fn socket(&self, id: usize) -> PathBuf {
-        self.dir.path().join(format!("n{id}.sock"))
-    }
-
-    fn pid(&self, id: usize) -> u32 {
-        self.kids[id].as_ref().unwrap().id()
-    }
-
-    fn signal(&self, id: usize, sig: &str) {
-        let ok = Command::new("kill")
-            .arg(format!("-{sig}"))
-            .arg(self.pid(id).to_string())
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "kill -{sig} node {id}");
-    }
-
-    fn kill(&mut self, id: usize) {
-        if let Some(mut c) = self.kids[id].take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-impl Drop for Nodes {
-    fn drop(&mut self) {
-        for c in self.kids.iter_mut().flatten() {
-            let _ = Command::new("kill")
-                .args(["-CONT", &c.id().to_string()])
-                .status();
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-/// `hilock lock PATH W -- sleep 100` on node `id`'s socket, and the sleep's pid and fence
-/// once it runs (it runs only once the lock is granted and its group registered).
-struct Wrapper {
-    child: Child,
-    sleep: i32,
-    fence: u64,
-}
-
-impl Wrapper {
-    async fn start(nodes: &Nodes, id: usize, path: &str) -> Wrapper {
-        let child = Command::new(env!("CARGO_BIN_EXE_hilock"))
-            .args(["lock", path, "W", "--socket"])
-            .arg(nodes.socket(id))
-            .args(["--timeout-ms", "10000", "--", "sleep", "100"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let wrapper = child.id() as i32;
-        let t = Instant::now();
-        let sleep = loop {
-            if let Some(pid) = child_named(wrapper, "sleep") {
-                break pid;
-            }
-            assert!(t.elapsed() < Duration::from_secs(10), "the command starts");
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        };
-        let env = std::fs::read(format!("/proc/{sleep}/environ")).unwrap();
-        let fence = env
-            .split(|&b| b == 0)
-            .find_map(|kv| kv.strip_prefix(b"HILOCK_FENCE="))
-            .map(|v| String::from_utf8_lossy(v).parse().unwrap())
-            .expect("HILOCK_FENCE in the command's environment");
-        Wrapper {
-            child,
-            sleep,
-            fence,
-        }
-    }
-
-    /// Whether the command (not a zombie) still runs.
-    fn alive(&self) -> bool {
-        matches!(hilock::proc::stat(self.sleep), Some((s, _, _)) if s != 'Z' && s != 'X')
-    }
-
-    /// The wrapper's exit code, waiting at most `within`.
-    async fn exit_code(&mut self, within: Duration) -> Option<i32> {
-        let t = Instant::now();
-        loop {
-            if let Some(st) = self.child.try_wait().unwrap() {
-                return st.code();
-            }
-            if t.elapsed() > within {
-                return None;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    }
-}
-
-impl Drop for Wrapper {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = Command::new("kill")
-            .args(["-KILL", &self.sleep.to_string()])
-            .stderr(Stdio::null())
-            .status();
-    }
-}
-
-/// The child of `parent` whose command name is `name`.
-fn child_named(parent: i32, name: &str) -> Option<i32> {
-    std::fs::read_dir("/proc")
-        .ok()?
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
-        .find(|&pid| {
-            matches!(hilock::proc::stat(pid), Some((_, ppid, _)) if ppid == parent)
-                && std::fs::read_to_string(format!("/proc/{pid}/comm"))
-                    .is_ok_and(|c| c.trim_end() == name)
-        })
-}
-
-/// The test's own view of the member list (it joins as a member with an id no node has).
-async fn observer(etcd: &str, cluster: &str) -> (Membership, watch::Receiver<MemberView>) {
-    let mut o = EtcdOptions::new(vec![etcd.to_string()]);
-    o.ttl_s = TTL_S;
-    o.grace = Duration::from_millis(GRACE_MS);
-    let m = Membership::join(
-        &o,
-        cluster,
-        Member {
-            id: 900,
-            incarnation: 1,
-        },
-    )
-    .await
-    .unwrap();
-    let w = m.members();
-    (m, w)
-}
-
-async fn until_members(w: &mut watch::Receiver<MemberView>, p: impl FnMut(&MemberView) -> bool) {
-    tokio::time::timeout(Duration::from_secs(10), w.wait_for(p))
-        .await
-        .expect("member view reached in time")
-        .unwrap();
-}
-
 fn lock_req(path: &str, mode: &str) -> Request {
-    Request::Lock {
-        path: path.into(),
-        mode: mode.into(),
-        priority: 0,
-        timeout_ms: Some(REQUEST_TIMEOUT_MS),
-        nested: false,
-    }
-}
-
-/// Registers a client reply's grant with the oracle.
-fn register(oracle: &Oracle, op: u64, node: u16, reply: &Reply) {
-    let locks = reply.locks.clone().unwrap_or_default();
-    let fence = reply.fence.expect("a grant carries its fence");
-    for (k, l) in locks.iter().enumerate() {
-        let (p, m) = l.rsplit_once(':').unwrap();
-        let m = Mode::parse(m).unwrap();
-        if k + 1 == locks.len() {
-            oracle.register_fenced(op, node, p, m, fence);
-        } else {
-            oracle.register_path(op, node, p, m);
-        }
-    }
+    etcd_cluster::lock_req(path, mode, REQUEST_TIMEOUT_MS)
 }
 
 /// Clients on `nodes_at` locking random paths under `/w` until `stop`; every grant goes to
@@ -335,7 +105,7 @@ async fn a_paused_node_s_command_dies_before_its_lease_ends_and_before_another_n
     };
     let body = async {
         let cluster = "paused";
-        let nodes = Nodes::start(cluster, &vec![etcd.addr.clone(); 3]);
+        let nodes = Nodes::start(cluster, &vec![etcd.addr.clone(); 3], REQUEST_TIMEOUT_MS);
         let (_obs, mut view) = observer(&etcd.addr, cluster).await;
         until_members(&mut view, |v| (0..3).all(|i| v.members.contains_key(&i))).await;
         let oracle = Arc::new(Oracle::default());
@@ -451,7 +221,7 @@ async fn a_node_cut_from_etcd_stops_granting_and_kills_its_holders_commands() {
         let cluster = "cut";
         let proxy = etcd::Proxy::start(&etcd.addr).await;
         let endpoints = vec![etcd.addr.clone(), proxy.addr.clone(), etcd.addr.clone()];
-        let nodes = Nodes::start(cluster, &endpoints);
+        let nodes = Nodes::start(cluster, &endpoints, REQUEST_TIMEOUT_MS);
         let (_obs, mut view) = observer(&etcd.addr, cluster).await;
         until_members(&mut view, |v| (0..3).all(|i| v.members.contains_key(&i))).await;
         let mut wrapper = Wrapper::start(&nodes, 1, "/c").await;
@@ -549,14 +319,8 @@ async fn a_killed_peer_fails_the_requests_waiting_on_it_naming_it_within_ttl_plu
     };
     let body = async {
         let cluster = "killed";
-        let mut nodes = Nodes::start(cluster, &vec![etcd.addr.clone(); 3]);
-        let rooted = |holder: u16| {
-            (0..)
-                .map(|i| format!("/b{i}"))
-                .find(|p| hilock::wire::initial_holder(p, 3).0 == holder)
-                .unwrap()
-        };
-        let (at1, at0) = (rooted(1), rooted(0));
+        let mut nodes = Nodes::start(cluster, &vec![etcd.addr.clone(); 3], REQUEST_TIMEOUT_MS);
+        let (at1, at0) = (rooted_at("/b", 1, 3), rooted_at("/b", 0, 3));
         let mut wrapper = Wrapper::start(&nodes, 1, &at1).await;
         let mut waiting = tokio::task::JoinSet::new();
         for node in [0usize, 2] {

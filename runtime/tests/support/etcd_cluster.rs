@@ -294,13 +294,24 @@ pub fn register(oracle: &Oracle, op: u64, node: u16, reply: &Reply) {
 /// The locks node `id` knows, as `(path, token here, parent)` (from its status; `None` if
 /// it does not answer within 5 s).
 pub async fn locks_of(nodes: &Nodes, id: usize) -> Option<Vec<(String, bool, Option<u16>)>> {
-    let (reply, _) = tokio::time::timeout(
-        Duration::from_secs(5),
-        request(&nodes.socket(id), &Request::Status),
-    )
-    .await
-    .ok()?
-    .ok()?;
+    locks_at(&nodes.socket(id)).await
+}
+
+/// Whether the node at `socket` says it holds `path`'s token.
+pub async fn token_at(socket: &std::path::Path, path: &str) -> bool {
+    locks_at(socket)
+        .await
+        .unwrap_or_default()
+        .iter()
+        .any(|l| l.0 == path && l.1)
+}
+
+async fn locks_at(socket: &std::path::Path) -> Option<Vec<(String, bool, Option<u16>)>> {
+    let (reply, _) =
+        tokio::time::timeout(Duration::from_secs(5), request(socket, &Request::Status))
+            .await
+            .ok()?
+            .ok()?;
     let locks = reply.status?.get("locks")?.as_array()?.clone();
     Some(
         locks
@@ -344,7 +355,8 @@ pub enum Kind {
     ExpiredGrant,
     /// `Error::PeerGone`: "node P has left the cluster".
     PeerGone,
-    /// `Error::Refused` for the node's own lost etcd lease: "the etcd lease … is lost".
+    /// `Error::Refused` for the node's own lost etcd lease: "this node serves no lock: …
+    /// etcd lease …" ("… is lost", or "… was not renewed in time").
     LeaseLost,
     /// `Error::Timeout`: "timed out after".
     Timeout,
@@ -465,7 +477,7 @@ impl Recorder {
                 let e = reply.error.unwrap_or_default();
                 let kind = if e.contains("has left the cluster") {
                     Kind::PeerGone
-                } else if e.contains("etcd lease") && e.contains("is lost") {
+                } else if e.contains("this node serves no lock") && e.contains("etcd lease") {
                     Kind::LeaseLost
                 } else if e.contains("timed out after") {
                     Kind::Timeout
