@@ -65,6 +65,7 @@ impl Nodes {
         listen: &[SocketAddr],
         route: impl Fn(usize, usize) -> SocketAddr,
     ) -> Nodes {
+        assert_eq!(listen.len(), endpoints.len(), "one address per node");
         let dir = tempfile::tempdir().unwrap();
         let mut nodes = Nodes {
             kids: Vec::new(),
@@ -78,8 +79,8 @@ impl Nodes {
                  etcd_lease_ttl_s = {TTL_S}\netcd_grace_ms = {GRACE_MS}\n",
                 nodes.socket(id).display()
             );
-            for j in 0..endpoints.len() {
-                let a = if j == id { listen[j] } else { route(id, j) };
+            for (j, &own) in listen.iter().enumerate() {
+                let a = if j == id { own } else { route(id, j) };
                 toml.push_str(&format!("[[nodes]]\nid = {j}\naddr = \"{a}\"\n"));
             }
             let file = nodes.dir.path().join(format!("n{id}.toml"));
@@ -437,6 +438,7 @@ impl Recorder {
 
     /// Asks node `node` for `path` in `mode` (timeout `timeout_ms`) and records the answer;
     /// a grant is registered with the oracle, held for `hold`, and released.
+    #[allow(clippy::too_many_arguments)]
     pub async fn ask(
         &self,
         socket: &std::path::Path,
