@@ -19,7 +19,7 @@ use clap::{Parser, ValueEnum};
 use hilock_benches::plot::{line_chart, Series};
 
 use hilock_benches::sim::{
-    self, Config, CsvRow, PrioMode, Proto, Stats, KIND_NAMES, MIX, PRIO_LEVELS,
+    self, Config, CsvRow, Mix, PrioMode, Proto, Stats, KIND_NAMES, MIX, PRIO_LEVELS,
 };
 use indicatif::{ProgressBar, ProgressStyle};
 use rayon::prelude::*;
@@ -53,10 +53,32 @@ struct Opts {
     /// default: 2 … 1,024, quick 2 … 256).
     #[arg(long, value_delimiter = ',')]
     sizes: Vec<usize>,
+    /// Which locks an access takes: `thesis` (default; IR/IW = the table alone in that
+    /// mode, R/U/W = one entry under IR/IW on the table) or `entry-intention` (the mapping
+    /// before issue 19 item 3: IR/IW = table in IR/IW + entry in R/W, R/U/W = the table).
+    #[arg(long, value_enum, default_value_t = MixArg::Thesis)]
+    mix: MixArg,
     /// NCS / CS ratios of the unprioritized and native-latency experiments
     /// (comma-separated; default 1,5,10,25, the thesis's Fig. 4.2).
     #[arg(long, value_delimiter = ',')]
     ratios: Vec<f64>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum MixArg {
+    /// [`Mix::Thesis`].
+    Thesis,
+    /// [`Mix::EntryIntention`].
+    EntryIntention,
+}
+
+impl MixArg {
+    fn mix(self) -> Mix {
+        match self {
+            MixArg::Thesis => Mix::Thesis,
+            MixArg::EntryIntention => Mix::EntryIntention,
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -156,6 +178,10 @@ const FORWARDING: [Proto; 5] = [
 fn jobs(o: &Opts) -> Vec<Job> {
     let mut v = Vec::new();
     let on = |e: Experiment| o.experiments.contains(&e);
+    let config = |proto: Proto, n: usize, ratio: f64| Config {
+        mix: o.mix.mix(),
+        ..Config::thesis(proto, n, ratio, o.per_node, o.seed)
+    };
     // Fig. 4.1, 4.2, 4.4: every ratio, every size, the three unprioritized protocols on
     // the same seed (ratio 10 is Fig. 4.1).
     for &ratio in o.ratios.iter().filter(|_| on(Experiment::Unprioritized)) {
@@ -163,7 +189,7 @@ fn jobs(o: &Opts) -> Vec<Job> {
             for proto in UNPRIO {
                 v.push(Job {
                     exp: "unprioritized",
-                    cfg: Config::thesis(proto, n, ratio, o.per_node, o.seed),
+                    cfg: config(proto, n, ratio),
                 });
             }
         }
@@ -174,7 +200,7 @@ fn jobs(o: &Opts) -> Vec<Job> {
     for &ratio in o.ratios.iter().filter(|_| on(Experiment::NativeLatency)) {
         for &n in &o.sizes {
             for proto in UNPRIO {
-                let mut cfg = Config::thesis(proto, n, ratio, o.per_node, o.seed);
+                let mut cfg = config(proto, n, ratio);
                 cfg.latency_ms = NATIVE_LATENCY_MS;
                 v.push(Job {
                     exp: "native-latency",
@@ -196,7 +222,7 @@ fn jobs(o: &Opts) -> Vec<Job> {
             (Proto::Hilock, PrioMode::Pip),
             (Proto::PrioNaimi, PrioMode::On),
         ] {
-            let mut cfg = Config::thesis(proto, n, 10.0, o.per_node, o.seed);
+            let mut cfg = config(proto, n, 10.0);
             cfg.prio = prio;
             v.push(Job {
                 exp: "prioritized",
@@ -209,7 +235,7 @@ fn jobs(o: &Opts) -> Vec<Job> {
         for proto in FORWARDING {
             v.push(Job {
                 exp: "forwarding",
-                cfg: Config::thesis(proto, n, 10.0, o.per_node, o.seed),
+                cfg: config(proto, n, 10.0),
             });
         }
     }
@@ -342,6 +368,9 @@ fn print_tables(rows: &[(Job, Stats)], lavault: &[LavaultRow]) {
             .map(|(_, st)| st)
     };
     let mut sizes: Vec<usize> = rows.iter().map(|(j, _)| j.cfg.n).collect();
+    if let Some((j, _)) = rows.first() {
+        println!("\nmix: {} (simulate --mix)", j.cfg.mix.name());
+    }
     sizes.sort_unstable();
     sizes.dedup();
     let mut ratios: Vec<f64> = rows.iter().map(|(j, _)| j.cfg.ratio).collect();
