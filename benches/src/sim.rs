@@ -382,9 +382,8 @@ pub struct Stats {
     /// Accesses started in the window by drawn mode (IR, R, U, IW, W), the draw of
     /// [`draw_access`].
     pub access_modes: [u64; 5],
-    /// Lock requests (`Acquire` inputs) of the accesses started in the window, by mode
-    /// (IR, R, U, IW, W). (They differ from [`Stats::lock_requests`], the `Acquire`s
-    /// issued in the window, only at the window's start: by fewer than `n`.)
+    /// Lock requests (`Acquire` inputs) of the accesses started and completed in the
+    /// window (those counted in [`Stats::lat_mode`]), by mode (IR, R, U, IW, W).
     pub acquire_modes: [u64; 5],
     /// Lock requests of accesses issued in the window that were granted without a request
     /// message (resolved locally, Rule 2, or by the token node itself).
@@ -404,11 +403,11 @@ impl Stats {
     pub fn kind_per_request(&self, k: usize) -> f64 {
         self.msgs[k] as f64 / self.lock_requests.max(1) as f64
     }
-    /// Lock requests (`Acquire` inputs) per access, over the accesses started in the
-    /// window.
+    /// Lock requests (`Acquire` inputs) per access, over the accesses started and
+    /// completed in the window.
     pub fn requests_per_access(&self) -> f64 {
         self.acquire_modes.iter().sum::<u64>() as f64
-            / self.access_modes.iter().sum::<u64>().max(1) as f64
+            / self.lat_mode.iter().map(|m| m.1).sum::<u64>().max(1) as f64
     }
     /// Messages per access (critical section).
     pub fn per_access(&self) -> f64 {
@@ -901,12 +900,17 @@ where
         let a = &self.apps[i];
         if a.k < a.nops {
             let (lock, mode) = a.ops[a.k];
-            self.count_acquire(i, mode);
+            self.count_acquire();
             return self.try_step(i, Some(Input::Acquire { lock, mode }), None);
         }
         let a = &mut self.apps[i];
         a.phase = Phase::Cs;
         if a.measured {
+            for (_, mode) in &a.ops[..a.nops] {
+                if let Some(k) = MIX.iter().position(|(m, _)| m == mode) {
+                    self.stats.acquire_modes[k] += 1;
+                }
+            }
             let h = self.hops[i] as usize;
             if self.stats.request_hops.len() <= h {
                 self.stats.request_hops.resize(h + 1, 0);
@@ -974,21 +978,15 @@ where
         if in_window {
             self.stats.access_modes[mode_idx] += 1;
         }
-        self.count_acquire(i, mode);
+        self.count_acquire();
         self.step(i, Input::Acquire { lock, mode })
     }
 
-    /// Counts a lock request (`Acquire`) of node `i`'s access: in
-    /// [`Stats::lock_requests`] when it is issued in the window, by mode in
-    /// [`Stats::acquire_modes`] when its access was issued in the window.
-    fn count_acquire(&mut self, i: usize, mode: Mode) {
+    /// Counts a lock request (`Acquire`) in [`Stats::lock_requests`] when it is issued in
+    /// the window.
+    fn count_acquire(&mut self) {
         if self.in_window() {
             self.stats.lock_requests += 1;
-        }
-        if self.apps[i].measured {
-            if let Some(k) = MIX.iter().position(|(m, _)| *m == mode) {
-                self.stats.acquire_modes[k] += 1;
-            }
         }
     }
 }

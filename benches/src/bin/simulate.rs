@@ -58,6 +58,10 @@ struct Opts {
     /// before issue 19 item 3: IR/IW = table in IR/IW + entry in R/W, R/U/W = the table).
     #[arg(long, value_enum, default_value_t = MixArg::Thesis)]
     mix: MixArg,
+    /// Concurrency levels N · CS / NCS of the constant-concurrency experiment (Fig. 4.3;
+    /// comma-separated; default 1,4 — the thesis's two levels are lost from its text).
+    #[arg(long, value_delimiter = ',')]
+    concurrency: Vec<f64>,
     /// NCS / CS ratios of the unprioritized and native-latency experiments
     /// (comma-separated; default 1,5,10,25, the thesis's Fig. 4.2).
     #[arg(long, value_delimiter = ',')]
@@ -101,6 +105,12 @@ enum Experiment {
     /// Issue 19: every forwarding variant of hilock and Naimi-Trehel pure, ratio 10,
     /// 150 ms, over `--sizes`.
     Forwarding,
+    /// Fig. 4.3, constant concurrency level (section 4.2.2): NCS grown with N so that
+    /// N · CS / NCS stays at each `--concurrency` level; the IBM SP setting (50 µs
+    /// latency); hilock (thesis rule), hilock ClassPointers and Naimi pure over `--sizes`.
+    /// Alias `fig4-3`.
+    #[value(alias = "fig4-3")]
+    ConstantConcurrency,
 }
 
 impl Experiment {
@@ -111,6 +121,7 @@ impl Experiment {
             Experiment::Prioritized => "prioritized",
             Experiment::Lavault => "lavault",
             Experiment::Forwarding => "forwarding",
+            Experiment::ConstantConcurrency => "constant-concurrency",
         }
     }
 }
@@ -119,6 +130,8 @@ impl Experiment {
 struct Job {
     exp: &'static str,
     cfg: Config,
+    /// The concurrency level N · CS / NCS of a constant-concurrency run (else 0).
+    level: f64,
 }
 
 fn main() {
@@ -139,6 +152,9 @@ fn main() {
     }
     if o.ratios.is_empty() {
         o.ratios = RATIOS.to_vec();
+    }
+    if o.concurrency.is_empty() {
+        o.concurrency = vec![1.0, 4.0];
     }
     if let Err(e) = real_main(&o) {
         eprintln!("simulate: {e}");
@@ -166,6 +182,8 @@ fn prio_sizes(quick: bool) -> Vec<usize> {
 const NATIVE_LATENCY_MS: f64 = 0.05;
 const RATIOS: [f64; 4] = [1.0, 5.0, 10.0, 25.0];
 const UNPRIO: [Proto; 3] = [Proto::Hilock, Proto::NaimiSame, Proto::NaimiPure];
+/// The protocols of the `constant-concurrency` experiment (Fig. 4.3).
+const FIG43: [Proto; 3] = [Proto::Hilock, Proto::HilockPointers, Proto::NaimiPure];
 /// The protocols of the `forwarding` experiment.
 const FORWARDING: [Proto; 5] = [
     Proto::Hilock,
@@ -190,6 +208,7 @@ fn jobs(o: &Opts) -> Vec<Job> {
                 v.push(Job {
                     exp: "unprioritized",
                     cfg: config(proto, n, ratio),
+                    level: 0.0,
                 });
             }
         }
@@ -205,6 +224,7 @@ fn jobs(o: &Opts) -> Vec<Job> {
                 v.push(Job {
                     exp: "native-latency",
                     cfg,
+                    level: 0.0,
                 });
             }
         }
@@ -227,6 +247,7 @@ fn jobs(o: &Opts) -> Vec<Job> {
             v.push(Job {
                 exp: "prioritized",
                 cfg,
+                level: 0.0,
             });
         }
     }
@@ -236,7 +257,27 @@ fn jobs(o: &Opts) -> Vec<Job> {
             v.push(Job {
                 exp: "forwarding",
                 cfg: config(proto, n, 10.0),
+                level: 0.0,
             });
+        }
+    }
+    // Fig. 4.3: constant concurrency level, NCS = N / level × CS (section 4.2.2, "NCT to
+    // NCT (N + K) / N"), on the IBM SP (native latency).
+    for &level in o
+        .concurrency
+        .iter()
+        .filter(|_| on(Experiment::ConstantConcurrency))
+    {
+        for &n in &o.sizes {
+            for proto in FIG43 {
+                let mut cfg = config(proto, n, n as f64 / level);
+                cfg.latency_ms = NATIVE_LATENCY_MS;
+                v.push(Job {
+                    exp: "constant-concurrency",
+                    cfg,
+                    level,
+                });
+            }
         }
     }
     // Largest runs first, so that the parallel workers finish together.
@@ -297,15 +338,17 @@ fn real_main(o: &Opts) -> Result<(), String> {
         }
     }
     // Deterministic order in the files: experiment, protocol, prio, ratio, n.
-    rows.sort_by(|(a, _), (b, _)| {
-        (a.exp, a.cfg.proto, a.cfg.prio, a.cfg.ratio as u64, a.cfg.n).cmp(&(
-            b.exp,
-            b.cfg.proto,
-            b.cfg.prio,
-            b.cfg.ratio as u64,
-            b.cfg.n,
-        ))
-    });
+    let key = |j: &Job| {
+        (
+            j.exp,
+            j.cfg.proto,
+            j.cfg.prio,
+            (j.level * 1000.0) as u64,
+            j.cfg.ratio as u64,
+            j.cfg.n,
+        )
+    };
+    rows.sort_by(|(a, _), (b, _)| key(a).cmp(&key(b)));
     write_outputs(&o.out, &rows)?;
     let lavault = if o.experiments.contains(&Experiment::Lavault) {
         pool.install(|| lavault(o))
@@ -431,8 +474,11 @@ fn print_tables(rows: &[(Job, Stats)], lavault: &[LavaultRow]) {
         for p in &hilocks {
             print!(" {} |", p.name());
         }
-        println!();
-        println!("|---:|---:|{}", "---:|".repeat(hilocks.len()));
+        println!(" hilock lock requests / access | hilock msgs / access | Naimi msgs / access |");
+        println!(
+            "|---:|---:|{}---:|---:|---:|",
+            "---:|".repeat(hilocks.len())
+        );
         for &n in &sizes {
             let Some(nt) = get("forwarding", Proto::NaimiPure, 10.0, n) else {
                 continue;
@@ -448,7 +494,15 @@ fn print_tables(rows: &[(Job, Stats)], lavault: &[LavaultRow]) {
                     None => print!(" - |"),
                 }
             }
-            println!();
+            match get("forwarding", Proto::Hilock, 10.0, n) {
+                Some(h) => println!(
+                    " {:.3} | {:.2} | {:.2} |",
+                    h.requests_per_access(),
+                    h.per_access(),
+                    nt.per_access()
+                ),
+                None => println!(" - | - | - |"),
+            }
         }
         println!("\n| n | protocol | request | forward | grant | token | release | freeze | entry-lock journey mean / p99 | idle-relay parent age, table: mean p50 p90 | entries: mean p50 p90 | idle-relay forwards via pointer | entry token moves / lock request |");
         println!("|---:|---|---:|---:|---:|---:|---:|---:|---|---|---|---:|---:|");
@@ -483,6 +537,60 @@ fn print_tables(rows: &[(Job, Stats)], lavault: &[LavaultRow]) {
                     hist3(&st.relay_age[1]),
                     st.relay_via_pointer as f64 / st.forwards_by_state[0].max(1) as f64,
                     st.token_moves[1] as f64 / lr,
+                );
+            }
+        }
+    }
+    let levels: Vec<f64> = {
+        let mut l: Vec<f64> = rows
+            .iter()
+            .filter(|(j, _)| j.exp == "constant-concurrency")
+            .map(|(j, _)| j.level)
+            .collect();
+        l.sort_by(f64::total_cmp);
+        l.dedup();
+        l
+    };
+    if !levels.is_empty() {
+        let cc = |p: Proto, level: f64, n: usize| {
+            rows.iter()
+                .find(|(j, _)| {
+                    j.exp == "constant-concurrency"
+                        && j.cfg.proto == p
+                        && j.level == level
+                        && j.cfg.n == n
+                })
+                .map(|(_, st)| st)
+        };
+        println!("\nFig. 4.3, constant concurrency level (NCS = N / level × 15 ms, CS 15 ms, latency 50 µs): messages per lock request, latency (ms)\n");
+        print!("| level | n | NCS/CS |");
+        for p in FIG43 {
+            print!(" {} msgs | {} latency |", p.name(), p.name());
+        }
+        println!(" hilock request | hilock forward |");
+        println!(
+            "|---:|---:|---:|{}---:|---:|",
+            "---:|---:|".repeat(FIG43.len())
+        );
+        for &level in &levels {
+            for &n in &sizes {
+                let Some(h) = cc(Proto::Hilock, level, n) else {
+                    continue;
+                };
+                print!("| {level} | {n} | {} |", n as f64 / level);
+                for p in FIG43 {
+                    match cc(p, level, n) {
+                        Some(st) => {
+                            print!(" {:.2} | {:.1} |", st.per_request(), st.mean_latency_ms())
+                        }
+                        None => print!(" - | - |"),
+                    }
+                }
+                let lr = h.lock_requests.max(1) as f64;
+                println!(
+                    " {:.2} | {:.2} |",
+                    (h.msgs[0] - h.forwards) as f64 / lr,
+                    h.forwards as f64 / lr
                 );
             }
         }
@@ -836,6 +944,47 @@ fn write_outputs(out: &Path, rows: &[(Job, Stats)]) -> Result<(), String> {
     )?;
     let f: Vec<&(Job, Stats)> = rows.iter().filter(|(j, _)| j.exp == "forwarding").collect();
     csv(&out.join("forwarding_variants.csv"), &f)?;
+
+    // Fig. 4.3: constant concurrency level.
+    let cc: Vec<&(Job, Stats)> = rows
+        .iter()
+        .filter(|(j, _)| j.exp == "constant-concurrency")
+        .collect();
+    csv(&out.join("fig4_3.csv"), &cc)?;
+    let mut levels: Vec<f64> = cc.iter().map(|(j, _)| j.level).collect();
+    levels.sort_by(f64::total_cmp);
+    levels.dedup();
+    for (file, title, y_label, y) in [
+        (
+            "fig4_3a_messages.svg",
+            "Fig. 4.3(a) messages per lock request, constant concurrency, 50 µs",
+            "messages / request",
+            (|st: &Stats| st.per_request()) as fn(&Stats) -> f64,
+        ),
+        (
+            "fig4_3b_latency.svg",
+            "Fig. 4.3(b) request latency, constant concurrency, 50 µs",
+            "latency (ms)",
+            |st: &Stats| st.mean_latency_ms(),
+        ),
+    ] {
+        let s: Vec<Series> = levels
+            .iter()
+            .flat_map(|&level| {
+                FIG43.map(|p| {
+                    series(
+                        rows,
+                        format!("{} level {level}", p.name()),
+                        move |j: &Job| {
+                            j.exp == "constant-concurrency" && j.cfg.proto == p && j.level == level
+                        },
+                        y,
+                    )
+                })
+            })
+            .collect();
+        chart(&out.join(file), title, "nodes", y_label, &s, true)?;
+    }
 
     // Latency per access mode (hilock, ratio 10), not a thesis figure but asked for.
     let s: Vec<Series> = MIX
