@@ -512,18 +512,7 @@ fn print_tables(rows: &[(Job, Stats)], lavault: &[LavaultRow]) {
                     continue;
                 };
                 let lr = st.lock_requests.max(1) as f64;
-                let h = &st.journey_hops[1];
-                let tot: u64 = h.iter().sum();
-                let mean = h.iter().enumerate().map(|(k, c)| k as u64 * c).sum::<u64>() as f64
-                    / tot.max(1) as f64;
-                let mut acc = 0;
-                let p99 = h
-                    .iter()
-                    .position(|c| {
-                        acc += c;
-                        acc as f64 >= 0.99 * tot as f64
-                    })
-                    .unwrap_or(0);
+                let (mean, p99) = hist(&st.journey_hops[1]).map_or((0.0, 0), |(m, q)| (m, q(0.99)));
                 println!(
                     "| {n} | {} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {mean:.2} / {p99} | {} | {} | {:.2} | {:.3} |",
                     p.name(),
@@ -537,6 +526,33 @@ fn print_tables(rows: &[(Job, Stats)], lavault: &[LavaultRow]) {
                     hist3(&st.relay_age[1]),
                     st.relay_via_pointer as f64 / st.forwards_by_state[0].max(1) as f64,
                     st.token_moves[1] as f64 / lr,
+                );
+            }
+        }
+    }
+    if sizes
+        .iter()
+        .any(|&n| get("forwarding", Proto::NaimiPure, 10.0, n).is_some())
+    {
+        println!("\nJourneys: request messages per lock request that sent one (table lock / entry locks: mean, p50, p90, p99, max), and who forwarded (share of forwards sent by an idle relay / a node owning a mode / a pending node / other)\n");
+        println!("| n | protocol | table: mean p50 p90 p99 max | entries: mean p50 p90 p99 max | idle | owns | pending | other |");
+        println!("|---:|---|---|---|---:|---:|---:|---:|");
+        for &n in &sizes {
+            for p in FORWARDING.iter().filter(|&&p| p != Proto::NaimiPure) {
+                let Some(st) = get("forwarding", *p, 10.0, n) else {
+                    continue;
+                };
+                let fw = st.forwards.max(1) as f64;
+                let f = &st.forwards_by_state;
+                println!(
+                    "| {n} | {} | {} | {} | {:.2} | {:.2} | {:.2} | {:.2} |",
+                    p.name(),
+                    hist5(&st.journey_hops[0]),
+                    hist5(&st.journey_hops[1]),
+                    f[0] as f64 / fw,
+                    f[1] as f64 / fw,
+                    f[2] as f64 / fw,
+                    f[3] as f64 / fw
                 );
             }
         }
@@ -612,14 +628,15 @@ fn print_tables(rows: &[(Job, Stats)], lavault: &[LavaultRow]) {
     }
 }
 
-/// "mean p50 p90" of a histogram (`h[k]` items had value k).
-fn hist3(h: &[u64]) -> String {
+/// Mean and a quantile function of a histogram (`h[k]` items had value k); `None` when
+/// it is empty.
+fn hist(h: &[u64]) -> Option<(f64, impl Fn(f64) -> usize + '_)> {
     let total: u64 = h.iter().sum();
     if total == 0 {
-        return "-".into();
+        return None;
     }
     let mean = h.iter().enumerate().map(|(k, c)| k as u64 * c).sum::<u64>() as f64 / total as f64;
-    let q = |p: f64| {
+    let q = move |p: f64| {
         let mut acc = 0;
         h.iter()
             .position(|c| {
@@ -628,7 +645,29 @@ fn hist3(h: &[u64]) -> String {
             })
             .unwrap_or(0)
     };
-    format!("{mean:.1} {} {}", q(0.5), q(0.9))
+    Some((mean, q))
+}
+
+/// "mean p50 p90 p99 max" of a histogram.
+fn hist5(h: &[u64]) -> String {
+    match hist(h) {
+        Some((mean, q)) => format!(
+            "{mean:.2} {} {} {} {}",
+            q(0.5),
+            q(0.9),
+            q(0.99),
+            h.len() - 1
+        ),
+        None => "-".into(),
+    }
+}
+
+/// "mean p50 p90" of a histogram.
+fn hist3(h: &[u64]) -> String {
+    match hist(h) {
+        Some((mean, q)) => format!("{mean:.1} {} {}", q(0.5), q(0.9)),
+        None => "-".into(),
+    }
 }
 
 fn csv(path: &Path, rows: &[&(Job, Stats)]) -> Result<(), String> {
@@ -940,6 +979,25 @@ fn write_outputs(out: &Path, rows: &[(Job, Stats)]) -> Result<(), String> {
         "nodes",
         "ratio",
         &s,
+        true,
+    )?;
+    let kinds: Vec<Series> = FORWARDING
+        .iter()
+        .filter(|&&p| p != Proto::NaimiPure)
+        .flat_map(|&p| {
+            KIND_NAMES.iter().enumerate().map(move |(k, kind)| {
+                series(rows, format!("{} {kind}", p.name()), fwd(p), move |st| {
+                    st.kind_per_request(k)
+                })
+            })
+        })
+        .collect();
+    chart(
+        &out.join("forwarding_kinds.svg"),
+        "messages per lock request by kind and forwarding rule, ratio 10, 150 ms",
+        "nodes",
+        "messages / request",
+        &kinds,
         true,
     )?;
     let f: Vec<&(Job, Stats)> = rows.iter().filter(|(j, _)| j.exp == "forwarding").collect();
