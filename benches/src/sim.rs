@@ -167,6 +167,29 @@ impl<const N: usize, const L: usize, const P: usize, const Q: usize> RelayClass
     }
 }
 
+/// What the timing loop asks of a protocol beyond [`Protocol`]: defaults for the token
+/// protocols; the ring engine ([`crate::ringair`]) overrides them.
+pub trait Driven: Protocol {
+    /// Index in [`Stats::msgs`] of a message (default: its [`MsgKind`], [`kind_index`]).
+    fn stat_kind(msg: &Self::Msg) -> usize {
+        kind_index(Self::kind(msg))
+    }
+    /// A lock whose request waits to be asked again: the loop steps
+    /// [`Input::Upgrade`] of it one mean message latency later.
+    fn wants_poll(&self) -> Option<LockId> {
+        None
+    }
+    /// Whether the loop checks [`Cluster::check_exclusive`] after every grant.
+    const CHECK_EXCLUSIVE: bool = false;
+}
+
+impl<const N: usize, const L: usize, const Q: usize> Driven for Site<N, L, Q> {}
+impl<const N: usize, const L: usize> Driven for NaimiSite<N, L> {}
+impl<const N: usize, const L: usize, const P: usize, const Q: usize> Driven
+    for PrioNaimiSite<N, L, P, Q>
+{
+}
+
 /// Whether and how the kernel sees the node priorities.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum PrioMode {
@@ -388,6 +411,10 @@ pub struct Stats {
     /// Lock requests of accesses issued in the window that were granted without a request
     /// message (resolved locally, Rule 2, or by the token node itself).
     pub local_acquires: u64,
+    /// Polls ([`Driven::wants_poll`]) stepped in the whole run.
+    pub polls: u64,
+    /// Grants after which mutual exclusion was checked ([`Driven::CHECK_EXCLUSIVE`]).
+    pub checked_grants: u64,
 }
 
 impl Stats {
@@ -475,6 +502,21 @@ pub fn run(cfg: &Config) -> Result<Stats, String> {
     run_here(cfg)
 }
 
+/// Runs the workload of `cfg` on `sites` (any [`Driven`] protocol; the locks an access
+/// takes follow `cfg.proto` and `cfg.mix`) and returns the statistics and the cluster as
+/// the run left it. The timing loop of [`run`], for protocols outside [`Proto`] (the ring
+/// engine, [`crate::ringair`]).
+pub fn run_sites<P>(cfg: &Config, sites: Vec<P>) -> Result<(Stats, Cluster<P>), String>
+where
+    P: Protocol + Clone + Invariants + RelayClass + Driven,
+    P::Msg: Requester + Hash,
+{
+    if sites.len() != cfg.n {
+        return Err(format!("{} sites for n = {}", sites.len(), cfg.n));
+    }
+    Sim::new(cfg, sites).run_keep()
+}
+
 macro_rules! dispatch {
     ($cfg:expr, $($n:literal),*) => {
         match $cfg.n {
@@ -546,6 +588,8 @@ enum Ev {
     Timer(u16),
     /// A message on channel (from, to) is due.
     Deliver(u16, u16),
+    /// The node's waiting request is asked again ([`Driven::wants_poll`]).
+    Poll(u16),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -599,6 +643,10 @@ struct Sim<'c, P: Protocol> {
     moves: [u64; LOCKS],
     /// Each node's parent for each lock and the value of `moves` when it was last set.
     parents: Vec<[(Option<NodeId>, u64); LOCKS]>,
+    /// A poll event is scheduled for the node.
+    poll_due: Vec<bool>,
+    /// A failed check after a grant ([`Driven::CHECK_EXCLUSIVE`]), reported by the loop.
+    violation: Option<String>,
 }
 
 fn jittered(rng: &mut ChaCha8Rng, mean_ms: f64, jitter: f64) -> u64 {
@@ -607,7 +655,7 @@ fn jittered(rng: &mut ChaCha8Rng, mean_ms: f64, jitter: f64) -> u64 {
     v.max(0.0).round() as u64
 }
 
-impl<'c, P: Protocol + Clone + Invariants + RelayClass> Sim<'c, P>
+impl<'c, P: Protocol + Clone + Invariants + RelayClass + Driven> Sim<'c, P>
 where
     P::Msg: Requester + Hash,
 {
@@ -645,6 +693,8 @@ where
             journey: vec![0; n],
             moves: [0; LOCKS],
             parents: vec![[(Some(NodeId(0)), 0); LOCKS]; n],
+            poll_due: vec![false; n],
+            violation: None,
         }
     }
 
@@ -657,7 +707,12 @@ where
         self.window_start.is_some()
     }
 
-    fn run(mut self) -> Result<Stats, String> {
+    fn run(self) -> Result<Stats, String> {
+        self.run_keep().map(|(st, _)| st)
+    }
+
+    /// [`Sim::run`], also returning the cluster as the run left it.
+    fn run_keep(mut self) -> Result<(Stats, Cluster<P>), String> {
         if self.cfg.prio != PrioMode::Off {
             for i in 0..self.cfg.n {
                 let base = self.apps[i].prio;
@@ -685,15 +740,25 @@ where
             self.now = t;
             match ev {
                 Ev::Timer(i) => self.timer(i as usize)?,
+                Ev::Poll(i) => {
+                    self.poll_due[i as usize] = false;
+                    if let Some(lock) = self.cluster.site(NodeId(i)).wants_poll() {
+                        self.stats.polls += 1;
+                        self.step(i as usize, Input::Upgrade { lock })?;
+                    }
+                }
                 Ev::Deliver(from, to) => {
                     if !self.channels[&(from, to)].blocked {
                         self.deliver_ready(from, to)?;
                     }
                 }
             }
+            if let Some(v) = self.violation.take() {
+                return Err(v);
+            }
         }
         self.stats.window_us = self.now - self.window_start.unwrap_or(self.now);
-        Ok(self.stats)
+        Ok((self.stats, self.cluster))
     }
 
     /// Delivers the ready messages at the head of channel (from, to), in order, until one
@@ -786,7 +851,7 @@ where
                     }
                 }
                 if in_window {
-                    stats.msgs[kind_index(P::kind(msg))] += 1;
+                    stats.msgs[P::stat_kind(msg)] += 1;
                     if P::lock_of(msg) == LockId(0) && P::kind(msg) == MsgKind::Request {
                         stats.lock0_requests += 1;
                     }
@@ -837,6 +902,11 @@ where
             });
         }
         self.stats.steps += 1;
+        if self.cluster.site(node).wants_poll().is_some() && !self.poll_due[i] {
+            self.poll_due[i] = true;
+            let at = self.now + (self.cfg.latency_ms * 1000.0).round() as u64;
+            self.schedule(at, Ev::Poll(i as u16));
+        }
         if let Some((lock, to)) = forwarded {
             let site = self.cluster.site(node);
             let c = site.relay_class(lock);
@@ -862,6 +932,15 @@ where
             let p = self.cluster.site(node).parent_of(LockId(l as u16));
             if p != self.parents[i][l].0 {
                 self.parents[i][l] = (p, self.moves[l]);
+            }
+        }
+        if granted && P::CHECK_EXCLUSIVE {
+            match self.cluster.check_exclusive() {
+                Ok(()) => self.stats.checked_grants += 1,
+                Err(v) => {
+                    self.violation
+                        .get_or_insert(format!("n={} at {} µs: {v:?}", self.cfg.n, self.now));
+                }
             }
         }
         if granted {
