@@ -9,9 +9,11 @@
 //! Options (clap; `--help` lists them): `--out DIR` (default `docs/figures`), `--quick`
 //! (fewer sizes and accesses), `--seed S` (default 1), `--jobs J` (rayon worker threads,
 //! default 2), `--per-node K` (measured accesses per node, default 40, quick 15),
-//! `--experiments unprioritized,native-latency,prioritized,lavault,forwarding` (default the
-//! first three; `linux-cluster` and `ibm-sp` are aliases of the first two), `--sizes a,b,c`
-//! and `--ratios a,b,c` (of the unprioritized and native-latency experiments). Markdown
+//! `--experiments unprioritized,native-latency,prioritized,lavault,forwarding,constant-concurrency`
+//! (default the first three; `linux-cluster` and `ibm-sp` are aliases of the first two,
+//! `fig4-3` of the last), `--sizes a,b,c` and `--ratios a,b,c` (of the unprioritized and
+//! native-latency experiments), `--concurrency a,b` (Fig. 4.3's levels, default 1,4), `--mix
+//! thesis|entry-intention` (which locks an access takes, [`hilock_benches::sim::Mix`]). Markdown
 //! tables of the unprioritized, native-latency, forwarding and Lavault results on stdout. A progress
 //! bar (indicatif) on stderr when it is a terminal; CSV through the `csv` crate and serde.
 
