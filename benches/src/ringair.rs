@@ -7,26 +7,26 @@
 //!   [`ChordClient`] (client `i`, routing with a full membership view) at node `i`, behind
 //!   the kernel's [`Protocol`] interface, so that the one harness
 //!   ([`hilock_spec::Cluster`]) routes and delivers its messages and checks mutual
-//!   exclusion ([`Cluster::check_exclusive`]) after every grant. A message between the
+//!   exclusion ([`hilock_spec::cluster::Cluster::check_exclusive`]) after every grant. A message between the
 //!   client and the server of one node is a local call (not sent, no delay), as the token
 //!   engine's local acquire.
-//! - **Workload.** The simulator's [`Config`] and its per-node random streams, drawn in the
-//!   simulator's order (NCS, access mode from [`MIX`], entry, CS, NCS, …), so each node
-//!   makes the same sequence of accesses as in [`crate::sim`]. The ring's locks are
-//!   exclusive only (no modes), so an access locks what the simulator's Naimi-Trehel *same
-//!   work* locks: IR and IW one entry's lock, R, U and W every entry lock in a fixed order.
-//!   Entry `e` is the lock `/airline-entry-<e>` (each its own top-level element, so the
-//!   entries are spread over the ring).
+//! - **Workload and timing.** The simulator's own timing loop ([`sim::run_sites`]): its
+//!   [`Config`], per-node random streams, access draw, per-pair FIFO latencies and
+//!   measurement window, so each node makes the same sequence of accesses as in
+//!   [`crate::sim`]. The ring's locks are exclusive only (no modes), so an access locks
+//!   what the simulator's Naimi-Trehel *same work* locks under `cfg.mix` (with
+//!   [`sim::Mix::EntryIntention`], the published tables: IR and IW one entry's lock, R, U
+//!   and W every entry lock in a fixed order). Entry `e` is the lock `/airline-entry-<e>`
+//!   (each its own top-level element, so the entries are spread over the ring). Mutual
+//!   exclusion is checked after every grant ([`Driven::CHECK_EXCLUSIVE`]).
 //! - **The seed's lock does not queue**: a refused lock is asked again one mean message
 //!   latency later (the poll input is [`Input::Upgrade`] of the lock, which the ring has no
 //!   other use for; each poll is a request and an answer, counted). A `Retry` answer of
 //!   the node's own server (a write on the key waits for its replicas) is resent at the
 //!   next poll too; one from another node's server is resent at once (the round trip is
 //!   the wait).
-//! - **Timing** as in [`crate::sim`]: each message's latency drawn uniformly within
-//!   ±jitter of the mean, per-pair FIFO.
 
-use crate::sim::{Config, ENTRIES, MIX};
+use crate::sim::{self, Config, Driven, Proto, RelayClass, Requester, ENTRIES};
 use hilock_kernel::chord::{
     hash, Addr, Answer, ChordClient, ChordError, ChordMsg, ClientEvent, ClientId, Key, Op, Out,
     Ring, RingServer, View,
@@ -34,12 +34,9 @@ use hilock_kernel::chord::{
 use hilock_kernel::{
     Input, KernelError, LockId, Mode, MsgKind, NodeId, Output, Protocol, Report, Sink,
 };
-use hilock_spec::cluster::Cluster;
+use hilock_spec::cluster::Invariants;
 use hilock_spec::VecSink;
-use rand::{Rng, SeedableRng};
-use rand_chacha::ChaCha8Rng;
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::collections::VecDeque;
 
 /// Slots of the ring (the kernel's ring holds at most 16).
 pub const SLOTS: usize = 16;
@@ -431,37 +428,33 @@ fn ring_kind(m: &RingMsg) -> usize {
     }
 }
 
-fn jittered(rng: &mut ChaCha8Rng, mean_ms: f64, jitter: f64) -> u64 {
-    let u: f64 = rng.random_range(-1.0..1.0);
-    let v = mean_ms * 1000.0 * (1.0 + jitter * u);
-    v.max(0.0).round() as u64
+impl Requester for RingMsg {
+    fn requester(&self) -> Option<NodeId> {
+        None
+    }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-enum Ev {
-    Timer(u16),
-    Deliver(u16, u16),
-    Poll(u16),
+impl RelayClass for RingSite {
+    fn relay_class(&self, _lock: LockId) -> usize {
+        3
+    }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Phase {
-    Ncs,
-    Acquiring,
-    Cs,
+impl Invariants for RingSite {}
+
+impl Driven for RingSite {
+    fn stat_kind(msg: &RingMsg) -> usize {
+        ring_kind(msg)
+    }
+    fn wants_poll(&self) -> Option<LockId> {
+        RingSite::wants_poll(self)
+    }
+    const CHECK_EXCLUSIVE: bool = true;
 }
 
-struct App {
-    rng: ChaCha8Rng,
-    phase: Phase,
-    ops: Vec<usize>,
-    k: usize,
-    issued_at: u64,
-    measured: bool,
-}
-
-/// Runs the airline workload of `cfg` (its `proto` is ignored) on the ring engine with
-/// `cfg.n` nodes (at most [`SLOTS`]).
+/// Runs the airline workload of `cfg` on the ring engine with `cfg.n` nodes (at most
+/// [`SLOTS`]), in the simulator's timing loop ([`sim::run_sites`]). `cfg.proto` is
+/// ignored: an access locks what Naimi-Trehel *same work* locks under `cfg.mix`.
 pub fn run(cfg: &Config) -> Result<RingStats, String> {
     let n = cfg.n;
     if !(3..=SLOTS).contains(&n) {
@@ -473,204 +466,21 @@ pub fn run(cfg: &Config) -> Result<RingStats, String> {
         .map(|i| RingSite::new(i, n))
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| e.to_string())?;
-    let mut cluster = Cluster::new(sites);
-    let mut apps: Vec<App> = (0..n)
-        .map(|i| App {
-            rng: ChaCha8Rng::seed_from_u64(
-                cfg.seed ^ (i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15),
-            ),
-            phase: Phase::Ncs,
-            ops: Vec::new(),
-            k: 0,
-            issued_at: 0,
-            measured: false,
-        })
-        .collect();
-    let mut net = ChaCha8Rng::seed_from_u64(cfg.seed ^ 0xD1B5_4A32_D192_ED03);
-    let mut events: BinaryHeap<Reverse<(u64, u64, Ev)>> = BinaryHeap::new();
-    let mut seq = 0u64;
-    let mut channels: HashMap<(u16, u16), (VecDeque<u64>, u64)> = HashMap::new();
-    let mut st = RingStats::default();
-    let (mut now, mut completed, mut window_start) = (0u64, 0u64, None::<u64>);
-    for (i, a) in apps.iter_mut().enumerate() {
-        let t = jittered(&mut a.rng, cfg.ratio * cfg.cs_ms, cfg.jitter);
-        seq += 1;
-        events.push(Reverse((t, seq, Ev::Timer(i as u16))));
-    }
-    let total = cfg.warmup_accesses + cfg.measured_accesses;
-    let mut poll_due = vec![false; n];
-    // One step at node `i`: an input, or the head of channel from → i.
-    macro_rules! step {
-        ($i:expr, $input:expr, $from:expr) => {{
-            let node = NodeId($i as u16);
-            let in_window = window_start.is_some();
-            let mut granted = false;
-            let mut see = |o: &Output<RingMsg>| match o {
-                Output::Send { to, msg } => {
-                    if in_window {
-                        st.msgs[ring_kind(msg)] += 1;
-                    }
-                    let lat = jittered(&mut net, cfg.latency_ms, cfg.jitter);
-                    let ch = channels.entry((node.0, to.0)).or_default();
-                    let at = (now + lat).max(ch.1);
-                    ch.1 = at;
-                    ch.0.push_back(at);
-                    seq += 1;
-                    events.push(Reverse((at, seq, Ev::Deliver(node.0, to.0))));
-                }
-                Output::Granted { .. } => granted = true,
-                Output::Upgraded { .. } => {}
-            };
-            let r: Result<(), String> = match $from {
-                None => cluster
-                    .input_with(node, $input, &mut see)
-                    .map(|_| ())
-                    .map_err(|e| e.to_string()),
-                Some(from) => match cluster.deliver_with(from, node, &mut see) {
-                    Some(Ok(_)) => Ok(()),
-                    Some(Err((e, m))) => Err(format!("{e} delivering {m:?}")),
-                    None => Err("empty channel".into()),
-                },
-            };
-            r.map_err(|e| format!("ring n={n}: node {node} at {now} µs: {e}"))?;
-            if cluster.site(node).wants_poll().is_some() && !poll_due[node.idx()] {
-                poll_due[node.idx()] = true;
-                seq += 1;
-                let at = now + (cfg.latency_ms * 1000.0).round() as u64;
-                events.push(Reverse((at, seq, Ev::Poll(node.0))));
-            }
-            granted
-        }};
-    }
-    while completed < total {
-        let Some(Reverse((t, _, ev))) = events.pop() else {
-            return Err(format!("ring n={n}: no events after {completed} accesses"));
-        };
-        now = t;
-        let (i, granted) = match ev {
-            Ev::Deliver(from, to) => {
-                let ch = channels.get_mut(&(from, to)).expect("channel");
-                ch.0.pop_front();
-                let g = step!(
-                    to,
-                    Input::Acquire {
-                        lock: LockId(0),
-                        mode: Mode::W
-                    },
-                    Some(NodeId(from))
-                );
-                (to as usize, g)
-            }
-            Ev::Poll(i) => {
-                poll_due[i as usize] = false;
-                match cluster.site(NodeId(i)).wants_poll() {
-                    Some(lock) => {
-                        let g = step!(i, Input::Upgrade { lock }, None::<NodeId>);
-                        (i as usize, g)
-                    }
-                    None => (i as usize, false),
-                }
-            }
-            Ev::Timer(i) => {
-                let i = i as usize;
-                match apps[i].phase {
-                    Phase::Ncs => {
-                        let in_window = window_start.is_some();
-                        let a = &mut apps[i];
-                        let mut x = a.rng.random_range(0..100u32);
-                        let mut mode = Mode::IR;
-                        for (m, p) in MIX.iter() {
-                            if x < *p {
-                                mode = *m;
-                                break;
-                            }
-                            x -= p;
-                        }
-                        let entry = a.rng.random_range(0..ENTRIES);
-                        a.ops = if matches!(mode, Mode::IR | Mode::IW) {
-                            vec![entry]
-                        } else {
-                            (0..ENTRIES).collect()
-                        };
-                        a.k = 0;
-                        a.phase = Phase::Acquiring;
-                        a.issued_at = now;
-                        a.measured = in_window;
-                        if in_window {
-                            st.lock_requests += 1;
-                        }
-                        let lock = LockId(a.ops[0] as u16);
-                        let g = step!(
-                            i,
-                            Input::Acquire {
-                                lock,
-                                mode: Mode::W
-                            },
-                            None::<NodeId>
-                        );
-                        (i, g)
-                    }
-                    Phase::Cs => {
-                        for k in (0..apps[i].ops.len()).rev() {
-                            let lock = LockId(apps[i].ops[k] as u16);
-                            let _ = step!(i, Input::Release { lock }, None::<NodeId>);
-                        }
-                        completed += 1;
-                        if window_start.is_some() {
-                            st.accesses += 1;
-                        } else if completed >= cfg.warmup_accesses {
-                            window_start = Some(now);
-                        }
-                        let a = &mut apps[i];
-                        a.phase = Phase::Ncs;
-                        let ncs = jittered(&mut a.rng, cfg.ratio * cfg.cs_ms, cfg.jitter);
-                        seq += 1;
-                        events.push(Reverse((now + ncs, seq, Ev::Timer(i as u16))));
-                        (i, false)
-                    }
-                    Phase::Acquiring => return Err("timer while acquiring".into()),
-                }
-            }
-        };
-        if granted {
-            cluster
-                .check_exclusive()
-                .map_err(|v| format!("ring n={n} at {now} µs: {v:?}"))?;
-            st.checked_grants += 1;
-            let a = &mut apps[i];
-            if a.phase != Phase::Acquiring {
-                return Err(format!("ring n={n}: node {i} granted while not acquiring"));
-            }
-            a.k += 1;
-            if a.k < a.ops.len() {
-                if window_start.is_some() {
-                    st.lock_requests += 1;
-                }
-                let lock = LockId(a.ops[a.k] as u16);
-                let g = step!(
-                    i,
-                    Input::Acquire {
-                        lock,
-                        mode: Mode::W
-                    },
-                    None::<NodeId>
-                );
-                if g {
-                    return Err("a second grant in one step".into());
-                }
-            } else {
-                a.phase = Phase::Cs;
-                if a.measured {
-                    st.lat.0 += now - a.issued_at;
-                    st.lat.1 += 1;
-                }
-                let cs = jittered(&mut a.rng, cfg.cs_ms, cfg.jitter);
-                seq += 1;
-                events.push(Reverse((now + cs, seq, Ev::Timer(i as u16))));
-            }
-        }
-    }
-    st.polls = cluster.sites().map(|s| s.polls()).sum();
-    st.window_us = now - window_start.unwrap_or(now);
-    Ok(st)
+    let cfg = Config {
+        proto: Proto::NaimiSame,
+        ..*cfg
+    };
+    let (st, cluster) = sim::run_sites(&cfg, sites).map_err(|e| format!("ring {e}"))?;
+    Ok(RingStats {
+        accesses: st.accesses,
+        lock_requests: st.lock_requests,
+        msgs: st.msgs,
+        lat: st
+            .lat_mode
+            .iter()
+            .fold((0, 0), |(s, c), (a, b)| (s + a, c + b)),
+        polls: cluster.sites().map(|s| s.polls()).sum(),
+        checked_grants: st.checked_grants,
+        window_us: st.window_us,
+    })
 }

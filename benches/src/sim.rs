@@ -167,6 +167,29 @@ impl<const N: usize, const L: usize, const P: usize, const Q: usize> RelayClass
     }
 }
 
+/// What the timing loop asks of a protocol beyond [`Protocol`]: defaults for the token
+/// protocols; the ring engine ([`crate::ringair`]) overrides them.
+pub trait Driven: Protocol {
+    /// Index in [`Stats::msgs`] of a message (default: its [`MsgKind`], [`kind_index`]).
+    fn stat_kind(msg: &Self::Msg) -> usize {
+        kind_index(Self::kind(msg))
+    }
+    /// A lock whose request waits to be asked again: the loop steps
+    /// [`Input::Upgrade`] of it one mean message latency later.
+    fn wants_poll(&self) -> Option<LockId> {
+        None
+    }
+    /// Whether the loop checks [`Cluster::check_exclusive`] after every grant.
+    const CHECK_EXCLUSIVE: bool = false;
+}
+
+impl<const N: usize, const L: usize, const Q: usize> Driven for Site<N, L, Q> {}
+impl<const N: usize, const L: usize> Driven for NaimiSite<N, L> {}
+impl<const N: usize, const L: usize, const P: usize, const Q: usize> Driven
+    for PrioNaimiSite<N, L, P, Q>
+{
+}
+
 /// Whether and how the kernel sees the node priorities.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum PrioMode {
@@ -188,6 +211,98 @@ impl PrioMode {
             PrioMode::On => "prio",
             PrioMode::Pcep => "pcep",
             PrioMode::Pip => "pip",
+        }
+    }
+}
+
+/// How an access of the airline workload maps to lock requests (issue 19 item 3). In both
+/// the access's mode is drawn once per access, IR 80 / R 10 / U 4 / IW 5 / W 1 % ([`MIX`]),
+/// and the entry uniformly; they differ in which locks the mode goes to. The counting
+/// rule is the same: every `Acquire` input is a lock request, the intention lock on the
+/// table included.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub enum Mix {
+    /// The reading that matches the thesis's "the IR, R, U, IW and W requests are 80 %,
+    /// 10 %, 4 %, 5 % and 1 % of the total requests" *and* "our protocol performs slightly
+    /// more lock operations" than Naimi pure (section 4.1, 4.2.1): an IR or IW access is
+    /// one lock request, the table in that intention mode; an R, U or W access is one
+    /// entry's lock in that mode after the table in the intention mode that covers it (IR
+    /// for R, IW for U and W, Gray's rule). Hilock: 1.15 lock requests per access; lock
+    /// request modes IR 78.3 / R 8.7 / U 3.5 / IW 8.7 / W 0.9 %. Naimi same work: an IR or
+    /// IW (whole-table) access takes every entry lock in order, an R/U/W access one entry.
+    #[default]
+    Thesis,
+    /// The mapping the simulator used before (kept so that the older tables stay
+    /// reproducible, `--mix entry-intention`): an IR or IW access is an entry access (the
+    /// table in IR/IW, then the entry in R/W), an R, U or W access is the table alone.
+    /// Hilock: 1.85 lock requests per access; lock-request modes IR 43.2 / R 48.6 / U 2.2 /
+    /// IW 2.7 / W 3.2 %.
+    EntryIntention,
+}
+
+impl Mix {
+    /// Short name used in CSV files and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mix::Thesis => "thesis",
+            Mix::EntryIntention => "entry-intention",
+        }
+    }
+}
+
+/// Index in [`MIX`] of the access mode that `x` in `0..100` draws.
+pub fn mode_of_draw(x: u32) -> usize {
+    let mut x = x;
+    for (j, (_, p)) in MIX.iter().enumerate() {
+        if x < *p {
+            return j;
+        }
+        x -= p;
+    }
+    0
+}
+
+/// Draws one access from a node's stream (the mode index in [`MIX`], then the entry
+/// `0..ENTRIES`), in the simulator's order.
+pub fn draw_access(rng: &mut ChaCha8Rng) -> (usize, usize) {
+    let mode_idx = mode_of_draw(rng.random_range(0..100u32));
+    let entry = rng.random_range(0..ENTRIES);
+    (mode_idx, entry)
+}
+
+/// The lock requests `(lock, mode)` of one access of mode `MIX[mode_idx]` to `entry`, in
+/// the order they are issued, for the hierarchical protocol (lock 0 the table, lock
+/// `1 + e` entry `e`) or, with `hierarchical = false`, for Naimi-Trehel *same work*
+/// (lock `e` entry `e`, every lock exclusive).
+pub fn access_locks(
+    mix: Mix,
+    mode_idx: usize,
+    entry: usize,
+    hierarchical: bool,
+) -> Vec<(LockId, Mode)> {
+    let mode = MIX[mode_idx].0;
+    let intention = matches!(mode, Mode::IR | Mode::IW);
+    let whole_table = match mix {
+        Mix::Thesis => intention,
+        Mix::EntryIntention => !intention,
+    };
+    let l = |x: usize| LockId(x as u16);
+    if !hierarchical {
+        return if whole_table {
+            (0..ENTRIES).map(|e| (l(e), mode)).collect()
+        } else {
+            vec![(l(entry), mode)]
+        };
+    }
+    match (mix, whole_table) {
+        (_, true) => vec![(l(0), mode)],
+        (Mix::Thesis, false) => {
+            let cover = if mode == Mode::R { Mode::IR } else { Mode::IW };
+            vec![(l(0), cover), (l(1 + entry), mode)]
+        }
+        (Mix::EntryIntention, false) => {
+            let leaf = if mode == Mode::IR { Mode::R } else { Mode::W };
+            vec![(l(0), mode), (l(1 + entry), leaf)]
         }
     }
 }
@@ -215,6 +330,8 @@ pub struct Config {
     pub measured_accesses: u64,
     /// Seed of all random streams.
     pub seed: u64,
+    /// Which locks an access takes ([`Mix`]).
+    pub mix: Mix,
 }
 
 impl Config {
@@ -233,6 +350,7 @@ impl Config {
             warmup_accesses: (measured / 5).max(2 * n as u64),
             measured_accesses: measured,
             seed,
+            mix: Mix::Thesis,
         }
     }
 }
@@ -284,6 +402,19 @@ pub struct Stats {
     pub relay_via_pointer: u64,
     /// Token transfers in the window by lock class (0: the table, 1: the entries).
     pub token_moves: [u64; 2],
+    /// Accesses started in the window by drawn mode (IR, R, U, IW, W), the draw of
+    /// [`draw_access`].
+    pub access_modes: [u64; 5],
+    /// Lock requests (`Acquire` inputs) of the accesses started and completed in the
+    /// window (those counted in [`Stats::lat_mode`]), by mode (IR, R, U, IW, W).
+    pub acquire_modes: [u64; 5],
+    /// Lock requests of accesses issued in the window that were granted without a request
+    /// message (resolved locally, Rule 2, or by the token node itself).
+    pub local_acquires: u64,
+    /// Polls ([`Driven::wants_poll`]) stepped in the whole run.
+    pub polls: u64,
+    /// Grants after which mutual exclusion was checked ([`Driven::CHECK_EXCLUSIVE`]).
+    pub checked_grants: u64,
 }
 
 impl Stats {
@@ -298,6 +429,12 @@ impl Stats {
     /// Messages of one kind per lock request.
     pub fn kind_per_request(&self, k: usize) -> f64 {
         self.msgs[k] as f64 / self.lock_requests.max(1) as f64
+    }
+    /// Lock requests (`Acquire` inputs) per access, over the accesses started and
+    /// completed in the window.
+    pub fn requests_per_access(&self) -> f64 {
+        self.acquire_modes.iter().sum::<u64>() as f64
+            / self.lat_mode.iter().map(|m| m.1).sum::<u64>().max(1) as f64
     }
     /// Messages per access (critical section).
     pub fn per_access(&self) -> f64 {
@@ -363,6 +500,21 @@ pub fn level(i: usize, n: usize) -> Priority {
 /// Runs one configuration (on the caller's thread: outputs go to a heap [`VecSink`]).
 pub fn run(cfg: &Config) -> Result<Stats, String> {
     run_here(cfg)
+}
+
+/// Runs the workload of `cfg` on `sites` (any [`Driven`] protocol; the locks an access
+/// takes follow `cfg.proto` and `cfg.mix`) and returns the statistics and the cluster as
+/// the run left it. The timing loop of [`run`], for protocols outside [`Proto`] (the ring
+/// engine, [`crate::ringair`]).
+pub fn run_sites<P>(cfg: &Config, sites: Vec<P>) -> Result<(Stats, Cluster<P>), String>
+where
+    P: Protocol + Clone + Invariants + RelayClass + Driven,
+    P::Msg: Requester + Hash,
+{
+    if sites.len() != cfg.n {
+        return Err(format!("{} sites for n = {}", sites.len(), cfg.n));
+    }
+    Sim::new(cfg, sites).run_keep()
 }
 
 macro_rules! dispatch {
@@ -436,6 +588,8 @@ enum Ev {
     Timer(u16),
     /// A message on channel (from, to) is due.
     Deliver(u16, u16),
+    /// The node's waiting request is asked again ([`Driven::wants_poll`]).
+    Poll(u16),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -489,6 +643,10 @@ struct Sim<'c, P: Protocol> {
     moves: [u64; LOCKS],
     /// Each node's parent for each lock and the value of `moves` when it was last set.
     parents: Vec<[(Option<NodeId>, u64); LOCKS]>,
+    /// A poll event is scheduled for the node.
+    poll_due: Vec<bool>,
+    /// A failed check after a grant ([`Driven::CHECK_EXCLUSIVE`]), reported by the loop.
+    violation: Option<String>,
 }
 
 fn jittered(rng: &mut ChaCha8Rng, mean_ms: f64, jitter: f64) -> u64 {
@@ -497,7 +655,7 @@ fn jittered(rng: &mut ChaCha8Rng, mean_ms: f64, jitter: f64) -> u64 {
     v.max(0.0).round() as u64
 }
 
-impl<'c, P: Protocol + Clone + Invariants + RelayClass> Sim<'c, P>
+impl<'c, P: Protocol + Clone + Invariants + RelayClass + Driven> Sim<'c, P>
 where
     P::Msg: Requester + Hash,
 {
@@ -535,6 +693,8 @@ where
             journey: vec![0; n],
             moves: [0; LOCKS],
             parents: vec![[(Some(NodeId(0)), 0); LOCKS]; n],
+            poll_due: vec![false; n],
+            violation: None,
         }
     }
 
@@ -547,7 +707,12 @@ where
         self.window_start.is_some()
     }
 
-    fn run(mut self) -> Result<Stats, String> {
+    fn run(self) -> Result<Stats, String> {
+        self.run_keep().map(|(st, _)| st)
+    }
+
+    /// [`Sim::run`], also returning the cluster as the run left it.
+    fn run_keep(mut self) -> Result<(Stats, Cluster<P>), String> {
         if self.cfg.prio != PrioMode::Off {
             for i in 0..self.cfg.n {
                 let base = self.apps[i].prio;
@@ -575,15 +740,25 @@ where
             self.now = t;
             match ev {
                 Ev::Timer(i) => self.timer(i as usize)?,
+                Ev::Poll(i) => {
+                    self.poll_due[i as usize] = false;
+                    if let Some(lock) = self.cluster.site(NodeId(i)).wants_poll() {
+                        self.stats.polls += 1;
+                        self.step(i as usize, Input::Upgrade { lock })?;
+                    }
+                }
                 Ev::Deliver(from, to) => {
                     if !self.channels[&(from, to)].blocked {
                         self.deliver_ready(from, to)?;
                     }
                 }
             }
+            if let Some(v) = self.violation.take() {
+                return Err(v);
+            }
         }
         self.stats.window_us = self.now - self.window_start.unwrap_or(self.now);
-        Ok(self.stats)
+        Ok((self.stats, self.cluster))
     }
 
     /// Delivers the ready messages at the head of channel (from, to), in order, until one
@@ -676,7 +851,7 @@ where
                     }
                 }
                 if in_window {
-                    stats.msgs[kind_index(P::kind(msg))] += 1;
+                    stats.msgs[P::stat_kind(msg)] += 1;
                     if P::lock_of(msg) == LockId(0) && P::kind(msg) == MsgKind::Request {
                         stats.lock0_requests += 1;
                     }
@@ -727,6 +902,11 @@ where
             });
         }
         self.stats.steps += 1;
+        if self.cluster.site(node).wants_poll().is_some() && !self.poll_due[i] {
+            self.poll_due[i] = true;
+            let at = self.now + (self.cfg.latency_ms * 1000.0).round() as u64;
+            self.schedule(at, Ev::Poll(i as u16));
+        }
         if let Some((lock, to)) = forwarded {
             let site = self.cluster.site(node);
             let c = site.relay_class(lock);
@@ -754,6 +934,15 @@ where
                 self.parents[i][l] = (p, self.moves[l]);
             }
         }
+        if granted && P::CHECK_EXCLUSIVE {
+            match self.cluster.check_exclusive() {
+                Ok(()) => self.stats.checked_grants += 1,
+                Err(v) => {
+                    self.violation
+                        .get_or_insert(format!("n={} at {} µs: {v:?}", self.cfg.n, self.now));
+                }
+            }
+        }
         if granted {
             debug_assert!(self.apps[i].phase == Phase::Acquiring);
             self.granted(i)?;
@@ -775,6 +964,9 @@ where
     fn granted(&mut self, i: usize) -> Result<(), (KernelError, String)> {
         let j = std::mem::take(&mut self.journey[i]);
         let a = &self.apps[i];
+        if a.measured && j == 0 {
+            self.stats.local_acquires += 1;
+        }
         if a.measured && j > 0 {
             let c = usize::from(a.ops[a.k].0 != LockId(0));
             let h = &mut self.stats.journey_hops[c];
@@ -787,14 +979,17 @@ where
         let a = &self.apps[i];
         if a.k < a.nops {
             let (lock, mode) = a.ops[a.k];
-            if self.in_window() {
-                self.stats.lock_requests += 1;
-            }
+            self.count_acquire();
             return self.try_step(i, Some(Input::Acquire { lock, mode }), None);
         }
         let a = &mut self.apps[i];
         a.phase = Phase::Cs;
         if a.measured {
+            for (_, mode) in &a.ops[..a.nops] {
+                if let Some(k) = MIX.iter().position(|(m, _)| m == mode) {
+                    self.stats.acquire_modes[k] += 1;
+                }
+            }
             let h = self.hops[i] as usize;
             if self.stats.request_hops.len() <= h {
                 self.stats.request_hops.resize(h + 1, 0);
@@ -840,45 +1035,17 @@ where
         let proto = self.cfg.proto;
         let in_window = self.in_window();
         let a = &mut self.apps[i];
-        let mut x = a.rng.random_range(0..100u32);
-        let mut mode_idx = 0;
-        for (j, (_, p)) in MIX.iter().enumerate() {
-            if x < *p {
-                mode_idx = j;
-                break;
-            }
-            x -= p;
-        }
-        let mode = MIX[mode_idx].0;
-        let entry = a.rng.random_range(0..ENTRIES);
-        let entry_access = matches!(mode, Mode::IR | Mode::IW);
-        let mut nops = 0;
-        let mut push = |l: usize, m: Mode| {
-            a.ops[nops] = (LockId(l as u16), m);
-            nops += 1;
-        };
-        match proto {
+        let (mode_idx, entry) = draw_access(&mut a.rng);
+        let ops = match proto {
             Proto::Hilock
             | Proto::HilockCompress
             | Proto::HilockPointers
-            | Proto::HilockOrdered => {
-                push(0, mode);
-                if entry_access {
-                    push(1 + entry, if mode == Mode::IR { Mode::R } else { Mode::W });
-                }
-            }
-            Proto::NaimiSame => {
-                if entry_access {
-                    push(entry, mode);
-                } else {
-                    for e in 0..ENTRIES {
-                        push(e, mode);
-                    }
-                }
-            }
-            Proto::NaimiPure | Proto::PrioNaimi => push(0, mode),
-        }
-        a.nops = nops;
+            | Proto::HilockOrdered => access_locks(self.cfg.mix, mode_idx, entry, true),
+            Proto::NaimiSame => access_locks(self.cfg.mix, mode_idx, entry, false),
+            Proto::NaimiPure | Proto::PrioNaimi => vec![(LockId(0), MIX[mode_idx].0)],
+        };
+        a.ops[..ops.len()].copy_from_slice(&ops);
+        a.nops = ops.len();
         a.k = 0;
         a.mode_idx = mode_idx;
         a.phase = Phase::Acquiring;
@@ -888,9 +1055,18 @@ where
         self.journey[i] = 0;
         let (lock, mode) = a.ops[0];
         if in_window {
+            self.stats.access_modes[mode_idx] += 1;
+        }
+        self.count_acquire();
+        self.step(i, Input::Acquire { lock, mode })
+    }
+
+    /// Counts a lock request (`Acquire`) in [`Stats::lock_requests`] when it is issued in
+    /// the window.
+    fn count_acquire(&mut self) {
+        if self.in_window() {
             self.stats.lock_requests += 1;
         }
-        self.step(i, Input::Acquire { lock, mode })
     }
 }
 
@@ -912,6 +1088,8 @@ pub struct CsvRow {
     pub latency_ms: f64,
     /// Seed.
     pub seed: u64,
+    /// [`Mix::name`].
+    pub mix: &'static str,
     /// Accesses in the window.
     pub accesses: u64,
     /// Lock requests (`Acquire` inputs) in the window.
@@ -922,6 +1100,10 @@ pub struct CsvRow {
     pub msgs_per_request: f64,
     /// Messages per access.
     pub msgs_per_access: f64,
+    /// Lock requests per access started in the window.
+    pub requests_per_access: f64,
+    /// Lock requests granted without a request message, per lock request.
+    pub local_per_request: f64,
     /// Request messages sent by their requester, per lock request.
     pub request_per_request: f64,
     /// Request messages sent on by another node (forwards), per lock request.
@@ -1000,11 +1182,14 @@ impl CsvRow {
             ratio: cfg.ratio,
             latency_ms: cfg.latency_ms,
             seed: cfg.seed,
+            mix: cfg.mix.name(),
             accesses: st.accesses,
             lock_requests: st.lock_requests,
             messages: st.messages(),
             msgs_per_request: r4(st.per_request()),
             msgs_per_access: r4(st.per_access()),
+            requests_per_access: r4(st.requests_per_access()),
+            local_per_request: r4(st.local_acquires as f64 / lr),
             request_per_request: r4((st.msgs[0] - st.forwards) as f64 / lr),
             forward_per_request: r4(st.forwards as f64 / lr),
             grant_per_request: r4(st.kind_per_request(1)),

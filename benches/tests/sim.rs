@@ -111,3 +111,93 @@ fn hilock_with_kernel_priorities_completes() {
         assert!(st.accesses >= cfg.measured_accesses);
     }
 }
+
+/// The access-mode mix the simulator draws is the thesis's (section 4.1: IR 80, R 10, U 4,
+/// IW 5, W 1 %), counted over the accesses a run actually started in its window. Bound:
+/// each share within 4 standard deviations of its binomial proportion,
+/// |k/N − p| ≤ 4·√(p(1 − p)/N), with N ≥ 6,000 (so ±2.1 points for IR, ±0.5 for W). The
+/// run is deterministic (fixed seed); the bound says how far a correct draw could be
+/// from the mix, so a shifted table (e.g. R 12 / U 2) fails it.
+#[test]
+fn drawn_access_mix_is_the_thesis_mix() {
+    for mix in [sim::Mix::Thesis, sim::Mix::EntryIntention] {
+        let cfg = Config {
+            mix,
+            ..Config::thesis(Proto::NaimiPure, 16, 10.0, 400, 11)
+        };
+        let st = sim::run(&cfg).unwrap_or_else(|e| panic!("{e}"));
+        let n: u64 = st.access_modes.iter().sum();
+        assert!(n >= 6_000, "{n} accesses");
+        for (k, (mode, pct)) in sim::MIX.iter().enumerate() {
+            let p = f64::from(*pct) / 100.0;
+            let share = st.access_modes[k] as f64 / n as f64;
+            let bound = 4.0 * (p * (1.0 - p) / n as f64).sqrt();
+            eprintln!("{mix:?} {mode:?}: {share:.4} (thesis {p}, bound ±{bound:.4})");
+            assert!(
+                (share - p).abs() <= bound,
+                "{mix:?}: {mode:?} drawn {share:.4}, thesis {p} ± {bound:.4}"
+            );
+        }
+    }
+}
+
+/// Lock requests per access, derived by hand from the mapping ([`sim::access_locks`]):
+/// under the thesis mix an IR or IW access is 1 lock request (the table) and an R, U or W
+/// access 2 (the covering intention on the table, then the entry), so the lock requests
+/// of `A` accesses are `A + A_R + A_U + A_W`, expected 1 + 0.10 + 0.04 + 0.01 = 1.15 per
+/// access; under `entry-intention` `A + A_IR + A_IW`, expected 1.85. The mode of each lock
+/// request follows from the access's mode too (thesis mix: IR requests = IR + R accesses,
+/// IW requests = IW + U + W accesses, R/U/W requests = R/U/W accesses). A small
+/// fixed-seed run (hilock, 4 nodes, ≈ 2,000 accesses started and completed in the
+/// window) must match these counts exactly, and its ratio must be within 4 σ of 1.15
+/// (1.85).
+#[test]
+fn lock_requests_per_access_match_the_hand_count() {
+    for (mix, expect) in [(sim::Mix::Thesis, 1.15), (sim::Mix::EntryIntention, 1.85)] {
+        let cfg = Config {
+            mix,
+            ..Config::thesis(Proto::Hilock, 4, 10.0, 30, 5)
+        };
+        let st = sim::run(&cfg).unwrap_or_else(|e| panic!("{e}"));
+        let a = st.lat_mode.map(|m| m.1);
+        let [ir, r, u, iw, w] = a;
+        let accesses: u64 = a.iter().sum();
+        let (hand, modes) = match mix {
+            sim::Mix::Thesis => (accesses + r + u + w, [ir + r, r, u, iw + u + w, w]),
+            sim::Mix::EntryIntention => (accesses + ir + iw, [ir, r + ir, u, iw, w + iw]),
+        };
+        let got: u64 = st.acquire_modes.iter().sum();
+        eprintln!(
+            "{mix:?}: {accesses} accesses, {got} lock requests (hand count {hand}), {:.4} per access, modes {:?} (hand {modes:?})",
+            st.requests_per_access(),
+            st.acquire_modes
+        );
+        assert_eq!(got, hand);
+        assert_eq!(st.acquire_modes, modes);
+        // The variance of the per-access count (1 or 2) is q(1 − q), q = expect − 1.
+        let q: f64 = expect - 1.0;
+        let bound = 4.0 * (q * (1.0 - q) / accesses as f64).sqrt();
+        assert!(
+            (st.requests_per_access() - expect).abs() <= bound,
+            "{mix:?}: {:.4} lock requests per access, expected {expect} ± {bound:.4}",
+            st.requests_per_access()
+        );
+    }
+}
+
+/// `--mix entry-intention` reproduces the tables measured before the thesis mapping
+/// (BENCHMARKS.md, Fig. 4.1 at 16 nodes: hilock 3.41, Naimi pure 3.59 messages per lock
+/// request, ratio 10, 150 ms, seed 1, 40 accesses per node).
+#[test]
+fn entry_intention_mix_reproduces_the_old_table() {
+    let per_request = |proto| {
+        let cfg = Config {
+            mix: sim::Mix::EntryIntention,
+            ..Config::thesis(proto, 16, 10.0, 40, 1)
+        };
+        let st = sim::run(&cfg).unwrap_or_else(|e| panic!("{e}"));
+        format!("{:.2}", st.per_request())
+    };
+    assert_eq!(per_request(Proto::Hilock), "3.41");
+    assert_eq!(per_request(Proto::NaimiPure), "3.59");
+}

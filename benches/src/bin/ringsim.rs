@@ -17,7 +17,7 @@ use clap::{Parser, ValueEnum};
 use hilock_benches::plot::{line_chart, Series};
 use hilock_benches::ring::{self, Balance, Hops, Movement};
 use hilock_benches::ringair::{self, RING_KINDS};
-use hilock_benches::sim::{self, Config, Proto, KIND_NAMES};
+use hilock_benches::sim::{self, Config, Mix, Proto, KIND_NAMES};
 use indicatif::{ProgressBar, ProgressStyle};
 use rayon::prelude::*;
 use std::path::{Path, PathBuf};
@@ -334,7 +334,12 @@ fn airline(o: &Opts, pool: &rayon::ThreadPool) -> Result<(), String> {
                 } else {
                     Proto::Hilock
                 };
-                let cfg = Config::thesis(proto, n, o.ratio, o.per_node, o.seed);
+                // The mapping the published tables were measured with (BENCHMARKS.md,
+                // "Airline workload: token engine vs ring engine").
+                let cfg = Config {
+                    mix: Mix::EntryIntention,
+                    ..Config::thesis(proto, n, o.ratio, o.per_node, o.seed)
+                };
                 let d = cfg.latency_ms;
                 let row =
                     |accesses, lock_requests, messages: u64, lat: f64, polls, breakdown| AirRow {

@@ -9,9 +9,11 @@
 //! Options (clap; `--help` lists them): `--out DIR` (default `docs/figures`), `--quick`
 //! (fewer sizes and accesses), `--seed S` (default 1), `--jobs J` (rayon worker threads,
 //! default 2), `--per-node K` (measured accesses per node, default 40, quick 15),
-//! `--experiments unprioritized,native-latency,prioritized,lavault,forwarding` (default the
-//! first three; `linux-cluster` and `ibm-sp` are aliases of the first two), `--sizes a,b,c`
-//! and `--ratios a,b,c` (of the unprioritized and native-latency experiments). Markdown
+//! `--experiments unprioritized,native-latency,prioritized,lavault,forwarding,constant-concurrency`
+//! (default the first three; `linux-cluster` and `ibm-sp` are aliases of the first two,
+//! `fig4-3` of the last), `--sizes a,b,c` and `--ratios a,b,c` (of the unprioritized and
+//! native-latency experiments), `--concurrency a,b` (Fig. 4.3's levels, default 1,4), `--mix
+//! thesis|entry-intention` (which locks an access takes, [`hilock_benches::sim::Mix`]). Markdown
 //! tables of the unprioritized, native-latency, forwarding and Lavault results on stdout. A progress
 //! bar (indicatif) on stderr when it is a terminal; CSV through the `csv` crate and serde.
 
@@ -19,7 +21,7 @@ use clap::{Parser, ValueEnum};
 use hilock_benches::plot::{line_chart, Series};
 
 use hilock_benches::sim::{
-    self, Config, CsvRow, PrioMode, Proto, Stats, KIND_NAMES, MIX, PRIO_LEVELS,
+    self, Config, CsvRow, Mix, PrioMode, Proto, Stats, KIND_NAMES, MIX, PRIO_LEVELS,
 };
 use indicatif::{ProgressBar, ProgressStyle};
 use rayon::prelude::*;
@@ -53,10 +55,36 @@ struct Opts {
     /// default: 2 … 1,024, quick 2 … 256).
     #[arg(long, value_delimiter = ',')]
     sizes: Vec<usize>,
+    /// Which locks an access takes: `thesis` (default; IR/IW = the table alone in that
+    /// mode, R/U/W = one entry under IR/IW on the table) or `entry-intention` (the mapping
+    /// before issue 19 item 3: IR/IW = table in IR/IW + entry in R/W, R/U/W = the table).
+    #[arg(long, value_enum, default_value_t = MixArg::Thesis)]
+    mix: MixArg,
+    /// Concurrency levels N · CS / NCS of the constant-concurrency experiment (Fig. 4.3;
+    /// comma-separated; default 1,4 — the thesis's two levels are lost from its text).
+    #[arg(long, value_delimiter = ',')]
+    concurrency: Vec<f64>,
     /// NCS / CS ratios of the unprioritized and native-latency experiments
     /// (comma-separated; default 1,5,10,25, the thesis's Fig. 4.2).
     #[arg(long, value_delimiter = ',')]
     ratios: Vec<f64>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum MixArg {
+    /// [`Mix::Thesis`].
+    Thesis,
+    /// [`Mix::EntryIntention`].
+    EntryIntention,
+}
+
+impl MixArg {
+    fn mix(self) -> Mix {
+        match self {
+            MixArg::Thesis => Mix::Thesis,
+            MixArg::EntryIntention => Mix::EntryIntention,
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -79,6 +107,12 @@ enum Experiment {
     /// Issue 19: every forwarding variant of hilock and Naimi-Trehel pure, ratio 10,
     /// 150 ms, over `--sizes`.
     Forwarding,
+    /// Fig. 4.3, constant concurrency level (section 4.2.2): NCS grown with N so that
+    /// N · CS / NCS stays at each `--concurrency` level; the IBM SP setting (50 µs
+    /// latency); hilock (thesis rule), hilock ClassPointers and Naimi pure over `--sizes`.
+    /// Alias `fig4-3`.
+    #[value(alias = "fig4-3")]
+    ConstantConcurrency,
 }
 
 impl Experiment {
@@ -89,6 +123,7 @@ impl Experiment {
             Experiment::Prioritized => "prioritized",
             Experiment::Lavault => "lavault",
             Experiment::Forwarding => "forwarding",
+            Experiment::ConstantConcurrency => "constant-concurrency",
         }
     }
 }
@@ -97,6 +132,8 @@ impl Experiment {
 struct Job {
     exp: &'static str,
     cfg: Config,
+    /// The concurrency level N · CS / NCS of a constant-concurrency run (else 0).
+    level: f64,
 }
 
 fn main() {
@@ -117,6 +154,9 @@ fn main() {
     }
     if o.ratios.is_empty() {
         o.ratios = RATIOS.to_vec();
+    }
+    if o.concurrency.is_empty() {
+        o.concurrency = vec![1.0, 4.0];
     }
     if let Err(e) = real_main(&o) {
         eprintln!("simulate: {e}");
@@ -144,6 +184,8 @@ fn prio_sizes(quick: bool) -> Vec<usize> {
 const NATIVE_LATENCY_MS: f64 = 0.05;
 const RATIOS: [f64; 4] = [1.0, 5.0, 10.0, 25.0];
 const UNPRIO: [Proto; 3] = [Proto::Hilock, Proto::NaimiSame, Proto::NaimiPure];
+/// The protocols of the `constant-concurrency` experiment (Fig. 4.3).
+const FIG43: [Proto; 3] = [Proto::Hilock, Proto::HilockPointers, Proto::NaimiPure];
 /// The protocols of the `forwarding` experiment.
 const FORWARDING: [Proto; 5] = [
     Proto::Hilock,
@@ -156,6 +198,10 @@ const FORWARDING: [Proto; 5] = [
 fn jobs(o: &Opts) -> Vec<Job> {
     let mut v = Vec::new();
     let on = |e: Experiment| o.experiments.contains(&e);
+    let config = |proto: Proto, n: usize, ratio: f64| Config {
+        mix: o.mix.mix(),
+        ..Config::thesis(proto, n, ratio, o.per_node, o.seed)
+    };
     // Fig. 4.1, 4.2, 4.4: every ratio, every size, the three unprioritized protocols on
     // the same seed (ratio 10 is Fig. 4.1).
     for &ratio in o.ratios.iter().filter(|_| on(Experiment::Unprioritized)) {
@@ -163,7 +209,8 @@ fn jobs(o: &Opts) -> Vec<Job> {
             for proto in UNPRIO {
                 v.push(Job {
                     exp: "unprioritized",
-                    cfg: Config::thesis(proto, n, ratio, o.per_node, o.seed),
+                    cfg: config(proto, n, ratio),
+                    level: 0.0,
                 });
             }
         }
@@ -174,11 +221,12 @@ fn jobs(o: &Opts) -> Vec<Job> {
     for &ratio in o.ratios.iter().filter(|_| on(Experiment::NativeLatency)) {
         for &n in &o.sizes {
             for proto in UNPRIO {
-                let mut cfg = Config::thesis(proto, n, ratio, o.per_node, o.seed);
+                let mut cfg = config(proto, n, ratio);
                 cfg.latency_ms = NATIVE_LATENCY_MS;
                 v.push(Job {
                     exp: "native-latency",
                     cfg,
+                    level: 0.0,
                 });
             }
         }
@@ -196,11 +244,12 @@ fn jobs(o: &Opts) -> Vec<Job> {
             (Proto::Hilock, PrioMode::Pip),
             (Proto::PrioNaimi, PrioMode::On),
         ] {
-            let mut cfg = Config::thesis(proto, n, 10.0, o.per_node, o.seed);
+            let mut cfg = config(proto, n, 10.0);
             cfg.prio = prio;
             v.push(Job {
                 exp: "prioritized",
                 cfg,
+                level: 0.0,
             });
         }
     }
@@ -209,8 +258,28 @@ fn jobs(o: &Opts) -> Vec<Job> {
         for proto in FORWARDING {
             v.push(Job {
                 exp: "forwarding",
-                cfg: Config::thesis(proto, n, 10.0, o.per_node, o.seed),
+                cfg: config(proto, n, 10.0),
+                level: 0.0,
             });
+        }
+    }
+    // Fig. 4.3: constant concurrency level, NCS = N / level × CS (section 4.2.2, "NCT to
+    // NCT (N + K) / N"), on the IBM SP (native latency).
+    for &level in o
+        .concurrency
+        .iter()
+        .filter(|_| on(Experiment::ConstantConcurrency))
+    {
+        for &n in &o.sizes {
+            for proto in FIG43 {
+                let mut cfg = config(proto, n, n as f64 / level);
+                cfg.latency_ms = NATIVE_LATENCY_MS;
+                v.push(Job {
+                    exp: "constant-concurrency",
+                    cfg,
+                    level,
+                });
+            }
         }
     }
     // Largest runs first, so that the parallel workers finish together.
@@ -271,15 +340,17 @@ fn real_main(o: &Opts) -> Result<(), String> {
         }
     }
     // Deterministic order in the files: experiment, protocol, prio, ratio, n.
-    rows.sort_by(|(a, _), (b, _)| {
-        (a.exp, a.cfg.proto, a.cfg.prio, a.cfg.ratio as u64, a.cfg.n).cmp(&(
-            b.exp,
-            b.cfg.proto,
-            b.cfg.prio,
-            b.cfg.ratio as u64,
-            b.cfg.n,
-        ))
-    });
+    let key = |j: &Job| {
+        (
+            j.exp,
+            j.cfg.proto,
+            j.cfg.prio,
+            (j.level * 1000.0) as u64,
+            j.cfg.ratio as u64,
+            j.cfg.n,
+        )
+    };
+    rows.sort_by(|(a, _), (b, _)| key(a).cmp(&key(b)));
     write_outputs(&o.out, &rows)?;
     let lavault = if o.experiments.contains(&Experiment::Lavault) {
         pool.install(|| lavault(o))
@@ -342,6 +413,9 @@ fn print_tables(rows: &[(Job, Stats)], lavault: &[LavaultRow]) {
             .map(|(_, st)| st)
     };
     let mut sizes: Vec<usize> = rows.iter().map(|(j, _)| j.cfg.n).collect();
+    if let Some((j, _)) = rows.first() {
+        println!("\nmix: {} (simulate --mix)", j.cfg.mix.name());
+    }
     sizes.sort_unstable();
     sizes.dedup();
     let mut ratios: Vec<f64> = rows.iter().map(|(j, _)| j.cfg.ratio).collect();
@@ -402,8 +476,11 @@ fn print_tables(rows: &[(Job, Stats)], lavault: &[LavaultRow]) {
         for p in &hilocks {
             print!(" {} |", p.name());
         }
-        println!();
-        println!("|---:|---:|{}", "---:|".repeat(hilocks.len()));
+        println!(" hilock lock requests / access | hilock msgs / access | Naimi msgs / access |");
+        println!(
+            "|---:|---:|{}---:|---:|---:|",
+            "---:|".repeat(hilocks.len())
+        );
         for &n in &sizes {
             let Some(nt) = get("forwarding", Proto::NaimiPure, 10.0, n) else {
                 continue;
@@ -419,7 +496,15 @@ fn print_tables(rows: &[(Job, Stats)], lavault: &[LavaultRow]) {
                     None => print!(" - |"),
                 }
             }
-            println!();
+            match get("forwarding", Proto::Hilock, 10.0, n) {
+                Some(h) => println!(
+                    " {:.3} | {:.2} | {:.2} |",
+                    h.requests_per_access(),
+                    h.per_access(),
+                    nt.per_access()
+                ),
+                None => println!(" - | - | - |"),
+            }
         }
         println!("\n| n | protocol | request | forward | grant | token | release | freeze | entry-lock journey mean / p99 | idle-relay parent age, table: mean p50 p90 | entries: mean p50 p90 | idle-relay forwards via pointer | entry token moves / lock request |");
         println!("|---:|---|---:|---:|---:|---:|---:|---:|---|---|---|---:|---:|");
@@ -429,18 +514,7 @@ fn print_tables(rows: &[(Job, Stats)], lavault: &[LavaultRow]) {
                     continue;
                 };
                 let lr = st.lock_requests.max(1) as f64;
-                let h = &st.journey_hops[1];
-                let tot: u64 = h.iter().sum();
-                let mean = h.iter().enumerate().map(|(k, c)| k as u64 * c).sum::<u64>() as f64
-                    / tot.max(1) as f64;
-                let mut acc = 0;
-                let p99 = h
-                    .iter()
-                    .position(|c| {
-                        acc += c;
-                        acc as f64 >= 0.99 * tot as f64
-                    })
-                    .unwrap_or(0);
+                let (mean, p99) = hist(&st.journey_hops[1]).map_or((0.0, 0), |(m, q)| (m, q(0.99)));
                 println!(
                     "| {n} | {} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {mean:.2} / {p99} | {} | {} | {:.2} | {:.3} |",
                     p.name(),
@@ -454,6 +528,87 @@ fn print_tables(rows: &[(Job, Stats)], lavault: &[LavaultRow]) {
                     hist3(&st.relay_age[1]),
                     st.relay_via_pointer as f64 / st.forwards_by_state[0].max(1) as f64,
                     st.token_moves[1] as f64 / lr,
+                );
+            }
+        }
+    }
+    if sizes
+        .iter()
+        .any(|&n| get("forwarding", Proto::NaimiPure, 10.0, n).is_some())
+    {
+        println!("\nJourneys: request messages per lock request that sent one (table lock / entry locks: mean, p50, p90, p99, max), and who forwarded (share of forwards sent by an idle relay / a node owning a mode / a pending node / other)\n");
+        println!("| n | protocol | table: mean p50 p90 p99 max | entries: mean p50 p90 p99 max | idle | owns | pending | other |");
+        println!("|---:|---|---|---|---:|---:|---:|---:|");
+        for &n in &sizes {
+            for p in FORWARDING.iter().filter(|&&p| p != Proto::NaimiPure) {
+                let Some(st) = get("forwarding", *p, 10.0, n) else {
+                    continue;
+                };
+                let fw = st.forwards.max(1) as f64;
+                let f = &st.forwards_by_state;
+                println!(
+                    "| {n} | {} | {} | {} | {:.2} | {:.2} | {:.2} | {:.2} |",
+                    p.name(),
+                    hist5(&st.journey_hops[0]),
+                    hist5(&st.journey_hops[1]),
+                    f[0] as f64 / fw,
+                    f[1] as f64 / fw,
+                    f[2] as f64 / fw,
+                    f[3] as f64 / fw
+                );
+            }
+        }
+    }
+    let levels: Vec<f64> = {
+        let mut l: Vec<f64> = rows
+            .iter()
+            .filter(|(j, _)| j.exp == "constant-concurrency")
+            .map(|(j, _)| j.level)
+            .collect();
+        l.sort_by(f64::total_cmp);
+        l.dedup();
+        l
+    };
+    if !levels.is_empty() {
+        let cc = |p: Proto, level: f64, n: usize| {
+            rows.iter()
+                .find(|(j, _)| {
+                    j.exp == "constant-concurrency"
+                        && j.cfg.proto == p
+                        && j.level == level
+                        && j.cfg.n == n
+                })
+                .map(|(_, st)| st)
+        };
+        println!("\nFig. 4.3, constant concurrency level (NCS = N / level × 15 ms, CS 15 ms, latency 50 µs): messages per lock request, latency (ms)\n");
+        print!("| level | n | NCS/CS |");
+        for p in FIG43 {
+            print!(" {} msgs | {} latency |", p.name(), p.name());
+        }
+        println!(" hilock request | hilock forward |");
+        println!(
+            "|---:|---:|---:|{}---:|---:|",
+            "---:|---:|".repeat(FIG43.len())
+        );
+        for &level in &levels {
+            for &n in &sizes {
+                let Some(h) = cc(Proto::Hilock, level, n) else {
+                    continue;
+                };
+                print!("| {level} | {n} | {} |", n as f64 / level);
+                for p in FIG43 {
+                    match cc(p, level, n) {
+                        Some(st) => {
+                            print!(" {:.2} | {:.1} |", st.per_request(), st.mean_latency_ms())
+                        }
+                        None => print!(" - | - |"),
+                    }
+                }
+                let lr = h.lock_requests.max(1) as f64;
+                println!(
+                    " {:.2} | {:.2} |",
+                    (h.msgs[0] - h.forwards) as f64 / lr,
+                    h.forwards as f64 / lr
                 );
             }
         }
@@ -475,14 +630,15 @@ fn print_tables(rows: &[(Job, Stats)], lavault: &[LavaultRow]) {
     }
 }
 
-/// "mean p50 p90" of a histogram (`h[k]` items had value k).
-fn hist3(h: &[u64]) -> String {
+/// Mean and a quantile function of a histogram (`h[k]` items had value k); `None` when
+/// it is empty.
+fn hist(h: &[u64]) -> Option<(f64, impl Fn(f64) -> usize + '_)> {
     let total: u64 = h.iter().sum();
     if total == 0 {
-        return "-".into();
+        return None;
     }
     let mean = h.iter().enumerate().map(|(k, c)| k as u64 * c).sum::<u64>() as f64 / total as f64;
-    let q = |p: f64| {
+    let q = move |p: f64| {
         let mut acc = 0;
         h.iter()
             .position(|c| {
@@ -491,7 +647,29 @@ fn hist3(h: &[u64]) -> String {
             })
             .unwrap_or(0)
     };
-    format!("{mean:.1} {} {}", q(0.5), q(0.9))
+    Some((mean, q))
+}
+
+/// "mean p50 p90 p99 max" of a histogram.
+fn hist5(h: &[u64]) -> String {
+    match hist(h) {
+        Some((mean, q)) => format!(
+            "{mean:.2} {} {} {} {}",
+            q(0.5),
+            q(0.9),
+            q(0.99),
+            h.len() - 1
+        ),
+        None => "-".into(),
+    }
+}
+
+/// "mean p50 p90" of a histogram.
+fn hist3(h: &[u64]) -> String {
+    match hist(h) {
+        Some((mean, q)) => format!("{mean:.1} {} {}", q(0.5), q(0.9)),
+        None => "-".into(),
+    }
 }
 
 fn csv(path: &Path, rows: &[&(Job, Stats)]) -> Result<(), String> {
@@ -805,8 +983,68 @@ fn write_outputs(out: &Path, rows: &[(Job, Stats)]) -> Result<(), String> {
         &s,
         true,
     )?;
+    let kinds: Vec<Series> = FORWARDING
+        .iter()
+        .filter(|&&p| p != Proto::NaimiPure)
+        .flat_map(|&p| {
+            KIND_NAMES.iter().enumerate().map(move |(k, kind)| {
+                series(rows, format!("{} {kind}", p.name()), fwd(p), move |st| {
+                    st.kind_per_request(k)
+                })
+            })
+        })
+        .collect();
+    chart(
+        &out.join("forwarding_kinds.svg"),
+        "messages per lock request by kind and forwarding rule, ratio 10, 150 ms",
+        "nodes",
+        "messages / request",
+        &kinds,
+        true,
+    )?;
     let f: Vec<&(Job, Stats)> = rows.iter().filter(|(j, _)| j.exp == "forwarding").collect();
     csv(&out.join("forwarding_variants.csv"), &f)?;
+
+    // Fig. 4.3: constant concurrency level.
+    let cc: Vec<&(Job, Stats)> = rows
+        .iter()
+        .filter(|(j, _)| j.exp == "constant-concurrency")
+        .collect();
+    csv(&out.join("fig4_3.csv"), &cc)?;
+    let mut levels: Vec<f64> = cc.iter().map(|(j, _)| j.level).collect();
+    levels.sort_by(f64::total_cmp);
+    levels.dedup();
+    for (file, title, y_label, y) in [
+        (
+            "fig4_3a_messages.svg",
+            "Fig. 4.3(a) messages per lock request, constant concurrency, 50 µs",
+            "messages / request",
+            (|st: &Stats| st.per_request()) as fn(&Stats) -> f64,
+        ),
+        (
+            "fig4_3b_latency.svg",
+            "Fig. 4.3(b) request latency, constant concurrency, 50 µs",
+            "latency (ms)",
+            |st: &Stats| st.mean_latency_ms(),
+        ),
+    ] {
+        let s: Vec<Series> = levels
+            .iter()
+            .flat_map(|&level| {
+                FIG43.map(|p| {
+                    series(
+                        rows,
+                        format!("{} level {level}", p.name()),
+                        move |j: &Job| {
+                            j.exp == "constant-concurrency" && j.cfg.proto == p && j.level == level
+                        },
+                        y,
+                    )
+                })
+            })
+            .collect();
+        chart(&out.join(file), title, "nodes", y_label, &s, true)?;
+    }
 
     // Latency per access mode (hilock, ratio 10), not a thesis figure but asked for.
     let s: Vec<Series> = MIX
