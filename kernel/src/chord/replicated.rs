@@ -190,6 +190,15 @@ impl<const N: usize, const T: usize> RingServer<N, T> {
     /// exactly as first sent (same view, same entry and version, same request), and
     /// returns how many it sent. Changes nothing.
     ///
+    /// The view is the server's view, which is the one the write was first sent in: a
+    /// write in progress does not outlive its view (installing a newer one answers every
+    /// waiting write with [`Answer::Redirect`] and forgets it, and only a newer epoch
+    /// changes the view), so nothing is resent in a later view. The write's own view is
+    /// the one a copy must carry: with a later one, a replica that installed it would
+    /// accept a write of an old epoch from a server that may no longer be the key's
+    /// primary (`kernel/tests/chord_reconnect.rs`,
+    /// `a_write_in_progress_ends_with_its_view_and_is_not_resent_in_the_next`).
+    ///
     /// Why: a connection that breaks loses what it carried. A member cut off for less than
     /// its lease (a partition, a pause: the model's `Isolate` then `Heal`) keeps its writes
     /// waiting, but their `Replicate` messages, or the replicas' `ReplicaAck`s, died with
@@ -221,14 +230,20 @@ impl<const N: usize, const T: usize> RingServer<N, T> {
             return Err(ChordError::OutputsFull);
         }
         for p in owed {
-            let m = ChordMsg::Replicate {
-                view: self.view,
-                slot: p.slot,
-                token: p.token,
-            };
-            send(out, Addr::Node(peer), m);
+            self.replicate(out, peer, p.slot, p.token);
         }
         Ok(n)
+    }
+
+    /// Sends `to` the write of `slot` for `token` in this server's view (first sent by
+    /// [`RingServer::step`], again by [`RingServer::reconnected`]).
+    fn replicate<S: Sink<Out<T>>>(&self, out: &mut S, to: NodeId, slot: Slot, token: Token) {
+        let view = self.view;
+        send(
+            out,
+            Addr::Node(to),
+            ChordMsg::Replicate { view, slot, token },
+        );
     }
 
     fn copies(&self) -> u8 {
@@ -316,10 +331,11 @@ impl<const N: usize, const T: usize> RingServer<N, T> {
         let holder = entry.and_then(|s| s.holder);
         let last = entry.and_then(|s| s.writer);
         let me = Some(token.client);
-        // A stale retry: this client has sent a later request that set the entry (its
-        // retry of a lock overtook nothing — the lock was granted elsewhere, then released).
-        // Serving it would write a lock the client no longer holds or free one it holds
-        // again; it is answered from the entry and nothing is written.
+        // A stale retry: a later request of this client set the entry, so the client has
+        // had this request's answer (in the saved trace from the old primary, before the
+        // client released the lock here). Serving it would lock again what the client
+        // released, or free what it locked again; it is answered from the entry and
+        // nothing is written.
         if self.fence && last.is_some_and(|w| token.precedes(w)) {
             return Decision::Superseded(match op {
                 Op::Lock if holder == me => Answer::Granted,
@@ -582,12 +598,7 @@ impl<const N: usize, const T: usize> Server<T> for RingServer<N, T> {
                 });
                 for y in 0..N {
                     if need & (1 << y) != 0 {
-                        let m = ChordMsg::Replicate {
-                            view: self.view,
-                            slot,
-                            token: *token,
-                        };
-                        send(out, Addr::Node(NodeId(y as u16)), m);
+                        self.replicate(out, NodeId(y as u16), slot, *token);
                     }
                 }
                 rep
