@@ -51,27 +51,15 @@ fn replicate_to(out: &O, to: NodeId) -> ChordMsg<4> {
         .expect("a Replicate to the replica")
 }
 
-/// The three servers after c1's lock reached the primary n21: the write waits for both
-/// replicas; its two `Replicate`s, not delivered yet.
-struct Started {
-    p: S,
-    a: S,
-    b: S,
-    to_a: ChordMsg<4>,
-    to_b: ChordMsg<4>,
-}
-
-fn started() -> Started {
+/// The three servers (primary n21, replicas n8 and n32) after c1's lock reached the
+/// primary: the write waits for both replicas; its `Replicate`s to n8 and to n32, not
+/// delivered yet.
+fn started() -> (S, S, S, ChordMsg<4>, ChordMsg<4>) {
     let (mut p, a, b) = servers();
     let mut out = O::new();
     p.step(C1, &lock(), &mut out).unwrap();
-    Started {
-        to_a: replicate_to(&out, A),
-        to_b: replicate_to(&out, B),
-        p,
-        a,
-        b,
-    }
+    let (to_a, to_b) = (replicate_to(&out, A), replicate_to(&out, B));
+    (p, a, b, to_a, to_b)
 }
 
 fn answer(out: &O) -> Option<Answer> {
@@ -86,13 +74,7 @@ fn answer(out: &O) -> Option<Answer> {
 /// sends the very same `Replicate`, and its acknowledgement completes the write.
 #[test]
 fn reconnecting_resends_the_unacknowledged_replica_write() {
-    let Started {
-        mut p,
-        mut a,
-        mut b,
-        to_a,
-        to_b,
-    } = started();
+    let (mut p, mut a, mut b, to_a, to_b) = started();
     let mut out = O::new();
     a.step(Addr::Node(P), &to_a, &mut out).unwrap();
     let ack_a = out.pop().unwrap();
@@ -132,13 +114,7 @@ fn reconnecting_resends_the_unacknowledged_replica_write() {
 /// redirects the write.
 #[test]
 fn a_duplicate_replicate_is_acknowledged_again_and_not_applied_twice() {
-    let Started {
-        mut p,
-        mut a,
-        mut b,
-        to_a,
-        to_b,
-    } = started();
+    let (mut p, mut a, mut b, to_a, to_b) = started();
     let mut out = O::new();
     // n32 applies it and acknowledges; the acknowledgement is lost.
     b.step(Addr::Node(P), &to_b, &mut out).unwrap();
@@ -179,7 +155,7 @@ fn a_duplicate_replicate_is_acknowledged_again_and_not_applied_twice() {
 /// small for the copies. Nothing is sent and nothing changes.
 #[test]
 fn a_bad_peer_or_a_full_buffer_is_refused_and_sends_nothing() {
-    let Started { mut p, .. } = started();
+    let (mut p, ..) = started();
     let mut out = O::new();
     let before = p.clone();
     assert_eq!(
@@ -210,9 +186,7 @@ fn a_bad_peer_or_a_full_buffer_is_refused_and_sends_nothing() {
 /// key's primary — and this test fails: something is sent after the view change.
 #[test]
 fn a_write_in_progress_ends_with_its_view_and_is_not_resent_in_the_next() {
-    let Started {
-        mut p, mut b, to_b, ..
-    } = started();
+    let (mut p, _, mut b, _, to_b) = started();
     assert!(matches!(to_b, ChordMsg::Replicate { view, .. } if view == V));
     let mut out = O::new();
     assert_eq!(p.reconnected(B, &mut out), Ok(1));

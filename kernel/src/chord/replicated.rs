@@ -378,11 +378,7 @@ impl<const N: usize, const T: usize> RingServer<N, T> {
         }
         let old = self.view;
         for p in self.pending.iter() {
-            let msg = ChordMsg::Reply {
-                token: p.token,
-                answer: Answer::Redirect(v),
-            };
-            send(out, Addr::Client(p.token.client), msg);
+            answer(out, p.token, Answer::Redirect(v));
         }
         self.pending.clear();
         for y in 0..N {
@@ -527,17 +523,7 @@ impl<const N: usize, const T: usize> Server<T> for RingServer<N, T> {
                     return rep;
                 }
                 self.install(*view, out, &mut rep);
-                let reply = |out: &mut S, answer| {
-                    let to = Addr::Client(token.client);
-                    send(
-                        out,
-                        to,
-                        ChordMsg::Reply {
-                            token: *token,
-                            answer,
-                        },
-                    )
-                };
+                let reply = |out: &mut S, a| answer(out, *token, a);
                 let (holder, writer, answer, need) = match self.decide(*token, *op, *key, *view) {
                     Decision::Redirect => {
                         reply(out, Answer::Redirect(self.view));
@@ -647,11 +633,7 @@ impl<const N: usize, const T: usize> Server<T> for RingServer<N, T> {
                         self.pending[i].need &= !from_bit;
                         if self.pending[i].need == 0 {
                             let p = self.pending.remove(i);
-                            let m = ChordMsg::Reply {
-                                token: p.token,
-                                answer: p.answer,
-                            };
-                            send(out, Addr::Client(p.token.client), m);
+                            answer(out, p.token, p.answer);
                             rep.insert(Rule::WriteAcknowledged);
                         }
                     }
@@ -691,6 +673,12 @@ impl<const N: usize, const T: usize> Server<T> for RingServer<N, T> {
             _ => rep,
         }
     }
+}
+
+/// Answers `token`'s client.
+fn answer<const T: usize, S: Sink<Out<T>>>(out: &mut S, token: Token, answer: Answer) {
+    let to = Addr::Client(token.client);
+    send(out, to, ChordMsg::Reply { token, answer });
 }
 
 #[cfg(test)]
