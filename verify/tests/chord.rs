@@ -4,9 +4,12 @@
 //! Fig. 2 taken literally is refuted, each counterexample written to
 //! `spec/counterexamples/ring/ring-*.json` (a subdirectory: `hilock explore` does not open
 //! this model's traces yet, and `verify/tests/explorer.rs` checks every trace in the parent); each passing property is broken once on purpose
-//! (`*_goes_red`). The 4-slot join configuration is `#[ignore]`d (about 36 s; `cargo test
-//! -p verify --test chord -- --ignored`), and so is the join during a short cut (about
-//! 160 s in release; a known defect, refuted).
+//! (`*_goes_red`). The 4-slot join configuration is `#[ignore]`d (about 28 s in release;
+//! `cargo test --release -p verify --test chord -- --ignored`), and so are the four checks
+//! of a join during a short cut (the retry fence: passes with it, refuted without it;
+//! 1 to 12 minutes each in release, README "long runs"). The fast check that the fence
+//! matters is `the_saved_stale_retry_is_served_only_without_the_fence` (the saved trace,
+//! replayed).
 
 use hilock_kernel::chord::ChordMsg;
 use hilock_models::chord::{
@@ -17,24 +20,28 @@ use std::path::PathBuf;
 
 /// Unique states of the passing configurations.
 const PINNED: &[(&str, usize)] = &[
-    ("hilock r2: 2 nodes + join, 2 clients on key 24", 68944),
+    ("hilock r2: 2 nodes + join, 2 clients on key 24", 69508),
     (
         "hilock r2: 3 nodes, graceful leave, 2 clients on key 10",
-        114878,
+        115858,
     ),
-    ("hilock r2: 3 nodes, 2 crashes, 2 clients on key 10", 344678),
-    ("hilock r2: 3 nodes + join, 2 clients on key 24", 1_029_414),
+    ("hilock r2: 3 nodes, 2 crashes, 2 clients on key 10", 347018),
+    ("hilock r2: 3 nodes + join, 2 clients on key 24", 1_034_826),
     (
         "hilock r2: 3 nodes, n21 cut off once, Lease take-over, 2 clients on key 10",
-        26836,
+        28209,
     ),
     (
         "hilock r2: 3 nodes, n21 cut off once, short cuts, Lease take-over, 2 clients on key 10",
-        28461,
+        29968,
     ),
     (
         "hilock r2: 2 nodes + join, either cut off once, short cuts",
         0,
+    ),
+    (
+        "hilock r2: 2 nodes + join, n8 cut off once, short cuts",
+        10_162_969,
     ),
 ];
 
@@ -386,7 +393,12 @@ fn a_short_cut_without_resend_strands_the_write_goes_red() {
     assert!(v.contains("c1 stage 3 waits for"), "{v}");
     let now: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-    assert_eq!(now["steps"], saved["steps"], "not the saved counterexample");
+    // Traces saved before `Slot::writer` existed name the same steps without it.
+    let key = |v: &serde_json::Value| -> Vec<String> {
+        let steps: Vec<String> = serde_json::from_value(v["steps"].clone()).unwrap();
+        steps.iter().map(|s| step_key(s)).collect()
+    };
+    assert_eq!(key(&now), key(&saved), "not the saved counterexample");
 }
 
 /// A replica that applied a write but does not acknowledge its copy again: the copy sent
@@ -422,6 +434,47 @@ fn join_short_cut() -> RingModel {
     m.isolations = 1;
     m.short_cuts = true;
     m
+}
+
+/// The same with only n8 (key 24's primary before the join) cut off: the node the saved
+/// trace cuts.
+fn join_short_cut_n8() -> RingModel {
+    let mut m = join_short_cut();
+    m.name = "hilock r2: 2 nodes + join, n8 cut off once, short cuts".into();
+    m.isolatable = 0b0001;
+    m
+}
+
+/// With the fence, a join during a short cut of n8 passes every property: 10,162,969
+/// states, 324 s in release on the loaded 2-core machine.
+#[test]
+#[ignore]
+fn a_join_during_a_short_cut_of_the_primary_passes_with_the_fence() {
+    pass(&join_short_cut_n8());
+}
+
+/// Without the fence the same smaller configuration is refuted like the saved trace (26
+/// steps, 2,829,479 states, 64 s in release on the loaded 2-core machine): still too long
+/// for CI, hence `#[ignore]`.
+#[test]
+#[ignore]
+fn a_join_during_a_short_cut_of_the_primary_without_the_fence_goes_red() {
+    let mut m = join_short_cut_n8();
+    m.sabotage = Sabotage::NoRetryFence;
+    let r = m.refute(ONE_SERVER);
+    let t = r.trace.expect("one server per key refuted");
+    println!(
+        "{} steps, {} states in {:?}: {}",
+        t.steps.len(),
+        r.unique_states,
+        r.elapsed,
+        t.violation
+    );
+    assert!(
+        t.violation.contains("refused key 24 to c2"),
+        "{}",
+        t.violation
+    );
 }
 
 const STALE_RETRY: &str = "ring-short-cut-join-stale-retry";
