@@ -148,8 +148,11 @@ pub struct RingModel {
     /// cut loses the replica messages (and acknowledgements) of a write in progress; on
     /// `Heal` both ends of every re-established link call [`RingServer::reconnected`],
     /// which sends them again (without it the write waited for ever:
-    /// `ring-short-cut-strands-write`, [`Sabotage::NoResend`]). `false` checks only the
-    /// cuts that last until the lease ran out.
+    /// `ring-short-cut-strands-write`, [`Sabotage::NoResend`]). The resend lets a client's
+    /// retry outlive its request; an older request of a client is answered from the entry,
+    /// not applied (the retry fence, [`Sabotage::NoRetryFence`]:
+    /// `ring-short-cut-join-stale-retry`). `false` checks only the cuts that last until
+    /// the lease ran out.
     pub short_cuts: bool,
     /// Test-only: break a check on purpose (see the tests).
     pub sabotage: Sabotage,
