@@ -37,7 +37,7 @@ const PINNED: &[(&str, usize)] = &[
     ),
     (
         "hilock r2: 2 nodes + join, either cut off once, short cuts",
-        0,
+        23_234_881,
     ),
     (
         "hilock r2: 2 nodes + join, n8 cut off once, short cuts",
@@ -536,7 +536,9 @@ fn the_saved_stale_retry_is_served_only_without_the_fence() {
     );
 }
 
-/// The same configuration with the fence passes every property. RUN_TIME_NOTE
+/// The same configuration with the fence passes every property: 23,234,881 states,
+/// 1,350 s in release on the loaded 2-core machine (before the fence: 22,717,151 states
+/// and the stale retry found).
 #[test]
 #[ignore]
 fn a_join_during_a_short_cut_passes_with_the_fence() {
