@@ -553,7 +553,8 @@ fn a_join_during_a_short_cut_passes_with_the_fence() {
 /// resend this could not happen: the original write of a client that timed out never
 /// completed. Fixed by the retry fence (`Slot::writer`, `Rule::Superseded`); this search
 /// runs without it (`Sabotage::NoRetryFence`) and must find the saved trace again.
-/// SEARCH_TIME_NOTE
+/// 26 steps, 6,437,254 states (6,432,379 before the fence existed), 642 s in release on
+/// the loaded 2-core machine (about 160 s on a quieter one).
 #[test]
 #[ignore]
 fn a_join_during_a_short_cut_serves_a_stale_retry_without_the_fence_goes_red() {
