@@ -51,6 +51,17 @@ fn replicate_to(out: &O, to: NodeId) -> ChordMsg<4> {
         .expect("a Replicate to the replica")
 }
 
+/// The three servers (primary n21, replicas n8 and n32) after c1's lock reached the
+/// primary: the write waits for both replicas; its `Replicate`s to n8 and to n32, not
+/// delivered yet.
+fn started() -> (S, S, S, ChordMsg<4>, ChordMsg<4>) {
+    let (mut p, a, b) = servers();
+    let mut out = O::new();
+    p.step(C1, &lock(), &mut out).unwrap();
+    let (to_a, to_b) = (replicate_to(&out, A), replicate_to(&out, B));
+    (p, a, b, to_a, to_b)
+}
+
 fn answer(out: &O) -> Option<Answer> {
     out.iter().find_map(|o| match o.msg {
         ChordMsg::Reply { token, answer } if o.to == C1 && token == TOKEN => Some(answer),
@@ -63,12 +74,8 @@ fn answer(out: &O) -> Option<Answer> {
 /// sends the very same `Replicate`, and its acknowledgement completes the write.
 #[test]
 fn reconnecting_resends_the_unacknowledged_replica_write() {
-    let (mut p, mut a, mut b) = servers();
+    let (mut p, mut a, mut b, to_a, to_b) = started();
     let mut out = O::new();
-    p.step(C1, &lock(), &mut out).unwrap();
-    let to_a = replicate_to(&out, A);
-    let to_b = replicate_to(&out, B);
-    out.clear();
     a.step(Addr::Node(P), &to_a, &mut out).unwrap();
     let ack_a = out.pop().unwrap();
     p.step(Addr::Node(A), &ack_a.msg, &mut out).unwrap();
@@ -107,12 +114,8 @@ fn reconnecting_resends_the_unacknowledged_replica_write() {
 /// redirects the write.
 #[test]
 fn a_duplicate_replicate_is_acknowledged_again_and_not_applied_twice() {
-    let (mut p, mut a, mut b) = servers();
+    let (mut p, mut a, mut b, to_a, to_b) = started();
     let mut out = O::new();
-    p.step(C1, &lock(), &mut out).unwrap();
-    let to_a = replicate_to(&out, A);
-    let to_b = replicate_to(&out, B);
-    out.clear();
     // n32 applies it and acknowledges; the acknowledgement is lost.
     b.step(Addr::Node(P), &to_b, &mut out).unwrap();
     out.clear();
@@ -152,10 +155,8 @@ fn a_duplicate_replicate_is_acknowledged_again_and_not_applied_twice() {
 /// small for the copies. Nothing is sent and nothing changes.
 #[test]
 fn a_bad_peer_or_a_full_buffer_is_refused_and_sends_nothing() {
-    let (mut p, ..) = servers();
+    let (mut p, ..) = started();
     let mut out = O::new();
-    p.step(C1, &lock(), &mut out).unwrap();
-    out.clear();
     let before = p.clone();
     assert_eq!(
         p.reconnected(NodeId(3), &mut out),
@@ -175,4 +176,42 @@ fn a_bad_peer_or_a_full_buffer_is_refused_and_sends_nothing() {
     // A server that lost its lease dropped its writes: nothing to send again.
     p.stop();
     assert_eq!(p.reconnected(B, &mut out), Ok(0));
+}
+
+/// A write in progress does not outlive its view: installing a newer view answers it with
+/// a redirect and forgets it, so what `reconnected` sends is always in the view the write
+/// was first sent in (the server's view). Were the write kept, its copy would have to
+/// carry its own, older view — sent with the newer one, a replica that installed that
+/// view would accept a write of an old epoch from a server that may no longer be the
+/// key's primary — and this test fails: something is sent after the view change.
+#[test]
+fn a_write_in_progress_ends_with_its_view_and_is_not_resent_in_the_next() {
+    let (mut p, _, mut b, _, to_b) = started();
+    assert!(matches!(to_b, ChordMsg::Replicate { view, .. } if view == V));
+    let mut out = O::new();
+    assert_eq!(p.reconnected(B, &mut out), Ok(1));
+    assert_eq!(
+        out.pop().unwrap().msg,
+        to_b,
+        "first sent in V, sent again in V"
+    );
+    let v1 = View {
+        epoch: 1,
+        members: 0b111,
+    };
+    let rep = p
+        .step(Addr::Chord, &ChordMsg::NewView(v1), &mut out)
+        .unwrap();
+    assert!(rep.contains(Rule::ViewInstalled));
+    assert_eq!(answer(&out), Some(Answer::Redirect(v1)));
+    assert_eq!(p.pending(), 0);
+    out.clear();
+    assert_eq!(p.reconnected(B, &mut out), Ok(0), "{out:?}");
+    assert!(out.is_empty());
+    // The copy of V still on its way is refused by a replica in v1.
+    b.step(Addr::Chord, &ChordMsg::NewView(v1), &mut out)
+        .unwrap();
+    out.clear();
+    let rep = b.step(Addr::Node(P), &to_b, &mut out).unwrap();
+    assert!(rep.contains(Rule::Stale) && b.holder(Key(10)).is_none());
 }

@@ -148,8 +148,11 @@ pub struct RingModel {
     /// cut loses the replica messages (and acknowledgements) of a write in progress; on
     /// `Heal` both ends of every re-established link call [`RingServer::reconnected`],
     /// which sends them again (without it the write waited for ever:
-    /// `ring-short-cut-strands-write`, [`Sabotage::NoResend`]). `false` checks only the
-    /// cuts that last until the lease ran out.
+    /// `ring-short-cut-strands-write`, [`Sabotage::NoResend`]). The resend lets a client's
+    /// retry outlive its request; an older request of a client is answered from the entry,
+    /// not applied (the retry fence, [`Sabotage::NoRetryFence`]:
+    /// `ring-short-cut-join-stale-retry`). `false` checks only the cuts that last until
+    /// the lease ran out.
     pub short_cuts: bool,
     /// Test-only: break a check on purpose (see the tests).
     pub sabotage: Sabotage,
@@ -171,6 +174,9 @@ pub enum Sabotage {
     /// A replica does not acknowledge a copy of a write it already applied (its
     /// `ReplicaAck` is dropped).
     NoReack,
+    /// The servers serve a stale retry like a new request
+    /// ([`RingServer::without_retry_fence`]: the defect `ring-short-cut-join-stale-retry`).
+    NoRetryFence,
 }
 
 /// A ring node of either variant.
@@ -250,6 +256,26 @@ pub enum RAction {
     /// `Takeover::Local`: the node installs, by itself, the view without its suspected
     /// predecessor.
     Suspect(NodeId),
+}
+
+/// A saved step without the entries' `writer` fields ([`Slot::writer`](hilock_kernel::chord::Slot::writer)),
+/// which traces saved before the retry fence do not have: the same action, written
+/// before or after that field existed, has one key.
+pub fn step_key(step: &str) -> String {
+    const W: &str = ", writer: ";
+    let mut out = String::with_capacity(step.len());
+    let mut rest = step;
+    while let Some(i) = rest.find(W) {
+        out.push_str(&rest[..i]);
+        let tail = &rest[i + W.len()..];
+        rest = match tail.strip_prefix("None") {
+            Some(t) => t,
+            // `Some(Token { client: ClientId(c), seq: s })`: through the first `})`.
+            None => tail.find("})").map_or("", |j| &tail[j + 2..]),
+        };
+    }
+    out.push_str(rest);
+    out
 }
 
 /// A counterexample as saved under `spec/counterexamples/`.
@@ -436,6 +462,42 @@ impl RingModel {
 
     fn finished(st: &RState) -> bool {
         st.clients.iter().all(|c| c.stage == 4)
+    }
+
+    /// Follows `steps` (actions as a saved trace names them, `format!("{action:?}")`,
+    /// compared by [`step_key`]) from the initial state; the state after each step, or
+    /// `Err((i, state))` when step `i` is not enabled in `state`.
+    #[allow(clippy::result_large_err)]
+    pub fn replay(&self, steps: &[String]) -> Result<Vec<RState>, (usize, RState)> {
+        let mut st = self.init_states().remove(0);
+        let mut states = Vec::new();
+        for (i, step) in steps.iter().enumerate() {
+            let mut acts = Vec::new();
+            self.actions(&st, &mut acts);
+            let want = step_key(step);
+            let next = acts
+                .into_iter()
+                .find(|a| step_key(&format!("{a:?}")) == want)
+                .and_then(|a| self.next_state(&st, a));
+            match next {
+                Some(n) => {
+                    st = n.clone();
+                    states.push(n);
+                }
+                None => return Err((i, st)),
+            }
+        }
+        Ok(states)
+    }
+
+    /// Whether `st` keeps the `always` property `property` (one of [`MUTEX`], [`LOST`],
+    /// [`NO_ERROR`], [`ONE_SERVER`]).
+    pub fn holds(&self, property: &str, st: &RState) -> bool {
+        self.properties()
+            .into_iter()
+            .find(|p| p.name == property)
+            .map(|p| (p.condition)(self, st))
+            .unwrap_or_else(|| panic!("{property}: not a property of the ring model"))
     }
 
     /// What is wrong in `st` for `property`.
@@ -630,7 +692,12 @@ impl Model for RingModel {
                 match self.variant {
                     Variant::Paper => RNode::Paper(PaperNode::new(id, ring, view).expect("node")),
                     Variant::Hilock { r } => {
-                        RNode::Hilock(RingServer::new(id, ring, r, view).expect("server"))
+                        let s = RingServer::new(id, ring, r, view).expect("server");
+                        RNode::Hilock(if self.sabotage == Sabotage::NoRetryFence {
+                            s.without_retry_fence()
+                        } else {
+                            s
+                        })
                     }
                 }
             })

@@ -75,6 +75,17 @@ pub struct Token {
     pub seq: u8,
 }
 
+impl Token {
+    /// Whether this request was sent before `later` by the same client. Request numbers
+    /// count up by one per request and wrap (`u8`), so they are compared as serial numbers
+    /// (RFC 1982): `later` is after `self` when it is 1 to 127 requests ahead. A client's
+    /// requests are one at a time ([`ChordClient`] refuses a second while one waits), so
+    /// a copy of `self` still arriving after `later` was served is a stale retry.
+    pub fn precedes(self, later: Token) -> bool {
+        self.client == later.client && (1..=127).contains(&later.seq.wrapping_sub(self.seq))
+    }
+}
+
 /// The answer to a request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
@@ -128,6 +139,12 @@ pub struct Slot {
     pub holder: Option<ClientId>,
     /// Its version.
     pub version: Version,
+    /// The request that set `holder` (its lock, or the unlock that freed it); `None` for
+    /// an entry no request has set. Not in seed 003, whose Fig. 2(a)/(b) table is only
+    /// `(oid, islocked)`: hilock's. A request of the same client that [`Token::precedes`]
+    /// it is a stale retry and is answered from the entry, not applied
+    /// ([`Rule::Superseded`]; `spec/counterexamples/ring/ring-short-cut-join-stale-retry.json`).
+    pub writer: Option<Token>,
 }
 
 /// Where a message goes.
@@ -319,11 +336,14 @@ pub enum Rule {
     /// hilock: a request reached a server that lost its lease ([`RingServer::stop`]): not
     /// answered (the client times out and asks the membership service for the view).
     LeaseLost,
+    /// hilock: a request older than the one that set the entry ([`Slot::writer`], same
+    /// client): a stale retry, answered from the entry and not applied.
+    Superseded,
 }
 
 impl Rule {
     /// All rules, in declaration order.
-    pub const ALL: [Rule; 25] = [
+    pub const ALL: [Rule; 26] = [
         Rule::LockRefused,
         Rule::LockLocal,
         Rule::UnlockNotLocked,
@@ -349,6 +369,7 @@ impl Rule {
         Rule::Done,
         Rule::Resent,
         Rule::LeaseLost,
+        Rule::Superseded,
     ];
 }
 
@@ -384,6 +405,7 @@ impl crate::report::RuleName for Rule {
             Rule::Done => "done",
             Rule::Resent => "resent",
             Rule::LeaseLost => "lease lost: stopped",
+            Rule::Superseded => "stale retry answered from the entry",
         }
     }
 }

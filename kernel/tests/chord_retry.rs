@@ -1,0 +1,160 @@
+//! The retry fence of hilock's ring server (seed 003; `spec/SPEC.md`, seed 003, "not served
+//! twice"): an entry remembers the request that set its holder (`Slot::writer`), and a
+//! request of the same client older than that one — a stale retry, overtaken on the
+//! network by the client's own later request — is answered from the entry and not applied
+//! (`Rule::Superseded`). Without it (`RingServer::without_retry_fence`, the model's
+//! `Sabotage::NoRetryFence`) the released lock is written again for a client that no
+//! longer holds it (`spec/counterexamples/ring/ring-short-cut-join-stale-retry.json`).
+
+use hilock_kernel::chord::{
+    Addr, Answer, ChordMsg, ClientId, Key, NodeId, Op, Out, Ring, RingServer, Rule, Token, View,
+};
+
+type S = RingServer<3, 4>;
+type O = heapless::Vec<Out<4>, 32>;
+
+/// n8 alone: it is key 10's primary with no replica, so a write is answered at once.
+const ALONE: View = View {
+    epoch: 0,
+    members: 0b001,
+};
+const K: Key = Key(10);
+
+fn server() -> S {
+    S::new(NodeId(0), Ring::new(6, [8, 21, 32]).unwrap(), 1, ALONE).unwrap()
+}
+
+fn tok(client: u8, seq: u8) -> Token {
+    Token {
+        client: ClientId(client),
+        seq,
+    }
+}
+
+/// `op` of `token` on key 10: the rules that fired and the one reply.
+fn ask(s: &mut S, token: Token, op: Op) -> (hilock_kernel::chord::Report, Answer) {
+    let mut out = O::new();
+    let msg = ChordMsg::Request {
+        token,
+        op,
+        key: K,
+        view: ALONE,
+    };
+    let rep = s.step(Addr::Client(token.client), &msg, &mut out).unwrap();
+    assert_eq!(out.len(), 1, "one reply and nothing else: {out:?}");
+    match out[0].msg {
+        ChordMsg::Reply { token: t, answer } if t == token => (rep, answer),
+        ref m => panic!("not the reply: {m:?}"),
+    }
+}
+
+/// The saved defect in one server: c1's lock (request 1) is granted, c1 unlocks
+/// (request 2), then a copy of request 1 arrives. It is answered from the entry, nothing
+/// is written, and c2 gets the lock. Without the fence the copy locks it again for c1,
+/// and c2 is refused.
+#[test]
+fn a_lock_retry_older_than_the_clients_unlock_is_not_applied() {
+    for fenced in [true, false] {
+        let mut s = if fenced {
+            server()
+        } else {
+            server().without_retry_fence()
+        };
+        assert_eq!(ask(&mut s, tok(1, 1), Op::Lock).1, Answer::Granted);
+        assert_eq!(ask(&mut s, tok(1, 2), Op::Unlock).1, Answer::Released);
+        let before = s.clone();
+        let (rep, _) = ask(&mut s, tok(1, 1), Op::Lock);
+        if fenced {
+            assert!(rep.contains(Rule::Superseded), "{rep:?}");
+            assert!(!rep.contains(Rule::WriteStarted), "{rep:?}");
+            assert_eq!(s, before, "a stale retry changes nothing");
+            assert_eq!(ask(&mut s, tok(2, 1), Op::Lock).1, Answer::Granted);
+        } else {
+            assert!(rep.contains(Rule::WriteStarted), "{rep:?}");
+            assert_eq!(s.holder(K), Some(ClientId(1)), "the released lock, again");
+            assert_eq!(ask(&mut s, tok(2, 1), Op::Lock).1, Answer::Refused);
+        }
+    }
+}
+
+/// The mirror case, which breaks mutual exclusion: c1 unlocks (request 2), locks again
+/// (request 3), and a copy of its unlock arrives. It must not free the lock c1 holds —
+/// not even after another client's unlock rewrote the entry (that rewrite keeps the
+/// writer: the writer changes only with the holder).
+#[test]
+fn an_unlock_retry_older_than_the_clients_lock_does_not_free_it() {
+    let mut s = server();
+    ask(&mut s, tok(1, 1), Op::Lock);
+    ask(&mut s, tok(1, 2), Op::Unlock);
+    assert_eq!(ask(&mut s, tok(1, 3), Op::Lock).1, Answer::Granted);
+    // c2's unlock of a lock it does not hold: answered, the entry rewritten, same holder.
+    let (rep, a) = ask(&mut s, tok(2, 1), Op::Unlock);
+    assert!(rep.contains(Rule::Idempotent) && a == Answer::Released);
+    assert_eq!(s.slots()[0].writer, Some(tok(1, 3)));
+    let (rep, _) = ask(&mut s, tok(1, 2), Op::Unlock);
+    assert!(rep.contains(Rule::Superseded), "{rep:?}");
+    assert_eq!(s.holder(K), Some(ClientId(1)));
+    assert_eq!(ask(&mut s, tok(2, 2), Op::Lock).1, Answer::Refused);
+}
+
+/// A retry of the request that set the entry (same request number: the client is still
+/// waiting for it) is not stale: it is answered from the entry as before (`Idempotent`,
+/// written again), and a new request of the client is served.
+#[test]
+fn a_retry_of_the_same_request_is_still_answered_and_a_new_one_served() {
+    let mut s = server();
+    ask(&mut s, tok(1, 7), Op::Lock);
+    let (rep, a) = ask(&mut s, tok(1, 7), Op::Lock);
+    assert!(rep.contains(Rule::Idempotent) && !rep.contains(Rule::Superseded));
+    assert_eq!(a, Answer::Granted);
+    assert_eq!(s.slots()[0].writer, Some(tok(1, 7)));
+    let (rep, a) = ask(&mut s, tok(1, 8), Op::Unlock);
+    assert!(rep.contains(Rule::WriteStarted) && a == Answer::Released);
+    assert_eq!(s.slots()[0].writer, Some(tok(1, 8)));
+}
+
+/// Request numbers wrap (`u8`): they are compared as serial numbers, so request 255 is
+/// older than request 2 after the wrap, and another client's numbers never compare.
+#[test]
+fn request_numbers_compare_across_the_wrap_and_only_within_a_client() {
+    assert!(tok(1, 255).precedes(tok(1, 2)));
+    assert!(!tok(1, 2).precedes(tok(1, 255)));
+    assert!(tok(1, 1).precedes(tok(1, 128)));
+    assert!(
+        !tok(1, 1).precedes(tok(1, 129)),
+        "half the circle or more: not older"
+    );
+    assert!(!tok(1, 4).precedes(tok(1, 4)));
+    assert!(!tok(2, 1).precedes(tok(1, 2)));
+    let mut s = server();
+    ask(&mut s, tok(1, 255), Op::Lock);
+    ask(&mut s, tok(1, 0), Op::Unlock);
+    let (rep, _) = ask(&mut s, tok(1, 255), Op::Lock);
+    assert!(rep.contains(Rule::Superseded), "{rep:?}");
+    assert_eq!(s.holder(K), None);
+}
+
+/// The writer travels with the entry: a replica applies it with the write, and the fence
+/// holds at a server that has the entry only from a replica write (the new primary after a
+/// hand-over in the saved trace).
+#[test]
+fn the_writer_is_replicated_with_the_entry() {
+    let ring = Ring::new(6, [8, 21, 32]).unwrap();
+    let v = View {
+        epoch: 0,
+        members: 0b011,
+    };
+    let mut p = S::new(NodeId(1), ring, 1, v).unwrap();
+    let mut b = S::new(NodeId(0), ring, 1, v).unwrap();
+    let mut out = O::new();
+    let req = ChordMsg::Request {
+        token: tok(1, 1),
+        op: Op::Lock,
+        key: K,
+        view: v,
+    };
+    p.step(Addr::Client(ClientId(1)), &req, &mut out).unwrap();
+    let m = out.pop().unwrap();
+    b.step(Addr::Node(NodeId(1)), &m.msg, &mut out).unwrap();
+    assert_eq!(b.slots()[0].writer, Some(tok(1, 1)));
+}
