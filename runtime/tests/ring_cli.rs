@@ -573,3 +573,265 @@ async fn check_status(cfg: &Path, limit: Duration) {
         "{out}"
     );
 }
+
+/// Runs `hilock lock --config F ARGS` to its end (at most `limit`): its exit code, stderr
+/// and how long it ran.
+async fn lock_cmd(
+    args: &[&str],
+    config: &Path,
+    limit: Duration,
+) -> (Option<i32>, String, Duration) {
+    let t = Instant::now();
+    let out = tokio::time::timeout(
+        limit,
+        tokio::process::Command::new(BIN)
+            .arg("lock")
+            .arg("--config")
+            .arg(config)
+            .args(args)
+            .env("RUST_LOG", "hilock=warn")
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("hilock lock ends in time")
+    .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+        t.elapsed(),
+    )
+}
+
+/// `hilock lock --config F --client-id N PATH MODE -- CMD` against three `hilock node`
+/// processes of a ring:
+/// - four processes on one path, two in W and two in R, started together: each command
+///   writes its start and end to a file; replayed in time order through the history
+///   checker, 0 violations, and no two holds overlap (the ring's locks are exclusive);
+///   every process exits with its command's status (0; `exit 3` gives 3);
+/// - a path held by another client: exit 2 after `--timeout-ms`, one line;
+/// - a bad mode, a path without a top-level element, no `--client-id`: exit 2, one line;
+/// - the lock taken away while the command runs (a client with the same id unlocks it,
+///   another takes it): the next check is refused, the command's group is killed, exit 76;
+/// - the ring's nodes dead (the service up): exit 2 within the timeout, one line; the
+///   service dead too: exit 2 at once, one line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hilock_lock_on_a_ring_serializes_conflicting_modes_and_fails_clearly() {
+    tokio::time::timeout(Duration::from_secs(120), lock_on_ring())
+        .await
+        .expect("the test ended within 120 s");
+}
+
+async fn lock_on_ring() {
+    let dir = tempfile::tempdir().unwrap();
+    let addrs: Vec<SocketAddr> = (0..3).map(|_| free_port()).collect();
+    let maddr = free_port();
+    let cfg = dir.path().join("ring.toml");
+    std::fs::write(&cfg, ring_toml(&addrs, maddr, &[0, 1, 2], 1000)).unwrap();
+    let mut service = Some(spawn(&["ring", "membership"], &cfg));
+    let mut adm = admin(maddr).await;
+    let mut nodes: Vec<Proc> = (0..3)
+        .map(|i| spawn(&["node", "--id", &i.to_string()], &cfg))
+        .collect();
+    let limit = Duration::from_secs(20);
+    adm.wait_for(limit, |s| s.up == 0b111).await.unwrap();
+
+    // Four processes, conflicting modes, one path.
+    const PATH: &str = "/flights/UA93";
+    let log = dir.path().join("holds.log");
+    let script = format!(
+        "echo \"start $0 $(date +%s%N)\" >> {l}; sleep 0.15; echo \"end $0 $(date +%s%N)\" >> {l}",
+        l = log.display()
+    );
+    let modes = [(1u16, Mode::W), (2, Mode::R), (3, Mode::W), (4, Mode::R)];
+    let runs: Vec<_> = modes
+        .iter()
+        .map(|(id, mode)| {
+            let (cfg, script, id) = (cfg.clone(), script.clone(), id.to_string());
+            let mode = mode.to_string();
+            tokio::spawn(async move {
+                let args = [
+                    "--client-id",
+                    &id,
+                    "--timeout-ms",
+                    "15000",
+                    PATH,
+                    &mode,
+                    "--",
+                    "sh",
+                    "-c",
+                    &script,
+                    &id,
+                ];
+                lock_cmd(&args, &cfg, limit).await
+            })
+        })
+        .collect();
+    for r in runs {
+        let (code, err, _) = r.await.unwrap();
+        assert_eq!(code, Some(0), "{err}");
+    }
+    let mut events: Vec<(u128, bool, u16)> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            (
+                w[2].parse().unwrap(),
+                w[0] == "start",
+                w[1].parse().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(events.len(), 2 * modes.len(), "every command ran once");
+    events.sort();
+    let oracle = Oracle::default();
+    let mut inside = 0;
+    for &(_, start, id) in &events {
+        if start {
+            let mode = modes.iter().find(|m| m.0 == id).unwrap().1;
+            oracle.register_path(u64::from(id), id, PATH, mode);
+            inside += 1;
+            assert_eq!(inside, 1, "holds overlap: {events:?}");
+        } else {
+            oracle.exit(u64::from(id));
+            inside -= 1;
+        }
+    }
+    assert_eq!(oracle.violations(), Vec::<String>::new());
+    println!(
+        "hilock lock on a ring: {} holds serialized, 0 violations",
+        modes.len()
+    );
+
+    // The command's status is the exit status.
+    let (code, err, _) = lock_cmd(
+        &["--client-id", "5", PATH, "W", "--", "sh", "-c", "exit 3"],
+        &cfg,
+        limit,
+    )
+    .await;
+    assert_eq!(code, Some(3), "{err}");
+
+    // Held by another client: exit 2 after the timeout, one line.
+    let mut slots: Vec<Option<SocketAddr>> = vec![None; SLOTS];
+    for (i, a) in addrs.iter().enumerate() {
+        slots[i] = Some(*a);
+    }
+    let slots = Arc::new(slots);
+    let mut other = RingClient::connect(CONTENDER, slots.clone(), maddr)
+        .await
+        .unwrap();
+    assert!(other.lock(PATH).await.unwrap());
+    let (code, err, took) = lock_cmd(
+        &[
+            "--client-id",
+            "6",
+            "--timeout-ms",
+            "400",
+            PATH,
+            "R",
+            "--",
+            "true",
+        ],
+        &cfg,
+        limit,
+    )
+    .await;
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("not granted within 400 ms"), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err:?}");
+    assert!(took < Duration::from_secs(5), "{took:?}");
+    other.unlock(PATH).await.unwrap();
+
+    // Bad requests: exit 2, one line each.
+    for (args, want) in [
+        (
+            &["--client-id", "6", PATH, "X", "--", "true"][..],
+            "mode \"X\"",
+        ),
+        (
+            &["--client-id", "6", "/", "W", "--", "true"][..],
+            "top-level element",
+        ),
+        (&[PATH, "W", "--", "true"][..], "--client-id"),
+    ] {
+        let (code, err, _) = lock_cmd(args, &cfg, limit).await;
+        assert_eq!(code, Some(2), "{args:?}: {err}");
+        assert!(err.contains(want), "{err:?} should mention {want:?}");
+        assert_eq!(err.trim_end().lines().count(), 1, "one line: {err:?}");
+    }
+
+    // The lock taken away while the command runs: exit 76, the command killed.
+    let lost = dir.path().join("lost.flag");
+    let wrapper = {
+        let cfg = cfg.clone();
+        let script = format!("sleep 20; touch {}", lost.display());
+        tokio::spawn(async move {
+            lock_cmd(
+                &["--client-id", "9", "/lost", "W", "--", "sh", "-c", &script],
+                &cfg,
+                limit,
+            )
+            .await
+        })
+    };
+    let t = Instant::now();
+    while other.lock("/lost").await.unwrap() {
+        other.unlock("/lost").await.unwrap();
+        assert!(t.elapsed() < limit, "the wrapper takes the lock");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut same_id = RingClient::connect(9, slots.clone(), maddr).await.unwrap();
+    same_id.unlock("/lost").await.unwrap();
+    assert!(other.lock("/lost").await.unwrap());
+    let t = Instant::now();
+    let (code, err, _) = wrapper.await.unwrap();
+    assert_eq!(code, Some(76), "{err}");
+    assert!(err.contains("granted it to another client"), "{err}");
+    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+    assert!(!lost.exists(), "the command was killed");
+    other.unlock("/lost").await.unwrap();
+
+    // A dead ring: the nodes gone (the service up), then the service too.
+    nodes.clear();
+    let (code, err, took) = lock_cmd(
+        &[
+            "--client-id",
+            "6",
+            "--timeout-ms",
+            "1000",
+            PATH,
+            "W",
+            "--",
+            "true",
+        ],
+        &cfg,
+        limit,
+    )
+    .await;
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("the ring did not answer"), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err:?}");
+    assert!(took < Duration::from_secs(4), "{took:?}");
+    service.take();
+    let (code, err, took) = lock_cmd(
+        &[
+            "--client-id",
+            "6",
+            "--timeout-ms",
+            "1000",
+            PATH,
+            "W",
+            "--",
+            "true",
+        ],
+        &cfg,
+        limit,
+    )
+    .await;
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("membership service"), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err:?}");
+    assert!(took < Duration::from_secs(4), "{took:?}");
+}

@@ -309,7 +309,7 @@ async fn run(
                 let Ok((s, _)) = acc else { continue };
                 let ev_tx = ev_tx.clone();
                 readers.spawn(async move {
-                    if let Some(from) = read_peer(s, ev_tx.clone(), Ev::Open, Ev::Frame).await {
+                    if let Some(from) = read_peer(s, ev_tx.clone(), Ev::Open, |a, _, f| Ev::Frame(a, f)).await {
                         let _ = ev_tx.send(Ev::Closed(from));
                     }
                 });
