@@ -25,7 +25,7 @@ use tokio::net::TcpListener;
 
 #[path = "support/ring_load.rs"]
 mod ring_load;
-use ring_load::{holders_of, Load, CONTENDER, HELD, HOLDER};
+use ring_load::{holders_of, Load, Run, HELD, HOLDER};
 
 fn slot(nodes: &[Option<RingNode>], n: NodeId) -> &RingNode {
     nodes[n.idx()].as_ref().expect("live node")
@@ -67,24 +67,16 @@ async fn run() {
         .await
         .unwrap();
 
-    // The lock held across everything.
-    let mut holder = RingClient::connect(HOLDER, addrs.clone(), maddr)
-        .await
-        .unwrap();
-    let mut contender = RingClient::connect(CONTENDER, addrs.clone(), maddr)
-        .await
-        .unwrap();
-    let oracle = Arc::new(Oracle::default());
-    let ops = Arc::new(AtomicU64::new(1));
-    assert!(
-        holder.lock(HELD).await.unwrap(),
-        "the first lock is granted"
-    );
-    let held_op = ops.fetch_add(1, Relaxed);
-    oracle.register_path(held_op, HOLDER as u16, HELD, Mode::W);
-
-    // Load: each client locks random paths, holds 1–3 ms, unlocks.
-    let load = Load::start(&addrs, maddr, &oracle, &ops, 0x9e37_79b9_7f4a_7c15).await;
+    // The lock held across everything, and the load: each client locks random paths,
+    // holds 1–3 ms, unlocks.
+    let Run {
+        oracle,
+        mut holder,
+        mut contender,
+        held_op,
+        load,
+        ..
+    } = Run::start(&addrs, maddr, 0x9e37_79b9_7f4a_7c15).await;
     let Load {
         stop,
         errors,
@@ -567,20 +559,8 @@ async fn processes() {
     }
     membership.wait_for(limit, |_| true).await.unwrap();
 
-    let oracle = Arc::new(Oracle::default());
-    let ops = Arc::new(AtomicU64::new(1));
-    let mut holder = RingClient::connect(HOLDER, addrs.clone(), maddr)
-        .await
-        .unwrap();
-    let mut contender = RingClient::connect(CONTENDER, addrs.clone(), maddr)
-        .await
-        .unwrap();
-    assert!(holder.lock(HELD).await.unwrap());
-    let held_op = ops.fetch_add(1, Relaxed);
-    oracle.register_path(held_op, HOLDER as u16, HELD, Mode::W);
-
-    let load = Load::start(&addrs, maddr, &oracle, &ops, 0x2545_f491_4f6c_dd1d).await;
-    let grants = load.grants.clone();
+    let mut run = Run::start(&addrs, maddr, 0x2545_f491_4f6c_dd1d).await;
+    let grants = run.load.grants.clone();
     tokio::time::sleep(Duration::from_millis(400)).await;
     // A join.
     procs[6] = Some(spawn(6));
@@ -624,14 +604,13 @@ async fn processes() {
         .unwrap();
     assert_eq!(membership.view().0.members.count_ones(), 5);
     assert!(
-        !contender.lock(HELD).await.unwrap(),
+        !run.contender.lock(HELD).await.unwrap(),
         "the lock held across kill -9 is refused to another client"
     );
     tokio::time::sleep(Duration::from_millis(400)).await;
     let after = grants.load(Relaxed);
     assert!(after > before, "the load goes on after the kill");
-    load.finish(limit, &oracle, (held_op, &mut holder), "processes")
-        .await;
+    run.finish(limit, "processes").await;
     println!(
         "processes: victim node {}, leaver node {}",
         victim.0, leaver.0

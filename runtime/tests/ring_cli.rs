@@ -6,18 +6,17 @@
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
 use hilock::demo::Oracle;
-use hilock::ring::{key_of, ring, Admin, RingClient, SLOTS};
+use hilock::ring::{key_of, ring, Admin, RingClient};
 use hilock_kernel::chord::NodeId;
 use hilock_kernel::Mode;
 
 #[path = "support/ring_load.rs"]
 mod ring_load;
-use ring_load::{Load, CONTENDER, HELD, HOLDER};
+use ring_load::{slots, Run, CONTENDER, HELD};
 
 const BIN: &str = env!("CARGO_BIN_EXE_hilock");
 
@@ -244,27 +243,9 @@ async fn join_and_leave() {
     let limit = Duration::from_secs(15);
     adm.wait_for(limit, |s| s.up == 0b1_1111).await.unwrap();
 
-    let mut slots: Vec<Option<SocketAddr>> = vec![None; SLOTS];
-    for (i, a) in addrs.iter().enumerate() {
-        slots[i] = Some(*a);
-    }
-    let slots = Arc::new(slots);
-    let oracle = Arc::new(Oracle::default());
-    let ops = Arc::new(AtomicU64::new(1));
-    let mut holder = RingClient::connect(HOLDER, slots.clone(), maddr)
-        .await
-        .unwrap();
-    let mut contender = RingClient::connect(CONTENDER, slots.clone(), maddr)
-        .await
-        .unwrap();
-    assert!(
-        holder.lock(HELD).await.unwrap(),
-        "the first lock is granted"
-    );
-    let held_op = ops.fetch_add(1, Relaxed);
-    oracle.register_path(held_op, HOLDER as u16, HELD, Mode::W);
-    let load = Load::start(&slots, maddr, &oracle, &ops, 0x5851_f42d_4c95_7f2d).await;
-    let grants = load.grants.clone();
+    let slots = slots(&addrs);
+    let mut run = Run::start(&slots, maddr, 0x5851_f42d_4c95_7f2d).await;
+    let grants = run.load.grants.clone();
     tokio::time::sleep(Duration::from_millis(400)).await;
 
     // `hilock ring join` of slot 5, whose node runs.
@@ -309,7 +290,7 @@ async fn join_and_leave() {
         .view;
     assert_ne!(ring().lookup(v, key_of(HELD)), Some(leaver));
     assert!(
-        !contender.lock(HELD).await.unwrap(),
+        !run.contender.lock(HELD).await.unwrap(),
         "the lock held across the leave of its primary is refused to another client"
     );
     tokio::time::sleep(Duration::from_millis(400)).await;
@@ -318,13 +299,7 @@ async fn join_and_leave() {
         "the load goes on after the leave"
     );
 
-    load.finish(
-        limit,
-        &oracle,
-        (held_op, &mut holder),
-        "ring join/leave processes",
-    )
-    .await;
+    run.finish(limit, "ring join/leave processes").await;
     println!("ring join/leave processes: leaver node {}", leaver.0);
     assert!(grants.load(Relaxed) > 200);
 
@@ -386,24 +361,9 @@ async fn crash_detection() {
     let limit = Duration::from_secs(15);
     adm.wait_for(limit, |s| s.up == 0b1_1111).await.unwrap();
 
-    let mut slots: Vec<Option<SocketAddr>> = vec![None; SLOTS];
-    for (i, a) in addrs.iter().enumerate() {
-        slots[i] = Some(*a);
-    }
-    let slots = Arc::new(slots);
-    let oracle = Arc::new(Oracle::default());
-    let ops = Arc::new(AtomicU64::new(1));
-    let mut holder = RingClient::connect(HOLDER, slots.clone(), maddr)
-        .await
-        .unwrap();
-    let mut contender = RingClient::connect(CONTENDER, slots.clone(), maddr)
-        .await
-        .unwrap();
-    assert!(holder.lock(HELD).await.unwrap());
-    let held_op = ops.fetch_add(1, Relaxed);
-    oracle.register_path(held_op, HOLDER as u16, HELD, Mode::W);
-    let load = Load::start(&slots, maddr, &oracle, &ops, 0x1405_7b7e_f767_814f).await;
-    let grants = load.grants.clone();
+    let slots = slots(&addrs);
+    let mut run = Run::start(&slots, maddr, 0x1405_7b7e_f767_814f).await;
+    let grants = run.load.grants.clone();
     tokio::time::sleep(Duration::from_millis(400)).await;
 
     // A pause of the held lock's primary.
@@ -424,7 +384,7 @@ async fn crash_detection() {
         paused.0
     );
     assert!(
-        !contender.lock(HELD).await.unwrap(),
+        !run.contender.lock(HELD).await.unwrap(),
         "the lock held across the pause of its primary is refused to another client"
     );
     // Woken, it answers nothing and exits once it sees it was removed.
@@ -449,7 +409,7 @@ async fn crash_detection() {
     adm.wait_for(limit, |s| !s.view.has(victim)).await.unwrap();
     println!("killed node {} removed after {:?}", victim.0, t.elapsed());
     assert!(
-        !contender.lock(HELD).await.unwrap(),
+        !run.contender.lock(HELD).await.unwrap(),
         "the lock held across kill -9 of its primary is refused to another client"
     );
     tokio::time::sleep(Duration::from_millis(400)).await;
@@ -458,13 +418,7 @@ async fn crash_detection() {
         "the load goes on after the kill"
     );
 
-    load.finish(
-        limit,
-        &oracle,
-        (held_op, &mut holder),
-        "ring crash detection",
-    )
-    .await;
+    run.finish(limit, "ring crash detection").await;
 }
 
 /// `hilock ring status --json` against the kernel's placement: every key's primary is the
@@ -714,11 +668,7 @@ async fn lock_on_ring() {
     assert_eq!(code, Some(3), "{err}");
 
     // Held by another client: exit 2 after the timeout, one line.
-    let mut slots: Vec<Option<SocketAddr>> = vec![None; SLOTS];
-    for (i, a) in addrs.iter().enumerate() {
-        slots[i] = Some(*a);
-    }
-    let slots = Arc::new(slots);
+    let slots = slots(&addrs);
     let mut other = RingClient::connect(CONTENDER, slots.clone(), maddr)
         .await
         .unwrap();
