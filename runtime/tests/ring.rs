@@ -617,3 +617,104 @@ async fn processes() {
     );
     assert!(grants.load(Relaxed) > 200);
 }
+
+/// A node cut off from its successor but not from the membership service (FAULTS.md §2.6):
+/// `hilock ring-node` processes, slot 0's peer list gives its successor's address as a
+/// port nobody listens on, so its beats and replica writes to the successor are lost while
+/// the successor still reaches it and it still renews with the service. Its successor keeps
+/// suspecting it; the service grants it no renewal while that lasts; its lease runs out
+/// (not before 0.75 L: it renewed just before), it is removed like a crashed node and
+/// exits by itself (status 0), and a key it was primary of is served (granted, released)
+/// by the others.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_cut_from_its_successor_only_is_removed_after_its_lease() {
+    tokio::time::timeout(Duration::from_secs(60), cut_from_successor())
+        .await
+        .expect("the cut test ended within 60 s");
+}
+
+async fn cut_from_successor() {
+    const LEASE: Duration = Duration::from_millis(1000);
+    let free = || {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    let mut addrs: Vec<Option<SocketAddr>> = vec![None; SLOTS];
+    for a in addrs.iter_mut().take(4) {
+        *a = Some(free());
+    }
+    let v0 = View {
+        epoch: 0,
+        members: 0b1111,
+    };
+    let cut = NodeId(0);
+    let succ = ring().next(v0, cut).unwrap();
+    let nowhere = free();
+    let membership = Membership::start_with_lease(
+        TcpListener::bind("127.0.0.1:0").await.unwrap(),
+        v0.members,
+        LEASE,
+    )
+    .await
+    .unwrap();
+    let maddr = membership.addr();
+    let mut procs: Vec<Proc> = (0..4u16)
+        .map(|i| {
+            let peers: Vec<String> = (0..4u16)
+                .map(|j| match (NodeId(i), NodeId(j)) {
+                    (a, b) if a == cut && b == succ => nowhere.to_string(),
+                    _ => addrs[j as usize].unwrap().to_string(),
+                })
+                .collect();
+            Proc(
+                std::process::Command::new(env!("CARGO_BIN_EXE_hilock"))
+                    .args(["ring-node", "--id", &i.to_string()])
+                    .args(["--peers", &peers.join(",")])
+                    .args(["--membership", &maddr.to_string()])
+                    .stdout(std::process::Stdio::null())
+                    .spawn()
+                    .expect("hilock ring-node starts"),
+            )
+        })
+        .collect();
+    let limit = Duration::from_secs(10);
+    let t = Instant::now();
+    while membership.up() != 0b1111 {
+        assert!(t.elapsed() < limit, "4 nodes connect");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let t = Instant::now();
+    membership
+        .wait_for(limit, |v| !v.has(cut))
+        .await
+        .expect("the node cut from its successor is removed");
+    let took = t.elapsed();
+    println!(
+        "node {} cut from its successor {}: removed after {took:?}",
+        cut.0, succ.0
+    );
+    assert!(
+        took >= LEASE.mul_f64(0.75),
+        "removed after {took:?}: before its lease ran out"
+    );
+    let mut p = procs.remove(cut.idx());
+    let t = Instant::now();
+    loop {
+        if let Some(st) = p.0.try_wait().unwrap() {
+            assert!(st.success(), "the cut node exits cleanly: {st}");
+            break;
+        }
+        assert!(t.elapsed() < limit, "the cut node exits");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let path = (0..)
+        .map(|k| format!("/cut{k}/x"))
+        .find(|p| ring().lookup(v0, key_of(p)) == Some(cut))
+        .unwrap();
+    let mut c = RingClient::connect(1, Arc::new(addrs), maddr)
+        .await
+        .unwrap();
+    c.limit = limit;
+    assert!(c.lock(&path).await.unwrap(), "{path} is served again");
+    c.unlock(&path).await.unwrap();
+}

@@ -743,45 +743,73 @@ async fn lock_on_ring() {
     assert!(!lost.exists(), "the command was killed");
     other.unlock("/lost").await.unwrap();
 
-    // A dead ring: the nodes gone (the service up), then the service too.
+    // The ring dies under a held lock: exit 75 once a check is not answered within the
+    // timeout, the command killed.
+    let wrapper = {
+        let cfg = cfg.clone();
+        let script = format!("sleep 20; touch {}", lost.display());
+        tokio::spawn(async move {
+            let args = [
+                "--client-id",
+                "10",
+                "--timeout-ms",
+                "1000",
+                "/gone",
+                "W",
+                "--",
+                "sh",
+                "-c",
+                &script,
+            ];
+            lock_cmd(&args, &cfg, limit).await
+        })
+    };
+    let t = Instant::now();
+    while other.lock("/gone").await.unwrap() {
+        other.unlock("/gone").await.unwrap();
+        assert!(t.elapsed() < limit, "the wrapper takes the lock");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    drop(other);
+    drop(same_id);
+    let t = Instant::now();
     nodes.clear();
-    let (code, err, took) = lock_cmd(
-        &[
-            "--client-id",
-            "6",
-            "--timeout-ms",
-            "1000",
-            PATH,
-            "W",
-            "--",
-            "true",
-        ],
-        &cfg,
-        limit,
-    )
-    .await;
-    assert_eq!(code, Some(2), "{err}");
+    let (code, err, _) = wrapper.await.unwrap();
+    assert_eq!(code, Some(75), "{err}");
     assert!(err.contains("the ring did not answer"), "{err}");
-    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err:?}");
-    assert!(took < Duration::from_secs(4), "{took:?}");
-    service.take();
-    let (code, err, took) = lock_cmd(
-        &[
-            "--client-id",
-            "6",
-            "--timeout-ms",
-            "1000",
-            PATH,
-            "W",
-            "--",
-            "true",
-        ],
-        &cfg,
-        limit,
-    )
-    .await;
-    assert_eq!(code, Some(2), "{err}");
-    assert!(err.contains("membership service"), "{err}");
-    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err:?}");
-    assert!(took < Duration::from_secs(4), "{took:?}");
+    assert!(t.elapsed() < Duration::from_secs(6), "{:?}", t.elapsed());
+    assert!(!lost.exists(), "the command was killed");
+
+    // A dead ring: the nodes gone (the service up), then the service too.
+    for (gone, want) in [
+        ("nodes", "the ring did not answer"),
+        ("service", "membership service"),
+    ] {
+        match gone {
+            "nodes" => nodes.clear(),
+            _ => drop(service.take()),
+        }
+        let (code, err, took) = lock_cmd(
+            &[
+                "--client-id",
+                "6",
+                "--timeout-ms",
+                "1000",
+                PATH,
+                "W",
+                "--",
+                "true",
+            ],
+            &cfg,
+            limit,
+        )
+        .await;
+        assert_eq!(code, Some(2), "{gone} gone: {err}");
+        assert!(
+            err.contains(want),
+            "{gone} gone: {err:?} should mention {want:?}"
+        );
+        assert_eq!(err.trim_end().lines().count(), 1, "one line: {err:?}");
+        assert!(took < Duration::from_secs(4), "{gone} gone: {took:?}");
+    }
 }
