@@ -567,6 +567,9 @@ async fn lock_cmd(
 /// - a bad mode, a path without a top-level element, no `--client-id`: exit 2, one line;
 /// - the lock taken away while the command runs (a client with the same id unlocks it,
 ///   another takes it): the next check is refused, the command's group is killed, exit 76;
+/// - `hilock lock` killed (SIGKILL) while holding: the lock stays held; the next run with
+///   its client id is granted it and releases it;
+/// - the ring's nodes killed under a held lock: exit 75 within the timeout and a check;
 /// - the ring's nodes dead (the service up): exit 2 within the timeout, one line; the
 ///   service dead too: exit 2 at once, one line.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -742,6 +745,50 @@ async fn lock_on_ring() {
     assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
     assert!(!lost.exists(), "the command was killed");
     other.unlock("/lost").await.unwrap();
+
+    // A lock left by a killed `hilock lock` stays held; the next run with its client id
+    // takes it over and releases it.
+    let mut killed = tokio::process::Command::new(BIN)
+        .arg("lock")
+        .arg("--config")
+        .arg(&cfg)
+        .args(["--client-id", "11", "/killed", "W", "--", "sleep", "20"])
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    while other.lock("/killed").await.unwrap() {
+        other.unlock("/killed").await.unwrap();
+        assert!(t.elapsed() < limit, "the wrapper takes the lock");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    killed.start_kill().unwrap();
+    killed.wait().await.unwrap();
+    assert!(
+        !other.lock("/killed").await.unwrap(),
+        "the killed wrapper's lock stays held"
+    );
+    let (code, err, _) = lock_cmd(
+        &[
+            "--client-id",
+            "11",
+            "--timeout-ms",
+            "2000",
+            "/killed",
+            "W",
+            "--",
+            "true",
+        ],
+        &cfg,
+        limit,
+    )
+    .await;
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        other.lock("/killed").await.unwrap(),
+        "released by the next run with the same client id"
+    );
+    other.unlock("/killed").await.unwrap();
 
     // The ring dies under a held lock: exit 75 once a check is not answered within the
     // timeout, the command killed.
