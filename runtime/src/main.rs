@@ -82,6 +82,12 @@ enum Command {
     /// 76 if the node reported the lock lost and 77 if the node's etcd lease was lost or
     /// not renewed in time (membership through etcd; the command's group was killed first).
     ///
+    /// With the --config of a ring (`engine = "ring"`, seed 003) and --client-id: the
+    /// ring client itself holds the lock of the path's top-level element (its placement
+    /// key; the ring's locks are exclusive, every MODE is taken as W), asks it again every
+    /// second while the command runs and unlocks it at the end; 76 if another client got
+    /// it, 75 if the ring did not answer within the timeout. No fencing token, no lease.
+    ///
     /// With --txn: `hilock lock --txn /a:W /b:R -- cmd args` takes every `PATH:R|W` in one
     /// transaction of the agents engine (seed 001, deadlocks detected and resolved) and
     /// runs the command once all are held; the exit codes are the same.
@@ -113,6 +119,12 @@ enum Command {
         /// long after SIGTERM before SIGKILL, in milliseconds.
         #[arg(long, default_value_t = DEFAULT_KILL_GRACE_MS)]
         kill_grace_ms: u64,
+        /// With the --config of a ring (`engine = "ring"`): this client's id on the ring,
+        /// 0..=255. No two running clients may share one: the ring's lock belongs to the
+        /// id (a lock left by a killed `hilock lock` is taken over by the next one with
+        /// its id).
+        #[arg(long)]
+        client_id: Option<u8>,
     },
     /// Internal: the first program `hilock lock` starts in the command's process group; it
     /// waits until the node knows the group, then executes the command.
@@ -656,22 +668,34 @@ fn lock(
     timeout_ms: Option<u64>,
     priority: u8,
     kill_grace_ms: u64,
+    client_id: Option<u8>,
 ) -> Result<ExitCode, String> {
-    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-    use tokio::signal::unix::{signal, SignalKind};
+    // A ring configuration: the ring client is the lock's holder (no node socket).
+    if let Some(c) = &at.config {
+        let cfg = hilock::Config::from_file(c, Some(at.id.unwrap_or(0)))?;
+        if cfg.engine == hilock::config::Engine::Ring {
+            let LockRequest::Lock { path, mode } = what else {
+                return Err("--txn is the agents engine's: a ring takes one PATH MODE".into());
+            };
+            let timeout_ms = timeout_ms.unwrap_or(cfg.request_timeout.as_millis() as u64);
+            return ring_lock(
+                &cfg,
+                &path,
+                &mode,
+                command,
+                client_id,
+                timeout_ms,
+                kill_grace_ms,
+            );
+        }
+    }
     let socket = at.socket()?;
     let timeout_ms = match timeout_ms {
         Some(t) => t,
         None => at.default_timeout_ms()?,
     };
     let grace = std::time::Duration::from_millis(kill_grace_ms);
-    // A current-thread runtime: the child is spawned from this (the main) thread, whose
-    // end is what the parent-death signal of the child waits for.
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| format!("cannot start tokio: {e}"))?;
-    rt.block_on(async {
+    current_thread()?.block_on(async {
         let (req, path) = match what {
             LockRequest::Lock { path, mode } => (
                 hilock::client::Request::Lock {
@@ -706,62 +730,159 @@ fn lock(
         if !reply.ok {
             return Err(reply.error.unwrap_or_else(|| "lock refused".into()));
         }
-        // Membership through etcd: the hold ends with the node's lease unless the node
-        // renews it (spec/FAULTS.md 3.1) — checked here, where a paused node cannot
-        // keep the command running past it.
-        let mut lease = lease_deadline(&reply);
-        // From now on the signals that would stop the wrapper go to the command's group;
-        // the wrapper stays to release the lock when the command is gone.
-        let (sig_tx, mut sig_rx) = tokio::sync::mpsc::unbounded_channel();
-        for s in hilock::proc::FORWARDED {
-            let mut sig = signal(SignalKind::from_raw(s))
-                .map_err(|e| format!("cannot catch signal {s}: {e}"))?;
-            let tx = sig_tx.clone();
-            tokio::spawn(async move {
-                while sig.recv().await.is_some() && tx.send(s).is_ok() {}
-            });
+        let (r, w) = stream.into_split();
+        let mut watch = NodeWatch {
+            r: tokio::io::BufReader::new(r),
+            w,
+            line: Vec::new(),
+            // Membership through etcd: the hold ends with the node's lease unless the node
+            // renews it (spec/FAULTS.md 3.1) — checked here, where a paused node cannot
+            // keep the command running past it.
+            lease: lease_deadline(&reply),
+            path: path.clone(),
+        };
+        run_locked(command, &path, reply.fence, grace, &mut watch).await
+    })
+}
+
+/// A current-thread runtime: `hilock lock` spawns the command from this (the main) thread,
+/// whose end is what the parent-death signal of the command waits for.
+fn current_thread() -> Result<tokio::runtime::Runtime, String> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start tokio: {e}"))
+}
+
+/// What holds the lock while `hilock lock` runs the command: the node (token and agents
+/// engines) or the ring client itself.
+trait Watch {
+    /// The command's process group `pgid` exists and has not started yet: make the lock's
+    /// holder know it (the node kills the group when it loses the lock).
+    async fn started(&mut self, pgid: i32) -> Result<(), String>;
+    /// Waits until the lock is lost: the exit code, the line to print and a bound on the
+    /// kill grace. Cancel-safe: the caller's `select!` drops it and calls it again.
+    async fn lost(&mut self) -> (u8, String, Option<std::time::Duration>);
+    /// The command ended: release the lock.
+    async fn release(&mut self);
+}
+
+/// Runs `command` under a held lock (`path`, `fence`): in its own process group, started
+/// only once `watch` knows the group; forwards the signals that would stop `hilock lock`
+/// to the group; when the command exits, kills what is left of its group and releases the
+/// lock (exit: the command's status, 128+N for signal N); when the lock is lost first,
+/// kills the group (SIGTERM, SIGKILL after the grace) and exits with the loss's code.
+async fn run_locked(
+    command: &[String],
+    path: &str,
+    fence: Option<u64>,
+    grace: std::time::Duration,
+    watch: &mut impl Watch,
+) -> Result<ExitCode, String> {
+    use tokio::signal::unix::{signal, SignalKind};
+    // From now on the signals that would stop the wrapper go to the command's group; the
+    // wrapper stays to release the lock when the command is gone.
+    let (sig_tx, mut sig_rx) = tokio::sync::mpsc::unbounded_channel();
+    for s in hilock::proc::FORWARDED {
+        let mut sig =
+            signal(SignalKind::from_raw(s)).map_err(|e| format!("cannot catch signal {s}: {e}"))?;
+        let tx = sig_tx.clone();
+        tokio::spawn(async move { while sig.recv().await.is_some() && tx.send(s).is_ok() {} });
+    }
+    // The command starts as `hilock exec-gated FD -- CMD…` in its own process group; it
+    // executes CMD only after the lock's holder knows the group, so no part of CMD can run
+    // under a lock that holder would release without killing it.
+    let (gate_r, mut gate_w) =
+        hilock::proc::pipe().map_err(|e| format!("cannot create a pipe: {e}"))?;
+    let gate_fd = std::os::fd::AsRawFd::as_raw_fd(&gate_r);
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find hilock itself: {e}"))?;
+    let mut cmd = tokio::process::Command::new(exe);
+    cmd.arg("exec-gated")
+        .arg(gate_fd.to_string())
+        .arg("--")
+        .args(command)
+        .env("HILOCK_LOCK", path);
+    // The fencing token of this hold, for the command to pass to a storage service.
+    if let Some(fence) = fence {
+        cmd.env("HILOCK_FENCE", fence.to_string());
+    }
+    hilock::proc::own_group_with_parent_death(&mut cmd, gate_fd);
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("cannot start {}: {e}", command[0]))?;
+    drop(gate_r);
+    let pgid = child.id().ok_or("the command exited before it started")? as i32;
+    if let Err(e) = watch.started(pgid).await {
+        kill_group(pgid, &mut child, grace).await;
+        return Err(e);
+    }
+    std::io::Write::write_all(&mut gate_w, b"x")
+        .map_err(|e| format!("cannot start the command: {e}"))?;
+    drop(gate_w);
+    let lost = loop {
+        tokio::select! {
+            // The holder's word first: a node writes "lock lost" before it kills the group
+            // (a stopping node); when both are ready, the exit code says the lock was lost,
+            // not that the command was killed.
+            biased;
+            lost = watch.lost() => break lost,
+            st = child.wait() => {
+                let st = st.map_err(|e| format!("cannot wait for the command: {e}"))?;
+                // Nothing of the command may outlive the lock.
+                if hilock::proc::group_alive(pgid) {
+                    kill_group(pgid, &mut child, grace).await;
+                }
+                watch.release().await;
+                use std::os::unix::process::ExitStatusExt;
+                return Ok(match (st.code(), st.signal()) {
+                    (Some(c), _) => ExitCode::from(u8::try_from(c).unwrap_or(1)),
+                    (None, Some(s)) => ExitCode::from(128u8.saturating_add(s as u8)),
+                    (None, None) => ExitCode::from(1),
+                });
+            }
+            Some(s) = sig_rx.recv() => {
+                let _ = hilock::proc::signal_group(pgid, s);
+            }
         }
-        let (r, mut w) = stream.into_split();
-        let mut r = BufReader::new(r);
-        // The command starts as `hilock exec-gated FD -- CMD…` in its own process group;
-        // it executes CMD only after the node has registered the group, so no part of CMD
-        // can run under a lock the node would release without killing it.
-        let (gate_r, mut gate_w) =
-            hilock::proc::pipe().map_err(|e| format!("cannot create a pipe: {e}"))?;
-        let gate_fd = std::os::fd::AsRawFd::as_raw_fd(&gate_r);
-        let exe = std::env::current_exe().map_err(|e| format!("cannot find hilock itself: {e}"))?;
-        let mut cmd = tokio::process::Command::new(exe);
-        cmd.arg("exec-gated")
-            .arg(gate_fd.to_string())
-            .arg("--")
-            .args(command)
-            .env("HILOCK_LOCK", &path);
-        // The fencing token of this hold, for the command to pass to a storage service.
-        if let Some(fence) = reply.fence {
-            cmd.env("HILOCK_FENCE", fence.to_string());
-        }
-        hilock::proc::own_group_with_parent_death(&mut cmd, gate_fd);
-        let mut child = cmd
-            .spawn()
-            .map_err(|e| format!("cannot start {}: {e}", command[0]))?;
-        drop(gate_r);
-        let pgid = child
-            .id()
-            .ok_or("the command exited before it started")? as i32;
+    };
+    let (code, why, cap) = lost;
+    kill_group(pgid, &mut child, cap.map_or(grace, |c| grace.min(c))).await;
+    eprintln!("hilock: {why}; the command's process group was killed");
+    Ok(ExitCode::from(code))
+}
+
+/// The node holds the lock (token and agents engines): it is told the command's group,
+/// writes its lease renewals and the loss of the lock on the client connection, and is
+/// asked to release.
+struct NodeWatch {
+    r: tokio::io::BufReader<tokio::net::unix::OwnedReadHalf>,
+    w: tokio::net::unix::OwnedWriteHalf,
+    /// Bytes: `read_until` keeps a partly read line when another branch wins.
+    line: Vec<u8>,
+    lease: Option<(tokio::time::Instant, std::time::Duration)>,
+    path: String,
+}
+
+impl Watch for NodeWatch {
+    async fn started(&mut self, pgid: i32) -> Result<(), String> {
+        use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
         // Register the group with the node and wait for its answer.
         let mut line = serde_json::to_vec(&hilock::client::Request::Child { pgid })
             .map_err(|e| e.to_string())?;
         line.push(b'\n');
         let registered = async {
-            w.write_all(&line).await.map_err(|e| e.to_string())?;
+            self.w.write_all(&line).await.map_err(|e| e.to_string())?;
             loop {
                 let mut answer = String::new();
-                r.read_line(&mut answer).await.map_err(|e| e.to_string())?;
+                self.r
+                    .read_line(&mut answer)
+                    .await
+                    .map_err(|e| e.to_string())?;
                 let a: hilock::client::Reply = serde_json::from_str(answer.trim_end())
                     .map_err(|_| "the node closed the connection".to_string())?;
                 if a.ok && a.lease_until_ms.is_some() {
                     // A lease renewal, not the answer.
-                    lease = lease_deadline(&a);
+                    self.lease = lease_deadline(&a);
                     continue;
                 }
                 break if a.ok {
@@ -770,99 +891,160 @@ fn lock(
                     Err(a.error.unwrap_or_else(|| "refused".into()))
                 };
             }
-        }
-        .await;
-        if let Err(e) = registered {
-            kill_group(pgid, &mut child, grace).await;
-            return Err(format!("the node did not register the command: {e}"));
-        }
-        std::io::Write::write_all(&mut gate_w, b"x")
-            .map_err(|e| format!("cannot start the command: {e}"))?;
-        drop(gate_w);
-        // Bytes: `read_until` keeps a partly read line when another branch wins.
-        let mut node_line = Vec::new();
-        let mut kill_grace = grace;
-        let lost = loop {
-            let lease_end = lease.map(|l| l.0);
+        };
+        registered
+            .await
+            .map_err(|e: String| format!("the node did not register the command: {e}"))
+    }
+
+    async fn lost(&mut self) -> (u8, String, Option<std::time::Duration>) {
+        use tokio::io::AsyncBufReadExt;
+        let path = &self.path;
+        loop {
+            let lease_end = self.lease.map(|l| l.0);
+            // A lease's end kills the command within half its grace.
+            let cap = self.lease.map(|l| l.1 / 2);
             tokio::select! {
-                // The node writes "lock lost" before it kills the group (a stopping
-                // node): when both are ready, the node's word is read first, so the
-                // exit code says the lock was lost, not that the command was killed.
                 biased;
-                n = r.read_until(b'\n', &mut node_line) => {
+                n = self.r.read_until(b'\n', &mut self.line) => {
                     match n {
-                        Ok(n) if n > 0 && node_line.ends_with(b"\n") => {
-                            let text = String::from_utf8_lossy(node_line.trim_ascii_end()).into_owned();
-                            node_line.clear();
+                        Ok(n) if n > 0 && self.line.ends_with(b"\n") => {
+                            let text = String::from_utf8_lossy(self.line.trim_ascii_end()).into_owned();
+                            self.line.clear();
                             let parsed = serde_json::from_str::<hilock::client::Reply>(&text).ok();
                             if let Some(p) = parsed.as_ref().filter(|p| p.ok && !p.lost) {
                                 // A renewal of the node's lease.
                                 if p.lease_until_ms.is_some() {
-                                    lease = lease_deadline(p);
+                                    self.lease = lease_deadline(p);
                                 }
                                 continue;
                             }
-                            let code = if parsed.as_ref().is_some_and(|p| p.lease_lost) {
-                                EXIT_LEASE_LOST
+                            let why = parsed.as_ref().and_then(|r| r.error.clone()).unwrap_or(text);
+                            return if parsed.is_some_and(|p| p.lease_lost) {
+                                (EXIT_LEASE_LOST, why, cap)
                             } else {
-                                EXIT_LOCK_LOST
+                                (EXIT_LOCK_LOST, why, None)
                             };
-                            let why = parsed.and_then(|r| r.error).unwrap_or(text);
-                            break (code, why);
                         }
                         // The rest of a line comes with the next read (or its end).
                         Ok(n) if n > 0 => continue,
-                        _ => break (
+                        _ => return (
                             EXIT_NODE_GONE,
                             format!("lock on {path} lost: the connection to the node closed (node stopped or crashed)"),
+                            None,
                         ),
                     }
                 }
                 _ = tokio::time::sleep_until(lease_end.unwrap_or_else(tokio::time::Instant::now)), if lease_end.is_some() => {
                     // The node did not renew its lease in time (paused, hung, or cut off
                     // from etcd): the command must be gone within the lease's grace.
-                    if let Some((_, g)) = lease {
-                        kill_grace = kill_grace.min(g / 2);
-                    }
-                    break (
+                    return (
                         EXIT_LEASE_LOST,
                         format!(
                             "lock on {path} lost: the node's etcd lease was not renewed in time \
                              (the node is paused, hung or cut off from etcd)"
                         ),
+                        cap,
                     );
                 }
-                st = child.wait() => {
-                    let st = st.map_err(|e| format!("cannot wait for the command: {e}"))?;
-                    // Nothing of the command may outlive the lock.
-                    if hilock::proc::group_alive(pgid) {
-                        kill_group(pgid, &mut child, grace).await;
-                    }
-                    let mut rel = serde_json::to_vec(&hilock::client::Request::Release)
-                        .map_err(|e| e.to_string())?;
-                    rel.push(b'\n');
-                    let _ = w.write_all(&rel).await;
-                    let _ = w.shutdown().await;
-                    use std::os::unix::process::ExitStatusExt;
-                    return Ok(match (st.code(), st.signal()) {
-                        (Some(c), _) => ExitCode::from(u8::try_from(c).unwrap_or(1)),
-                        (None, Some(s)) => ExitCode::from(128u8.saturating_add(s as u8)),
-                        (None, None) => ExitCode::from(1),
-                    });
-                }
-                Some(s) = sig_rx.recv() => {
-                    let _ = hilock::proc::signal_group(pgid, s);
-                }
-            }
-        };
-        if lost.0 == EXIT_LEASE_LOST {
-            if let Some((_, g)) = lease {
-                kill_grace = kill_grace.min(g / 2);
             }
         }
-        kill_group(pgid, &mut child, kill_grace).await;
-        eprintln!("hilock: {}; the command's process group was killed", lost.1);
-        Ok(ExitCode::from(lost.0))
+    }
+
+    async fn release(&mut self) {
+        use tokio::io::AsyncWriteExt;
+        if let Ok(mut rel) = serde_json::to_vec(&hilock::client::Request::Release) {
+            rel.push(b'\n');
+            let _ = self.w.write_all(&rel).await;
+        }
+        let _ = self.w.shutdown().await;
+    }
+}
+
+/// The ring client holds the lock (`engine = "ring"`): it checks it while the command runs
+/// ([`hilock::ring::Held`]) and unlocks it at the end.
+struct RingWatch(hilock::ring::Held);
+
+impl Watch for RingWatch {
+    async fn started(&mut self, _: i32) -> Result<(), String> {
+        Ok(())
+    }
+
+    async fn lost(&mut self) -> (u8, String, Option<std::time::Duration>) {
+        match self.0.lost().await {
+            hilock::ring::Loss::Taken(why) => (EXIT_LOCK_LOST, why, None),
+            hilock::ring::Loss::Unreachable(why) => (EXIT_NODE_GONE, why, None),
+        }
+    }
+
+    async fn release(&mut self) {
+        if let Err(e) = self.0.release().await {
+            eprintln!("hilock: the ring lock was not released: {e}");
+        }
+    }
+}
+
+/// How often `hilock lock` on a ring asks its held lock again.
+const RING_CHECK: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// `hilock lock PATH MODE -- CMD` with a ring configuration: client `client_id` of the
+/// ring asks for the lock of PATH's placement key (routed by the kernel's lookup with the
+/// membership service's view, redirected on an old view) until it is granted or
+/// `timeout_ms` passed, then runs the command as [`run_locked`] does, asking the lock again
+/// every [`RING_CHECK`] (exit 76 when another client holds it, 75 when the ring does not
+/// answer within the timeout), and unlocks at the end.
+fn ring_lock(
+    cfg: &hilock::Config,
+    path: &str,
+    mode: &str,
+    command: &[String],
+    client_id: Option<u8>,
+    timeout_ms: u64,
+    kill_grace_ms: u64,
+) -> Result<ExitCode, String> {
+    let id = client_id
+        .ok_or("a ring lock needs --client-id N (0..=255, no two running clients may share one)")?;
+    // The ring's locks are exclusive: every mode is taken as W (stronger, never weaker).
+    hilock_kernel::Mode::parse(mode)
+        .ok_or_else(|| format!("mode {mode:?}: expected IR, R, U, IW or W"))?;
+    if !path.starts_with('/') || hilock_kernel::chord::placement_key(path).is_empty() {
+        return Err(format!(
+            "path {path:?}: a lock path starts with / and names a top-level element"
+        ));
+    }
+    let (addrs, membership) = hilock::ring::slot_addrs(cfg)?;
+    let limit = std::time::Duration::from_millis(timeout_ms);
+    let grace = std::time::Duration::from_millis(kill_grace_ms);
+    current_thread()?.block_on(async {
+        let connect = hilock::ring::RingClient::connect(id, std::sync::Arc::new(addrs), membership);
+        let mut client = tokio::time::timeout(limit, connect)
+            .await
+            .map_err(|_| {
+                format!(
+                    "no view from the ring's membership service at {membership} within {limit:?}"
+                )
+            })?
+            .map_err(|e| format!("the ring's membership service at {membership}: {e}"))?;
+        match client.acquire(path, limit).await {
+            Ok(true) => {}
+            Ok(false) => {
+                return Err(format!(
+                    "lock on {path} not granted within {timeout_ms} ms: another client holds it"
+                ))
+            }
+            Err(e) => return Err(format!("lock on {path}: the ring did not answer ({e})")),
+        }
+        let mut watch = RingWatch(hilock::ring::Held::start(
+            client,
+            path.to_string(),
+            RING_CHECK,
+            limit,
+        ));
+        let r = run_locked(command, path, None, grace, &mut watch).await;
+        if r.is_err() {
+            watch.release().await;
+        }
+        r
     })
 }
 
@@ -987,6 +1169,7 @@ fn main() -> ExitCode {
             timeout_ms,
             priority,
             kill_grace_ms,
+            client_id,
         } => match lock(
             if txn {
                 LockRequest::Txn {
@@ -1008,6 +1191,7 @@ fn main() -> ExitCode {
             timeout_ms,
             priority,
             kill_grace_ms,
+            client_id,
         ) {
             Ok(code) => return code,
             Err(e) => Err(e),

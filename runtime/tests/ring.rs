@@ -25,7 +25,7 @@ use tokio::net::TcpListener;
 
 #[path = "support/ring_load.rs"]
 mod ring_load;
-use ring_load::{holders_of, Load, CONTENDER, HELD, HOLDER};
+use ring_load::{holders_of, Load, Run, HELD, HOLDER};
 
 fn slot(nodes: &[Option<RingNode>], n: NodeId) -> &RingNode {
     nodes[n.idx()].as_ref().expect("live node")
@@ -67,24 +67,16 @@ async fn run() {
         .await
         .unwrap();
 
-    // The lock held across everything.
-    let mut holder = RingClient::connect(HOLDER, addrs.clone(), maddr)
-        .await
-        .unwrap();
-    let mut contender = RingClient::connect(CONTENDER, addrs.clone(), maddr)
-        .await
-        .unwrap();
-    let oracle = Arc::new(Oracle::default());
-    let ops = Arc::new(AtomicU64::new(1));
-    assert!(
-        holder.lock(HELD).await.unwrap(),
-        "the first lock is granted"
-    );
-    let held_op = ops.fetch_add(1, Relaxed);
-    oracle.register_path(held_op, HOLDER as u16, HELD, Mode::W);
-
-    // Load: each client locks random paths, holds 1–3 ms, unlocks.
-    let load = Load::start(&addrs, maddr, &oracle, &ops, 0x9e37_79b9_7f4a_7c15).await;
+    // The lock held across everything, and the load: each client locks random paths,
+    // holds 1–3 ms, unlocks.
+    let Run {
+        oracle,
+        mut holder,
+        mut contender,
+        held_op,
+        load,
+        ..
+    } = Run::start(&addrs, maddr, 0x9e37_79b9_7f4a_7c15).await;
     let Load {
         stop,
         errors,
@@ -567,20 +559,8 @@ async fn processes() {
     }
     membership.wait_for(limit, |_| true).await.unwrap();
 
-    let oracle = Arc::new(Oracle::default());
-    let ops = Arc::new(AtomicU64::new(1));
-    let mut holder = RingClient::connect(HOLDER, addrs.clone(), maddr)
-        .await
-        .unwrap();
-    let mut contender = RingClient::connect(CONTENDER, addrs.clone(), maddr)
-        .await
-        .unwrap();
-    assert!(holder.lock(HELD).await.unwrap());
-    let held_op = ops.fetch_add(1, Relaxed);
-    oracle.register_path(held_op, HOLDER as u16, HELD, Mode::W);
-
-    let load = Load::start(&addrs, maddr, &oracle, &ops, 0x2545_f491_4f6c_dd1d).await;
-    let grants = load.grants.clone();
+    let mut run = Run::start(&addrs, maddr, 0x2545_f491_4f6c_dd1d).await;
+    let grants = run.load.grants.clone();
     tokio::time::sleep(Duration::from_millis(400)).await;
     // A join.
     procs[6] = Some(spawn(6));
@@ -624,17 +604,117 @@ async fn processes() {
         .unwrap();
     assert_eq!(membership.view().0.members.count_ones(), 5);
     assert!(
-        !contender.lock(HELD).await.unwrap(),
+        !run.contender.lock(HELD).await.unwrap(),
         "the lock held across kill -9 is refused to another client"
     );
     tokio::time::sleep(Duration::from_millis(400)).await;
     let after = grants.load(Relaxed);
     assert!(after > before, "the load goes on after the kill");
-    load.finish(limit, &oracle, (held_op, &mut holder), "processes")
-        .await;
+    run.finish(limit, "processes").await;
     println!(
         "processes: victim node {}, leaver node {}",
         victim.0, leaver.0
     );
     assert!(grants.load(Relaxed) > 200);
+}
+
+/// A node cut off from its successor but not from the membership service (FAULTS.md §2.6):
+/// `hilock ring-node` processes, slot 0's peer list gives its successor's address as a
+/// port nobody listens on, so its beats and replica writes to the successor are lost while
+/// the successor still reaches it and it still renews with the service. Its successor keeps
+/// suspecting it; the service grants it no renewal while that lasts; its lease runs out
+/// (not before 0.75 L: it renewed just before), it is removed like a crashed node and
+/// exits by itself (status 0), and a key it was primary of is served (granted, released)
+/// by the others.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_cut_from_its_successor_only_is_removed_after_its_lease() {
+    tokio::time::timeout(Duration::from_secs(60), cut_from_successor())
+        .await
+        .expect("the cut test ended within 60 s");
+}
+
+async fn cut_from_successor() {
+    const LEASE: Duration = Duration::from_millis(1000);
+    let free = || {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    let mut addrs: Vec<Option<SocketAddr>> = vec![None; SLOTS];
+    for a in addrs.iter_mut().take(4) {
+        *a = Some(free());
+    }
+    let v0 = View {
+        epoch: 0,
+        members: 0b1111,
+    };
+    let cut = NodeId(0);
+    let succ = ring().next(v0, cut).unwrap();
+    let nowhere = free();
+    let membership = Membership::start_with_lease(
+        TcpListener::bind("127.0.0.1:0").await.unwrap(),
+        v0.members,
+        LEASE,
+    )
+    .await
+    .unwrap();
+    let maddr = membership.addr();
+    let mut procs: Vec<Proc> = (0..4u16)
+        .map(|i| {
+            let peers: Vec<String> = (0..4u16)
+                .map(|j| match (NodeId(i), NodeId(j)) {
+                    (a, b) if a == cut && b == succ => nowhere.to_string(),
+                    _ => addrs[j as usize].unwrap().to_string(),
+                })
+                .collect();
+            Proc(
+                std::process::Command::new(env!("CARGO_BIN_EXE_hilock"))
+                    .args(["ring-node", "--id", &i.to_string()])
+                    .args(["--peers", &peers.join(",")])
+                    .args(["--membership", &maddr.to_string()])
+                    .stdout(std::process::Stdio::null())
+                    .spawn()
+                    .expect("hilock ring-node starts"),
+            )
+        })
+        .collect();
+    let limit = Duration::from_secs(10);
+    let t = Instant::now();
+    while membership.up() != 0b1111 {
+        assert!(t.elapsed() < limit, "4 nodes connect");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let t = Instant::now();
+    membership
+        .wait_for(limit, |v| !v.has(cut))
+        .await
+        .expect("the node cut from its successor is removed");
+    let took = t.elapsed();
+    println!(
+        "node {} cut from its successor {}: removed after {took:?}",
+        cut.0, succ.0
+    );
+    assert!(
+        took >= LEASE.mul_f64(0.75),
+        "removed after {took:?}: before its lease ran out"
+    );
+    let mut p = procs.remove(cut.idx());
+    let t = Instant::now();
+    loop {
+        if let Some(st) = p.0.try_wait().unwrap() {
+            assert!(st.success(), "the cut node exits cleanly: {st}");
+            break;
+        }
+        assert!(t.elapsed() < limit, "the cut node exits");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let path = (0..)
+        .map(|k| format!("/cut{k}/x"))
+        .find(|p| ring().lookup(v0, key_of(p)) == Some(cut))
+        .unwrap();
+    let mut c = RingClient::connect(1, Arc::new(addrs), maddr)
+        .await
+        .unwrap();
+    c.limit = limit;
+    assert!(c.lock(&path).await.unwrap(), "{path} is served again");
+    c.unlock(&path).await.unwrap();
 }

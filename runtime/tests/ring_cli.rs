@@ -6,18 +6,17 @@
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
 use hilock::demo::Oracle;
-use hilock::ring::{key_of, ring, Admin, RingClient, SLOTS};
+use hilock::ring::{key_of, ring, Admin, RingClient};
 use hilock_kernel::chord::NodeId;
 use hilock_kernel::Mode;
 
 #[path = "support/ring_load.rs"]
 mod ring_load;
-use ring_load::{Load, CONTENDER, HELD, HOLDER};
+use ring_load::{slots, Run, CONTENDER, HELD};
 
 const BIN: &str = env!("CARGO_BIN_EXE_hilock");
 
@@ -244,27 +243,9 @@ async fn join_and_leave() {
     let limit = Duration::from_secs(15);
     adm.wait_for(limit, |s| s.up == 0b1_1111).await.unwrap();
 
-    let mut slots: Vec<Option<SocketAddr>> = vec![None; SLOTS];
-    for (i, a) in addrs.iter().enumerate() {
-        slots[i] = Some(*a);
-    }
-    let slots = Arc::new(slots);
-    let oracle = Arc::new(Oracle::default());
-    let ops = Arc::new(AtomicU64::new(1));
-    let mut holder = RingClient::connect(HOLDER, slots.clone(), maddr)
-        .await
-        .unwrap();
-    let mut contender = RingClient::connect(CONTENDER, slots.clone(), maddr)
-        .await
-        .unwrap();
-    assert!(
-        holder.lock(HELD).await.unwrap(),
-        "the first lock is granted"
-    );
-    let held_op = ops.fetch_add(1, Relaxed);
-    oracle.register_path(held_op, HOLDER as u16, HELD, Mode::W);
-    let load = Load::start(&slots, maddr, &oracle, &ops, 0x5851_f42d_4c95_7f2d).await;
-    let grants = load.grants.clone();
+    let slots = slots(&addrs);
+    let mut run = Run::start(&slots, maddr, 0x5851_f42d_4c95_7f2d).await;
+    let grants = run.load.grants.clone();
     tokio::time::sleep(Duration::from_millis(400)).await;
 
     // `hilock ring join` of slot 5, whose node runs.
@@ -309,7 +290,7 @@ async fn join_and_leave() {
         .view;
     assert_ne!(ring().lookup(v, key_of(HELD)), Some(leaver));
     assert!(
-        !contender.lock(HELD).await.unwrap(),
+        !run.contender.lock(HELD).await.unwrap(),
         "the lock held across the leave of its primary is refused to another client"
     );
     tokio::time::sleep(Duration::from_millis(400)).await;
@@ -318,13 +299,7 @@ async fn join_and_leave() {
         "the load goes on after the leave"
     );
 
-    load.finish(
-        limit,
-        &oracle,
-        (held_op, &mut holder),
-        "ring join/leave processes",
-    )
-    .await;
+    run.finish(limit, "ring join/leave processes").await;
     println!("ring join/leave processes: leaver node {}", leaver.0);
     assert!(grants.load(Relaxed) > 200);
 
@@ -386,24 +361,9 @@ async fn crash_detection() {
     let limit = Duration::from_secs(15);
     adm.wait_for(limit, |s| s.up == 0b1_1111).await.unwrap();
 
-    let mut slots: Vec<Option<SocketAddr>> = vec![None; SLOTS];
-    for (i, a) in addrs.iter().enumerate() {
-        slots[i] = Some(*a);
-    }
-    let slots = Arc::new(slots);
-    let oracle = Arc::new(Oracle::default());
-    let ops = Arc::new(AtomicU64::new(1));
-    let mut holder = RingClient::connect(HOLDER, slots.clone(), maddr)
-        .await
-        .unwrap();
-    let mut contender = RingClient::connect(CONTENDER, slots.clone(), maddr)
-        .await
-        .unwrap();
-    assert!(holder.lock(HELD).await.unwrap());
-    let held_op = ops.fetch_add(1, Relaxed);
-    oracle.register_path(held_op, HOLDER as u16, HELD, Mode::W);
-    let load = Load::start(&slots, maddr, &oracle, &ops, 0x1405_7b7e_f767_814f).await;
-    let grants = load.grants.clone();
+    let slots = slots(&addrs);
+    let mut run = Run::start(&slots, maddr, 0x1405_7b7e_f767_814f).await;
+    let grants = run.load.grants.clone();
     tokio::time::sleep(Duration::from_millis(400)).await;
 
     // A pause of the held lock's primary.
@@ -424,7 +384,7 @@ async fn crash_detection() {
         paused.0
     );
     assert!(
-        !contender.lock(HELD).await.unwrap(),
+        !run.contender.lock(HELD).await.unwrap(),
         "the lock held across the pause of its primary is refused to another client"
     );
     // Woken, it answers nothing and exits once it sees it was removed.
@@ -449,7 +409,7 @@ async fn crash_detection() {
     adm.wait_for(limit, |s| !s.view.has(victim)).await.unwrap();
     println!("killed node {} removed after {:?}", victim.0, t.elapsed());
     assert!(
-        !contender.lock(HELD).await.unwrap(),
+        !run.contender.lock(HELD).await.unwrap(),
         "the lock held across kill -9 of its primary is refused to another client"
     );
     tokio::time::sleep(Duration::from_millis(400)).await;
@@ -458,13 +418,7 @@ async fn crash_detection() {
         "the load goes on after the kill"
     );
 
-    load.finish(
-        limit,
-        &oracle,
-        (held_op, &mut holder),
-        "ring crash detection",
-    )
-    .await;
+    run.finish(limit, "ring crash detection").await;
 }
 
 /// `hilock ring status --json` against the kernel's placement: every key's primary is the
@@ -572,4 +526,337 @@ async fn check_status(cfg: &Path, limit: Duration) {
         nodes.len(),
         "{out}"
     );
+}
+
+/// Runs `hilock lock --config F ARGS` to its end (at most `limit`): its exit code, stderr
+/// and how long it ran.
+async fn lock_cmd(
+    args: &[&str],
+    config: &Path,
+    limit: Duration,
+) -> (Option<i32>, String, Duration) {
+    let t = Instant::now();
+    let out = tokio::time::timeout(
+        limit,
+        tokio::process::Command::new(BIN)
+            .arg("lock")
+            .arg("--config")
+            .arg(config)
+            .args(args)
+            .env("RUST_LOG", "hilock=warn")
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("hilock lock ends in time")
+    .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+        t.elapsed(),
+    )
+}
+
+/// `hilock lock --config F --client-id N PATH MODE -- CMD` against three `hilock node`
+/// processes of a ring:
+/// - four processes on one path, two in W and two in R, started together: each command
+///   writes its start and end to a file; replayed in time order through the history
+///   checker, 0 violations, and no two holds overlap (the ring's locks are exclusive);
+///   every process exits with its command's status (0; `exit 3` gives 3);
+/// - a path held by another client: exit 2 after `--timeout-ms`, one line;
+/// - a bad mode, a path without a top-level element, no `--client-id`: exit 2, one line;
+/// - the lock taken away while the command runs (a client with the same id unlocks it,
+///   another takes it): the next check is refused, the command's group is killed, exit 76;
+/// - `hilock lock` killed (SIGKILL) while holding: the lock stays held; the next run with
+///   its client id is granted it and releases it;
+/// - the ring's nodes killed under a held lock: exit 75 within the timeout and a check;
+/// - the ring's nodes dead (the service up): exit 2 within the timeout, one line; the
+///   service dead too: exit 2 at once, one line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hilock_lock_on_a_ring_serializes_conflicting_modes_and_fails_clearly() {
+    tokio::time::timeout(Duration::from_secs(120), lock_on_ring())
+        .await
+        .expect("the test ended within 120 s");
+}
+
+async fn lock_on_ring() {
+    let dir = tempfile::tempdir().unwrap();
+    let addrs: Vec<SocketAddr> = (0..3).map(|_| free_port()).collect();
+    let maddr = free_port();
+    let cfg = dir.path().join("ring.toml");
+    std::fs::write(&cfg, ring_toml(&addrs, maddr, &[0, 1, 2], 1000)).unwrap();
+    let mut service = Some(spawn(&["ring", "membership"], &cfg));
+    let mut adm = admin(maddr).await;
+    let mut nodes: Vec<Proc> = (0..3)
+        .map(|i| spawn(&["node", "--id", &i.to_string()], &cfg))
+        .collect();
+    let limit = Duration::from_secs(20);
+    adm.wait_for(limit, |s| s.up == 0b111).await.unwrap();
+
+    // Four processes, conflicting modes, one path.
+    const PATH: &str = "/flights/UA93";
+    let log = dir.path().join("holds.log");
+    let script = format!(
+        "echo \"start $0 $(date +%s%N)\" >> {l}; sleep 0.15; echo \"end $0 $(date +%s%N)\" >> {l}",
+        l = log.display()
+    );
+    let modes = [(1u16, Mode::W), (2, Mode::R), (3, Mode::W), (4, Mode::R)];
+    let runs: Vec<_> = modes
+        .iter()
+        .map(|(id, mode)| {
+            let (cfg, script, id) = (cfg.clone(), script.clone(), id.to_string());
+            let mode = mode.to_string();
+            tokio::spawn(async move {
+                let args = [
+                    "--client-id",
+                    &id,
+                    "--timeout-ms",
+                    "15000",
+                    PATH,
+                    &mode,
+                    "--",
+                    "sh",
+                    "-c",
+                    &script,
+                    &id,
+                ];
+                lock_cmd(&args, &cfg, limit).await
+            })
+        })
+        .collect();
+    for r in runs {
+        let (code, err, _) = r.await.unwrap();
+        assert_eq!(code, Some(0), "{err}");
+    }
+    let mut events: Vec<(u128, bool, u16)> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            (
+                w[2].parse().unwrap(),
+                w[0] == "start",
+                w[1].parse().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(events.len(), 2 * modes.len(), "every command ran once");
+    events.sort();
+    let oracle = Oracle::default();
+    let mut inside = 0;
+    for &(_, start, id) in &events {
+        if start {
+            let mode = modes.iter().find(|m| m.0 == id).unwrap().1;
+            oracle.register_path(u64::from(id), id, PATH, mode);
+            inside += 1;
+            assert_eq!(inside, 1, "holds overlap: {events:?}");
+        } else {
+            oracle.exit(u64::from(id));
+            inside -= 1;
+        }
+    }
+    assert_eq!(oracle.violations(), Vec::<String>::new());
+    println!(
+        "hilock lock on a ring: {} holds serialized, 0 violations",
+        modes.len()
+    );
+
+    // The command's status is the exit status.
+    let (code, err, _) = lock_cmd(
+        &["--client-id", "5", PATH, "W", "--", "sh", "-c", "exit 3"],
+        &cfg,
+        limit,
+    )
+    .await;
+    assert_eq!(code, Some(3), "{err}");
+
+    // Held by another client: exit 2 after the timeout, one line.
+    let slots = slots(&addrs);
+    let mut other = RingClient::connect(CONTENDER, slots.clone(), maddr)
+        .await
+        .unwrap();
+    assert!(other.lock(PATH).await.unwrap());
+    let (code, err, took) = lock_cmd(
+        &[
+            "--client-id",
+            "6",
+            "--timeout-ms",
+            "400",
+            PATH,
+            "R",
+            "--",
+            "true",
+        ],
+        &cfg,
+        limit,
+    )
+    .await;
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("not granted within 400 ms"), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err:?}");
+    assert!(took < Duration::from_secs(5), "{took:?}");
+    other.unlock(PATH).await.unwrap();
+
+    // Bad requests: exit 2, one line each.
+    for (args, want) in [
+        (
+            &["--client-id", "6", PATH, "X", "--", "true"][..],
+            "mode \"X\"",
+        ),
+        (
+            &["--client-id", "6", "/", "W", "--", "true"][..],
+            "top-level element",
+        ),
+        (&[PATH, "W", "--", "true"][..], "--client-id"),
+    ] {
+        let (code, err, _) = lock_cmd(args, &cfg, limit).await;
+        assert_eq!(code, Some(2), "{args:?}: {err}");
+        assert!(err.contains(want), "{err:?} should mention {want:?}");
+        assert_eq!(err.trim_end().lines().count(), 1, "one line: {err:?}");
+    }
+
+    // The lock taken away while the command runs: exit 76, the command killed.
+    let lost = dir.path().join("lost.flag");
+    let wrapper = {
+        let cfg = cfg.clone();
+        let script = format!("sleep 20; touch {}", lost.display());
+        tokio::spawn(async move {
+            lock_cmd(
+                &["--client-id", "9", "/lost", "W", "--", "sh", "-c", &script],
+                &cfg,
+                limit,
+            )
+            .await
+        })
+    };
+    let t = Instant::now();
+    while other.lock("/lost").await.unwrap() {
+        other.unlock("/lost").await.unwrap();
+        assert!(t.elapsed() < limit, "the wrapper takes the lock");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut same_id = RingClient::connect(9, slots.clone(), maddr).await.unwrap();
+    same_id.unlock("/lost").await.unwrap();
+    assert!(other.lock("/lost").await.unwrap());
+    let t = Instant::now();
+    let (code, err, _) = wrapper.await.unwrap();
+    assert_eq!(code, Some(76), "{err}");
+    assert!(err.contains("granted it to another client"), "{err}");
+    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+    assert!(!lost.exists(), "the command was killed");
+    other.unlock("/lost").await.unwrap();
+
+    // A lock left by a killed `hilock lock` stays held; the next run with its client id
+    // takes it over and releases it.
+    let mut killed = tokio::process::Command::new(BIN)
+        .arg("lock")
+        .arg("--config")
+        .arg(&cfg)
+        .args(["--client-id", "11", "/killed", "W", "--", "sleep", "20"])
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    while other.lock("/killed").await.unwrap() {
+        other.unlock("/killed").await.unwrap();
+        assert!(t.elapsed() < limit, "the wrapper takes the lock");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    killed.start_kill().unwrap();
+    killed.wait().await.unwrap();
+    assert!(
+        !other.lock("/killed").await.unwrap(),
+        "the killed wrapper's lock stays held"
+    );
+    let (code, err, _) = lock_cmd(
+        &[
+            "--client-id",
+            "11",
+            "--timeout-ms",
+            "2000",
+            "/killed",
+            "W",
+            "--",
+            "true",
+        ],
+        &cfg,
+        limit,
+    )
+    .await;
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        other.lock("/killed").await.unwrap(),
+        "released by the next run with the same client id"
+    );
+    other.unlock("/killed").await.unwrap();
+
+    // The ring dies under a held lock: exit 75 once a check is not answered within the
+    // timeout, the command killed.
+    let wrapper = {
+        let cfg = cfg.clone();
+        let script = format!("sleep 20; touch {}", lost.display());
+        tokio::spawn(async move {
+            let args = [
+                "--client-id",
+                "10",
+                "--timeout-ms",
+                "1000",
+                "/gone",
+                "W",
+                "--",
+                "sh",
+                "-c",
+                &script,
+            ];
+            lock_cmd(&args, &cfg, limit).await
+        })
+    };
+    let t = Instant::now();
+    while other.lock("/gone").await.unwrap() {
+        other.unlock("/gone").await.unwrap();
+        assert!(t.elapsed() < limit, "the wrapper takes the lock");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    drop(other);
+    drop(same_id);
+    let t = Instant::now();
+    nodes.clear();
+    let (code, err, _) = wrapper.await.unwrap();
+    assert_eq!(code, Some(75), "{err}");
+    assert!(err.contains("the ring did not answer"), "{err}");
+    assert!(t.elapsed() < Duration::from_secs(6), "{:?}", t.elapsed());
+    assert!(!lost.exists(), "the command was killed");
+
+    // A dead ring: the nodes gone (the service up), then the service too.
+    for (gone, want) in [
+        ("nodes", "the ring did not answer"),
+        ("service", "membership service"),
+    ] {
+        match gone {
+            "nodes" => nodes.clear(),
+            _ => drop(service.take()),
+        }
+        let (code, err, took) = lock_cmd(
+            &[
+                "--client-id",
+                "6",
+                "--timeout-ms",
+                "1000",
+                PATH,
+                "W",
+                "--",
+                "true",
+            ],
+            &cfg,
+            limit,
+        )
+        .await;
+        assert_eq!(code, Some(2), "{gone} gone: {err}");
+        assert!(
+            err.contains(want),
+            "{gone} gone: {err:?} should mention {want:?}"
+        );
+        assert_eq!(err.trim_end().lines().count(), 1, "one line: {err:?}");
+        assert!(took < Duration::from_secs(4), "{gone} gone: {took:?}");
+    }
 }

@@ -14,7 +14,7 @@ use hilock_kernel::chord::{
     Addr, Answer, ChordClient, ChordError, ChordMsg, ClientEvent, ClientId, Key, NodeId, Op, Out,
     View,
 };
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinSet;
 
 use super::{dial, ring, Frame, SLOTS, TABLE};
@@ -133,6 +133,32 @@ impl RingClient {
         self.call(Op::Unlock, super::key_of(path)).await.map(|_| ())
     }
 
+    /// Asks for the lock of `path` until it is granted or `limit` has passed: a refused
+    /// lock is asked again 5 ms later, the pause doubling up to 200 ms. `Ok(true)`: granted;
+    /// `Ok(false)`: another client held it until the end. Each request is bounded by what
+    /// is left of `limit` (an error then: the last request may have been granted unseen).
+    pub async fn acquire(&mut self, path: &str, limit: Duration) -> Result<bool, ClientError> {
+        let end = tokio::time::Instant::now() + limit;
+        let mut pause = Duration::from_millis(5);
+        let bound = self.limit;
+        let r = loop {
+            let left = end.saturating_duration_since(tokio::time::Instant::now());
+            if left.is_zero() {
+                break Ok(false);
+            }
+            self.limit = left;
+            match self.lock(path).await {
+                Ok(false) => {}
+                r => break r,
+            }
+            let left = end.saturating_duration_since(tokio::time::Instant::now());
+            tokio::time::sleep(pause.min(left)).await;
+            pause = (pause * 2).min(Duration::from_millis(200));
+        };
+        self.limit = bound;
+        r
+    }
+
     async fn send(&mut self, out: COuts) {
         for o in out {
             let Addr::Node(n) = o.to else { continue };
@@ -248,6 +274,92 @@ impl RingClient {
                     }
                 }
             }
+        }
+    }
+}
+
+/// Why a [`Held`] lock is no longer known to be held.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Loss {
+    /// A check was refused: another client holds the key (the ring lost the entry — more
+    /// than `r` adjacent nodes failed at once —, or a process with the same client id
+    /// released it).
+    Taken(String),
+    /// A check was not answered within its bound (the ring is unreachable).
+    Unreachable(String),
+}
+
+/// A ring lock held for a command (`hilock lock` with a ring configuration): a task that
+/// asks the lock again every `every` (a lock held by the asking client is granted again,
+/// [`Answer::Granted`], and written again to the replicas), reports the first check that
+/// is refused or not answered, and unlocks when released. The checks and the unlock never
+/// overlap: a release asked during a check waits for its end.
+#[derive(Debug)]
+pub struct Held {
+    lost: mpsc::UnboundedReceiver<Loss>,
+    release: Option<oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<Result<(), String>>>,
+    limit: Duration,
+}
+
+impl Held {
+    /// Keeps the lock of `path`, which `client` holds; every check and the unlock are
+    /// bounded by `limit`.
+    pub fn start(mut client: RingClient, path: String, every: Duration, limit: Duration) -> Held {
+        let (lost_tx, lost) = mpsc::unbounded_channel();
+        let (release, mut released) = oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            client.limit = limit;
+            let mut checking = true;
+            loop {
+                tokio::select! {
+                    _ = &mut released => break,
+                    _ = tokio::time::sleep(every), if checking => {
+                        let loss = match client.lock(&path).await {
+                            Ok(true) => continue,
+                            Ok(false) => Loss::Taken(format!(
+                                "lock on {path} lost: the ring granted it to another client"
+                            )),
+                            Err(e) => Loss::Unreachable(format!(
+                                "lock on {path} lost: the ring did not answer ({e})"
+                            )),
+                        };
+                        checking = false;
+                        let _ = lost_tx.send(loss);
+                    }
+                }
+            }
+            client.unlock(&path).await.map_err(|e| e.to_string())
+        });
+        Held {
+            lost,
+            release: Some(release),
+            task: Some(task),
+            limit,
+        }
+    }
+
+    /// Waits for the first failed check (cancel-safe: a `select!` may drop it and call it
+    /// again).
+    pub async fn lost(&mut self) -> Loss {
+        self.lost
+            .recv()
+            .await
+            .unwrap_or_else(|| Loss::Unreachable("the lock's checks ended".into()))
+    }
+
+    /// Unlocks (after a check in progress ends); at most `limit` and one second.
+    pub async fn release(&mut self) -> Result<(), String> {
+        if let Some(r) = self.release.take() {
+            let _ = r.send(());
+        }
+        let Some(task) = self.task.take() else {
+            return Ok(());
+        };
+        match tokio::time::timeout(self.limit + Duration::from_secs(1), task).await {
+            Ok(Ok(r)) => r,
+            Ok(Err(e)) => Err(format!("the unlock task failed: {e}")),
+            Err(_) => Err("the unlock was not answered in time".into()),
         }
     }
 }

@@ -12,7 +12,10 @@
 //! reports it ([`Frame::Suspect`]) when it sent no beat for a while; the service removes a
 //! member (the model's `Detect`) only when its successor suspects it AND its lease has run
 //! out — never on a suspicion alone, and not because its connection to the service closed.
-//! So the old primary has stopped before the view without it is announced.
+//! So the old primary has stopped before the view without it is announced. A member its
+//! successor reported within the last two beat periods gets no renewal: a node cut off
+//! from its successor but not from the service lets its lease run out and is removed like
+//! a crashed one (`spec/FAULTS.md` §2.6).
 
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
@@ -158,6 +161,9 @@ struct State {
     expired: u16,
     /// Nodes their successor suspects (bit per slot).
     suspected: u16,
+    /// When each node's successor last reported it (a suspicion is renewed every beat
+    /// period while it lasts).
+    suspected_at: HashMap<u16, Instant>,
     /// Nodes granted a lease since they were last removed (bit per slot).
     granted: u16,
 }
@@ -240,6 +246,7 @@ impl State {
             // and join again; until then a node whose lease ran out is not waited for.
             let bit = !(1u16 << n);
             (self.granted, self.suspected) = (self.granted & bit, self.suspected & bit);
+            self.suspected_at.remove(&n);
             self.expires.remove(&n);
         }
         tracing::info!("ring membership: {c:?}: view {new:?}");
@@ -270,6 +277,7 @@ async fn run(
         expires: HashMap::new(),
         expired: 0,
         suspected: 0,
+        suspected_at: HashMap::new(),
         granted: 0,
     };
     // The service counts a lease L·(1 + RHO) from a renewal's receipt; every first member
@@ -282,7 +290,8 @@ async fn run(
             st.expires.insert(i, t0 + service_lease);
         }
     }
-    let mut tick = tokio::time::interval(lease / TICKS_PER_LEASE);
+    let beat = lease / TICKS_PER_LEASE;
+    let mut tick = tokio::time::interval(beat);
     let mut readers = JoinSet::new();
     let mut shown = None;
     loop {
@@ -309,7 +318,7 @@ async fn run(
                 let Ok((s, _)) = acc else { continue };
                 let ev_tx = ev_tx.clone();
                 readers.spawn(async move {
-                    if let Some(from) = read_peer(s, ev_tx.clone(), Ev::Open, Ev::Frame).await {
+                    if let Some(from) = read_peer(s, ev_tx.clone(), Ev::Open, |a, _, f| Ev::Frame(a, f)).await {
                         let _ = ev_tx.send(Ev::Closed(from));
                     }
                 });
@@ -343,7 +352,13 @@ async fn run(
                         // comes back only by joining again.
                         let bit = 1 << n.0;
                         let removing = st.queue.contains(&Change::Remove(n.0));
-                        if st.expired & st.granted & bit == 0 && !removing {
+                        // Nor while its successor keeps suspecting it (reported within the
+                        // last two beat periods): a node cut off from its successor but
+                        // not from the service lets its lease run out and is removed like
+                        // a crashed one (FAULTS.md §2.6).
+                        let now = Instant::now();
+                        let suspect = st.suspected_at.get(&n.0).is_some_and(|t| now < *t + beat * 2);
+                        if st.expired & st.granted & bit == 0 && !removing && !suspect {
                             st.granted |= bit;
                             st.expired &= !bit;
                             st.suspected &= !bit;
@@ -357,6 +372,7 @@ async fn run(
                         // Only the successor's word counts.
                         if st.view.has(n) && ring().next(st.view, NodeId(p)) == Some(n) {
                             st.suspected |= 1 << p;
+                            st.suspected_at.insert(p, Instant::now());
                         }
                     }
                     Ev::Frame(..) => {}

@@ -35,7 +35,7 @@ mod client;
 mod membership;
 mod node;
 
-pub use client::{ClientError, RingClient};
+pub use client::{ClientError, Held, Loss, RingClient};
 pub use membership::Membership;
 pub use node::{RingNode, Snapshot};
 
@@ -439,6 +439,13 @@ pub fn membership_service(cfg: &crate::config::RingConfig) -> Result<String, Str
 /// `hilock node --config F` with `engine = "ring"`: runs the ring node of `cfg.id` (see
 /// [`serve`]).
 pub fn serve_config(cfg: &crate::Config) -> Result<String, String> {
+    let (addrs, membership) = slot_addrs(cfg)?;
+    run_node(cfg.id, addrs, cfg.listen, membership)
+}
+
+/// The slots' addresses (`[i]`: slot `i`'s node, `None`: no such node) and the membership
+/// service's address of a ring configuration.
+pub fn slot_addrs(cfg: &crate::Config) -> Result<(Vec<Option<SocketAddr>>, SocketAddr), String> {
     let ring = cfg
         .ring
         .as_ref()
@@ -449,7 +456,7 @@ pub fn serve_config(cfg: &crate::Config) -> Result<String, String> {
             .get_mut(usize::from(n.id))
             .ok_or_else(|| format!("node {}: the ring has {SLOTS} slots", n.id))? = Some(n.addr);
     }
-    run_node(cfg.id, addrs, cfg.listen, ring.membership)
+    Ok((addrs, ring.membership))
 }
 
 fn codec() -> LengthDelimitedCodec {
@@ -489,13 +496,14 @@ impl Reader {
 }
 
 /// Serves one accepted connection: its first frame must be `Hello(from)`; then
-/// `open(from, writer)` and every later frame as `frame(from, f)` go to `ev`. Returns the
-/// peer when its connection ended, `None` when it never said hello or `ev` closed.
+/// `open(from, writer)` and every later frame as `frame(from, writer, f)` go to `ev`.
+/// Returns the peer when its connection ended, `None` when it never said hello or `ev`
+/// closed.
 pub(crate) async fn read_peer<E>(
     s: TcpStream,
     ev: mpsc::UnboundedSender<E>,
     open: fn(Addr, mpsc::UnboundedSender<Frame>) -> E,
-    frame: fn(Addr, Frame) -> E,
+    frame: fn(Addr, &mpsc::UnboundedSender<Frame>, Frame) -> E,
 ) -> Option<Addr> {
     let _ = s.set_nodelay(true);
     let (r, w) = s.into_split();
@@ -503,9 +511,10 @@ pub(crate) async fn read_peer<E>(
     let Some(Frame::Hello(from)) = r.next().await else {
         return None;
     };
-    ev.send(open(from, writer(w))).ok()?;
+    let w = writer(w);
+    ev.send(open(from, w.clone())).ok()?;
     while let Some(f) = r.next().await {
-        ev.send(frame(from, f)).ok()?;
+        ev.send(frame(from, &w, f)).ok()?;
     }
     Some(from)
 }

@@ -54,6 +54,8 @@ enum Ev {
     Open(Addr, mpsc::UnboundedSender<Frame>),
     /// A frame on a connection.
     Frame(Addr, Frame),
+    /// A client's frame, and the connection it came on (the client's answers go there).
+    Client(ClientId, mpsc::UnboundedSender<Frame>, Frame),
     /// The membership connection closed.
     MembershipGone,
 }
@@ -262,7 +264,11 @@ async fn run(
                 let Ok((s, _)) = acc else { continue };
                 let ev_tx = ev_tx.clone();
                 readers.spawn(async move {
-                    read_peer(s, ev_tx, Ev::Open, Ev::Frame).await;
+                    read_peer(s, ev_tx, Ev::Open, |from, tx, f| match from {
+                        Addr::Client(c) => Ev::Client(c, tx.clone(), f),
+                        _ => Ev::Frame(from, f),
+                    })
+                    .await;
                 });
             }
             ev = ev_rx.recv() => {
@@ -307,6 +313,13 @@ async fn run(
                         last_beat.insert(n, Instant::now());
                         continue;
                     }
+                    Ev::Client(c, tx, Frame::Msg(m)) => {
+                        // Answers go to the connection of the client's latest request (a
+                        // client that dialled again, or a second process with its id).
+                        clients.insert(c, tx);
+                        (Addr::Client(c), *m)
+                    }
+                    Ev::Client(..) => continue,
                     Ev::Frame(from, Frame::Msg(m)) => (from, *m),
                     Ev::Frame(..) => continue,
                 };

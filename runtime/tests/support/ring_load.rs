@@ -154,6 +154,64 @@ impl Load {
     }
 }
 
+/// What every ring test under load sets up: the history checker, client [`HOLDER`]
+/// holding [`HELD`] throughout (registered with the checker as operation `held_op`),
+/// client [`CONTENDER`] to be refused it, and the [`Load`].
+pub struct Run {
+    pub oracle: Arc<Oracle>,
+    pub ops: Arc<AtomicU64>,
+    pub holder: RingClient,
+    pub contender: RingClient,
+    pub held_op: u64,
+    pub load: Load,
+}
+
+impl Run {
+    /// Connects the holder and the contender to the ring at `addrs` (views from `maddr`),
+    /// takes the held lock and starts the load (`seed`).
+    pub async fn start(addrs: &Arc<Vec<Option<SocketAddr>>>, maddr: SocketAddr, seed: u64) -> Run {
+        let oracle = Arc::new(Oracle::default());
+        let ops = Arc::new(AtomicU64::new(1));
+        let mut holder = RingClient::connect(HOLDER, addrs.clone(), maddr)
+            .await
+            .unwrap();
+        let contender = RingClient::connect(CONTENDER, addrs.clone(), maddr)
+            .await
+            .unwrap();
+        assert!(
+            holder.lock(HELD).await.unwrap(),
+            "the first lock is granted"
+        );
+        let held_op = ops.fetch_add(1, Relaxed);
+        oracle.register_path(held_op, HOLDER as u16, HELD, Mode::W);
+        let load = Load::start(addrs, maddr, &oracle, &ops, seed).await;
+        Run {
+            oracle,
+            ops,
+            holder,
+            contender,
+            held_op,
+            load,
+        }
+    }
+
+    /// [`Load::finish`] with the held lock.
+    pub async fn finish(mut self, limit: Duration, what: &str) -> u64 {
+        self.load
+            .finish(limit, &self.oracle, (self.held_op, &mut self.holder), what)
+            .await
+    }
+}
+
+/// Slot `i` at `addrs[i]`.
+pub fn slots(addrs: &[SocketAddr]) -> Arc<Vec<Option<SocketAddr>>> {
+    let mut slots: Vec<Option<SocketAddr>> = vec![None; SLOTS];
+    for (i, a) in addrs.iter().enumerate() {
+        slots[i] = Some(*a);
+    }
+    Arc::new(slots)
+}
+
 /// The primary and the two replicas of `path` in `v`.
 pub fn holders_of(v: View, path: &str) -> Vec<NodeId> {
     let set = ring().replicas(v, key_of(path), 3);
