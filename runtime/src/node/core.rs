@@ -44,6 +44,11 @@ pub(super) enum Cmd {
     Status {
         reply: oneshot::Sender<Vec<LockStatus>>,
     },
+    /// This node's parent for `path` (where its requests go) if the token is not here.
+    Parent {
+        path: String,
+        reply: oneshot::Sender<Option<u16>>,
+    },
     /// Where request `ticket` for `path` stands (for a timeout's error).
     Explain {
         path: String,
@@ -270,6 +275,16 @@ impl Core {
                         );
                     }
                 }
+            }
+            Cmd::Parent { path, reply } => {
+                let parent = self
+                    .locks
+                    .get(&path)
+                    .and_then(|e| e.site.lock(LOCK).ok())
+                    .filter(|k| !k.has_token())
+                    .and_then(|k| k.parent())
+                    .map(|p| p.0);
+                let _ = reply.send(parent);
             }
             Cmd::Flush { reply } => {
                 let _ = reply.send(());

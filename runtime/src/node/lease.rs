@@ -288,12 +288,11 @@ mod etcd {
                 for (id, why) in ended {
                     seen.remove(&id);
                     let reason = format!("{why} (etcd revision {})", view.revision);
-                    let first = shared
-                        .gone
-                        .lock()
-                        .expect("gone lock")
-                        .insert(id, reason.clone())
-                        .is_none();
+                    let mut first = false;
+                    shared.gone.send_if_modified(|g| {
+                        first = g.insert(id, reason.clone()).is_none();
+                        first
+                    });
                     if first {
                         warn!(peer = id, %reason, "peer left the cluster; failing the requests that wait on it");
                         let _ = core.send(Cmd::PeerRestarted { peer: id });
@@ -301,7 +300,7 @@ mod etcd {
                 }
                 for (&id, m) in &view.members {
                     let peer = usize::from(id) < shared.n && id != shared.id;
-                    let known_gone = shared.gone.lock().expect("gone lock").contains_key(&id);
+                    let known_gone = shared.gone.borrow().contains_key(&id);
                     if peer && !known_gone {
                         seen.entry(id).or_insert(m.incarnation);
                     }
