@@ -25,12 +25,14 @@
 //! kernel sites and the local holders; `net` the peer channels (dialing, sending and
 //! resending, accepting, acknowledgements, heartbeats); `handshake` the authentication of
 //! a connection; `status` what `hilock status` shows; `lease` the node's etcd lease and
-//! its peers' (membership through etcd, [`NodeLease`]).
+//! its peers' (membership through etcd, [`NodeLease`]); `recover` the new epoch installed
+//! through etcd when a member's lease ends (`etcd_recovery`).
 
 mod core;
 mod handshake;
 mod lease;
 mod net;
+mod recover;
 mod status;
 
 use std::net::SocketAddr;
@@ -174,7 +176,7 @@ impl std::fmt::Display for Error {
                 f,
                 "{path}: node {peer} has left the cluster ({reason}); this request waits on it \
                  (the lock's token or the request's path is at node {peer}) and cannot be served \
-                 (regenerating its tokens is not built: restart the whole cluster)"
+                 (without `etcd_recovery` its tokens are not regenerated: restart the whole cluster)"
             ),
         }
     }
@@ -218,6 +220,7 @@ struct Counters {
     rejected_connections: AtomicU64,
     kernel_rejections: AtomicU64,
     abandoned_grants: AtomicU64,
+    stale_epoch: AtomicU64,
 }
 
 /// A snapshot of a node's counters.
@@ -237,6 +240,10 @@ pub struct Stats {
     pub kernel_rejections: u64,
     /// Grants that arrived for callers that had given up, released at once.
     pub abandoned_grants: u64,
+    /// Delivered messages of an earlier epoch than this node's (recovery), refused by
+    /// the kernel (`StaleEpoch`) and dropped.
+    #[serde(default)]
+    pub stale_epoch: u64,
 }
 
 struct Shared {
@@ -263,6 +270,8 @@ struct Shared {
     /// Peers that left the cluster (etcd membership), with how; a waiting request
     /// watches it (woken when a peer leaves).
     gone: tokio::sync::watch::Sender<std::collections::BTreeMap<u16, String>>,
+    /// Wakes the recovery task (a message of a later epoch arrived).
+    nudge: tokio::sync::Notify,
 }
 
 /// The agents engine sends on the same peer links (see [`crate::agents::Net`]).
@@ -409,6 +418,7 @@ impl Node {
             agents: agents_inbox,
             lease: tokio::sync::watch::Sender::new(first_lease),
             gone: tokio::sync::watch::Sender::new(Default::default()),
+            nudge: tokio::sync::Notify::new(),
         });
         tasks.spawn(crate::agents::run(shared.clone(), agents_rx));
         let (tx, rx) = mpsc::unbounded_channel();
@@ -733,6 +743,7 @@ impl Handle {
             rejected_connections: c.rejected_connections.load(Relaxed),
             kernel_rejections: c.kernel_rejections.load(Relaxed),
             abandoned_grants: c.abandoned_grants.load(Relaxed),
+            stale_epoch: c.stale_epoch.load(Relaxed),
         }
     }
 }
