@@ -654,6 +654,12 @@ impl<const N: usize, const L: usize, const Q: usize> FaultSite<N, L, Q> {
             }
             n.parent = None;
             n.token = Some(p.generation);
+            if p.regenerated {
+                // The dead token node may have issued fences no survivor saw: the new
+                // token's fences start above every fence of earlier epochs (the epoch in
+                // the high 32 bits, `spec/FAULTS.md` 3.6).
+                n.fence = n.fence.max(u64::from(epoch) << 32);
+            }
             for &(c, m) in &p.holds {
                 if c != me {
                     n.set_child(c.idx(), m);
@@ -1167,6 +1173,7 @@ mod tests {
                 mode: Mode::R,
             },
         );
+        let dead_fence = s[0].site().lock(L0).unwrap().fence().unwrap();
         // n0 dies. n1 and n2 form epoch 1.
         let members = [false, true, true, false];
         let reports = [s[1].report(L0).unwrap(), s[2].report(L0).unwrap()];
@@ -1180,6 +1187,10 @@ mod tests {
             lock: L0,
             mode: Mode::W
         }));
+        // The regenerated token's fences are above every fence of epoch 0, also those only
+        // the dead node saw (3.6).
+        let f1 = s[1].site().lock(L0).unwrap().fence().unwrap();
+        assert!(f1 > dead_fence && f1 > u64::from(u32::MAX), "fence {f1}");
         let mut out2 = Out::new();
         s[2].install(1, core::slice::from_ref(&plan), &mut out2)
             .unwrap();

@@ -47,11 +47,14 @@
 //! etcd_endpoints = ["127.0.0.1:2379"]  # etcd's client URLs
 //! etcd_lease_ttl_s = 10                # the node lease's TTL (default 10)
 //! etcd_grace_ms = 1000                 # time to kill holders' commands (default 1000)
+//! etcd_recovery = true                 # rebuild a dead node's locks (default false)
 //! ```
 //!
 //! the node holds an etcd lease while it runs; when the lease is lost it stops granting
 //! and its holders' commands are killed, and a peer whose lease ends fails the requests
-//! that wait on it ([`crate::node`], `spec/FAULTS.md` 3.1).
+//! that wait on it ([`crate::node`], `spec/FAULTS.md` 3.1) — or, with `etcd_recovery =
+//! true`, the survivors install a new epoch with the dead node's locks rebuilt (its tokens
+//! regenerated) and the waiting requests are granted (`spec/FAULTS.md` 2.2.2).
 
 use serde::Deserialize;
 use std::net::SocketAddr;
@@ -94,6 +97,7 @@ struct File {
     etcd_endpoints: Option<Vec<String>>,
     etcd_lease_ttl_s: Option<u32>,
     etcd_grace_ms: Option<u64>,
+    etcd_recovery: Option<bool>,
     nodes: Vec<NodeAddr>,
     // The ring engine (seed 003).
     engine: Option<String>,
@@ -236,6 +240,10 @@ pub struct Config {
     pub ring: Option<RingConfig>,
     /// Static, or etcd leases and member list.
     pub membership: Membership,
+    /// With etcd membership: when a member's lease ends, install a new epoch with its
+    /// locks rebuilt (`spec/FAULTS.md` 2.2.2) instead of failing the requests that wait on
+    /// it. Off by default.
+    pub etcd_recovery: bool,
 }
 
 impl std::fmt::Debug for Config {
@@ -252,6 +260,7 @@ impl std::fmt::Debug for Config {
             .field("engine", &self.engine)
             .field("ring", &self.ring)
             .field("membership", &self.membership)
+            .field("etcd_recovery", &self.etcd_recovery)
             .finish()
     }
 }
@@ -283,6 +292,7 @@ impl Config {
             engine: Engine::Token,
             ring: None,
             membership: Membership::Static,
+            etcd_recovery: false,
         };
         c.validate()?;
         Ok(c)
@@ -348,6 +358,7 @@ impl Config {
                 if f.etcd_endpoints.is_some()
                     || f.etcd_lease_ttl_s.is_some()
                     || f.etcd_grace_ms.is_some()
+                    || f.etcd_recovery.is_some()
                 {
                     return Err("etcd_* settings need membership = \"etcd\"".into());
                 }
@@ -366,6 +377,7 @@ impl Config {
                 ))
             }
         };
+        c.etcd_recovery = f.etcd_recovery.unwrap_or(false);
         c.validate()?;
         Ok(c)
     }

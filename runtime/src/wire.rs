@@ -35,11 +35,19 @@
 //! on that connection carries the newest ping A has seen. `hilock status` pings each
 //! peer to show only peers that answer *now* as connected.
 //!
+//! **Epochs** (version 5). Every kernel message is [`Stamped`] with its sender's epoch
+//! (`spec/FAULTS.md` 3.2; on the wire [`Payload::Stamped`], or [`Payload::Token`] for
+//! epoch 0): the receiving site takes it only in the same epoch
+//! ([`FaultSite::accepts`](hilock_kernel::recovery::FaultSite::accepts)); a message of an
+//! earlier epoch is dropped and counted, one of a later epoch waits until the receiver
+//! has installed that epoch. Without recovery every node stays in epoch 0.
+//!
 //! **Compatibility.** The handshake's first field is [`PROTOCOL_VERSION`]; an acceptor
 //! refuses any other version, so nodes of different versions never exchange frames.
 //! Version 4 added `Payload::Ping` and `Ack::ping` (version 3 nodes could decode
-//! neither).
+//! neither); version 5 the epoch stamp of every kernel message.
 
+use hilock_kernel::recovery::{FaultSite, Stamped};
 use hilock_kernel::{LockId, Msg, NodeId};
 use hmac::{Hmac, Mac};
 use serde::{Deserialize, Serialize};
@@ -48,7 +56,7 @@ use sha2::{Digest, Sha256};
 use crate::config::MAX_NODES;
 
 /// The protocol version carried by the handshake.
-pub const PROTOCOL_VERSION: u32 = 4;
+pub const PROTOCOL_VERSION: u32 = 5;
 
 /// Largest frame accepted (bytes). A token carries at most [`MAX_NODES`] queue entries,
 /// far below this.
@@ -58,14 +66,18 @@ pub const MAX_FRAME: usize = 64 * 1024;
 pub const MAX_PATH: usize = 1024;
 
 /// The kernel site the runtime runs per lock: up to [`MAX_NODES`] nodes, one lock per
-/// site (locks are created on demand, by path), a queue that can hold every node.
-pub type LockSite = hilock_kernel::Site<MAX_NODES, 1, MAX_NODES>;
+/// site (locks are created on demand, by path), a queue that can hold every node; with
+/// an epoch and the recovery transitions ([`FaultSite`], `spec/FAULTS.md` 3).
+pub type LockSite = FaultSite<MAX_NODES, 1, MAX_NODES>;
 
-/// The kernel message type on the wire.
+/// The kernel message type of the base protocol.
 pub type KMsg = Msg<MAX_NODES>;
 
+/// A kernel message on the wire: stamped with its sender's epoch.
+pub type SMsg = Stamped<KMsg>;
+
 /// The kernel outputs buffer for [`LockSite`].
-pub type KOutputs = hilock_kernel::Outputs<KMsg, { MAX_NODES * 2 + 7 }>;
+pub type KOutputs = hilock_kernel::Outputs<SMsg, { MAX_NODES * 2 + 7 }>;
 
 /// The lock id every runtime site uses (one lock per site).
 pub const LOCK: LockId = LockId(0);
@@ -144,6 +156,23 @@ pub enum Payload {
     /// A probe (only with message number 0, never delivered): the acceptor answers with
     /// an [`Ack`] whose `ping` is this number (version 4).
     Ping(u64),
+    /// A kernel message of the token engine sent in epoch `.0` (recovery, version 5);
+    /// [`Payload::Token`] is the same in epoch 0 ([`Payload::stamped`]).
+    Stamped(u32, Frame),
+}
+
+impl Payload {
+    /// The payload of a kernel message stamped with its sender's epoch: the short form
+    /// [`Payload::Token`] in epoch 0 (every node without recovery), else
+    /// [`Payload::Stamped`].
+    pub fn stamped(path: String, msg: SMsg) -> Payload {
+        let frame = Frame { path, msg: msg.msg };
+        if msg.epoch == 0 {
+            Payload::Token(frame)
+        } else {
+            Payload::Stamped(msg.epoch, frame)
+        }
+    }
 }
 
 /// Dialer → acceptor after the handshake: message number `seq` (1, 2, … over the
@@ -392,6 +421,32 @@ mod tests {
                 frame: Payload::Token(f)
             }
         );
+    }
+
+    #[test]
+    fn a_kernel_message_carries_its_epoch() {
+        let msg = Msg::Release {
+            lock: LOCK,
+            owned: hilock_kernel::Mode::IR,
+            epoch: 3,
+        };
+        let f = Frame {
+            path: "/db".into(),
+            msg: msg.clone(),
+        };
+        let at = |epoch| {
+            Payload::stamped(
+                "/db".into(),
+                Stamped {
+                    epoch,
+                    msg: msg.clone(),
+                },
+            )
+        };
+        assert_eq!(at(0), Payload::Token(f.clone()));
+        assert_eq!(at(7), Payload::Stamped(7, f.clone()));
+        let b = encode(&at(7));
+        assert_eq!(decode::<Payload>(&b).unwrap(), Payload::Stamped(7, f));
     }
 
     #[test]

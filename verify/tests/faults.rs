@@ -25,11 +25,11 @@ const H: RecoveryVariant = RecoveryVariant::HILOCK;
 /// Unique states of the passing configurations.
 const PINNED: &[(&str, usize)] = &[
     ("W W R, 1 crash", 3749),
-    ("W W R, 1 crash, 1 restart", 30604),
-    ("W W R, 1 partition or pause, 1 restart", 30712),
+    ("W W R, 1 crash, 1 restart", 31617),
+    ("W W R, 1 partition or pause, 1 restart", 31725),
     ("W W R, 1 crash, 1 duplicated install", 3749),
-    ("U+upgrade R IW, 1 crash, 1 restart", 92847),
-    ("W W R, every fault once", 831773),
+    ("U+upgrade R IW, 1 crash, 1 restart", 95530),
+    ("W W R, every fault once", 875225),
     ("4 nodes W R R IW, 1 crash", 159412),
     ("4 nodes W W R IW, 1 crash, 1 restart", 1_528_290),
 ];

@@ -11,6 +11,8 @@
 //!   mod revision with the one the installer read ([`Membership::install_epoch`]), so two
 //!   installers of epoch `e + 1` cannot both succeed, and an installer that read an old
 //!   epoch is refused ([`Error::StaleEpoch`]).
+//! - `reports/<id>`: a node's recovery reports ([`Membership::put_report`]), bound to its
+//!   lease.
 //! - `leader`: the recovery leader, bound to its lease and created only where it does not
 //!   exist (create revision 0), so there is at most one, and the next one can take over
 //!   as soon as its lease is gone ([`Membership::lead`]).
@@ -260,6 +262,7 @@ struct Keys {
     epoch: String,
     plan: String,
     leader: String,
+    reports: String,
 }
 
 impl Keys {
@@ -270,6 +273,7 @@ impl Keys {
             epoch: format!("{p}epoch"),
             plan: format!("{p}plan"),
             leader: format!("{p}leader"),
+            reports: format!("{p}reports/"),
         }
     }
 
@@ -595,6 +599,49 @@ impl Membership {
                 detail: "leader key neither created nor found".into(),
             }),
         }
+    }
+
+    /// Writes this node's recovery reports (`reports/<id>`, bound to its lease: they go
+    /// with it).
+    pub async fn put_report(&self, report: Vec<u8>) -> Result<(), Error> {
+        self.check_lease()?;
+        let key = format!("{}{:05}", self.keys.reports, self.me.id);
+        timed(
+            self.timeout,
+            "put report",
+            self.client.clone().put(
+                key,
+                report,
+                Some(PutOptions::new().with_lease(self.lease_id)),
+            ),
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// Every live node's recovery reports, by node id.
+    pub async fn reports(&self) -> Result<BTreeMap<u16, Vec<u8>>, Error> {
+        let prefix = self.keys.reports.clone();
+        let r = timed(
+            self.timeout,
+            "read reports",
+            self.client
+                .clone()
+                .get(prefix.clone(), Some(GetOptions::new().with_prefix())),
+        )
+        .await?;
+        let mut out = BTreeMap::new();
+        for kv in r.kvs() {
+            let id = std::str::from_utf8(&kv.key()[prefix.len()..])
+                .ok()
+                .and_then(|s| s.parse::<u16>().ok())
+                .ok_or_else(|| Error::Corrupt {
+                    key: String::from_utf8_lossy(kv.key()).into_owned(),
+                    detail: "not a report key".into(),
+                })?;
+            out.insert(id, kv.value().to_vec());
+        }
+        Ok(out)
     }
 
     /// Gives up the leadership if this node holds it (the key is deleted only if it is

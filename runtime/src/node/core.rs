@@ -7,12 +7,15 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use hilock_kernel::mode::strongest;
-use hilock_kernel::{compatible, Input, KernelError, Mode, NodeId, Output, Priority};
+use hilock_kernel::recovery::{Epoch, LockReport, Plan, Stamped};
+use hilock_kernel::{compatible, Input, KernelError, Mode, NodeId, Output, Priority, Protocol};
 use tokio::sync::{mpsc, oneshot};
 use tracing::warn;
 
+use super::recover::{all_members, new_site};
 use super::{Error, LockStatus, Shared};
-use crate::wire::{self, initial_holder, Frame, KMsg, KOutputs, LockSite, LOCK};
+use crate::config::MAX_NODES;
+use crate::wire::{self, Frame, KOutputs, LockSite, SMsg, LOCK};
 
 pub(super) type Reply<T> = oneshot::Sender<Result<T, Error>>;
 
@@ -38,11 +41,18 @@ pub(super) enum Cmd {
     },
     Deliver {
         from: NodeId,
+        /// The sender's epoch when it sent the message.
+        epoch: Epoch,
         // Boxed: a token frame is a few hundred bytes, every other command is small.
         frame: Box<Frame>,
     },
     Status {
         reply: oneshot::Sender<Vec<LockStatus>>,
+    },
+    /// This node's parent for `path` (where its requests go) if the token is not here.
+    Parent {
+        path: String,
+        reply: oneshot::Sender<Option<u16>>,
     },
     /// Where request `ticket` for `path` stands (for a timeout's error).
     Explain {
@@ -63,6 +73,27 @@ pub(super) enum Cmd {
     /// A peer is a new run of a node this node knew.
     PeerRestarted {
         peer: u16,
+    },
+    /// The installed epoch and its members (recovery, `super::recover`).
+    #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
+    Epoch {
+        reply: oneshot::Sender<(Epoch, [bool; MAX_NODES])>,
+    },
+    /// Recovery: take no kernel step until the next epoch is installed, and report every
+    /// lock this node knows (the kernel's `FaultSite::report`).
+    #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
+    Freeze {
+        #[allow(clippy::type_complexity)]
+        reply: oneshot::Sender<(Epoch, Vec<(String, LockReport<MAX_NODES>)>)>,
+    },
+    /// Recovery: install `epoch` with `members` and the plans of the locks any member
+    /// knew (the kernel's `FaultSite::install`); every other lock is created afresh in it.
+    #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
+    Install {
+        epoch: Epoch,
+        members: [bool; MAX_NODES],
+        plans: Vec<(String, Plan<MAX_NODES>)>,
+        reply: oneshot::Sender<Result<(), String>>,
     },
 }
 
@@ -100,6 +131,7 @@ impl LockEntry {
     /// The fencing token of the site's current hold (0 while it holds nothing).
     fn fence(&self) -> u64 {
         self.site
+            .site()
             .lock(LOCK)
             .ok()
             .and_then(|k| k.fence())
@@ -127,7 +159,7 @@ impl LockEntry {
         if w.nested {
             return true;
         }
-        let k = self.site.lock(LOCK).expect("one lock per site");
+        let k = self.site.site().lock(LOCK).expect("one lock per site");
         !k.frozen().contains(w.mode) && k.queue().iter().all(|q| q.requester == me)
     }
 }
@@ -141,10 +173,19 @@ pub(super) struct Core {
     admitted: bool,
     /// This run was refused by a peer that knew an earlier one: nothing is served.
     fenced: Option<String>,
+    /// The installed epoch and its members (recovery; epoch 0: every configured node).
+    epoch: Epoch,
+    members: [bool; MAX_NODES],
+    /// Reported for the next epoch: no kernel step until it is installed (recovery).
+    frozen: bool,
+    /// Messages held back while frozen, or of an epoch not installed here yet: sender,
+    /// its epoch, the message.
+    held_back: Vec<(NodeId, Epoch, Frame)>,
 }
 
 impl Core {
     pub(super) fn new(shared: Arc<Shared>) -> Core {
+        let shared_n = shared.n;
         Core {
             admitted: shared.quorum() <= 1,
             shared,
@@ -152,6 +193,10 @@ impl Core {
             out: Box::default(),
             next_hold: 1,
             fenced: None,
+            epoch: 0,
+            members: all_members(shared_n),
+            frozen: false,
+            held_back: Vec::new(),
         }
     }
 
@@ -173,8 +218,7 @@ impl Core {
     fn entry(&mut self, path: &str) -> Result<&mut LockEntry, KernelError> {
         if !self.locks.contains_key(path) {
             let me = NodeId(self.shared.id);
-            let root = initial_holder(path, self.shared.n);
-            let site = LockSite::new(me, root)?;
+            let site = new_site(me, path, self.shared.n, self.epoch, &self.members)?;
             self.locks.insert(
                 path.to_string(),
                 LockEntry {
@@ -221,17 +265,7 @@ impl Core {
             },
             Cmd::Release { path, hold } => self.release(&path, hold),
             Cmd::Upgrade { path, hold, reply } => self.upgrade(&path, hold, reply),
-            Cmd::Deliver { from, frame } => {
-                let Frame { path, msg } = *frame;
-                if self.entry(&path).is_err() {
-                    return;
-                }
-                if let Err(e) = self.kstep(&path, Input::Deliver { from, msg: &msg }) {
-                    self.shared.counters.kernel_rejections.fetch_add(1, Relaxed);
-                    warn!(from = from.0, %path, error = %e, msg = ?msg, "kernel refused a message; dropped");
-                }
-                self.pump(&path);
-            }
+            Cmd::Deliver { from, epoch, frame } => self.deliver(from, epoch, *frame),
             Cmd::Admitted => {
                 self.admitted = true;
                 let paths: Vec<String> = self.locks.keys().cloned().collect();
@@ -259,7 +293,7 @@ impl Core {
             Cmd::PeerRestarted { peer } => {
                 // Requests on their way to the restarted node will not come back: fail them.
                 for (path, e) in self.locks.iter_mut() {
-                    let k = e.site.lock(LOCK).expect("one lock per site");
+                    let k = e.site.site().lock(LOCK).expect("one lock per site");
                     if e.requesting.is_some() && k.parent() == Some(NodeId(peer)) {
                         Self::fail_requesting(
                             e,
@@ -271,8 +305,38 @@ impl Core {
                     }
                 }
             }
+            Cmd::Parent { path, reply } => {
+                let parent = self
+                    .locks
+                    .get(&path)
+                    .and_then(|e| e.site.site().lock(LOCK).ok())
+                    .filter(|k| !k.has_token())
+                    .and_then(|k| k.parent())
+                    .map(|p| p.0);
+                let _ = reply.send(parent);
+            }
             Cmd::Flush { reply } => {
                 let _ = reply.send(());
+            }
+            Cmd::Epoch { reply } => {
+                let _ = reply.send((self.epoch, self.members));
+            }
+            Cmd::Freeze { reply } => {
+                self.frozen = true;
+                let reports = self
+                    .locks
+                    .iter()
+                    .filter_map(|(p, e)| e.site.report(LOCK).ok().map(|r| (p.clone(), r)))
+                    .collect();
+                let _ = reply.send((self.epoch, reports));
+            }
+            Cmd::Install {
+                epoch,
+                members,
+                plans,
+                reply,
+            } => {
+                let _ = reply.send(self.install(epoch, members, plans));
             }
             Cmd::Explain {
                 path,
@@ -286,7 +350,7 @@ impl Core {
                     .locks
                     .iter()
                     .map(|(path, e)| {
-                        let k = e.site.lock(LOCK).expect("one lock per site");
+                        let k = e.site.site().lock(LOCK).expect("one lock per site");
                         LockStatus {
                             path: path.clone(),
                             token: k.has_token(),
@@ -318,7 +382,7 @@ impl Core {
         let Some(e) = self.locks.get(path) else {
             return "the lock is not known at this node".into();
         };
-        let Ok(k) = e.site.lock(LOCK) else {
+        let Ok(k) = e.site.site().lock(LOCK) else {
             return String::new();
         };
         let mut parts = Vec::new();
@@ -326,6 +390,12 @@ impl Core {
             parts.push(format!("this node serves no lock ({r})"));
         } else if !self.admitted {
             parts.push("this node is waiting for a majority of the cluster to let it in".into());
+        } else if self.frozen {
+            parts.push(format!(
+                "a member left and epoch {} is being installed (recovery): this node takes \
+                 no protocol step until it is",
+                self.epoch + 1
+            ));
         }
         let out = e.requesting.as_ref();
         if out.is_some_and(|w| w.ticket == ticket) {
@@ -393,11 +463,17 @@ impl Core {
     }
 
     /// One kernel step on `path`'s site, then act on its outputs.
-    fn kstep(&mut self, path: &str, input: Input<'_, KMsg>) -> Result<(), KernelError> {
+    fn kstep(&mut self, path: &str, input: Input<'_, SMsg>) -> Result<(), KernelError> {
         let e = self.locks.get_mut(path).expect("entry exists");
         self.out.clear();
         e.site.step(input, &mut *self.out)?;
-        let outs: Vec<Output<KMsg>> = self.out.drain(..).collect();
+        self.act(path);
+        Ok(())
+    }
+
+    /// Act on the outputs of a kernel step (or an install) on `path`'s site.
+    fn act(&mut self, path: &str) {
+        let outs: Vec<Output<SMsg>> = self.out.drain(..).collect();
         for o in outs {
             match o {
                 Output::Send { to, msg } => self.send(to, path, msg),
@@ -405,18 +481,125 @@ impl Core {
                 Output::Upgraded { .. } => self.upgraded(path),
             }
         }
-        Ok(())
     }
 
-    fn send(&mut self, to: NodeId, path: &str, msg: KMsg) {
+    /// A protocol message from a peer. Held back while frozen (recovery) and while its
+    /// epoch is later than this node's; one of an earlier epoch is refused by the kernel
+    /// (`StaleEpoch`), dropped and counted.
+    fn deliver(&mut self, from: NodeId, epoch: Epoch, frame: Frame) {
+        if self.frozen {
+            self.held_back.push((from, epoch, frame));
+            return;
+        }
+        let path = frame.path.clone();
+        if self.entry(&path).is_err() {
+            return;
+        }
+        let msg = Stamped {
+            epoch,
+            msg: frame.msg,
+        };
+        match self.kstep(&path, Input::Deliver { from, msg: &msg }) {
+            Ok(()) => {}
+            Err(KernelError::FutureEpoch(_)) => {
+                // Kept until this node has installed that epoch; the recovery task looks
+                // at the installed epoch now.
+                let frame = Frame { path, msg: msg.msg };
+                self.held_back.push((from, epoch, frame));
+                self.shared.nudge.notify_one();
+                return;
+            }
+            Err(KernelError::StaleEpoch(_)) => {
+                self.shared.counters.stale_epoch.fetch_add(1, Relaxed);
+                tracing::debug!(from = from.0, %path, epoch, mine = self.epoch, "message of an earlier epoch; dropped");
+            }
+            Err(e) => {
+                self.shared.counters.kernel_rejections.fetch_add(1, Relaxed);
+                warn!(from = from.0, %path, error = %e, msg = ?msg, "kernel refused a message; dropped");
+            }
+        }
+        self.pump(&path);
+    }
+
+    /// Installs `epoch` (recovery): each planned lock by the kernel's `FaultSite::install`
+    /// (the token node serves its rebuilt queue), every other known lock created afresh in
+    /// the new epoch (no member knew it; frozen, this node took no step on it since), then
+    /// what waited: kernel releases, upgrades and requests of local callers, and the
+    /// messages held back.
+    fn install(
+        &mut self,
+        epoch: Epoch,
+        members: [bool; MAX_NODES],
+        plans: Vec<(String, Plan<MAX_NODES>)>,
+    ) -> Result<(), String> {
+        if epoch <= self.epoch {
+            return Err(format!(
+                "epoch {epoch} is not later than the installed epoch {}",
+                self.epoch
+            ));
+        }
+        let me = NodeId(self.shared.id);
+        // Every planned lock exists here, created in the old epoch where it is new.
+        for (path, _) in &plans {
+            self.entry(path)
+                .map_err(|e| format!("{path}: cannot create its site: {e}"))?;
+        }
+        self.frozen = false;
+        let (old_epoch, old_members) = (self.epoch, self.members);
+        self.epoch = epoch;
+        self.members = members;
+        let mut errors = Vec::new();
+        let planned: std::collections::HashSet<String> =
+            plans.iter().map(|(p, _)| p.clone()).collect();
+        for (path, plan) in plans {
+            let e = self.locks.get_mut(&path).expect("created above");
+            self.out.clear();
+            match e.site.install(epoch, &[plan], &mut *self.out) {
+                Ok(_) => self.act(&path),
+                Err(err) => errors.push(format!("{path}: {err}")),
+            }
+        }
+        let others: Vec<String> = self
+            .locks
+            .keys()
+            .filter(|p| !planned.contains(*p))
+            .cloned()
+            .collect();
+        for path in others {
+            match new_site(me, &path, self.shared.n, epoch, &members) {
+                Ok(site) => {
+                    let e = self.locks.get_mut(&path).expect("known");
+                    *e.site = site;
+                }
+                Err(err) => errors.push(format!("{path}: {err}")),
+            }
+        }
+        tracing::info!(epoch, old_epoch, ?old_members, "installed a new epoch");
+        let paths: Vec<String> = self.locks.keys().cloned().collect();
+        for p in &paths {
+            let e = self.locks.get_mut(p).expect("known");
+            if e.holders.is_empty() && e.held != Mode::Phi && !e.release_when_upgraded {
+                self.kernel_release(p);
+            }
+            self.try_upgrade(p);
+            self.pump(p);
+        }
+        for (from, e, frame) in std::mem::take(&mut self.held_back) {
+            self.deliver(from, e, frame);
+        }
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(errors.join("; "))
+        }
+    }
+
+    fn send(&mut self, to: NodeId, path: &str, msg: SMsg) {
         let Some(Some(p)) = self.shared.peers.get(to.idx()) else {
             warn!(to = to.0, %path, "kernel addressed a node outside the cluster; dropped");
             return;
         };
-        let bytes = Bytes::from(wire::encode(&wire::Payload::Token(Frame {
-            path: path.to_string(),
-            msg,
-        })));
+        let bytes = Bytes::from(wire::encode(&wire::Payload::stamped(path.to_string(), msg)));
         if p.tx.send(bytes).is_ok() {
             p.sent.fetch_add(1, Relaxed);
             self.shared.counters.frames_sent.fetch_add(1, Relaxed);
@@ -477,6 +660,10 @@ impl Core {
     }
 
     fn kernel_release(&mut self, path: &str) {
+        if self.frozen {
+            // After the install (`Core::install` releases what no local holder holds).
+            return;
+        }
         if let Err(error) = self.kstep(path, Input::Release { lock: LOCK }) {
             warn!(%path, %error, "kernel refused a release");
         }
@@ -543,7 +730,7 @@ impl Core {
         let Some(u) = &mut e.upgrading else {
             return;
         };
-        if u.issued || e.holders.len() != 1 || e.holders[0].0 != u.hold {
+        if u.issued || e.holders.len() != 1 || e.holders[0].0 != u.hold || self.frozen {
             return;
         }
         u.issued = true;
@@ -583,14 +770,14 @@ impl Core {
                 self.give(path, w);
                 continue;
             }
-            if !e.holders.is_empty() || e.held != Mode::Phi || !self.admitted {
+            if !e.holders.is_empty() || e.held != Mode::Phi || !self.admitted || self.frozen {
                 return;
             }
             let w = e.waiters.pop_front().expect("front exists");
             let (mode, prio) = (w.mode, w.prio);
             // The site's base priority carries over between requests: set it only when it
             // changes (most requests keep priority 0).
-            let reprioritise = e.site.priorities().base != prio;
+            let reprioritise = e.site.site().priorities().base != prio;
             e.requesting = Some(w);
             self.shared.counters.kernel_requests.fetch_add(1, Relaxed);
             let r = if reprioritise {

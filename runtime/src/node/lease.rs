@@ -19,8 +19,8 @@
 //!   this node's run: the requests of this node that wait on it — the lock's token or the
 //!   request's path is at that peer as this node knows it (its parent for the lock) — fail
 //!   with [`Error::PeerGone`](super::Error::PeerGone) naming it, and so do later requests
-//!   that would be sent to it. (Regenerating its tokens by the kernel's recovery
-//!   transitions is the next step, not built.)
+//!   that would be sent to it — unless `etcd_recovery` is on: then the survivors install a
+//!   new epoch with its locks rebuilt and those requests are granted (`super::recover`).
 //!
 //! With static membership (the default) [`NodeLease::Static`]: none of this.
 
@@ -86,7 +86,10 @@ impl NodeLease {
 /// The node's membership session: the etcd membership it joined (nothing when static).
 pub(super) struct Session {
     #[cfg(feature = "etcd")]
-    etcd: Option<crate::membership::Membership>,
+    etcd: Option<std::sync::Arc<crate::membership::Membership>>,
+    /// `etcd_recovery`: install a new epoch when a member's lease ends.
+    #[cfg(feature = "etcd")]
+    recovery: bool,
 }
 
 impl Session {
@@ -103,6 +106,8 @@ impl Session {
                 Session {
                     #[cfg(feature = "etcd")]
                     etcd: None,
+                    #[cfg(feature = "etcd")]
+                    recovery: false,
                 },
                 NodeLease::Static,
             )),
@@ -141,7 +146,13 @@ impl Session {
                     local = ?m.local_lease(),
                     "joined the cluster through etcd"
                 );
-                Ok((Session { etcd: Some(m) }, first))
+                Ok((
+                    Session {
+                        etcd: Some(std::sync::Arc::new(m)),
+                        recovery: config.etcd_recovery,
+                    },
+                    first,
+                ))
             }
             #[cfg(not(feature = "etcd"))]
             crate::config::Membership::Etcd { .. } => Err(std::io::Error::new(
@@ -167,11 +178,20 @@ impl Session {
                 m.lease_id(),
                 m.local_lease(),
             ));
-            tasks.spawn(etcd::follow_members(
-                shared.clone(),
-                core.clone(),
-                m.members(),
-            ));
+            if self.recovery {
+                tasks.spawn(super::recover::etcd::run(
+                    shared.clone(),
+                    core.clone(),
+                    m.clone(),
+                    m.members(),
+                ));
+            } else {
+                tasks.spawn(etcd::follow_members(
+                    shared.clone(),
+                    core.clone(),
+                    m.members(),
+                ));
+            }
         }
         #[cfg(not(feature = "etcd"))]
         let _ = (shared, core, tasks);
@@ -181,6 +201,11 @@ impl Session {
     pub(super) async fn leave(self) {
         #[cfg(feature = "etcd")]
         if let Some(m) = self.etcd {
+            // The node's tasks, which hold the other references, have stopped.
+            let Ok(m) = std::sync::Arc::try_unwrap(m) else {
+                tracing::warn!("the etcd membership is still in use; its lease ends after its TTL");
+                return;
+            };
             if let Err(e) = m.leave().await {
                 tracing::warn!(error = %e, "could not revoke the etcd lease; it ends after its TTL");
             }
@@ -288,12 +313,11 @@ mod etcd {
                 for (id, why) in ended {
                     seen.remove(&id);
                     let reason = format!("{why} (etcd revision {})", view.revision);
-                    let first = shared
-                        .gone
-                        .lock()
-                        .expect("gone lock")
-                        .insert(id, reason.clone())
-                        .is_none();
+                    let mut first = false;
+                    shared.gone.send_if_modified(|g| {
+                        first = g.insert(id, reason.clone()).is_none();
+                        first
+                    });
                     if first {
                         warn!(peer = id, %reason, "peer left the cluster; failing the requests that wait on it");
                         let _ = core.send(Cmd::PeerRestarted { peer: id });
@@ -301,7 +325,7 @@ mod etcd {
                 }
                 for (&id, m) in &view.members {
                     let peer = usize::from(id) < shared.n && id != shared.id;
-                    let known_gone = shared.gone.lock().expect("gone lock").contains_key(&id);
+                    let known_gone = shared.gone.borrow().contains_key(&id);
                     if peer && !known_gone {
                         seen.entry(id).or_insert(m.incarnation);
                     }

@@ -25,12 +25,14 @@
 //! kernel sites and the local holders; `net` the peer channels (dialing, sending and
 //! resending, accepting, acknowledgements, heartbeats); `handshake` the authentication of
 //! a connection; `status` what `hilock status` shows; `lease` the node's etcd lease and
-//! its peers' (membership through etcd, [`NodeLease`]).
+//! its peers' (membership through etcd, [`NodeLease`]); `recover` the new epoch installed
+//! through etcd when a member's lease ends (`etcd_recovery`).
 
 mod core;
 mod handshake;
 mod lease;
 mod net;
+mod recover;
 mod status;
 
 use std::net::SocketAddr;
@@ -174,17 +176,13 @@ impl std::fmt::Display for Error {
                 f,
                 "{path}: node {peer} has left the cluster ({reason}); this request waits on it \
                  (the lock's token or the request's path is at node {peer}) and cannot be served \
-                 (regenerating its tokens is not built: restart the whole cluster)"
+                 (without `etcd_recovery` its tokens are not regenerated: restart the whole cluster)"
             ),
         }
     }
 }
 
 impl std::error::Error for Error {}
-
-/// How often a waiting request checks whether it now waits on a peer that left the
-/// cluster (membership through etcd).
-const GONE_POLL: Duration = Duration::from_millis(200);
 
 /// Options of a lock request.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -222,6 +220,7 @@ struct Counters {
     rejected_connections: AtomicU64,
     kernel_rejections: AtomicU64,
     abandoned_grants: AtomicU64,
+    stale_epoch: AtomicU64,
 }
 
 /// A snapshot of a node's counters.
@@ -241,6 +240,10 @@ pub struct Stats {
     pub kernel_rejections: u64,
     /// Grants that arrived for callers that had given up, released at once.
     pub abandoned_grants: u64,
+    /// Delivered messages of an earlier epoch than this node's (recovery), refused by
+    /// the kernel (`StaleEpoch`) and dropped.
+    #[serde(default)]
+    pub stale_epoch: u64,
 }
 
 struct Shared {
@@ -264,8 +267,11 @@ struct Shared {
     agents: crate::agents::Inbox,
     /// This node's lease ([`NodeLease::Static`] without etcd).
     lease: tokio::sync::watch::Sender<NodeLease>,
-    /// Peers that left the cluster (etcd membership), with how.
-    gone: std::sync::Mutex<std::collections::BTreeMap<u16, String>>,
+    /// Peers that left the cluster (etcd membership), with how; a waiting request
+    /// watches it (woken when a peer leaves).
+    gone: tokio::sync::watch::Sender<std::collections::BTreeMap<u16, String>>,
+    /// Wakes the recovery task (a message of a later epoch arrived).
+    nudge: tokio::sync::Notify,
 }
 
 /// The agents engine sends on the same peer links (see [`crate::agents::Net`]).
@@ -411,7 +417,8 @@ impl Node {
             tickets: AtomicU64::new(0),
             agents: agents_inbox,
             lease: tokio::sync::watch::Sender::new(first_lease),
-            gone: Default::default(),
+            gone: tokio::sync::watch::Sender::new(Default::default()),
+            nudge: tokio::sync::Notify::new(),
         });
         tasks.spawn(crate::agents::run(shared.clone(), agents_rx));
         let (tx, rx) = mpsc::unbounded_channel();
@@ -575,7 +582,7 @@ impl Handle {
 
     /// The error for a request the core failed because `peer` is refused or gone.
     fn peer_error(&self, path: String, peer: u16) -> Error {
-        match self.shared.gone.lock().expect("gone lock").get(&peer) {
+        match self.shared.gone.borrow().get(&peer) {
             Some(reason) => Error::PeerGone {
                 path,
                 peer,
@@ -587,17 +594,20 @@ impl Handle {
 
     /// If the lock `path` waits on a peer that left the cluster — its token is not here
     /// and this node's parent for it (where its requests go) is that peer — the peer and
-    /// how it left. Asks the core only while some peer is gone.
+    /// how it left. Asks the core for this path's parent only while some peer is gone.
     async fn waits_on_gone(&self, path: &str) -> Option<(u16, String)> {
-        if self.shared.gone.lock().expect("gone lock").is_empty() {
+        if self.shared.gone.borrow().is_empty() {
             return None;
         }
         let (reply, rx) = oneshot::channel();
-        self.tx.send(Cmd::Status { reply }).ok()?;
-        let locks = rx.await.ok()?;
-        let l = locks.into_iter().find(|l| l.path == path)?;
-        let parent = l.parent.filter(|_| !l.token)?;
-        let gone = self.shared.gone.lock().expect("gone lock");
+        self.tx
+            .send(Cmd::Parent {
+                path: path.to_string(),
+                reply,
+            })
+            .ok()?;
+        let parent = rx.await.ok()??;
+        let gone = self.shared.gone.borrow();
         gone.get(&parent).map(|r| (parent, r.clone()))
     }
 
@@ -640,11 +650,13 @@ impl Handle {
                 })
                 .map_err(|_| Error::Stopped)?;
             // Membership through etcd: a request that waits on a peer that left fails
-            // (now, or as soon as it is sent to it), naming the peer.
+            // (now, or as soon as a peer it waits on leaves), naming the peer.
             let answer = if matches!(*self.shared.lease.borrow(), NodeLease::Static) {
                 timeout_at(deadline, &mut rx).await
             } else {
+                let mut gone = self.shared.gone.subscribe();
                 loop {
+                    gone.borrow_and_update();
                     if let Some((peer, reason)) = self.waits_on_gone(p).await {
                         // Closed, the request is abandoned (as on a timeout: the core
                         // releases it when it is granted); a grant sent before the close
@@ -663,7 +675,8 @@ impl Handle {
                     }
                     tokio::select! {
                         a = timeout_at(deadline, &mut rx) => break a,
-                        _ = tokio::time::sleep(GONE_POLL) => {}
+                        // A peer left (the sender lives as long as the node's shared state).
+                        _ = gone.changed() => {}
                     }
                 }
             };
@@ -730,6 +743,7 @@ impl Handle {
             rejected_connections: c.rejected_connections.load(Relaxed),
             kernel_rejections: c.kernel_rejections.load(Relaxed),
             abandoned_grants: c.abandoned_grants.load(Relaxed),
+            stale_epoch: c.stale_epoch.load(Relaxed),
         }
     }
 }

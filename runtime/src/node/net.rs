@@ -497,6 +497,15 @@ async fn serve_peer(
             wire::Payload::Token(f) => match check_frame(&f) {
                 Ok(()) => Ok(Cmd::Deliver {
                     from: NodeId(from),
+                    epoch: 0,
+                    frame: Box::new(f),
+                }),
+                Err(e) => break Some(e),
+            },
+            wire::Payload::Stamped(epoch, f) => match check_frame(&f) {
+                Ok(()) => Ok(Cmd::Deliver {
+                    from: NodeId(from),
+                    epoch,
                     frame: Box::new(f),
                 }),
                 Err(e) => break Some(e),

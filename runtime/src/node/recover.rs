@@ -1,0 +1,426 @@
+//! Recovery through etcd (issue 15 item 4; `spec/FAULTS.md` 2.2.2 and 3.3): when a member's
+//! etcd lease ends, the survivors install a new epoch with every lock rebuilt by the
+//! kernel's recovery transitions — the runtime decides nothing itself:
+//!
+//! 1. every survivor that sees a member of its epoch gone computes the next membership
+//!    ([`recovery::next_members`]), **freezes** its core (no kernel step until the new
+//!    epoch is installed: local kernel requests and releases wait, delivered messages are
+//!    held back) and writes its [`FaultSite::report`] of every lock it knows to its report
+//!    key in etcd (bound to its lease);
+//! 2. the recovery leader (a key bound to its lease, created only where none exists:
+//!    [`Membership::lead`]) waits for the reports of every member of the next epoch, runs
+//!    [`recovery::rebuild`] per lock (a member without a lock reports what its lazily
+//!    created site would, [`new_site`]) and installs epoch `e + 1` with the plans by a
+//!    compare-and-swap transaction on the epoch key ([`Membership::install_epoch`]: at most
+//!    one plan per epoch is ever installed);
+//! 3. every member reads the installed plans and runs [`FaultSite::install`] on each lock
+//!    (the token node serves its rebuilt queue; a lock no member knew is created fresh in
+//!    the new epoch), unfreezes, and delivers what it held back: messages of the old epoch
+//!    are refused by the kernel (`StaleEpoch`) and counted; messages of a later epoch wait
+//!    until that epoch is installed.
+//!
+//! The cut of the reports is consistent: a frozen node sends nothing, so every message a
+//! node received before it reported was sent before its sender reported.
+
+use hilock_kernel::recovery::{self, Epoch, FaultSite, LockReport, Plan};
+use hilock_kernel::{KernelError, NodeId, Site};
+use serde::{Deserialize, Serialize};
+
+use crate::config::MAX_NODES;
+use crate::wire::{initial_holder, KOutputs, LockSite, LOCK};
+
+/// One node's reports, as it writes them to etcd.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[cfg_attr(not(feature = "etcd"), allow(dead_code))]
+pub(crate) struct Reports {
+    /// The epoch the reports are of.
+    pub(crate) epoch: Epoch,
+    /// Per lock path, the kernel's report.
+    pub(crate) locks: Vec<(String, LockReport<MAX_NODES>)>,
+}
+
+/// The plans of one epoch, as the leader installs them in etcd.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[cfg_attr(not(feature = "etcd"), allow(dead_code))]
+pub(crate) struct Plans {
+    /// The epoch.
+    pub(crate) epoch: Epoch,
+    /// Its members.
+    pub(crate) members: Vec<u16>,
+    /// Per lock path, the kernel's plan.
+    pub(crate) locks: Vec<(String, Plan<MAX_NODES>)>,
+}
+
+/// The members of epoch 0: every configured node.
+pub(crate) fn all_members(n: usize) -> [bool; MAX_NODES] {
+    core::array::from_fn(|i| i < n)
+}
+
+/// The site of lock `path` at node `me` as it is created on first use in `epoch` with
+/// `members`: the fresh site of epoch 0 (token at [`initial_holder`]) and, after epoch 0,
+/// the plan the kernel rebuilds from every member's fresh report installed on it — so
+/// every node computes the same site for a lock no member knew, and the leader the same
+/// report for a member that does not know a lock. Fails only if `me` is not a member.
+pub(crate) fn new_site(
+    me: NodeId,
+    path: &str,
+    n: usize,
+    epoch: Epoch,
+    members: &[bool; MAX_NODES],
+) -> Result<LockSite, KernelError> {
+    let root = initial_holder(path, n);
+    let site = FaultSite::new(Site::new(me, root)?);
+    if epoch == 0 {
+        return Ok(site);
+    }
+    let mut reports = Vec::new();
+    for i in (0..n).filter(|&i| members[i]) {
+        let fresh: LockSite = FaultSite::new(Site::new(NodeId(i as u16), root)?);
+        reports.push(fresh.report(LOCK).map_err(|_| KernelError::NotMember)?);
+    }
+    let plan = recovery::rebuild(epoch, members, &reports).map_err(|_| KernelError::NotMember)?;
+    let mut site = site;
+    let mut out: Box<KOutputs> = Box::default();
+    site.install(epoch, &[plan], &mut *out)
+        .map_err(|_| KernelError::NotMember)?;
+    Ok(site)
+}
+
+/// The leader's rebuild: for every lock any member reported, one report per member of
+/// `next` (a member that did not report the lock reports its fresh site of `epoch` with
+/// `members`), then [`recovery::rebuild`] for epoch `epoch + 1`.
+#[cfg_attr(not(feature = "etcd"), allow(dead_code))]
+pub(crate) fn rebuild_all(
+    n: usize,
+    epoch: Epoch,
+    members: &[bool; MAX_NODES],
+    next: &[bool; MAX_NODES],
+    reports: &std::collections::BTreeMap<u16, Reports>,
+) -> Result<Plans, String> {
+    let mut paths: Vec<&String> = reports
+        .values()
+        .flat_map(|r| r.locks.iter().map(|(p, _)| p))
+        .collect();
+    paths.sort();
+    paths.dedup();
+    let new_epoch = epoch + 1;
+    let mut locks = Vec::new();
+    for path in paths {
+        let mut rs = Vec::new();
+        for i in (0..n).filter(|&i| next[i]) {
+            let id = i as u16;
+            let mine = reports
+                .get(&id)
+                .and_then(|r| r.locks.iter().find(|(p, _)| p == path))
+                .map(|(_, r)| r.clone());
+            let r = match mine {
+                Some(r) => r,
+                None => new_site(NodeId(id), path, n, epoch, members)
+                    .map_err(|e| format!("{path}: node {id}'s fresh site: {e}"))?
+                    .report(LOCK)
+                    .map_err(|e| format!("{path}: node {id}'s fresh report: {e}"))?,
+            };
+            rs.push(r);
+        }
+        let plan = recovery::rebuild(new_epoch, next, &rs)
+            .map_err(|e| format!("{path}: rebuild for epoch {new_epoch}: {e}"))?;
+        locks.push((path.clone(), plan));
+    }
+    Ok(Plans {
+        epoch: new_epoch,
+        members: (0..n).filter(|&i| next[i]).map(|i| i as u16).collect(),
+        locks,
+    })
+}
+
+#[cfg(feature = "etcd")]
+pub(super) mod etcd {
+    use std::collections::BTreeMap;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use hilock_kernel::recovery::{next_members, Liveness, RecoveryVariant};
+    use tokio::sync::{mpsc, oneshot, watch};
+    use tracing::{info, warn};
+
+    use super::{rebuild_all, Plans, Reports};
+    use crate::config::MAX_NODES;
+    use crate::membership::{EpochView, Error as MError, Member, MemberView, Membership};
+    use crate::node::core::Cmd;
+    use crate::node::Shared;
+
+    /// How often a member looks again while a recovery is under way.
+    const BUSY: Duration = Duration::from_millis(20);
+    /// How often an idle member reads the installed epoch (besides member-list changes and
+    /// messages of a later epoch, which wake it at once).
+    const IDLE: Duration = Duration::from_secs(1);
+
+    /// The recovery task of one node (see the [module](super) docs).
+    pub(in crate::node) async fn run(
+        shared: Arc<Shared>,
+        core: mpsc::UnboundedSender<Cmd>,
+        m: Arc<Membership>,
+        mut view: watch::Receiver<MemberView>,
+    ) {
+        // The incarnation of each member of the installed epoch (epoch 0: as first seen).
+        let mut runs: BTreeMap<u16, u64> = BTreeMap::new();
+        let mut reported: Option<u32> = None;
+        loop {
+            let busy = match step(&shared, &core, &m, &view, &mut runs, &mut reported).await {
+                Ok(b) => b,
+                Err(e) => {
+                    warn!(error = %e, "recovery: {e}");
+                    true
+                }
+            };
+            let wait = if busy { BUSY } else { IDLE };
+            tokio::select! {
+                r = view.changed() => if r.is_err() { return },
+                _ = shared.nudge.notified() => {}
+                _ = tokio::time::sleep(wait) => {}
+            }
+        }
+    }
+
+    async fn ask<T>(
+        core: &mpsc::UnboundedSender<Cmd>,
+        f: impl FnOnce(oneshot::Sender<T>) -> Cmd,
+    ) -> Result<T, String> {
+        let (tx, rx) = oneshot::channel();
+        core.send(f(tx)).map_err(|_| "the node stops".to_string())?;
+        rx.await.map_err(|_| "the node stops".to_string())
+    }
+
+    /// One look: install a newer epoch, or take part in the next one. `Ok(true)`: a
+    /// recovery is under way (look again soon).
+    async fn step(
+        shared: &Shared,
+        core: &mpsc::UnboundedSender<Cmd>,
+        m: &Membership,
+        view: &watch::Receiver<MemberView>,
+        runs: &mut BTreeMap<u16, u64>,
+        reported: &mut Option<u32>,
+    ) -> Result<bool, String> {
+        let n = shared.n;
+        let installed = m.current_epoch().await.map_err(|e| e.to_string())?;
+        let (epoch, members) = ask(core, |reply| Cmd::Epoch { reply }).await?;
+        if installed.epoch > epoch {
+            let plans: Plans = serde_json::from_slice(&installed.plan).map_err(|e| {
+                format!("the plan of epoch {} does not decode: {e}", installed.epoch)
+            })?;
+            let mut next = [false; MAX_NODES];
+            for &i in &plans.members {
+                if usize::from(i) < n {
+                    next[usize::from(i)] = true;
+                }
+            }
+            runs.clear();
+            for mb in &installed.members {
+                runs.insert(mb.id, mb.incarnation);
+            }
+            let locks = plans.locks.len();
+            let r = ask(core, |reply| Cmd::Install {
+                epoch: plans.epoch,
+                members: next,
+                plans: plans.locks,
+                reply,
+            })
+            .await?;
+            info!(epoch = plans.epoch, locks, result = ?r, "recovery: installed epoch");
+            return r.map(|()| false);
+        }
+        let v = view.borrow().clone();
+        if !v.connected {
+            return Ok(false);
+        }
+        if epoch == 0 {
+            for (&id, mb) in &v.members {
+                if usize::from(id) < n {
+                    runs.entry(id).or_insert(mb.incarnation);
+                }
+            }
+        }
+        // What etcd says of each member of this epoch: a member whose key is gone (or
+        // held by another run) has crashed — its lease ended at etcd, so (3.1) it stopped
+        // granting and its holders' commands died before. A node of epoch 0 not yet seen
+        // has not started yet: it counts as up.
+        let liveness: [Liveness; MAX_NODES] = core::array::from_fn(|i| {
+            let id = i as u16;
+            match (runs.get(&id), v.members.get(&id)) {
+                (Some(k), Some(mb)) if mb.incarnation == *k => Liveness::Up,
+                (None, _) if epoch == 0 => Liveness::Up,
+                _ if i >= n => Liveness::Up,
+                _ => Liveness::Crashed,
+            }
+        });
+        let Some(next) = next_members(&members, &liveness, RecoveryVariant::HILOCK) else {
+            return Ok(false);
+        };
+        if !next[usize::from(shared.id)] {
+            return Err("this node is not in the next epoch".into());
+        }
+        if *reported != Some(epoch) {
+            let (e, locks) = ask(core, |reply| Cmd::Freeze { reply }).await?;
+            let count = locks.len();
+            let r = Reports { epoch: e, locks };
+            let bytes = serde_json::to_vec(&r).map_err(|e| e.to_string())?;
+            m.put_report(bytes).await.map_err(|e| e.to_string())?;
+            *reported = Some(epoch);
+            info!(epoch, locks = count, "recovery: frozen and reported");
+        }
+        let leader = m.lead().await.map_err(|e| e.to_string())?;
+        if leader.mine {
+            lead(shared, m, &installed, epoch, &members, &next, &v).await?;
+        }
+        Ok(true)
+    }
+
+    /// The leader's part: every report of the next epoch's members, the rebuild, the
+    /// install by compare-and-swap.
+    async fn lead(
+        shared: &Shared,
+        m: &Membership,
+        installed: &EpochView,
+        epoch: u32,
+        members: &[bool; MAX_NODES],
+        next: &[bool; MAX_NODES],
+        v: &MemberView,
+    ) -> Result<(), String> {
+        let n = shared.n;
+        let raw = m.reports().await.map_err(|e| e.to_string())?;
+        let mut reports = BTreeMap::new();
+        for (id, bytes) in raw {
+            let Ok(r) = serde_json::from_slice::<Reports>(&bytes) else {
+                continue;
+            };
+            if usize::from(id) < n && next[usize::from(id)] && r.epoch == epoch {
+                reports.insert(id, r);
+            }
+        }
+        if let Some(missing) = (0..n).find(|&i| next[i] && !reports.contains_key(&(i as u16))) {
+            tracing::debug!(missing, "recovery: waiting for a report");
+            return Ok(());
+        }
+        let plans = rebuild_all(n, epoch, members, next, &reports)?;
+        let who: Vec<Member> = plans
+            .members
+            .iter()
+            .filter_map(|id| v.members.get(id).copied())
+            .collect();
+        let bytes = serde_json::to_vec(&plans).map_err(|e| e.to_string())?;
+        match m.install_epoch(installed, &who, &bytes).await {
+            Ok(e) => {
+                info!(epoch = e.epoch, members = ?plans.members, locks = plans.locks.len(), "recovery: epoch installed in etcd");
+                Ok(())
+            }
+            Err(MError::StaleEpoch { tried, current }) => {
+                info!(tried, current, "recovery: another install came first");
+                Ok(())
+            }
+            Err(e) => Err(e.to_string()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use hilock_kernel::recovery::Stamped;
+    use hilock_kernel::{Input, Mode, Output, Protocol};
+
+    use super::*;
+    use crate::wire::{self, Payload, SMsg};
+
+    fn sends(out: &KOutputs) -> Vec<(NodeId, SMsg)> {
+        out.iter()
+            .filter_map(|o| match o {
+                Output::Send { to, msg } => Some((*to, msg.clone())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn rooted(prefix: &str, n: usize, at: u16) -> String {
+        (0..)
+            .map(|i| format!("{prefix}{i}"))
+            .find(|p| initial_holder(p, n) == NodeId(at))
+            .unwrap()
+    }
+
+    /// Node 2 holds the token of a lock and dies while node 0's request for it is on its
+    /// way. Nodes 0 and 1 report, the leader's rebuild regenerates the token at node 0,
+    /// and the install grants node 0's request; node 0's old request, as it travelled on
+    /// the wire (stamped with epoch 0), is refused by a site of epoch 1 and changes
+    /// nothing. A lock nobody knew, whose token started at node 2, is created in epoch 1
+    /// with its token at node 0 by every node alike.
+    #[test]
+    fn the_old_epoch_s_messages_are_refused_after_the_install() {
+        let n = 3;
+        let path = rooted("/t", n, 2);
+        let members = all_members(n);
+        let mut s: Vec<LockSite> = (0..n)
+            .map(|i| new_site(NodeId(i as u16), &path, n, 0, &members).unwrap())
+            .collect();
+        let mut out: Box<KOutputs> = Box::default();
+        s[0].step(
+            Input::Acquire {
+                lock: LOCK,
+                mode: Mode::W,
+            },
+            &mut *out,
+        )
+        .unwrap();
+        let (to, req) = sends(&out).remove(0);
+        assert_eq!((to, req.epoch), (NodeId(2), 0));
+        let bytes = wire::encode(&Payload::stamped(path.clone(), req));
+        // Node 2 dies.
+        let next: [bool; MAX_NODES] = core::array::from_fn(|i| i < 2);
+        let mut reports = BTreeMap::new();
+        for (i, site) in s.iter().enumerate().take(2) {
+            let locks = vec![(path.clone(), site.report(LOCK).unwrap())];
+            reports.insert(i as u16, Reports { epoch: 0, locks });
+        }
+        let plans = rebuild_all(n, 0, &members, &next, &reports).unwrap();
+        assert_eq!((plans.epoch, plans.members.clone()), (1, vec![0, 1]));
+        let plan = plans.locks[0].1.clone();
+        assert!(plan.regenerated);
+        assert_eq!(plan.root, NodeId(0));
+        out.clear();
+        s[0].install(1, core::slice::from_ref(&plan), &mut *out)
+            .unwrap();
+        assert!(out.contains(&Output::Granted {
+            lock: LOCK,
+            mode: Mode::W
+        }));
+        out.clear();
+        s[1].install(1, core::slice::from_ref(&plan), &mut *out)
+            .unwrap();
+        let (epoch, frame) = match wire::decode::<Payload>(&bytes).unwrap() {
+            Payload::Token(f) => (0, f),
+            Payload::Stamped(e, f) => (e, f),
+            other => panic!("not a kernel message: {other:?}"),
+        };
+        let before = s[1].clone();
+        let old = Stamped {
+            epoch,
+            msg: frame.msg,
+        };
+        let r = s[1].step(
+            Input::Deliver {
+                from: NodeId(0),
+                msg: &old,
+            },
+            &mut *out,
+        );
+        assert_eq!(r, Err(KernelError::StaleEpoch(LOCK)));
+        assert!(s[1] == before, "a refused message changes nothing");
+        // A lock no member knew, rooted at the dead node.
+        let fresh = rooted("/u", n, 2);
+        let a = new_site(NodeId(0), &fresh, n, 1, &next).unwrap();
+        let b = new_site(NodeId(1), &fresh, n, 1, &next).unwrap();
+        assert!(a.site().lock(LOCK).unwrap().has_token());
+        assert_eq!(b.site().lock(LOCK).unwrap().parent(), Some(NodeId(0)));
+        assert_eq!((a.epoch(), b.epoch()), (1, 1));
+    }
+}
