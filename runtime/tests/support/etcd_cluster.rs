@@ -65,6 +65,19 @@ impl Nodes {
         listen: &[SocketAddr],
         route: impl Fn(usize, usize) -> SocketAddr,
     ) -> Nodes {
+        Nodes::start_configured(cluster, endpoints, request_timeout_ms, listen, route, "")
+    }
+
+    /// [`Nodes::start_routed`] with `extra` appended to every node's configuration (for
+    /// example `etcd_recovery = true`).
+    pub fn start_configured(
+        cluster: &str,
+        endpoints: &[String],
+        request_timeout_ms: u64,
+        listen: &[SocketAddr],
+        route: impl Fn(usize, usize) -> SocketAddr,
+        extra: &str,
+    ) -> Nodes {
         assert_eq!(listen.len(), endpoints.len(), "one address per node");
         let dir = tempfile::tempdir().unwrap();
         let mut nodes = Nodes {
@@ -76,7 +89,7 @@ impl Nodes {
                 "cluster = \"{cluster}\"\nsecret = \"etcd node test secret\"\nid = {id}\n\
                  request_timeout_ms = {request_timeout_ms}\nclient = \"{}\"\n\
                  membership = \"etcd\"\netcd_endpoints = [\"{endpoint}\"]\n\
-                 etcd_lease_ttl_s = {TTL_S}\netcd_grace_ms = {GRACE_MS}\n",
+                 etcd_lease_ttl_s = {TTL_S}\netcd_grace_ms = {GRACE_MS}\n{extra}",
                 nodes.socket(id).display()
             );
             for (j, &own) in listen.iter().enumerate() {
