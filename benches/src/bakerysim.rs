@@ -29,7 +29,11 @@
 //! - **The token engine** on the same workload: `C` hilock sites ([`Site`], the thesis's
 //!   forwarding, [`hilock_kernel::Variant::HILOCK`]), all locking lock 0 in W, in the same
 //!   loop with the same [`Config`] (node 0 starts with the token).
+//! - **A central lock server** on three members (leader + two followers, commit on a
+//!   majority), the etcd stand-in ([`crate::central`], what it models and what not), on the
+//!   same workload in the same loop.
 
+use crate::central::CentralSite;
 use crate::sim::{self, Config, Driven, Mix, PrioMode, Proto, RelayClass, Requester, Stats};
 use hilock_kernel::bakery::{
     BakeryError, Client, ClientId, ClientOutput, Config as BakeryConfig, Input as BInput, Phase,
@@ -575,6 +579,17 @@ pub fn run_token(w: &Workload) -> Result<Stats, String> {
     Ok(st)
 }
 
+/// Runs the central lock server ([`crate::central`]: `C` clients, a leader and two
+/// followers) on `w`.
+pub fn run_central(w: &Workload) -> Result<Stats, String> {
+    let n = w.clients + 3;
+    let sites = (0..n)
+        .map(|i| CentralSite::new(i, w.clients))
+        .collect::<Result<Vec<_>, _>>()?;
+    let (st, _) = sim::run_sites(&w.config(n), sites).map_err(|e| format!("central: {e}"))?;
+    Ok(st)
+}
+
 /// One row of the comparison: the bakery and the token engine on the same workload.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Comparison {
@@ -584,6 +599,8 @@ pub struct Comparison {
     pub bakery: BakeryStats,
     /// The token engine.
     pub token: Stats,
+    /// The central lock server on 3 members ([`crate::central`], the etcd stand-in).
+    pub central: Stats,
 }
 
 /// Runs both systems on `w`.
@@ -592,6 +609,7 @@ pub fn compare(w: &Workload) -> Result<Comparison, String> {
         workload: *w,
         bakery: run_bakery(w, Variant::HILOCK)?,
         token: run_token(w)?,
+        central: run_central(w)?,
     })
 }
 
@@ -599,13 +617,13 @@ pub fn compare(w: &Workload) -> Result<Comparison, String> {
 pub fn markdown(rows: &[Comparison]) -> String {
     let d = |us: u64| us as f64 / 1000.0;
     let mut s = String::from(
-        "| clients | bakery messages / acquire+release | bakery quorum ops / acquire | bakery sleeps / acquire | bakery entries read / acquire | bakery latency p50 / p99 | token engine messages / acquire+release | token engine latency p50 / p99 | acquires measured (each) |\n\
-         |---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+        "| clients | bakery messages / acquire+release | bakery quorum ops / acquire | bakery sleeps / acquire | bakery entries read / acquire | bakery latency p50 / p99 | token engine messages / acquire+release | token engine latency p50 / p99 | central server messages / acquire+release | central server latency p50 / p99 | acquires measured (each) |\n\
+         |---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     for r in rows {
-        let (b, t) = (&r.bakery, &r.token);
+        let (b, t, z) = (&r.bakery, &r.token, &r.central);
         s.push_str(&format!(
-            "| {} | {:.1} | {:.2} | {:.2} | {:.1} | {:.1} / {:.1} | {:.2} | {:.1} / {:.1} | {} / {} |\n",
+            "| {} | {:.1} | {:.2} | {:.2} | {:.1} | {:.1} / {:.1} | {:.2} | {:.1} / {:.1} | {:.2} | {:.1} / {:.1} | {} / {} / {} |\n",
             r.workload.clients,
             b.messages_per_acquire(),
             b.ops_per_acquire(),
@@ -616,8 +634,12 @@ pub fn markdown(rows: &[Comparison]) -> String {
             t.per_request(),
             d(t.latency_quantile_us(0.5)),
             d(t.latency_quantile_us(0.99)),
+            z.per_request(),
+            d(z.latency_quantile_us(0.5)),
+            d(z.latency_quantile_us(0.99)),
             b.sim.latencies_us.len(),
             t.latencies_us.len(),
+            z.latencies_us.len(),
         ));
     }
     s

@@ -124,3 +124,34 @@ fn token_engine_on_the_same_workload() {
         assert!(bakerysim::markdown(&[row]).contains(&format!("| {c} |")));
     }
 }
+
+/// The central server (etcd stand-in): 12 messages per acquire+release whatever the
+/// contention (Lock, 2 appends, 2 acks, Grant; Unlock, 2 appends, 2 acks, UnlockAck; a
+/// waiter's Grant is its own acquire's), and without jitter an uncontended acquire that
+/// follows a release takes 4 (the UnlockAck) + 4 message delays.
+#[test]
+fn central_server_costs_twelve_messages() {
+    let w = Workload {
+        jitter: 0.0,
+        ..small(1, 1)
+    };
+    let z = bakerysim::run_central(&w).unwrap();
+    assert_eq!(z.messages(), 12 * z.lock_requests);
+    assert!(
+        z.latencies_us.iter().all(|&l| l == 8_000),
+        "{:?}",
+        z.latencies_us
+    );
+    for c in [2, 4, 8] {
+        let z = bakerysim::run_central(&small(c, 1)).unwrap();
+        assert_eq!(
+            z.checked_grants as usize,
+            (5 + 10) * c,
+            "every grant checked"
+        );
+        // Messages in the window: those of the window's requests, give or take the ones in
+        // flight at its ends.
+        let per = z.per_request();
+        assert!((per - 12.0).abs() < 0.5, "C = {c}: {per}");
+    }
+}
