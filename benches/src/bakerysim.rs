@@ -20,7 +20,7 @@
 //!   that comes while the client's line-19 write is still in flight waits for it (the
 //!   kernel client does one thing at a time).
 //! - **"Sleep a little"** is the simulator's poll ([`Driven::wants_poll`]): a client that
-//!   the kernel put to sleep (lines 9–16) is woken ([`Input::Wake`]) after `poll` message
+//!   the kernel put to sleep (lines 9–16) is woken (the kernel client's `Input::Wake`) after `poll` message
 //!   delays and re-reads.
 //! - **Leases.** The corrected variant has leases, but no time passes for the clients (no
 //!   `Tick`): the lease is taken to be far longer than any wait here (the runtime's is 2 s
