@@ -4,6 +4,9 @@
 //!   look-ups and the size of a site (`cargo bench -p hilock-benches --bench step`);
 //! - [`sim`]: a deterministic discrete-event simulator that drives `n` kernel sites with the
 //!   thesis workload (seed 002, chapter 4) for hilock and the Naimi-Trehel baselines;
+//! - [`bakerysim`]: seed 004's bakery (kernel clients over simulated quorum replicas) in
+//!   the simulator's loop, next to the token engine on the same one-lock workload;
+//! - [`central`]: a central lock server on three members (the etcd stand-in of [`bakerysim`]);
 //! - [`plot`]: SVG line charts of the simulator's results;
 //! - [`txn`]: multi-lock transactions on the token engine (ordered acquisition) and on the
 //!   agents engine (detection and surrender), and the `txn_compare` binary that tabulates
@@ -18,6 +21,8 @@
 //!
 //! Results and the commands that produced them are in `BENCHMARKS.md`.
 
+pub mod bakerysim;
+pub mod central;
 pub mod plot;
 pub mod ring;
 pub mod ringair;

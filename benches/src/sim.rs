@@ -181,6 +181,16 @@ pub trait Driven: Protocol {
     }
     /// Whether the loop checks [`Cluster::check_exclusive`] after every grant.
     const CHECK_EXCLUSIVE: bool = false;
+    /// Whether the node runs the workload (default); a passive node (a replica of the
+    /// bakery's store, [`crate::bakerysim`]) only answers messages.
+    fn active(&self) -> bool {
+        true
+    }
+    /// The wait before a poll ([`Driven::wants_poll`]), in mean message latencies
+    /// (default 1).
+    fn poll_interval(&self) -> f64 {
+        1.0
+    }
 }
 
 impl<const N: usize, const L: usize, const Q: usize> Driven for Site<N, L, Q> {}
@@ -238,6 +248,9 @@ pub enum Mix {
     /// Hilock: 1.85 lock requests per access; lock-request modes IR 43.2 / R 48.6 / U 2.2 /
     /// IW 2.7 / W 3.2 %.
     EntryIntention,
+    /// Every access is one request for lock 0 in W, whatever was drawn (the bakery
+    /// comparison, [`crate::bakerysim`]: C clients contending on one exclusive lock).
+    OneLockW,
 }
 
 impl Mix {
@@ -246,6 +259,7 @@ impl Mix {
         match self {
             Mix::Thesis => "thesis",
             Mix::EntryIntention => "entry-intention",
+            Mix::OneLockW => "one-lock-w",
         }
     }
 }
@@ -285,8 +299,12 @@ pub fn access_locks(
     let whole_table = match mix {
         Mix::Thesis => intention,
         Mix::EntryIntention => !intention,
+        Mix::OneLockW => false,
     };
     let l = |x: usize| LockId(x as u16);
+    if mix == Mix::OneLockW {
+        return vec![(l(0), Mode::W)];
+    }
     if !hierarchical {
         return if whole_table {
             (0..ENTRIES).map(|e| (l(e), mode)).collect()
@@ -304,6 +322,7 @@ pub fn access_locks(
             let leaf = if mode == Mode::IR { Mode::R } else { Mode::W };
             vec![(l(0), mode), (l(1 + entry), leaf)]
         }
+        (Mix::OneLockW, false) => vec![(l(0), Mode::W)],
     }
 }
 
@@ -415,6 +434,9 @@ pub struct Stats {
     pub polls: u64,
     /// Grants after which mutual exclusion was checked ([`Driven::CHECK_EXCLUSIVE`]).
     pub checked_grants: u64,
+    /// The latency (µs) of every access issued and completed in the window, in completion
+    /// order (for quantiles, [`Stats::latency_quantile_us`]).
+    pub latencies_us: Vec<u64>,
 }
 
 impl Stats {
@@ -463,6 +485,15 @@ impl Stats {
             }
         }
         0
+    }
+    /// The `q`-quantile (0..=1, nearest rank) of [`Stats::latencies_us`] (0 when empty).
+    pub fn latency_quantile_us(&self, q: f64) -> u64 {
+        let mut v = self.latencies_us.clone();
+        v.sort_unstable();
+        let rank = (q * v.len() as f64).ceil() as usize;
+        v.get(rank.clamp(1, v.len().max(1)) - 1)
+            .copied()
+            .unwrap_or(0)
     }
     /// Mean latency of accesses of priority level `p` in ms.
     pub fn prio_latency_ms(&self, p: usize) -> f64 {
@@ -720,6 +751,9 @@ where
             }
         }
         for i in 0..self.cfg.n {
+            if !self.cluster.site(NodeId(i as u16)).active() {
+                continue;
+            }
             let ncs = jittered(
                 &mut self.apps[i].rng,
                 self.cfg.ratio * self.cfg.cs_ms,
@@ -904,7 +938,8 @@ where
         self.stats.steps += 1;
         if self.cluster.site(node).wants_poll().is_some() && !self.poll_due[i] {
             self.poll_due[i] = true;
-            let at = self.now + (self.cfg.latency_ms * 1000.0).round() as u64;
+            let wait = self.cfg.latency_ms * 1000.0 * self.cluster.site(node).poll_interval();
+            let at = self.now + wait.round() as u64;
             self.schedule(at, Ev::Poll(i as u16));
         }
         if let Some((lock, to)) = forwarded {
@@ -1000,6 +1035,7 @@ where
             self.stats.lat_mode[a.mode_idx].1 += 1;
             self.stats.lat_prio[a.prio as usize].0 += l;
             self.stats.lat_prio[a.prio as usize].1 += 1;
+            self.stats.latencies_us.push(l);
         }
         let cs = jittered(&mut a.rng, self.cfg.cs_ms, self.cfg.jitter);
         self.schedule(self.now + cs, Ev::Timer(i as u16));
@@ -1037,12 +1073,24 @@ where
         let a = &mut self.apps[i];
         let (mode_idx, entry) = draw_access(&mut a.rng);
         let ops = match proto {
+            _ if self.cfg.mix == Mix::OneLockW => {
+                access_locks(Mix::OneLockW, mode_idx, entry, true)
+            }
             Proto::Hilock
             | Proto::HilockCompress
             | Proto::HilockPointers
             | Proto::HilockOrdered => access_locks(self.cfg.mix, mode_idx, entry, true),
             Proto::NaimiSame => access_locks(self.cfg.mix, mode_idx, entry, false),
             Proto::NaimiPure | Proto::PrioNaimi => vec![(LockId(0), MIX[mode_idx].0)],
+        };
+        // Under OneLockW the access is a W access whatever was drawn (the draw is kept so
+        // that the random streams stay those of the other mixes).
+        let mode_idx = if self.cfg.mix == Mix::OneLockW {
+            MIX.iter()
+                .position(|(m, _)| *m == Mode::W)
+                .unwrap_or(mode_idx)
+        } else {
+            mode_idx
         };
         a.ops[..ops.len()].copy_from_slice(&ops);
         a.nops = ops.len();

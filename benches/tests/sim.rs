@@ -165,6 +165,7 @@ fn lock_requests_per_access_match_the_hand_count() {
         let (hand, modes) = match mix {
             sim::Mix::Thesis => (accesses + r + u + w, [ir + r, r, u, iw + u + w, w]),
             sim::Mix::EntryIntention => (accesses + ir + iw, [ir, r + ir, u, iw, w + iw]),
+            sim::Mix::OneLockW => unreachable!("not one of the mixes of this loop"),
         };
         let got: u64 = st.acquire_modes.iter().sum();
         eprintln!(

@@ -13,7 +13,9 @@
 //! (default the first three; `linux-cluster` and `ibm-sp` are aliases of the first two,
 //! `fig4-3` of the last), `--sizes a,b,c` and `--ratios a,b,c` (of the unprioritized and
 //! native-latency experiments), `--concurrency a,b` (Fig. 4.3's levels, default 1,4), `--mix
-//! thesis|entry-intention` (which locks an access takes, [`hilock_benches::sim::Mix`]). Markdown
+//! thesis|entry-intention` (which locks an access takes, [`hilock_benches::sim::Mix`]);
+//! `--experiments bakery` (issue 18: the bakery against the token engine, with
+//! `--bakery-clients`, `--bakery-hold`, `--bakery-poll`; a table on stdout only). Markdown
 //! tables of the unprioritized, native-latency, forwarding and Lavault results on stdout. A progress
 //! bar (indicatif) on stderr when it is a terminal; CSV through the `csv` crate and serde.
 
@@ -68,6 +70,15 @@ struct Opts {
     /// (comma-separated; default 1,5,10,25, the thesis's Fig. 4.2).
     #[arg(long, value_delimiter = ',')]
     ratios: Vec<f64>,
+    /// Clients of the bakery experiment (comma-separated; default 1,2,4,8,16,31; at most 31).
+    #[arg(long, value_delimiter = ',')]
+    bakery_clients: Vec<usize>,
+    /// Bakery experiment: the critical section, in message delays.
+    #[arg(long, default_value_t = 2.0)]
+    bakery_hold: f64,
+    /// Bakery experiment: the bakery's "sleep a little", in message delays.
+    #[arg(long, default_value_t = 2.0)]
+    bakery_poll: f64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -113,6 +124,10 @@ enum Experiment {
     /// Alias `fig4-3`.
     #[value(alias = "fig4-3")]
     ConstantConcurrency,
+    /// Issue 18 item 5: seed 004's bakery (kernel clients over 3 simulated replicas, R = W
+    /// = 2) against the token engine, C clients on one lock (acquire, hold, release); a
+    /// markdown table on stdout, no files. Not in the default set.
+    Bakery,
 }
 
 impl Experiment {
@@ -124,6 +139,7 @@ impl Experiment {
             Experiment::Lavault => "lavault",
             Experiment::Forwarding => "forwarding",
             Experiment::ConstantConcurrency => "constant-concurrency",
+            Experiment::Bakery => "bakery",
         }
     }
 }
@@ -158,10 +174,61 @@ fn main() {
     if o.concurrency.is_empty() {
         o.concurrency = vec![1.0, 4.0];
     }
+    if o.experiments.contains(&Experiment::Bakery) {
+        if let Err(e) = bakery(&o) {
+            eprintln!("simulate: {e}");
+            std::process::exit(1);
+        }
+        o.experiments.retain(|e| *e != Experiment::Bakery);
+        if o.experiments.is_empty() {
+            return;
+        }
+    }
     if let Err(e) = real_main(&o) {
         eprintln!("simulate: {e}");
         std::process::exit(1);
     }
+}
+
+/// The bakery experiment ([`hilock_benches::bakerysim`]): one row per client count, run in
+/// parallel, printed as a markdown table.
+fn bakery(o: &Opts) -> Result<(), String> {
+    use hilock_benches::bakerysim::{self, Workload};
+    let clients = if o.bakery_clients.is_empty() {
+        vec![1, 2, 4, 8, 16, 31]
+    } else {
+        o.bakery_clients.clone()
+    };
+    let t0 = Instant::now();
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(o.jobs)
+        .build()
+        .map_err(|e| e.to_string())?;
+    let rows: Vec<Result<bakerysim::Comparison, String>> = pool.install(|| {
+        clients
+            .par_iter()
+            .map(|&c| {
+                let w = Workload {
+                    hold: o.bakery_hold,
+                    poll: o.bakery_poll,
+                    seed: o.seed,
+                    ..Workload::new(c)
+                };
+                bakerysim::compare(&w)
+            })
+            .collect()
+    });
+    let rows = rows.into_iter().collect::<Result<Vec<_>, _>>()?;
+    println!(
+        "\nbakery (seed {}): hold {} message delays, sleep a little {} message delays, ±1/3 jitter; latencies in message delays\n",
+        o.seed, o.bakery_hold, o.bakery_poll
+    );
+    print!("{}", bakerysim::markdown(&rows));
+    eprintln!(
+        "simulate: bakery done in {:.1} s",
+        t0.elapsed().as_secs_f64()
+    );
+    Ok(())
 }
 
 fn sizes(quick: bool) -> Vec<usize> {
