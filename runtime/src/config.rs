@@ -37,6 +37,11 @@
 //! lease_ms = 1000                 # the nodes' lease (default 2000)
 //! ```
 //!
+//! With `membership = "etcd"` (below) the ring has no service: the `[ring]` table holds only
+//! `members` (the first view, installed in etcd by the first node to start), the lease is
+//! `etcd_lease_ttl_s`, and `membership`/`lease_ms` in `[ring]` are refused
+//! ([`crate::ring`]'s etcd mode, `spec/FAULTS.md` §2.6).
+//!
 //! # Membership
 //! Membership (issue 15; `spec/FAULTS.md` 2.3 and 4). By default the cluster is
 //! static: the nodes above, and a dead node's paths fail only at the request timeout. With

@@ -465,3 +465,48 @@ async fn bad_views() {
     );
     assert_eq!(err.trim_end().lines().count(), 1, "one line: {err:?}");
 }
+
+/// The configuration of a ring in etcd: `[ring]` holds only `members`; the static
+/// service's `membership` and `lease_ms`, and the token engine's `etcd_recovery`, are
+/// one-line errors.
+#[test]
+fn ring_etcd_configuration_is_checked() {
+    let addrs = [
+        "127.0.0.1:7200".parse().unwrap(),
+        "127.0.0.1:7201".parse().unwrap(),
+    ];
+    let good = ring_toml("c", "127.0.0.1:2379", &addrs, &[0, 1]);
+    let c = hilock::Config::from_toml(&good, Some(0)).unwrap();
+    assert_eq!(c.engine, hilock::config::Engine::Ring);
+    let r = c.ring.unwrap();
+    assert_eq!(
+        (r.members, r.membership),
+        (0b11, hilock::config::NO_SERVICE)
+    );
+    let cases = [
+        (
+            good.replace("[ring]\n", "[ring]\nmembership = \"127.0.0.1:7300\"\n"),
+            "with membership = \"etcd\" the view is kept in etcd",
+        ),
+        (
+            good.replace("[ring]\n", "[ring]\nlease_ms = 700\n"),
+            "the lease is etcd_lease_ttl_s",
+        ),
+        (
+            good.replace("membership = \"etcd\"\n", "membership = \"etcd\"\netcd_recovery = true\n"),
+            "etcd_recovery is the token engine's",
+        ),
+        (
+            good.replace("membership = \"etcd\"\n", "").replace(
+                "etcd_endpoints = [\"127.0.0.1:2379\"]\netcd_lease_ttl_s = 2\netcd_grace_ms = 100\n",
+                "",
+            ),
+            "[ring] needs `membership = \"host:port\"`",
+        ),
+    ];
+    for (text, want) in &cases {
+        let e = hilock::Config::from_toml(text, Some(0)).unwrap_err();
+        assert!(e.contains(want), "{e:?} should mention {want:?}");
+        assert!(!e.contains('\n'), "one line: {e:?}");
+    }
+}
