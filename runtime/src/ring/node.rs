@@ -178,6 +178,7 @@ struct Lease {
 /// (etcd mode) the node's etcd task, which also runs beside the node and ends with it.
 pub(crate) enum Control {
     Service(Reader),
+    #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
     Local {
         rx: mpsc::UnboundedReceiver<Frame>,
         task: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>,
@@ -187,6 +188,7 @@ pub(crate) enum Control {
 impl RingNode {
     /// A node whose membership frames come from `control` (etcd mode).
     #[allow(clippy::too_many_arguments)]
+    #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
     pub(crate) fn spawn(
         id: u16,
         addr: SocketAddr,
