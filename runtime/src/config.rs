@@ -37,6 +37,11 @@
 //! lease_ms = 1000                 # the nodes' lease (default 2000)
 //! ```
 //!
+//! With `membership = "etcd"` (below) the ring has no service: the `[ring]` table holds only
+//! `members` (the first view, installed in etcd by the first node to start), the lease is
+//! `etcd_lease_ttl_s`, and `membership`/`lease_ms` in `[ring]` are refused
+//! ([`crate::ring`]'s etcd mode, `spec/FAULTS.md` §2.6).
+//!
 //! # Membership
 //! Membership (issue 15; `spec/FAULTS.md` 2.3 and 4). By default the cluster is
 //! static: the nodes above, and a dead node's paths fail only at the request timeout. With
@@ -118,7 +123,7 @@ pub enum Engine {
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RingFile {
-    membership: SocketAddr,
+    membership: Option<SocketAddr>,
     members: Option<Vec<u16>>,
     lease_ms: Option<u64>,
 }
@@ -126,13 +131,20 @@ struct RingFile {
 /// The ring engine's settings (`engine = "ring"`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RingConfig {
-    /// The membership service's address.
+    /// The membership service's address (with `membership = "etcd"` there is none and
+    /// this is [`NO_SERVICE`]).
     pub membership: SocketAddr,
     /// The first view: bit per slot (default every configured node).
     pub members: u16,
     /// The lease the membership service grants the nodes.
     pub lease: Duration,
 }
+
+/// [`RingConfig::membership`] of a ring whose membership is in etcd: no service.
+pub const NO_SERVICE: SocketAddr = SocketAddr::V4(std::net::SocketAddrV4::new(
+    std::net::Ipv4Addr::UNSPECIFIED,
+    0,
+));
 
 /// Default of `lease_ms` in `[ring]`.
 pub const DEFAULT_RING_LEASE_MS: u64 = 2000;
@@ -142,6 +154,7 @@ fn ring_part(
     engine: Option<&str>,
     ring: Option<RingFile>,
     nodes: &[NodeAddr],
+    etcd: bool,
 ) -> Result<(Engine, Option<RingConfig>), String> {
     let engine = match engine {
         None | Some("token") => Engine::Token,
@@ -151,9 +164,12 @@ fn ring_part(
     let Some(r) = ring else {
         return match engine {
             Engine::Token => Ok((engine, None)),
-            Engine::Ring => Err(
-                "engine = \"ring\" needs a [ring] table with `membership = \"host:port\"`".into(),
-            ),
+            Engine::Ring => Err(if etcd {
+                "engine = \"ring\" needs a [ring] table (`members = [...]`: the first view)"
+            } else {
+                "engine = \"ring\" needs a [ring] table with `membership = \"host:port\"`"
+            }
+            .into()),
         };
     };
     if engine != Engine::Ring {
@@ -184,6 +200,20 @@ fn ring_part(
             bits
         }
     };
+    // With etcd the views and leases are etcd's: no service address, no lease_ms.
+    let membership = match (etcd, r.membership) {
+        (false, Some(m)) => m,
+        (false, None) => {
+            return Err("[ring] needs `membership = \"host:port\"` (the membership service)".into())
+        }
+        (true, None) => NO_SERVICE,
+        (true, Some(_)) => {
+            return Err("[ring] membership is the static service's address; with membership = \"etcd\" the view is kept in etcd: remove it".into())
+        }
+    };
+    if etcd && r.lease_ms.is_some() {
+        return Err("[ring] lease_ms is the static service's lease; with membership = \"etcd\" the lease is etcd_lease_ttl_s".into());
+    }
     let lease_ms = r.lease_ms.unwrap_or(DEFAULT_RING_LEASE_MS);
     if !(50..=600_000).contains(&lease_ms) {
         return Err(format!("ring lease_ms {lease_ms}: must be in 50..=600000"));
@@ -191,7 +221,7 @@ fn ring_part(
     Ok((
         engine,
         Some(RingConfig {
-            membership: r.membership,
+            membership,
             members,
             lease: Duration::from_millis(lease_ms),
         }),
@@ -331,7 +361,14 @@ impl Config {
         let id = id
             .or(f.id)
             .ok_or("missing id (set `id` in the file or pass --id)")?;
-        let (engine, ring) = ring_part(f.engine.as_deref(), f.ring, &f.nodes)?;
+        let etcd = f.membership.as_deref() == Some("etcd");
+        if etcd && f.engine.as_deref() == Some("ring") && f.etcd_recovery.is_some() {
+            return Err(
+                "etcd_recovery is the token engine's; the ring keeps its locks on r = 2 successors"
+                    .into(),
+            );
+        }
+        let (engine, ring) = ring_part(f.engine.as_deref(), f.ring, &f.nodes, etcd)?;
         let mut c = Config::new(f.cluster, secret, id, f.nodes)?;
         (c.engine, c.ring) = (engine, ring);
         if let Some(l) = f.listen {

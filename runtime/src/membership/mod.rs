@@ -886,3 +886,66 @@ async fn follow_members(
         tx.send_replace(view.clone());
     }
 }
+
+/// A reader of a cluster's keys that is not a member (no lease, no member key): the ring
+/// engine's clients and `hilock status` read the installed view and the member list with
+/// it (`crate::ring`, etcd mode).
+#[derive(Clone)]
+pub struct Observer {
+    client: Client,
+    keys: Keys,
+    timeout: Duration,
+}
+
+impl fmt::Debug for Observer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Observer")
+            .field("prefix", &self.keys.epoch)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Observer {
+    /// Connects to etcd for `cluster`'s keys, within [`EtcdOptions::timeout`].
+    pub async fn connect(o: &EtcdOptions, cluster: &str) -> Result<Observer, Error> {
+        if o.endpoints.is_empty() || o.timeout.is_zero() {
+            return Err(Error::Config(
+                "etcd endpoints must not be empty, the timeout not zero".into(),
+            ));
+        }
+        Ok(Observer {
+            client: connect(o).await?,
+            keys: Keys::new(cluster),
+            timeout: o.timeout,
+        })
+    }
+
+    /// The installed epoch, as [`Membership::current_epoch`] reads it.
+    pub async fn current_epoch(&self) -> Result<EpochView, Error> {
+        let txn = Txn::new().and_then([
+            TxnOp::get(self.keys.epoch.clone(), None),
+            TxnOp::get(self.keys.plan.clone(), None),
+        ]);
+        let r = timed(self.timeout, "read epoch", self.client.clone().txn(txn)).await?;
+        epoch_view(&r.op_responses())
+    }
+
+    /// The live members, as [`Membership::list_members`] reads them.
+    pub async fn list_members(&self) -> Result<BTreeMap<u16, Member>, Error> {
+        let r = timed(
+            self.timeout,
+            "list members",
+            self.client.clone().get(
+                self.keys.members.clone(),
+                Some(GetOptions::new().with_prefix()),
+            ),
+        )
+        .await?;
+        let mut out = BTreeMap::new();
+        for kv in r.kvs() {
+            let m: Member = parse(kv.key(), kv.value())?;
+            out.insert(m.id, m);
+        }
+        Ok(out)
+    }
+}

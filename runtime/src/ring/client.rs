@@ -75,6 +75,21 @@ pub struct RingClient {
     pub resent: u64,
 }
 
+/// Where a client's views come from.
+#[derive(Clone, Debug)]
+pub enum Views {
+    /// The membership service at this address.
+    Service(SocketAddr),
+    /// A view follower (etcd mode: `ring::etcd::follow_view`; or a test's fixed view).
+    Watch(watch::Receiver<View>),
+}
+
+impl From<SocketAddr> for Views {
+    fn from(a: SocketAddr) -> Views {
+        Views::Service(a)
+    }
+}
+
 impl RingClient {
     /// Client `id` of the ring whose nodes are at `nodes`, views from `membership`.
     pub async fn connect(
@@ -82,24 +97,42 @@ impl RingClient {
         nodes: Arc<Vec<Option<SocketAddr>>>,
         membership: SocketAddr,
     ) -> Result<RingClient, ClientError> {
-        let (mut r, mtx) = dial(membership, Addr::Client(ClientId(id)))
-            .await
-            .map_err(ClientError::Membership)?;
-        let Some(Frame::Current(v)) = r.next().await else {
-            return Err(ClientError::Membership(std::io::Error::other(
-                "no view from the membership service",
-            )));
-        };
-        let (vtx, view) = watch::channel(v);
+        Self::connect_to(id, nodes, Views::Service(membership)).await
+    }
+
+    /// Client `id` of the ring whose nodes are at `nodes`, views from `views`.
+    pub async fn connect_to(
+        id: u8,
+        nodes: Arc<Vec<Option<SocketAddr>>>,
+        views: Views,
+    ) -> Result<RingClient, ClientError> {
         let mut tasks = JoinSet::new();
-        tasks.spawn(async move {
-            let _keep = mtx;
-            while let Some(f) = r.next().await {
-                if let Frame::Current(v) = f {
-                    vtx.send_replace(v);
-                }
+        let (v, view) = match views {
+            Views::Watch(w) => {
+                let v = *w.borrow();
+                (v, w)
             }
-        });
+            Views::Service(membership) => {
+                let (mut r, mtx) = dial(membership, Addr::Client(ClientId(id)))
+                    .await
+                    .map_err(ClientError::Membership)?;
+                let Some(Frame::Current(v)) = r.next().await else {
+                    return Err(ClientError::Membership(std::io::Error::other(
+                        "no view from the membership service",
+                    )));
+                };
+                let (vtx, view) = watch::channel(v);
+                tasks.spawn(async move {
+                    let _keep = mtx;
+                    while let Some(f) = r.next().await {
+                        if let Frame::Current(v) = f {
+                            vtx.send_replace(v);
+                        }
+                    }
+                });
+                (v, view)
+            }
+        };
         let (tx, rx) = mpsc::unbounded_channel();
         Ok(RingClient {
             kc: ChordClient::new(ClientId(id), ring(), v)?,

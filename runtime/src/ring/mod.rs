@@ -32,10 +32,12 @@
 //!   it and its lease has run out.
 
 mod client;
+#[cfg(feature = "etcd")]
+pub mod etcd;
 mod membership;
 mod node;
 
-pub use client::{ClientError, Held, Loss, RingClient};
+pub use client::{ClientError, Held, Loss, RingClient, Views};
 pub use membership::Membership;
 pub use node::{RingNode, Snapshot};
 
@@ -163,7 +165,37 @@ pub fn status(cfg: &crate::Config, json: bool, limit: Duration) -> Result<String
         .build()
         .map_err(|e| format!("tokio: {e}"))?;
     rt.block_on(async move {
-        let st = Admin::connect(ringcfg.membership, limit).await?.state();
+        let st = match &cfg.membership {
+            crate::config::Membership::Static => {
+                Admin::connect(ringcfg.membership, limit).await?.state()
+            }
+            #[cfg(feature = "etcd")]
+            crate::config::Membership::Etcd { .. } => {
+                let o = etcd::options(cfg)?;
+                let (view, up) =
+                    tokio::time::timeout(limit, etcd::read_view(&o, &cfg.cluster))
+                        .await
+                        .map_err(|_| format!("etcd: no answer within {limit:?}"))??;
+                // Settled: every live member answers the probe settled in this view.
+                let mut settled = true;
+                for n in &cfg.nodes {
+                    if view.has(NodeId(n.id)) && up & (1 << n.id) != 0 {
+                        let r = probe(n.addr, limit).await;
+                        settled &= r.is_some_and(|r| r.view == view && r.settled);
+                    }
+                }
+                MembershipState {
+                    view,
+                    settled,
+                    up,
+                    queued: 0,
+                }
+            }
+            #[cfg(not(feature = "etcd"))]
+            crate::config::Membership::Etcd { .. } => {
+                return Err("membership = \"etcd\" needs a hilock built with --features etcd".into())
+            }
+        };
         let v = st.view;
         let r = ring();
         let mut nodes = Vec::new();
@@ -439,6 +471,12 @@ pub fn membership_service(cfg: &crate::config::RingConfig) -> Result<String, Str
 /// `hilock node --config F` with `engine = "ring"`: runs the ring node of `cfg.id` (see
 /// [`serve`]).
 pub fn serve_config(cfg: &crate::Config) -> Result<String, String> {
+    if cfg.membership != crate::config::Membership::Static {
+        #[cfg(feature = "etcd")]
+        return etcd::serve_config(cfg);
+        #[cfg(not(feature = "etcd"))]
+        return Err("membership = \"etcd\" needs a hilock built with --features etcd".to_string());
+    }
     let (addrs, membership) = slot_addrs(cfg)?;
     run_node(cfg.id, addrs, cfg.listen, membership)
 }

@@ -114,9 +114,17 @@ impl RingNode {
             until: sent + lease.mul_f64(1.0 - RHO),
             sent: HashMap::new(),
             next: seq + 1,
+            external: None,
         };
         let task = tokio::spawn(run(
-            server, listener, peers, mreader, early, mtx, lease, snap_tx,
+            server,
+            listener,
+            peers,
+            Control::Service(mreader),
+            early,
+            mtx,
+            lease,
+            snap_tx,
         ));
         Ok(RingNode {
             id,
@@ -160,6 +168,63 @@ struct Lease {
     sent: HashMap<u64, Instant>,
     /// The next renewal's number.
     next: u64,
+    /// Etcd mode: the lease is kept by etcd's keep-alive ([`super::etcd`]); this says until
+    /// when it is valid by this node's clock (`None`: lost for good). The node then sends
+    /// no renewals of its own and takes `until` from here before every step.
+    pub(crate) external: Option<watch::Receiver<Option<Instant>>>,
+}
+
+/// Where the node's membership frames come from: the membership service's connection, or
+/// (etcd mode) the node's etcd task, which also runs beside the node and ends with it.
+pub(crate) enum Control {
+    Service(Reader),
+    #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
+    Local {
+        rx: mpsc::UnboundedReceiver<Frame>,
+        task: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>,
+    },
+}
+
+impl RingNode {
+    /// A node whose membership frames come from `control` (etcd mode).
+    #[allow(clippy::too_many_arguments)]
+    #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
+    pub(crate) fn spawn(
+        id: u16,
+        addr: SocketAddr,
+        server: Server,
+        listener: TcpListener,
+        peers: Arc<Vec<Option<SocketAddr>>>,
+        control: Control,
+        mtx: mpsc::UnboundedSender<Frame>,
+        lease: (Duration, watch::Receiver<Option<Instant>>),
+    ) -> RingNode {
+        let (snap_tx, snap) = watch::channel(Snapshot::default());
+        let until = lease.1.borrow().unwrap_or_else(Instant::now);
+        let lease = Lease {
+            len: lease.0,
+            until,
+            sent: HashMap::new(),
+            next: 0,
+            external: Some(lease.1),
+        };
+        let task = tokio::spawn(run(
+            server,
+            listener,
+            peers,
+            control,
+            Vec::new(),
+            mtx,
+            lease,
+            snap_tx,
+        ));
+        RingNode {
+            id,
+            addr,
+            task,
+            snap,
+        }
+    }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -167,7 +232,7 @@ async fn run(
     mut server: Server,
     listener: TcpListener,
     peers: Arc<Vec<Option<SocketAddr>>>,
-    mut mreader: Reader,
+    control: Control,
     early: Vec<Frame>,
     mtx: mpsc::UnboundedSender<Frame>,
     mut lease: Lease,
@@ -188,14 +253,27 @@ async fn run(
     let mut readers = JoinSet::new();
     {
         let ev_tx = ev_tx.clone();
-        readers.spawn(async move {
-            while let Some(f) = mreader.next().await {
-                if ev_tx.send(Ev::Frame(Addr::Chord, f)).is_err() {
-                    return;
+        match control {
+            Control::Service(mut mreader) => readers.spawn(async move {
+                while let Some(f) = mreader.next().await {
+                    if ev_tx.send(Ev::Frame(Addr::Chord, f)).is_err() {
+                        return;
+                    }
                 }
+                let _ = ev_tx.send(Ev::MembershipGone);
+            }),
+            Control::Local { mut rx, task } => {
+                readers.spawn(task);
+                readers.spawn(async move {
+                    while let Some(f) = rx.recv().await {
+                        if ev_tx.send(Ev::Frame(Addr::Chord, f)).is_err() {
+                            return;
+                        }
+                    }
+                    let _ = ev_tx.send(Ev::MembershipGone);
+                })
             }
-            let _ = ev_tx.send(Ev::MembershipGone);
-        });
+        };
     }
     let mut clients: HashMap<ClientId, mpsc::UnboundedSender<Frame>> = HashMap::new();
     let mut links: HashMap<NodeId, mpsc::UnboundedSender<Frame>> = HashMap::new();
@@ -209,6 +287,10 @@ async fn run(
     report(&server, &mtx, &mut last_status);
     snap_tx.send_replace(snap.clone());
     loop {
+        // Etcd mode: the lease's end as etcd's keep-alive last said it.
+        if let Some(ext) = &lease.external {
+            lease.until = (*ext.borrow()).unwrap_or_else(Instant::now);
+        }
         // Before anything else: a node whose lease ran out answers nothing any more (after
         // a pause, this is the first thing it does).
         if !server.stopped() && Instant::now() >= lease.until {
@@ -228,9 +310,9 @@ async fn run(
                 if server.stopped() || now >= lease.until {
                     continue;
                 }
-                // Renew the lease every quarter lease.
+                // Renew the lease every quarter lease (etcd mode: etcd's keep-alive does).
                 let last = lease.sent.values().max().copied();
-                if last.is_none_or(|t| now >= t + lease.len / 4) {
+                if lease.external.is_none() && last.is_none_or(|t| now >= t + lease.len / 4) {
                     lease.sent.insert(lease.next, now);
                     let _ = mtx.send(Frame::Renew(lease.next));
                     lease.next += 1;
@@ -324,6 +406,9 @@ async fn run(
                     Ev::Frame(..) => continue,
                 };
                 // The clock first: the wait for this event may have been a pause.
+                if let Some(ext) = &lease.external {
+                    lease.until = (*ext.borrow()).unwrap_or_else(Instant::now);
+                }
                 if !server.stopped() && Instant::now() >= lease.until {
                     tracing::warn!("ring node {}: lease lost; answering no request", me.0);
                     server.stop();

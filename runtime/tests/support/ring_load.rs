@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use hilock::demo::Oracle;
-use hilock::ring::{key_of, ring, RingClient, SLOTS};
+use hilock::ring::{key_of, ring, RingClient, Views, SLOTS};
 use hilock_kernel::chord::{NodeId, View};
 use hilock_kernel::Mode;
 
@@ -39,13 +39,13 @@ pub struct Load {
     pub refusals: Arc<AtomicU64>,
     pub clients: Vec<tokio::task::JoinHandle<RingClient>>,
     addrs: Arc<Vec<Option<SocketAddr>>>,
-    maddr: SocketAddr,
+    views: Views,
 }
 
 impl Load {
     pub async fn start(
         addrs: &Arc<Vec<Option<SocketAddr>>>,
-        maddr: SocketAddr,
+        views: impl Into<Views>,
         oracle: &Arc<Oracle>,
         ops: &Arc<AtomicU64>,
         seed: u64,
@@ -54,8 +54,11 @@ impl Load {
         let errors = Arc::new(Mutex::new(Vec::<String>::new()));
         let (grants, refusals) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
         let mut clients = Vec::new();
+        let views = views.into();
         for c in 1..=LOAD_CLIENTS {
-            let mut cl = RingClient::connect(c, addrs.clone(), maddr).await.unwrap();
+            let mut cl = RingClient::connect_to(c, addrs.clone(), views.clone())
+                .await
+                .unwrap();
             let (stop, errors, oracle, ops, grants, refusals) = (
                 stop.clone(),
                 errors.clone(),
@@ -104,7 +107,7 @@ impl Load {
             refusals,
             clients,
             addrs: addrs.clone(),
-            maddr,
+            views,
         }
     }
 
@@ -131,7 +134,7 @@ impl Load {
         held.1.unlock(HELD).await.unwrap();
         let errs = self.errors.lock().unwrap().clone();
         assert!(errs.is_empty(), "requests not answered: {errs:#?}");
-        let mut fresh = RingClient::connect(200, self.addrs.clone(), self.maddr)
+        let mut fresh = RingClient::connect_to(200, self.addrs.clone(), self.views.clone())
             .await
             .unwrap();
         for p in (0..PATHS)
@@ -169,13 +172,18 @@ pub struct Run {
 impl Run {
     /// Connects the holder and the contender to the ring at `addrs` (views from `maddr`),
     /// takes the held lock and starts the load (`seed`).
-    pub async fn start(addrs: &Arc<Vec<Option<SocketAddr>>>, maddr: SocketAddr, seed: u64) -> Run {
+    pub async fn start(
+        addrs: &Arc<Vec<Option<SocketAddr>>>,
+        views: impl Into<Views>,
+        seed: u64,
+    ) -> Run {
         let oracle = Arc::new(Oracle::default());
         let ops = Arc::new(AtomicU64::new(1));
-        let mut holder = RingClient::connect(HOLDER, addrs.clone(), maddr)
+        let views = views.into();
+        let mut holder = RingClient::connect_to(HOLDER, addrs.clone(), views.clone())
             .await
             .unwrap();
-        let contender = RingClient::connect(CONTENDER, addrs.clone(), maddr)
+        let contender = RingClient::connect_to(CONTENDER, addrs.clone(), views.clone())
             .await
             .unwrap();
         assert!(
@@ -184,7 +192,7 @@ impl Run {
         );
         let held_op = ops.fetch_add(1, Relaxed);
         oracle.register_path(held_op, HOLDER as u16, HELD, Mode::W);
-        let load = Load::start(addrs, maddr, &oracle, &ops, seed).await;
+        let load = Load::start(addrs, views, &oracle, &ops, seed).await;
         Run {
             oracle,
             ops,

@@ -1,0 +1,512 @@
+//! The ring engine (seed 003) with `membership = "etcd"` (feature `etcd`,
+//! `hilock::ring::etcd`, `spec/FAULTS.md` §2.6 etcd mode): `hilock node` processes whose
+//! view is one etcd key changed by compare-and-swap and whose leases are etcd leases
+//! (TTL 2 s, grace 100 ms), against a real etcd each test starts itself
+//! (`support/etcd.rs`; skipped with one printed line where etcd cannot be had). Only
+//! 127.0.0.1, every wait bounded, every child killed when the test ends.
+//! `RING_LOG=hilock=info` shows the children's logs.
+#![cfg(feature = "etcd")]
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use hilock::membership::{EtcdOptions, Member, Membership, Observer};
+use hilock::ring::{etcd as ring_etcd, key_of, probe, ring, RingClient, Views};
+use hilock_kernel::chord::{NodeId, View};
+
+#[path = "support/etcd.rs"]
+mod etcd;
+#[path = "support/ring_load.rs"]
+mod ring_load;
+use ring_load::{slots, Run, HELD};
+
+const BIN: &str = env!("CARGO_BIN_EXE_hilock");
+const TTL_S: u32 = 2;
+const GRACE_MS: u64 = 100;
+
+/// A child process, killed (SIGKILL) and reaped when dropped.
+struct Proc(Child);
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> SocketAddr {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap()
+}
+
+fn options(e: &etcd::Etcd) -> EtcdOptions {
+    let mut o = EtcdOptions::new(vec![e.addr.clone()]);
+    o.ttl_s = TTL_S;
+    o.grace = Duration::from_millis(GRACE_MS);
+    o
+}
+
+/// A ring configuration with its membership in etcd.
+fn ring_toml(cluster: &str, etcd: &str, addrs: &[SocketAddr], members: &[u16]) -> String {
+    let mut s = format!(
+        "engine = \"ring\"\ncluster = \"{cluster}\"\nsecret = \"a long shared secret\"\n\
+         membership = \"etcd\"\netcd_endpoints = [\"{etcd}\"]\n\
+         etcd_lease_ttl_s = {TTL_S}\netcd_grace_ms = {GRACE_MS}\n\
+         [ring]\nmembers = {members:?}\n"
+    );
+    for (i, a) in addrs.iter().enumerate() {
+        s.push_str(&format!("[[nodes]]\nid = {i}\naddr = \"{a}\"\n"));
+    }
+    s
+}
+
+fn spawn_node(id: u16, config: &Path) -> Proc {
+    Proc(
+        Command::new(BIN)
+            .args(["node", "--id", &id.to_string(), "--config"])
+            .arg(config)
+            .stdout(Stdio::null())
+            .env(
+                "RUST_LOG",
+                std::env::var("RING_LOG").unwrap_or("hilock=warn".into()),
+            )
+            .spawn()
+            .expect("hilock starts"),
+    )
+}
+
+/// `kill -SIG pid` of our own child (`STOP`, `CONT`).
+fn signal(p: &Proc, sig: &str) {
+    let st = Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg(p.0.id().to_string())
+        .status()
+        .unwrap();
+    assert!(st.success(), "kill -{sig}");
+}
+
+/// Waits until etcd's view satisfies `f` and every live member of it answers a probe
+/// settled in it.
+async fn wait_view(
+    o: &EtcdOptions,
+    cluster: &str,
+    addrs: &[SocketAddr],
+    limit: Duration,
+    f: impl Fn(View, u16) -> bool,
+) -> View {
+    let t = Instant::now();
+    loop {
+        if let Ok((v, live)) = ring_etcd::read_view(o, cluster).await {
+            if f(v, live) {
+                let mut settled = true;
+                for (i, a) in addrs.iter().enumerate() {
+                    if v.has(NodeId(i as u16)) && live & (1 << i) != 0 {
+                        let r = probe(*a, Duration::from_millis(500)).await;
+                        settled &= r.is_some_and(|r| r.view == v && r.settled);
+                    }
+                }
+                if settled {
+                    return v;
+                }
+            }
+        }
+        assert!(
+            t.elapsed() < limit,
+            "no settled view as wanted after {limit:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A free path whose primary in `v` is `n` (placed by its top-level element).
+fn path_served_by(v: View, n: NodeId, tag: &str) -> String {
+    (0..10_000)
+        .map(|k| format!("/{tag}{k}/x"))
+        .find(|p| ring().lookup(v, key_of(p)) == Some(n))
+        .expect("some path is placed on every member")
+}
+
+/// Polls etcd every 10 ms for member `n`'s key: the last time it was seen present.
+fn watch_member_key(
+    obs: Observer,
+    n: u16,
+) -> (Arc<Mutex<Option<Instant>>>, tokio::task::JoinHandle<()>) {
+    let seen = Arc::new(Mutex::new(None));
+    let s = seen.clone();
+    let h = tokio::spawn(async move {
+        loop {
+            let asked = Instant::now();
+            if let Ok(m) = obs.list_members().await {
+                if m.contains_key(&n) {
+                    *s.lock().unwrap() = Some(asked);
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    });
+    (seen, h)
+}
+
+/// The earliest a lease can expire in etcd after its holder's last keep-alive: the TTL less
+/// the keep-alive period (a third of the local lease), less 100 ms for the round trip.
+fn earliest_expiry(o: &EtcdOptions) -> Duration {
+    let local = o.local_lease(u64::from(TTL_S)).unwrap();
+    Duration::from_secs(TTL_S.into()) - local / 3 - Duration::from_millis(100)
+}
+
+struct Ring {
+    _etcd: etcd::Etcd,
+    _dir: tempfile::TempDir,
+    o: EtcdOptions,
+    cluster: &'static str,
+    cfg: std::path::PathBuf,
+    addrs: Vec<SocketAddr>,
+    procs: Vec<Option<Proc>>,
+    view: View,
+}
+
+/// etcd, `n` `hilock node` processes of cluster `cluster`, and their first view settled.
+async fn start_ring(test: &str, cluster: &'static str, n: u16) -> Option<Ring> {
+    let e = etcd::start_healthy(test)?;
+    let o = options(&e);
+    let dir = tempfile::tempdir().unwrap();
+    let addrs: Vec<SocketAddr> = (0..n).map(|_| free_port()).collect();
+    let cfg = dir.path().join("ring.toml");
+    let members: Vec<u16> = (0..n).collect();
+    std::fs::write(&cfg, ring_toml(cluster, &e.addr, &addrs, &members)).unwrap();
+    let procs = (0..n).map(|i| Some(spawn_node(i, &cfg))).collect();
+    let all = (1u16 << n) - 1;
+    let view = wait_view(&o, cluster, &addrs, Duration::from_secs(10), |v, live| {
+        v.members == all && live == all
+    })
+    .await;
+    assert_eq!(view.epoch, 1, "the first view is epoch 1");
+    Some(Ring {
+        _etcd: e,
+        _dir: dir,
+        o,
+        cluster,
+        cfg,
+        addrs,
+        procs,
+        view,
+    })
+}
+
+/// kill -9 of a held lock's primary in a 4-node ring under load (12 clients, the demo's
+/// history checker): a client asking for a free path of the dead node's range is answered
+/// only after the dead node's member key is gone from etcd (its lease expired: no poll of
+/// etcd every 10 ms saw the key at or after the answer) and at least the TTL less a
+/// keep-alive period after the kill; the held lock survives through the replicas (r = 2:
+/// refused to a contender); `hilock status` shows view epoch 2 without the dead node; at
+/// the end 0 violations, every request answered, every path free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_successor_serves_only_after_the_lease_expired_in_etcd() {
+    tokio::time::timeout(Duration::from_secs(40), kill_9())
+        .await
+        .expect("the test ended within 40 s");
+}
+
+async fn kill_9() {
+    let test = "kill_9_successor_serves_only_after_the_lease_expired_in_etcd";
+    let Some(mut r) = start_ring(test, "ring-kill", 4).await else {
+        return;
+    };
+    let limit = Duration::from_secs(10);
+    let slots = slots(&r.addrs);
+    let views = ring_etcd::follow_view(&r.o, r.cluster).await.unwrap();
+    let mut run = Run::start(&slots, Views::Watch(views.clone()), 0x51a7_e11d_0ca1_0001).await;
+    let grants = run.load.grants.clone();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let victim = ring().lookup(r.view, key_of(HELD)).unwrap();
+    let p = path_served_by(r.view, victim, "probe");
+    let mut prober = RingClient::connect_to(150, slots.clone(), Views::Watch(views.clone()))
+        .await
+        .unwrap();
+    prober.limit = limit;
+    let obs = Observer::connect(&r.o, r.cluster).await.unwrap();
+    let (seen, poll) = watch_member_key(obs, victim.0);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+
+    let t = Instant::now();
+    drop(r.procs[victim.idx()].take()); // SIGKILL and reap
+    assert!(
+        prober.lock(&p).await.unwrap(),
+        "{p} is granted by the new primary"
+    );
+    let served = Instant::now();
+    poll.abort();
+    let last_seen = seen
+        .lock()
+        .unwrap()
+        .expect("the key was seen before the kill");
+    println!(
+        "kill -9 of node {}: its key last seen {:?} after the kill, {p} served {:?} after it",
+        victim.0,
+        last_seen.saturating_duration_since(t),
+        served - t
+    );
+    assert!(
+        last_seen < served,
+        "{p} was served while node {}'s member key was still in etcd",
+        victim.0
+    );
+    assert!(
+        served - t >= earliest_expiry(&r.o),
+        "{p} served {:?} after the kill: before the lease could expire",
+        served - t
+    );
+    assert!(
+        !run.contender.lock(HELD).await.unwrap(),
+        "the lock held across kill -9 of its primary is refused to another client"
+    );
+    prober.unlock(&p).await.unwrap();
+    let before = grants.load(Relaxed);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        grants.load(Relaxed) > before,
+        "the load goes on after the kill"
+    );
+
+    // `hilock status` shows the view's epoch, from etcd.
+    let want = View {
+        epoch: 2,
+        members: r.view.members & !(1 << victim.0),
+    };
+    wait_view(&r.o, r.cluster, &r.addrs, limit, |v, _| v == want).await;
+    let out = Command::new(BIN)
+        .args(["status", "--config"])
+        .arg(&r.cfg)
+        .env("RUST_LOG", "hilock=warn")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "hilock status: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let members: Vec<String> = (0..4u16)
+        .filter(|i| want.has(NodeId(*i)))
+        .map(|i| i.to_string())
+        .collect();
+    let line = format!("view epoch 2 members [{}], settled", members.join(", "));
+    assert!(text.contains(&line), "status shows {line:?}: {text}");
+
+    run.finish(limit, "etcd ring kill -9").await;
+}
+
+/// SIGSTOP of a held lock's primary in a 4-node ring under load, past its lease: it is
+/// removed from the view in etcd only after its lease could have expired; the held lock
+/// survives (refused to a contender); a request routed with the old view, sent to it while
+/// it is paused, is not answered after SIGCONT (it looks at its clock first, has stopped,
+/// and ends: exit status 0); the history checker reports 0 violations (no two servers for
+/// one key), every request of the load is answered and every path is free at the end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigstop_past_the_lease_stops_answering_and_serves_nothing_after_sigcont() {
+    tokio::time::timeout(Duration::from_secs(40), sigstop())
+        .await
+        .expect("the test ended within 40 s");
+}
+
+async fn sigstop() {
+    let test = "sigstop_past_the_lease_stops_answering_and_serves_nothing_after_sigcont";
+    let Some(mut r) = start_ring(test, "ring-stop", 4).await else {
+        return;
+    };
+    let limit = Duration::from_secs(10);
+    let slots = slots(&r.addrs);
+    let views = ring_etcd::follow_view(&r.o, r.cluster).await.unwrap();
+    let mut run = Run::start(&slots, Views::Watch(views.clone()), 0x51a7_e11d_0ca1_0002).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let paused = ring().lookup(r.view, key_of(HELD)).unwrap();
+    let p = path_served_by(r.view, paused, "stale");
+    // A client that keeps routing with the first view.
+    let (_old_tx, old) = tokio::sync::watch::channel(r.view);
+    let mut stale = RingClient::connect_to(151, slots.clone(), Views::Watch(old))
+        .await
+        .unwrap();
+    stale.limit = Duration::from_millis(2500);
+
+    let t = Instant::now();
+    signal(r.procs[paused.idx()].as_ref().unwrap(), "STOP");
+    let v = wait_view(&r.o, r.cluster, &r.addrs, limit, |v, _| !v.has(paused)).await;
+    let took = t.elapsed();
+    println!(
+        "paused node {} removed from the view after {took:?}",
+        paused.0
+    );
+    assert_eq!(v.epoch, 2);
+    assert!(
+        took >= earliest_expiry(&r.o),
+        "node {} removed {took:?} after its pause: before its lease could expire",
+        paused.0
+    );
+    assert!(
+        !run.contender.lock(HELD).await.unwrap(),
+        "the lock held across the pause of its primary is refused to another client"
+    );
+    // The stale request reaches the paused node (the kernel accepts the connection) ...
+    let ask = tokio::spawn(async move { (stale.lock(&p).await, p) });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // ... which wakes, answers nothing and ends.
+    let mut proc = r.procs[paused.idx()].take().unwrap();
+    signal(&proc, "CONT");
+    let (answer, p) = ask.await.unwrap();
+    assert!(
+        answer.is_err(),
+        "the woken node answered {p} with the old view: {answer:?}"
+    );
+    let t = Instant::now();
+    loop {
+        if let Some(st) = proc.0.try_wait().unwrap() {
+            assert!(st.success(), "the woken node exits cleanly: {st}");
+            break;
+        }
+        assert!(t.elapsed() < limit, "the woken node exits");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    run.finish(limit, "etcd ring SIGSTOP").await;
+}
+
+/// What etcd holds under the cluster's `epoch` key must be a view of this ring: a
+/// token-engine epoch of a cluster with the same name, a member that is not a slot, or a
+/// view without the starting node's slot is one clear line, from the library and (the
+/// first) from `hilock node` (exit status 2).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_foreign_or_bad_view_in_etcd_is_a_clear_error() {
+    tokio::time::timeout(Duration::from_secs(30), bad_views())
+        .await
+        .expect("the test ended within 30 s");
+}
+
+async fn bad_views() {
+    let Some(e) = etcd::start_healthy("a_foreign_or_bad_view_in_etcd_is_a_clear_error") else {
+        return;
+    };
+    let o = options(&e);
+    let me = Member {
+        id: 9,
+        incarnation: 1,
+    };
+    let addrs = [free_port(), free_port()];
+    let slots = slots(&addrs);
+    let start = |cluster: &'static str, id: u16| {
+        let (o, slots) = (o.clone(), slots.clone());
+        async move {
+            let l = tokio::net::TcpListener::bind(addrs[usize::from(id)])
+                .await
+                .unwrap();
+            ring_etcd::start_node(id, l, slots, &o, cluster, 0b11)
+                .await
+                .map(|_| ())
+        }
+    };
+    // A token engine's epoch under the same cluster name.
+    let m = Membership::join(&o, "shared", me).await.unwrap();
+    let base = m.current_epoch().await.unwrap();
+    m.install_epoch(&base, &[me], b"token plan").await.unwrap();
+    let err = start("shared", 0).await.unwrap_err();
+    assert!(err.contains("is not a ring view"), "{err}");
+    assert!(!err.contains('\n'), "one line: {err}");
+    // A member that is not a slot.
+    let m2 = Membership::join(&o, "bad", me).await.unwrap();
+    let base = m2.current_epoch().await.unwrap();
+    let alien = Member {
+        id: 20,
+        incarnation: 1,
+    };
+    m2.install_epoch(&base, &[alien], ring_etcd::VIEW_TAG)
+        .await
+        .unwrap();
+    let err = start("bad", 0).await.unwrap_err();
+    assert!(err.contains("member 20 is not a slot of the ring"), "{err}");
+    // A view without the node's slot: the first node installs [0, 1] ... a third slot is
+    // not in it.
+    let n0 = {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        ring_etcd::start_node(0, l, slots.clone(), &o, "small", 0b01)
+            .await
+            .unwrap()
+    };
+    let err = start("small", 1).await.unwrap_err();
+    assert!(
+        err.contains("slot 1 is not in the ring's view in etcd (epoch 1, members [0])"),
+        "{err}"
+    );
+    n0.kill();
+
+    // The same through `hilock node`: exit status 2, one line naming the key.
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("ring.toml");
+    std::fs::write(&cfg, ring_toml("shared", &e.addr, &addrs, &[0, 1])).unwrap();
+    let out = tokio::time::timeout(
+        Duration::from_secs(10),
+        tokio::process::Command::new(BIN)
+            .args(["node", "--id", "0", "--config"])
+            .arg(&cfg)
+            .env("RUST_LOG", "off")
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("hilock node ends")
+    .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("/hilock/shared/epoch") && err.contains("is not a ring view"),
+        "{err}"
+    );
+    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err:?}");
+}
+
+/// The configuration of a ring in etcd: `[ring]` holds only `members`; the static
+/// service's `membership` and `lease_ms`, and the token engine's `etcd_recovery`, are
+/// one-line errors.
+#[test]
+fn ring_etcd_configuration_is_checked() {
+    let addrs = [
+        "127.0.0.1:7200".parse().unwrap(),
+        "127.0.0.1:7201".parse().unwrap(),
+    ];
+    let good = ring_toml("c", "127.0.0.1:2379", &addrs, &[0, 1]);
+    let c = hilock::Config::from_toml(&good, Some(0)).unwrap();
+    assert_eq!(c.engine, hilock::config::Engine::Ring);
+    let r = c.ring.unwrap();
+    assert_eq!(
+        (r.members, r.membership),
+        (0b11, hilock::config::NO_SERVICE)
+    );
+    let cases = [
+        (
+            good.replace("[ring]\n", "[ring]\nmembership = \"127.0.0.1:7300\"\n"),
+            "with membership = \"etcd\" the view is kept in etcd",
+        ),
+        (
+            good.replace("[ring]\n", "[ring]\nlease_ms = 700\n"),
+            "the lease is etcd_lease_ttl_s",
+        ),
+        (
+            good.replace("membership = \"etcd\"\n", "membership = \"etcd\"\netcd_recovery = true\n"),
+            "etcd_recovery is the token engine's",
+        ),
+        (
+            good.replace("membership = \"etcd\"\n", "").replace(
+                "etcd_endpoints = [\"127.0.0.1:2379\"]\netcd_lease_ttl_s = 2\netcd_grace_ms = 100\n",
+                "",
+            ),
+            "[ring] needs `membership = \"host:port\"`",
+        ),
+    ];
+    for (text, want) in &cases {
+        let e = hilock::Config::from_toml(text, Some(0)).unwrap_err();
+        assert!(e.contains(want), "{e:?} should mention {want:?}");
+        assert!(!e.contains('\n'), "one line: {e:?}");
+    }
+}
