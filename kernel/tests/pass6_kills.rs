@@ -301,3 +301,33 @@ fn a_fault_site_answers_the_protocol_queries() {
     assert_eq!(Protocol::has_token(&s1, L0), Ok(false));
     assert_eq!(Protocol::is_pending(&s1, L0), Ok(true));
 }
+
+// ------------------------------------------------------------- tree shard 1/24 (tree/)
+
+use hilock_kernel::tree::{Op, Step, TreeLock, TreeVariant, UserId};
+
+/// A node's size, depth and latch as the getters report them: in a complete tree of
+/// height 2 the root has 7 nodes below it (itself included) at depth 0, a leaf is 1 node at
+/// depth 2; an operation in progress (u3's insert at 01 while u1 holds 00) shows its
+/// user on every latch it holds between its steps.
+#[test]
+fn tree_nodes_report_size_depth_and_latch() {
+    let mut t = TreeLock::<16>::complete(2).unwrap();
+    let (root, leaf) = (t.at("").unwrap(), t.at("01").unwrap());
+    let (r, l) = (t.node(root).unwrap(), t.node(leaf).unwrap());
+    assert_eq!((r.size(), r.depth(), r.is_leaf()), (7, 0, false));
+    assert_eq!((l.size(), l.depth(), l.is_leaf()), (1, 2, true));
+    assert_eq!(t.node(t.at("0").unwrap()).unwrap().depth(), 1);
+    assert_eq!(r.latch(), None);
+    t.insert_user(t.at("00").unwrap(), UserId(1)).unwrap();
+    let mut op = Op::insert(&t, leaf, UserId(3), TreeVariant::HILOCK).unwrap();
+    let mut seen = 0;
+    while op.outcome().is_none() {
+        assert!(matches!(op.step(&mut t), Ok(Step::Progress(_))));
+        for n in op.held().into_iter().flatten() {
+            assert_eq!(t.node(n).unwrap().latch(), Some(UserId(3)), "{n}");
+            seen += 1;
+        }
+    }
+    assert!(seen > 0, "the insert held no latch between its steps");
+}
