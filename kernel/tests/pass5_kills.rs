@@ -26,132 +26,152 @@ fn pnaimi(me: u16) -> P6 {
     P6::new(NodeId(me), NodeId(0)).unwrap()
 }
 
-fn w() -> Input<'static, NaimiMsg> {
-    Input::Acquire {
-        lock: L,
-        mode: Mode::W,
-    }
+fn acquire<'a, M>(mode: Mode) -> Input<'a, M> {
+    Input::Acquire { lock: L, mode }
 }
 
-fn pw() -> Input<'static, PrioNaimiMsg<6>> {
-    Input::Acquire {
-        lock: L,
-        mode: Mode::W,
+fn w<'a, M>() -> Input<'a, M> {
+    acquire(Mode::W)
+}
+
+/// The requesters in `s`'s local queue, head first.
+fn queue_of(s: &P6) -> Vec<u16> {
+    s.lock(L)
+        .unwrap()
+        .queue
+        .iter()
+        .map(|r| r.requester.0)
+        .collect()
+}
+
+/// A step of either baseline may emit 2 outputs: with room for 1 it is refused (nothing
+/// changes), with room for exactly 2 it runs (at the token holder `s`: W granted).
+fn step_needs_room_for_two_outputs<P: Protocol>(mut s: P) {
+    let mut one: Outputs<P::Msg, 1> = Outputs::new();
+    assert_eq!(s.step(w(), &mut one), Err(KernelError::OutputsFull));
+    assert!(one.is_empty());
+    assert_eq!(s.held(L), Ok(Mode::Phi), "state untouched");
+    let mut two: Outputs<P::Msg, 2> = Outputs::new();
+    s.step(w(), &mut two).unwrap();
+    assert!(matches!(
+        two.as_slice(),
+        [Output::Granted {
+            lock: L,
+            mode: Mode::W
+        }]
+    ));
+    assert_eq!(s.held(L), Ok(Mode::W));
+}
+
+/// `U → W` completes at once at the holder `s` of U ("Naimi doing the same work"); it is
+/// refused without U held.
+fn upgrade_u_to_w<P: Protocol>(mut s: P) {
+    let mut out: Outputs<P::Msg, 2> = Outputs::new();
+    assert_eq!(
+        s.step(Input::Upgrade { lock: L }, &mut out),
+        Err(KernelError::NotHoldingU(L))
+    );
+    s.step(acquire(Mode::U), &mut out).unwrap();
+    out.clear();
+    s.step(Input::Upgrade { lock: L }, &mut out).unwrap();
+    assert!(matches!(out.as_slice(), [Output::Upgraded { lock: L }]));
+    assert_eq!(s.held(L), Ok(Mode::W));
+}
+
+/// One step at `s` with a 2-slot output buffer.
+fn one<P: Protocol>(s: &mut P, input: Input<'_, P::Msg>) -> Result<(), KernelError> {
+    let mut out: Outputs<P::Msg, 2> = Outputs::new();
+    s.step(input, &mut out).map(|_| ())
+}
+
+/// Each `(from, msg, unknown)` delivered at the token holder `s` is refused with
+/// `UnknownNode(unknown)` (the sender, or the requester the message names), with no output
+/// and `s` untouched.
+fn refuses_each<P>(mut s: P, bad: &[(NodeId, P::Msg, NodeId)])
+where
+    P: Protocol + Clone + PartialEq + core::fmt::Debug,
+{
+    let before = s.clone();
+    for (from, msg, unknown) in bad {
+        let mut out: Outputs<P::Msg, 2> = Outputs::new();
+        let r = s.step(Input::Deliver { from: *from, msg }, &mut out);
+        assert_eq!(r, Err(KernelError::UnknownNode(*unknown)), "{msg:?}");
+        assert!(out.is_empty());
     }
+    assert_eq!(s, before, "state untouched");
+    assert_eq!(s.has_token(L), Ok(true), "token not passed");
+}
+
+/// `s` (n1) requests W and is granted by token `t1` from n0; `next` (if any) is a request
+/// of n2 that makes n2 the next owner (Naimi); on release the token (generation 2) goes to
+/// n2. `t1` delivered again is a duplicate and gives no second token.
+fn a_passed_on_token_is_a_duplicate<P: Protocol>(mut s: P, t1: P::Msg, next: Option<P::Msg>) {
+    let from = NodeId(0);
+    one(&mut s, w()).unwrap(); // request to n0
+    one(&mut s, Input::Deliver { from, msg: &t1 }).unwrap(); // granted
+    if let Some(req) = &next {
+        let from = NodeId(2);
+        one(&mut s, Input::Deliver { from, msg: req }).unwrap(); // next = n2
+    }
+    one(&mut s, Input::Release { lock: L }).unwrap(); // token (gen 2) to n2
+    assert_eq!(s.has_token(L), Ok(false));
+    assert_eq!(
+        one(&mut s, Input::Deliver { from, msg: &t1 }),
+        Err(KernelError::Duplicate(L))
+    );
+    assert_eq!(s.has_token(L), Ok(false), "no second token");
+}
+
+/// `Protocol::is_pending` reports a request of `s` (not the token holder) on its way (the
+/// harness's liveness check and the demo read it).
+fn is_pending_reports_a_waiting_request<P: Protocol>(mut s: P) {
+    assert_eq!(s.is_pending(L), Ok(false));
+    let mut out: Outputs<P::Msg, 2> = Outputs::new();
+    s.step(w(), &mut out).unwrap();
+    assert_eq!(s.is_pending(L), Ok(true));
 }
 
 // ---------------------------------------------------------------- Naimi-Trehel (naimi.rs)
 
-/// A step may emit 2 outputs: with room for 1 it is refused (nothing changes), with room
-/// for exactly 2 it runs.
 #[test]
 fn naimi_step_needs_room_for_two_outputs() {
-    let mut s = naimi(0);
-    let mut one: Outputs<NaimiMsg, 1> = Outputs::new();
-    assert_eq!(s.step(w(), &mut one), Err(KernelError::OutputsFull));
-    assert!(one.is_empty());
-    assert_eq!(s.lock(L).unwrap().held, Mode::Phi, "state untouched");
-    let mut two: Outputs<NaimiMsg, 2> = Outputs::new();
-    s.step(w(), &mut two).unwrap();
-    assert_eq!(
-        two.as_slice(),
-        &[Output::Granted {
-            lock: L,
-            mode: Mode::W
-        }]
-    );
+    step_needs_room_for_two_outputs(naimi(0));
 }
 
 /// A message from this node itself or from a node outside 0..N is refused.
 #[test]
 fn naimi_rejects_messages_from_itself_or_unknown_nodes() {
-    let mut s = naimi(0);
     let tok = NaimiMsg::Token {
         lock: L,
         generation: 1,
     };
-    for from in [NodeId(0), NodeId(5)] {
-        let mut out: Outputs<NaimiMsg, 2> = Outputs::new();
-        assert_eq!(
-            s.step(Input::Deliver { from, msg: &tok }, &mut out),
-            Err(KernelError::UnknownNode(from))
-        );
-    }
-    assert_eq!(s.lock(L).unwrap().token, Some(0), "state untouched");
+    let bad = [NodeId(0), NodeId(5)].map(|n| (n, tok, n));
+    refuses_each(naimi(0), &bad);
 }
 
-/// `U → W` completes at once at the holder of U ("Naimi doing the same work"); it is refused
-/// without U held.
 #[test]
 fn naimi_upgrade_u_to_w() {
-    let mut s = naimi(0);
-    let mut out: Outputs<NaimiMsg, 2> = Outputs::new();
-    assert_eq!(
-        s.step(Input::Upgrade { lock: L }, &mut out),
-        Err(KernelError::NotHoldingU(L))
-    );
-    s.step(
-        Input::Acquire {
-            lock: L,
-            mode: Mode::U,
-        },
-        &mut out,
-    )
-    .unwrap();
-    out.clear();
-    s.step(Input::Upgrade { lock: L }, &mut out).unwrap();
-    assert_eq!(out.as_slice(), &[Output::Upgraded { lock: L }]);
-    assert_eq!(s.lock(L).unwrap().held, Mode::W);
+    upgrade_u_to_w(naimi(0));
 }
 
 /// A stale copy of a token this node has already passed on (its generation ≤ the highest
 /// seen) is a duplicate, even though the node holds no token now.
 #[test]
 fn naimi_rejects_a_stale_token() {
-    let mut s = naimi(1);
-    let mut out: Outputs<NaimiMsg, 2> = Outputs::new();
-    out.clear();
-    s.step(w(), &mut out).unwrap(); // request to n0
     let t1 = NaimiMsg::Token {
         lock: L,
         generation: 1,
     };
-    let from = NodeId(0);
-    out.clear();
-    s.step(Input::Deliver { from, msg: &t1 }, &mut out).unwrap(); // granted
     let req = NaimiMsg::Request {
         lock: L,
         requester: NodeId(2),
     };
-    out.clear();
-    s.step(
-        Input::Deliver {
-            from: NodeId(2),
-            msg: &req,
-        },
-        &mut out,
-    )
-    .unwrap(); // next = n2
-    out.clear();
-    s.step(Input::Release { lock: L }, &mut out).unwrap(); // token (gen 2) to n2
-    assert_eq!(s.lock(L).unwrap().token, None);
-    out.clear();
-    assert_eq!(
-        s.step(Input::Deliver { from, msg: &t1 }, &mut out),
-        Err(KernelError::Duplicate(L))
-    );
-    assert_eq!(s.lock(L).unwrap().token, None, "no second token");
+    a_passed_on_token_is_a_duplicate(naimi(1), t1, Some(req));
 }
 
-/// `Protocol::is_pending` reports a request on its way (the harness's liveness check and
-/// the demo read it).
 #[test]
 fn naimi_is_pending_reports_a_waiting_request() {
-    let mut s = naimi(1);
-    assert_eq!(Protocol::is_pending(&s, L), Ok(false));
-    let mut out: Outputs<NaimiMsg, 2> = Outputs::new();
-    s.step(w(), &mut out).unwrap();
-    assert_eq!(Protocol::is_pending(&s, L), Ok(true));
+    is_pending_reports_a_waiting_request(naimi(1));
 }
 
 // ------------------------------------------------- prioritized Naimi (pnaimi.rs)
@@ -169,19 +189,11 @@ fn pnaimi_with_owners_rejects_itself_or_unknown_owner() {
 
 #[test]
 fn pnaimi_step_needs_room_for_two_outputs() {
-    let mut s = pnaimi(0);
-    let mut one: Outputs<PrioNaimiMsg<6>, 1> = Outputs::new();
-    assert_eq!(s.step(pw(), &mut one), Err(KernelError::OutputsFull));
-    assert!(one.is_empty());
-    assert_eq!(s.lock(L).unwrap().held, Mode::Phi, "state untouched");
-    let mut two: Outputs<PrioNaimiMsg<6>, 2> = Outputs::new();
-    s.step(pw(), &mut two).unwrap();
-    assert_eq!(s.lock(L).unwrap().held, Mode::W);
+    step_needs_room_for_two_outputs(pnaimi(0));
 }
 
 #[test]
 fn pnaimi_rejects_messages_from_itself_or_unknown_nodes() {
-    let mut s = pnaimi(0);
     let req = PrioNaimiMsg::<6>::Request {
         lock: L,
         req: PrioRequest {
@@ -189,61 +201,27 @@ fn pnaimi_rejects_messages_from_itself_or_unknown_nodes() {
             prio: 0,
         },
     };
-    for from in [NodeId(0), NodeId(6)] {
-        let mut out: Outputs<PrioNaimiMsg<6>, 2> = Outputs::new();
-        assert_eq!(
-            s.step(Input::Deliver { from, msg: &req }, &mut out),
-            Err(KernelError::UnknownNode(from))
-        );
-    }
-    assert_eq!(s.lock(L).unwrap().token, Some(0), "token not passed");
+    let bad = [NodeId(0), NodeId(6)].map(|n| (n, req.clone(), n));
+    refuses_each(pnaimi(0), &bad);
 }
 
 /// A request whose requester is this node or outside 0..N is refused.
 #[test]
 fn pnaimi_rejects_a_request_of_itself_or_an_unknown_requester() {
-    let mut s = pnaimi(0);
-    for requester in [NodeId(0), NodeId(6)] {
-        let req = PrioNaimiMsg::<6>::Request {
-            lock: L,
-            req: PrioRequest { requester, prio: 0 },
-        };
-        let mut out: Outputs<PrioNaimiMsg<6>, 2> = Outputs::new();
-        assert_eq!(
-            s.step(
-                Input::Deliver {
-                    from: NodeId(1),
-                    msg: &req
-                },
-                &mut out
-            ),
-            Err(KernelError::UnknownNode(requester))
-        );
-        assert!(out.is_empty());
-    }
-    assert_eq!(s.lock(L).unwrap().token, Some(0), "token not passed");
+    let bad = [NodeId(0), NodeId(6)].map(|requester| {
+        let req = PrioRequest { requester, prio: 0 };
+        (
+            NodeId(1),
+            PrioNaimiMsg::<6>::Request { lock: L, req },
+            requester,
+        )
+    });
+    refuses_each(pnaimi(0), &bad);
 }
 
 #[test]
 fn pnaimi_upgrade_u_to_w() {
-    let mut s = pnaimi(0);
-    let mut out: Outputs<PrioNaimiMsg<6>, 2> = Outputs::new();
-    assert_eq!(
-        s.step(Input::Upgrade { lock: L }, &mut out),
-        Err(KernelError::NotHoldingU(L))
-    );
-    s.step(
-        Input::Acquire {
-            lock: L,
-            mode: Mode::U,
-        },
-        &mut out,
-    )
-    .unwrap();
-    out.clear();
-    s.step(Input::Upgrade { lock: L }, &mut out).unwrap();
-    assert_eq!(out.as_slice(), &[Output::Upgraded { lock: L }]);
-    assert_eq!(s.lock(L).unwrap().held, Mode::W);
+    upgrade_u_to_w(pnaimi(0));
 }
 
 fn token(generation: u32, queue: &[(u16, u8)]) -> PrioNaimiMsg<6> {
@@ -263,23 +241,7 @@ fn token(generation: u32, queue: &[(u16, u8)]) -> PrioNaimiMsg<6> {
 /// A stale copy of a token already passed on (generation ≤ highest seen) is a duplicate.
 #[test]
 fn pnaimi_rejects_a_stale_token() {
-    let mut s = pnaimi(1);
-    let mut out: Outputs<PrioNaimiMsg<6>, 2> = Outputs::new();
-    out.clear();
-    s.step(pw(), &mut out).unwrap();
-    let from = NodeId(0);
-    let t1 = token(1, &[(2, 0)]);
-    out.clear();
-    s.step(Input::Deliver { from, msg: &t1 }, &mut out).unwrap(); // granted, n2 queued
-    out.clear();
-    s.step(Input::Release { lock: L }, &mut out).unwrap(); // token (gen 2) to n2
-    assert_eq!(s.lock(L).unwrap().token, None);
-    out.clear();
-    assert_eq!(
-        s.step(Input::Deliver { from, msg: &t1 }, &mut out),
-        Err(KernelError::Duplicate(L))
-    );
-    assert_eq!(s.lock(L).unwrap().token, None, "no second token");
+    a_passed_on_token_is_a_duplicate(pnaimi(1), token(1, &[(2, 0)]), None);
 }
 
 /// The merge at the token's receiver keeps every requester once and never queues the
@@ -289,7 +251,7 @@ fn pnaimi_token_merge_drops_duplicates_and_the_receiver() {
     let mut s = pnaimi(1);
     let mut out: Outputs<PrioNaimiMsg<6>, 2> = Outputs::new();
     out.clear();
-    s.step(pw(), &mut out).unwrap();
+    s.step(w(), &mut out).unwrap();
     let t = token(1, &[(2, 1), (2, 1), (1, 0)]);
     out.clear();
     s.step(
@@ -300,30 +262,19 @@ fn pnaimi_token_merge_drops_duplicates_and_the_receiver() {
         &mut out,
     )
     .unwrap();
-    let q: Vec<u16> = s
-        .lock(L)
-        .unwrap()
-        .queue
-        .iter()
-        .map(|r| r.requester.0)
-        .collect();
-    assert_eq!(q, vec![2]);
+    assert_eq!(queue_of(&s), vec![2]);
 }
 
 #[test]
 fn pnaimi_is_pending_reports_a_waiting_request() {
-    let mut s = pnaimi(1);
-    assert_eq!(Protocol::is_pending(&s, L), Ok(false));
-    let mut out: Outputs<PrioNaimiMsg<6>, 2> = Outputs::new();
-    s.step(pw(), &mut out).unwrap();
-    assert_eq!(Protocol::is_pending(&s, L), Ok(true));
+    is_pending_reports_a_waiting_request(pnaimi(1));
 }
 
 type Net = common::Net<P6>;
 
 fn request(n: &mut Net, at: u16, prio: u8) {
     n.step(at, Input::SetPriority { base: prio });
-    n.step(at, pw());
+    n.step(at, w());
     n.settle();
 }
 
@@ -332,19 +283,11 @@ fn request(n: &mut Net, at: u16, prio: u8) {
 #[test]
 fn pnaimi_fifo_within_a_priority() {
     let mut n = Net::new((0..6).map(pnaimi).collect());
-    n.step(0, pw());
+    n.step(0, w());
     for at in [1, 2, 3] {
         request(&mut n, at, 1);
     }
-    let q: Vec<u16> = n
-        .site(0)
-        .lock(L)
-        .unwrap()
-        .queue
-        .iter()
-        .map(|r| r.requester.0)
-        .collect();
-    assert_eq!(q, vec![1, 2, 3]);
+    assert_eq!(queue_of(n.site(0)), vec![1, 2, 3]);
     for at in [0, 1, 2] {
         n.step(at, Input::Release { lock: L });
         n.settle();
@@ -366,20 +309,12 @@ fn pnaimi_token_merge_orders_by_priority() {
             .map(|(i, o)| P6::with_owners(NodeId(i as u16), |_| o.map(NodeId)).unwrap())
             .collect(),
     );
-    n.step(0, pw());
+    n.step(0, w());
     request(&mut n, 1, 5);
     request(&mut n, 2, 1);
     request(&mut n, 4, 1);
     request(&mut n, 3, 3); // stops at n1 (pending at 5 ≥ 3)
-    let q = |n: &Net, at: u16| -> Vec<u16> {
-        n.site(at)
-            .lock(L)
-            .unwrap()
-            .queue
-            .iter()
-            .map(|r| r.requester.0)
-            .collect()
-    };
+    let q = |n: &Net, at: u16| queue_of(n.site(at));
     assert_eq!(q(&n, 0), vec![1, 2, 4]);
     assert_eq!(q(&n, 1), vec![3]);
     n.step(0, Input::Release { lock: L });
