@@ -91,7 +91,9 @@ impl<const Q: usize> Requester for PrioNaimiMsg<Q> {
 /// Which protocol the sites run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Proto {
-    /// The hierarchical protocol (table + entry locks), the thesis's forwarding.
+    /// The hierarchical protocol (table + entry locks) with the thesis's forwarding
+    /// ([`Forwarding::Thesis`], hilock's default; the chapter-4 experiments reproduce the
+    /// thesis's figures with it).
     Hilock,
     /// The same with hilock's compressed forwarding ([`Forwarding::Compress`], issue 19).
     HilockCompress,
@@ -394,6 +396,12 @@ pub struct Stats {
     pub window_us: u64,
     /// Kernel steps executed in the whole run.
     pub steps: u64,
+    /// Messages sent in the window by lock class (0: lock 0, the table; 1: the other
+    /// locks) and kind (request, grant, token, release, freeze), and the forwards among
+    /// the requests (issue 19: where the messages of an access go).
+    pub msgs_by_class: [[u64; 5]; 2],
+    /// Forwards in the window by lock class (0: the table, 1: the other locks).
+    pub forwards_by_class: [u64; 2],
     /// Request messages in the window that are about lock 0 (hilock: the table lock;
     /// Naimi same work: entry 0; Naimi pure: the only lock).
     pub lock0_requests: u64,
@@ -461,6 +469,21 @@ impl Stats {
     /// Messages per access (critical section).
     pub fn per_access(&self) -> f64 {
         self.messages() as f64 / self.accesses.max(1) as f64
+    }
+    /// Messages per access of lock class `c` (0: the table, 1: the other locks), split
+    /// as request (sent by the requester), forward, grant, token, release, freeze.
+    pub fn class_kinds_per_access(&self, c: usize) -> [f64; 6] {
+        let a = self.accesses.max(1) as f64;
+        let m = &self.msgs_by_class[c];
+        let f = self.forwards_by_class[c];
+        [
+            (m[0] - f) as f64 / a,
+            f as f64 / a,
+            m[1] as f64 / a,
+            m[2] as f64 / a,
+            m[3] as f64 / a,
+            m[4] as f64 / a,
+        ]
     }
     /// Mean latency over all accesses in ms.
     pub fn mean_latency_ms(&self) -> f64 {
@@ -886,6 +909,11 @@ where
                 }
                 if in_window {
                     stats.msgs[P::stat_kind(msg)] += 1;
+                    let class = usize::from(P::lock_of(msg) != LockId(0));
+                    stats.msgs_by_class[class][P::stat_kind(msg)] += 1;
+                    if msg.requester().is_some_and(|r| r != node) {
+                        stats.forwards_by_class[class] += 1;
+                    }
                     if P::lock_of(msg) == LockId(0) && P::kind(msg) == MsgKind::Request {
                         stats.lock0_requests += 1;
                     }

@@ -202,3 +202,38 @@ fn entry_intention_mix_reproduces_the_old_table() {
     assert_eq!(per_request(Proto::Hilock), "3.41");
     assert_eq!(per_request(Proto::NaimiPure), "3.59");
 }
+
+/// Issue 19: the per-access split by lock (table / entries) and kind adds up to the
+/// totals — every message is counted in exactly one class, every forward too; Naimi-Trehel
+/// pure sends nothing on other locks, while hilock's R/U/W accesses do take an entry.
+#[test]
+fn per_access_split_by_lock_adds_up() {
+    for proto in [Proto::NaimiPure, Proto::Hilock, Proto::HilockPointers] {
+        let st = sim::run(&small(proto, 16, 5)).expect("run");
+        for k in 0..5 {
+            assert_eq!(
+                st.msgs_by_class[0][k] + st.msgs_by_class[1][k],
+                st.msgs[k],
+                "{proto:?}: kind {k}"
+            );
+        }
+        assert_eq!(
+            st.forwards_by_class[0] + st.forwards_by_class[1],
+            st.forwards,
+            "{proto:?}: forwards"
+        );
+        let split: f64 = (0..2).flat_map(|c| st.class_kinds_per_access(c)).sum();
+        assert!(
+            (split - st.per_access()).abs() < 1e-9,
+            "{proto:?}: {split} vs {}",
+            st.per_access()
+        );
+        let entries: u64 = st.msgs_by_class[1].iter().sum();
+        if proto == Proto::NaimiPure {
+            assert_eq!(entries, 0, "Naimi-Trehel pure has one lock");
+        } else {
+            assert!(entries > 0, "{proto:?}: no entry-lock message");
+            assert!(st.forwards_by_class[1] > 0, "{proto:?}: no entry forward");
+        }
+    }
+}

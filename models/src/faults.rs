@@ -46,7 +46,9 @@ use crate::check::property_reports;
 use hilock_kernel::recovery::{
     next_members, rebuild, Epoch, FaultSite, Liveness, Plan, RecoveryVariant, Stamped, Standing,
 };
-use hilock_kernel::{Input, KernelError, LockId, Mode, MsgKind, NodeId, Output, Site};
+use hilock_kernel::{
+    Forwarding, Input, KernelError, LockId, Mode, MsgKind, NodeId, Output, Site, Variant,
+};
 use hilock_spec::cluster::Cluster;
 use hilock_spec::system::{SpecMsg, MODEL_NODES, QUEUE};
 use hilock_spec::trace::describe_msg;
@@ -102,6 +104,10 @@ pub struct FaultConfig {
     pub reinstalls: u8,
     /// The recovery safeguards.
     pub variant: RecoveryVariant,
+    /// The forwarding rule of the sites of the initial membership (issue 19; default:
+    /// the kernel's default). A restarted node's new incarnation
+    /// (`FaultSite::joining`) always runs the kernel's default.
+    pub forwarding: Forwarding,
 }
 
 impl FaultConfig {
@@ -131,7 +137,13 @@ impl FaultConfig {
             restarts: 0,
             reinstalls: 0,
             variant: RecoveryVariant::HILOCK,
+            forwarding: Forwarding::default(),
         }
+    }
+    /// With forwarding rule `f` at the sites of the initial membership (issue 19).
+    pub fn with_forwarding(mut self, f: Forwarding) -> Self {
+        self.forwarding = f;
+        self
     }
     /// With budgets: crashes, suspicions (partition/pause), restarts, duplicated installs.
     pub fn with_faults(
@@ -628,7 +640,12 @@ impl Model for FaultModel {
     fn init_states(&self) -> Vec<FState> {
         let sites = (0..self.cfg.n())
             .map(|i| {
-                let s = Site::new(NodeId(i as u16), NodeId(0)).expect("valid ids");
+                let s = Site::new(NodeId(i as u16), NodeId(0))
+                    .expect("valid ids")
+                    .with_variant(Variant {
+                        forwarding: self.cfg.forwarding,
+                        ..Variant::HILOCK
+                    });
                 FSite::new(s).with_recovery(self.cfg.variant)
             })
             .collect();

@@ -14,6 +14,7 @@
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use hilock_kernel::recovery::RecoveryVariant;
+use hilock_kernel::Forwarding;
 use hilock_models::faults::{
     FaultConfig, FaultModel, FaultReport, AFTER_INSTALL, KILLED, NO_LOST, ONE_TOKEN, P1,
     REGENERATED, REJOINED, SAFETY,
@@ -263,4 +264,38 @@ fn four_nodes_crash_and_restart() {
         .with_faults(1, 0, 1, 0),
         &[REGENERATED, AFTER_INSTALL, REJOINED],
     );
+}
+
+// ------------------------------------------- issue 19: routing pointers across an epoch
+
+/// Issue 19: hilock's per-class routing pointers ([`Forwarding::ClassPointers`]) lose a
+/// request after a crash, which is why they are not hilock's default. n3's IW takes the
+/// token from n0; n1's R then reaches n0, now an idle relay, which forwards it to n3 and
+/// keeps a pointer (mode R) to n1; n1 crashes and the next epoch is installed
+/// (`FaultSite::install` resets parent, token, queue and links, but not the routing
+/// pointers); n2's R reaches n0, which sends it along its pointer to the dead n1 (Table
+/// 3.2 keeps an R behind an R): quiescent with n2 waiting for ever. The same configuration
+/// passes under the thesis rule (`four_nodes_with_copies_survive_a_crash`). Counterexample
+/// `spec/counterexamples/faults/class-pointers-pointer-to-crashed-node.json`.
+#[test]
+fn gap_class_pointers_keep_a_pointer_to_a_crashed_node() {
+    let c = FaultConfig::new(
+        "4 nodes W R R IW, 1 crash, class pointers",
+        &[
+            &["acquire W", "release"],
+            &["acquire R", "release"],
+            &["acquire R", "release"],
+            &["acquire IW", "release"],
+        ],
+    )
+    .with_faults(1, 0, 0, 0)
+    .with_forwarding(Forwarding::ClassPointers);
+    let v = refuted(
+        c,
+        NO_LOST,
+        "class-pointers-pointer-to-crashed-node",
+        "issue 19: an idle relay's ClassPointers pointer to a node that crashed survives the \
+         epoch install; a request sent along it is lost",
+    );
+    assert!(v.contains("did not finish"), "{v}");
 }

@@ -543,9 +543,9 @@ fn print_tables(rows: &[(Job, Stats)], lavault: &[LavaultRow]) {
         for p in &hilocks {
             print!(" {} |", p.name());
         }
-        println!(" hilock lock requests / access | hilock msgs / access | Naimi msgs / access |");
+        println!(" hilock lock requests / access | hilock (thesis) msgs / access | hilock-pointers msgs / access | Naimi msgs / access |");
         println!(
-            "|---:|---:|{}---:|---:|---:|",
+            "|---:|---:|{}---:|---:|---:|---:|",
             "---:|".repeat(hilocks.len())
         );
         for &n in &sizes {
@@ -563,14 +563,16 @@ fn print_tables(rows: &[(Job, Stats)], lavault: &[LavaultRow]) {
                     None => print!(" - |"),
                 }
             }
+            let pointers = get("forwarding", Proto::HilockPointers, 10.0, n)
+                .map_or("-".to_string(), |st| format!("{:.2}", st.per_access()));
             match get("forwarding", Proto::Hilock, 10.0, n) {
                 Some(h) => println!(
-                    " {:.3} | {:.2} | {:.2} |",
+                    " {:.3} | {:.2} | {pointers} | {:.2} |",
                     h.requests_per_access(),
                     h.per_access(),
                     nt.per_access()
                 ),
-                None => println!(" - | - | - |"),
+                None => println!(" - | - | {pointers} | - |"),
             }
         }
         println!("\n| n | protocol | request | forward | grant | token | release | freeze | entry-lock journey mean / p99 | idle-relay parent age, table: mean p50 p90 | entries: mean p50 p90 | idle-relay forwards via pointer | entry token moves / lock request |");
@@ -603,6 +605,34 @@ fn print_tables(rows: &[(Job, Stats)], lavault: &[LavaultRow]) {
         .iter()
         .any(|&n| get("forwarding", Proto::NaimiPure, 10.0, n).is_some())
     {
+        // Issue 19: per access (a user request: the table lock, and for R/U/W the entry
+        // too), where the messages go, by lock class and kind; Naimi-Trehel pure takes one
+        // lock per access (its "table" columns).
+        println!("\nPer access (messages per access by lock: table / entries; request = sent by the requester, forward = sent on by another node)\n");
+        println!("| n | protocol | lock requests / access | table: request forward grant token release freeze | entries: request forward grant token release freeze | total / access |");
+        println!("|---:|---|---:|---|---|---:|");
+        for &n in &sizes {
+            for p in [Proto::NaimiPure, Proto::Hilock, Proto::HilockPointers] {
+                let Some(st) = get("forwarding", p, 10.0, n) else {
+                    continue;
+                };
+                let f = |c: usize| {
+                    st.class_kinds_per_access(c)
+                        .iter()
+                        .map(|x| format!("{x:.3}"))
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                };
+                println!(
+                    "| {n} | {} | {:.3} | {} | {} | {:.3} |",
+                    p.name(),
+                    st.lock_requests as f64 / st.accesses.max(1) as f64,
+                    f(0),
+                    f(1),
+                    st.per_access()
+                );
+            }
+        }
         println!("\nJourneys: request messages per lock request that sent one (table lock / entry locks: mean, p50, p90, p99, max), and who forwarded (share of forwards sent by an idle relay / a node owning a mode / a pending node / other)\n");
         println!("| n | protocol | table: mean p50 p90 p99 max | entries: mean p50 p90 p99 max | idle | owns | pending | other |");
         println!("|---:|---|---|---|---:|---:|---:|---:|");
