@@ -1190,7 +1190,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
     }
 
     /// Drops every [`Forwarding::ClassPointers`] pointer.
-    fn forget_routes(&mut self) {
+    pub(crate) fn forget_routes(&mut self) {
         self.routes = [None; 5];
     }
 

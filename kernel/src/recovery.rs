@@ -100,6 +100,18 @@ pub struct RecoveryVariant {
     /// A plan is installed only for an epoch later than the site's. `false`: a plan that
     /// is delivered again is installed again (and regenerates its token again).
     pub install_once: bool,
+    /// An install forgets the old epoch's forwarding shortcuts
+    /// ([`crate::Forwarding::Compress`]'s shortcut, [`crate::Forwarding::ClassPointers`]'
+    /// routing pointers) with its other links. `false`: they survive the install, and one
+    /// may point at a node that crashed — a request sent along it is lost (counterexample
+    /// `class-pointers-pointer-to-crashed-node`, `verify/tests/faults.rs`).
+    #[cfg_attr(feature = "serde", serde(default = "yes"))]
+    pub forget_shortcuts: bool,
+}
+
+#[cfg(feature = "serde")]
+fn yes() -> bool {
+    true
 }
 
 impl RecoveryVariant {
@@ -108,6 +120,7 @@ impl RecoveryVariant {
         epoch_check: true,
         kill_before_regrant: true,
         install_once: true,
+        forget_shortcuts: true,
     };
 }
 
@@ -643,7 +656,7 @@ impl<const N: usize, const L: usize, const Q: usize> FaultSite<N, L, Q> {
         let mut sink = StampSink { epoch, out };
         let mut rules = RuleSet::EMPTY;
         for (p, n) in plans.iter().zip(self.site.locks_mut().iter_mut()) {
-            reset_links(n);
+            reset_links(n, self.variant.forget_shortcuts);
             n.generation_seen = p.generation;
             n.frozen = Frozen::EMPTY;
             if p.root != me {
@@ -693,11 +706,19 @@ impl<const N: usize, const L: usize, const Q: usize> FaultSite<N, L, Q> {
 
 /// Forget every per-peer counter and the copyset (the new epoch starts its links afresh;
 /// messages of older epochs are rejected by their stamp).
-fn reset_links<const N: usize, const Q: usize>(n: &mut LockNode<N, Q>) {
+/// Forgets the links of the old epoch: children and peers, and with
+/// [`RecoveryVariant::forget_shortcuts`] the forwarding shortcuts of
+/// [`crate::Forwarding::Compress`] and [`crate::Forwarding::ClassPointers`] (one may point
+/// at a node that crashed).
+fn reset_links<const N: usize, const Q: usize>(n: &mut LockNode<N, Q>, forget_shortcuts: bool) {
     for i in 0..N {
         n.set_child(i, Mode::Phi);
     }
     n.peers = [Peer::default(); N];
+    if forget_shortcuts {
+        n.shortcut = None;
+        n.forget_routes();
+    }
 }
 
 impl<const N: usize, const L: usize, const Q: usize> Protocol for FaultSite<N, L, Q> {

@@ -354,7 +354,10 @@ const PINNED: &[(&str, usize)] = &[
     ("pair W/W star4 (thesis)", 7284),
     ("upgrade star4 (thesis)", 40154),
     ("upgrade chain4 (thesis)", 83296),
-    ("upgrade by a chain leaf with IW, W contenders (thesis)", 23890),
+    (
+        "upgrade by a chain leaf with IW, W contenders (thesis)",
+        23890,
+    ),
     ("mix star4 (thesis)", 356245),
     ("mix chain4 (thesis)", 729576),
     ("mix star5 (thesis)", 434172),
@@ -370,7 +373,10 @@ const PINNED: &[(&str, usize)] = &[
     ("fifo star4 R repeated vs W (thesis)", 6897),
     ("fifo R copies below a child vs W (thesis)", 120786),
     ("PIP stale reissue, star of 3 (thesis)", 12897),
-    ("PIP stale copy served by a token transfer, star of 4 (thesis)", 87333),
+    (
+        "PIP stale copy served by a token transfer, star of 4 (thesis)",
+        87333,
+    ),
     ("leave old parent, chain4 (thesis)", 80673),
 ];
 

@@ -33,6 +33,8 @@ const PINNED: &[(&str, usize)] = &[
     ("W W R, every fault once", 875225),
     ("4 nodes W R R IW, 1 crash", 159412),
     ("4 nodes W W R IW, 1 crash, 1 restart", 1_528_290),
+    ("4 nodes W R R IW, 1 crash, class pointers", 157_797),
+    ("4 nodes W R R IW, 1 crash, compress", 157_797),
 ];
 
 fn wwr(name: &str) -> FaultConfig {
@@ -268,19 +270,9 @@ fn four_nodes_crash_and_restart() {
 
 // ------------------------------------------- issue 19: routing pointers across an epoch
 
-/// Issue 19: hilock's per-class routing pointers ([`Forwarding::ClassPointers`]) lose a
-/// request after a crash, which is why they are not hilock's default. n3's IW takes the
-/// token from n0; n1's R then reaches n0, now an idle relay, which forwards it to n3 and
-/// keeps a pointer (mode R) to n1; n1 crashes and the next epoch is installed
-/// (`FaultSite::install` resets parent, token, queue and links, but not the routing
-/// pointers); n2's R reaches n0, which sends it along its pointer to the dead n1 (Table
-/// 3.2 keeps an R behind an R): quiescent with n2 waiting for ever. The same configuration
-/// passes under the thesis rule (`four_nodes_with_copies_survive_a_crash`). Counterexample
-/// `spec/counterexamples/faults/class-pointers-pointer-to-crashed-node.json`.
-#[test]
-fn gap_class_pointers_keep_a_pointer_to_a_crashed_node() {
-    let c = FaultConfig::new(
-        "4 nodes W R R IW, 1 crash, class pointers",
+fn four_nodes_one_crash(name: &str, forwarding: Forwarding) -> FaultConfig {
+    FaultConfig::new(
+        name,
         &[
             &["acquire W", "release"],
             &["acquire R", "release"],
@@ -289,13 +281,50 @@ fn gap_class_pointers_keep_a_pointer_to_a_crashed_node() {
         ],
     )
     .with_faults(1, 0, 0, 0)
-    .with_forwarding(Forwarding::ClassPointers);
+    .with_forwarding(forwarding)
+}
+
+/// Issue 19: hilock's forwarding shortcuts ([`Forwarding::ClassPointers`]' per-class
+/// routing pointers, [`Forwarding::Compress`]'s shortcut) survive a crash once an install
+/// forgets them with the old epoch's other links (`RecoveryVariant::forget_shortcuts`):
+/// every survivor's request is granted.
+#[test]
+fn forwarding_shortcuts_survive_a_crash() {
+    pass(
+        four_nodes_one_crash(
+            "4 nodes W R R IW, 1 crash, class pointers",
+            Forwarding::ClassPointers,
+        ),
+        &[REGENERATED, AFTER_INSTALL],
+    );
+    pass(
+        four_nodes_one_crash("4 nodes W R R IW, 1 crash, compress", Forwarding::Compress),
+        &[REGENERATED, AFTER_INSTALL],
+    );
+}
+
+/// Without `forget_shortcuts` (the kernel before this fix) a request is lost. n3's IW
+/// takes the token from n0; n1's R then reaches n0, now an idle relay, which forwards it
+/// to n3 and keeps a pointer (mode R) to n1; n1 crashes and the next epoch is installed
+/// (parent, token, queue and links reset, the routing pointers kept); n2's R reaches n0,
+/// which sends it along its pointer to the dead n1 (Table 3.2 keeps an R behind an R):
+/// quiescent with n2 waiting for ever. Counterexample
+/// `spec/counterexamples/faults/class-pointers-pointer-to-crashed-node.json`.
+#[test]
+fn shortcuts_kept_across_an_install_lose_a_request() {
     let v = refuted(
-        c,
+        four_nodes_one_crash(
+            "4 nodes W R R IW, 1 crash, class pointers",
+            Forwarding::ClassPointers,
+        )
+        .with_variant(RecoveryVariant {
+            forget_shortcuts: false,
+            ..H
+        }),
         NO_LOST,
         "class-pointers-pointer-to-crashed-node",
-        "issue 19: an idle relay's ClassPointers pointer to a node that crashed survives the \
-         epoch install; a request sent along it is lost",
+        "forget_shortcuts off: an idle relay's ClassPointers pointer to a node that crashed \
+         survives the epoch install; a request sent along it is lost",
     );
     assert!(v.contains("did not finish"), "{v}");
 }
