@@ -272,6 +272,12 @@ struct Shared {
     gone: tokio::sync::watch::Sender<std::collections::BTreeMap<u16, String>>,
     /// Wakes the recovery task (a message of a later epoch arrived).
     nudge: tokio::sync::Notify,
+    /// `etcd_recovery` is on.
+    recovery: bool,
+    /// Recovery: etcd's member keys, node id → the run (incarnation) holding it, as the
+    /// recovery task last saw them. A new run of a peer is let onto the peer links only
+    /// once it holds its member key (so the old run's lease has ended, `net`).
+    etcd_runs: std::sync::Mutex<std::collections::BTreeMap<u16, u64>>,
 }
 
 /// The agents engine sends on the same peer links (see [`crate::agents::Net`]).
@@ -396,6 +402,7 @@ impl Node {
                 pings: AtomicU64::new(0),
                 ping_now: tokio::sync::Notify::new(),
                 pong: tokio::sync::watch::Sender::new((0, 0)),
+                run_gen: AtomicU64::new(0),
             }));
             outboxes.push((n.id, rx));
         }
@@ -419,10 +426,20 @@ impl Node {
             lease: tokio::sync::watch::Sender::new(first_lease),
             gone: tokio::sync::watch::Sender::new(Default::default()),
             nudge: tokio::sync::Notify::new(),
+            recovery: session.recovery(),
+            etcd_runs: std::sync::Mutex::new(Default::default()),
         });
         tasks.spawn(crate::agents::run(shared.clone(), agents_rx));
         let (tx, rx) = mpsc::unbounded_channel();
-        tasks.spawn(Core::new(shared.clone()).run(rx));
+        let rejoining = session.rejoining();
+        if rejoining {
+            info!(
+                id = config.id,
+                "an earlier run of this node joined the cluster: this run rejoins (nothing \
+                 held; no kernel step until an epoch lets it in)"
+            );
+        }
+        tasks.spawn(Core::new(shared.clone(), rejoining).run(rx));
         session.follow(&shared, &tx, &mut tasks);
         for (peer, rx) in outboxes {
             tasks.spawn(dial(shared.clone(), peer, rx, tx.clone()));
