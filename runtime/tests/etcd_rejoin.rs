@@ -223,3 +223,101 @@ async fn a_killed_node_restarts_and_rejoins_the_cluster() {
         .expect("test body ends within 60 s");
 }
 
+/// A node's `held_back_full` counter, from its status (`None`: no answer within 5 s).
+async fn held_back_full(nodes: &Nodes, id: usize) -> Option<u64> {
+    let (reply, _) = tokio::time::timeout(
+        Duration::from_secs(5),
+        hilock::client::request(&nodes.socket(id), &hilock::client::Request::Status),
+    )
+    .await
+    .ok()?
+    .ok()?;
+    reply.status?.get("stats")?.get("held_back_full")?.as_u64()
+}
+
+/// The bound on unread protocol messages (`etcd_held_back_max`, `spec/FAULTS.md` 2.2.2),
+/// set to 2 on three nodes with recovery under the airline workload: the nodes close
+/// connections at the cap (counted), the peers resend, and nothing is lost — node 2 is
+/// killed, the survivors install an epoch without it, and every survivor request is
+/// granted (or times out during the recovery), 0 violations.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_the_cap_on_unread_messages_connections_close_and_nothing_is_lost() {
+    let name = "at_the_cap_on_unread_messages_connections_close_and_nothing_is_lost";
+    let Some(etcd) = etcd::start_healthy(name) else {
+        return;
+    };
+    let body = async {
+        let (cluster, n) = ("cap", 3);
+        let mut nodes = Nodes::start_direct(
+            cluster,
+            &vec![etcd.addr.clone(); n],
+            10_000,
+            "etcd_recovery = true\netcd_held_back_max = 2\n",
+            "hilock=warn",
+        );
+        let (obs, mut view) = observer(&etcd.addr, cluster).await;
+        until_members(&mut view, |v| {
+            (0..n as u16).all(|i| v.members.contains_key(&i))
+        })
+        .await;
+        let rec = Arc::new(Recorder::default());
+        let work = Airline::start(&nodes, &rec, &[0, 1, 2], 2);
+        tokio::time::sleep(Duration::from_millis(1_000)).await;
+        rec.killed(2);
+        let killed = Instant::now();
+        nodes.kill(2);
+        let (_, seen) = until_epoch(&obs, Duration::from_secs(10), |_, ids| {
+            !ids.is_empty() && !ids.contains(&2)
+        })
+        .await
+        .unwrap_or_else(|| {
+            panic!(
+                "an epoch without node 2; node 0:\n{}",
+                nodes.recovery_log(0)
+            )
+        });
+        tokio::time::sleep(Duration::from_millis(1_000)).await;
+        work.finish().await;
+        let closed: u64 = [
+            held_back_full(&nodes, 0).await.unwrap_or(0),
+            held_back_full(&nodes, 1).await.unwrap_or(0),
+        ]
+        .iter()
+        .sum();
+        let outcomes = rec.outcomes();
+        let after = outcomes
+            .iter()
+            .filter(|o| o.node < 2 && o.issued >= seen && o.kind == Kind::Granted)
+            .count();
+        let bad: Vec<_> = outcomes
+            .iter()
+            .filter(|o| o.node < 2 && !matches!(o.kind, Kind::Granted | Kind::Timeout))
+            .collect();
+        eprintln!(
+            "cap 2: {closed} connections closed at the cap on the survivors; epoch without \
+             node 2 {:.3} s after the kill; {} answers, {after} survivor grants after the \
+             recovery; {} pairs checked; violations {:?}",
+            (seen - killed).as_secs_f64(),
+            outcomes.len(),
+            rec.oracle.checks(),
+            rec.oracle.violations()
+        );
+        assert_eq!(rec.oracle.violations(), Vec::<String>::new());
+        assert!(
+            bad.is_empty(),
+            "survivor requests are granted or time out: {:?}",
+            bad.iter()
+                .take(5)
+                .map(|o| (o.node, &o.path, o.kind, &o.text))
+                .collect::<Vec<_>>()
+        );
+        assert!(closed > 0, "the cap was reached and connections closed");
+        assert!(
+            after > 10,
+            "the survivors are served after the recovery ({after} grants)"
+        );
+    };
+    tokio::time::timeout(Duration::from_secs(60), body)
+        .await
+        .expect("test body ends within 60 s");
+}

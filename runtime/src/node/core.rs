@@ -520,6 +520,11 @@ impl Core {
             self.held_back.push((from, epoch, frame));
             return;
         }
+        // From here on the message leaves the node's unread ones (`Shared::unread`),
+        // unless it is held back again below.
+        if self.shared.recovery {
+            self.shared.unread.fetch_sub(1, Relaxed);
+        }
         let path = frame.path.clone();
         if self.entry(&path).is_err() {
             return;
@@ -534,6 +539,9 @@ impl Core {
                 // Kept until this node has installed that epoch; the recovery task looks
                 // at the installed epoch now.
                 let frame = Frame { path, msg: msg.msg };
+                if self.shared.recovery {
+                    self.shared.unread.fetch_add(1, Relaxed);
+                }
                 self.held_back.push((from, epoch, frame));
                 self.shared.nudge.notify_one();
                 return;

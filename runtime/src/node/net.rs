@@ -596,14 +596,37 @@ async fn serve_peer(
                 continue;
             }
         };
+        if shared.recovery && matches!(cmd, Ok(Cmd::Deliver { .. })) {
+            // The bound on unread messages (`etcd_held_back_max`): at the cap, close the
+            // connection without delivering or acknowledging this one; the peer keeps it
+            // and resends it after reconnecting.
+            let max = shared.held_back_max;
+            if shared
+                .unread
+                .fetch_update(Relaxed, Relaxed, |u| (u < max).then_some(u + 1))
+                .is_err()
+            {
+                let k = shared.counters.held_back_full.fetch_add(1, Relaxed) + 1;
+                if k.is_power_of_two() {
+                    warn!(peer = from, max, closed = k, "{max} protocol messages unread here already (recovery under way?): closing the connection; the peer resends after reconnecting (logged for the 1st, 2nd, 4th ... time)");
+                }
+                break None;
+            }
+        }
         let d = {
             let mut inb = link.inbound.lock().expect("inbound lock");
             if inb.conn != conn {
+                if shared.recovery && matches!(cmd, Ok(Cmd::Deliver { .. })) {
+                    shared.unread.fetch_sub(1, Relaxed);
+                }
                 // A newer connection from the same peer took over.
                 break None;
             }
             if env.seq <= inb.delivered {
                 link.duplicates.fetch_add(1, Relaxed);
+                if shared.recovery && matches!(cmd, Ok(Cmd::Deliver { .. })) {
+                    shared.unread.fetch_sub(1, Relaxed);
+                }
                 inb.delivered
             } else if env.seq == inb.delivered + 1 {
                 inb.delivered = env.seq;
@@ -618,6 +641,9 @@ async fn serve_peer(
                 }
                 inb.delivered
             } else {
+                if shared.recovery && matches!(cmd, Ok(Cmd::Deliver { .. })) {
+                    shared.unread.fetch_sub(1, Relaxed);
+                }
                 break Some(format!(
                     "message {} after {}: a gap in the channel",
                     env.seq, inb.delivered
