@@ -53,6 +53,7 @@
 //! etcd_lease_ttl_s = 10                # the node lease's TTL (default 10)
 //! etcd_grace_ms = 1000                 # time to kill holders' commands (default 1000)
 //! etcd_recovery = true                 # rebuild a dead node's locks (default false)
+//! etcd_held_back_max = 4096            # recovery: protocol messages a node keeps unread (default 4096)
 //! ```
 //!
 //! the node holds an etcd lease while it runs; when the lease is lost it stops granting
@@ -103,6 +104,7 @@ struct File {
     etcd_lease_ttl_s: Option<u32>,
     etcd_grace_ms: Option<u64>,
     etcd_recovery: Option<bool>,
+    etcd_held_back_max: Option<usize>,
     nodes: Vec<NodeAddr>,
     // The ring engine (seed 003).
     engine: Option<String>,
@@ -274,7 +276,16 @@ pub struct Config {
     /// locks rebuilt (`spec/FAULTS.md` 2.2.2) instead of failing the requests that wait on
     /// it. Off by default.
     pub etcd_recovery: bool,
+    /// With `etcd_recovery`: the most protocol messages from peers the node keeps that it
+    /// has not given to the kernel yet — queued, or held back while it is frozen or until it
+    /// has installed a later epoch (`spec/FAULTS.md` 2.2.2). At the cap a peer's connection
+    /// is closed before the next message is acknowledged, and the peer resends it after
+    /// reconnecting. Default [`HELD_BACK_MAX`].
+    pub etcd_held_back_max: usize,
 }
+
+/// The default of [`Config::etcd_held_back_max`].
+pub const HELD_BACK_MAX: usize = 4096;
 
 impl std::fmt::Debug for Config {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -291,6 +302,7 @@ impl std::fmt::Debug for Config {
             .field("ring", &self.ring)
             .field("membership", &self.membership)
             .field("etcd_recovery", &self.etcd_recovery)
+            .field("etcd_held_back_max", &self.etcd_held_back_max)
             .finish()
     }
 }
@@ -323,6 +335,7 @@ impl Config {
             ring: None,
             membership: Membership::Static,
             etcd_recovery: false,
+            etcd_held_back_max: HELD_BACK_MAX,
         };
         c.validate()?;
         Ok(c)
@@ -396,6 +409,7 @@ impl Config {
                     || f.etcd_lease_ttl_s.is_some()
                     || f.etcd_grace_ms.is_some()
                     || f.etcd_recovery.is_some()
+                    || f.etcd_held_back_max.is_some()
                 {
                     return Err("etcd_* settings need membership = \"etcd\"".into());
                 }
@@ -415,6 +429,10 @@ impl Config {
             }
         };
         c.etcd_recovery = f.etcd_recovery.unwrap_or(false);
+        c.etcd_held_back_max = f.etcd_held_back_max.unwrap_or(HELD_BACK_MAX);
+        if c.etcd_held_back_max == 0 {
+            return Err("etcd_held_back_max must be at least 1".into());
+        }
         c.validate()?;
         Ok(c)
     }

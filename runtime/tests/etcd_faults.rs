@@ -334,21 +334,41 @@ async fn serial(body: impl std::future::Future<Output = ()>) {
 /// TTL + 1 s; `/airline` is restored only with recovery.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_of_a_busy_path_s_token_holder() {
-    kill_token_holder("kill_9_of_a_busy_path_s_token_holder", "a", Run::Static).await;
+    kill_busy(
+        "kill_9_of_a_busy_path_s_token_holder",
+        "a",
+        Run::Static,
+        the_holder,
+    )
+    .await;
 }
 
 /// The same with recovery: the dead node's lock is restored within the TTL + 1 s.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_of_a_busy_path_s_token_holder_with_recovery() {
-    kill_token_holder(
+    kill_busy(
         "kill_9_of_a_busy_path_s_token_holder_with_recovery",
         "ar",
         Run::Recovery,
+        the_holder,
     )
     .await;
 }
 
-async fn kill_token_holder(name: &str, cluster: &str, run: Run) {
+/// The holder of `/airline`'s token alone.
+fn the_holder(h: usize) -> Vec<usize> {
+    vec![h]
+}
+
+/// The holder of `/airline`'s token and the next node.
+fn the_holder_and_the_next(h: usize) -> Vec<usize> {
+    vec![h, (h + 1) % N]
+}
+
+/// (a) and (c): under the workload, kill -9 the nodes `kill_set` names for the holder of
+/// `/airline`'s token (stopped first and checked to be the only holder); probe `/airline`
+/// from the survivors and a lock rooted at a survivor from the others.
+async fn kill_busy(name: &str, cluster: &str, run: Run, kill_set: fn(usize) -> Vec<usize>) {
     serial(async {
         let Some(mut cl) = Cluster::start(name, cluster, None, run.recovery()).await else {
             return;
@@ -357,9 +377,10 @@ async fn kill_token_holder(name: &str, cluster: &str, run: Run) {
         let work = cl.airline(&all);
         tokio::time::sleep(Duration::from_millis(1_500)).await;
         let h = cl.stop_token_holder("/airline", &all).await;
+        let dead = kill_set(h);
         let t0 = Instant::now();
-        cl.kill(&[h]);
-        let live: Vec<usize> = all.iter().copied().filter(|&i| i != h).collect();
+        cl.kill(&dead);
+        let live: Vec<usize> = all.iter().copied().filter(|i| !dead.contains(i)).collect();
         let g = live[0];
         let free = rooted_at("/free", g as u16, N);
         let others: Vec<usize> = live.iter().copied().filter(|&i| i != g).collect();
@@ -368,17 +389,22 @@ async fn kill_token_holder(name: &str, cluster: &str, run: Run) {
             probe(&cl.nodes, &cl.rec, &free, &others, t0, WINDOW)
         );
         work.finish().await;
-        eprintln!("{name}: killed node {h}, the holder of /airline's token");
-        restore("/airline", &busy, "the kill", Duration::ZERO, run.restore());
+        let since = if dead.len() == 1 {
+            "the kill"
+        } else {
+            "the kills"
+        };
+        eprintln!("{name}: killed nodes {dead:?} (node {h} held /airline's token)");
+        restore("/airline", &busy, since, Duration::ZERO, run.restore());
         restore(
             &format!("{free} (token at node {g})"),
             &unaffected,
-            "the kill",
+            since,
             Duration::ZERO,
             Restore::Assert,
         );
         let accept = |o: &Outcome| {
-            if o.node == h {
+            if dead.contains(&o.node) {
                 matches!(o.kind, Kind::Granted | Kind::NodeKilled)
             } else {
                 run.survivor(o)
@@ -537,70 +563,24 @@ async fn kill_middle(name: &str, cluster: &str, run: Run) {
 /// granted within the TTL + 1 s; `/airline` is restored only with recovery.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_of_two_nodes_at_once() {
-    kill_two("kill_9_of_two_nodes_at_once", "c", Run::Static).await;
+    kill_busy(
+        "kill_9_of_two_nodes_at_once",
+        "c",
+        Run::Static,
+        the_holder_and_the_next,
+    )
+    .await;
 }
 
 /// The same with recovery: the dead node's lock is restored within the TTL + 1 s.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_of_two_nodes_at_once_with_recovery() {
-    kill_two(
+    kill_busy(
         "kill_9_of_two_nodes_at_once_with_recovery",
         "cr",
         Run::Recovery,
+        the_holder_and_the_next,
     )
-    .await;
-}
-
-async fn kill_two(name: &str, cluster: &str, run: Run) {
-    serial(async {
-        let Some(mut cl) = Cluster::start(name, cluster, None, run.recovery()).await else {
-            return;
-        };
-        let all: Vec<usize> = (0..N).collect();
-        let work = cl.airline(&all);
-        tokio::time::sleep(Duration::from_millis(1_500)).await;
-        let h = cl.stop_token_holder("/airline", &all).await;
-        let k = (h + 1) % N;
-        let t0 = Instant::now();
-        cl.kill(&[h, k]);
-        let live: Vec<usize> = all.iter().copied().filter(|&i| i != h && i != k).collect();
-        let g = live[0];
-        let free = rooted_at("/free", g as u16, N);
-        let others: Vec<usize> = live.iter().copied().filter(|&i| i != g).collect();
-        let (busy, unaffected) = tokio::join!(
-            probe(&cl.nodes, &cl.rec, "/airline", &live, t0, WINDOW),
-            probe(&cl.nodes, &cl.rec, &free, &others, t0, WINDOW)
-        );
-        work.finish().await;
-        eprintln!("{name}: killed node {h} (holder of /airline's token) and node {k}");
-        restore(
-            "/airline",
-            &busy,
-            "the kills",
-            Duration::ZERO,
-            run.restore(),
-        );
-        restore(
-            &format!("{free} (token at node {g})"),
-            &unaffected,
-            "the kills",
-            Duration::ZERO,
-            Restore::Assert,
-        );
-        let accept = |o: &Outcome| {
-            if o.node == h || o.node == k {
-                matches!(o.kind, Kind::Granted | Kind::NodeKilled)
-            } else {
-                run.survivor(o)
-            }
-        };
-        Verdict {
-            name,
-            t0,
-            accept: &accept,
-        }
-        .check(&cl.rec);
-    })
     .await;
 }
 

@@ -10,158 +10,21 @@
 
 #[path = "support/etcd.rs"]
 mod etcd;
+#[path = "support/etcd_cluster.rs"]
+mod etcd_cluster;
 
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use hilock::client::{request, Reply, Request};
+use etcd_cluster::{lock_req, observer, register, rooted_at, Nodes, TTL_S};
+use hilock::client::{request, Reply};
 use hilock::demo::Oracle;
-use hilock::membership::{EtcdOptions, Member, MemberView, Membership};
-use hilock_kernel::Mode;
 use tokio::net::UnixStream;
-use tokio::sync::watch;
 use tokio::time::Instant;
-
-/// The node lease's TTL (the smallest a default etcd grants) and the grace.
-const TTL_S: u32 = 2;
-const GRACE_MS: u64 = 500;
 
 /// Requests wait this long unless granted or failed first: far above the recovery time.
 const REQUEST_TIMEOUT_MS: u64 = 30_000;
-
-/// `hilock node` processes with `membership = "etcd"` and `etcd_recovery = true`.
-struct Nodes {
-    dir: tempfile::TempDir,
-    kids: Vec<Option<Child>>,
-}
-
-impl Nodes {
-    fn start(cluster: &str, etcd: &str, n: usize) -> Nodes {
-        let dir = tempfile::tempdir().unwrap();
-        let addrs: Vec<_> = (0..n)
-            .map(|_| {
-                std::net::TcpListener::bind("127.0.0.1:0")
-                    .unwrap()
-                    .local_addr()
-                    .unwrap()
-            })
-            .collect();
-        let mut nodes = Nodes {
-            kids: Vec::new(),
-            dir,
-        };
-        for id in 0..n {
-            let mut toml = format!(
-                "cluster = \"{cluster}\"\nsecret = \"etcd recover test secret\"\nid = {id}\n\
-                 request_timeout_ms = {REQUEST_TIMEOUT_MS}\nclient = \"{}\"\n\
-                 membership = \"etcd\"\netcd_endpoints = [\"{etcd}\"]\n\
-                 etcd_lease_ttl_s = {TTL_S}\netcd_grace_ms = {GRACE_MS}\netcd_recovery = true\n",
-                nodes.socket(id).display()
-            );
-            for (j, a) in addrs.iter().enumerate() {
-                toml.push_str(&format!("[[nodes]]\nid = {j}\naddr = \"{a}\"\n"));
-            }
-            let file = nodes.dir.path().join(format!("n{id}.toml"));
-            std::fs::write(&file, toml).unwrap();
-            let log = std::fs::File::create(nodes.dir.path().join(format!("n{id}.log"))).unwrap();
-            let child = Command::new(env!("CARGO_BIN_EXE_hilock"))
-                .args(["node", "--config"])
-                .arg(&file)
-                .env("RUST_LOG", "hilock=info")
-                .stdout(Stdio::null())
-                .stderr(log)
-                .spawn()
-                .unwrap();
-            nodes.kids.push(Some(child));
-        }
-        for id in 0..n {
-            let t = std::time::Instant::now();
-            while !nodes.socket(id).exists() {
-                assert!(t.elapsed() < Duration::from_secs(20), "node {id} starts");
-                std::thread::sleep(Duration::from_millis(10));
-            }
-        }
-        nodes
-    }
-
-    fn socket(&self, id: usize) -> PathBuf {
-        self.dir.path().join(format!("n{id}.sock"))
-    }
-
-    fn kill(&mut self, id: usize) {
-        if let Some(mut c) = self.kids[id].take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-
-    /// The lines of node `id`'s log that mention recovery (for a failing test's message).
-    fn recovery_log(&self, id: usize) -> String {
-        std::fs::read_to_string(self.dir.path().join(format!("n{id}.log")))
-            .unwrap_or_default()
-            .lines()
-            .filter(|l| l.contains("recovery") || l.contains("epoch"))
-            .take(20)
-            .collect::<Vec<_>>()
-            .join("\n")
-    }
-}
-
-impl Drop for Nodes {
-    fn drop(&mut self) {
-        for c in self.kids.iter_mut().flatten() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-/// The test's own view of the member list (it joins with an id no node has).
-async fn observer(etcd: &str, cluster: &str) -> (Membership, watch::Receiver<MemberView>) {
-    let mut o = EtcdOptions::new(vec![etcd.to_string()]);
-    o.ttl_s = TTL_S;
-    o.grace = Duration::from_millis(GRACE_MS);
-    let m = Membership::join(
-        &o,
-        cluster,
-        Member {
-            id: 900,
-            incarnation: 1,
-        },
-    )
-    .await
-    .unwrap();
-    let w = m.members();
-    (m, w)
-}
-
-fn lock_req(path: &str, mode: &str) -> Request {
-    Request::Lock {
-        path: path.into(),
-        mode: mode.into(),
-        priority: 0,
-        timeout_ms: Some(REQUEST_TIMEOUT_MS),
-        nested: false,
-    }
-}
-
-/// Registers a client reply's grant with the oracle.
-fn register(oracle: &Oracle, op: u64, node: u16, reply: &Reply) {
-    let locks = reply.locks.clone().unwrap_or_default();
-    let fence = reply.fence.expect("a grant carries its fence");
-    for (k, l) in locks.iter().enumerate() {
-        let (p, m) = l.rsplit_once(':').unwrap();
-        let m = Mode::parse(m).unwrap();
-        if k + 1 == locks.len() {
-            oracle.register_fenced(op, node, p, m, fence);
-        } else {
-            oracle.register_path(op, node, p, m);
-        }
-    }
-}
 
 /// A lock request on node `node` that registers its grant with the oracle; the grant's
 /// time and the held stream (dropping it releases).
@@ -173,20 +36,14 @@ async fn take(
     path: &str,
     mode: &str,
 ) -> (Instant, Reply, UnixStream) {
-    let (reply, stream) = request(socket, &lock_req(path, mode)).await.unwrap();
+    let (reply, stream) = request(socket, &lock_req(path, mode, REQUEST_TIMEOUT_MS))
+        .await
+        .unwrap();
     let at = Instant::now();
     if reply.ok {
         register(oracle, op, node as u16, &reply);
     }
     (at, reply, stream)
-}
-
-/// A path whose token starts at node `holder` of `n`.
-fn rooted(prefix: &str, holder: u16, n: usize) -> String {
-    (0..)
-        .map(|i| format!("{prefix}{i}"))
-        .find(|p| hilock::wire::initial_holder(p, n).0 == holder)
-        .unwrap()
 }
 
 /// Four nodes; node 3 is the token node of `/p…` and holds it in W. Nodes 0, 1 and 2 ask
@@ -205,7 +62,13 @@ async fn killing_the_token_node_grants_the_waiting_requests_of_the_survivors_in_
     };
     let body = async {
         let (cluster, n) = ("recover", 4);
-        let mut nodes = Nodes::start(cluster, &etcd.addr, n);
+        let mut nodes = Nodes::start_direct(
+            cluster,
+            &vec![etcd.addr.clone(); n],
+            REQUEST_TIMEOUT_MS,
+            "etcd_recovery = true\n",
+            "hilock=info",
+        );
         let (_obs, mut view) = observer(&etcd.addr, cluster).await;
         tokio::time::timeout(
             Duration::from_secs(10),
@@ -215,7 +78,11 @@ async fn killing_the_token_node_grants_the_waiting_requests_of_the_survivors_in_
         .expect("every node joins")
         .unwrap();
         let oracle = Arc::new(Oracle::default());
-        let (p, h, fresh) = (rooted("/p", 3, n), rooted("/h", 3, n), rooted("/f", 3, n));
+        let (p, h, fresh) = (
+            rooted_at("/p", 3, n),
+            rooted_at("/h", 3, n),
+            rooted_at("/f", 3, n),
+        );
         // Node 3 holds p in W; node 1 holds h in R (granted by node 3).
         let (_, held3, _s3) = take(&oracle, &nodes.socket(3), 1, 3, &p, "W").await;
         assert!(held3.ok, "{:?}", held3.error);

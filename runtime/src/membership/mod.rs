@@ -13,6 +13,11 @@
 //!   epoch is refused ([`Error::StaleEpoch`]).
 //! - `reports/<id>`: a node's recovery reports ([`Membership::put_report`]), bound to its
 //!   lease.
+//! - `runs/<id>`: the last run (incarnation) of node `id` that joined, *not* bound to a
+//!   lease: it outlives the run, so a new run learns that an earlier one of its id existed
+//!   ([`Membership::previous_run`]; with `etcd_recovery` such a run rejoins as a new
+//!   incarnation, `spec/FAULTS.md` 2.2.2). Written in the transaction that creates the
+//!   member key.
 //! - `leader`: the recovery leader, bound to its lease and created only where it does not
 //!   exist (create revision 0), so there is at most one, and the next one can take over
 //!   as soon as its lease is gone ([`Membership::lead`]).
@@ -263,6 +268,7 @@ struct Keys {
     plan: String,
     leader: String,
     reports: String,
+    runs: String,
 }
 
 impl Keys {
@@ -274,11 +280,16 @@ impl Keys {
             plan: format!("{p}plan"),
             leader: format!("{p}leader"),
             reports: format!("{p}reports/"),
+            runs: format!("{p}runs/"),
         }
     }
 
     fn member(&self, id: u16) -> String {
         format!("{}{id:05}", self.members)
+    }
+
+    fn run(&self, id: u16) -> String {
+        format!("{}{id:05}", self.runs)
     }
 }
 
@@ -323,6 +334,7 @@ pub struct Membership {
     lease_tx: watch::Sender<LeaseState>,
     members: watch::Receiver<MemberView>,
     tasks: Vec<JoinHandle<()>>,
+    previous_run: Option<u64>,
 }
 
 impl fmt::Debug for Membership {
@@ -376,17 +388,34 @@ impl Membership {
         let ttl_s = u64::try_from(grant.ttl()).unwrap_or(0).max(1);
         let local = o.local_lease(ttl_s)?;
         let key = keys.member(me.id);
+        let run = keys.run(me.id);
+        // The run key is read before it is overwritten (the operations of a transaction
+        // apply in order).
         let txn = Txn::new()
             .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
-            .and_then([TxnOp::put(
-                key.clone(),
-                json(&me),
-                Some(PutOptions::new().with_lease(lease_id)),
-            )])
+            .and_then([
+                TxnOp::put(
+                    key.clone(),
+                    json(&me),
+                    Some(PutOptions::new().with_lease(lease_id)),
+                ),
+                TxnOp::get(run.clone(), None),
+                TxnOp::put(run, json(&me), None),
+            ])
             .or_else([TxnOp::get(key.clone(), None)]);
         let created = timed(o.timeout, "create member key", client.txn(txn)).await;
+        let mut previous_run = None;
         let refused = match created {
-            Ok(r) if r.succeeded() => None,
+            Ok(r) if r.succeeded() => {
+                if let Some(TxnOpResponse::Get(g)) = r.op_responses().get(1) {
+                    if let Some(kv) = g.kvs().first() {
+                        // Its existence is what counts; an unreadable one is a run too.
+                        let m = parse::<Member>(kv.key(), kv.value());
+                        previous_run = Some(m.map_or(0, |m| m.incarnation));
+                    }
+                }
+                None
+            }
             Ok(r) => Some(match other_member(&r) {
                 Some(Ok(m)) => Error::IdInUse {
                     id: me.id,
@@ -434,7 +463,15 @@ impl Membership {
             lease_tx,
             members,
             tasks: vec![keeper, watcher],
+            previous_run,
         })
+    }
+
+    /// The incarnation of the run of this node id that joined before this one, if any
+    /// (the `runs/<id>` key; `None`: this is the first run of the id under this cluster's
+    /// prefix).
+    pub fn previous_run(&self) -> Option<u64> {
+        self.previous_run
     }
 
     pub fn me(&self) -> Member {

@@ -74,10 +74,18 @@ pub(super) enum Cmd {
     PeerRestarted {
         peer: u16,
     },
-    /// The installed epoch and its members (recovery, `super::recover`).
+    /// The installed epoch, its members, and whether this run is still rejoining
+    /// (recovery, `super::recover`).
     #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
     Epoch {
-        reply: oneshot::Sender<(Epoch, [bool; MAX_NODES])>,
+        reply: oneshot::Sender<(Epoch, [bool; MAX_NODES], bool)>,
+    },
+    /// Recovery, a rejoining run: `epoch` with `members` is installed and does not let
+    /// this run in; it reports against it and waits for the next one.
+    #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
+    Observe {
+        epoch: Epoch,
+        members: [bool; MAX_NODES],
     },
     /// Recovery: take no kernel step until the next epoch is installed, and report every
     /// lock this node knows (the kernel's `FaultSite::report`).
@@ -178,13 +186,17 @@ pub(super) struct Core {
     members: [bool; MAX_NODES],
     /// Reported for the next epoch: no kernel step until it is installed (recovery).
     frozen: bool,
+    /// A new run of this node that rejoins (recovery): frozen, every site it creates is
+    /// empty ([`FaultSite::joining`](hilock_kernel::recovery::FaultSite::joining)) until an
+    /// epoch that includes this run is installed.
+    rejoining: bool,
     /// Messages held back while frozen, or of an epoch not installed here yet: sender,
     /// its epoch, the message.
     held_back: Vec<(NodeId, Epoch, Frame)>,
 }
 
 impl Core {
-    pub(super) fn new(shared: Arc<Shared>) -> Core {
+    pub(super) fn new(shared: Arc<Shared>, rejoining: bool) -> Core {
         let shared_n = shared.n;
         Core {
             admitted: shared.quorum() <= 1,
@@ -195,7 +207,8 @@ impl Core {
             fenced: None,
             epoch: 0,
             members: all_members(shared_n),
-            frozen: false,
+            frozen: rejoining,
+            rejoining,
             held_back: Vec::new(),
         }
     }
@@ -218,7 +231,11 @@ impl Core {
     fn entry(&mut self, path: &str) -> Result<&mut LockEntry, KernelError> {
         if !self.locks.contains_key(path) {
             let me = NodeId(self.shared.id);
-            let site = new_site(me, path, self.shared.n, self.epoch, &self.members)?;
+            let site = if self.rejoining {
+                LockSite::joining(me)?
+            } else {
+                new_site(me, path, self.shared.n, self.epoch, &self.members)?
+            };
             self.locks.insert(
                 path.to_string(),
                 LockEntry {
@@ -319,7 +336,13 @@ impl Core {
                 let _ = reply.send(());
             }
             Cmd::Epoch { reply } => {
-                let _ = reply.send((self.epoch, self.members));
+                let _ = reply.send((self.epoch, self.members, self.rejoining));
+            }
+            Cmd::Observe { epoch, members } => {
+                if self.rejoining && epoch > self.epoch {
+                    self.epoch = epoch;
+                    self.members = members;
+                }
             }
             Cmd::Freeze { reply } => {
                 self.frozen = true;
@@ -388,6 +411,12 @@ impl Core {
         let mut parts = Vec::new();
         if let Some(r) = &self.fenced {
             parts.push(format!("this node serves no lock ({r})"));
+        } else if self.rejoining {
+            parts.push(format!(
+                "this node is a new run that rejoins the cluster: it waits for an epoch after \
+                 epoch {} that lets it in (recovery)",
+                self.epoch
+            ));
         } else if !self.admitted {
             parts.push("this node is waiting for a majority of the cluster to let it in".into());
         } else if self.frozen {
@@ -491,6 +520,11 @@ impl Core {
             self.held_back.push((from, epoch, frame));
             return;
         }
+        // From here on the message leaves the node's unread ones (`Shared::unread`),
+        // unless it is held back again below.
+        if self.shared.recovery {
+            self.shared.unread.fetch_sub(1, Relaxed);
+        }
         let path = frame.path.clone();
         if self.entry(&path).is_err() {
             return;
@@ -505,6 +539,9 @@ impl Core {
                 // Kept until this node has installed that epoch; the recovery task looks
                 // at the installed epoch now.
                 let frame = Frame { path, msg: msg.msg };
+                if self.shared.recovery {
+                    self.shared.unread.fetch_add(1, Relaxed);
+                }
                 self.held_back.push((from, epoch, frame));
                 self.shared.nudge.notify_one();
                 return;
@@ -545,6 +582,7 @@ impl Core {
                 .map_err(|e| format!("{path}: cannot create its site: {e}"))?;
         }
         self.frozen = false;
+        self.rejoining = false;
         let (old_epoch, old_members) = (self.epoch, self.members);
         self.epoch = epoch;
         self.members = members;

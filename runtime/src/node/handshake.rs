@@ -94,6 +94,12 @@ pub(super) async fn connect(
     {
         let mut inb = link.inbound.lock().expect("inbound lock");
         match inb.incarnation {
+            Some(k) if k != ia && shared.recovery => {
+                // Recovery: the new run replaces the old one once it holds its member key.
+                shared
+                    .adopt_run(peer, link, &mut inb, ia)
+                    .map_err(ConnectError::Other)?;
+            }
             Some(k) if k != ia => {
                 return Err(ConnectError::Restarted(format!(
                     "node {peer} restarted (run {ia:016x}, was {k:016x}) and lost the state the \

@@ -197,6 +197,29 @@ impl Session {
         let _ = (shared, core, tasks);
     }
 
+    /// `etcd_recovery` is on (the node installs epochs; a new run of a known node may
+    /// replace its old run on the peer links, `super::net`).
+    pub(super) fn recovery(&self) -> bool {
+        #[cfg(feature = "etcd")]
+        return self.etcd.is_some() && self.recovery;
+        #[cfg(not(feature = "etcd"))]
+        false
+    }
+
+    /// This run rejoins (`etcd_recovery`, and an earlier run of this node id joined the
+    /// cluster through etcd before — `runs/<id>`): it starts with nothing, takes no kernel
+    /// step and waits for an epoch that lets it in (`spec/FAULTS.md` 2.2.2).
+    pub(super) fn rejoining(&self) -> bool {
+        #[cfg(feature = "etcd")]
+        return self.recovery()
+            && self
+                .etcd
+                .as_ref()
+                .is_some_and(|m| m.previous_run().is_some());
+        #[cfg(not(feature = "etcd"))]
+        false
+    }
+
     /// Leaves the membership (revokes the lease: peers see this node gone at once).
     pub(super) async fn leave(self) {
         #[cfg(feature = "etcd")]

@@ -221,6 +221,7 @@ struct Counters {
     kernel_rejections: AtomicU64,
     abandoned_grants: AtomicU64,
     stale_epoch: AtomicU64,
+    held_back_full: AtomicU64,
 }
 
 /// A snapshot of a node's counters.
@@ -244,6 +245,10 @@ pub struct Stats {
     /// the kernel (`StaleEpoch`) and dropped.
     #[serde(default)]
     pub stale_epoch: u64,
+    /// Recovery: connections from peers closed because the node already kept
+    /// `etcd_held_back_max` of their messages unread (the peers resend after reconnecting).
+    #[serde(default)]
+    pub held_back_full: u64,
 }
 
 struct Shared {
@@ -272,6 +277,16 @@ struct Shared {
     gone: tokio::sync::watch::Sender<std::collections::BTreeMap<u16, String>>,
     /// Wakes the recovery task (a message of a later epoch arrived).
     nudge: tokio::sync::Notify,
+    /// `etcd_recovery` is on.
+    recovery: bool,
+    /// Recovery: etcd's member keys, node id → the run (incarnation) holding it, as the
+    /// recovery task last saw them. A new run of a peer is let onto the peer links only
+    /// once it holds its member key (so the old run's lease has ended, `net`).
+    etcd_runs: std::sync::Mutex<std::collections::BTreeMap<u16, u64>>,
+    /// Recovery: protocol messages handed to the core and not yet given to the kernel (or
+    /// dropped): queued, or held back; at most `held_back_max` (`net::serve_peer`).
+    unread: std::sync::atomic::AtomicUsize,
+    held_back_max: usize,
 }
 
 /// The agents engine sends on the same peer links (see [`crate::agents::Net`]).
@@ -396,6 +411,7 @@ impl Node {
                 pings: AtomicU64::new(0),
                 ping_now: tokio::sync::Notify::new(),
                 pong: tokio::sync::watch::Sender::new((0, 0)),
+                run_gen: AtomicU64::new(0),
             }));
             outboxes.push((n.id, rx));
         }
@@ -419,10 +435,22 @@ impl Node {
             lease: tokio::sync::watch::Sender::new(first_lease),
             gone: tokio::sync::watch::Sender::new(Default::default()),
             nudge: tokio::sync::Notify::new(),
+            recovery: session.recovery(),
+            etcd_runs: std::sync::Mutex::new(Default::default()),
+            unread: std::sync::atomic::AtomicUsize::new(0),
+            held_back_max: config.etcd_held_back_max,
         });
         tasks.spawn(crate::agents::run(shared.clone(), agents_rx));
         let (tx, rx) = mpsc::unbounded_channel();
-        tasks.spawn(Core::new(shared.clone()).run(rx));
+        let rejoining = session.rejoining();
+        if rejoining {
+            info!(
+                id = config.id,
+                "an earlier run of this node joined the cluster: this run rejoins (nothing \
+                 held; no kernel step until an epoch lets it in)"
+            );
+        }
+        tasks.spawn(Core::new(shared.clone(), rejoining).run(rx));
         session.follow(&shared, &tx, &mut tasks);
         for (peer, rx) in outboxes {
             tasks.spawn(dial(shared.clone(), peer, rx, tx.clone()));
@@ -744,6 +772,7 @@ impl Handle {
             kernel_rejections: c.kernel_rejections.load(Relaxed),
             abandoned_grants: c.abandoned_grants.load(Relaxed),
             stale_epoch: c.stale_epoch.load(Relaxed),
+            held_back_full: c.held_back_full.load(Relaxed),
         }
     }
 }

@@ -70,6 +70,9 @@ pub(super) struct PeerLink {
     /// The newest probe the peer has answered, and how many of this node's connections
     /// to it have been lost (a probe stops waiting when its connection is lost).
     pub(super) pong: tokio::sync::watch::Sender<(u64, u64)>,
+    /// Counts the runs of the peer this link has been switched to ([`Shared::adopt_run`]):
+    /// the dialing task starts its numbering afresh when it changes.
+    pub(super) run_gen: AtomicU64,
 }
 
 impl PeerLink {
@@ -163,6 +166,52 @@ impl PeerLink {
     }
 }
 
+impl Shared {
+    /// Recovery (`etcd_recovery`): a peer this node knew as run `known` is now run `run`.
+    /// The new run is let onto the link only if it holds the peer's member key in etcd —
+    /// then the old run's lease has ended, and by `spec/FAULTS.md` 3.1 the old run grants
+    /// nothing and its holders are dead. The receiving side starts afresh (nothing of the
+    /// new run delivered yet; a connection of the old run delivers nothing more) and the
+    /// sending side drops what the old run had not acknowledged and numbers from 1
+    /// ([`PeerLink::run_gen`]). Everything the kernel sent to the old run is stamped with
+    /// an epoch the new run has not installed: it refuses it (`StaleEpoch`). Call with the
+    /// link's inbound lock held (`inb`). `Err`: why the run is not let in (yet).
+    pub(super) fn adopt_run(
+        &self,
+        peer: u16,
+        link: &PeerLink,
+        inb: &mut Inbound,
+        run: u64,
+    ) -> Result<(), String> {
+        let known = inb.incarnation.unwrap_or(0);
+        let holds_key = self.etcd_runs.lock().expect("etcd_runs lock").get(&peer) == Some(&run);
+        if !(self.recovery && holds_key) {
+            return Err(format!(
+                "node {} knew an earlier run of node {peer} (run {known:016x}; this is {run:016x}); \
+                 {}",
+                self.id,
+                if self.recovery {
+                    "this run does not hold its member key in etcd yet (try again)"
+                } else {
+                    "the protocol cannot take back the old run's tokens and copies: restart the \
+                     whole cluster (or run with `etcd_recovery`)"
+                }
+            ));
+        }
+        inb.incarnation = Some(run);
+        inb.delivered = 0;
+        inb.conn += 1;
+        link.run_gen.fetch_add(1, Relaxed);
+        info!(
+            peer,
+            old = format!("{known:016x}"),
+            new = format!("{run:016x}"),
+            "a new run of the peer replaces its old run on the link (recovery)"
+        );
+        Ok(())
+    }
+}
+
 pub(super) fn codec() -> LengthDelimitedCodec {
     LengthDelimitedCodec::builder()
         .max_frame_length(MAX_FRAME)
@@ -202,6 +251,7 @@ pub(super) async fn dial(
     let mut unacked: VecDeque<(u64, Bytes)> = VecDeque::new();
     let mut next_seq = 1u64;
     let mut was_up = false;
+    let mut run_gen = link.run_gen.load(Relaxed);
     loop {
         if let Some(reason) = link.refused() {
             // A new run of that node (or this node is one): nothing more goes to it.
@@ -214,6 +264,15 @@ pub(super) async fn dial(
         }
         let (mut fr, delivered) = match connect(&shared, peer, link.addr).await {
             Ok(c) => c,
+            Err(ConnectError::Refused(reason)) if shared.recovery => {
+                // A new run of a known node: let in once the peer sees it in etcd
+                // (`Shared::adopt_run`); until then it is not let in, and takes no kernel
+                // step anyway (it rejoins).
+                debug!(peer, %reason, "peer does not let this run in yet; trying again");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_millis(500));
+                continue;
+            }
             Err(ConnectError::Refused(reason)) => {
                 // The peer knew an earlier run of this node: this node must not serve.
                 link.refuse(reason.clone());
@@ -241,6 +300,17 @@ pub(super) async fn dial(
             }
         };
         backoff = Duration::from_millis(10);
+        let g = link.run_gen.load(Relaxed);
+        if g != run_gen {
+            // The peer is a new run (`Shared::adopt_run`): the old run's messages are not
+            // resent, the numbering starts afresh.
+            run_gen = g;
+            link.dropped.fetch_add(unacked.len() as u64, Relaxed);
+            unacked.clear();
+            next_seq = 1;
+            link.acked.store(0, Relaxed);
+            link.sent.store(0, Relaxed);
+        }
         if delivered >= next_seq {
             // The acceptor claims messages this node never sent: not the same channel.
             warn!(
@@ -411,11 +481,9 @@ async fn serve_peer(
     let admitted = {
         let mut inb = link.inbound.lock().expect("inbound lock");
         match inb.incarnation {
-            Some(k) if k != incarnation => Err(format!(
-                "node {} knew an earlier run of node {from} (run {k:016x}; this is {incarnation:016x}); \
-                 the protocol cannot take back the old run's tokens and copies: restart the whole cluster",
-                shared.id
-            )),
+            Some(k) if k != incarnation => shared
+                .adopt_run(from, link, &mut inb, incarnation)
+                .map(|()| (inb.conn, inb.delivered)),
             _ => {
                 inb.incarnation = Some(incarnation);
                 inb.conn += 1;
@@ -432,10 +500,12 @@ async fn serve_peer(
             } else {
                 debug!(%addr, peer = from, %reason, "refusing a new run of a known node");
             }
-            let first = link.refused().is_none();
-            link.refuse(format!("node {from} restarted; refused"));
-            if first {
-                let _ = core.send(Cmd::PeerRestarted { peer: from });
+            if !shared.recovery {
+                let first = link.refused().is_none();
+                link.refuse(format!("node {from} restarted; refused"));
+                if first {
+                    let _ = core.send(Cmd::PeerRestarted { peer: from });
+                }
             }
             let _ = fr
                 .send(Bytes::from(wire::encode(&Hello::Refused { reason })))
@@ -526,14 +596,37 @@ async fn serve_peer(
                 continue;
             }
         };
+        if shared.recovery && matches!(cmd, Ok(Cmd::Deliver { .. })) {
+            // The bound on unread messages (`etcd_held_back_max`): at the cap, close the
+            // connection without delivering or acknowledging this one; the peer keeps it
+            // and resends it after reconnecting.
+            let max = shared.held_back_max;
+            if shared
+                .unread
+                .fetch_update(Relaxed, Relaxed, |u| (u < max).then_some(u + 1))
+                .is_err()
+            {
+                let k = shared.counters.held_back_full.fetch_add(1, Relaxed) + 1;
+                if k.is_power_of_two() {
+                    warn!(peer = from, max, closed = k, "{max} protocol messages unread here already (recovery under way?): closing the connection; the peer resends after reconnecting (logged for the 1st, 2nd, 4th ... time)");
+                }
+                break None;
+            }
+        }
         let d = {
             let mut inb = link.inbound.lock().expect("inbound lock");
             if inb.conn != conn {
+                if shared.recovery && matches!(cmd, Ok(Cmd::Deliver { .. })) {
+                    shared.unread.fetch_sub(1, Relaxed);
+                }
                 // A newer connection from the same peer took over.
                 break None;
             }
             if env.seq <= inb.delivered {
                 link.duplicates.fetch_add(1, Relaxed);
+                if shared.recovery && matches!(cmd, Ok(Cmd::Deliver { .. })) {
+                    shared.unread.fetch_sub(1, Relaxed);
+                }
                 inb.delivered
             } else if env.seq == inb.delivered + 1 {
                 inb.delivered = env.seq;
@@ -548,6 +641,9 @@ async fn serve_peer(
                 }
                 inb.delivered
             } else {
+                if shared.recovery && matches!(cmd, Ok(Cmd::Deliver { .. })) {
+                    shared.unread.fetch_sub(1, Relaxed);
+                }
                 break Some(format!(
                     "message {} after {}: a gap in the channel",
                     env.seq, inb.delivered

@@ -35,6 +35,13 @@ use crate::wire::{initial_holder, KOutputs, LockSite, LOCK};
 pub(crate) struct Reports {
     /// The epoch the reports are of.
     pub(crate) epoch: Epoch,
+    /// The run (incarnation) of the node that wrote them.
+    #[serde(default)]
+    pub(crate) incarnation: u64,
+    /// Written by a new run that rejoins: it holds nothing (its locks' reports are those
+    /// of [`FaultSite::joining`]).
+    #[serde(default)]
+    pub(crate) joining: bool,
     /// Per lock path, the kernel's report.
     pub(crate) locks: Vec<(String, LockReport<MAX_NODES>)>,
 }
@@ -58,7 +65,8 @@ pub(crate) fn all_members(n: usize) -> [bool; MAX_NODES] {
 
 /// The site of lock `path` at node `me` as it is created on first use in `epoch` with
 /// `members`: the fresh site of epoch 0 (token at [`initial_holder`]) and, after epoch 0,
-/// the plan the kernel rebuilds from every member's fresh report installed on it — so
+/// the plan the kernel rebuilds from every member's empty report installed on it (the
+/// token regenerated at the lowest member, fences from `epoch << 32` on) — so
 /// every node computes the same site for a lock no member knew, and the leader the same
 /// report for a member that does not know a lock. Fails only if `me` is not a member.
 pub(crate) fn new_site(
@@ -73,9 +81,13 @@ pub(crate) fn new_site(
     if epoch == 0 {
         return Ok(site);
     }
+    // Every member reports the lock empty — no token anywhere — so the kernel regenerates
+    // it at the lowest member with its fences above every fence of earlier epochs (3.6):
+    // the initial holder may be a new run whose earlier run granted the lock before it
+    // died (an epoch-0 token there would hand out fence 1 again).
     let mut reports = Vec::new();
     for i in (0..n).filter(|&i| members[i]) {
-        let fresh: LockSite = FaultSite::new(Site::new(NodeId(i as u16), root)?);
+        let fresh: LockSite = FaultSite::joining(NodeId(i as u16))?;
         reports.push(fresh.report(LOCK).map_err(|_| KernelError::NotMember)?);
     }
     let plan = recovery::rebuild(epoch, members, &reports).map_err(|_| KernelError::NotMember)?;
@@ -88,7 +100,8 @@ pub(crate) fn new_site(
 
 /// The leader's rebuild: for every lock any member reported, one report per member of
 /// `next` (a member that did not report the lock reports its fresh site of `epoch` with
-/// `members`), then [`recovery::rebuild`] for epoch `epoch + 1`.
+/// `members`, a rejoining run — `joining` in its reports — the empty report of
+/// [`FaultSite::joining`]), then [`recovery::rebuild`] for epoch `epoch + 1`.
 #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
 pub(crate) fn rebuild_all(
     n: usize,
@@ -113,8 +126,13 @@ pub(crate) fn rebuild_all(
                 .get(&id)
                 .and_then(|r| r.locks.iter().find(|(p, _)| p == path))
                 .map(|(_, r)| r.clone());
+            let joining = reports.get(&id).is_some_and(|r| r.joining);
             let r = match mine {
                 Some(r) => r,
+                None if joining => LockSite::joining(NodeId(id))
+                    .map_err(|e| format!("{path}: node {id}'s joining site: {e}"))?
+                    .report(LOCK)
+                    .map_err(|e| format!("{path}: node {id}'s joining report: {e}"))?,
                 None => new_site(NodeId(id), path, n, epoch, members)
                     .map_err(|e| format!("{path}: node {id}'s fresh site: {e}"))?
                     .report(LOCK)
@@ -166,6 +184,17 @@ pub(super) mod etcd {
         let mut runs: BTreeMap<u16, u64> = BTreeMap::new();
         let mut reported: Option<u32> = None;
         loop {
+            {
+                // The runs holding the member keys, for the peer links (`Shared::adopt_run`).
+                let v = view.borrow();
+                if v.connected {
+                    *shared.etcd_runs.lock().expect("etcd_runs lock") = v
+                        .members
+                        .iter()
+                        .map(|(&id, mb)| (id, mb.incarnation))
+                        .collect();
+                }
+            }
             let busy = match step(&shared, &core, &m, &view, &mut runs, &mut reported).await {
                 Ok(b) => b,
                 Err(e) => {
@@ -203,7 +232,37 @@ pub(super) mod etcd {
     ) -> Result<bool, String> {
         let n = shared.n;
         let installed = m.current_epoch().await.map_err(|e| e.to_string())?;
-        let (epoch, members) = ask(core, |reply| Cmd::Epoch { reply }).await?;
+        let (epoch, members, rejoining) = ask(core, |reply| Cmd::Epoch { reply }).await?;
+        // A rejoining run is let in only by an epoch that names this run.
+        let names_me = installed
+            .members
+            .iter()
+            .any(|mb| mb.id == shared.id && mb.incarnation == shared.incarnation);
+        if rejoining && installed.epoch > epoch && !names_me {
+            let plans: Plans = serde_json::from_slice(&installed.plan).map_err(|e| {
+                format!("the plan of epoch {} does not decode: {e}", installed.epoch)
+            })?;
+            let mut seen = [false; MAX_NODES];
+            for &i in &plans.members {
+                if usize::from(i) < n {
+                    seen[usize::from(i)] = true;
+                }
+            }
+            runs.clear();
+            for mb in &installed.members {
+                runs.insert(mb.id, mb.incarnation);
+            }
+            core.send(Cmd::Observe {
+                epoch: installed.epoch,
+                members: seen,
+            })
+            .map_err(|_| "the node stops".to_string())?;
+            info!(
+                epoch = installed.epoch,
+                "recovery: rejoining; epoch {} does not let this run in yet", installed.epoch
+            );
+            return Ok(true);
+        }
         if installed.epoch > epoch {
             let plans: Plans = serde_json::from_slice(&installed.plan).map_err(|e| {
                 format!("the plan of epoch {} does not decode: {e}", installed.epoch)
@@ -244,13 +303,25 @@ pub(super) mod etcd {
         // held by another run) has crashed — its lease ended at etcd, so (3.1) it stopped
         // granting and its holders' commands died before. A node of epoch 0 not yet seen
         // has not started yet: it counts as up.
+        //
+        // A new run holding the key of a member (its old run's lease ended), or the key of
+        // a node outside the epoch, is `Joining`: it enters the next epoch with nothing
+        // held. A rejoining run counts itself as joining.
         let liveness: [Liveness; MAX_NODES] = core::array::from_fn(|i| {
             let id = i as u16;
-            match (runs.get(&id), v.members.get(&id)) {
-                (Some(k), Some(mb)) if mb.incarnation == *k => Liveness::Up,
-                (None, _) if epoch == 0 => Liveness::Up,
-                _ if i >= n => Liveness::Up,
-                _ => Liveness::Crashed,
+            if i >= n {
+                return Liveness::Up;
+            }
+            if id == shared.id && rejoining {
+                return Liveness::Joining;
+            }
+            match (members[i], runs.get(&id), v.members.get(&id)) {
+                (true, Some(k), Some(mb)) if mb.incarnation == *k => Liveness::Up,
+                (true, Some(_), Some(_)) => Liveness::Joining,
+                (true, None, _) if epoch == 0 => Liveness::Up,
+                (true, _, _) => Liveness::Crashed,
+                (false, _, Some(_)) => Liveness::Joining,
+                (false, _, None) => Liveness::Up,
             }
         });
         let Some(next) = next_members(&members, &liveness, RecoveryVariant::HILOCK) else {
@@ -262,11 +333,20 @@ pub(super) mod etcd {
         if *reported != Some(epoch) {
             let (e, locks) = ask(core, |reply| Cmd::Freeze { reply }).await?;
             let count = locks.len();
-            let r = Reports { epoch: e, locks };
+            let r = Reports {
+                epoch: e,
+                incarnation: shared.incarnation,
+                joining: rejoining,
+                locks,
+            };
             let bytes = serde_json::to_vec(&r).map_err(|e| e.to_string())?;
             m.put_report(bytes).await.map_err(|e| e.to_string())?;
             *reported = Some(epoch);
             info!(epoch, locks = count, "recovery: frozen and reported");
+        }
+        if rejoining {
+            // A rejoining run does not lead: it knows nothing of the epoch's history.
+            return Ok(true);
         }
         let leader = m.lead().await.map_err(|e| e.to_string())?;
         if leader.mine {
@@ -293,7 +373,13 @@ pub(super) mod etcd {
             let Ok(r) = serde_json::from_slice::<Reports>(&bytes) else {
                 continue;
             };
-            if usize::from(id) < n && next[usize::from(id)] && r.epoch == epoch {
+            // Only the reports of the runs that hold the member keys now.
+            let run = v.members.get(&id).map(|mb| mb.incarnation);
+            if usize::from(id) < n
+                && next[usize::from(id)]
+                && r.epoch == epoch
+                && run == Some(r.incarnation)
+            {
                 reports.insert(id, r);
             }
         }
@@ -379,7 +465,15 @@ mod tests {
         let mut reports = BTreeMap::new();
         for (i, site) in s.iter().enumerate().take(2) {
             let locks = vec![(path.clone(), site.report(LOCK).unwrap())];
-            reports.insert(i as u16, Reports { epoch: 0, locks });
+            reports.insert(
+                i as u16,
+                Reports {
+                    epoch: 0,
+                    incarnation: 1,
+                    joining: false,
+                    locks,
+                },
+            );
         }
         let plans = rebuild_all(n, 0, &members, &next, &reports).unwrap();
         assert_eq!((plans.epoch, plans.members.clone()), (1, vec![0, 1]));

@@ -28,10 +28,13 @@ use tokio::time::Instant;
 pub const TTL_S: u32 = 2;
 pub const GRACE_MS: u64 = 500;
 
-/// `hilock node` processes, node `i` reaching etcd at `endpoints[i]`.
+/// `hilock node` processes, node `i` reaching etcd at `endpoints[i]`; each logs to
+/// `n<i>.log` in the nodes' directory at the level given by [`Nodes::start_logged`]
+/// (`hilock=error` otherwise).
 pub struct Nodes {
     dir: tempfile::TempDir,
     kids: Vec<Option<Child>>,
+    log_level: String,
 }
 
 /// `n` free loopback addresses (bound and released: a node binds its own again).
@@ -78,11 +81,55 @@ impl Nodes {
         route: impl Fn(usize, usize) -> SocketAddr,
         extra: &str,
     ) -> Nodes {
+        Nodes::start_logged(
+            cluster,
+            endpoints,
+            request_timeout_ms,
+            listen,
+            route,
+            extra,
+            "hilock=error",
+        )
+    }
+
+    /// Nodes reaching each other directly, `extra` appended to every configuration, each
+    /// logging at `log_level` (a `RUST_LOG` filter) to its log file ([`Nodes::log`]).
+    pub fn start_direct(
+        cluster: &str,
+        endpoints: &[String],
+        request_timeout_ms: u64,
+        extra: &str,
+        log_level: &str,
+    ) -> Nodes {
+        let listen = free_addrs(endpoints.len());
+        Nodes::start_logged(
+            cluster,
+            endpoints,
+            request_timeout_ms,
+            &listen,
+            |_, j| listen[j],
+            extra,
+            log_level,
+        )
+    }
+
+    /// [`Nodes::start_configured`] with every node logging at `log_level` (a `RUST_LOG`
+    /// filter) to its log file ([`Nodes::log`]).
+    pub fn start_logged(
+        cluster: &str,
+        endpoints: &[String],
+        request_timeout_ms: u64,
+        listen: &[SocketAddr],
+        route: impl Fn(usize, usize) -> SocketAddr,
+        extra: &str,
+        log_level: &str,
+    ) -> Nodes {
         assert_eq!(listen.len(), endpoints.len(), "one address per node");
         let dir = tempfile::tempdir().unwrap();
         let mut nodes = Nodes {
             kids: Vec::new(),
             dir,
+            log_level: log_level.to_string(),
         };
         for (id, endpoint) in endpoints.iter().enumerate() {
             let mut toml = format!(
@@ -96,27 +143,69 @@ impl Nodes {
                 let a = if j == id { own } else { route(id, j) };
                 toml.push_str(&format!("[[nodes]]\nid = {j}\naddr = \"{a}\"\n"));
             }
-            let file = nodes.dir.path().join(format!("n{id}.toml"));
-            std::fs::write(&file, toml).unwrap();
-            let child = Command::new(env!("CARGO_BIN_EXE_hilock"))
-                .args(["node", "--config"])
-                .arg(&file)
-                .env("RUST_LOG", "hilock=error")
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .unwrap();
+            std::fs::write(nodes.config(id), toml).unwrap();
+            let child = nodes.spawn(id);
             nodes.kids.push(Some(child));
         }
         // A node binds its client socket only after it has joined etcd.
         for id in 0..endpoints.len() {
-            let t = std::time::Instant::now();
-            while !nodes.socket(id).exists() {
-                assert!(t.elapsed() < Duration::from_secs(20), "node {id} starts");
-                std::thread::sleep(Duration::from_millis(10));
-            }
+            nodes.until_socket(id);
         }
         nodes
+    }
+
+    fn config(&self, id: usize) -> PathBuf {
+        self.dir.path().join(format!("n{id}.toml"))
+    }
+
+    fn spawn(&self, id: usize) -> Child {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join(format!("n{id}.log")))
+            .unwrap();
+        Command::new(env!("CARGO_BIN_EXE_hilock"))
+            .args(["node", "--config"])
+            .arg(self.config(id))
+            .env("RUST_LOG", &self.log_level)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap()
+    }
+
+    fn until_socket(&self, id: usize) {
+        let t = std::time::Instant::now();
+        while !self.socket(id).exists() {
+            assert!(t.elapsed() < Duration::from_secs(20), "node {id} starts");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Starts node `id` again with the same configuration (a new run of it: after
+    /// [`Nodes::kill`]); returns once it has joined etcd and serves its client socket.
+    pub fn restart(&mut self, id: usize) {
+        assert!(self.kids[id].is_none(), "node {id} was stopped first");
+        let _ = std::fs::remove_file(self.socket(id));
+        let child = self.spawn(id);
+        self.kids[id] = Some(child);
+        self.until_socket(id);
+    }
+
+    /// Node `id`'s log so far (every run of it).
+    pub fn log(&self, id: usize) -> String {
+        std::fs::read_to_string(self.dir.path().join(format!("n{id}.log"))).unwrap_or_default()
+    }
+
+    /// The lines of node `id`'s log that mention recovery or epochs (for a failing test's
+    /// message), at most 20.
+    pub fn recovery_log(&self, id: usize) -> String {
+        self.log(id)
+            .lines()
+            .filter(|l| l.contains("recovery") || l.contains("epoch"))
+            .take(20)
+            .collect::<Vec<_>>()
+            .join("\n")
     }
 
     pub fn len(&self) -> usize {
@@ -439,6 +528,11 @@ impl Recorder {
     /// The test killed node `id`: its broken connections are not failures.
     pub fn killed(&self, id: usize) {
         self.killed.lock().unwrap().insert(id);
+    }
+
+    /// The test started node `id` again: its answers count again.
+    pub fn restarted(&self, id: usize) {
+        self.killed.lock().unwrap().remove(&id);
     }
 
     fn is_killed(&self, id: usize) -> bool {

@@ -1,0 +1,323 @@
+//! A killed node restarts and rejoins a recovering cluster (`etcd_recovery = true`, feature
+//! `etcd`; `spec/FAULTS.md` 2.2.2): `hilock node` processes against a real etcd the test
+//! starts itself (`support/etcd.rs`; skipped with one printed line where etcd cannot be
+//! had), the airline workload and every grant in the demo's history checker
+//! (`support/etcd_cluster.rs`). The body runs under a time bound.
+//!
+//! `cargo test -p hilock --features etcd --test etcd_rejoin -- --nocapture`
+
+#[path = "support/etcd.rs"]
+mod etcd;
+#[path = "support/etcd_cluster.rs"]
+mod etcd_cluster;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use etcd_cluster::{
+    observer, rooted_at, until_members, Airline, Kind, Nodes, Recorder, TTL_S, WORK_TIMEOUT_MS,
+};
+use hilock::membership::Membership;
+use hilock_kernel::Mode;
+use tokio::time::Instant;
+
+/// Waits (at most `within`) until etcd holds an installed epoch for which `p` holds; its
+/// number and when it was seen.
+async fn until_epoch(
+    m: &Membership,
+    within: Duration,
+    p: impl Fn(u32, &[u16]) -> bool,
+) -> Option<(u32, Instant)> {
+    let t = Instant::now();
+    while t.elapsed() < within {
+        if let Ok(e) = m.current_epoch().await {
+            let ids: Vec<u16> = e.members.iter().map(|mb| mb.id).collect();
+            if p(e.epoch, &ids) {
+                return Some((e.epoch, Instant::now()));
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    None
+}
+
+/// Four nodes with recovery under the airline workload. Node 3 holds the token of `/r…`
+/// (taken there) and is killed with SIGKILL; the survivors install an epoch without it.
+/// Node 3 is started again with the same configuration: a new run, which rejoins — the
+/// survivors install an epoch that names it, and then it takes and releases locks again
+/// (a lock whose token started at it, which was regenerated at a survivor, and the airline
+/// workload from its own clients), and a lock whose token it takes is then granted to the
+/// other nodes through it. Every grant is checked by the history checker (0 violations);
+/// every workload request of a node that was not down is granted or times out (none fails
+/// otherwise), and every request at the new run after it was let in is granted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_node_restarts_and_rejoins_the_cluster() {
+    let name = "a_killed_node_restarts_and_rejoins_the_cluster";
+    let Some(etcd) = etcd::start_healthy(name) else {
+        return;
+    };
+    let body = async {
+        let (cluster, n) = ("rejoin", 4);
+        let mut nodes = Nodes::start_direct(
+            cluster,
+            &vec![etcd.addr.clone(); n],
+            10_000,
+            "etcd_recovery = true\n",
+            "hilock=info",
+        );
+        let (obs, mut view) = observer(&etcd.addr, cluster).await;
+        until_members(&mut view, |v| {
+            (0..n as u16).all(|i| v.members.contains_key(&i))
+        })
+        .await;
+        let rec = Arc::new(Recorder::default());
+        let r = rooted_at("/r", 3, n);
+        let work = Airline::start(&nodes, &rec, &[0, 1, 2, 3], 1);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        // Node 3 takes /r (its token starts there) and /s (token at node 0 first).
+        let s = rooted_at("/s", 0, n);
+        for path in [&r, &s] {
+            let k = rec
+                .ask(
+                    &nodes.socket(3),
+                    3,
+                    path,
+                    Mode::W,
+                    3_000,
+                    Duration::ZERO,
+                    false,
+                )
+                .await;
+            assert_eq!(k, Kind::Granted, "node 3 is granted {path} before the kill");
+        }
+        rec.killed(3);
+        let killed = Instant::now();
+        nodes.kill(3);
+        let (e1, seen1) = until_epoch(&obs, Duration::from_secs(10), |_, ids| {
+            !ids.is_empty() && !ids.contains(&3)
+        })
+        .await
+        .unwrap_or_else(|| {
+            panic!(
+                "an epoch without node 3; node 0:\n{}",
+                nodes.recovery_log(0)
+            )
+        });
+        let recovered = seen1 - killed;
+        // The new run.
+        let restarted = Instant::now();
+        nodes.restart(3);
+        rec.restarted(3);
+        let (e2, seen2) = until_epoch(&obs, Duration::from_secs(10), |e, ids| {
+            e > e1 && ids.contains(&3)
+        })
+        .await
+        .unwrap_or_else(|| {
+            panic!(
+                "an epoch that lets the new run of node 3 in; node 3:\n{}\nnode 0:\n{}",
+                nodes.recovery_log(3),
+                nodes.recovery_log(0)
+            )
+        });
+        let let_in = seen2 - restarted;
+        // The new run takes and releases a lock whose token started at it (regenerated
+        // at a survivor in epoch e1) and a lock it held before the kill; then node 0 asks
+        // for /s through it.
+        let mut first_grant = None;
+        for path in [&r, &s] {
+            let k = rec
+                .ask(
+                    &nodes.socket(3),
+                    3,
+                    path,
+                    Mode::W,
+                    3_000,
+                    Duration::ZERO,
+                    false,
+                )
+                .await;
+            first_grant.get_or_insert(restarted.elapsed());
+            assert_eq!(k, Kind::Granted, "the new run of node 3 is granted {path}");
+        }
+        let through = rec
+            .ask(
+                &nodes.socket(0),
+                0,
+                &s,
+                Mode::W,
+                3_000,
+                Duration::ZERO,
+                false,
+            )
+            .await;
+        assert_eq!(
+            through,
+            Kind::Granted,
+            "node 0 is granted {s} after node 3 took it"
+        );
+        // The new run's own clients, beside the others', for a while.
+        let work3 = Airline::start(&nodes, &rec, &[3], 2);
+        tokio::time::sleep(Duration::from_millis(1_000)).await;
+        work3.finish().await;
+        work.finish().await;
+        let outcomes = rec.outcomes();
+        let after: Vec<_> = outcomes
+            .iter()
+            .filter(|o| o.node == 3 && o.issued >= seen2)
+            .collect();
+        let bad: Vec<_> = outcomes
+            .iter()
+            .filter(|o| {
+                let before = o.issued < seen2;
+                match o.kind {
+                    Kind::Granted => false,
+                    // Node 3 before its new run was let in: killed, or starting.
+                    _ if o.node == 3 => !before,
+                    // A survivor's request may time out (3 s) during the recoveries.
+                    Kind::Timeout => !before,
+                    _ => true,
+                }
+            })
+            .collect();
+        let granted3 = after.iter().filter(|o| o.kind == Kind::Granted).count();
+        eprintln!(
+            "rejoin: epoch {e1} without node 3 seen {:.3} s after the kill (TTL + 1 s = {} s); \
+             new run started, epoch {e2} with it seen {:.3} s after the restart; its first \
+             grant {:.3} s after the restart; {} requests at the new run after that \
+             ({granted3} granted); {} answers in all; {} pairs and {} fences checked; \
+             violations {:?}",
+            recovered.as_secs_f64(),
+            TTL_S + 1,
+            let_in.as_secs_f64(),
+            first_grant.unwrap_or_default().as_secs_f64(),
+            after.len(),
+            outcomes.len(),
+            rec.oracle.checks(),
+            rec.oracle.fence_checks(),
+            rec.oracle.violations()
+        );
+        assert_eq!(rec.oracle.violations(), Vec::<String>::new());
+        assert!(
+            bad.is_empty(),
+            "every request is granted (a survivor's may time out during the recovery): {:?}",
+            bad.iter()
+                .take(5)
+                .map(|o| (o.node, &o.path, o.kind, &o.text))
+                .collect::<Vec<_>>()
+        );
+        assert!(
+            granted3 > 10,
+            "the new run serves its clients ({granted3} grants)"
+        );
+        assert!(
+            recovered <= Duration::from_secs(u64::from(TTL_S) + 1),
+            "the epoch without node 3 within TTL + 1 s ({recovered:?})"
+        );
+        assert!(
+            let_in <= Duration::from_millis(WORK_TIMEOUT_MS),
+            "the new run is let in within {WORK_TIMEOUT_MS} ms of its start ({let_in:?})"
+        );
+    };
+    tokio::time::timeout(Duration::from_secs(60), body)
+        .await
+        .expect("test body ends within 60 s");
+}
+
+/// A node's `held_back_full` counter, from its status (`None`: no answer within 5 s).
+async fn held_back_full(nodes: &Nodes, id: usize) -> Option<u64> {
+    let (reply, _) = tokio::time::timeout(
+        Duration::from_secs(5),
+        hilock::client::request(&nodes.socket(id), &hilock::client::Request::Status),
+    )
+    .await
+    .ok()?
+    .ok()?;
+    reply.status?.get("stats")?.get("held_back_full")?.as_u64()
+}
+
+/// The bound on unread protocol messages (`etcd_held_back_max`, `spec/FAULTS.md` 2.2.2),
+/// set to 2 on three nodes with recovery under the airline workload: the nodes close
+/// connections at the cap (counted), the peers resend, and nothing is lost — node 2 is
+/// killed, the survivors install an epoch without it, and every survivor request is
+/// granted (or times out during the recovery), 0 violations.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_the_cap_on_unread_messages_connections_close_and_nothing_is_lost() {
+    let name = "at_the_cap_on_unread_messages_connections_close_and_nothing_is_lost";
+    let Some(etcd) = etcd::start_healthy(name) else {
+        return;
+    };
+    let body = async {
+        let (cluster, n) = ("cap", 3);
+        let mut nodes = Nodes::start_direct(
+            cluster,
+            &vec![etcd.addr.clone(); n],
+            10_000,
+            "etcd_recovery = true\netcd_held_back_max = 2\n",
+            "hilock=warn",
+        );
+        let (obs, mut view) = observer(&etcd.addr, cluster).await;
+        until_members(&mut view, |v| {
+            (0..n as u16).all(|i| v.members.contains_key(&i))
+        })
+        .await;
+        let rec = Arc::new(Recorder::default());
+        let work = Airline::start(&nodes, &rec, &[0, 1, 2], 2);
+        tokio::time::sleep(Duration::from_millis(1_000)).await;
+        rec.killed(2);
+        let killed = Instant::now();
+        nodes.kill(2);
+        let (_, seen) = until_epoch(&obs, Duration::from_secs(10), |_, ids| {
+            !ids.is_empty() && !ids.contains(&2)
+        })
+        .await
+        .unwrap_or_else(|| {
+            panic!(
+                "an epoch without node 2; node 0:\n{}",
+                nodes.recovery_log(0)
+            )
+        });
+        tokio::time::sleep(Duration::from_millis(1_000)).await;
+        work.finish().await;
+        let closed: u64 = [
+            held_back_full(&nodes, 0).await.unwrap_or(0),
+            held_back_full(&nodes, 1).await.unwrap_or(0),
+        ]
+        .iter()
+        .sum();
+        let outcomes = rec.outcomes();
+        let after = outcomes
+            .iter()
+            .filter(|o| o.node < 2 && o.issued >= seen && o.kind == Kind::Granted)
+            .count();
+        let bad: Vec<_> = outcomes
+            .iter()
+            .filter(|o| o.node < 2 && !matches!(o.kind, Kind::Granted | Kind::Timeout))
+            .collect();
+        eprintln!(
+            "cap 2: {closed} connections closed at the cap on the survivors; epoch without \
+             node 2 {:.3} s after the kill; {} answers, {after} survivor grants after the \
+             recovery; {} pairs checked; violations {:?}",
+            (seen - killed).as_secs_f64(),
+            outcomes.len(),
+            rec.oracle.checks(),
+            rec.oracle.violations()
+        );
+        assert_eq!(rec.oracle.violations(), Vec::<String>::new());
+        assert!(
+            bad.is_empty(),
+            "survivor requests are granted or time out: {:?}",
+            bad.iter()
+                .take(5)
+                .map(|o| (o.node, &o.path, o.kind, &o.text))
+                .collect::<Vec<_>>()
+        );
+        assert!(closed > 0, "the cap was reached and connections closed");
+        assert!(
+            after > 10,
+            "the survivors are served after the recovery ({after} grants)"
+        );
+    };
+    tokio::time::timeout(Duration::from_secs(60), body)
+        .await
+        .expect("test body ends within 60 s");
+}
