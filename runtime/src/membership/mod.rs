@@ -513,32 +513,13 @@ impl Membership {
 
     /// The live members, read from etcd now.
     pub async fn list_members(&self) -> Result<BTreeMap<u16, Member>, Error> {
-        let r = timed(
-            self.timeout,
-            "list members",
-            self.client.clone().get(
-                self.keys.members.clone(),
-                Some(GetOptions::new().with_prefix()),
-            ),
-        )
-        .await?;
-        let mut out = BTreeMap::new();
-        for kv in r.kvs() {
-            let m: Member = parse(kv.key(), kv.value())?;
-            out.insert(m.id, m);
-        }
-        Ok(out)
+        read_members(&self.client, &self.keys, self.timeout).await
     }
 
     /// The installed epoch (epoch 0 with no members where none is), its members and plan,
     /// read in one transaction.
     pub async fn current_epoch(&self) -> Result<EpochView, Error> {
-        let txn = Txn::new().and_then([
-            TxnOp::get(self.keys.epoch.clone(), None),
-            TxnOp::get(self.keys.plan.clone(), None),
-        ]);
-        let r = timed(self.timeout, "read epoch", self.client.clone().txn(txn)).await?;
-        epoch_view(&r.op_responses())
+        read_epoch(&self.client, &self.keys, self.timeout).await
     }
 
     /// Installs epoch `base.epoch + 1` with `members` and `plan`, in one transaction that
@@ -924,6 +905,39 @@ async fn follow_members(
     }
 }
 
+/// The installed epoch and plan, read in one transaction ([`Membership::current_epoch`],
+/// [`Observer::current_epoch`]).
+async fn read_epoch(client: &Client, keys: &Keys, timeout: Duration) -> Result<EpochView, Error> {
+    let txn = Txn::new().and_then([
+        TxnOp::get(keys.epoch.clone(), None),
+        TxnOp::get(keys.plan.clone(), None),
+    ]);
+    let r = timed(timeout, "read epoch", client.clone().txn(txn)).await?;
+    epoch_view(&r.op_responses())
+}
+
+/// The live members' keys ([`Membership::list_members`], [`Observer::list_members`]).
+async fn read_members(
+    client: &Client,
+    keys: &Keys,
+    timeout: Duration,
+) -> Result<BTreeMap<u16, Member>, Error> {
+    let r = timed(
+        timeout,
+        "list members",
+        client
+            .clone()
+            .get(keys.members.clone(), Some(GetOptions::new().with_prefix())),
+    )
+    .await?;
+    let mut out = BTreeMap::new();
+    for kv in r.kvs() {
+        let m: Member = parse(kv.key(), kv.value())?;
+        out.insert(m.id, m);
+    }
+    Ok(out)
+}
+
 /// A reader of a cluster's keys that is not a member (no lease, no member key): the ring
 /// engine's clients and `hilock status` read the installed view and the member list with
 /// it (`crate::ring`, etcd mode).
@@ -959,30 +973,11 @@ impl Observer {
 
     /// The installed epoch, as [`Membership::current_epoch`] reads it.
     pub async fn current_epoch(&self) -> Result<EpochView, Error> {
-        let txn = Txn::new().and_then([
-            TxnOp::get(self.keys.epoch.clone(), None),
-            TxnOp::get(self.keys.plan.clone(), None),
-        ]);
-        let r = timed(self.timeout, "read epoch", self.client.clone().txn(txn)).await?;
-        epoch_view(&r.op_responses())
+        read_epoch(&self.client, &self.keys, self.timeout).await
     }
 
     /// The live members, as [`Membership::list_members`] reads them.
     pub async fn list_members(&self) -> Result<BTreeMap<u16, Member>, Error> {
-        let r = timed(
-            self.timeout,
-            "list members",
-            self.client.clone().get(
-                self.keys.members.clone(),
-                Some(GetOptions::new().with_prefix()),
-            ),
-        )
-        .await?;
-        let mut out = BTreeMap::new();
-        for kv in r.kvs() {
-            let m: Member = parse(kv.key(), kv.value())?;
-            out.insert(m.id, m);
-        }
-        Ok(out)
+        read_members(&self.client, &self.keys, self.timeout).await
     }
 }
