@@ -39,8 +39,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_cluster::{
-    lock_of, observer, probe, restored_text, rooted_at, until_members, Airline, Kind, Nodes,
-    Outcome, Probed, Recorder, Wrapper, TTL_S, WORK_TIMEOUT_MS,
+    all_members, lock_of, probe, restored_text, rooted_at, Airline, Kind, Nodes, Outcome, Probed,
+    Recorder, Wrapper, TTL_S, WORK_TIMEOUT_MS,
 };
 use hilock::membership::{MemberView, Membership};
 use hilock_kernel::Mode;
@@ -129,11 +129,7 @@ impl Cluster {
             |i, j| route[i][j],
             extra,
         );
-        let (obs, mut view) = observer(&etcd.addr, cluster).await;
-        until_members(&mut view, |v| {
-            (0..N as u16).all(|i| v.members.contains_key(&i))
-        })
-        .await;
+        let (obs, view) = all_members(&etcd.addr, cluster, N).await;
         Some(Cluster {
             nodes,
             rec: Arc::new(Recorder::default()),

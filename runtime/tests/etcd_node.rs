@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use etcd_cluster::{observer, register, rooted_at, until_members, Nodes, Wrapper, GRACE_MS, TTL_S};
+use etcd_cluster::{all_members, register, rooted_at, Nodes, Wrapper, GRACE_MS, TTL_S};
 use hilock::client::{request, Reply, Request};
 use hilock::demo::Oracle;
 use hilock_kernel::Mode;
@@ -106,8 +106,7 @@ async fn a_paused_node_s_command_dies_before_its_lease_ends_and_before_another_n
     let body = async {
         let cluster = "paused";
         let nodes = Nodes::start(cluster, &vec![etcd.addr.clone(); 3], REQUEST_TIMEOUT_MS);
-        let (_obs, mut view) = observer(&etcd.addr, cluster).await;
-        until_members(&mut view, |v| (0..3).all(|i| v.members.contains_key(&i))).await;
+        let (_obs, view) = all_members(&etcd.addr, cluster, 3).await;
         let oracle = Arc::new(Oracle::default());
         let mut wrapper = Wrapper::start(&nodes, 1, "/a").await;
         oracle.register_fenced(1, 1, "/a", Mode::W, wrapper.fence);
@@ -222,8 +221,7 @@ async fn a_node_cut_from_etcd_stops_granting_and_kills_its_holders_commands() {
         let proxy = etcd::Proxy::start(&etcd.addr).await;
         let endpoints = vec![etcd.addr.clone(), proxy.addr.clone(), etcd.addr.clone()];
         let nodes = Nodes::start(cluster, &endpoints, REQUEST_TIMEOUT_MS);
-        let (_obs, mut view) = observer(&etcd.addr, cluster).await;
-        until_members(&mut view, |v| (0..3).all(|i| v.members.contains_key(&i))).await;
+        let (_obs, view) = all_members(&etcd.addr, cluster, 3).await;
         let mut wrapper = Wrapper::start(&nodes, 1, "/c").await;
         // A second holder, of the client socket only (no command): told it is lost.
         let (held, mut held_stream) = request(&nodes.socket(1), &lock_req("/d", "R"))

@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use etcd_cluster::{lock_req, observer, register, rooted_at, Nodes, TTL_S};
+use etcd_cluster::{all_members, lock_req, register, rooted_at, Nodes, TTL_S};
 use hilock::client::{request, Reply};
 use hilock::demo::Oracle;
 use tokio::net::UnixStream;
@@ -69,14 +69,7 @@ async fn killing_the_token_node_grants_the_waiting_requests_of_the_survivors_in_
             "etcd_recovery = true\n",
             "hilock=info",
         );
-        let (_obs, mut view) = observer(&etcd.addr, cluster).await;
-        tokio::time::timeout(
-            Duration::from_secs(10),
-            view.wait_for(|v| (0..n as u16).all(|i| v.members.contains_key(&i))),
-        )
-        .await
-        .expect("every node joins")
-        .unwrap();
+        let (_obs, _) = all_members(&etcd.addr, cluster, n).await;
         let oracle = Arc::new(Oracle::default());
         let (p, h, fresh) = (
             rooted_at("/p", 3, n),

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_cluster::{
-    observer, rooted_at, until_members, Airline, Kind, Nodes, Recorder, TTL_S, WORK_TIMEOUT_MS,
+    all_members, rooted_at, Airline, Kind, Nodes, Recorder, TTL_S, WORK_TIMEOUT_MS,
 };
 use hilock::membership::Membership;
 use hilock_kernel::Mode;
@@ -65,11 +65,7 @@ async fn a_killed_node_restarts_and_rejoins_the_cluster() {
             "etcd_recovery = true\n",
             "hilock=info",
         );
-        let (obs, mut view) = observer(&etcd.addr, cluster).await;
-        until_members(&mut view, |v| {
-            (0..n as u16).all(|i| v.members.contains_key(&i))
-        })
-        .await;
+        let (obs, _) = all_members(&etcd.addr, cluster, n).await;
         let rec = Arc::new(Recorder::default());
         let r = rooted_at("/r", 3, n);
         let work = Airline::start(&nodes, &rec, &[0, 1, 2, 3], 1);
@@ -255,11 +251,7 @@ async fn at_the_cap_on_unread_messages_connections_close_and_nothing_is_lost() {
             "etcd_recovery = true\netcd_held_back_max = 2\n",
             "hilock=warn",
         );
-        let (obs, mut view) = observer(&etcd.addr, cluster).await;
-        until_members(&mut view, |v| {
-            (0..n as u16).all(|i| v.members.contains_key(&i))
-        })
-        .await;
+        let (obs, _) = all_members(&etcd.addr, cluster, n).await;
         let rec = Arc::new(Recorder::default());
         let work = Airline::start(&nodes, &rec, &[0, 1, 2], 2);
         tokio::time::sleep(Duration::from_millis(1_000)).await;

@@ -369,6 +369,20 @@ pub async fn until_members(
         .unwrap();
 }
 
+/// An [`observer`] of `cluster` at `etcd`, returned once nodes `0..n` are all members.
+pub async fn all_members(
+    etcd: &str,
+    cluster: &str,
+    n: usize,
+) -> (Membership, watch::Receiver<MemberView>) {
+    let (obs, mut view) = observer(etcd, cluster).await;
+    until_members(&mut view, |v| {
+        (0..n as u16).all(|i| v.members.contains_key(&i))
+    })
+    .await;
+    (obs, view)
+}
+
 pub fn lock_req(path: &str, mode: &str, timeout_ms: u64) -> Request {
     Request::Lock {
         path: path.into(),
