@@ -500,8 +500,10 @@ fn ratio(a: f64, b: f64) -> String {
 fn us(x: f64) -> String {
     if x >= 100.0 {
         format!("{x:.0}")
-    } else {
+    } else if x >= 10.0 {
         format!("{x:.1}")
+    } else {
+        format!("{x:.2}")
     }
 }
 
@@ -512,7 +514,13 @@ fn spread(v: &[u64]) -> String {
 }
 
 /// `n` nodes on 127.0.0.1 with `membership = "etcd"` (leases at `endpoint`, TTL 10 s).
-async fn etcd_member_cluster(n: usize, endpoint: &str) -> Result<Vec<Node>, BoxError> {
+/// A cluster of `n` nodes holding etcd leases at `endpoint`; with `recovery`, also
+/// `etcd_recovery = true` (every message stamped with its epoch, spec/FAULTS.md 2.2.2).
+async fn etcd_member_cluster(
+    n: usize,
+    endpoint: &str,
+    recovery: bool,
+) -> Result<Vec<Node>, BoxError> {
     let mut listeners = Vec::new();
     let mut addrs = Vec::new();
     for id in 0..n {
@@ -523,7 +531,11 @@ async fn etcd_member_cluster(n: usize, endpoint: &str) -> Result<Vec<Node>, BoxE
         });
         listeners.push(l);
     }
-    let cluster = format!("etcd-compare-members-{}", std::process::id());
+    let cluster = format!(
+        "etcd-compare-members{}-{}",
+        if recovery { "-recovery" } else { "" },
+        std::process::id()
+    );
     let mut nodes = Vec::new();
     for (id, l) in listeners.into_iter().enumerate() {
         let mut c = hilock::Config::new(
@@ -538,6 +550,7 @@ async fn etcd_member_cluster(n: usize, endpoint: &str) -> Result<Vec<Node>, BoxE
             ttl_s: 10,
             grace: Duration::from_secs(1),
         };
+        c.etcd_recovery = recovery;
         nodes.push(Node::start_on(c, l).await?);
     }
     Ok(nodes)
@@ -580,29 +593,34 @@ async fn run(o: Opts) -> Result<(), BoxError> {
     // Membership through etcd on vs off: a second cluster whose nodes hold etcd leases;
     // both clusters measured in alternating rounds (same load on the machine).
     eprintln!("  hilock with etcd membership vs without, client on node 0, 5 rounds ...");
-    let members = match etcd_member_cluster(o.nodes, &o.endpoint).await {
-        Ok(n) => Ok(n),
+    let members = match etcd_member_cluster(o.nodes, &o.endpoint, false).await {
+        Ok(n) => match etcd_member_cluster(o.nodes, &o.endpoint, true).await {
+            Ok(r) => Ok((n, r)),
+            Err(e) => Err(e.to_string()),
+        },
         Err(e) => Err(e.to_string()),
     };
     let on_off = match &members {
-        Ok(m) => {
+        Ok((m, r)) => {
             let mh: Vec<Handle> = m.iter().map(|n| n.handle()).collect();
-            let (mut on, mut off) = (Vec::new(), Vec::new());
+            let rh: Vec<Handle> = r.iter().map(|n| n.handle()).collect();
+            let (mut on, mut off, mut rec) = (Vec::new(), Vec::new(), Vec::new());
             let per = (o.iters / 5).max(1);
             for round in 0..5 {
                 let p = format!("/u-onoff-{round}");
                 off.extend(hilock_uncontended(handles[..1].to_vec(), &p, o.warmup, per).await?);
                 on.extend(hilock_uncontended(mh[..1].to_vec(), &p, o.warmup, per).await?);
+                rec.extend(hilock_uncontended(rh[..1].to_vec(), &p, o.warmup, per).await?);
             }
-            Some((summarize(off), summarize(on)))
+            Some((summarize(off), summarize(on), summarize(rec)))
         }
         Err(e) => {
             eprintln!("  skipped: {e}");
             None
         }
     };
-    if let Ok(m) = members {
-        for n in m {
+    if let Ok((m, r)) = members {
+        for n in m.into_iter().chain(r) {
             n.shutdown().await;
         }
     }
@@ -701,23 +719,34 @@ async fn run(o: Opts) -> Result<(), BoxError> {
         "\nhilock protocol messages per acquire+release with the client moving: {rot_msgs:.2}\n"
     );
     match on_off {
-        Some((off, on)) => {
+        Some((off, on, rec)) => {
             println!(
                 "Membership through etcd (issue 15) on vs off: the uncontended acquire+release \
-                 of a client on node 0 (token local), on the cluster above (static) and on a \
-                 second cluster of {} nodes holding etcd leases (TTL 10 s) at the same etcd, in \
-                 5 alternating rounds of {} pairs each (µs):\n",
-                o.nodes,
-                (o.iters / 5).max(1)
+                 of a client on node 0 (token local), on the cluster above (static), on a \
+                 second cluster of {n} nodes holding etcd leases (TTL 10 s) at the same etcd and \
+                 on a third with etcd leases and `etcd_recovery = true`, in 5 alternating \
+                 rounds of {} pairs each (µs):\n",
+                (o.iters / 5).max(1),
+                n = o.nodes,
             );
-            println!("| statistic | static | etcd membership | etcd membership / static |");
-            println!("|---|---:|---:|---:|");
-            for (stat, a, b) in [
-                ("p50", off.p50, on.p50),
-                ("p99", off.p99, on.p99),
-                ("mean", off.mean, on.mean),
+            println!(
+                "| statistic | static | etcd membership | etcd membership / static | \
+                 etcd + recovery | etcd + recovery / static |"
+            );
+            println!("|---|---:|---:|---:|---:|---:|");
+            for (stat, a, b, c) in [
+                ("p50", off.p50, on.p50, rec.p50),
+                ("p99", off.p99, on.p99, rec.p99),
+                ("mean", off.mean, on.mean, rec.mean),
             ] {
-                println!("| {stat} | {} | {} | {} |", us(a), us(b), ratio(b, a));
+                println!(
+                    "| {stat} | {} | {} | {} | {} | {} |",
+                    us(a),
+                    us(b),
+                    ratio(b, a),
+                    us(c),
+                    ratio(c, a)
+                );
             }
             println!();
         }
