@@ -612,7 +612,22 @@ async fn run(o: Opts) -> Result<(), BoxError> {
                 on.extend(hilock_uncontended(mh[..1].to_vec(), &p, o.warmup, per).await?);
                 rec.extend(hilock_uncontended(rh[..1].to_vec(), &p, o.warmup, per).await?);
             }
-            Some((summarize(off), summarize(on), summarize(rec)))
+            let (off, on, rec) = (summarize(off), summarize(on), summarize(rec));
+            // Also on stderr at once: a later etcd error ends the run before the report.
+            eprintln!(
+                "  p50 / p99 / mean µs: static {} / {} / {}, etcd {} / {} / {}, \
+                 etcd + recovery {} / {} / {}",
+                us(off.p50),
+                us(off.p99),
+                us(off.mean),
+                us(on.p50),
+                us(on.p99),
+                us(on.mean),
+                us(rec.p50),
+                us(rec.p99),
+                us(rec.mean)
+            );
+            Some((off, on, rec))
         }
         Err(e) => {
             eprintln!("  skipped: {e}");
