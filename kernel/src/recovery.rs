@@ -281,6 +281,23 @@ pub struct LockReport<const Q: usize> {
     pub queue: heapless::Vec<QueueEntry, Q>,
 }
 
+impl<const Q: usize> LockReport<Q> {
+    /// The report of a node that knows nothing of `lock`: nothing held, nothing pending,
+    /// no token, no generation seen, an empty queue (what a joining incarnation reports).
+    pub const fn empty(node: NodeId, epoch: Epoch, lock: LockId) -> Self {
+        LockReport {
+            node,
+            epoch,
+            lock,
+            held: Mode::Phi,
+            pending: Pending::None,
+            token: None,
+            generation_seen: 0,
+            queue: heapless::Vec::new(),
+        }
+    }
+}
+
 /// The new state of one lock, computed by [`rebuild`] and installed by
 /// [`FaultSite::install`] at every member.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -591,16 +608,7 @@ impl<const N: usize, const L: usize, const Q: usize> FaultSite<N, L, Q> {
                 generation_seen: n.generation_seen,
                 queue: n.queue.clone(),
             }),
-            Standing::Joining => Ok(LockReport {
-                node: me,
-                epoch: self.epoch,
-                lock,
-                held: Mode::Phi,
-                pending: Pending::None,
-                token: None,
-                generation_seen: 0,
-                queue: heapless::Vec::new(),
-            }),
+            Standing::Joining => Ok(LockReport::empty(me, self.epoch, lock)),
             Standing::Expired => Err(RecoveryError::Expired(me)),
         }
     }
@@ -816,16 +824,7 @@ mod tests {
     }
 
     fn report(node: u16, epoch: Epoch) -> LockReport<4> {
-        LockReport {
-            node: NodeId(node),
-            epoch,
-            lock: L0,
-            held: Mode::Phi,
-            pending: Pending::None,
-            token: None,
-            generation_seen: 0,
-            queue: heapless::Vec::new(),
-        }
+        LockReport::empty(NodeId(node), epoch, L0)
     }
 
     #[test]
@@ -1014,16 +1013,7 @@ mod tests {
         let m3 = all(3);
         let r: [LockReport<2>; 3] = core::array::from_fn(|i| LockReport {
             pending: Pending::Request(entry(i as u16, Mode::W, 1)),
-            ..LockReport {
-                node: NodeId(i as u16),
-                epoch: 0,
-                lock: L0,
-                held: Mode::Phi,
-                pending: Pending::None,
-                token: None,
-                generation_seen: 0,
-                queue: heapless::Vec::new(),
-            }
+            ..LockReport::empty(NodeId(i as u16), 0, L0)
         });
         assert_eq!(
             rebuild::<4, 2>(1, &m3, &r),

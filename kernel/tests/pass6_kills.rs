@@ -33,16 +33,7 @@ fn entry(r: u16, mode: Mode, serial: u32, prio: u8) -> QueueEntry {
 
 /// An empty report of lock `lock` by `node` at `epoch`.
 fn report(node: u16, epoch: Epoch, lock: LockId) -> LockReport<4> {
-    LockReport {
-        node: NodeId(node),
-        epoch,
-        lock,
-        held: Mode::Phi,
-        pending: Pending::None,
-        token: None,
-        generation_seen: 0,
-        queue: heapless::Vec::new(),
-    }
+    LockReport::empty(NodeId(node), epoch, lock)
 }
 
 /// Runs one input at `s` and returns its outputs.
