@@ -33,6 +33,7 @@
 //!   majority), the etcd stand-in ([`crate::central`], what it models and what not), on the
 //!   same workload in the same loop.
 
+use crate::adapter::{all_or_nothing, exclusive_held};
 use crate::central::CentralSite;
 use crate::sim::{self, Config, Driven, Mix, PrioMode, Proto, RelayClass, Requester, Stats};
 use hilock_kernel::bakery::{
@@ -286,124 +287,110 @@ impl Protocol for BakerySite {
         if out.room() < Self::MAX_OUTPUTS {
             return Err(KernelError::OutputsFull);
         }
-        let before = self.clone();
         let id = self.id;
-        let mut sends = Vec::new();
-        // First what the input asks of the kernel client (checks that change nothing),
-        // then the step.
-        let client_input: Option<BInput<'_, 1, COLUMNS>> = match (&mut self.role, input) {
-            (Role::Replica(rep), Input::Deliver { from, msg }) => {
-                let BakeryMsg::Req(req) = msg else {
-                    return Err(KernelError::UnknownNode(from));
-                };
-                let mut replies: VecSink<BReply> = VecSink::new();
-                rep.step(req, &mut replies).map_err(|e| kerr(e, id))?;
-                for reply in replies.0 {
-                    sends.push(Output::Send {
-                        to: from,
-                        msg: BakeryMsg::Rep(Box::new(reply)),
-                    });
-                }
-                None
-            }
-            (Role::Replica(_), _) => return Err(KernelError::InvalidMode),
-            (Role::Client { counts, .. }, Input::Deliver { from, msg }) => {
-                let BakeryMsg::Rep(reply) = msg else {
-                    return Err(KernelError::UnknownNode(from));
-                };
-                let Some(r) = from
-                    .0
-                    .checked_sub(self.base)
-                    .filter(|r| *r < REPLICAS as u16)
-                else {
-                    return Err(KernelError::UnknownNode(from));
-                };
-                if let BReply::Answer { rows, .. } = &**reply {
-                    counts.answers += 1;
-                    counts.entries_read += rows.iter().flatten().flatten().count() as u64;
-                }
-                Some(BInput::Reply {
-                    from: ReplicaId(r as u8),
-                    reply: &**reply,
-                })
-            }
-            (
-                Role::Client {
-                    held,
-                    acquiring,
-                    queued,
-                    c,
-                    ..
-                },
-                Input::Acquire { lock, mode },
-            ) => {
-                if lock != LockId(0) {
-                    return Err(KernelError::UnknownLock(lock));
-                }
-                if mode == Mode::Phi {
-                    return Err(KernelError::InvalidMode);
-                }
-                if *held {
-                    return Err(KernelError::AlreadyHeld(lock));
-                }
-                if *acquiring || *queued {
-                    return Err(KernelError::AlreadyPending(lock));
-                }
-                if c.phase() != Phase::Idle {
-                    // Line 19 in flight: start when it is done.
-                    *queued = true;
+        all_or_nothing(self, out, |site, sends| {
+            // First what the input asks of the kernel client (checks that change nothing),
+            // then the step.
+            let client_input: Option<BInput<'_, 1, COLUMNS>> = match (&mut site.role, input) {
+                (Role::Replica(rep), Input::Deliver { from, msg }) => {
+                    let BakeryMsg::Req(req) = msg else {
+                        return Err(KernelError::UnknownNode(from));
+                    };
+                    let mut replies: VecSink<BReply> = VecSink::new();
+                    rep.step(req, &mut replies).map_err(|e| kerr(e, id))?;
+                    for reply in replies.0 {
+                        sends.push(Output::Send {
+                            to: from,
+                            msg: BakeryMsg::Rep(Box::new(reply)),
+                        });
+                    }
                     None
-                } else {
-                    Some(BInput::Acquire)
                 }
-            }
-            (Role::Client { held, .. }, Input::Release { lock }) => {
-                if lock != LockId(0) {
-                    return Err(KernelError::UnknownLock(lock));
+                (Role::Replica(_), _) => return Err(KernelError::InvalidMode),
+                (Role::Client { counts, .. }, Input::Deliver { from, msg }) => {
+                    let BakeryMsg::Rep(reply) = msg else {
+                        return Err(KernelError::UnknownNode(from));
+                    };
+                    let Some(r) = from
+                        .0
+                        .checked_sub(site.base)
+                        .filter(|r| *r < REPLICAS as u16)
+                    else {
+                        return Err(KernelError::UnknownNode(from));
+                    };
+                    if let BReply::Answer { rows, .. } = &**reply {
+                        counts.answers += 1;
+                        counts.entries_read += rows.iter().flatten().flatten().count() as u64;
+                    }
+                    Some(BInput::Reply {
+                        from: ReplicaId(r as u8),
+                        reply: &**reply,
+                    })
                 }
-                if !*held {
-                    return Err(KernelError::NotHeld(lock));
+                (
+                    Role::Client {
+                        held,
+                        acquiring,
+                        queued,
+                        c,
+                        ..
+                    },
+                    Input::Acquire { lock, mode },
+                ) => {
+                    if lock != LockId(0) {
+                        return Err(KernelError::UnknownLock(lock));
+                    }
+                    if mode == Mode::Phi {
+                        return Err(KernelError::InvalidMode);
+                    }
+                    if *held {
+                        return Err(KernelError::AlreadyHeld(lock));
+                    }
+                    if *acquiring || *queued {
+                        return Err(KernelError::AlreadyPending(lock));
+                    }
+                    if c.phase() != Phase::Idle {
+                        // Line 19 in flight: start when it is done.
+                        *queued = true;
+                        None
+                    } else {
+                        Some(BInput::Acquire)
+                    }
                 }
-                *held = false;
-                Some(BInput::Release)
-            }
-            // The simulator's poll: "sleep a little" is over.
-            (Role::Client { c, .. }, Input::Upgrade { lock }) => {
-                if lock != LockId(0) || !c.phase().sleeping() {
-                    return Err(KernelError::NotHoldingU(lock));
+                (Role::Client { held, .. }, Input::Release { lock }) => {
+                    if lock != LockId(0) {
+                        return Err(KernelError::UnknownLock(lock));
+                    }
+                    if !*held {
+                        return Err(KernelError::NotHeld(lock));
+                    }
+                    *held = false;
+                    Some(BInput::Release)
                 }
-                Some(BInput::Wake)
+                // The simulator's poll: "sleep a little" is over.
+                (Role::Client { c, .. }, Input::Upgrade { lock }) => {
+                    if lock != LockId(0) || !c.phase().sleeping() {
+                        return Err(KernelError::NotHoldingU(lock));
+                    }
+                    Some(BInput::Wake)
+                }
+                (Role::Client { .. }, Input::SetPriority { .. }) => {
+                    return Err(KernelError::InvalidMode)
+                }
+            };
+            match client_input {
+                Some(i) => site.client_step(i, sends).map_err(|e| kerr(e, id)),
+                None => Ok(()),
             }
-            (Role::Client { .. }, Input::SetPriority { .. }) => {
-                return Err(KernelError::InvalidMode)
-            }
-        };
-        let r = match client_input {
-            Some(i) => self.client_step(i, &mut sends),
-            None => Ok(()),
-        };
-        if let Err(e) = r {
-            *self = before;
-            return Err(kerr(e, id));
-        }
-        if out.room() < sends.len() {
-            *self = before;
-            return Err(KernelError::OutputsFull);
-        }
-        for s in sends {
-            let _ = out.put(s);
-        }
-        Ok(Report::default())
+        })
     }
 
     fn held(&self, lock: LockId) -> Result<Mode, KernelError> {
-        if lock != LockId(0) {
-            return Err(KernelError::UnknownLock(lock));
-        }
-        Ok(match &self.role {
-            Role::Client { held: true, .. } => Mode::W,
-            _ => Mode::Phi,
-        })
+        exclusive_held(
+            lock == LockId(0),
+            matches!(&self.role, Role::Client { held: true, .. }),
+            KernelError::UnknownLock(lock),
+        )
     }
 
     fn has_token(&self, lock: LockId) -> Result<bool, KernelError> {

@@ -18,6 +18,7 @@
 //! delay (its 100 ms `syncWatchersLoop`, see BENCHMARKS.md). A client does one request at
 //! a time: an `Acquire` that comes before its `UnlockAck` waits for it.
 
+use crate::adapter::{all_or_nothing, exclusive_held};
 use crate::sim::{Driven, RelayClass, Requester};
 use hilock_kernel::{
     Input, KernelError, LockId, Mode, MsgKind, NodeId, Output, Protocol, Report, Sink,
@@ -130,147 +131,140 @@ impl Protocol for CentralSite {
         input: Input<'_, CentralMsg>,
         out: &mut S,
     ) -> Result<Report, KernelError> {
-        let mut sends: Vec<Output<CentralMsg>> = Vec::new();
         let (id, leader) = (self.id, self.leader);
-        let send = |to: NodeId, msg: CentralMsg, v: &mut Vec<Output<CentralMsg>>| {
-            v.push(Output::Send { to, msg })
-        };
-        let followers = [NodeId(leader.0 + 1), NodeId(leader.0 + 2)];
-        match (&mut self.role, input) {
-            (
-                Role::Client {
-                    held,
-                    acquiring,
-                    unlocking,
-                    queued,
-                },
-                input,
-            ) => match input {
-                Input::Acquire { lock, .. } => {
-                    if lock != LockId(0) {
-                        return Err(KernelError::UnknownLock(lock));
-                    }
-                    if *held {
-                        return Err(KernelError::AlreadyHeld(lock));
-                    }
-                    if *acquiring || *queued {
-                        return Err(KernelError::AlreadyPending(lock));
-                    }
-                    if *unlocking {
-                        *queued = true;
-                    } else {
-                        *acquiring = true;
-                        send(leader, CentralMsg::Lock, &mut sends);
-                    }
-                }
-                Input::Release { lock } => {
-                    if lock != LockId(0) {
-                        return Err(KernelError::UnknownLock(lock));
-                    }
-                    if !*held {
-                        return Err(KernelError::NotHeld(lock));
-                    }
-                    *held = false;
-                    *unlocking = true;
-                    send(leader, CentralMsg::Unlock, &mut sends);
-                }
-                Input::Deliver { from, msg } if from == leader => match msg {
-                    CentralMsg::Grant if *acquiring => {
-                        *acquiring = false;
-                        *held = true;
-                        sends.push(Output::Granted {
-                            lock: LockId(0),
-                            mode: Mode::W,
-                        });
-                    }
-                    CentralMsg::UnlockAck if *unlocking => {
-                        *unlocking = false;
-                        if *queued {
-                            *queued = false;
+        all_or_nothing(self, out, |site, sends| {
+            let send = |to: NodeId, msg: CentralMsg, v: &mut Vec<Output<CentralMsg>>| {
+                v.push(Output::Send { to, msg })
+            };
+            let followers = [NodeId(leader.0 + 1), NodeId(leader.0 + 2)];
+            match (&mut site.role, input) {
+                (
+                    Role::Client {
+                        held,
+                        acquiring,
+                        unlocking,
+                        queued,
+                    },
+                    input,
+                ) => match input {
+                    Input::Acquire { lock, .. } => {
+                        if lock != LockId(0) {
+                            return Err(KernelError::UnknownLock(lock));
+                        }
+                        if *held {
+                            return Err(KernelError::AlreadyHeld(lock));
+                        }
+                        if *acquiring || *queued {
+                            return Err(KernelError::AlreadyPending(lock));
+                        }
+                        if *unlocking {
+                            *queued = true;
+                        } else {
                             *acquiring = true;
-                            send(leader, CentralMsg::Lock, &mut sends);
+                            send(leader, CentralMsg::Lock, sends);
+                        }
+                    }
+                    Input::Release { lock } => {
+                        if lock != LockId(0) {
+                            return Err(KernelError::UnknownLock(lock));
+                        }
+                        if !*held {
+                            return Err(KernelError::NotHeld(lock));
+                        }
+                        *held = false;
+                        *unlocking = true;
+                        send(leader, CentralMsg::Unlock, sends);
+                    }
+                    Input::Deliver { from, msg } if from == leader => match msg {
+                        CentralMsg::Grant if *acquiring => {
+                            *acquiring = false;
+                            *held = true;
+                            sends.push(Output::Granted {
+                                lock: LockId(0),
+                                mode: Mode::W,
+                            });
+                        }
+                        CentralMsg::UnlockAck if *unlocking => {
+                            *unlocking = false;
+                            if *queued {
+                                *queued = false;
+                                *acquiring = true;
+                                send(leader, CentralMsg::Lock, sends);
+                            }
+                        }
+                        _ => return Err(KernelError::UnknownNode(from)),
+                    },
+                    _ => return Err(KernelError::InvalidMode),
+                },
+                (
+                    Role::Leader {
+                        log,
+                        acked,
+                        applied,
+                        queue,
+                    },
+                    Input::Deliver { from, msg },
+                ) => match msg {
+                    CentralMsg::Lock | CentralMsg::Unlock if from.0 < leader.0 => {
+                        log.push(match msg {
+                            CentralMsg::Lock => Entry::Lock(from),
+                            _ => Entry::Unlock(from),
+                        });
+                        let index = log.len() as u64;
+                        for f in followers {
+                            send(f, CentralMsg::Append { index }, sends);
+                        }
+                    }
+                    CentralMsg::Ack { index } => {
+                        let Some(f) = followers.iter().position(|f| *f == from) else {
+                            return Err(KernelError::UnknownNode(from));
+                        };
+                        if *index > log.len() as u64 {
+                            return Err(KernelError::UnknownNode(from));
+                        }
+                        acked[f] = acked[f].max(*index);
+                        let commit = acked[0].max(acked[1]);
+                        while *applied < commit {
+                            *applied += 1;
+                            match log[*applied as usize - 1] {
+                                Entry::Lock(c) => {
+                                    queue.push_back(c);
+                                    if queue.len() == 1 {
+                                        send(c, CentralMsg::Grant, sends);
+                                    }
+                                }
+                                Entry::Unlock(c) => {
+                                    if queue.front() == Some(&c) {
+                                        queue.pop_front();
+                                    }
+                                    send(c, CentralMsg::UnlockAck, sends);
+                                    if let Some(&next) = queue.front() {
+                                        send(next, CentralMsg::Grant, sends);
+                                    }
+                                }
+                            }
                         }
                     }
                     _ => return Err(KernelError::UnknownNode(from)),
                 },
-                _ => return Err(KernelError::InvalidMode),
-            },
-            (
-                Role::Leader {
-                    log,
-                    acked,
-                    applied,
-                    queue,
+                (Role::Follower, Input::Deliver { from, msg }) => match msg {
+                    CentralMsg::Append { index } if from == leader => {
+                        send(leader, CentralMsg::Ack { index: *index }, sends);
+                    }
+                    _ => return Err(KernelError::UnknownNode(from)),
                 },
-                Input::Deliver { from, msg },
-            ) => match msg {
-                CentralMsg::Lock | CentralMsg::Unlock if from.0 < leader.0 => {
-                    log.push(match msg {
-                        CentralMsg::Lock => Entry::Lock(from),
-                        _ => Entry::Unlock(from),
-                    });
-                    let index = log.len() as u64;
-                    for f in followers {
-                        send(f, CentralMsg::Append { index }, &mut sends);
-                    }
-                }
-                CentralMsg::Ack { index } => {
-                    let Some(f) = followers.iter().position(|f| *f == from) else {
-                        return Err(KernelError::UnknownNode(from));
-                    };
-                    if *index > log.len() as u64 {
-                        return Err(KernelError::UnknownNode(from));
-                    }
-                    acked[f] = acked[f].max(*index);
-                    let commit = acked[0].max(acked[1]);
-                    while *applied < commit {
-                        *applied += 1;
-                        match log[*applied as usize - 1] {
-                            Entry::Lock(c) => {
-                                queue.push_back(c);
-                                if queue.len() == 1 {
-                                    send(c, CentralMsg::Grant, &mut sends);
-                                }
-                            }
-                            Entry::Unlock(c) => {
-                                if queue.front() == Some(&c) {
-                                    queue.pop_front();
-                                }
-                                send(c, CentralMsg::UnlockAck, &mut sends);
-                                if let Some(&next) = queue.front() {
-                                    send(next, CentralMsg::Grant, &mut sends);
-                                }
-                            }
-                        }
-                    }
-                }
-                _ => return Err(KernelError::UnknownNode(from)),
-            },
-            (Role::Follower, Input::Deliver { from, msg }) => match msg {
-                CentralMsg::Append { index } if from == leader => {
-                    send(leader, CentralMsg::Ack { index: *index }, &mut sends);
-                }
-                _ => return Err(KernelError::UnknownNode(from)),
-            },
-            _ => return Err(KernelError::UnknownNode(id)),
-        }
-        if out.room() < sends.len() {
-            return Err(KernelError::OutputsFull);
-        }
-        for s in sends {
-            let _ = out.put(s);
-        }
-        Ok(Report::default())
+                _ => return Err(KernelError::UnknownNode(id)),
+            }
+            Ok(())
+        })
     }
 
     fn held(&self, lock: LockId) -> Result<Mode, KernelError> {
-        if lock != LockId(0) {
-            return Err(KernelError::UnknownLock(lock));
-        }
-        Ok(match self.role {
-            Role::Client { held: true, .. } => Mode::W,
-            _ => Mode::Phi,
-        })
+        exclusive_held(
+            lock == LockId(0),
+            matches!(self.role, Role::Client { held: true, .. }),
+            KernelError::UnknownLock(lock),
+        )
     }
 
     fn has_token(&self, lock: LockId) -> Result<bool, KernelError> {

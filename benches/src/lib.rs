@@ -4,6 +4,8 @@
 //!   look-ups and the size of a site (`cargo bench -p hilock-benches --bench step`);
 //! - [`sim`]: a deterministic discrete-event simulator that drives `n` kernel sites with the
 //!   thesis workload (seed 002, chapter 4) for hilock and the Naimi-Trehel baselines;
+//! - [`adapter`]: the all-or-nothing step and exclusive-lock answers the stand-in sites
+//!   below share;
 //! - [`bakerysim`]: seed 004's bakery (kernel clients over simulated quorum replicas) in
 //!   the simulator's loop, next to the token engine on the same one-lock workload;
 //! - [`central`]: a central lock server on three members (the etcd stand-in of [`bakerysim`]);
@@ -21,6 +23,7 @@
 //!
 //! Results and the commands that produced them are in `BENCHMARKS.md`.
 
+pub mod adapter;
 pub mod bakerysim;
 pub mod central;
 pub mod plot;

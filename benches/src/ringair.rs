@@ -26,6 +26,7 @@
 //!   next poll too; one from another node's server is resent at once (the round trip is
 //!   the wait).
 
+use crate::adapter::{all_or_nothing, exclusive_held};
 use crate::sim::{self, Config, Driven, Proto, RelayClass, Requester, ENTRIES};
 use hilock_kernel::chord::{
     hash, Addr, Answer, ChordClient, ChordError, ChordMsg, ClientEvent, ClientId, Key, Op, Out,
@@ -261,93 +262,79 @@ impl Protocol for RingSite {
         input: Input<'_, RingMsg>,
         out: &mut S,
     ) -> Result<Report, KernelError> {
-        let before = self.clone();
-        let mut sends = Vec::new();
-        let first = match input {
-            Input::Acquire { lock, mode } => {
-                let l = lock.idx();
-                if l >= ENTRIES {
-                    return Err(KernelError::UnknownLock(lock));
+        all_or_nothing(self, out, |site, sends| {
+            let first = match input {
+                Input::Acquire { lock, mode } => {
+                    let l = lock.idx();
+                    if l >= ENTRIES {
+                        return Err(KernelError::UnknownLock(lock));
+                    }
+                    if mode == Mode::Phi {
+                        return Err(KernelError::InvalidMode);
+                    }
+                    if site.held[l] {
+                        return Err(KernelError::AlreadyHeld(lock));
+                    }
+                    if site.pending(l) {
+                        return Err(KernelError::AlreadyPending(lock));
+                    }
+                    site.queue.push_back((Op::Lock, l));
+                    Vec::new()
                 }
-                if mode == Mode::Phi {
-                    return Err(KernelError::InvalidMode);
+                Input::Release { lock } => {
+                    let l = lock.idx();
+                    if l >= ENTRIES {
+                        return Err(KernelError::UnknownLock(lock));
+                    }
+                    if !site.held[l] {
+                        return Err(KernelError::NotHeld(lock));
+                    }
+                    site.held[l] = false;
+                    site.queue.push_back((Op::Unlock, l));
+                    Vec::new()
                 }
-                if self.held[l] {
-                    return Err(KernelError::AlreadyHeld(lock));
+                Input::Deliver { from, msg } => {
+                    let me_client = Addr::Client(ClientId(site.id.0 as u8));
+                    match msg {
+                        ChordMsg::Reply { .. } => vec![(Addr::Node(from), me_client, msg.clone())],
+                        _ => vec![(Addr::Node(from), Addr::Node(site.id), msg.clone())],
+                    }
                 }
-                if self.pending(l) {
-                    return Err(KernelError::AlreadyPending(lock));
+                // The poll input: ask again for the refused (or retried) lock.
+                Input::Upgrade { lock } => {
+                    let me_client = Addr::Client(ClientId(site.id.0 as u8));
+                    let (Some(p), Some((op, l))) = (site.poll, site.current) else {
+                        return Err(KernelError::NotHoldingU(lock));
+                    };
+                    if l != lock.idx() {
+                        return Err(KernelError::NotHoldingU(lock));
+                    }
+                    let mut out: VecSink<Out<TABLE>> = VecSink::new();
+                    let r = match p {
+                        Poll::Refused => site.client.start(op, site.keys[l], &mut out),
+                        Poll::Retry => site.client.timeout(site.client.view(), &mut out),
+                    };
+                    r.map_err(|e| kerr(e, site.id))?;
+                    site.poll = None;
+                    site.polls += 1;
+                    out.0
+                        .into_iter()
+                        .map(|o| (me_client, o.to, o.msg))
+                        .collect()
                 }
-                self.queue.push_back((Op::Lock, l));
-                Vec::new()
-            }
-            Input::Release { lock } => {
-                let l = lock.idx();
-                if l >= ENTRIES {
-                    return Err(KernelError::UnknownLock(lock));
-                }
-                if !self.held[l] {
-                    return Err(KernelError::NotHeld(lock));
-                }
-                self.held[l] = false;
-                self.queue.push_back((Op::Unlock, l));
-                Vec::new()
-            }
-            Input::Deliver { from, msg } => {
-                let me_client = Addr::Client(ClientId(self.id.0 as u8));
-                match msg {
-                    ChordMsg::Reply { .. } => vec![(Addr::Node(from), me_client, msg.clone())],
-                    _ => vec![(Addr::Node(from), Addr::Node(self.id), msg.clone())],
-                }
-            }
-            // The poll input: ask again for the refused (or retried) lock.
-            Input::Upgrade { lock } => {
-                let me_client = Addr::Client(ClientId(self.id.0 as u8));
-                let (Some(p), Some((op, l))) = (self.poll, self.current) else {
-                    return Err(KernelError::NotHoldingU(lock));
-                };
-                if l != lock.idx() {
-                    return Err(KernelError::NotHoldingU(lock));
-                }
-                let mut out: VecSink<Out<TABLE>> = VecSink::new();
-                let r = match p {
-                    Poll::Refused => self.client.start(op, self.keys[l], &mut out),
-                    Poll::Retry => self.client.timeout(self.client.view(), &mut out),
-                };
-                if let Err(e) = r {
-                    *self = before;
-                    return Err(kerr(e, self.id));
-                }
-                self.poll = None;
-                self.polls += 1;
-                out.0
-                    .into_iter()
-                    .map(|o| (me_client, o.to, o.msg))
-                    .collect()
-            }
-            _ => return Err(KernelError::InvalidMode),
-        };
-        let r = self.pump_out(first, &mut sends);
-        if let Err(e) = r {
-            *self = before;
-            return Err(kerr(e, self.id));
-        }
-        if out.room() < sends.len() {
-            *self = before;
-            return Err(KernelError::OutputsFull);
-        }
-        for s in sends {
-            let _ = out.put(s);
-        }
-        Ok(Report::default())
+                _ => return Err(KernelError::InvalidMode),
+            };
+            site.pump_out(first, sends).map_err(|e| kerr(e, site.id))
+        })
     }
 
     fn held(&self, lock: LockId) -> Result<Mode, KernelError> {
-        match self.held.get(lock.idx()) {
-            Some(true) => Ok(Mode::W),
-            Some(false) => Ok(Mode::Phi),
-            None => Err(KernelError::UnknownLock(lock)),
-        }
+        let held = self.held.get(lock.idx());
+        exclusive_held(
+            held.is_some(),
+            held == Some(&true),
+            KernelError::UnknownLock(lock),
+        )
     }
 
     fn has_token(&self, lock: LockId) -> Result<bool, KernelError> {
