@@ -5,7 +5,7 @@
 
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
@@ -18,21 +18,11 @@ use hilock_kernel::Mode;
 mod ring_load;
 use ring_load::{slots, Run, CONTENDER, HELD};
 
+#[path = "support/procs.rs"]
+mod procs;
+use procs::{free_port, Proc};
+
 const BIN: &str = env!("CARGO_BIN_EXE_hilock");
-
-/// A child process, killed (SIGKILL) and reaped when dropped.
-struct Proc(Child);
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> SocketAddr {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap()
-}
 
 /// A ring configuration: `n` slots at `addrs`, the service at `m`, first view `members`.
 fn ring_toml(addrs: &[SocketAddr], m: SocketAddr, members: &[u16], lease_ms: u64) -> String {

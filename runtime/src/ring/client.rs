@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use hilock_kernel::chord::{
     Addr, Answer, ChordClient, ChordError, ChordMsg, ClientEvent, ClientId, Key, NodeId, Op, Out,
-    View,
+    Token, View,
 };
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinSet;
@@ -68,6 +68,8 @@ pub struct RingClient {
     rx: mpsc::UnboundedReceiver<(NodeId, Option<Frame>)>,
     view: watch::Receiver<View>,
     target: Option<NodeId>,
+    /// The end of the request in progress (bounds its dials too).
+    deadline: tokio::time::Instant,
     tasks: JoinSet<()>,
     /// Bound on one request.
     pub limit: Duration,
@@ -142,6 +144,7 @@ impl RingClient {
             rx,
             view,
             target: None,
+            deadline: tokio::time::Instant::now(),
             tasks,
             limit: Duration::from_secs(20),
             resent: 0,
@@ -213,8 +216,12 @@ impl RingClient {
         let back = self.tx.clone();
         let addr = self.nodes.get(n.idx()).copied().flatten();
         let me = Addr::Client(self.kc.id());
+        // A dial that hangs (a node that does not accept) is bounded by the request's.
         let conn = match addr {
-            Some(a) => dial(a, me).await.ok(),
+            Some(a) => tokio::time::timeout_at(self.deadline, dial(a, me))
+                .await
+                .ok()
+                .and_then(|r| r.ok()),
             None => None,
         };
         match conn {
@@ -238,13 +245,44 @@ impl RingClient {
     }
 
     async fn call(&mut self, op: Op, key: Key) -> Result<Answer, ClientError> {
+        let deadline = tokio::time::Instant::now() + self.limit;
+        self.deadline = deadline;
+        let r = self.exchange(op, key, deadline).await;
+        if r.is_err() {
+            self.abandon();
+        }
+        r
+    }
+
+    /// Gives up the request the kernel's client waits for (its bound passed), so that the
+    /// next request can start: without this every later request was refused as `Busy`.
+    /// A late answer to it carries an older request number and is ignored.
+    fn abandon(&mut self) {
+        if self.kc.waiting().is_none() {
+            return;
+        }
+        // The kernel's client has no "give up" transition; an answer to its own request
+        // that is neither a redirect nor a retry ends the request and sends nothing.
+        let token = Token {
+            client: self.kc.id(),
+            seq: self.kc.seq(),
+        };
+        let mut out = COuts::new();
+        let _ = self.kc.on_reply(token, Answer::Refused, &mut out);
+    }
+
+    async fn exchange(
+        &mut self,
+        op: Op,
+        key: Key,
+        deadline: tokio::time::Instant,
+    ) -> Result<Answer, ClientError> {
         let mut out = COuts::new();
         // Route with the service's newest view.
         let v = *self.view.borrow();
         self.kc.learn(v)?;
         self.kc.start(op, key, &mut out)?;
         self.send(out).await;
-        let deadline = tokio::time::Instant::now() + self.limit;
         loop {
             let now = tokio::time::Instant::now();
             if now >= deadline {
