@@ -824,3 +824,72 @@ async fn after_timeout() {
         node.snapshot().errors
     );
 }
+
+/// A node forgets a client's connection when it closes: 8 clients connect, each locks a
+/// path, and the node keeps 8 answer connections and 8 more connection readers; once they
+/// are dropped (their sockets closed) both return to what they were before. The locks of
+/// the closed connections stay held (a lock belongs to the client id, not to a connection;
+/// FAULTS.md §2.6): another client is refused them, a new client with the same id releases
+/// them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_forgets_closed_client_connections_and_keeps_their_locks() {
+    tokio::time::timeout(Duration::from_secs(30), forget_closed())
+        .await
+        .expect("the connection test ended within 30 s");
+}
+
+async fn forget_closed() {
+    const N: u8 = 8;
+    let (node, membership, addrs) = one_node_ring().await;
+    let before = node.snapshot();
+    assert_eq!(before.clients, 0);
+    let mut clients = Vec::new();
+    for id in 1..=N {
+        let mut c = RingClient::connect(id, addrs.clone(), membership.addr())
+            .await
+            .unwrap();
+        assert!(c.lock(&format!("/conn{id}")).await.unwrap());
+        clients.push(c);
+    }
+    wait_snapshot(&node, "every client known", |s| {
+        s.clients == N as usize && s.readers == before.readers + N as usize
+    })
+    .await;
+    drop(clients);
+    wait_snapshot(&node, "every closed connection forgotten", |s| {
+        s.clients == 0 && s.readers == before.readers
+    })
+    .await;
+    let mut other = RingClient::connect(100, addrs.clone(), membership.addr())
+        .await
+        .unwrap();
+    for id in 1..=N {
+        let path = format!("/conn{id}");
+        assert!(!other.lock(&path).await.unwrap(), "{path} stays held");
+        let mut same = RingClient::connect(id, addrs.clone(), membership.addr())
+            .await
+            .unwrap();
+        same.unlock(&path).await.unwrap();
+        assert!(other.lock(&path).await.unwrap(), "{path} released");
+        other.unlock(&path).await.unwrap();
+    }
+    assert!(node.snapshot().errors.is_empty());
+}
+
+/// Waits (at most 5 s) until `node`'s snapshot satisfies `ok`.
+async fn wait_snapshot(node: &RingNode, what: &str, ok: impl Fn(&hilock::ring::Snapshot) -> bool) {
+    let t = Instant::now();
+    loop {
+        let s = node.snapshot();
+        if ok(&s) {
+            return;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "{what}: clients {}, readers {}",
+            s.clients,
+            s.readers
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
