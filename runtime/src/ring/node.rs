@@ -405,6 +405,7 @@ async fn run(
                                 .iter()
                                 .map(|x| (x.key.0, x.holder.map(|c| c.0)))
                                 .collect(),
+                            slots: server.slots().to_vec(),
                         }));
                         continue;
                     }
