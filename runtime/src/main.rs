@@ -84,9 +84,11 @@ enum Command {
     ///
     /// With the --config of a ring (`engine = "ring"`, seed 003) and --client-id: the
     /// ring client itself holds the lock of the path's top-level element (its placement
-    /// key; the ring's locks are exclusive, every MODE is taken as W), asks it again every
-    /// second while the command runs and unlocks it at the end; 76 if another client got
-    /// it, 75 if the ring did not answer within the timeout. No fencing token, no lease.
+    /// key; the ring's locks are exclusive: MODE must be W), reads the lock's entry every
+    /// second while the command runs (never taking it again) and unlocks it at the end;
+    /// 76 if it is no longer this hold (another client got it, or it was unlocked), 75 if
+    /// the ring did not answer within the timeout. HILOCK_FENCE is the hold's fencing
+    /// token (the entry's version); no lease.
     ///
     /// With --txn: `hilock lock --txn /a:W /b:R -- cmd args` takes every `PATH:R|W` in one
     /// transaction of the agents engine (seed 001, deadlocks detected and resolved) and
@@ -972,7 +974,9 @@ impl Watch for RingWatch {
 
     async fn lost(&mut self) -> (u8, String, Option<std::time::Duration>) {
         match self.0.lost().await {
-            hilock::ring::Loss::Taken(why) => (EXIT_LOCK_LOST, why, None),
+            hilock::ring::Loss::Taken(why) | hilock::ring::Loss::Released(why) => {
+                (EXIT_LOCK_LOST, why, None)
+            }
             hilock::ring::Loss::Unreachable(why) => (EXIT_NODE_GONE, why, None),
         }
     }
@@ -987,12 +991,15 @@ impl Watch for RingWatch {
 /// How often `hilock lock` on a ring asks its held lock again.
 const RING_CHECK: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// `hilock lock PATH MODE -- CMD` with a ring configuration: client `client_id` of the
-/// ring asks for the lock of PATH's placement key (routed by the kernel's lookup with the
+/// `hilock lock PATH W -- CMD` with a ring configuration: client `client_id` of the ring
+/// asks for the lock of PATH's placement key (routed by the kernel's lookup with the
 /// membership service's view, redirected on an old view) until it is granted or
-/// `timeout_ms` passed, then runs the command as [`run_locked`] does, asking the lock again
-/// every [`RING_CHECK`] (exit 76 when another client holds it, 75 when the ring does not
-/// answer within the timeout), and unlocks at the end.
+/// `timeout_ms` passed, reads the hold from the key's primary (its fencing token goes to
+/// the command as HILOCK_FENCE), then runs the command as [`run_locked`] does, reading
+/// the lock's entry every [`RING_CHECK`] without taking it again (exit 76 when it is no
+/// longer this hold — another client holds it, or it was unlocked —, 75 when the ring
+/// does not answer within the timeout), and unlocks at the end. The ring's locks are
+/// exclusive: a mode other than W is refused.
 fn ring_lock(
     cfg: &hilock::Config,
     path: &str,
@@ -1004,9 +1011,14 @@ fn ring_lock(
 ) -> Result<ExitCode, String> {
     let id = client_id
         .ok_or("a ring lock needs --client-id N (0..=255, no two running clients may share one)")?;
-    // The ring's locks are exclusive: every mode is taken as W (stronger, never weaker).
-    hilock_kernel::Mode::parse(mode)
+    // The ring's locks are exclusive (one holder per key, seed 003): only W is served.
+    let m = hilock_kernel::Mode::parse(mode)
         .ok_or_else(|| format!("mode {mode:?}: expected IR, R, U, IW or W"))?;
+    if m != hilock_kernel::Mode::W {
+        return Err(format!(
+            "mode {mode:?}: a ring's locks are exclusive (one holder per key); use W"
+        ));
+    }
     if !path.starts_with('/') || hilock_kernel::chord::placement_key(path).is_empty() {
         return Err(format!(
             "path {path:?}: a lock path starts with / and names a top-level element"
@@ -1034,13 +1046,21 @@ fn ring_lock(
             }
             Err(e) => return Err(format!("lock on {path}: the ring did not answer ({e})")),
         }
+        let grant = match client.grant(path).await {
+            Ok(g) => g,
+            Err(e) => {
+                let _ = client.unlock(path).await;
+                return Err(format!("lock on {path}: granted, but {e}"));
+            }
+        };
         let mut watch = RingWatch(hilock::ring::Held::start(
             client,
             path.to_string(),
+            grant,
             RING_CHECK,
             limit,
         ));
-        let r = run_locked(command, path, None, grace, &mut watch).await;
+        let r = run_locked(command, path, Some(grant.fence), grace, &mut watch).await;
         if r.is_err() {
             watch.release().await;
         }

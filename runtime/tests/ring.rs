@@ -27,6 +27,10 @@ use tokio::net::TcpListener;
 mod ring_load;
 use ring_load::{holders_of, Load, Run, HELD, HOLDER};
 
+#[path = "support/procs.rs"]
+mod procs;
+use procs::Proc;
+
 fn slot(nodes: &[Option<RingNode>], n: NodeId) -> &RingNode {
     nodes[n.idx()].as_ref().expect("live node")
 }
@@ -497,15 +501,6 @@ async fn engine_comparison() {
     assert_eq!(oracle.violations(), Vec::<String>::new());
 }
 
-/// A `hilock ring-node` child process, killed (SIGKILL) when dropped.
-struct Proc(std::process::Child);
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// The same ring as separate `hilock ring-node` processes (the membership service and the
 /// clients in this process): 6 nodes under load, a join, a graceful leave (the process
 /// exits by itself) and `kill -9` of the primary of a held lock. The history checker
@@ -717,4 +712,184 @@ async fn cut_from_successor() {
     c.limit = limit;
     assert!(c.lock(&path).await.unwrap(), "{path} is served again");
     c.unlock(&path).await.unwrap();
+}
+
+/// A one-node ring in this process (slot 0, its membership service): the node, the
+/// service's address and the slots' addresses.
+async fn one_node_ring() -> (RingNode, Membership, Arc<Vec<Option<SocketAddr>>>) {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let mut addrs: Vec<Option<SocketAddr>> = vec![None; SLOTS];
+    addrs[0] = Some(l.local_addr().unwrap());
+    let addrs = Arc::new(addrs);
+    let membership = Membership::start(TcpListener::bind("127.0.0.1:0").await.unwrap(), 0b1)
+        .await
+        .unwrap();
+    let node = RingNode::start(0, l, addrs.clone(), membership.addr())
+        .await
+        .unwrap();
+    membership
+        .wait_for(Duration::from_secs(10), |v| v.members == 0b1)
+        .await
+        .unwrap();
+    (node, membership, addrs)
+}
+
+/// A proxy to `to` that forwards everything a client sends and, while `mute` is set,
+/// drops every whole frame the node sends back (the frames are length-delimited: a 4-byte
+/// big-endian length, then the body) — a server that does not answer in time.
+async fn muting_proxy(to: SocketAddr, mute: Arc<std::sync::atomic::AtomicBool>) -> SocketAddr {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((c, _)) = l.accept().await {
+            let Ok(s) = tokio::net::TcpStream::connect(to).await else {
+                return;
+            };
+            let (mut cr, mut cw) = c.into_split();
+            let (mut sr, mut sw) = s.into_split();
+            tokio::spawn(async move {
+                let _ = tokio::io::copy(&mut cr, &mut sw).await;
+            });
+            let mute = mute.clone();
+            tokio::spawn(async move {
+                loop {
+                    let mut len = [0u8; 4];
+                    if sr.read_exact(&mut len).await.is_err() {
+                        return;
+                    }
+                    let mut body = vec![0u8; u32::from_be_bytes(len) as usize];
+                    if sr.read_exact(&mut body).await.is_err() {
+                        return;
+                    }
+                    if mute.load(Relaxed) {
+                        continue;
+                    }
+                    if cw.write_all(&len).await.is_err() || cw.write_all(&body).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// A request the server does not answer in time ends in `Timeout` within the client's
+/// bound, and the next request on the same client is served normally (it used to be
+/// refused at once as `Busy`: the kernel's client still waited for the timed-out one). The
+/// timed-out lock was granted unseen: the same client's next lock of it is granted again
+/// (its holder), and its unlock frees it for another client.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_serves_the_next_request_after_a_timeout() {
+    tokio::time::timeout(Duration::from_secs(30), after_timeout())
+        .await
+        .expect("the timeout test ended within 30 s");
+}
+
+async fn after_timeout() {
+    let (node, membership, addrs) = one_node_ring().await;
+    let mute = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let proxy = muting_proxy(addrs[0].unwrap(), mute.clone()).await;
+    let mut via: Vec<Option<SocketAddr>> = vec![None; SLOTS];
+    via[0] = Some(proxy);
+    let mut c = RingClient::connect(1, Arc::new(via), membership.addr())
+        .await
+        .unwrap();
+    let bound = Duration::from_millis(500);
+    c.limit = bound;
+    let t = Instant::now();
+    let r = c.lock("/slow").await;
+    assert!(
+        matches!(r, Err(hilock::ring::ClientError::Timeout { .. })),
+        "{r:?}"
+    );
+    assert!(t.elapsed() < bound * 3, "{:?}", t.elapsed());
+    mute.store(false, Relaxed);
+    let t = Instant::now();
+    let r = c.lock("/next").await;
+    assert!(matches!(r, Ok(true)), "the next request is served: {r:?}");
+    assert!(t.elapsed() < bound, "{:?}", t.elapsed());
+    assert!(matches!(c.lock("/slow").await, Ok(true)), "granted unseen");
+    let mut other = RingClient::connect(2, addrs.clone(), membership.addr())
+        .await
+        .unwrap();
+    assert!(!other.lock("/slow").await.unwrap());
+    c.unlock("/slow").await.unwrap();
+    c.unlock("/next").await.unwrap();
+    assert!(other.lock("/slow").await.unwrap());
+    assert!(
+        node.snapshot().errors.is_empty(),
+        "{:?}",
+        node.snapshot().errors
+    );
+}
+
+/// A node forgets a client's connection when it closes: 8 clients connect, each locks a
+/// path, and the node keeps 8 answer connections and 8 more connection readers; once they
+/// are dropped (their sockets closed) both return to what they were before. The locks of
+/// the closed connections stay held (a lock belongs to the client id, not to a connection;
+/// FAULTS.md §2.6): another client is refused them, a new client with the same id releases
+/// them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_forgets_closed_client_connections_and_keeps_their_locks() {
+    tokio::time::timeout(Duration::from_secs(30), forget_closed())
+        .await
+        .expect("the connection test ended within 30 s");
+}
+
+async fn forget_closed() {
+    const N: u8 = 8;
+    let (node, membership, addrs) = one_node_ring().await;
+    let before = node.snapshot();
+    assert_eq!(before.clients, 0);
+    let mut clients = Vec::new();
+    for id in 1..=N {
+        let mut c = RingClient::connect(id, addrs.clone(), membership.addr())
+            .await
+            .unwrap();
+        assert!(c.lock(&format!("/conn{id}")).await.unwrap());
+        clients.push(c);
+    }
+    wait_snapshot(&node, "every client known", |s| {
+        s.clients == N as usize && s.readers == before.readers + N as usize
+    })
+    .await;
+    drop(clients);
+    wait_snapshot(&node, "every closed connection forgotten", |s| {
+        s.clients == 0 && s.readers == before.readers
+    })
+    .await;
+    let mut other = RingClient::connect(100, addrs.clone(), membership.addr())
+        .await
+        .unwrap();
+    for id in 1..=N {
+        let path = format!("/conn{id}");
+        assert!(!other.lock(&path).await.unwrap(), "{path} stays held");
+        let mut same = RingClient::connect(id, addrs.clone(), membership.addr())
+            .await
+            .unwrap();
+        same.unlock(&path).await.unwrap();
+        assert!(other.lock(&path).await.unwrap(), "{path} released");
+        other.unlock(&path).await.unwrap();
+    }
+    assert!(node.snapshot().errors.is_empty());
+}
+
+/// Waits (at most 5 s) until `node`'s snapshot satisfies `ok`.
+async fn wait_snapshot(node: &RingNode, what: &str, ok: impl Fn(&hilock::ring::Snapshot) -> bool) {
+    let t = Instant::now();
+    loop {
+        let s = node.snapshot();
+        if ok(&s) {
+            return;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "{what}: clients {}, readers {}",
+            s.clients,
+            s.readers
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }

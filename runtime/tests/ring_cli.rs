@@ -5,7 +5,7 @@
 
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
@@ -18,21 +18,11 @@ use hilock_kernel::Mode;
 mod ring_load;
 use ring_load::{slots, Run, CONTENDER, HELD};
 
+#[path = "support/procs.rs"]
+mod procs;
+use procs::{free_port, Proc};
+
 const BIN: &str = env!("CARGO_BIN_EXE_hilock");
-
-/// A child process, killed (SIGKILL) and reaped when dropped.
-struct Proc(Child);
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> SocketAddr {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap()
-}
 
 /// A ring configuration: `n` slots at `addrs`, the service at `m`, first view `members`.
 fn ring_toml(addrs: &[SocketAddr], m: SocketAddr, members: &[u16], lease_ms: u64) -> String {
@@ -559,14 +549,19 @@ async fn lock_cmd(
 
 /// `hilock lock --config F --client-id N PATH MODE -- CMD` against three `hilock node`
 /// processes of a ring:
-/// - four processes on one path, two in W and two in R, started together: each command
+/// - four processes on one path in W, started together: each command
 ///   writes its start and end to a file; replayed in time order through the history
 ///   checker, 0 violations, and no two holds overlap (the ring's locks are exclusive);
 ///   every process exits with its command's status (0; `exit 3` gives 3);
+/// - HILOCK_FENCE: set, and larger for a later hold of the path;
 /// - a path held by another client: exit 2 after `--timeout-ms`, one line;
-/// - a bad mode, a path without a top-level element, no `--client-id`: exit 2, one line;
+/// - a bad mode, a mode other than W (the ring's locks are exclusive), a path without a
+///   top-level element, no `--client-id`: exit 2, one line;
+/// - the lock unlocked under the command by a client with the same id, nobody else
+///   taking it: the next check finds the hold gone (it does not take the lock again),
+///   the command's group is killed, exit 76, the lock free afterwards;
 /// - the lock taken away while the command runs (a client with the same id unlocks it,
-///   another takes it): the next check is refused, the command's group is killed, exit 76;
+///   another takes it): the next check fails, the command's group is killed, exit 76;
 /// - `hilock lock` killed (SIGKILL) while holding: the lock stays held; the next run with
 ///   its client id is granted it and releases it;
 /// - the ring's nodes killed under a held lock: exit 75 within the timeout and a check;
@@ -600,7 +595,7 @@ async fn lock_on_ring() {
         "echo \"start $0 $(date +%s%N)\" >> {l}; sleep 0.15; echo \"end $0 $(date +%s%N)\" >> {l}",
         l = log.display()
     );
-    let modes = [(1u16, Mode::W), (2, Mode::R), (3, Mode::W), (4, Mode::R)];
+    let modes = [(1u16, Mode::W), (2, Mode::W), (3, Mode::W), (4, Mode::W)];
     let runs: Vec<_> = modes
         .iter()
         .map(|(id, mode)| {
@@ -670,6 +665,26 @@ async fn lock_on_ring() {
     .await;
     assert_eq!(code, Some(3), "{err}");
 
+    // The fencing token: HILOCK_FENCE is set, and a later hold of the path gets a larger one.
+    let fences = dir.path().join("fences");
+    for id in ["7", "8"] {
+        let script = format!("echo \"$HILOCK_FENCE\" >> {}", fences.display());
+        let (code, err, _) = lock_cmd(
+            &["--client-id", id, PATH, "W", "--", "sh", "-c", &script],
+            &cfg,
+            limit,
+        )
+        .await;
+        assert_eq!(code, Some(0), "{err}");
+    }
+    let fence: Vec<u64> = std::fs::read_to_string(&fences)
+        .unwrap()
+        .lines()
+        .map(|l| l.parse().expect("HILOCK_FENCE is a number"))
+        .collect();
+    assert_eq!(fence.len(), 2, "{fence:?}");
+    assert!(fence[0] < fence[1], "the fencing token grows: {fence:?}");
+
     // Held by another client: exit 2 after the timeout, one line.
     let slots = slots(&addrs);
     let mut other = RingClient::connect(CONTENDER, slots.clone(), maddr)
@@ -683,7 +698,7 @@ async fn lock_on_ring() {
             "--timeout-ms",
             "400",
             PATH,
-            "R",
+            "W",
             "--",
             "true",
         ],
@@ -708,12 +723,62 @@ async fn lock_on_ring() {
             "top-level element",
         ),
         (&[PATH, "W", "--", "true"][..], "--client-id"),
+        (
+            &["--client-id", "6", PATH, "R", "--", "true"][..],
+            "exclusive",
+        ),
     ] {
         let (code, err, _) = lock_cmd(args, &cfg, limit).await;
         assert_eq!(code, Some(2), "{args:?}: {err}");
         assert!(err.contains(want), "{err:?} should mention {want:?}");
         assert_eq!(err.trim_end().lines().count(), 1, "one line: {err:?}");
     }
+
+    // The lock unlocked under the command and nobody else taking it: the next check finds
+    // the hold gone (it reads the entry, it does not take the lock again), the command's
+    // group is killed, exit 76; the lock is free afterwards.
+    let released = dir.path().join("released.flag");
+    let wrapper = {
+        let cfg = cfg.clone();
+        let script = format!("sleep 20; touch {}", released.display());
+        tokio::spawn(async move {
+            lock_cmd(
+                &[
+                    "--client-id",
+                    "12",
+                    "/released",
+                    "W",
+                    "--",
+                    "sh",
+                    "-c",
+                    &script,
+                ],
+                &cfg,
+                limit,
+            )
+            .await
+        })
+    };
+    let t = Instant::now();
+    while other.lock("/released").await.unwrap() {
+        other.unlock("/released").await.unwrap();
+        assert!(t.elapsed() < limit, "the wrapper takes the lock");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut same12 = RingClient::connect(12, slots.clone(), maddr).await.unwrap();
+    same12.unlock("/released").await.unwrap();
+    let t = Instant::now();
+    let (code, err, _) = wrapper.await.unwrap();
+    assert_eq!(code, Some(76), "{err}");
+    assert!(err.contains("no longer records this hold"), "{err}");
+    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+    assert!(!released.exists(), "the command was killed");
+    assert!(
+        other.lock("/released").await.unwrap(),
+        "the wrapper did not take the lock again"
+    );
+    other.unlock("/released").await.unwrap();
+    drop(same12);
 
     // The lock taken away while the command runs: exit 76, the command killed.
     let lost = dir.path().join("lost.flag");
@@ -739,8 +804,6 @@ async fn lock_on_ring() {
     let t = Instant::now();
     loop {
         same_id.unlock("/lost").await.unwrap();
-        // The wrapper asks the lock again every second (`RING_CHECK`); when that falls
-        // between the unlock and this lock, client 9 holds it again: take it away again.
         if other.lock("/lost").await.unwrap() {
             break;
         }
@@ -749,7 +812,12 @@ async fn lock_on_ring() {
     let t = Instant::now();
     let (code, err, _) = wrapper.await.unwrap();
     assert_eq!(code, Some(76), "{err}");
-    assert!(err.contains("granted it to another client"), "{err}");
+    // A check that falls between the unlock and the other client's lock finds the key
+    // free: the same exit, the other line.
+    assert!(
+        err.contains("granted it to another client") || err.contains("no longer records"),
+        "{err}"
+    );
     assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
     assert!(!lost.exists(), "the command was killed");
     other.unlock("/lost").await.unwrap();

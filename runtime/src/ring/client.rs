@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use hilock_kernel::chord::{
     Addr, Answer, ChordClient, ChordError, ChordMsg, ClientEvent, ClientId, Key, NodeId, Op, Out,
-    View,
+    Slot, Token, View,
 };
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinSet;
@@ -38,6 +38,8 @@ pub enum ClientError {
     },
     /// The membership service is unreachable.
     Membership(std::io::Error),
+    /// The key's primary does not record the lock as held by this client.
+    NotHeld(String),
 }
 
 impl std::fmt::Display for ClientError {
@@ -46,6 +48,12 @@ impl std::fmt::Display for ClientError {
             ClientError::Kernel(e) => write!(f, "ring client: {e}"),
             ClientError::Timeout { op, key } => write!(f, "{op:?} of key {} not answered", key.0),
             ClientError::Membership(e) => write!(f, "membership service: {e}"),
+            ClientError::NotHeld(path) => {
+                write!(
+                    f,
+                    "the ring does not record the lock on {path} as this client's"
+                )
+            }
         }
     }
 }
@@ -68,6 +76,8 @@ pub struct RingClient {
     rx: mpsc::UnboundedReceiver<(NodeId, Option<Frame>)>,
     view: watch::Receiver<View>,
     target: Option<NodeId>,
+    /// The end of the request in progress (bounds its dials too).
+    deadline: tokio::time::Instant,
     tasks: JoinSet<()>,
     /// Bound on one request.
     pub limit: Duration,
@@ -142,6 +152,7 @@ impl RingClient {
             rx,
             view,
             target: None,
+            deadline: tokio::time::Instant::now(),
             tasks,
             limit: Duration::from_secs(20),
             resent: 0,
@@ -158,6 +169,57 @@ impl RingClient {
         match self.call(Op::Lock, super::key_of(path)).await? {
             Answer::Granted => Ok(true),
             _ => Ok(false),
+        }
+    }
+
+    /// What the primary of `path`'s key records for it, read-only (nothing is written, no
+    /// lock taken): its entry, `None` if it has none. Asks the primary in the newest view
+    /// it knows (the service's, or a newer one a node reports) for its table
+    /// ([`super::probe`]) and trusts only a primary that serves (its lease not lost), is
+    /// settled (holds every arc it must) and has installed at least that view; otherwise
+    /// it asks again every 50 ms until `limit` passed (`Timeout`).
+    pub async fn recorded(&mut self, path: &str) -> Result<Option<Slot>, ClientError> {
+        let key = super::key_of(path);
+        let end = tokio::time::Instant::now() + self.limit;
+        let mut newest = *self.view.borrow();
+        loop {
+            let v = *self.view.borrow();
+            if v.epoch > newest.epoch {
+                newest = v;
+            }
+            let left = end.saturating_duration_since(tokio::time::Instant::now());
+            if left.is_zero() {
+                return Err(ClientError::Timeout { op: Op::Lock, key });
+            }
+            let primary = ring().lookup(newest, key);
+            let addr = primary.and_then(|n| self.nodes.get(n.idx()).copied().flatten());
+            if let Some(r) = match addr {
+                Some(a) => super::probe(a, left).await,
+                None => None,
+            } {
+                if r.view.epoch > newest.epoch {
+                    newest = r.view;
+                    continue;
+                }
+                if r.view.epoch == newest.epoch && r.settled && !r.lease_lost {
+                    return Ok(r.slots.iter().find(|s| s.key == key).copied());
+                }
+            }
+            let left = end.saturating_duration_since(tokio::time::Instant::now());
+            tokio::time::sleep(Duration::from_millis(50).min(left)).await;
+        }
+    }
+
+    /// The hold of `path` this client was just granted, as its primary records it: the
+    /// request that set the holder (kept by later requests of the same holder) and its
+    /// fencing token. An error if the ring does not record this client as the holder.
+    pub async fn grant(&mut self, path: &str) -> Result<Grant, ClientError> {
+        match self.recorded(path).await? {
+            Some(s) if s.holder == Some(self.id()) => Ok(Grant {
+                writer: s.writer,
+                fence: (u64::from(s.version.epoch) << 16) | u64::from(s.version.n),
+            }),
+            _ => Err(ClientError::NotHeld(path.to_string())),
         }
     }
 
@@ -213,8 +275,12 @@ impl RingClient {
         let back = self.tx.clone();
         let addr = self.nodes.get(n.idx()).copied().flatten();
         let me = Addr::Client(self.kc.id());
+        // A dial that hangs (a node that does not accept) is bounded by the request's.
         let conn = match addr {
-            Some(a) => dial(a, me).await.ok(),
+            Some(a) => tokio::time::timeout_at(self.deadline, dial(a, me))
+                .await
+                .ok()
+                .and_then(|r| r.ok()),
             None => None,
         };
         match conn {
@@ -238,13 +304,44 @@ impl RingClient {
     }
 
     async fn call(&mut self, op: Op, key: Key) -> Result<Answer, ClientError> {
+        let deadline = tokio::time::Instant::now() + self.limit;
+        self.deadline = deadline;
+        let r = self.exchange(op, key, deadline).await;
+        if r.is_err() {
+            self.abandon();
+        }
+        r
+    }
+
+    /// Gives up the request the kernel's client waits for (its bound passed), so that the
+    /// next request can start: without this every later request was refused as `Busy`.
+    /// A late answer to it carries an older request number and is ignored.
+    fn abandon(&mut self) {
+        if self.kc.waiting().is_none() {
+            return;
+        }
+        // The kernel's client has no "give up" transition; an answer to its own request
+        // that is neither a redirect nor a retry ends the request and sends nothing.
+        let token = Token {
+            client: self.kc.id(),
+            seq: self.kc.seq(),
+        };
+        let mut out = COuts::new();
+        let _ = self.kc.on_reply(token, Answer::Refused, &mut out);
+    }
+
+    async fn exchange(
+        &mut self,
+        op: Op,
+        key: Key,
+        deadline: tokio::time::Instant,
+    ) -> Result<Answer, ClientError> {
         let mut out = COuts::new();
         // Route with the service's newest view.
         let v = *self.view.borrow();
         self.kc.learn(v)?;
         self.kc.start(op, key, &mut out)?;
         self.send(out).await;
-        let deadline = tokio::time::Instant::now() + self.limit;
         loop {
             let now = tokio::time::Instant::now();
             if now >= deadline {
@@ -311,6 +408,19 @@ impl RingClient {
     }
 }
 
+/// A hold as the key's primary records it ([`RingClient::grant`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Grant {
+    /// The request that set the holder (`Slot::writer`): a later grant of the key, to
+    /// anyone, is another request.
+    pub writer: Option<Token>,
+    /// The fencing token: the entry's version (view epoch · 2^16 + the primary's write
+    /// counter). Every later write of the key — another grant — has a higher version
+    /// while the primary's 16-bit write counter does not wrap within one view (65,536
+    /// writes of one node in one view).
+    pub fence: u64,
+}
+
 /// Why a [`Held`] lock is no longer known to be held.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Loss {
@@ -318,15 +428,20 @@ pub enum Loss {
     /// than `r` adjacent nodes failed at once —, or a process with the same client id
     /// released it).
     Taken(String),
+    /// A check found the key free or held under another request of this client id (it
+    /// was unlocked under the command — by a process with the same client id —, or the
+    /// ring lost the entry).
+    Released(String),
     /// A check was not answered within its bound (the ring is unreachable).
     Unreachable(String),
 }
 
 /// A ring lock held for a command (`hilock lock` with a ring configuration): a task that
-/// asks the lock again every `every` (a lock held by the asking client is granted again,
-/// [`Answer::Granted`], and written again to the replicas), reports the first check that
-/// is refused or not answered, and unlocks when released. The checks and the unlock never
-/// overlap: a release asked during a check waits for its end.
+/// reads the lock's entry every `every` ([`RingClient::recorded`]: read-only, it never
+/// takes the lock again), reports the first check that does not find the same hold (the
+/// holder this client, set by the same request, [`Grant::writer`]) or is not answered,
+/// and unlocks when released. The checks and the unlock never overlap: a release asked
+/// during a check waits for its end.
 #[derive(Debug)]
 pub struct Held {
     lost: mpsc::UnboundedReceiver<Loss>,
@@ -338,7 +453,13 @@ pub struct Held {
 impl Held {
     /// Keeps the lock of `path`, which `client` holds; every check and the unlock are
     /// bounded by `limit`.
-    pub fn start(mut client: RingClient, path: String, every: Duration, limit: Duration) -> Held {
+    pub fn start(
+        mut client: RingClient,
+        path: String,
+        grant: Grant,
+        every: Duration,
+        limit: Duration,
+    ) -> Held {
         let (lost_tx, lost) = mpsc::unbounded_channel();
         let (release, mut released) = oneshot::channel::<()>();
         let task = tokio::spawn(async move {
@@ -348,10 +469,17 @@ impl Held {
                 tokio::select! {
                     _ = &mut released => break,
                     _ = tokio::time::sleep(every), if checking => {
-                        let loss = match client.lock(&path).await {
-                            Ok(true) => continue,
-                            Ok(false) => Loss::Taken(format!(
-                                "lock on {path} lost: the ring granted it to another client"
+                        let me = client.id();
+                        let loss = match client.recorded(&path).await {
+                            Ok(Some(s)) if s.holder == Some(me) && s.writer == grant.writer => {
+                                continue
+                            }
+                            Ok(Some(s)) if s.holder.is_some_and(|h| h != me) => Loss::Taken(
+                                format!("lock on {path} lost: the ring granted it to another client"),
+                            ),
+                            Ok(_) => Loss::Released(format!(
+                                "lock on {path} lost: the ring no longer records this hold \
+                                 (unlocked under the command, or the entry was lost)"
                             )),
                             Err(e) => Loss::Unreachable(format!(
                                 "lock on {path} lost: the ring did not answer ({e})"

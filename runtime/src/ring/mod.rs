@@ -37,7 +37,7 @@ pub mod etcd;
 mod membership;
 mod node;
 
-pub use client::{ClientError, Held, Loss, RingClient, Views};
+pub use client::{ClientError, Grant, Held, Loss, RingClient, Views};
 pub use membership::Membership;
 pub use node::{RingNode, Snapshot};
 
@@ -135,6 +135,9 @@ pub struct NodeReport {
     pub lease_lost: bool,
     /// Its entries (its own keys and its replicas'): key and holder.
     pub entries: Vec<(u16, Option<u8>)>,
+    /// The same entries in full (holder, version, the request that set the holder): what
+    /// a ring client's read-only check of a held lock reads ([`RingClient::recorded`]).
+    pub slots: Vec<hilock_kernel::chord::Slot>,
 }
 
 /// Asks the node at `addr` for its [`NodeReport`]; `None` if it does not answer in `limit`.

@@ -38,6 +38,12 @@ pub struct Snapshot {
     pub lease_lost: bool,
     /// Suspicions of its predecessor it reported to the membership service.
     pub suspicions: u64,
+    /// Clients it keeps an answer connection for: one per client id whose connection is
+    /// open (a closed connection is forgotten; its client's locks are not touched).
+    pub clients: usize,
+    /// Tasks reading a connection or the membership frames that have not ended yet (an
+    /// ended one is reaped at once).
+    pub readers: usize,
 }
 
 /// A running ring node.
@@ -56,6 +62,8 @@ enum Ev {
     Frame(Addr, Frame),
     /// A client's frame, and the connection it came on (the client's answers go there).
     Client(ClientId, mpsc::UnboundedSender<Frame>, Frame),
+    /// A client's connection closed.
+    Closed(ClientId),
     /// The membership connection closed.
     MembershipGone,
 }
@@ -281,6 +289,7 @@ async fn run(
         view: Some(server.view()),
         slots: server.slots().to_vec(),
         settled: server.settled_in(server.view()),
+        readers: readers.len(),
         ..Snapshot::default()
     };
     let mut last_status = None;
@@ -346,18 +355,43 @@ async fn run(
                 let Ok((s, _)) = acc else { continue };
                 let ev_tx = ev_tx.clone();
                 readers.spawn(async move {
-                    read_peer(s, ev_tx, Ev::Open, |from, tx, f| match from {
+                    let from = read_peer(s, ev_tx.clone(), Ev::Open, |from, tx, f| match from {
                         Addr::Client(c) => Ev::Client(c, tx.clone(), f),
                         _ => Ev::Frame(from, f),
                     })
                     .await;
+                    if let Some(Addr::Client(c)) = from {
+                        let _ = ev_tx.send(Ev::Closed(c));
+                    }
                 });
+                snap.readers = readers.len();
+            }
+            // An ended reader is reaped (a JoinSet keeps every ended task until joined).
+            Some(_) = readers.join_next(), if !readers.is_empty() => {
+                snap.readers = readers.len();
+                snap_tx.send_replace(snap.clone());
             }
             ev = ev_rx.recv() => {
                 let Some(ev) = ev else { return };
                 let (from, msg) = match ev {
                     Ev::Open(Addr::Client(c), tx) => {
                         clients.insert(c, tx);
+                        snap.clients = clients.len();
+                        snap_tx.send_replace(snap.clone());
+                        continue;
+                    }
+                    Ev::Closed(c) => {
+                        // Forget the client's answer connection if it was the one that
+                        // closed: its reader has ended, so this map holds the connection's
+                        // only sender (a connection the client opened since is still read,
+                        // its reader holds another). The client's locks stay as they are:
+                        // a lock belongs to the client id, not to a connection
+                        // (FAULTS.md §2.6).
+                        if clients.get(&c).is_some_and(|tx| tx.strong_count() == 1) {
+                            clients.remove(&c);
+                        }
+                        snap.clients = clients.len();
+                        snap_tx.send_replace(snap.clone());
                         continue;
                     }
                     Ev::Open(Addr::Chord, tx) => {
@@ -371,6 +405,7 @@ async fn run(
                                 .iter()
                                 .map(|x| (x.key.0, x.holder.map(|c| c.0)))
                                 .collect(),
+                            slots: server.slots().to_vec(),
                         }));
                         continue;
                     }
@@ -399,6 +434,7 @@ async fn run(
                         // Answers go to the connection of the client's latest request (a
                         // client that dialled again, or a second process with its id).
                         clients.insert(c, tx);
+                        snap.clients = clients.len();
                         (Addr::Client(c), *m)
                     }
                     Ev::Client(..) => continue,
