@@ -144,6 +144,16 @@ impl<const N: usize> ChordClient<N> {
         Ok(rep)
     }
 
+    /// Gives up the request it waits for (the caller's bound for it passed) and returns
+    /// it, `None` if it waits for nothing; sends nothing. A late answer to it is
+    /// [`ClientEvent::Ignored`] (nothing waits for it, and the next request has the next
+    /// request number), so the client can [`start`](Self::start) the next request at once.
+    /// The server may still have served the given-up request: the caller finds out by
+    /// asking again (a lock it holds is granted again, idempotently).
+    pub fn abandon(&mut self) -> Option<(Op, Key)> {
+        self.waiting.take()
+    }
+
     /// An answer arrived.
     pub fn on_reply<const T: usize, S: Sink<Out<T>>>(
         &mut self,
@@ -183,6 +193,39 @@ impl<const N: usize> ChordClient<N> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_abandoned_request_frees_the_client_and_its_late_answer_is_ignored() {
+        let ring = Ring::new(6, [8, 21, 32]).unwrap();
+        let v0 = View {
+            epoch: 0,
+            members: 0b111,
+        };
+        let mut c = ChordClient::new(ClientId(1), ring, v0).unwrap();
+        let mut out: heapless::Vec<Out<2>, 4> = heapless::Vec::new();
+        assert_eq!(c.abandon(), None);
+        c.start(Op::Lock, Key(24), &mut out).unwrap();
+        let late = Token {
+            client: ClientId(1),
+            seq: c.seq(),
+        };
+        assert_eq!(
+            c.start(Op::Lock, Key(25), &mut out),
+            Err(ChordError::Busy),
+            "one request at a time"
+        );
+        assert_eq!(c.abandon(), Some((Op::Lock, Key(24))));
+        assert_eq!(c.waiting(), None);
+        out.clear();
+        c.start(Op::Lock, Key(25), &mut out).unwrap();
+        let (ev, _) = c.on_reply(late, Answer::Granted, &mut out).unwrap();
+        assert_eq!(
+            ev,
+            ClientEvent::Ignored,
+            "the answer to the given-up request"
+        );
+        assert_eq!(c.waiting(), Some((Op::Lock, Key(25))));
+    }
 
     #[test]
     fn client_routes_by_lookup_and_follows_redirects() {

@@ -126,7 +126,7 @@ pub struct Version {
     /// View epoch.
     pub epoch: u16,
     /// Writer's counter.
-    pub n: u16,
+    pub n: u32,
 }
 
 /// One key's entry in hilock's table.

@@ -57,7 +57,7 @@ pub struct RingServer<const N: usize, const T: usize> {
     slots: heapless::Vec<Slot, T>,
     /// Arcs (bit per slot) this server has complete state for.
     ready: u16,
-    clock: u16,
+    clock: u32,
     pending: heapless::Vec<Pending, T>,
     /// Lost its lease: answers no request ([`RingServer::stop`]).
     stopped: bool,

@@ -217,7 +217,7 @@ impl RingClient {
         match self.recorded(path).await? {
             Some(s) if s.holder == Some(self.id()) => Ok(Grant {
                 writer: s.writer,
-                fence: (u64::from(s.version.epoch) << 16) | u64::from(s.version.n),
+                fence: (u64::from(s.version.epoch) << 32) | u64::from(s.version.n),
             }),
             _ => Err(ClientError::NotHeld(path.to_string())),
         }
@@ -308,26 +308,11 @@ impl RingClient {
         self.deadline = deadline;
         let r = self.exchange(op, key, deadline).await;
         if r.is_err() {
-            self.abandon();
+            // Past its bound: give the request up so that the next one can start (without
+            // this every later request was refused as `Busy`); a late answer is ignored.
+            self.kc.abandon();
         }
         r
-    }
-
-    /// Gives up the request the kernel's client waits for (its bound passed), so that the
-    /// next request can start: without this every later request was refused as `Busy`.
-    /// A late answer to it carries an older request number and is ignored.
-    fn abandon(&mut self) {
-        if self.kc.waiting().is_none() {
-            return;
-        }
-        // The kernel's client has no "give up" transition; an answer to its own request
-        // that is neither a redirect nor a retry ends the request and sends nothing.
-        let token = Token {
-            client: self.kc.id(),
-            seq: self.kc.seq(),
-        };
-        let mut out = COuts::new();
-        let _ = self.kc.on_reply(token, Answer::Refused, &mut out);
     }
 
     async fn exchange(
@@ -414,9 +399,9 @@ pub struct Grant {
     /// The request that set the holder (`Slot::writer`): a later grant of the key, to
     /// anyone, is another request.
     pub writer: Option<Token>,
-    /// The fencing token: the entry's version (view epoch · 2^16 + the primary's write
+    /// The fencing token: the entry's version (view epoch · 2^32 + the primary's write
     /// counter). Every later write of the key — another grant — has a higher version
-    /// while the primary's 16-bit write counter does not wrap within one view (65,536
+    /// while the primary's 32-bit write counter does not wrap within one view (2^32
     /// writes of one node in one view).
     pub fence: u64,
 }
