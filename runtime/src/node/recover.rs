@@ -337,8 +337,20 @@ pub(super) mod etcd {
             info!(epoch, locks = count, "recovery: frozen and reported");
         }
         if rejoining {
-            // A rejoining run does not lead: it knows nothing of the epoch's history.
-            return Ok(true);
+            // A rejoining run does not lead while a run of the installed epoch is alive:
+            // it knows nothing of the epoch's history. Unless every member of the next
+            // epoch is a rejoining run — the whole cluster restarted: no run of the
+            // epoch holds its member key any more (a live one would be in the next epoch,
+            // reporting as a member), so by 3.1 none grants and their holders' commands
+            // are dead, and the rebuild regenerates every token with fences above those of
+            // every earlier epoch (3.6). Then it may lead like any member.
+            let reports = next_reports(n, m, epoch, &next, &v).await?;
+            let restart = (0..n)
+                .filter(|&i| next[i])
+                .all(|i| reports.get(&(i as u16)).is_some_and(|r| r.joining));
+            if !restart {
+                return Ok(true);
+            }
         }
         let leader = m.lead().await.map_err(|e| e.to_string())?;
         if leader.mine {
@@ -364,6 +376,33 @@ pub(super) mod etcd {
         Ok((plans, next))
     }
 
+    /// The reports in etcd of the members of the `next` epoch against `epoch`, each from
+    /// the run that holds its member key now (in `v`).
+    async fn next_reports(
+        n: usize,
+        m: &Membership,
+        epoch: u32,
+        next: &[bool; MAX_NODES],
+        v: &MemberView,
+    ) -> Result<BTreeMap<u16, Reports>, String> {
+        let raw = m.reports().await.map_err(|e| e.to_string())?;
+        let mut reports = BTreeMap::new();
+        for (id, bytes) in raw {
+            let Ok(r) = serde_json::from_slice::<Reports>(&bytes) else {
+                continue;
+            };
+            let run = v.members.get(&id).map(|mb| mb.incarnation);
+            if usize::from(id) < n
+                && next[usize::from(id)]
+                && r.epoch == epoch
+                && run == Some(r.incarnation)
+            {
+                reports.insert(id, r);
+            }
+        }
+        Ok(reports)
+    }
+
     /// What one look of the leader did.
     #[derive(Clone, Debug, PartialEq, Eq)]
     pub(super) enum Led {
@@ -387,22 +426,7 @@ pub(super) mod etcd {
         next: &[bool; MAX_NODES],
         v: &MemberView,
     ) -> Result<Led, String> {
-        let raw = m.reports().await.map_err(|e| e.to_string())?;
-        let mut reports = BTreeMap::new();
-        for (id, bytes) in raw {
-            let Ok(r) = serde_json::from_slice::<Reports>(&bytes) else {
-                continue;
-            };
-            // Only the reports of the runs that hold the member keys now.
-            let run = v.members.get(&id).map(|mb| mb.incarnation);
-            if usize::from(id) < n
-                && next[usize::from(id)]
-                && r.epoch == epoch
-                && run == Some(r.incarnation)
-            {
-                reports.insert(id, r);
-            }
-        }
+        let reports = next_reports(n, m, epoch, next, v).await?;
         if let Some(missing) = (0..n).find(|&i| next[i] && !reports.contains_key(&(i as u16))) {
             tracing::debug!(missing, "recovery: waiting for a report");
             return Ok(Led::Waiting(missing as u16));
