@@ -13,13 +13,14 @@
 //! the fault to (1) the first answer to a probe of the affected lock (a W request asked from
 //! each live node behind the fault, again 100 ms after each answer) and (2) service
 //! restored: a probe granted. Where (2) holds today it is asserted to be within the lease
-//! TTL + 1 s ([`Restore::Assert`]). The three kill tests run twice: without recovery (the
-//! default mode) a dead node's token is not regenerated (spec/FAULTS.md 2.2.1), so its
+//! TTL + 1 s ([`Restore::Assert`]). Every test runs twice: without recovery (the default
+//! mode) a dead node's token is not regenerated (spec/FAULTS.md 2.2.1), so a killed node's
 //! lock's (2) is printed, "not restored within 4 s" if so ([`Restore::Report`]); with
 //! `etcd_recovery = true` (`…_with_recovery`, spec/FAULTS.md 2.2.2) the survivors install a
-//! new epoch, the token is regenerated, and (2) is asserted for the dead node's lock too,
-//! with no `PeerGone` accepted. The pause and the partition run without recovery (a member
-//! whose lease ended cannot rejoin a recovering cluster yet).
+//! new epoch, the token is regenerated, and (2) is asserted for the dead (or paused, or cut
+//! off) node's lock too, with no `PeerGone` accepted. With recovery the paused or cut-off
+//! node, once resumed or healed, still grants nothing; it is then restarted (same id, a new
+//! run) and shown to rejoin.
 //!
 //! The tests run one at a time (each starts etcd and five nodes; a loaded 2-core machine
 //! would otherwise starve the nodes' 0.5 s lease renewals).
@@ -72,7 +73,8 @@ static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 enum Restore {
     /// Asserted: restored within the goal.
     Assert,
-    /// Printed only (the runtime cannot regenerate a dead node's token yet).
+    /// Printed only (without recovery a dead node's token is not regenerated; with it, the
+    /// time after etcd ended a lost lease, beside the asserted time after the fault).
     Report,
 }
 
@@ -82,7 +84,7 @@ struct Cluster {
     nodes: Nodes,
     rec: Arc<Recorder>,
     view: watch::Receiver<MemberView>,
-    _obs: Membership,
+    obs: Membership,
     /// With a partitioned node: its etcd link, the link into it, its links to each peer.
     proxies: Vec<CutProxy>,
     _etcd: etcd::Etcd,
@@ -134,7 +136,7 @@ impl Cluster {
             nodes,
             rec: Arc::new(Recorder::default()),
             view,
-            _obs: obs,
+            obs,
             proxies,
             _etcd: etcd,
         })
@@ -231,10 +233,12 @@ impl Verdict<'_> {
         let bad: Vec<_> = out.iter().filter(|o| !(self.accept)(o)).collect();
         for o in bad.iter().take(5) {
             eprintln!(
-                "  NOT ACCEPTED: node {} {} {:?} after {:.3?}: {}",
+                "  NOT ACCEPTED: node {} {} {:?}, asked {:.3?} after the fault, answered {:.3?} \
+                 later: {}",
                 o.node,
                 o.path,
                 o.kind,
+                o.issued.saturating_duration_since(self.t0),
                 o.answered - o.issued,
                 o.text
             );
@@ -597,11 +601,21 @@ fn lost_lease_node(o: &Outcome, dead_at: Instant) -> bool {
 /// fault at node 1 and `end` ends it once etcd has ended node 1's lease (+ 300 ms). Checks:
 /// the sleep is dead before etcd ends the lease and before any other node is granted
 /// `/held` (the oracle sees the command's hold until it is dead), the wrapper exits 77,
-/// node 1 grants nothing after that and refuses a new request naming its lease, and
-/// `/held` is granted to another node within the TTL + 1 s of the end of the fault.
+/// node 1 grants nothing after that and refuses a new request naming its lease.
+///
+/// Without recovery (`Run::Static`) `/held` is granted to another node within the TTL + 1 s
+/// of the end of the fault (node 1, resumed, releases it). With recovery (`Run::Recovery`)
+/// the survivors install an epoch without node 1 while it is still paused or cut off, and
+/// `/held` — its token regenerated — is granted to another node within the TTL + 1 s of the
+/// fault (asserted; the time after etcd ended the lease is printed); after the end of the
+/// fault node 1's old run still grants nothing; then node 1's process is killed and started
+/// again (same id, a new run): it rejoins (an epoch naming it is installed) and is granted
+/// `/held` and a lock of its own, and its clients run the workload for 1 s — every request
+/// at the new run granted.
 async fn held_by_a_node_that_loses_its_lease(
     name: &str,
     cl: &mut Cluster,
+    run: Run,
     fault: impl Fn(&Nodes, &[CutProxy]),
     end: impl Fn(&Nodes, &[CutProxy]),
     what: (&str, &str),
@@ -659,6 +673,11 @@ async fn held_by_a_node_that_loses_its_lease(
             false,
         )
         .await;
+    let rejoined = if run.recovery() {
+        Some(rejoin(cl, p, &held).await)
+    } else {
+        None
+    };
     work.finish().await;
     eprintln!(
         "{name}: {} at 0: node 1's command dead after {dead:.3?}, its lease gone at etcd \
@@ -666,19 +685,55 @@ async fn held_by_a_node_that_loses_its_lease(
          node 1 afterwards: {after:?}",
         what.0, what.1
     );
-    restore(&held, &probed, what.0, Duration::ZERO, Restore::Report);
-    restore(&held, &probed, what.1, ended, Restore::Assert);
+    match run {
+        Run::Static => {
+            restore(&held, &probed, what.0, Duration::ZERO, Restore::Report);
+            restore(&held, &probed, what.1, ended, Restore::Assert);
+        }
+        Run::Recovery => {
+            restore(
+                &held,
+                &probed,
+                "etcd ended the lease",
+                gone,
+                Restore::Report,
+            );
+            restore(&held, &probed, what.0, Duration::ZERO, Restore::Assert);
+            let by = probed.restored.map(|(_, n)| n);
+            assert!(
+                by.is_some_and(|n| n != p),
+                "{held} is granted to another node than node {p} ({by:?})"
+            );
+        }
+    }
     assert!(
         dead < gone,
         "the command must be dead before etcd ends the lease: dead after {dead:?}, gone after {gone:?}"
     );
     assert_eq!(code, Some(77), "the wrapper says: lease lost");
     assert_eq!(after, Kind::LeaseLost, "node 1 refuses naming its lease");
+    let times = rejoined.as_ref().map(|r| (r.killed, r.restarted));
+    if let Some(r) = &rejoined {
+        eprintln!(
+            "{name}: node {p} killed {:.3?} and its new run serving {:.3?} after the fault",
+            r.killed - t0,
+            r.restarted - t0
+        );
+    }
     let accept = |o: &Outcome| {
-        if o.node == p {
-            lost_lease_node(o, dead_at)
-        } else {
-            survivor(o)
+        if o.node != p {
+            return run.survivor(o);
+        }
+        match times {
+            // Asked of the new run: granted.
+            Some((_, restarted)) if o.issued >= restarted => o.kind == Kind::Granted,
+            // Answered after the test killed the old run (a client that asked around the
+            // restart): broken with the old run, or granted by the new one.
+            Some((killed, _)) if o.answered >= killed => {
+                matches!(o.kind, Kind::Granted | Kind::NodeKilled)
+            }
+            // The old run: nothing granted after its command was killed.
+            _ => lost_lease_node(o, dead_at),
         }
     };
     Verdict {
@@ -687,19 +742,141 @@ async fn held_by_a_node_that_loses_its_lease(
         accept: &accept,
     }
     .check(&cl.rec);
+    if let Some(r) = rejoined {
+        r.check(&cl.rec, p);
+    }
+}
+
+/// How node `p`'s restart went ([`rejoin`]).
+struct Rejoined {
+    /// When the test killed the old run.
+    killed: Instant,
+    /// When the new run served its client socket (requests after it go to the new run).
+    restarted: Instant,
+    /// The epoch that names the new run, and how long after the restart it was seen.
+    epoch: u32,
+    let_in: Duration,
+}
+
+impl Rejoined {
+    /// Prints and asserts: the new run was let in within [`WORK_TIMEOUT_MS`] of its start
+    /// and granted requests (every one of its requests granted is in [`Verdict::check`]).
+    fn check(&self, rec: &Recorder, p: usize) {
+        let granted = rec
+            .outcomes()
+            .iter()
+            .filter(|o| o.node == p && o.issued >= self.restarted && o.kind == Kind::Granted)
+            .count();
+        eprintln!(
+            "node {p} restarted: epoch {} with the new run seen {:.3} s after the restart; \
+             {granted} requests at the new run, all granted",
+            self.epoch,
+            self.let_in.as_secs_f64()
+        );
+        assert!(
+            self.let_in <= Duration::from_millis(WORK_TIMEOUT_MS),
+            "the new run is let in within {WORK_TIMEOUT_MS} ms of its start ({:?})",
+            self.let_in
+        );
+        assert!(granted > 10, "the new run serves its clients ({granted})");
+    }
+}
+
+/// With recovery, after node `p`'s old run lost its lease: kills that run and starts node
+/// `p` again with the same configuration (a new run, spec/FAULTS.md 2.2.2); waits for an
+/// epoch that names it; then it is asked for `held` and a lock rooted at it (asserted
+/// granted), and two clients on it run the workload for 1 s.
+async fn rejoin(cl: &mut Cluster, p: usize, held: &str) -> Rejoined {
+    let before = cl.obs.current_epoch().await.expect("the installed epoch");
+    cl.rec.killed(p);
+    let killed = Instant::now();
+    cl.nodes.kill(p);
+    let started = Instant::now();
+    cl.nodes.restart(p);
+    cl.rec.restarted(p);
+    // From here on every request at node p goes to the new run (a client of the old run
+    // that passed its last check before the kill asks at most 15 ms after it).
+    let restarted = Instant::now();
+    let id = p as u16;
+    let t = Instant::now();
+    let epoch = loop {
+        if let Ok(e) = cl.obs.current_epoch().await {
+            if e.epoch > before.epoch && e.members.iter().any(|mb| mb.id == id) {
+                break e.epoch;
+            }
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "an epoch that lets the new run of node {p} in; node {p}:\n{}\nnode 0:\n{}",
+            cl.nodes.recovery_log(p),
+            cl.nodes.recovery_log(0)
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let let_in = started.elapsed();
+    let own = rooted_at("/again", id, N);
+    for path in [held, own.as_str()] {
+        let k = cl
+            .rec
+            .ask(
+                &cl.nodes.socket(p),
+                p,
+                path,
+                Mode::W,
+                WORK_TIMEOUT_MS,
+                Duration::ZERO,
+                false,
+            )
+            .await;
+        assert_eq!(
+            k,
+            Kind::Granted,
+            "the new run of node {p} is granted {path}"
+        );
+    }
+    let work = cl.airline(&[p]);
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    work.finish().await;
+    Rejoined {
+        killed,
+        restarted,
+        epoch,
+        let_in,
+    }
 }
 
 /// (d) SIGSTOP of a holder past its lease, then SIGCONT.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigstop_of_a_holder_past_its_lease_then_sigcont() {
-    let name = "sigstop_of_a_holder_past_its_lease_then_sigcont";
+    sigstop(
+        "sigstop_of_a_holder_past_its_lease_then_sigcont",
+        "d",
+        Run::Static,
+    )
+    .await;
+}
+
+/// The same with recovery: `/held` is restored while node 1 is stopped; node 1, resumed,
+/// grants nothing; restarted, it rejoins.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigstop_of_a_holder_past_its_lease_then_sigcont_with_recovery() {
+    sigstop(
+        "sigstop_of_a_holder_past_its_lease_then_sigcont_with_recovery",
+        "dr",
+        Run::Recovery,
+    )
+    .await;
+}
+
+async fn sigstop(name: &str, cluster: &str, run: Run) {
     serial(async {
-        let Some(mut cl) = Cluster::start(name, "d", None, false).await else {
+        let Some(mut cl) = Cluster::start(name, cluster, None, run.recovery()).await else {
             return;
         };
         held_by_a_node_that_loses_its_lease(
             name,
             &mut cl,
+            run,
             |nodes, _| nodes.signal(1, "STOP"),
             |nodes, _| nodes.signal(1, "CONT"),
             ("the SIGSTOP", "the SIGCONT"),
@@ -713,14 +890,35 @@ async fn sigstop_of_a_holder_past_its_lease_then_sigcont() {
 /// proxies that swallow everything), healed after etcd ended its lease.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn partition_of_one_node_from_peers_and_etcd_then_heal() {
-    let name = "partition_of_one_node_from_peers_and_etcd_then_heal";
+    partition(
+        "partition_of_one_node_from_peers_and_etcd_then_heal",
+        "e",
+        Run::Static,
+    )
+    .await;
+}
+
+/// The same with recovery: `/held` is restored while node 1 is cut off; node 1, healed,
+/// grants nothing; restarted, it rejoins.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partition_of_one_node_from_peers_and_etcd_then_heal_with_recovery() {
+    partition(
+        "partition_of_one_node_from_peers_and_etcd_then_heal_with_recovery",
+        "er",
+        Run::Recovery,
+    )
+    .await;
+}
+
+async fn partition(name: &str, cluster: &str, run: Run) {
     serial(async {
-        let Some(mut cl) = Cluster::start(name, "e", Some(1), false).await else {
+        let Some(mut cl) = Cluster::start(name, cluster, Some(1), run.recovery()).await else {
             return;
         };
         held_by_a_node_that_loses_its_lease(
             name,
             &mut cl,
+            run,
             |_, proxies| proxies.iter().for_each(CutProxy::cut),
             |_, proxies| proxies.iter().for_each(CutProxy::heal),
             ("the cut", "the heal"),

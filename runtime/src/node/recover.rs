@@ -264,15 +264,7 @@ pub(super) mod etcd {
             return Ok(true);
         }
         if installed.epoch > epoch {
-            let plans: Plans = serde_json::from_slice(&installed.plan).map_err(|e| {
-                format!("the plan of epoch {} does not decode: {e}", installed.epoch)
-            })?;
-            let mut next = [false; MAX_NODES];
-            for &i in &plans.members {
-                if usize::from(i) < n {
-                    next[usize::from(i)] = true;
-                }
-            }
+            let (plans, next) = adopt(n, &installed)?;
             runs.clear();
             for mb in &installed.members {
                 runs.insert(mb.id, mb.incarnation);
@@ -345,35 +337,60 @@ pub(super) mod etcd {
             info!(epoch, locks = count, "recovery: frozen and reported");
         }
         if rejoining {
-            // A rejoining run does not lead: it knows nothing of the epoch's history.
-            return Ok(true);
+            // A rejoining run does not lead while a run of the installed epoch is alive:
+            // it knows nothing of the epoch's history. Unless every member of the next
+            // epoch is a rejoining run — the whole cluster restarted: no run of the
+            // epoch holds its member key any more (a live one would be in the next epoch,
+            // reporting as a member), so by 3.1 none grants and their holders' commands
+            // are dead, and the rebuild regenerates every token with fences above those of
+            // every earlier epoch (3.6). Then it may lead like any member.
+            let reports = next_reports(n, m, epoch, &next, &v).await?;
+            let restart = (0..n)
+                .filter(|&i| next[i])
+                .all(|i| reports.get(&(i as u16)).is_some_and(|r| r.joining));
+            if !restart {
+                return Ok(true);
+            }
         }
         let leader = m.lead().await.map_err(|e| e.to_string())?;
         if leader.mine {
-            lead(shared, m, &installed, epoch, &members, &next, &v).await?;
+            lead(n, m, &installed, epoch, &members, &next, &v).await?;
         }
         Ok(true)
     }
 
-    /// The leader's part: every report of the next epoch's members, the rebuild, the
-    /// install by compare-and-swap.
-    async fn lead(
-        shared: &Shared,
-        m: &Membership,
+    /// The plans of the `installed` epoch, as every member adopts them (the core then
+    /// runs the kernel's install on each lock), and its members among the `n` nodes.
+    pub(super) fn adopt(
+        n: usize,
         installed: &EpochView,
+    ) -> Result<(Plans, [bool; MAX_NODES]), String> {
+        let plans: Plans = serde_json::from_slice(&installed.plan)
+            .map_err(|e| format!("the plan of epoch {} does not decode: {e}", installed.epoch))?;
+        let mut next = [false; MAX_NODES];
+        for &i in &plans.members {
+            if usize::from(i) < n {
+                next[usize::from(i)] = true;
+            }
+        }
+        Ok((plans, next))
+    }
+
+    /// The reports in etcd of the members of the `next` epoch against `epoch`, each from
+    /// the run that holds its member key now (in `v`).
+    async fn next_reports(
+        n: usize,
+        m: &Membership,
         epoch: u32,
-        members: &[bool; MAX_NODES],
         next: &[bool; MAX_NODES],
         v: &MemberView,
-    ) -> Result<(), String> {
-        let n = shared.n;
+    ) -> Result<BTreeMap<u16, Reports>, String> {
         let raw = m.reports().await.map_err(|e| e.to_string())?;
         let mut reports = BTreeMap::new();
         for (id, bytes) in raw {
             let Ok(r) = serde_json::from_slice::<Reports>(&bytes) else {
                 continue;
             };
-            // Only the reports of the runs that hold the member keys now.
             let run = v.members.get(&id).map(|mb| mb.incarnation);
             if usize::from(id) < n
                 && next[usize::from(id)]
@@ -383,9 +400,36 @@ pub(super) mod etcd {
                 reports.insert(id, r);
             }
         }
+        Ok(reports)
+    }
+
+    /// What one look of the leader did.
+    #[derive(Clone, Debug, PartialEq, Eq)]
+    pub(super) enum Led {
+        /// A member of the next epoch has not reported yet (its id): nothing installed.
+        Waiting(u16),
+        /// This leader installed `epoch` (with these plans).
+        Installed { epoch: u32, plans: Vec<u8> },
+        /// Another install came first (the compare-and-swap refused this one): etcd holds
+        /// epoch `current`, which this node adopts at its next look (`step`).
+        LostRace { tried: u32, current: u32 },
+    }
+
+    /// The leader's part, for the `n` nodes: every report of the next epoch's members, the
+    /// rebuild, the install by compare-and-swap on `installed`.
+    pub(super) async fn lead(
+        n: usize,
+        m: &Membership,
+        installed: &EpochView,
+        epoch: u32,
+        members: &[bool; MAX_NODES],
+        next: &[bool; MAX_NODES],
+        v: &MemberView,
+    ) -> Result<Led, String> {
+        let reports = next_reports(n, m, epoch, next, v).await?;
         if let Some(missing) = (0..n).find(|&i| next[i] && !reports.contains_key(&(i as u16))) {
             tracing::debug!(missing, "recovery: waiting for a report");
-            return Ok(());
+            return Ok(Led::Waiting(missing as u16));
         }
         let plans = rebuild_all(n, epoch, members, next, &reports)?;
         let who: Vec<Member> = plans
@@ -397,11 +441,14 @@ pub(super) mod etcd {
         match m.install_epoch(installed, &who, &bytes).await {
             Ok(e) => {
                 info!(epoch = e.epoch, members = ?plans.members, locks = plans.locks.len(), "recovery: epoch installed in etcd");
-                Ok(())
+                Ok(Led::Installed {
+                    epoch: e.epoch,
+                    plans: bytes,
+                })
             }
             Err(MError::StaleEpoch { tried, current }) => {
                 info!(tried, current, "recovery: another install came first");
-                Ok(())
+                Ok(Led::LostRace { tried, current })
             }
             Err(e) => Err(e.to_string()),
         }
@@ -516,5 +563,194 @@ mod tests {
         assert!(a.site().lock(LOCK).unwrap().has_token());
         assert_eq!(b.site().lock(LOCK).unwrap().parent(), Some(NodeId(0)));
         assert_eq!((a.epoch(), b.epoch()), (1, 1));
+    }
+}
+
+/// The tests' etcd (`tests/support/etcd.rs`), for [`two_leaders`].
+#[cfg(all(test, feature = "etcd"))]
+#[path = "../../tests/support/etcd.rs"]
+mod etcd_support;
+
+/// Two recovery leaders race against a real etcd the test starts itself (as the etcd
+/// tests under `tests/` do; skipped with one printed line where etcd cannot be had).
+#[cfg(all(test, feature = "etcd"))]
+mod two_leaders {
+    use std::time::Duration;
+
+    use hilock_kernel::recovery::Plan;
+    use hilock_kernel::{Input, Mode, Output, Protocol};
+
+    use super::etcd::{adopt, lead, Led};
+    use super::etcd_support;
+    use super::*;
+    use crate::membership::{EtcdOptions, Member, Membership};
+
+    fn rooted(prefix: &str, n: usize, at: u16) -> String {
+        (0..)
+            .map(|i| format!("{prefix}{i}"))
+            .find(|p| initial_holder(p, n) == NodeId(at))
+            .unwrap()
+    }
+
+    fn tokens(sites: &[LockSite]) -> usize {
+        sites
+            .iter()
+            .filter(|s| s.site().lock(LOCK).unwrap().has_token())
+            .count()
+    }
+
+    /// Three nodes; node 2 holds the token of `/x` (it starts there) and leaves, while
+    /// node 0's request for it is on its way. Nodes 0 and 1 report, and both run the
+    /// runtime's leader step (`lead`: the reports, the rebuild, the compare-and-swap
+    /// install) from the same installed epoch at the same time — two leaders, as when a
+    /// leader's key went with its lease while it was installing. Exactly one installs
+    /// epoch 1; the other is told it lost the race (`LostRace`, etcd at epoch 1) and
+    /// adopts the winner's plans (`adopt`, what every member's `step` installs); a leader
+    /// that tries again from the old epoch is refused again. The token of `/x` is
+    /// regenerated once, at node 0, whose request is granted by the install; the plan
+    /// delivered a second time is refused by the kernel and regenerates nothing.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn two_leaders_install_from_the_same_epoch_exactly_one_wins() {
+        let name = "two_leaders_install_from_the_same_epoch_exactly_one_wins";
+        let Some(etcd) = etcd_support::start_healthy(name) else {
+            return;
+        };
+        let body = async {
+            let n = 3;
+            let mut o = EtcdOptions::new(vec![etcd.addr.clone()]);
+            o.ttl_s = 5;
+            let mut ms = Vec::new();
+            for id in 0..n as u16 {
+                let me = Member {
+                    id,
+                    incarnation: 100 + u64::from(id),
+                };
+                ms.push(Membership::join(&o, "race", me).await.unwrap());
+            }
+            let members = all_members(n);
+            let x = rooted("/x", n, 2);
+            let mut sites: Vec<LockSite> = (0..n)
+                .map(|i| new_site(NodeId(i as u16), &x, n, 0, &members).unwrap())
+                .collect();
+            let mut out: Box<KOutputs> = Box::default();
+            sites[0]
+                .step(
+                    Input::Acquire {
+                        lock: LOCK,
+                        mode: Mode::W,
+                    },
+                    &mut *out,
+                )
+                .unwrap();
+            // Node 2 (the token) leaves: its lease is revoked, its member key goes.
+            ms.pop().unwrap().leave().await.unwrap();
+            let mut views = Vec::new();
+            for m in &ms {
+                let mut w = m.members();
+                tokio::time::timeout(Duration::from_secs(5), w.wait_for(|v| v.members.len() == 2))
+                    .await
+                    .expect("nodes 0 and 1 see node 2 gone")
+                    .unwrap();
+                views.push(w.borrow().clone());
+            }
+            for (i, m) in ms.iter().enumerate() {
+                let r = Reports {
+                    epoch: 0,
+                    incarnation: m.me().incarnation,
+                    joining: false,
+                    locks: vec![(x.clone(), sites[i].report(LOCK).unwrap())],
+                };
+                m.put_report(serde_json::to_vec(&r).unwrap()).await.unwrap();
+            }
+            let base = ms[0].current_epoch().await.unwrap();
+            assert_eq!(base.epoch, 0);
+            let next: [bool; MAX_NODES] = core::array::from_fn(|i| i < 2);
+            let (a, b) = tokio::join!(
+                lead(n, &ms[0], &base, 0, &members, &next, &views[0]),
+                lead(n, &ms[1], &base, 0, &members, &next, &views[1])
+            );
+            let led = [a.unwrap(), b.unwrap()];
+            for (i, r) in led.iter().enumerate() {
+                let said = match r {
+                    Led::Installed { epoch, plans } => {
+                        format!("installed epoch {epoch} ({} bytes of plans)", plans.len())
+                    }
+                    other => format!("{other:?}"),
+                };
+                eprintln!("{name}: node {i}'s leader step: {said}");
+            }
+            let won: Vec<usize> = (0..2)
+                .filter(|&i| matches!(led[i], Led::Installed { .. }))
+                .collect();
+            assert_eq!(won.len(), 1, "exactly one leader installs: {led:?}");
+            let (w, l) = (won[0], 1 - won[0]);
+            let Led::Installed { epoch, plans } = &led[w] else {
+                unreachable!()
+            };
+            assert_eq!(*epoch, 1);
+            assert_eq!(
+                led[l],
+                Led::LostRace {
+                    tried: 1,
+                    current: 1
+                },
+                "the other leader is told it lost the race"
+            );
+            // The loser adopts the winner's epoch: what etcd holds is the winner's.
+            let installed = ms[l].current_epoch().await.unwrap();
+            assert_eq!(installed.epoch, 1);
+            assert_eq!(&installed.plan, plans, "etcd holds the winner's plans");
+            let (adopted, in_next) = adopt(n, &installed).unwrap();
+            assert_eq!((adopted.epoch, adopted.members.clone()), (1, vec![0, 1]));
+            assert_eq!(in_next, next);
+            // A leader that tries again from the old epoch is refused again.
+            let again = lead(n, &ms[l], &base, 0, &members, &next, &views[l])
+                .await
+                .unwrap();
+            assert_eq!(
+                again,
+                Led::LostRace {
+                    tried: 1,
+                    current: 1
+                }
+            );
+            let still = ms[w].current_epoch().await.unwrap();
+            assert_eq!(
+                (still.epoch, still.revision),
+                (1, installed.revision),
+                "etcd's epoch is the winner's, unchanged"
+            );
+            // Both members install the adopted plan: the token of /x is regenerated once,
+            // at node 0, whose request is granted.
+            let plan: Plan<MAX_NODES> = adopted.locks[0].1.clone();
+            assert_eq!(adopted.locks[0].0, x);
+            assert!(plan.regenerated, "node 2 had the token: regenerated");
+            assert_eq!(plan.root, NodeId(0));
+            let mut live = vec![sites[0].clone(), sites[1].clone()];
+            let mut granted = false;
+            for s in live.iter_mut() {
+                out.clear();
+                s.install(1, core::slice::from_ref(&plan), &mut *out)
+                    .unwrap();
+                granted |= out.contains(&Output::Granted {
+                    lock: LOCK,
+                    mode: Mode::W,
+                });
+            }
+            assert!(granted, "node 0's request is granted in epoch 1");
+            assert_eq!(tokens(&live), 1, "one token of {x} in epoch 1");
+            // The plan delivered again (the losing leader's, the same epoch) is refused:
+            // nothing is regenerated a second time.
+            for s in live.iter_mut() {
+                out.clear();
+                assert!(s
+                    .install(1, core::slice::from_ref(&plan), &mut *out)
+                    .is_err());
+            }
+            assert_eq!(tokens(&live), 1, "still one token of {x}");
+        };
+        tokio::time::timeout(Duration::from_secs(30), body)
+            .await
+            .expect("test body ends within 30 s");
     }
 }
