@@ -9,7 +9,7 @@
 //!   child that could grant them, i.e. to every child whose record is IR/IW or stronger;
 //! - the node's own request needs a mode that the kept mode does not cover (Rule 2 sends a
 //!   request; the kept mode is released just before it);
-//! - the node becomes the token node (a stale token, [`LockNode::on_token`]), or a new
+//! - the node becomes the token node (a stale token, `LockNode::on_token`), or a new
 //!   epoch is installed (recovery rebuilds the tree from held modes only).
 //!
 //! No new message is needed for the recall: whenever the token node queues a request that
@@ -50,6 +50,11 @@ pub enum ReleaseRule {
 }
 
 impl ReleaseRule {
+    /// Whether this is the thesis's eager rule (the default; not serialized then, so that
+    /// saved configurations stay as they were).
+    pub fn is_eager(&self) -> bool {
+        *self == ReleaseRule::Eager
+    }
     /// Whether an idle node keeps its owned intention mode.
     pub const fn keeps(self) -> bool {
         !matches!(self, ReleaseRule::Eager)

@@ -51,7 +51,10 @@ pub struct Peer {
 pub struct Variant {
     /// When a non-token node releases its owned mode (issue 19, fifth round; default: the
     /// thesis's eager Rule 5.2; [`ReleaseRule::KeepIntention`] keeps an idle intention mode).
-    #[cfg_attr(feature = "serde", serde(default))]
+    #[cfg_attr(
+        feature = "serde",
+        serde(default, skip_serializing_if = "ReleaseRule::is_eager")
+    )]
     pub release: ReleaseRule,
     /// Rule 6 freezing. `false`: nothing is ever frozen (the thesis's chapter-2 protocol
     /// "ignoring freeze messages", to measure the FIFO bypass bound without it).
