@@ -35,7 +35,7 @@
 
 use hilock_kernel::{
     Forwarding, Inheritance, Input, KernelError, LockId, Mode, Msg, MsgKind, NaimiMsg, NaimiSite,
-    NodeId, Output, PrioNaimiMsg, PrioNaimiSite, Priority, Protocol, Site, Variant,
+    NodeId, Output, PrioNaimiMsg, PrioNaimiSite, Priority, Protocol, ReleaseRule, Site, Variant,
 };
 use hilock_spec::cluster::{Cluster, Invariants, StepError};
 use rand::{Rng, SeedableRng};
@@ -102,6 +102,9 @@ pub enum Proto {
     /// The same with id-ordered requester pointers ([`Forwarding::OrderedPointers`],
     /// issue 19, experimental).
     HilockOrdered,
+    /// ClassPointers with kept intention modes ([`ReleaseRule::KeepIntention`], issue 19,
+    /// fifth round): an idle node keeps IR/IW and re-enters without messages.
+    HilockKeep,
     /// Naimi-Trehel doing the same work (entry locks; all entries for a table access).
     NaimiSame,
     /// Naimi-Trehel with one lock.
@@ -118,6 +121,7 @@ impl Proto {
             Proto::HilockCompress => "hilock-compress",
             Proto::HilockPointers => "hilock-pointers",
             Proto::HilockOrdered => "hilock-ordered",
+            Proto::HilockKeep => "hilock-keep",
             Proto::NaimiSame => "naimi-same-work",
             Proto::NaimiPure => "naimi-pure",
             Proto::PrioNaimi => "prio-naimi",
@@ -590,10 +594,18 @@ fn run_here(cfg: &Config) -> Result<Stats, String> {
 fn dispatch_class<const N: usize>(cfg: &Config) -> Result<Stats, String> {
     let n = cfg.n;
     match cfg.proto {
-        Proto::Hilock | Proto::HilockCompress | Proto::HilockPointers | Proto::HilockOrdered => {
+        Proto::Hilock
+        | Proto::HilockCompress
+        | Proto::HilockPointers
+        | Proto::HilockOrdered
+        | Proto::HilockKeep => {
+            let release = match cfg.proto {
+                Proto::HilockKeep => ReleaseRule::KeepIntention,
+                _ => ReleaseRule::Eager,
+            };
             let forwarding = match cfg.proto {
                 Proto::HilockCompress => Forwarding::Compress,
-                Proto::HilockPointers => Forwarding::ClassPointers,
+                Proto::HilockPointers | Proto::HilockKeep => Forwarding::ClassPointers,
                 Proto::HilockOrdered => Forwarding::OrderedPointers,
                 _ => Forwarding::Thesis,
             };
@@ -609,6 +621,7 @@ fn dispatch_class<const N: usize>(cfg: &Config) -> Result<Stats, String> {
                     .with_variant(Variant {
                         inheritance,
                         forwarding,
+                        release,
                         ..Variant::HILOCK
                     })
                     .with_ceilings([(PRIO_LEVELS - 1) as Priority; LOCKS]);
@@ -1107,7 +1120,8 @@ where
             Proto::Hilock
             | Proto::HilockCompress
             | Proto::HilockPointers
-            | Proto::HilockOrdered => access_locks(self.cfg.mix, mode_idx, entry, true),
+            | Proto::HilockOrdered
+            | Proto::HilockKeep => access_locks(self.cfg.mix, mode_idx, entry, true),
             Proto::NaimiSame => access_locks(self.cfg.mix, mode_idx, entry, false),
             Proto::NaimiPure | Proto::PrioNaimi => vec![(LockId(0), MIX[mode_idx].0)],
         };

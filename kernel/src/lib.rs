@@ -41,6 +41,7 @@ pub mod agent;
 pub mod bakery;
 pub mod chord;
 pub mod error;
+pub mod keep;
 pub mod mode;
 pub mod msg;
 pub mod naimi;
@@ -55,6 +56,7 @@ pub mod tables;
 pub mod tree;
 
 pub use error::KernelError;
+pub use keep::ReleaseRule;
 pub use mode::{compatible, conflicts, Mode, ModeSet};
 pub use msg::{Input, LockId, Msg, MsgKind, NodeId, Output, Outputs, QueueEntry, Sink};
 pub use naimi::{NaimiMsg, NaimiSite};

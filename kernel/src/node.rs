@@ -9,6 +9,7 @@
 //! gives one to every non-token node and every token transfer sets one).
 
 use crate::error::KernelError;
+use crate::keep::ReleaseRule;
 use crate::mode::{compatible, conflicts, strongest, Mode, ModeSet};
 use crate::msg::{LockId, Msg, NodeId, Output, QueueEntry, Sink};
 use crate::prio::{Frozen, Inheritance, Priority};
@@ -48,6 +49,13 @@ pub struct Peer {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Variant {
+    /// When a non-token node releases its owned mode (issue 19, fifth round; default: the
+    /// thesis's eager Rule 5.2; [`ReleaseRule::KeepIntention`] keeps an idle intention mode).
+    #[cfg_attr(
+        feature = "serde",
+        serde(default, skip_serializing_if = "ReleaseRule::is_eager")
+    )]
+    pub release: ReleaseRule,
     /// Rule 6 freezing. `false`: nothing is ever frozen (the thesis's chapter-2 protocol
     /// "ignoring freeze messages", to measure the FIFO bypass bound without it).
     pub freezing: bool,
@@ -116,6 +124,7 @@ pub enum Forwarding {
 impl Variant {
     /// hilock's protocol.
     pub const HILOCK: Variant = Variant {
+        release: ReleaseRule::Eager,
         freezing: true,
         release_epochs: true,
         tokenable_transfers: true,
@@ -193,6 +202,8 @@ pub struct LockNode<const N: usize, const Q: usize> {
     /// last request of that mode this node forwarded as an idle relay; newest first, the
     /// `Some`s before the `None`s, no requester twice.
     pub(crate) routes: [Option<QueueEntry>; 5],
+    /// [`ReleaseRule::KeepIntention`]: the intention mode kept while idle (Φ: none).
+    pub(crate) kept: Mode,
 }
 
 /// Where a step's effects go: this site's id, the lock, and the output buffer.
@@ -248,6 +259,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
             held_fence: 0,
             shortcut: None,
             routes: [None; 5],
+            kept: Mode::Phi,
         }
     }
 
@@ -388,10 +400,11 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
     }
 
     /// Owned mode M_O (Definition 3): the strongest of the held mode and the children's
-    /// owned modes. These form a compatible set (P1/P3); should they not, the node is
-    /// treated as owning W, the mode that lets it grant nothing.
+    /// owned modes (and the kept intention mode, [`ReleaseRule::KeepIntention`]). These
+    /// form a compatible set (P1/P3); should they not, the node is treated as owning W,
+    /// the mode that lets it grant nothing.
     pub fn owned(&self) -> Mode {
-        combine(self.held, self.children_owned())
+        combine(combine(self.held, self.kept), self.children_owned())
     }
 
     // ---------------------------------------------------------------- user API
@@ -449,7 +462,9 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
                 mode,
             })?;
         } else {
-            // Rule 2: otherwise send the request to the parent.
+            // Rule 2: otherwise send the request to the parent (a kept mode that does not
+            // cover it goes back first, `keep.rs`).
+            self.give_back(cx)?;
             self.pending = Pending::Request(entry);
             self.forward(cx, entry)?;
         }
@@ -471,7 +486,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         let before = self.owned();
         self.held = Mode::Phi;
         cx.fire(Rule::Rule5Release);
-        self.after_owned_change(cx, before)?;
+        self.release_or_keep(cx, before)?;
         self.check_queue(cx)?;
         self.finish_freeze(cx, f0)
     }
@@ -670,6 +685,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         self.leave_old_parent(cx, from, before)?;
         self.parent = None;
         self.token = Some(generation);
+        self.kept = Mode::Phi;
         self.fence = self.fence.max(fence);
         self.set_child(from.idx(), sender_owned);
         self.peers[from.idx()].parent_epoch = epoch;
@@ -768,7 +784,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
                 },
             )?;
         }
-        self.after_owned_change(cx, before)?;
+        self.release_or_keep(cx, before)?;
         self.check_queue(cx)?;
         self.finish_freeze(cx, f0)
     }
@@ -788,6 +804,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         let f0 = self.frozen;
         self.frozen = self.frozen.merge(modes);
         cx.fire(Rule::Rule6FreezeApplied);
+        self.give_back_on_freeze(cx)?;
         // PIP, HandleFreeze (Fig. 3.8): a holder that a queued request waits for inherits
         // the highest threshold (Lemma 1: the freeze reaches every conflicting holder).
         if cx.variant.inheritance == Inheritance::Pip && self.held != Mode::Phi {
@@ -1264,7 +1281,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
     /// Rule 5.2: a non-token node whose owned mode changed tells its parent. A node that
     /// owns nothing any more leaves the copyset and forgets its frozen modes (it can grant
     /// nothing; a later grant brings the granter's frozen modes along).
-    fn after_owned_change<S: Sink<Output<Msg<Q>>>>(
+    pub(crate) fn after_owned_change<S: Sink<Output<Msg<Q>>>>(
         &mut self,
         cx: &mut Ctx<'_, Q, S>,
         before: Mode,

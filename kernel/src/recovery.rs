@@ -723,6 +723,10 @@ fn reset_links<const N: usize, const Q: usize>(n: &mut LockNode<N, Q>, forget_sh
         n.set_child(i, Mode::Phi);
     }
     n.peers = [Peer::default(); N];
+    // `ReleaseRule::KeepIntention`: a kept intention mode is not a hold; the plan's star
+    // records the members' held modes only, so the kept mode is dropped here (else this
+    // node would own more than its new record and could re-enter against a W grant).
+    n.kept = Mode::Phi;
     if forget_shortcuts {
         n.shortcut = None;
         n.forget_routes();

@@ -1027,7 +1027,16 @@ fn p3<const L: usize>(_: &BaseModel<L>, st: &State<L>) -> bool {
     // Exact on FIFO channels (invariant 2.2 as the thesis states it: a weakening that is not
     // propagated, Rule 5.2, leaves a stronger record and is caught); covering on the
     // unordered network, where a release can overtake the grant it follows.
-    st.cluster.check_owned_records().is_ok()
+    st.cluster.check_owned_records().is_ok() && kept_modes_idle(&st.cluster)
+}
+
+/// P3 restated for `ReleaseRule::KeepIntention` (issue 19, fifth round): the owned mode
+/// may exceed max(held, children) only by an intention mode kept by a non-token node with
+/// nothing pending and nothing frozen (`LockNode::kept_invariant`; always true under the
+/// thesis's eager release, where nothing is kept).
+pub fn kept_modes_idle<const L: usize>(c: &Cluster<ModelSite<L>>) -> bool {
+    c.sites()
+        .all(|s| s.locks().iter().all(|n| n.kept_invariant()))
 }
 
 fn p3_frozen<const L: usize>(_: &BaseModel<L>, st: &State<L>) -> bool {

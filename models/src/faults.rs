@@ -47,7 +47,8 @@ use hilock_kernel::recovery::{
     next_members, rebuild, Epoch, FaultSite, Liveness, Plan, RecoveryVariant, Stamped, Standing,
 };
 use hilock_kernel::{
-    Forwarding, Input, KernelError, LockId, Mode, MsgKind, NodeId, Output, Site, Variant,
+    Forwarding, Input, KernelError, LockId, Mode, MsgKind, NodeId, Output, ReleaseRule, Site,
+    Variant,
 };
 use hilock_spec::cluster::Cluster;
 use hilock_spec::system::{SpecMsg, MODEL_NODES, QUEUE};
@@ -108,6 +109,10 @@ pub struct FaultConfig {
     /// the kernel's default). A restarted node's new incarnation
     /// (`FaultSite::joining`) always runs the kernel's default.
     pub forwarding: Forwarding,
+    /// The release rule of the sites of the initial membership (issue 19, fifth round;
+    /// default: the thesis's eager Rule 5.2). Not serialized while it is the default.
+    #[serde(skip_serializing_if = "ReleaseRule::is_eager")]
+    pub release: ReleaseRule,
 }
 
 impl FaultConfig {
@@ -138,7 +143,13 @@ impl FaultConfig {
             reinstalls: 0,
             variant: RecoveryVariant::HILOCK,
             forwarding: Forwarding::default(),
+            release: ReleaseRule::Eager,
         }
+    }
+    /// With release rule `r` at the sites of the initial membership (issue 19, fifth round).
+    pub fn with_release(mut self, r: ReleaseRule) -> Self {
+        self.release = r;
+        self
     }
     /// With forwarding rule `f` at the sites of the initial membership (issue 19).
     pub fn with_forwarding(mut self, f: Forwarding) -> Self {
@@ -644,6 +655,7 @@ impl Model for FaultModel {
                     .expect("valid ids")
                     .with_variant(Variant {
                         forwarding: self.cfg.forwarding,
+                        release: self.cfg.release,
                         ..Variant::HILOCK
                     });
                 FSite::new(s).with_recovery(self.cfg.variant)

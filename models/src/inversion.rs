@@ -534,6 +534,7 @@ impl Model for InversionConfig {
             }),
             Property::always(property::P3, |_, st: &InvState| {
                 st.cluster.check_owned_records().is_ok()
+                    && crate::base::kept_modes_idle(&st.cluster)
             }),
             Property::always(property::P3B, |_, st: &InvState| {
                 st.cluster.check_frozen_reach_children().is_ok()

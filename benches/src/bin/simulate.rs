@@ -254,11 +254,12 @@ const UNPRIO: [Proto; 3] = [Proto::Hilock, Proto::NaimiSame, Proto::NaimiPure];
 /// The protocols of the `constant-concurrency` experiment (Fig. 4.3).
 const FIG43: [Proto; 3] = [Proto::Hilock, Proto::HilockPointers, Proto::NaimiPure];
 /// The protocols of the `forwarding` experiment.
-const FORWARDING: [Proto; 5] = [
+const FORWARDING: [Proto; 6] = [
     Proto::Hilock,
     Proto::HilockCompress,
     Proto::HilockPointers,
     Proto::HilockOrdered,
+    Proto::HilockKeep,
     Proto::NaimiPure,
 ];
 
@@ -612,7 +613,12 @@ fn print_tables(rows: &[(Job, Stats)], lavault: &[LavaultRow]) {
         println!("| n | protocol | lock requests / access | table: request forward grant token release freeze | entries: request forward grant token release freeze | total / access |");
         println!("|---:|---|---:|---|---|---:|");
         for &n in &sizes {
-            for p in [Proto::NaimiPure, Proto::Hilock, Proto::HilockPointers] {
+            for p in [
+                Proto::NaimiPure,
+                Proto::Hilock,
+                Proto::HilockPointers,
+                Proto::HilockKeep,
+            ] {
                 let Some(st) = get("forwarding", p, 10.0, n) else {
                     continue;
                 };
@@ -632,6 +638,31 @@ fn print_tables(rows: &[(Job, Stats)], lavault: &[LavaultRow]) {
                     st.per_access()
                 );
             }
+        }
+        // Issue 19, fifth round: ClassPointers with and without kept intention modes, per
+        // lock request and per access, against Naimi-Trehel pure (same run, same seed).
+        println!("\nKept intention modes: messages per lock request and per access (and / Naimi-Trehel pure)\n");
+        println!("| n | Naimi pure | hilock-pointers per lock request | hilock-pointers per access | hilock-keep per lock request | hilock-keep per access | hilock-keep lock requests / access |");
+        println!("|---:|---:|---:|---:|---:|---:|---:|");
+        for &n in &sizes {
+            let Some(nt) = get("forwarding", Proto::NaimiPure, 10.0, n) else {
+                continue;
+            };
+            let base = nt.per_access();
+            let cell = |p: Proto| {
+                get("forwarding", p, 10.0, n).map_or(["-".to_string(), "-".to_string()], |st| {
+                    [
+                        format!("{:.2} ({:.2}×)", st.per_request(), st.per_request() / base),
+                        format!("{:.2} ({:.2}×)", st.per_access(), st.per_access() / base),
+                    ]
+                })
+            };
+            let [pr, pa] = cell(Proto::HilockPointers);
+            let [kr, ka] = cell(Proto::HilockKeep);
+            let lr = get("forwarding", Proto::HilockKeep, 10.0, n).map_or("-".to_string(), |st| {
+                format!("{:.3}", st.lock_requests as f64 / st.accesses.max(1) as f64)
+            });
+            println!("| {n} | {base:.2} | {pr} | {pa} | {kr} | {ka} | {lr} |");
         }
         println!("\nJourneys: request messages per lock request that sent one (table lock / entry locks: mean, p50, p90, p99, max), and who forwarded (share of forwards sent by an idle relay / a node owning a mode / a pending node / other)\n");
         println!("| n | protocol | table: mean p50 p90 p99 max | entries: mean p50 p90 p99 max | idle | owns | pending | other |");

@@ -1,0 +1,180 @@
+//! hilock's extension of the release rule (issue 19, fifth round; SPEC.md "Keeping
+//! intention modes"): a non-token node may **keep** its owned intention mode (IR or IW)
+//! when its held mode drops to Φ, instead of telling its parent by a `Release` (Rule 5.2),
+//! and re-enter under Rule 2 (a local grant, no message) the next time. The kept mode is
+//! given back — the eager Rule 5.2 release is sent then — when
+//!
+//! - a `Freeze` reaches the node (Rule 6, Fig. 2.9): the token node queued a request that
+//!   conflicts with what it owns, and invariant 2.3 carries the frozen modes down to every
+//!   child that could grant them, i.e. to every child whose record is IR/IW or stronger;
+//! - the node's own request needs a mode that the kept mode does not cover (Rule 2 sends a
+//!   request; the kept mode is released just before it);
+//! - the node becomes the token node (a stale token, `LockNode::on_token`), or a new
+//!   epoch is installed (recovery rebuilds the tree from held modes only).
+//!
+//! No new message is needed for the recall: whenever the token node queues a request that
+//! conflicts with an intention mode it could have granted (the only modes a node keeps),
+//! Table 2.4 freezes that mode ([`recall_set`] ⊆ `frozen_by`, checked for every cell by
+//! the test `table_2_4_freezes_every_conflicting_intention_mode`), and Rule 6 sends it to
+//! every child whose record could grant it — a keeper's record is its owned mode, at least
+//! the kept mode — and on down the tree (invariant 2.3).
+//!
+//! The owned mode (Definition 3) becomes `M_O = max(M_H, kept, children's owned)`: the
+//! invariant P3 (record = owned on quiet FIFO links) is unchanged, and its second half,
+//! `M_O = max(M_H, children)`, is restated as `M_O ≥ max(M_H, children)` with the excess
+//! only an intention mode kept while the node is not the token node, has no request
+//! pending and has nothing frozen ([`LockNode::kept_invariant`]).
+
+use crate::error::KernelError;
+use crate::mode::{conflicts, Mode, ModeSet};
+use crate::msg::{Msg, Output, Sink};
+use crate::node::{Ctx, LockNode, Pending};
+use crate::tables::grantable_set;
+
+/// When a non-token node tells its parent that its owned mode dropped (Rule 5.2).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
+pub enum ReleaseRule {
+    /// The thesis (Fig. 2.7, Rule 5.2): at once, whenever the owned mode changes.
+    #[default]
+    Eager,
+    /// hilock's extension (issue 19, fifth round): an owned intention mode is kept while
+    /// idle and given back on a freeze, a request for another mode, a token or a new
+    /// epoch. Off by default.
+    KeepIntention,
+    /// Deliberately wrong, to show that the model checker catches it: keeps like
+    /// [`ReleaseRule::KeepIntention`] but a freeze does not make the node give the kept
+    /// mode back, so a W request behind a kept IR waits for ever (P4/P5).
+    KeepWithoutGiveBack,
+}
+
+impl ReleaseRule {
+    /// Whether this is the thesis's eager rule (the default; not serialized then, so that
+    /// saved configurations stay as they were).
+    pub fn is_eager(&self) -> bool {
+        *self == ReleaseRule::Eager
+    }
+    /// Whether an idle node keeps its owned intention mode.
+    pub const fn keeps(self) -> bool {
+        !matches!(self, ReleaseRule::Eager)
+    }
+    /// Whether a freeze makes the node give its kept mode back.
+    pub const fn gives_back_on_freeze(self) -> bool {
+        !matches!(self, ReleaseRule::KeepWithoutGiveBack)
+    }
+}
+
+/// The modes a keeper must be told about: the intention modes that the token node owning
+/// `owned` could have granted (Table 2.2's row, [`grantable_set`]) and that conflict with a
+/// queued request for `requested` (Table 2.1). Table 2.4 already freezes all of them.
+pub fn recall_set(owned: Mode, requested: Mode) -> ModeSet {
+    let mut out = ModeSet::EMPTY;
+    for m in grantable_set(owned)
+        .intersect(ModeSet::of(&[Mode::IR, Mode::IW]))
+        .iter()
+    {
+        if conflicts(m, requested) {
+            out.insert(m);
+        }
+    }
+    out
+}
+
+impl<const N: usize, const Q: usize> LockNode<N, Q> {
+    /// The intention mode this node keeps while idle ([`ReleaseRule::KeepIntention`]; Φ
+    /// under the thesis's eager release).
+    pub fn kept(&self) -> Mode {
+        self.kept
+    }
+
+    /// P3 restated for [`ReleaseRule::KeepIntention`]: a kept mode is Φ, or IR/IW at a
+    /// non-token node that has no request pending and nothing frozen.
+    pub fn kept_invariant(&self) -> bool {
+        self.kept == Mode::Phi
+            || (matches!(self.kept, Mode::IR | Mode::IW)
+                && !self.has_token()
+                && self.pending == Pending::None
+                && self.frozen.is_empty())
+    }
+
+    /// Rule 5.2 under the variant's release rule, after the held mode or a child's record
+    /// dropped (`before`: the owned mode before). A non-token node that holds nothing, has
+    /// nothing pending and nothing frozen and owned an intention mode keeps it (no message);
+    /// otherwise the kept mode is dropped and the thesis's release is sent if the owned
+    /// mode changed.
+    pub(crate) fn release_or_keep<S: Sink<Output<Msg<Q>>>>(
+        &mut self,
+        cx: &mut Ctx<'_, Q, S>,
+        before: Mode,
+    ) -> Result<(), KernelError> {
+        if cx.variant.release.keeps()
+            && !self.has_token()
+            && self.parent.is_some()
+            && self.held == Mode::Phi
+            && self.pending == Pending::None
+            && self.frozen.is_empty()
+            && matches!(before, Mode::IR | Mode::IW)
+        {
+            self.kept = before;
+            return Ok(());
+        }
+        self.kept = Mode::Phi;
+        self.after_owned_change(cx, before)
+    }
+
+    /// Gives the kept mode back: the eager Rule 5.2 release of what the node owns without
+    /// it (nothing is sent if the held mode or the children still own as much).
+    pub(crate) fn give_back<S: Sink<Output<Msg<Q>>>>(
+        &mut self,
+        cx: &mut Ctx<'_, Q, S>,
+    ) -> Result<(), KernelError> {
+        if self.kept == Mode::Phi {
+            return Ok(());
+        }
+        let before = self.owned();
+        self.kept = Mode::Phi;
+        self.after_owned_change(cx, before)
+    }
+
+    /// `HandleFreeze` (Fig. 2.9) under [`ReleaseRule::KeepIntention`]: a freeze means a
+    /// conflicting request waits at the token node; the kept mode goes back at once.
+    pub(crate) fn give_back_on_freeze<S: Sink<Output<Msg<Q>>>>(
+        &mut self,
+        cx: &mut Ctx<'_, Q, S>,
+    ) -> Result<(), KernelError> {
+        if cx.variant.release.gives_back_on_freeze() {
+            self.give_back(cx)
+        } else {
+            Ok(())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tables::frozen_by;
+
+    /// Table 2.4 freezes every intention mode a token node could have granted that
+    /// conflicts with the request it queues: a Freeze therefore reaches every node that
+    /// keeps such a mode (no new recall message is needed). Deleting IW from cell
+    /// (IW, U) of Table 2.4 turns this red.
+    #[test]
+    fn table_2_4_freezes_every_conflicting_intention_mode() {
+        let mut covered = 0;
+        for owned in Mode::ALL {
+            for req in Mode::REQUESTABLE {
+                let need = recall_set(owned, req);
+                assert!(
+                    need.minus(frozen_by(owned, req)).is_empty(),
+                    "Table 2.4 ({owned}, {req}) misses {}",
+                    need.minus(frozen_by(owned, req))
+                );
+                covered += need.len();
+            }
+        }
+        // IR vs W under IR, R, U, IW; IW vs R, U, W under IW.
+        assert_eq!(covered, 7);
+    }
+}

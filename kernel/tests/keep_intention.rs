@@ -1,0 +1,264 @@
+//! hilock's kept intention modes ([`ReleaseRule::KeepIntention`], issue 19 fifth round,
+//! SPEC.md "Keeping intention modes"): an idle node keeps IR/IW without a `Release`,
+//! re-enters by Rule 2 without a message, and gives the mode back on a freeze, on a
+//! request for a mode it does not cover, and on recovery. Every step runs in the one
+//! harness (`hilock_spec::Cluster`), which checks P1–P3b after each.
+
+use hilock_kernel::recovery::{rebuild, FaultSite, LockReport, Plan, Stamped};
+use hilock_kernel::{
+    Input, LockId, Mode, Msg, MsgKind, NodeId, Output, Outputs, ReleaseRule, Site, Variant,
+};
+use hilock_spec::Cluster;
+
+type S = Site<4, 1, 4>;
+const L: LockId = LockId(0);
+
+fn star(release: ReleaseRule) -> Cluster<S> {
+    let v = Variant {
+        release,
+        ..Variant::HILOCK
+    };
+    Cluster::new(
+        (0..4)
+            .map(|i| S::new(NodeId(i), NodeId(0)).unwrap().with_variant(v))
+            .collect(),
+    )
+}
+
+/// Runs `input` at `at`, then delivers everything; returns the kinds of the messages sent
+/// meanwhile and whether `at` was granted by its own step.
+fn run(c: &mut Cluster<S>, at: u16, input: Input<'_, Msg<4>>) -> (Vec<MsgKind>, bool) {
+    let step = c.input(NodeId(at), input).unwrap();
+    let granted = step
+        .outputs
+        .iter()
+        .any(|o| matches!(o, Output::Granted { .. }));
+    let mut kinds: Vec<MsgKind> = step
+        .outputs
+        .iter()
+        .filter_map(|o| match o {
+            Output::Send { msg, .. } => Some(msg.kind()),
+            _ => None,
+        })
+        .collect();
+    c.check_safety().unwrap();
+    while let Some((f, t)) = c.oldest_channel() {
+        let (_, r) = c.deliver(f, t).unwrap();
+        for o in &r.unwrap().outputs {
+            if let Output::Send { msg, .. } = o {
+                kinds.push(msg.kind());
+            }
+        }
+        c.check_safety().unwrap();
+    }
+    (kinds, granted)
+}
+
+/// The token node 0 holds `mode` while node `at` takes a copy of it (a token node owning
+/// IR or IW grants the same mode as a copy, Rule 3.2) and releases it; then 0 releases.
+fn copy_then_release(c: &mut Cluster<S>, at: u16, mode: Mode) -> (Vec<MsgKind>, Vec<MsgKind>) {
+    run(c, 0, Input::Acquire { lock: L, mode });
+    let (a, _) = run(c, at, Input::Acquire { lock: L, mode });
+    let (r, _) = run(c, at, Input::Release { lock: L });
+    run(c, 0, Input::Release { lock: L });
+    (a, r)
+}
+
+fn node(c: &Cluster<S>, i: u16) -> &hilock_kernel::LockNode<4, 4> {
+    c.site(NodeId(i)).lock(L).unwrap()
+}
+
+/// The thesis: a copy of IR costs request + grant + release. Kept: the release is not
+/// sent, the second IR is a local grant (no message), and a W at the token node recalls
+/// the kept IR by a freeze, answered by the release.
+#[test]
+fn kept_ir_reenters_locally_and_goes_back_on_freeze() {
+    use MsgKind::*;
+    let mut e = star(ReleaseRule::Eager);
+    let (a, r) = copy_then_release(&mut e, 1, Mode::IR);
+    assert_eq!((a, r), (vec![Request, Grant], vec![Release]));
+    assert_eq!(node(&e, 1).owned(), Mode::Phi);
+
+    let mut c = star(ReleaseRule::KeepIntention);
+    let (a, r) = copy_then_release(&mut c, 1, Mode::IR);
+    assert_eq!((a, r), (vec![Request, Grant], vec![]));
+    assert_eq!(node(&c, 1).kept(), Mode::IR);
+    assert_eq!(node(&c, 1).owned(), Mode::IR);
+    assert_eq!(node(&c, 0).peers()[1].child_owned, Mode::IR);
+    let (k, granted) = run(
+        &mut c,
+        1,
+        Input::Acquire {
+            lock: L,
+            mode: Mode::IR,
+        },
+    );
+    assert!(
+        granted && k.is_empty(),
+        "Rule 2 local grant under the kept IR"
+    );
+    let (k, _) = run(&mut c, 1, Input::Release { lock: L });
+    assert!(k.is_empty());
+    // W at the token node: queued behind the kept IR; IR is frozen (Table 2.4), node 1
+    // gets the freeze and gives IR back; then W is granted.
+    let (k, granted) = run(
+        &mut c,
+        0,
+        Input::Acquire {
+            lock: L,
+            mode: Mode::W,
+        },
+    );
+    assert!(!granted);
+    assert_eq!(k, vec![Freeze, Release]);
+    assert_eq!(node(&c, 0).held(), Mode::W);
+    assert_eq!(
+        (node(&c, 1).kept(), node(&c, 1).owned()),
+        (Mode::Phi, Mode::Phi)
+    );
+    assert!(node(&c, 1).kept_invariant());
+}
+
+/// A U request behind a kept IW: Table 2.4's cell (IW, U) freezes IW, the freeze reaches
+/// the keeper, which gives IW back, and U is granted.
+#[test]
+fn u_request_recalls_a_kept_iw() {
+    use MsgKind::*;
+    let mut c = star(ReleaseRule::KeepIntention);
+    copy_then_release(&mut c, 1, Mode::IW);
+    assert_eq!(node(&c, 1).kept(), Mode::IW);
+    let (k, _) = run(
+        &mut c,
+        2,
+        Input::Acquire {
+            lock: L,
+            mode: Mode::U,
+        },
+    );
+    assert_eq!(k, vec![Request, Freeze, Release, Token]);
+    assert_eq!(node(&c, 2).held(), Mode::U);
+    assert_eq!(node(&c, 1).kept(), Mode::Phi);
+}
+
+/// A freeze that does not make the keeper give back (`KeepWithoutGiveBack`) leaves a W
+/// request waiting for ever behind a kept IR.
+#[test]
+fn without_give_back_a_w_request_waits_for_ever() {
+    let mut c = star(ReleaseRule::KeepWithoutGiveBack);
+    copy_then_release(&mut c, 1, Mode::IR);
+    let (k, _) = run(
+        &mut c,
+        2,
+        Input::Acquire {
+            lock: L,
+            mode: Mode::W,
+        },
+    );
+    assert!(k.contains(&MsgKind::Freeze));
+    assert_eq!(node(&c, 2).held(), Mode::Phi);
+    assert_eq!(node(&c, 1).kept(), Mode::IR);
+    assert!(
+        !node(&c, 1).kept_invariant(),
+        "frozen while keeping: P3 restated is red"
+    );
+}
+
+/// A request for a mode the kept mode does not cover gives the kept mode back first
+/// (Release, then Request, on the same FIFO link); IW then covers a later IR locally.
+#[test]
+fn a_request_for_another_mode_gives_the_kept_mode_back() {
+    use MsgKind::*;
+    let mut c = star(ReleaseRule::KeepIntention);
+    copy_then_release(&mut c, 1, Mode::IR);
+    // The token node holds IW, so node 1's IW is a copy (not a token transfer).
+    run(
+        &mut c,
+        0,
+        Input::Acquire {
+            lock: L,
+            mode: Mode::IW,
+        },
+    );
+    let (k, granted) = run(
+        &mut c,
+        1,
+        Input::Acquire {
+            lock: L,
+            mode: Mode::IW,
+        },
+    );
+    assert!(!granted);
+    assert_eq!(k, vec![Release, Request, Grant]);
+    run(&mut c, 1, Input::Release { lock: L });
+    assert_eq!(node(&c, 1).kept(), Mode::IW);
+    let (k, granted) = run(
+        &mut c,
+        1,
+        Input::Acquire {
+            lock: L,
+            mode: Mode::IR,
+        },
+    );
+    assert!(granted && k.is_empty(), "IW covers IR (Table 2.2)");
+}
+
+/// Recovery: reports carry held modes only and the rebuilt star records them; the kept
+/// mode is dropped at install, so the member owns exactly its new record.
+#[test]
+fn recovery_drops_the_kept_mode() {
+    let v = Variant {
+        release: ReleaseRule::KeepIntention,
+        ..Variant::HILOCK
+    };
+    type F = FaultSite<4, 1, 4>;
+    let mut c: Cluster<F> = Cluster::new(
+        (0..3)
+            .map(|i| F::new(S::new(NodeId(i), NodeId(0)).unwrap().with_variant(v)))
+            .collect(),
+    );
+    for (at, input) in [
+        (
+            0,
+            Input::Acquire {
+                lock: L,
+                mode: Mode::IR,
+            },
+        ),
+        (
+            1,
+            Input::Acquire {
+                lock: L,
+                mode: Mode::IR,
+            },
+        ),
+        (1, Input::Release { lock: L }),
+        (0, Input::Release { lock: L }),
+    ] {
+        c.input(NodeId(at), input).unwrap();
+        while let Some((f, t)) = c.oldest_channel() {
+            c.deliver(f, t).unwrap().1.unwrap();
+        }
+    }
+    assert_eq!(c.site(NodeId(1)).site().lock(L).unwrap().kept(), Mode::IR);
+    let reports: Vec<LockReport<4>> = (0..3)
+        .map(|i| c.site(NodeId(i)).report(L).unwrap())
+        .collect();
+    let members = [true, true, true, false];
+    let plan: Plan<4> = rebuild(1, &members, &reports).unwrap();
+    for i in 0..3 {
+        let mut out: Outputs<Stamped<Msg<4>>, 16> = heapless::Vec::new();
+        c.site_mut(NodeId(i))
+            .install(1, core::slice::from_ref(&plan), &mut out)
+            .unwrap();
+    }
+    let n1 = c.site(NodeId(1)).site().lock(L).unwrap();
+    assert_eq!((n1.kept(), n1.owned()), (Mode::Phi, Mode::Phi));
+    assert!(c
+        .site(NodeId(0))
+        .site()
+        .lock(L)
+        .unwrap()
+        .children()
+        .next()
+        .is_none());
+}
