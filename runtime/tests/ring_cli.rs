@@ -738,9 +738,14 @@ async fn lock_on_ring() {
     // the hold gone (it reads the entry, it does not take the lock again), the command's
     // group is killed, exit 76; the lock is free afterwards.
     let released = dir.path().join("released.flag");
+    let running = dir.path().join("running.flag");
     let wrapper = {
         let cfg = cfg.clone();
-        let script = format!("sleep 20; touch {}", released.display());
+        let script = format!(
+            "touch {}; sleep 20; touch {}",
+            running.display(),
+            released.display()
+        );
         tokio::spawn(async move {
             lock_cmd(
                 &[
@@ -764,6 +769,12 @@ async fn lock_on_ring() {
         other.unlock("/released").await.unwrap();
         assert!(t.elapsed() < limit, "the wrapper takes the lock");
         tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Unlock only once the command runs: before that the wrapper may still be asking for
+    // the lock (an answer it did not get yet), and its next ask would be granted anew.
+    while !running.exists() {
+        assert!(t.elapsed() < limit, "the wrapper starts its command");
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let mut same12 = RingClient::connect(12, slots.clone(), maddr).await.unwrap();
     same12.unlock("/released").await.unwrap();
