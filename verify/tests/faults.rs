@@ -32,7 +32,7 @@ const PINNED: &[(&str, usize)] = &[
     ("U+upgrade R IW, 1 crash, 1 restart", 95966),
     ("W W R, every fault once", 875225),
     ("4 nodes W R R IW, 1 crash", 157_797),
-    ("4 nodes W W R IW, 1 crash, 1 restart", 1_528_290),
+    ("4 nodes W W R IW, 1 crash, 1 restart", 1_513_861),
     ("4 nodes W R R IW, 1 crash, thesis", 159_412),
     ("4 nodes W R R IW, 1 crash, compress", 157_797),
 ];
