@@ -91,14 +91,16 @@ impl<const Q: usize> Requester for PrioNaimiMsg<Q> {
 /// Which protocol the sites run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Proto {
-    /// The hierarchical protocol (table + entry locks) with the thesis's forwarding
-    /// ([`Forwarding::Thesis`], hilock's default; the chapter-4 experiments reproduce the
-    /// thesis's figures with it).
+    /// The hierarchical protocol (table + entry locks) with hilock's default forwarding
+    /// ([`Variant::HILOCK`]'s: per-class routing pointers, [`Forwarding::ClassPointers`],
+    /// issue 19).
     Hilock,
     /// The same with hilock's compressed forwarding ([`Forwarding::Compress`], issue 19).
     HilockCompress,
-    /// The same with per-class routing pointers ([`Forwarding::ClassPointers`], issue 19).
-    HilockPointers,
+    /// The same with the thesis's forwarding ([`Forwarding::Thesis`], hilock's default
+    /// before issue 19's fifth round; the chapter-4 experiments reproduce the thesis's
+    /// figures with it).
+    HilockThesis,
     /// The same with id-ordered requester pointers ([`Forwarding::OrderedPointers`],
     /// issue 19, experimental).
     HilockOrdered,
@@ -116,7 +118,7 @@ impl Proto {
         match self {
             Proto::Hilock => "hilock",
             Proto::HilockCompress => "hilock-compress",
-            Proto::HilockPointers => "hilock-pointers",
+            Proto::HilockThesis => "hilock-thesis",
             Proto::HilockOrdered => "hilock-ordered",
             Proto::NaimiSame => "naimi-same-work",
             Proto::NaimiPure => "naimi-pure",
@@ -590,12 +592,12 @@ fn run_here(cfg: &Config) -> Result<Stats, String> {
 fn dispatch_class<const N: usize>(cfg: &Config) -> Result<Stats, String> {
     let n = cfg.n;
     match cfg.proto {
-        Proto::Hilock | Proto::HilockCompress | Proto::HilockPointers | Proto::HilockOrdered => {
+        Proto::Hilock | Proto::HilockCompress | Proto::HilockThesis | Proto::HilockOrdered => {
             let forwarding = match cfg.proto {
                 Proto::HilockCompress => Forwarding::Compress,
-                Proto::HilockPointers => Forwarding::ClassPointers,
+                Proto::HilockThesis => Forwarding::Thesis,
                 Proto::HilockOrdered => Forwarding::OrderedPointers,
-                _ => Forwarding::Thesis,
+                _ => Variant::HILOCK.forwarding,
             };
             let inheritance = match cfg.prio {
                 PrioMode::Off | PrioMode::On => Inheritance::None,
@@ -1104,10 +1106,9 @@ where
             _ if self.cfg.mix == Mix::OneLockW => {
                 access_locks(Mix::OneLockW, mode_idx, entry, true)
             }
-            Proto::Hilock
-            | Proto::HilockCompress
-            | Proto::HilockPointers
-            | Proto::HilockOrdered => access_locks(self.cfg.mix, mode_idx, entry, true),
+            Proto::Hilock | Proto::HilockCompress | Proto::HilockThesis | Proto::HilockOrdered => {
+                access_locks(self.cfg.mix, mode_idx, entry, true)
+            }
             Proto::NaimiSame => access_locks(self.cfg.mix, mode_idx, entry, false),
             Proto::NaimiPure | Proto::PrioNaimi => vec![(LockId(0), MIX[mode_idx].0)],
         };
@@ -1391,8 +1392,8 @@ mod relay_tests {
     #[test]
     fn relay_instruments_see_pointers_only_under_a_pointer_rule() {
         let run16 = |p: Proto| run(&Config::thesis(p, 16, 10.0, 40, 1)).expect("run");
-        let thesis = run16(Proto::Hilock);
-        let pointers = run16(Proto::HilockPointers);
+        let thesis = run16(Proto::HilockThesis);
+        let pointers = run16(Proto::Hilock);
         assert_eq!(thesis.relay_via_pointer, 0);
         assert!(pointers.relay_via_pointer > 0);
         for st in [&thesis, &pointers] {
