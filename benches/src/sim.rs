@@ -91,14 +91,16 @@ impl<const Q: usize> Requester for PrioNaimiMsg<Q> {
 /// Which protocol the sites run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Proto {
-    /// The hierarchical protocol (table + entry locks) with the thesis's forwarding
-    /// ([`Forwarding::Thesis`], hilock's default; the chapter-4 experiments reproduce the
-    /// thesis's figures with it).
+    /// The hierarchical protocol (table + entry locks) with hilock's default forwarding
+    /// ([`Variant::HILOCK`]'s: per-class routing pointers, [`Forwarding::ClassPointers`],
+    /// issue 19).
     Hilock,
     /// The same with hilock's compressed forwarding ([`Forwarding::Compress`], issue 19).
     HilockCompress,
-    /// The same with per-class routing pointers ([`Forwarding::ClassPointers`], issue 19).
-    HilockPointers,
+    /// The same with the thesis's forwarding ([`Forwarding::Thesis`], hilock's default
+    /// before issue 19's fifth round; the chapter-4 experiments reproduce the thesis's
+    /// figures with it).
+    HilockThesis,
     /// The same with id-ordered requester pointers ([`Forwarding::OrderedPointers`],
     /// issue 19, experimental).
     HilockOrdered,
@@ -119,7 +121,7 @@ impl Proto {
         match self {
             Proto::Hilock => "hilock",
             Proto::HilockCompress => "hilock-compress",
-            Proto::HilockPointers => "hilock-pointers",
+            Proto::HilockThesis => "hilock-thesis",
             Proto::HilockOrdered => "hilock-ordered",
             Proto::HilockKeep => "hilock-keep",
             Proto::NaimiSame => "naimi-same-work",
@@ -596,7 +598,7 @@ fn dispatch_class<const N: usize>(cfg: &Config) -> Result<Stats, String> {
     match cfg.proto {
         Proto::Hilock
         | Proto::HilockCompress
-        | Proto::HilockPointers
+        | Proto::HilockThesis
         | Proto::HilockOrdered
         | Proto::HilockKeep => {
             let release = match cfg.proto {
@@ -605,9 +607,9 @@ fn dispatch_class<const N: usize>(cfg: &Config) -> Result<Stats, String> {
             };
             let forwarding = match cfg.proto {
                 Proto::HilockCompress => Forwarding::Compress,
-                Proto::HilockPointers | Proto::HilockKeep => Forwarding::ClassPointers,
+                Proto::HilockThesis => Forwarding::Thesis,
                 Proto::HilockOrdered => Forwarding::OrderedPointers,
-                _ => Forwarding::Thesis,
+                _ => Variant::HILOCK.forwarding,
             };
             let inheritance = match cfg.prio {
                 PrioMode::Off | PrioMode::On => Inheritance::None,
@@ -1119,7 +1121,7 @@ where
             }
             Proto::Hilock
             | Proto::HilockCompress
-            | Proto::HilockPointers
+            | Proto::HilockThesis
             | Proto::HilockOrdered
             | Proto::HilockKeep => access_locks(self.cfg.mix, mode_idx, entry, true),
             Proto::NaimiSame => access_locks(self.cfg.mix, mode_idx, entry, false),
@@ -1405,8 +1407,8 @@ mod relay_tests {
     #[test]
     fn relay_instruments_see_pointers_only_under_a_pointer_rule() {
         let run16 = |p: Proto| run(&Config::thesis(p, 16, 10.0, 40, 1)).expect("run");
-        let thesis = run16(Proto::Hilock);
-        let pointers = run16(Proto::HilockPointers);
+        let thesis = run16(Proto::HilockThesis);
+        let pointers = run16(Proto::Hilock);
         assert_eq!(thesis.relay_via_pointer, 0);
         assert!(pointers.relay_via_pointer > 0);
         for st in [&thesis, &pointers] {

@@ -73,20 +73,23 @@ pub struct Variant {
     pub forward_stranded: bool,
     /// Priority inheritance across the site's locks (section 3.7).
     pub inheritance: Inheritance,
-    /// Where a non-token node sends the requests it forwards (issue 19; default: the
-    /// thesis's parent pointer).
+    /// Where a non-token node sends the requests it forwards (issue 19; default:
+    /// hilock's per-class routing pointers, [`Forwarding::ClassPointers`]; the thesis's
+    /// parent pointer is [`Forwarding::Thesis`]).
     #[cfg_attr(feature = "serde", serde(default))]
     pub forwarding: Forwarding,
 }
 
 /// How a non-token node routes the requests it forwards (issue 19, SPEC.md section 9).
+/// hilock's default is [`Forwarding::ClassPointers`]; [`Forwarding::Thesis`] is the
+/// thesis's rule, kept for comparison.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
 pub enum Forwarding {
     /// The thesis (Fig. 2.4): always along `Parent`, which changes only on a grant or a
-    /// token transfer.
-    #[default]
+    /// token transfer. hilock's default until issue 19's fifth round; kept as the named
+    /// variant the chapter-4 reproductions and the model checks compare against.
     Thesis,
     /// hilock's extension: an *idle relay* (not the token node, owns Φ, nothing pending,
     /// empty queue) remembers the last request it forwarded, `{S, M_S, ξ_S}`, as a
@@ -109,7 +112,9 @@ pub enum Forwarding {
     /// (`queue_or_forward_prio(M, ξ_S, M_D, ξ_D) = Q`), else to its parent. Unlike
     /// Compress's single shortcut, a pointer survives requests of other modes and requests
     /// forwarded from elsewhere. The pointers are dropped when the node requests, or
-    /// receives a grant or the token; `Parent` is unchanged.
+    /// receives a grant or the token; `Parent` is unchanged. hilock's default (the
+    /// `#[default]` and [`Variant::HILOCK`]'s).
+    #[default]
     ClassPointers,
     /// hilock's extension, third form (issue 19, experimental, SPEC.md "Forwarding"):
     /// [`Forwarding::ClassPointers`] with Naimi-style pointers to *any* requester an idle
@@ -130,7 +135,7 @@ impl Variant {
         tokenable_transfers: true,
         forward_stranded: true,
         inheritance: Inheritance::None,
-        forwarding: Forwarding::Thesis,
+        forwarding: Forwarding::ClassPointers,
     };
 }
 

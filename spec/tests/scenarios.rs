@@ -4,6 +4,7 @@
 use hilock_kernel::Forwarding;
 use hilock_spec::{scenarios_dir, Scenario};
 
+/// Under the thesis's own forwarding rule ([`Forwarding::Thesis`], kept for comparison).
 #[test]
 fn every_thesis_scenario_passes() {
     run_every_scenario(Forwarding::Thesis);
@@ -17,9 +18,11 @@ fn every_thesis_scenario_passes_under_compressed_forwarding() {
     run_every_scenario(Forwarding::Compress);
 }
 
-/// Issue 19: the same under hilock's per-class routing pointers.
+/// Issue 19: the same under hilock's per-class routing pointers, hilock's default (what
+/// `hilock scenario` runs).
 #[test]
 fn every_thesis_scenario_passes_under_class_pointers() {
+    assert_eq!(Forwarding::default(), Forwarding::ClassPointers);
     run_every_scenario(Forwarding::ClassPointers);
 }
 

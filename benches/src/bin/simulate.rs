@@ -101,8 +101,9 @@ impl MixArg {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum Experiment {
     /// Fig. 4.1, the thesis's Linux-cluster setting (section 4.2.1, "3.25 messages"):
-    /// CS 15 ms, NCS ratio × 15 ms, simulated latency 150 ms, all ±33.33 %; hilock and
-    /// both Naimi variants, every ratio. Alias `linux-cluster`.
+    /// CS 15 ms, NCS ratio × 15 ms, simulated latency 150 ms, all ±33.33 %; hilock with
+    /// the thesis's forwarding rule (`hilock-thesis`) and both Naimi variants, every
+    /// ratio. Alias `linux-cluster`.
     #[value(alias = "linux-cluster")]
     Unprioritized,
     /// Fig. 4.2 and 4.4, the thesis's IBM SP setting (section 4.2.2, "6.5 messages" at
@@ -110,17 +111,20 @@ enum Experiment {
     /// `ibm-sp`.
     #[value(alias = "ibm-sp")]
     NativeLatency,
-    /// Fig. 4.5–4.7: priorities, PCEP, PIP and the prioritized Naimi baseline.
+    /// Fig. 4.5–4.7: priorities, PCEP, PIP (`hilock-thesis`) and the prioritized Naimi
+    /// baseline.
     Prioritized,
     /// Naimi-Trehel one request at a time from a random node against Lavault's mean
     /// H(n − 1) messages per CS (sizes ≤ 128 of `--sizes`).
     Lavault,
-    /// Issue 19: every forwarding variant of hilock and Naimi-Trehel pure, ratio 10,
-    /// 150 ms, over `--sizes`.
+    /// Issue 19: every forwarding variant of hilock (`hilock` = the default,
+    /// ClassPointers; `hilock-thesis`, `hilock-compress`, `hilock-ordered`) and
+    /// Naimi-Trehel pure, ratio 10, 150 ms, over `--sizes`.
     Forwarding,
     /// Fig. 4.3, constant concurrency level (section 4.2.2): NCS grown with N so that
     /// N · CS / NCS stays at each `--concurrency` level; the IBM SP setting (50 µs
-    /// latency); hilock (thesis rule), hilock ClassPointers and Naimi pure over `--sizes`.
+    /// latency); `hilock-thesis` (thesis rule), `hilock` (ClassPointers) and Naimi pure
+    /// over `--sizes`.
     /// Alias `fig4-3`.
     #[value(alias = "fig4-3")]
     ConstantConcurrency,
@@ -250,14 +254,17 @@ fn prio_sizes(quick: bool) -> Vec<usize> {
 /// Mean message latency of the native-latency runs (IBM SP interconnect stand-in).
 const NATIVE_LATENCY_MS: f64 = 0.05;
 const RATIOS: [f64; 4] = [1.0, 5.0, 10.0, 25.0];
-const UNPRIO: [Proto; 3] = [Proto::Hilock, Proto::NaimiSame, Proto::NaimiPure];
+/// The protocols of the unprioritized chapter-4 experiments (Fig. 4.1, 4.2, 4.4): hilock
+/// with the thesis's own forwarding rule (`hilock-thesis`), so that the reproductions stay
+/// comparable with the thesis's figures, and the Naimi-Trehel baselines.
+const UNPRIO: [Proto; 3] = [Proto::HilockThesis, Proto::NaimiSame, Proto::NaimiPure];
 /// The protocols of the `constant-concurrency` experiment (Fig. 4.3).
-const FIG43: [Proto; 3] = [Proto::Hilock, Proto::HilockPointers, Proto::NaimiPure];
+const FIG43: [Proto; 3] = [Proto::HilockThesis, Proto::Hilock, Proto::NaimiPure];
 /// The protocols of the `forwarding` experiment.
 const FORWARDING: [Proto; 6] = [
-    Proto::Hilock,
+    Proto::HilockThesis,
     Proto::HilockCompress,
-    Proto::HilockPointers,
+    Proto::Hilock,
     Proto::HilockOrdered,
     Proto::HilockKeep,
     Proto::NaimiPure,
@@ -306,10 +313,10 @@ fn jobs(o: &Opts) -> Vec<Job> {
         .filter(|_| on(Experiment::Prioritized))
     {
         for (proto, prio) in [
-            (Proto::Hilock, PrioMode::Off),
-            (Proto::Hilock, PrioMode::On),
-            (Proto::Hilock, PrioMode::Pcep),
-            (Proto::Hilock, PrioMode::Pip),
+            (Proto::HilockThesis, PrioMode::Off),
+            (Proto::HilockThesis, PrioMode::On),
+            (Proto::HilockThesis, PrioMode::Pcep),
+            (Proto::HilockThesis, PrioMode::Pip),
             (Proto::PrioNaimi, PrioMode::On),
         ] {
             let mut cfg = config(proto, n, 10.0);
@@ -496,16 +503,16 @@ fn print_tables(rows: &[(Job, Stats)], lavault: &[LavaultRow]) {
         for &r in &ratios {
             if sizes
                 .iter()
-                .all(|&n| get(exp, Proto::Hilock, r, n).is_none())
+                .all(|&n| get(exp, Proto::HilockThesis, r, n).is_none())
             {
                 continue;
             }
             println!("\n{what}, ratio {r}: messages per lock request; hilock by kind\n");
-            println!("| n | hilock | Naimi same work | Naimi pure | hilock / pure | hilock / same | request | forward | grant | token | release | freeze | latency ms |");
+            println!("| n | hilock-thesis | Naimi same work | Naimi pure | hilock-thesis / pure | hilock-thesis / same | request | forward | grant | token | release | freeze | latency ms |");
             println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
             for &n in &sizes {
                 let (Some(h), Some(s), Some(p)) = (
-                    get(exp, Proto::Hilock, r, n),
+                    get(exp, Proto::HilockThesis, r, n),
                     get(exp, Proto::NaimiSame, r, n),
                     get(exp, Proto::NaimiPure, r, n),
                 ) else {
@@ -544,7 +551,7 @@ fn print_tables(rows: &[(Job, Stats)], lavault: &[LavaultRow]) {
         for p in &hilocks {
             print!(" {} |", p.name());
         }
-        println!(" hilock lock requests / access | hilock (thesis) msgs / access | hilock-pointers msgs / access | Naimi msgs / access |");
+        println!(" hilock-thesis lock requests / access | hilock-thesis msgs / access | hilock msgs / access | Naimi msgs / access |");
         println!(
             "|---:|---:|{}---:|---:|---:|---:|",
             "---:|".repeat(hilocks.len())
@@ -564,9 +571,9 @@ fn print_tables(rows: &[(Job, Stats)], lavault: &[LavaultRow]) {
                     None => print!(" - |"),
                 }
             }
-            let pointers = get("forwarding", Proto::HilockPointers, 10.0, n)
+            let pointers = get("forwarding", Proto::Hilock, 10.0, n)
                 .map_or("-".to_string(), |st| format!("{:.2}", st.per_access()));
-            match get("forwarding", Proto::Hilock, 10.0, n) {
+            match get("forwarding", Proto::HilockThesis, 10.0, n) {
                 Some(h) => println!(
                     " {:.3} | {:.2} | {pointers} | {:.2} |",
                     h.requests_per_access(),
@@ -615,8 +622,8 @@ fn print_tables(rows: &[(Job, Stats)], lavault: &[LavaultRow]) {
         for &n in &sizes {
             for p in [
                 Proto::NaimiPure,
+                Proto::HilockThesis,
                 Proto::Hilock,
-                Proto::HilockPointers,
                 Proto::HilockKeep,
             ] {
                 let Some(st) = get("forwarding", p, 10.0, n) else {
@@ -642,7 +649,7 @@ fn print_tables(rows: &[(Job, Stats)], lavault: &[LavaultRow]) {
         // Issue 19, fifth round: ClassPointers with and without kept intention modes, per
         // lock request and per access, against Naimi-Trehel pure (same run, same seed).
         println!("\nKept intention modes: messages per lock request and per access (and / Naimi-Trehel pure)\n");
-        println!("| n | Naimi pure | hilock-pointers per lock request | hilock-pointers per access | hilock-keep per lock request | hilock-keep per access | hilock-keep lock requests / access |");
+        println!("| n | Naimi pure | hilock (ClassPointers) per lock request | hilock per access | hilock-keep per lock request | hilock-keep per access | hilock-keep lock requests / access |");
         println!("|---:|---:|---:|---:|---:|---:|---:|");
         for &n in &sizes {
             let Some(nt) = get("forwarding", Proto::NaimiPure, 10.0, n) else {
@@ -657,7 +664,7 @@ fn print_tables(rows: &[(Job, Stats)], lavault: &[LavaultRow]) {
                     ]
                 })
             };
-            let [pr, pa] = cell(Proto::HilockPointers);
+            let [pr, pa] = cell(Proto::Hilock);
             let [kr, ka] = cell(Proto::HilockKeep);
             let lr = get("forwarding", Proto::HilockKeep, 10.0, n).map_or("-".to_string(), |st| {
                 format!("{:.3}", st.lock_requests as f64 / st.accesses.max(1) as f64)
@@ -713,14 +720,14 @@ fn print_tables(rows: &[(Job, Stats)], lavault: &[LavaultRow]) {
         for p in FIG43 {
             print!(" {} msgs | {} latency |", p.name(), p.name());
         }
-        println!(" hilock request | hilock forward |");
+        println!(" hilock-thesis request | hilock-thesis forward |");
         println!(
             "|---:|---:|---:|{}---:|---:|",
             "---:|---:|".repeat(FIG43.len())
         );
         for &level in &levels {
             for &n in &sizes {
-                let Some(h) = cc(Proto::Hilock, level, n) else {
+                let Some(h) = cc(Proto::HilockThesis, level, n) else {
                     continue;
                 };
                 print!("| {level} | {n} | {} |", n as f64 / level);
@@ -885,7 +892,7 @@ fn write_outputs(out: &Path, rows: &[(Job, Stats)]) -> Result<(), String> {
     ] {
         let f42: Vec<&(Job, Stats)> = rows
             .iter()
-            .filter(|(j, _)| j.exp == exp && j.cfg.proto == Proto::Hilock)
+            .filter(|(j, _)| j.exp == exp && j.cfg.proto == Proto::HilockThesis)
             .collect();
         csv(&out.join(format!("fig4_2{suffix}.csv")), &f42)?;
         let by_ratio = |y: fn(&Stats) -> f64| -> Vec<Series> {
@@ -896,7 +903,7 @@ fn write_outputs(out: &Path, rows: &[(Job, Stats)]) -> Result<(), String> {
                         rows,
                         format!("ratio {r}"),
                         move |j: &Job| {
-                            j.exp == exp && j.cfg.proto == Proto::Hilock && j.cfg.ratio == r
+                            j.exp == exp && j.cfg.proto == Proto::HilockThesis && j.cfg.ratio == r
                         },
                         y,
                     )
@@ -925,7 +932,7 @@ fn write_outputs(out: &Path, rows: &[(Job, Stats)]) -> Result<(), String> {
         .iter()
         .flat_map(|&r| {
             [Proto::NaimiPure, Proto::NaimiSame].map(|p| {
-                let h = series(rows, String::new(), unprio(Proto::Hilock, r), |st| {
+                let h = series(rows, String::new(), unprio(Proto::HilockThesis, r), |st| {
                     st.per_request()
                 });
                 let b = series(rows, String::new(), unprio(p, r), |st| st.per_request());
@@ -961,7 +968,7 @@ fn write_outputs(out: &Path, rows: &[(Job, Stats)]) -> Result<(), String> {
     let s: Vec<Series> = KIND_NAMES
         .iter()
         .zip(kinds)
-        .map(|(k, f)| series(rows, k.to_string(), native(Proto::Hilock, 10.0), f))
+        .map(|(k, f)| series(rows, k.to_string(), native(Proto::HilockThesis, 10.0), f))
         .collect();
     chart(
         &out.join("fig4_4a_breakup.svg"),
@@ -975,7 +982,14 @@ fn write_outputs(out: &Path, rows: &[(Job, Stats)]) -> Result<(), String> {
         let letter = ["b", "c", "d", "e", "f"][i];
         let s: Vec<Series> = ratios
             .iter()
-            .map(|&r| series(rows, format!("ratio {r}"), native(Proto::Hilock, r), f))
+            .map(|&r| {
+                series(
+                    rows,
+                    format!("ratio {r}"),
+                    native(Proto::HilockThesis, r),
+                    f,
+                )
+            })
             .collect();
         chart(
             &out.join(format!("fig4_4{letter}_{k}.svg")),
@@ -994,10 +1008,10 @@ fn write_outputs(out: &Path, rows: &[(Job, Stats)]) -> Result<(), String> {
         .collect();
     csv(&out.join("fig4_5_to_4_7.csv"), &pr)?;
     let variants = [
-        (Proto::Hilock, PrioMode::Off, "hilock unprioritized"),
-        (Proto::Hilock, PrioMode::On, "hilock prioritized"),
-        (Proto::Hilock, PrioMode::Pcep, "hilock PCEP"),
-        (Proto::Hilock, PrioMode::Pip, "hilock PIP"),
+        (Proto::HilockThesis, PrioMode::Off, "hilock unprioritized"),
+        (Proto::HilockThesis, PrioMode::On, "hilock prioritized"),
+        (Proto::HilockThesis, PrioMode::Pcep, "hilock PCEP"),
+        (Proto::HilockThesis, PrioMode::Pip, "hilock PIP"),
         (Proto::PrioNaimi, PrioMode::On, "prioritized Naimi"),
     ];
     let prio_pick = |p: Proto, m: PrioMode| {
@@ -1063,7 +1077,7 @@ fn write_outputs(out: &Path, rows: &[(Job, Stats)]) -> Result<(), String> {
                 series(
                     rows,
                     format!("priority {p}"),
-                    prio_pick(Proto::Hilock, m),
+                    prio_pick(Proto::HilockThesis, m),
                     move |st| st.prio_latency_ms(p),
                 )
             })
@@ -1182,7 +1196,7 @@ fn write_outputs(out: &Path, rows: &[(Job, Stats)]) -> Result<(), String> {
             series(
                 rows,
                 format!("{} access", m.symbol()),
-                unprio(Proto::Hilock, 10.0),
+                unprio(Proto::HilockThesis, 10.0),
                 move |st| st.mode_latency_ms(i),
             )
         })
