@@ -417,6 +417,12 @@ pub fn change(membership: SocketAddr, r: Request, limit: Duration) -> Result<Str
         .enable_all()
         .build()
         .map_err(|e| format!("tokio: {e}"))?;
+    if membership == crate::config::NO_SERVICE {
+        // `--config` of a ring whose view is in etcd: there is no service to ask.
+        return Err(format!(
+            "{r:?}: this ring's view is kept in etcd (membership = \"etcd\"), there is no membership service to ask: a node joins by starting with its slot (`hilock node --config F --id N`) and leaves gracefully on SIGTERM; `hilock status --config F` shows the view"
+        ));
+    }
     rt.block_on(async move {
         let t0 = tokio::time::Instant::now();
         let mut a = Admin::connect(membership, limit).await?;
