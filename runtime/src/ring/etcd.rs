@@ -26,8 +26,13 @@
 //!   settled in it (the static service's `settled`: one change at a time). So the new
 //!   primary of a dead member's range serves it only from a view installed after the old
 //!   primary stopped answering.
-//! - A node whose lease is lost, or that reads a view without itself, ends; it comes back
-//!   only as a new process (a new incarnation; joins through etcd are not built).
+//! - A node whose lease is lost, or that is removed from the view, ends; it comes back
+//!   only as a new process, which joins.
+//! - **Joins and leaves** ([`start_node_leavable`], [`Leave`]): a node outside the view
+//!   installs the view with itself, a leaving node the view without itself, each by the
+//!   same compare-and-swap and only from a view every live member reported settled in;
+//!   the kernel hands the moved arcs over. A leaving node ends once every member of the
+//!   new view reported settled in it.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;

@@ -23,8 +23,9 @@
 //! crash: its messages are gone). The links are not authenticated (loopback only so far).
 //!
 //! # Limits (said, not hidden)
-//! - The membership service is one process (`hilock ring membership`, or a test). Without it
-//!   no view changes; with etcd it would be replicated — not built.
+//! - The static membership service is one process (`hilock ring membership`, or a test).
+//!   Without it no view changes; with `membership = "etcd"` ([`etcd`]) the view is in etcd
+//!   and the nodes change it themselves.
 //! - Crash detection is by the successor, removal under the lease rule (see
 //!   [`Membership`] and `spec/FAULTS.md` §2.6): every node renews a lease with the service
 //!   and stops answering when it cannot; it beats to its successor, which reports a
