@@ -784,3 +784,37 @@ fn ring_etcd_configuration_is_checked() {
         assert!(!e.contains('\n'), "one line: {e:?}");
     }
 }
+
+/// `hilock ring join|leave --config F` of a ring whose view is in etcd has no membership
+/// service to ask: one line (exit status 2) saying how a node joins and leaves there,
+/// without dialling anything.
+#[test]
+fn ring_join_and_leave_with_an_etcd_configuration_are_one_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("ring.toml");
+    let addrs = [free_port(), free_port()];
+    std::fs::write(&cfg, ring_toml("c", "127.0.0.1:1", &addrs, &[0, 1])).unwrap();
+    for verb in ["join", "leave"] {
+        let out = Command::new(BIN)
+            .args([
+                "ring",
+                verb,
+                "--id",
+                "1",
+                "--timeout-ms",
+                "3000",
+                "--config",
+            ])
+            .arg(&cfg)
+            .env("RUST_LOG", "off")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{verb}: {err}");
+        assert!(
+            err.contains("kept in etcd") && err.contains("SIGTERM"),
+            "{verb}: {err}"
+        );
+        assert_eq!(err.trim_end().lines().count(), 1, "one line: {err:?}");
+    }
+}
