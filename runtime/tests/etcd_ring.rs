@@ -113,10 +113,16 @@ async fn wait_view(
                 }
             }
         }
-        assert!(
-            t.elapsed() < limit,
-            "no settled view as wanted after {limit:?}"
-        );
+        if t.elapsed() >= limit {
+            let mut nodes = Vec::new();
+            for a in addrs {
+                nodes.push(probe(*a, Duration::from_millis(500)).await);
+            }
+            panic!(
+                "no settled view as wanted after {limit:?}: etcd {:?}, nodes {nodes:?}",
+                ring_etcd::read_view(o, cluster).await
+            );
+        }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
@@ -170,14 +176,22 @@ struct Ring {
 
 /// etcd, `n` `hilock node` processes of cluster `cluster`, and their first view settled.
 async fn start_ring(test: &str, cluster: &'static str, n: u16) -> Option<Ring> {
+    start_ring_of(test, cluster, n, n).await
+}
+
+/// etcd, `slots` configured slots of which the first `n` start as `hilock node`
+/// processes with the first view `[0, n)`, settled.
+async fn start_ring_of(test: &str, cluster: &'static str, slots: u16, n: u16) -> Option<Ring> {
     let e = etcd::start_healthy(test)?;
     let o = options(&e);
     let dir = tempfile::tempdir().unwrap();
-    let addrs: Vec<SocketAddr> = (0..n).map(|_| free_port()).collect();
+    let addrs: Vec<SocketAddr> = (0..slots).map(|_| free_port()).collect();
     let cfg = dir.path().join("ring.toml");
     let members: Vec<u16> = (0..n).collect();
     std::fs::write(&cfg, ring_toml(cluster, &e.addr, &addrs, &members)).unwrap();
-    let procs = (0..n).map(|i| Some(spawn_node(i, &cfg))).collect();
+    let procs = (0..slots)
+        .map(|i| (i < n).then(|| spawn_node(i, &cfg)))
+        .collect();
     let all = (1u16 << n) - 1;
     let view = wait_view(&o, cluster, &addrs, Duration::from_secs(10), |v, live| {
         v.members == all && live == all
@@ -194,6 +208,260 @@ async fn start_ring(test: &str, cluster: &'static str, n: u16) -> Option<Ring> {
         procs,
         view,
     })
+}
+
+/// `hilock status --config F` of the ring: asserts it succeeds and shows `want` settled.
+fn status_shows(r: &Ring, want: View) -> String {
+    let out = Command::new(BIN)
+        .args(["status", "--config"])
+        .arg(&r.cfg)
+        .env("RUST_LOG", "hilock=warn")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "hilock status: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let members: Vec<String> = (0..16u16)
+        .filter(|i| want.has(NodeId(*i)))
+        .map(|i| i.to_string())
+        .collect();
+    let line = format!(
+        "view epoch {} members [{}], settled",
+        want.epoch,
+        members.join(", ")
+    );
+    assert!(text.contains(&line), "status shows {line:?}: {text}");
+    text
+}
+
+/// Whether node `n` (at `addr`) reports `path`'s entry held by client `c`.
+async fn node_holds(addr: SocketAddr, path: &str, c: u8) -> bool {
+    probe(addr, Duration::from_millis(500))
+        .await
+        .is_some_and(|r| r.entries.contains(&(key_of(path).0, Some(c))))
+}
+
+/// A sixth node joins a 5-node etcd ring under load (12 clients, the demo's history
+/// checker), while a client holds a lock whose range moves to it: `hilock node` with a
+/// slot not in the view starts as a non-member and installs the view with itself by the
+/// etcd compare-and-swap once the view is settled; the kernel hands it exactly the moved
+/// arcs. Afterwards the new node serves its range (a free path of it is granted; its
+/// table holds the moved lock, which a contender is refused), `hilock status` shows epoch
+/// 2 with six members, and at the end 0 violations, every request answered, every path
+/// free (no lost lock).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sixth_node_joins_a_five_node_etcd_ring_under_load() {
+    tokio::time::timeout(Duration::from_secs(40), join_sixth())
+        .await
+        .expect("the test ended within 40 s");
+}
+
+async fn join_sixth() {
+    let test = "a_sixth_node_joins_a_five_node_etcd_ring_under_load";
+    let Some(mut r) = start_ring_of(test, "ring-join", 6, 5).await else {
+        return;
+    };
+    let limit = Duration::from_secs(10);
+    let slots = slots(&r.addrs);
+    let views = ring_etcd::follow_view(&r.o, r.cluster).await.unwrap();
+    let mut run = Run::start(&slots, Views::Watch(views.clone()), 0x51a7_e11d_0ca1_0003).await;
+    let grants = run.load.grants.clone();
+    let joiner = NodeId(5);
+    let six = r.view.join(joiner);
+    // A lock held across the join on a path the joiner will serve.
+    let moved = path_served_by(six, joiner, "moved");
+    assert_ne!(ring().lookup(r.view, key_of(&moved)), Some(joiner));
+    let mut keeper = RingClient::connect_to(152, slots.clone(), Views::Watch(views.clone()))
+        .await
+        .unwrap();
+    assert!(keeper.lock(&moved).await.unwrap(), "{moved} is granted");
+    let op = run.ops.fetch_add(1, Relaxed);
+    run.oracle
+        .register_path(op, 152, &moved, hilock_kernel::Mode::W);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let t = Instant::now();
+    r.procs[joiner.idx()] = Some(spawn_node(joiner.0, &r.cfg));
+    let v = wait_view(&r.o, r.cluster, &r.addrs, limit, |v, _| v.has(joiner)).await;
+    let took = t.elapsed();
+    println!(
+        "node 5 joined a 5-node etcd ring under load: view {v:?} settled {took:?} after its start"
+    );
+    assert_eq!(v, six, "the join is one view change");
+    // The new node serves its range: it holds the moved lock, refuses it to a contender,
+    // and grants a free path of its range.
+    assert!(
+        node_holds(r.addrs[joiner.idx()], &moved, 152).await,
+        "node 5 holds the moved lock after the join"
+    );
+    assert!(
+        !run.contender.lock(&moved).await.unwrap(),
+        "the lock held across the join is refused to another client"
+    );
+    assert!(
+        !run.contender.lock(HELD).await.unwrap(),
+        "the held lock is refused to another client"
+    );
+    let free = path_served_by(six, joiner, "fresh");
+    let mut prober = RingClient::connect_to(150, slots.clone(), Views::Watch(views.clone()))
+        .await
+        .unwrap();
+    assert!(prober.lock(&free).await.unwrap(), "{free} is granted");
+    assert!(
+        node_holds(r.addrs[joiner.idx()], &free, 150).await,
+        "node 5 serves {free}"
+    );
+    prober.unlock(&free).await.unwrap();
+    status_shows(&r, six);
+    let before = grants.load(Relaxed);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        grants.load(Relaxed) > before,
+        "the load goes on after the join"
+    );
+    run.oracle.exit(op);
+    keeper.unlock(&moved).await.unwrap();
+    run.finish(limit, "etcd ring join").await;
+    assert!(
+        r.procs[joiner.idx()]
+            .as_mut()
+            .unwrap()
+            .0
+            .try_wait()
+            .unwrap()
+            .is_none(),
+        "the joiner still runs"
+    );
+}
+
+/// The graceful leave of the primary of a held lock in a 6-node etcd ring under load:
+/// SIGTERM to its `hilock node`; it installs the view without itself by the etcd
+/// compare-and-swap, hands its arcs over, and exits (status 0) only once every member of
+/// the new view reports that it installed it and holds every arc it must (checked by
+/// probing them right after the exit), well before its lease could have expired. The
+/// held lock survives (refused to a contender), `hilock status` shows epoch 2 without the
+/// leaver, and at the end 0 violations, every request answered, every path free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn graceful_leave_of_a_primary_under_load_hands_over_before_it_exits() {
+    tokio::time::timeout(Duration::from_secs(40), graceful_leave())
+        .await
+        .expect("the test ended within 40 s");
+}
+
+async fn graceful_leave() {
+    let test = "graceful_leave_of_a_primary_under_load_hands_over_before_it_exits";
+    let Some(mut r) = start_ring(test, "ring-leave", 6).await else {
+        return;
+    };
+    let limit = Duration::from_secs(10);
+    let slots = slots(&r.addrs);
+    let views = ring_etcd::follow_view(&r.o, r.cluster).await.unwrap();
+    let mut run = Run::start(&slots, Views::Watch(views.clone()), 0x51a7_e11d_0ca1_0004).await;
+    let grants = run.load.grants.clone();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let leaver = ring().lookup(r.view, key_of(HELD)).unwrap();
+    let want = r.view.leave(leaver);
+    let mut proc = r.procs[leaver.idx()].take().unwrap();
+    let t = Instant::now();
+    signal(&proc, "TERM");
+    let st = loop {
+        if let Some(st) = proc.0.try_wait().unwrap() {
+            break st;
+        }
+        assert!(t.elapsed() < limit, "the leaver exits");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    let took = t.elapsed();
+    // Right after its exit: every member of the new view holds its arcs in it.
+    for (i, a) in r.addrs.iter().enumerate() {
+        if want.has(NodeId(i as u16)) {
+            let rep = probe(*a, Duration::from_millis(500)).await;
+            assert!(
+                rep.as_ref().is_some_and(|x| x.view == want && x.settled),
+                "node {i} when the leaver exited: {rep:?} (want settled in {want:?})"
+            );
+        }
+    }
+    println!(
+        "graceful leave of node {} (primary of {HELD}) under load: exited {st} {took:?} after SIGTERM",
+        leaver.0
+    );
+    assert!(st.success(), "the leaver exits cleanly: {st}");
+    assert!(
+        took < earliest_expiry(&r.o),
+        "the leave took {took:?}: as long as a lease expiry"
+    );
+    assert!(
+        !run.contender.lock(HELD).await.unwrap(),
+        "the lock held across the leave of its primary is refused to another client"
+    );
+    let v = wait_view(&r.o, r.cluster, &r.addrs, limit, |v, _| v == want).await;
+    assert_eq!(v.epoch, 2);
+    status_shows(&r, want);
+    let before = grants.load(Relaxed);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        grants.load(Relaxed) > before,
+        "the load goes on after the leave"
+    );
+    run.finish(limit, "etcd ring graceful leave").await;
+}
+
+/// kill -9 of a held lock's primary in a 5-node etcd ring under load; once it is removed
+/// from the view (after its lease), `hilock node` is started again with the same slot: it
+/// is not in the view, so it joins (epoch 3, the five members again) and is handed its
+/// range back; it then holds the held lock's entry, which a contender is refused;
+/// `hilock status` shows each view; at the end 0 violations, every request answered,
+/// every path free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_node_started_again_rejoins_through_the_join() {
+    tokio::time::timeout(Duration::from_secs(40), kill_and_rejoin())
+        .await
+        .expect("the test ended within 40 s");
+}
+
+async fn kill_and_rejoin() {
+    let test = "a_killed_node_started_again_rejoins_through_the_join";
+    let Some(mut r) = start_ring(test, "ring-rejoin", 5).await else {
+        return;
+    };
+    let limit = Duration::from_secs(10);
+    let slots = slots(&r.addrs);
+    let views = ring_etcd::follow_view(&r.o, r.cluster).await.unwrap();
+    let mut run = Run::start(&slots, Views::Watch(views.clone()), 0x51a7_e11d_0ca1_0005).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let victim = ring().lookup(r.view, key_of(HELD)).unwrap();
+    let gone = r.view.leave(victim);
+    let t = Instant::now();
+    drop(r.procs[victim.idx()].take()); // SIGKILL and reap
+    wait_view(&r.o, r.cluster, &r.addrs, limit, |v, _| v == gone).await;
+    let removed = t.elapsed();
+    status_shows(&r, gone);
+    let t = Instant::now();
+    r.procs[victim.idx()] = Some(spawn_node(victim.0, &r.cfg));
+    let back = gone.join(victim);
+    wait_view(&r.o, r.cluster, &r.addrs, limit, |v, _| v == back).await;
+    let rejoined = t.elapsed();
+    println!(
+        "kill -9 of node {}: removed {removed:?} after the kill; started again, it rejoined (settled) {rejoined:?} after its start",
+        victim.0
+    );
+    assert_eq!(back.epoch, 3);
+    assert!(
+        node_holds(r.addrs[victim.idx()], HELD, ring_load::HOLDER).await,
+        "the rejoined node holds the held lock's entry again"
+    );
+    assert!(
+        !run.contender.lock(HELD).await.unwrap(),
+        "the lock held across the kill and the rejoin is refused to another client"
+    );
+    status_shows(&r, back);
+    run.finish(limit, "etcd ring kill -9 and rejoin").await;
 }
 
 /// kill -9 of a held lock's primary in a 4-node ring under load (12 clients, the demo's
@@ -375,9 +643,9 @@ async fn sigstop() {
 }
 
 /// What etcd holds under the cluster's `epoch` key must be a view of this ring: a
-/// token-engine epoch of a cluster with the same name, a member that is not a slot, or a
-/// view without the starting node's slot is one clear line, from the library and (the
-/// first) from `hilock node` (exit status 2).
+/// token-engine epoch of a cluster with the same name or a member that is not a slot is
+/// one clear line, from the library and (the first) from `hilock node` (exit status 2);
+/// a view without the starting node's slot is no error (the node joins it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_foreign_or_bad_view_in_etcd_is_a_clear_error() {
     tokio::time::timeout(Duration::from_secs(30), bad_views())
@@ -426,19 +694,25 @@ async fn bad_views() {
         .unwrap();
     let err = start("bad", 0).await.unwrap_err();
     assert!(err.contains("member 20 is not a slot of the ring"), "{err}");
-    // A view without the node's slot: the first node installs [0, 1] ... a third slot is
-    // not in it.
+    // A view without the node's slot is no error: the node joins it. The first node
+    // installs [0]; slot 1 starts as a non-member and installs [0, 1] as epoch 2.
     let n0 = {
         let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         ring_etcd::start_node(0, l, slots.clone(), &o, "small", 0b01)
             .await
             .unwrap()
     };
-    let err = start("small", 1).await.unwrap_err();
-    assert!(
-        err.contains("slot 1 is not in the ring's view in etcd (epoch 1, members [0])"),
-        "{err}"
-    );
+    start("small", 1).await.unwrap();
+    let t = Instant::now();
+    loop {
+        let (v, _) = ring_etcd::read_view(&o, "small").await.unwrap();
+        if v.members == 0b11 {
+            assert_eq!(v.epoch, 2, "the join is one view change");
+            break;
+        }
+        assert!(t.elapsed() < Duration::from_secs(10), "slot 1 joins: {v:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     n0.kill();
 
     // The same through `hilock node`: exit status 2, one line naming the key.
@@ -508,5 +782,39 @@ fn ring_etcd_configuration_is_checked() {
         let e = hilock::Config::from_toml(text, Some(0)).unwrap_err();
         assert!(e.contains(want), "{e:?} should mention {want:?}");
         assert!(!e.contains('\n'), "one line: {e:?}");
+    }
+}
+
+/// `hilock ring join|leave --config F` of a ring whose view is in etcd has no membership
+/// service to ask: one line (exit status 2) saying how a node joins and leaves there,
+/// without dialling anything.
+#[test]
+fn ring_join_and_leave_with_an_etcd_configuration_are_one_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("ring.toml");
+    let addrs = [free_port(), free_port()];
+    std::fs::write(&cfg, ring_toml("c", "127.0.0.1:1", &addrs, &[0, 1])).unwrap();
+    for verb in ["join", "leave"] {
+        let out = Command::new(BIN)
+            .args([
+                "ring",
+                verb,
+                "--id",
+                "1",
+                "--timeout-ms",
+                "3000",
+                "--config",
+            ])
+            .arg(&cfg)
+            .env("RUST_LOG", "off")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{verb}: {err}");
+        assert!(
+            err.contains("kept in etcd") && err.contains("SIGTERM"),
+            "{verb}: {err}"
+        );
+        assert_eq!(err.trim_end().lines().count(), 1, "one line: {err:?}");
     }
 }

@@ -26,8 +26,13 @@
 //!   settled in it (the static service's `settled`: one change at a time). So the new
 //!   primary of a dead member's range serves it only from a view installed after the old
 //!   primary stopped answering.
-//! - A node whose lease is lost, or that reads a view without itself, ends; it comes back
-//!   only as a new process (a new incarnation; joins through etcd are not built).
+//! - A node whose lease is lost, or that is removed from the view, ends; it comes back
+//!   only as a new process, which joins.
+//! - **Joins and leaves** ([`start_node_leavable`], [`Leave`]): a node outside the view
+//!   installs the view with itself, a leaving node the view without itself, each by the
+//!   same compare-and-swap and only from a view every live member reported settled in;
+//!   the kernel hands the moved arcs over. A leaving node ends once every member of the
+//!   new view reported settled in it.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -140,12 +145,12 @@ async fn first_view(
     for _ in 0..10 {
         let e = m.current_epoch().await.map_err(|e| format!("etcd: {e}"))?;
         if let Some(v) = view_of(cluster, &e)? {
-            if !v.has(NodeId(id)) {
-                return Err(format!(
-                    "slot {id} is not in the ring's view in etcd (epoch {}, members {}): a node joins only as a member of the view (joins through etcd are not built)",
-                    v.epoch,
-                    slots_of(v.members)
-                ));
+            if v.has(NodeId(id)) && m.previous_run().is_some() {
+                // An earlier run of this slot is a member of the view and its member key
+                // is gone (this run could create it): that run has stopped answering, its
+                // entries are on its replicas only. This run must not serve its range
+                // with an empty table: its slot leaves the view first, then it joins.
+                return restart(m, cluster, id, e, v).await;
             }
             return Ok((e, v));
         }
@@ -161,10 +166,81 @@ async fn first_view(
     Err("etcd: the ring's view kept changing while this node started".into())
 }
 
+/// A restarted node whose slot is still in the view (its earlier run's lease expired, the
+/// leader has not removed it yet): removes its slot from the view — the leader's removal
+/// of an expired member, under the same rule (every other live member settled in the
+/// view), done by the slot's new run, which knows the old one is gone — and returns the
+/// first view without it; the node then joins like a new one.
+async fn restart(
+    m: &Membership,
+    cluster: &str,
+    id: u16,
+    mut e: EpochView,
+    mut v: View,
+) -> Result<(EpochView, View), String> {
+    tracing::info!(
+        "ring node {id}: an earlier run of this slot is in the view: removing it before joining"
+    );
+    let t0 = Instant::now();
+    while v.has(NodeId(id)) {
+        if v.members.count_ones() <= 1 {
+            return Err(format!(
+                "slot {id} is the only member of the ring's view in etcd (epoch {}) and an earlier run of it ended: its entries are gone",
+                v.epoch
+            ));
+        }
+        if t0.elapsed() > m.ttl() * 10 {
+            return Err(format!(
+                "slot {id}: the ring's view in etcd (epoch {} members {}) did not settle within {:?}, so the earlier run of this slot could not be removed",
+                v.epoch,
+                slots_of(v.members),
+                m.ttl() * 10
+            ));
+        }
+        if settled(m, v, Some(id)).await.unwrap_or(false) {
+            match m
+                .install_epoch(&e, &record(v.leave(NodeId(id)).members), VIEW_TAG)
+                .await
+            {
+                Ok(_) => tracing::info!(
+                    "ring node {id}: removed the earlier run of this slot from the view"
+                ),
+                Err(crate::membership::Error::StaleEpoch { .. }) => {}
+                Err(x) => return Err(format!("etcd: removing the earlier run of slot {id}: {x}")),
+            }
+        }
+        tokio::time::sleep(POLL).await;
+        e = m.current_epoch().await.map_err(|e| format!("etcd: {e}"))?;
+        v = view_of(cluster, &e)?.ok_or("etcd: the ring's view is gone")?;
+    }
+    Ok((e, v))
+}
+
+/// Whether every live member of `view` (but `except`) reported in etcd that it installed
+/// `view` and has every arc it holds in it (the static service's `settled`).
+async fn settled(m: &Membership, view: View, except: Option<u16>) -> Result<bool, String> {
+    let e = |x: crate::membership::Error| x.to_string();
+    let live = m.list_members().await.map_err(e)?;
+    let reports: BTreeMap<u16, Vec<u8>> = m.reports().await.map_err(e)?;
+    let want = Report {
+        epoch: view.epoch,
+        members: view.members,
+        settled: true,
+    };
+    Ok((0..SLOTS as u16)
+        .filter(|i| view.has(NodeId(*i)) && live.contains_key(i) && Some(*i) != except)
+        .all(|i| {
+            reports
+                .get(&i)
+                .and_then(|b| serde_json::from_slice::<Report>(b).ok())
+                == Some(want)
+        }))
+}
+
 /// Starts node `id` of the ring on `listener` with its membership in etcd (cluster
-/// `cluster`, first view `initial` if etcd holds none). Fails with one clear line when
-/// etcd is unreachable, the slot is in use, the view in etcd is not a ring view of this
-/// ring, or the slot is not in it.
+/// `cluster`, first view `initial` if etcd holds none). A slot that is not in the view
+/// joins it (see [`start_node_leavable`]). Fails with one clear line when etcd is
+/// unreachable, the slot is in use, or the view in etcd is not a ring view of this ring.
 pub async fn start_node(
     id: u16,
     listener: TcpListener,
@@ -173,6 +249,41 @@ pub async fn start_node(
     cluster: &str,
     initial: u16,
 ) -> Result<RingNode, String> {
+    start_node_leavable(id, listener, peers, o, cluster, initial)
+        .await
+        .map(|(n, _)| n)
+}
+
+/// Asks a node started by [`start_node_leavable`] to leave the ring gracefully.
+#[derive(Debug)]
+pub struct Leave(watch::Sender<bool>);
+
+impl Leave {
+    /// Starts the graceful leave: once every other live member reported settled in the
+    /// view, the node installs the view without itself (compare-and-swap), hands its
+    /// entries over (the kernel's hand-over of the moved arcs), waits until every member
+    /// of the new view reported settled in it, revokes its lease and ends. A node that is
+    /// not a member yet (still joining) ends at once.
+    pub fn leave(&self) {
+        self.0.send_replace(true);
+    }
+}
+
+/// [`start_node`], and the handle of its graceful [`Leave`].
+///
+/// **Joins.** A node whose slot is not in the view starts as a non-member (it serves
+/// nothing) and, once every live member reported settled in the view, installs the view
+/// with itself by the same compare-and-swap; the kernel hands it exactly the moved arcs.
+/// A restarted node whose earlier run is still a member (its lease expired, it was not
+/// removed yet) first removes its slot from the view, then joins.
+pub async fn start_node_leavable(
+    id: u16,
+    listener: TcpListener,
+    peers: Arc<Vec<Option<SocketAddr>>>,
+    o: &EtcdOptions,
+    cluster: &str,
+    initial: u16,
+) -> Result<(RingNode, Leave), String> {
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
     let (m, e, view) = join_ring(o, cluster, id, initial).await?;
     let server =
@@ -184,17 +295,18 @@ pub async fn start_node(
     let (until_tx, until_rx) = watch::channel(until);
     let (ctl_tx, ctl_rx) = mpsc::unbounded_channel();
     let (mtx, mrx) = mpsc::unbounded_channel();
+    let (leave_tx, leave_rx) = watch::channel(false);
     let len = m.ttl();
     let task = Box::pin(bridge(
         m,
         cluster.to_string(),
-        e,
-        view,
+        (e, view),
         ctl_tx,
         mrx,
         until_tx,
+        leave_rx,
     ));
-    Ok(RingNode::spawn(
+    let node = RingNode::spawn(
         id,
         addr,
         server,
@@ -203,24 +315,27 @@ pub async fn start_node(
         Control::Local { rx: ctl_rx, task },
         mtx,
         (len, until_rx),
-    ))
+    );
+    Ok((node, Leave(leave_tx)))
 }
 
 /// The node's etcd side, beside the node (ends with it): forwards the lease's deadline,
-/// follows the view, writes the node's reports, and — while this node holds the leader
-/// key — removes members whose key expired. Returns (the node then ends) when the lease is
-/// lost, the view no longer has the node, or etcd holds something that is not a view.
+/// follows the view, writes the node's reports, joins the view if the node is not in it,
+/// leaves it when asked, and — while this node holds the leader key — removes members
+/// whose key expired. Returns (the node then ends) when the lease is lost, the view no
+/// longer has the node (removed, or left gracefully: then its lease is revoked), or etcd
+/// holds something that is not a view.
 async fn bridge(
-    m: Membership,
+    owned: Membership,
     cluster: String,
-    mut base: EpochView,
-    mut view: View,
+    (mut base, mut view): (EpochView, View),
     ctl: mpsc::UnboundedSender<Frame>,
     mut from_node: mpsc::UnboundedReceiver<Frame>,
     until: watch::Sender<Option<Instant>>,
+    leave: watch::Receiver<bool>,
 ) {
-    let me = m.me().id;
-    let mut lease = m.lease();
+    let me = owned.me().id;
+    let mut lease = owned.lease();
     // The lease's deadline goes to the node as soon as etcd's keep-alive moves it, also
     // while the loop below waits for etcd.
     let forward = async move {
@@ -239,11 +354,22 @@ async fn bridge(
             }
         }
     };
+    let (m, ctl) = (&owned, &ctl);
+    // Returns whether the node left gracefully.
     let follow = async move {
         let mut tick = tokio::time::interval(POLL);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut mine: Option<Report> = None;
         let mut put: Option<Report> = None;
+        let mut member = view.has(NodeId(me));
+        let mut seen = Seen::default();
+        if !member {
+            tracing::info!(
+                "ring node {me}: not in the view {} {}: joining",
+                view.epoch,
+                slots_of(view.members)
+            );
+        }
         loop {
             tokio::select! {
                 f = from_node.recv() => match f {
@@ -253,9 +379,10 @@ async fn bridge(
                     // The successor's suspicion does not remove anybody here: only the end
                     // of the member's lease in etcd does.
                     Some(_) => {}
-                    None => return,
+                    None => return false,
                 },
                 _ = tick.tick() => {
+                    let leaving = *leave.borrow();
                     // The view.
                     match m.current_epoch().await {
                         Ok(e) => match view_of(&cluster, &e) {
@@ -263,16 +390,18 @@ async fn bridge(
                                 tracing::info!("ring node {me}: view {} {} from etcd", v.epoch, slots_of(v.members));
                                 (view, base) = (v, e);
                                 let _ = ctl.send(Frame::Msg(Box::new(ChordMsg::NewView(v))));
-                                if !v.has(NodeId(me)) {
+                                if v.has(NodeId(me)) {
+                                    member = true;
+                                } else if member && !leaving {
                                     tracing::warn!("ring node {me}: removed from the view; the node ends");
-                                    return;
+                                    return false;
                                 }
                             }
                             Ok(Some(_)) => base = e,
                             Ok(None) => {}
                             Err(err) => {
                                 tracing::error!("ring node {me}: {err}; the node ends");
-                                return;
+                                return false;
                             }
                         },
                         Err(e) => tracing::debug!("ring node {me}: reading the view: {e}"),
@@ -284,52 +413,117 @@ async fn bridge(
                             put = Some(r);
                         }
                     }
+                    // A join or a graceful leave, one change at a time: only from a view
+                    // every live member reported settled in.
+                    let has = view.has(NodeId(me));
+                    if leaving && !member {
+                        tracing::info!("ring node {me}: asked to leave before it joined; the node ends");
+                        return true;
+                    }
+                    if leaving && !has {
+                        // Left the view: the node ends once the new members hold its
+                        // arcs (its hand-over is complete).
+                        if settled(m, view, None).await.unwrap_or(false) {
+                            tracing::info!("ring node {me}: left gracefully, view {} {} settled", view.epoch, slots_of(view.members));
+                            return true;
+                        }
+                        continue;
+                    }
+                    let next = match (has, leaving) {
+                        (false, false) => Some(view.join(NodeId(me))),
+                        (true, true) if view.members.count_ones() > 1 => Some(view.leave(NodeId(me))),
+                        _ => None,
+                    };
+                    if let Some(next) = next {
+                        if settled(m, view, None).await.unwrap_or(false) {
+                            match m.install_epoch(&base, &record(next.members), VIEW_TAG).await {
+                                Ok(e) => {
+                                    tracing::info!(
+                                        "ring node {me}: {}: view {} {}",
+                                        if leaving { "leaving" } else { "joined" },
+                                        next.epoch,
+                                        slots_of(next.members)
+                                    );
+                                    (view, base) = (next, e);
+                                    let _ = ctl.send(Frame::Msg(Box::new(ChordMsg::NewView(next))));
+                                    member |= next.has(NodeId(me));
+                                }
+                                Err(e) => tracing::debug!("ring node {me}: view change: {e}"),
+                            }
+                        }
+                    }
                     // The leader's part.
-                    if let Err(e) = lead(&m, &cluster, &base, view).await {
+                    if let Err(e) = lead(m, &cluster, &base, view, &mut seen).await {
                         tracing::debug!("ring node {me}: as leader: {e}");
                     }
                 }
             }
         }
     };
-    tokio::select! {
-        _ = forward => {}
-        _ = follow => {}
+    let left = tokio::select! {
+        _ = forward => false,
+        l = follow => l,
+    };
+    if left {
+        // The member key, its reports and the leader key (if held) go at once; the node
+        // ends when `ctl` is dropped, after this.
+        if let Err(e) = owned.leave().await {
+            tracing::warn!("ring node {me}: revoking the lease after leaving: {e}");
+        }
     }
+}
+
+/// The members a node's leader part saw alive (bit per slot), and since when each slot's
+/// member key has been missing.
+#[derive(Default)]
+struct Seen {
+    alive: u16,
+    missing: [Option<Instant>; SLOTS],
 }
 
 /// If this node is the leader: when every live member of `view` reported it settled in
 /// `view` and a member's key is gone from etcd, installs `view` without that member.
-async fn lead(m: &Membership, cluster: &str, base: &EpochView, view: View) -> Result<(), String> {
+///
+/// A member this process never saw alive (a first member whose node has not started yet)
+/// counts as gone only once it has been missing for two TTLs: removing it at once would
+/// leave its arcs with no member that has them, and the view would never settle.
+async fn lead(
+    m: &Membership,
+    cluster: &str,
+    base: &EpochView,
+    view: View,
+    seen: &mut Seen,
+) -> Result<(), String> {
     let e = |x: crate::membership::Error| x.to_string();
+    // Every node keeps track (from its member watch), so that a new leader knows whom
+    // it saw alive.
+    let now = Instant::now();
+    let watched = m.members().borrow().clone();
+    if watched.connected {
+        for i in 0..SLOTS as u16 {
+            if watched.members.contains_key(&i) {
+                seen.alive |= 1 << i;
+                seen.missing[usize::from(i)] = None;
+            } else {
+                seen.missing[usize::from(i)].get_or_insert(now);
+            }
+        }
+    }
     if !m.lead().await.map_err(e)?.mine {
         return Ok(());
     }
     let live = m.list_members().await.map_err(e)?;
     let dead: Vec<u16> = (0..SLOTS as u16)
         .filter(|i| view.has(NodeId(*i)) && !live.contains_key(i))
+        .filter(|i| {
+            seen.alive & (1 << i) != 0
+                || seen.missing[usize::from(*i)].is_some_and(|t| now >= t + m.ttl() * 2)
+        })
         .collect();
     let Some(&gone) = dead.first() else {
         return Ok(());
     };
-    if view.members.count_ones() <= 1 {
-        return Ok(());
-    }
-    let reports: BTreeMap<u16, Vec<u8>> = m.reports().await.map_err(e)?;
-    let want = Report {
-        epoch: view.epoch,
-        members: view.members,
-        settled: true,
-    };
-    let settled = (0..SLOTS as u16)
-        .filter(|i| view.has(NodeId(*i)) && live.contains_key(i))
-        .all(|i| {
-            reports
-                .get(&i)
-                .and_then(|b| serde_json::from_slice::<Report>(b).ok())
-                == Some(want)
-        });
-    if !settled {
+    if view.members.count_ones() <= 1 || !settled(m, view, None).await? {
         return Ok(());
     }
     let next = view.leave(NodeId(gone));
@@ -418,7 +612,9 @@ pub fn options(cfg: &crate::Config) -> Result<EtcdOptions, String> {
 }
 
 /// `hilock node --config F` with `engine = "ring"` and `membership = "etcd"`: runs the
-/// node until its lease is lost or it was removed from the view.
+/// node (joining the view if its slot is not in it) until its lease is lost, it was
+/// removed from the view, or — on SIGTERM or Ctrl-C — it has left the ring gracefully
+/// ([`Leave`]; a second signal ends it at once).
 pub fn serve_config(cfg: &crate::Config) -> Result<String, String> {
     let (addrs, _) = super::slot_addrs(cfg)?;
     let o = options(cfg)?;
@@ -429,9 +625,27 @@ pub fn serve_config(cfg: &crate::Config) -> Result<String, String> {
         let l = TcpListener::bind(me)
             .await
             .map_err(|e| format!("listen on {me}: {e}"))?;
-        let node = start_node(id, l, Arc::new(addrs), &o, &cluster, initial).await?;
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .map_err(|e| format!("cannot wait for SIGTERM: {e}"))?;
+        let (node, leave) =
+            start_node_leavable(id, l, Arc::new(addrs), &o, &cluster, initial).await?;
+        let mut asked = false;
         while !node.stopped() {
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(20)) => {}
+                _ = term.recv() => asked = true,
+                _ = tokio::signal::ctrl_c() => asked = true,
+            }
+            if asked && *leave.0.borrow() {
+                return Ok(format!(
+                    "ring node {id}: stopped during its graceful leave\n"
+                ));
+            }
+            if asked {
+                tracing::info!("ring node {id}: leaving the ring gracefully");
+                leave.leave();
+                asked = false;
+            }
         }
         Ok(format!("ring node {id} stopped\n"))
     })

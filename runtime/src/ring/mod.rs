@@ -23,8 +23,9 @@
 //! crash: its messages are gone). The links are not authenticated (loopback only so far).
 //!
 //! # Limits (said, not hidden)
-//! - The membership service is one process (`hilock ring membership`, or a test). Without it
-//!   no view changes; with etcd it would be replicated — not built.
+//! - The static membership service is one process (`hilock ring membership`, or a test).
+//!   Without it no view changes; with `membership = "etcd"` ([`etcd`]) the view is in etcd
+//!   and the nodes change it themselves.
 //! - Crash detection is by the successor, removal under the lease rule (see
 //!   [`Membership`] and `spec/FAULTS.md` §2.6): every node renews a lease with the service
 //!   and stops answering when it cannot; it beats to its successor, which reports a
@@ -420,6 +421,12 @@ pub fn change(membership: SocketAddr, r: Request, limit: Duration) -> Result<Str
         .enable_all()
         .build()
         .map_err(|e| format!("tokio: {e}"))?;
+    if membership == crate::config::NO_SERVICE {
+        // `--config` of a ring whose view is in etcd: there is no service to ask.
+        return Err(format!(
+            "{r:?}: this ring's view is kept in etcd (membership = \"etcd\"), there is no membership service to ask: a node joins by starting with its slot (`hilock node --config F --id N`) and leaves gracefully on SIGTERM; `hilock status --config F` shows the view"
+        ));
+    }
     rt.block_on(async move {
         let t0 = tokio::time::Instant::now();
         let mut a = Admin::connect(membership, limit).await?;

@@ -452,9 +452,17 @@ async fn run(
                 }
                 let mut out = Outs::new();
                 snap.steps += 1;
+                let before = server.view();
                 if let Err(e) = server.step(from, &msg, &mut out) {
                     tracing::warn!("ring node {}: {msg:?} from {from:?} refused: {e}", me.0);
                     snap.errors.push(format!("{msg:?} from {from:?}: {e}"));
+                }
+                // A member that joins may be a new process at the address of a crashed
+                // one: a link dialled to the old process would lose the first frame
+                // written after its end (the hand-over), so it is dialled afresh.
+                let joined = server.view().members & !before.members;
+                if server.view().epoch != before.epoch && joined != 0 {
+                    links.retain(|n, _| joined & (1 << n.0) == 0);
                 }
                 for o in out {
                     match o.to {
