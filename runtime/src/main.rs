@@ -993,7 +993,8 @@ const RING_CHECK: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// `hilock lock PATH W -- CMD` with a ring configuration: client `client_id` of the ring
 /// asks for the lock of PATH's placement key (routed by the kernel's lookup with the
-/// membership service's view, redirected on an old view) until it is granted or
+/// membership service's view, or the one etcd holds with `membership = "etcd"`, redirected on an
+/// old view) until it is granted or
 /// `timeout_ms` passed, reads the hold from the key's primary (its fencing token goes to
 /// the command as HILOCK_FENCE), then runs the command as [`run_locked`] does, reading
 /// the lock's entry every [`RING_CHECK`] without taking it again (exit 76 when it is no
@@ -1024,19 +1025,19 @@ fn ring_lock(
             "path {path:?}: a lock path starts with / and names a top-level element"
         ));
     }
-    let (addrs, membership) = hilock::ring::slot_addrs(cfg)?;
+    let (addrs, _) = hilock::ring::slot_addrs(cfg)?;
     let limit = std::time::Duration::from_millis(timeout_ms);
     let grace = std::time::Duration::from_millis(kill_grace_ms);
     current_thread()?.block_on(async {
-        let connect = hilock::ring::RingClient::connect(id, std::sync::Arc::new(addrs), membership);
+        let connect = async {
+            let (views, source) = hilock::ring::client_views(cfg).await?;
+            hilock::ring::RingClient::connect_to(id, std::sync::Arc::new(addrs), views)
+                .await
+                .map_err(|e| format!("{source}: {e}"))
+        };
         let mut client = tokio::time::timeout(limit, connect)
             .await
-            .map_err(|_| {
-                format!(
-                    "no view from the ring's membership service at {membership} within {limit:?}"
-                )
-            })?
-            .map_err(|e| format!("the ring's membership service at {membership}: {e}"))?;
+            .map_err(|_| format!("no view of the ring within {limit:?}"))??;
         match client.acquire(path, limit).await {
             Ok(true) => {}
             Ok(false) => {

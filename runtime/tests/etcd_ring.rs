@@ -818,3 +818,75 @@ fn ring_join_and_leave_with_an_etcd_configuration_are_one_clear_error() {
         assert_eq!(err.trim_end().lines().count(), 1, "one line: {err:?}");
     }
 }
+
+/// `hilock lock --config F` with an etcd ring's configuration takes its views from etcd
+/// (`ring::client_views`): on a 3-node etcd ring, two wrappers of different clients on
+/// one path run their commands one after the other (each command logs its start and end;
+/// the log never shows two starts in a row), both exit 0, each command sees
+/// `HILOCK_FENCE`, and the later hold's fence is larger.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hilock_lock_on_an_etcd_ring_serializes_commands_with_growing_fences() {
+    tokio::time::timeout(Duration::from_secs(40), lock_on_etcd_ring())
+        .await
+        .expect("the test ended within 40 s");
+}
+
+async fn lock_on_etcd_ring() {
+    let name = "hilock_lock_on_an_etcd_ring_serializes_commands_with_growing_fences";
+    let Some(r) = start_ring(name, "rl", 3).await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("log");
+    let wrapper = |client: &str| {
+        let script = format!(
+            "echo \"start $HILOCK_FENCE\" >> {log}; sleep 0.4; echo end >> {log}",
+            log = log.display()
+        );
+        tokio::process::Command::new(BIN)
+            .args(["lock", "--config"])
+            .arg(&r.cfg)
+            .args([
+                "--client-id",
+                client,
+                "--timeout-ms",
+                "15000",
+                "/shared",
+                "W",
+            ])
+            .args(["--", "sh", "-c", &script])
+            .env("RUST_LOG", "hilock=warn")
+            .kill_on_drop(true)
+            .output()
+    };
+    let (a, b) = tokio::join!(wrapper("1"), wrapper("2"));
+    for (who, out) in [("client 1", a.unwrap()), ("client 2", b.unwrap())] {
+        assert!(
+            out.status.success(),
+            "{who}: {:?} {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let text = std::fs::read_to_string(&log).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 4, "{text}");
+    assert!(
+        lines[0].starts_with("start ") && lines[1] == "end",
+        "one command at a time: {text}"
+    );
+    assert!(
+        lines[2].starts_with("start ") && lines[3] == "end",
+        "one command at a time: {text}"
+    );
+    let fence = |l: &str| -> u64 {
+        l.trim_start_matches("start ")
+            .parse()
+            .unwrap_or_else(|e| panic!("HILOCK_FENCE is a number: {l:?}: {e}"))
+    };
+    assert!(
+        fence(lines[2]) > fence(lines[0]),
+        "the later hold's fence is larger: {text}"
+    );
+    eprintln!("{name}: {text}");
+}

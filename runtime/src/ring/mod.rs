@@ -507,6 +507,31 @@ pub fn slot_addrs(cfg: &crate::Config) -> Result<(Vec<Option<SocketAddr>>, Socke
     Ok((addrs, ring.membership))
 }
 
+/// Where a client of the ring configured by `cfg` takes its views, and that source's
+/// name for error messages: the membership service, or — `membership = "etcd"` — the view
+/// etcd holds, followed ([`etcd::follow_view`]; needs the `etcd` feature).
+pub async fn client_views(cfg: &crate::Config) -> Result<(Views, String), String> {
+    let (_, membership) = slot_addrs(cfg)?;
+    if membership != crate::config::NO_SERVICE {
+        return Ok((
+            Views::Service(membership),
+            format!("the ring's membership service at {membership}"),
+        ));
+    }
+    #[cfg(feature = "etcd")]
+    {
+        let o = etcd::options(cfg)?;
+        let w = etcd::follow_view(&o, &cfg.cluster).await?;
+        Ok((Views::Watch(w), "the ring's view in etcd".to_string()))
+    }
+    #[cfg(not(feature = "etcd"))]
+    Err(
+        "this ring's view is kept in etcd (membership = \"etcd\"), and this hilock was built \
+         without the etcd feature"
+            .to_string(),
+    )
+}
+
 fn codec() -> LengthDelimitedCodec {
     LengthDelimitedCodec::builder()
         .max_frame_length(1 << 20)
