@@ -78,6 +78,23 @@ impl EtcdOptions {
         }
     }
 
+    /// The options of a configuration with `membership = "etcd"` (its endpoints, lease TTL
+    /// and grace; ρ and the timeout as in [`EtcdOptions::new`]); an error for a static one.
+    pub fn of_config(cfg: &crate::Config) -> Result<EtcdOptions, String> {
+        match &cfg.membership {
+            crate::config::Membership::Etcd {
+                endpoints,
+                ttl_s,
+                grace,
+            } => Ok(EtcdOptions {
+                ttl_s: *ttl_s,
+                grace: *grace,
+                ..EtcdOptions::new(endpoints.clone())
+            }),
+            crate::config::Membership::Static => Err("not an etcd configuration".into()),
+        }
+    }
+
     /// The local lease for a TTL (`recovery::local_lease` in milliseconds).
     pub fn local_lease(&self, ttl_s: u64) -> Result<Duration, Error> {
         let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);

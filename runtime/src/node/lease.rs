@@ -112,15 +112,9 @@ impl Session {
                 NodeLease::Static,
             )),
             #[cfg(feature = "etcd")]
-            crate::config::Membership::Etcd {
-                endpoints,
-                ttl_s,
-                grace,
-            } => {
+            crate::config::Membership::Etcd { .. } => {
                 use crate::membership::{EtcdOptions, LeaseState, Member, Membership};
-                let mut o = EtcdOptions::new(endpoints.clone());
-                o.ttl_s = *ttl_s;
-                o.grace = *grace;
+                let o = EtcdOptions::of_config(config).map_err(std::io::Error::other)?;
                 let me = Member {
                     id: config.id,
                     incarnation,
@@ -133,7 +127,7 @@ impl Session {
                 let first = match *m.lease().borrow() {
                     LeaseState::Valid { until } => NodeLease::Valid {
                         until,
-                        grace: *grace,
+                        grace: o.grace,
                         lease: m.lease_id(),
                     },
                     LeaseState::Lost(r) => NodeLease::Lost {

@@ -594,30 +594,13 @@ pub async fn read_view(o: &EtcdOptions, cluster: &str) -> Result<(View, u16), St
     Ok((v, live))
 }
 
-/// The etcd options of a configuration with `membership = "etcd"`.
-pub fn options(cfg: &crate::Config) -> Result<EtcdOptions, String> {
-    match &cfg.membership {
-        crate::config::Membership::Etcd {
-            endpoints,
-            ttl_s,
-            grace,
-        } => {
-            let mut o = EtcdOptions::new(endpoints.clone());
-            o.ttl_s = *ttl_s;
-            o.grace = *grace;
-            Ok(o)
-        }
-        crate::config::Membership::Static => Err("not an etcd configuration".into()),
-    }
-}
-
 /// `hilock node --config F` with `engine = "ring"` and `membership = "etcd"`: runs the
 /// node (joining the view if its slot is not in it) until its lease is lost, it was
 /// removed from the view, or — on SIGTERM or Ctrl-C — it has left the ring gracefully
 /// ([`Leave`]; a second signal ends it at once).
 pub fn serve_config(cfg: &crate::Config) -> Result<String, String> {
     let (addrs, _) = super::slot_addrs(cfg)?;
-    let o = options(cfg)?;
+    let o = EtcdOptions::of_config(cfg)?;
     let initial = cfg.ring.as_ref().map_or(0, |r| r.members);
     let rt = tokio::runtime::Runtime::new().map_err(|e| format!("tokio: {e}"))?;
     let (id, me, cluster) = (cfg.id, cfg.listen, cfg.cluster.clone());

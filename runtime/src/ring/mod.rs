@@ -175,7 +175,7 @@ pub fn status(cfg: &crate::Config, json: bool, limit: Duration) -> Result<String
             }
             #[cfg(feature = "etcd")]
             crate::config::Membership::Etcd { .. } => {
-                let o = etcd::options(cfg)?;
+                let o = crate::membership::EtcdOptions::of_config(cfg)?;
                 let (view, up) =
                     tokio::time::timeout(limit, etcd::read_view(&o, &cfg.cluster))
                         .await
@@ -520,7 +520,7 @@ pub async fn client_views(cfg: &crate::Config) -> Result<(Views, String), String
     }
     #[cfg(feature = "etcd")]
     {
-        let o = etcd::options(cfg)?;
+        let o = crate::membership::EtcdOptions::of_config(cfg)?;
         let w = etcd::follow_view(&o, &cfg.cluster).await?;
         Ok((Views::Watch(w), "the ring's view in etcd".to_string()))
     }
