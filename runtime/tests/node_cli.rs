@@ -765,6 +765,10 @@ fn status_never_shows_a_just_stopped_peer_as_connected() {
     };
     for round in 0..5 {
         sig("-STOP");
+        // kill(2) only queues SIGSTOP: one thread takes it and then stops the others, so
+        // on a loaded machine the node's other threads may run (and answer a probe) for a
+        // while. The status call comes once every thread is stopped.
+        wait_all_threads_stopped(&pid);
         let t = Instant::now();
         let stopped = peer_json(&c, 0, 1);
         let took = t.elapsed();
@@ -1050,4 +1054,28 @@ fn twenty_thousand_silent_connections_neither_exhaust_files_nor_flood_the_log() 
     let cap = hilock::config::DEFAULT_MAX_CLIENTS + hilock::node::MAX_PENDING_HANDSHAKES + 100;
     assert!(most <= cap, "{most} open files (cap {cap})");
     assert!(warns <= 40, "{warns} warnings:\n{s}");
+}
+
+/// Waits (at most 5 s) until every thread of process `pid` is stopped (state `T` in
+/// `/proc/PID/task/*/stat`).
+fn wait_all_threads_stopped(pid: &str) {
+    let t = Instant::now();
+    let stopped = || {
+        std::fs::read_dir(format!("/proc/{pid}/task"))
+            .unwrap()
+            .all(|task| {
+                let stat =
+                    std::fs::read_to_string(task.unwrap().path().join("stat")).unwrap_or_default();
+                // "pid (comm) S ...": the state follows the last ')'.
+                stat.rsplit_once(')')
+                    .is_some_and(|(_, rest)| rest.trim_start().starts_with('T'))
+            })
+    };
+    while !stopped() {
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "node {pid} stopped within 5 s"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
 }
