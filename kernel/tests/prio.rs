@@ -18,12 +18,13 @@ struct Net {
 
 impl Net {
     fn star(inheritance: Inheritance) -> Self {
-        // `HILOCK_FORWARDING=compress` / `=pointers` runs these tests under hilock's
-        // compressed forwarding / class pointers (issue 19; SPEC.md "Forwarding" lists the runs).
+        // hilock's default forwarding (class pointers since issue 19's fifth round);
+        // `HILOCK_FORWARDING=thesis` / `=compress` runs these tests under the thesis's rule /
+        // the compressed forwarding (SPEC.md "Forwarding" lists the runs).
         let forwarding = match std::env::var("HILOCK_FORWARDING").as_deref() {
+            Ok("thesis") => Forwarding::Thesis,
             Ok("compress") => Forwarding::Compress,
-            Ok("pointers") => Forwarding::ClassPointers,
-            _ => Forwarding::Thesis,
+            _ => Variant::HILOCK.forwarding,
         };
         let v = Variant {
             inheritance,
