@@ -210,6 +210,27 @@ async fn start_ring_of(test: &str, cluster: &'static str, slots: u16, n: u16) ->
     })
 }
 
+/// [`start_ring_of`] under the load of `ring_load::Run` (seed `seed`), whose clients follow
+/// the view in etcd: the ring, the load, the node addresses and the view follower.
+async fn loaded(
+    test: &str,
+    cluster: &'static str,
+    slots_n: u16,
+    n: u16,
+    seed: u64,
+) -> Option<(
+    Ring,
+    Run,
+    Arc<Vec<Option<SocketAddr>>>,
+    tokio::sync::watch::Receiver<View>,
+)> {
+    let r = start_ring_of(test, cluster, slots_n, n).await?;
+    let slots = slots(&r.addrs);
+    let views = ring_etcd::follow_view(&r.o, r.cluster).await.unwrap();
+    let run = Run::start(&slots, Views::Watch(views.clone()), seed).await;
+    Some((r, run, slots, views))
+}
+
 /// `hilock status --config F` of the ring: asserts it succeeds and shows `want` settled.
 fn status_shows(r: &Ring, want: View) -> String {
     let out = Command::new(BIN)
@@ -261,13 +282,12 @@ async fn a_sixth_node_joins_a_five_node_etcd_ring_under_load() {
 
 async fn join_sixth() {
     let test = "a_sixth_node_joins_a_five_node_etcd_ring_under_load";
-    let Some(mut r) = start_ring_of(test, "ring-join", 6, 5).await else {
+    let Some((mut r, mut run, slots, views)) =
+        loaded(test, "ring-join", 6, 5, 0x51a7_e11d_0ca1_0003).await
+    else {
         return;
     };
     let limit = Duration::from_secs(10);
-    let slots = slots(&r.addrs);
-    let views = ring_etcd::follow_view(&r.o, r.cluster).await.unwrap();
-    let mut run = Run::start(&slots, Views::Watch(views.clone()), 0x51a7_e11d_0ca1_0003).await;
     let grants = run.load.grants.clone();
     let joiner = NodeId(5);
     let six = r.view.join(joiner);
@@ -353,13 +373,12 @@ async fn graceful_leave_of_a_primary_under_load_hands_over_before_it_exits() {
 
 async fn graceful_leave() {
     let test = "graceful_leave_of_a_primary_under_load_hands_over_before_it_exits";
-    let Some(mut r) = start_ring(test, "ring-leave", 6).await else {
+    let Some((mut r, mut run, _slots, _views)) =
+        loaded(test, "ring-leave", 6, 6, 0x51a7_e11d_0ca1_0004).await
+    else {
         return;
     };
     let limit = Duration::from_secs(10);
-    let slots = slots(&r.addrs);
-    let views = ring_etcd::follow_view(&r.o, r.cluster).await.unwrap();
-    let mut run = Run::start(&slots, Views::Watch(views.clone()), 0x51a7_e11d_0ca1_0004).await;
     let grants = run.load.grants.clone();
     tokio::time::sleep(Duration::from_millis(300)).await;
 
@@ -426,13 +445,12 @@ async fn a_killed_node_started_again_rejoins_through_the_join() {
 
 async fn kill_and_rejoin() {
     let test = "a_killed_node_started_again_rejoins_through_the_join";
-    let Some(mut r) = start_ring(test, "ring-rejoin", 5).await else {
+    let Some((mut r, mut run, _slots, _views)) =
+        loaded(test, "ring-rejoin", 5, 5, 0x51a7_e11d_0ca1_0005).await
+    else {
         return;
     };
     let limit = Duration::from_secs(10);
-    let slots = slots(&r.addrs);
-    let views = ring_etcd::follow_view(&r.o, r.cluster).await.unwrap();
-    let mut run = Run::start(&slots, Views::Watch(views.clone()), 0x51a7_e11d_0ca1_0005).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
 
     let victim = ring().lookup(r.view, key_of(HELD)).unwrap();
@@ -480,13 +498,12 @@ async fn kill_9_successor_serves_only_after_the_lease_expired_in_etcd() {
 
 async fn kill_9() {
     let test = "kill_9_successor_serves_only_after_the_lease_expired_in_etcd";
-    let Some(mut r) = start_ring(test, "ring-kill", 4).await else {
+    let Some((mut r, mut run, slots, views)) =
+        loaded(test, "ring-kill", 4, 4, 0x51a7_e11d_0ca1_0001).await
+    else {
         return;
     };
     let limit = Duration::from_secs(10);
-    let slots = slots(&r.addrs);
-    let views = ring_etcd::follow_view(&r.o, r.cluster).await.unwrap();
-    let mut run = Run::start(&slots, Views::Watch(views.clone()), 0x51a7_e11d_0ca1_0001).await;
     let grants = run.load.grants.clone();
     tokio::time::sleep(Duration::from_millis(300)).await;
 
@@ -583,13 +600,12 @@ async fn sigstop_past_the_lease_stops_answering_and_serves_nothing_after_sigcont
 
 async fn sigstop() {
     let test = "sigstop_past_the_lease_stops_answering_and_serves_nothing_after_sigcont";
-    let Some(mut r) = start_ring(test, "ring-stop", 4).await else {
+    let Some((mut r, mut run, slots, _views)) =
+        loaded(test, "ring-stop", 4, 4, 0x51a7_e11d_0ca1_0002).await
+    else {
         return;
     };
     let limit = Duration::from_secs(10);
-    let slots = slots(&r.addrs);
-    let views = ring_etcd::follow_view(&r.o, r.cluster).await.unwrap();
-    let mut run = Run::start(&slots, Views::Watch(views.clone()), 0x51a7_e11d_0ca1_0002).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
 
     let paused = ring().lookup(r.view, key_of(HELD)).unwrap();
