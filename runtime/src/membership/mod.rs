@@ -181,11 +181,31 @@ fn classify(op: &'static str, e: etcd_client::Error) -> Error {
             op,
             detail: e.to_string(),
         },
+        // A status that only wraps a broken connection (code "unknown", message "transport
+        // error", an I/O error underneath: etcd stopped while the channel was open).
+        E::GRpcStatus(ref s) if s.message() == "transport error" || io_underneath(s) => {
+            Error::Unreachable {
+                op,
+                detail: e.to_string(),
+            }
+        }
         _ => Error::Etcd {
             op,
             detail: e.to_string(),
         },
     }
+}
+
+/// Whether an I/O error is among `e`'s causes.
+fn io_underneath(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        if c.is::<std::io::Error>() {
+            return true;
+        }
+        cause = c.source();
+    }
+    false
 }
 
 /// `f` under the timeout; etcd's errors classified.
@@ -996,5 +1016,36 @@ impl Observer {
     /// The live members, as [`Membership::list_members`] reads them.
     pub async fn list_members(&self) -> Result<BTreeMap<u16, Member>, Error> {
         read_members(&self.client, &self.keys, self.timeout).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::io_underneath;
+
+    /// An error that wraps another, as tonic's status wraps a transport error that wraps
+    /// hyper's, which wraps the I/O error of a broken pipe.
+    #[derive(Debug)]
+    struct Wraps(Option<Box<dyn std::error::Error + Send + Sync + 'static>>);
+    impl std::fmt::Display for Wraps {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("wraps")
+        }
+    }
+    impl std::error::Error for Wraps {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            self.0
+                .as_deref()
+                .map(|e| e as &(dyn std::error::Error + 'static))
+        }
+    }
+
+    #[test]
+    fn a_broken_connection_two_causes_down_is_an_io_error_underneath() {
+        let pipe = std::io::Error::new(std::io::ErrorKind::BrokenPipe, "broken pipe");
+        let chain = Wraps(Some(Box::new(Wraps(Some(Box::new(pipe))))));
+        assert!(io_underneath(&chain));
+        assert!(!io_underneath(&Wraps(Some(Box::new(Wraps(None))))));
+        assert!(!io_underneath(&Wraps(None)));
     }
 }
