@@ -518,6 +518,27 @@ async fn check_status(cfg: &Path, limit: Duration) {
     );
 }
 
+/// `hilock lock --config F --client-id ID OPTIONS… PATH W -- sh -c SCRIPT` run by
+/// [`lock_cmd`] in a task of its own.
+fn spawn_w(
+    config: &Path,
+    id: &str,
+    options: &[&str],
+    path: &str,
+    script: String,
+    limit: Duration,
+) -> tokio::task::JoinHandle<(Option<i32>, String, Duration)> {
+    let mut args: Vec<String> = vec!["--client-id".into(), id.into()];
+    args.extend(options.iter().map(|o| o.to_string()));
+    args.extend([path, "W", "--", "sh", "-c"].map(String::from));
+    args.push(script);
+    let config = config.to_path_buf();
+    tokio::spawn(async move {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        lock_cmd(&args, &config, limit).await
+    })
+}
+
 /// Runs `hilock lock --config F ARGS` to its end (at most `limit`): its exit code, stderr
 /// and how long it ran.
 async fn lock_cmd(
@@ -739,31 +760,12 @@ async fn lock_on_ring() {
     // group is killed, exit 76; the lock is free afterwards.
     let released = dir.path().join("released.flag");
     let running = dir.path().join("running.flag");
-    let wrapper = {
-        let cfg = cfg.clone();
-        let script = format!(
-            "touch {}; sleep 20; touch {}",
-            running.display(),
-            released.display()
-        );
-        tokio::spawn(async move {
-            lock_cmd(
-                &[
-                    "--client-id",
-                    "12",
-                    "/released",
-                    "W",
-                    "--",
-                    "sh",
-                    "-c",
-                    &script,
-                ],
-                &cfg,
-                limit,
-            )
-            .await
-        })
-    };
+    let script = format!(
+        "touch {}; sleep 20; touch {}",
+        running.display(),
+        released.display()
+    );
+    let wrapper = spawn_w(&cfg, "12", &[], "/released", script, limit);
     let t = Instant::now();
     while other.lock("/released").await.unwrap() {
         other.unlock("/released").await.unwrap();
@@ -793,18 +795,8 @@ async fn lock_on_ring() {
 
     // The lock taken away while the command runs: exit 76, the command killed.
     let lost = dir.path().join("lost.flag");
-    let wrapper = {
-        let cfg = cfg.clone();
-        let script = format!("sleep 20; touch {}", lost.display());
-        tokio::spawn(async move {
-            lock_cmd(
-                &["--client-id", "9", "/lost", "W", "--", "sh", "-c", &script],
-                &cfg,
-                limit,
-            )
-            .await
-        })
-    };
+    let script = format!("sleep 20; touch {}", lost.display());
+    let wrapper = spawn_w(&cfg, "9", &[], "/lost", script, limit);
     let t = Instant::now();
     while other.lock("/lost").await.unwrap() {
         other.unlock("/lost").await.unwrap();
@@ -879,25 +871,15 @@ async fn lock_on_ring() {
 
     // The ring dies under a held lock: exit 75 once a check is not answered within the
     // timeout, the command killed.
-    let wrapper = {
-        let cfg = cfg.clone();
-        let script = format!("sleep 20; touch {}", lost.display());
-        tokio::spawn(async move {
-            let args = [
-                "--client-id",
-                "10",
-                "--timeout-ms",
-                "1000",
-                "/gone",
-                "W",
-                "--",
-                "sh",
-                "-c",
-                &script,
-            ];
-            lock_cmd(&args, &cfg, limit).await
-        })
-    };
+    let script = format!("sleep 20; touch {}", lost.display());
+    let wrapper = spawn_w(
+        &cfg,
+        "10",
+        &["--timeout-ms", "1000"],
+        "/gone",
+        script,
+        limit,
+    );
     let t = Instant::now();
     while other.lock("/gone").await.unwrap() {
         other.unlock("/gone").await.unwrap();
