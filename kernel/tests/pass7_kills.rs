@@ -3,7 +3,7 @@
 //! exists for; the comment above each test names the mutants it kills.
 
 use hilock_kernel::tree::{
-    Op, Outcome, Step, TreeError, TreeLock, TreeNodeId, TreeVariant, TreeViolation, UserId,
+    Color, Op, Outcome, Step, TreeError, TreeLock, TreeNodeId, TreeVariant, TreeViolation, UserId,
 };
 
 type T = TreeLock<16>;
@@ -205,6 +205,8 @@ fn an_operation_counts_its_latches_demotions_and_promotions() {
     let (o, _, _, undo) = run_counted(&mut t, op);
     assert_eq!(o, Outcome::Failed { holder: UserId(1) });
     assert!(undo, "the failed insert never started its undo");
+    let (u1, u2) = (leaf(&t, "00"), leaf(&t, "11"));
+    assert_eq!(t.audit(&[(UserId(1), u1), (UserId(2), u2)]), Ok(()));
     // u2 leaves: u1 is promoted back to the root
     let op = Op::remove(&t, leaf(&t, "11"), UserId(2), TreeVariant::HILOCK).unwrap();
     let (_, _, prom, _) = run_counted(&mut t, op);
@@ -232,4 +234,124 @@ fn an_operation_that_fails_is_finished() {
     assert_eq!(b.outcome(), Some(Outcome::Vanished));
     assert_eq!(b.want(), None);
     assert_eq!(b.step(&mut t), Err(TreeError::Finished));
+}
+
+/// `is_empty` → `true`, `height` → `0`/`1`: the structure queries of an empty tree, a
+/// complete tree and a mapped document.
+#[test]
+fn empty_trees_and_heights() {
+    assert!(T::new().is_empty());
+    assert_eq!(T::new().height(), 0);
+    let t = T::complete(3).unwrap();
+    assert!(!t.is_empty());
+    assert_eq!(t.height(), 3);
+    // a section with two items, the second of which has two items: height 2
+    let mut map = [TreeNodeId(0); 5];
+    let d = T::from_document(&[None, Some(0), Some(0), Some(2), Some(2)], &mut map).unwrap();
+    assert_eq!(d.height(), 2);
+}
+
+/// `next_in_path`: `w == n || !contains(n, w)` → `&&`. `NextInPath(n, w)` is only defined
+/// for `w` strictly below `n`: at `n` itself and outside `n`'s subtree there is no next
+/// node.
+#[test]
+fn next_in_path_only_below_the_node() {
+    let t = T::complete(2).unwrap();
+    let at = |p: &str| t.at(p).unwrap();
+    assert_eq!(t.next_in_path(at(""), at("")), None);
+    assert_eq!(t.next_in_path(at("0"), at("11")), None);
+    assert_eq!(t.next_in_path(at("0"), at("01")), Some(at("01")));
+    assert_eq!(t.next_in_path(at(""), at("10")), Some(at("1")));
+}
+
+/// `promote_slides`: delete the arm `(0, _)`. Under the slides' promotion a grey node whose
+/// count falls to zero is painted white (slide 20, `ReleaseOwner`): after u1 and then u2
+/// leave, the root is white again, not grey with a count of zero.
+#[test]
+fn the_slides_promotion_paints_a_node_white_when_its_count_falls_to_zero() {
+    let v = TreeVariant::SLIDES;
+    let mut t = T::complete(2).unwrap();
+    let (a, b) = (t.at("00").unwrap(), t.at("11").unwrap());
+    t.insert_user_with(a, UserId(1), v).unwrap();
+    t.insert_user_with(b, UserId(2), v).unwrap();
+    let root = t.root().unwrap();
+    assert_eq!(t.node(root).unwrap().color(), Color::Grey);
+    assert_eq!(t.remove_user_with(a, UserId(1), v), Ok(Outcome::Released));
+    assert_eq!(t.remove_user_with(b, UserId(2), v), Ok(Outcome::Released));
+    assert_eq!(t.node(root).unwrap().color(), Color::White);
+    assert_eq!(t.audit(&[]), Ok(()));
+}
+
+/// `path_bits`: `depth > 64` → `==`, `>=`. A node at depth 64 has a 64-bit path name; one
+/// at depth 65 has none. The tree is a caterpillar: section `s_k` holds an item and
+/// section `s_{k+1}`, so `s_k` is at depth k (right, right, …) and its item at depth
+/// k + 1.
+#[test]
+fn path_names_reach_depth_64_and_no_further() {
+    const K: u32 = 65;
+    let mut parents = vec![None];
+    let mut item_of = Vec::new(); // item index of the leaf of s_k
+    let mut section = 0u32; // item index of s_k
+    for _ in 0..K {
+        parents.push(Some(section));
+        item_of.push(parents.len() - 1);
+        parents.push(Some(section));
+        section = (parents.len() - 1) as u32;
+    }
+    let mut map = vec![TreeNodeId(0); parents.len()];
+    let t = TreeLock::<256>::from_document(&parents, &mut map).unwrap();
+    let deep64 = map[item_of[63]]; // the item of s_63
+    assert_eq!(t.node(deep64).unwrap().depth(), 64);
+    assert_eq!(t.path_bits(deep64), Some((u64::MAX - 1, 64)));
+    let deep65 = map[item_of[64]];
+    assert_eq!(t.node(deep65).unwrap().depth(), 65);
+    assert_eq!(t.path_bits(deep65), None);
+    assert_eq!(t.path_bits(map[section as usize]), None);
+}
+
+/// `first_leaf` → `None`: the leftmost leaf below a node (the node itself for a leaf),
+/// none outside the tree.
+#[test]
+fn first_leaf_is_the_leftmost_leaf_below() {
+    let t = T::complete(2).unwrap();
+    let at = |p: &str| t.at(p).unwrap();
+    assert_eq!(t.first_leaf(at("")), Some(at("00")));
+    assert_eq!(t.first_leaf(at("1")), Some(at("10")));
+    assert_eq!(t.first_leaf(at("11")), Some(at("11")));
+    assert_eq!(t.first_leaf(TreeNodeId(7)), None);
+}
+
+/// `largest_region` → `None`, and its `!self.contains(n, leaf)` with the `!` deleted: the
+/// naive reference of maximality (slide 7) is the largest subtree on the path to the leaf
+/// that holds no other request; none for a leaf outside the tree.
+#[test]
+fn the_largest_region_holds_no_other_request() {
+    let t = T::complete(2).unwrap();
+    let at = |p: &str| t.at(p).unwrap();
+    let (u1, u2) = (UserId(1), UserId(2));
+    assert_eq!(t.largest_region(&[(u1, at("00"))], at("00")), Some(at("")));
+    let two = [(u1, at("00")), (u2, at("01"))];
+    assert_eq!(t.largest_region(&two, at("00")), Some(at("00")));
+    let apart = [(u1, at("00")), (u2, at("11"))];
+    assert_eq!(t.largest_region(&apart, at("11")), Some(at("1")));
+    assert_eq!(t.largest_region(&apart, TreeNodeId(9)), None);
+}
+
+/// `audit`: `owner == u && original == l` → `||`. A black node holds its owner's request
+/// at its original request: the audit refuses a request list that names the right owner
+/// at another leaf, or another user at the original request.
+#[test]
+fn the_audit_checks_both_owner_and_original_request_of_a_black_node() {
+    let mut t = T::complete(2).unwrap();
+    let (l00, l01, root) = (t.at("00").unwrap(), t.at("01").unwrap(), t.root().unwrap());
+    t.insert_user(l00, UserId(1)).unwrap();
+    assert_eq!(t.audit(&[(UserId(1), l00)]), Ok(()));
+    assert_eq!(
+        t.audit(&[(UserId(1), l01)]),
+        Err(TreeViolation::BlackNotSole(root))
+    );
+    assert_eq!(
+        t.audit(&[(UserId(2), l00)]),
+        Err(TreeViolation::BlackNotSole(root))
+    );
 }
