@@ -164,12 +164,13 @@ fn a_whole_operation_waits_for_no_one_it_is_refused_while_latches_are_held() {
     assert_eq!(format!("{t:?}"), before, "a refused call changed the tree");
 }
 
-/// Runs `op` to its end and checks its counters against the steps it reported:
+/// Runs `op` to its end and checks its counters against the steps it reported from here on:
 /// `taken` = steps, `demotions`/`promotions` = steps that demoted/promoted, and `undoing`
 /// false until the step that started the undo, true from it on. Returns the outcome and
 /// the three counts.
 fn run_counted(t: &mut T, mut op: Op) -> (Outcome, u32, u32, bool) {
-    let (mut steps, mut dem, mut prom, mut undo) = (0, 0, 0, false);
+    let (t0, d0, p0) = (op.taken(), op.demotions(), op.promotions());
+    let (mut steps, mut dem, mut prom, mut undo) = (0, 0, 0, op.undoing());
     loop {
         let Ok(Step::Progress(p)) = op.step(t) else {
             panic!("blocked or failed")
@@ -178,9 +179,9 @@ fn run_counted(t: &mut T, mut op: Op) -> (Outcome, u32, u32, bool) {
         dem += u32::from(p.demoted.is_some());
         prom += u32::from(p.promoted.is_some());
         undo |= p.undo_started;
-        assert_eq!(op.taken(), steps, "taken");
-        assert_eq!(op.demotions(), dem, "demotions");
-        assert_eq!(op.promotions(), prom, "promotions");
+        assert_eq!(op.taken(), t0 + steps, "taken");
+        assert_eq!(op.demotions(), d0 + dem, "demotions");
+        assert_eq!(op.promotions(), p0 + prom, "promotions");
         if let Some(o) = p.outcome {
             return (o, dem, prom, undo);
         }
@@ -354,4 +355,58 @@ fn the_audit_checks_both_owner_and_original_request_of_a_black_node() {
         t.audit(&[(UserId(2), l00)]),
         Err(TreeViolation::BlackNotSole(root))
     );
+}
+
+/// `fail`: `undo == Undo::Counted` → `!=`. An insert that fails at the root incremented
+/// nothing, so with the counted undo it ends at once: one latch, no undo pass.
+#[test]
+fn an_insert_that_fails_at_the_root_runs_no_undo() {
+    let mut t = T::complete(2).unwrap();
+    let l00 = t.at("00").unwrap();
+    t.insert_user(l00, UserId(1)).unwrap();
+    let op = Op::insert(&t, l00, UserId(2), TreeVariant::HILOCK).unwrap();
+    let (o, _, _, undo) = run_counted(&mut t, op);
+    assert_eq!(o, Outcome::Failed { holder: UserId(1) });
+    assert!(!undo, "an undo pass after a failure at the root");
+    assert_eq!(t.audit(&[(UserId(1), l00)]), Ok(()));
+}
+
+/// `remove_at`: `counted = undoing && undo == Undo::Counted` → `!=`. The counted undo stops
+/// at the depth where the insert failed, even when another operation has changed that
+/// node in between: here u3's insert fails at `0` (u1's region, original request `00`),
+/// then u2's insert demotes `0` to grey before u3's undo comes down. The undo must not
+/// decrement `0`'s count (u3 never incremented it) nor promote anyone there.
+#[test]
+fn the_counted_undo_stops_where_the_insert_failed_after_a_concurrent_demotion() {
+    let mut t = T::complete(2).unwrap();
+    let at = |t: &T, p: &str| t.at(p).unwrap();
+    t.insert_user(at(&t, "00"), UserId(1)).unwrap();
+    t.insert_user(at(&t, "11"), UserId(4)).unwrap();
+    let mut a = Op::insert(&t, at(&t, "00"), UserId(3), TreeVariant::HILOCK).unwrap();
+    let mut undo = false;
+    while !undo {
+        let Ok(Step::Progress(p)) = a.step(&mut t) else {
+            panic!("u3's insert blocked or failed")
+        };
+        assert!(p.outcome.is_none());
+        undo = p.undo_started;
+    }
+    let b = Op::insert(&t, at(&t, "01"), UserId(2), TreeVariant::HILOCK).unwrap();
+    let (o, dem, _, _) = run_counted(&mut t, b);
+    assert_eq!(
+        o,
+        Outcome::Granted {
+            region: at(&t, "01")
+        }
+    );
+    assert_eq!(dem, 1);
+    let (o, _, prom, _) = run_counted(&mut t, a);
+    assert_eq!(o, Outcome::Failed { holder: UserId(1) });
+    assert_eq!(prom, 0);
+    let reqs = [
+        (UserId(1), at(&t, "00")),
+        (UserId(2), at(&t, "01")),
+        (UserId(4), at(&t, "11")),
+    ];
+    assert_eq!(t.audit(&reqs), Ok(()));
 }
