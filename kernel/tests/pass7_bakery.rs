@@ -3,7 +3,73 @@
 //! bakery`; spec/MUTANTS.md, "Pass 7, bakery"). The comment above each test names the
 //! mutants it kills.
 
-use hilock_kernel::bakery::{BakeryError, ClientId, Phase, ReplicaId, Row, Ticket};
+use hilock_kernel::bakery::{
+    BakeryError, Client, ClientId, ClientOutput, Config, Input, Phase, Program, Replica, ReplicaId,
+    Reply, Request, Row, Ticket, Variant,
+};
+use std::collections::VecDeque;
+
+type C3 = Client<3, 1, 3>;
+type Outs = heapless::Vec<ClientOutput, 8>;
+
+/// Three replicas and the clients of one lock row, with a FIFO of requests in flight
+/// (client index, replica, request); everything is delivered in order.
+struct Bakery {
+    clients: Vec<C3>,
+    replicas: [Replica<1, 3>; 3],
+    net: VecDeque<(usize, ReplicaId, Request)>,
+    events: Vec<(usize, ClientOutput)>,
+}
+
+impl Bakery {
+    fn new(clients: usize, variant: Variant) -> Self {
+        let cfg = Config {
+            r: 2,
+            w: 2,
+            variant,
+            lease: 4,
+            expiry: 4,
+            renew_below: 1,
+            program: Program::Lock { row: Row(0) },
+        };
+        Bakery {
+            clients: (1..=clients)
+                .map(|i| C3::new(ClientId(i as u16), cfg).unwrap())
+                .collect(),
+            replicas: [Replica::new(), Replica::new(), Replica::new()],
+            net: VecDeque::new(),
+            events: Vec::new(),
+        }
+    }
+    fn input(&mut self, c: usize, input: Input<'_, 1, 3>) {
+        let mut out = Outs::new();
+        self.clients[c].step(input, &mut out).unwrap();
+        for o in out {
+            match o {
+                ClientOutput::Send { to, req } => self.net.push_back((c, to, req)),
+                other => self.events.push((c, other)),
+            }
+        }
+    }
+    /// Delivers every request and its reply until nothing is in flight.
+    fn settle(&mut self) {
+        while let Some((c, to, req)) = self.net.pop_front() {
+            let mut replies: heapless::Vec<Reply<1, 3>, 2> = heapless::Vec::new();
+            self.replicas[to.0 as usize]
+                .step(&req, &mut replies)
+                .unwrap();
+            for r in replies {
+                self.input(
+                    c,
+                    Input::Reply {
+                        from: to,
+                        reply: &r,
+                    },
+                );
+            }
+        }
+    }
+}
 
 /// `Display for ReplicaId` → `Ok(Default::default())`: replicas print as `r<index>`, the
 /// name the error texts use.
@@ -134,4 +200,32 @@ fn phase_predicates_name_the_loops_sleeps_and_leased_phases() {
             "{p:?}"
         );
     }
+}
+
+/// `Client::number` → 0, 1, and `lease_left` → `None`, `Some(0)`, `Some(1)`: the number a
+/// client drew (line 3: one more than the largest it read; with `keep_tickets` the released
+/// numbers still count) and the ticks left of its lease (full after the write that took
+/// the number, counting down with ticks, gone after line 19).
+#[test]
+fn a_client_reports_its_number_and_lease() {
+    let mut b = Bakery::new(1, Variant::HILOCK);
+    assert_eq!(
+        (b.clients[0].number(), b.clients[0].lease_left()),
+        (0, None)
+    );
+    b.input(0, Input::Acquire);
+    b.settle();
+    assert_eq!(b.clients[0].phase(), Phase::Held);
+    assert_eq!(b.clients[0].number(), 1);
+    let lease = b.clients[0].lease_left().expect("a holder has a lease");
+    assert_eq!(lease, 4, "no tick has passed since the lease began");
+    b.input(0, Input::Tick { elapsed: 1 });
+    assert_eq!(b.clients[0].lease_left(), Some(lease - 1));
+    b.input(0, Input::Release);
+    b.settle();
+    assert_eq!(b.clients[0].lease_left(), None);
+    b.input(0, Input::Acquire);
+    b.settle();
+    assert_eq!(b.clients[0].number(), 2, "the released ticket still counts");
+    assert_eq!(b.clients[0].held().map(|t| t.number), Some(2));
 }
