@@ -135,6 +135,8 @@ fn bakery_errors_have_distinct_texts() {
 #[test]
 fn phase_predicates_name_the_loops_sleeps_and_leased_phases() {
     use Phase::*;
+    let wait_choosing = |reading| WaitChoosing { id: 2, reading };
+    let wait_number = |reading| WaitNumber { id: 2, reading };
     // (phase, sleeping, waiting, leased, numbered)
     let table = [
         (Idle, false, false, false, false),
@@ -146,47 +148,11 @@ fn phase_predicates_name_the_loops_sleeps_and_leased_phases() {
         (Unchoose, false, false, true, true),
         (ReadChoosing, false, false, true, true),
         (ReadNumbers, false, false, true, true),
-        (
-            WaitChoosing {
-                id: 2,
-                reading: false,
-            },
-            true,
-            true,
-            true,
-            true,
-        ),
-        (
-            WaitChoosing {
-                id: 2,
-                reading: true,
-            },
-            false,
-            true,
-            true,
-            true,
-        ),
+        (wait_choosing(false), true, true, true, true),
+        (wait_choosing(true), false, true, true, true),
         (RereadNumbers { id: 2 }, false, false, true, true),
-        (
-            WaitNumber {
-                id: 2,
-                reading: false,
-            },
-            true,
-            true,
-            true,
-            true,
-        ),
-        (
-            WaitNumber {
-                id: 2,
-                reading: true,
-            },
-            false,
-            true,
-            true,
-            true,
-        ),
+        (wait_number(false), true, true, true, true),
+        (wait_number(true), false, true, true, true),
         (GiveUp, false, false, false, false),
         (ReadDetails, false, false, true, true),
         (Held, false, false, true, true),
