@@ -195,3 +195,56 @@ fn a_client_reports_its_number_and_lease() {
     assert_eq!(b.clients[0].number(), 2, "the released ticket still counts");
     assert_eq!(b.clients[0].held().map(|t| t.number), Some(2));
 }
+
+/// `Client::replied` → (0, 0), (0, 1), (1, 0), (1, 1), with `outstanding`, `compact_ops`
+/// and `permute_replicas`, the state a model checker reads and canonicalises: which
+/// replicas answered the operation in flight (bit r), renamed with the replicas; the
+/// outstanding operation ids, renamed to 1 (main) and 2 (renewal).
+#[test]
+fn a_client_reports_and_renames_its_outstanding_operation() {
+    let mut b = Bakery::new(1, Variant::HILOCK);
+    b.input(0, Input::Acquire);
+    assert_eq!(b.clients[0].replied(), (0, 0));
+    // deliver replica 1's write only: one acknowledgement of W = 2
+    let (c, to, req) = b.net.remove(1).unwrap();
+    assert_eq!(to, ReplicaId(1));
+    let mut replies: heapless::Vec<Reply<1, 3>, 2> = heapless::Vec::new();
+    b.replicas[1].step(&req, &mut replies).unwrap();
+    b.input(
+        c,
+        Input::Reply {
+            from: to,
+            reply: &replies[0],
+        },
+    );
+    assert_eq!(b.clients[0].replied(), (0b010, 0));
+    // renaming the replicas renames the answers: 1 → 0
+    let before = b.clients[0].clone();
+    assert_eq!(
+        b.clients[0].permute_replicas(&[1, 1, 2]),
+        Err(BakeryError::UnknownReplica(ReplicaId(1)))
+    );
+    assert_eq!(
+        b.clients[0].permute_replicas(&[0, 3, 1]),
+        Err(BakeryError::UnknownReplica(ReplicaId(3)))
+    );
+    assert_eq!(
+        b.clients[0], before,
+        "a refused permutation changed the client"
+    );
+    b.clients[0].permute_replicas(&[2, 0, 1]).unwrap();
+    assert_eq!(b.clients[0].replied(), (0b001, 0));
+    b.clients[0].permute_replicas(&[1, 2, 0]).unwrap();
+    assert_eq!(b.clients[0].replied(), (0b010, 0));
+    // the rest of the run, then line 19 in flight under a later operation id
+    b.settle();
+    assert_eq!(b.clients[0].phase(), Phase::Held);
+    assert_eq!(b.clients[0].outstanding(), (None, None));
+    b.input(0, Input::Release);
+    let (Some(op), None) = b.clients[0].outstanding() else {
+        panic!("line 19 is not in flight")
+    };
+    assert!(op > 2, "operation id {op}");
+    assert_eq!(b.clients[0].compact_ops(), (Some(op), None));
+    assert_eq!(b.clients[0].outstanding(), (Some(1), None));
+}
