@@ -4,8 +4,8 @@
 //! mutants it kills.
 
 use hilock_kernel::bakery::{
-    BakeryError, Client, ClientId, ClientOutput, Config, Input, Phase, Program, Replica, ReplicaId,
-    Reply, Request, Row, Ticket, Variant,
+    BakeryError, Client, ClientId, ClientOutput, Config, Input, Phase, Program, Renaming, Replica,
+    ReplicaId, Reply, Request, Row, Ticket, Ts, Variant,
 };
 use std::collections::VecDeque;
 
@@ -247,4 +247,45 @@ fn a_client_reports_and_renames_its_outstanding_operation() {
     assert!(op > 2, "operation id {op}");
     assert_eq!(b.clients[0].compact_ops(), (Some(op), None));
     assert_eq!(b.clients[0].outstanding(), (Some(1), None));
+}
+
+/// `Client::timestamps`: `clock > 0` → `>=` and `o.ts > 0` → `>=` (0 means "no timestamp"
+/// and is not visited); `rename_timestamps`: `ok &= covered` → `|=` (a renaming must cover
+/// every timestamp the client holds, not only its clock; else it is refused and changes
+/// nothing).
+#[test]
+fn a_client_visits_and_renames_only_real_timestamps() {
+    let mut b = Bakery::new(2, Variant::HILOCK);
+    let mut seen = Vec::new();
+    b.clients[0].timestamps(|t| seen.push(t));
+    assert!(
+        seen.is_empty(),
+        "a fresh client holds no timestamp: {seen:?}"
+    );
+    b.input(1, Input::Acquire);
+    b.settle();
+    b.input(0, Input::Acquire);
+    b.settle();
+    b.clients[0].timestamps(|t| seen.push(t));
+    seen.sort();
+    seen.dedup();
+    assert!(!seen.contains(&Ts(0)), "{seen:?}");
+    let clock = Ts(b.clients[0].clock());
+    assert!(
+        seen.len() >= 2 && seen.contains(&clock),
+        "the client read client 2's entries: {seen:?}"
+    );
+    let before = b.clients[0].clone();
+    let only_clock =
+        Renaming::new(std::slice::from_ref(&clock), std::slice::from_ref(&clock)).unwrap();
+    assert_eq!(
+        b.clients[0].rename_timestamps(&only_clock),
+        Err(BakeryError::BadRenaming)
+    );
+    assert_eq!(b.clients[0], before);
+    let to: Vec<Ts> = (1..=seen.len() as u32).map(Ts).collect();
+    b.clients[0]
+        .rename_timestamps(&Renaming::new(&seen, &to).unwrap())
+        .unwrap();
+    assert_eq!(b.clients[0].clock(), seen.len() as u32);
 }
