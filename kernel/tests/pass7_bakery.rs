@@ -4,8 +4,8 @@
 //! mutants it kills.
 
 use hilock_kernel::bakery::{
-    BakeryError, Client, ClientId, ClientOutput, Config, Input, Phase, Program, Renaming, Replica,
-    ReplicaId, Reply, Request, Row, Ticket, Ts, Variant,
+    BakeryError, Cell, Client, ClientId, ClientOutput, Config, Family, Input, Phase, Program,
+    Renaming, Replica, ReplicaId, Reply, Request, Row, Ticket, Ts, Value, Variant,
 };
 use std::collections::VecDeque;
 
@@ -23,6 +23,9 @@ struct Bakery {
 
 impl Bakery {
     fn new(clients: usize, variant: Variant) -> Self {
+        Self::with(clients, variant, Program::Lock { row: Row(0) })
+    }
+    fn with(clients: usize, variant: Variant, program: Program) -> Self {
         let cfg = Config {
             r: 2,
             w: 2,
@@ -30,7 +33,7 @@ impl Bakery {
             lease: 4,
             expiry: 4,
             renew_below: 1,
-            program: Program::Lock { row: Row(0) },
+            program,
         };
         Bakery {
             clients: (1..=clients)
@@ -288,4 +291,45 @@ fn a_client_visits_and_renames_only_real_timestamps() {
         .rename_timestamps(&Renaming::new(&seen, &to).unwrap())
         .unwrap();
     assert_eq!(b.clients[0].clock(), seen.len() as u32);
+}
+
+/// `read`: `leases && family != Details` → `||`. Lease observations exist for `choosing`
+/// and `number` only; the queue's read of an item's `details` (wiki 140, `item_exists`)
+/// under leases must not look for them. One worker, one enqueued item, every correction
+/// (leases on): the worker takes the item, processes it and removes it.
+#[test]
+fn a_leased_queue_worker_reads_the_details_and_completes_the_item() {
+    let program = Program::Queue {
+        items: 1,
+        lock_id: Row(0),
+    };
+    let mut b = Bakery::with(1, Variant::HILOCK, program);
+    for r in &mut b.replicas {
+        let cell = |v| Cell {
+            ts: Ts(1),
+            val: Some(Value::Int(v)),
+        };
+        r.seed(Row(0), Family::Number, 0, cell(0)).unwrap();
+        r.seed(Row(0), Family::Details, 0, cell(1)).unwrap();
+    }
+    b.input(0, Input::Work);
+    b.settle();
+    assert_eq!(b.clients[0].phase(), Phase::Held);
+    assert!(
+        matches!(
+            b.events[..],
+            [(0, ClientOutput::Entered { row: Row(0), .. })]
+        ),
+        "{:?}",
+        b.events
+    );
+    b.input(0, Input::Done);
+    b.settle();
+    assert!(
+        b.events
+            .iter()
+            .any(|e| *e == (0, ClientOutput::Completed { row: Row(0) })),
+        "{:?}",
+        b.events
+    );
 }
