@@ -5,23 +5,22 @@
 
 use hilock_kernel::bakery::{
     BakeryError, Cell, Client, ClientId, ClientOutput, Config, Family, Input, Phase, Program,
-    Renaming, Replica, ReplicaId, Reply, Request, Row, Ticket, Ts, Value, Variant,
+    Renaming, Replica, ReplicaId, Reply, Request, Row, Rule, Ticket, Ts, Value, Variant,
 };
 use std::collections::VecDeque;
 
-type C3 = Client<3, 1, 3>;
 type Outs = heapless::Vec<ClientOutput, 8>;
 
 /// Three replicas and the clients of one lock row, with a FIFO of requests in flight
 /// (client index, replica, request); everything is delivered in order.
-struct Bakery {
-    clients: Vec<C3>,
-    replicas: [Replica<1, 3>; 3],
+struct Bakery<const K: usize> {
+    clients: Vec<Client<3, K, 3>>,
+    replicas: [Replica<K, 3>; 3],
     net: VecDeque<(usize, ReplicaId, Request)>,
     events: Vec<(usize, ClientOutput)>,
 }
 
-impl Bakery {
+impl<const K: usize> Bakery<K> {
     fn new(clients: usize, variant: Variant) -> Self {
         Self::with(clients, variant, Program::Lock { row: Row(0) })
     }
@@ -37,14 +36,14 @@ impl Bakery {
         };
         Bakery {
             clients: (1..=clients)
-                .map(|i| C3::new(ClientId(i as u16), cfg).unwrap())
+                .map(|i| Client::new(ClientId(i as u16), cfg).unwrap())
                 .collect(),
             replicas: [Replica::new(), Replica::new(), Replica::new()],
             net: VecDeque::new(),
             events: Vec::new(),
         }
     }
-    fn input(&mut self, c: usize, input: Input<'_, 1, 3>) {
+    fn input(&mut self, c: usize, input: Input<'_, K, 3>) {
         let mut out = Outs::new();
         self.clients[c].step(input, &mut out).unwrap();
         for o in out {
@@ -57,19 +56,28 @@ impl Bakery {
     /// Delivers every request and its reply until nothing is in flight.
     fn settle(&mut self) {
         while let Some((c, to, req)) = self.net.pop_front() {
-            let mut replies: heapless::Vec<Reply<1, 3>, 2> = heapless::Vec::new();
-            self.replicas[to.0 as usize]
-                .step(&req, &mut replies)
-                .unwrap();
-            for r in replies {
-                self.input(
-                    c,
-                    Input::Reply {
-                        from: to,
-                        reply: &r,
-                    },
-                );
-            }
+            self.deliver(c, to, req);
+        }
+    }
+    /// Delivers client `c`'s requests and their replies until none of its is in flight;
+    /// the others' wait.
+    fn settle_only(&mut self, c: usize) {
+        while let Some(i) = self.net.iter().position(|m| m.0 == c) {
+            let (c, to, req) = self.net.remove(i).unwrap();
+            self.deliver(c, to, req);
+        }
+    }
+    fn deliver(&mut self, c: usize, to: ReplicaId, req: Request) {
+        let mut replies: heapless::Vec<Reply<K, 3>, 2> = heapless::Vec::new();
+        self.replicas[to.0 as usize]
+            .step(&req, &mut replies)
+            .unwrap();
+        for r in replies {
+            let reply = Input::Reply {
+                from: to,
+                reply: &r,
+            };
+            self.input(c, reply);
         }
     }
 }
@@ -177,7 +185,7 @@ fn phase_predicates_name_the_loops_sleeps_and_leased_phases() {
 /// the number, counting down with ticks, gone after line 19).
 #[test]
 fn a_client_reports_its_number_and_lease() {
-    let mut b = Bakery::new(1, Variant::HILOCK);
+    let mut b = Bakery::<1>::new(1, Variant::HILOCK);
     assert_eq!(
         (b.clients[0].number(), b.clients[0].lease_left()),
         (0, None)
@@ -205,7 +213,7 @@ fn a_client_reports_its_number_and_lease() {
 /// outstanding operation ids, renamed to 1 (main) and 2 (renewal).
 #[test]
 fn a_client_reports_and_renames_its_outstanding_operation() {
-    let mut b = Bakery::new(1, Variant::HILOCK);
+    let mut b = Bakery::<1>::new(1, Variant::HILOCK);
     b.input(0, Input::Acquire);
     assert_eq!(b.clients[0].replied(), (0, 0));
     // deliver replica 1's write only: one acknowledgement of W = 2
@@ -258,7 +266,7 @@ fn a_client_reports_and_renames_its_outstanding_operation() {
 /// nothing).
 #[test]
 fn a_client_visits_and_renames_only_real_timestamps() {
-    let mut b = Bakery::new(2, Variant::HILOCK);
+    let mut b = Bakery::<1>::new(2, Variant::HILOCK);
     let mut seen = Vec::new();
     b.clients[0].timestamps(|t| seen.push(t));
     assert!(
@@ -303,7 +311,7 @@ fn a_leased_queue_worker_reads_the_details_and_completes_the_item() {
         items: 1,
         lock_id: Row(0),
     };
-    let mut b = Bakery::with(1, Variant::HILOCK, program);
+    let mut b = Bakery::<1>::with(1, Variant::HILOCK, program);
     for r in &mut b.replicas {
         let cell = |v| Cell {
             ts: Ts(1),
@@ -332,4 +340,115 @@ fn a_leased_queue_worker_reads_the_details_and_completes_the_item() {
         "{:?}",
         b.events
     );
+}
+
+/// The rule a step reported.
+fn rule<const K: usize>(b: &mut Bakery<K>, c: usize, input: Input<'_, K, 3>) -> Rule {
+    let mut out = Outs::new();
+    let r = b.clients[c].step(input, &mut out).unwrap().rule;
+    for o in out {
+        match o {
+            ClientOutput::Send { to, req } => b.net.push_back((c, to, req)),
+            other => b.events.push((c, other)),
+        }
+    }
+    r
+}
+
+/// `tick`: `!leases || elapsed == 0` → `&&`, the renewal test `left <= renew_below &&
+/// no renewal && numbered` with either `&&` → `||`, and `lose` → `()`. Without leases a
+/// tick does nothing, nor does a tick of 0; a holder with its full lease (4) renews only
+/// when 1 tick is left, once; and when the lease runs out the holder stops (`Lost`, idle).
+#[test]
+fn a_holder_renews_its_lease_once_when_low_and_stops_when_it_runs_out() {
+    let mut plain = Bakery::<1>::new(
+        1,
+        Variant {
+            leases: false,
+            ..Variant::HILOCK
+        },
+    );
+    plain.input(0, Input::Acquire);
+    plain.settle();
+    assert_eq!(rule(&mut plain, 0, Input::Tick { elapsed: 3 }), Rule::Idle);
+    let mut b = Bakery::<1>::new(1, Variant::HILOCK);
+    b.input(0, Input::Acquire);
+    b.settle();
+    assert_eq!(b.clients[0].lease_left(), Some(4));
+    assert_eq!(rule(&mut b, 0, Input::Tick { elapsed: 0 }), Rule::Idle);
+    assert_eq!(rule(&mut b, 0, Input::Tick { elapsed: 1 }), Rule::Tick);
+    assert_eq!(rule(&mut b, 0, Input::Tick { elapsed: 1 }), Rule::Tick);
+    assert!(b.net.is_empty(), "a renewal with 2 ticks left: {:?}", b.net);
+    assert_eq!(
+        rule(&mut b, 0, Input::Tick { elapsed: 1 }),
+        Rule::LeaseRenew
+    );
+    assert_eq!(b.net.len(), 3, "the renewal goes to every replica");
+    assert!(b.clients[0].outstanding().1.is_some());
+    // the renewal is not answered; the lease runs out while it is in flight
+    b.net.clear();
+    let token = b.clients[0].held().unwrap();
+    assert_eq!(rule(&mut b, 0, Input::Tick { elapsed: 1 }), Rule::LeaseLost);
+    assert_eq!(b.clients[0].phase(), Phase::Idle);
+    assert_eq!(b.clients[0].held(), None);
+    assert_eq!(
+        b.events.last(),
+        Some(&(0, ClientOutput::Lost { row: Row(0), token }))
+    );
+}
+
+/// `wake`: the match guard `!queue_reads_item` → `false`. The literal work queue re-reads
+/// `choosing` of `lock_id` (wiki 131), a row nobody writes; with `queue_reads_item` it
+/// re-reads the work item's row. Worker 1 has written its `choosing` entry for item 0 and
+/// is paused; worker 2 sees it at line 6, sleeps, and on waking re-reads.
+#[test]
+fn a_waking_queue_worker_rereads_choosing_of_the_row_its_variant_names() {
+    for (reads_item, row) in [(true, Row(0)), (false, Row(1))] {
+        let program = Program::Queue {
+            items: 1,
+            lock_id: Row(1),
+        };
+        let variant = Variant {
+            queue_reads_item: reads_item,
+            leases: false,
+            ..Variant::HILOCK
+        };
+        let mut b = Bakery::<2>::with(2, variant, program);
+        for r in &mut b.replicas {
+            let cell = |v| Cell {
+                ts: Ts(1),
+                val: Some(Value::Int(v)),
+            };
+            r.seed(Row(0), Family::Number, 0, cell(0)).unwrap();
+            r.seed(Row(0), Family::Details, 0, cell(1)).unwrap();
+        }
+        b.input(0, Input::Work);
+        // worker 1 runs until line 1 (its choosing entry) is done, one delivery at a time
+        while b.clients[0].phase() != Phase::ReadMax {
+            let (c, to, req) = b.net.pop_front().expect("worker 1 stalled");
+            b.deliver(c, to, req);
+        }
+        assert_eq!(b.clients[0].phase(), Phase::ReadMax);
+        b.input(1, Input::Work);
+        b.settle_only(1);
+        assert!(
+            matches!(
+                b.clients[1].phase(),
+                Phase::WaitChoosing { reading: false, .. }
+            ),
+            "{:?}",
+            b.clients[1].phase()
+        );
+        let before = b.net.len();
+        assert_eq!(rule(&mut b, 1, Input::Wake), Rule::Reread);
+        let reread: Vec<_> = b.net.iter().skip(before).collect();
+        assert_eq!(reread.len(), 3);
+        for (c, _, req) in reread {
+            assert_eq!(*c, 1);
+            assert!(
+                matches!(req, Request::Read { family: Family::Choosing, row: Some(r), .. } if *r == row),
+                "queue_reads_item {reads_item}: {req:?}"
+            );
+        }
+    }
 }
