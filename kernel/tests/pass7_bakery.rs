@@ -335,8 +335,7 @@ fn a_leased_queue_worker_reads_the_details_and_completes_the_item() {
     b.settle();
     assert!(
         b.events
-            .iter()
-            .any(|e| *e == (0, ClientOutput::Completed { row: Row(0) })),
+            .contains(&(0, ClientOutput::Completed { row: Row(0) })),
         "{:?}",
         b.events
     );
