@@ -384,7 +384,28 @@ fn a_holder_renews_its_lease_once_when_low_and_stops_when_it_runs_out() {
     );
     assert_eq!(b.net.len(), 3, "the renewal goes to every replica");
     assert!(b.clients[0].outstanding().1.is_some());
-    // the renewal is not answered; the lease runs out while it is in flight
+    // `reply`: the renewal needs W = 2 acknowledgements (`count < w` → `==`, `>`)
+    let (c, to, req) = b.net.pop_front().unwrap();
+    b.deliver(c, to, req);
+    assert!(
+        b.clients[0].outstanding().1.is_some(),
+        "renewed after one ack"
+    );
+    assert_eq!(b.clients[0].lease_left(), Some(1));
+    let (c, to, req) = b.net.pop_front().unwrap();
+    b.deliver(c, to, req);
+    assert_eq!(b.clients[0].outstanding().1, None);
+    assert_eq!(
+        b.clients[0].lease_left(),
+        Some(4),
+        "renewed for a full lease"
+    );
+    // a second renewal, never answered; the lease runs out while it is in flight
+    b.net.clear();
+    for _ in 0..3 {
+        rule(&mut b, 0, Input::Tick { elapsed: 1 });
+    }
+    assert!(b.clients[0].outstanding().1.is_some());
     b.net.clear();
     let token = b.clients[0].held().unwrap();
     assert_eq!(rule(&mut b, 0, Input::Tick { elapsed: 1 }), Rule::LeaseLost);
@@ -450,4 +471,47 @@ fn a_waking_queue_worker_rereads_choosing_of_the_row_its_variant_names() {
             );
         }
     }
+}
+
+/// `reply`: the match guard `f == g` → `true`. An answer of another family than the read
+/// in flight is a bad reply, refused without a change.
+#[test]
+fn an_answer_of_another_family_is_refused() {
+    let mut b = Bakery::<1>::new(1, Variant::HILOCK);
+    b.input(0, Input::Acquire);
+    b.settle_only(0);
+    b.input(0, Input::Release);
+    while b.clients[0].phase() != Phase::Idle {
+        let (c, to, req) = b.net.pop_front().unwrap();
+        b.deliver(c, to, req);
+    }
+    b.input(0, Input::Acquire);
+    // line 1's write, then line 2's read of `number` is in flight
+    while b.clients[0].phase() == Phase::Choose {
+        let (c, to, req) = b.net.pop_front().unwrap();
+        b.deliver(c, to, req);
+    }
+    assert_eq!(b.clients[0].phase(), Phase::ReadMax);
+    let (Some(op), _) = b.clients[0].outstanding() else {
+        panic!("no read in flight")
+    };
+    let ask = Request::Read {
+        op,
+        family: Family::Choosing,
+        row: Some(Row(0)),
+    };
+    let mut replies: heapless::Vec<Reply<1, 3>, 2> = heapless::Vec::new();
+    b.replicas[0].step(&ask, &mut replies).unwrap();
+    let before = b.clients[0].clone();
+    let mut out = Outs::new();
+    let wrong = Input::Reply {
+        from: ReplicaId(0),
+        reply: &replies[0],
+    };
+    assert_eq!(
+        b.clients[0].step(wrong, &mut out).err(),
+        Some(BakeryError::BadReply)
+    );
+    assert_eq!(b.clients[0], before);
+    assert!(out.is_empty());
 }
