@@ -13,14 +13,14 @@ type Outs = heapless::Vec<ClientOutput, 8>;
 
 /// Three replicas and the clients of one lock row, with a FIFO of requests in flight
 /// (client index, replica, request); everything is delivered in order.
-struct Bakery<const K: usize> {
-    clients: Vec<Client<3, K, 3>>,
-    replicas: [Replica<K, 3>; 3],
+struct Bakery<const K: usize, const C: usize = 3> {
+    clients: Vec<Client<3, K, C>>,
+    replicas: [Replica<K, C>; 3],
     net: VecDeque<(usize, ReplicaId, Request)>,
     events: Vec<(usize, ClientOutput)>,
 }
 
-impl<const K: usize> Bakery<K> {
+impl<const K: usize, const C: usize> Bakery<K, C> {
     fn new(clients: usize, variant: Variant) -> Self {
         Self::with(clients, variant, Program::Lock { row: Row(0) })
     }
@@ -43,7 +43,7 @@ impl<const K: usize> Bakery<K> {
             events: Vec::new(),
         }
     }
-    fn input(&mut self, c: usize, input: Input<'_, K, 3>) {
+    fn input(&mut self, c: usize, input: Input<'_, K, C>) {
         let mut out = Outs::new();
         self.clients[c].step(input, &mut out).unwrap();
         for o in out {
@@ -68,7 +68,7 @@ impl<const K: usize> Bakery<K> {
         }
     }
     fn deliver(&mut self, c: usize, to: ReplicaId, req: Request) {
-        let mut replies: heapless::Vec<Reply<K, 3>, 2> = heapless::Vec::new();
+        let mut replies: heapless::Vec<Reply<K, C>, 2> = heapless::Vec::new();
         self.replicas[to.0 as usize]
             .step(&req, &mut replies)
             .unwrap();
@@ -342,7 +342,11 @@ fn a_leased_queue_worker_reads_the_details_and_completes_the_item() {
 }
 
 /// The rule a step reported.
-fn rule<const K: usize>(b: &mut Bakery<K>, c: usize, input: Input<'_, K, 3>) -> Rule {
+fn rule<const K: usize, const C: usize>(
+    b: &mut Bakery<K, C>,
+    c: usize,
+    input: Input<'_, K, C>,
+) -> Rule {
     let mut out = Outs::new();
     let r = b.clients[c].step(input, &mut out).unwrap().rule;
     for o in out {
@@ -514,4 +518,70 @@ fn an_answer_of_another_family_is_refused() {
     );
     assert_eq!(b.clients[0], before);
     assert!(out.is_empty());
+}
+
+/// `read_done`: the match guard `!queue_reads_item` → `false`. The literal queue takes the
+/// choosing re-read's answer from `lock_id`'s row. Here `lock_id` is item row 1, and
+/// (literally) every worker writes `choosing` column 1: worker 1 has chosen on item 0,
+/// worker 2 waits for it there, worker 3 has chosen on item 1. Worker 2's re-read of row
+/// 1 finds column 1 set and sleeps again; taken from row 0 (not read: empty) it would go on.
+#[test]
+fn the_literal_queue_takes_the_choosing_reread_from_lock_id() {
+    let program = Program::Queue {
+        items: 2,
+        lock_id: Row(1),
+    };
+    let variant = Variant {
+        queue_reads_item: false,
+        own_choosing_column: false,
+        leases: false,
+        ..Variant::HILOCK
+    };
+    let mut b = Bakery::<2, 4>::with(3, variant, program);
+    for r in &mut b.replicas {
+        let cell = |v| Cell {
+            ts: Ts(1),
+            val: Some(Value::Int(v)),
+        };
+        for row in [Row(0), Row(1)] {
+            r.seed(row, Family::Number, 0, cell(0)).unwrap();
+            r.seed(row, Family::Details, 0, cell(1)).unwrap();
+        }
+    }
+    let until = |b: &mut Bakery<2, 4>, c: usize, phase: Phase| {
+        while b.clients[c].phase() != phase {
+            let i = b.net.iter().position(|m| m.0 == c).expect("stalled");
+            let (c, to, req) = b.net.remove(i).unwrap();
+            b.deliver(c, to, req);
+        }
+    };
+    // worker 1 scans (item 0) and sends line 1; worker 2 scans (item 0 too) and runs to
+    // line 6 (its own line 5 clears column 1 before worker 1's line 1 sets it)
+    // worker 1's writes outrank worker 2's delete of the shared column (later timestamps)
+    b.clients[0].advance_clock(Ts(50));
+    b.input(0, Input::Work);
+    until(&mut b, 0, Phase::Choose);
+    b.input(1, Input::Work);
+    until(&mut b, 1, Phase::ReadChoosing);
+    until(&mut b, 0, Phase::ReadMax);
+    assert_eq!(b.clients[0].row(), Row(0));
+    assert_eq!(b.clients[1].row(), Row(0));
+    while !matches!(
+        b.clients[1].phase(),
+        Phase::WaitChoosing { reading: false, .. }
+    ) {
+        let i = b
+            .net
+            .iter()
+            .position(|m| m.0 == 1)
+            .expect("worker 2 did not wait");
+        let (c, to, req) = b.net.remove(i).unwrap();
+        b.deliver(c, to, req);
+    }
+    b.input(2, Input::Work);
+    until(&mut b, 2, Phase::ReadMax);
+    assert_eq!(b.clients[2].row(), Row(1));
+    let waiting = b.clients[1].phase();
+    b.input(1, Input::Wake);
+    until(&mut b, 1, waiting);
 }
