@@ -585,3 +585,27 @@ fn the_literal_queue_takes_the_choosing_reread_from_lock_id() {
     b.input(1, Input::Wake);
     until(&mut b, 1, waiting);
 }
+
+/// `check_from`: `id == 0 || (skip_self && id == me)` → `&&`. With `skip_self` a client
+/// never waits on its own column. The columns are shared here (`own_choosing_column`
+/// off, as literally): client 2 has set column 1 with a later timestamp than client 1's
+/// own line 1 and line 5, so column 1 — client 1's own id — stays set; client 1 skips it
+/// and enters.
+#[test]
+fn with_skip_self_a_client_never_waits_on_its_own_column() {
+    let variant = Variant {
+        own_choosing_column: false,
+        leases: false,
+        ..Variant::HILOCK
+    };
+    let mut b = Bakery::<1>::new(2, variant);
+    b.clients[1].advance_clock(Ts(50));
+    b.input(1, Input::Acquire);
+    while b.clients[1].phase() == Phase::Choose {
+        let (c, to, req) = b.net.pop_front().unwrap();
+        b.deliver(c, to, req);
+    }
+    b.input(0, Input::Acquire);
+    b.settle_only(0);
+    assert_eq!(b.clients[0].phase(), Phase::Held);
+}
