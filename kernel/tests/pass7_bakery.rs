@@ -609,3 +609,37 @@ fn with_skip_self_a_client_never_waits_on_its_own_column() {
     b.settle_only(0);
     assert_eq!(b.clients[0].phase(), Phase::Held);
 }
+
+/// `check_from`: line 9's `live(choosing, id) && choosing[id] == 1` → `||`. With leases a
+/// `choosing` flag left by a crashed client expires: the waiter, ticking, renewing its own
+/// lease and re-reading, enters once it has watched the flag for `expiry` ticks; it does
+/// not wait for ever on the dead flag.
+#[test]
+fn a_waiter_passes_the_expired_choosing_flag_of_a_crashed_client() {
+    let mut b = Bakery::<1>::new(2, Variant::HILOCK);
+    b.input(1, Input::Acquire);
+    while b.clients[1].phase() == Phase::Choose {
+        let (c, to, req) = b.net.pop_front().unwrap();
+        b.deliver(c, to, req);
+    }
+    b.net.retain(|m| m.0 != 1); // client 2 crashes after line 1
+    b.input(0, Input::Acquire);
+    b.settle();
+    assert!(
+        matches!(b.clients[0].phase(), Phase::WaitChoosing { id: 2, .. }),
+        "{:?}",
+        b.clients[0].phase()
+    );
+    for _ in 0..30 {
+        if b.clients[0].phase() == Phase::Held {
+            return;
+        }
+        rule(&mut b, 0, Input::Tick { elapsed: 1 });
+        b.settle();
+        if b.clients[0].phase().sleeping() {
+            b.input(0, Input::Wake);
+            b.settle();
+        }
+    }
+    panic!("still {:?} after 30 ticks", b.clients[0].phase());
+}
