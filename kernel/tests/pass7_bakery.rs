@@ -643,3 +643,10 @@ fn a_waiter_passes_the_expired_choosing_flag_of_a_crashed_client() {
     }
     panic!("still {:?} after 30 ticks", b.clients[0].phase());
 }
+
+/// `Family::name` → `"xyzzy"`, `""`: the column families are named as in the seed.
+#[test]
+fn families_are_named_as_in_the_seed() {
+    let names: Vec<&str> = Family::ALL.iter().map(|f| f.name()).collect();
+    assert_eq!(names, ["choosing", "number", "details"]);
+}
