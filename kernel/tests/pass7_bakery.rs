@@ -5,7 +5,8 @@
 
 use hilock_kernel::bakery::{
     BakeryError, Cell, Client, ClientId, ClientOutput, Config, Family, Input, Phase, Program,
-    Renaming, Replica, ReplicaId, Reply, Request, Row, Rule, Ticket, Ts, Value, Variant,
+    Renaming, Replica, ReplicaId, ReplicaReport, Reply, Request, Row, Rule, Ticket, Ts, Value,
+    Variant,
 };
 use std::collections::VecDeque;
 
@@ -649,4 +650,43 @@ fn a_waiter_passes_the_expired_choosing_flag_of_a_crashed_client() {
 fn families_are_named_as_in_the_seed() {
     let names: Vec<&str> = Family::ALL.iter().map(|f| f.name()).collect();
     assert_eq!(names, ["choosing", "number", "details"]);
+}
+
+/// `Display for Cell` → `Ok(Default::default())`: cells print as `value@timestamp`, a
+/// tombstone as `†`, a released number as `rel<n>`.
+#[test]
+fn cells_display_value_at_timestamp() {
+    let c = |ts, val| Cell { ts: Ts(ts), val };
+    assert_eq!(c(5, None).to_string(), "†@5");
+    assert_eq!(c(7, Some(Value::Int(3))).to_string(), "3@7");
+    assert_eq!(c(4, Some(Value::Released(2))).to_string(), "rel2@4");
+}
+
+/// `Cell::supersedes`: `rank(self) > rank(other)` → `>=`, and `Replica::columns` → `None`.
+/// A cell does not supersede an
+/// equal one: a repeated write (a retry) is acknowledged as superseded, not applied again.
+#[test]
+fn a_repeated_write_does_not_supersede_itself() {
+    let cell = Cell {
+        ts: Ts(3),
+        val: Some(Value::Int(1)),
+    };
+    assert!(!cell.supersedes(&cell));
+    let mut r: Replica<1, 3> = Replica::new();
+    let w = Request::Write {
+        op: 1,
+        row: Row(0),
+        family: Family::Number,
+        col: 1,
+        cell,
+    };
+    let mut out: heapless::Vec<Reply<1, 3>, 2> = heapless::Vec::new();
+    assert_eq!(r.step(&w, &mut out), Ok(ReplicaReport::Applied));
+    assert_eq!(r.step(&w, &mut out), Ok(ReplicaReport::Superseded));
+    // `Replica::columns` → `None`: a family's columns of a row, none outside the rows
+    assert_eq!(
+        r.columns(Row(0), Family::Number),
+        Some(&[None, Some(cell), None])
+    );
+    assert_eq!(r.columns(Row(1), Family::Number), None);
 }
