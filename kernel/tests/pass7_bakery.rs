@@ -54,6 +54,20 @@ impl<const K: usize, const C: usize> Bakery<K, C> {
             }
         }
     }
+    /// Work items enqueued before the run (wiki 108–109): `details` and the `0=0` marker
+    /// of each row, on every replica.
+    fn enqueue(&mut self, rows: &[Row]) {
+        let cell = |v| Cell {
+            ts: Ts(1),
+            val: Some(Value::Int(v)),
+        };
+        for r in &mut self.replicas {
+            for &row in rows {
+                r.seed(row, Family::Number, 0, cell(0)).unwrap();
+                r.seed(row, Family::Details, 0, cell(1)).unwrap();
+            }
+        }
+    }
     /// Delivers every request and its reply until nothing is in flight.
     fn settle(&mut self) {
         while let Some((c, to, req)) = self.net.pop_front() {
@@ -313,14 +327,7 @@ fn a_leased_queue_worker_reads_the_details_and_completes_the_item() {
         lock_id: Row(0),
     };
     let mut b = Bakery::<1>::with(1, Variant::HILOCK, program);
-    for r in &mut b.replicas {
-        let cell = |v| Cell {
-            ts: Ts(1),
-            val: Some(Value::Int(v)),
-        };
-        r.seed(Row(0), Family::Number, 0, cell(0)).unwrap();
-        r.seed(Row(0), Family::Details, 0, cell(1)).unwrap();
-    }
+    b.enqueue(&[Row(0)]);
     b.input(0, Input::Work);
     b.settle();
     assert_eq!(b.clients[0].phase(), Phase::Held);
@@ -439,14 +446,7 @@ fn a_waking_queue_worker_rereads_choosing_of_the_row_its_variant_names() {
             ..Variant::HILOCK
         };
         let mut b = Bakery::<2>::with(2, variant, program);
-        for r in &mut b.replicas {
-            let cell = |v| Cell {
-                ts: Ts(1),
-                val: Some(Value::Int(v)),
-            };
-            r.seed(Row(0), Family::Number, 0, cell(0)).unwrap();
-            r.seed(Row(0), Family::Details, 0, cell(1)).unwrap();
-        }
+        b.enqueue(&[Row(0)]);
         b.input(0, Input::Work);
         // worker 1 runs until line 1 (its choosing entry) is done, one delivery at a time
         while b.clients[0].phase() != Phase::ReadMax {
@@ -539,16 +539,7 @@ fn the_literal_queue_takes_the_choosing_reread_from_lock_id() {
         ..Variant::HILOCK
     };
     let mut b = Bakery::<2, 4>::with(3, variant, program);
-    for r in &mut b.replicas {
-        let cell = |v| Cell {
-            ts: Ts(1),
-            val: Some(Value::Int(v)),
-        };
-        for row in [Row(0), Row(1)] {
-            r.seed(row, Family::Number, 0, cell(0)).unwrap();
-            r.seed(row, Family::Details, 0, cell(1)).unwrap();
-        }
-    }
+    b.enqueue(&[Row(0), Row(1)]);
     let until = |b: &mut Bakery<2, 4>, c: usize, phase: Phase| {
         while b.clients[c].phase() != phase {
             let i = b.net.iter().position(|m| m.0 == c).expect("stalled");
