@@ -44,15 +44,18 @@ impl<const K: usize, const C: usize> Bakery<K, C> {
             events: Vec::new(),
         }
     }
-    fn input(&mut self, c: usize, input: Input<'_, K, C>) {
+    /// Steps client `c` and returns the rule that fired; its requests join the network,
+    /// its other outputs the event list.
+    fn input(&mut self, c: usize, input: Input<'_, K, C>) -> Rule {
         let mut out = Outs::new();
-        self.clients[c].step(input, &mut out).unwrap();
+        let rule = self.clients[c].step(input, &mut out).unwrap().rule;
         for o in out {
             match o {
                 ClientOutput::Send { to, req } => self.net.push_back((c, to, req)),
                 other => self.events.push((c, other)),
             }
         }
+        rule
     }
     /// Work items enqueued before the run (wiki 108–109): `details` and the `0=0` marker
     /// of each row, on every replica.
@@ -77,10 +80,24 @@ impl<const K: usize, const C: usize> Bakery<K, C> {
     /// Delivers client `c`'s requests and their replies until none of its is in flight;
     /// the others' wait.
     fn settle_only(&mut self, c: usize) {
-        while let Some(i) = self.net.iter().position(|m| m.0 == c) {
-            let (c, to, req) = self.net.remove(i).unwrap();
-            self.deliver(c, to, req);
+        while self.deliver_next(c) {}
+    }
+    /// Delivers client `c`'s requests one at a time (the others' wait) until its phase
+    /// satisfies `done`; panics if it stalls first.
+    fn until(&mut self, c: usize, done: impl Fn(Phase) -> bool) {
+        while !done(self.clients[c].phase()) {
+            let phase = self.clients[c].phase();
+            assert!(self.deliver_next(c), "client {c} stalled in {phase:?}");
         }
+    }
+    /// Delivers client `c`'s oldest request in flight and its reply; false if none.
+    fn deliver_next(&mut self, c: usize) -> bool {
+        let Some(i) = self.net.iter().position(|m| m.0 == c) else {
+            return false;
+        };
+        let (c, to, req) = self.net.remove(i).unwrap();
+        self.deliver(c, to, req);
+        true
     }
     fn deliver(&mut self, c: usize, to: ReplicaId, req: Request) {
         let mut replies: heapless::Vec<Reply<K, C>, 2> = heapless::Vec::new();
@@ -349,23 +366,6 @@ fn a_leased_queue_worker_reads_the_details_and_completes_the_item() {
     );
 }
 
-/// The rule a step reported.
-fn rule<const K: usize, const C: usize>(
-    b: &mut Bakery<K, C>,
-    c: usize,
-    input: Input<'_, K, C>,
-) -> Rule {
-    let mut out = Outs::new();
-    let r = b.clients[c].step(input, &mut out).unwrap().rule;
-    for o in out {
-        match o {
-            ClientOutput::Send { to, req } => b.net.push_back((c, to, req)),
-            other => b.events.push((c, other)),
-        }
-    }
-    r
-}
-
 /// `tick`: `!leases || elapsed == 0` → `&&`, the renewal test `left <= renew_below &&
 /// no renewal && numbered` with either `&&` → `||`, and `lose` → `()`. Without leases a
 /// tick does nothing, nor does a tick of 0; a holder with its full lease (4) renews only
@@ -381,31 +381,26 @@ fn a_holder_renews_its_lease_once_when_low_and_stops_when_it_runs_out() {
     );
     plain.input(0, Input::Acquire);
     plain.settle();
-    assert_eq!(rule(&mut plain, 0, Input::Tick { elapsed: 3 }), Rule::Idle);
+    assert_eq!(plain.input(0, Input::Tick { elapsed: 3 }), Rule::Idle);
     let mut b = Bakery::<1>::new(1, Variant::HILOCK);
     b.input(0, Input::Acquire);
     b.settle();
     assert_eq!(b.clients[0].lease_left(), Some(4));
-    assert_eq!(rule(&mut b, 0, Input::Tick { elapsed: 0 }), Rule::Idle);
-    assert_eq!(rule(&mut b, 0, Input::Tick { elapsed: 1 }), Rule::Tick);
-    assert_eq!(rule(&mut b, 0, Input::Tick { elapsed: 1 }), Rule::Tick);
+    assert_eq!(b.input(0, Input::Tick { elapsed: 0 }), Rule::Idle);
+    assert_eq!(b.input(0, Input::Tick { elapsed: 1 }), Rule::Tick);
+    assert_eq!(b.input(0, Input::Tick { elapsed: 1 }), Rule::Tick);
     assert!(b.net.is_empty(), "a renewal with 2 ticks left: {:?}", b.net);
-    assert_eq!(
-        rule(&mut b, 0, Input::Tick { elapsed: 1 }),
-        Rule::LeaseRenew
-    );
+    assert_eq!(b.input(0, Input::Tick { elapsed: 1 }), Rule::LeaseRenew);
     assert_eq!(b.net.len(), 3, "the renewal goes to every replica");
     assert!(b.clients[0].outstanding().1.is_some());
     // `reply`: the renewal needs W = 2 acknowledgements (`count < w` → `==`, `>`)
-    let (c, to, req) = b.net.pop_front().unwrap();
-    b.deliver(c, to, req);
+    assert!(b.deliver_next(0));
     assert!(
         b.clients[0].outstanding().1.is_some(),
         "renewed after one ack"
     );
     assert_eq!(b.clients[0].lease_left(), Some(1));
-    let (c, to, req) = b.net.pop_front().unwrap();
-    b.deliver(c, to, req);
+    assert!(b.deliver_next(0));
     assert_eq!(b.clients[0].outstanding().1, None);
     assert_eq!(
         b.clients[0].lease_left(),
@@ -415,12 +410,12 @@ fn a_holder_renews_its_lease_once_when_low_and_stops_when_it_runs_out() {
     // a second renewal, never answered; the lease runs out while it is in flight
     b.net.clear();
     for _ in 0..3 {
-        rule(&mut b, 0, Input::Tick { elapsed: 1 });
+        b.input(0, Input::Tick { elapsed: 1 });
     }
     assert!(b.clients[0].outstanding().1.is_some());
     b.net.clear();
     let token = b.clients[0].held().unwrap();
-    assert_eq!(rule(&mut b, 0, Input::Tick { elapsed: 1 }), Rule::LeaseLost);
+    assert_eq!(b.input(0, Input::Tick { elapsed: 1 }), Rule::LeaseLost);
     assert_eq!(b.clients[0].phase(), Phase::Idle);
     assert_eq!(b.clients[0].held(), None);
     assert_eq!(
@@ -449,10 +444,7 @@ fn a_waking_queue_worker_rereads_choosing_of_the_row_its_variant_names() {
         b.enqueue(&[Row(0)]);
         b.input(0, Input::Work);
         // worker 1 runs until line 1 (its choosing entry) is done, one delivery at a time
-        while b.clients[0].phase() != Phase::ReadMax {
-            let (c, to, req) = b.net.pop_front().expect("worker 1 stalled");
-            b.deliver(c, to, req);
-        }
+        b.until(0, |p| p == Phase::ReadMax);
         assert_eq!(b.clients[0].phase(), Phase::ReadMax);
         b.input(1, Input::Work);
         b.settle_only(1);
@@ -465,7 +457,7 @@ fn a_waking_queue_worker_rereads_choosing_of_the_row_its_variant_names() {
             b.clients[1].phase()
         );
         let before = b.net.len();
-        assert_eq!(rule(&mut b, 1, Input::Wake), Rule::Reread);
+        assert_eq!(b.input(1, Input::Wake), Rule::Reread);
         let reread: Vec<_> = b.net.iter().skip(before).collect();
         assert_eq!(reread.len(), 3);
         for (c, _, req) in reread {
@@ -486,16 +478,10 @@ fn an_answer_of_another_family_is_refused() {
     b.input(0, Input::Acquire);
     b.settle_only(0);
     b.input(0, Input::Release);
-    while b.clients[0].phase() != Phase::Idle {
-        let (c, to, req) = b.net.pop_front().unwrap();
-        b.deliver(c, to, req);
-    }
+    b.until(0, |p| p == Phase::Idle);
     b.input(0, Input::Acquire);
     // line 1's write, then line 2's read of `number` is in flight
-    while b.clients[0].phase() == Phase::Choose {
-        let (c, to, req) = b.net.pop_front().unwrap();
-        b.deliver(c, to, req);
-    }
+    b.until(0, |p| p != Phase::Choose);
     assert_eq!(b.clients[0].phase(), Phase::ReadMax);
     let (Some(op), _) = b.clients[0].outstanding() else {
         panic!("no read in flight")
@@ -540,42 +526,26 @@ fn the_literal_queue_takes_the_choosing_reread_from_lock_id() {
     };
     let mut b = Bakery::<2, 4>::with(3, variant, program);
     b.enqueue(&[Row(0), Row(1)]);
-    let until = |b: &mut Bakery<2, 4>, c: usize, phase: Phase| {
-        while b.clients[c].phase() != phase {
-            let i = b.net.iter().position(|m| m.0 == c).expect("stalled");
-            let (c, to, req) = b.net.remove(i).unwrap();
-            b.deliver(c, to, req);
-        }
-    };
-    // worker 1 scans (item 0) and sends line 1; worker 2 scans (item 0 too) and runs to
-    // line 6 (its own line 5 clears column 1 before worker 1's line 1 sets it)
     // worker 1's writes outrank worker 2's delete of the shared column (later timestamps)
     b.clients[0].advance_clock(Ts(50));
+    // worker 1 scans (item 0) and sends line 1; worker 2 scans (item 0 too) and runs to
+    // line 6 (its own line 5 clears column 1 before worker 1's line 1 sets it)
     b.input(0, Input::Work);
-    until(&mut b, 0, Phase::Choose);
+    b.until(0, |p| p == Phase::Choose);
     b.input(1, Input::Work);
-    until(&mut b, 1, Phase::ReadChoosing);
-    until(&mut b, 0, Phase::ReadMax);
+    b.until(1, |p| p == Phase::ReadChoosing);
+    b.until(0, |p| p == Phase::ReadMax);
     assert_eq!(b.clients[0].row(), Row(0));
     assert_eq!(b.clients[1].row(), Row(0));
-    while !matches!(
-        b.clients[1].phase(),
-        Phase::WaitChoosing { reading: false, .. }
-    ) {
-        let i = b
-            .net
-            .iter()
-            .position(|m| m.0 == 1)
-            .expect("worker 2 did not wait");
-        let (c, to, req) = b.net.remove(i).unwrap();
-        b.deliver(c, to, req);
-    }
+    b.until(1, |p| {
+        matches!(p, Phase::WaitChoosing { reading: false, .. })
+    });
     b.input(2, Input::Work);
-    until(&mut b, 2, Phase::ReadMax);
+    b.until(2, |p| p == Phase::ReadMax);
     assert_eq!(b.clients[2].row(), Row(1));
     let waiting = b.clients[1].phase();
     b.input(1, Input::Wake);
-    until(&mut b, 1, waiting);
+    b.until(1, |p| p == waiting);
 }
 
 /// `check_from`: `id == 0 || (skip_self && id == me)` → `&&`. With `skip_self` a client
@@ -593,10 +563,7 @@ fn with_skip_self_a_client_never_waits_on_its_own_column() {
     let mut b = Bakery::<1>::new(2, variant);
     b.clients[1].advance_clock(Ts(50));
     b.input(1, Input::Acquire);
-    while b.clients[1].phase() == Phase::Choose {
-        let (c, to, req) = b.net.pop_front().unwrap();
-        b.deliver(c, to, req);
-    }
+    b.until(1, |p| p != Phase::Choose);
     b.input(0, Input::Acquire);
     b.settle_only(0);
     assert_eq!(b.clients[0].phase(), Phase::Held);
@@ -610,10 +577,7 @@ fn with_skip_self_a_client_never_waits_on_its_own_column() {
 fn a_waiter_passes_the_expired_choosing_flag_of_a_crashed_client() {
     let mut b = Bakery::<1>::new(2, Variant::HILOCK);
     b.input(1, Input::Acquire);
-    while b.clients[1].phase() == Phase::Choose {
-        let (c, to, req) = b.net.pop_front().unwrap();
-        b.deliver(c, to, req);
-    }
+    b.until(1, |p| p != Phase::Choose);
     b.net.retain(|m| m.0 != 1); // client 2 crashes after line 1
     b.input(0, Input::Acquire);
     b.settle();
@@ -626,7 +590,7 @@ fn a_waiter_passes_the_expired_choosing_flag_of_a_crashed_client() {
         if b.clients[0].phase() == Phase::Held {
             return;
         }
-        rule(&mut b, 0, Input::Tick { elapsed: 1 });
+        b.input(0, Input::Tick { elapsed: 1 });
         b.settle();
         if b.clients[0].phase().sleeping() {
             b.input(0, Input::Wake);
