@@ -1,0 +1,528 @@
+//! Checks for the mutants of the agent group (`kernel/src/agent/`) that cargo-mutants' pass 8
+//! missed with its first, cheap stage (the kernel's unit tests only; spec/MUTANTS.md, "Pass
+//! 8, agent"). The comment above each test names the mutants it kills.
+
+use hilock_kernel::agent::{
+    Agent, AgentError, AgentId, AgentInput, AgentOutput, Announce, LockInfo, LockMode, LockPath,
+    LockServer, QEntry, Req, Rule, ServerId, ServerMsg, ServerVariant, Servers, Status,
+    SurrenderTo, WaitGraph, MAX_SERVERS,
+};
+use std::collections::VecDeque;
+
+type Path = LockPath<3>;
+
+fn p(k: &[u16]) -> Path {
+    Path::new(k).unwrap()
+}
+
+fn entry(a: u16, k: &[u16], mode: LockMode, granted: bool) -> QEntry<3> {
+    QEntry {
+        agent: AgentId(a),
+        path: p(k),
+        mode,
+        granted,
+    }
+}
+
+fn info(entries: &[QEntry<3>]) -> LockInfo<3, 4> {
+    LockInfo {
+        server: ServerId(0),
+        path: p(&[1]),
+        version: 1,
+        cause: AgentId(1),
+        surrender: false,
+        queue: entries.iter().copied().collect(),
+    }
+}
+
+// mod.rs: the Display impls of AgentId, ServerId, LockMode and LockPath replaced with
+// `Ok(Default::default())`, and the separator test `i > 0` of LockPath's (`==`, `>=`, `<`).
+#[test]
+fn names_print_as_the_traces_show_them() {
+    assert_eq!(AgentId(7).to_string(), "A7");
+    assert_eq!(ServerId(3).to_string(), "S3");
+    assert_eq!(LockMode::Read.to_string(), "R");
+    assert_eq!(LockMode::Write.to_string(), "W");
+    assert_eq!(p(&[4]).to_string(), "/4");
+    assert_eq!(p(&[1, 20, 3]).to_string(), "/1/20/3");
+}
+
+// mod.rs: `Servers::one` and `Servers::contains` with the range test `<` replaced by `<=`
+// (server 32 would shift a u32 by 32).
+#[test]
+fn a_server_id_out_of_range_is_in_no_set() {
+    let last = ServerId(MAX_SERVERS as u16 - 1);
+    let out = ServerId(MAX_SERVERS as u16);
+    assert_eq!(Servers::one(last), Servers(1 << 31));
+    assert_eq!(Servers::one(out), Servers(0));
+    assert!(Servers(u32::MAX).contains(last));
+    assert!(!Servers(u32::MAX).contains(out));
+}
+
+// mod.rs: `LockInfo::contended` replaced with `true` or `false`, and its `!` deleted.
+#[test]
+fn a_queue_is_contended_when_some_entry_waits() {
+    use LockMode::{Read, Write};
+    assert!(!info(&[]).contended());
+    assert!(!info(&[entry(1, &[1], Read, true), entry(2, &[1], Read, true)]).contended());
+    assert!(info(&[entry(1, &[1], Read, true), entry(2, &[1], Write, false)]).contended());
+}
+
+// mod.rs: `<AgentError as Display>::fmt` replaced with `Ok(Default::default())`.
+#[test]
+fn every_agent_error_has_its_own_text() {
+    use hilock_kernel::agent::AgentError::*;
+    let all = [
+        EmptyPath,
+        PathTooDeep,
+        UnknownAgent(AgentId(1)),
+        NotHolder(AgentId(1)),
+        AlreadyQueued(AgentId(1)),
+        NotQueued(AgentId(1)),
+        BadServers,
+        Finished,
+        Full,
+        OutputsFull,
+    ];
+    let texts: Vec<String> = all.iter().map(|e| e.to_string()).collect();
+    for (i, t) in texts.iter().enumerate() {
+        assert!(!t.is_empty(), "{:?}", all[i]);
+        assert!(!texts[..i].contains(t), "{t}");
+    }
+    assert!(UnknownAgent(AgentId(4)).to_string().contains("A4"));
+}
+
+// graph.rs: `WaitGraph::agent` replaced with `None`, `len` with 0 or 1, `is_empty` with
+// `true` or `false`.
+#[test]
+fn the_graph_names_its_agents_in_order_of_arrival() {
+    let mut g = WaitGraph::new();
+    assert!(g.is_empty() && g.agent(0).is_none());
+    assert_eq!(g.index(AgentId(9)), Some(0));
+    assert_eq!(g.index(AgentId(4)), Some(1));
+    assert_eq!(g.index(AgentId(9)), Some(0));
+    assert!(!g.is_empty());
+    assert_eq!(g.len(), 2);
+    assert_eq!(g.agent(0), Some(AgentId(9)));
+    assert_eq!(g.agent(1), Some(AgentId(4)));
+    assert_eq!(g.agent(2), None);
+}
+
+fn bit(g: &WaitGraph, a: u16) -> u64 {
+    1 << g.find(AgentId(a)).unwrap()
+}
+
+// graph.rs, `WaitGraph::add_queues`: the search for an earlier occurrence of a waiting
+// entry limited to the queues before its own (`take(k + 1)` → `take(k * 1)`). An entry
+// that appears twice in one queue (two views of one server merged) is one entry: what
+// blocks its later occurrence also blocks whoever waits behind its first.
+#[test]
+fn a_repeated_entry_in_one_queue_shares_its_holders() {
+    use LockMode::Write;
+    // H holds [1]; X waits; Y waits behind X; G holds (in this view) and X appears again.
+    let q = [
+        entry(1, &[1], Write, true),  // H = A1
+        entry(2, &[1], Write, false), // X = A2
+        entry(3, &[1], Write, false), // Y = A3
+        entry(4, &[1], Write, true),  // G = A4
+        entry(2, &[1], Write, false), // X again
+    ];
+    let mut g = WaitGraph::new();
+    let hs = g.add_queues::<3, 5, 2>(&[(ServerId(0), &q)], |_, _| false);
+    let (h, gg) = (bit(&g, 1), bit(&g, 4));
+    assert_eq!(
+        hs[0][1],
+        h | gg,
+        "X's first occurrence takes the second's holders"
+    );
+    assert_eq!(hs[0][4], h | gg);
+    assert_eq!(g.waits_for_holders(g.find(AgentId(3)).unwrap()), h | gg);
+}
+
+// graph.rs, `WaitGraph::add_queues`: the search's stop `k2 == k && i2 >= i` with `&&` →
+// `||`, `==` → `!=` or `>=` → `<`: an occurrence of the entry in an earlier queue of the
+// same server at a larger index than in its own queue is not found (or the search stops
+// too early), so the entry's two occurrences keep apart holder sets and an agent waiting
+// behind the first does not learn the holder only the second shows.
+#[test]
+fn an_entry_seen_in_two_views_of_one_server_is_one_entry() {
+    use LockMode::Write;
+    // The queue of [1]: A holds it, C waits on [1, 3], X waits on [1, 2], Y waits on [1].
+    let q1 = [
+        entry(1, &[1], Write, true),
+        entry(3, &[1, 3], Write, false),
+        entry(2, &[1, 2], Write, false),
+        entry(5, &[1], Write, false),
+    ];
+    // An older view of [1, 2] on the same server: G holds it and X waits.
+    let q12 = [
+        entry(4, &[1, 2], Write, true),
+        entry(2, &[1, 2], Write, false),
+    ];
+    let mut g = WaitGraph::new();
+    let hs = g.add_queues::<3, 4, 2>(&[(ServerId(0), &q1), (ServerId(0), &q12)], |_, _| false);
+    let (a, gg) = (bit(&g, 1), bit(&g, 4));
+    assert_eq!(hs[0][2], a | gg);
+    assert_eq!(hs[1][1], a | gg);
+    assert_eq!(g.waits_for_holders(g.find(AgentId(5)).unwrap()), a | gg);
+    // On another server the two are different entries.
+    let mut g = WaitGraph::new();
+    let hs = g.add_queues::<3, 4, 2>(&[(ServerId(0), &q1), (ServerId(1), &q12)], |_, _| false);
+    let (a, gg) = (bit(&g, 1), bit(&g, 4));
+    assert_eq!((hs[0][2], hs[1][1]), (a, gg));
+    assert_eq!(g.waits_for_holders(g.find(AgentId(5)).unwrap()), a);
+}
+
+/// The agents of a set of graph indices, sorted.
+fn ids(g: &WaitGraph, set: u64) -> Vec<u16> {
+    let mut v: Vec<u16> = (0..64)
+        .filter(|j| set & (1 << j) != 0)
+        .map(|j| g.agent(j).unwrap().0)
+        .collect();
+    v.sort();
+    v
+}
+
+/// One server, seven locks (single keys, unrelated), each `(key, [(agent, granted)])` in
+/// arrival order, every entry a write:
+/// - a deadlock of three: A1 holds 1 (A2, A10 wait), A2 holds 2 (A1, A12 wait), A10 holds
+///   11 (A1 waits);
+/// - A3 holds 3, A4 and A2 wait;
+/// - a cycle of *waits* that is no deadlock: A8 holds 5 (A7, A6 wait), A6 holds 6 (A7
+///   waits); A7 holds 7 (A13 waits).
+fn seven_locks() -> WaitGraph {
+    let locks: [(u16, &[(u16, bool)]); 7] = [
+        (1, &[(1, true), (2, false), (10, false)]),
+        (2, &[(2, true), (1, false), (12, false)]),
+        (11, &[(10, true), (1, false)]),
+        (3, &[(3, true), (4, false), (2, false)]),
+        (5, &[(8, true), (7, false), (6, false)]),
+        (6, &[(6, true), (7, false)]),
+        (7, &[(7, true), (13, false)]),
+    ];
+    let queues: Vec<Vec<QEntry<3>>> = locks
+        .iter()
+        .map(|(k, es)| {
+            es.iter()
+                .map(|&(a, g)| entry(a, &[*k], LockMode::Write, g))
+                .collect()
+        })
+        .collect();
+    let refs: Vec<(ServerId, &[QEntry<3>])> =
+        queues.iter().map(|q| (ServerId(0), q.as_slice())).collect();
+    let mut g = WaitGraph::new();
+    g.add_queues::<3, 4, 7>(&refs, |_, _| false);
+    g.close();
+    g
+}
+
+// graph.rs: `holds_for` replaced with 0 or 1; `component`'s guard `i >= n || reach[i] &
+// (1 << i) == 0` with `||` → `&&` or `&` → `|`/`^`, its member test's two `&` → `|`/`^`;
+// `cycles` and `wait_components` with `trailing_zeros() == i` → `!=`; `holders_in`'s member
+// test `&` → `|`/`^` and its fold `|` → `^`; `largest`'s and `members`' member tests `&` →
+// `|`/`^`.
+#[test]
+fn deadlocks_components_and_holders_of_a_known_graph() {
+    let g = seven_locks();
+    let at = |a: u16| g.find(AgentId(a)).unwrap();
+    let set = |agents: &[u16]| agents.iter().fold(0u64, |m, &a| m | 1 << at(a));
+    let deadlock = set(&[1, 2, 10]);
+    // Direct holders waited for.
+    assert_eq!(ids(&g, g.holds_for(at(2))), [1, 3]);
+    assert_eq!(ids(&g, g.holds_for(at(13))), [7]);
+    assert_eq!(g.holds_for(at(3)), 0);
+    // Who waits, transitively, for A1: the deadlock and A12 behind it.
+    assert_eq!(ids(&g, g.waiting_for(at(1))), [1, 2, 10, 12]);
+    // The one deadlock, seen from each member, and nobody else is on one.
+    for a in [1, 2, 10] {
+        assert_eq!(g.cycle_of(at(a)), Some(deadlock), "A{a}");
+    }
+    for a in [3, 4, 6, 7, 8, 12, 13] {
+        assert_eq!(g.cycle_of(at(a)), None, "A{a}");
+    }
+    assert_eq!(g.cycle_of(64), None);
+    assert_eq!(g.cycles().collect::<Vec<_>>(), [deadlock]);
+    // Components of waits: the deadlock and {A6, A7} (A7 waits for A6 and A6 behind A7).
+    let waits = set(&[6, 7]);
+    assert_eq!(g.wait_components().collect::<Vec<_>>(), [deadlock, waits]);
+    // Holders: every member of the deadlock holds what another waits for; of {A6, A7}
+    // only A6 (A7 holds 7, but only A13, outside, waits for it).
+    assert_eq!(g.holders_in(deadlock), deadlock);
+    assert_eq!(g.holders_in(waits), set(&[6]));
+    assert_eq!(g.largest(waits), Some(AgentId(7)));
+    assert_eq!(g.largest(deadlock), Some(AgentId(10)));
+    assert_eq!(g.largest(0), None);
+    let mut m: Vec<u16> = g.members(waits).map(|a| a.0).collect();
+    m.sort();
+    assert_eq!(m, [6, 7]);
+}
+
+type Srv = LockServer<3, 6, 4>;
+type SOut = heapless::Vec<Announce<3, 6>, 64>;
+
+fn request(s: &mut Srv, a: u16, k: &[u16], mode: LockMode) -> SOut {
+    let mut out = SOut::new();
+    let msg = ServerMsg::Request {
+        agent: AgentId(a),
+        path: p(k),
+        mode,
+    };
+    s.step(&msg, &mut out).unwrap();
+    out
+}
+
+// server.rs, `LockServer::step`: the cancel's check `e.path == path` → `!=`: a cancel of a
+// path the agent is not queued for (it is queued for another) would be taken.
+#[test]
+fn a_cancel_of_a_path_not_asked_for_is_refused_and_changes_nothing() {
+    let mut s = Srv::new(ServerId(0));
+    request(&mut s, 1, &[1], LockMode::Write);
+    let before = s.clone();
+    let mut out = SOut::new();
+    let cancel = ServerMsg::Cancel {
+        agent: AgentId(1),
+        path: p(&[2]),
+    };
+    assert_eq!(
+        s.step(&cancel, &mut out),
+        Err(AgentError::NotQueued(AgentId(1)))
+    );
+    assert!(out.is_empty());
+    assert_eq!(s, before);
+}
+
+// server.rs, `LockServer::surrender_swap` (the refuted variant S4'): the search for the
+// surrendering agent's first holding entry in the queue (`&&` → `||`, twice), and for the
+// next entry of another agent in that queue (`&&` → `||`).
+#[test]
+fn surrender_by_swap_swaps_with_the_next_other_entry_of_that_queue() {
+    use LockMode::{Read, Write};
+    let mut s = Srv::new(ServerId(0)).with_variant(ServerVariant {
+        surrender: SurrenderTo::SwapWithNext,
+    });
+    // A2 holds [2]; A5 and A1 read [1]; A3 holds [3]; A4 waits to write [1].
+    for (a, k, m) in [
+        (2, 2, Write),
+        (5, 1, Read),
+        (1, 1, Read),
+        (3, 3, Write),
+        (4, 1, Write),
+    ] {
+        request(&mut s, a, &[k], m);
+    }
+    let mut out = SOut::new();
+    let surrender = ServerMsg::Surrender {
+        agent: AgentId(1),
+        path: p(&[1]),
+    };
+    assert!(s
+        .step(&surrender, &mut out)
+        .unwrap()
+        .contains(Rule::SurrenderSwap));
+    let order: Vec<(u16, bool)> = s.entries().map(|e| (e.agent.0, e.granted)).collect();
+    // A1's entry and A4's swap places; A4 still waits behind A5's read.
+    assert_eq!(
+        order,
+        [(2, true), (5, true), (4, false), (3, true), (1, false)]
+    );
+}
+
+// server.rs, `LockServer::complete_upgrades`: `touched[k] |= …` → `&=`: a completed upgrade
+// would un-mark the records that the step touched for another reason, so a queue changed by
+// a release is not announced.
+#[test]
+fn a_release_that_completes_an_upgrade_announces_every_changed_queue() {
+    use LockMode::{Read, Write};
+    let mut s = Srv::new(ServerId(0));
+    // A1 and A2 read [1]; A1 asks to write it (the upgrade waits for A2); A2 writes [5]
+    // and A3 waits for [5].
+    request(&mut s, 1, &[1], Read);
+    request(&mut s, 2, &[1], Read);
+    request(&mut s, 1, &[1], Write);
+    request(&mut s, 2, &[5], Write);
+    request(&mut s, 3, &[5], Write);
+    let mut out = SOut::new();
+    let rep = s
+        .step(&ServerMsg::Release { agent: AgentId(2) }, &mut out)
+        .unwrap();
+    assert!(rep.contains(Rule::UpgradeDone) && rep.contains(Rule::Release));
+    let told: Vec<(u16, Vec<u16>)> = out
+        .iter()
+        .map(|a| (a.to.0, a.info.path.keys().to_vec()))
+        .collect();
+    assert!(told.contains(&(1, vec![1])), "{told:?}");
+    assert!(told.contains(&(3, vec![5])), "{told:?}");
+    let q5 = s.info(&p(&[5]), AgentId(0)).unwrap();
+    assert!(q5.holds_direct(AgentId(3), Write));
+}
+
+// server.rs, `LockServer::announce`: `is_last` with `==` → `!=`: the surrendered lock's own
+// queue is announced last of a surrender's announcements (the agent's acknowledgement
+// closes them), not first.
+#[test]
+fn the_surrendered_lock_is_announced_last() {
+    use LockMode::Write;
+    let mut s = Srv::new(ServerId(0));
+    request(&mut s, 1, &[1], Write);
+    request(&mut s, 1, &[1, 2], Write);
+    request(&mut s, 2, &[1], Write);
+    let mut out = SOut::new();
+    let surrender = ServerMsg::Surrender {
+        agent: AgentId(1),
+        path: p(&[1]),
+    };
+    s.step(&surrender, &mut out).unwrap();
+    let paths: Vec<(u16, Vec<u16>)> = out
+        .iter()
+        .map(|a| (a.to.0, a.info.path.keys().to_vec()))
+        .collect();
+    // Both agents are in both queues (A2's entry on [1] covers [1, 2]).
+    assert_eq!(
+        paths,
+        [(2, vec![1, 2]), (1, vec![1, 2]), (2, vec![1]), (1, vec![1])]
+    );
+    assert!(out
+        .iter()
+        .all(|a| a.info.surrender && a.info.cause == AgentId(1)));
+}
+
+type Ag = Agent<3, 6, 4>;
+type AOut = heapless::Vec<AgentOutput<3, 6>, 160>;
+
+/// A message in flight.
+enum Msg {
+    ToServer(ServerMsg<3>),
+    ToAgent(AgentId, LockInfo<3, 6>),
+}
+
+/// Agents and one server with a FIFO network; the client's notices are kept per agent.
+struct Net {
+    agents: Vec<Ag>,
+    server: Srv,
+    net: VecDeque<Msg>,
+    told: Vec<(AgentId, AgentOutput<3, 6>)>,
+}
+
+impl Net {
+    fn new(agents: &[u16]) -> Net {
+        Net {
+            agents: agents.iter().map(|&a| Ag::new(AgentId(a), false)).collect(),
+            server: Srv::new(ServerId(0)),
+            net: VecDeque::new(),
+            told: Vec::new(),
+        }
+    }
+    fn agent(&mut self, a: u16) -> &mut Ag {
+        self.agents
+            .iter_mut()
+            .find(|x| x.id() == AgentId(a))
+            .unwrap()
+    }
+    /// Steps agent `a` and puts its messages on the network.
+    fn input(&mut self, a: u16, input: AgentInput<'_, 3, 6>) {
+        let mut out = AOut::new();
+        self.agent(a).step(input, &mut out).unwrap();
+        for o in out {
+            match o {
+                AgentOutput::ToServer { msg, .. } => self.net.push_back(Msg::ToServer(msg)),
+                AgentOutput::ToAgent { agent, info } => {
+                    self.net.push_back(Msg::ToAgent(agent, info))
+                }
+                other => self.told.push((AgentId(a), other)),
+            }
+        }
+    }
+    fn lock(&mut self, a: u16, k: &[u16], mode: LockMode) {
+        let input = AgentInput::Lock {
+            path: p(k),
+            mode,
+            servers: Servers(1),
+            req: Req::All,
+        };
+        self.input(a, input);
+    }
+    /// Delivers the oldest message; false when none is left.
+    fn deliver(&mut self) -> bool {
+        let Some(m) = self.net.pop_front() else {
+            return false;
+        };
+        match m {
+            Msg::ToAgent(a, info) => self.input(a.0, AgentInput::Info(&info)),
+            Msg::ToServer(msg) => {
+                let mut out = SOut::new();
+                self.server.step(&msg, &mut out).unwrap();
+                for ann in out {
+                    self.net.push_back(Msg::ToAgent(ann.to, ann.info));
+                }
+            }
+        }
+        true
+    }
+    fn run(&mut self) {
+        while self.deliver() {}
+    }
+}
+
+// transaction.rs: `Agent::views` with `awaiting > 0` → `==` or `>=`: after a surrender
+// and before its acknowledgement, exactly the surrendered queue is void.
+#[test]
+fn only_the_surrendered_view_awaits_its_acknowledgement() {
+    use LockMode::Write;
+    let mut n = Net::new(&[1, 2]);
+    n.lock(1, &[1], Write);
+    n.lock(2, &[2], Write);
+    n.run();
+    n.lock(1, &[2], Write);
+    n.lock(2, &[1], Write);
+    // Deliver until A2 (the larger) has sent its surrender, not the server's answer.
+    while !n
+        .net
+        .iter()
+        .any(|m| matches!(m, Msg::ToServer(ServerMsg::Surrender { .. })))
+    {
+        assert!(n.deliver(), "no surrender");
+    }
+    let views: Vec<(Vec<u16>, bool)> = n
+        .agent(2)
+        .views()
+        .map(|(i, w)| (i.path.keys().to_vec(), w))
+        .collect();
+    assert!(views.contains(&(vec![2], true)), "{views:?}");
+    assert!(views.contains(&(vec![1], false)), "{views:?}");
+    n.run();
+    assert!(n.agent(2).views().all(|(_, w)| !w));
+    assert_eq!(n.agent(1).status(), Status::HaveAll);
+}
+
+// transaction.rs: `Agent::believed` with its `!` deleted: what the client may act on is
+// the locks reported held while the transaction runs, and nothing once it has ended.
+#[test]
+fn beliefs_last_as_long_as_the_transaction() {
+    use LockMode::Read;
+    let mut n = Net::new(&[1]);
+    n.lock(1, &[1, 2], Read);
+    n.run();
+    let b: Vec<_> = n.agent(1).believed().collect();
+    assert_eq!(b, [(ServerId(0), p(&[1, 2]), Read)]);
+    n.input(1, AgentInput::Finish);
+    assert_eq!(n.agent(1).status(), Status::Committed);
+    assert_eq!(n.agent(1).believed().count(), 0);
+}
+
+// transaction.rs: `Agent::MAX_OUTPUTS` with any of its `*` or `+` replaced. The bound is
+// pinned to its documented sum (forwards: every view to every agent of every view; the
+// client's notices; a surrender; a release per server), like the state counts in verify,
+// and a buffer one short of it is refused.
+#[test]
+fn the_agent_output_bound_is_the_documented_sum() {
+    assert_eq!(Ag::MAX_OUTPUTS, 4 * 4 * 6 + 2 * 4 + MAX_SERVERS + 3);
+    assert_eq!(Agent::<2, 3, 5>::MAX_OUTPUTS, 5 * 5 * 3 + 2 * 5 + 32 + 3);
+    let mut a = Ag::new(AgentId(1), false);
+    let mut short = heapless::Vec::<AgentOutput<3, 6>, 138>::new();
+    assert_eq!(
+        a.step(AgentInput::Finish, &mut short),
+        Err(AgentError::OutputsFull)
+    );
+    let mut exact = heapless::Vec::<AgentOutput<3, 6>, 139>::new();
+    assert!(a.step(AgentInput::Finish, &mut exact).is_ok());
+}
