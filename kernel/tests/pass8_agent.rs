@@ -526,3 +526,65 @@ fn the_agent_output_bound_is_the_documented_sum() {
     let mut exact = heapless::Vec::<AgentOutput<3, 6>, 139>::new();
     assert!(a.step(AgentInput::Finish, &mut exact).is_ok());
 }
+
+fn lock_input(k: &[u16], mode: LockMode, servers: u32, req: Req) -> AgentInput<'static, 3, 6> {
+    AgentInput::Lock {
+        path: p(k),
+        mode,
+        servers: Servers(servers),
+        req,
+    }
+}
+
+// transaction.rs, `Agent::step`: the upgrade check `… || r.servers != servers || r.req !=
+// req` with its second `||` → `&&`: an upgrade asked of other servers (same requirement)
+// would be taken.
+#[test]
+fn an_upgrade_must_name_the_same_servers_and_requirement() {
+    use LockMode::{Read, Write};
+    let mut a = Ag::new(AgentId(1), false);
+    let mut out = AOut::new();
+    a.step(lock_input(&[1], Read, 0b1, Req::All), &mut out)
+        .unwrap();
+    let before = a.clone();
+    for (servers, req) in [(0b11, Req::All), (0b1, Req::Any), (0b11, Req::Any)] {
+        let mut out = AOut::new();
+        assert_eq!(
+            a.step(lock_input(&[1], Write, servers, req), &mut out),
+            Err(AgentError::AlreadyQueued(AgentId(1)))
+        );
+        assert!(out.is_empty() && a == before);
+    }
+    let mut out = AOut::new();
+    assert!(a
+        .step(lock_input(&[1], Write, 0b1, Req::All), &mut out)
+        .is_ok());
+}
+
+// transaction.rs, `Agent::step`: `self.down.0 | Servers::one(s).0` → `^`: a server reported
+// down twice stays down.
+#[test]
+fn a_server_reported_down_twice_stays_down() {
+    let mut a = Ag::new(AgentId(1), false);
+    let mut out = AOut::new();
+    a.step(
+        lock_input(&[1], LockMode::Write, 0b111, Req::Majority),
+        &mut out,
+    )
+    .unwrap();
+    for s in [1, 1] {
+        let mut out = AOut::new();
+        a.step(AgentInput::ServerDown(ServerId(s)), &mut out)
+            .unwrap();
+        assert_eq!(a.status(), Status::Running);
+    }
+    let mut out = AOut::new();
+    let rep = a
+        .step(AgentInput::ServerDown(ServerId(2)), &mut out)
+        .unwrap();
+    assert!(rep.contains(Rule::AbortServersDown));
+    assert_eq!(
+        a.status(),
+        Status::Aborted(hilock_kernel::agent::AbortReason::ServersDown(ServerId(2)))
+    );
+}
