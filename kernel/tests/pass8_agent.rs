@@ -3,9 +3,9 @@
 //! 8, agent"). The comment above each test names the mutants it kills.
 
 use hilock_kernel::agent::{
-    Agent, AgentError, AgentId, AgentInput, AgentOutput, Announce, LockInfo, LockMode, LockPath,
-    LockServer, QEntry, Req, Rule, ServerId, ServerMsg, ServerVariant, Servers, Status,
-    SurrenderTo, WaitGraph, MAX_SERVERS,
+    Agent, AgentError, AgentId, AgentInput, AgentOutput, AgentVariant, Announce, LockInfo,
+    LockMode, LockPath, LockServer, QEntry, Report, Req, Rule, ServerId, ServerMsg, ServerVariant,
+    Servers, Status, SurrenderTo, WaitGraph, MAX_SERVERS,
 };
 use std::collections::VecDeque;
 
@@ -401,6 +401,8 @@ struct Net {
     server: Srv,
     net: VecDeque<Msg>,
     told: Vec<(AgentId, AgentOutput<3, 6>)>,
+    /// Every forward: sender, receiver, queue.
+    forwards: Vec<(AgentId, AgentId, LockInfo<3, 6>)>,
 }
 
 impl Net {
@@ -410,6 +412,7 @@ impl Net {
             server: Srv::new(ServerId(0)),
             net: VecDeque::new(),
             told: Vec::new(),
+            forwards: Vec::new(),
         }
     }
     fn agent(&mut self, a: u16) -> &mut Ag {
@@ -426,6 +429,7 @@ impl Net {
             match o {
                 AgentOutput::ToServer { msg, .. } => self.net.push_back(Msg::ToServer(msg)),
                 AgentOutput::ToAgent { agent, info } => {
+                    self.forwards.push((AgentId(a), agent, info.clone()));
                     self.net.push_back(Msg::ToAgent(agent, info))
                 }
                 other => self.told.push((AgentId(a), other)),
@@ -587,4 +591,190 @@ fn a_server_reported_down_twice_stays_down() {
         a.status(),
         Status::Aborted(hilock_kernel::agent::AbortReason::ServersDown(ServerId(2)))
     );
+}
+
+// transaction.rs, `Agent::forward` (A7, "no superfluous information is sent if avoidable"):
+// the record of what was sent (`v.sent |= bit` → `&=`; the bit `1u64 << t` → `>>`; the
+// range test `t < 64` → `==`/`>`), the skip test `awaiting > 0 || has(t) || sent & bit !=
+// 0` (`||` → `&&`, `>` → `<`), and the relevance test (a waiting entry of an agent that
+// waits for the sender, `&&` → `||`): around a three-agent deadlock every forward is a
+// contended queue, to an agent not in it, sent once.
+#[test]
+fn forwards_are_contended_new_to_the_receiver_and_sent_once() {
+    use LockMode::Write;
+    let mut n = Net::new(&[1, 2, 3]);
+    for (a, k) in [(1, 1), (2, 2), (3, 3)] {
+        n.lock(a, &[k], Write);
+    }
+    n.run();
+    for (a, k) in [(1, 2), (2, 3), (3, 1)] {
+        n.lock(a, &[k], Write);
+    }
+    n.run();
+    assert!(!n.forwards.is_empty());
+    let mut seen = Vec::new();
+    for (from, to, info) in &n.forwards {
+        assert!(info.contended(), "{from} → {to}: {info:?}");
+        assert!(!info.has(*to), "{from} → {to}: {info:?}");
+        let key = (*from, *to, info.path, info.version);
+        assert!(!seen.contains(&key), "sent twice: {key:?}");
+        seen.push(key);
+    }
+    // The deadlock was resolved: the largest surrendered, the others go on.
+    assert_eq!(n.agent(2).status(), Status::HaveAll);
+}
+
+/// A queue announcement of server 0, built by hand.
+fn ann(k: &[u16], version: u32, cause: u16, surrender: bool, q: &[QEntry<3>]) -> LockInfo<3, 6> {
+    LockInfo {
+        server: ServerId(0),
+        path: p(k),
+        version,
+        cause: AgentId(cause),
+        surrender,
+        queue: q.iter().copied().collect(),
+    }
+}
+
+/// A5 holds [1] and waits for [2] behind A2, which waits for [1]: A5, the larger, has just
+/// surrendered [1] (its acknowledgement has not arrived).
+fn after_surrender(variant: AgentVariant) -> Ag {
+    use LockMode::Write;
+    let mut a = Ag::new(AgentId(5), false).with_variant(variant);
+    let mut out = AOut::new();
+    a.step(lock_input(&[1], Write, 1, Req::All), &mut out)
+        .unwrap();
+    a.step(lock_input(&[2], Write, 1, Req::All), &mut out)
+        .unwrap();
+    let infos = [
+        ann(&[1], 1, 5, false, &[entry(5, &[1], Write, true)]),
+        ann(
+            &[2],
+            2,
+            2,
+            false,
+            &[entry(2, &[2], Write, true), entry(5, &[2], Write, false)],
+        ),
+        ann(
+            &[1],
+            3,
+            2,
+            false,
+            &[entry(5, &[1], Write, true), entry(2, &[1], Write, false)],
+        ),
+    ];
+    for i in &infos {
+        out.clear();
+        a.step(AgentInput::Info(i), &mut out).unwrap();
+    }
+    let surrender = ServerMsg::Surrender {
+        agent: AgentId(5),
+        path: p(&[1]),
+    };
+    assert!(out.contains(&AgentOutput::ToServer {
+        server: ServerId(0),
+        msg: surrender
+    }));
+    a
+}
+
+fn view_of(a: &Ag, k: &[u16]) -> Option<(u32, bool)> {
+    a.views()
+        .find(|(i, _)| i.path == p(k))
+        .map(|(i, w)| (i.version, w))
+}
+
+fn feed(a: &mut Ag, info: &LockInfo<3, 6>) -> Report {
+    let mut out = AOut::new();
+    a.step(AgentInput::Info(info), &mut out).unwrap()
+}
+
+// transaction.rs, `Agent::step` (A3): a void view's guard `v.awaiting > 0 && …` → `<`, and
+// its test `cause != me || !surrender` → `&&`: while the surrender is unacknowledged, an
+// update of the surrendered lock that is not the agent's own surrender announcement is
+// ignored, even a newer one that does not show the agent (a forwarded queue) or one the
+// agent caused otherwise.
+#[test]
+fn a_void_view_takes_only_the_own_surrender_announcement() {
+    use LockMode::Write;
+    for (cause, surrender) in [(2, false), (5, false), (2, true)] {
+        let mut a = after_surrender(AgentVariant::SEED);
+        assert_eq!(view_of(&a, &[1]), Some((3, true)));
+        // A2's queue of [1], without A5 in it (forwarded, or a made-up cause).
+        let r = feed(
+            &mut a,
+            &ann(&[1], 10, cause, surrender, &[entry(2, &[1], Write, true)]),
+        );
+        assert!(r.contains(Rule::AwaitingAck), "{cause} {surrender}");
+        assert_eq!(view_of(&a, &[1]), Some((3, true)), "{cause} {surrender}");
+        // The acknowledgement ends it.
+        let ack = ann(
+            &[1],
+            11,
+            5,
+            true,
+            &[entry(2, &[1], Write, true), entry(5, &[1], Write, false)],
+        );
+        assert!(feed(&mut a, &ack).contains(Rule::SurrenderAcked));
+        assert_eq!(view_of(&a, &[1]), Some((11, false)));
+    }
+}
+
+// transaction.rs, `Agent::step` (A3): `ack = cause == me && surrender` → `||`: another
+// agent's surrender announcement of the surrendered lock would count as this agent's
+// acknowledgement and end the pending surrender, so that a queue sent before the surrender
+// (here of [1, 7], which it changes) would then be taken.
+#[test]
+fn another_agents_surrender_is_no_acknowledgement() {
+    use LockMode::Write;
+    let mut a = after_surrender(AgentVariant::SEED);
+    let other = ann(
+        &[1],
+        5,
+        2,
+        true,
+        &[entry(5, &[1], Write, true), entry(2, &[1], Write, false)],
+    );
+    assert!(feed(&mut a, &other).contains(Rule::AwaitingAck));
+    let before = ann(
+        &[1, 7],
+        6,
+        2,
+        false,
+        &[entry(5, &[1], Write, true), entry(2, &[1, 7], Write, false)],
+    );
+    assert!(feed(&mut a, &before).contains(Rule::AwaitingAck));
+    assert_eq!(view_of(&a, &[1, 7]), None);
+}
+
+// transaction.rs, `Agent::step`: the report's `SurrenderAcked` after the version check,
+// `v.awaiting > 0` → `==`, `>=` (every store would say so) or `<` (never): without
+// `await_own_ack`, the next newer update of a void view ends it and says so; an update of a
+// view that was not void does not.
+#[test]
+fn without_awaiting_the_ack_the_next_newer_update_ends_the_surrender() {
+    use LockMode::Write;
+    let variant = AgentVariant {
+        await_own_ack: false,
+        ..AgentVariant::SEED
+    };
+    let mut a = after_surrender(variant);
+    assert_eq!(view_of(&a, &[1]), Some((3, true)));
+    let r = feed(
+        &mut a,
+        &ann(
+            &[2],
+            4,
+            2,
+            false,
+            &[entry(2, &[2], Write, true), entry(5, &[2], Write, false)],
+        ),
+    );
+    assert!(r.contains(Rule::Stored) && !r.contains(Rule::SurrenderAcked));
+    let r = feed(
+        &mut a,
+        &ann(&[1], 10, 2, false, &[entry(2, &[1], Write, true)]),
+    );
+    assert!(r.contains(Rule::SurrenderAcked) && r.contains(Rule::Stored));
+    assert_eq!(view_of(&a, &[1]), Some((10, false)));
 }
