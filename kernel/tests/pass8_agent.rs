@@ -4,8 +4,8 @@
 
 use hilock_kernel::agent::{
     Agent, AgentError, AgentId, AgentInput, AgentOutput, AgentVariant, Announce, LockInfo,
-    LockMode, LockPath, LockServer, QEntry, Report, Req, Rule, ServerId, ServerMsg, ServerVariant,
-    Servers, Status, SurrenderTo, WaitGraph, MAX_SERVERS,
+    LockMode, LockPath, LockServer, QEntry, Report, Req, Resolver, Rule, ServerId, ServerMsg,
+    ServerVariant, Servers, Status, SurrenderTo, WaitGraph, MAX_SERVERS,
 };
 use std::collections::VecDeque;
 
@@ -777,4 +777,163 @@ fn without_awaiting_the_ack_the_next_newer_update_ends_the_surrender() {
     );
     assert!(r.contains(Rule::SurrenderAcked) && r.contains(Rule::Stored));
     assert_eq!(view_of(&a, &[1]), Some((10, false)));
+}
+
+/// Agent `me` after asking for `locks` (write, on server 0) and hearing `infos`; the
+/// outputs and report of the last step.
+fn fed(
+    me: u16,
+    variant: AgentVariant,
+    locks: &[(&[u16], u32, Req)],
+    infos: &[LockInfo<3, 6>],
+) -> (Ag, AOut, Report) {
+    let mut a = Ag::new(AgentId(me), false).with_variant(variant);
+    let mut out = AOut::new();
+    for (k, servers, req) in locks {
+        a.step(lock_input(k, LockMode::Write, *servers, *req), &mut out)
+            .unwrap();
+    }
+    let mut rep = Report::default();
+    for i in infos {
+        out.clear();
+        rep = a.step(AgentInput::Info(i), &mut out).unwrap();
+    }
+    (a, out, rep)
+}
+
+fn surrenders(out: &AOut) -> Vec<Vec<u16>> {
+    out.iter()
+        .filter_map(|o| match o {
+            AgentOutput::ToServer {
+                msg: ServerMsg::Surrender { path, .. },
+                ..
+            } => Some(path.keys().to_vec()),
+            _ => None,
+        })
+        .collect()
+}
+
+// transaction.rs, `Agent::evaluate`: the match arm `Resolver::LargestInCycle => c` deleted
+// (the refuted variant would then pick among the component's holders, like the pre-fix
+// rule). A9 waits for [1] behind A1 (which holds it) and before A2; A1 waits for A2's [2]:
+// a component of *waits* {A1, A2, A9} whose largest, A9, holds nothing.
+#[test]
+fn largest_in_cycle_picks_the_largest_member_holder_or_not() {
+    use LockMode::Write;
+    let infos = [
+        ann(
+            &[1],
+            1,
+            2,
+            false,
+            &[
+                entry(1, &[1], Write, true),
+                entry(9, &[1], Write, false),
+                entry(2, &[1], Write, false),
+            ],
+        ),
+        ann(
+            &[2],
+            2,
+            1,
+            false,
+            &[entry(2, &[2], Write, true), entry(1, &[2], Write, false)],
+        ),
+    ];
+    let locks: [(&[u16], u32, Req); 1] = [(&[1], 1, Req::All)];
+    let variant = |resolver| AgentVariant {
+        resolver,
+        ..AgentVariant::SEED
+    };
+    // A9 is the resolver; it holds no lock in the component, so it surrenders nothing.
+    let (_, out, rep) = fed(9, variant(Resolver::LargestInCycle), &locks, &infos);
+    assert!(!rep.contains(Rule::DeferToLarger) && surrenders(&out).is_empty());
+    // The pre-fix rule leaves it to the largest holder, A2.
+    let (_, _, rep) = fed(
+        9,
+        variant(Resolver::LargestHolderOfWaitComponent),
+        &locks,
+        &infos,
+    );
+    assert!(rep.contains(Rule::DeferToLarger));
+}
+
+// transaction.rs, `Agent::held_elsewhere` replaced with `false`, and its `r.mode == w.mode`
+// → `!=`: A5 has [1] (any of servers 0 and 1) on server 0, where A2 waits behind it, and
+// waits for it on server 1 behind A2. That waiting entry adds no edge: there is no deadlock
+// and nothing to surrender.
+#[test]
+fn a_waiting_entry_for_a_lock_held_elsewhere_is_no_deadlock() {
+    use LockMode::Write;
+    let s1 = |mut i: LockInfo<3, 6>| {
+        i.server = ServerId(1);
+        i
+    };
+    let infos = [
+        ann(&[1], 1, 5, false, &[entry(5, &[1], Write, true)]),
+        s1(ann(
+            &[1],
+            2,
+            5,
+            false,
+            &[entry(2, &[1], Write, true), entry(5, &[1], Write, false)],
+        )),
+        ann(
+            &[1],
+            3,
+            2,
+            false,
+            &[entry(5, &[1], Write, true), entry(2, &[1], Write, false)],
+        ),
+    ];
+    // [3] is asked for too (not answered yet), so the agent does not have all it asked for.
+    let locks: [(&[u16], u32, Req); 2] = [(&[1], 0b11, Req::Any), (&[3], 1, Req::All)];
+    let (a, out, rep) = fed(5, AgentVariant::SEED, &locks, &infos);
+    assert_eq!(a.status(), Status::Running);
+    assert!(
+        surrenders(&out).is_empty() && !rep.contains(Rule::Surrender),
+        "{out:?}"
+    );
+    assert!(a.requests().any(|(k, _, held, _)| k == p(&[1]) && held));
+}
+
+// transaction.rs, `Agent::closing_lock`: the member test `c & (1 << j) != 0` (`!=` → `==`,
+// `&` → `|`/`^`, `<<` → `>>`) and `in_c(w) && !held_elsewhere(w)` (`&&` → `||`, `!`
+// deleted): A5 holds [1], where A3 (not in the deadlock) waits, and [3], where A2 waits;
+// A5 waits for A2's [2]. The lock that closes the deadlock is [3], not the first one that
+// blocks somebody.
+#[test]
+fn the_surrendered_lock_is_the_one_a_member_of_the_deadlock_waits_for() {
+    use LockMode::Write;
+    let infos = [
+        ann(
+            &[1],
+            1,
+            3,
+            false,
+            &[entry(5, &[1], Write, true), entry(3, &[1], Write, false)],
+        ),
+        ann(
+            &[3],
+            2,
+            2,
+            false,
+            &[entry(5, &[3], Write, true), entry(2, &[3], Write, false)],
+        ),
+        ann(
+            &[2],
+            3,
+            5,
+            false,
+            &[entry(2, &[2], Write, true), entry(5, &[2], Write, false)],
+        ),
+    ];
+    let locks: [(&[u16], u32, Req); 3] = [
+        (&[1], 1, Req::All),
+        (&[3], 1, Req::All),
+        (&[2], 1, Req::All),
+    ];
+    let (_, out, rep) = fed(5, AgentVariant::SEED, &locks, &infos);
+    assert!(rep.contains(Rule::Surrender));
+    assert_eq!(surrenders(&out), [vec![3]]);
 }
