@@ -937,3 +937,51 @@ fn the_surrendered_lock_is_the_one_a_member_of_the_deadlock_waits_for() {
     assert!(rep.contains(Rule::Surrender));
     assert_eq!(surrenders(&out), [vec![3]]);
 }
+
+// transaction.rs, `Agent::closing_view` (the pre-fix rule's choice of lock): replaced with
+// `None`, `Some(0)` or `Some(1)`; `v.awaiting == 0` → `!=`; its `&&`s → `||`; the member
+// test (`!=` → `==`, `&` → `|`/`^`, `<<` → `>>`); `f.agent == self.me` → `!=`;
+// `blocked_by(w, f) == Some(true)` → `!=`. Same deadlock as above, views heard in the
+// order [1], [2], [3]: the first view in which a member of the component waits directly
+// behind A5 is [3].
+#[test]
+fn the_pre_fix_rule_surrenders_the_first_lock_a_member_waits_for_directly() {
+    use LockMode::Write;
+    let infos = [
+        ann(
+            &[1],
+            1,
+            3,
+            false,
+            &[entry(5, &[1], Write, true), entry(3, &[1], Write, false)],
+        ),
+        ann(
+            &[2],
+            2,
+            5,
+            false,
+            &[entry(2, &[2], Write, true), entry(5, &[2], Write, false)],
+        ),
+        ann(
+            &[3],
+            3,
+            2,
+            false,
+            &[entry(5, &[3], Write, true), entry(2, &[3], Write, false)],
+        ),
+    ];
+    let locks: [(&[u16], u32, Req); 3] = [
+        (&[1], 1, Req::All),
+        (&[2], 1, Req::All),
+        (&[3], 1, Req::All),
+    ];
+    let variant = AgentVariant {
+        resolver: Resolver::LargestHolderOfWaitComponent,
+        ..AgentVariant::SEED
+    };
+    let (a, out, rep) = fed(5, variant, &locks, &infos);
+    assert!(rep.contains(Rule::Surrender));
+    assert_eq!(surrenders(&out), [vec![3]]);
+    let order: Vec<Vec<u16>> = a.views().map(|(i, _)| i.path.keys().to_vec()).collect();
+    assert_eq!(order, [vec![1], vec![2], vec![3]]);
+}
