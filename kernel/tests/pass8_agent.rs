@@ -985,3 +985,55 @@ fn the_pre_fix_rule_surrenders_the_first_lock_a_member_waits_for_directly() {
     let order: Vec<Vec<u16>> = a.views().map(|(i, _)| i.path.keys().to_vec()).collect();
     assert_eq!(order, [vec![1], vec![2], vec![3]]);
 }
+
+// transaction.rs, `Agent::touches`: `p.related(surrendered) || …` → `&&`. A5 holds [1];
+// A2 waits for [1, 2] behind it and holds [2], for which A5 waits. A5 surrenders [1, 2]: the
+// server moves A5's entry on [1], which changes the queue of [1, 3] as well (unrelated to
+// [1, 2], related to A5's [1]), so A5's view of [1, 3] is void until acknowledged.
+#[test]
+fn a_surrender_voids_the_views_its_moved_entries_change() {
+    use LockMode::Write;
+    let infos = [
+        ann(
+            &[1, 2],
+            1,
+            2,
+            false,
+            &[entry(5, &[1], Write, true), entry(2, &[1, 2], Write, false)],
+        ),
+        ann(
+            &[2],
+            2,
+            5,
+            false,
+            &[entry(2, &[2], Write, true), entry(5, &[2], Write, false)],
+        ),
+        ann(&[1, 3], 3, 5, false, &[entry(5, &[1], Write, true)]),
+    ];
+    let locks: [(&[u16], u32, Req); 2] = [(&[1], 1, Req::All), (&[2], 1, Req::All)];
+    // The last announcement closes the cycle only once [1, 3] is known: feed it first.
+    let (a, out, _) = fed(
+        5,
+        AgentVariant::SEED,
+        &locks,
+        &[infos[2].clone(), infos[0].clone(), infos[1].clone()],
+    );
+    assert_eq!(surrenders(&out), [vec![1, 2]]);
+    assert_eq!(view_of(&a, &[1, 2]), Some((1, true)));
+    assert_eq!(view_of(&a, &[1, 3]), Some((3, true)));
+    assert_eq!(view_of(&a, &[2]), Some((2, false)));
+}
+
+// transaction.rs, `Agent::pending_touches`: `*s == server && …` → `||`: a surrender pending
+// on server 0 says nothing about server 1's queues, even of the same lock.
+#[test]
+fn a_pending_surrender_holds_back_only_its_own_servers_queues() {
+    use LockMode::Write;
+    let mut a = after_surrender(AgentVariant::SEED);
+    let mut other = ann(&[1], 7, 5, false, &[entry(5, &[1], Write, true)]);
+    other.server = ServerId(1);
+    assert!(feed(&mut a, &other).contains(Rule::Stored));
+    assert!(a
+        .views()
+        .any(|(i, w)| i.server == ServerId(1) && i.path == p(&[1]) && i.version == 7 && !w));
+}
