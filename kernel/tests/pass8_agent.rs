@@ -1037,3 +1037,170 @@ fn a_pending_surrender_holds_back_only_its_own_servers_queues() {
         .views()
         .any(|(i, w)| i.server == ServerId(1) && i.path == p(&[1]) && i.version == 7 && !w));
 }
+
+/// Agent `me` after asking for `locks` (write, server 0) and hearing `infos`, with every
+/// forward it sent on the way: `(to, path)`.
+fn forwards_of(me: u16, locks: &[&[u16]], infos: &[LockInfo<3, 6>]) -> Vec<(u16, Vec<u16>)> {
+    let mut a = Ag::new(AgentId(me), false);
+    let mut out = AOut::new();
+    for k in locks {
+        a.step(lock_input(k, LockMode::Write, 1, Req::All), &mut out)
+            .unwrap();
+    }
+    let mut sent = Vec::new();
+    for i in infos {
+        out.clear();
+        a.step(AgentInput::Info(i), &mut out).unwrap();
+        for o in &out {
+            if let AgentOutput::ToAgent { agent, info } = o {
+                sent.push((agent.0, info.path.keys().to_vec()));
+            }
+        }
+    }
+    sent
+}
+
+// transaction.rs, `Agent::forward` (A7): the upstream set `waiting_for(me) | 1 << me` with
+// `<<` → `>>` (the agent itself left out); the relevance test's member check (`&` →
+// `|`/`^`) and `&&` → `||` (an entry that waits); the record of what was sent (`t < 64` →
+// `==`/`>`, `1u64 << t` → `>>`, `sent |= bit` → `&=`) and the skip test's second `||` →
+// `&&`. A1 waits for [4] behind A7 and for [5] behind A8, holds [7] alone, and knows A3
+// waiting behind A9 on [6]: it tells A7 about [5] and A8 about [4], once, and nobody about
+// [6] or [7].
+#[test]
+fn an_agent_tells_whom_it_waits_for_where_it_waits_once() {
+    use LockMode::Write;
+    let infos = [
+        ann(
+            &[4],
+            1,
+            1,
+            false,
+            &[entry(7, &[4], Write, true), entry(1, &[4], Write, false)],
+        ),
+        ann(
+            &[5],
+            2,
+            1,
+            false,
+            &[entry(8, &[5], Write, true), entry(1, &[5], Write, false)],
+        ),
+        ann(
+            &[6],
+            3,
+            3,
+            false,
+            &[entry(9, &[6], Write, true), entry(3, &[6], Write, false)],
+        ),
+        ann(&[7], 4, 1, false, &[entry(1, &[7], Write, true)]),
+        ann(
+            &[4],
+            5,
+            1,
+            false,
+            &[entry(7, &[4], Write, true), entry(1, &[4], Write, false)],
+        ),
+    ];
+    let sent = forwards_of(1, &[&[4], &[5], &[7]], &infos);
+    assert_eq!(sent, [(7, vec![5]), (8, vec![4]), (8, vec![4])]);
+}
+
+// transaction.rs, `Agent::forward`: the upstream set `waiting_for(me) | 1 << me` with `|` →
+// `^`, which takes the agent out when it is on a cycle of waits. A1 holds [1] (A2 waits)
+// and waits for A2's [2] — a deadlock A2 resolves — and waits for A7's [4]: A1 tells A2
+// about [4] and A7 about [2], where A1 itself waits.
+#[test]
+fn an_agent_on_a_cycle_still_tells_where_it_waits() {
+    use LockMode::Write;
+    let infos = [
+        ann(
+            &[1],
+            1,
+            2,
+            false,
+            &[entry(1, &[1], Write, true), entry(2, &[1], Write, false)],
+        ),
+        ann(
+            &[2],
+            2,
+            1,
+            false,
+            &[entry(2, &[2], Write, true), entry(1, &[2], Write, false)],
+        ),
+        ann(
+            &[4],
+            3,
+            1,
+            false,
+            &[entry(7, &[4], Write, true), entry(1, &[4], Write, false)],
+        ),
+    ];
+    let sent = forwards_of(1, &[&[1], &[2], &[4]], &infos);
+    assert!(sent.contains(&(2, vec![4])), "{sent:?}");
+    assert!(sent.contains(&(7, vec![2])), "{sent:?}");
+}
+
+// transaction.rs, `Agent::forward`: the range test `t < 64` → `<=` (agent 64 would shift a
+// u64 by 64). Agents from 64 on are not recorded as sent, so they hear a queue again at
+// every evaluation.
+#[test]
+fn an_agent_beyond_64_is_told_without_a_record() {
+    use LockMode::Write;
+    let infos = [
+        ann(
+            &[4],
+            1,
+            1,
+            false,
+            &[entry(64, &[4], Write, true), entry(1, &[4], Write, false)],
+        ),
+        ann(
+            &[5],
+            2,
+            1,
+            false,
+            &[entry(8, &[5], Write, true), entry(1, &[5], Write, false)],
+        ),
+        ann(&[7], 3, 1, false, &[entry(1, &[7], Write, true)]),
+    ];
+    let sent = forwards_of(1, &[&[4], &[5], &[7]], &infos);
+    assert_eq!(sent, [(64, vec![5]), (8, vec![4]), (64, vec![5])]);
+}
+
+// transaction.rs, `Agent::forward`: the skip test `v.awaiting > 0` → `<`: a void view (a
+// surrendered queue, whose acknowledgement has not arrived) is not passed on. A5 read [1],
+// A2 waits to write it, and A5's upgrade waits behind A2: A5 surrenders [1]. Then A5 waits
+// for A7's [4]: it tells A7 nothing about [1].
+#[test]
+fn a_void_view_is_not_forwarded() {
+    use LockMode::{Read, Write};
+    let mut a = Ag::new(AgentId(5), false);
+    let mut out = AOut::new();
+    a.step(lock_input(&[1], Read, 1, Req::All), &mut out)
+        .unwrap();
+    feed(
+        &mut a,
+        &ann(&[1], 1, 5, false, &[entry(5, &[1], Read, true)]),
+    );
+    a.step(lock_input(&[1], Write, 1, Req::All), &mut out)
+        .unwrap();
+    a.step(lock_input(&[4], Write, 1, Req::All), &mut out)
+        .unwrap();
+    let q1 = [
+        entry(5, &[1], Read, true),
+        entry(2, &[1], Write, false),
+        entry(5, &[1], Write, false),
+    ];
+    out.clear();
+    a.step(AgentInput::Info(&ann(&[1], 2, 5, false, &q1)), &mut out)
+        .unwrap();
+    assert_eq!(surrenders(&out), [vec![1]]);
+    out.clear();
+    let q4 = [entry(7, &[4], Write, true), entry(5, &[4], Write, false)];
+    a.step(AgentInput::Info(&ann(&[4], 3, 5, false, &q4)), &mut out)
+        .unwrap();
+    assert!(
+        !out.iter().any(|o| matches!(o, AgentOutput::ToAgent { .. })),
+        "{out:?}"
+    );
+}
