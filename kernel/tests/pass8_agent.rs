@@ -801,7 +801,7 @@ fn fed(
     (a, out, rep)
 }
 
-fn surrenders(out: &AOut) -> Vec<Vec<u16>> {
+fn surrenders(out: &[AgentOutput<3, 6>]) -> Vec<Vec<u16>> {
     out.iter()
         .filter_map(|o| match o {
             AgentOutput::ToServer {
@@ -1203,4 +1203,132 @@ fn a_void_view_is_not_forwarded() {
         !out.iter().any(|o| matches!(o, AgentOutput::ToAgent { .. })),
         "{out:?}"
     );
+}
+
+// transaction.rs, `Agent::void_related`: the placeholder for a lock asked for whose first
+// announcement has not arrived (`is_none() && !is_full()` with `&&` → `||`, or its `!`
+// deleted), and `mine.contains(p) || has(me)` → `&&`. As in `after_surrender`, but A5 has
+// also asked for [1, 4] (not announced yet): the surrender of [1] changes its queue, so an
+// empty view of it waits for the acknowledgement; the surrendered lock gets no second view.
+#[test]
+fn a_surrender_makes_a_waiting_placeholder_for_an_unannounced_lock() {
+    use LockMode::Write;
+    let infos = [
+        ann(&[1], 1, 5, false, &[entry(5, &[1], Write, true)]),
+        ann(
+            &[2],
+            2,
+            2,
+            false,
+            &[entry(2, &[2], Write, true), entry(5, &[2], Write, false)],
+        ),
+        ann(
+            &[1],
+            3,
+            2,
+            false,
+            &[entry(5, &[1], Write, true), entry(2, &[1], Write, false)],
+        ),
+    ];
+    let locks: [(&[u16], u32, Req); 3] = [
+        (&[1], 1, Req::All),
+        (&[2], 1, Req::All),
+        (&[1, 4], 1, Req::All),
+    ];
+    let (a, out, _) = fed(5, AgentVariant::SEED, &locks, &infos);
+    assert_eq!(surrenders(&out), [vec![1]]);
+    let views: Vec<(Vec<u16>, u32, usize, bool)> = a
+        .views()
+        .map(|(i, w)| (i.path.keys().to_vec(), i.version, i.queue.len(), w))
+        .collect();
+    assert_eq!(
+        views,
+        [
+            (vec![1], 3, 2, true),
+            (vec![2], 2, 2, false),
+            (vec![1, 4], 0, 0, true)
+        ]
+    );
+    // Its first announcement, sent before the surrender, is not taken; the
+    // acknowledgement is.
+    let mut a = a;
+    let before = ann(
+        &[1, 4],
+        4,
+        5,
+        false,
+        &[entry(5, &[1], Write, true), entry(5, &[1, 4], Write, true)],
+    );
+    assert!(feed(&mut a, &before).contains(Rule::AwaitingAck));
+    let ack = ann(
+        &[1, 4],
+        5,
+        5,
+        true,
+        &[entry(5, &[1, 4], Write, true), entry(5, &[1], Write, false)],
+    );
+    assert!(feed(&mut a, &ack).contains(Rule::SurrenderAcked));
+    assert_eq!(view_of(&a, &[1, 4]), Some((5, false)));
+}
+
+// transaction.rs, `Agent::step` (A3): after one acknowledgement, `v.awaiting > 0` → `<`: a
+// view that two surrenders change waits for both acknowledgements. A5 holds [1, 5, 9] and
+// [1, 7] (the queue of [1] shows both). A2 waits on [1, 5] behind A5, A5 waits for A2's
+// [2]: A5 surrenders [1, 5], which changes [1]. Then A3 waits on [1, 7] behind A5, A5 waits
+// for A3's [3]: A5 surrenders [1, 7], which changes [1] again.
+#[test]
+fn a_view_two_surrenders_change_waits_for_both_acknowledgements() {
+    use LockMode::Write;
+    let mut a = Agent::<3, 6, 6>::new(AgentId(5), false);
+    let mut out = heapless::Vec::<AgentOutput<3, 6>, 300>::new();
+    for k in [&[1, 5, 9][..], &[1, 7], &[2], &[3]] {
+        a.step(lock_input(k, Write, 1, Req::All), &mut out).unwrap();
+    }
+    let hear = |a: &mut Agent<3, 6, 6>, i: LockInfo<3, 6>| {
+        let mut out = heapless::Vec::<AgentOutput<3, 6>, 300>::new();
+        a.step(AgentInput::Info(&i), &mut out).unwrap();
+        surrenders(&out)
+    };
+    let mine = [
+        entry(5, &[1, 5, 9], Write, true),
+        entry(5, &[1, 7], Write, true),
+    ];
+    assert!(hear(&mut a, ann(&[1], 1, 5, false, &mine)).is_empty());
+    let q15 = [
+        entry(5, &[1, 5, 9], Write, true),
+        entry(2, &[1, 5], Write, false),
+    ];
+    assert!(hear(&mut a, ann(&[1, 5], 2, 2, false, &q15)).is_empty());
+    let q2 = [entry(2, &[2], Write, true), entry(5, &[2], Write, false)];
+    assert_eq!(hear(&mut a, ann(&[2], 3, 5, false, &q2)), [vec![1, 5]]);
+    let q17 = [
+        entry(5, &[1, 7], Write, true),
+        entry(3, &[1, 7], Write, false),
+    ];
+    assert!(hear(&mut a, ann(&[1, 7], 4, 3, false, &q17)).is_empty());
+    let q3 = [entry(3, &[3], Write, true), entry(5, &[3], Write, false)];
+    assert_eq!(hear(&mut a, ann(&[3], 5, 5, false, &q3)), [vec![1, 7]]);
+    let view1 = |a: &Agent<3, 6, 6>| {
+        a.views()
+            .find(|(i, _)| i.path == p(&[1]))
+            .map(|(i, w)| (i.version, w))
+    };
+    assert_eq!(view1(&a), Some((1, true)));
+    // The first surrender's announcement of [1]: one acknowledgement of two.
+    let after = [
+        entry(5, &[1, 7], Write, true),
+        entry(5, &[1, 5, 9], Write, true),
+    ];
+    let mut out = heapless::Vec::<AgentOutput<3, 6>, 300>::new();
+    let r = a
+        .step(AgentInput::Info(&ann(&[1], 6, 5, true, &after)), &mut out)
+        .unwrap();
+    assert!(r.contains(Rule::AwaitingAck) && !r.contains(Rule::Stored));
+    assert_eq!(view1(&a), Some((1, true)));
+    // The second's: the view is valid again.
+    let r = a
+        .step(AgentInput::Info(&ann(&[1], 8, 5, true, &after)), &mut out)
+        .unwrap();
+    assert!(r.contains(Rule::SurrenderAcked) && r.contains(Rule::Stored));
+    assert_eq!(view1(&a), Some((8, false)));
 }
