@@ -1332,3 +1332,34 @@ fn a_view_two_surrenders_change_waits_for_both_acknowledgements() {
     assert!(r.contains(Rule::SurrenderAcked) && r.contains(Rule::Stored));
     assert_eq!(view1(&a), Some((8, false)));
 }
+
+// transaction.rs, `Agent::step`: a new lock while the agent has all it asked for puts it
+// back to running (`status == HaveAll` → `!=`). With a queue already known that grants the
+// new lock (here one heard before asking, which `step` accepts like any other), the lock is
+// granted at once and the client hears `HaveAll` again.
+#[test]
+fn a_lock_granted_by_a_known_queue_is_reported_with_have_all_again() {
+    use LockMode::Write;
+    let mut a = Ag::new(AgentId(1), false);
+    let mut out = AOut::new();
+    a.step(lock_input(&[1], Write, 1, Req::All), &mut out)
+        .unwrap();
+    feed(
+        &mut a,
+        &ann(&[1], 1, 1, false, &[entry(1, &[1], Write, true)]),
+    );
+    feed(
+        &mut a,
+        &ann(&[2], 2, 1, false, &[entry(1, &[2], Write, true)]),
+    );
+    assert_eq!(a.status(), Status::HaveAll);
+    out.clear();
+    a.step(lock_input(&[2], Write, 1, Req::All), &mut out)
+        .unwrap();
+    assert!(out.contains(&AgentOutput::Granted {
+        path: p(&[2]),
+        mode: Write
+    }));
+    assert!(out.contains(&AgentOutput::HaveAll), "{out:?}");
+    assert_eq!(a.status(), Status::HaveAll);
+}
