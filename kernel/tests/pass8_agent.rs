@@ -271,12 +271,14 @@ fn request(s: &mut Srv, a: u16, k: &[u16], mode: LockMode) -> SOut {
     out
 }
 
-// server.rs, `LockServer::step`: the cancel's check `e.path == path` → `!=`: a cancel of a
-// path the agent is not queued for (it is queued for another) would be taken.
+// server.rs, `LockServer::step`: the cancel's check `e.agent == agent && e.path == path`
+// with `e.agent == agent` → `!=`: a cancel of a path another agent is queued for (A1 is
+// queued for another) would be taken.
 #[test]
 fn a_cancel_of_a_path_not_asked_for_is_refused_and_changes_nothing() {
     let mut s = Srv::new(ServerId(0));
     request(&mut s, 1, &[1], LockMode::Write);
+    request(&mut s, 2, &[2], LockMode::Write);
     let before = s.clone();
     let mut out = SOut::new();
     let cancel = ServerMsg::Cancel {
