@@ -6,9 +6,10 @@
 use hilock_kernel::chord::fingers::{closest_preceding, route};
 use hilock_kernel::chord::vnodes::{Point, VRing};
 use hilock_kernel::chord::{
-    Addr, Answer, ChordClient, ChordError, ChordMsg, ClientId, Key, NodeId, Op, Out, Ring, Rule,
-    Token, View,
+    Addr, Answer, Change, ChordClient, ChordError, ChordMsg, ClientId, Entry, Key, NodeId, Op, Out,
+    PaperNode, Ring, Rule, Token, View,
 };
+use hilock_kernel::msg::Sink;
 
 type O = heapless::Vec<Out<4>, 8>;
 
@@ -129,4 +130,236 @@ fn closest_preceding_fingers_on_sparse_circles() {
     assert_eq!(closest_preceding(&r, 1, 30).unwrap(), 0);
     assert_eq!(route(&r, 1, 30).unwrap().owner, 1);
     assert_eq!(route(&r, 0, 30).unwrap().hops, 1);
+}
+
+// fingers.rs, `open`: `ax < ab` → `<=` (`b` itself would be inside `(a, b)`): on a 6-bit
+// circle with points 0, 10 and 32, the finger of 0 closest before key 32 is 10, not 32
+// (finger 5 of 0 is 32 itself).
+#[test]
+fn the_key_itself_does_not_precede_the_key() {
+    let mut pts = [pt(0, 0), pt(10, 1), pt(32, 2)];
+    let r = VRing::new(6, &mut pts).unwrap();
+    assert_eq!(closest_preceding(&r, 0, 32).unwrap(), 1);
+}
+
+// fingers.rs, `closest_preceding`: the fall-back `(at + 1) % len` (`+` → `-`/`*`, `%` →
+// `/`/`+`): with no finger before the key (the key lies between the point and its
+// successor), the answer is the successor, also across 0.
+#[test]
+fn without_a_finger_before_the_key_the_successor_is_next() {
+    let mut pts = [pt(0, 0), pt(10, 1), pt(40, 2)];
+    let r = VRing::new(6, &mut pts).unwrap();
+    assert_eq!(closest_preceding(&r, 2, 0).unwrap(), 0);
+    assert_eq!(closest_preceding(&r, 2, 63).unwrap(), 0);
+    assert_eq!(closest_preceding(&r, 0, 5).unwrap(), 1);
+}
+
+type P = PaperNode<3, 4>;
+type PO = heapless::Vec<Out<4>, 16>;
+
+/// A sink with room for exactly `room` messages: what does not fit is lost (and counted).
+struct Exact {
+    room: usize,
+    got: Vec<Out<4>>,
+    lost: usize,
+}
+
+impl Sink<Out<4>> for Exact {
+    fn room(&self) -> usize {
+        self.room - self.got.len()
+    }
+    fn put(&mut self, t: Out<4>) -> Result<(), Out<4>> {
+        if self.got.len() < self.room {
+            self.got.push(t);
+            Ok(())
+        } else {
+            self.lost += 1;
+            Err(t)
+        }
+    }
+}
+
+fn client_req(client: u8, op: Op, key: u16) -> ChordMsg<4> {
+    ChordMsg::Request {
+        token: Token {
+            client: ClientId(client),
+            seq: 1,
+        },
+        op,
+        key: Key(key),
+        view: ALL,
+    }
+}
+
+fn paper_ask(n: &mut P, client: u8, op: Op, key: u16) -> Result<PO, ChordError> {
+    let mut out = PO::new();
+    n.step(
+        Addr::Client(ClientId(client)),
+        &client_req(client, op, key),
+        &mut out,
+    )?;
+    Ok(out)
+}
+
+/// n21 alone on the ring: it answers at once.
+fn alone() -> P {
+    let v = View {
+        epoch: 0,
+        members: 0b010,
+    };
+    P::new(NodeId(1), ring(), v).unwrap()
+}
+
+// paper.rs, `modify`: `e.key == k` → `!=` (the unlock would append a second entry instead
+// of changing the first); `modify_fits` replaced with `Ok(())` or its `==` → `!=` (a lock
+// of a new key on a full table would be answered and not recorded).
+#[test]
+fn the_paper_table_changes_in_place_and_refuses_when_full() {
+    let mut n = alone();
+    for k in [9, 10, 11, 12] {
+        paper_ask(&mut n, 1, Op::Lock, k).unwrap();
+    }
+    paper_ask(&mut n, 1, Op::Unlock, 10).unwrap();
+    assert!(!n.is_locked(Key(10)) && n.is_locked(Key(11)));
+    assert_eq!(n.olock().len(), 4);
+    paper_ask(&mut n, 1, Op::Lock, 10).unwrap();
+    assert!(n.is_locked(Key(10)));
+    let before = n.clone();
+    assert_eq!(
+        paper_ask(&mut n, 1, Op::Lock, 13).err(),
+        Some(ChordError::TableFull)
+    );
+    assert_eq!(n, before);
+}
+
+// paper.rs, (d) `append` after the predecessor left: `get` replaced with `None` or its `==`
+// → `!=`, and `keys` with its `!` deleted: n21 backs up n8's key 5 and serves key 15; when
+// n8 leaves, n21 takes key 5 over, backs it up on its new successor n32, and fetches its
+// new predecessor's table.
+#[test]
+fn after_the_predecessor_left_its_keys_are_backed_up_on_the_successor() {
+    let mut n = P::new(NodeId(1), ring(), ALL).unwrap();
+    let mut out = PO::new();
+    let backup = ChordMsg::BackupModify {
+        entry: Entry {
+            key: Key(5),
+            locked: true,
+        },
+        token: Token {
+            client: ClientId(2),
+            seq: 1,
+        },
+    };
+    n.step(Addr::Node(NodeId(0)), &backup, &mut out).unwrap();
+    paper_ask(&mut n, 1, Op::Lock, 15).unwrap();
+    n.set_view(View {
+        epoch: 1,
+        members: 0b110,
+    })
+    .unwrap();
+    out.clear();
+    let rep = n
+        .step(
+            Addr::Chord,
+            &ChordMsg::Notify(Change::PredecessorLeft),
+            &mut out,
+        )
+        .unwrap();
+    assert!(rep.contains(Rule::Append));
+    let five = Entry {
+        key: Key(5),
+        locked: true,
+    };
+    assert_eq!(
+        out.as_slice(),
+        [
+            Out {
+                to: Addr::Node(NodeId(2)),
+                msg: ChordMsg::BackupInsert { entry: five }
+            },
+            Out {
+                to: Addr::Node(NodeId(2)),
+                msg: ChordMsg::Fetch
+            }
+        ]
+    );
+    assert!(n.is_locked(Key(5)) && n.is_locked(Key(15)) && n.olock_b().is_empty());
+}
+
+// paper.rs: `PaperNode::MAX_OUTPUTS = 2 * T + 2` with its `*` or a `+` replaced. Pinned
+// to the documented bound; and (e) `remove` with four keys to hand over sends 2 · 4 + 1
+// messages, all of which fit a sink with exactly that room.
+#[test]
+fn the_paper_output_bound_holds_for_a_full_hand_over() {
+    assert_eq!(P::MAX_OUTPUTS, 2 * 4 + 2);
+    // n32 (slot 2) alone serves every key; keys 9..12 belong to n21 once it joins.
+    let mut n = P::new(
+        NodeId(2),
+        ring(),
+        View {
+            epoch: 0,
+            members: 0b100,
+        },
+    )
+    .unwrap();
+    let mut out = PO::new();
+    for k in [9, 10, 11, 12] {
+        n.step(
+            Addr::Client(ClientId(1)),
+            &client_req(1, Op::Lock, k),
+            &mut out,
+        )
+        .unwrap();
+    }
+    n.set_view(View {
+        epoch: 1,
+        members: 0b110,
+    })
+    .unwrap();
+    let mut sink = Exact {
+        room: P::MAX_OUTPUTS,
+        got: Vec::new(),
+        lost: 0,
+    };
+    let rep = n
+        .step(
+            Addr::Chord,
+            &ChordMsg::Notify(Change::PredecessorJoined),
+            &mut sink,
+        )
+        .unwrap();
+    assert!(rep.contains(Rule::Remove));
+    assert_eq!((sink.got.len(), sink.lost), (9, 0));
+    assert!(n.olock().is_empty());
+}
+
+// paper.rs: `PaperNode::member` replaced with `Ok(())` (a node outside its view has no
+// successor and serves nothing); the check `succ() != id && waiting.is_full()` with `!=` →
+// `==` (a fifth backup RPC in flight would be lost).
+#[test]
+fn the_paper_node_refuses_outside_its_view_and_with_every_rpc_slot_taken() {
+    let mut out = n21_of(View {
+        epoch: 0,
+        members: 0b101,
+    });
+    assert_eq!(
+        paper_ask(&mut out, 1, Op::Lock, 10).err(),
+        Some(ChordError::NotMember(NodeId(1)))
+    );
+    // n21 with a successor: every lock waits for its backup RPC.
+    let mut n = n21_of(ALL);
+    for k in [9, 10, 11, 12] {
+        let sent = paper_ask(&mut n, 1, Op::Lock, k).unwrap();
+        assert!(matches!(sent[0].msg, ChordMsg::BackupModify { .. }));
+    }
+    let before = n.clone();
+    assert_eq!(
+        paper_ask(&mut n, 1, Op::Unlock, 9).err(),
+        Some(ChordError::TableFull)
+    );
+    assert_eq!(n, before);
+}
+
+fn n21_of(v: View) -> P {
+    P::new(NodeId(1), ring(), v).unwrap()
 }
