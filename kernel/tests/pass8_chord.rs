@@ -363,3 +363,47 @@ fn the_paper_node_refuses_outside_its_view_and_with_every_rpc_slot_taken() {
 fn n21_of(v: View) -> P {
     P::new(NodeId(1), ring(), v).unwrap()
 }
+
+// paper.rs, `apply`: the match arms of `BackupDelete`, `BackupInsert`, `Insert` and `Fetch`
+// deleted (the section 2.2.1 table operations a remote call runs).
+#[test]
+fn the_remote_table_operations_change_the_named_table() {
+    let mut n = n21_of(ALL);
+    let e = |key, locked| Entry {
+        key: Key(key),
+        locked,
+    };
+    let mut out = PO::new();
+    let call = |n: &mut P, msg: ChordMsg<4>, out: &mut PO| {
+        n.step(Addr::Node(NodeId(0)), &msg, out).unwrap()
+    };
+    let rep = call(
+        &mut n,
+        ChordMsg::BackupInsert { entry: e(5, true) },
+        &mut out,
+    );
+    assert!(rep.contains(Rule::RemoteTableOp));
+    call(
+        &mut n,
+        ChordMsg::BackupInsert { entry: e(6, false) },
+        &mut out,
+    );
+    assert_eq!(n.olock_b(), [e(5, true), e(6, false)]);
+    call(&mut n, ChordMsg::BackupDelete { key: Key(5) }, &mut out);
+    assert_eq!(n.olock_b(), [e(6, false)]);
+    let rep = call(&mut n, ChordMsg::Insert { entry: e(15, true) }, &mut out);
+    assert!(rep.contains(Rule::RemoteTableOp));
+    assert_eq!(n.olock(), [e(15, true)]);
+    assert!(out.is_empty());
+    let rep = call(&mut n, ChordMsg::Fetch, &mut out);
+    assert!(rep.contains(Rule::FetchServed));
+    let mut entries = heapless::Vec::new();
+    entries.push(e(15, true)).unwrap();
+    assert_eq!(
+        out.as_slice(),
+        [Out {
+            to: Addr::Node(NodeId(0)),
+            msg: ChordMsg::FetchReply { entries }
+        }]
+    );
+}
