@@ -407,3 +407,56 @@ fn the_remote_table_operations_change_the_named_table() {
         }]
     );
 }
+
+type RS = hilock_kernel::chord::RingServer<3, 4>;
+
+// replicated.rs: `RingServer::settled_in` replaced with `true` or its `&&` → `||` (a view
+// with the same members but another epoch is not the server's view); `stopped` replaced
+// with `true`; `MAX_OUTPUTS = T + 2 * N + 1` with any `+` or `*` replaced (pinned to the
+// documented sum).
+#[test]
+fn ring_server_settled_stopped_and_its_output_bound() {
+    let mut s = RS::new(NodeId(1), ring(), 1, ALL).unwrap();
+    assert!(s.settled_in(ALL));
+    let next = View {
+        epoch: 1,
+        members: 0b111,
+    };
+    assert!(!s.settled_in(next));
+    assert!(!s.stopped());
+    s.stop();
+    assert!(s.stopped());
+    assert_eq!(RS::MAX_OUTPUTS, 4 + 2 * 3 + 1);
+}
+
+/// n21 of the full ring with one replica, after c1's lock of key 10 (n21 is its primary,
+/// n32 its replica): the write waits for n32's acknowledgement.
+fn writing() -> RS {
+    let mut s = RS::new(NodeId(1), ring(), 1, ALL).unwrap();
+    let mut out = PO::new();
+    s.step(
+        Addr::Client(ClientId(1)),
+        &client_req(1, Op::Lock, 10),
+        &mut out,
+    )
+    .unwrap();
+    assert!(matches!(out[0].msg, ChordMsg::Replicate { .. }), "{out:?}");
+    assert_eq!(s.pending(), 1);
+    s
+}
+
+// replicated.rs, `RingServer::reconnected`: `out.room() < n` → `<=`: the copies owed to a
+// peer fit a buffer with exactly that room.
+#[test]
+fn the_copies_owed_to_a_reconnected_peer_fit_exact_room() {
+    let s = writing();
+    let mut one = heapless::Vec::<Out<4>, 1>::new();
+    assert_eq!(s.reconnected(NodeId(2), &mut one), Ok(1));
+    assert!(matches!(one[0].msg, ChordMsg::Replicate { .. }));
+    let mut none = heapless::Vec::<Out<4>, 0>::new();
+    assert_eq!(
+        s.reconnected(NodeId(2), &mut none),
+        Err(ChordError::OutputsFull)
+    );
+    assert_eq!(s.reconnected(NodeId(0), &mut none), Ok(0));
+}
