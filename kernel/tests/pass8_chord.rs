@@ -460,3 +460,58 @@ fn the_copies_owed_to_a_reconnected_peer_fit_exact_room() {
     );
     assert_eq!(s.reconnected(NodeId(0), &mut none), Ok(0));
 }
+
+/// n8 alone (no replica): a write is answered at once. `op` of `token` on key 10.
+fn alone_ask(s: &mut RS, client: u8, seq: u8, op: Op) -> (hilock_kernel::chord::Report, Answer) {
+    let token = Token {
+        client: ClientId(client),
+        seq,
+    };
+    let view = View {
+        epoch: 0,
+        members: 0b001,
+    };
+    let msg = ChordMsg::Request {
+        token,
+        op,
+        key: Key(10),
+        view,
+    };
+    let mut out = PO::new();
+    let rep = s
+        .step(Addr::Client(ClientId(client)), &msg, &mut out)
+        .unwrap();
+    match out.as_slice() {
+        [Out {
+            msg: ChordMsg::Reply { token: t, answer },
+            ..
+        }] if *t == token => (rep, *answer),
+        o => panic!("not one reply: {o:?}"),
+    }
+}
+
+// replicated.rs, `RingServer::decide`: the answer of a stale lock retry (the retry fence),
+// `Op::Lock if holder == me` with the guard replaced by `true` or `false`, or `==` → `!=`,
+// and the `Op::Lock` arm deleted: from the entry, Granted if the client holds the lock
+// again, Refused if it released it.
+#[test]
+fn a_stale_lock_retry_is_answered_from_the_entry() {
+    let view = View {
+        epoch: 0,
+        members: 0b001,
+    };
+    let mut s = RS::new(NodeId(0), ring(), 1, view).unwrap();
+    assert_eq!(alone_ask(&mut s, 1, 1, Op::Lock).1, Answer::Granted);
+    assert_eq!(alone_ask(&mut s, 1, 2, Op::Unlock).1, Answer::Released);
+    let (rep, a) = alone_ask(&mut s, 1, 1, Op::Lock);
+    assert!(rep.contains(Rule::Superseded));
+    assert_eq!(a, Answer::Refused);
+    assert_eq!(alone_ask(&mut s, 1, 3, Op::Lock).1, Answer::Granted);
+    let (rep, a) = alone_ask(&mut s, 1, 2, Op::Lock);
+    assert!(rep.contains(Rule::Superseded));
+    assert_eq!(a, Answer::Granted);
+    let (rep, a) = alone_ask(&mut s, 1, 2, Op::Unlock);
+    assert!(rep.contains(Rule::Superseded));
+    assert_eq!(a, Answer::Released);
+    assert_eq!(s.holder(Key(10)), Some(ClientId(1)));
+}
