@@ -515,3 +515,39 @@ fn a_stale_lock_retry_is_answered_from_the_entry() {
     assert_eq!(a, Answer::Released);
     assert_eq!(s.holder(Key(10)), Some(ClientId(1)));
 }
+
+// replicated.rs, `RingServer::upsert`: `s.version > x.version` → `>=`: a replica keeps its
+// entry against a write of the same version (and an older one); a newer one replaces it.
+#[test]
+fn a_replica_takes_only_newer_versions() {
+    use hilock_kernel::chord::{Slot, Version};
+    let mut s = RS::new(NodeId(2), ring(), 1, ALL).unwrap();
+    let write = |s: &mut RS, client: u8, n: u32| {
+        let token = Token {
+            client: ClientId(client),
+            seq: 1,
+        };
+        let slot = Slot {
+            key: Key(10),
+            holder: Some(ClientId(client)),
+            version: Version { epoch: 0, n },
+            writer: Some(token),
+        };
+        let mut out = PO::new();
+        let msg = ChordMsg::Replicate {
+            view: ALL,
+            slot,
+            token,
+        };
+        s.step(Addr::Node(NodeId(1)), &msg, &mut out).unwrap();
+        assert!(matches!(out[0].msg, ChordMsg::ReplicaAck { .. }));
+    };
+    write(&mut s, 1, 5);
+    assert_eq!(s.holder(Key(10)), Some(ClientId(1)));
+    write(&mut s, 2, 5);
+    assert_eq!(s.holder(Key(10)), Some(ClientId(1)));
+    write(&mut s, 3, 4);
+    assert_eq!(s.holder(Key(10)), Some(ClientId(1)));
+    write(&mut s, 3, 6);
+    assert_eq!(s.holder(Key(10)), Some(ClientId(3)));
+}
