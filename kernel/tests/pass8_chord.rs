@@ -551,3 +551,99 @@ fn a_replica_takes_only_newer_versions() {
     write(&mut s, 3, 6);
     assert_eq!(s.holder(Key(10)), Some(ClientId(3)));
 }
+
+// replicated.rs, `RingServer::install` (the hand-over of moved arcs): the member loop's
+// skip `yn == id || !v.has(yn)` (`||` → `&&`), the ready-arc test (`&` → `|`/`^`), the
+// moved-arc test `new & bit != 0 && was & bit == 0` (`&&` → `||`, `&` → `|`/`^`), the
+// slots of the moved arcs (`&` → `|`/`^`, `<<` → `>>`, `!=` → `==`) and the entries kept
+// (`!=` → `==`). n8 and n32 with one replica; n32 is key 10's primary (n8 its replica) and
+// holds it for c1. n21 joins: key 10's arc (arc 1) and n8's arc (arc 0, where n21 becomes
+// n8's replica) move to n21, with key 10's entry; n32 keeps arcs 1 and 2 and its entry.
+#[test]
+fn a_join_hands_the_moved_arcs_over_with_their_entries() {
+    let v0 = View {
+        epoch: 0,
+        members: 0b101,
+    };
+    let mut s = RS::new(NodeId(2), ring(), 1, v0).unwrap();
+    // c1 locks key 10 (arc 1) and c2 key 30 (arc 2, which does not move).
+    let mut written = Vec::new();
+    for (c, k) in [(1, 10), (2, 30)] {
+        let lock = ChordMsg::Request {
+            token: Token {
+                client: ClientId(c),
+                seq: 1,
+            },
+            op: Op::Lock,
+            key: Key(k),
+            view: v0,
+        };
+        let mut out = PO::new();
+        s.step(Addr::Client(ClientId(c)), &lock, &mut out).unwrap();
+        let (ChordMsg::Replicate { slot, token, .. }, Addr::Node(NodeId(0))) =
+            (&out[0].msg, out[0].to)
+        else {
+            panic!("{out:?}")
+        };
+        let ack = ChordMsg::ReplicaAck {
+            view: v0,
+            key: Key(k),
+            token: *token,
+        };
+        written.push(*slot);
+        s.step(Addr::Node(NodeId(0)), &ack, &mut out).unwrap();
+        assert_eq!(s.holder(Key(k)), Some(ClientId(c)));
+    }
+    let slot = written[0];
+    let mut out = PO::new();
+    out.clear();
+    let v1 = v0.join(NodeId(1));
+    let rep = s
+        .step(Addr::Chord, &ChordMsg::NewView(v1), &mut out)
+        .unwrap();
+    assert!(rep.contains(Rule::ViewInstalled));
+    let mut slots = heapless::Vec::new();
+    slots.push(slot).unwrap();
+    assert_eq!(
+        out.as_slice(),
+        [Out {
+            to: Addr::Node(NodeId(1)),
+            msg: ChordMsg::Transfer {
+                view: v1,
+                arcs: 0b011,
+                slots
+            }
+        }]
+    );
+    assert_eq!(s.slots(), written);
+    assert!(s.settled_in(v1));
+}
+
+// replicated.rs, `RingServer::install`: only ready arcs are handed over (`ready & (1 << a)
+// == 0` with `&` → `|`/`^`). n32 joins n8 and has not received its arcs yet when n21
+// joins too: it hands nothing over (the arcs' holders do).
+#[test]
+fn a_server_hands_over_only_the_arcs_it_has() {
+    let mut s = RS::new(
+        NodeId(2),
+        ring(),
+        1,
+        View {
+            epoch: 0,
+            members: 0b001,
+        },
+    )
+    .unwrap();
+    let v1 = View {
+        epoch: 1,
+        members: 0b101,
+    };
+    let mut out = PO::new();
+    s.step(Addr::Chord, &ChordMsg::NewView(v1), &mut out)
+        .unwrap();
+    assert!(out.is_empty() && !s.settled_in(v1));
+    let v2 = v1.join(NodeId(1));
+    s.step(Addr::Chord, &ChordMsg::NewView(v2), &mut out)
+        .unwrap();
+    assert!(out.is_empty(), "{out:?}");
+}
