@@ -556,7 +556,7 @@ fn a_replica_takes_only_newer_versions() {
 // skip `yn == id || !v.has(yn)` (`||` → `&&`), the ready-arc test (`&` → `|`/`^`), the
 // moved-arc test `new & bit != 0 && was & bit == 0` (`&&` → `||`, `&` → `|`/`^`), the
 // slots of the moved arcs (`&` → `|`/`^`, `<<` → `>>`, `!=` → `==`) and the entries kept
-// (`!=` → `==`). n8 and n32 with one replica; n32 is key 10's primary (n8 its replica) and
+// (`!=` → `==`, `&` → `|`/`^`, `<<` → `>>`). n8 and n32 with one replica; n32 is key 10's primary (n8 its replica) and
 // holds it for c1. n21 joins: key 10's arc (arc 1) and n8's arc (arc 0, where n21 becomes
 // n8's replica) move to n21, with key 10's entry; n32 keeps arcs 1 and 2 and its entry.
 #[test]
@@ -594,8 +594,26 @@ fn a_join_hands_the_moved_arcs_over_with_their_entries() {
         s.step(Addr::Node(NodeId(0)), &ack, &mut out).unwrap();
         assert_eq!(s.holder(Key(k)), Some(ClientId(c)));
     }
-    let slot = written[0];
+    // n8, key 40's primary (arc 0), writes it here, its replica.
+    let forty = hilock_kernel::chord::Slot {
+        key: Key(40),
+        holder: Some(ClientId(3)),
+        version: hilock_kernel::chord::Version { epoch: 0, n: 1 },
+        writer: None,
+    };
+    let copy = ChordMsg::Replicate {
+        view: v0,
+        slot: forty,
+        token: Token {
+            client: ClientId(3),
+            seq: 1,
+        },
+    };
     let mut out = PO::new();
+    s.step(Addr::Node(NodeId(0)), &copy, &mut out).unwrap();
+    assert_eq!(s.holder(Key(40)), Some(ClientId(3)));
+    let slot = written[0];
+    out.clear();
     out.clear();
     let v1 = v0.join(NodeId(1));
     let rep = s
@@ -604,6 +622,7 @@ fn a_join_hands_the_moved_arcs_over_with_their_entries() {
     assert!(rep.contains(Rule::ViewInstalled));
     let mut slots = heapless::Vec::new();
     slots.push(slot).unwrap();
+    slots.push(forty).unwrap();
     assert_eq!(
         out.as_slice(),
         [Out {
