@@ -666,3 +666,68 @@ fn a_server_hands_over_only_the_arcs_it_has() {
         .unwrap();
     assert!(out.is_empty(), "{out:?}");
 }
+
+// replicated.rs, `check` of a replica write: the early `Ok` for a write of an older view
+// or of an arc the server does not hold (answered by `apply` with a NACK or as stale), and
+// the table-full check of the others (`view.epoch < v.epoch` with `<` → `==`/`>`/`<=`,
+// `||` → `&&`, the arc test `&` → `|`/`^`, `<<` → `>>`, `== 0` → `!= 0`). n32 (one
+// replica) holds arcs 1 and 2; its table of 4 is full of n21's keys 11..14.
+#[test]
+fn a_full_replica_refuses_a_new_write_and_still_answers_stale_ones() {
+    use hilock_kernel::chord::{Slot, Version};
+    let mut s = RS::new(NodeId(2), ring(), 1, ALL).unwrap();
+    let copy = |from: u16, view: View, key: u16, n: u32| {
+        let token = Token {
+            client: ClientId(1),
+            seq: n as u8,
+        };
+        let slot = Slot {
+            key: Key(key),
+            holder: Some(ClientId(1)),
+            version: Version {
+                epoch: view.epoch,
+                n,
+            },
+            writer: Some(token),
+        };
+        (
+            Addr::Node(NodeId(from)),
+            ChordMsg::Replicate { view, slot, token },
+        )
+    };
+    let mut out = PO::new();
+    for k in 11..15 {
+        let (from, m) = copy(1, ALL, k, k as u32);
+        s.step(from, &m, &mut out).unwrap();
+    }
+    assert_eq!(s.slots().len(), 4);
+    let before = s.clone();
+    // A new key of a held arc: refused.
+    let (from, m) = copy(1, ALL, 15, 15);
+    assert_eq!(s.step(from, &m, &mut out), Err(ChordError::TableFull));
+    assert_eq!(s, before);
+    // A key of arc 0, which n32 does not hold: stale, nothing written.
+    out.clear();
+    let (from, m) = copy(0, ALL, 40, 1);
+    let rep = s.step(from, &m, &mut out).unwrap();
+    assert!(rep.contains(Rule::Stale) && out.is_empty());
+    assert_eq!(s, before);
+    // A write of the previous view: refused with the server's view.
+    let v1 = View {
+        epoch: 1,
+        members: 0b111,
+    };
+    s.step(Addr::Chord, &ChordMsg::NewView(v1), &mut out)
+        .unwrap();
+    out.clear();
+    let (from, m) = copy(1, ALL, 15, 16);
+    let rep = s.step(from, &m, &mut out).unwrap();
+    assert!(rep.contains(Rule::Stale));
+    assert_eq!(
+        out.as_slice(),
+        [Out {
+            to: Addr::Node(NodeId(1)),
+            msg: ChordMsg::ReplicaNack { view: v1 }
+        }]
+    );
+}
