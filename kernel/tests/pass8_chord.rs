@@ -731,3 +731,77 @@ fn a_full_replica_refuses_a_new_write_and_still_answers_stale_ones() {
         }]
     );
 }
+
+// ring.rs: `View::has` with `n < 16` → `<=` (slot 16 would shift a u16 by 16); `View::join`
+// with `|` → `^` (joining a member would remove it); `View::leave`'s epoch `+ 1` → `-`/`*`
+// and its member mask (`&` → `|`/`^`, `!` deleted, `<<` → `>>`, the `& 15` → `|`/`^`).
+#[test]
+fn views_join_and_leave_by_one_epoch() {
+    let v = View {
+        epoch: 3,
+        members: 0b1010,
+    };
+    assert!(v.has(NodeId(1)) && v.has(NodeId(3)) && !v.has(NodeId(2)));
+    assert!(!v.has(NodeId(16)) && !v.has(NodeId(17)));
+    assert_eq!(
+        v.join(NodeId(3)),
+        View {
+            epoch: 4,
+            members: 0b1010
+        }
+    );
+    assert_eq!(
+        v.join(NodeId(0)),
+        View {
+            epoch: 4,
+            members: 0b1011
+        }
+    );
+    assert_eq!(
+        v.leave(NodeId(3)),
+        View {
+            epoch: 4,
+            members: 0b0010
+        }
+    );
+    assert_eq!(
+        v.leave(NodeId(0)),
+        View {
+            epoch: 4,
+            members: 0b1010
+        }
+    );
+    let wide = View {
+        epoch: 0,
+        members: 0xffff,
+    };
+    assert_eq!(wide.leave(NodeId(15)).members, 0x7fff);
+}
+
+// ring.rs: `Ring::bits` replaced with 0 or 1; `Ring::replicas` with the member bit `1 <<
+// n` → `>>`.
+#[test]
+fn a_ring_knows_its_bits_and_the_replicas_of_a_key() {
+    let r = ring();
+    assert_eq!(r.bits(), 6);
+    assert_eq!(Ring::<2>::new(9, [3, 400]).unwrap().bits(), 9);
+    // Key 10: n21 (slot 1), then n32 (slot 2), then n8 (slot 0).
+    assert_eq!(r.replicas(ALL, Key(10), 1), 0b010);
+    assert_eq!(r.replicas(ALL, Key(10), 2), 0b110);
+    assert_eq!(r.replicas(ALL, Key(10), 3), 0b111);
+    assert_eq!(r.replicas(ALL, Key(10), 5), 0b111);
+}
+
+// vnodes.rs: `<VnodeError as Display>::fmt` replaced with `Ok(Default::default())`.
+#[test]
+fn every_vnode_error_has_its_own_text() {
+    use hilock_kernel::chord::vnodes::VnodeError::*;
+    let texts: Vec<String> = [BadBits(40), Empty, OutsideCircle(99), NoSuchPoint(7)]
+        .iter()
+        .map(|e| e.to_string())
+        .collect();
+    for (i, t) in texts.iter().enumerate() {
+        assert!(!t.is_empty() && !texts[..i].contains(t), "{t}");
+    }
+    assert!(texts[0].contains("40") && texts[2].contains("99") && texts[3].contains('7'));
+}
