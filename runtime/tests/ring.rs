@@ -31,12 +31,20 @@ use ring_load::{holders_of, Load, Run, HELD, HOLDER};
 mod procs;
 use procs::Proc;
 
+/// The tests of this file bind ports and hand free ports to child processes ("bound and
+/// released; the child binds it again"). Run in parallel, a port one test released can be
+/// taken by another test's listener before the child binds it (seen in CI: "Address already
+/// in use", then "4 nodes connect" failed), so each test takes this lock first and they run
+/// one at a time.
+static PORTS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 fn slot(nodes: &[Option<RingNode>], n: NodeId) -> &RingNode {
     nodes[n.idx()].as_ref().expect("live node")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn six_node_ring_joins_leave_and_kill_under_load_no_violation_no_lost_lock() {
+    let _ports = PORTS.lock().await;
     tokio::time::timeout(Duration::from_secs(90), run())
         .await
         .expect("the ring test ended within 90 s");
@@ -316,6 +324,7 @@ fn placement_balance_and_movement() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore]
 async fn engine_comparison() {
+    let _ports = PORTS.lock().await;
     const NODES: usize = 6;
     const CLIENTS: usize = 12;
     const EACH: usize = 100;
@@ -509,6 +518,7 @@ async fn engine_comparison() {
 /// each); every request is answered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ring_node_processes_survive_kill_9_of_a_primary_under_load() {
+    let _ports = PORTS.lock().await;
     tokio::time::timeout(Duration::from_secs(90), processes())
         .await
         .expect("the process test ended within 90 s");
@@ -623,6 +633,7 @@ async fn processes() {
 /// by the others.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_cut_from_its_successor_only_is_removed_after_its_lease() {
+    let _ports = PORTS.lock().await;
     tokio::time::timeout(Duration::from_secs(60), cut_from_successor())
         .await
         .expect("the cut test ended within 60 s");
@@ -782,6 +793,7 @@ async fn muting_proxy(to: SocketAddr, mute: Arc<std::sync::atomic::AtomicBool>) 
 /// (its holder), and its unlock frees it for another client.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_serves_the_next_request_after_a_timeout() {
+    let _ports = PORTS.lock().await;
     tokio::time::timeout(Duration::from_secs(30), after_timeout())
         .await
         .expect("the timeout test ended within 30 s");
@@ -833,6 +845,7 @@ async fn after_timeout() {
 /// them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_forgets_closed_client_connections_and_keeps_their_locks() {
+    let _ports = PORTS.lock().await;
     tokio::time::timeout(Duration::from_secs(30), forget_closed())
         .await
         .expect("the connection test ended within 30 s");
