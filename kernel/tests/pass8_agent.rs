@@ -899,13 +899,10 @@ fn a_waiting_entry_for_a_lock_held_elsewhere_is_no_deadlock() {
     assert!(a.requests().any(|(k, _, held, _)| k == p(&[1]) && held));
 }
 
-// transaction.rs, `Agent::closing_lock`: the member test `c & (1 << j) != 0` (`!=` → `==`,
-// `&` → `|`/`^`, `<<` → `>>`) and `in_c(w) && !held_elsewhere(w)` (`&&` → `||`, `!`
-// deleted): A5 holds [1], where A3 (not in the deadlock) waits, and [3], where A2 waits;
-// A5 waits for A2's [2]. The lock that closes the deadlock is [3], not the first one that
-// blocks somebody.
-#[test]
-fn the_surrendered_lock_is_the_one_a_member_of_the_deadlock_waits_for() {
+/// A5 holds [1], where A3 (not in the deadlock) waits, and [3], where A2 waits; A5 waits
+/// for A2's [2]. A5 hears the three queues in `order` (indices into [1], [2], [3]); the
+/// outputs and report of the last step.
+fn a5_a2_deadlock(variant: AgentVariant, order: [usize; 3]) -> (Ag, AOut, Report) {
     use LockMode::Write;
     let infos = [
         ann(
@@ -916,26 +913,36 @@ fn the_surrendered_lock_is_the_one_a_member_of_the_deadlock_waits_for() {
             &[entry(5, &[1], Write, true), entry(3, &[1], Write, false)],
         ),
         ann(
-            &[3],
-            2,
-            2,
-            false,
-            &[entry(5, &[3], Write, true), entry(2, &[3], Write, false)],
-        ),
-        ann(
             &[2],
-            3,
+            2,
             5,
             false,
             &[entry(2, &[2], Write, true), entry(5, &[2], Write, false)],
         ),
+        ann(
+            &[3],
+            3,
+            2,
+            false,
+            &[entry(5, &[3], Write, true), entry(2, &[3], Write, false)],
+        ),
     ];
+    let heard = order.map(|i| infos[i].clone());
     let locks: [(&[u16], u32, Req); 3] = [
         (&[1], 1, Req::All),
-        (&[3], 1, Req::All),
         (&[2], 1, Req::All),
+        (&[3], 1, Req::All),
     ];
-    let (_, out, rep) = fed(5, AgentVariant::SEED, &locks, &infos);
+    fed(5, variant, &locks, &heard)
+}
+
+// transaction.rs, `Agent::closing_lock`: the member test `c & (1 << j) != 0` (`!=` → `==`,
+// `&` → `|`/`^`, `<<` → `>>`) and `in_c(w) && !held_elsewhere(w)` (`&&` → `||`, `!`
+// deleted). The deadlock of `a5_a2_deadlock`, queues heard in the order [1], [3], [2]: the
+// lock that closes the deadlock is [3], not the first one that blocks somebody.
+#[test]
+fn the_surrendered_lock_is_the_one_a_member_of_the_deadlock_waits_for() {
+    let (_, out, rep) = a5_a2_deadlock(AgentVariant::SEED, [0, 2, 1]);
     assert!(rep.contains(Rule::Surrender));
     assert_eq!(surrenders(&out), [vec![3]]);
 }
@@ -943,45 +950,16 @@ fn the_surrendered_lock_is_the_one_a_member_of_the_deadlock_waits_for() {
 // transaction.rs, `Agent::closing_view` (the pre-fix rule's choice of lock): replaced with
 // `None`, `Some(0)` or `Some(1)`; `v.awaiting == 0` → `!=`; its `&&`s → `||`; the member
 // test (`!=` → `==`, `&` → `|`/`^`, `<<` → `>>`); `f.agent == self.me` → `!=`;
-// `blocked_by(w, f) == Some(true)` → `!=`. Same deadlock as above, views heard in the
-// order [1], [2], [3]: the first view in which a member of the component waits directly
-// behind A5 is [3].
+// `blocked_by(w, f) == Some(true)` → `!=`. The same deadlock, queues heard in the order
+// [1], [2], [3]: the first view in which a member of the component waits directly behind
+// A5 is [3].
 #[test]
 fn the_pre_fix_rule_surrenders_the_first_lock_a_member_waits_for_directly() {
-    use LockMode::Write;
-    let infos = [
-        ann(
-            &[1],
-            1,
-            3,
-            false,
-            &[entry(5, &[1], Write, true), entry(3, &[1], Write, false)],
-        ),
-        ann(
-            &[2],
-            2,
-            5,
-            false,
-            &[entry(2, &[2], Write, true), entry(5, &[2], Write, false)],
-        ),
-        ann(
-            &[3],
-            3,
-            2,
-            false,
-            &[entry(5, &[3], Write, true), entry(2, &[3], Write, false)],
-        ),
-    ];
-    let locks: [(&[u16], u32, Req); 3] = [
-        (&[1], 1, Req::All),
-        (&[2], 1, Req::All),
-        (&[3], 1, Req::All),
-    ];
     let variant = AgentVariant {
         resolver: Resolver::LargestHolderOfWaitComponent,
         ..AgentVariant::SEED
     };
-    let (a, out, rep) = fed(5, variant, &locks, &infos);
+    let (a, out, rep) = a5_a2_deadlock(variant, [0, 1, 2]);
     assert!(rep.contains(Rule::Surrender));
     assert_eq!(surrenders(&out), [vec![3]]);
     let order: Vec<Vec<u16>> = a.views().map(|(i, _)| i.path.keys().to_vec()).collect();
