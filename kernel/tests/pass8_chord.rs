@@ -667,6 +667,34 @@ fn a_server_hands_over_only_the_arcs_it_has() {
     assert!(out.is_empty(), "{out:?}");
 }
 
+/// The entry of `key` held by c1, version `n` of `view`'s epoch, written by c1's request
+/// number `n`.
+fn c1_entry(view: View, key: u16, n: u32) -> (hilock_kernel::chord::Slot, Token) {
+    let token = Token {
+        client: ClientId(1),
+        seq: n as u8,
+    };
+    let slot = hilock_kernel::chord::Slot {
+        key: Key(key),
+        holder: Some(ClientId(1)),
+        version: hilock_kernel::chord::Version {
+            epoch: view.epoch,
+            n,
+        },
+        writer: Some(token),
+    };
+    (slot, token)
+}
+
+/// `from`'s replica write of [`c1_entry`].
+fn replica_copy(from: u16, view: View, key: u16, n: u32) -> (Addr, ChordMsg<4>) {
+    let (slot, token) = c1_entry(view, key, n);
+    (
+        Addr::Node(NodeId(from)),
+        ChordMsg::Replicate { view, slot, token },
+    )
+}
+
 // replicated.rs, `check` of a replica write: the early `Ok` for a write of an older view
 // or of an arc the server does not hold (answered by `apply` with a NACK or as stale), and
 // the table-full check of the others (`view.epoch < v.epoch` with `<` → `==`/`>`/`<=`,
@@ -674,27 +702,8 @@ fn a_server_hands_over_only_the_arcs_it_has() {
 // replica) holds arcs 1 and 2; its table of 4 is full of n21's keys 11..14.
 #[test]
 fn a_full_replica_refuses_a_new_write_and_still_answers_stale_ones() {
-    use hilock_kernel::chord::{Slot, Version};
     let mut s = RS::new(NodeId(2), ring(), 1, ALL).unwrap();
-    let copy = |from: u16, view: View, key: u16, n: u32| {
-        let token = Token {
-            client: ClientId(1),
-            seq: n as u8,
-        };
-        let slot = Slot {
-            key: Key(key),
-            holder: Some(ClientId(1)),
-            version: Version {
-                epoch: view.epoch,
-                n,
-            },
-            writer: Some(token),
-        };
-        (
-            Addr::Node(NodeId(from)),
-            ChordMsg::Replicate { view, slot, token },
-        )
-    };
+    let copy = replica_copy;
     let mut out = PO::new();
     for k in 11..15 {
         let (from, m) = copy(1, ALL, k, k as u32);
@@ -804,4 +813,276 @@ fn every_vnode_error_has_its_own_text() {
         assert!(!t.is_empty() && !texts[..i].contains(t), "{t}");
     }
     assert!(texts[0].contains("40") && texts[2].contains("99") && texts[3].contains('7'));
+}
+
+/// `client`'s request number `seq` to `op` on `key`, routed with `view`.
+fn req(client: u8, seq: u8, op: Op, key: u16, view: View) -> (Addr, ChordMsg<4>) {
+    let token = Token {
+        client: ClientId(client),
+        seq,
+    };
+    (
+        Addr::Client(ClientId(client)),
+        ChordMsg::Request {
+            token,
+            op,
+            key: Key(key),
+            view,
+        },
+    )
+}
+
+/// n32 (slot 2, one replica) in `view`, with c1's entries of `keys` written here by `from`.
+fn n32_with(view: View, from: u16, keys: &[u16]) -> RS {
+    let mut s = RS::new(NodeId(2), ring(), 1, view).unwrap();
+    let mut out = PO::new();
+    for (i, &k) in keys.iter().enumerate() {
+        let (from, m) = replica_copy(from, view, k, i as u32 + 1);
+        let rep = s.step(from, &m, &mut out).unwrap();
+        assert!(rep.contains(Rule::Replicated), "{k}: {rep:?}");
+    }
+    assert_eq!(s.slots().len(), keys.len());
+    s
+}
+
+/// The one message of `out`, if it is a reply: its answer.
+fn only_answer(out: &[Out<4>]) -> Option<Answer> {
+    match out {
+        [Out {
+            msg: ChordMsg::Reply { answer, .. },
+            ..
+        }] => Some(*answer),
+        _ => None,
+    }
+}
+
+// replicated.rs, the view a request is decided in (`after`, `fits`): `after`'s
+// `v.epoch > self.view.epoch` → `==` (a request of a newer view decided in the old one) or
+// `>=` (a view of the server's epoch taken for a newer one); `fits`' `v.epoch >
+// self.view.epoch` → `==`/`<`/`>=` and its kept-entry test `cov & (1 << arc) != 0` (`!=` →
+// `==`, `&` → `|`/`^`, `<<` → `>>`): room is counted in the table as it is once the view
+// is installed, which drops the entries of arcs the server no longer holds.
+#[test]
+fn a_request_is_decided_and_its_room_counted_in_the_view_it_installs() {
+    // n32 in the full ring holds arcs 1 and 2; its table is full. n21 leaves: key 10
+    // (arc 1) is n32's now, and a new entry does not fit. Decided in the old view, the
+    // request would be redirected, and the full table would go unnoticed.
+    let mut s = n32_with(ALL, 1, &[11, 12, 25, 30]);
+    let before = s.clone();
+    let v1 = ALL.leave(NodeId(1));
+    let mut out = PO::new();
+    let (from, m) = req(2, 1, Op::Lock, 10, v1);
+    assert_eq!(s.step(from, &m, &mut out), Err(ChordError::TableFull));
+    assert_eq!(s, before);
+    assert!(out.is_empty());
+
+    // A view of the server's own epoch is the server's view: key 26 is n32's in it, so
+    // the request is served (the forged view would send it to n8) ...
+    let forged = View {
+        epoch: 0,
+        members: 0b001,
+    };
+    let mut s = n32_with(ALL, 1, &[11, 12, 25]);
+    let (from, m) = req(2, 1, Op::Lock, 26, forged);
+    s.step(from, &m, &mut out).unwrap();
+    assert!(
+        matches!(
+            out.as_slice(),
+            [Out {
+                to: Addr::Node(NodeId(0)),
+                msg: ChordMsg::Replicate { .. }
+            }]
+        ),
+        "{out:?}"
+    );
+    // ... and its room is counted in the server's table, all of it.
+    let mut s = before.clone();
+    out.clear();
+    assert_eq!(s.step(from, &m, &mut out), Err(ChordError::TableFull));
+    assert_eq!(s, before);
+
+    // n32 of {n8, n32} holds every arc, and key 40 of arc 0 besides 25, 30 and 31 of arc 2:
+    // full. n21 joins and takes arc 0 from n32: installing the view drops key 40, so key 26
+    // fits.
+    let v0 = View {
+        epoch: 0,
+        members: 0b101,
+    };
+    let mut s = n32_with(v0, 0, &[40, 25, 30, 31]);
+    let v1 = v0.join(NodeId(1));
+    out.clear();
+    let (from, m) = req(2, 1, Op::Lock, 26, v1);
+    let rep = s.step(from, &m, &mut out).unwrap();
+    assert!(rep.contains(Rule::ViewInstalled) && rep.contains(Rule::WriteStarted));
+    let keys: Vec<u16> = s.slots().iter().map(|e| e.key.0).collect();
+    assert_eq!(keys, [25, 30, 31, 26]);
+    // With keys 10 (arc 1) and 25, 30, 31 instead, installing drops nothing: full.
+    let mut s = n32_with(v0, 0, &[10, 25, 30, 31]);
+    let before = s.clone();
+    out.clear();
+    assert_eq!(s.step(from, &m, &mut out), Err(ChordError::TableFull));
+    assert_eq!(s, before);
+}
+
+// replicated.rs, `decide`: a key with a write in progress is busy (`newer = v !=
+// self.view` → `==`, `!newer` with the `!` deleted) and a key of an arc the server has not
+// received yet is not served (`ready & (1 << arc) == 0` with `&` → `|`/`^`): both are
+// answered Retry. `apply` of a transfer merges exactly the arcs it names and the server
+// holds (`take = arcs & covered` with `&` → `|`; the entry test `take & (1 << arc) != 0`
+// with `!=` → `==`, `&` → `|`/`^`, `<<` → `>>`).
+#[test]
+fn a_busy_key_and_an_arc_not_yet_received_are_answered_retry() {
+    // c1's lock of key 10 waits for n32 at n21: c2's lock of the key is told to retry.
+    let mut s = writing();
+    let mut out = PO::new();
+    let (from, m) = req(2, 1, Op::Lock, 10, ALL);
+    let rep = s.step(from, &m, &mut out).unwrap();
+    assert!(rep.contains(Rule::RetryLater), "{rep:?}");
+    assert_eq!(only_answer(&out), Some(Answer::Retry));
+    assert_eq!(s.holder(Key(10)), Some(ClientId(1)));
+
+    // n32 joins n8 and is handed arc 1 only (the transfer also carries an entry of arc 2).
+    let mut s = RS::new(
+        NodeId(2),
+        ring(),
+        1,
+        View {
+            epoch: 0,
+            members: 0b001,
+        },
+    )
+    .unwrap();
+    let v1 = View {
+        epoch: 1,
+        members: 0b101,
+    };
+    s.step(Addr::Chord, &ChordMsg::NewView(v1), &mut out)
+        .unwrap();
+    let mut slots = heapless::Vec::new();
+    slots.push(c1_entry(v1, 10, 1).0).unwrap();
+    slots.push(c1_entry(v1, 30, 2).0).unwrap();
+    let transfer = ChordMsg::Transfer {
+        view: v1,
+        arcs: 0b010,
+        slots,
+    };
+    let rep = s.step(Addr::Node(NodeId(0)), &transfer, &mut out).unwrap();
+    assert!(rep.contains(Rule::TransferMerged));
+    assert_eq!(s.holder(Key(10)), Some(ClientId(1)));
+    assert_eq!(s.holder(Key(30)), None);
+    assert!(!s.settled_in(v1));
+    // Key 30 (arc 2, not received): retry; key 12 (arc 1, received): served.
+    out.clear();
+    let (from, m) = req(2, 1, Op::Lock, 30, v1);
+    let rep = s.step(from, &m, &mut out).unwrap();
+    assert!(rep.contains(Rule::RetryLater), "{rep:?}");
+    assert_eq!(only_answer(&out), Some(Answer::Retry));
+    out.clear();
+    let (from, m) = req(2, 1, Op::Lock, 12, v1);
+    let rep = s.step(from, &m, &mut out).unwrap();
+    assert!(rep.contains(Rule::WriteStarted), "{rep:?}");
+}
+
+// replicated.rs, `check` of a request: the writes in progress count against the room only
+// in the server's own view (`self.after(*view) == self.view` → `!=`): a request of a newer
+// view redirects them all when it is applied. n21 waits for n32 on four writes (its
+// capacity); c1's retry in the next view is served.
+#[test]
+fn the_writes_a_newer_view_redirects_leave_room() {
+    let mut s = RS::new(NodeId(1), ring(), 1, ALL).unwrap();
+    let mut out = PO::new();
+    for (c, k) in [(1, 10), (2, 11), (3, 12), (4, 13)] {
+        let (from, m) = req(c, 1, Op::Lock, k, ALL);
+        s.step(from, &m, &mut out).unwrap();
+    }
+    assert_eq!(s.pending(), 4);
+    out.clear();
+    let v1 = View {
+        epoch: 1,
+        members: 0b111,
+    };
+    let (from, m) = req(1, 1, Op::Lock, 10, v1);
+    let rep = s.step(from, &m, &mut out).unwrap();
+    assert!(rep.contains(Rule::ViewInstalled) && rep.contains(Rule::WriteStarted));
+    let redirects = out
+        .iter()
+        .filter(|o| {
+            matches!(
+                o.msg,
+                ChordMsg::Reply {
+                    answer: Answer::Redirect(v),
+                    ..
+                } if v == v1
+            )
+        })
+        .count();
+    assert_eq!(redirects, 4, "{out:?}");
+    assert_eq!(s.pending(), 1);
+}
+
+// replicated.rs, `apply` of an acknowledgement: it completes the write of its key *and*
+// request (`p.slot.key == *key && p.token == *token` with `&&` → `||`). An acknowledgement
+// of c1's lock of key 10, sent again, does not complete c1's unlock of it.
+#[test]
+fn an_old_acknowledgement_does_not_complete_a_later_write_of_the_key() {
+    let mut s = writing();
+    let mut out = PO::new();
+    let ack = ChordMsg::ReplicaAck {
+        view: ALL,
+        key: Key(10),
+        token: Token {
+            client: ClientId(1),
+            seq: 1,
+        },
+    };
+    let n32 = Addr::Node(NodeId(2));
+    s.step(n32, &ack, &mut out).unwrap();
+    assert_eq!(only_answer(&out), Some(Answer::Granted));
+    out.clear();
+    let (from, m) = req(1, 2, Op::Unlock, 10, ALL);
+    s.step(from, &m, &mut out).unwrap();
+    assert_eq!(s.pending(), 1);
+    out.clear();
+    let rep = s.step(n32, &ack, &mut out).unwrap();
+    assert!(rep.contains(Rule::Stale), "{rep:?}");
+    assert!(out.is_empty(), "{out:?}");
+    assert_eq!(s.pending(), 1);
+}
+
+// replicated.rs, `check` of a transfer: only the entries of arcs it names and the server
+// holds count against the room (`take = arcs & covered` with `&` → `|`; the entry test
+// with `&` → `|`/`^`, `<<` → `>>`), and a transfer of an older view is stale, not counted
+// (`view.epoch < v.epoch` → `>`); `apply` does not merge it (`<` → `>`).
+#[test]
+fn a_full_table_takes_no_new_arc_and_ignores_what_it_does_not_hold() {
+    let mut s = n32_with(ALL, 1, &[11, 12, 25, 30]);
+    let before = s.clone();
+    let transfer = |view, arcs| {
+        let mut slots = heapless::Vec::new();
+        slots.push(c1_entry(view, 26, 9).0).unwrap();
+        ChordMsg::Transfer { view, arcs, slots }
+    };
+    let n21 = Addr::Node(NodeId(1));
+    let mut out = PO::new();
+    // Arc 2, which n32 holds: key 26 does not fit.
+    assert_eq!(
+        s.step(n21, &transfer(ALL, 0b100), &mut out),
+        Err(ChordError::TableFull)
+    );
+    assert_eq!(s, before);
+    // Arc 0, which n32 does not hold: nothing taken.
+    s.step(n21, &transfer(ALL, 0b001), &mut out).unwrap();
+    assert_eq!(s.holder(Key(26)), None);
+    assert_eq!(s.slots(), before.slots());
+    // A transfer of the view before: stale.
+    let v1 = View {
+        epoch: 1,
+        members: 0b111,
+    };
+    s.step(Addr::Chord, &ChordMsg::NewView(v1), &mut out)
+        .unwrap();
+    let rep = s.step(n21, &transfer(ALL, 0b100), &mut out).unwrap();
+    assert!(rep.contains(Rule::Stale), "{rep:?}");
+    assert!(!rep.contains(Rule::TransferMerged), "{rep:?}");
+    assert_eq!(s.slots(), before.slots());
 }
