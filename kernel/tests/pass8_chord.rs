@@ -981,6 +981,42 @@ fn a_busy_key_and_an_arc_not_yet_received_are_answered_retry() {
     let (from, m) = req(2, 1, Op::Lock, 12, v1);
     let rep = s.step(from, &m, &mut out).unwrap();
     assert!(rep.contains(Rule::WriteStarted), "{rep:?}");
+
+    // Decided before the view is installed, too (`check`: the arcs ready once a newer view
+    // is installed are the ready ones it keeps, `self.ready & self.covered(v)` with `&` →
+    // `|`/`^`). n32 joined n8 and has arcs 0 and 1, its table full of keys 10..13 of arc
+    // 1, when n21 joins: n32 is key 30's primary then (arc 2, not received): retry, and
+    // the full table does not matter.
+    let mut s = RS::new(
+        NodeId(2),
+        ring(),
+        1,
+        View {
+            epoch: 0,
+            members: 0b001,
+        },
+    )
+    .unwrap();
+    s.step(Addr::Chord, &ChordMsg::NewView(v1), &mut out)
+        .unwrap();
+    let mut slots = heapless::Vec::new();
+    for k in 10..14 {
+        slots.push(c1_entry(v1, k, k as u32).0).unwrap();
+    }
+    let transfer = ChordMsg::Transfer {
+        view: v1,
+        arcs: 0b011,
+        slots,
+    };
+    s.step(Addr::Node(NodeId(0)), &transfer, &mut out).unwrap();
+    assert_eq!(s.slots().len(), 4);
+    out.clear();
+    let v2 = v1.join(NodeId(1));
+    let (from, m) = req(2, 1, Op::Lock, 30, v2);
+    let rep = s.step(from, &m, &mut out).unwrap();
+    assert!(rep.contains(Rule::ViewInstalled), "{rep:?}");
+    assert!(rep.contains(Rule::RetryLater), "{rep:?}");
+    assert_eq!(s.slots().len(), 4);
 }
 
 // replicated.rs, `check` of a request: the writes in progress count against the room only
