@@ -85,6 +85,8 @@ fn kept_ir_reenters_locally_and_goes_back_on_freeze() {
     assert_eq!(node(&c, 1).kept(), Mode::IR);
     assert_eq!(node(&c, 1).owned(), Mode::IR);
     assert_eq!(node(&c, 0).peers()[1].child_owned, Mode::IR);
+    // P3 restated holds while IR is kept: a non-token node, nothing pending, nothing frozen.
+    assert!(node(&c, 1).kept_invariant());
     let (k, granted) = run(
         &mut c,
         1,
@@ -261,4 +263,14 @@ fn recovery_drops_the_kept_mode() {
         .children()
         .next()
         .is_none());
+}
+
+/// Only the thesis's rule is eager: saved configurations leave the release rule out then
+/// (`skip_serializing_if = "ReleaseRule::is_eager"`), and write the others.
+#[test]
+fn only_the_thesis_release_rule_is_eager() {
+    assert!(ReleaseRule::Eager.is_eager());
+    assert!(ReleaseRule::default().is_eager());
+    assert!(!ReleaseRule::KeepIntention.is_eager());
+    assert!(!ReleaseRule::KeepWithoutGiveBack.is_eager());
 }
