@@ -142,6 +142,73 @@ fn class_pointers_replace_the_older_pointer_of_the_same_mode() {
     assert_eq!(requests(&s), vec![(0, 3, Mode::R)]);
 }
 
+/// OrderedPointers (experimental, SPEC.md "Id-ordered requester pointers"; pass 9): the
+/// idle relay sends a request to a pointer whose requester has a smaller id than the
+/// request's and keeps it (Table 2.3, Q), else to its parent; the pointer it used is gone,
+/// and the request's requester is the newest pointer, replacing the one of its mode.
+/// Kills node.rs `route_ordered`: `s.requester != entry.requester` → `==`, `s.requester <
+/// entry.requester` → `==`/`>`, `... == QueueOrForward::Queue` → `!=`, and either `&&` →
+/// `||`.
+#[test]
+fn ordered_pointers_use_a_smaller_requester_that_keeps_the_request() {
+    let mut c = relay_tree(Forwarding::OrderedPointers, Inheritance::None);
+    assert_eq!(relay(&mut c, 2, Mode::R), 0); // pointers: n2 R
+    assert_eq!(relay(&mut c, 3, Mode::R), 2); // 2 < 3, R keeps R; pointers: n3 R
+    assert_eq!(relay(&mut c, 5, Mode::R), 3); // 3 < 5; pointers: n5 R
+    assert_eq!(relay(&mut c, 4, Mode::R), 0); // 5 > 4: parent; pointers: n4 R
+    assert_eq!(relay(&mut c, 6, Mode::IR), 0); // 4 < 6, but R does not keep IR: parent
+}
+
+/// A grant from the node's own parent while it owns a mode (`reattach`) sends no release:
+/// the parent's record of it must stay what it owns. n0 (the token node) holds R; n1 owns
+/// IR through n2 (a Rule 3.1 grant) when it asks n0 for R; after the copy grant n0 records
+/// n1 as owning R (P3 exact, checked after every step too). Kills node.rs
+/// `leave_old_parent`: `old != from && before != Mode::Phi` with `&&` → `||` (a release of
+/// Φ to the parent that has just granted).
+#[test]
+fn a_grant_from_the_own_parent_keeps_the_parents_record() {
+    let mut c = relay_tree(Forwarding::Thesis, Inheritance::None);
+    let owned = |c: &Cluster<S>, i: u16| c.site(NodeId(i)).lock(L0).unwrap().owned();
+    assert!(acquire(&mut c, 0, L0, Mode::R).granted());
+    acquire(&mut c, 1, L0, Mode::IR);
+    assert_eq!(grants(&deliver(&mut c, 1, 0)), vec![(1, Mode::IR)]);
+    assert!(deliver(&mut c, 0, 1).granted());
+    acquire(&mut c, 2, L0, Mode::IR);
+    assert_eq!(grants(&deliver(&mut c, 2, 1)), vec![(2, Mode::IR)]);
+    assert!(deliver(&mut c, 1, 2).granted());
+    let s = input(&mut c, 1, Input::Release { lock: L0 });
+    assert!(
+        s.outputs.is_empty(),
+        "n1 still owns IR through n2: {:?}",
+        s.outputs
+    );
+    assert_eq!(owned(&c, 1), Mode::IR);
+    acquire(&mut c, 1, L0, Mode::R);
+    assert_eq!(grants(&deliver(&mut c, 1, 0)), vec![(1, Mode::R)]);
+    let s = deliver(&mut c, 0, 1);
+    assert!(s.granted());
+    let releases: Vec<_> = s
+        .outputs
+        .iter()
+        .filter(|o| {
+            matches!(
+                o,
+                Output::Send {
+                    msg: Msg::Release { .. },
+                    ..
+                }
+            )
+        })
+        .collect();
+    assert!(
+        releases.is_empty(),
+        "a release to the parent that granted: {releases:?}"
+    );
+    assert_eq!(owned(&c, 1), Mode::R);
+    let rec = c.site(NodeId(0)).lock(L0).unwrap().peers()[1].child_owned;
+    assert_eq!(rec, Mode::R);
+}
+
 /// A grant (and the node's own request) makes n1 forget its pointers: once idle again it
 /// sends a request that n2's old pointer would keep to its parent.
 #[test]

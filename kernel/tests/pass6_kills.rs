@@ -322,3 +322,18 @@ fn tree_nodes_report_size_depth_and_latch() {
     }
     assert!(seen > 0, "the insert held no latch between its steps");
 }
+
+/// A recovery variant saved before `forget_shortcuts` existed loads with that safeguard on
+/// (`#[serde(default = "yes")]`), and the field is read when it is there. (The kernel's
+/// `serde` feature is on in its test builds: `hilock-spec`, a dev-dependency, enables it.)
+/// Kills recovery.rs `yes` → `false` (pass 9).
+#[test]
+fn an_old_saved_recovery_variant_forgets_shortcuts() {
+    use hilock_kernel::recovery::RecoveryVariant;
+    let old = r#"{"epoch_check":true,"kill_before_regrant":true,"install_once":true}"#;
+    let v: RecoveryVariant = serde_json::from_str(old).unwrap();
+    assert!(v.forget_shortcuts);
+    let off = r#"{"epoch_check":true,"kill_before_regrant":true,"install_once":true,"forget_shortcuts":false}"#;
+    let v: RecoveryVariant = serde_json::from_str(off).unwrap();
+    assert!(!v.forget_shortcuts);
+}
