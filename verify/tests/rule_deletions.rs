@@ -223,6 +223,42 @@ const ROWS: &[Row] = &[
         target: "inversion",
         filter: "p7_pcep_and_pip_bound_the_inversion_by_one_critical_section",
     },
+    Row {
+        rule: "Table 2.2 cell (R, IR): a non-token node owning R grants an IR copy (Rule 3.1)",
+        file: "kernel/src/tables.rs",
+        from: "        [O, O, X, X, X], // R\n",
+        to: "        [X, O, X, X, X], // R\n",
+        package: "hilock-kernel",
+        target: "rules",
+        filter: "rule_3_1_child_grants_copy",
+    },
+    Row {
+        rule: "Table 2.4 cell (IW, U): a U queued at a token node owning IW freezes IW (Rule 6)",
+        file: "kernel/src/tables.rs",
+        from: "            ModeSet::of(&[IW]),\n            ModeSet::of(&[IW]),\n            E,\n            ModeSet::of(&[IR, IW]),\n        ], // IW",
+        to: "            ModeSet::of(&[IW]),\n            E,\n            E,\n            ModeSet::of(&[IR, IW]),\n        ], // IW",
+        package: "hilock-kernel",
+        target: "keep_intention",
+        filter: "u_request_recalls_a_kept_iw",
+    },
+    Row {
+        rule: "Tree demotion (slides 15-16): SetOwner(a, n.owner, n.originalRequest) moves the owner down",
+        file: "kernel/src/tree/ops.rs",
+        from: "        tree.set_owner(a, owner, r)?;\n        tree.set_grey(c, 2)?;",
+        to: "        let _ = (a, owner, r);\n        tree.set_grey(c, 2)?;",
+        package: "verify",
+        target: "tree",
+        filter: "tree_p8_hilock_three_users_height_3",
+    },
+    Row {
+        rule: "Tree promotion (slide 20, PathSibling): the owner left below a count of one is promoted",
+        file: "kernel/src/tree/ops.rs",
+        from: "            self.side = Some(c);\n            self.promote(tree, k, o, r, p)?;",
+        to: "            self.side = Some(c);\n            let _ = (k, o, r);",
+        package: "verify",
+        target: "tree",
+        filter: "tree_p8_hilock_three_users_height_3",
+    },
 ];
 
 fn root() -> PathBuf {
