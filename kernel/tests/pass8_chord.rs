@@ -638,21 +638,14 @@ fn a_join_hands_the_moved_arcs_over_with_their_entries() {
     assert!(s.settled_in(v1));
 }
 
-// replicated.rs, `RingServer::install`: only ready arcs are handed over (`ready & (1 << a)
-// == 0` with `&` → `|`/`^`). n32 joins n8 and has not received its arcs yet when n21
-// joins too: it hands nothing over (the arcs' holders do).
-#[test]
-fn a_server_hands_over_only_the_arcs_it_has() {
-    let mut s = RS::new(
-        NodeId(2),
-        ring(),
-        1,
-        View {
-            epoch: 0,
-            members: 0b001,
-        },
-    )
-    .unwrap();
+/// n32 (one replica), outside n8's ring, once it has installed the view that lets it in
+/// (epoch 1: n8 and n32): it holds every arc, has received none, and sent nothing.
+fn n32_joined() -> (RS, View) {
+    let v0 = View {
+        epoch: 0,
+        members: 0b001,
+    };
+    let mut s = RS::new(NodeId(2), ring(), 1, v0).unwrap();
     let v1 = View {
         epoch: 1,
         members: 0b101,
@@ -661,6 +654,16 @@ fn a_server_hands_over_only_the_arcs_it_has() {
     s.step(Addr::Chord, &ChordMsg::NewView(v1), &mut out)
         .unwrap();
     assert!(out.is_empty() && !s.settled_in(v1));
+    (s, v1)
+}
+
+// replicated.rs, `RingServer::install`: only ready arcs are handed over (`ready & (1 << a)
+// == 0` with `&` → `|`/`^`). n32 joins n8 and has not received its arcs yet when n21
+// joins too: it hands nothing over (the arcs' holders do).
+#[test]
+fn a_server_hands_over_only_the_arcs_it_has() {
+    let (mut s, v1) = n32_joined();
+    let mut out = PO::new();
     let v2 = v1.join(NodeId(1));
     s.step(Addr::Chord, &ChordMsg::NewView(v2), &mut out)
         .unwrap();
@@ -942,22 +945,7 @@ fn a_busy_key_and_an_arc_not_yet_received_are_answered_retry() {
     assert_eq!(s.holder(Key(10)), Some(ClientId(1)));
 
     // n32 joins n8 and is handed arc 1 only (the transfer also carries an entry of arc 2).
-    let mut s = RS::new(
-        NodeId(2),
-        ring(),
-        1,
-        View {
-            epoch: 0,
-            members: 0b001,
-        },
-    )
-    .unwrap();
-    let v1 = View {
-        epoch: 1,
-        members: 0b101,
-    };
-    s.step(Addr::Chord, &ChordMsg::NewView(v1), &mut out)
-        .unwrap();
+    let (mut s, v1) = n32_joined();
     let mut slots = heapless::Vec::new();
     slots.push(c1_entry(v1, 10, 1).0).unwrap();
     slots.push(c1_entry(v1, 30, 2).0).unwrap();
@@ -987,18 +975,7 @@ fn a_busy_key_and_an_arc_not_yet_received_are_answered_retry() {
     // `|`/`^`). n32 joined n8 and has arcs 0 and 1, its table full of keys 10..13 of arc
     // 1, when n21 joins: n32 is key 30's primary then (arc 2, not received): retry, and
     // the full table does not matter.
-    let mut s = RS::new(
-        NodeId(2),
-        ring(),
-        1,
-        View {
-            epoch: 0,
-            members: 0b001,
-        },
-    )
-    .unwrap();
-    s.step(Addr::Chord, &ChordMsg::NewView(v1), &mut out)
-        .unwrap();
+    let (mut s, _) = n32_joined();
     let mut slots = heapless::Vec::new();
     for k in 10..14 {
         slots.push(c1_entry(v1, k, k as u32).0).unwrap();
