@@ -158,3 +158,52 @@ fn the_writer_is_replicated_with_the_entry() {
     b.step(Addr::Node(NodeId(1)), &m.msg, &mut out).unwrap();
     assert_eq!(b.slots()[0].writer, Some(tok(1, 1)));
 }
+
+/// The fence's other side: a client id is one numbering. A new incarnation of client 1 (a
+/// `hilock lock` run after one killed while holding) starts at request 1 again; its
+/// earlier incarnation locked key 10 with request 3. Without `ChordClient::resume_after`
+/// its unlock (request 1) is taken for a stale retry of a request before 3: answered
+/// Released, and the lock stays held. Resumed after the recorded request, its unlock is
+/// request 4 and frees the lock. `resume_after` refuses another client's request and
+/// while a request waits, and never moves the numbers back.
+#[test]
+fn a_new_incarnation_resumes_after_the_request_the_ring_records() {
+    use hilock_kernel::chord::{ChordClient, ChordError};
+    let ring = Ring::new(6, [8, 21, 32]).unwrap();
+    let mut s = server();
+    assert_eq!(ask(&mut s, tok(1, 3), Op::Lock).1, Answer::Granted);
+    let writer = s.slots()[0].writer.unwrap();
+    assert_eq!(writer, tok(1, 3));
+
+    // Not resumed: request 1 is older than 3.
+    let mut fresh = ChordClient::new(ClientId(1), ring, ALONE).unwrap();
+    let mut out = O::new();
+    fresh.start(Op::Unlock, K, &mut out).unwrap();
+    let (rep, a) = ask(&mut s, tok(1, fresh.seq()), Op::Unlock);
+    assert!(rep.contains(Rule::Superseded) && a == Answer::Released);
+    assert_eq!(s.holder(K), Some(ClientId(1)), "freed nothing");
+
+    // Resumed: the next request is 4.
+    let mut c = ChordClient::new(ClientId(1), ring, ALONE).unwrap();
+    assert_eq!(c.resume_after(tok(2, 9)), Err(ChordError::BadSender));
+    c.resume_after(writer).unwrap();
+    assert_eq!(c.seq(), 3);
+    c.resume_after(tok(1, 2)).unwrap();
+    assert_eq!(
+        c.seq(),
+        3,
+        "an older request does not move the numbers back"
+    );
+    let mut out = O::new();
+    c.start(Op::Unlock, K, &mut out).unwrap();
+    assert_eq!(c.seq(), 4);
+    assert_eq!(c.resume_after(tok(1, 9)), Err(ChordError::Busy));
+    assert_eq!(c.seq(), 4);
+    let ChordMsg::Request { token, .. } = out[0].msg else {
+        panic!("{out:?}")
+    };
+    let (rep, a) = ask(&mut s, token, Op::Unlock);
+    assert!(!rep.contains(Rule::Superseded), "{rep:?}");
+    assert_eq!(a, Answer::Released);
+    assert_eq!(s.holder(K), None);
+}

@@ -1038,6 +1038,17 @@ fn ring_lock(
         let mut client = tokio::time::timeout(limit, connect)
             .await
             .map_err(|_| format!("no view of the ring within {limit:?}"))??;
+        // A client id is one numbering: an earlier run with this id (killed while holding
+        // `path`) may have locked it with a higher request number than this run's first.
+        match tokio::time::timeout(limit, client.resume(path)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(format!("lock on {path}: the ring did not answer ({e})")),
+            Err(_) => {
+                return Err(format!(
+                    "lock on {path}: the ring did not answer within {timeout_ms} ms"
+                ))
+            }
+        }
         match client.acquire(path, limit).await {
             Ok(true) => {}
             Ok(false) => {

@@ -778,7 +778,10 @@ async fn lock_on_ring() {
         assert!(t.elapsed() < limit, "the wrapper starts its command");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    // Client 12 again, in this process: it continues the wrapper's numbering (the wrapper
+    // may have been refused, and asked again, before it was granted the lock).
     let mut same12 = RingClient::connect(12, slots.clone(), maddr).await.unwrap();
+    same12.resume("/released").await.unwrap();
     same12.unlock("/released").await.unwrap();
     let t = Instant::now();
     let (code, err, _) = wrapper.await.unwrap();
@@ -804,6 +807,7 @@ async fn lock_on_ring() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let mut same_id = RingClient::connect(9, slots.clone(), maddr).await.unwrap();
+    same_id.resume("/lost").await.unwrap();
     let t = Instant::now();
     loop {
         same_id.unlock("/lost").await.unwrap();
@@ -868,6 +872,42 @@ async fn lock_on_ring() {
         "released by the next run with the same client id"
     );
     other.unlock("/killed").await.unwrap();
+
+    // The same after an earlier incarnation whose request numbers ran ahead: client 11, in
+    // this process, makes six requests, locks /ahead with its seventh and goes away. The
+    // next `hilock lock` with id 11 numbers from 1 and continues after 7
+    // (`RingClient::resume`), so its unlock frees the lock. Without that its unlock
+    // (request 2) was taken for a stale retry of a request before 7: answered Released
+    // from the entry, the lock left held.
+    {
+        let mut earlier = RingClient::connect(11, slots.clone(), maddr).await.unwrap();
+        for _ in 0..3 {
+            assert!(earlier.lock("/warmup").await.unwrap());
+            earlier.unlock("/warmup").await.unwrap();
+        }
+        assert!(earlier.lock("/ahead").await.unwrap());
+    }
+    let (code, err, _) = lock_cmd(
+        &[
+            "--client-id",
+            "11",
+            "--timeout-ms",
+            "2000",
+            "/ahead",
+            "W",
+            "--",
+            "true",
+        ],
+        &cfg,
+        limit,
+    )
+    .await;
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        other.lock("/ahead").await.unwrap(),
+        "released by the next run with the same client id, whatever the earlier run's numbers"
+    );
+    other.unlock("/ahead").await.unwrap();
 
     // The ring dies under a held lock: exit 75 once a check is not answered within the
     // timeout, the command killed.

@@ -154,6 +154,34 @@ impl<const N: usize> ChordClient<N> {
         self.waiting.take()
     }
 
+    /// A new incarnation of this client id continues its request numbers after `last`, a
+    /// request of an earlier incarnation that the ring records ([`super::Slot::writer`]
+    /// of an entry): its later requests are then after `last`, not stale retries of it
+    /// ([`Token::precedes`], the ring server's retry fence). Without it, a client that
+    /// starts numbering at 1 again after its earlier incarnation locked a key with a higher
+    /// number (by 1 to 127) has its unlock of that key taken for a stale retry: answered
+    /// Released from the entry, and nothing freed. Numbers only move forward: a `last`
+    /// this client is already at or after changes nothing.
+    ///
+    /// Errors, with nothing changed: a request waits ([`ChordError::Busy`]); `last` is
+    /// another client's ([`ChordError::BadSender`]).
+    pub fn resume_after(&mut self, last: Token) -> Result<(), ChordError> {
+        if self.waiting.is_some() {
+            return Err(ChordError::Busy);
+        }
+        if last.client != self.id {
+            return Err(ChordError::BadSender);
+        }
+        let now = Token {
+            client: self.id,
+            seq: self.seq,
+        };
+        if now.precedes(last) {
+            self.seq = last.seq;
+        }
+        Ok(())
+    }
+
     /// An answer arrived.
     pub fn on_reply<const T: usize, S: Sink<Out<T>>>(
         &mut self,

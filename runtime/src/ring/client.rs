@@ -210,6 +210,25 @@ impl RingClient {
         }
     }
 
+    /// Continues this client's request numbers after the request the ring records for
+    /// `path` if an earlier incarnation of this client id wrote it
+    /// ([`ChordClient::resume_after`](hilock_kernel::chord::ChordClient::resume_after)):
+    /// a client id is one numbering, and a new process with the id of one that was killed
+    /// while holding `path` must not have its unlock taken for a stale retry (answered
+    /// Released, the lock left held). Reads the entry like [`RingClient::recorded`]
+    /// (bounded the same way); sends no request.
+    pub async fn resume(&mut self, path: &str) -> Result<(), ClientError> {
+        if let Some(Slot {
+            writer: Some(w), ..
+        }) = self.recorded(path).await?
+        {
+            if w.client == self.id() {
+                self.kc.resume_after(w)?;
+            }
+        }
+        Ok(())
+    }
+
     /// The hold of `path` this client was just granted, as its primary records it: the
     /// request that set the holder (kept by later requests of the same holder) and its
     /// fencing token. An error if the ring does not record this client as the holder.
