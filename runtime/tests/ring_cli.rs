@@ -568,6 +568,29 @@ async fn lock_cmd(
     )
 }
 
+/// `hilock lock --client-id 11 PATH W -- true` (client 11's next run) exits 0, and `other`
+/// can take `path` afterwards: the run took over the lock an earlier client 11 left and
+/// released it.
+async fn next_run_of_11_frees(config: &Path, other: &mut RingClient, path: &str, limit: Duration) {
+    let args = [
+        "--client-id",
+        "11",
+        "--timeout-ms",
+        "2000",
+        path,
+        "W",
+        "--",
+        "true",
+    ];
+    let (code, err, _) = lock_cmd(&args, config, limit).await;
+    assert_eq!(code, Some(0), "{path}: {err}");
+    assert!(
+        other.lock(path).await.unwrap(),
+        "{path}: released by the next run with the same client id"
+    );
+    other.unlock(path).await.unwrap();
+}
+
 /// `hilock lock --config F --client-id N PATH MODE -- CMD` against three `hilock node`
 /// processes of a ring:
 /// - four processes on one path in W, started together: each command
@@ -851,27 +874,7 @@ async fn lock_on_ring() {
         !other.lock("/killed").await.unwrap(),
         "the killed wrapper's lock stays held"
     );
-    let (code, err, _) = lock_cmd(
-        &[
-            "--client-id",
-            "11",
-            "--timeout-ms",
-            "2000",
-            "/killed",
-            "W",
-            "--",
-            "true",
-        ],
-        &cfg,
-        limit,
-    )
-    .await;
-    assert_eq!(code, Some(0), "{err}");
-    assert!(
-        other.lock("/killed").await.unwrap(),
-        "released by the next run with the same client id"
-    );
-    other.unlock("/killed").await.unwrap();
+    next_run_of_11_frees(&cfg, &mut other, "/killed", limit).await;
 
     // The same after an earlier incarnation whose request numbers ran ahead: client 11, in
     // this process, makes six requests, locks /ahead with its seventh and goes away. The
@@ -887,27 +890,7 @@ async fn lock_on_ring() {
         }
         assert!(earlier.lock("/ahead").await.unwrap());
     }
-    let (code, err, _) = lock_cmd(
-        &[
-            "--client-id",
-            "11",
-            "--timeout-ms",
-            "2000",
-            "/ahead",
-            "W",
-            "--",
-            "true",
-        ],
-        &cfg,
-        limit,
-    )
-    .await;
-    assert_eq!(code, Some(0), "{err}");
-    assert!(
-        other.lock("/ahead").await.unwrap(),
-        "released by the next run with the same client id, whatever the earlier run's numbers"
-    );
-    other.unlock("/ahead").await.unwrap();
+    next_run_of_11_frees(&cfg, &mut other, "/ahead", limit).await;
 
     // The ring dies under a held lock: exit 75 once a check is not answered within the
     // timeout, the command killed.
