@@ -179,16 +179,9 @@ impl Sink<Out<4>> for Exact {
     }
 }
 
+/// `client`'s first request, to `op` on `key`, routed with the full ring ([`req`]).
 fn client_req(client: u8, op: Op, key: u16) -> ChordMsg<4> {
-    ChordMsg::Request {
-        token: Token {
-            client: ClientId(client),
-            seq: 1,
-        },
-        op,
-        key: Key(key),
-        view: ALL,
-    }
+    req(client, 1, op, key, ALL).1
 }
 
 fn paper_ask(n: &mut P, client: u8, op: Op, key: u16) -> Result<PO, ChordError> {
@@ -705,14 +698,9 @@ fn replica_copy(from: u16, view: View, key: u16, n: u32) -> (Addr, ChordMsg<4>) 
 // replica) holds arcs 1 and 2; its table of 4 is full of n21's keys 11..14.
 #[test]
 fn a_full_replica_refuses_a_new_write_and_still_answers_stale_ones() {
-    let mut s = RS::new(NodeId(2), ring(), 1, ALL).unwrap();
+    let mut s = n32_with(ALL, 1, &[11, 12, 13, 14]);
     let copy = replica_copy;
     let mut out = PO::new();
-    for k in 11..15 {
-        let (from, m) = copy(1, ALL, k, k as u32);
-        s.step(from, &m, &mut out).unwrap();
-    }
-    assert_eq!(s.slots().len(), 4);
     let before = s.clone();
     // A new key of a held arc: refused.
     let (from, m) = copy(1, ALL, 15, 15);
