@@ -1,5 +1,6 @@
 //! The retry fence of hilock's ring server (seed 003; `spec/SPEC.md`, seed 003, "not served
-//! twice"): an entry remembers the request that set its holder (`Slot::writer`), and a
+//! twice"): an entry remembers the newest request of the client that set its holder
+//! (`Slot::writer`, `RetryFence::Latest`), and a
 //! request of the same client older than that one — a stale retry, overtaken on the
 //! network by the client's own later request — is answered from the entry and not applied
 //! (`Rule::Superseded`). Without it (`RingServer::without_retry_fence`, the model's
@@ -7,7 +8,8 @@
 //! longer holds it (`spec/counterexamples/ring/ring-short-cut-join-stale-retry.json`).
 
 use hilock_kernel::chord::{
-    Addr, Answer, ChordMsg, ClientId, Key, NodeId, Op, Out, Ring, RingServer, Rule, Token, View,
+    Addr, Answer, ChordMsg, ClientId, Key, NodeId, Op, Out, RetryFence, Ring, RingServer, Rule,
+    Token, View,
 };
 
 type S = RingServer<3, 4>;
@@ -206,4 +208,69 @@ fn a_new_incarnation_resumes_after_the_request_the_ring_records() {
     assert!(!rep.contains(Rule::Superseded), "{rep:?}");
     assert_eq!(a, Answer::Released);
     assert_eq!(s.holder(K), None);
+}
+
+/// The two-holder schedule: c1 holds (request 1) and sends its unlock (request 2), which
+/// the network holds back; c1 gives it up (`ChordClient::abandon`) or a new incarnation
+/// resumes, and c1 locks again (request 3): a re-grant to the holder. The unlock then
+/// arrives. It is older than the re-grant, so it must be a stale retry: c1 holds through
+/// request 3, and c2 is refused. Under `RetryFence::HolderChanges` (the writer changed with
+/// the holder only) the re-grant kept request 1 as the writer, the unlock freed the lock
+/// c1 was just granted again, and c2 was granted too: two holders
+/// (`spec/counterexamples/ring/ring-regrant-keeps-writer.json`).
+#[test]
+fn an_unlock_older_than_the_holders_regrant_does_not_free_it() {
+    for fence in [RetryFence::Latest, RetryFence::HolderChanges] {
+        let mut s = server().with_retry_fence(fence);
+        assert_eq!(ask(&mut s, tok(1, 1), Op::Lock).1, Answer::Granted);
+        let (rep, a) = ask(&mut s, tok(1, 3), Op::Lock);
+        assert!(rep.contains(Rule::Idempotent) && a == Answer::Granted);
+        let (rep, _) = ask(&mut s, tok(1, 2), Op::Unlock);
+        let c2 = ask(&mut s, tok(2, 1), Op::Lock).1;
+        if fence == RetryFence::Latest {
+            assert_eq!(s.slots()[0].writer, Some(tok(1, 3)));
+            assert!(rep.contains(Rule::Superseded), "{rep:?}");
+            assert_eq!(s.holder(K), Some(ClientId(1)));
+            assert_eq!(c2, Answer::Refused, "c1 holds through its re-grant");
+        } else {
+            assert!(!rep.contains(Rule::Superseded), "{rep:?}");
+            assert_eq!(c2, Answer::Granted, "the old fence: a second holder");
+        }
+    }
+}
+
+/// The same for a lock the client gave up: c1 unlocks (request 2), asks to lock again
+/// (request 3) and abandons it while the network holds it back, then unlocks again
+/// (request 4: the key is free, answered idempotently). The abandoned lock then arrives:
+/// it is older than c1's repeated unlock, so it is not applied, and the key is not left
+/// locked for a client that believes it holds nothing. Under `RetryFence::HolderChanges`
+/// the repeated unlock kept request 2 as the writer and the lock was applied.
+#[test]
+fn a_lock_older_than_the_clients_repeated_unlock_is_not_applied() {
+    for fence in [RetryFence::Latest, RetryFence::HolderChanges] {
+        let mut s = server().with_retry_fence(fence);
+        ask(&mut s, tok(1, 1), Op::Lock);
+        ask(&mut s, tok(1, 2), Op::Unlock);
+        let (rep, a) = ask(&mut s, tok(1, 4), Op::Unlock);
+        assert!(rep.contains(Rule::Idempotent) && a == Answer::Released);
+        let (rep, _) = ask(&mut s, tok(1, 3), Op::Lock);
+        if fence == RetryFence::Latest {
+            assert!(rep.contains(Rule::Superseded), "{rep:?}");
+            assert_eq!(s.holder(K), None, "no lock recorded for nobody");
+        } else {
+            assert_eq!(s.holder(K), Some(ClientId(1)), "the old fence: locked for c1");
+        }
+    }
+}
+
+/// Another client's idempotent rewrite does not move the writer: c2's unlock of a key c1
+/// holds leaves c1's request as the writer, so c1's older requests stay stale.
+#[test]
+fn another_clients_idempotent_unlock_keeps_the_writer() {
+    let mut s = server();
+    ask(&mut s, tok(1, 5), Op::Lock);
+    let (rep, _) = ask(&mut s, tok(2, 9), Op::Unlock);
+    assert!(rep.contains(Rule::Idempotent), "{rep:?}");
+    assert_eq!(s.slots()[0].writer, Some(tok(1, 5)));
+    assert_eq!(s.holder(K), Some(ClientId(1)));
 }

@@ -19,6 +19,19 @@
 //! A client whose request (or its answer) died with a node times out (`Timeout`: no
 //! message of it in flight, the node it asked is down) and resends with the current view.
 //!
+//! # Clients that repeat, give up and restart (hilock variant)
+//! The client API ([`ChordClient`]) lets a client do more than lock once and unlock: the
+//! model's clients may run several lock/unlock rounds ([`RingModel::rounds`]), give up a
+//! request they wait for (`Abandon`: [`ChordClient::abandon`], the request stays in
+//! flight and may still be served) and ask again, and restart as a new incarnation of the
+//! same client id (`Restart`: a new [`ChordClient`] that first reads the key's entry from
+//! its primary and continues after the request the ring records,
+//! [`ChordClient::resume_after`], as `RingClient::resume` does); the network may duplicate
+//! a client's request (`Duplicate`). Each is bounded per run by its field
+//! ([`RingModel::abandons`], [`RingModel::restarts`], [`RingModel::duplicates`]). A client
+//! that gave up or restarted asks for the lock again and then unlocks it: it does not know
+//! whether it holds, so it holds only once it is granted again.
+//!
 //! # Partitions and pauses (hilock variant)
 //! `Isolate(n)` cuts node `n` off from everybody (the other nodes, the membership service
 //! and the clients) until `Heal(n)`: every message to or from it, in flight or sent
@@ -55,7 +68,7 @@
 
 use hilock_kernel::chord::{
     Addr, Answer, Change, ChordClient, ChordMsg, ClientEvent, ClientId, Entry, Key, NodeId, Op,
-    Out, PaperNode, Ring, RingServer, View,
+    Out, PaperNode, RetryFence, Ring, RingServer, View,
 };
 use serde::Serialize;
 use stateright::{Checker, HasDiscoveries, Model, Property};
@@ -154,6 +167,14 @@ pub struct RingModel {
     /// `ring-short-cut-join-stale-retry`). `false` checks only the cuts that last until
     /// the lease ran out.
     pub short_cuts: bool,
+    /// Lock/unlock rounds per client (1: lock once, unlock; a refused lock ends a round).
+    pub rounds: u8,
+    /// Most `Abandon` actions in a run (a client gives up the request it waits for).
+    pub abandons: u8,
+    /// Most `Restart` actions in a run (a client restarts as a new incarnation).
+    pub restarts: u8,
+    /// Most `Duplicate` actions in a run (the network copies a client's request).
+    pub duplicates: u8,
     /// Test-only: break a check on purpose (see the tests).
     pub sabotage: Sabotage,
 }
@@ -177,6 +198,10 @@ pub enum Sabotage {
     /// The servers serve a stale retry like a new request
     /// ([`RingServer::without_retry_fence`]: the defect `ring-short-cut-join-stale-retry`).
     NoRetryFence,
+    /// The entry's writer changes with the holder only ([`RetryFence::HolderChanges`]): a
+    /// re-grant to the holder keeps the older writer, and an unlock the holder sent before
+    /// it frees the lock (the defect `ring-regrant-keeps-writer`).
+    WriterFollowsHolder,
 }
 
 /// A ring node of either variant.
@@ -199,6 +224,11 @@ pub struct CState {
     pub target: NodeId,
     /// The key it locks.
     pub key: u16,
+    /// Rounds left after the current one.
+    pub rounds: u8,
+    /// It gave up a request or restarted in this run: the ring may record it as the
+    /// holder while it does not hold (an abandoned lock served late).
+    pub unsure: bool,
 }
 
 /// A state.
@@ -228,6 +258,12 @@ pub struct RState {
     pub isolations: u8,
     /// The first answer from a replaced server (`ONE_SERVER`).
     pub stale: Option<String>,
+    /// `Abandon` actions so far.
+    pub abandons: u8,
+    /// `Restart` actions so far.
+    pub restarts: u8,
+    /// `Duplicate` actions so far.
+    pub duplicates: u8,
 }
 
 /// An action.
@@ -256,6 +292,18 @@ pub enum RAction {
     /// `Takeover::Local`: the node installs, by itself, the view without its suspected
     /// predecessor.
     Suspect(NodeId),
+    /// A client gives up the request it waits for ([`ChordClient::abandon`]) and asks for
+    /// the lock again.
+    Abandon(usize),
+    /// A client restarts as a new incarnation that resumes after the request the ring
+    /// records ([`ChordClient::resume_after`]) and asks for the lock again. Enabled once
+    /// no message from or to the old incarnation is in flight: a new incarnation that
+    /// numbers its requests again while one of the killed process's requests is still
+    /// on its way can reuse that request's number, and the two are then one request to
+    /// the ring (not covered: client ids are not incarnation-unique).
+    Restart(usize),
+    /// The network delivers a copy of a client's request besides the request.
+    Duplicate(Addr, Addr, Msg),
 }
 
 /// A saved step without the entries' `writer` fields ([`Slot::writer`](hilock_kernel::chord::Slot::writer)),
@@ -336,6 +384,10 @@ impl RingModel {
             isolations: 0,
             takeover: Takeover::Lease,
             short_cuts: false,
+            rounds: 1,
+            abandons: 0,
+            restarts: 0,
+            duplicates: 0,
             sabotage: Sabotage::None,
         }
     }
@@ -693,10 +745,12 @@ impl Model for RingModel {
                     Variant::Paper => RNode::Paper(PaperNode::new(id, ring, view).expect("node")),
                     Variant::Hilock { r } => {
                         let s = RingServer::new(id, ring, r, view).expect("server");
-                        RNode::Hilock(if self.sabotage == Sabotage::NoRetryFence {
-                            s.without_retry_fence()
-                        } else {
-                            s
+                        RNode::Hilock(match self.sabotage {
+                            Sabotage::NoRetryFence => s.without_retry_fence(),
+                            Sabotage::WriterFollowsHolder => {
+                                s.with_retry_fence(RetryFence::HolderChanges)
+                            }
+                            _ => s,
                         })
                     }
                 }
@@ -711,6 +765,8 @@ impl Model for RingModel {
                 stage: 0,
                 target: NodeId(0),
                 key: *k,
+                rounds: self.rounds.saturating_sub(1),
+                unsure: false,
             })
             .collect();
         vec![RState {
@@ -726,6 +782,9 @@ impl Model for RingModel {
             cut: 0,
             isolations: 0,
             stale: None,
+            abandons: 0,
+            restarts: 0,
+            duplicates: 0,
         }]
     }
 
@@ -753,6 +812,29 @@ impl Model for RingModel {
                 || (self.hilock() && !waits);
             if c.c.waiting().is_some() && !mentions && unanswering {
                 actions.push(RAction::Timeout(i));
+            }
+            if st.abandons < self.abandons && c.c.waiting().is_some() {
+                actions.push(RAction::Abandon(i));
+            }
+            // A new incarnation starts once nothing of the old one is in flight: its
+            // connections are closed (the runtime's transport), so no reply reaches the new
+            // one, and the requests it sent were served or lost. (A request of the killed
+            // process still in flight when the new one starts numbering again could share
+            // its request number: outside the promise, `RAction::Restart`.)
+            let in_flight = st.net.iter().any(|(f, t, _)| {
+                *f == Addr::Client(c.c.id()) || *t == Addr::Client(c.c.id())
+            });
+            if st.restarts < self.restarts && (1..=3).contains(&c.stage) && !in_flight {
+                actions.push(RAction::Restart(i));
+            }
+        }
+        if st.duplicates < self.duplicates {
+            let mut copied = BTreeSet::new();
+            for m in &st.net {
+                let request = matches!(m.0, Addr::Client(_)) && matches!(m.2, ChordMsg::Request { .. });
+                if request && !Self::blocked(st, m.0, m.1) && copied.insert(m) {
+                    actions.push(RAction::Duplicate(m.0, m.1, m.2.clone()));
+                }
             }
         }
         let mut seen = BTreeSet::new();
@@ -905,6 +987,10 @@ impl Model for RingModel {
                             Ok((ClientEvent::Done(op, _, a), _)) => {
                                 c.stage = match (op, a) {
                                     (Op::Lock, Answer::Granted) => 2,
+                                    _ if c.rounds > 0 => {
+                                        c.rounds -= 1;
+                                        0
+                                    }
                                     _ => 4,
                                 };
                             }
@@ -955,7 +1041,9 @@ impl Model for RingModel {
                                     }
                             });
                             let holds = st.clients.iter().any(|c| {
-                                c.c.id() == h && Key(c.key) == key && (1..=3).contains(&c.stage)
+                                c.c.id() == h
+                                    && Key(c.key) == key
+                                    && ((1..=3).contains(&c.stage) || c.unsure)
                             });
                             if refused && !holds && st.stale.is_none() {
                                 st.stale = Some(format!(
@@ -1033,6 +1121,39 @@ impl Model for RingModel {
                 }
                 st.changes += 1;
                 self.send_all(&mut st, n, out);
+            }
+            RAction::Abandon(i) => {
+                let c = &mut st.clients[i];
+                c.c.abandon()?;
+                c.stage = 0;
+                c.unsure = true;
+                st.abandons += 1;
+            }
+            RAction::Restart(i) => {
+                let key = Key(st.clients[i].key);
+                let id = st.clients[i].c.id();
+                // `RingClient::resume`: the entry as the key's primary in the service's
+                // view records it (read-only; a settled primary answers the probe).
+                let primary = ring.lookup(st.view, key)?;
+                let writer = match &st.nodes[primary.0 as usize] {
+                    RNode::Hilock(s) => s.slots().iter().find(|e| e.key == key).and_then(|e| e.writer),
+                    RNode::Paper(_) => return None,
+                };
+                let mut c = ChordClient::new(id, ring, st.view).ok()?;
+                if let Some(w) = writer.filter(|w| w.client == id) {
+                    if let Err(e) = c.resume_after(w) {
+                        st.error = Some(format!("client resume_after: {e}"));
+                    }
+                }
+                let cs = &mut st.clients[i];
+                cs.c = c;
+                cs.stage = 0;
+                cs.unsure = true;
+                st.restarts += 1;
+            }
+            RAction::Duplicate(from, to, msg) => {
+                st.net.push((from, to, msg));
+                st.duplicates += 1;
             }
         }
         let lost: Vec<bool> = st

@@ -568,10 +568,17 @@ async fn lock_cmd(
     )
 }
 
-/// `hilock lock --client-id 11 PATH W -- true` (client 11's next run) exits 0, and `other`
-/// can take `path` afterwards: the run took over the lock an earlier client 11 left and
-/// released it.
-async fn next_run_of_11_frees(config: &Path, other: &mut RingClient, path: &str, limit: Duration) {
+/// `hilock lock --client-id 11 PATH W -- sh -c CHECK` (client 11's next run) exits 0, and
+/// `other` can take `path` afterwards: the run took over the lock an earlier client 11
+/// left and released it. `CHECK` is the next run's command (`true` when there is nothing to
+/// check); its exit status is the run's.
+async fn next_run_of_11_frees(
+    config: &Path,
+    other: &mut RingClient,
+    path: &str,
+    check: &str,
+    limit: Duration,
+) {
     let args = [
         "--client-id",
         "11",
@@ -580,7 +587,9 @@ async fn next_run_of_11_frees(config: &Path, other: &mut RingClient, path: &str,
         path,
         "W",
         "--",
-        "true",
+        "sh",
+        "-c",
+        check,
     ];
     let (code, err, _) = lock_cmd(&args, config, limit).await;
     assert_eq!(code, Some(0), "{path}: {err}");
@@ -854,11 +863,16 @@ async fn lock_on_ring() {
 
     // A lock left by a killed `hilock lock` stays held; the next run with its client id
     // takes it over and releases it.
+    // The killed run's command writes its pid; the next run's command (granted again to
+    // client 11: a re-grant) fails if that process is still alive, so the two commands
+    // never overlap (the command dies with its wrapper).
+    let pid_file = dir.path().join("killed.pid");
+    let cmd = format!("echo $$ > {}; exec sleep 20", pid_file.display());
     let mut killed = tokio::process::Command::new(BIN)
         .arg("lock")
         .arg("--config")
         .arg(&cfg)
-        .args(["--client-id", "11", "/killed", "W", "--", "sleep", "20"])
+        .args(["--client-id", "11", "/killed", "W", "--", "sh", "-c", &cmd])
         .kill_on_drop(true)
         .spawn()
         .unwrap();
@@ -868,13 +882,24 @@ async fn lock_on_ring() {
         assert!(t.elapsed() < limit, "the wrapper takes the lock");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    let t = Instant::now();
+    while !std::fs::read_to_string(&pid_file).is_ok_and(|p| p.ends_with('\n')) {
+        assert!(t.elapsed() < limit, "the killed run's command starts");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     killed.start_kill().unwrap();
     killed.wait().await.unwrap();
     assert!(
         !other.lock("/killed").await.unwrap(),
         "the killed wrapper's lock stays held"
     );
-    next_run_of_11_frees(&cfg, &mut other, "/killed", limit).await;
+    let pid = std::fs::read_to_string(&pid_file).expect("the killed run's command started");
+    // Gone, or a zombie nobody has reaped yet (its parent, the wrapper, is dead).
+    let check = format!(
+        "s=$(cut -d' ' -f3 /proc/{}/stat 2>/dev/null); [ -z \"$s\" ] || [ \"$s\" = Z ]",
+        pid.trim()
+    );
+    next_run_of_11_frees(&cfg, &mut other, "/killed", &check, limit).await;
 
     // The same after an earlier incarnation whose request numbers ran ahead: client 11, in
     // this process, makes six requests, locks /ahead with its seventh and goes away. The
@@ -890,7 +915,7 @@ async fn lock_on_ring() {
         }
         assert!(earlier.lock("/ahead").await.unwrap());
     }
-    next_run_of_11_frees(&cfg, &mut other, "/ahead", limit).await;
+    next_run_of_11_frees(&cfg, &mut other, "/ahead", "true", limit).await;
 
     // The ring dies under a held lock: exit 75 once a check is not answered within the
     // timeout, the command killed.

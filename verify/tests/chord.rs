@@ -582,3 +582,120 @@ fn a_join_during_a_short_cut_serves_a_stale_retry_without_the_fence_goes_red() {
         "not the saved counterexample"
     );
 }
+
+/// The ring's clients as its API lets them behave, not only "lock once, unlock": two
+/// clients on one key (two nodes, r = 1, unordered network), each running `rounds` rounds
+/// of lock and unlock, with `abandons` given-up requests (`ChordClient::abandon`: the
+/// request stays in flight and may still be served), `restarts` restarts as a new
+/// incarnation that resumes after the request the ring records
+/// (`ChordClient::resume_after`, as `RingClient::resume` does) and `duplicates` requests
+/// the network delivers twice, per run.
+fn repeating(name: &str, rounds: u8, abandons: u8, restarts: u8, duplicates: u8) -> RingModel {
+    let mut m = RingModel::new(name, Variant::Hilock { r: 1 }, 0b0011, vec![10, 10]);
+    m.rounds = rounds;
+    m.abandons = abandons;
+    m.restarts = restarts;
+    m.duplicates = duplicates;
+    m
+}
+
+/// Clients that lock, unlock and lock again, and give a request up once.
+fn abandoning() -> RingModel {
+    repeating("hilock r1: 2 nodes, 2 clients x 2 rounds, 1 abandon", 2, 1, 0, 0)
+}
+
+/// `holds` (always-properties and liveness) hold for the clients of `m`, with its pinned
+/// count.
+fn pass_clients(m: &RingModel, holds: &[&str], pinned: usize) -> RingReport {
+    let r = m.check();
+    println!(
+        "{}: {} states in {:?}, discovered {:?}",
+        r.config, r.unique_states, r.elapsed, r.discovered
+    );
+    for p in holds {
+        assert!(!r.found(p), "{}: {p} violated", m.name);
+    }
+    assert!(r.found(GRANTED), "{}: vacuous", m.name);
+    assert_eq!(r.unique_states, pinned, "{}: state space changed", m.name);
+    r
+}
+
+const ALL: &[&str] = &[MUTEX, LOST, NO_ERROR, LIVE, ONE_SERVER];
+
+/// Clients that repeat and give requests up keep one holder per key.
+#[test]
+fn clients_that_repeat_and_abandon_keep_one_holder() {
+    pass_clients(&abandoning(), ALL, 29800);
+}
+
+/// Clients restarted as new incarnations that resume keep one holder per key.
+#[test]
+fn restarted_clients_that_resume_keep_one_holder() {
+    pass_clients(
+        &repeating("hilock r1: 2 nodes, 2 clients x 2 rounds, 1 restart", 2, 0, 1, 0),
+        ALL,
+        10334,
+    );
+}
+
+/// Requests the network duplicates keep one holder per key and lose no lock; a late copy
+/// of a refused lock can lock the key for a client that holds nothing (the open defect
+/// below, seen by `ONE_SERVER`).
+#[test]
+fn duplicated_requests_keep_one_holder() {
+    let r = pass_clients(&duplicating(), &[MUTEX, LOST, NO_ERROR, LIVE], 19322);
+    assert!(r.found(ONE_SERVER), "the open defect is gone: update the docs");
+}
+
+fn duplicating() -> RingModel {
+    repeating("hilock r1: 2 nodes, 2 clients x 2 rounds, 1 duplicate", 2, 0, 0, 1)
+}
+
+/// With the entry's writer changed by the holder only (`RetryFence::HolderChanges`, the
+/// fence before re-grants moved it), clients that give a request up break mutual
+/// exclusion: c1 holds, sends its unlock, gives it up and locks again (a re-grant that
+/// keeps c1's first lock as the writer); the old unlock arrives, is not taken for a stale
+/// retry, frees the key, and c2 is granted while c1 holds. Saved as
+/// `spec/counterexamples/ring/ring-regrant-keeps-writer.json`.
+#[test]
+fn a_regrant_that_keeps_the_old_writer_gives_one_key_to_two_clients() {
+    let mut m = abandoning();
+    m.sabotage = Sabotage::WriterFollowsHolder;
+    let v = refuted(
+        &m,
+        MUTEX,
+        "ring-regrant-keeps-writer",
+        "Defect of the retry fence before re-grants moved the writer (fixed; reproduced \
+         with Sabotage::WriterFollowsHolder, RetryFence::HolderChanges): c1 holds key 10 \
+         and sends its unlock, which the network holds back; c1 gives it up and locks \
+         again: a re-grant, and the entry keeps c1's first lock as its writer; the old \
+         unlock arrives, is newer than that writer, frees the key, and c2 is granted \
+         while c1 holds. The fix: the writer moves to every later request of the client \
+         it names (RetryFence::Latest), so the old unlock is a stale retry.",
+    );
+    assert!(v.contains("two clients hold one lock"), "{v}");
+}
+
+/// Open defect, found by widening the clients: the retry fence remembers one request per
+/// entry, the newest of the client that set its holder, and a refused lock sets nothing.
+/// c2's lock is duplicated; one copy is refused while c1 holds, and c2 goes on; c1
+/// unlocks; the other copy then arrives, is a stale retry of nothing the entry remembers,
+/// and locks the free key for c2, which is not waiting for it and holds nothing. Mutual
+/// exclusion holds (nobody acts as the holder), but the key stays locked until c2 asks
+/// for it again: c1's next lock is refused by a table naming c2 (`ONE_SERVER` sees the
+/// refusal). Saved as `spec/counterexamples/ring/ring-late-duplicate-locks-for-nobody.json`.
+#[test]
+fn a_late_duplicate_of_a_refused_lock_locks_the_key_for_nobody() {
+    let v = refuted(
+        &duplicating(),
+        ONE_SERVER,
+        "ring-late-duplicate-locks-for-nobody",
+        "Open defect (not fixed): c2's lock is duplicated by the network; one copy is \
+         refused while c1 holds, and c2 goes on; c1 unlocks; the other copy arrives, is \
+         older than nothing the entry remembers (a refusal writes nothing, and the writer \
+         is c1's unlock), and locks the free key for c2, which holds nothing and waits \
+         for nothing; c1's next lock is refused by a table naming c2. A fence per client \
+         and entry would refuse the copy.",
+    );
+    assert!(v.contains("refused key 10 to c1"), "{v}");
+}

@@ -35,7 +35,7 @@ pub mod vnodes;
 
 pub use client::{ChordClient, ClientEvent};
 pub use paper::PaperNode;
-pub use replicated::RingServer;
+pub use replicated::{RetryFence, RingServer};
 pub use ring::{hash, placement_key, Ring, View};
 
 use core::fmt;
@@ -139,8 +139,9 @@ pub struct Slot {
     pub holder: Option<ClientId>,
     /// Its version.
     pub version: Version,
-    /// The request that set `holder` (its lock, or the unlock that freed it); `None` for
-    /// an entry no request has set. Not in seed 003, whose Fig. 2(a)/(b) table is only
+    /// The newest request of the client that set `holder` (its lock, or the unlock that
+    /// freed it, and any later request of that client served here: a re-grant, a repeated
+    /// unlock; [`RetryFence::Latest`]); `None` for an entry no request has set. Not in seed 003, whose Fig. 2(a)/(b) table is only
     /// `(oid, islocked)`: hilock's. A request of the same client that [`Token::precedes`]
     /// it is a stale retry and is answered from the entry, not applied
     /// ([`Rule::Superseded`]; `spec/counterexamples/ring/ring-short-cut-join-stale-retry.json`).

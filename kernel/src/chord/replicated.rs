@@ -47,6 +47,27 @@ struct Pending {
     need: u16,
 }
 
+/// Which requests of a client the ring server takes for stale retries and answers from
+/// the entry without applying them ([`Rule::Superseded`]). An entry remembers one request,
+/// its writer ([`Slot::writer`](super::Slot::writer)); a request of the same client that
+/// [`Token::precedes`] it is stale: that client has already had a later request served
+/// here. Not in seed 003 (its table is `(oid, islocked)`): hilock's.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum RetryFence {
+    /// No fence: a stale retry is served like a new request (the defect
+    /// `spec/counterexamples/ring/ring-short-cut-join-stale-retry.json`).
+    Off,
+    /// The writer changes with the holder only. A re-grant to the holder (it locks again
+    /// while it holds) keeps the older writer, so an unlock the holder sent before that
+    /// re-grant and that is still in flight frees the lock it was just granted again: two
+    /// clients hold the key (`spec/counterexamples/ring/ring-regrant-keeps-writer.json`).
+    HolderChanges,
+    /// Shipped: the writer also moves to every later request of the client it names (a
+    /// re-grant, a repeated unlock), so that client's older requests stay stale.
+    #[default]
+    Latest,
+}
+
 /// One server of hilock's ring: slots `N`, table capacity `T`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct RingServer<const N: usize, const T: usize> {
@@ -61,9 +82,9 @@ pub struct RingServer<const N: usize, const T: usize> {
     pending: heapless::Vec<Pending, T>,
     /// Lost its lease: answers no request ([`RingServer::stop`]).
     stopped: bool,
-    /// Whether a stale retry is answered from the entry (always, but for
-    /// [`RingServer::without_retry_fence`]).
-    fence: bool,
+    /// Which requests are stale retries ([`RetryFence::Latest`], but for
+    /// [`RingServer::with_retry_fence`]).
+    fence: RetryFence,
 }
 
 /// What a request comes to, decided from the state as it is after the request's view is
@@ -121,7 +142,7 @@ impl<const N: usize, const T: usize> RingServer<N, T> {
             clock: 0,
             pending: heapless::Vec::new(),
             stopped: false,
-            fence: true,
+            fence: RetryFence::Latest,
         })
     }
 
@@ -130,8 +151,16 @@ impl<const N: usize, const T: usize> RingServer<N, T> {
     /// checker shows the fence matters (the model's `Sabotage::NoRetryFence` finds
     /// `spec/counterexamples/ring/ring-short-cut-join-stale-retry.json` again); no
     /// deployment wants it.
-    pub fn without_retry_fence(mut self) -> Self {
-        self.fence = false;
+    pub fn without_retry_fence(self) -> Self {
+        self.with_retry_fence(RetryFence::Off)
+    }
+
+    /// The server with another retry fence than the shipped [`RetryFence::Latest`]. Kept
+    /// only so that the model checker shows what the shipped fence prevents (the model's
+    /// `Sabotage::NoRetryFence` and `Sabotage::WriterFollowsHolder`); no deployment wants
+    /// it.
+    pub fn with_retry_fence(mut self, fence: RetryFence) -> Self {
+        self.fence = fence;
         self
     }
 
@@ -336,7 +365,7 @@ impl<const N: usize, const T: usize> RingServer<N, T> {
         // client released the lock here). Serving it would lock again what the client
         // released, or free what it locked again; it is answered from the entry and
         // nothing is written.
-        if self.fence && last.is_some_and(|w| token.precedes(w)) {
+        if self.fence != RetryFence::Off && last.is_some_and(|w| token.precedes(w)) {
             return Decision::Superseded(match op {
                 Op::Lock if holder == me => Answer::Granted,
                 Op::Lock => Answer::Refused,
@@ -354,9 +383,14 @@ impl<const N: usize, const T: usize> RingServer<N, T> {
             (_, h) => (h, Answer::Released, true),
         };
         let need = self.ring.replicas(v, key, self.copies()) & !(1 << self.id.0);
-        // The writer changes with the holder only: an idempotent rewrite (a retry, an
-        // unlock by a client that does not hold it) keeps the request that set the holder.
-        let writer = if entry.is_none() || holder != entry.and_then(|s| s.holder) {
+        // The writer is the newest request of the client that set the holder: it changes
+        // with the holder, and with every later request of that same client (a re-grant to
+        // the holder, a repeated unlock of the last holder), so that the client's older
+        // requests still in flight stay stale retries. Another client's idempotent rewrite
+        // (an unlock of a lock it does not hold) keeps it.
+        let same_client = last.is_some_and(|w| w.client == token.client);
+        let follows = self.fence == RetryFence::Latest && same_client;
+        let writer = if entry.is_none() || holder != entry.and_then(|s| s.holder) || follows {
             Some(token)
         } else {
             last
