@@ -258,7 +258,11 @@ fn a_lock_older_than_the_clients_repeated_unlock_is_not_applied() {
             assert!(rep.contains(Rule::Superseded), "{rep:?}");
             assert_eq!(s.holder(K), None, "no lock recorded for nobody");
         } else {
-            assert_eq!(s.holder(K), Some(ClientId(1)), "the old fence: locked for c1");
+            assert_eq!(
+                s.holder(K),
+                Some(ClientId(1)),
+                "the old fence: locked for c1"
+            );
         }
     }
 }

@@ -821,9 +821,10 @@ impl Model for RingModel {
             // one, and the requests it sent were served or lost. (A request of the killed
             // process still in flight when the new one starts numbering again could share
             // its request number: outside the promise, `RAction::Restart`.)
-            let in_flight = st.net.iter().any(|(f, t, _)| {
-                *f == Addr::Client(c.c.id()) || *t == Addr::Client(c.c.id())
-            });
+            let in_flight = st
+                .net
+                .iter()
+                .any(|(f, t, _)| *f == Addr::Client(c.c.id()) || *t == Addr::Client(c.c.id()));
             if st.restarts < self.restarts && (1..=3).contains(&c.stage) && !in_flight {
                 actions.push(RAction::Restart(i));
             }
@@ -831,7 +832,8 @@ impl Model for RingModel {
         if st.duplicates < self.duplicates {
             let mut copied = BTreeSet::new();
             for m in &st.net {
-                let request = matches!(m.0, Addr::Client(_)) && matches!(m.2, ChordMsg::Request { .. });
+                let request =
+                    matches!(m.0, Addr::Client(_)) && matches!(m.2, ChordMsg::Request { .. });
                 if request && !Self::blocked(st, m.0, m.1) && copied.insert(m) {
                     actions.push(RAction::Duplicate(m.0, m.1, m.2.clone()));
                 }
@@ -1136,7 +1138,11 @@ impl Model for RingModel {
                 // view records it (read-only; a settled primary answers the probe).
                 let primary = ring.lookup(st.view, key)?;
                 let writer = match &st.nodes[primary.0 as usize] {
-                    RNode::Hilock(s) => s.slots().iter().find(|e| e.key == key).and_then(|e| e.writer),
+                    RNode::Hilock(s) => s
+                        .slots()
+                        .iter()
+                        .find(|e| e.key == key)
+                        .and_then(|e| e.writer),
                     RNode::Paper(_) => return None,
                 };
                 let mut c = ChordClient::new(id, ring, st.view).ok()?;

@@ -601,7 +601,13 @@ fn repeating(name: &str, rounds: u8, abandons: u8, restarts: u8, duplicates: u8)
 
 /// Clients that lock, unlock and lock again, and give a request up once.
 fn abandoning() -> RingModel {
-    repeating("hilock r1: 2 nodes, 2 clients x 2 rounds, 1 abandon", 2, 1, 0, 0)
+    repeating(
+        "hilock r1: 2 nodes, 2 clients x 2 rounds, 1 abandon",
+        2,
+        1,
+        0,
+        0,
+    )
 }
 
 /// `holds` (always-properties and liveness) hold for the clients of `m`, with its pinned
@@ -632,7 +638,13 @@ fn clients_that_repeat_and_abandon_keep_one_holder() {
 #[test]
 fn restarted_clients_that_resume_keep_one_holder() {
     pass_clients(
-        &repeating("hilock r1: 2 nodes, 2 clients x 2 rounds, 1 restart", 2, 0, 1, 0),
+        &repeating(
+            "hilock r1: 2 nodes, 2 clients x 2 rounds, 1 restart",
+            2,
+            0,
+            1,
+            0,
+        ),
         ALL,
         10334,
     );
@@ -644,11 +656,20 @@ fn restarted_clients_that_resume_keep_one_holder() {
 #[test]
 fn duplicated_requests_keep_one_holder() {
     let r = pass_clients(&duplicating(), &[MUTEX, LOST, NO_ERROR, LIVE], 19322);
-    assert!(r.found(ONE_SERVER), "the open defect is gone: update the docs");
+    assert!(
+        r.found(ONE_SERVER),
+        "the open defect is gone: update the docs"
+    );
 }
 
 fn duplicating() -> RingModel {
-    repeating("hilock r1: 2 nodes, 2 clients x 2 rounds, 1 duplicate", 2, 0, 0, 1)
+    repeating(
+        "hilock r1: 2 nodes, 2 clients x 2 rounds, 1 duplicate",
+        2,
+        0,
+        0,
+        1,
+    )
 }
 
 /// With the entry's writer changed by the holder only (`RetryFence::HolderChanges`, the
