@@ -679,7 +679,8 @@ impl<const N: usize, const L: usize, const Q: usize> FaultSite<N, L, Q> {
             if p.regenerated {
                 // The dead token node may have issued fences no survivor saw: the new
                 // token's fences start above every fence of earlier epochs (the epoch in
-                // the high 32 bits; `docs/faults.md`, "Installing an epoch").
+                // the high 32 bits; `docs/faults.md`, "The recovery mechanism", "Installing
+                // an epoch").
                 n.fence = n.fence.max(u64::from(epoch) << 32);
             }
             for &(c, m) in &p.holds {
