@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The hilock runtime vs etcd's lock API on loopback (issue 8, part 4); results in
-# BENCHMARKS.md, "hilock runtime vs etcd (loopback)".
+# The hilock runtime vs etcd's lock API on loopback; results in docs/benchmarks.md,
+# "Against etcd on loopback".
 #
 #   benches/etcd-compare.sh [etcd_compare options, e.g. --seconds 5 --clients 1,4,16]
 #

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The figures of BENCHMARKS.md "Embedded: Cortex-M4F": for each capacity N x Q, the flash
-# (.text + .rodata) and RAM (.data + .bss) of the two firmware images, and the worst
-# instructions and stack bytes of one step over the scenarios and the random runs under
-# QEMU (-icount shift=6). Prints a markdown table. Not run by CI (about 2 minutes).
+# The figures of docs/benchmarks.md, "Embedded: the kernel on a Cortex-M4F under QEMU": for
+# each capacity N x Q, the flash (.text + .rodata) and RAM (.data + .bss) of the two
+# firmware images, and the worst instructions and stack bytes of one step over the
+# scenarios and the random runs under QEMU (-icount shift=6). Prints a markdown table. Not
+# run by CI (about 2 minutes).
 #
 #   embedded/figures.sh
 set -euo pipefail

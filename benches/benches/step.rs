@@ -95,7 +95,8 @@ fn scaling_at<const N: usize>(
     }
 }
 
-/// Step cost against the number of nodes (issue 13: ≤ 2× from 8 to 1,024 nodes).
+/// Step cost against the number of nodes (the aim: ≤ 2× from 8 to 1,024 nodes;
+/// `docs/benchmarks.md`, "Step cost against the number of nodes").
 fn scaling(c: &mut Criterion) {
     let mut g = c.benchmark_group("step_scaling");
     scaling_at::<8>(&mut g);

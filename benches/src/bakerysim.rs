@@ -1,6 +1,7 @@
-//! Seed 004's bakery in the simulator (issue 18, item 5): `C` kernel bakery clients
-//! ([`hilock_kernel::bakery::Client`], [`Variant::HILOCK`] unless told otherwise) contending
-//! on one lock over a simulated quorum store of [`REPLICAS`] kernel replicas
+//! The bakery in the simulator (`docs/benchmarks.md`, "In the simulator, against the token
+//! engine and a central lock server"): `C` kernel bakery clients
+//! ([`hilock_kernel::bakery::Client`], [`Variant::HILOCK`] unless told otherwise)
+//! contending on one lock over a simulated quorum store of [`REPLICAS`] kernel replicas
 //! ([`hilock_kernel::bakery::Replica`]), R = W = 2, next to the token engine on the same
 //! workload in the same timing loop.
 //!
@@ -600,7 +601,7 @@ pub fn compare(w: &Workload) -> Result<Comparison, String> {
     })
 }
 
-/// The markdown table of `rows` (BENCHMARKS.md quotes it). Latencies in message delays.
+/// The markdown table of `rows` (`docs/benchmarks.md` quotes it). Latencies in message delays.
 pub fn markdown(rows: &[Comparison]) -> String {
     let d = |us: u64| us as f64 / 1000.0;
     let mut s = String::from(

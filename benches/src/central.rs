@@ -15,8 +15,8 @@
 //! leases and their keep-alives, fsync and disk time, the leader's processing time,
 //! elections and failures, the watch set-up (etcd's `Lock` reads the predecessor's
 //! revision and opens a watch), batching of log entries, and etcd 3.4's v3lock catch-up
-//! delay (its 100 ms `syncWatchersLoop`, see BENCHMARKS.md). A client does one request at
-//! a time: an `Acquire` that comes before its `UnlockAck` waits for it.
+//! delay (its 100 ms `syncWatchersLoop`). A client does one request at a time: an
+//! `Acquire` that comes before its `UnlockAck` waits for it.
 
 use crate::adapter::{all_or_nothing, exclusive_held};
 use crate::sim::{Driven, RelayClass, Requester};

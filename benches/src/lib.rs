@@ -21,7 +21,7 @@
 //! - the `simulate` binary: runs the experiments of chapter 4 and writes CSV and SVG files
 //!   (`cargo run --release -p hilock-benches --bin simulate -- --out docs/figures`).
 //!
-//! Results and the commands that produced them are in `BENCHMARKS.md`.
+//! Results and the commands that produced them are in `docs/benchmarks.md`.
 
 pub mod adapter;
 pub mod bakerysim;

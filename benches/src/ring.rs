@@ -1,6 +1,7 @@
-//! Placement figures of the ring engine (seed 003, issue 17 item 4): load balance, keys
-//! moved per join and leave, and lookup hops — measured with the kernel's placement hash
-//! and lookup rule ([`hilock_kernel::chord::vnodes`]) and its finger routing
+//! Placement figures of the ring engine (`docs/benchmarks.md`, "Placement at 8 … 1,024
+//! nodes (simulator)"): load balance, keys moved per join and leave, and lookup hops —
+//! measured with the kernel's placement hash and lookup rule
+//! ([`hilock_kernel::chord::vnodes`]) and its finger routing
 //! ([`hilock_kernel::chord::fingers`]); nothing here places a key itself.
 //!
 //! - Nodes are named `hilock-ring-slot-<i>` (as the runtime's ring names its slots); node

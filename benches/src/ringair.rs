@@ -1,6 +1,6 @@
 //! The airline workload of the simulator ([`crate::sim`]) on the ring engine (seed 003,
 //! hilock's replicated variant, r = 2), for the token engine / ring engine comparison of
-//! issue 17 item 4.
+//! `docs/benchmarks.md`, "Airline workload: token engine against the ring (simulator)".
 //!
 //! - **Sites.** [`RingSite`] puts one kernel [`RingServer`] (slot `i` of a 16-slot ring,
 //!   slots at `hash("hilock-ring-slot-<i>")` as in the runtime) and one kernel

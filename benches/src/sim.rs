@@ -92,20 +92,20 @@ impl<const Q: usize> Requester for PrioNaimiMsg<Q> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Proto {
     /// The hierarchical protocol (table + entry locks) with hilock's default forwarding
-    /// ([`Variant::HILOCK`]'s: per-class routing pointers, [`Forwarding::ClassPointers`],
-    /// issue 19).
+    /// ([`Variant::HILOCK`]'s: per-class routing pointers, [`Forwarding::ClassPointers`];
+    /// `spec/SPEC.md` 1.6).
     Hilock,
-    /// The same with hilock's compressed forwarding ([`Forwarding::Compress`], issue 19).
+    /// The same with hilock's compressed forwarding ([`Forwarding::Compress`]).
     HilockCompress,
     /// The same with the thesis's forwarding ([`Forwarding::Thesis`], hilock's default
-    /// before issue 19's fifth round; the chapter-4 experiments reproduce the thesis's
+    /// before the routing pointers; the chapter-4 experiments reproduce the thesis's
     /// figures with it).
     HilockThesis,
     /// The same with id-ordered requester pointers ([`Forwarding::OrderedPointers`],
-    /// issue 19, experimental).
+    /// experimental).
     HilockOrdered,
-    /// ClassPointers with kept intention modes ([`ReleaseRule::KeepIntention`], issue 19,
-    /// fifth round): an idle node keeps IR/IW and re-enters without messages.
+    /// ClassPointers with kept intention modes ([`ReleaseRule::KeepIntention`],
+    /// `spec/SPEC.md` 1.7): an idle node keeps IR/IW and re-enters without messages.
     HilockKeep,
     /// Naimi-Trehel doing the same work (entry locks; all entries for a table access).
     NaimiSame,
@@ -233,11 +233,11 @@ impl PrioMode {
     }
 }
 
-/// How an access of the airline workload maps to lock requests (issue 19 item 3). In both
-/// the access's mode is drawn once per access, IR 80 / R 10 / U 4 / IW 5 / W 1 % ([`MIX`]),
-/// and the entry uniformly; they differ in which locks the mode goes to. The counting
-/// rule is the same: every `Acquire` input is a lock request, the intention lock on the
-/// table included.
+/// How an access of the airline workload maps to lock requests (`docs/benchmarks.md`, "The
+/// workload (`benches/src/sim.rs`)"). In both the access's mode is drawn once per access,
+/// IR 80 / R 10 / U 4 / IW 5 / W 1 % ([`MIX`]), and the entry uniformly; they differ in
+/// which locks the mode goes to. The counting rule is the same: every `Acquire` input is a
+/// lock request, the intention lock on the table included.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
 pub enum Mix {
     /// The reading that matches the thesis's "the IR, R, U, IW and W requests are 80 %,
@@ -402,9 +402,9 @@ pub struct Stats {
     pub window_us: u64,
     /// Kernel steps executed in the whole run.
     pub steps: u64,
-    /// Messages sent in the window by lock class (0: lock 0, the table; 1: the other
-    /// locks) and kind (request, grant, token, release, freeze), and the forwards among
-    /// the requests (issue 19: where the messages of an access go).
+    /// Messages sent in the window by lock class (0: lock 0, the table; 1: the other locks)
+    /// and kind (request, grant, token, release, freeze), and the forwards among the
+    /// requests (where the messages of an access go).
     pub msgs_by_class: [[u64; 5]; 2],
     /// Forwards in the window by lock class (0: the table, 1: the other locks).
     pub forwards_by_class: [u64; 2],
@@ -425,10 +425,10 @@ pub struct Stats {
     /// Forwards in the window by the state of the forwarding node after its step
     /// ([`RelayClass`]): idle relay, owns a mode (not pending), pending, other.
     pub forwards_by_state: [u64; 4],
-    /// Staleness of the idle relays' parent pointers (issue 19): for each forward in the
-    /// window sent by an idle relay, the number of token transfers of that lock since the
-    /// relay's parent pointer was last set, as a histogram by lock class (0: the table,
-    /// 1: the entries): `relay_age[c][k]` forwards had age k (capped at 4,095).
+    /// Staleness of the idle relays' parent pointers: for each forward in the window sent
+    /// by an idle relay, the number of token transfers of that lock since the relay's
+    /// parent pointer was last set, as a histogram by lock class (0: the table, 1: the
+    /// entries): `relay_age[c][k]` forwards had age k (capped at 4,095).
     pub relay_age: [Vec<u64>; 2],
     /// Forwards in the window by idle relays that went to a routing pointer
     /// (Compress/ClassPointers), not to the parent.

@@ -1,6 +1,7 @@
-//! The bakery in the simulator (`hilock_benches::bakerysim`, issue 18 item 5): the kernel's
-//! bakery clients over three simulated replicas, driven through the one harness, next to
-//! the token engine on the same one-lock workload.
+//! The bakery in the simulator (`hilock_benches::bakerysim`; `docs/benchmarks.md`, "In the
+//! simulator, against the token engine and a central lock server"): the kernel's bakery
+//! clients over three simulated replicas, driven through the one harness, next to the token
+//! engine on the same one-lock workload.
 
 use hilock_benches::bakerysim::{self, Workload, OPS_ACQUIRE, OPS_RELEASE, QUORUM, REPLICAS};
 use hilock_kernel::bakery::Variant;

@@ -187,7 +187,7 @@ fn lock_requests_per_access_match_the_hand_count() {
 }
 
 /// `--mix entry-intention` reproduces the tables measured before the thesis mapping
-/// (BENCHMARKS.md, Fig. 4.1 at 16 nodes: hilock with the thesis's forwarding rule 3.41,
+/// (`docs/benchmarks.md`, Fig. 4.1 at 16 nodes: hilock with the thesis's forwarding rule 3.41,
 /// Naimi pure 3.59 messages per lock request, ratio 10, 150 ms, seed 1, 40 accesses per
 /// node).
 #[test]
@@ -204,9 +204,9 @@ fn entry_intention_mix_reproduces_the_old_table() {
     assert_eq!(per_request(Proto::NaimiPure), "3.59");
 }
 
-/// Issue 19: the per-access split by lock (table / entries) and kind adds up to the
-/// totals — every message is counted in exactly one class, every forward too; Naimi-Trehel
-/// pure sends nothing on other locks, while hilock's R/U/W accesses do take an entry.
+/// The per-access split by lock (table / entries) and kind adds up to the totals — every
+/// message is counted in exactly one class, every forward too; Naimi-Trehel pure sends
+/// nothing on other locks, while hilock's R/U/W accesses do take an entry.
 #[test]
 fn per_access_split_by_lock_adds_up() {
     for proto in [Proto::NaimiPure, Proto::HilockThesis, Proto::Hilock] {

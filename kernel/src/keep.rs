@@ -1,5 +1,5 @@
-//! hilock's extension of the release rule (issue 19, fifth round; SPEC.md "Keeping
-//! intention modes"): a non-token node may **keep** its owned intention mode (IR or IW)
+//! hilock's extension of the release rule (`spec/SPEC.md` 1.7, "Keeping intention
+//! modes"): a non-token node may **keep** its owned intention mode (IR or IW)
 //! when its held mode drops to Φ, instead of telling its parent by a `Release` (Rule 5.2),
 //! and re-enter under Rule 2 (a local grant, no message) the next time. The kept mode is
 //! given back — the eager Rule 5.2 release is sent then — when
@@ -39,7 +39,7 @@ pub enum ReleaseRule {
     /// The thesis (Fig. 2.7, Rule 5.2): at once, whenever the owned mode changes.
     #[default]
     Eager,
-    /// hilock's extension (issue 19, fifth round): an owned intention mode is kept while
+    /// hilock's extension (`spec/SPEC.md` 1.7): an owned intention mode is kept while
     /// idle and given back on a freeze, a request for another mode, a token or a new
     /// epoch. Off by default.
     KeepIntention,

@@ -10,7 +10,8 @@
 //! - [`site`]: a site with `L` locks and the single entry point [`Site::step`];
 //! - [`prio`]: priorities, frozen thresholds (Rule 6_PRIO) and inheritance (PCEP, PIP);
 //! - [`recovery`]: epochs, leases and the recovery transitions of the fault model
-//!   (`spec/FAULTS.md`): stale-epoch messages rejected, a lost token regenerated once;
+//!   (`docs/faults.md`, "The recovery mechanism"): stale-epoch messages rejected, a lost
+//!   token regenerated once;
 //! - [`naimi`]: the Naimi-Trehel baseline behind the same [`Protocol`] interface;
 //! - [`pnaimi`]: Mueller's prioritized Naimi protocol, the baseline of chapter 3;
 //! - [`tree`]: Preston & Prasad's multi-granular tree locking (colours, grey counts,

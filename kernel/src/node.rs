@@ -43,13 +43,14 @@ pub struct Peer {
     pub requests_window: u32,
 }
 
-/// Protocol variant: hilock's decisions (the default) or the literal thesis readings that
-/// protocol-notes.md points at, so that the model checker can show where the literal
-/// reading fails. Every flag is `true` in [`Variant::HILOCK`].
+/// Protocol variant: hilock's decisions (the default) or the literal thesis readings they
+/// replace (`spec/SPEC.md` 1.4, "Decisions where the thesis is silent"), so that the model
+/// checker can show where the literal reading fails. Every flag is `true` in
+/// [`Variant::HILOCK`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Variant {
-    /// When a non-token node releases its owned mode (issue 19, fifth round; default: the
+    /// When a non-token node releases its owned mode (`spec/SPEC.md` 1.7; default: the
     /// thesis's eager Rule 5.2; [`ReleaseRule::KeepIntention`] keeps an idle intention mode).
     #[cfg_attr(
         feature = "serde",
@@ -60,27 +61,28 @@ pub struct Variant {
     /// "ignoring freeze messages", to measure the FIFO bypass bound without it).
     pub freezing: bool,
     /// Attachment epochs on releases and the resynchronising release after a grant
-    /// (protocol-notes point 5). `false`: the literal `HandleRelease`, which sets the
-    /// child's record to the released mode whenever a release arrives.
+    /// (Decision 5 of `spec/SPEC.md` 1.4, releases racing grants). `false`: the literal
+    /// `HandleRelease`, which sets the child's record to the released mode whenever a
+    /// release arrives.
     pub release_epochs: bool,
     /// The token branch of `HandleRequest` as "tokenable ⇒ transfer the token"
-    /// (protocol-notes point 1). `false`: the literal indentation of Fig. 2.4, which
+    /// (Decision 1 of `spec/SPEC.md` 1.4). `false`: the literal indentation of Fig. 2.4, which
     /// transfers the token only to a requester that is already a child.
     pub tokenable_transfers: bool,
     /// A non-token node forwards queued requests that it can neither grant nor keep
-    /// behind its pending mode (protocol-notes point 4). `false`: the literal
+    /// behind its pending mode (Decision 4(c) of `spec/SPEC.md` 1.4). `false`: the literal
     /// `Check_requests_on_queue`, which only grants from the local queue.
     pub forward_stranded: bool,
     /// Priority inheritance across the site's locks (section 3.7).
     pub inheritance: Inheritance,
-    /// Where a non-token node sends the requests it forwards (issue 19; default:
+    /// Where a non-token node sends the requests it forwards (`spec/SPEC.md` 1.6; default:
     /// hilock's per-class routing pointers, [`Forwarding::ClassPointers`]; the thesis's
     /// parent pointer is [`Forwarding::Thesis`]).
     #[cfg_attr(feature = "serde", serde(default))]
     pub forwarding: Forwarding,
 }
 
-/// How a non-token node routes the requests it forwards (issue 19, SPEC.md section 9).
+/// How a non-token node routes the requests it forwards (`spec/SPEC.md` 1.6, "Forwarding").
 /// hilock's default is [`Forwarding::ClassPointers`]; [`Forwarding::Thesis`] is the
 /// thesis's rule, kept for comparison.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -88,7 +90,7 @@ pub struct Variant {
 #[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
 pub enum Forwarding {
     /// The thesis (Fig. 2.4): always along `Parent`, which changes only on a grant or a
-    /// token transfer. hilock's default until issue 19's fifth round; kept as the named
+    /// token transfer. hilock's default before the routing pointers; kept as the named
     /// variant the chapter-4 reproductions and the model checks compare against.
     Thesis,
     /// hilock's extension: an *idle relay* (not the token node, owns Φ, nothing pending,
@@ -104,7 +106,7 @@ pub enum Forwarding {
     /// relay and requester point at each other and a third request cycles between them);
     /// kept to show that property P9 (bounded forwarding) catches it.
     NaiveReversal,
-    /// hilock's extension, second form (issue 19, SPEC.md "Forwarding"): per-mode-class
+    /// hilock's extension, second form (`spec/SPEC.md` 1.6, "Forwarding"): per-mode-class
     /// routing pointers. An idle relay keeps, for each requestable mode M, the last request
     /// `{S, M, ξ_S}` of mode M that it forwarded straight from its requester S (a child),
     /// newest first; it sends a later request `{D, M_D, ξ_D}` of another node to the
@@ -116,7 +118,7 @@ pub enum Forwarding {
     /// `#[default]` and [`Variant::HILOCK`]'s).
     #[default]
     ClassPointers,
-    /// hilock's extension, third form (issue 19, experimental, SPEC.md "Forwarding"):
+    /// hilock's extension, third form (experimental, `spec/SPEC.md` 1.6, "Forwarding"):
     /// [`Forwarding::ClassPointers`] with Naimi-style pointers to *any* requester an idle
     /// relay forwarded (not only a child's), used only towards a requester with a smaller
     /// node id than the request's requester — the id order is meant to rule out two
@@ -158,7 +160,8 @@ pub enum Pending {
 }
 
 /// Counters of messages that arrived but no longer fitted the state and were dropped as
-/// harmless (they are not errors: the races of protocol-notes.md point 5 produce them).
+/// harmless (they are not errors: the races of Decision 5 of `spec/SPEC.md` 1.4, releases
+/// racing grants and token moves, produce them).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Stale {
@@ -774,7 +777,8 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         // Rule 6, invariant 2.3: a record raised by a release (the resync release of a child
         // that owns more than the grant recorded, e.g. IR granted to a node that still grants
         // R to a child of its own) lets the child grant modes it was never told are frozen
-        // here; send them now. (Found by the 10^6-case PIP run of seed 8091, SPEC.md 8.)
+        // here; send them now. (Found by the 10^6-case PIP run of seed 8091; `spec/SPEC.md`
+        // 1.5, "Decisions".)
         let newly = self
             .frozen
             .restrict(grantable_set(owned))
@@ -866,11 +870,12 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
     /// its pending request (Rule 4.1, (C)Q): not a request of its own, and not a request of
     /// its parent. A request of the parent reaches a child only when the child passed the
     /// token to that node for an older copy of one of its requests (a PIP reissue served
-    /// after the request itself, SPEC.md section 6): granting it would make the parent a
-    /// child of its own child — a cycle, after which a release is dropped as stale and a
-    /// record stays behind for ever (the robustness run of seed 8091). The request goes
-    /// back up to the parent, which answers it as the token node (it now holds or is about
-    /// to receive the token: FIFO puts the token ahead of the returned request).
+    /// after the request itself, `spec/SPEC.md` 1.5, "Decisions"): granting it would make
+    /// the parent a child of its own child — a cycle, after which a release is dropped as
+    /// stale and a record stays behind for ever (the robustness run of seed 8091). The
+    /// request goes back up to the parent, which answers it as the token node (it now holds
+    /// or is about to receive the token: FIFO puts the token ahead of the returned
+    /// request).
     fn may_serve<S>(&self, cx: &Ctx<'_, Q, S>, entry: QueueEntry) -> bool {
         entry.requester != cx.me && Some(entry.requester) != self.parent
     }
@@ -1120,7 +1125,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
                 // pointer, for Compress's reason: no request sent along it can be one of the
                 // requester's parent. With pointers from any sender the simulator
                 // deadlocked at 120 nodes: two pending requesters kept each other's
-                // requests (SPEC.md "Forwarding").
+                // requests (`spec/SPEC.md` 1.6, "Forwarding").
                 if cx.sender != Some(entry.requester) {
                     return Ok(to);
                 }
@@ -1133,13 +1138,13 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         }
     }
 
-    /// [`Forwarding::OrderedPointers`] at an idle relay (experimental, issue 19): send
-    /// `entry` {D, M_D, ξ_D} to the newest remembered requester S with S < D (node id) whose
-    /// remembered request keeps it by Table 3.2, else to `parent`; a pointer is used once
-    /// (it is dropped when taken, so a request that comes back to this relay goes on along
-    /// another pointer or the parent). Then D becomes the newest pointer, whoever sent the
-    /// request (Naimi's reversal, restricted to the classes D keeps), replacing the pointer
-    /// of its mode and any older pointer to D.
+    /// [`Forwarding::OrderedPointers`] at an idle relay (experimental, `spec/SPEC.md` 1.6):
+    /// send `entry` {D, M_D, ξ_D} to the newest remembered requester S with S < D (node id)
+    /// whose remembered request keeps it by Table 3.2, else to `parent`; a pointer is used
+    /// once (it is dropped when taken, so a request that comes back to this relay goes on
+    /// along another pointer or the parent). Then D becomes the newest pointer, whoever
+    /// sent the request (Naimi's reversal, restricted to the classes D keeps), replacing
+    /// the pointer of its mode and any older pointer to D.
     fn route_ordered<S: Sink<Output<Msg<Q>>>>(
         &mut self,
         cx: &mut Ctx<'_, Q, S>,
@@ -1165,10 +1170,10 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         to
     }
 
-    /// hilock (SPEC.md 4, "leave old parent"): a grant or the token from `from` makes it
-    /// this site's parent; a site that owned `before` ≠ Φ under another parent tells that
-    /// parent its record of this site drops to Φ. The routes learnt under the old parent
-    /// are dropped.
+    /// hilock (`spec/SPEC.md` 1.4, Decision 8, "leave the old parent"): a grant or the
+    /// token from `from` makes it this site's parent; a site that owned `before` ≠ Φ under
+    /// another parent tells that parent its record of this site drops to Φ. The routes
+    /// learnt under the old parent are dropped.
     fn leave_old_parent<S: Sink<Output<Msg<Q>>>>(
         &mut self,
         cx: &mut Ctx<'_, Q, S>,

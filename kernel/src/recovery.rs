@@ -1,5 +1,6 @@
 //! Fault tolerance of the token protocol: epochs, leases and the recovery transitions
-//! (`spec/FAULTS.md` is the design; this module is its kernel part).
+//! (`docs/faults.md`, "The recovery mechanism (kernel and model)", is the design; this
+//! module is its kernel part).
 //!
 //! The base protocol (thesis chapter 2) assumes that no node fails: the token of a lock
 //! lives at one node, and a node on a request path forwards for everybody behind it. Here a
@@ -678,7 +679,8 @@ impl<const N: usize, const L: usize, const Q: usize> FaultSite<N, L, Q> {
             if p.regenerated {
                 // The dead token node may have issued fences no survivor saw: the new
                 // token's fences start above every fence of earlier epochs (the epoch in
-                // the high 32 bits, `spec/FAULTS.md` 3.6).
+                // the high 32 bits; `docs/faults.md`, "The recovery mechanism", "Installing
+                // an epoch").
                 n.fence = n.fence.max(u64::from(epoch) << 32);
             }
             for &(c, m) in &p.holds {

@@ -1,9 +1,9 @@
 //! What a step did: the rules that fired, named as in the thesis.
 //!
 //! Every [`crate::Site::step`] returns a [`Report`] whose [`RuleSet`] says which rules of
-//! chapters 2 and 3 (and which of hilock's decisions of `SPEC.md` section 4) the step
-//! applied. Traces, the Explorer and the rule-coverage counts read it; nothing in the kernel
-//! depends on it.
+//! chapters 2 and 3 (and which of hilock's decisions of `spec/SPEC.md` 1.4 and 1.5) the
+//! step applied. Traces, the Explorer and the rule-coverage counts read it; nothing in
+//! the kernel depends on it.
 
 use core::fmt;
 use core::marker::PhantomData;
@@ -98,9 +98,11 @@ named_rules! {
     GrantReceived = "ReceiveGrant",
     /// `ReceiveToken` (Fig. 2.5): the token arrived for the pending request.
     TokenReceived = "ReceiveToken",
-    /// hilock (SPEC.md 4): leaving the old parent, its record of this site drops to Φ.
+    /// hilock (`spec/SPEC.md` 1.4, Decision 8): leaving the old parent, its record of this
+    /// site drops to Φ.
     LeaveOldParent = "leave old parent",
-    /// hilock (protocol-notes point 5): a resynchronising release after a grant.
+    /// hilock (`spec/SPEC.md` 1.4, Decision 5): a resynchronising release after a grant
+    /// whose record differs from the owned mode.
     ResyncRelease = "resync release",
     /// Chapter 3: the base priority β changed.
     SetPriority = "set priority",
@@ -112,11 +114,12 @@ named_rules! {
     PipRequeue = "PIP requeue",
     /// PCEP (Fig. 3.7): the effective priority raised to the lock's ceiling.
     PcepCeiling = "PCEP ceiling",
-    /// hilock (issue 13): a stale token made this site the token node; its current pending
-    /// request was queued here.
+    /// hilock (`spec/SPEC.md` 1.5, "Decisions"): a stale token made this site the token
+    /// node; its current pending request was queued here.
     OwnRequestRequeued = "own request requeued",
-    /// hilock (issue 19, [`crate::Forwarding::Compress`]): an idle relay sent a request
-    /// to the requester it forwarded last, which keeps it behind its own (Table 3.2 Q).
+    /// hilock ([`crate::Forwarding::Compress`], `spec/SPEC.md` 1.6): an idle relay sent a
+    /// request to the requester it forwarded last, which keeps it behind its own (Table
+    /// 3.2 Q).
     CompressShortcut = "compress shortcut",
     /// A stale request copy was dropped.
     StaleRequest = "stale request",

@@ -1,8 +1,8 @@
 //! The kernel's observable API beyond the protocol rules: mode parsing, the mode-set algebra
 //! the frozen sets and Table 2.2–2.4 lookups use, the text of modes, ids and errors as traces
 //! and error messages show it, and the token generation. (These were cargo-mutants misses of
-//! the kernel's own tests; spec/MUTANTS.md. The checks used to live in verify/tests/mutants.rs,
-//! outside the fast pass that cargo mutants runs.)
+//! the kernel's own tests: `docs/verification.md`, "Mutation testing". The checks used to
+//! live in verify/tests/mutants.rs, outside the fast pass that cargo mutants runs.)
 
 use hilock_kernel::mode::{strongest, Incompatible};
 use hilock_kernel::{

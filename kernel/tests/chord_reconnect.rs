@@ -1,4 +1,4 @@
-//! `RingServer::reconnected` (seed 003, hilock's replicated ring; `spec/FAULTS.md` §2.6): a
+//! `RingServer::reconnected` (hilock's replicated ring; `docs/faults.md`, "Ring engine"): a
 //! write whose replica messages died with a broken connection is sent again when the link
 //! comes back, a replica acknowledges a copy it already applied without applying it twice,
 //! and a bad peer is a typed error that changes and sends nothing.

@@ -1,11 +1,11 @@
-//! The retry fence of hilock's ring server (seed 003; `spec/SPEC.md`, seed 003, "not served
-//! twice"): an entry remembers the newest request of the client that set its holder
-//! (`Slot::writer`, `RetryFence::Latest`), and a
-//! request of the same client older than that one — a stale retry, overtaken on the
-//! network by the client's own later request — is answered from the entry and not applied
+//! The retry fence of hilock's ring server (`spec/SPEC.md` 4.1, rows "hilock: not served
+//! twice" and "hilock: a stale retry is not applied"): an entry remembers the newest
+//! request of the client that set its holder (`Slot::writer`, `RetryFence::Latest`), and a
+//! request of the same client older than that one — a stale retry, overtaken on the network
+//! by the client's own later request — is answered from the entry and not applied
 //! (`Rule::Superseded`). Without it (`RingServer::without_retry_fence`, the model's
-//! `Sabotage::NoRetryFence`) the released lock is written again for a client that no
-//! longer holds it (`spec/counterexamples/ring/ring-short-cut-join-stale-retry.json`).
+//! `Sabotage::NoRetryFence`) the released lock is written again for a client that no longer
+//! holds it (`spec/counterexamples/ring/ring-short-cut-join-stale-retry.json`).
 
 use hilock_kernel::chord::{
     Addr, Answer, ChordMsg, ClientId, Key, NodeId, Op, Out, RetryFence, Ring, RingServer, Rule,

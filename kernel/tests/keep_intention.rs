@@ -1,5 +1,5 @@
-//! hilock's kept intention modes ([`ReleaseRule::KeepIntention`], issue 19 fifth round,
-//! SPEC.md "Keeping intention modes"): an idle node keeps IR/IW without a `Release`,
+//! hilock's kept intention modes ([`ReleaseRule::KeepIntention`], `spec/SPEC.md` 1.7,
+//! "Keeping intention modes"): an idle node keeps IR/IW without a `Release`,
 //! re-enters by Rule 2 without a message, and gives the mode back on a freeze, on a
 //! request for a mode it does not cover, and on recovery. Every step runs in the one
 //! harness (`hilock_spec::Cluster`), which checks P1–P3b after each.

@@ -1,6 +1,7 @@
-//! Checks of the kernel paths that cargo-mutants' first pass showed no test looked at
-//! (spec/MUTANTS.md): the re-delivery window of requests, the copyset's order, the token's
-//! generation, and the counters of stale messages.
+//! Checks of the token engine's paths that no scenario or rule test looked at (mutation
+//! testing showed them: `docs/verification.md`, "Mutation testing"): the re-delivery window
+//! of requests (`spec/SPEC.md` 1.4, "Exactly-once requests"), the copyset's order, the
+//! token's generation, and the counters of stale messages.
 
 use hilock_kernel::{
     Frozen, Inheritance, Input, KernelError, LockId, Mode, ModeSet, Msg, NodeId, Output, Outputs,

@@ -18,9 +18,9 @@ struct Net {
 
 impl Net {
     fn star(inheritance: Inheritance) -> Self {
-        // hilock's default forwarding (class pointers since issue 19's fifth round);
+        // hilock's default forwarding (class pointers, `spec/SPEC.md` 1.6 "Forwarding");
         // `HILOCK_FORWARDING=thesis` / `=compress` runs these tests under the thesis's rule /
-        // the compressed forwarding (SPEC.md "Forwarding" lists the runs).
+        // the compressed forwarding.
         let forwarding = match std::env::var("HILOCK_FORWARDING").as_deref() {
             Ok("thesis") => Forwarding::Thesis,
             Ok("compress") => Forwarding::Compress,

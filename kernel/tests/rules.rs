@@ -342,10 +342,11 @@ fn typed_errors_for_inputs_that_do_not_fit() {
     assert_eq!(out.len(), n);
 }
 
-/// protocol-notes.md point 5: a release that crosses a grant to the same child. Chain
-/// 0 (token) ← 1 ← 2: node 1 owns IR through its child 2 and asks for R; then 2 releases,
-/// so 1 sends Release(Φ) to 0 *after* its request. Node 0 receives the request first and
-/// grants R, then the release. Returns the sites after the grant has been delivered.
+/// Decision 5 of `spec/SPEC.md` 1.4 (releases racing grants): a release that crosses a
+/// grant to the same child. Chain 0 (token) ← 1 ← 2: node 1 owns IR through its child 2 and
+/// asks for R; then 2 releases, so 1 sends Release(Φ) to 0 *after* its request. Node 0
+/// receives the request first and grants R, then the release. Returns the sites after the
+/// grant has been delivered.
 fn release_race(variant: Variant) -> Net {
     let mut s = of((0..4).map(|i| {
         let parent = match i {
@@ -434,7 +435,7 @@ fn literal_release_handling_violates_mutual_exclusion() {
     assert_eq!(e.property, hilock_spec::cluster::property::P1, "{e}");
 }
 
-/// Exactly-once requests (SPEC.md section 4, hop numbers): a request delivered a second time
+/// Exactly-once requests (`spec/SPEC.md` 1.4, hop numbers): a request delivered a second time
 /// on the same link — a duplicate, as a reconnecting transport may produce — is rejected
 /// with `KernelError::Duplicate` and leaves the site as it was; served twice, it could let a
 /// node grant its own ancestor and close a cycle in the tree.

@@ -754,8 +754,8 @@ fn leaf(t: &T, i: usize) -> TreeNodeId {
     leaves[i % leaves.len()]
 }
 
-/// 10,000 cases by default; `HILOCK_CASES=N` sets another count (the cargo-mutants pass in
-/// spec/MUTANTS.md runs fewer, a deep run more).
+/// 10,000 cases by default; `HILOCK_CASES=N` sets another count (the mutation testing of
+/// `docs/verification.md` runs fewer, a deep run more).
 fn cases() -> u32 {
     std::env::var("HILOCK_CASES")
         .ok()

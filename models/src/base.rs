@@ -17,7 +17,7 @@
 //! overtake the token it chases and be forwarded between two nodes for ever, so unordered
 //! configurations set [`ModelConfig::max_messages`] (a boundary) and are checked up to it.
 //!
-//! # Properties (names as in `architecture.md` / `spec/SPEC.md`)
+//! # Properties (names as in `docs/engines/token.md`, "Properties")
 //! - `P1 mutual exclusion`: no two sites hold modes of a lock that conflict by the literal
 //!   Table 2.1 ([`hilock_kernel::tables::TABLE_2_1`], not the kernel's `conflicts`).
 //! - `P2 single token`: per lock, tokens at sites + `Token` messages in flight = 1.
@@ -59,21 +59,21 @@
 //!   *bypassed* by a grant to another node in a mode that conflicts with `r`'s mode for a
 //!   request that arrived after `r`. The bound holds if no request is bypassed more than k
 //!   times; [`crate::check::CheckReport::fifo_bound`] is the least k that holds.
-//! - `P9 bounded forwarding` (issue 19): a request's *journey* starts when its requester
-//!   sends it (Rule 2, or a PIP reissue) or when a node that had queued it sends it on
-//!   (protocol-notes point 4), and ends where it is queued, served (granted, copy-granted,
-//!   token) or dropped as stale. P9 holds if every journey has at most
-//!   [`forward_bound`]`(n) = n − 1` `Request` messages (the requester's send plus at most
-//!   n − 2 forwards) *plus one per token transfer of the lock during the journey* (a token
-//!   in flight when it starts counts): between token moves the parent pointers form a tree
-//!   rooted at the token node, and each move can put the root one step further away (a
-//!   request chasing the token: `n2 → n0 → n1 → n0` in a star of 3, where n − 1 = 2 alone
-//!   fails). The ghost counter [`State::excess`] keeps, per outstanding request, messages
-//!   minus token moves of its current journey; the check is `excess ≤ n − 1`. Stated for
-//!   FIFO channels: on the unordered network a request can overtake the token it chases
-//!   and be forwarded between two nodes for ever (section "Dependency on FIFO channels" of
-//!   SPEC.md). A journey is that of the newest copy of a request: the copy a PIP reissue
-//!   leaves behind (lower priority) is not counted.
+//! - `P9 bounded forwarding` (`spec/SPEC.md` 1.6): a request's *journey* starts when its
+//!   requester sends it (Rule 2, or a PIP reissue) or when a node that had queued it sends
+//!   it on (a stranded request, Decision 4(c) of `spec/SPEC.md` 1.4), and ends where it is
+//!   queued, served (granted, copy-granted, token) or dropped as stale. P9 holds if every
+//!   journey has at most [`forward_bound`]`(n) = n − 1` `Request` messages (the requester's
+//!   send plus at most n − 2 forwards) *plus one per token transfer of the lock during the
+//!   journey* (a token in flight when it starts counts): between token moves the parent
+//!   pointers form a tree rooted at the token node, and each move can put the root one step
+//!   further away (a request chasing the token: `n2 → n0 → n1 → n0` in a star of 3, where
+//!   n − 1 = 2 alone fails). The ghost counter [`State::excess`] keeps, per outstanding
+//!   request, messages minus token moves of its current journey; the check is
+//!   `excess ≤ n − 1`. Stated for FIFO channels: on the unordered network a request can
+//!   overtake the token it chases and be forwarded between two nodes for ever
+//!   (`spec/SPEC.md` 1.6). A journey is that of the newest copy of a request: the copy a
+//!   PIP reissue leaves behind (lower priority) is not counted.
 //! - `sometimes` properties, so a pass cannot be vacuous: a copy grant by a non-token node,
 //!   a token transfer, local queueing (Table 2.3 Q at a non-token node), a freeze delivered
 //!   (and applied), an upgrade completed, an idle relay's shortcut taken (only under
@@ -1030,7 +1030,7 @@ fn p3<const L: usize>(_: &BaseModel<L>, st: &State<L>) -> bool {
     st.cluster.check_owned_records().is_ok() && kept_modes_idle(&st.cluster)
 }
 
-/// P3 restated for `ReleaseRule::KeepIntention` (issue 19, fifth round): the owned mode
+/// P3 restated for `ReleaseRule::KeepIntention` (`spec/SPEC.md` 1.7): the owned mode
 /// may exceed max(held, children) only by an intention mode kept by a non-token node with
 /// nothing pending and nothing frozen (`LockNode::kept_invariant`; always true under the
 /// thesis's eager release, where nothing is kept).

@@ -1,5 +1,6 @@
 //! The base protocol with crashes, restarts, partitions/pauses, lease expiry and epoch
-//! installation (issue 15, `spec/FAULTS.md`), driving `hilock_kernel::recovery`.
+//! installation (`docs/faults.md`, "The recovery mechanism (kernel and model)"), driving
+//! `hilock_kernel::recovery`.
 //!
 //! The sites are [`FaultSite`]s in the one harness ([`Cluster`]); the model re-implements no
 //! rule. It runs each node's script, delivers messages (FIFO), and plays the membership
@@ -105,11 +106,11 @@ pub struct FaultConfig {
     pub reinstalls: u8,
     /// The recovery safeguards.
     pub variant: RecoveryVariant,
-    /// The forwarding rule of the sites of the initial membership (issue 19; default:
-    /// the kernel's default). A restarted node's new incarnation
+    /// The forwarding rule of the sites of the initial membership (`spec/SPEC.md` 1.6;
+    /// default: the kernel's default). A restarted node's new incarnation
     /// (`FaultSite::joining`) always runs the kernel's default.
     pub forwarding: Forwarding,
-    /// The release rule of the sites of the initial membership (issue 19, fifth round;
+    /// The release rule of the sites of the initial membership (`spec/SPEC.md` 1.7;
     /// default: the thesis's eager Rule 5.2). Not serialized while it is the default.
     #[serde(skip_serializing_if = "ReleaseRule::is_eager")]
     pub release: ReleaseRule,
@@ -146,12 +147,12 @@ impl FaultConfig {
             release: ReleaseRule::Eager,
         }
     }
-    /// With release rule `r` at the sites of the initial membership (issue 19, fifth round).
+    /// With release rule `r` at the sites of the initial membership (`spec/SPEC.md` 1.7).
     pub fn with_release(mut self, r: ReleaseRule) -> Self {
         self.release = r;
         self
     }
-    /// With forwarding rule `f` at the sites of the initial membership (issue 19).
+    /// With forwarding rule `f` at the sites of the initial membership (`spec/SPEC.md` 1.6).
     pub fn with_forwarding(mut self, f: Forwarding) -> Self {
         self.forwarding = f;
         self

@@ -4,7 +4,7 @@
 //! - [`base`]: the chapter-2 protocol (properties P1–P6), configurations as values;
 //! - [`check`]: `check` / `explore`, the API of `hilock check` and `hilock explore`;
 //! - [`faults`]: the base protocol with crashes, restarts, partitions, lease expiry and
-//!   epoch installation, driving `hilock_kernel::recovery` (`spec/FAULTS.md`);
+//!   epoch installation, driving `hilock_kernel::recovery` (`docs/faults.md`);
 //! - [`inversion`]: the priority-inversion model of thesis section 3.6 (property P7);
 //! - [`open`]: a saved trace replayed to its Explorer path and URL, and its sequence
 //!   diagram (`hilock explore --trace`, `hilock replay --svg/--html`);

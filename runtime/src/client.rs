@@ -14,9 +14,9 @@
 //!   ([`crate::proc::group_alive`]). `hilock lock` registers its command this way.
 //! - When the node stops while a client holds a lock, it sends
 //!   `{"ok":false,"lost":true,"error":"…"}` and closes the connection.
-//! - Membership through etcd (`spec/FAULTS.md` 3.1): the grant carries the end of the
-//!   node's lease, `"lease_until_ms":T,"lease_grace_ms":G` (T on the machine's
-//!   `CLOCK_MONOTONIC`, [`crate::proc::monotonic`]), and the node sends
+//! - Membership through etcd (`docs/faults.md`, "With etcd membership"): the grant carries
+//!   the end of the node's lease, `"lease_until_ms":T,"lease_grace_ms":G` (T on the
+//!   machine's `CLOCK_MONOTONIC`, [`crate::proc::monotonic`]), and the node sends
 //!   `{"ok":true,"lease_until_ms":T',…}` after every renewal of its lease. A holder must
 //!   stop what it does under the lock by T + G if no renewal moved T — even when the node
 //!   itself is paused and cannot say so (`hilock lock` kills its command's group at T:

@@ -40,10 +40,10 @@
 //! With `membership = "etcd"` (below) the ring has no service: the `[ring]` table holds only
 //! `members` (the first view, installed in etcd by the first node to start), the lease is
 //! `etcd_lease_ttl_s`, and `membership`/`lease_ms` in `[ring]` are refused
-//! ([`crate::ring`]'s etcd mode, `spec/FAULTS.md` §2.6).
+//! ([`crate::ring`]'s etcd mode, `docs/faults.md`, "Ring engine").
 //!
 //! # Membership
-//! Membership (issue 15; `spec/FAULTS.md` 2.3 and 4). By default the cluster is
+//! Membership (`docs/faults.md`, "With etcd membership"). By default the cluster is
 //! static: the nodes above, and a dead node's paths fail only at the request timeout. With
 //! etcd (a `hilock` built with `--features etcd`):
 //!
@@ -56,11 +56,12 @@
 //! etcd_held_back_max = 4096            # recovery: protocol messages a node keeps unread (default 4096)
 //! ```
 //!
-//! the node holds an etcd lease while it runs; when the lease is lost it stops granting
-//! and its holders' commands are killed, and a peer whose lease ends fails the requests
-//! that wait on it ([`crate::node`], `spec/FAULTS.md` 3.1) — or, with `etcd_recovery =
-//! true`, the survivors install a new epoch with the dead node's locks rebuilt (its tokens
-//! regenerated) and the waiting requests are granted (`spec/FAULTS.md` 2.2.2).
+//! the node holds an etcd lease while it runs; when the lease is lost it stops granting and
+//! its holders' commands are killed, and a peer whose lease ends fails the requests that
+//! wait on it ([`crate::node`], `docs/faults.md`, "With etcd membership") — or, with
+//! `etcd_recovery = true`, the survivors install a new epoch with the dead node's locks
+//! rebuilt (its tokens regenerated) and the waiting requests are granted (`docs/faults.md`,
+//! "With etcd recovery").
 
 use serde::Deserialize;
 use std::net::SocketAddr;
@@ -98,7 +99,7 @@ struct File {
     client: Option<PathBuf>,
     max_clients: Option<usize>,
     request_timeout_ms: Option<u64>,
-    // Membership (issue 15): see the module documentation.
+    // Membership: see the module documentation.
     membership: Option<String>,
     etcd_endpoints: Option<Vec<String>>,
     etcd_lease_ttl_s: Option<u32>,
@@ -272,15 +273,15 @@ pub struct Config {
     pub ring: Option<RingConfig>,
     /// Static, or etcd leases and member list.
     pub membership: Membership,
-    /// With etcd membership: when a member's lease ends, install a new epoch with its
-    /// locks rebuilt (`spec/FAULTS.md` 2.2.2) instead of failing the requests that wait on
-    /// it. Off by default.
+    /// With etcd membership: when a member's lease ends, install a new epoch with its locks
+    /// rebuilt (`docs/faults.md`, "With etcd recovery") instead of failing the requests
+    /// that wait on it. Off by default.
     pub etcd_recovery: bool,
     /// With `etcd_recovery`: the most protocol messages from peers the node keeps that it
-    /// has not given to the kernel yet — queued, or held back while it is frozen or until it
-    /// has installed a later epoch (`spec/FAULTS.md` 2.2.2). At the cap a peer's connection
-    /// is closed before the next message is acknowledged, and the peer resends it after
-    /// reconnecting. Default [`HELD_BACK_MAX`].
+    /// has not given to the kernel yet — queued, or held back while it is frozen or until
+    /// it has installed a later epoch (`docs/faults.md`, "With etcd recovery"). At the cap
+    /// a peer's connection is closed before the next message is acknowledged, and the peer
+    /// resends it after reconnecting. Default [`HELD_BACK_MAX`].
     pub etcd_held_back_max: usize,
 }
 

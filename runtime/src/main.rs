@@ -738,8 +738,8 @@ fn lock(
             w,
             line: Vec::new(),
             // Membership through etcd: the hold ends with the node's lease unless the node
-            // renews it (spec/FAULTS.md 3.1) — checked here, where a paused node cannot
-            // keep the command running past it.
+            // renews it (`docs/faults.md`, "With etcd membership") — checked here, where a
+            // paused node cannot keep the command running past it.
             lease: lease_deadline(&reply),
             path: path.clone(),
         };

@@ -36,11 +36,11 @@
 //! peer to show only peers that answer *now* as connected.
 //!
 //! **Epochs** (version 5). Every kernel message is [`Stamped`] with its sender's epoch
-//! (`spec/FAULTS.md` 3.2; on the wire [`Payload::Stamped`], or [`Payload::Token`] for
-//! epoch 0): the receiving site takes it only in the same epoch
+//! (`docs/faults.md`, "The recovery mechanism", "Stamps"; on the wire [`Payload::Stamped`],
+//! or [`Payload::Token`] for epoch 0): the receiving site takes it only in the same epoch
 //! ([`FaultSite::accepts`](hilock_kernel::recovery::FaultSite::accepts)); a message of an
-//! earlier epoch is dropped and counted, one of a later epoch waits until the receiver
-//! has installed that epoch. Without recovery every node stays in epoch 0.
+//! earlier epoch is dropped and counted, one of a later epoch waits until the receiver has
+//! installed that epoch. Without recovery every node stays in epoch 0.
 //!
 //! **Compatibility.** The handshake's first field is [`PROTOCOL_VERSION`]; an acceptor
 //! refuses any other version, so nodes of different versions never exchange frames.
@@ -67,7 +67,8 @@ pub const MAX_PATH: usize = 1024;
 
 /// The kernel site the runtime runs per lock: up to [`MAX_NODES`] nodes, one lock per
 /// site (locks are created on demand, by path), a queue that can hold every node; with
-/// an epoch and the recovery transitions ([`FaultSite`], `spec/FAULTS.md` 3).
+/// an epoch and the recovery transitions ([`FaultSite`], `docs/faults.md`, "The recovery
+/// mechanism").
 pub type LockSite = FaultSite<MAX_NODES, 1, MAX_NODES>;
 
 /// The kernel message type of the base protocol.

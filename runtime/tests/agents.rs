@@ -702,11 +702,11 @@ async fn five_nodes_200_random_transactions_no_exclusion_violation_all_end() {
     assert!(o.committed > 0, "{o:?}");
 }
 
-/// The acceptance test of issue 16 proper: the same run with 260 transactions, but a
-/// transaction may only commit or abort on deadlock (no timeouts, 20 s wait), within 60 s.
-/// It was red before the kernel's fix of the surrender livelock (two agents that both
-/// waited in a third agent's cycle surrendered one lock to each other back and forth; now a
-/// deadlock is a cycle of *waits for a holder*, `kernel/src/agent/graph.rs`).
+/// The strict run: the same run with 260 transactions, but a transaction may only commit or
+/// abort on deadlock (no timeouts, 20 s wait), within 60 s. It was red before the kernel's
+/// fix of the surrender livelock (two agents that both waited in a third agent's cycle
+/// surrendered one lock to each other back and forth; now a deadlock is a cycle of *waits
+/// for a holder*, `kernel/src/agent/graph.rs`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn five_nodes_260_random_transactions_all_commit_or_abort_on_deadlock() {
     random_run(

@@ -747,11 +747,12 @@ fn the_command_names_the_missing_replicas_and_exits_2() {
     assert!(dead.iter().all(|a| err.contains(a.as_str())), "{err}");
 }
 
-/// Item 5 of issue 18: round trips (quorum operations) and latency per acquire as clients
-/// grow, over 3 fresh local replicas, R = W = 2, hold 1 ms, no pause between rounds.
+/// The bakery's cost as clients grow (`docs/benchmarks.md`, "Over 3 local `redis-server`
+/// replicas"): round trips (quorum operations) and latency per acquire as clients grow,
+/// over 3 fresh local replicas, R = W = 2, hold 1 ms, no pause between rounds.
 /// `cargo test -p hilock --test bakery_redis bakery_scaling -- --ignored --nocapture`
 #[test]
-#[ignore = "measurement: prints a table for BENCHMARKS.md"]
+#[ignore = "measurement: prints a table for docs/benchmarks.md"]
 fn bakery_scaling() {
     if !have_redis() {
         return;
@@ -1358,7 +1359,7 @@ fn queue_commands_refuse_bad_input_with_one_line() {
     }
 }
 
-// ----- item 5 of issue 18: the bakery against the token engine and etcd -----------------
+// ----- the bakery against the token engine and etcd (docs/benchmarks.md) ----------------
 
 /// A minimal HTTP/1.1 client of etcd's JSON gateway (`/v3/...`) on one kept-alive
 /// connection (no etcd client crate in this package: it needs protoc and tonic).
@@ -1526,13 +1527,14 @@ fn cmp_summary(all: &[Samples], wall: Duration) -> (f64, f64, f64, f64) {
     (p(0.5), p(0.99), rt, n as f64 / wall.as_secs_f64())
 }
 
-/// Item 5 of issue 18 in one run: the bakery (3 redis-server replicas, R = W = 2), the
-/// token engine (3 hilock nodes on loopback, clients spread over them) and etcd's lock
+/// The bakery against the token engine and etcd in one run (`docs/benchmarks.md`, "Against
+/// the token engine and etcd, one run"): the bakery (3 redis-server replicas, R = W = 2),
+/// the token engine (3 hilock nodes on loopback, clients spread over them) and etcd's lock
 /// (one member, through its JSON gateway) on the same workload: C clients × 25 rounds of
 /// acquire, hold 1 ms, release of one lock, after one warm-up round each.
 /// `cargo test -p hilock --test bakery_redis bakery_vs_token_engine_vs_etcd -- --ignored --nocapture`
 #[test]
-#[ignore = "measurement: prints a table for BENCHMARKS.md"]
+#[ignore = "measurement: prints a table for docs/benchmarks.md"]
 fn bakery_vs_token_engine_vs_etcd() {
     if !have_redis() {
         return;

@@ -996,8 +996,9 @@ async fn many_local_holders_and_nested_guards_satisfy_table_2_1() {
     assert_all_idle(&nodes, Duration::from_secs(10)).await;
 }
 
-/// A storage service that checks fencing tokens the way the README says to: it keeps the
-/// largest fence it has accepted and refuses a write with a lower one.
+/// A storage service that checks fencing tokens the way `docs/engines/token.md` ("Fencing
+/// tokens") says to: it keeps the largest fence it has accepted and refuses a write with a
+/// lower one.
 #[derive(Default)]
 struct FencedStore {
     highest: u64,

@@ -1,26 +1,27 @@
-//! Fault tests of issue 15 (item 5): a 5-node `hilock node` cluster with `membership =
-//! "etcd"` (feature `etcd`) against a real etcd each test starts itself (`support/etcd.rs`;
-//! skipped with one printed line where etcd cannot be had), under the airline workload
-//! (`support/etcd_cluster.rs`: two clients per node over the client socket, IR/R/U/IW/W on
-//! `/airline` and its entries, every grant and release in the demo's history checker), and
-//! one fault per test: kill -9 of a busy path's token holder, of the middle node of a long
-//! request path, of two nodes at once, a SIGSTOP of a holder past its lease and SIGCONT,
-//! and a partition of one node (its peer links and its etcd link) that heals.
+//! Fault tests (`docs/faults.md`, "Fault tests on a 5-node cluster"): a 5-node
+//! `hilock node` cluster with `membership = "etcd"` (feature `etcd`) against a real etcd each test
+//! starts itself (`support/etcd.rs`; skipped with one printed line where etcd cannot be
+//! had), under the airline workload (`support/etcd_cluster.rs`: two clients per node over
+//! the client socket, IR/R/U/IW/W on `/airline` and its entries, every grant and release in
+//! the demo's history checker), and one fault per test: kill -9 of a busy path's token
+//! holder, of the middle node of a long request path, of two nodes at once, a SIGSTOP of a
+//! holder past its lease and SIGCONT, and a partition of one node (its peer links and its
+//! etcd link) that heals.
 //!
 //! Each test asserts 0 violations and that every request of a node the test did not kill
-//! was answered — granted, or failed with an error of a kind the test names
-//! ([`Kind`]) — within its timeout plus `etcd_cluster::ANSWER_SLACK` (no hang), and prints the time from
-//! the fault to (1) the first answer to a probe of the affected lock (a W request asked from
-//! each live node behind the fault, again 100 ms after each answer) and (2) service
+//! was answered — granted, or failed with an error of a kind the test names ([`Kind`]) —
+//! within its timeout plus `etcd_cluster::ANSWER_SLACK` (no hang), and prints the time from
+//! the fault to (1) the first answer to a probe of the affected lock (a W request asked
+//! from each live node behind the fault, again 100 ms after each answer) and (2) service
 //! restored: a probe granted. Where (2) holds today it is asserted to be within the lease
 //! TTL + 1 s ([`Restore::Assert`]). Every test runs twice: without recovery (the default
-//! mode) a dead node's token is not regenerated (spec/FAULTS.md 2.2.1), so a killed node's
-//! lock's (2) is printed, "not restored within 4 s" if so ([`Restore::Report`]); with
-//! `etcd_recovery = true` (`…_with_recovery`, spec/FAULTS.md 2.2.2) the survivors install a
-//! new epoch, the token is regenerated, and (2) is asserted for the dead (or paused, or cut
-//! off) node's lock too, with no `PeerGone` accepted. With recovery the paused or cut-off
-//! node, once resumed or healed, still grants nothing; it is then restarted (same id, a new
-//! run) and shown to rejoin.
+//! mode) a dead node's token is not regenerated (`docs/faults.md`, "With etcd membership"),
+//! so a killed node's lock's (2) is printed, "not restored within 4 s" if so
+//! ([`Restore::Report`]); with `etcd_recovery = true` (`…_with_recovery`, `docs/faults.md`,
+//! "With etcd recovery") the survivors install a new epoch, the token is regenerated, and
+//! (2) is asserted for the dead (or paused, or cut off) node's lock too, with no `PeerGone`
+//! accepted. With recovery the paused or cut-off node, once resumed or healed, still grants
+//! nothing; it is then restarted (same id, a new run) and shown to rejoin.
 //!
 //! The tests run one at a time (each starts etcd and five nodes; a loaded 2-core machine
 //! would otherwise starve the nodes' 0.5 s lease renewals).
@@ -55,7 +56,7 @@ const N: usize = 5;
 /// Airline clients per node.
 const CLIENTS: usize = 2;
 
-/// Issue 15's goal: service restored within the lease TTL + 1 s of the fault.
+/// The goal with recovery: service restored within the lease TTL + 1 s of the fault.
 const RESTORE_GOAL: Duration = Duration::from_secs(TTL_S as u64 + 1);
 
 /// How long the probes wait for service to be restored (past the goal, so that a miss is
@@ -91,9 +92,10 @@ struct Cluster {
 }
 
 impl Cluster {
-    /// `None` (after one printed line) where etcd cannot be had. With `cut = Some(p)`,
-    /// node p's etcd link and every peer link to and from it go through [`CutProxy`]s.
-    /// With `recovery`, the nodes run with `etcd_recovery = true` (spec/FAULTS.md 2.2.2).
+    /// `None` (after one printed line) where etcd cannot be had. With `cut = Some(p)`, node
+    /// p's etcd link and every peer link to and from it go through [`CutProxy`]s. With
+    /// `recovery`, the nodes run with `etcd_recovery = true` (`docs/faults.md`, "With etcd
+    /// recovery").
     async fn start(
         test: &str,
         cluster: &str,
@@ -279,14 +281,15 @@ fn restore(what: &str, p: &Probed, since: &str, offset: Duration, r: Restore) {
 /// Accepted from a node that stays up, connected and a member: granted, or the clear
 /// errors of a request that waited on a dead node — `PeerGone` (its parent for the lock
 /// is the dead node) or `Timeout` (the dead node is further along its path, which this
-/// node cannot see: spec/FAULTS.md 2.2.1).
+/// node cannot see: `docs/faults.md`, "With etcd membership").
 fn survivor(o: &Outcome) -> bool {
     matches!(o.kind, Kind::Granted | Kind::PeerGone | Kind::Timeout)
 }
 
-/// With recovery (spec/FAULTS.md 2.2.2) nothing fails with `PeerGone`: a request that
-/// waited on the dead node is carried into the new epoch and granted there; a request
-/// may still time out while the epoch is installed (the workload waits 3 s at most).
+/// With recovery (`docs/faults.md`, "With etcd recovery") nothing fails with `PeerGone`: a
+/// request that waited on the dead node is carried into the new epoch and granted there; a
+/// request may still time out while the epoch is installed (the workload waits 3 s at
+/// most).
 fn survivor_with_recovery(o: &Outcome) -> bool {
     matches!(o.kind, Kind::Granted | Kind::Timeout)
 }
@@ -783,9 +786,9 @@ impl Rejoined {
 }
 
 /// With recovery, after node `p`'s old run lost its lease: kills that run and starts node
-/// `p` again with the same configuration (a new run, spec/FAULTS.md 2.2.2); waits for an
-/// epoch that names it; then it is asked for `held` and a lock rooted at it (asserted
-/// granted), and two clients on it run the workload for 1 s.
+/// `p` again with the same configuration (a new run, `docs/faults.md`, "With etcd
+/// recovery"); waits for an epoch that names it; then it is asked for `held` and a lock
+/// rooted at it (asserted granted), and two clients on it run the workload for 1 s.
 async fn rejoin(cl: &mut Cluster, p: usize, held: &str) -> Rejoined {
     let before = cl.obs.current_epoch().await.expect("the installed epoch");
     cl.rec.killed(p);

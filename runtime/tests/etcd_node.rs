@@ -1,7 +1,7 @@
 //! `hilock node` processes with `membership = "etcd"` (feature `etcd`) against a real etcd
 //! that each test starts itself (`support/etcd.rs`; skipped with one printed line where
 //! etcd cannot be had): what a node does when its own lease is lost, and when a peer's
-//! lease ends (issue 15 item 4; `spec/FAULTS.md` 3.1 and 4). Every test body runs under a
+//! lease ends (`docs/faults.md`, "With etcd membership"). Every test body runs under a
 //! time bound; every hold is seen by the demo's history checker (`hilock::demo::Oracle`).
 //!
 //! `cargo test -p hilock --features etcd --test etcd_node`

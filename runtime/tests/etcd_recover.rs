@@ -1,10 +1,10 @@
-//! Recovery through etcd (`etcd_recovery = true`, feature `etcd`; issue 15 item 4,
-//! `spec/FAULTS.md` 2.2.2): `hilock node` processes against a real etcd that the test
-//! starts itself (`support/etcd.rs`; skipped with one printed line where etcd cannot be
-//! had). The token node of a lock is killed with SIGKILL while the other nodes wait on it;
-//! the survivors install a new epoch with the lock rebuilt and the waiting requests are
-//! granted. Every hold is seen by the demo's history checker (`hilock::demo::Oracle`);
-//! the body runs under a time bound.
+//! Recovery through etcd (`etcd_recovery = true`, feature `etcd`; `docs/faults.md`, "With
+//! etcd recovery"): `hilock node` processes against a real etcd that the test starts itself
+//! (`support/etcd.rs`; skipped with one printed line where etcd cannot be had). The token
+//! node of a lock is killed with SIGKILL while the other nodes wait on it; the survivors
+//! install a new epoch with the lock rebuilt and the waiting requests are granted. Every
+//! hold is seen by the demo's history checker (`hilock::demo::Oracle`); the body runs under
+//! a time bound.
 //!
 //! `cargo test -p hilock --features etcd --test etcd_recover`
 

@@ -1,7 +1,7 @@
 //! A killed node restarts and rejoins a recovering cluster (`etcd_recovery = true`, feature
-//! `etcd`; `spec/FAULTS.md` 2.2.2): `hilock node` processes against a real etcd the test
-//! starts itself (`support/etcd.rs`; skipped with one printed line where etcd cannot be
-//! had), the airline workload and every grant in the demo's history checker
+//! `etcd`; `docs/faults.md`, "With etcd recovery"): `hilock node` processes against a real
+//! etcd the test starts itself (`support/etcd.rs`; skipped with one printed line where etcd
+//! cannot be had), the airline workload and every grant in the demo's history checker
 //! (`support/etcd_cluster.rs`). The body runs under a time bound.
 //!
 //! `cargo test -p hilock --features etcd --test etcd_rejoin -- --nocapture`
@@ -264,11 +264,11 @@ async fn held_back_full(nodes: &Nodes, id: usize) -> Option<u64> {
     reply.status?.get("stats")?.get("held_back_full")?.as_u64()
 }
 
-/// The bound on unread protocol messages (`etcd_held_back_max`, `spec/FAULTS.md` 2.2.2),
-/// set to 2 on three nodes with recovery under the airline workload: the nodes close
-/// connections at the cap (counted), the peers resend, and nothing is lost — node 2 is
-/// killed, the survivors install an epoch without it, and every survivor request is
-/// granted (or times out during the recovery), 0 violations.
+/// The bound on unread protocol messages (`etcd_held_back_max`, `docs/faults.md`, "With
+/// etcd recovery"), set to 2 on three nodes with recovery under the airline workload: the
+/// nodes close connections at the cap (counted), the peers resend, and nothing is lost —
+/// node 2 is killed, the survivors install an epoch without it, and every survivor request
+/// is granted (or times out during the recovery), 0 violations.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn at_the_cap_on_unread_messages_connections_close_and_nothing_is_lost() {
     let name = "at_the_cap_on_unread_messages_connections_close_and_nothing_is_lost";
@@ -342,14 +342,14 @@ async fn at_the_cap_on_unread_messages_connections_close_and_nothing_is_lost() {
     .await;
 }
 
-/// With recovery, the whole cluster restarts under the same cluster name: three nodes,
-/// each granted a lock (its fence in the history checker), all killed (SIGKILL); once etcd
-/// has ended their leases, all three are started again. Each new run finds its earlier
-/// run (`runs/<id>`) and rejoins; as no run of the installed epoch is alive any more (every
+/// With recovery, the whole cluster restarts under the same cluster name: three nodes, each
+/// granted a lock (its fence in the history checker), all killed (SIGKILL); once etcd has
+/// ended their leases, all three are started again. Each new run finds its earlier run
+/// (`runs/<id>`) and rejoins; as no run of the installed epoch is alive any more (every
 /// member of the next epoch is a rejoining run), one of them leads and installs the next
-/// epoch with the three new runs (spec/FAULTS.md 2.2.2). Asserted: that epoch is installed
-/// within 3 s of the restart; each node is then granted the three locks, every fence above
-/// those of the earlier run's holds (the history checker), 0 violations.
+/// epoch with the three new runs (`docs/faults.md`, "With etcd recovery"). Asserted: that
+/// epoch is installed within 3 s of the restart; each node is then granted the three locks,
+/// every fence above those of the earlier run's holds (the history checker), 0 violations.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_whole_cluster_restarts_under_the_same_name() {
     let name = "the_whole_cluster_restarts_under_the_same_name";

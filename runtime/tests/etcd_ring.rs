@@ -1,5 +1,5 @@
-//! The ring engine (seed 003) with `membership = "etcd"` (feature `etcd`,
-//! `hilock::ring::etcd`, `spec/FAULTS.md` §2.6 etcd mode): `hilock node` processes whose
+//! The ring engine with `membership = "etcd"` (feature `etcd`, `hilock::ring::etcd`;
+//! `docs/faults.md`, "Ring engine", "etcd mode"): `hilock node` processes whose
 //! view is one etcd key changed by compare-and-swap and whose leases are etcd leases
 //! (TTL 2 s, grace 100 ms), against a real etcd each test starts itself
 //! (`support/etcd.rs`; skipped with one printed line where etcd cannot be had). Only

@@ -774,8 +774,8 @@ fn status_never_shows_a_just_stopped_peer_as_connected() {
         let took = t.elapsed();
         sig("-CONT");
         assert_eq!(stopped["connected"], false, "round {round}: {stopped}");
-        // `incoming` only says node 1's connection to node 0 is open (README, FAULTS.md
-        // 2.3): the accepting side has no probe of its own.
+        // `incoming` only says node 1's connection to node 0 is open (`docs/faults.md`,
+        // "Static cluster (the default)"): the accepting side has no probe of its own.
         assert_eq!(stopped["incoming"], true, "round {round}: {stopped}");
         let state = stopped["state"].as_str().unwrap();
         assert!(
@@ -890,7 +890,8 @@ fn hilock_lock_txn_runs_commands_under_both_locks_across_nodes() {
 
 /// `hilock lock` gives the command its hold's fencing token as `HILOCK_FENCE`: W holds on
 /// alternating nodes see strictly increasing numbers, and a command under a later W hold
-/// sees a larger one than two overlapping R holds before it (README "Fencing tokens").
+/// sees a larger one than two overlapping R holds before it (`docs/engines/token.md`,
+/// "Fencing tokens").
 #[test]
 fn hilock_lock_exports_a_growing_fencing_token() {
     let c = start(2);

@@ -252,9 +252,10 @@ fn first(n: u16) -> View {
 }
 
 /// Load balance and movement of the runtime's placement (the kernel's `Ring::lookup` over
-/// the 16 slots, the kernel's `hash` of each lock's top-level element): prints the tables of
-/// BENCHMARKS.md and checks consistent hashing's movement property — on a join only keys
-/// that the joiner now serves move, on a leave only the leaver's keys move.
+/// the 16 slots, the kernel's `hash` of each lock's top-level element): prints the tables
+/// of `docs/benchmarks.md` ("Placement in the runtime's ring") and checks consistent
+/// hashing's movement property — on a join only keys that the joiner now serves move, on a
+/// leave only the leaver's keys move.
 #[test]
 fn placement_balance_and_movement() {
     const K: usize = 10_000;
@@ -317,10 +318,11 @@ fn placement_balance_and_movement() {
     }
 }
 
-/// One workload, three engines, one run (BENCHMARKS.md): 6 nodes on loopback, 12 clients
-/// (2 per node), each taking W on one of 16 paths 100 times, holding 1 ms. Token engine:
-/// `Node::lock`; agents engine: a transaction of one lock; ring engine: `RingClient::lock`,
-/// retried every 1 ms while refused (the seed's lock does not queue). About 3 s.
+/// One workload, three engines, one run (`docs/benchmarks.md`, "Three engines, one
+/// workload, one run"): 6 nodes on loopback, 12 clients (2 per node), each taking W on one
+/// of 16 paths 100 times, holding 1 ms. Token engine: `Node::lock`; agents engine: a
+/// transaction of one lock; ring engine: `RingClient::lock`, retried every 1 ms while
+/// refused (the seed's lock does not queue). About 3 s.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore]
 async fn engine_comparison() {
@@ -623,14 +625,14 @@ async fn processes() {
     assert!(grants.load(Relaxed) > 200);
 }
 
-/// A node cut off from its successor but not from the membership service (FAULTS.md §2.6):
-/// `hilock ring-node` processes, slot 0's peer list gives its successor's address as a
-/// port nobody listens on, so its beats and replica writes to the successor are lost while
-/// the successor still reaches it and it still renews with the service. Its successor keeps
-/// suspecting it; the service grants it no renewal while that lasts; its lease runs out
-/// (not before 0.75 L: it renewed just before), it is removed like a crashed node and
-/// exits by itself (status 0), and a key it was primary of is served (granted, released)
-/// by the others.
+/// A node cut off from its successor but not from the membership service (`docs/faults.md`,
+/// "Ring engine"): `hilock ring-node` processes, slot 0's peer list gives its successor's
+/// address as a port nobody listens on, so its beats and replica writes to the successor
+/// are lost while the successor still reaches it and it still renews with the service. Its
+/// successor keeps suspecting it; the service grants it no renewal while that lasts; its
+/// lease runs out (not before 0.75 L: it renewed just before), it is removed like a crashed
+/// node and exits by itself (status 0), and a key it was primary of is served (granted,
+/// released) by the others.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_cut_from_its_successor_only_is_removed_after_its_lease() {
     let _ports = PORTS.lock().await;
@@ -841,8 +843,8 @@ async fn after_timeout() {
 /// path, and the node keeps 8 answer connections and 8 more connection readers; once they
 /// are dropped (their sockets closed) both return to what they were before. The locks of
 /// the closed connections stay held (a lock belongs to the client id, not to a connection;
-/// FAULTS.md §2.6): another client is refused them, a new client with the same id releases
-/// them.
+/// `docs/faults.md`, "Ring engine"): another client is refused them, a new client with the
+/// same id releases them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_forgets_closed_client_connections_and_keeps_their_locks() {
     let _ports = PORTS.lock().await;

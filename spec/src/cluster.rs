@@ -1157,7 +1157,8 @@ where
     /// P10, fencing tokens: every grant (and completed upgrade) so far had a fence larger than
     /// that of every earlier grant of the same lock in a conflicting mode (literal Table
     /// 2.1). Not checked once a node crashed: a node restarted with fresh state starts its
-    /// counter again (the runtime refuses such a node instead, issue 14).
+    /// counter again (the runtime refuses such a node instead: `docs/faults.md`, "Static
+    /// cluster (the default)").
     pub fn check_fences(&self) -> Result<(), Violation> {
         match &self.fence_breach {
             Some(b) if !self.faults.crashed => Err(Violation {

@@ -700,8 +700,8 @@ impl Prepared {
         &self.names
     }
 
-    /// The same scenario under another forwarding rule (issue 19: the thesis scenarios
-    /// must end in the same states under hilock's compressed forwarding).
+    /// The same scenario under another forwarding rule (`spec/SPEC.md` 1.6: the thesis
+    /// scenarios must end in the same states under each of hilock's forwarding rules).
     pub fn with_forwarding(mut self, forwarding: hilock_kernel::Forwarding) -> Self {
         self.variant.forwarding = forwarding;
         self

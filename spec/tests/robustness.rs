@@ -91,7 +91,8 @@ fn cases() -> u32 {
 }
 
 /// The inheritance variants to draw from: all three by default, or one named by
-/// `HILOCK_INHERITANCE=none|pcep|pip` (for the ≥ 10^6-case runs per variant in SPEC.md).
+/// `HILOCK_INHERITANCE=none|pcep|pip` (for the ≥ 10^6-case runs per variant in
+/// `docs/verification.md`, "Random properties").
 fn inheritance() -> BoxedStrategy<Inheritance> {
     match std::env::var("HILOCK_INHERITANCE").as_deref() {
         Ok("none") => Just(Inheritance::None).boxed(),
@@ -109,9 +110,9 @@ fn inheritance() -> BoxedStrategy<Inheritance> {
     }
 }
 
-/// The forwarding rules to draw from (issue 19): the thesis's and hilock's two extensions,
-/// or one named by `HILOCK_FORWARDING=thesis|compress|pointers|ordered` (the experimental
-/// `OrderedPointers` only by name: the default draws are unchanged).
+/// The forwarding rules to draw from (`spec/SPEC.md` 1.6): the thesis's and hilock's two
+/// extensions, or one named by `HILOCK_FORWARDING=thesis|compress|pointers|ordered` (the
+/// experimental `OrderedPointers` only by name: the default draws are unchanged).
 fn forwarding() -> BoxedStrategy<Forwarding> {
     match std::env::var("HILOCK_FORWARDING").as_deref() {
         Ok("thesis") => Just(Forwarding::Thesis).boxed(),
@@ -349,8 +350,9 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
 
     /// Well-formed runs biased towards priority changes: after draining, every request was
-    /// granted. This generator found the PIP lost request of issue 13
-    /// within a second (seeds 1 and 2, 200,000 cases); the stock one needed ~10^5 cases.
+    /// granted. This generator found the PIP lost request (a stale token lost its
+    /// receiver's current request; `spec/SPEC.md` 1.5, "Decisions") within a second (seeds
+    /// 1 and 2, 200,000 cases); the stock one needed ~10^5 cases.
     #[test]
     fn prio_biased_runs_grant_every_request(inh in inheritance(), fwd in forwarding(), actions in prop::collection::vec(action_prio_biased(), 1..200)) {
         if let Err(e) = run_and_drain(inh, fwd, &actions) {
@@ -375,8 +377,8 @@ fn random_runs_reach_every_rule() {
     let mut kinds = std::collections::BTreeMap::new();
     let (mut granted, mut upgraded, mut rejected) = (0u64, 0u64, 0u64);
     let mut coverage: BTreeMap<Rule, u64> = BTreeMap::new();
-    // Runs 4,000..5,000 use hilock's compressed forwarding (issue 19), the others the
-    // thesis's.
+    // Runs 4,000..5,000 use hilock's compressed forwarding (`spec/SPEC.md` 1.6), the others
+    // the thesis's.
     for run in 0..5000 {
         let (strategy, inh) = match run % 4 {
             0 | 1 => (action(true), Inheritance::None),
@@ -445,9 +447,10 @@ fn random_runs_reach_every_rule() {
     assert!(upgraded > 0);
 }
 
-/// Fixed regression for the PIP lost request of issue 13: the run the prio-biased proptest
-/// shrank to (`PROPTEST_RNG_SEED=2`, 4 nodes, 2 locks). Before the fix the drain ended with
-/// n1 holding the token of lock 1 with its own IR pending, nothing held, the network empty.
+/// Fixed regression for the PIP lost request (`spec/SPEC.md` 1.5, "Decisions": a stale
+/// token queues its receiver's current request): the run the prio-biased proptest shrank to
+/// (`PROPTEST_RNG_SEED=2`, 4 nodes, 2 locks). Before the fix the drain ended with n1
+/// holding the token of lock 1 with its own IR pending, nothing held, the network empty.
 #[test]
 fn regression_pip_stale_reissue_does_not_lose_a_request() {
     let actions = vec![
@@ -502,10 +505,11 @@ fn regression_pip_stale_reissue_does_not_lose_a_request() {
     h.drain().unwrap();
 }
 
-/// Fixed regression for the PIP stale copyset record (SPEC.md section 8, row 9): the run the
-/// prio-biased proptest shrank to with `PROPTEST_RNG_SEED=8091` after 294,260 cases. Before
-/// the fix the drain ended with the token node of lock 1 still recording n1 as an IR child
-/// while n1 owned Φ (P3), nothing held, nothing pending, the network empty.
+/// Fixed regression for the PIP stale copyset record (`spec/SPEC.md` 1.5, "Decisions": a
+/// non-token node never serves a request of its own parent): the run the prio-biased
+/// proptest shrank to with `PROPTEST_RNG_SEED=8091` after 294,260 cases. Before the fix the
+/// drain ended with the token node of lock 1 still recording n1 as an IR child while n1
+/// owned Φ (P3), nothing held, nothing pending, the network empty.
 #[test]
 fn regression_pip_stale_copyset_record() {
     let actions = vec![
@@ -558,10 +562,11 @@ fn regression_pip_stale_copyset_record() {
     run_and_drain(Inheritance::Pip, Forwarding::Thesis, &actions).unwrap();
 }
 
-/// Fixed regression for the PIP frozen-mode gap (SPEC.md section 8): the run the
-/// prio-biased proptest shrank to with `PROPTEST_RNG_SEED=8091` after 783,591 cases. The
-/// token node n1, upgrading U to W with {IR, R} frozen, copy-granted IR (at a priority above
-/// the threshold) to n0, which still owned R through its child n2; n0's resync release raised
+/// Fixed regression for the PIP frozen-mode gap (`spec/SPEC.md` 1.5, "Decisions": a release
+/// that raises a child's record sends it the frozen modes): the run the prio-biased
+/// proptest shrank to with `PROPTEST_RNG_SEED=8091` after 783,591 cases. The token node n1,
+/// upgrading U to W with {IR, R} frozen, copy-granted IR (at a priority above the
+/// threshold) to n0, which still owned R through its child n2; n0's resync release raised
 /// n1's record to R, but R was never sent frozen to n0 (P3b, invariant 2.3).
 #[test]
 fn regression_pip_raised_record_gets_the_frozen_modes() {

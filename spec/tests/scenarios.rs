@@ -10,15 +10,15 @@ fn every_thesis_scenario_passes() {
     run_every_scenario(Forwarding::Thesis);
 }
 
-/// Issue 19: the thesis's worked examples (Table 3.2 in Fig. 3.2, the priority examples of
-/// Fig. 3.3/3.4, PCEP, PIP, …) end in the states the thesis shows also under hilock's
-/// compressed forwarding.
+/// The thesis's worked examples (Table 3.2 in Fig. 3.2, the priority examples of Fig.
+/// 3.3/3.4, PCEP, PIP, …) end in the states the thesis shows also under hilock's compressed
+/// forwarding.
 #[test]
 fn every_thesis_scenario_passes_under_compressed_forwarding() {
     run_every_scenario(Forwarding::Compress);
 }
 
-/// Issue 19: the same under hilock's per-class routing pointers, hilock's default (what
+/// The same under hilock's per-class routing pointers, hilock's default (what
 /// `hilock scenario` runs).
 #[test]
 fn every_thesis_scenario_passes_under_class_pointers() {
@@ -26,7 +26,7 @@ fn every_thesis_scenario_passes_under_class_pointers() {
     run_every_scenario(Forwarding::ClassPointers);
 }
 
-/// Issue 19: the same under the experimental id-ordered requester pointers.
+/// The same under the experimental id-ordered requester pointers (`spec/SPEC.md` 1.6).
 #[test]
 fn every_thesis_scenario_passes_under_ordered_pointers() {
     run_every_scenario(Forwarding::OrderedPointers);

@@ -126,7 +126,7 @@ fn kernel_call_graph() -> std::collections::BTreeMap<String, std::collections::B
     graph
 }
 
-/// SPEC.md's traceability is checked, not typed (issue 13): every kernel function that the
+/// SPEC.md's traceability is checked, not typed: every kernel function that the
 /// rule tables of SPEC.md (and the rule list of `hilock spec --json`) name exists in
 /// `kernel/src` and is reachable from a step (`Site::step`, the baselines' and the tree's
 /// `step`) or from the constructors a driver calls before stepping.

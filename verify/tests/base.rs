@@ -1,4 +1,4 @@
-//! Exhaustive model checks of the base protocol (thesis chapter 2, issue 4): the Stateright
+//! Exhaustive model checks of the base protocol (thesis chapters 2 and 3): the Stateright
 //! model of `hilock_models::base` drives `hilock-kernel` sites through every interleaving
 //! (BFS, no depth limit) and checks P1–P6 and that every rule is reached.
 //! Each check prints its configuration, unique state count, time and FIFO bypass bound.
@@ -7,7 +7,7 @@
 //! must find their violations; the counterexamples are written to `spec/counterexamples/`.
 
 /// The model checker clones a state per successor: mimalloc's allocation is cheaper than
-/// glibc's for that pattern (BENCHMARKS.md, "Model checking throughput").
+/// glibc's for that pattern (`docs/benchmarks.md`, "Model checking throughput").
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
@@ -758,11 +758,11 @@ fn gap(c: &ModelConfig, expected: &[&str], file: &str) {
     );
 }
 
-/// protocol-notes point 5: the literal `HandleRelease` (the record becomes the released mode
-/// whenever a release arrives). Chain 0 ← 1 ← 2, node 3 under 0: 1 owns IR through 2, asks
-/// for R; 2 releases so 1 sends Release(Φ) after its request; 0 grants R first and the
-/// release then erases the grant from 0's record: P3, and then 0 hands the token to 3's W
-/// while 1 holds R: P1.
+/// Decision 5 of `spec/SPEC.md` 1.4 (releases racing grants): the literal `HandleRelease`
+/// (the record becomes the released mode whenever a release arrives). Chain 0 ← 1 ← 2, node
+/// 3 under 0: 1 owns IR through 2, asks for R; 2 releases so 1 sends Release(Φ) after its
+/// request; 0 grants R first and the release then erases the grant from 0's record: P3, and
+/// then 0 hands the token to 3's W while 1 holds R: P1.
 #[test]
 fn gap_literal_release_handling_violates_p1_and_p3() {
     let c = ModelConfig::new(
@@ -787,9 +787,9 @@ fn gap_literal_release_handling_violates_p1_and_p3() {
     );
 }
 
-/// protocol-notes point 1: the literal indentation of the token branch transfers the token
-/// only to a requester that is already a child. A non-child asking for R at an idle token
-/// node (M_O = Φ < R: tokenable, not grantable) is queued for ever: P4 and P5.
+/// Decision 1 of `spec/SPEC.md` 1.4: the literal indentation of the token branch transfers
+/// the token only to a requester that is already a child. A non-child asking for R at an
+/// idle token node (M_O = Φ < R: tokenable, not grantable) is queued for ever: P4 and P5.
 #[test]
 fn gap_literal_token_branch_deadlocks() {
     let c = ModelConfig::star(
@@ -807,10 +807,10 @@ fn gap_literal_token_branch_deadlocks() {
     );
 }
 
-/// protocol-notes point 4: the literal `Check_requests_on_queue` only grants. Node 3's
-/// R request waits behind 3's own pending R (Table 2.3 Q) for node 2; 3 is then served by a
-/// copy grant from the new token node 1 (U) whose queue holds 0's W, so R arrives frozen;
-/// 3 cannot grant 2's R and never forwards it: P4 and P5.
+/// Decision 4(c) of `spec/SPEC.md` 1.4: the literal `Check_requests_on_queue` only grants.
+/// Node 3's R request waits behind 3's own pending R (Table 2.3 Q) for node 2; 3 is then
+/// served by a copy grant from the new token node 1 (U) whose queue holds 0's W, so R
+/// arrives frozen; 3 cannot grant 2's R and never forwards it: P4 and P5.
 #[test]
 fn gap_literal_check_requests_on_queue_strands_a_request() {
     let c = ModelConfig::new(
@@ -906,7 +906,7 @@ fn larger_configurations() {
     }
 }
 
-// ------------------------------------------------------------------ priorities (issue 13)
+// ----------------------------------------------------- priorities (`spec/SPEC.md` 1.5)
 
 fn pip() -> Variant {
     Variant {
@@ -915,14 +915,15 @@ fn pip() -> Variant {
     }
 }
 
-/// The PIP lost request (issue 13, `spec/scenarios/pip-stale-reissue-token.json`): a node
-/// that raises its priority while its request is pending reissues it (Fig. 3.8), so two
-/// copies travel. If the first copy is served, the node releases and asks again, and the
-/// stale second copy then reaches the token node, the token node cannot tell it from a new
-/// request and sends the token. Before the fix the receiver kept that token without serving
-/// its current request, and refused the copy grant that answered it: P4/P5 (lost request).
-/// Checked exhaustively over every interleaving of three nodes in a star; it failed on the
-/// code before the fix (confirmed by reverting `on_token`'s own-request insertion).
+/// The PIP lost request (`spec/SPEC.md` 1.5; scenario `pip-stale-reissue-token.json`): a
+/// node that raises its priority while its request is pending reissues it (Fig. 3.8), so
+/// two copies travel. If the first copy is served, the node releases and asks again, and
+/// the stale second copy then reaches the token node, the token node cannot tell it from a
+/// new request and sends the token. Before the fix the receiver kept that token without
+/// serving its current request, and refused the copy grant that answered it: P4/P5 (lost
+/// request). Checked exhaustively over every interleaving of three nodes in a star; it
+/// failed on the code before the fix (confirmed by reverting `on_token`'s own-request
+/// insertion).
 #[test]
 fn pip_stale_reissued_request_is_not_lost() {
     let r = pass(&pip_configs()[0]);
@@ -965,30 +966,30 @@ fn pip_configs() -> Vec<ModelConfig> {
     vec![a, b]
 }
 
-/// The PIP stale copyset record (issue 13; robustness run of seed 8091, SPEC.md section
-/// 6): a stale reissued copy of n1's R request is served by a token transfer after n1
-/// released and asked for IR; n1's IR request then reaches the old token node n3, now n1's
-/// child, which granted it a copy before the fix — n1 became a child of its own child. When
-/// n3 then takes the token back from n1, the copy grants still in flight to n1 carry epochs
-/// that the token transfer has overwritten at n3, so n1's releases are dropped as stale and
-/// n3's record of n1 stays IR at quiescence (P3). n3 takes the token from the root first, so
-/// that n1's copies travel n1 → n0 → n3 while its release and new request go straight to
-/// n3; n2's IR keeps n3 owning IR after it releases R. It failed on the code before the fix
-/// (P3; with a second priority raise during the IR request, 118,630 states, also P5 and a
-/// kernel error) — confirmed by reverting `LockNode::may_serve`.
+/// The PIP stale copyset record (robustness run of seed 8091; `spec/SPEC.md` 1.5,
+/// "Decisions"): a stale reissued copy of n1's R request is served by a token transfer
+/// after n1 released and asked for IR; n1's IR request then reaches the old token node n3,
+/// now n1's child, which granted it a copy before the fix — n1 became a child of its own
+/// child. When n3 then takes the token back from n1, the copy grants still in flight to n1
+/// carry epochs that the token transfer has overwritten at n3, so n1's releases are dropped
+/// as stale and n3's record of n1 stays IR at quiescence (P3). n3 takes the token from the
+/// root first, so that n1's copies travel n1 → n0 → n3 while its release and new request go
+/// straight to n3; n2's IR keeps n3 owning IR after it releases R. It failed on the code
+/// before the fix (P3; with a second priority raise during the IR request, 118,630 states,
+/// also P5 and a kernel error) — confirmed by reverting `LockNode::may_serve`.
 #[test]
 fn pip_stale_copy_served_by_token_transfer_closes_no_cycle() {
     pass(&pip_configs()[1]);
 }
 
-/// Leave-old-parent (`LockNode::on_grant`, SPEC.md rule-deletion table): in a chain
-/// 0 ← 1 ← 2 ← 3, n2 holds IR granted by n1 and copy-grants IR to n3; after n2 releases it
-/// still owns IR through n3, and its R request goes up past n1 (which cannot grant R) to the
-/// token node n0, which holds R and so grants a copy (not the token): n0 becomes n2's new
-/// parent. n2 must release its old
-/// parent's record of it; without that, n1 records n2 for ever although n2 is no longer its
-/// child (P3's converse half). No other configuration reached this case (deleting the
-/// release left every check green).
+/// Leave-old-parent (`LockNode::on_grant`; Decision 8 of `spec/SPEC.md` 1.4, a row of the
+/// rule-deletion table in `docs/verification.md`): in a chain 0 ← 1 ← 2 ← 3, n2 holds IR
+/// granted by n1 and copy-grants IR to n3; after n2 releases it still owns IR through n3,
+/// and its R request goes up past n1 (which cannot grant R) to the token node n0, which
+/// holds R and so grants a copy (not the token): n0 becomes n2's new parent. n2 must
+/// release its old parent's record of it; without that, n1 records n2 for ever although n2
+/// is no longer its child (P3's converse half). No other configuration reached this case
+/// (deleting the release left every check green).
 #[test]
 fn a_grant_from_a_new_parent_releases_the_old_parents_record() {
     let c = ModelConfig::chain(
@@ -1003,7 +1004,7 @@ fn a_grant_from_a_new_parent_releases_the_old_parents_record() {
     pass(&c);
 }
 
-// ------------------------------------------------------- forwarding (issue 19, P9)
+// ------------------------------------------------ forwarding (`spec/SPEC.md` 1.6, P9)
 
 /// Configurations with an idle relay: the token leaves n0, which has nothing to do, and
 /// later requests pass through it. Under [`Forwarding::Compress`] n0 sends a request of
@@ -1159,7 +1160,7 @@ fn forwarding_on_every_configuration(
     (thesis_total, out)
 }
 
-/// Issue 19: hilock's per-class routing pointers ([`Forwarding::ClassPointers`], the
+/// hilock's per-class routing pointers ([`Forwarding::ClassPointers`], the
 /// default) and compressed forwarding ([`Forwarding::Compress`]) against the thesis rule
 /// ([`Forwarding::Thesis`]) on every FIFO configuration of this file; the priority-2
 /// request of the second relay configuration is sent along no shortcut (its P6 k equals
@@ -1176,14 +1177,14 @@ fn forwarding_variants_on_every_configuration() {
     assert_eq!(Some(r[1].0), pin("class pointers:"));
 }
 
-/// Issue 19, experimental: id-ordered, one-shot requester pointers
+/// Experimental: id-ordered, one-shot requester pointers
 /// ([`Forwarding::OrderedPointers`]) violate P9 on "mix star4": n3, an idle relay, learnt a
 /// pointer to n0 from n0's W request (sent on by n1, not by n0) and sends n1's IW to n0; n1
 /// is n0's parent (n0 handed it the token), so n0 may not serve it and sends it back up to
 /// n1, which sends it to its parent n3 again — 4 `Request` messages for n = 4 with no token
 /// move (counterexample `spec/counterexamples/ordered-pointers-parent-bounce.json`). The
 /// variant passes P1–P5, P3b, P10 there; it is kept only for the simulator's numbers
-/// (SPEC.md "Id-ordered requester pointers").
+/// (`spec/SPEC.md` 1.6, "Refuted and kept only as experiments").
 #[test]
 fn gap_ordered_pointers_exceed_the_forwarding_bound() {
     let c = mix_configs()[0]

@@ -1,15 +1,17 @@
-//! Seed 003: the Chord-placed lock service (`hilock_models::chord`).
+//! The ring engine: the Chord-placed lock service (`hilock_models::chord`; `spec/SPEC.md`
+//! section 4).
 //!
-//! hilock's replicated ring server (r = 2) passes with pinned state counts; the seed's
+//! hilock's replicated ring server (r = 2) passes with pinned state counts; the paper's
 //! Fig. 2 taken literally is refuted, each counterexample written to
 //! `spec/counterexamples/ring/ring-*.json` (a subdirectory: `hilock explore` does not open
-//! this model's traces yet, and `verify/tests/explorer.rs` checks every trace in the parent); each passing property is broken once on purpose
-//! (`*_goes_red`). The 4-slot join configuration is `#[ignore]`d (about 28 s in release;
+//! this model's traces yet, and `verify/tests/explorer.rs` checks every trace in the
+//! parent); each passing property is broken once on purpose (`*_goes_red`). The 4-slot join
+//! configuration is `#[ignore]`d (about 28 s in release;
 //! `cargo test --release -p verify --test chord -- --ignored`), and so are the four checks
 //! of a join during a short cut (the retry fence: passes with it, refuted without it;
-//! 1 to 12 minutes each in release, README "long runs"). The fast check that the fence
-//! matters is `the_saved_stale_retry_is_served_only_without_the_fence` (the saved trace,
-//! replayed).
+//! 1 to 12 minutes each in release: `docs/verification.md`, "Larger configurations"). The
+//! fast check that the fence matters is
+//! `the_saved_stale_retry_is_served_only_without_the_fence` (the saved trace, replayed).
 
 use hilock_kernel::chord::ChordMsg;
 use hilock_models::chord::{
@@ -285,7 +287,7 @@ fn more_crashes_than_r_goes_red() {
     assert!(crashes(H2, 3).refute(LOST).trace.is_some());
 }
 
-// ------------------------------------------------ partitions and pauses (issue 17 item 3)
+// ------------------------------------------ partitions and pauses (`spec/SPEC.md` 4.3)
 
 /// Three nodes, two clients on key 10 (n21's), n21 may be cut off once (a partition or a
 /// pause), `takeover` decides who serves its range then.

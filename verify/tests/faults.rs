@@ -1,5 +1,6 @@
-//! Issue 15: the token protocol with crashes, restarts, partitions/pauses, lease expiry and
-//! epoch installation (`hilock_models::faults`, driving `hilock_kernel::recovery`).
+//! The token protocol with crashes, restarts, partitions/pauses, lease expiry and epoch
+//! installation (`hilock_models::faults`, driving `hilock_kernel::recovery`; the design is
+//! `docs/faults.md`, "The recovery mechanism (kernel and model)").
 //!
 //! hilock's recovery passes with pinned state counts; each safeguard removed gives its
 //! named counterexample, written to `spec/counterexamples/faults/*.json` (a directory of
@@ -9,7 +10,7 @@
 //! (`cargo test --release -p verify --test faults -- --ignored --nocapture`).
 
 /// The model checker clones a state per successor: mimalloc's allocation is cheaper than
-/// glibc's for that pattern (BENCHMARKS.md, "Model checking throughput").
+/// glibc's for that pattern (`docs/benchmarks.md`, "Model checking throughput").
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
@@ -247,7 +248,8 @@ fn every_fault_once() {
     );
 }
 
-/// A crash and a restart on four nodes (see README for the time).
+/// A crash and a restart on four nodes (its time: `docs/verification.md`, "Larger
+/// configurations").
 #[test]
 #[ignore]
 fn four_nodes_crash_and_restart() {
@@ -266,7 +268,7 @@ fn four_nodes_crash_and_restart() {
     );
 }
 
-// ------------------------------------------- issue 19: routing pointers across an epoch
+// ----------------------------------- routing pointers across an epoch (`spec/SPEC.md` 1.6)
 
 fn four_nodes_one_crash(name: &str, forwarding: Forwarding) -> FaultConfig {
     FaultConfig::new(
@@ -282,7 +284,7 @@ fn four_nodes_one_crash(name: &str, forwarding: Forwarding) -> FaultConfig {
     .with_forwarding(forwarding)
 }
 
-/// Issue 19: hilock's forwarding shortcuts survive a crash once an install forgets them
+/// hilock's forwarding shortcuts survive a crash once an install forgets them
 /// with the old epoch's other links (`RecoveryVariant::forget_shortcuts`): every
 /// survivor's request is granted. [`Forwarding::ClassPointers`]' per-class routing
 /// pointers are hilock's default and checked by [`four_nodes_with_copies_survive_a_crash`];

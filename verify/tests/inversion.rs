@@ -5,14 +5,14 @@
 //! The model and its timing assumption are in `models/src/inversion.rs`.
 
 /// The model checker clones a state per successor: mimalloc's allocation is cheaper than
-/// glibc's for that pattern (BENCHMARKS.md, "Model checking throughput").
+/// glibc's for that pattern (`docs/benchmarks.md`, "Model checking throughput").
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use hilock_models::inversion::{least_bound, Flavor};
 use std::time::Instant;
 
-/// The exact state count of every default configuration (issue 13); the `#[ignore]`d
+/// The exact state count of every default configuration; the `#[ignore]`d
 /// three-medium ones are not pinned (run time).
 const PINNED: &[(&str, usize)] = &[
     ("P7 Fifo mediums=1 rounds=1", 263),

@@ -1,5 +1,5 @@
-//! Issue 19, fifth round: hilock's kept intention modes (`ReleaseRule::KeepIntention`,
-//! SPEC.md "Keeping intention modes") under the exhaustive model checker. Every
+//! hilock's kept intention modes (`ReleaseRule::KeepIntention`, `spec/SPEC.md` 1.7,
+//! "Keeping intention modes") under the exhaustive model checker. Every
 //! configuration runs with ClassPointers forwarding and the kept-intention release rule
 //! (the simulator's `hilock-keep`) and must pass P1, P2, P3 (restated: the harness's
 //! record = owned check plus `kept_modes_idle`), P3b, P4, P5, P9, P10 and "no kernel error";

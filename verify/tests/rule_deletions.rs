@@ -1,4 +1,4 @@
-//! The rule-deletion table of `spec/SPEC.md`, executable (issue 13): for each row, a copy of
+//! The rule-deletion table of `docs/verification.md`, executable: for each row, a copy of
 //! the workspace with one rule's effect deleted or weakened in the kernel, and the named
 //! check that must turn red on it. A check that stays green on its row's mutation does not
 //! check that rule.
@@ -98,7 +98,7 @@ const ROWS: &[Row] = &[
         filter: "every_pair_of_modes_requested_concurrently",
     },
     Row {
-        rule: "issue 13: a stale token queues the requester's current request (on_token)",
+        rule: "own request requeued on a stale token: the requester's current request is queued (on_token)",
         file: "kernel/src/node.rs",
         from: "            if !merged.iter().any(|e| e.requester == cx.me) {",
         to: "            if false {",
@@ -107,7 +107,7 @@ const ROWS: &[Row] = &[
         filter: "pip_stale_reissued_request_is_not_lost",
     },
     Row {
-        rule: "issue 13: a non-token node never serves a request of its parent (may_serve)",
+        rule: "no grant to the parent: a non-token node never serves a request of its parent (may_serve)",
         file: "kernel/src/node.rs",
         from: "        entry.requester != cx.me && Some(entry.requester) != self.parent",
         to: "        entry.requester != cx.me",
@@ -197,7 +197,7 @@ const ROWS: &[Row] = &[
         filter: "every_pair_of_modes_requested_concurrently",
     },
     Row {
-        rule: "protocol-notes 5: a release is applied only on the current link (epochs)",
+        rule: "release epochs (Decision 5): a release is applied only on the current link",
         file: "kernel/src/node.rs",
         from: "let current = !cx.variant.release_epochs || link.parent_epoch == epoch;",
         to: "let current = true;",

@@ -5,7 +5,7 @@
 //! under `spec/counterexamples/tree-*.json`.
 
 /// The model checker clones a state per successor: mimalloc's allocation is cheaper than
-/// glibc's for that pattern (BENCHMARKS.md, "Model checking throughput").
+/// glibc's for that pattern (`docs/benchmarks.md`, "Model checking throughput").
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

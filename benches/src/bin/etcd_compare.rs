@@ -1,4 +1,5 @@
-//! The hilock runtime against etcd's lock API on loopback, in one run (issue 8, part 4).
+//! The hilock runtime against etcd's lock API on loopback, in one run (`docs/benchmarks.md`,
+//! "Against etcd on loopback").
 //!
 //! Run it through the script, which installs, starts and stops etcd on 127.0.0.1:
 //!
@@ -30,9 +31,9 @@
 //!   has its own connection and its own lease.
 //!
 //! - the uncontended hilock rows again on a second cluster whose nodes hold etcd leases
-//!   (`membership = "etcd"` against the same etcd, issue 15), interleaved with the first
-//!   cluster's runs in rounds so that both see the same machine load. This needs hilock's
-//!   own `etcd` feature: `--features etcd,hilock/etcd`; without it the row says so.
+//!   (`membership = "etcd"` against the same etcd), interleaved with the first cluster's
+//!   runs in rounds so that both see the same machine load. This needs hilock's own `etcd`
+//!   feature: `--features etcd,hilock/etcd`; without it the row says so.
 //!
 //! The Markdown tables go to stdout, progress to stderr.
 
@@ -515,7 +516,8 @@ fn spread(v: &[u64]) -> String {
 
 /// `n` nodes on 127.0.0.1 with `membership = "etcd"` (leases at `endpoint`, TTL 10 s).
 /// A cluster of `n` nodes holding etcd leases at `endpoint`; with `recovery`, also
-/// `etcd_recovery = true` (every message stamped with its epoch, spec/FAULTS.md 2.2.2).
+/// `etcd_recovery = true` (every message stamped with its epoch; `docs/faults.md`, "With
+/// etcd recovery").
 async fn etcd_member_cluster(
     n: usize,
     endpoint: &str,
@@ -736,7 +738,7 @@ async fn run(o: Opts) -> Result<(), BoxError> {
     match on_off {
         Some((off, on, rec)) => {
             println!(
-                "Membership through etcd (issue 15) on vs off: the uncontended acquire+release \
+                "Membership through etcd on vs off: the uncontended acquire+release \
                  of a client on node 0 (token local), on the cluster above (static), on a \
                  second cluster of {n} nodes holding etcd leases (TTL 10 s) at the same etcd and \
                  on a third with etcd leases and `etcd_recovery = true`, in 5 alternating \

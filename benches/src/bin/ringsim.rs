@@ -1,4 +1,4 @@
-//! The ring engine's figures (seed 003, issue 17 item 4): load balance, keys moved per
+//! The ring engine's figures (`docs/benchmarks.md`, "Ring"): load balance, keys moved per
 //! join and leave, lookup hops with finger tables against a full view, and the airline
 //! workload on the token engine and the ring engine side by side.
 //!
@@ -334,8 +334,8 @@ fn airline(o: &Opts, pool: &rayon::ThreadPool) -> Result<(), String> {
                 } else {
                     Proto::Hilock
                 };
-                // The mapping the published tables were measured with (BENCHMARKS.md,
-                // "Airline workload: token engine vs ring engine").
+                // The mapping the published tables were measured with (`docs/benchmarks.md`,
+                // "Airline workload: token engine against the ring (simulator)").
                 let cfg = Config {
                     mix: Mix::EntryIntention,
                     ..Config::thesis(proto, n, o.ratio, o.per_node, o.seed)

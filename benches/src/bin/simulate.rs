@@ -12,12 +12,13 @@
 //! `--experiments unprioritized,native-latency,prioritized,lavault,forwarding,constant-concurrency`
 //! (default the first three; `linux-cluster` and `ibm-sp` are aliases of the first two,
 //! `fig4-3` of the last), `--sizes a,b,c` and `--ratios a,b,c` (of the unprioritized and
-//! native-latency experiments), `--concurrency a,b` (Fig. 4.3's levels, default 1,4), `--mix
-//! thesis|entry-intention` (which locks an access takes, [`hilock_benches::sim::Mix`]);
-//! `--experiments bakery` (issue 18: the bakery against the token engine, with
-//! `--bakery-clients`, `--bakery-hold`, `--bakery-poll`; a table on stdout only). Markdown
-//! tables of the unprioritized, native-latency, forwarding and Lavault results on stdout. A progress
-//! bar (indicatif) on stderr when it is a terminal; CSV through the `csv` crate and serde.
+//! native-latency experiments), `--concurrency a,b` (Fig. 4.3's levels, default 1,4),
+//! `--mix thesis|entry-intention` (which locks an access takes,
+//! [`hilock_benches::sim::Mix`]); `--experiments bakery` (the bakery against the token
+//! engine, with `--bakery-clients`, `--bakery-hold`, `--bakery-poll`; a table on stdout
+//! only). Markdown tables of the unprioritized, native-latency, forwarding and Lavault
+//! results on stdout. A progress bar (indicatif) on stderr when it is a terminal; CSV
+//! through the `csv` crate and serde.
 
 use clap::{Parser, ValueEnum};
 use hilock_benches::plot::{line_chart, Series};
@@ -59,7 +60,8 @@ struct Opts {
     sizes: Vec<usize>,
     /// Which locks an access takes: `thesis` (default; IR/IW = the table alone in that
     /// mode, R/U/W = one entry under IR/IW on the table) or `entry-intention` (the mapping
-    /// before issue 19 item 3: IR/IW = table in IR/IW + entry in R/W, R/U/W = the table).
+    /// the earlier tables were measured with: IR/IW = table in IR/IW + entry in R/W, R/U/W =
+    /// the table).
     #[arg(long, value_enum, default_value_t = MixArg::Thesis)]
     mix: MixArg,
     /// Concurrency levels N · CS / NCS of the constant-concurrency experiment (Fig. 4.3;
@@ -117,9 +119,9 @@ enum Experiment {
     /// Naimi-Trehel one request at a time from a random node against Lavault's mean
     /// H(n − 1) messages per CS (sizes ≤ 128 of `--sizes`).
     Lavault,
-    /// Issue 19: every forwarding variant of hilock (`hilock` = the default,
-    /// ClassPointers; `hilock-thesis`, `hilock-compress`, `hilock-ordered`) and
-    /// Naimi-Trehel pure, ratio 10, 150 ms, over `--sizes`.
+    /// Every forwarding variant of hilock (`hilock` = the default, ClassPointers;
+    /// `hilock-thesis`, `hilock-compress`, `hilock-ordered`) and Naimi-Trehel pure, ratio
+    /// 10, 150 ms, over `--sizes`.
     Forwarding,
     /// Fig. 4.3, constant concurrency level (section 4.2.2): NCS grown with N so that
     /// N · CS / NCS stays at each `--concurrency` level; the IBM SP setting (50 µs
@@ -128,9 +130,9 @@ enum Experiment {
     /// Alias `fig4-3`.
     #[value(alias = "fig4-3")]
     ConstantConcurrency,
-    /// Issue 18 item 5: seed 004's bakery (kernel clients over 3 simulated replicas, R = W
-    /// = 2) against the token engine, C clients on one lock (acquire, hold, release); a
-    /// markdown table on stdout, no files. Not in the default set.
+    /// The bakery (kernel clients over 3 simulated replicas, R = W = 2) against the token
+    /// engine, C clients on one lock (acquire, hold, release); a markdown table on stdout,
+    /// no files. Not in the default set.
     Bakery,
 }
 
@@ -328,7 +330,7 @@ fn jobs(o: &Opts) -> Vec<Job> {
             });
         }
     }
-    // Issue 19: the forwarding variants against Naimi-Trehel pure, ratio 10, 150 ms.
+    // The forwarding variants against Naimi-Trehel pure, ratio 10, 150 ms.
     for &n in o.sizes.iter().filter(|_| on(Experiment::Forwarding)) {
         for proto in FORWARDING {
             v.push(Job {
@@ -480,7 +482,7 @@ fn lavault(o: &Opts) -> Vec<LavaultRow> {
 }
 
 /// Markdown tables of the unprioritized, native-latency and forwarding runs and the
-/// Lavault check, on stdout (BENCHMARKS.md quotes them).
+/// Lavault check, on stdout (`docs/benchmarks.md` quotes them).
 fn print_tables(rows: &[(Job, Stats)], lavault: &[LavaultRow]) {
     let get = |exp: &str, p: Proto, r: f64, n: usize| {
         rows.iter()
@@ -613,9 +615,9 @@ fn print_tables(rows: &[(Job, Stats)], lavault: &[LavaultRow]) {
         .iter()
         .any(|&n| get("forwarding", Proto::NaimiPure, 10.0, n).is_some())
     {
-        // Issue 19: per access (a user request: the table lock, and for R/U/W the entry
-        // too), where the messages go, by lock class and kind; Naimi-Trehel pure takes one
-        // lock per access (its "table" columns).
+        // Per access (a user request: the table lock, and for R/U/W the entry too), where
+        // the messages go, by lock class and kind; Naimi-Trehel pure takes one lock per
+        // access (its "table" columns).
         println!("\nPer access (messages per access by lock: table / entries; request = sent by the requester, forward = sent on by another node)\n");
         println!("| n | protocol | lock requests / access | table: request forward grant token release freeze | entries: request forward grant token release freeze | total / access |");
         println!("|---:|---|---:|---|---|---:|");
@@ -646,7 +648,7 @@ fn print_tables(rows: &[(Job, Stats)], lavault: &[LavaultRow]) {
                 );
             }
         }
-        // Issue 19, fifth round: ClassPointers with and without kept intention modes, per
+        // ClassPointers with and without kept intention modes (`spec/SPEC.md` 1.7), per
         // lock request and per access, against Naimi-Trehel pure (same run, same seed).
         println!("\nKept intention modes: messages per lock request and per access (and / Naimi-Trehel pure)\n");
         println!("| n | Naimi pure | hilock (ClassPointers) per lock request | hilock per access | hilock-keep per lock request | hilock-keep per access | hilock-keep lock requests / access |");
@@ -1084,7 +1086,7 @@ fn write_outputs(out: &Path, rows: &[(Job, Stats)]) -> Result<(), String> {
             .collect();
         chart(&out.join(file), title, "nodes", "latency (ms)", &s, false)?;
     }
-    // Issue 19: the forwarding variants against Naimi-Trehel pure (same run, same seed).
+    // The forwarding variants against Naimi-Trehel pure (same run, same seed).
     let fwd = |p: Proto| move |j: &Job| j.exp == "forwarding" && j.cfg.proto == p;
     let s: Vec<Series> = FORWARDING
         .iter()

@@ -5,7 +5,7 @@
 //! The radio is simulated: the PendSV exception plays the receive interrupt and hands the
 //! next frame of `FRAMES` to the main loop; `transmit` writes what would go on air to the
 //! semihosting console. No `core::fmt`, so the image is close to the kernel's own size (the
-//! flash and RAM figures of BENCHMARKS.md). Exits with success only if this node (the token
+//! flash and RAM figures of `docs/benchmarks.md`). Exits with success only if this node (the token
 //! holder, holding R) answers node 1's request for R with a Grant to node 1.
 
 #![no_std]

@@ -29,7 +29,7 @@
 //! # Variants
 //! [`Variant::LITERAL`] is the text as written; every flag of [`Variant`] switches one
 //! correction on, and [`Variant::HILOCK`] has them all. The defects they fix are named in
-//! `spec/SPEC.md` (Seed 004) with their counterexamples.
+//! `spec/SPEC.md` 5.1, "Defects of the literal text", with their counterexamples.
 //!
 //! # Time and leases
 //! Time is an input: [`Input::Tick`] says how many ticks passed. With leases
@@ -60,7 +60,7 @@ pub struct Variant {
     /// number re-read), read before that client had written its number.
     pub reread_numbers: bool,
     /// The loop of line 8 skips the client's own id; literally it compares the client
-    /// with its own entry (a non-issue when `R + W > N`, see SPEC.md).
+    /// with its own entry (a non-issue when `R + W > N`, see `spec/SPEC.md` 5.1).
     pub skip_self: bool,
     /// Lines 1 and 5 write the column `client_id` (the reading the syntax note gives);
     /// `false` reads `client_id=1` as column 1: every client sets and clears the same flag.
@@ -80,7 +80,7 @@ pub struct Variant {
     /// the win, before processing, and an item whose details are gone — removed by a worker
     /// that processed it after this worker's scan saw it free — is given up (own number
     /// given back, rescan) instead of processed again. Literally the details are read and
-    /// processed whatever they are (the stale-scan defect, SPEC.md seed 004). Traces saved
+    /// processed whatever they are (the stale-scan defect, `spec/SPEC.md` 5.1). Traces saved
     /// before this flag existed read it as `false`.
     #[cfg_attr(feature = "serde", serde(default))]
     pub item_exists: bool,

@@ -19,7 +19,8 @@
 //! little" is the caller's business ([`Input::Wake`] ends the sleep).
 //!
 //! Where the literal text goes wrong, and why each correction is needed, is written in
-//! `spec/SPEC.md` (chapter "Seed 004") with the counterexamples in `spec/counterexamples/`.
+//! `spec/SPEC.md` 5.1, "Defects of the literal text", with the counterexamples in
+//! `spec/counterexamples/`.
 
 pub mod client;
 pub mod store;

@@ -21,7 +21,8 @@
 //!
 //! The priority extension of section 3 (`olock(oid, islocked, priority)`) is NOT built: the
 //! seed does not say what the stored priority becomes on unlock, whether the displaced
-//! holder is told, or how a backup learns the priority; see `spec/SPEC.md`, seed 003.
+//! holder is told, or how a backup learns the priority; see `spec/SPEC.md` 4.4, "Priority
+//! locking (section 3): what the paper does not say".
 //!
 //! # Citing the seed
 //! `(a)3` is line 3 of Fig. 2(a); `(d)`, `(e)` are node leave and node join.
@@ -456,9 +457,10 @@ impl fmt::Display for ChordError {
     }
 }
 
-/// A ring server's step in two parts (issue 13: one validate-then-apply step, no rollback
-/// copy): [`Server::check`] reads the state and finds every error the input can cause;
-/// [`Server::apply`] then changes the state and sends, and cannot fail.
+/// A ring server's step in two parts (one validate-then-apply step, no rollback copy, as
+/// the token engine's `Site::step`; `spec/SPEC.md` 4.1): [`Server::check`] reads the state
+/// and finds every error the input can cause; [`Server::apply`] then changes the state and
+/// sends, and cannot fail.
 pub(crate) trait Server<const T: usize> {
     /// The most messages one step sends.
     const MAX_OUTPUTS: usize;

@@ -19,8 +19,9 @@
 //! - A write in progress is sent again to a replica whose link was re-established
 //!   ([`RingServer::reconnected`]): a cut shorter than the lease loses the `Replicate`s and
 //!   `ReplicaAck`s it carried (seed 003's Fig. 2(a)4 RPC has the same gap;
-//!   `spec/FAULTS.md` §2.6). A replica acknowledges a copy of a write it already applied
-//!   (same entry, same version) again and does not apply it twice ([`Rule::Idempotent`]).
+//!   `docs/faults.md`, "Ring engine"). A replica acknowledges a copy of a write it already
+//!   applied (same entry, same version) again and does not apply it twice
+//!   ([`Rule::Idempotent`]).
 //! - Installing a view hands over exactly the moved ranges: for every elementary arc
 //!   ([`Ring::arc_of`]) this server has complete state for, every member that holds the arc
 //!   in the new view but did not in the old one gets this server's entries of that arc
@@ -233,7 +234,7 @@ impl<const N: usize, const T: usize> RingServer<N, T> {
     /// waiting, but their `Replicate` messages, or the replicas' `ReplicaAck`s, died with
     /// the connection, and nothing else sends them again: the write and its client waited
     /// for ever (`spec/counterexamples/ring/ring-short-cut-strands-write.json`;
-    /// `spec/FAULTS.md` §2.6). Seed 003's own backup write, Fig. 2(a)4
+    /// `docs/faults.md`, "Ring engine"). Seed 003's own backup write, Fig. 2(a)4
     /// `successor.olock_b.modify`, is an RPC with no answer for a lost call either. A
     /// replica that already applied the write acknowledges the copy again without
     /// applying it twice (same version: [`Rule::Idempotent`]); one that installed a newer

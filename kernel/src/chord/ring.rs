@@ -45,7 +45,7 @@ impl View {
 /// multiplication by the prime, so names that differ in their last character land
 /// `403·Δ` apart in the low 16 bits (`"slot-1"`, `"slot-2"`, … ten identifiers within
 /// 4,030 of 65,536), and a ring of such nodes gives one node nearly every key (measured:
-/// 9,828 of 10,000 keys on one of 4 nodes; BENCHMARKS.md, seed 003).
+/// 9,828 of 10,000 keys on one of 4 nodes; `spec/SPEC.md` 4.1, the row of §2.1).
 pub fn hash(bytes: &[u8], m: u8) -> Key {
     Key(super::vnodes::reduce(super::vnodes::hash32(bytes), m.min(16)) as u16)
 }

@@ -1,6 +1,7 @@
 //! Virtual nodes on a circle of up to 32 bits: many points per node, for rings larger than
-//! the 16 slots of [`Ring`](super::Ring) (issue 17, item 4: load balance and movement for
-//! 8 … 1,024 nodes with and without virtual nodes).
+//! the 16 slots of [`Ring`](super::Ring) (load balance and movement for 8 … 1,024 nodes
+//! with and without virtual nodes: `docs/benchmarks.md`, "Placement at 8 … 1,024 nodes
+//! (simulator)").
 //!
 //! - [`hash32`]: the placement hash of [`ring::hash`](super::ring::hash) before its
 //!   reduction — FNV-1a 32 then `fmix32` — so `hash(b, m)` is the low `m` bits of

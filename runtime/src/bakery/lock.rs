@@ -26,7 +26,7 @@
 //! entries from every replica that answers (at least `R`) and moves its Lamport clock past
 //! every timestamp it finds (`Client::advance_clock`), so that its writes supersede what an
 //! earlier run of the same id left. Not covered: a write of that earlier run that reached
-//! only replicas that are down during this read (see SPEC.md, Seed 004, "Not done").
+//! only replicas that are down during this read (`docs/faults.md`, "Bakery": not promised).
 
 use super::redis::RedisReplica;
 use super::store::{Delivery, QuorumStore, ReplicaBackend, ReplicaError, Scope, COLUMNS, ROWS};

@@ -1,5 +1,5 @@
 //! Cluster membership, node leases, epochs and the recovery leader through etcd
-//! (`spec/FAULTS.md`, section 3.1; feature `etcd`).
+//! (`docs/faults.md`, "With etcd membership" and "With etcd recovery"; feature `etcd`).
 //!
 //! Under the cluster's prefix `/hilock/<cluster>/` etcd keeps:
 //!
@@ -16,8 +16,8 @@
 //! - `runs/<id>`: the last run (incarnation) of node `id` that joined, *not* bound to a
 //!   lease: it outlives the run, so a new run learns that an earlier one of its id existed
 //!   ([`Membership::previous_run`]; with `etcd_recovery` such a run rejoins as a new
-//!   incarnation, `spec/FAULTS.md` 2.2.2). Written in the transaction that creates the
-//!   member key.
+//!   incarnation, `docs/faults.md`, "With etcd recovery"). Written in the transaction that
+//!   creates the member key.
 //! - `leader`: the recovery leader, bound to its lease and created only where it does not
 //!   exist (create revision 0), so there is at most one, and the next one can take over
 //!   as soon as its lease is gone ([`Membership::lead`]).

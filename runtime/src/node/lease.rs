@@ -1,19 +1,20 @@
-//! The node's lease and its peers' leases (issue 15 item 4; `spec/FAULTS.md` 3.1 and 4).
+//! The node's lease and its peers' leases (`docs/faults.md`, "With etcd membership").
 //!
 //! With `membership = "etcd"` ([`crate::config::Membership::Etcd`], feature `etcd`) the node
 //! joins etcd before it serves ([`crate::membership::Membership::join`]: an etcd lease kept
 //! alive, its member key bound to it) and follows two watches:
 //!
 //! - **Its own lease.** While it is valid, [`NodeLease::Valid`] says until when (the local
-//!   lease of `spec/FAULTS.md` 3.1, which ends at least the grace before etcd can expire
-//!   the lease). The client socket hands that deadline, renewed at every renewal, to each
-//!   holder (`hilock lock` kills its command when the deadline passes unrenewed, even if
-//!   this node is paused). When the lease is lost (its local lease ended without a renewal,
-//!   or etcd says it is gone) the node publishes [`NodeLease::Lost`] once: it stops granting
-//!   at once (the core refuses every waiting and new request with an error naming the
-//!   lease, and a grant that comes back after the loss is released, not handed out), and
-//!   every holder of the client socket is told that its lock is lost and its command's
-//!   process group is killed before the lock is released.
+//!   lease of `docs/faults.md`, "The recovery mechanism", "Leases: kill before regrant",
+//!   which ends at least the grace before etcd can expire the lease). The client socket
+//!   hands that deadline, renewed at every renewal, to each holder (`hilock lock` kills its
+//!   command when the deadline passes unrenewed, even if this node is paused). When the
+//!   lease is lost (its local lease ended without a renewal, or etcd says it is gone) the
+//!   node publishes [`NodeLease::Lost`] once: it stops granting at once (the core refuses
+//!   every waiting and new request with an error naming the lease, and a grant that comes
+//!   back after the loss is released, not handed out), and every holder of the client
+//!   socket is told that its lock is lost and its command's process group is killed before
+//!   the lock is released.
 //! - **The member list.** A peer that was a member and whose member key is gone (its lease
 //!   ended at etcd: it crashed, was paused or cut off past its TTL, or left) is *gone* for
 //!   this node's run: the requests of this node that wait on it — the lock's token or the
@@ -202,7 +203,7 @@ impl Session {
 
     /// This run rejoins (`etcd_recovery`, and an earlier run of this node id joined the
     /// cluster through etcd before — `runs/<id>`): it starts with nothing, takes no kernel
-    /// step and waits for an epoch that lets it in (`spec/FAULTS.md` 2.2.2).
+    /// step and waits for an epoch that lets it in (`docs/faults.md`, "With etcd recovery").
     pub(super) fn rejoining(&self) -> bool {
         #[cfg(feature = "etcd")]
         return self.recovery()

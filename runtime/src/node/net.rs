@@ -169,10 +169,11 @@ impl PeerLink {
 impl Shared {
     /// Recovery (`etcd_recovery`): a peer this node knew as run `known` is now run `run`.
     /// The new run is let onto the link only if it holds the peer's member key in etcd —
-    /// then the old run's lease has ended, and by `spec/FAULTS.md` 3.1 the old run grants
-    /// nothing and its holders are dead. The receiving side starts afresh (nothing of the
-    /// new run delivered yet; a connection of the old run delivers nothing more) and the
-    /// sending side drops what the old run had not acknowledged and numbers from 1
+    /// then the old run's lease has ended, and by the lease rule (`docs/faults.md`, "The
+    /// recovery mechanism", "Leases: kill before regrant") the old run grants nothing and
+    /// its holders are dead. The receiving side starts afresh (nothing of the new run
+    /// delivered yet; a connection of the old run delivers nothing more) and the sending
+    /// side drops what the old run had not acknowledged and numbers from 1
     /// ([`PeerLink::run_gen`]). Everything the kernel sent to the old run is stamped with
     /// an epoch the new run has not installed: it refuses it (`StaleEpoch`). Call with the
     /// link's inbound lock held (`inb`). `Err`: why the run is not let in (yet).

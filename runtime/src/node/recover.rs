@@ -1,6 +1,6 @@
-//! Recovery through etcd (issue 15 item 4; `spec/FAULTS.md` 2.2.2 and 3.3): when a member's
-//! etcd lease ends, the survivors install a new epoch with every lock rebuilt by the
-//! kernel's recovery transitions — the runtime decides nothing itself:
+//! Recovery through etcd (`docs/faults.md`, "With etcd recovery", and "Installing an
+//! epoch"): when a member's etcd lease ends, the survivors install a new epoch with every
+//! lock rebuilt by the kernel's recovery transitions — the runtime decides nothing itself:
 //!
 //! 1. every survivor that sees a member of its epoch gone computes the next membership
 //!    ([`recovery::next_members`]), **freezes** its core (no kernel step until the new

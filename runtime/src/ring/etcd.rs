@@ -1,7 +1,7 @@
-//! The ring with `membership = "etcd"` (feature `etcd`; `spec/FAULTS.md` §2.6, etcd mode):
-//! the membership service's job done through etcd, with the token engine's etcd layer
-//! ([`crate::membership`]: leases, the member list, the compare-and-swap epoch install,
-//! the leader key) — no second etcd client layer.
+//! The ring with `membership = "etcd"` (feature `etcd`; `docs/faults.md`, "Ring engine",
+//! "etcd mode"): the membership service's job done through etcd, with the token engine's
+//! etcd layer ([`crate::membership`]: leases, the member list, the compare-and-swap epoch
+//! install, the leader key) — no second etcd client layer.
 //!
 //! Under the cluster's prefix `/hilock/<cluster>/`:
 //! - `members/<slot>`: each running node's member key, bound to its etcd lease (TTL L).

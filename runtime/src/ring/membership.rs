@@ -15,7 +15,7 @@
 //! So the old primary has stopped before the view without it is announced. A member its
 //! successor reported within the last two beat periods gets no renewal: a node cut off
 //! from its successor but not from the service lets its lease run out and is removed like
-//! a crashed one (`spec/FAULTS.md` §2.6).
+//! a crashed one (`docs/faults.md`, "Ring engine").
 
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
@@ -355,7 +355,7 @@ async fn run(
                         // Nor while its successor keeps suspecting it (reported within the
                         // last two beat periods): a node cut off from its successor but
                         // not from the service lets its lease run out and is removed like
-                        // a crashed one (FAULTS.md §2.6).
+                        // a crashed one (`docs/faults.md`, "Ring engine").
                         let now = Instant::now();
                         let suspect = st.suspected_at.get(&n.0).is_some_and(|t| now < *t + beat * 2);
                         if st.expired & st.granted & bit == 0 && !removing && !suspect {

@@ -26,11 +26,11 @@
 //! - The static membership service is one process (`hilock ring membership`, or a test).
 //!   Without it no view changes; with `membership = "etcd"` ([`etcd`]) the view is in etcd
 //!   and the nodes change it themselves.
-//! - Crash detection is by the successor, removal under the lease rule (see
-//!   [`Membership`] and `spec/FAULTS.md` §2.6): every node renews a lease with the service
-//!   and stops answering when it cannot; it beats to its successor, which reports a
-//!   silent predecessor; the service removes a member only when its successor suspects
-//!   it and its lease has run out.
+//! - Crash detection is by the successor, removal under the lease rule (see [`Membership`]
+//!   and `docs/faults.md`, "Ring engine"): every node renews a lease with the service and
+//!   stops answering when it cannot; it beats to its successor, which reports a silent
+//!   predecessor; the service removes a member only when its successor suspects it and its
+//!   lease has run out.
 
 mod client;
 #[cfg(feature = "etcd")]

@@ -386,7 +386,7 @@ async fn run(
                         // only sender (a connection the client opened since is still read,
                         // its reader holds another). The client's locks stay as they are:
                         // a lock belongs to the client id, not to a connection
-                        // (FAULTS.md §2.6).
+                        // (`docs/faults.md`, "Ring engine").
                         if clients.get(&c).is_some_and(|tx| tx.strong_count() == 1) {
                             clients.remove(&c);
                         }
@@ -411,8 +411,9 @@ async fn run(
                     }
                     Ev::Open(Addr::Node(p), _) => {
                         // A peer dialled in again: the acknowledgements it sent on its old
-                        // connection may be lost, so it gets every replica write it has
-                        // not acknowledged again (FAULTS.md §2.6, a short cut).
+                        // connection may be lost, so it gets every replica write it has not
+                        // acknowledged again (`docs/faults.md`, "Ring engine", a cut
+                        // shorter than the lease).
                         let tx = links.entry(p).or_insert_with(|| link(me, p, &peers));
                         resend_owed(&server, me, p, tx);
                         continue;
@@ -505,8 +506,8 @@ fn report(server: &Server, mtx: &mpsc::UnboundedSender<Frame>, last: &mut Option
 /// (the peer was down or the connection broke) it dials a fresh one once and first sends
 /// the peer again every replica write it has not acknowledged
 /// ([`RingServer::reconnected`](hilock_kernel::chord::RingServer::reconnected): what the
-/// broken connection may have lost, FAULTS.md §2.6); if that dial fails too, the frame is
-/// lost with the peer, as in the model's crash.
+/// broken connection may have lost, `docs/faults.md`, "Ring engine"); if that dial fails
+/// too, the frame is lost with the peer, as in the model's crash.
 fn send_node(
     links: &mut HashMap<NodeId, mpsc::UnboundedSender<Frame>>,
     server: &Server,

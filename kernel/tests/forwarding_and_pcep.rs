@@ -1,8 +1,14 @@
-//! Checks for the mutants that cargo-mutants' pass 3 (the rest of the thesis core) left
-//! unexplained (spec/MUTANTS.md, "Pass 3"): the idle relay's routing under
-//! `Forwarding::Compress` and `Forwarding::ClassPointers`, `check_queue_at_child`'s frozen
-//! test and stranded-request forwarding, PCEP's ceiling rule and its separation from PIP's
-//! reissue, and the output bound `Protocol::MAX_OUTPUTS` the harness sizes its buffer by.
+//! The token engine's forwarding, child-queue and PCEP paths, one interleaving each:
+//! where an idle relay sends a request it forwards under `Forwarding::Compress`,
+//! `ClassPointers` and `OrderedPointers` (hilock's routing pointers, `spec/SPEC.md` 1.6
+//! "Forwarding"); a grant from the node's own parent, which keeps the parent's record
+//! (P3; Decision 8, "leave the old parent", in 1.4); `check_queue_at_child`'s frozen test
+//! (Rule 6_PRIO, Table 3.1) and its forwarding of stranded requests (Rule 4.1, Table 2.3;
+//! Decision 4(c)); PCEP's ceiling rule (thesis Fig. 3.7) and its separation from PIP's
+//! reissue (Fig. 3.8; `spec/SPEC.md` 1.5); the output bound `Protocol::MAX_OUTPUTS` the
+//! harness sizes its buffer by (1.3, "Validate, then apply"); and the premise of
+//! `tables::derived::frozen_by` (Table 2.4). Each test was written for a mutant of the
+//! thesis core that the other tests missed (`docs/verification.md`, "Mutation testing").
 //! Every run goes through the one harness (`hilock_spec::Cluster`).
 
 use hilock_kernel::tables::{derived, tokenable};
@@ -142,7 +148,7 @@ fn class_pointers_replace_the_older_pointer_of_the_same_mode() {
     assert_eq!(requests(&s), vec![(0, 3, Mode::R)]);
 }
 
-/// OrderedPointers (experimental, SPEC.md "Id-ordered requester pointers"; pass 9): the
+/// OrderedPointers (experimental, `spec/SPEC.md` 1.6 "Forwarding"): the
 /// idle relay sends a request to a pointer whose requester has a smaller id than the
 /// request's and keeps it (Table 2.3, Q), else to its parent; the pointer it used is gone,
 /// and the request's requester is the newest pointer, replacing the one of its mode.
@@ -353,7 +359,7 @@ fn sites_whose_output_bound_just_exceeds_the_stack_buffer_step() {
 /// `tables::derived::frozen_by`'s premise, stated in its doc comment: at the token node
 /// "grantable ∨ tokenable is plain compatibility". (It makes `compatible ∧ (grantable ∨
 /// tokenable)` and `compatible ∨ grantable ∨ tokenable` the same set, so that mutant of
-/// the derivation is equivalent: spec/MUTANTS.md.)
+/// the derivation is equivalent: `docs/verification.md`, "Mutation testing".)
 #[test]
 fn grantable_or_tokenable_is_compatibility() {
     for o in Mode::ALL {

@@ -1,11 +1,13 @@
-//! Checks for the mutants of the recovery module (`kernel/src/recovery.rs`) that
-//! cargo-mutants' pass 5 missed and pass 6 missed again (spec/MUTANTS.md, "Pass 6"). Each
-//! test asserts what a line of the recovery module exists for: the error texts, the
-//! rebuild's conflict check (a holder is not compared with itself), its tolerance of a
-//! pending request naming an unknown node, the highest priority of a reissued request, the
-//! install's output bound and its validation of a plan, the root's copyset built from the
-//! other members' holds, the per-peer links forgotten at a new epoch, and the `Protocol`
-//! view (`held`, `has_token`, `is_pending`) of a `FaultSite`.
+//! The kernel part of recovery (`kernel/src/recovery.rs`; `spec/SPEC.md` 1.8, and
+//! `docs/faults.md`, "The recovery mechanism (kernel and model)"), line by line: each test
+//! asserts what a line of the module exists for: the error texts, the rebuild's conflict
+//! check (a holder is not compared with itself), its tolerance of a pending request naming
+//! an unknown node, the highest priority of a reissued request, the install's output bound
+//! and its validation of a plan, the root's copyset built from the other members' holds,
+//! the per-peer links forgotten at a new epoch, the `Protocol` view (`held`, `has_token`,
+//! `is_pending`) of a `FaultSite`, and the default of a saved `RecoveryVariant`. (Written
+//! for the mutants of the module that its unit tests missed: `docs/verification.md`,
+//! "Mutation testing".)
 
 use hilock_kernel::recovery::{
     rebuild, Epoch, FaultSite, LockReport, Plan, RecoveryError, RecoveryVariant, Stamped,
@@ -293,40 +295,10 @@ fn a_fault_site_answers_the_protocol_queries() {
     assert_eq!(Protocol::is_pending(&s1, L0), Ok(true));
 }
 
-// ------------------------------------------------------------- tree shard 1/24 (tree/)
-
-use hilock_kernel::tree::{Op, Step, TreeLock, TreeVariant, UserId};
-
-/// A node's size, depth and latch as the getters report them: in a complete tree of
-/// height 2 the root has 7 nodes below it (itself included) at depth 0, a leaf is 1 node at
-/// depth 2; an operation in progress (u3's insert at 01 while u1 holds 00) shows its
-/// user on every latch it holds between its steps.
-#[test]
-fn tree_nodes_report_size_depth_and_latch() {
-    let mut t = TreeLock::<16>::complete(2).unwrap();
-    let (root, leaf) = (t.at("").unwrap(), t.at("01").unwrap());
-    let (r, l) = (t.node(root).unwrap(), t.node(leaf).unwrap());
-    assert_eq!((r.size(), r.depth(), r.is_leaf()), (7, 0, false));
-    assert_eq!((l.size(), l.depth(), l.is_leaf()), (1, 2, true));
-    assert_eq!(t.node(t.at("0").unwrap()).unwrap().depth(), 1);
-    assert_eq!(r.latch(), None);
-    t.insert_user(t.at("00").unwrap(), UserId(1)).unwrap();
-    let mut op = Op::insert(&t, leaf, UserId(3), TreeVariant::HILOCK).unwrap();
-    let mut seen = 0;
-    while op.outcome().is_none() {
-        assert!(matches!(op.step(&mut t), Ok(Step::Progress(_))));
-        for n in op.held().into_iter().flatten() {
-            assert_eq!(t.node(n).unwrap().latch(), Some(UserId(3)), "{n}");
-            seen += 1;
-        }
-    }
-    assert!(seen > 0, "the insert held no latch between its steps");
-}
-
 /// A recovery variant saved before `forget_shortcuts` existed loads with that safeguard on
 /// (`#[serde(default = "yes")]`), and the field is read when it is there. (The kernel's
 /// `serde` feature is on in its test builds: `hilock-spec`, a dev-dependency, enables it.)
-/// Kills recovery.rs `yes` → `false` (pass 9).
+/// Kills recovery.rs `yes` → `false`.
 #[test]
 fn an_old_saved_recovery_variant_forgets_shortcuts() {
     use hilock_kernel::recovery::RecoveryVariant;

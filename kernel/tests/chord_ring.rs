@@ -1,7 +1,15 @@
-//! Checks for the mutants of the chord group (`kernel/src/chord/`) that cargo-mutants' pass 8
-//! missed with its first, cheap stage (the kernel's unit tests, `chord_reconnect.rs` and
-//! `chord_retry.rs`; spec/MUTANTS.md, "Pass 8, chord"). The comment above each test names
-//! the mutants it kills.
+//! The ring engine's kernel parts (`kernel/src/chord/`; the Chord lock service paper,
+//! `spec/SPEC.md` section 4) one guard at a time: the error texts; the client of Fig. 4
+//! (request numbers, output room, a timed-out request resent to the new service node);
+//! Chord's finger routing on sparse circles (§2.1, `fingers`, `vnodes`); the paper's server
+//! of Fig. 2 (`PaperNode`: the lock table changed in place, the backup RPCs, leave (d) and
+//! join (e) with their output bound, the remote table operations); and hilock's replicated
+//! server (`RingServer`): its output bound, the copies owed to a reconnected peer, a stale
+//! retry answered from the entry, replica versions, the hand-over of moved arcs at a join,
+//! a full replica, views that change by one epoch, and the requests a newer view decides
+//! or redirects. The comment above each test names the mutants it kills: the kernel's unit
+//! tests, `chord_reconnect.rs` and `chord_retry.rs` missed them (`docs/verification.md`,
+//! "Mutation testing").
 
 use hilock_kernel::chord::fingers::{closest_preceding, route};
 use hilock_kernel::chord::vnodes::{Point, VRing};

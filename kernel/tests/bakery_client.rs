@@ -1,7 +1,14 @@
-//! Checks for the mutants of the bakery group (`kernel/src/bakery/`) that cargo-mutants'
-//! pass 7 missed with the bakery fast pass (the kernel's unit tests and `verify --test
-//! bakery`; spec/MUTANTS.md, "Pass 7, bakery"). The comment above each test names the
-//! mutants it kills.
+//! The bakery over quorum reads and writes (`kernel/src/bakery/`; the Cassandra wiki page
+//! "Locking", `spec/SPEC.md` section 5) one client step at a time, over three in-memory
+//! replicas: the texts of ids, errors and cells; the fencing token of a ticket (line 18);
+//! which phases wait, sleep and hold entries under a lease; the number a client draws
+//! (lines 2–4) and its lease (wiki 85–86, 154–155), renewed once and lost when it runs
+//! out; the replies and timestamps a model checker renames; the work queue's read of an
+//! item's details (wiki 139–140) and its re-read of `choosing` (wiki 131); `skip_self`
+//! and an expired `choosing` flag in the loop of lines 8–12; and a repeated write at a
+//! replica. The comment above each test names the mutants it kills: the kernel's unit
+//! tests and `verify --test bakery` missed them (`docs/verification.md`, "Mutation
+//! testing").
 
 use hilock_kernel::bakery::{
     BakeryError, Cell, Client, ClientId, ClientOutput, Config, Family, Input, Phase, Program,
@@ -600,9 +607,9 @@ fn a_waiter_passes_the_expired_choosing_flag_of_a_crashed_client() {
     panic!("still {:?} after 30 ticks", b.clients[0].phase());
 }
 
-/// `Family::name` → `"xyzzy"`, `""`: the column families are named as in the seed.
+/// `Family::name` → `"xyzzy"`, `""`: the column families are named as on the wiki page.
 #[test]
-fn families_are_named_as_in_the_seed() {
+fn families_are_named_as_on_the_wiki_page() {
     let names: Vec<&str> = Family::ALL.iter().map(|f| f.name()).collect();
     assert_eq!(names, ["choosing", "number", "details"]);
 }

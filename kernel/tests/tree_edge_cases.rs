@@ -1,6 +1,12 @@
-//! Checks for the mutants of the tree group (`kernel/src/tree/`) that cargo-mutants' pass 7
-//! missed (spec/MUTANTS.md, "Pass 7"). Each test asserts what a line of the tree module
-//! exists for; the comment above each test names the mutants it kills.
+//! Preston & Prasad tree locking (`kernel/src/tree/`; `spec/SPEC.md` section 2) at its
+//! edges: each test asserts what a line of the tree module exists for, beyond the slides'
+//! examples and the random runs of `tree.rs`: the ids' and errors' texts, a tree that fills
+//! its capacity exactly (slide 6's document mapping), the latches of the top-down handshake
+//! (slide 13), the counts of demotions and promotions (slides 15–20), path names to depth
+//! 64 (slide 10), the largest region (slide 19), the audit of colours and owners (slides
+//! 11–12, P8), a node's size, depth and latch, and the undo of a failed insert (slides 16
+//! and 21). The comment above each test names the mutants it kills (`docs/verification.md`,
+//! "Mutation testing").
 
 use hilock_kernel::tree::{
     Color, Op, Outcome, Step, TreeError, TreeLock, TreeNodeId, TreeVariant, TreeViolation, UserId,
@@ -409,4 +415,31 @@ fn the_counted_undo_stops_where_the_insert_failed_after_a_concurrent_demotion() 
         (UserId(4), at(&t, "11")),
     ];
     assert_eq!(t.audit(&reqs), Ok(()));
+}
+
+/// `Node::size` → 1, `Node::depth` → 0 or 1, `Node::latch` → `None`, `Node::is_leaf` →
+/// `true` or `false`, and its `==` → `!=`. A node's size, depth and latch as the getters
+/// report them: in a complete tree of height 2 the root has 7 nodes below it (itself
+/// included) at depth 0, a leaf is 1 node at depth 2; an operation in progress (u3's insert
+/// at 01 while u1 holds 00) shows its user on every latch it holds between its steps.
+#[test]
+fn tree_nodes_report_size_depth_and_latch() {
+    let mut t = TreeLock::<16>::complete(2).unwrap();
+    let (root, leaf) = (t.at("").unwrap(), t.at("01").unwrap());
+    let (r, l) = (t.node(root).unwrap(), t.node(leaf).unwrap());
+    assert_eq!((r.size(), r.depth(), r.is_leaf()), (7, 0, false));
+    assert_eq!((l.size(), l.depth(), l.is_leaf()), (1, 2, true));
+    assert_eq!(t.node(t.at("0").unwrap()).unwrap().depth(), 1);
+    assert_eq!(r.latch(), None);
+    t.insert_user(t.at("00").unwrap(), UserId(1)).unwrap();
+    let mut op = Op::insert(&t, leaf, UserId(3), TreeVariant::HILOCK).unwrap();
+    let mut seen = 0;
+    while op.outcome().is_none() {
+        assert!(matches!(op.step(&mut t), Ok(Step::Progress(_))));
+        for n in op.held().into_iter().flatten() {
+            assert_eq!(t.node(n).unwrap().latch(), Some(UserId(3)), "{n}");
+            seen += 1;
+        }
+    }
+    assert!(seen > 0, "the insert held no latch between its steps");
 }

@@ -1,10 +1,12 @@
-//! Checks for the mutants of the two baselines that cargo-mutants' pass 5 left unexplained
-//! (spec/MUTANTS.md, "Pass 5"): Naimi-Trehel (thesis section 2.1, `NaimiSite`) and Mueller's
-//! prioritized Naimi (thesis section 3.1.1, `PrioNaimiSite`). Each test asserts what a guard
-//! or a loop of those files exists for: the validation that rejects bad input with a typed
-//! error and the state untouched, the upgrade `U → W`, duplicate-token detection by
-//! generation, FIFO within a priority level, the priority merge of the token's queue, and
-//! `Protocol::is_pending`. Runs of several sites go through the one harness (`Cluster`, via
+//! The two baselines' guards and loops (`spec/SPEC.md` 1.10, "The baselines"):
+//! Naimi-Trehel (thesis section 2.1, `NaimiSite`) and Mueller's prioritized Naimi (thesis
+//! section 3.1.1, `PrioNaimiSite`). Each test asserts what a guard or a loop of
+//! `kernel/src/naimi.rs` or `kernel/src/pnaimi.rs` exists for: the validation that rejects
+//! bad input with a typed error and the state untouched, the upgrade `U → W`,
+//! duplicate-token detection by generation, FIFO within a priority level, the priority
+//! merge of the token's queue, and `Protocol::is_pending`. (Written for the mutants of
+//! those files that `naimi.rs` and `pnaimi.rs` here missed: `docs/verification.md`,
+//! "Mutation testing".) Runs of several sites go through the one harness (`Cluster`, via
 //! `common::Net`); single-site checks call `step` directly.
 
 use hilock_kernel::{
