@@ -8,9 +8,10 @@
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
 use hilock_benches::scenarios::{self, DefaultOutputs};
-use hilock_benches::sim::LOCKS;
+use hilock_benches::token::LOCKS;
 use hilock_kernel::{
-    tables, DefaultSite, Input, LockId, Mode, Msg, NaimiSite, NodeId, Output, QueueEntry, Site,
+    token::tables, DefaultSite, Input, LockId, Mode, Msg, NaimiSite, NodeId, Output, QueueEntry,
+    Site,
 };
 use hilock_spec::VecSink;
 use std::hint::black_box;

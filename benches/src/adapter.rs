@@ -1,4 +1,4 @@
-//! What the simulator's stand-in sites ([`crate::bakerysim`], [`crate::central`],
+//! What the simulator's stand-in sites ([`crate::bakery`], [`crate::central`],
 //! [`crate::ringair`]) share as [`Protocol`](hilock_kernel::Protocol) sites of the one
 //! harness: their step is all-or-nothing, and each serves exclusive (W-only) locks
 //! without a token.

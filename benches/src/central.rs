@@ -1,5 +1,5 @@
 //! A central lock server replicated on three members, as a stand-in for etcd's lock in the
-//! bakery comparison ([`crate::bakerysim`]). It models the *messages and message delays*
+//! bakery comparison ([`crate::bakery`]). It models the *messages and message delays*
 //! of a Raft-replicated lock service, nothing else:
 //!
 //! - a client sends `Lock` (or `Unlock`) to the leader (node `C`); the leader appends it
@@ -19,7 +19,7 @@
 //! `Acquire` that comes before its `UnlockAck` waits for it.
 
 use crate::adapter::{all_or_nothing, exclusive_held};
-use crate::sim::{Driven, RelayClass, Requester};
+use crate::token::{Driven, RelayClass, Requester};
 use hilock_kernel::{
     Input, KernelError, LockId, Mode, MsgKind, NodeId, Output, Protocol, Report, Sink,
 };

@@ -24,11 +24,11 @@
 //! Results and the commands that produced them are in `docs/benchmarks.md`.
 
 pub mod adapter;
-pub mod bakerysim;
+pub mod agents;
+pub mod bakery;
 pub mod central;
 pub mod plot;
 pub mod ring;
 pub mod ringair;
 pub mod scenarios;
-pub mod sim;
-pub mod txn;
+pub mod token;

@@ -1,17 +1,17 @@
 //! Placement figures of the ring engine (`docs/benchmarks.md`, "Placement at 8 … 1,024
 //! nodes (simulator)"): load balance, keys moved per join and leave, and lookup hops —
 //! measured with the kernel's placement hash and lookup rule
-//! ([`hilock_kernel::chord::vnodes`]) and its finger routing
-//! ([`hilock_kernel::chord::fingers`]); nothing here places a key itself.
+//! ([`hilock_kernel::ring::vnodes`]) and its finger routing
+//! ([`hilock_kernel::ring::fingers`]); nothing here places a key itself.
 //!
 //! - Nodes are named `hilock-ring-slot-<i>` (as the runtime's ring names its slots); node
 //!   `i`'s virtual node `v` is [`Point::of`]; lock `j` is the path `/lock<j>/x`, placed by
 //!   its top-level element through [`key32`].
-//! - The circle has [`BITS`] = 32 bits (the kernel's 16-slot [`Ring`](hilock_kernel::chord::Ring)
+//! - The circle has [`BITS`] = 32 bits (the kernel's 16-slot [`Ring`](hilock_kernel::ring::Ring)
 //!   has 16; a 16-bit circle cannot hold 1,024 × 128 distinct points).
 
-use hilock_kernel::chord::fingers::route;
-use hilock_kernel::chord::vnodes::{key32, Point, VRing, VnodeError};
+use hilock_kernel::ring::fingers::route;
+use hilock_kernel::ring::vnodes::{key32, Point, VRing, VnodeError};
 use hilock_kernel::NodeId;
 
 /// Bits of the identifier circle.

@@ -1,4 +1,4 @@
-//! The airline workload of the simulator ([`crate::sim`]) on the ring engine (seed 003,
+//! The airline workload of the simulator ([`crate::token`]) on the ring engine (seed 003,
 //! hilock's replicated variant, r = 2), for the token engine / ring engine comparison of
 //! `docs/benchmarks.md`, "Airline workload: token engine against the ring (simulator)".
 //!
@@ -10,12 +10,12 @@
 //!   exclusion ([`hilock_spec::cluster::Cluster::check_exclusive`]) after every grant. A message between the
 //!   client and the server of one node is a local call (not sent, no delay), as the token
 //!   engine's local acquire.
-//! - **Workload and timing.** The simulator's own timing loop ([`sim::run_sites`]): its
+//! - **Workload and timing.** The simulator's own timing loop ([`token::run_sites`]): its
 //!   [`Config`], per-node random streams, access draw, per-pair FIFO latencies and
 //!   measurement window, so each node makes the same sequence of accesses as in
-//!   [`crate::sim`]. The ring's locks are exclusive only (no modes), so an access locks
+//!   [`crate::token`]. The ring's locks are exclusive only (no modes), so an access locks
 //!   what the simulator's Naimi-Trehel *same work* locks under `cfg.mix` (with
-//!   [`sim::Mix::EntryIntention`], the published tables: IR and IW one entry's lock, R, U
+//!   [`token::Mix::EntryIntention`], the published tables: IR and IW one entry's lock, R, U
 //!   and W every entry lock in a fixed order). Entry `e` is the lock `/airline-entry-<e>`
 //!   (each its own top-level element, so the entries are spread over the ring). Mutual
 //!   exclusion is checked after every grant ([`Driven::CHECK_EXCLUSIVE`]).
@@ -27,8 +27,8 @@
 //!   the wait).
 
 use crate::adapter::{all_or_nothing, exclusive_held};
-use crate::sim::{self, Config, Driven, Proto, RelayClass, Requester, ENTRIES};
-use hilock_kernel::chord::{
+use crate::token::{self, Config, Driven, Proto, RelayClass, Requester, ENTRIES};
+use hilock_kernel::ring::{
     hash, Addr, Answer, ChordClient, ChordError, ChordMsg, ClientEvent, ClientId, Key, Op, Out,
     Ring, RingServer, View,
 };
@@ -363,7 +363,7 @@ impl Protocol for RingSite {
     }
 }
 
-/// What a ring run measured (the window as in [`crate::sim::Stats`]).
+/// What a ring run measured (the window as in [`crate::token::Stats`]).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RingStats {
     /// Accesses completed in the window.
@@ -440,7 +440,7 @@ impl Driven for RingSite {
 }
 
 /// Runs the airline workload of `cfg` on the ring engine with `cfg.n` nodes (at most
-/// [`SLOTS`]), in the simulator's timing loop ([`sim::run_sites`]). `cfg.proto` is
+/// [`SLOTS`]), in the simulator's timing loop ([`token::run_sites`]). `cfg.proto` is
 /// ignored: an access locks what Naimi-Trehel *same work* locks under `cfg.mix`.
 pub fn run(cfg: &Config) -> Result<RingStats, String> {
     let n = cfg.n;
@@ -457,7 +457,7 @@ pub fn run(cfg: &Config) -> Result<RingStats, String> {
         proto: Proto::NaimiSame,
         ..*cfg
     };
-    let (st, cluster) = sim::run_sites(&cfg, sites).map_err(|e| format!("ring {e}"))?;
+    let (st, cluster) = token::run_sites(&cfg, sites).map_err(|e| format!("ring {e}"))?;
     Ok(RingStats {
         accesses: st.accesses,
         lock_requests: st.lock_requests,

@@ -3,7 +3,7 @@
 //! exactly, and the hop counts' bounds.
 
 use hilock_benches::ring::{self, BITS};
-use hilock_kernel::chord::vnodes::{Point, VRing};
+use hilock_kernel::ring::vnodes::{Point, VRing};
 
 /// The owner of `key` by brute force: the point at the least clockwise distance from the
 /// key (lowest node on a tie), over all points of nodes `0..n`.
@@ -88,7 +88,7 @@ fn hop_counts_are_bounded_and_a_full_view_is_one_message() {
     let r = VRing::new(BITS, &mut pts).unwrap();
     for (j, k) in keys.iter().enumerate() {
         let from = j % 64;
-        let rt = hilock_kernel::chord::fingers::route(&r, from, *k).unwrap();
+        let rt = hilock_kernel::ring::fingers::route(&r, from, *k).unwrap();
         assert_eq!(rt.owner, r.successor_index(*k).unwrap());
         assert_eq!(rt.messages >= 1, rt.owner != from);
         assert!(rt.messages <= BITS as u32 + 1);

@@ -5,8 +5,8 @@
 //! release through the poll input, and a whole run checks mutual exclusion at every grant.
 
 use hilock_benches::ringair::{self, entry_key, RingMsg, RingSite, R};
-use hilock_benches::sim::{Config, Proto, ENTRIES};
-use hilock_kernel::chord::View;
+use hilock_benches::token::{Config, Proto, ENTRIES};
+use hilock_kernel::ring::View;
 use hilock_kernel::{Input, LockId, Mode, NodeId, Output, Protocol};
 use hilock_spec::cluster::Cluster;
 

@@ -38,14 +38,14 @@ pub enum KernelError {
     NoParent(LockId),
     /// The step would produce more outputs than the output buffer has room for.
     OutputsFull,
-    /// A message stamped with an earlier epoch than the receiver's ([`crate::recovery`]):
+    /// A message stamped with an earlier epoch than the receiver's ([`crate::token::recovery`]):
     /// it was sent before the current membership was installed.
     StaleEpoch(LockId),
     /// A message stamped with a later epoch than the receiver's: the receiver has not
     /// installed that epoch yet (a runtime keeps the message until it has).
     FutureEpoch(LockId),
     /// The site is not a member of the current epoch: its lease expired, or it is a new
-    /// incarnation waiting to be let in ([`crate::recovery`]).
+    /// incarnation waiting to be let in ([`crate::token::recovery`]).
     NotMember,
 }
 

@@ -4,18 +4,22 @@
 //! *Scalable Distributed Concurrency Protocol with Priority Support*, NCSU 2003, chapter 2)
 //! as pure transition functions: `no_std`, no heap, safe Rust only, no clock, no randomness.
 //!
-//! - [`mode`]: modes IR, R, U, IW, W, their strength (inequation 2.1) and Table 2.1;
-//! - [`tables`]: Tables 2.1–2.4, literal and derived;
-//! - [`node`]: one lock at one site, Rules 2–7;
-//! - [`site`]: a site with `L` locks and the single entry point [`Site::step`];
-//! - [`prio`]: priorities, frozen thresholds (Rule 6_PRIO) and inheritance (PCEP, PIP);
-//! - [`recovery`]: epochs, leases and the recovery transitions of the fault model
-//!   (`docs/faults.md`, "The recovery mechanism"): stale-epoch messages rejected, a lost
-//!   token regenerated once;
-//! - [`naimi`]: the Naimi-Trehel baseline behind the same [`Protocol`] interface;
-//! - [`pnaimi`]: Mueller's prioritized Naimi protocol, the baseline of chapter 3;
+//! What every engine shares stays at the root: [`mode`] (modes IR, R, U, IW, W, their
+//! strength, inequation 2.1, and Table 2.1), [`msg`] (ids, the token engine's messages,
+//! the output sinks), [`report`] (the rules that fired), [`error`], and [`protocol`] (the
+//! step contract every engine implements). The engines, one module each:
+//!
+//! - [`token`]: Desai & Mueller's token tree, Rules 2–8, Tables 2.1–2.4, priorities, PCEP
+//!   and PIP, recovery; entry point [`Site::step`] (types re-exported here);
+//! - [`baseline`]: Naimi-Trehel and Mueller's prioritized Naimi, the measured baselines;
 //! - [`tree`]: Preston & Prasad's multi-granular tree locking (colours, grey counts,
-//!   demotion and promotion, top-down handshake latches).
+//!   demotion and promotion, top-down handshake latches); entry point [`tree::TreeLock`];
+//! - [`agent`]: Wiger's deadlock-resolving lock agents (uwiger/locks): lock servers and
+//!   transaction agents; entry points [`agent::LockServer`] and [`agent::Agent`];
+//! - [`ring`]: the Chord-placed lock service and hilock's replicated ring server; entry
+//!   points [`ring::RingServer`] and [`ring::ChordClient`];
+//! - [`bakery`]: Lamport's bakery over quorum reads and writes; entry point
+//!   [`bakery::Client`].
 //!
 //! ```
 //! use hilock_kernel::{DefaultSite, Input, LockId, Mode, NodeId, Output, Outputs, Msg};
@@ -40,33 +44,27 @@
 
 pub mod agent;
 pub mod bakery;
-pub mod chord;
+pub mod baseline;
 pub mod error;
-pub mod keep;
 pub mod mode;
 pub mod msg;
-pub mod naimi;
-pub mod node;
-pub mod pnaimi;
-pub mod prio;
 pub mod protocol;
-pub mod recovery;
 pub mod report;
-pub mod site;
-pub mod tables;
+pub mod ring;
+pub mod token;
 pub mod tree;
 
+pub use baseline::naimi::{NaimiMsg, NaimiSite};
+pub use baseline::pnaimi::{PrioNaimiMsg, PrioNaimiSite, PrioRequest};
 pub use error::KernelError;
-pub use keep::ReleaseRule;
 pub use mode::{compatible, conflicts, Mode, ModeSet};
 pub use msg::{Input, LockId, Msg, MsgKind, NodeId, Output, Outputs, QueueEntry, Sink};
-pub use naimi::{NaimiMsg, NaimiSite};
-pub use node::{Forwarding, LockNode, Peer, Pending, Stale, Variant};
-pub use pnaimi::{PrioNaimiMsg, PrioNaimiSite, PrioRequest};
-pub use prio::{Frozen, Inheritance, Priority};
 pub use protocol::Protocol;
 pub use report::{Report, Rule, RuleSet};
-pub use site::{DefaultSite, Priorities, Site};
+pub use token::keep::ReleaseRule;
+pub use token::node::{Forwarding, LockNode, Peer, Pending, Stale, Variant};
+pub use token::prio::{Frozen, Inheritance, Priority};
+pub use token::site::{DefaultSite, Priorities, Site};
 
 /// The README's code blocks, compiled and run as doctests (`cargo test --doc -p
 /// hilock-kernel`), so the kernel example there cannot drift from the API.

@@ -117,7 +117,7 @@ impl fmt::Display for Mode {
 /// Rule 1, Table 2.1: `true` iff `a` and `b` conflict. Φ conflicts with nothing.
 ///
 /// This is the axiom every other table is derived from. The literal transcription of
-/// the thesis table is [`crate::tables::TABLE_2_1`]; a unit test checks both agree.
+/// the thesis table is [`crate::token::tables::TABLE_2_1`]; a unit test checks both agree.
 pub const fn conflicts(a: Mode, b: Mode) -> bool {
     use Mode::*;
     matches!(

@@ -1,7 +1,7 @@
 //! Identifiers, messages, inputs and outputs of the sans-IO interface.
 
 use crate::mode::Mode;
-use crate::prio::{Frozen, Priority};
+use crate::token::prio::{Frozen, Priority};
 use core::fmt;
 
 /// A node (site) of the system: an index `0..N`.

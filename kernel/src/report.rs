@@ -276,9 +276,9 @@ mod tests {
     fn the_three_engines_rules_share_one_set() {
         indexes_are_positions::<Rule>();
         indexes_are_positions::<crate::agent::Rule>();
-        indexes_are_positions::<crate::chord::Rule>();
-        let two = Rules::of(crate::chord::Rule::LockLocal)
-            .union(Rules::of(crate::chord::Rule::BackupModified));
+        indexes_are_positions::<crate::ring::Rule>();
+        let two = Rules::of(crate::ring::Rule::LockLocal)
+            .union(Rules::of(crate::ring::Rule::BackupModified));
         let mut s = heapless::String::<64>::new();
         core::fmt::Write::write_fmt(&mut s, format_args!("{two}")).unwrap();
         assert_eq!(s, "(a) lock, (a)/(b) backup modified");

@@ -1,7 +1,7 @@
 //! The two baselines' guards and loops (`spec/SPEC.md` 1.10, "The baselines"):
 //! Naimi-Trehel (thesis section 2.1, `NaimiSite`) and Mueller's prioritized Naimi (thesis
 //! section 3.1.1, `PrioNaimiSite`). Each test asserts what a guard or a loop of
-//! `kernel/src/naimi.rs` or `kernel/src/pnaimi.rs` exists for: the validation that rejects
+//! `kernel/src/baseline/naimi.rs` or `kernel/src/baseline/pnaimi.rs` exists for: the validation that rejects
 //! bad input with a typed error and the state untouched, the upgrade `U → W`,
 //! duplicate-token detection by generation, FIFO within a priority level, the priority
 //! merge of the token's queue, and `Protocol::is_pending`. (Written for the mutants of

@@ -11,7 +11,7 @@
 //! thesis core that the other tests missed (`docs/verification.md`, "Mutation testing").
 //! Every run goes through the one harness (`hilock_spec::Cluster`).
 
-use hilock_kernel::tables::{derived, tokenable};
+use hilock_kernel::token::tables::{derived, tokenable};
 use hilock_kernel::{
     compatible, Forwarding, Inheritance, Input, LockId, Mode, Msg, NodeId, Output, Priority, Rule,
     Site, Variant,

@@ -4,7 +4,7 @@
 //! request for a mode it does not cover, and on recovery. Every step runs in the one
 //! harness (`hilock_spec::Cluster`), which checks P1–P3b after each.
 
-use hilock_kernel::recovery::{rebuild, FaultSite, LockReport, Plan, Stamped};
+use hilock_kernel::token::recovery::{rebuild, FaultSite, LockReport, Plan, Stamped};
 use hilock_kernel::{
     Input, LockId, Mode, Msg, MsgKind, NodeId, Output, Outputs, ReleaseRule, Site, Variant,
 };

@@ -1,4 +1,4 @@
-//! The kernel part of recovery (`kernel/src/recovery.rs`; `spec/SPEC.md` 1.8, and
+//! The kernel part of recovery (`kernel/src/token/recovery.rs`; `spec/SPEC.md` 1.8, and
 //! `docs/faults.md`, "The recovery mechanism (kernel and model)"), line by line: each test
 //! asserts what a line of the module exists for: the error texts, the rebuild's conflict
 //! check (a holder is not compared with itself), its tolerance of a pending request naming
@@ -9,7 +9,7 @@
 //! for the mutants of the module that its unit tests missed: `docs/verification.md`,
 //! "Mutation testing".)
 
-use hilock_kernel::recovery::{
+use hilock_kernel::token::recovery::{
     rebuild, Epoch, FaultSite, LockReport, Plan, RecoveryError, RecoveryVariant, Stamped,
 };
 use hilock_kernel::{
@@ -301,7 +301,7 @@ fn a_fault_site_answers_the_protocol_queries() {
 /// Kills recovery.rs `yes` → `false`.
 #[test]
 fn an_old_saved_recovery_variant_forgets_shortcuts() {
-    use hilock_kernel::recovery::RecoveryVariant;
+    use hilock_kernel::token::recovery::RecoveryVariant;
     let old = r#"{"epoch_check":true,"kill_before_regrant":true,"install_once":true}"#;
     let v: RecoveryVariant = serde_json::from_str(old).unwrap();
     assert!(v.forget_shortcuts);

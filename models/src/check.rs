@@ -2,7 +2,7 @@
 //! run an exhaustive BFS check of a [`ModelConfig`] and report every property, with
 //! counterexamples as `hilock-trace/1` traces; or serve the Stateright Explorer on it.
 
-use crate::base::{Action, BaseModel, ModelConfig, ScriptOp, State, BYPASS, REACHED, SAFETY};
+use crate::token::{Action, BaseModel, ModelConfig, ScriptOp, State, BYPASS, REACHED, SAFETY};
 use hilock_kernel::NodeId;
 use hilock_spec::trace::{NodeSnapshot, Trace, TraceInput, TraceOutput, TraceStep, TRACE_FORMAT};
 use serde::Serialize;
@@ -210,7 +210,7 @@ pub struct CheckReport {
     /// properties are summarised in [`CheckReport::fifo_bound`].)
     pub properties: Vec<PropertyReport>,
     /// P6: the least k such that no request is bypassed more than k times (`None`: more
-    /// than [`crate::base::MAX_BYPASS`]).
+    /// than [`crate::token::MAX_BYPASS`]).
     pub fifo_bound: Option<u8>,
     /// Counterexample for `P6 FIFO bypass ≤ fifo_bound − 1`, if the bound is above 0.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -260,7 +260,7 @@ impl CheckReport {
             Some(k) => s.push_str(&format!("  P6 FIFO bypass: least bound k = {k}\n")),
             None => s.push_str(&format!(
                 "  P6 FIFO bypass: more than {}\n",
-                crate::base::MAX_BYPASS
+                crate::token::MAX_BYPASS
             )),
         }
         for p in &self.properties {

@@ -1,6 +1,6 @@
 //! The base protocol with crashes, restarts, partitions/pauses, lease expiry and epoch
 //! installation (`docs/faults.md`, "The recovery mechanism (kernel and model)"), driving
-//! `hilock_kernel::recovery`.
+//! `hilock_kernel::token::recovery`.
 //!
 //! The sites are [`FaultSite`]s in the one harness ([`Cluster`]); the model re-implements no
 //! rule. It runs each node's script, delivers messages (FIFO), and plays the membership
@@ -42,9 +42,9 @@
 //! - `sometimes`: a token regenerated, a lease expired while holding, a request granted
 //!   after an install, a restarted node granted.
 
-use crate::base::ScriptOp;
 use crate::check::property_reports;
-use hilock_kernel::recovery::{
+use crate::token::ScriptOp;
+use hilock_kernel::token::recovery::{
     next_members, rebuild, Epoch, FaultSite, Liveness, Plan, RecoveryVariant, Stamped, Standing,
 };
 use hilock_kernel::{
@@ -361,7 +361,7 @@ impl FaultConfig {
 }
 
 fn kernel_input<M>(op: ScriptOp) -> Input<'static, M> {
-    crate::base::BaseModel::<1>::input_of(op)
+    crate::token::BaseModel::<1>::input_of(op)
 }
 
 impl FaultModel {

@@ -17,7 +17,7 @@
 //! inversion. P7(B): at most B such critical sections while D's request is pending. The
 //! checker reports the least B that holds.
 
-use crate::base::Delivered;
+use crate::token::Delivered;
 use hilock_kernel::{Inheritance, Input, LockId, Mode, NodeId, Output, Variant};
 use hilock_spec::cluster::{property, Cluster};
 use hilock_spec::system::{ModelSite, MODEL_NODES};
@@ -534,7 +534,7 @@ impl Model for InversionConfig {
             }),
             Property::always(property::P3, |_, st: &InvState| {
                 st.cluster.check_owned_records().is_ok()
-                    && crate::base::kept_modes_idle(&st.cluster)
+                    && crate::token::kept_modes_idle(&st.cluster)
             }),
             Property::always(property::P3B, |_, st: &InvState| {
                 st.cluster.check_frozen_reach_children().is_ok()

@@ -1,10 +1,15 @@
 //! Stateright models of hilock that drive `hilock-kernel` sites.
 //!
-//! - [`agents`]: Wiger's deadlock-resolving agents and lock servers (seed 001);
-//! - [`base`]: the chapter-2 protocol (properties P1–P6), configurations as values;
+//! - [`token`]: the token engine, chapter 2 of the thesis (properties P1–P6),
+//!   configurations as values; [`faults`] and [`inversion`] model it under faults and
+//!   priorities;
+//! - [`agents`]: Wiger's deadlock-resolving agents and lock servers;
+//! - [`ring`]: the Chord-placed lock service, the paper's server and hilock's replicated
+//!   one;
+//! - [`bakery`]: the bakery lock over quorum reads and writes;
 //! - [`check`]: `check` / `explore`, the API of `hilock check` and `hilock explore`;
 //! - [`faults`]: the base protocol with crashes, restarts, partitions, lease expiry and
-//!   epoch installation, driving `hilock_kernel::recovery` (`docs/faults.md`);
+//!   epoch installation, driving `hilock_kernel::token::recovery` (`docs/faults.md`);
 //! - [`inversion`]: the priority-inversion model of thesis section 3.6 (property P7);
 //! - [`open`]: a saved trace replayed to its Explorer path and URL, and its sequence
 //!   diagram (`hilock explore --trace`, `hilock replay --svg/--html`);
@@ -14,11 +19,11 @@
 
 pub mod agents;
 pub mod bakery;
-pub mod base;
 pub mod check;
-pub mod chord;
 pub mod faults;
 pub mod inversion;
 pub mod open;
+pub mod ring;
 pub mod seq;
+pub mod token;
 pub mod tree;

@@ -10,9 +10,9 @@
 
 use crate::agents::{AgentsModel, Delivery, ScriptLock};
 use crate::bakery::{BakeryModel, BakerySystem};
-use crate::base::{Action, BaseModel, Delivered, ModelConfig, ScriptOp, State};
 use crate::inversion::InversionConfig;
 use crate::seq::Diagram;
+use crate::token::{Action, BaseModel, Delivered, ModelConfig, ScriptOp, State};
 use crate::tree::TreeModel;
 use hilock_kernel::agent::{AgentVariant, LockMode, Req, ServerVariant};
 use hilock_kernel::tree::TreeVariant;

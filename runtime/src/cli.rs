@@ -154,7 +154,7 @@ pub fn replay(path: &Path, svg: Option<&Path>, html: Option<&Path>) -> Result<St
 /// carries the report and whether every property held; counterexamples are written as
 /// `hilock-trace/1` files into `out_dir` and named in the report.
 pub fn check(path: &Path, out_dir: &Path) -> Result<(String, bool), String> {
-    use hilock_models::base::ModelConfig;
+    use hilock_models::token::ModelConfig;
     use std::io::Write;
     use std::time::Instant;
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
@@ -223,7 +223,7 @@ pub fn check(path: &Path, out_dir: &Path) -> Result<(String, bool), String> {
 /// configuration's model and prints the URL of its last state (a trace that does not fit
 /// the configuration is an error before anything is served).
 pub fn explore(path: &Path, port: u16, trace: Option<&Path>) -> Result<String, String> {
-    use hilock_models::base::ModelConfig;
+    use hilock_models::token::ModelConfig;
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let v: serde_json::Value = serde_json::from_str(&text)
         .map_err(|e| format!("{}: not a JSON configuration: {e}", path.display()))?;

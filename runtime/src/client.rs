@@ -23,7 +23,7 @@
 //!   SIGTERM, SIGKILL at most G/2 later). When the node's lease is lost it sends
 //!   `{"ok":false,"lost":true,"lease_lost":true,"error":"…"}`, kills the registered group
 //!   and only then releases the lock.
-//! - `{"op":"status"}` → `{"ok":true,"status":{…}}` ([`crate::node::Status`]).
+//! - `{"op":"status"}` → `{"ok":true,"status":{…}}` ([`crate::token::Status`]).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -34,7 +34,7 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 use tracing::{debug, warn};
 
-use crate::node::{Handle, Options, Status};
+use crate::token::{Handle, Options, Status};
 
 /// How long a new client connection may stay silent before its request.
 pub const FIRST_LINE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -330,7 +330,7 @@ async fn client(node: Handle, s: UnixStream) {
             let guard = tokio::select! {
                 g = node.lock_with(&path, m, opts) => g,
                 _ = r.read(&mut probe) => return,
-                _ = stopped(&mut stop) => Err(crate::node::Error::Stopped),
+                _ = stopped(&mut stop) => Err(crate::token::Error::Stopped),
             };
             let guard = match guard {
                 Ok(g) => g,
@@ -468,7 +468,7 @@ async fn hold(
     let mut lost = std::pin::pin!(lost);
     let mut group: Option<i32> = None;
     let mut lease = node.lease();
-    let mut follow_lease = !matches!(*lease.borrow(), crate::node::NodeLease::Static);
+    let mut follow_lease = !matches!(*lease.borrow(), crate::token::NodeLease::Static);
     // A lease lost between the grant and now: the change is seen below at once.
     lease.mark_changed();
     // Bytes, not a String: `read_until` keeps what it read when another branch wins, so
@@ -549,7 +549,7 @@ async fn hold(
                 }
                 let now = lease.borrow_and_update().clone();
                 match now {
-                    crate::node::NodeLease::Lost { reason } => {
+                    crate::token::NodeLease::Lost { reason } => {
                         let _ = write_reply(
                             w,
                             &Reply {

@@ -58,7 +58,7 @@
 //!
 //! the node holds an etcd lease while it runs; when the lease is lost it stops granting and
 //! its holders' commands are killed, and a peer whose lease ends fails the requests that
-//! wait on it ([`crate::node`], `docs/faults.md`, "With etcd membership") — or, with
+//! wait on it ([`crate::token`], `docs/faults.md`, "With etcd membership") — or, with
 //! `etcd_recovery = true`, the survivors install a new epoch with the dead node's locks
 //! rebuilt (its tokens regenerated) and the waiting requests are granted (`docs/faults.md`,
 //! "With etcd recovery").

@@ -4,7 +4,7 @@
 //! Workload: one lock on the table (`/airline`) and one per entry (`/airline/e<k>`). Each
 //! node runs one client that loops: non-critical section (uniform in ½–1½ × NCS), an
 //! access whose mode is IR 80 % / R 10 % / U 4 % / IW 5 % / W 1 %, critical section CS.
-//! As in the simulator (`benches/src/sim.rs`), IR and IW are accesses to one entry: R or W
+//! As in the simulator (`benches/src/token.rs`), IR and IW are accesses to one entry: R or W
 //! on `/airline/e<k>`, for which the API takes IR or IW on `/airline` first; R, U and W
 //! lock the whole table. A U access upgrades to W halfway through its critical section.
 //!
@@ -25,7 +25,7 @@ use rand::{Rng, SeedableRng};
 use tokio::net::TcpListener;
 
 use crate::config::{Config, NodeAddr};
-use crate::node::{Guard, Handle, Node};
+use crate::token::{Guard, Handle, Node};
 
 /// The access mix of the thesis (section 4.1), in percent.
 pub use hilock_spec::workload::AIRLINE_MIX as MIX;
@@ -388,7 +388,7 @@ async fn client(
             .lock_with(
                 &path,
                 mode,
-                crate::node::Options {
+                crate::token::Options {
                     priority: 0,
                     timeout: Some(opts.timeout),
                     nested: false,

@@ -37,10 +37,10 @@ pub mod config;
 pub mod demo;
 #[cfg(feature = "etcd")]
 pub mod membership;
-pub mod node;
 pub mod proc;
 pub mod ring;
+pub mod token;
 pub mod wire;
 
 pub use config::{Config, NodeAddr, MAX_NODES};
-pub use node::{intention, Error, Guard, Handle, Node, Options, Stats, Status};
+pub use token::{intention, Error, Guard, Handle, Node, Options, Stats, Status};

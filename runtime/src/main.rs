@@ -1020,7 +1020,7 @@ fn ring_lock(
             "mode {mode:?}: a ring's locks are exclusive (one holder per key); use W"
         ));
     }
-    if !path.starts_with('/') || hilock_kernel::chord::placement_key(path).is_empty() {
+    if !path.starts_with('/') || hilock_kernel::ring::placement_key(path).is_empty() {
         return Err(format!(
             "path {path:?}: a lock path starts with / and names a top-level element"
         ));

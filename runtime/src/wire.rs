@@ -38,7 +38,7 @@
 //! **Epochs** (version 5). Every kernel message is [`Stamped`] with its sender's epoch
 //! (`docs/faults.md`, "The recovery mechanism", "Stamps"; on the wire [`Payload::Stamped`],
 //! or [`Payload::Token`] for epoch 0): the receiving site takes it only in the same epoch
-//! ([`FaultSite::accepts`](hilock_kernel::recovery::FaultSite::accepts)); a message of an
+//! ([`FaultSite::accepts`](hilock_kernel::token::recovery::FaultSite::accepts)); a message of an
 //! earlier epoch is dropped and counted, one of a later epoch waits until the receiver has
 //! installed that epoch. Without recovery every node stays in epoch 0.
 //!
@@ -47,7 +47,7 @@
 //! Version 4 added `Payload::Ping` and `Ack::ping` (version 3 nodes could decode
 //! neither); version 5 the epoch stamp of every kernel message.
 
-use hilock_kernel::recovery::{FaultSite, Stamped};
+use hilock_kernel::token::recovery::{FaultSite, Stamped};
 use hilock_kernel::{LockId, Msg, NodeId};
 use hmac::{Hmac, Mac};
 use serde::{Deserialize, Serialize};

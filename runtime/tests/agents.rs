@@ -731,7 +731,7 @@ async fn five_nodes_260_random_transactions_all_commit_or_abort_on_deadlock() {
 /// refused — so the acknowledgement its views waited for never came. The kernel now ignores
 /// such a queue until the surrender's last acknowledgement (kernel test
 /// `a3_a_queue_sent_before_a_surrender_that_arrives_after_it_is_not_taken`; the simulator
-/// `hilock_benches::txn` stalled on 1,120 of 1,200 hierarchical runs before, 0 after).
+/// `hilock_benches::agents` stalled on 1,120 of 1,200 hierarchical runs before, 0 after).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn five_nodes_200_random_hierarchical_transactions_no_exclusion_violation() {
     random_run(

@@ -687,7 +687,7 @@ async fn a_flood_of_silent_connections_is_capped_and_the_node_keeps_serving() {
         .unwrap();
     wait_connected(&nodes[0]).await;
     let before = nodes[0].stats().rejected_connections;
-    let n = hilock::node::MAX_PENDING_HANDSHAKES + 36;
+    let n = hilock::token::MAX_PENDING_HANDSHAKES + 36;
     let mut silent = Vec::new();
     for _ in 0..n {
         silent.push(TcpStream::connect(nodes[0].listen_addr()).await.unwrap());
@@ -728,7 +728,7 @@ async fn status_shows_holders_local_waiters_and_the_kernel_queue() {
         s.locks
             .into_iter()
             .find(|l| l.path == p)
-            .unwrap_or_else(|| hilock::node::LockStatus {
+            .unwrap_or_else(|| hilock::token::LockStatus {
                 path: p.clone(),
                 token: false,
                 parent: None,

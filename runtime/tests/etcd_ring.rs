@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use hilock::membership::{EtcdOptions, Member, Membership, Observer};
 use hilock::ring::{etcd as ring_etcd, key_of, probe, ring, RingClient, Views};
-use hilock_kernel::chord::{NodeId, View};
+use hilock_kernel::ring::{NodeId, View};
 
 #[path = "support/etcd.rs"]
 mod etcd;

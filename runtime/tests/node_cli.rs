@@ -1052,7 +1052,7 @@ fn twenty_thousand_silent_connections_neither_exhaust_files_nor_flood_the_log() 
          {most} open files; {warns} warnings logged"
     );
     assert!(tcp + unix >= total * 9 / 10, "{tcp} + {unix} of {total}");
-    let cap = hilock::config::DEFAULT_MAX_CLIENTS + hilock::node::MAX_PENDING_HANDSHAKES + 100;
+    let cap = hilock::config::DEFAULT_MAX_CLIENTS + hilock::token::MAX_PENDING_HANDSHAKES + 100;
     assert!(most <= cap, "{most} open files (cap {cap})");
     assert!(warns <= 40, "{warns} warnings:\n{s}");
 }

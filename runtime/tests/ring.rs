@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use hilock::demo::Oracle;
 use hilock::ring::{key_of, ring, Membership, RingClient, RingNode, SLOTS};
-use hilock_kernel::chord::{ClientId, NodeId, View};
+use hilock_kernel::ring::{ClientId, NodeId, View};
 use hilock_kernel::Mode;
 use tokio::net::TcpListener;
 

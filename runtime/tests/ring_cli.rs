@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use hilock::demo::Oracle;
 use hilock::ring::{key_of, ring, Admin, RingClient};
-use hilock_kernel::chord::NodeId;
+use hilock_kernel::ring::NodeId;
 use hilock_kernel::Mode;
 
 #[path = "support/ring_load.rs"]
@@ -421,7 +421,7 @@ async fn check_status(cfg: &Path, limit: Duration) {
     assert_eq!(doc["format"], "hilock-ring-status/1");
     let r = ring();
     let members = doc["members"].as_array().unwrap();
-    let mut v = hilock_kernel::chord::View {
+    let mut v = hilock_kernel::ring::View {
         epoch: doc["epoch"].as_u64().unwrap() as u16,
         members: 0,
     };
@@ -438,7 +438,7 @@ async fn check_status(cfg: &Path, limit: Duration) {
     };
     let mut checked = 0;
     for k in (0..65_536u64).step_by(97) {
-        let key = hilock_kernel::chord::Key(k as u16);
+        let key = hilock_kernel::ring::Key(k as u16);
         let owner: Vec<u64> = nodes
             .iter()
             .filter(|n| {
@@ -477,7 +477,7 @@ async fn check_status(cfg: &Path, limit: Duration) {
             "slot {slot}'s view"
         );
         for e in node["entries"].as_array().unwrap() {
-            let key = hilock_kernel::chord::Key(e.as_u64().unwrap() as u16);
+            let key = hilock_kernel::ring::Key(e.as_u64().unwrap() as u16);
             assert!(
                 r.replicas(v, key, 3) & (1 << slot) != 0,
                 "slot {slot} reports key {} it does not hold in the view",

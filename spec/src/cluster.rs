@@ -2,7 +2,7 @@
 //!
 //! Every host-side driver of the kernel — the Stateright models (`hilock_models`), the
 //! scenario runner ([`crate::scenario`]), the robustness proptests, the simulator
-//! (`hilock_benches::sim`), the kernel's integration tests and the bench scenarios — routes
+//! (`hilock_benches::token`), the kernel's integration tests and the bench scenarios — routes
 //! the `Send` outputs of a step, delivers messages and checks the global properties through
 //! this one type. A property is written here once (P1, P2, P3, P3b, deadlock at
 //! quiescence, no kernel error, P10 fencing tokens) and checked by all of them.
@@ -31,7 +31,7 @@
 //! [`VecSink`], so a cluster of 1,024 sites needs no large stack.
 
 use crate::VecSink;
-use hilock_kernel::tables::{grantable_set, table_2_1};
+use hilock_kernel::token::tables::{grantable_set, table_2_1};
 use hilock_kernel::{
     Input, KernelError, LockId, Mode, MsgKind, NaimiSite, NodeId, Output, PrioNaimiSite, Protocol,
     Report, RuleSet, Sink, Site,
@@ -898,7 +898,7 @@ where
         Some(r)
     }
     /// Applies `f`, a transition of `node`'s site outside [`Protocol::step`] (the recovery
-    /// transitions of `hilock_kernel::recovery`), and routes the `Send`s it appends like a
+    /// transitions of `hilock_kernel::token::recovery`), and routes the `Send`s it appends like a
     /// step's. On `Err` the site is unchanged (the transition is total) and nothing is
     /// routed; the error is not kept as [`Cluster::error`]. `Err(None)`: the node is not
     /// a node of the cluster or has crashed.
@@ -1067,7 +1067,7 @@ where
     }
 
     /// P1, mutual exclusion: no two sites hold modes of the same lock that conflict by the
-    /// literal Table 2.1 ([`hilock_kernel::tables::TABLE_2_1`], not the kernel's `conflicts`,
+    /// literal Table 2.1 ([`hilock_kernel::token::tables::TABLE_2_1`], not the kernel's `conflicts`,
     /// which a unit test compares with it cell by cell). O(sites) per lock.
     pub fn check_mutual_exclusion(&self) -> Result<(), Violation> {
         for l in 0..self.locks {

@@ -2,7 +2,7 @@
 //! rules with the kernel function that implements each. `hilock spec --json` prints it; a
 //! tool in any language can load it and check an implementation against the tables.
 
-use hilock_kernel::tables::{self, derived, QueueOrForward};
+use hilock_kernel::token::tables::{self, derived, QueueOrForward};
 use hilock_kernel::{Mode, ModeSet};
 use serde::Serialize;
 
@@ -118,7 +118,7 @@ pub fn document() -> SpecDocument {
                 columns: cols.clone(),
                 literal: grid(|r, c| tables::table_2_1(r, c).into()),
                 derived: Some(grid(|r, c| derived::table_2_1(r, c).into())),
-                kernel: "hilock_kernel::tables::table_2_1 / hilock_kernel::mode::conflicts",
+                kernel: "hilock_kernel::token::tables::table_2_1 / hilock_kernel::mode::conflicts",
             },
             Table {
                 id: "2.2",
@@ -131,7 +131,7 @@ pub fn document() -> SpecDocument {
                 columns: cols.clone(),
                 literal: grid(|r, c| tables::grantable(r, c).into()),
                 derived: Some(grid(|r, c| derived::grantable(r, c).into())),
-                kernel: "hilock_kernel::tables::grantable",
+                kernel: "hilock_kernel::token::tables::grantable",
             },
             Table {
                 id: "2.3",
@@ -144,7 +144,7 @@ pub fn document() -> SpecDocument {
                 columns: cols.clone(),
                 literal: grid(|r, c| qf(tables::queue_or_forward(r, c))),
                 derived: None,
-                kernel: "hilock_kernel::tables::queue_or_forward",
+                kernel: "hilock_kernel::token::tables::queue_or_forward",
             },
             Table {
                 id: "3.2",
@@ -160,7 +160,7 @@ pub fn document() -> SpecDocument {
                     serde_json::Value::from(if cell == tables::PrioQueueOrForward::Forward { "F" } else { "CQ" })
                 }),
                 derived: None,
-                kernel: "hilock_kernel::tables::queue_or_forward_prio",
+                kernel: "hilock_kernel::token::tables::queue_or_forward_prio",
             },
             Table {
                 id: "2.4",
@@ -173,7 +173,7 @@ pub fn document() -> SpecDocument {
                 columns: cols.clone(),
                 literal: grid(|r, c| set(tables::frozen_by(r, c))),
                 derived: Some(grid(|r, c| set(derived::frozen_by(r, c)))),
-                kernel: "hilock_kernel::tables::frozen_by",
+                kernel: "hilock_kernel::token::tables::frozen_by",
             },
             Table {
                 id: "3.1",
@@ -186,7 +186,7 @@ pub fn document() -> SpecDocument {
                 columns: cols,
                 literal: grid(|r, c| set(tables::TABLE_3_1[r.index()][c.column().unwrap_or(0)])),
                 derived: Some(grid(|r, c| set(derived::frozen_by(r, c)))),
-                kernel: "hilock_kernel::prio::Frozen::freeze with hilock_kernel::tables::frozen_by",
+                kernel: "hilock_kernel::token::prio::Frozen::freeze with hilock_kernel::token::tables::frozen_by",
             },
         ],
         rules: rules(),

@@ -13,8 +13,8 @@
 //! test prints one line saying it is skipped. Everything runs on 127.0.0.1, Chromium with a
 //! fresh profile, no network services, and a time limit.
 
-use hilock_models::base::ModelConfig;
 use hilock_models::check::explore;
+use hilock_models::token::ModelConfig;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};

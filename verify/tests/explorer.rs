@@ -2,8 +2,8 @@
 //! calls the same `hilock_models::check::explore`): its page, its status JSON and its state
 //! API answer over plain HTTP.
 
-use hilock_models::base::ModelConfig;
 use hilock_models::check::explore;
+use hilock_models::token::ModelConfig;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};

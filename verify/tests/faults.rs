@@ -1,5 +1,5 @@
 //! The token protocol with crashes, restarts, partitions/pauses, lease expiry and epoch
-//! installation (`hilock_models::faults`, driving `hilock_kernel::recovery`; the design is
+//! installation (`hilock_models::faults`, driving `hilock_kernel::token::recovery`; the design is
 //! `docs/faults.md`, "The recovery mechanism (kernel and model)").
 //!
 //! hilock's recovery passes with pinned state counts; each safeguard removed gives its
@@ -14,7 +14,7 @@
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-use hilock_kernel::recovery::RecoveryVariant;
+use hilock_kernel::token::recovery::RecoveryVariant;
 use hilock_kernel::Forwarding;
 use hilock_models::faults::{
     FaultConfig, FaultModel, FaultReport, AFTER_INSTALL, KILLED, NO_LOST, ONE_TOKEN, P1,

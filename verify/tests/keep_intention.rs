@@ -15,9 +15,9 @@
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use hilock_kernel::{Forwarding, Inheritance, Mode, ReleaseRule, Variant};
-use hilock_models::base::ModelConfig;
 use hilock_models::check::{check, CheckReport};
 use hilock_models::faults::{FaultConfig, AFTER_INSTALL, REGENERATED, SAFETY};
+use hilock_models::token::ModelConfig;
 
 /// Exact unique-state counts (a change of the reachable space shows in review).
 const PINNED: &[(&str, usize)] = &[

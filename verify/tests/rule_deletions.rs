@@ -27,7 +27,7 @@ struct Row {
 const ROWS: &[Row] = &[
     Row {
         rule: "Rule 2: a covered request enters without a message",
-        file: "kernel/src/node.rs",
+        file: "kernel/src/token/node.rs",
         from: "        } else if grantable(mo, mode) && !self.frozen.blocks(mode, entry.prio) {",
         to: "        } else if false && grantable(mo, mode) && !self.frozen.blocks(mode, entry.prio) {",
         package: "hilock-kernel",
@@ -36,7 +36,7 @@ const ROWS: &[Row] = &[
     },
     Row {
         rule: "Rule 3.1: a non-token node grants a copy (Table 2.2)",
-        file: "kernel/src/node.rs",
+        file: "kernel/src/token/node.rs",
         from: "            if self.may_serve(cx, entry)\n                && grantable(mo, entry.mode)",
         to: "            if false\n                && grantable(mo, entry.mode)",
         package: "verify",
@@ -45,7 +45,7 @@ const ROWS: &[Row] = &[
     },
     Row {
         rule: "Rule 3.2: the token node transfers the token to a tokenable request",
-        file: "kernel/src/node.rs",
+        file: "kernel/src/token/node.rs",
         from: "            if tokenable(mo, entry.mode) && (cx.variant.tokenable_transfers || is_child) {",
         to: "            if false && tokenable(mo, entry.mode) {",
         package: "verify",
@@ -54,7 +54,7 @@ const ROWS: &[Row] = &[
     },
     Row {
         rule: "Rule 4.1 / Table 2.3: a non-token node keeps a request behind its pending one",
-        file: "kernel/src/node.rs",
+        file: "kernel/src/token/node.rs",
         from: "            entry.prio,\n        ) == QueueOrForward::Queue",
         to: "            entry.prio,\n        ) == QueueOrForward::Queue\n            && false",
         package: "verify",
@@ -63,7 +63,7 @@ const ROWS: &[Row] = &[
     },
     Row {
         rule: "Rule 8.1: a request is queued behind every entry of at least its priority",
-        file: "kernel/src/node.rs",
+        file: "kernel/src/token/node.rs",
         from: "            .position(|x| x.prio < entry.prio)",
         to: "            .position(|x| x.prio < entry.prio && false)",
         package: "hilock-spec",
@@ -72,7 +72,7 @@ const ROWS: &[Row] = &[
     },
     Row {
         rule: "Rule 6: send newly frozen modes to the children (finish_freeze)",
-        file: "kernel/src/node.rs",
+        file: "kernel/src/token/node.rs",
         from: "let m = delta.restrict(grantable_set(rec));\n            if !m.is_empty() {",
         to: "let m = delta.restrict(grantable_set(rec));\n            if false && !m.is_empty() {",
         package: "verify",
@@ -81,7 +81,7 @@ const ROWS: &[Row] = &[
     },
     Row {
         rule: "Rule 6 / invariant 2.3: freeze the children when the token arrives (on_token)",
-        file: "kernel/src/node.rs",
+        file: "kernel/src/token/node.rs",
         from: "let m = frozen.beyond(known).restrict(grantable_set(rec));\n            if !m.is_empty() {",
         to: "let m = frozen.beyond(known).restrict(grantable_set(rec));\n            if false && !m.is_empty() {",
         package: "verify",
@@ -90,7 +90,7 @@ const ROWS: &[Row] = &[
     },
     Row {
         rule: "Rule 5.2: propagate a weakening (R -> IR), not only a release to Φ",
-        file: "kernel/src/node.rs",
+        file: "kernel/src/token/node.rs",
         from: "        if now != before {",
         to: "        if now != before && now == Mode::Phi {",
         package: "verify",
@@ -99,7 +99,7 @@ const ROWS: &[Row] = &[
     },
     Row {
         rule: "own request requeued on a stale token: the requester's current request is queued (on_token)",
-        file: "kernel/src/node.rs",
+        file: "kernel/src/token/node.rs",
         from: "            if !merged.iter().any(|e| e.requester == cx.me) {",
         to: "            if false {",
         package: "verify",
@@ -108,7 +108,7 @@ const ROWS: &[Row] = &[
     },
     Row {
         rule: "no grant to the parent: a non-token node never serves a request of its parent (may_serve)",
-        file: "kernel/src/node.rs",
+        file: "kernel/src/token/node.rs",
         from: "        entry.requester != cx.me && Some(entry.requester) != self.parent",
         to: "        entry.requester != cx.me",
         package: "verify",
@@ -117,7 +117,7 @@ const ROWS: &[Row] = &[
     },
     Row {
         rule: "Rule 6 / invariant 2.3: a release that raises a record sends the newly grantable frozen modes",
-        file: "kernel/src/node.rs",
+        file: "kernel/src/token/node.rs",
         from: "        if !newly.is_empty() {\n            cx.fire(Rule::Rule6FreezeSent);",
         to: "        if false && !newly.is_empty() {\n            cx.fire(Rule::Rule6FreezeSent);",
         package: "hilock-spec",
@@ -126,7 +126,7 @@ const ROWS: &[Row] = &[
     },
     Row {
         rule: "Rule 4.2: the token node queues a request that conflicts with its owned mode",
-        file: "kernel/src/node.rs",
+        file: "kernel/src/token/node.rs",
         from: "            self.enqueue(cx, entry)?;\n            self.inherit_at_token(cx, entry);",
         to: "            self.inherit_at_token(cx, entry);",
         package: "verify",
@@ -135,7 +135,7 @@ const ROWS: &[Row] = &[
     },
     Row {
         rule: "Rule 7: a waiting upgrade completes when the children own nothing",
-        file: "kernel/src/node.rs",
+        file: "kernel/src/token/node.rs",
         from: "            if self.pending == Pending::Upgrade && self.children_owned() == Mode::Phi {",
         to: "            if false && self.pending == Pending::Upgrade && self.children_owned() == Mode::Phi {",
         package: "verify",
@@ -144,7 +144,7 @@ const ROWS: &[Row] = &[
     },
     Row {
         rule: "Rule 8.2: the token's queue is merged with the receiver's own queue",
-        file: "kernel/src/node.rs",
+        file: "kernel/src/token/node.rs",
         from: "        for e in queue.iter().chain(self.queue.iter()) {",
         to: "        for e in queue.iter() {",
         package: "verify",
@@ -153,7 +153,7 @@ const ROWS: &[Row] = &[
     },
     Row {
         rule: "hop numbers: a re-delivered request is rejected (exactly-once requests)",
-        file: "kernel/src/node.rs",
+        file: "kernel/src/token/node.rs",
         from: "        if hop == 0 || back == 0 || back > 32 || link.requests_window & (1 << (back - 1)) != 0 {",
         to: "        if hop == 0 || back > 32 {",
         package: "hilock-kernel",
@@ -162,7 +162,7 @@ const ROWS: &[Row] = &[
     },
     Row {
         rule: "resync release: a grant whose record differs from the owned mode is corrected",
-        file: "kernel/src/node.rs",
+        file: "kernel/src/token/node.rs",
         from: "        if cx.variant.release_epochs && now != recorded {",
         to: "        if false && cx.variant.release_epochs && now != recorded {",
         package: "hilock-spec",
@@ -171,7 +171,7 @@ const ROWS: &[Row] = &[
     },
     Row {
         rule: "leave old parent: a grant (or the token) from a new parent releases the old parent's record",
-        file: "kernel/src/node.rs",
+        file: "kernel/src/token/node.rs",
         from: "            if old != from && before != Mode::Phi {\n                cx.fire(Rule::LeaveOldParent);",
         to: "            if false && old != from && before != Mode::Phi {\n                cx.fire(Rule::LeaveOldParent);",
         package: "verify",
@@ -180,7 +180,7 @@ const ROWS: &[Row] = &[
     },
     Row {
         rule: "stale grant: a grant for a request no longer pending is answered with a release",
-        file: "kernel/src/node.rs",
+        file: "kernel/src/token/node.rs",
         from: "            return cx.send(\n                from,",
         to: "            let _ = owned;\n            return Ok(());\n            #[allow(unreachable_code)]\n            cx.send(\n                from,",
         package: "verify",
@@ -198,7 +198,7 @@ const ROWS: &[Row] = &[
     },
     Row {
         rule: "release epochs (Decision 5): a release is applied only on the current link",
-        file: "kernel/src/node.rs",
+        file: "kernel/src/token/node.rs",
         from: "let current = !cx.variant.release_epochs || link.parent_epoch == epoch;",
         to: "let current = true;",
         package: "verify",
@@ -207,7 +207,7 @@ const ROWS: &[Row] = &[
     },
     Row {
         rule: "Rule 6_PRIO: a request passes a freeze only above its threshold",
-        file: "kernel/src/prio.rs",
+        file: "kernel/src/token/prio.rs",
         from: "self.threshold(m).is_some_and(|t| prio <= t)",
         to: "self.threshold(m).is_some()",
         package: "hilock-kernel",
@@ -216,7 +216,7 @@ const ROWS: &[Row] = &[
     },
     Row {
         rule: "PIP (Fig. 3.8): pending requests are reissued when ξ rises",
-        file: "kernel/src/node.rs",
+        file: "kernel/src/token/node.rs",
         from: "        if e.prio >= prio {\n            return Ok(());\n        }\n        e.prio = prio;",
         to: "        if e.prio >= prio || prio > 0 {\n            return Ok(());\n        }\n        e.prio = prio;",
         package: "verify",
@@ -225,7 +225,7 @@ const ROWS: &[Row] = &[
     },
     Row {
         rule: "Table 2.2 cell (R, IR): a non-token node owning R grants an IR copy (Rule 3.1)",
-        file: "kernel/src/tables.rs",
+        file: "kernel/src/token/tables.rs",
         from: "        [O, O, X, X, X], // R\n",
         to: "        [X, O, X, X, X], // R\n",
         package: "hilock-kernel",
@@ -234,7 +234,7 @@ const ROWS: &[Row] = &[
     },
     Row {
         rule: "Table 2.4 cell (IW, U): a U queued at a token node owning IW freezes IW (Rule 6)",
-        file: "kernel/src/tables.rs",
+        file: "kernel/src/token/tables.rs",
         from: "            ModeSet::of(&[IW]),\n            ModeSet::of(&[IW]),\n            E,\n            ModeSet::of(&[IR, IW]),\n        ], // IW",
         to: "            ModeSet::of(&[IW]),\n            E,\n            E,\n            ModeSet::of(&[IR, IW]),\n        ], // IW",
         package: "hilock-kernel",

@@ -17,7 +17,7 @@ use clap::{Parser, ValueEnum};
 use hilock_benches::plot::{line_chart, Series};
 use hilock_benches::ring::{self, Balance, Hops, Movement};
 use hilock_benches::ringair::{self, RING_KINDS};
-use hilock_benches::sim::{self, Config, Mix, Proto, KIND_NAMES};
+use hilock_benches::token::{self, Config, Mix, Proto, KIND_NAMES};
 use indicatif::{ProgressBar, ProgressStyle};
 use rayon::prelude::*;
 use std::path::{Path, PathBuf};
@@ -359,7 +359,7 @@ fn airline(o: &Opts, pool: &rayon::ThreadPool) -> Result<(), String> {
                         breakdown,
                     };
                 let r = if e < 2 {
-                    let st = sim::run(&cfg)?;
+                    let st = token::run(&cfg)?;
                     let bd = per_access(&KIND_NAMES, &st.msgs, st.accesses);
                     row(
                         st.accesses,

@@ -14,7 +14,7 @@
 //! `fig4-3` of the last), `--sizes a,b,c` and `--ratios a,b,c` (of the unprioritized and
 //! native-latency experiments), `--concurrency a,b` (Fig. 4.3's levels, default 1,4),
 //! `--mix thesis|entry-intention` (which locks an access takes,
-//! [`hilock_benches::sim::Mix`]); `--experiments bakery` (the bakery against the token
+//! [`hilock_benches::token::Mix`]); `--experiments bakery` (the bakery against the token
 //! engine, with `--bakery-clients`, `--bakery-hold`, `--bakery-poll`; a table on stdout
 //! only). Markdown tables of the unprioritized, native-latency, forwarding and Lavault
 //! results on stdout. A progress bar (indicatif) on stderr when it is a terminal; CSV
@@ -23,7 +23,7 @@
 use clap::{Parser, ValueEnum};
 use hilock_benches::plot::{line_chart, Series};
 
-use hilock_benches::sim::{
+use hilock_benches::token::{
     self, Config, CsvRow, Mix, PrioMode, Proto, Stats, KIND_NAMES, MIX, PRIO_LEVELS,
 };
 use indicatif::{ProgressBar, ProgressStyle};
@@ -196,10 +196,10 @@ fn main() {
     }
 }
 
-/// The bakery experiment ([`hilock_benches::bakerysim`]): one row per client count, run in
+/// The bakery experiment ([`hilock_benches::bakery`]): one row per client count, run in
 /// parallel, printed as a markdown table.
 fn bakery(o: &Opts) -> Result<(), String> {
-    use hilock_benches::bakerysim::{self, Workload};
+    use hilock_benches::bakery::{self, Workload};
     let clients = if o.bakery_clients.is_empty() {
         vec![1, 2, 4, 8, 16, 31]
     } else {
@@ -210,7 +210,7 @@ fn bakery(o: &Opts) -> Result<(), String> {
         .num_threads(o.jobs)
         .build()
         .map_err(|e| e.to_string())?;
-    let rows: Vec<Result<bakerysim::Comparison, String>> = pool.install(|| {
+    let rows: Vec<Result<bakery::Comparison, String>> = pool.install(|| {
         clients
             .par_iter()
             .map(|&c| {
@@ -220,7 +220,7 @@ fn bakery(o: &Opts) -> Result<(), String> {
                     seed: o.seed,
                     ..Workload::new(c)
                 };
-                bakerysim::compare(&w)
+                bakery::compare(&w)
             })
             .collect()
     });
@@ -229,7 +229,7 @@ fn bakery(o: &Opts) -> Result<(), String> {
         "\nbakery (seed {}): hold {} message delays, sleep a little {} message delays, ±1/3 jitter; latencies in message delays\n",
         o.seed, o.bakery_hold, o.bakery_poll
     );
-    print!("{}", bakerysim::markdown(&rows));
+    print!("{}", bakery::markdown(&rows));
     eprintln!(
         "simulate: bakery done in {:.1} s",
         t0.elapsed().as_secs_f64()
@@ -394,7 +394,7 @@ fn real_main(o: &Opts) -> Result<(), String> {
     let results: Vec<Result<Stats, String>> = pool.install(|| {
         jobs.par_iter()
             .map(|job| {
-                let r = sim::run(&job.cfg);
+                let r = token::run(&job.cfg);
                 bar.set_message(format!(
                     "{} {} n={} ratio={}",
                     job.exp,
@@ -461,7 +461,7 @@ fn lavault(o: &Opts) -> Vec<LavaultRow> {
     let rows: Vec<LavaultRow> = sizes
         .par_iter()
         .map(|&n| {
-            let r = sim::naimi_sequential(n, 20 * n as u64, 40_000, o.seed);
+            let r = token::naimi_sequential(n, 20 * n as u64, 40_000, o.seed);
             (n, r.messages, r.request_hops)
         })
         .collect();
@@ -471,8 +471,8 @@ fn lavault(o: &Opts) -> Vec<LavaultRow> {
     for (n, m, h) in &rows {
         text.push_str(&format!(
             "{n},{m:.4},{:.4},{h:.4},{:.4}\n",
-            sim::harmonic(n - 1),
-            sim::harmonic(*n) - 1.0
+            token::harmonic(n - 1),
+            token::harmonic(*n) - 1.0
         ));
     }
     if let Err(e) = std::fs::write(o.out.join("lavault.csv"), text) {
@@ -757,11 +757,11 @@ fn print_tables(rows: &[(Job, Stats)], lavault: &[LavaultRow]) {
         );
         println!("|---:|---:|---:|---:|---:|---:|");
         for &(n, m, h) in lavault {
-            let hn = sim::harmonic(n - 1);
+            let hn = token::harmonic(n - 1);
             println!(
                 "| {n} | {m:.3} | {hn:.3} | {:+.2} % | {h:.3} | {:.3} |",
                 100.0 * (m / hn - 1.0),
-                sim::harmonic(n) - 1.0
+                token::harmonic(n) - 1.0
             );
         }
     }
@@ -817,7 +817,7 @@ fn csv(path: &Path, rows: &[&(Job, Stats)]) -> Result<(), String> {
         .iter()
         .map(|(j, st)| CsvRow::new(j.exp, &j.cfg, st))
         .collect();
-    sim::write_csv(path, &rows)
+    token::write_csv(path, &rows)
 }
 
 fn series<F: Fn(&Stats) -> f64>(

@@ -1,5 +1,5 @@
 //! Multi-lock transactions on the token engine (ordered acquisition) and on the agents
-//! engine (detection and surrender), in the simulator `hilock_benches::txn`: a Markdown
+//! engine (detection and surrender), in the simulator `hilock_benches::agents`: a Markdown
 //! table on stdout and two SVG charts (throughput and messages per transaction against
 //! locks per transaction).
 //!
@@ -8,8 +8,8 @@
 //! ```
 
 use clap::Parser;
+use hilock_benches::agents::{run, Engine, TxnConfig, TxnStats};
 use hilock_benches::plot::{line_chart, Series};
-use hilock_benches::txn::{run, Engine, TxnConfig, TxnStats};
 use std::path::PathBuf;
 
 /// The token engine against the agents engine on one multi-lock workload.

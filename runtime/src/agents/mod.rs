@@ -451,7 +451,7 @@ pub fn parse_lock(s: &str) -> Result<(String, LockMode), String> {
     Ok((p.to_string(), mode))
 }
 
-impl crate::node::Handle {
+impl crate::token::Handle {
     /// Start a transaction whose agent runs on this node (see [`crate::agents`]).
     pub fn transaction(&self, opts: TxnOptions) -> Result<Transaction, TxnError> {
         Transaction::begin(self.agents().clone(), opts)
@@ -474,7 +474,7 @@ impl crate::node::Handle {
     }
 }
 
-impl crate::node::Handle {
+impl crate::token::Handle {
     /// This node's agents in words (status, requests, known queues), for diagnostics.
     pub async fn agent_states(&self) -> Result<Vec<String>, TxnError> {
         let (reply, rx) = oneshot::channel();
@@ -486,7 +486,7 @@ impl crate::node::Handle {
     }
 }
 
-impl crate::node::Node {
+impl crate::token::Node {
     /// Start a transaction whose agent runs on this node (see [`crate::agents`]).
     pub fn transaction(&self, opts: TxnOptions) -> Result<Transaction, TxnError> {
         self.handle().transaction(opts)

@@ -24,7 +24,7 @@
 //!
 //! **Node lease.** [`Membership::join`] grants an etcd lease with the configured TTL and
 //! keeps it alive from a task. The node treats its lease as valid only for the kernel's
-//! [`local_lease`](hilock_kernel::recovery::local_lease) after it *sent* its last
+//! [`local_lease`](hilock_kernel::token::recovery::local_lease) after it *sent* its last
 //! successful renewal (TTL shortened by the drift bound ρ and the grace to kill the
 //! holders' commands); when that has passed without a renewal, or etcd answers that the
 //! lease is gone, [`LeaseState::Lost`] is published on [`Membership::lease`] — once, for
@@ -98,7 +98,7 @@ impl EtcdOptions {
     /// The local lease for a TTL (`recovery::local_lease` in milliseconds).
     pub fn local_lease(&self, ttl_s: u64) -> Result<Duration, Error> {
         let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
-        hilock_kernel::recovery::local_lease(
+        hilock_kernel::token::recovery::local_lease(
             ttl_s.saturating_mul(1000),
             ms(self.grace),
             self.rho_ppm,

@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hilock_kernel::chord::{
+use hilock_kernel::ring::{
     Addr, Answer, ChordClient, ChordError, ChordMsg, ClientEvent, ClientId, Key, NodeId, Op, Out,
     Slot, Token, View,
 };
@@ -212,7 +212,7 @@ impl RingClient {
 
     /// Continues this client's request numbers after the request the ring records for
     /// `path` if an earlier incarnation of this client id wrote it
-    /// ([`ChordClient::resume_after`](hilock_kernel::chord::ChordClient::resume_after)):
+    /// ([`ChordClient::resume_after`](hilock_kernel::ring::ChordClient::resume_after)):
     /// a client id is one numbering, and a new process with the id of one that was killed
     /// while holding `path` must not have its unlock taken for a stale retry (answered
     /// Released, the lock left held). Reads the entry like [`RingClient::recorded`]

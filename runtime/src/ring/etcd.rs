@@ -39,13 +39,13 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hilock_kernel::chord::{ChordMsg, NodeId, View};
+use hilock_kernel::ring::{ChordMsg, NodeId, View};
 use serde::{Deserialize, Serialize};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
-use super::node::Control;
+use super::token::Control;
 use super::{ring, slots_of, Frame, RingNode, Server, R, SLOTS};
 use crate::membership::{EpochView, EtcdOptions, LeaseState, Member, Membership, Observer};
 

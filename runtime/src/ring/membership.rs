@@ -8,7 +8,7 @@
 //! running out `L·(1 + RHO)` after it received the last renewal it granted, and grants no
 //! renewal once it ran out (the node comes back only by joining again). The node counts
 //! `L·(1 − RHO)` from when it sent the renewal and answers no request after that
-//! ([`RingServer::stop`](hilock_kernel::chord::RingServer::stop)). A node's successor
+//! ([`RingServer::stop`](hilock_kernel::ring::RingServer::stop)). A node's successor
 //! reports it ([`Frame::Suspect`]) when it sent no beat for a while; the service removes a
 //! member (the model's `Detect`) only when its successor suspects it AND its lease has run
 //! out — never on a suspicion alone, and not because its connection to the service closed.
@@ -22,7 +22,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU16, Ordering::Relaxed};
 use std::sync::Arc;
 
-use hilock_kernel::chord::{Addr, ChordMsg, NodeId, View};
+use hilock_kernel::ring::{Addr, ChordMsg, NodeId, View};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 use tokio::task::{JoinHandle, JoinSet};

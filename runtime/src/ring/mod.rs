@@ -1,9 +1,9 @@
 //! The ring engine (seed 003) on real sockets: lock servers placed on a Chord ring by
 //! consistent hashing, each key's entry on its service node and `r` = 2 successors.
 //!
-//! Every rule is the kernel's ([`hilock_kernel::chord`]): a [`RingNode`] runs one
-//! [`RingServer`](hilock_kernel::chord::RingServer) and only routes its outputs; a
-//! [`RingClient`] runs the kernel's [`ChordClient`](hilock_kernel::chord::ChordClient)
+//! Every rule is the kernel's ([`hilock_kernel::ring`]): a [`RingNode`] runs one
+//! [`RingServer`](hilock_kernel::ring::RingServer) and only routes its outputs; a
+//! [`RingClient`] runs the kernel's [`ChordClient`](hilock_kernel::ring::ChordClient)
 //! (lookup, redirects, retries); the [`Membership`] service plays the model's `Chord`
 //! actor (etcd's role): it announces views with `NewView` and starts the next change (a
 //! join, a graceful leave, the removal of a crashed node) only when every live node of the
@@ -11,9 +11,9 @@
 //!
 //! # Placement
 //! The ring has [`SLOTS`] node slots on a 16-bit circle; slot `i` has the identifier
-//! [`hash`](hilock_kernel::chord::hash) of `"hilock-ring-slot-<i>"` (FNV-1a then fmix32,
+//! [`hash`](hilock_kernel::ring::hash) of `"hilock-ring-slot-<i>"` (FNV-1a then fmix32,
 //! fixed, so every process places alike). A lock path is placed by its top-level element
-//! ([`Ring::key_of`](hilock_kernel::chord::Ring::key_of)).
+//! ([`Ring::key_of`](hilock_kernel::ring::Ring::key_of)).
 //!
 //! # Transport
 //! Length-delimited frames (postcard) over TCP. Every connection starts with
@@ -43,7 +43,7 @@ pub use membership::Membership;
 pub use node::{RingNode, Snapshot};
 
 use futures_util::{SinkExt, StreamExt};
-use hilock_kernel::chord::{hash, Addr, ChordMsg, Key, NodeId, Out, Ring, RingServer, View};
+use hilock_kernel::ring::{hash, Addr, ChordMsg, Key, NodeId, Out, Ring, RingServer, View};
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -138,7 +138,7 @@ pub struct NodeReport {
     pub entries: Vec<(u16, Option<u8>)>,
     /// The same entries in full (holder, version, the request that set the holder): what
     /// a ring client's read-only check of a held lock reads ([`RingClient::recorded`]).
-    pub slots: Vec<hilock_kernel::chord::Slot>,
+    pub slots: Vec<hilock_kernel::ring::Slot>,
 }
 
 /// Asks the node at `addr` for its [`NodeReport`]; `None` if it does not answer in `limit`.

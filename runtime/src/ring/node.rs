@@ -1,5 +1,5 @@
 //! One ring node: the kernel's [`Server`] behind a TCP listener. It only routes: every
-//! message it receives goes to [`Server::step`](hilock_kernel::chord::RingServer::step),
+//! message it receives goes to [`Server::step`](hilock_kernel::ring::RingServer::step),
 //! every output goes to the node or client it names, and after each step it tells the
 //! membership service its view and whether it is settled in it.
 
@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hilock_kernel::chord::{Addr, ClientId, NodeId, Slot, View};
+use hilock_kernel::ring::{Addr, ClientId, NodeId, Slot, View};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 use tokio::task::{JoinHandle, JoinSet};
@@ -505,7 +505,7 @@ fn report(server: &Server, mtx: &mpsc::UnboundedSender<Frame>, last: &mut Option
 /// Sends `f` to peer `n` on the link this node dialled. When that link's task has ended
 /// (the peer was down or the connection broke) it dials a fresh one once and first sends
 /// the peer again every replica write it has not acknowledged
-/// ([`RingServer::reconnected`](hilock_kernel::chord::RingServer::reconnected): what the
+/// ([`RingServer::reconnected`](hilock_kernel::ring::RingServer::reconnected): what the
 /// broken connection may have lost, `docs/faults.md`, "Ring engine"); if that dial fails
 /// too, the frame is lost with the peer, as in the model's crash.
 fn send_node(
@@ -529,7 +529,7 @@ fn send_node(
 /// acknowledged (duplicates are acknowledged again by the replica, not applied twice).
 fn resend_owed(server: &Server, me: NodeId, p: NodeId, tx: &mpsc::UnboundedSender<Frame>) {
     let mut again =
-        heapless::Vec::<hilock_kernel::chord::Out<{ super::TABLE }>, { super::TABLE }>::new();
+        heapless::Vec::<hilock_kernel::ring::Out<{ super::TABLE }>, { super::TABLE }>::new();
     match server.reconnected(p, &mut again) {
         Ok(0) => {}
         Ok(k) => {

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use hilock::demo::Oracle;
 use hilock::ring::{key_of, ring, RingClient, Views, SLOTS};
-use hilock_kernel::chord::{NodeId, View};
+use hilock_kernel::ring::{NodeId, View};
 use hilock_kernel::Mode;
 
 pub const LOAD_CLIENTS: u8 = 12;

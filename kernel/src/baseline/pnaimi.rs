@@ -20,9 +20,9 @@
 use crate::error::KernelError;
 use crate::mode::Mode;
 use crate::msg::{Input, LockId, MsgKind, NodeId, Output, Outputs, Sink};
-use crate::prio::Priority;
 use crate::protocol::Protocol;
 use crate::report::Report;
+use crate::token::prio::Priority;
 
 /// A request of the prioritized protocol.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -7,7 +7,7 @@
 //! `Sabotage::NoRetryFence`) the released lock is written again for a client that no longer
 //! holds it (`spec/counterexamples/ring/ring-short-cut-join-stale-retry.json`).
 
-use hilock_kernel::chord::{
+use hilock_kernel::ring::{
     Addr, Answer, ChordMsg, ClientId, Key, NodeId, Op, Out, RetryFence, Ring, RingServer, Rule,
     Token, View,
 };
@@ -34,7 +34,7 @@ fn tok(client: u8, seq: u8) -> Token {
 }
 
 /// `op` of `token` on key 10: the rules that fired and the one reply.
-fn ask(s: &mut S, token: Token, op: Op) -> (hilock_kernel::chord::Report, Answer) {
+fn ask(s: &mut S, token: Token, op: Op) -> (hilock_kernel::ring::Report, Answer) {
     let mut out = O::new();
     let msg = ChordMsg::Request {
         token,
@@ -170,7 +170,7 @@ fn the_writer_is_replicated_with_the_entry() {
 /// while a request waits, and never moves the numbers back.
 #[test]
 fn a_new_incarnation_resumes_after_the_request_the_ring_records() {
-    use hilock_kernel::chord::{ChordClient, ChordError};
+    use hilock_kernel::ring::{ChordClient, ChordError};
     let ring = Ring::new(6, [8, 21, 32]).unwrap();
     let mut s = server();
     assert_eq!(ask(&mut s, tok(1, 3), Op::Lock).1, Answer::Granted);

@@ -1,4 +1,4 @@
-//! The ring engine: the Chord-placed lock service (`hilock_models::chord`; `spec/SPEC.md`
+//! The ring engine: the Chord-placed lock service (`hilock_models::ring`; `spec/SPEC.md`
 //! section 4).
 //!
 //! hilock's replicated ring server (r = 2) passes with pinned state counts; the paper's
@@ -7,14 +7,14 @@
 //! this model's traces yet, and `verify/tests/explorer.rs` checks every trace in the
 //! parent); each passing property is broken once on purpose (`*_goes_red`). The 4-slot join
 //! configuration is `#[ignore]`d (about 28 s in release;
-//! `cargo test --release -p verify --test chord -- --ignored`), and so are the four checks
+//! `cargo test --release -p verify --test ring -- --ignored`), and so are the four checks
 //! of a join during a short cut (the retry fence: passes with it, refuted without it;
 //! 1 to 12 minutes each in release: `docs/verification.md`, "Larger configurations"). The
 //! fast check that the fence matters is
 //! `the_saved_stale_retry_is_served_only_without_the_fence` (the saved trace, replayed).
 
-use hilock_kernel::chord::ChordMsg;
-use hilock_models::chord::{
+use hilock_kernel::ring::ChordMsg;
+use hilock_models::ring::{
     step_key, RingModel, RingReport, Sabotage, Takeover, Variant, CHANGED, GRANTED, LIVE, LOST,
     MUTEX, NO_ERROR, ONE_SERVER,
 };

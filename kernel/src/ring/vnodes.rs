@@ -3,7 +3,7 @@
 //! with and without virtual nodes: `docs/benchmarks.md`, "Placement at 8 … 1,024 nodes
 //! (simulator)").
 //!
-//! - [`hash32`]: the placement hash of [`ring::hash`](super::ring::hash) before its
+//! - [`hash32`]: the placement hash of [`ring::hash`](super::circle::hash) before its
 //!   reduction — FNV-1a 32 then `fmix32` — so `hash(b, m)` is the low `m` bits of
 //!   `hash32(b)` (a unit test checks it for every `m`);
 //! - [`point_ident`]: virtual node `v` of the node called `name`: `v = 0` is the node's own
@@ -65,7 +65,7 @@ fn fmix32(mut h: u32) -> u32 {
 }
 
 /// FNV-1a 32 of `bytes`, then MurmurHash3's `fmix32`: the placement hash
-/// [`ring::hash`](super::ring::hash) without its reduction to `m` bits.
+/// [`ring::hash`](super::circle::hash) without its reduction to `m` bits.
 pub fn hash32(bytes: &[u8]) -> u32 {
     fmix32(fnv(FNV_BASIS, bytes))
 }

@@ -13,7 +13,7 @@
 //!   translates: a kernel `Send` to replica `r` is a message to node `C + r`, a replica's
 //!   reply goes back to the sender, `Entered` is the grant. Every rule of the seed runs in
 //!   the kernel.
-//! - **Workload and timing.** The simulator's own loop ([`sim::run_sites`]) with
+//! - **Workload and timing.** The simulator's own loop ([`token::run_sites`]) with
 //!   [`Mix::OneLockW`]: every client loops acquire, hold (the critical section, `hold`
 //!   message delays), release, and acquires again at once (no think time); every message
 //!   takes one message delay (mean 1,000 µs of simulated time, uniform within ±`jitter`),
@@ -36,7 +36,7 @@
 
 use crate::adapter::{all_or_nothing, exclusive_held};
 use crate::central::CentralSite;
-use crate::sim::{self, Config, Driven, Mix, PrioMode, Proto, RelayClass, Requester, Stats};
+use crate::token::{self, Config, Driven, Mix, PrioMode, Proto, RelayClass, Requester, Stats};
 use hilock_kernel::bakery::{
     BakeryError, Client, ClientId, ClientOutput, Config as BakeryConfig, Input as BInput, Phase,
     Program, Replica, ReplicaId, Reply, Request, Row, Variant,
@@ -541,7 +541,8 @@ pub fn run_bakery(w: &Workload, variant: Variant) -> Result<BakeryStats, String>
     let sites = (0..n)
         .map(|i| BakerySite::new(i, w.clients, variant, w.poll))
         .collect::<Result<Vec<_>, _>>()?;
-    let (st, cluster) = sim::run_sites(&w.config(n), sites).map_err(|e| format!("bakery: {e}"))?;
+    let (st, cluster) =
+        token::run_sites(&w.config(n), sites).map_err(|e| format!("bakery: {e}"))?;
     let mut counts = Counts::default();
     for s in cluster.sites() {
         if let Some(c) = s.counts() {
@@ -563,7 +564,7 @@ pub fn run_token(w: &Workload) -> Result<Stats, String> {
     let sites = (0..n)
         .map(|i| TokenSite::new(NodeId(i as u16), NodeId(0)).map_err(|e| e.to_string()))
         .collect::<Result<Vec<_>, _>>()?;
-    let (st, _) = sim::run_sites(&w.config(n), sites).map_err(|e| format!("token: {e}"))?;
+    let (st, _) = token::run_sites(&w.config(n), sites).map_err(|e| format!("token: {e}"))?;
     Ok(st)
 }
 
@@ -574,7 +575,7 @@ pub fn run_central(w: &Workload) -> Result<Stats, String> {
     let sites = (0..n)
         .map(|i| CentralSite::new(i, w.clients))
         .collect::<Result<Vec<_>, _>>()?;
-    let (st, _) = sim::run_sites(&w.config(n), sites).map_err(|e| format!("central: {e}"))?;
+    let (st, _) = token::run_sites(&w.config(n), sites).map_err(|e| format!("central: {e}"))?;
     Ok(st)
 }
 

@@ -19,7 +19,7 @@
 //!
 //! # Properties (names as in `docs/engines/token.md`, "Properties")
 //! - `P1 mutual exclusion`: no two sites hold modes of a lock that conflict by the literal
-//!   Table 2.1 ([`hilock_kernel::tables::TABLE_2_1`], not the kernel's `conflicts`).
+//!   Table 2.1 ([`hilock_kernel::token::tables::TABLE_2_1`], not the kernel's `conflicts`).
 //! - `P2 single token`: per lock, tokens at sites + `Token` messages in flight = 1.
 //! - `P3 owned-mode invariant` (invariant 2.2): for every lock and every node `c` that is
 //!   not the token node, with parent `p`: if no `Release`, `Grant` or `Token` of that lock is
@@ -79,7 +79,7 @@
 //!   (and applied), an upgrade completed, an idle relay's shortcut taken (only under
 //!   [`hilock_kernel::Forwarding::Compress`]).
 
-use hilock_kernel::tables::table_2_1;
+use hilock_kernel::token::tables::table_2_1;
 use hilock_kernel::{
     Frozen, Input, LockId, Mode, Msg, MsgKind, NodeId, Output, Pending, Rule, Variant,
 };

@@ -226,7 +226,7 @@ impl<const N: usize, const T: usize> RingServer<N, T> {
     /// changes the view), so nothing is resent in a later view. The write's own view is
     /// the one a copy must carry: with a later one, a replica that installed it would
     /// accept a write of an old epoch from a server that may no longer be the key's
-    /// primary (`kernel/tests/chord_reconnect.rs`,
+    /// primary (`kernel/tests/ring_reconnect.rs`,
     /// `a_write_in_progress_ends_with_its_view_and_is_not_resent_in_the_next`).
     ///
     /// Why: a connection that breaks loses what it carried. A member cut off for less than

@@ -3,7 +3,7 @@
 //! comes back, a replica acknowledges a copy it already applied without applying it twice,
 //! and a bad peer is a typed error that changes and sends nothing.
 
-use hilock_kernel::chord::{
+use hilock_kernel::ring::{
     Addr, Answer, ChordError, ChordMsg, ClientId, Key, NodeId, Op, Out, Ring, RingServer, Rule,
     Token, View,
 };

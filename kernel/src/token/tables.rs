@@ -177,7 +177,7 @@ pub const fn frozen_by(owned: Mode, requested: Mode) -> ModeSet {
 
 /// Table 3.1 (p. 28), "Rules for Freezing Lock Modes at the Token Node (Prioritized)": the
 /// same cells as Table 2.4, plus the rule that every frozen mode's threshold becomes
-/// `max(threshold, ξ(M_R))` ([`crate::prio::Frozen::freeze`]).
+/// `max(threshold, ξ(M_R))` ([`crate::token::prio::Frozen::freeze`]).
 pub const TABLE_3_1: [[ModeSet; 5]; 6] = {
     use Mode::*;
     const E: ModeSet = ModeSet::EMPTY;

@@ -1,9 +1,9 @@
-//! The bakery in the simulator (`hilock_benches::bakerysim`; `docs/benchmarks.md`, "In the
+//! The bakery in the simulator (`hilock_benches::bakery`; `docs/benchmarks.md`, "In the
 //! simulator, against the token engine and a central lock server"): the kernel's bakery
 //! clients over three simulated replicas, driven through the one harness, next to the token
 //! engine on the same one-lock workload.
 
-use hilock_benches::bakerysim::{self, Workload, OPS_ACQUIRE, OPS_RELEASE, QUORUM, REPLICAS};
+use hilock_benches::bakery::{self, Workload, OPS_ACQUIRE, OPS_RELEASE, QUORUM, REPLICAS};
 use hilock_kernel::bakery::Variant;
 
 fn small(clients: usize, seed: u64) -> Workload {
@@ -21,7 +21,7 @@ fn corrected_bakery_never_has_two_clients_in_the_critical_section() {
     for c in [2, 4, 8] {
         for seed in 1..=3 {
             let w = small(c, seed);
-            let b = bakerysim::run_bakery(&w, Variant::HILOCK)
+            let b = bakery::run_bakery(&w, Variant::HILOCK)
                 .unwrap_or_else(|e| panic!("C = {c}, seed {seed}: {e}"));
             assert!(b.counts.acquires >= (w.warmup_per_client + w.per_client) * c as u64);
             assert_eq!(
@@ -47,7 +47,7 @@ fn without_the_tie_break_two_clients_enter() {
     };
     for v in [broken, Variant::LITERAL] {
         for c in [2, 4] {
-            let e = bakerysim::run_bakery(&small(c, 1), v)
+            let e = bakery::run_bakery(&small(c, 1), v)
                 .map(|b| b.sim.checked_grants)
                 .expect_err("no tie-break: a violation");
             assert!(e.contains("mutual exclusion"), "{e}");
@@ -69,7 +69,7 @@ fn uncontended_acquire_costs_what_the_code_sends() {
         jitter: 0.0,
         ..small(1, 1)
     };
-    let b = bakerysim::run_bakery(&w, Variant::HILOCK).unwrap();
+    let b = bakery::run_bakery(&w, Variant::HILOCK).unwrap();
     let per = (OPS_ACQUIRE + OPS_RELEASE) * 2 * REPLICAS as u64;
     assert_eq!(per, 42);
     assert_eq!(b.sim.messages(), per * b.sim.lock_requests);
@@ -95,7 +95,7 @@ fn data_read_per_acquire_grows_with_the_clients() {
         .map(|c| {
             (
                 c,
-                bakerysim::run_bakery(&small(c, 1), Variant::HILOCK).unwrap(),
+                bakery::run_bakery(&small(c, 1), Variant::HILOCK).unwrap(),
             )
         })
         .collect();
@@ -118,14 +118,14 @@ fn data_read_per_acquire_grows_with_the_clients() {
 /// there), fewer messages than the bakery with contention.
 #[test]
 fn token_engine_on_the_same_workload() {
-    let t = bakerysim::run_token(&small(1, 1)).unwrap();
+    let t = bakery::run_token(&small(1, 1)).unwrap();
     assert_eq!(t.messages(), 0);
     assert!(t.lock_requests > 0);
     for c in [2, 4] {
-        let row = bakerysim::compare(&small(c, 1)).unwrap();
+        let row = bakery::compare(&small(c, 1)).unwrap();
         assert!(row.token.per_request() > 0.0);
         assert!(row.token.per_request() < row.bakery.messages_per_acquire());
-        assert!(bakerysim::markdown(&[row]).contains(&format!("| {c} |")));
+        assert!(bakery::markdown(&[row]).contains(&format!("| {c} |")));
     }
 }
 
@@ -139,7 +139,7 @@ fn central_server_costs_twelve_messages() {
         jitter: 0.0,
         ..small(1, 1)
     };
-    let z = bakerysim::run_central(&w).unwrap();
+    let z = bakery::run_central(&w).unwrap();
     assert_eq!(z.messages(), 12 * z.lock_requests);
     assert!(
         z.latencies_us.iter().all(|&l| l == 8_000),
@@ -147,7 +147,7 @@ fn central_server_costs_twelve_messages() {
         z.latencies_us
     );
     for c in [2, 4, 8] {
-        let z = bakerysim::run_central(&small(c, 1)).unwrap();
+        let z = bakery::run_central(&small(c, 1)).unwrap();
         assert_eq!(
             z.checked_grants as usize,
             (5 + 10) * c,

@@ -1,5 +1,5 @@
 //! Seed 003 (Chord-placed lock service) as a Stateright model that drives
-//! `hilock_kernel::chord`: up to 4 ring slots, clients that lock one key and unlock it,
+//! `hilock_kernel::ring`: up to 4 ring slots, clients that lock one key and unlock it,
 //! joins, leaves and crashes, and an unordered network (any message in flight may be
 //! delivered next: reordering). The model only routes; every rule runs in the kernel
 //! ([`PaperNode::step`], [`RingServer::step`], [`ChordClient`]).
@@ -66,7 +66,7 @@
 //!   states): every client finished its lock/unlock.
 //! - sometimes: `a lock is granted`, `the membership changed`.
 
-use hilock_kernel::chord::{
+use hilock_kernel::ring::{
     Addr, Answer, Change, ChordClient, ChordMsg, ClientEvent, ClientId, Entry, Key, NodeId, Op,
     Out, PaperNode, RetryFence, Ring, RingServer, View,
 };
@@ -306,7 +306,7 @@ pub enum RAction {
     Duplicate(Addr, Addr, Msg),
 }
 
-/// A saved step without the entries' `writer` fields ([`Slot::writer`](hilock_kernel::chord::Slot::writer)),
+/// A saved step without the entries' `writer` fields ([`Slot::writer`](hilock_kernel::ring::Slot::writer)),
 /// which traces saved before the retry fence do not have: the same action, written
 /// before or after that field existed, has one key.
 pub fn step_key(step: &str) -> String {

@@ -3,10 +3,10 @@
 use crate::error::KernelError;
 use crate::mode::Mode;
 use crate::msg::{Input, LockId, Msg, MsgKind, NodeId, Output, Sink};
-use crate::node::{Ctx, LockNode, Pending, Variant};
-use crate::prio::{Inheritance, Priority};
 use crate::protocol::Protocol;
 use crate::report::{Report, Rule, RuleSet};
+use crate::token::node::{Ctx, LockNode, Pending, Variant};
+use crate::token::prio::{Inheritance, Priority};
 
 /// One site of the hierarchical protocol.
 ///
@@ -151,7 +151,7 @@ impl<const N: usize, const L: usize, const Q: usize> Site<N, L, Q> {
         &self.locks
     }
 
-    /// All locks, for the recovery transitions ([`crate::recovery`]), which rebuild a lock's
+    /// All locks, for the recovery transitions ([`crate::token::recovery`]), which rebuild a lock's
     /// state outside the rules of [`Site::step`].
     pub(crate) fn locks_mut(&mut self) -> &mut [LockNode<N, Q>; L] {
         &mut self.locks

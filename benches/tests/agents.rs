@@ -1,9 +1,9 @@
-//! The multi-lock transaction simulator (`hilock_benches::txn`): its accounting against the
+//! The multi-lock transaction simulator (`hilock_benches::agents`): its accounting against the
 //! exact message counts the rules give, every run ending with every transaction committed
 //! (or aborted as asked) under the exclusion oracle, and the hierarchical workload that
 //! stalled the agents before the kernel's fix.
 
-use hilock_benches::txn::{run, Engine, TxnConfig, DELAY_US};
+use hilock_benches::agents::{run, Engine, TxnConfig, DELAY_US};
 
 /// Two nodes, one lock (its home is node 0), one client (on node 1) running two
 /// transactions one after the other, no jitter.

@@ -624,7 +624,9 @@ impl TokenSim {
         let mut granted = false;
         let mut sent = Vec::new();
         let mut see = |o: &Output<<TSite as Protocol>::Msg>| match o {
-            Output::Send { to, msg } => sent.push((to.0, crate::sim::kind_index(TSite::kind(msg)))),
+            Output::Send { to, msg } => {
+                sent.push((to.0, crate::token::kind_index(TSite::kind(msg))))
+            }
             Output::Granted { .. } => granted = true,
             Output::Upgraded { .. } => {}
         };

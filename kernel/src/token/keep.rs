@@ -28,8 +28,8 @@
 use crate::error::KernelError;
 use crate::mode::{conflicts, Mode, ModeSet};
 use crate::msg::{Msg, Output, Sink};
-use crate::node::{Ctx, LockNode, Pending};
-use crate::tables::grantable_set;
+use crate::token::node::{Ctx, LockNode, Pending};
+use crate::token::tables::grantable_set;
 
 /// When a non-token node tells its parent that its owned mode dropped (Rule 5.2).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -154,7 +154,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tables::frozen_by;
+    use crate::token::tables::frozen_by;
 
     /// Table 2.4 freezes every intention mode a token node could have granted that
     /// conflicts with the request it queues: a Freeze therefore reaches every node that

@@ -2,9 +2,9 @@
 //! for real-time collaborative editing, Fig. 2 server side, Fig. 4 client side, Fig. 5 the
 //! double-leave loss), as pure state machines.
 //!
-//! - [`ring`]: the m-bit identifier circle, successor/predecessor of a view, `lookup`, the
-//!   fixed placement hash ([`ring::hash`]) of a lock's placement key
-//!   ([`ring::placement_key`]: its top-level path element);
+//! - [`circle`]: the m-bit identifier circle, successor/predecessor of a view, `lookup`, the
+//!   fixed placement hash ([`circle::hash`]) of a lock's placement key
+//!   ([`circle::placement_key`]: its top-level path element);
 //! - [`paper`]: the seed's server LITERALLY — `olock`, `olock_b`, `s_lock`, `s_unlock`,
 //!   `s_dellock`, leave = Fig. 2(d) `append`, join = Fig. 2(e) `remove` — with every remote
 //!   call a separate message (non-atomic), kept to be refuted by the model checker;
@@ -27,17 +27,17 @@
 //! # Citing the seed
 //! `(a)3` is line 3 of Fig. 2(a); `(d)`, `(e)` are node leave and node join.
 
+pub mod circle;
 pub mod client;
 pub mod fingers;
 pub mod paper;
 pub mod replicated;
-pub mod ring;
 pub mod vnodes;
 
+pub use circle::{hash, placement_key, Ring, View};
 pub use client::{ChordClient, ClientEvent};
 pub use paper::PaperNode;
 pub use replicated::{RetryFence, RingServer};
-pub use ring::{hash, placement_key, Ring, View};
 
 use core::fmt;
 

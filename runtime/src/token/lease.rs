@@ -259,12 +259,12 @@ mod etcd {
 
     use super::{lost_reason, NodeLease};
     use crate::membership::{LeaseState, MemberView};
-    use crate::node::core::Cmd;
-    use crate::node::Shared;
+    use crate::token::core::Cmd;
+    use crate::token::Shared;
 
     /// Publishes the lease's state; on loss, fences the core (every waiting and new
     /// request refused with the reason) — the client socket's holders follow
-    /// [`Shared::lease`](crate::node::Shared) themselves.
+    /// [`Shared::lease`](crate::token::Shared) themselves.
     pub(super) async fn follow_lease(
         shared: Arc<Shared>,
         core: mpsc::UnboundedSender<Cmd>,

@@ -22,7 +22,7 @@
 //! The cut of the reports is consistent: a frozen node sends nothing, so every message a
 //! node received before it reported was sent before its sender reported.
 
-use hilock_kernel::recovery::{self, Epoch, FaultSite, LockReport, Plan};
+use hilock_kernel::token::recovery::{self, Epoch, FaultSite, LockReport, Plan};
 use hilock_kernel::{KernelError, NodeId, Site};
 use serde::{Deserialize, Serialize};
 
@@ -157,15 +157,15 @@ pub(super) mod etcd {
     use std::sync::Arc;
     use std::time::Duration;
 
-    use hilock_kernel::recovery::{next_members, Liveness, RecoveryVariant};
+    use hilock_kernel::token::recovery::{next_members, Liveness, RecoveryVariant};
     use tokio::sync::{mpsc, oneshot, watch};
     use tracing::{info, warn};
 
     use super::{rebuild_all, Plans, Reports};
     use crate::config::MAX_NODES;
     use crate::membership::{EpochView, Error as MError, Member, MemberView, Membership};
-    use crate::node::core::Cmd;
-    use crate::node::Shared;
+    use crate::token::core::Cmd;
+    use crate::token::Shared;
 
     /// How often a member looks again while a recovery is under way.
     const BUSY: Duration = Duration::from_millis(20);
@@ -174,7 +174,7 @@ pub(super) mod etcd {
     const IDLE: Duration = Duration::from_secs(1);
 
     /// The recovery task of one node (see the [module](super) docs).
-    pub(in crate::node) async fn run(
+    pub(in crate::token) async fn run(
         shared: Arc<Shared>,
         core: mpsc::UnboundedSender<Cmd>,
         m: Arc<Membership>,
@@ -459,7 +459,7 @@ pub(super) mod etcd {
 mod tests {
     use std::collections::BTreeMap;
 
-    use hilock_kernel::recovery::Stamped;
+    use hilock_kernel::token::recovery::Stamped;
     use hilock_kernel::{Input, Mode, Output, Protocol};
 
     use super::*;
@@ -577,7 +577,7 @@ mod etcd_support;
 mod two_leaders {
     use std::time::Duration;
 
-    use hilock_kernel::recovery::Plan;
+    use hilock_kernel::token::recovery::Plan;
     use hilock_kernel::{Input, Mode, Output, Protocol};
 
     use super::etcd::{adopt, lead, Led};

@@ -190,7 +190,7 @@ pub trait Driven: Protocol {
     /// Whether the loop checks [`Cluster::check_exclusive`] after every grant.
     const CHECK_EXCLUSIVE: bool = false;
     /// Whether the node runs the workload (default); a passive node (a replica of the
-    /// bakery's store, [`crate::bakerysim`]) only answers messages.
+    /// bakery's store, [`crate::bakery`]) only answers messages.
     fn active(&self) -> bool {
         true
     }
@@ -234,7 +234,7 @@ impl PrioMode {
 }
 
 /// How an access of the airline workload maps to lock requests (`docs/benchmarks.md`, "The
-/// workload (`benches/src/sim.rs`)"). In both the access's mode is drawn once per access,
+/// workload (`benches/src/token.rs`)"). In both the access's mode is drawn once per access,
 /// IR 80 / R 10 / U 4 / IW 5 / W 1 % ([`MIX`]), and the entry uniformly; they differ in
 /// which locks the mode goes to. The counting rule is the same: every `Acquire` input is a
 /// lock request, the intention lock on the table included.
@@ -257,7 +257,7 @@ pub enum Mix {
     /// IW 2.7 / W 3.2 %.
     EntryIntention,
     /// Every access is one request for lock 0 in W, whatever was drawn (the bakery
-    /// comparison, [`crate::bakerysim`]: C clients contending on one exclusive lock).
+    /// comparison, [`crate::bakery`]: C clients contending on one exclusive lock).
     OneLockW,
 }
 

@@ -1,5 +1,5 @@
 //! Exhaustive model checks of the base protocol (thesis chapters 2 and 3): the Stateright
-//! model of `hilock_models::base` drives `hilock-kernel` sites through every interleaving
+//! model of `hilock_models::token` drives `hilock-kernel` sites through every interleaving
 //! (BFS, no depth limit) and checks P1–P6 and that every rule is reached.
 //! Each check prints its configuration, unique state count, time and FIFO bypass bound.
 //!
@@ -12,8 +12,8 @@
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use hilock_kernel::{Forwarding, Mode, Variant};
-use hilock_models::base::{ModelConfig, Network, REACHED};
 use hilock_models::check::{check, CheckReport};
+use hilock_models::token::{ModelConfig, Network, REACHED};
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 
@@ -876,7 +876,7 @@ fn example_configurations() {
 
 // ------------------------------------------------------------------ larger (--ignored)
 
-/// Larger configurations: `cargo test --release -p verify --test base -- --ignored`.
+/// Larger configurations: `cargo test --release -p verify --test token -- --ignored`.
 #[test]
 #[ignore]
 fn larger_configurations() {

@@ -38,11 +38,11 @@
 use crate::error::KernelError;
 use crate::mode::{conflicts, Mode};
 use crate::msg::{Input, LockId, Msg, MsgKind, NodeId, Output, QueueEntry, Sink};
-use crate::node::{sort_by_priority, Ctx, LockNode, Peer, Pending};
-use crate::prio::Frozen;
 use crate::protocol::Protocol;
 use crate::report::{Report, RuleSet};
-use crate::site::Site;
+use crate::token::node::{sort_by_priority, Ctx, LockNode, Peer, Pending};
+use crate::token::prio::Frozen;
+use crate::token::site::Site;
 use core::fmt;
 
 /// An epoch: the number of a membership the membership service installed (0 at start).

@@ -9,12 +9,12 @@
 //! gives one to every non-token node and every token transfer sets one).
 
 use crate::error::KernelError;
-use crate::keep::ReleaseRule;
 use crate::mode::{compatible, conflicts, strongest, Mode, ModeSet};
 use crate::msg::{LockId, Msg, NodeId, Output, QueueEntry, Sink};
-use crate::prio::{Frozen, Inheritance, Priority};
 use crate::report::{Rule, RuleSet};
-use crate::tables::{
+use crate::token::keep::ReleaseRule;
+use crate::token::prio::{Frozen, Inheritance, Priority};
+use crate::token::tables::{
     frozen_by, grantable, grantable_set, queue_or_forward_prio, tokenable, QueueOrForward,
 };
 

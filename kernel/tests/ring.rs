@@ -1,4 +1,4 @@
-//! The ring engine's kernel parts (`kernel/src/chord/`; the Chord lock service paper,
+//! The ring engine's kernel parts (`kernel/src/ring/`; the Chord lock service paper,
 //! `spec/SPEC.md` section 4) one guard at a time: the error texts; the client of Fig. 4
 //! (request numbers, output room, a timed-out request resent to the new service node);
 //! Chord's finger routing on sparse circles (§2.1, `fingers`, `vnodes`); the paper's server
@@ -8,16 +8,16 @@
 //! retry answered from the entry, replica versions, the hand-over of moved arcs at a join,
 //! a full replica, views that change by one epoch, and the requests a newer view decides
 //! or redirects. The comment above each test names the mutants it kills: the kernel's unit
-//! tests, `chord_reconnect.rs` and `chord_retry.rs` missed them (`docs/verification.md`,
+//! tests, `ring_reconnect.rs` and `ring_retry.rs` missed them (`docs/verification.md`,
 //! "Mutation testing").
 
-use hilock_kernel::chord::fingers::{closest_preceding, route};
-use hilock_kernel::chord::vnodes::{Point, VRing};
-use hilock_kernel::chord::{
+use hilock_kernel::msg::Sink;
+use hilock_kernel::ring::fingers::{closest_preceding, route};
+use hilock_kernel::ring::vnodes::{Point, VRing};
+use hilock_kernel::ring::{
     Addr, Answer, Change, ChordClient, ChordError, ChordMsg, ClientId, Entry, Key, NodeId, Op, Out,
     PaperNode, Ring, Rule, Token, View,
 };
-use hilock_kernel::msg::Sink;
 
 type O = heapless::Vec<Out<4>, 8>;
 
@@ -409,7 +409,7 @@ fn the_remote_table_operations_change_the_named_table() {
     );
 }
 
-type RS = hilock_kernel::chord::RingServer<3, 4>;
+type RS = hilock_kernel::ring::RingServer<3, 4>;
 
 // replicated.rs: `RingServer::settled_in` replaced with `true` or its `&&` → `||` (a view
 // with the same members but another epoch is not the server's view); `stopped` replaced
@@ -463,7 +463,7 @@ fn the_copies_owed_to_a_reconnected_peer_fit_exact_room() {
 }
 
 /// n8 alone (no replica): a write is answered at once. `op` of `token` on key 10.
-fn alone_ask(s: &mut RS, client: u8, seq: u8, op: Op) -> (hilock_kernel::chord::Report, Answer) {
+fn alone_ask(s: &mut RS, client: u8, seq: u8, op: Op) -> (hilock_kernel::ring::Report, Answer) {
     let token = Token {
         client: ClientId(client),
         seq,
@@ -521,7 +521,7 @@ fn a_stale_lock_retry_is_answered_from_the_entry() {
 // entry against a write of the same version (and an older one); a newer one replaces it.
 #[test]
 fn a_replica_takes_only_newer_versions() {
-    use hilock_kernel::chord::{Slot, Version};
+    use hilock_kernel::ring::{Slot, Version};
     let mut s = RS::new(NodeId(2), ring(), 1, ALL).unwrap();
     let write = |s: &mut RS, client: u8, n: u32| {
         let token = Token {
@@ -596,10 +596,10 @@ fn a_join_hands_the_moved_arcs_over_with_their_entries() {
         assert_eq!(s.holder(Key(k)), Some(ClientId(c)));
     }
     // n8, key 40's primary (arc 0), writes it here, its replica.
-    let forty = hilock_kernel::chord::Slot {
+    let forty = hilock_kernel::ring::Slot {
         key: Key(40),
         holder: Some(ClientId(3)),
-        version: hilock_kernel::chord::Version { epoch: 0, n: 1 },
+        version: hilock_kernel::ring::Version { epoch: 0, n: 1 },
         writer: None,
     };
     let copy = ChordMsg::Replicate {
@@ -673,15 +673,15 @@ fn a_server_hands_over_only_the_arcs_it_has() {
 
 /// The entry of `key` held by c1, version `n` of `view`'s epoch, written by c1's request
 /// number `n`.
-fn c1_entry(view: View, key: u16, n: u32) -> (hilock_kernel::chord::Slot, Token) {
+fn c1_entry(view: View, key: u16, n: u32) -> (hilock_kernel::ring::Slot, Token) {
     let token = Token {
         client: ClientId(1),
         seq: n as u8,
     };
-    let slot = hilock_kernel::chord::Slot {
+    let slot = hilock_kernel::ring::Slot {
         key: Key(key),
         holder: Some(ClientId(1)),
-        version: hilock_kernel::chord::Version {
+        version: hilock_kernel::ring::Version {
             epoch: view.epoch,
             n,
         },
@@ -803,7 +803,7 @@ fn a_ring_knows_its_bits_and_the_replicas_of_a_key() {
 // vnodes.rs: `<VnodeError as Display>::fmt` replaced with `Ok(Default::default())`.
 #[test]
 fn every_vnode_error_has_its_own_text() {
-    use hilock_kernel::chord::vnodes::VnodeError::*;
+    use hilock_kernel::ring::vnodes::VnodeError::*;
     let texts: Vec<String> = [BadBits(40), Empty, OutsideCircle(99), NoSuchPoint(7)]
         .iter()
         .map(|e| e.to_string())

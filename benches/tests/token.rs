@@ -1,7 +1,7 @@
 //! Checks of the simulator: a published result (Lavault's average case of Naimi-Trehel's
 //! path reversal), determinism, and sanity of the thesis workload on small systems.
 
-use hilock_benches::sim::{self, harmonic, Config, Proto};
+use hilock_benches::token::{self, harmonic, Config, Proto};
 
 /// Lavault's average-case analysis of path reversal: with one request at a time from a
 /// uniformly random node (any of the n nodes, the token holder included), the mean number
@@ -9,7 +9,7 @@ use hilock_benches::sim::{self, harmonic, Config, Proto};
 /// to the requester — is H(n−1). (The request hops alone average H(n) − 1: the token hop
 /// is missing exactly when the requester is the holder, with probability 1/n.)
 fn check_lavault(n: usize) {
-    let r = sim::naimi_sequential(n, 20 * n as u64, 40_000, 7);
+    let r = token::naimi_sequential(n, 20 * n as u64, 40_000, 7);
     let h = harmonic(n - 1);
     let rel = (r.messages - h).abs() / h;
     eprintln!(
@@ -54,11 +54,11 @@ fn same_seed_gives_byte_identical_csv() {
         for proto in [Proto::Hilock, Proto::NaimiSame, Proto::NaimiPure] {
             for n in [4, 16] {
                 let cfg = small(proto, n, 42);
-                let st = sim::run(&cfg).expect("run");
-                rows.push(sim::CsvRow::new("det", &cfg, &st));
+                let st = token::run(&cfg).expect("run");
+                rows.push(token::CsvRow::new("det", &cfg, &st));
             }
         }
-        sim::csv_bytes(&rows).expect("csv")
+        token::csv_bytes(&rows).expect("csv")
     };
     let a = run();
     let b = run();
@@ -70,8 +70,8 @@ fn same_seed_gives_byte_identical_csv() {
     );
     // A different seed gives a different run.
     let cfg = small(Proto::Hilock, 16, 43);
-    let st = sim::run(&cfg).expect("run");
-    let other = sim::csv_bytes(&[sim::CsvRow::new("det", &cfg, &st)]).expect("csv");
+    let st = token::run(&cfg).expect("run");
+    let other = token::csv_bytes(&[token::CsvRow::new("det", &cfg, &st)]).expect("csv");
     let line = String::from_utf8_lossy(&other)
         .lines()
         .nth(1)
@@ -91,11 +91,11 @@ fn every_protocol_completes_the_thesis_workload() {
         for ratio in [1.0, 25.0] {
             let mut cfg = Config::thesis(proto, 8, ratio, 40, 1);
             cfg.prio = if proto == Proto::PrioNaimi {
-                sim::PrioMode::On
+                token::PrioMode::On
             } else {
-                sim::PrioMode::Off
+                token::PrioMode::Off
             };
-            let st = sim::run(&cfg).unwrap_or_else(|e| panic!("{e}"));
+            let st = token::run(&cfg).unwrap_or_else(|e| panic!("{e}"));
             assert!(st.accesses >= cfg.measured_accesses, "{proto:?}");
             assert!(st.per_request() > 0.5 && st.per_request() < 20.0, "{st:?}");
         }
@@ -104,10 +104,14 @@ fn every_protocol_completes_the_thesis_workload() {
 
 #[test]
 fn hilock_with_kernel_priorities_completes() {
-    for prio in [sim::PrioMode::On, sim::PrioMode::Pcep, sim::PrioMode::Pip] {
+    for prio in [
+        token::PrioMode::On,
+        token::PrioMode::Pcep,
+        token::PrioMode::Pip,
+    ] {
         let mut cfg = Config::thesis(Proto::Hilock, 16, 10.0, 30, 3);
         cfg.prio = prio;
-        let st = sim::run(&cfg).unwrap_or_else(|e| panic!("{prio:?}: {e}"));
+        let st = token::run(&cfg).unwrap_or_else(|e| panic!("{prio:?}: {e}"));
         assert!(st.accesses >= cfg.measured_accesses);
     }
 }
@@ -120,15 +124,15 @@ fn hilock_with_kernel_priorities_completes() {
 /// from the mix, so a shifted table (e.g. R 12 / U 2) fails it.
 #[test]
 fn drawn_access_mix_is_the_thesis_mix() {
-    for mix in [sim::Mix::Thesis, sim::Mix::EntryIntention] {
+    for mix in [token::Mix::Thesis, token::Mix::EntryIntention] {
         let cfg = Config {
             mix,
             ..Config::thesis(Proto::NaimiPure, 16, 10.0, 400, 11)
         };
-        let st = sim::run(&cfg).unwrap_or_else(|e| panic!("{e}"));
+        let st = token::run(&cfg).unwrap_or_else(|e| panic!("{e}"));
         let n: u64 = st.access_modes.iter().sum();
         assert!(n >= 6_000, "{n} accesses");
-        for (k, (mode, pct)) in sim::MIX.iter().enumerate() {
+        for (k, (mode, pct)) in token::MIX.iter().enumerate() {
             let p = f64::from(*pct) / 100.0;
             let share = st.access_modes[k] as f64 / n as f64;
             let bound = 4.0 * (p * (1.0 - p) / n as f64).sqrt();
@@ -141,7 +145,7 @@ fn drawn_access_mix_is_the_thesis_mix() {
     }
 }
 
-/// Lock requests per access, derived by hand from the mapping ([`sim::access_locks`]):
+/// Lock requests per access, derived by hand from the mapping ([`token::access_locks`]):
 /// under the thesis mix an IR or IW access is 1 lock request (the table) and an R, U or W
 /// access 2 (the covering intention on the table, then the entry), so the lock requests
 /// of `A` accesses are `A + A_R + A_U + A_W`, expected 1 + 0.10 + 0.04 + 0.01 = 1.15 per
@@ -153,19 +157,22 @@ fn drawn_access_mix_is_the_thesis_mix() {
 /// (1.85).
 #[test]
 fn lock_requests_per_access_match_the_hand_count() {
-    for (mix, expect) in [(sim::Mix::Thesis, 1.15), (sim::Mix::EntryIntention, 1.85)] {
+    for (mix, expect) in [
+        (token::Mix::Thesis, 1.15),
+        (token::Mix::EntryIntention, 1.85),
+    ] {
         let cfg = Config {
             mix,
             ..Config::thesis(Proto::Hilock, 4, 10.0, 30, 5)
         };
-        let st = sim::run(&cfg).unwrap_or_else(|e| panic!("{e}"));
+        let st = token::run(&cfg).unwrap_or_else(|e| panic!("{e}"));
         let a = st.lat_mode.map(|m| m.1);
         let [ir, r, u, iw, w] = a;
         let accesses: u64 = a.iter().sum();
         let (hand, modes) = match mix {
-            sim::Mix::Thesis => (accesses + r + u + w, [ir + r, r, u, iw + u + w, w]),
-            sim::Mix::EntryIntention => (accesses + ir + iw, [ir, r + ir, u, iw, w + iw]),
-            sim::Mix::OneLockW => unreachable!("not one of the mixes of this loop"),
+            token::Mix::Thesis => (accesses + r + u + w, [ir + r, r, u, iw + u + w, w]),
+            token::Mix::EntryIntention => (accesses + ir + iw, [ir, r + ir, u, iw, w + iw]),
+            token::Mix::OneLockW => unreachable!("not one of the mixes of this loop"),
         };
         let got: u64 = st.acquire_modes.iter().sum();
         eprintln!(
@@ -194,10 +201,10 @@ fn lock_requests_per_access_match_the_hand_count() {
 fn entry_intention_mix_reproduces_the_old_table() {
     let per_request = |proto| {
         let cfg = Config {
-            mix: sim::Mix::EntryIntention,
+            mix: token::Mix::EntryIntention,
             ..Config::thesis(proto, 16, 10.0, 40, 1)
         };
-        let st = sim::run(&cfg).unwrap_or_else(|e| panic!("{e}"));
+        let st = token::run(&cfg).unwrap_or_else(|e| panic!("{e}"));
         format!("{:.2}", st.per_request())
     };
     assert_eq!(per_request(Proto::HilockThesis), "3.41");
@@ -210,7 +217,7 @@ fn entry_intention_mix_reproduces_the_old_table() {
 #[test]
 fn per_access_split_by_lock_adds_up() {
     for proto in [Proto::NaimiPure, Proto::HilockThesis, Proto::Hilock] {
-        let st = sim::run(&small(proto, 16, 5)).expect("run");
+        let st = token::run(&small(proto, 16, 5)).expect("run");
         for k in 0..5 {
             assert_eq!(
                 st.msgs_by_class[0][k] + st.msgs_by_class[1][k],

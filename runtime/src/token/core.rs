@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use hilock_kernel::mode::strongest;
-use hilock_kernel::recovery::{Epoch, LockReport, Plan, Stamped};
+use hilock_kernel::token::recovery::{Epoch, LockReport, Plan, Stamped};
 use hilock_kernel::{compatible, Input, KernelError, Mode, NodeId, Output, Priority, Protocol};
 use tokio::sync::{mpsc, oneshot};
 use tracing::warn;
@@ -187,7 +187,7 @@ pub(super) struct Core {
     /// Reported for the next epoch: no kernel step until it is installed (recovery).
     frozen: bool,
     /// A new run of this node that rejoins (recovery): frozen, every site it creates is
-    /// empty ([`FaultSite::joining`](hilock_kernel::recovery::FaultSite::joining)) until an
+    /// empty ([`FaultSite::joining`](hilock_kernel::token::recovery::FaultSite::joining)) until an
     /// epoch that includes this run is installed.
     rejoining: bool,
     /// Messages held back while frozen, or of an epoch not installed here yet: sender,
