@@ -378,3 +378,60 @@ fn check_rejects_a_bad_configuration_with_one_line() {
     assert_eq!(err.trim_end().lines().count(), 1, "{err}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// The subcommands `hilock ARGS --help` lists (clap's "Commands:" section, without `help`).
+fn subcommands(args: &[&str]) -> Vec<String> {
+    let mut a = args.to_vec();
+    a.push("--help");
+    let out = hilock(&a);
+    assert!(out.status.success(), "hilock {args:?} --help");
+    let text = String::from_utf8(out.stdout).unwrap();
+    text.lines()
+        .skip_while(|l| l.trim() != "Commands:")
+        .skip(1)
+        .take_while(|l| !l.trim().is_empty())
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|c| *c != "help")
+        .map(str::to_string)
+        .collect()
+}
+
+/// `docs/cli.md` documents every subcommand clap knows: a `### \`hilock NAME` section for
+/// each top-level one, and `hilock PARENT NAME` for each nested one (`ring`, `bakery`,
+/// `bakery queue`). A subcommand added without its documentation turns this red.
+#[test]
+fn docs_cli_md_documents_every_subcommand() {
+    let md = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/cli.md"),
+    )
+    .expect("docs/cli.md");
+    let top = subcommands(&[]);
+    assert!(top.len() >= 10, "{top:?}");
+    let mut missing = Vec::new();
+    let mut parents: Vec<Vec<String>> = Vec::new();
+    for c in &top {
+        if !md.contains(&format!("### `hilock {c}")) {
+            missing.push(format!("hilock {c}"));
+        }
+        parents.push(vec![c.clone()]);
+    }
+    while let Some(p) = parents.pop() {
+        let args: Vec<&str> = p.iter().map(String::as_str).collect();
+        for c in subcommands(&args) {
+            let mut full = p.clone();
+            full.push(c);
+            let name = format!("hilock {}", full.join(" "));
+            let listed = md.contains(&name)
+                || md.contains(&format!("`{}`", full[full.len() - 1]))
+                    && md.contains(&format!("`hilock {}", p.join(" ")));
+            if !listed {
+                missing.push(name);
+            }
+            parents.push(full);
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "docs/cli.md does not document: {missing:?}"
+    );
+}
