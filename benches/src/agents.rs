@@ -1,7 +1,7 @@
 //! Multi-lock transactions on both engines (`docs/benchmarks.md`, "Ordered acquisition
 //! against detection, in the simulator"): the token engine (hilock's sites,
 //! [`hilock_kernel::Site`]) taking a transaction's locks one by one in one global order
-//! (deadlock *prevention*), against Wiger's agents (seed 001, [`hilock_kernel::agent`])
+//! (deadlock *prevention*), against Wiger's agents (Wiger's locks, [`hilock_kernel::agent`])
 //! taking them one by one in the transaction's own order and resolving the deadlocks that
 //! follow by a surrender (*detection*). The same workload, the same network model, one
 //! deterministic discrete-event loop.

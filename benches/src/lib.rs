@@ -2,19 +2,19 @@
 //!
 //! - `benches/step.rs`: criterion benches of one kernel `step` per input kind, table
 //!   look-ups and the size of a site (`cargo bench -p hilock-benches --bench step`);
-//! - [`sim`]: a deterministic discrete-event simulator that drives `n` kernel sites with the
-//!   thesis workload (seed 002, chapter 4) for hilock and the Naimi-Trehel baselines;
+//! - [`token`]: a deterministic discrete-event simulator that drives `n` kernel sites with the
+//!   thesis workload (the thesis, chapter 4) for hilock and the Naimi-Trehel baselines;
 //! - [`adapter`]: the all-or-nothing step and exclusive-lock answers the stand-in sites
 //!   below share;
-//! - [`bakerysim`]: seed 004's bakery (kernel clients over simulated quorum replicas) in
+//! - [`bakery`]: the bakery engine (kernel clients over simulated quorum replicas) in
 //!   the simulator's loop, next to the token engine on the same one-lock workload;
-//! - [`central`]: a central lock server on three members (the etcd stand-in of [`bakerysim`]);
+//! - [`central`]: a central lock server on three members (the etcd stand-in of [`bakery`]);
 //! - [`plot`]: SVG line charts of the simulator's results;
-//! - [`txn`]: multi-lock transactions on the token engine (ordered acquisition) and on the
+//! - [`agents`]: multi-lock transactions on the token engine (ordered acquisition) and on the
 //!   agents engine (detection and surrender), and the `txn_compare` binary that tabulates
 //!   and plots them (`cargo run --release -p hilock-benches --bin txn_compare`);
-//! - [`ring`]: the ring engine's placement figures (seed 003: load balance, keys moved per
-//!   join/leave, lookup messages), by the kernel's `chord::vnodes` and `chord::fingers`;
+//! - [`ring`]: the ring engine's placement figures (the Chord lock paper: load balance, keys moved per
+//!   join/leave, lookup messages), by the kernel's `ring::vnodes` and `ring::fingers`;
 //!   the `ringsim` binary prints them (`cargo run --release -p hilock-benches --bin ringsim`);
 //! - [`ringair`]: the simulator's airline workload on the ring engine (kernel `RingServer`
 //!   and `ChordClient` as a `Protocol` site in the one harness), next to the token engine;

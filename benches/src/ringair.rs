@@ -1,4 +1,4 @@
-//! The airline workload of the simulator ([`crate::token`]) on the ring engine (seed 003,
+//! The airline workload of the simulator ([`crate::token`]) on the ring engine (the Chord lock paper,
 //! hilock's replicated variant, r = 2), for the token engine / ring engine comparison of
 //! `docs/benchmarks.md`, "Airline workload: token engine against the ring (simulator)".
 //!

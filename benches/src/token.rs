@@ -1,5 +1,5 @@
 //! A deterministic discrete-event simulator that drives `n` kernel sites with the thesis
-//! workload (seed 002, chapter 4) and network model.
+//! workload (the thesis, chapter 4) and network model.
 //!
 //! - **Workload** (section 4.1, the multi-airline reservation table): one lock on the table
 //!   and one lock per entry ([`ENTRIES`] entries). Every node loops: non-critical code

@@ -37,7 +37,7 @@ fn corrected_bakery_never_has_two_clients_in_the_critical_section() {
 }
 
 /// The same check goes red without the tie-break of line 13: two clients that read the
-/// same maximum draw the same number and both pass (seed 004's first defect); so does the
+/// same maximum draw the same number and both pass (the bakery design's first defect); so does the
 /// literal text (which has no tie-break either), so it has no figures of its own.
 #[test]
 fn without_the_tie_break_two_clients_enter() {

@@ -134,8 +134,8 @@ named_rules! {
 }
 
 /// The rules of one engine, named: an enum of at most 64 variants (`#[repr(u8)]`, declared
-/// in order), each with a label. [`Rule`] (the thesis), `agent::Rule` (seed 001) and
-/// `chord::Rule` (seed 003) are the three; [`Rules`] is the one bit set over any of them.
+/// in order), each with a label. [`Rule`] (the thesis), `agent::Rule` (Wiger's locks) and
+/// `ring::Rule` (the Chord lock paper) are the three; [`Rules`] is the one bit set over any of them.
 pub trait RuleName: Copy + 'static {
     /// Every rule, in declaration order (at most 64).
     const ALL: &'static [Self];

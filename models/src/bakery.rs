@@ -1,4 +1,4 @@
-//! Seed 004 (the bakery over quorum reads and writes, and its work queue) as a Stateright
+//! The bakery design (the bakery over quorum reads and writes, and its work queue) as a Stateright
 //! model that drives `hilock_kernel::bakery` clients and replicas: 2–3 clients, 3
 //! replicas, R and W as parameters, every interleaving, an unordered network with
 //! arbitrary delay, client crashes as an action, and time as a `Tick` action. The model

@@ -1,4 +1,4 @@
-//! Seed 003 (Chord-placed lock service) as a Stateright model that drives
+//! The Chord lock paper (Chord-placed lock service) as a Stateright model that drives
 //! `hilock_kernel::ring`: up to 4 ring slots, clients that lock one key and unlock it,
 //! joins, leaves and crashes, and an unordered network (any message in flight may be
 //! delivered next: reordering). The model only routes; every rule runs in the kernel

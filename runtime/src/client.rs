@@ -65,7 +65,7 @@ pub enum Request {
         #[serde(default)]
         nested: bool,
     },
-    /// A transaction of the agents engine (seed 001) over several locks, held while the
+    /// A transaction of the agents engine (Wiger's locks) over several locks, held while the
     /// connection is open (like `lock`); deadlocks are resolved by the agents.
     Txn {
         /// The locks, `PATH:R` or `PATH:W`.

@@ -23,7 +23,7 @@
 //! The ids must be exactly `0..n` (each once), `n ≤` [`MAX_NODES`]. A node listens on its
 //! own `addr` (or `listen`, if given) and dials every other node's `addr`.
 //!
-//! # The ring engine (seed 003)
+//! # The ring engine (the Chord lock paper)
 //! `engine = "ring"` makes `hilock node` run a node of the ring engine ([`crate::ring`])
 //! instead of the token engine (`engine = "token"`, the default). Then the `[[nodes]]` are
 //! the ring's slots (node id = slot, at most [`crate::ring::SLOTS`]) and a `[ring]` table
@@ -107,7 +107,7 @@ struct File {
     etcd_recovery: Option<bool>,
     etcd_held_back_max: Option<usize>,
     nodes: Vec<NodeAddr>,
-    // The ring engine (seed 003).
+    // The ring engine (the Chord lock paper).
     engine: Option<String>,
     ring: Option<RingFile>,
 }
@@ -115,10 +115,10 @@ struct File {
 /// Which engine `hilock node` runs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Engine {
-    /// The token engine (seed 002), the default.
+    /// The token engine (the thesis), the default.
     #[default]
     Token,
-    /// The ring of lock servers (seed 003, [`crate::ring`]).
+    /// The ring of lock servers (the Chord lock paper, [`crate::ring`]).
     Ring,
 }
 

@@ -18,13 +18,16 @@
 //! # Ok(()) }
 //! ```
 //!
-//! - [`node`]: the node, its lock API ([`Node::lock`], [`Guard`]) and its tasks;
+//! The engines, one module each: [`token`] (the default: the node, its lock API
+//! [`Node::lock`], [`Guard`], and its tasks), [`agents`] (transactions over many locks on
+//! the same nodes), [`ring`] (lock servers placed on a ring), [`bakery`] (the bakery lock
+//! and work queue over `redis-server` replicas). Beside them:
+//!
 //! - [`wire`]: the handshake and the frames;
 //! - [`config`]: the configuration file;
 //! - [`client`]: the local client socket behind `hilock lock` and `hilock status`;
 //! - `membership` (feature `etcd`): node leases, the member list, epochs and the recovery
 //!   leader through etcd;
-//! - [`ring`]: the ring engine (seed 003): lock servers placed by consistent hashing;
 //! - [`proc`]: the process group of `hilock lock`'s command (kill it, see it gone);
 //! - [`demo`]: `hilock demo`, the airline workload on a loopback cluster with an oracle;
 //! - [`cli`]: the subcommands that work on the specification.

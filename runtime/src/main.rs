@@ -47,7 +47,7 @@ enum Command {
     },
     /// Run a node until Ctrl-C or SIGTERM (logs on stderr; RUST_LOG=hilock=debug for more).
     /// The file names the engine: `engine = "token"` (the default) or `engine = "ring"` (a
-    /// node of the ring of seed 003, which runs until its graceful leave is done or the
+    /// node of the ring of the Chord lock paper, which runs until its graceful leave is done or the
     /// membership service goes away).
     Node {
         /// The configuration file (TOML).
@@ -57,7 +57,7 @@ enum Command {
         #[arg(long)]
         id: Option<u16>,
     },
-    /// Run a node of the ring engine (seed 003) until its graceful leave completes or the
+    /// Run a node of the ring engine (the Chord lock paper) until its graceful leave completes or the
     /// membership service goes away; its address is the `--id`th of `--peers`.
     RingNode {
         /// This node's slot (0..16).
@@ -70,7 +70,7 @@ enum Command {
         #[arg(long)]
         membership: std::net::SocketAddr,
     },
-    /// The ring engine (seed 003): its membership service, joins and graceful leaves.
+    /// The ring engine (the Chord lock paper): its membership service, joins and graceful leaves.
     Ring {
         #[command(subcommand)]
         command: RingCommand,
@@ -82,7 +82,7 @@ enum Command {
     /// 76 if the node reported the lock lost and 77 if the node's etcd lease was lost or
     /// not renewed in time (membership through etcd; the command's group was killed first).
     ///
-    /// With the --config of a ring (`engine = "ring"`, seed 003) and --client-id: the
+    /// With the --config of a ring (`engine = "ring"`, the Chord lock paper) and --client-id: the
     /// ring client itself holds the lock of the path's top-level element (its placement
     /// key; the ring's locks are exclusive: MODE must be W), reads the lock's entry every
     /// second while the command runs (never taking it again) and unlocks it at the end;
@@ -91,7 +91,7 @@ enum Command {
     /// token (the entry's version); no lease.
     ///
     /// With --txn: `hilock lock --txn /a:W /b:R -- cmd args` takes every `PATH:R|W` in one
-    /// transaction of the agents engine (seed 001, deadlocks detected and resolved) and
+    /// transaction of the agents engine (Wiger's locks, deadlocks detected and resolved) and
     /// runs the command once all are held; the exit codes are the same.
     Lock {
         /// The lock path and mode: `/db/flights/UA93 W` (mode IR, R, U, IW or W); with
@@ -138,7 +138,7 @@ enum Command {
         #[arg(last = true, required = true)]
         command: Vec<String>,
     },
-    /// The bakery lock of seed 004 over redis-server replicas (quorum reads and writes,
+    /// The bakery lock of the bakery design over redis-server replicas (quorum reads and writes,
     /// leases); no hilock node needed.
     Bakery {
         #[command(subcommand)]
@@ -527,7 +527,7 @@ enum BakeryCommand {
         #[arg(last = true, required = true)]
         command: Vec<String>,
     },
-    /// Seed 004's work queue over the same redis-server replicas.
+    /// The bakery design's work queue over the same redis-server replicas.
     Queue {
         #[command(subcommand)]
         command: QueueCommand,
@@ -1012,7 +1012,7 @@ fn ring_lock(
 ) -> Result<ExitCode, String> {
     let id = client_id
         .ok_or("a ring lock needs --client-id N (0..=255, no two running clients may share one)")?;
-    // The ring's locks are exclusive (one holder per key, seed 003): only W is served.
+    // The ring's locks are exclusive (one holder per key, the Chord lock paper): only W is served.
     let m = hilock_kernel::Mode::parse(mode)
         .ok_or_else(|| format!("mode {mode:?}: expected IR, R, U, IW or W"))?;
     if m != hilock_kernel::Mode::W {

@@ -145,7 +145,7 @@ pub enum Hello {
 }
 
 /// What one numbered message carries: a token-engine frame, or a frame of the agents
-/// engine ([`crate::agents`], seed 001). Both engines share the peer links.
+/// engine ([`crate::agents`], Wiger's locks). Both engines share the peer links.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 // The token frame is the common message; boxing it would cost an allocation per message.
 #[allow(clippy::large_enum_variant)]

@@ -1,4 +1,4 @@
-//! The agents engine (seed 001) on real nodes over TCP on 127.0.0.1: the algorithm's
+//! The agents engine (Wiger's locks) on real nodes over TCP on 127.0.0.1: the algorithm's
 //! classic cases, failures, bad input, and many random transactions that deadlock often,
 //! checked by a history checker.
 

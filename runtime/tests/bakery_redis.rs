@@ -1,4 +1,4 @@
-//! The bakery (seed 004) over 3 real `redis-server` replicas that each test starts itself
+//! The bakery (the bakery design) over 3 real `redis-server` replicas that each test starts itself
 //! on free 127.0.0.1 ports (no persistence, a temporary directory each) and kills at the
 //! end. Without `redis-server` every test prints one SKIP line and passes.
 //!

@@ -1,4 +1,4 @@
-//! The ring engine (seed 003) on a loopback ring: six nodes serve locks under load from
+//! The ring engine (the Chord lock paper) on a loopback ring: six nodes serve locks under load from
 //! twelve clients while two nodes join, one leaves gracefully and the primary of a held
 //! lock is killed. The nodes run in this process as tasks; a kill aborts the node's task,
 //! which drops (closes) every socket it has at once — what the operating system does to
@@ -379,7 +379,7 @@ async fn engine_comparison() {
         }
         let secs = t.elapsed().as_secs_f64();
         let msgs: u64 = nodes.iter().map(|n| n.stats().frames_sent).sum::<u64>() - before;
-        rows.push(("token (seed 002)", secs, lat, msgs, "peer frames"));
+        rows.push(("token (the thesis)", secs, lat, msgs, "peer frames"));
     }
     // Agents engine (single home per top-level element).
     {
@@ -425,7 +425,7 @@ async fn engine_comparison() {
             .map(|n| n.agent_stats().frames_sent)
             .sum::<u64>()
             - before;
-        rows.push(("agents (seed 001)", secs, lat, msgs, "peer frames"));
+        rows.push(("agents (Wiger's locks)", secs, lat, msgs, "peer frames"));
     }
     // Ring engine.
     {
@@ -491,7 +491,7 @@ async fn engine_comparison() {
         let secs = t.elapsed().as_secs_f64();
         let msgs = count(&nodes) - before;
         rows.push((
-            "ring (seed 003, r = 2)",
+            "ring (the Chord lock paper, r = 2)",
             secs,
             lat,
             msgs,

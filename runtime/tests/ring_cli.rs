@@ -1,4 +1,4 @@
-//! The ring engine (seed 003) as `hilock` processes: `hilock node --config F` with
+//! The ring engine (the Chord lock paper) as `hilock` processes: `hilock node --config F` with
 //! `engine = "ring"`, `hilock ring membership`, `hilock ring join|leave`. Only 127.0.0.1,
 //! every wait bounded; every child is killed when the test ends. `RING_LOG=hilock=info`
 //! shows the children's logs (default `hilock=warn`).

@@ -1,4 +1,4 @@
-//! Seed 004: the bakery over quorum reads and writes (`hilock_models::bakery`).
+//! The bakery design: the bakery over quorum reads and writes (`hilock_models::bakery`).
 //!
 //! hilock's corrected variant passes with pinned state counts; every defect of the
 //! literal text is refuted, with its counterexample written to

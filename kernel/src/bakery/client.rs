@@ -1,4 +1,4 @@
-//! The bakery client of seed 004 as a pure state machine, with the coordinator logic in
+//! The bakery client of the bakery design as a pure state machine, with the coordinator logic in
 //! the client: every operation is sent to all `N` replicas; a write is done after `W`
 //! acknowledgements, a read after `R` answers, merged column by column by write
 //! timestamp (tombstones hide values).

@@ -1,4 +1,4 @@
-//! Seed 004: Lamport's bakery over a store that offers only quorum reads and writes
+//! The bakery design: Lamport's bakery over a store that offers only quorum reads and writes
 //! (the Cassandra wiki page "Locking", 2010, marked "musings"), and its distributed
 //! work queue, as pure state machines.
 //!

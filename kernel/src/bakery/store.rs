@@ -1,4 +1,4 @@
-//! The abstract replicated store of seed 004 ("Set-up"): a row per lock (or per work
+//! The abstract replicated store of the bakery design ("Set-up"): a row per lock (or per work
 //! item), column families `choosing`, `number` and `details`, one column per client id.
 //! Each replica keeps, per column, the cell with the largest write timestamp
 //! (last-write-wins); a delete writes a tombstone, which wins a tie, as in Cassandra.

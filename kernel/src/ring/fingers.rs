@@ -1,5 +1,5 @@
 //! Chord's finger tables (Stoica et al., "Chord", SIGCOMM 2001, section 4.3 — the routing
-//! under seed 003's `lookup`) over the points of a [`VRing`]: finger `i` of point `n`
+//! under the Chord lock paper's `lookup`) over the points of a [`VRing`]: finger `i` of point `n`
 //! (`0 ≤ i < bits`) is `successor(n + 2^i)`; a request for `key` at `n` goes to `n`'s
 //! successor if `key ∈ (n, successor]`, and otherwise to `n`'s closest finger preceding
 //! `key` (recursive routing). Fingers are not stored: each is one [`VRing`] lookup, so a

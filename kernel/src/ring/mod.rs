@@ -1,4 +1,4 @@
-//! Seed 003: lock service placed on a Chord ring by consistent hashing (P2P-based locking
+//! The Chord lock paper: lock service placed on a Chord ring by consistent hashing (P2P-based locking
 //! for real-time collaborative editing, Fig. 2 server side, Fig. 4 client side, Fig. 5 the
 //! double-leave loss), as pure state machines.
 //!
@@ -142,7 +142,7 @@ pub struct Slot {
     pub version: Version,
     /// The newest request of the client that set `holder` (its lock, or the unlock that
     /// freed it, and any later request of that client served here: a re-grant, a repeated
-    /// unlock; [`RetryFence::Latest`]); `None` for an entry no request has set. Not in seed 003, whose Fig. 2(a)/(b) table is only
+    /// unlock; [`RetryFence::Latest`]); `None` for an entry no request has set. Not in the Chord lock paper, whose Fig. 2(a)/(b) table is only
     /// `(oid, islocked)`: hilock's. A request of the same client that [`Token::precedes`]
     /// it is a stale retry and is answered from the entry, not applied
     /// ([`Rule::Superseded`]; `spec/counterexamples/ring/ring-short-cut-join-stale-retry.json`).
@@ -283,7 +283,7 @@ pub struct Out<const T: usize> {
     pub msg: ChordMsg<T>,
 }
 
-/// The rules of seed 003 and of hilock's ring variant.
+/// The rules of the Chord lock paper and of hilock's ring variant.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(u8)]
 pub enum Rule {

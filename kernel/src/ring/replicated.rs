@@ -18,7 +18,7 @@
 //!   checker found the grant from such an unreplicated entry).
 //! - A write in progress is sent again to a replica whose link was re-established
 //!   ([`RingServer::reconnected`]): a cut shorter than the lease loses the `Replicate`s and
-//!   `ReplicaAck`s it carried (seed 003's Fig. 2(a)4 RPC has the same gap;
+//!   `ReplicaAck`s it carried (the Chord lock paper's Fig. 2(a)4 RPC has the same gap;
 //!   `docs/faults.md`, "Ring engine"). A replica acknowledges a copy of a write it already
 //!   applied (same entry, same version) again and does not apply it twice
 //!   ([`Rule::Idempotent`]).
@@ -52,7 +52,7 @@ struct Pending {
 /// the entry without applying them ([`Rule::Superseded`]). An entry remembers one request,
 /// its writer ([`Slot::writer`](super::Slot::writer)); a request of the same client that
 /// [`Token::precedes`] it is stale: that client has already had a later request served
-/// here. Not in seed 003 (its table is `(oid, islocked)`): hilock's.
+/// here. Not in the Chord lock paper (its table is `(oid, islocked)`): hilock's.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum RetryFence {
     /// No fence: a stale retry is served like a new request (the defect
@@ -234,7 +234,7 @@ impl<const N: usize, const T: usize> RingServer<N, T> {
     /// waiting, but their `Replicate` messages, or the replicas' `ReplicaAck`s, died with
     /// the connection, and nothing else sends them again: the write and its client waited
     /// for ever (`spec/counterexamples/ring/ring-short-cut-strands-write.json`;
-    /// `docs/faults.md`, "Ring engine"). Seed 003's own backup write, Fig. 2(a)4
+    /// `docs/faults.md`, "Ring engine"). The Chord lock paper's own backup write, Fig. 2(a)4
     /// `successor.olock_b.modify`, is an RPC with no answer for a lost call either. A
     /// replica that already applied the write acknowledges the copy again without
     /// applying it twice (same version: [`Rule::Idempotent`]); one that installed a newer

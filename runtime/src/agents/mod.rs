@@ -1,4 +1,4 @@
-//! The agents engine (seed 001, Ulf Wiger's deadlock-resolving lock agents) on real nodes:
+//! The agents engine (Wiger's locks, Ulf Wiger's deadlock-resolving lock agents) on real nodes:
 //! transactions over many locks whose deadlocks are detected and resolved by a surrender.
 //!
 //! Every rule is the kernel's ([`hilock_kernel::agent`]): each node runs one

@@ -1,4 +1,4 @@
-//! Seed 004 on real replicas: the kernel's bakery [`Client`](hilock_kernel::bakery::Client)
+//! The bakery design on real replicas: the kernel's bakery [`Client`](hilock_kernel::bakery::Client)
 //! driven over `N` `redis-server` instances.
 //!
 //! The kernel decides everything the algorithm decides (which line comes next, the quorum

@@ -1,4 +1,4 @@
-//! Seed 004's distributed work queue on real replicas: `hilock bakery queue push|work`.
+//! The bakery design's distributed work queue on real replicas: `hilock bakery queue push|work`.
 //!
 //! The worker is the kernel's queue client (`Program::Queue`, `Variant::HILOCK`: the seed's
 //! loop with hilock's corrections, among them leases and `item_exists`) driven by the same

@@ -4,7 +4,7 @@
 //! `hilock:bakery:NAME:F`; field = client id, value = [`encode_cell`](super::store::encode_cell)'s text
 //! (`v1 <ts> <I|R|T> <n>`).
 //!
-//! Layout of a work queue `NAME` (seed 004's "Distributed work queue": a row per item whose
+//! Layout of a work queue `NAME` (the bakery design's "Distributed work queue": a row per item whose
 //! key is the item's enqueue timestamp):
 //!
 //! | key | type | what |

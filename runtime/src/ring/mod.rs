@@ -1,4 +1,4 @@
-//! The ring engine (seed 003) on real sockets: lock servers placed on a Chord ring by
+//! The ring engine (the Chord lock paper) on real sockets: lock servers placed on a Chord ring by
 //! consistent hashing, each key's entry on its service node and `r` = 2 successors.
 //!
 //! Every rule is the kernel's ([`hilock_kernel::ring`]): a [`RingNode`] runs one

@@ -274,7 +274,7 @@ struct Shared {
     welcomed: std::sync::atomic::AtomicUsize,
     /// Numbers the lock requests of callers (to find one in a queue).
     tickets: AtomicU64,
-    /// The agents engine's inbox (seed 001, [`crate::agents`]).
+    /// The agents engine's inbox (Wiger's locks, [`crate::agents`]).
     agents: crate::agents::Inbox,
     /// This node's lease ([`NodeLease::Static`] without etcd).
     lease: tokio::sync::watch::Sender<NodeLease>,
