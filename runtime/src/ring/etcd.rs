@@ -45,7 +45,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
-use super::token::Control;
+use super::node::Control;
 use super::{ring, slots_of, Frame, RingNode, Server, R, SLOTS};
 use crate::membership::{EpochView, EtcdOptions, LeaseState, Member, Membership, Observer};
 
