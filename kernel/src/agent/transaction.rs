@@ -110,8 +110,11 @@ struct Request<const D: usize> {
     req: Req,
     /// Held on enough servers (by the agent's views).
     held: bool,
-    /// The mode the client was told it holds (`None`: not told, or surrendered since).
-    /// An upgrade keeps the read reported while the write is pending.
+    /// The mode the client was told it holds: set when the agent reports every lock held
+    /// ([`AgentOutput::HaveAll`], the seed's "have all locks"), for every lock then held;
+    /// `None`: not told yet (granted on its servers since the last such report, or still
+    /// pending), or surrendered since. An upgrade keeps the read reported while the write
+    /// is pending.
     reported: Option<LockMode>,
 }
 
@@ -233,28 +236,40 @@ impl<const D: usize, const Q: usize, const K: usize> Agent<D, Q, K> {
         n >= r.req.needed(r.servers.len())
     }
 
-    /// Rule A4: a lock held on enough servers is reported to the client; a reported lock
-    /// no longer granted (surrendered; or, without the version check, lost to an older
-    /// queue) is revoked.
-    fn refresh_grants<S: Sink<AgentOutput<D, Q>>>(&mut self, out: &mut S, report: &mut Report) {
+    /// Rule A4: which locks are held on enough servers; a reported lock no longer granted
+    /// in the mode reported (surrendered; or, without the version check, lost to an older
+    /// queue) is revoked. Nothing is reported here: see [`Agent::report_all`].
+    fn refresh_grants<S: Sink<AgentOutput<D, Q>>>(&mut self, out: &mut S) {
         for i in 0..self.requests.len() {
             let r = self.requests[i];
             let now = self.satisfied(&r, r.mode);
             let keeps = r.reported.is_some_and(|m| self.satisfied(&r, m));
             let r = &mut self.requests[i];
             r.held = now;
-            if now && r.reported != Some(r.mode) {
+            if !now && r.reported.is_some() && !keeps {
+                r.reported = None;
+                let _ = out.put(AgentOutput::Revoked { path: r.path });
+            }
+        }
+    }
+
+    /// Rule A4, "have all locks": every lock asked for is held; the client is told so, and
+    /// of each lock not reported yet in its mode ([`AgentOutput::Granted`] before
+    /// [`AgentOutput::HaveAll`]). Only from here on does a lock count as told (rule A6).
+    fn report_all<S: Sink<AgentOutput<D, Q>>>(&mut self, out: &mut S, report: &mut Report) {
+        for r in self.requests.iter_mut() {
+            if r.reported != Some(r.mode) {
                 r.reported = Some(r.mode);
                 let _ = out.put(AgentOutput::Granted {
                     path: r.path,
                     mode: r.mode,
                 });
                 report.insert(Rule::Granted);
-            } else if !now && r.reported.is_some() && !keeps {
-                r.reported = None;
-                let _ = out.put(AgentOutput::Revoked { path: r.path });
             }
         }
+        self.status = Status::HaveAll;
+        let _ = out.put(AgentOutput::HaveAll);
+        report.insert(Rule::HaveAll);
     }
 
     /// Applies one input. Validates it first (an error changes nothing and outputs
@@ -445,13 +460,11 @@ impl<const D: usize, const Q: usize, const K: usize> Agent<D, Q, K> {
 
     /// Rules A4–A7 after a change of what the agent knows.
     fn evaluate<S: Sink<AgentOutput<D, Q>>>(&mut self, out: &mut S, report: &mut Report) {
-        self.refresh_grants(out, report);
+        self.refresh_grants(out);
         let all = !self.requests.is_empty() && self.requests.iter().all(|r| r.held);
         if all {
             if self.status == Status::Running {
-                self.status = Status::HaveAll;
-                let _ = out.put(AgentOutput::HaveAll);
-                report.insert(Rule::HaveAll);
+                self.report_all(out, report);
             }
             // "If we have all locks we've asked for … we cannot be involved in [a
             // deadlock]": nothing to analyse or tell.
@@ -576,8 +589,10 @@ impl<const D: usize, const Q: usize, const K: usize> Agent<D, Q, K> {
         })
     }
 
-    /// A5/A6: surrender view `k`'s lock, or abort if `abort_on_deadlock` and the client was
-    /// told it holds a lock in that queue.
+    /// A5/A6: surrender view `k`'s lock, or abort if `abort_on_deadlock` and the surrender
+    /// moves a lock the client was told it holds (one reported with an earlier "have all
+    /// locks" on that server, related to the surrendered lock). A lock granted on its
+    /// servers but not told yet is surrendered silently, as a pending one is.
     fn resolve<S: Sink<AgentOutput<D, Q>>>(&mut self, k: usize, out: &mut S, report: &mut Report) {
         let (server, path) = (self.views[k].info.server, self.views[k].info.path);
         let reported = self
@@ -610,7 +625,7 @@ impl<const D: usize, const Q: usize, const K: usize> Agent<D, Q, K> {
         }
         report.insert(Rule::Surrender);
         // The surrendered queue no longer counts for any lock.
-        self.refresh_grants(out, report);
+        self.refresh_grants(out);
     }
 
     /// Whether a surrender of `surrendered` on `server` changes the queue of `p` there, as
