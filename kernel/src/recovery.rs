@@ -110,7 +110,7 @@ pub struct RecoveryVariant {
 }
 
 #[cfg(feature = "serde")]
-fn yes() -> bool {
+pub(crate) fn yes() -> bool {
     true
 }
 

@@ -34,7 +34,10 @@
 //! when somebody asks for `[a, b, c]` (the seed: "as-needed … the domain of potential
 //! children is unbounded"). An entry holds ([`QEntry::granted`]) when every earlier
 //! related entry of another agent is granted and compatible with it: the heads of the
-//! queue hold, read with read, and nobody overtakes a waiting writer.
+//! queue hold, read with read, and nobody overtakes a waiting writer. An entry that an
+//! earlier holding entry of its own agent covers (its `[a]` write covers `[a, b]`) holds at
+//! once: the agent has that lock already, and does not wait behind others that wait for
+//! it ([`ServerVariant::grant_covered`]).
 //!
 //! # Spreading strategy (the seed lists several; hilock picks one)
 //! "Clients only send to clients that it is waiting for and only send the information of
@@ -45,6 +48,15 @@
 //! information is sent if avoidable"). Information therefore travels along the wait-for
 //! edges, and around a cycle every member ends up with the whole cycle, so the largest
 //! holder in it detects it. `BENCHMARKS.md` counts the messages this costs.
+//!
+//! # One snapshot per server
+//! The queues of related locks of one server share entries (those of `[a]` are in the
+//! queues of `[a, b]` and of `[a, c]`), and an agent hears them one by one, each with its
+//! own version. An agent builds its wait-for graph only from queues that agree on the
+//! entries they share: a queue that a newer one of its server contradicts is out of date
+//! (its newer version is on its way) and is left out until it arrives
+//! ([`WaitGraph::agree`], [`AgentVariant::skip_outdated`]). So every cycle it finds is one
+//! of distinct agents present together in the queues it knows at that moment.
 
 mod graph;
 mod server;

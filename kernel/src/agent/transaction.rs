@@ -45,6 +45,12 @@ pub struct AgentVariant {
     /// the agent's identity). Without it (refuted): a view of `[p, x]` still says the agent
     /// holds it while the server has it waiting.
     pub void_related: bool,
+    /// Leave a view out of the wait-for graph while a newer view of its server shows an
+    /// entry they share otherwise (it is out of date: [`WaitGraph::agree`]). Without it
+    /// (refuted): a chain of waits joins what one entry was in an old queue to what it is
+    /// in a new one, and the agent surrenders with no cycle in the servers' queues.
+    #[cfg_attr(feature = "serde", serde(default = "crate::recovery::yes"))]
+    pub skip_outdated: bool,
 }
 
 impl AgentVariant {
@@ -54,6 +60,7 @@ impl AgentVariant {
         await_own_ack: true,
         resolver: Resolver::LargestHolder,
         void_related: true,
+        skip_outdated: true,
     };
 }
 
@@ -519,6 +526,23 @@ impl<const D: usize, const Q: usize, const K: usize> Agent<D, Q, K> {
             })
     }
 
+    /// Whether view `k` is out of date: a newer valid view of its server shows an entry
+    /// they share otherwise ([`WaitGraph::agree`]; the queues of `[1, 2]` and `[1, 3]`
+    /// share the entries on `[1]`). Its newer version is on
+    /// its way (the server announces every queue a change touches); until then it is
+    /// left out of the graph, so that no cycle joins old and new versions of one entry.
+    fn outdated(&self, k: usize) -> bool {
+        let v = &self.views[k].info;
+        self.views.iter().any(|w| {
+            let w = (w.awaiting == 0).then_some(&w.info);
+            w.is_some_and(|w| {
+                w.server == v.server
+                    && w.version > v.version
+                    && !WaitGraph::agree(&v.path, &v.queue, &w.path, &w.queue)
+            })
+        })
+    }
+
     /// The agent's wait-for graph over every valid view and, per queue given to the
     /// graph, its view's index.
     fn graph(&self) -> (WaitGraph, heapless::Vec<usize, K>) {
@@ -526,7 +550,7 @@ impl<const D: usize, const Q: usize, const K: usize> Agent<D, Q, K> {
         let mut qs: heapless::Vec<(ServerId, &[QEntry<D>]), K> = heapless::Vec::new();
         let mut map: heapless::Vec<usize, K> = heapless::Vec::new();
         for (k, v) in self.views.iter().enumerate() {
-            if v.awaiting == 0 {
+            if v.awaiting == 0 && !(self.variant.skip_outdated && self.outdated(k)) {
                 // Cannot fail: at most K views.
                 let _ = qs.push((v.info.server, &v.info.queue));
                 let _ = map.push(k);
@@ -965,6 +989,90 @@ mod tests {
         assert_eq!(w.status(0), Status::HaveAll);
         w.agent(0, AgentInput::Finish);
         assert_eq!(w.status(2), Status::HaveAll);
+    }
+
+    /// A queue of S0 as an agent hears it: `(agent, keys, mode, granted)` per entry.
+    fn queue(k: &[u16], version: u32, entries: &[(u16, &[u16], LockMode, bool)]) -> LockInfo<D, Q> {
+        LockInfo {
+            server: ServerId(0),
+            path: p(k),
+            version,
+            cause: AgentId(0),
+            surrender: false,
+            queue: entries
+                .iter()
+                .map(|&(a, k, mode, granted)| QEntry {
+                    agent: AgentId(a),
+                    path: p(k),
+                    mode,
+                    granted,
+                })
+                .collect(),
+        }
+    }
+
+    /// A1 asked for `[1]`. It heard `[1,2]` (v7) and `[1]` (v10) while its `[1]` waited
+    /// behind A0's `[1,2]`, then `[1,3]` (v11): its `[1]` holds, A0's `[1]` waits behind it
+    /// (A0 surrendered `[1,2]`; the queue of `[1,3]` does not show that entry). The old queues show A1's entry on `[1]` waiting, the new one
+    /// holding: joined, they make a cycle (A1 behind A0's `[1,2]`, A0 behind A1's `[1]`)
+    /// that the server never had. The agent leaves the old ones out and does not
+    /// surrender; with `skip_outdated` off it surrenders `[1,3]`.
+    #[test]
+    fn a5_old_and_new_queues_of_one_entry_make_no_cycle() {
+        let infos = [
+            queue(
+                &[1, 2],
+                7,
+                &[
+                    (0, &[1, 2], Write, true),
+                    (1, &[1], Write, false),
+                    (0, &[1], Write, false),
+                ],
+            ),
+            queue(
+                &[1],
+                10,
+                &[
+                    (0, &[1, 2], Write, true),
+                    (1, &[1], Write, false),
+                    (0, &[1], Write, false),
+                ],
+            ),
+            queue(
+                &[1, 3],
+                11,
+                &[(1, &[1], Write, true), (0, &[1], Write, false)],
+            ),
+        ];
+        let surrenders = |variant| {
+            let mut a = Ag::new(AgentId(1), false).with_variant(variant);
+            let mut out = AOut::new();
+            a.step(
+                AgentInput::Lock {
+                    path: p(&[1]),
+                    mode: Write,
+                    servers: Servers(1),
+                    req: Req::All,
+                },
+                &mut out,
+            )
+            .unwrap();
+            let mut n = 0;
+            for i in &infos {
+                n += usize::from(
+                    a.step(AgentInput::Info(i), &mut out)
+                        .unwrap()
+                        .contains(Rule::Surrender),
+                );
+            }
+            n
+        };
+        assert_eq!(surrenders(AgentVariant::SEED), 0);
+        let mixed = AgentVariant {
+            skip_outdated: false,
+            ..AgentVariant::SEED
+        };
+        assert_eq!(surrenders(mixed), 1);
     }
 
     #[test]
