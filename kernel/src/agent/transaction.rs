@@ -991,6 +991,20 @@ mod tests {
         assert_eq!(w.status(2), Status::HaveAll);
     }
 
+    /// Agent A1 (`variant`) after asking for `[1]` (write) on S0, and its outputs.
+    fn a1_asking_for_1(variant: AgentVariant) -> (Ag, AOut) {
+        let mut a = Ag::new(AgentId(1), false).with_variant(variant);
+        let mut out = AOut::new();
+        let lock = AgentInput::Lock {
+            path: p(&[1]),
+            mode: Write,
+            servers: Servers(1),
+            req: Req::All,
+        };
+        a.step(lock, &mut out).unwrap();
+        (a, out)
+    }
+
     /// A queue of S0 as an agent hears it: `(agent, keys, mode, granted)` per entry.
     fn queue(k: &[u16], version: u32, entries: &[(u16, &[u16], LockMode, bool)]) -> LockInfo<D, Q> {
         LockInfo {
@@ -1045,18 +1059,7 @@ mod tests {
             ),
         ];
         let surrenders = |variant| {
-            let mut a = Ag::new(AgentId(1), false).with_variant(variant);
-            let mut out = AOut::new();
-            a.step(
-                AgentInput::Lock {
-                    path: p(&[1]),
-                    mode: Write,
-                    servers: Servers(1),
-                    req: Req::All,
-                },
-                &mut out,
-            )
-            .unwrap();
+            let (mut a, mut out) = a1_asking_for_1(variant);
             let mut n = 0;
             for i in &infos {
                 n += usize::from(
@@ -1089,18 +1092,7 @@ mod tests {
 
     #[test]
     fn a2_stale_versions_are_ignored() {
-        let mut a = Ag::new(AgentId(1), false);
-        let mut out = AOut::new();
-        a.step(
-            AgentInput::Lock {
-                path: p(&[1]),
-                mode: Write,
-                servers: Servers(1),
-                req: Req::All,
-            },
-            &mut out,
-        )
-        .unwrap();
+        let (mut a, mut out) = a1_asking_for_1(AgentVariant::SEED);
         let mut s = Srv::new(ServerId(0));
         let mut so = SOut::new();
         s.step(
