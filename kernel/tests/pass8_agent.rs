@@ -301,6 +301,7 @@ fn surrender_by_swap_swaps_with_the_next_other_entry_of_that_queue() {
     use LockMode::{Read, Write};
     let mut s = Srv::new(ServerId(0)).with_variant(ServerVariant {
         surrender: SurrenderTo::SwapWithNext,
+        ..ServerVariant::SEED
     });
     // A2 holds [2]; A5 and A1 read [1]; A3 holds [3]; A4 waits to write [1].
     for (a, k, m) in [

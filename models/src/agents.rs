@@ -24,10 +24,17 @@
 //!   ends a transaction, and with the seed's rules servers' versions only grow and agents
 //!   never take an older queue, so no state repeats on a path: every run is finite and ends
 //!   in such a state, which makes this also `every transaction eventually completes`.
-//! - `no phantom deadlock`: an agent surrenders (or aborts on deadlock) only after it was
-//!   a holder in a cycle of the *true* wait-for graph — computed from the servers' queues,
-//!   leaving out agents that have ended and entries of locks already held on enough
-//!   servers — at some state since its previous surrender (a ghost bit per agent).
+//! - `no phantom deadlock`: every surrender resolves a real cycle present at the moment
+//!   it was decided: in the state in which the agent decides (the servers' queues then,
+//!   not the agent's view of them), an entry the surrender moves — a granted entry of the
+//!   agent, on that server, on a path related to the surrendered lock — lies on a cycle of
+//!   the servers' *entry* wait-for graph ([`AgentsModel::real_cycle`]; for an abort on
+//!   deadlock, any granted entry of the agent). That graph is computed here, apart from the
+//!   kernel's [`WaitGraph`]: a waiting entry waits for every earlier related entry of
+//!   another agent that is waiting or conflicts with it; a granted entry waits for every
+//!   waiting entry of its agent (the agent keeps it until it has all its locks). Entries of
+//!   ended agents and waiting entries of locks already held on enough servers are left
+//!   out. Every cycle of it runs through at least two distinct agents.
 //! - `one surrender per deadlock`: a deadlock is a cycle of the true wait-for graph with
 //!   its wait edges; no agent surrenders (or aborts on deadlock) for a deadlock that
 //!   another surrender was already made for while that cycle has existed ever since.
@@ -225,9 +232,7 @@ pub struct AState {
     pub asked: Vec<u8>,
     /// Messages in flight per (from, to).
     pub net: BTreeMap<(Proc, Proc), Vec<NetMsg>>,
-    /// Ghost: per agent, was a holder in a true cycle since its last surrender.
-    pub in_true_cycle: u64,
-    /// Ghost: an agent surrendered without a true cycle (its index).
+    /// Ghost: an agent surrendered without a real cycle (its index).
     pub phantom: Option<u16>,
     /// Ghost: a kernel error.
     pub error: Option<String>,
@@ -496,10 +501,9 @@ impl AgentsModel {
         log: &mut StepLog,
     ) {
         let mut out = VecSink::default();
-        let before = st.in_true_cycle;
         match st.agents[a].step(input, &mut out) {
             Ok(r) => {
-                self.note(st, a, r, before, log);
+                self.note(st, a, r, &out.0, log);
             }
             Err(e) => {
                 st.error = Some(format!("A{a}: {e}"));
@@ -528,7 +532,7 @@ impl AgentsModel {
                 },
                 &mut out,
             ) {
-                Ok(r) => self.note(st, a, r, before, log),
+                Ok(r) => self.note(st, a, r, &out.0, log),
                 Err(e) => {
                     st.error = Some(format!("A{a}: {e}"));
                     return;
@@ -538,12 +542,27 @@ impl AgentsModel {
         }
     }
 
-    fn note(&self, st: &mut AState, a: usize, r: Report, ghost: u64, log: &mut StepLog) {
+    fn note(
+        &self,
+        st: &mut AState,
+        a: usize,
+        r: Report,
+        out: &[AgentOutput<MD, MQ>],
+        log: &mut StepLog,
+    ) {
         if r.contains(Rule::Surrender) || r.contains(Rule::AbortOnDeadlock) {
-            if ghost & (1 << a) == 0 && st.phantom.is_none() {
+            // The servers' queues are those the agent decided in (an agent step changes
+            // none); an agent that aborted was live when it decided.
+            let moved = out.iter().find_map(|o| match o {
+                AgentOutput::ToServer {
+                    server,
+                    msg: ServerMsg::Surrender { path, .. },
+                } => Some((*server, *path)),
+                _ => None,
+            });
+            if !self.real_cycle(st, a, moved) && st.phantom.is_none() {
                 st.phantom = Some(a as u16);
             }
-            st.in_true_cycle &= !(1 << a);
             st.surrenders = (st.surrenders + 1).min(7);
             // The deadlock this surrender resolves: the true cycle through `a` (the servers
             // have not seen the surrender yet). One made already for the same cycle, which
@@ -754,13 +773,83 @@ impl AgentsModel {
             .collect()
     }
 
-    fn update_ghost(&self, st: &mut AState) {
-        let g = self.true_graph(st);
-        for c in g.cycles() {
-            for a in g.members(c) {
-                st.in_true_cycle |= 1 << a.0;
+    /// Whether, by the servers' queues in `st`, a granted entry of agent `a` lies on a
+    /// cycle of the entry wait-for graph (see the module doc, `no phantom deadlock`): one
+    /// on server `moved.0` on a path related to `moved.1` (the entries a surrender of
+    /// that lock moves), or any (`None`: an abort, which releases every entry). Agent `a`
+    /// counts as live even if it has just aborted.
+    pub fn real_cycle(
+        &self,
+        st: &AState,
+        a: usize,
+        moved: Option<(ServerId, LockPath<MD>)>,
+    ) -> bool {
+        let live = |x: usize| x == a || !st.agents[x].status().ended();
+        let mut all: Vec<(ServerId, QEntry<MD>)> = Vec::new();
+        for (i, s) in st.servers.iter().enumerate() {
+            if st.down & (1 << i) == 0 {
+                all.extend(s.entries().map(|e| (s.id(), e)));
             }
         }
+        // A waiting entry that a granted entry of its agent on that server covers waits
+        // for nothing: its agent has that lock ("a lock on [a] covers [a, b]").
+        let covered = |s: ServerId, e: &QEntry<MD>| {
+            all.iter().any(|(t, g)| {
+                *t == s
+                    && g.granted
+                    && g.agent == e.agent
+                    && g.path.covers(&e.path)
+                    && g.mode.covers(e.mode)
+            })
+        };
+        // At most 64 entries (4 servers of 8).
+        let es: Vec<(ServerId, QEntry<MD>)> = all
+            .iter()
+            .copied()
+            .filter(|(s, e)| {
+                let x = e.agent.0 as usize;
+                live(x)
+                    && (e.granted || !(self.truly_held(st, x, &e.path, e.mode) || covered(*s, e)))
+            })
+            .take(64)
+            .collect();
+        // reach[i]: the entries entry i waits for, then (closed) waits for transitively.
+        let n = es.len();
+        let mut reach: Vec<u64> = es
+            .iter()
+            .enumerate()
+            .map(|(i, (s, e))| {
+                let waits = |(j, (t, f)): &(usize, &(ServerId, QEntry<MD>))| {
+                    if e.granted {
+                        !f.granted && f.agent == e.agent
+                    } else {
+                        s == t && *j < i && WaitGraph::blocked_by(e, f).is_some()
+                    }
+                };
+                es.iter()
+                    .enumerate()
+                    .filter(waits)
+                    .fold(0, |m, (j, _)| m | 1 << j)
+            })
+            .collect();
+        for k in 0..n {
+            for i in 0..n {
+                if reach[i] & (1 << k) != 0 {
+                    reach[i] |= reach[k];
+                }
+            }
+        }
+        (0..n).any(|i| {
+            let (s, e) = es[i];
+            e.granted
+                && e.agent.0 as usize == a
+                && reach[i] & (1 << i) != 0
+                && moved.is_none_or(|(t, p)| t == s && p.related(&e.path))
+        })
+    }
+
+    fn update_ghost(&self, st: &mut AState) {
+        let g = self.true_graph(st);
         let now: Vec<(u64, u64)> = self.deadlocks(&g).into_iter().map(|(_, s)| s).collect();
         st.targeted.retain(|s| now.contains(s));
     }
@@ -935,7 +1024,8 @@ impl AgentsModel {
                     .join(", ")
             ),
             (NO_PHANTOM, Some(st)) => format!(
-                "A{} resolved a deadlock that the servers' queues never had it in",
+                "A{} surrendered (or aborted on deadlock) with no entry it gives up on a cycle \
+                 of the servers' queues at that moment",
                 st.phantom.unwrap_or(0)
             ),
             (OUTCOME, Some(st)) => format!(
@@ -1014,7 +1104,6 @@ impl Model for AgentsModel {
                 .collect(),
             asked: vec![0; n],
             net: BTreeMap::new(),
-            in_true_cycle: 0,
             phantom: None,
             error: None,
             surrenders: 0,

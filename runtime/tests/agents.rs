@@ -232,6 +232,39 @@ async fn a_surrendered_lock_that_was_reported_is_named_and_abort_on_deadlock_abo
     assert_servers_empty(&nodes).await;
 }
 
+/// Two transactions on two nodes take the same two locks (one homed on each node) in
+/// opposite orders, each with one `lock_all` call and `abort_on_deadlock`, 20 times. When
+/// each gets one lock first the servers' queues deadlock, but no client was told it holds
+/// anything yet (a `lock_all` answers only when all are held), so the agents surrender
+/// silently: all 40 commit. Before the kernel counted a lock as told only with "have all
+/// locks", 11 to 18 of the 40 were aborted with `Deadlock` (and 0 surrenders).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crossing_lock_all_calls_with_abort_on_deadlock_all_commit() {
+    let nodes = cluster(2, "agents-crossing").await;
+    let (a, b) = (homed("x", 0, 2), homed("x", 1, 2));
+    for _ in 0..20 {
+        let mut js = Vec::new();
+        for (node, locks) in [(0, [(&a, W), (&b, W)]), (1, [(&b, W), (&a, W)])] {
+            let mut t = nodes[node].transaction(opts(true)).unwrap();
+            let locks: Vec<(String, LockMode)> =
+                locks.iter().map(|(p, m)| (p.to_string(), *m)).collect();
+            js.push(tokio::spawn(async move {
+                t.lock_all(&locks).await?;
+                t.commit().await
+            }));
+        }
+        for j in js {
+            let r = tokio::time::timeout(Duration::from_secs(5), j).await;
+            assert_eq!(r.unwrap().unwrap(), Ok(()));
+        }
+    }
+    let st: Vec<_> = nodes.iter().map(|n| n.agent_stats()).collect();
+    println!("surrenders: {}", surrenders(&nodes));
+    assert_eq!(st.iter().map(|s| s.committed).sum::<u64>(), 40, "{st:?}");
+    assert_eq!(st.iter().map(|s| s.aborted_deadlock).sum::<u64>(), 0);
+    assert_servers_empty(&nodes).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn read_write_upgrade_deadlock_is_resolved() {
     let nodes = cluster(2, "agents-upgrade").await;

@@ -105,6 +105,7 @@ fn classic() -> Vec<AgentsModel> {
             ],
         ),
         hierarchical_surrender(),
+        hierarchical_crossing(),
         model(
             "all over two servers, one may crash",
             2,
@@ -176,6 +177,41 @@ fn hierarchical_surrender() -> AgentsModel {
     )
 }
 
+/// Two agents ask for `[1]` and `[1,2]` concurrently, in opposite orders: A0 takes `[1,2]`
+/// and then `[1]`, A1 takes `[1]` and then `[1,2]`. When A1 holds `[1]` and A0's `[1,2]`
+/// waits behind it, A1's `[1,2]` is covered by its own `[1]`: it holds at once (before the
+/// fix it waited behind A0's entry, which waits for A1 — A1 waited for itself and
+/// surrendered `[1]`, with no cycle of distinct agents). When A0 holds `[1,2]` and A1's `[1]`
+/// waits behind it, A0's `[1]` waits behind A1's: a cycle of two agents of which only A0
+/// holds (A0 waits for itself *through* A1, a real deadlock): A0 surrenders `[1,2]`.
+fn hierarchical_crossing() -> AgentsModel {
+    model(
+        "hierarchical requests crossing ([1,2] then [1], against [1] then [1,2])",
+        1,
+        &[
+            (&[(&[1, 2], W, 1, ALL), (&[1], W, 1, ALL)], false),
+            (&[(&[1], W, 1, ALL), (&[1, 2], W, 1, ALL)], false),
+        ],
+    )
+}
+
+/// Three agents on `[1]` and two of its children, concurrently: A0 takes `[1,2]` and then
+/// `[1]`, A1 takes `[1]`, A2 takes `[1,3]`. The queues of `[1,2]` and `[1,3]` share the
+/// entries on `[1]`, so an agent's views of them can show one entry in two versions (held
+/// in the newer, waiting in the older): before the fix A1 joined them into a cycle and
+/// surrendered `[1]`'s entry through the queue of `[1,3]` with no cycle in the servers.
+fn hierarchical_siblings() -> AgentsModel {
+    model(
+        "hierarchical requests of three agents ([1,2] then [1]; [1]; [1,3])",
+        1,
+        &[
+            (&[(&[1, 2], W, 1, ALL), (&[1], W, 1, ALL)], false),
+            (&[(&[1], W, 1, ALL)], false),
+            (&[(&[1, 3], W, 1, ALL)], false),
+        ],
+    )
+}
+
 /// Exact unique-state counts of [`classic`] (a change of the reachable space shows here).
 const PINNED: &[(&str, usize)] = &[
     ("simple lock", 5),
@@ -192,6 +228,10 @@ const PINNED: &[(&str, usize)] = &[
     (
         "hierarchical surrender ([1] and [1,5] held, [1] surrendered)",
         609,
+    ),
+    (
+        "hierarchical requests crossing ([1,2] then [1], against [1] then [1,2])",
+        458,
     ),
     ("all over two servers, one may crash", 2282),
     ("majority over three servers, one may crash", 65381),
@@ -331,6 +371,7 @@ fn arts_unsafe_surrender_by_swap() {
         AgentVariant::SEED,
         ServerVariant {
             surrender: SurrenderTo::SwapWithNext,
+            ..ServerVariant::SEED
         },
         "surrender by swap",
         SWAP_EXPECTED,
@@ -495,4 +536,63 @@ fn hierarchical_surrender_without_voiding_related_views_breaks_exclusion() {
         r.violations()
     );
     save(&r, STALE_BELOW_EXPECTED, "agents-hierarchical-stale-view");
+}
+
+/// [`hierarchical_siblings`] with the seed's rules: every property holds, every surrender
+/// resolves a real cycle present when it was decided (928,660 states, about 20 s in the
+/// test profile on the shared 2-core machine).
+#[test]
+fn hierarchical_requests_of_three_agents_surrender_only_on_real_cycles() {
+    let m = hierarchical_siblings();
+    let r = check(&m);
+    assert!(r.ok(), "{}: violated {:?}", m.name, r.violations());
+    assert!(!r.unreached().contains(&"a surrender"));
+    assert_eq!(r.unique_states, 928_660, "unique states changed");
+}
+
+/// Checks `m` with the sabotaged `variant` until its first violation, asserts it is
+/// `no phantom deadlock`, and saves the counterexample as `agents-<file>.json`.
+fn phantom(m: AgentsModel, a: AgentVariant, s: ServerVariant, what: &str, file: &str) {
+    let name = format!("{} / {what}", m.name);
+    let r = m.with_variants(a, s, &name).refute();
+    println!("{}", r.summary());
+    assert_eq!(r.violations(), vec![NO_PHANTOM], "{what}");
+    save(&r, NO_PHANTOM, &format!("agents-{file}"));
+}
+
+/// The self-wait (sabotage: [`ServerVariant::grant_covered`] off, the server before the
+/// fix): A1 holds `[1]`, its `[1,2]` waits behind A0's `[1,2]`, which waits for A1's `[1]`.
+/// A1 "waits for itself" through A0's entry and surrenders `[1]` — a lock its client was
+/// told it holds — where the servers have no cycle of distinct agents (A1 has `[1,2]` by
+/// its `[1]`). Saved as `agents-self-wait.json`.
+#[test]
+fn a_request_waiting_behind_its_own_covering_lock_makes_a_phantom_surrender() {
+    phantom(
+        hierarchical_crossing(),
+        AgentVariant::SEED,
+        ServerVariant {
+            grant_covered: false,
+            ..ServerVariant::SEED
+        },
+        "covered requests wait",
+        "self-wait",
+    );
+}
+
+/// Old and new versions mixed (sabotage: [`AgentVariant::skip_outdated`] off, the agent
+/// before the fix): an agent builds its graph from a newer queue of `[1,3]` (its `[1]`
+/// held) and an older queue of `[1]` (its `[1]` waiting behind A0's `[1,2]`) and finds a
+/// cycle that never was in the servers' queues. Saved as `agents-mixed-versions.json`.
+#[test]
+fn queues_of_two_versions_joined_make_a_phantom_surrender() {
+    phantom(
+        hierarchical_siblings(),
+        AgentVariant {
+            skip_outdated: false,
+            ..AgentVariant::SEED
+        },
+        ServerVariant::SEED,
+        "outdated views kept",
+        "mixed-versions",
+    );
 }

@@ -19,8 +19,18 @@
 //!   locks"). A cycle of *waits* through an agent that only waits (behind a third agent that
 //!   holds) is not a deadlock yet: the holder outside it goes on, and when the waiter gets
 //!   the lock the cycle of `⇒` appears — seen alike by every member that knows it.
+//!
+//! Every cycle runs through distinct agents: an entry never waits for an entry of its own
+//! agent ([`WaitGraph::blocked_by`]), and a lock server grants an entry that a holding
+//! entry of its own agent covers, so no agent waits behind others for a lock it has. A
+//! cycle of `⇒` can still be one agent `H` (`H ⇒ H`): `H`'s waiting entry stands behind a
+//! waiting entry of another agent `W` that waits for `H`'s granted one — a cycle `H → W →
+//! H` of two agents of which only `H` holds, a real deadlock that only `H` can resolve.
+//! The graph assumes the queues of one server are one snapshot (entries shared by two
+//! queues shown alike, [`WaitGraph::agree`]): joined from two versions, one entry could
+//! be granted in one queue and waiting in another, and its agent would wait for itself.
 
-use super::{AgentId, QEntry, ServerId};
+use super::{AgentId, LockPath, QEntry, ServerId};
 
 /// Agents one graph can name (a 64-bit set per agent).
 pub const MAX_GRAPH: usize = 64;
@@ -100,6 +110,24 @@ impl WaitGraph {
         waits.then_some(f.granted)
     }
 
+    /// Whether the queues `a` of lock `p` and `b` of lock `q`, announced by one server,
+    /// show the entries they share (those on paths related to both locks: the entries on
+    /// `[1]` are in the queues of `[1, 2]` and of `[1, 3]`) alike: the same
+    /// entries, in the same order, holding alike. Two queues announced at one time do;
+    /// if they differ, they were announced at different times and the older (the lower
+    /// version) is out of date: a chain of waits through a shared entry would join what
+    /// the entry was in one to what it is in the other.
+    pub fn agree<const D: usize>(
+        p: &LockPath<D>,
+        a: &[QEntry<D>],
+        q: &LockPath<D>,
+        b: &[QEntry<D>],
+    ) -> bool {
+        a.iter()
+            .filter(|e| e.path.related(q))
+            .eq(b.iter().filter(|e| e.path.related(p)))
+    }
+
     /// Adds the *waits* edges of one queue (entries in arrival order) and its direct
     /// holders ([`WaitGraph::holds_for`]); not the `⇒` relation ([`WaitGraph::add_queues`]
     /// adds both). `skip(w)` leaves a waiting entry out (an agent's own entry for a lock it
@@ -129,7 +157,9 @@ impl WaitGraph {
     /// Adds the edges of both relations for a set of queues, each announced by server
     /// `queues[k].0` (at most `K` queues of at most `Q` entries are read; the rest is left
     /// out). An entry is the same entry in every queue of its server where it appears, so
-    /// a chain of waiting entries is followed from one lock's queue into a related lock's.
+    /// a chain of waiting entries is followed from one lock's queue into a related lock's;
+    /// the queues of one server must therefore agree on the entries they share
+    /// ([`WaitGraph::agree`]: the caller leaves an out-of-date queue out).
     /// `skip(server, w)` leaves a waiting entry's own edges out (an agent's own entry for a
     /// lock it already has on enough servers); chains of other entries still pass through
     /// it. Returns, per queue and entry, the graph indices of the agents whose granted
@@ -433,6 +463,47 @@ mod tests {
         g.close();
         let a3 = g.find(AgentId(3)).unwrap();
         assert_eq!(g.waits_for_holders(a3), 0);
+    }
+
+    /// The queues of `[1,2]` and `[1,3]` share the entries on `[1]` (not those on `[1,2]`
+    /// or `[1,3]`); two versions that show one of them otherwise disagree.
+    #[test]
+    fn queues_agree_on_the_entries_they_share() {
+        let (p12, p13) = (
+            LockPath::new(&[1, 2]).unwrap(),
+            LockPath::new(&[1, 3]).unwrap(),
+        );
+        let old = [e(2, &[1, 2], Write, true), e(1, &[1], Write, false)];
+        let new = [e(1, &[1], Write, true), e(3, &[1, 3], Write, false)];
+        assert!(!WaitGraph::agree(&p12, &old, &p13, &new));
+        let now = [e(1, &[1], Write, false), e(3, &[1, 3], Read, true)];
+        assert!(WaitGraph::agree(&p12, &old, &p13, &now));
+        assert!(WaitGraph::agree(&p13, &now, &p12, &old));
+        // One more shared entry in one of them: they disagree.
+        let more = [e(1, &[1], Write, false), e(4, &[1], Read, false)];
+        assert!(!WaitGraph::agree(&p12, &old, &p13, &more));
+    }
+
+    /// A1 holds `[1,2]`; A2's `[1]` waits behind it; A1's `[1]` waits behind A2's (nobody
+    /// overtakes a waiting entry). A1 waits for itself *through* A2: a cycle of two agents
+    /// of which only A1 holds, a real deadlock that A1 resolves (`cycles` names A1 alone,
+    /// its only holder).
+    #[test]
+    fn a_holder_behind_a_waiter_that_waits_for_it_is_a_deadlock() {
+        let q = [
+            e(1, &[1, 2], Write, true),
+            e(2, &[1], Write, false),
+            e(1, &[1], Write, false),
+        ];
+        let mut g = WaitGraph::new();
+        g.add_queues::<2, 4, 1>(&[(S0, &q)], |_, _| false);
+        g.close();
+        let (a1, a2) = (g.find(AgentId(1)).unwrap(), g.find(AgentId(2)).unwrap());
+        assert_eq!(g.waits_for(a1), 1 << a2);
+        assert_eq!(g.waits_for_holders(a1), 1 << a1);
+        assert_eq!(g.waits_for_holders(a2), 1 << a1);
+        let c: heapless::Vec<u64, 4> = g.cycles().collect();
+        assert_eq!(c, [1 << a1]);
     }
 
     #[test]

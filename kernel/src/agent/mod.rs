@@ -17,7 +17,12 @@
 //!   ignores a surrendered lock's updates until one carries its own identity, builds the
 //!   wait-for graph and, when it is the largest holder in a cycle, surrenders the lock that
 //!   closes it (or aborts, under `abort_on_deadlock`, when the client was already told it
-//!   holds that lock); otherwise it passes its dependency information on.
+//!   holds that lock); otherwise it passes its dependency information on. The client is
+//!   told it holds its locks only when it holds all of them ([`AgentOutput::HaveAll`], the
+//!   seed's "have all locks"): a lock granted on its servers before the others is not
+//!   told, and surrendering it is invisible to the client, as for a lock still pending
+//!   (`locks` counts a lock as claimed only when it was asked for before the last "have
+//!   all locks").
 //!
 //! # Queues, holders and hierarchy
 //! A server keeps one list of *direct* entries `(agent, path, mode)` in arrival order.
@@ -29,7 +34,10 @@
 //! when somebody asks for `[a, b, c]` (the seed: "as-needed … the domain of potential
 //! children is unbounded"). An entry holds ([`QEntry::granted`]) when every earlier
 //! related entry of another agent is granted and compatible with it: the heads of the
-//! queue hold, read with read, and nobody overtakes a waiting writer.
+//! queue hold, read with read, and nobody overtakes a waiting writer. An entry that an
+//! earlier holding entry of its own agent covers (its `[a]` write covers `[a, b]`) holds at
+//! once: the agent has that lock already, and does not wait behind others that wait for
+//! it ([`ServerVariant::grant_covered`]).
 //!
 //! # Spreading strategy (the seed lists several; hilock picks one)
 //! "Clients only send to clients that it is waiting for and only send the information of
@@ -40,6 +48,15 @@
 //! information is sent if avoidable"). Information therefore travels along the wait-for
 //! edges, and around a cycle every member ends up with the whole cycle, so the largest
 //! holder in it detects it. `BENCHMARKS.md` counts the messages this costs.
+//!
+//! # One snapshot per server
+//! The queues of related locks of one server share entries (those of `[a]` are in the
+//! queues of `[a, b]` and of `[a, c]`), and an agent hears them one by one, each with its
+//! own version. An agent builds its wait-for graph only from queues that agree on the
+//! entries they share: a queue that a newer one of its server contradicts is out of date
+//! (its newer version is on its way) and is left out until it arrives
+//! ([`WaitGraph::agree`], [`AgentVariant::skip_outdated`]). So every cycle it finds is one
+//! of distinct agents present together in the queues it knows at that moment.
 
 mod graph;
 mod server;
@@ -361,7 +378,7 @@ pub struct Announce<const D: usize, const Q: usize> {
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum AbortReason {
     /// `abort_on_deadlock`: it would have had to surrender a lock the client was told it
-    /// holds.
+    /// holds (reported with an earlier [`AgentOutput::HaveAll`]).
     Deadlock,
     /// Too few of a lock's servers are up for its `all | any | majority`.
     ServersDown(ServerId),
@@ -387,7 +404,9 @@ pub enum AgentOutput<const D: usize, const Q: usize> {
         /// The queue.
         info: LockInfo<D, Q>,
     },
-    /// To the client: it holds `path` in `mode` (on enough of its servers).
+    /// To the client, right before [`AgentOutput::HaveAll`]: it holds `path` in `mode` (on
+    /// enough of its servers), for each lock not reported in that mode before. A lock
+    /// granted while another is still pending is not reported until all are held.
     Granted {
         /// The lock.
         path: LockPath<D>,
@@ -401,7 +420,8 @@ pub enum AgentOutput<const D: usize, const Q: usize> {
         /// The lock.
         path: LockPath<D>,
     },
-    /// To the client: every lock asked for is held.
+    /// To the client: every lock asked for is held ("have all locks"). From here on the
+    /// client counts as told that it holds each of them (rule A6).
     HaveAll,
     /// To the client: the transaction was aborted (its entries are being released).
     Aborted {
@@ -492,16 +512,17 @@ crate::report::named_rules! {
     SurrenderAcked = "A3 surrender acknowledged",
     /// Agent: a newer queue was stored.
     Stored = "A2 newer version stored",
-    /// Agent: a lock is held on enough servers; the client is told.
+    /// Agent: the client is told it holds a lock (with "have all locks").
     Granted = "A4 granted",
-    /// Agent: every lock is held.
+    /// Agent: every lock is held; the client is told.
     HaveAll = "A4 have all locks",
     /// Agent: it is the largest holder in a cycle of the wait-for graph and surrenders the
     /// lock that closes it.
     Surrender = "A5 surrender",
     /// Agent: a cycle was found, but a larger holder in it will resolve it.
     DeferToLarger = "A5 cycle, larger holder resolves",
-    /// Agent: `abort_on_deadlock` and the lock to surrender was reported held: abort.
+    /// Agent: `abort_on_deadlock` and the surrender would move a lock the client was told
+    /// it holds (with an earlier "have all locks"): abort.
     AbortOnDeadlock = "A6 abort on deadlock",
     /// Agent: its dependency information was sent to the agents it waits for.
     Forward = "A7 forward dependency information",

@@ -22,12 +22,20 @@ pub enum SurrenderTo {
 pub struct ServerVariant {
     /// Surrender rule.
     pub surrender: SurrenderTo,
+    /// An entry that an earlier granted entry of its own agent covers (a path covering
+    /// its path, in a mode covering its mode: "a lock on `[a]` covers `[a, b]`") holds at
+    /// once. Without it (refuted): it waits behind the entries of others queued between,
+    /// which wait for the agent's own covering entry — the agent waits for itself through
+    /// them, and surrenders with no cycle of distinct agents.
+    #[cfg_attr(feature = "serde", serde(default = "crate::recovery::yes"))]
+    pub grant_covered: bool,
 }
 
 impl ServerVariant {
     /// The seed's server.
     pub const SEED: ServerVariant = ServerVariant {
         surrender: SurrenderTo::End,
+        grant_covered: true,
     };
 }
 
@@ -63,15 +71,21 @@ pub struct LockServer<const D: usize, const Q: usize, const R: usize> {
 }
 
 /// Whether `e` holds given the entries before it: every earlier related entry of another
-/// agent holds and is compatible with it.
-fn grants<const D: usize, const Q: usize>(entries: &[Entry<D>]) -> [bool; Q] {
+/// agent holds and is compatible with it, or (`covered`) an earlier entry of its own agent
+/// that holds covers it. A covering entry of the agent holds only if no other agent holds
+/// a conflicting related entry, so neither does any for the covered one.
+fn grants<const D: usize, const Q: usize>(entries: &[Entry<D>], covered: bool) -> [bool; Q] {
     let mut g = [false; Q];
     for i in 0..entries.len().min(Q) {
         let e = entries[i];
         g[i] = (0..i).all(|j| {
             let f = entries[j];
             f.agent == e.agent || !f.path.related(&e.path) || (g[j] && f.mode.compatible(e.mode))
-        });
+        }) || (covered
+            && (0..i).any(|j| {
+                let f = entries[j];
+                g[j] && f.agent == e.agent && f.path.covers(&e.path) && f.mode.covers(e.mode)
+            }));
     }
     g
 }
@@ -97,6 +111,10 @@ impl<const D: usize, const Q: usize, const R: usize> LockServer<D, Q, R> {
         self
     }
 
+    fn grants(&self) -> [bool; Q] {
+        grants::<D, Q>(&self.entries, self.variant.grant_covered)
+    }
+
     /// The server id.
     pub fn id(&self) -> ServerId {
         self.id
@@ -104,7 +122,7 @@ impl<const D: usize, const Q: usize, const R: usize> LockServer<D, Q, R> {
 
     /// Every direct entry in arrival order, with whether it holds.
     pub fn entries(&self) -> impl Iterator<Item = QEntry<D>> + '_ {
-        let g = grants::<D, Q>(&self.entries);
+        let g = self.grants();
         self.entries.iter().enumerate().map(move |(i, e)| QEntry {
             agent: e.agent,
             path: e.path,
@@ -121,7 +139,7 @@ impl<const D: usize, const Q: usize, const R: usize> LockServer<D, Q, R> {
     /// The current queue of `path` as it would be announced (`None`: no record).
     pub fn info(&self, path: &LockPath<D>, cause: AgentId) -> Option<LockInfo<D, Q>> {
         let r = self.records.iter().find(|r| r.path == *path)?;
-        Some(self.info_of(r, &grants::<D, Q>(&self.entries), cause, false))
+        Some(self.info_of(r, &self.grants(), cause, false))
     }
 
     fn info_of(
@@ -201,7 +219,7 @@ impl<const D: usize, const Q: usize, const R: usize> LockServer<D, Q, R> {
                 if !known {
                     return Err(AgentError::UnknownAgent(agent));
                 }
-                let g = grants::<D, Q>(&self.entries);
+                let g = self.grants();
                 let held = self
                     .entries
                     .iter()
@@ -312,7 +330,7 @@ impl<const D: usize, const Q: usize, const R: usize> LockServer<D, Q, R> {
     /// Rule S3: a granted write entry of an upgrade makes the agent's read entry on the
     /// same path redundant; it is dropped.
     fn complete_upgrades(&mut self, touched: &mut [bool; R], report: &mut Report) {
-        let g = grants::<D, Q>(&self.entries);
+        let g = self.grants();
         let mut drop = [false; Q];
         let mut any = false;
         for (i, e) in self.entries.iter().enumerate() {
@@ -370,7 +388,7 @@ impl<const D: usize, const Q: usize, const R: usize> LockServer<D, Q, R> {
             }
             keep
         });
-        let g = grants::<D, Q>(&self.entries);
+        let g = self.grants();
         let surrender = surrendered.is_some();
         let is_last = |r: &Record<D>| Some(r.path) == surrendered;
         let n = self.records.len();
@@ -483,6 +501,34 @@ mod tests {
         );
     }
 
+    /// A1 holds `[1]`; A2's `[1,2]` waits behind it; A1 asks for `[1,2]` too. Its own `[1]`
+    /// covers it: it holds at once (the seed's server left it waiting behind A2's entry,
+    /// which waits for A1: A1 waited for itself). A read of `[1]` covers a read of
+    /// `[1,2]` but not a write.
+    #[test]
+    fn s1_a_request_covered_by_an_own_held_lock_holds_at_once() {
+        let run = |variant: ServerVariant, held: LockMode, asked: LockMode| {
+            let mut s = Srv::new(ServerId(0)).with_variant(variant);
+            let mut out = Out::new();
+            s.step(&req(1, &[1], held), &mut out).unwrap();
+            s.step(&req(2, &[1, 2], Write), &mut out).unwrap();
+            s.step(&req(1, &[1, 2], asked), &mut out).unwrap();
+            holders(&s, &[1, 2])
+        };
+        let seed = ServerVariant::SEED;
+        let waits = ServerVariant {
+            grant_covered: false,
+            ..seed
+        };
+        let covered: &[(u16, bool)] = &[(1, true), (2, false), (1, true)];
+        let behind: &[(u16, bool)] = &[(1, true), (2, false), (1, false)];
+        assert_eq!(run(seed, Write, Write).as_slice(), covered);
+        assert_eq!(run(seed, Write, Read).as_slice(), covered);
+        assert_eq!(run(seed, Read, Read).as_slice(), covered);
+        assert_eq!(run(seed, Read, Write).as_slice(), behind);
+        assert_eq!(run(waits, Write, Write).as_slice(), behind);
+    }
+
     #[test]
     fn s3_upgrade_waits_for_other_readers_then_drops_the_read_entry() {
         let mut s = Srv::new(ServerId(0));
@@ -563,6 +609,7 @@ mod tests {
     fn s4_swap_variant_swaps_with_the_next() {
         let mut s = Srv::new(ServerId(0)).with_variant(ServerVariant {
             surrender: SurrenderTo::SwapWithNext,
+            ..ServerVariant::SEED
         });
         let mut out = Out::new();
         for a in 1..=3 {

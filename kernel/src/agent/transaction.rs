@@ -45,6 +45,12 @@ pub struct AgentVariant {
     /// the agent's identity). Without it (refuted): a view of `[p, x]` still says the agent
     /// holds it while the server has it waiting.
     pub void_related: bool,
+    /// Leave a view out of the wait-for graph while a newer view of its server shows an
+    /// entry they share otherwise (it is out of date: [`WaitGraph::agree`]). Without it
+    /// (refuted): a chain of waits joins what one entry was in an old queue to what it is
+    /// in a new one, and the agent surrenders with no cycle in the servers' queues.
+    #[cfg_attr(feature = "serde", serde(default = "crate::recovery::yes"))]
+    pub skip_outdated: bool,
 }
 
 impl AgentVariant {
@@ -54,6 +60,7 @@ impl AgentVariant {
         await_own_ack: true,
         resolver: Resolver::LargestHolder,
         void_related: true,
+        skip_outdated: true,
     };
 }
 
@@ -110,8 +117,11 @@ struct Request<const D: usize> {
     req: Req,
     /// Held on enough servers (by the agent's views).
     held: bool,
-    /// The mode the client was told it holds (`None`: not told, or surrendered since).
-    /// An upgrade keeps the read reported while the write is pending.
+    /// The mode the client was told it holds: set when the agent reports every lock held
+    /// ([`AgentOutput::HaveAll`], the seed's "have all locks"), for every lock then held;
+    /// `None`: not told yet (granted on its servers since the last such report, or still
+    /// pending), or surrendered since. An upgrade keeps the read reported while the write
+    /// is pending.
     reported: Option<LockMode>,
 }
 
@@ -233,28 +243,40 @@ impl<const D: usize, const Q: usize, const K: usize> Agent<D, Q, K> {
         n >= r.req.needed(r.servers.len())
     }
 
-    /// Rule A4: a lock held on enough servers is reported to the client; a reported lock
-    /// no longer granted (surrendered; or, without the version check, lost to an older
-    /// queue) is revoked.
-    fn refresh_grants<S: Sink<AgentOutput<D, Q>>>(&mut self, out: &mut S, report: &mut Report) {
+    /// Rule A4: which locks are held on enough servers; a reported lock no longer granted
+    /// in the mode reported (surrendered; or, without the version check, lost to an older
+    /// queue) is revoked. Nothing is reported here: see [`Agent::report_all`].
+    fn refresh_grants<S: Sink<AgentOutput<D, Q>>>(&mut self, out: &mut S) {
         for i in 0..self.requests.len() {
             let r = self.requests[i];
             let now = self.satisfied(&r, r.mode);
             let keeps = r.reported.is_some_and(|m| self.satisfied(&r, m));
             let r = &mut self.requests[i];
             r.held = now;
-            if now && r.reported != Some(r.mode) {
+            if !now && r.reported.is_some() && !keeps {
+                r.reported = None;
+                let _ = out.put(AgentOutput::Revoked { path: r.path });
+            }
+        }
+    }
+
+    /// Rule A4, "have all locks": every lock asked for is held; the client is told so, and
+    /// of each lock not reported yet in its mode ([`AgentOutput::Granted`] before
+    /// [`AgentOutput::HaveAll`]). Only from here on does a lock count as told (rule A6).
+    fn report_all<S: Sink<AgentOutput<D, Q>>>(&mut self, out: &mut S, report: &mut Report) {
+        for r in self.requests.iter_mut() {
+            if r.reported != Some(r.mode) {
                 r.reported = Some(r.mode);
                 let _ = out.put(AgentOutput::Granted {
                     path: r.path,
                     mode: r.mode,
                 });
                 report.insert(Rule::Granted);
-            } else if !now && r.reported.is_some() && !keeps {
-                r.reported = None;
-                let _ = out.put(AgentOutput::Revoked { path: r.path });
             }
         }
+        self.status = Status::HaveAll;
+        let _ = out.put(AgentOutput::HaveAll);
+        report.insert(Rule::HaveAll);
     }
 
     /// Applies one input. Validates it first (an error changes nothing and outputs
@@ -445,13 +467,11 @@ impl<const D: usize, const Q: usize, const K: usize> Agent<D, Q, K> {
 
     /// Rules A4–A7 after a change of what the agent knows.
     fn evaluate<S: Sink<AgentOutput<D, Q>>>(&mut self, out: &mut S, report: &mut Report) {
-        self.refresh_grants(out, report);
+        self.refresh_grants(out);
         let all = !self.requests.is_empty() && self.requests.iter().all(|r| r.held);
         if all {
             if self.status == Status::Running {
-                self.status = Status::HaveAll;
-                let _ = out.put(AgentOutput::HaveAll);
-                report.insert(Rule::HaveAll);
+                self.report_all(out, report);
             }
             // "If we have all locks we've asked for … we cannot be involved in [a
             // deadlock]": nothing to analyse or tell.
@@ -506,6 +526,23 @@ impl<const D: usize, const Q: usize, const K: usize> Agent<D, Q, K> {
             })
     }
 
+    /// Whether view `k` is out of date: a newer valid view of its server shows an entry
+    /// they share otherwise ([`WaitGraph::agree`]; the queues of `[1, 2]` and `[1, 3]`
+    /// share the entries on `[1]`). Its newer version is on
+    /// its way (the server announces every queue a change touches); until then it is
+    /// left out of the graph, so that no cycle joins old and new versions of one entry.
+    fn outdated(&self, k: usize) -> bool {
+        let v = &self.views[k].info;
+        self.views.iter().any(|w| {
+            let w = (w.awaiting == 0).then_some(&w.info);
+            w.is_some_and(|w| {
+                w.server == v.server
+                    && w.version > v.version
+                    && !WaitGraph::agree(&v.path, &v.queue, &w.path, &w.queue)
+            })
+        })
+    }
+
     /// The agent's wait-for graph over every valid view and, per queue given to the
     /// graph, its view's index.
     fn graph(&self) -> (WaitGraph, heapless::Vec<usize, K>) {
@@ -513,7 +550,7 @@ impl<const D: usize, const Q: usize, const K: usize> Agent<D, Q, K> {
         let mut qs: heapless::Vec<(ServerId, &[QEntry<D>]), K> = heapless::Vec::new();
         let mut map: heapless::Vec<usize, K> = heapless::Vec::new();
         for (k, v) in self.views.iter().enumerate() {
-            if v.awaiting == 0 {
+            if v.awaiting == 0 && !(self.variant.skip_outdated && self.outdated(k)) {
                 // Cannot fail: at most K views.
                 let _ = qs.push((v.info.server, &v.info.queue));
                 let _ = map.push(k);
@@ -576,8 +613,10 @@ impl<const D: usize, const Q: usize, const K: usize> Agent<D, Q, K> {
         })
     }
 
-    /// A5/A6: surrender view `k`'s lock, or abort if `abort_on_deadlock` and the client was
-    /// told it holds a lock in that queue.
+    /// A5/A6: surrender view `k`'s lock, or abort if `abort_on_deadlock` and the surrender
+    /// moves a lock the client was told it holds (one reported with an earlier "have all
+    /// locks" on that server, related to the surrendered lock). A lock granted on its
+    /// servers but not told yet is surrendered silently, as a pending one is.
     fn resolve<S: Sink<AgentOutput<D, Q>>>(&mut self, k: usize, out: &mut S, report: &mut Report) {
         let (server, path) = (self.views[k].info.server, self.views[k].info.path);
         let reported = self
@@ -610,7 +649,7 @@ impl<const D: usize, const Q: usize, const K: usize> Agent<D, Q, K> {
         }
         report.insert(Rule::Surrender);
         // The surrendered queue no longer counts for any lock.
-        self.refresh_grants(out, report);
+        self.refresh_grants(out);
     }
 
     /// Whether a surrender of `surrendered` on `server` changes the queue of `p` there, as
@@ -952,6 +991,93 @@ mod tests {
         assert_eq!(w.status(2), Status::HaveAll);
     }
 
+    /// Agent A1 (`variant`) after asking for `[1]` (write) on S0, and its outputs.
+    fn a1_asking_for_1(variant: AgentVariant) -> (Ag, AOut) {
+        let mut a = Ag::new(AgentId(1), false).with_variant(variant);
+        let mut out = AOut::new();
+        let lock = AgentInput::Lock {
+            path: p(&[1]),
+            mode: Write,
+            servers: Servers(1),
+            req: Req::All,
+        };
+        a.step(lock, &mut out).unwrap();
+        (a, out)
+    }
+
+    /// A queue of S0 as an agent hears it: `(agent, keys, mode, granted)` per entry.
+    fn queue(k: &[u16], version: u32, entries: &[(u16, &[u16], LockMode, bool)]) -> LockInfo<D, Q> {
+        LockInfo {
+            server: ServerId(0),
+            path: p(k),
+            version,
+            cause: AgentId(0),
+            surrender: false,
+            queue: entries
+                .iter()
+                .map(|&(a, k, mode, granted)| QEntry {
+                    agent: AgentId(a),
+                    path: p(k),
+                    mode,
+                    granted,
+                })
+                .collect(),
+        }
+    }
+
+    /// A1 asked for `[1]`. It heard `[1,2]` (v7) and `[1]` (v10) while its `[1]` waited
+    /// behind A0's `[1,2]`, then `[1,3]` (v11): its `[1]` holds, A0's `[1]` waits behind it
+    /// (A0 surrendered `[1,2]`; the queue of `[1,3]` does not show that entry). The old queues show A1's entry on `[1]` waiting, the new one
+    /// holding: joined, they make a cycle (A1 behind A0's `[1,2]`, A0 behind A1's `[1]`)
+    /// that the server never had. The agent leaves the old ones out and does not
+    /// surrender; with `skip_outdated` off it surrenders `[1,3]`.
+    #[test]
+    fn a5_old_and_new_queues_of_one_entry_make_no_cycle() {
+        let infos = [
+            queue(
+                &[1, 2],
+                7,
+                &[
+                    (0, &[1, 2], Write, true),
+                    (1, &[1], Write, false),
+                    (0, &[1], Write, false),
+                ],
+            ),
+            queue(
+                &[1],
+                10,
+                &[
+                    (0, &[1, 2], Write, true),
+                    (1, &[1], Write, false),
+                    (0, &[1], Write, false),
+                ],
+            ),
+            queue(
+                &[1, 3],
+                11,
+                &[(1, &[1], Write, true), (0, &[1], Write, false)],
+            ),
+        ];
+        let surrenders = |variant| {
+            let (mut a, mut out) = a1_asking_for_1(variant);
+            let mut n = 0;
+            for i in &infos {
+                n += usize::from(
+                    a.step(AgentInput::Info(i), &mut out)
+                        .unwrap()
+                        .contains(Rule::Surrender),
+                );
+            }
+            n
+        };
+        assert_eq!(surrenders(AgentVariant::SEED), 0);
+        let mixed = AgentVariant {
+            skip_outdated: false,
+            ..AgentVariant::SEED
+        };
+        assert_eq!(surrenders(mixed), 1);
+    }
+
     #[test]
     fn a5_hierarchical_cycle() {
         // A1 holds [1], A2 holds [2]; A1 asks [2], A2 asks [1,5] (covered by [1]).
@@ -966,18 +1092,7 @@ mod tests {
 
     #[test]
     fn a2_stale_versions_are_ignored() {
-        let mut a = Ag::new(AgentId(1), false);
-        let mut out = AOut::new();
-        a.step(
-            AgentInput::Lock {
-                path: p(&[1]),
-                mode: Write,
-                servers: Servers(1),
-                req: Req::All,
-            },
-            &mut out,
-        )
-        .unwrap();
+        let (mut a, mut out) = a1_asking_for_1(AgentVariant::SEED);
         let mut s = Srv::new(ServerId(0));
         let mut so = SOut::new();
         s.step(

@@ -111,7 +111,7 @@ pub struct RecoveryVariant {
 }
 
 #[cfg(feature = "serde")]
-fn yes() -> bool {
+pub(crate) fn yes() -> bool {
     true
 }
 

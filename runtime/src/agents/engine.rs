@@ -16,7 +16,7 @@ use tokio::sync::watch;
 use tracing::{debug, warn};
 
 use super::{
-    AgentFrame, Cmd, Counters, EngineRx, Inbox, Info, Link, Net, Reply, RtAgent, RtServer,
+    AgentFrame, Ask, Cmd, Counters, EngineRx, Inbox, Info, Link, Net, Reply, RtAgent, RtServer,
     TxnError, TxnView, AGENTS_GONE_AFTER, DEPTH, LINK_CHECK, MAX_SERVERS, SERVER_DOWN_AFTER,
 };
 
@@ -138,15 +138,7 @@ impl Engine {
                     },
                 );
             }
-            Cmd::Lock {
-                id,
-                path,
-                name,
-                mode,
-                servers,
-                req,
-                reply,
-            } => self.lock(id, path, name, mode, servers, req, reply),
+            Cmd::Lock { id, locks, reply } => self.lock(id, locks, reply),
             Cmd::Finish { id, reply } => self.finish(id, reply),
             Cmd::Agents { reply } => {
                 let v = self
@@ -405,17 +397,10 @@ impl Engine {
         l.ended = Some(err);
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn lock(
-        &mut self,
-        id: AgentId,
-        path: LockPath<DEPTH>,
-        name: String,
-        mode: hilock_kernel::agent::LockMode,
-        servers: hilock_kernel::agent::Servers,
-        req: hilock_kernel::agent::Req,
-        reply: Reply<()>,
-    ) {
+    /// One call's locks, asked of the agent one after the other within this engine step:
+    /// no queue reaches the agent in between, so it reports holding all of them (and the
+    /// client is told) only once it has every one.
+    fn lock(&mut self, id: AgentId, locks: Vec<Ask>, reply: Reply<()>) {
         let Some(l) = self.agents.get_mut(&id) else {
             let _ = reply.send(Err(TxnError::Ended));
             return;
@@ -424,26 +409,32 @@ impl Engine {
             let _ = reply.send(Err(e.clone()));
             return;
         }
-        let input = AgentInput::Lock {
-            path,
-            mode,
-            servers,
-            req,
+        let input = |a: &Ask| AgentInput::Lock {
+            path: a.path,
+            mode: a.mode,
+            servers: a.servers,
+            req: a.req,
         };
         // Validate first: a refused call changes nothing (the kernel's guarantee).
         let mut probe = (*l.agent).clone();
-        if let Err(e) = probe.step(input, &mut VecSink::default()) {
-            let _ = reply.send(Err(TxnError::Refused(e)));
-            return;
+        for a in &locks {
+            if let Err(e) = probe.step(input(a), &mut VecSink::default()) {
+                let _ = reply.send(Err(TxnError::Refused(e)));
+                return;
+            }
         }
-        if !l.names.iter().any(|(p, _)| *p == path) {
-            l.names.push((path, name));
+        for a in &locks {
+            if !l.names.iter().any(|(p, _)| *p == a.path) {
+                l.names.push((a.path, a.name.clone()));
+            }
         }
         l.waiters.push(reply);
-        let _ = self.agent_step(id, input);
-        // Servers this node already counts as down: the kernel decides whether the lock
+        for a in &locks {
+            let _ = self.agent_step(id, input(a));
+        }
+        // Servers this node already counts as down: the kernel decides whether the locks
         // can still be had (rule A8).
-        for s in servers.iter() {
+        for s in locks.iter().flat_map(|a| a.servers.iter()) {
             if self.links.get(usize::from(s.0)).is_some_and(|w| w.declared) {
                 let _ = self.agent_step(id, AgentInput::ServerDown(s));
             }
@@ -671,11 +662,13 @@ mod tests {
         let (reply, mut got) = oneshot::channel();
         e.handle(Cmd::Lock {
             id: AgentId(0),
-            path: path(7),
-            name: "/k".into(),
-            mode: LockMode::Write,
-            servers: Servers::one(ServerId(0)),
-            req: Req::All,
+            locks: vec![Ask {
+                path: path(7),
+                name: "/k".into(),
+                mode: LockMode::Write,
+                servers: Servers::one(ServerId(0)),
+                req: Req::All,
+            }],
             reply,
         });
         assert_eq!(got.try_recv().unwrap(), Ok(()));

@@ -151,7 +151,7 @@ pub enum TxnError {
     },
     /// No grant within the wait; the transaction was aborted.
     Timeout {
-        /// The lock waited for.
+        /// The lock waited for (a `lock_all`'s locks, separated by `, `).
         path: String,
         /// How long.
         after: Duration,
@@ -209,8 +209,12 @@ impl std::error::Error for TxnError {}
 #[derive(Clone, Copy, Debug, Default)]
 pub struct TxnOptions {
     /// Abort (with [`TxnError::Deadlock`]) instead of surrendering a lock the client was
-    /// already told it holds (the seed's `abort_on_deadlock`). Surrenders of locks still
-    /// pending happen either way and are invisible to the client.
+    /// already told it holds (the seed's `abort_on_deadlock`): a lock held when an earlier
+    /// call of the transaction (`lock`, `lock_on`, `lock_all`, each answered only when
+    /// every lock asked so far is held: the seed's "have all locks") returned `Ok`, and
+    /// not surrendered since. Surrenders of the other locks — still pending, or granted
+    /// on their servers while the call waits for the rest — happen either way and are
+    /// invisible to the client.
     pub abort_on_deadlock: bool,
     /// How long one `lock` call may wait (default [`DEFAULT_TIMEOUT`]); then the
     /// transaction aborts.
@@ -326,14 +330,12 @@ pub(crate) enum Cmd {
         abort_on_deadlock: bool,
         view: watch::Sender<TxnView>,
     },
-    /// `lock`/`lock_on`.
+    /// One `lock`, `lock_on` or `lock_all` call: its locks are asked of the agent in one
+    /// engine step, so that it cannot report holding all of them before it has every
+    /// one of them (a lock granted before the others is not told to the client).
     Lock {
         id: AgentId,
-        path: LockPath<DEPTH>,
-        name: String,
-        mode: LockMode,
-        servers: Servers,
-        req: Req,
+        locks: Vec<Ask>,
         reply: Reply<()>,
     },
     /// The transaction ends (commit if it holds every lock asked for, else abort).
@@ -347,6 +349,15 @@ pub(crate) enum Cmd {
     Entries {
         reply: oneshot::Sender<Vec<(u16, String, LockMode, bool)>>,
     },
+}
+
+/// One lock of a call.
+pub(crate) struct Ask {
+    path: LockPath<DEPTH>,
+    name: String,
+    mode: LockMode,
+    servers: Servers,
+    req: Req,
 }
 
 /// The sending side of a node's agents engine (cheap to clone).
@@ -560,31 +571,45 @@ impl Transaction {
         nodes: &[u16],
         req: Req,
     ) -> Result<(), TxnError> {
-        let p = lock_path(path)?;
-        let servers = self.servers(nodes)?;
-        let deadline = tokio::time::Instant::now() + self.timeout;
-        let rx = self.request(p, path, mode, servers, req)?;
-        self.wait(rx, path, deadline).await
+        let ask = Ask {
+            path: lock_path(path)?,
+            name: path.to_string(),
+            mode,
+            servers: self.servers(nodes)?,
+            req,
+        };
+        self.call(vec![ask]).await
     }
 
     /// Ask for every lock of `locks` (each on its home node) at once; returns when all are
-    /// held (within one timeout).
+    /// held (within one timeout). The client is told it holds them only then: with
+    /// `abort_on_deadlock`, a lock of this call granted before the others is surrendered
+    /// silently if a deadlock needs it, as a pending one is. A refused call (e.g. a path
+    /// twice) asks for none of them.
     pub async fn lock_all(&mut self, locks: &[(String, LockMode)]) -> Result<(), TxnError> {
-        let mut asked = Vec::new();
-        for (path, _) in locks {
-            asked.push(lock_path(path)?);
+        let mut asks = Vec::new();
+        for (path, mode) in locks {
+            asks.push(Ask {
+                path: lock_path(path)?,
+                name: path.clone(),
+                mode: *mode,
+                servers: Servers::one(hilock_kernel::agent::ServerId(home(path, self.inbox.n))),
+                req: Req::All,
+            });
         }
+        if asks.is_empty() {
+            return Ok(());
+        }
+        self.call(asks).await
+    }
+
+    /// One call: asks for `asks` and waits until the transaction holds every lock.
+    async fn call(&mut self, asks: Vec<Ask>) -> Result<(), TxnError> {
         let deadline = tokio::time::Instant::now() + self.timeout;
-        let mut waits = Vec::new();
-        for ((path, mode), p) in locks.iter().zip(asked) {
-            let home = home(path, self.inbox.n);
-            let servers = Servers::one(hilock_kernel::agent::ServerId(home));
-            waits.push((self.request(p, path, *mode, servers, Req::All)?, path));
-        }
-        for (rx, path) in waits {
-            self.wait(rx, path, deadline).await?;
-        }
-        Ok(())
+        let names: Vec<&str> = asks.iter().map(|a| a.name.as_str()).collect();
+        let names = names.join(", ");
+        let rx = self.request(asks)?;
+        self.wait(rx, &names, deadline).await
     }
 
     fn servers(&self, nodes: &[u16]) -> Result<Servers, TxnError> {
@@ -607,14 +632,10 @@ impl Transaction {
         Ok(Servers(s))
     }
 
-    /// Sends one request to the engine.
+    /// Sends one call's locks to the engine.
     fn request(
         &mut self,
-        path: LockPath<DEPTH>,
-        name: &str,
-        mode: LockMode,
-        servers: Servers,
-        req: Req,
+        locks: Vec<Ask>,
     ) -> Result<oneshot::Receiver<Result<(), TxnError>>, TxnError> {
         if self.ended {
             return Err(TxnError::Ended);
@@ -624,11 +645,7 @@ impl Transaction {
             .tx
             .send(Cmd::Lock {
                 id: self.id,
-                path,
-                name: name.to_string(),
-                mode,
-                servers,
-                req,
+                locks,
                 reply,
             })
             .map_err(|_| TxnError::Stopped)?;
