@@ -1,7 +1,7 @@
 //! Multi-lock transactions on both engines (`docs/benchmarks.md`, "Ordered acquisition
 //! against detection, in the simulator"): the token engine (hilock's sites,
 //! [`hilock_kernel::Site`]) taking a transaction's locks one by one in one global order
-//! (deadlock *prevention*), against Wiger's agents (Wiger's locks, [`hilock_kernel::agent`])
+//! (deadlock *prevention*), against Wiger's agents (Wiger's locks, [`hilock_kernel::agents`])
 //! taking them one by one in the transaction's own order and resolving the deadlocks that
 //! follow by a surrender (*detection*). The same workload, the same network model, one
 //! deterministic discrete-event loop.
@@ -36,7 +36,7 @@
 //!   per 1,000 message delays) and latency (first request to holding every lock, in
 //!   message delays, mean and maximum).
 
-use hilock_kernel::agent::{
+use hilock_kernel::agents::{
     Agent, AgentError, AgentId, AgentInput, AgentOutput, Announce, LockInfo, LockMode, LockPath,
     LockServer, QEntry, Req, Rule, ServerId, ServerMsg, Servers, Status,
 };

@@ -14,8 +14,8 @@
 //! - [`baseline`]: Naimi-Trehel and Mueller's prioritized Naimi, the measured baselines;
 //! - [`tree`]: Preston & Prasad's multi-granular tree locking (colours, grey counts,
 //!   demotion and promotion, top-down handshake latches); entry point [`tree::TreeLock`];
-//! - [`agent`]: Wiger's deadlock-resolving lock agents (uwiger/locks): lock servers and
-//!   transaction agents; entry points [`agent::LockServer`] and [`agent::Agent`];
+//! - [`agents`]: Wiger's deadlock-resolving lock agents (uwiger/locks): lock servers and
+//!   transaction agents; entry points [`agents::LockServer`] and [`agents::Agent`];
 //! - [`ring`]: the Chord-placed lock service and hilock's replicated ring server; entry
 //!   points [`ring::RingServer`] and [`ring::ChordClient`];
 //! - [`bakery`]: Lamport's bakery over quorum reads and writes; entry point
@@ -42,7 +42,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
-pub mod agent;
+pub mod agents;
 pub mod bakery;
 pub mod baseline;
 pub mod error;

@@ -134,7 +134,7 @@ named_rules! {
 }
 
 /// The rules of one engine, named: an enum of at most 64 variants (`#[repr(u8)]`, declared
-/// in order), each with a label. [`Rule`] (the thesis), `agent::Rule` (Wiger's locks) and
+/// in order), each with a label. [`Rule`] (the thesis), `agents::Rule` (Wiger's locks) and
 /// `ring::Rule` (the Chord lock paper) are the three; [`Rules`] is the one bit set over any of them.
 pub trait RuleName: Copy + 'static {
     /// Every rule, in declaration order (at most 64).
@@ -275,7 +275,7 @@ mod tests {
     #[test]
     fn the_three_engines_rules_share_one_set() {
         indexes_are_positions::<Rule>();
-        indexes_are_positions::<crate::agent::Rule>();
+        indexes_are_positions::<crate::agents::Rule>();
         indexes_are_positions::<crate::ring::Rule>();
         let two = Rules::of(crate::ring::Rule::LockLocal)
             .union(Rules::of(crate::ring::Rule::BackupModified));

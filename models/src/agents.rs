@@ -1,6 +1,6 @@
-//! Wiger's deadlock-resolving agents (seed 001) as a Stateright model: transactions
-//! (`hilock_kernel::agent::Agent`) lock paths on lock servers
-//! (`hilock_kernel::agent::LockServer`) over a network that delivers in any order across
+//! Wiger's deadlock-resolving agents (uwiger/locks) as a Stateright model: transactions
+//! (`hilock_kernel::agents::Agent`) lock paths on lock servers
+//! (`hilock_kernel::agents::LockServer`) over a network that delivers in any order across
 //! pairs of processes and in order between one pair (Erlang's guarantee; the
 //! configuration can drop that too). The model only routes messages and plays the
 //! clients; every rule is the kernel's.
@@ -46,7 +46,7 @@
 //!   guard: a livelock of surrenders would otherwise make the state space infinite).
 //! - `sometimes`: a surrender, a forward, every transaction committed, an abort.
 
-use hilock_kernel::agent::{
+use hilock_kernel::agents::{
     AbortReason, Agent, AgentError, AgentInput, AgentOutput, AgentVariant, Announce, LockInfo,
     LockMode, LockPath, LockServer, QEntry, Report, Req, Rule, ServerId, ServerMsg, ServerVariant,
     Servers, Status, WaitGraph,
@@ -1096,7 +1096,7 @@ impl Model for AgentsModel {
             agents: (0..n)
                 .map(|a| {
                     MAgent::new(
-                        hilock_kernel::agent::AgentId(a as u16),
+                        hilock_kernel::agents::AgentId(a as u16),
                         self.scripts[a].abort_on_deadlock,
                     )
                     .with_variant(self.agent_variant)

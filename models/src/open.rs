@@ -14,7 +14,7 @@ use crate::inversion::InversionConfig;
 use crate::seq::Diagram;
 use crate::token::{Action, BaseModel, Delivered, ModelConfig, ScriptOp, State};
 use crate::tree::TreeModel;
-use hilock_kernel::agent::{AgentVariant, LockMode, Req, ServerVariant};
+use hilock_kernel::agents::{AgentVariant, LockMode, Req, ServerVariant};
 use hilock_kernel::tree::TreeVariant;
 use hilock_kernel::NodeId;
 use hilock_spec::trace::{Trace, TraceInput, TRACE_FORMAT};

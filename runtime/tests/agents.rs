@@ -342,14 +342,14 @@ async fn bad_input_is_a_typed_error_and_changes_nothing() {
     assert!(matches!(
         t.lock(&deep, W).await,
         Err(TxnError::Refused(
-            hilock_kernel::agent::AgentError::PathTooDeep
+            hilock_kernel::agents::AgentError::PathTooDeep
         ))
     ));
     // The same lock again: the kernel's agent refuses it.
     assert!(matches!(
         t.lock(&a, R).await,
         Err(TxnError::Refused(
-            hilock_kernel::agent::AgentError::AlreadyQueued(_)
+            hilock_kernel::agents::AgentError::AlreadyQueued(_)
         ))
     ));
     // Node lists naming no node, a node outside the cluster, or one twice.
@@ -739,7 +739,7 @@ async fn five_nodes_200_random_transactions_no_exclusion_violation_all_end() {
 /// abort on deadlock (no timeouts, 20 s wait), within 60 s. It was red before the kernel's
 /// fix of the surrender livelock (two agents that both waited in a third agent's cycle
 /// surrendered one lock to each other back and forth; now a deadlock is a cycle of *waits
-/// for a holder*, `kernel/src/agent/graph.rs`).
+/// for a holder*, `kernel/src/agents/graph.rs`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn five_nodes_260_random_transactions_all_commit_or_abort_on_deadlock() {
     random_run(

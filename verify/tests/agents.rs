@@ -1,11 +1,11 @@
-//! Seed 001 (Wiger's deadlock-resolving agents, as refined by Arts): exhaustive Stateright
+//! The agents engine (Wiger's deadlock-resolving agents, as refined by Arts): exhaustive Stateright
 //! checks of the kernel's agents and lock servers (model: `models/src/agents.rs`), on the
 //! algorithm's classic cases. Every unique-state count is pinned. The alternatives Arts calls
 //! unsafe are refuted with named counterexamples saved under
 //! `spec/counterexamples/agents-*.json`.
 
-use hilock_kernel::agent::LockMode::{Read as R, Write as W};
-use hilock_kernel::agent::{AgentVariant, Req, Resolver, ServerVariant, SurrenderTo};
+use hilock_kernel::agents::LockMode::{Read as R, Write as W};
+use hilock_kernel::agents::{AgentVariant, Req, Resolver, ServerVariant, SurrenderTo};
 use hilock_models::agents::AgentsTrace;
 use hilock_models::agents::{
     AgentsModel, AgentsReport, Outcome, ScriptLock, BOUNDED, EXCLUSION, NO_DEADLOCK, NO_PHANTOM,
@@ -21,7 +21,7 @@ fn model(name: &str, servers: u16, scripts: &[(&[Lock], bool)]) -> AgentsModel {
     AgentsModel::new(name, servers, scripts).expect("configuration")
 }
 
-/// The classic cases of the algorithm (issue 16, item 5), with the seed's rules.
+/// The classic cases of the algorithm (Wiger's and Arts' examples), with the algorithm's rules.
 fn classic() -> Vec<AgentsModel> {
     vec![
         model("simple lock", 1, &[(&[(&[1], W, 1, ALL)], false)]),
@@ -119,7 +119,7 @@ fn classic() -> Vec<AgentsModel> {
     ]
 }
 
-/// Majority over three servers with one down (issue 16, item 5): A0 locks `[1]` on a
+/// Majority over three servers with one down: A0 locks `[1]` on a
 /// `majority` of S0, S1, S2; A1 locks `[2]` on `all` of S1, S2; S2 may crash at any point.
 /// A0 must commit in every run (two servers remain); A1 must commit, or abort naming S2
 /// when S2 is down (`transactions end as expected`). The locks are distinct: two agents
@@ -404,7 +404,7 @@ fn majority_locks_can_surrender_without_a_deadlock() {
 
 /// The seed's rule on [`three_by_three`]: every deadlock resolved by one surrender, none
 /// without a deadlock, none stays (752,707 states, about 65 s in the test profile on the
-/// shared 2-core machine: behind `--ignored`, listed in the README).
+/// shared 2-core machine: behind `--ignored`, listed in `docs/verification.md`).
 #[test]
 #[ignore]
 fn three_agents_three_locks_each_deadlock_resolved_by_one_surrender() {
@@ -429,7 +429,7 @@ fn depth_first_check_reaches_the_same_states() {
     }
 }
 
-/// The 4-cycle (issue 16, item 5): four agents on one server, agent `i` takes lock `i+1`
+/// The 4-cycle: four agents on one server, agent `i` takes lock `i+1`
 /// and then asks for the next agent's lock (`/1 /2`, `/2 /3`, `/3 /4`, `/4 /1`).
 fn four_cycle() -> AgentsModel {
     model(
@@ -462,7 +462,7 @@ fn majority_over_three_servers_with_one_down_commits_and_all_aborts_naming_it() 
 /// after about 6 min (test profile) at 12 GB resident on the shared 2-core, 23 GB machine.
 /// NOT RUN TO THE END depth-first either: stopped after about 11 min (8.7 min CPU) at
 /// 0.6 GB resident, still growing; so it has no pinned count and has not been seen to pass; behind `--ignored` and `HILOCK_AGENTS_4CYCLE=1` (so that a plain
-/// `--ignored` run does not take the machine's memory), listed in the README. The 4-cycle runs on real nodes in
+/// `--ignored` run does not take the machine's memory), listed in `docs/verification.md`. The 4-cycle runs on real nodes in
 /// `runtime/tests/agents.rs` `two_three_and_four_cycles_and_a_hierarchical_cycle_are_resolved`.
 #[test]
 #[ignore]
@@ -481,7 +481,7 @@ fn four_cycle_each_deadlock_resolved_by_one_surrender() {
     println!("unique states: {} (not pinned yet)", r.unique_states);
 }
 
-/// Found while building the runtime (issue 16, items 3 and 5), fixed in the kernel since:
+/// Found while building the runtime, fixed in the kernel since:
 /// under the rule before the fix ([`Resolver::LargestHolderOfWaitComponent`]: a "cycle" is
 /// a strongly connected component of *waits*, through agents that only wait behind a
 /// third agent's lock) two agents surrendered one lock to each other back and forth in the

@@ -5,8 +5,8 @@
 //! `Deliver { from: 1, .. }`, `Deliver(1, 0)`). The sequence diagram (`Model::as_svg`) of
 //! a path draws one lane per site and an arrow or dot per step.
 
-use hilock_kernel::agent::LockMode::{Read as R, Write as W};
-use hilock_kernel::agent::Req;
+use hilock_kernel::agents::LockMode::{Read as R, Write as W};
+use hilock_kernel::agents::Req;
 use hilock_kernel::tree::TreeVariant;
 use hilock_models::agents::AgentsModel;
 use hilock_models::bakery::{BakeryModel, BakerySystem};

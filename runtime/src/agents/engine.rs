@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Instant;
 
-use hilock_kernel::agent::{
+use hilock_kernel::agents::{
     AbortReason, AgentError, AgentId, AgentInput, AgentOutput, Announce, LockPath, Rule, ServerId,
     ServerMsg, Status,
 };
@@ -550,7 +550,7 @@ impl Engine {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use hilock_kernel::agent::{LockMode, QEntry, Req, Servers};
+    use hilock_kernel::agents::{LockMode, QEntry, Req, Servers};
     use std::sync::Mutex;
     use tokio::sync::oneshot;
 

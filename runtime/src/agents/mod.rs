@@ -1,7 +1,7 @@
 //! The agents engine (Wiger's locks, Ulf Wiger's deadlock-resolving lock agents) on real nodes:
 //! transactions over many locks whose deadlocks are detected and resolved by a surrender.
 //!
-//! Every rule is the kernel's ([`hilock_kernel::agent`]): each node runs one
+//! Every rule is the kernel's ([`hilock_kernel::agents`]): each node runs one
 //! [`LockServer`] (the server of the locks whose *home* it is) and one [`Agent`] per
 //! transaction started on it; [`engine`] only routes the kernel's outputs — a server's
 //! announcements to the node of the agent they name, an agent's requests to the servers'
@@ -42,8 +42,8 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
 
-use hilock_kernel::agent::{AgentError, AgentId, LockInfo, LockPath, ServerMsg, Servers};
-pub use hilock_kernel::agent::{LockMode, Req};
+use hilock_kernel::agents::{AgentError, AgentId, LockInfo, LockPath, ServerMsg, Servers};
+pub use hilock_kernel::agents::{LockMode, Req};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use tokio::sync::{mpsc, oneshot, watch};
@@ -59,7 +59,7 @@ pub const RECORDS: usize = 128;
 /// Locks and known queues per transaction.
 pub const LOCKS: usize = 32;
 /// Largest cluster the agents engine serves (the kernel names servers in a 32-bit set).
-pub const MAX_SERVERS: usize = hilock_kernel::agent::MAX_SERVERS;
+pub const MAX_SERVERS: usize = hilock_kernel::agents::MAX_SERVERS;
 
 /// A peer unreachable this long counts as a dead lock server for the running agents.
 pub const SERVER_DOWN_AFTER: Duration = Duration::from_millis(1500);
@@ -71,9 +71,9 @@ pub const LINK_CHECK: Duration = Duration::from_millis(50);
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The kernel agent the runtime runs.
-pub type RtAgent = hilock_kernel::agent::Agent<DEPTH, QUEUE, LOCKS>;
+pub type RtAgent = hilock_kernel::agents::Agent<DEPTH, QUEUE, LOCKS>;
 /// The kernel lock server the runtime runs.
-pub type RtServer = hilock_kernel::agent::LockServer<DEPTH, QUEUE, RECORDS>;
+pub type RtServer = hilock_kernel::agents::LockServer<DEPTH, QUEUE, RECORDS>;
 /// A queue announcement.
 pub type Info = LockInfo<DEPTH, QUEUE>;
 
@@ -593,7 +593,7 @@ impl Transaction {
                 path: lock_path(path)?,
                 name: path.clone(),
                 mode: *mode,
-                servers: Servers::one(hilock_kernel::agent::ServerId(home(path, self.inbox.n))),
+                servers: Servers::one(hilock_kernel::agents::ServerId(home(path, self.inbox.n))),
                 req: Req::All,
             });
         }

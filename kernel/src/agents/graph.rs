@@ -382,7 +382,7 @@ impl WaitGraph {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::agent::{LockMode, LockPath};
+    use crate::agents::{LockMode, LockPath};
 
     fn e(a: u16, k: &[u16], mode: LockMode, granted: bool) -> QEntry<2> {
         QEntry {

@@ -1,4 +1,4 @@
-//! The lock server ("the object algorithm" of seed 001).
+//! The lock server ("the object algorithm" of Wiger's locks).
 
 use super::{
     AgentError, AgentId, Announce, LockInfo, LockMode, LockPath, QEntry, Report, Rule, ServerId,
@@ -27,7 +27,7 @@ pub struct ServerVariant {
     /// once. Without it (refuted): it waits behind the entries of others queued between,
     /// which wait for the agent's own covering entry — the agent waits for itself through
     /// them, and surrenders with no cycle of distinct agents.
-    #[cfg_attr(feature = "serde", serde(default = "crate::recovery::yes"))]
+    #[cfg_attr(feature = "serde", serde(default = "crate::token::recovery::yes"))]
     pub grant_covered: bool,
 }
 

@@ -1,5 +1,5 @@
 //! Ulf Wiger's deadlock-resolving lock agents, as model-checked and refined by Thomas Arts
-//! (seed 001, the Erlang application `locks`; quotations below are from the seed's section
+//! (Wiger's Erlang application `locks`, uwiger/locks; quotations below are from its section
 //! "Description of the algorithm and some implementation issues").
 //!
 //! Two pure state machines, in the shape of the rest of the kernel (validate, then apply;
@@ -47,7 +47,7 @@
 //! the server tells it) or already got that version from the sender ("no superfluous
 //! information is sent if avoidable"). Information therefore travels along the wait-for
 //! edges, and around a cycle every member ends up with the whole cycle, so the largest
-//! holder in it detects it. `BENCHMARKS.md` counts the messages this costs.
+//! holder in it detects it. `docs/benchmarks.md` counts the messages this costs.
 //!
 //! # One snapshot per server
 //! The queues of related locks of one server share entries (those of `[a]` are in the

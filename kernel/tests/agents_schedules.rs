@@ -1,10 +1,10 @@
-//! The agents (seed 001) under many seeded delivery schedules: agents and lock servers
+//! The agents engine (Wiger's locks) under many seeded delivery schedules: agents and lock servers
 //! exchange messages over FIFO channels (one per ordered pair of processes, Erlang's
 //! guarantee) and a seeded generator picks which channel delivers next, and when a client
 //! that holds its locks ends its transaction. Every rule is the kernel's; the harness only
 //! routes and plays the clients.
 
-use hilock_kernel::agent::{
+use hilock_kernel::agents::{
     Agent, AgentId, AgentInput, AgentOutput, Announce, LockMode, LockPath, LockServer, Req, Rule,
     ServerId, ServerMsg, Servers, Status,
 };
@@ -15,7 +15,7 @@ const Q: usize = 8;
 const K: usize = 6;
 type Ag = Agent<D, Q, K>;
 type Srv = LockServer<D, Q, K>;
-type Info = hilock_kernel::agent::LockInfo<D, Q>;
+type Info = hilock_kernel::agents::LockInfo<D, Q>;
 
 /// One lock of a call: keys, mode, server.
 type Lock = (&'static [u16], LockMode, u16);

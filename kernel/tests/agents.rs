@@ -1,8 +1,11 @@
-//! Checks for the mutants of the agent group (`kernel/src/agent/`) that cargo-mutants' pass 8
-//! missed with its first, cheap stage (the kernel's unit tests only; spec/MUTANTS.md, "Pass
-//! 8, agent"). The comment above each test names the mutants it kills.
+//! The agents engine's rules at the edges the kernel's unit tests miss (Wiger's locks, as
+//! refined by Arts: S1–S6 for the lock server, A1–A8 for the agent; `spec/SPEC.md`, the
+//! agents part): the wait-for graph and its cycles (A5), the closing lock, versions (A2),
+//! own-identity acknowledgements (A3), forwarding (A7), servers down (A8) and every typed
+//! error. Each test names the rule it pins; the comment above it names the mutants of
+//! `kernel/src/agents/` it kills (`docs/verification.md`, mutation testing).
 
-use hilock_kernel::agent::{
+use hilock_kernel::agents::{
     Agent, AgentError, AgentId, AgentInput, AgentOutput, AgentVariant, Announce, LockInfo,
     LockMode, LockPath, LockServer, QEntry, Report, Req, Resolver, Rule, ServerId, ServerMsg,
     ServerVariant, Servers, Status, SurrenderTo, WaitGraph, MAX_SERVERS,
@@ -71,7 +74,7 @@ fn a_queue_is_contended_when_some_entry_waits() {
 // mod.rs: `<AgentError as Display>::fmt` replaced with `Ok(Default::default())`.
 #[test]
 fn every_agent_error_has_its_own_text() {
-    use hilock_kernel::agent::AgentError::*;
+    use hilock_kernel::agents::AgentError::*;
     let all = [
         EmptyPath,
         PathTooDeep,
@@ -592,7 +595,7 @@ fn a_server_reported_down_twice_stays_down() {
     assert!(rep.contains(Rule::AbortServersDown));
     assert_eq!(
         a.status(),
-        Status::Aborted(hilock_kernel::agent::AbortReason::ServersDown(ServerId(2)))
+        Status::Aborted(hilock_kernel::agents::AbortReason::ServersDown(ServerId(2)))
     );
 }
 

@@ -1,4 +1,4 @@
-//! The agent of one transaction ("the client algorithm" of seed 001).
+//! The agent of one transaction ("the client algorithm" of Wiger's locks).
 
 use super::{
     AbortReason, AgentError, AgentId, AgentOutput, LockInfo, LockMode, LockPath, QEntry, Report,
@@ -49,7 +49,7 @@ pub struct AgentVariant {
     /// entry they share otherwise (it is out of date: [`WaitGraph::agree`]). Without it
     /// (refuted): a chain of waits joins what one entry was in an old queue to what it is
     /// in a new one, and the agent surrenders with no cycle in the servers' queues.
-    #[cfg_attr(feature = "serde", serde(default = "crate::recovery::yes"))]
+    #[cfg_attr(feature = "serde", serde(default = "crate::token::recovery::yes"))]
     pub skip_outdated: bool,
 }
 
@@ -761,7 +761,7 @@ impl<const D: usize, const Q: usize, const K: usize> Agent<D, Q, K> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::agent::{Announce, LockServer};
+    use crate::agents::{Announce, LockServer};
 
     const D: usize = 2;
     const Q: usize = 6;
@@ -1192,7 +1192,7 @@ mod tests {
         assert!(r.contains(Rule::SurrenderAcked));
     }
 
-    /// The hierarchical stall of the runtime's random hierarchical run (issue 16), by
+    /// The hierarchical stall of the runtime's random hierarchical run, by
     /// hand: a queue of `/1/1` announced *before* A2 surrendered `/1` (A2's entry on `/1`
     /// holds in it) arrives *after* the surrender. Taken as news, it shows A2 still
     /// holding, so A2 "finds" the cycle again and surrenders `/1/1`, which the server
