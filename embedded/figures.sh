@@ -23,7 +23,8 @@ if [ -z "$size_tool" ]; then
 fi
 command -v qemu-system-arm >/dev/null 2>&1 || { echo "SKIP figures: no qemu-system-arm"; exit 0; }
 
-dir=target/thumbv7em-none-eabihf/release
+# CARGO_TARGET_DIR when set (as cargo reads it), else target/.
+dir="${CARGO_TARGET_DIR:-target}/thumbv7em-none-eabihf/release"
 sec() { "$size_tool" -A "$1" | awk -v s="$2" '$1 == s { print $2 }'; }
 flash() { echo $(( $(sec "$1" .text) + $(sec "$1" .rodata) )); }
 ram() { echo $(( $(sec "$1" .data) + $(sec "$1" .bss) )); }

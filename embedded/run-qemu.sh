@@ -34,7 +34,10 @@ if ! command -v qemu-system-arm >/dev/null 2>&1; then
   fi
 fi
 
-elf=target/thumbv7em-none-eabihf/release/hilock-embedded
+# Where cargo puts the image: CARGO_TARGET_DIR when set (absolute or relative to this
+# folder, as cargo reads it), else target/.
+out="${CARGO_TARGET_DIR:-target}/thumbv7em-none-eabihf/release"
+elf="$out/hilock-embedded"
 
 # -icount shift=6: QEMU's virtual clock advances 64 ns per executed instruction; SysTick
 # counts that clock, so the firmware's step figures are instruction counts (src/meter.rs).
@@ -57,7 +60,7 @@ echo "embedded: QEMU run passed"
 
 # The README's "Embedding" example: one site per device, inputs from an interrupt.
 status=0
-run target/thumbv7em-none-eabihf/release/node >"$log" 2>&1 || status=$?
+run "$out/node" >"$log" 2>&1 || status=$?
 cat "$log"
 if [ "$status" -ne 0 ] || ! grep -qx "node: PASS" "$log"; then
   echo "embedded: the one-site example (src/bin/node.rs) failed (exit $status)" >&2
