@@ -43,8 +43,9 @@ fn pinned(r: &BakeryReport) {
         .iter()
         .find(|(n, _)| *n == r.config)
         .unwrap_or_else(|| panic!("{}: no pinned state count (add it to PINNED)", r.config));
-    assert_eq!(
-        r.unique_states, p.1,
+    verify::assert_pinned!(
+        r.unique_states,
+        p.1,
         "{}: the reachable state space changed",
         r.config
     );

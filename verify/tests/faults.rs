@@ -71,8 +71,9 @@ fn pass(c: FaultConfig, reached: &[&str]) -> FaultReport {
         .iter()
         .find(|(n, _)| *n == r.config)
         .unwrap_or_else(|| panic!("{}: no pinned state count", r.config));
-    assert_eq!(
-        r.unique_states, pinned.1,
+    verify::assert_pinned!(
+        r.unique_states,
+        pinned.1,
         "{}: the reachable state space changed",
         r.config
     );

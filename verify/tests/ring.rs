@@ -65,7 +65,7 @@ fn pass(m: &RingModel) -> RingReport {
         .iter()
         .find(|(n, _)| *n == m.name)
         .unwrap_or_else(|| panic!("{}: no pinned state count", m.name));
-    assert_eq!(r.unique_states, pinned.1, "{}: state space changed", m.name);
+    verify::assert_pinned!(r.unique_states, pinned.1, "{}: state space changed", m.name);
     r
 }
 
@@ -624,7 +624,7 @@ fn pass_clients(m: &RingModel, holds: &[&str], pinned: usize) -> RingReport {
         assert!(!r.found(p), "{}: {p} violated", m.name);
     }
     assert!(r.found(GRANTED), "{}: vacuous", m.name);
-    assert_eq!(r.unique_states, pinned, "{}: state space changed", m.name);
+    verify::assert_pinned!(r.unique_states, pinned, "{}: state space changed", m.name);
     r
 }
 

@@ -314,7 +314,7 @@ fn run(c: &ModelConfig) -> CheckReport {
             .iter()
             .find(|(n, _)| *n == c.name)
             .unwrap_or_else(|| panic!("{}: no pinned state count (add it to PINNED)", c.name));
-        assert_eq!(
+        verify::assert_pinned!(
             r.unique_states,
             pinned.1,
             "{}: the reachable state space changed (violated: {:?})",
@@ -407,7 +407,7 @@ fn every_pair_of_modes_requested_concurrently() {
         .iter()
         .find(|(n, _)| *n == "50 pair configurations:")
         .map(|p| p.1);
-    assert_eq!(
+    verify::assert_pinned!(
         Some(total),
         pinned,
         "the 50 pair configurations' total changed"
@@ -927,7 +927,7 @@ fn pip() -> Variant {
 #[test]
 fn pip_stale_reissued_request_is_not_lost() {
     let r = pass(&pip_configs()[0]);
-    assert_eq!(r.unique_states, 14010);
+    verify::assert_pinned!(r.unique_states, 14010);
 }
 
 /// The two PIP configurations (stale reissue, stale copy served by a token transfer).
@@ -1172,9 +1172,9 @@ fn forwarding_variants_on_every_configuration() {
         (Forwarding::ClassPointers, ""),
     ]);
     let pin = |name: &str| PINNED.iter().find(|(n, _)| *n == name).map(|p| p.1);
-    assert_eq!(Some(thesis), pin("thesis forwarding:"));
-    assert_eq!(Some(r[0].0), pin("compressed forwarding:"));
-    assert_eq!(Some(r[1].0), pin("class pointers:"));
+    verify::assert_pinned!(Some(thesis), pin("thesis forwarding:"));
+    verify::assert_pinned!(Some(r[0].0), pin("compressed forwarding:"));
+    verify::assert_pinned!(Some(r[1].0), pin("class pointers:"));
 }
 
 /// Experimental: id-ordered, one-shot requester pointers

@@ -42,8 +42,9 @@ fn run(m: &TreeModel) -> TreeReport {
             .iter()
             .find(|(n, _)| *n == r.config)
             .unwrap_or_else(|| panic!("{}: no pinned state count (add it to PINNED)", r.config));
-        assert_eq!(
-            r.unique_states, pinned.1,
+        verify::assert_pinned!(
+            r.unique_states,
+            pinned.1,
             "{}: the reachable state space changed",
             r.config
         );
