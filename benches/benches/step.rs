@@ -9,11 +9,11 @@
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
 use hilock_benches::scenarios::{self, DefaultOutputs};
 use hilock_benches::token::LOCKS;
+use hilock_harness::VecSink;
 use hilock_kernel::{
     token::tables, DefaultSite, Input, LockId, Mode, Msg, NaimiSite, NodeId, Output, QueueEntry,
     Site,
 };
-use hilock_spec::VecSink;
 use std::hint::black_box;
 
 fn steps(c: &mut Criterion) {

@@ -51,8 +51,8 @@ pub fn exclusive_held(known: bool, held: bool, error: KernelError) -> Result<Mod
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hilock_harness::VecSink;
     use hilock_kernel::{LockId, NodeId};
-    use hilock_spec::VecSink;
 
     /// A sink with room for `n` outputs.
     struct Small(Vec<Output<u8>>, usize);

@@ -21,7 +21,7 @@
 //!   ±`jitter`), a message between two processes of one node takes none (it still keeps
 //!   its channel's order) and is counted apart as local.
 //! - **Routing only**: the token engine's sites are driven through the harness
-//!   ([`hilock_spec::Cluster`]: channels, delivery, mutual-exclusion check); the agents
+//!   ([`hilock_harness::Cluster`]: channels, delivery, mutual-exclusion check); the agents
 //!   engine's servers and agents through their `step` functions, whose outputs are put on
 //!   the channels they name (the routing of `models/src/agents.rs` and
 //!   `runtime/src/agents/engine.rs`, with times). No rule is decided here.
@@ -36,13 +36,13 @@
 //!   per 1,000 message delays) and latency (first request to holding every lock, in
 //!   message delays, mean and maximum).
 
+use hilock_harness::Cluster;
+use hilock_harness::VecSink;
 use hilock_kernel::agents::{
     Agent, AgentError, AgentId, AgentInput, AgentOutput, Announce, LockInfo, LockMode, LockPath,
     LockServer, QEntry, Req, Rule, ServerId, ServerMsg, Servers, Status,
 };
 use hilock_kernel::{Input, LockId, Mode, NodeId, Output, Protocol, Site};
-use hilock_spec::cluster::Cluster;
-use hilock_spec::VecSink;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;

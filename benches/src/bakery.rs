@@ -7,9 +7,9 @@
 //!
 //! - **Sites.** [`BakerySite`] is a client (nodes `0..C`, bakery client id = node + 1;
 //!   column 0 is the work queue's marker) or a replica (nodes `C..C + 3`) behind the
-//!   kernel's [`Protocol`] interface, so that the one harness ([`hilock_spec::Cluster`])
+//!   kernel's [`Protocol`] interface, so that the one harness ([`hilock_harness::Cluster`])
 //!   routes and delivers every request and answer and checks mutual exclusion
-//!   ([`hilock_spec::cluster::Cluster::check_exclusive`]) after every grant. The site only
+//!   ([`hilock_harness::Cluster::check_exclusive`]) after every grant. The site only
 //!   translates: a kernel `Send` to replica `r` is a message to node `C + r`, a replica's
 //!   reply goes back to the sender, `Entered` is the grant. Every rule of the seed runs in
 //!   the kernel.
@@ -37,6 +37,8 @@
 use crate::adapter::{all_or_nothing, exclusive_held};
 use crate::central::CentralSite;
 use crate::token::{self, Config, Driven, Mix, PrioMode, Proto, RelayClass, Requester, Stats};
+use hilock_harness::Invariants;
+use hilock_harness::VecSink;
 use hilock_kernel::bakery::{
     BakeryError, Client, ClientId, ClientOutput, Config as BakeryConfig, Input as BInput, Phase,
     Program, Replica, ReplicaId, Reply, Request, Row, Variant,
@@ -44,8 +46,6 @@ use hilock_kernel::bakery::{
 use hilock_kernel::{
     Input, KernelError, LockId, Mode, MsgKind, NodeId, Output, Protocol, Report, Sink, Site,
 };
-use hilock_spec::cluster::Invariants;
-use hilock_spec::VecSink;
 
 /// Replicas of the store.
 pub const REPLICAS: usize = 3;

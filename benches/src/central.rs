@@ -20,10 +20,10 @@
 
 use crate::adapter::{all_or_nothing, exclusive_held};
 use crate::token::{Driven, RelayClass, Requester};
+use hilock_harness::Invariants;
 use hilock_kernel::{
     Input, KernelError, LockId, Mode, MsgKind, NodeId, Output, Protocol, Report, Sink,
 };
-use hilock_spec::cluster::Invariants;
 use std::collections::VecDeque;
 
 /// A message of the central lock service.

@@ -6,8 +6,8 @@
 //!   slots at `hash("hilock-ring-slot-<i>")` as in the runtime) and one kernel
 //!   [`ChordClient`] (client `i`, routing with a full membership view) at node `i`, behind
 //!   the kernel's [`Protocol`] interface, so that the one harness
-//!   ([`hilock_spec::Cluster`]) routes and delivers its messages and checks mutual
-//!   exclusion ([`hilock_spec::cluster::Cluster::check_exclusive`]) after every grant. A message between the
+//!   ([`hilock_harness::Cluster`]) routes and delivers its messages and checks mutual
+//!   exclusion ([`hilock_harness::Cluster::check_exclusive`]) after every grant. A message between the
 //!   client and the server of one node is a local call (not sent, no delay), as the token
 //!   engine's local acquire.
 //! - **Workload and timing.** The simulator's own timing loop ([`token::run_sites`]): its
@@ -28,6 +28,8 @@
 
 use crate::adapter::{all_or_nothing, exclusive_held};
 use crate::token::{self, Config, Driven, Proto, RelayClass, Requester, ENTRIES};
+use hilock_harness::Invariants;
+use hilock_harness::VecSink;
 use hilock_kernel::ring::{
     hash, Addr, Answer, ChordClient, ChordError, ChordMsg, ClientEvent, ClientId, Key, Op, Out,
     Ring, RingServer, View,
@@ -35,8 +37,6 @@ use hilock_kernel::ring::{
 use hilock_kernel::{
     Input, KernelError, LockId, Mode, MsgKind, NodeId, Output, Protocol, Report, Sink,
 };
-use hilock_spec::cluster::Invariants;
-use hilock_spec::VecSink;
 use std::collections::VecDeque;
 
 /// Slots of the ring (the kernel's ring holds at most 16).

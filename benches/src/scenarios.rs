@@ -3,8 +3,8 @@
 //! `step` is measured. Building them allocates (a small in-memory network); stepping a
 //! clone of one does not.
 
+use hilock_harness::Cluster;
 use hilock_kernel::{DefaultSite, Input, LockId, Mode, Msg, MsgKind, NodeId, Output, Outputs};
-use hilock_spec::Cluster;
 
 /// Output buffer of the default site.
 pub type DefaultOutputs = Outputs<Msg<8>, 26>;
@@ -57,7 +57,7 @@ impl Scenario {
 }
 
 /// Four sites (A = 0 holds the token; B, C, D point to A) in the one harness
-/// ([`hilock_spec::Cluster`], FIFO channels): building a scenario routes and delivers
+/// ([`hilock_harness::Cluster`], FIFO channels): building a scenario routes and delivers
 /// through it, so the prepared sites are in states the protocol reaches.
 #[derive(Clone, Debug)]
 pub struct Net(pub Cluster<DefaultSite>);

@@ -24,7 +24,7 @@
 //!   entering the CS) per access mode and per priority level, over a measurement window
 //!   that starts after a warm-up.
 //!
-//! Routing and delivery go through the one harness, [`hilock_spec::cluster::Cluster`] (FIFO
+//! Routing and delivery go through the one harness, [`hilock_harness::Cluster`] (FIFO
 //! channels, sites and outputs on the heap); the simulator adds only the timing: an arrival
 //! time per message in flight and the event queue.
 //!
@@ -33,11 +33,11 @@
 //! [`KernelError::QueueOverflow`]) after the receiver's next step, keeping the channel FIFO
 //! (the harness puts a rejected message back at the head of its channel).
 
+use hilock_harness::{Cluster, Invariants, StepError};
 use hilock_kernel::{
     Forwarding, Inheritance, Input, KernelError, LockId, Mode, Msg, MsgKind, NaimiMsg, NaimiSite,
     NodeId, Output, PrioNaimiMsg, PrioNaimiSite, Priority, Protocol, ReleaseRule, Site, Variant,
 };
-use hilock_spec::cluster::{Cluster, Invariants, StepError};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::cmp::Reverse;

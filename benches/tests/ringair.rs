@@ -6,9 +6,9 @@
 
 use hilock_benches::ringair::{self, entry_key, RingMsg, RingSite, R};
 use hilock_benches::token::{Config, Proto, ENTRIES};
+use hilock_harness::Cluster;
 use hilock_kernel::ring::View;
 use hilock_kernel::{Input, LockId, Mode, NodeId, Output, Protocol};
-use hilock_spec::cluster::Cluster;
 
 fn cluster(n: usize) -> Cluster<RingSite> {
     Cluster::new((0..n).map(|i| RingSite::new(i, n).unwrap()).collect())

@@ -1,7 +1,7 @@
 //! The smallest fixed-capacity delivery loop the firmware needs: `N` sites in one image and
 //! one wire of at most `W` messages in send order.
 //!
-//! Not the host harness: `hilock_spec::Cluster` keeps its sites and channels in `Vec`,
+//! Not the host harness: `hilock_harness::Cluster` keeps its sites and channels in `Vec`,
 //! `BTreeMap`, `VecDeque` and `Arc` and needs `std`, which this target does not have. This
 //! loop only routes `Send` outputs and delivers; it checks no property. What keeps it honest
 //! is `src/script.rs`: the firmware compares every step's rules and every end state with the

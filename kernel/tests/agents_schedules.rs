@@ -75,7 +75,7 @@ impl Sim<'_> {
 
     /// Steps agent `a` and routes what it sends.
     fn step(&mut self, a: usize, input: AgentInput<'_, D, Q>) {
-        let mut out = hilock_spec::VecSink::default();
+        let mut out = hilock_harness::VecSink::default();
         let rep = self.agents[a].step(input, &mut out).expect("agent step");
         if rep.contains(Rule::Surrender) {
             self.run.surrenders += 1;
@@ -119,7 +119,7 @@ impl Sim<'_> {
     }
 
     fn server(&mut self, s: u16, msg: &ServerMsg<D>) {
-        let mut out: hilock_spec::VecSink<Announce<D, Q>> = Default::default();
+        let mut out: hilock_harness::VecSink<Announce<D, Q>> = Default::default();
         if self.servers[s as usize].step(msg, &mut out).is_err() {
             self.run.refused += 1;
         }

@@ -9,14 +9,14 @@
 //! harness sizes its buffer by (1.3, "Validate, then apply"); and the premise of
 //! `tables::derived::frozen_by` (Table 2.4). Each test was written for a mutant of the
 //! thesis core that the other tests missed (`docs/verification.md`, "Mutation testing").
-//! Every run goes through the one harness (`hilock_spec::Cluster`).
+//! Every run goes through the one harness (`hilock_harness::Cluster`).
 
+use hilock_harness::{Cluster, Step};
 use hilock_kernel::token::tables::{derived, tokenable};
 use hilock_kernel::{
     compatible, Forwarding, Inheritance, Input, LockId, Mode, Msg, NodeId, Output, Priority, Rule,
     Site, Variant,
 };
-use hilock_spec::{Cluster, Step};
 
 type S = Site<8, 2, 8>;
 const L0: LockId = LockId(0);

@@ -2,13 +2,13 @@
 //! "Keeping intention modes"): an idle node keeps IR/IW without a `Release`,
 //! re-enters by Rule 2 without a message, and gives the mode back on a freeze, on a
 //! request for a mode it does not cover, and on recovery. Every step runs in the one
-//! harness (`hilock_spec::Cluster`), which checks P1–P3b after each.
+//! harness (`hilock_harness::Cluster`), which checks P1–P3b after each.
 
+use hilock_harness::Cluster;
 use hilock_kernel::token::recovery::{rebuild, FaultSite, LockReport, Plan, Stamped};
 use hilock_kernel::{
     Input, LockId, Mode, Msg, MsgKind, NodeId, Output, Outputs, ReleaseRule, Site, Variant,
 };
-use hilock_spec::Cluster;
 
 type S = Site<4, 1, 4>;
 const L: LockId = LockId(0);

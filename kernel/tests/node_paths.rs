@@ -3,11 +3,11 @@
 //! of requests (`spec/SPEC.md` 1.4, "Exactly-once requests"), the copyset's order, the
 //! token's generation, and the counters of stale messages.
 
+use hilock_harness::Cluster;
 use hilock_kernel::{
     Frozen, Inheritance, Input, KernelError, LockId, Mode, ModeSet, Msg, NodeId, Output, Outputs,
     QueueEntry, Rule, Site, Variant,
 };
-use hilock_spec::Cluster;
 use proptest::prelude::*;
 use std::collections::BTreeSet;
 

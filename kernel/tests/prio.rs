@@ -2,10 +2,10 @@
 //! PIP — and the harmlessness of PIP reissues that meet a request already granted or
 //! carried away with the token.
 
+use hilock_harness::Cluster;
 use hilock_kernel::{
     Forwarding, Inheritance, Input, LockId, Mode, Msg, NodeId, Output, Outputs, Site, Variant,
 };
-use hilock_spec::Cluster;
 
 type S = Site<4, 2, 4>;
 const L: LockId = LockId(0);

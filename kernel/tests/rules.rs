@@ -1,10 +1,10 @@
 //! Rule-by-rule tests of the hierarchical protocol on a few sites, named after the rule and
 //! table they check.
 
+use hilock_harness::Cluster;
 use hilock_kernel::{
     Frozen, Input, KernelError, LockId, Mode, ModeSet, Msg, NodeId, Output, Outputs, Site, Variant,
 };
-use hilock_spec::Cluster;
 use std::ops::{Index, IndexMut};
 
 type S = Site<4, 2, 4>;
@@ -432,7 +432,7 @@ fn literal_release_handling_violates_mutual_exclusion() {
     assert_eq!(s[1].lock(L).unwrap().held(), Mode::R);
     // The harness's P1 (literal Table 2.1) sees it.
     let e = s.0.check_safety().unwrap_err();
-    assert_eq!(e.property, hilock_spec::cluster::property::P1, "{e}");
+    assert_eq!(e.property, hilock_harness::properties::P1, "{e}");
 }
 
 /// Exactly-once requests (`spec/SPEC.md` 1.4, hop numbers): a request delivered a second time

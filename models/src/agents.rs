@@ -46,12 +46,12 @@
 //!   guard: a livelock of surrenders would otherwise make the state space infinite).
 //! - `sometimes`: a surrender, a forward, every transaction committed, an abort.
 
+use hilock_harness::VecSink;
 use hilock_kernel::agents::{
     AbortReason, Agent, AgentError, AgentInput, AgentOutput, AgentVariant, Announce, LockInfo,
     LockMode, LockPath, LockServer, QEntry, Report, Req, Rule, ServerId, ServerMsg, ServerVariant,
     Servers, Status, WaitGraph,
 };
-use hilock_spec::VecSink;
 use serde::Serialize;
 use stateright::{Checker, HasDiscoveries, Model, Path, Property};
 use std::collections::BTreeMap;

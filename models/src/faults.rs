@@ -44,6 +44,7 @@
 
 use crate::check::property_reports;
 use crate::token::ScriptOp;
+use hilock_harness::Cluster;
 use hilock_kernel::token::recovery::{
     next_members, rebuild, Epoch, FaultSite, Liveness, Plan, RecoveryVariant, Stamped, Standing,
 };
@@ -51,7 +52,6 @@ use hilock_kernel::{
     Forwarding, Input, KernelError, LockId, Mode, MsgKind, NodeId, Output, ReleaseRule, Site,
     Variant,
 };
-use hilock_spec::cluster::Cluster;
 use hilock_spec::system::{SpecMsg, MODEL_NODES, QUEUE};
 use hilock_spec::trace::describe_msg;
 use serde::Serialize;

@@ -18,8 +18,8 @@
 //! checker reports the least B that holds.
 
 use crate::token::Delivered;
+use hilock_harness::{properties, Cluster};
 use hilock_kernel::{Inheritance, Input, LockId, Mode, NodeId, Output, Variant};
-use hilock_spec::cluster::{property, Cluster};
 use hilock_spec::system::{ModelSite, MODEL_NODES};
 use stateright::{Checker, Model, Path, Property};
 
@@ -525,26 +525,26 @@ impl Model for InversionConfig {
     fn properties(&self) -> Vec<Property<Self>> {
         vec![
             // P1, P2, P3, P3b, P4 and "no kernel error" are the harness's properties
-            // (`hilock_spec::cluster`), written once.
-            Property::always(property::P1, |_, st: &InvState| {
+            // (`hilock_harness::properties`), written once.
+            Property::always(properties::P1, |_, st: &InvState| {
                 st.cluster.check_mutual_exclusion().is_ok()
             }),
-            Property::always(property::P2, |_, st: &InvState| {
+            Property::always(properties::P2, |_, st: &InvState| {
                 st.cluster.check_single_token().is_ok()
             }),
-            Property::always(property::P3, |_, st: &InvState| {
+            Property::always(properties::P3, |_, st: &InvState| {
                 st.cluster.check_owned_records().is_ok()
                     && crate::token::kept_modes_idle(&st.cluster)
             }),
-            Property::always(property::P3B, |_, st: &InvState| {
+            Property::always(properties::P3B, |_, st: &InvState| {
                 st.cluster.check_frozen_reach_children().is_ok()
             }),
-            Property::always(property::NO_ERROR, |_, st: &InvState| {
+            Property::always(properties::NO_ERROR, |_, st: &InvState| {
                 st.cluster.check_no_kernel_error().is_ok()
             }),
             // P4 in quiescent-state form (no fairness needed): when nothing can move,
             // nobody waits — so every script has completed.
-            Property::always(property::P4, |m: &Self, st: &InvState| {
+            Property::always(properties::P4, |m: &Self, st: &InvState| {
                 st.cluster.check_no_deadlock(m.idle(st)).is_ok()
             }),
             Property::always("P7 bounded inversion", |m: &Self, st: &InvState| {
@@ -605,12 +605,12 @@ pub fn least_bound(
         };
         let checker = cfg.check();
         for p in [
-            property::P1,
-            property::P2,
-            property::P3,
-            property::P3B,
-            property::NO_ERROR,
-            property::P4,
+            properties::P1,
+            properties::P2,
+            properties::P3,
+            properties::P3B,
+            properties::NO_ERROR,
+            properties::P4,
         ] {
             if let Some(path) = checker.discovery(p) {
                 let steps: Vec<String> =

@@ -79,11 +79,11 @@
 //!   (and applied), an upgrade completed, an idle relay's shortcut taken (only under
 //!   [`hilock_kernel::Forwarding::Compress`]).
 
+use hilock_harness::{Cluster, Order};
 use hilock_kernel::token::tables::table_2_1;
 use hilock_kernel::{
     Frozen, Input, LockId, Mode, Msg, MsgKind, NodeId, Output, Pending, Rule, Variant,
 };
-use hilock_spec::cluster::{Cluster, Order};
 use hilock_spec::system::{ModelSite, SpecMsg, MODEL_NODES};
 use hilock_spec::trace::describe_msg;
 use serde::{Deserialize, Serialize};
@@ -671,7 +671,7 @@ impl<const L: usize> fmt::Debug for State<L> {
     }
 }
 
-pub use hilock_spec::cluster::covers;
+pub use hilock_harness::covers;
 
 impl<const L: usize> BaseModel<L> {
     fn n(&self) -> usize {
@@ -1012,7 +1012,7 @@ impl<const L: usize> BaseModel<L> {
     }
 }
 
-// P1–P5 and "no kernel error" are the harness's properties (`hilock_spec::cluster`),
+// P1–P5 and "no kernel error" are the harness's properties (`hilock_harness::properties`),
 // written once; the model only says when its users are idle (no script can run).
 
 fn p1<const L: usize>(_: &BaseModel<L>, st: &State<L>) -> bool {

@@ -19,9 +19,9 @@
 //! first, until the network is empty. Without a schedule the runner repeats: issue every
 //! node's next operation that is not waiting for a grant, then `"*"`, until nothing moves.
 
-use crate::cluster::{Step, StepError};
 use crate::system::{SpecMsg, System, MAX_LOCKS, MAX_NODES};
 use crate::trace::{NodeSnapshot, Trace, TraceInput, TraceOutput, TraceStep, TRACE_FORMAT};
+use hilock_harness::{Step, StepError};
 use hilock_kernel::{Inheritance, Input, LockId, Mode, NodeId, Output, Variant};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;

@@ -8,7 +8,7 @@
 //! for the Stateright models. (The simulator sizes its sites by the run, up to 1,024 nodes,
 //! and never records traces; the runtime has its own wire types.)
 
-use crate::cluster::Cluster;
+use hilock_harness::Cluster;
 use hilock_kernel::{Msg, Site};
 
 /// Largest number of nodes of a scenario or test system.

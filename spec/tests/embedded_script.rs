@@ -2,7 +2,7 @@
 //! Cortex-M4) against the shared harness and the scenario files:
 //!
 //! - the schedule, trees, priorities and inheritance are those of the JSON file;
-//! - running the schedule through `hilock_spec::Cluster` (the one harness, with its safety
+//! - running the schedule through `hilock_harness::Cluster` (the one harness, with its safety
 //!   checks after every step) fires exactly the rules the firmware expects at every step and
 //!   ends in exactly the end states it expects;
 //! - the JSON runner passes the scenario and its final states agree with the table.

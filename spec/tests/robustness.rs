@@ -2,7 +2,7 @@
 //! operations, deliveries and nonsense (messages for unknown locks and nodes, releases of
 //! nothing, duplicates of any delivered message, deliveries out of FIFO order). The kernel never panics, rejects what does not
 //! fit with a typed error and no state change, and after every step every safety property
-//! of the one harness (`hilock_spec::cluster`) that applies holds: no two sites hold
+//! of the one harness (`hilock_harness::properties`) that applies holds: no two sites hold
 //! incompatible modes (P1), exactly one token per lock (P2), and while the network has been
 //! FIFO without faults the tree invariants (P3, P3b). A second property drives well-formed
 //! runs on FIFO channels and then drains them: every request is granted (P4 at quiescence).

@@ -1,8 +1,8 @@
 //! What the Naimi-Trehel tests share: the sites of a protocol in the one harness, and the
 //! order in which requests were granted.
 
+use hilock_harness::Cluster;
 use hilock_kernel::{Input, NodeId, Output, Protocol};
-use hilock_spec::Cluster;
 use std::hash::Hash;
 
 /// The sites in the one harness, and the order in which requests were granted.

@@ -1,11 +1,12 @@
-//! One harness: a [`Cluster`] of kernel sites and the network between them.
+//! The harness: a [`Cluster`] of kernel sites and the network between them.
 //!
 //! Every host-side driver of the kernel — the Stateright models (`hilock_models`), the
-//! scenario runner ([`crate::scenario`]), the robustness proptests, the simulator
+//! scenario runner (`hilock_spec::scenario`), the robustness proptests, the simulator
 //! (`hilock_benches::token`), the kernel's integration tests and the bench scenarios — routes
 //! the `Send` outputs of a step, delivers messages and checks the global properties through
-//! this one type. A property is written here once (P1, P2, P3, P3b, deadlock at
-//! quiescence, no kernel error, P10 fencing tokens) and checked by all of them.
+//! this one type. A property is written once, in its own file under [`crate::properties`]
+//! (P1, P2, P3, P3b, deadlock at quiescence, no kernel error, P10 fencing tokens), and
+//! checked by all of them.
 //!
 //! # The network
 //! Per ordered pair of nodes a channel: FIFO ([`Order::Fifo`], the thesis assumption), or a
@@ -30,11 +31,11 @@
 //! Sites and channels live on the heap and every step's outputs go to a growable
 //! [`VecSink`], so a cluster of 1,024 sites needs no large stack.
 
+use crate::properties::FenceBreach;
 use crate::VecSink;
-use hilock_kernel::token::tables::{grantable_set, table_2_1};
 use hilock_kernel::{
-    Input, KernelError, LockId, Mode, MsgKind, NaimiSite, NodeId, Output, PrioNaimiSite, Protocol,
-    Report, RuleSet, Sink, Site,
+    Input, KernelError, LockId, Mode, MsgKind, NodeId, Output, Protocol, Report, RuleSet, Sink,
+    Site,
 };
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt;
@@ -74,7 +75,7 @@ impl Faults {
     }
 
     /// Only reordering (every message sent is delivered exactly once, possibly out of order).
-    fn at_most_reordered(self) -> bool {
+    pub(crate) fn at_most_reordered(self) -> bool {
         Faults {
             reordered: false,
             ..self
@@ -132,63 +133,6 @@ impl<M> Step<M> {
             .iter()
             .any(|o| matches!(o, Output::Granted { .. } | Output::Upgraded { .. }))
     }
-}
-
-/// A violated property: its name (as in `spec/SPEC.md`) and what was seen.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Violation {
-    /// The property, e.g. `"P1 mutual exclusion"`.
-    pub property: &'static str,
-    /// What violates it.
-    pub detail: String,
-}
-
-impl fmt::Display for Violation {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} violated: {}", self.property, self.detail)
-    }
-}
-
-impl From<Violation> for String {
-    fn from(v: Violation) -> String {
-        v.to_string()
-    }
-}
-
-/// Property names, as in `spec/SPEC.md`.
-pub mod property {
-    /// No two sites hold modes of a lock that conflict by the literal Table 2.1.
-    pub const P1: &str = "P1 mutual exclusion";
-    /// Per lock one token, at a site or in flight.
-    pub const P2: &str = "P2 single token";
-    /// Invariant 2.2: a parent's record of a child is its owned mode (FIFO) or covers it.
-    pub const P3: &str = "P3 owned-mode invariant";
-    /// Invariant 2.3: the modes a parent froze are frozen at its children.
-    pub const P3B: &str = "P3b frozen-mode invariant";
-    /// Nothing in flight and every user idle: no request is pending.
-    pub const P4: &str = "P4 no deadlock";
-    /// The kernel accepted every input it was given.
-    pub const NO_ERROR: &str = "no kernel error";
-    /// Of two grants of a lock in conflicting modes, the later has the larger fence.
-    pub const FENCE: &str = "P10 fencing tokens increase";
-}
-
-/// A grant whose fencing token is not larger than that of an earlier conflicting grant of
-/// the same lock (what [`Cluster::check_fences`] reports).
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct FenceBreach {
-    /// The node granted.
-    pub node: NodeId,
-    /// The lock.
-    pub lock: LockId,
-    /// The mode granted.
-    pub mode: Mode,
-    /// Its fence.
-    pub fence: u64,
-    /// The mode of the earlier conflicting grant.
-    pub earlier: Mode,
-    /// The earlier grant's fence (at least `fence`).
-    pub earlier_fence: u64,
 }
 
 /// A message in flight, with its global send number. The send number orders "oldest first"
@@ -341,16 +285,16 @@ const SMALL_OUTPUT_BYTES: usize = 512;
 #[derive(Debug)]
 pub struct Cluster<P: Protocol> {
     sites: Vec<Slot<P>>,
-    channels: BTreeMap<(NodeId, NodeId), Channel<P::Msg>>,
-    order: Order,
-    locks: u16,
-    crashed: BTreeSet<NodeId>,
-    faults: Faults,
-    error: Option<StepError>,
+    pub(crate) channels: BTreeMap<(NodeId, NodeId), Channel<P::Msg>>,
+    pub(crate) order: Order,
+    pub(crate) locks: u16,
+    pub(crate) crashed: BTreeSet<NodeId>,
+    pub(crate) faults: Faults,
+    pub(crate) error: Option<StepError>,
     /// Ghost history for the fencing property: per lock, the largest fence granted in
     /// each mode (indexed by `Mode as usize`), and the first grant that broke the order.
-    fences: BTreeMap<LockId, [Option<u64>; 6]>,
-    fence_breach: Option<FenceBreach>,
+    pub(crate) fences: BTreeMap<LockId, [Option<u64>; 6]>,
+    pub(crate) fence_breach: Option<FenceBreach>,
     // Bookkeeping (not state).
     seq: u64,
     sent: u64,
@@ -384,7 +328,7 @@ impl<P: Protocol> Clone for Cluster<P> {
 
 impl<P: Protocol> Cluster<P> {
     /// The channels with a message in flight.
-    fn busy(&self) -> impl Iterator<Item = (&(NodeId, NodeId), &Channel<P::Msg>)> + '_ {
+    pub(crate) fn busy(&self) -> impl Iterator<Item = (&(NodeId, NodeId), &Channel<P::Msg>)> + '_ {
         self.channels.iter().filter(|(_, q)| !q.is_empty())
     }
 }
@@ -655,40 +599,6 @@ where
             Output::Granted { lock, mode } => self.note_fence(from, lock, mode),
             Output::Upgraded { lock } => self.note_fence(from, lock, Mode::W),
         }
-    }
-
-    /// The ghost history of the fencing property: `node` was just granted `lock` in `mode`
-    /// (the step is applied, so the site reports the grant's fence). A protocol without
-    /// fencing tokens reports none and is not recorded; a grant of a fenced protocol
-    /// ([`Protocol::FENCED`]) without a fence counts as fence 0, below every fence issued
-    /// (they start at 1), so it breaches P10 after any conflicting grant.
-    fn note_fence(&mut self, node: NodeId, lock: LockId, mode: Mode) {
-        let fence = match self.sites[node.idx()].site.fence(lock) {
-            Ok(Some(fence)) => fence,
-            _ if P::FENCED => 0,
-            _ => return,
-        };
-        let seen = self.fences.entry(lock).or_insert([None; 6]);
-        if self.fence_breach.is_none() {
-            for m in Mode::REQUESTABLE {
-                match seen[m as usize] {
-                    Some(f) if f >= fence && (table_2_1(m, mode) || table_2_1(mode, m)) => {
-                        self.fence_breach = Some(FenceBreach {
-                            node,
-                            lock,
-                            mode,
-                            fence,
-                            earlier: m,
-                            earlier_fence: f,
-                        });
-                        break;
-                    }
-                    _ => {}
-                }
-            }
-        }
-        let slot = &mut seen[mode as usize];
-        *slot = Some(slot.map_or(fence, |f| f.max(fence)));
     }
 
     #[inline(always)]
@@ -1055,174 +965,14 @@ where
         !self.in_flight_on(a, b, lock, &kind) && !self.in_flight_on(b, a, lock, &kind)
     }
 
-    // ------------------------------------------------------------------ properties
-
-    fn live(&self) -> impl Iterator<Item = (NodeId, &P)> + '_ {
+    /// The live (not crashed) sites, with their node ids.
+    pub(crate) fn live(&self) -> impl Iterator<Item = (NodeId, &P)> + '_ {
         let all = self.crashed.is_empty();
         self.sites
             .iter()
             .enumerate()
             .map(|(i, s)| (NodeId(i as u16), &*s.site))
             .filter(move |(n, _)| all || !self.crashed.contains(n))
-    }
-
-    /// P1, mutual exclusion: no two sites hold modes of the same lock that conflict by the
-    /// literal Table 2.1 ([`hilock_kernel::token::tables::TABLE_2_1`], not the kernel's `conflicts`,
-    /// which a unit test compares with it cell by cell). O(sites) per lock.
-    pub fn check_mutual_exclusion(&self) -> Result<(), Violation> {
-        for l in 0..self.locks {
-            let lock = LockId(l);
-            // The modes held (a bit per mode) and those held by two sites or more.
-            let (mut held, mut twice) = (0u8, 0u8);
-            for (_, s) in self.live() {
-                let m = s.held(lock).unwrap_or(Mode::Phi);
-                if m != Mode::Phi {
-                    let bit = 1u8 << (m as u8);
-                    twice |= held & bit;
-                    held |= bit;
-                }
-            }
-            if held.count_ones() <= 1 && twice == 0 {
-                continue; // at most one holder
-            }
-            for a in Mode::REQUESTABLE {
-                let bit_a = 1u8 << (a as u8);
-                if held & bit_a == 0 {
-                    continue;
-                }
-                for b in Mode::REQUESTABLE {
-                    let bit_b = 1u8 << (b as u8);
-                    let both = if a == b {
-                        twice & bit_a != 0
-                    } else {
-                        held & bit_b != 0
-                    };
-                    if both && (table_2_1(a, b) || table_2_1(b, a)) {
-                        let holders: Vec<String> = self
-                            .live()
-                            .filter_map(|(n, s)| {
-                                let m = s.held(lock).unwrap_or(Mode::Phi);
-                                (m == a || m == b).then(|| format!("{n} holds {m}"))
-                            })
-                            .collect();
-                        return Err(Violation {
-                            property: property::P1,
-                            detail: format!("on {lock}: {}", holders.join(", ")),
-                        });
-                    }
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// P2, single token: per lock exactly one token, at a site or in flight (at most one
-    /// once a message was lost or a node crashed).
-    pub fn check_single_token(&self) -> Result<(), Violation> {
-        let lossy = self.faults.lost || self.faults.crashed;
-        for l in 0..self.locks {
-            let lock = LockId(l);
-            let at_sites = self
-                .live()
-                .filter(|(_, s)| s.has_token(lock).unwrap_or(false))
-                .count();
-            let in_flight = self
-                .channels
-                .values()
-                .flatten()
-                .filter(|m| P::kind(&m.msg) == MsgKind::Token && P::lock_of(&m.msg) == lock)
-                .count();
-            let n = at_sites + in_flight;
-            if n > 1 || (n == 0 && !lossy) {
-                return Err(Violation {
-                    property: property::P2,
-                    detail: format!("{lock}: {at_sites} tokens at sites and {in_flight} in flight"),
-                });
-            }
-        }
-        Ok(())
-    }
-
-    /// No kernel error: the kernel accepted every ordinary input (injected messages aside).
-    pub fn check_no_kernel_error(&self) -> Result<(), Violation> {
-        match self.error {
-            None => Ok(()),
-            Some(e) => Err(Violation {
-                property: property::NO_ERROR,
-                detail: e.to_string(),
-            }),
-        }
-    }
-
-    /// P10, fencing tokens: every grant (and completed upgrade) so far had a fence larger than
-    /// that of every earlier grant of the same lock in a conflicting mode (literal Table
-    /// 2.1). Not checked once a node crashed: a node restarted with fresh state starts its
-    /// counter again (the runtime refuses such a node instead: `docs/faults.md`, "Static
-    /// cluster (the default)").
-    pub fn check_fences(&self) -> Result<(), Violation> {
-        match &self.fence_breach {
-            Some(b) if !self.faults.crashed => Err(Violation {
-                property: property::FENCE,
-                detail: format!(
-                    "{} granted {} {} with fence {}, not above the fence {} of an earlier {} grant",
-                    b.node, b.lock, b.mode, b.fence, b.earlier_fence, b.earlier
-                ),
-            }),
-            _ => Ok(()),
-        }
-    }
-
-    /// The fencing ghost: per lock, the largest fence granted so far in each mode.
-    pub fn fences_granted(&self, lock: LockId) -> Option<[Option<u64>; 6]> {
-        self.fences.get(&lock).copied()
-    }
-
-    /// A live site with a pending request (or upgrade), if any.
-    pub fn pending(&self) -> Option<(NodeId, LockId)> {
-        self.live().find_map(|(n, s)| {
-            (0..self.locks)
-                .map(LockId)
-                .find(|l| s.is_pending(*l).unwrap_or(false))
-                .map(|l| (n, l))
-        })
-    }
-
-    /// P4, no deadlock at quiescence: if nothing is in flight and `users_idle` (the caller's
-    /// users will issue nothing more that could unblock a request: e.g. every script has
-    /// ended, or nothing is held), no request is pending.
-    pub fn check_no_deadlock(&self, users_idle: bool) -> Result<(), Violation> {
-        if !users_idle || self.busy().next().is_some() {
-            return Ok(());
-        }
-        match self.pending() {
-            None => Ok(()),
-            Some((n, l)) => Err(Violation {
-                property: property::P4,
-                detail: format!(
-                    "{n} waits for {l}, nothing is in flight and no user will act again"
-                ),
-            }),
-        }
-    }
-
-    /// Mutual exclusion of a protocol whose every mode is exclusive (the Naimi-Trehel
-    /// baselines): at most one site holds a lock, whatever the mode.
-    pub fn check_exclusive(&self) -> Result<(), Violation> {
-        for l in 0..self.locks {
-            let lock = LockId(l);
-            let holders: Vec<NodeId> = self
-                .live()
-                .filter(|(_, s)| s.held(lock).unwrap_or(Mode::Phi) != Mode::Phi)
-                .map(|(n, _)| n)
-                .collect();
-            if holders.len() > 1 {
-                return Err(Violation {
-                    property: property::P1,
-                    detail: format!("{lock} is held by {holders:?} (every mode is exclusive)"),
-                });
-            }
-        }
-        Ok(())
     }
 
     /// Drives the cluster to quiescence: delivers every message (oldest first) and releases
@@ -1260,194 +1010,9 @@ where
         }
         Err(format!("the cluster did not drain within {rounds} rounds"))
     }
-
-    /// Every safety property that applies, after any step: P1, P2 and the protocol's own
-    /// invariants ([`Invariants`], e.g. P3 and P3b for hilock sites), each where the
-    /// cluster's faults allow it. (No kernel error is separate,
-    /// [`Cluster::check_no_kernel_error`]: a driver that feeds nonsense on purpose expects
-    /// rejections.)
-    pub fn check_safety(&self) -> Result<(), Violation>
-    where
-        P: Invariants,
-    {
-        self.check_mutual_exclusion()?;
-        self.check_single_token()?;
-        P::invariants(self)
-    }
-}
-
-/// Invariants of one protocol over a whole cluster, beyond P1 and P2 (which every token
-/// protocol shares). [`Cluster::check_safety`] checks them.
-pub trait Invariants: Protocol + Sized {
-    /// Checks the protocol's own invariants where the cluster's faults allow them.
-    fn invariants(cluster: &Cluster<Self>) -> Result<(), Violation> {
-        let _ = cluster;
-        Ok(())
-    }
-}
-
-impl<const N: usize, const L: usize> Invariants for NaimiSite<N, L> {
-    fn invariants(c: &Cluster<Self>) -> Result<(), Violation> {
-        c.check_exclusive()
-    }
-}
-impl<const N: usize, const L: usize, const P: usize, const Q: usize> Invariants
-    for PrioNaimiSite<N, L, P, Q>
-{
-    fn invariants(c: &Cluster<Self>) -> Result<(), Violation> {
-        c.check_exclusive()
-    }
-}
-
-impl<const N: usize, const L: usize, const Q: usize> Invariants for Site<N, L, Q> {
-    fn invariants(c: &Cluster<Self>) -> Result<(), Violation> {
-        c.check_owned_records()?;
-        c.check_frozen_reach_children()?;
-        c.check_fences()
-    }
-}
-
-/// Every mode that conflicts with `owned` also conflicts with `record`, and `record` is at
-/// least as strong (literal Table 2.1).
-pub fn covers(record: Mode, owned: Mode) -> bool {
-    owned == Mode::Phi
-        || (record.at_least(owned)
-            && Mode::REQUESTABLE
-                .iter()
-                .all(|m| !table_2_1(owned, *m) || table_2_1(record, *m)))
-}
-
-fn records(k: MsgKind) -> bool {
-    matches!(k, MsgKind::Release | MsgKind::Grant | MsgKind::Token)
 }
 
 impl<const N: usize, const L: usize, const Q: usize> Cluster<Site<N, L, Q>> {
-    /// Every (lock, child, parent) of a live non-token node whose link to a live parent is
-    /// quiet by `kind`.
-    fn quiet_links(
-        &self,
-        kind: fn(MsgKind) -> bool,
-    ) -> impl Iterator<Item = (LockId, NodeId, NodeId)> + '_ {
-        (0..L).flat_map(move |l| {
-            let lock = LockId(l as u16);
-            self.live().filter_map(move |(c, s)| {
-                let node = &s.locks()[l];
-                let p = node.parent()?;
-                (!node.has_token()
-                    && p.idx() < self.sites.len()
-                    && !self.crashed.contains(&p)
-                    && self.quiet(c, p, lock, kind))
-                .then_some((lock, c, p))
-            })
-        })
-    }
-
-    /// P3, invariant 2.2: for every lock and every non-token node `c` with parent `p` whose
-    /// link is quiet (no `Release`, `Grant` or `Token` of the lock in flight either way),
-    /// `p`'s record of `c` equals `c`'s owned mode on FIFO channels without faults (so a
-    /// weakening such as R → IR must reach the parent, Rule 5.2), and covers it
-    /// ([`covers`]) on the unordered network or after reordering, where a release can
-    /// overtake the grant it follows. Not checked after duplication, loss, injection or a
-    /// crash.
-    pub fn check_owned_records(&self) -> Result<(), Violation> {
-        if !self.faults.at_most_reordered() {
-            return Ok(());
-        }
-        let exact = self.order == Order::Fifo && self.faults.none();
-        for (lock, c, p) in self.quiet_links(records) {
-            let record = self.site(p).locks()[lock.idx()].peers()[c.idx()].child_owned;
-            let owned = self.site(c).locks()[lock.idx()].owned();
-            let ok = if exact {
-                record == owned
-            } else {
-                covers(record, owned)
-            };
-            if !ok {
-                return Err(Violation {
-                    property: property::P3,
-                    detail: format!("on {lock}: {p} records {c} as {record}, {c} owns {owned}"),
-                });
-            }
-        }
-        if exact {
-            self.check_records_name_children()?;
-        }
-        Ok(())
-    }
-
-    /// P3, the converse half (FIFO channels without faults): a node that records `c` as a
-    /// child (a non-Φ record) is `c`'s parent, once their link is quiet (no `Release`,
-    /// `Grant` or `Token` of the lock in flight either way). A node granted by a new parent
-    /// must release its old parent's record (leave-old-parent, `LockNode::on_grant` and
-    /// `on_token`); a record left behind at a node that is no longer the parent is not seen
-    /// by the first half, which reads records only along parent pointers, yet it keeps that
-    /// node's owned mode up for ever.
-    fn check_records_name_children(&self) -> Result<(), Violation> {
-        for l in 0..L {
-            let lock = LockId(l as u16);
-            for (p, s) in self.live() {
-                let node = &s.locks()[l];
-                for (c, record) in node.children() {
-                    if c.idx() >= self.sites.len()
-                        || self.crashed.contains(&c)
-                        || !self.quiet(c, p, lock, records)
-                    {
-                        continue;
-                    }
-                    let child = &self.site(c).locks()[l];
-                    if child.has_token() || child.parent() != Some(p) {
-                        return Err(Violation {
-                            property: property::P3,
-                            detail: format!(
-                                "on {lock}: {p} records {c} as {record}, but {c}'s parent is {}",
-                                child
-                                    .parent()
-                                    .map_or("none (it holds the token)".to_string(), |x| x
-                                        .to_string())
-                            ),
-                        });
-                    }
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// P3b, invariant 2.3: for every lock and every child `c` of `p` (non-Φ record) whose
-    /// link is quiet (no message of the lock in flight either way), every mode `p` has
-    /// frozen that `c` could grant (`tables::grantable_set` of the record) is frozen at `c`
-    /// with at least `p`'s threshold. Stated for FIFO channels without faults (on the
-    /// unordered network a freeze can overtake the grant that makes its receiver a child,
-    /// and is then dropped as stale).
-    pub fn check_frozen_reach_children(&self) -> Result<(), Violation> {
-        if self.order != Order::Fifo || !self.faults.none() {
-            return Ok(());
-        }
-        for (lock, c, p) in self.quiet_links(|_| true) {
-            let node = &self.site(c).locks()[lock.idx()];
-            let parent = &self.site(p).locks()[lock.idx()];
-            let record = parent.peers()[c.idx()].child_owned;
-            if record == Mode::Phi {
-                continue;
-            }
-            let missing = parent
-                .frozen_thresholds()
-                .restrict(grantable_set(record))
-                .beyond(node.frozen_thresholds());
-            if !missing.is_empty() {
-                return Err(Violation {
-                    property: property::P3B,
-                    detail: format!(
-                        "on {lock}: {p} froze {} that {c} (recorded {record}) could grant, {c} has frozen only {}",
-                        missing.modes(),
-                        node.frozen()
-                    ),
-                });
-            }
-        }
-        Ok(())
-    }
-
     /// `n` hilock sites whose lock `l` has parent `parent(l, node)` (`None`: the token
     /// holder), all running `variant`.
     pub fn hilock(

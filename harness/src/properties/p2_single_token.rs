@@ -1,0 +1,42 @@
+//! P2, single token: per lock exactly one token, at a site or in flight
+//! ([`Cluster::check_single_token`]); at most one once a message was lost or a node crashed.
+
+use super::Violation;
+use crate::Cluster;
+use hilock_kernel::{LockId, MsgKind, Protocol};
+use std::hash::Hash;
+
+/// Per lock one token, at a site or in flight.
+pub const P2: &str = "P2 single token";
+
+impl<P: Protocol + Clone> Cluster<P>
+where
+    P::Msg: Hash,
+{
+    /// P2, single token: per lock exactly one token, at a site or in flight (at most one
+    /// once a message was lost or a node crashed).
+    pub fn check_single_token(&self) -> Result<(), Violation> {
+        let lossy = self.faults.lost || self.faults.crashed;
+        for l in 0..self.locks {
+            let lock = LockId(l);
+            let at_sites = self
+                .live()
+                .filter(|(_, s)| s.has_token(lock).unwrap_or(false))
+                .count();
+            let in_flight = self
+                .channels
+                .values()
+                .flatten()
+                .filter(|m| P::kind(&m.msg) == MsgKind::Token && P::lock_of(&m.msg) == lock)
+                .count();
+            let n = at_sites + in_flight;
+            if n > 1 || (n == 0 && !lossy) {
+                return Err(Violation {
+                    property: P2,
+                    detail: format!("{lock}: {at_sites} tokens at sites and {in_flight} in flight"),
+                });
+            }
+        }
+        Ok(())
+    }
+}
