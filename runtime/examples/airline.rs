@@ -1,11 +1,11 @@
 //! Three nodes in one process on 127.0.0.1, taking hierarchical locks through the API.
 //!
-//! `cargo run -p hilock --example airline`
+//! `cargo run -p hilock-runtime --example airline`
 
 use std::time::Duration;
 
-use hilock::{Config, Node, NodeAddr, Options};
 use hilock_kernel::Mode;
+use hilock_runtime::{Config, Node, NodeAddr, Options};
 use tokio::net::TcpListener;
 
 #[tokio::main]
@@ -53,7 +53,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     drop(u);
 
     let s = a.status().await?;
-    println!("{}", hilock::client::render_status(&s));
+    println!("{}", hilock_runtime::client::render_status(&s));
     for n in running {
         n.shutdown().await;
     }

@@ -237,7 +237,7 @@ pub enum Membership {
     /// The configured nodes, for the node's whole run (the default).
     #[default]
     Static,
-    /// Node leases and the member list in etcd (`hilock::membership`, feature `etcd`).
+    /// Node leases and the member list in etcd (`hilock_runtime::membership`, feature `etcd`).
     Etcd {
         /// etcd's client endpoints.
         endpoints: Vec<String>,

@@ -1,10 +1,10 @@
-//! # hilock
+//! # hilock-runtime
 //!
-//! Real hilock nodes over TCP, driven by [`hilock_kernel`] (tokio), the hierarchical lock
-//! API, and the `hilock` command's library part.
+//! Real hilock nodes over TCP, driven by [`hilock_kernel`] (tokio), and the hierarchical
+//! lock API. The `hilock` command (package `hilock`, `cli/`) is built on it.
 //!
 //! ```no_run
-//! use hilock::{Config, Node, NodeAddr};
+//! use hilock_runtime::{Config, Node, NodeAddr};
 //! use hilock_kernel::Mode;
 //! # async fn f() -> Result<(), Box<dyn std::error::Error>> {
 //! let nodes = vec![
@@ -29,17 +29,16 @@
 //! - `membership` (feature `etcd`): node leases, the member list, epochs and the recovery
 //!   leader through etcd;
 //! - [`proc`]: the process group of `hilock lock`'s command (kill it, see it gone);
-//! - [`demo`]: `hilock demo`, the airline workload on a loopback cluster with an oracle;
-//! - [`cli`]: the subcommands that work on the specification.
+//! - [`oracle`]: the history checker of `hilock demo` and the tests, and the loopback
+//!   cluster they run it on.
 
 pub mod agents;
 pub mod bakery;
-pub mod cli;
 pub mod client;
 pub mod config;
-pub mod demo;
 #[cfg(feature = "etcd")]
 pub mod membership;
+pub mod oracle;
 pub mod proc;
 pub mod ring;
 pub mod token;

@@ -7,9 +7,9 @@ use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use hilock::agents::{home, LockMode, Req, Transaction, TxnError, TxnOptions};
-use hilock::demo::local_cluster;
-use hilock::Node;
+use hilock_runtime::agents::{home, LockMode, Req, Transaction, TxnError, TxnOptions};
+use hilock_runtime::oracle::local_cluster;
+use hilock_runtime::Node;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -687,7 +687,7 @@ async fn random_run(
     o.seconds = started.elapsed().as_secs_f64();
     o.transactions = (nodes.len() * clients * per_client) as u64;
     let st: Vec<_> = nodes.iter().map(|n| n.agent_stats()).collect();
-    let sum = |f: fn(&hilock::agents::AgentStats) -> u64| st.iter().map(f).sum::<u64>();
+    let sum = |f: fn(&hilock_runtime::agents::AgentStats) -> u64| st.iter().map(f).sum::<u64>();
     o.surrenders = sum(|s| s.surrenders_done);
     o.surrenders_refused = sum(|s| s.surrenders_refused);
     o.revoked = sum(|s| s.revoked);

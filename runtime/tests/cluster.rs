@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
-use hilock::demo::{local_cluster, Oracle};
-use hilock::wire::{self, Frame, Hello, Side, PROTOCOL_VERSION};
-use hilock::{Config, Error, Node, NodeAddr, Options};
 use hilock_kernel::{LockId, Mode, Msg, NodeId};
+use hilock_runtime::oracle::{local_cluster, Oracle};
+use hilock_runtime::wire::{self, Frame, Hello, Side, PROTOCOL_VERSION};
+use hilock_runtime::{Config, Error, Node, NodeAddr, Options};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokio::io::AsyncWriteExt;
@@ -474,7 +474,7 @@ async fn garbage_and_bad_handshakes_are_refused_and_the_node_keeps_serving() {
             }),
         }))
     };
-    let peer2 = |s: hilock::Status| s.peers.into_iter().find(|p| p.id == 2).unwrap();
+    let peer2 = |s: hilock_runtime::Status| s.peers.into_iter().find(|p| p.id == 2).unwrap();
     let mut c = handshake(a0, "faults", 2, 0, SECRET).await;
     let b = c.next().await.unwrap().unwrap();
     assert_eq!(
@@ -612,7 +612,7 @@ async fn bad_api_input_is_a_typed_error() {
         (Mode::IW, Mode::IW),
         (Mode::W, Mode::IW),
     ] {
-        assert_eq!(hilock::intention(mode), above);
+        assert_eq!(hilock_runtime::intention(mode), above);
         let g = n.lock("/a/b/c", mode).await.unwrap();
         assert_eq!(
             g.locks().collect::<Vec<_>>(),
@@ -687,7 +687,7 @@ async fn a_flood_of_silent_connections_is_capped_and_the_node_keeps_serving() {
         .unwrap();
     wait_connected(&nodes[0]).await;
     let before = nodes[0].stats().rejected_connections;
-    let n = hilock::token::MAX_PENDING_HANDSHAKES + 36;
+    let n = hilock_runtime::token::MAX_PENDING_HANDSHAKES + 36;
     let mut silent = Vec::new();
     for _ in 0..n {
         silent.push(TcpStream::connect(nodes[0].listen_addr()).await.unwrap());
@@ -724,11 +724,11 @@ async fn status_shows_holders_local_waiters_and_the_kernel_queue() {
     let local = tokio::spawn(async move { drop(h0.lock(&p0, Mode::W).await.unwrap()) });
     let remote = tokio::spawn(async move { drop(h1.lock(&p1, Mode::R).await.unwrap()) });
     // (Each node shows the lock once a request for it has reached the node.)
-    let lock_of = |s: hilock::Status| {
+    let lock_of = |s: hilock_runtime::Status| {
         s.locks
             .into_iter()
             .find(|l| l.path == p)
-            .unwrap_or_else(|| hilock::token::LockStatus {
+            .unwrap_or_else(|| hilock_runtime::token::LockStatus {
                 path: p.clone(),
                 token: false,
                 parent: None,

@@ -1,17 +1,17 @@
-//! `hilock::membership` against a real etcd (feature `etcd`): every test starts its own
+//! `hilock_runtime::membership` against a real etcd (feature `etcd`): every test starts its own
 //! single-member etcd on free 127.0.0.1 ports with a temporary data directory
 //! (`support/etcd.rs`, which installs Debian's etcd-server where it is missing and it can)
 //! and skips with one printed line where etcd cannot be had. Every test body runs under a
 //! time bound: a hang is a failure.
 //!
-//! `cargo test -p hilock --features etcd --test etcd_membership`
+//! `cargo test -p hilock-runtime --features etcd --test etcd_membership`
 
 #[path = "support/etcd.rs"]
 mod etcd;
 
 use std::time::Duration;
 
-use hilock::membership::{
+use hilock_runtime::membership::{
     EpochView, Error, EtcdOptions, LeaseState, LostReason, Member, MemberView, Membership,
 };
 use tokio::sync::watch;

@@ -47,8 +47,8 @@ use etcd_client::{
     Client, EventType, GetOptions, LockOptions, PutOptions, SortOrder, SortTarget, WatchOptions,
     WatchStream,
 };
-use hilock::{Handle, Node};
 use hilock_kernel::Mode;
+use hilock_runtime::{Handle, Node};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -527,7 +527,7 @@ async fn etcd_member_cluster(
     let mut addrs = Vec::new();
     for id in 0..n {
         let l = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        addrs.push(hilock::NodeAddr {
+        addrs.push(hilock_runtime::NodeAddr {
             id: id as u16,
             addr: l.local_addr()?,
         });
@@ -540,14 +540,14 @@ async fn etcd_member_cluster(
     );
     let mut nodes = Vec::new();
     for (id, l) in listeners.into_iter().enumerate() {
-        let mut c = hilock::Config::new(
+        let mut c = hilock_runtime::Config::new(
             cluster.as_str(),
             b"etcd-compare secret".to_vec(),
             id as u16,
             addrs.clone(),
         )?;
         c.request_timeout = Duration::from_secs(30);
-        c.membership = hilock::config::Membership::Etcd {
+        c.membership = hilock_runtime::config::Membership::Etcd {
             endpoints: vec![endpoint.to_string()],
             ttl_s: 10,
             grace: Duration::from_secs(1),
@@ -569,7 +569,7 @@ async fn run(o: Opts) -> Result<(), BoxError> {
         "etcd {etcd_version}; starting {} hilock nodes on 127.0.0.1",
         o.nodes
     );
-    let nodes = hilock::demo::local_cluster(
+    let nodes = hilock_runtime::oracle::local_cluster(
         o.nodes,
         "etcd-compare",
         b"etcd-compare secret",

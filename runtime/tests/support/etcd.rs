@@ -1,6 +1,8 @@
 //! One single-member etcd for a test: free loopback ports, data in a temporary directory,
 //! killed on drop. Shared by the tests that need etcd (`#[path = "support/etcd.rs"] mod
-//! etcd;`); each uses part of it.
+//! etcd;`), those of the `hilock` command too (cli/tests, `#[path =
+//! "../../runtime/tests/support/etcd.rs"]`: one copy for both packages); each uses part of
+//! it.
 #![allow(dead_code)]
 
 use std::io::{Read, Write};

@@ -7,10 +7,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use hilock::demo::Oracle;
-use hilock::ring::{key_of, ring, RingClient, Views, SLOTS};
 use hilock_kernel::ring::{NodeId, View};
 use hilock_kernel::Mode;
+use hilock_runtime::oracle::Oracle;
+use hilock_runtime::ring::{key_of, ring, RingClient, Views, SLOTS};
 
 pub const LOAD_CLIENTS: u8 = 12;
 pub const PATHS: u64 = 16;

@@ -7,15 +7,15 @@
 //! fails on two grants without a release between them (overlapping holds), on a token that
 //! does not increase, and on an invoke that never got a grant or a failure (a lost request).
 
-use hilock::bakery::redis::{key, RedisReplica};
-use hilock::bakery::{BakeryLock, Error, Options, ReplicaBackend, Scope};
 use hilock_kernel::bakery::{Cell, Family, Reply, Request, Row, Ts, Value};
+use hilock_runtime::bakery::redis::{key, RedisReplica};
+use hilock_runtime::bakery::{BakeryLock, Error, Options, ReplicaBackend, Scope};
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-#[path = "support/etcd.rs"]
+#[path = "../../runtime/tests/support/etcd.rs"]
 mod etcd;
 use etcd::start_etcd;
 
@@ -228,7 +228,7 @@ impl ReplicaBackend for Jittery {
         req: Request,
     ) -> futures_util::future::BoxFuture<
         'static,
-        Result<hilock::bakery::store::LockReply, hilock::bakery::ReplicaError>,
+        Result<hilock_runtime::bakery::store::LockReply, hilock_runtime::bakery::ReplicaError>,
     > {
         let n = self.seq.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let x = (n ^ (self.max_us << 7)).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 33;
@@ -576,7 +576,7 @@ fn a_foreign_entry_is_reported_and_never_trusted() {
         };
         let refused = ReplicaBackend::<1>::call(r0.clone(), Scope::lock("foreign"), w).await;
         assert!(
-            matches!(&refused, Err(hilock::bakery::ReplicaError::Malformed(m)) if m.contains("hilock-foreign")),
+            matches!(&refused, Err(hilock_runtime::bakery::ReplicaError::Malformed(m)) if m.contains("hilock-foreign")),
             "{refused:?}"
         );
         let v: String = redis::cmd("HGET")
@@ -935,7 +935,7 @@ fn push_item(addrs: &[String], queue: &str, payload: &str) -> String {
         .unwrap();
     assert!(out.status.success(), "{out:?}");
     let key = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    assert!(hilock::bakery::queue::valid_item_key(&key), "{key}");
+    assert!(hilock_runtime::bakery::queue::valid_item_key(&key), "{key}");
     key
 }
 
@@ -963,7 +963,7 @@ impl Drop for WorkerProc {
     fn drop(&mut self) {
         // The worker leads its process group (its command is in it): killpg, never the
         // `kill` program with a negative argument (procps' kill can read that otherwise).
-        let _ = hilock::proc::signal_group(self.0.id() as i32, libc::SIGKILL);
+        let _ = hilock_runtime::proc::signal_group(self.0.id() as i32, libc::SIGKILL);
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
@@ -1232,7 +1232,7 @@ fn queue_takes_over_a_stopped_worker_s_item_after_its_lease() {
 }
 
 fn signal_group(pgid: u32, sig: i32) {
-    let ok = hilock::proc::signal_group(pgid as i32, sig);
+    let ok = hilock_runtime::proc::signal_group(pgid as i32, sig);
     assert!(matches!(ok, Ok(true)), "killpg {pgid} {sig}: {ok:?}");
 }
 
@@ -1472,7 +1472,7 @@ async fn cmp_bakery(addrs: Vec<String>, lock: String, id: u16) -> Samples {
     v
 }
 
-async fn cmp_token(h: hilock::Handle, path: String) -> Samples {
+async fn cmp_token(h: hilock_runtime::Handle, path: String) -> Samples {
     drop(h.lock(&path, hilock_kernel::Mode::W).await.unwrap());
     let mut v = Vec::new();
     for _ in 0..CMP_ROUNDS {
@@ -1562,7 +1562,7 @@ fn bakery_vs_token_engine_vs_etcd() {
             assert!(t.elapsed() < Duration::from_secs(20), "etcd did not start");
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        let nodes = hilock::demo::local_cluster(
+        let nodes = hilock_runtime::oracle::local_cluster(
             3,
             "bakery-cmp",
             b"bakery-cmp secret",
@@ -1570,7 +1570,8 @@ fn bakery_vs_token_engine_vs_etcd() {
         )
         .await
         .unwrap();
-        let frames = |n: &[hilock::Node]| n.iter().map(|x| x.stats().frames_sent).sum::<u64>();
+        let frames =
+            |n: &[hilock_runtime::Node]| n.iter().map(|x| x.stats().frames_sent).sum::<u64>();
         let mut rows = Vec::new();
         for clients in [1u16, 2, 4, 8] {
             let t = Instant::now();

@@ -10,9 +10,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use hilock::demo::Oracle;
-use hilock::{Config, Error, Node, NodeAddr, Options};
 use hilock_kernel::{Mode, NodeId};
+use hilock_runtime::oracle::Oracle;
+use hilock_runtime::{Config, Error, Node, NodeAddr, Options};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokio::net::{TcpListener, TcpStream};
@@ -381,7 +381,7 @@ async fn random_connection_cuts_lose_nothing_and_break_no_exclusion() {
 fn path_rooted_at(prefix: &str, holder: u16, n: usize) -> String {
     (0..)
         .map(|i| format!("/{prefix}{i}"))
-        .find(|p| hilock::wire::initial_holder(p, n) == NodeId(holder))
+        .find(|p| hilock_runtime::wire::initial_holder(p, n) == NodeId(holder))
         .unwrap()
 }
 
@@ -609,10 +609,10 @@ impl Drop for Procs {
 
 /// The node's status over its client socket (`None` if it does not answer in 2 s).
 async fn proc_status(socket: &std::path::Path) -> Option<serde_json::Value> {
-    let req = hilock::client::Request::Status;
+    let req = hilock_runtime::client::Request::Status;
     let (r, _) = tokio::time::timeout(
         Duration::from_secs(2),
-        hilock::client::request(socket, &req),
+        hilock_runtime::client::request(socket, &req),
     )
     .await
     .ok()?
@@ -662,7 +662,7 @@ fn process_clients(
                         path.push_str(&format!("/e{}", rng.random_range(0..4)));
                     }
                     let mode = ["IR", "R", "U", "IW", "W"][rng.random_range(0..5usize)];
-                    let req = hilock::client::Request::Lock {
+                    let req = hilock_runtime::client::Request::Lock {
                         path: path.clone(),
                         mode: mode.into(),
                         priority: 0,
@@ -673,7 +673,7 @@ fn process_clients(
                     let t = Instant::now();
                     let answer = tokio::time::timeout(
                         Duration::from_millis(timeout_ms + 3000),
-                        hilock::client::request(&socket, &req),
+                        hilock_runtime::client::request(&socket, &req),
                     )
                     .await;
                     tally
@@ -927,14 +927,14 @@ async fn a_sigkilled_node_restarted_under_load_causes_no_double_grant_or_storm()
     assert_eq!(fresh1 - fresh0, 0, "the refused node sends nothing");
     // What does not need node 2 is still served: a new path whose token starts at node 0.
     let q = path_rooted_at("after", 0, 3);
-    let req = hilock::client::Request::Lock {
+    let req = hilock_runtime::client::Request::Lock {
         path: q.clone(),
         mode: "W".into(),
         priority: 0,
         timeout_ms: Some(TIMEOUT_MS),
         nested: false,
     };
-    let (reply, _s) = hilock::client::request(&procs.socket(0), &req)
+    let (reply, _s) = hilock_runtime::client::request(&procs.socket(0), &req)
         .await
         .unwrap();
     assert!(reply.ok, "{q} served after the restart: {:?}", reply.error);

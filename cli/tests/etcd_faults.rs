@@ -1,12 +1,12 @@
 //! Fault tests (`docs/faults.md`, "Fault tests on a 5-node cluster"): a 5-node
-//! `hilock node` cluster with `membership = "etcd"` (feature `etcd`) against a real etcd each test
-//! starts itself (`support/etcd.rs`; skipped with one printed line where etcd cannot be
-//! had), under the airline workload (`support/etcd_cluster.rs`: two clients per node over
-//! the client socket, IR/R/U/IW/W on `/airline` and its entries, every grant and release in
-//! the demo's history checker), and one fault per test: kill -9 of a busy path's token
-//! holder, of the middle node of a long request path, of two nodes at once, a SIGSTOP of a
-//! holder past its lease and SIGCONT, and a partition of one node (its peer links and its
-//! etcd link) that heals.
+//! `hilock node` cluster with `membership = "etcd"` (feature `etcd`) against a real etcd
+//! each test starts itself (`runtime/tests/support/etcd.rs`; skipped with one printed line
+//! where etcd cannot be had), under the airline workload (`support/etcd_cluster.rs`: two
+//! clients per node over the client socket, IR/R/U/IW/W on `/airline` and its entries,
+//! every grant and release in the demo's history checker), and one fault per test: kill -9
+//! of a busy path's token holder, of the middle node of a long request path, of two nodes
+//! at once, a SIGSTOP of a holder past its lease and SIGCONT, and a partition of one node
+//! (its peer links and its etcd link) that heals.
 //!
 //! Each test asserts 0 violations and that every request of a node the test did not kill
 //! was answered — granted, or failed with an error of a kind the test names ([`Kind`]) —
@@ -29,7 +29,7 @@
 //! `cargo test -p hilock --features etcd --test etcd_faults -- --nocapture`
 #![cfg(feature = "etcd")]
 
-#[path = "support/etcd.rs"]
+#[path = "../../runtime/tests/support/etcd.rs"]
 mod etcd;
 #[path = "support/etcd_cluster.rs"]
 mod etcd_cluster;
@@ -44,8 +44,8 @@ use etcd_cluster::{
     all_members, lock_of, probe, restored_text, rooted_at, Airline, Kind, Nodes, Outcome, Probed,
     Recorder, Wrapper, TTL_S, WORK_TIMEOUT_MS,
 };
-use hilock::membership::{MemberView, Membership};
 use hilock_kernel::Mode;
+use hilock_runtime::membership::{MemberView, Membership};
 use partition::CutProxy;
 use tokio::sync::watch;
 use tokio::time::Instant;

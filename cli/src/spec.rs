@@ -5,7 +5,7 @@ use hilock_spec::export;
 #[cfg(feature = "models")]
 use hilock_spec::trace::{Trace, TRACE_FORMAT};
 use hilock_spec::Scenario;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// `hilock spec [--json]`.
 pub fn spec(json: bool) -> Result<String, String> {
@@ -333,6 +333,35 @@ fn explore_other(
         },
         |addr| explore_other(&config, addr),
     )
+}
+
+/// `hilock scenario <files…> [--json]`: each scenario's trace, and a summary when there are
+/// several; `Ok` says whether every expectation held.
+pub fn scenarios(files: &[PathBuf], json: bool) -> Result<(String, bool), String> {
+    if json && files.len() > 1 {
+        return Err("--json prints one trace: give exactly one scenario file".into());
+    }
+    let mut text = String::new();
+    let mut all = true;
+    let mut summary = Vec::new();
+    for f in files {
+        let (t, ok) = scenario(f, json)?;
+        text.push_str(&t);
+        all &= ok;
+        summary.push(format!(
+            "{} {}",
+            if ok { "PASS" } else { "FAIL" },
+            f.display()
+        ));
+    }
+    if files.len() > 1 {
+        text.push_str(&format!(
+            "\n{} scenarios:\n  {}\n",
+            files.len(),
+            summary.join("\n  ")
+        ));
+    }
+    Ok((text, all))
 }
 
 /// Without the `models` feature (stateright and the models are left out, e.g. for a node

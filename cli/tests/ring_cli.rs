@@ -9,10 +9,10 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
-use hilock::demo::Oracle;
-use hilock::ring::{key_of, ring, Admin, RingClient};
 use hilock_kernel::ring::NodeId;
 use hilock_kernel::Mode;
+use hilock_runtime::oracle::Oracle;
+use hilock_runtime::ring::{key_of, ring, Admin, RingClient};
 
 #[path = "support/ring_load.rs"]
 mod ring_load;
@@ -60,15 +60,15 @@ addr = "127.0.0.1:7202"
 /// line, from the library and from `hilock node`.
 #[test]
 fn the_engine_is_named_in_the_config_and_ring_errors_are_clear() {
-    use hilock::config::Engine;
-    let c = hilock::Config::from_toml(GOOD, None).unwrap();
+    use hilock_runtime::config::Engine;
+    let c = hilock_runtime::Config::from_toml(GOOD, None).unwrap();
     assert_eq!(c.engine, Engine::Ring);
     let r = c.ring.clone().unwrap();
     assert_eq!(r.membership, "127.0.0.1:7300".parse().unwrap());
     assert_eq!(r.members, 0b101);
     assert_eq!(r.lease, Duration::from_millis(700));
     // Without `members`: every node; without `lease_ms`: the default.
-    let c = hilock::Config::from_toml(
+    let c = hilock_runtime::Config::from_toml(
         &GOOD
             .replace("members = [0, 2]\n", "")
             .replace("lease_ms = 700\n", ""),
@@ -79,13 +79,13 @@ fn the_engine_is_named_in_the_config_and_ring_errors_are_clear() {
     assert_eq!(r.members, 0b111);
     assert_eq!(
         r.lease,
-        Duration::from_millis(hilock::config::DEFAULT_RING_LEASE_MS)
+        Duration::from_millis(hilock_runtime::config::DEFAULT_RING_LEASE_MS)
     );
     // The token engine stays the default.
     let token = GOOD.replace("engine = \"ring\"\n", "");
     let token = &token[..token.find("[ring]").unwrap()].to_string();
     let token = format!("{token}{}", &GOOD[GOOD.find("[[nodes]]").unwrap()..]);
-    let c = hilock::Config::from_toml(&token, None).unwrap();
+    let c = hilock_runtime::Config::from_toml(&token, None).unwrap();
     assert_eq!((c.engine, c.ring), (Engine::Token, None));
 
     let many: String = (0..17)
@@ -128,7 +128,7 @@ fn the_engine_is_named_in_the_config_and_ring_errors_are_clear() {
         ),
     ];
     for (text, want) in &cases {
-        let e = hilock::Config::from_toml(text, None).unwrap_err();
+        let e = hilock_runtime::Config::from_toml(text, None).unwrap_err();
         assert!(e.contains(want), "{e:?} should mention {want:?}");
         assert!(!e.contains('\n'), "one line: {e:?}");
     }

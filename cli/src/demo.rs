@@ -8,164 +8,64 @@
 //! on `/airline/e<k>`, for which the API takes IR or IW on `/airline` first; R, U and W
 //! lock the whole table. A U access upgrades to W halfway through its critical section.
 //!
-//! The oracle: every lock a guard holds is registered between its grant and its release,
-//! and checked against every lock registered on the same path on any node; two
-//! registrations that Table 2.1 does not allow together are a violation. (Registration
-//! happens strictly inside the real hold, so an overlap the oracle sees is real.)
+//! Every grant is registered with the history checker of the library
+//! ([`hilock_runtime::oracle::Oracle`]), which flags two holds Table 2.1 does not allow
+//! together.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use hilock_kernel::{compatible, Mode};
+use hilock_kernel::Mode;
+use hilock_runtime::oracle::{local_cluster, Oracle};
+use hilock_runtime::token::Handle;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use tokio::net::TcpListener;
 
-use crate::config::{Config, NodeAddr};
-use crate::token::{Guard, Handle, Node};
+use crate::{init_logs, runtime};
 
-/// The access mix of the thesis (section 4.1), in percent.
-pub use hilock_spec::workload::AIRLINE_MIX as MIX;
+// The access mix of the thesis (section 4.1), in percent.
+use hilock_spec::workload::AIRLINE_MIX as MIX;
 
-/// Start `n` nodes on 127.0.0.1 (ephemeral ports) in one cluster.
-pub async fn local_cluster(
-    n: usize,
-    cluster: &str,
-    secret: &[u8],
-    request_timeout: Duration,
-) -> std::io::Result<Vec<Node>> {
-    let mut listeners = Vec::new();
-    let mut addrs = Vec::new();
-    for id in 0..n {
-        let l = TcpListener::bind("127.0.0.1:0").await?;
-        addrs.push(NodeAddr {
-            id: id as u16,
-            addr: l.local_addr()?,
-        });
-        listeners.push(l);
-    }
-    let mut nodes = Vec::new();
-    for (id, l) in listeners.into_iter().enumerate() {
-        let mut c = Config::new(cluster, secret.to_vec(), id as u16, addrs.clone())
-            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
-        c.request_timeout = request_timeout;
-        nodes.push(Node::start_on(c, l).await?);
-    }
-    Ok(nodes)
-}
-
-/// A registration of the oracle: operation, node, mode, fencing token (if known).
-type Holding = (u64, u16, Mode, Option<u64>);
-
-/// Checks every grant against Table 2.1 across all nodes.
-#[derive(Debug, Default)]
-pub struct Oracle {
-    held: Mutex<HashMap<String, Vec<Holding>>>,
-    /// Per path, the largest fence of the holds that ended, per mode (`Mode as usize`).
-    ended: Mutex<HashMap<String, [Option<u64>; 6]>>,
-    violations: Mutex<Vec<String>>,
-    checks: AtomicU64,
-    same_node: AtomicU64,
-    fence_checks: AtomicU64,
-}
-
-impl Oracle {
-    /// Register the locks of `guard`, held by `node` in operation `op`.
-    pub fn enter(&self, op: u64, node: u16, guard: &Guard) {
-        for (p, m, f) in guard.fenced_locks() {
-            self.register(op, node, p, m, Some(f));
+/// `hilock demo`: the command line's options checked, the run, its report.
+#[allow(clippy::too_many_arguments)]
+pub fn command(
+    nodes: usize,
+    requests: Option<u64>,
+    seconds: Option<f64>,
+    cs_ms: f64,
+    ncs_ms: f64,
+    entries: usize,
+    seed: u64,
+    quiet: bool,
+) -> Result<(String, bool), String> {
+    // Stopping the cluster at the end makes every node see its peers go: not news here.
+    init_logs("error");
+    let ms = |x: f64, what: &str| {
+        if x.is_finite() && (0.0..=60_000.0).contains(&x) {
+            Ok(std::time::Duration::from_secs_f64(x / 1e3))
+        } else {
+            Err(format!("--{what} must be in 0..=60000"))
         }
+    };
+    if entries == 0 {
+        return Err("--entries must be at least 1".into());
     }
-
-    /// Register one lock: `op` holds `path` in `mode` on `node` (fence not known).
-    pub fn register_path(&self, op: u64, node: u16, path: &str, mode: Mode) {
-        self.register(op, node, path, mode, None);
-    }
-
-    /// Register one lock with its fencing token (e.g. from a client reply).
-    pub fn register_fenced(&self, op: u64, node: u16, path: &str, mode: Mode, fence: u64) {
-        self.register(op, node, path, mode, Some(fence));
-    }
-
-    fn register(&self, op: u64, node: u16, path: &str, mode: Mode, fence: Option<u64>) {
-        let mut held = self.held.lock().expect("oracle lock");
-        if let Some(f) = fence {
-            // Fencing: every hold of this path in a conflicting mode that ended before this
-            // one was granted (its end was registered before this grant) had a lower fence.
-            if let Some(ended) = self.ended.lock().expect("oracle lock").get(path) {
-                self.fence_checks.fetch_add(1, Relaxed);
-                for m in Mode::REQUESTABLE {
-                    match ended[m as usize] {
-                        Some(e) if e >= f && !compatible(m, mode) => {
-                            self.violations.lock().expect("oracle lock").push(format!(
-                                "{path}: node {node} granted {mode} with fence {f}, not above \
-                                 fence {e} of an earlier {m} hold"
-                            ));
-                        }
-                        _ => {}
-                    }
-                }
-            }
-        }
-        let v = held.entry(path.to_string()).or_default();
-        for &(_, n, m, _) in v.iter().filter(|x| x.0 != op) {
-            self.checks.fetch_add(1, Relaxed);
-            if n == node {
-                self.same_node.fetch_add(1, Relaxed);
-            }
-            if !compatible(m, mode) {
-                self.violations.lock().expect("oracle lock").push(format!(
-                    "{path}: node {node} granted {mode} while node {n} holds {m} (Table 2.1)"
-                ));
-            }
-        }
-        v.retain(|&(o, _, _, _)| o != op);
-        v.push((op, node, mode, fence));
-    }
-
-    /// `op` now holds the requested path of `guard` in its mode (after an upgrade).
-    pub fn change(&self, op: u64, node: u16, guard: &Guard) {
-        self.register(op, node, guard.path(), guard.mode(), Some(guard.fence()));
-    }
-
-    /// Unregister operation `op` (before its guard is dropped).
-    pub fn exit(&self, op: u64) {
-        let mut held = self.held.lock().expect("oracle lock");
-        let mut ended = self.ended.lock().expect("oracle lock");
-        for (path, v) in held.iter_mut() {
-            for &(_, _, m, f) in v.iter().filter(|x| x.0 == op) {
-                if let Some(f) = f {
-                    let e = ended.entry(path.clone()).or_insert([None; 6]);
-                    let slot = &mut e[m as usize];
-                    *slot = Some(slot.map_or(f, |x| x.max(f)));
-                }
-            }
-            v.retain(|&(o, _, _, _)| o != op);
-        }
-    }
-
-    /// Grants whose fence was compared with the holds of their path that had ended.
-    pub fn fence_checks(&self) -> u64 {
-        self.fence_checks.load(Relaxed)
-    }
-
-    /// Pairs checked so far.
-    pub fn checks(&self) -> u64 {
-        self.checks.load(Relaxed)
-    }
-
-    /// Pairs checked so far whose two holds are on the same node (local sharing).
-    pub fn same_node_checks(&self) -> u64 {
-        self.same_node.load(Relaxed)
-    }
-
-    /// Violations found so far.
-    pub fn violations(&self) -> Vec<String> {
-        self.violations.lock().expect("oracle lock").clone()
-    }
+    let opts = DemoOptions {
+        nodes,
+        requests,
+        seconds,
+        cs: ms(cs_ms, "cs-ms")?,
+        ncs: ms(ncs_ms, "ncs-ms")?,
+        entries,
+        seed,
+        progress: !quiet,
+        ..Default::default()
+    };
+    let report = runtime()?.block_on(run(opts))?;
+    let ok = report.ok();
+    Ok((format!("{report}\n"), ok))
 }
 
 /// What `hilock demo` runs.
@@ -388,7 +288,7 @@ async fn client(
             .lock_with(
                 &path,
                 mode,
-                crate::token::Options {
+                hilock_runtime::token::Options {
                     priority: 0,
                     timeout: Some(opts.timeout),
                     nested: false,
@@ -435,8 +335,11 @@ async fn client(
 
 /// Run the demo; `Err` only when the cluster cannot start.
 pub async fn run(opts: DemoOptions) -> Result<DemoReport, String> {
-    if opts.nodes < 1 || opts.nodes > crate::config::MAX_NODES {
-        return Err(format!("--nodes must be 1..={}", crate::config::MAX_NODES));
+    if opts.nodes < 1 || opts.nodes > hilock_runtime::config::MAX_NODES {
+        return Err(format!(
+            "--nodes must be 1..={}",
+            hilock_runtime::config::MAX_NODES
+        ));
     }
     if opts.requests.is_some() && opts.seconds.is_some() {
         return Err("give --requests or --seconds, not both".into());
@@ -603,44 +506,6 @@ pub async fn run(opts: DemoOptions) -> Result<DemoReport, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn oracle_flags_exactly_the_pairs_table_2_1_forbids() {
-        let o = Oracle::default();
-        o.register_path(1, 0, "/t", Mode::IR);
-        o.register_path(2, 1, "/t", Mode::IW);
-        o.register_path(3, 2, "/t", Mode::U); // U conflicts with IW (Table 2.1)
-        assert_eq!(o.violations().len(), 1, "{:?}", o.violations());
-        assert!(o.violations()[0].contains("node 2 granted U while node 1 holds IW"));
-        o.exit(2);
-        o.exit(3);
-        o.register_path(4, 1, "/t", Mode::R); // R with IR: fine
-        o.register_path(5, 3, "/u", Mode::W); // another path: fine
-        assert_eq!(o.violations().len(), 1);
-        o.register_path(4, 1, "/t", Mode::W); // op 4 upgrades over op 1's IR
-        assert_eq!(o.violations().len(), 2);
-        assert_eq!(o.checks(), 2 + 1 + 2);
-    }
-
-    #[test]
-    fn oracle_flags_a_fence_not_above_an_ended_conflicting_hold() {
-        let o = Oracle::default();
-        o.register(1, 0, "/t", Mode::W, Some(5));
-        o.exit(1);
-        o.register(2, 1, "/t", Mode::R, Some(6)); // above the W: fine
-        o.register(3, 2, "/t", Mode::R, Some(6)); // shares R's fence: compatible, fine
-        o.register(4, 0, "/u", Mode::W, Some(1)); // another path: fine
-        assert_eq!(o.violations(), Vec::<String>::new());
-        o.exit(2);
-        o.exit(3);
-        o.register(5, 1, "/t", Mode::IR, Some(7)); // IR is compatible with R: fine
-        assert_eq!(o.violations(), Vec::<String>::new());
-        o.exit(5);
-        o.register(6, 2, "/t", Mode::W, Some(7)); // W after IR with the same fence
-        assert_eq!(o.violations().len(), 1, "{:?}", o.violations());
-        assert!(o.violations()[0].contains("fence 7, not above fence 7 of an earlier IR hold"));
-        assert_eq!(o.fence_checks(), 4);
-    }
 
     #[test]
     fn the_mix_is_the_thesis_mix() {

@@ -1,9 +1,9 @@
-//! The ring engine with `membership = "etcd"` (feature `etcd`, `hilock::ring::etcd`;
-//! `docs/faults.md`, "Ring engine", "etcd mode"): `hilock node` processes whose
-//! view is one etcd key changed by compare-and-swap and whose leases are etcd leases
-//! (TTL 2 s, grace 100 ms), against a real etcd each test starts itself
-//! (`support/etcd.rs`; skipped with one printed line where etcd cannot be had). Only
-//! 127.0.0.1, every wait bounded, every child killed when the test ends.
+//! The ring engine with `membership = "etcd"` (feature `etcd`,
+//! `hilock_runtime::ring::etcd`; `docs/faults.md`, "Ring engine", "etcd mode"):
+//! `hilock node` processes whose view is one etcd key changed by compare-and-swap and whose
+//! leases are etcd leases (TTL 2 s, grace 100 ms), against a real etcd each test starts
+//! itself (`runtime/tests/support/etcd.rs`; skipped with one printed line where etcd cannot
+//! be had). Only 127.0.0.1, every wait bounded, every child killed when the test ends.
 //! `RING_LOG=hilock=info` shows the children's logs.
 #![cfg(feature = "etcd")]
 
@@ -14,11 +14,11 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use hilock::membership::{EtcdOptions, Member, Membership, Observer};
-use hilock::ring::{etcd as ring_etcd, key_of, probe, ring, RingClient, Views};
 use hilock_kernel::ring::{NodeId, View};
+use hilock_runtime::membership::{EtcdOptions, Member, Membership, Observer};
+use hilock_runtime::ring::{etcd as ring_etcd, key_of, probe, ring, RingClient, Views};
 
-#[path = "support/etcd.rs"]
+#[path = "../../runtime/tests/support/etcd.rs"]
 mod etcd;
 #[path = "support/ring_load.rs"]
 mod ring_load;
@@ -766,12 +766,12 @@ fn ring_etcd_configuration_is_checked() {
         "127.0.0.1:7201".parse().unwrap(),
     ];
     let good = ring_toml("c", "127.0.0.1:2379", &addrs, &[0, 1]);
-    let c = hilock::Config::from_toml(&good, Some(0)).unwrap();
-    assert_eq!(c.engine, hilock::config::Engine::Ring);
+    let c = hilock_runtime::Config::from_toml(&good, Some(0)).unwrap();
+    assert_eq!(c.engine, hilock_runtime::config::Engine::Ring);
     let r = c.ring.unwrap();
     assert_eq!(
         (r.members, r.membership),
-        (0b11, hilock::config::NO_SERVICE)
+        (0b11, hilock_runtime::config::NO_SERVICE)
     );
     let cases = [
         (
@@ -795,7 +795,7 @@ fn ring_etcd_configuration_is_checked() {
         ),
     ];
     for (text, want) in &cases {
-        let e = hilock::Config::from_toml(text, Some(0)).unwrap_err();
+        let e = hilock_runtime::Config::from_toml(text, Some(0)).unwrap_err();
         assert!(e.contains(want), "{e:?} should mention {want:?}");
         assert!(!e.contains('\n'), "one line: {e:?}");
     }

@@ -1,12 +1,13 @@
 //! `hilock node` processes with `membership = "etcd"` (feature `etcd`) against a real etcd
-//! that each test starts itself (`support/etcd.rs`; skipped with one printed line where
-//! etcd cannot be had): what a node does when its own lease is lost, and when a peer's
-//! lease ends (`docs/faults.md`, "With etcd membership"). Every test body runs under a
-//! time bound; every hold is seen by the demo's history checker (`hilock::demo::Oracle`).
+//! that each test starts itself (`runtime/tests/support/etcd.rs`; skipped with one printed
+//! line where etcd cannot be had): what a node does when its own lease is lost, and when a
+//! peer's lease ends (`docs/faults.md`, "With etcd membership"). Every test body runs under
+//! a time bound; every hold is seen by the demo's history checker
+//! (`hilock_runtime::oracle::Oracle`).
 //!
 //! `cargo test -p hilock --features etcd --test etcd_node`
 
-#[path = "support/etcd.rs"]
+#[path = "../../runtime/tests/support/etcd.rs"]
 mod etcd;
 #[path = "support/etcd_cluster.rs"]
 mod etcd_cluster;
@@ -16,9 +17,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use etcd_cluster::{all_members, register, rooted_at, Nodes, Wrapper, GRACE_MS, TTL_S};
-use hilock::client::{request, Reply, Request};
-use hilock::demo::Oracle;
 use hilock_kernel::Mode;
+use hilock_runtime::client::{request, Reply, Request};
+use hilock_runtime::oracle::Oracle;
 use tokio::time::Instant;
 
 /// Requests wait this long unless they fail first: far above TTL + 1 s, so a request
@@ -124,7 +125,7 @@ async fn a_paused_node_s_command_dies_before_its_lease_ends_and_before_another_n
                 loop {
                     let (reply, stream) = request(&socket, &lock_req("/a", "W")).await.unwrap();
                     if reply.ok {
-                        let alive = matches!(hilock::proc::stat(sleep), Some((s, _, _)) if s != 'Z' && s != 'X');
+                        let alive = matches!(hilock_runtime::proc::stat(sleep), Some((s, _, _)) if s != 'Z' && s != 'X');
                         if !alive {
                             oracle.exit(1);
                         }

@@ -4,7 +4,7 @@
 //! which drops (closes) every socket it has at once — what the operating system does to
 //! the sockets of a process killed with SIGKILL — and sends nothing more.
 //!
-//! Checks: the demo's history checker ([`hilock::demo::Oracle`]: every grant registered
+//! Checks: the demo's history checker ([`Oracle`]: every grant registered
 //! after the client got it, every end before the client sends the unlock; an overlap of two
 //! holds of one path is a violation) reports 0 violations; no lock is lost (the lock held
 //! across the kill is recorded by its new primary and both replicas, a contender is refused
@@ -17,10 +17,10 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hilock::demo::Oracle;
-use hilock::ring::{key_of, ring, Membership, RingClient, RingNode, SLOTS};
 use hilock_kernel::ring::{ClientId, NodeId, View};
 use hilock_kernel::Mode;
+use hilock_runtime::oracle::Oracle;
+use hilock_runtime::ring::{key_of, ring, Membership, RingClient, RingNode, SLOTS};
 use tokio::net::TcpListener;
 
 #[path = "support/ring_load.rs"]
@@ -342,7 +342,7 @@ async fn engine_comparison() {
 
     // Token engine.
     {
-        let nodes = hilock::demo::local_cluster(
+        let nodes = hilock_runtime::oracle::local_cluster(
             NODES,
             "cmp-token",
             b"a long shared secret",
@@ -383,7 +383,7 @@ async fn engine_comparison() {
     }
     // Agents engine (single home per top-level element).
     {
-        let nodes = hilock::demo::local_cluster(
+        let nodes = hilock_runtime::oracle::local_cluster(
             NODES,
             "cmp-agents",
             b"a long shared secret",
@@ -404,7 +404,9 @@ async fn engine_comparison() {
                     let p = path(c, i);
                     let s = Instant::now();
                     let mut tx = h.transaction(Default::default()).unwrap();
-                    tx.lock(&p, hilock::agents::LockMode::Write).await.unwrap();
+                    tx.lock(&p, hilock_runtime::agents::LockMode::Write)
+                        .await
+                        .unwrap();
                     lat.push(s.elapsed().as_secs_f64() * 1e3);
                     let op = ops.fetch_add(1, Relaxed);
                     oracle.register_path(op, c as u16, &p, Mode::W);
@@ -815,7 +817,7 @@ async fn after_timeout() {
     let t = Instant::now();
     let r = c.lock("/slow").await;
     assert!(
-        matches!(r, Err(hilock::ring::ClientError::Timeout { .. })),
+        matches!(r, Err(hilock_runtime::ring::ClientError::Timeout { .. })),
         "{r:?}"
     );
     assert!(t.elapsed() < bound * 3, "{:?}", t.elapsed());
@@ -892,7 +894,11 @@ async fn forget_closed() {
 }
 
 /// Waits (at most 5 s) until `node`'s snapshot satisfies `ok`.
-async fn wait_snapshot(node: &RingNode, what: &str, ok: impl Fn(&hilock::ring::Snapshot) -> bool) {
+async fn wait_snapshot(
+    node: &RingNode,
+    what: &str,
+    ok: impl Fn(&hilock_runtime::ring::Snapshot) -> bool,
+) {
     let t = Instant::now();
     loop {
         let s = node.snapshot();

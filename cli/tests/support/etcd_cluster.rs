@@ -3,7 +3,7 @@
 //! nodes (optionally reaching each other through proxies), a `hilock lock … -- sleep 100`
 //! holder, the test's own view of the member list, and the airline workload over the nodes'
 //! client sockets with every grant and release in the demo's history checker
-//! (`hilock::demo::Oracle`) and every answer recorded. Each test uses part of it.
+//! (`hilock_runtime::oracle::Oracle`) and every answer recorded. Each test uses part of it.
 #![allow(dead_code)]
 
 use std::collections::HashSet;
@@ -14,10 +14,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use hilock::client::{request, Reply, Request};
-use hilock::demo::{Oracle, MIX};
-use hilock::membership::{EtcdOptions, Member, MemberView, Membership};
 use hilock_kernel::Mode;
+use hilock_runtime::client::{request, Reply, Request};
+use hilock_runtime::membership::{EtcdOptions, Member, MemberView, Membership};
+use hilock_runtime::oracle::Oracle;
+use hilock_spec::workload::AIRLINE_MIX as MIX;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokio::sync::watch;
@@ -325,7 +326,7 @@ impl Drop for Wrapper {
 
 /// Whether process `pid` runs (exists and is not a zombie).
 pub fn pid_alive(pid: i32) -> bool {
-    matches!(hilock::proc::stat(pid), Some((s, _, _)) if s != 'Z' && s != 'X')
+    matches!(hilock_runtime::proc::stat(pid), Some((s, _, _)) if s != 'Z' && s != 'X')
 }
 
 /// The child of `parent` whose command name is `name`.
@@ -334,7 +335,7 @@ pub fn child_named(parent: i32, name: &str) -> Option<i32> {
         .ok()?
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
         .find(|&pid| {
-            matches!(hilock::proc::stat(pid), Some((_, ppid, _)) if ppid == parent)
+            matches!(hilock_runtime::proc::stat(pid), Some((_, ppid, _)) if ppid == parent)
                 && std::fs::read_to_string(format!("/proc/{pid}/comm"))
                     .is_ok_and(|c| c.trim_end() == name)
         })
@@ -458,7 +459,7 @@ pub async fn lock_of(nodes: &Nodes, id: usize, path: &str) -> (bool, Option<u16>
 pub fn rooted_at(prefix: &str, holder: u16, n: usize) -> String {
     (0..)
         .map(|i| format!("{prefix}{i}"))
-        .find(|p| hilock::wire::initial_holder(p, n).0 == holder)
+        .find(|p| hilock_runtime::wire::initial_holder(p, n).0 == holder)
         .unwrap()
 }
 
@@ -583,7 +584,7 @@ impl Recorder {
             Ok(Err(e)) if self.is_killed(node) => (Kind::NodeKilled, e),
             Ok(Err(e)) => (Kind::Other, e),
             Ok(Ok((reply, stream))) if reply.ok => {
-                let now_ms = hilock::proc::monotonic().as_millis() as u64;
+                let now_ms = hilock_runtime::proc::monotonic().as_millis() as u64;
                 if reply.lease_until_ms.is_some_and(|u| u <= now_ms) {
                     drop(stream);
                     (Kind::ExpiredGrant, format!("{:?}", reply.locks))
@@ -629,7 +630,7 @@ impl Recorder {
 /// waiting on a dead node's direct link fails with `PeerGone` before it times out.
 pub const WORK_TIMEOUT_MS: u64 = 3_000;
 
-/// The thesis's airline workload (`hilock::demo`, section 4.1) over the nodes' client
+/// The thesis's airline workload (`hilock demo`, section 4.1) over the nodes' client
 /// sockets: on each node, `clients` clients loop over a non-critical section of 5–15 ms and
 /// an access — IR 80 % (R on `/airline/e<k>`, IR on `/airline`), R 10 %, U 4 %, IW 5 % (W
 /// on an entry, IW on `/airline`), W 1 % on the table — held 2 ms; 8 entries. A client

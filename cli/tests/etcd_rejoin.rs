@@ -1,12 +1,12 @@
 //! A killed node restarts and rejoins a recovering cluster (`etcd_recovery = true`, feature
 //! `etcd`; `docs/faults.md`, "With etcd recovery"): `hilock node` processes against a real
-//! etcd the test starts itself (`support/etcd.rs`; skipped with one printed line where etcd
-//! cannot be had), the airline workload and every grant in the demo's history checker
-//! (`support/etcd_cluster.rs`). The body runs under a time bound.
+//! etcd the test starts itself (`runtime/tests/support/etcd.rs`; skipped with one printed
+//! line where etcd cannot be had), the airline workload and every grant in the demo's
+//! history checker (`support/etcd_cluster.rs`). The body runs under a time bound.
 //!
 //! `cargo test -p hilock --features etcd --test etcd_rejoin -- --nocapture`
 
-#[path = "support/etcd.rs"]
+#[path = "../../runtime/tests/support/etcd.rs"]
 mod etcd;
 #[path = "support/etcd_cluster.rs"]
 mod etcd_cluster;
@@ -17,8 +17,8 @@ use std::time::Duration;
 use etcd_cluster::{
     all_members, rooted_at, Airline, Kind, Nodes, Recorder, TTL_S, WORK_TIMEOUT_MS,
 };
-use hilock::membership::Membership;
 use hilock_kernel::Mode;
+use hilock_runtime::membership::Membership;
 use tokio::time::Instant;
 
 /// etcd (started by the test), `n` `hilock node` processes of `cluster` with recovery
@@ -256,7 +256,10 @@ async fn a_killed_node_restarts_and_rejoins_the_cluster() {
 async fn held_back_full(nodes: &Nodes, id: usize) -> Option<u64> {
     let (reply, _) = tokio::time::timeout(
         Duration::from_secs(5),
-        hilock::client::request(&nodes.socket(id), &hilock::client::Request::Status),
+        hilock_runtime::client::request(
+            &nodes.socket(id),
+            &hilock_runtime::client::Request::Status,
+        ),
     )
     .await
     .ok()?

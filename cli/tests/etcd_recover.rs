@@ -1,14 +1,14 @@
 //! Recovery through etcd (`etcd_recovery = true`, feature `etcd`; `docs/faults.md`, "With
 //! etcd recovery"): `hilock node` processes against a real etcd that the test starts itself
-//! (`support/etcd.rs`; skipped with one printed line where etcd cannot be had). The token
-//! node of a lock is killed with SIGKILL while the other nodes wait on it; the survivors
-//! install a new epoch with the lock rebuilt and the waiting requests are granted. Every
-//! hold is seen by the demo's history checker (`hilock::demo::Oracle`); the body runs under
-//! a time bound.
+//! (`runtime/tests/support/etcd.rs`; skipped with one printed line where etcd cannot be
+//! had). The token node of a lock is killed with SIGKILL while the other nodes wait on it;
+//! the survivors install a new epoch with the lock rebuilt and the waiting requests are
+//! granted. Every hold is seen by the demo's history checker
+//! (`hilock_runtime::oracle::Oracle`); the body runs under a time bound.
 //!
 //! `cargo test -p hilock --features etcd --test etcd_recover`
 
-#[path = "support/etcd.rs"]
+#[path = "../../runtime/tests/support/etcd.rs"]
 mod etcd;
 #[path = "support/etcd_cluster.rs"]
 mod etcd_cluster;
@@ -18,8 +18,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use etcd_cluster::{all_members, lock_req, register, rooted_at, Nodes, TTL_S};
-use hilock::client::{request, Reply};
-use hilock::demo::Oracle;
+use hilock_runtime::client::{request, Reply};
+use hilock_runtime::oracle::Oracle;
 use tokio::net::UnixStream;
 use tokio::time::Instant;
 

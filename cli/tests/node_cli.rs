@@ -291,7 +291,7 @@ fn wait_file(file: &Path) -> String {
 
 /// Whether process `pid` runs (exists and is not a zombie).
 fn running(pid: i32) -> bool {
-    hilock::proc::stat(pid).is_some_and(|(s, _, _)| s != 'Z' && s != 'X')
+    hilock_runtime::proc::stat(pid).is_some_and(|(s, _, _)| s != 'Z' && s != 'X')
 }
 
 /// A script that writes the pids of a background `sleep 100` and of the shell itself to
@@ -712,7 +712,7 @@ fn a_stopped_peer_is_shown_not_answering_and_named_in_errors() {
     wait_peer_state(&c, 0, 1, "connected");
     let on1 = (0..)
         .map(|i| format!("/s{i}"))
-        .find(|p| hilock::wire::initial_holder(p, 2) == hilock_kernel::NodeId(1))
+        .find(|p| hilock_runtime::wire::initial_holder(p, 2) == hilock_kernel::NodeId(1))
         .unwrap();
     let pid = c.nodes[1].0.id().to_string();
     let sig = |s: &str| {
@@ -826,8 +826,8 @@ fn client_connections_are_capped_and_silent_ones_closed() {
     }
     let took = t.elapsed();
     assert!(
-        took >= hilock::client::FIRST_LINE_TIMEOUT - Duration::from_millis(500)
-            && took < hilock::client::FIRST_LINE_TIMEOUT + Duration::from_secs(3),
+        took >= hilock_runtime::client::FIRST_LINE_TIMEOUT - Duration::from_millis(500)
+            && took < hilock_runtime::client::FIRST_LINE_TIMEOUT + Duration::from_secs(3),
         "{took:?}"
     );
     let out = run(hilock()
@@ -901,7 +901,7 @@ fn hilock_lock_txn_abort_on_deadlock_crossing_runs_every_command() {
     let homed = |node: u16| {
         (0..)
             .map(|i| format!("/cross{i}"))
-            .find(|p| hilock::agents::home(p, 2) == node)
+            .find(|p| hilock_runtime::agents::home(p, 2) == node)
             .unwrap()
     };
     let (a, b) = (format!("{}:W", homed(0)), format!("{}:W", homed(1)));
@@ -1085,7 +1085,9 @@ fn twenty_thousand_silent_connections_neither_exhaust_files_nor_flood_the_log() 
          {most} open files; {warns} warnings logged"
     );
     assert!(tcp + unix >= total * 9 / 10, "{tcp} + {unix} of {total}");
-    let cap = hilock::config::DEFAULT_MAX_CLIENTS + hilock::token::MAX_PENDING_HANDSHAKES + 100;
+    let cap = hilock_runtime::config::DEFAULT_MAX_CLIENTS
+        + hilock_runtime::token::MAX_PENDING_HANDSHAKES
+        + 100;
     assert!(most <= cap, "{most} open files (cap {cap})");
     assert!(warns <= 40, "{warns} warnings:\n{s}");
 }

@@ -1,0 +1,514 @@
+//! `hilock lock`: hold a lock (token, agents or ring engine) while a command runs in its
+//! own process group, and `hilock exec-gated`, the first program of that group.
+
+use std::process::ExitCode;
+
+use crate::node::ClientAt;
+
+/// How much longer than the lock timeout the command waits for the node's answer.
+const ANSWER_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Default of `hilock lock --kill-grace-ms`.
+pub const DEFAULT_KILL_GRACE_MS: u64 = 2000;
+
+/// `hilock lock`: the connection to the node closed while the command ran (the node
+/// stopped or crashed); the command's group was killed.
+const EXIT_NODE_GONE: u8 = 75;
+
+/// `hilock lock`: the node reported the lock lost (e.g. it is stopping); the command's
+/// group was killed.
+const EXIT_LOCK_LOST: u8 = 76;
+
+/// `hilock lock`: the node's etcd lease was lost (the node said so), or its end passed
+/// without a renewal (the node may be paused or cut off from etcd); the command's group
+/// was killed.
+const EXIT_LEASE_LOST: u8 = 77;
+
+/// The end of the node's lease a reply carries, as a local instant, and the grace.
+fn lease_deadline(
+    r: &hilock_runtime::client::Reply,
+) -> Option<(tokio::time::Instant, std::time::Duration)> {
+    let until = r.lease_until_ms?;
+    let grace = std::time::Duration::from_millis(r.lease_grace_ms.unwrap_or(0));
+    Some((hilock_runtime::proc::monotonic_ms_to_instant(until), grace))
+}
+
+/// Kill every process of group `pgid`: SIGTERM, then SIGKILL after `grace`; reap `child`
+/// (the group's leader) on the way. Returns once no process of the group is left (or
+/// after a further 10 s of SIGKILL, which only an unkillable process survives).
+async fn kill_group(pgid: i32, child: &mut tokio::process::Child, grace: std::time::Duration) {
+    use hilock_runtime::proc::{signal_group, wait_group_gone};
+    use std::time::Instant;
+    let _ = signal_group(pgid, libc::SIGTERM);
+    let reap = async {
+        let _ = child.wait().await;
+    };
+    let _ = tokio::time::timeout(grace, async {
+        reap.await;
+        wait_group_gone(pgid, Instant::now() + grace).await
+    })
+    .await;
+    if hilock_runtime::proc::group_alive(pgid) {
+        let _ = signal_group(pgid, libc::SIGKILL);
+    }
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(10), child.wait()).await;
+    wait_group_gone(pgid, Instant::now() + std::time::Duration::from_secs(10)).await;
+}
+
+/// What `hilock lock` asks of the node: one lock of the token engine, or a transaction of
+/// the agents engine (`--txn`).
+pub enum LockRequest {
+    Lock {
+        path: String,
+        mode: String,
+    },
+    Txn {
+        locks: Vec<String>,
+        abort_on_deadlock: bool,
+    },
+}
+
+#[allow(clippy::too_many_arguments)]
+pub fn lock(
+    what: LockRequest,
+    command: &[String],
+    at: &ClientAt,
+    timeout_ms: Option<u64>,
+    priority: u8,
+    kill_grace_ms: u64,
+    client_id: Option<u8>,
+) -> Result<ExitCode, String> {
+    // A ring configuration: the ring client is the lock's holder (no node socket).
+    if let Some(c) = &at.config {
+        let cfg = hilock_runtime::Config::from_file(c, Some(at.id.unwrap_or(0)))?;
+        if cfg.engine == hilock_runtime::config::Engine::Ring {
+            let LockRequest::Lock { path, mode } = what else {
+                return Err("--txn is the agents engine's: a ring takes one PATH MODE".into());
+            };
+            let timeout_ms = timeout_ms.unwrap_or(cfg.request_timeout.as_millis() as u64);
+            return ring_lock(
+                &cfg,
+                &path,
+                &mode,
+                command,
+                client_id,
+                timeout_ms,
+                kill_grace_ms,
+            );
+        }
+    }
+    let socket = at.socket()?;
+    let timeout_ms = match timeout_ms {
+        Some(t) => t,
+        None => at.default_timeout_ms()?,
+    };
+    let grace = std::time::Duration::from_millis(kill_grace_ms);
+    current_thread()?.block_on(async {
+        let (req, path) = match what {
+            LockRequest::Lock { path, mode } => (
+                hilock_runtime::client::Request::Lock {
+                    path: path.clone(),
+                    mode,
+                    priority,
+                    timeout_ms: Some(timeout_ms),
+                    // Run by a command under another `hilock lock` (which sets HILOCK_LOCK).
+                    nested: std::env::var_os("HILOCK_LOCK").is_some(),
+                },
+                path,
+            ),
+            LockRequest::Txn {
+                locks,
+                abort_on_deadlock,
+            } => {
+                let label = locks.join(" ");
+                (
+                    hilock_runtime::client::Request::Txn {
+                        locks,
+                        timeout_ms: Some(timeout_ms),
+                        abort_on_deadlock,
+                    },
+                    label,
+                )
+            }
+        };
+        let wait = std::time::Duration::from_millis(timeout_ms).saturating_add(ANSWER_GRACE);
+        let (reply, stream) =
+            tokio::time::timeout(wait, hilock_runtime::client::request(&socket, &req))
+                .await
+                .map_err(|_| format!("no answer from the node within {wait:?}"))??;
+        if !reply.ok {
+            return Err(reply.error.unwrap_or_else(|| "lock refused".into()));
+        }
+        let (r, w) = stream.into_split();
+        let mut watch = NodeWatch {
+            r: tokio::io::BufReader::new(r),
+            w,
+            line: Vec::new(),
+            // Membership through etcd: the hold ends with the node's lease unless the node
+            // renews it (`docs/faults.md`, "With etcd membership") — checked here, where a
+            // paused node cannot keep the command running past it.
+            lease: lease_deadline(&reply),
+            path: path.clone(),
+        };
+        run_locked(command, &path, reply.fence, grace, &mut watch).await
+    })
+}
+
+/// A current-thread runtime: `hilock lock` spawns the command from this (the main) thread,
+/// whose end is what the parent-death signal of the command waits for.
+fn current_thread() -> Result<tokio::runtime::Runtime, String> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start tokio: {e}"))
+}
+
+/// What holds the lock while `hilock lock` runs the command: the node (token and agents
+/// engines) or the ring client itself.
+trait Watch {
+    /// The command's process group `pgid` exists and has not started yet: make the lock's
+    /// holder know it (the node kills the group when it loses the lock).
+    async fn started(&mut self, pgid: i32) -> Result<(), String>;
+    /// Waits until the lock is lost: the exit code, the line to print and a bound on the
+    /// kill grace. Cancel-safe: the caller's `select!` drops it and calls it again.
+    async fn lost(&mut self) -> (u8, String, Option<std::time::Duration>);
+    /// The command ended: release the lock.
+    async fn release(&mut self);
+}
+
+/// Runs `command` under a held lock (`path`, `fence`): in its own process group, started
+/// only once `watch` knows the group; forwards the signals that would stop `hilock lock`
+/// to the group; when the command exits, kills what is left of its group and releases the
+/// lock (exit: the command's status, 128+N for signal N); when the lock is lost first,
+/// kills the group (SIGTERM, SIGKILL after the grace) and exits with the loss's code.
+async fn run_locked(
+    command: &[String],
+    path: &str,
+    fence: Option<u64>,
+    grace: std::time::Duration,
+    watch: &mut impl Watch,
+) -> Result<ExitCode, String> {
+    use tokio::signal::unix::{signal, SignalKind};
+    // From now on the signals that would stop the wrapper go to the command's group; the
+    // wrapper stays to release the lock when the command is gone.
+    let (sig_tx, mut sig_rx) = tokio::sync::mpsc::unbounded_channel();
+    for s in hilock_runtime::proc::FORWARDED {
+        let mut sig =
+            signal(SignalKind::from_raw(s)).map_err(|e| format!("cannot catch signal {s}: {e}"))?;
+        let tx = sig_tx.clone();
+        tokio::spawn(async move { while sig.recv().await.is_some() && tx.send(s).is_ok() {} });
+    }
+    // The command starts as `hilock exec-gated FD -- CMD…` in its own process group; it
+    // executes CMD only after the lock's holder knows the group, so no part of CMD can run
+    // under a lock that holder would release without killing it.
+    let (gate_r, mut gate_w) =
+        hilock_runtime::proc::pipe().map_err(|e| format!("cannot create a pipe: {e}"))?;
+    let gate_fd = std::os::fd::AsRawFd::as_raw_fd(&gate_r);
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find hilock itself: {e}"))?;
+    let mut cmd = tokio::process::Command::new(exe);
+    cmd.arg("exec-gated")
+        .arg(gate_fd.to_string())
+        .arg("--")
+        .args(command)
+        .env("HILOCK_LOCK", path);
+    // The fencing token of this hold, for the command to pass to a storage service.
+    if let Some(fence) = fence {
+        cmd.env("HILOCK_FENCE", fence.to_string());
+    }
+    hilock_runtime::proc::own_group_with_parent_death(&mut cmd, gate_fd);
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("cannot start {}: {e}", command[0]))?;
+    drop(gate_r);
+    let pgid = child.id().ok_or("the command exited before it started")? as i32;
+    if let Err(e) = watch.started(pgid).await {
+        kill_group(pgid, &mut child, grace).await;
+        return Err(e);
+    }
+    std::io::Write::write_all(&mut gate_w, b"x")
+        .map_err(|e| format!("cannot start the command: {e}"))?;
+    drop(gate_w);
+    let lost = loop {
+        tokio::select! {
+            // The holder's word first: a node writes "lock lost" before it kills the group
+            // (a stopping node); when both are ready, the exit code says the lock was lost,
+            // not that the command was killed.
+            biased;
+            lost = watch.lost() => break lost,
+            st = child.wait() => {
+                let st = st.map_err(|e| format!("cannot wait for the command: {e}"))?;
+                // Nothing of the command may outlive the lock.
+                if hilock_runtime::proc::group_alive(pgid) {
+                    kill_group(pgid, &mut child, grace).await;
+                }
+                watch.release().await;
+                use std::os::unix::process::ExitStatusExt;
+                return Ok(match (st.code(), st.signal()) {
+                    (Some(c), _) => ExitCode::from(u8::try_from(c).unwrap_or(1)),
+                    (None, Some(s)) => ExitCode::from(128u8.saturating_add(s as u8)),
+                    (None, None) => ExitCode::from(1),
+                });
+            }
+            Some(s) = sig_rx.recv() => {
+                let _ = hilock_runtime::proc::signal_group(pgid, s);
+            }
+        }
+    };
+    let (code, why, cap) = lost;
+    kill_group(pgid, &mut child, cap.map_or(grace, |c| grace.min(c))).await;
+    eprintln!("hilock: {why}; the command's process group was killed");
+    Ok(ExitCode::from(code))
+}
+
+/// The node holds the lock (token and agents engines): it is told the command's group,
+/// writes its lease renewals and the loss of the lock on the client connection, and is
+/// asked to release.
+struct NodeWatch {
+    r: tokio::io::BufReader<tokio::net::unix::OwnedReadHalf>,
+    w: tokio::net::unix::OwnedWriteHalf,
+    /// Bytes: `read_until` keeps a partly read line when another branch wins.
+    line: Vec<u8>,
+    lease: Option<(tokio::time::Instant, std::time::Duration)>,
+    path: String,
+}
+
+impl Watch for NodeWatch {
+    async fn started(&mut self, pgid: i32) -> Result<(), String> {
+        use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+        // Register the group with the node and wait for its answer.
+        let mut line = serde_json::to_vec(&hilock_runtime::client::Request::Child { pgid })
+            .map_err(|e| e.to_string())?;
+        line.push(b'\n');
+        let registered = async {
+            self.w.write_all(&line).await.map_err(|e| e.to_string())?;
+            loop {
+                let mut answer = String::new();
+                self.r
+                    .read_line(&mut answer)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let a: hilock_runtime::client::Reply = serde_json::from_str(answer.trim_end())
+                    .map_err(|_| "the node closed the connection".to_string())?;
+                if a.ok && a.lease_until_ms.is_some() {
+                    // A lease renewal, not the answer.
+                    self.lease = lease_deadline(&a);
+                    continue;
+                }
+                break if a.ok {
+                    Ok(())
+                } else {
+                    Err(a.error.unwrap_or_else(|| "refused".into()))
+                };
+            }
+        };
+        registered
+            .await
+            .map_err(|e: String| format!("the node did not register the command: {e}"))
+    }
+
+    async fn lost(&mut self) -> (u8, String, Option<std::time::Duration>) {
+        use tokio::io::AsyncBufReadExt;
+        let path = &self.path;
+        loop {
+            let lease_end = self.lease.map(|l| l.0);
+            // A lease's end kills the command within half its grace.
+            let cap = self.lease.map(|l| l.1 / 2);
+            tokio::select! {
+                biased;
+                n = self.r.read_until(b'\n', &mut self.line) => {
+                    match n {
+                        Ok(n) if n > 0 && self.line.ends_with(b"\n") => {
+                            let text = String::from_utf8_lossy(self.line.trim_ascii_end()).into_owned();
+                            self.line.clear();
+                            let parsed = serde_json::from_str::<hilock_runtime::client::Reply>(&text).ok();
+                            if let Some(p) = parsed.as_ref().filter(|p| p.ok && !p.lost) {
+                                // A renewal of the node's lease.
+                                if p.lease_until_ms.is_some() {
+                                    self.lease = lease_deadline(p);
+                                }
+                                continue;
+                            }
+                            let why = parsed.as_ref().and_then(|r| r.error.clone()).unwrap_or(text);
+                            return if parsed.is_some_and(|p| p.lease_lost) {
+                                (EXIT_LEASE_LOST, why, cap)
+                            } else {
+                                (EXIT_LOCK_LOST, why, None)
+                            };
+                        }
+                        // The rest of a line comes with the next read (or its end).
+                        Ok(n) if n > 0 => continue,
+                        _ => return (
+                            EXIT_NODE_GONE,
+                            format!("lock on {path} lost: the connection to the node closed (node stopped or crashed)"),
+                            None,
+                        ),
+                    }
+                }
+                _ = tokio::time::sleep_until(lease_end.unwrap_or_else(tokio::time::Instant::now)), if lease_end.is_some() => {
+                    // The node did not renew its lease in time (paused, hung, or cut off
+                    // from etcd): the command must be gone within the lease's grace.
+                    return (
+                        EXIT_LEASE_LOST,
+                        format!(
+                            "lock on {path} lost: the node's etcd lease was not renewed in time \
+                             (the node is paused, hung or cut off from etcd)"
+                        ),
+                        cap,
+                    );
+                }
+            }
+        }
+    }
+
+    async fn release(&mut self) {
+        use tokio::io::AsyncWriteExt;
+        if let Ok(mut rel) = serde_json::to_vec(&hilock_runtime::client::Request::Release) {
+            rel.push(b'\n');
+            let _ = self.w.write_all(&rel).await;
+        }
+        let _ = self.w.shutdown().await;
+    }
+}
+
+/// The ring client holds the lock (`engine = "ring"`): it checks it while the command runs
+/// ([`hilock_runtime::ring::Held`]) and unlocks it at the end.
+struct RingWatch(hilock_runtime::ring::Held);
+
+impl Watch for RingWatch {
+    async fn started(&mut self, _: i32) -> Result<(), String> {
+        Ok(())
+    }
+
+    async fn lost(&mut self) -> (u8, String, Option<std::time::Duration>) {
+        match self.0.lost().await {
+            hilock_runtime::ring::Loss::Taken(why) | hilock_runtime::ring::Loss::Released(why) => {
+                (EXIT_LOCK_LOST, why, None)
+            }
+            hilock_runtime::ring::Loss::Unreachable(why) => (EXIT_NODE_GONE, why, None),
+        }
+    }
+
+    async fn release(&mut self) {
+        if let Err(e) = self.0.release().await {
+            eprintln!("hilock: the ring lock was not released: {e}");
+        }
+    }
+}
+
+/// How often `hilock lock` on a ring asks its held lock again.
+const RING_CHECK: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// `hilock lock PATH W -- CMD` with a ring configuration: client `client_id` of the ring
+/// asks for the lock of PATH's placement key (routed by the kernel's lookup with the
+/// membership service's view, or the one etcd holds with `membership = "etcd"`, redirected on an
+/// old view) until it is granted or
+/// `timeout_ms` passed, reads the hold from the key's primary (its fencing token goes to
+/// the command as HILOCK_FENCE), then runs the command as [`run_locked`] does, reading
+/// the lock's entry every [`RING_CHECK`] without taking it again (exit 76 when it is no
+/// longer this hold — another client holds it, or it was unlocked —, 75 when the ring
+/// does not answer within the timeout), and unlocks at the end. The ring's locks are
+/// exclusive: a mode other than W is refused.
+fn ring_lock(
+    cfg: &hilock_runtime::Config,
+    path: &str,
+    mode: &str,
+    command: &[String],
+    client_id: Option<u8>,
+    timeout_ms: u64,
+    kill_grace_ms: u64,
+) -> Result<ExitCode, String> {
+    let id = client_id
+        .ok_or("a ring lock needs --client-id N (0..=255, no two running clients may share one)")?;
+    // The ring's locks are exclusive (one holder per key, the Chord lock paper): only W is served.
+    let m = hilock_kernel::Mode::parse(mode)
+        .ok_or_else(|| format!("mode {mode:?}: expected IR, R, U, IW or W"))?;
+    if m != hilock_kernel::Mode::W {
+        return Err(format!(
+            "mode {mode:?}: a ring's locks are exclusive (one holder per key); use W"
+        ));
+    }
+    if !path.starts_with('/') || hilock_kernel::ring::placement_key(path).is_empty() {
+        return Err(format!(
+            "path {path:?}: a lock path starts with / and names a top-level element"
+        ));
+    }
+    let (addrs, _) = hilock_runtime::ring::slot_addrs(cfg)?;
+    let limit = std::time::Duration::from_millis(timeout_ms);
+    let grace = std::time::Duration::from_millis(kill_grace_ms);
+    current_thread()?.block_on(async {
+        let connect = async {
+            let (views, source) = hilock_runtime::ring::client_views(cfg).await?;
+            hilock_runtime::ring::RingClient::connect_to(id, std::sync::Arc::new(addrs), views)
+                .await
+                .map_err(|e| format!("{source}: {e}"))
+        };
+        let mut client = tokio::time::timeout(limit, connect)
+            .await
+            .map_err(|_| format!("no view of the ring within {limit:?}"))??;
+        // A client id is one numbering: an earlier run with this id (killed while holding
+        // `path`) may have locked it with a higher request number than this run's first.
+        match tokio::time::timeout(limit, client.resume(path)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(format!("lock on {path}: the ring did not answer ({e})")),
+            Err(_) => {
+                return Err(format!(
+                    "lock on {path}: the ring did not answer within {timeout_ms} ms"
+                ))
+            }
+        }
+        match client.acquire(path, limit).await {
+            Ok(true) => {}
+            Ok(false) => {
+                return Err(format!(
+                    "lock on {path} not granted within {timeout_ms} ms: another client holds it"
+                ))
+            }
+            Err(e) => return Err(format!("lock on {path}: the ring did not answer ({e})")),
+        }
+        let grant = match client.grant(path).await {
+            Ok(g) => g,
+            Err(e) => {
+                let _ = client.unlock(path).await;
+                return Err(format!("lock on {path}: granted, but {e}"));
+            }
+        };
+        let mut watch = RingWatch(hilock_runtime::ring::Held::start(
+            client,
+            path.to_string(),
+            grant,
+            RING_CHECK,
+            limit,
+        ));
+        let r = run_locked(command, path, Some(grant.fence), grace, &mut watch).await;
+        if r.is_err() {
+            watch.release().await;
+        }
+        r
+    })
+}
+
+/// `hilock exec-gated FD -- CMD…`: wait for one byte on FD, then become CMD. If FD ends
+/// without a byte, the wrapper is gone: exit without running CMD.
+pub fn exec_gated(fd: i32, command: &[String]) -> ExitCode {
+    use std::os::unix::process::CommandExt;
+    match hilock_runtime::proc::wait_gate(fd) {
+        Ok(true) => {}
+        Ok(false) => {
+            eprintln!("hilock: the lock wrapper went away before the command started");
+            return ExitCode::from(EXIT_NODE_GONE);
+        }
+        Err(e) => {
+            eprintln!("hilock: cannot wait to start the command: {e}");
+            return ExitCode::from(2);
+        }
+    }
+    let e = std::process::Command::new(&command[0])
+        .args(&command[1..])
+        .exec();
+    eprintln!("hilock: cannot run {}: {e}", command[0]);
+    ExitCode::from(if e.kind() == std::io::ErrorKind::NotFound {
+        127
+    } else {
+        126
+    })
+}

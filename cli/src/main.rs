@@ -1,0 +1,336 @@
+//! The `hilock` command: the clap definitions and the dispatch. The commands' bodies are
+//! in the modules, one per subject; the library is `hilock_runtime` (runtime/).
+
+mod bakery;
+mod demo;
+mod lock;
+mod node;
+mod ring;
+mod spec;
+
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use bakery::BakeryCommand;
+use lock::{LockRequest, DEFAULT_KILL_GRACE_MS};
+use node::{ClientAt, DEFAULT_STATUS_TIMEOUT_MS};
+use ring::RingCommand;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "hilock",
+    version,
+    about = "Peer-to-peer multi-mode hierarchical locking (Desai & Mueller), machine-checked"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Start a loopback cluster and run the thesis airline workload through the real lock
+    /// API, checking every grant against Table 2.1; print messages/request and latencies.
+    Demo {
+        /// Nodes in the cluster (1..=64).
+        #[arg(long, default_value_t = 8)]
+        nodes: usize,
+        /// Accesses to serve, all nodes together (default 2000).
+        #[arg(long, conflicts_with = "seconds")]
+        requests: Option<u64>,
+        /// Run for this many seconds instead.
+        #[arg(long)]
+        seconds: Option<f64>,
+        /// Critical section in milliseconds (the thesis's 15 ms, scaled down).
+        #[arg(long, default_value_t = 1.0)]
+        cs_ms: f64,
+        /// Mean non-critical section in milliseconds (ratio 10, as in the thesis).
+        #[arg(long, default_value_t = 10.0)]
+        ncs_ms: f64,
+        /// Entries of the airline table.
+        #[arg(long, default_value_t = 16)]
+        entries: usize,
+        /// Seed of the clients' choices.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// No progress bar.
+        #[arg(long)]
+        quiet: bool,
+    },
+    /// Run a node until Ctrl-C or SIGTERM (logs on stderr; RUST_LOG=hilock=debug for more).
+    /// The file names the engine: `engine = "token"` (the default) or `engine = "ring"` (a
+    /// node of the ring of the Chord lock paper, which runs until its graceful leave is done or the
+    /// membership service goes away).
+    Node {
+        /// The configuration file (TOML).
+        #[arg(long)]
+        config: PathBuf,
+        /// This node's id (overrides `id` in the file).
+        #[arg(long)]
+        id: Option<u16>,
+    },
+    /// Run a node of the ring engine (the Chord lock paper) until its graceful leave completes or the
+    /// membership service goes away; its address is the `--id`th of `--peers`.
+    RingNode {
+        /// This node's slot (0..16).
+        #[arg(long)]
+        id: u16,
+        /// Every slot's address, in slot order, comma-separated (127.0.0.1:7200,…).
+        #[arg(long)]
+        peers: String,
+        /// The membership service's address.
+        #[arg(long)]
+        membership: std::net::SocketAddr,
+    },
+    /// The ring engine (the Chord lock paper): its membership service, joins and graceful leaves.
+    Ring {
+        #[command(subcommand)]
+        command: RingCommand,
+    },
+    /// Hold a lock while a command runs (like flock): `hilock lock /db/flights W -- cmd args`.
+    /// The command runs in its own process group and dies with the lock. Exits with the
+    /// command's status (128+N if signal N killed it); 2 (and one line on stderr) if the
+    /// lock is not granted; 75 if the connection to the node closed while the command ran,
+    /// 76 if the node reported the lock lost and 77 if the node's etcd lease was lost or
+    /// not renewed in time (membership through etcd; the command's group was killed first).
+    ///
+    /// With the --config of a ring (`engine = "ring"`, the Chord lock paper) and --client-id: the
+    /// ring client itself holds the lock of the path's top-level element (its placement
+    /// key; the ring's locks are exclusive: MODE must be W), reads the lock's entry every
+    /// second while the command runs (never taking it again) and unlocks it at the end;
+    /// 76 if it is no longer this hold (another client got it, or it was unlocked), 75 if
+    /// the ring did not answer within the timeout. HILOCK_FENCE is the hold's fencing
+    /// token (the entry's version); no lease.
+    ///
+    /// With --txn: `hilock lock --txn /a:W /b:R -- cmd args` takes every `PATH:R|W` in one
+    /// transaction of the agents engine (Wiger's locks, deadlocks detected and resolved) and
+    /// runs the command once all are held; the exit codes are the same.
+    Lock {
+        /// The lock path and mode: `/db/flights/UA93 W` (mode IR, R, U, IW or W); with
+        /// --txn, one or more `PATH:R` or `PATH:W`.
+        #[arg(required = true)]
+        locks: Vec<String>,
+        /// Take the locks as one transaction of the agents engine.
+        #[arg(long)]
+        txn: bool,
+        /// With --txn: abort instead of surrendering a lock already reported held.
+        #[arg(long, requires = "txn")]
+        abort_on_deadlock: bool,
+        /// The command and its arguments.
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+        #[command(flatten)]
+        at: ClientAt,
+        /// Give up after this many milliseconds (default: `request_timeout_ms` of the file
+        /// given with --config, else 30000). The command itself gives up one second later
+        /// if the node has not answered by then.
+        #[arg(long)]
+        timeout_ms: Option<u64>,
+        /// Request priority (0..=255, higher first).
+        #[arg(long, default_value_t = 0)]
+        priority: u8,
+        /// When the lock is lost or the command exits leaving processes in its group: how
+        /// long after SIGTERM before SIGKILL, in milliseconds.
+        #[arg(long, default_value_t = DEFAULT_KILL_GRACE_MS)]
+        kill_grace_ms: u64,
+        /// With the --config of a ring (`engine = "ring"`): this client's id on the ring,
+        /// 0..=255. No two running clients may share one: the ring's lock belongs to the
+        /// id (a lock left by a killed `hilock lock` is taken over by the next one with
+        /// its id).
+        #[arg(long)]
+        client_id: Option<u8>,
+    },
+    /// Internal: the first program `hilock lock` starts in the command's process group; it
+    /// waits until the node knows the group, then executes the command.
+    #[command(name = "exec-gated", hide = true)]
+    ExecGated {
+        /// The file descriptor to wait on.
+        fd: i32,
+        /// The command and its arguments.
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
+    /// The bakery lock of the bakery design over redis-server replicas (quorum reads and writes,
+    /// leases); no hilock node needed.
+    Bakery {
+        #[command(subcommand)]
+        command: BakeryCommand,
+    },
+    /// Print a running node's locks, token, queues and peers; with the --config of a ring
+    /// (`engine = "ring"`), the ring as `hilock ring status` prints it.
+    Status {
+        #[command(flatten)]
+        at: ClientAt,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+        /// Give up (exit 2, one line) if the node has not answered within this many
+        /// milliseconds.
+        #[arg(long, default_value_t = DEFAULT_STATUS_TIMEOUT_MS)]
+        timeout_ms: u64,
+    },
+    /// Print the specification: modes, Tables 2.1–2.4 (literal and derived) and the rules.
+    Spec {
+        /// Print it as JSON (format hilock-spec/1).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run scenario files through the kernel and print their traces; exit 1 if an expected
+    /// state does not match, 2 if a file is malformed or inconsistent.
+    Scenario {
+        /// The scenarios (JSON), e.g. spec/scenarios/*.json.
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        /// Print the trace as JSON (format hilock-trace/1).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print a trace file step by step; with --svg/--html also write its message sequence
+    /// diagram to a file that opens in a browser without a server.
+    Replay {
+        /// The trace (JSON): hilock-trace/1, or a tree, agents or bakery model trace.
+        file: PathBuf,
+        /// Write the sequence diagram as SVG to this file.
+        #[arg(long)]
+        svg: Option<PathBuf>,
+        /// Write the sequence diagram and the steps as an HTML page to this file.
+        #[arg(long)]
+        html: Option<PathBuf>,
+    },
+    /// Check a model configuration exhaustively (progress on stderr); exit 1 and write the
+    /// counterexample traces if a property fails.
+    Check {
+        /// The model configuration (JSON), e.g. models/configs/star3-r-w.json.
+        file: PathBuf,
+        /// Where to write counterexample traces.
+        #[arg(long, default_value = ".")]
+        out: PathBuf,
+    },
+    /// Serve the Stateright Explorer for a model configuration on 127.0.0.1; with --trace,
+    /// print the URL of the trace's last state (exit 2 if the trace does not fit).
+    Explore {
+        /// The model configuration (JSON).
+        file: PathBuf,
+        /// The port.
+        #[arg(long, default_value_t = 3000)]
+        port: u16,
+        /// A trace of this configuration (hilock-trace/1, e.g. a counterexample of
+        /// `hilock check`) to open at its last state.
+        #[arg(long)]
+        trace: Option<PathBuf>,
+    },
+}
+
+pub fn runtime() -> Result<tokio::runtime::Runtime, String> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start tokio: {e}"))
+}
+
+pub fn init_logs(default: &str) {
+    use std::io::IsTerminal;
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        // Colours only for a terminal: plain text in files and journals.
+        .with_ansi(std::io::stderr().is_terminal())
+        .try_init();
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Demo {
+            nodes,
+            requests,
+            seconds,
+            cs_ms,
+            ncs_ms,
+            entries,
+            seed,
+            quiet,
+        } => demo::command(
+            nodes, requests, seconds, cs_ms, ncs_ms, entries, seed, quiet,
+        ),
+        Command::Node { config, id } => node::node(&config, id),
+        Command::RingNode {
+            id,
+            peers,
+            membership,
+        } => hilock_runtime::ring::serve(id, &peers, membership).map(|s| (s, true)),
+        Command::Ring { command } => ring::ring(command),
+        Command::Lock {
+            mut locks,
+            txn,
+            abort_on_deadlock,
+            command,
+            at,
+            timeout_ms,
+            priority,
+            kill_grace_ms,
+            client_id,
+        } => match lock::lock(
+            if txn {
+                LockRequest::Txn {
+                    locks,
+                    abort_on_deadlock,
+                }
+            } else if locks.len() == 2 {
+                let mode = locks.pop().unwrap_or_default();
+                LockRequest::Lock {
+                    path: locks.pop().unwrap_or_default(),
+                    mode,
+                }
+            } else {
+                eprintln!("hilock: lock takes PATH MODE (or --txn PATH:MODE…)");
+                return ExitCode::from(2);
+            },
+            &command,
+            &at,
+            timeout_ms,
+            priority,
+            kill_grace_ms,
+            client_id,
+        ) {
+            Ok(code) => return code,
+            Err(e) => Err(e),
+        },
+        Command::ExecGated { fd, command } => return lock::exec_gated(fd, &command),
+        Command::Status {
+            at,
+            json,
+            timeout_ms,
+        } => node::status(&at, json, timeout_ms),
+        Command::Bakery { command } => match bakery::bakery(command) {
+            Ok(code) => return code,
+            Err(e) => Err(e),
+        },
+        Command::Spec { json } => spec::spec(json).map(|s| (s, true)),
+        Command::Scenario { files, json } => spec::scenarios(&files, json),
+        Command::Replay { file, svg, html } => {
+            spec::replay(&file, svg.as_deref(), html.as_deref()).map(|s| (s, true))
+        }
+        Command::Check { file, out } => spec::check(&file, &out),
+        Command::Explore { file, port, trace } => {
+            spec::explore(&file, port, trace.as_deref()).map(|s| (s, true))
+        }
+    };
+    match result {
+        Ok((text, ok)) => {
+            print!("{text}");
+            if ok {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            }
+        }
+        Err(e) => {
+            eprintln!("hilock: error: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
