@@ -596,3 +596,64 @@ fn queues_of_two_versions_joined_make_a_phantom_surrender() {
         "mixed-versions",
     );
 }
+
+/// The variants of `pub enum NAME` in `src` (lines of four spaces and a capital).
+fn variants(src: &str, name: &str) -> Vec<String> {
+    let start = src
+        .find(&format!("pub enum {name}"))
+        .unwrap_or_else(|| panic!("no enum {name}"));
+    src[start..]
+        .lines()
+        .skip(1)
+        .take_while(|l| *l != "}")
+        .filter_map(|l| l.strip_prefix("    "))
+        .filter(|l| l.starts_with(|c: char| c.is_ascii_uppercase()))
+        .map(|l| {
+            l.chars()
+                .take_while(|c| c.is_ascii_alphanumeric())
+                .collect()
+        })
+        .collect()
+}
+
+/// The model drives every input of the agents engine's API. Each variant of
+/// `AgentInput` (what a client and the network give an agent: lock, a queue's
+/// announcement, a server down, finish) is built by the model (`models/src/agents.rs`),
+/// and each variant of `ServerMsg` (an agent's messages to a lock server) is sent by the
+/// kernel's agent outside its unit tests — the model delivers every message an agent
+/// sends to its server — except `ServerMsg::Cancel`, which the server handles and no agent
+/// sends (`docs/engines/agents.md`, "Operations and adversaries"). A variant added
+/// without a model action, or a model that stops building one, turns this red.
+#[test]
+fn the_model_drives_every_input_of_the_agents_engine() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let read = |p: &str| std::fs::read_to_string(root.join(p)).unwrap();
+    let model = read("models/src/agents.rs");
+    let agent = read("kernel/src/agents/transaction.rs");
+    let agent_code = &agent[..agent.find("#[cfg(test)]").unwrap_or(agent.len())];
+    let inputs = variants(&agent, "AgentInput");
+    assert!(inputs.len() >= 4, "{inputs:?}");
+    for v in &inputs {
+        assert!(
+            model.contains(&format!("AgentInput::{v}")),
+            "the model never gives an agent AgentInput::{v}"
+        );
+    }
+    let messages = variants(&read("kernel/src/agents/mod.rs"), "ServerMsg");
+    assert!(messages.len() >= 4, "{messages:?}");
+    for v in &messages {
+        let sent = agent_code.contains(&format!("ServerMsg::{v}"));
+        if v == "Cancel" {
+            assert!(
+                !sent,
+                "agents now send Cancel: model it and update the docs"
+            );
+        } else {
+            assert!(sent, "no agent sends ServerMsg::{v}");
+        }
+    }
+    assert!(
+        model.contains("fn server_step"),
+        "the model delivers agents' messages to servers"
+    );
+}
