@@ -9,11 +9,11 @@
 //! test asserts hilock's answer and its comment says what the Erlang test expects instead
 //! (`docs/engines/agents.md`, "Compared with uwiger/locks' test suite").
 
+use hilock_harness::VecSink;
 use hilock_kernel::agents::{
     AbortReason, Agent, AgentError, AgentId, AgentInput, AgentOutput, LockInfo, LockMode, LockPath,
     LockServer, Req, ServerId, ServerMsg, Servers, Status,
 };
-use hilock_spec::VecSink;
 use std::collections::{BTreeSet, VecDeque};
 use LockMode::{Read, Write};
 

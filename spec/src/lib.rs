@@ -16,11 +16,6 @@ pub use scenario::{Prepared, RunReport, Scenario};
 pub use system::{ModelSite, SpecMsg, SpecSite, System};
 pub use trace::{NodeSnapshot, Trace};
 
-/// The harness's growable sink, re-exported for `runtime/` (`runtime/src/agents/engine.rs`)
-/// until the runtime depends on `hilock-harness` itself; everything else names
-/// `hilock_harness::VecSink`.
-pub use hilock_harness::VecSink;
-
 /// Directory of the thesis scenarios (absolute, from this crate's manifest directory).
 pub fn scenarios_dir() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios")

@@ -7,11 +7,11 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Instant;
 
+use hilock_harness::VecSink;
 use hilock_kernel::agents::{
     AbortReason, AgentError, AgentId, AgentInput, AgentOutput, Announce, LockPath, Rule, ServerId,
     ServerMsg, Status,
 };
-use hilock_spec::VecSink;
 use tokio::sync::watch;
 use tracing::{debug, warn};
 
