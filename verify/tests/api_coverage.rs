@@ -46,6 +46,16 @@ fn pub_fns(src: &str) -> Vec<String> {
         .collect()
 }
 
+/// Asserts that `model` names `ENUM::V` for every variant `V` of `variants`.
+fn each_variant_named(model: &str, enum_name: &str, variants: &[String], who: &str) {
+    for v in variants {
+        assert!(
+            model.contains(&format!("{enum_name}::{v}")),
+            "{who} never gives {enum_name}::{v}"
+        );
+    }
+}
+
 /// The source before its unit tests.
 fn code(src: &str) -> &str {
     &src[..src.find("#[cfg(test)]").unwrap_or(src.len())]
@@ -63,12 +73,7 @@ fn the_token_models_drive_every_input_and_fault_operation() {
         .collect();
     let inputs = variants(&read("kernel/src/msg.rs"), "Input");
     assert!(inputs.len() >= 5, "{inputs:?}");
-    for v in &inputs {
-        assert!(
-            models.contains(&format!("Input::{v}")),
-            "no token model gives a site Input::{v}"
-        );
-    }
+    each_variant_named(&models, "Input", &inputs, "no token model");
     let faults = read("models/src/faults.rs");
     // (function, the fault model's action that drives it; "" for a query)
     const FAULT_API: &[(&str, &str)] = &[
@@ -107,12 +112,7 @@ fn the_tree_model_runs_every_kind_of_operation() {
     let model = read("models/src/tree.rs");
     let kinds = variants(&read("kernel/src/tree/ops.rs"), "OpKind");
     assert!(kinds.len() >= 2, "{kinds:?}");
-    for v in &kinds {
-        assert!(
-            model.contains(&format!("OpKind::{v}")),
-            "the tree model never runs OpKind::{v}"
-        );
-    }
+    each_variant_named(&model, "OpKind", &kinds, "the tree model");
 }
 
 /// The bakery engine: every `Input` of a client (acquire, release, work, done, wake, a
@@ -122,12 +122,7 @@ fn the_bakery_model_gives_every_client_input() {
     let model = read("models/src/bakery.rs");
     let inputs = variants(&read("kernel/src/bakery/client.rs"), "Input");
     assert!(inputs.len() >= 7, "{inputs:?}");
-    for v in &inputs {
-        assert!(
-            model.contains(&format!("Input::{v}")),
-            "the bakery model never gives a client Input::{v}"
-        );
-    }
+    each_variant_named(&model, "Input", &inputs, "the bakery model");
 }
 
 /// How the ring model covers one public function of the ring's client or server.
@@ -225,12 +220,7 @@ fn the_model_drives_every_input_of_the_agents_engine() {
     let agent_code = code(&agent);
     let inputs = variants(&agent, "AgentInput");
     assert!(inputs.len() >= 4, "{inputs:?}");
-    for v in &inputs {
-        assert!(
-            model.contains(&format!("AgentInput::{v}")),
-            "the model never gives an agent AgentInput::{v}"
-        );
-    }
+    each_variant_named(&model, "AgentInput", &inputs, "the agents model");
     let messages = variants(&read("kernel/src/agents/mod.rs"), "ServerMsg");
     assert!(messages.len() >= 4, "{messages:?}");
     for v in &messages {
