@@ -147,8 +147,11 @@ pub fn bakery(command: BakeryCommand) -> Result<ExitCode, String> {
         ..hilock_runtime::bakery::Options::new(client_id)
     };
     let timeout = std::time::Duration::from_millis(timeout_ms);
-    let code = runtime()?.block_on(hilock_runtime::bakery::lock::run_command(
-        &name, &replicas, opts, timeout, &command,
-    ))?;
+    // One thread: the command's parent-death signal is tied to the thread that starts it
+    // (`hilock_runtime::proc::own_group_with_parent_death`), which must live as long as
+    // the wrapper.
+    let code = crate::lock::current_thread()?.block_on(
+        hilock_runtime::bakery::lock::run_command(&name, &replicas, opts, timeout, &command),
+    )?;
     Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)))
 }

@@ -156,7 +156,7 @@ pub fn lock(
 
 /// A current-thread runtime: `hilock lock` spawns the command from this (the main) thread,
 /// whose end is what the parent-death signal of the command waits for.
-fn current_thread() -> Result<tokio::runtime::Runtime, String> {
+pub(crate) fn current_thread() -> Result<tokio::runtime::Runtime, String> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -215,7 +215,7 @@ async fn run_locked(
     if let Some(fence) = fence {
         cmd.env("HILOCK_FENCE", fence.to_string());
     }
-    hilock_runtime::proc::own_group_with_parent_death(&mut cmd, gate_fd);
+    hilock_runtime::proc::own_group_with_parent_death(&mut cmd, Some(gate_fd));
     let mut child = cmd
         .spawn()
         .map_err(|e| format!("cannot start {}: {e}", command[0]))?;

@@ -924,6 +924,58 @@ fn a_sigstopped_command_loses_the_lock_after_its_lease() {
     assert_eq!(err.lines().count(), 1, "{err}");
 }
 
+/// A killed wrapper takes its command with it: `hilock bakery lock` runs the command in
+/// its own process group with SIGKILL as its parent-death signal, so after SIGKILL of the
+/// wrapper the command is gone (or a zombie nobody reaped) within a second — long before
+/// the wrapper's lease runs out and another client is granted the lock. Before, the
+/// command ran on for its whole duration while the lock passed on.
+#[test]
+fn a_killed_wrapper_takes_its_command_with_it() {
+    if !have_redis() {
+        return;
+    }
+    use std::io::BufRead;
+    let reps = Replicas::start(3);
+    let addrs = reps.addrs.join(",");
+    let mut a = Reap(
+        Command::new(env!("CARGO_BIN_EXE_hilock"))
+            .args(["bakery", "lock", "killed", "--replicas", &addrs])
+            .args([
+                "--client-id",
+                "1",
+                "--lease-ms",
+                "2000",
+                "--timeout-ms",
+                "10000",
+            ])
+            .args(["--", "sh", "-c", "echo $$; exec sleep 30"])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let out = a.0.stdout.take().unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(out).read_line(&mut line).unwrap();
+    let cmd_pid: u32 = line.trim().parse().expect("the command's pid");
+    signal(a.0.id(), "-KILL");
+    let _ = a.0.wait();
+    // Gone, or a zombie: its parent, the wrapper, is dead and nobody may have reaped it.
+    let running = || {
+        std::fs::read_to_string(format!("/proc/{cmd_pid}/stat"))
+            .ok()
+            .and_then(|s| s.rsplit(')').next().map(|r| r.trim_start().to_string()))
+            .is_some_and(|r| !r.starts_with('Z'))
+    };
+    let t = Instant::now();
+    while running() {
+        assert!(
+            t.elapsed() < Duration::from_secs(1),
+            "the command outlived its killed wrapper"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 // ----- the work queue (`hilock bakery queue push|work`) --------------------------------
 
 /// `hilock bakery queue push NAME ITEM`: the key it prints.

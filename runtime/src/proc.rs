@@ -83,13 +83,13 @@ pub async fn wait_group_gone(pgid: i32, deadline: Instant) -> bool {
 }
 
 /// Make `cmd` start its child in a new process group (the child's pid is the group id)
-/// with SIGKILL as its parent-death signal, and keep `keep_fd` open across `exec` (it is
-/// the gate the child waits on, see `hilock lock`).
+/// with SIGKILL as its parent-death signal, and keep `keep_fd`, if any, open across `exec`
+/// (it is the gate the child waits on, see `hilock lock`; `hilock bakery lock` has none).
 ///
 /// The parent-death signal is tied to the thread that forks: call `spawn` from a thread
 /// that lives as long as the wrapper (the wrapper uses a current-thread runtime, so every
 /// spawn happens on its main thread).
-pub fn own_group_with_parent_death(cmd: &mut tokio::process::Command, keep_fd: i32) {
+pub fn own_group_with_parent_death(cmd: &mut tokio::process::Command, keep_fd: Option<i32>) {
     // SAFETY: getpid has no preconditions.
     #[allow(unsafe_code)]
     let parent = unsafe { libc::getpid() };
@@ -115,8 +115,10 @@ pub fn own_group_with_parent_death(cmd: &mut tokio::process::Command, keep_fd: i
                     "the hilock wrapper died while starting the command",
                 ));
             }
-            if libc::fcntl(keep_fd, libc::F_SETFD, 0) != 0 {
-                return Err(std::io::Error::last_os_error());
+            if let Some(fd) = keep_fd {
+                if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
             }
             Ok(())
         });
@@ -252,7 +254,7 @@ mod tests {
         let fd = std::os::fd::AsRawFd::as_raw_fd(&r);
         let mut c = tokio::process::Command::new("sh");
         c.args(["-c", "sleep 30 & sleep 30"]);
-        own_group_with_parent_death(&mut c, fd);
+        own_group_with_parent_death(&mut c, Some(fd));
         let mut child = c.spawn().unwrap();
         let pid = child.id().unwrap() as i32;
         assert!(is_group_leader_child_of(pid, std::process::id() as i32));

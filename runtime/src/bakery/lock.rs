@@ -744,11 +744,15 @@ async fn run_n<const N: usize>(
     let (prog, args) = command.split_first().ok_or("no command given")?;
     let mut lock = BakeryLock::<N>::redis(name, addrs, opts).map_err(|e| e.to_string())?;
     let token = lock.acquire(timeout).await.map_err(|e| e.to_string())?;
-    let mut child = tokio::process::Command::new(prog)
-        .args(args)
-        .env("HILOCK_FENCE", token.as_u64().to_string())
-        .spawn()
-        .map_err(|e| format!("cannot run {prog}: {e}"))?;
+    let mut cmd = tokio::process::Command::new(prog);
+    cmd.args(args)
+        .env("HILOCK_FENCE", token.as_u64().to_string());
+    // Its own process group, killed with the wrapper (SIGKILL as its parent-death signal):
+    // a killed wrapper's lease runs out and the lock passes on, so its command must not go
+    // on running.
+    crate::proc::own_group_with_parent_death(&mut cmd, None);
+    let mut child = cmd.spawn().map_err(|e| format!("cannot run {prog}: {e}"))?;
+    let pgid = child.id().map(|p| p as i32);
     let held = lock.hold(Box::pin(child.wait())).await;
     match held {
         Ok(status) => {
@@ -759,6 +763,9 @@ async fn run_n<const N: usize>(
             Ok(status.code().unwrap_or(1))
         }
         Err(e) => {
+            if let Some(pgid) = pgid {
+                let _ = crate::proc::signal_group(pgid, libc::SIGKILL);
+            }
             let _ = child.kill().await;
             Err(format!("{e}; the command was killed"))
         }
