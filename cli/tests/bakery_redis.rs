@@ -960,12 +960,8 @@ fn a_killed_wrapper_takes_its_command_with_it() {
     signal(a.0.id(), "-KILL");
     let _ = a.0.wait();
     // Gone, or a zombie: its parent, the wrapper, is dead and nobody may have reaped it.
-    let running = || {
-        std::fs::read_to_string(format!("/proc/{cmd_pid}/stat"))
-            .ok()
-            .and_then(|s| s.rsplit(')').next().map(|r| r.trim_start().to_string()))
-            .is_some_and(|r| !r.starts_with('Z'))
-    };
+    let running =
+        || hilock_runtime::proc::stat(cmd_pid as i32).is_some_and(|(s, _, _)| s != 'Z' && s != 'X');
     let t = Instant::now();
     while running() {
         assert!(

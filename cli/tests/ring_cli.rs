@@ -896,7 +896,7 @@ async fn lock_on_ring() {
     let pid = std::fs::read_to_string(&pid_file).expect("the killed run's command started");
     // Gone, or a zombie nobody has reaped yet (its parent, the wrapper, is dead).
     let check = format!(
-        "s=$(cut -d' ' -f3 /proc/{}/stat 2>/dev/null); [ -z \"$s\" ] || [ \"$s\" = Z ]",
+        "p=/proc/{}/stat; grep -qs ') [ZX] ' $p || ! [ -e $p ]",
         pid.trim()
     );
     next_run_of_11_frees(&cfg, &mut other, "/killed", &check, limit).await;

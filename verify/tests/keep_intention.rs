@@ -113,6 +113,18 @@ fn pinned(name: &str) -> Option<usize> {
     PINNED.iter().find(|(n, _)| *n == name).map(|p| p.1)
 }
 
+/// `actual` is the pinned count of `name` (not checked with `KEEP_PIN_PRINT` set, which
+/// prints the counts to pin, nor with pins off: `verify::pins_on`).
+fn assert_keep_pin(actual: usize, name: &str) {
+    if std::env::var("KEEP_PIN_PRINT").is_err() {
+        verify::assert_pinned!(
+            Some(actual),
+            pinned(name),
+            "{name}: state count not the pinned one"
+        );
+    }
+}
+
 /// Checks `c` under the kept-intention rule (and its thesis-release twin for P6 and the
 /// state count): every safety property holds, k is not worse, the count is pinned.
 /// Returns (keep states, eager states).
@@ -147,13 +159,7 @@ fn pass_keep(c: &ModelConfig) -> (usize, usize) {
     );
     println!("P6 {}: k = {k} kept, {k0} eager", kc.name);
     println!("PIN (\"{}\", {}),", kc.name, r.unique_states);
-    assert!(
-        !verify::pins_on()
-            || std::env::var("KEEP_PIN_PRINT").is_ok()
-            || Some(r.unique_states) == pinned(&kc.name),
-        "{}: state count not the pinned one",
-        kc.name
-    );
+    assert_keep_pin(r.unique_states, &kc.name);
     (r.unique_states, eager.unique_states)
 }
 
@@ -301,11 +307,7 @@ fn kept_intention_modes_keep_every_property() {
 fn kept_intention_every_pair_of_modes() {
     let total: usize = pair_configs().iter().map(|c| pass_keep(c).0).sum();
     println!("PIN (\"50 pair configurations (keep):\", {total}),");
-    assert!(
-        !verify::pins_on()
-            || std::env::var("KEEP_PIN_PRINT").is_ok()
-            || Some(total) == pinned("50 pair configurations (keep):")
-    );
+    assert_keep_pin(total, "50 pair configurations (keep):");
 }
 
 /// Broken on purpose: a keeper that ignores freezes (`KeepWithoutGiveBack`) keeps its IR
@@ -361,9 +363,5 @@ fn kept_intention_modes_across_a_crash() {
         assert!(r.holds(p), "{}: {p} not reached", r.config);
     }
     println!("PIN (\"{}\", {}),", r.config, r.unique_states);
-    assert!(
-        !verify::pins_on()
-            || std::env::var("KEEP_PIN_PRINT").is_ok()
-            || Some(r.unique_states) == pinned(&r.config)
-    );
+    assert_keep_pin(r.unique_states, &r.config);
 }
