@@ -10,13 +10,14 @@
 use hilock_kernel::bakery::{Cell, Family, Reply, Request, Row, Ts, Value};
 use hilock_runtime::bakery::redis::{key, RedisReplica};
 use hilock_runtime::bakery::{BakeryLock, Error, Options, ReplicaBackend, Scope};
-use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 #[path = "../../runtime/tests/support/etcd.rs"]
 mod etcd;
+#[path = "../../runtime/tests/support/ports.rs"]
+mod ports;
 use etcd::start_etcd;
 
 fn have_redis() -> bool {
@@ -52,11 +53,7 @@ impl Replicas {
             _dirs: Vec::new(),
         };
         for _ in 0..n {
-            let port = TcpListener::bind("127.0.0.1:0")
-                .unwrap()
-                .local_addr()
-                .unwrap()
-                .port();
+            let port = ports::free_port();
             let dir = tempfile::tempdir().unwrap();
             let child = Command::new("redis-server")
                 .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
@@ -463,11 +460,7 @@ fn unreachable_replicas_are_named_after_the_timeout() {
     // Ports nobody listens on (bound, then released).
     let dead: Vec<String> = (0..3)
         .map(|_| {
-            let p = TcpListener::bind("127.0.0.1:0")
-                .unwrap()
-                .local_addr()
-                .unwrap()
-                .port();
+            let p = ports::free_port();
             format!("127.0.0.1:{p}")
         })
         .collect();
@@ -720,11 +713,7 @@ fn the_command_holds_the_lock_and_exports_the_fence() {
 fn the_command_names_the_missing_replicas_and_exits_2() {
     let dead: Vec<String> = (0..3)
         .map(|_| {
-            let p = TcpListener::bind("127.0.0.1:0")
-                .unwrap()
-                .local_addr()
-                .unwrap()
-                .port();
+            let p = ports::free_port();
             format!("127.0.0.1:{p}")
         })
         .collect();
@@ -1289,11 +1278,7 @@ fn signal_group(pgid: u32, sig: i32) {
 fn queue_commands_refuse_bad_input_with_one_line() {
     let dead: Vec<String> = (0..3)
         .map(|_| {
-            let p = TcpListener::bind("127.0.0.1:0")
-                .unwrap()
-                .local_addr()
-                .unwrap()
-                .port();
+            let p = ports::free_port();
             format!("127.0.0.1:{p}")
         })
         .collect();

@@ -1,5 +1,7 @@
 //! The `hilock` binary end to end: `spec`, `scenario`, `replay`.
 
+#[path = "../../runtime/tests/support/ports.rs"]
+mod ports;
 use std::process::Command;
 
 fn hilock(args: &[&str]) -> std::process::Output {
@@ -179,13 +181,7 @@ fn counterexamples() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../spec/counterexamples")
 }
 
-/// A free port on 127.0.0.1 (bind port 0, read it, release it).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
-}
+use ports::free_port;
 
 /// `hilock explore CONFIG --trace FILE` prints the URL of the trace's last state and
 /// serves it, for a saved counterexample of each model (base, inversion, tree, agents,

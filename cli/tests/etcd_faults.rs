@@ -35,6 +35,8 @@ mod etcd;
 mod etcd_cluster;
 #[path = "support/partition.rs"]
 mod partition;
+#[path = "../../runtime/tests/support/ports.rs"]
+mod ports;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

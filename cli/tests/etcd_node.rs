@@ -11,6 +11,8 @@
 mod etcd;
 #[path = "support/etcd_cluster.rs"]
 mod etcd_cluster;
+#[path = "../../runtime/tests/support/ports.rs"]
+mod ports;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};

@@ -10,6 +10,8 @@
 mod etcd;
 #[path = "support/etcd_cluster.rs"]
 mod etcd_cluster;
+#[path = "../../runtime/tests/support/ports.rs"]
+mod ports;
 
 use std::sync::Arc;
 use std::time::Duration;

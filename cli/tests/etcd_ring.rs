@@ -20,6 +20,8 @@ use hilock_runtime::ring::{etcd as ring_etcd, key_of, probe, ring, RingClient, V
 
 #[path = "../../runtime/tests/support/etcd.rs"]
 mod etcd;
+#[path = "../../runtime/tests/support/ports.rs"]
+mod ports;
 #[path = "support/ring_load.rs"]
 mod ring_load;
 use ring_load::{slots, Run, HELD};
@@ -38,8 +40,7 @@ impl Drop for Proc {
 }
 
 fn free_port() -> SocketAddr {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap()
+    ports::free_addr()
 }
 
 fn options(e: &etcd::Etcd) -> EtcdOptions {

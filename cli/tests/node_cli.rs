@@ -1,6 +1,8 @@
 //! `hilock node`, `hilock lock -- cmd` and `hilock status` end to end: two node processes
 //! on 127.0.0.1, locks taken from the shell.
 
+#[path = "../../runtime/tests/support/ports.rs"]
+mod ports;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -19,13 +21,7 @@ impl Drop for Proc {
     }
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+use ports::free_port;
 
 struct Cluster {
     dir: tempfile::TempDir,

@@ -23,6 +23,8 @@ use hilock_runtime::oracle::Oracle;
 use hilock_runtime::ring::{key_of, ring, Membership, RingClient, RingNode, SLOTS};
 use tokio::net::TcpListener;
 
+#[path = "../../runtime/tests/support/ports.rs"]
+mod ports;
 #[path = "support/ring_load.rs"]
 mod ring_load;
 use ring_load::{holders_of, Load, Run, HELD, HOLDER};

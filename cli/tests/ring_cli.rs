@@ -14,6 +14,8 @@ use hilock_kernel::Mode;
 use hilock_runtime::oracle::Oracle;
 use hilock_runtime::ring::{key_of, ring, Admin, RingClient};
 
+#[path = "../../runtime/tests/support/ports.rs"]
+mod ports;
 #[path = "support/ring_load.rs"]
 mod ring_load;
 use ring_load::{slots, Run, CONTENDER, HELD};

@@ -8,6 +8,8 @@
 
 #[path = "support/etcd.rs"]
 mod etcd;
+#[path = "support/ports.rs"]
+mod ports;
 
 use std::time::Duration;
 

@@ -40,14 +40,7 @@ pub struct Nodes {
 
 /// `n` free loopback addresses (bound and released: a node binds its own again).
 pub fn free_addrs(n: usize) -> Vec<SocketAddr> {
-    (0..n)
-        .map(|_| {
-            std::net::TcpListener::bind("127.0.0.1:0")
-                .unwrap()
-                .local_addr()
-                .unwrap()
-        })
-        .collect()
+    (0..n).map(|_| crate::ports::free_addr()).collect()
 }
 
 impl Nodes {
@@ -175,10 +168,21 @@ impl Nodes {
             .unwrap()
     }
 
-    fn until_socket(&self, id: usize) {
+    /// Waits until node `id` serves its client socket; a node that exits or does not
+    /// serve within 20 s fails the test with its exit status and its log.
+    fn until_socket(&mut self, id: usize) {
         let t = std::time::Instant::now();
         while !self.socket(id).exists() {
-            assert!(t.elapsed() < Duration::from_secs(20), "node {id} starts");
+            let exited = self.kids[id]
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten());
+            if exited.is_some() || t.elapsed() > Duration::from_secs(20) {
+                let how = match exited {
+                    Some(status) => format!("exited ({status})"),
+                    None => "did not serve its socket within 20 s".to_string(),
+                };
+                panic!("node {id} {how}; its log:\n{}", self.log(id));
+            }
             std::thread::sleep(Duration::from_millis(10));
         }
     }

@@ -15,8 +15,7 @@ impl Drop for Proc {
     }
 }
 
-/// A loopback address with a port that was free a moment ago (bound, then released).
+/// A loopback address for a server another process starts ([`crate::ports`]).
 pub fn free_port() -> SocketAddr {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap()
+    crate::ports::free_addr()
 }
