@@ -162,6 +162,7 @@ pub fn check(path: &Path, out_dir: &Path) -> Result<(String, bool), String> {
     config
         .validate()
         .map_err(|e| format!("{}: {e}", path.display()))?;
+    prepare_out_dir(out_dir)?;
     let start = Instant::now();
     let mut last = Instant::now();
     let report = hilock_models::check::check(&config, |states, unique, depth| {
@@ -178,15 +179,22 @@ pub fn check(path: &Path, out_dir: &Path) -> Result<(String, bool), String> {
         .and_then(|s| s.to_str())
         .unwrap_or("check")
         .to_string();
-    let mut traces: Vec<(String, &hilock_spec::Trace)> = report
+    // (property, trace, what its last state is)
+    let mut traces: Vec<(String, &hilock_spec::Trace, String)> = report
         .properties
         .iter()
-        .filter_map(|p| p.counterexample.as_ref().map(|t| (p.name.clone(), t)))
+        .filter_map(|p| {
+            let t = p.counterexample.as_ref()?;
+            Some((p.name.clone(), t, "the failing state".to_string()))
+        })
         .collect();
-    if let Some(w) = &report.fifo_witness {
-        traces.push(("P6 bypass witness".to_string(), w));
+    if let (Some(w), Some(k)) = (&report.fifo_witness, report.fifo_bound) {
+        let what = format!(
+            "the P6 witness: a request bypassed {k}×, the least bound k = {k} reached, not broken"
+        );
+        traces.push(("P6 bypass witness".to_string(), w, what));
     }
-    for (name, trace) in traces {
+    for (name, trace, what) in traces {
         let slug: String = name
             .chars()
             .map(|c| {
@@ -207,14 +215,27 @@ pub fn check(path: &Path, out_dir: &Path) -> Result<(String, bool), String> {
         ));
         let opened = hilock_models::open::open_base(&config, trace)
             .map_err(|e| format!("{}: the trace does not replay: {e}", file.display()))?;
-        text.push_str(&hilock_models::open::how_to_open(
+        text.push_str(&hilock_models::open::how_to_open_at(
             path,
             &file,
             &opened.encoded,
+            &what,
         ));
     }
     let ok = report.ok();
     Ok((text, ok))
+}
+
+#[cfg(feature = "models")]
+/// Creates `dir` (and its parents) if need be and checks that a file can be written there,
+/// so that a check that finds a counterexample is not refused its output after minutes of
+/// work.
+fn prepare_out_dir(dir: &Path) -> Result<(), String> {
+    let refuse = |e: std::io::Error| format!("--out {}: cannot write there: {e}", dir.display());
+    std::fs::create_dir_all(dir).map_err(refuse)?;
+    let probe = dir.join(format!(".hilock-check-{}", std::process::id()));
+    std::fs::write(&probe, b"").map_err(refuse)?;
+    std::fs::remove_file(&probe).map_err(refuse)
 }
 
 #[cfg(feature = "models")]

@@ -177,6 +177,106 @@ fn check_passes_a_correct_configuration_and_traces_a_literal_one() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// Two runs of `hilock check` on a failing configuration print the same counterexamples
+/// and write byte-identical traces, and each verdict names what violates the property in
+/// words (the holders of a P1 violation with their modes).
+#[test]
+fn check_counterexamples_are_deterministic_and_name_the_violating_pair() {
+    let config = configs().join("release-race-literal.json");
+    let run = |dir: &std::path::Path| {
+        let out = hilock(&[
+            "check",
+            config.to_str().unwrap(),
+            "--out",
+            dir.to_str().unwrap(),
+        ]);
+        assert_eq!(out.status.code(), Some(1));
+        let text = String::from_utf8_lossy(&out.stdout).replace(dir.to_str().unwrap(), "DIR");
+        // The first line carries the wall time; everything after it must repeat.
+        let body: String = text.lines().skip(1).map(|l| format!("{l}\n")).collect();
+        let mut traces: Vec<(String, Vec<u8>)> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .map(|p| {
+                let name = p.file_name().unwrap().to_string_lossy().into_owned();
+                (name, std::fs::read(&p).unwrap())
+            })
+            .collect();
+        traces.sort();
+        (body, traces)
+    };
+    let base = std::env::temp_dir().join(format!("hilock-check-twice-{}", std::process::id()));
+    let (a, b) = (base.join("a"), base.join("b"));
+    let (first, second) = (run(&a), run(&b));
+    assert!(!first.1.is_empty(), "no trace written");
+    assert_eq!(first.0, second.0, "the printed counterexamples differ");
+    assert_eq!(first.1, second.1, "the trace files differ");
+    assert!(
+        first
+            .0
+            .contains("verdict: P1 mutual exclusion violated: on L0: n1 holds R, n3 holds W"),
+        "{}",
+        first.0
+    );
+    std::fs::remove_dir_all(&base).ok();
+}
+
+/// `--out` is created before the check starts (parents included) or refused at once: a
+/// check that finds a counterexample after minutes of work is never refused its output.
+/// A passing configuration's P6 witness is not called a failing state.
+#[test]
+fn check_prepares_its_out_directory_and_labels_a_witness_as_a_witness() {
+    let base = std::env::temp_dir().join(format!("hilock-check-out-{}", std::process::id()));
+    let nested = base.join("new/deeper");
+    let out = hilock(&[
+        "check",
+        configs()
+            .join("release-race-literal.json")
+            .to_str()
+            .unwrap(),
+        "--out",
+        nested.to_str().unwrap(),
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        nested
+            .join("release-race-literal.p1-mutual-exclusion.trace.json")
+            .exists(),
+        "{text}"
+    );
+    let witness = text
+        .lines()
+        .skip_while(|l| !l.contains("p6-bypass-witness"))
+        .nth(2)
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        witness.contains("the P6 witness") && !witness.contains("failing state"),
+        "{text}"
+    );
+
+    // A file where a directory must be: refused with the reason.
+    let file = base.join("a-file");
+    std::fs::write(&file, b"").unwrap();
+    let out = hilock(&[
+        "check",
+        configs()
+            .join("release-race-literal.json")
+            .to_str()
+            .unwrap(),
+        "--out",
+        file.join("x").to_str().unwrap(),
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("--out") && err.contains("cannot write there"),
+        "{err}"
+    );
+    std::fs::remove_dir_all(&base).ok();
+}
+
 fn counterexamples() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../spec/counterexamples")
 }

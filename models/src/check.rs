@@ -319,11 +319,14 @@ fn check_l<const L: usize>(
             _ => ("always", found.is_none()),
         };
         let counterexample = match (&found, kind) {
-            (Some(path), "always") => Some(trace_of(
-                &model,
-                &first_failure(&model, p.name, path),
-                &format!("{} violated", p.name),
-            )),
+            (Some(path), "always") => {
+                let path = first_failure(&model, p.name, path);
+                let verdict = match crate::token::explain(&model, path.last_state(), p.name) {
+                    Some(why) => format!("{} violated: {why}", p.name),
+                    None => format!("{} violated", p.name),
+                };
+                Some(trace_of(&model, &path, &verdict))
+            }
             _ => None,
         };
         properties.push(PropertyReport {

@@ -45,9 +45,15 @@ pub fn url(port: u16, encoded: &str) -> String {
 
 /// The lines that tell a user how to open a counterexample: the command and the URL.
 pub fn how_to_open(config: &FsPath, trace: &FsPath, encoded: &str) -> String {
+    how_to_open_at(config, trace, encoded, "the failing state")
+}
+
+/// [`how_to_open`] for a trace whose last state is not a failure (a witness of a bound that
+/// holds): `what` names that state.
+pub fn how_to_open_at(config: &FsPath, trace: &FsPath, encoded: &str, what: &str) -> String {
     format!(
         "  open it in the Stateright Explorer: hilock explore {} --trace {}\n  \
-         then browse {} (the failing state)\n",
+         then browse {} ({what})\n",
         config.display(),
         trace.display(),
         url(DEFAULT_PORT, encoded)

@@ -1076,6 +1076,51 @@ fn p8<const L: usize>(_: &BaseModel<L>, st: &State<L>) -> bool {
     st.cluster.check_fences().is_ok()
 }
 
+/// What violates `property` in `st`, in words ("on L0: n1 holds R, n3 holds W"): the
+/// sentence a counterexample's verdict ends with. `None` if `st` does not violate it (or
+/// it is not one of [`SAFETY`]).
+pub fn explain<const L: usize>(m: &BaseModel<L>, st: &State<L>, property: &str) -> Option<String> {
+    let c = &st.cluster;
+    let violation = match property {
+        p if p == SAFETY[0] => c.check_mutual_exclusion().err(),
+        p if p == SAFETY[1] => c.check_single_token().err(),
+        p if p == SAFETY[2] => match c.check_owned_records() {
+            Err(v) => Some(v),
+            Ok(()) if !kept_modes_idle(c) => {
+                return Some("a node keeps an intention mode while it waits or is frozen".into())
+            }
+            Ok(()) => None,
+        },
+        p if p == SAFETY[3] => c.check_frozen_reach_children().err(),
+        p if p == SAFETY[4] => c.check_no_deadlock(m.idle(st)).err(),
+        p if p == SAFETY[5] => {
+            if p5(m, st) {
+                return None;
+            }
+            let waiting: Vec<String> = (0..m.n())
+                .filter(|&i| st.blocked(i) || st.pc[i] as usize != m.cfg.scripts[i].len())
+                .map(|i| format!("n{i}"))
+                .collect();
+            return Some(format!(
+                "nothing is in flight and no script can run, but {} has not finished its script",
+                waiting.join(", ")
+            ));
+        }
+        p if p == SAFETY[6] => c.check_no_kernel_error().err(),
+        p if p == SAFETY[7] => c.check_fences().err(),
+        p if p == SAFETY[8] => {
+            return (!p9(m, st)).then(|| {
+                format!(
+                    "a request travelled more than {} hops (n − 1) plus one per token transfer",
+                    forward_bound(m.n())
+                )
+            })
+        }
+        _ => None,
+    };
+    violation.map(|v| v.detail)
+}
+
 fn bypass<const L: usize, const K: u8>(_: &BaseModel<L>, st: &State<L>) -> bool {
     st.max_bypass() <= K
 }
