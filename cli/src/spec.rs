@@ -158,6 +158,11 @@ pub fn check(path: &Path, out_dir: &Path) -> Result<(String, bool), String> {
     use std::io::Write;
     use std::time::Instant;
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let v: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|e| format!("{}: not a JSON configuration: {e}", path.display()))?;
+    if v.get("model").is_some() {
+        return check_other(path, &v, out_dir);
+    }
     let config = ModelConfig::from_json(&text).map_err(|e| format!("{}: {e}", path.display()))?;
     config
         .validate()
@@ -195,17 +200,7 @@ pub fn check(path: &Path, out_dir: &Path) -> Result<(String, bool), String> {
         traces.push(("P6 bypass witness".to_string(), w, what));
     }
     for (name, trace, what) in traces {
-        let slug: String = name
-            .chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() {
-                    c.to_ascii_lowercase()
-                } else {
-                    '-'
-                }
-            })
-            .collect();
-        let file = out_dir.join(format!("{stem}.{slug}.trace.json"));
+        let file = out_dir.join(format!("{stem}.{}.trace.json", slug(&name)));
         let json = serde_json::to_string_pretty(trace)
             .map_err(|e| format!("cannot encode the trace: {e}"))?;
         std::fs::write(&file, json).map_err(|e| format!("{}: {e}", file.display()))?;
@@ -224,6 +219,56 @@ pub fn check(path: &Path, out_dir: &Path) -> Result<(String, bool), String> {
     }
     let ok = report.ok();
     Ok((text, ok))
+}
+
+#[cfg(feature = "models")]
+/// `hilock check` on a tree, agents, bakery or inversion configuration (`"model": …`, the
+/// ones `hilock explore` serves): every property of the model; each counterexample written
+/// into `out_dir` in the model's trace format, with the command that opens it.
+fn check_other(
+    path: &Path,
+    v: &serde_json::Value,
+    out_dir: &Path,
+) -> Result<(String, bool), String> {
+    use hilock_models::open::{check_other, open_other, OtherConfig};
+    let config: OtherConfig = serde_json::from_value(v.clone())
+        .map_err(|e| format!("{}: not a model configuration: {e}", path.display()))?;
+    prepare_out_dir(out_dir)?;
+    let report = check_other(&config).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut text = report.text;
+    let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("check");
+    for (name, trace) in &report.traces {
+        let file = out_dir.join(format!("{stem}.{}.trace.json", slug(name)));
+        let json = serde_json::to_string_pretty(trace)
+            .map_err(|e| format!("cannot encode the trace: {e}"))?;
+        std::fs::write(&file, json + "\n").map_err(|e| format!("{}: {e}", file.display()))?;
+        text.push_str(&format!(
+            "trace of '{name}' written to {} (hilock replay prints it)\n",
+            file.display()
+        ));
+        let opened = open_other(&config, trace)
+            .map_err(|e| format!("{}: the trace does not replay: {e}", file.display()))?;
+        text.push_str(&hilock_models::open::how_to_open(
+            path,
+            &file,
+            &opened.encoded,
+        ));
+    }
+    Ok((text, report.ok))
+}
+
+#[cfg(feature = "models")]
+/// A property name as part of a file name: `P1 mutual exclusion` → `p1-mutual-exclusion`.
+fn slug(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '-'
+            }
+        })
+        .collect()
 }
 
 #[cfg(feature = "models")]

@@ -19,7 +19,7 @@ use hilock_kernel::tree::TreeVariant;
 use hilock_kernel::NodeId;
 use hilock_spec::trace::{Trace, TraceInput, TRACE_FORMAT};
 use serde::{Deserialize, Serialize};
-use stateright::{Model, Path};
+use stateright::{Checker, Model, Path};
 use std::path::Path as FsPath;
 
 /// The default port of `hilock explore`.
@@ -677,4 +677,83 @@ pub fn explore_other(cfg: &OtherConfig, addr: std::net::SocketAddr) -> Result<()
         }
     }
     Ok(())
+}
+
+/// `hilock check` on a configuration of one of the other models ([`OtherConfig`]): the
+/// report as text, whether every `always` and `eventually` property holds, and each
+/// counterexample as its property and its trace (the model's trace format, which
+/// [`open_other`] and `hilock explore --trace` open).
+#[derive(Debug)]
+pub struct OtherCheck {
+    /// Configuration name, counts and one line per property.
+    pub text: String,
+    /// Every `always` and `eventually` property holds.
+    pub ok: bool,
+    /// (property, trace) for each property that fails.
+    pub traces: Vec<(String, serde_json::Value)>,
+}
+
+impl OtherCheck {
+    fn of<C: Serialize>(r: crate::check::ModelReport<C>) -> Result<OtherCheck, String> {
+        let mut text = format!(
+            "{}: {} unique states ({} generated, depth {}) in {:.2?}\n",
+            r.config, r.unique_states, r.states, r.max_depth, r.elapsed
+        );
+        let mut traces = Vec::new();
+        for p in &r.properties {
+            let verdict = match (p.kind.as_str(), p.holds) {
+                ("sometimes", true) => "reached",
+                ("sometimes", false) => "not reached",
+                (_, true) => "holds",
+                (_, false) => "VIOLATED",
+            };
+            text.push_str(&format!("  {:<45} {verdict}\n", p.name));
+            if let Some(t) = &p.counterexample {
+                let v =
+                    serde_json::to_value(t).map_err(|e| format!("cannot encode a trace: {e}"))?;
+                traces.push((p.name.clone(), v));
+            }
+        }
+        Ok(OtherCheck {
+            ok: r.ok(),
+            text,
+            traces,
+        })
+    }
+}
+
+/// Checks `cfg` exhaustively (breadth-first) with every property of its model.
+pub fn check_other(cfg: &OtherConfig) -> Result<OtherCheck, String> {
+    match cfg {
+        OtherConfig::Tree(c) => OtherCheck::of(c.model()?.check()),
+        OtherConfig::Agents(c) => OtherCheck::of(c.model()?.check()),
+        OtherConfig::Bakery(c) => {
+            // The sizes only pick the arrays; the rules checked do not depend on them.
+            BakerySystem::<3, 4>(c.clone()).validate()?;
+            OtherCheck::of(c.check())
+        }
+        OtherConfig::Inversion(c) => {
+            c.validate()?;
+            let t = std::time::Instant::now();
+            let checker = c.check();
+            let (always, sometimes): (Vec<_>, Vec<_>) = c
+                .properties()
+                .into_iter()
+                .partition(|p| p.expectation != stateright::Expectation::Sometimes);
+            let always: Vec<&'static str> = always.iter().map(|p| p.name).collect();
+            let sometimes: Vec<&'static str> = sometimes.iter().map(|p| p.name).collect();
+            let properties =
+                crate::check::property_reports(c, &checker, &always, &[], &sometimes, |p, path| {
+                    c.trace(p, path)
+                });
+            OtherCheck::of(crate::check::ModelReport {
+                config: c.name(),
+                states: checker.state_count(),
+                unique_states: checker.unique_state_count(),
+                max_depth: checker.max_depth(),
+                elapsed: t.elapsed(),
+                properties,
+            })
+        }
+    }
 }
