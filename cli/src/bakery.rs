@@ -3,22 +3,26 @@
 use clap::Subcommand;
 use std::process::ExitCode;
 
+use crate::run_under_lock::{Event, Watch, EXIT_ID_IN_USE, EXIT_LEASE_LOST};
 use crate::runtime;
+use std::time::Duration;
 
 #[allow(clippy::too_many_arguments)]
 #[derive(Subcommand, Debug)]
 pub enum BakeryCommand {
     /// Hold the bakery lock NAME while a command runs, renewing its lease; the fencing
-    /// token (the ticket) is in the command's environment as HILOCK_FENCE. Exits with the
-    /// command's status; 2 (and one line on stderr) if the lock is not granted in time or
-    /// its lease runs out while the command runs (the command is killed then).
+    /// token (the ticket) is in the command's environment as HILOCK_FENCE. The command runs
+    /// as under `hilock lock` (its own process group, a lease watchdog). Exits with the
+    /// command's status; 2 (and one line on stderr) if the lock is not granted in time; 77
+    /// if its lease runs out while the command runs (the command is killed then); 78 if
+    /// another running client holds the client id (the command does not run).
     Lock {
         /// The lock's name.
         name: String,
         /// The redis-server replicas, host:port,... (1 to 7; quorums are majorities).
         #[arg(long, value_delimiter = ',', default_value = "127.0.0.1:6379")]
         replicas: Vec<String>,
-        /// This client's id, 1..=31; no two running clients may share one.
+        /// This client's id, 1..=31; refused (exit 78) while another running client holds it.
         #[arg(long, env = "HILOCK_CLIENT_ID")]
         client_id: u16,
         /// The lease: others pass an entry that stops changing 1.3 leases after they saw it.
@@ -27,6 +31,10 @@ pub enum BakeryCommand {
         /// Give up after this many milliseconds.
         #[arg(long, default_value_t = 10000)]
         timeout_ms: u64,
+        /// When the command exits leaving processes in its group: how long after SIGTERM
+        /// before SIGKILL, in milliseconds.
+        #[arg(long, default_value_t = crate::lock::DEFAULT_KILL_GRACE_MS)]
+        kill_grace_ms: u64,
         /// The command and its arguments.
         #[arg(last = true, required = true)]
         command: Vec<String>,
@@ -131,27 +139,205 @@ fn bakery_queue(command: QueueCommand) -> Result<ExitCode, String> {
 }
 
 pub fn bakery(command: BakeryCommand) -> Result<ExitCode, String> {
-    let (name, replicas, client_id, lease_ms, timeout_ms, command) = match command {
+    match command {
         BakeryCommand::Lock {
             name,
             replicas,
             client_id,
             lease_ms,
             timeout_ms,
+            kill_grace_ms,
             command,
-        } => (name, replicas, client_id, lease_ms, timeout_ms, command),
-        BakeryCommand::Queue { command } => return bakery_queue(command),
+        } => {
+            let opts = hilock_runtime::bakery::Options {
+                lease: Duration::from_millis(lease_ms),
+                ..hilock_runtime::bakery::Options::new(client_id)
+            };
+            let timeout = Duration::from_millis(timeout_ms);
+            let grace = Duration::from_millis(kill_grace_ms);
+            // One thread: the command's parent-death signal is tied to the thread that
+            // starts it, which must live as long as the wrapper.
+            crate::lock::current_thread()?.block_on(async {
+                macro_rules! with_n {
+                    ($($n:literal)*) => {
+                        match replicas.len() {
+                            $($n => lock::<$n>(&name, &replicas, opts, timeout, grace, &command).await,)*
+                            n => Err(format!("{n} replicas: between 1 and 7 are supported")),
+                        }
+                    };
+                }
+                with_n!(1 2 3 4 5 6 7)
+            })
+        }
+        BakeryCommand::Queue { command } => bakery_queue(command),
+    }
+}
+
+/// Where the wrapper itself counts the lease as lost: this part of the lease before its
+/// end ([`BakeryWatch`]).
+const OWN_MARGIN_DIVISOR: u32 = 10;
+/// Where the lease watchdog kills the command: this part of the lease before its end
+/// (`docs/faults.md`, "Bakery": the lease watchdog).
+const WATCHDOG_MARGIN_DIVISOR: u32 = 20;
+
+/// `hilock bakery lock`: registers the client id on the replicas (refused with
+/// [`EXIT_ID_IN_USE`] while another client holds it), acquires `name`, runs `command`
+/// under it ([`crate::run_under_lock::run`]) while renewing the lease and the
+/// registration, then releases both.
+async fn lock<const N: usize>(
+    name: &str,
+    addrs: &[String],
+    opts: hilock_runtime::bakery::Options,
+    timeout: Duration,
+    grace: Duration,
+    command: &[String],
+) -> Result<ExitCode, String> {
+    use hilock_runtime::bakery::ident::{RegisterError, Registration};
+    let mut lock = hilock_runtime::bakery::BakeryLock::<N>::redis(name, addrs, opts)
+        .map_err(|e| e.to_string())?;
+    let id = opts.client_id;
+    let prefix = format!("hilock:bakery:{name}");
+    let reg = match Registration::register(addrs, &prefix, id, opts.lease, opts.call_timeout).await
+    {
+        Ok(r) => r,
+        Err(e @ RegisterError::InUse { .. }) => {
+            eprintln!("hilock: lock {name}: {e}; the command did not run");
+            return Ok(ExitCode::from(EXIT_ID_IN_USE));
+        }
+        Err(e) => return Err(format!("lock {name}: {e}")),
     };
-    let opts = hilock_runtime::bakery::Options {
-        lease: std::time::Duration::from_millis(lease_ms),
-        ..hilock_runtime::bakery::Options::new(client_id)
+    let mut kept = reg.keep();
+    let lapsed = |until: tokio::time::Instant| {
+        format!(
+            "lock {name}: the registration of client id {id} was not renewed in time \
+             (it ended {} ms ago)",
+            tokio::time::Instant::now()
+                .saturating_duration_since(until)
+                .as_millis()
+        )
     };
-    let timeout = std::time::Duration::from_millis(timeout_ms);
-    // One thread: the command's parent-death signal is tied to the thread that starts it
-    // (`hilock_runtime::proc::own_group_with_parent_death`), which must live as long as
-    // the wrapper.
-    let code = crate::lock::current_thread()?.block_on(
-        hilock_runtime::bakery::lock::run_command(&name, &replicas, opts, timeout, &command),
-    )?;
-    Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)))
+    // Waiting in line writes the id's column: only while the registration holds.
+    let acquired = {
+        let acquire = lock.acquire(timeout);
+        tokio::pin!(acquire);
+        loop {
+            let until = kept.until();
+            tokio::select! {
+                biased;
+                _ = tokio::time::sleep_until(until) => break Err(lapsed(until)),
+                _ = kept.renewed() => continue,
+                r = &mut acquire => break r.map_err(|e| e.to_string()),
+            }
+        }
+    };
+    let token = match acquired {
+        Ok(t) => t,
+        Err(e) => {
+            kept.end().await;
+            return Err(e);
+        }
+    };
+    let mut watch = BakeryWatch {
+        told: None,
+        lock,
+        kept,
+        name: name.to_string(),
+        timeout,
+        lease: opts.lease,
+        fence: token.as_u64(),
+    };
+    watch.told = Some(watch.lease_end());
+    let r =
+        crate::run_under_lock::run(command, name, Some(token.as_u64()), grace, &mut watch).await;
+    if r.is_err() {
+        watch.release().await;
+    }
+    r
+}
+
+/// The bakery client holds the lock: it renews its lease and its id's registration while
+/// the command runs, and counts the lock lost a tenth of a lease before the earlier of
+/// their ends.
+struct BakeryWatch<const N: usize> {
+    lock: hilock_runtime::bakery::BakeryLock<N>,
+    kept: hilock_runtime::bakery::ident::Kept,
+    name: String,
+    timeout: Duration,
+    lease: Duration,
+    fence: u64,
+    /// The lease end the watchdog was last told.
+    told: Option<tokio::time::Instant>,
+}
+
+impl<const N: usize> BakeryWatch<N> {
+    /// The earlier of the lock's lease end and the registration's end.
+    fn lease_end(&self) -> tokio::time::Instant {
+        let lock = self
+            .lock
+            .lease_end()
+            .unwrap_or_else(tokio::time::Instant::now);
+        lock.min(self.kept.until())
+    }
+}
+
+impl<const N: usize> Watch for BakeryWatch<N> {
+    async fn started(&mut self, _: i32) -> Result<(), String> {
+        Ok(())
+    }
+
+    async fn next(&mut self) -> Event {
+        let tick = self.lease / u32::from(hilock_runtime::bakery::lock::LEASE_TICKS);
+        loop {
+            let end = self.lease_end();
+            if self.told != Some(end) {
+                self.told = Some(end);
+                return Event::Renewed;
+            }
+            let own = end
+                .checked_sub(self.lease / OWN_MARGIN_DIVISOR)
+                .unwrap_or(end);
+            tokio::select! {
+                biased;
+                _ = tokio::time::sleep_until(own) => {
+                    return Event::Lost(
+                        EXIT_LEASE_LOST,
+                        format!(
+                            "lock {}: the lease ran out before it was renewed (fence {} is no \
+                             longer valid)",
+                            self.name, self.fence
+                        ),
+                        Some(Duration::ZERO),
+                    );
+                }
+                r = self.lock.hold(Box::pin(tokio::time::sleep(tick))) => {
+                    if let Err(e) = r {
+                        return Event::Lost(
+                            EXIT_LEASE_LOST,
+                            format!("lock {}: {e}", self.name),
+                            Some(Duration::ZERO),
+                        );
+                    }
+                }
+                _ = self.kept.renewed() => {}
+            }
+        }
+    }
+
+    fn kill_by(&self) -> Option<tokio::time::Instant> {
+        let end = self.lease_end();
+        Some(
+            end.checked_sub(self.lease / WATCHDOG_MARGIN_DIVISOR)
+                .unwrap_or(end),
+        )
+    }
+
+    async fn release(&mut self) {
+        if let Err(e) = self.lock.release(self.timeout).await {
+            eprintln!(
+                "hilock: warning: release of '{}' failed ({e}); the entry expires after its lease",
+                self.name
+            );
+        }
+        self.kept.end().await;
+    }
 }

@@ -1,28 +1,16 @@
-//! `hilock lock`: hold a lock (token, agents or ring engine) while a command runs in its
-//! own process group, and `hilock exec-gated`, the first program of that group.
+//! `hilock lock`: hold a lock (token, agents or ring engine) while a command runs under it
+//! ([`crate::run_under_lock`]).
 
 use std::process::ExitCode;
 
 use crate::node::ClientAt;
+use crate::run_under_lock::{Event, Watch, EXIT_LEASE_LOST, EXIT_LOCK_LOST, EXIT_NODE_GONE};
 
 /// How much longer than the lock timeout the command waits for the node's answer.
 const ANSWER_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Default of `hilock lock --kill-grace-ms`.
 pub const DEFAULT_KILL_GRACE_MS: u64 = 2000;
-
-/// `hilock lock`: the connection to the node closed while the command ran (the node
-/// stopped or crashed); the command's group was killed.
-const EXIT_NODE_GONE: u8 = 75;
-
-/// `hilock lock`: the node reported the lock lost (e.g. it is stopping); the command's
-/// group was killed.
-const EXIT_LOCK_LOST: u8 = 76;
-
-/// `hilock lock`: the node's etcd lease was lost (the node said so), or its end passed
-/// without a renewal (the node may be paused or cut off from etcd); the command's group
-/// was killed.
-const EXIT_LEASE_LOST: u8 = 77;
 
 /// The end of the node's lease a reply carries, as a local instant, and the grace.
 fn lease_deadline(
@@ -31,28 +19,6 @@ fn lease_deadline(
     let until = r.lease_until_ms?;
     let grace = std::time::Duration::from_millis(r.lease_grace_ms.unwrap_or(0));
     Some((hilock_runtime::proc::monotonic_ms_to_instant(until), grace))
-}
-
-/// Kill every process of group `pgid`: SIGTERM, then SIGKILL after `grace`; reap `child`
-/// (the group's leader) on the way. Returns once no process of the group is left (or
-/// after a further 10 s of SIGKILL, which only an unkillable process survives).
-async fn kill_group(pgid: i32, child: &mut tokio::process::Child, grace: std::time::Duration) {
-    use hilock_runtime::proc::{signal_group, wait_group_gone};
-    use std::time::Instant;
-    let _ = signal_group(pgid, libc::SIGTERM);
-    let reap = async {
-        let _ = child.wait().await;
-    };
-    let _ = tokio::time::timeout(grace, async {
-        reap.await;
-        wait_group_gone(pgid, Instant::now() + grace).await
-    })
-    .await;
-    if hilock_runtime::proc::group_alive(pgid) {
-        let _ = signal_group(pgid, libc::SIGKILL);
-    }
-    let _ = tokio::time::timeout(std::time::Duration::from_secs(10), child.wait()).await;
-    wait_group_gone(pgid, Instant::now() + std::time::Duration::from_secs(10)).await;
 }
 
 /// What `hilock lock` asks of the node: one lock of the token engine, or a transaction of
@@ -150,7 +116,7 @@ pub fn lock(
             lease: lease_deadline(&reply),
             path: path.clone(),
         };
-        run_locked(command, &path, reply.fence, grace, &mut watch).await
+        crate::run_under_lock::run(command, &path, reply.fence, grace, &mut watch).await
     })
 }
 
@@ -161,103 +127,6 @@ pub(crate) fn current_thread() -> Result<tokio::runtime::Runtime, String> {
         .enable_all()
         .build()
         .map_err(|e| format!("cannot start tokio: {e}"))
-}
-
-/// What holds the lock while `hilock lock` runs the command: the node (token and agents
-/// engines) or the ring client itself.
-trait Watch {
-    /// The command's process group `pgid` exists and has not started yet: make the lock's
-    /// holder know it (the node kills the group when it loses the lock).
-    async fn started(&mut self, pgid: i32) -> Result<(), String>;
-    /// Waits until the lock is lost: the exit code, the line to print and a bound on the
-    /// kill grace. Cancel-safe: the caller's `select!` drops it and calls it again.
-    async fn lost(&mut self) -> (u8, String, Option<std::time::Duration>);
-    /// The command ended: release the lock.
-    async fn release(&mut self);
-}
-
-/// Runs `command` under a held lock (`path`, `fence`): in its own process group, started
-/// only once `watch` knows the group; forwards the signals that would stop `hilock lock`
-/// to the group; when the command exits, kills what is left of its group and releases the
-/// lock (exit: the command's status, 128+N for signal N); when the lock is lost first,
-/// kills the group (SIGTERM, SIGKILL after the grace) and exits with the loss's code.
-async fn run_locked(
-    command: &[String],
-    path: &str,
-    fence: Option<u64>,
-    grace: std::time::Duration,
-    watch: &mut impl Watch,
-) -> Result<ExitCode, String> {
-    use tokio::signal::unix::{signal, SignalKind};
-    // From now on the signals that would stop the wrapper go to the command's group; the
-    // wrapper stays to release the lock when the command is gone.
-    let (sig_tx, mut sig_rx) = tokio::sync::mpsc::unbounded_channel();
-    for s in hilock_runtime::proc::FORWARDED {
-        let mut sig =
-            signal(SignalKind::from_raw(s)).map_err(|e| format!("cannot catch signal {s}: {e}"))?;
-        let tx = sig_tx.clone();
-        tokio::spawn(async move { while sig.recv().await.is_some() && tx.send(s).is_ok() {} });
-    }
-    // The command starts as `hilock exec-gated FD -- CMD…` in its own process group; it
-    // executes CMD only after the lock's holder knows the group, so no part of CMD can run
-    // under a lock that holder would release without killing it.
-    let (gate_r, mut gate_w) =
-        hilock_runtime::proc::pipe().map_err(|e| format!("cannot create a pipe: {e}"))?;
-    let gate_fd = std::os::fd::AsRawFd::as_raw_fd(&gate_r);
-    let exe = std::env::current_exe().map_err(|e| format!("cannot find hilock itself: {e}"))?;
-    let mut cmd = tokio::process::Command::new(exe);
-    cmd.arg("exec-gated")
-        .arg(gate_fd.to_string())
-        .arg("--")
-        .args(command)
-        .env("HILOCK_LOCK", path);
-    // The fencing token of this hold, for the command to pass to a storage service.
-    if let Some(fence) = fence {
-        cmd.env("HILOCK_FENCE", fence.to_string());
-    }
-    hilock_runtime::proc::own_group_with_parent_death(&mut cmd, Some(gate_fd));
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| format!("cannot start {}: {e}", command[0]))?;
-    drop(gate_r);
-    let pgid = child.id().ok_or("the command exited before it started")? as i32;
-    if let Err(e) = watch.started(pgid).await {
-        kill_group(pgid, &mut child, grace).await;
-        return Err(e);
-    }
-    std::io::Write::write_all(&mut gate_w, b"x")
-        .map_err(|e| format!("cannot start the command: {e}"))?;
-    drop(gate_w);
-    let lost = loop {
-        tokio::select! {
-            // The holder's word first: a node writes "lock lost" before it kills the group
-            // (a stopping node); when both are ready, the exit code says the lock was lost,
-            // not that the command was killed.
-            biased;
-            lost = watch.lost() => break lost,
-            st = child.wait() => {
-                let st = st.map_err(|e| format!("cannot wait for the command: {e}"))?;
-                // Nothing of the command may outlive the lock.
-                if hilock_runtime::proc::group_alive(pgid) {
-                    kill_group(pgid, &mut child, grace).await;
-                }
-                watch.release().await;
-                use std::os::unix::process::ExitStatusExt;
-                return Ok(match (st.code(), st.signal()) {
-                    (Some(c), _) => ExitCode::from(u8::try_from(c).unwrap_or(1)),
-                    (None, Some(s)) => ExitCode::from(128u8.saturating_add(s as u8)),
-                    (None, None) => ExitCode::from(1),
-                });
-            }
-            Some(s) = sig_rx.recv() => {
-                let _ = hilock_runtime::proc::signal_group(pgid, s);
-            }
-        }
-    };
-    let (code, why, cap) = lost;
-    kill_group(pgid, &mut child, cap.map_or(grace, |c| grace.min(c))).await;
-    eprintln!("hilock: {why}; the command's process group was killed");
-    Ok(ExitCode::from(code))
 }
 
 /// The node holds the lock (token and agents engines): it is told the command's group,
@@ -306,7 +175,7 @@ impl Watch for NodeWatch {
             .map_err(|e: String| format!("the node did not register the command: {e}"))
     }
 
-    async fn lost(&mut self) -> (u8, String, Option<std::time::Duration>) {
+    async fn next(&mut self) -> Event {
         use tokio::io::AsyncBufReadExt;
         let path = &self.path;
         loop {
@@ -325,19 +194,20 @@ impl Watch for NodeWatch {
                                 // A renewal of the node's lease.
                                 if p.lease_until_ms.is_some() {
                                     self.lease = lease_deadline(p);
+                                    return Event::Renewed;
                                 }
                                 continue;
                             }
                             let why = parsed.as_ref().and_then(|r| r.error.clone()).unwrap_or(text);
                             return if parsed.is_some_and(|p| p.lease_lost) {
-                                (EXIT_LEASE_LOST, why, cap)
+                                Event::Lost(EXIT_LEASE_LOST, why, cap)
                             } else {
-                                (EXIT_LOCK_LOST, why, None)
+                                Event::Lost(EXIT_LOCK_LOST, why, None)
                             };
                         }
                         // The rest of a line comes with the next read (or its end).
                         Ok(n) if n > 0 => continue,
-                        _ => return (
+                        _ => return Event::Lost(
                             EXIT_NODE_GONE,
                             format!("lock on {path} lost: the connection to the node closed (node stopped or crashed)"),
                             None,
@@ -347,7 +217,7 @@ impl Watch for NodeWatch {
                 _ = tokio::time::sleep_until(lease_end.unwrap_or_else(tokio::time::Instant::now)), if lease_end.is_some() => {
                     // The node did not renew its lease in time (paused, hung, or cut off
                     // from etcd): the command must be gone within the lease's grace.
-                    return (
+                    return Event::Lost(
                         EXIT_LEASE_LOST,
                         format!(
                             "lock on {path} lost: the node's etcd lease was not renewed in time \
@@ -358,6 +228,12 @@ impl Watch for NodeWatch {
                 }
             }
         }
+    }
+
+    /// The lease's end plus half its grace: when the wrapper's own SIGKILL comes at the
+    /// latest after an unrenewed lease (`docs/faults.md`, "With etcd membership").
+    fn kill_by(&self) -> Option<tokio::time::Instant> {
+        self.lease.map(|(end, grace)| end + grace / 2)
     }
 
     async fn release(&mut self) {
@@ -379,13 +255,19 @@ impl Watch for RingWatch {
         Ok(())
     }
 
-    async fn lost(&mut self) -> (u8, String, Option<std::time::Duration>) {
+    async fn next(&mut self) -> Event {
         match self.0.lost().await {
             hilock_runtime::ring::Loss::Taken(why) | hilock_runtime::ring::Loss::Released(why) => {
-                (EXIT_LOCK_LOST, why, None)
+                Event::Lost(EXIT_LOCK_LOST, why, None)
             }
-            hilock_runtime::ring::Loss::Unreachable(why) => (EXIT_NODE_GONE, why, None),
+            hilock_runtime::ring::Loss::Unreachable(why) => Event::Lost(EXIT_NODE_GONE, why, None),
         }
+    }
+
+    /// A ring client holds no lease: its lock passes on only with its consent (or to a
+    /// client with its id).
+    fn kill_by(&self) -> Option<tokio::time::Instant> {
+        None
     }
 
     async fn release(&mut self) {
@@ -403,7 +285,8 @@ const RING_CHECK: std::time::Duration = std::time::Duration::from_secs(1);
 /// membership service's view, or the one etcd holds with `membership = "etcd"`, redirected on an
 /// old view) until it is granted or
 /// `timeout_ms` passed, reads the hold from the key's primary (its fencing token goes to
-/// the command as HILOCK_FENCE), then runs the command as [`run_locked`] does, reading
+/// the command as HILOCK_FENCE), then runs the command under it
+/// ([`crate::run_under_lock::run`]), reading
 /// the lock's entry every [`RING_CHECK`] without taking it again (exit 76 when it is no
 /// longer this hold — another client holds it, or it was unlocked —, 75 when the ring
 /// does not answer within the timeout), and unlocks at the end. The ring's locks are
@@ -479,36 +362,11 @@ fn ring_lock(
             RING_CHECK,
             limit,
         ));
-        let r = run_locked(command, path, Some(grant.fence), grace, &mut watch).await;
+        let r =
+            crate::run_under_lock::run(command, path, Some(grant.fence), grace, &mut watch).await;
         if r.is_err() {
             watch.release().await;
         }
         r
-    })
-}
-
-/// `hilock exec-gated FD -- CMD…`: wait for one byte on FD, then become CMD. If FD ends
-/// without a byte, the wrapper is gone: exit without running CMD.
-pub fn exec_gated(fd: i32, command: &[String]) -> ExitCode {
-    use std::os::unix::process::CommandExt;
-    match hilock_runtime::proc::wait_gate(fd) {
-        Ok(true) => {}
-        Ok(false) => {
-            eprintln!("hilock: the lock wrapper went away before the command started");
-            return ExitCode::from(EXIT_NODE_GONE);
-        }
-        Err(e) => {
-            eprintln!("hilock: cannot wait to start the command: {e}");
-            return ExitCode::from(2);
-        }
-    }
-    let e = std::process::Command::new(&command[0])
-        .args(&command[1..])
-        .exec();
-    eprintln!("hilock: cannot run {}: {e}", command[0]);
-    ExitCode::from(if e.kind() == std::io::ErrorKind::NotFound {
-        127
-    } else {
-        126
     })
 }

@@ -6,6 +6,7 @@ mod demo;
 mod lock;
 mod node;
 mod ring;
+mod run_under_lock;
 mod spec;
 
 use clap::{Parser, Subcommand};
@@ -150,6 +151,17 @@ enum Command {
         /// The command and its arguments.
         #[arg(last = true, required = true)]
         command: Vec<String>,
+    },
+    /// Internal: the lease watchdog every `lock` command starts beside its command. SIGKILLs
+    /// process group PGID when the deadline passes without a renewal on stdin, or when
+    /// stdin ends without `stop` (the wrapper died).
+    #[command(name = "lock-watchdog", hide = true)]
+    LockWatchdog {
+        /// The command's process group.
+        pgid: i32,
+        /// The first deadline, CLOCK_MONOTONIC milliseconds.
+        #[arg(long)]
+        deadline_ms: Option<u64>,
     },
     /// The bakery lock of the bakery design over redis-server replicas (quorum reads and writes,
     /// leases); no hilock node needed.
@@ -299,7 +311,10 @@ fn main() -> ExitCode {
             Ok(code) => return code,
             Err(e) => Err(e),
         },
-        Command::ExecGated { fd, command } => return lock::exec_gated(fd, &command),
+        Command::ExecGated { fd, command } => return run_under_lock::exec_gated(fd, &command),
+        Command::LockWatchdog { pgid, deadline_ms } => {
+            return run_under_lock::watchdog(pgid, deadline_ms)
+        }
         Command::Status {
             at,
             json,

@@ -820,104 +820,13 @@ fn signal(pid: u32, sig: &str) {
     assert!(ok, "kill {sig} {pid}");
 }
 
-/// `hilock bakery lock` SIGSTOPped while its command runs: another client gets the lock
-/// after the lease; when the stopped one continues, it sees its lease gone, kills its
-/// command and exits 2 with one line saying so.
-#[test]
-fn a_sigstopped_command_loses_the_lock_after_its_lease() {
-    if !have_redis() {
-        return;
-    }
-    use std::io::BufRead;
-    let reps = Replicas::start(3);
-    let hilock = env!("CARGO_BIN_EXE_hilock");
-    let addrs = reps.addrs.join(",");
-    let args = |id: &'static str| {
-        let mut c = Command::new(hilock);
-        c.args([
-            "bakery",
-            "lock",
-            "sig",
-            "--replicas",
-            &addrs,
-            "--client-id",
-            id,
-        ])
-        .args(["--lease-ms", "600", "--timeout-ms", "10000", "--"]);
-        c
-    };
-    let mut a = Reap(
-        args("1")
-            .args(["sh", "-c", "echo $$; exec sleep 30"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    let out = a.0.stdout.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut line = String::new();
-        let _ = std::io::BufReader::new(out).read_line(&mut line);
-        let _ = tx.send(line);
-    });
-    let line = rx
-        .recv_timeout(Duration::from_secs(10))
-        .expect("A was not granted");
-    let cmd_pid: u32 = line.trim().parse().expect("the command's pid");
-    signal(a.0.id(), "-STOP");
-    let stopped = Instant::now();
-    let b = args("2").arg("true").output().unwrap();
-    let waited = stopped.elapsed();
-    assert_eq!(b.status.code(), Some(0), "{b:?}");
-    assert!(
-        waited >= Duration::from_millis(600),
-        "B granted after {waited:?}"
-    );
-    signal(a.0.id(), "-CONT");
-    let t = Instant::now();
-    let status = loop {
-        if let Some(s) = a.0.try_wait().unwrap() {
-            break s;
-        }
-        assert!(
-            t.elapsed() < Duration::from_secs(5),
-            "A did not stop after SIGCONT"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    assert_eq!(status.code(), Some(2));
-    // The command (sleep 30) is gone, not left running without the lock.
-    let alive = || {
-        Command::new("kill")
-            .args(["-0", &cmd_pid.to_string()])
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
-    };
-    let t = Instant::now();
-    while alive() {
-        assert!(
-            t.elapsed() < Duration::from_secs(2),
-            "the command outlived the lease"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    // (Read after the command is gone: it shares the stderr pipe.)
-    let mut err = String::new();
-    std::io::Read::read_to_string(&mut a.0.stderr.take().unwrap(), &mut err).unwrap();
-    assert!(
-        err.contains("lease ran out") && err.contains("killed"),
-        "{err}"
-    );
-    assert_eq!(err.lines().count(), 1, "{err}");
-}
-
 /// A killed wrapper takes its command with it: `hilock bakery lock` runs the command in
-/// its own process group with SIGKILL as its parent-death signal, so after SIGKILL of the
-/// wrapper the command is gone (or a zombie nobody reaped) within a second — long before
-/// the wrapper's lease runs out and another client is granted the lock. Before, the
-/// command ran on for its whole duration while the lock passed on.
+/// its own process group with SIGKILL as its parent-death signal, and the lease watchdog
+/// SIGKILLs the whole group when the wrapper's end of its pipe closes; so after SIGKILL of
+/// the wrapper the command and a process it started in the background are gone (or
+/// zombies nobody reaped) within a second — long before the wrapper's lease runs out and
+/// another client is granted the lock. Before, the command ran on for its whole duration
+/// while the lock passed on; with the parent-death signal alone, its background process.
 #[test]
 fn a_killed_wrapper_takes_its_command_with_it() {
     if !have_redis() {
@@ -937,7 +846,7 @@ fn a_killed_wrapper_takes_its_command_with_it() {
                 "--timeout-ms",
                 "10000",
             ])
-            .args(["--", "sh", "-c", "echo $$; exec sleep 30"])
+            .args(["--", "sh", "-c", "sleep 30 & echo $! $$; wait"])
             .stdout(Stdio::piped())
             .spawn()
             .unwrap(),
@@ -945,20 +854,349 @@ fn a_killed_wrapper_takes_its_command_with_it() {
     let out = a.0.stdout.take().unwrap();
     let mut line = String::new();
     std::io::BufReader::new(out).read_line(&mut line).unwrap();
-    let cmd_pid: u32 = line.trim().parse().expect("the command's pid");
+    let pids: Vec<i32> = line
+        .split_whitespace()
+        .map(|p| p.parse().expect("a pid"))
+        .collect();
+    assert_eq!(pids.len(), 2, "{line:?}");
     signal(a.0.id(), "-KILL");
     let _ = a.0.wait();
-    // Gone, or a zombie: its parent, the wrapper, is dead and nobody may have reaped it.
-    let running =
-        || hilock_runtime::proc::stat(cmd_pid as i32).is_some_and(|(s, _, _)| s != 'Z' && s != 'X');
     let t = Instant::now();
-    while running() {
+    while pids.iter().any(|&p| running(p)) {
         assert!(
             t.elapsed() < Duration::from_secs(1),
-            "the command outlived its killed wrapper"
+            "the command or its background process outlived its killed wrapper: {:?}",
+            pids.iter().filter(|&&p| running(p)).collect::<Vec<_>>()
         );
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// Whether `pid` runs: it exists and is not a zombie (whose parent, a dead wrapper, may
+/// never reap it).
+fn running(pid: i32) -> bool {
+    hilock_runtime::proc::stat(pid).is_some_and(|(s, _, _)| s != 'Z' && s != 'X')
+}
+
+/// `hilock bakery lock NAME --replicas R --client-id ID --lease-ms LEASE --timeout-ms 10000
+/// -- sh -c SCRIPT ARGS…`.
+fn bakery_lock(addrs: &str, name: &str, id: u16, lease_ms: u64, script: &str) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_hilock"));
+    c.args(["bakery", "lock", name, "--replicas", addrs])
+        .args(["--client-id", &id.to_string()])
+        .args(["--lease-ms", &lease_ms.to_string(), "--timeout-ms", "10000"])
+        .args(["--", "sh", "-c", script]);
+    c
+}
+
+/// Reads the first line of `child`'s stdout within `limit`.
+fn first_line(child: &mut Child, limit: Duration) -> String {
+    use std::io::BufRead;
+    let out = child.stdout.take().expect("stdout piped");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = std::io::BufReader::new(out).read_line(&mut line);
+        let _ = tx.send(line);
+    });
+    rx.recv_timeout(limit).expect("a first line in time")
+}
+
+/// A client id in use is refused: while one `hilock bakery lock --client-id 1` holds the
+/// lock, a second with id 1 exits 78 with one line naming the id, and its command never
+/// runs; once the first ends (and gives its registration back) id 1 is granted at once.
+/// After SIGKILL of a holder, a restarted client with its id is refused until the killed
+/// run's registration (one lease) ran out, and granted after.
+#[test]
+fn a_client_id_in_use_is_refused_until_its_registration_ends() {
+    if !have_redis() {
+        return;
+    }
+    let reps = Replicas::start(3);
+    let addrs = reps.addrs.join(",");
+    let dir = tempfile::tempdir().unwrap();
+    let ran = dir.path().join("second.ran");
+    let second = format!("touch {}", ran.display());
+    let mut first = Reap(
+        bakery_lock(&addrs, "dup", 1, 1000, "echo holding; sleep 2")
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    assert_eq!(
+        first_line(&mut first.0, Duration::from_secs(10)).trim(),
+        "holding"
+    );
+    let t = Instant::now();
+    let out = bakery_lock(&addrs, "dup", 1, 1000, &second)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(78), "{err}");
+    assert!(err.contains("client id 1 is in use"), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err:?}");
+    assert!(!ran.exists(), "the second client's command ran");
+    assert!(
+        t.elapsed() < Duration::from_secs(2),
+        "refused at once: {:?}",
+        t.elapsed()
+    );
+    assert!(
+        first.0.try_wait().unwrap().is_none(),
+        "the first still holds"
+    );
+    assert_eq!(first.0.wait().unwrap().code(), Some(0));
+    let out = bakery_lock(&addrs, "dup", 1, 1000, &second)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(ran.exists());
+
+    // A killed holder's registration runs out after its lease; not before.
+    let mut killed = Reap(
+        bakery_lock(&addrs, "dup", 1, 1000, "echo holding; exec sleep 30")
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    assert_eq!(
+        first_line(&mut killed.0, Duration::from_secs(10)).trim(),
+        "holding"
+    );
+    signal(killed.0.id(), "-KILL");
+    let _ = killed.0.wait();
+    let t = Instant::now();
+    let out = bakery_lock(&addrs, "dup", 1, 1000, "true")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(78), "right after the kill: {out:?}");
+    let took = loop {
+        std::thread::sleep(Duration::from_millis(100));
+        let out = bakery_lock(&addrs, "dup", 1, 1000, "true")
+            .output()
+            .unwrap();
+        match out.status.code() {
+            Some(0) => break t.elapsed(),
+            Some(78) => assert!(t.elapsed() < Duration::from_secs(5), "still refused"),
+            _ => panic!("{out:?}"),
+        }
+    };
+    println!("restart with the id of a killed client: granted {took:?} after the kill");
+}
+
+/// The holds of a run, from the lines `start LOOP NS` and `end LOOP NS` its commands
+/// append to a log: `(start, end, loop)`, and the pairs of holds that overlap.
+fn overlapping_holds(log: &std::path::Path) -> (usize, Vec<String>) {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let mut open: std::collections::HashMap<String, u128> = Default::default();
+    let mut holds: Vec<(u128, u128, String)> = Vec::new();
+    for l in text.lines() {
+        let w: Vec<&str> = l.split_whitespace().collect();
+        let [what, who, ns] = w[..] else { continue };
+        let ns: u128 = ns.parse().unwrap();
+        match what {
+            "start" => {
+                open.insert(who.to_string(), ns);
+            }
+            _ => {
+                let s = open.remove(who).expect("an end after its start");
+                holds.push((s, ns, who.to_string()));
+            }
+        }
+    }
+    holds.sort();
+    let mut pairs = Vec::new();
+    for (i, a) in holds.iter().enumerate() {
+        for b in &holds[i + 1..] {
+            if b.0 >= a.1 {
+                break;
+            }
+            pairs.push(format!(
+                "{} [{}, {}] and {} [{}, {}]",
+                a.2, a.0, a.1, b.2, b.0, b.1
+            ));
+        }
+    }
+    (holds.len(), pairs)
+}
+
+/// Four loops of `hilock bakery lock` processes with client ids 1, 1, 2 and 3 (two loops
+/// share an id) for 8 s, each command a hold of 20 ms that logs
+/// its start and end: the history has 0 overlapping holds; the loops with id 1 are refused
+/// (exit 78) while the other holds the id, and every other request exits 0.
+#[test]
+fn duplicate_client_ids_never_overlap_under_load() {
+    if !have_redis() {
+        return;
+    }
+    let reps = Replicas::start(3);
+    let addrs = reps.addrs.join(",");
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("holds.log");
+    let script = format!(
+        "echo \"start $0 $(date +%s%N)\" >> {l}; sleep 0.02; echo \"end $0 $(date +%s%N)\" >> {l}",
+        l = log.display()
+    );
+    let run_for = Duration::from_secs(8);
+    let loops: Vec<_> = [1u16, 1, 2, 3]
+        .into_iter()
+        .enumerate()
+        .map(|(i, id)| {
+            let (addrs, script) = (addrs.clone(), script.clone());
+            std::thread::spawn(move || {
+                let t = Instant::now();
+                let mut codes: std::collections::BTreeMap<i32, usize> = Default::default();
+                while t.elapsed() < run_for {
+                    let out = bakery_lock(&addrs, "dups", id, 1000, &script)
+                        .arg(format!("loop{i}"))
+                        .output()
+                        .unwrap();
+                    *codes.entry(out.status.code().unwrap_or(-1)).or_default() += 1;
+                    match out.status.code() {
+                        Some(0) => {}
+                        // Refused: the other loop with this id holds it; ask again soon.
+                        Some(78) => std::thread::sleep(Duration::from_millis(20)),
+                        _ => panic!("loop {i} (id {id}): {out:?}"),
+                    }
+                }
+                (id, codes)
+            })
+        })
+        .collect();
+    let codes: Vec<_> = loops.into_iter().map(|l| l.join().unwrap()).collect();
+    let (holds, pairs) = overlapping_holds(&log);
+    println!(
+        "ids 1, 1, 2, 3 for {run_for:?}: {holds} holds, exit codes {codes:?}, {} overlapping pairs",
+        pairs.len()
+    );
+    assert!(
+        pairs.is_empty(),
+        "{} overlapping holds: {pairs:#?}",
+        pairs.len()
+    );
+    assert!(holds >= 20, "too few holds to say anything: {holds}");
+    for (id, c) in &codes {
+        if *id != 1 {
+            assert_eq!(
+                c.keys().copied().collect::<Vec<_>>(),
+                vec![0],
+                "id {id}: {c:?}"
+            );
+        }
+    }
+    assert!(
+        codes.iter().any(|(_, c)| c.contains_key(&78)),
+        "the duplicated id was never refused: {codes:?}"
+    );
+}
+
+/// The lease watchdog a paused wrapper cannot stop: `hilock bakery lock --lease-ms 1000`
+/// SIGSTOPped for 3 leases while its command writes a heartbeat every 10 ms. The command is
+/// dead before the wrapper's lease ends (its last heartbeat is less than 0.95 lease after
+/// the stop — the lease, renewed before the stop, ends within one lease of it — while the
+/// wrapper is still stopped); another client is granted the lock only after that last
+/// heartbeat, and not before a lease after the stop; on SIGCONT the wrapper sees its lease
+/// gone and exits 77 with one line saying so.
+#[test]
+fn a_paused_wrapper_s_command_dies_before_its_lease_ends() {
+    if !have_redis() {
+        return;
+    }
+    let reps = Replicas::start(3);
+    let addrs = reps.addrs.join(",");
+    let dir = tempfile::tempdir().unwrap();
+    let hb = dir.path().join("heartbeat");
+    let granted = dir.path().join("granted");
+    let now_ns = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    };
+    let lease = Duration::from_millis(1000);
+    let beat = format!(
+        "echo $$; while :; do date +%s%N >> {}; sleep 0.01; done",
+        hb.display()
+    );
+    let mut a = Reap(
+        bakery_lock(&addrs, "paused", 1, 1000, &beat)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let cmd_pid: i32 = first_line(&mut a.0, Duration::from_secs(10))
+        .trim()
+        .parse()
+        .expect("the command's pid");
+    // Some renewals first.
+    std::thread::sleep(Duration::from_millis(1500));
+    signal(a.0.id(), "-STOP");
+    let stopped = now_ns();
+    let t = Instant::now();
+    let b = bakery_lock(
+        &addrs,
+        "paused",
+        2,
+        1000,
+        &format!("date +%s%N > {}", granted.display()),
+    )
+    .output()
+    .unwrap();
+    assert_eq!(b.status.code(), Some(0), "{b:?}");
+    std::thread::sleep((3 * lease).saturating_sub(t.elapsed()));
+    let dead_while_stopped = !running(cmd_pid);
+    signal(a.0.id(), "-CONT");
+    let last: u128 = std::fs::read_to_string(&hb)
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .max()
+        .unwrap();
+    let granted: u128 = std::fs::read_to_string(&granted)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let ms = |ns: u128| ns as f64 / 1e6;
+    println!(
+        "paused wrapper: last heartbeat {:.0} ms after the stop, the other client granted {:.0} ms after it",
+        ms(last.saturating_sub(stopped)),
+        ms(granted.saturating_sub(stopped))
+    );
+    assert!(
+        dead_while_stopped,
+        "the command ran on while its wrapper was stopped"
+    );
+    assert!(
+        last < stopped + lease.as_nanos() * 95 / 100,
+        "a heartbeat {:.0} ms after the stop: past the lease's end less the margin",
+        ms(last - stopped)
+    );
+    assert!(
+        granted > last,
+        "the other client was granted while the command ran"
+    );
+    assert!(
+        granted >= stopped + lease.as_nanos(),
+        "the other client was granted before the stopped one's lease ended"
+    );
+    let t = Instant::now();
+    let status = loop {
+        if let Some(s) = a.0.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "A did not end after SIGCONT"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut a.0.stderr.take().unwrap(), &mut err).unwrap();
+    assert_eq!(status.code(), Some(77), "{err}");
+    assert!(err.contains("lease ran out"), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
 }
 
 // ----- the work queue (`hilock bakery queue push|work`) --------------------------------

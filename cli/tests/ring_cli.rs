@@ -617,8 +617,9 @@ async fn next_run_of_11_frees(
 ///   the command's group is killed, exit 76, the lock free afterwards;
 /// - the lock taken away while the command runs (a client with the same id unlocks it,
 ///   another takes it): the next check fails, the command's group is killed, exit 76;
-/// - `hilock lock` killed (SIGKILL) while holding: the lock stays held; the next run with
-///   its client id is granted it and releases it;
+/// - `hilock lock` killed (SIGKILL) while holding: its command and the command's background
+///   process are gone within a second; the lock stays held; the next run with its client
+///   id is granted it and releases it;
 /// - the ring's nodes killed under a held lock: exit 75 within the timeout and a check;
 /// - the ring's nodes dead (the service up): exit 2 within the timeout, one line; the
 ///   service dead too: exit 2 at once, one line.
@@ -865,11 +866,13 @@ async fn lock_on_ring() {
 
     // A lock left by a killed `hilock lock` stays held; the next run with its client id
     // takes it over and releases it.
-    // The killed run's command writes its pid; the next run's command (granted again to
-    // client 11: a re-grant) fails if that process is still alive, so the two commands
-    // never overlap (the command dies with its wrapper).
+    // The killed run's command writes its pid and that of a process it started in the
+    // background; both are gone within a second of the kill (the parent-death signal kills
+    // the command, the lease watchdog the rest of its group), and the next run's command
+    // (granted again to client 11: a re-grant) fails if either is still alive, so the two
+    // commands never overlap.
     let pid_file = dir.path().join("killed.pid");
-    let cmd = format!("echo $$ > {}; exec sleep 20", pid_file.display());
+    let cmd = format!("sleep 20 & echo $! $$ > {}; wait", pid_file.display());
     let mut killed = tokio::process::Command::new(BIN)
         .arg("lock")
         .arg("--config")
@@ -891,16 +894,31 @@ async fn lock_on_ring() {
     }
     killed.start_kill().unwrap();
     killed.wait().await.unwrap();
+    let pids: Vec<i32> = std::fs::read_to_string(&pid_file)
+        .expect("the killed run's command started")
+        .split_whitespace()
+        .map(|p| p.parse().expect("a pid"))
+        .collect();
+    // Gone, or a zombie nobody has reaped yet (its parent, the wrapper, is dead).
+    let running =
+        |p: i32| hilock_runtime::proc::stat(p).is_some_and(|(s, _, _)| s != 'Z' && s != 'X');
+    let t = Instant::now();
+    while pids.iter().any(|&p| running(p)) {
+        assert!(
+            t.elapsed() < Duration::from_secs(1),
+            "the command or its background process outlived the killed wrapper: {pids:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     assert!(
         !other.lock("/killed").await.unwrap(),
         "the killed wrapper's lock stays held"
     );
-    let pid = std::fs::read_to_string(&pid_file).expect("the killed run's command started");
-    // Gone, or a zombie nobody has reaped yet (its parent, the wrapper, is dead).
-    let check = format!(
-        "p=/proc/{}/stat; grep -qs ') [ZX] ' $p || ! [ -e $p ]",
-        pid.trim()
-    );
+    let check = pids
+        .iter()
+        .map(|p| format!("{{ grep -qs ') [ZX] ' /proc/{p}/stat || ! [ -e /proc/{p}/stat ]; }}"))
+        .collect::<Vec<_>>()
+        .join(" && ");
     next_run_of_11_frees(&cfg, &mut other, "/killed", &check, limit).await;
 
     // The same after an earlier incarnation whose request numbers ran ahead: client 11, in

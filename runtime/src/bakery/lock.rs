@@ -308,6 +308,21 @@ impl<const N: usize, const K: usize> Driver<N, K> {
         })
     }
 
+    /// The end of this client's lease while its entries are leased (waiting or holding):
+    /// never later than the lease the kernel counts, which runs from the start of the write
+    /// that (re)wrote the entries and which no other client cuts short ([`EXPIRY_TICKS`]).
+    /// It moves forward with each renewal; `None` when the client has no leased entries.
+    ///
+    /// Ticks are fed as whole ticks elapsed since the driver started, and the write that
+    /// started the lease began after the last tick fed before it: so the lease began at or
+    /// after `epoch + tick · (ticks fed − ticks counted down)`, and this is that instant plus
+    /// the lease.
+    pub fn lease_end(&self) -> Option<Instant> {
+        let left = u64::from(self.client.lease_left()?);
+        let ticks = u32::try_from(self.ticks_fed.saturating_add(left)).ok()?;
+        Some(self.epoch + self.tick * ticks)
+    }
+
     /// The counters.
     pub fn stats(&self) -> &Stats {
         &self.stats
@@ -709,65 +724,5 @@ impl<const N: usize> BakeryLock<N> {
         }
         self.client.advance_clock(Ts(max));
         Ok(())
-    }
-}
-
-/// `hilock bakery lock`: acquires `name` on the redis replicas `addrs`, runs `command`
-/// with `HILOCK_FENCE` set to the fencing token while renewing the lease, then releases.
-/// Returns the command's exit code; an error if the lock is not granted, or if the lease
-/// is lost while the command runs (the command is killed then).
-pub async fn run_command(
-    name: &str,
-    addrs: &[String],
-    opts: Options,
-    timeout: Duration,
-    command: &[String],
-) -> Result<i32, String> {
-    macro_rules! with_n {
-        ($($n:literal)*) => {
-            match addrs.len() {
-                $($n => run_n::<$n>(name, addrs, opts, timeout, command).await,)*
-                n => Err(format!("{n} replicas: between 1 and 7 are supported")),
-            }
-        };
-    }
-    with_n!(1 2 3 4 5 6 7)
-}
-
-async fn run_n<const N: usize>(
-    name: &str,
-    addrs: &[String],
-    opts: Options,
-    timeout: Duration,
-    command: &[String],
-) -> Result<i32, String> {
-    let (prog, args) = command.split_first().ok_or("no command given")?;
-    let mut lock = BakeryLock::<N>::redis(name, addrs, opts).map_err(|e| e.to_string())?;
-    let token = lock.acquire(timeout).await.map_err(|e| e.to_string())?;
-    let mut cmd = tokio::process::Command::new(prog);
-    cmd.args(args)
-        .env("HILOCK_FENCE", token.as_u64().to_string());
-    // Its own process group, killed with the wrapper (SIGKILL as its parent-death signal):
-    // a killed wrapper's lease runs out and the lock passes on, so its command must not go
-    // on running.
-    crate::proc::own_group_with_parent_death(&mut cmd, None);
-    let mut child = cmd.spawn().map_err(|e| format!("cannot run {prog}: {e}"))?;
-    let pgid = child.id().map(|p| p as i32);
-    let held = lock.hold(Box::pin(child.wait())).await;
-    match held {
-        Ok(status) => {
-            let status = status.map_err(|e| format!("waiting for {prog}: {e}"))?;
-            if let Err(e) = lock.release(timeout).await {
-                eprintln!("hilock: warning: release of '{name}' failed ({e}); the entry expires after its lease");
-            }
-            Ok(status.code().unwrap_or(1))
-        }
-        Err(e) => {
-            if let Some(pgid) = pgid {
-                let _ = crate::proc::signal_group(pgid, libc::SIGKILL);
-            }
-            let _ = child.kill().await;
-            Err(format!("{e}; the command was killed"))
-        }
     }
 }

@@ -16,10 +16,14 @@
 //!   ([`Cell::supersedes`](hilock_kernel::bakery::Cell::supersedes));
 //! - [`lock`]: [`BakeryLock`], the driver: feeds the client's `Send` outputs to the store,
 //!   the replies, ticks and wake-ups back in, retries missing replicas with backoff up to the
-//!   caller's deadline; `hilock bakery lock` is [`lock::run_command`];
+//!   caller's deadline, and tells the end of its lease ([`Driver::lease_end`]);
+//!   `hilock bakery lock` runs its command under it (cli/src/run_under_lock.rs);
+//! - [`ident`]: a client id's registration on the replicas, which refuses a second live
+//!   client with the same id;
 //! - [`queue`]: the work queue — the same driver running the kernel's queue program over a
 //!   window of items, the push, `hilock bakery queue push|work`.
 
+pub mod ident;
 pub mod lock;
 pub mod queue;
 pub mod redis;
