@@ -422,7 +422,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
                     .iter()
                     .position(|&c| c > id)
                     .unwrap_or(self.copyset.len());
-                let _ = self.copyset.insert(at, id);
+                let _ = insert_at(&mut self.copyset, at, id);
             }
             (false, true) => {
                 if let Some(at) = self.copyset.iter().position(|&c| c == id) {
@@ -752,9 +752,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
                     .iter()
                     .position(|x| x.prio < p.prio)
                     .unwrap_or(merged.len());
-                merged
-                    .insert(at, p)
-                    .map_err(|_| KernelError::QueueOverflow(cx.lock))?;
+                insert_at(&mut merged, at, p).map_err(|_| KernelError::QueueOverflow(cx.lock))?;
             }
         }
         self.queue = merged;
@@ -1310,9 +1308,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         if at < self.queue.len() {
             cx.fire(Rule::Rule8_1Order);
         }
-        self.queue
-            .insert(at, entry)
-            .map_err(|_| KernelError::QueueFull(lock))
+        insert_at(&mut self.queue, at, entry).map_err(|_| KernelError::QueueFull(lock))
     }
 
     /// Rule 5.2: a non-token node whose owned mode changed tells its parent. A node that
@@ -1405,9 +1401,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
             }
             if !grantable(mo, head.mode) {
                 // Literal Fig. 2.5: neither branch applies; the head waits.
-                self.queue
-                    .insert(0, head)
-                    .map_err(|_| KernelError::QueueFull(cx.lock))?;
+                insert_at(&mut self.queue, 0, head).map_err(|_| KernelError::QueueFull(cx.lock))?;
                 break;
             }
             self.copy_grant(cx, head)?;
@@ -1515,10 +1509,33 @@ pub(crate) fn sort_by_priority<const Q: usize>(q: &mut heapless::Vec<QueueEntry,
     }
 }
 
-/// `v.remove(i)` where `i` may be out of range (heapless' `remove` panics there): `None`
-/// and nothing removed.
+/// `v.remove(i)` without heapless' panic for `i` out of range: `None` and nothing removed.
+/// The entry at `i` moves to the end by swaps of neighbours (no index), then is popped.
 fn remove_at<T, const C: usize>(v: &mut heapless::Vec<T, C>, i: usize) -> Option<T> {
-    (i < v.len()).then(|| v.remove(i))
+    let mut rest = v.as_mut_slice().get_mut(i..).filter(|t| !t.is_empty())?;
+    while let Some((a, tail)) = rest.split_first_mut() {
+        let Some(b) = tail.first_mut() else { break };
+        core::mem::swap(a, b);
+        rest = tail;
+    }
+    v.pop()
+}
+
+/// `v.insert(i, x)` without heapless' panic for `i` past the end: `x` is given back if
+/// `i > len` or `v` is full, and nothing changes. `x` is pushed, then moves down to `i` by
+/// swaps of neighbours (no index).
+fn insert_at<T, const C: usize>(v: &mut heapless::Vec<T, C>, i: usize, x: T) -> Result<(), T> {
+    if i > v.len() {
+        return Err(x);
+    }
+    v.push(x)?;
+    let mut rest = v.as_mut_slice().get_mut(i..).unwrap_or_default();
+    while let Some((b, init)) = rest.split_last_mut() {
+        let Some(a) = init.last_mut() else { break };
+        core::mem::swap(a, b);
+        rest = init;
+    }
+    Ok(())
 }
 
 /// Strongest of two modes of an owned set; W if they conflict (see [`LockNode::owned`]).
