@@ -7,7 +7,8 @@
 //! What every engine shares stays at the root: [`mode`] (modes IR, R, U, IW, W, their
 //! strength, inequation 2.1, and Table 2.1), [`msg`] (ids, the token engine's messages,
 //! the output sinks), [`report`] (the rules that fired), [`error`], and [`protocol`] (the
-//! step contract every engine implements). The engines, one module each:
+//! step contract every engine implements); with the cargo feature `codec`, `codec` (the
+//! token engine's messages as bounded postcard frames). The engines, one module each:
 //!
 //! - [`token`]: Desai & Mueller's token tree, Rules 2–8, Tables 2.1–2.4, priorities, PCEP
 //!   and PIP, recovery; entry point [`Site::step`] (types re-exported here);
@@ -45,6 +46,8 @@
 pub mod agents;
 pub mod bakery;
 pub mod baseline;
+#[cfg(feature = "codec")]
+pub mod codec;
 pub mod error;
 pub mod mode;
 pub mod msg;

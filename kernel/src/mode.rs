@@ -9,6 +9,7 @@ use core::fmt;
 /// preorder, not a total order: this type deliberately does not implement `Ord`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "codec", derive(postcard::experimental::max_size::MaxSize))]
 pub enum Mode {
     /// Φ: no lock.
     #[default]
@@ -173,6 +174,7 @@ impl fmt::Display for Incompatible {
 /// Used for frozen modes (Rule 6, Table 2.4) and for the rows of the derived tables.
 #[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "codec", derive(postcard::experimental::max_size::MaxSize))]
 pub struct ModeSet(u8);
 
 impl ModeSet {

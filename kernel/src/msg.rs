@@ -7,6 +7,7 @@ use core::fmt;
 /// A node (site) of the system: an index `0..N`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "codec", derive(postcard::experimental::max_size::MaxSize))]
 pub struct NodeId(pub u16);
 
 impl NodeId {
@@ -25,6 +26,7 @@ impl fmt::Display for NodeId {
 /// A lock held by every site: an index `0..L`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "codec", derive(postcard::experimental::max_size::MaxSize))]
 pub struct LockId(pub u16);
 
 impl LockId {
@@ -46,6 +48,7 @@ impl fmt::Display for LockId {
 /// requester it identifies a request, so that grants, tokens and duplicates can be matched.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "codec", derive(postcard::experimental::max_size::MaxSize))]
 pub struct QueueEntry {
     /// The node that issued the request.
     pub requester: NodeId,

@@ -7,6 +7,13 @@
 //! and the output sink cannot fill up (`Site::step` checks its room against
 //! [`crate::Site::MAX_OUTPUTS`] first). A non-token node always has a parent (`LockNode::new`
 //! gives one to every non-token node and every token transfer sets one).
+//!
+//! No function here can panic (`embedded/no-panic.sh` checks it on the linked firmware): a
+//! node id is checked against `N` where it enters the state (`Site::step` checks the
+//! sender, [`LockNode::on_request`] the requester, [`LockNode::on_token`] every queued
+//! entry), and the per-peer records are then read through [`LockNode::peer`], which refuses
+//! an id out of range with [`KernelError::UnknownNode`] instead of indexing. No valid input
+//! reaches that refusal: it is the total form of a bounds check that cannot fail.
 
 use crate::error::KernelError;
 use crate::mode::{compatible, conflicts, strongest, Mode, ModeSet};
@@ -357,9 +364,24 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
     }
     /// The copyset: children with the owned mode recorded for each, by node id.
     pub fn children(&self) -> impl Iterator<Item = (NodeId, Mode)> + '_ {
-        self.copyset
-            .iter()
-            .map(|&i| (NodeId(i), self.peers[i as usize].child_owned))
+        self.copyset.iter().map(|&i| {
+            (
+                NodeId(i),
+                self.peer(NodeId(i)).map_or(Mode::Phi, |p| p.child_owned),
+            )
+        })
+    }
+
+    /// This site's record of node `n` for this lock; an id outside `0..N` is
+    /// [`KernelError::UnknownNode`].
+    pub(crate) fn peer(&self, n: NodeId) -> Result<&Peer, KernelError> {
+        self.peers.get(n.idx()).ok_or(KernelError::UnknownNode(n))
+    }
+
+    fn peer_mut(&mut self, n: NodeId) -> Result<&mut Peer, KernelError> {
+        self.peers
+            .get_mut(n.idx())
+            .ok_or(KernelError::UnknownNode(n))
     }
 
     /// The strongest mode recorded for the children (Φ if none). O(1): five counters.
@@ -373,22 +395,26 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         acc
     }
 
-    /// Sets this site's record of child `i`'s owned mode (Φ: not a child), keeping the
+    /// Sets this site's record of child `n`'s owned mode (Φ: not a child), keeping the
     /// copyset list and the per-mode counts in step. The list has room for every node, so
-    /// the insertion cannot fail.
-    pub(crate) fn set_child(&mut self, i: usize, m: Mode) {
-        let old = self.peers[i].child_owned;
+    /// the insertion cannot fail; an id outside `0..N` changes nothing and is
+    /// [`KernelError::UnknownNode`].
+    pub(crate) fn set_child(&mut self, n: NodeId, m: Mode) -> Result<(), KernelError> {
+        let peer = self.peer_mut(n)?;
+        let old = peer.child_owned;
         if old == m {
-            return;
+            return Ok(());
         }
-        self.peers[i].child_owned = m;
+        peer.child_owned = m;
+        // A count never goes below 0 nor above N (one record per node): the wrapping
+        // forms only keep the release build's arithmetic in the debug build too.
         if old != Mode::Phi {
-            self.owned_count[old.index()] -= 1;
+            self.owned_count[old.index()] = self.owned_count[old.index()].wrapping_sub(1);
         }
         if m != Mode::Phi {
-            self.owned_count[m.index()] += 1;
+            self.owned_count[m.index()] = self.owned_count[m.index()].wrapping_add(1);
         }
-        let id = i as u16;
+        let id = n.0;
         match (old == Mode::Phi, m == Mode::Phi) {
             (true, false) => {
                 let at = self
@@ -396,15 +422,16 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
                     .iter()
                     .position(|&c| c > id)
                     .unwrap_or(self.copyset.len());
-                let _ = self.copyset.insert(at, id);
+                let _ = insert_at(&mut self.copyset, at, id);
             }
             (false, true) => {
                 if let Some(at) = self.copyset.iter().position(|&c| c == id) {
-                    self.copyset.remove(at);
+                    remove_at(&mut self.copyset, at);
                 }
             }
             _ => {}
         }
+        Ok(())
     }
 
     /// Owned mode M_O (Definition 3): the strongest of the held mode and the children's
@@ -546,7 +573,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         if entry.requester == cx.me && !self.is_pending(entry) {
             // A copy of one of our own requests that is already served (a PIP reissue
             // that travelled behind the token): nothing to do.
-            self.stale.requests += 1;
+            self.stale.requests = self.stale.requests.wrapping_add(1);
             cx.fire(Rule::StaleRequest);
         } else if self.requeue_reissued(cx, entry)? {
             // A request (or a PIP reissue of one) that already waits here.
@@ -590,7 +617,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         frozen: Frozen,
         fence: u64,
     ) -> Result<(), KernelError> {
-        let link = &mut self.peers[from.idx()];
+        let link = self.peer_mut(from)?;
         if epoch <= link.child_epoch {
             return Err(KernelError::Duplicate(cx.lock));
         }
@@ -599,7 +626,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         if !expected {
             // A grant for a request that is no longer pending: tell the granter what we
             // really own under it, so its record is exact again.
-            self.stale.grants += 1;
+            self.stale.grants = self.stale.grants.wrapping_add(1);
             cx.fire(Rule::StaleGrant);
             let owned = if self.parent == Some(from) && !self.has_token() {
                 self.owned()
@@ -669,6 +696,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         if generation <= self.generation_seen || self.has_token() {
             return Err(KernelError::Duplicate(cx.lock));
         }
+        self.peer(from)?;
         // Merge: the token's queue first, then ours; one entry per requester (the newest).
         let mut merged: heapless::Vec<QueueEntry, Q> = heapless::Vec::new();
         for e in queue.iter().chain(self.queue.iter()) {
@@ -695,8 +723,8 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         self.token = Some(generation);
         self.kept = Mode::Phi;
         self.fence = self.fence.max(fence);
-        self.set_child(from.idx(), sender_owned);
-        self.peers[from.idx()].parent_epoch = epoch;
+        self.set_child(from, sender_owned)?;
+        self.peer_mut(from)?.parent_epoch = epoch;
         cx.fire(Rule::Rule8_2Merge);
         if entry.requester == cx.me && self.is_pending(entry) {
             self.held = entry.mode;
@@ -708,7 +736,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
                 mode: entry.mode,
             })?;
         } else {
-            self.stale.tokens += 1;
+            self.stale.tokens = self.stale.tokens.wrapping_add(1);
             cx.fire(Rule::StaleToken);
         }
         let own = self.pending;
@@ -724,9 +752,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
                     .iter()
                     .position(|x| x.prio < p.prio)
                     .unwrap_or(merged.len());
-                merged
-                    .insert(at, p)
-                    .map_err(|_| KernelError::QueueOverflow(cx.lock))?;
+                insert_at(&mut merged, at, p).map_err(|_| KernelError::QueueOverflow(cx.lock))?;
             }
         }
         self.queue = merged;
@@ -736,14 +762,14 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         // `sender_frozen`, our other children what we had frozen before.
         let frozen = self.frozen;
         for &c in &self.copyset {
-            let i = c as usize;
-            let rec = self.peers[i].child_owned;
-            let known = if i == from.idx() { sender_frozen } else { f0 };
+            let child = NodeId(c);
+            let rec = self.peer(child)?.child_owned;
+            let known = if child == from { sender_frozen } else { f0 };
             let m = frozen.beyond(known).restrict(grantable_set(rec));
             if !m.is_empty() {
                 cx.fire(Rule::Rule6FreezeSent);
                 cx.send(
-                    NodeId(i as u16),
+                    child,
                     Msg::Freeze {
                         lock: cx.lock,
                         modes: m,
@@ -762,17 +788,17 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         owned: Mode,
         epoch: u32,
     ) -> Result<(), KernelError> {
-        let link = &self.peers[from.idx()];
+        let link = self.peer(from)?;
         let current = !cx.variant.release_epochs || link.parent_epoch == epoch;
         if !current || link.child_owned == Mode::Phi {
-            self.stale.releases += 1;
+            self.stale.releases = self.stale.releases.wrapping_add(1);
             cx.fire(Rule::StaleRelease);
             return Ok(());
         }
         let f0 = self.frozen;
         let before = self.owned();
         let old_record = link.child_owned;
-        self.set_child(from.idx(), owned);
+        self.set_child(from, owned)?;
         cx.fire(Rule::Rule5_2Apply);
         // Rule 6, invariant 2.3: a record raised by a release (the resync release of a child
         // that owns more than the grant recorded, e.g. IR granted to a node that still grants
@@ -806,7 +832,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         modes: Frozen,
     ) -> Result<(), KernelError> {
         if self.has_token() || self.parent != Some(from) || self.owned() == Mode::Phi {
-            self.stale.freezes += 1;
+            self.stale.freezes = self.stale.freezes.wrapping_add(1);
             cx.fire(Rule::StaleFreeze);
             return Ok(());
         }
@@ -836,7 +862,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
     ) -> Result<(), KernelError> {
         let mo = self.owned();
         if compatible(mo, entry.mode) && !self.frozen.blocks(entry.mode, entry.prio) {
-            let is_child = self.peers[entry.requester.idx()].child_owned != Mode::Phi;
+            let is_child = self.peer(entry.requester)?.child_owned != Mode::Phi;
             if tokenable(mo, entry.mode) && (cx.variant.tokenable_transfers || is_child) {
                 self.transfer_token(cx, entry)
             } else if grantable(mo, entry.mode) {
@@ -901,25 +927,24 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         cx: &mut Ctx<'_, Q, S>,
         entry: QueueEntry,
     ) -> Result<bool, KernelError> {
-        let Some(i) = self
+        let Some(queued) = self
             .queue
-            .iter()
-            .position(|x| x.requester == entry.requester)
+            .iter_mut()
+            .find(|x| x.requester == entry.requester)
         else {
             return Ok(false);
         };
-        let queued = self.queue[i];
         if queued.serial < entry.serial {
             return Ok(false);
         }
         if queued.serial > entry.serial || entry.prio <= queued.prio || entry.mode != queued.mode {
             // An older request of that node, or a copy of this one that is not more urgent
             // than what waits here: nothing to do.
-            self.stale.requests += 1;
+            self.stale.requests = self.stale.requests.wrapping_add(1);
             cx.fire(Rule::StaleRequest);
             return Ok(true);
         }
-        self.queue[i].prio = entry.prio;
+        queued.prio = entry.prio;
         cx.fire(Rule::PipRequeue);
         sort_by_priority(&mut self.queue);
         if self.has_token() {
@@ -927,7 +952,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
             self.check_queue_at_token(cx)?;
         } else if !self.keeps(entry) {
             if let Some(j) = self.queue.iter().position(|x| *x == entry) {
-                self.queue.remove(j);
+                remove_at(&mut self.queue, j);
             }
             self.forward(cx, entry)?;
         }
@@ -976,10 +1001,10 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         } else {
             Rule::Rule3_1CopyGrant
         });
-        let i = entry.requester.idx();
-        let recorded = strongest(self.peers[i].child_owned, entry.mode).unwrap_or(Mode::W);
-        self.set_child(i, recorded);
-        let link = &mut self.peers[i];
+        let i = entry.requester;
+        let recorded = strongest(self.peer(i)?.child_owned, entry.mode).unwrap_or(Mode::W);
+        self.set_child(i, recorded)?;
+        let link = self.peer_mut(i)?;
         link.parent_epoch = link.parent_epoch.wrapping_add(1);
         let epoch = link.parent_epoch;
         let frozen = self.frozen.restrict(grantable_set(recorded));
@@ -1011,8 +1036,8 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
     ) -> Result<(), KernelError> {
         cx.fire(Rule::Rule3_2TokenTransfer);
         let generation = self.token.unwrap_or(self.generation_seen).wrapping_add(1);
-        self.set_child(entry.requester.idx(), Mode::Phi);
-        let link = &mut self.peers[entry.requester.idx()];
+        self.set_child(entry.requester, Mode::Phi)?;
+        let link = self.peer_mut(entry.requester)?;
         link.parent_epoch = link.parent_epoch.wrapping_add(1);
         link.child_epoch = link.child_epoch.wrapping_add(1);
         let epoch = link.child_epoch;
@@ -1053,7 +1078,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         } else {
             Rule::Rule4_1Forward
         });
-        let link = &mut self.peers[parent.idx()];
+        let link = self.peer_mut(parent)?;
         link.requests_sent = link.requests_sent.wrapping_add(1);
         let hop = link.requests_sent;
         cx.send(
@@ -1159,7 +1184,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
                         == QueueOrForward::Queue
             })
         });
-        let to = match taken.and_then(|i| self.routes[i].take()) {
+        let to = match taken.and_then(|i| self.routes.get_mut(i).and_then(Option::take)) {
             Some(s) => {
                 cx.fire(Rule::CompressShortcut);
                 s.requester
@@ -1183,7 +1208,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         if let Some(old) = self.parent {
             if old != from && before != Mode::Phi {
                 cx.fire(Rule::LeaveOldParent);
-                let e = self.peers[old.idx()].child_epoch;
+                let e = self.peer(old)?.child_epoch;
                 cx.send(
                     old,
                     Msg::Release {
@@ -1230,7 +1255,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         from: NodeId,
         hop: u32,
     ) -> Result<(), KernelError> {
-        let link = &mut self.peers[from.idx()];
+        let link = self.peer_mut(from)?;
         if hop > link.requests_seen {
             // The old newest moves to bit `shift - 1`; bits that leave the 32-bit window are
             // forgotten (a shift of exactly 32 keeps the old newest: `1 << 31`).
@@ -1283,9 +1308,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         if at < self.queue.len() {
             cx.fire(Rule::Rule8_1Order);
         }
-        self.queue
-            .insert(at, entry)
-            .map_err(|_| KernelError::QueueFull(lock))
+        insert_at(&mut self.queue, at, entry).map_err(|_| KernelError::QueueFull(lock))
     }
 
     /// Rule 5.2: a non-token node whose owned mode changed tells its parent. A node that
@@ -1303,7 +1326,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         if now != before {
             if let Some(p) = self.parent {
                 cx.fire(Rule::Rule5_2Propagate);
-                let epoch = self.peers[p.idx()].child_epoch;
+                let epoch = self.peer(p)?.child_epoch;
                 cx.send(
                     p,
                     Msg::Release {
@@ -1358,7 +1381,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
             if !compatible(mo, head.mode) || upgrade_freeze.blocks(head.mode, head.prio) {
                 break;
             }
-            self.queue.remove(0);
+            remove_at(&mut self.queue, 0);
             if head.requester == cx.me {
                 if self.is_pending(head) {
                     self.held = head.mode;
@@ -1372,15 +1395,13 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
                 }
                 continue;
             }
-            let is_child = self.peers[head.requester.idx()].child_owned != Mode::Phi;
+            let is_child = self.peer(head.requester)?.child_owned != Mode::Phi;
             if tokenable(mo, head.mode) && (cx.variant.tokenable_transfers || is_child) {
                 return self.transfer_token(cx, head);
             }
             if !grantable(mo, head.mode) {
                 // Literal Fig. 2.5: neither branch applies; the head waits.
-                self.queue
-                    .insert(0, head)
-                    .map_err(|_| KernelError::QueueFull(cx.lock))?;
+                insert_at(&mut self.queue, 0, head).map_err(|_| KernelError::QueueFull(cx.lock))?;
                 break;
             }
             self.copy_grant(cx, head)?;
@@ -1397,18 +1418,17 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
     ) -> Result<(), KernelError> {
         let mo = self.owned();
         let mut i = 0;
-        while i < self.queue.len() {
-            let e = self.queue[i];
+        while let Some(&e) = self.queue.get(i) {
             if self.may_serve(cx, e) && grantable(mo, e.mode) && !self.frozen.blocks(e.mode, e.prio)
             {
-                self.queue.remove(i);
+                remove_at(&mut self.queue, i);
                 self.copy_grant(cx, e)?;
             } else if (self.may_serve(cx, e) && self.keeps(e)) || !cx.variant.forward_stranded {
                 // Table 3.2 (C)Q behind the pending mode — or, in the literal reading of
                 // `Check_requests_on_queue`, every request that cannot be granted stays.
                 i += 1;
             } else {
-                self.queue.remove(i);
+                remove_at(&mut self.queue, i);
                 self.forward(cx, e)?;
             }
         }
@@ -1449,13 +1469,13 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
             return Ok(());
         }
         for &c in &self.copyset {
-            let i = c as usize;
-            let rec = self.peers[i].child_owned;
+            let child = NodeId(c);
+            let rec = self.peer(child)?.child_owned;
             let m = delta.restrict(grantable_set(rec));
             if !m.is_empty() {
                 cx.fire(Rule::Rule6FreezeSent);
                 cx.send(
-                    NodeId(i as u16),
+                    child,
                     Msg::Freeze {
                         lock: cx.lock,
                         modes: m,
@@ -1475,13 +1495,47 @@ fn same_request(p: Pending, e: QueueEntry) -> bool {
 /// Rule 8.1: non-increasing priority, FIFO within a priority (a stable insertion sort; the
 /// queue holds at most `Q` entries).
 pub(crate) fn sort_by_priority<const Q: usize>(q: &mut heapless::Vec<QueueEntry, Q>) {
+    let q = q.as_mut_slice();
     for i in 1..q.len() {
         let mut j = i;
-        while j > 0 && q[j - 1].prio < q[j].prio {
-            q.swap(j - 1, j);
+        // `get_mut` of the pair `j - 1, j` (both below `i + 1 <= len`): no index can fail.
+        while let Some([a, b]) = j.checked_sub(1).and_then(|k| q.get_mut(k..=j)) {
+            if a.prio >= b.prio {
+                break;
+            }
+            core::mem::swap(a, b);
             j -= 1;
         }
     }
+}
+
+/// `v.remove(i)` without heapless' panic for `i` out of range: `None` and nothing removed.
+/// The entry at `i` moves to the end by swaps of neighbours (no index), then is popped.
+fn remove_at<T, const C: usize>(v: &mut heapless::Vec<T, C>, i: usize) -> Option<T> {
+    let mut rest = v.as_mut_slice().get_mut(i..).filter(|t| !t.is_empty())?;
+    while let Some((a, tail)) = rest.split_first_mut() {
+        let Some(b) = tail.first_mut() else { break };
+        core::mem::swap(a, b);
+        rest = tail;
+    }
+    v.pop()
+}
+
+/// `v.insert(i, x)` without heapless' panic for `i` past the end: `x` is given back if
+/// `i > len` or `v` is full, and nothing changes. `x` is pushed, then moves down to `i` by
+/// swaps of neighbours (no index).
+fn insert_at<T, const C: usize>(v: &mut heapless::Vec<T, C>, i: usize, x: T) -> Result<(), T> {
+    if i > v.len() {
+        return Err(x);
+    }
+    v.push(x)?;
+    let mut rest = v.as_mut_slice().get_mut(i..).unwrap_or_default();
+    while let Some((b, init)) = rest.split_last_mut() {
+        let Some(a) = init.last_mut() else { break };
+        core::mem::swap(a, b);
+        rest = init;
+    }
+    Ok(())
 }
 
 /// Strongest of two modes of an owned set; W if they conflict (see [`LockNode::owned`]).

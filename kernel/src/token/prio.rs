@@ -12,6 +12,7 @@ pub type Priority = u8;
 /// requests of priority `≤ threshold(m)`; a request of higher priority overrules the freeze.
 #[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "codec", derive(postcard::experimental::max_size::MaxSize))]
 pub struct Frozen {
     set: ModeSet,
     threshold: [Priority; 6],

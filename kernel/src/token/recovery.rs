@@ -685,7 +685,9 @@ impl<const N: usize, const L: usize, const Q: usize> FaultSite<N, L, Q> {
             }
             for &(c, m) in &p.holds {
                 if c != me {
-                    n.set_child(c.idx(), m);
+                    // Checked against N above, before the first change.
+                    n.set_child(c, m)
+                        .map_err(|_| RecoveryError::UnknownNode(c))?;
                 }
             }
             n.queue.clear();
@@ -721,9 +723,9 @@ impl<const N: usize, const L: usize, const Q: usize> FaultSite<N, L, Q> {
 /// [`crate::Forwarding::Compress`] and [`crate::Forwarding::ClassPointers`] (one may point
 /// at a node that crashed).
 fn reset_links<const N: usize, const Q: usize>(n: &mut LockNode<N, Q>, forget_shortcuts: bool) {
-    for i in 0..N {
-        n.set_child(i, Mode::Phi);
-    }
+    // Every record back to Φ: no children, so an empty copyset and no counts.
+    n.copyset.clear();
+    n.owned_count = [0; 6];
     n.peers = [Peer::default(); N];
     // `ReleaseRule::KeepIntention`: a kept intention mode is not a hold; the plan's star
     // records the members' held modes only, so the kept mode is dropped here (else this

@@ -126,14 +126,15 @@ impl<const N: usize, const L: usize, const Q: usize> Site<N, L, Q> {
     /// inherited priorities under PIP (Fig. 3.8, `RequestUnlock`).
     fn effective_from_held(&self) -> Priority {
         let mut e = self.prio.base;
-        for (l, node) in self.locks.iter().enumerate() {
+        let per_lock = self.prio.ceiling.iter().zip(&self.prio.inherited);
+        for (node, (&ceiling, &inherited)) in self.locks.iter().zip(per_lock) {
             if node.held() == Mode::Phi {
                 continue;
             }
             match self.variant.inheritance {
                 Inheritance::None => {}
-                Inheritance::Pcep => e = e.max(self.prio.ceiling[l]),
-                Inheritance::Pip => e = e.max(self.prio.inherited[l]),
+                Inheritance::Pcep => e = e.max(ceiling),
+                Inheritance::Pip => e = e.max(inherited),
             }
         }
         e
@@ -220,7 +221,10 @@ impl<const N: usize, const L: usize, const Q: usize> Site<N, L, Q> {
             let target = self.effective_from_held();
             return self.set_effective(cx, target);
         };
-        let node = &mut self.locks[lock.idx()];
+        let node = self
+            .locks
+            .get_mut(lock.idx())
+            .ok_or(KernelError::UnknownLock(lock))?;
         match input {
             Input::Acquire { mode, .. } => node.acquire(cx, mode),
             Input::Release { .. } => node.release(cx),
@@ -265,11 +269,16 @@ impl<const N: usize, const L: usize, const Q: usize> Site<N, L, Q> {
         }
         // PIP: ξ(lock) and ξ(self) inherit the boost; PCEP: acquiring raises ξ(self) to the
         // ceiling; a release lowers both (Fig. 3.7, 3.8).
-        let l = lock.idx();
-        if self.locks[l].held() == Mode::Phi {
-            self.prio.inherited[l] = 0;
+        let (Some(node), Some(inherited)) = (
+            self.locks.get(lock.idx()),
+            self.prio.inherited.get_mut(lock.idx()),
+        ) else {
+            return Err(KernelError::UnknownLock(lock));
+        };
+        if node.held() == Mode::Phi {
+            *inherited = 0;
         } else if cx.boost > 0 {
-            self.prio.inherited[l] = self.prio.inherited[l].max(cx.boost);
+            *inherited = (*inherited).max(cx.boost);
         }
         let mut target = self.effective_from_held();
         if self.variant.inheritance == Inheritance::Pip {
