@@ -54,7 +54,9 @@ const DEFAULT_LOCK_TIMEOUT_MS: u64 = 30_000;
 
 pub fn node(config: &std::path::Path, id: Option<u16>) -> Result<(String, bool), String> {
     init_logs("hilock=info");
-    let cfg = hilock_runtime::Config::from_file(config, id)?;
+    let mut cfg = hilock_runtime::Config::from_file(config, id)?;
+    // Room for max_clients: the soft open-file limit raised, or max_clients lowered.
+    hilock_runtime::client::fit_open_files(&mut cfg);
     if cfg.engine == hilock_runtime::config::Engine::Ring {
         return hilock_runtime::ring::serve_config(&cfg).map(|s| (s, true));
     }

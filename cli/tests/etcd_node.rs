@@ -13,6 +13,8 @@ mod etcd;
 mod etcd_cluster;
 #[path = "../../runtime/tests/support/ports.rs"]
 mod ports;
+#[path = "support/scrape.rs"]
+mod scrape;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
@@ -386,6 +388,153 @@ async fn a_killed_peer_fails_the_requests_waiting_on_it_naming_it_within_ttl_plu
             other.error
         );
         assert!(!wrapper.alive(), "the killed node's command is dead");
+    };
+    tokio::time::timeout(Duration::from_secs(60), body)
+        .await
+        .expect("test body ends within 60 s");
+}
+
+/// `hilock status --json` of node `socket` (`None` if it does not answer).
+fn status_json(socket: &std::path::Path) -> Option<serde_json::Value> {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_hilock"))
+        .args(["status", "--json", "--timeout-ms", "2000", "--socket"])
+        .arg(socket)
+        .output()
+        .ok()?;
+    serde_json::from_slice(&out.stdout).ok()
+}
+
+/// `hilock status` (text) of node `socket`.
+fn status_text(socket: &std::path::Path) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_hilock"))
+        .args(["status", "--timeout-ms", "2000", "--socket"])
+        .arg(socket)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// What an operator sees of a node that loses its etcd lease (cut from etcd by a proxy
+/// that swallows everything): before, `hilock status --json` says membership etcd, lease
+/// held with time left, serving, the tokens it holds, every peer `connected`, and its
+/// metrics endpoint counts grants and lease renewals; after, within the TTL plus 3 s, the
+/// status says lease lost and not serving (naming the lease), the text says so too, and
+/// the metrics say lease_held 0, serving 0, one lease loss.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_and_metrics_show_the_lease_and_serving_before_and_after_a_lease_loss() {
+    let name = "status_and_metrics_show_the_lease_and_serving_before_and_after_a_lease_loss";
+    let Some(etcd) = etcd::start_healthy(name) else {
+        return;
+    };
+    let body = async {
+        let cluster = "operator";
+        let proxy = etcd::Proxy::start(&etcd.addr).await;
+        let endpoints = vec![etcd.addr.clone(), proxy.addr.clone(), etcd.addr.clone()];
+        let listen = etcd_cluster::free_addrs(3);
+        let nodes = Nodes::start_configured(
+            cluster,
+            &endpoints,
+            REQUEST_TIMEOUT_MS,
+            &listen,
+            |_, j| listen[j],
+            "metrics_addr = \"127.0.0.1:0\"\n",
+        );
+        let (_obs, _view) = all_members(&etcd.addr, cluster, 3).await;
+        let sock = nodes.socket(1);
+        // A path whose token starts at node 1, taken and released there.
+        let path = rooted_at("/op", 1, 3);
+        let (granted, stream) = request(&sock, &lock_req(&path, "W")).await.unwrap();
+        assert!(granted.ok, "{:?}", granted.error);
+        drop(stream);
+        // Every peer connected, as the logs say it (lower case).
+        let t = Instant::now();
+        let before = loop {
+            let v = status_json(&sock).expect("status answers");
+            let peers = v["peers"].as_array().cloned().unwrap_or_default();
+            if peers.len() == 2 && peers.iter().all(|p| p["state"] == "connected") {
+                break v;
+            }
+            assert!(t.elapsed() < Duration::from_secs(10), "peers connect: {v}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        assert_eq!(before["membership"], "etcd", "{before}");
+        assert_eq!(before["lease"]["state"], "held", "{before}");
+        let left = before["lease"]["left_ms"].as_u64().expect("time left");
+        assert!(left > 0 && left <= u64::from(TTL_S) * 1000, "{before}");
+        assert!(before["lease"]["id"]
+            .as_str()
+            .is_some_and(|i| i.starts_with("0x")));
+        assert_eq!(before["serving"], true, "{before}");
+        assert!(before["not_serving"].is_null(), "{before}");
+        assert_eq!(before["epoch"], 0, "{before}");
+        assert_eq!(before["run"].as_str().map(str::len), Some(16), "{before}");
+        assert!(before["tokens_held"].as_u64() >= Some(1), "{before}");
+        let url = before["metrics"]
+            .as_str()
+            .expect("the metrics URL")
+            .to_string();
+        let m0 = tokio::task::spawn_blocking({
+            let url = url.clone();
+            move || scrape::scrape(&url)
+        })
+        .await
+        .unwrap();
+        let node = [("node", "1")];
+        let get = |t: &str, n: &str| scrape::metric(t, n, &node);
+        assert!(get(&m0, "hilock_grants_total") >= Some(1.0), "{m0}");
+        assert_eq!(get(&m0, "hilock_lease_held"), Some(1.0), "{m0}");
+        assert_eq!(get(&m0, "hilock_serving"), Some(1.0), "{m0}");
+        assert!(get(&m0, "hilock_lease_left_seconds").is_some(), "{m0}");
+        // Renewals every third of the TTL or so.
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let m1 = tokio::task::spawn_blocking({
+            let url = url.clone();
+            move || scrape::scrape(&url)
+        })
+        .await
+        .unwrap();
+        let renewals = |t: &str| get(t, "hilock_lease_renewals_total").unwrap_or(0.0);
+        assert!(
+            renewals(&m1) > renewals(&m0),
+            "renewals counted:\n{m0}\n{m1}"
+        );
+
+        let cut = Instant::now();
+        proxy.cut();
+        let after = loop {
+            let v = status_json(&sock).expect("a node without its lease still answers status");
+            if v["lease"]["state"] == "lost" {
+                break v;
+            }
+            assert!(
+                cut.elapsed() < Duration::from_secs(u64::from(TTL_S) + 3),
+                "the lease is shown lost: {v}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        let shown = cut.elapsed();
+        assert_eq!(after["serving"], false, "{after}");
+        let why = after["not_serving"].as_str().unwrap_or_default();
+        assert!(
+            why.contains("etcd lease") && why.contains("node 1"),
+            "{after}"
+        );
+        assert!(after["lease"]["reason"].as_str().is_some(), "{after}");
+        let text = status_text(&sock);
+        assert!(
+            text.contains("serving: NO") && text.contains(" lost: "),
+            "{text}"
+        );
+        let m2 = tokio::task::spawn_blocking(move || scrape::scrape(&url))
+            .await
+            .unwrap();
+        assert_eq!(get(&m2, "hilock_lease_held"), Some(0.0), "{m2}");
+        assert_eq!(get(&m2, "hilock_serving"), Some(0.0), "{m2}");
+        assert_eq!(get(&m2, "hilock_lease_losses_total"), Some(1.0), "{m2}");
+        eprintln!(
+            "before the cut: lease held, {left} ms left, serving; shown lost {shown:.1?} after \
+             the cut: {why}"
+        );
     };
     tokio::time::timeout(Duration::from_secs(60), body)
         .await

@@ -1111,3 +1111,225 @@ fn wait_all_threads_stopped(pid: &str) {
         std::thread::sleep(Duration::from_millis(1));
     }
 }
+
+#[path = "support/scrape.rs"]
+mod scrape;
+
+/// The node's metrics endpoint (`metrics_addr`), scraped over plain HTTP before and after
+/// some locks: grants, waits, timeouts, messages by kind and the peer gauge move; any other
+/// path is a 404.
+#[test]
+fn the_metrics_endpoint_counts_grants_waits_timeouts_and_messages() {
+    let c = start_with(2, "metrics_addr = \"127.0.0.1:0\"\n");
+    wait_peer_state(&c, 0, 1, "connected");
+    let out = run(hilock()
+        .args(["status", "--json", "--socket"])
+        .arg(c.socket(0)));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let url = v["metrics"]
+        .as_str()
+        .expect("status names the metrics URL")
+        .to_string();
+    let shown = text(&run(hilock().args(["status", "--socket"]).arg(c.socket(0))).stdout);
+    assert!(shown.contains(&url), "{shown}");
+    let before = scrape::scrape(&url);
+    let node = ("node", "0");
+    let get = |t: &str, n: &str| scrape::metric(t, n, &[node]).unwrap_or(-1.0);
+    let requests = |t: &str| {
+        scrape::metric(
+            t,
+            "hilock_messages_sent_total",
+            &[node, ("kind", "request")],
+        )
+        .unwrap_or(-1.0)
+    };
+    // A path whose token is at node 1: node 0 asks for it.
+    let on1 = (0..)
+        .map(|i| format!("/m{i}"))
+        .find(|p| hilock_runtime::wire::initial_holder(p, 2) == hilock_kernel::NodeId(1))
+        .unwrap();
+    let out = run(&mut lock_cmd(&c.socket(0), &on1, "W", "true"));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    // Held at node 1 for 3 s: node 0's request waits, then times out.
+    let file = c.dir.path().join("held");
+    let mut holder = Proc(
+        lock_cmd(
+            &c.socket(1),
+            &on1,
+            "W",
+            &format!("echo held > {}; sleep 3", file.display()),
+        )
+        .spawn()
+        .unwrap(),
+    );
+    wait_file(&file);
+    let out = run(hilock()
+        .args(["lock", &on1, "W", "--timeout-ms", "300", "--socket"])
+        .arg(c.socket(0))
+        .args(["--", "true"]));
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    let _ = holder.0.wait();
+    let after = scrape::scrape(&url);
+    assert!(
+        get(&after, "hilock_grants_total") > get(&before, "hilock_grants_total"),
+        "{after}"
+    );
+    assert!(
+        get(&after, "hilock_waits_total") > get(&before, "hilock_waits_total"),
+        "{after}"
+    );
+    assert_eq!(
+        get(&after, "hilock_timeouts_total"),
+        get(&before, "hilock_timeouts_total") + 1.0,
+        "{after}"
+    );
+    assert!(requests(&after) > requests(&before), "{before}\n{after}");
+    assert_eq!(
+        scrape::metric(&after, "hilock_peer_up", &[node, ("peer", "1")]),
+        Some(1.0),
+        "{after}"
+    );
+    assert_eq!(get(&after, "hilock_serving"), 1.0, "{after}");
+    assert!(get(&after, "hilock_locks") >= 1.0, "{after}");
+    assert!(
+        after.trim_end().ends_with("# EOF"),
+        "OpenMetrics text ends with # EOF"
+    );
+    let (status, _) = scrape::get(&url.replace("/metrics", "/nothing"));
+    assert!(status.contains("404"), "{status}");
+}
+
+/// One node started under `ulimit` with the given shell command before `exec` (logging at
+/// info to `log`), its client socket `sock`.
+fn start_limited(dir: &Path, ulimit: &str, name: &str) -> (Proc, PathBuf, PathBuf) {
+    let sock = dir.join(format!("{name}.sock"));
+    let toml = dir.join(format!("{name}.toml"));
+    std::fs::write(
+        &toml,
+        format!(
+            "cluster = \"lim\"\nsecret = \"cli test secret\"\nid = 0\nclient = \"{}\"\n\
+             [[nodes]]\nid = 0\naddr = \"127.0.0.1:{}\"\n",
+            sock.display(),
+            free_port()
+        ),
+    )
+    .unwrap();
+    let log = dir.join(format!("{name}.log"));
+    let node = Proc(
+        Command::new("sh")
+            .arg("-c")
+            .arg(format!("{ulimit} && exec \"$0\" node --config \"$1\"",))
+            .arg(env!("CARGO_BIN_EXE_hilock"))
+            .arg(&toml)
+            .env("RUST_LOG", "hilock=info")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    let t = Instant::now();
+    while !sock.exists() {
+        assert!(t.elapsed() < Duration::from_secs(10), "node starts");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    (node, sock, log)
+}
+
+/// `clients` client connections at once, each asking for `/lim` in R (shared: every one
+/// served is granted and holds it): how many were granted, how many answered "too many
+/// clients", and the connections (held open). Any connection left without an answer for
+/// 5 s fails the test.
+fn open_clients(
+    sock: &Path,
+    clients: usize,
+) -> (usize, usize, Vec<std::os::unix::net::UnixStream>) {
+    use std::io::{BufRead, BufReader, Write};
+    let (mut granted, mut refused, mut held) = (0, 0, Vec::new());
+    let t = Instant::now();
+    for i in 0..clients {
+        let mut s = std::os::unix::net::UnixStream::connect(sock).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        // A refused connection may be closed before the request is written.
+        let _ = s
+            .write_all(b"{\"op\":\"lock\",\"path\":\"/lim\",\"mode\":\"R\",\"timeout_ms\":5000}\n");
+        let mut line = String::new();
+        let mut r = BufReader::new(s.try_clone().unwrap());
+        match r.read_line(&mut line) {
+            Ok(n) if n > 0 => {}
+            other => panic!(
+                "connection {i} got no answer ({other:?}; {granted} granted, {refused} refused)"
+            ),
+        }
+        if line.contains("\"ok\":true") {
+            granted += 1;
+            held.push(s);
+        } else {
+            assert!(line.contains("too many clients"), "connection {i}: {line}");
+            refused += 1;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "{i} connections in 60 s"
+        );
+    }
+    (granted, refused, held)
+}
+
+/// A node started with the usual soft open-file limit of 1024 and 1,500 client
+/// connections: it raises its soft limit to the hard one (and says so), serves
+/// `max_clients` (1024) and answers the rest "too many clients". Under a hard limit of 1024
+/// it cannot: it lowers `max_clients` to what fits (and says so in one line), and again
+/// every excess client reads "too many clients" — none is left without an answer — while
+/// the ones it serves are served, and new ones are once some leave.
+#[test]
+fn a_node_under_ulimit_1024_answers_the_excess_of_1500_clients_too_many_clients() {
+    let limit = raise_fd_limit();
+    if limit < 4000 {
+        eprintln!("skipped: this process may open only {limit} files (1,500 clients need more)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let cases = [
+        ("ulimit -Sn 1024", "raised", 1024),
+        (
+            "ulimit -n 1024",
+            "lowered",
+            1024 - hilock_runtime::client::FD_HEADROOM as usize,
+        ),
+    ];
+    for (ulimit, said, serves) in cases {
+        let (node, sock, log) = start_limited(dir.path(), ulimit, said);
+        let t = Instant::now();
+        let (granted, refused, mut held) = open_clients(&sock, 1500);
+        let took = t.elapsed();
+        let logged = std::fs::read_to_string(&log).unwrap();
+        let line = logged
+            .lines()
+            .find(|l| l.contains("open-file limit"))
+            .unwrap_or_default()
+            .to_string();
+        let warns = logged.lines().filter(|l| l.contains("WARN")).count();
+        eprintln!(
+            "{ulimit}: {granted} granted, {refused} refused in {took:.1?}; {warns} warnings; \
+             log: {line}"
+        );
+        assert_eq!(
+            (granted, refused),
+            (serves, 1500 - serves),
+            "{ulimit}\n{logged}"
+        );
+        assert!(line.contains(said), "{ulimit}: {logged}");
+        assert!(warns <= 20, "{warns} warnings:\n{logged}");
+        // The ones served are still served; one that leaves makes room for a new one.
+        held.truncate(held.len() - 1);
+        std::thread::sleep(Duration::from_millis(100));
+        let (g, r, _more) = open_clients(&sock, 1);
+        assert_eq!(
+            (g, r),
+            (1, 0),
+            "{ulimit}: a new client is served once one left"
+        );
+        drop(held);
+        drop(node);
+    }
+}

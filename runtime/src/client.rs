@@ -26,6 +26,7 @@
 //! - `{"op":"status"}` → `{"ok":true,"status":{…}}` ([`crate::token::Status`]).
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
 use hilock_kernel::Mode;
@@ -179,42 +180,119 @@ pub fn bind(path: &Path) -> std::io::Result<UnixListener> {
     })
 }
 
+/// File descriptors a node keeps for itself besides its clients and two per peer (the
+/// connection it dials and the one it accepts): listeners, etcd, logs, the spare one of
+/// [`serve`], and a margin for connections being replaced.
+pub const FD_HEADROOM: u64 = 64;
+
+/// Makes room for `config.max_clients` client connections: raises the soft open-file
+/// limit to the hard one where it can ([`crate::proc::raise_open_files`]); if the limit
+/// still leaves too little room — `max_clients`, two descriptors per peer and
+/// [`FD_HEADROOM`] — lowers `max_clients` to what fits. Says what it did in one log line
+/// (a warning when it lowered `max_clients`); returns that line, if any.
+pub fn fit_open_files(config: &mut crate::Config) -> Option<String> {
+    let (before, soft, hard) = match crate::proc::raise_open_files() {
+        Ok(l) => l,
+        Err(e) => {
+            let line = format!(
+                "cannot read the open-file limit ({e}); max_clients stays {}",
+                config.max_clients
+            );
+            warn!("{line}");
+            return Some(line);
+        }
+    };
+    let peers = config.n().saturating_sub(1) as u64;
+    let keep = 2 * peers + FD_HEADROOM;
+    let room = usize::try_from(soft.saturating_sub(keep)).unwrap_or(usize::MAX);
+    let show = |l: u64| {
+        if l == u64::MAX {
+            "unlimited".to_string()
+        } else {
+            l.to_string()
+        }
+    };
+    if room < config.max_clients {
+        let was = config.max_clients;
+        config.max_clients = room.max(1);
+        let line = format!(
+            "open-file limit {} (hard {}) leaves room for {room} clients after {keep} descriptors \
+             for peers and the node: max_clients lowered from {was} to {} (raise the hard limit, \
+             e.g. LimitNOFILE= in the systemd unit, to serve more)",
+            show(soft),
+            show(hard),
+            config.max_clients
+        );
+        warn!("{line}");
+        Some(line)
+    } else if soft > before {
+        let line = format!(
+            "raised the open-file limit from {} to {} (the hard limit) for max_clients {}",
+            show(before),
+            show(soft),
+            config.max_clients
+        );
+        tracing::info!("{line}");
+        Some(line)
+    } else {
+        None
+    }
+}
+
 /// How long a stopping node gives its clients to hear that their locks are lost and their
 /// commands to be killed.
 const STOP_NOTICE: Duration = Duration::from_millis(150);
 
 /// Serve clients until the node stops. When it stops, every client that holds a lock is
 /// told so (`"lost":true`) before its connection closes.
+///
+/// A client beyond `max_clients` is answered `too many clients` and its connection closed.
+/// So is one the node cannot accept for lack of file descriptors (`EMFILE`, `ENFILE`: the
+/// open-file limit is reached before `max_clients`): the node keeps one descriptor spare,
+/// frees it to take that connection, answers and closes it, and opens it again — the
+/// client reads the reason instead of waiting for an answer that never comes. Failed
+/// accepts are counted and logged for the 1st, 2nd, 4th, 8th … only.
 pub async fn serve(node: Handle, listener: UnixListener, path: PathBuf, max_clients: usize) {
     let mut conns = tokio::task::JoinSet::new();
     let _cleanup = RemoveOnDrop(path);
     let mut stop = node.stopping();
-    let mut refused = 0u64;
+    let counters = node.counters();
+    let mut spare = std::fs::File::open("/dev/null").ok();
+    let too_many = format!(
+        "too many clients: this node serves {max_clients} connections at once (max_clients); \
+         try again later"
+    );
     loop {
         tokio::select! {
             r = listener.accept() => match r {
-                Ok((s, _)) if conns.len() >= max_clients => {
-                    // Best effort, without waiting: the socket buffer takes one line.
-                    let mut line = serde_json::to_vec(&Reply::error(format!(
-                        "too many clients: this node serves {max_clients} connections at once (max_clients)"
-                    )))
-                    .unwrap_or_default();
-                    line.push(b'\n');
-                    let _ = s.try_write(&line);
-                    refused += 1;
-                    if refused.is_power_of_two() {
-                        warn!(max_clients, refused, "refusing client connections: too many");
-                    }
-                }
+                Ok((s, _)) if conns.len() >= max_clients => refuse(counters, s, &too_many, max_clients),
                 Ok((s, _)) => { conns.spawn(client(node.clone(), s)); }
                 Err(e) => {
-                    warn!(error = %e, "client accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    let n = counters.accept_errors.fetch_add(1, Relaxed) + 1;
+                    let out_of_files = matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE));
+                    if n.is_power_of_two() {
+                        warn!(error = %e, failed = n, clients = conns.len(), "cannot accept a client connection (logged for the 1st, 2nd, 4th ... failure)");
+                    }
+                    if out_of_files && spare.take().is_some() {
+                        let waiting = tokio::time::timeout(Duration::from_millis(10), listener.accept()).await;
+                        if let Ok(Ok((s, _))) = waiting {
+                            let why = format!(
+                                "too many clients: this node has no file descriptor left for \
+                                 another connection ({e}; {} served); try again later",
+                                conns.len()
+                            );
+                            refuse(counters, s, &why, max_clients);
+                        }
+                        spare = std::fs::File::open("/dev/null").ok();
+                    } else {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
                 }
             },
             Some(_) = conns.join_next(), if !conns.is_empty() => {}
             _ = stopped(&mut stop) => break,
         }
+        counters.clients.store(conns.len() as u64, Relaxed);
     }
     drop(listener);
     let _ = tokio::time::timeout(STOP_NOTICE, async {
@@ -223,6 +301,19 @@ pub async fn serve(node: Handle, listener: UnixListener, path: PathBuf, max_clie
     .await;
     // Wait for the aborted ones too: their guards are released before the node hands over.
     conns.shutdown().await;
+    counters.clients.store(0, Relaxed);
+}
+
+/// Answer a client the node does not serve with `why` and close its connection.
+fn refuse(counters: &crate::token::Counters, s: UnixStream, why: &str, max_clients: usize) {
+    // Best effort, without waiting: the socket buffer takes one line.
+    let mut line = serde_json::to_vec(&Reply::error(why)).unwrap_or_default();
+    line.push(b'\n');
+    let _ = s.try_write(&line);
+    let refused = counters.clients_refused.fetch_add(1, Relaxed) + 1;
+    if refused.is_power_of_two() {
+        warn!(max_clients, refused, reason = %why, "refusing client connections (logged for the 1st, 2nd, 4th ... refusal)");
+    }
 }
 
 /// Resolves when the node stops.
@@ -666,30 +757,70 @@ pub fn render_status(s: &Status) -> String {
         s.id, s.cluster, s.listen
     );
     o.push_str(&format!(
-        "messages sent {} received {}; kernel requests {}; grants {}; rejected connections {}; refused messages {}; abandoned grants {}\n",
+        "membership {}{}; run {}; epoch {}\n",
+        s.membership,
+        if s.recovery { " (recovery on)" } else { "" },
+        s.run,
+        s.epoch
+    ));
+    let l = &s.lease;
+    let lease = match (l.state.as_str(), l.left_ms) {
+        ("none", _) => "none (static membership)".to_string(),
+        ("held", Some(ms)) => format!(
+            "{} held, {:.1} s left unless renewed",
+            l.id.as_deref().unwrap_or("?"),
+            ms as f64 / 1000.0
+        ),
+        (state, _) => format!(
+            "{} {state}: {}",
+            l.id.as_deref().unwrap_or(""),
+            l.reason.as_deref().unwrap_or("")
+        )
+        .trim_start()
+        .to_string(),
+    };
+    o.push_str(&format!("lease {lease}\n"));
+    if let Some(m) = &s.metrics {
+        o.push_str(&format!("metrics {m}\n"));
+    }
+    match &s.not_serving {
+        None => o.push_str(&format!(
+            "serving: yes; tokens held {} of {} locks known\n",
+            s.tokens_held,
+            s.locks.len()
+        )),
+        Some(why) => o.push_str(&format!(
+            "serving: NO ({why}); tokens held {} of {} locks known\n",
+            s.tokens_held,
+            s.locks.len()
+        )),
+    }
+    o.push_str(&format!(
+        "messages sent {} received {}; kernel requests {}; grants {}; waits {}; timeouts {}; rejected connections {}; cut connections {}; refused messages {}; abandoned grants {}; refused clients {}\n",
         s.stats.frames_sent,
         s.stats.frames_received,
         s.stats.kernel_requests,
         s.stats.grants,
+        s.stats.waits,
+        s.stats.timeouts,
         s.stats.rejected_connections,
+        s.stats.cut_connections,
         s.stats.kernel_rejections,
-        s.stats.abandoned_grants
+        s.stats.abandoned_grants,
+        s.stats.clients_refused
     ));
     o.push_str("peers:\n");
     for p in &s.peers {
         o.push_str(&format!(
-            "  node {:<3} {:<22} {:<12} sent {:<8} received {:<8} resent {:<6} duplicates {}\n",
+            "  node {:<3} {:<22} {:<12} sent {:<8} received {:<8} resent {:<6} duplicates {:<6} reconnects {}\n",
             p.id,
             p.addr,
-            if p.state == "connected" {
-                "connected".to_string()
-            } else {
-                p.state.to_uppercase()
-            },
+            p.state,
             p.frames_sent,
             p.frames_received,
             p.resent,
-            p.duplicates
+            p.duplicates,
+            p.reconnects
         ));
     }
     o.push_str(&format!("locks ({}):\n", s.locks.len()));

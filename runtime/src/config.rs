@@ -11,6 +11,7 @@
 //!                                   # `{id}` becomes the node id
 //! request_timeout_ms = 30000        # default timeout of a lock request
 //! max_clients = 1024                # client connections served at once
+//! metrics_addr = "127.0.0.1:9464"   # Prometheus metrics over HTTP (default: off)
 //!
 //! [[nodes]]
 //! id = 0
@@ -99,6 +100,7 @@ struct File {
     client: Option<PathBuf>,
     max_clients: Option<usize>,
     request_timeout_ms: Option<u64>,
+    metrics_addr: Option<SocketAddr>,
     // Membership: see the module documentation.
     membership: Option<String>,
     etcd_endpoints: Option<Vec<String>>,
@@ -267,6 +269,9 @@ pub struct Config {
     pub max_clients: usize,
     /// Default timeout of a lock request.
     pub request_timeout: Duration,
+    /// Where the node serves its metrics in the Prometheus text format over HTTP
+    /// (`GET /metrics`, [`crate::Handle::metrics`]); `None` (the default): no endpoint.
+    pub metrics: Option<SocketAddr>,
     /// The engine `hilock node` runs.
     pub engine: Engine,
     /// The ring engine's settings (with `engine = "ring"`).
@@ -299,6 +304,7 @@ impl std::fmt::Debug for Config {
             .field("client", &self.client)
             .field("max_clients", &self.max_clients)
             .field("request_timeout", &self.request_timeout)
+            .field("metrics", &self.metrics)
             .field("engine", &self.engine)
             .field("ring", &self.ring)
             .field("membership", &self.membership)
@@ -332,6 +338,7 @@ impl Config {
             client: None,
             max_clients: DEFAULT_MAX_CLIENTS,
             request_timeout: Duration::from_secs(30),
+            metrics: None,
             engine: Engine::Token,
             ring: None,
             membership: Membership::Static,
@@ -398,6 +405,7 @@ impl Config {
             }
             c.max_clients = m;
         }
+        c.metrics = f.metrics_addr;
         if let Some(ms) = f.request_timeout_ms {
             if ms == 0 {
                 return Err("request_timeout_ms must be positive".into());

@@ -7,9 +7,12 @@
 //! the group left" is a scan of `/proc` (zombies do not count: they run nothing, and a
 //! zombie whose parent died may wait for a reaper that never comes in a container).
 //!
+//! Also the node's open-file limit ([`open_files`], [`raise_open_files`]).
+//!
 //! This is the one place of the runtime with `unsafe` code: `pre_exec` (the hook that runs
 //! in the forked child before `exec`) is an unsafe API, and the `libc` calls in it
-//! (`prctl`, `getppid`, `fcntl`, all async-signal-safe) have no safe std equivalent.
+//! (`prctl`, `getppid`, `fcntl`, all async-signal-safe) have no safe std equivalent; nor
+//! have `getrlimit` and `setrlimit`.
 
 use std::time::{Duration, Instant};
 
@@ -218,6 +221,59 @@ pub fn monotonic_ms_to_instant(ms: u64) -> tokio::time::Instant {
 /// node checks before it accepts a client's report of its command's group.
 pub fn is_group_leader_child_of(pid: i32, parent: i32) -> bool {
     matches!(stat(pid), Some((state, ppid, pgrp)) if ppid == parent && pgrp == pid && state != 'Z')
+}
+
+/// The process's open-file limit, `(soft, hard)` (`RLIMIT_NOFILE`; `u64::MAX` for
+/// unlimited).
+pub fn open_files() -> std::io::Result<(u64, u64)> {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `r` is a valid rlimit for getrlimit to fill.
+    #[allow(unsafe_code)]
+    let rc = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok((r.rlim_cur, r.rlim_max))
+}
+
+fn set_open_files(soft: u64, hard: u64) -> std::io::Result<()> {
+    let r = libc::rlimit {
+        rlim_cur: soft,
+        rlim_max: hard,
+    };
+    // SAFETY: `r` is a valid rlimit; setrlimit only reads it.
+    #[allow(unsafe_code)]
+    let rc = unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &r) };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Raises the soft open-file limit to the hard one (an unlimited hard limit: to the
+/// kernel's `fs.nr_open`, the most a process may have). Returns the soft limit before and
+/// after, and the hard limit; the soft limit is left as it was if it cannot be raised.
+pub fn raise_open_files() -> std::io::Result<(u64, u64, u64)> {
+    let (soft, hard) = open_files()?;
+    if soft >= hard {
+        return Ok((soft, soft, hard));
+    }
+    let nr_open = std::fs::read_to_string("/proc/sys/fs/nr_open")
+        .ok()
+        .and_then(|s| s.trim().parse::<u64>().ok());
+    let mut targets = vec![hard];
+    if let Some(n) = nr_open.filter(|&n| n < hard && n > soft) {
+        targets.push(n);
+    }
+    for t in targets {
+        if set_open_files(t, hard).is_ok() {
+            return Ok((soft, t, hard));
+        }
+    }
+    Ok((soft, soft, hard))
 }
 
 #[cfg(test)]

@@ -13,7 +13,8 @@ use tokio::sync::{mpsc, oneshot};
 use tracing::warn;
 
 use super::recover::{all_members, new_site};
-use super::{Error, LockStatus, Shared};
+use super::status::CoreState;
+use super::{kind_index, Error, LockStatus, Shared};
 use crate::config::MAX_NODES;
 use crate::wire::{self, Frame, KOutputs, LockSite, SMsg, LOCK};
 
@@ -46,8 +47,13 @@ pub(super) enum Cmd {
         // Boxed: a token frame is a few hundred bytes, every other command is small.
         frame: Box<Frame>,
     },
+    /// Every lock this node knows, and the core's state.
     Status {
-        reply: oneshot::Sender<Vec<LockStatus>>,
+        reply: oneshot::Sender<(Vec<LockStatus>, CoreState)>,
+    },
+    /// The core's state only (the metrics endpoint).
+    Summary {
+        reply: oneshot::Sender<CoreState>,
     },
     /// This node's parent for `path` (where its requests go) if the token is not here.
     Parent {
@@ -275,6 +281,14 @@ impl Core {
                         reply,
                     });
                     self.pump(&path);
+                    // Not granted on the spot: still a local waiter, or its kernel request
+                    // is out.
+                    let e = self.locks.get(&path).expect("entry exists");
+                    let waits = e.waiters.iter().any(|w| w.ticket == ticket)
+                        || e.requesting.as_ref().is_some_and(|w| w.ticket == ticket);
+                    if waits {
+                        self.shared.counters.waits.fetch_add(1, Relaxed);
+                    }
                 }
                 Err(error) => {
                     let _ = reply.send(Err(Error::Kernel { path, error }));
@@ -393,8 +407,54 @@ impl Core {
                     })
                     .collect();
                 v.sort_by(|a, b| a.path.cmp(&b.path));
-                let _ = reply.send(v);
+                let _ = reply.send((v, self.state()));
             }
+            Cmd::Summary { reply } => {
+                let _ = reply.send(self.state());
+            }
+        }
+    }
+
+    /// The core's state for `hilock status` and the metrics: the epoch, why it does not
+    /// serve (if so), and the sums over its locks.
+    fn state(&self) -> CoreState {
+        let mut c = CoreState {
+            epoch: self.epoch,
+            not_serving: self.not_serving(),
+            locks: self.locks.len(),
+            ..CoreState::default()
+        };
+        for e in self.locks.values() {
+            c.holders += e.holders.len();
+            c.waiters += e.waiters.len() + usize::from(e.requesting.is_some());
+            if let Ok(k) = e.site.site().lock(LOCK) {
+                c.tokens += usize::from(k.has_token());
+                c.queued += k.queue().len();
+            }
+        }
+        c
+    }
+
+    /// Why the core grants nothing now, if it does not: refused, rejoining, frozen for an
+    /// epoch change, or not let in by a majority yet.
+    fn not_serving(&self) -> Option<String> {
+        if let Some(r) = &self.fenced {
+            Some(r.clone())
+        } else if self.rejoining {
+            Some(format!(
+                "rejoining: a new run of this node waits for an epoch after epoch {} that lets \
+                 it in (recovery)",
+                self.epoch
+            ))
+        } else if self.frozen {
+            Some(format!(
+                "frozen while epoch {} is installed (recovery)",
+                self.epoch + 1
+            ))
+        } else if !self.admitted {
+            Some("waiting for a majority of the cluster to let this run in".into())
+        } else {
+            None
         }
     }
 
@@ -589,6 +649,7 @@ impl Core {
         let mut errors = Vec::new();
         let planned: std::collections::HashSet<String> =
             plans.iter().map(|(p, _)| p.clone()).collect();
+        let rebuilt = plans.len();
         for (path, plan) in plans {
             let e = self.locks.get_mut(&path).expect("created above");
             self.out.clear();
@@ -612,7 +673,26 @@ impl Core {
                 Err(err) => errors.push(format!("{path}: {err}")),
             }
         }
-        tracing::info!(epoch, old_epoch, ?old_members, "installed a new epoch");
+        self.shared.counters.epochs_installed.fetch_add(1, Relaxed);
+        let ids = |m: &[bool; MAX_NODES]| -> Vec<usize> {
+            m.iter()
+                .enumerate()
+                .filter(|(_, &b)| b)
+                .map(|(i, _)| i)
+                .collect()
+        };
+        let (was, now) = (ids(&old_members), ids(&self.members));
+        let left: Vec<usize> = was.iter().copied().filter(|i| !now.contains(i)).collect();
+        let added: Vec<usize> = now.iter().copied().filter(|i| !was.contains(i)).collect();
+        tracing::info!(
+            epoch,
+            old_epoch,
+            members = ?now,
+            left = ?left,
+            added = ?added,
+            rebuilt_locks = rebuilt,
+            "installed a new epoch"
+        );
         let paths: Vec<String> = self.locks.keys().cloned().collect();
         for p in &paths {
             let e = self.locks.get_mut(p).expect("known");
@@ -637,10 +717,12 @@ impl Core {
             warn!(to = to.0, %path, "kernel addressed a node outside the cluster; dropped");
             return;
         };
+        let kind = kind_index(&msg.msg);
         let bytes = Bytes::from(wire::encode(&wire::Payload::stamped(path.to_string(), msg)));
         if p.tx.send(bytes).is_ok() {
             p.sent.fetch_add(1, Relaxed);
             self.shared.counters.frames_sent.fetch_add(1, Relaxed);
+            self.shared.counters.sent_by_kind[kind].fetch_add(1, Relaxed);
         }
     }
 

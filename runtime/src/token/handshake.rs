@@ -129,10 +129,22 @@ pub(super) async fn connect(
     }
 }
 
+/// How the reason of a handshake that failed because the connection went away (closed,
+/// reset or silent: cut off, not bad input) begins ([`is_cut`]).
+const CUT: &str = "connection cut during the handshake";
+
+/// Whether a handshake failed because the connection went away rather than for bad input.
+pub(super) fn is_cut(reason: &str) -> bool {
+    reason.starts_with(CUT)
+}
+
 async fn next_hello(fr: &mut Framed<TcpStream, LengthDelimitedCodec>) -> Result<Hello, String> {
     match timeout(HANDSHAKE_TIMEOUT, fr.next()).await {
-        Err(_) => Err("handshake timed out".into()),
-        Ok(None) => Err("connection closed during the handshake".into()),
+        Err(_) => Err(format!("{CUT} (nothing within {HANDSHAKE_TIMEOUT:?})")),
+        Ok(None) => Err(format!("{CUT} (closed)")),
+        Ok(Some(Err(e))) if e.kind() != std::io::ErrorKind::InvalidData => {
+            Err(format!("{CUT} ({e})"))
+        }
         Ok(Some(Err(e))) => Err(format!("bad handshake frame: {e}")),
         Ok(Some(Ok(b))) => {
             wire::decode::<Hello>(&b).map_err(|e| format!("handshake does not decode: {e}"))

@@ -251,6 +251,7 @@ fn lost_reason(lease: i64, id: u16, why: crate::membership::LostReason, local: D
 #[cfg(feature = "etcd")]
 mod etcd {
     use std::collections::BTreeMap;
+    use std::sync::atomic::Ordering::Relaxed;
     use std::sync::Arc;
     use std::time::Duration;
 
@@ -276,10 +277,14 @@ mod etcd {
             NodeLease::Valid { grace, .. } => *grace,
             _ => Duration::ZERO,
         };
+        let mut first = true;
         loop {
             let state = *rx.borrow_and_update();
             match state {
                 LeaseState::Valid { until } => {
+                    if !std::mem::take(&mut first) {
+                        shared.counters.lease_renewals.fetch_add(1, Relaxed);
+                    }
                     shared.lease.send_modify(|l| {
                         if !matches!(l, NodeLease::Lost { .. }) {
                             *l = NodeLease::Valid {
@@ -292,6 +297,7 @@ mod etcd {
                 }
                 LeaseState::Lost(why) => {
                     let reason = lost_reason(lease, shared.id, why, local);
+                    shared.counters.lease_losses.fetch_add(1, Relaxed);
                     warn!(%reason, "lease lost: stopping to grant; holders' commands are killed");
                     shared.lease.send_replace(NodeLease::Lost {
                         reason: reason.clone(),
@@ -337,6 +343,7 @@ mod etcd {
                         first
                     });
                     if first {
+                        shared.counters.peers_gone.fetch_add(1, Relaxed);
                         warn!(peer = id, %reason, "peer left the cluster; failing the requests that wait on it");
                         let _ = core.send(Cmd::PeerRestarted { peer: id });
                     }

@@ -24,13 +24,15 @@
 //! [`Error`], [`Options`]) and the node's shared state; `core` the task that drives the
 //! kernel sites and the local holders; `net` the peer channels (dialing, sending and
 //! resending, accepting, acknowledgements, heartbeats); `handshake` the authentication of
-//! a connection; `status` what `hilock status` shows; `lease` the node's etcd lease and
-//! its peers' (membership through etcd, [`NodeLease`]); `recover` the new epoch installed
-//! through etcd when a member's lease ends (`etcd_recovery`).
+//! a connection; `status` what `hilock status` shows; `metrics` the Prometheus metrics;
+//! `lease` the node's etcd lease and its peers' (membership through etcd, [`NodeLease`]);
+//! `recover` the new epoch installed through etcd when a member's lease ends
+//! (`etcd_recovery`).
 
 mod core;
 mod handshake;
 mod lease;
+mod metrics;
 mod net;
 mod recover;
 mod status;
@@ -55,9 +57,10 @@ use crate::wire::{self, ancestors, check_path};
 use self::core::{Cmd, Core};
 pub use self::handshake::{HANDSHAKE_TIMEOUT, MAX_PENDING_HANDSHAKES};
 pub use self::lease::NodeLease;
+pub use self::metrics::CONTENT_TYPE as METRICS_CONTENT_TYPE;
 use self::net::{accept, dial, Inbound, PeerLink};
 pub use self::net::{HAND_OVER, HEARTBEAT, SILENT_AFTER};
-pub use self::status::{LockStatus, PeerStatus, Status, PROBE_WAIT};
+pub use self::status::{LeaseStatus, LockStatus, PeerStatus, Status, PROBE_WAIT};
 
 /// Errors of the lock API.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -151,7 +154,7 @@ impl std::fmt::Display for Error {
                 } else {
                     write!(
                         f,
-                        " (no working connection to node{} {}; the protocol cannot recover a crashed node)",
+                        " (no working connection to node{} {}: not answering, which may be a cut-off as well as a stop; the protocol cannot take back the tokens of a node that does not come back)",
                         if disconnected.len() > 1 { "s" } else { "" },
                         disconnected
                             .iter()
@@ -216,19 +219,63 @@ pub const fn intention(mode: Mode) -> Mode {
     }
 }
 
-/// Counters of a node, for `hilock status` and the demo.
+/// Counters of a node, for `hilock status`, the metrics endpoint and the demo.
 #[derive(Debug, Default)]
-struct Counters {
-    frames_sent: AtomicU64,
-    frames_received: AtomicU64,
-    kernel_requests: AtomicU64,
-    grants: AtomicU64,
-    rejected_connections: AtomicU64,
-    kernel_rejections: AtomicU64,
-    abandoned_grants: AtomicU64,
-    stale_epoch: AtomicU64,
-    held_back_full: AtomicU64,
+pub(crate) struct Counters {
+    pub(crate) frames_sent: AtomicU64,
+    pub(crate) frames_received: AtomicU64,
+    pub(crate) kernel_requests: AtomicU64,
+    pub(crate) grants: AtomicU64,
+    pub(crate) rejected_connections: AtomicU64,
+    pub(crate) kernel_rejections: AtomicU64,
+    pub(crate) abandoned_grants: AtomicU64,
+    pub(crate) stale_epoch: AtomicU64,
+    pub(crate) held_back_full: AtomicU64,
+    /// Lock requests (one per lock of a hierarchy) not granted on the spot: queued behind
+    /// local holders or waiters, or sent to the kernel without an immediate grant.
+    pub(crate) waits: AtomicU64,
+    /// Lock requests that timed out.
+    pub(crate) timeouts: AtomicU64,
+    /// Protocol messages sent and delivered, by kind ([`MSG_KINDS`]).
+    pub(crate) sent_by_kind: [AtomicU64; MSG_KINDS.len()],
+    pub(crate) received_by_kind: [AtomicU64; MSG_KINDS.len()],
+    /// Renewals of this node's etcd lease seen (membership through etcd).
+    pub(crate) lease_renewals: AtomicU64,
+    /// This node's etcd lease lost (0 or 1 per run).
+    pub(crate) lease_losses: AtomicU64,
+    /// Epochs installed (recovery: each one rebuilds the locks of members that left).
+    pub(crate) epochs_installed: AtomicU64,
+    /// Peers seen leave the cluster (their etcd lease ended).
+    pub(crate) peers_gone: AtomicU64,
+    /// Client connections refused: `max_clients` reached, or no file descriptor left.
+    pub(crate) clients_refused: AtomicU64,
+    /// Failed `accept` calls on the client socket and the peer listener.
+    pub(crate) accept_errors: AtomicU64,
+    /// Connections closed because the peer went away mid-handshake or mid-stream (cut,
+    /// reset, closed) rather than for bad input.
+    pub(crate) cut_connections: AtomicU64,
+    /// Client connections served now (a gauge).
+    pub(crate) clients: AtomicU64,
 }
+
+/// The kinds of protocol messages counted apart (`Counters::sent_by_kind`): the kernel's
+/// five, then the agents engine's.
+pub const MSG_KINDS: [&str; 6] = ["request", "grant", "token", "release", "freeze", "agents"];
+
+/// The index in [`MSG_KINDS`] of a kernel message.
+fn kind_index(m: &wire::KMsg) -> usize {
+    use hilock_kernel::msg::MsgKind;
+    match m.kind() {
+        MsgKind::Request => 0,
+        MsgKind::Grant => 1,
+        MsgKind::Token => 2,
+        MsgKind::Release => 3,
+        MsgKind::Freeze => 4,
+    }
+}
+
+/// The index in [`MSG_KINDS`] of the agents engine's messages.
+const AGENTS_KIND: usize = 5;
 
 /// A snapshot of a node's counters.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -255,6 +302,19 @@ pub struct Stats {
     /// `etcd_held_back_max` of their messages unread (the peers resend after reconnecting).
     #[serde(default)]
     pub held_back_full: u64,
+    /// Lock requests not granted on the spot (they waited).
+    #[serde(default)]
+    pub waits: u64,
+    /// Lock requests that timed out.
+    #[serde(default)]
+    pub timeouts: u64,
+    /// Client connections refused (too many clients, or no file descriptor left).
+    #[serde(default)]
+    pub clients_refused: u64,
+    /// Peer connections that were cut (closed or reset by the other side or the network)
+    /// rather than closed for bad input (`rejected_connections`).
+    #[serde(default)]
+    pub cut_connections: u64,
 }
 
 struct Shared {
@@ -293,6 +353,8 @@ struct Shared {
     /// dropped): queued, or held back; at most `held_back_max` (`net::serve_peer`).
     unread: std::sync::atomic::AtomicUsize,
     held_back_max: usize,
+    /// Where the metrics are served (`metrics_addr`), if they are.
+    metrics_addr: Option<SocketAddr>,
 }
 
 /// The agents engine sends on the same peer links (see [`crate::agents::Net`]).
@@ -312,6 +374,7 @@ impl crate::agents::Net for Shared {
         if ok {
             p.sent.fetch_add(1, Relaxed);
             self.counters.frames_sent.fetch_add(1, Relaxed);
+            self.counters.sent_by_kind[AGENTS_KIND].fetch_add(1, Relaxed);
         }
         ok
     }
@@ -388,6 +451,19 @@ impl Node {
             .validate()
             .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
         let listen = listener.local_addr()?;
+        let metrics = match config.metrics {
+            Some(addr) => Some(TcpListener::bind(addr).await.map_err(|e| {
+                std::io::Error::new(
+                    e.kind(),
+                    format!("cannot listen for metrics on {addr} (metrics_addr): {e}"),
+                )
+            })?),
+            None => None,
+        };
+        let metrics_addr = match &metrics {
+            Some(l) => Some(l.local_addr()?),
+            None => None,
+        };
         let mut tasks = JoinSet::new();
         let mut peers = Vec::new();
         let mut outboxes = Vec::new();
@@ -418,6 +494,7 @@ impl Node {
                 ping_now: tokio::sync::Notify::new(),
                 pong: tokio::sync::watch::Sender::new((0, 0)),
                 run_gen: AtomicU64::new(0),
+                connections: AtomicU64::new(0),
             }));
             outboxes.push((n.id, rx));
         }
@@ -445,6 +522,7 @@ impl Node {
             etcd_runs: std::sync::Mutex::new(Default::default()),
             unread: std::sync::atomic::AtomicUsize::new(0),
             held_back_max: config.etcd_held_back_max,
+            metrics_addr,
         });
         tasks.spawn(crate::agents::run(shared.clone(), agents_rx));
         let (tx, rx) = mpsc::unbounded_channel();
@@ -469,6 +547,10 @@ impl Node {
             client: None,
             session: Some(session),
         };
+        if let Some(l) = metrics {
+            info!(addr = ?node.shared.metrics_addr, "serving metrics at /metrics");
+            node.tasks.spawn(metrics::serve(node.handle(), l));
+        }
         if let Some(path) = &config.client {
             let l = crate::client::bind(path)?;
             let h = node.handle();
@@ -588,6 +670,11 @@ impl std::fmt::Debug for Handle {
 }
 
 impl Handle {
+    /// The node's counters (the client socket and the metrics endpoint add to them).
+    pub(crate) fn counters(&self) -> &Counters {
+        &self.shared.counters
+    }
+
     /// The agents engine's inbox ([`crate::agents`]).
     pub(crate) fn agents(&self) -> &crate::agents::Inbox {
         &self.shared.agents
@@ -732,6 +819,7 @@ impl Handle {
                 // in the meantime (while `explain` waited) is put in the guard, whose drop
                 // releases it, instead of being dropped with `rx` and left held.
                 Err(_) => {
+                    self.shared.counters.timeouts.fetch_add(1, Relaxed);
                     let after = start.elapsed();
                     let waiting = self.explain(p, ticket).await;
                     rx.close();
@@ -785,6 +873,10 @@ impl Handle {
             abandoned_grants: c.abandoned_grants.load(Relaxed),
             stale_epoch: c.stale_epoch.load(Relaxed),
             held_back_full: c.held_back_full.load(Relaxed),
+            waits: c.waits.load(Relaxed),
+            timeouts: c.timeouts.load(Relaxed),
+            clients_refused: c.clients_refused.load(Relaxed),
+            cut_connections: c.cut_connections.load(Relaxed),
         }
     }
 }
@@ -874,6 +966,7 @@ impl Guard {
             Ok(Ok(Err(e))) => Err(e),
             Ok(Err(_)) => Err(Error::Stopped),
             Err(_) => {
+                self.handle.shared.counters.timeouts.fetch_add(1, Relaxed);
                 let waiting = self.handle.explain(&path, 0).await;
                 Err(Error::Timeout {
                     path,

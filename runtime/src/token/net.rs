@@ -21,7 +21,7 @@ use tokio_util::codec::{Framed, LengthDelimitedCodec};
 use tracing::{debug, info, warn};
 
 use super::core::Cmd;
-use super::handshake::{connect, handshake_accept, ConnectError, MAX_PENDING_HANDSHAKES};
+use super::handshake::{connect, handshake_accept, is_cut, ConnectError, MAX_PENDING_HANDSHAKES};
 use super::Shared;
 use crate::wire::{self, check_frame, Hello, MAX_FRAME};
 
@@ -70,6 +70,9 @@ pub(super) struct PeerLink {
     /// The newest probe the peer has answered, and how many of this node's connections
     /// to it have been lost (a probe stops waiting when its connection is lost).
     pub(super) pong: tokio::sync::watch::Sender<(u64, u64)>,
+    /// Connections this node has made to the peer (handshake done); all but the first
+    /// are reconnects.
+    pub(super) connections: AtomicU64,
     /// Counts the runs of the peer this link has been switched to ([`Shared::adopt_run`]):
     /// the dialing task starts its numbering afresh when it changes.
     pub(super) run_gen: AtomicU64,
@@ -334,7 +337,11 @@ pub(super) async fn dial(
             }
         }
         was_up = true;
-        info!(peer, addr = %link.addr, resend = unacked.len(), "connected to peer");
+        if link.connections.fetch_add(1, Relaxed) > 0 {
+            info!(peer, addr = %link.addr, resend = unacked.len(), "reconnected to peer");
+        } else {
+            info!(peer, addr = %link.addr, resend = unacked.len(), "connected to peer");
+        }
         let mut heard = Instant::now();
         *link.heard.lock().expect("heard lock") = Some(heard);
         let mut check = tokio::time::interval(HEARTBEAT);
@@ -366,7 +373,7 @@ pub(super) async fn dial(
                         if heard.elapsed() > SILENT_AFTER && !link.silent.swap(true, Relaxed) {
                             link.connected.store(false, Relaxed);
                             link.went_down(heard);
-                            warn!(peer, addr = %link.addr, "peer does not answer (stopped or hung?)");
+                            warn!(peer, addr = %link.addr, "peer not answering (stopped, hung or cut off; waiting for it)");
                         }
                     }
                     r = fr.next() => match r {
@@ -434,7 +441,10 @@ pub(super) async fn accept(
                     conns.spawn(serve_peer(shared.clone(), s, addr, core.clone(), permit));
                 }
                 Err(e) => {
-                    warn!(error = %e, "accept failed");
+                    let n = shared.counters.accept_errors.fetch_add(1, Relaxed) + 1;
+                    if n.is_power_of_two() {
+                        warn!(error = %e, failed = n, "cannot accept peer connections (logged for the 1st, 2nd, 4th ... failure)");
+                    }
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
             },
@@ -465,6 +475,12 @@ async fn serve_peer(
     let mut fr = Framed::new(s, codec());
     let (from, incarnation) = match handshake_accept(&shared, &mut fr).await {
         Ok(x) => x,
+        Err(reason) if is_cut(&reason) => {
+            // Gone before it said anything wrong: cut off, reset, or a port probe.
+            let n = shared.counters.cut_connections.fetch_add(1, Relaxed) + 1;
+            debug!(%addr, %reason, cut = n, "connection closed during the handshake");
+            return;
+        }
         Err(reason) => {
             let n = shared.reject();
             if n.is_power_of_two() {
@@ -556,6 +572,12 @@ async fn serve_peer(
         };
         let b = match b {
             None => break None,
+            Some(Err(e)) if e.kind() != std::io::ErrorKind::InvalidData => {
+                // Reset or broken by the network, not bad input: counted apart.
+                let n = shared.counters.cut_connections.fetch_add(1, Relaxed) + 1;
+                debug!(%addr, peer = from, error = %e, cut = n, "connection from peer cut");
+                break None;
+            }
             Some(Err(e)) => break Some(format!("bad frame: {e}")),
             Some(Ok(b)) => b,
         };
@@ -633,6 +655,11 @@ async fn serve_peer(
                 inb.delivered = env.seq;
                 link.received.fetch_add(1, Relaxed);
                 shared.counters.frames_received.fetch_add(1, Relaxed);
+                let kind = match &cmd {
+                    Ok(Cmd::Deliver { frame, .. }) => super::kind_index(&frame.msg),
+                    _ => super::AGENTS_KIND,
+                };
+                shared.counters.received_by_kind[kind].fetch_add(1, Relaxed);
                 let sent = match cmd {
                     Ok(cmd) => core.send(cmd).is_ok(),
                     Err(f) => shared.agents.deliver(from, f),
