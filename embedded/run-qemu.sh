@@ -58,7 +58,7 @@ if [ "$status" -ne 0 ] || ! grep -qx "RESULT: PASS" "$log"; then
 fi
 echo "embedded: QEMU run passed"
 
-# The README's "Embedding" example: one site per device, inputs from an interrupt.
+# The loop of docs/embedding.md: one site per device, inputs from an interrupt.
 status=0
 run "$out/node" >"$log" 2>&1 || status=$?
 cat "$log"

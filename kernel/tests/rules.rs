@@ -185,6 +185,60 @@ fn rule_3_1_child_grants_copy() {
     assert!(chain[2].lock(L).unwrap().has_token());
 }
 
+/// Rule 3.2 (Table 2.2): the token node answers a request its owned mode can share with a
+/// copy grant in the step that delivers it; the requester does not wait for a later
+/// release (found by the rule-deletion table: deleting this branch left the model checks
+/// green, since the queued request is served at the next release).
+#[test]
+fn rule_3_2_token_node_grants_a_copy_in_the_step_the_request_arrives() {
+    let mut s = sites();
+    acquire(&mut s, 0, Mode::R);
+    step(
+        &mut s,
+        1,
+        Input::Acquire {
+            lock: L,
+            mode: Mode::IR,
+        },
+    );
+    deliver(&mut s, 1, 0);
+    let n0 = s[0].lock(L).unwrap();
+    assert!(
+        n0.has_token() && n0.queue().is_empty(),
+        "granted, not queued"
+    );
+    deliver(&mut s, 0, 1);
+    assert_eq!(s[1].lock(L).unwrap().held(), Mode::IR);
+}
+
+/// Rule 3.2: the token node's own request that its owned mode can share enters at once,
+/// without a message, even while a child holds a copy (deleting this branch left the
+/// model checks green: the request waits in the queue until the child's release).
+#[test]
+fn rule_3_2_token_node_enters_at_once_beside_a_child() {
+    let mut s = sites();
+    acquire(&mut s, 0, Mode::R);
+    acquire(&mut s, 1, Mode::IR);
+    release(&mut s, 0);
+    let n0 = s[0].lock(L).unwrap();
+    assert!(n0.has_token() && n0.held() == Mode::Phi && n0.owned() == Mode::IR);
+    let outs = step(
+        &mut s,
+        0,
+        Input::Acquire {
+            lock: L,
+            mode: Mode::R,
+        },
+    );
+    assert_eq!(
+        outs,
+        vec![Output::Granted {
+            lock: L,
+            mode: Mode::R
+        }]
+    );
+}
+
 #[test]
 fn rule_3_2_token_transfer_makes_the_old_token_node_a_child() {
     let mut s = sites();

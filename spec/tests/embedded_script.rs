@@ -282,22 +282,22 @@ fn every_scenario_has_steps_and_end_states() {
     }
 }
 
-/// The README's "Embedding" example is `embedded/src/bin/node.rs` between its markers,
+/// The loop of `docs/embedding.md` is `embedded/src/bin/node.rs` between its markers,
 /// verbatim (that file is built and run under QEMU by `embedded/run-qemu.sh` in CI).
 #[test]
-fn readme_embedding_example_is_the_built_firmware() {
+fn embedding_guide_loop_is_the_built_firmware() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let node = std::fs::read_to_string(root.join("embedded/src/bin/node.rs")).expect("node.rs");
-    let begin = "// README:begin\n";
+    let begin = "// embedding-guide:begin\n";
     let region = &node[node.find(begin).expect("begin marker") + begin.len()
-        ..node.find("// README:end").expect("end marker")];
-    let readme = std::fs::read_to_string(root.join("README.md")).expect("README.md");
-    let section = &readme[readme.find("\n## Embedding\n").expect("Embedding section")..];
+        ..node.find("// embedding-guide:end").expect("end marker")];
+    let guide = std::fs::read_to_string(root.join("docs/embedding.md")).expect("embedding.md");
+    let section = &guide[guide.find("\n## The loop\n").expect("'The loop' section")..];
     let open = "```rust,ignore\n";
     let start = section.find(open).expect("code block") + open.len();
     let block = &section[start..start + section[start..].find("```\n").expect("block end")];
     assert_eq!(
         block, region,
-        "README 'Embedding' block differs from node.rs"
+        "docs/embedding.md's loop differs from node.rs"
     );
 }

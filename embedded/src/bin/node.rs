@@ -1,6 +1,6 @@
-//! One site per device: what a firmware author writes to embed the kernel (the README's
-//! "Embedding" example is the part between the README markers, copied verbatim; the host
-//! test `spec/tests/embedded_script.rs` checks the copy).
+//! One site per device: what a firmware author writes to embed the kernel (the loop of
+//! `docs/embedding.md` is the part between the `embedding-guide` markers, copied verbatim;
+//! the host test `spec/tests/embedded_script.rs` checks the copy).
 //!
 //! The radio is simulated: the PendSV exception plays the receive interrupt and hands the
 //! next frame of `FRAMES` to the main loop; `transmit` writes what would go on air to the
@@ -26,7 +26,7 @@ const N: usize = if cfg!(feature = "n16") {
 };
 const Q: usize = if cfg!(feature = "q16") { 16 } else { 8 };
 
-// README:begin
+// embedding-guide:begin
 use core::cell::RefCell;
 use critical_section::Mutex; // the `critical-section` crate; cortex-m provides the impl
 use heapless::Deque;
@@ -66,9 +66,12 @@ fn with_inbox<R>(f: impl FnOnce(&mut Deque<Event, 8>) -> R) -> Option<R> {
 }
 
 /// Called from the receive interrupt: queue, don't step (a step is bounded but not tiny).
-fn on_receive(from: NodeId, msg: Msg<Q>) {
-    // A full inbox drops the frame: size it for the traffic, or apply back-pressure.
-    let _ = with_inbox(|q| q.push_back(Event::Deliver(from, msg)));
+/// `false`: the inbox is full and the frame was not taken. The protocol assumes no message
+/// is lost, so the driver leaves that frame unacknowledged in the receiver (the link layer
+/// retransmits it) and offers it again after `poll` has drained the inbox.
+#[must_use]
+fn on_receive(from: NodeId, msg: Msg<Q>) -> bool {
+    with_inbox(|q| q.push_back(Event::Deliver(from, msg)).is_ok()).unwrap_or(false)
 }
 
 /// The main loop's work: one input at a time, outputs to the wire or the application.
@@ -97,7 +100,7 @@ fn poll(site: &mut MySite, out: &mut Outputs<Msg<Q>, O>) -> Result<(), hilock_ke
     }
     Ok(())
 }
-// README:end
+// embedding-guide:end
 
 /// The frames the simulated radio receives, one per interrupt: node 1 asks for R.
 const FRAMES: [(NodeId, Msg<Q>); 1] = [(
@@ -125,12 +128,13 @@ fn PendSV() {
         k.replace(k.get().wrapping_add(1))
     });
     if let Some((from, msg)) = FRAMES.get(next) {
-        on_receive(*from, msg.clone());
+        // The inbox is empty here: one frame always fits.
+        let _taken = on_receive(*from, msg.clone());
     }
     // `embedded/no-panic.sh` builds this to see its check fail: an index the compiler
     // cannot prove in bounds (`next` counts interrupts) is a panic path.
     #[cfg(feature = "deliberate-panic")]
-    on_receive(FRAMES[next].0, FRAMES[next].1.clone());
+    let _ = on_receive(FRAMES[next].0, FRAMES[next].1.clone());
 }
 
 fn say(s: &[u8]) {
