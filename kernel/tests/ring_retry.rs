@@ -278,3 +278,26 @@ fn another_clients_idempotent_unlock_keeps_the_writer() {
     assert_eq!(s.slots()[0].writer, Some(tok(1, 5)));
     assert_eq!(s.holder(K), Some(ClientId(1)));
 }
+
+/// Open defect (`docs/engines/ring.md`, "Open defects": `ring-writer-fence-window`): the
+/// entry keeps its writer for as long as nobody writes the key, but request numbers are
+/// compared as 8-bit serial numbers, so the fence is right only while the client's newest
+/// request is at most 127 requests past the writer. c1 locks key 10 as request 5, then
+/// sends 200 requests to other servers; its unlock of key 10 is request 206, which the
+/// serial comparison puts 56 requests *before* request 5: it is taken for a stale retry,
+/// answered Released from the entry, and the key stays locked for c1, which believes it
+/// released it. Every other client is refused until c1's numbers come round.
+#[test]
+fn an_unlock_long_after_the_lock_is_taken_for_a_stale_retry() {
+    let mut s = server();
+    assert_eq!(ask(&mut s, tok(1, 5), Op::Lock).1, Answer::Granted);
+    let (rep, a) = ask(&mut s, tok(1, 206), Op::Unlock);
+    assert_eq!(
+        a,
+        Answer::Released,
+        "the client is told it released the key"
+    );
+    assert!(rep.contains(Rule::Superseded), "{rep:?}");
+    assert_eq!(s.holder(K), Some(ClientId(1)), "but the key stays locked");
+    assert_eq!(ask(&mut s, tok(2, 1), Op::Lock).1, Answer::Refused);
+}

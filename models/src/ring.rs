@@ -62,13 +62,16 @@
 //! - `no lost lock`: a held key is recorded as locked by its holder somewhere — in a live
 //!   node's table (`olock`/`olock_b`; hilock: any replica) or in a message in flight.
 //! - `no kernel error`.
+//! - `fences strictly increase per key`: of two successive grants of one key, to any
+//!   clients, the later has the strictly larger fence (the entry's version naming the
+//!   granted client when the grant reaches it, as `RingClient::grant` reads it).
 //! - `every request answered` (eventually; Stateright 0.31 evaluates it at terminal
 //!   states): every client finished its lock/unlock.
 //! - sometimes: `a lock is granted`, `the membership changed`.
 
 use hilock_kernel::ring::{
     Addr, Answer, Change, ChordClient, ChordMsg, ClientEvent, ClientId, Entry, Key, NodeId, Op,
-    Out, PaperNode, RetryFence, Ring, RingServer, View,
+    Out, PaperNode, RetryFence, Ring, RingServer, Version, View,
 };
 use serde::Serialize;
 use stateright::{Checker, HasDiscoveries, Model, Property};
@@ -96,6 +99,12 @@ pub const LIVE: &str = "every request answered";
 /// every replica (fenced by epochs, `MUTEX` and `LOST`); a refusal is answered from the
 /// server's own table, so it is what a replaced server that still serves gets wrong.
 pub const ONE_SERVER: &str = "one server per key: no answer from a replaced server";
+/// Property name: of two successive grants of one key (to any clients, in the order the
+/// clients take them), the later has the strictly larger fence. A grant's fence is what
+/// `RingClient::grant` hands the command as `HILOCK_FENCE`: the version of the key's entry
+/// that names the granted client — the newest such entry in a live node's table or in a
+/// replica write or hand-over in flight, read when the grant reaches the client.
+pub const FENCES: &str = "fences strictly increase per key";
 /// `sometimes`.
 pub const GRANTED: &str = "a lock is granted";
 /// `sometimes`.
@@ -264,6 +273,10 @@ pub struct RState {
     pub restarts: u8,
     /// `Duplicate` actions so far.
     pub duplicates: u8,
+    /// The fence of the last grant of each key (`FENCES`), sorted by key.
+    pub fences: Vec<(Key, Version)>,
+    /// The first grant whose fence is not larger than the one before (`FENCES`).
+    pub fence_error: Option<String>,
 }
 
 /// An action.
@@ -512,6 +525,49 @@ impl RingModel {
         })
     }
 
+    /// The fence of `c`'s hold of `k` (`FENCES`): the newest version of an entry of `k`
+    /// naming `c` in a live node's table or in a replica write or hand-over in flight.
+    /// `None` where nothing records the hold (`LOST` judges that) and for the paper's
+    /// server, whose table has no versions.
+    fn fence(st: &RState, k: Key, c: ClientId) -> Option<Version> {
+        let ours = |s: &hilock_kernel::ring::Slot| s.key == k && s.holder == Some(c);
+        let tables = st.nodes.iter().enumerate().filter_map(|(i, n)| match n {
+            RNode::Hilock(s) if st.alive & (1 << i) != 0 => {
+                s.slots().iter().find(|s| ours(s)).map(|s| s.version)
+            }
+            _ => None,
+        });
+        let flight = st.net.iter().filter_map(|(_, _, m)| match m {
+            ChordMsg::Replicate { slot, .. } if ours(slot) => Some(slot.version),
+            ChordMsg::Transfer { slots, .. } => {
+                slots.iter().filter(|s| ours(s)).map(|s| s.version).max()
+            }
+            _ => None,
+        });
+        tables.chain(flight).max()
+    }
+
+    /// Client `c` was just granted `k`: its fence must be larger than the last grant's.
+    fn take_fence(&self, st: &mut RState, k: Key, c: ClientId) {
+        let Some(f) = Self::fence(st, k, c) else {
+            return;
+        };
+        match st.fences.binary_search_by_key(&k, |e| e.0) {
+            Ok(i) => {
+                let before = st.fences[i].1;
+                if f <= before && st.fence_error.is_none() {
+                    st.fence_error = Some(format!(
+                        "c{} was granted key {} with fence {}.{}, not above the previous \
+                         grant's {}.{}",
+                        c.0, k.0, f.epoch, f.n, before.epoch, before.n
+                    ));
+                }
+                st.fences[i].1 = f;
+            }
+            Err(i) => st.fences.insert(i, (k, f)),
+        }
+    }
+
     fn finished(st: &RState) -> bool {
         st.clients.iter().all(|c| c.stage == 4)
     }
@@ -543,7 +599,7 @@ impl RingModel {
     }
 
     /// Whether `st` keeps the `always` property `property` (one of [`MUTEX`], [`LOST`],
-    /// [`NO_ERROR`], [`ONE_SERVER`]).
+    /// [`NO_ERROR`], [`ONE_SERVER`], [`FENCES`]).
     pub fn holds(&self, property: &str, st: &RState) -> bool {
         self.properties()
             .into_iter()
@@ -595,6 +651,7 @@ impl RingModel {
             LOST => "a client holds a lock no live node and no message records".to_string(),
             NO_ERROR => st.error.clone().unwrap_or_default(),
             ONE_SERVER => st.stale.clone().unwrap_or_default(),
+            FENCES => st.fence_error.clone().unwrap_or_default(),
             LIVE => {
                 let w: Vec<String> = st
                     .clients
@@ -785,6 +842,8 @@ impl Model for RingModel {
             abandons: 0,
             restarts: 0,
             duplicates: 0,
+            fences: Vec::new(),
+            fence_error: None,
         }]
     }
 
@@ -985,8 +1044,12 @@ impl Model for RingModel {
                         };
                         let c = &mut st.clients[i];
                         let mut out = Outs::new();
+                        let mut granted = None;
                         match c.c.on_reply(token, answer, &mut out) {
-                            Ok((ClientEvent::Done(op, _, a), _)) => {
+                            Ok((ClientEvent::Done(op, key, a), _)) => {
+                                if (op, a) == (Op::Lock, Answer::Granted) {
+                                    granted = Some(key);
+                                }
                                 c.stage = match (op, a) {
                                     (Op::Lock, Answer::Granted) => 2,
                                     _ if c.rounds > 0 => {
@@ -1006,6 +1069,9 @@ impl Model for RingModel {
                                     st.net.push((Addr::Client(cid), o.to, o.msg));
                                 }
                             }
+                        }
+                        if let Some(key) = granted {
+                            self.take_fence(&mut st, key, cid);
                         }
                     }
                     Addr::Node(n) => {
@@ -1182,6 +1248,7 @@ impl Model for RingModel {
             Property::always(LOST, |m: &Self, st: &RState| m.lost_ok(st)),
             Property::always(NO_ERROR, |_, st: &RState| st.error.is_none()),
             Property::always(ONE_SERVER, |_, st: &RState| st.stale.is_none()),
+            Property::always(FENCES, |_, st: &RState| st.fence_error.is_none()),
             Property::eventually(LIVE, |_, st: &RState| Self::finished(st)),
             Property::sometimes(GRANTED, |_, st: &RState| {
                 st.clients.iter().any(|c| c.stage == 2)
