@@ -44,5 +44,11 @@ pub mod ring;
 pub mod token;
 pub mod wire;
 
+/// The tests' loopback ports (`tests/support/ports.rs`), which the tests' etcd support
+/// takes its ports from (`crate::ports`), for the unit tests that start etcd.
+#[cfg(all(test, feature = "etcd"))]
+#[path = "../tests/support/ports.rs"]
+mod ports;
+
 pub use config::{Config, NodeAddr, MAX_NODES};
 pub use token::{intention, Error, Guard, Handle, Node, Options, Stats, Status};
