@@ -321,7 +321,7 @@ fn check_l<const L: usize>(
         let counterexample = match (&found, kind) {
             (Some(path), "always") => {
                 let path = first_failure(&model, p.name, path);
-                let verdict = match crate::token::explain(&model, path.last_state(), p.name) {
+                let verdict = match crate::token::why_violated(&model, path.last_state(), p.name) {
                     Some(why) => format!("{} violated: {why}", p.name),
                     None => format!("{} violated", p.name),
                 };

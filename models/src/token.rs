@@ -1079,7 +1079,11 @@ fn p8<const L: usize>(_: &BaseModel<L>, st: &State<L>) -> bool {
 /// What violates `property` in `st`, in words ("on L0: n1 holds R, n3 holds W"): the
 /// sentence a counterexample's verdict ends with. `None` if `st` does not violate it (or
 /// it is not one of [`SAFETY`]).
-pub fn explain<const L: usize>(m: &BaseModel<L>, st: &State<L>, property: &str) -> Option<String> {
+pub fn why_violated<const L: usize>(
+    m: &BaseModel<L>,
+    st: &State<L>,
+    property: &str,
+) -> Option<String> {
     let c = &st.cluster;
     let violation = match property {
         p if p == SAFETY[0] => c.check_mutual_exclusion().err(),
@@ -1284,8 +1288,13 @@ impl<const L: usize> Model for BaseModel<L> {
 
     fn format_step(&self, last: &State<L>, action: Action) -> Option<String> {
         let next = self.next_state(last, action)?;
+        // Each violated property in words: what the failing state shows.
+        let why: String = SAFETY
+            .iter()
+            .filter_map(|p| why_violated(self, &next, p).map(|w| format!("\n  {p}: {w}")))
+            .collect();
         Some(format!(
-            "{}{}\n\n{next:?}",
+            "{}{}{why}\n\n{next:?}",
             self.explain(last, action),
             crate::check::violations_line(self, &next)
         ))

@@ -253,8 +253,14 @@ fn the_explorer_shows_a_saved_counterexample_in_chromium() {
             .any(|t| t.contains("→ n0 request")),
         "a delivery in words"
     );
-    // The step's rules (the kernel's report) and the sites' tuples.
-    for what in ["rules: ReceiveGrant", "(M_O R, M_H R", "(M_O W, M_H W"] {
+    // The step's rules (the kernel's report), the sites' tuples, and the violation in
+    // words: the two holders and their modes.
+    for what in [
+        "rules: ReceiveGrant",
+        "(M_O R, M_H R",
+        "(M_O W, M_H W",
+        "P1 mutual exclusion: on L0: n1 holds R, n3 holds W",
+    ] {
         assert!(dom.contains(what), "the state pane shows {what}");
     }
 }

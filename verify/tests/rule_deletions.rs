@@ -492,6 +492,24 @@ const ROWS: &[Row] = &[
     },
 ];
 
+/// Rows whose deletion no check turns red with pins off, each with what is known about
+/// why. They stay in the table (their rule is real) and are reported apart: the ignored
+/// run fails if one of them turns red (then it belongs with the others) or if any other
+/// row stays green.
+const KNOWN_GREEN: &[(&str, &str)] = &[(
+    "own request requeued on a stale token",
+    "the current request's own copy, still travelling toward the token, reaches the new \
+     token node and is queued there by on_request (Rule 4.2); no configuration checked \
+     has a stale token without such a copy in flight. Not shown redundant in general",
+)];
+
+fn known_green(row: &Row) -> Option<&'static str> {
+    KNOWN_GREEN
+        .iter()
+        .find(|(rule, _)| row.rule.starts_with(rule))
+        .map(|(_, why)| *why)
+}
+
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("..")
@@ -561,7 +579,7 @@ fn every_deleted_rule_turns_its_check_red() {
             row.filter
         );
     }
-    let mut green = Vec::new();
+    let (mut green, mut now_red) = (Vec::new(), Vec::new());
     for row in &rows {
         copy_workspace(&root, &tree);
         let path = tree.join(row.file);
@@ -583,14 +601,18 @@ fn every_deleted_rule_turns_its_check_red() {
             row.target,
             row.filter
         );
-        if passed {
-            green.push(row.rule);
+        match (passed, known_green(row)) {
+            (true, Some(why)) => println!("       known green: {why}"),
+            (true, None) => green.push(row.rule),
+            (false, Some(_)) => now_red.push(row.rule),
+            (false, None) => {}
         }
     }
     let _ = std::fs::remove_dir_all(&tree);
     assert!(
-        green.is_empty(),
-        "deleting these rules left their checks green: {green:?}"
+        green.is_empty() && now_red.is_empty(),
+        "deleting these rules left their checks green: {green:?}; \
+         these known-green rows are red now (move them out of KNOWN_GREEN): {now_red:?}"
     );
 }
 
@@ -627,6 +649,17 @@ fn every_row_names_text_that_exists_once() {
             row.rule,
             row.filter,
             target.display()
+        );
+    }
+}
+
+/// Every known-green entry names a row of the table.
+#[test]
+fn every_known_green_entry_names_a_row() {
+    for (rule, _) in KNOWN_GREEN {
+        assert!(
+            ROWS.iter().any(|row| row.rule.starts_with(rule)),
+            "KNOWN_GREEN names no row: {rule}"
         );
     }
 }
