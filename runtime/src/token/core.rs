@@ -80,6 +80,12 @@ pub(super) enum Cmd {
     PeerRestarted {
         peer: u16,
     },
+    /// A peer forwarded this node's request `serial` for `path` to the refused `peer`.
+    DeadEnd {
+        path: String,
+        peer: u16,
+        serial: u32,
+    },
     /// The installed epoch, its members, and whether this run is still rejoining
     /// (recovery, `super::recover`).
     #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
@@ -139,6 +145,14 @@ struct LockEntry {
     requesting: Option<Waiter>,
     upgrading: Option<Upgrading>,
     release_when_upgraded: bool,
+    /// A request of this node for the lock went to this refused peer (a new run of a node
+    /// this node knew, static membership): nothing answers it, so the site's request never
+    /// completes and every later caller that cannot share a local hold fails at once,
+    /// naming the peer, instead of waiting out its timeout.
+    dead_end: Option<u16>,
+    /// Requests of other nodes queued here that were told about `dead_end`
+    /// ([`wire::Payload::DeadEnd`]): requester and serial.
+    told: Vec<(NodeId, u32)>,
 }
 
 impl LockEntry {
@@ -252,6 +266,8 @@ impl Core {
                     requesting: None,
                     upgrading: None,
                     release_when_upgraded: false,
+                    dead_end: None,
+                    told: Vec::new(),
                 },
             );
         }
@@ -322,18 +338,30 @@ impl Core {
                 self.fenced.get_or_insert(reason);
             }
             Cmd::PeerRestarted { peer } => {
-                // Requests on their way to the restarted node will not come back: fail them.
+                // Requests on their way to the restarted node will not come back: fail them,
+                // and the callers that wait behind them (`Core::pump`).
+                let mut dead = Vec::new();
                 for (path, e) in self.locks.iter_mut() {
                     let k = e.site.site().lock(LOCK).expect("one lock per site");
                     if e.requesting.is_some() && k.parent() == Some(NodeId(peer)) {
-                        Self::fail_requesting(
-                            e,
-                            Error::PeerRestarted {
-                                path: path.clone(),
-                                peer,
-                            },
-                        );
+                        e.dead_end.get_or_insert(peer);
+                        dead.push(path.clone());
                     }
+                }
+                for path in dead {
+                    self.pump(&path);
+                }
+            }
+            Cmd::DeadEnd { path, peer, serial } => {
+                let Some(e) = self.locks.get_mut(&path) else {
+                    return;
+                };
+                let k = e.site.site().lock(LOCK).expect("one lock per site");
+                let ours =
+                    matches!(k.pending(), hilock_kernel::Pending::Request(q) if q.serial == serial);
+                if ours && !k.has_token() {
+                    e.dead_end.get_or_insert(peer);
+                    self.pump(&path);
                 }
             }
             Cmd::Parent { path, reply } => {
@@ -718,11 +746,41 @@ impl Core {
             return;
         };
         let kind = kind_index(&msg.msg);
+        if p.refused().is_some() {
+            // Nothing reaches a refused peer (its link drops what it is given): a request
+            // sent there is never answered. This node's own fails here; the requester of a
+            // forwarded one is told.
+            if let hilock_kernel::Msg::Request { entry, .. } = &msg.msg {
+                if entry.requester.0 == self.shared.id {
+                    if let Some(e) = self.locks.get_mut(path) {
+                        e.dead_end.get_or_insert(to.0);
+                    }
+                } else {
+                    self.dead_end(entry.requester, path, to.0, entry.serial);
+                }
+            }
+        }
         let bytes = Bytes::from(wire::encode(&wire::Payload::stamped(path.to_string(), msg)));
         if p.tx.send(bytes).is_ok() {
             p.sent.fetch_add(1, Relaxed);
             self.shared.counters.frames_sent.fetch_add(1, Relaxed);
             self.shared.counters.sent_by_kind[kind].fetch_add(1, Relaxed);
+        }
+    }
+
+    /// Tell `requester` that its request `serial` for `path` went to the refused `peer`.
+    fn dead_end(&self, requester: NodeId, path: &str, peer: u16, serial: u32) {
+        let Some(Some(r)) = self.shared.peers.get(requester.idx()) else {
+            return;
+        };
+        let payload = wire::Payload::DeadEnd {
+            path: path.to_string(),
+            peer,
+            serial,
+        };
+        if r.refused().is_none() && r.tx.send(Bytes::from(wire::encode(&payload))).is_ok() {
+            r.sent.fetch_add(1, Relaxed);
+            self.shared.counters.frames_sent.fetch_add(1, Relaxed);
         }
     }
 
@@ -877,6 +935,32 @@ impl Core {
                 return;
             };
             e.waiters.retain(|w| !w.reply.is_closed());
+            if let Some(peer) = e.dead_end {
+                // The site's request went to a refused peer: it and every caller waiting
+                // behind it fail now (none could share a hold: the request never completes).
+                let err = || Error::PeerRestarted {
+                    path: path.to_string(),
+                    peer,
+                };
+                Self::fail_requesting(e, err());
+                for w in e.waiters.drain(..) {
+                    let _ = w.reply.send(Err(err()));
+                }
+                // Requests of other nodes queued behind the lost one wait for a token that
+                // never comes here: tell their requesters.
+                let k = e.site.site().lock(LOCK).expect("one lock per site");
+                let untold: Vec<(NodeId, u32)> = k
+                    .queue()
+                    .iter()
+                    .filter(|q| q.requester != me && !e.told.contains(&(q.requester, q.serial)))
+                    .map(|q| (q.requester, q.serial))
+                    .collect();
+                e.told.extend(untold.iter().copied());
+                for (requester, serial) in untold {
+                    self.dead_end(requester, path, peer, serial);
+                }
+                return;
+            }
             if e.requesting.is_some() || e.upgrading.is_some() {
                 return;
             }
