@@ -1039,6 +1039,49 @@ fn hilock_lock_exports_a_growing_fencing_token() {
     assert!(w > r0.max(r1), "W fence {w} after R fences {r0}, {r1}");
 }
 
+/// Static membership with `state_dir`: the whole cluster stopped and started again with
+/// the same state directories issues fences above every fence of the run before.
+#[test]
+fn fences_keep_growing_across_a_restart_of_the_whole_cluster() {
+    let mut c = start_with(3, "state_dir = \"state-{id}\"\n");
+    let out_file = c.dir.path().join("fence");
+    let fence = |c: &Cluster, node: usize| -> u64 {
+        let script = format!("echo $HILOCK_FENCE > {}", out_file.display());
+        let out = run(&mut lock_cmd(&c.socket(node), "/x", "W", &script));
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let s = std::fs::read_to_string(&out_file).unwrap();
+        s.trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("HILOCK_FENCE is not a number: {s:?}"))
+    };
+    let mut first = [fence(&c, 0), fence(&c, 1), fence(&c, 2)];
+    assert!(first[0] < first[1] && first[1] < first[2], "{first:?}");
+    let file = c.config();
+    for round in 1..=2 {
+        for id in 0..3 {
+            let pid = c.nodes[id].0.id().to_string();
+            assert!(Command::new("kill")
+                .args(["-TERM", &pid])
+                .status()
+                .unwrap()
+                .success());
+            assert!(wait_exit(&mut c.nodes[id].0, Duration::from_secs(10)).success());
+            let _ = std::fs::remove_file(c.socket(id));
+        }
+        for id in 0..3 {
+            c.nodes[id] = spawn_node(&file, id);
+        }
+        for id in 0..3 {
+            wait_socket(&c, id);
+        }
+        let again = [fence(&c, 2), fence(&c, 0)];
+        eprintln!("run {round}: fences {first:?}, after the restart {again:?}");
+        assert!(again[0] > first[2], "{again:?} after {first:?}");
+        assert!(again[1] > again[0], "{again:?}");
+        first = [again[0], again[1], again[1]];
+    }
+}
+
 /// Raise this process's soft limit of open files to its hard limit (children inherit it);
 /// returns the new soft limit.
 fn raise_fd_limit() -> u64 {

@@ -46,7 +46,7 @@
 //! refuses any other version, so nodes of different versions never exchange frames.
 //! Version 4 added `Payload::Ping` and `Ack::ping` (version 3 nodes could decode
 //! neither); version 5 the epoch stamp of every kernel message; version 6
-//! `Payload::DeadEnd`.
+//! `Payload::DeadEnd` and `Payload::Generation`.
 
 use hilock_kernel::token::recovery::{FaultSite, Stamped};
 use hilock_kernel::{LockId, Msg, NodeId};
@@ -161,6 +161,9 @@ pub enum Payload {
     /// A kernel message of the token engine sent in epoch `.0` (recovery, version 5);
     /// [`Payload::Token`] is the same in epoch 0 ([`Payload::stamped`]).
     Stamped(u32, Frame),
+    /// The generation the sender offers for its run (static membership with a state
+    /// directory): the first message of its run on every link (version 6).
+    Generation(u32),
     /// To the requester of a lock request this node forwarded to a refused peer (a new
     /// run of a node it knew, static membership): the request is lost there, and the
     /// requester's callers fail at once instead of waiting out their timeout (version 6).

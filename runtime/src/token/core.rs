@@ -12,7 +12,8 @@ use hilock_kernel::{compatible, Input, KernelError, Mode, NodeId, Output, Priori
 use tokio::sync::{mpsc, oneshot};
 use tracing::warn;
 
-use super::recover::{all_members, new_site};
+use super::generation;
+use super::recover::{all_members, new_site, static_site};
 use super::status::CoreState;
 use super::{kind_index, Error, LockStatus, Shared};
 use crate::config::MAX_NODES;
@@ -79,6 +80,11 @@ pub(super) enum Cmd {
     /// A peer is a new run of a node this node knew.
     PeerRestarted {
         peer: u16,
+    },
+    /// A peer's offer of a generation for its run (`super::generation`).
+    PeerGeneration {
+        peer: u16,
+        generation: u32,
     },
     /// A peer forwarded this node's request `serial` for `path` to the refused `peer`.
     DeadEnd {
@@ -213,13 +219,26 @@ pub(super) struct Core {
     /// Messages held back while frozen, or of an epoch not installed here yet: sender,
     /// its epoch, the message.
     held_back: Vec<(NodeId, Epoch, Frame)>,
+    /// Static membership with a state directory: each node's offer of a generation, until
+    /// every node's is in (`super::generation`); frozen until then.
+    offers: Vec<Option<u32>>,
+    /// Waiting for the offers.
+    awaiting: bool,
 }
 
 impl Core {
     pub(super) fn new(shared: Arc<Shared>, rejoining: bool) -> Core {
         let shared_n = shared.n;
+        let mut offers = Vec::new();
+        if let Some((_, offer)) = &shared.state {
+            offers = vec![None; shared_n];
+            offers[usize::from(shared.id)] = Some(*offer);
+        }
+        let awaiting = !offers.is_empty();
         Core {
             admitted: shared.quorum() <= 1,
+            offers,
+            awaiting,
             shared,
             locks: HashMap::new(),
             out: Box::default(),
@@ -227,7 +246,7 @@ impl Core {
             fenced: None,
             epoch: 0,
             members: all_members(shared_n),
-            frozen: rejoining,
+            frozen: rejoining || awaiting,
             rejoining,
             held_back: Vec::new(),
         }
@@ -243,6 +262,7 @@ impl Core {
     }
 
     pub(super) async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Cmd>) {
+        self.agree();
         while let Some(cmd) = rx.recv().await {
             self.handle(cmd);
         }
@@ -253,6 +273,9 @@ impl Core {
             let me = NodeId(self.shared.id);
             let site = if self.rejoining {
                 LockSite::joining(me)?
+            } else if self.shared.state.is_some() {
+                // Created again in the run's generation once it is known (`Core::agree`).
+                static_site(me, path, self.shared.n, self.epoch)?
             } else {
                 new_site(me, path, self.shared.n, self.epoch, &self.members)?
             };
@@ -350,6 +373,21 @@ impl Core {
                 }
                 for path in dead {
                     self.pump(&path);
+                }
+            }
+            Cmd::PeerGeneration { peer, generation } => {
+                match self.offers.get_mut(usize::from(peer)) {
+                    Some(o) if self.awaiting => {
+                        o.get_or_insert(generation);
+                        self.agree();
+                    }
+                    _ => {
+                        tracing::debug!(
+                            peer,
+                            generation,
+                            "a generation offered after the agreement; ignored"
+                        )
+                    }
                 }
             }
             Cmd::DeadEnd { path, peer, serial } => {
@@ -463,6 +501,58 @@ impl Core {
         c
     }
 
+    /// Static membership with a state directory: once every node has offered a
+    /// generation, the run's is their maximum (the same at every node). It is recorded in
+    /// the state directory before anything else; then every lock known so far is created
+    /// again in it (no protocol step was taken on it: frozen) and the core serves.
+    fn agree(&mut self) {
+        if !self.awaiting || self.offers.iter().any(Option::is_none) {
+            return;
+        }
+        let Some((dir, _)) = self.shared.state.clone() else {
+            return;
+        };
+        self.awaiting = false;
+        let g = self.offers.iter().flatten().copied().max().unwrap_or(0);
+        if let Err(e) = generation::write(&dir, g) {
+            self.handle(Cmd::Fenced {
+                reason: format!("cannot record the cluster's generation {g}: {e}"),
+            });
+            return;
+        }
+        let me = NodeId(self.shared.id);
+        let n = self.shared.n;
+        self.epoch = g;
+        for (path, e) in self.locks.iter_mut() {
+            match static_site(me, path, n, g) {
+                Ok(site) => *e.site = site,
+                Err(err) => {
+                    warn!(%path, error = %err, "cannot create the lock in the run's generation")
+                }
+            }
+        }
+        tracing::info!(
+            generation = g,
+            first_fence = u64::from(g) << 32,
+            "every node offered a generation: serving in the largest"
+        );
+        self.frozen = false;
+        let paths: Vec<String> = self.locks.keys().cloned().collect();
+        for p in &paths {
+            self.pump(p);
+        }
+        for (from, e, frame) in std::mem::take(&mut self.held_back) {
+            self.deliver(from, e, frame);
+        }
+    }
+
+    /// The nodes whose generation this node still waits for.
+    fn missing_offers(&self) -> Vec<usize> {
+        (0..self.offers.len())
+            .filter(|&i| self.offers[i].is_none())
+            .collect()
+    }
+
     /// Why the core grants nothing now, if it does not: refused, rejoining, frozen for an
     /// epoch change, or not let in by a majority yet.
     fn not_serving(&self) -> Option<String> {
@@ -473,6 +563,11 @@ impl Core {
                 "rejoining: a new run of this node waits for an epoch after epoch {} that lets \
                  it in (recovery)",
                 self.epoch
+            ))
+        } else if self.awaiting {
+            Some(format!(
+                "waiting for the generation of nodes {:?} (state_dir)",
+                self.missing_offers()
             ))
         } else if self.frozen {
             Some(format!(
@@ -504,6 +599,11 @@ impl Core {
                 "this node is a new run that rejoins the cluster: it waits for an epoch after \
                  epoch {} that lets it in (recovery)",
                 self.epoch
+            ));
+        } else if self.awaiting {
+            parts.push(format!(
+                "this node waits for the generation of nodes {:?} before it serves (state_dir)",
+                self.missing_offers()
             ));
         } else if !self.admitted {
             parts.push("this node is waiting for a majority of the cluster to let it in".into());

@@ -603,6 +603,10 @@ async fn serve_peer(
                 }),
                 Err(e) => break Some(e),
             },
+            wire::Payload::Generation(generation) => Ok(Cmd::PeerGeneration {
+                peer: from,
+                generation,
+            }),
             wire::Payload::DeadEnd { path, peer, serial } => match wire::check_path(&path) {
                 Ok(()) if usize::from(peer) < shared.n => Ok(Cmd::DeadEnd { path, peer, serial }),
                 Ok(()) => break Some(format!("dead end at unknown node {peer}")),
