@@ -62,28 +62,35 @@ fn start_with(n: usize, extra: &str) -> Cluster {
     }
     let file = dir.path().join("cluster.toml");
     std::fs::write(&file, toml).unwrap();
-    let mut nodes = Vec::new();
-    for id in 0..n {
-        let child = hilock()
-            .args(["node", "--config"])
-            .arg(&file)
-            .args(["--id", &id.to_string()])
-            .env("RUST_LOG", "hilock=warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        nodes.push(Proc(child));
-    }
+    let nodes = (0..n).map(|id| spawn_node(&file, id)).collect();
     let c = Cluster { dir, nodes };
-    let t = Instant::now();
     for id in 0..n {
-        while !c.socket(id).exists() {
-            assert!(t.elapsed() < Duration::from_secs(20), "node {id} starts");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        wait_socket(&c, id);
     }
     c
+}
+
+/// Start node `id` of the cluster configured in `file`.
+fn spawn_node(file: &Path, id: usize) -> Proc {
+    let child = hilock()
+        .args(["node", "--config"])
+        .arg(file)
+        .args(["--id", &id.to_string()])
+        .env("RUST_LOG", "hilock=warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    Proc(child)
+}
+
+/// Wait until node `id` serves its client socket.
+fn wait_socket(c: &Cluster, id: usize) {
+    let t = Instant::now();
+    while !c.socket(id).exists() {
+        assert!(t.elapsed() < Duration::from_secs(20), "node {id} starts");
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 fn run(cmd: &mut Command) -> Output {
@@ -744,6 +751,89 @@ fn a_stopped_peer_is_shown_not_answering_and_named_in_errors() {
     assert!(out.status.success(), "{}", text(&out.stderr));
 }
 
+/// A path whose initial token holder is `node` in a cluster of `n`, named `{prefix}{i}`.
+fn path_at(prefix: &str, n: usize, node: u16) -> String {
+    (0..)
+        .map(|i| format!("{prefix}{i}"))
+        .find(|p| hilock_runtime::wire::initial_holder(p, n) == hilock_kernel::NodeId(node))
+        .unwrap()
+}
+
+/// Static membership: node 2 is killed and started again (a new run, refused by its
+/// peers). A request whose route to the lock's token runs through node 2 — straight from
+/// the requester, or forwarded by another node — fails at once naming node 2, instead of
+/// waiting out the 10 s request timeout; a lock whose token is elsewhere is still granted.
+#[test]
+fn a_request_routed_through_a_restarted_node_fails_at_once_naming_it() {
+    let mut c = start(3);
+    for peer in [1, 2] {
+        wait_peer_state(&c, 0, peer, "connected");
+    }
+    // Never used: its token is at node 2 where it started.
+    let fresh = path_at("/fresh", 3, 2);
+    // Started at node 0; node 2 takes it, so its token moves to node 2: node 0's route
+    // goes straight to node 2, node 1's (its first request) through node 0.
+    let moved = path_at("/moved", 3, 0);
+    let also_moved = path_at("/also", 3, 0);
+    for p in [&moved, &also_moved] {
+        let out = run(&mut lock_cmd(&c.socket(2), p, "W", "true"));
+        assert!(out.status.success(), "{}", text(&out.stderr));
+    }
+    let elsewhere = path_at("/elsewhere", 3, 1);
+    let file = c.config();
+    let _ = c.nodes[2].0.kill();
+    let _ = c.nodes[2].0.wait();
+    std::fs::remove_file(c.socket(2)).unwrap();
+    c.nodes[2] = spawn_node(&file, 2);
+    wait_socket(&c, 2);
+    wait_peer_state(&c, 0, 2, "refused");
+    wait_peer_state(&c, 1, 2, "refused");
+    let timed = |node: usize, path: &str| {
+        let t = Instant::now();
+        let out = run(hilock()
+            .args(["lock", path, "W", "--timeout-ms", "5000", "--socket"])
+            .arg(c.socket(node))
+            .args(["--", "true"]));
+        (out, t.elapsed())
+    };
+    // Node 1's first request for `moved` goes to node 0, which queues it behind its own
+    // lost request, and for `also_moved` to node 0, which forwards it to node 2: either
+    // way node 0 tells node 1.
+    let order = [
+        (0, &fresh),
+        (1, &fresh),
+        (0, &moved),
+        (1, &moved),
+        (1, &also_moved),
+        (0, &also_moved),
+    ];
+    for (node, path) in order {
+        // Twice: the first request finds the dead end, the second one waits behind it.
+        for attempt in 0..2 {
+            let (out, took) = timed(node, path);
+            let e = text(&out.stderr);
+            eprintln!(
+                "node {node}, {path}, attempt {attempt}: {took:?}: {}",
+                e.trim()
+            );
+            assert!(!out.status.success(), "{path} granted at node {node}");
+            assert!(
+                took < Duration::from_secs(2),
+                "{path} at node {node}: {took:?}"
+            );
+            assert!(
+                e.contains("node 2 restarted with fresh state and is refused"),
+                "{e}"
+            );
+        }
+    }
+    for node in [0, 1] {
+        let (out, took) = timed(node, &elsewhere);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        eprintln!("node {node}, {elsewhere}: granted in {took:?}");
+    }
+}
+
 /// `hilock status` probes every peer for the call: a peer stopped with SIGSTOP a moment
 /// ago (long before the one-second silence check could notice) is already shown as not
 /// answering, never as connected; after SIGCONT it is shown connected at once.
@@ -947,6 +1037,49 @@ fn hilock_lock_exports_a_growing_fencing_token() {
     assert!(r0 > last && r1 > last, "R fences {r0}, {r1} after W {last}");
     let w = fence(0, "W");
     assert!(w > r0.max(r1), "W fence {w} after R fences {r0}, {r1}");
+}
+
+/// Static membership with `state_dir`: the whole cluster stopped and started again with
+/// the same state directories issues fences above every fence of the run before.
+#[test]
+fn fences_keep_growing_across_a_restart_of_the_whole_cluster() {
+    let mut c = start_with(3, "state_dir = \"state-{id}\"\n");
+    let out_file = c.dir.path().join("fence");
+    let fence = |c: &Cluster, node: usize| -> u64 {
+        let script = format!("echo $HILOCK_FENCE > {}", out_file.display());
+        let out = run(&mut lock_cmd(&c.socket(node), "/x", "W", &script));
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let s = std::fs::read_to_string(&out_file).unwrap();
+        s.trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("HILOCK_FENCE is not a number: {s:?}"))
+    };
+    let mut first = [fence(&c, 0), fence(&c, 1), fence(&c, 2)];
+    assert!(first[0] < first[1] && first[1] < first[2], "{first:?}");
+    let file = c.config();
+    for round in 1..=2 {
+        for id in 0..3 {
+            let pid = c.nodes[id].0.id().to_string();
+            assert!(Command::new("kill")
+                .args(["-TERM", &pid])
+                .status()
+                .unwrap()
+                .success());
+            assert!(wait_exit(&mut c.nodes[id].0, Duration::from_secs(10)).success());
+            let _ = std::fs::remove_file(c.socket(id));
+        }
+        for id in 0..3 {
+            c.nodes[id] = spawn_node(&file, id);
+        }
+        for id in 0..3 {
+            wait_socket(&c, id);
+        }
+        let again = [fence(&c, 2), fence(&c, 0)];
+        eprintln!("run {round}: fences {first:?}, after the restart {again:?}");
+        assert!(again[0] > first[2], "{again:?} after {first:?}");
+        assert!(again[1] > again[0], "{again:?}");
+        first = [again[0], again[1], again[1]];
+    }
 }
 
 /// Raise this process's soft limit of open files to its hard limit (children inherit it);

@@ -12,6 +12,9 @@
 //! request_timeout_ms = 30000        # default timeout of a lock request
 //! max_clients = 1024                # client connections served at once
 //! metrics_addr = "127.0.0.1:9464"   # Prometheus metrics over HTTP (default: off)
+//! state_dir = "state-{id}"          # static membership: where the node keeps its
+//!                                   # generation, so fences grow across restarts of the
+//!                                   # whole cluster (default: off; relative to this file)
 //!
 //! [[nodes]]
 //! id = 0
@@ -101,6 +104,7 @@ struct File {
     max_clients: Option<usize>,
     request_timeout_ms: Option<u64>,
     metrics_addr: Option<SocketAddr>,
+    state_dir: Option<PathBuf>,
     // Membership: see the module documentation.
     membership: Option<String>,
     etcd_endpoints: Option<Vec<String>>,
@@ -288,6 +292,12 @@ pub struct Config {
     /// a peer's connection is closed before the next message is acknowledged, and the peer
     /// resends it after reconnecting. Default [`HELD_BACK_MAX`].
     pub etcd_held_back_max: usize,
+    /// Static membership: the directory where the node keeps the cluster's generation
+    /// (`generation`), so that the fences of a run of the whole cluster are above every
+    /// fence of the earlier runs (`docs/faults.md`, "Fences across restarts"). With it
+    /// the nodes grant nothing until every node of the cluster has told its generation.
+    /// `None`: off, every run's fences start at 1.
+    pub state_dir: Option<PathBuf>,
 }
 
 /// The default of [`Config::etcd_held_back_max`].
@@ -310,6 +320,7 @@ impl std::fmt::Debug for Config {
             .field("membership", &self.membership)
             .field("etcd_recovery", &self.etcd_recovery)
             .field("etcd_held_back_max", &self.etcd_held_back_max)
+            .field("state_dir", &self.state_dir)
             .finish()
     }
 }
@@ -344,6 +355,7 @@ impl Config {
             membership: Membership::Static,
             etcd_recovery: false,
             etcd_held_back_max: HELD_BACK_MAX,
+            state_dir: None,
         };
         c.validate()?;
         Ok(c)
@@ -353,7 +365,15 @@ impl Config {
     pub fn from_file(path: &Path, id: Option<u16>) -> Result<Config, String> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| format!("cannot read config {}: {e}", path.display()))?;
-        Self::from_toml(&text, id).map_err(|e| format!("config {}: {e}", path.display()))
+        let mut c =
+            Self::from_toml(&text, id).map_err(|e| format!("config {}: {e}", path.display()))?;
+        // A relative state directory is the config file's neighbour.
+        if let Some(d) = c.state_dir.as_mut().filter(|d| d.is_relative()) {
+            if let Some(dir) = path.parent() {
+                *d = dir.join(&*d);
+            }
+        }
+        Ok(c)
     }
 
     /// Parse and validate TOML text; `id` overrides the text's `id`.
@@ -437,6 +457,15 @@ impl Config {
                 ))
             }
         };
+        c.state_dir = f
+            .state_dir
+            .map(|p| PathBuf::from(p.to_string_lossy().replace("{id}", &id.to_string())));
+        if c.state_dir.is_some() && c.membership != Membership::Static {
+            return Err("state_dir is for static membership (etcd keeps the epochs)".into());
+        }
+        if c.state_dir.is_some() && c.engine != Engine::Token {
+            return Err("state_dir is the token engine's".into());
+        }
         c.etcd_recovery = f.etcd_recovery.unwrap_or(false);
         c.etcd_held_back_max = f.etcd_held_back_max.unwrap_or(HELD_BACK_MAX);
         if c.etcd_held_back_max == 0 {
@@ -521,6 +550,26 @@ addr = "127.0.0.1:7100"
 id = 1
 addr = "127.0.0.1:7101"
 "#;
+
+    #[test]
+    fn state_dir_takes_the_id_sits_beside_the_file_and_is_static_only() {
+        let with = GOOD.replace("id = 1\n[[", "id = 1\nstate_dir = \"state-{id}\"\n[[");
+        let c = Config::from_toml(&with, Some(0)).unwrap();
+        assert_eq!(c.state_dir, Some(PathBuf::from("state-0")));
+        assert_eq!(Config::from_toml(GOOD, None).unwrap().state_dir, None);
+        let d = tempfile::tempdir().unwrap();
+        let file = d.path().join("cluster.toml");
+        std::fs::write(&file, &with).unwrap();
+        let c = Config::from_file(&file, None).unwrap();
+        assert_eq!(c.state_dir, Some(d.path().join("state-1")));
+        let etcd = with.replacen(
+            "id = 1\n",
+            "id = 1\nmembership = \"etcd\"\netcd_endpoints = [\"127.0.0.1:2379\"]\n",
+            1,
+        );
+        let e = Config::from_toml(&etcd, None).unwrap_err();
+        assert!(e.contains("state_dir is for static membership"), "{e}");
+    }
 
     #[test]
     fn config_parses_and_overrides_id() {

@@ -45,7 +45,8 @@
 //! **Compatibility.** The handshake's first field is [`PROTOCOL_VERSION`]; an acceptor
 //! refuses any other version, so nodes of different versions never exchange frames.
 //! Version 4 added `Payload::Ping` and `Ack::ping` (version 3 nodes could decode
-//! neither); version 5 the epoch stamp of every kernel message.
+//! neither); version 5 the epoch stamp of every kernel message; version 6
+//! `Payload::DeadEnd` and `Payload::Generation`.
 
 use hilock_kernel::token::recovery::{FaultSite, Stamped};
 use hilock_kernel::{LockId, Msg, NodeId};
@@ -56,7 +57,7 @@ use sha2::{Digest, Sha256};
 use crate::config::MAX_NODES;
 
 /// The protocol version carried by the handshake.
-pub const PROTOCOL_VERSION: u32 = 5;
+pub const PROTOCOL_VERSION: u32 = 6;
 
 /// Largest frame accepted (bytes). A token carries at most [`MAX_NODES`] queue entries,
 /// far below this.
@@ -160,6 +161,20 @@ pub enum Payload {
     /// A kernel message of the token engine sent in epoch `.0` (recovery, version 5);
     /// [`Payload::Token`] is the same in epoch 0 ([`Payload::stamped`]).
     Stamped(u32, Frame),
+    /// The generation the sender offers for its run (static membership with a state
+    /// directory): the first message of its run on every link (version 6).
+    Generation(u32),
+    /// To the requester of a lock request this node forwarded to a refused peer (a new
+    /// run of a node it knew, static membership): the request is lost there, and the
+    /// requester's callers fail at once instead of waiting out their timeout (version 6).
+    DeadEnd {
+        /// The lock.
+        path: String,
+        /// The refused peer the request went to.
+        peer: u16,
+        /// The requester's serial number of the request.
+        serial: u32,
+    },
 }
 
 impl Payload {

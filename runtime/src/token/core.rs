@@ -12,7 +12,8 @@ use hilock_kernel::{compatible, Input, KernelError, Mode, NodeId, Output, Priori
 use tokio::sync::{mpsc, oneshot};
 use tracing::warn;
 
-use super::recover::{all_members, new_site};
+use super::generation;
+use super::recover::{all_members, new_site, static_site};
 use super::status::CoreState;
 use super::{kind_index, Error, LockStatus, Shared};
 use crate::config::MAX_NODES;
@@ -80,6 +81,17 @@ pub(super) enum Cmd {
     PeerRestarted {
         peer: u16,
     },
+    /// A peer's offer of a generation for its run (`super::generation`).
+    PeerGeneration {
+        peer: u16,
+        generation: u32,
+    },
+    /// A peer forwarded this node's request `serial` for `path` to the refused `peer`.
+    DeadEnd {
+        path: String,
+        peer: u16,
+        serial: u32,
+    },
     /// The installed epoch, its members, and whether this run is still rejoining
     /// (recovery, `super::recover`).
     #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
@@ -139,6 +151,14 @@ struct LockEntry {
     requesting: Option<Waiter>,
     upgrading: Option<Upgrading>,
     release_when_upgraded: bool,
+    /// A request of this node for the lock went to this refused peer (a new run of a node
+    /// this node knew, static membership): nothing answers it, so the site's request never
+    /// completes and every later caller that cannot share a local hold fails at once,
+    /// naming the peer, instead of waiting out its timeout.
+    dead_end: Option<u16>,
+    /// Requests of other nodes queued here that were told about `dead_end`
+    /// ([`wire::Payload::DeadEnd`]): requester and serial.
+    told: Vec<(NodeId, u32)>,
 }
 
 impl LockEntry {
@@ -199,13 +219,26 @@ pub(super) struct Core {
     /// Messages held back while frozen, or of an epoch not installed here yet: sender,
     /// its epoch, the message.
     held_back: Vec<(NodeId, Epoch, Frame)>,
+    /// Static membership with a state directory: each node's offer of a generation, until
+    /// every node's is in (`super::generation`); frozen until then.
+    offers: Vec<Option<u32>>,
+    /// Waiting for the offers.
+    awaiting: bool,
 }
 
 impl Core {
     pub(super) fn new(shared: Arc<Shared>, rejoining: bool) -> Core {
         let shared_n = shared.n;
+        let mut offers = Vec::new();
+        if let Some((_, offer)) = &shared.state {
+            offers = vec![None; shared_n];
+            offers[usize::from(shared.id)] = Some(*offer);
+        }
+        let awaiting = !offers.is_empty();
         Core {
             admitted: shared.quorum() <= 1,
+            offers,
+            awaiting,
             shared,
             locks: HashMap::new(),
             out: Box::default(),
@@ -213,7 +246,7 @@ impl Core {
             fenced: None,
             epoch: 0,
             members: all_members(shared_n),
-            frozen: rejoining,
+            frozen: rejoining || awaiting,
             rejoining,
             held_back: Vec::new(),
         }
@@ -229,6 +262,7 @@ impl Core {
     }
 
     pub(super) async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Cmd>) {
+        self.agree();
         while let Some(cmd) = rx.recv().await {
             self.handle(cmd);
         }
@@ -239,6 +273,9 @@ impl Core {
             let me = NodeId(self.shared.id);
             let site = if self.rejoining {
                 LockSite::joining(me)?
+            } else if self.shared.state.is_some() {
+                // Created again in the run's generation once it is known (`Core::agree`).
+                static_site(me, path, self.shared.n, self.epoch)?
             } else {
                 new_site(me, path, self.shared.n, self.epoch, &self.members)?
             };
@@ -252,6 +289,8 @@ impl Core {
                     requesting: None,
                     upgrading: None,
                     release_when_upgraded: false,
+                    dead_end: None,
+                    told: Vec::new(),
                 },
             );
         }
@@ -322,18 +361,45 @@ impl Core {
                 self.fenced.get_or_insert(reason);
             }
             Cmd::PeerRestarted { peer } => {
-                // Requests on their way to the restarted node will not come back: fail them.
+                // Requests on their way to the restarted node will not come back: fail them,
+                // and the callers that wait behind them (`Core::pump`).
+                let mut dead = Vec::new();
                 for (path, e) in self.locks.iter_mut() {
                     let k = e.site.site().lock(LOCK).expect("one lock per site");
                     if e.requesting.is_some() && k.parent() == Some(NodeId(peer)) {
-                        Self::fail_requesting(
-                            e,
-                            Error::PeerRestarted {
-                                path: path.clone(),
-                                peer,
-                            },
-                        );
+                        e.dead_end.get_or_insert(peer);
+                        dead.push(path.clone());
                     }
+                }
+                for path in dead {
+                    self.pump(&path);
+                }
+            }
+            Cmd::PeerGeneration { peer, generation } => {
+                match self.offers.get_mut(usize::from(peer)) {
+                    Some(o) if self.awaiting => {
+                        o.get_or_insert(generation);
+                        self.agree();
+                    }
+                    _ => {
+                        tracing::debug!(
+                            peer,
+                            generation,
+                            "a generation offered after the agreement; ignored"
+                        )
+                    }
+                }
+            }
+            Cmd::DeadEnd { path, peer, serial } => {
+                let Some(e) = self.locks.get_mut(&path) else {
+                    return;
+                };
+                let k = e.site.site().lock(LOCK).expect("one lock per site");
+                let ours =
+                    matches!(k.pending(), hilock_kernel::Pending::Request(q) if q.serial == serial);
+                if ours && !k.has_token() {
+                    e.dead_end.get_or_insert(peer);
+                    self.pump(&path);
                 }
             }
             Cmd::Parent { path, reply } => {
@@ -435,6 +501,58 @@ impl Core {
         c
     }
 
+    /// Static membership with a state directory: once every node has offered a
+    /// generation, the run's is their maximum (the same at every node). It is recorded in
+    /// the state directory before anything else; then every lock known so far is created
+    /// again in it (no protocol step was taken on it: frozen) and the core serves.
+    fn agree(&mut self) {
+        if !self.awaiting || self.offers.iter().any(Option::is_none) {
+            return;
+        }
+        let Some((dir, _)) = self.shared.state.clone() else {
+            return;
+        };
+        self.awaiting = false;
+        let g = self.offers.iter().flatten().copied().max().unwrap_or(0);
+        if let Err(e) = generation::write(&dir, g) {
+            self.handle(Cmd::Fenced {
+                reason: format!("cannot record the cluster's generation {g}: {e}"),
+            });
+            return;
+        }
+        let me = NodeId(self.shared.id);
+        let n = self.shared.n;
+        self.epoch = g;
+        for (path, e) in self.locks.iter_mut() {
+            match static_site(me, path, n, g) {
+                Ok(site) => *e.site = site,
+                Err(err) => {
+                    warn!(%path, error = %err, "cannot create the lock in the run's generation")
+                }
+            }
+        }
+        tracing::info!(
+            generation = g,
+            first_fence = u64::from(g) << 32,
+            "every node offered a generation: serving in the largest"
+        );
+        self.frozen = false;
+        let paths: Vec<String> = self.locks.keys().cloned().collect();
+        for p in &paths {
+            self.pump(p);
+        }
+        for (from, e, frame) in std::mem::take(&mut self.held_back) {
+            self.deliver(from, e, frame);
+        }
+    }
+
+    /// The nodes whose generation this node still waits for.
+    fn missing_offers(&self) -> Vec<usize> {
+        (0..self.offers.len())
+            .filter(|&i| self.offers[i].is_none())
+            .collect()
+    }
+
     /// Why the core grants nothing now, if it does not: refused, rejoining, frozen for an
     /// epoch change, or not let in by a majority yet.
     fn not_serving(&self) -> Option<String> {
@@ -445,6 +563,11 @@ impl Core {
                 "rejoining: a new run of this node waits for an epoch after epoch {} that lets \
                  it in (recovery)",
                 self.epoch
+            ))
+        } else if self.awaiting {
+            Some(format!(
+                "waiting for the generation of nodes {:?} (state_dir)",
+                self.missing_offers()
             ))
         } else if self.frozen {
             Some(format!(
@@ -476,6 +599,11 @@ impl Core {
                 "this node is a new run that rejoins the cluster: it waits for an epoch after \
                  epoch {} that lets it in (recovery)",
                 self.epoch
+            ));
+        } else if self.awaiting {
+            parts.push(format!(
+                "this node waits for the generation of nodes {:?} before it serves (state_dir)",
+                self.missing_offers()
             ));
         } else if !self.admitted {
             parts.push("this node is waiting for a majority of the cluster to let it in".into());
@@ -718,11 +846,41 @@ impl Core {
             return;
         };
         let kind = kind_index(&msg.msg);
+        if p.refused().is_some() {
+            // Nothing reaches a refused peer (its link drops what it is given): a request
+            // sent there is never answered. This node's own fails here; the requester of a
+            // forwarded one is told.
+            if let hilock_kernel::Msg::Request { entry, .. } = &msg.msg {
+                if entry.requester.0 == self.shared.id {
+                    if let Some(e) = self.locks.get_mut(path) {
+                        e.dead_end.get_or_insert(to.0);
+                    }
+                } else {
+                    self.dead_end(entry.requester, path, to.0, entry.serial);
+                }
+            }
+        }
         let bytes = Bytes::from(wire::encode(&wire::Payload::stamped(path.to_string(), msg)));
         if p.tx.send(bytes).is_ok() {
             p.sent.fetch_add(1, Relaxed);
             self.shared.counters.frames_sent.fetch_add(1, Relaxed);
             self.shared.counters.sent_by_kind[kind].fetch_add(1, Relaxed);
+        }
+    }
+
+    /// Tell `requester` that its request `serial` for `path` went to the refused `peer`.
+    fn dead_end(&self, requester: NodeId, path: &str, peer: u16, serial: u32) {
+        let Some(Some(r)) = self.shared.peers.get(requester.idx()) else {
+            return;
+        };
+        let payload = wire::Payload::DeadEnd {
+            path: path.to_string(),
+            peer,
+            serial,
+        };
+        if r.refused().is_none() && r.tx.send(Bytes::from(wire::encode(&payload))).is_ok() {
+            r.sent.fetch_add(1, Relaxed);
+            self.shared.counters.frames_sent.fetch_add(1, Relaxed);
         }
     }
 
@@ -877,6 +1035,32 @@ impl Core {
                 return;
             };
             e.waiters.retain(|w| !w.reply.is_closed());
+            if let Some(peer) = e.dead_end {
+                // The site's request went to a refused peer: it and every caller waiting
+                // behind it fail now (none could share a hold: the request never completes).
+                let err = || Error::PeerRestarted {
+                    path: path.to_string(),
+                    peer,
+                };
+                Self::fail_requesting(e, err());
+                for w in e.waiters.drain(..) {
+                    let _ = w.reply.send(Err(err()));
+                }
+                // Requests of other nodes queued behind the lost one wait for a token that
+                // never comes here: tell their requesters.
+                let k = e.site.site().lock(LOCK).expect("one lock per site");
+                let untold: Vec<(NodeId, u32)> = k
+                    .queue()
+                    .iter()
+                    .filter(|q| q.requester != me && !e.told.contains(&(q.requester, q.serial)))
+                    .map(|q| (q.requester, q.serial))
+                    .collect();
+                e.told.extend(untold.iter().copied());
+                for (requester, serial) in untold {
+                    self.dead_end(requester, path, peer, serial);
+                }
+                return;
+            }
             if e.requesting.is_some() || e.upgrading.is_some() {
                 return;
             }

@@ -30,6 +30,7 @@
 //! (`etcd_recovery`).
 
 mod core;
+mod generation;
 mod handshake;
 mod lease;
 mod metrics;
@@ -355,6 +356,9 @@ struct Shared {
     held_back_max: usize,
     /// Where the metrics are served (`metrics_addr`), if they are.
     metrics_addr: Option<SocketAddr>,
+    /// Static membership with a state directory: the directory, and the generation this
+    /// run offers (`generation`).
+    state: Option<(std::path::PathBuf, u32)>,
 }
 
 /// The agents engine sends on the same peer links (see [`crate::agents::Net`]).
@@ -498,6 +502,33 @@ impl Node {
             }));
             outboxes.push((n.id, rx));
         }
+        let state = match &config.state_dir {
+            Some(dir) => {
+                let bad = |e: String| std::io::Error::new(std::io::ErrorKind::InvalidData, e);
+                let last = generation::read(dir).map_err(bad)?;
+                let offer = last.checked_add(1).ok_or_else(|| {
+                    bad(format!(
+                        "{}: generation {last} is the last one",
+                        dir.display()
+                    ))
+                })?;
+                // The first message of this run on every link.
+                let bytes = Bytes::from(wire::encode(&wire::Payload::Generation(offer)));
+                for p in peers.iter().flatten() {
+                    if p.tx.send(bytes.clone()).is_ok() {
+                        p.sent.fetch_add(1, Relaxed);
+                    }
+                }
+                info!(
+                    state_dir = %dir.display(),
+                    last,
+                    offer,
+                    "offering a generation; serving once every node has offered one"
+                );
+                Some((dir.clone(), offer))
+            }
+            None => None,
+        };
         let (agents_inbox, agents_rx) = crate::agents::inbox(config.id, config.n());
         let incarnation = rand::random();
         let (session, first_lease) = lease::Session::start(&config, incarnation).await?;
@@ -523,6 +554,7 @@ impl Node {
             unread: std::sync::atomic::AtomicUsize::new(0),
             held_back_max: config.etcd_held_back_max,
             metrics_addr,
+            state,
         });
         tasks.spawn(crate::agents::run(shared.clone(), agents_rx));
         let (tx, rx) = mpsc::unbounded_channel();

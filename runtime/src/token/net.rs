@@ -603,6 +603,15 @@ async fn serve_peer(
                 }),
                 Err(e) => break Some(e),
             },
+            wire::Payload::Generation(generation) => Ok(Cmd::PeerGeneration {
+                peer: from,
+                generation,
+            }),
+            wire::Payload::DeadEnd { path, peer, serial } => match wire::check_path(&path) {
+                Ok(()) if usize::from(peer) < shared.n => Ok(Cmd::DeadEnd { path, peer, serial }),
+                Ok(()) => break Some(format!("dead end at unknown node {peer}")),
+                Err(e) => break Some(e),
+            },
             wire::Payload::Agents(f) => Err(f),
             // A probe (number 0, outside the numbered stream): answer at once.
             wire::Payload::Ping(p) => {
@@ -656,10 +665,13 @@ async fn serve_peer(
                 link.received.fetch_add(1, Relaxed);
                 shared.counters.frames_received.fetch_add(1, Relaxed);
                 let kind = match &cmd {
-                    Ok(Cmd::Deliver { frame, .. }) => super::kind_index(&frame.msg),
-                    _ => super::AGENTS_KIND,
+                    Ok(Cmd::Deliver { frame, .. }) => Some(super::kind_index(&frame.msg)),
+                    Ok(_) => None,
+                    Err(_) => Some(super::AGENTS_KIND),
                 };
-                shared.counters.received_by_kind[kind].fetch_add(1, Relaxed);
+                if let Some(kind) = kind {
+                    shared.counters.received_by_kind[kind].fetch_add(1, Relaxed);
+                }
                 let sent = match cmd {
                     Ok(cmd) => core.send(cmd).is_ok(),
                     Err(f) => shared.agents.deliver(from, f),

@@ -98,6 +98,37 @@ pub(crate) fn new_site(
     Ok(site)
 }
 
+/// The site of lock `path` at node `me` in a static cluster of `n` running in generation
+/// `epoch` (`super::generation`): epoch 0 is the fresh site; a later epoch installs the
+/// plan the kernel rebuilds from every node's empty report with its token moved to the
+/// lock's [`initial_holder`] — regenerated there, so its fences start at `epoch << 32`.
+/// Every node computes the same site.
+pub(crate) fn static_site(
+    me: NodeId,
+    path: &str,
+    n: usize,
+    epoch: Epoch,
+) -> Result<LockSite, KernelError> {
+    let root = initial_holder(path, n);
+    let mut site = FaultSite::new(Site::new(me, root)?);
+    if epoch == 0 {
+        return Ok(site);
+    }
+    let members = all_members(n);
+    let mut reports = Vec::new();
+    for i in 0..n {
+        let fresh: LockSite = FaultSite::joining(NodeId(i as u16))?;
+        reports.push(fresh.report(LOCK).map_err(|_| KernelError::NotMember)?);
+    }
+    let mut plan =
+        recovery::rebuild(epoch, &members, &reports).map_err(|_| KernelError::NotMember)?;
+    plan.root = root;
+    let mut out: Box<KOutputs> = Box::default();
+    site.install(epoch, &[plan], &mut *out)
+        .map_err(|_| KernelError::NotMember)?;
+    Ok(site)
+}
+
 /// The leader's rebuild: for every lock any member reported, one report per member of
 /// `next` (a member that did not report the lock reports its fresh site of `epoch` with
 /// `members`, a rejoining run — `joining` in its reports — the empty report of
