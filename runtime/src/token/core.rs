@@ -361,14 +361,32 @@ impl Core {
                 self.fenced.get_or_insert(reason);
             }
             Cmd::PeerRestarted { peer } => {
-                // Requests on their way to the restarted node will not come back: fail them,
-                // and the callers that wait behind them (`Core::pump`).
+                // Requests on their way to the restarted node will not come back: fail them.
+                // A refused peer (a new run in static membership) never answers again: the
+                // lock is a dead end, and the callers behind the request fail too
+                // (`Core::pump`). A peer that only left the etcd view (its lease ended) may
+                // come back as the same run and still hold the token: only the requests in
+                // flight fail, later ones are sent again.
+                let refused = matches!(
+                    self.shared.peers.get(usize::from(peer)),
+                    Some(Some(p)) if p.refused().is_some()
+                );
                 let mut dead = Vec::new();
                 for (path, e) in self.locks.iter_mut() {
                     let k = e.site.site().lock(LOCK).expect("one lock per site");
                     if e.requesting.is_some() && k.parent() == Some(NodeId(peer)) {
-                        e.dead_end.get_or_insert(peer);
-                        dead.push(path.clone());
+                        if refused {
+                            e.dead_end.get_or_insert(peer);
+                            dead.push(path.clone());
+                        } else {
+                            Self::fail_requesting(
+                                e,
+                                Error::PeerRestarted {
+                                    path: path.clone(),
+                                    peer,
+                                },
+                            );
+                        }
                     }
                 }
                 for path in dead {
