@@ -46,9 +46,9 @@ const ROWS: &[Row] = &[
         file: "kernel/src/token/node.rs",
         from: "            if self.may_serve(cx, entry)\n                && grantable(mo, entry.mode)",
         to: "            if false\n                && grantable(mo, entry.mode)",
-        package: "verify",
-        target: "token",
-        filter: "every_pair_of_modes_requested_concurrently",
+        package: "hilock-kernel",
+        target: "rules",
+        filter: "rule_3_1_child_grants_copy",
     },
     Row {
         rule: "Rule 3.2: the token node transfers the token to a tokenable request",
