@@ -200,7 +200,10 @@ pub fn check(path: &Path, out_dir: &Path) -> Result<(String, bool), String> {
         traces.push(("P6 bypass witness".to_string(), w, what));
     }
     for (name, trace, what) in traces {
-        let file = out_dir.join(format!("{stem}.{}.trace.json", slug(&name)));
+        let file = out_dir.join(format!(
+            "{stem}.{}.trace.json",
+            hilock_models::open::slug(&name)
+        ));
         let json = serde_json::to_string_pretty(trace)
             .map_err(|e| format!("cannot encode the trace: {e}"))?;
         std::fs::write(&file, json).map_err(|e| format!("{}: {e}", file.display()))?;
@@ -238,7 +241,10 @@ fn check_other(
     let mut text = report.text;
     let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("check");
     for (name, trace) in &report.traces {
-        let file = out_dir.join(format!("{stem}.{}.trace.json", slug(name)));
+        let file = out_dir.join(format!(
+            "{stem}.{}.trace.json",
+            hilock_models::open::slug(name)
+        ));
         let json = serde_json::to_string_pretty(trace)
             .map_err(|e| format!("cannot encode the trace: {e}"))?;
         std::fs::write(&file, json + "\n").map_err(|e| format!("{}: {e}", file.display()))?;
@@ -255,20 +261,6 @@ fn check_other(
         ));
     }
     Ok((text, report.ok))
-}
-
-#[cfg(feature = "models")]
-/// A property name as part of a file name: `P1 mutual exclusion` → `p1-mutual-exclusion`.
-fn slug(name: &str) -> String {
-    name.chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() {
-                c.to_ascii_lowercase()
-            } else {
-                '-'
-            }
-        })
-        .collect()
 }
 
 #[cfg(feature = "models")]

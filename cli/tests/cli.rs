@@ -130,6 +130,20 @@ fn configs() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/configs")
 }
 
+/// `hilock check models/configs/release-race-literal.json --out DIR`: a configuration whose
+/// literal release handling fails P1, P3 and P10.
+fn check_literal_release_race(out: &std::path::Path) -> std::process::Output {
+    hilock(&[
+        "check",
+        configs()
+            .join("release-race-literal.json")
+            .to_str()
+            .unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ])
+}
+
 #[test]
 fn check_passes_a_correct_configuration_and_traces_a_literal_one() {
     let out = hilock(&["check", configs().join("star3-r-w.json").to_str().unwrap()]);
@@ -142,15 +156,7 @@ fn check_passes_a_correct_configuration_and_traces_a_literal_one() {
 
     let dir = std::env::temp_dir().join(format!("hilock-cli-check-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let out = hilock(&[
-        "check",
-        configs()
-            .join("release-race-literal.json")
-            .to_str()
-            .unwrap(),
-        "--out",
-        dir.to_str().unwrap(),
-    ]);
+    let out = check_literal_release_race(&dir);
     assert_eq!(
         out.status.code(),
         Some(1),
@@ -182,14 +188,8 @@ fn check_passes_a_correct_configuration_and_traces_a_literal_one() {
 /// words (the holders of a P1 violation with their modes).
 #[test]
 fn check_counterexamples_are_deterministic_and_name_the_violating_pair() {
-    let config = configs().join("release-race-literal.json");
     let run = |dir: &std::path::Path| {
-        let out = hilock(&[
-            "check",
-            config.to_str().unwrap(),
-            "--out",
-            dir.to_str().unwrap(),
-        ]);
+        let out = check_literal_release_race(dir);
         assert_eq!(out.status.code(), Some(1));
         let text = String::from_utf8_lossy(&out.stdout).replace(dir.to_str().unwrap(), "DIR");
         // The first line carries the wall time; everything after it must repeat.
@@ -228,15 +228,7 @@ fn check_counterexamples_are_deterministic_and_name_the_violating_pair() {
 fn check_prepares_its_out_directory_and_labels_a_witness_as_a_witness() {
     let base = std::env::temp_dir().join(format!("hilock-check-out-{}", std::process::id()));
     let nested = base.join("new/deeper");
-    let out = hilock(&[
-        "check",
-        configs()
-            .join("release-race-literal.json")
-            .to_str()
-            .unwrap(),
-        "--out",
-        nested.to_str().unwrap(),
-    ]);
+    let out = check_literal_release_race(&nested);
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{text}");
     assert!(
@@ -259,15 +251,7 @@ fn check_prepares_its_out_directory_and_labels_a_witness_as_a_witness() {
     // A file where a directory must be: refused with the reason.
     let file = base.join("a-file");
     std::fs::write(&file, b"").unwrap();
-    let out = hilock(&[
-        "check",
-        configs()
-            .join("release-race-literal.json")
-            .to_str()
-            .unwrap(),
-        "--out",
-        file.join("x").to_str().unwrap(),
-    ]);
+    let out = check_literal_release_race(&file.join("x"));
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(

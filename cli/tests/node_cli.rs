@@ -86,10 +86,15 @@ fn spawn_node(file: &Path, id: usize) -> Proc {
 
 /// Wait until node `id` serves its client socket.
 fn wait_socket(c: &Cluster, id: usize) {
+    wait_serving(&c.socket(id), Duration::from_secs(20));
+}
+
+/// Wait (at most `limit`) until a node serves its client socket `sock`.
+fn wait_serving(sock: &Path, limit: Duration) {
     let t = Instant::now();
-    while !c.socket(id).exists() {
-        assert!(t.elapsed() < Duration::from_secs(20), "node {id} starts");
-        std::thread::sleep(Duration::from_millis(20));
+    while !sock.exists() {
+        assert!(t.elapsed() < limit, "node at {} starts", sock.display());
+        std::thread::sleep(Duration::from_millis(10));
     }
 }
 
@@ -1153,11 +1158,7 @@ fn twenty_thousand_silent_connections_neither_exhaust_files_nor_flood_the_log() 
             .spawn()
             .unwrap(),
     );
-    let t = Instant::now();
-    while !sock.exists() {
-        assert!(t.elapsed() < Duration::from_secs(10), "node starts");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_serving(&sock, Duration::from_secs(10));
     let fds = || std::fs::read_dir(format!("/proc/{}/fd", node.0.id())).map_or(0, |d| d.count());
     // The node answers: with its status, or (while max_clients silent clients hold the
     // client socket) with the clear refusal.
@@ -1360,11 +1361,7 @@ fn start_limited(dir: &Path, ulimit: &str, name: &str) -> (Proc, PathBuf, PathBu
             .spawn()
             .unwrap(),
     );
-    let t = Instant::now();
-    while !sock.exists() {
-        assert!(t.elapsed() < Duration::from_secs(10), "node starts");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_serving(&sock, Duration::from_secs(10));
     (node, sock, log)
 }
 

@@ -116,6 +116,20 @@ where
     out
 }
 
+impl<C> PropertyReport<C> {
+    /// The report's line for this property: its name and `holds` / `VIOLATED` (`always`,
+    /// `eventually`) or `reached` / `not reached` (`sometimes`).
+    pub fn line(&self) -> String {
+        let verdict = match (self.kind.as_str(), self.holds) {
+            ("sometimes", true) => "reached",
+            ("sometimes", false) => "not reached",
+            (_, true) => "holds",
+            (_, false) => "VIOLATED",
+        };
+        format!("  {:<45} {verdict}\n", self.name)
+    }
+}
+
 /// The result of a check of the models that report through [`PropertyReport`] (agents,
 /// bakery, faults, tree); `C` is the model's counterexample format.
 #[derive(Clone, Debug, Serialize)]
@@ -248,13 +262,7 @@ impl CheckReport {
             self.config, self.unique_states, self.states, self.max_depth, self.elapsed
         );
         for p in &self.properties {
-            let verdict = match (p.kind.as_str(), p.holds) {
-                ("always", true) => "holds",
-                ("always", false) => "VIOLATED",
-                (_, true) => "reached",
-                (_, false) => "not reached",
-            };
-            s.push_str(&format!("  {:<45} {verdict}\n", p.name));
+            s.push_str(&p.line());
         }
         match self.fifo_bound {
             Some(k) => s.push_str(&format!("  P6 FIFO bypass: least bound k = {k}\n")),

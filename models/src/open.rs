@@ -322,6 +322,19 @@ pub fn diagram_of(text: &str) -> Result<(String, Diagram, Vec<String>), String> 
     Ok((title, d, texts))
 }
 
+/// A name as part of a file name: `P1 mutual exclusion` → `p1-mutual-exclusion`.
+pub fn slug(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '-'
+            }
+        })
+        .collect()
+}
+
 /// Writes the configuration and every counterexample of `report` into `dir`
 /// (`<slug>.config.json`, `<slug>.<property>.trace.json`) and returns, per counterexample,
 /// the command that opens it in the Explorer and the URL of its failing state: what a
@@ -331,17 +344,6 @@ pub fn save_for_explorer(
     report: &crate::check::CheckReport,
     dir: &FsPath,
 ) -> Result<String, String> {
-    let slug = |s: &str| -> String {
-        s.chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() {
-                    c.to_ascii_lowercase()
-                } else {
-                    '-'
-                }
-            })
-            .collect()
-    };
     std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let name = slug(&cfg.name);
     let config = dir.join(format!("{name}.config.json"));
@@ -701,13 +703,7 @@ impl OtherCheck {
         );
         let mut traces = Vec::new();
         for p in &r.properties {
-            let verdict = match (p.kind.as_str(), p.holds) {
-                ("sometimes", true) => "reached",
-                ("sometimes", false) => "not reached",
-                (_, true) => "holds",
-                (_, false) => "VIOLATED",
-            };
-            text.push_str(&format!("  {:<45} {verdict}\n", p.name));
+            text.push_str(&p.line());
             if let Some(t) = &p.counterexample {
                 let v =
                     serde_json::to_value(t).map_err(|e| format!("cannot encode a trace: {e}"))?;
