@@ -270,3 +270,87 @@ fn pcep_and_pip_raise_and_lower_the_effective_priority() {
     assert_eq!(n.site(0).priorities().effective, 0);
     assert_eq!(n.node(1).held(), Mode::W);
 }
+
+/// PIP (Fig. 3.8, `RequestUnlock`): the priority a holder inherited through a lock is given
+/// up with the lock, so a later hold of the same lock with nobody waiting runs at β again —
+/// not at the priority inherited in an earlier hold.
+#[test]
+fn pip_inherited_priority_is_given_up_with_the_lock() {
+    let mut n = Net::star(Inheritance::Pip);
+    n.acquire(0, Mode::R);
+    n.step(1, Input::SetPriority { base: 7 });
+    n.acquire(1, Mode::W); // conflicts with 0's held R: 0 inherits 7 through L
+    n.settle();
+    assert_eq!(n.site(0).priorities().effective, 7);
+    n.release(0);
+    n.settle();
+    assert_eq!(n.node(1).held(), Mode::W);
+    n.release(1);
+    n.settle();
+    n.acquire(0, Mode::R); // nobody waits now
+    n.settle();
+    assert_eq!(n.node(0).held(), Mode::R);
+    assert_eq!(
+        n.site(0).priorities().effective,
+        0,
+        "the priority inherited in the earlier hold came back with the new one"
+    );
+}
+
+/// Rules 8.1 and 8.2: the queue that travels with the token is merged with the receiver's
+/// and sorted by priority stably, so requests of one priority are served in their order of
+/// arrival through every token transfer.
+#[test]
+fn rule_8_2_merged_queue_keeps_arrival_order_within_a_priority() {
+    let mut n = Net::star(Inheritance::None);
+    n.acquire(0, Mode::W);
+    for i in [1, 2, 3] {
+        n.acquire(i, Mode::W);
+        n.settle();
+    }
+    for holder in [0, 1, 2, 3] {
+        assert_eq!(n.node(holder).held(), Mode::W, "W order broken at {holder}");
+        n.release(holder);
+        n.settle();
+    }
+    let order: Vec<u16> = n.granted.iter().map(|g| g.0).collect();
+    assert_eq!(order, vec![0, 1, 2, 3]);
+}
+
+/// PIP (Fig. 3.8, `HandleRequest`) over every conflicting cell of Table 2.1: a token node
+/// holding a mode inherits the priority of a request for any mode that conflicts with it —
+/// U against U and IW, and W against W, included.
+#[test]
+fn pip_the_holder_inherits_from_every_conflicting_mode_of_table_2_1() {
+    use Mode::*;
+    // The X cells of Table 2.1 (p. 10), held mode first, as the thesis prints them: the
+    // kernel's own `compatible` is what a deletion changes, so the test does not ask it.
+    let conflicting = [
+        (IR, W),
+        (R, IW),
+        (R, W),
+        (U, U),
+        (U, IW),
+        (U, W),
+        (IW, R),
+        (IW, U),
+        (IW, W),
+        (W, IR),
+        (W, R),
+        (W, U),
+        (W, IW),
+        (W, W),
+    ];
+    for (held, requested) in conflicting {
+        let mut n = Net::star(Inheritance::Pip);
+        n.acquire(0, held);
+        n.step(1, Input::SetPriority { base: 7 });
+        n.acquire(1, requested);
+        n.settle();
+        assert_eq!(
+            n.site(0).priorities().effective,
+            7,
+            "{held} held, {requested} requested: no priority inherited"
+        );
+    }
+}

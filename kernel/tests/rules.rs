@@ -311,6 +311,67 @@ fn rule_7_upgrade_without_children_is_immediate_and_errors_elsewhere() {
     );
 }
 
+/// Rule 7 (Fig. 2.11) with Table 2.4's column W: while a U holder's upgrade waits for its
+/// children, the modes W conflicts with stay frozen at the token node, so a new R request
+/// waits behind the upgrade — it is granted neither when it arrives nor when one of the
+/// children releases, only after the W holder releases.
+#[test]
+fn rule_7_a_waiting_upgrade_goes_before_a_new_reader() {
+    let mut s = sites();
+    acquire(&mut s, 0, Mode::U);
+    acquire(&mut s, 1, Mode::IR);
+    acquire(&mut s, 3, Mode::IR);
+    assert_eq!(s[1].lock(L).unwrap().held(), Mode::IR);
+    assert_eq!(s[3].lock(L).unwrap().held(), Mode::IR);
+    let outs = step(&mut s, 0, Input::Upgrade { lock: L });
+    assert!(!outs.contains(&Output::Upgraded { lock: L }), "{outs:?}");
+    settle(&mut s);
+    acquire(&mut s, 2, Mode::R);
+    assert_eq!(
+        s[2].lock(L).unwrap().held(),
+        Mode::Phi,
+        "R granted while the upgrade waits"
+    );
+    release(&mut s, 1);
+    assert_eq!(
+        s[2].lock(L).unwrap().held(),
+        Mode::Phi,
+        "R granted when one child released, before the upgrade"
+    );
+    release(&mut s, 3);
+    assert_eq!(s[0].lock(L).unwrap().held(), Mode::W);
+    release(&mut s, 0);
+    assert_eq!(s[2].lock(L).unwrap().held(), Mode::R);
+}
+
+/// Rule 1, the blank cells of Table 2.1 (p. 10): two nodes that request compatible modes
+/// hold them at the same time — the sharing the hierarchy exists for (IR beside IW, R
+/// beside R, U beside R). The cells are written out as the thesis prints them: the
+/// kernel's own `compatible` is what a deletion changes, so the test does not ask it.
+#[test]
+fn rule_1_compatible_modes_are_held_at_once() {
+    use Mode::*;
+    let compatible = [
+        (IR, IR),
+        (IR, R),
+        (IR, U),
+        (IR, IW),
+        (R, R),
+        (R, U),
+        (IW, IW),
+    ];
+    for (a, b) in compatible.into_iter().flat_map(|(a, b)| [(a, b), (b, a)]) {
+        let mut s = sites();
+        acquire(&mut s, 1, a);
+        acquire(&mut s, 2, b);
+        assert_eq!(
+            (s[1].lock(L).unwrap().held(), s[2].lock(L).unwrap().held()),
+            (a, b),
+            "{a} then {b}: not held at once"
+        );
+    }
+}
+
 #[test]
 fn typed_errors_for_inputs_that_do_not_fit() {
     let mut s = sites();

@@ -49,8 +49,9 @@ fn bound(flavor: Flavor, mediums: usize, rounds: usize) -> u8 {
             .iter()
             .find(|(n, _)| *n == name)
             .unwrap_or_else(|| panic!("{name}: no pinned state count (add it to PINNED)"));
-        assert_eq!(
-            r.states, pinned.1,
+        verify::assert_pinned!(
+            r.states,
+            pinned.1,
             "{name}: the reachable state space changed"
         );
     }

@@ -490,6 +490,236 @@ const ROWS: &[Row] = &[
         target: "forwarding_and_pcep",
         filter: "class_pointers_keep_one_pointer_per_mode",
     },
+    Row {
+        rule: "Rule 1 / Table 2.1: IR conflicts with W",
+        rules: &[],
+        file: "kernel/src/mode.rs",
+        from: "pub const fn compatible(a: Mode, b: Mode) -> bool {\n    !conflicts(a, b)",
+        to: "pub const fn compatible(a: Mode, b: Mode) -> bool {\n    matches!((a, b), (Mode::IR, Mode::W) | (Mode::W, Mode::IR)) || !conflicts(a, b)",
+        package: "verify",
+        target: "token",
+        filter: "every_pair_of_modes_requested_concurrently",
+    },
+    Row {
+        rule: "Rule 1 / Table 2.1: R conflicts with IW",
+        rules: &[],
+        file: "kernel/src/mode.rs",
+        from: "pub const fn compatible(a: Mode, b: Mode) -> bool {\n    !conflicts(a, b)",
+        to: "pub const fn compatible(a: Mode, b: Mode) -> bool {\n    matches!((a, b), (Mode::R, Mode::IW) | (Mode::IW, Mode::R)) || !conflicts(a, b)",
+        package: "verify",
+        target: "token",
+        filter: "every_pair_of_modes_requested_concurrently",
+    },
+    Row {
+        rule: "Rule 1 / Table 2.1: U conflicts with U",
+        rules: &[],
+        file: "kernel/src/mode.rs",
+        from: "pub const fn compatible(a: Mode, b: Mode) -> bool {\n    !conflicts(a, b)",
+        to: "pub const fn compatible(a: Mode, b: Mode) -> bool {\n    matches!((a, b), (Mode::U, Mode::U) | (Mode::U, Mode::U)) || !conflicts(a, b)",
+        package: "hilock-kernel",
+        target: "prio",
+        filter: "pip_the_holder_inherits_from_every_conflicting_mode_of_table_2_1",
+    },
+    Row {
+        rule: "Rule 1 / Table 2.1: U conflicts with IW",
+        rules: &[],
+        file: "kernel/src/mode.rs",
+        from: "pub const fn compatible(a: Mode, b: Mode) -> bool {\n    !conflicts(a, b)",
+        to: "pub const fn compatible(a: Mode, b: Mode) -> bool {\n    matches!((a, b), (Mode::U, Mode::IW) | (Mode::IW, Mode::U)) || !conflicts(a, b)",
+        package: "hilock-kernel",
+        target: "prio",
+        filter: "pip_the_holder_inherits_from_every_conflicting_mode_of_table_2_1",
+    },
+    Row {
+        rule: "Rule 1 / Table 2.1: U conflicts with W",
+        rules: &[],
+        file: "kernel/src/mode.rs",
+        from: "pub const fn compatible(a: Mode, b: Mode) -> bool {\n    !conflicts(a, b)",
+        to: "pub const fn compatible(a: Mode, b: Mode) -> bool {\n    matches!((a, b), (Mode::U, Mode::W) | (Mode::W, Mode::U)) || !conflicts(a, b)",
+        package: "verify",
+        target: "token",
+        filter: "every_pair_of_modes_requested_concurrently",
+    },
+    Row {
+        rule: "Rule 1 / Table 2.1: IW conflicts with W",
+        rules: &[],
+        file: "kernel/src/mode.rs",
+        from: "pub const fn compatible(a: Mode, b: Mode) -> bool {\n    !conflicts(a, b)",
+        to: "pub const fn compatible(a: Mode, b: Mode) -> bool {\n    matches!((a, b), (Mode::IW, Mode::W) | (Mode::W, Mode::IW)) || !conflicts(a, b)",
+        package: "verify",
+        target: "token",
+        filter: "every_pair_of_modes_requested_concurrently",
+    },
+    Row {
+        rule: "Rule 1 / Table 2.1: W conflicts with W",
+        rules: &[],
+        file: "kernel/src/mode.rs",
+        from: "pub const fn compatible(a: Mode, b: Mode) -> bool {\n    !conflicts(a, b)",
+        to: "pub const fn compatible(a: Mode, b: Mode) -> bool {\n    matches!((a, b), (Mode::W, Mode::W) | (Mode::W, Mode::W)) || !conflicts(a, b)",
+        package: "hilock-kernel",
+        target: "prio",
+        filter: "pip_the_holder_inherits_from_every_conflicting_mode_of_table_2_1",
+    },
+    Row {
+        rule: "Rule 5.1: a release at the token node serves its queue",
+        rules: &[Rule::Rule5Release],
+        file: "kernel/src/token/node.rs",
+        from: "        self.release_or_keep(cx, before)?;\n        self.check_queue(cx)?;\n        self.finish_freeze(cx, f0)\n    }\n\n    /// `RequestUpgrade()`",
+        to: "        self.release_or_keep(cx, before)?;\n        self.finish_freeze(cx, f0)\n    }\n\n    /// `RequestUpgrade()`",
+        package: "verify",
+        target: "token",
+        filter: "every_pair_of_modes_requested_concurrently",
+    },
+    Row {
+        rule: "Rule 7: a waiting upgrade goes before the queued requests (check_queue_at_token)",
+        rules: &[Rule::Rule7UpgradeWaits],
+        file: "kernel/src/token/node.rs",
+        from: "            if !compatible(mo, head.mode) || upgrade_freeze.blocks(head.mode, head.prio) {",
+        to: "            if !compatible(mo, head.mode) {",
+        package: "hilock-kernel",
+        target: "rules",
+        filter: "rule_7_a_waiting_upgrade_goes_before_a_new_reader",
+    },
+    Row {
+        rule: "Rule 7 / Table 2.4 column W: a waiting upgrade freezes what W conflicts with",
+        rules: &[Rule::Rule7UpgradeWaits],
+        file: "kernel/src/token/node.rs",
+        from: "        if self.pending == Pending::Upgrade {\n            f.freeze(frozen_by(mo, Mode::W), upgrade_prio);",
+        to: "        if false {\n            f.freeze(frozen_by(mo, Mode::W), upgrade_prio);",
+        package: "hilock-kernel",
+        target: "rules",
+        filter: "rule_7_a_waiting_upgrade_goes_before_a_new_reader",
+    },
+    Row {
+        rule: "Rule 8.1: FIFO within a priority: a request goes behind every entry of its own priority",
+        rules: &[Rule::Rule8_1Order],
+        file: "kernel/src/token/node.rs",
+        from: "            .position(|x| x.prio < entry.prio)",
+        to: "            .position(|x| x.prio <= entry.prio)",
+        package: "verify",
+        target: "token",
+        filter: "fifo_bypass_bound_with_and_without_freezing",
+    },
+    Row {
+        rule: "Rule 8.1 / 8.2: a re-sorted queue keeps the arrival order within a priority (sort_by_priority)",
+        rules: &[Rule::Rule8_2Merge],
+        file: "kernel/src/token/node.rs",
+        from: "            if a.prio >= b.prio {\n                break;",
+        to: "            if a.prio > b.prio {\n                break;",
+        package: "hilock-kernel",
+        target: "prio",
+        filter: "rule_8_2_merged_queue_keeps_arrival_order_within_a_priority",
+    },
+    Row {
+        rule: "Table 3.2 CQ: a node keeps a request only if its pending priority is at least the request's",
+        rules: &[Rule::Rule4_1Queue],
+        file: "kernel/src/token/tables.rs",
+        from: "                if pending_prio >= prio {",
+        to: "                if true {",
+        package: "verify",
+        target: "prio_rules",
+        filter: "table_3_2_higher_priority_requests_are_not_kept_behind_lower_ones",
+    },
+    Row {
+        rule: "PCEP (Fig. 3.7): a released lock's ceiling no longer counts",
+        rules: &[Rule::PcepCeiling],
+        file: "kernel/src/token/site.rs",
+        from: "            if node.held() == Mode::Phi {\n                continue;\n            }",
+        to: "",
+        package: "hilock-kernel",
+        target: "prio",
+        filter: "pcep_and_pip_raise_and_lower_the_effective_priority",
+    },
+    Row {
+        rule: "PIP (Fig. 3.8): the priority inherited through a lock is given up with the lock",
+        rules: &[Rule::PipInherit],
+        file: "kernel/src/token/site.rs",
+        from: "        if node.held() == Mode::Phi {\n            *inherited = 0;\n        } else if",
+        to: "        if node.held() == Mode::Phi {\n        } else if",
+        package: "hilock-kernel",
+        target: "prio",
+        filter: "pip_inherited_priority_is_given_up_with_the_lock",
+    },
+    Row {
+        rule: "Rule 1 / Table 2.1: IR is compatible with IR",
+        rules: &[],
+        file: "kernel/src/mode.rs",
+        from: "pub const fn compatible(a: Mode, b: Mode) -> bool {\n    !conflicts(a, b)",
+        to: "pub const fn compatible(a: Mode, b: Mode) -> bool {\n    !matches!((a, b), (Mode::IR, Mode::IR) | (Mode::IR, Mode::IR)) && !conflicts(a, b)",
+        package: "hilock-kernel",
+        target: "rules",
+        filter: "rule_1_compatible_modes_are_held_at_once",
+    },
+    Row {
+        rule: "Rule 1 / Table 2.1: IR is compatible with R",
+        rules: &[],
+        file: "kernel/src/mode.rs",
+        from: "pub const fn compatible(a: Mode, b: Mode) -> bool {\n    !conflicts(a, b)",
+        to: "pub const fn compatible(a: Mode, b: Mode) -> bool {\n    !matches!((a, b), (Mode::IR, Mode::R) | (Mode::R, Mode::IR)) && !conflicts(a, b)",
+        package: "hilock-kernel",
+        target: "rules",
+        filter: "rule_1_compatible_modes_are_held_at_once",
+    },
+    Row {
+        rule: "Rule 1 / Table 2.1: IR is compatible with U",
+        rules: &[],
+        file: "kernel/src/mode.rs",
+        from: "pub const fn compatible(a: Mode, b: Mode) -> bool {\n    !conflicts(a, b)",
+        to: "pub const fn compatible(a: Mode, b: Mode) -> bool {\n    !matches!((a, b), (Mode::IR, Mode::U) | (Mode::U, Mode::IR)) && !conflicts(a, b)",
+        package: "hilock-kernel",
+        target: "rules",
+        filter: "rule_1_compatible_modes_are_held_at_once",
+    },
+    Row {
+        rule: "Rule 1 / Table 2.1: IR is compatible with IW",
+        rules: &[],
+        file: "kernel/src/mode.rs",
+        from: "pub const fn compatible(a: Mode, b: Mode) -> bool {\n    !conflicts(a, b)",
+        to: "pub const fn compatible(a: Mode, b: Mode) -> bool {\n    !matches!((a, b), (Mode::IR, Mode::IW) | (Mode::IW, Mode::IR)) && !conflicts(a, b)",
+        package: "hilock-kernel",
+        target: "rules",
+        filter: "rule_1_compatible_modes_are_held_at_once",
+    },
+    Row {
+        rule: "Rule 1 / Table 2.1: R is compatible with R",
+        rules: &[],
+        file: "kernel/src/mode.rs",
+        from: "pub const fn compatible(a: Mode, b: Mode) -> bool {\n    !conflicts(a, b)",
+        to: "pub const fn compatible(a: Mode, b: Mode) -> bool {\n    !matches!((a, b), (Mode::R, Mode::R) | (Mode::R, Mode::R)) && !conflicts(a, b)",
+        package: "hilock-kernel",
+        target: "rules",
+        filter: "rule_1_compatible_modes_are_held_at_once",
+    },
+    Row {
+        rule: "Rule 1 / Table 2.1: R is compatible with U",
+        rules: &[],
+        file: "kernel/src/mode.rs",
+        from: "pub const fn compatible(a: Mode, b: Mode) -> bool {\n    !conflicts(a, b)",
+        to: "pub const fn compatible(a: Mode, b: Mode) -> bool {\n    !matches!((a, b), (Mode::R, Mode::U) | (Mode::U, Mode::R)) && !conflicts(a, b)",
+        package: "hilock-kernel",
+        target: "rules",
+        filter: "rule_1_compatible_modes_are_held_at_once",
+    },
+    Row {
+        rule: "Rule 1 / Table 2.1: IW is compatible with IW",
+        rules: &[],
+        file: "kernel/src/mode.rs",
+        from: "pub const fn compatible(a: Mode, b: Mode) -> bool {\n    !conflicts(a, b)",
+        to: "pub const fn compatible(a: Mode, b: Mode) -> bool {\n    !matches!((a, b), (Mode::IW, Mode::IW) | (Mode::IW, Mode::IW)) && !conflicts(a, b)",
+        package: "hilock-kernel",
+        target: "rules",
+        filter: "rule_1_compatible_modes_are_held_at_once",
+    },
+    Row {
+        rule: "Table 2.2 cell (IR, R): a non-token node owning only IR may not grant R (Rule 3.1)",
+        rules: &[Rule::Rule3_1CopyGrant],
+        file: "kernel/src/token/tables.rs",
+        from: "        [O, X, X, X, X], // IR\n        [O, O, X, X, X], // R",
+        to: "        [O, O, X, X, X], // IR\n        [O, O, X, X, X], // R",
+        package: "verify",
+        target: "token",
+        filter: "every_pair_of_modes_requested_concurrently",
+    },
 ];
 
 /// Rows whose deletion no check turns red with pins off, each with what is known about
@@ -677,5 +907,44 @@ fn every_rule_the_token_engine_reports_has_a_row() {
     assert!(
         missing.is_empty(),
         "rules without a row in the rule-deletion table: {missing:?}"
+    );
+}
+
+/// `spec/SPEC.md` lists every sub-rule of the thesis with its deletion rows: every row of
+/// the table is named there (in double quotes, under "Every sub-rule and its deletion
+/// row"), and every name there is a row.
+#[test]
+fn every_row_is_listed_under_its_sub_rule_in_the_spec() {
+    let spec = std::fs::read_to_string(root().join("spec/SPEC.md")).expect("spec/SPEC.md");
+    let start = spec
+        .find("### Every sub-rule and its deletion row")
+        .expect("the sub-rule section in spec/SPEC.md");
+    let section = &spec[start..];
+    let table: Vec<&str> = section
+        .lines()
+        .skip_while(|l| !l.starts_with("| rule |"))
+        .skip(2)
+        .take_while(|l| l.starts_with('|'))
+        .collect();
+    assert!(!table.is_empty(), "no sub-rule table");
+    let mut listed = std::collections::BTreeSet::new();
+    for line in &table {
+        let cell = line.trim_end_matches('|').rsplit('|').next().unwrap_or("");
+        for name in cell.split("<br>") {
+            let name = name.trim();
+            let name = name
+                .strip_prefix('"')
+                .and_then(|n| n.strip_suffix('"'))
+                .unwrap_or_else(|| panic!("not a quoted row name: {name:?} in {line}"));
+            assert!(listed.insert(name), "listed twice: {name}");
+        }
+    }
+    let rows: std::collections::BTreeSet<&str> = ROWS.iter().map(|r| r.rule).collect();
+    let missing: Vec<_> = rows.difference(&listed).collect();
+    let unknown: Vec<_> = listed.difference(&rows).collect();
+    assert!(missing.is_empty(), "rows not in spec/SPEC.md: {missing:?}");
+    assert!(
+        unknown.is_empty(),
+        "names in spec/SPEC.md that are no row: {unknown:?}"
     );
 }
