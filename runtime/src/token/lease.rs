@@ -120,11 +120,31 @@ impl Session {
                     id: config.id,
                     incarnation,
                 };
-                let m = Membership::join(&o, &config.cluster, me)
-                    .await
-                    .map_err(|e| {
-                        std::io::Error::other(format!("cannot join the cluster through etcd: {e}"))
-                    })?;
+                let m = match Membership::join(&o, &config.cluster, me).await {
+                    // An earlier run of this id (killed, or a run of this process that lost
+                    // its lease) still holds the member key: its lease ends within `left`
+                    // unless it is renewed. Wait that long (at most the TTL) and try once
+                    // more; a run that is still alive (renewing) is refused again.
+                    Err(crate::membership::Error::IdInUse {
+                        id,
+                        incarnation,
+                        left: Some(left),
+                    }) => {
+                        tracing::warn!(
+                            id,
+                            incarnation = format!("{incarnation:#018x}"),
+                            "an earlier run of this node still holds its member key; its etcd \
+                             lease ends within {} s: waiting that long before joining",
+                            left.as_secs()
+                        );
+                        tokio::time::sleep(left).await;
+                        Membership::join(&o, &config.cluster, me).await
+                    }
+                    r => r,
+                }
+                .map_err(|e| {
+                    std::io::Error::other(format!("cannot join the cluster through etcd: {e}"))
+                })?;
                 let first = match *m.lease().borrow() {
                     LeaseState::Valid { until } => NodeLease::Valid {
                         until,
@@ -215,6 +235,14 @@ impl Session {
         false
     }
 
+    /// The etcd lease id of this run (`None` when static).
+    pub(super) fn lease_id(&self) -> Option<i64> {
+        #[cfg(feature = "etcd")]
+        return self.etcd.as_ref().map(|m| m.lease_id());
+        #[cfg(not(feature = "etcd"))]
+        None
+    }
+
     /// Leaves the membership (revokes the lease: peers see this node gone at once).
     pub(super) async fn leave(self) {
         #[cfg(feature = "etcd")]
@@ -228,6 +256,44 @@ impl Session {
                 tracing::warn!(error = %e, "could not revoke the etcd lease; it ends after its TTL");
             }
         }
+    }
+}
+
+/// Waits until etcd answers, at most `within`, and revokes `lease` there
+/// ([`crate::membership::revoke_lease`]; `Node::etcd_answers`).
+pub(super) async fn etcd_answers(
+    config: &Config,
+    lease: i64,
+    within: Duration,
+) -> Result<(), String> {
+    #[cfg(feature = "etcd")]
+    {
+        let o = crate::membership::EtcdOptions::of_config(config)?;
+        let deadline = Instant::now() + within;
+        let mut last = String::new();
+        while Instant::now() < deadline {
+            let left = deadline - Instant::now();
+            let o = crate::membership::EtcdOptions {
+                timeout: o.timeout.min(left),
+                ..o.clone()
+            };
+            match crate::membership::revoke_lease(&o, lease).await {
+                Ok(()) => return Ok(()),
+                Err(e) => last = e.to_string(),
+            }
+            tokio::time::sleep(
+                Duration::from_millis(100).min(deadline - Instant::now().min(deadline)),
+            )
+            .await;
+        }
+        Err(format!(
+            "etcd did not answer within {within:?} (etcd_rejoin_timeout_ms): {last}"
+        ))
+    }
+    #[cfg(not(feature = "etcd"))]
+    {
+        let _ = (config, lease, within);
+        Err("membership through etcd needs a hilock built with `--features etcd`".into())
     }
 }
 
