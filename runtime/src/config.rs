@@ -624,6 +624,32 @@ addr = "127.0.0.1:7101"
         );
     }
 
+    /// Recovery is on by default where etcd decides who is alive (token engine), off in a
+    /// static cluster and in `Config::new`, and the file can turn it off; a lost lease waits
+    /// `etcd_rejoin_timeout_ms` for etcd (default 60 s).
+    #[test]
+    fn etcd_recovery_is_on_by_default_with_etcd_and_can_be_turned_off() {
+        let etcd = GOOD.replace(
+            "id = 1\n[[",
+            "id = 1\nmembership = \"etcd\"\netcd_endpoints = [\"127.0.0.1:2379\"]\n[[",
+        );
+        let c = Config::from_toml(&etcd, None).unwrap();
+        assert!(c.etcd_recovery);
+        assert_eq!(c.etcd_rejoin_timeout, REJOIN_TIMEOUT);
+        assert!(!Config::from_toml(GOOD, None).unwrap().etcd_recovery);
+        let off = etcd.replacen(
+            "id = 1\n",
+            "id = 1\netcd_recovery = false\netcd_rejoin_timeout_ms = 1500\n",
+            1,
+        );
+        let c = Config::from_toml(&off, None).unwrap();
+        assert!(!c.etcd_recovery);
+        assert_eq!(c.etcd_rejoin_timeout, Duration::from_millis(1500));
+        let zero = etcd.replacen("id = 1\n", "id = 1\netcd_rejoin_timeout_ms = 0\n", 1);
+        let e = Config::from_toml(&zero, None).unwrap_err();
+        assert!(e.contains("etcd_rejoin_timeout_ms"), "{e}");
+    }
+
     #[test]
     fn config_errors_are_one_line() {
         let cases = [

@@ -698,7 +698,7 @@ impl Node {
     pub async fn rejoin(mut self) -> std::io::Result<Node> {
         let config = self.config.clone();
         // The lease is lost: nothing to revoke on the way out (etcd_answers did).
-        drop(self.session.take());
+        self.session = None;
         self.shutdown().await;
         let listener = TcpListener::bind(config.listen).await.map_err(|e| {
             std::io::Error::new(
