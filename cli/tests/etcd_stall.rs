@@ -13,6 +13,8 @@
 //!   lease still alive at etcd), waits for that lease itself and rejoins.
 //! - A node whose lease is lost and that cannot reach etcd exits 75 after
 //!   `etcd_rejoin_timeout_ms`.
+//! - A second live process with a running node's id waits out the lease etcd says the
+//!   other run has left, then is refused (exit 2).
 //!
 //! `cargo test -p hilock --features etcd --test etcd_stall -- --nocapture`
 
@@ -420,6 +422,86 @@ async fn a_node_that_cannot_reach_etcd_after_losing_its_lease_exits_75() {
             "one line says why: {log}"
         );
         assert!(nodes.running(0), "the other node runs on");
+    };
+    tokio::time::timeout(Duration::from_secs(60), body)
+        .await
+        .expect("test body ends within 60 s");
+}
+
+/// A second `hilock node` process with node 0's id (its own peer address and client
+/// socket) while node 0 runs: etcd says node 0's run still holds the member key, so it
+/// waits the time etcd says that lease has left (logged), tries again, is refused — node 0
+/// renews its lease — and exits 2 with one line naming the other run; node 0 serves on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_live_process_with_the_same_id_is_refused_after_waiting_out_the_lease() {
+    let name = "a_second_live_process_with_the_same_id_is_refused_after_waiting_out_the_lease";
+    let Some(etcd) = etcd::start_healthy(name) else {
+        return;
+    };
+    let body = async {
+        let mut nodes = Nodes::start_direct(
+            "twice",
+            &vec![etcd.addr.clone(); 2],
+            10_000,
+            "",
+            "hilock=info",
+        );
+        let (run, _) = until_serving(&nodes.socket(0), "", Duration::from_secs(10))
+            .await
+            .expect("node 0 serves");
+        let dir = tempfile::tempdir().unwrap();
+        let text = std::fs::read_to_string(nodes.config(0)).unwrap();
+        let other = dir.path().join("n0.sock");
+        let text = text.replace(
+            &format!("client = \"{}\"", nodes.socket(0).display()),
+            &format!(
+                "listen = \"{}\"\nclient = \"{}\"",
+                ports::free_addr(),
+                other.display()
+            ),
+        );
+        let file = dir.path().join("n0.toml");
+        std::fs::write(&file, text).unwrap();
+        let t = Instant::now();
+        let out = tokio::task::spawn_blocking(move || {
+            std::process::Command::new(env!("CARGO_BIN_EXE_hilock"))
+                .args(["node", "--config"])
+                .arg(&file)
+                .env("RUST_LOG", "hilock=info")
+                .output()
+                .unwrap()
+        })
+        .await
+        .unwrap();
+        let took = t.elapsed();
+        let err = String::from_utf8_lossy(&out.stderr);
+        let last = err.lines().last().unwrap_or_default().to_string();
+        let after = status(&nodes.socket(0)).await;
+        eprintln!(
+            "{name}: exit {:?} after {took:.3?}; last line: {last}",
+            out.status.code()
+        );
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(
+            err.contains("lease ends within") && err.contains("waiting that long"),
+            "it says how long it waits: {err}"
+        );
+        assert!(
+            took >= Duration::from_secs(1),
+            "it waited before giving up ({took:?})"
+        );
+        assert!(
+            last.starts_with("hilock: error:") && last.contains("node 0 is still a member"),
+            "one line naming the other run: {last}"
+        );
+        let after = after.expect("node 0 answers");
+        assert_eq!(after["serving"], true, "{after}");
+        assert_eq!(
+            after["run"],
+            run.as_str(),
+            "node 0's run is untouched: {after}"
+        );
+        assert!(nodes.running(0));
     };
     tokio::time::timeout(Duration::from_secs(60), body)
         .await

@@ -148,7 +148,8 @@ impl Nodes {
         nodes
     }
 
-    fn config(&self, id: usize) -> PathBuf {
+    /// Node `id`'s configuration file.
+    pub fn config(&self, id: usize) -> PathBuf {
         self.dir.path().join(format!("n{id}.toml"))
     }
 
