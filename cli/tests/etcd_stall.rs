@@ -125,7 +125,8 @@ async fn fence_of(socket: &Path, path: &str) -> u64 {
 /// the SIGCONT every node serves again as a new run (another `run` in its status) within
 /// 2 s, its process never having exited, and each node is granted the path whose token
 /// started at it, and the next node's, with fences above every fence handed out for those
-/// paths before the stall (3.6: regenerated tokens count from the new epoch on).
+/// paths before the stall (3.6: regenerated tokens count from the new epoch on). Twice:
+/// the second stall starts from the epoch the first one's rejoin installed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_etcd_stall_of_twice_the_lease_costs_only_the_commands_running_during_it() {
     let name = "an_etcd_stall_of_twice_the_lease_costs_only_the_commands_running_during_it";
@@ -155,108 +156,116 @@ async fn an_etcd_stall_of_twice_the_lease_costs_only_the_commands_running_during
                 before[p] = before[p].max(fence_of(&nodes.socket(i), &paths[p]).await);
             }
         }
-        let mut wrapper = Wrapper::start(&nodes, 0, &rooted_at("/cmd", 0, N)).await;
+        // Two stalls: from epoch 0, then from the epoch the first one's rejoin installed.
+        let mut epoch = 0;
+        for stall in 1..=2 {
+            let mut wrapper = Wrapper::start(&nodes, 0, &rooted_at("/cmd", 0, N)).await;
 
-        etcd.pause();
-        let paused = Instant::now();
-        let mut dead = None;
-        while paused.elapsed() < 2 * TTL {
-            if dead.is_none() && !wrapper.alive() {
-                dead = Some(paused.elapsed());
+            etcd.pause();
+            let paused = Instant::now();
+            let mut dead = None;
+            while paused.elapsed() < 2 * TTL {
+                if dead.is_none() && !wrapper.alive() {
+                    dead = Some(paused.elapsed());
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
             }
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        // Every old run still answers, and none serves.
-        let mut during = Vec::new();
-        for i in 0..N {
-            let v = status(&nodes.socket(i))
-                .await
-                .unwrap_or_else(|| panic!("node {i}'s old run answers during the stall"));
-            during.push((v["serving"].clone(), v["lease"]["state"].clone()));
-        }
-        let code = wrapper.exit_code(Duration::from_secs(1)).await;
+            // Every old run still answers, and none serves.
+            let mut during = Vec::new();
+            for i in 0..N {
+                let v = status(&nodes.socket(i))
+                    .await
+                    .unwrap_or_else(|| panic!("node {i}'s old run answers during the stall"));
+                during.push((v["serving"].clone(), v["lease"]["state"].clone()));
+            }
+            let code = wrapper.exit_code(Duration::from_secs(1)).await;
 
-        etcd.resume();
-        let resumed = Instant::now();
-        let mut waits = tokio::task::JoinSet::new();
-        for (i, run) in runs.iter().enumerate() {
-            let (socket, run) = (nodes.socket(i), run.clone());
-            waits.spawn(async move {
-                let r = until_serving(&socket, &run, Duration::from_secs(10)).await;
-                (i, r)
-            });
-        }
-        let mut again = vec![None; N];
-        while let Some(r) = waits.join_next().await {
-            let (i, r) = r.unwrap();
-            again[i] = r.map(|(run, at)| (run, at - resumed));
-        }
-        let mut after = vec![0u64; N];
-        let mut granted = Vec::new();
-        for i in 0..N {
-            for p in [i, (i + 1) % N] {
-                let (r, s) = take(&nodes.socket(i), &paths[p], 5_000).await;
-                drop(s);
-                if let Some(f) = r.fence.filter(|_| r.ok) {
-                    after[p] = after[p].max(f);
-                    granted.push((i, p, f));
-                } else {
-                    granted.push((i, p, 0));
-                    eprintln!("node {i}, {}: {:?}", paths[p], r.error);
+            etcd.resume();
+            let resumed = Instant::now();
+            let mut waits = tokio::task::JoinSet::new();
+            for (i, run) in runs.iter().enumerate() {
+                let (socket, run) = (nodes.socket(i), run.clone());
+                waits.spawn(async move {
+                    let r = until_serving(&socket, &run, Duration::from_secs(10)).await;
+                    (i, r)
+                });
+            }
+            let mut again = vec![None; N];
+            while let Some(r) = waits.join_next().await {
+                let (i, r) = r.unwrap();
+                again[i] = r.map(|(run, at)| (run, at - resumed));
+            }
+            let mut after = vec![0u64; N];
+            let mut granted = Vec::new();
+            for i in 0..N {
+                for p in [i, (i + 1) % N] {
+                    let (r, s) = take(&nodes.socket(i), &paths[p], 5_000).await;
+                    drop(s);
+                    if let Some(f) = r.fence.filter(|_| r.ok) {
+                        after[p] = after[p].max(f);
+                        granted.push((i, p, f));
+                    } else {
+                        granted.push((i, p, 0));
+                        eprintln!("node {i}, {}: {:?}", paths[p], r.error);
+                    }
                 }
             }
-        }
-        let cli = status_json(&nodes.socket(0));
-        let up: Vec<bool> = (0..N).map(|i| nodes.running(i)).collect();
-        let times: Vec<String> = again
-            .iter()
-            .enumerate()
-            .map(|(i, a)| match a {
-                Some((_, t)) => format!("node {i} {:.0} ms", t.as_secs_f64() * 1000.0),
-                None => format!("node {i} not within 10 s"),
-            })
-            .collect();
-        eprintln!(
-            "{name}: etcd stopped {:?}; the command dead {dead:.3?} after the SIGSTOP (wrapper \
-             exit {code:?}); during the stall (serving, lease) {during:?}; after the SIGCONT \
-             serving again as a new run: {}; fences before {before:?}, after {after:?} \
-             (grants (node, path, fence) {granted:?}); processes up {up:?}",
-            2 * TTL,
-            times.join(", ")
-        );
-        for i in 0..N {
-            assert!(
-                again[i]
-                    .as_ref()
-                    .is_some_and(|(_, t)| *t <= Duration::from_secs(2)),
-                "node {i} serves again within 2 s of the SIGCONT ({}); its log:\n{}",
-                times[i],
-                nodes.log(i)
+            let cli = status_json(&nodes.socket(0));
+            let up: Vec<bool> = (0..N).map(|i| nodes.running(i)).collect();
+            let times: Vec<String> = again
+                .iter()
+                .enumerate()
+                .map(|(i, a)| match a {
+                    Some((_, t)) => format!("node {i} {:.0} ms", t.as_secs_f64() * 1000.0),
+                    None => format!("node {i} not within 10 s"),
+                })
+                .collect();
+            eprintln!(
+                "{name}, stall {stall}: etcd stopped {:?}; the command dead {dead:.3?} after the SIGSTOP (wrapper \
+                 exit {code:?}); during the stall (serving, lease) {during:?}; after the SIGCONT \
+                 serving again as a new run: {}; fences before {before:?}, after {after:?} \
+                 (grants (node, path, fence) {granted:?}); processes up {up:?}",
+                2 * TTL,
+                times.join(", ")
             );
-        }
-        assert!(
-            dead.is_some(),
-            "the command running during the stall is killed"
-        );
-        assert_eq!(code, Some(77), "its wrapper says: lease lost");
-        for (i, (serving, lease)) in during.iter().enumerate() {
-            assert_eq!(*serving, false, "node {i} serves nothing during the stall");
-            assert_eq!(*lease, "lost", "node {i}'s lease is lost during the stall");
-        }
-        assert_eq!(up, vec![true; N], "no node process exited");
-        for &(i, p, f) in &granted {
+            for i in 0..N {
+                assert!(
+                    again[i]
+                        .as_ref()
+                        .is_some_and(|(_, t)| *t <= Duration::from_secs(2)),
+                    "node {i} serves again within 2 s of the SIGCONT ({}); its log:\n{}",
+                    times[i],
+                    nodes.log(i)
+                );
+            }
             assert!(
-                f > before[p],
-                "node {i} is granted {} after the stall with a fence ({f}) above every fence \
-                 before it ({})",
-                paths[p],
-                before[p]
+                dead.is_some(),
+                "the command running during the stall is killed"
             );
+            assert_eq!(code, Some(77), "its wrapper says: lease lost");
+            for (i, (serving, lease)) in during.iter().enumerate() {
+                assert_eq!(*serving, false, "node {i} serves nothing during the stall");
+                assert_eq!(*lease, "lost", "node {i}'s lease is lost during the stall");
+            }
+            assert_eq!(up, vec![true; N], "no node process exited");
+            for &(i, p, f) in &granted {
+                assert!(
+                    f > before[p],
+                    "node {i} is granted {} after the stall with a fence ({f}) above every fence \
+                     before it ({})",
+                    paths[p],
+                    before[p]
+                );
+            }
+            let cli = cli.expect("hilock status --json answers");
+            assert_eq!(cli["serving"], true, "{cli}");
+            assert_eq!(cli["lease"]["state"], "held", "{cli}");
+            let now = cli["epoch"].as_u64().unwrap_or(0);
+            assert!(now > epoch, "a new epoch after stall {stall}: {cli}");
+            epoch = now;
+            runs = again.into_iter().map(|a| a.unwrap().0).collect();
+            before = after;
         }
-        let cli = cli.expect("hilock status --json answers");
-        assert_eq!(cli["serving"], true, "{cli}");
-        assert_eq!(cli["lease"]["state"], "held", "{cli}");
-        assert!(cli["epoch"].as_u64() >= Some(1), "a new epoch: {cli}");
     };
     tokio::time::timeout(Duration::from_secs(60), body)
         .await

@@ -84,6 +84,11 @@ impl NodeLease {
     }
 }
 
+/// How long after a lease's TTL etcd may take to delete its keys (its lessor looks for
+/// expired leases every 0.5 s, then revokes them through raft).
+#[cfg(feature = "etcd")]
+const EXPIRY_SWEEP: Duration = Duration::from_secs(2);
+
 /// The node's membership session: the etcd membership it joined (nothing when static).
 pub(super) struct Session {
     #[cfg(feature = "etcd")]
@@ -120,29 +125,41 @@ impl Session {
                     id: config.id,
                     incarnation,
                 };
-                let m = match Membership::join(&o, &config.cluster, me).await {
-                    // An earlier run of this id (killed, or a run of this process that lost
-                    // its lease) still holds the member key: its lease ends within `left`
-                    // unless it is renewed. Wait that long (at most the TTL) and try once
-                    // more; a run that is still alive (renewing) is refused again.
-                    Err(crate::membership::Error::IdInUse {
+                let mut m = Membership::join(&o, &config.cluster, me).await;
+                // An earlier run of this id (killed, or a run of this process that lost its
+                // lease) still holds the member key: its lease ends within `left` unless it
+                // is renewed, and etcd deletes the key at its next sweep of expired leases
+                // (every 0.5 s) after that. Wait that long, trying again; a run that is
+                // still alive (renewing) is refused again after it.
+                if let Err(crate::membership::Error::IdInUse {
+                    id,
+                    incarnation,
+                    left: Some(left),
+                }) = &m
+                {
+                    let deadline = Instant::now() + *left + EXPIRY_SWEEP;
+                    tracing::warn!(
                         id,
-                        incarnation,
-                        left: Some(left),
-                    }) => {
-                        tracing::warn!(
-                            id,
-                            incarnation = format!("{incarnation:#018x}"),
-                            "an earlier run of this node still holds its member key; its etcd \
-                             lease ends within {} s: waiting that long before joining",
-                            left.as_secs()
-                        );
-                        tokio::time::sleep(left).await;
-                        Membership::join(&o, &config.cluster, me).await
+                        incarnation = format!("{incarnation:#018x}"),
+                        "an earlier run of this node still holds its member key; its etcd \
+                         lease ends within {} s: waiting that long before joining (and up to \
+                         {EXPIRY_SWEEP:?} more for etcd to delete the key)",
+                        left.as_secs()
+                    );
+                    tokio::time::sleep(*left).await;
+                    loop {
+                        m = Membership::join(&o, &config.cluster, me).await;
+                        match &m {
+                            Err(crate::membership::Error::IdInUse { .. })
+                                if Instant::now() < deadline =>
+                            {
+                                tokio::time::sleep(Duration::from_millis(200)).await
+                            }
+                            _ => break,
+                        }
                     }
-                    r => r,
                 }
-                .map_err(|e| {
+                let m = m.map_err(|e| {
                     std::io::Error::other(format!("cannot join the cluster through etcd: {e}"))
                 })?;
                 let first = match *m.lease().borrow() {
