@@ -36,6 +36,10 @@ use tokio::time::Instant;
 /// Nodes in the cluster.
 const N: usize = 3;
 
+/// One test at a time: each starts etcd and its nodes, and a loaded 2-core machine would
+/// otherwise starve the nodes' lease renewals and blur the times measured.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// The node lease's TTL.
 const TTL: Duration = Duration::from_secs(TTL_S as u64);
 
@@ -130,6 +134,7 @@ async fn fence_of(socket: &Path, path: &str) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_etcd_stall_of_twice_the_lease_costs_only_the_commands_running_during_it() {
     let name = "an_etcd_stall_of_twice_the_lease_costs_only_the_commands_running_during_it";
+    let _one = SERIAL.lock().await;
     let Some(etcd) = etcd::start_healthy(name) else {
         return;
     };
@@ -281,6 +286,7 @@ async fn an_etcd_stall_of_twice_the_lease_costs_only_the_commands_running_during
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_of_a_token_holder_with_the_default_config_is_recovered_within_ttl_plus_1s() {
     let name = "kill_9_of_a_token_holder_with_the_default_config_is_recovered_within_ttl_plus_1s";
+    let _one = SERIAL.lock().await;
     let Some(etcd) = etcd::start_healthy(name) else {
         return;
     };
@@ -381,6 +387,7 @@ async fn kill_9_of_a_token_holder_with_the_default_config_is_recovered_within_tt
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_that_cannot_reach_etcd_after_losing_its_lease_exits_75() {
     let name = "a_node_that_cannot_reach_etcd_after_losing_its_lease_exits_75";
+    let _one = SERIAL.lock().await;
     let Some(etcd) = etcd::start_healthy(name) else {
         return;
     };
@@ -444,6 +451,7 @@ async fn a_node_that_cannot_reach_etcd_after_losing_its_lease_exits_75() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_live_process_with_the_same_id_is_refused_after_waiting_out_the_lease() {
     let name = "a_second_live_process_with_the_same_id_is_refused_after_waiting_out_the_lease";
+    let _one = SERIAL.lock().await;
     let Some(etcd) = etcd::start_healthy(name) else {
         return;
     };
