@@ -288,8 +288,13 @@ pub(super) async fn etcd_answers(
         let o = crate::membership::EtcdOptions::of_config(config)?;
         let deadline = Instant::now() + within;
         let mut last = String::new();
-        while Instant::now() < deadline {
-            let left = deadline - Instant::now();
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            // Each try under the time left: a try sent to a paused etcd is answered as
+            // soon as etcd runs again.
             let o = crate::membership::EtcdOptions {
                 timeout: o.timeout.min(left),
                 ..o.clone()
@@ -298,10 +303,8 @@ pub(super) async fn etcd_answers(
                 Ok(()) => return Ok(()),
                 Err(e) => last = e.to_string(),
             }
-            tokio::time::sleep(
-                Duration::from_millis(100).min(deadline - Instant::now().min(deadline)),
-            )
-            .await;
+            let left = deadline.saturating_duration_since(Instant::now());
+            tokio::time::sleep(Duration::from_millis(100).min(left)).await;
         }
         Err(format!(
             "etcd did not answer within {within:?} (etcd_rejoin_timeout_ms): {last}"

@@ -739,7 +739,10 @@ impl Node {
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
         self.tasks.shutdown().await;
-        if let Some(s) = self.session.take() {
+        // A lost lease is not revoked again (etcd may not answer; `etcd_answers` revoked
+        // it where etcd did).
+        let lost = matches!(*self.shared.lease.borrow(), NodeLease::Lost { .. });
+        if let Some(s) = self.session.take().filter(|_| !lost) {
             s.leave().await;
         }
     }
