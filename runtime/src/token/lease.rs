@@ -14,7 +14,9 @@
 //!   every waiting and new request with an error naming the lease, and a grant that comes
 //!   back after the loss is released, not handed out), and every holder of the client
 //!   socket is told that its lock is lost and its command's process group is killed before
-//!   the lock is released.
+//!   the lock is released. That run is over; `hilock node` replaces it by a new run of the
+//!   node in the same process as soon as etcd answers ([`Node::rejoin`](super::Node::rejoin),
+//!   with `etcd_recovery`), or exits 75 (`docs/faults.md`, "An etcd stall").
 //! - **The member list.** A peer that was a member and whose member key is gone (its lease
 //!   ended at etcd: it crashed, was paused or cut off past its TTL, or left) is *gone* for
 //!   this node's run: the requests of this node that wait on it — the lock's token or the
