@@ -62,7 +62,8 @@ enum Command {
     /// Run a node until Ctrl-C or SIGTERM (logs on stderr; RUST_LOG=hilock=debug for more).
     /// The file names the engine: `engine = "token"` (the default) or `engine = "ring"` (a
     /// node of the ring of the Chord lock paper, which runs until its graceful leave is done or the
-    /// membership service goes away).
+    /// membership service goes away). With `membership = "etcd"`, a run whose etcd lease is
+    /// lost is replaced by a new run as soon as etcd answers again; exit 75 if it cannot be.
     Node {
         /// The configuration file (TOML).
         #[arg(long)]
@@ -268,7 +269,14 @@ fn main() -> ExitCode {
         } => demo::command(
             nodes, requests, seconds, cs_ms, ncs_ms, entries, seed, quiet,
         ),
-        Command::Node { config, id } => node::node(&config, id),
+        Command::Node { config, id } => match node::node(&config, id) {
+            Ok(node::Ended::Stopped(s)) => Ok((s, true)),
+            Ok(node::Ended::LeaseLost(line)) => {
+                eprintln!("hilock: error: {line}");
+                return ExitCode::from(node::EXIT_LEASE_LOST);
+            }
+            Err(e) => Err(e),
+        },
         Command::RingNode {
             id,
             peers,

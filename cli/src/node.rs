@@ -52,27 +52,85 @@ pub const DEFAULT_STATUS_TIMEOUT_MS: u64 = 5000;
 /// `request_timeout_ms` too).
 const DEFAULT_LOCK_TIMEOUT_MS: u64 = 30_000;
 
-pub fn node(config: &std::path::Path, id: Option<u16>) -> Result<(String, bool), String> {
+/// `hilock node`'s exit status when its etcd lease was lost and it could not rejoin
+/// (`etcd_recovery = false`, or etcd did not answer within `etcd_rejoin_timeout_ms`, or the
+/// new run could not start): EX_TEMPFAIL, "try again" — a supervisor's
+/// `Restart=on-failure` starts it again (`docs/operations.md`, "An etcd stall").
+pub const EXIT_LEASE_LOST: u8 = 75;
+
+/// How `hilock node` ended.
+pub enum Ended {
+    /// Stopped by SIGTERM or Ctrl-C (or a ring node's own end): exit 0.
+    Stopped(String),
+    /// Lease lost and not rejoined: [`EXIT_LEASE_LOST`], with the one line to print.
+    LeaseLost(String),
+}
+
+pub fn node(config: &std::path::Path, id: Option<u16>) -> Result<Ended, String> {
     init_logs("hilock=info");
     let mut cfg = hilock_runtime::Config::from_file(config, id)?;
     // Room for max_clients: the soft open-file limit raised, or max_clients lowered.
     hilock_runtime::client::fit_open_files(&mut cfg);
     if cfg.engine == hilock_runtime::config::Engine::Ring {
-        return hilock_runtime::ring::serve_config(&cfg).map(|s| (s, true));
+        return hilock_runtime::ring::serve_config(&cfg).map(Ended::Stopped);
     }
+    let within = cfg.etcd_rejoin_timeout;
     runtime()?.block_on(async {
-        let node = hilock_runtime::Node::start(cfg)
+        let mut node = hilock_runtime::Node::start(cfg)
             .await
             .map_err(|e| e.to_string())?;
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
             .map_err(|e| format!("cannot wait for SIGTERM: {e}"))?;
-        tokio::select! {
-            r = tokio::signal::ctrl_c() => r.map_err(|e| format!("cannot wait for Ctrl-C: {e}"))?,
-            _ = term.recv() => {}
+        let stop = async {
+            tokio::select! {
+                r = tokio::signal::ctrl_c() => r.map_err(|e| format!("cannot wait for Ctrl-C: {e}")),
+                _ = term.recv() => Ok(()),
+            }
+        };
+        tokio::pin!(stop);
+        // Each run serves until it is stopped or its etcd lease is lost; a lost lease is
+        // followed by a new run in this process as soon as etcd answers (with recovery).
+        loop {
+            let lost = tokio::select! {
+                r = &mut stop => { r?; None }
+                reason = node.lease_lost() => Some(reason),
+            };
+            let Some(reason) = lost else { break };
+            tracing::warn!(%reason, recovery = node.recovery(), ?within, "this run's etcd lease is lost; waiting for etcd to answer");
+            let answered = tokio::select! {
+                r = &mut stop => { r?; None }
+                r = node.etcd_answers(within) => Some(r),
+            };
+            let Some(answered) = answered else { break };
+            let why = match answered {
+                Err(e) => Some(e),
+                Ok(()) if !node.recovery() => Some(
+                    "etcd_recovery = false: a new run cannot take this node's locks back \
+                     (restart the whole cluster, or turn etcd_recovery on)"
+                        .to_string(),
+                ),
+                Ok(()) => None,
+            };
+            if let Some(why) = why {
+                node.shutdown().await;
+                return Ok(Ended::LeaseLost(format!(
+                    "the node's etcd lease was lost ({reason}) and it does not rejoin: {why}"
+                )));
+            }
+            let t = std::time::Instant::now();
+            node = match node.rejoin().await {
+                Ok(n) => n,
+                Err(e) => {
+                    return Ok(Ended::LeaseLost(format!(
+                        "the node's etcd lease was lost and its new run could not start: {e}"
+                    )))
+                }
+            };
+            tracing::info!(took = ?t.elapsed(), "rejoined as a new run");
         }
         tracing::info!("stopping");
         node.shutdown().await;
-        Ok((String::new(), true))
+        Ok(Ended::Stopped(String::new()))
     })
 }
 

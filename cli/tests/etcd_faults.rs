@@ -14,14 +14,16 @@
 //! the fault to (1) the first answer to a probe of the affected lock (a W request asked
 //! from each live node behind the fault, again 100 ms after each answer) and (2) service
 //! restored: a probe granted. Where (2) holds today it is asserted to be within the lease
-//! TTL + 1 s ([`Restore::Assert`]). Every test runs twice: without recovery (the default
-//! mode) a dead node's token is not regenerated (`docs/faults.md`, "With etcd membership"),
-//! so a killed node's lock's (2) is printed, "not restored within 4 s" if so
-//! ([`Restore::Report`]); with `etcd_recovery = true` (`…_with_recovery`, `docs/faults.md`,
-//! "With etcd recovery") the survivors install a new epoch, the token is regenerated, and
-//! (2) is asserted for the dead (or paused, or cut off) node's lock too, with no `PeerGone`
-//! accepted. With recovery the paused or cut-off node, once resumed or healed, still grants
-//! nothing; it is then restarted (same id, a new run) and shown to rejoin.
+//! TTL + 1 s ([`Restore::Assert`]). Every test runs twice: with `etcd_recovery = false` a
+//! dead node's token is not regenerated (`docs/faults.md`, "With etcd membership"), so a
+//! killed node's lock's (2) is printed, "not restored within 4 s" if so
+//! ([`Restore::Report`]); in the default configuration (no `etcd_recovery` key: recovery
+//! on; `…_with_recovery`, `docs/faults.md`, "With etcd recovery") the survivors install a
+//! new epoch, the token is regenerated, and (2) is asserted for the dead (or paused, or cut
+//! off) node's lock too, with no `PeerGone` accepted. The paused or cut-off node, once
+//! resumed or healed, grants nothing more as the run that lost its lease: with recovery it
+//! is replaced by a new run in the same process (`docs/faults.md`, "An etcd stall"), shown
+//! to rejoin; without, its process exits with status 75.
 //!
 //! The tests run one at a time (each starts etcd and five nodes; a loaded 2-core machine
 //! would otherwise starve the nodes' 0.5 s lease renewals).
@@ -65,8 +67,9 @@ const RESTORE_GOAL: Duration = Duration::from_secs(TTL_S as u64 + 1);
 /// measured, not cut off at the goal).
 const WINDOW: Duration = Duration::from_secs(TTL_S as u64 + 2);
 
-/// The configuration line of the `…_with_recovery` tests.
-const RECOVERY: &str = "etcd_recovery = true\n";
+/// The configuration line of the tests without recovery (the `…_with_recovery` tests run
+/// the default configuration: recovery on).
+const NO_RECOVERY: &str = "etcd_recovery = false\n";
 
 /// One test at a time.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -96,8 +99,8 @@ struct Cluster {
 impl Cluster {
     /// `None` (after one printed line) where etcd cannot be had. With `cut = Some(p)`, node
     /// p's etcd link and every peer link to and from it go through [`CutProxy`]s. With
-    /// `recovery`, the nodes run with `etcd_recovery = true` (`docs/faults.md`, "With etcd
-    /// recovery").
+    /// `recovery`, the nodes run the default configuration (recovery on, `docs/faults.md`,
+    /// "With etcd recovery"); without, with `etcd_recovery = false`.
     async fn start(
         test: &str,
         cluster: &str,
@@ -126,7 +129,7 @@ impl Cluster {
                 proxies.push(out);
             }
         }
-        let extra = if recovery { RECOVERY } else { "" };
+        let extra = if recovery { "" } else { NO_RECOVERY };
         let nodes = Nodes::start_configured(
             cluster,
             &endpoints,
@@ -296,8 +299,8 @@ fn survivor_with_recovery(o: &Outcome) -> bool {
     matches!(o.kind, Kind::Granted | Kind::Timeout)
 }
 
-/// How a test of a killed node runs: without recovery (the default mode: the dead
-/// node's locks are not restored, its paths fail clearly) or with `etcd_recovery = true`
+/// How a test of a killed node runs: with `etcd_recovery = false` (the dead node's locks
+/// are not restored, its paths fail clearly) or in the default configuration, recovery on
 /// (the dead node's locks are restored within the TTL + 1 s, asserted).
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Run {
@@ -606,17 +609,19 @@ fn lost_lease_node(o: &Outcome, dead_at: Instant) -> bool {
 /// fault at node 1 and `end` ends it once etcd has ended node 1's lease (+ 300 ms). Checks:
 /// the sleep is dead before etcd ends the lease and before any other node is granted
 /// `/held` (the oracle sees the command's hold until it is dead), the wrapper exits 77,
-/// node 1 grants nothing after that and refuses a new request naming its lease.
+/// node 1's run that lost the lease grants nothing after that: a new request right after
+/// the end of the fault is refused naming the lease, or finds that run gone.
 ///
 /// Without recovery (`Run::Static`) `/held` is granted to another node within the TTL + 1 s
-/// of the end of the fault (node 1, resumed, releases it). With recovery (`Run::Recovery`)
-/// the survivors install an epoch without node 1 while it is still paused or cut off, and
+/// of the end of the fault (node 1, resumed, releases it), and node 1's process exits with
+/// status 75 (`docs/operations.md`, "An etcd stall"). With recovery (`Run::Recovery`) the
+/// survivors install an epoch without node 1 while it is still paused or cut off, and
 /// `/held` — its token regenerated — is granted to another node within the TTL + 1 s of the
 /// fault (asserted; the time after etcd ended the lease is printed); after the end of the
-/// fault node 1's old run still grants nothing; then node 1's process is killed and started
-/// again (same id, a new run): it rejoins (an epoch naming it is installed) and is granted
-/// `/held` and a lock of its own, and its clients run the workload for 1 s — every request
-/// at the new run granted.
+/// fault node 1's old run grants nothing and is replaced, in the same process, by a new
+/// run: it rejoins (an epoch naming it is installed) and is granted `/held` and a lock of
+/// its own, and its clients run the workload for 1 s — every request at the new run
+/// granted.
 async fn held_by_a_node_that_loses_its_lease(
     name: &str,
     cl: &mut Cluster,
@@ -627,6 +632,9 @@ async fn held_by_a_node_that_loses_its_lease(
 ) {
     let p = 1usize;
     let held = rooted_at("/held", p as u16, N);
+    let old_run = run_of(&cl.nodes, p)
+        .await
+        .expect("node 1 answers its status");
     let mut wrapper = Wrapper::start(&cl.nodes, p, &held).await;
     cl.rec.command_holds(&wrapper, p, &held);
     let all: Vec<usize> = (0..N).collect();
@@ -641,6 +649,7 @@ async fn held_by_a_node_that_loses_its_lease(
     let probes = probe(&cl.nodes, &cl.rec, &held, &others, t0, window);
     // Meanwhile: when the command dies, when etcd ends node 1's lease; 300 ms after both,
     // the fault ends.
+    let rec = cl.rec.clone();
     let (view, nodes, proxies) = (&mut cl.view, &cl.nodes, &cl.proxies);
     let watch = async {
         let (mut dead, mut gone) = (None, None);
@@ -659,6 +668,9 @@ async fn held_by_a_node_that_loses_its_lease(
         }
         tokio::time::sleep(Duration::from_millis(300)).await;
         let ended = t0.elapsed();
+        // From here on node 1's old run goes away (replaced by a new run, or its process
+        // exits): its broken connections are not failures.
+        rec.killed(p);
         end(nodes, proxies);
         (dead.unwrap(), gone.unwrap(), ended)
     };
@@ -679,15 +691,21 @@ async fn held_by_a_node_that_loses_its_lease(
         )
         .await;
     let rejoined = if run.recovery() {
-        Some(rejoin(cl, p, &held).await)
+        Some(rejoin(cl, p, &held, &old_run, t0 + ended).await)
     } else {
         None
+    };
+    let exit = if run.recovery() {
+        assert!(cl.nodes.running(p), "node {p}'s process did not exit");
+        None
+    } else {
+        tokio::task::block_in_place(|| cl.nodes.exit_code(p, Duration::from_secs(5)))
     };
     work.finish().await;
     eprintln!(
         "{name}: {} at 0: node 1's command dead after {dead:.3?}, its lease gone at etcd \
          after {gone:.3?}, {} after {ended:.3?}; wrapper exit {code:?}; a new request at \
-         node 1 afterwards: {after:?}",
+         node 1 afterwards: {after:?}; node 1's process exit status {exit:?}",
         what.0, what.1
     );
     match run {
@@ -716,13 +734,21 @@ async fn held_by_a_node_that_loses_its_lease(
         "the command must be dead before etcd ends the lease: dead after {dead:?}, gone after {gone:?}"
     );
     assert_eq!(code, Some(77), "the wrapper says: lease lost");
-    assert_eq!(after, Kind::LeaseLost, "node 1 refuses naming its lease");
+    assert!(
+        matches!(after, Kind::LeaseLost | Kind::NodeKilled),
+        "node 1's old run refuses naming its lease, or is gone: {after:?}"
+    );
+    if !run.recovery() {
+        assert_eq!(exit, Some(75), "without recovery node 1 exits 75");
+    }
     let times = rejoined.as_ref().map(|r| (r.killed, r.restarted));
     if let Some(r) = &rejoined {
         eprintln!(
-            "{name}: node {p} killed {:.3?} and its new run serving {:.3?} after the fault",
+            "{name}: the fault ended {:.3?} after it; node {p}'s new run (same process) \
+             serving {:.3?} after the fault, {:.3?} after its end",
             r.killed - t0,
-            r.restarted - t0
+            r.restarted - t0,
+            r.restarted - r.killed
         );
     }
     let accept = |o: &Outcome| {
@@ -740,6 +766,8 @@ async fn held_by_a_node_that_loses_its_lease(
                 matches!(o.kind, Kind::Granted | Kind::NodeKilled)
                     || (o.kind == Kind::LeaseLost && o.answered < restarted)
             }
+            // Without recovery, the old run's process exits once the fault has ended.
+            None if o.answered >= t0 + ended && o.kind == Kind::NodeKilled => true,
             // The old run: nothing granted after its command was killed.
             _ => lost_lease_node(o, dead_at),
         }
@@ -757,9 +785,9 @@ async fn held_by_a_node_that_loses_its_lease(
 
 /// How node `p`'s restart went ([`rejoin`]).
 struct Rejoined {
-    /// When the test killed the old run.
+    /// When the fault ended (the old run goes away from then on).
     killed: Instant,
-    /// When the new run served its client socket (requests after it go to the new run).
+    /// When the new run answered on the client socket (requests after it go to it).
     restarted: Instant,
     /// The epoch that names the new run, and how long after the restart it was seen.
     epoch: u32,
@@ -776,7 +804,7 @@ impl Rejoined {
             .filter(|o| o.node == p && o.issued >= self.restarted && o.kind == Kind::Granted)
             .count();
         eprintln!(
-            "node {p} restarted: epoch {} with the new run seen {:.3} s after the restart; \
+            "node {p} rejoined: epoch {} with the new run seen {:.3} s after it answered; \
              {granted} requests at the new run, all granted",
             self.epoch,
             self.let_in.as_secs_f64()
@@ -790,23 +818,41 @@ impl Rejoined {
     }
 }
 
-/// With recovery, after node `p`'s old run lost its lease: kills that run and starts node
-/// `p` again with the same configuration (a new run, `docs/faults.md`, "With etcd
-/// recovery"); waits for an epoch that names it; then it is asked for `held` and a lock
-/// rooted at it (asserted granted), and two clients on it run the workload for 1 s.
-async fn rejoin(cl: &mut Cluster, p: usize, held: &str) -> Rejoined {
+/// Node `p`'s run, as its status says (`None` if it does not answer within 2 s).
+async fn run_of(nodes: &Nodes, p: usize) -> Option<String> {
+    let (reply, _) = tokio::time::timeout(
+        Duration::from_secs(2),
+        hilock_runtime::client::request(&nodes.socket(p), &hilock_runtime::client::Request::Status),
+    )
+    .await
+    .ok()?
+    .ok()?;
+    Some(reply.status?["run"].as_str()?.to_string())
+}
+
+/// With recovery, after node `p`'s old run (`old_run`) lost its lease and the fault ended
+/// (`ended`): node `p`'s process replaces that run by a new one (`docs/faults.md`, "An etcd
+/// stall"; the test restarts nothing). Waits until its status shows another run, then for
+/// an epoch that names it; then it is asked for `held` and a lock rooted at it (asserted
+/// granted), and two clients on it run the workload for 1 s.
+async fn rejoin(cl: &mut Cluster, p: usize, held: &str, old_run: &str, ended: Instant) -> Rejoined {
     let before = cl.obs.current_epoch().await.expect("the installed epoch");
-    cl.rec.killed(p);
-    let killed = Instant::now();
-    cl.nodes.kill(p);
-    let started = Instant::now();
-    cl.nodes.restart(p);
+    let t = Instant::now();
+    loop {
+        if run_of(&cl.nodes, p).await.is_some_and(|r| r != old_run) {
+            break;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "node {p} starts a new run; its log:\n{}",
+            cl.nodes.log(p)
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     cl.rec.restarted(p);
-    // From here on every request at node p goes to the new run (a client of the old run
-    // that passed its last check before the kill asks at most 15 ms after it).
+    // From here on every request at node p goes to the new run.
     let restarted = Instant::now();
     let id = p as u16;
-    let t = Instant::now();
     let epoch = loop {
         if let Ok(e) = cl.obs.current_epoch().await {
             if e.epoch > before.epoch && e.members.iter().any(|mb| mb.id == id) {
@@ -821,7 +867,7 @@ async fn rejoin(cl: &mut Cluster, p: usize, held: &str) -> Rejoined {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
-    let let_in = started.elapsed();
+    let let_in = restarted.elapsed();
     let own = rooted_at("/again", id, N);
     for path in [held, own.as_str()] {
         let k = cl
@@ -846,7 +892,7 @@ async fn rejoin(cl: &mut Cluster, p: usize, held: &str) -> Rejoined {
     tokio::time::sleep(Duration::from_millis(1_000)).await;
     work.finish().await;
     Rejoined {
-        killed,
+        killed: ended,
         restarted,
         epoch,
         let_in,

@@ -30,6 +30,10 @@ use tokio::time::Instant;
 /// that fails within TTL + 1 s did not time out.
 const REQUEST_TIMEOUT_MS: u64 = 30_000;
 
+/// The tests of what a node does without recovery (`etcd_recovery = false`; the default
+/// with etcd is on).
+const NO_RECOVERY: &str = "etcd_recovery = false\n";
+
 fn lock_req(path: &str, mode: &str) -> Request {
     etcd_cluster::lock_req(path, mode, REQUEST_TIMEOUT_MS)
 }
@@ -100,7 +104,9 @@ fn workload(
 /// by a membership change — and exits 77 (lease lost). After SIGCONT the node finds its
 /// lease lost, grants nothing more, and releases /a; node 0 is then granted /a, with the
 /// sleep long dead. Clients on nodes 0 and 2 meanwhile: 0 violations, and every error
-/// names node 1 (their requests waited on it).
+/// names node 1 (their requests waited on it). With `etcd_recovery = false` node 1 cannot
+/// rejoin: once etcd answers it, its process exits with status 75 (`docs/operations.md`,
+/// "An etcd stall").
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_node_s_command_dies_before_its_lease_ends_and_before_another_node_is_granted() {
     let name =
@@ -110,7 +116,15 @@ async fn a_paused_node_s_command_dies_before_its_lease_ends_and_before_another_n
     };
     let body = async {
         let cluster = "paused";
-        let nodes = Nodes::start(cluster, &vec![etcd.addr.clone(); 3], REQUEST_TIMEOUT_MS);
+        let listen = etcd_cluster::free_addrs(3);
+        let mut nodes = Nodes::start_configured(
+            cluster,
+            &vec![etcd.addr.clone(); 3],
+            REQUEST_TIMEOUT_MS,
+            &listen,
+            |_, j| listen[j],
+            NO_RECOVERY,
+        );
         let (_obs, view) = all_members(&etcd.addr, cluster, 3).await;
         let oracle = Arc::new(Oracle::default());
         let mut wrapper = Wrapper::start(&nodes, 1, "/a").await;
@@ -176,12 +190,13 @@ async fn a_paused_node_s_command_dies_before_its_lease_ends_and_before_another_n
         while let Some(r) = clients.join_next().await {
             granted += r.unwrap();
         }
+        let exit = tokio::task::block_in_place(|| nodes.exit_code(1, Duration::from_secs(5)));
         let errors = errors.lock().unwrap().clone();
         eprintln!(
             "SIGSTOP at 0: sleep dead after {dead:.3?}, node 1's lease gone at etcd after \
              {gone:.3?}, node 1 resumed after {resumed:.3?}, node 0 granted /a after {:.3?} \
-             (after {} refusals: {:?}); wrapper exit {code:?}; workload {granted} grants, {} \
-             errors {:?}; {} pairs and {} fences checked, violations {:?}",
+             (after {} refusals: {:?}); wrapper exit {code:?}; node 1 exit {exit:?}; workload \
+             {granted} grants, {} errors {:?}; {} pairs and {} fences checked, violations {:?}",
             granted_at - stopped,
             tries.len(),
             tries.iter().take(2).collect::<Vec<_>>(),
@@ -196,6 +211,11 @@ async fn a_paused_node_s_command_dies_before_its_lease_ends_and_before_another_n
             "the command must be dead before etcd ends the lease: dead after {dead:?}, gone after {gone:?}"
         );
         assert_eq!(code, Some(77), "the wrapper says: lease lost");
+        assert_eq!(
+            exit,
+            Some(75),
+            "node 1 cannot rejoin without recovery: exit 75"
+        );
         assert!(
             !alive_at_grant,
             "the sleep is dead when node 0 is granted /a"
@@ -310,10 +330,10 @@ async fn a_node_cut_from_etcd_stops_granting_and_kills_its_holders_commands() {
         .expect("test body ends within 60 s");
 }
 
-/// A peer killed with SIGKILL while it holds a path's token: the requests of the other
-/// nodes that wait on it fail with an error naming it within the lease TTL + 1 s of the
-/// kill (not at their 30 s timeout), a new request for that path fails at once, and a
-/// path whose token is elsewhere is still served.
+/// A peer killed with SIGKILL while it holds a path's token, with `etcd_recovery = false`:
+/// the requests of the other nodes that wait on it fail with an error naming it within the
+/// lease TTL + 1 s of the kill (not at their 30 s timeout), a new request for that path
+/// fails at once, and a path whose token is elsewhere is still served.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_peer_fails_the_requests_waiting_on_it_naming_it_within_ttl_plus_1s() {
     let name = "a_killed_peer_fails_the_requests_waiting_on_it_naming_it_within_ttl_plus_1s";
@@ -322,7 +342,15 @@ async fn a_killed_peer_fails_the_requests_waiting_on_it_naming_it_within_ttl_plu
     };
     let body = async {
         let cluster = "killed";
-        let mut nodes = Nodes::start(cluster, &vec![etcd.addr.clone(); 3], REQUEST_TIMEOUT_MS);
+        let listen = etcd_cluster::free_addrs(3);
+        let mut nodes = Nodes::start_configured(
+            cluster,
+            &vec![etcd.addr.clone(); 3],
+            REQUEST_TIMEOUT_MS,
+            &listen,
+            |_, j| listen[j],
+            NO_RECOVERY,
+        );
         let (at1, at0) = (rooted_at("/b", 1, 3), rooted_at("/b", 0, 3));
         let mut wrapper = Wrapper::start(&nodes, 1, &at1).await;
         let mut waiting = tokio::task::JoinSet::new();

@@ -56,16 +56,21 @@
 //! etcd_endpoints = ["127.0.0.1:2379"]  # etcd's client URLs
 //! etcd_lease_ttl_s = 10                # the node lease's TTL (default 10)
 //! etcd_grace_ms = 1000                 # time to kill holders' commands (default 1000)
-//! etcd_recovery = true                 # rebuild a dead node's locks (default false)
+//! etcd_recovery = true                 # rebuild a dead node's locks (default true)
+//! etcd_rejoin_timeout_ms = 60000       # after a lost lease: how long to wait for etcd (default 60000)
 //! etcd_held_back_max = 4096            # recovery: protocol messages a node keeps unread (default 4096)
 //! ```
 //!
 //! the node holds an etcd lease while it runs; when the lease is lost it stops granting and
 //! its holders' commands are killed, and a peer whose lease ends fails the requests that
 //! wait on it ([`crate::token`], `docs/faults.md`, "With etcd membership") — or, with
-//! `etcd_recovery = true`, the survivors install a new epoch with the dead node's locks
-//! rebuilt (its tokens regenerated) and the waiting requests are granted (`docs/faults.md`,
-//! "With etcd recovery").
+//! `etcd_recovery = true` (the default with etcd), the survivors install a new epoch with
+//! the dead node's locks rebuilt (its tokens regenerated) and the waiting requests are
+//! granted (`docs/faults.md`, "With etcd recovery"). A node whose own lease is lost (an
+//! etcd stall longer than the lease, a pause, a cut) waits up to `etcd_rejoin_timeout_ms`
+//! for etcd to answer and then rejoins in-process as a new run; without recovery, or if
+//! etcd does not answer in time, `hilock node` exits with status 75 (`docs/faults.md`, "An
+//! etcd stall").
 
 use serde::Deserialize;
 use std::net::SocketAddr;
@@ -111,6 +116,7 @@ struct File {
     etcd_lease_ttl_s: Option<u32>,
     etcd_grace_ms: Option<u64>,
     etcd_recovery: Option<bool>,
+    etcd_rejoin_timeout_ms: Option<u64>,
     etcd_held_back_max: Option<usize>,
     nodes: Vec<NodeAddr>,
     // The ring engine (the Chord lock paper).
@@ -284,8 +290,14 @@ pub struct Config {
     pub membership: Membership,
     /// With etcd membership: when a member's lease ends, install a new epoch with its locks
     /// rebuilt (`docs/faults.md`, "With etcd recovery") instead of failing the requests
-    /// that wait on it. Off by default.
+    /// that wait on it; and a node whose own lease is lost rejoins as a new run
+    /// ([`crate::Node::rejoin`]). On by default in a configuration file with
+    /// `membership = "etcd"` (the token engine); [`Config::new`] (static) leaves it off.
     pub etcd_recovery: bool,
+    /// With etcd membership: how long a node whose lease is lost waits for etcd to answer
+    /// before `hilock node` gives up (exit status 75; [`crate::Node::etcd_answers`]).
+    /// Default [`REJOIN_TIMEOUT`].
+    pub etcd_rejoin_timeout: Duration,
     /// With `etcd_recovery`: the most protocol messages from peers the node keeps that it
     /// has not given to the kernel yet — queued, or held back while it is frozen or until
     /// it has installed a later epoch (`docs/faults.md`, "With etcd recovery"). At the cap
@@ -299,6 +311,9 @@ pub struct Config {
     /// `None`: off, every run's fences start at 1.
     pub state_dir: Option<PathBuf>,
 }
+
+/// The default of [`Config::etcd_rejoin_timeout`] (`etcd_rejoin_timeout_ms`).
+pub const REJOIN_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The default of [`Config::etcd_held_back_max`].
 pub const HELD_BACK_MAX: usize = 4096;
@@ -319,6 +334,7 @@ impl std::fmt::Debug for Config {
             .field("ring", &self.ring)
             .field("membership", &self.membership)
             .field("etcd_recovery", &self.etcd_recovery)
+            .field("etcd_rejoin_timeout", &self.etcd_rejoin_timeout)
             .field("etcd_held_back_max", &self.etcd_held_back_max)
             .field("state_dir", &self.state_dir)
             .finish()
@@ -354,6 +370,7 @@ impl Config {
             ring: None,
             membership: Membership::Static,
             etcd_recovery: false,
+            etcd_rejoin_timeout: REJOIN_TIMEOUT,
             etcd_held_back_max: HELD_BACK_MAX,
             state_dir: None,
         };
@@ -438,6 +455,7 @@ impl Config {
                     || f.etcd_lease_ttl_s.is_some()
                     || f.etcd_grace_ms.is_some()
                     || f.etcd_recovery.is_some()
+                    || f.etcd_rejoin_timeout_ms.is_some()
                     || f.etcd_held_back_max.is_some()
                 {
                     return Err("etcd_* settings need membership = \"etcd\"".into());
@@ -466,7 +484,15 @@ impl Config {
         if c.state_dir.is_some() && c.engine != Engine::Token {
             return Err("state_dir is the token engine's".into());
         }
-        c.etcd_recovery = f.etcd_recovery.unwrap_or(false);
+        // Where etcd decides who is alive, a dead node's locks are rebuilt unless the file
+        // says otherwise (the ring keeps its own replicas: never).
+        c.etcd_recovery = f.etcd_recovery.unwrap_or(etcd && c.engine == Engine::Token);
+        if let Some(ms) = f.etcd_rejoin_timeout_ms {
+            if ms == 0 {
+                return Err("etcd_rejoin_timeout_ms must be positive".into());
+            }
+            c.etcd_rejoin_timeout = Duration::from_millis(ms);
+        }
         c.etcd_held_back_max = f.etcd_held_back_max.unwrap_or(HELD_BACK_MAX);
         if c.etcd_held_back_max == 0 {
             return Err("etcd_held_back_max must be at least 1".into());
@@ -596,6 +622,32 @@ addr = "127.0.0.1:7101"
                 grace: Duration::from_secs(1),
             }
         );
+    }
+
+    /// Recovery is on by default where etcd decides who is alive (token engine), off in a
+    /// static cluster and in `Config::new`, and the file can turn it off; a lost lease waits
+    /// `etcd_rejoin_timeout_ms` for etcd (default 60 s).
+    #[test]
+    fn etcd_recovery_is_on_by_default_with_etcd_and_can_be_turned_off() {
+        let etcd = GOOD.replace(
+            "id = 1\n[[",
+            "id = 1\nmembership = \"etcd\"\netcd_endpoints = [\"127.0.0.1:2379\"]\n[[",
+        );
+        let c = Config::from_toml(&etcd, None).unwrap();
+        assert!(c.etcd_recovery);
+        assert_eq!(c.etcd_rejoin_timeout, REJOIN_TIMEOUT);
+        assert!(!Config::from_toml(GOOD, None).unwrap().etcd_recovery);
+        let off = etcd.replacen(
+            "id = 1\n",
+            "id = 1\netcd_recovery = false\netcd_rejoin_timeout_ms = 1500\n",
+            1,
+        );
+        let c = Config::from_toml(&off, None).unwrap();
+        assert!(!c.etcd_recovery);
+        assert_eq!(c.etcd_rejoin_timeout, Duration::from_millis(1500));
+        let zero = etcd.replacen("id = 1\n", "id = 1\netcd_rejoin_timeout_ms = 0\n", 1);
+        let e = Config::from_toml(&zero, None).unwrap_err();
+        assert!(e.contains("etcd_rejoin_timeout_ms"), "{e}");
     }
 
     #[test]

@@ -95,12 +95,23 @@ fn two_nodes_join_and_see_each_other() {
         }
         // Node 1 again, as a new incarnation, while the old one is a member: refused.
         let e = Membership::join(&o, "c", m(1, 12)).await.unwrap_err();
-        assert_eq!(
-            e,
-            Error::IdInUse {
-                id: 1,
-                incarnation: 11
-            }
+        let Error::IdInUse {
+            id: 1,
+            incarnation: 11,
+            left: Some(left),
+        } = e
+        else {
+            panic!("refused naming the live run and its lease's time left: {e:?}")
+        };
+        assert!(
+            left <= b.ttl() + Duration::from_secs(1),
+            "{left:?} left of a TTL of {:?}",
+            b.ttl()
+        );
+        assert!(
+            e.to_string()
+                .contains(&format!("ends within {} s", left.as_secs())),
+            "{e}"
         );
         assert_eq!(a.list_members().await.unwrap().len(), 2);
         // Another cluster's prefix is another member list.

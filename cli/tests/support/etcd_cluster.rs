@@ -148,7 +148,8 @@ impl Nodes {
         nodes
     }
 
-    fn config(&self, id: usize) -> PathBuf {
+    /// Node `id`'s configuration file.
+    pub fn config(&self, id: usize) -> PathBuf {
         self.dir.path().join(format!("n{id}.toml"))
     }
 
@@ -234,6 +235,37 @@ impl Nodes {
             .unwrap()
             .success();
         assert!(ok, "kill -{sig} node {id}");
+    }
+
+    /// Node `id`'s exit code once its process has exited, waiting at most `within`
+    /// (`None`: still running, or killed by a signal).
+    pub fn exit_code(&mut self, id: usize, within: Duration) -> Option<i32> {
+        let t = std::time::Instant::now();
+        loop {
+            let c = self.kids[id].as_mut()?;
+            if let Some(st) = c.try_wait().unwrap() {
+                return st.code();
+            }
+            if t.elapsed() > within {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Whether node `id`'s process (the one the test started) still runs.
+    pub fn running(&mut self, id: usize) -> bool {
+        self.kids[id]
+            .as_mut()
+            .is_some_and(|c| c.try_wait().unwrap().is_none())
+    }
+
+    /// Starts node `id` again right after [`Nodes::kill`] without waiting for its socket.
+    pub fn respawn(&mut self, id: usize) {
+        assert!(self.kids[id].is_none(), "node {id} was stopped first");
+        let _ = std::fs::remove_file(self.socket(id));
+        let child = self.spawn(id);
+        self.kids[id] = Some(child);
     }
 
     /// SIGKILL node `id` and reap it.

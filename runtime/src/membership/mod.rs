@@ -140,7 +140,13 @@ pub enum Error {
     /// the one the installer read.
     StaleEpoch { tried: u32, current: u32 },
     /// Another incarnation of node `id` is still a member (its lease has not ended).
-    IdInUse { id: u16, incarnation: u64 },
+    /// `left`: the most time that lease had left when etcd was asked (etcd answers whole
+    /// seconds rounded down: its answer plus 1 s; `None` if etcd did not say).
+    IdInUse {
+        id: u16,
+        incarnation: u64,
+        left: Option<Duration>,
+    },
     /// etcd answered `op` with an error.
     Etcd { op: &'static str, detail: String },
     /// A key under the cluster's prefix does not hold what hilock writes there.
@@ -157,9 +163,24 @@ impl fmt::Display for Error {
                 f,
                 "stale epoch: installing epoch {tried} refused, epoch {current} is installed"
             ),
-            Error::IdInUse { id, incarnation } => write!(
+            Error::IdInUse {
+                id,
+                incarnation,
+                left: Some(left),
+            } => write!(
                 f,
-                "node {id} is still a member (incarnation {incarnation:#018x}): wait until its lease has ended"
+                "node {id} is still a member (incarnation {incarnation:#018x}): its etcd lease \
+                 ends within {} s unless that run renews it; start again after that",
+                left.as_secs()
+            ),
+            Error::IdInUse {
+                id,
+                incarnation,
+                left: None,
+            } => write!(
+                f,
+                "node {id} is still a member (incarnation {incarnation:#018x}): wait until its \
+                 lease has ended (at most the lease TTL)"
             ),
             Error::Etcd { op, detail } => write!(f, "etcd error ({op}): {detail}"),
             Error::Corrupt { key, detail } => write!(f, "etcd key {key}: {detail}"),
@@ -457,6 +478,10 @@ impl Membership {
                 Some(Ok(m)) => Error::IdInUse {
                     id: me.id,
                     incarnation: m.incarnation,
+                    left: match other_lease(&r) {
+                        Some(l) => lease_left(&mut client, l, o.timeout).await,
+                        None => None,
+                    },
                 },
                 Some(Err(e)) => e,
                 None => Error::Etcd {
@@ -735,6 +760,47 @@ fn other_member(r: &etcd_client::TxnResponse) -> Option<Result<Member, Error>> {
         TxnOpResponse::Get(g) => g.kvs().first().map(|kv| parse(kv.key(), kv.value())),
         _ => None,
     })
+}
+
+/// The lease the key in the `or_else` get of a refused create is bound to.
+fn other_lease(r: &etcd_client::TxnResponse) -> Option<i64> {
+    r.op_responses().into_iter().find_map(|op| match op {
+        TxnOpResponse::Get(g) => g.kvs().first().map(|kv| kv.lease()),
+        _ => None,
+    })
+}
+
+/// The most time lease `lease` has left at etcd: etcd's answer, whole seconds rounded
+/// down, plus 1 s (`None`: etcd did not say, or it has none).
+async fn lease_left(client: &mut Client, lease: i64, timeout: Duration) -> Option<Duration> {
+    let r = timed(
+        timeout,
+        "lease time to live",
+        client.lease_time_to_live(lease, None),
+    )
+    .await
+    .ok()?;
+    u64::try_from(r.ttl())
+        .ok()
+        .map(|s| Duration::from_secs(s.saturating_add(1)))
+}
+
+/// Revokes lease `lease` (a lost lease of an earlier run of this process: its member key
+/// goes at once, so a new run can join without waiting for the TTL). `Ok` also where etcd
+/// no longer has the lease; [`Error::Unreachable`] while etcd does not answer — so `Ok`
+/// says that etcd answers.
+pub async fn revoke_lease(o: &EtcdOptions, lease: i64) -> Result<(), Error> {
+    let mut client = connect(o).await?;
+    match tokio::time::timeout(o.timeout, client.lease_revoke(lease)).await {
+        Err(_) => Err(Error::Unreachable {
+            op: "lease revoke",
+            detail: format!("no answer within {:?}", o.timeout),
+        }),
+        Ok(Ok(_)) => Ok(()),
+        // gRPC code 5, not found: the lease has already ended at etcd.
+        Ok(Err(etcd_client::Error::GRpcStatus(s))) if i32::from(s.code()) == 5 => Ok(()),
+        Ok(Err(e)) => Err(classify("lease revoke", e)),
+    }
 }
 
 /// The epoch from the gets of the epoch key and the plan key.

@@ -14,7 +14,9 @@
 //!   every waiting and new request with an error naming the lease, and a grant that comes
 //!   back after the loss is released, not handed out), and every holder of the client
 //!   socket is told that its lock is lost and its command's process group is killed before
-//!   the lock is released.
+//!   the lock is released. That run is over; `hilock node` replaces it by a new run of the
+//!   node in the same process as soon as etcd answers ([`Node::rejoin`](super::Node::rejoin),
+//!   with `etcd_recovery`), or exits 75 (`docs/faults.md`, "An etcd stall").
 //! - **The member list.** A peer that was a member and whose member key is gone (its lease
 //!   ended at etcd: it crashed, was paused or cut off past its TTL, or left) is *gone* for
 //!   this node's run: the requests of this node that wait on it — the lock's token or the
@@ -84,6 +86,11 @@ impl NodeLease {
     }
 }
 
+/// How long after a lease's TTL etcd may take to delete its keys (its lessor looks for
+/// expired leases every 0.5 s, then revokes them through raft).
+#[cfg(feature = "etcd")]
+const EXPIRY_SWEEP: Duration = Duration::from_secs(2);
+
 /// The node's membership session: the etcd membership it joined (nothing when static).
 pub(super) struct Session {
     #[cfg(feature = "etcd")]
@@ -120,11 +127,43 @@ impl Session {
                     id: config.id,
                     incarnation,
                 };
-                let m = Membership::join(&o, &config.cluster, me)
-                    .await
-                    .map_err(|e| {
-                        std::io::Error::other(format!("cannot join the cluster through etcd: {e}"))
-                    })?;
+                let mut m = Membership::join(&o, &config.cluster, me).await;
+                // An earlier run of this id (killed, or a run of this process that lost its
+                // lease) still holds the member key: its lease ends within `left` unless it
+                // is renewed, and etcd deletes the key at its next sweep of expired leases
+                // (every 0.5 s) after that. Wait that long, trying again; a run that is
+                // still alive (renewing) is refused again after it.
+                if let Err(crate::membership::Error::IdInUse {
+                    id,
+                    incarnation,
+                    left: Some(left),
+                }) = &m
+                {
+                    let deadline = Instant::now() + *left + EXPIRY_SWEEP;
+                    tracing::warn!(
+                        id,
+                        incarnation = format!("{incarnation:#018x}"),
+                        "an earlier run of this node still holds its member key; its etcd \
+                         lease ends within {} s: waiting that long before joining (and up to \
+                         {EXPIRY_SWEEP:?} more for etcd to delete the key)",
+                        left.as_secs()
+                    );
+                    tokio::time::sleep(*left).await;
+                    loop {
+                        m = Membership::join(&o, &config.cluster, me).await;
+                        match &m {
+                            Err(crate::membership::Error::IdInUse { .. })
+                                if Instant::now() < deadline =>
+                            {
+                                tokio::time::sleep(Duration::from_millis(200)).await
+                            }
+                            _ => break,
+                        }
+                    }
+                }
+                let m = m.map_err(|e| {
+                    std::io::Error::other(format!("cannot join the cluster through etcd: {e}"))
+                })?;
                 let first = match *m.lease().borrow() {
                     LeaseState::Valid { until } => NodeLease::Valid {
                         until,
@@ -215,6 +254,14 @@ impl Session {
         false
     }
 
+    /// The etcd lease id of this run (`None` when static).
+    pub(super) fn lease_id(&self) -> Option<i64> {
+        #[cfg(feature = "etcd")]
+        return self.etcd.as_ref().map(|m| m.lease_id());
+        #[cfg(not(feature = "etcd"))]
+        None
+    }
+
     /// Leaves the membership (revokes the lease: peers see this node gone at once).
     pub(super) async fn leave(self) {
         #[cfg(feature = "etcd")]
@@ -228,6 +275,47 @@ impl Session {
                 tracing::warn!(error = %e, "could not revoke the etcd lease; it ends after its TTL");
             }
         }
+    }
+}
+
+/// Waits until etcd answers, at most `within`, and revokes `lease` there
+/// ([`crate::membership::revoke_lease`]; `Node::etcd_answers`).
+pub(super) async fn etcd_answers(
+    config: &Config,
+    lease: i64,
+    within: Duration,
+) -> Result<(), String> {
+    #[cfg(feature = "etcd")]
+    {
+        let o = crate::membership::EtcdOptions::of_config(config)?;
+        let deadline = Instant::now() + within;
+        let mut last = String::new();
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            // Each try under the time left: a try sent to a paused etcd is answered as
+            // soon as etcd runs again.
+            let o = crate::membership::EtcdOptions {
+                timeout: o.timeout.min(left),
+                ..o.clone()
+            };
+            match crate::membership::revoke_lease(&o, lease).await {
+                Ok(()) => return Ok(()),
+                Err(e) => last = e.to_string(),
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            tokio::time::sleep(Duration::from_millis(100).min(left)).await;
+        }
+        Err(format!(
+            "etcd did not answer within {within:?} (etcd_rejoin_timeout_ms): {last}"
+        ))
+    }
+    #[cfg(not(feature = "etcd"))]
+    {
+        let _ = (config, lease, within);
+        Err("membership through etcd needs a hilock built with `--features etcd`".into())
     }
 }
 

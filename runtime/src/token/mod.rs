@@ -427,6 +427,9 @@ pub struct Node {
     tasks: JoinSet<()>,
     client: Option<tokio::task::JoinHandle<()>>,
     session: Option<lease::Session>,
+    /// The configuration this run started from, with the addresses it bound (a new run
+    /// started by [`Node::rejoin`] binds the same ones).
+    config: Config,
 }
 
 impl std::fmt::Debug for Node {
@@ -455,6 +458,8 @@ impl Node {
             .validate()
             .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
         let listen = listener.local_addr()?;
+        let mut config = config;
+        config.listen = listen;
         let metrics = match config.metrics {
             Some(addr) => Some(TcpListener::bind(addr).await.map_err(|e| {
                 std::io::Error::new(
@@ -529,6 +534,7 @@ impl Node {
             }
             None => None,
         };
+        config.metrics = metrics_addr;
         let (agents_inbox, agents_rx) = crate::agents::inbox(config.id, config.n());
         let incarnation = rand::random();
         let (session, first_lease) = lease::Session::start(&config, incarnation).await?;
@@ -578,6 +584,7 @@ impl Node {
             tasks,
             client: None,
             session: Some(session),
+            config: config.clone(),
         };
         if let Some(l) = metrics {
             info!(addr = ?node.shared.metrics_addr, "serving metrics at /metrics");
@@ -642,6 +649,66 @@ impl Node {
         self.handle().status().await
     }
 
+    /// Resolves when this run's etcd lease is lost (membership through etcd,
+    /// `docs/faults.md`, "An etcd stall"), with the reason; never with static membership.
+    /// By then the node grants nothing more and its client socket's holders have been told
+    /// their locks are lost (their commands are killed). What is left to do is
+    /// [`Node::etcd_answers`] and [`Node::rejoin`] (with `etcd_recovery`), or
+    /// [`Node::shutdown`].
+    pub async fn lease_lost(&self) -> String {
+        let mut rx = self.shared.lease.subscribe();
+        loop {
+            if let NodeLease::Lost { reason } = &*rx.borrow_and_update() {
+                return reason.clone();
+            }
+            if rx.changed().await.is_err() {
+                return std::future::pending().await;
+            }
+        }
+    }
+
+    /// `etcd_recovery` is on: a run that lost its lease can be replaced by a new run of
+    /// this node in this process ([`Node::rejoin`]).
+    pub fn recovery(&self) -> bool {
+        self.shared.recovery
+    }
+
+    /// After [`Node::lease_lost`]: waits until etcd answers again, at most `within`
+    /// (`etcd_rejoin_timeout_ms`), and revokes this run's lost lease there, so that its
+    /// member key goes at once and a new run of this node can join without waiting for
+    /// the TTL. Meanwhile this run keeps refusing every request (naming its lease) and
+    /// answering `hilock status`. `Err` (one line) if etcd did not answer in time, or
+    /// the membership is static.
+    pub async fn etcd_answers(&self, within: Duration) -> Result<(), String> {
+        let lease = self
+            .session
+            .as_ref()
+            .and_then(|s| s.lease_id())
+            .ok_or("static membership: there is no etcd lease")?;
+        lease::etcd_answers(&self.config, lease, within).await
+    }
+
+    /// Replaces this run, whose lease is lost, by a new run of the node in this process:
+    /// this run stops ([`Node::shutdown`], without leaving: its lease is gone), and a new
+    /// one starts from the same configuration and addresses — a new incarnation that joins
+    /// through etcd exactly as a restarted process does (an earlier run of its id joined:
+    /// with `etcd_recovery` it rejoins holding nothing, and the epoch that lets it in
+    /// regenerates its tokens with fences above every earlier one; `docs/faults.md`, "With
+    /// etcd recovery"). Call it once [`Node::etcd_answers`] said etcd answers.
+    pub async fn rejoin(mut self) -> std::io::Result<Node> {
+        let config = self.config.clone();
+        // The lease is lost: nothing to revoke on the way out (etcd_answers did).
+        self.session = None;
+        self.shutdown().await;
+        let listener = TcpListener::bind(config.listen).await.map_err(|e| {
+            std::io::Error::new(
+                e.kind(),
+                format!("cannot listen on {} again: {e}", config.listen),
+            )
+        })?;
+        Self::start_on(config, listener).await
+    }
+
     /// Stop every task of the node and close its sockets. Clients of the client socket
     /// that hold a lock are told first that it is lost, the commands they registered are
     /// killed, and their locks are released; the messages that hand the released locks
@@ -672,7 +739,10 @@ impl Node {
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
         self.tasks.shutdown().await;
-        if let Some(s) = self.session.take() {
+        // A lost lease is not revoked again (etcd may not answer; `etcd_answers` revoked
+        // it where etcd did).
+        let lost = matches!(*self.shared.lease.borrow(), NodeLease::Lost { .. });
+        if let Some(s) = self.session.take().filter(|_| !lost) {
             s.leave().await;
         }
     }
