@@ -138,7 +138,9 @@ fn with_lock(m: &SpecMsg, lock: LockId) -> SpecMsg {
         | Msg::Grant { lock: l, .. }
         | Msg::Token { lock: l, .. }
         | Msg::Release { lock: l, .. }
-        | Msg::Freeze { lock: l, .. } => *l = lock,
+        | Msg::Freeze { lock: l, .. }
+        | Msg::TryRequest { lock: l, .. }
+        | Msg::Busy { lock: l, .. } => *l = lock,
     }
     m
 }

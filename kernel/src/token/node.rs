@@ -481,33 +481,14 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
             serial,
             prio: cx.effective,
         };
-        let mo = self.owned();
         if self.has_token() {
-            // Rule 3.2 for the token node's own request, subject to Rule 6_PRIO.
-            if compatible(mo, mode) && !self.frozen.blocks(mode, entry.prio) {
-                self.held = mode;
-                self.held_fence = self.next_fence();
-                cx.fire(Rule::Rule3_2OwnGrant);
-                cx.emit(Output::Granted {
-                    lock: cx.lock,
-                    mode,
-                })?;
-            } else {
+            if !self.enter_at_token(cx, mode, entry.prio)? {
                 // Rule 4.2: the token node queues whatever it cannot grant.
                 self.enqueue(cx, entry)?;
                 self.pending = Pending::Request(entry);
                 self.recompute_frozen(cx.variant, cx.effective);
             }
-        } else if grantable(mo, mode) && !self.frozen.blocks(mode, entry.prio) {
-            // Rule 2: M_O ≥ M_R and compatible: enter without any message.
-            self.held = mode;
-            self.held_fence = self.fence;
-            cx.fire(Rule::Rule2Local);
-            cx.emit(Output::Granted {
-                lock: cx.lock,
-                mode,
-            })?;
-        } else {
+        } else if !self.enter_locally(cx, mode, entry.prio)? {
             // Rule 2: otherwise send the request to the parent (a kept mode that does not
             // cover it goes back first, `keep.rs`).
             self.give_back(cx)?;
@@ -515,6 +496,49 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
             self.forward(cx, entry)?;
         }
         self.finish_freeze(cx, f0)
+    }
+
+    /// Rule 3.2 for the token node's own request, subject to Rule 6_PRIO: if `mode` is
+    /// compatible with the owned mode and not frozen, the site enters at once. Returns
+    /// whether it did (nothing changed otherwise).
+    fn enter_at_token<S: Sink<Output<Msg<Q>>>>(
+        &mut self,
+        cx: &mut Ctx<'_, Q, S>,
+        mode: Mode,
+        prio: Priority,
+    ) -> Result<bool, KernelError> {
+        if compatible(self.owned(), mode) && !self.frozen.blocks(mode, prio) {
+            self.held = mode;
+            self.held_fence = self.next_fence();
+            cx.fire(Rule::Rule3_2OwnGrant);
+            cx.emit(Output::Granted {
+                lock: cx.lock,
+                mode,
+            })?;
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
+    /// Rule 2 at a non-token node: M_O ≥ M_R and compatible (Table 2.2), not frozen: the
+    /// site enters without any message. Returns whether it did (nothing changed otherwise).
+    fn enter_locally<S: Sink<Output<Msg<Q>>>>(
+        &mut self,
+        cx: &mut Ctx<'_, Q, S>,
+        mode: Mode,
+        prio: Priority,
+    ) -> Result<bool, KernelError> {
+        if grantable(self.owned(), mode) && !self.frozen.blocks(mode, prio) {
+            self.held = mode;
+            self.held_fence = self.fence;
+            cx.fire(Rule::Rule2Local);
+            cx.emit(Output::Granted {
+                lock: cx.lock,
+                mode,
+            })?;
+            return Ok(true);
+        }
+        Ok(false)
     }
 
     /// hilock's try-lock (`spec/SPEC.md` 1.12): `RequestLock(M_R)` that must not wait. The
@@ -543,47 +567,28 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
             serial,
             prio: cx.effective,
         };
-        let mo = self.owned();
-        let free = !self.frozen.blocks(mode, entry.prio) && !self.queue_conflicts(mode);
+        self.next_serial = serial;
+        // No bypass: a conflicting request waiting here goes first (`queue_conflicts`).
+        let waits_here = self.queue_conflicts(mode);
         if self.has_token() {
-            self.next_serial = serial;
-            if compatible(mo, mode) && free {
-                // Rule 3.2, as for `acquire`.
-                self.held = mode;
-                self.held_fence = self.next_fence();
-                cx.fire(Rule::Rule3_2OwnGrant);
-                cx.emit(Output::Granted {
-                    lock: cx.lock,
-                    mode,
-                })
-            } else {
+            if waits_here || !self.enter_at_token(cx, mode, entry.prio)? {
                 // Where Rule 4.2 would queue it: refused, nothing queued or frozen.
                 cx.fire(Rule::TryRefused);
                 cx.emit(Output::WouldBlock {
                     lock: cx.lock,
                     mode,
-                })
+                })?;
             }
-        } else if grantable(mo, mode) && free {
-            // Rule 2: entered without any message.
-            self.next_serial = serial;
-            self.held = mode;
-            self.held_fence = self.fence;
-            cx.fire(Rule::Rule2Local);
-            cx.emit(Output::Granted {
-                lock: cx.lock,
-                mode,
-            })
-        } else {
+        } else if waits_here || !self.enter_locally(cx, mode, entry.prio)? {
             // Rule 2: the try request goes to the parent (a kept mode first goes back, as
             // for `acquire`).
-            self.next_serial = serial;
             self.shortcut = None;
             self.forget_routes();
             self.give_back(cx)?;
             self.pending = Pending::Try(entry);
-            self.forward_try(cx, entry)
+            self.forward_try(cx, entry)?;
         }
+        Ok(())
     }
 
     /// Whether a request waiting in this node's queue conflicts with `mode`: a try for
@@ -674,11 +679,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
                 self.serve_at_token(cx, entry)?;
             }
         } else {
-            let mo = self.owned();
-            if self.may_serve(cx, entry)
-                && grantable(mo, entry.mode)
-                && !self.frozen.blocks(entry.mode, entry.prio)
-            {
+            if self.copy_grantable(cx, entry) {
                 // Rule 3.1 (Table 2.2) with Rule 6_PRIO.
                 self.copy_grant(cx, entry)?;
             } else if self.may_serve(cx, entry) && self.keeps(entry) {
@@ -711,49 +712,35 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
             return Err(KernelError::UnknownNode(entry.requester));
         }
         self.accept_request_hop(cx.lock, from, hop)?;
-        let mo = self.owned();
-        let free = !self.frozen.blocks(entry.mode, entry.prio) && !self.queue_conflicts(entry.mode);
+        let waits_here = self.queue_conflicts(entry.mode);
         if entry.requester == cx.me {
             if !self.is_pending(entry) {
                 self.stale.requests = self.stale.requests.wrapping_add(1);
                 cx.fire(Rule::StaleRequest);
                 return Ok(());
             }
-            // Our own try came back to us (the token moved here meanwhile).
+            // Our own try came back to us: on to the parent, or (the token moved here
+            // meanwhile) decided here as the token node's own try.
             if !self.has_token() {
                 return self.forward_try(cx, entry);
             }
             self.pending = Pending::None;
-            return if compatible(mo, entry.mode) && free {
-                self.held = entry.mode;
-                self.held_fence = self.next_fence();
-                cx.fire(Rule::Rule3_2OwnGrant);
-                cx.emit(Output::Granted {
-                    lock: cx.lock,
-                    mode: entry.mode,
-                })
-            } else {
+            if waits_here || !self.enter_at_token(cx, entry.mode, entry.prio)? {
                 cx.fire(Rule::TryRefused);
                 cx.emit(Output::WouldBlock {
                     lock: cx.lock,
                     mode: entry.mode,
-                })
-            };
+                })?;
+            }
+            return Ok(());
         }
         if self.has_token() {
-            // Rule 3.2; where Rule 4.2 would queue (and Rule 6 freeze): refused.
-            if compatible(mo, entry.mode) && free {
-                let is_child = self.peer(entry.requester)?.child_owned != Mode::Phi;
-                if tokenable(mo, entry.mode) && (cx.variant.tokenable_transfers || is_child) {
-                    return self.transfer_token(cx, entry);
-                }
-                if grantable(mo, entry.mode) {
-                    return self.copy_grant(cx, entry);
-                }
+            // Rule 3.2; where Rule 4.2 would queue it (and Rule 6 freeze for it): refused.
+            if waits_here || !self.serve_at_token_now(cx, entry)? {
+                self.refuse(cx, entry)?;
             }
-            return self.refuse(cx, entry);
-        }
-        if self.may_serve(cx, entry) && grantable(mo, entry.mode) && free {
+            Ok(())
+        } else if !waits_here && self.copy_grantable(cx, entry) {
             // Rule 3.1 (Table 2.2) with Rule 6_PRIO.
             self.copy_grant(cx, entry)
         } else if self.may_serve(cx, entry) && self.keeps(entry) {
@@ -1058,23 +1045,48 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         entry: QueueEntry,
     ) -> Result<(), KernelError> {
         let mo = self.owned();
-        if compatible(mo, entry.mode) && !self.frozen.blocks(entry.mode, entry.prio) {
-            let is_child = self.peer(entry.requester)?.child_owned != Mode::Phi;
-            if tokenable(mo, entry.mode) && (cx.variant.tokenable_transfers || is_child) {
-                self.transfer_token(cx, entry)
-            } else if grantable(mo, entry.mode) {
-                self.copy_grant(cx, entry)
-            } else {
-                self.enqueue(cx, entry)?;
-                self.recompute_frozen(cx.variant, cx.effective);
-                Ok(())
-            }
-        } else {
-            self.enqueue(cx, entry)?;
-            self.inherit_at_token(cx, entry);
-            self.recompute_frozen(cx.variant, cx.effective);
-            Ok(())
+        let conflict = !compatible(mo, entry.mode) || self.frozen.blocks(entry.mode, entry.prio);
+        if self.serve_at_token_now(cx, entry)? {
+            return Ok(());
         }
+        self.enqueue(cx, entry)?;
+        if conflict {
+            self.inherit_at_token(cx, entry);
+        }
+        self.recompute_frozen(cx.variant, cx.effective);
+        Ok(())
+    }
+
+    /// Rule 3.2 at the token node for another node's request: if it is compatible with the
+    /// owned mode and not frozen (Rule 6_PRIO), the token goes to a tokenable request, a
+    /// copy to a grantable one. Returns whether the request was served (nothing changed
+    /// otherwise: it must then wait, Rule 4.2).
+    fn serve_at_token_now<S: Sink<Output<Msg<Q>>>>(
+        &mut self,
+        cx: &mut Ctx<'_, Q, S>,
+        entry: QueueEntry,
+    ) -> Result<bool, KernelError> {
+        let mo = self.owned();
+        if !compatible(mo, entry.mode) || self.frozen.blocks(entry.mode, entry.prio) {
+            return Ok(false);
+        }
+        let is_child = self.peer(entry.requester)?.child_owned != Mode::Phi;
+        if tokenable(mo, entry.mode) && (cx.variant.tokenable_transfers || is_child) {
+            self.transfer_token(cx, entry)?;
+        } else if grantable(mo, entry.mode) {
+            self.copy_grant(cx, entry)?;
+        } else {
+            return Ok(false);
+        }
+        Ok(true)
+    }
+
+    /// Rule 3.1 (Table 2.2) with Rule 6_PRIO at a non-token node: it may serve the request
+    /// ([`LockNode::may_serve`]), its owned mode covers it, and the mode is not frozen.
+    fn copy_grantable<S>(&self, cx: &Ctx<'_, Q, S>, entry: QueueEntry) -> bool {
+        self.may_serve(cx, entry)
+            && grantable(self.owned(), entry.mode)
+            && !self.frozen.blocks(entry.mode, entry.prio)
     }
 
     /// PIP, HandleRequest at the token node (Fig. 3.8): a request queued because it
