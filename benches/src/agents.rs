@@ -628,7 +628,8 @@ impl TokenSim {
                 sent.push((to.0, crate::token::kind_index(TSite::kind(msg))))
             }
             Output::Granted { .. } => granted = true,
-            Output::Upgraded { .. } => {}
+            // The simulator issues no try-lock.
+            Output::Upgraded { .. } | Output::WouldBlock { .. } => {}
         };
         match (input, from) {
             (Some(input), _) => {

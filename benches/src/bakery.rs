@@ -375,7 +375,8 @@ impl Protocol for BakerySite {
                     }
                     Some(BInput::Wake)
                 }
-                (Role::Client { .. }, Input::SetPriority { .. }) => {
+                // No priorities and no try-lock in the bakery simulator.
+                (Role::Client { .. }, Input::SetPriority { .. } | Input::TryAcquire { .. }) => {
                     return Err(KernelError::InvalidMode)
                 }
             };

@@ -546,6 +546,9 @@ pub fn kind_index(k: MsgKind) -> usize {
         MsgKind::Token => 2,
         MsgKind::Release => 3,
         MsgKind::Freeze => 4,
+        // A try-lock's busy answer, counted with the answers to requests (the simulator
+        // issues no try-lock, so none is sent).
+        MsgKind::Busy => 1,
     }
 }
 
@@ -955,7 +958,7 @@ where
                 events.push(Reverse((at, *seq, Ev::Deliver(key.0, key.1))));
             }
             Output::Granted { .. } => granted = true,
-            Output::Upgraded { .. } => {}
+            Output::Upgraded { .. } | Output::WouldBlock { .. } => {}
         };
         let r = match (input, from) {
             (Some(input), _) => cluster
@@ -1373,7 +1376,7 @@ pub fn naimi_sequential(n: usize, warmup: u64, requests: u64, seed: u64) -> Sequ
                 }
             }
             Output::Granted { .. } => granted = true,
-            Output::Upgraded { .. } => {}
+            Output::Upgraded { .. } | Output::WouldBlock { .. } => {}
         };
         let acquire = Input::Acquire {
             lock,

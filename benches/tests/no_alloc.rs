@@ -93,8 +93,8 @@ fn a_random_run_of_every_step_kind_does_not_allocate() {
         core::array::from_fn(|i| DefaultSite::new(NodeId(i as u16), NodeId(0)).expect("site"));
     let mut wire: heapless::Deque<(NodeId, NodeId, Msg<8>), 512> = heapless::Deque::new();
     let mut out = DefaultOutputs::new();
-    let mut delivered = [0u64; 5];
-    let mut local = [0u64; 3]; // acquire granted at once, acquire sent, release
+    let mut delivered = [0u64; 6];
+    let mut local = [0u64; 3]; // acquire (or try) answered at once, not at once, release
     let mut x: u64 = 0x2545_F491_4F6C_DD1D;
     let mut rnd = move || {
         x ^= x << 13;
@@ -118,6 +118,7 @@ fn a_random_run_of_every_step_kind_does_not_allocate() {
                     MsgKind::Token => 2,
                     MsgKind::Release => 3,
                     MsgKind::Freeze => 4,
+                    MsgKind::Busy => 5,
                 }] += 1;
                 for o in out.iter() {
                     if let Output::Send { to: t, msg } = o {
@@ -131,6 +132,12 @@ fn a_random_run_of_every_step_kind_does_not_allocate() {
             let input = if node.held() != Mode::Phi {
                 local[2] += 1;
                 Input::Release { lock: LOCK }
+            } else if node.pending_mode() == Mode::Phi && (r >> 24) % 4 == 0 {
+                // One acquire in four is a try-lock (`spec/SPEC.md` 1.12).
+                Input::TryAcquire {
+                    lock: LOCK,
+                    mode: modes[(r >> 16) as usize % 5],
+                }
             } else if node.pending_mode() == Mode::Phi {
                 Input::Acquire {
                     lock: LOCK,
@@ -139,7 +146,7 @@ fn a_random_run_of_every_step_kind_does_not_allocate() {
             } else {
                 continue;
             };
-            let is_acquire = matches!(input, Input::Acquire { .. });
+            let is_acquire = matches!(input, Input::Acquire { .. } | Input::TryAcquire { .. });
             out.clear();
             sites[i].step(input, &mut out).expect("local step");
             if is_acquire {
@@ -155,7 +162,7 @@ fn a_random_run_of_every_step_kind_does_not_allocate() {
         }
     });
     assert_eq!(allocs, 0, "allocations during kernel steps");
-    for (k, n) in ["request", "grant", "token", "release", "freeze"]
+    for (k, n) in ["request", "grant", "token", "release", "freeze", "busy"]
         .iter()
         .zip(delivered)
     {

@@ -4,7 +4,9 @@
 use std::process::ExitCode;
 
 use crate::node::ClientAt;
-use crate::run_under_lock::{Event, Watch, EXIT_LEASE_LOST, EXIT_LOCK_LOST, EXIT_NODE_GONE};
+use crate::run_under_lock::{
+    Event, Watch, EXIT_BUSY, EXIT_LEASE_LOST, EXIT_LOCK_LOST, EXIT_NODE_GONE,
+};
 
 /// How much longer than the lock timeout the command waits for the node's answer.
 const ANSWER_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
@@ -27,6 +29,8 @@ pub enum LockRequest {
     Lock {
         path: String,
         mode: String,
+        /// `--try`: refused at once (exit [`EXIT_BUSY`]) instead of waiting.
+        try_lock: bool,
     },
     Txn {
         locks: Vec<String>,
@@ -48,9 +52,17 @@ pub fn lock(
     if let Some(c) = &at.config {
         let cfg = hilock_runtime::Config::from_file(c, Some(at.id.unwrap_or(0)))?;
         if cfg.engine == hilock_runtime::config::Engine::Ring {
-            let LockRequest::Lock { path, mode } = what else {
+            let LockRequest::Lock {
+                path,
+                mode,
+                try_lock,
+            } = what
+            else {
                 return Err("--txn is the agents engine's: a ring takes one PATH MODE".into());
             };
+            if try_lock {
+                return Err("--try is the token engine's: a ring has no try-lock".into());
+            }
             let timeout_ms = timeout_ms.unwrap_or(cfg.request_timeout.as_millis() as u64);
             return ring_lock(
                 &cfg,
@@ -71,7 +83,11 @@ pub fn lock(
     let grace = std::time::Duration::from_millis(kill_grace_ms);
     current_thread()?.block_on(async {
         let (req, path) = match what {
-            LockRequest::Lock { path, mode } => (
+            LockRequest::Lock {
+                path,
+                mode,
+                try_lock,
+            } => (
                 hilock_runtime::client::Request::Lock {
                     path: path.clone(),
                     mode,
@@ -79,6 +95,7 @@ pub fn lock(
                     timeout_ms: Some(timeout_ms),
                     // Run by a command under another `hilock lock` (which sets HILOCK_LOCK).
                     nested: std::env::var_os("HILOCK_LOCK").is_some(),
+                    try_lock,
                 },
                 path,
             ),
@@ -102,6 +119,14 @@ pub fn lock(
             tokio::time::timeout(wait, hilock_runtime::client::request(&socket, &req))
                 .await
                 .map_err(|_| format!("no answer from the node within {wait:?}"))??;
+        if !reply.ok && reply.busy {
+            // `--try` refused: one line, the command does not run.
+            eprintln!(
+                "hilock: {}; the command did not run",
+                reply.error.unwrap_or_else(|| format!("busy: {path}"))
+            );
+            return Ok(std::process::ExitCode::from(EXIT_BUSY));
+        }
         if !reply.ok {
             return Err(reply.error.unwrap_or_else(|| "lock refused".into()));
         }

@@ -119,6 +119,11 @@ enum Command {
         /// With --txn: abort instead of surrendering a lock already reported held.
         #[arg(long, requires = "txn")]
         abort_on_deadlock: bool,
+        /// Try-lock: if the lock (or an ancestor's intention mode) cannot be taken without
+        /// waiting, exit 79 at once without running the command; the request leaves nothing
+        /// queued at any node and is never granted later. Token engine only.
+        #[arg(long = "try", conflicts_with = "txn")]
+        try_lock: bool,
         /// The command and its arguments.
         #[arg(last = true, required = true)]
         command: Vec<String>,
@@ -287,6 +292,7 @@ fn main() -> ExitCode {
             mut locks,
             txn,
             abort_on_deadlock,
+            try_lock,
             command,
             at,
             timeout_ms,
@@ -304,6 +310,7 @@ fn main() -> ExitCode {
                 LockRequest::Lock {
                     path: locks.pop().unwrap_or_default(),
                     mode,
+                    try_lock,
                 }
             } else {
                 eprintln!("hilock: lock takes PATH MODE (or --txn PATH:MODE…)");

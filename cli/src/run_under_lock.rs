@@ -37,6 +37,10 @@ pub const EXIT_LEASE_LOST: u8 = 77;
 /// earlier run whose registration has not yet run out); the command did not run.
 pub const EXIT_ID_IN_USE: u8 = 78;
 
+/// `hilock lock --try`: the lock could not be taken without waiting (it is busy); the
+/// command did not run and nothing of the request was left at any node.
+pub const EXIT_BUSY: u8 = 79;
+
 /// What the holder of the lock says while the command runs.
 pub(crate) enum Event {
     /// The lock is lost: the exit code, the line to print and a bound on the kill grace.

@@ -668,6 +668,7 @@ fn process_clients(
                         priority: 0,
                         timeout_ms: Some(timeout_ms),
                         nested: false,
+                        try_lock: false,
                     };
                     tally.invoked.fetch_add(1, Relaxed);
                     let t = Instant::now();
@@ -933,6 +934,7 @@ async fn a_sigkilled_node_restarted_under_load_causes_no_double_grant_or_storm()
         priority: 0,
         timeout_ms: Some(TIMEOUT_MS),
         nested: false,
+        try_lock: false,
     };
     let (reply, _s) = hilock_runtime::client::request(&procs.socket(0), &req)
         .await

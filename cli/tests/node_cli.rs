@@ -245,6 +245,90 @@ fn hilock_lock_times_out_with_one_line_and_exit_2() {
     }
 }
 
+/// Node `node`'s `hilock status --json`.
+fn status_json(c: &Cluster, node: usize) -> serde_json::Value {
+    let out = run(hilock()
+        .args(["status", "--json", "--timeout-ms", "2000", "--socket"])
+        .arg(c.socket(node)));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// `hilock lock --try` (`docs/cli.md`, exit 79; `spec/SPEC.md` 1.12): while node 0 holds
+/// /t in W, a try of /t in W on node 1 exits 79 within a second on loopback with one line,
+/// and CMD does not run; when the holder releases, nothing is granted to node 1 (its
+/// status: no grant, no abandoned grant, /t neither held nor pending). Then the lock is
+/// free and a try runs CMD.
+#[test]
+fn hilock_lock_try_exits_79_at_once_and_is_never_granted_later() {
+    let c = start(2);
+    wait_peer_state(&c, 1, 0, "connected");
+    let held = c.dir.path().join("held");
+    let mut holder = Proc(
+        lock_cmd(
+            &c.socket(0),
+            "/t",
+            "W",
+            &format!("echo held > {}; sleep 2", held.display()),
+        )
+        .spawn()
+        .unwrap(),
+    );
+    wait_file(&held);
+    let ran = c.dir.path().join("ran");
+    let touch = format!("touch {}", ran.display());
+    let t = Instant::now();
+    let out = run(hilock()
+        .args(["lock", "--try", "/t", "W", "--socket"])
+        .arg(c.socket(1))
+        .args(["--", "sh", "-c", &touch]));
+    let took = t.elapsed();
+    println!("hilock lock --try refused in {took:?}");
+    assert_eq!(out.status.code(), Some(79), "{}", text(&out.stderr));
+    assert!(took < Duration::from_secs(1), "took {took:?}");
+    let e = text(&out.stderr);
+    assert!(
+        e.contains("busy") && e.trim_end().lines().count() == 1,
+        "{e}"
+    );
+    assert!(!ran.exists(), "CMD did not run");
+    let _ = holder.0.wait();
+    // Node 0 released /t; nothing reaches node 1 for it.
+    let t = Instant::now();
+    loop {
+        let v = status_json(&c, 0);
+        let l = v["locks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|l| l["path"] == "/t")
+            .cloned();
+        if l.is_some_and(|l| l["held"] == "Φ" && l["holders"] == 0) {
+            break;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "node 0 releases /t: {v}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let v = status_json(&c, 1);
+    assert_eq!(v["stats"]["grants"], 0, "{v}");
+    assert_eq!(v["stats"]["abandoned_grants"], 0, "{v}");
+    assert_eq!(v["stats"]["would_block"], 1, "{v}");
+    for l in v["locks"].as_array().unwrap() {
+        assert!(l["held"] == "Φ" && l["pending"] == "Φ", "{l}");
+    }
+    // Free now: the try is granted and CMD runs.
+    let out = run(hilock()
+        .args(["lock", "--try", "/t", "W", "--socket"])
+        .arg(c.socket(1))
+        .args(["--", "sh", "-c", &touch]));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(ran.exists());
+}
+
 #[test]
 fn config_errors_give_one_line_and_a_nonzero_exit() {
     let dir = tempfile::tempdir().unwrap();

@@ -146,6 +146,7 @@ fn describe(input: &Input<'_, FwMsg>, names: &[&str]) -> Line {
     let mut s = Line::new();
     let _ = match input {
         Input::Acquire { lock, mode } => write!(s, "acquire {mode} @{}", lock.0),
+        Input::TryAcquire { lock, mode } => write!(s, "try {mode} @{}", lock.0),
         Input::Release { lock } => write!(s, "release @{}", lock.0),
         Input::Upgrade { lock } => write!(s, "upgrade @{}", lock.0),
         Input::SetPriority { base } => write!(s, "priority {base}"),

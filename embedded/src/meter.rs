@@ -24,7 +24,7 @@ pub const WINDOW: usize = 16 * 1024;
 const PATTERN: u32 = 0xDEAD_BEEF;
 
 /// Kinds of step, for per-kind figures.
-pub const KINDS: [&str; 9] = [
+pub const KINDS: [&str; 11] = [
     "acquire",
     "release",
     "upgrade",
@@ -34,6 +34,8 @@ pub const KINDS: [&str; 9] = [
     "deliver token",
     "deliver release",
     "deliver freeze",
+    "try acquire",
+    "deliver busy",
 ];
 
 fn kind(input: &Input<'_, FwMsg>) -> usize {
@@ -42,12 +44,14 @@ fn kind(input: &Input<'_, FwMsg>) -> usize {
         Input::Release { .. } => 1,
         Input::Upgrade { .. } => 2,
         Input::SetPriority { .. } => 3,
+        Input::TryAcquire { .. } => 9,
         Input::Deliver { msg, .. } => match msg.kind() {
             MsgKind::Request => 4,
             MsgKind::Grant => 5,
             MsgKind::Token => 6,
             MsgKind::Release => 7,
             MsgKind::Freeze => 8,
+            MsgKind::Busy => 10,
         },
     }
 }

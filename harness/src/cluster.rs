@@ -5,7 +5,8 @@
 //! (`hilock_benches::token`), the kernel's integration tests and the bench scenarios — routes
 //! the `Send` outputs of a step, delivers messages and checks the global properties through
 //! this one type. A property is written once, in its own file under [`crate::properties`]
-//! (P1, P2, P3, P3b, deadlock at quiescence, no kernel error, P10 fencing tokens), and
+//! (P1, P2, P3, P3b, deadlock at quiescence, no kernel error, P10 fencing tokens, P11 and P12
+//! for try-locks), and
 //! checked by all of them.
 //!
 //! # The network
@@ -295,6 +296,11 @@ pub struct Cluster<P: Protocol> {
     /// each mode (indexed by `Mode as usize`), and the first grant that broke the order.
     pub(crate) fences: BTreeMap<LockId, [Option<u64>; 6]>,
     pub(crate) fence_breach: Option<FenceBreach>,
+    /// Ghost history for the try-lock properties: the (node, lock) pairs whose last try
+    /// was refused (`Output::WouldBlock`) and which have asked for nothing since, and the
+    /// first grant to one of them.
+    pub(crate) refused: BTreeSet<(NodeId, LockId)>,
+    pub(crate) try_breach: Option<(NodeId, LockId, Mode)>,
     // Bookkeeping (not state).
     seq: u64,
     sent: u64,
@@ -317,6 +323,8 @@ impl<P: Protocol> Clone for Cluster<P> {
             error: self.error,
             fences: self.fences.clone(),
             fence_breach: self.fence_breach.clone(),
+            refused: self.refused.clone(),
+            try_breach: self.try_breach,
             seq: self.seq,
             sent: self.sent,
             steps: self.steps,
@@ -346,6 +354,8 @@ where
             && self.error == o.error
             && self.fences == o.fences
             && self.fence_breach == o.fence_breach
+            && self.refused == o.refused
+            && self.try_breach == o.try_breach
     }
 }
 impl<P: Protocol + Eq> Eq for Cluster<P> where P::Msg: Eq {}
@@ -366,6 +376,8 @@ where
         self.error.hash(h);
         self.fences.hash(h);
         self.fence_breach.hash(h);
+        self.refused.hash(h);
+        self.try_breach.hash(h);
     }
 }
 
@@ -403,6 +415,8 @@ where
             error: None,
             fences: BTreeMap::new(),
             fence_breach: None,
+            refused: BTreeSet::new(),
+            try_breach: None,
             seq: 0,
             sent: 0,
             steps: 0,
@@ -564,6 +578,10 @@ where
         record: bool,
         out: &mut S,
     ) -> Result<Report, StepError> {
+        let asked = match input {
+            Input::Acquire { lock, .. } | Input::TryAcquire { lock, .. } => Some(lock),
+            _ => None,
+        };
         let slot = &mut self.sites[node.idx()];
         // The cached hash is stale once the site may have changed.
         slot.hash = AtomicU64::new(0);
@@ -576,6 +594,10 @@ where
         };
         match report {
             Ok(r) => {
+                if let Some(lock) = asked {
+                    // A new request: the refusal of an earlier try is history.
+                    self.refused.remove(&(node, lock));
+                }
                 self.steps += 1;
                 self.rules = self.rules.union(r.rules);
                 Ok(r)
@@ -596,8 +618,12 @@ where
         see(&o);
         match o {
             Output::Send { to, msg } => self.route(from, to, msg),
-            Output::Granted { lock, mode } => self.note_fence(from, lock, mode),
+            Output::Granted { lock, mode } => {
+                self.note_try_grant(from, lock, mode);
+                self.note_fence(from, lock, mode)
+            }
             Output::Upgraded { lock } => self.note_fence(from, lock, Mode::W),
+            Output::WouldBlock { lock, .. } => self.note_would_block(from, lock),
         }
     }
 
@@ -865,6 +891,7 @@ where
             site: Arc::new(site),
             hash: AtomicU64::new(0),
         };
+        self.refused.retain(|(n, _)| *n != node);
         true
     }
 

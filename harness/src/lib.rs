@@ -3,7 +3,7 @@
 //! The one harness every host-side driver of the kernel uses: a [`Cluster`] of sites of one
 //! [`hilock_kernel::Protocol`], the network between them (FIFO or unordered channels) and
 //! the faults a caller injects ([`cluster`]), and the global properties checked over it,
-//! one file each ([`properties`]: P1, P2, P3, P3b, P4, no kernel error, P10). A property is
+//! one file each ([`properties`]: P1, P2, P3, P3b, P4, no kernel error, P10, P11, P12). A property is
 //! written here once and checked by every driver: the Stateright models (`hilock-models`),
 //! the scenario runner and robustness proptests (`hilock-spec`), the simulator
 //! (`hilock-benches`) and the kernel's integration tests.

@@ -6,7 +6,7 @@ use hilock_harness::properties;
 use std::path::Path;
 
 /// The name of every property the harness checks, as violations report it.
-const NAMES: [&str; 7] = [
+const NAMES: [&str; 9] = [
     properties::P1,
     properties::P2,
     properties::P3,
@@ -14,6 +14,8 @@ const NAMES: [&str; 7] = [
     properties::P4,
     properties::NO_ERROR,
     properties::FENCE,
+    properties::P11,
+    properties::P12,
 ];
 
 #[test]

@@ -57,8 +57,8 @@ const fn varint_len(n: usize) -> usize {
     k
 }
 
-/// The variant index, a varint: one byte for the five kinds.
-const TAG: usize = varint_len(4);
+/// The variant index, a varint: one byte for the seven variants.
+const TAG: usize = varint_len(6);
 const LOCK: usize = LockId::POSTCARD_MAX_SIZE;
 const ENTRY: usize = QueueEntry::POSTCARD_MAX_SIZE;
 const MODE: usize = Mode::POSTCARD_MAX_SIZE;
@@ -75,8 +75,11 @@ const fn max(a: usize, b: usize) -> usize {
 }
 
 impl<const Q: usize> Msg<Q> {
-    /// The largest frame of a [`Msg::Request`]: lock, entry, hop.
+    /// The largest frame of a [`Msg::Request`] or a [`Msg::TryRequest`] (both of kind
+    /// [`MsgKind::Request`]): lock, entry, hop.
     pub const MAX_REQUEST: usize = TAG + LOCK + ENTRY + U32;
+    /// The largest frame of a [`Msg::Busy`]: lock, entry.
+    pub const MAX_BUSY: usize = TAG + LOCK + ENTRY;
     /// The largest frame of a [`Msg::Grant`]: lock, entry, epoch, recorded, frozen, fence.
     pub const MAX_GRANT: usize = TAG + LOCK + ENTRY + U32 + MODE + FROZEN + U64;
     /// The largest frame of a [`Msg::Token`]: lock, entry, generation, sender_owned, epoch,
@@ -90,7 +93,7 @@ impl<const Q: usize> Msg<Q> {
     /// The largest frame of any message: a buffer of this many bytes holds every one.
     pub const MAX_FRAME: usize = max(
         max(max(Self::MAX_REQUEST, Self::MAX_GRANT), Self::MAX_TOKEN),
-        max(Self::MAX_RELEASE, Self::MAX_FREEZE),
+        max(max(Self::MAX_RELEASE, Self::MAX_FREEZE), Self::MAX_BUSY),
     );
 
     /// The largest frame of a message of kind `kind`.
@@ -101,6 +104,7 @@ impl<const Q: usize> Msg<Q> {
             MsgKind::Token => Self::MAX_TOKEN,
             MsgKind::Release => Self::MAX_RELEASE,
             MsgKind::Freeze => Self::MAX_FREEZE,
+            MsgKind::Busy => Self::MAX_BUSY,
         }
     }
 }

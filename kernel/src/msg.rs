@@ -128,6 +128,26 @@ pub enum Msg<const Q: usize> {
         /// The frozen modes with thresholds.
         modes: Frozen,
     },
+    /// hilock's try-lock (`spec/SPEC.md` 1.12): a request that must not wait. It travels
+    /// the route of a [`Msg::Request`] (Rules 2, 4.1 F) and is granted where a request
+    /// would be granted (Rules 3.1, 3.2); where a request would be queued (Rules 4.1 Q,
+    /// 4.2) or frozen for (Rule 6) the node answers [`Msg::Busy`] instead.
+    TryRequest {
+        /// The lock.
+        lock: LockId,
+        /// The request (never queued anywhere).
+        entry: QueueEntry,
+        /// Numbered with the [`Msg::Request`]s the sender sent the receiver for this lock.
+        hop: u32,
+    },
+    /// hilock's try-lock (`spec/SPEC.md` 1.12): the sender would have queued the
+    /// [`Msg::TryRequest`] `entry`; sent straight to its requester, which gives up.
+    Busy {
+        /// The lock.
+        lock: LockId,
+        /// The refused request.
+        entry: QueueEntry,
+    },
 }
 
 impl<const Q: usize> Msg<Q> {
@@ -138,7 +158,9 @@ impl<const Q: usize> Msg<Q> {
             | Msg::Grant { lock, .. }
             | Msg::Token { lock, .. }
             | Msg::Release { lock, .. }
-            | Msg::Freeze { lock, .. } => *lock,
+            | Msg::Freeze { lock, .. }
+            | Msg::TryRequest { lock, .. }
+            | Msg::Busy { lock, .. } => *lock,
         }
     }
 
@@ -150,6 +172,8 @@ impl<const Q: usize> Msg<Q> {
             Msg::Token { .. } => MsgKind::Token,
             Msg::Release { .. } => MsgKind::Release,
             Msg::Freeze { .. } => MsgKind::Freeze,
+            Msg::TryRequest { .. } => MsgKind::Request,
+            Msg::Busy { .. } => MsgKind::Busy,
         }
     }
 }
@@ -158,7 +182,7 @@ impl<const Q: usize> Msg<Q> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum MsgKind {
-    /// [`Msg::Request`] (and Naimi-Trehel requests).
+    /// [`Msg::Request`] and [`Msg::TryRequest`] (and Naimi-Trehel requests).
     Request,
     /// [`Msg::Grant`].
     Grant,
@@ -168,6 +192,8 @@ pub enum MsgKind {
     Release,
     /// [`Msg::Freeze`].
     Freeze,
+    /// [`Msg::Busy`].
+    Busy,
 }
 
 /// An input to a site: a user operation or a delivered message. Time and randomness never
@@ -176,6 +202,15 @@ pub enum MsgKind {
 pub enum Input<'a, M> {
     /// User API `RequestLock(M_R)` (Fig. 2.4).
     Acquire {
+        /// The lock.
+        lock: LockId,
+        /// The requested mode (not Φ).
+        mode: Mode,
+    },
+    /// hilock's try-lock (`spec/SPEC.md` 1.12): `RequestLock(M_R)` that must not wait. It
+    /// ends in [`Output::Granted`] (at once, or when a grant or the token arrives) or in
+    /// [`Output::WouldBlock`], and leaves no queue entry, freeze or pending request behind.
+    TryAcquire {
         /// The lock.
         lock: LockId,
         /// The requested mode (not Φ).
@@ -228,6 +263,14 @@ pub enum Output<M> {
     Upgraded {
         /// The lock.
         lock: LockId,
+    },
+    /// The local user's [`Input::TryAcquire`] was refused: granting it would have meant
+    /// waiting. Nothing of the request is left in the protocol; no grant follows.
+    WouldBlock {
+        /// The lock.
+        lock: LockId,
+        /// The mode that was tried.
+        mode: Mode,
     },
 }
 

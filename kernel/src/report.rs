@@ -131,6 +131,13 @@ named_rules! {
     StaleRelease = "stale release",
     /// A freeze from a node that is not the parent (or while owning Φ) was dropped.
     StaleFreeze = "stale freeze",
+    /// hilock's try-lock (`spec/SPEC.md` 1.12): a try request that Rule 4.1 Q or 4.2 would
+    /// queue was refused (a busy answer, or `WouldBlock` at the requester itself).
+    TryRefused = "try refused",
+    /// hilock's try-lock: a busy answer withdrew this site's try request (`WouldBlock`).
+    TryWouldBlock = "try would block",
+    /// A busy answer for a try request that is no longer pending was dropped.
+    StaleBusy = "stale busy",
 }
 
 /// The rules of one engine, named: an enum of at most 64 variants (`#[repr(u8)]`, declared

@@ -10,12 +10,13 @@
 use hilock_kernel::codec::{decode, encode, CodecError};
 use hilock_kernel::{Frozen, LockId, Mode, ModeSet, Msg, MsgKind, NodeId, QueueEntry};
 
-const KINDS: [MsgKind; 5] = [
+const KINDS: [MsgKind; 6] = [
     MsgKind::Request,
     MsgKind::Grant,
     MsgKind::Token,
     MsgKind::Release,
     MsgKind::Freeze,
+    MsgKind::Busy,
 ];
 
 /// A message of `kind` built from the given field values, the token's queue full (`Q`
@@ -71,6 +72,19 @@ fn message<const Q: usize>(
             lock,
             modes: frozen,
         },
+        MsgKind::Busy => Msg::Busy {
+            lock,
+            entry: entry(0),
+        },
+    }
+}
+
+/// The try-lock's request (`spec/SPEC.md` 1.12), of kind [`MsgKind::Request`]: the same
+/// fields as `Msg::Request`, so the same bound.
+fn try_request<const Q: usize>(msg: Msg<Q>) -> Msg<Q> {
+    match msg {
+        Msg::Request { lock, entry, hop } => Msg::TryRequest { lock, entry, hop },
+        other => other,
     }
 }
 
@@ -114,6 +128,11 @@ fn check<const N: usize, const Q: usize>() {
             }
         }
     }
+    // The try-lock's request has the request's fields, kind and bound.
+    let big = try_request(largest::<Q>(MsgKind::Request));
+    assert!(matches!(big, Msg::TryRequest { .. }));
+    assert_eq!(big.kind(), MsgKind::Request);
+    assert_eq!(frame_len(&big), Msg::<Q>::max_frame(MsgKind::Request));
     assert_eq!(
         <Msg<Q> as postcard::experimental::max_size::MaxSize>::POSTCARD_MAX_SIZE,
         Msg::<Q>::MAX_FRAME
@@ -148,8 +167,8 @@ fn frames_that_are_not_one_whole_message_are_refused() {
     assert_eq!(decode::<8>(&buf[..len + 1]), Err(CodecError::Malformed));
     // A queue longer than the receiver's capacity: a Q = 8 token read as Q = 4.
     assert_eq!(decode::<4>(&buf[..len]), Err(CodecError::Malformed));
-    // An unknown variant.
-    assert_eq!(decode::<8>(&[5, 0, 0, 0]), Err(CodecError::Malformed));
+    // An unknown variant (0..=6 are the seven messages).
+    assert_eq!(decode::<8>(&[7, 0, 0, 0]), Err(CodecError::Malformed));
 }
 
 fn row<const Q: usize>() -> String {
@@ -167,8 +186,8 @@ fn row<const Q: usize>() -> String {
 /// encoding it, at queue capacities Q (the bound does not depend on N).
 #[test]
 fn frame_table() {
-    println!("| Q | Request | Grant | Token | Release | Freeze | MAX_FRAME |");
-    println!("|---|---|---|---|---|---|---|");
+    println!("| Q | Request | Grant | Token | Release | Freeze | Busy | MAX_FRAME |");
+    println!("|---|---|---|---|---|---|---|---|");
     println!("{}", row::<1>());
     println!("{}", row::<2>());
     println!("{}", row::<3>());

@@ -140,27 +140,28 @@ fn rebuild_keeps_the_raised_priority_of_a_reissued_request() {
     assert_eq!(&p.queue[..], &[entry(1, Mode::W, 3, 3)]);
 }
 
-/// `install` needs room for what one step of the base protocol appends per lock
-/// (`INSTALL_OUTPUTS = L × Site::MAX_OUTPUTS`, here 1 × 15 and 2 × 16): exactly that room
-/// is enough, one slot less is refused with the site unchanged.
+/// `install` needs room for what one step of the base protocol appends per lock and the
+/// refusal of a pending try (`INSTALL_OUTPUTS = L × (Site::MAX_OUTPUTS + 1)`, here
+/// 1 × 16 and 2 × 17): exactly that room is enough, one slot less is refused with the
+/// site unchanged.
 #[test]
 fn install_needs_exactly_l_times_a_steps_outputs() {
-    assert_eq!(FS::INSTALL_OUTPUTS, 15);
-    assert_eq!(FaultSite::<4, 2, 4>::INSTALL_OUTPUTS, 32);
+    assert_eq!(FS::INSTALL_OUTPUTS, 16);
+    assert_eq!(FaultSite::<4, 2, 4>::INSTALL_OUTPUTS, 34);
     let plan = plain_plan();
-    // L = 1: 15 slots suffice, 14 do not.
+    // L = 1: 16 slots suffice, 15 do not.
     let mut s = site(1);
-    let mut short: heapless::Vec<Output<Stamped<Msg<4>>>, 14> = heapless::Vec::new();
+    let mut short: heapless::Vec<Output<Stamped<Msg<4>>>, 15> = heapless::Vec::new();
     assert_eq!(
         s.install(1, core::slice::from_ref(&plan), &mut short),
         Err(RecoveryError::OutputsFull)
     );
     assert_eq!(s, site(1));
-    let mut exact: heapless::Vec<Output<Stamped<Msg<4>>>, 15> = heapless::Vec::new();
+    let mut exact: heapless::Vec<Output<Stamped<Msg<4>>>, 16> = heapless::Vec::new();
     s.install(1, core::slice::from_ref(&plan), &mut exact)
         .unwrap();
     assert_eq!(s.epoch(), 1);
-    // L = 2: 31 slots are refused, 32 suffice.
+    // L = 2: 33 slots are refused, 34 suffice.
     let two = |i: u16| FaultSite::<4, 2, 4>::new(Site::new(NodeId(i), NodeId(0)).unwrap());
     let members = [true, true, false, false];
     let plans: Vec<Plan<4>> = (0..2)
@@ -170,15 +171,44 @@ fn install_needs_exactly_l_times_a_steps_outputs() {
         })
         .collect();
     let mut s = two(1);
-    let mut short: heapless::Vec<Output<Stamped<Msg<4>>>, 31> = heapless::Vec::new();
+    let mut short: heapless::Vec<Output<Stamped<Msg<4>>>, 33> = heapless::Vec::new();
     assert_eq!(
         s.install(1, &plans, &mut short),
         Err(RecoveryError::OutputsFull)
     );
     assert_eq!(s, two(1));
-    let mut exact: heapless::Vec<Output<Stamped<Msg<4>>>, 32> = heapless::Vec::new();
+    let mut exact: heapless::Vec<Output<Stamped<Msg<4>>>, 34> = heapless::Vec::new();
     s.install(1, &plans, &mut exact).unwrap();
     assert_eq!(s.epoch(), 1);
+}
+
+/// A try request pending when an epoch is installed is refused (`spec/SPEC.md` 1.12): its
+/// messages belong to the old epoch and the plan queues no try, so `install` answers
+/// `WouldBlock` and leaves nothing pending.
+#[test]
+fn install_refuses_a_pending_try() {
+    let mut s = site(1);
+    let mut out = Out::new();
+    s.step(
+        Input::TryAcquire {
+            lock: L0,
+            mode: Mode::W,
+        },
+        &mut out,
+    )
+    .unwrap();
+    assert!(matches!(
+        s.site().lock(L0).unwrap().pending(),
+        Pending::Try(_)
+    ));
+    let mut installed: heapless::Vec<Output<Stamped<Msg<4>>>, 16> = heapless::Vec::new();
+    s.install(1, core::slice::from_ref(&plain_plan()), &mut installed)
+        .unwrap();
+    assert!(installed.contains(&Output::WouldBlock {
+        lock: L0,
+        mode: Mode::W
+    }));
+    assert_eq!(s.site().lock(L0).unwrap().pending(), Pending::None);
 }
 
 /// The epoch and the recovery variant a site reports are its own.

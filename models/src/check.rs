@@ -415,6 +415,7 @@ pub fn trace_of<const L: usize>(
             Action::Run { node: i, op } => {
                 let ti = match op {
                     ScriptOp::Acquire(mode, lock) => TraceInput::Acquire { lock, mode },
+                    ScriptOp::Try(mode, lock) => TraceInput::TryAcquire { lock, mode },
                     ScriptOp::Release(lock) => TraceInput::Release { lock },
                     ScriptOp::Upgrade(lock) => TraceInput::Upgrade { lock },
                     ScriptOp::Priority(base) => TraceInput::SetPriority { base },

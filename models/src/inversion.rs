@@ -198,7 +198,8 @@ impl InversionConfig {
     fn apply(&self, st: &mut InvState, n: u16, outputs: &[Output<hilock_spec::SpecMsg>]) {
         for o in outputs {
             match o {
-                Output::Send { .. } => {}
+                // The inversion model issues no try-lock.
+                Output::Send { .. } | Output::WouldBlock { .. } => {}
                 Output::Granted { .. } | Output::Upgraded { .. } => {
                     st.waiting[n as usize] = false;
                     if n == D {

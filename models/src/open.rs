@@ -129,6 +129,7 @@ fn fits<const L: usize>(
                 (op, input),
                 (ScriptOp::Acquire(m, l), TraceInput::Acquire { lock, mode }) if m == *mode && l == *lock
             ) || matches!((op, input), (ScriptOp::Release(l), TraceInput::Release { lock }) if l == *lock)
+                || matches!((op, input), (ScriptOp::Try(m, l), TraceInput::TryAcquire { lock, mode }) if m == *mode && l == *lock)
                 || matches!((op, input), (ScriptOp::Upgrade(l), TraceInput::Upgrade { lock }) if l == *lock)
                 || matches!((op, input), (ScriptOp::Priority(p), TraceInput::SetPriority { base }) if p == *base)
         }
@@ -149,6 +150,7 @@ fn fits<const L: usize>(
 fn input_text(node: &str, input: &TraceInput) -> String {
     match input {
         TraceInput::Acquire { lock, mode } => format!("{node} acquire {mode} on L{lock}"),
+        TraceInput::TryAcquire { lock, mode } => format!("{node} try {mode} on L{lock}"),
         TraceInput::Release { lock } => format!("{node} release L{lock}"),
         TraceInput::Upgrade { lock } => format!("{node} upgrade L{lock}"),
         TraceInput::SetPriority { base } => format!("{node} priority {base}"),

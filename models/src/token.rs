@@ -119,13 +119,17 @@ impl Network {
     }
 }
 
-/// One operation of a node's script, written `acquire MODE [@LOCK]`, `release [@LOCK]` or
-/// `upgrade [@LOCK]` in JSON.
+/// One operation of a node's script, written `acquire MODE [@LOCK]`, `try MODE [@LOCK]`,
+/// `release [@LOCK]` or `upgrade [@LOCK]` in JSON.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
 pub enum ScriptOp {
     /// `RequestLock(mode)`; the script waits until it is granted.
     Acquire(Mode, u16),
+    /// `try MODE`: hilock's try-lock (`Input::TryAcquire`, `spec/SPEC.md` 1.12); the
+    /// script waits for the answer. Granted, it goes on; refused (`WouldBlock`), it skips
+    /// its next operation if that is the `release` of the same lock.
+    Try(Mode, u16),
     /// `RequestUnlock()`.
     Release(u16),
     /// `RequestUpgrade()` (Rule 7); the script waits until it completes.
@@ -139,7 +143,10 @@ impl ScriptOp {
     /// The lock of the operation.
     pub fn lock(self) -> u16 {
         match self {
-            ScriptOp::Acquire(_, l) | ScriptOp::Release(l) | ScriptOp::Upgrade(l) => l,
+            ScriptOp::Acquire(_, l)
+            | ScriptOp::Try(_, l)
+            | ScriptOp::Release(l)
+            | ScriptOp::Upgrade(l) => l,
             ScriptOp::Priority(_) => 0,
         }
     }
@@ -156,6 +163,13 @@ impl std::str::FromStr for ScriptOp {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
         use hilock_spec::scenario::Op;
+        if let Some(rest) = s.trim_start().strip_prefix("try ") {
+            // `try MODE [@LOCK]` reads as `acquire MODE [@LOCK]`.
+            return match Op::parse(&format!("acquire {rest}"))? {
+                Op::Acquire(m, l) => Ok(ScriptOp::Try(m, l)),
+                _ => Err(format!("unknown operation '{s}'")),
+            };
+        }
         match Op::parse(s)? {
             Op::Acquire(m, l) => Ok(ScriptOp::Acquire(m, l)),
             Op::Release(l) => Ok(ScriptOp::Release(l)),
@@ -175,6 +189,7 @@ impl fmt::Display for ScriptOp {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let (s, l) = match self {
             ScriptOp::Acquire(m, l) => (format!("acquire {}", m.name()), *l),
+            ScriptOp::Try(m, l) => (format!("try {}", m.name()), *l),
             ScriptOp::Release(l) => ("release".to_string(), *l),
             ScriptOp::Upgrade(l) => ("upgrade".to_string(), *l),
             ScriptOp::Priority(p) => return write!(f, "priority {p}"),
@@ -208,7 +223,8 @@ pub struct ModelConfig {
     /// Initial parent of every node (`parents[token]` is ignored, write `null`); the
     /// pointers must form a tree rooted at the token holder.
     pub parents: Vec<Option<u16>>,
-    /// Per node, its script (`"acquire R"`, `"release"`, `"upgrade"`, `"acquire W @1"`).
+    /// Per node, its script (`"acquire R"`, `"try W"`, `"release"`, `"upgrade"`,
+    /// `"acquire W @1"`).
     pub scripts: Vec<Vec<ScriptOp>>,
     /// The network.
     #[serde(default)]
@@ -412,8 +428,10 @@ pub enum Action {
 /// requester, priority, frozen modes).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Delivered {
-    /// Request, grant, token, release or freeze.
+    /// Request, grant, token, release, freeze or busy.
     pub kind: MsgKind,
+    /// A request that is a try request (`Msg::TryRequest`).
+    pub tried: bool,
     /// The lock.
     pub lock: u16,
     /// The requester (request, grant, token).
@@ -439,9 +457,13 @@ impl Delivered {
             }
             Msg::Release { owned, .. } => (0, *owned, 0, Frozen::default()),
             Msg::Freeze { modes, .. } => (0, Mode::Phi, 0, *modes),
+            Msg::TryRequest { entry, .. } | Msg::Busy { entry, .. } => {
+                (entry.requester.0, entry.mode, entry.prio, Frozen::default())
+            }
         };
         Delivered {
             kind: m.kind(),
+            tried: matches!(m, Msg::TryRequest { .. }),
             lock: m.lock().0,
             requester,
             mode,
@@ -466,7 +488,8 @@ impl Delivered {
         let lock = lock(self.lock);
         match self.kind {
             MsgKind::Request => {
-                let mut s = format!("request {}{lock}", self.mode);
+                let what = if self.tried { "try request" } else { "request" };
+                let mut s = format!("{what} {}{lock}", self.mode);
                 if self.prio > 0 {
                     s.push_str(&format!(" p={}", self.prio));
                 }
@@ -480,6 +503,7 @@ impl Delivered {
             MsgKind::Token => format!("token for {}{lock}", self.mode),
             MsgKind::Release => format!("release{lock}, owns {} now", self.mode),
             MsgKind::Freeze => format!("freeze {}{lock}", self.frozen),
+            MsgKind::Busy => format!("busy {}{lock} for n{}", self.mode, self.requester),
         }
     }
 }
@@ -513,6 +537,7 @@ enum Note {
     Request(NodeId, LockId, u32, u8),
     Granted(LockId, Mode),
     Upgraded(LockId),
+    WouldBlock(LockId),
 }
 
 /// Ghost record of one outstanding request (or upgrade) of a node for a lock.
@@ -540,6 +565,8 @@ pub mod event {
     pub const UPGRADED: u8 = 16;
     /// An idle relay used its shortcut ([`hilock_kernel::Forwarding::Compress`]).
     pub const SHORTCUT: u8 = 32;
+    /// A try request was refused (`Output::WouldBlock`, `spec/SPEC.md` 1.12).
+    pub const TRY_REFUSED: u8 = 64;
 }
 
 /// A state of the model.
@@ -801,6 +828,7 @@ impl<const L: usize> BaseModel<L> {
                 Output::Send { .. } => Note::Sent(None),
                 Output::Granted { lock, mode } => Note::Granted(*lock, *mode),
                 Output::Upgraded { lock } => Note::Upgraded(*lock),
+                Output::WouldBlock { lock, .. } => Note::WouldBlock(*lock),
             };
             notes.push(note).expect("a step has fewer than 64 outputs");
         };
@@ -905,6 +933,16 @@ impl<const L: usize> BaseModel<L> {
                     st.events |= event::UPGRADED;
                     Self::granted(st, n, lock.idx(), Mode::W);
                 }
+                Note::WouldBlock(lock) => {
+                    // The try is over: nothing outstanding; the script skips the release
+                    // that would have followed a grant.
+                    st.events |= event::TRY_REFUSED;
+                    st.reqs[n * L + lock.idx()] = None;
+                    st.excess[n * L + lock.idx()] = NOT_TRAVELLING;
+                    if self.next_op(st, n) == Some(ScriptOp::Release(lock.0)) {
+                        st.pc[n] += 1;
+                    }
+                }
             }
         }
         // Requests waiting in the token node's queue have arrived (in queue order).
@@ -952,6 +990,9 @@ impl<const L: usize> BaseModel<L> {
                         }
                         Output::Upgraded { lock } => {
                             format!("n{node} upgraded to W on L{}", lock.0)
+                        }
+                        Output::WouldBlock { lock, mode } => {
+                            format!("n{node} would block: try {mode} on L{} refused", lock.0)
                         }
                     };
                     s.push_str(&format!("\n  {line}"));
@@ -1002,6 +1043,10 @@ impl<const L: usize> BaseModel<L> {
     pub fn input_of<M>(op: ScriptOp) -> Input<'static, M> {
         match op {
             ScriptOp::Acquire(mode, l) => Input::Acquire {
+                lock: LockId(l),
+                mode,
+            },
+            ScriptOp::Try(mode, l) => Input::TryAcquire {
                 lock: LockId(l),
                 mode,
             },
@@ -1076,6 +1121,14 @@ fn p8<const L: usize>(_: &BaseModel<L>, st: &State<L>) -> bool {
     st.cluster.check_fences().is_ok()
 }
 
+fn p11<const L: usize>(_: &BaseModel<L>, st: &State<L>) -> bool {
+    st.cluster.check_no_grant_after_would_block().is_ok()
+}
+
+fn p12<const L: usize>(_: &BaseModel<L>, st: &State<L>) -> bool {
+    st.cluster.check_try_leaves_nothing().is_ok()
+}
+
 /// What violates `property` in `st`, in words ("on L0: n1 holds R, n3 holds W"): the
 /// sentence a counterexample's verdict ends with. `None` if `st` does not violate it (or
 /// it is not one of [`SAFETY`]).
@@ -1120,6 +1173,8 @@ pub fn why_violated<const L: usize>(
                 )
             })
         }
+        p if p == SAFETY[9] => c.check_no_grant_after_would_block().err(),
+        p if p == SAFETY[10] => c.check_try_leaves_nothing().err(),
         _ => None,
     };
     violation.map(|v| v.detail)
@@ -1134,7 +1189,7 @@ fn ev<const L: usize, const E: u8>(_: &BaseModel<L>, st: &State<L>) -> bool {
 }
 
 /// Names of the properties that must hold (`always`).
-pub const SAFETY: [&str; 9] = [
+pub const SAFETY: [&str; 11] = [
     "P1 mutual exclusion",
     "P2 single token",
     "P3 owned-mode invariant",
@@ -1144,6 +1199,8 @@ pub const SAFETY: [&str; 9] = [
     "no kernel error",
     "P10 fencing tokens increase",
     "P9 bounded forwarding",
+    "P11 no grant after WouldBlock",
+    "P12 a try leaves nothing pending",
 ];
 
 /// Names of the `P6 FIFO bypass ≤ k` properties, index k.
@@ -1159,13 +1216,14 @@ pub const BYPASS: [&str; MAX_BYPASS as usize + 1] = [
 ];
 
 /// Names of the `sometimes` (reachability) properties.
-pub const REACHED: [&str; 6] = [
+pub const REACHED: [&str; 7] = [
     "reached: copy grant by a non-token node",
     "reached: token transfer",
     "reached: local queueing (Table 2.3 Q)",
     "reached: freeze delivered",
     "reached: upgrade completed",
     "reached: compress shortcut",
+    "reached: try refused",
 ];
 
 impl<const L: usize> Model for BaseModel<L> {
@@ -1237,7 +1295,7 @@ impl<const L: usize> Model for BaseModel<L> {
                 }
                 st.pc[i] += 1;
                 match op {
-                    ScriptOp::Acquire(mode, l) => {
+                    ScriptOp::Acquire(mode, l) | ScriptOp::Try(mode, l) => {
                         st.reqs[i * L + l as usize] = Some(Req {
                             mode,
                             arrival: 0,
@@ -1320,6 +1378,8 @@ impl<const L: usize> Model for BaseModel<L> {
             Property::always(SAFETY[6], no_error::<L>),
             Property::always(SAFETY[7], p8::<L>),
             Property::always(SAFETY[8], p9::<L>),
+            Property::always(SAFETY[9], p11::<L>),
+            Property::always(SAFETY[10], p12::<L>),
             Property::always(BYPASS[0], bypass::<L, 0>),
             Property::always(BYPASS[1], bypass::<L, 1>),
             Property::always(BYPASS[2], bypass::<L, 2>),
@@ -1334,6 +1394,7 @@ impl<const L: usize> Model for BaseModel<L> {
             Property::sometimes(REACHED[3], ev::<L, FREEZE_DELIVERED>),
             Property::sometimes(REACHED[4], ev::<L, UPGRADED>),
             Property::sometimes(REACHED[5], ev::<L, SHORTCUT>),
+            Property::sometimes(REACHED[6], ev::<L, TRY_REFUSED>),
         ]
     }
 }

@@ -6,6 +6,9 @@
 //!   answers `{"ok":true,"locks":["/db:W"]}` once granted (or `{"ok":false,"error":"…"}`).
 //!   The lock is held until the client sends `{"op":"release"}` (or any other line) or
 //!   closes the connection, like `flock`: a client that dies releases its lock.
+//!   With `"try":true` it is a try-lock ([`crate::Handle::try_lock_with`]): if taking the
+//!   lock would mean waiting, the node answers `{"ok":false,"busy":true,"error":"busy: …"}`
+//!   at once and nothing of the request is left.
 //! - While it holds the lock, a client may send `{"op":"child","pgid":G}` once: G is a
 //!   process group whose leader is a child of the client (checked with the socket's peer
 //!   credentials and `/proc`); the node answers `{"ok":true}`. If the connection then
@@ -65,6 +68,9 @@ pub enum Request {
         /// The client runs under another lock of this node ([`crate::Options::nested`]).
         #[serde(default)]
         nested: bool,
+        /// A try-lock: refused with `busy` instead of waiting.
+        #[serde(default, rename = "try")]
+        try_lock: bool,
     },
     /// A transaction of the agents engine (Wiger's locks) over several locks, held while the
     /// connection is open (like `lock`); deadlocks are resolved by the agents.
@@ -120,6 +126,9 @@ pub struct Reply {
     /// With `lost`: the lock is lost because the node's etcd lease is.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub lease_lost: bool,
+    /// A try-lock was refused: the lock could not be taken without waiting.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub busy: bool,
 }
 
 impl Reply {
@@ -134,6 +143,7 @@ impl Reply {
             lease_until_ms: None,
             lease_grace_ms: None,
             lease_lost: false,
+            busy: false,
         }
     }
 
@@ -148,6 +158,7 @@ impl Reply {
             lease_until_ms: None,
             lease_grace_ms: None,
             lease_lost: false,
+            busy: false,
         }
     }
 }
@@ -401,6 +412,7 @@ async fn client(node: Handle, s: UnixStream) {
             priority,
             timeout_ms,
             nested,
+            try_lock,
         } => {
             let Some(m) = Mode::parse(&mode).filter(|m| *m != Mode::Phi) else {
                 let _ = write_reply(
@@ -419,14 +431,28 @@ async fn client(node: Handle, s: UnixStream) {
             let mut probe = [0u8; 1];
             let mut stop = node.stopping();
             let guard = tokio::select! {
-                g = node.lock_with(&path, m, opts) => g,
+                g = async {
+                    if try_lock {
+                        node.try_lock_with(&path, m, opts).await
+                    } else {
+                        node.lock_with(&path, m, opts).await
+                    }
+                } => g,
                 _ = r.read(&mut probe) => return,
                 _ = stopped(&mut stop) => Err(crate::token::Error::Stopped),
             };
             let guard = match guard {
                 Ok(g) => g,
                 Err(e) => {
-                    let _ = write_reply(&mut w, &Reply::error(e)).await;
+                    let busy = matches!(e, crate::token::Error::WouldBlock { .. });
+                    let _ = write_reply(
+                        &mut w,
+                        &Reply {
+                            busy,
+                            ..Reply::error(e)
+                        },
+                    )
+                    .await;
                     return;
                 }
             };
@@ -796,13 +822,14 @@ pub fn render_status(s: &Status) -> String {
         )),
     }
     o.push_str(&format!(
-        "messages sent {} received {}; kernel requests {}; grants {}; waits {}; timeouts {}; rejected connections {}; cut connections {}; refused messages {}; abandoned grants {}; refused clients {}\n",
+        "messages sent {} received {}; kernel requests {}; grants {}; waits {}; timeouts {}; busy tries {}; rejected connections {}; cut connections {}; refused messages {}; abandoned grants {}; refused clients {}\n",
         s.stats.frames_sent,
         s.stats.frames_received,
         s.stats.kernel_requests,
         s.stats.grants,
         s.stats.waits,
         s.stats.timeouts,
+        s.stats.would_block,
         s.stats.rejected_connections,
         s.stats.cut_connections,
         s.stats.kernel_rejections,

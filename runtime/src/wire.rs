@@ -46,7 +46,8 @@
 //! refuses any other version, so nodes of different versions never exchange frames.
 //! Version 4 added `Payload::Ping` and `Ack::ping` (version 3 nodes could decode
 //! neither); version 5 the epoch stamp of every kernel message; version 6
-//! `Payload::DeadEnd` and `Payload::Generation`.
+//! `Payload::DeadEnd` and `Payload::Generation`; version 7 the try-lock's kernel messages
+//! `Msg::TryRequest` and `Msg::Busy` (`spec/SPEC.md` 1.12).
 
 use hilock_kernel::token::recovery::{FaultSite, Stamped};
 use hilock_kernel::{LockId, Msg, NodeId};
@@ -57,7 +58,7 @@ use sha2::{Digest, Sha256};
 use crate::config::MAX_NODES;
 
 /// The protocol version carried by the handshake.
-pub const PROTOCOL_VERSION: u32 = 6;
+pub const PROTOCOL_VERSION: u32 = 7;
 
 /// Largest frame accepted (bytes). A token carries at most [`MAX_NODES`] queue entries,
 /// far below this.
@@ -78,8 +79,9 @@ pub type KMsg = Msg<MAX_NODES>;
 /// A kernel message on the wire: stamped with its sender's epoch.
 pub type SMsg = Stamped<KMsg>;
 
-/// The kernel outputs buffer for [`LockSite`].
-pub type KOutputs = hilock_kernel::Outputs<SMsg, { MAX_NODES * 2 + 7 }>;
+/// The kernel outputs buffer for [`LockSite`]: room for a step and for an install (a
+/// step's outputs and the refusal of a pending try-lock, `FaultSite::INSTALL_OUTPUTS`).
+pub type KOutputs = hilock_kernel::Outputs<SMsg, { LockSite::INSTALL_OUTPUTS }>;
 
 /// The lock id every runtime site uses (one lock per site).
 pub const LOCK: LockId = LockId(0);

@@ -1120,3 +1120,100 @@ async fn a_stopping_node_hands_released_locks_over_to_waiting_nodes() {
     }
     assert_eq!(errors, Vec::<String>::new(), "every waiter is granted");
 }
+
+/// The lock status of `path` at `node` (it must know the path).
+async fn lock_status(node: &Node, path: &str) -> hilock_runtime::token::LockStatus {
+    node.status()
+        .await
+        .unwrap()
+        .locks
+        .into_iter()
+        .find(|l| l.path == path)
+        .unwrap_or_else(|| panic!("node {} knows {path}", node.id()))
+}
+
+/// Try-lock (`spec/SPEC.md` 1.12, `Handle::try_lock`): while node 0 holds W, node 1's try
+/// of R is refused with `WouldBlock` within a second on loopback; node 0's queue and
+/// frozen modes stay empty; when node 0 releases, nothing is granted to node 1 (no grant,
+/// no abandoned grant, node 1 idle); a try of the free lock is then granted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_try_lock_leaves_nothing_and_is_never_granted() {
+    let nodes = local_cluster(3, "try", SECRET, Duration::from_secs(10))
+        .await
+        .unwrap();
+    for n in &nodes {
+        wait_connected(n).await;
+    }
+    let path = path_rooted_at("try", 0, 3);
+    let held = nodes[0].lock(&path, Mode::W).await.unwrap();
+    let t = std::time::Instant::now();
+    let e = nodes[1]
+        .try_lock(&path, Mode::R)
+        .await
+        .map(|_| ())
+        .expect_err("refused");
+    let took = t.elapsed();
+    assert!(
+        matches!(&e, Error::WouldBlock { path: p, mode: Mode::R } if *p == path),
+        "{e:?}"
+    );
+    println!("try refused after {took:?}");
+    assert!(took < Duration::from_secs(1), "refused after {took:?}");
+    let at0 = lock_status(&nodes[0], &path).await;
+    assert!(at0.queue.is_empty() && at0.frozen == "{}", "{at0:?}");
+    assert!(lock_status(&nodes[1], &path).await.is_idle());
+    let grants = nodes[1].stats().grants;
+    assert_eq!(nodes[1].stats().would_block, 1);
+    drop(held);
+    // Node 2's W goes through node 0's release; node 1 gets nothing meanwhile.
+    let g = tokio::time::timeout(Duration::from_secs(5), nodes[2].lock(&path, Mode::W))
+        .await
+        .expect("granted")
+        .unwrap();
+    drop(g);
+    assert_all_idle(&nodes, Duration::from_secs(5)).await;
+    let s1 = nodes[1].stats();
+    assert_eq!((s1.grants, s1.abandoned_grants), (grants, 0));
+    // The lock is free now: a try is granted (the token comes to node 1).
+    let g = nodes[1].try_lock(&path, Mode::W).await.unwrap();
+    assert!(lock_status(&nodes[1], &path).await.token);
+    drop(g);
+    assert_all_idle(&nodes, Duration::from_secs(5)).await;
+}
+
+/// A hierarchical try-lock refused at the leaf releases the intention modes it took on
+/// the ancestors; a local caller's try is refused at once where it would wait for another
+/// local holder of the same node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_hierarchical_or_local_try_lock_releases_what_it_took() {
+    let nodes = local_cluster(2, "trytree", SECRET, Duration::from_secs(10))
+        .await
+        .unwrap();
+    let held = nodes[0].lock("/tt/a", Mode::W).await.unwrap();
+    let e = nodes[1]
+        .try_lock("/tt/a", Mode::W)
+        .await
+        .map(|_| ())
+        .expect_err("refused");
+    assert!(
+        matches!(&e, Error::WouldBlock { path, .. } if path == "/tt/a"),
+        "{e:?}"
+    );
+    // The intention mode on /tt was taken (IW is compatible with node 0's IW) and given
+    // back: a W on /tt by node 1 would now wait only for node 0.
+    let tt = lock_status(&nodes[1], "/tt").await;
+    assert!(tt.holders == 0 && tt.held == "Φ", "{tt:?}");
+    let e = nodes[0]
+        .try_lock("/tt/a", Mode::R)
+        .await
+        .map(|_| ())
+        .expect_err("local refusal");
+    assert!(matches!(e, Error::WouldBlock { .. }), "{e:?}");
+    // A try another /tt/b shares the local IW on /tt and is granted.
+    let b = nodes[0].try_lock("/tt/b", Mode::W).await.unwrap();
+    drop(b);
+    drop(held);
+    assert_all_idle(&nodes, Duration::from_secs(5)).await;
+    assert_eq!(nodes[1].stats().would_block, 1);
+    assert_eq!(nodes[0].stats().would_block, 1);
+}

@@ -38,6 +38,13 @@ pub enum TraceInput {
         /// The mode.
         mode: Mode,
     },
+    /// hilock's try-lock (`spec/SPEC.md` 1.12).
+    TryAcquire {
+        /// The lock.
+        lock: u16,
+        /// The mode.
+        mode: Mode,
+    },
     /// User API `RequestUnlock`.
     Release {
         /// The lock.
@@ -103,6 +110,13 @@ pub enum TraceOutput {
         /// The lock.
         lock: u16,
     },
+    /// The local try-lock was refused (`spec/SPEC.md` 1.12).
+    WouldBlock {
+        /// The lock.
+        lock: u16,
+        /// The mode tried.
+        mode: Mode,
+    },
 }
 
 impl TraceOutput {
@@ -118,6 +132,10 @@ impl TraceOutput {
                 mode: *mode,
             },
             Output::Upgraded { lock } => TraceOutput::Upgraded { lock: lock.0 },
+            Output::WouldBlock { lock, mode } => TraceOutput::WouldBlock {
+                lock: lock.0,
+                mode: *mode,
+            },
         }
     }
 }
@@ -167,7 +185,7 @@ impl NodeSnapshot {
             held: n.held(),
             pending: match n.pending() {
                 Pending::None => Mode::Phi,
-                Pending::Request(e) => e.mode,
+                Pending::Request(e) | Pending::Try(e) => e.mode,
                 Pending::Upgrade => Mode::W,
             },
             children: n
@@ -287,6 +305,16 @@ pub fn describe_msg(m: &SpecMsg, names: &[String]) -> String {
         }
         Msg::Release { owned, .. } => format!("Release(now owns {owned})"),
         Msg::Freeze { modes, .. } => format!("Freeze({modes})"),
+        Msg::TryRequest { entry, .. } => format!(
+            "TryRequest({} {})",
+            name(names, entry.requester.idx()),
+            entry.mode
+        ),
+        Msg::Busy { entry, .. } => format!(
+            "Busy({} {})",
+            name(names, entry.requester.idx()),
+            entry.mode
+        ),
     }
 }
 
@@ -297,6 +325,7 @@ impl Trace {
         for st in &self.steps {
             let input = match &st.input {
                 TraceInput::Acquire { mode, .. } => format!("acquire {mode}"),
+                TraceInput::TryAcquire { mode, .. } => format!("try {mode}"),
                 TraceInput::Release { .. } => "release".to_string(),
                 TraceInput::Upgrade { .. } => "upgrade".to_string(),
                 TraceInput::SetPriority { base } => format!("priority {base}"),
@@ -312,6 +341,7 @@ impl Trace {
                     }
                     TraceOutput::Granted { mode, .. } => format!("granted {mode}"),
                     TraceOutput::Upgraded { .. } => "upgraded to W".to_string(),
+                    TraceOutput::WouldBlock { mode, .. } => format!("would block ({mode})"),
                 };
                 s.push_str(&format!("          {line}\n"));
             }

@@ -20,6 +20,8 @@ const LOCKS: u16 = 2;
 #[derive(Clone, Debug)]
 enum Action {
     Acquire(u16, u16, Mode),
+    /// A try-lock (`Input::TryAcquire`, `spec/SPEC.md` 1.12).
+    TryAcquire(u16, u16, Mode),
     Release(u16, u16),
     Upgrade(u16, u16),
     /// Change a site's base priority (chapter 3).
@@ -83,6 +85,17 @@ fn action_prio_biased() -> BoxedStrategy<Action> {
     .boxed()
 }
 
+/// `base`'s actions with try-locks (`Input::TryAcquire`, `spec/SPEC.md` 1.12) mixed in, one
+/// in five. A strategy of its own, so that the runs drawn from `action` and
+/// `action_prio_biased` (and the rules they reach) stay what they were.
+fn with_tries(base: BoxedStrategy<Action>) -> BoxedStrategy<Action> {
+    prop_oneof![
+        4 => base,
+        1 => (0..N as u16, 0..LOCKS, mode()).prop_map(|(n, l, m)| Action::TryAcquire(n, l, m)),
+    ]
+    .boxed()
+}
+
 fn cases() -> u32 {
     std::env::var("HILOCK_CASES")
         .ok()
@@ -138,7 +151,9 @@ fn with_lock(m: &SpecMsg, lock: LockId) -> SpecMsg {
         | Msg::Grant { lock: l, .. }
         | Msg::Token { lock: l, .. }
         | Msg::Release { lock: l, .. }
-        | Msg::Freeze { lock: l, .. } => *l = lock,
+        | Msg::Freeze { lock: l, .. }
+        | Msg::TryRequest { lock: l, .. }
+        | Msg::Busy { lock: l, .. } => *l = lock,
     }
     m
 }
@@ -183,6 +198,16 @@ impl Harness {
                 self.sys.input(
                     NodeId(*n),
                     Input::Acquire {
+                        lock: LockId(*l),
+                        mode: *m,
+                    },
+                ),
+            ),
+            Action::TryAcquire(n, l, m) => (
+                NodeId(*n),
+                self.sys.input(
+                    NodeId(*n),
+                    Input::TryAcquire {
                         lock: LockId(*l),
                         mode: *m,
                     },
@@ -361,11 +386,40 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
+
+    /// Random, also nonsensical, inputs with try-locks: typed errors, and every safety
+    /// property after every step (P11, no grant after WouldBlock, and P12, a refused try
+    /// leaves nothing pending, among them).
+    #[test]
+    fn random_inputs_with_try_locks_keep_every_safety_property(inh in inheritance(), fwd in forwarding(), actions in prop::collection::vec(with_tries(action(true)), 1..200)) {
+        let mut h = Harness::with_forwarding(inh, fwd);
+        for a in &actions {
+            if let Err(e) = h.apply(a) {
+                prop_assert!(false, "{}", e);
+            }
+        }
+    }
+
+    /// Well-formed runs with try-locks, also biased towards priority changes (PIP reissues
+    /// and stale tokens): after draining, every request and every try was answered (P4)
+    /// and P11 and P12 held after every step.
+    #[test]
+    fn runs_with_try_locks_answer_every_request_and_try(inh in inheritance(), fwd in forwarding(), biased in any::<bool>(), actions in prop::collection::vec(with_tries(action(false)), 1..200), prio_actions in prop::collection::vec(with_tries(action_prio_biased()), 1..200)) {
+        let actions = if biased { prio_actions } else { actions };
+        if let Err(e) = run_and_drain(inh, fwd, &actions) {
+            prop_assert!(false, "{}", e);
+        }
+    }
+}
+
 /// The random runs are not vacuous: across a fixed set of generated runs every message kind
 /// is delivered, grants, token transfers, freezes and upgrades happen, the nonsense inputs
 /// are rejected with typed errors, and every [`Rule`] the kernel reports fires at least once
 /// (the rule-coverage count; the rarest, `ResyncRelease`, `StaleToken` and
-/// `OwnRequestRequeued`, fire only a few times in 4,000 runs).
+/// `OwnRequestRequeued`, fire only a few times in 4,000 runs; the try-lock's rules fire in
+/// the runs that mix in try-locks).
 #[test]
 fn random_runs_reach_every_rule() {
     use proptest::strategy::ValueTree;
@@ -377,13 +431,18 @@ fn random_runs_reach_every_rule() {
     let mut kinds = std::collections::BTreeMap::new();
     let (mut granted, mut upgraded, mut rejected) = (0u64, 0u64, 0u64);
     let mut coverage: BTreeMap<Rule, u64> = BTreeMap::new();
-    // Runs 4,000..5,000 use hilock's compressed forwarding (`spec/SPEC.md` 1.6), the others
-    // the thesis's.
-    for run in 0..5000 {
+    // Runs 4,000..6,000 use hilock's compressed forwarding (`spec/SPEC.md` 1.6), the others
+    // the thesis's; runs 5,000..6,000 mix in try-locks (`spec/SPEC.md` 1.12).
+    for run in 0..6000 {
         let (strategy, inh) = match run % 4 {
             0 | 1 => (action(true), Inheritance::None),
             2 => (action_prio_biased(), Inheritance::Pcep),
             _ => (action_prio_biased(), Inheritance::Pip),
+        };
+        let strategy = if run >= 5000 {
+            with_tries(strategy)
+        } else {
+            strategy
         };
         let fwd = if run < 4000 {
             Forwarding::Thesis
@@ -437,7 +496,7 @@ fn random_runs_reach_every_rule() {
         never.is_empty(),
         "rules never fired by the random runs: {never:?}"
     );
-    for k in ["Request", "Grant", "Token", "Release", "Freeze"] {
+    for k in ["Request", "Grant", "Token", "Release", "Freeze", "Busy"] {
         assert!(
             kinds.get(k).copied().unwrap_or(0) > 0,
             "no {k} was ever delivered"

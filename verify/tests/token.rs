@@ -295,6 +295,9 @@ const PINNED: &[(&str, usize)] = &[
     ("class pointers:", 5512227),
     ("ordered pointers, mix star4", 372537),
     ("ordered pointers, mix star4 (hilock)", 367517),
+    ("try star3: W holder vs try W, try R", 342),
+    ("try chain3: pending W vs try W", 324),
+    ("try star4: R, W vs try R, try IR", 14940),
 ];
 
 /// Checks `c` exhaustively, prints one line (with states/s), asserts the pinned state count,
@@ -1002,6 +1005,60 @@ fn a_grant_from_a_new_parent_releases_the_old_parents_record() {
         ],
     );
     pass(&c);
+}
+
+// ------------------------------------------------- try-lock (`spec/SPEC.md` 1.12, P11, P12)
+
+/// The try-lock configurations: a W holder against a try of W and a try of R in a star
+/// (Rule 4.2 refusals at the token node, or grants once it released); a chain where node
+/// 1's pending W would keep node 2's try of W (Table 2.3 (W, W) = Q, a Rule 4.1 refusal),
+/// or the token node grants it when it comes first; and tries of R and IR among an R
+/// holder and a queued W (refused by the freeze or the queued W, or granted as copies).
+fn try_configs() -> Vec<ModelConfig> {
+    vec![
+        ModelConfig::star(
+            "try star3: W holder vs try W, try R",
+            &[
+                &["acquire W", "release"],
+                &["try W", "release"],
+                &["try R", "release"],
+            ],
+        ),
+        ModelConfig::chain(
+            "try chain3: pending W vs try W",
+            &[
+                &["acquire R", "release"],
+                &["acquire W", "release"],
+                &["try W", "release"],
+            ],
+        ),
+        ModelConfig::star(
+            "try star4: R, W vs try R, try IR",
+            &[
+                &["acquire R", "release"],
+                &["acquire W", "release"],
+                &["try R", "release"],
+                &["try IR", "release"],
+            ],
+        ),
+    ]
+}
+
+/// Every interleaving of the try configurations: P1–P5, P9, P10 and the try-lock's own
+/// P11 (no grant after WouldBlock) and P12 (a refused try leaves nothing pending or
+/// queued) hold, and a refusal is reached in each.
+#[test]
+fn try_lock_refuses_without_a_trace_and_never_grants_later() {
+    for c in try_configs() {
+        let r = pass(&c);
+        let reached: BTreeSet<String> = r
+            .properties
+            .iter()
+            .filter(|p| p.kind == "sometimes" && p.holds)
+            .map(|p| p.name.clone())
+            .collect();
+        assert!(reached.contains(REACHED[6]), "{}: no try refused", c.name);
+    }
 }
 
 // ------------------------------------------------ forwarding (`spec/SPEC.md` 1.6, P9)

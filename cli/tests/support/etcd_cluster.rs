@@ -427,6 +427,7 @@ pub fn lock_req(path: &str, mode: &str, timeout_ms: u64) -> Request {
         priority: 0,
         timeout_ms: Some(timeout_ms),
         nested: false,
+        try_lock: false,
     }
 }
 

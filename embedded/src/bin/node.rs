@@ -95,6 +95,8 @@ fn poll(site: &mut MySite, out: &mut Outputs<Msg<Q>, O>) -> Result<(), hilock_ke
             match o {
                 Output::Send { to, msg } => transmit(*to, msg), // encode and send
                 Output::Granted { lock, .. } | Output::Upgraded { lock } => granted(*lock),
+                // This node issues no try-lock (`Input::TryAcquire`), so none is refused.
+                Output::WouldBlock { .. } => {}
             }
         }
     }
@@ -150,6 +152,7 @@ fn transmit(to: NodeId, msg: &Msg<Q>) {
         MsgKind::Request => b"TX Request\n",
         MsgKind::Release => b"TX Release\n",
         MsgKind::Freeze => b"TX Freeze\n",
+        MsgKind::Busy => b"TX Busy\n",
     });
     if to == NodeId(1) && msg.kind() == MsgKind::Grant {
         critical_section::with(|cs| GRANTED_TO_1.borrow(cs).set(true));

@@ -11,14 +11,18 @@
 //! | [P4 no deadlock](p4_no_deadlock) | nothing in flight and every user idle: no request is pending | none (hilock's statement: `docs/engines/token.md`, "Properties") | queueing and forwarding of every `Protocol` engine (`kernel/src/token/`, `kernel/src/baseline/`) | models `token`, `inversion`; [`Cluster::drain`] (`spec/tests/robustness.rs`, `kernel/tests/naimi.rs`, `kernel/tests/pnaimi.rs`) |
 //! | [no kernel error](no_kernel_error) | the kernel accepted every ordinary input | none | the validation of `Protocol::step` (`kernel/src/error.rs`, every engine) | models `token`, `inversion` (the scenario runner reports a rejection itself) |
 //! | [P10 fencing tokens increase](p10_fencing) | of two grants of a lock in conflicting modes, the later has the larger fence | none (hilock's extension: `spec/SPEC.md`, fencing tokens) | `kernel/src/token/node.rs` (`LockNode::fence`, the fence counter) | model `token`; `check_safety` on hilock sites |
+//! | [P11 no grant after WouldBlock](p11_no_grant_after_would_block) | a site whose try-lock was refused is not granted the lock until it asks again | none (hilock's try-lock: `spec/SPEC.md` 1.12) | `kernel/src/token/node.rs` (`LockNode::try_acquire`, `on_try_request`, `on_busy`) | model `token`; every caller of `check_safety` |
+//! | [P12 a try leaves nothing pending](p12_try_leaves_nothing) | after `WouldBlock` the site has nothing pending for the lock and no queue holds the try | none (hilock's try-lock: `spec/SPEC.md` 1.12) | `kernel/src/token/node.rs` (the try never enters a queue) | model `token`; `check_safety` on hilock sites |
 //!
 //! "Every caller of `check_safety`": the scenario runner (`hilock_spec::scenario`),
 //! `spec/tests/robustness.rs`, `spec/tests/embedded_script.rs` and the kernel's integration
 //! tests (`kernel/tests/`). Which of P3, P3b and P10 [`Cluster::check_safety`] checks
-//! besides P1 and P2 is the protocol's [`Invariants`].
+//! besides P1, P2 and P11 is the protocol's [`Invariants`].
 
 pub mod no_kernel_error;
 pub mod p10_fencing;
+pub mod p11_no_grant_after_would_block;
+pub mod p12_try_leaves_nothing;
 pub mod p1_mutual_exclusion;
 pub mod p2_single_token;
 pub mod p3_owned_modes;
@@ -27,6 +31,8 @@ pub mod p4_no_deadlock;
 
 pub use no_kernel_error::NO_ERROR;
 pub use p10_fencing::{FenceBreach, FENCE};
+pub use p11_no_grant_after_would_block::P11;
+pub use p12_try_leaves_nothing::P12;
 pub use p1_mutual_exclusion::P1;
 pub use p2_single_token::P2;
 pub use p3_owned_modes::{covers, P3};
@@ -63,8 +69,8 @@ impl<P: Protocol + Clone> Cluster<P>
 where
     P::Msg: Hash,
 {
-    /// Every safety property that applies, after any step: P1, P2 and the protocol's own
-    /// invariants ([`Invariants`], e.g. P3 and P3b for hilock sites), each where the
+    /// Every safety property that applies, after any step: P1, P2, P11 and the protocol's
+    /// own invariants ([`Invariants`], e.g. P3, P3b, P10 and P12 for hilock sites), each where the
     /// cluster's faults allow it. (No kernel error is separate,
     /// [`Cluster::check_no_kernel_error`]: a driver that feeds nonsense on purpose expects
     /// rejections.)
@@ -74,6 +80,7 @@ where
     {
         self.check_mutual_exclusion()?;
         self.check_single_token()?;
+        self.check_no_grant_after_would_block()?;
         P::invariants(self)
     }
 }
@@ -105,7 +112,8 @@ impl<const N: usize, const L: usize, const Q: usize> Invariants for Site<N, L, Q
     fn invariants(c: &Cluster<Self>) -> Result<(), Violation> {
         c.check_owned_records()?;
         c.check_frozen_reach_children()?;
-        c.check_fences()
+        c.check_fences()?;
+        c.check_try_leaves_nothing()
     }
 }
 

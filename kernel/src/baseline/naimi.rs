@@ -137,7 +137,10 @@ impl<const N: usize, const L: usize> NaimiSite<N, L> {
         }
         let me = self.me;
         let lock = match input {
-            Input::Acquire { lock, .. } | Input::Release { lock } | Input::Upgrade { lock } => lock,
+            Input::Acquire { lock, .. }
+            | Input::TryAcquire { lock, .. }
+            | Input::Release { lock }
+            | Input::Upgrade { lock } => lock,
             // Plain Naimi-Trehel has no priorities.
             Input::SetPriority { .. } => return Ok(Report::default()),
             Input::Deliver { from, msg } => {
@@ -185,6 +188,25 @@ impl<const N: usize, const L: usize> NaimiSite<N, L> {
                             },
                         )?;
                     }
+                }
+            }
+            Input::TryAcquire { mode, .. } => {
+                if mode == Mode::Phi {
+                    return Err(KernelError::InvalidMode);
+                }
+                if s.held != Mode::Phi {
+                    return Err(KernelError::AlreadyHeld(lock));
+                }
+                if s.pending != Mode::Phi {
+                    return Err(KernelError::AlreadyPending(lock));
+                }
+                // The baseline's try: granted if this site holds the idle token, refused
+                // otherwise without a message (it never asks anyone).
+                if s.owner.is_none() {
+                    s.held = mode;
+                    push(out, Output::Granted { lock, mode })?;
+                } else {
+                    push(out, Output::WouldBlock { lock, mode })?;
                 }
             }
             Input::Release { .. } => {

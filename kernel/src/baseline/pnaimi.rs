@@ -168,7 +168,10 @@ impl<const N: usize, const L: usize, const P: usize, const Q: usize> PrioNaimiSi
         }
         let me = self.me;
         let lock = match input {
-            Input::Acquire { lock, .. } | Input::Release { lock } | Input::Upgrade { lock } => lock,
+            Input::Acquire { lock, .. }
+            | Input::TryAcquire { lock, .. }
+            | Input::Release { lock }
+            | Input::Upgrade { lock } => lock,
             Input::SetPriority { base } => {
                 if base as usize >= P {
                     return Err(KernelError::InvalidMode);
@@ -214,6 +217,25 @@ impl<const N: usize, const L: usize, const P: usize, const Q: usize> PrioNaimiSi
             out.push(o).map_err(|_| KernelError::OutputsFull)
         };
         match input {
+            Input::TryAcquire { mode, .. } => {
+                if mode == Mode::Phi {
+                    return Err(KernelError::InvalidMode);
+                }
+                if s.held != Mode::Phi {
+                    return Err(KernelError::AlreadyHeld(lock));
+                }
+                if s.pending.0 != Mode::Phi {
+                    return Err(KernelError::AlreadyPending(lock));
+                }
+                // The baseline's try: granted if this site holds the (idle) token, refused
+                // otherwise without a message.
+                if s.token.is_some() {
+                    s.held = mode;
+                    push(out, Output::Granted { lock, mode })
+                } else {
+                    push(out, Output::WouldBlock { lock, mode })
+                }
+            }
             Input::Acquire { mode, .. } => {
                 if mode == Mode::Phi {
                     return Err(KernelError::InvalidMode);

@@ -164,6 +164,10 @@ pub enum Pending {
     Request(QueueEntry),
     /// The site holds U and waits for W (Rule 7; M_P = W).
     Upgrade,
+    /// A try request for `entry.mode` is outstanding (`spec/SPEC.md` 1.12): it ends in a
+    /// grant or a [`Msg::Busy`]; it is never queued, and the site keeps no other request
+    /// behind it.
+    Try(QueueEntry),
 }
 
 /// Counters of messages that arrived but no longer fitted the state and were dropped as
@@ -183,6 +187,8 @@ pub struct Stale {
     /// Requests already waiting here at the same or a higher priority, or older than the
     /// one waiting here (copies left behind by PIP reissues).
     pub requests: u32,
+    /// [`Msg::Busy`] answers for a try request that is no longer pending here.
+    pub busies: u32,
 }
 
 /// One lock as seen by one site: parent pointer, token, held/owned/pending modes, the
@@ -325,7 +331,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
     pub fn pending_mode(&self) -> Mode {
         match self.pending {
             Pending::None => Mode::Phi,
-            Pending::Request(e) => e.mode,
+            Pending::Request(e) | Pending::Try(e) => e.mode,
             Pending::Upgrade => Mode::W,
         }
     }
@@ -333,6 +339,11 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
     /// differ, since a PIP reissue raises it while older copies are still travelling).
     pub fn is_pending(&self, e: QueueEntry) -> bool {
         same_request(self.pending, e)
+    }
+
+    /// The serial of this site's newest request (or try) for the lock (0: none yet).
+    pub fn serial(&self) -> u32 {
+        self.next_serial
     }
 
     /// Frozen modes (Rule 6).
@@ -470,33 +481,14 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
             serial,
             prio: cx.effective,
         };
-        let mo = self.owned();
         if self.has_token() {
-            // Rule 3.2 for the token node's own request, subject to Rule 6_PRIO.
-            if compatible(mo, mode) && !self.frozen.blocks(mode, entry.prio) {
-                self.held = mode;
-                self.held_fence = self.next_fence();
-                cx.fire(Rule::Rule3_2OwnGrant);
-                cx.emit(Output::Granted {
-                    lock: cx.lock,
-                    mode,
-                })?;
-            } else {
+            if !self.enter_at_token(cx, mode, entry.prio)? {
                 // Rule 4.2: the token node queues whatever it cannot grant.
                 self.enqueue(cx, entry)?;
                 self.pending = Pending::Request(entry);
                 self.recompute_frozen(cx.variant, cx.effective);
             }
-        } else if grantable(mo, mode) && !self.frozen.blocks(mode, entry.prio) {
-            // Rule 2: M_O ≥ M_R and compatible: enter without any message.
-            self.held = mode;
-            self.held_fence = self.fence;
-            cx.fire(Rule::Rule2Local);
-            cx.emit(Output::Granted {
-                lock: cx.lock,
-                mode,
-            })?;
-        } else {
+        } else if !self.enter_locally(cx, mode, entry.prio)? {
             // Rule 2: otherwise send the request to the parent (a kept mode that does not
             // cover it goes back first, `keep.rs`).
             self.give_back(cx)?;
@@ -504,6 +496,106 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
             self.forward(cx, entry)?;
         }
         self.finish_freeze(cx, f0)
+    }
+
+    /// Rule 3.2 for the token node's own request, subject to Rule 6_PRIO: if `mode` is
+    /// compatible with the owned mode and not frozen, the site enters at once. Returns
+    /// whether it did (nothing changed otherwise).
+    fn enter_at_token<S: Sink<Output<Msg<Q>>>>(
+        &mut self,
+        cx: &mut Ctx<'_, Q, S>,
+        mode: Mode,
+        prio: Priority,
+    ) -> Result<bool, KernelError> {
+        if compatible(self.owned(), mode) && !self.frozen.blocks(mode, prio) {
+            self.held = mode;
+            self.held_fence = self.next_fence();
+            cx.fire(Rule::Rule3_2OwnGrant);
+            cx.emit(Output::Granted {
+                lock: cx.lock,
+                mode,
+            })?;
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
+    /// Rule 2 at a non-token node: M_O ≥ M_R and compatible (Table 2.2), not frozen: the
+    /// site enters without any message. Returns whether it did (nothing changed otherwise).
+    fn enter_locally<S: Sink<Output<Msg<Q>>>>(
+        &mut self,
+        cx: &mut Ctx<'_, Q, S>,
+        mode: Mode,
+        prio: Priority,
+    ) -> Result<bool, KernelError> {
+        if grantable(self.owned(), mode) && !self.frozen.blocks(mode, prio) {
+            self.held = mode;
+            self.held_fence = self.fence;
+            cx.fire(Rule::Rule2Local);
+            cx.emit(Output::Granted {
+                lock: cx.lock,
+                mode,
+            })?;
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
+    /// hilock's try-lock (`spec/SPEC.md` 1.12): `RequestLock(M_R)` that must not wait. The
+    /// token node grants its own try by Rule 3.2 (or refuses it where Rule 4.2 would queue
+    /// it); a non-token node enters by Rule 2 or sends a [`Msg::TryRequest`] to its
+    /// parent. A try is never granted past a conflicting request that waits in this
+    /// node's queue (`queue_conflicts`).
+    pub(crate) fn try_acquire<S: Sink<Output<Msg<Q>>>>(
+        &mut self,
+        cx: &mut Ctx<'_, Q, S>,
+        mode: Mode,
+    ) -> Result<(), KernelError> {
+        if mode == Mode::Phi {
+            return Err(KernelError::InvalidMode);
+        }
+        if self.held != Mode::Phi {
+            return Err(KernelError::AlreadyHeld(cx.lock));
+        }
+        if self.pending != Pending::None {
+            return Err(KernelError::AlreadyPending(cx.lock));
+        }
+        let serial = self.next_serial.wrapping_add(1);
+        let entry = QueueEntry {
+            requester: cx.me,
+            mode,
+            serial,
+            prio: cx.effective,
+        };
+        self.next_serial = serial;
+        // No bypass: a conflicting request waiting here goes first (`queue_conflicts`).
+        let waits_here = self.queue_conflicts(mode);
+        if self.has_token() {
+            if waits_here || !self.enter_at_token(cx, mode, entry.prio)? {
+                // Where Rule 4.2 would queue it: refused, nothing queued or frozen.
+                cx.fire(Rule::TryRefused);
+                cx.emit(Output::WouldBlock {
+                    lock: cx.lock,
+                    mode,
+                })?;
+            }
+        } else if waits_here || !self.enter_locally(cx, mode, entry.prio)? {
+            // Rule 2: the try request goes to the parent (a kept mode first goes back, as
+            // for `acquire`).
+            self.shortcut = None;
+            self.forget_routes();
+            self.give_back(cx)?;
+            self.pending = Pending::Try(entry);
+            self.forward_try(cx, entry)?;
+        }
+        Ok(())
+    }
+
+    /// Whether a request waiting in this node's queue conflicts with `mode`: a try for
+    /// `mode` is then refused rather than granted ahead of it (`spec/SPEC.md` 1.12, "no
+    /// bypass").
+    fn queue_conflicts(&self, mode: Mode) -> bool {
+        self.queue.iter().any(|e| conflicts(e.mode, mode))
     }
 
     /// `RequestUnlock()`, Fig. 2.7: Rule 5.
@@ -587,11 +679,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
                 self.serve_at_token(cx, entry)?;
             }
         } else {
-            let mo = self.owned();
-            if self.may_serve(cx, entry)
-                && grantable(mo, entry.mode)
-                && !self.frozen.blocks(entry.mode, entry.prio)
-            {
+            if self.copy_grantable(cx, entry) {
                 // Rule 3.1 (Table 2.2) with Rule 6_PRIO.
                 self.copy_grant(cx, entry)?;
             } else if self.may_serve(cx, entry) && self.keeps(entry) {
@@ -603,6 +691,102 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
             }
         }
         self.finish_freeze(cx, f0)
+    }
+
+    /// `HandleRequest(M_R)` for a [`Msg::TryRequest`] (`spec/SPEC.md` 1.12): where Rules 3.1
+    /// and 3.2 grant a request, the try is granted the same way; where Rule 4.1 F forwards
+    /// it, it is forwarded (to the parent); where Rule 4.1 Q or Rule 4.2 would queue it
+    /// (and Rule 6 freeze for it), or a conflicting request waits in the queue here, the
+    /// requester is sent [`Msg::Busy`] instead and nothing here changes.
+    pub(crate) fn on_try_request<S: Sink<Output<Msg<Q>>>>(
+        &mut self,
+        cx: &mut Ctx<'_, Q, S>,
+        from: NodeId,
+        entry: QueueEntry,
+        hop: u32,
+    ) -> Result<(), KernelError> {
+        if entry.mode == Mode::Phi {
+            return Err(KernelError::InvalidMode);
+        }
+        if entry.requester.idx() >= N {
+            return Err(KernelError::UnknownNode(entry.requester));
+        }
+        self.accept_request_hop(cx.lock, from, hop)?;
+        let waits_here = self.queue_conflicts(entry.mode);
+        if entry.requester == cx.me {
+            if !self.is_pending(entry) {
+                self.stale.requests = self.stale.requests.wrapping_add(1);
+                cx.fire(Rule::StaleRequest);
+                return Ok(());
+            }
+            // Our own try came back to us: on to the parent, or (the token moved here
+            // meanwhile) decided here as the token node's own try.
+            if !self.has_token() {
+                return self.forward_try(cx, entry);
+            }
+            self.pending = Pending::None;
+            if waits_here || !self.enter_at_token(cx, entry.mode, entry.prio)? {
+                cx.fire(Rule::TryRefused);
+                cx.emit(Output::WouldBlock {
+                    lock: cx.lock,
+                    mode: entry.mode,
+                })?;
+            }
+            return Ok(());
+        }
+        if self.has_token() {
+            // Rule 3.2; where Rule 4.2 would queue it (and Rule 6 freeze for it): refused.
+            if waits_here || !self.serve_at_token_now(cx, entry)? {
+                self.refuse(cx, entry)?;
+            }
+            Ok(())
+        } else if !waits_here && self.copy_grantable(cx, entry) {
+            // Rule 3.1 (Table 2.2) with Rule 6_PRIO.
+            self.copy_grant(cx, entry)
+        } else if self.may_serve(cx, entry) && self.keeps(entry) {
+            // Rule 4.1, Table 3.2 (C)Q: it would wait here behind our pending request.
+            self.refuse(cx, entry)
+        } else {
+            // Rule 4.1, Table 3.2 F.
+            self.forward_try(cx, entry)
+        }
+    }
+
+    /// The answer to a try request that would have to wait: [`Msg::Busy`] to its requester.
+    fn refuse<S: Sink<Output<Msg<Q>>>>(
+        &mut self,
+        cx: &mut Ctx<'_, Q, S>,
+        entry: QueueEntry,
+    ) -> Result<(), KernelError> {
+        cx.fire(Rule::TryRefused);
+        cx.send(
+            entry.requester,
+            Msg::Busy {
+                lock: cx.lock,
+                entry,
+            },
+        )
+    }
+
+    /// A [`Msg::Busy`] for our try request `entry`: it is withdrawn
+    /// ([`Output::WouldBlock`]). A busy answer for a try that is no longer pending is
+    /// counted and dropped.
+    pub(crate) fn on_busy<S: Sink<Output<Msg<Q>>>>(
+        &mut self,
+        cx: &mut Ctx<'_, Q, S>,
+        entry: QueueEntry,
+    ) -> Result<(), KernelError> {
+        if entry.requester != cx.me || !matches!(self.pending, Pending::Try(p) if p == entry) {
+            self.stale.busies = self.stale.busies.wrapping_add(1);
+            cx.fire(Rule::StaleBusy);
+            return Ok(());
+        }
+        self.pending = Pending::None;
+        cx.fire(Rule::TryWouldBlock);
+        cx.emit(Output::WouldBlock {
+            lock: cx.lock,
+            mode: entry.mode,
+        })
     }
 
     /// `ReceiveGrant()`, Fig. 2.5.
@@ -861,23 +1045,48 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         entry: QueueEntry,
     ) -> Result<(), KernelError> {
         let mo = self.owned();
-        if compatible(mo, entry.mode) && !self.frozen.blocks(entry.mode, entry.prio) {
-            let is_child = self.peer(entry.requester)?.child_owned != Mode::Phi;
-            if tokenable(mo, entry.mode) && (cx.variant.tokenable_transfers || is_child) {
-                self.transfer_token(cx, entry)
-            } else if grantable(mo, entry.mode) {
-                self.copy_grant(cx, entry)
-            } else {
-                self.enqueue(cx, entry)?;
-                self.recompute_frozen(cx.variant, cx.effective);
-                Ok(())
-            }
-        } else {
-            self.enqueue(cx, entry)?;
-            self.inherit_at_token(cx, entry);
-            self.recompute_frozen(cx.variant, cx.effective);
-            Ok(())
+        let conflict = !compatible(mo, entry.mode) || self.frozen.blocks(entry.mode, entry.prio);
+        if self.serve_at_token_now(cx, entry)? {
+            return Ok(());
         }
+        self.enqueue(cx, entry)?;
+        if conflict {
+            self.inherit_at_token(cx, entry);
+        }
+        self.recompute_frozen(cx.variant, cx.effective);
+        Ok(())
+    }
+
+    /// Rule 3.2 at the token node for another node's request: if it is compatible with the
+    /// owned mode and not frozen (Rule 6_PRIO), the token goes to a tokenable request, a
+    /// copy to a grantable one. Returns whether the request was served (nothing changed
+    /// otherwise: it must then wait, Rule 4.2).
+    fn serve_at_token_now<S: Sink<Output<Msg<Q>>>>(
+        &mut self,
+        cx: &mut Ctx<'_, Q, S>,
+        entry: QueueEntry,
+    ) -> Result<bool, KernelError> {
+        let mo = self.owned();
+        if !compatible(mo, entry.mode) || self.frozen.blocks(entry.mode, entry.prio) {
+            return Ok(false);
+        }
+        let is_child = self.peer(entry.requester)?.child_owned != Mode::Phi;
+        if tokenable(mo, entry.mode) && (cx.variant.tokenable_transfers || is_child) {
+            self.transfer_token(cx, entry)?;
+        } else if grantable(mo, entry.mode) {
+            self.copy_grant(cx, entry)?;
+        } else {
+            return Ok(false);
+        }
+        Ok(true)
+    }
+
+    /// Rule 3.1 (Table 2.2) with Rule 6_PRIO at a non-token node: it may serve the request
+    /// ([`LockNode::may_serve`]), its owned mode covers it, and the mode is not frozen.
+    fn copy_grantable<S>(&self, cx: &Ctx<'_, Q, S>, entry: QueueEntry) -> bool {
+        self.may_serve(cx, entry)
+            && grantable(self.owned(), entry.mode)
+            && !self.frozen.blocks(entry.mode, entry.prio)
     }
 
     /// PIP, HandleRequest at the token node (Fig. 3.8): a request queued because it
@@ -909,6 +1118,10 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
     /// Whether a non-token node keeps `entry` in its queue behind its pending request
     /// (Rule 4.1, Table 3.2; with equal priorities Table 2.3).
     fn keeps(&self, entry: QueueEntry) -> bool {
+        if matches!(self.pending, Pending::Try(_)) {
+            // A try request may be refused: nothing waits behind it (`spec/SPEC.md` 1.12).
+            return false;
+        }
         queue_or_forward_prio(
             self.pending_mode(),
             self.pending_prio(),
@@ -1084,6 +1297,34 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         cx.send(
             parent,
             Msg::Request {
+                lock: cx.lock,
+                entry,
+                hop,
+            },
+        )
+    }
+
+    /// Rule 2 / Rule 4.1 (F) for a try request: to the parent. It neither uses nor updates
+    /// the routing pointers of [`Forwarding`]: a pointer names a requester that would
+    /// queue the request, i.e. refuse a try; and a try's requester keeps nothing behind it,
+    /// so a pointer to it would lead nowhere.
+    fn forward_try<S: Sink<Output<Msg<Q>>>>(
+        &mut self,
+        cx: &mut Ctx<'_, Q, S>,
+        entry: QueueEntry,
+    ) -> Result<(), KernelError> {
+        let parent = self.parent.ok_or(KernelError::NoParent(cx.lock))?;
+        cx.fire(if entry.requester == cx.me {
+            Rule::Rule2Request
+        } else {
+            Rule::Rule4_1Forward
+        });
+        let link = self.peer_mut(parent)?;
+        link.requests_sent = link.requests_sent.wrapping_add(1);
+        let hop = link.requests_sent;
+        cx.send(
+            parent,
+            Msg::TryRequest {
                 lock: cx.lock,
                 entry,
                 hop,
@@ -1487,9 +1728,10 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
     }
 }
 
-/// Whether `e` is the request `p` (same requester, serial and mode, any priority).
+/// Whether `e` is the request `p` (same requester, serial and mode, any priority), a try
+/// request included.
 fn same_request(p: Pending, e: QueueEntry) -> bool {
-    matches!(p, Pending::Request(p) if p.requester == e.requester && p.serial == e.serial && p.mode == e.mode)
+    matches!(p, Pending::Request(p) | Pending::Try(p) if p.requester == e.requester && p.serial == e.serial && p.mode == e.mode)
 }
 
 /// Rule 8.1: non-increasing priority, FIFO within a priority (a stable insertion sort; the

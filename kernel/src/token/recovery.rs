@@ -490,19 +490,21 @@ impl<const Q: usize, S: Sink<Output<Stamped<Msg<Q>>>>> Sink<Output<Msg<Q>>> for 
             },
             Output::Granted { lock, mode } => Output::Granted { lock, mode },
             Output::Upgraded { lock } => Output::Upgraded { lock },
+            Output::WouldBlock { lock, mode } => Output::WouldBlock { lock, mode },
         };
         self.out.put(stamped).map_err(|o| match o {
             Output::Send { to, msg } => Output::Send { to, msg: msg.msg },
             Output::Granted { lock, mode } => Output::Granted { lock, mode },
             Output::Upgraded { lock } => Output::Upgraded { lock },
+            Output::WouldBlock { lock, mode } => Output::WouldBlock { lock, mode },
         })
     }
 }
 
 impl<const N: usize, const L: usize, const Q: usize> FaultSite<N, L, Q> {
     /// The most outputs [`FaultSite::install`] appends: for each lock, what one step of the
-    /// base protocol can append.
-    pub const INSTALL_OUTPUTS: usize = L * Site::<N, L, Q>::MAX_OUTPUTS;
+    /// base protocol can append, and the refusal of a pending try request.
+    pub const INSTALL_OUTPUTS: usize = L * (Site::<N, L, Q>::MAX_OUTPUTS + 1);
 
     /// `site` as a member of epoch 0.
     pub fn new(site: Site<N, L, Q>) -> Self {
@@ -665,6 +667,17 @@ impl<const N: usize, const L: usize, const Q: usize> FaultSite<N, L, Q> {
         let mut sink = StampSink { epoch, out };
         let mut rules = RuleSet::EMPTY;
         for (p, n) in plans.iter().zip(self.site.locks_mut().iter_mut()) {
+            if let Pending::Try(e) = n.pending {
+                // A try request of an earlier epoch is gone with its epoch (its messages
+                // are refused as stale) and the plan queues no try: it is refused here
+                // (`spec/SPEC.md` 1.12). The room was checked above: this cannot fail.
+                n.pending = Pending::None;
+                sink.put(Output::WouldBlock {
+                    lock: p.lock,
+                    mode: e.mode,
+                })
+                .map_err(|_| RecoveryError::OutputsFull)?;
+            }
             reset_links(n, self.variant.forget_shortcuts);
             n.generation_seen = p.generation;
             n.frozen = Frozen::EMPTY;
@@ -762,6 +775,7 @@ impl<const N: usize, const L: usize, const Q: usize> Protocol for FaultSite<N, L
                 }
             }
             Input::Acquire { lock, mode } => Input::Acquire { lock, mode },
+            Input::TryAcquire { lock, mode } => Input::TryAcquire { lock, mode },
             Input::Release { lock } => Input::Release { lock },
             Input::Upgrade { lock } => Input::Upgrade { lock },
             Input::SetPriority { base } => Input::SetPriority { base },

@@ -172,9 +172,10 @@ impl<const N: usize, const L: usize, const Q: usize> Site<N, L, Q> {
             return Err(KernelError::OutputsFull);
         }
         let lock = match input {
-            Input::Acquire { lock, .. } | Input::Release { lock } | Input::Upgrade { lock } => {
-                Some(lock)
-            }
+            Input::Acquire { lock, .. }
+            | Input::TryAcquire { lock, .. }
+            | Input::Release { lock }
+            | Input::Upgrade { lock } => Some(lock),
             Input::SetPriority { .. } => None,
             Input::Deliver { from, msg } => {
                 if from.idx() >= N || from == self.me {
@@ -227,6 +228,7 @@ impl<const N: usize, const L: usize, const Q: usize> Site<N, L, Q> {
             .ok_or(KernelError::UnknownLock(lock))?;
         match input {
             Input::Acquire { mode, .. } => node.acquire(cx, mode),
+            Input::TryAcquire { mode, .. } => node.try_acquire(cx, mode),
             Input::Release { .. } => node.release(cx),
             Input::Upgrade { .. } => node.upgrade(cx),
             Input::SetPriority { .. } => Ok(()),
@@ -262,6 +264,8 @@ impl<const N: usize, const L: usize, const Q: usize> Site<N, L, Q> {
                 ),
                 Msg::Release { owned, epoch, .. } => node.on_release(cx, from, *owned, *epoch),
                 Msg::Freeze { modes, .. } => node.on_freeze(cx, from, *modes),
+                Msg::TryRequest { entry, hop, .. } => node.on_try_request(cx, from, *entry, *hop),
+                Msg::Busy { entry, .. } => node.on_busy(cx, *entry),
             },
         }?;
         if self.variant.inheritance == Inheritance::None {

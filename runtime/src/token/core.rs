@@ -27,6 +27,9 @@ pub(super) enum Cmd {
         mode: Mode,
         prio: Priority,
         nested: bool,
+        /// A try-lock: answered at once or by the kernel's `WouldBlock`, never queued
+        /// (`spec/SPEC.md` 1.12).
+        try_lock: bool,
         ticket: u64,
         /// The hold id and the hold's fencing token.
         reply: Reply<(u64, u64)>,
@@ -308,9 +311,20 @@ impl Core {
                 mode,
                 prio,
                 nested,
+                try_lock,
                 ticket,
                 reply,
             } => match self.entry(&path) {
+                Ok(_) if try_lock => self.try_acquire(
+                    &path,
+                    Waiter {
+                        ticket,
+                        mode,
+                        prio,
+                        nested,
+                        reply,
+                    },
+                ),
                 Ok(e) => {
                     e.waiters.push_back(Waiter {
                         ticket,
@@ -413,8 +427,7 @@ impl Core {
                     return;
                 };
                 let k = e.site.site().lock(LOCK).expect("one lock per site");
-                let ours =
-                    matches!(k.pending(), hilock_kernel::Pending::Request(q) if q.serial == serial);
+                let ours = matches!(k.pending(), hilock_kernel::Pending::Request(q) | hilock_kernel::Pending::Try(q) if q.serial == serial);
                 if ours && !k.has_token() {
                     e.dead_end.get_or_insert(peer);
                     self.pump(&path);
@@ -714,6 +727,7 @@ impl Core {
                 Output::Send { to, msg } => self.send(to, path, msg),
                 Output::Granted { mode, .. } => self.granted(path, mode),
                 Output::Upgraded { .. } => self.upgraded(path),
+                Output::WouldBlock { .. } => self.would_block(path),
             }
         }
     }
@@ -935,6 +949,76 @@ impl Core {
         if e.holders.is_empty() {
             self.kernel_release(path);
         }
+    }
+
+    /// The kernel refused the site's try request (`Output::WouldBlock`): its caller gets
+    /// [`Error::WouldBlock`]; nothing of it is left in the protocol.
+    fn would_block(&mut self, path: &str) {
+        let e = self.locks.get_mut(path).expect("entry exists");
+        match e.requesting.take() {
+            Some(w) => {
+                let _ = w.reply.send(Err(Error::WouldBlock {
+                    path: path.to_string(),
+                    mode: w.mode,
+                }));
+            }
+            None => warn!(%path, "kernel refused a try nobody asked for"),
+        }
+    }
+
+    /// A local try-lock (`spec/SPEC.md` 1.12): share the node's hold if a waiter at the
+    /// front could (`LockEntry::joinable`, nobody waiting ahead unless nested); give it to
+    /// the kernel as `TryAcquire` if the site is idle (nothing held, requested, upgrading
+    /// or waiting here); otherwise it would wait at this node and is refused at once.
+    fn try_acquire(&mut self, path: &str, w: Waiter) {
+        let me = NodeId(self.shared.id);
+        let (admitted, frozen) = (self.admitted, self.frozen);
+        let e = self.locks.get_mut(path).expect("entry exists");
+        e.waiters.retain(|w| !w.reply.is_closed());
+        if e.dead_end.is_some() {
+            // Failed with every other caller (`Core::pump`).
+            e.waiters.push_back(w);
+            self.pump(path);
+            return;
+        }
+        let free = e.requesting.is_none() && e.upgrading.is_none();
+        if free && (e.waiters.is_empty() || w.nested) && e.joinable(me, &w) {
+            self.give(path, w);
+            return;
+        }
+        let idle = free
+            && e.waiters.is_empty()
+            && e.holders.is_empty()
+            && e.held == Mode::Phi
+            && admitted
+            && !frozen;
+        if !idle {
+            let _ = w.reply.send(Err(Error::WouldBlock {
+                path: path.to_string(),
+                mode: w.mode,
+            }));
+            return;
+        }
+        let (mode, prio) = (w.mode, w.prio);
+        let reprioritise = e.site.site().priorities().base != prio;
+        e.requesting = Some(w);
+        self.shared.counters.kernel_requests.fetch_add(1, Relaxed);
+        let r = if reprioritise {
+            self.kstep(path, Input::SetPriority { base: prio })
+        } else {
+            Ok(())
+        }
+        .and_then(|()| self.kstep(path, Input::TryAcquire { lock: LOCK, mode }));
+        if let Err(error) = r {
+            let e = self.locks.get_mut(path).expect("entry exists");
+            if let Some(w) = e.requesting.take() {
+                let _ = w.reply.send(Err(Error::Kernel {
+                    path: path.to_string(),
+                    error,
+                }));
+            }
+        }
+        self.pump(path);
     }
 
     fn upgraded(&mut self, path: &str) {

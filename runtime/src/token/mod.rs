@@ -118,6 +118,15 @@ pub enum Error {
         /// The restarted peer.
         peer: u16,
     },
+    /// A try-lock ([`Handle::try_lock`]) was refused: `path` could not be taken in `mode`
+    /// without waiting (`spec/SPEC.md` 1.12). Nothing of the request is left anywhere and
+    /// nothing is granted later; the ancestors it had taken are released.
+    WouldBlock {
+        /// The lock that was busy (an ancestor of the requested path, or itself).
+        path: String,
+        /// The mode tried on it.
+        mode: Mode,
+    },
     /// Membership through etcd: a peer this request waited on (the lock's token or the
     /// request's path is at it, as this node knows it) has left the cluster — its etcd
     /// lease ended.
@@ -170,6 +179,9 @@ impl std::fmt::Display for Error {
             }
             Error::Kernel { path, error } => write!(f, "{path}: kernel refused: {error}"),
             Error::Stopped => write!(f, "the node has stopped"),
+            Error::WouldBlock { path, mode } => {
+                write!(f, "busy: {path} cannot be taken in {mode} without waiting")
+            }
             Error::Refused { reason } => write!(f, "this node serves no lock: {reason}"),
             Error::PeerRestarted { path, peer } => write!(
                 f,
@@ -237,6 +249,7 @@ pub(crate) struct Counters {
     pub(crate) waits: AtomicU64,
     /// Lock requests that timed out.
     pub(crate) timeouts: AtomicU64,
+    pub(crate) would_block: AtomicU64,
     /// Protocol messages sent and delivered, by kind ([`MSG_KINDS`]).
     pub(crate) sent_by_kind: [AtomicU64; MSG_KINDS.len()],
     pub(crate) received_by_kind: [AtomicU64; MSG_KINDS.len()],
@@ -260,8 +273,11 @@ pub(crate) struct Counters {
 }
 
 /// The kinds of protocol messages counted apart (`Counters::sent_by_kind`): the kernel's
-/// five, then the agents engine's.
-pub const MSG_KINDS: [&str; 6] = ["request", "grant", "token", "release", "freeze", "agents"];
+/// five, the agents engine's, then the try-lock's busy answer (`Msg::Busy`; a try request
+/// counts as a request).
+pub const MSG_KINDS: [&str; 7] = [
+    "request", "grant", "token", "release", "freeze", "agents", "busy",
+];
 
 /// The index in [`MSG_KINDS`] of a kernel message.
 fn kind_index(m: &wire::KMsg) -> usize {
@@ -272,6 +288,7 @@ fn kind_index(m: &wire::KMsg) -> usize {
         MsgKind::Token => 2,
         MsgKind::Release => 3,
         MsgKind::Freeze => 4,
+        MsgKind::Busy => 6,
     }
 }
 
@@ -309,6 +326,10 @@ pub struct Stats {
     /// Lock requests that timed out.
     #[serde(default)]
     pub timeouts: u64,
+    /// Try-locks refused because they would have waited ([`Error::WouldBlock`]; one per
+    /// refused try, whatever level of the hierarchy refused it).
+    #[serde(default)]
+    pub would_block: u64,
     /// Client connections refused (too many clients, or no file descriptor left).
     #[serde(default)]
     pub clients_refused: u64,
@@ -634,6 +655,22 @@ impl Node {
         self.handle().lock(path, mode).await
     }
 
+    /// Try-lock: take `path` in `mode` only if nothing has to wait, else
+    /// [`Error::WouldBlock`] (see [`Handle::try_lock_with`]).
+    pub async fn try_lock(&self, path: &str, mode: Mode) -> Result<Guard, Error> {
+        self.handle().try_lock(path, mode).await
+    }
+
+    /// Try-lock with options (see [`Handle::try_lock_with`]).
+    pub async fn try_lock_with(
+        &self,
+        path: &str,
+        mode: Mode,
+        opts: Options,
+    ) -> Result<Guard, Error> {
+        self.handle().try_lock_with(path, mode, opts).await
+    }
+
     /// Take `path` in `mode` with options.
     pub async fn lock_with(&self, path: &str, mode: Mode, opts: Options) -> Result<Guard, Error> {
         self.handle().lock_with(path, mode, opts).await
@@ -839,10 +876,47 @@ impl Handle {
         self.lock_with(path, mode, Options::default()).await
     }
 
+    /// Try-lock (`spec/SPEC.md` 1.12): take `path` in `mode` (and the intention mode on its
+    /// ancestors, outermost first) only if no level has to wait. A level is taken at once
+    /// if a local hold covers it, or by a kernel `TryAcquire` that is granted; if a local
+    /// caller would have to wait for it, or the kernel answers `WouldBlock`, the ancestors
+    /// already taken are released and the answer is [`Error::WouldBlock`]: nothing of the
+    /// request stays queued at this node or any other, and nothing is granted later.
+    /// `opts.timeout` bounds the wait for the answers (a try that meets a peer that does
+    /// not answer times out like a lock).
+    pub async fn try_lock_with(
+        &self,
+        path: &str,
+        mode: Mode,
+        opts: Options,
+    ) -> Result<Guard, Error> {
+        let r = self.acquire_chain(path, mode, opts, true).await;
+        if let Err(Error::WouldBlock { .. }) = &r {
+            self.shared.counters.would_block.fetch_add(1, Relaxed);
+        }
+        r
+    }
+
+    /// [`Handle::try_lock_with`] with the default options.
+    pub async fn try_lock(&self, path: &str, mode: Mode) -> Result<Guard, Error> {
+        self.try_lock_with(path, mode, Options::default()).await
+    }
+
     /// See [`Node::lock_with`]. The ancestors are taken first, outermost first, each in
     /// [`intention`]`(mode)`; the timeout covers the whole hierarchy. On any error the
     /// locks taken so far are released.
     pub async fn lock_with(&self, path: &str, mode: Mode, opts: Options) -> Result<Guard, Error> {
+        self.acquire_chain(path, mode, opts, false).await
+    }
+
+    /// [`Handle::lock_with`] (`try_lock` false) or [`Handle::try_lock_with`] (true).
+    async fn acquire_chain(
+        &self,
+        path: &str,
+        mode: Mode,
+        opts: Options,
+        try_lock: bool,
+    ) -> Result<Guard, Error> {
         check_path(path).map_err(Error::InvalidPath)?;
         if mode == Mode::Phi {
             return Err(Error::InvalidMode);
@@ -868,6 +942,7 @@ impl Handle {
                     mode: m,
                     prio: opts.priority,
                     nested: opts.nested,
+                    try_lock,
                     ticket,
                     reply,
                 })
@@ -977,6 +1052,7 @@ impl Handle {
             held_back_full: c.held_back_full.load(Relaxed),
             waits: c.waits.load(Relaxed),
             timeouts: c.timeouts.load(Relaxed),
+            would_block: c.would_block.load(Relaxed),
             clients_refused: c.clients_refused.load(Relaxed),
             cut_connections: c.cut_connections.load(Relaxed),
         }

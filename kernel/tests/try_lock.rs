@@ -1,0 +1,272 @@
+//! hilock's try-lock (`spec/SPEC.md` 1.12): `Input::TryAcquire` is granted where a request
+//! would be granted (Rules 2, 3.1, 3.2) and refused with `Output::WouldBlock` where a request
+//! would wait (Rules 4.1 Q, 4.2, Rule 6), leaving nothing behind. Every step runs in the one
+//! harness with every safety property checked after it, P11 (no grant after WouldBlock)
+//! and P12 (a try leaves nothing pending) included.
+
+use hilock_harness::Cluster;
+use hilock_kernel::{
+    Forwarding, Frozen, Input, LockId, Mode, Msg, NodeId, Output, Pending, QueueEntry, Rule, Site,
+    Variant,
+};
+
+type S = Site<4, 1, 4>;
+const L: LockId = LockId(0);
+
+/// A star of four around node 0 (the token holder).
+fn star() -> Cluster<S> {
+    Cluster::new(
+        (0..4)
+            .map(|i| S::new(NodeId(i), NodeId(0)).unwrap())
+            .collect(),
+    )
+}
+
+/// A chain 0 (token) ← 1 ← 2, and 3 a child of 0.
+fn chain() -> Cluster<S> {
+    Cluster::new(
+        (0..4)
+            .map(|i| {
+                let parent = match i {
+                    0 => None,
+                    2 => Some(NodeId(1)),
+                    _ => Some(NodeId(0)),
+                };
+                S::with_parents(NodeId(i), |_| parent).unwrap()
+            })
+            .collect(),
+    )
+}
+
+/// Every output of the input at `at` and of the deliveries it causes (oldest first), with
+/// the node that produced it; every safety property is checked after every step.
+fn run(c: &mut Cluster<S>, at: u16, input: Input<'_, Msg<4>>) -> Vec<(u16, Output<Msg<4>>)> {
+    let step = c.input(NodeId(at), input).unwrap();
+    c.check_safety().unwrap();
+    let mut log: Vec<(u16, Output<Msg<4>>)> = step.outputs.into_iter().map(|o| (at, o)).collect();
+    c.settle(1000, |c, _, _, step| {
+        log.extend(step.outputs.iter().map(|o| (step.node.0, o.clone())));
+        Ok(c.check_safety()?)
+    })
+    .unwrap();
+    log
+}
+
+fn acquire(c: &mut Cluster<S>, at: u16, mode: Mode) -> Vec<(u16, Output<Msg<4>>)> {
+    run(c, at, Input::Acquire { lock: L, mode })
+}
+
+fn try_acquire(c: &mut Cluster<S>, at: u16, mode: Mode) -> Vec<(u16, Output<Msg<4>>)> {
+    run(c, at, Input::TryAcquire { lock: L, mode })
+}
+
+fn release(c: &mut Cluster<S>, at: u16) -> Vec<(u16, Output<Msg<4>>)> {
+    run(c, at, Input::Release { lock: L })
+}
+
+/// Whether `log` has a `Granted` (`WouldBlock`) output of node `n`.
+fn granted(log: &[(u16, Output<Msg<4>>)], n: u16) -> bool {
+    log.iter()
+        .any(|(at, o)| *at == n && matches!(o, Output::Granted { .. }))
+}
+fn would_block(log: &[(u16, Output<Msg<4>>)], n: u16) -> bool {
+    log.iter()
+        .any(|(at, o)| *at == n && matches!(o, Output::WouldBlock { .. }))
+}
+
+/// Every site's queue and frozen modes of the lock.
+fn queues_and_freezes(c: &Cluster<S>) -> Vec<(Vec<QueueEntry>, Frozen)> {
+    c.sites()
+        .map(|s| {
+            let n = s.lock(L).unwrap();
+            (n.queue().to_vec(), n.frozen_thresholds())
+        })
+        .collect()
+}
+
+/// Rule 3.2 and Rule 2: a try of a free lock is granted — the token node's own at once,
+/// another node's by the token transfer a request would get.
+#[test]
+fn try_on_a_free_lock_is_granted() {
+    let mut c = star();
+    let log = try_acquire(&mut c, 0, Mode::W);
+    assert_eq!(
+        log,
+        vec![(
+            0,
+            Output::Granted {
+                lock: L,
+                mode: Mode::W
+            }
+        )]
+    );
+    release(&mut c, 0);
+    let log = try_acquire(&mut c, 2, Mode::W);
+    assert!(granted(&log, 2) && !would_block(&log, 2), "{log:?}");
+    let n2 = c.site(NodeId(2)).lock(L).unwrap();
+    assert_eq!((n2.held(), n2.has_token()), (Mode::W, true));
+    assert_eq!(n2.pending(), Pending::None);
+}
+
+/// Rule 4.2 refused: while node 1 holds W, node 2's try of R is answered with a busy
+/// message and `WouldBlock`; no site's queue or frozen modes changed, node 2 has nothing
+/// pending.
+#[test]
+fn try_against_a_conflicting_holder_would_block_and_changes_no_queue_or_freeze() {
+    let mut c = star();
+    acquire(&mut c, 1, Mode::W);
+    let before = queues_and_freezes(&c);
+    let log = try_acquire(&mut c, 2, Mode::R);
+    assert!(would_block(&log, 2) && !granted(&log, 2), "{log:?}");
+    assert!(
+        log.iter().any(|(at, o)| *at == 1
+            && matches!(
+                o,
+                Output::Send {
+                    to: NodeId(2),
+                    msg: Msg::Busy { .. }
+                }
+            )),
+        "the token node answers busy: {log:?}"
+    );
+    assert_eq!(queues_and_freezes(&c), before);
+    assert_eq!(c.site(NodeId(2)).lock(L).unwrap().pending(), Pending::None);
+    assert_eq!(c.refused_tries().collect::<Vec<_>>(), vec![(NodeId(2), L)]);
+}
+
+/// P11: after `WouldBlock`, the holder's release grants nothing to the refused node — no
+/// `Granted`, no message to it, nothing held.
+#[test]
+fn after_would_block_a_release_never_grants_the_try() {
+    let mut c = star();
+    acquire(&mut c, 1, Mode::W);
+    try_acquire(&mut c, 2, Mode::R);
+    let log = release(&mut c, 1);
+    assert!(!granted(&log, 2), "{log:?}");
+    assert!(
+        !log.iter()
+            .any(|(_, o)| matches!(o, Output::Send { to: NodeId(2), .. })),
+        "{log:?}"
+    );
+    assert_eq!(c.site(NodeId(2)).lock(L).unwrap().held(), Mode::Phi);
+    assert_eq!(c.in_flight(), 0);
+    c.check_no_deadlock(true).unwrap();
+}
+
+/// Rule 6: a queued W froze R at the token node (Table 2.4); a try of R is refused where a
+/// request of R would wait for the freeze.
+#[test]
+fn try_is_refused_by_a_freeze_for_a_queued_conflicting_request() {
+    let mut c = star();
+    acquire(&mut c, 1, Mode::R);
+    acquire(&mut c, 2, Mode::W);
+    let token = c.site(NodeId(1)).lock(L).unwrap();
+    assert!(token.has_token() && token.frozen().contains(Mode::R));
+    let before = queues_and_freezes(&c);
+    let log = try_acquire(&mut c, 3, Mode::R);
+    assert!(would_block(&log, 3) && !granted(&log, 3), "{log:?}");
+    assert_eq!(queues_and_freezes(&c), before);
+}
+
+/// No bypass (`spec/SPEC.md` 1.12): without freezing (`Variant::freezing` off, the
+/// thesis's parent forwarding) a request of R is granted past the W waiting in the token
+/// node's queue, but a try of R is refused: a try is never granted ahead of a conflicting
+/// request waiting where it is decided.
+#[test]
+fn try_does_not_bypass_a_queued_conflicting_request() {
+    let no_freezing = Variant {
+        freezing: false,
+        forwarding: Forwarding::Thesis,
+        ..Variant::HILOCK
+    };
+    let mut c = star();
+    c.configure(|s| s.with_variant(no_freezing));
+    acquire(&mut c, 1, Mode::R);
+    acquire(&mut c, 2, Mode::W);
+    assert_eq!(c.site(NodeId(1)).lock(L).unwrap().queue().len(), 1);
+    let log = try_acquire(&mut c, 3, Mode::R);
+    assert!(would_block(&log, 3) && !granted(&log, 3), "{log:?}");
+    // The plain request bypasses (the thesis's chapter-2 protocol without freezes).
+    let log = acquire(&mut c, 3, Mode::R);
+    assert!(granted(&log, 3), "{log:?}");
+}
+
+/// Rule 4.1 Q refused: in the chain 0 ← 1 ← 2, node 1 waits for W (queued at 0 behind 0's
+/// R). Node 2's try of W reaches node 1, which would keep it behind its own pending W
+/// (Table 2.3 (W, W) = Q): node 1 answers busy itself and keeps nothing.
+#[test]
+fn try_that_a_pending_node_would_queue_is_refused_there() {
+    let mut c = chain();
+    acquire(&mut c, 0, Mode::R);
+    acquire(&mut c, 1, Mode::W);
+    assert_eq!(c.site(NodeId(1)).lock(L).unwrap().pending_mode(), Mode::W);
+    let step = c
+        .input(
+            NodeId(2),
+            Input::TryAcquire {
+                lock: L,
+                mode: Mode::W,
+            },
+        )
+        .unwrap();
+    assert!(step.rules.contains(Rule::Rule2Request));
+    let (_, r) = c.deliver(NodeId(2), NodeId(1)).unwrap();
+    let at1 = r.unwrap();
+    assert!(at1.rules.contains(Rule::TryRefused), "{:?}", at1.rules);
+    assert!(c.site(NodeId(1)).lock(L).unwrap().queue().is_empty());
+    let (_, r) = c.deliver(NodeId(1), NodeId(2)).unwrap();
+    let at2 = r.unwrap();
+    assert!(at2.rules.contains(Rule::TryWouldBlock));
+    assert_eq!(
+        at2.outputs,
+        vec![Output::WouldBlock {
+            lock: L,
+            mode: Mode::W
+        }]
+    );
+    c.check_safety().unwrap();
+    // Node 0 releases: node 1 gets W, node 2 nothing.
+    let log = release(&mut c, 0);
+    assert!(granted(&log, 1) && !granted(&log, 2), "{log:?}");
+}
+
+/// A try is one request: a second `Acquire` or `TryAcquire` while it is pending is refused
+/// by the kernel, and a busy answer for a try that is no longer pending is dropped.
+#[test]
+fn a_pending_try_blocks_other_requests_and_a_stale_busy_is_dropped() {
+    let mut c = star();
+    acquire(&mut c, 1, Mode::W);
+    c.input(
+        NodeId(2),
+        Input::TryAcquire {
+            lock: L,
+            mode: Mode::R,
+        },
+    )
+    .unwrap();
+    assert!(matches!(
+        c.site(NodeId(2)).lock(L).unwrap().pending(),
+        Pending::Try(_)
+    ));
+    assert!(c
+        .input(
+            NodeId(2),
+            Input::Acquire {
+                lock: L,
+                mode: Mode::R
+            }
+        )
+        .is_err());
+    c.settle(100, |_, _, _, _| Ok(())).unwrap();
+    let entry = QueueEntry {
+        requester: NodeId(2),
+        mode: Mode::R,
+        serial: 1,
+        prio: 0,
+    };
+    let stale = c
+        .inject(NodeId(1), NodeId(2), &Msg::Busy { lock: L, entry })
+        .unwrap();
+    assert!(stale.rules.contains(Rule::StaleBusy) && stale.outputs.is_empty());
+    assert_eq!(c.site(NodeId(2)).lock(L).unwrap().stale().busies, 1);
+}
