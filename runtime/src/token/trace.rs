@@ -808,10 +808,12 @@ fn apply(
                 short(&r.out.iter().map(|o| &o.o).collect::<Vec<_>>())
             ))
         }
-        (Ok(step), Some(want)) => return Err(format!(
+        (Ok(step), Some(want)) => {
+            return Err(format!(
             "divergence: the record says the kernel refused the input (\"{want}\"); it gives {}",
             short(&step.outputs)
-        )),
+        ))
+        }
         (Ok(step), None) => {
             let recorded = r
                 .out
