@@ -41,13 +41,48 @@ fn recorded() -> &'static Path {
 
 fn record_run() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
+    let mut nodes = start_recording(dir.path());
+    lock_rounds(dir.path(), 3);
+    stop(&mut nodes);
+    dir
+}
+
+/// Node `id` of the cluster configured in `file`.
+fn spawn_node(file: &Path, id: usize) -> Proc {
+    Proc(
+        hilock()
+            .args(["node", "--config"])
+            .arg(file)
+            .args(["--id", &id.to_string()])
+            .env("RUST_LOG", "hilock=warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    )
+}
+
+fn sock(dir: &Path, id: usize) -> PathBuf {
+    dir.join(format!("n{id}.sock"))
+}
+
+fn wait_socket(dir: &Path, id: usize) {
+    let t = Instant::now();
+    while !sock(dir, id).exists() {
+        assert!(t.elapsed() < Duration::from_secs(20), "node {id} starts");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Starts [`NODES`] nodes in `dir` that record their steps in `dir/node-<id>.jsonl`.
+fn start_recording(dir: &Path) -> Vec<Proc> {
     let mut toml = String::from(
         "cluster = \"trace\"\nsecret = \"trace test secret\"\nrequest_timeout_ms = 20000\n",
     );
     toml.push_str(&format!(
         "client = \"{}\"\nrecord = \"{}\"\n",
-        dir.path().join("n{id}.sock").display(),
-        dir.path().join("node-{id}.jsonl").display()
+        dir.join("n{id}.sock").display(),
+        dir.join("node-{id}.jsonl").display()
     ));
     for id in 0..NODES {
         toml.push_str(&format!(
@@ -55,34 +90,19 @@ fn record_run() -> tempfile::TempDir {
             free_port()
         ));
     }
-    let file = dir.path().join("cluster.toml");
+    let file = dir.join("cluster.toml");
     std::fs::write(&file, toml).unwrap();
-    let mut nodes: Vec<Proc> = (0..NODES)
-        .map(|id| {
-            Proc(
-                hilock()
-                    .args(["node", "--config"])
-                    .arg(&file)
-                    .args(["--id", &id.to_string()])
-                    .env("RUST_LOG", "hilock=warn")
-                    .stdout(Stdio::null())
-                    .stderr(Stdio::null())
-                    .spawn()
-                    .unwrap(),
-            )
-        })
-        .collect();
-    let sock = |id: usize| dir.path().join(format!("n{id}.sock"));
-    let t = Instant::now();
+    let nodes = (0..NODES).map(|id| spawn_node(&file, id)).collect();
     for id in 0..NODES {
-        while !sock(id).exists() {
-            assert!(t.elapsed() < Duration::from_secs(20), "node {id} starts");
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        wait_socket(dir, id);
     }
-    // Three rounds; in each, every node's clients ask at once for locks that conflict:
-    // W and R on /db (against everyone's intention modes below it), W on /db/a against
-    // R on /db/a and on /db/a/x, U then W (upgrade) on /db/b.
+    nodes
+}
+
+/// `rounds` rounds; in each, every node's clients ask at once for locks that conflict:
+/// W and R on /db (against everyone's intention modes below it), W on /db/a against R on
+/// /db/a and on /db/a/x, U and W on /db/b.
+fn lock_rounds(dir: &Path, rounds: usize) {
     let asks = [
         ("/db", "W"),
         ("/db/a/x", "R"),
@@ -93,14 +113,14 @@ fn record_run() -> tempfile::TempDir {
         ("/db/b", "W"),
         ("/db/a", "R"),
     ];
-    for round in 0..3 {
+    for round in 0..rounds {
         let mut kids = Vec::new();
         for (k, (path, mode)) in asks.iter().enumerate() {
             let id = (k + round) % NODES;
             kids.push(
                 hilock()
                     .args(["lock", path, mode, "--socket"])
-                    .arg(sock(id))
+                    .arg(sock(dir, id))
                     .args(["--", "sh", "-c", "sleep 0.02"])
                     .stdout(Stdio::null())
                     .spawn()
@@ -111,19 +131,21 @@ fn record_run() -> tempfile::TempDir {
             assert!(k.wait().unwrap().success(), "a lock client failed");
         }
     }
-    // Stop the nodes (SIGTERM: releases travel, then the node exits); every record line
-    // is written when its step is taken.
-    for p in &nodes {
+}
+
+/// Stops the nodes (SIGTERM: releases travel, then the node exits); every record line is
+/// written when its step is taken.
+fn stop(nodes: &mut [Proc]) {
+    for p in nodes.iter() {
         assert!(Command::new("kill")
             .arg(p.0.id().to_string())
             .status()
             .unwrap()
             .success());
     }
-    for p in &mut nodes {
+    for p in nodes.iter_mut() {
         let _ = p.0.wait();
     }
-    dir
 }
 
 fn record_files(dir: &Path) -> Vec<PathBuf> {
@@ -348,5 +370,38 @@ fn an_unreadable_record_exits_2() {
         text(&out.stderr).contains("not a record"),
         "{}",
         text(&out.stderr)
+    );
+}
+
+/// A node killed with SIGKILL and started again is a new run (static membership refuses
+/// it): the check validates the records up to it and stops there, exit 3, naming it.
+#[test]
+fn a_restarted_node_stops_the_check_at_its_new_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut nodes = start_recording(dir.path());
+    lock_rounds(dir.path(), 1);
+    let victim = NODES - 1;
+    assert!(Command::new("kill")
+        .args(["-9", &nodes[victim].0.id().to_string()])
+        .status()
+        .unwrap()
+        .success());
+    let _ = nodes[victim].0.wait();
+    let _ = std::fs::remove_file(sock(dir.path(), victim));
+    nodes[victim] = spawn_node(&dir.path().join("cluster.toml"), victim);
+    wait_socket(dir.path(), victim);
+    stop(&mut nodes);
+    let runs = lines(dir.path(), victim)
+        .iter()
+        .filter(|l| l.starts_with("{\"t\":\"run\""))
+        .count();
+    assert_eq!(runs, 2, "the restarted node appended a second run");
+    let out = trace_check(dir.path());
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(3), "{stdout}{}", text(&out.stderr));
+    assert!(stdout.starts_with("trace validated: "), "{stdout}");
+    assert!(
+        stdout.contains(&format!("stopped: node {victim} at ")) && stdout.contains("a new run"),
+        "{stdout}"
     );
 }

@@ -599,6 +599,19 @@ addr = "127.0.0.1:7101"
 "#;
 
     #[test]
+    fn record_is_off_by_default_takes_the_id_and_sits_beside_the_file() {
+        assert_eq!(Config::from_toml(GOOD, None).unwrap().record, None);
+        let with = GOOD.replace("id = 1\n[[", "id = 1\nrecord = \"t/node-{id}.jsonl\"\n[[");
+        let c = Config::from_toml(&with, Some(0)).unwrap();
+        assert_eq!(c.record, Some(PathBuf::from("t/node-0.jsonl")));
+        let d = tempfile::tempdir().unwrap();
+        let file = d.path().join("cluster.toml");
+        std::fs::write(&file, &with).unwrap();
+        let c = Config::from_file(&file, None).unwrap();
+        assert_eq!(c.record, Some(d.path().join("t/node-1.jsonl")));
+    }
+
+    #[test]
     fn state_dir_takes_the_id_sits_beside_the_file_and_is_static_only() {
         let with = GOOD.replace("id = 1\n[[", "id = 1\nstate_dir = \"state-{id}\"\n[[");
         let c = Config::from_toml(&with, Some(0)).unwrap();
