@@ -405,3 +405,36 @@ fn a_restarted_node_stops_the_check_at_its_new_run() {
         "{stdout}"
     );
 }
+
+/// A delivery of a message its sender never sent: the last delivery of a node, recorded
+/// again with the next number of its link.
+#[test]
+fn a_delivery_of_a_message_never_sent_is_rejected() {
+    let (node, mut v) = (0..NODES)
+        .find_map(|n| {
+            let ls = lines(recorded(), n);
+            ls.iter()
+                .rposition(|l| delivery(&json(l)).is_some())
+                .map(|i| (n, json(&ls[i])))
+        })
+        .expect("a delivery");
+    let seq = v["input"]["deliver"]["seq"].as_u64().unwrap();
+    v["input"]["deliver"]["seq"] = serde_json::json!(seq + 1);
+    let mut ls = lines(recorded(), node);
+    ls.push(v.to_string());
+    let dir = tampered(node, &ls);
+    let out = trace_check(dir.path());
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}{}", text(&out.stderr));
+    let at = format!(
+        "node {node} at {}:{}:",
+        dir.path().join(format!("node-{node}.jsonl")).display(),
+        ls.len()
+    );
+    assert!(stdout.contains(&at), "{at} in {stdout}");
+    assert!(
+        stdout.contains(&format!("delivers message #{} ", seq + 1))
+            && stdout.contains("never sent"),
+        "{stdout}"
+    );
+}

@@ -691,6 +691,14 @@ fn replay_path(
                 // The sender's records end before that message: it was never sent, unless
                 // the check stopped at the sender.
                 if late.contains_key(from) || pr.stopped.contains_key(from) {
+                    summary.stopped.push(format!(
+                        "node {} at {}:{}: {} records on {path} not replayed: they wait for \
+                         messages of node {from}, whose records stopped",
+                        r.node,
+                        names[r.file],
+                        r.line,
+                        q.len()
+                    ));
                     continue;
                 }
                 (
