@@ -438,3 +438,33 @@ fn a_delivery_of_a_message_never_sent_is_rejected() {
         "{stdout}"
     );
 }
+
+/// The check builds every site from the code the nodes ran and compares it with the
+/// recorded start: a node that records another initial parent is rejected.
+#[test]
+fn a_site_recorded_with_another_initial_parent_is_rejected() {
+    let (node, i, line) = (0..NODES)
+        .find_map(|n| {
+            lines(recorded(), n)
+                .into_iter()
+                .enumerate()
+                .find(|(_, l)| l.starts_with("{\"t\":\"site\"") && !l.contains("\"parent\":null"))
+                .map(|(i, l)| (n, i, l))
+        })
+        .expect("a node that does not start with a token");
+    let mut v = json(&line);
+    v["parent"] = serde_json::Value::Null;
+    let mut ls = lines(recorded(), node);
+    ls[i] = v.to_string();
+    let dir = tampered(node, &ls);
+    let out = trace_check(dir.path());
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}{}", text(&out.stderr));
+    let at = format!(
+        "node {node} at {}:{}:",
+        dir.path().join(format!("node-{node}.jsonl")).display(),
+        i + 1
+    );
+    assert!(stdout.contains(&at), "{at} in {stdout}");
+    assert!(stdout.contains("started with parent None"), "{stdout}");
+}

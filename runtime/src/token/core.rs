@@ -299,7 +299,7 @@ impl Core {
                 )
             };
             if let Some(t) = self.trace.as_mut() {
-                t.site(path, how, site.epoch());
+                t.site(path, how, &site);
             }
             self.locks.insert(
                 path.to_string(),
@@ -573,10 +573,10 @@ impl Core {
         for (path, e) in self.locks.iter_mut() {
             match static_site(me, path, n, g) {
                 Ok(site) => {
-                    *e.site = site;
                     if let Some(t) = self.trace.as_mut() {
-                        t.site(path, How::Static, g);
+                        t.site(path, How::Static, &site);
                     }
+                    *e.site = site;
                 }
                 Err(err) => {
                     warn!(%path, error = %err, "cannot create the lock in the run's generation")
@@ -873,7 +873,7 @@ impl Core {
             match new_site(me, &path, self.shared.n, epoch, &members) {
                 Ok(site) => {
                     if let Some(t) = self.trace.as_mut() {
-                        t.site(&path, How::Recovered, epoch);
+                        t.site(&path, How::Recovered, &site);
                     }
                     let e = self.locks.get_mut(&path).expect("known");
                     *e.site = site;

@@ -14,7 +14,7 @@
 //! - `site`: the node created (or re-created) the site of a lock path: `static` in
 //!   generation `epoch` (the site every node computes for a static cluster, epoch 0 the
 //!   fresh one: token at the path's initial holder), or `recovered` / `joining` (etcd
-//!   recovery, not replayed).
+//!   recovery, not replayed); with the node's initial parent and the protocol variant.
 //! - `step`: one call of the kernel's step on a path's site: the input (acquire, release,
 //!   upgrade, set-priority, or deliver with the sender, the sender's sequence number of the
 //!   message and the message), the outputs, and the kernel's error if it refused the
@@ -38,11 +38,11 @@ use std::path::{Path, PathBuf};
 
 use hilock_harness::Cluster;
 use hilock_kernel::token::recovery::Epoch;
-use hilock_kernel::{Input, KernelError, Mode, NodeId, Output, Priority, Site};
+use hilock_kernel::{Input, KernelError, Mode, NodeId, Output, Priority, Site, Variant};
 use serde::{Deserialize, Serialize};
 
 use crate::config::MAX_NODES;
-use crate::wire::{KMsg, SMsg};
+use crate::wire::{KMsg, LockSite, SMsg, LOCK};
 
 use super::recover::static_site;
 
@@ -127,6 +127,10 @@ pub enum Line<S, M> {
         how: How,
         /// The site's epoch (generation).
         epoch: Epoch,
+        /// The node's initial parent for the path (`None`: it holds the token).
+        parent: Option<u16>,
+        /// The protocol variant the site runs.
+        variant: Variant,
     },
     /// A kernel step.
     Step {
@@ -242,15 +246,23 @@ impl Recorder {
         }
     }
 
-    /// The site of `path` was created.
-    pub(crate) fn site(&mut self, path: &str, how: How, epoch: Epoch) {
+    /// The site of `path` was created: `site`.
+    pub(crate) fn site(&mut self, path: &str, how: How, site: &LockSite) {
         let (node, run) = (self.node, self.run);
+        let parent = site
+            .site()
+            .lock(LOCK)
+            .ok()
+            .and_then(|k| k.parent())
+            .map(|p| p.0);
         self.write(&Line::Site {
             node,
             run,
             path,
             how,
-            epoch,
+            epoch: site.epoch(),
+            parent,
+            variant: site.site().variant(),
         });
     }
 
@@ -423,8 +435,11 @@ struct Rec {
 /// One path's records per node.
 #[derive(Default)]
 struct PathRecs {
-    /// Per node: the generation of its site before its first step.
+    /// Per node: the generation of its site before its first step, and where.
     epoch: BTreeMap<u16, (Epoch, usize, usize)>,
+    /// Per node: its recorded initial parent and variant (checked against the sites the
+    /// check builds).
+    start: BTreeMap<u16, (Option<u16>, Variant)>,
     steps: BTreeMap<u16, VecDeque<Rec>>,
     /// Nodes whose records of this path end early (not replayed past that point).
     stopped: BTreeMap<u16, String>,
@@ -492,6 +507,8 @@ pub fn check(files: &[PathBuf]) -> Result<Result<Summary, Rejection>, String> {
                     path: p,
                     how,
                     epoch,
+                    parent,
+                    variant,
                     ..
                 } => {
                     let pr = paths.entry(p.clone()).or_default();
@@ -510,6 +527,7 @@ pub fn check(files: &[PathBuf]) -> Result<Result<Summary, Rejection>, String> {
                         );
                     } else {
                         pr.epoch.insert(node, (epoch, fi, line));
+                        pr.start.insert(node, (parent, variant));
                     }
                 }
                 Line::Install { path: p, epoch, .. } => {
@@ -620,6 +638,28 @@ fn replay_path(
             node: 0,
             reason: format!("{path}: cannot build the sites of generation {g}: {e}"),
         })?;
+    // The sites built are the ones the nodes recorded they started with.
+    for (&node, &(parent, variant)) in &pr.start {
+        let built = &sites[usize::from(node)];
+        let p = built
+            .lock(hilock_kernel::LockId(0))
+            .ok()
+            .and_then(|k| k.parent())
+            .map(|p| p.0);
+        if p != parent || built.variant() != variant {
+            let &(_, fi, line) = &pr.epoch[&node];
+            return Err(Rejection {
+                file: names[fi].clone(),
+                line,
+                node,
+                reason: format!(
+                    "{path}: the node started with parent {parent:?} and variant {variant:?}; \
+                     the site of generation {g} has parent {p:?} and variant {:?}",
+                    built.variant()
+                ),
+            });
+        }
+    }
     let mut cluster = Cluster::new(sites);
     let mut links = Links::default();
     loop {
