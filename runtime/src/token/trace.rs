@@ -614,11 +614,7 @@ fn replay_path(
         reason: format!("step {} on {path}: {reason}", r.i),
     };
     // The generation every node's site of the path starts in (they compute the same one).
-    let mut gens = pr.epoch.iter();
-    let g = match gens.next() {
-        Some((_, &(g, _, _))) => g,
-        None => 0,
-    };
+    let g = pr.epoch.values().next().map_or(0, |e| e.0);
     if let Some((&node, &(other, fi, line))) = pr.epoch.iter().find(|(_, e)| e.0 != g) {
         return Err(Rejection {
             file: names[fi].clone(),
@@ -829,12 +825,11 @@ fn apply(
             let (_, res) = cluster
                 .deliver(from_id, me)
                 .ok_or_else(|| "the link is empty".to_string())?;
-            let (_, fi, line) = links
+            links
                 .flight
                 .get_mut(&(*from, r.node))
                 .and_then(|q| q.pop_front())
                 .expect("the head was checked");
-            let _ = (fi, line);
             links
                 .delivered
                 .insert((*from, r.node), (*seq, r.file, r.line));
