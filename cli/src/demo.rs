@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use hilock_kernel::Mode;
-use hilock_runtime::oracle::{local_cluster, Oracle};
+use hilock_runtime::oracle::{local_cluster_recording, Oracle};
 use hilock_runtime::token::Handle;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use rand::rngs::StdRng;
@@ -39,6 +39,7 @@ pub fn command(
     entries: usize,
     seed: u64,
     quiet: bool,
+    record: Option<std::path::PathBuf>,
 ) -> Result<(String, bool), String> {
     // Stopping the cluster at the end makes every node see its peers go: not news here.
     init_logs("error");
@@ -61,6 +62,7 @@ pub fn command(
         entries,
         seed,
         progress: !quiet,
+        record,
         ..Default::default()
     };
     let report = runtime()?.block_on(run(opts))?;
@@ -89,6 +91,9 @@ pub struct DemoOptions {
     pub timeout: Duration,
     /// Draw a progress bar on stderr.
     pub progress: bool,
+    /// Every node records its kernel steps in `node-<id>.jsonl` here (`hilock
+    /// trace-check`).
+    pub record: Option<std::path::PathBuf>,
 }
 
 impl Default for DemoOptions {
@@ -103,6 +108,7 @@ impl Default for DemoOptions {
             seed: 1,
             timeout: Duration::from_secs(10),
             progress: false,
+            record: None,
         }
     }
 }
@@ -347,11 +353,24 @@ pub async fn run(opts: DemoOptions) -> Result<DemoReport, String> {
     if opts.seconds.is_some_and(|s| !(s > 0.0 && s <= 86_400.0)) {
         return Err("--seconds must be in (0, 86400]".into());
     }
-    let nodes = local_cluster(
+    if let Some(dir) = &opts.record {
+        // Each node appends: a directory of earlier records would mix runs.
+        for id in 0..opts.nodes {
+            let f = dir.join(format!("node-{id}.jsonl"));
+            if f.exists() {
+                return Err(format!(
+                    "{} exists: record into an empty directory",
+                    f.display()
+                ));
+            }
+        }
+    }
+    let nodes = local_cluster_recording(
         opts.nodes,
         "hilock-demo",
         b"demo secret, loopback only",
         opts.timeout,
+        opts.record.as_deref(),
     )
     .await
     .map_err(|e| format!("cannot start the cluster: {e}"))?;

@@ -58,6 +58,10 @@ enum Command {
         /// No progress bar.
         #[arg(long)]
         quiet: bool,
+        /// Every node records its kernel steps in DIR/node-<id>.jsonl, for `hilock
+        /// trace-check` (the files must not exist yet).
+        #[arg(long, value_name = "DIR")]
+        record: Option<PathBuf>,
     },
     /// Run a node until Ctrl-C or SIGTERM (logs on stderr; RUST_LOG=hilock=debug for more).
     /// The file names the engine: `engine = "token"` (the default) or `engine = "ring"` (a
@@ -216,6 +220,17 @@ enum Command {
         #[arg(long)]
         html: Option<PathBuf>,
     },
+    /// Check the step records of a cluster's nodes (`record` in the node configuration,
+    /// `hilock demo --record`) against the kernel: replay them through the harness per
+    /// lock path, compare every step's outputs, check the safety properties after every
+    /// step. Exit 0 if they validate, 1 if not (one line names the node, the record and
+    /// what differed), 3 if the check stopped early (recovery installs, a new run), 2 if a
+    /// file cannot be read.
+    TraceCheck {
+        /// The record files (every node's, of one run of the cluster).
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+    },
     /// Check a model configuration exhaustively (progress on stderr); exit 1 and write the
     /// counterexample traces if a property fails.
     Check {
@@ -271,8 +286,9 @@ fn main() -> ExitCode {
             entries,
             seed,
             quiet,
+            record,
         } => demo::command(
-            nodes, requests, seconds, cs_ms, ncs_ms, entries, seed, quiet,
+            nodes, requests, seconds, cs_ms, ncs_ms, entries, seed, quiet, record,
         ),
         Command::Node { config, id } => match node::node(&config, id) {
             Ok(node::Ended::Stopped(s)) => Ok((s, true)),
@@ -345,6 +361,15 @@ fn main() -> ExitCode {
             spec::replay(&file, svg.as_deref(), html.as_deref()).map(|s| (s, true))
         }
         Command::Check { file, out } => spec::check(&file, &out),
+        Command::TraceCheck { files } => match hilock_runtime::token::trace::check(&files) {
+            Ok(Ok(summary)) if summary.stopped.is_empty() => Ok((format!("{summary}\n"), true)),
+            Ok(Ok(summary)) => {
+                println!("{summary}");
+                return ExitCode::from(3);
+            }
+            Ok(Err(rejection)) => Ok((format!("{rejection}\n"), false)),
+            Err(e) => Err(e),
+        },
         Command::Explore { file, port, trace } => {
             spec::explore(&file, port, trace.as_deref()).map(|s| (s, true))
         }

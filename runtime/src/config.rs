@@ -15,6 +15,8 @@
 //! state_dir = "state-{id}"          # static membership: where the node keeps its
 //!                                   # generation, so fences grow across restarts of the
 //!                                   # whole cluster (default: off; relative to this file)
+//! record = "trace/node-{id}.jsonl"   # append one JSON line per kernel step, for
+//!                                   # `hilock trace-check` (default: off; relative to this file)
 //!
 //! [[nodes]]
 //! id = 0
@@ -110,6 +112,7 @@ struct File {
     request_timeout_ms: Option<u64>,
     metrics_addr: Option<SocketAddr>,
     state_dir: Option<PathBuf>,
+    record: Option<PathBuf>,
     // Membership: see the module documentation.
     membership: Option<String>,
     etcd_endpoints: Option<Vec<String>>,
@@ -310,6 +313,10 @@ pub struct Config {
     /// the nodes grant nothing until every node of the cluster has told its generation.
     /// `None`: off, every run's fences start at 1.
     pub state_dir: Option<PathBuf>,
+    /// Token engine: append one JSON line per kernel step this node takes to this file,
+    /// for `hilock trace-check` (`crate::token::trace`; `docs/verification.md`, "Trace
+    /// validation"). `None` (the default): nothing is recorded.
+    pub record: Option<PathBuf>,
 }
 
 /// The default of [`Config::etcd_rejoin_timeout`] (`etcd_rejoin_timeout_ms`).
@@ -337,6 +344,7 @@ impl std::fmt::Debug for Config {
             .field("etcd_rejoin_timeout", &self.etcd_rejoin_timeout)
             .field("etcd_held_back_max", &self.etcd_held_back_max)
             .field("state_dir", &self.state_dir)
+            .field("record", &self.record)
             .finish()
     }
 }
@@ -373,6 +381,7 @@ impl Config {
             etcd_rejoin_timeout: REJOIN_TIMEOUT,
             etcd_held_back_max: HELD_BACK_MAX,
             state_dir: None,
+            record: None,
         };
         c.validate()?;
         Ok(c)
@@ -386,6 +395,12 @@ impl Config {
             Self::from_toml(&text, id).map_err(|e| format!("config {}: {e}", path.display()))?;
         // A relative state directory is the config file's neighbour.
         if let Some(d) = c.state_dir.as_mut().filter(|d| d.is_relative()) {
+            if let Some(dir) = path.parent() {
+                *d = dir.join(&*d);
+            }
+        }
+        // So is a relative record file.
+        if let Some(d) = c.record.as_mut().filter(|d| d.is_relative()) {
             if let Some(dir) = path.parent() {
                 *d = dir.join(&*d);
             }
@@ -480,6 +495,12 @@ impl Config {
             .map(|p| PathBuf::from(p.to_string_lossy().replace("{id}", &id.to_string())));
         if c.state_dir.is_some() && c.membership != Membership::Static {
             return Err("state_dir is for static membership (etcd keeps the epochs)".into());
+        }
+        c.record = f
+            .record
+            .map(|p| PathBuf::from(p.to_string_lossy().replace("{id}", &id.to_string())));
+        if c.record.is_some() && c.engine != Engine::Token {
+            return Err("record is the token engine's".into());
         }
         if c.state_dir.is_some() && c.engine != Engine::Token {
             return Err("state_dir is the token engine's".into());
@@ -576,6 +597,19 @@ addr = "127.0.0.1:7100"
 id = 1
 addr = "127.0.0.1:7101"
 "#;
+
+    #[test]
+    fn record_is_off_by_default_takes_the_id_and_sits_beside_the_file() {
+        assert_eq!(Config::from_toml(GOOD, None).unwrap().record, None);
+        let with = GOOD.replace("id = 1\n[[", "id = 1\nrecord = \"t/node-{id}.jsonl\"\n[[");
+        let c = Config::from_toml(&with, Some(0)).unwrap();
+        assert_eq!(c.record, Some(PathBuf::from("t/node-0.jsonl")));
+        let d = tempfile::tempdir().unwrap();
+        let file = d.path().join("cluster.toml");
+        std::fs::write(&file, &with).unwrap();
+        let c = Config::from_file(&file, None).unwrap();
+        assert_eq!(c.record, Some(d.path().join("t/node-1.jsonl")));
+    }
 
     #[test]
     fn state_dir_takes_the_id_sits_beside_the_file_and_is_static_only() {

@@ -25,6 +25,18 @@ pub async fn local_cluster(
     secret: &[u8],
     request_timeout: Duration,
 ) -> std::io::Result<Vec<Node>> {
+    local_cluster_recording(n, cluster, secret, request_timeout, None).await
+}
+
+/// [`local_cluster`] whose nodes record their kernel steps in `record`/`node-<id>.jsonl`
+/// if `record` is given ([`Config::record`]).
+pub async fn local_cluster_recording(
+    n: usize,
+    cluster: &str,
+    secret: &[u8],
+    request_timeout: Duration,
+    record: Option<&std::path::Path>,
+) -> std::io::Result<Vec<Node>> {
     let mut listeners = Vec::new();
     let mut addrs = Vec::new();
     for id in 0..n {
@@ -40,6 +52,7 @@ pub async fn local_cluster(
         let mut c = Config::new(cluster, secret.to_vec(), id as u16, addrs.clone())
             .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
         c.request_timeout = request_timeout;
+        c.record = record.map(|d| d.join(format!("node-{id}.jsonl")));
         nodes.push(Node::start_on(c, l).await?);
     }
     Ok(nodes)

@@ -15,6 +15,7 @@ use tracing::warn;
 use super::generation;
 use super::recover::{all_members, new_site, static_site};
 use super::status::CoreState;
+use super::trace::{How, Recorder};
 use super::{kind_index, Error, LockStatus, Shared};
 use crate::config::MAX_NODES;
 use crate::wire::{self, Frame, KOutputs, LockSite, SMsg, LOCK};
@@ -220,17 +221,21 @@ pub(super) struct Core {
     /// epoch that includes this run is installed.
     rejoining: bool,
     /// Messages held back while frozen, or of an epoch not installed here yet: sender,
-    /// its epoch, the message.
-    held_back: Vec<(NodeId, Epoch, Frame)>,
+    /// its epoch, the message, its number on its link (recording, [`Recorder::arrived`]).
+    held_back: Vec<(NodeId, Epoch, Frame, u64)>,
     /// Static membership with a state directory: each node's offer of a generation, until
     /// every node's is in (`super::generation`); frozen until then.
     offers: Vec<Option<u32>>,
     /// Waiting for the offers.
     awaiting: bool,
+    /// Records every kernel step (`record` in the configuration; `super::trace`).
+    trace: Option<Box<Recorder>>,
+    /// The number of the message the next `Deliver` step takes (recording).
+    trace_seq: u64,
 }
 
 impl Core {
-    pub(super) fn new(shared: Arc<Shared>, rejoining: bool) -> Core {
+    pub(super) fn new(shared: Arc<Shared>, rejoining: bool, trace: Option<Recorder>) -> Core {
         let shared_n = shared.n;
         let mut offers = Vec::new();
         if let Some((_, offer)) = &shared.state {
@@ -252,6 +257,8 @@ impl Core {
             frozen: rejoining || awaiting,
             rejoining,
             held_back: Vec::new(),
+            trace: trace.map(Box::new),
+            trace_seq: 0,
         }
     }
 
@@ -274,14 +281,29 @@ impl Core {
     fn entry(&mut self, path: &str) -> Result<&mut LockEntry, KernelError> {
         if !self.locks.contains_key(path) {
             let me = NodeId(self.shared.id);
-            let site = if self.rejoining {
-                LockSite::joining(me)?
+            let (site, how) = if self.rejoining {
+                (LockSite::joining(me)?, How::Joining)
             } else if self.shared.state.is_some() {
                 // Created again in the run's generation once it is known (`Core::agree`).
-                static_site(me, path, self.shared.n, self.epoch)?
+                (
+                    static_site(me, path, self.shared.n, self.epoch)?,
+                    How::Static,
+                )
             } else {
-                new_site(me, path, self.shared.n, self.epoch, &self.members)?
+                // Epoch 0: the static cluster's fresh site.
+                let how = if self.epoch == 0 {
+                    How::Static
+                } else {
+                    How::Recovered
+                };
+                (
+                    new_site(me, path, self.shared.n, self.epoch, &self.members)?,
+                    how,
+                )
             };
+            if let Some(t) = self.trace.as_mut() {
+                t.site(path, how, &site);
+            }
             self.locks.insert(
                 path.to_string(),
                 LockEntry {
@@ -349,7 +371,14 @@ impl Core {
             },
             Cmd::Release { path, hold } => self.release(&path, hold),
             Cmd::Upgrade { path, hold, reply } => self.upgrade(&path, hold, reply),
-            Cmd::Deliver { from, epoch, frame } => self.deliver(from, epoch, *frame),
+            Cmd::Deliver { from, epoch, frame } => {
+                // Numbered as it arrives (in the link's order), before it may be held back.
+                let seq = match self.trace.as_mut() {
+                    Some(t) => t.arrived(from, &frame.path),
+                    None => 0,
+                };
+                self.deliver(from, epoch, *frame, seq)
+            }
             Cmd::Admitted => {
                 self.admitted = true;
                 let paths: Vec<String> = self.locks.keys().cloned().collect();
@@ -556,7 +585,12 @@ impl Core {
         self.epoch = g;
         for (path, e) in self.locks.iter_mut() {
             match static_site(me, path, n, g) {
-                Ok(site) => *e.site = site,
+                Ok(site) => {
+                    if let Some(t) = self.trace.as_mut() {
+                        t.site(path, How::Static, &site);
+                    }
+                    *e.site = site;
+                }
                 Err(err) => {
                     warn!(%path, error = %err, "cannot create the lock in the run's generation")
                 }
@@ -572,8 +606,8 @@ impl Core {
         for p in &paths {
             self.pump(p);
         }
-        for (from, e, frame) in std::mem::take(&mut self.held_back) {
-            self.deliver(from, e, frame);
+        for (from, e, frame, seq) in std::mem::take(&mut self.held_back) {
+            self.deliver(from, e, frame, seq);
         }
     }
 
@@ -714,17 +748,36 @@ impl Core {
     fn kstep(&mut self, path: &str, input: Input<'_, SMsg>) -> Result<(), KernelError> {
         let e = self.locks.get_mut(path).expect("entry exists");
         self.out.clear();
-        e.site.step(input, &mut *self.out)?;
+        let seen = self
+            .trace
+            .is_some()
+            .then(|| super::trace::copy_input(&input));
+        let r = e.site.step(input, &mut *self.out).map(|_| ());
+        if let (Some(t), Some(input)) = (self.trace.as_mut(), seen) {
+            t.step(path, &input, self.trace_seq, &self.out, r);
+        }
+        r?;
         self.act(path);
         Ok(())
     }
 
-    /// Act on the outputs of a kernel step (or an install) on `path`'s site.
+    /// Act on the outputs of a kernel step (or an install) on `path`'s site: every `Send`
+    /// first, in order, then the grants. A grant may take another kernel step at once (a
+    /// caller that gave up is released): its messages go out after this step's, so each
+    /// link carries a step's messages together and in the order of the steps, as the
+    /// harness's channels do (what trace validation relies on, `super::trace`).
     fn act(&mut self, path: &str) {
         let outs: Vec<Output<SMsg>> = self.out.drain(..).collect();
+        let mut local = Vec::new();
         for o in outs {
             match o {
                 Output::Send { to, msg } => self.send(to, path, msg),
+                other => local.push(other),
+            }
+        }
+        for o in local {
+            match o {
+                Output::Send { .. } => {}
                 Output::Granted { mode, .. } => self.granted(path, mode),
                 Output::Upgraded { .. } => self.upgraded(path),
                 Output::WouldBlock { .. } => self.would_block(path),
@@ -735,9 +788,9 @@ impl Core {
     /// A protocol message from a peer. Held back while frozen (recovery) and while its
     /// epoch is later than this node's; one of an earlier epoch is refused by the kernel
     /// (`StaleEpoch`), dropped and counted.
-    fn deliver(&mut self, from: NodeId, epoch: Epoch, frame: Frame) {
+    fn deliver(&mut self, from: NodeId, epoch: Epoch, frame: Frame, seq: u64) {
         if self.frozen {
-            self.held_back.push((from, epoch, frame));
+            self.held_back.push((from, epoch, frame, seq));
             return;
         }
         // From here on the message leaves the node's unread ones (`Shared::unread`),
@@ -753,6 +806,7 @@ impl Core {
             epoch,
             msg: frame.msg,
         };
+        self.trace_seq = seq;
         match self.kstep(&path, Input::Deliver { from, msg: &msg }) {
             Ok(()) => {}
             Err(KernelError::FutureEpoch(_)) => {
@@ -762,7 +816,7 @@ impl Core {
                 if self.shared.recovery {
                     self.shared.unread.fetch_add(1, Relaxed);
                 }
-                self.held_back.push((from, epoch, frame));
+                self.held_back.push((from, epoch, frame, seq));
                 self.shared.nudge.notify_one();
                 return;
             }
@@ -814,7 +868,12 @@ impl Core {
             let e = self.locks.get_mut(&path).expect("created above");
             self.out.clear();
             match e.site.install(epoch, &[plan], &mut *self.out) {
-                Ok(_) => self.act(&path),
+                Ok(_) => {
+                    if let Some(t) = self.trace.as_mut() {
+                        t.install(&path, epoch, &self.out);
+                    }
+                    self.act(&path)
+                }
                 Err(err) => errors.push(format!("{path}: {err}")),
             }
         }
@@ -827,6 +886,9 @@ impl Core {
         for path in others {
             match new_site(me, &path, self.shared.n, epoch, &members) {
                 Ok(site) => {
+                    if let Some(t) = self.trace.as_mut() {
+                        t.site(&path, How::Recovered, &site);
+                    }
                     let e = self.locks.get_mut(&path).expect("known");
                     *e.site = site;
                 }
@@ -862,8 +924,8 @@ impl Core {
             self.try_upgrade(p);
             self.pump(p);
         }
-        for (from, e, frame) in std::mem::take(&mut self.held_back) {
-            self.deliver(from, e, frame);
+        for (from, e, frame, seq) in std::mem::take(&mut self.held_back) {
+            self.deliver(from, e, frame, seq);
         }
         if errors.is_empty() {
             Ok(())

@@ -37,6 +37,7 @@ mod metrics;
 mod net;
 mod recover;
 mod status;
+pub mod trace;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
@@ -593,7 +594,16 @@ impl Node {
                  held; no kernel step until an epoch lets it in)"
             );
         }
-        tasks.spawn(Core::new(shared.clone(), rejoining).run(rx));
+        let recorder = match &config.record {
+            Some(file) => Some(trace::Recorder::open(
+                file,
+                config.id,
+                incarnation,
+                config.n(),
+            )?),
+            None => None,
+        };
+        tasks.spawn(Core::new(shared.clone(), rejoining, recorder).run(rx));
         session.follow(&shared, &tx, &mut tasks);
         for (peer, rx) in outboxes {
             tasks.spawn(dial(shared.clone(), peer, rx, tx.clone()));

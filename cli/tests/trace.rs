@@ -1,0 +1,470 @@
+//! Trace validation end to end: node processes that record their kernel steps (`record` in
+//! the configuration), `hilock lock` clients with conflicting requests on nested paths,
+//! then `hilock trace-check` on the records as written and on tampered copies; and
+//! `hilock demo --record`.
+
+#[path = "../../runtime/tests/support/ports.rs"]
+mod ports;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use ports::free_port;
+
+fn hilock() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_hilock"))
+}
+
+/// Kills the node process when the test ends, however it ends.
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+const NODES: usize = 4;
+
+/// The records of one run of a 4-node cluster whose clients take conflicting locks on
+/// nested paths concurrently; made once, shared by the tests (each tampers with a copy).
+fn recorded() -> &'static Path {
+    static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
+    DIR.get_or_init(record_run).path()
+}
+
+fn record_run() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let mut nodes = start_recording(dir.path());
+    lock_rounds(dir.path(), 3);
+    stop(&mut nodes);
+    dir
+}
+
+/// Node `id` of the cluster configured in `file`.
+fn spawn_node(file: &Path, id: usize) -> Proc {
+    Proc(
+        hilock()
+            .args(["node", "--config"])
+            .arg(file)
+            .args(["--id", &id.to_string()])
+            .env("RUST_LOG", "hilock=warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    )
+}
+
+fn sock(dir: &Path, id: usize) -> PathBuf {
+    dir.join(format!("n{id}.sock"))
+}
+
+fn wait_socket(dir: &Path, id: usize) {
+    let t = Instant::now();
+    while !sock(dir, id).exists() {
+        assert!(t.elapsed() < Duration::from_secs(20), "node {id} starts");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Starts [`NODES`] nodes in `dir` that record their steps in `dir/node-<id>.jsonl`.
+fn start_recording(dir: &Path) -> Vec<Proc> {
+    let mut toml = String::from(
+        "cluster = \"trace\"\nsecret = \"trace test secret\"\nrequest_timeout_ms = 20000\n",
+    );
+    toml.push_str(&format!(
+        "client = \"{}\"\nrecord = \"{}\"\n",
+        dir.join("n{id}.sock").display(),
+        dir.join("node-{id}.jsonl").display()
+    ));
+    for id in 0..NODES {
+        toml.push_str(&format!(
+            "[[nodes]]\nid = {id}\naddr = \"127.0.0.1:{}\"\n",
+            free_port()
+        ));
+    }
+    let file = dir.join("cluster.toml");
+    std::fs::write(&file, toml).unwrap();
+    let nodes = (0..NODES).map(|id| spawn_node(&file, id)).collect();
+    for id in 0..NODES {
+        wait_socket(dir, id);
+    }
+    nodes
+}
+
+/// `rounds` rounds; in each, every node's clients ask at once for locks that conflict:
+/// W and R on /db (against everyone's intention modes below it), W on /db/a against R on
+/// /db/a and on /db/a/x, U and W on /db/b.
+fn lock_rounds(dir: &Path, rounds: usize) {
+    let asks = [
+        ("/db", "W"),
+        ("/db/a/x", "R"),
+        ("/db/a", "W"),
+        ("/db/b", "U"),
+        ("/db", "R"),
+        ("/db/a/x", "W"),
+        ("/db/b", "W"),
+        ("/db/a", "R"),
+    ];
+    for round in 0..rounds {
+        let mut kids = Vec::new();
+        for (k, (path, mode)) in asks.iter().enumerate() {
+            let id = (k + round) % NODES;
+            kids.push(
+                hilock()
+                    .args(["lock", path, mode, "--socket"])
+                    .arg(sock(dir, id))
+                    .args(["--", "sh", "-c", "sleep 0.02"])
+                    .stdout(Stdio::null())
+                    .spawn()
+                    .unwrap(),
+            );
+        }
+        for mut k in kids {
+            assert!(k.wait().unwrap().success(), "a lock client failed");
+        }
+    }
+}
+
+/// Stops the nodes (SIGTERM: releases travel, then the node exits); every record line is
+/// written when its step is taken.
+fn stop(nodes: &mut [Proc]) {
+    for p in nodes.iter() {
+        assert!(Command::new("kill")
+            .arg(p.0.id().to_string())
+            .status()
+            .unwrap()
+            .success());
+    }
+    for p in nodes.iter_mut() {
+        let _ = p.0.wait();
+    }
+}
+
+fn record_files(dir: &Path) -> Vec<PathBuf> {
+    (0..NODES)
+        .map(|id| dir.join(format!("node-{id}.jsonl")))
+        .collect()
+}
+
+fn trace_check(dir: &Path) -> Output {
+    hilock()
+        .arg("trace-check")
+        .args(record_files(dir))
+        .output()
+        .unwrap()
+}
+
+fn lines(dir: &Path, node: usize) -> Vec<String> {
+    std::fs::read_to_string(dir.join(format!("node-{node}.jsonl")))
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// A copy of the records with node `node`'s lines replaced by `new`.
+fn tampered(node: usize, new: &[String]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for f in record_files(recorded()) {
+        std::fs::copy(&f, dir.path().join(f.file_name().unwrap())).unwrap();
+    }
+    std::fs::write(
+        dir.path().join(format!("node-{node}.jsonl")),
+        new.join("\n") + "\n",
+    )
+    .unwrap();
+    dir
+}
+
+fn json(line: &str) -> serde_json::Value {
+    serde_json::from_str(line).unwrap()
+}
+
+/// A delivery: (path, sender).
+fn delivery(v: &serde_json::Value) -> Option<(String, u64)> {
+    let d = v.get("input")?.get("deliver")?;
+    Some((v["path"].as_str()?.to_string(), d["from"].as_u64()?))
+}
+
+#[test]
+fn a_recorded_cluster_run_validates() {
+    let out = trace_check(recorded());
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
+    assert!(stdout.starts_with("trace validated: "), "{stdout}");
+    assert!(stdout.contains(&format!("{NODES} nodes")), "{stdout}");
+    // The paths the clients locked and their ancestors.
+    assert!(stdout.contains(" 4 paths"), "{stdout}");
+    let steps: u64 = stdout
+        .trim_start_matches("trace validated: ")
+        .split(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(steps >= 3 * 8 * 2, "{stdout}");
+}
+
+/// Node `node`'s first delivery whose next record on the same path is a delivery from the
+/// same sender: its line index and the next one's.
+fn removable_delivery(ls: &[String]) -> Option<(usize, usize)> {
+    let vs: Vec<serde_json::Value> = ls.iter().map(|l| json(l)).collect();
+    for (i, v) in vs.iter().enumerate() {
+        let Some((path, from)) = delivery(v) else {
+            continue;
+        };
+        let next = vs
+            .iter()
+            .enumerate()
+            .skip(i + 1)
+            .find(|(_, w)| w["t"] == "step" && w["path"] == path.as_str())?;
+        if delivery(next.1) == Some((path.clone(), from)) {
+            return Some((i, next.0));
+        }
+    }
+    None
+}
+
+#[test]
+fn a_removed_delivery_is_rejected_naming_the_node_and_record() {
+    let (node, (gone, next)) = (0..NODES)
+        .find_map(|n| removable_delivery(&lines(recorded(), n)).map(|x| (n, x)))
+        .expect("a node delivered two messages of one sender in a row on a path");
+    let mut ls = lines(recorded(), node);
+    ls.remove(gone);
+    let dir = tampered(node, &ls);
+    let out = trace_check(dir.path());
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}{}", text(&out.stderr));
+    // The record after the removed one is the first that cannot be applied: its line in
+    // the tampered file is its old line number minus one (1-based: `next`).
+    let at = format!(
+        "node {node} at {}:{next}:",
+        dir.path().join(format!("node-{node}.jsonl")).display()
+    );
+    assert!(stdout.contains(&at), "{at} in {stdout}");
+    assert!(stdout.contains("out of FIFO order"), "{stdout}");
+}
+
+#[test]
+fn a_changed_grant_mode_is_rejected_naming_the_node_and_record() {
+    let (node, i, line) = (0..NODES)
+        .find_map(|n| {
+            lines(recorded(), n)
+                .into_iter()
+                .enumerate()
+                .find(|(_, l)| l.contains("\"Granted\":{\"lock\":0,\"mode\":\"IR\"}"))
+                .map(|(i, l)| (n, i, l))
+        })
+        .expect("some node was granted IR");
+    let mut ls = lines(recorded(), node);
+    ls[i] = line.replacen("\"mode\":\"IR\"}", "\"mode\":\"IW\"}", 1);
+    assert_ne!(ls[i], line);
+    let dir = tampered(node, &ls);
+    let out = trace_check(dir.path());
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}{}", text(&out.stderr));
+    let at = format!(
+        "node {node} at {}:{}:",
+        dir.path().join(format!("node-{node}.jsonl")).display(),
+        i + 1
+    );
+    assert!(stdout.contains(&at), "{at} in {stdout}");
+    assert!(stdout.contains("divergence"), "{stdout}");
+    assert!(stdout.contains("mode: IW"), "{stdout}");
+}
+
+#[test]
+fn a_duplicated_delivery_is_rejected() {
+    let (node, i) = (0..NODES)
+        .find_map(|n| {
+            lines(recorded(), n)
+                .iter()
+                .position(|l| delivery(&json(l)).is_some())
+                .map(|i| (n, i))
+        })
+        .expect("a delivery");
+    let mut ls = lines(recorded(), node);
+    ls.insert(i + 1, ls[i].clone());
+    let dir = tampered(node, &ls);
+    let out = trace_check(dir.path());
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}{}", text(&out.stderr));
+    let at = format!(
+        "node {node} at {}:{}:",
+        dir.path().join(format!("node-{node}.jsonl")).display(),
+        i + 2
+    );
+    assert!(stdout.contains(&at), "{at} in {stdout}");
+    assert!(stdout.contains("again"), "{stdout}");
+}
+
+#[test]
+fn a_demo_run_recorded_with_record_validates() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = hilock()
+        .args([
+            "demo",
+            "--nodes",
+            "3",
+            "--requests",
+            "150",
+            "--quiet",
+            "--record",
+        ])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    let files: Vec<PathBuf> = (0..3)
+        .map(|id| dir.path().join(format!("node-{id}.jsonl")))
+        .collect();
+    let check = hilock().arg("trace-check").args(&files).output().unwrap();
+    let stdout = text(&check.stdout);
+    assert_eq!(
+        check.status.code(),
+        Some(0),
+        "{stdout}{}",
+        text(&check.stderr)
+    );
+    assert!(stdout.contains("3 nodes"), "{stdout}");
+    // A second run into the same directory would mix two runs' records: refused.
+    let again = hilock()
+        .args([
+            "demo",
+            "--nodes",
+            "3",
+            "--requests",
+            "10",
+            "--quiet",
+            "--record",
+        ])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(again.status.code(), Some(2));
+    assert!(text(&again.stderr).contains("record into an empty directory"));
+}
+
+#[test]
+fn an_unreadable_record_exits_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("node-0.jsonl");
+    std::fs::write(&f, "not json\n").unwrap();
+    let out = hilock().arg("trace-check").arg(&f).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("not a record"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+/// A node killed with SIGKILL and started again is a new run (static membership refuses
+/// it): the check validates the records up to it and stops there, exit 3, naming it.
+#[test]
+fn a_restarted_node_stops_the_check_at_its_new_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut nodes = start_recording(dir.path());
+    lock_rounds(dir.path(), 1);
+    let victim = NODES - 1;
+    assert!(Command::new("kill")
+        .args(["-9", &nodes[victim].0.id().to_string()])
+        .status()
+        .unwrap()
+        .success());
+    let _ = nodes[victim].0.wait();
+    let _ = std::fs::remove_file(sock(dir.path(), victim));
+    nodes[victim] = spawn_node(&dir.path().join("cluster.toml"), victim);
+    wait_socket(dir.path(), victim);
+    stop(&mut nodes);
+    let runs = lines(dir.path(), victim)
+        .iter()
+        .filter(|l| l.starts_with("{\"t\":\"run\""))
+        .count();
+    assert_eq!(runs, 2, "the restarted node appended a second run");
+    let out = trace_check(dir.path());
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(3), "{stdout}{}", text(&out.stderr));
+    assert!(stdout.starts_with("trace validated: "), "{stdout}");
+    assert!(
+        stdout.contains(&format!("stopped: node {victim} at ")) && stdout.contains("a new run"),
+        "{stdout}"
+    );
+}
+
+/// A delivery of a message its sender never sent: the last delivery of a node, recorded
+/// again with the next number of its link.
+#[test]
+fn a_delivery_of_a_message_never_sent_is_rejected() {
+    let (node, mut v) = (0..NODES)
+        .find_map(|n| {
+            let ls = lines(recorded(), n);
+            ls.iter()
+                .rposition(|l| delivery(&json(l)).is_some())
+                .map(|i| (n, json(&ls[i])))
+        })
+        .expect("a delivery");
+    let seq = v["input"]["deliver"]["seq"].as_u64().unwrap();
+    v["input"]["deliver"]["seq"] = serde_json::json!(seq + 1);
+    let mut ls = lines(recorded(), node);
+    ls.push(v.to_string());
+    let dir = tampered(node, &ls);
+    let out = trace_check(dir.path());
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}{}", text(&out.stderr));
+    let at = format!(
+        "node {node} at {}:{}:",
+        dir.path().join(format!("node-{node}.jsonl")).display(),
+        ls.len()
+    );
+    assert!(stdout.contains(&at), "{at} in {stdout}");
+    assert!(
+        stdout.contains(&format!("delivers message #{} ", seq + 1))
+            && stdout.contains("never sent"),
+        "{stdout}"
+    );
+}
+
+/// The check builds every site from the code the nodes ran and compares it with the
+/// recorded start: a node that records another initial parent is rejected.
+#[test]
+fn a_site_recorded_with_another_initial_parent_is_rejected() {
+    let (node, i, line) = (0..NODES)
+        .find_map(|n| {
+            lines(recorded(), n)
+                .into_iter()
+                .enumerate()
+                .find(|(_, l)| l.starts_with("{\"t\":\"site\"") && !l.contains("\"parent\":null"))
+                .map(|(i, l)| (n, i, l))
+        })
+        .expect("a node that does not start with a token");
+    let mut v = json(&line);
+    v["parent"] = serde_json::Value::Null;
+    let mut ls = lines(recorded(), node);
+    ls[i] = v.to_string();
+    let dir = tampered(node, &ls);
+    let out = trace_check(dir.path());
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}{}", text(&out.stderr));
+    let at = format!(
+        "node {node} at {}:{}:",
+        dir.path().join(format!("node-{node}.jsonl")).display(),
+        i + 1
+    );
+    assert!(stdout.contains(&at), "{at} in {stdout}");
+    assert!(stdout.contains("started with parent None"), "{stdout}");
+}
