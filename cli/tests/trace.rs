@@ -43,6 +43,7 @@ fn record_run() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     let mut nodes = start_recording(dir.path());
     lock_rounds(dir.path(), 3);
+    try_locks(dir.path());
     stop(&mut nodes);
     dir
 }
@@ -101,7 +102,7 @@ fn start_recording(dir: &Path) -> Vec<Proc> {
 
 /// `rounds` rounds; in each, every node's clients ask at once for locks that conflict:
 /// W and R on /db (against everyone's intention modes below it), W on /db/a against R on
-/// /db/a and on /db/a/x, U and W on /db/b.
+/// /db/a and on /db/a/x, U and W on /db/b; and two try-locks (W on /db and on /db/b).
 fn lock_rounds(dir: &Path, rounds: usize) {
     let asks = [
         ("/db", "W"),
@@ -127,10 +128,54 @@ fn lock_rounds(dir: &Path, rounds: usize) {
                     .unwrap(),
             );
         }
+        // Two try-locks a round, against the others: granted (0) or busy (79).
+        for (k, path) in ["/db", "/db/b"].iter().enumerate() {
+            kids.push(
+                hilock()
+                    .args(["lock", "--try", path, "W", "--socket"])
+                    .arg(sock(dir, (k + round + 1) % NODES))
+                    .args(["--", "sh", "-c", "sleep 0.02"])
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .unwrap(),
+            );
+        }
         for mut k in kids {
-            assert!(k.wait().unwrap().success(), "a lock client failed");
+            let code = k.wait().unwrap().code();
+            assert!(
+                matches!(code, Some(0) | Some(79)),
+                "a lock client failed: {code:?}"
+            );
         }
     }
+}
+
+/// A try-lock the kernel refuses (node 0 holds /db in W; node 2's site is idle, so its try
+/// goes to the token node and comes back `Busy`: exit 79) and, once node 0 released, one
+/// the kernel grants.
+fn try_locks(dir: &Path) {
+    let mut holder = hilock()
+        .args(["lock", "/db", "W", "--socket"])
+        .arg(sock(dir, 0))
+        .args(["--", "sh", "-c", "sleep 0.5"])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(150));
+    let try_db = || {
+        hilock()
+            .args(["lock", "--try", "/db", "W", "--socket"])
+            .arg(sock(dir, 2))
+            .args(["--", "true"])
+            .stderr(Stdio::null())
+            .status()
+            .unwrap()
+            .code()
+    };
+    assert_eq!(try_db(), Some(79), "a try while node 0 holds /db");
+    assert!(holder.wait().unwrap().success());
+    assert_eq!(try_db(), Some(0), "a try on a free /db");
 }
 
 /// Stops the nodes (SIGTERM: releases travel, then the node exits); every record line is
@@ -211,6 +256,13 @@ fn a_recorded_cluster_run_validates() {
         .parse()
         .unwrap();
     assert!(steps >= 3 * 8 * 2, "{stdout}");
+    // The try-locks were recorded (and replayed through the kernel with the rest).
+    let tries = record_files(recorded())
+        .iter()
+        .map(|f| std::fs::read_to_string(f).unwrap())
+        .filter(|t| t.contains("try_acquire"))
+        .count();
+    assert!(tries > 0, "no try-lock in the records");
 }
 
 /// Node `node`'s first delivery whose next record on the same path is a delivery from the

@@ -70,6 +70,11 @@ pub enum TIn<M> {
         /// The mode.
         mode: Mode,
     },
+    /// `Input::TryAcquire` of the path's lock (a try-lock).
+    TryAcquire {
+        /// The mode.
+        mode: Mode,
+    },
     /// `Input::Release`.
     Release,
     /// `Input::Upgrade`.
@@ -292,6 +297,13 @@ impl Recorder {
                     o: Output::Upgraded { lock: *lock },
                     seq: None,
                 },
+                Output::WouldBlock { lock, mode } => TOut {
+                    o: Output::WouldBlock {
+                        lock: *lock,
+                        mode: *mode,
+                    },
+                    seq: None,
+                },
             })
             .collect()
     }
@@ -309,6 +321,7 @@ impl Recorder {
         self.steps += 1;
         let input = match *input {
             Input::Acquire { mode, .. } => TIn::Acquire { mode },
+            Input::TryAcquire { mode, .. } => TIn::TryAcquire { mode },
             Input::Release { .. } => TIn::Release,
             Input::Upgrade { .. } => TIn::Upgrade,
             Input::SetPriority { base } => TIn::SetPriority { base },
@@ -352,6 +365,7 @@ impl Recorder {
 pub(crate) fn copy_input<'a>(i: &Input<'a, SMsg>) -> Input<'a, SMsg> {
     match *i {
         Input::Acquire { lock, mode } => Input::Acquire { lock, mode },
+        Input::TryAcquire { lock, mode } => Input::TryAcquire { lock, mode },
         Input::Release { lock } => Input::Release { lock },
         Input::Upgrade { lock } => Input::Upgrade { lock },
         Input::SetPriority { base } => Input::SetPriority { base },
@@ -778,6 +792,10 @@ fn unstamp(o: &Output<SMsg>, g: Epoch) -> Result<Output<KMsg>, String> {
             mode: *mode,
         },
         Output::Upgraded { lock } => Output::Upgraded { lock: *lock },
+        Output::WouldBlock { lock, mode } => Output::WouldBlock {
+            lock: *lock,
+            mode: *mode,
+        },
     })
 }
 
@@ -803,6 +821,7 @@ fn apply(
     let lock = LockId(0);
     let result = match &r.input {
         TIn::Acquire { mode } => cluster.input(me, Input::Acquire { lock, mode: *mode }),
+        TIn::TryAcquire { mode } => cluster.input(me, Input::TryAcquire { lock, mode: *mode }),
         TIn::Release => cluster.input(me, Input::Release { lock }),
         TIn::Upgrade => cluster.input(me, Input::Upgrade { lock }),
         TIn::SetPriority { base } => cluster.input(me, Input::SetPriority { base: *base }),
