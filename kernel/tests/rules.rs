@@ -372,6 +372,55 @@ fn rule_1_compatible_modes_are_held_at_once() {
     }
 }
 
+/// Rule 7 (Fig. 2.11): an upgrade that waits for the children is the one pending request;
+/// a second `Upgrade` before it completes is refused (`AlreadyPending`) and changes nothing.
+#[test]
+fn rule_7_a_second_upgrade_while_one_waits_is_refused() {
+    let mut s = sites();
+    acquire(&mut s, 0, Mode::U);
+    acquire(&mut s, 1, Mode::IR);
+    step(&mut s, 0, Input::Upgrade { lock: L });
+    let before = s[0].clone();
+    let mut out = Out::new();
+    assert_eq!(
+        s[0].step(Input::Upgrade { lock: L }, &mut out),
+        Err(KernelError::AlreadyPending(L))
+    );
+    assert!(out.is_empty());
+    assert_eq!(s[0], before, "a refused upgrade changed the site");
+}
+
+/// `HandleRequest` (Fig. 2.4) takes a request for a mode (Table 2.1's columns): a request
+/// for Φ from the wire is refused (`InvalidMode`) and changes nothing.
+#[test]
+fn a_request_for_phi_from_the_wire_is_refused() {
+    let mut s = sites();
+    let before = s[0].clone();
+    let msg = Msg::Request {
+        lock: L,
+        entry: hilock_kernel::QueueEntry {
+            requester: NodeId(1),
+            mode: Mode::Phi,
+            serial: 1,
+            prio: 0,
+        },
+        hop: 1,
+    };
+    let mut out = Out::new();
+    assert_eq!(
+        s[0].step(
+            Input::Deliver {
+                from: NodeId(1),
+                msg: &msg
+            },
+            &mut out
+        ),
+        Err(KernelError::InvalidMode)
+    );
+    assert!(out.is_empty());
+    assert_eq!(s[0], before, "a refused request changed the site");
+}
+
 #[test]
 fn typed_errors_for_inputs_that_do_not_fit() {
     let mut s = sites();
