@@ -421,6 +421,39 @@ fn a_request_for_phi_from_the_wire_is_refused() {
     assert_eq!(s[0], before, "a refused request changed the site");
 }
 
+/// Grant epochs (`spec/SPEC.md` 1.4, Decision 5): a grant delivered twice is refused the
+/// second time (`Duplicate`) and changes nothing — it is not taken for a stale grant to be
+/// answered with a release.
+#[test]
+fn a_redelivered_grant_is_rejected_and_changes_nothing() {
+    let mut s = sites();
+    acquire(&mut s, 0, Mode::R);
+    step(
+        &mut s,
+        1,
+        Input::Acquire {
+            lock: L,
+            mode: Mode::R,
+        },
+    );
+    deliver(&mut s, 1, 0); // the request: the token node grants a copy (Rule 3.2)
+    let msg =
+        s.0.channel(NodeId(0), NodeId(1))
+            .next()
+            .expect("grant")
+            .clone();
+    assert!(matches!(msg, Msg::Grant { .. }), "{msg:?}");
+    deliver(&mut s, 0, 1);
+    assert_eq!(s[1].lock(L).unwrap().held(), Mode::R);
+    let before = s[1].clone();
+    let again = s.0.inject(NodeId(0), NodeId(1), &msg);
+    assert_eq!(
+        again.err().and_then(|e| e.kernel()),
+        Some(KernelError::Duplicate(L))
+    );
+    assert_eq!(s[1], before);
+}
+
 #[test]
 fn typed_errors_for_inputs_that_do_not_fit() {
     let mut s = sites();
