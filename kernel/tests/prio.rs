@@ -354,3 +354,43 @@ fn pip_the_holder_inherits_from_every_conflicting_mode_of_table_2_1() {
         );
     }
 }
+
+/// Rule 8.2 with Rule 8.1: the token's queue merged with the receiver's own is put in
+/// priority order — a request the receiver kept (Table 3.2 CQ) of higher priority than one
+/// that travelled with the token is served first.
+#[test]
+fn rule_8_2_merged_queue_is_in_priority_order() {
+    // 1 → 0, 2 → 0, 3 → 2; node 0 has the token.
+    let mk = |i: u16| {
+        let parent = match i {
+            0 => None,
+            3 => Some(NodeId(2)),
+            _ => Some(NodeId(0)),
+        };
+        S::with_parents(NodeId(i), |_| parent).unwrap()
+    };
+    let mut n = Net::of((0..4).map(mk));
+    n.acquire(0, Mode::W);
+    n.step(2, Input::SetPriority { base: 3 });
+    n.acquire(2, Mode::W); // queued at 0 (priority 3)
+    n.settle();
+    n.acquire(1, Mode::W); // queued at 0 behind it (priority 0)
+    n.settle();
+    n.step(3, Input::SetPriority { base: 2 });
+    n.acquire(3, Mode::W); // kept at 2 behind its pending W (Table 3.2: 3 ≥ 2)
+    n.settle();
+    assert_eq!(n.node(2).queue().len(), 1, "3's request kept at 2");
+    for holder in [0, 2] {
+        n.release(holder);
+        n.settle();
+    }
+    assert_eq!(
+        n.node(3).held(),
+        Mode::W,
+        "the kept request of priority 2 first"
+    );
+    n.release(3);
+    n.settle();
+    let order: Vec<u16> = n.granted.iter().map(|g| g.0).collect();
+    assert_eq!(order, vec![0, 2, 3, 1]);
+}

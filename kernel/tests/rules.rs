@@ -454,6 +454,41 @@ fn a_redelivered_grant_is_rejected_and_changes_nothing() {
     assert_eq!(s[1], before);
 }
 
+/// Token generations (`spec/SPEC.md` 1.4): a token delivered again after it has moved on is
+/// refused (`Duplicate`) and changes nothing — a node never takes a second token.
+#[test]
+fn a_redelivered_token_is_rejected_after_it_moved_on() {
+    let mut s = sites();
+    step(
+        &mut s,
+        1,
+        Input::Acquire {
+            lock: L,
+            mode: Mode::W,
+        },
+    );
+    deliver(&mut s, 1, 0); // the request: the token goes to 1 (Rule 3.2)
+    let msg =
+        s.0.channel(NodeId(0), NodeId(1))
+            .next()
+            .expect("token")
+            .clone();
+    assert!(matches!(msg, Msg::Token { .. }), "{msg:?}");
+    deliver(&mut s, 0, 1);
+    assert_eq!(s[1].lock(L).unwrap().held(), Mode::W);
+    release(&mut s, 1);
+    acquire(&mut s, 2, Mode::W); // the token moves on to 2
+    assert!(s[2].lock(L).unwrap().has_token());
+    assert!(!s[1].lock(L).unwrap().has_token());
+    let before = s[1].clone();
+    let again = s.0.inject(NodeId(0), NodeId(1), &msg);
+    assert_eq!(
+        again.err().and_then(|e| e.kernel()),
+        Some(KernelError::Duplicate(L))
+    );
+    assert_eq!(s[1], before);
+}
+
 #[test]
 fn typed_errors_for_inputs_that_do_not_fit() {
     let mut s = sites();
