@@ -839,6 +839,17 @@ const ROWS: &[Row] = &[
         target: "token",
         filter: "pip_stale_reissued_request_is_not_lost",
     },
+    Row {
+        rule: "Rule 8.2 / 8.1: the merged queue is put in priority order",
+        rules: &[Rule::Rule8_2Merge],
+        file: "kernel/src/token/node.rs",
+        from: "        // Rule 8.2: the merged queue in Rule 8.1's order (stable: FIFO within a priority).\n        sort_by_priority(&mut merged);",
+        to: "        // Rule 8.2: the merged queue in Rule 8.1's order (stable: FIFO within a priority).",
+        also: &[],
+        package: "hilock-kernel",
+        target: "prio",
+        filter: "rule_8_2_merged_queue_is_in_priority_order",
+    },
 ];
 
 /// Rows whose deletion no check turns red with pins off, each with what is known about
