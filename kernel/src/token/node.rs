@@ -461,26 +461,10 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         cx: &mut Ctx<'_, Q, S>,
         mode: Mode,
     ) -> Result<(), KernelError> {
-        if mode == Mode::Phi {
-            return Err(KernelError::InvalidMode);
-        }
-        if self.held != Mode::Phi {
-            return Err(KernelError::AlreadyHeld(cx.lock));
-        }
-        if self.pending != Pending::None {
-            return Err(KernelError::AlreadyPending(cx.lock));
-        }
+        let entry = self.new_request(cx, mode)?;
         self.shortcut = None;
         self.forget_routes();
         let f0 = self.frozen;
-        let serial = self.next_serial.wrapping_add(1);
-        self.next_serial = serial;
-        let entry = QueueEntry {
-            requester: cx.me,
-            mode,
-            serial,
-            prio: cx.effective,
-        };
         if self.has_token() {
             if !self.enter_at_token(cx, mode, entry.prio)? {
                 // Rule 4.2: the token node queues whatever it cannot grant.
@@ -541,16 +525,14 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         Ok(false)
     }
 
-    /// hilock's try-lock (`spec/SPEC.md` 1.12): `RequestLock(M_R)` that must not wait. The
-    /// token node grants its own try by Rule 3.2 (or refuses it where Rule 4.2 would queue
-    /// it); a non-token node enters by Rule 2 or sends a [`Msg::TryRequest`] to its
-    /// parent. A try is never granted past a conflicting request that waits in this
-    /// node's queue (`queue_conflicts`).
-    pub(crate) fn try_acquire<S: Sink<Output<Msg<Q>>>>(
+    /// The local user's next request for `mode` (`RequestLock`, Fig. 2.4, and the try-lock):
+    /// refused with a typed error, changing nothing, unless `mode` is a mode and this node
+    /// neither holds nor waits; otherwise numbered with the next serial.
+    fn new_request<S>(
         &mut self,
-        cx: &mut Ctx<'_, Q, S>,
+        cx: &Ctx<'_, Q, S>,
         mode: Mode,
-    ) -> Result<(), KernelError> {
+    ) -> Result<QueueEntry, KernelError> {
         if mode == Mode::Phi {
             return Err(KernelError::InvalidMode);
         }
@@ -561,23 +543,32 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
             return Err(KernelError::AlreadyPending(cx.lock));
         }
         let serial = self.next_serial.wrapping_add(1);
-        let entry = QueueEntry {
+        self.next_serial = serial;
+        Ok(QueueEntry {
             requester: cx.me,
             mode,
             serial,
             prio: cx.effective,
-        };
-        self.next_serial = serial;
+        })
+    }
+
+    /// hilock's try-lock (`spec/SPEC.md` 1.12): `RequestLock(M_R)` that must not wait. The
+    /// token node grants its own try by Rule 3.2 (or refuses it where Rule 4.2 would queue
+    /// it); a non-token node enters by Rule 2 or sends a [`Msg::TryRequest`] to its
+    /// parent. A try is never granted past a conflicting request that waits in this
+    /// node's queue (`queue_conflicts`).
+    pub(crate) fn try_acquire<S: Sink<Output<Msg<Q>>>>(
+        &mut self,
+        cx: &mut Ctx<'_, Q, S>,
+        mode: Mode,
+    ) -> Result<(), KernelError> {
+        let entry = self.new_request(cx, mode)?;
         // No bypass: a conflicting request waiting here goes first (`queue_conflicts`).
         let waits_here = self.queue_conflicts(mode);
         if self.has_token() {
             if waits_here || !self.enter_at_token(cx, mode, entry.prio)? {
                 // Where Rule 4.2 would queue it: refused, nothing queued or frozen.
-                cx.fire(Rule::TryRefused);
-                cx.emit(Output::WouldBlock {
-                    lock: cx.lock,
-                    mode,
-                })?;
+                refuse_own_try(cx, mode)?;
             }
         } else if waits_here || !self.enter_locally(cx, mode, entry.prio)? {
             // Rule 2: the try request goes to the parent (a kept mode first goes back, as
@@ -654,13 +645,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         entry: QueueEntry,
         hop: u32,
     ) -> Result<(), KernelError> {
-        if entry.mode == Mode::Phi {
-            return Err(KernelError::InvalidMode);
-        }
-        if entry.requester.idx() >= N {
-            return Err(KernelError::UnknownNode(entry.requester));
-        }
-        self.accept_request_hop(cx.lock, from, hop)?;
+        self.accept_request(cx.lock, from, entry, hop)?;
         let f0 = self.frozen;
         if entry.requester == cx.me && !self.is_pending(entry) {
             // A copy of one of our own requests that is already served (a PIP reissue
@@ -705,13 +690,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         entry: QueueEntry,
         hop: u32,
     ) -> Result<(), KernelError> {
-        if entry.mode == Mode::Phi {
-            return Err(KernelError::InvalidMode);
-        }
-        if entry.requester.idx() >= N {
-            return Err(KernelError::UnknownNode(entry.requester));
-        }
-        self.accept_request_hop(cx.lock, from, hop)?;
+        self.accept_request(cx.lock, from, entry, hop)?;
         let waits_here = self.queue_conflicts(entry.mode);
         if entry.requester == cx.me {
             if !self.is_pending(entry) {
@@ -726,11 +705,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
             }
             self.pending = Pending::None;
             if waits_here || !self.enter_at_token(cx, entry.mode, entry.prio)? {
-                cx.fire(Rule::TryRefused);
-                cx.emit(Output::WouldBlock {
-                    lock: cx.lock,
-                    mode: entry.mode,
-                })?;
+                refuse_own_try(cx, entry.mode)?;
             }
             return Ok(());
         }
@@ -1487,6 +1462,24 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         self.routes = [None; 5];
     }
 
+    /// A request (or try request) from the wire: for a mode, from a known requester, and
+    /// not a re-delivery ([`LockNode::accept_request_hop`]); else refused, nothing changed.
+    fn accept_request(
+        &mut self,
+        lock: LockId,
+        from: NodeId,
+        entry: QueueEntry,
+        hop: u32,
+    ) -> Result<(), KernelError> {
+        if entry.mode == Mode::Phi {
+            return Err(KernelError::InvalidMode);
+        }
+        if entry.requester.idx() >= N {
+            return Err(KernelError::UnknownNode(entry.requester));
+        }
+        self.accept_request_hop(lock, from, hop)
+    }
+
     /// Exactly-once delivery of requests: a request whose `hop` number from `from` was
     /// already received is a re-delivery (a duplicate) and is rejected. Serving a request
     /// twice could let a node grant its own ancestor and close a cycle in the tree.
@@ -1726,6 +1719,19 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         }
         Ok(())
     }
+}
+
+/// The token node's own try that would wait (Rule 4.2 would queue it): refused at once,
+/// nothing queued or frozen (`spec/SPEC.md` 1.12).
+fn refuse_own_try<const Q: usize, S: Sink<Output<Msg<Q>>>>(
+    cx: &mut Ctx<'_, Q, S>,
+    mode: Mode,
+) -> Result<(), KernelError> {
+    cx.fire(Rule::TryRefused);
+    cx.emit(Output::WouldBlock {
+        lock: cx.lock,
+        mode,
+    })
 }
 
 /// Whether `e` is the request `p` (same requester, serial and mode, any priority), a try
