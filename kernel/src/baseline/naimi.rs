@@ -158,15 +158,7 @@ impl<const N: usize, const L: usize> NaimiSite<N, L> {
         // (room checked above), so no error can occur after a change.
         match input {
             Input::Acquire { mode, .. } => {
-                if mode == Mode::Phi {
-                    return Err(KernelError::InvalidMode);
-                }
-                if s.held != Mode::Phi {
-                    return Err(KernelError::AlreadyHeld(lock));
-                }
-                if s.pending != Mode::Phi {
-                    return Err(KernelError::AlreadyPending(lock));
-                }
+                super::check_request(lock, mode, s.held, s.pending)?;
                 match s.owner {
                     None => {
                         // The root holds the token (it is not busy, so no one queued behind it
@@ -191,15 +183,7 @@ impl<const N: usize, const L: usize> NaimiSite<N, L> {
                 }
             }
             Input::TryAcquire { mode, .. } => {
-                if mode == Mode::Phi {
-                    return Err(KernelError::InvalidMode);
-                }
-                if s.held != Mode::Phi {
-                    return Err(KernelError::AlreadyHeld(lock));
-                }
-                if s.pending != Mode::Phi {
-                    return Err(KernelError::AlreadyPending(lock));
-                }
+                super::check_request(lock, mode, s.held, s.pending)?;
                 // The baseline's try: granted if this site holds the idle token, refused
                 // otherwise without a message (it never asks anyone).
                 if s.owner.is_none() {

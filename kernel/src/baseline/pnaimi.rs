@@ -218,15 +218,7 @@ impl<const N: usize, const L: usize, const P: usize, const Q: usize> PrioNaimiSi
         };
         match input {
             Input::TryAcquire { mode, .. } => {
-                if mode == Mode::Phi {
-                    return Err(KernelError::InvalidMode);
-                }
-                if s.held != Mode::Phi {
-                    return Err(KernelError::AlreadyHeld(lock));
-                }
-                if s.pending.0 != Mode::Phi {
-                    return Err(KernelError::AlreadyPending(lock));
-                }
+                super::check_request(lock, mode, s.held, s.pending.0)?;
                 // The baseline's try: granted if this site holds the (idle) token, refused
                 // otherwise without a message.
                 if s.token.is_some() {
@@ -237,15 +229,7 @@ impl<const N: usize, const L: usize, const P: usize, const Q: usize> PrioNaimiSi
                 }
             }
             Input::Acquire { mode, .. } => {
-                if mode == Mode::Phi {
-                    return Err(KernelError::InvalidMode);
-                }
-                if s.held != Mode::Phi {
-                    return Err(KernelError::AlreadyHeld(lock));
-                }
-                if s.pending.0 != Mode::Phi {
-                    return Err(KernelError::AlreadyPending(lock));
-                }
+                super::check_request(lock, mode, s.held, s.pending.0)?;
                 if s.token.is_some() {
                     // An idle token holder never keeps a queue (it passes the token on at
                     // once), so the token is free.
