@@ -1028,6 +1028,38 @@ impl Core {
         }
     }
 
+    /// Gives waiter `w` to `path`'s site as its request (`Acquire`, or `TryAcquire` for a
+    /// try-lock). The site's base priority carries over between requests: it is set first
+    /// only when it changes (most requests keep priority 0). A kernel refusal is answered
+    /// to the waiter.
+    fn submit(&mut self, path: &str, w: Waiter, try_lock: bool) {
+        let e = self.locks.get_mut(path).expect("entry exists");
+        let (mode, prio) = (w.mode, w.prio);
+        let reprioritise = e.site.site().priorities().base != prio;
+        e.requesting = Some(w);
+        self.shared.counters.kernel_requests.fetch_add(1, Relaxed);
+        let request = if try_lock {
+            Input::TryAcquire { lock: LOCK, mode }
+        } else {
+            Input::Acquire { lock: LOCK, mode }
+        };
+        let r = if reprioritise {
+            self.kstep(path, Input::SetPriority { base: prio })
+        } else {
+            Ok(())
+        }
+        .and_then(|()| self.kstep(path, request));
+        if let Err(error) = r {
+            let e = self.locks.get_mut(path).expect("entry exists");
+            if let Some(w) = e.requesting.take() {
+                let _ = w.reply.send(Err(Error::Kernel {
+                    path: path.to_string(),
+                    error,
+                }));
+            }
+        }
+    }
+
     /// A local try-lock (`spec/SPEC.md` 1.12): share the node's hold if a waiter at the
     /// front could (`LockEntry::joinable`, nobody waiting ahead unless nested); give it to
     /// the kernel as `TryAcquire` if the site is idle (nothing held, requested, upgrading
@@ -1061,25 +1093,7 @@ impl Core {
             }));
             return;
         }
-        let (mode, prio) = (w.mode, w.prio);
-        let reprioritise = e.site.site().priorities().base != prio;
-        e.requesting = Some(w);
-        self.shared.counters.kernel_requests.fetch_add(1, Relaxed);
-        let r = if reprioritise {
-            self.kstep(path, Input::SetPriority { base: prio })
-        } else {
-            Ok(())
-        }
-        .and_then(|()| self.kstep(path, Input::TryAcquire { lock: LOCK, mode }));
-        if let Err(error) = r {
-            let e = self.locks.get_mut(path).expect("entry exists");
-            if let Some(w) = e.requesting.take() {
-                let _ = w.reply.send(Err(Error::Kernel {
-                    path: path.to_string(),
-                    error,
-                }));
-            }
-        }
+        self.submit(path, w, true);
         self.pump(path);
     }
 
@@ -1242,27 +1256,7 @@ impl Core {
                 return;
             }
             let w = e.waiters.pop_front().expect("front exists");
-            let (mode, prio) = (w.mode, w.prio);
-            // The site's base priority carries over between requests: set it only when it
-            // changes (most requests keep priority 0).
-            let reprioritise = e.site.site().priorities().base != prio;
-            e.requesting = Some(w);
-            self.shared.counters.kernel_requests.fetch_add(1, Relaxed);
-            let r = if reprioritise {
-                self.kstep(path, Input::SetPriority { base: prio })
-            } else {
-                Ok(())
-            }
-            .and_then(|()| self.kstep(path, Input::Acquire { lock: LOCK, mode }));
-            if let Err(error) = r {
-                let e = self.locks.get_mut(path).expect("entry exists");
-                if let Some(w) = e.requesting.take() {
-                    let _ = w.reply.send(Err(Error::Kernel {
-                        path: path.to_string(),
-                        error,
-                    }));
-                }
-            }
+            self.submit(path, w, false);
         }
     }
 }
