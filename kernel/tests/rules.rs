@@ -72,6 +72,18 @@ fn deliver(s: &mut Net, from: u16, to: u16) {
     }
 }
 
+/// Delivers `msg` from `from` to `to` once more: it is refused as a duplicate and changes
+/// nothing at `to`.
+fn assert_redelivery_refused(s: &mut Net, from: u16, to: u16, msg: &Msg<4>) {
+    let before = s[to as usize].clone();
+    let again = s.0.inject(NodeId(from), NodeId(to), msg);
+    assert_eq!(
+        again.err().and_then(|e| e.kernel()),
+        Some(KernelError::Duplicate(L))
+    );
+    assert_eq!(s[to as usize], before);
+}
+
 fn acquire(s: &mut Net, at: u16, mode: Mode) -> Vec<(u16, u16, Msg<4>)> {
     step(s, at, Input::Acquire { lock: L, mode });
     settle(s)
@@ -445,13 +457,7 @@ fn a_redelivered_grant_is_rejected_and_changes_nothing() {
     assert!(matches!(msg, Msg::Grant { .. }), "{msg:?}");
     deliver(&mut s, 0, 1);
     assert_eq!(s[1].lock(L).unwrap().held(), Mode::R);
-    let before = s[1].clone();
-    let again = s.0.inject(NodeId(0), NodeId(1), &msg);
-    assert_eq!(
-        again.err().and_then(|e| e.kernel()),
-        Some(KernelError::Duplicate(L))
-    );
-    assert_eq!(s[1], before);
+    assert_redelivery_refused(&mut s, 0, 1, &msg);
 }
 
 /// Token generations (`spec/SPEC.md` 1.4): a token delivered again after it has moved on is
@@ -480,13 +486,7 @@ fn a_redelivered_token_is_rejected_after_it_moved_on() {
     acquire(&mut s, 2, Mode::W); // the token moves on to 2
     assert!(s[2].lock(L).unwrap().has_token());
     assert!(!s[1].lock(L).unwrap().has_token());
-    let before = s[1].clone();
-    let again = s.0.inject(NodeId(0), NodeId(1), &msg);
-    assert_eq!(
-        again.err().and_then(|e| e.kernel()),
-        Some(KernelError::Duplicate(L))
-    );
-    assert_eq!(s[1], before);
+    assert_redelivery_refused(&mut s, 0, 1, &msg);
 }
 
 #[test]
@@ -689,11 +689,5 @@ fn a_redelivered_request_is_rejected_and_changes_nothing() {
             .clone();
     assert!(matches!(msg, Msg::Request { .. }), "{msg:?}");
     deliver(&mut s, 1, 0);
-    let before = s[0].clone();
-    let again = s.0.inject(NodeId(1), NodeId(0), &msg);
-    assert_eq!(
-        again.err().and_then(|e| e.kernel()),
-        Some(KernelError::Duplicate(L))
-    );
-    assert_eq!(s[0], before);
+    assert_redelivery_refused(&mut s, 1, 0, &msg);
 }
