@@ -276,6 +276,38 @@ impl fmt::Display for ModeSet {
 mod tests {
     use super::*;
 
+    /// The Linux and OpenVMS DLM's six modes mapped onto hilock's (docs/engines/token.md,
+    /// "Against the Linux DLM"): NL = Φ, CR = IR, CW = IW, PR = R, PW = U, EX = W. The
+    /// DLM's compatibility matrix (`__dlm_compat_matrix` in the Linux kernel's
+    /// `fs/dlm/lock.c`, the VMS matrix) agrees with Table 2.1 on every pair but one: PR
+    /// and PW conflict in the DLM, while R and U are compatible here (a U holder admits
+    /// readers and waits for them before it upgrades, Rule 7).
+    #[test]
+    fn dlm_modes_map_onto_table_2_1_except_protected_read_with_protected_write() {
+        use Mode::*;
+        // NL, CR, CW, PR, PW, EX: rows and columns in the DLM's order.
+        const DLM: [[bool; 6]; 6] = [
+            [true, true, true, true, true, true],
+            [true, true, true, true, true, false],
+            [true, true, true, false, false, false],
+            [true, true, false, true, false, false],
+            [true, true, false, false, false, false],
+            [true, false, false, false, false, false],
+        ];
+        const AS_HILOCK: [Mode; 6] = [Phi, IR, IW, R, U, W];
+        let (mut differ, mut n) = ([(Phi, Phi); 36], 0);
+        for (i, row) in DLM.iter().enumerate() {
+            for (j, &dlm) in row.iter().enumerate() {
+                let (a, b) = (AS_HILOCK[i], AS_HILOCK[j]);
+                if compatible(a, b) != dlm {
+                    differ[n] = (a, b);
+                    n += 1;
+                }
+            }
+        }
+        assert_eq!(differ[..n], [(R, U), (U, R)]);
+    }
+
     #[test]
     fn table_2_1_is_symmetric_and_phi_conflicts_with_nothing() {
         for a in Mode::ALL {
