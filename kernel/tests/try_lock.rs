@@ -134,6 +134,28 @@ fn try_against_a_conflicting_holder_would_block_and_changes_no_queue_or_freeze()
     assert_eq!(c.refused_tries().collect::<Vec<_>>(), vec![(NodeId(2), L)]);
 }
 
+/// Rule 4.2 at the token node itself: node 0 holds R with the token and grants node 1 a
+/// copy of R (Rule 3.2), then releases; node 0's own try of W, which a request would queue
+/// there behind the child's R, is refused in the same step — `WouldBlock` and no message —
+/// and leaves nothing pending, queued or frozen.
+#[test]
+fn the_token_nodes_own_try_is_refused_at_once_without_a_message() {
+    let mut c = star();
+    acquire(&mut c, 0, Mode::R);
+    acquire(&mut c, 1, Mode::R);
+    release(&mut c, 0);
+    assert!(c.site(NodeId(0)).lock(L).unwrap().has_token());
+    let before = queues_and_freezes(&c);
+    let log = try_acquire(&mut c, 0, Mode::W);
+    assert!(would_block(&log, 0) && !granted(&log, 0), "{log:?}");
+    assert!(
+        !log.iter().any(|(_, o)| matches!(o, Output::Send { .. })),
+        "{log:?}"
+    );
+    assert_eq!(queues_and_freezes(&c), before);
+    assert_eq!(c.site(NodeId(0)).lock(L).unwrap().pending(), Pending::None);
+}
+
 /// P11: after `WouldBlock`, the holder's release grants nothing to the refused node — no
 /// `Granted`, no message to it, nothing held.
 #[test]
