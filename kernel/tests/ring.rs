@@ -463,7 +463,7 @@ fn the_copies_owed_to_a_reconnected_peer_fit_exact_room() {
 }
 
 /// n8 alone (no replica): a write is answered at once. `op` of `token` on key 10.
-fn alone_ask(s: &mut RS, client: u8, seq: u8, op: Op) -> (hilock_kernel::ring::Report, Answer) {
+fn alone_ask(s: &mut RS, client: u8, seq: u64, op: Op) -> (hilock_kernel::ring::Report, Answer) {
     let token = Token {
         client: ClientId(client),
         seq,
@@ -676,7 +676,7 @@ fn a_server_hands_over_only_the_arcs_it_has() {
 fn c1_entry(view: View, key: u16, n: u32) -> (hilock_kernel::ring::Slot, Token) {
     let token = Token {
         client: ClientId(1),
-        seq: n as u8,
+        seq: u64::from(n),
     };
     let slot = hilock_kernel::ring::Slot {
         key: Key(key),
@@ -815,7 +815,7 @@ fn every_vnode_error_has_its_own_text() {
 }
 
 /// `client`'s request number `seq` to `op` on `key`, routed with `view`.
-fn req(client: u8, seq: u8, op: Op, key: u16, view: View) -> (Addr, ChordMsg<4>) {
+fn req(client: u8, seq: u64, op: Op, key: u16, view: View) -> (Addr, ChordMsg<4>) {
     let token = Token {
         client: ClientId(client),
         seq,

@@ -27,7 +27,7 @@ pub struct ChordClient<const N: usize> {
     id: ClientId,
     ring: Ring<N>,
     view: View,
-    seq: u8,
+    seq: u64,
     waiting: Option<(Op, Key)>,
 }
 
@@ -56,8 +56,8 @@ impl<const N: usize> ChordClient<N> {
     pub fn waiting(&self) -> Option<(Op, Key)> {
         self.waiting
     }
-    /// The current request number.
-    pub fn seq(&self) -> u8 {
+    /// The current request number (0 before the first request).
+    pub fn seq(&self) -> u64 {
         self.seq
     }
 
@@ -104,7 +104,8 @@ impl<const N: usize> ChordClient<N> {
         self.ring
             .lookup(self.view, key)
             .ok_or(ChordError::BadView)?;
-        self.seq = self.seq.wrapping_add(1);
+        let seq = self.seq.checked_add(1).ok_or(ChordError::SeqExhausted)?;
+        self.seq = seq;
         self.send(op, key, out)?;
         self.waiting = Some((op, key));
         let mut rep = Report::default();
@@ -159,9 +160,9 @@ impl<const N: usize> ChordClient<N> {
     /// of an entry): its later requests are then after `last`, not stale retries of it
     /// ([`Token::precedes`], the ring server's retry fence). Without it, a client that
     /// starts numbering at 1 again after its earlier incarnation locked a key with a higher
-    /// number (by 1 to 127) has its unlock of that key taken for a stale retry: answered
-    /// Released from the entry, and nothing freed. Numbers only move forward: a `last`
-    /// this client is already at or after changes nothing.
+    /// number has its unlock of that key taken for a stale retry: answered Released from
+    /// the entry, and nothing freed. Numbers only move forward: a `last` this client is
+    /// already at or after changes nothing.
     ///
     /// Errors, with nothing changed: a request waits ([`ChordError::Busy`]); `last` is
     /// another client's ([`ChordError::BadSender`]).

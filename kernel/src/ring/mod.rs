@@ -72,18 +72,21 @@ pub enum Op {
 pub struct Token {
     /// The client.
     pub client: ClientId,
-    /// Its request number.
-    pub seq: u8,
+    /// Its request number: 1 for a client's first request, one more for each later one
+    /// ([`ChordClient::start`]), continued across incarnations
+    /// ([`ChordClient::resume_after`]). 64 bits, so a client never runs out of numbers:
+    /// they do not wrap, and any two of one client compare as plain integers.
+    pub seq: u64,
 }
 
 impl Token {
-    /// Whether this request was sent before `later` by the same client. Request numbers
-    /// count up by one per request and wrap (`u8`), so they are compared as serial numbers
-    /// (RFC 1982): `later` is after `self` when it is 1 to 127 requests ahead. A client's
-    /// requests are one at a time ([`ChordClient`] refuses a second while one waits), so
-    /// a copy of `self` still arriving after `later` was served is a stale retry.
+    /// Whether this request was sent before `later` by the same client: request numbers
+    /// count up by one per request and never wrap, so a lower number is an earlier
+    /// request, however many requests lie between the two. A client's requests are one at
+    /// a time ([`ChordClient`] refuses a second while one waits), so a copy of `self` still
+    /// arriving after `later` was served is a stale retry.
     pub fn precedes(self, later: Token) -> bool {
-        self.client == later.client && (1..=127).contains(&later.seq.wrapping_sub(self.seq))
+        self.client == later.client && self.seq < later.seq
     }
 }
 
@@ -438,6 +441,9 @@ pub enum ChordError {
     Busy,
     /// The output buffer has less room than the step may need.
     OutputsFull,
+    /// The client has used its last request number (`u64::MAX`): it cannot number
+    /// another request.
+    SeqExhausted,
 }
 
 impl fmt::Display for ChordError {
@@ -453,6 +459,7 @@ impl fmt::Display for ChordError {
             ChordError::BadReplication => write!(f, "r must be between 1 and slots - 1"),
             ChordError::Busy => write!(f, "the client is waiting for an answer"),
             ChordError::OutputsFull => write!(f, "output buffer too small for this step"),
+            ChordError::SeqExhausted => write!(f, "the client has used every request number"),
         }
     }
 }

@@ -731,7 +731,7 @@ mod tests {
     fn ring() -> Ring<3> {
         Ring::new(6, [8, 21, 32]).unwrap()
     }
-    fn lock(seq: u8, view: View) -> ChordMsg<4> {
+    fn lock(seq: u64, view: View) -> ChordMsg<4> {
         ChordMsg::Request {
             token: Token {
                 client: ClientId(1),
@@ -827,7 +827,7 @@ mod tests {
             let req = ChordMsg::Request {
                 token: Token {
                     client: ClientId(1),
-                    seq: k as u8,
+                    seq: u64::from(k),
                 },
                 op: Op::Lock,
                 key: Key(k),
