@@ -194,6 +194,10 @@ pub enum ChordMsg<const T: usize> {
     Reply {
         /// The request answered.
         token: Token,
+        /// The epoch of the view the answered copy of the request was routed with
+        /// ([`ChordMsg::Request`]'s `view`): a client takes an answer only to a copy sent
+        /// in its newest view ([`ChordClient::on_reply`]).
+        epoch: u16,
         /// The answer.
         answer: Answer,
     },
@@ -344,11 +348,15 @@ pub enum Rule {
     /// hilock: a request older than the one that set the entry ([`Slot::writer`], same
     /// client): a stale retry, answered from the entry and not applied.
     Superseded,
+    /// hilock: a copy of a request the server already answered in its view — a lower
+    /// request number of the same client, or the same number answered Refused — answered
+    /// again and not applied ([`RingServer::step`], "Copies").
+    CopyAnswered,
 }
 
 impl Rule {
     /// All rules, in declaration order.
-    pub const ALL: [Rule; 26] = [
+    pub const ALL: [Rule; 27] = [
         Rule::LockRefused,
         Rule::LockLocal,
         Rule::UnlockNotLocked,
@@ -375,6 +383,7 @@ impl Rule {
         Rule::Resent,
         Rule::LeaseLost,
         Rule::Superseded,
+        Rule::CopyAnswered,
     ];
 }
 
@@ -411,6 +420,7 @@ impl crate::report::RuleName for Rule {
             Rule::Resent => "resent",
             Rule::LeaseLost => "lease lost: stopped",
             Rule::Superseded => "stale retry answered from the entry",
+            Rule::CopyAnswered => "copy of an answered request answered again",
         }
     }
 }
