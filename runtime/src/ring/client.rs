@@ -435,7 +435,7 @@ impl RingClient {
 /// only past the one a key's entry records ([`RingClient::resume`]). A process sends far
 /// fewer than one request per microsecond, so the clock is ahead of every number an
 /// earlier process with the id used, as long as the clock does not go back by more than
-/// the time between the two processes' starts. 0 if the clock is before 1970.
+/// the time between the two processes' starts.
 pub fn clock_seq() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
