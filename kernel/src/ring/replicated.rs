@@ -16,6 +16,9 @@
 //!   (new version, same holder) and replicated before that answer: the first attempt may
 //!   have reached only the old primary before a view change redirected it (the model
 //!   checker found the grant from such an unreplicated entry).
+//! - A late copy of a request (a lower request number of a client than one this server
+//!   answered in its view, or a copy of a lock it refused) is answered again and not
+//!   served ([`Rule::CopyAnswered`]; [`RingServer::step`], "Copies").
 //! - A write in progress is sent again to a replica whose link was re-established
 //!   ([`RingServer::reconnected`]): a cut shorter than the lease loses the `Replicate`s and
 //!   `ReplicaAck`s it carried (the Chord lock paper's Fig. 2(a)4 RPC has the same gap;
