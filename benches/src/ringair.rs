@@ -199,10 +199,15 @@ impl RingSite {
             };
             let mut out: VecSink<Out<TABLE>> = VecSink::new();
             if to == me_client {
-                let ChordMsg::Reply { token, answer } = msg else {
+                let ChordMsg::Reply {
+                    token,
+                    epoch,
+                    answer,
+                } = msg
+                else {
                     return Err(ChordError::BadSender);
                 };
-                let (ev, _) = self.client.on_reply(token, answer, &mut out)?;
+                let (ev, _) = self.client.on_reply(token, epoch, answer, &mut out)?;
                 if ev == ClientEvent::Waiting && from == me_node {
                     // A retry from this node's own server (a write on the key waits for
                     // its replicas): resending now would loop without time passing.

@@ -64,7 +64,7 @@ fn started() -> (S, S, S, ChordMsg<4>, ChordMsg<4>) {
 
 fn answer(out: &O) -> Option<Answer> {
     out.iter().find_map(|o| match o.msg {
-        ChordMsg::Reply { token, answer } if o.to == C1 && token == TOKEN => Some(answer),
+        ChordMsg::Reply { token, answer, .. } if o.to == C1 && token == TOKEN => Some(answer),
         _ => None,
     })
 }

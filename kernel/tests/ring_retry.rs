@@ -22,11 +22,19 @@ const ALONE: View = View {
 };
 const K: Key = Key(10);
 
+/// n8 with the retry fence alone: the request memory, which within one view answers most
+/// of the copies below before the fence looks at them (`kernel/tests/ring_copies.rs`), is
+/// off. The fence is what still holds across views, where the memory is dropped.
 fn server() -> S {
+    with_memory().without_request_memory()
+}
+
+/// n8 as shipped.
+fn with_memory() -> S {
     S::new(NodeId(0), Ring::new(6, [8, 21, 32]).unwrap(), 1, ALONE).unwrap()
 }
 
-fn tok(client: u8, seq: u8) -> Token {
+fn tok(client: u8, seq: u64) -> Token {
     Token {
         client: ClientId(client),
         seq,
@@ -45,7 +53,9 @@ fn ask(s: &mut S, token: Token, op: Op) -> (hilock_kernel::ring::Report, Answer)
     let rep = s.step(Addr::Client(token.client), &msg, &mut out).unwrap();
     assert_eq!(out.len(), 1, "one reply and nothing else: {out:?}");
     match out[0].msg {
-        ChordMsg::Reply { token: t, answer } if t == token => (rep, answer),
+        ChordMsg::Reply {
+            token: t, answer, ..
+        } if t == token => (rep, answer),
         ref m => panic!("not the reply: {m:?}"),
     }
 }
@@ -115,22 +125,19 @@ fn a_retry_of_the_same_request_is_still_answered_and_a_new_one_served() {
     assert_eq!(s.slots()[0].writer, Some(tok(1, 8)));
 }
 
-/// Request numbers wrap (`u8`): they are compared as serial numbers, so request 255 is
-/// older than request 2 after the wrap, and another client's numbers never compare.
+/// Request numbers do not wrap (`u64`): a lower number of the same client is older,
+/// however far apart the two are, and another client's numbers never compare.
 #[test]
-fn request_numbers_compare_across_the_wrap_and_only_within_a_client() {
-    assert!(tok(1, 255).precedes(tok(1, 2)));
-    assert!(!tok(1, 2).precedes(tok(1, 255)));
-    assert!(tok(1, 1).precedes(tok(1, 128)));
-    assert!(
-        !tok(1, 1).precedes(tok(1, 129)),
-        "half the circle or more: not older"
-    );
+fn request_numbers_compare_as_integers_and_only_within_a_client() {
+    assert!(tok(1, 255).precedes(tok(1, 256)));
+    assert!(!tok(1, 256).precedes(tok(1, 255)));
+    assert!(tok(1, 1).precedes(tok(1, 129)), "no half circle");
+    assert!(tok(1, 0).precedes(tok(1, u64::MAX)));
     assert!(!tok(1, 4).precedes(tok(1, 4)));
     assert!(!tok(2, 1).precedes(tok(1, 2)));
     let mut s = server();
     ask(&mut s, tok(1, 255), Op::Lock);
-    ask(&mut s, tok(1, 0), Op::Unlock);
+    ask(&mut s, tok(1, 256), Op::Unlock);
     let (rep, _) = ask(&mut s, tok(1, 255), Op::Lock);
     assert!(rep.contains(Rule::Superseded), "{rep:?}");
     assert_eq!(s.holder(K), None);
@@ -279,25 +286,50 @@ fn another_clients_idempotent_unlock_keeps_the_writer() {
     assert_eq!(s.holder(K), Some(ClientId(1)));
 }
 
-/// Open defect (`docs/engines/ring.md`, "Open defects": `ring-writer-fence-window`): the
-/// entry keeps its writer for as long as nobody writes the key, but request numbers are
-/// compared as 8-bit serial numbers, so the fence is right only while the client's newest
-/// request is at most 127 requests past the writer. c1 locks key 10 as request 5, then
-/// sends 200 requests to other servers; its unlock of key 10 is request 206, which the
-/// serial comparison puts 56 requests *before* request 5: it is taken for a stale retry,
-/// answered Released from the entry, and the key stays locked for c1, which believes it
-/// released it. Every other client is refused until c1's numbers come round.
+/// The entry keeps its writer for as long as nobody writes the key, however many
+/// requests its client sends elsewhere meanwhile: c1 locks key 10 as request 5, then sends
+/// other servers 200 requests (or 100,000); its unlock of key 10 (request 206, or
+/// 100,006) is newer than the writer and frees the key, and c2 is granted it. With 8-bit
+/// serial numbers request 206 compared as 56 requests before 5: it was taken for a stale
+/// retry, answered Released from the entry, and the key stayed locked for c1.
 #[test]
-fn an_unlock_long_after_the_lock_is_taken_for_a_stale_retry() {
-    let mut s = server();
-    assert_eq!(ask(&mut s, tok(1, 5), Op::Lock).1, Answer::Granted);
-    let (rep, a) = ask(&mut s, tok(1, 206), Op::Unlock);
+fn an_unlock_long_after_the_lock_frees_the_key() {
+    for (later, mut s) in [
+        (200u64, server()),
+        (100_000, server()),
+        (200, with_memory()),
+        (100_000, with_memory()),
+    ] {
+        assert_eq!(ask(&mut s, tok(1, 5), Op::Lock).1, Answer::Granted);
+        let (rep, a) = ask(&mut s, tok(1, 5 + later + 1), Op::Unlock);
+        assert_eq!(a, Answer::Released);
+        assert!(!rep.contains(Rule::Superseded), "{later}: {rep:?}");
+        assert!(rep.contains(Rule::WriteStarted), "{later}: {rep:?}");
+        assert_eq!(s.holder(K), None, "{later} requests later: freed");
+        assert_eq!(ask(&mut s, tok(2, 1), Op::Lock).1, Answer::Granted);
+    }
+}
+
+/// A client counts its requests with checked arithmetic: after the last number
+/// (`u64::MAX`, reached only through `resume_after`) `start` refuses with
+/// `ChordError::SeqExhausted` and changes nothing, instead of wrapping to a number the
+/// ring takes for a stale retry.
+#[test]
+fn a_client_past_its_last_request_number_is_refused_not_wrapped() {
+    use hilock_kernel::ring::{ChordClient, ChordError};
+    let ring = Ring::new(6, [8, 21, 32]).unwrap();
+    let mut c = ChordClient::new(ClientId(1), ring, ALONE).unwrap();
+    c.resume_after(tok(1, u64::MAX - 1)).unwrap();
+    let mut out = O::new();
+    c.start(Op::Lock, K, &mut out).unwrap();
+    assert_eq!(c.seq(), u64::MAX);
+    assert_eq!(c.abandon(), Some((Op::Lock, K)));
+    let before = c;
+    out.clear();
     assert_eq!(
-        a,
-        Answer::Released,
-        "the client is told it released the key"
+        c.start(Op::Unlock, K, &mut out),
+        Err(ChordError::SeqExhausted)
     );
-    assert!(rep.contains(Rule::Superseded), "{rep:?}");
-    assert_eq!(s.holder(K), Some(ClientId(1)), "but the key stays locked");
-    assert_eq!(ask(&mut s, tok(2, 1), Op::Lock).1, Answer::Refused);
+    assert_eq!(c, before);
+    assert!(out.is_empty());
 }

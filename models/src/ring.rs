@@ -65,6 +65,9 @@
 //! - `fences strictly increase per key`: of two successive grants of one key, to any
 //!   clients, the later has the strictly larger fence (the entry's version naming the
 //!   granted client when the grant reaches it, as `RingClient::grant` reads it).
+//! - `no lock recorded for nobody` (hilock variant): the key's primary in the service's
+//!   view names as holder only a client locking, holding or unlocking the key (or one
+//!   that gave a request up or restarted).
 //! - `every request answered` (eventually; Stateright 0.31 evaluates it at terminal
 //!   states): every client finished its lock/unlock.
 //! - sometimes: `a lock is granted`, `the membership changed`.
@@ -82,6 +85,8 @@ use std::time::{Duration, Instant};
 pub const NS: usize = 4;
 /// Table capacity.
 pub const T: usize = 4;
+/// Client ids the servers remember requests of (the model's clients are 1, 2, …).
+pub const CL: usize = 4;
 type Outs = heapless::Vec<Out<T>, 32>;
 type Msg = ChordMsg<T>;
 
@@ -105,6 +110,13 @@ pub const ONE_SERVER: &str = "one server per key: no answer from a replaced serv
 /// that names the granted client — the newest such entry in a live node's table or in a
 /// replica write or hand-over in flight, read when the grant reaches the client.
 pub const FENCES: &str = "fences strictly increase per key";
+/// Property name: the key's primary in the service's view (live, serving, with that view
+/// installed) names as a key's holder only a client that is locking, holding or unlocking
+/// that key, or one that gave a request up or restarted (which may hold without knowing).
+/// A late copy of a refused lock served after the key became free broke it
+/// (`ring-late-duplicate-locks-for-nobody`); `ONE_SERVER` sees that only once another
+/// client is refused.
+pub const NOBODY: &str = "no lock recorded for nobody";
 /// `sometimes`.
 pub const GRANTED: &str = "a lock is granted";
 /// `sometimes`.
@@ -184,6 +196,11 @@ pub struct RingModel {
     pub restarts: u8,
     /// Most `Duplicate` actions in a run (the network copies a client's request).
     pub duplicates: u8,
+    /// A client waiting for an answer resends its request (same number) with the
+    /// service's view as soon as the service installed a view newer than the one its
+    /// request went out with, while the request may still be on its way (`Timeout`), as
+    /// `RingClient` does every 100 ms. Copies of one request then travel in two views.
+    pub resend_on_new_view: bool,
     /// Test-only: break a check on purpose (see the tests).
     pub sabotage: Sabotage,
 }
@@ -204,22 +221,39 @@ pub enum Sabotage {
     /// A replica does not acknowledge a copy of a write it already applied (its
     /// `ReplicaAck` is dropped).
     NoReack,
-    /// The servers serve a stale retry like a new request
-    /// ([`RingServer::without_retry_fence`]: the defect `ring-short-cut-join-stale-retry`).
+    /// Every guard against an old copy of a request off, as before the retry fence: the
+    /// servers serve a stale retry like a new request ([`RingServer::without_retry_fence`]
+    /// and [`RingServer::without_request_memory`]), and a client takes the answer to any
+    /// copy of its request, not only to one sent in its newest view (the defect
+    /// `ring-short-cut-join-stale-retry`; with the fence off alone, the memory or the
+    /// client's newest-copy rule stops that trace).
     NoRetryFence,
     /// The entry's writer changes with the holder only ([`RetryFence::HolderChanges`]): a
     /// re-grant to the holder keeps the older writer, and an unlock the holder sent before
-    /// it frees the lock (the defect `ring-regrant-keeps-writer`).
+    /// it frees the lock (the defect `ring-regrant-keeps-writer`). The request memory is
+    /// off too ([`RingServer::without_request_memory`]): within one view it answers that
+    /// unlock as a copy before the fence looks at it.
     WriterFollowsHolder,
+    /// The servers keep no request memory ([`RingServer::without_request_memory`]): a
+    /// late copy of a refused lock is served like a new request (the defect
+    /// `ring-late-duplicate-locks-for-nobody`).
+    NoRequestMemory,
+    /// A client takes the answer to any copy of its request, not only to one sent in its
+    /// newest view ([`ChordClient::on_reply`]): a refusal by the old primary ends a
+    /// request the new primary may still grant (the defect `ring-resend-locks-for-nobody`).
+    AnyCopy,
 }
 
-/// A ring node of either variant.
+/// A ring node of either variant. One configuration has nodes of one variant only, so
+/// the larger variant (hilock's server, with its request memory) is not boxed: every
+/// state is cloned whole, and a box would add an allocation per node per state.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum RNode {
     /// Paper.
     Paper(PaperNode<NS, T>),
     /// hilock.
-    Hilock(RingServer<NS, T>),
+    Hilock(RingServer<NS, T, CL>),
 }
 
 /// A client and where it is in its program.
@@ -320,9 +354,23 @@ pub enum RAction {
 }
 
 /// A saved step without the entries' `writer` fields ([`Slot::writer`](hilock_kernel::ring::Slot::writer)),
-/// which traces saved before the retry fence do not have: the same action, written
-/// before or after that field existed, has one key.
+/// which traces saved before the retry fence do not have, and without the replies'
+/// `epoch` fields (`ChordMsg::Reply`), which traces saved before replies named their
+/// request's view do not have: the same action, written before or after those fields
+/// existed, has one key.
 pub fn step_key(step: &str) -> String {
+    const E: &str = ", epoch: ";
+    let mut plain = String::with_capacity(step.len());
+    let mut rest = step;
+    // `Reply { token: Token { … }, epoch: 3, answer: … }`: the only `, epoch: ` (views and
+    // versions start with their epoch).
+    while let Some(i) = rest.find(E) {
+        plain.push_str(&rest[..i]);
+        let tail = &rest[i + E.len()..];
+        rest = tail.trim_start_matches(|c: char| c.is_ascii_digit());
+    }
+    plain.push_str(rest);
+    let step = plain.as_str();
     const W: &str = ", writer: ";
     let mut out = String::with_capacity(step.len());
     let mut rest = step;
@@ -401,6 +449,7 @@ impl RingModel {
             abandons: 0,
             restarts: 0,
             duplicates: 0,
+            resend_on_new_view: false,
             sabotage: Sabotage::None,
         }
     }
@@ -517,6 +566,26 @@ impl RingModel {
         in_node || in_flight
     }
 
+    /// `NOBODY`: the client the primary of `k` in the service's view names as holder.
+    fn nobody_ok(&self, st: &RState) -> bool {
+        let ring = self.ring();
+        self.keys().into_iter().all(|k| {
+            let Some(p) = ring.lookup(st.view, k) else {
+                return true;
+            };
+            let RNode::Hilock(s) = &st.nodes[p.0 as usize] else {
+                return true;
+            };
+            let serving = st.alive & (1 << p.0) != 0 && !s.stopped() && s.view() == st.view;
+            match s.holder(k) {
+                Some(h) if serving => st.clients.iter().any(|c| {
+                    c.c.id() == h && ((Key(c.key) == k && (1..=3).contains(&c.stage)) || c.unsure)
+                }),
+                _ => true,
+            }
+        })
+    }
+
     fn lost_ok(&self, st: &RState) -> bool {
         self.keys().into_iter().all(|k| {
             Self::holders(st, k)
@@ -599,7 +668,7 @@ impl RingModel {
     }
 
     /// Whether `st` keeps the `always` property `property` (one of [`MUTEX`], [`LOST`],
-    /// [`NO_ERROR`], [`ONE_SERVER`], [`FENCES`]).
+    /// [`NO_ERROR`], [`ONE_SERVER`], [`FENCES`], [`NOBODY`]).
     pub fn holds(&self, property: &str, st: &RState) -> bool {
         self.properties()
             .into_iter()
@@ -652,6 +721,34 @@ impl RingModel {
             NO_ERROR => st.error.clone().unwrap_or_default(),
             ONE_SERVER => st.stale.clone().unwrap_or_default(),
             FENCES => st.fence_error.clone().unwrap_or_default(),
+            NOBODY => {
+                let ring = self.ring();
+                let h: Vec<String> = self
+                    .keys()
+                    .into_iter()
+                    .filter_map(|k| {
+                        let p = ring.lookup(st.view, k)?;
+                        let RNode::Hilock(s) = &st.nodes[p.0 as usize] else {
+                            return None;
+                        };
+                        let c = s.holder(k)?;
+                        Some(format!(
+                            "n{} names c{} as holder of key {}",
+                            self.idents[p.0 as usize], c.0, k.0
+                        ))
+                    })
+                    .collect();
+                let w: Vec<String> = st
+                    .clients
+                    .iter()
+                    .map(|c| format!("c{} stage {}", c.c.id().0, c.stage))
+                    .collect();
+                format!(
+                    "a key locked for a client that neither holds nor waits for it: {}; {}",
+                    h.join(", "),
+                    w.join(", ")
+                )
+            }
             LIVE => {
                 let w: Vec<String> = st
                     .clients
@@ -803,10 +900,13 @@ impl Model for RingModel {
                     Variant::Hilock { r } => {
                         let s = RingServer::new(id, ring, r, view).expect("server");
                         RNode::Hilock(match self.sabotage {
-                            Sabotage::NoRetryFence => s.without_retry_fence(),
-                            Sabotage::WriterFollowsHolder => {
-                                s.with_retry_fence(RetryFence::HolderChanges)
+                            Sabotage::NoRetryFence => {
+                                s.without_retry_fence().without_request_memory()
                             }
+                            Sabotage::WriterFollowsHolder => s
+                                .with_retry_fence(RetryFence::HolderChanges)
+                                .without_request_memory(),
+                            Sabotage::NoRequestMemory => s.without_request_memory(),
                             _ => s,
                         })
                     }
@@ -869,7 +969,8 @@ impl Model for RingModel {
                 || st.cut & (1 << c.target.0) != 0
                 || Self::stopped(st, c.target)
                 || (self.hilock() && !waits);
-            if c.c.waiting().is_some() && !mentions && unanswering {
+            let newer_view = self.resend_on_new_view && st.view.epoch > c.c.sent_in();
+            if c.c.waiting().is_some() && ((!mentions && unanswering) || newer_view) {
                 actions.push(RAction::Timeout(i));
             }
             if st.abandons < self.abandons && c.c.waiting().is_some() {
@@ -1038,14 +1139,26 @@ impl Model for RingModel {
                 match to {
                     Addr::Client(cid) => {
                         let i = st.clients.iter().position(|c| c.c.id() == cid)?;
-                        let ChordMsg::Reply { token, answer } = msg else {
+                        let ChordMsg::Reply {
+                            token,
+                            epoch,
+                            answer,
+                        } = msg
+                        else {
                             st.error = Some("a client got a server message".into());
                             return Some(st);
                         };
                         let c = &mut st.clients[i];
                         let mut out = Outs::new();
                         let mut granted = None;
-                        match c.c.on_reply(token, answer, &mut out) {
+                        // `NoRetryFence`, `AnyCopy`: the answer to any copy is taken as the newest copy's.
+                        let any = [Sabotage::NoRetryFence, Sabotage::AnyCopy];
+                        let epoch = if any.contains(&self.sabotage) {
+                            c.c.sent_in()
+                        } else {
+                            epoch
+                        };
+                        match c.c.on_reply(token, epoch, answer, &mut out) {
                             Ok((ClientEvent::Done(op, key, a), _)) => {
                                 if (op, a) == (Op::Lock, Answer::Granted) {
                                     granted = Some(key);
@@ -1102,11 +1215,11 @@ impl Model for RingModel {
                         }
                         if let Some((token, key, Some(h))) = asked {
                             let refused = out.iter().any(|o| {
-                                o.msg
-                                    == ChordMsg::Reply {
-                                        token,
-                                        answer: Answer::Refused,
-                                    }
+                                matches!(o.msg, ChordMsg::Reply {
+                                    token: t,
+                                    answer: Answer::Refused,
+                                    ..
+                                } if t == token)
                             });
                             let holds = st.clients.iter().any(|c| {
                                 c.c.id() == h
@@ -1249,6 +1362,7 @@ impl Model for RingModel {
             Property::always(NO_ERROR, |_, st: &RState| st.error.is_none()),
             Property::always(ONE_SERVER, |_, st: &RState| st.stale.is_none()),
             Property::always(FENCES, |_, st: &RState| st.fence_error.is_none()),
+            Property::always(NOBODY, |m: &Self, st: &RState| m.nobody_ok(st)),
             Property::eventually(LIVE, |_, st: &RState| Self::finished(st)),
             Property::sometimes(GRANTED, |_, st: &RState| {
                 st.clients.iter().any(|c| c.stage == 2)

@@ -146,6 +146,7 @@ const RING_API: &[(&str, Cov)] = &[
     ("view", Cov::Query),
     ("waiting", Cov::Query),
     ("seq", Cov::Query),
+    ("sent_in", Cov::Query),
     ("start", Cov::Action("Start")),
     ("learn", Cov::Action("Join")),
     ("timeout", Cov::Action("Timeout")),
@@ -155,6 +156,7 @@ const RING_API: &[(&str, Cov)] = &[
     // RingServer
     ("without_retry_fence", Cov::Sabotage),
     ("with_retry_fence", Cov::Sabotage),
+    ("without_request_memory", Cov::Sabotage),
     ("slots", Cov::Query),
     ("holder", Cov::Query),
     ("settled_in", Cov::Query),

@@ -27,7 +27,9 @@ pub struct ChordClient<const N: usize> {
     id: ClientId,
     ring: Ring<N>,
     view: View,
-    seq: u8,
+    seq: u64,
+    /// The epoch of the view its newest copy of the waiting request was routed with.
+    sent_in: u16,
     waiting: Option<(Op, Key)>,
 }
 
@@ -40,6 +42,7 @@ impl<const N: usize> ChordClient<N> {
             ring,
             view,
             seq: 0,
+            sent_in: view.epoch,
             waiting: None,
         })
     }
@@ -56,8 +59,13 @@ impl<const N: usize> ChordClient<N> {
     pub fn waiting(&self) -> Option<(Op, Key)> {
         self.waiting
     }
-    /// The current request number.
-    pub fn seq(&self) -> u8 {
+    /// The epoch of the view its newest copy of the waiting (or last) request was routed
+    /// with: the only copy whose answer [`on_reply`](Self::on_reply) takes.
+    pub fn sent_in(&self) -> u16 {
+        self.sent_in
+    }
+    /// The current request number (0 before the first request).
+    pub fn seq(&self) -> u64 {
         self.seq
     }
 
@@ -76,6 +84,7 @@ impl<const N: usize> ChordClient<N> {
             seq: self.seq,
         };
         let view = self.view;
+        self.sent_in = view.epoch;
         send(
             out,
             Addr::Node(to),
@@ -104,7 +113,8 @@ impl<const N: usize> ChordClient<N> {
         self.ring
             .lookup(self.view, key)
             .ok_or(ChordError::BadView)?;
-        self.seq = self.seq.wrapping_add(1);
+        let seq = self.seq.checked_add(1).ok_or(ChordError::SeqExhausted)?;
+        self.seq = seq;
         self.send(op, key, out)?;
         self.waiting = Some((op, key));
         let mut rep = Report::default();
@@ -159,9 +169,9 @@ impl<const N: usize> ChordClient<N> {
     /// of an entry): its later requests are then after `last`, not stale retries of it
     /// ([`Token::precedes`], the ring server's retry fence). Without it, a client that
     /// starts numbering at 1 again after its earlier incarnation locked a key with a higher
-    /// number (by 1 to 127) has its unlock of that key taken for a stale retry: answered
-    /// Released from the entry, and nothing freed. Numbers only move forward: a `last`
-    /// this client is already at or after changes nothing.
+    /// number has its unlock of that key taken for a stale retry: answered Released from
+    /// the entry, and nothing freed. Numbers only move forward: a `last` this client is
+    /// already at or after changes nothing.
     ///
     /// Errors, with nothing changed: a request waits ([`ChordError::Busy`]); `last` is
     /// another client's ([`ChordError::BadSender`]).
@@ -182,10 +192,19 @@ impl<const N: usize> ChordClient<N> {
         Ok(())
     }
 
-    /// An answer arrived.
+    /// An answer arrived: `answer` to the copy of request `token` that was routed with a
+    /// view of epoch `epoch` ([`ChordMsg::Reply`]).
+    ///
+    /// Only an answer to a copy sent in the view of the client's newest copy counts; any
+    /// other is [`ClientEvent::Ignored`]. A request resent into a newer view (after a
+    /// redirect, or a timeout while the first copy was still on its way) may still be
+    /// granted by the new primary, which never saw the old copy; a refusal of the old copy
+    /// by the old primary must not end it, or the grant locks the key for a client that
+    /// no longer waits for it.
     pub fn on_reply<const T: usize, S: Sink<Out<T>>>(
         &mut self,
         token: Token,
+        epoch: u16,
         answer: Answer,
         out: &mut S,
     ) -> Result<(ClientEvent, Report), ChordError> {
@@ -194,7 +213,7 @@ impl<const N: usize> ChordClient<N> {
             rep.insert(Rule::Stale);
             return Ok((ClientEvent::Ignored, rep));
         };
-        if token.client != self.id || token.seq != self.seq {
+        if token.client != self.id || token.seq != self.seq || epoch != self.sent_in {
             rep.insert(Rule::Stale);
             return Ok((ClientEvent::Ignored, rep));
         }
@@ -246,7 +265,7 @@ mod tests {
         assert_eq!(c.waiting(), None);
         out.clear();
         c.start(Op::Lock, Key(25), &mut out).unwrap();
-        let (ev, _) = c.on_reply(late, Answer::Granted, &mut out).unwrap();
+        let (ev, _) = c.on_reply(late, 0, Answer::Granted, &mut out).unwrap();
         assert_eq!(
             ev,
             ClientEvent::Ignored,
@@ -279,7 +298,7 @@ mod tests {
             seq: 1,
         };
         let v1 = v0.join(super::super::NodeId(2));
-        let (e, _) = c.on_reply(t, Answer::Redirect(v1), &mut out).unwrap();
+        let (e, _) = c.on_reply(t, 0, Answer::Redirect(v1), &mut out).unwrap();
         assert_eq!(e, ClientEvent::Waiting);
         assert_eq!(
             out[1].to,
@@ -290,9 +309,16 @@ mod tests {
             client: ClientId(1),
             seq: 0,
         };
-        let (e, _) = c.on_reply(t0, Answer::Granted, &mut out).unwrap();
+        let (e, _) = c.on_reply(t0, 1, Answer::Granted, &mut out).unwrap();
         assert_eq!(e, ClientEvent::Ignored, "an answer to an earlier request");
-        let (e, _) = c.on_reply(t, Answer::Granted, &mut out).unwrap();
+        let (e, _) = c.on_reply(t, 0, Answer::Refused, &mut out).unwrap();
+        assert_eq!(
+            e,
+            ClientEvent::Ignored,
+            "the answer to the copy sent in v0, after the resend in v1"
+        );
+        assert_eq!(c.waiting(), Some((Op::Lock, Key(24))));
+        let (e, _) = c.on_reply(t, 1, Answer::Granted, &mut out).unwrap();
         assert_eq!(e, ClientEvent::Done(Op::Lock, Key(24), Answer::Granted));
     }
 }

@@ -72,18 +72,21 @@ pub enum Op {
 pub struct Token {
     /// The client.
     pub client: ClientId,
-    /// Its request number.
-    pub seq: u8,
+    /// Its request number: 1 for a client's first request, one more for each later one
+    /// ([`ChordClient::start`]), continued across incarnations
+    /// ([`ChordClient::resume_after`]). 64 bits, so a client never runs out of numbers:
+    /// they do not wrap, and any two of one client compare as plain integers.
+    pub seq: u64,
 }
 
 impl Token {
-    /// Whether this request was sent before `later` by the same client. Request numbers
-    /// count up by one per request and wrap (`u8`), so they are compared as serial numbers
-    /// (RFC 1982): `later` is after `self` when it is 1 to 127 requests ahead. A client's
-    /// requests are one at a time ([`ChordClient`] refuses a second while one waits), so
-    /// a copy of `self` still arriving after `later` was served is a stale retry.
+    /// Whether this request was sent before `later` by the same client: request numbers
+    /// count up by one per request and never wrap, so a lower number is an earlier
+    /// request, however many requests lie between the two. A client's requests are one at
+    /// a time ([`ChordClient`] refuses a second while one waits), so a copy of `self` still
+    /// arriving after `later` was served is a stale retry.
     pub fn precedes(self, later: Token) -> bool {
-        self.client == later.client && (1..=127).contains(&later.seq.wrapping_sub(self.seq))
+        self.client == later.client && self.seq < later.seq
     }
 }
 
@@ -191,6 +194,10 @@ pub enum ChordMsg<const T: usize> {
     Reply {
         /// The request answered.
         token: Token,
+        /// The epoch of the view the answered copy of the request was routed with
+        /// ([`ChordMsg::Request`]'s `view`): a client takes an answer only to a copy sent
+        /// in its newest view ([`ChordClient::on_reply`]).
+        epoch: u16,
         /// The answer.
         answer: Answer,
     },
@@ -341,11 +348,15 @@ pub enum Rule {
     /// hilock: a request older than the one that set the entry ([`Slot::writer`], same
     /// client): a stale retry, answered from the entry and not applied.
     Superseded,
+    /// hilock: a copy of a request the server already answered in its view — a lower
+    /// request number of the same client, or the same number answered Refused — answered
+    /// again and not applied ([`RingServer::step`], "Copies").
+    CopyAnswered,
 }
 
 impl Rule {
     /// All rules, in declaration order.
-    pub const ALL: [Rule; 26] = [
+    pub const ALL: [Rule; 27] = [
         Rule::LockRefused,
         Rule::LockLocal,
         Rule::UnlockNotLocked,
@@ -372,6 +383,7 @@ impl Rule {
         Rule::Resent,
         Rule::LeaseLost,
         Rule::Superseded,
+        Rule::CopyAnswered,
     ];
 }
 
@@ -408,6 +420,7 @@ impl crate::report::RuleName for Rule {
             Rule::Resent => "resent",
             Rule::LeaseLost => "lease lost: stopped",
             Rule::Superseded => "stale retry answered from the entry",
+            Rule::CopyAnswered => "copy of an answered request answered again",
         }
     }
 }
@@ -438,6 +451,9 @@ pub enum ChordError {
     Busy,
     /// The output buffer has less room than the step may need.
     OutputsFull,
+    /// The client has used its last request number (`u64::MAX`): it cannot number
+    /// another request.
+    SeqExhausted,
 }
 
 impl fmt::Display for ChordError {
@@ -453,6 +469,7 @@ impl fmt::Display for ChordError {
             ChordError::BadReplication => write!(f, "r must be between 1 and slots - 1"),
             ChordError::Busy => write!(f, "the client is waiting for an answer"),
             ChordError::OutputsFull => write!(f, "output buffer too small for this step"),
+            ChordError::SeqExhausted => write!(f, "the client has used every request number"),
         }
     }
 }

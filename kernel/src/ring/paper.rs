@@ -37,7 +37,7 @@ pub struct PaperNode<const N: usize, const T: usize> {
     olock: heapless::Vec<Entry, T>,
     olock_b: heapless::Vec<Entry, T>,
     /// Client requests whose backup RPC has not returned, with the answer to give.
-    waiting: heapless::Vec<(Token, Answer), T>,
+    waiting: heapless::Vec<(Token, u16, Answer), T>,
 }
 
 fn get_islocked(t: &[Entry], k: Key) -> bool {
@@ -245,7 +245,13 @@ impl<const N: usize, const T: usize> Server<T> for PaperNode<N, T> {
     fn apply<S: Sink<Out<T>>>(&mut self, from: Addr, msg: &ChordMsg<T>, out: &mut S) -> Report {
         let me = self.id;
         match msg {
-            ChordMsg::Request { token, op, key, .. } => {
+            ChordMsg::Request {
+                token,
+                op,
+                key,
+                view,
+            } => {
+                let epoch = view.epoch;
                 let succ = self.succ();
                 let to = Addr::Client(token.client);
                 let (locked, answer, rule) = match op {
@@ -263,6 +269,7 @@ impl<const N: usize, const T: usize> Server<T> for PaperNode<N, T> {
                             to,
                             ChordMsg::Reply {
                                 token: *token,
+                                epoch,
                                 answer,
                             },
                         );
@@ -281,6 +288,7 @@ impl<const N: usize, const T: usize> Server<T> for PaperNode<N, T> {
                         to,
                         ChordMsg::Reply {
                             token: *token,
+                            epoch,
                             answer,
                         },
                     );
@@ -295,13 +303,14 @@ impl<const N: usize, const T: usize> Server<T> for PaperNode<N, T> {
                         to,
                         ChordMsg::Reply {
                             token: *token,
+                            epoch,
                             answer,
                         },
                     );
                     rep.insert(Rule::Answered);
                 } else {
                     // (a)4 / (b)4: the RPC; (a)5 when it returns. Room checked.
-                    let _ = self.waiting.push((*token, answer));
+                    let _ = self.waiting.push((*token, epoch, answer));
                     let entry = Entry { key: *key, locked };
                     send(
                         out,
@@ -320,13 +329,17 @@ impl<const N: usize, const T: usize> Server<T> for PaperNode<N, T> {
                 Report::of(Rule::BackupModified)
             }
             ChordMsg::BackupAck { token } => {
-                match self.waiting.iter().position(|(t, _)| t == token) {
+                match self.waiting.iter().position(|(t, _, _)| t == token) {
                     Some(i) => {
-                        let (t, answer) = self.waiting.remove(i);
+                        let (t, epoch, answer) = self.waiting.remove(i);
                         send(
                             out,
                             Addr::Client(t.client),
-                            ChordMsg::Reply { token: t, answer },
+                            ChordMsg::Reply {
+                                token: t,
+                                epoch,
+                                answer,
+                            },
                         );
                         Report::of(Rule::Answered)
                     }
@@ -462,6 +475,7 @@ mod tests {
             out.pop().unwrap().msg,
             ChordMsg::Reply {
                 token: C,
+                epoch: ALL.epoch,
                 answer: Answer::Granted
             }
         );

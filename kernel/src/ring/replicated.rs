@@ -16,6 +16,9 @@
 //!   (new version, same holder) and replicated before that answer: the first attempt may
 //!   have reached only the old primary before a view change redirected it (the model
 //!   checker found the grant from such an unreplicated entry).
+//! - A late copy of a request (a lower request number of a client than one this server
+//!   answered in its view, or a copy of a lock it refused) is answered again and not
+//!   served ([`Rule::CopyAnswered`]; [`RingServer::step`], "Copies").
 //! - A write in progress is sent again to a replica whose link was re-established
 //!   ([`RingServer::reconnected`]): a cut shorter than the lease loses the `Replicate`s and
 //!   `ReplicaAck`s it carried (the Chord lock paper's Fig. 2(a)4 RPC has the same gap;
@@ -69,9 +72,21 @@ pub enum RetryFence {
     Latest,
 }
 
-/// One server of hilock's ring: slots `N`, table capacity `T`.
+/// The newest request of one client this server answered in its current view
+/// ([`RingServer`]'s request memory).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct Answered {
+    /// Its request number.
+    seq: u64,
+    /// Whether it was a lock answered [`Answer::Refused`].
+    refused: bool,
+}
+
+/// One server of hilock's ring: slots `N`, table capacity `T`, and the client ids below
+/// `C` it serves (its request memory has one row per client id; 256, the default, is
+/// every [`ClientId`](super::ClientId)).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct RingServer<const N: usize, const T: usize> {
+pub struct RingServer<const N: usize, const T: usize, const C: usize = 256> {
     id: NodeId,
     ring: Ring<N>,
     r: u8,
@@ -86,6 +101,12 @@ pub struct RingServer<const N: usize, const T: usize> {
     /// Which requests are stale retries ([`RetryFence::Latest`], but for
     /// [`RingServer::with_retry_fence`]).
     fence: RetryFence,
+    /// Per client id, the newest request this server answered in its current view
+    /// (cleared when it installs a newer view): see [`RingServer::step`], "Copies".
+    answered: [Option<Answered>; C],
+    /// Whether the request memory is used (off only for
+    /// [`RingServer::without_request_memory`]).
+    memory: bool,
 }
 
 /// What a request comes to, decided from the state as it is after the request's view is
@@ -101,6 +122,9 @@ enum Decision {
     /// A stale retry: older than the request that set the entry ([`Slot::writer`]);
     /// answered from the entry, nothing written.
     Superseded(Answer),
+    /// A copy of a request this server already answered in its view, or older than one
+    /// it answered (the request memory); answered again, nothing written.
+    Copy(Answer),
     /// Write the entry and answer once the replicas `need` acknowledged.
     Write {
         holder: Option<super::ClientId>,
@@ -111,7 +135,7 @@ enum Decision {
     },
 }
 
-impl<const N: usize, const T: usize> RingServer<N, T> {
+impl<const N: usize, const T: usize, const C: usize> RingServer<N, T, C> {
     /// The most messages one step sends: redirects of every waiting write, a transfer per
     /// member, and a write to every replica.
     pub const MAX_OUTPUTS: usize = T + 2 * N + 1;
@@ -144,7 +168,20 @@ impl<const N: usize, const T: usize> RingServer<N, T> {
             pending: heapless::Vec::new(),
             stopped: false,
             fence: RetryFence::Latest,
+            answered: [None; C],
+            memory: true,
         })
+    }
+
+    /// The server without its request memory: a copy of a request it already answered
+    /// Refused, or one older than a request of the same client it answered since, is
+    /// served like a new request. Kept only so that the model checker shows the memory
+    /// matters (the model's `Sabotage::NoRequestMemory` finds
+    /// `spec/counterexamples/ring/ring-late-duplicate-locks-for-nobody.json` again); no
+    /// deployment wants it.
+    pub fn without_request_memory(mut self) -> Self {
+        self.memory = false;
+        self
     }
 
     /// The server as it was before the retry fence: a request older than the one that set
@@ -361,17 +398,28 @@ impl<const N: usize, const T: usize> RingServer<N, T> {
         let holder = entry.and_then(|s| s.holder);
         let last = entry.and_then(|s| s.writer);
         let me = Some(token.client);
+        let from_entry = match op {
+            Op::Lock if holder == me => Answer::Granted,
+            Op::Lock => Answer::Refused,
+            _ => Answer::Released,
+        };
+        // A copy (see `step`, "Copies"): installing `v` would clear the memory.
+        let seen = if newer { None } else { self.answered(token) };
+        if let Some(a) = seen {
+            if token.seq < a.seq {
+                return Decision::Copy(from_entry);
+            }
+            if token.seq == a.seq && a.refused {
+                return Decision::Copy(Answer::Refused);
+            }
+        }
         // A stale retry: a later request of this client set the entry, so the client has
         // had this request's answer (in the saved trace from the old primary, before the
         // client released the lock here). Serving it would lock again what the client
         // released, or free what it locked again; it is answered from the entry and
         // nothing is written.
         if self.fence != RetryFence::Off && last.is_some_and(|w| token.precedes(w)) {
-            return Decision::Superseded(match op {
-                Op::Lock if holder == me => Answer::Granted,
-                Op::Lock => Answer::Refused,
-                _ => Answer::Released,
-            });
+            return Decision::Superseded(from_entry);
         }
         // A request whose outcome the entry already shows (a retry after a redirect, whose
         // first write may never have reached the replicas) is written again, so that it is
@@ -405,6 +453,31 @@ impl<const N: usize, const T: usize> RingServer<N, T> {
         }
     }
 
+    /// The newest request of `token`'s client this server answered in its view, if the
+    /// memory is on.
+    fn answered(&self, token: Token) -> Option<Answered> {
+        if !self.memory {
+            return None;
+        }
+        self.answered
+            .get(usize::from(token.client.0))
+            .copied()
+            .flatten()
+    }
+
+    /// Remembers that `token` was answered (`refused`: with [`Answer::Refused`]) in this
+    /// view, unless a later request of its client was.
+    fn remember(&mut self, token: Token, refused: bool) {
+        if let Some(row) = self.answered.get_mut(usize::from(token.client.0)) {
+            if row.is_none_or(|a| a.seq < token.seq) {
+                *row = Some(Answered {
+                    seq: token.seq,
+                    refused,
+                });
+            }
+        }
+    }
+
     /// Installs `v` if it is newer: redirects waiting writes, hands over moved arcs,
     /// drops arcs no longer held.
     fn install<S: Sink<Out<T>>>(&mut self, v: View, out: &mut S, rep: &mut Report) {
@@ -413,7 +486,7 @@ impl<const N: usize, const T: usize> RingServer<N, T> {
         }
         let old = self.view;
         for p in self.pending.iter() {
-            answer(out, p.token, Answer::Redirect(v));
+            answer(out, p.token, p.slot.version.epoch, Answer::Redirect(v));
         }
         self.pending.clear();
         for y in 0..N {
@@ -452,6 +525,9 @@ impl<const N: usize, const T: usize> RingServer<N, T> {
                 );
             }
         }
+        // The memory is of this view's requests: a request of an older view is redirected
+        // from now on, never served here.
+        self.answered = [None; C];
         let cov = self.covered(v);
         self.ready &= cov;
         let ring = self.ring;
@@ -461,6 +537,28 @@ impl<const N: usize, const T: usize> RingServer<N, T> {
     }
 
     /// Handles one message from `from`. On error nothing changed and nothing was sent.
+    ///
+    /// # Copies
+    /// The network may deliver a client's request more than once (a duplicate, or a
+    /// resend whose original survived). A refused lock writes nothing, so the entry cannot
+    /// tell a late copy of it from a new request: served after the key became free, it
+    /// locked the key for a client that no longer waits for it
+    /// (`spec/counterexamples/ring/ring-late-duplicate-locks-for-nobody.json`). So the server
+    /// remembers, per client id, the newest request it answered in its current view
+    /// ([`Rule::CopyAnswered`]): a request of that client with a lower number, or with the
+    /// same number when that request was a lock answered Refused, is a copy: answered
+    /// again (Refused, or from the entry as a stale retry) and nothing is written. Request
+    /// numbers never wrap ([`Token::seq`]), so "lower" holds for any distance. The memory
+    /// is dropped when the server installs a newer view: a request carries the view its
+    /// client routed it with, and only that view's primary serves it, in that view (any
+    /// other server, and this one once it installed a newer view, redirects it). A copy
+    /// sent into a newer view is the client's newest, and the client takes an answer
+    /// only from a copy sent in its newest view ([`super::ChordClient::on_reply`]).
+    ///
+    /// A new incarnation of a client id must number on after every request the earlier
+    /// one sent ([`super::ChordClient::resume_after`]), or its requests are taken for
+    /// copies. Errors, besides those of each message: a request of a client id not below
+    /// `C` ([`ChordError::BadSender`]).
     pub fn step<S: Sink<Out<T>>>(
         &mut self,
         from: Addr,
@@ -471,7 +569,7 @@ impl<const N: usize, const T: usize> RingServer<N, T> {
     }
 }
 
-impl<const N: usize, const T: usize> Server<T> for RingServer<N, T> {
+impl<const N: usize, const T: usize, const C: usize> Server<T> for RingServer<N, T, C> {
     const MAX_OUTPUTS: usize = Self::MAX_OUTPUTS;
 
     fn check(&self, from: Addr, msg: &ChordMsg<T>) -> Result<(), ChordError> {
@@ -482,7 +580,7 @@ impl<const N: usize, const T: usize> Server<T> for RingServer<N, T> {
                 key,
                 view,
             } => {
-                if from != Addr::Client(token.client) {
+                if from != Addr::Client(token.client) || usize::from(token.client.0) >= C {
                     return Err(ChordError::BadSender);
                 }
                 if *op == Op::Delete {
@@ -558,7 +656,7 @@ impl<const N: usize, const T: usize> Server<T> for RingServer<N, T> {
                     return rep;
                 }
                 self.install(*view, out, &mut rep);
-                let reply = |out: &mut S, a| answer(out, *token, a);
+                let reply = |out: &mut S, a| answer(out, *token, view.epoch, a);
                 let (holder, writer, answer, need) = match self.decide(*token, *op, *key, *view) {
                     Decision::Redirect => {
                         reply(out, Answer::Redirect(self.view));
@@ -571,13 +669,20 @@ impl<const N: usize, const T: usize> Server<T> for RingServer<N, T> {
                         return rep;
                     }
                     Decision::Refused => {
+                        self.remember(*token, true);
                         reply(out, Answer::Refused);
                         rep.insert(Rule::LockRefused);
                         return rep;
                     }
                     Decision::Superseded(answer) => {
+                        self.remember(*token, answer == Answer::Refused);
                         reply(out, answer);
                         rep.insert(Rule::Superseded);
+                        return rep;
+                    }
+                    Decision::Copy(answer) => {
+                        reply(out, answer);
+                        rep.insert(Rule::CopyAnswered);
                         return rep;
                     }
                     Decision::Write {
@@ -590,6 +695,7 @@ impl<const N: usize, const T: usize> Server<T> for RingServer<N, T> {
                         if idempotent {
                             rep.insert(Rule::Idempotent);
                         }
+                        self.remember(*token, false);
                         (holder, writer, answer, need)
                     }
                 };
@@ -668,7 +774,7 @@ impl<const N: usize, const T: usize> Server<T> for RingServer<N, T> {
                         self.pending[i].need &= !from_bit;
                         if self.pending[i].need == 0 {
                             let p = self.pending.remove(i);
-                            answer(out, p.token, p.answer);
+                            answer(out, p.token, p.slot.version.epoch, p.answer);
                             rep.insert(Rule::WriteAcknowledged);
                         }
                     }
@@ -710,10 +816,18 @@ impl<const N: usize, const T: usize> Server<T> for RingServer<N, T> {
     }
 }
 
-/// Answers `token`'s client.
-fn answer<const T: usize, S: Sink<Out<T>>>(out: &mut S, token: Token, answer: Answer) {
+/// Answers `token`'s client, whose request was routed with a view of epoch `epoch`.
+fn answer<const T: usize, S: Sink<Out<T>>>(out: &mut S, token: Token, epoch: u16, answer: Answer) {
     let to = Addr::Client(token.client);
-    send(out, to, ChordMsg::Reply { token, answer });
+    send(
+        out,
+        to,
+        ChordMsg::Reply {
+            token,
+            epoch,
+            answer,
+        },
+    );
 }
 
 #[cfg(test)]
@@ -731,7 +845,7 @@ mod tests {
     fn ring() -> Ring<3> {
         Ring::new(6, [8, 21, 32]).unwrap()
     }
-    fn lock(seq: u8, view: View) -> ChordMsg<4> {
+    fn lock(seq: u64, view: View) -> ChordMsg<4> {
         ChordMsg::Request {
             token: Token {
                 client: ClientId(1),
@@ -827,7 +941,7 @@ mod tests {
             let req = ChordMsg::Request {
                 token: Token {
                     client: ClientId(1),
-                    seq: k as u8,
+                    seq: u64::from(k),
                 },
                 op: Op::Lock,
                 key: Key(k),

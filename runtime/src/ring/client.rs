@@ -144,8 +144,13 @@ impl RingClient {
             }
         };
         let (tx, rx) = mpsc::unbounded_channel();
+        let mut kc = ChordClient::new(ClientId(id), ring(), v)?;
+        kc.resume_after(Token {
+            client: ClientId(id),
+            seq: clock_seq(),
+        })?;
         Ok(RingClient {
-            kc: ChordClient::new(ClientId(id), ring(), v)?,
+            kc,
             nodes,
             conns: HashMap::new(),
             tx,
@@ -162,6 +167,12 @@ impl RingClient {
     /// Its id.
     pub fn id(&self) -> ClientId {
         self.kc.id()
+    }
+
+    /// The number of its newest request (before the first: where its numbering starts,
+    /// [`clock_seq`] at [`connect_to`](Self::connect_to)).
+    pub fn seq(&self) -> u64 {
+        self.kc.seq()
     }
 
     /// `c_lock(path)`: `true` if granted, `false` if somebody holds it.
@@ -374,18 +385,22 @@ impl RingClient {
             let mut out = COuts::new();
             let reply = match f {
                 Some(Frame::Msg(m)) => match *m {
-                    ChordMsg::Reply { token, answer } => Some(Some((token, answer))),
+                    ChordMsg::Reply {
+                        token,
+                        epoch,
+                        answer,
+                    } => Some(Some((token, epoch, answer))),
                     _ => Some(None),
                 },
                 Some(_) => Some(None),
                 None => None,
             };
             match reply {
-                Some(Some((token, answer))) => {
+                Some(Some((token, epoch, answer))) => {
                     if answer == Answer::Retry {
                         tokio::time::sleep(Duration::from_millis(5)).await;
                     }
-                    let (e, _) = self.kc.on_reply(token, answer, &mut out)?;
+                    let (e, _) = self.kc.on_reply(token, epoch, answer, &mut out)?;
                     match e {
                         ClientEvent::Done(_, _, a) => return Ok(a),
                         ClientEvent::Waiting => {
@@ -410,6 +425,21 @@ impl RingClient {
             }
         }
     }
+}
+
+/// Where a new client's request numbers start: the wall clock in microseconds since the
+/// Unix epoch. A client id is one numbering across processes, and a ring server takes a
+/// request numbered below one of the same client id it answered in its view for an old
+/// copy (answered again, not served; `RingServer::step`, "Copies"), so a new process with
+/// the id of an earlier one must number on past every request the earlier one sent — not
+/// only past the one a key's entry records ([`RingClient::resume`]). A process sends far
+/// fewer than one request per microsecond, so the clock is ahead of every number an
+/// earlier process with the id used, as long as the clock does not go back by more than
+/// the time between the two processes' starts.
+pub fn clock_seq() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
 }
 
 /// A hold as the key's primary records it ([`RingClient::grant`]).

@@ -38,7 +38,7 @@ pub mod etcd;
 mod membership;
 mod node;
 
-pub use client::{ClientError, Grant, Held, Loss, RingClient, Views};
+pub use client::{clock_seq, ClientError, Grant, Held, Loss, RingClient, Views};
 pub use membership::Membership;
 pub use node::{RingNode, Snapshot};
 
@@ -652,6 +652,29 @@ fn run_node(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A new client numbers on from the clock ([`clock_seq`]): a later client with the same
+    /// id starts past where an earlier one started, so its requests are not taken for old
+    /// copies of the earlier one's.
+    #[tokio::test]
+    async fn a_new_client_numbers_its_requests_on_from_the_clock() {
+        let nodes = std::sync::Arc::new(vec![None; SLOTS]);
+        let view = View {
+            epoch: 0,
+            members: 0b1,
+        };
+        let before = clock_seq();
+        let (_tx, w) = tokio::sync::watch::channel(view);
+        let first = RingClient::connect_to(7, nodes.clone(), Views::Watch(w.clone()))
+            .await
+            .unwrap();
+        assert!(first.seq() >= before, "{} < {before}", first.seq());
+        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+        let second = RingClient::connect_to(7, nodes, Views::Watch(w))
+            .await
+            .unwrap();
+        assert!(second.seq() > first.seq() + 1000, "{}", second.seq());
+    }
 
     #[test]
     fn the_slot_identifiers_are_distinct_and_frames_round_trip() {
