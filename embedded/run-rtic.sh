@@ -45,6 +45,28 @@ run() {
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 
+# Flash (.text + .rodata, as embedded/figures.sh counts it) and RAM (.data + .bss + .uninit:
+# RTIC keeps its resources, here the three sites, in .uninit) of the image, with llvm-size (on the PATH or rustup's llvm-tools); one line saying why not where
+# there is none.
+size_tool=""
+if command -v llvm-size >/dev/null 2>&1; then
+  size_tool=llvm-size
+else
+  rustup component add llvm-tools >/dev/null 2>&1 || true
+  cand="$(rustc --print sysroot)/lib/rustlib/x86_64-unknown-linux-gnu/bin/llvm-size"
+  [ -x "$cand" ] && size_tool="$cand"
+fi
+sizes() {
+  if [ -z "$size_tool" ]; then
+    echo "sizes of the $1 image: not measured (no llvm-size)"
+    return
+  fi
+  local t
+  t=$("$size_tool" -A "$elf")
+  sec() { awk -v s="$1" '$1 == s { n = $2 } END { print n + 0 }' <<<"$t"; }
+  echo "sizes of the $1 image: flash $(($(sec .text) + $(sec .rodata))) B (.text + .rodata), RAM $(($(sec .data) + $(sec .bss) + $(sec .uninit))) B (.data + .bss + .uninit)"
+}
+
 cargo build --release --quiet
 status=0
 run >"$log" 2>&1 || status=$?
@@ -54,6 +76,7 @@ if [ "$status" -ne 0 ] || ! grep -qx "rtic: PASS" "$log"; then
   exit 1
 fi
 echo "embedded RTIC example: QEMU run passed"
+sizes plain
 
 cargo build --release --quiet --features wrong-expectation
 status=0
@@ -76,6 +99,7 @@ fi
 echo "embedded RTIC example: the build that drops a frame at a full inbox fails, as it must (exit $status)"
 
 cargo build --release --quiet --features defmt
+sizes defmt
 status=0
 run >"$log" 2>/dev/null || status=$?
 if [ "$status" -ne 0 ]; then
@@ -98,7 +122,7 @@ if [ -n "$decoder" ]; then
     echo "embedded RTIC example: the defmt log does not decode to rtic: PASS" >&2
     exit 1
   fi
-  echo "embedded RTIC example: the defmt image passed; its log decoded with defmt-print"
+  echo "embedded RTIC example: the defmt image passed; its log ($(wc -c <"$log") bytes of defmt frames) decoded with defmt-print"
 else
   echo "embedded RTIC example: the defmt image exits 0 ($(wc -c <"$log") bytes of defmt frames); its log is not decoded: defmt-print could not be installed"
 fi
