@@ -8,7 +8,7 @@ use cortex_m::interrupt::InterruptNumber;
 // The vector table, `Reset` and `DefaultHandler` come from cortex-m-rt.
 use cortex_m_rt as _;
 
-/// Priority bits of the AN386's NVIC (the Cortex-M4 of the MPS2 FPGA image has 8 levels).
+/// Priority bits RTIC uses (8 levels; the example uses 1 and 2).
 pub const NVIC_PRIO_BITS: u8 = 3;
 
 /// The external interrupts RTIC may use.
