@@ -6,8 +6,8 @@
 
 use hilock_harness::Cluster;
 use hilock_kernel::{
-    Forwarding, Frozen, Input, LockId, Mode, Msg, NodeId, Output, Pending, QueueEntry, Rule, Site,
-    Variant,
+    Forwarding, Frozen, Input, KernelError, LockId, Mode, Msg, NodeId, Output, Pending,
+    QueueEntry, Rule, Site, Variant,
 };
 
 type S = Site<4, 1, 4>;
@@ -154,6 +154,55 @@ fn the_token_nodes_own_try_is_refused_at_once_without_a_message() {
     );
     assert_eq!(queues_and_freezes(&c), before);
     assert_eq!(c.site(NodeId(0)).lock(L).unwrap().pending(), Pending::None);
+}
+
+/// A try request from the wire is checked as a request is (`accept_request`): delivered a
+/// second time it is refused as a duplicate (its hop number was seen), and one for Φ or
+/// from a requester outside the cluster is refused — each changing nothing at the
+/// receiver.
+#[test]
+fn a_try_request_from_the_wire_is_refused_when_redelivered_or_malformed() {
+    let mut c = star();
+    c.input(NodeId(2), Input::TryAcquire { lock: L, mode: Mode::R })
+        .unwrap();
+    let msg = c.channel(NodeId(2), NodeId(0)).next().cloned().unwrap();
+    let Msg::TryRequest { entry, hop, .. } = msg else {
+        panic!("node 2's try goes to its parent: {msg:?}");
+    };
+    c.deliver(NodeId(2), NodeId(0)).unwrap().1.unwrap();
+    let before = c.site(NodeId(0)).clone();
+    let again = c.inject(NodeId(2), NodeId(0), &msg);
+    assert_eq!(
+        again.err().and_then(|e| e.kernel()),
+        Some(KernelError::Duplicate(L))
+    );
+    assert_eq!(c.site(NodeId(0)), &before);
+    let malformed = [
+        (
+            QueueEntry {
+                mode: Mode::Phi,
+                ..entry
+            },
+            KernelError::InvalidMode,
+        ),
+        (
+            QueueEntry {
+                requester: NodeId(9),
+                ..entry
+            },
+            KernelError::UnknownNode(NodeId(9)),
+        ),
+    ];
+    for (entry, error) in malformed {
+        let bad = Msg::TryRequest {
+            lock: L,
+            entry,
+            hop: hop + 1,
+        };
+        let refused = c.inject(NodeId(2), NodeId(0), &bad);
+        assert_eq!(refused.err().and_then(|e| e.kernel()), Some(error));
+        assert_eq!(c.site(NodeId(0)), &before);
+    }
 }
 
 /// P11: after `WouldBlock`, the holder's release grants nothing to the refused node — no
