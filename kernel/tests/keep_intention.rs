@@ -204,6 +204,37 @@ fn a_request_for_another_mode_gives_the_kept_mode_back() {
     assert!(granted && k.is_empty(), "IW covers IR (Table 2.2)");
 }
 
+/// A try for a mode the kept mode does not cover gives the kept mode back first, as a
+/// request does (Release, then the try request — counted as a `Request` — on the same FIFO
+/// link). Node 1 keeps IR; the
+/// token node holds IW; node 1's try of IW is granted as a copy.
+#[test]
+fn a_try_for_another_mode_gives_the_kept_mode_back() {
+    use MsgKind::*;
+    let mut c = star(ReleaseRule::KeepIntention);
+    copy_then_release(&mut c, 1, Mode::IR);
+    assert_eq!(node(&c, 1).kept(), Mode::IR);
+    run(
+        &mut c,
+        0,
+        Input::Acquire {
+            lock: L,
+            mode: Mode::IW,
+        },
+    );
+    let (k, granted) = run(
+        &mut c,
+        1,
+        Input::TryAcquire {
+            lock: L,
+            mode: Mode::IW,
+        },
+    );
+    assert!(!granted);
+    assert_eq!(k, vec![Release, Request, Grant]);
+    assert_eq!(node(&c, 1).held(), Mode::IW);
+}
+
 /// Recovery: reports carry held modes only and the rebuilt star records them; the kept
 /// mode is dropped at install, so the member owns exactly its new record.
 #[test]
