@@ -253,9 +253,25 @@ fn deliver_to(site: &mut S, from: u16, msg: &Msg<4>) -> Result<Out, KernelError>
     Ok(out)
 }
 
-/// Freezes from a node that is not our parent, copies of our own requests that are no
-/// longer pending, and a token answering no pending request are dropped and counted, one
-/// by one (`LockNode::stale`).
+/// Delivers `msg` from `from` and returns the rules the step reports.
+fn deliver_report(site: &mut S, from: u16, msg: &Msg<4>) -> (Out, hilock_kernel::RuleSet) {
+    let mut out = Out::new();
+    let report = site
+        .step(
+            Input::Deliver {
+                from: NodeId(from),
+                msg,
+            },
+            &mut out,
+        )
+        .unwrap();
+    (out, report.rules)
+}
+
+/// Freezes from a node that is not our parent, copies of our own requests (and try
+/// requests) that are no longer pending, and a token answering no pending request are
+/// dropped and counted, one by one (`LockNode::stale`), and each step's report names the
+/// stale rule (`StaleFreeze`, `StaleRequest`, `StaleToken`).
 #[test]
 fn stale_freezes_requests_and_tokens_are_counted() {
     let mut site = S::new(NodeId(1), NodeId(0)).unwrap();
@@ -264,24 +280,42 @@ fn stale_freezes_requests_and_tokens_are_counted() {
         modes: Frozen::EMPTY,
     };
     for k in 1..=3 {
-        let out = deliver_to(&mut site, 2, &freeze).unwrap();
+        let (out, rules) = deliver_report(&mut site, 2, &freeze);
         assert!(out.is_empty());
+        assert!(rules.contains(Rule::StaleFreeze), "{rules:?}");
         assert_eq!(site.lock(L).unwrap().stale().freezes, k);
     }
     for k in 1..=3u32 {
         // A copy of a request of ours (node 1) that is not pending here.
-        let out = deliver_to(&mut site, 2, &request(1, 7, k)).unwrap();
+        let (out, rules) = deliver_report(&mut site, 2, &request(1, 7, k));
         assert!(out.is_empty(), "{out:?}");
+        assert!(rules.contains(Rule::StaleRequest), "{rules:?}");
+        assert_eq!(site.lock(L).unwrap().stale().requests, k);
+    }
+    for k in 4..=5u32 {
+        // A copy of a try request of ours that is not pending here.
+        let Msg::Request { entry, .. } = request(1, 8, k) else {
+            unreachable!()
+        };
+        let try_copy = Msg::TryRequest {
+            lock: L,
+            entry,
+            hop: k,
+        };
+        let (out, rules) = deliver_report(&mut site, 2, &try_copy);
+        assert!(out.is_empty(), "{out:?}");
+        assert!(rules.contains(Rule::StaleRequest), "{rules:?}");
         assert_eq!(site.lock(L).unwrap().stale().requests, k);
     }
     let token = token_msg(entry(1, Mode::W, 3, 0), Mode::Phi, &[]);
-    deliver_to(&mut site, 0, &token).unwrap();
+    let (_, rules) = deliver_report(&mut site, 0, &token);
+    assert!(rules.contains(Rule::StaleToken), "{rules:?}");
     let n = site.lock(L).unwrap();
     assert_eq!(n.stale().tokens, 1);
     assert!(n.has_token());
     assert_eq!(n.held(), Mode::Phi);
     assert_eq!(n.stale().freezes, 3);
-    assert_eq!(n.stale().requests, 3);
+    assert_eq!(n.stale().requests, 5);
 }
 
 fn entry(requester: u16, mode: Mode, serial: u32, prio: u8) -> QueueEntry {
