@@ -6,7 +6,7 @@
 use hilock_harness::Cluster;
 use hilock_kernel::{
     Frozen, Inheritance, Input, KernelError, LockId, Mode, ModeSet, Msg, NodeId, Output, Outputs,
-    QueueEntry, Rule, Site, Variant,
+    Pending, QueueEntry, Rule, Site, Variant,
 };
 use proptest::prelude::*;
 use std::collections::BTreeSet;
@@ -739,4 +739,78 @@ fn a_priority_rise_at_the_token_node_raises_its_own_queued_request() {
     assert_eq!(queued(&token), [(3, 0), (0, 0)]);
     input(&mut token, Input::SetPriority { base: 5 });
     assert_eq!(queued(&token), [(0, 5), (3, 0)]);
+}
+
+/// Node 1 (parent 0) starts a try of `mode`; returns the site and the try's entry.
+fn pending_try(mode: Mode) -> (S, QueueEntry) {
+    let mut site = S::new(NodeId(1), NodeId(0)).unwrap();
+    let mut out = Out::new();
+    site.step(Input::TryAcquire { lock: L, mode }, &mut out)
+        .unwrap();
+    let Some(Output::Send {
+        to: NodeId(0),
+        msg: Msg::TryRequest { entry, .. },
+    }) = out.as_slice().first()
+    else {
+        panic!("the try goes to the parent: {out:?}");
+    };
+    assert_eq!(site.lock(L).unwrap().pending(), Pending::Try(*entry));
+    (site, *entry)
+}
+
+/// A node's own pending try that comes back to it (a routing pointer sent it round) while
+/// it has no token goes on to its parent (`on_try_request`, `spec/SPEC.md` 1.12): one
+/// `TryRequest` to node 0, still pending, nothing granted or refused.
+#[test]
+fn an_own_try_that_comes_back_goes_on_to_the_parent() {
+    let (mut site, e) = pending_try(Mode::W);
+    let back = Msg::TryRequest {
+        lock: L,
+        entry: e,
+        hop: 1,
+    };
+    let out = deliver_to(&mut site, 2, &back).unwrap();
+    assert!(
+        matches!(
+            out.as_slice(),
+            [Output::Send {
+                to: NodeId(0),
+                msg: Msg::TryRequest { entry, .. }
+            }] if *entry == e
+        ),
+        "{out:?}"
+    );
+    assert_eq!(site.lock(L).unwrap().pending(), Pending::Try(e));
+}
+
+/// A node's own pending try that comes back after the token reached it (here a token
+/// answering no pending request, kept as a stale token) is decided as the token node's
+/// own try: granted where Rule 3.2 would grant it, refused with `WouldBlock` where Rule
+/// 4.2 would queue it (the sender of the token still owns R) — either way in that one
+/// output, with nothing sent, and no longer pending.
+#[test]
+fn an_own_try_that_comes_back_to_the_token_is_decided_there() {
+    for (sender_owned, granted) in [(Mode::Phi, true), (Mode::R, false)] {
+        let (mut site, e) = pending_try(Mode::W);
+        let token = token_msg(entry(1, Mode::W, e.serial + 7, 0), sender_owned, &[]);
+        deliver_to(&mut site, 0, &token).unwrap();
+        assert!(site.lock(L).unwrap().has_token());
+        let back = Msg::TryRequest {
+            lock: L,
+            entry: e,
+            hop: 1,
+        };
+        let out = deliver_to(&mut site, 2, &back).unwrap();
+        let outcome = out.iter().find_map(|o| match o {
+            Output::Granted { mode, .. } => Some(Ok(*mode)),
+            Output::WouldBlock { mode, .. } => Some(Err(*mode)),
+            _ => None,
+        });
+        let want = if granted { Ok(Mode::W) } else { Err(Mode::W) };
+        assert_eq!(outcome, Some(want), "{sender_owned}: {out:?}");
+        assert_eq!(out.len(), 1, "decided here, nothing sent: {out:?}");
+        assert_eq!(site.lock(L).unwrap().pending(), Pending::None);
+        let held = if granted { Mode::W } else { Mode::Phi };
+        assert_eq!(site.lock(L).unwrap().held(), held);
+    }
 }

@@ -6,8 +6,8 @@
 
 use hilock_harness::Cluster;
 use hilock_kernel::{
-    Forwarding, Frozen, Input, KernelError, LockId, Mode, Msg, NodeId, Output, Pending,
-    QueueEntry, Rule, Site, Variant,
+    Forwarding, Frozen, Input, KernelError, LockId, Mode, Msg, NodeId, Output, Pending, QueueEntry,
+    Rule, Site, Variant,
 };
 
 type S = Site<4, 1, 4>;
@@ -163,8 +163,14 @@ fn the_token_nodes_own_try_is_refused_at_once_without_a_message() {
 #[test]
 fn a_try_request_from_the_wire_is_refused_when_redelivered_or_malformed() {
     let mut c = star();
-    c.input(NodeId(2), Input::TryAcquire { lock: L, mode: Mode::R })
-        .unwrap();
+    c.input(
+        NodeId(2),
+        Input::TryAcquire {
+            lock: L,
+            mode: Mode::R,
+        },
+    )
+    .unwrap();
     let msg = c.channel(NodeId(2), NodeId(0)).next().cloned().unwrap();
     let Msg::TryRequest { entry, hop, .. } = msg else {
         panic!("node 2's try goes to its parent: {msg:?}");
