@@ -814,3 +814,40 @@ fn an_own_try_that_comes_back_to_the_token_is_decided_there() {
         assert_eq!(site.lock(L).unwrap().held(), held);
     }
 }
+
+/// `Forwarding::ClassPointers` (`spec/SPEC.md` 1.6, "Forwarding"): an idle relay learns a
+/// routing pointer only from a request that came straight from its requester. Node 1
+/// (parent 0) forwards node 3's W request that node 2 passed on: no pointer, so node 2's
+/// own W request, which node 3's pending W would keep (Table 3.2), still goes to the
+/// parent. Node 2's request came straight from node 2: node 3's next W follows the
+/// pointer to node 2.
+#[test]
+fn a_routing_pointer_is_learnt_only_from_a_request_straight_from_its_requester() {
+    let w = |requester: u16, serial: u32, hop: u32| Msg::Request {
+        lock: L,
+        entry: entry(requester, Mode::W, serial, 0),
+        hop,
+    };
+    let sent_to = |out: &Out| match out.as_slice() {
+        [Output::Send {
+            to,
+            msg: Msg::Request { .. },
+        }] => *to,
+        other => panic!("one forwarded request: {other:?}"),
+    };
+    let mut site = S::new(NodeId(1), NodeId(0)).unwrap();
+    let out = deliver_to(&mut site, 2, &w(3, 1, 1)).unwrap();
+    assert_eq!(sent_to(&out), NodeId(0));
+    let out = deliver_to(&mut site, 2, &w(2, 1, 2)).unwrap();
+    assert_eq!(
+        sent_to(&out),
+        NodeId(0),
+        "no pointer from a passed-on request"
+    );
+    let out = deliver_to(&mut site, 3, &w(3, 2, 1)).unwrap();
+    assert_eq!(
+        sent_to(&out),
+        NodeId(2),
+        "the pointer to node 2 is followed"
+    );
+}
