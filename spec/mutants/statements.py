@@ -18,7 +18,8 @@ Each deletion goes through the checks in order, stopping at the first that fails
   4. verify         `cargo test -p verify --test token|inversion|prio_rules` with
                     HILOCK_PINS=off (no pinned count can turn it red)
   5. kernel-all     `cargo test -p hilock-kernel`           (every target, doctests)
-A deletion that passes all five is missed. Results: OUT_DIR/results.tsv (one line per
+A deletion that passes all five is missed; one whose check runs longer than 20 minutes is
+stopped and reported "timeout" (not counted as caught). Results: OUT_DIR/results.tsv (one line per
 deletion: id, file, line, verdict, the check that caught it, the statement) and
 OUT_DIR/summary.txt.
 """
@@ -82,10 +83,23 @@ def statements(path):
     return out
 
 
+# A check that runs longer than this is stopped with its whole process group (the test
+# binaries cargo started included) and the deletion is reported "timeout".
+LIMIT_S = 20 * 60
+
+
 def run(cmd, env):
+    """(passed, seconds); passed is None when the check ran out of time."""
     t = time.time()
-    r = subprocess.run(cmd, env=env, capture_output=True, text=True)
-    return r.returncode == 0, time.time() - t
+    p = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        code = p.wait(timeout=LIMIT_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, 9)
+        p.wait()
+        return None, time.time() - t
+    return code == 0, time.time() - t
 
 
 def main():
@@ -111,7 +125,7 @@ def main():
     env = dict(os.environ, HILOCK_CASES="150", HILOCK_PINS="off", CARGO_TERM_COLOR="never")
     for name, cmd in CHECKS[1:]:
         ok, _ = run(cmd, env)
-        if not ok:
+        if ok is not True:
             sys.exit(f"the unmutated tree fails `{' '.join(cmd)}`")
     res = open(os.path.join(out_dir, "results.tsv"), "a")
     counts = {}
@@ -128,6 +142,9 @@ def main():
             for name, cmd in CHECKS:
                 ok, t = run(cmd, env)
                 secs += t
+                if ok is None:
+                    verdict, by = "timeout", name
+                    break
                 if not ok:
                     verdict, by = ("unviable", "build") if name == "build" else ("caught", name)
                     break
