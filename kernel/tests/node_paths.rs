@@ -851,3 +851,36 @@ fn a_routing_pointer_is_learnt_only_from_a_request_straight_from_its_requester()
         "the pointer to node 2 is followed"
     );
 }
+
+/// Rule 8.2 merge at a new token node: the queue that comes with the token is merged with
+/// the local one, and an entry of this node other than its pending request (an older
+/// request of it that the sender still had queued) is dropped. Node 1 is granted W by the
+/// token; the token's queue carries node 1's older R and node 2's R: only node 2's R is
+/// left.
+#[test]
+fn a_token_drops_this_nodes_older_entries_from_the_merged_queue() {
+    let mut site = S::new(NodeId(1), NodeId(0)).unwrap();
+    let mut out = Out::new();
+    site.step(
+        Input::Acquire {
+            lock: L,
+            mode: Mode::W,
+        },
+        &mut out,
+    )
+    .unwrap();
+    let Some(Output::Send {
+        msg: Msg::Request { entry: mine, .. },
+        ..
+    }) = out.as_slice().first()
+    else {
+        panic!("the request goes to the parent: {out:?}");
+    };
+    let older = entry(1, Mode::R, mine.serial.wrapping_sub(1), 0);
+    let other = entry(2, Mode::R, 1, 0);
+    let token = token_msg(*mine, Mode::Phi, &[older, other]);
+    deliver_to(&mut site, 0, &token).unwrap();
+    let n = site.lock(L).unwrap();
+    assert_eq!(n.held(), Mode::W);
+    assert_eq!(n.queue(), [other]);
+}
