@@ -469,6 +469,41 @@ async fn restart_within_lease() {
     let killed = Instant::now();
     procs[victim.idx()] = Some(spawn(&["node", "--id", &victim.0.to_string()], &cfg));
     let two = spawn_w(&cfg, "2", &timeout, PATH, logged(&log, "2", "0"), limit);
+    // The slot leaves the view only once the earlier run's lease ran out (renewed every
+    // quarter lease: at least 0.75 L after the kill), then joins again; meanwhile client 1
+    // still holds, and the rejoined node was handed the entry naming it.
+    // (The first settled view after the kill: the view without the slot, or already the
+    // join's if the restarted run asked for its lease before the others reported.)
+    adm.wait_for(limit, |s| s.view.epoch > v.epoch)
+        .await
+        .unwrap();
+    let removed = killed.elapsed();
+    let back = adm
+        .wait_for(limit, |s| s.view.has(victim) && s.view.epoch > v.epoch)
+        .await
+        .unwrap()
+        .view;
+    let rejoined = killed.elapsed();
+    assert!(
+        removed >= LEASE.mul_f64(0.75),
+        "node {} removed {removed:?} after the kill: before the earlier run's lease ran out",
+        victim.0
+    );
+    assert_eq!(
+        back,
+        v.leave(victim).join(victim),
+        "first the view without the slot, then its join"
+    );
+    let mut reports = Vec::new();
+    for a in &addrs {
+        reports.push(hilock_runtime::ring::probe(*a, limit).await);
+    }
+    assert!(
+        reports[victim.idx()]
+            .as_ref()
+            .is_some_and(|r| r.entries.contains(&(key_of(PATH).0, Some(1)))),
+        "the rejoined node holds client 1's entry: {reports:?}"
+    );
 
     let (code1, err1, _) = one.await.unwrap();
     let (code2, err2, _) = two.await.unwrap();
@@ -500,12 +535,7 @@ async fn restart_within_lease() {
         "client 2 was granted after client 1's unlock: {err2}"
     );
 
-    // The restarted slot is a member again, and the path is free.
-    let back = adm
-        .wait_for(limit, |s| s.view.has(victim) && s.view.epoch > v.epoch)
-        .await
-        .unwrap()
-        .view;
+    // The path is free.
     let mut other = RingClient::connect(CONTENDER, slots(&addrs), maddr)
         .await
         .unwrap();
@@ -515,7 +545,8 @@ async fn restart_within_lease() {
     );
     other.unlock(PATH).await.unwrap();
     println!(
-        "node {} killed and restarted within its lease: client 2 granted {granted:?} after the kill; view {} {:#06b} at the end",
+        "node {} killed and restarted within its lease: removed {removed:?}, rejoined {rejoined:?}, \
+         client 2 done {granted:?} after the kill; view {} {:#06b} at the end",
         victim.0, back.epoch, back.members
     );
 }
