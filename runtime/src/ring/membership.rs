@@ -16,6 +16,12 @@
 //! successor reported within the last two beat periods gets no renewal: a node cut off
 //! from its successor but not from the service lets its lease run out and is removed like
 //! a crashed one (`docs/faults.md`, "Ring engine").
+//!
+//! # Restarts
+//! A node connects once per run, so a node connecting as a slot whose earlier run is a
+//! member holding a lease is a new run with an empty table: it gets no lease until the
+//! earlier run's lease ran out and the slot was removed, then the view without its slot
+//! and its join (`State::restarted`).
 
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
