@@ -483,6 +483,139 @@ async fn kill_and_rejoin() {
     run.finish(limit, "etcd ring kill -9 and rejoin").await;
 }
 
+/// kill -9 of a held lock's primary and `hilock node` started again at once with the same
+/// slot (TTL 2 s: the earlier run's member key is still in etcd). Client 1 holds a path
+/// of its range in `hilock lock` for 5 s; client 2 asks for it just after the restart.
+/// The restarted run is refused while the earlier run's key is in etcd (exit 2, one line
+/// naming the slot as still a member) and started again every 300 ms until it runs; it
+/// then joins through the join and is handed its range. The history of the two commands
+/// shows no overlap, client 1's hold checks keep finding its entry (exit 0), client 2 is
+/// granted only after client 1's unlock, and the restarted slot is a member of a later
+/// view.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_primary_killed_and_restarted_within_its_lease_keeps_the_held_lock() {
+    tokio::time::timeout(Duration::from_secs(60), restart_within_lease())
+        .await
+        .expect("the test ended within 60 s");
+}
+
+async fn restart_within_lease() {
+    let name = "a_primary_killed_and_restarted_within_its_lease_keeps_the_held_lock";
+    let Some(mut r) = start_ring(name, "ring-restart", 4).await else {
+        return;
+    };
+    const PATH: &str = "/restart/held";
+    let limit = Duration::from_secs(20);
+    let victim = ring().lookup(r.view, key_of(PATH)).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("holds.log");
+    let wrapper = |client: &str, secs: &str| {
+        let script = format!(
+            "echo \"start $0 $(date +%s%N)\" >> {l}; sleep {secs}; echo \"end $0 $(date +%s%N)\" >> {l}",
+            l = log.display()
+        );
+        tokio::process::Command::new(BIN)
+            .args(["lock", "--config"])
+            .arg(&r.cfg)
+            .args(["--client-id", client, "--timeout-ms", "15000", PATH, "W"])
+            .args(["--", "sh", "-c", &script, client])
+            .env("RUST_LOG", "hilock=warn")
+            .kill_on_drop(true)
+            .output()
+    };
+    let one = tokio::spawn(wrapper("1", "5"));
+    let t = Instant::now();
+    while !std::fs::read_to_string(&log).is_ok_and(|l| l.contains("start")) {
+        assert!(t.elapsed() < limit, "client 1's command starts");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    // kill -9 of its primary, started again at once, and again until a run stays up.
+    drop(r.procs[victim.idx()].take()); // SIGKILL and reap
+    let killed = Instant::now();
+    let two = tokio::spawn(wrapper("2", "0"));
+    let mut refused = Vec::new();
+    let running = loop {
+        let mut p = Proc(
+            Command::new(BIN)
+                .args(["node", "--id", &victim.0.to_string(), "--config"])
+                .arg(&r.cfg)
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .env("RUST_LOG", "hilock=warn")
+                .spawn()
+                .expect("hilock starts"),
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        match p.0.try_wait().unwrap() {
+            None => break p,
+            Some(st) => {
+                let mut err = String::new();
+                if let Some(mut e) = p.0.stderr.take() {
+                    use std::io::Read;
+                    e.read_to_string(&mut err).unwrap();
+                }
+                refused.push((killed.elapsed(), st.code(), err));
+            }
+        }
+        assert!(
+            killed.elapsed() < limit,
+            "a run of the slot starts: {refused:?}"
+        );
+    };
+    let started = killed.elapsed();
+    r.procs[victim.idx()] = Some(running);
+    let (a, b) = (one.await.unwrap().unwrap(), two.await.unwrap().unwrap());
+    let mut events: Vec<(u128, bool, u16)> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            (
+                w[2].parse().unwrap(),
+                w[0] == "start",
+                w[1].parse().unwrap(),
+            )
+        })
+        .collect();
+    events.sort();
+    let order: Vec<(bool, u16)> = events.iter().map(|e| (e.1, e.2)).collect();
+    assert_eq!(
+        order,
+        [(true, 1), (false, 1), (true, 2), (false, 2)],
+        "client 2 held the path while client 1 did: {events:?}; client 1: {}; client 2: {}",
+        String::from_utf8_lossy(&a.stderr),
+        String::from_utf8_lossy(&b.stderr)
+    );
+    assert!(!refused.is_empty(), "the run started at once is refused");
+    for (at, code, err) in &refused {
+        assert_eq!(*code, Some(2), "{at:?}: {err}");
+        assert!(err.contains("is still a member"), "{at:?}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "one line: {err:?}");
+    }
+
+    for (who, out) in [("client 1", a), ("client 2", b)] {
+        assert!(
+            out.status.success(),
+            "{who}: {:?} {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let back = wait_view(&r.o, r.cluster, &r.addrs, limit, |v, _| {
+        v.has(victim) && v.epoch > r.view.epoch
+    })
+    .await;
+    println!(
+        "{name}: node {} killed; {} runs refused, the run started {started:?} after the kill \
+         runs; view {} {:#06b}",
+        victim.0,
+        refused.len(),
+        back.epoch,
+        back.members
+    );
+}
+
 /// kill -9 of a held lock's primary in a 4-node ring under load (12 clients, the demo's
 /// history checker): a client asking for a free path of the dead node's range is answered
 /// only after the dead node's member key is gone from etcd (its lease expired: no poll of

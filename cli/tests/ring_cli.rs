@@ -413,6 +413,144 @@ async fn crash_detection() {
     run.finish(limit, "ring crash detection").await;
 }
 
+/// A `hilock lock` command of client `id` that appends `start ID NANOS` and
+/// `end ID NANOS` to `log` around `sleep SECS`.
+fn logged(log: &Path, id: &str, secs: &str) -> String {
+    format!(
+        "echo \"start {id} $(date +%s%N)\" >> {l}; sleep {secs}; echo \"end {id} $(date +%s%N)\" >> {l}",
+        l = log.display()
+    )
+}
+
+/// kill -9 of a held lock's primary and `hilock node` started again at once with the same
+/// slot and address (lease 2000 ms: the old run's lease still runs). Client 1 holds the
+/// path in `hilock lock` for 5 s; client 2 asks for it just after the restart. The
+/// restarted run must not answer for the range with an empty table: the history of the
+/// two commands (their start and end times) shows no overlap, client 1's hold checks keep
+/// finding its entry (exit 0), and client 2 is granted only after client 1's unlock. The
+/// restarted slot is a member again afterwards and the path is free at the end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_primary_killed_and_restarted_within_its_lease_keeps_the_held_lock() {
+    tokio::time::timeout(Duration::from_secs(90), restart_within_lease())
+        .await
+        .expect("the test ended within 90 s");
+}
+
+async fn restart_within_lease() {
+    const LEASE: Duration = Duration::from_millis(2000);
+    const PATH: &str = "/restart/held";
+    let dir = tempfile::tempdir().unwrap();
+    let addrs: Vec<SocketAddr> = (0..4).map(|_| free_port()).collect();
+    let maddr = free_port();
+    let cfg = dir.path().join("ring.toml");
+    let toml = ring_toml(&addrs, maddr, &[0, 1, 2, 3], LEASE.as_millis() as u64);
+    std::fs::write(&cfg, toml).unwrap();
+    let _service = spawn(&["ring", "membership"], &cfg);
+    let mut adm = admin(maddr).await;
+    let mut procs: Vec<Option<Proc>> = (0..4)
+        .map(|i| Some(spawn(&["node", "--id", &i.to_string()], &cfg)))
+        .collect();
+    let limit = Duration::from_secs(20);
+    let v = adm.wait_for(limit, |s| s.up == 0b1111).await.unwrap().view;
+    let victim = ring().lookup(v, key_of(PATH)).unwrap();
+
+    // Client 1 holds the path for 5 s.
+    let log = dir.path().join("holds.log");
+    let timeout = ["--timeout-ms", "15000"];
+    let one = spawn_w(&cfg, "1", &timeout, PATH, logged(&log, "1", "5"), limit);
+    let t = Instant::now();
+    while !std::fs::read_to_string(&log).is_ok_and(|l| l.contains("start")) {
+        assert!(t.elapsed() < limit, "client 1's command starts");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    // kill -9 of its primary, started again at once.
+    drop(procs[victim.idx()].take()); // SIGKILL and reap
+    let killed = Instant::now();
+    procs[victim.idx()] = Some(spawn(&["node", "--id", &victim.0.to_string()], &cfg));
+    let two = spawn_w(&cfg, "2", &timeout, PATH, logged(&log, "2", "0"), limit);
+    // The slot leaves the view only once the earlier run's lease ran out (renewed every
+    // quarter lease: at least 0.75 L after the kill), then joins again; meanwhile client 1
+    // still holds, and the rejoined node was handed the entry naming it.
+    // (The first settled view after the kill: the view without the slot, or already the
+    // join's if the restarted run asked for its lease before the others reported.)
+    adm.wait_for(limit, |s| s.view.epoch > v.epoch)
+        .await
+        .unwrap();
+    let removed = killed.elapsed();
+    let back = adm
+        .wait_for(limit, |s| s.view.has(victim) && s.view.epoch > v.epoch)
+        .await
+        .unwrap()
+        .view;
+    let rejoined = killed.elapsed();
+    assert!(
+        removed >= LEASE.mul_f64(0.75),
+        "node {} removed {removed:?} after the kill: before the earlier run's lease ran out",
+        victim.0
+    );
+    assert_eq!(
+        back,
+        v.leave(victim).join(victim),
+        "first the view without the slot, then its join"
+    );
+    let mut reports = Vec::new();
+    for a in &addrs {
+        reports.push(hilock_runtime::ring::probe(*a, limit).await);
+    }
+    assert!(
+        reports[victim.idx()]
+            .as_ref()
+            .is_some_and(|r| r.entries.contains(&(key_of(PATH).0, Some(1)))),
+        "the rejoined node holds client 1's entry: {reports:?}"
+    );
+
+    let (code1, err1, _) = one.await.unwrap();
+    let (code2, err2, _) = two.await.unwrap();
+    let granted = killed.elapsed();
+
+    let mut events: Vec<(u128, bool, u16)> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            (
+                w[2].parse().unwrap(),
+                w[0] == "start",
+                w[1].parse().unwrap(),
+            )
+        })
+        .collect();
+    events.sort();
+    let order: Vec<(bool, u16)> = events.iter().map(|e| (e.1, e.2)).collect();
+    assert_eq!(
+        order,
+        [(true, 1), (false, 1), (true, 2), (false, 2)],
+        "client 2 held the path while client 1 did: {events:?}; client 1: {err1}; client 2: {err2}"
+    );
+    assert_eq!(code1, Some(0), "client 1 kept its hold to the end: {err1}");
+    assert_eq!(
+        code2,
+        Some(0),
+        "client 2 was granted after client 1's unlock: {err2}"
+    );
+
+    // The path is free.
+    let mut other = RingClient::connect(CONTENDER, slots(&addrs), maddr)
+        .await
+        .unwrap();
+    assert!(
+        other.lock(PATH).await.unwrap(),
+        "the path is free at the end"
+    );
+    other.unlock(PATH).await.unwrap();
+    println!(
+        "node {} killed and restarted within its lease: removed {removed:?}, rejoined {rejoined:?}, \
+         client 2 done {granted:?} after the kill; view {} {:#06b} at the end",
+        victim.0, back.epoch, back.members
+    );
+}
+
 /// `hilock ring status --json` against the kernel's placement: every key's primary is the
 /// member whose printed range holds it, the printed replica sets are the kernel's, and
 /// every entry a node reports lies in a range it holds (primary or replica).

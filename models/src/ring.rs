@@ -14,7 +14,8 @@
 //!   service (etcd's role) announces each view with `NewView` messages and starts the next
 //!   change (a join, a graceful leave, the removal of a crashed node) only when every live
 //!   member of the current view has installed it and has all its arcs. A crash stops a node
-//!   at once; its removal (`Detect`) is a later action.
+//!   at once; its removal (`Detect`) is a later action, and its slot may then be started
+//!   again as a new process with an empty table, which joins (`Reboot`).
 //!
 //! A client whose request (or its answer) died with a node times out (`Timeout`: no
 //! message of it in flight, the node it asked is down) and resends with the current view.
@@ -196,6 +197,9 @@ pub struct RingModel {
     pub restarts: u8,
     /// Most `Duplicate` actions in a run (the network copies a client's request).
     pub duplicates: u8,
+    /// Most `Reboot` actions in a run (a crashed node's slot started again as a new
+    /// process, with an empty table and an empty request memory; hilock).
+    pub reboots: u8,
     /// A client waiting for an answer resends its request (same number) with the
     /// service's view as soon as the service installed a view newer than the one its
     /// request went out with, while the request may still be on its way (`Timeout`), as
@@ -242,6 +246,12 @@ pub enum Sabotage {
     /// newest view ([`ChordClient::on_reply`]): a refusal by the old primary ends a
     /// request the new primary may still grant (the defect `ring-resend-locks-for-nobody`).
     AnyCopy,
+    /// A crashed node's slot started again (`Reboot`) takes the crashed run's place at
+    /// once: the new process is a member of the service's current view, ready for its
+    /// arcs with an empty table (the static membership service before its restart rule
+    /// granted a new run a lease while the earlier run's was still running; the defect
+    /// `ring-restart-in-place`).
+    RebootInPlace,
 }
 
 /// A ring node of either variant. One configuration has nodes of one variant only, so
@@ -307,6 +317,8 @@ pub struct RState {
     pub restarts: u8,
     /// `Duplicate` actions so far.
     pub duplicates: u8,
+    /// `Reboot` actions so far.
+    pub reboots: u8,
     /// The fence of the last grant of each key (`FENCES`), sorted by key.
     pub fences: Vec<(Key, Version)>,
     /// The first grant whose fence is not larger than the one before (`FENCES`).
@@ -351,6 +363,13 @@ pub enum RAction {
     Restart(usize),
     /// The network delivers a copy of a client's request besides the request.
     Duplicate(Addr, Addr, Msg),
+    /// A crashed node's slot is started again: a new process with an empty table and an
+    /// empty request memory. The service gives it no lease, so it serves nothing, until
+    /// it removed the crashed run (`Detect`, once that run's lease ran out); then the new
+    /// process starts outside the view and joins, and the kernel's join hands it its arcs
+    /// (the runtime's membership service; `Sabotage::RebootInPlace`: at once, in the
+    /// crashed run's place).
+    Reboot(NodeId),
 }
 
 /// A saved step without the entries' `writer` fields ([`Slot::writer`](hilock_kernel::ring::Slot::writer)),
@@ -449,6 +468,7 @@ impl RingModel {
             abandons: 0,
             restarts: 0,
             duplicates: 0,
+            reboots: 0,
             resend_on_new_view: false,
             sabotage: Sabotage::None,
         }
@@ -840,6 +860,19 @@ impl RingModel {
         }
     }
 
+    /// Node `id`'s hilock server, new in `view`, with the configuration's sabotage.
+    fn server(&self, id: NodeId, r: u8, view: View) -> RingServer<NS, T, CL> {
+        let s = RingServer::new(id, self.ring(), r, view).expect("server");
+        match self.sabotage {
+            Sabotage::NoRetryFence => s.without_retry_fence().without_request_memory(),
+            Sabotage::WriterFollowsHolder => s
+                .with_retry_fence(RetryFence::HolderChanges)
+                .without_request_memory(),
+            Sabotage::NoRequestMemory => s.without_request_memory(),
+            _ => s,
+        }
+    }
+
     fn change_view(&self, st: &mut RState, new: View, notify: Option<(NodeId, Change)>) {
         let old = st.view;
         st.view = new;
@@ -897,19 +930,7 @@ impl Model for RingModel {
                 let id = NodeId(i as u16);
                 match self.variant {
                     Variant::Paper => RNode::Paper(PaperNode::new(id, ring, view).expect("node")),
-                    Variant::Hilock { r } => {
-                        let s = RingServer::new(id, ring, r, view).expect("server");
-                        RNode::Hilock(match self.sabotage {
-                            Sabotage::NoRetryFence => {
-                                s.without_retry_fence().without_request_memory()
-                            }
-                            Sabotage::WriterFollowsHolder => s
-                                .with_retry_fence(RetryFence::HolderChanges)
-                                .without_request_memory(),
-                            Sabotage::NoRequestMemory => s.without_request_memory(),
-                            _ => s,
-                        })
-                    }
+                    Variant::Hilock { r } => RNode::Hilock(self.server(id, r, view)),
                 }
             })
             .collect();
@@ -942,6 +963,7 @@ impl Model for RingModel {
             abandons: 0,
             restarts: 0,
             duplicates: 0,
+            reboots: 0,
             fences: Vec::new(),
             fence_error: None,
         }]
@@ -1033,6 +1055,18 @@ impl Model for RingModel {
                     && st.view.has(n)
                 {
                     actions.push(RAction::Crash(n));
+                }
+                // A crashed run's slot started again: in the crashed run's place at once
+                // (sabotage), or once the service removed the crashed run, as a join (one
+                // change at a time).
+                let crashed = st.alive & bit == 0 && (self.initial | st.joined) & bit != 0;
+                let place = if self.sabotage == Sabotage::RebootInPlace {
+                    st.view.has(n)
+                } else {
+                    !st.view.has(n) && self.settled(st)
+                };
+                if st.reboots < self.reboots && crashed && place {
+                    actions.push(RAction::Reboot(n));
                 }
                 // Whom the service may remove: a crashed node; a live one whose lease
                 // ran out (Lease) or that its successor suspects (Suspicion).
@@ -1272,6 +1306,21 @@ impl Model for RingModel {
                 let new = st.view.leave(n);
                 self.change_view(&mut st, new, None);
                 st.changes -= 1;
+            }
+            RAction::Reboot(n) => {
+                let Variant::Hilock { r } = self.variant else {
+                    return None;
+                };
+                st.reboots += 1;
+                st.alive |= 1 << n.0;
+                st.nodes[n.0 as usize] = RNode::Hilock(self.server(n, r, st.view));
+                if self.sabotage != Sabotage::RebootInPlace {
+                    // Outside the view: it joins, counted as no change (as `Detect`).
+                    st.joined |= 1 << n.0;
+                    let new = st.view.join(n);
+                    self.change_view(&mut st, new, None);
+                    st.changes -= 1;
+                }
             }
             RAction::Isolate(n) => {
                 st.cut |= 1 << n.0;

@@ -145,7 +145,10 @@ impl<const N: usize, const T: usize, const C: usize> RingServer<N, T, C> {
 
     /// A server in `view` with `r` successor replicas (`1 ≤ r < N`). A member of `view`
     /// starts ready for its arcs (an empty table is complete at the start); a server that
-    /// joins later starts with nothing.
+    /// joins later starts with nothing. So only the ring's first members are made members
+    /// here: a new process of a slot that was a member (a restart) is made in a view
+    /// without it and joins, which hands it its arcs (the runtime's membership service
+    /// and etcd mode see to it; `docs/faults.md`, "Ring engine").
     pub fn new(id: NodeId, ring: Ring<N>, r: u8, view: View) -> Result<Self, ChordError> {
         ring.ident(id).ok_or(ChordError::BadView)?;
         ring.check_view(view)?;

@@ -16,6 +16,12 @@
 //! successor reported within the last two beat periods gets no renewal: a node cut off
 //! from its successor but not from the service lets its lease run out and is removed like
 //! a crashed one (`docs/faults.md`, "Ring engine").
+//!
+//! # Restarts
+//! A node connects once per run, so a node connecting as a slot whose earlier run is a
+//! member holding a lease is a new run with an empty table: it gets no lease until the
+//! earlier run's lease ran out and the slot was removed, then the view without its slot
+//! and its join (`State::restarted`).
 
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
@@ -166,6 +172,9 @@ struct State {
     suspected_at: HashMap<u16, Instant>,
     /// Nodes granted a lease since they were last removed (bit per slot).
     granted: u16,
+    /// Slots whose new run connected while an earlier run of the slot was a member
+    /// granted a lease (bit per slot): see [`State::restarted`].
+    restarting: u16,
 }
 
 impl State {
@@ -198,6 +207,51 @@ impl State {
             }
         }
         self.clients.retain(|c| c.send(Frame::Current(new)).is_ok());
+    }
+
+    /// A node connected as slot `n`. A node dials the service once per run (it ends when
+    /// that connection closes), so if an earlier run of `n` is a member holding a lease,
+    /// this is a new run — after a crash, a kill — with an empty table and an empty request
+    /// memory. It must not serve `n`'s range as the member the earlier run was: it gets
+    /// no lease until the earlier run's lease ran out and `n` was removed (its successor
+    /// then serves the range from the replicas), and then it joins like a new node
+    /// ([`State::renewal`]), handed its arcs over by the kernel's join.
+    fn restarted(&mut self, n: u16) {
+        let bit = 1u16 << n;
+        if self.view.has(NodeId(n)) && self.granted & bit != 0 {
+            tracing::info!(
+                "ring membership: a new run of node {n} connected while the earlier run is a member: \
+                 no lease until the earlier run's lease ran out and it was removed, then it joins"
+            );
+            self.restarting |= bit;
+        }
+    }
+
+    /// Whether a renewal asked by slot `n` is granted: not once its lease ran out (such a
+    /// node stopped serving and comes back only by joining again), not while it is being
+    /// removed, not while its successor keeps suspecting it (reported within the last
+    /// `window`: a node cut off from its successor but not from the service lets its lease
+    /// run out and is removed like a crashed one, `docs/faults.md`, "Ring engine"), and
+    /// not to a new run of a member ([`State::restarted`]) until the earlier run was
+    /// removed; that first grant queues the new run's join.
+    fn renewal(&mut self, n: u16, now: Instant, window: Duration) -> bool {
+        let bit = 1u16 << n;
+        let removing = self.queue.contains(&Change::Remove(n));
+        let suspect = self.suspected_at.get(&n).is_some_and(|t| now < *t + window);
+        let grant = self.expired & self.granted & bit == 0 && !removing && !suspect;
+        if grant && self.restarting & bit != 0 {
+            if self.view.has(NodeId(n)) {
+                return false;
+            }
+            // Its first lease: it starts from the view without its slot, then joins.
+            self.restarting &= !bit;
+            tracing::info!("ring membership: the new run of node {n} joins");
+            if let Some(tx) = self.nodes.get(&n) {
+                let _ = tx.send(Frame::Current(self.view));
+            }
+            self.queue.push_back(Change::Join(n));
+        }
+        grant
     }
 
     /// Starts the next change if the current one is done.
@@ -279,6 +333,7 @@ async fn run(
         suspected: 0,
         suspected_at: HashMap::new(),
         granted: 0,
+        restarting: 0,
     };
     // The service counts a lease L·(1 + RHO) from a renewal's receipt; every first member
     // is counted as holding one from now.
@@ -304,12 +359,16 @@ async fn run(
                         st.expired |= 1 << i;
                     }
                 }
-                // Remove a member only if its successor suspects it and its lease ran out.
+                // Remove a member only if its lease ran out and its successor suspects it or
+                // a new run of it connected (not the only member: its entries have no
+                // replica, and a new run of it gets no lease).
+                let many = st.view.members.count_ones() > 1;
                 for i in 0..16u16 {
                     let bit = 1 << i;
                     let queued = st.queue.contains(&Change::Remove(i));
-                    if st.suspected & st.expired & bit != 0 && st.view.has(NodeId(i)) && !queued {
-                        tracing::info!("ring membership: node {i} suspected by its successor, lease out: removing it");
+                    let gone = (st.suspected | st.restarting) & st.expired & bit != 0;
+                    if gone && many && st.view.has(NodeId(i)) && !queued {
+                        tracing::info!("ring membership: node {i} suspected by its successor or started again, lease out: removing it");
                         st.queue.push_back(Change::Remove(i));
                     }
                 }
@@ -327,6 +386,9 @@ async fn run(
                 let Some(ev) = ev else { return };
                 match ev {
                     Ev::Open(Addr::Node(n), tx) => {
+                        if n.0 < 16 {
+                            st.restarted(n.0);
+                        }
                         let _ = tx.send(Frame::Current(st.view));
                         st.nodes.insert(n.0, tx);
                         st.up |= 1 << n.0;
@@ -348,17 +410,8 @@ async fn run(
                         st.status.insert(n.0, (view, settled));
                     }
                     Ev::Frame(Addr::Node(n), Frame::Renew(seq)) if n.0 < 16 => {
-                        // No renewal once the lease ran out: such a node stopped serving and
-                        // comes back only by joining again.
                         let bit = 1 << n.0;
-                        let removing = st.queue.contains(&Change::Remove(n.0));
-                        // Nor while its successor keeps suspecting it (reported within the
-                        // last two beat periods): a node cut off from its successor but
-                        // not from the service lets its lease run out and is removed like
-                        // a crashed one (`docs/faults.md`, "Ring engine").
-                        let now = Instant::now();
-                        let suspect = st.suspected_at.get(&n.0).is_some_and(|t| now < *t + beat * 2);
-                        if st.expired & st.granted & bit == 0 && !removing && !suspect {
+                        if st.renewal(n.0, Instant::now(), beat * 2) {
                             st.granted |= bit;
                             st.expired &= !bit;
                             st.suspected &= !bit;
@@ -369,8 +422,11 @@ async fn run(
                         }
                     }
                     Ev::Frame(Addr::Node(n), Frame::Suspect(p)) if p < 16 => {
-                        // Only the successor's word counts.
-                        if st.view.has(n) && ring().next(st.view, NodeId(p)) == Some(n) {
+                        // Only the successor's word counts, and only about a member (a
+                        // suspicion sent before the sender installed a view without `p`
+                        // must not hold up the lease of a new run of `p` that joins).
+                        let member = st.view.has(NodeId(p));
+                        if member && st.view.has(n) && ring().next(st.view, NodeId(p)) == Some(n) {
                             st.suspected |= 1 << p;
                             st.suspected_at.insert(p, Instant::now());
                         }
@@ -378,7 +434,12 @@ async fn run(
                     Ev::Frame(..) => {}
                     Ev::Closed(Addr::Node(n)) => {
                         // Not a removal: only its successor's suspicion and the end of its
-                        // lease remove it.
+                        // lease remove it. Only if the connection kept is the one that
+                        // closed (its reader has ended, so this map holds its only
+                        // sender): a new run of the slot may have connected first.
+                        if st.nodes.get(&n.0).is_some_and(|tx| tx.strong_count() > 1) {
+                            continue;
+                        }
                         st.up &= !(1 << n.0);
                         st.nodes.remove(&n.0);
                         if st.view.has(n) {

@@ -81,7 +81,7 @@ impl RingNode {
         let me = Addr::Node(NodeId(id));
         let (mut mreader, mtx) = dial(membership, me).await?;
         // The membership service answers with the current view.
-        let view = match mreader.next().await {
+        let mut view = match mreader.next().await {
             Some(Frame::Current(v)) => v,
             other => {
                 return Err(std::io::Error::other(format!(
@@ -90,7 +90,11 @@ impl RingNode {
             }
         };
         // The first lease, before anything is served; what comes meanwhile is kept. Asked
-        // again every 200 ms (the service grants none while this slot is being removed).
+        // again every 200 ms: the service grants none while this slot is being removed,
+        // nor to a new run of a member until the earlier run was removed (a restart). To
+        // such a run it sends the view without its slot before the lease: the server
+        // starts there, outside the view with no arc, and what came before is dropped; the
+        // service then has it join, and the kernel's join hands it its arcs.
         let mut seq = 0;
         let mut sent = Instant::now();
         let _ = mtx.send(Frame::Renew(seq));
@@ -101,6 +105,10 @@ impl RingNode {
                     break Duration::from_millis(ms.into())
                 }
                 Ok(Some(Frame::Lease { .. })) => {}
+                Ok(Some(Frame::Current(v))) => {
+                    view = v;
+                    early.clear();
+                }
                 Ok(Some(f)) => early.push(f),
                 Ok(None) => {
                     return Err(std::io::Error::other(
