@@ -8,7 +8,8 @@
 //! runs on FIFO channels and then drains them: every request is granted (P4 at quiescence).
 
 use hilock_kernel::{
-    Forwarding, Inheritance, Input, LockId, Mode, Msg, NodeId, Output, Rule, RuleSet, Variant,
+    Forwarding, Inheritance, Input, LockId, Mode, Msg, MsgKind, NodeId, Output, Rule, RuleSet,
+    Variant,
 };
 use hilock_spec::system::{SpecMsg, System, MAX_LOCKS};
 use proptest::prelude::*;
@@ -298,6 +299,23 @@ impl Harness {
                 self.last_rules = RuleSet::EMPTY;
             }
             Ok(step) => {
+                // The report names what the step did: a step sends a Freeze exactly when it
+                // reports Rule 6's freeze (`Rule6FreezeSent`), and a Busy only when it
+                // reports a refused try (`TryRefused`).
+                let sent = |kind: MsgKind| {
+                    step.outputs
+                        .iter()
+                        .any(|o| matches!(o, Output::Send { msg, .. } if msg.kind() == kind))
+                };
+                if sent(MsgKind::Freeze) != step.rules.contains(Rule::Rule6FreezeSent) {
+                    return Err(format!(
+                        "{a:?}: a Freeze sent and Rule6FreezeSent reported disagree: {:?} {:?}",
+                        step.outputs, step.rules
+                    ));
+                }
+                if sent(MsgKind::Busy) && !step.rules.contains(Rule::TryRefused) {
+                    return Err(format!("{a:?}: a Busy sent without TryRefused reported"));
+                }
                 self.last_rules = step.rules;
                 self.granted += step
                     .outputs
