@@ -178,6 +178,7 @@ pub fn check(path: &Path, out_dir: &Path) -> Result<(String, bool), String> {
             let _ = std::io::stderr().flush();
         }
     })?;
+    eprintln!("checked in {:.2?}", report.elapsed);
     let mut text = report.render();
     let stem = path
         .file_stem()
@@ -225,9 +226,10 @@ pub fn check(path: &Path, out_dir: &Path) -> Result<(String, bool), String> {
 }
 
 #[cfg(feature = "models")]
-/// `hilock check` on a tree, agents, bakery or inversion configuration (`"model": …`, the
-/// ones `hilock explore` serves): every property of the model; each counterexample written
-/// into `out_dir` in the model's trace format, with the command that opens it.
+/// `hilock check` on a tree, agents, bakery, inversion, ring or faults configuration
+/// (`"model": …`, the ones `hilock explore` serves): every property of the model; each
+/// counterexample written into `out_dir` in the model's trace format, with the command that
+/// opens it.
 fn check_other(
     path: &Path,
     v: &serde_json::Value,
@@ -236,8 +238,12 @@ fn check_other(
     use hilock_models::open::{check_other, open_other, OtherConfig};
     let config: OtherConfig = serde_json::from_value(v.clone())
         .map_err(|e| format!("{}: not a model configuration: {e}", path.display()))?;
+    config
+        .validate()
+        .map_err(|e| format!("{}: {e}", path.display()))?;
     prepare_out_dir(out_dir)?;
     let report = check_other(&config).map_err(|e| format!("{}: {e}", path.display()))?;
+    eprintln!("checked in {:.2?}", report.elapsed);
     let mut text = report.text;
     let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("check");
     for (name, trace) in &report.traces {
@@ -290,7 +296,7 @@ pub fn explore(path: &Path, port: u16, trace: Option<&Path>) -> Result<String, S
     }
     let config = ModelConfig::from_json(&text).map_err(|e| {
         format!(
-            "{}: not a model configuration (a base-model one, or one with \"model\": \"tree\", \"agents\" or \"bakery\"): {e}",
+            "{}: not a model configuration (a base-model one, or one with \"model\": \"tree\", \"agents\", \"bakery\", \"inversion\", \"ring\" or \"faults\"): {e}",
             path.display()
         )
     })?;
@@ -369,7 +375,8 @@ fn announce(start: Option<(&hilock_models::open::Opened, &Path)>, port: u16) {
 }
 
 #[cfg(feature = "models")]
-/// `hilock explore` for a tree, agents or bakery configuration (`"model": …`).
+/// `hilock explore` for a tree, agents, bakery, inversion, ring or faults configuration
+/// (`"model": …`).
 fn explore_other(
     path: &Path,
     v: &serde_json::Value,
@@ -379,6 +386,9 @@ fn explore_other(
     use hilock_models::open::{explore_other, open_other, OtherConfig};
     let config: OtherConfig = serde_json::from_value(v.clone())
         .map_err(|e| format!("{}: not a model configuration: {e}", path.display()))?;
+    config
+        .validate()
+        .map_err(|e| format!("{}: {e}", path.display()))?;
     serve_explorer(
         path,
         port,
