@@ -273,16 +273,26 @@ fn check_prepares_its_out_directory_and_labels_a_witness_as_a_witness() {
         "{text}"
     );
 
-    // A file where a directory must be: refused with the reason.
+    // A file where a directory must be: refused with the reason, before the check runs
+    // (a check that ran says how long it took), for the base model and another model.
     let file = base.join("a-file");
     std::fs::write(&file, b"").unwrap();
-    let out = check_literal_release_race(&file.join("x"));
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{err}");
-    assert!(
-        err.contains("--out") && err.contains("cannot write there"),
-        "{err}"
-    );
+    let ring = failing_configs(&base.join("configs")).0;
+    for config in [configs().join("release-race-literal.json"), ring] {
+        let out = hilock(&[
+            "check",
+            config.to_str().unwrap(),
+            "--out",
+            file.join("x").to_str().unwrap(),
+        ]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(
+            err.contains("--out") && err.contains("cannot write there"),
+            "{err}"
+        );
+        assert!(!err.contains("checked in"), "{err}");
+    }
     std::fs::remove_dir_all(&base).ok();
 }
 
@@ -645,16 +655,46 @@ fn replay_writes_the_sequence_diagram() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// A configuration the model cannot be built from is one line and exit 2, before anything
+/// is checked or served: a base-model one with too many nodes, a ring whose slots are not
+/// a ring (two at 8), a fault model with more nodes than it has room for.
 #[test]
 fn check_rejects_a_bad_configuration_with_one_line() {
     let dir = std::env::temp_dir().join(format!("hilock-cli-badcfg-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let f = dir.join("bad.json");
-    std::fs::write(&f, "{ \"nodes\": 99 }").unwrap();
-    let out = hilock(&["check", f.to_str().unwrap()]);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{err}");
-    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    for (name, config, says) in [
+        ("bad.json", "{ \"nodes\": 99 }".to_string(), ""),
+        (
+            "ring.json",
+            serde_json::json!({
+                "model": "ring", "name": "two slots at 8", "variant": "Paper",
+                "idents": [8, 8, 32, 48], "initial": 7, "clients": [10]
+            })
+            .to_string(),
+            "not a ring",
+        ),
+        (
+            "faults.json",
+            serde_json::json!({
+                "model": "faults", "name": "six nodes",
+                "scripts": [["acquire W", "release"], [], [], [], [], []]
+            })
+            .to_string(),
+            "the fault model has 2 to 5",
+        ),
+    ] {
+        let f = dir.join(name);
+        std::fs::write(&f, config).unwrap();
+        for cmd in ["check", "explore"] {
+            let out = hilock(
+                &[cmd, f.to_str().unwrap(), "--port", "1"][..if cmd == "check" { 2 } else { 4 }],
+            );
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{cmd} {name}: {err}");
+            assert_eq!(err.trim_end().lines().count(), 1, "{cmd} {name}: {err}");
+            assert!(err.contains(says), "{cmd} {name}: {err}");
+        }
+    }
     std::fs::remove_dir_all(&dir).ok();
 }
 
