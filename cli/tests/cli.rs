@@ -336,6 +336,41 @@ fn check_accepts_every_model_the_explorer_serves() {
     std::fs::remove_dir_all(&base).ok();
 }
 
+/// A check of another model that runs for seconds says how far it got on stderr, about
+/// once a second, as the base model's does: here hilock's ring server (r = 2) with two
+/// crashes, 386,442 states (the count `verify/tests/ring.rs` pins), about 3 s.
+#[test]
+fn check_of_a_ring_configuration_prints_its_progress() {
+    let dir = std::env::temp_dir().join(format!("hilock-check-progress-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("ring-crashes.json");
+    let json = serde_json::json!({
+        "model": "ring",
+        "name": "hilock r2: 3 nodes, 2 crashes, 2 clients on key 10",
+        "variant": { "Hilock": { "r": 2 } },
+        "initial": 0b0111,
+        "clients": [10, 10],
+        "crashable": 0b0111,
+        "crashes": 2
+    });
+    std::fs::write(&config, json.to_string()).unwrap();
+    let out = hilock(&[
+        "check",
+        config.to_str().unwrap(),
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    let (text, err) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(out.status.code(), Some(0), "{text}{err}");
+    assert!(text.contains(": 386442 unique states"), "{text}");
+    let progress = err.lines().find(|l| l.contains(" states/s, depth "));
+    assert!(progress.is_some(), "no progress on stderr: {err}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 /// Writes a ring and a fault-model configuration that fail into `dir`: the ring example
 /// with the paper's server (Fig. 2) and n21 leaving, and the fault example whose service
 /// removes a node it cannot hear before that node's lease ran out.

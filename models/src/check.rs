@@ -211,11 +211,13 @@ pub fn unreached<C>(properties: &[PropertyReport<C>]) -> Vec<&str> {
 /// [`property_reports`] (the model's `always`, `eventually` and `sometimes` properties in
 /// its order). One checker thread: Stateright's BFS then visits the states in the same
 /// order on every run, so the counterexamples are the same, step for step (with more
-/// threads, which thread meets a violation first decides which path is kept).
+/// threads, which thread meets a violation first decides which path is kept). `progress`
+/// is called as in [`check`].
 pub fn check_model<M, C>(
     model: &M,
     config: &str,
     trace: impl Fn(&str, &Path<M::State, M::Action>) -> C,
+    mut progress: impl FnMut(usize, usize, usize),
 ) -> ModelReport<C>
 where
     M: Model + Clone + Send + Sync + 'static,
@@ -223,8 +225,22 @@ where
     M::Action: Clone + PartialEq + std::fmt::Debug + Send + Sync,
 {
     let t = Instant::now();
-    let checker = model.clone().checker().threads(1).spawn_bfs().join();
+    let checker = model.clone().checker().threads(1).spawn_bfs();
+    while !checker.is_done() {
+        progress(
+            checker.state_count(),
+            checker.unique_state_count(),
+            checker.max_depth(),
+        );
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    let checker = checker.join();
     let elapsed = t.elapsed();
+    progress(
+        checker.state_count(),
+        checker.unique_state_count(),
+        checker.max_depth(),
+    );
     let names = |e: Expectation| -> Vec<&'static str> {
         model
             .properties()

@@ -792,8 +792,13 @@ impl OtherCheck {
 }
 
 /// Checks `cfg` exhaustively (breadth-first, one thread: the same counterexamples on every
-/// run) with every property of its model.
-pub fn check_other(cfg: &OtherConfig) -> Result<OtherCheck, String> {
+/// run) with every property of its model. `progress` is called as in
+/// [`crate::check::check`] for the inversion, ring and fault models (the tree, agents and
+/// bakery checks report only at the end).
+pub fn check_other(
+    cfg: &OtherConfig,
+    progress: impl FnMut(usize, usize, usize),
+) -> Result<OtherCheck, String> {
     use crate::check::check_model;
     match cfg {
         OtherConfig::Tree(c) => OtherCheck::of(c.model()?.check()),
@@ -804,16 +809,31 @@ pub fn check_other(cfg: &OtherConfig) -> Result<OtherCheck, String> {
         }
         OtherConfig::Inversion(c) => {
             c.validate()?;
-            OtherCheck::of(check_model(c, &c.name(), |p, path| c.trace(p, path)))
+            OtherCheck::of(check_model(
+                c,
+                &c.name(),
+                |p, path| c.trace(p, path),
+                progress,
+            ))
         }
         OtherConfig::Ring(c) => {
             c.validate()?;
-            OtherCheck::of(check_model(c, &c.name, |p, path| c.trace(p, path)))
+            OtherCheck::of(check_model(
+                c,
+                &c.name,
+                |p, path| c.trace(p, path),
+                progress,
+            ))
         }
         OtherConfig::Faults(c) => {
             c.validate()?;
             let m = c.clone().into_model();
-            OtherCheck::of(check_model(&m, &c.name, |p, path| m.trace(p, path)))
+            OtherCheck::of(check_model(
+                &m,
+                &c.name,
+                |p, path| m.trace(p, path),
+                progress,
+            ))
         }
     }
 }

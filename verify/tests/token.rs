@@ -874,7 +874,7 @@ fn example_configurations() {
         if v.get("model").is_some() {
             let c: hilock_models::open::OtherConfig =
                 serde_json::from_value(v).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
-            let r = hilock_models::open::check_other(&c)
+            let r = hilock_models::open::check_other(&c, |_, _, _| {})
                 .unwrap_or_else(|e| panic!("{}: {e}", p.display()));
             assert!(r.ok, "{}: {}", p.display(), r.text);
             continue;
