@@ -148,8 +148,9 @@ pub enum Takeover {
     Local,
 }
 
-/// A configuration. As a file (`hilock check`, `hilock explore`: `"model": "ring"`), the
-/// fields after `clients` may be left out: [`RingModel::new`]'s values.
+/// A configuration. As a file (`hilock check`, `hilock explore`: `"model": "ring"`),
+/// `idents` and the fields after `clients` may be left out: they take [`RingModel::new`]'s
+/// values (`models/configs/ring-r1-restart.json` gives only the fields it changes).
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RingModel {
