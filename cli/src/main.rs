@@ -211,7 +211,8 @@ enum Command {
     /// Print a trace file step by step; with --svg/--html also write its message sequence
     /// diagram to a file that opens in a browser without a server.
     Replay {
-        /// The trace (JSON): hilock-trace/1, or a tree, agents or bakery model trace.
+        /// The trace (JSON): hilock-trace/1, or a tree, agents, bakery, inversion, ring or
+        /// faults model trace.
         file: PathBuf,
         /// Write the sequence diagram as SVG to this file.
         #[arg(long)]
@@ -234,7 +235,8 @@ enum Command {
     /// Check a model configuration exhaustively (progress on stderr); exit 1 and write the
     /// counterexample traces if a property fails.
     Check {
-        /// The model configuration (JSON), e.g. models/configs/star3-r-w.json.
+        /// The model configuration (JSON), e.g. models/configs/star3-r-w.json (the base
+        /// model) or models/configs/ring-r1-restart.json (`"model": "ring"`).
         file: PathBuf,
         /// Where to write counterexample traces.
         #[arg(long, default_value = ".")]
@@ -248,8 +250,8 @@ enum Command {
         /// The port.
         #[arg(long, default_value_t = 3000)]
         port: u16,
-        /// A trace of this configuration (hilock-trace/1, e.g. a counterexample of
-        /// `hilock check`) to open at its last state.
+        /// A trace of this configuration (in its model's trace format, e.g. a
+        /// counterexample of `hilock check`) to open at its last state.
         #[arg(long)]
         trace: Option<PathBuf>,
     },

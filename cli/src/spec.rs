@@ -155,8 +155,6 @@ pub fn replay(path: &Path, svg: Option<&Path>, html: Option<&Path>) -> Result<St
 /// `hilock-trace/1` files into `out_dir` and named in the report.
 pub fn check(path: &Path, out_dir: &Path) -> Result<(String, bool), String> {
     use hilock_models::token::ModelConfig;
-    use std::io::Write;
-    use std::time::Instant;
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let v: serde_json::Value = serde_json::from_str(&text)
         .map_err(|e| format!("{}: not a JSON configuration: {e}", path.display()))?;
@@ -168,16 +166,8 @@ pub fn check(path: &Path, out_dir: &Path) -> Result<(String, bool), String> {
         .validate()
         .map_err(|e| format!("{}: {e}", path.display()))?;
     prepare_out_dir(out_dir)?;
-    let start = Instant::now();
-    let mut last = Instant::now();
-    let report = hilock_models::check::check(&config, |states, unique, depth| {
-        if last.elapsed().as_millis() >= 1000 {
-            last = Instant::now();
-            let rate = states as f64 / start.elapsed().as_secs_f64().max(1e-9);
-            eprintln!("  {states} states ({unique} unique), {rate:.0} states/s, depth {depth}");
-            let _ = std::io::stderr().flush();
-        }
-    })?;
+    let report = hilock_models::check::check(&config, progress_on_stderr())?;
+    eprintln!("checked in {:.2?}", report.elapsed);
     let mut text = report.render();
     let stem = path
         .file_stem()
@@ -225,9 +215,10 @@ pub fn check(path: &Path, out_dir: &Path) -> Result<(String, bool), String> {
 }
 
 #[cfg(feature = "models")]
-/// `hilock check` on a tree, agents, bakery or inversion configuration (`"model": …`, the
-/// ones `hilock explore` serves): every property of the model; each counterexample written
-/// into `out_dir` in the model's trace format, with the command that opens it.
+/// `hilock check` on a tree, agents, bakery, inversion, ring or faults configuration
+/// (`"model": …`, the ones `hilock explore` serves): every property of the model; each
+/// counterexample written into `out_dir` in the model's trace format, with the command that
+/// opens it.
 fn check_other(
     path: &Path,
     v: &serde_json::Value,
@@ -236,8 +227,13 @@ fn check_other(
     use hilock_models::open::{check_other, open_other, OtherConfig};
     let config: OtherConfig = serde_json::from_value(v.clone())
         .map_err(|e| format!("{}: not a model configuration: {e}", path.display()))?;
+    config
+        .validate()
+        .map_err(|e| format!("{}: {e}", path.display()))?;
     prepare_out_dir(out_dir)?;
-    let report = check_other(&config).map_err(|e| format!("{}: {e}", path.display()))?;
+    let report = check_other(&config, progress_on_stderr())
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    eprintln!("checked in {:.2?}", report.elapsed);
     let mut text = report.text;
     let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("check");
     for (name, trace) in &report.traces {
@@ -261,6 +257,24 @@ fn check_other(
         ));
     }
     Ok((text, report.ok))
+}
+
+#[cfg(feature = "models")]
+/// A check's progress callback: about once a second, the states so far, their rate and the
+/// depth, on stderr.
+fn progress_on_stderr() -> impl FnMut(usize, usize, usize) {
+    use std::io::Write;
+    use std::time::Instant;
+    let start = Instant::now();
+    let mut last = Instant::now();
+    move |states, unique, depth| {
+        if last.elapsed().as_millis() >= 1000 {
+            last = Instant::now();
+            let rate = states as f64 / start.elapsed().as_secs_f64().max(1e-9);
+            eprintln!("  {states} states ({unique} unique), {rate:.0} states/s, depth {depth}");
+            let _ = std::io::stderr().flush();
+        }
+    }
 }
 
 #[cfg(feature = "models")]
@@ -290,7 +304,7 @@ pub fn explore(path: &Path, port: u16, trace: Option<&Path>) -> Result<String, S
     }
     let config = ModelConfig::from_json(&text).map_err(|e| {
         format!(
-            "{}: not a model configuration (a base-model one, or one with \"model\": \"tree\", \"agents\" or \"bakery\"): {e}",
+            "{}: not a model configuration (a base-model one, or one with \"model\": \"tree\", \"agents\", \"bakery\", \"inversion\", \"ring\" or \"faults\"): {e}",
             path.display()
         )
     })?;
@@ -369,7 +383,8 @@ fn announce(start: Option<(&hilock_models::open::Opened, &Path)>, port: u16) {
 }
 
 #[cfg(feature = "models")]
-/// `hilock explore` for a tree, agents or bakery configuration (`"model": …`).
+/// `hilock explore` for a tree, agents, bakery, inversion, ring or faults configuration
+/// (`"model": …`).
 fn explore_other(
     path: &Path,
     v: &serde_json::Value,
@@ -379,6 +394,9 @@ fn explore_other(
     use hilock_models::open::{explore_other, open_other, OtherConfig};
     let config: OtherConfig = serde_json::from_value(v.clone())
         .map_err(|e| format!("{}: not a model configuration: {e}", path.display()))?;
+    config
+        .validate()
+        .map_err(|e| format!("{}: {e}", path.display()))?;
     serve_explorer(
         path,
         port,

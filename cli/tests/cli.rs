@@ -183,41 +183,66 @@ fn check_passes_a_correct_configuration_and_traces_a_literal_one() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
-/// Two runs of `hilock check` on a failing configuration print the same counterexamples
-/// and write byte-identical traces, and each verdict names what violates the property in
-/// words (the holders of a P1 violation with their modes).
+/// Two runs of `hilock check` on a failing configuration print the same text, byte for
+/// byte (the wall time goes to stderr), and write byte-identical traces: for the base
+/// model, and for the bakery and ring models, whose own checks run on two threads. The
+/// base model's verdict names what violates the property in words (the holders of a P1
+/// violation with their modes).
 #[test]
 fn check_counterexamples_are_deterministic_and_name_the_violating_pair() {
-    let run = |dir: &std::path::Path| {
-        let out = check_literal_release_race(dir);
-        assert_eq!(out.status.code(), Some(1));
-        let text = String::from_utf8_lossy(&out.stdout).replace(dir.to_str().unwrap(), "DIR");
-        // The first line carries the wall time; everything after it must repeat.
-        let body: String = text.lines().skip(1).map(|l| format!("{l}\n")).collect();
-        let mut traces: Vec<(String, Vec<u8>)> = std::fs::read_dir(dir)
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .map(|p| {
-                let name = p.file_name().unwrap().to_string_lossy().into_owned();
-                (name, std::fs::read(&p).unwrap())
-            })
-            .collect();
-        traces.sort();
-        (body, traces)
-    };
     let base = std::env::temp_dir().join(format!("hilock-check-twice-{}", std::process::id()));
-    let (a, b) = (base.join("a"), base.join("b"));
-    let (first, second) = (run(&a), run(&b));
-    assert!(!first.1.is_empty(), "no trace written");
-    assert_eq!(first.0, second.0, "the printed counterexamples differ");
-    assert_eq!(first.1, second.1, "the trace files differ");
-    assert!(
-        first
-            .0
-            .contains("verdict: P1 mutual exclusion violated: on L0: n1 holds R, n3 holds W"),
-        "{}",
-        first.0
-    );
+    let ring = failing_configs(&base.join("configs")).0;
+    let bakery = counterexamples().join("configs/bakery-literal.json");
+    let literal = configs().join("release-race-literal.json");
+    for config in [&literal, &bakery, &ring] {
+        let dir = base.join("out");
+        let run = || {
+            std::fs::remove_dir_all(&dir).ok();
+            let out = hilock(&[
+                "check",
+                config.to_str().unwrap(),
+                "--out",
+                dir.to_str().unwrap(),
+            ]);
+            assert_eq!(out.status.code(), Some(1), "{}", config.display());
+            let mut traces: Vec<(String, Vec<u8>)> = std::fs::read_dir(&dir)
+                .unwrap()
+                .map(|e| e.unwrap().path())
+                .map(|p| {
+                    let name = p.file_name().unwrap().to_string_lossy().into_owned();
+                    (name, std::fs::read(&p).unwrap())
+                })
+                .collect();
+            traces.sort();
+            (out.stdout, traces)
+        };
+        let (first, second) = (run(), run());
+        let text = String::from_utf8_lossy(&first.0).into_owned();
+        assert!(
+            !first.1.is_empty(),
+            "{}: no trace written",
+            config.display()
+        );
+        assert!(
+            first.0 == second.0,
+            "{}: the printed reports differ:\n{text}\n---\n{}",
+            config.display(),
+            String::from_utf8_lossy(&second.0)
+        );
+        assert!(
+            first.1 == second.1,
+            "{}: the trace files differ",
+            config.display()
+        );
+        if config == &literal {
+            assert!(
+                text.contains(
+                    "verdict: P1 mutual exclusion violated: on L0: n1 holds R, n3 holds W"
+                ),
+                "{text}"
+            );
+        }
+    }
     std::fs::remove_dir_all(&base).ok();
 }
 
@@ -248,16 +273,26 @@ fn check_prepares_its_out_directory_and_labels_a_witness_as_a_witness() {
         "{text}"
     );
 
-    // A file where a directory must be: refused with the reason.
+    // A file where a directory must be: refused with the reason, before the check runs
+    // (a check that ran says how long it took), for the base model and another model.
     let file = base.join("a-file");
     std::fs::write(&file, b"").unwrap();
-    let out = check_literal_release_race(&file.join("x"));
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{err}");
-    assert!(
-        err.contains("--out") && err.contains("cannot write there"),
-        "{err}"
-    );
+    let ring = failing_configs(&base.join("configs")).0;
+    for config in [configs().join("release-race-literal.json"), ring] {
+        let out = hilock(&[
+            "check",
+            config.to_str().unwrap(),
+            "--out",
+            file.join("x").to_str().unwrap(),
+        ]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(
+            err.contains("--out") && err.contains("cannot write there"),
+            "{err}"
+        );
+        assert!(!err.contains("checked in"), "{err}");
+    }
     std::fs::remove_dir_all(&base).ok();
 }
 
@@ -301,6 +336,198 @@ fn check_accepts_every_model_the_explorer_serves() {
     std::fs::remove_dir_all(&base).ok();
 }
 
+/// A check of another model that runs for seconds says how far it got on stderr, about
+/// once a second, as the base model's does: here hilock's ring server (r = 2) with two
+/// crashes, 386,442 states (the count `verify/tests/ring.rs` pins), about 3 s.
+#[test]
+fn check_of_a_ring_configuration_prints_its_progress() {
+    let dir = std::env::temp_dir().join(format!("hilock-check-progress-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("ring-crashes.json");
+    let json = serde_json::json!({
+        "model": "ring",
+        "name": "hilock r2: 3 nodes, 2 crashes, 2 clients on key 10",
+        "variant": { "Hilock": { "r": 2 } },
+        "initial": 0b0111,
+        "clients": [10, 10],
+        "crashable": 0b0111,
+        "crashes": 2
+    });
+    std::fs::write(&config, json.to_string()).unwrap();
+    let out = hilock(&[
+        "check",
+        config.to_str().unwrap(),
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    let (text, err) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(out.status.code(), Some(0), "{text}{err}");
+    assert!(text.contains(": 386442 unique states"), "{text}");
+    let progress = err.lines().find(|l| l.contains(" states/s, depth "));
+    assert!(progress.is_some(), "no progress on stderr: {err}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// Writes a ring and a fault-model configuration that fail into `dir`: the ring example
+/// with the paper's server (Fig. 2) and n21 leaving, and the fault example whose service
+/// removes a node it cannot hear before that node's lease ran out.
+fn failing_configs(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    std::fs::create_dir_all(dir).unwrap();
+    let read = |f: &str| -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(configs().join(f)).unwrap()).unwrap()
+    };
+    let mut ring = read("ring-r1-restart.json");
+    ring["name"] = "paper: 3 nodes, 1 leave of n21".into();
+    ring["variant"] = "Paper".into();
+    ring["initial"] = 0b0111.into();
+    ring["rounds"] = 1.into();
+    ring["restarts"] = 0.into();
+    ring["leaves"] = 0b0010.into();
+    ring["changes"] = 1.into();
+    let mut faults = read("faults-wwr-crash-reinstall.json");
+    faults["name"] = "W W R, 1 partition or pause, no kill before regrant".into();
+    faults["crashes"] = 0.into();
+    faults["reinstalls"] = 0.into();
+    faults["suspicions"] = 1.into();
+    faults["variant"] = serde_json::json!({
+        "epoch_check": true,
+        "kill_before_regrant": false,
+        "install_once": true
+    });
+    let (r, f) = (
+        dir.join("ring-paper-leave.json"),
+        dir.join("faults-no-kill.json"),
+    );
+    std::fs::write(&r, ring.to_string()).unwrap();
+    std::fs::write(&f, faults.to_string()).unwrap();
+    (r, f)
+}
+
+/// `hilock explore CONFIG --trace TRACE` on a free port: the first line of its stdout (the
+/// URL of the trace's last state) and its stderr, once the process is stopped.
+fn explore_url(config: &std::path::Path, trace: &std::path::Path) -> (String, String, String) {
+    use std::io::{BufRead, BufReader};
+    let port = free_port().to_string();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_hilock"))
+        .args([
+            "explore",
+            config.to_str().unwrap(),
+            "--trace",
+            trace.to_str().unwrap(),
+            "--port",
+            &port,
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("hilock runs");
+    let mut line = String::new();
+    let read = BufReader::new(child.stdout.take().unwrap()).read_line(&mut line);
+    child.kill().ok();
+    let out = child.wait_with_output().expect("hilock ends");
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(read.is_ok(), "{}: {err}", config.display());
+    (port, line, err)
+}
+
+/// `hilock check` takes the ring and fault models (`"model": "ring"`, `"faults"`): the
+/// examples in `models/configs/` pass (exit 0, nothing written, no failing state named);
+/// a failing configuration of each exits 1 with its counterexample in the model's trace
+/// format, what is wrong in words, and the command that opens it, which `hilock explore`
+/// then serves at the trace's last state and `hilock replay` prints.
+#[test]
+fn check_and_explore_take_ring_and_fault_configurations() {
+    let base = std::env::temp_dir().join(format!("hilock-check-ring-{}", std::process::id()));
+    for name in ["ring-r1-restart", "faults-wwr-crash-reinstall"] {
+        let dir = base.join(name);
+        let config = configs().join(format!("{name}.json"));
+        let out = hilock(&[
+            "check",
+            config.to_str().unwrap(),
+            "--out",
+            dir.to_str().unwrap(),
+        ]);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{name}: {text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            text.contains(" holds\n") && !text.contains("VIOLATED"),
+            "{name}: {text}"
+        );
+        assert!(!text.contains("failing state"), "{name}: {text}");
+        assert_eq!(
+            std::fs::read_dir(&dir).unwrap().count(),
+            0,
+            "{name}: {text}"
+        );
+    }
+    let (ring, faults) = failing_configs(&base.join("configs"));
+    for (config, trace, format, words, property) in [
+        (
+            &ring,
+            "ring-paper-leave.at-most-one-holder-per-lock.trace.json",
+            "hilock-ring-trace/1",
+            "two clients hold one lock: key 10: [ClientId(1), ClientId(2)]",
+            "at most one holder per lock",
+        ),
+        (
+            &faults,
+            "faults-no-kill.p1-mutual-exclusion--live-leases-.trace.json",
+            "hilock-faults-trace/1",
+            "P1 mutual exclusion violated: on L0: n1 holds W, n2 holds R",
+            "P1 mutual exclusion (live leases)",
+        ),
+    ] {
+        let dir = base.join("out");
+        let out = hilock(&[
+            "check",
+            config.to_str().unwrap(),
+            "--out",
+            dir.to_str().unwrap(),
+        ]);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(
+            out.status.code(),
+            Some(1),
+            "{trace}: {text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(text.contains("VIOLATED") && text.contains(words), "{text}");
+        let trace = dir.join(trace);
+        let saved: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&trace).expect("trace written")).unwrap();
+        assert_eq!(saved["format"], format);
+        let cmd = format!(
+            "hilock explore {} --trace {}",
+            config.display(),
+            trace.display()
+        );
+        assert!(text.contains(&cmd), "{text}");
+        assert!(text.contains("(the failing state)"), "{text}");
+        let (port, line, err) = explore_url(config, &trace);
+        assert!(
+            line.starts_with(&format!("http://127.0.0.1:{port}/#/steps/0/")),
+            "{line} {err}"
+        );
+        assert!(err.contains(&format!("there {property}")), "{err}");
+        let replay = hilock(&["replay", trace.to_str().unwrap()]);
+        assert!(
+            replay.status.success() && String::from_utf8_lossy(&replay.stdout).contains(words),
+            "{}{}",
+            String::from_utf8_lossy(&replay.stdout),
+            String::from_utf8_lossy(&replay.stderr)
+        );
+    }
+    std::fs::remove_dir_all(&base).ok();
+}
+
 fn counterexamples() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../spec/counterexamples")
 }
@@ -312,7 +539,6 @@ use ports::free_port;
 /// bakery); the process is stopped by the test.
 #[test]
 fn explore_opens_a_saved_counterexample_at_its_last_state() {
-    use std::io::{BufRead, BufReader};
     for (name, property) in [
         ("token-branch-literal", "P4 no deadlock"),
         ("inversion-no-inheritance", "P7 bounded inversion"),
@@ -320,32 +546,10 @@ fn explore_opens_a_saved_counterexample_at_its_last_state() {
         ("agents-majority-unneeded-surrender", "no phantom deadlock"),
         ("bakery-literal", "mutual exclusion"),
     ] {
-        let port = free_port().to_string();
-        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_hilock"))
-            .args([
-                "explore",
-                counterexamples()
-                    .join(format!("configs/{name}.json"))
-                    .to_str()
-                    .unwrap(),
-                "--trace",
-                counterexamples()
-                    .join(format!("{name}.json"))
-                    .to_str()
-                    .unwrap(),
-                "--port",
-                &port,
-            ])
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .expect("hilock runs");
-        let mut line = String::new();
-        let read = BufReader::new(child.stdout.take().unwrap()).read_line(&mut line);
-        child.kill().ok();
-        let out = child.wait_with_output().expect("hilock ends");
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(read.is_ok(), "{name}: {err}");
+        let (port, line, err) = explore_url(
+            &counterexamples().join(format!("configs/{name}.json")),
+            &counterexamples().join(format!("{name}.json")),
+        );
         assert!(
             line.starts_with(&format!("http://127.0.0.1:{port}/#/steps/0/")),
             "{name}: {line} {err}"
@@ -486,16 +690,46 @@ fn replay_writes_the_sequence_diagram() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// A configuration the model cannot be built from is one line and exit 2, before anything
+/// is checked or served: a base-model one with too many nodes, a ring whose slots are not
+/// a ring (two at 8), a fault model with more nodes than it has room for.
 #[test]
 fn check_rejects_a_bad_configuration_with_one_line() {
     let dir = std::env::temp_dir().join(format!("hilock-cli-badcfg-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let f = dir.join("bad.json");
-    std::fs::write(&f, "{ \"nodes\": 99 }").unwrap();
-    let out = hilock(&["check", f.to_str().unwrap()]);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{err}");
-    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    for (name, config, says) in [
+        ("bad.json", "{ \"nodes\": 99 }".to_string(), ""),
+        (
+            "ring.json",
+            serde_json::json!({
+                "model": "ring", "name": "two slots at 8", "variant": "Paper",
+                "idents": [8, 8, 32, 48], "initial": 7, "clients": [10]
+            })
+            .to_string(),
+            "not a ring",
+        ),
+        (
+            "faults.json",
+            serde_json::json!({
+                "model": "faults", "name": "six nodes",
+                "scripts": [["acquire W", "release"], [], [], [], [], []]
+            })
+            .to_string(),
+            "the fault model has 2 to 5",
+        ),
+    ] {
+        let f = dir.join(name);
+        std::fs::write(&f, config).unwrap();
+        for cmd in ["check", "explore"] {
+            let out = hilock(
+                &[cmd, f.to_str().unwrap(), "--port", "1"][..if cmd == "check" { 2 } else { 4 }],
+            );
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{cmd} {name}: {err}");
+            assert_eq!(err.trim_end().lines().count(), 1, "{cmd} {name}: {err}");
+            assert!(err.contains(says), "{cmd} {name}: {err}");
+        }
+    }
     std::fs::remove_dir_all(&dir).ok();
 }
 

@@ -299,6 +299,12 @@ impl BakeryModel {
         self.dispatch(HasDiscoveries::All, 2)
     }
 
+    /// [`Self::check`] on one thread: slower, but the same counterexamples on every run
+    /// (`hilock check`).
+    pub fn check_on_one_thread(&self) -> BakeryReport {
+        self.dispatch(HasDiscoveries::All, 1)
+    }
+
     /// Runs the check until `property` has a discovery (for refutations: the state count
     /// is then not a property of the configuration). One thread, so that the
     /// counterexample is the same on every run.

@@ -54,7 +54,7 @@ use hilock_kernel::{
 };
 use hilock_spec::system::{SpecMsg, MODEL_NODES, QUEUE};
 use hilock_spec::trace::describe_msg;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use stateright::{Checker, HasDiscoveries, Model, Property};
 use std::collections::BTreeSet;
 use std::fmt;
@@ -89,34 +89,63 @@ pub const SAFETY: [&str; 4] = [P1, ONE_TOKEN, NO_LOST, NO_ERROR];
 /// The `sometimes` properties.
 pub const REACHED: [&str; 4] = [REGENERATED, KILLED, AFTER_INSTALL, REJOINED];
 
-/// A configuration: a star around n0 (the initial token node) with one lock.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+/// A configuration: a star around n0 (the initial token node) with one lock. As a file
+/// (`hilock check`, `hilock explore`: `"model": "faults"`), only `name` and `scripts` are
+/// needed: the budgets default to 0, the variant to [`RecoveryVariant::HILOCK`], the rules
+/// to the kernel's defaults.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct FaultConfig {
     /// Name (reports, counterexamples).
     pub name: String,
     /// Per node, its script (`acquire M`, `release`, `upgrade`; lock 0 only).
     pub scripts: Vec<Vec<ScriptOp>>,
     /// Crash budget.
+    #[serde(default)]
     pub crashes: u8,
     /// Partition/pause budget ([`FaultAction::Suspect`]).
+    #[serde(default)]
     pub suspicions: u8,
     /// Restart budget.
+    #[serde(default)]
     pub restarts: u8,
     /// Duplicated installs.
+    #[serde(default)]
     pub reinstalls: u8,
     /// The recovery safeguards.
+    #[serde(default = "hilock_recovery")]
     pub variant: RecoveryVariant,
     /// The forwarding rule of the sites of the initial membership (`spec/SPEC.md` 1.6;
     /// default: the kernel's default). A restarted node's new incarnation
     /// (`FaultSite::joining`) always runs the kernel's default.
+    #[serde(default)]
     pub forwarding: Forwarding,
     /// The release rule of the sites of the initial membership (`spec/SPEC.md` 1.7;
     /// default: the thesis's eager Rule 5.2). Not serialized while it is the default.
-    #[serde(skip_serializing_if = "ReleaseRule::is_eager")]
+    #[serde(default, skip_serializing_if = "ReleaseRule::is_eager")]
     pub release: ReleaseRule,
 }
 
+fn hilock_recovery() -> RecoveryVariant {
+    RecoveryVariant::HILOCK
+}
+
 impl FaultConfig {
+    /// The configuration's error, if the model cannot be built from it (a configuration
+    /// read from a file): 2 to 5 nodes, and scripts on lock 0 only.
+    pub fn validate(&self) -> Result<(), String> {
+        if !(2..=MODEL_NODES).contains(&self.scripts.len()) {
+            return Err(format!(
+                "{} nodes: the fault model has 2 to {MODEL_NODES}",
+                self.scripts.len()
+            ));
+        }
+        if let Some(op) = self.scripts.iter().flatten().find(|op| op.lock() != 0) {
+            return Err(format!("'{op}': the fault model has one lock, lock 0"));
+        }
+        Ok(())
+    }
+
     /// A configuration with no fault budget yet (add with the `with_*` methods).
     ///
     /// # Panics
@@ -130,12 +159,7 @@ impl FaultConfig {
                     .collect()
             })
             .collect();
-        assert!((2..=MODEL_NODES).contains(&scripts.len()), "2 to 5 nodes");
-        assert!(
-            scripts.iter().flatten().all(|op| op.lock() == 0),
-            "one lock"
-        );
-        FaultConfig {
+        let c = FaultConfig {
             name: name.to_string(),
             scripts,
             crashes: 0,
@@ -145,7 +169,9 @@ impl FaultConfig {
             variant: RecoveryVariant::HILOCK,
             forwarding: Forwarding::default(),
             release: ReleaseRule::Eager,
-        }
+        };
+        c.validate().unwrap_or_else(|e| panic!("{e}"));
+        c
     }
     /// With release rule `r` at the sites of the initial membership (`spec/SPEC.md` 1.7).
     pub fn with_release(mut self, r: ReleaseRule) -> Self {
@@ -503,7 +529,7 @@ impl FaultModel {
         }
         let last = path.last_state();
         FaultTrace {
-            format: "hilock-faults-trace/1".into(),
+            format: TRACE_FORMAT.into(),
             config: self.cfg.clone(),
             property: property.to_string(),
             violation: self.violation(property, last),
@@ -568,15 +594,18 @@ impl FaultModel {
     }
 }
 
+/// The format tag of a [`FaultTrace`].
+pub const TRACE_FORMAT: &str = "hilock-faults-trace/1";
+
 /// A step of a [`FaultTrace`].
 #[derive(Clone, Debug, Serialize)]
 pub struct FaultStep {
     /// Position.
     pub index: usize,
-    /// The action that led here (none for the initial state).
+    /// The action taken from this step's state (none for the last state).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub action: Option<String>,
-    /// The state after it, one line per node and message.
+    /// The state before the action, one line per node and message.
     pub state: Vec<String>,
 }
 

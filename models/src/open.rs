@@ -10,7 +10,9 @@
 
 use crate::agents::{AgentsModel, Delivery, ScriptLock};
 use crate::bakery::{BakeryModel, BakerySystem};
+use crate::faults::FaultConfig;
 use crate::inversion::InversionConfig;
+use crate::ring::RingModel;
 use crate::seq::Diagram;
 use crate::token::{Action, BaseModel, Delivered, ModelConfig, ScriptOp, State};
 use crate::tree::TreeModel;
@@ -19,7 +21,7 @@ use hilock_kernel::tree::TreeVariant;
 use hilock_kernel::NodeId;
 use hilock_spec::trace::{Trace, TraceInput, TRACE_FORMAT};
 use serde::{Deserialize, Serialize};
-use stateright::{Checker, Model, Path};
+use stateright::{Model, Path};
 use std::path::Path as FsPath;
 
 /// The default port of `hilock explore`.
@@ -95,6 +97,8 @@ fn model_of_format(f: &str) -> &'static str {
         "hilock-agents-trace/1" => "the agents model",
         "hilock-bakery-trace/1" => "the bakery model",
         "hilock-inversion-trace/1" => "the priority-inversion model",
+        crate::ring::TRACE_FORMAT => "the ring model",
+        crate::faults::TRACE_FORMAT => "the fault model",
         _ => "an unknown model",
     }
 }
@@ -271,15 +275,23 @@ pub fn diagram_of(text: &str) -> Result<(String, Diagram, Vec<String>), String> 
         .get("steps")
         .and_then(|s| s.as_array())
         .ok_or_else(|| format!("a {format} trace without steps"))?;
+    // A step is an object with its `action` (none for a fault trace's last state) or,
+    // in a ring trace, the action's text itself.
     let texts: Vec<String> = steps
         .iter()
-        .map(|s| {
-            s.get("action")
-                .and_then(|a| a.as_str())
-                .unwrap_or("")
-                .to_string()
-        })
+        .filter_map(|s| s.as_str().or_else(|| s.get("action")?.as_str()))
+        .map(str::to_string)
         .collect();
+    if format == crate::ring::TRACE_FORMAT {
+        // Its actions are Rust expressions (`Deliver(Client(…), Node(…), …)`), not the
+        // `A → B: …` texts the lanes are read from: the steps only.
+        let title = format!(
+            "ring — {}: {}",
+            v.get("property").and_then(|m| m.as_str()).unwrap_or(""),
+            v.get("violation").and_then(|m| m.as_str()).unwrap_or("")
+        );
+        return Ok((title, Diagram::default(), texts));
+    }
     // Lanes in order of appearance, clients and agents first.
     let mut d = Diagram::default();
     let lane = |d: &mut Diagram, name: &str| match d.lanes.iter().position(|l| l == name) {
@@ -369,8 +381,8 @@ pub fn save_for_explorer(
 // ------------------------------------------------------------------ the other models
 
 /// A configuration of one of the other models as a file: `{"model": "tree", …}`,
-/// `{"model": "agents", …}` or `{"model": "bakery", …}` (a base-model configuration has no
-/// `model` field).
+/// `"agents"`, `"bakery"`, `"inversion"`, `"ring"` or `"faults"` (a base-model
+/// configuration has no `model` field).
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(tag = "model", rename_all = "snake_case")]
 pub enum OtherConfig {
@@ -382,6 +394,10 @@ pub enum OtherConfig {
     Bakery(BakeryModel),
     /// The priority-inversion model (P7).
     Inversion(InversionConfig),
+    /// The Chord-placed lock service (the paper's Fig. 2 or hilock's replicated server).
+    Ring(RingModel),
+    /// The token protocol under crashes, partitions and restarts (one lock).
+    Faults(FaultConfig),
 }
 
 /// A tree-locking configuration ([`TreeModel::new`]).
@@ -515,6 +531,8 @@ impl OtherConfig {
             OtherConfig::Agents(_) => "hilock-agents-trace/1",
             OtherConfig::Bakery(_) => "hilock-bakery-trace/1",
             OtherConfig::Inversion(_) => "hilock-inversion-trace/1",
+            OtherConfig::Ring(_) => crate::ring::TRACE_FORMAT,
+            OtherConfig::Faults(_) => crate::faults::TRACE_FORMAT,
         }
     }
 
@@ -525,6 +543,21 @@ impl OtherConfig {
             OtherConfig::Agents(c) => c.name.clone(),
             OtherConfig::Bakery(c) => c.name.clone(),
             OtherConfig::Inversion(c) => c.name(),
+            OtherConfig::Ring(c) => c.name.clone(),
+            OtherConfig::Faults(c) => c.name.clone(),
+        }
+    }
+
+    /// The configuration's error, if its model cannot be built.
+    pub fn validate(&self) -> Result<(), String> {
+        match self {
+            OtherConfig::Tree(c) => c.model().map(drop),
+            OtherConfig::Agents(c) => c.model().map(drop),
+            // The sizes only pick the arrays; the rules checked do not depend on them.
+            OtherConfig::Bakery(c) => BakerySystem::<3, 4>(c.clone()).validate(),
+            OtherConfig::Inversion(c) => c.validate(),
+            OtherConfig::Ring(c) => c.validate(),
+            OtherConfig::Faults(c) => c.validate(),
         }
     }
 }
@@ -553,7 +586,9 @@ where
             let what: Vec<String> = enabled.iter().map(|a| m.format_action(a)).collect();
             return Err(format!(
                 "step {i} ('{}') cannot happen in configuration '{name}'; enabled there: {}",
-                step["action"].as_str().unwrap_or("?"),
+                step.as_str()
+                    .or_else(|| step["action"].as_str())
+                    .unwrap_or("?"),
                 if what.is_empty() {
                     "nothing".to_string()
                 } else {
@@ -622,6 +657,27 @@ pub fn open_other(cfg: &OtherConfig, trace: &serde_json::Value) -> Result<Opened
             c.validate()?;
             replay_steps(c, name, steps, |s, a, j| c.fits_step(s, a, j))
         }
+        OtherConfig::Ring(c) => {
+            c.validate()?;
+            // Each step is the action's text (`format!("{a:?}")`), compared by `step_key`.
+            replay_steps(c, name, steps, |_, a, j| {
+                j.as_str().map(crate::ring::step_key)
+                    == Some(crate::ring::step_key(&format!("{a:?}")))
+            })
+        }
+        OtherConfig::Faults(c) => {
+            c.validate()?;
+            let m = c.clone().into_model();
+            // The last step is the last state, with no action after it.
+            let steps: Vec<serde_json::Value> = steps
+                .iter()
+                .filter(|j| j.get("action").is_some())
+                .cloned()
+                .collect();
+            replay_steps(&m, name, &steps, |_, a, j| {
+                j["action"].as_str() == Some(a.to_string().as_str())
+            })
+        }
     }
 }
 
@@ -660,6 +716,14 @@ pub fn explore_other(cfg: &OtherConfig, addr: std::net::SocketAddr) -> Result<()
             c.validate()?;
             c.checker().serve(addr);
         }
+        OtherConfig::Ring(c) => {
+            c.validate()?;
+            c.clone().checker().serve(addr);
+        }
+        OtherConfig::Faults(c) => {
+            c.validate()?;
+            c.clone().into_model().checker().serve(addr);
+        }
         OtherConfig::Bakery(c) => {
             fn serve<const K: usize, const C: usize>(
                 m: BakerySystem<K, C>,
@@ -695,13 +759,15 @@ pub struct OtherCheck {
     pub ok: bool,
     /// (property, trace) for each property that fails.
     pub traces: Vec<(String, serde_json::Value)>,
+    /// Wall time of the check (not in `text`, which is the same on every run).
+    pub elapsed: std::time::Duration,
 }
 
 impl OtherCheck {
     fn of<C: Serialize>(r: crate::check::ModelReport<C>) -> Result<OtherCheck, String> {
         let mut text = format!(
-            "{}: {} unique states ({} generated, depth {}) in {:.2?}\n",
-            r.config, r.unique_states, r.states, r.max_depth, r.elapsed
+            "{}: {} unique states ({} generated, depth {})\n",
+            r.config, r.unique_states, r.states, r.max_depth
         );
         let mut traces = Vec::new();
         for p in &r.properties {
@@ -709,6 +775,10 @@ impl OtherCheck {
             if let Some(t) = &p.counterexample {
                 let v =
                     serde_json::to_value(t).map_err(|e| format!("cannot encode a trace: {e}"))?;
+                // What is wrong at the counterexample's last state, in the model's words.
+                if let Some(why) = v.get("violation").and_then(|w| w.as_str()) {
+                    text.push_str(&format!("    {why}\n"));
+                }
                 traces.push((p.name.clone(), v));
             }
         }
@@ -716,42 +786,54 @@ impl OtherCheck {
             ok: r.ok(),
             text,
             traces,
+            elapsed: r.elapsed,
         })
     }
 }
 
-/// Checks `cfg` exhaustively (breadth-first) with every property of its model.
-pub fn check_other(cfg: &OtherConfig) -> Result<OtherCheck, String> {
+/// Checks `cfg` exhaustively (breadth-first, one thread: the same counterexamples on every
+/// run) with every property of its model. `progress` is called as in
+/// [`crate::check::check`] for the inversion, ring and fault models (the tree, agents and
+/// bakery checks report only at the end).
+pub fn check_other(
+    cfg: &OtherConfig,
+    progress: impl FnMut(usize, usize, usize),
+) -> Result<OtherCheck, String> {
+    use crate::check::check_model;
     match cfg {
         OtherConfig::Tree(c) => OtherCheck::of(c.model()?.check()),
         OtherConfig::Agents(c) => OtherCheck::of(c.model()?.check()),
         OtherConfig::Bakery(c) => {
-            // The sizes only pick the arrays; the rules checked do not depend on them.
-            BakerySystem::<3, 4>(c.clone()).validate()?;
-            OtherCheck::of(c.check())
+            cfg.validate()?;
+            OtherCheck::of(c.check_on_one_thread())
         }
         OtherConfig::Inversion(c) => {
             c.validate()?;
-            let t = std::time::Instant::now();
-            let checker = c.check();
-            let (always, sometimes): (Vec<_>, Vec<_>) = c
-                .properties()
-                .into_iter()
-                .partition(|p| p.expectation != stateright::Expectation::Sometimes);
-            let always: Vec<&'static str> = always.iter().map(|p| p.name).collect();
-            let sometimes: Vec<&'static str> = sometimes.iter().map(|p| p.name).collect();
-            let properties =
-                crate::check::property_reports(c, &checker, &always, &[], &sometimes, |p, path| {
-                    c.trace(p, path)
-                });
-            OtherCheck::of(crate::check::ModelReport {
-                config: c.name(),
-                states: checker.state_count(),
-                unique_states: checker.unique_state_count(),
-                max_depth: checker.max_depth(),
-                elapsed: t.elapsed(),
-                properties,
-            })
+            OtherCheck::of(check_model(
+                c,
+                &c.name(),
+                |p, path| c.trace(p, path),
+                progress,
+            ))
+        }
+        OtherConfig::Ring(c) => {
+            c.validate()?;
+            OtherCheck::of(check_model(
+                c,
+                &c.name,
+                |p, path| c.trace(p, path),
+                progress,
+            ))
+        }
+        OtherConfig::Faults(c) => {
+            c.validate()?;
+            let m = c.clone().into_model();
+            OtherCheck::of(check_model(
+                &m,
+                &c.name,
+                |p, path| m.trace(p, path),
+                progress,
+            ))
         }
     }
 }

@@ -77,8 +77,8 @@ use hilock_kernel::ring::{
     Addr, Answer, Change, ChordClient, ChordMsg, ClientEvent, ClientId, Entry, Key, NodeId, Op,
     Out, PaperNode, RetryFence, Ring, RingServer, Version, View,
 };
-use serde::Serialize;
-use stateright::{Checker, HasDiscoveries, Model, Property};
+use serde::{Deserialize, Serialize};
+use stateright::{Checker, HasDiscoveries, Model, Path, Property};
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
@@ -124,7 +124,7 @@ pub const GRANTED: &str = "a lock is granted";
 pub const CHANGED: &str = "the membership changed";
 
 /// Which server.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Variant {
     /// Fig. 2 literally.
     Paper,
@@ -137,7 +137,7 @@ pub enum Variant {
 
 /// When a successor takes its predecessor's range over (hilock variant; see the module's
 /// documentation).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Takeover {
     /// Shipped: only from a view the service installed, and for a live node only once its
     /// lease ran out (the node stopped).
@@ -149,35 +149,47 @@ pub enum Takeover {
     Local,
 }
 
-/// A configuration.
-#[derive(Clone, Debug, Serialize)]
+/// A configuration. As a file (`hilock check`, `hilock explore`: `"model": "ring"`),
+/// `idents` and the fields after `clients` may be left out: they take [`RingModel::new`]'s
+/// values (`models/configs/ring-r1-restart.json` gives only the fields it changes).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct RingModel {
     /// Its name (state counts are pinned by name).
     pub name: String,
     /// Server variant.
     pub variant: Variant,
     /// Slot identifiers (m = 6).
+    #[serde(default = "default_idents")]
     pub idents: [u16; NS],
     /// Members at the start (bit per slot).
     pub initial: u16,
     /// The key each client locks and then unlocks.
     pub clients: Vec<u16>,
     /// Slots that may join.
+    #[serde(default)]
     pub joins: u16,
     /// Slots that may leave (Paper: abruptly; Hilock: gracefully).
+    #[serde(default)]
     pub leaves: u16,
     /// Slots that may crash (Hilock).
+    #[serde(default)]
     pub crashable: u16,
     /// Most crashes (Hilock) in a run.
+    #[serde(default)]
     pub crashes: u8,
     /// Most membership changes (joins + leaves; `Takeover::Local`: local take-overs) in a
     /// run.
+    #[serde(default)]
     pub changes: u8,
     /// Slots that may be cut off (partitioned or paused; hilock).
+    #[serde(default)]
     pub isolatable: u16,
     /// Most `Isolate` actions in a run.
+    #[serde(default)]
     pub isolations: u8,
     /// Who takes a suspected node's range over.
+    #[serde(default)]
     pub takeover: Takeover,
     /// `Takeover::Lease`: whether a cut may heal before the node's lease ran out. Such a
     /// cut loses the replica messages (and acknowledgements) of a write in progress; on
@@ -188,14 +200,19 @@ pub struct RingModel {
     /// not applied (the retry fence, [`Sabotage::NoRetryFence`]:
     /// `ring-short-cut-join-stale-retry`). `false` checks only the cuts that last until
     /// the lease ran out.
+    #[serde(default)]
     pub short_cuts: bool,
     /// Lock/unlock rounds per client (1: lock once, unlock; a refused lock ends a round).
+    #[serde(default = "one")]
     pub rounds: u8,
     /// Most `Abandon` actions in a run (a client gives up the request it waits for).
+    #[serde(default)]
     pub abandons: u8,
     /// Most `Restart` actions in a run (a client restarts as a new incarnation).
+    #[serde(default)]
     pub restarts: u8,
     /// Most `Duplicate` actions in a run (the network copies a client's request).
+    #[serde(default)]
     pub duplicates: u8,
     /// Most `Reboot` actions in a run (a crashed node's slot started again as a new
     /// process, with an empty table and an empty request memory; hilock).
@@ -204,13 +221,23 @@ pub struct RingModel {
     /// service's view as soon as the service installed a view newer than the one its
     /// request went out with, while the request may still be on its way (`Timeout`), as
     /// `RingClient` does every 100 ms. Copies of one request then travel in two views.
+    #[serde(default)]
     pub resend_on_new_view: bool,
     /// Test-only: break a check on purpose (see the tests).
+    #[serde(default)]
     pub sabotage: Sabotage,
 }
 
+fn default_idents() -> [u16; NS] {
+    [8, 21, 32, 48]
+}
+
+fn one() -> u8 {
+    1
+}
+
 /// Deliberate breakage, to watch a check go red.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Sabotage {
     /// None.
     #[default]
@@ -406,6 +433,9 @@ pub fn step_key(step: &str) -> String {
     out
 }
 
+/// The format tag of a [`Trace`].
+pub const TRACE_FORMAT: &str = "hilock-ring-trace/1";
+
 /// A counterexample as saved under `spec/counterexamples/`.
 #[derive(Clone, Debug, Serialize)]
 pub struct Trace {
@@ -452,7 +482,7 @@ impl RingModel {
         RingModel {
             name: name.to_string(),
             variant,
-            idents: [8, 21, 32, 48],
+            idents: default_idents(),
             initial,
             clients,
             joins: 0,
@@ -476,6 +506,66 @@ impl RingModel {
 
     fn ring(&self) -> Ring<NS> {
         Ring::new(6, self.idents).expect("valid ring")
+    }
+
+    /// A counterexample path as a trace (`hilock-ring-trace/1`): its actions as
+    /// [`RingModel::replay`] reads them and what is wrong in its last state.
+    pub fn trace(&self, property: &str, path: &Path<RState, RAction>) -> Trace {
+        Trace {
+            format: TRACE_FORMAT,
+            config: self.clone(),
+            property: property.to_string(),
+            note: String::new(),
+            steps: path
+                .clone()
+                .into_actions()
+                .iter()
+                .map(|a| format!("{a:?}"))
+                .collect(),
+            violation: self.violation(property, path.last_state()),
+        }
+    }
+
+    /// The configuration's error, if the model cannot be built from it (a configuration
+    /// read from a file): the ring, every slot's node and every client must build, with at
+    /// least one member at the start and one client.
+    pub fn validate(&self) -> Result<(), String> {
+        let ring = Ring::<NS>::new(6, self.idents)
+            .map_err(|e| format!("idents {:?}: not a ring of m = 6: {e:?}", self.idents))?;
+        if self.initial == 0 || self.initial >> NS != 0 {
+            return Err(format!(
+                "initial {:#06b}: one bit per slot of {NS}, at least one set",
+                self.initial
+            ));
+        }
+        if self.clients.is_empty() || self.clients.len() > CL {
+            return Err(format!("{} clients: 1 to {CL}", self.clients.len()));
+        }
+        if let Some(k) = self.clients.iter().find(|k| **k >= 64) {
+            return Err(format!("key {k}: keys are below 2^6 = 64"));
+        }
+        if self.rounds == 0 {
+            return Err("rounds: at least 1".into());
+        }
+        let view = View {
+            epoch: 0,
+            members: self.initial,
+        };
+        for i in 0..NS {
+            let id = NodeId(i as u16);
+            match self.variant {
+                Variant::Paper => PaperNode::<NS, T>::new(id, ring, view).map(|_| ()),
+                Variant::Hilock { r } => {
+                    RingServer::<NS, T, CL>::new(id, ring, r, view).map(|_| ())
+                }
+            }
+            .map_err(|e| format!("slot {i}: {e:?}"))?;
+        }
+        for i in 0..self.clients.len() {
+            ChordClient::<NS>::new(ClientId(i as u8 + 1), ring, view)
+                .map_err(|e| format!("client {}: {e:?}", i + 1))?;
+        }
+        Ok(())
     }
 
     /// Exhaustive check of every property (two threads).
@@ -512,23 +602,7 @@ impl RingModel {
             .keys()
             .map(|k| k.to_string())
             .collect();
-        let trace = want.and_then(|p| {
-            checker.discovery(p).map(|path| {
-                let last = path.last_state().clone();
-                Trace {
-                    format: "hilock-ring-trace/1",
-                    config: self.clone(),
-                    property: p.to_string(),
-                    note: String::new(),
-                    steps: path
-                        .into_actions()
-                        .iter()
-                        .map(|a| format!("{a:?}"))
-                        .collect(),
-                    violation: self.violation(p, &last),
-                }
-            })
-        });
+        let trace = want.and_then(|p| checker.discovery(p).map(|path| self.trace(p, &path)));
         RingReport {
             config: self.name.clone(),
             unique_states: checker.unique_state_count(),

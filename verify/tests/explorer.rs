@@ -176,6 +176,49 @@ fn saved_counterexamples_open_at_their_failing_state() {
     }
 }
 
+/// Every saved counterexample of the ring and fault models (`spec/counterexamples/ring/`,
+/// `faults/`) replays through the configuration it embeds, as a `"model": "ring"` or
+/// `"faults"` configuration file holds it, to a state that violates the property it names
+/// (for the ring's `eventually` property, to its last state): `hilock explore` opens it
+/// given that configuration.
+#[test]
+fn saved_ring_and_fault_counterexamples_open_with_their_configuration() {
+    let mut n = 0;
+    for (dir, model) in [("ring", "ring"), ("faults", "faults")] {
+        for e in std::fs::read_dir(counterexamples().join(dir)).expect("counterexamples") {
+            let p = e.expect("entry").path();
+            if p.extension().is_none_or(|x| x != "json") {
+                continue;
+            }
+            let v: serde_json::Value =
+                serde_json::from_str(&std::fs::read_to_string(&p).expect("trace")).expect("JSON");
+            let mut cfg = v["config"].clone();
+            cfg["model"] = model.into();
+            let cfg: hilock_models::open::OtherConfig =
+                serde_json::from_value(cfg).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+            let opened = hilock_models::open::open_other(&cfg, &v)
+                .unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+            let property = v["property"].as_str().unwrap_or("").to_string();
+            if property != hilock_models::ring::LIVE {
+                assert!(
+                    opened.violated.contains(&property),
+                    "{}: the last state violates {:?}, the trace says {property}",
+                    p.display(),
+                    opened.violated
+                );
+            }
+            let actions = v["steps"].as_array().map_or(0, |s| {
+                s.iter()
+                    .filter(|s| !s.is_object() || s.get("action").is_some())
+                    .count()
+            });
+            assert_eq!(opened.steps, actions, "{}", p.display());
+            n += 1;
+        }
+    }
+    assert!(n >= 8, "{n} traces");
+}
+
 /// A failing check (here the literal token branch, which deadlocks) writes its
 /// configuration and counterexamples for the Explorer and says how to open each: the
 /// command and the URL of the failing state.

@@ -4,8 +4,8 @@
 //!
 //! hilock's recovery passes with pinned state counts; each safeguard removed gives its
 //! named counterexample, written to `spec/counterexamples/faults/*.json` (a directory of
-//! their own: `hilock explore` cannot open this model's traces yet, and every trace at the
-//! top level must open, `verify/tests/explorer.rs`). Larger
+//! their own: each trace embeds its configuration, with none in
+//! `spec/counterexamples/configs/`; `verify/tests/explorer.rs` opens each through it). Larger
 //! configurations are `#[ignore]`d with their time noted
 //! (`cargo test --release -p verify --test faults -- --ignored --nocapture`).
 

@@ -3,9 +3,9 @@
 //!
 //! hilock's replicated ring server (r = 2) passes with pinned state counts; the paper's
 //! Fig. 2 taken literally is refuted, each counterexample written to
-//! `spec/counterexamples/ring/ring-*.json` (a subdirectory: `hilock explore` does not open
-//! this model's traces yet, and `verify/tests/explorer.rs` checks every trace in the
-//! parent); each passing property is broken once on purpose (`*_goes_red`). The 4-slot join
+//! `spec/counterexamples/ring/ring-*.json` (a subdirectory: each trace embeds its
+//! configuration, with none in `spec/counterexamples/configs/`; `verify/tests/explorer.rs`
+//! opens each through it); each passing property is broken once on purpose (`*_goes_red`). The 4-slot join
 //! configuration is `#[ignore]`d (about 28 s in release;
 //! `cargo test --release -p verify --test ring -- --ignored`), and so are the four checks
 //! of a join during a short cut (the retry fence: passes with it, refuted without it;
