@@ -884,3 +884,31 @@ fn a_token_drops_this_nodes_older_entries_from_the_merged_queue() {
     assert_eq!(n.held(), Mode::W);
     assert_eq!(n.queue(), [other]);
 }
+
+/// Rule 8.1 after a replacement: a newer request of a node whose older one waits in the
+/// token node's queue replaces it in place, and the queue is sorted again by priority.
+/// Node 0 holds W with the token; nodes 1 and 2 wait for R at priority 0; node 2's newer
+/// request at priority 5 goes to the head.
+#[test]
+fn a_replaced_queue_entry_is_sorted_again_by_priority() {
+    let mut site = S::new(NodeId(0), NodeId(0)).unwrap();
+    let mut out = Out::new();
+    site.step(
+        Input::Acquire {
+            lock: L,
+            mode: Mode::W,
+        },
+        &mut out,
+    )
+    .unwrap();
+    let r = |requester: u16, serial: u32, prio: u8, hop: u32| Msg::Request {
+        lock: L,
+        entry: entry(requester, Mode::R, serial, prio),
+        hop,
+    };
+    deliver_to(&mut site, 1, &r(1, 1, 0, 1)).unwrap();
+    deliver_to(&mut site, 2, &r(2, 1, 0, 1)).unwrap();
+    deliver_to(&mut site, 2, &r(2, 2, 5, 2)).unwrap();
+    let q = site.lock(L).unwrap().queue();
+    assert_eq!(q, [entry(2, Mode::R, 2, 5), entry(1, Mode::R, 1, 0)]);
+}
