@@ -216,6 +216,7 @@ pub struct RingModel {
     pub duplicates: u8,
     /// Most `Reboot` actions in a run (a crashed node's slot started again as a new
     /// process, with an empty table and an empty request memory; hilock).
+    #[serde(default)]
     pub reboots: u8,
     /// A client waiting for an answer resends its request (same number) with the
     /// service's view as soon as the service installed a view newer than the one its
