@@ -912,3 +912,29 @@ fn a_replaced_queue_entry_is_sorted_again_by_priority() {
     let q = site.lock(L).unwrap().queue();
     assert_eq!(q, [entry(2, Mode::R, 2, 5), entry(1, Mode::R, 1, 0)]);
 }
+
+/// Rule 4.1 with a pending try (`spec/SPEC.md` 1.12): a try may be refused, so nothing
+/// waits behind it. Node 1 (parent 0) has a try of W pending; node 2's W request, which
+/// Table 3.2 would keep behind a pending W request, goes on to the parent and node 1's
+/// queue stays empty.
+#[test]
+fn nothing_waits_behind_a_pending_try() {
+    let (mut site, _) = pending_try(Mode::W);
+    let w = Msg::Request {
+        lock: L,
+        entry: entry(2, Mode::W, 1, 0),
+        hop: 1,
+    };
+    let out = deliver_to(&mut site, 2, &w).unwrap();
+    assert!(
+        matches!(
+            out.as_slice(),
+            [Output::Send {
+                to: NodeId(0),
+                msg: Msg::Request { .. }
+            }]
+        ),
+        "{out:?}"
+    );
+    assert!(site.lock(L).unwrap().queue().is_empty());
+}
