@@ -938,3 +938,30 @@ fn nothing_waits_behind_a_pending_try() {
     );
     assert!(site.lock(L).unwrap().queue().is_empty());
 }
+
+/// An older request of a node whose newer one already waits in the token node's queue is
+/// stale: counted, reported (`StaleRequest`), and the queue keeps the newer one.
+#[test]
+fn an_older_request_behind_a_queued_newer_one_is_reported_stale() {
+    let mut site = S::new(NodeId(0), NodeId(0)).unwrap();
+    let mut out = Out::new();
+    site.step(
+        Input::Acquire {
+            lock: L,
+            mode: Mode::W,
+        },
+        &mut out,
+    )
+    .unwrap();
+    let r = |serial: u32, hop: u32| Msg::Request {
+        lock: L,
+        entry: entry(2, Mode::R, serial, 0),
+        hop,
+    };
+    deliver_to(&mut site, 2, &r(2, 1)).unwrap();
+    let (out, rules) = deliver_report(&mut site, 2, &r(1, 2));
+    assert!(out.is_empty(), "{out:?}");
+    assert!(rules.contains(Rule::StaleRequest), "{rules:?}");
+    assert_eq!(site.lock(L).unwrap().stale().requests, 1);
+    assert_eq!(site.lock(L).unwrap().queue(), [entry(2, Mode::R, 2, 0)]);
+}
