@@ -207,6 +207,29 @@ pub fn unreached<C>(properties: &[PropertyReport<C>]) -> Vec<&str> {
         .collect()
 }
 
+/// Waits for a spawned check to finish, reporting (states, unique states, depth) about every
+/// 25 ms and once more at the end; returns the joined checker.
+fn run_to_end<M: Model, C: Checker<M>>(
+    checker: C,
+    progress: &mut impl FnMut(usize, usize, usize),
+) -> C {
+    while !checker.is_done() {
+        progress(
+            checker.state_count(),
+            checker.unique_state_count(),
+            checker.max_depth(),
+        );
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    let checker = checker.join();
+    progress(
+        checker.state_count(),
+        checker.unique_state_count(),
+        checker.max_depth(),
+    );
+    checker
+}
+
 /// An exhaustive breadth-first check of `model` with every property, reported through
 /// [`property_reports`] (the model's `always`, `eventually` and `sometimes` properties in
 /// its order). One checker thread: Stateright's BFS then visits the states in the same
@@ -225,22 +248,11 @@ where
     M::Action: Clone + PartialEq + std::fmt::Debug + Send + Sync,
 {
     let t = Instant::now();
-    let checker = model.clone().checker().threads(1).spawn_bfs();
-    while !checker.is_done() {
-        progress(
-            checker.state_count(),
-            checker.unique_state_count(),
-            checker.max_depth(),
-        );
-        std::thread::sleep(Duration::from_millis(25));
-    }
-    let checker = checker.join();
-    let elapsed = t.elapsed();
-    progress(
-        checker.state_count(),
-        checker.unique_state_count(),
-        checker.max_depth(),
+    let checker = run_to_end(
+        model.clone().checker().threads(1).spawn_bfs(),
+        &mut progress,
     );
+    let elapsed = t.elapsed();
     let names = |e: Expectation| -> Vec<&'static str> {
         model
             .properties()
@@ -362,22 +374,8 @@ fn check_l<const L: usize>(
 ) -> Result<CheckReport, String> {
     let model = config.clone().into_model_with::<L>()?;
     let t = Instant::now();
-    let checker = model.clone().checker().spawn_bfs();
-    while !checker.is_done() {
-        progress(
-            checker.state_count(),
-            checker.unique_state_count(),
-            checker.max_depth(),
-        );
-        std::thread::sleep(Duration::from_millis(25));
-    }
-    let checker = checker.join();
+    let checker = run_to_end(model.clone().checker().spawn_bfs(), &mut progress);
     let elapsed = t.elapsed();
-    progress(
-        checker.state_count(),
-        checker.unique_state_count(),
-        checker.max_depth(),
-    );
     let mut properties = Vec::new();
     for p in model.properties() {
         if BYPASS.contains(&p.name) {
