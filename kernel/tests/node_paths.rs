@@ -885,12 +885,8 @@ fn a_token_drops_this_nodes_older_entries_from_the_merged_queue() {
     assert_eq!(n.queue(), [other]);
 }
 
-/// Rule 8.1 after a replacement: a newer request of a node whose older one waits in the
-/// token node's queue replaces it in place, and the queue is sorted again by priority.
-/// Node 0 holds W with the token; nodes 1 and 2 wait for R at priority 0; node 2's newer
-/// request at priority 5 goes to the head.
-#[test]
-fn a_replaced_queue_entry_is_sorted_again_by_priority() {
+/// Node 0 with the token, holding W (granted by its own step, Rule 3.2).
+fn token_node_holding_w() -> S {
     let mut site = S::new(NodeId(0), NodeId(0)).unwrap();
     let mut out = Out::new();
     site.step(
@@ -901,6 +897,16 @@ fn a_replaced_queue_entry_is_sorted_again_by_priority() {
         &mut out,
     )
     .unwrap();
+    site
+}
+
+/// Rule 8.1 after a replacement: a newer request of a node whose older one waits in the
+/// token node's queue replaces it in place, and the queue is sorted again by priority.
+/// Node 0 holds W with the token; nodes 1 and 2 wait for R at priority 0; node 2's newer
+/// request at priority 5 goes to the head.
+#[test]
+fn a_replaced_queue_entry_is_sorted_again_by_priority() {
+    let mut site = token_node_holding_w();
     let r = |requester: u16, serial: u32, prio: u8, hop: u32| Msg::Request {
         lock: L,
         entry: entry(requester, Mode::R, serial, prio),
@@ -943,16 +949,7 @@ fn nothing_waits_behind_a_pending_try() {
 /// stale: counted, reported (`StaleRequest`), and the queue keeps the newer one.
 #[test]
 fn an_older_request_behind_a_queued_newer_one_is_reported_stale() {
-    let mut site = S::new(NodeId(0), NodeId(0)).unwrap();
-    let mut out = Out::new();
-    site.step(
-        Input::Acquire {
-            lock: L,
-            mode: Mode::W,
-        },
-        &mut out,
-    )
-    .unwrap();
+    let mut site = token_node_holding_w();
     let r = |serial: u32, hop: u32| Msg::Request {
         lock: L,
         entry: entry(2, Mode::R, serial, 0),
