@@ -10,7 +10,8 @@
 #
 # Extra arguments are passed to `cargo build`; --no-negative skips the wrong-expectation run.
 set -euo pipefail
-cd "$(dirname "$0")"
+here="$(cd "$(dirname "$0")" && pwd)"
+cd "$here"
 
 negative=1
 args=()
@@ -18,21 +19,9 @@ for a in "$@"; do
   if [ "$a" = "--no-negative" ]; then negative=0; else args+=("$a"); fi
 done
 
-if ! rustup target list --installed | grep -qx thumbv7em-none-eabihf; then
-  rustup target add thumbv7em-none-eabihf >/dev/null 2>&1 || {
-    echo "SKIP embedded: cannot install the thumbv7em-none-eabihf target"
-    exit 0
-  }
-fi
-if ! command -v qemu-system-arm >/dev/null 2>&1; then
-  if command -v apt-get >/dev/null 2>&1; then
-    { apt-get update && apt-get install -y qemu-system-arm; } >/dev/null 2>&1 || true
-  fi
-  if ! command -v qemu-system-arm >/dev/null 2>&1; then
-    echo "SKIP embedded: qemu-system-arm is not installed and could not be installed"
-    exit 0
-  fi
-fi
+# shellcheck source=embedded/prerequisites.sh
+. "$here/prerequisites.sh"
+require_target_and_qemu "embedded"
 
 # Where cargo puts the image: CARGO_TARGET_DIR when set (absolute or relative to this
 # folder, as cargo reads it), else target/.

@@ -17,23 +17,12 @@
 #
 #   embedded/run-rtic.sh        # the check (CI)
 set -euo pipefail
-cd "$(dirname "$0")/rtic"
+here="$(cd "$(dirname "$0")" && pwd)"
+cd "$here/rtic"
 
-if ! rustup target list --installed | grep -qx thumbv7em-none-eabihf; then
-  rustup target add thumbv7em-none-eabihf >/dev/null 2>&1 || {
-    echo "SKIP embedded RTIC example: cannot install the thumbv7em-none-eabihf target"
-    exit 0
-  }
-fi
-if ! command -v qemu-system-arm >/dev/null 2>&1; then
-  if command -v apt-get >/dev/null 2>&1; then
-    { apt-get update && apt-get install -y qemu-system-arm; } >/dev/null 2>&1 || true
-  fi
-  if ! command -v qemu-system-arm >/dev/null 2>&1; then
-    echo "SKIP embedded RTIC example: qemu-system-arm is not installed and could not be installed"
-    exit 0
-  fi
-fi
+# shellcheck source=embedded/prerequisites.sh
+. "$here/prerequisites.sh"
+require_target_and_qemu "embedded RTIC example"
 
 # CARGO_TARGET_DIR when set (absolute, or relative to this folder as cargo reads it), else
 # target/.
