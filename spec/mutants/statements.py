@@ -111,6 +111,10 @@ def main():
         del args[k:k + 2]
     listing = "--list" in args
     args = [a for a in args if a != "--list"]
+    if any(a.startswith("-") for a in args) or (not listing and len(args) != 1):
+        sys.exit(__doc__.split("\n\n")[1])
+    if not listing and subprocess.run(["git", "diff", "--quiet", "--"] + FILES).returncode != 0:
+        sys.exit("the token engine's sources have uncommitted changes; run from a clean worktree")
     todo = []
     for f in FILES:
         for (a, b) in statements(f):
