@@ -305,3 +305,67 @@ fn only_the_thesis_release_rule_is_eager() {
     assert!(!ReleaseRule::KeepIntention.is_eager());
     assert!(!ReleaseRule::KeepWithoutGiveBack.is_eager());
 }
+
+/// A token that reaches a keeper makes it the token node, which keeps no intention mode
+/// (P3 restated for kept modes, `LockNode::kept_invariant`: a kept mode lives only at a
+/// non-token node). A token can reach a node whose request is no longer pending — a stale
+/// token (Rule 8, the PIP reissue leaves an older copy of a request behind) — and the node
+/// keeps it; here node 1 keeps IR when a token for an older request of its arrives.
+#[test]
+fn a_token_reaching_a_keeper_drops_the_kept_mode() {
+    // A genuine Token from node 0 to node 1, for a W request of node 1.
+    let mut w = star(ReleaseRule::KeepIntention);
+    let step = w
+        .input(
+            NodeId(1),
+            Input::Acquire {
+                lock: L,
+                mode: Mode::W,
+            },
+        )
+        .unwrap();
+    let Some(Output::Send { msg: request, .. }) = step.outputs.first().cloned() else {
+        panic!("node 1's W request was not sent: {:?}", step.outputs);
+    };
+    let mut root = w.site(NodeId(0)).clone();
+    let mut out: Outputs<Msg<4>, 16> = Outputs::new();
+    root.step(
+        Input::Deliver {
+            from: NodeId(1),
+            msg: &request,
+        },
+        &mut out,
+    )
+    .unwrap();
+    let token = out
+        .iter()
+        .find_map(|o| match o {
+            Output::Send { msg, .. } if msg.kind() == MsgKind::Token => Some(msg.clone()),
+            _ => None,
+        })
+        .expect("node 0 transfers the token for W (Rule 3.2)");
+
+    let mut c = star(ReleaseRule::KeepIntention);
+    copy_then_release(&mut c, 1, Mode::IR);
+    assert_eq!(node(&c, 1).kept(), Mode::IR);
+    let mut keeper = c.site(NodeId(1)).clone();
+    out.clear();
+    keeper
+        .step(
+            Input::Deliver {
+                from: NodeId(0),
+                msg: &token,
+            },
+            &mut out,
+        )
+        .unwrap();
+    let n = keeper.lock(L).unwrap();
+    assert!(n.has_token(), "a stale token is kept");
+    assert_eq!(
+        n.kept(),
+        Mode::Phi,
+        "the token node keeps no intention mode"
+    );
+    assert!(n.kept_invariant());
+    assert_eq!(n.owned(), Mode::Phi);
+}

@@ -394,3 +394,49 @@ fn rule_8_2_merged_queue_is_in_priority_order() {
     let order: Vec<u16> = n.granted.iter().map(|g| g.0).collect();
     assert_eq!(order, vec![0, 2, 3, 1]);
 }
+
+/// PIP (Fig. 3.8, `HandleReissuedRequest` at the token node): a queued request reissued at
+/// a higher priority raises the holder's inherited priority too — the holder inherits from
+/// the reissue, not only from the request's first arrival.
+#[test]
+fn pip_the_holder_inherits_from_a_reissued_request() {
+    let mut n = Net::star(Inheritance::Pip);
+    n.acquire(0, Mode::R);
+    n.step(1, Input::SetPriority { base: 3 });
+    n.acquire(1, Mode::W); // queued at 0, which inherits 3
+    n.settle();
+    assert_eq!(n.site(0).priorities().effective, 3);
+    n.step(1, Input::SetPriority { base: 7 }); // PIP reissue of the queued W at 7
+    n.settle();
+    assert_eq!(
+        n.site(0).priorities().effective,
+        7,
+        "the holder did not inherit the reissued request's priority"
+    );
+    assert_eq!(n.node(0).queue()[0].prio, 7);
+}
+
+/// Rule 6_PRIO with a PIP reissue at the token node: a queued request that a freeze held
+/// back (its priority not above the freeze's threshold) is granted as soon as its reissue
+/// raises it above the threshold — the token node checks its queue again then, not only at
+/// the next release.
+#[test]
+fn pip_a_reissue_above_the_freeze_threshold_is_granted_at_once() {
+    let mut n = Net::star(Inheritance::Pip);
+    n.acquire(0, Mode::R);
+    n.step(2, Input::SetPriority { base: 2 });
+    n.acquire(2, Mode::W); // queued at 0: freezes R at threshold 2 (Table 2.4, Rule 6_PRIO)
+    n.settle();
+    n.step(1, Input::SetPriority { base: 1 });
+    n.acquire(1, Mode::R); // compatible with R but frozen for priority 1 <= 2: queued
+    n.settle();
+    assert_eq!(n.node(1).held(), Mode::Phi);
+    n.step(1, Input::SetPriority { base: 5 }); // reissued above the threshold
+    n.settle();
+    assert_eq!(
+        n.node(1).held(),
+        Mode::R,
+        "the raised request passes the freeze and shares R with the holder"
+    );
+    assert_eq!(n.node(0).held(), Mode::R);
+}

@@ -37,7 +37,7 @@
 //! - `every waiting client eventually enters` (`Property::eventually`): every live client
 //!   does its critical sections (lock), every item is completed (queue). Stateright 0.31
 //!   evaluates `eventually` only at terminal states and can miss counterexamples at DAG
-//!   joins and on cycles; it is exact here because (a) the condition ([`BakeryModel::finished`])
+//!   joins and on cycles; it is exact here because (a) the condition ([`BakerySystem::finished`])
 //!   is stable — once true it stays true on every extension — so the bits Stateright
 //!   carries along a path equal the condition of the state itself, whatever path reached
 //!   it; and (b) the model makes a *blocked* state terminal: nothing in flight, every live

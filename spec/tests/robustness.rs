@@ -7,6 +7,7 @@
 //! FIFO without faults the tree invariants (P3, P3b). A second property drives well-formed
 //! runs on FIFO channels and then drains them: every request is granted (P4 at quiescence).
 
+use hilock_harness::Step;
 use hilock_kernel::{
     Forwarding, Inheritance, Input, LockId, Mode, Msg, MsgKind, NodeId, Output, Rule, RuleSet,
     Variant,
@@ -299,23 +300,7 @@ impl Harness {
                 self.last_rules = RuleSet::EMPTY;
             }
             Ok(step) => {
-                // The report names what the step did: a step sends a Freeze exactly when it
-                // reports Rule 6's freeze (`Rule6FreezeSent`), and a Busy only when it
-                // reports a refused try (`TryRefused`).
-                let sent = |kind: MsgKind| {
-                    step.outputs
-                        .iter()
-                        .any(|o| matches!(o, Output::Send { msg, .. } if msg.kind() == kind))
-                };
-                if sent(MsgKind::Freeze) != step.rules.contains(Rule::Rule6FreezeSent) {
-                    return Err(format!(
-                        "{a:?}: a Freeze sent and Rule6FreezeSent reported disagree: {:?} {:?}",
-                        step.outputs, step.rules
-                    ));
-                }
-                if sent(MsgKind::Busy) && !step.rules.contains(Rule::TryRefused) {
-                    return Err(format!("{a:?}: a Busy sent without TryRefused reported"));
-                }
+                report_names_what_the_step_did(&format!("{a:?}"), &step)?;
                 self.last_rules = step.rules;
                 self.granted += step
                     .outputs
@@ -333,7 +318,10 @@ impl Harness {
     /// quiescence), checking every safety property after every step.
     fn drain(&mut self) -> Result<(), String> {
         self.sys
-            .drain(10_000, 100_000, |sys, _| Ok(sys.check_safety()?))
+            .drain(10_000, 100_000, |sys, step| {
+                report_names_what_the_step_did("a step", step)?;
+                Ok(sys.check_safety()?)
+            })
             .map_err(|e| {
                 let names: Vec<String> = (0..N).map(|i| format!("n{i}")).collect();
                 let mut states = Vec::new();
@@ -352,6 +340,27 @@ impl Harness {
                 format!("drain: {e}: {states:#?}")
             })
     }
+}
+
+/// The report names what the step did: a step sends a Freeze exactly when it reports Rule
+/// 6's freeze (`Rule6FreezeSent`), and a Busy only when it reports a refused try
+/// (`TryRefused`).
+fn report_names_what_the_step_did(what: &str, step: &Step<SpecMsg>) -> Result<(), String> {
+    let sent = |kind: MsgKind| {
+        step.outputs
+            .iter()
+            .any(|o| matches!(o, Output::Send { msg, .. } if msg.kind() == kind))
+    };
+    if sent(MsgKind::Freeze) != step.rules.contains(Rule::Rule6FreezeSent) {
+        return Err(format!(
+            "{what}: a Freeze sent and Rule6FreezeSent reported disagree: {:?} {:?}",
+            step.outputs, step.rules
+        ));
+    }
+    if sent(MsgKind::Busy) && !step.rules.contains(Rule::TryRefused) {
+        return Err(format!("{what}: a Busy sent without TryRefused reported"));
+    }
+    Ok(())
 }
 
 /// Applies `actions` to a fresh 4-site system under `inh`, then drains it: every request
