@@ -440,3 +440,34 @@ fn pip_a_reissue_above_the_freeze_threshold_is_granted_at_once() {
     );
     assert_eq!(n.node(0).held(), Mode::R);
 }
+
+/// PIP (Fig. 3.8: "re-issue all the pending requests" of a lower priority): a rise of ξ
+/// reissues only a request whose priority is below the new ξ; one issued at a higher
+/// priority before ξ fell keeps it. Here the token node's own W, issued at 5, stays ahead
+/// of node 2's W at 4 after ξ fell to 1 and rose to 3.
+#[test]
+fn pip_a_rise_below_a_pending_requests_priority_leaves_it_as_it_is() {
+    let mut n = Net::star(Inheritance::Pip);
+    n.acquire(0, Mode::R);
+    n.acquire(1, Mode::R); // a copy of R (Rule 3.2): node 0 keeps the token
+    n.settle();
+    n.release(0);
+    n.settle();
+    n.step(0, Input::SetPriority { base: 5 });
+    n.acquire(0, Mode::W); // queued at the token node behind node 1's R, priority 5
+    n.step(2, Input::SetPriority { base: 4 });
+    n.acquire(2, Mode::W); // queued behind it, priority 4
+    n.settle();
+    n.step(0, Input::SetPriority { base: 1 });
+    n.step(0, Input::SetPriority { base: 3 }); // ξ rises from 1 to 3, still below 5
+    assert_eq!(n.node(0).queue()[0].requester, NodeId(0));
+    assert_eq!(n.node(0).queue()[0].prio, 5);
+    n.release(1);
+    n.settle();
+    assert_eq!(
+        n.node(0).held(),
+        Mode::W,
+        "node 0's W, priority 5, goes first"
+    );
+    assert_eq!(n.node(2).held(), Mode::Phi);
+}
