@@ -471,3 +471,29 @@ fn pip_a_rise_below_a_pending_requests_priority_leaves_it_as_it_is() {
     );
     assert_eq!(n.node(2).held(), Mode::Phi);
 }
+
+/// Rule 6_PRIO with a PIP reissue of the token node's own request: its own R, held back by
+/// a freeze (priority 1, threshold 2), is granted as soon as ξ rises above the threshold —
+/// the token node checks its queue again then, not only at the next release.
+#[test]
+fn pip_the_token_nodes_own_request_raised_above_the_freeze_is_granted_at_once() {
+    let mut n = Net::star(Inheritance::Pip);
+    n.acquire(0, Mode::R);
+    n.acquire(1, Mode::R); // a copy of R (Rule 3.2): node 0 keeps the token
+    n.settle();
+    n.release(0);
+    n.settle();
+    n.step(2, Input::SetPriority { base: 2 });
+    n.acquire(2, Mode::W); // queued at node 0: R frozen at threshold 2 (Table 2.4)
+    n.settle();
+    n.step(0, Input::SetPriority { base: 1 });
+    n.acquire(0, Mode::R); // compatible with the owned R, but frozen for priority 1
+    assert_eq!(n.node(0).held(), Mode::Phi);
+    n.step(0, Input::SetPriority { base: 5 }); // reissued above the threshold
+    assert_eq!(
+        n.node(0).held(),
+        Mode::R,
+        "the raised own request passes the freeze and shares R with node 1"
+    );
+    assert_eq!(n.node(1).held(), Mode::R);
+}
