@@ -728,7 +728,7 @@ impl Model for InversionConfig {
     }
 
     fn properties(&self) -> Vec<Property<Self>> {
-        vec![
+        let mut p = vec![
             // P1, P2, P3, P3b, P4 and "no kernel error" are the harness's properties
             // (`hilock_harness::properties`), written once.
             Property::always(properties::P1, |_, st: &InvState| {
@@ -755,23 +755,6 @@ impl Model for InversionConfig {
             Property::always("P7 bounded inversion", |m: &Self, st: &InvState| {
                 st.overtakes <= m.bound
             }),
-            // P13: D's grant happens at most `hops` message delays plus `sections` stretches of
-            // critical-section code after its request.
-            Property::always(P13_DELAYS, |m: &Self, st: &InvState| {
-                match (m.blocking, st.blocked) {
-                    (Some(b), Some(x)) => x.hops <= b.hops,
-                    _ => true,
-                }
-            }),
-            Property::always(P13_SECTIONS, |m: &Self, st: &InvState| {
-                match (m.blocking, st.blocked) {
-                    (Some(b), Some(x)) => x.sections <= b.sections,
-                    _ => true,
-                }
-            }),
-            Property::sometimes(P13_BOTH, |m: &Self, st: &InvState| {
-                m.blocking.is_some() && st.blocked == m.blocking
-            }),
             Property::sometimes(
                 "D waits while a lower-priority request is granted",
                 |_, st: &InvState| st.overtakes >= 1,
@@ -780,7 +763,29 @@ impl Model for InversionConfig {
                 (0..m.nodes())
                     .all(|n| st.pc[n] as usize == m.script(n as u16).len() && !st.waiting[n])
             }),
-        ]
+        ];
+        if self.blocking.is_some() {
+            p.extend([
+                // P13: D's grant happens at most `hops` message delays plus `sections`
+                // stretches of critical-section code after its request.
+                Property::always(P13_DELAYS, |m: &Self, st: &InvState| {
+                    match (m.blocking, st.blocked) {
+                        (Some(b), Some(x)) => x.hops <= b.hops,
+                        _ => true,
+                    }
+                }),
+                Property::always(P13_SECTIONS, |m: &Self, st: &InvState| {
+                    match (m.blocking, st.blocked) {
+                        (Some(b), Some(x)) => x.sections <= b.sections,
+                        _ => true,
+                    }
+                }),
+                Property::sometimes(P13_BOTH, |m: &Self, st: &InvState| {
+                    m.blocking.is_some() && st.blocked == m.blocking
+                }),
+            ]);
+        }
+        p
     }
 }
 
