@@ -175,6 +175,7 @@ const PINNED_BLOCKING: &[(&str, usize)] = &[
     ("P13 Pip mediums=2 rounds=2", 389622),
     ("P13 Pip mediums=2 rounds=3", 2151902),
     ("P13 Pip mediums=3 rounds=1", 614488),
+    ("P13 Prioritized mediums=2 rounds=1", 16283),
     ("P13 Prioritized mediums=2 rounds=2", 173817),
 ];
 
@@ -311,18 +312,23 @@ fn pip_blocking_sections_do_not_grow_with_repeated_requests() {
 }
 
 /// Without inheritance the stretches D waits for grow with the medium nodes' requests: at
-/// N = 4 with two requests each, 7δ + 7C (one run reaches both), 7 stretches > N + 1 = 5 (a
-/// medium request keeps overtaking A's).
+/// N = 4, 5δ + 5C with one request each and 7δ + 7C with two (one run reaches both), 7
+/// stretches > N + 1 = 5 (a medium request keeps overtaking A's).
 #[test]
 fn without_inheritance_blocking_exceeds_the_pip_bound() {
-    let expected = Stamp {
-        hops: 7,
-        sections: 7,
-    };
-    let b = blocking(Flavor::Prioritized, 2, 2, expected);
-    assert_eq!(b.least, expected);
-    assert!(b.exact && b.both);
-    assert!(b.least.sections > pip_blocking_bound(4).sections);
+    let mut sections = Vec::new();
+    for (rounds, expected) in [(1, 5), (2, 7)] {
+        let expected = Stamp {
+            hops: expected,
+            sections: expected,
+        };
+        let b = blocking(Flavor::Prioritized, 2, rounds, expected);
+        assert_eq!(b.least, expected, "rounds = {rounds}");
+        assert!(b.exact && b.both, "rounds = {rounds}");
+        sections.push(b.least.sections);
+    }
+    assert!(sections[1] > sections[0], "grows with the requests");
+    assert!(sections[1] > pip_blocking_bound(4).sections);
 }
 
 /// Larger configurations of P13 (`cargo test -p verify --test inversion blocking -- --ignored
