@@ -528,6 +528,104 @@ impl InversionConfig {
                 .is_some_and(|st| step["overtakes"].as_u64() == Some(u64::from(st.overtakes)))
     }
 
+    /// One run of the model in real time, against which P13's bounds can be tested: every
+    /// message is delivered a random time of at most `delay` after its send (FIFO per
+    /// link), every operation inside a critical section comes a random time of at most
+    /// `section` after its stretch of code began, and a request outside one (A's first, D's,
+    /// a medium node's while nothing is in flight) a random time of at most 2·`section`
+    /// after it became possible; the earliest due event happens next. Returns D's blocking
+    /// time and the run's P13 bound at D's grant; `None` if the configuration does not set
+    /// `blocking` or no event can happen before D's grant.
+    pub fn timed_blocking(&self, seed: u64, delay: f64, section: f64) -> Option<(f64, Stamp)> {
+        self.blocking?;
+        let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        let mut random = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 11) as f64 / (1u64 << 53) as f64
+        };
+        let n = self.nodes();
+        let mut st = self.init_states().remove(0);
+        let mut now = 0.0f64;
+        let mut run_due: Vec<Option<f64>> = vec![None; n];
+        let mut msg_due: std::collections::BTreeMap<(u16, u16), std::collections::VecDeque<f64>> =
+            Default::default();
+        let mut asked = None;
+        let mut actions = Vec::new();
+        loop {
+            actions.clear();
+            self.actions(&st, &mut actions);
+            let mut enabled = vec![false; n];
+            for a in &actions {
+                if let Action::Run { node, .. } = *a {
+                    let i = node as usize;
+                    enabled[i] = true;
+                    if run_due[i].is_none() {
+                        let most = if Self::holds(&st, i) {
+                            section
+                        } else {
+                            2.0 * section
+                        };
+                        run_due[i] = Some(now + random() * most);
+                    }
+                }
+            }
+            for (due, on) in run_due.iter_mut().zip(&enabled) {
+                if !on {
+                    *due = None;
+                }
+            }
+            let (at, action) = actions
+                .iter()
+                .map(|a| match *a {
+                    Action::Run { node, .. } => (run_due[node as usize].unwrap_or(now), *a),
+                    Action::Deliver { from, to, .. } => (
+                        msg_due
+                            .get(&(from, to))
+                            .and_then(|q| q.front().copied())
+                            .unwrap_or(now),
+                        *a,
+                    ),
+                })
+                .min_by(|a, b| a.0.total_cmp(&b.0))?;
+            now = now.max(at);
+            let mut before = vec![0usize; n * n];
+            for (k, b) in before.iter_mut().enumerate() {
+                *b = st
+                    .cluster
+                    .channel_len(NodeId((k / n) as u16), NodeId((k % n) as u16));
+            }
+            let next = self.next_state(&st, action)?;
+            match action {
+                Action::Run { node, op } => {
+                    run_due[node as usize] = None;
+                    if node == D && matches!(op, Op::Acquire(..)) {
+                        asked = Some(now);
+                    }
+                }
+                Action::Deliver { from, to, .. } => {
+                    if let Some(q) = msg_due.get_mut(&(from, to)) {
+                        q.pop_front();
+                    }
+                    before[from as usize * n + to as usize] -= 1;
+                }
+            }
+            for (k, b) in before.iter().enumerate() {
+                let (f, t) = ((k / n) as u16, (k % n) as u16);
+                for _ in *b..next.cluster.channel_len(NodeId(f), NodeId(t)) {
+                    let q = msg_due.entry((f, t)).or_default();
+                    let last = q.back().copied().unwrap_or(now);
+                    q.push_back(last.max(now + random() * delay));
+                }
+            }
+            st = next;
+            if let (Some(b), Some(t0)) = (st.blocked, asked) {
+                return Some((now - t0, b));
+            }
+        }
+    }
+
     /// Runs the checker (BFS, no depth limit) and returns it.
     pub fn check(self) -> impl Checker<InversionConfig> {
         self.checker().spawn_bfs().join()

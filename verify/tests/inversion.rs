@@ -349,3 +349,39 @@ fn pip_blocking_larger_configurations() {
     assert_eq!(b.least, n4, "N = 4, rounds = 3");
     assert!(b.exact && !b.both);
 }
+
+/// P13's bounds hold in real time on random timed runs (`InversionConfig::timed_blocking`:
+/// delays at most δ, stretches at most C, with δ < C, δ = C and δ > C): D's blocking time
+/// is at most the run's own bound hops·δ + sections·C, and with PIP at most the closed form
+/// `pip_blocking_bound(N)`, N = 3 and 4, each medium node asking once.
+#[test]
+fn pip_blocking_bound_holds_on_random_timed_runs() {
+    for mediums in 1..=2 {
+        let n = mediums + 2;
+        let cfg = InversionConfig {
+            flavor: Flavor::Pip,
+            mediums,
+            rounds: 1,
+            bound: u8::MAX,
+            blocking: Some(pip_blocking_bound(n)),
+        };
+        let f = pip_blocking_bound(n);
+        let mut longest = 0.0f64;
+        for (delay, section) in [(1.0, 10.0), (1.0, 1.0), (10.0, 1.0)] {
+            for seed in 0..20_000u64 {
+                let (t, b) = cfg
+                    .timed_blocking(seed, delay, section)
+                    .expect("D is granted");
+                let run = f64::from(b.hops) * delay + f64::from(b.sections) * section;
+                let formula = f64::from(f.hops) * delay + f64::from(f.sections) * section;
+                assert!(t <= run + 1e-9, "N = {n}, seed {seed}: {t} > {run} ({b})");
+                assert!(t <= formula + 1e-9, "N = {n}, seed {seed}: {t} > {formula}");
+                longest = longest.max(t / formula);
+            }
+        }
+        println!(
+            "N = {n}: longest blocking {:.0}% of the closed form",
+            longest * 100.0
+        );
+    }
+}
