@@ -16,6 +16,27 @@
 //! priority than D other than A delays D without being one D asked to wait for — a priority
 //! inversion. P7(B): at most B such critical sections while D's request is pending. The
 //! checker reports the least B that holds.
+//!
+//! Property P13 "blocking bound" (only when the configuration sets `blocking`): D's grant
+//! comes at most `hops` message delays δ plus `sections` stretches of critical-section code
+//! C after D's request, where C bounds the code a node runs inside a critical section
+//! between two of its lock operations. D asks once A holds R on L_i. From D's request (time
+//! 0; every earlier event at time ≤ 0) the model keeps, per event, a bound on its time,
+//! given by what forces it to happen:
+//!
+//! - a message is delivered at most δ after its send (FIFO links, delay at most δ);
+//! - a lock operation of a node inside a critical section comes at most C after the stretch
+//!   of code before it began (the node's grant or its previous operation);
+//! - D's request is at time 0; a medium node's new request, which the timing assumption
+//!   lets happen only while no message is in flight, comes before the next operation of
+//!   every node running critical-section code (the least of their bounds), and so does
+//!   every earlier event;
+//! - what a step sends or grants happens when the step does.
+//!
+//! A bound is a pair (hops, sections), the time hops·δ + sections·C; two bounds combine
+//! component by component, so the bound holds for every δ and C. The checker reports the
+//! least `hops` and the least `sections` that hold ([`least_blocking`]);
+//! [`pip_blocking_bound`] is their closed form under PIP.
 
 use crate::token::Delivered;
 use hilock_harness::{properties, Cluster};
@@ -66,6 +87,66 @@ pub struct InversionConfig {
     pub rounds: usize,
     /// The bound B checked by P7.
     pub bound: u8,
+    /// The bounds checked by P13 (D's blocking time, [`Stamp`]); `None`: no clocks are kept
+    /// and P13 is not checked (the state space is that of P7).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blocking: Option<Stamp>,
+}
+
+/// An upper bound on the real time of an event since D's request, as `hops` message delays
+/// δ plus `sections` stretches of code run inside a critical section, each at most C.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize,
+)]
+#[serde(deny_unknown_fields)]
+pub struct Stamp {
+    /// Message delays δ.
+    pub hops: u8,
+    /// Stretches of code inside a critical section, each at most C long.
+    pub sections: u8,
+}
+
+impl Stamp {
+    /// The later of two bounds, component by component (a bound for both events).
+    fn max(self, o: Stamp) -> Stamp {
+        Stamp {
+            hops: self.hops.max(o.hops),
+            sections: self.sections.max(o.sections),
+        }
+    }
+
+    /// One message delay later.
+    fn delayed(self) -> Stamp {
+        Stamp {
+            hops: self.hops.saturating_add(1),
+            ..self
+        }
+    }
+
+    /// One stretch of critical-section code later.
+    fn computed(self) -> Stamp {
+        Stamp {
+            sections: self.sections.saturating_add(1),
+            ..self
+        }
+    }
+}
+
+impl std::fmt::Display for Stamp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}δ + {}C", self.hops, self.sections)
+    }
+}
+
+/// The clocks of P13 while D waits: per node the bound on its latest event and on the
+/// start of the stretch of critical-section code it runs, and the bound on the send of
+/// every message sent since D's request, per channel in sending order (a message sent
+/// before D's request has none: it was sent at time ≤ 0).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct Clocks {
+    clock: Vec<Stamp>,
+    start: Vec<Stamp>,
+    sent: Vec<(u16, u16, Stamp)>,
 }
 
 /// A scripted operation: acquire a mode on lock 0 (L_i) or 1 (L_j), or release it.
@@ -156,6 +237,11 @@ pub struct InvState {
     a_waits_j: bool,
     /// Lower-priority grants while D's request was pending.
     pub overtakes: u8,
+    /// P13's clocks, kept from D's request to D's grant (only if the configuration checks
+    /// P13).
+    clocks: Option<Clocks>,
+    /// The bound on the time of D's grant since its request, once granted (P13).
+    pub blocked: Option<Stamp>,
 }
 
 impl InversionConfig {
@@ -194,8 +280,27 @@ impl InversionConfig {
         }
     }
 
-    /// Records the grants of a step at `n` (its other outputs the harness has routed).
-    fn apply(&self, st: &mut InvState, n: u16, outputs: &[Output<hilock_spec::SpecMsg>]) {
+    /// Records the grants of a step at `n` (its other outputs the harness has routed) and,
+    /// while D waits, P13's clocks: the step happened at time ≤ `at`, so do its sends and
+    /// grants; at D's grant the bound is kept and the clocks are dropped.
+    fn apply(
+        &self,
+        st: &mut InvState,
+        n: u16,
+        outputs: &[Output<hilock_spec::SpecMsg>],
+        at: Option<Stamp>,
+    ) {
+        if let (Some(c), Some(t)) = (st.clocks.as_mut(), at) {
+            c.clock[n as usize] = c.clock[n as usize].max(t);
+            for o in outputs {
+                match o {
+                    Output::Send { to, .. } => c.sent.push((n, to.0, t)),
+                    // A grant begins a stretch of critical-section code.
+                    Output::Granted { .. } | Output::Upgraded { .. } => c.start[n as usize] = t,
+                    Output::WouldBlock { .. } => {}
+                }
+            }
+        }
         for o in outputs {
             match o {
                 // The inversion model issues no try-lock.
@@ -204,6 +309,9 @@ impl InversionConfig {
                     st.waiting[n as usize] = false;
                     if n == D {
                         st.d_pending = false;
+                        if st.clocks.take().is_some() {
+                            st.blocked = at;
+                        }
                     } else if n == A {
                         st.a_waits_j = false;
                     } else if st.d_pending && st.a_waits_j && self.prio(n) < PRIO_D {
@@ -214,11 +322,68 @@ impl InversionConfig {
         }
     }
 
-    /// One step of the harness at `n` (the harness keeps a kernel error).
-    fn step(&self, st: &mut InvState, n: u16, input: Input<'_, hilock_spec::SpecMsg>) {
+    /// One step of the harness at `n` at time ≤ `at` (the harness keeps a kernel error).
+    fn step(
+        &self,
+        st: &mut InvState,
+        n: u16,
+        input: Input<'_, hilock_spec::SpecMsg>,
+        at: Option<Stamp>,
+    ) {
         if let Ok(step) = st.cluster.input(NodeId(n), input) {
-            self.apply(st, n, &step.outputs);
+            self.apply(st, n, &step.outputs, at);
         }
+    }
+
+    /// Whether node `x` holds a lock (runs or waits inside a critical section).
+    fn holds(st: &InvState, x: usize) -> bool {
+        st.cluster
+            .site(NodeId(x as u16))
+            .locks()
+            .iter()
+            .any(|l| l.held() != Mode::Phi)
+    }
+
+    /// P13: the bound on the time of the next script operation of `n`, while D waits.
+    /// Inside a critical section the operation ends a stretch of code: at most C after the
+    /// stretch began (at the grant, or at the node's previous operation). Outside one — a
+    /// medium node's new request, which the timing assumption lets happen only while no
+    /// message is in flight — it happens before the next operation of every node running
+    /// critical-section code, so before the bound of any one of them: the least, by
+    /// (sections, hops). (While D waits and nothing is in flight some node runs one, or
+    /// nothing could happen, which P4 excludes; should none, the latest bound of any event
+    /// is taken. A scratch run that panicked there instead stayed green on every default
+    /// P13 configuration.) D's request is at time 0.
+    fn run_time(&self, st: &InvState, n: u16) -> Option<Stamp> {
+        let c = st.clocks.as_ref()?;
+        let i = n as usize;
+        if n == D {
+            return Some(Stamp::default());
+        }
+        if Self::holds(st, i) {
+            return Some(c.start[i].computed());
+        }
+        let running = (0..self.nodes())
+            .filter(|&x| Self::holds(st, x) && !st.waiting[x])
+            .map(|x| c.start[x].computed())
+            .min_by_key(|s| (s.sections, s.hops));
+        Some(running.unwrap_or_else(|| c.clock.iter().copied().fold(Stamp::default(), Stamp::max)))
+    }
+
+    /// P13: the bound on the time of delivering the oldest message from `from` to `to`,
+    /// while D waits: one delay after its send (a message sent before D's request: after
+    /// time 0). Takes the message's stamp.
+    fn delivery_time(&self, st: &mut InvState, from: u16, to: u16) -> Option<Stamp> {
+        let queued = st.cluster.channel_len(NodeId(from), NodeId(to));
+        let c = st.clocks.as_mut()?;
+        let stamped = c.sent.iter().filter(|s| (s.0, s.1) == (from, to)).count();
+        let sent = if stamped < queued {
+            Stamp::default()
+        } else {
+            let k = c.sent.iter().position(|s| (s.0, s.1) == (from, to))?;
+            c.sent.remove(k).2
+        };
+        Some(sent.delayed())
     }
 
     /// Whether no script can run (with nothing in flight, every medium node may run).
@@ -291,6 +456,15 @@ impl InversionConfig {
             "lower-priority critical sections on L_j while D waited: {}",
             st.overtakes
         );
+        if let Some(c) = &st.clocks {
+            let clocks: Vec<String> = (0..self.nodes())
+                .map(|i| format!("{} {}", node_name(i as u16), c.clock[i]))
+                .collect();
+            let _ = write!(s, "\nclocks since D's request: {}", clocks.join(", "));
+        }
+        if let Some(b) = st.blocked {
+            let _ = write!(s, "\nD granted at most {b} after its request");
+        }
         s
     }
 
@@ -307,10 +481,16 @@ impl InversionConfig {
 
     /// The configuration's name (`P7 Prioritized mediums=2 rounds=1 B=1`).
     pub fn name(&self) -> String {
-        format!(
-            "P7 {:?} mediums={} rounds={} B={}",
-            self.flavor, self.mediums, self.rounds, self.bound
-        )
+        match self.blocking {
+            None => format!(
+                "P7 {:?} mediums={} rounds={} B={}",
+                self.flavor, self.mediums, self.rounds, self.bound
+            ),
+            Some(b) => format!(
+                "P13 {:?} mediums={} rounds={} blocking ≤ {b}",
+                self.flavor, self.mediums, self.rounds
+            ),
+        }
     }
 
     /// A path as a readable trace (`hilock-inversion-trace/1`).
@@ -353,6 +533,104 @@ impl InversionConfig {
             && self
                 .next_state(before, *a)
                 .is_some_and(|st| step["overtakes"].as_u64() == Some(u64::from(st.overtakes)))
+    }
+
+    /// One run of the model in real time, against which P13's bounds can be tested: every
+    /// message is delivered a random time of at most `delay` after its send (FIFO per
+    /// link), every operation inside a critical section comes a random time of at most
+    /// `section` after its stretch of code began, and a request outside one (A's first, D's,
+    /// a medium node's while nothing is in flight) a random time of at most 2·`section`
+    /// after it became possible; the earliest due event happens next. Returns D's blocking
+    /// time and the run's P13 bound at D's grant; `None` if the configuration does not set
+    /// `blocking` or no event can happen before D's grant.
+    pub fn timed_blocking(&self, seed: u64, delay: f64, section: f64) -> Option<(f64, Stamp)> {
+        self.blocking?;
+        let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        let mut random = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 11) as f64 / (1u64 << 53) as f64
+        };
+        let n = self.nodes();
+        let mut st = self.init_states().remove(0);
+        let mut now = 0.0f64;
+        let mut run_due: Vec<Option<f64>> = vec![None; n];
+        let mut msg_due: std::collections::BTreeMap<(u16, u16), std::collections::VecDeque<f64>> =
+            Default::default();
+        let mut asked = None;
+        let mut actions = Vec::new();
+        loop {
+            actions.clear();
+            self.actions(&st, &mut actions);
+            let mut enabled = vec![false; n];
+            for a in &actions {
+                if let Action::Run { node, .. } = *a {
+                    let i = node as usize;
+                    enabled[i] = true;
+                    if run_due[i].is_none() {
+                        let most = if Self::holds(&st, i) {
+                            section
+                        } else {
+                            2.0 * section
+                        };
+                        run_due[i] = Some(now + random() * most);
+                    }
+                }
+            }
+            for (due, on) in run_due.iter_mut().zip(&enabled) {
+                if !on {
+                    *due = None;
+                }
+            }
+            let (at, action) = actions
+                .iter()
+                .map(|a| match *a {
+                    Action::Run { node, .. } => (run_due[node as usize].unwrap_or(now), *a),
+                    Action::Deliver { from, to, .. } => (
+                        msg_due
+                            .get(&(from, to))
+                            .and_then(|q| q.front().copied())
+                            .unwrap_or(now),
+                        *a,
+                    ),
+                })
+                .min_by(|a, b| a.0.total_cmp(&b.0))?;
+            now = now.max(at);
+            let mut before = vec![0usize; n * n];
+            for (k, b) in before.iter_mut().enumerate() {
+                *b = st
+                    .cluster
+                    .channel_len(NodeId((k / n) as u16), NodeId((k % n) as u16));
+            }
+            let next = self.next_state(&st, action)?;
+            match action {
+                Action::Run { node, op } => {
+                    run_due[node as usize] = None;
+                    if node == D && matches!(op, Op::Acquire(..)) {
+                        asked = Some(now);
+                    }
+                }
+                Action::Deliver { from, to, .. } => {
+                    if let Some(q) = msg_due.get_mut(&(from, to)) {
+                        q.pop_front();
+                    }
+                    before[from as usize * n + to as usize] -= 1;
+                }
+            }
+            for (k, b) in before.iter().enumerate() {
+                let (f, t) = ((k / n) as u16, (k % n) as u16);
+                for _ in *b..next.cluster.channel_len(NodeId(f), NodeId(t)) {
+                    let q = msg_due.entry((f, t)).or_default();
+                    let last = q.back().copied().unwrap_or(now);
+                    q.push_back(last.max(now + random() * delay));
+                }
+            }
+            st = next;
+            if let (Some(b), Some(t0)) = (st.blocked, asked) {
+                return Some((now - t0, b));
+            }
+        }
     }
 
     /// Runs the checker (BFS, no depth limit) and returns it.
@@ -404,10 +682,12 @@ impl Model for InversionConfig {
             d_pending: false,
             a_waits_j: false,
             overtakes: 0,
+            clocks: None,
+            blocked: None,
         };
         if self.flavor != Flavor::Fifo {
             for i in 0..n as u16 {
-                self.step(&mut st, i, Input::SetPriority { base: self.prio(i) });
+                self.step(&mut st, i, Input::SetPriority { base: self.prio(i) }, None);
             }
         }
         vec![st]
@@ -424,7 +704,10 @@ impl Model for InversionConfig {
             // protocol can bound the inversion.
             let quiet =
                 n == A || n == D || st.cluster.in_flight() == 0 || st.pc[n as usize] % 2 == 1;
-            if quiet && !st.waiting[n as usize] {
+            // P13 measures D's wait behind A: D asks once A holds R on L_i (asking before,
+            // it is granted at once unless A's request races it).
+            let behind_a = n != D || self.blocking.is_none() || st.pc[A as usize] > 0;
+            if quiet && behind_a && !st.waiting[n as usize] {
                 if let Some(&op) = self.script(n).get(st.pc[n as usize] as usize) {
                     actions.push(Action::Run { node: n, op });
                 }
@@ -448,6 +731,26 @@ impl Model for InversionConfig {
                 if self.script(n).get(st.pc[n as usize] as usize) != Some(&op) {
                     return None;
                 }
+                if n == D && self.blocking.is_some() && matches!(op, Op::Acquire(..)) {
+                    // D's request: time 0; every earlier event happened at time ≤ 0.
+                    st.clocks = Some(Clocks {
+                        clock: vec![Stamp::default(); self.nodes()],
+                        start: vec![Stamp::default(); self.nodes()],
+                        sent: Vec::new(),
+                    });
+                }
+                let at = self.run_time(&st, n);
+                if let (Some(c), Some(b)) = (st.clocks.as_mut(), at) {
+                    if !Self::holds(last, n as usize) {
+                        // A new request happens at a time ≤ b, after every event so far:
+                        // each of them happened at a time ≤ b too.
+                        for s in c.clock.iter_mut().chain(c.start.iter_mut()) {
+                            if b.hops <= s.hops && b.sections <= s.sections {
+                                *s = b;
+                            }
+                        }
+                    }
+                }
                 st.pc[n as usize] += 1;
                 match op {
                     Op::Acquire(l, mode) => {
@@ -465,15 +768,21 @@ impl Model for InversionConfig {
                                 lock: LockId(l),
                                 mode,
                             },
+                            at,
                         );
                     }
-                    Op::Release(l) => self.step(&mut st, n, Input::Release { lock: LockId(l) }),
+                    Op::Release(l) => self.step(&mut st, n, Input::Release { lock: LockId(l) }, at),
+                }
+                // The operation ends a stretch of code and begins the next.
+                if let (Some(c), Some(t)) = (st.clocks.as_mut(), at) {
+                    c.start[n as usize] = t;
                 }
             }
             Action::Deliver { from: f, to: t, .. } => {
+                let at = self.delivery_time(&mut st, f, t);
                 let (_, r) = st.cluster.deliver(NodeId(f), NodeId(t))?;
                 if let Ok(step) = r {
-                    self.apply(&mut st, t, &step.outputs);
+                    self.apply(&mut st, t, &step.outputs, at);
                 }
             }
         }
@@ -524,7 +833,7 @@ impl Model for InversionConfig {
     }
 
     fn properties(&self) -> Vec<Property<Self>> {
-        vec![
+        let mut p = vec![
             // P1, P2, P3, P3b, P4 and "no kernel error" are the harness's properties
             // (`hilock_harness::properties`), written once.
             Property::always(properties::P1, |_, st: &InvState| {
@@ -559,7 +868,29 @@ impl Model for InversionConfig {
                 (0..m.nodes())
                     .all(|n| st.pc[n] as usize == m.script(n as u16).len() && !st.waiting[n])
             }),
-        ]
+        ];
+        if self.blocking.is_some() {
+            p.extend([
+                // P13: D's grant happens at most `hops` message delays plus `sections`
+                // stretches of critical-section code after its request.
+                Property::always(P13_DELAYS, |m: &Self, st: &InvState| {
+                    match (m.blocking, st.blocked) {
+                        (Some(b), Some(x)) => x.hops <= b.hops,
+                        _ => true,
+                    }
+                }),
+                Property::always(P13_SECTIONS, |m: &Self, st: &InvState| {
+                    match (m.blocking, st.blocked) {
+                        (Some(b), Some(x)) => x.sections <= b.sections,
+                        _ => true,
+                    }
+                }),
+                Property::sometimes(P13_BOTH, |m: &Self, st: &InvState| {
+                    m.blocking.is_some() && st.blocked == m.blocking
+                }),
+            ]);
+        }
+        p
     }
 }
 
@@ -577,33 +908,69 @@ fn op_input(op: Op) -> Input<'static, hilock_spec::SpecMsg> {
     }
 }
 
-/// Result of searching the least bound B for a configuration.
+/// P13's closed form under PIP: with `nodes` = N = m + 2 nodes (A, D and m medium nodes
+/// that each ask for L_j once), D's grant comes at most `hops` message delays δ plus
+/// `sections` stretches of critical-section code C after its request:
+///
+/// - sections = N + 1: A's stretch of code on L_i before it asks for L_j (D's request reaches
+///   A while it runs); then at most one critical section per medium node on L_j ahead of A
+///   — a medium node has one request at a time and asks only while no message is in flight
+///   (the timing assumption), so none after A's request at ξ(D) is sent, and at the token
+///   node A's request then comes first (Rule 8.1); then A's section on L_j and the rest of
+///   its section on L_i.
+/// - hops = N + 2 for N ≥ 4: D's request to A, the token node of L_i (1; Rule 4.2, and PIP's
+///   HandleRequest makes A inherit ξ(D) and reissue its request for L_j, Fig. 3.8); the
+///   reissued request from A to D, its parent on L_j, and on along the parent pointers each
+///   token transfer left, once per medium node that held the token (1 + m); the token to A
+///   (1; Rule 5); the token of L_i to D when A releases it (1).
+/// - hops = 4 for N = 3: with one medium node the reissue only follows A's first request
+///   along the same FIFO path and decides nothing; the longest chain is that first request
+///   (2), sent when A's first stretch ends, then the token to A and the token to D.
+///
+/// The queue capacity Q does not appear: it only has to hold the requests that wait, and a
+/// full queue would be a kernel error, which every check excludes. The nesting depth is the
+/// model's: D waits on L_i, A on the nested L_j.
+pub fn pip_blocking_bound(nodes: usize) -> Stamp {
+    let n = nodes as u8;
+    Stamp {
+        hops: if nodes == 3 { 4 } else { n + 2 },
+        sections: n + 1,
+    }
+}
+
+/// P13, the message delays of D's wait: at most `blocking.hops`.
+pub const P13_DELAYS: &str = "P13 blocking: message delays";
+/// P13, the stretches of critical-section code D waits for: at most `blocking.sections`.
+pub const P13_SECTIONS: &str = "P13 blocking: critical-section code";
+
+/// P13, both bounds on one run: D is granted exactly `blocking.hops` delays plus
+/// `blocking.sections` stretches of code after its request.
+pub const P13_BOTH: &str = "P13 blocking: both bounds on one run";
+
+/// Result of searching the least bound of a property.
 #[derive(Clone, Debug)]
 pub struct BoundReport {
-    /// The least B for which P7 holds.
+    /// The least bound for which the property holds.
     pub bound: u8,
     /// Unique states explored by the passing check.
     pub states: usize,
-    /// Counterexample (as a list of actions) for B − 1, if B > 0.
+    /// Counterexample (as a list of actions) for the bound − 1, if it was checked.
     pub counterexample: Option<Vec<String>>,
 }
 
-/// Finds the least B such that P7 holds (trying 0, 1, …, `max`), checking the other
-/// properties on the way. Returns an error naming a violated property.
-pub fn least_bound(
-    flavor: Flavor,
-    mediums: usize,
-    rounds: usize,
+/// Finds the least bound (trying `from`, `from` + 1, …, `max`) for which `property` holds
+/// in the configuration `config(bound)`, checking the other properties on the way. Returns
+/// an error naming a violated property. With `from` > 0 the result is the least bound only
+/// if the check of `from` failed (`counterexample` is then set).
+fn least(
+    config: impl Fn(u8) -> InversionConfig,
+    property: &'static str,
+    from: u8,
     max: u8,
 ) -> Result<BoundReport, String> {
     let mut previous = None;
-    for bound in 0..=max {
-        let cfg = InversionConfig {
-            flavor,
-            mediums,
-            rounds,
-            bound,
-        };
+    for bound in from..=max {
+        let cfg = config(bound);
         let checker = cfg.check();
         for p in [
             properties::P1,
@@ -619,7 +986,7 @@ pub fn least_bound(
                 return Err(format!("{p} violated: {}", steps.join("; ")));
             }
         }
-        match checker.discovery("P7 bounded inversion") {
+        match checker.discovery(property) {
             Some(path) => {
                 previous = Some(path.into_actions().iter().map(|a| a.to_string()).collect())
             }
@@ -632,7 +999,78 @@ pub fn least_bound(
             }
         }
     }
-    Err(format!("P7 fails for every bound up to {max}"))
+    Err(format!("{property} fails for every bound up to {max}"))
+}
+
+/// Finds the least B such that P7 holds (trying 0, 1, …, `max`), checking the other
+/// properties on the way. Returns an error naming a violated property.
+pub fn least_bound(
+    flavor: Flavor,
+    mediums: usize,
+    rounds: usize,
+    max: u8,
+) -> Result<BoundReport, String> {
+    let config = |bound| InversionConfig {
+        flavor,
+        mediums,
+        rounds,
+        bound,
+        blocking: None,
+    };
+    least(config, "P7 bounded inversion", 0, max)
+}
+
+/// The least bounds of P13: how many message delays and how many stretches of
+/// critical-section code D's grant can come after its request, each searched from `from`
+/// (its `hops` and `sections`) up to `max`.
+#[derive(Clone, Debug)]
+pub struct BlockingReport {
+    /// The least bound on the message delays.
+    pub delays: BoundReport,
+    /// The least bound on the stretches of critical-section code.
+    pub sections: BoundReport,
+}
+
+/// Finds the least bounds of P13 (message delays with any number of sections, and
+/// sections with any number of delays), searching each from `from`'s component up to
+/// `max`. Returns an error naming a violated property.
+pub fn least_blocking(
+    flavor: Flavor,
+    mediums: usize,
+    rounds: usize,
+    from: Stamp,
+    max: u8,
+) -> Result<BlockingReport, String> {
+    let config = |blocking| InversionConfig {
+        flavor,
+        mediums,
+        rounds,
+        bound: u8::MAX,
+        blocking: Some(blocking),
+    };
+    let delays = least(
+        |hops| {
+            config(Stamp {
+                hops,
+                sections: u8::MAX,
+            })
+        },
+        P13_DELAYS,
+        from.hops,
+        max,
+    )?;
+    let sections = least(
+        |sections| {
+            config(Stamp {
+                hops: u8::MAX,
+                sections,
+            })
+        },
+        P13_SECTIONS,
+        from.sections,
+        max,
+    )?;
+    Ok(BlockingReport { delays, sections })
 }
 
 /// A counterexample of the inversion model (`hilock-inversion-trace/1`).

@@ -181,6 +181,7 @@ fn inversion_model_actions_read_like_the_thesis() {
         mediums: 1,
         rounds: 1,
         bound: 0,
+        blocking: None,
     };
     let texts = walk(&m, 400);
     assert!(
