@@ -343,8 +343,8 @@ impl Harness {
 }
 
 /// The report names what the step did: a step sends a Freeze exactly when it reports Rule
-/// 6's freeze (`Rule6FreezeSent`), and a Busy only when it reports a refused try
-/// (`TryRefused`).
+/// 6's freeze (`Rule6FreezeSent`), a Busy only when it reports a refused try
+/// (`TryRefused`), and grants exactly when it reports a rule that grants.
 fn report_names_what_the_step_did(what: &str, step: &Step<SpecMsg>) -> Result<(), String> {
     let sent = |kind: MsgKind| {
         step.outputs
@@ -359,6 +359,24 @@ fn report_names_what_the_step_did(what: &str, step: &Step<SpecMsg>) -> Result<()
     }
     if sent(MsgKind::Busy) && !step.rules.contains(Rule::TryRefused) {
         return Err(format!("{what}: a Busy sent without TryRefused reported"));
+    }
+    // A grant names the rule that gave it: Rule 2's local entry, Rule 3.2's entry at the
+    // token node, `ReceiveGrant` or `ReceiveToken` (Fig. 2.5); and each of those grants.
+    let granted = step
+        .outputs
+        .iter()
+        .any(|o| matches!(o, Output::Granted { .. }));
+    let grant_rules = [
+        Rule::Rule2Local,
+        Rule::Rule3_2OwnGrant,
+        Rule::GrantReceived,
+        Rule::TokenReceived,
+    ];
+    if granted != grant_rules.iter().any(|r| step.rules.contains(*r)) {
+        return Err(format!(
+            "{what}: a Granted output and the grant rules reported disagree: {:?} {:?}",
+            step.outputs, step.rules
+        ));
     }
     Ok(())
 }
