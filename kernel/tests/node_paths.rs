@@ -962,3 +962,35 @@ fn an_older_request_behind_a_queued_newer_one_is_reported_stale() {
     assert_eq!(site.lock(L).unwrap().stale().requests, 1);
     assert_eq!(site.lock(L).unwrap().queue(), [entry(2, Mode::R, 2, 0)]);
 }
+
+/// The literal token branch of Fig. 2.5 (`Check_requests_on_queue`, `tokenable_transfers:
+/// false`) when the queue is served: the token node, idle after its release, may neither
+/// transfer the token to a non-child nor grant it a W copy (Table 2.2), so the head waits —
+/// nothing is sent and the token stays.
+#[test]
+fn literal_queue_service_leaves_a_non_childs_w_waiting() {
+    let literal = Variant {
+        tokenable_transfers: false,
+        ..Variant::HILOCK
+    };
+    let mut token = S::new(NodeId(0), NodeId(0)).unwrap().with_variant(literal);
+    input(
+        &mut token,
+        Input::Acquire {
+            lock: L,
+            mode: Mode::R,
+        },
+    );
+    step_report(&mut token, 3, &req(entry(3, Mode::W, 1, 0), 1));
+    assert_eq!(token.lock(L).unwrap().queue().len(), 1);
+    let mut out = Out::new();
+    token.step(Input::Release { lock: L }, &mut out).unwrap();
+    assert!(
+        !out.iter().any(|o| matches!(o, Output::Send { .. })),
+        "nothing may be sent for the waiting W: {out:?}"
+    );
+    let n = token.lock(L).unwrap();
+    assert!(n.has_token());
+    assert_eq!(n.queue().len(), 1);
+    assert_eq!(n.owned(), Mode::Phi);
+}
