@@ -1064,13 +1064,31 @@ fn an_old_acknowledgement_does_not_complete_a_later_write_of_the_key() {
     assert_eq!(s.pending(), 1);
 }
 
-// replicated.rs, `check` of a transfer: only the entries of arcs it names and the server
-// holds count against the room (`take = arcs & covered` with `&` → `|`; the entry test
-// with `&` → `|`/`^`, `<<` → `>>`), and a transfer of an older view is stale, not counted
-// (`view.epoch < v.epoch` → `>`); `apply` does not merge it (`<` → `>`).
+// replicated.rs, `check` of a transfer: only the entries of arcs it names, the server
+// holds and is not ready for count against the room (`taken`: `arcs & covered & !ready`
+// with `&` → `|`; the entry test with `&` → `|`/`^`, `<<` → `>>`), and a transfer of an
+// older view is stale, not counted (`view.epoch < v.epoch` → `>`); `apply` does not merge
+// it (`<` → `>`).
 #[test]
 fn a_full_table_takes_no_new_arc_and_ignores_what_it_does_not_hold() {
-    let mut s = n32_with(ALL, 1, &[11, 12, 25, 30]);
+    // n32 joins (view 1): four replica writes of view 1 fill its table before any
+    // hand-over, so it is ready for no arc.
+    let joined = View {
+        epoch: 1,
+        members: 0b111,
+    };
+    let outside = View {
+        epoch: 0,
+        members: 0b011,
+    };
+    let mut s = RS::new(NodeId(2), ring(), 1, outside).unwrap();
+    let mut out = PO::new();
+    for (i, &k) in [11u16, 12, 25, 30].iter().enumerate() {
+        let (from, m) = replica_copy(1, joined, k, i as u32 + 1);
+        let rep = s.step(from, &m, &mut out).unwrap();
+        assert!(rep.contains(Rule::Replicated), "{k}: {rep:?}");
+    }
+    out.clear();
     let before = s.clone();
     let transfer = |view, arcs| {
         let mut slots = heapless::Vec::new();
@@ -1078,26 +1096,32 @@ fn a_full_table_takes_no_new_arc_and_ignores_what_it_does_not_hold() {
         ChordMsg::Transfer { view, arcs, slots }
     };
     let n21 = Addr::Node(NodeId(1));
-    let mut out = PO::new();
     // Arc 2, which n32 holds: key 26 does not fit.
     assert_eq!(
-        s.step(n21, &transfer(ALL, 0b100), &mut out),
+        s.step(n21, &transfer(joined, 0b100), &mut out),
         Err(ChordError::TableFull)
     );
     assert_eq!(s, before);
     // Arc 0, which n32 does not hold: nothing taken.
-    s.step(n21, &transfer(ALL, 0b001), &mut out).unwrap();
+    s.step(n21, &transfer(joined, 0b001), &mut out).unwrap();
     assert_eq!(s.holder(Key(26)), None);
     assert_eq!(s.slots(), before.slots());
     // A transfer of the view before: stale.
-    let v1 = View {
-        epoch: 1,
+    let v2 = View {
+        epoch: 2,
         members: 0b111,
     };
-    s.step(Addr::Chord, &ChordMsg::NewView(v1), &mut out)
+    s.step(Addr::Chord, &ChordMsg::NewView(v2), &mut out)
         .unwrap();
-    let rep = s.step(n21, &transfer(ALL, 0b100), &mut out).unwrap();
+    let rep = s.step(n21, &transfer(joined, 0b100), &mut out).unwrap();
     assert!(rep.contains(Rule::Stale), "{rep:?}");
     assert!(!rep.contains(Rule::TransferMerged), "{rep:?}");
     assert_eq!(s.slots(), before.slots());
+    // A member ready for arc 2 (a first member, table full) does not merge a hand-over
+    // of it, so it does not count against the room either.
+    let mut m = n32_with(ALL, 1, &[11, 12, 25, 30]);
+    let member = m.clone();
+    let rep = m.step(n21, &transfer(ALL, 0b100), &mut out).unwrap();
+    assert!(rep.contains(Rule::TransferMerged), "{rep:?}");
+    assert_eq!(m, member);
 }

@@ -280,6 +280,12 @@ pub enum Sabotage {
     /// granted a new run a lease while the earlier run's was still running; the defect
     /// `ring-restart-in-place`).
     RebootInPlace,
+    /// A hand-over that reaches a server after it is ready for the arc still overwrites
+    /// the arc's entries with newer ones ([`RingServer::merging_late_hand_overs`]): a
+    /// joiner answers from the first hand-over's entry and the later one's newer,
+    /// unacknowledged entry then names a client it refused (the defect
+    /// `ring-join-after-crash-stale-first-transfer`).
+    LateHandOverMerged,
 }
 
 /// A ring node of either variant. One configuration has nodes of one variant only, so
@@ -944,6 +950,7 @@ impl RingModel {
                 .with_retry_fence(RetryFence::HolderChanges)
                 .without_request_memory(),
             Sabotage::NoRequestMemory => s.without_request_memory(),
+            Sabotage::LateHandOverMerged => s.merging_late_hand_overs(),
             _ => s,
         }
     }

@@ -22,13 +22,13 @@ use std::path::PathBuf;
 
 /// Unique states of the passing configurations.
 const PINNED: &[(&str, usize)] = &[
-    ("hilock r2: 2 nodes + join, 2 clients on key 24", 73908),
+    ("hilock r2: 2 nodes + join, 2 clients on key 24", 74772),
     (
         "hilock r2: 3 nodes, graceful leave, 2 clients on key 10",
         124722,
     ),
     ("hilock r2: 3 nodes, 2 crashes, 2 clients on key 10", 386442),
-    ("hilock r2: 3 nodes + join, 2 clients on key 24", 1_101_826),
+    ("hilock r2: 3 nodes + join, 2 clients on key 24", 1_125_010),
     (
         "hilock r2: 3 nodes, n21 cut off once, Lease take-over, 2 clients on key 10",
         36475,
@@ -39,11 +39,11 @@ const PINNED: &[(&str, usize)] = &[
     ),
     (
         "hilock r2: 2 nodes + join, either cut off once, short cuts",
-        27_576_121,
+        27_595_579,
     ),
     (
         "hilock r2: 2 nodes + join, n8 cut off once, short cuts",
-        12_103_543,
+        12_109_783,
     ),
     ("hilock r1: 2 nodes, 2 clients x 2 rounds, 1 abandon", 28558),
     ("hilock r1: 2 nodes, 2 clients x 2 rounds, 1 restart", 11168),
@@ -53,11 +53,11 @@ const PINNED: &[(&str, usize)] = &[
     ),
     (
         "hilock r2: 2 nodes + join, 2 clients on key 24, resend on a new view",
-        817_816,
+        821_016,
     ),
     (
         "hilock r2: 3 nodes, n21 crashes and is started again, 2 clients on key 10",
-        2_937_650,
+        2_966_546,
     ),
 ];
 
@@ -166,7 +166,7 @@ fn hilock_r2_survives_two_adjacent_crashes() {
     pass(&crashes(H2, 2));
 }
 
-/// 1,101,826 states, about 12 s in the test profile on the shared 2-core machine.
+/// 1,125,010 states, 12 to 27 s in the test profile on the shared 2-core machine.
 #[test]
 #[ignore]
 fn hilock_join_into_three_nodes_passes() {
@@ -329,22 +329,17 @@ fn reboot() -> RingModel {
 
 /// Shipped (the runtime's membership service): the new process of a crashed member's slot
 /// gets no lease until the crashed run was removed (after its lease), then joins and is
-/// handed its arcs. At most one holder per lock, no lost lock, no kernel error, every
-/// request answered and growing fences hold; `one server per key` and `no lock recorded
-/// for nobody` do not (a join after a crash:
-/// `a_join_after_a_crash_may_answer_from_a_stale_first_transfer`). Not vacuous: the
-/// restart adds states to the same configuration without it. 2,937,650 states, 45 to
-/// 66 s in the test profile on the shared 2-core machine.
+/// handed its arcs; a hand-over that arrives once it is ready for the arc is not merged
+/// (`RingServer::step`, "Hand-over"). Every property holds, `one server per key` and
+/// `no lock recorded for nobody` too (merging that late hand-over breaks both:
+/// `a_late_hand_over_merged_into_a_ready_arc_goes_red`). Not vacuous: the restart adds
+/// states to the same configuration without it. 2,966,546 states (2,937,650 before
+/// the rule), 39 to 57 s in the test profile on the shared 2-core machine.
 #[test]
 #[ignore]
 fn a_restarted_member_joins_again_with_one_holder_per_lock() {
     let m = reboot();
-    let r = check_pinned(
-        &m,
-        &[MUTEX, LOST, NO_ERROR, LIVE, FENCES],
-        &[GRANTED, CHANGED],
-    );
-    assert!(r.found(ONE_SERVER) && r.found(NOBODY), "{:?}", r.discovered);
+    let r = check_pinned(&m, ALL, &[GRANTED, CHANGED]);
     let mut without = reboot();
     without.reboots = 0;
     let w = without.check();
@@ -356,26 +351,31 @@ fn a_restarted_member_joins_again_with_one_holder_per_lock() {
     );
 }
 
-/// Open, not a restart's: a join after a crash. The crashed primary's last write reached
-/// one replica; the new primary's write of another client's lock, in the view without
-/// the crashed node, reached no replica before the join; the joiner is ready for the arc
-/// on the first hand-over, answers from the older entry, and the other hand-over's newer
-/// entry then names a client it refused. Saved as
+/// A hand-over merged into an arc the server is ready for already
+/// (`Sabotage::LateHandOverMerged`, the server before its hand-over rule), in a join
+/// after a crash: the crashed primary's last write reached one replica; the new
+/// primary's write of another client's lock, in the view without the crashed node,
+/// reached no replica before the join; the joiner is ready on the first hand-over and
+/// answers from the older entry, and the other hand-over's newer entry then names a
+/// client it refused. Saved as
 /// `spec/counterexamples/ring/ring-join-after-crash-stale-first-transfer.json`.
 #[test]
-fn a_join_after_a_crash_may_answer_from_a_stale_first_transfer() {
+fn a_late_hand_over_merged_into_a_ready_arc_goes_red() {
+    let mut m = reboot();
+    m.sabotage = Sabotage::LateHandOverMerged;
     let v = refuted(
-        &reboot(),
+        &m,
         ONE_SERVER,
         "ring-join-after-crash-stale-first-transfer",
-        "Open (a join after a crash; here the crashed slot's new process joins): c1's lock \
-         is written at n21 and reaches the replica n8 only; n21 crashes and is removed; c2 \
-         resends its lock to n32, the new primary, which writes c2 (version 1.1) and waits \
-         for n8; n21's slot joins again (view 2); n32 redirects c2's write; n8's hand-over \
-         (c1, version 0.1) reaches the joiner first, which is then ready for the arc and \
-         refuses c2's resend; n32's hand-over (c2, version 1.1) is newer and replaces the \
-         entry; the joiner refuses c1's resend naming c2, which holds nothing and waits \
-         for nothing.",
+        "Defect before the hand-over rule (fixed; reproduced with \
+         Sabotage::LateHandOverMerged): c1's lock is written at n21 and reaches the \
+         replica n8 only; n21 crashes and is removed; c2 resends its lock to n32, the new \
+         primary, which writes c2 (version 1.1) and waits for n8; n21's slot joins again \
+         (view 2); n32 redirects c2's write; n8's hand-over (c1, version 0.1) reaches the \
+         joiner first, which is then ready for the arc and refuses c2's resend; n32's \
+         hand-over (c2, version 1.1) is newer and replaces the entry; the joiner refuses \
+         c1's resend naming c2, which holds nothing and waits for nothing. The fix: a \
+         hand-over of an arc the server is ready for already is not merged.",
     );
     assert!(v.contains("refused key 10 to c1"), "{v}");
 }
@@ -564,8 +564,9 @@ fn join_short_cut_n8() -> RingModel {
     m
 }
 
-/// With the fence, a join during a short cut of n8 passes every property: 12,103,543
-/// states, 167 s in the test profile on the shared 2-core machine.
+/// With the fence, a join during a short cut of n8 passes every property: 12,109,783
+/// states (12,103,543 before the hand-over rule), 167 to 250 s in the test profile on
+/// the shared 2-core machine.
 #[test]
 #[ignore]
 fn a_join_during_a_short_cut_of_the_primary_passes_with_the_fence() {
@@ -574,8 +575,9 @@ fn a_join_during_a_short_cut_of_the_primary_passes_with_the_fence() {
 
 /// Without the guards against old copies (`Sabotage::NoRetryFence`: the fence, the
 /// request memory and the client's newest-copy rule) the same smaller configuration is
-/// refuted like the saved trace (26 steps, 3,005,486 states, 180 s in the test profile on
-/// the loaded 2-core machine): too long for CI, hence `#[ignore]`.
+/// refuted like the saved trace (26 steps, 3,007,407 states, 28 s in the test profile;
+/// 3,005,486 states and 180 s on the loaded 2-core machine before the hand-over rule):
+/// too long for CI, hence `#[ignore]`.
 #[test]
 #[ignore]
 fn a_join_during_a_short_cut_of_the_primary_without_the_fence_goes_red() {
@@ -674,11 +676,11 @@ fn the_saved_stale_retry_is_served_only_without_the_guards() {
     assert_eq!(at.clients[0].stage, 1, "c1 still waits for its lock");
 }
 
-/// The same configuration with the guards passes every property: 27,576,121 states,
-/// 298 s in the test profile on the shared 2-core machine, measured before the request
-/// memory, the replies' epochs and "no lock recorded for nobody" (not rerun since: the
-/// pinned count is that run's; before the fence, and before the fence property:
-/// 22,717,151 states and the stale retry found).
+/// The same configuration with the guards passes every property, "no lock recorded for
+/// nobody" included: 27,595,579 states, 419 s in the test profile on the shared 2-core
+/// machine, about 9 GB (with the request memory, the replies' epochs and the hand-over
+/// rule; before them 27,576,121 states, 298 s; before the fence, and before the fence
+/// property: 22,717,151 states and the stale retry found).
 #[test]
 #[ignore]
 fn a_join_during_a_short_cut_passes_with_the_fence() {
@@ -695,8 +697,8 @@ fn a_join_during_a_short_cut_passes_with_the_fence() {
 /// stopped by the request memory and the client's newest-copy rule
 /// (`the_saved_stale_retry_is_served_only_without_the_guards`); this search runs without
 /// all three (`Sabotage::NoRetryFence`) and must find the saved trace again. 26 steps,
-/// 6,437,254 states (6,432,379 before the fence existed), 642 s in release on the loaded
-/// 2-core machine, measured before the request memory (not rerun since).
+/// 6,632,585 states, 66 s in the test profile (with the hand-over rule; 6,437,254 states
+/// and 642 s in release on the loaded 2-core machine before the request memory).
 #[test]
 #[ignore]
 fn a_join_during_a_short_cut_serves_a_stale_retry_without_the_fence_goes_red() {

@@ -28,8 +28,10 @@
 //! - Installing a view hands over exactly the moved ranges: for every elementary arc
 //!   ([`Ring::arc_of`]) this server has complete state for, every member that holds the arc
 //!   in the new view but did not in the old one gets this server's entries of that arc
-//!   ([`ChordMsg::Transfer`]). A server serves a key only once it has its arc (`ready`);
-//!   entries are merged newest version first, entries of arcs it no longer holds dropped.
+//!   ([`ChordMsg::Transfer`]). A server serves a key only once it has its arc (`ready`,
+//!   on the first hand-over of it); entries are merged newest version first, a hand-over
+//!   of an arc it is ready for already is not merged ([`RingServer::step`], "Hand-over"),
+//!   entries of arcs it no longer holds are dropped.
 //!
 //! The membership service (etcd in cluster mode; the model's `Chord` actor) announces
 //! views with [`ChordMsg::NewView`] and starts the next change only when every live member
@@ -107,6 +109,9 @@ pub struct RingServer<const N: usize, const T: usize, const C: usize = 256> {
     /// Whether the request memory is used (off only for
     /// [`RingServer::without_request_memory`]).
     memory: bool,
+    /// Whether a hand-over of an arc that is ready already is still merged (only for
+    /// [`RingServer::merging_late_hand_overs`]).
+    late_hand_overs: bool,
 }
 
 /// What a request comes to, decided from the state as it is after the request's view is
@@ -173,6 +178,7 @@ impl<const N: usize, const T: usize, const C: usize> RingServer<N, T, C> {
             fence: RetryFence::Latest,
             answered: [None; C],
             memory: true,
+            late_hand_overs: false,
         })
     }
 
@@ -184,6 +190,17 @@ impl<const N: usize, const T: usize, const C: usize> RingServer<N, T, C> {
     /// deployment wants it.
     pub fn without_request_memory(mut self) -> Self {
         self.memory = false;
+        self
+    }
+
+    /// The server as it was before the hand-over rule ([`RingServer::step`], "Hand-over"):
+    /// a hand-over that reaches it after it is ready for the arc (and may have answered
+    /// from it) still overwrites the arc's entries with newer ones. Kept only so that the
+    /// model checker shows the rule matters (the model's `Sabotage::LateHandOverMerged`
+    /// finds `spec/counterexamples/ring/ring-join-after-crash-stale-first-transfer.json`
+    /// again); no deployment wants it.
+    pub fn merging_late_hand_overs(mut self) -> Self {
+        self.late_hand_overs = true;
         self
     }
 
@@ -326,6 +343,20 @@ impl<const N: usize, const T: usize, const C: usize> RingServer<N, T, C> {
         } else {
             0
         }
+    }
+
+    /// The arcs of a hand-over of `arcs` in view `v` that this server merges once `v`
+    /// is installed: those it holds in `v` and is not yet ready for. An arc it is ready
+    /// for already answers requests; a late hand-over must not change its entries.
+    fn taken(&self, v: View, arcs: u16) -> u16 {
+        let ready = if self.late_hand_overs {
+            0
+        } else if v.epoch > self.view.epoch {
+            self.ready & self.covered(v)
+        } else {
+            self.ready
+        };
+        arcs & self.covered(v) & !ready
     }
 
     fn arc_key(&self, arc: usize) -> Key {
@@ -558,6 +589,25 @@ impl<const N: usize, const T: usize, const C: usize> RingServer<N, T, C> {
     /// sent into a newer view is the client's newest, and the client takes an answer
     /// only from a copy sent in its newest view ([`super::ChordClient::on_reply`]).
     ///
+    /// # Hand-over
+    /// An arc this server holds in its new view and did not hold in the previous one is
+    /// ready — its keys served — once the first [`ChordMsg::Transfer`] of it arrives; its
+    /// entries are merged newest version first. A hand-over of an arc this server is
+    /// ready for already is not merged: from the moment it is ready it may have answered
+    /// from the arc's entries (a refusal writes nothing), so they change only by its own
+    /// writes and its primary's [`ChordMsg::Replicate`]s. Enough: every hand-over of an
+    /// arc holds every acknowledged write of it (a write of an old view is acknowledged
+    /// only once every replica of that view had it, and a replica that installed the new
+    /// view, which it does before it hands over, refuses it). Hand-overs differ only in
+    /// unacknowledged writes — the crashed primary's last write at one replica, the new
+    /// primary's own write that no replica acknowledged before the view changed — whose
+    /// clients had no answer and ask again. Merged late, such a write made the joiner's
+    /// entry name a client it had refused, who held nothing
+    /// (`spec/counterexamples/ring/ring-join-after-crash-stale-first-transfer.json`;
+    /// [`RingServer::merging_late_hand_overs`]). The member that sent the ignored
+    /// hand-over keeps its own newer unacknowledged entry until the key is written again
+    /// in the new view.
+    ///
     /// A new incarnation of a client id must number on after every request the earlier
     /// one sent ([`super::ChordClient::resume_after`]), or its requests are taken for
     /// copies. Errors, besides those of each message: a request of a client id not below
@@ -628,7 +678,7 @@ impl<const N: usize, const T: usize, const C: usize> Server<T> for RingServer<N,
                 if view.epoch < v.epoch {
                     return Ok(());
                 }
-                let take = *arcs & self.covered(v);
+                let take = self.taken(v, *arcs);
                 let moved = slots
                     .iter()
                     .filter(|s| take & (1 << self.ring.arc_of(s.key)) != 0)
@@ -796,7 +846,7 @@ impl<const N: usize, const T: usize, const C: usize> Server<T> for RingServer<N,
                     rep.insert(Rule::Stale);
                     return rep;
                 }
-                let take = *arcs & self.covered(self.view);
+                let take = self.taken(self.view, *arcs);
                 for s in slots {
                     if take & (1 << self.ring.arc_of(s.key)) != 0 {
                         self.upsert(*s);
@@ -929,8 +979,46 @@ mod tests {
         assert!(rep.contains(Rule::WriteStarted));
     }
 
+    /// A joiner is ready on the first hand-over of an arc; a later one, even with a newer
+    /// entry, is not merged, since the joiner may have answered from the first
+    /// (`ring-join-after-crash-stale-first-transfer`). The server before the rule
+    /// ([`RingServer::merging_late_hand_overs`]) let the later entry replace it.
+    #[test]
+    fn a_hand_over_reaching_a_ready_arc_is_not_merged() {
+        let v1 = V.join(NodeId(2));
+        let entry = |c: u8, epoch: u16| Slot {
+            key: Key(24),
+            holder: Some(ClientId(c)),
+            version: Version { epoch, n: 1 },
+            writer: Some(Token {
+                client: ClientId(c),
+                seq: 1,
+            }),
+        };
+        let hand_over = |s: Slot| ChordMsg::Transfer {
+            view: v1,
+            arcs: 0b111,
+            slots: core::iter::once(s).collect(),
+        };
+        for (late, holder) in [(false, 1), (true, 2)] {
+            let mut c = S::new(NodeId(2), ring(), 1, V).unwrap();
+            if late {
+                c = c.merging_late_hand_overs();
+            }
+            let mut out = O::new();
+            // Key 24 is node 2's in v1, held by nodes 0 and 1 in V.
+            c.step(Addr::Node(NodeId(0)), &hand_over(entry(1, 0)), &mut out)
+                .unwrap();
+            assert!(c.settled_in(v1));
+            c.step(Addr::Node(NodeId(1)), &hand_over(entry(2, 1)), &mut out)
+                .unwrap();
+            assert_eq!(c.holder(Key(24)), Some(ClientId(holder)), "late: {late}");
+        }
+    }
+
     /// The check finds a full table before anything changes: a request for a new key on
-    /// a full table, a transfer that brings more keys than fit, and a full pending list.
+    /// a full table, a transfer to a joiner that brings more keys than fit, and a full
+    /// pending list.
     #[test]
     fn a_full_table_is_refused_and_changes_nothing() {
         // Alone in the view: every arc is this server's, no replica.
@@ -977,23 +1065,56 @@ mod tests {
         let mut b = a.clone();
         assert!(b.step(C1, &again, &mut out).is_ok());
         out.clear();
-        let slots = (4..6u16)
-            .map(|k| Slot {
+        let slots = |keys: core::ops::Range<u16>| {
+            keys.map(|k| Slot {
                 key: Key(k),
                 holder: None,
                 version: Version::default(),
                 writer: None,
             })
-            .collect();
+            .collect()
+        };
+        // A joiner (node 2, not ready for any arc) with one entry, a replica write of key
+        // 30 (its own arc in `v1`), handed four more keys: 10 to 13, node 1's arc, which
+        // node 2 replicates in `v1`.
+        let v1 = V.join(NodeId(2));
+        let mut j = S::new(NodeId(2), ring(), 1, V).unwrap();
+        let write = ChordMsg::Replicate {
+            view: v1,
+            slot: Slot {
+                key: Key(30),
+                holder: Some(ClientId(1)),
+                version: Version { epoch: 1, n: 1 },
+                writer: None,
+            },
+            token: Token {
+                client: ClientId(1),
+                seq: 1,
+            },
+        };
+        j.step(Addr::Node(NodeId(0)), &write, &mut out).unwrap();
+        out.clear();
+        let t = ChordMsg::Transfer {
+            view: v1,
+            arcs: 0b111,
+            slots: slots(10..14),
+        };
+        let joiner = j.clone();
+        assert_eq!(
+            j.step(Addr::Node(NodeId(1)), &t, &mut out),
+            Err(ChordError::TableFull)
+        );
+        assert_eq!(j, joiner);
+        assert!(out.is_empty());
+        // A hand-over of arcs this server is ready for is not merged, so it cannot
+        // overflow the table either.
         let t = ChordMsg::Transfer {
             view: alone,
             arcs: 0b111,
-            slots,
+            slots: slots(4..6),
         };
-        assert_eq!(
-            a.step(Addr::Node(NodeId(1)), &t, &mut out),
-            Err(ChordError::TableFull)
-        );
+        let rep = a.step(Addr::Node(NodeId(1)), &t, &mut out).unwrap();
+        assert!(rep.contains(Rule::TransferMerged));
         assert_eq!(a, before);
         assert!(out.is_empty());
         // Pending full: four writes waiting for the replica of a two-member view.
