@@ -344,7 +344,8 @@ impl Harness {
 
 /// The report names what the step did: a step sends a Freeze exactly when it reports Rule
 /// 6's freeze (`Rule6FreezeSent`), a Busy only when it reports a refused try
-/// (`TryRefused`), and grants exactly when it reports a rule that grants.
+/// (`TryRefused`), a `WouldBlock` only with the try rule that refused it, and grants
+/// exactly when it reports a rule that grants.
 fn report_names_what_the_step_did(what: &str, step: &Step<SpecMsg>) -> Result<(), String> {
     let sent = |kind: MsgKind| {
         step.outputs
@@ -359,6 +360,21 @@ fn report_names_what_the_step_did(what: &str, step: &Step<SpecMsg>) -> Result<()
     }
     if sent(MsgKind::Busy) && !step.rules.contains(Rule::TryRefused) {
         return Err(format!("{what}: a Busy sent without TryRefused reported"));
+    }
+    // A try refused here (`WouldBlock`) names why: refused at this site (`TryRefused`) or
+    // by a busy answer (`TryWouldBlock`, which always reports the `WouldBlock`).
+    let would_block = step
+        .outputs
+        .iter()
+        .any(|o| matches!(o, Output::WouldBlock { .. }));
+    if would_block
+        && !(step.rules.contains(Rule::TryRefused) || step.rules.contains(Rule::TryWouldBlock))
+        || step.rules.contains(Rule::TryWouldBlock) && !would_block
+    {
+        return Err(format!(
+            "{what}: a WouldBlock output and the try rules reported disagree: {:?} {:?}",
+            step.outputs, step.rules
+        ));
     }
     // A grant names the rule that gave it: Rule 2's local entry, Rule 3.2's entry at the
     // token node, `ReceiveGrant` or `ReceiveToken` (Fig. 2.5); and each of those grants.
