@@ -16,6 +16,32 @@ use crate::token::prio::{Inheritance, Priority};
 ///   required at compile time, so no queue can overflow (a node has at most one
 ///   outstanding request per lock, and a queue keeps one entry per requester).
 ///
+/// Capacities outside these ranges do not build. A queue shorter than the number of nodes:
+///
+/// ```compile_fail
+/// # use hilock_kernel::{NodeId, Site};
+/// let _ = Site::<4, 1, 3>::new(NodeId(0), NodeId(0));
+/// ```
+///
+/// No node, or no lock:
+///
+/// ```compile_fail
+/// # use hilock_kernel::{NodeId, Site};
+/// let _ = Site::<0, 1, 4>::new(NodeId(0), NodeId(0));
+/// ```
+///
+/// ```compile_fail
+/// # use hilock_kernel::{NodeId, Site};
+/// let _ = Site::<4, 0, 4>::new(NodeId(0), NodeId(0));
+/// ```
+///
+/// The same with capacities in range builds:
+///
+/// ```
+/// # use hilock_kernel::{NodeId, Site};
+/// assert!(Site::<4, 1, 4>::new(NodeId(0), NodeId(0)).is_ok());
+/// ```
+///
 /// A step appends at most [`Site::MAX_OUTPUTS`] = `N + Q + L + 6` outputs to the caller's
 /// [`Sink`]: one message per queued request (grant or forward), one freeze per child, one
 /// reissued request per lock (PIP), and a bounded number of others (forward/release to the
