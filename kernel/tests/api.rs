@@ -177,11 +177,15 @@ fn rules_and_rule_sets_read_as_the_thesis_names_them() {
     );
 }
 
-/// `Site::with_parents` refuses a parent that is the site itself or not a node; a site
-/// reports the variant it runs.
+/// `Site::with_parents` refuses a site id that is not a node and a parent that is the site
+/// itself or not a node; a site reports the variant it runs.
 #[test]
 fn sites_refuse_bad_parents_and_report_their_variant() {
     type S = Site<4, 2, 4>;
+    assert_eq!(
+        S::new(NodeId(4), NodeId(0)).err(),
+        Some(KernelError::UnknownNode(NodeId(4)))
+    );
     assert_eq!(
         S::with_parents(NodeId(1), |_| Some(NodeId(1))).err(),
         Some(KernelError::UnknownNode(NodeId(1)))

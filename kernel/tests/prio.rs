@@ -497,3 +497,43 @@ fn pip_the_token_nodes_own_request_raised_above_the_freeze_is_granted_at_once() 
     );
     assert_eq!(n.node(1).held(), Mode::R);
 }
+
+/// Table 3.2 after a PIP reissue: the raised priority is the pending request's own, so a
+/// non-token node keeps a child's request of a priority between the old and the new one
+/// behind its pending request (Q) instead of forwarding it.
+#[test]
+fn pip_a_reissued_pending_request_keeps_requests_by_its_raised_priority() {
+    // 1 → 0, 2 → 0, 3 → 1; node 0 has the token.
+    let mk = |i: u16| {
+        let parent = match i {
+            0 => None,
+            3 => Some(NodeId(1)),
+            _ => Some(NodeId(0)),
+        };
+        S::with_parents(NodeId(i), |_| parent)
+            .unwrap()
+            .with_variant(Variant {
+                inheritance: Inheritance::Pip,
+                ..Variant::HILOCK
+            })
+    };
+    let mut n = Net::of((0..4).map(mk));
+    n.acquire(0, Mode::W);
+    n.step(1, Input::SetPriority { base: 1 });
+    n.acquire(1, Mode::W); // queued at 0, pending at 1 with priority 1
+    n.settle();
+    n.step(1, Input::SetPriority { base: 5 }); // reissued at 5
+    n.settle();
+    n.step(3, Input::SetPriority { base: 3 });
+    n.acquire(3, Mode::W); // reaches 1 first: 5 ≥ 3, kept behind 1's pending W
+    n.settle();
+    assert_eq!(
+        n.node(1)
+            .queue()
+            .iter()
+            .map(|e| e.requester)
+            .collect::<Vec<_>>(),
+        vec![NodeId(3)],
+        "node 1 forwarded a request it keeps by Table 3.2"
+    );
+}

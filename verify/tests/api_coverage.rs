@@ -157,6 +157,7 @@ const RING_API: &[(&str, Cov)] = &[
     ("without_retry_fence", Cov::Sabotage),
     ("with_retry_fence", Cov::Sabotage),
     ("without_request_memory", Cov::Sabotage),
+    ("merging_late_hand_overs", Cov::Sabotage),
     ("slots", Cov::Query),
     ("holder", Cov::Query),
     ("settled_in", Cov::Query),
