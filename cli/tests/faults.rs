@@ -394,7 +394,10 @@ async fn random_connection_cuts_lose_nothing_and_break_no_exclusion() {
     eprintln!("{summary}");
     assert!(summary.stopped.is_empty(), "{summary}");
     assert_eq!(summary.in_flight, 0, "{summary}");
-    assert_eq!(summary.messages, sent, "{summary}");
+    // Read again once every lock is idle: a release can follow the moment the counts
+    // above were equal (a grant to a caller that gave up is released at once).
+    let sent_at_end: u64 = nodes.iter().map(|n| n.stats().frames_sent).sum();
+    assert_eq!(summary.messages, sent_at_end, "{summary}");
 }
 
 /// A path whose initial token holder is `holder` among `n` nodes.
