@@ -74,6 +74,17 @@ impl Net {
     fn release(&mut self, at: u16) {
         self.step(at, Input::Release { lock: L });
     }
+    /// A PIP star whose token node 0 owns R only through node 1's copy (Rule 3.2: the
+    /// token stays at 0), nothing in flight.
+    fn token_node_owning_r_through_1() -> Self {
+        let mut n = Net::star(Inheritance::Pip);
+        n.acquire(0, Mode::R);
+        n.acquire(1, Mode::R);
+        n.settle();
+        n.release(0);
+        n.settle();
+        n
+    }
     fn site(&self, at: u16) -> &S {
         self.c.site(NodeId(at))
     }
@@ -447,12 +458,7 @@ fn pip_a_reissue_above_the_freeze_threshold_is_granted_at_once() {
 /// of node 2's W at 4 after ξ fell to 1 and rose to 3.
 #[test]
 fn pip_a_rise_below_a_pending_requests_priority_leaves_it_as_it_is() {
-    let mut n = Net::star(Inheritance::Pip);
-    n.acquire(0, Mode::R);
-    n.acquire(1, Mode::R); // a copy of R (Rule 3.2): node 0 keeps the token
-    n.settle();
-    n.release(0);
-    n.settle();
+    let mut n = Net::token_node_owning_r_through_1();
     n.step(0, Input::SetPriority { base: 5 });
     n.acquire(0, Mode::W); // queued at the token node behind node 1's R, priority 5
     n.step(2, Input::SetPriority { base: 4 });
@@ -477,12 +483,7 @@ fn pip_a_rise_below_a_pending_requests_priority_leaves_it_as_it_is() {
 /// the token node checks its queue again then, not only at the next release.
 #[test]
 fn pip_the_token_nodes_own_request_raised_above_the_freeze_is_granted_at_once() {
-    let mut n = Net::star(Inheritance::Pip);
-    n.acquire(0, Mode::R);
-    n.acquire(1, Mode::R); // a copy of R (Rule 3.2): node 0 keeps the token
-    n.settle();
-    n.release(0);
-    n.settle();
+    let mut n = Net::token_node_owning_r_through_1();
     n.step(2, Input::SetPriority { base: 2 });
     n.acquire(2, Mode::W); // queued at node 0: R frozen at threshold 2 (Table 2.4)
     n.settle();
