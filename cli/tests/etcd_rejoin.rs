@@ -270,23 +270,52 @@ async fn held_back_full(nodes: &Nodes, id: usize) -> Option<u64> {
 }
 
 /// The bound on unread protocol messages (`etcd_held_back_max`, `docs/faults.md`, "With
-/// etcd recovery"), set to 2 on three nodes with recovery under the airline workload: the
-/// nodes close connections at the cap (counted), the peers resend, and nothing is lost —
-/// node 2 is killed, the survivors install an epoch without it, and every survivor request
-/// is granted (or times out during the recovery), 0 violations.
+/// etcd recovery"), set to its least value, 1, on three nodes with recovery under the
+/// airline workload: the nodes close connections at the cap (counted), the peers resend,
+/// and nothing is lost — node 2 is killed, the survivors install an epoch without it, and
+/// every survivor request is granted (or times out during the recovery), 0 violations.
+///
+/// Whether two messages are ever unread at once depends on the schedule, so a run in which
+/// the cap was never reached proves nothing about it: such a run is still checked (no
+/// violation, no lost request), and the scenario is run again on a fresh cluster, at most
+/// [`CAP_ATTEMPTS`] times; the test fails if the cap is never reached.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn at_the_cap_on_unread_messages_connections_close_and_nothing_is_lost() {
     let name = "at_the_cap_on_unread_messages_connections_close_and_nothing_is_lost";
-    let extra = "etcd_held_back_max = 2\n";
-    let Some(rig) = Rig::start(name, "cap", 3, extra, "hilock=warn").await else {
-        return;
-    };
+    let mut closed_per_run = Vec::new();
+    for attempt in 0..CAP_ATTEMPTS {
+        let Some(closed) = cap_run(name, &format!("cap{attempt}")).await else {
+            return;
+        };
+        closed_per_run.push(closed);
+        if closed > 0 {
+            break;
+        }
+    }
+    assert!(
+        closed_per_run.iter().any(|&c| c > 0),
+        "the cap was reached and connections closed in one of {CAP_ATTEMPTS} runs: \
+         {closed_per_run:?}"
+    );
+}
+
+/// Runs of [`at_the_cap_on_unread_messages_connections_close_and_nothing_is_lost`] before
+/// it gives up waiting for a schedule that reaches the cap.
+const CAP_ATTEMPTS: usize = 3;
+
+/// One run of the cap scenario on a fresh etcd and cluster `cluster`: asserts no violation
+/// and no lost survivor request; returns the connections the survivors closed at the cap
+/// (`None` where etcd cannot be had).
+async fn cap_run(name: &str, cluster: &str) -> Option<u64> {
+    let extra = "etcd_held_back_max = 1\n";
+    let rig = Rig::start(name, cluster, 3, extra, "hilock=warn").await?;
     let Rig {
         mut nodes,
         obs,
         rec,
         ..
     } = rig;
+    let mut closed = 0;
     within_60_s(async {
         let work = Airline::start(&nodes, &rec, &[0, 1, 2], 2);
         tokio::time::sleep(Duration::from_millis(1_000)).await;
@@ -305,7 +334,7 @@ async fn at_the_cap_on_unread_messages_connections_close_and_nothing_is_lost() {
         });
         tokio::time::sleep(Duration::from_millis(1_000)).await;
         work.finish().await;
-        let closed: u64 = [
+        closed = [
             held_back_full(&nodes, 0).await.unwrap_or(0),
             held_back_full(&nodes, 1).await.unwrap_or(0),
         ]
@@ -321,9 +350,9 @@ async fn at_the_cap_on_unread_messages_connections_close_and_nothing_is_lost() {
             .filter(|o| o.node < 2 && !matches!(o.kind, Kind::Granted | Kind::Timeout))
             .collect();
         eprintln!(
-            "cap 2: {closed} connections closed at the cap on the survivors; epoch without \
-             node 2 {:.3} s after the kill; {} answers, {after} survivor grants after the \
-             recovery; {} pairs checked; violations {:?}",
+            "{cluster}, cap 1: {closed} connections closed at the cap on the survivors; epoch \
+             without node 2 {:.3} s after the kill; {} answers, {after} survivor grants after \
+             the recovery; {} pairs checked; violations {:?}",
             (seen - killed).as_secs_f64(),
             outcomes.len(),
             rec.oracle.checks(),
@@ -338,13 +367,13 @@ async fn at_the_cap_on_unread_messages_connections_close_and_nothing_is_lost() {
                 .map(|o| (o.node, &o.path, o.kind, &o.text))
                 .collect::<Vec<_>>()
         );
-        assert!(closed > 0, "the cap was reached and connections closed");
         assert!(
             after > 10,
             "the survivors are served after the recovery ({after} grants)"
         );
     })
     .await;
+    Some(closed)
 }
 
 /// With recovery, the whole cluster restarts under the same cluster name: three nodes, each
