@@ -538,3 +538,65 @@ fn pip_a_reissued_pending_request_keeps_requests_by_its_raised_priority() {
         "node 1 forwarded a request it keeps by Table 3.2"
     );
 }
+
+/// A stale token (`spec/SPEC.md` 1.5, "Decisions"): the token answers a PIP reissue of an
+/// older request of node 1 while its next request (IR) waits at node 0, kept there behind
+/// 0's own pending IR (Table 2.3), and 0 later grants it a copy, which node 1, now the token
+/// node, must answer as stale. Only the token's merge requeues node 1's current request
+/// (Rule 4.2): its one copy is consumed at node 0 and never reaches the token. Without the
+/// requeue node 1 waits for ever.
+#[test]
+fn a_stale_token_requeues_the_current_request_kept_at_another_node() {
+    // 1 → 2 → 3 → 0; node 0 has the token.
+    let mk = |i: u16| {
+        let parent = match i {
+            0 => None,
+            1 => Some(NodeId(2)),
+            2 => Some(NodeId(3)),
+            _ => Some(NodeId(0)),
+        };
+        S::with_parents(NodeId(i), |_| parent)
+            .unwrap()
+            .with_variant(Variant {
+                inheritance: Inheritance::Pip,
+                ..Variant::HILOCK
+            })
+    };
+    let mut n = Net::of((0..4).map(mk));
+    n.acquire(0, Mode::R);
+    n.acquire(1, Mode::R); // request a: 1 → 2 → 3 → 0
+    n.deliver(1, 2);
+    n.deliver(2, 3);
+    n.deliver(3, 0); // 0 grants a copy of R; the grant is in flight
+    n.step(1, Input::SetPriority { base: 5 }); // reissue b of request a, to 1's parent 2
+    n.deliver(0, 1); // 1 holds R, its parent is now 0
+    n.release(1);
+    n.deliver(1, 0);
+    n.step(1, Input::SetPriority { base: 0 });
+    n.release(0);
+    n.acquire(3, Mode::IR); // 0 owns Φ: the token goes to 3 (Rule 3.2)
+    n.deliver(3, 0);
+    n.deliver(0, 3);
+    assert!(n.node(3).has_token());
+    n.acquire(0, Mode::IR); // request d: 0 → 3, held in flight
+    n.acquire(1, Mode::IR); // request c: 1 → 0
+    n.deliver(1, 0);
+    assert_eq!(
+        n.node(0)
+            .queue()
+            .iter()
+            .map(|e| e.requester)
+            .collect::<Vec<_>>(),
+        vec![NodeId(1)],
+        "c kept at 0 behind its pending IR (Table 2.3)"
+    );
+    n.deliver(1, 2); // the reissue b: forwarded to 3, which holds IR and owns the token
+    n.deliver(2, 3); // tokenable (IR < R): the token goes to 1 for b
+    n.deliver(3, 1); // a stale token at 1: its pending request is c
+    assert!(n.node(1).has_token());
+    assert_eq!(n.node(1).stale().tokens, 1);
+    n.settle(); // d: 3 grants 0 a copy of IR; 0 grants c a copy, stale at the token node 1
+    assert_eq!(n.node(1).stale().grants, 1, "0's copy grant for c");
+    assert_eq!(n.node(1).held(), Mode::IR, "node 1's request c was lost");
+    assert_eq!(n.grants_to(1), 2, "a, then c: {:?}", n.granted);
+}
