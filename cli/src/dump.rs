@@ -45,6 +45,49 @@ impl Answer {
     }
 }
 
+/// The arguments of `hilock dump`.
+#[derive(clap::Args, Debug)]
+pub struct DumpArgs {
+    /// The cluster's configuration file: every node of its `[[nodes]]`, at its `client`
+    /// socket.
+    #[arg(long, conflicts_with = "socket", required_unless_present = "socket")]
+    config: Option<PathBuf>,
+    /// …or the nodes' client sockets (one or more).
+    #[arg(long, num_args = 1..)]
+    socket: Vec<PathBuf>,
+    /// Print JSON (format hilock-dump/1).
+    #[arg(long)]
+    json: bool,
+    /// Also the idle locks (nothing held, owned, pending, queued or frozen at any node).
+    #[arg(long)]
+    all: bool,
+    /// How long each node is given to answer, in milliseconds (all are asked at once).
+    #[arg(long, default_value_t = crate::node::DEFAULT_STATUS_TIMEOUT_MS)]
+    timeout_ms: u64,
+}
+
+/// `hilock dump` from the command line: the table (or JSON) on stdout; exit 0 if every
+/// node answered, 1 with one line on stderr naming the others if some did not, 2 with one
+/// line if none did or the request is wrong.
+pub fn run(a: DumpArgs) -> std::process::ExitCode {
+    match dump(a.config.as_deref(), &a.socket, a.json, a.all, a.timeout_ms) {
+        Ok(Dump { out, missing }) => {
+            print!("{out}");
+            match missing {
+                Some(line) => {
+                    eprintln!("hilock: {line}");
+                    std::process::ExitCode::from(1)
+                }
+                None => std::process::ExitCode::SUCCESS,
+            }
+        }
+        Err(e) => {
+            eprintln!("hilock: error: {e}");
+            std::process::ExitCode::from(2)
+        }
+    }
+}
+
 /// The dump's output: the text (or JSON) for stdout, and, when some nodes did not answer,
 /// the one line for stderr that names them.
 pub struct Dump {

@@ -194,29 +194,9 @@ enum Command {
         timeout_ms: u64,
     },
     /// Print every lock the cluster knows, merged by path from every node's status (like
-    /// `dlm_tool lockdump`): the token node, the holders, the waiting requests, the frozen
-    /// modes, and the nodes that did not answer. All nodes are asked at once, each for at
-    /// most --timeout-ms. Exit 0 if every node answered; 1 if some did not (the locks of
-    /// those that did are printed, and one line on stderr names the others); 2 (one line)
-    /// if none did. Token engine only.
-    Dump {
-        /// The cluster's configuration file: every node of its `[[nodes]]`, at its
-        /// `client` socket.
-        #[arg(long, conflicts_with = "socket", required_unless_present = "socket")]
-        config: Option<PathBuf>,
-        /// …or the nodes' client sockets (one or more).
-        #[arg(long, num_args = 1..)]
-        socket: Vec<PathBuf>,
-        /// Print JSON (format hilock-dump/1).
-        #[arg(long)]
-        json: bool,
-        /// Also the idle locks (nothing held, owned, pending, queued or frozen at any node).
-        #[arg(long)]
-        all: bool,
-        /// How long each node is given to answer, in milliseconds (all are asked at once).
-        #[arg(long, default_value_t = DEFAULT_STATUS_TIMEOUT_MS)]
-        timeout_ms: u64,
-    },
+    /// `dlm_tool lockdump`). Exit 0 if every node answered, 1 if some did not (named on
+    /// stderr), 2 if none did. Token engine only.
+    Dump(dump::DumpArgs),
     /// Print the specification: modes, Tables 2.1–2.4 (literal and derived) and the rules.
     Spec {
         /// Print it as JSON (format hilock-spec/1).
@@ -378,23 +358,7 @@ fn main() -> ExitCode {
             json,
             timeout_ms,
         } => node::status(&at, json, timeout_ms),
-        Command::Dump {
-            config,
-            socket,
-            json,
-            all,
-            timeout_ms,
-        } => match dump::dump(config.as_deref(), &socket, json, all, timeout_ms) {
-            Ok(dump::Dump { out, missing }) => {
-                print!("{out}");
-                if let Some(line) = missing {
-                    eprintln!("hilock: {line}");
-                    return ExitCode::from(1);
-                }
-                return ExitCode::SUCCESS;
-            }
-            Err(e) => Err(e),
-        },
+        Command::Dump(args) => return dump::run(args),
         Command::Bakery { command } => match bakery::bakery(command) {
             Ok(code) => return code,
             Err(e) => Err(e),
