@@ -3,6 +3,7 @@
 
 mod bakery;
 mod demo;
+mod dump;
 mod lock;
 mod node;
 mod ring;
@@ -192,6 +193,10 @@ enum Command {
         #[arg(long, default_value_t = DEFAULT_STATUS_TIMEOUT_MS)]
         timeout_ms: u64,
     },
+    /// Print every lock the cluster knows, merged by path from every node's status (like
+    /// `dlm_tool lockdump`). Exit 0 if every node answered, 1 if some did not (named on
+    /// stderr), 2 if none did. Token engine only.
+    Dump(dump::DumpArgs),
     /// Print the specification: modes, Tables 2.1–2.4 (literal and derived) and the rules.
     Spec {
         /// Print it as JSON (format hilock-spec/1).
@@ -353,6 +358,7 @@ fn main() -> ExitCode {
             json,
             timeout_ms,
         } => node::status(&at, json, timeout_ms),
+        Command::Dump(args) => return dump::run(args),
         Command::Bakery { command } => match bakery::bakery(command) {
             Ok(code) => return code,
             Err(e) => Err(e),

@@ -1547,3 +1547,341 @@ fn a_node_under_ulimit_1024_answers_the_excess_of_1500_clients_too_many_clients(
         drop(node);
     }
 }
+
+/// `hilock dump` with `args` added to `--config` of cluster `c`: its output, and how long
+/// it took.
+fn dump(c: &Cluster, args: &[&str]) -> (Output, Duration) {
+    let t = Instant::now();
+    let out = run(hilock()
+        .arg("dump")
+        .args(args)
+        .arg("--config")
+        .arg(c.config()));
+    (out, t.elapsed())
+}
+
+/// `hilock dump --json`'s lock `path`, if listed.
+fn dumped<'a>(v: &'a serde_json::Value, path: &str) -> Option<&'a serde_json::Value> {
+    v["locks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["path"] == path)
+}
+
+/// The text's line of lock `path`.
+fn dump_line<'a>(text: &'a str, path: &str) -> &'a str {
+    text.lines()
+        .find(|l| l.split_whitespace().next() == Some(path))
+        .unwrap_or_else(|| panic!("a line of {path} in {text}"))
+}
+
+/// `hilock dump` (`docs/cli.md`): in a 3-node cluster where node 0 holds /a in W, node 1
+/// waits for /a in R and node 2 holds /b/c in R, the dump (asked through the configuration
+/// file, every node at once) names the token node of /a, the W holder with its local
+/// holder count, node 1's pending R and its request in the token node's queue, node 2's
+/// R on /b/c (and IR on /b), and, with node 0 waiting for /b/c in W, the modes the token
+/// node of /b/c freezes, in JSON and in the text; a lock taken and released is left out
+/// unless --all; with --socket, only the nodes at the sockets given are asked. A stopped node (SIGSTOP) and then a killed one (SIGKILL) are named
+/// as not answering, the locks of the others are still printed, exit 1, within the
+/// timeout and a second; with the token node of /a killed, /a's token is at no node that
+/// answers; with no node answering, exit 2 with one line.
+#[test]
+fn dump_merges_every_nodes_locks_and_names_the_nodes_that_do_not_answer() {
+    let mut c = start(3);
+    // Taken and released: idle everywhere.
+    let out = run(&mut lock_cmd(&c.socket(0), "/idle", "W", "true"));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let (a_held, c_held) = (c.dir.path().join("a"), c.dir.path().join("c"));
+    let _writer = Proc(
+        lock_cmd(
+            &c.socket(0),
+            "/a",
+            "W",
+            &format!("echo held > {}; sleep 100", a_held.display()),
+        )
+        .spawn()
+        .unwrap(),
+    );
+    wait_file(&a_held);
+    let _reader = Proc(
+        lock_cmd(
+            &c.socket(2),
+            "/b/c",
+            "R",
+            &format!("echo held > {}; sleep 100", c_held.display()),
+        )
+        .spawn()
+        .unwrap(),
+    );
+    wait_file(&c_held);
+    let waiter = hilock()
+        .args(["lock", "/a", "R", "--timeout-ms", "100000", "--socket"])
+        .arg(c.socket(1))
+        .args(["--", "true"])
+        .spawn()
+        .unwrap();
+    let _waiter = Proc(waiter);
+    // A writer waiting behind node 2's reader: the token node of /b/c freezes R.
+    let writer = hilock()
+        .args(["lock", "/b/c", "W", "--timeout-ms", "100000", "--socket"])
+        .arg(c.socket(0))
+        .args(["--", "true"])
+        .spawn()
+        .unwrap();
+    let _writer_waits = Proc(writer);
+    // Until both requests have reached the token nodes' queues.
+    let queued = |v: &serde_json::Value, path: &str, node: u64, mode: &str| {
+        dumped(v, path).is_some_and(|l| {
+            l["queued"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|q| q["node"] == node && q["mode"] == mode)
+        })
+    };
+    let t = Instant::now();
+    let v = loop {
+        let (out, _) = dump(&c, &["--json"]);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        if queued(&v, "/a", 1, "R") && queued(&v, "/b/c", 0, "W") {
+            break v;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "the requests queued: {v}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(v["format"], "hilock-dump/1");
+    assert_eq!(v["cluster"], "cli");
+    let nodes = v["nodes"].as_array().unwrap();
+    assert_eq!(nodes.len(), 3, "{v}");
+    for (i, n) in nodes.iter().enumerate() {
+        assert_eq!(n["id"], i as u64, "{v}");
+        assert_eq!(n["answered"], true, "{v}");
+        assert_eq!(n["socket"], c.socket(i).to_str().unwrap(), "{v}");
+        assert_eq!(
+            (&n["epoch"], &n["serving"]),
+            (&0.into(), &true.into()),
+            "{v}"
+        );
+    }
+    let paths: Vec<&str> = v["locks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(paths, ["/a", "/b", "/b/c"], "{v}");
+    let a = dumped(&v, "/a").unwrap();
+    assert_eq!(a["token"], serde_json::json!([0]), "{a}");
+    assert_eq!(
+        a["held"],
+        serde_json::json!([{"node": 0, "mode": "W", "holders": 1}]),
+        "{a}"
+    );
+    assert_eq!(
+        a["pending"],
+        serde_json::json!([{"node": 1, "mode": "R", "waiters": 1}]),
+        "{a}"
+    );
+    assert_eq!(
+        a["queued"],
+        serde_json::json!([{"at": 0, "node": 1, "mode": "R", "priority": 0}]),
+        "{a}"
+    );
+    // Every node's own entry, as `hilock status` shows it.
+    let a0 = a["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["node"] == 0)
+        .unwrap();
+    assert_eq!(
+        (&a0["token"], &a0["held"]),
+        (&true.into(), &"W".into()),
+        "{a}"
+    );
+    let bc = dumped(&v, "/b/c").unwrap();
+    assert_eq!(
+        bc["held"],
+        serde_json::json!([{"node": 2, "mode": "R", "holders": 1}]),
+        "{bc}"
+    );
+    let bc_token = bc["token"][0].as_u64().unwrap();
+    assert_eq!(bc["token"].as_array().unwrap().len(), 1, "{bc}");
+    assert_eq!(
+        bc["queued"],
+        serde_json::json!([{"at": bc_token, "node": 0, "mode": "W", "priority": 0}]),
+        "{bc}"
+    );
+    assert_eq!(
+        bc["frozen"],
+        serde_json::json!([{"node": bc_token, "modes": ["IR", "R", "U"]}]),
+        "{bc}"
+    );
+    let b = dumped(&v, "/b").unwrap();
+    assert!(
+        b["held"]
+            .as_array()
+            .unwrap()
+            .contains(&serde_json::json!({"node": 2, "mode": "IR", "holders": 1})),
+        "{b}"
+    );
+
+    // Only the nodes at the sockets given: node 1's own request is not shown, its entry
+    // in node 0's queue is.
+    let out = run(hilock()
+        .args(["dump", "--json", "--socket"])
+        .arg(c.socket(0))
+        .arg(c.socket(2)));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let two: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let ids: Vec<&serde_json::Value> = two["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| &n["id"])
+        .collect();
+    assert_eq!(ids, [&serde_json::json!(0), &serde_json::json!(2)], "{two}");
+    let a = dumped(&two, "/a").unwrap();
+    assert_eq!(a["pending"], serde_json::json!([]), "{a}");
+    assert_eq!(a["queued"][0]["node"], 1, "{a}");
+    assert!(dumped(&v, "/idle").is_none(), "{v}");
+    let (out, _) = dump(&c, &["--json", "--all"]);
+    let all: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let idle = dumped(&all, "/idle").unwrap();
+    assert_eq!(idle["held"], serde_json::json!([]), "{idle}");
+    assert_eq!(idle["queued"], serde_json::json!([]), "{idle}");
+
+    // The text: the header and each lock's line.
+    let (out, _) = dump(&c, &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let s = text(&out.stdout);
+    assert!(
+        s.starts_with("cluster \"cli\": 3 of 3 nodes answered (0, 1, 2)\n"),
+        "{s}"
+    );
+    let head: Vec<&str> = s.lines().nth(1).unwrap().split_whitespace().collect();
+    assert_eq!(
+        head,
+        ["path", "token", "held", "pending", "frozen", "queued"],
+        "{s}"
+    );
+    // One line per lock, six cells without spaces each.
+    assert_eq!(s.lines().count(), 5, "{s}");
+    assert!(
+        s.lines().skip(2).all(|l| l.split_whitespace().count() == 6),
+        "{s}"
+    );
+    let cols: Vec<&str> = dump_line(&s, "/b").split_whitespace().collect();
+    assert!(cols[2].split(',').any(|h| h == "2:IR(1)"), "{s}");
+    let cols: Vec<&str> = dump_line(&s, "/a").split_whitespace().collect();
+    assert_eq!(&cols[..4], ["/a", "0", "0:W(1)", "1:R(1)"], "{s}");
+    assert_eq!(&cols[4..], ["-", "0:[1:R@0]"], "{s}");
+    let cols: Vec<&str> = dump_line(&s, "/b/c").split_whitespace().collect();
+    assert_eq!(
+        &cols[1..],
+        [
+            &bc_token.to_string(),
+            "2:R(1)",
+            "0:W(1)",
+            &format!("{bc_token}:{{IR,R,U}}"),
+            &format!("{bc_token}:[0:W@0]"),
+        ],
+        "{s}"
+    );
+    assert!(!s.contains("/idle"), "{s}");
+    assert!(!s.contains("not answering"), "{s}");
+
+    // A stopped node: asked, never answers; the others' locks are still shown.
+    let pid2 = c.nodes[2].0.id().to_string();
+    let sig = |s: &str, pid: &str| {
+        assert!(Command::new("kill")
+            .args([s, pid])
+            .status()
+            .unwrap()
+            .success())
+    };
+    sig("-STOP", &pid2);
+    let (out, took) = dump(&c, &["--json", "--timeout-ms", "1000"]);
+    sig("-CONT", &pid2);
+    assert!(
+        took < Duration::from_millis(2000),
+        "answers within the timeout: {took:?}"
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let e = text(&out.stderr);
+    assert_eq!(e.lines().count(), 1, "{e}");
+    assert!(e.contains("1 of 3 nodes did not answer: node 2 ("), "{e}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["nodes"][2]["answered"], false, "{v}");
+    assert!(
+        v["nodes"][2]["error"]
+            .as_str()
+            .unwrap()
+            .contains("no answer within 1s"),
+        "{v}"
+    );
+    assert_eq!(
+        (&v["nodes"][0]["answered"], &v["nodes"][1]["answered"]),
+        (&true.into(), &true.into())
+    );
+    let a = dumped(&v, "/a").unwrap();
+    assert_eq!(a["token"], serde_json::json!([0]), "{a}");
+    assert_eq!(a["held"][0]["node"], 0, "{a}");
+
+    // The token node of /a killed: the token is at no node that answers, node 1 still
+    // waits; the killed node is named in the text too.
+    c.nodes[0].0.kill().unwrap();
+    let _ = c.nodes[0].0.wait();
+    let (out, took) = dump(&c, &["--timeout-ms", "1000"]);
+    assert!(
+        took < Duration::from_millis(2000),
+        "answers within the timeout: {took:?}"
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("1 of 3 nodes did not answer: node 0 ("));
+    let s = text(&out.stdout);
+    assert!(
+        s.starts_with("cluster \"cli\": 2 of 3 nodes answered (1, 2)\n"),
+        "{s}"
+    );
+    let cols: Vec<&str> = dump_line(&s, "/a").split_whitespace().collect();
+    assert_eq!(&cols[..4], ["/a", "?", "-", "1:R(1)"], "{s}");
+    let cols: Vec<&str> = dump_line(&s, "/b/c").split_whitespace().collect();
+    assert_eq!(cols[2], "2:R(1)", "{s}");
+    assert!(
+        s.lines().any(|l| l.starts_with(&format!(
+            "not answering: node 0 ({}): ",
+            c.socket(0).display()
+        ))),
+        "{s}"
+    );
+    let (out, _) = dump(&c, &["--json", "--timeout-ms", "1000"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        dumped(&v, "/a").unwrap()["token"],
+        serde_json::json!([]),
+        "{v}"
+    );
+
+    // No node answers: one line, exit 2.
+    for n in &mut c.nodes {
+        let _ = n.0.kill();
+        let _ = n.0.wait();
+    }
+    let (out, took) = dump(&c, &["--timeout-ms", "1000"]);
+    assert!(took < Duration::from_millis(2000), "{took:?}");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(out.stdout.is_empty());
+    let e = text(&out.stderr);
+    assert_eq!(e.lines().count(), 1, "{e}");
+    assert!(
+        e.starts_with("hilock: error: no node answered: node 0 ("),
+        "{e}"
+    );
+    assert!(e.contains("; node 1 (") && e.contains("; node 2 ("), "{e}");
+}
