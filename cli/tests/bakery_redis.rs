@@ -1199,6 +1199,118 @@ fn a_paused_wrapper_s_command_dies_before_its_lease_ends() {
     assert_eq!(err.trim_end().lines().count(), 1, "{err}");
 }
 
+/// The lease watchdog is in a process group of its own, so stopping a whole job does not
+/// stop it: `hilock bakery lock --lease-ms 1000`, started as the leader of its own process
+/// group (as a shell starts a job), and its command's group are both SIGSTOPped — every
+/// process of the run but the watchdog, as `kill -STOP -PGID` of both groups does — for 3
+/// leases. The stopped command is dead (SIGKILLed by the watchdog, a zombie its stopped
+/// wrapper has not reaped) before its lease ends — within one lease of the stop, as the
+/// lease was renewed before it — and another client is granted only after that and not
+/// before a lease after the stop; on SIGCONT the wrapper exits 77 with one line.
+#[test]
+fn a_stopped_job_s_command_dies_before_its_lease_ends() {
+    if !have_redis() {
+        return;
+    }
+    use std::os::unix::process::CommandExt;
+    let reps = Replicas::start(3);
+    let addrs = reps.addrs.join(",");
+    let dir = tempfile::tempdir().unwrap();
+    let granted = dir.path().join("granted");
+    let lease = Duration::from_millis(1000);
+    let mut a = Reap(
+        bakery_lock(&addrs, "job", 1, 1000, "echo $$; exec sleep 30")
+            .process_group(0)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let cmd_pid: i32 = first_line(&mut a.0, Duration::from_secs(10))
+        .trim()
+        .parse()
+        .expect("the command's pid");
+    let wrapper = a.0.id() as i32;
+    let group = |pid: i32| hilock_runtime::proc::stat(pid).map(|(_, _, g)| g);
+    assert_eq!(group(wrapper), Some(wrapper), "the wrapper leads its group");
+    assert_eq!(
+        group(cmd_pid),
+        Some(cmd_pid),
+        "the command leads its own group"
+    );
+    std::thread::sleep(Duration::from_millis(1500));
+    let t = Instant::now();
+    for g in [wrapper, cmd_pid] {
+        let ok = Command::new("kill")
+            .args(["-STOP", "--", &format!("-{g}")])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "kill -STOP -{g}");
+    }
+    let other = std::thread::spawn({
+        let (addrs, granted) = (addrs.clone(), granted.clone());
+        move || {
+            bakery_lock(
+                &addrs,
+                "job",
+                2,
+                1000,
+                &format!("touch {}", granted.display()),
+            )
+            .output()
+            .unwrap()
+        }
+    });
+    let mut died = None;
+    let mut granted_at = None;
+    while t.elapsed() < 3 * lease {
+        if died.is_none() && !running(cmd_pid) {
+            died = Some(t.elapsed());
+        }
+        if granted_at.is_none() && granted.exists() {
+            granted_at = Some(t.elapsed());
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    for g in [wrapper, cmd_pid] {
+        let _ = Command::new("kill")
+            .args(["-CONT", "--", &format!("-{g}")])
+            .status();
+    }
+    let b = other.join().unwrap();
+    println!("stopped job: command dead {died:?} after the stop, the other client granted {granted_at:?} after it");
+    assert_eq!(b.status.code(), Some(0), "{b:?}");
+    let died = died.expect("the stopped command was never killed");
+    let granted_at = granted_at.expect("the other client was never granted");
+    assert!(
+        died < lease,
+        "the command died {died:?} after the stop: after its lease ended"
+    );
+    assert!(
+        granted_at > died,
+        "the other client was granted while the command lived"
+    );
+    assert!(
+        granted_at >= lease,
+        "the other client was granted {granted_at:?} after the stop, before the lease ended"
+    );
+    let t = Instant::now();
+    let status = loop {
+        if let Some(s) = a.0.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "the wrapper did not end after SIGCONT"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut a.0.stderr.take().unwrap(), &mut err).unwrap();
+    assert_eq!(status.code(), Some(77), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+}
+
 // ----- the work queue (`hilock bakery queue push|work`) --------------------------------
 
 /// `hilock bakery queue push NAME ITEM`: the key it prints.
