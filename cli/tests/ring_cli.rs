@@ -1075,6 +1075,75 @@ async fn lock_on_ring() {
     }
     next_run_of_11_frees(&cfg, &mut other, "/ahead", "true", limit).await;
 
+    // A stopped wrapper (SIGSTOP for 3 s): a ring hold has no lease, so nothing passes on
+    // while the wrapper is stopped. Its command runs to its end meanwhile; no other client
+    // is granted the lock until the wrapper, resumed, unlocks it after the command ended;
+    // the wrapper exits with the command's status.
+    let beats = dir.path().join("stopped.beats");
+    let cmd = format!(
+        "for i in $(seq 1 50); do date +%s%N >> {}; sleep 0.01; done",
+        beats.display()
+    );
+    let mut stopped_run = tokio::process::Command::new(BIN)
+        .arg("lock")
+        .arg("--config")
+        .arg(&cfg)
+        .args(["--client-id", "12", "/stopped", "W", "--", "sh", "-c", &cmd])
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    while !beats.exists() {
+        assert!(t.elapsed() < limit, "the stopped run's command starts");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let pid = stopped_run.id().expect("the wrapper runs").to_string();
+    let signal = |sig: &str| {
+        let ok = Command::new("kill")
+            .args([sig, &pid])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "kill {sig} {pid}");
+    };
+    signal("-STOP");
+    let t = Instant::now();
+    let mut tries = 0;
+    while t.elapsed() < Duration::from_secs(3) {
+        assert!(
+            !other.lock("/stopped").await.unwrap(),
+            "another client was granted the lock of a stopped wrapper after {:?}",
+            t.elapsed()
+        );
+        tries += 1;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    signal("-CONT");
+    let out = tokio::time::timeout(limit, stopped_run.wait_with_output())
+        .await
+        .expect("the resumed wrapper ends")
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let last_beat: u128 = std::fs::read_to_string(&beats)
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .max()
+        .unwrap();
+    assert!(other.lock("/stopped").await.unwrap(), "the lock is free");
+    let granted = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    assert!(granted > last_beat, "granted while the command ran");
+    println!("stopped ring wrapper: {tries} tries of another client refused during the stop");
+    other.unlock("/stopped").await.unwrap();
+
     // The ring dies under a held lock: exit 75 once a check is not answered within the
     // timeout, the command killed.
     let script = format!("sleep 20; touch {}", lost.display());
