@@ -138,6 +138,8 @@ impl<M> Step<M> {
 
 /// A message in flight, with its global send number. The send number orders "oldest first"
 /// delivery across channels; it is bookkeeping, not state (equality and hash ignore it).
+/// `copied`: a duplicating network has delivered a copy of it ([`Cluster::duplicate`]), so
+/// its own delivery will be a second one.
 /// The message is shared (`Arc`): cloning a cluster copies no message, and a large message
 /// (the simulator's token carries a queue of up to 1,024 entries) is copied once when sent.
 #[derive(Clone, Debug)]
@@ -146,17 +148,22 @@ pub struct InFlight<M> {
     pub seq: u64,
     /// The message.
     pub msg: Arc<M>,
+    /// A copy of it was delivered already.
+    pub copied: bool,
 }
 
 impl<M: PartialEq> PartialEq for InFlight<M> {
     fn eq(&self, other: &Self) -> bool {
-        self.msg == other.msg
+        self.msg == other.msg && self.copied == other.copied
     }
 }
 impl<M: Eq> Eq for InFlight<M> {}
 impl<M: Hash> Hash for InFlight<M> {
     fn hash<H: Hasher>(&self, h: &mut H) {
-        self.msg.hash(h)
+        self.msg.hash(h);
+        if self.copied {
+            true.hash(h);
+        }
     }
 }
 
@@ -640,6 +647,7 @@ where
             Order::Fifo => q.push_back(InFlight {
                 seq,
                 msg: Arc::new(msg),
+                copied: false,
             }),
             Order::Unordered => {
                 let k = content_key(&msg);
@@ -649,6 +657,7 @@ where
                     InFlight {
                         seq,
                         msg: Arc::new(msg),
+                        copied: false,
                     },
                 );
             }
@@ -784,10 +793,47 @@ where
         to: NodeId,
         index: usize,
     ) -> Option<(P::Msg, Result<Step<P::Msg>, StepError>)> {
-        let msg = P::Msg::clone(&self.channels.get(&(from, to))?.get(index)?.msg);
-        self.faults.duplicated = true;
+        let msg = self.copy_of(from, to, index)?;
         let r = self.collect(to, Input::Deliver { from, msg: &msg }, false);
         Some((msg, r))
+    }
+
+    /// [`Cluster::duplicate`] without copying the outputs: each is shown to `see`. A
+    /// rejection for which `expected` holds (the kernel refusing the copy as a duplicate) is
+    /// not kept as [`Cluster::error`]; any other is. `None` if there is no message `index`.
+    pub fn duplicate_with(
+        &mut self,
+        from: NodeId,
+        to: NodeId,
+        index: usize,
+        expected: impl Fn(KernelError) -> bool,
+        see: impl FnMut(&Output<P::Msg>),
+    ) -> Option<Result<Report, StepError>> {
+        let msg = self.copy_of(from, to, index)?;
+        let r = self.run(to, Input::Deliver { from, msg: &msg }, false, see);
+        if let Err(e) = r {
+            if !e.kernel().is_some_and(&expected) && self.error.is_none() {
+                self.error = Some(e);
+            }
+        }
+        Some(r)
+    }
+
+    /// Whether a copy of message `index` of channel `from → to` was delivered already
+    /// ([`Cluster::duplicate`]): delivering it is then a second delivery.
+    pub fn is_copied(&self, from: NodeId, to: NodeId, index: usize) -> bool {
+        self.channels
+            .get(&(from, to))
+            .and_then(|q| q.get(index))
+            .is_some_and(|m| m.copied)
+    }
+
+    /// A copy of message `index` of channel `from → to`, which is marked as copied.
+    fn copy_of(&mut self, from: NodeId, to: NodeId, index: usize) -> Option<P::Msg> {
+        let m = self.channels.get_mut(&(from, to))?.get_mut(index)?;
+        m.copied = true;
+        self.faults.duplicated = true;
+        Some(P::Msg::clone(&m.msg))
     }
 
     /// Drop message `index` of channel `from → to` (a lossy network).

@@ -486,15 +486,25 @@ pub fn trace_of<const L: usize>(
             }
             Action::Deliver {
                 from, to, index, ..
+            }
+            | Action::Duplicate {
+                from, to, index, ..
             } => {
                 let (f, t) = (NodeId(u16::from(from)), NodeId(u16::from(to)));
-                let Some((msg, r)) = cluster.deliver_at(f, t, index as usize) else {
+                let copy = matches!(action, Action::Duplicate { .. });
+                let delivered = if copy {
+                    cluster.duplicate(f, t, index as usize)
+                } else {
+                    cluster.deliver_at(f, t, index as usize)
+                };
+                let Some((msg, r)) = delivered else {
                     break;
                 };
                 let lock = msg.lock().0;
                 let ti = TraceInput::Deliver {
                     from: names[from as usize].clone(),
                     msg,
+                    copy,
                 };
                 (t, lock, ti, r)
             }

@@ -140,13 +140,20 @@ fn fits<const L: usize>(
         (
             Action::Deliver {
                 from, to, index, ..
+            }
+            | Action::Duplicate {
+                from, to, index, ..
             },
-            TraceInput::Deliver { from: f, msg },
-        ) if usize::from(to) == node && idx(f) == Some(usize::from(from)) => st
-            .cluster
-            .channel(NodeId(from.into()), NodeId(to.into()))
-            .nth(index.into())
-            .is_some_and(|m| m == msg),
+            TraceInput::Deliver { from: f, msg, copy },
+        ) if usize::from(to) == node
+            && idx(f) == Some(usize::from(from))
+            && *copy == matches!(action, Action::Duplicate { .. }) =>
+        {
+            st.cluster
+                .channel(NodeId(from.into()), NodeId(to.into()))
+                .nth(index.into())
+                .is_some_and(|m| m == msg)
+        }
         _ => false,
     }
 }
@@ -158,9 +165,10 @@ fn input_text(node: &str, input: &TraceInput) -> String {
         TraceInput::Release { lock } => format!("{node} release L{lock}"),
         TraceInput::Upgrade { lock } => format!("{node} upgrade L{lock}"),
         TraceInput::SetPriority { base } => format!("{node} priority {base}"),
-        TraceInput::Deliver { from, msg } => {
+        TraceInput::Deliver { from, msg, copy } => {
             let f = from.trim_start_matches('n').parse().unwrap_or(0);
-            format!("{from} → {node} {}", Delivered::of(msg).label(f))
+            let copy = if *copy { " (a copy)" } else { "" };
+            format!("{from} → {node} {}{copy}", Delivered::of(msg).label(f))
         }
     }
 }
@@ -248,7 +256,7 @@ pub fn diagram_of(text: &str) -> Result<(String, Diagram, Vec<String>), String> 
             let node = t.nodes.iter().position(|n| *n == step.node).unwrap_or(0);
             let line = input_text(&step.node, &step.input);
             match &step.input {
-                TraceInput::Deliver { from, msg } => {
+                TraceInput::Deliver { from, msg, .. } => {
                     let f = t.nodes.iter().position(|n| n == from).unwrap_or(0);
                     d.message(f, node, Delivered::of(msg).label(f as u8));
                 }

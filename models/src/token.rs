@@ -82,7 +82,7 @@
 use hilock_harness::{Cluster, Order};
 use hilock_kernel::token::tables::table_2_1;
 use hilock_kernel::{
-    Frozen, Input, LockId, Mode, Msg, MsgKind, NodeId, Output, Pending, Rule, Variant,
+    Frozen, Input, KernelError, LockId, Mode, Msg, MsgKind, NodeId, Output, Pending, Rule, Variant,
 };
 use hilock_spec::system::{ModelSite, SpecMsg, MODEL_NODES};
 use hilock_spec::trace::describe_msg;
@@ -239,6 +239,16 @@ pub struct ModelConfig {
     /// everything.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_messages: Option<u16>,
+    /// How many times in a run the network may deliver a copy of a message in flight while
+    /// the original stays in flight ([`Action::Duplicate`]; 0, the default: never). On the
+    /// FIFO network the copy is of a channel's oldest message, so the message is delivered
+    /// twice in a row on its channel.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub duplicates: u8,
+}
+
+fn is_zero(n: &u8) -> bool {
+    *n == 0
 }
 
 impl ModelConfig {
@@ -265,6 +275,7 @@ impl ModelConfig {
             network: Network::Fifo,
             variant: Variant::HILOCK,
             max_messages: None,
+            duplicates: 0,
         }
     }
 
@@ -291,6 +302,12 @@ impl ModelConfig {
     /// The same configuration with another protocol variant.
     pub fn with_variant(mut self, variant: Variant) -> Self {
         self.variant = variant;
+        self
+    }
+
+    /// The same configuration on a network that duplicates up to `n` messages per run.
+    pub fn with_duplicates(mut self, n: u8) -> Self {
+        self.duplicates = n;
         self
     }
 
@@ -422,6 +439,18 @@ pub enum Action {
         /// The message.
         msg: Delivered,
     },
+    /// Deliver a copy of the message at `index` of the channel `from → to`; the original
+    /// stays in flight (a duplicating network, [`ModelConfig::duplicates`]).
+    Duplicate {
+        /// Sender.
+        from: u8,
+        /// Receiver.
+        to: u8,
+        /// Position in the channel.
+        index: u8,
+        /// The message.
+        msg: Delivered,
+    },
 }
 
 /// A summary of a delivered message (what an action label needs: kind, lock, mode,
@@ -516,6 +545,9 @@ impl fmt::Display for Action {
             Action::Deliver { from, to, msg, .. } => {
                 write!(f, "n{from} → n{to} {}", msg.label(*from))
             }
+            Action::Duplicate { from, to, msg, .. } => {
+                write!(f, "n{from} → n{to} {} (a copy)", msg.label(*from))
+            }
         }
     }
 }
@@ -526,6 +558,7 @@ impl fmt::Display for Action {
 enum StepInput {
     User(ScriptOp),
     Deliver { from: u8, index: usize },
+    Duplicate { from: u8, index: usize },
 }
 
 /// An output of a step as the ghost history sees it.
@@ -582,6 +615,8 @@ pub struct State<const L: usize> {
     pub events: u8,
     /// Messages sent so far (kept only when [`ModelConfig::max_messages`] is set).
     pub sent: u16,
+    /// Copies the network delivered so far ([`Action::Duplicate`]).
+    pub dups: u8,
     /// Per node and lock (`n * L + l`), for the outstanding request whose current journey
     /// is in progress: its `Request` messages minus the token transfers of the lock during
     /// it (a token in flight at its start counts); [`NOT_TRAVELLING`] otherwise (P9).
@@ -605,6 +640,7 @@ impl<const L: usize> std::hash::Hash for State<L> {
         reqs.hash(h);
         self.events.hash(h);
         self.sent.hash(h);
+        self.dups.hash(h);
         self.excess.hash(h);
     }
 }
@@ -794,7 +830,7 @@ impl<const L: usize> BaseModel<L> {
         // What the delivered message is (for the `sometimes` events).
         let (l, request, freeze) = match input {
             StepInput::User(op) => (op.lock() as usize, None, false),
-            StepInput::Deliver { from, index } => {
+            StepInput::Deliver { from, index } | StepInput::Duplicate { from, index } => {
                 let Some(msg) = st.cluster.channel(NodeId(from as u16), node).nth(index) else {
                     return;
                 };
@@ -835,10 +871,35 @@ impl<const L: usize> BaseModel<L> {
         let step = match input {
             StepInput::User(op) => st.cluster.input_with(node, Self::input_of(op), &mut see),
             StepInput::Deliver { from, index } => {
-                match st
-                    .cluster
-                    .deliver_at_with(NodeId(from as u16), node, index, &mut see)
-                {
+                let from = NodeId(from as u16);
+                let delivered = if st.cluster.is_copied(from, node, index) {
+                    // The second delivery of a message the network copied: refusing it as a
+                    // duplicate is the protocol working.
+                    st.cluster.deliver_at_expecting(
+                        from,
+                        node,
+                        index,
+                        |e| matches!(e, KernelError::Duplicate(_)),
+                        &mut see,
+                    )
+                } else {
+                    st.cluster.deliver_at_with(from, node, index, &mut see)
+                };
+                match delivered {
+                    Some(r) => r,
+                    None => return,
+                }
+            }
+            StepInput::Duplicate { from, index } => {
+                // A copy the kernel refuses as a duplicate is the protocol working; any
+                // other refusal is kept ("no kernel error").
+                match st.cluster.duplicate_with(
+                    NodeId(from as u16),
+                    node,
+                    index,
+                    |e| matches!(e, KernelError::Duplicate(_)),
+                    &mut see,
+                ) {
                     Some(r) => r,
                     None => return,
                 }
@@ -973,6 +1034,12 @@ impl<const L: usize> BaseModel<L> {
                 Some((_, r)) => (to, r),
                 None => return format!("{action}: no such message"),
             },
+            Action::Duplicate {
+                from, to, index, ..
+            } => match cluster.duplicate(NodeId(from.into()), NodeId(to.into()), index.into()) {
+                Some((_, r)) => (to, r),
+                None => return format!("{action}: no such message"),
+            },
         };
         let mut s = action.to_string();
         match r {
@@ -1016,6 +1083,11 @@ impl<const L: usize> BaseModel<L> {
                 Action::Deliver { from, to, msg, .. } => {
                     d.message(from.into(), to.into(), msg.label(from))
                 }
+                Action::Duplicate { from, to, msg, .. } => d.message(
+                    from.into(),
+                    to.into(),
+                    format!("{} (a copy)", msg.label(from)),
+                ),
             }
         }
         d
@@ -1237,6 +1309,7 @@ impl<const L: usize> Model for BaseModel<L> {
             reqs: [None; MAX_NODES * MAX_LOCKS],
             events: 0,
             sent: 0,
+            dups: 0,
             excess: [NOT_TRAVELLING; MAX_NODES * MAX_LOCKS],
         }]
     }
@@ -1279,6 +1352,27 @@ impl<const L: usize> Model for BaseModel<L> {
                         }
                         last = Some(m);
                     }
+                }
+            }
+        }
+        if st.dups < self.cfg.duplicates {
+            // A copy of what could be delivered next: on FIFO the oldest message of each
+            // channel; on the unordered network any message (equal ones once).
+            let n = actions.len();
+            for k in 0..n {
+                if let Action::Deliver {
+                    from,
+                    to,
+                    index,
+                    msg,
+                } = actions[k]
+                {
+                    actions.push(Action::Duplicate {
+                        from,
+                        to,
+                        index,
+                        msg,
+                    });
                 }
             }
         }
@@ -1331,6 +1425,29 @@ impl<const L: usize> Model for BaseModel<L> {
                     &mut st,
                     to as usize,
                     StepInput::Deliver {
+                        from,
+                        index: index as usize,
+                    },
+                );
+            }
+            Action::Duplicate {
+                from,
+                to,
+                index,
+                msg,
+            } => {
+                let m = st
+                    .cluster
+                    .channel(NodeId(from as u16), NodeId(to as u16))
+                    .nth(index as usize)?;
+                if Delivered::of(m) != msg || st.dups >= self.cfg.duplicates {
+                    return None;
+                }
+                st.dups += 1;
+                self.step(
+                    &mut st,
+                    to as usize,
+                    StepInput::Duplicate {
                         from,
                         index: index as usize,
                     },

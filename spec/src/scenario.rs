@@ -595,6 +595,7 @@ impl Runner<'_> {
         let tin = TraceInput::Deliver {
             from: names[from.idx()].clone(),
             msg,
+            copy: false,
         };
         self.record(to, lock, tin, &r)
     }

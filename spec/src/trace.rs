@@ -66,6 +66,10 @@ pub enum TraceInput {
         from: String,
         /// The message.
         msg: SpecMsg,
+        /// A copy the network delivered while the original stayed in flight (a duplicating
+        /// network); absent: the message itself.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        copy: bool,
     },
 }
 
@@ -329,8 +333,9 @@ impl Trace {
                 TraceInput::Release { .. } => "release".to_string(),
                 TraceInput::Upgrade { .. } => "upgrade".to_string(),
                 TraceInput::SetPriority { base } => format!("priority {base}"),
-                TraceInput::Deliver { from, msg } => {
-                    format!("from {from}: {}", describe_msg(msg, &self.nodes))
+                TraceInput::Deliver { from, msg, copy } => {
+                    let copy = if *copy { " (a copy)" } else { "" };
+                    format!("from {from}: {}{copy}", describe_msg(msg, &self.nodes))
                 }
             };
             s.push_str(&format!("{:>3}. {:<3} {input}\n", st.index, st.node));

@@ -188,6 +188,17 @@ const ROWS: &[Row] = &[
         filter: "mixed_workloads_chain_and_star",
     },
     Row {
+        rule: "token generations: a token whose generation was seen is refused (a duplicating network)",
+        rules: &[],
+        file: "kernel/src/token/node.rs",
+        from: "        if generation <= self.generation_seen || self.has_token() {",
+        to: "        if self.has_token() {",
+        also: &[],
+        package: "verify",
+        target: "token",
+        filter: "a_duplicating_network_breaks_no_property",
+    },
+    Row {
         rule: "hop numbers: a re-delivered request is rejected (exactly-once requests)",
         rules: &[],
         file: "kernel/src/token/node.rs",

@@ -1286,3 +1286,63 @@ fn gap_naive_path_reversal_cycles() {
         .with_max_messages(16);
     gap(&c, &["P9 bounded forwarding"], "naive-reversal-cycle");
 }
+
+// ------------------------------------------------ a duplicating network (`Action::Duplicate`)
+
+/// The configurations of [`a_duplicating_network_breaks_no_property`]: default
+/// configurations on a network that may deliver up to one or two copies per run (a copy of a
+/// channel's oldest message, delivered while the original stays in flight), with their
+/// pinned unique-state counts.
+fn duplicate_configs() -> Vec<(ModelConfig, usize)> {
+    let named = |c: ModelConfig, n: u8| {
+        let name = format!("{}, {n} copies", c.name);
+        c.with_duplicates(n).named(&name)
+    };
+    vec![
+        (
+            named(
+                ModelConfig::star(
+                    "pair R/W star3",
+                    &[&[], &["acquire R", "release"], &["acquire W", "release"]],
+                ),
+                2,
+            ),
+            361,
+        ),
+        (named(pair_configs().swap_remove(0), 2), 338541),
+        (named(upgrade_configs().swap_remove(0), 1), 354176),
+        (named(pip_configs().swap_remove(0), 1), 94178),
+        (named(try_configs().swap_remove(0), 2), 4834),
+    ]
+}
+
+/// Duplication (`docs/engines/token.md`, "Operations and adversaries"): on a network that
+/// delivers a message twice, the second delivery is refused as a duplicate or dropped as
+/// stale, and every property but P3 and P3b (which assume a network without faults) holds —
+/// P1, P2 (a token in flight whose copy was delivered is not a second token), P4, P5,
+/// P9–P12 and "no kernel error" (a refusal other than `Duplicate` counts). Each
+/// configuration reaches more states than without copies. Red with the token's generation
+/// check deleted (`LockNode::on_token`): P1, P2, P5 and P10 on "upgrade star4, 1 copies"
+/// (the rule-deletion row "token generations"). With the grant's epoch check or the
+/// request's hop-number check deleted these configurations stay green: the stale-grant and
+/// stale-request paths drop the second copy.
+#[test]
+fn a_duplicating_network_breaks_no_property() {
+    for (c, pinned) in duplicate_configs() {
+        let r = check(&c, |_, _, _| {}).unwrap_or_else(|e| panic!("{}: {e}", c.name));
+        println!(
+            "{:<48} {:>9} unique states {:>9.2?}",
+            c.name, r.unique_states, r.elapsed
+        );
+        if !r.ok() {
+            panic!("{}: {:?} violated\n{}", c.name, r.violations(), r.render());
+        }
+        let without = check(&c.clone().with_duplicates(0), |_, _, _| {}).unwrap();
+        assert!(
+            r.unique_states > without.unique_states,
+            "{}: the copies reached no new state",
+            c.name
+        );
+        verify::assert_pinned!(r.unique_states, pinned, "{}", c.name);
+    }
+}

@@ -1,5 +1,7 @@
 //! P2, single token: per lock exactly one token, at a site or in flight
 //! ([`Cluster::check_single_token`]); at most one once a message was lost or a node crashed.
+//! A token in flight a copy of which was delivered already (a duplicating network) is that
+//! copy's second delivery, not a second token.
 
 use super::Violation;
 use crate::Cluster;
@@ -27,7 +29,9 @@ where
                 .channels
                 .values()
                 .flatten()
-                .filter(|m| P::kind(&m.msg) == MsgKind::Token && P::lock_of(&m.msg) == lock)
+                .filter(|m| {
+                    !m.copied && P::kind(&m.msg) == MsgKind::Token && P::lock_of(&m.msg) == lock
+                })
                 .count();
             let n = at_sites + in_flight;
             if n > 1 || (n == 0 && !lossy) {
