@@ -114,7 +114,7 @@ pub fn scenario(path: &Path, json: bool) -> Result<(String, bool), String> {
 /// its sequence diagram to the files given.
 pub fn replay(path: &Path, svg: Option<&Path>, html: Option<&Path>) -> Result<String, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let (title, diagram, steps) =
+    let (title, diagram, steps, details) =
         hilock_models::open::diagram_of(&text).map_err(|e| format!("{}: {e}", path.display()))?;
     let mut out = match serde_json::from_str::<serde_json::Value>(&text)
         .ok()
@@ -139,7 +139,7 @@ pub fn replay(path: &Path, svg: Option<&Path>, html: Option<&Path>) -> Result<St
         out.push_str(&format!("sequence diagram written to {}\n", f.display()));
     }
     if let Some(f) = html {
-        std::fs::write(f, diagram.html(&title, &steps))
+        std::fs::write(f, diagram.html(&title, &steps, &details))
             .map_err(|e| format!("{}: {e}", f.display()))?;
         out.push_str(&format!(
             "sequence diagram and steps written to {}\n",

@@ -685,8 +685,62 @@ fn replay_writes_the_sequence_diagram() {
         }
         assert_eq!(svg.contains("class=\"msg\""), arrows, "{name}: arrows");
         let html = std::fs::read_to_string(&html).expect("HTML written");
-        assert!(html.contains("<svg") && html.contains("<li>"), "{name}");
+        assert!(
+            html.contains("<svg") && html.contains("<li value=\"0\">"),
+            "{name}"
+        );
     }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// `hilock replay --html` of a base-model trace lists under each step what it output (the
+/// grants, the messages sent) and every node's state after it; the steps are numbered as
+/// the trace numbers them (0 to 21 here), as the text `replay` prints and the diagram's
+/// rows are; the freeze sent at step 17 and never delivered is drawn in flight.
+#[test]
+fn replay_html_shows_grants_and_every_node_per_step() {
+    let dir = std::env::temp_dir().join(format!("hilock-cli-html-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let html = dir.join("race.html");
+    let out = hilock(&[
+        "replay",
+        counterexamples()
+            .join("release-race-literal.json")
+            .to_str()
+            .unwrap(),
+        "--html",
+        html.to_str().unwrap(),
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("\n 21. n1  from n0: Grant(R)\n"), "{text}");
+    assert!(!text.contains("\n 22. "), "{text}");
+    let html = std::fs::read_to_string(&html).expect("HTML written");
+    let step = |k: usize| -> &str {
+        let at = html
+            .find(&format!("<li value=\"{k}\">"))
+            .unwrap_or_else(|| panic!("no step {k}: {html}"));
+        let end = html[at..].find("</ul></li>").map_or(html.len(), |e| at + e);
+        &html[at..end]
+    };
+    // Step 20: n3 enters W; step 21: n1 enters R, while n3 still holds W.
+    let s20 = step(20);
+    assert!(s20.contains("n3 is granted W on L0"), "{s20}");
+    let s21 = step(21);
+    for what in [
+        "n0 → n1 grant R",
+        "n1 is granted R on L0",
+        "<li>n0: L0 (",
+        "<li>n1: L0 (R, R,",
+        "<li>n2: L0 (",
+        "<li>n3: L0 (W, W,",
+    ] {
+        assert!(s21.contains(what), "step 21 shows {what}: {s21}");
+    }
+    // Step 17 sends the freeze; nothing delivers it.
+    assert!(step(17).contains("n0 sends freeze"), "{}", step(17));
+    assert!(html.contains(">21</text>") && !html.contains(">22</text>"));
+    assert_eq!(html.matches("class=\"inflight\"").count(), 1, "{html}");
     std::fs::remove_dir_all(&dir).ok();
 }
 

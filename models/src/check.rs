@@ -37,7 +37,10 @@ where
 }
 
 /// The `always` properties `st` violates, as a line for the Explorer's step text
-/// (empty if none): `⚠ violates: P1 mutual exclusion, P3 owned-mode invariant`.
+/// (empty if none): `⚠ violates: P1 mutual exclusion, P3 owned-mode invariant`, and a
+/// line that says the Properties pane's marks do not judge this state (the Explorer marks
+/// a property "✅ Safety holds" at every state off the paths its own search recorded, even
+/// at a state that violates it).
 pub fn violations_line<M: Model>(model: &M, st: &M::State) -> String {
     let v: Vec<&str> = model
         .properties()
@@ -48,9 +51,13 @@ pub fn violations_line<M: Model>(model: &M, st: &M::State) -> String {
     if v.is_empty() {
         String::new()
     } else {
-        format!("\n⚠ violates: {}", v.join(", "))
+        format!("\n⚠ violates: {}\n{PANE_NOTE}", v.join(", "))
     }
 }
+
+/// What the Explorer's step text says under a violation about the Properties pane.
+pub const PANE_NOTE: &str = "  (evaluated at this state; the Properties pane's per-state \
+     marks only follow the Explorer's own search and do not judge this state)";
 
 /// The outcome of one property; `C` is the counterexample's trace format (`hilock-trace/1`
 /// for the base model, `hilock-tree-trace/1` for the tree model).

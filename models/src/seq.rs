@@ -1,7 +1,11 @@
 //! Message sequence diagrams of a path, as SVG: one vertical line per site, one row per
-//! step; a delivered message is an arrow from its sender to its receiver, a local step
-//! (a user operation, a latch) a labelled dot on its site's line. Every model's
-//! `Model::as_svg` draws one, and `hilock replay --svg/--html` writes one to a file.
+//! step, numbered from 0 as a trace's steps are; a delivered message is an arrow from its
+//! sender to its receiver, a local step (a user operation, a latch) a labelled dot on its
+//! site's line. Where the sends are known ([`Diagram::send`], [`Diagram::deliver`]), a
+//! message is drawn from the row of the step that sent it to the row of the step that
+//! delivered it, and a message still in flight after the last step as a dashed arrow from
+//! its send to an "in flight" row below the last step. Every model's `Model::as_svg` draws
+//! one, and `hilock replay --svg/--html` writes one to a file.
 
 use std::fmt::Write;
 
@@ -16,6 +20,8 @@ pub enum Event {
         to: usize,
         /// What was delivered.
         label: String,
+        /// The row of the step that sent it, if known.
+        sent: Option<usize>,
     },
     /// A local step at lane `at`.
     Local {
@@ -26,13 +32,33 @@ pub enum Event {
     },
 }
 
-/// A sequence diagram: the lanes (site names) and the events, top to bottom.
+/// A message sent and not delivered (yet).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Pending {
+    /// Sender lane.
+    pub from: usize,
+    /// Receiver lane.
+    pub to: usize,
+    /// What identifies the message among the channel's others (equal keys are equal
+    /// messages: which of two equal messages is delivered does not matter).
+    pub key: String,
+    /// What was sent.
+    pub label: String,
+    /// The row of the step that sent it.
+    pub sent: usize,
+}
+
+/// A sequence diagram: the lanes (site names), the events, top to bottom, and the
+/// messages sent and not delivered.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Diagram {
     /// Lane names, left to right.
     pub lanes: Vec<String>,
     /// Events, top to bottom.
     pub events: Vec<Event>,
+    /// Messages sent ([`Diagram::send`]) and not delivered ([`Diagram::deliver`]), oldest
+    /// first: after the last step, the messages in flight.
+    pub pending: Vec<Pending>,
 }
 
 const LANE: usize = 200;
@@ -53,15 +79,52 @@ impl Diagram {
         Diagram {
             lanes,
             events: Vec::new(),
+            pending: Vec::new(),
         }
     }
 
-    /// Adds a delivered message.
+    /// Adds a delivered message whose send is not recorded (drawn level, in its row).
     pub fn message(&mut self, from: usize, to: usize, label: impl Into<String>) {
         self.events.push(Event::Message {
             from,
             to,
             label: label.into(),
+            sent: None,
+        });
+    }
+
+    /// Records that the last step (the last row) sent a message from `from` to `to`;
+    /// `key` identifies it for [`Diagram::deliver`].
+    pub fn send(
+        &mut self,
+        from: usize,
+        to: usize,
+        key: impl Into<String>,
+        label: impl Into<String>,
+    ) {
+        self.pending.push(Pending {
+            from,
+            to,
+            key: key.into(),
+            label: label.into(),
+            sent: self.events.len().saturating_sub(1),
+        });
+    }
+
+    /// Adds a row delivering the oldest pending message from `from` to `to` with this
+    /// `key`, drawn from the row that sent it; a message whose send was not recorded is
+    /// drawn level as [`Diagram::message`] draws it.
+    pub fn deliver(&mut self, from: usize, to: usize, key: &str, label: impl Into<String>) {
+        let sent = self
+            .pending
+            .iter()
+            .position(|p| p.from == from && p.to == to && p.key == key)
+            .map(|i| self.pending.remove(i).sent);
+        self.events.push(Event::Message {
+            from,
+            to,
+            label: label.into(),
+            sent,
         });
     }
 
@@ -81,7 +144,9 @@ impl Diagram {
     /// it reads in the Explorer's dark pane and in a browser alike).
     pub fn svg(&self) -> String {
         let width = LEFT + self.lanes.len().saturating_sub(1) * LANE + 190;
-        let height = TOP + (self.events.len() + 1) * ROW + 10;
+        // Each message in flight ends in a row of its own below the last step.
+        let rows = self.events.len() + self.pending.len();
+        let height = TOP + (rows + 1) * ROW + 10;
         let mut s = String::new();
         let _ = write!(
             s,
@@ -109,15 +174,21 @@ impl Diagram {
             let y = TOP + (k + 1) * ROW;
             let _ = write!(s, "<text x=\"4\" y=\"{}\" fill=\"#999\">{k}</text>", y + 4);
             match e {
-                Event::Message { from, to, label } if from != to => {
+                Event::Message {
+                    from,
+                    to,
+                    label,
+                    sent,
+                } if from != to => {
                     let (x1, x2) = (self.x(*from), self.x(*to));
-                    let mid = (x1 + x2) / 2;
+                    let y1 = sent.map_or(y, |r| TOP + (r.min(k) + 1) * ROW);
+                    let (mid, ymid) = ((x1 + x2) / 2, (y1 + y) / 2);
                     let _ = write!(
                         s,
-                        "<line class=\"msg\" x1=\"{x1}\" y1=\"{y}\" x2=\"{x2}\" y2=\"{y}\" \
+                        "<line class=\"msg\" x1=\"{x1}\" y1=\"{y1}\" x2=\"{x2}\" y2=\"{y}\" \
                          stroke=\"#1f4e9c\" stroke-width=\"1.5\" marker-end=\"url(#arrow)\"/>\
                          <text x=\"{mid}\" y=\"{}\" text-anchor=\"middle\" fill=\"#1f4e9c\">{}</text>",
-                        y - 4,
+                        ymid - 4,
                         esc(label)
                     );
                 }
@@ -137,13 +208,31 @@ impl Diagram {
                 }
             }
         }
+        for (j, p) in self.pending.iter().enumerate() {
+            let y = TOP + (self.events.len() + j + 1) * ROW;
+            let (x1, x2) = (self.x(p.from), self.x(p.to));
+            let y1 = TOP + (p.sent.min(self.events.len()) + 1) * ROW;
+            let _ = write!(
+                s,
+                "<line class=\"inflight\" x1=\"{x1}\" y1=\"{y1}\" x2=\"{x2}\" y2=\"{y}\" \
+                 stroke=\"#b5452b\" stroke-width=\"1.5\" stroke-dasharray=\"6 4\" \
+                 marker-end=\"url(#arrow)\"/>\
+                 <text x=\"4\" y=\"{}\" fill=\"#b5452b\">in flight</text>\
+                 <text x=\"{}\" y=\"{}\" fill=\"#b5452b\">{}</text>",
+                y + 4,
+                x2 + 8,
+                y + 4,
+                esc(&p.label)
+            );
+        }
         s.push_str("</svg>");
         s
     }
 
-    /// A standalone HTML page: a title, the diagram and the steps as text (opens in any
-    /// browser, no server).
-    pub fn html(&self, title: &str, steps: &[String]) -> String {
+    /// A standalone HTML page: a title, the diagram and the steps as text, numbered from 0
+    /// as the diagram's rows are, each with its `details` (what the step output, the
+    /// sites' states after it) as a list under it (opens in any browser, no server).
+    pub fn html(&self, title: &str, steps: &[String], details: &[Vec<String>]) -> String {
         let mut s = format!(
             "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"/>\
              <title>{t}</title><style>body{{font-family:sans-serif;margin:1.5em}}\
@@ -152,8 +241,16 @@ impl Diagram {
         );
         s.push_str(&self.svg());
         s.push_str("\n<h2>Steps</h2>\n<ol start=\"0\">\n");
-        for st in steps {
-            let _ = writeln!(s, "<li>{}</li>", esc(st));
+        for (k, st) in steps.iter().enumerate() {
+            let _ = write!(s, "<li value=\"{k}\">{}", esc(st));
+            if let Some(lines) = details.get(k).filter(|d| !d.is_empty()) {
+                s.push_str("<ul class=\"details\">");
+                for l in lines {
+                    let _ = write!(s, "<li>{}</li>", esc(l));
+                }
+                s.push_str("</ul>");
+            }
+            s.push_str("</li>\n");
         }
         s.push_str("</ol>\n</body></html>\n");
         s
@@ -175,7 +272,40 @@ mod tests {
         assert_eq!(svg.matches("class=\"local\"").count(), 2);
         assert!(svg.contains("request R &lt;n1&gt;"));
         assert!(svg.starts_with("<svg") && svg.ends_with("</svg>"));
-        let html = d.html("t & u", &["0. n1 acquire R".into()]);
-        assert!(html.contains("<title>t &amp; u</title>") && html.contains("<li>0. n1"));
+        let html = d.html(
+            "t & u",
+            &["n1 acquire R".into()],
+            &[vec!["n1 is granted R".into()]],
+        );
+        assert!(html.contains("<title>t &amp; u</title>"), "{html}");
+        assert!(
+            html.contains("<li value=\"0\">n1 acquire R<ul class=\"details\"><li>n1 is granted R</li></ul></li>"),
+            "{html}"
+        );
+    }
+
+    /// A message is drawn from the row that sent it to the row that delivered it; one
+    /// never delivered is drawn dashed to a row of its own below the last step.
+    #[test]
+    fn a_message_runs_from_its_send_to_its_delivery_or_stays_in_flight() {
+        let mut d = Diagram::new(vec!["n0".into(), "n1".into()]);
+        d.local(0, "acquire W");
+        d.send(0, 1, "req", "request W");
+        d.send(0, 1, "ping", "ping");
+        d.local(1, "acquire R");
+        d.deliver(0, 1, "req", "request W");
+        let svg = d.svg();
+        // Row 0 is at y = 66, row 2 at y = 118; the ping's own row (3) at y = 144.
+        assert!(
+            svg.contains("class=\"msg\" x1=\"90\" y1=\"66\" x2=\"290\" y2=\"118\""),
+            "{svg}"
+        );
+        assert!(
+            svg.contains("class=\"inflight\" x1=\"90\" y1=\"66\" x2=\"290\" y2=\"144\""),
+            "{svg}"
+        );
+        assert_eq!(svg.matches("class=\"inflight\"").count(), 1, "{svg}");
+        assert!(svg.contains(">ping</text>") && svg.contains(">in flight</text>"));
+        assert_eq!(d.pending.len(), 1);
     }
 }

@@ -4,7 +4,10 @@
 //! reads the page the browser built: the path of actions lists every step of the trace in
 //! words, in order; the current state pane shows the sequence diagram (SVG, with arrows)
 //! and says which property fails. A screenshot is saved as
-//! `target/explorer-release-race-literal.png`. The inversion, tree, agents and bakery
+//! `target/explorer-release-race-literal.png`. At its failing state the page numbers the
+//! step as the trace does, names the two holders, says that the Properties pane does not
+//! judge the state, and draws each message from its send to its delivery, with the freeze
+//! still in flight drawn dashed. The inversion, tree, agents and bakery
 //! models' counterexamples (`inversion-no-inheritance`, `tree-slides`,
 //! `agents-majority-unneeded-surrender`, `bakery-literal`) are opened and checked the same
 //! way.
@@ -253,16 +256,36 @@ fn the_explorer_shows_a_saved_counterexample_in_chromium() {
             .any(|t| t.contains("→ n0 request")),
         "a delivery in words"
     );
-    // The step's rules (the kernel's report), the sites' tuples, and the violation in
-    // words: the two holders and their modes.
+    // The step's number (as the trace and `hilock replay` number it: 0 to 21), its rules
+    // (the kernel's report), the sites' tuples, the violation in words (the two holders
+    // and their modes), and the note that the Properties pane does not judge this state.
     for what in [
+        "step 21: n0 → n1 grant R",
         "rules: ReceiveGrant",
         "(M_O R, M_H R",
         "(M_O W, M_H W",
         "P1 mutual exclusion: on L0: n1 holds R, n3 holds W",
+        hilock_models::check::PANE_NOTE,
     ] {
         assert!(dom.contains(what), "the state pane shows {what}");
     }
+    // The diagram's rows are 26 px apart, row k at y = 66 + 26k; lane n0 at x = 90, n1 at
+    // x = 290. The grant n0 sent n1 at step 15 runs from row 15 to its delivery at row 21
+    // (the failing step); the freeze n0 sent n1 at step 17 is still in flight at the
+    // failing state: a dashed arrow from row 17 to a row of its own below the last step.
+    for what in [
+        "class=\"msg\" x1=\"90\" y1=\"456\" x2=\"290\" y2=\"612\"",
+        "class=\"inflight\" x1=\"90\" y1=\"508\" x2=\"290\" y2=\"638\"",
+        ">in flight</text>",
+        ">freeze {IR, R}</text>",
+    ] {
+        assert!(dom.contains(what), "the diagram shows {what}");
+    }
+    assert_eq!(
+        dom.matches("class=\"inflight\"").count(),
+        1,
+        "one message is in flight at the failing state"
+    );
 }
 
 /// The other models' saved counterexamples open the same way.
