@@ -44,8 +44,25 @@ pub struct Pending {
     pub key: String,
     /// What was sent.
     pub label: String,
-    /// The row of the step that sent it.
+    /// The row of the step that sent it ([`START`]: on the network from the start).
     pub sent: usize,
+}
+
+/// [`Pending::sent`] of a message on the network in the initial state, before any step:
+/// drawn from the top of the diagram.
+pub const START: usize = usize::MAX;
+
+/// A message on the network of a model's state, for [`Diagram::sends_between`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Wire {
+    /// Sender lane.
+    pub from: usize,
+    /// Receiver lane.
+    pub to: usize,
+    /// What identifies it (as [`Pending::key`]).
+    pub key: String,
+    /// How the diagram names it.
+    pub label: String,
 }
 
 /// A sequence diagram: the lanes (site names), the events, top to bottom, and the
@@ -111,6 +128,51 @@ impl Diagram {
         });
     }
 
+    /// Records the messages on the network in the initial state (sent before any step).
+    pub fn initially(&mut self, wires: &[Wire]) {
+        for w in wires {
+            self.pending.push(Pending {
+                from: w.from,
+                to: w.to,
+                key: w.key.clone(),
+                label: w.label.clone(),
+                sent: START,
+            });
+        }
+    }
+
+    /// Records as sent by the last row the messages on the network `after` a step that were
+    /// not on it `before` the step, less the one it delivered (`delivered`: its sender, its
+    /// receiver and its key), counted with multiplicity: for a model whose state holds the
+    /// messages in flight but whose steps do not list what they sent.
+    pub fn sends_between(
+        &mut self,
+        before: &[Wire],
+        after: &[Wire],
+        delivered: Option<(usize, usize, &str)>,
+    ) {
+        let mut left: Vec<&Wire> = before.iter().collect();
+        if let Some((from, to, key)) = delivered {
+            if let Some(i) = left
+                .iter()
+                .position(|w| w.from == from && w.to == to && w.key == key)
+            {
+                left.remove(i);
+            }
+        }
+        for w in after {
+            match left
+                .iter()
+                .position(|x| x.from == w.from && x.to == w.to && x.key == w.key)
+            {
+                Some(i) => {
+                    left.remove(i);
+                }
+                None => self.send(w.from, w.to, w.key.clone(), w.label.clone()),
+            }
+        }
+    }
+
     /// Adds a row delivering the oldest pending message from `from` to `to` with this
     /// `key`, drawn from the row that sent it; a message whose send was not recorded is
     /// drawn level as [`Diagram::message`] draws it.
@@ -134,6 +196,16 @@ impl Diagram {
             at,
             label: label.into(),
         });
+    }
+
+    /// The height of the send of a message sent at `row` (at most `last`, the row of its
+    /// delivery or the last step's).
+    fn y_sent(row: usize, last: usize) -> usize {
+        if row == START {
+            TOP
+        } else {
+            TOP + (row.min(last) + 1) * ROW
+        }
     }
 
     fn x(&self, lane: usize) -> usize {
@@ -181,7 +253,7 @@ impl Diagram {
                     sent,
                 } if from != to => {
                     let (x1, x2) = (self.x(*from), self.x(*to));
-                    let y1 = sent.map_or(y, |r| TOP + (r.min(k) + 1) * ROW);
+                    let y1 = sent.map_or(y, |r| Self::y_sent(r, k));
                     let (mid, ymid) = ((x1 + x2) / 2, (y1 + y) / 2);
                     let _ = write!(
                         s,
@@ -211,7 +283,7 @@ impl Diagram {
         for (j, p) in self.pending.iter().enumerate() {
             let y = TOP + (self.events.len() + j + 1) * ROW;
             let (x1, x2) = (self.x(p.from), self.x(p.to));
-            let y1 = TOP + (p.sent.min(self.events.len()) + 1) * ROW;
+            let y1 = Self::y_sent(p.sent, self.events.len());
             let _ = write!(
                 s,
                 "<line class=\"inflight\" x1=\"{x1}\" y1=\"{y1}\" x2=\"{x2}\" y2=\"{y}\" \
@@ -307,5 +379,38 @@ mod tests {
         assert_eq!(svg.matches("class=\"inflight\"").count(), 1, "{svg}");
         assert!(svg.contains(">ping</text>") && svg.contains(">in flight</text>"));
         assert_eq!(d.pending.len(), 1);
+    }
+
+    /// Sends read off the network before and after a step: a message delivered and an
+    /// equal one sent in the same step is still a send; a message on the network from the
+    /// start is drawn from the top.
+    #[test]
+    fn sends_are_read_off_the_network_with_multiplicity() {
+        let w = |from, to, key: &str| Wire {
+            from,
+            to,
+            key: key.into(),
+            label: key.into(),
+        };
+        let mut d = Diagram::new(vec!["a".into(), "b".into()]);
+        d.initially(&[w(0, 1, "m")]);
+        // Step 0 delivers the initial m and sends an equal m back on the same channel.
+        d.deliver(0, 1, "m", "m");
+        d.sends_between(&[w(0, 1, "m")], &[w(0, 1, "m")], Some((0, 1, "m")));
+        assert_eq!(d.pending.len(), 1);
+        assert_eq!(d.pending[0].sent, 0);
+        // Step 1 sends nothing new: the m on the network is the one sent at step 0.
+        d.local(1, "waits");
+        d.sends_between(&[w(0, 1, "m")], &[w(0, 1, "m")], None);
+        assert_eq!(d.pending.len(), 1);
+        let svg = d.svg();
+        assert!(
+            svg.contains("class=\"msg\" x1=\"90\" y1=\"40\" x2=\"290\" y2=\"66\""),
+            "{svg}"
+        );
+        assert!(
+            svg.contains("class=\"inflight\" x1=\"90\" y1=\"66\" x2=\"290\" y2=\"118\""),
+            "{svg}"
+        );
     }
 }

@@ -149,6 +149,19 @@ fn path_of_actions(dom: &str) -> Vec<String> {
     texts
 }
 
+/// How many of the diagram's arrows in a dumped DOM start higher than they end: messages
+/// drawn from the row that sent them to the row that delivered them.
+fn sloped(dom: &str) -> usize {
+    let attr = |line: &str, name: &str| -> Option<u32> {
+        let at = line.find(&format!(" {name}=\""))? + name.len() + 3;
+        line[at..].split('"').next()?.parse().ok()
+    };
+    dom.split("<line class=\"msg\"")
+        .skip(1)
+        .filter(|l| matches!((attr(l, "y1"), attr(l, "y2")), (Some(a), Some(b)) if a < b))
+        .count()
+}
+
 /// Serves the Explorer for the saved counterexample `name` (its configuration in
 /// `spec/counterexamples/configs/`) on a free port; returns the replayed trace, the
 /// property it violates and the URL of its last state.
@@ -196,9 +209,10 @@ fn serve(name: &str) -> (hilock_models::open::Opened, String, String) {
 }
 
 /// Opens the Explorer at the last state of the saved counterexample `name` in Chromium and
-/// checks the page: every step in words in the path of actions, the sequence diagram, the
-/// violated property. Saves a screenshot as `target/explorer-<name>.png`.
-fn check_in_browser(bin: &Path, name: &str, arrows: bool) -> String {
+/// checks the page: every step in words in the path of actions, the sequence diagram with
+/// `in_flight` messages drawn in flight (as many as the state pane lists), the violated
+/// property. Saves a screenshot as `target/explorer-<name>.png`.
+fn check_in_browser(bin: &Path, name: &str, arrows: bool, in_flight: usize) -> String {
     let (opened, property, url) = serve(name);
     let dom = run_chromium(bin, &url, &["--dump-dom"], Duration::from_secs(90));
     let shown = path_of_actions(&dom);
@@ -220,6 +234,15 @@ fn check_in_browser(bin: &Path, name: &str, arrows: bool) -> String {
     assert!(
         dom.contains(&format!("⚠ violates: {property}")),
         "{name}: the failing state says that {property} fails"
+    );
+    // The state pane lists each message in flight on a line of its own
+    // (`in flight A0 → S0: request /1 W`); the diagram draws each of them dashed.
+    let drawn = dom.matches("class=\"inflight\"").count();
+    assert_eq!(drawn, in_flight, "{name}: messages drawn in flight");
+    assert_eq!(
+        dom.matches("in flight ").count(),
+        drawn,
+        "{name}: the diagram draws what the state pane lists in flight"
     );
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let shot = root.join(format!("target/explorer-{name}.png"));
@@ -249,7 +272,7 @@ fn the_explorer_shows_a_saved_counterexample_in_chromium() {
         );
         return;
     };
-    let dom = check_in_browser(&bin, "release-race-literal", true);
+    let dom = check_in_browser(&bin, "release-race-literal", true, 1);
     assert!(
         path_of_actions(&dom)
             .iter()
@@ -281,14 +304,10 @@ fn the_explorer_shows_a_saved_counterexample_in_chromium() {
     ] {
         assert!(dom.contains(what), "the diagram shows {what}");
     }
-    assert_eq!(
-        dom.matches("class=\"inflight\"").count(),
-        1,
-        "one message is in flight at the failing state"
-    );
 }
 
-/// The other models' saved counterexamples open the same way.
+/// The other models' saved counterexamples open the same way; the agents model's diagram
+/// draws its messages from send to delivery and those in flight dashed.
 #[test]
 fn the_explorer_shows_the_other_models_counterexamples_in_chromium() {
     let Some(bin) = chromium() else {
@@ -297,8 +316,19 @@ fn the_explorer_shows_the_other_models_counterexamples_in_chromium() {
         );
         return;
     };
-    check_in_browser(&bin, "inversion-no-inheritance", true);
-    check_in_browser(&bin, "tree-slides", false);
-    check_in_browser(&bin, "agents-majority-unneeded-surrender", true);
-    check_in_browser(&bin, "bakery-literal", true);
+    let dom = check_in_browser(&bin, "inversion-no-inheritance", true, 0);
+    assert!(sloped(&dom) > 0, "inversion: arrows from their send rows");
+    check_in_browser(&bin, "tree-slides", false, 0);
+    // Six messages are in flight at the agents' failing state, one of them (A0's request
+    // to S0) since the initial state: drawn from the top of the diagram.
+    let dom = check_in_browser(&bin, "agents-majority-unneeded-surrender", true, 6);
+    assert!(
+        dom.contains("class=\"inflight\" x1=\"90\" y1=\"40\" x2=\"490\""),
+        "A0's request to S0 drawn from the start"
+    );
+    assert!(sloped(&dom) > 0, "agents: arrows from their send rows");
+    // The bakery model renumbers its replicas after each step (a canonical state): a
+    // request is drawn level, where it is delivered.
+    let dom = check_in_browser(&bin, "bakery-literal", true, 0);
+    assert_eq!(sloped(&dom), 0, "bakery: level arrows");
 }
