@@ -4,7 +4,9 @@
 //! site's line. Where the sends are known ([`Diagram::send`], [`Diagram::deliver`]), a
 //! message is drawn from the row of the step that sent it to the row of the step that
 //! delivered it, and a message still in flight after the last step as a dashed arrow from
-//! its send to an "in flight" row below the last step. Every model's `Model::as_svg` draws
+//! its send to an "in flight" row below the last step; one the network dropped (read off
+//! the network, [`Diagram::sends_between`]) as a dotted grey line that ends half-way,
+//! marked "✕ lost", at the step after which it was gone. Every model's `Model::as_svg` draws
 //! one, and `hilock replay --svg/--html` writes one to a file.
 
 use std::fmt::Write;
@@ -76,6 +78,9 @@ pub struct Diagram {
     /// Messages sent ([`Diagram::send`]) and not delivered ([`Diagram::deliver`]), oldest
     /// first: after the last step, the messages in flight.
     pub pending: Vec<Pending>,
+    /// Messages the network dropped undelivered ([`Diagram::sends_between`]), each with
+    /// the row of the step after which it was gone.
+    pub lost: Vec<(Pending, usize)>,
 }
 
 const LANE: usize = 200;
@@ -97,6 +102,7 @@ impl Diagram {
             lanes,
             events: Vec::new(),
             pending: Vec::new(),
+            lost: Vec::new(),
         }
     }
 
@@ -160,6 +166,7 @@ impl Diagram {
                 left.remove(i);
             }
         }
+        let mut sent = Vec::new();
         for w in after {
             match left
                 .iter()
@@ -168,8 +175,23 @@ impl Diagram {
                 Some(i) => {
                     left.remove(i);
                 }
-                None => self.send(w.from, w.to, w.key.clone(), w.label.clone()),
+                None => sent.push(w),
             }
+        }
+        // What was on the network and is not any more, undelivered: lost in this step.
+        let row = self.events.len().saturating_sub(1);
+        for w in left {
+            if let Some(i) = self
+                .pending
+                .iter()
+                .position(|p| p.from == w.from && p.to == w.to && p.key == w.key)
+            {
+                let p = self.pending.remove(i);
+                self.lost.push((p, row));
+            }
+        }
+        for w in sent {
+            self.send(w.from, w.to, w.key.clone(), w.label.clone());
         }
     }
 
@@ -279,6 +301,21 @@ impl Diagram {
                     );
                 }
             }
+        }
+        for (p, row) in &self.lost {
+            let (x1, x2) = (self.x(p.from), self.x(p.to));
+            let (y1, y2) = (Self::y_sent(p.sent, *row), TOP + (row + 1) * ROW);
+            // Half-way to its receiver, where it was dropped.
+            let (xm, ym) = ((x1 + x2) / 2, (y1 + y2) / 2);
+            let _ = write!(
+                s,
+                "<line class=\"lost\" x1=\"{x1}\" y1=\"{y1}\" x2=\"{xm}\" y2=\"{ym}\" \
+                 stroke=\"#999\" stroke-width=\"1.5\" stroke-dasharray=\"2 3\"/>\
+                 <text x=\"{}\" y=\"{}\" fill=\"#999\">✕ lost: {}</text>",
+                xm + 4,
+                ym + 4,
+                esc(&p.label)
+            );
         }
         for (j, p) in self.pending.iter().enumerate() {
             let y = TOP + (self.events.len() + j + 1) * ROW;
@@ -412,5 +449,33 @@ mod tests {
             svg.contains("class=\"inflight\" x1=\"90\" y1=\"66\" x2=\"290\" y2=\"118\""),
             "{svg}"
         );
+    }
+
+    /// A message that leaves the network undelivered is drawn lost at the step after which
+    /// it was gone, not in flight.
+    #[test]
+    fn a_dropped_message_is_drawn_lost_not_in_flight() {
+        let w = Wire {
+            from: 0,
+            to: 1,
+            key: "m".into(),
+            label: "m".into(),
+        };
+        let mut d = Diagram::new(vec!["a".into(), "b".into()]);
+        d.local(0, "sends");
+        d.sends_between(&[], std::slice::from_ref(&w), None);
+        d.local(1, "crashes");
+        d.sends_between(std::slice::from_ref(&w), &[], None);
+        assert!(d.pending.is_empty());
+        assert_eq!(d.lost.len(), 1);
+        assert_eq!(d.lost[0].1, 1);
+        let svg = d.svg();
+        assert!(!svg.contains("class=\"inflight\""), "{svg}");
+        // From row 0 (y = 66) half-way to b at row 1 (y = 92).
+        assert!(
+            svg.contains("class=\"lost\" x1=\"90\" y1=\"66\" x2=\"190\" y2=\"79\""),
+            "{svg}"
+        );
+        assert!(svg.contains("✕ lost: m"), "{svg}");
     }
 }

@@ -9,8 +9,8 @@
 //! judge the state, and draws each message from its send to its delivery, with the freeze
 //! still in flight drawn dashed. The inversion, tree, agents and bakery
 //! models' counterexamples (`inversion-no-inheritance`, `tree-slides`,
-//! `agents-majority-unneeded-surrender`, `bakery-literal`) are opened and checked the same
-//! way.
+//! `agents-majority-unneeded-surrender`, `bakery-literal`,
+//! `ring/ring-paper-leave-window-duplicates`) are opened and checked the same way.
 //!
 //! Chromium is Debian's `chromium` (`.ci/run` installs it where it can); without it the
 //! test prints one line saying it is skipped. Everything runs on 127.0.0.1, Chromium with a
@@ -167,9 +167,18 @@ fn sloped(dom: &str) -> usize {
 /// property it violates and the URL of its last state.
 fn serve(name: &str) -> (hilock_models::open::Opened, String, String) {
     let cx = Path::new(env!("CARGO_MANIFEST_DIR")).join("../spec/counterexamples");
-    let cfg_text =
-        std::fs::read_to_string(cx.join(format!("configs/{name}.json"))).expect("config");
     let text = std::fs::read_to_string(cx.join(format!("{name}.json"))).expect("trace");
+    // A ring trace (`ring/…`) embeds its configuration; the others have theirs in
+    // `configs/`.
+    let cfg_text = match name.strip_prefix("ring/") {
+        Some(_) => {
+            let tv: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+            let mut c = tv["config"].clone();
+            c["model"] = "ring".into();
+            c.to_string()
+        }
+        None => std::fs::read_to_string(cx.join(format!("configs/{name}.json"))).expect("config"),
+    };
     let port = TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("a free port")
@@ -235,6 +244,10 @@ fn check_in_browser(bin: &Path, name: &str, arrows: bool, in_flight: usize) -> S
         dom.contains(&format!("⚠ violates: {property}")),
         "{name}: the failing state says that {property} fails"
     );
+    assert!(
+        dom.contains(hilock_models::check::PANE_NOTE),
+        "{name}: the failing state says the Properties pane does not judge it"
+    );
     // The state pane lists each message in flight on a line of its own
     // (`in flight A0 → S0: request /1 W`); the diagram draws each of them dashed.
     let drawn = dom.matches("class=\"inflight\"").count();
@@ -245,7 +258,7 @@ fn check_in_browser(bin: &Path, name: &str, arrows: bool, in_flight: usize) -> S
         "{name}: the diagram draws what the state pane lists in flight"
     );
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let shot = root.join(format!("target/explorer-{name}.png"));
+    let shot = root.join(format!("target/explorer-{}.png", name.replace('/', "-")));
     std::fs::create_dir_all(shot.parent().expect("target")).expect("target directory");
     let _ = std::fs::remove_file(&shot);
     run_chromium(
@@ -306,8 +319,9 @@ fn the_explorer_shows_a_saved_counterexample_in_chromium() {
     }
 }
 
-/// The other models' saved counterexamples open the same way; the agents model's diagram
-/// draws its messages from send to delivery and those in flight dashed.
+/// The other models' saved counterexamples open the same way; the agents, inversion and
+/// ring models' diagrams draw their messages from send to delivery and those in flight
+/// dashed.
 #[test]
 fn the_explorer_shows_the_other_models_counterexamples_in_chromium() {
     let Some(bin) = chromium() else {
@@ -331,4 +345,17 @@ fn the_explorer_shows_the_other_models_counterexamples_in_chromium() {
     // request is drawn level, where it is delivered.
     let dom = check_in_browser(&bin, "bakery-literal", true, 0);
     assert_eq!(sloped(&dom), 0, "bakery: level arrows");
+    // The ring: the paper's server, n21 leaving while it backs up a lock; at the failing
+    // state the two holders in words, and the backup and fetch n32 sent n8 in flight.
+    let dom = check_in_browser(&bin, "ring/ring-paper-leave-window-duplicates", true, 2);
+    assert!(sloped(&dom) > 0, "ring: arrows from their send rows");
+    for what in [
+        "at most one holder per lock: two clients hold one lock: key 10: [ClientId(1), ClientId(2)]",
+        "in flight n32 → n8: BackupInsert",
+        "in flight n32 → n8: Fetch",
+        ">BackupInsert</text>",
+        ">Fetch</text>",
+    ] {
+        assert!(dom.contains(what), "ring: the page shows {what}");
+    }
 }
