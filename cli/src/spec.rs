@@ -114,8 +114,12 @@ pub fn scenario(path: &Path, json: bool) -> Result<(String, bool), String> {
 /// its sequence diagram to the files given.
 pub fn replay(path: &Path, svg: Option<&Path>, html: Option<&Path>) -> Result<String, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let (title, diagram, steps, details) =
-        hilock_models::open::diagram_of(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    let hilock_models::open::Drawn {
+        title,
+        diagram,
+        steps,
+        details,
+    } = hilock_models::open::diagram_of(&text).map_err(|e| format!("{}: {e}", path.display()))?;
     let mut out = match serde_json::from_str::<serde_json::Value>(&text)
         .ok()
         .as_ref()

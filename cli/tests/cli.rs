@@ -297,16 +297,33 @@ fn check_prepares_its_out_directory_and_labels_a_witness_as_a_witness() {
 }
 
 /// `hilock check` accepts every model `hilock explore` serves: a tree, agents, bakery and
-/// inversion configuration whose literal rules fail each exit 1 with their counterexamples
-/// written in the model's trace format, each of which `hilock replay` prints.
+/// inversion configuration whose literal rules fail each exit 1, say what violates the
+/// property in words under it, and write their counterexamples in the model's trace
+/// format, each of which `hilock replay` prints.
 #[test]
 fn check_accepts_every_model_the_explorer_serves() {
     let base = std::env::temp_dir().join(format!("hilock-check-models-{}", std::process::id()));
-    for (name, property) in [
-        ("tree-w-sibling", "no-kernel-error"),
-        ("agents-self-wait", "no-phantom-deadlock"),
-        ("bakery-literal", "mutual-exclusion"),
-        ("inversion-no-inheritance", "p7-bounded-inversion"),
+    for (name, property, words) in [
+        (
+            "tree-w-sibling",
+            "no-kernel-error",
+            "u1 was granted t01 but it is held by",
+        ),
+        (
+            "agents-self-wait",
+            "no-phantom-deadlock",
+            "A1 surrendered (or aborted on deadlock) with no entry it gives up",
+        ),
+        (
+            "bakery-literal",
+            "mutual-exclusion",
+            "in the critical section together: c1 (row 0",
+        ),
+        (
+            "inversion-no-inheritance",
+            "p7-bounded-inversion",
+            "2 lower-priority critical sections on L_j while D waited (bound 1)",
+        ),
     ] {
         let config = counterexamples().join(format!("configs/{name}.json"));
         let out = hilock(&[
@@ -323,6 +340,13 @@ fn check_accepts_every_model_the_explorer_serves() {
             String::from_utf8_lossy(&out.stderr)
         );
         assert!(text.contains("VIOLATED"), "{name}: {text}");
+        // What violates it, in words, under the property's line.
+        assert!(
+            text.lines()
+                .skip_while(|l| !l.contains("VIOLATED"))
+                .any(|l| l.starts_with("    ") && l.contains(words)),
+            "{name}: {text}"
+        );
         let trace = base.join(format!("{name}.{property}.trace.json"));
         assert!(trace.exists(), "{name}: {text}");
         assert!(text.contains("(the failing state)"), "{name}: {text}");

@@ -312,23 +312,41 @@ pub fn trace_diagram(t: &Trace) -> (Diagram, Vec<String>, Vec<Vec<String>>) {
     (d, texts, details)
 }
 
+/// A saved trace drawn: what [`diagram_of`] returns.
+#[derive(Clone, Debug)]
+pub struct Drawn {
+    /// The trace's source and verdict (or model, property and violation).
+    pub title: String,
+    /// Its sequence diagram.
+    pub diagram: Diagram,
+    /// Its steps in words, from step 0.
+    pub steps: Vec<String>,
+    /// Per step, what it output and the sites' states after it.
+    pub details: Vec<Vec<String>>,
+}
+
 /// The sequence diagram of a saved trace of any model, its steps in words and each step's
 /// details: a `hilock-trace/1` trace as [`trace_diagram`] draws it; the other models'
 /// traces from their action texts (`A2 → S0: …` is an arrow, `u0: …` a dot on u0's line,
 /// `r1 handles c2's …` an arrow from c2 to r1), with each step's other recorded fields (the
 /// servers', agents', clients' or replicas' states, …) as its details.
-pub fn diagram_of(text: &str) -> Result<(String, Diagram, Vec<String>, Vec<Vec<String>>), String> {
+pub fn diagram_of(text: &str) -> Result<Drawn, String> {
     let v: serde_json::Value =
         serde_json::from_str(text).map_err(|e| format!("not a JSON trace: {e}"))?;
     if format_of(&v) == Some(TRACE_FORMAT) {
         let t = parse_base_trace(text)?;
-        let (d, texts, details) = trace_diagram(&t);
+        let (diagram, steps, details) = trace_diagram(&t);
         let title = format!(
             "{}{}",
             t.source,
             t.verdict.map(|v| format!(": {v}")).unwrap_or_default()
         );
-        return Ok((title, d, texts, details));
+        return Ok(Drawn {
+            title,
+            diagram,
+            steps,
+            details,
+        });
     }
     let Some(format) = format_of(&v) else {
         return Err(format!(
@@ -362,7 +380,12 @@ pub fn diagram_of(text: &str) -> Result<(String, Diagram, Vec<String>, Vec<Vec<S
             v.get("property").and_then(|m| m.as_str()).unwrap_or(""),
             v.get("violation").and_then(|m| m.as_str()).unwrap_or("")
         );
-        return Ok((title, Diagram::default(), texts, details));
+        return Ok(Drawn {
+            title,
+            diagram: Diagram::default(),
+            steps: texts,
+            details,
+        });
     }
     // Lanes in order of appearance, clients and agents first.
     let mut d = Diagram::default();
@@ -405,7 +428,12 @@ pub fn diagram_of(text: &str) -> Result<(String, Diagram, Vec<String>, Vec<Vec<S
         v.get("property").and_then(|m| m.as_str()).unwrap_or(""),
         v.get("violation").and_then(|m| m.as_str()).unwrap_or("")
     );
-    Ok((title, d, texts, details))
+    Ok(Drawn {
+        title,
+        diagram: d,
+        steps: texts,
+        details,
+    })
 }
 
 /// A model trace step's recorded fields other than its index and action, one line each:
