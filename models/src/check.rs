@@ -36,6 +36,107 @@ where
     Path::from_actions(model, steps[0].0.clone(), actions.iter()).unwrap_or_else(|| path.clone())
 }
 
+/// A shortest run of `model` that ends in a state violating the `always` property
+/// `property`, or `None` if none is at most `bound` steps long: a breadth-first search from
+/// the initial states that stops at the first violating state it meets, trying the
+/// actions in the order the model lists them (so the same model always gives the same
+/// run). It keeps a fingerprint and a parent link per state it meets, up to the depth of
+/// the violation.
+pub fn shortest_failure<M>(
+    model: &M,
+    property: &str,
+    bound: usize,
+) -> Option<Path<M::State, M::Action>>
+where
+    M: Model,
+    M::State: Clone + PartialEq + std::hash::Hash,
+    M::Action: Clone + PartialEq,
+{
+    use std::collections::{HashMap, VecDeque};
+    use std::hash::{Hash, Hasher};
+    // A 64-bit fingerprint, as Stateright's checkers keep (theirs is private).
+    let fingerprint = |st: &M::State| {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        st.hash(&mut h);
+        h.finish()
+    };
+    let prop = model
+        .properties()
+        .into_iter()
+        .find(|p| p.name == property && p.expectation == Expectation::Always)?;
+    let bad = |st: &M::State| !(prop.condition)(model, st);
+    // fingerprint → (parent's fingerprint, action index), None for an initial state.
+    let mut seen: HashMap<u64, Option<(u64, usize)>> = HashMap::new();
+    let mut level: VecDeque<(M::State, u64)> = VecDeque::new();
+    let mut found = None;
+    for (i, st) in model.init_states().into_iter().enumerate() {
+        let fp = fingerprint(&st);
+        if seen.insert(fp, None).is_none() {
+            if bad(&st) {
+                found = Some((fp, i));
+                break;
+            }
+            level.push_back((st, fp));
+        }
+    }
+    let mut depth = 0;
+    let mut actions = Vec::new();
+    while found.is_none() && !level.is_empty() && depth < bound {
+        depth += 1;
+        let mut next_level = VecDeque::new();
+        'level: for (st, fp) in level {
+            actions.clear();
+            model.actions(&st, &mut actions);
+            for (k, a) in actions.drain(..).enumerate() {
+                let Some(next) = model.next_state(&st, a) else {
+                    continue;
+                };
+                if !model.within_boundary(&next) {
+                    continue;
+                }
+                let nfp = fingerprint(&next);
+                if seen.contains_key(&nfp) {
+                    continue;
+                }
+                seen.insert(nfp, Some((fp, k)));
+                if bad(&next) {
+                    found = Some((nfp, 0));
+                    break 'level;
+                }
+                next_level.push_back((next, nfp));
+            }
+        }
+        level = next_level;
+    }
+    let (mut fp, init_index) = found?;
+    // The action indices back to an initial state, then forward.
+    let mut indices = VecDeque::new();
+    while let Some(Some((parent, k))) = seen.get(&fp) {
+        indices.push_front(*k);
+        fp = *parent;
+    }
+    let init_index = if indices.is_empty() {
+        init_index
+    } else {
+        model
+            .init_states()
+            .iter()
+            .position(|s| fingerprint(s) == fp)?
+    };
+    let inits = model.init_states();
+    let init = inits.get(init_index)?.clone();
+    let mut st = init.clone();
+    let mut taken = Vec::new();
+    for k in indices {
+        let mut acts = Vec::new();
+        model.actions(&st, &mut acts);
+        let a = acts.into_iter().nth(k)?;
+        st = model.next_state(&st, a.clone())?;
+        taken.push(a);
+    }
+    Path::from_actions(model, init, taken.iter())
+}
+
 /// The `always` properties `st` violates, as a line for the Explorer's step text
 /// (empty if none): `⚠ violates: P1 mutual exclusion, P3 owned-mode invariant`, and a
 /// line that says the Properties pane's marks do not judge this state (the Explorer marks
