@@ -666,7 +666,8 @@ fn a_trace_that_does_not_fit_gives_one_line() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
-/// `hilock replay --svg/--html` writes the sequence diagram of a saved trace of any model.
+/// `hilock replay --svg/--html` writes the sequence diagram of a saved trace of any model;
+/// the page lists each step's recorded fields under it.
 #[test]
 fn replay_writes_the_sequence_diagram() {
     let dir = std::env::temp_dir().join(format!("hilock-cli-svg-{}", std::process::id()));
@@ -713,6 +714,24 @@ fn replay_writes_the_sequence_diagram() {
             html.contains("<svg") && html.contains("<li value=\"0\">"),
             "{name}"
         );
+        // Under each step, what the trace recorded after it: the agents' and servers'
+        // states and the step's outputs; the bakery's clients and replicas.
+        let details: &[&str] = match name {
+            "agents-no-ack" => &[
+                "<li value=\"0\">A2 → S0: request /1 R<ul class=\"details\">",
+                "<li>servers: S0=A2:/1R*</li>",
+                "<li>outputs: S0 → A2: info S0 /1 v1 by A2 [A2:/1R*]</li>",
+                "<li>agents: A0=Running; locks: /1W; knows: , A1=",
+            ],
+            "bakery-literal" => &[
+                "<li>clients: c1=line 1 (write choosing), c2=idle</li>",
+                "<li>in_flight: 3</li>",
+            ],
+            _ => &[],
+        };
+        for d in details {
+            assert!(html.contains(d), "{name}: {d} in {html}");
+        }
     }
     std::fs::remove_dir_all(&dir).ok();
 }

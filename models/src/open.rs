@@ -437,13 +437,19 @@ pub fn diagram_of(text: &str) -> Result<Drawn, String> {
 }
 
 /// A model trace step's recorded fields other than its index and action, one line each:
-/// `servers: S0=A1:/1W*, S1=…` (an object's entries), `in_flight: 6`.
+/// `servers: S0=A1:/1W*, S1=…` (an object's entries), `outputs: S0 → A2: info …; …` (a
+/// list of texts), `in_flight: 6`.
 fn step_details(step: &serde_json::Value) -> Vec<String> {
     let Some(fields) = step.as_object() else {
         return Vec::new();
     };
     let value = |v: &serde_json::Value| match v {
         serde_json::Value::String(s) => s.clone(),
+        serde_json::Value::Array(a) if a.iter().all(|x| x.is_string()) => a
+            .iter()
+            .filter_map(|x| x.as_str())
+            .collect::<Vec<_>>()
+            .join("; "),
         other => other.to_string(),
     };
     fields
