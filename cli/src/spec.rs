@@ -155,8 +155,9 @@ pub fn replay(path: &Path, svg: Option<&Path>, html: Option<&Path>) -> Result<St
 
 #[cfg(feature = "models")]
 /// `hilock check <config.json>`: an exhaustive model check with progress on stderr. `Ok`
-/// carries the report and whether every property held; counterexamples are written as
-/// `hilock-trace/1` files into `out_dir` and named in the report.
+/// carries the report and whether every property held; counterexamples (each a shortest
+/// run that violates its property) are written as `hilock-trace/1` files into `out_dir`
+/// and named in the report.
 pub fn check(path: &Path, out_dir: &Path) -> Result<(String, bool), String> {
     use hilock_models::token::ModelConfig;
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
@@ -170,7 +171,7 @@ pub fn check(path: &Path, out_dir: &Path) -> Result<(String, bool), String> {
         .validate()
         .map_err(|e| format!("{}: {e}", path.display()))?;
     prepare_out_dir(out_dir)?;
-    let report = hilock_models::check::check(&config, progress_on_stderr())?;
+    let report = hilock_models::check::check_shortest(&config, progress_on_stderr())?;
     eprintln!("checked in {:.2?}", report.elapsed);
     let mut text = report.render();
     let stem = path
