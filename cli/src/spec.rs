@@ -114,8 +114,12 @@ pub fn scenario(path: &Path, json: bool) -> Result<(String, bool), String> {
 /// its sequence diagram to the files given.
 pub fn replay(path: &Path, svg: Option<&Path>, html: Option<&Path>) -> Result<String, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let (title, diagram, steps) =
-        hilock_models::open::diagram_of(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    let hilock_models::open::Drawn {
+        title,
+        diagram,
+        steps,
+        details,
+    } = hilock_models::open::diagram_of(&text).map_err(|e| format!("{}: {e}", path.display()))?;
     let mut out = match serde_json::from_str::<serde_json::Value>(&text)
         .ok()
         .as_ref()
@@ -139,7 +143,7 @@ pub fn replay(path: &Path, svg: Option<&Path>, html: Option<&Path>) -> Result<St
         out.push_str(&format!("sequence diagram written to {}\n", f.display()));
     }
     if let Some(f) = html {
-        std::fs::write(f, diagram.html(&title, &steps))
+        std::fs::write(f, diagram.html(&title, &steps, &details))
             .map_err(|e| format!("{}: {e}", f.display()))?;
         out.push_str(&format!(
             "sequence diagram and steps written to {}\n",
@@ -151,8 +155,9 @@ pub fn replay(path: &Path, svg: Option<&Path>, html: Option<&Path>) -> Result<St
 
 #[cfg(feature = "models")]
 /// `hilock check <config.json>`: an exhaustive model check with progress on stderr. `Ok`
-/// carries the report and whether every property held; counterexamples are written as
-/// `hilock-trace/1` files into `out_dir` and named in the report.
+/// carries the report and whether every property held; counterexamples (each a shortest
+/// run that violates its property) are written as `hilock-trace/1` files into `out_dir`
+/// and named in the report.
 pub fn check(path: &Path, out_dir: &Path) -> Result<(String, bool), String> {
     use hilock_models::token::ModelConfig;
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
@@ -166,7 +171,7 @@ pub fn check(path: &Path, out_dir: &Path) -> Result<(String, bool), String> {
         .validate()
         .map_err(|e| format!("{}: {e}", path.display()))?;
     prepare_out_dir(out_dir)?;
-    let report = hilock_models::check::check(&config, progress_on_stderr())?;
+    let report = hilock_models::check::check_shortest(&config, progress_on_stderr())?;
     eprintln!("checked in {:.2?}", report.elapsed);
     let mut text = report.render();
     let stem = path

@@ -187,7 +187,7 @@ fn check_passes_a_correct_configuration_and_traces_a_literal_one() {
 /// byte (the wall time goes to stderr), and write byte-identical traces: for the base
 /// model, and for the bakery and ring models, whose own checks run on two threads. The
 /// base model's verdict names what violates the property in words (the holders of a P1
-/// violation with their modes).
+/// violation with their modes), and its counterexamples are the shortest.
 #[test]
 fn check_counterexamples_are_deterministic_and_name_the_violating_pair() {
     let base = std::env::temp_dir().join(format!("hilock-check-twice-{}", std::process::id()));
@@ -240,6 +240,21 @@ fn check_counterexamples_are_deterministic_and_name_the_violating_pair() {
                     "verdict: P1 mutual exclusion violated: on L0: n1 holds R, n3 holds W"
                 ),
                 "{text}"
+            );
+            // The shortest counterexamples: P1 after 18 steps (verify/tests/shortest.rs
+            // shows that none is shorter; the checker's own path takes 22), P3 after 14.
+            let steps = |file: &str| -> usize {
+                let (_, json) = first.1.iter().find(|(n, _)| n == file).expect(file);
+                let v: serde_json::Value = serde_json::from_slice(json).unwrap();
+                v["steps"].as_array().map_or(0, Vec::len)
+            };
+            assert_eq!(
+                steps("release-race-literal.p1-mutual-exclusion.trace.json"),
+                18
+            );
+            assert_eq!(
+                steps("release-race-literal.p3-owned-mode-invariant.trace.json"),
+                14
             );
         }
     }
@@ -297,16 +312,33 @@ fn check_prepares_its_out_directory_and_labels_a_witness_as_a_witness() {
 }
 
 /// `hilock check` accepts every model `hilock explore` serves: a tree, agents, bakery and
-/// inversion configuration whose literal rules fail each exit 1 with their counterexamples
-/// written in the model's trace format, each of which `hilock replay` prints.
+/// inversion configuration whose literal rules fail each exit 1, say what violates the
+/// property in words under it, and write their counterexamples in the model's trace
+/// format, each of which `hilock replay` prints.
 #[test]
 fn check_accepts_every_model_the_explorer_serves() {
     let base = std::env::temp_dir().join(format!("hilock-check-models-{}", std::process::id()));
-    for (name, property) in [
-        ("tree-w-sibling", "no-kernel-error"),
-        ("agents-self-wait", "no-phantom-deadlock"),
-        ("bakery-literal", "mutual-exclusion"),
-        ("inversion-no-inheritance", "p7-bounded-inversion"),
+    for (name, property, words) in [
+        (
+            "tree-w-sibling",
+            "no-kernel-error",
+            "u1 was granted t01 but it is held by",
+        ),
+        (
+            "agents-self-wait",
+            "no-phantom-deadlock",
+            "A1 surrendered (or aborted on deadlock) with no entry it gives up",
+        ),
+        (
+            "bakery-literal",
+            "mutual-exclusion",
+            "in the critical section together: c1 (row 0",
+        ),
+        (
+            "inversion-no-inheritance",
+            "p7-bounded-inversion",
+            "2 lower-priority critical sections on L_j while D waited (bound 1)",
+        ),
     ] {
         let config = counterexamples().join(format!("configs/{name}.json"));
         let out = hilock(&[
@@ -323,6 +355,13 @@ fn check_accepts_every_model_the_explorer_serves() {
             String::from_utf8_lossy(&out.stderr)
         );
         assert!(text.contains("VIOLATED"), "{name}: {text}");
+        // What violates it, in words, under the property's line.
+        assert!(
+            text.lines()
+                .skip_while(|l| !l.contains("VIOLATED"))
+                .any(|l| l.starts_with("    ") && l.contains(words)),
+            "{name}: {text}"
+        );
         let trace = base.join(format!("{name}.{property}.trace.json"));
         assert!(trace.exists(), "{name}: {text}");
         assert!(text.contains("(the failing state)"), "{name}: {text}");
@@ -642,7 +681,8 @@ fn a_trace_that_does_not_fit_gives_one_line() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
-/// `hilock replay --svg/--html` writes the sequence diagram of a saved trace of any model.
+/// `hilock replay --svg/--html` writes the sequence diagram of a saved trace of any model;
+/// the page lists each step's recorded fields under it.
 #[test]
 fn replay_writes_the_sequence_diagram() {
     let dir = std::env::temp_dir().join(format!("hilock-cli-svg-{}", std::process::id()));
@@ -685,8 +725,80 @@ fn replay_writes_the_sequence_diagram() {
         }
         assert_eq!(svg.contains("class=\"msg\""), arrows, "{name}: arrows");
         let html = std::fs::read_to_string(&html).expect("HTML written");
-        assert!(html.contains("<svg") && html.contains("<li>"), "{name}");
+        assert!(
+            html.contains("<svg") && html.contains("<li value=\"0\">"),
+            "{name}"
+        );
+        // Under each step, what the trace recorded after it: the agents' and servers'
+        // states and the step's outputs; the bakery's clients and replicas.
+        let details: &[&str] = match name {
+            "agents-no-ack" => &[
+                "<li value=\"0\">A2 → S0: request /1 R<ul class=\"details\">",
+                "<li>servers: S0=A2:/1R*</li>",
+                "<li>outputs: S0 → A2: info S0 /1 v1 by A2 [A2:/1R*]</li>",
+                "<li>agents: A0=Running; locks: /1W; knows: , A1=",
+            ],
+            "bakery-literal" => &[
+                "<li>clients: c1=line 1 (write choosing), c2=idle</li>",
+                "<li>in_flight: 3</li>",
+            ],
+            _ => &[],
+        };
+        for d in details {
+            assert!(html.contains(d), "{name}: {d} in {html}");
+        }
     }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// `hilock replay --html` of a base-model trace lists under each step what it output (the
+/// grants, the messages sent) and every node's state after it; the steps are numbered as
+/// the trace numbers them (0 to 21 here), as the text `replay` prints and the diagram's
+/// rows are; the freeze sent at step 17 and never delivered is drawn in flight.
+#[test]
+fn replay_html_shows_grants_and_every_node_per_step() {
+    let dir = std::env::temp_dir().join(format!("hilock-cli-html-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let html = dir.join("race.html");
+    let out = hilock(&[
+        "replay",
+        counterexamples()
+            .join("release-race-literal.json")
+            .to_str()
+            .unwrap(),
+        "--html",
+        html.to_str().unwrap(),
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("\n 21. n1  from n0: Grant(R)\n"), "{text}");
+    assert!(!text.contains("\n 22. "), "{text}");
+    let html = std::fs::read_to_string(&html).expect("HTML written");
+    let step = |k: usize| -> &str {
+        let at = html
+            .find(&format!("<li value=\"{k}\">"))
+            .unwrap_or_else(|| panic!("no step {k}: {html}"));
+        let end = html[at..].find("</ul></li>").map_or(html.len(), |e| at + e);
+        &html[at..end]
+    };
+    // Step 20: n3 enters W; step 21: n1 enters R, while n3 still holds W.
+    let s20 = step(20);
+    assert!(s20.contains("n3 is granted W on L0"), "{s20}");
+    let s21 = step(21);
+    for what in [
+        "n0 → n1 grant R",
+        "n1 is granted R on L0",
+        "<li>n0: L0 (",
+        "<li>n1: L0 (R, R,",
+        "<li>n2: L0 (",
+        "<li>n3: L0 (W, W,",
+    ] {
+        assert!(s21.contains(what), "step 21 shows {what}: {s21}");
+    }
+    // Step 17 sends the freeze; nothing delivers it.
+    assert!(step(17).contains("n0 sends freeze"), "{}", step(17));
+    assert!(html.contains(">21</text>") && !html.contains(">22</text>"));
+    assert_eq!(html.matches("class=\"inflight\"").count(), 1, "{html}");
     std::fs::remove_dir_all(&dir).ok();
 }
 

@@ -1218,18 +1218,43 @@ impl Model for AgentsModel {
         let mut lanes: Vec<String> = (0..agents).map(|i| format!("A{i}")).collect();
         lanes.extend((0..self.servers).map(|i| format!("S{i}")));
         let mut d = crate::seq::Diagram::new(lanes);
-        for (_, a) in path.into_vec() {
-            match a {
-                Some(AgentAction::Deliver { from, to, what, .. }) => {
-                    d.message(lane(from), lane(to), what.to_string());
+        // Each message from the step that put it on the network to the one that took it
+        // off; the ones still there after the last step in flight.
+        let wires = |st: &AState| -> Vec<crate::seq::Wire> {
+            st.net
+                .iter()
+                .flat_map(|((from, to), ch)| {
+                    ch.iter().map(move |m| crate::seq::Wire {
+                        from: lane(*from),
+                        to: lane(*to),
+                        key: format!("{:?}", Carried::of(m)),
+                        label: msg_str(m),
+                    })
+                })
+                .collect()
+        };
+        let steps = path.into_vec();
+        if let Some((init, _)) = steps.first() {
+            d.initially(&wires(init));
+        }
+        for (k, (st, a)) in steps.iter().enumerate() {
+            let Some(a) = a else { continue };
+            let mut delivered = None;
+            match *a {
+                AgentAction::Deliver { from, to, what, .. } => {
+                    let key = format!("{what:?}");
+                    d.deliver(lane(from), lane(to), &key, what.to_string());
+                    delivered = Some((lane(from), lane(to), key));
                 }
-                Some(AgentAction::Finish { agent }) => {
-                    d.local(agent.into(), "ends the transaction")
-                }
-                Some(AgentAction::Crash { server }) => {
-                    d.local(lane(Proc::Server(server)), "crashes")
-                }
-                None => {}
+                AgentAction::Finish { agent } => d.local(agent.into(), "ends the transaction"),
+                AgentAction::Crash { server } => d.local(lane(Proc::Server(server)), "crashes"),
+            }
+            if let Some((next, _)) = steps.get(k + 1) {
+                d.sends_between(
+                    &wires(st),
+                    &wires(next),
+                    delivered.as_ref().map(|(f, t, key)| (*f, *t, key.as_str())),
+                );
             }
         }
         Some(d.svg())

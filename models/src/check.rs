@@ -36,8 +36,112 @@ where
     Path::from_actions(model, steps[0].0.clone(), actions.iter()).unwrap_or_else(|| path.clone())
 }
 
+/// A shortest run of `model` that ends in a state violating the `always` property
+/// `property`, or `None` if none is at most `bound` steps long: a breadth-first search from
+/// the initial states that stops at the first violating state it meets, trying the
+/// actions in the order the model lists them (so the same model always gives the same
+/// run). It keeps a fingerprint and a parent link per state it meets, up to the depth of
+/// the violation.
+pub fn shortest_failure<M>(
+    model: &M,
+    property: &str,
+    bound: usize,
+) -> Option<Path<M::State, M::Action>>
+where
+    M: Model,
+    M::State: Clone + PartialEq + std::hash::Hash,
+    M::Action: Clone + PartialEq,
+{
+    use std::collections::{HashMap, VecDeque};
+    use std::hash::{Hash, Hasher};
+    // A 64-bit fingerprint, as Stateright's checkers keep (theirs is private).
+    let fingerprint = |st: &M::State| {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        st.hash(&mut h);
+        h.finish()
+    };
+    let prop = model
+        .properties()
+        .into_iter()
+        .find(|p| p.name == property && p.expectation == Expectation::Always)?;
+    let bad = |st: &M::State| !(prop.condition)(model, st);
+    // fingerprint → (parent's fingerprint, action index), None for an initial state.
+    let mut seen: HashMap<u64, Option<(u64, usize)>> = HashMap::new();
+    let mut level: VecDeque<(M::State, u64)> = VecDeque::new();
+    let mut found = None;
+    for (i, st) in model.init_states().into_iter().enumerate() {
+        let fp = fingerprint(&st);
+        if seen.insert(fp, None).is_none() {
+            if bad(&st) {
+                found = Some((fp, i));
+                break;
+            }
+            level.push_back((st, fp));
+        }
+    }
+    let mut depth = 0;
+    let mut actions = Vec::new();
+    while found.is_none() && !level.is_empty() && depth < bound {
+        depth += 1;
+        let mut next_level = VecDeque::new();
+        'level: for (st, fp) in level {
+            actions.clear();
+            model.actions(&st, &mut actions);
+            for (k, a) in actions.drain(..).enumerate() {
+                let Some(next) = model.next_state(&st, a) else {
+                    continue;
+                };
+                if !model.within_boundary(&next) {
+                    continue;
+                }
+                let nfp = fingerprint(&next);
+                if seen.contains_key(&nfp) {
+                    continue;
+                }
+                seen.insert(nfp, Some((fp, k)));
+                if bad(&next) {
+                    found = Some((nfp, 0));
+                    break 'level;
+                }
+                next_level.push_back((next, nfp));
+            }
+        }
+        level = next_level;
+    }
+    let (mut fp, init_index) = found?;
+    // The action indices back to an initial state, then forward.
+    let mut indices = VecDeque::new();
+    while let Some(Some((parent, k))) = seen.get(&fp) {
+        indices.push_front(*k);
+        fp = *parent;
+    }
+    let init_index = if indices.is_empty() {
+        init_index
+    } else {
+        model
+            .init_states()
+            .iter()
+            .position(|s| fingerprint(s) == fp)?
+    };
+    let inits = model.init_states();
+    let init = inits.get(init_index)?.clone();
+    let mut st = init.clone();
+    let mut taken = Vec::new();
+    for k in indices {
+        let mut acts = Vec::new();
+        model.actions(&st, &mut acts);
+        let a = acts.into_iter().nth(k)?;
+        st = model.next_state(&st, a.clone())?;
+        taken.push(a);
+    }
+    Path::from_actions(model, init, taken.iter())
+}
+
 /// The `always` properties `st` violates, as a line for the Explorer's step text
-/// (empty if none): `⚠ violates: P1 mutual exclusion, P3 owned-mode invariant`.
+/// (empty if none): `⚠ violates: P1 mutual exclusion, P3 owned-mode invariant`, and a
+/// line that says the Properties pane's marks do not judge this state (the Explorer marks
+/// a property "✅ Safety holds" at every state off the paths its own search recorded, even
+/// at a state that violates it).
 pub fn violations_line<M: Model>(model: &M, st: &M::State) -> String {
     let v: Vec<&str> = model
         .properties()
@@ -48,9 +152,13 @@ pub fn violations_line<M: Model>(model: &M, st: &M::State) -> String {
     if v.is_empty() {
         String::new()
     } else {
-        format!("\n⚠ violates: {}", v.join(", "))
+        format!("\n⚠ violates: {}\n{PANE_NOTE}", v.join(", "))
     }
 }
+
+/// What the Explorer's step text says under a violation about the Properties pane.
+pub const PANE_NOTE: &str = "  (evaluated at this state; the Properties pane's per-state \
+     marks only follow the Explorer's own search and do not judge this state)";
 
 /// The outcome of one property; `C` is the counterexample's trace format (`hilock-trace/1`
 /// for the base model, `hilock-tree-trace/1` for the tree model).
@@ -362,8 +470,22 @@ pub fn check(
     progress: impl FnMut(usize, usize, usize),
 ) -> Result<CheckReport, String> {
     match config.locks {
-        1 => check_l::<1>(config, progress),
-        2 => check_l::<2>(config, progress),
+        1 => check_l::<1>(config, progress, false),
+        2 => check_l::<2>(config, progress, false),
+        n => Err(format!("locks must be 1 or 2, not {n}")),
+    }
+}
+
+/// [`check`], each counterexample (and the P6 witness) replaced by a shortest run that
+/// violates its property ([`shortest_failure`], bounded by the length of the one the check
+/// found): what `hilock check` reports. The extra search is part of the elapsed time.
+pub fn check_shortest(
+    config: &ModelConfig,
+    progress: impl FnMut(usize, usize, usize),
+) -> Result<CheckReport, String> {
+    match config.locks {
+        1 => check_l::<1>(config, progress, true),
+        2 => check_l::<2>(config, progress, true),
         n => Err(format!("locks must be 1 or 2, not {n}")),
     }
 }
@@ -371,11 +493,21 @@ pub fn check(
 fn check_l<const L: usize>(
     config: &ModelConfig,
     mut progress: impl FnMut(usize, usize, usize),
+    shortest: bool,
 ) -> Result<CheckReport, String> {
     let model = config.clone().into_model_with::<L>()?;
     let t = Instant::now();
     let checker = run_to_end(model.clone().checker().spawn_bfs(), &mut progress);
-    let elapsed = t.elapsed();
+    // The run that ends in a violation of `name`: the checker's cut at its first
+    // violation, or a shortest one.
+    let first_failure = |model: &BaseModel<L>, name: &str, path: &Path<State<L>, Action>| {
+        let cut = first_failure(model, name, path);
+        if !shortest {
+            return cut;
+        }
+        let bound = cut.clone().into_actions().len();
+        shortest_failure(model, name, bound).unwrap_or(cut)
+    };
     let mut properties = Vec::new();
     for p in model.properties() {
         if BYPASS.contains(&p.name) {
@@ -424,7 +556,7 @@ fn check_l<const L: usize>(
         states: checker.state_count(),
         unique_states: checker.unique_state_count(),
         max_depth: checker.max_depth(),
-        elapsed,
+        elapsed: t.elapsed(),
         properties,
         fifo_bound: fifo_bound.map(|k| k as u8),
         fifo_witness,

@@ -816,17 +816,45 @@ impl Model for InversionConfig {
 
     fn as_svg(&self, path: Path<InvState, Action>) -> Option<String> {
         let mut d = crate::seq::Diagram::new((0..self.nodes() as u16).map(node_name).collect());
-        for a in path.into_actions() {
-            match a {
-                Action::Run { node, op } => d.local(node.into(), op.to_string()),
-                Action::Deliver { from, to, msg } => d.message(
-                    from.into(),
-                    to.into(),
-                    Action::Deliver { from, to, msg }
-                        .to_string()
-                        .split_once(&format!("{} ", node_name(to)))
-                        .map_or(String::new(), |(_, l)| l.to_string()),
-                ),
+        let label = |from: u16, to: u16, msg: Delivered| {
+            Action::Deliver { from, to, msg }
+                .to_string()
+                .split_once(&format!("{} ", node_name(to)))
+                .map_or(String::new(), |(_, l)| l.to_string())
+        };
+        // Each message from the step that sent it to the one that delivered it; the ones
+        // still in flight after the last step drawn as such.
+        let wires = |st: &InvState| -> Vec<crate::seq::Wire> {
+            st.cluster
+                .messages()
+                .map(|(f, t, m)| crate::seq::Wire {
+                    from: f.idx(),
+                    to: t.idx(),
+                    key: format!("{:?}", Delivered::of(m)),
+                    label: label(f.0, t.0, Delivered::of(m)),
+                })
+                .collect()
+        };
+        let steps = path.into_vec();
+        for (k, (st, a)) in steps.iter().enumerate() {
+            let Some(a) = *a else { continue };
+            let delivered = match a {
+                Action::Run { node, op } => {
+                    d.local(node.into(), op.to_string());
+                    None
+                }
+                Action::Deliver { from, to, msg } => {
+                    let key = format!("{msg:?}");
+                    d.deliver(from.into(), to.into(), &key, label(from, to, msg));
+                    Some((usize::from(from), usize::from(to), key))
+                }
+            };
+            if let Some((next, _)) = steps.get(k + 1) {
+                d.sends_between(
+                    &wires(st),
+                    &wires(next),
+                    delivered.as_ref().map(|(f, t, key)| (*f, *t, key.as_str())),
+                );
             }
         }
         Some(d.svg())

@@ -19,7 +19,7 @@ use crate::tree::TreeModel;
 use hilock_kernel::agents::{AgentVariant, LockMode, Req, ServerVariant};
 use hilock_kernel::tree::TreeVariant;
 use hilock_kernel::NodeId;
-use hilock_spec::trace::{Trace, TraceInput, TRACE_FORMAT};
+use hilock_spec::trace::{Trace, TraceInput, TraceOutput, TRACE_FORMAT};
 use serde::{Deserialize, Serialize};
 use stateright::{Model, Path};
 use std::path::Path as FsPath;
@@ -241,35 +241,120 @@ fn open_l<const L: usize>(model: &BaseModel<L>, trace: &Trace) -> Result<Opened,
     })
 }
 
-/// The sequence diagram of a saved trace of any model, and its steps in words: a
-/// `hilock-trace/1` trace from its inputs (an arrow per delivered message, a dot per user
-/// operation); the other models' traces from their action texts (`A2 → S0: …` is an
-/// arrow, `u0: …` a dot on u0's line, `r1 handles c2's …` an arrow from c2 to r1).
-pub fn diagram_of(text: &str) -> Result<(String, Diagram, Vec<String>), String> {
+/// The sequence diagram of a `hilock-trace/1` trace, its steps in words and, per step,
+/// its details: every message drawn from the step that sent it to the step that delivered
+/// it (the ones never delivered as in flight after the last step), a dot per user
+/// operation; each step's outputs (the messages it sent, the grants) and then every
+/// node's state of each lock after it (a node that has not stepped yet is in its initial
+/// state). Rows and steps are numbered as the trace numbers its steps, from 0.
+pub fn trace_diagram(t: &Trace) -> (Diagram, Vec<String>, Vec<Vec<String>>) {
+    let lane = |n: &str| t.nodes.iter().position(|x| x == n).unwrap_or(0);
+    let mut d = Diagram::new(t.nodes.clone());
+    let mut texts = Vec::new();
+    let mut details = Vec::new();
+    // (node, lock) → the node's state of that lock after its last step on it.
+    let mut states: std::collections::BTreeMap<(usize, u16), String> = Default::default();
+    for step in &t.steps {
+        let node = lane(&step.node);
+        let line = input_text(&step.node, &step.input);
+        let lock = match &step.input {
+            TraceInput::Deliver { from, msg, copy } => {
+                let f = lane(from);
+                let label = Delivered::of(msg).label(f as u8);
+                if *copy {
+                    d.deliver_copy(f, node, &format!("{msg:?}"), format!("{label} (a copy)"));
+                } else {
+                    d.deliver(f, node, &format!("{msg:?}"), label);
+                }
+                msg.lock().0
+            }
+            TraceInput::Acquire { lock, .. }
+            | TraceInput::TryAcquire { lock, .. }
+            | TraceInput::Release { lock }
+            | TraceInput::Upgrade { lock } => {
+                d.local(node, line.split_once(' ').map_or("", |x| x.1).to_string());
+                *lock
+            }
+            TraceInput::SetPriority { .. } => {
+                d.local(node, line.split_once(' ').map_or("", |x| x.1).to_string());
+                0
+            }
+        };
+        let mut lines = Vec::new();
+        for o in &step.outputs {
+            lines.push(match o {
+                TraceOutput::Send { to, msg } => {
+                    let label = Delivered::of(msg).label(node as u8);
+                    d.send(node, lane(to), format!("{msg:?}"), label.clone());
+                    format!("{} sends {label} to {to}", step.node)
+                }
+                TraceOutput::Granted { lock, mode } => {
+                    format!("{} is granted {mode} on L{lock}", step.node)
+                }
+                TraceOutput::Upgraded { lock } => {
+                    format!("{} is upgraded to W on L{lock}", step.node)
+                }
+                TraceOutput::WouldBlock { lock, mode } => {
+                    format!("{} is refused {mode} on L{lock} (would block)", step.node)
+                }
+            });
+        }
+        if let Some(e) = &step.error {
+            lines.push(format!("rejected: {e}"));
+        }
+        states.insert((node, lock), step.state.line());
+        for (i, n) in t.nodes.iter().enumerate() {
+            let known: Vec<String> = states
+                .range((i, 0)..=(i, u16::MAX))
+                .map(|((_, l), st)| format!("L{l} {st}"))
+                .collect();
+            lines.push(if known.is_empty() {
+                format!("{n}: initial state")
+            } else {
+                format!("{n}: {}", known.join("; "))
+            });
+        }
+        texts.push(line);
+        details.push(lines);
+    }
+    (d, texts, details)
+}
+
+/// A saved trace drawn: what [`diagram_of`] returns.
+#[derive(Clone, Debug)]
+pub struct Drawn {
+    /// The trace's source and verdict (or model, property and violation).
+    pub title: String,
+    /// Its sequence diagram.
+    pub diagram: Diagram,
+    /// Its steps in words, from step 0.
+    pub steps: Vec<String>,
+    /// Per step, what it output and the sites' states after it.
+    pub details: Vec<Vec<String>>,
+}
+
+/// The sequence diagram of a saved trace of any model, its steps in words and each step's
+/// details: a `hilock-trace/1` trace as [`trace_diagram`] draws it; the other models'
+/// traces from their action texts (`A2 → S0: …` is an arrow, `u0: …` a dot on u0's line,
+/// `r1 handles c2's …` an arrow from c2 to r1), with each step's other recorded fields (the
+/// servers', agents', clients' or replicas' states, …) as its details.
+pub fn diagram_of(text: &str) -> Result<Drawn, String> {
     let v: serde_json::Value =
         serde_json::from_str(text).map_err(|e| format!("not a JSON trace: {e}"))?;
     if format_of(&v) == Some(TRACE_FORMAT) {
         let t = parse_base_trace(text)?;
-        let mut d = Diagram::new(t.nodes.clone());
-        let mut texts = Vec::new();
-        for step in &t.steps {
-            let node = t.nodes.iter().position(|n| *n == step.node).unwrap_or(0);
-            let line = input_text(&step.node, &step.input);
-            match &step.input {
-                TraceInput::Deliver { from, msg, .. } => {
-                    let f = t.nodes.iter().position(|n| n == from).unwrap_or(0);
-                    d.message(f, node, Delivered::of(msg).label(f as u8));
-                }
-                _ => d.local(node, line.split_once(' ').map_or("", |x| x.1).to_string()),
-            }
-            texts.push(line);
-        }
+        let (diagram, steps, details) = trace_diagram(&t);
         let title = format!(
             "{}{}",
             t.source,
             t.verdict.map(|v| format!(": {v}")).unwrap_or_default()
         );
-        return Ok((title, d, texts));
+        return Ok(Drawn {
+            title,
+            diagram,
+            steps,
+            details,
+        });
     }
     let Some(format) = format_of(&v) else {
         return Err(format!(
@@ -290,6 +375,11 @@ pub fn diagram_of(text: &str) -> Result<(String, Diagram, Vec<String>), String> 
         .filter_map(|s| s.as_str().or_else(|| s.get("action")?.as_str()))
         .map(str::to_string)
         .collect();
+    let details: Vec<Vec<String>> = steps
+        .iter()
+        .filter(|s| s.is_string() || s.get("action").is_some_and(|a| a.is_string()))
+        .map(step_details)
+        .collect();
     if format == crate::ring::TRACE_FORMAT {
         // Its actions are Rust expressions (`Deliver(Client(…), Node(…), …)`), not the
         // `A → B: …` texts the lanes are read from: the steps only.
@@ -298,7 +388,12 @@ pub fn diagram_of(text: &str) -> Result<(String, Diagram, Vec<String>), String> 
             v.get("property").and_then(|m| m.as_str()).unwrap_or(""),
             v.get("violation").and_then(|m| m.as_str()).unwrap_or("")
         );
-        return Ok((title, Diagram::default(), texts));
+        return Ok(Drawn {
+            title,
+            diagram: Diagram::default(),
+            steps: texts,
+            details,
+        });
     }
     // Lanes in order of appearance, clients and agents first.
     let mut d = Diagram::default();
@@ -341,7 +436,43 @@ pub fn diagram_of(text: &str) -> Result<(String, Diagram, Vec<String>), String> 
         v.get("property").and_then(|m| m.as_str()).unwrap_or(""),
         v.get("violation").and_then(|m| m.as_str()).unwrap_or("")
     );
-    Ok((title, d, texts))
+    Ok(Drawn {
+        title,
+        diagram: d,
+        steps: texts,
+        details,
+    })
+}
+
+/// A model trace step's recorded fields other than its index and action, one line each:
+/// `servers: S0=A1:/1W*, S1=…` (an object's entries), `outputs: S0 → A2: info …; …` (a
+/// list of texts), `in_flight: 6`.
+fn step_details(step: &serde_json::Value) -> Vec<String> {
+    let Some(fields) = step.as_object() else {
+        return Vec::new();
+    };
+    let value = |v: &serde_json::Value| match v {
+        serde_json::Value::String(s) => s.clone(),
+        serde_json::Value::Array(a) if a.iter().all(|x| x.is_string()) => a
+            .iter()
+            .filter_map(|x| x.as_str())
+            .collect::<Vec<_>>()
+            .join("; "),
+        other => other.to_string(),
+    };
+    fields
+        .iter()
+        .filter(|(k, _)| !matches!(k.as_str(), "index" | "action"))
+        .map(|(k, v)| match v.as_object() {
+            Some(o) if o.is_empty() => format!("{k}: (none)"),
+            Some(o) => {
+                let entries: Vec<String> =
+                    o.iter().map(|(n, x)| format!("{n}={}", value(x))).collect();
+                format!("{k}: {}", entries.join(", "))
+            }
+            None => format!("{k}: {}", value(v)),
+        })
+        .collect()
 }
 
 /// A name as part of a file name: `P1 mutual exclusion` → `p1-mutual-exclusion`.

@@ -406,6 +406,40 @@ pub enum RAction {
     Reboot(NodeId),
 }
 
+/// A ring message in a few words: its kind, and the operation of a request or the answer
+/// of a reply (`Request Lock`, `Reply Granted`, `BackupModify`).
+pub fn msg_label(m: &Msg) -> String {
+    let text = format!("{m:?}");
+    let kind = text
+        .split([' ', '(', '{'])
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    let field = |name: &str| {
+        text.split_once(name).map(|(_, rest)| {
+            rest.split([',', ' ', '}', '('])
+                .next()
+                .unwrap_or_default()
+                .to_string()
+        })
+    };
+    match field("op: ").or_else(|| field("answer: ")) {
+        Some(f) if !f.is_empty() => format!("{kind} {f}"),
+        _ => kind,
+    }
+}
+
+impl RingModel {
+    /// An address in the diagram's and the step text's words: `c2`, `n21`, `chord`.
+    pub fn addr_name(&self, a: Addr) -> String {
+        match a {
+            Addr::Client(c) => format!("c{}", c.0),
+            Addr::Node(n) => format!("n{}", self.idents[usize::from(n.0)]),
+            Addr::Chord => "chord".into(),
+        }
+    }
+}
+
 /// A saved step without the entries' `writer` fields ([`Slot::writer`](hilock_kernel::ring::Slot::writer)),
 /// which traces saved before the retry fence do not have, and without the replies'
 /// `epoch` fields (`ChordMsg::Reply`), which traces saved before replies named their
@@ -1484,6 +1518,105 @@ impl Model for RingModel {
         });
         st.net.sort();
         Some(st)
+    }
+
+    /// The action, what violates each `always` property that fails after it (in words),
+    /// each message in flight on a line of its own, then the state.
+    fn format_step(&self, last: &RState, action: RAction) -> Option<String> {
+        let next = self.next_state(last, action.clone())?;
+        let mut s = format!("{action:?}{}", crate::check::violations_line(self, &next));
+        for p in self.properties() {
+            if p.expectation == stateright::Expectation::Always && !(p.condition)(self, &next) {
+                s.push_str(&format!(
+                    "\n  {}: {}",
+                    p.name,
+                    self.violation(p.name, &next)
+                ));
+            }
+        }
+        s.push('\n');
+        for (f, t, m) in &next.net {
+            s.push_str(&format!(
+                "\nin flight {} → {}: {}",
+                self.addr_name(*f),
+                self.addr_name(*t),
+                msg_label(m)
+            ));
+        }
+        s.push_str(&format!("\n\n{next:#?}"));
+        Some(s)
+    }
+
+    /// The path's message sequence: a lane per client (`c1`, …), per node slot (`n8`, …, by
+    /// its ident) and one for the Chord layer; each message from the step that put it on
+    /// the network to the step that delivered it, those still in flight after the last
+    /// step dashed.
+    fn as_svg(&self, path: Path<RState, RAction>) -> Option<String> {
+        let clients = self.clients.len();
+        let lane = |a: Addr| match a {
+            Addr::Client(c) => usize::from(c.0).saturating_sub(1),
+            Addr::Node(n) => clients + usize::from(n.0),
+            Addr::Chord => clients + NS,
+        };
+        let mut lanes: Vec<String> = (1..=clients).map(|c| format!("c{c}")).collect();
+        lanes.extend(self.idents.iter().map(|i| format!("n{i}")));
+        lanes.push("chord".into());
+        let mut d = crate::seq::Diagram::new(lanes);
+        let wires = |st: &RState| -> Vec<crate::seq::Wire> {
+            st.net
+                .iter()
+                .map(|(f, t, m)| crate::seq::Wire {
+                    from: lane(*f),
+                    to: lane(*t),
+                    key: format!("{m:?}"),
+                    label: msg_label(m),
+                })
+                .collect()
+        };
+        let steps = path.into_vec();
+        if let Some((init, _)) = steps.first() {
+            d.initially(&wires(init));
+        }
+        for (k, (st, a)) in steps.iter().enumerate() {
+            let Some(a) = a else { continue };
+            let word = |a: &RAction| {
+                let t = format!("{a:?}");
+                t.split('(').next().unwrap_or_default().to_lowercase()
+            };
+            let node = |n: NodeId| clients + usize::from(n.0);
+            let mut delivered = None;
+            match a {
+                RAction::Deliver(f, t, m) => {
+                    let key = format!("{m:?}");
+                    d.deliver(lane(*f), lane(*t), &key, msg_label(m));
+                    delivered = Some((lane(*f), lane(*t), key));
+                }
+                RAction::Duplicate(f, _, m) => {
+                    d.local(lane(*f), format!("duplicates {}", msg_label(m)))
+                }
+                RAction::Start(c)
+                | RAction::Timeout(c)
+                | RAction::Abandon(c)
+                | RAction::Restart(c) => d.local(*c, word(a)),
+                RAction::Join(n)
+                | RAction::Leave(n)
+                | RAction::Crash(n)
+                | RAction::Detect(n)
+                | RAction::Isolate(n)
+                | RAction::Heal(n)
+                | RAction::Expire(n)
+                | RAction::Suspect(n)
+                | RAction::Reboot(n) => d.local(node(*n), word(a)),
+            }
+            if let Some((next, _)) = steps.get(k + 1) {
+                d.sends_between(
+                    &wires(st),
+                    &wires(next),
+                    delivered.as_ref().map(|(f, t, key)| (*f, *t, key.as_str())),
+                );
+            }
+        }
+        Some(d.svg())
     }
 
     fn properties(&self) -> Vec<Property<Self>> {

@@ -1,7 +1,13 @@
 //! Message sequence diagrams of a path, as SVG: one vertical line per site, one row per
-//! step; a delivered message is an arrow from its sender to its receiver, a local step
-//! (a user operation, a latch) a labelled dot on its site's line. Every model's
-//! `Model::as_svg` draws one, and `hilock replay --svg/--html` writes one to a file.
+//! step, numbered from 0 as a trace's steps are; a delivered message is an arrow from its
+//! sender to its receiver, a local step (a user operation, a latch) a labelled dot on its
+//! site's line. Where the sends are known ([`Diagram::send`], [`Diagram::deliver`]), a
+//! message is drawn from the row of the step that sent it to the row of the step that
+//! delivered it, and a message still in flight after the last step as a dashed arrow from
+//! its send to an "in flight" row below the last step; one the network dropped (read off
+//! the network, [`Diagram::sends_between`]) as a dotted grey line that ends half-way,
+//! marked "✕ lost", at the step after which it was gone. Every model's `Model::as_svg` draws
+//! one, and `hilock replay --svg/--html` writes one to a file.
 
 use std::fmt::Write;
 
@@ -16,6 +22,8 @@ pub enum Event {
         to: usize,
         /// What was delivered.
         label: String,
+        /// The row of the step that sent it, if known.
+        sent: Option<usize>,
     },
     /// A local step at lane `at`.
     Local {
@@ -26,13 +34,53 @@ pub enum Event {
     },
 }
 
-/// A sequence diagram: the lanes (site names) and the events, top to bottom.
+/// A message sent and not delivered (yet).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Pending {
+    /// Sender lane.
+    pub from: usize,
+    /// Receiver lane.
+    pub to: usize,
+    /// What identifies the message among the channel's others (equal keys are equal
+    /// messages: which of two equal messages is delivered does not matter).
+    pub key: String,
+    /// What was sent.
+    pub label: String,
+    /// The row of the step that sent it ([`START`]: on the network from the start).
+    pub sent: usize,
+}
+
+/// [`Pending::sent`] of a message on the network in the initial state, before any step:
+/// drawn from the top of the diagram.
+pub const START: usize = usize::MAX;
+
+/// A message on the network of a model's state, for [`Diagram::sends_between`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Wire {
+    /// Sender lane.
+    pub from: usize,
+    /// Receiver lane.
+    pub to: usize,
+    /// What identifies it (as [`Pending::key`]).
+    pub key: String,
+    /// How the diagram names it.
+    pub label: String,
+}
+
+/// A sequence diagram: the lanes (site names), the events, top to bottom, and the
+/// messages sent and not delivered.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Diagram {
     /// Lane names, left to right.
     pub lanes: Vec<String>,
     /// Events, top to bottom.
     pub events: Vec<Event>,
+    /// Messages sent ([`Diagram::send`]) and not delivered ([`Diagram::deliver`]), oldest
+    /// first: after the last step, the messages in flight.
+    pub pending: Vec<Pending>,
+    /// Messages the network dropped undelivered ([`Diagram::sends_between`]), each with
+    /// the row of the step after which it was gone.
+    pub lost: Vec<(Pending, usize)>,
 }
 
 const LANE: usize = 200;
@@ -53,15 +101,131 @@ impl Diagram {
         Diagram {
             lanes,
             events: Vec::new(),
+            pending: Vec::new(),
+            lost: Vec::new(),
         }
     }
 
-    /// Adds a delivered message.
+    /// Adds a delivered message whose send is not recorded (drawn level, in its row).
     pub fn message(&mut self, from: usize, to: usize, label: impl Into<String>) {
         self.events.push(Event::Message {
             from,
             to,
             label: label.into(),
+            sent: None,
+        });
+    }
+
+    /// Records that the last step (the last row) sent a message from `from` to `to`;
+    /// `key` identifies it for [`Diagram::deliver`].
+    pub fn send(
+        &mut self,
+        from: usize,
+        to: usize,
+        key: impl Into<String>,
+        label: impl Into<String>,
+    ) {
+        self.pending.push(Pending {
+            from,
+            to,
+            key: key.into(),
+            label: label.into(),
+            sent: self.events.len().saturating_sub(1),
+        });
+    }
+
+    /// Records the messages on the network in the initial state (sent before any step).
+    pub fn initially(&mut self, wires: &[Wire]) {
+        for w in wires {
+            self.pending.push(Pending {
+                from: w.from,
+                to: w.to,
+                key: w.key.clone(),
+                label: w.label.clone(),
+                sent: START,
+            });
+        }
+    }
+
+    /// Records as sent by the last row the messages on the network `after` a step that were
+    /// not on it `before` the step, less the one it delivered (`delivered`: its sender, its
+    /// receiver and its key), counted with multiplicity: for a model whose state holds the
+    /// messages in flight but whose steps do not list what they sent.
+    pub fn sends_between(
+        &mut self,
+        before: &[Wire],
+        after: &[Wire],
+        delivered: Option<(usize, usize, &str)>,
+    ) {
+        let mut left: Vec<&Wire> = before.iter().collect();
+        if let Some((from, to, key)) = delivered {
+            if let Some(i) = left
+                .iter()
+                .position(|w| w.from == from && w.to == to && w.key == key)
+            {
+                left.remove(i);
+            }
+        }
+        let mut sent = Vec::new();
+        for w in after {
+            match left
+                .iter()
+                .position(|x| x.from == w.from && x.to == w.to && x.key == w.key)
+            {
+                Some(i) => {
+                    left.remove(i);
+                }
+                None => sent.push(w),
+            }
+        }
+        // What was on the network and is not any more, undelivered: lost in this step.
+        let row = self.events.len().saturating_sub(1);
+        for w in left {
+            if let Some(i) = self
+                .pending
+                .iter()
+                .position(|p| p.from == w.from && p.to == w.to && p.key == w.key)
+            {
+                let p = self.pending.remove(i);
+                self.lost.push((p, row));
+            }
+        }
+        for w in sent {
+            self.send(w.from, w.to, w.key.clone(), w.label.clone());
+        }
+    }
+
+    /// Adds a row delivering the oldest pending message from `from` to `to` with this
+    /// `key`, drawn from the row that sent it; a message whose send was not recorded is
+    /// drawn level as [`Diagram::message`] draws it.
+    pub fn deliver(&mut self, from: usize, to: usize, key: &str, label: impl Into<String>) {
+        let sent = self
+            .pending
+            .iter()
+            .position(|p| p.from == from && p.to == to && p.key == key)
+            .map(|i| self.pending.remove(i).sent);
+        self.events.push(Event::Message {
+            from,
+            to,
+            label: label.into(),
+            sent,
+        });
+    }
+
+    /// Adds a row delivering a copy of the oldest pending message from `from` to `to` with
+    /// this `key` (a duplicating network), drawn from the row that sent it; the message
+    /// itself stays pending.
+    pub fn deliver_copy(&mut self, from: usize, to: usize, key: &str, label: impl Into<String>) {
+        let sent = self
+            .pending
+            .iter()
+            .find(|p| p.from == from && p.to == to && p.key == key)
+            .map(|p| p.sent);
+        self.events.push(Event::Message {
+            from,
+            to,
+            label: label.into(),
+            sent,
         });
     }
 
@@ -73,6 +237,16 @@ impl Diagram {
         });
     }
 
+    /// The height of the send of a message sent at `row` (at most `last`, the row of its
+    /// delivery or the last step's).
+    fn y_sent(row: usize, last: usize) -> usize {
+        if row == START {
+            TOP
+        } else {
+            TOP + (row.min(last) + 1) * ROW
+        }
+    }
+
     fn x(&self, lane: usize) -> usize {
         LEFT + lane.min(self.lanes.len().saturating_sub(1)) * LANE
     }
@@ -81,7 +255,9 @@ impl Diagram {
     /// it reads in the Explorer's dark pane and in a browser alike).
     pub fn svg(&self) -> String {
         let width = LEFT + self.lanes.len().saturating_sub(1) * LANE + 190;
-        let height = TOP + (self.events.len() + 1) * ROW + 10;
+        // Each message in flight ends in a row of its own below the last step.
+        let rows = self.events.len() + self.pending.len();
+        let height = TOP + (rows + 1) * ROW + 10;
         let mut s = String::new();
         let _ = write!(
             s,
@@ -109,15 +285,21 @@ impl Diagram {
             let y = TOP + (k + 1) * ROW;
             let _ = write!(s, "<text x=\"4\" y=\"{}\" fill=\"#999\">{k}</text>", y + 4);
             match e {
-                Event::Message { from, to, label } if from != to => {
+                Event::Message {
+                    from,
+                    to,
+                    label,
+                    sent,
+                } if from != to => {
                     let (x1, x2) = (self.x(*from), self.x(*to));
-                    let mid = (x1 + x2) / 2;
+                    let y1 = sent.map_or(y, |r| Self::y_sent(r, k));
+                    let (mid, ymid) = ((x1 + x2) / 2, (y1 + y) / 2);
                     let _ = write!(
                         s,
-                        "<line class=\"msg\" x1=\"{x1}\" y1=\"{y}\" x2=\"{x2}\" y2=\"{y}\" \
+                        "<line class=\"msg\" x1=\"{x1}\" y1=\"{y1}\" x2=\"{x2}\" y2=\"{y}\" \
                          stroke=\"#1f4e9c\" stroke-width=\"1.5\" marker-end=\"url(#arrow)\"/>\
                          <text x=\"{mid}\" y=\"{}\" text-anchor=\"middle\" fill=\"#1f4e9c\">{}</text>",
-                        y - 4,
+                        ymid - 4,
                         esc(label)
                     );
                 }
@@ -137,13 +319,46 @@ impl Diagram {
                 }
             }
         }
+        for (p, row) in &self.lost {
+            let (x1, x2) = (self.x(p.from), self.x(p.to));
+            let (y1, y2) = (Self::y_sent(p.sent, *row), TOP + (row + 1) * ROW);
+            // Half-way to its receiver, where it was dropped.
+            let (xm, ym) = ((x1 + x2) / 2, (y1 + y2) / 2);
+            let _ = write!(
+                s,
+                "<line class=\"lost\" x1=\"{x1}\" y1=\"{y1}\" x2=\"{xm}\" y2=\"{ym}\" \
+                 stroke=\"#999\" stroke-width=\"1.5\" stroke-dasharray=\"2 3\"/>\
+                 <text x=\"{}\" y=\"{}\" fill=\"#999\">✕ lost: {}</text>",
+                xm + 4,
+                ym + 4,
+                esc(&p.label)
+            );
+        }
+        for (j, p) in self.pending.iter().enumerate() {
+            let y = TOP + (self.events.len() + j + 1) * ROW;
+            let (x1, x2) = (self.x(p.from), self.x(p.to));
+            let y1 = Self::y_sent(p.sent, self.events.len());
+            let _ = write!(
+                s,
+                "<line class=\"inflight\" x1=\"{x1}\" y1=\"{y1}\" x2=\"{x2}\" y2=\"{y}\" \
+                 stroke=\"#b5452b\" stroke-width=\"1.5\" stroke-dasharray=\"6 4\" \
+                 marker-end=\"url(#arrow)\"/>\
+                 <text x=\"4\" y=\"{}\" fill=\"#b5452b\">in flight</text>\
+                 <text x=\"{}\" y=\"{}\" fill=\"#b5452b\">{}</text>",
+                y + 4,
+                x2 + 8,
+                y + 4,
+                esc(&p.label)
+            );
+        }
         s.push_str("</svg>");
         s
     }
 
-    /// A standalone HTML page: a title, the diagram and the steps as text (opens in any
-    /// browser, no server).
-    pub fn html(&self, title: &str, steps: &[String]) -> String {
+    /// A standalone HTML page: a title, the diagram and the steps as text, numbered from 0
+    /// as the diagram's rows are, each with its `details` (what the step output, the
+    /// sites' states after it) as a list under it (opens in any browser, no server).
+    pub fn html(&self, title: &str, steps: &[String], details: &[Vec<String>]) -> String {
         let mut s = format!(
             "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"/>\
              <title>{t}</title><style>body{{font-family:sans-serif;margin:1.5em}}\
@@ -152,8 +367,16 @@ impl Diagram {
         );
         s.push_str(&self.svg());
         s.push_str("\n<h2>Steps</h2>\n<ol start=\"0\">\n");
-        for st in steps {
-            let _ = writeln!(s, "<li>{}</li>", esc(st));
+        for (k, st) in steps.iter().enumerate() {
+            let _ = write!(s, "<li value=\"{k}\">{}", esc(st));
+            if let Some(lines) = details.get(k).filter(|d| !d.is_empty()) {
+                s.push_str("<ul class=\"details\">");
+                for l in lines {
+                    let _ = write!(s, "<li>{}</li>", esc(l));
+                }
+                s.push_str("</ul>");
+            }
+            s.push_str("</li>\n");
         }
         s.push_str("</ol>\n</body></html>\n");
         s
@@ -175,7 +398,120 @@ mod tests {
         assert_eq!(svg.matches("class=\"local\"").count(), 2);
         assert!(svg.contains("request R &lt;n1&gt;"));
         assert!(svg.starts_with("<svg") && svg.ends_with("</svg>"));
-        let html = d.html("t & u", &["0. n1 acquire R".into()]);
-        assert!(html.contains("<title>t &amp; u</title>") && html.contains("<li>0. n1"));
+        let html = d.html(
+            "t & u",
+            &["n1 acquire R".into()],
+            &[vec!["n1 is granted R".into()]],
+        );
+        assert!(html.contains("<title>t &amp; u</title>"), "{html}");
+        assert!(
+            html.contains("<li value=\"0\">n1 acquire R<ul class=\"details\"><li>n1 is granted R</li></ul></li>"),
+            "{html}"
+        );
+    }
+
+    /// A message is drawn from the row that sent it to the row that delivered it; one
+    /// never delivered is drawn dashed to a row of its own below the last step.
+    #[test]
+    fn a_message_runs_from_its_send_to_its_delivery_or_stays_in_flight() {
+        let mut d = Diagram::new(vec!["n0".into(), "n1".into()]);
+        d.local(0, "acquire W");
+        d.send(0, 1, "req", "request W");
+        d.send(0, 1, "ping", "ping");
+        d.local(1, "acquire R");
+        d.deliver(0, 1, "req", "request W");
+        let svg = d.svg();
+        // Row 0 is at y = 66, row 2 at y = 118; the ping's own row (3) at y = 144.
+        assert!(
+            svg.contains("class=\"msg\" x1=\"90\" y1=\"66\" x2=\"290\" y2=\"118\""),
+            "{svg}"
+        );
+        assert!(
+            svg.contains("class=\"inflight\" x1=\"90\" y1=\"66\" x2=\"290\" y2=\"144\""),
+            "{svg}"
+        );
+        assert_eq!(svg.matches("class=\"inflight\"").count(), 1, "{svg}");
+        assert!(svg.contains(">ping</text>") && svg.contains(">in flight</text>"));
+        assert_eq!(d.pending.len(), 1);
+    }
+
+    /// A copy delivered by a duplicating network is drawn from the send's row and the
+    /// message stays in flight until it is delivered itself.
+    #[test]
+    fn a_copy_is_drawn_from_its_send_and_leaves_the_message_in_flight() {
+        let mut d = Diagram::new(vec!["a".into(), "b".into()]);
+        d.local(0, "asks");
+        d.send(0, 1, "m", "m");
+        d.deliver_copy(0, 1, "m", "m (a copy)");
+        assert_eq!(d.pending.len(), 1, "the message itself is still in flight");
+        d.deliver(0, 1, "m", "m");
+        assert!(d.pending.is_empty());
+        let svg = d.svg();
+        assert_eq!(
+            svg.matches("class=\"msg\" x1=\"90\" y1=\"66\"").count(),
+            2,
+            "both deliveries drawn from the send's row: {svg}"
+        );
+    }
+
+    /// Sends read off the network before and after a step: a message delivered and an
+    /// equal one sent in the same step is still a send; a message on the network from the
+    /// start is drawn from the top.
+    #[test]
+    fn sends_are_read_off_the_network_with_multiplicity() {
+        let w = |from, to, key: &str| Wire {
+            from,
+            to,
+            key: key.into(),
+            label: key.into(),
+        };
+        let mut d = Diagram::new(vec!["a".into(), "b".into()]);
+        d.initially(&[w(0, 1, "m")]);
+        // Step 0 delivers the initial m and sends an equal m back on the same channel.
+        d.deliver(0, 1, "m", "m");
+        d.sends_between(&[w(0, 1, "m")], &[w(0, 1, "m")], Some((0, 1, "m")));
+        assert_eq!(d.pending.len(), 1);
+        assert_eq!(d.pending[0].sent, 0);
+        // Step 1 sends nothing new: the m on the network is the one sent at step 0.
+        d.local(1, "waits");
+        d.sends_between(&[w(0, 1, "m")], &[w(0, 1, "m")], None);
+        assert_eq!(d.pending.len(), 1);
+        let svg = d.svg();
+        assert!(
+            svg.contains("class=\"msg\" x1=\"90\" y1=\"40\" x2=\"290\" y2=\"66\""),
+            "{svg}"
+        );
+        assert!(
+            svg.contains("class=\"inflight\" x1=\"90\" y1=\"66\" x2=\"290\" y2=\"118\""),
+            "{svg}"
+        );
+    }
+
+    /// A message that leaves the network undelivered is drawn lost at the step after which
+    /// it was gone, not in flight.
+    #[test]
+    fn a_dropped_message_is_drawn_lost_not_in_flight() {
+        let w = Wire {
+            from: 0,
+            to: 1,
+            key: "m".into(),
+            label: "m".into(),
+        };
+        let mut d = Diagram::new(vec!["a".into(), "b".into()]);
+        d.local(0, "sends");
+        d.sends_between(&[], std::slice::from_ref(&w), None);
+        d.local(1, "crashes");
+        d.sends_between(std::slice::from_ref(&w), &[], None);
+        assert!(d.pending.is_empty());
+        assert_eq!(d.lost.len(), 1);
+        assert_eq!(d.lost[0].1, 1);
+        let svg = d.svg();
+        assert!(!svg.contains("class=\"inflight\""), "{svg}");
+        // From row 0 (y = 66) half-way to b at row 1 (y = 92).
+        assert!(
+            svg.contains("class=\"lost\" x1=\"90\" y1=\"66\" x2=\"190\" y2=\"79\""),
+            "{svg}"
+        );
+        assert!(svg.contains("✕ lost: m"), "{svg}");
     }
 }

@@ -1073,26 +1073,6 @@ impl<const L: usize> BaseModel<L> {
         s
     }
 
-    /// The message sequence of `actions` from the initial state: one lane per node, a dot
-    /// per script operation, an arrow per delivered message.
-    pub fn diagram(&self, actions: &[Action]) -> crate::seq::Diagram {
-        let mut d = crate::seq::Diagram::new((0..self.n()).map(|i| format!("n{i}")).collect());
-        for a in actions {
-            match *a {
-                Action::Run { node, op } => d.local(node.into(), op.to_string()),
-                Action::Deliver { from, to, msg, .. } => {
-                    d.message(from.into(), to.into(), msg.label(from))
-                }
-                Action::Duplicate { from, to, msg, .. } => d.message(
-                    from.into(),
-                    to.into(),
-                    format!("{} (a copy)", msg.label(from)),
-                ),
-            }
-        }
-        d
-    }
-
     /// The harness of a fresh run: the configuration's tree, variant and network.
     pub fn cluster(&self) -> Cluster<ModelSite<L>> {
         let sites = (0..self.n())
@@ -1468,15 +1448,21 @@ impl<const L: usize> Model for BaseModel<L> {
             .iter()
             .filter_map(|p| why_violated(self, &next, p).map(|w| format!("\n  {p}: {w}")))
             .collect();
+        // Numbered as the trace, the diagram's rows and `hilock replay` number it: the
+        // steps taken before it.
         Some(format!(
-            "{}{}{why}\n\n{next:?}",
+            "step {}: {}{}{why}\n\n{next:?}",
+            last.cluster.steps(),
             self.explain(last, action),
             crate::check::violations_line(self, &next)
         ))
     }
 
     fn as_svg(&self, path: Path<State<L>, Action>) -> Option<String> {
-        Some(self.diagram(&path.into_actions()).svg())
+        // The path as a trace: its outputs pair each delivery with its send, so that a
+        // message still in flight is drawn too.
+        let trace = crate::check::trace_of(self, &path, "");
+        Some(crate::open::trace_diagram(&trace).0.svg())
     }
 
     fn within_boundary(&self, st: &State<L>) -> bool {

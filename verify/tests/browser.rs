@@ -4,10 +4,13 @@
 //! reads the page the browser built: the path of actions lists every step of the trace in
 //! words, in order; the current state pane shows the sequence diagram (SVG, with arrows)
 //! and says which property fails. A screenshot is saved as
-//! `target/explorer-release-race-literal.png`. The inversion, tree, agents and bakery
+//! `target/explorer-release-race-literal.png`. At its failing state the page numbers the
+//! step as the trace does, names the two holders, says that the Properties pane does not
+//! judge the state, and draws each message from its send to its delivery, with the freeze
+//! still in flight drawn dashed. The inversion, tree, agents and bakery
 //! models' counterexamples (`inversion-no-inheritance`, `tree-slides`,
-//! `agents-majority-unneeded-surrender`, `bakery-literal`) are opened and checked the same
-//! way.
+//! `agents-majority-unneeded-surrender`, `bakery-literal`,
+//! `ring/ring-paper-leave-window-duplicates`) are opened and checked the same way.
 //!
 //! Chromium is Debian's `chromium` (`.ci/run` installs it where it can); without it the
 //! test prints one line saying it is skipped. Everything runs on 127.0.0.1, Chromium with a
@@ -146,14 +149,36 @@ fn path_of_actions(dom: &str) -> Vec<String> {
     texts
 }
 
+/// How many of the diagram's arrows in a dumped DOM start higher than they end: messages
+/// drawn from the row that sent them to the row that delivered them.
+fn sloped(dom: &str) -> usize {
+    let attr = |line: &str, name: &str| -> Option<u32> {
+        let at = line.find(&format!(" {name}=\""))? + name.len() + 3;
+        line[at..].split('"').next()?.parse().ok()
+    };
+    dom.split("<line class=\"msg\"")
+        .skip(1)
+        .filter(|l| matches!((attr(l, "y1"), attr(l, "y2")), (Some(a), Some(b)) if a < b))
+        .count()
+}
+
 /// Serves the Explorer for the saved counterexample `name` (its configuration in
 /// `spec/counterexamples/configs/`) on a free port; returns the replayed trace, the
 /// property it violates and the URL of its last state.
 fn serve(name: &str) -> (hilock_models::open::Opened, String, String) {
     let cx = Path::new(env!("CARGO_MANIFEST_DIR")).join("../spec/counterexamples");
-    let cfg_text =
-        std::fs::read_to_string(cx.join(format!("configs/{name}.json"))).expect("config");
     let text = std::fs::read_to_string(cx.join(format!("{name}.json"))).expect("trace");
+    // A ring trace (`ring/…`) embeds its configuration; the others have theirs in
+    // `configs/`.
+    let cfg_text = match name.strip_prefix("ring/") {
+        Some(_) => {
+            let tv: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+            let mut c = tv["config"].clone();
+            c["model"] = "ring".into();
+            c.to_string()
+        }
+        None => std::fs::read_to_string(cx.join(format!("configs/{name}.json"))).expect("config"),
+    };
     let port = TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("a free port")
@@ -193,9 +218,10 @@ fn serve(name: &str) -> (hilock_models::open::Opened, String, String) {
 }
 
 /// Opens the Explorer at the last state of the saved counterexample `name` in Chromium and
-/// checks the page: every step in words in the path of actions, the sequence diagram, the
-/// violated property. Saves a screenshot as `target/explorer-<name>.png`.
-fn check_in_browser(bin: &Path, name: &str, arrows: bool) -> String {
+/// checks the page: every step in words in the path of actions, the sequence diagram with
+/// `in_flight` messages drawn in flight (as many as the state pane lists), the violated
+/// property. Saves a screenshot as `target/explorer-<name>.png`.
+fn check_in_browser(bin: &Path, name: &str, arrows: bool, in_flight: usize) -> String {
     let (opened, property, url) = serve(name);
     let dom = run_chromium(bin, &url, &["--dump-dom"], Duration::from_secs(90));
     let shown = path_of_actions(&dom);
@@ -218,8 +244,21 @@ fn check_in_browser(bin: &Path, name: &str, arrows: bool) -> String {
         dom.contains(&format!("⚠ violates: {property}")),
         "{name}: the failing state says that {property} fails"
     );
+    assert!(
+        dom.contains(hilock_models::check::PANE_NOTE),
+        "{name}: the failing state says the Properties pane does not judge it"
+    );
+    // The state pane lists each message in flight on a line of its own
+    // (`in flight A0 → S0: request /1 W`); the diagram draws each of them dashed.
+    let drawn = dom.matches("class=\"inflight\"").count();
+    assert_eq!(drawn, in_flight, "{name}: messages drawn in flight");
+    assert_eq!(
+        dom.matches("in flight ").count(),
+        drawn,
+        "{name}: the diagram draws what the state pane lists in flight"
+    );
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let shot = root.join(format!("target/explorer-{name}.png"));
+    let shot = root.join(format!("target/explorer-{}.png", name.replace('/', "-")));
     std::fs::create_dir_all(shot.parent().expect("target")).expect("target directory");
     let _ = std::fs::remove_file(&shot);
     run_chromium(
@@ -246,26 +285,43 @@ fn the_explorer_shows_a_saved_counterexample_in_chromium() {
         );
         return;
     };
-    let dom = check_in_browser(&bin, "release-race-literal", true);
+    let dom = check_in_browser(&bin, "release-race-literal", true, 1);
     assert!(
         path_of_actions(&dom)
             .iter()
             .any(|t| t.contains("→ n0 request")),
         "a delivery in words"
     );
-    // The step's rules (the kernel's report), the sites' tuples, and the violation in
-    // words: the two holders and their modes.
+    // The step's number (as the trace and `hilock replay` number it: 0 to 21), its rules
+    // (the kernel's report), the sites' tuples, the violation in words (the two holders
+    // and their modes), and the note that the Properties pane does not judge this state.
     for what in [
+        "step 21: n0 → n1 grant R",
         "rules: ReceiveGrant",
         "(M_O R, M_H R",
         "(M_O W, M_H W",
         "P1 mutual exclusion: on L0: n1 holds R, n3 holds W",
+        hilock_models::check::PANE_NOTE,
     ] {
         assert!(dom.contains(what), "the state pane shows {what}");
     }
+    // The diagram's rows are 26 px apart, row k at y = 66 + 26k; lane n0 at x = 90, n1 at
+    // x = 290. The grant n0 sent n1 at step 15 runs from row 15 to its delivery at row 21
+    // (the failing step); the freeze n0 sent n1 at step 17 is still in flight at the
+    // failing state: a dashed arrow from row 17 to a row of its own below the last step.
+    for what in [
+        "class=\"msg\" x1=\"90\" y1=\"456\" x2=\"290\" y2=\"612\"",
+        "class=\"inflight\" x1=\"90\" y1=\"508\" x2=\"290\" y2=\"638\"",
+        ">in flight</text>",
+        ">freeze {IR, R}</text>",
+    ] {
+        assert!(dom.contains(what), "the diagram shows {what}");
+    }
 }
 
-/// The other models' saved counterexamples open the same way.
+/// The other models' saved counterexamples open the same way; the agents, inversion and
+/// ring models' diagrams draw their messages from send to delivery and those in flight
+/// dashed.
 #[test]
 fn the_explorer_shows_the_other_models_counterexamples_in_chromium() {
     let Some(bin) = chromium() else {
@@ -274,8 +330,32 @@ fn the_explorer_shows_the_other_models_counterexamples_in_chromium() {
         );
         return;
     };
-    check_in_browser(&bin, "inversion-no-inheritance", true);
-    check_in_browser(&bin, "tree-slides", false);
-    check_in_browser(&bin, "agents-majority-unneeded-surrender", true);
-    check_in_browser(&bin, "bakery-literal", true);
+    let dom = check_in_browser(&bin, "inversion-no-inheritance", true, 0);
+    assert!(sloped(&dom) > 0, "inversion: arrows from their send rows");
+    check_in_browser(&bin, "tree-slides", false, 0);
+    // Six messages are in flight at the agents' failing state, one of them (A0's request
+    // to S0) since the initial state: drawn from the top of the diagram.
+    let dom = check_in_browser(&bin, "agents-majority-unneeded-surrender", true, 6);
+    assert!(
+        dom.contains("class=\"inflight\" x1=\"90\" y1=\"40\" x2=\"490\""),
+        "A0's request to S0 drawn from the start"
+    );
+    assert!(sloped(&dom) > 0, "agents: arrows from their send rows");
+    // The bakery model renumbers its replicas after each step (a canonical state): a
+    // request is drawn level, where it is delivered.
+    let dom = check_in_browser(&bin, "bakery-literal", true, 0);
+    assert_eq!(sloped(&dom), 0, "bakery: level arrows");
+    // The ring: the paper's server, n21 leaving while it backs up a lock; at the failing
+    // state the two holders in words, and the backup and fetch n32 sent n8 in flight.
+    let dom = check_in_browser(&bin, "ring/ring-paper-leave-window-duplicates", true, 2);
+    assert!(sloped(&dom) > 0, "ring: arrows from their send rows");
+    for what in [
+        "at most one holder per lock: two clients hold one lock: key 10: [ClientId(1), ClientId(2)]",
+        "in flight n32 → n8: BackupInsert",
+        "in flight n32 → n8: Fetch",
+        ">BackupInsert</text>",
+        ">Fetch</text>",
+    ] {
+        assert!(dom.contains(what), "ring: the page shows {what}");
+    }
 }
