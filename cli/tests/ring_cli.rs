@@ -1084,7 +1084,7 @@ async fn lock_on_ring() {
         "for i in $(seq 1 50); do date +%s%N >> {}; sleep 0.01; done",
         beats.display()
     );
-    let mut stopped_run = tokio::process::Command::new(BIN)
+    let stopped_run = tokio::process::Command::new(BIN)
         .arg("lock")
         .arg("--config")
         .arg(&cfg)
