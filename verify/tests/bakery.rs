@@ -27,6 +27,10 @@ const PINNED: &[(&str, usize)] = &[
     ("queue, corrected, 2 workers, 1 item, R1 W3", 9328),
     ("queue, corrected, 2 workers, 2 items, R1 W3", 381140),
     ("corrected, no leases, 2 copies, R1 W3", 28580),
+    (
+        "corrected, no leases, 2 clients x 2 rounds, 1 copy, R1 W3",
+        195518,
+    ),
     ("corrected, no leases, 2 losses, R1 W3", 11620),
     (
         "leases, crash after number, 2 losses, synchronous ticks, R1 W3",
@@ -255,6 +259,23 @@ fn duplicated_requests_pass() {
             no_leases(H),
         )
         .with_duplicates(2),
+    );
+}
+
+/// Two rounds with a copied request: a copy of a write of the first round may land after
+/// the client's write of the same column in the second round, and must lose there.
+#[test]
+fn duplicated_requests_two_rounds_pass() {
+    pass(
+        &BakeryModel::lock(
+            "corrected, no leases, 2 clients x 2 rounds, 1 copy, R1 W3",
+            2,
+            2,
+            1,
+            3,
+            no_leases(H),
+        )
+        .with_duplicates(1),
     );
 }
 
