@@ -43,6 +43,11 @@ const PINNED: &[(&str, usize)] = &[
         44371,
     ),
     ("corrected, no leases, 1 cut link, R1 W3", 7310),
+    (
+        "leases, crash and quiet restart, synchronous ticks, R1 W3",
+        220318,
+    ),
+    ("queue, corrected, 2 workers, 1 item, 1 copy, R1 W3", 47855),
     ("corrected, no leases, 1 cut link, R2 W2", 8876186),
 ];
 
@@ -405,6 +410,42 @@ fn a_restarted_client_passes() {
         )
         .with_crashes(1, CrashAt::Anywhere)
         .with_restarts(1, RestartAt::Quiet),
+    );
+}
+
+/// With leases (as the runtime runs it): a client crashes anywhere and starts again under
+/// its id once its earlier run's requests are gone; ticks are synchronous.
+#[test]
+fn leases_with_a_restarted_client_pass() {
+    let r = pass(
+        &BakeryModel::lock(
+            "leases, crash and quiet restart, synchronous ticks, R1 W3",
+            2,
+            1,
+            1,
+            3,
+            H,
+        )
+        .with_crashes(1, CrashAt::Anywhere)
+        .with_restarts(1, RestartAt::Quiet)
+        .with_timing(sync()),
+    );
+    assert!(r.holds(AFTER_CRASH));
+}
+
+/// Copies in the work queue: a worker's copied request changes nothing either.
+#[test]
+fn queue_with_duplicated_requests_passes() {
+    pass(
+        &BakeryModel::queue(
+            "queue, corrected, 2 workers, 1 item, 1 copy, R1 W3",
+            2,
+            1,
+            1,
+            3,
+            no_leases(H),
+        )
+        .with_duplicates(1),
     );
 }
 
