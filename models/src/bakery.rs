@@ -314,8 +314,8 @@ pub enum BAction {
     CrashReplica(u8),
     /// A crashed client starts again under its id: a new kernel client whose Lamport
     /// clock is moved past the largest timestamp it reads from the live replicas (the
-    /// `u32`; `BakeryLock::sync_clock` in the runtime), while requests of its earlier run
-    /// may still be in flight.
+    /// `u32`; `BakeryLock::sync_clock` in the runtime) and that it can reach, at once or
+    /// once no request of its earlier run is in flight ([`RestartAt`]).
     Restart(u8, u32),
     /// The link between a client and a replica is cut for ever (a partition that does not
     /// heal; one that heals only delays messages, which the network does anyway, and the
