@@ -5,6 +5,19 @@
 //! only routes: every rule of the seed runs in the kernel ([`Client::step`],
 //! [`Replica::step`]).
 //!
+//! # Adversaries (each bounded by a field of [`BakeryModel`], 0 = off)
+//! - [`BAction::Crash`]: a client crashes (anywhere, or only after its number). A client
+//!   that gives up at its deadline is, to the replicas, the same: the runtime's `acquire`
+//!   returns an error with its requests still in flight and sends nothing more.
+//! - [`BAction::Restart`]: a crashed client starts again under its id, its clock moved
+//!   past what it reads ([`Client::advance_clock`]), at once or once its earlier run's
+//!   requests are gone ([`RestartAt`]).
+//! - [`BAction::Duplicate`]: the network copies a request.
+//! - [`BAction::Lose`]: a request or its answer is lost; the runtime resends a request of
+//!   an outstanding operation, so the kernel, which has no timeout input, never needs one.
+//! - [`BAction::CrashReplica`]: a replica stops for ever.
+//! - [`BAction::Cut`]: a link between a client and a replica is cut for ever.
+//!
 //! # State
 //! The kernel replicas and clients, the requests in flight (a sorted multiset: delivery
 //! order is not state), the ticks and crashes used, and ghost fields (last fencing token
@@ -50,7 +63,8 @@
 //!   that waits for ever. Cycles of re-reads that never change anything are unfair paths
 //!   and are not counterexamples. One gap: while crashes are left, crashing the waiting
 //!   client is a way out of a blocked state, so deadlocks are checked with `crashes = 0`
-//!   or with the crash budget used up.
+//!   or with the crash budget used up. With restarts left, a crashed client's `Restart`
+//!   is always enabled, so liveness there assumes that it does start again.
 //! - `sometimes`: a client enters; every client finishes; a client enters after another
 //!   crashed; a lease is lost; the tick horizon is reached while every client is blocked.
 //!
@@ -147,6 +161,34 @@ pub enum CrashAt {
     AfterNumber,
 }
 
+/// When a crashed client may start again under its id.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
+pub enum RestartAt {
+    /// At once, while requests of its earlier run may still be in flight: a wrapper that
+    /// gives up at its deadline gives its id's registration back at once
+    /// (`cli/src/bakery.rs`, `Kept::end`), so a new client with that id may start then.
+    #[default]
+    AtOnce,
+    /// Once no request of its earlier run is in flight: after a crash the id's
+    /// registration (`runtime/src/bakery/ident.rs`) lives on for a lease before a new
+    /// client can take the id, and with message delays shorter than a tick (the
+    /// synchronous assumption of the lease checks) every request of the earlier run has
+    /// landed or is lost by then.
+    Quiet,
+}
+
+impl RestartAt {
+    fn is_default(&self) -> bool {
+        *self == RestartAt::default()
+    }
+}
+
+/// Adversaries off are left out of saved configurations (traces saved before they
+/// existed read them as off).
+fn is_zero(n: &u8) -> bool {
+    *n == 0
+}
+
 /// A configuration of the model.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
 pub struct BakeryModel {
@@ -174,6 +216,26 @@ pub struct BakeryModel {
     /// (`within_boundary`): a give-up loop with tickets kept (`keep_tickets`) draws ever
     /// larger numbers, an infinite state space. [`BOUND`] tells whether the bound cut.
     pub max_number: u32,
+    /// Requests the network may copy in all ([`BAction::Duplicate`]).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub duplicates: u8,
+    /// Requests or answers the network may lose in all ([`BAction::Lose`]).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub losses: u8,
+    /// Replicas that may crash in all ([`BAction::CrashReplica`]); liveness is promised
+    /// only up to `N − max(R, W)`.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub replica_crashes: u8,
+    /// Crashed clients that may start again under their id in all ([`BAction::Restart`]).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub restarts: u8,
+    /// When a restart may come.
+    #[serde(default, skip_serializing_if = "RestartAt::is_default")]
+    pub restart_at: RestartAt,
+    /// Links between a client and a replica that may be cut for ever in all
+    /// ([`BAction::Cut`]).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cuts: u8,
 }
 
 /// One client in the model.
@@ -200,6 +262,16 @@ pub struct BState<const K: usize, const C: usize> {
     pub ticks: u8,
     /// Crashes so far.
     pub crashes: u8,
+    /// Copies made so far.
+    pub duplicated: u8,
+    /// Requests or answers lost so far.
+    pub lost: u8,
+    /// Crashed replicas (bit `r`).
+    pub down: u8,
+    /// Per client, the replicas it can no longer reach (bit `r`).
+    pub cut: Vec<u8>,
+    /// Restarts so far.
+    pub restarted: u8,
     /// Ghost: last fencing token per row.
     pub last_token: [Option<Ticket>; K],
     /// Ghost: a token that was not larger than its predecessor (new, previous).
@@ -227,6 +299,29 @@ pub enum BAction {
     Deliver(u8, u8, Request),
     /// Client crashes.
     Crash(u8),
+    /// The network copies a request in flight (bounded by [`BakeryModel::duplicates`]).
+    Duplicate(u8, u8, Request),
+    /// A request or its answer is lost (bounded by [`BakeryModel::losses`]). The runtime
+    /// resends a request of an outstanding operation to a replica that did not answer in
+    /// time (`runtime/src/bakery/lock.rs`, `fire_retries`), so for such a request the loss
+    /// that changes anything is that of the answer: the replica applies the write, the
+    /// client hears nothing and the request stays in flight (the resend). A request of an
+    /// operation nobody waits for (operation 0: a finished operation's, a crashed
+    /// client's) is not resent: it is dropped.
+    Lose(u8, u8, Request),
+    /// A replica crashes: it stops answering; what is in flight to it and everything sent
+    /// to it later is dropped (the runtime asks it again for ever, in vain).
+    CrashReplica(u8),
+    /// A crashed client starts again under its id: a new kernel client whose Lamport
+    /// clock is moved past the largest timestamp it reads from the live replicas (the
+    /// `u32`; `BakeryLock::sync_clock` in the runtime) and that it can reach, at once or
+    /// once no request of its earlier run is in flight ([`RestartAt`]).
+    Restart(u8, u32),
+    /// The link between a client and a replica is cut for ever (a partition that does not
+    /// heal; one that heals only delays messages, which the network does anyway, and the
+    /// runtime resends): what is in flight on it and everything the client sends over it
+    /// later is dropped.
+    Cut(u8, u8),
     /// One tick of time.
     Tick,
 }
@@ -258,6 +353,12 @@ impl BakeryModel {
             timing: Timing::None,
             lease: (2, 2, 1),
             max_number: 6,
+            duplicates: 0,
+            losses: 0,
+            replica_crashes: 0,
+            restarts: 0,
+            restart_at: RestartAt::AtOnce,
+            cuts: 0,
         }
     }
 
@@ -273,6 +374,37 @@ impl BakeryModel {
     pub fn with_crashes(mut self, n: u8, at: CrashAt) -> Self {
         self.crashes = n;
         self.crash_at = at;
+        self
+    }
+
+    /// With up to `n` requests copied by the network.
+    pub fn with_duplicates(mut self, n: u8) -> Self {
+        self.duplicates = n;
+        self
+    }
+
+    /// With up to `n` requests or answers lost.
+    pub fn with_losses(mut self, n: u8) -> Self {
+        self.losses = n;
+        self
+    }
+
+    /// With up to `n` replica crashes.
+    pub fn with_replica_crashes(mut self, n: u8) -> Self {
+        self.replica_crashes = n;
+        self
+    }
+
+    /// With up to `n` restarts of crashed clients under their id, at `at`.
+    pub fn with_restarts(mut self, n: u8, at: RestartAt) -> Self {
+        self.restarts = n;
+        self.restart_at = at;
+        self
+    }
+
+    /// With up to `n` links cut for ever.
+    pub fn with_cuts(mut self, n: u8) -> Self {
+        self.cuts = n;
         self
     }
 
@@ -368,6 +500,9 @@ impl<const K: usize, const C: usize> BakerySystem<K, C> {
                 return Err("1 or 2 items".into());
             }
         }
+        if self.replica_crashes as usize >= NR {
+            return Err("at least one replica stays up".into());
+        }
         Client::<NR, K, C>::new(ClientId(1), self.config())
             .map(|_| ())
             .map_err(|e| e.to_string())
@@ -415,7 +550,7 @@ impl<const K: usize, const C: usize> BakerySystem<K, C> {
         let cs = &st.clients[i];
         let before = cs.c.phase();
         for mask in 0u8..(1 << NR) {
-            if mask.count_ones() != self.r as u32 {
+            if mask.count_ones() != self.r as u32 || mask & (st.down | st.cut[i]) != 0 {
                 continue;
             }
             let mut c = cs.c.clone();
@@ -477,6 +612,46 @@ impl<const K: usize, const C: usize> BakerySystem<K, C> {
         true
     }
 
+    /// The clocks a restarted client may start with: the largest timestamp of the lock's
+    /// (queue: every) entries on each set of at least `R` live replicas — the runtime's
+    /// start-up read (`BakeryLock::sync_clock`) waits for every replica but counts one that
+    /// fails or does not answer in time as missing, and needs `R` answers.
+    fn restart_clocks(&self, st: &BState<K, C>, i: usize) -> Vec<u32> {
+        let mut clocks = BTreeSet::new();
+        for mask in 1u8..(1 << NR) {
+            if mask & (st.down | st.cut[i]) != 0 || mask.count_ones() < self.r as u32 {
+                continue;
+            }
+            let mut max = 0;
+            for (r, rep) in st.replicas.iter().enumerate() {
+                if mask & (1 << r) != 0 {
+                    rep.timestamps(|t| max = max.max(t.0));
+                }
+            }
+            clocks.insert(max);
+        }
+        clocks.into_iter().collect()
+    }
+
+    /// Whether losing `req` (to `r`) or its answer changes the state: a request nobody
+    /// waits for is dropped; for an outstanding operation only a write the replica would
+    /// apply changes it (a read's answer lost and resent is the read delayed).
+    fn loss_changes(&self, st: &BState<K, C>, r: u8, req: &Request) -> bool {
+        match *req {
+            _ if req.op() == 0 => true,
+            Request::Write {
+                row,
+                family,
+                col,
+                cell,
+                ..
+            } => st.replicas[r as usize]
+                .cell(row, family, col)
+                .is_none_or(|h| cell.supersedes(&h)),
+            Request::Read { .. } => false,
+        }
+    }
+
     fn horizon(&self) -> Option<u8> {
         match self.timing {
             Timing::None => None,
@@ -516,6 +691,8 @@ impl<const K: usize, const C: usize> BakerySystem<K, C> {
     fn route(&self, st: &mut BState<K, C>, i: usize, out: &[ClientOutput]) {
         for o in out {
             match *o {
+                // A crashed replica never gets it (the runtime's resends to it are lost too).
+                ClientOutput::Send { to, .. } if (st.down | st.cut[i]) & (1 << to.0) != 0 => {}
                 ClientOutput::Send { to, req } => st.net.push((i as u8, to.0, req)),
                 ClientOutput::Entered { row, token } => {
                     let r = row.0 as usize;
@@ -636,6 +813,22 @@ impl<const K: usize, const C: usize> BakerySystem<K, C> {
             BAction::Wake(i) => format!("c{}: wakes, re-reads", i + 1),
             BAction::Deliver(i, r, req) => format!("r{r} handles c{}'s {}", i + 1, req_str(&req)),
             BAction::Crash(i) => format!("c{} crashes", i + 1),
+            BAction::Duplicate(i, r, req) => {
+                format!("the network copies c{}'s {} to r{r}", i + 1, req_str(&req))
+            }
+            BAction::Lose(i, r, req) if req.op() == 0 => {
+                format!("c{}'s {} to r{r} is lost", i + 1, req_str(&req))
+            }
+            BAction::Lose(i, r, req) => format!(
+                "r{r} handles c{}'s {}; the answer is lost, the request is resent",
+                i + 1,
+                req_str(&req)
+            ),
+            BAction::CrashReplica(r) => format!("r{r} crashes"),
+            BAction::Cut(i, r) => format!("the link between c{} and r{r} is cut", i + 1),
+            BAction::Restart(i, clock) => {
+                format!("c{} restarts under its id, clock moved to {clock}", i + 1)
+            }
             BAction::Tick => "tick".to_string(),
         }
     }
@@ -875,7 +1068,14 @@ pub fn representative<const K: usize, const C: usize>(st: &BState<K, C>) -> BSta
                 (a & (1 << r) != 0, b & (1 << r) != 0)
             })
             .collect();
-        (st.replicas[r].clone(), msgs, bits)
+        let cut: Vec<bool> = st.cut.iter().map(|c| c & (1 << r) != 0).collect();
+        (
+            st.down & (1 << r) != 0,
+            cut,
+            st.replicas[r].clone(),
+            msgs,
+            bits,
+        )
     };
     let mut order: Vec<usize> = (0..NR).collect();
     order.sort_by_cached_key(|&r| key(r));
@@ -890,6 +1090,15 @@ pub fn representative<const K: usize, const C: usize>(st: &BState<K, C>) -> BSta
     }
     for c in out.clients.iter_mut() {
         c.c.permute_replicas(&perm).expect("a permutation");
+    }
+    let moved = |bits: u8| {
+        (0..NR)
+            .filter(|&r| bits & (1 << r) != 0)
+            .fold(0, |acc, r| acc | (1 << perm[r]))
+    };
+    out.down = moved(st.down);
+    for c in out.cut.iter_mut() {
+        *c = moved(*c);
     }
     for m in out.net.iter_mut() {
         m.1 = perm[m.1 as usize];
@@ -1058,6 +1267,11 @@ impl<const K: usize, const C: usize> Model for BakerySystem<K, C> {
             net: Vec::new(),
             ticks: 0,
             crashes: 0,
+            duplicated: 0,
+            lost: 0,
+            down: 0,
+            cut: vec![0; self.clients as usize],
+            restarted: 0,
             last_token: [None; K],
             fencing_violation: None,
             completed: [0; K],
@@ -1095,7 +1309,36 @@ impl<const K: usize, const C: usize> Model for BakerySystem<K, C> {
                 actions.push(BAction::Crash(i8));
             }
         }
+        if st.restarted < self.restarts {
+            for (i, cs) in st.clients.iter().enumerate() {
+                let quiet = || st.net.iter().all(|m| m.0 as usize != i);
+                if cs.crashed && (self.restart_at == RestartAt::AtOnce || quiet()) {
+                    let clocks = self.restart_clocks(st, i);
+                    actions.extend(clocks.iter().map(|&t| BAction::Restart(i as u8, t)));
+                }
+            }
+        }
+        let cut: u32 = st.cut.iter().map(|c| c.count_ones()).sum();
+        if cut < self.cuts as u32 {
+            for (i, cs) in st.clients.iter().enumerate() {
+                for r in 0..NR as u8 {
+                    if !cs.crashed && (st.down | st.cut[i]) & (1 << r) == 0 {
+                        actions.push(BAction::Cut(i as u8, r));
+                    }
+                }
+            }
+        }
+        if st.down.count_ones() < self.replica_crashes as u32 {
+            for r in 0..NR as u8 {
+                if st.down & (1 << r) == 0 {
+                    actions.push(BAction::CrashReplica(r));
+                }
+            }
+        }
         let only_stale = st.net.iter().all(|m| stale_write(&m.2).is_some());
+        // A restart reads the replicas directly: whether a late write landed before it
+        // matters then, so such writes are not held back for a read.
+        let restart_reads = st.restarted < self.restarts && st.clients.iter().any(|c| c.crashed);
         let mut last = None;
         for &(i, r, req) in &st.net {
             if last == Some((i, r, req)) {
@@ -1108,11 +1351,17 @@ impl<const K: usize, const C: usize> Model for BakerySystem<K, C> {
                         && matches!(m, Request::Read { family: f, row: k, .. }
                             if f == family && k.is_none_or(|k| k == row))
                 });
-                if !observed && !only_stale {
+                if !observed && !only_stale && !restart_reads {
                     continue;
                 }
             }
             actions.push(BAction::Deliver(i, r, req));
+            if st.duplicated < self.duplicates {
+                actions.push(BAction::Duplicate(i, r, req));
+            }
+            if st.lost < self.losses && self.loss_changes(st, r, &req) {
+                actions.push(BAction::Lose(i, r, req));
+            }
         }
         let tick = match self.timing {
             Timing::None => false,
@@ -1169,6 +1418,44 @@ impl<const K: usize, const C: usize> Model for BakerySystem<K, C> {
                 cs.c = self.new_client(i as usize);
                 st.crashes += 1;
             }
+            BAction::Duplicate(i, r, req) => {
+                st.net.iter().position(|m| *m == (i, r, req))?;
+                st.net.push((i, r, req));
+                st.net.sort();
+                st.duplicated += 1;
+            }
+            BAction::Lose(i, r, req) => {
+                let at = st.net.iter().position(|m| *m == (i, r, req))?;
+                st.lost += 1;
+                if req.op() == 0 {
+                    st.net.remove(at);
+                } else {
+                    // The replica handles it; its answer is lost; the resend stays in flight.
+                    let mut rout: heapless::Vec<Reply<K, C>, 1> = heapless::Vec::new();
+                    if let Err(e) = st.replicas[r as usize].step(&req, &mut rout) {
+                        st.error = Some(e);
+                    }
+                }
+            }
+            BAction::CrashReplica(r) => {
+                st.down |= 1 << r;
+                st.net.retain(|m| m.1 != r);
+            }
+            BAction::Cut(i, r) => {
+                st.cut[i as usize] |= 1 << r;
+                st.net.retain(|m| (m.0, m.1) != (i, r));
+            }
+            BAction::Restart(i, clock) => {
+                let cs = &mut st.clients[i as usize];
+                if !cs.crashed {
+                    return None;
+                }
+                cs.crashed = false;
+                cs.rounds = 0;
+                cs.c = self.new_client(i as usize);
+                cs.c.advance_clock(Ts(clock));
+                st.restarted += 1;
+            }
             BAction::Tick => st = self.ticked(&st)?,
         }
         self.canonical(&mut st);
@@ -1211,7 +1498,18 @@ impl<const K: usize, const C: usize> Model for BakerySystem<K, C> {
                         .map_or(text.clone(), |(_, t)| t.to_string());
                     d.local(i.into(), text)
                 }
-                BAction::Tick => {}
+                BAction::Restart(i, _) => {
+                    let text = self.describe(&a);
+                    let text = text
+                        .split_once(": ")
+                        .map_or(text.clone(), |(_, t)| t.to_string());
+                    d.local(i.into(), text)
+                }
+                BAction::Duplicate(..)
+                | BAction::Lose(..)
+                | BAction::CrashReplica(_)
+                | BAction::Cut(..)
+                | BAction::Tick => {}
             }
         }
         Some(d.svg())

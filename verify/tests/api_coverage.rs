@@ -126,6 +126,50 @@ fn the_bakery_model_gives_every_client_input() {
     each_variant_named(&model, "Input", &inputs, "the bakery model");
 }
 
+/// The bakery's adversaries: every action of the model (`BAction`) is named in the
+/// "Operations and adversaries" table of `docs/engines/bakery.md`, the model restarts a
+/// client through `Client::advance_clock`, and the table has no row left "not modelled".
+/// An action added without its row, a row that claims an action the model lost, or a
+/// restart that no longer moves the clock turns this red.
+#[test]
+fn the_bakery_docs_name_every_model_action() {
+    let model = read("models/src/bakery.rs");
+    let docs = read("docs/engines/bakery.md");
+    let start = docs
+        .find("## Operations and adversaries")
+        .expect("the section in docs/engines/bakery.md");
+    let section = &docs[start..];
+    let table: String = section
+        .lines()
+        .skip_while(|l| !l.starts_with("| operation or adversary |"))
+        .take_while(|l| l.starts_with('|'))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let actions = variants(&model, "BAction");
+    assert!(actions.len() >= 11, "{actions:?}");
+    for a in &actions {
+        assert!(
+            table.contains(&format!("`{a}`")),
+            "the bakery's adversary table does not name the action {a}"
+        );
+    }
+    for named in table.split('`').skip(1).step_by(2) {
+        if named.chars().all(|c| c.is_ascii_alphabetic()) && named.starts_with(char::is_uppercase) {
+            let known =
+                actions.iter().any(|a| a == named) || ["RestartAt", "BakeryModel"].contains(&named);
+            assert!(known, "the table names `{named}`, which is no model action");
+        }
+    }
+    assert!(
+        model.contains(".advance_clock("),
+        "a restart moves no clock"
+    );
+    assert!(
+        !table.contains("not modelled"),
+        "a row of the bakery's adversary table is not modelled"
+    );
+}
+
 /// How the ring model covers one public function of the ring's client or server.
 #[derive(Clone, Copy, Debug)]
 enum Cov {

@@ -9,8 +9,8 @@
 
 use hilock_kernel::bakery::Variant;
 use hilock_models::bakery::{
-    BakeryModel, BakeryReport, CrashAt, Timing, AFTER_CRASH, BOUND, ENTERS, FENCING, FINISHES,
-    LIVE, MUTEX, NO_ERROR, ONCE,
+    BakeryModel, BakeryReport, CrashAt, RestartAt, Timing, AFTER_CRASH, BOUND, ENTERS, FENCING,
+    FINISHES, LIVE, MUTEX, NO_ERROR, ONCE,
 };
 use std::path::PathBuf;
 
@@ -26,6 +26,29 @@ const PINNED: &[(&str, usize)] = &[
     ("corrected, no leases, 2 clients, R2 W2", 1295182),
     ("queue, corrected, 2 workers, 1 item, R1 W3", 9328),
     ("queue, corrected, 2 workers, 2 items, R1 W3", 381140),
+    ("corrected, no leases, 2 copies, R1 W3", 28580),
+    (
+        "corrected, no leases, 2 clients x 2 rounds, 1 copy, R1 W3",
+        195518,
+    ),
+    ("corrected, no leases, 2 losses, R1 W3", 11620),
+    (
+        "leases, crash after number, 2 losses, synchronous ticks, R1 W3",
+        27689,
+    ),
+    ("corrected, no leases, 1 replica crash, R1 W3", 4482),
+    ("corrected, no leases, 1 replica crash, R2 W2", 5085081),
+    (
+        "corrected, no leases, crash and quiet restart, R1 W3",
+        44371,
+    ),
+    ("corrected, no leases, 1 cut link, R1 W3", 7310),
+    (
+        "leases, crash and quiet restart, synchronous ticks, R1 W3",
+        220318,
+    ),
+    ("queue, corrected, 2 workers, 1 item, 1 copy, R1 W3", 47855),
+    ("corrected, no leases, 1 cut link, R2 W2", 8876186),
 ];
 
 const H: Variant = Variant::HILOCK;
@@ -55,18 +78,27 @@ fn pinned(r: &BakeryReport) {
 /// client enters and every client finishes (the pass is not vacuous), the ticket bound
 /// did not cut, and the state count is pinned.
 fn pass(m: &BakeryModel) -> BakeryReport {
+    checked(m, true)
+}
+
+/// [`pass`] where `live` says whether the liveness property holds; when it must not (an
+/// adversary beyond what the design tolerates), it is refuted, and every safety property
+/// still holds.
+fn checked(m: &BakeryModel, live: bool) -> BakeryReport {
     let r = m.check();
     println!("{}", r.summary());
     let broken: Vec<String> = r
         .properties
         .iter()
+        .filter(|p| live || p.name != LIVE)
         .filter_map(|p| p.counterexample.as_ref())
         .map(|t| format!("{}: {}", t.property, t.violation))
         .collect();
     assert!(broken.is_empty(), "{}: {broken:?}", m.name);
-    for p in [MUTEX, FENCING, NO_ERROR, ONCE, LIVE] {
+    for p in [MUTEX, FENCING, NO_ERROR, ONCE] {
         assert!(r.holds(p), "{}: {p}", m.name);
     }
+    assert_eq!(r.holds(LIVE), live, "{}: {LIVE}", m.name);
     for p in [ENTERS, FINISHES] {
         assert!(r.holds(p), "{}: {p} not reached", m.name);
     }
@@ -213,6 +245,236 @@ fn corrected_lock_r2w2_passes() {
         2,
         no_leases(H),
     ));
+}
+
+// ------------------------------------------------------------- network and fault adversaries
+
+/// The network copies up to two requests in flight: a replica applies a copy of a write
+/// only if it supersedes what it holds (last write wins), and a client counts one answer
+/// per replica, so the copies change nothing.
+#[test]
+fn duplicated_requests_pass() {
+    pass(
+        &BakeryModel::lock(
+            "corrected, no leases, 2 copies, R1 W3",
+            2,
+            1,
+            1,
+            3,
+            no_leases(H),
+        )
+        .with_duplicates(2),
+    );
+}
+
+/// Two rounds with a copied request: a copy of a write of the first round may land after
+/// the client's write of the same column in the second round, and must lose there.
+#[test]
+fn duplicated_requests_two_rounds_pass() {
+    pass(
+        &BakeryModel::lock(
+            "corrected, no leases, 2 clients x 2 rounds, 1 copy, R1 W3",
+            2,
+            2,
+            1,
+            3,
+            no_leases(H),
+        )
+        .with_duplicates(1),
+    );
+}
+
+/// Up to two answers are lost after their replica applied the write; the driver sends
+/// the request again (it stays in flight) and the operation completes with the resend.
+#[test]
+fn lost_answers_are_resent() {
+    pass(
+        &BakeryModel::lock(
+            "corrected, no leases, 2 losses, R1 W3",
+            2,
+            1,
+            1,
+            3,
+            no_leases(H),
+        )
+        .with_losses(2),
+    );
+}
+
+/// Leases with a crash after the number and two losses: the crashed client's requests
+/// in flight may be lost (nobody resends them), and the survivor still enters.
+#[test]
+fn leases_recover_from_a_crash_with_lost_requests() {
+    let r = pass(
+        &BakeryModel::lock(
+            "leases, crash after number, 2 losses, synchronous ticks, R1 W3",
+            2,
+            1,
+            1,
+            3,
+            H,
+        )
+        .with_crashes(1, CrashAt::AfterNumber)
+        .with_timing(sync())
+        .with_losses(2),
+    );
+    assert!(r.holds(AFTER_CRASH));
+}
+
+/// A replica crash with W = N: safety holds, but a write never gets its W
+/// acknowledgements, so liveness is refuted, as expected (N − max(R, W) = 0 crashes are
+/// tolerated).
+#[test]
+fn a_replica_crash_beyond_the_quorums_blocks_safely() {
+    checked(
+        &BakeryModel::lock(
+            "corrected, no leases, 1 replica crash, R1 W3",
+            2,
+            1,
+            1,
+            3,
+            no_leases(H),
+        )
+        .with_replica_crashes(1),
+        false,
+    );
+}
+
+/// A link between a client and a replica cut for ever with W = N: that client's writes
+/// never complete; safety holds, liveness is refuted, as expected.
+#[test]
+fn a_cut_link_beyond_the_quorums_blocks_safely() {
+    checked(
+        &BakeryModel::lock(
+            "corrected, no leases, 1 cut link, R1 W3",
+            2,
+            1,
+            1,
+            3,
+            no_leases(H),
+        )
+        .with_cuts(1),
+        false,
+    );
+}
+
+/// A link cut for ever with R = W = 2: the client behind it uses the other two replicas;
+/// every property holds. ≈ 211 s, 2.1 GiB (2 threads, test profile).
+#[test]
+#[ignore]
+fn a_cut_link_within_the_quorums_passes() {
+    pass(
+        &BakeryModel::lock(
+            "corrected, no leases, 1 cut link, R2 W2",
+            2,
+            1,
+            2,
+            2,
+            no_leases(H),
+        )
+        .with_cuts(1),
+    );
+}
+
+/// A replica crash with R = W = 2 (N − max(R, W) = 1): every property holds. ≈ 85 s,
+/// 1.1 GiB peak (2 threads, test profile).
+#[test]
+#[ignore]
+fn a_replica_crash_within_the_quorums_passes() {
+    pass(
+        &BakeryModel::lock(
+            "corrected, no leases, 1 replica crash, R2 W2",
+            2,
+            1,
+            2,
+            2,
+            no_leases(H),
+        )
+        .with_replica_crashes(1),
+    );
+}
+
+/// A client crashes anywhere and starts again under its id once no request of its
+/// earlier run is in flight (the id's registration outlives them), its clock moved past
+/// what it reads from R or more replicas: every property holds.
+#[test]
+fn a_restarted_client_passes() {
+    pass(
+        &BakeryModel::lock(
+            "corrected, no leases, crash and quiet restart, R1 W3",
+            2,
+            1,
+            1,
+            3,
+            no_leases(H),
+        )
+        .with_crashes(1, CrashAt::Anywhere)
+        .with_restarts(1, RestartAt::Quiet),
+    );
+}
+
+/// With leases (as the runtime runs it): a client crashes anywhere and starts again under
+/// its id once its earlier run's requests are gone; ticks are synchronous.
+#[test]
+fn leases_with_a_restarted_client_pass() {
+    let r = pass(
+        &BakeryModel::lock(
+            "leases, crash and quiet restart, synchronous ticks, R1 W3",
+            2,
+            1,
+            1,
+            3,
+            H,
+        )
+        .with_crashes(1, CrashAt::Anywhere)
+        .with_restarts(1, RestartAt::Quiet)
+        .with_timing(sync()),
+    );
+    assert!(r.holds(AFTER_CRASH));
+}
+
+/// Copies in the work queue: a worker's copied request changes nothing either.
+#[test]
+fn queue_with_duplicated_requests_passes() {
+    pass(
+        &BakeryModel::queue(
+            "queue, corrected, 2 workers, 1 item, 1 copy, R1 W3",
+            2,
+            1,
+            1,
+            3,
+            no_leases(H),
+        )
+        .with_duplicates(1),
+    );
+}
+
+/// A client crashes anywhere and starts again under its id at once, its clock moved past
+/// what it reads from R or more replicas, while requests of its earlier run may be in
+/// flight: a write of the earlier run with a timestamp the new run has not seen lands
+/// after the new run's write in the same column and wins.
+#[test]
+fn a_restart_with_requests_in_flight_refuted() {
+    refuted(
+        &BakeryModel::lock(
+            "corrected, no leases, crash and restart, R1 W3",
+            2,
+            1,
+            1,
+            3,
+            no_leases(H),
+        )
+        .with_crashes(1, CrashAt::Anywhere)
+        .with_restarts(1, RestartAt::AtOnce),
+        MUTEX,
+        "bakery-restart-in-flight",
+        "c1 crashes with its write number[1] = 2 still in flight and restarts at once under \
+         its id; its start-up read misses c2's number, so its clock is 1 and its new run \
+         writes number[1] = 1 with the timestamp of the earlier run's write. That write lands \
+         on one replica first and wins the tie (larger value); c2 reads it there, sees (2, c1) \
+         behind its own (1, c2) and enters, while c1 reads another replica and enters with \
+         (1, c1). A restart must wait until no request of the earlier run is in flight.",
+    );
 }
 
 // ------------------------------------------------------------ defects of the literal text
