@@ -233,7 +233,11 @@ async fn lock<const N: usize>(
     let token = match acquired {
         Ok(t) => t,
         Err(e) => {
-            kept.end().await;
+            // Requests of the given-up acquire may still be on their way to a replica; a new
+            // client with this id must not start before they land, or one of them may
+            // overwrite its column (`spec/counterexamples/bakery-restart-in-flight.json`).
+            // So the registration runs out (one lease) instead of being given back.
+            kept.lapse();
             return Err(e);
         }
     };
@@ -337,6 +341,10 @@ impl<const N: usize> Watch for BakeryWatch<N> {
                 "hilock: warning: release of '{}' failed ({e}); the entry expires after its lease",
                 self.name
             );
+            // The release's writes may still be on their way: as after a give-up, the id's
+            // registration runs out rather than being given back.
+            self.kept.lapse();
+            return;
         }
         self.kept.end().await;
     }

@@ -984,6 +984,88 @@ fn a_client_id_in_use_is_refused_until_its_registration_ends() {
     println!("restart with the id of a killed client: granted {took:?} after the kill");
 }
 
+/// A client that gives up (its `--timeout-ms` passes while another client holds the lock)
+/// may leave requests on their way to a replica; landing after a new client with its id
+/// wrote, such a request can win over that client's write and let two clients in (the
+/// model's `a_restart_with_requests_in_flight_refuted`,
+/// `spec/counterexamples/bakery-restart-in-flight.json`). So a given-up client does not give
+/// its id's registration back: a new run with that id right after the give-up is refused
+/// (exit 78, its command not run), and one after the registration ran out (a lease) is
+/// granted once the holder is done.
+#[test]
+fn a_client_that_gave_up_keeps_its_id_until_its_registration_runs_out() {
+    if !have_redis() {
+        return;
+    }
+    let reps = Replicas::start(3);
+    let addrs = reps.addrs.join(",");
+    let dir = tempfile::tempdir().unwrap();
+    let ran = dir.path().join("second.ran");
+    let mut holder = Reap(
+        bakery_lock(&addrs, "gaveup", 1, 1000, "echo holding; sleep 2")
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    assert_eq!(
+        first_line(&mut holder.0, Duration::from_secs(10)).trim(),
+        "holding"
+    );
+    let gave_up = Command::new(env!("CARGO_BIN_EXE_hilock"))
+        .args(["bakery", "lock", "gaveup", "--replicas", &addrs])
+        .args([
+            "--client-id",
+            "2",
+            "--lease-ms",
+            "1000",
+            "--timeout-ms",
+            "300",
+        ])
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(gave_up.status.code(), Some(2), "{gave_up:?}");
+    let t = Instant::now();
+    let again = bakery_lock(
+        &addrs,
+        "gaveup",
+        2,
+        1000,
+        &format!("touch {}", ran.display()),
+    )
+    .output()
+    .unwrap();
+    let err = String::from_utf8_lossy(&again.stderr);
+    assert_eq!(
+        again.status.code(),
+        Some(78),
+        "a run with the id of a client that gave up {:?} ago: {err}",
+        t.elapsed()
+    );
+    assert!(err.contains("client id 2 is in use"), "{err}");
+    assert!(!ran.exists(), "the refused run's command ran");
+    let took = loop {
+        std::thread::sleep(Duration::from_millis(100));
+        let out = bakery_lock(
+            &addrs,
+            "gaveup",
+            2,
+            1000,
+            &format!("touch {}", ran.display()),
+        )
+        .output()
+        .unwrap();
+        match out.status.code() {
+            Some(0) => break t.elapsed(),
+            Some(78) => assert!(t.elapsed() < Duration::from_secs(5), "still refused"),
+            _ => panic!("{out:?}"),
+        }
+    };
+    assert!(ran.exists());
+    assert_eq!(holder.0.wait().unwrap().code(), Some(0));
+    println!("id of a client that gave up: granted again {took:?} after the give-up");
+}
+
 /// The holds of a run, from the lines `start LOOP NS` and `end LOOP NS` its commands
 /// append to a log: `(start, end, loop)`, and the pairs of holds that overlap.
 fn overlapping_holds(log: &std::path::Path) -> (usize, Vec<String>) {

@@ -316,6 +316,16 @@ impl Kept {
         }
     }
 
+    /// Stops the renewals without giving the registration back: it runs out at
+    /// [`Kept::until`]. For a client that gave up with requests still in flight: a new
+    /// client with its id may start only once they are gone (`docs/faults.md`, "Bakery").
+    pub fn lapse(&mut self) {
+        if let Some(task) = self.task.take() {
+            // Aborted before the stop signal can reach it: the task gives nothing back.
+            task.abort();
+        }
+    }
+
     /// Stops the renewals and gives the registration back (within a second).
     pub async fn end(&mut self) {
         if let Some(stop) = self.stop.take() {
