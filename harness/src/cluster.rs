@@ -32,7 +32,6 @@
 //! Sites and channels live on the heap and every step's outputs go to a growable
 //! [`VecSink`], so a cluster of 1,024 sites needs no large stack.
 
-use crate::properties::FenceBreach;
 use crate::VecSink;
 use hilock_kernel::{
     Input, KernelError, LockId, Mode, MsgKind, NodeId, Output, Protocol, Report, RuleSet, Sink,
@@ -134,6 +133,24 @@ impl<M> Step<M> {
             .iter()
             .any(|o| matches!(o, Output::Granted { .. } | Output::Upgraded { .. }))
     }
+}
+
+/// A grant whose fencing token is not larger than that of an earlier conflicting grant of
+/// the same lock (what [`Cluster::check_fences`] reports).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct FenceBreach {
+    /// The node granted.
+    pub node: NodeId,
+    /// The lock.
+    pub lock: LockId,
+    /// The mode granted.
+    pub mode: Mode,
+    /// Its fence.
+    pub fence: u64,
+    /// The mode of the earlier conflicting grant.
+    pub earlier: Mode,
+    /// The earlier grant's fence (at least `fence`).
+    pub earlier_fence: u64,
 }
 
 /// A message in flight, with its global send number. The send number orders "oldest first"

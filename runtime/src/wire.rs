@@ -356,6 +356,14 @@ pub fn decode<'a, T: Deserialize<'a>>(b: &'a [u8]) -> Result<T, String> {
     Ok(v)
 }
 
+/// The framing of a peer connection: length-delimited frames of at most [`MAX_FRAME`]
+/// bytes.
+pub(crate) fn codec() -> tokio_util::codec::LengthDelimitedCodec {
+    tokio_util::codec::LengthDelimitedCodec::builder()
+        .max_frame_length(MAX_FRAME)
+        .new_codec()
+}
+
 /// Check the size bound in [`MAX_FRAME`] against the largest message.
 const _: () = assert!(MAX_NODES * 16 + 64 < MAX_FRAME);
 

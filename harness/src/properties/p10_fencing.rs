@@ -12,23 +12,7 @@ use std::hash::Hash;
 /// Of two grants of a lock in conflicting modes, the later has the larger fence.
 pub const FENCE: &str = "P10 fencing tokens increase";
 
-/// A grant whose fencing token is not larger than that of an earlier conflicting grant of
-/// the same lock (what [`Cluster::check_fences`] reports).
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct FenceBreach {
-    /// The node granted.
-    pub node: NodeId,
-    /// The lock.
-    pub lock: LockId,
-    /// The mode granted.
-    pub mode: Mode,
-    /// Its fence.
-    pub fence: u64,
-    /// The mode of the earlier conflicting grant.
-    pub earlier: Mode,
-    /// The earlier grant's fence (at least `fence`).
-    pub earlier_fence: u64,
-}
+pub use crate::cluster::FenceBreach;
 
 impl<P: Protocol + Clone> Cluster<P>
 where

@@ -31,39 +31,7 @@ use crate::msg::{Msg, Output, Sink};
 use crate::token::node::{Ctx, LockNode, Pending};
 use crate::token::tables::grantable_set;
 
-/// When a non-token node tells its parent that its owned mode dropped (Rule 5.2).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
-#[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
-pub enum ReleaseRule {
-    /// The thesis (Fig. 2.7, Rule 5.2): at once, whenever the owned mode changes.
-    #[default]
-    Eager,
-    /// hilock's extension (`spec/SPEC.md` 1.7): an owned intention mode is kept while
-    /// idle and given back on a freeze, a request for another mode, a token or a new
-    /// epoch. Off by default.
-    KeepIntention,
-    /// Deliberately wrong, to show that the model checker catches it: keeps like
-    /// [`ReleaseRule::KeepIntention`] but a freeze does not make the node give the kept
-    /// mode back, so a W request behind a kept IR waits for ever (P4/P5).
-    KeepWithoutGiveBack,
-}
-
-impl ReleaseRule {
-    /// Whether this is the thesis's eager rule (the default; not serialized then, so that
-    /// saved configurations stay as they were).
-    pub fn is_eager(&self) -> bool {
-        *self == ReleaseRule::Eager
-    }
-    /// Whether an idle node keeps its owned intention mode.
-    pub const fn keeps(self) -> bool {
-        !matches!(self, ReleaseRule::Eager)
-    }
-    /// Whether a freeze makes the node give its kept mode back.
-    pub const fn gives_back_on_freeze(self) -> bool {
-        !matches!(self, ReleaseRule::KeepWithoutGiveBack)
-    }
-}
+pub use crate::token::node::ReleaseRule;
 
 /// The modes a keeper must be told about: the intention modes that the token node owning
 /// `owned` could have granted (Table 2.2's row, [`grantable_set`]) and that conflict with a

@@ -1,6 +1,6 @@
 //! Building the binary tree: complete trees and the mapping of a document tree (slide 6).
 
-use super::*;
+use super::{Label, Node, TreeError, TreeLock, TreeNodeId};
 
 fn capacity_error(needed: u64, cap: usize) -> TreeError {
     TreeError::OverCapacity {

@@ -1,7 +1,9 @@
 //! Whole and step-wise operations: `InsertUser` and `RemoveUser` with demotion, promotion
 //! and undo, one node latch per step (slides 13–21).
 
-use super::*;
+use super::{
+    Color, Demotion, Promotion, TreeError, TreeLock, TreeNodeId, TreeVariant, Undo, UserId,
+};
 
 impl<const CAP: usize> TreeLock<CAP> {
     // ----- whole operations -------------------------------------------------------------

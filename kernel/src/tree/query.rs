@@ -1,6 +1,6 @@
 //! Structure, navigation and the logical state: holders, regions and the audit.
 
-use super::*;
+use super::{Color, Node, Region, TreeError, TreeLock, TreeNodeId, TreeViolation, UserId};
 
 impl<const CAP: usize> TreeLock<CAP> {
     // ----- structure --------------------------------------------------------------------

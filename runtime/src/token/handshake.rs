@@ -11,9 +11,8 @@ use tokio::net::TcpStream;
 use tokio::time::timeout;
 use tokio_util::codec::{Framed, LengthDelimitedCodec};
 
-use super::net::codec;
 use super::Shared;
-use crate::wire::{self, Hello, Side, Transcript, PROTOCOL_VERSION};
+use crate::wire::{self, codec, Hello, Side, Transcript, PROTOCOL_VERSION};
 
 /// How long each side waits for the next handshake message.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);

@@ -32,6 +32,7 @@
 mod core;
 mod generation;
 mod handshake;
+mod inspect;
 mod lease;
 mod metrics;
 mod net;

@@ -23,7 +23,7 @@ use tracing::{debug, info, warn};
 use super::core::Cmd;
 use super::handshake::{connect, handshake_accept, is_cut, ConnectError, MAX_PENDING_HANDSHAKES};
 use super::Shared;
-use crate::wire::{self, check_frame, Hello, MAX_FRAME};
+use crate::wire::{self, check_frame, codec, Hello};
 
 /// The receiving side of the channel from one peer.
 #[derive(Default)]
@@ -214,12 +214,6 @@ impl Shared {
         );
         Ok(())
     }
-}
-
-pub(super) fn codec() -> LengthDelimitedCodec {
-    LengthDelimitedCodec::builder()
-        .max_frame_length(MAX_FRAME)
-        .new_codec()
 }
 
 /// How long a stopping node waits for its peers to acknowledge the messages that hand its
