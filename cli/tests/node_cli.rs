@@ -464,6 +464,76 @@ fn sigkill_of_hilock_lock_kills_its_command_before_another_node_is_granted() {
     assert!(held.iter().all(|&p| !running(p)));
 }
 
+/// SIGSTOP of `hilock lock` (3 s) while its command runs to its end: a hold of the token
+/// engine belongs to the node, and a static node's hold has no lease, so nothing passes on
+/// while the wrapper is stopped — every `hilock lock --try` of another node is refused
+/// (exit 79); resumed, the wrapper releases and exits 0, and only then is the other node
+/// granted, after the command's last heartbeat.
+#[test]
+fn a_stopped_hilock_lock_keeps_its_lock_until_it_resumes() {
+    let c = start(2);
+    let beats = c.dir.path().join("beats");
+    let script = format!(
+        "for i in $(seq 1 50); do date +%s%N >> {}; sleep 0.01; done",
+        beats.display()
+    );
+    let mut holder = Proc(lock_cmd(&c.socket(0), "/s", "W", &script).spawn().unwrap());
+    wait_file(&beats);
+    let pid = holder.0.id().to_string();
+    let signal = |sig: &str| {
+        assert!(Command::new("kill")
+            .args([sig, &pid])
+            .status()
+            .is_ok_and(|s| s.success()));
+    };
+    signal("-STOP");
+    let t = Instant::now();
+    let mut refused = 0;
+    while t.elapsed() < Duration::from_secs(3) {
+        let out = hilock()
+            .args(["lock", "--try", "/s", "W", "--socket"])
+            .arg(c.socket(1))
+            .args(["--", "true"])
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(79),
+            "node 1 after {:?} of the stop: {out:?}",
+            t.elapsed()
+        );
+        refused += 1;
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    signal("-CONT");
+    assert!(wait_exit(&mut holder.0, Duration::from_secs(10)).success());
+    let last_beat: u128 = std::fs::read_to_string(&beats)
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .max()
+        .unwrap();
+    let granted = c.dir.path().join("granted");
+    let mut next = Proc(
+        lock_cmd(
+            &c.socket(1),
+            "/s",
+            "W",
+            &format!("date +%s%N > {}", granted.display()),
+        )
+        .spawn()
+        .unwrap(),
+    );
+    assert!(wait_exit(&mut next.0, Duration::from_secs(10)).success());
+    let at: u128 = std::fs::read_to_string(&granted)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(at > last_beat, "node 1 was granted while the command ran");
+    eprintln!("stopped hilock lock: {refused} tries of node 1 refused during the stop");
+}
+
 /// Nanoseconds since the Unix epoch (as `date +%s%N` prints them).
 fn epoch_ns() -> u128 {
     std::time::SystemTime::now()
