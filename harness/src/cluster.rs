@@ -828,12 +828,22 @@ where
     ) -> Option<Result<Report, StepError>> {
         let msg = self.copy_of(from, to, index)?;
         let r = self.run(to, Input::Deliver { from, msg: &msg }, false, see);
+        self.keep_unexpected(r, expected);
+        Some(r)
+    }
+
+    /// Keeps `r`'s rejection as [`Cluster::error`] (if none is kept yet) unless `expected`
+    /// holds for it: a rejection that is part of the protocol is not an error.
+    fn keep_unexpected(
+        &mut self,
+        r: Result<Report, StepError>,
+        expected: impl Fn(KernelError) -> bool,
+    ) {
         if let Err(e) = r {
-            if !e.kernel().is_some_and(&expected) && self.error.is_none() {
+            if !e.kernel().is_some_and(expected) && self.error.is_none() {
                 self.error = Some(e);
             }
         }
-        Some(r)
     }
 
     /// Whether a copy of message `index` of channel `from → to` was delivered already
@@ -889,11 +899,7 @@ where
         }
         let m = self.take(from, to, index)?;
         let r = self.run(to, Input::Deliver { from, msg: &m.msg }, false, see);
-        if let Err(e) = r {
-            if !e.kernel().is_some_and(&expected) && self.error.is_none() {
-                self.error = Some(e);
-            }
-        }
+        self.keep_unexpected(r, expected);
         Some(r)
     }
     /// Applies `f`, a transition of `node`'s site outside [`Protocol::step`] (the recovery

@@ -1233,30 +1233,21 @@ impl Model for AgentsModel {
                 })
                 .collect()
         };
-        let steps = path.into_vec();
-        if let Some((init, _)) = steps.first() {
-            d.initially(&wires(init));
-        }
-        for (k, (st, a)) in steps.iter().enumerate() {
-            let Some(a) = a else { continue };
-            let mut delivered = None;
-            match *a {
-                AgentAction::Deliver { from, to, what, .. } => {
-                    let key = format!("{what:?}");
-                    d.deliver(lane(from), lane(to), &key, what.to_string());
-                    delivered = Some((lane(from), lane(to), key));
-                }
-                AgentAction::Finish { agent } => d.local(agent.into(), "ends the transaction"),
-                AgentAction::Crash { server } => d.local(lane(Proc::Server(server)), "crashes"),
+        d.draw_path(&path.into_vec(), wires, |d, a| match *a {
+            AgentAction::Deliver { from, to, what, .. } => {
+                let key = format!("{what:?}");
+                d.deliver(lane(from), lane(to), &key, what.to_string());
+                Some((lane(from), lane(to), key))
             }
-            if let Some((next, _)) = steps.get(k + 1) {
-                d.sends_between(
-                    &wires(st),
-                    &wires(next),
-                    delivered.as_ref().map(|(f, t, key)| (*f, *t, key.as_str())),
-                );
+            AgentAction::Finish { agent } => {
+                d.local(agent.into(), "ends the transaction");
+                None
             }
-        }
+            AgentAction::Crash { server } => {
+                d.local(lane(Proc::Server(server)), "crashes");
+                None
+            }
+        });
         Some(d.svg())
     }
 

@@ -835,28 +835,17 @@ impl Model for InversionConfig {
                 })
                 .collect()
         };
-        let steps = path.into_vec();
-        for (k, (st, a)) in steps.iter().enumerate() {
-            let Some(a) = *a else { continue };
-            let delivered = match a {
-                Action::Run { node, op } => {
-                    d.local(node.into(), op.to_string());
-                    None
-                }
-                Action::Deliver { from, to, msg } => {
-                    let key = format!("{msg:?}");
-                    d.deliver(from.into(), to.into(), &key, label(from, to, msg));
-                    Some((usize::from(from), usize::from(to), key))
-                }
-            };
-            if let Some((next, _)) = steps.get(k + 1) {
-                d.sends_between(
-                    &wires(st),
-                    &wires(next),
-                    delivered.as_ref().map(|(f, t, key)| (*f, *t, key.as_str())),
-                );
+        d.draw_path(&path.into_vec(), wires, |d, a| match *a {
+            Action::Run { node, op } => {
+                d.local(node.into(), op.to_string());
+                None
             }
-        }
+            Action::Deliver { from, to, msg } => {
+                let key = format!("{msg:?}");
+                d.deliver(from.into(), to.into(), &key, label(from, to, msg));
+                Some((usize::from(from), usize::from(to), key))
+            }
+        });
         Some(d.svg())
     }
 

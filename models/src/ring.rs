@@ -1573,23 +1573,17 @@ impl Model for RingModel {
                 })
                 .collect()
         };
-        let steps = path.into_vec();
-        if let Some((init, _)) = steps.first() {
-            d.initially(&wires(init));
-        }
-        for (k, (st, a)) in steps.iter().enumerate() {
-            let Some(a) = a else { continue };
-            let word = |a: &RAction| {
-                let t = format!("{a:?}");
-                t.split('(').next().unwrap_or_default().to_lowercase()
-            };
-            let node = |n: NodeId| clients + usize::from(n.0);
-            let mut delivered = None;
+        let word = |a: &RAction| {
+            let t = format!("{a:?}");
+            t.split('(').next().unwrap_or_default().to_lowercase()
+        };
+        let node = |n: NodeId| clients + usize::from(n.0);
+        d.draw_path(&path.into_vec(), wires, |d, a| {
             match a {
                 RAction::Deliver(f, t, m) => {
                     let key = format!("{m:?}");
                     d.deliver(lane(*f), lane(*t), &key, msg_label(m));
-                    delivered = Some((lane(*f), lane(*t), key));
+                    return Some((lane(*f), lane(*t), key));
                 }
                 RAction::Duplicate(f, _, m) => {
                     d.local(lane(*f), format!("duplicates {}", msg_label(m)))
@@ -1608,14 +1602,8 @@ impl Model for RingModel {
                 | RAction::Suspect(n)
                 | RAction::Reboot(n) => d.local(node(*n), word(a)),
             }
-            if let Some((next, _)) = steps.get(k + 1) {
-                d.sends_between(
-                    &wires(st),
-                    &wires(next),
-                    delivered.as_ref().map(|(f, t, key)| (*f, *t, key.as_str())),
-                );
-            }
-        }
+            None
+        });
         Some(d.svg())
     }
 

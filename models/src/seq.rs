@@ -212,6 +212,33 @@ impl Diagram {
         });
     }
 
+    /// Draws `steps`, a path of a model whose states hold the messages in flight: the
+    /// messages on the network at the start, then per action the row `draw` adds (it
+    /// returns the message the action delivered: sender, receiver and key), and the
+    /// messages the action put on the network, read off the states before and after it by
+    /// `wires` ([`Diagram::sends_between`]).
+    pub fn draw_path<S, A>(
+        &mut self,
+        steps: &[(S, Option<A>)],
+        wires: impl Fn(&S) -> Vec<Wire>,
+        mut draw: impl FnMut(&mut Self, &A) -> Option<(usize, usize, String)>,
+    ) {
+        if let Some((init, _)) = steps.first() {
+            self.initially(&wires(init));
+        }
+        for (k, (st, a)) in steps.iter().enumerate() {
+            let Some(a) = a else { continue };
+            let delivered = draw(self, a);
+            if let Some((next, _)) = steps.get(k + 1) {
+                self.sends_between(
+                    &wires(st),
+                    &wires(next),
+                    delivered.as_ref().map(|(f, t, key)| (*f, *t, key.as_str())),
+                );
+            }
+        }
+    }
+
     /// Adds a row delivering a copy of the oldest pending message from `from` to `to` with
     /// this `key` (a duplicating network), drawn from the row that sent it; the message
     /// itself stays pending.

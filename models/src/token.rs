@@ -1393,45 +1393,29 @@ impl<const L: usize> Model for BaseModel<L> {
                 to,
                 index,
                 msg,
-            } => {
-                let m = st
-                    .cluster
-                    .channel(NodeId(from as u16), NodeId(to as u16))
-                    .nth(index as usize)?;
-                if Delivered::of(m) != msg {
-                    return None;
-                }
-                self.step(
-                    &mut st,
-                    to as usize,
-                    StepInput::Deliver {
-                        from,
-                        index: index as usize,
-                    },
-                );
             }
-            Action::Duplicate {
+            | Action::Duplicate {
                 from,
                 to,
                 index,
                 msg,
             } => {
+                let copy = matches!(action, Action::Duplicate { .. });
                 let m = st
                     .cluster
                     .channel(NodeId(from as u16), NodeId(to as u16))
                     .nth(index as usize)?;
-                if Delivered::of(m) != msg || st.dups >= self.cfg.duplicates {
+                if Delivered::of(m) != msg || (copy && st.dups >= self.cfg.duplicates) {
                     return None;
                 }
-                st.dups += 1;
-                self.step(
-                    &mut st,
-                    to as usize,
-                    StepInput::Duplicate {
-                        from,
-                        index: index as usize,
-                    },
-                );
+                let index = index as usize;
+                let input = if copy {
+                    st.dups += 1;
+                    StepInput::Duplicate { from, index }
+                } else {
+                    StepInput::Deliver { from, index }
+                };
+                self.step(&mut st, to as usize, input);
             }
         }
         Some(st)
