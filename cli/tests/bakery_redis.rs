@@ -970,17 +970,7 @@ fn a_client_id_in_use_is_refused_until_its_registration_ends() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(78), "right after the kill: {out:?}");
-    let took = loop {
-        std::thread::sleep(Duration::from_millis(100));
-        let out = bakery_lock(&addrs, "dup", 1, 1000, "true")
-            .output()
-            .unwrap();
-        match out.status.code() {
-            Some(0) => break t.elapsed(),
-            Some(78) => assert!(t.elapsed() < Duration::from_secs(5), "still refused"),
-            _ => panic!("{out:?}"),
-        }
-    };
+    let took = until_id_granted(&addrs, "dup", 1, "true", t);
     println!("restart with the id of a killed client: granted {took:?} after the kill");
 }
 
@@ -1044,26 +1034,25 @@ fn a_client_that_gave_up_keeps_its_id_until_its_registration_runs_out() {
     );
     assert!(err.contains("client id 2 is in use"), "{err}");
     assert!(!ran.exists(), "the refused run's command ran");
-    let took = loop {
-        std::thread::sleep(Duration::from_millis(100));
-        let out = bakery_lock(
-            &addrs,
-            "gaveup",
-            2,
-            1000,
-            &format!("touch {}", ran.display()),
-        )
-        .output()
-        .unwrap();
-        match out.status.code() {
-            Some(0) => break t.elapsed(),
-            Some(78) => assert!(t.elapsed() < Duration::from_secs(5), "still refused"),
-            _ => panic!("{out:?}"),
-        }
-    };
+    let took = until_id_granted(&addrs, "gaveup", 2, &format!("touch {}", ran.display()), t);
     assert!(ran.exists());
     assert_eq!(holder.0.wait().unwrap().code(), Some(0));
     println!("id of a client that gave up: granted again {took:?} after the give-up");
+}
+
+/// Runs `hilock bakery lock NAME --client-id ID -- sh -c SCRIPT` every 100 ms while it is
+/// refused for the id (exit 78), at most 5 s after `since`; asserts that it then exits 0
+/// and returns when, after `since`.
+fn until_id_granted(addrs: &str, name: &str, id: u16, script: &str, since: Instant) -> Duration {
+    loop {
+        std::thread::sleep(Duration::from_millis(100));
+        let out = bakery_lock(addrs, name, id, 1000, script).output().unwrap();
+        match out.status.code() {
+            Some(0) => return since.elapsed(),
+            Some(78) => assert!(since.elapsed() < Duration::from_secs(5), "still refused"),
+            _ => panic!("{out:?}"),
+        }
+    }
 }
 
 /// The holds of a run, from the lines `start LOOP NS` and `end LOOP NS` its commands
@@ -1263,22 +1252,29 @@ fn a_paused_wrapper_s_command_dies_before_its_lease_ends() {
         granted >= stopped + lease.as_nanos(),
         "the other client was granted before the stopped one's lease ended"
     );
+    let err = exits_77_after_sigcont(&mut a.0);
+    assert!(err.contains("lease ran out"), "{err}");
+}
+
+/// Waits (at most 5 s) for a resumed wrapper whose lease ran out while it was stopped;
+/// asserts exit 77 with one line on stderr, and returns that line.
+fn exits_77_after_sigcont(wrapper: &mut Child) -> String {
     let t = Instant::now();
     let status = loop {
-        if let Some(s) = a.0.try_wait().unwrap() {
+        if let Some(s) = wrapper.try_wait().unwrap() {
             break s;
         }
         assert!(
             t.elapsed() < Duration::from_secs(5),
-            "A did not end after SIGCONT"
+            "the wrapper did not end after SIGCONT"
         );
         std::thread::sleep(Duration::from_millis(20));
     };
     let mut err = String::new();
-    std::io::Read::read_to_string(&mut a.0.stderr.take().unwrap(), &mut err).unwrap();
+    std::io::Read::read_to_string(&mut wrapper.stderr.take().unwrap(), &mut err).unwrap();
     assert_eq!(status.code(), Some(77), "{err}");
-    assert!(err.contains("lease ran out"), "{err}");
     assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    err
 }
 
 /// The lease watchdog is in a process group of its own, so stopping a whole job does not
@@ -1376,21 +1372,7 @@ fn a_stopped_job_s_command_dies_before_its_lease_ends() {
         granted_at >= lease,
         "the other client was granted {granted_at:?} after the stop, before the lease ended"
     );
-    let t = Instant::now();
-    let status = loop {
-        if let Some(s) = a.0.try_wait().unwrap() {
-            break s;
-        }
-        assert!(
-            t.elapsed() < Duration::from_secs(5),
-            "the wrapper did not end after SIGCONT"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let mut err = String::new();
-    std::io::Read::read_to_string(&mut a.0.stderr.take().unwrap(), &mut err).unwrap();
-    assert_eq!(status.code(), Some(77), "{err}");
-    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    exits_77_after_sigcont(&mut a.0);
 }
 
 // ----- the work queue (`hilock bakery queue push|work`) --------------------------------

@@ -33,6 +33,16 @@ impl Net {
         };
         Self::of((0..4).map(|i| S::new(NodeId(i), NodeId(0)).unwrap().with_variant(v)))
     }
+    /// The sites of a tree: node `i`'s parent is `parents[i]` (`None` for node 0, the token
+    /// node), under `variant`.
+    fn tree(parents: [Option<u16>; 4], variant: Variant) -> Self {
+        Self::of((0..4u16).map(|i| {
+            let parent = parents[usize::from(i)].map(NodeId);
+            S::with_parents(NodeId(i), |_| parent)
+                .unwrap()
+                .with_variant(variant)
+        }))
+    }
     fn of(sites: impl Iterator<Item = S>) -> Self {
         Net {
             c: Cluster::new(sites.collect()),
@@ -203,16 +213,9 @@ fn rule_6_prio_higher_priority_bypasses_the_freeze() {
 #[test]
 fn table_3_2_conditional_queueing() {
     // Chain 3 → 1 → 0 (token).
-    let mk = |i: u16| {
-        let parent = match i {
-            0 => None,
-            3 => Some(NodeId(1)),
-            _ => Some(NodeId(0)),
-        };
-        S::with_parents(NodeId(i), |_| parent).unwrap()
-    };
+    let parents = [None, Some(0), Some(0), Some(1)];
     for (p3, queued_at_1) in [(1u8, true), (9u8, false)] {
-        let mut n = Net::of((0..4).map(mk));
+        let mut n = Net::tree(parents, Variant::HILOCK);
         n.acquire(0, Mode::W);
         n.step(1, Input::SetPriority { base: 4 });
         n.acquire(1, Mode::R);
@@ -372,15 +375,8 @@ fn pip_the_holder_inherits_from_every_conflicting_mode_of_table_2_1() {
 #[test]
 fn rule_8_2_merged_queue_is_in_priority_order() {
     // 1 → 0, 2 → 0, 3 → 2; node 0 has the token.
-    let mk = |i: u16| {
-        let parent = match i {
-            0 => None,
-            3 => Some(NodeId(2)),
-            _ => Some(NodeId(0)),
-        };
-        S::with_parents(NodeId(i), |_| parent).unwrap()
-    };
-    let mut n = Net::of((0..4).map(mk));
+    let parents = [None, Some(0), Some(0), Some(2)];
+    let mut n = Net::tree(parents, Variant::HILOCK);
     n.acquire(0, Mode::W);
     n.step(2, Input::SetPriority { base: 3 });
     n.acquire(2, Mode::W); // queued at 0 (priority 3)
@@ -505,20 +501,12 @@ fn pip_the_token_nodes_own_request_raised_above_the_freeze_is_granted_at_once() 
 #[test]
 fn pip_a_reissued_pending_request_keeps_requests_by_its_raised_priority() {
     // 1 → 0, 2 → 0, 3 → 1; node 0 has the token.
-    let mk = |i: u16| {
-        let parent = match i {
-            0 => None,
-            3 => Some(NodeId(1)),
-            _ => Some(NodeId(0)),
-        };
-        S::with_parents(NodeId(i), |_| parent)
-            .unwrap()
-            .with_variant(Variant {
-                inheritance: Inheritance::Pip,
-                ..Variant::HILOCK
-            })
+    let parents = [None, Some(0), Some(0), Some(1)];
+    let variant = Variant {
+        inheritance: Inheritance::Pip,
+        ..Variant::HILOCK
     };
-    let mut n = Net::of((0..4).map(mk));
+    let mut n = Net::tree(parents, variant);
     n.acquire(0, Mode::W);
     n.step(1, Input::SetPriority { base: 1 });
     n.acquire(1, Mode::W); // queued at 0, pending at 1 with priority 1
@@ -548,21 +536,12 @@ fn pip_a_reissued_pending_request_keeps_requests_by_its_raised_priority() {
 #[test]
 fn a_stale_token_requeues_the_current_request_kept_at_another_node() {
     // 1 → 2 → 3 → 0; node 0 has the token.
-    let mk = |i: u16| {
-        let parent = match i {
-            0 => None,
-            1 => Some(NodeId(2)),
-            2 => Some(NodeId(3)),
-            _ => Some(NodeId(0)),
-        };
-        S::with_parents(NodeId(i), |_| parent)
-            .unwrap()
-            .with_variant(Variant {
-                inheritance: Inheritance::Pip,
-                ..Variant::HILOCK
-            })
+    let parents = [None, Some(2), Some(3), Some(0)];
+    let variant = Variant {
+        inheritance: Inheritance::Pip,
+        ..Variant::HILOCK
     };
-    let mut n = Net::of((0..4).map(mk));
+    let mut n = Net::tree(parents, variant);
     n.acquire(0, Mode::R);
     n.acquire(1, Mode::R); // request a: 1 → 2 → 3 → 0
     n.deliver(1, 2);
