@@ -322,7 +322,7 @@ fn check_accepts_every_model_the_explorer_serves() {
         (
             "tree-w-sibling",
             "no-kernel-error",
-            "u1 was granted t01 but it is held by",
+            "user u2 does not own the region of node t5",
         ),
         (
             "agents-self-wait",
@@ -520,7 +520,7 @@ fn check_and_explore_take_ring_and_fault_configurations() {
             &faults,
             "faults-no-kill.p1-mutual-exclusion--live-leases-.trace.json",
             "hilock-faults-trace/1",
-            "P1 mutual exclusion violated: on L0: n1 holds W, n2 holds R",
+            "P1 mutual exclusion violated: on L0: n0 holds W, n1 holds W",
             "P1 mutual exclusion (live leases)",
         ),
     ] {

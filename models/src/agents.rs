@@ -46,6 +46,7 @@
 //!   guard: a livelock of surrenders would otherwise make the state space infinite).
 //! - `sometimes`: a surrender, a forward, every transaction committed, an abort.
 
+use crate::check::Counterexample;
 use hilock_harness::VecSink;
 use hilock_kernel::agents::{
     AbortReason, Agent, AgentError, AgentInput, AgentOutput, AgentVariant, Announce, LockInfo,
@@ -930,22 +931,44 @@ impl AgentsModel {
         self.run_with(finish, false)
     }
 
+    /// [`Self::check`] with each `always` counterexample a shortest run (`hilock check`).
+    pub fn check_shortest(&self) -> AgentsReport {
+        let t = Instant::now();
+        let checker = self
+            .clone()
+            .checker()
+            .finish_when(HasDiscoveries::All)
+            .spawn_bfs()
+            .join();
+        self.report(&checker, t, Counterexample::Shortest)
+    }
+
     fn run_with(&self, finish: HasDiscoveries, dfs: bool) -> AgentsReport {
         let t = Instant::now();
         let builder = self.clone().checker().finish_when(finish);
         if dfs {
-            self.report(&builder.spawn_dfs().join(), t)
+            self.report(&builder.spawn_dfs().join(), t, Counterexample::Cut)
         } else {
-            self.report(&builder.spawn_bfs().join(), t)
+            self.report(&builder.spawn_bfs().join(), t, Counterexample::Cut)
         }
     }
 
-    fn report(&self, checker: &impl Checker<Self>, t: Instant) -> AgentsReport {
+    fn report(
+        &self,
+        checker: &impl Checker<Self>,
+        t: Instant,
+        which: Counterexample,
+    ) -> AgentsReport {
         let elapsed = t.elapsed();
-        let properties =
-            crate::check::property_reports(self, checker, &SAFETY, &[ENDS], &REACHED, |p, path| {
-                self.trace(p, path)
-            });
+        let properties = crate::check::property_reports(
+            self,
+            checker,
+            &SAFETY,
+            &[ENDS],
+            &REACHED,
+            which,
+            |p, path| self.trace(p, path),
+        );
         AgentsReport {
             config: self.name.clone(),
             states: checker.state_count(),

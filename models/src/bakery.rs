@@ -76,6 +76,7 @@
 //! protocol can promise liveness at all. Every client counts the same ticks: clock rates
 //! do not drift in the model (a drift bound ρ is a margin `expiry ≥ lease · (1 + ρ)`).
 
+use crate::check::Counterexample;
 use hilock_kernel::bakery::store::Columns;
 use hilock_kernel::bakery::{
     BakeryError, Cell, Client, ClientId, ClientOutput, Config, Family, Input, Phase, Program,
@@ -431,10 +432,10 @@ impl BakeryModel {
         self.dispatch(HasDiscoveries::All, 2)
     }
 
-    /// [`Self::check`] on one thread: slower, but the same counterexamples on every run
-    /// (`hilock check`).
+    /// [`Self::check`] on one thread, each `always` counterexample a shortest run: slower,
+    /// but the same counterexamples on every run (`hilock check`).
     pub fn check_on_one_thread(&self) -> BakeryReport {
-        self.dispatch(HasDiscoveries::All, 1)
+        self.dispatch_with(HasDiscoveries::All, 1, Counterexample::Shortest)
     }
 
     /// Runs the check until `property` has a discovery (for refutations: the state count
@@ -455,14 +456,23 @@ impl BakeryModel {
     }
 
     fn dispatch(&self, finish: HasDiscoveries, threads: usize) -> BakeryReport {
+        self.dispatch_with(finish, threads, Counterexample::Cut)
+    }
+
+    fn dispatch_with(
+        &self,
+        finish: HasDiscoveries,
+        threads: usize,
+        which: Counterexample,
+    ) -> BakeryReport {
         let m = self.clone();
         match self.sizes() {
-            (1, 3) => BakerySystem::<1, 3>(m).run(finish, threads),
-            (1, 4) => BakerySystem::<1, 4>(m).run(finish, threads),
-            (2, 3) => BakerySystem::<2, 3>(m).run(finish, threads),
-            (2, 4) => BakerySystem::<2, 4>(m).run(finish, threads),
-            (3, 3) => BakerySystem::<3, 3>(m).run(finish, threads),
-            _ => BakerySystem::<3, 4>(m).run(finish, threads),
+            (1, 3) => BakerySystem::<1, 3>(m).run(finish, threads, which),
+            (1, 4) => BakerySystem::<1, 4>(m).run(finish, threads, which),
+            (2, 3) => BakerySystem::<2, 3>(m).run(finish, threads, which),
+            (2, 4) => BakerySystem::<2, 4>(m).run(finish, threads, which),
+            (3, 3) => BakerySystem::<3, 3>(m).run(finish, threads, which),
+            _ => BakerySystem::<3, 4>(m).run(finish, threads, which),
         }
     }
 }
@@ -833,7 +843,7 @@ impl<const K: usize, const C: usize> BakerySystem<K, C> {
         }
     }
 
-    fn run(&self, finish: HasDiscoveries, threads: usize) -> BakeryReport {
+    fn run(&self, finish: HasDiscoveries, threads: usize, which: Counterexample) -> BakeryReport {
         self.validate().expect("valid configuration");
         let t = Instant::now();
         let checker = self
@@ -850,6 +860,7 @@ impl<const K: usize, const C: usize> BakerySystem<K, C> {
             &SAFETY,
             &[LIVE],
             &REACHED,
+            which,
             |p, path| self.trace(p, path),
         );
         BakeryReport {

@@ -137,6 +137,25 @@ where
     Path::from_actions(model, init, taken.iter())
 }
 
+/// A shortest run that violates the `always` property `property`, given the run `path` a
+/// check found: `path` cut at its first violation ([`first_failure`]), then
+/// [`shortest_failure`] bounded by that length (so the search never goes deeper than the
+/// check's own counterexample). The same model always gives the same run.
+pub fn shortest_counterexample<M>(
+    model: &M,
+    property: &str,
+    path: &Path<M::State, M::Action>,
+) -> Path<M::State, M::Action>
+where
+    M: Model,
+    M::State: Clone + PartialEq + std::hash::Hash,
+    M::Action: Clone + PartialEq,
+{
+    let cut = first_failure(model, property, path);
+    let bound = cut.clone().into_actions().len();
+    shortest_failure(model, property, bound).unwrap_or(cut)
+}
+
 /// The `always` properties `st` violates, as a line for the Explorer's step text
 /// (empty if none): `⚠ violates: P1 mutual exclusion, P3 owned-mode invariant`, and a
 /// line that says the Properties pane's marks do not judge this state (the Explorer marks
@@ -170,38 +189,53 @@ pub struct PropertyReport<C = Trace> {
     pub kind: String,
     /// `always`: no state violates it; `sometimes`: a state satisfying it was reached.
     pub holds: bool,
-    /// `always` that fails: the counterexample BFS found, cut at its first violating
-    /// state ([`first_failure`]).
+    /// `always` that fails: a run that ends in a violating state (cut at its first violation,
+    /// [`first_failure`], or a shortest one, [`shortest_counterexample`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub counterexample: Option<C>,
 }
 
+/// Which run [`property_reports`] gives for an `always` property that fails.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Counterexample {
+    /// The run the checker kept, cut at its first violation ([`first_failure`]): what the
+    /// verify suite saves in `spec/counterexamples/`, each with a note that tells its story.
+    Cut,
+    /// A shortest run ([`shortest_counterexample`]): what `hilock check` prints.
+    Shortest,
+}
+
 /// The report of every property of a finished check, written once for the models that
-/// report through [`PropertyReport`] (agents, bakery): each `always` property with its
-/// counterexample cut at the first violation ([`first_failure`]), each `eventually`
-/// property with the path the checker found, each `sometimes` property reached or not.
-/// `trace` renders a path as the model's trace format.
+/// report through [`PropertyReport`] (agents, bakery, faults, inversion, ring): each
+/// `always` property with its counterexample (`which`: cut at the first violation, or a
+/// shortest run), each `eventually` property with the path the checker found, each
+/// `sometimes` property reached or not. `trace` renders a path as the model's trace
+/// format.
 pub fn property_reports<M, C>(
     model: &M,
     checker: &impl Checker<M>,
     always: &[&'static str],
     eventually: &[&'static str],
     sometimes: &[&'static str],
+    which: Counterexample,
     trace: impl Fn(&str, &Path<M::State, M::Action>) -> C,
 ) -> Vec<PropertyReport<C>>
 where
     M: Model,
-    M::State: Clone + PartialEq,
+    M::State: Clone + PartialEq + std::hash::Hash,
     M::Action: Clone + PartialEq,
 {
     let mut out = Vec::new();
     for &p in always {
-        let path = checker.discovery(p);
+        let path = checker.discovery(p).map(|path| match which {
+            Counterexample::Cut => first_failure(model, p, &path),
+            Counterexample::Shortest => shortest_counterexample(model, p, &path),
+        });
         out.push(PropertyReport {
             name: p.to_string(),
             kind: "always".into(),
             holds: path.is_none(),
-            counterexample: path.map(|path| trace(p, &first_failure(model, p, &path))),
+            counterexample: path.map(|path| trace(p, &path)),
         });
     }
     for &p in eventually {
@@ -340,10 +374,10 @@ fn run_to_end<M: Model, C: Checker<M>>(
 
 /// An exhaustive breadth-first check of `model` with every property, reported through
 /// [`property_reports`] (the model's `always`, `eventually` and `sometimes` properties in
-/// its order). One checker thread: Stateright's BFS then visits the states in the same
-/// order on every run, so the counterexamples are the same, step for step (with more
-/// threads, which thread meets a violation first decides which path is kept). `progress`
-/// is called as in [`check`].
+/// its order), each `always` counterexample a shortest run. One checker thread:
+/// Stateright's BFS then visits the states in the same order on every run, so the
+/// counterexamples are the same, step for step (with more threads, which thread meets a
+/// violation first decides which path is kept). `progress` is called as in [`check`].
 pub fn check_model<M, C>(
     model: &M,
     config: &str,
@@ -375,6 +409,7 @@ where
         &names(Expectation::Always),
         &names(Expectation::Eventually),
         &names(Expectation::Sometimes),
+        Counterexample::Shortest,
         trace,
     );
     ModelReport {
@@ -501,12 +536,11 @@ fn check_l<const L: usize>(
     // The run that ends in a violation of `name`: the checker's cut at its first
     // violation, or a shortest one.
     let first_failure = |model: &BaseModel<L>, name: &str, path: &Path<State<L>, Action>| {
-        let cut = first_failure(model, name, path);
-        if !shortest {
-            return cut;
+        if shortest {
+            shortest_counterexample(model, name, path)
+        } else {
+            first_failure(model, name, path)
         }
-        let bound = cut.clone().into_actions().len();
-        shortest_failure(model, name, bound).unwrap_or(cut)
     };
     let mut properties = Vec::new();
     for p in model.properties() {

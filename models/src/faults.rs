@@ -42,7 +42,7 @@
 //! - `sometimes`: a token regenerated, a lease expired while holding, a request granted
 //!   after an install, a restarted node granted.
 
-use crate::check::property_reports;
+use crate::check::{property_reports, Counterexample};
 use crate::token::ScriptOp;
 use hilock_harness::Cluster;
 use hilock_kernel::token::recovery::{
@@ -580,9 +580,15 @@ impl FaultModel {
             .spawn_bfs()
             .join();
         let elapsed = t.elapsed();
-        let properties = property_reports(self, &checker, &SAFETY, &[], &REACHED, |p, path| {
-            self.trace(p, path)
-        });
+        let properties = property_reports(
+            self,
+            &checker,
+            &SAFETY,
+            &[],
+            &REACHED,
+            Counterexample::Cut,
+            |p, path| self.trace(p, path),
+        );
         FaultReport {
             config: self.cfg.name.clone(),
             states: checker.state_count(),

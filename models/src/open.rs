@@ -940,8 +940,8 @@ pub fn check_other(
 ) -> Result<OtherCheck, String> {
     use crate::check::check_model;
     match cfg {
-        OtherConfig::Tree(c) => OtherCheck::of(c.model()?.check()),
-        OtherConfig::Agents(c) => OtherCheck::of(c.model()?.check()),
+        OtherConfig::Tree(c) => OtherCheck::of(c.model()?.check_shortest()),
+        OtherConfig::Agents(c) => OtherCheck::of(c.model()?.check_shortest()),
         OtherConfig::Bakery(c) => {
             cfg.validate()?;
             OtherCheck::of(c.check_on_one_thread())

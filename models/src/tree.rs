@@ -31,6 +31,7 @@
 //!   (hilock's look-down), a failed insert undone, two operations holding latches at once,
 //!   every script completed.
 
+use crate::check::Counterexample;
 use hilock_kernel::tree::{
     Color, Op, OpKind, Outcome, Step, TreeError, TreeLock, TreeNodeId, TreeVariant, UserId,
 };
@@ -207,8 +208,18 @@ impl TreeModel {
             .all(|u| u.op.is_none() && u.held.is_none() && u.round >= self.rounds)
     }
 
-    /// Runs the exhaustive check (BFS, no depth limit).
+    /// Runs the exhaustive check (BFS, no depth limit); each counterexample is the checker's
+    /// run cut at its first violation.
     pub fn check(&self) -> TreeReport {
+        self.check_with(Counterexample::Cut)
+    }
+
+    /// [`Self::check`] with each counterexample a shortest run (`hilock check`).
+    pub fn check_shortest(&self) -> TreeReport {
+        self.check_with(Counterexample::Shortest)
+    }
+
+    fn check_with(&self, which: Counterexample) -> TreeReport {
         let t = Instant::now();
         let checker = self.clone().checker().spawn_bfs().join();
         let elapsed = t.elapsed();
@@ -219,8 +230,15 @@ impl TreeModel {
                 name: p.to_string(),
                 kind: "always".into(),
                 holds: path.is_none(),
-                counterexample: path
-                    .map(|path| self.trace(p, &crate::check::first_failure(self, p, &path))),
+                counterexample: path.map(|path| {
+                    let run = match which {
+                        Counterexample::Cut => crate::check::first_failure(self, p, &path),
+                        Counterexample::Shortest => {
+                            crate::check::shortest_counterexample(self, p, &path)
+                        }
+                    };
+                    self.trace(p, &run)
+                }),
             });
         }
         for p in REACHED {

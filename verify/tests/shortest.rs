@@ -67,3 +67,39 @@ fn the_literal_release_race_violates_p1_after_18_steps_at_the_least() {
         "no P1 violation within 18 steps"
     );
 }
+
+/// `hilock check` on the other models (`hilock_models::open::check_other`) reports a
+/// shortest counterexample too, the same on every run: the paper's ring server with a join
+/// (`spec/counterexamples/ring/ring-paper-join-window.json`, Fig. 2(e)) gives two holders
+/// after 11 steps at the least, where the run the refutation saved takes 12.
+#[test]
+fn the_ring_join_window_gives_two_holders_after_11_steps_at_the_least() {
+    use hilock_models::open::{check_other, OtherConfig};
+    use hilock_models::ring::RingModel;
+    const MUTEX: &str = "at most one holder per lock";
+    let saved: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../spec/counterexamples/ring/ring-paper-join-window.json"),
+        )
+        .expect("saved counterexample"),
+    )
+    .expect("JSON");
+    assert_eq!(saved["steps"].as_array().map(Vec::len), Some(12));
+    let model: RingModel = serde_json::from_value(saved["config"].clone()).expect("config");
+    let cfg = OtherConfig::Ring(model.clone());
+    let steps = |c: &hilock_models::open::OtherCheck| -> serde_json::Value {
+        let (_, t) = c
+            .traces
+            .iter()
+            .find(|(p, _)| p == MUTEX)
+            .expect("two holders");
+        t["steps"].clone()
+    };
+    let first = check_other(&cfg, |_, _, _| {}).expect("check");
+    let again = check_other(&cfg, |_, _, _| {}).expect("check");
+    assert_eq!(steps(&first).as_array().map(Vec::len), Some(11));
+    assert!(steps(&first) == steps(&again), "a different counterexample");
+    assert!(shortest_failure(&model, MUTEX, 10).is_none());
+    assert!(shortest_failure(&model, MUTEX, 11).is_some());
+}
