@@ -560,7 +560,7 @@ pub fn level(i: usize, n: usize) -> Priority {
     (i * PRIO_LEVELS / n) as Priority
 }
 
-/// Runs one configuration (on the caller's thread: outputs go to a heap [`VecSink`]).
+/// Runs one configuration (on the caller's thread: outputs go to a heap [`hilock_harness::VecSink`]).
 pub fn run(cfg: &Config) -> Result<Stats, String> {
     run_here(cfg)
 }

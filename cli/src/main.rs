@@ -59,7 +59,7 @@ enum Command {
         /// No progress bar.
         #[arg(long)]
         quiet: bool,
-        /// Every node records its kernel steps in DIR/node-<id>.jsonl, for `hilock
+        /// Every node records its kernel steps in `DIR/node-<id>.jsonl`, for `hilock
         /// trace-check` (the files must not exist yet).
         #[arg(long, value_name = "DIR")]
         record: Option<PathBuf>,

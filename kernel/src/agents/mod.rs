@@ -274,7 +274,7 @@ pub struct QEntry<const D: usize> {
 }
 
 /// A queue announcement ("every notification … is supplied with a version number … the
-/// notifications are also carrying the identity of the client that induced [it]"). Agents
+/// notifications are also carrying the identity of the client that induced \[it\]"). Agents
 /// forward it unchanged to other agents.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]

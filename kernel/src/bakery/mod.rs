@@ -154,7 +154,7 @@ impl<'a> Renaming<'a> {
         cell.is_none_or(|c| self.get(c.ts).is_some())
     }
 
-    /// `cell` renamed (unchanged when not covered; callers check [`Renaming::covers`] first).
+    /// `cell` renamed (unchanged when not covered; callers check `Renaming::covers` first).
     pub fn cell(&self, cell: store::Cell) -> store::Cell {
         store::Cell {
             ts: self.get(cell.ts).unwrap_or(cell.ts),

@@ -13,7 +13,7 @@
 //! - a release passes the token to the head of the holder's queue, with the rest of the
 //!   queue; the receiver merges it with its own queue in priority order.
 //!
-//! Simplification (documented in `spec/SPEC.md` 1.10): the cited protocol [30] logs every
+//! Simplification (documented in `spec/SPEC.md` 1.10): the cited protocol \[30\] logs every
 //! request at every node it passes and prunes the logs as the token moves; here a request
 //! is stored only where it stops, which is what the thesis's example (Fig. 3.1) shows.
 

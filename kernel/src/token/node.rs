@@ -10,8 +10,8 @@
 //!
 //! No function here can panic (`embedded/no-panic.sh` checks it on the linked firmware): a
 //! node id is checked against `N` where it enters the state (`Site::step` checks the
-//! sender, [`LockNode::on_request`] the requester, [`LockNode::on_token`] every queued
-//! entry), and the per-peer records are then read through [`LockNode::peer`], which refuses
+//! sender, `LockNode::on_request` the requester, `LockNode::on_token` every queued
+//! entry), and the per-peer records are then read through `LockNode::peer`, which refuses
 //! an id out of range with [`KernelError::UnknownNode`] instead of indexing. No valid input
 //! reaches that refusal: it is the total form of a bounds check that cannot fail.
 

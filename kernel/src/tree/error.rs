@@ -32,7 +32,7 @@ pub enum TreeError {
         /// The node.
         node: TreeNodeId,
     },
-    /// A whole-operation call while an [`Op`] holds latches (`node` is latched by
+    /// A whole-operation call while an [`Op`](super::Op) holds latches (`node` is latched by
     /// `holder`); finish the stepped operations first.
     Busy {
         /// A latched node.
@@ -43,7 +43,7 @@ pub enum TreeError {
     /// The tree's state contradicts the colouring (e.g. a grey leaf or a grey count that
     /// would fall below zero) at this node. Only a broken variant gets here.
     Inconsistent(TreeNodeId),
-    /// [`Op::step`] on an operation that has finished.
+    /// [`Op::step`](super::Op::step) on an operation that has finished.
     Finished,
 }
 
@@ -71,7 +71,7 @@ impl fmt::Display for TreeError {
 }
 
 /// A violation of the colour invariants, exclusivity or maximality found by
-/// [`TreeLock::audit`].
+/// [`TreeLock::audit`](super::TreeLock::audit).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum TreeViolation {

@@ -2,8 +2,9 @@
 //! transactions over many locks whose deadlocks are detected and resolved by a surrender.
 //!
 //! Every rule is the kernel's ([`hilock_kernel::agents`]): each node runs one
-//! [`LockServer`] (the server of the locks whose *home* it is) and one [`Agent`] per
-//! transaction started on it; [`engine`] only routes the kernel's outputs — a server's
+//! [`LockServer`](hilock_kernel::agents::LockServer) (the server of the locks whose *home*
+//! it is) and one [`Agent`](hilock_kernel::agents::Agent) per transaction started on it;
+//! its `engine` module only routes the kernel's outputs — a server's
 //! announcements to the node of the agent they name, an agent's requests to the servers'
 //! nodes, its forwarded dependency information to the other agents' nodes — and turns the
 //! agents' outputs into answers for the client.

@@ -2,7 +2,7 @@
 //! consistent hashing, each key's entry on its service node and `r` = 2 successors.
 //!
 //! Every rule is the kernel's ([`hilock_kernel::ring`]): a [`RingNode`] runs one
-//! [`RingServer`](hilock_kernel::ring::RingServer) and only routes its outputs; a
+//! [`hilock_kernel::ring::RingServer`] and only routes its outputs; a
 //! [`RingClient`] runs the kernel's [`ChordClient`](hilock_kernel::ring::ChordClient)
 //! (lookup, redirects, retries); the [`Membership`] service plays the model's `Chord`
 //! actor (etcd's role): it announces views with `NewView` and starts the next change (a
@@ -11,7 +11,7 @@
 //!
 //! # Placement
 //! The ring has [`SLOTS`] node slots on a 16-bit circle; slot `i` has the identifier
-//! [`hash`](hilock_kernel::ring::hash) of `"hilock-ring-slot-<i>"` (FNV-1a then fmix32,
+//! [`hilock_kernel::ring::hash`] of `"hilock-ring-slot-<i>"` (FNV-1a then fmix32,
 //! fixed, so every process places alike). A lock path is placed by its top-level element
 //! ([`Ring::key_of`](hilock_kernel::ring::Ring::key_of)).
 //!
@@ -24,7 +24,7 @@
 //!
 //! # Limits (said, not hidden)
 //! - The static membership service is one process (`hilock ring membership`, or a test).
-//!   Without it no view changes; with `membership = "etcd"` ([`etcd`]) the view is in etcd
+//!   Without it no view changes; with `membership = "etcd"` (the `etcd` module, with the `etcd` feature) the view is in etcd
 //!   and the nodes change it themselves.
 //! - Crash detection is by the successor, removal under the lease rule (see [`Membership`]
 //!   and `docs/faults.md`, "Ring engine"): every node renews a lease with the service and
@@ -509,7 +509,7 @@ pub fn slot_addrs(cfg: &crate::Config) -> Result<(Vec<Option<SocketAddr>>, Socke
 
 /// Where a client of the ring configured by `cfg` takes its views, and that source's
 /// name for error messages: the membership service, or — `membership = "etcd"` — the view
-/// etcd holds, followed ([`etcd::follow_view`]; needs the `etcd` feature).
+/// etcd holds, followed (`etcd::follow_view`; needs the `etcd` feature).
 pub async fn client_views(cfg: &crate::Config) -> Result<(Views, String), String> {
     let (_, membership) = slot_addrs(cfg)?;
     if membership != crate::config::NO_SERVICE {

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use super::Stats;
 
-/// How long [`Handle::status`] waits for each peer to answer the probe it sends for the
+/// How long [`super::Handle::status`] waits for each peer to answer the probe it sends for the
 /// call (all peers at once): a peer that does not answer within it is shown as not
 /// answering, not connected.
 pub const PROBE_WAIT: Duration = Duration::from_millis(300);
