@@ -781,6 +781,7 @@ impl Core {
                 Output::Granted { mode, .. } => self.granted(path, mode),
                 Output::Upgraded { .. } => self.upgraded(path),
                 Output::WouldBlock { .. } => self.would_block(path),
+                Output::Cancelled { .. } => {}
             }
         }
     }
