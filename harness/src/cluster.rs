@@ -6,7 +6,7 @@
 //! the `Send` outputs of a step, delivers messages and checks the global properties through
 //! this one type. A property is written once, in its own file under [`crate::properties`]
 //! (P1, P2, P3, P3b, deadlock at quiescence, no kernel error, P10 fencing tokens, P11 and P12
-//! for try-locks, P13 and P14 for cancels), and checked by all of them.
+//! for try-locks, P14 and P15 for cancels), and checked by all of them.
 //!
 //! # The network
 //! Per ordered pair of nodes a channel: FIFO ([`Order::Fifo`], the thesis assumption), or a
@@ -324,7 +324,7 @@ pub struct Cluster<P: Protocol> {
     /// first grant to one of them.
     pub(crate) refused: BTreeSet<(NodeId, LockId)>,
     pub(crate) try_breach: Option<(NodeId, LockId, Mode)>,
-    /// Ghost history for the cancel properties (P13, P14): the (node, lock) pairs whose
+    /// Ghost history for the cancel properties (P14, P15): the (node, lock) pairs whose
     /// last request, try or upgrade was cancelled (`Output::Cancelled`) with the mode the
     /// node held then (Φ, or U for an upgrade), until the node asks again (`Acquire`,
     /// `TryAcquire`, `Upgrade`) or releases; and the first grant to one of them.

@@ -16,8 +16,8 @@ const NAMES: [&str; 11] = [
     properties::FENCE,
     properties::P11,
     properties::P12,
-    properties::P13,
     properties::P14,
+    properties::P15,
 ];
 
 #[test]

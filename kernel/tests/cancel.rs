@@ -3,7 +3,7 @@
 //! try keeps running in the protocol; when its grant or the token arrives the site releases
 //! at once by Rule 5 and no `Granted` follows. A pending upgrade is withdrawn at once and
 //! the site keeps U. Every step runs in the one harness with every safety property checked
-//! after it, P13 (no grant after Cancel) and P14 (a cancel leaves nothing) included.
+//! after it, P14 (no grant after Cancel) and P15 (a cancel leaves nothing) included.
 
 use hilock_harness::Cluster;
 use hilock_kernel::token::recovery::{FaultSite, Stamped};

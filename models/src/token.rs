@@ -74,10 +74,16 @@
 //!   overtake the token it chases and be forwarded between two nodes for ever
 //!   (`spec/SPEC.md` 1.6). A journey is that of the newest copy of a request: the copy a
 //!   PIP reissue leaves behind (lower priority) is not counted.
+//! - `P11`, `P12` (try-lock, `spec/SPEC.md` 1.12) and `P14 no grant after Cancel`,
+//!   `P15 a cancel leaves nothing` (cancel, 1.13): the harness's properties
+//!   (`hilock_harness::properties`) over its ghost of refused tries and cancelled requests.
+//!   A `cancel` script operation races the answer to the operation before it: it is enabled
+//!   while that request is pending and skipped once the answer came.
 //! - `sometimes` properties, so a pass cannot be vacuous: a copy grant by a non-token node,
 //!   a token transfer, local queueing (Table 2.3 Q at a non-token node), a freeze delivered
 //!   (and applied), an upgrade completed, an idle relay's shortcut taken (only under
-//!   [`hilock_kernel::Forwarding::Compress`]).
+//!   [`hilock_kernel::Forwarding::Compress`]), a try refused, a cancelled request
+//!   completed.
 
 use hilock_harness::{Cluster, Order};
 use hilock_kernel::token::tables::table_2_1;
@@ -1337,8 +1343,8 @@ pub const SAFETY: [&str; 13] = [
     "P9 bounded forwarding",
     "P11 no grant after WouldBlock",
     "P12 a try leaves nothing pending",
-    "P13 no grant after Cancel",
-    "P14 a cancel leaves nothing",
+    "P14 no grant after Cancel",
+    "P15 a cancel leaves nothing",
 ];
 
 /// Names of the `P6 FIFO bypass ≤ k` properties, index k.

@@ -1078,7 +1078,7 @@ fn try_lock_refuses_without_a_trace_and_never_grants_later() {
     }
 }
 
-// --------------------------------------------------- cancel (`spec/SPEC.md` 1.13, P13, P14)
+// --------------------------------------------------- cancel (`spec/SPEC.md` 1.13, P14, P15)
 
 /// The cancel configurations. Each `cancel` races the answer to the operation before it:
 /// the checker runs it at every point while that request is pending (or skips it once the
@@ -1125,8 +1125,8 @@ fn cancel_configs() -> Vec<ModelConfig> {
     ]
 }
 
-/// Every interleaving of the cancel configurations: P1–P5, P9, P10, P13 (no grant after
-/// Cancel) and P14 (a cancelled request leaves nothing once it completes) hold — a
+/// Every interleaving of the cancel configurations: P1–P5, P9, P10, P14 (no grant after
+/// Cancel) and P15 (a cancelled request leaves nothing once it completes) hold — a
 /// cancelled request still completes (P4) and every script ends with every request it did
 /// not cancel granted (P5) — and a cancelled request's answer is reached in each.
 #[test]

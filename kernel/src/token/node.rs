@@ -727,10 +727,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
     ) -> Result<(), KernelError> {
         self.cancelled = false;
         cx.fire(Rule::Cancel);
-        let before = self.owned();
-        self.held = Mode::Phi;
-        cx.fire(Rule::Rule5Release);
-        self.release_or_keep(cx, before)
+        self.give_up_held(cx)
     }
 
     /// Whether a request waiting in this node's queue conflicts with `mode`: a try for
@@ -752,12 +749,22 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
             return Err(KernelError::UpgradePending(cx.lock));
         }
         let f0 = self.frozen;
+        self.give_up_held(cx)?;
+        self.check_queue(cx)?;
+        self.finish_freeze(cx, f0)
+    }
+
+    /// Rule 5 (`RequestUnlock`, Fig. 2.7): M_H = Φ; a non-token node whose owned mode
+    /// changed tells its parent (Rule 5.2, or keeps an intention mode under
+    /// [`ReleaseRule::KeepIntention`]). The caller then serves the queue (Rule 5.1).
+    fn give_up_held<S: Sink<Output<Msg<Q>>>>(
+        &mut self,
+        cx: &mut Ctx<'_, Q, S>,
+    ) -> Result<(), KernelError> {
         let before = self.owned();
         self.held = Mode::Phi;
         cx.fire(Rule::Rule5Release);
-        self.release_or_keep(cx, before)?;
-        self.check_queue(cx)?;
-        self.finish_freeze(cx, f0)
+        self.release_or_keep(cx, before)
     }
 
     /// `RequestUpgrade()`, Fig. 2.11: Rule 7. Only a U holder may upgrade; a U holder is

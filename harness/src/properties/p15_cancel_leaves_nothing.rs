@@ -1,4 +1,4 @@
-//! P14, a cancelled request leaves nothing once it completes: a cancelled request keeps
+//! P15, a cancelled request leaves nothing once it completes: a cancelled request keeps
 //! running in the protocol until its grant, token or busy answer arrives
 //! (`spec/SPEC.md` 1.13); while it runs the site still knows it is cancelled, and once it
 //! has completed (nothing pending) the site holds what it held at the cancel (Φ, or U
@@ -10,10 +10,10 @@ use crate::Cluster;
 use hilock_kernel::{Mode, Site};
 
 /// After a cancelled request completes, nothing of it is held, pending or queued.
-pub const P14: &str = "P14 a cancel leaves nothing";
+pub const P15: &str = "P15 a cancel leaves nothing";
 
 impl<const N: usize, const L: usize, const Q: usize> Cluster<Site<N, L, Q>> {
-    /// P14: for every (node, lock) whose last request was cancelled (the ghost of P13):
+    /// P15: for every (node, lock) whose last request was cancelled (the ghost of P14):
     /// while the node has a request pending it is marked cancelled; with nothing pending
     /// the node holds the mode it held at the cancel and (for a request or try) no live
     /// site's queue of the lock holds an entry of the node with the request's serial.
@@ -28,7 +28,7 @@ impl<const N: usize, const L: usize, const Q: usize> Cluster<Site<N, L, Q>> {
             if node.pending_mode() != Mode::Phi {
                 if held == Mode::Phi && !node.cancelled() {
                     return Err(Violation {
-                        property: P14,
+                        property: P15,
                         detail: format!(
                             "{n}'s request for {lock} runs on without its cancel after Cancelled"
                         ),
@@ -38,7 +38,7 @@ impl<const N: usize, const L: usize, const Q: usize> Cluster<Site<N, L, Q>> {
             }
             if node.held() != held {
                 return Err(Violation {
-                    property: P14,
+                    property: P15,
                     detail: format!(
                         "{n} holds {lock} in {} after its cancelled request completed (held {held} at the cancel)",
                         node.held()
@@ -57,7 +57,7 @@ impl<const N: usize, const L: usize, const Q: usize> Cluster<Site<N, L, Q>> {
                     .any(|e| e.requester == n && e.serial == serial)
                 {
                     return Err(Violation {
-                        property: P14,
+                        property: P15,
                         detail: format!(
                             "{m}'s queue of {lock} holds {n}'s cancelled request (serial {serial})"
                         ),
