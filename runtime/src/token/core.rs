@@ -1045,13 +1045,20 @@ impl Core {
         }
     }
 
-    /// The kernel accepted the cancel of the site's request (`Output::Cancelled`,
-    /// `spec/SPEC.md` 1.13): its caller has gone; the request may still run in the
-    /// protocol, and the kernel itself releases its grant when it comes — no grant of it
-    /// reaches this node's callers.
+    /// The kernel accepted the cancel of the site's request or upgrade
+    /// (`Output::Cancelled`, `spec/SPEC.md` 1.13): its caller has gone; a request may still
+    /// run in the protocol, and the kernel itself releases its grant when it comes — no
+    /// grant of it reaches this node's callers; an upgrade is withdrawn and U kept (a
+    /// kernel request and an issued upgrade are never out together: the one needs M_H = Φ,
+    /// the other U).
     fn cancelled(&mut self, path: &str) {
         let e = self.locks.get_mut(path).expect("entry exists");
-        e.requesting = None;
+        if e.upgrading.as_ref().is_some_and(|u| u.issued) {
+            // A withdrawn upgrade (its holder released): the site keeps U.
+            e.upgrading = None;
+        } else {
+            e.requesting = None;
+        }
         self.shared.counters.cancels.fetch_add(1, Relaxed);
     }
 
@@ -1193,17 +1200,28 @@ impl Core {
         if e.holders.len() == before {
             return;
         }
+        let mut withdraw = false;
         match &e.upgrading {
-            Some(u) if u.hold == hold && u.issued => {
-                // Rule 7 keeps U until W is granted; release then.
+            Some(u) if u.hold == hold && u.issued && self.frozen => {
+                // No kernel step until the next epoch is installed: Rule 7 keeps U until W
+                // is granted; release then.
                 e.holders.push((hold, Mode::U));
                 e.release_when_upgraded = true;
                 return;
             }
+            // The upgrade is withdrawn in the kernel at once (`Input::Cancel`, `spec/SPEC.md`
+            // 1.13: the site keeps U, `Core::cancelled`), and U is released below.
+            Some(u) if u.hold == hold && u.issued => withdraw = true,
             // The upgrade had not reached the kernel yet: it is dropped with its holder.
             Some(u) if u.hold == hold => e.upgrading = None,
             _ => {}
         }
+        if withdraw {
+            if let Err(error) = self.kstep(path, Input::Cancel { lock: LOCK }) {
+                warn!(%path, %error, "kernel refused to cancel an upgrade");
+            }
+        }
+        let e = self.locks.get_mut(path).expect("entry exists");
         if e.holders.is_empty() {
             self.kernel_release(path);
         } else {

@@ -1145,7 +1145,8 @@ impl Guard {
 
     /// Upgrade U → W (Rule 7) with the node's default timeout. The ancestors already hold
     /// IW, which W needs. On timeout the upgrade stays pending in the protocol and the
-    /// guard keeps U; dropping the guard then releases once the upgrade completes.
+    /// guard keeps U; dropping the guard then withdraws the upgrade (`Input::Cancel`,
+    /// `spec/SPEC.md` 1.13) and releases U at once.
     pub async fn upgrade(&mut self) -> Result<(), Error> {
         let t = self.handle.shared.request_timeout;
         self.upgrade_within(t).await
