@@ -629,7 +629,7 @@ impl TokenSim {
             }
             Output::Granted { .. } => granted = true,
             // The simulator issues no try-lock.
-            Output::Upgraded { .. } | Output::WouldBlock { .. } => {}
+            Output::Upgraded { .. } | Output::WouldBlock { .. } | Output::Cancelled { .. } => {}
         };
         match (input, from) {
             (Some(input), _) => {

@@ -375,10 +375,11 @@ impl Protocol for BakerySite {
                     }
                     Some(BInput::Wake)
                 }
-                // No priorities and no try-lock in the bakery simulator.
-                (Role::Client { .. }, Input::SetPriority { .. } | Input::TryAcquire { .. }) => {
-                    return Err(KernelError::InvalidMode)
-                }
+                // No priorities, no try-lock and no cancel in the bakery simulator.
+                (
+                    Role::Client { .. },
+                    Input::SetPriority { .. } | Input::TryAcquire { .. } | Input::Cancel { .. },
+                ) => return Err(KernelError::InvalidMode),
             };
             match client_input {
                 Some(i) => site.client_step(i, sends).map_err(|e| kerr(e, id)),

@@ -958,7 +958,7 @@ where
                 events.push(Reverse((at, *seq, Ev::Deliver(key.0, key.1))));
             }
             Output::Granted { .. } => granted = true,
-            Output::Upgraded { .. } | Output::WouldBlock { .. } => {}
+            Output::Upgraded { .. } | Output::WouldBlock { .. } | Output::Cancelled { .. } => {}
         };
         let r = match (input, from) {
             (Some(input), _) => cluster
@@ -1376,7 +1376,7 @@ pub fn naimi_sequential(n: usize, warmup: u64, requests: u64, seed: u64) -> Sequ
                 }
             }
             Output::Granted { .. } => granted = true,
-            Output::Upgraded { .. } | Output::WouldBlock { .. } => {}
+            Output::Upgraded { .. } | Output::WouldBlock { .. } | Output::Cancelled { .. } => {}
         };
         let acquire = Input::Acquire {
             lock,

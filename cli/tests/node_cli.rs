@@ -214,6 +214,10 @@ fn hilock_lock_times_out_with_one_line_and_exit_2() {
     let e = text(&out.stderr);
     assert!(e.contains("timed out"), "{e}");
     assert_eq!(e.trim_end().lines().count(), 1, "{e}");
+    // The timed-out request was cancelled in node 1's kernel (`spec/SPEC.md` 1.13): it is
+    // never granted to a caller there.
+    let v = status_json(&c, 1);
+    assert_eq!(v["stats"]["cancels"], 1, "{v}");
     // Bad input: one line, exit 2.
     for args in [
         vec!["lock", "/t", "X"],

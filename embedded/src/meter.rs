@@ -24,7 +24,7 @@ pub const WINDOW: usize = 16 * 1024;
 const PATTERN: u32 = 0xDEAD_BEEF;
 
 /// Kinds of step, for per-kind figures.
-pub const KINDS: [&str; 11] = [
+pub const KINDS: [&str; 12] = [
     "acquire",
     "release",
     "upgrade",
@@ -36,6 +36,7 @@ pub const KINDS: [&str; 11] = [
     "deliver freeze",
     "try acquire",
     "deliver busy",
+    "cancel",
 ];
 
 fn kind(input: &Input<'_, FwMsg>) -> usize {
@@ -45,6 +46,7 @@ fn kind(input: &Input<'_, FwMsg>) -> usize {
         Input::Upgrade { .. } => 2,
         Input::SetPriority { .. } => 3,
         Input::TryAcquire { .. } => 9,
+        Input::Cancel { .. } => 11,
         Input::Deliver { msg, .. } => match msg.kind() {
             MsgKind::Request => 4,
             MsgKind::Grant => 5,

@@ -6,8 +6,7 @@
 //! the `Send` outputs of a step, delivers messages and checks the global properties through
 //! this one type. A property is written once, in its own file under [`crate::properties`]
 //! (P1, P2, P3, P3b, deadlock at quiescence, no kernel error, P10 fencing tokens, P11 and P12
-//! for try-locks), and
-//! checked by all of them.
+//! for try-locks, P14 and P15 for cancels), and checked by all of them.
 //!
 //! # The network
 //! Per ordered pair of nodes a channel: FIFO ([`Order::Fifo`], the thesis assumption), or a
@@ -325,6 +324,12 @@ pub struct Cluster<P: Protocol> {
     /// first grant to one of them.
     pub(crate) refused: BTreeSet<(NodeId, LockId)>,
     pub(crate) try_breach: Option<(NodeId, LockId, Mode)>,
+    /// Ghost history for the cancel properties (P14, P15): the (node, lock) pairs whose
+    /// last request, try or upgrade was cancelled (`Output::Cancelled`) with the mode the
+    /// node held then (Φ, or U for an upgrade), until the node asks again (`Acquire`,
+    /// `TryAcquire`, `Upgrade`) or releases; and the first grant to one of them.
+    pub(crate) cancelled: BTreeMap<(NodeId, LockId), Mode>,
+    pub(crate) cancel_breach: Option<(NodeId, LockId, Mode)>,
     // Bookkeeping (not state).
     seq: u64,
     sent: u64,
@@ -349,6 +354,8 @@ impl<P: Protocol> Clone for Cluster<P> {
             fence_breach: self.fence_breach.clone(),
             refused: self.refused.clone(),
             try_breach: self.try_breach,
+            cancelled: self.cancelled.clone(),
+            cancel_breach: self.cancel_breach,
             seq: self.seq,
             sent: self.sent,
             steps: self.steps,
@@ -380,6 +387,8 @@ where
             && self.fence_breach == o.fence_breach
             && self.refused == o.refused
             && self.try_breach == o.try_breach
+            && self.cancelled == o.cancelled
+            && self.cancel_breach == o.cancel_breach
     }
 }
 impl<P: Protocol + Eq> Eq for Cluster<P> where P::Msg: Eq {}
@@ -402,6 +411,8 @@ where
         self.fence_breach.hash(h);
         self.refused.hash(h);
         self.try_breach.hash(h);
+        self.cancelled.hash(h);
+        self.cancel_breach.hash(h);
     }
 }
 
@@ -441,6 +452,8 @@ where
             fence_breach: None,
             refused: BTreeSet::new(),
             try_breach: None,
+            cancelled: BTreeMap::new(),
+            cancel_breach: None,
             seq: 0,
             sent: 0,
             steps: 0,
@@ -606,6 +619,13 @@ where
             Input::Acquire { lock, .. } | Input::TryAcquire { lock, .. } => Some(lock),
             _ => None,
         };
+        let asked_or_released = match input {
+            Input::Acquire { lock, .. }
+            | Input::TryAcquire { lock, .. }
+            | Input::Upgrade { lock }
+            | Input::Release { lock } => Some(lock),
+            _ => None,
+        };
         let slot = &mut self.sites[node.idx()];
         // The cached hash is stale once the site may have changed.
         slot.hash = AtomicU64::new(0);
@@ -621,6 +641,11 @@ where
                 if let Some(lock) = asked {
                     // A new request: the refusal of an earlier try is history.
                     self.refused.remove(&(node, lock));
+                }
+                if let Some(lock) = asked_or_released {
+                    // Asked again (or released what a cancelled upgrade left held): the
+                    // cancel is history.
+                    self.cancelled.remove(&(node, lock));
                 }
                 self.steps += 1;
                 self.rules = self.rules.union(r.rules);
@@ -644,10 +669,19 @@ where
             Output::Send { to, msg } => self.route(from, to, msg),
             Output::Granted { lock, mode } => {
                 self.note_try_grant(from, lock, mode);
+                self.note_cancelled_grant(from, lock, mode);
                 self.note_fence(from, lock, mode)
             }
-            Output::Upgraded { lock } => self.note_fence(from, lock, Mode::W),
+            Output::Upgraded { lock } => {
+                self.note_cancelled_grant(from, lock, Mode::W);
+                self.note_fence(from, lock, Mode::W)
+            }
             Output::WouldBlock { lock, .. } => self.note_would_block(from, lock),
+            Output::Cancelled { lock } => {
+                // A cancel leaves the held mode as it was (Φ, or U for an upgrade).
+                let held = self.sites[from.idx()].site.held(lock).unwrap_or(Mode::Phi);
+                self.note_cancelled(from, lock, held)
+            }
         }
     }
 
@@ -961,6 +995,7 @@ where
             hash: AtomicU64::new(0),
         };
         self.refused.retain(|(n, _)| *n != node);
+        self.cancelled.retain(|(n, _), _| *n != node);
         true
     }
 

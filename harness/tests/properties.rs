@@ -6,7 +6,7 @@ use hilock_harness::properties;
 use std::path::Path;
 
 /// The name of every property the harness checks, as violations report it.
-const NAMES: [&str; 9] = [
+const NAMES: [&str; 11] = [
     properties::P1,
     properties::P2,
     properties::P3,
@@ -16,6 +16,8 @@ const NAMES: [&str; 9] = [
     properties::FENCE,
     properties::P11,
     properties::P12,
+    properties::P14,
+    properties::P15,
 ];
 
 #[test]

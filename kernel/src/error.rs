@@ -20,6 +20,15 @@ pub enum KernelError {
     AlreadyHeld(LockId),
     /// `Acquire`/`Upgrade` while a request of this site for the lock is still pending.
     AlreadyPending(LockId),
+    /// `Cancel` while this site has no request, try or upgrade of the lock pending, or
+    /// only one it already cancelled (`spec/SPEC.md` 1.13).
+    NotPending(LockId),
+    /// `Acquire`/`TryAcquire` of another mode or kind than a cancelled request of this
+    /// site that still runs in the protocol (`spec/SPEC.md` 1.13): the same mode and kind
+    /// take that request back; anything else waits until it has completed.
+    CancelRunning(LockId),
+    /// `Cancel` on a protocol that has no cancel (the Naimi-Trehel baselines).
+    CancelUnsupported(LockId),
     /// `Release` while this site holds nothing.
     NotHeld(LockId),
     /// `Upgrade` while this site does not hold the lock in U (Rule 7).
@@ -58,6 +67,14 @@ impl fmt::Display for KernelError {
             KernelError::AlreadyHeld(l) => write!(f, "lock {l} is already held here"),
             KernelError::AlreadyPending(l) => {
                 write!(f, "a request for lock {l} is already pending")
+            }
+            KernelError::NotPending(l) => write!(f, "nothing of lock {l} is pending to cancel"),
+            KernelError::CancelRunning(l) => write!(
+                f,
+                "lock {l}: a cancelled request of another mode is still running"
+            ),
+            KernelError::CancelUnsupported(l) => {
+                write!(f, "lock {l}: this protocol cannot cancel a request")
             }
             KernelError::NotHeld(l) => write!(f, "lock {l} is not held here"),
             KernelError::NotHoldingU(l) => write!(f, "upgrade needs lock {l} held in U"),

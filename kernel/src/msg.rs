@@ -216,6 +216,18 @@ pub enum Input<'a, M> {
         /// The requested mode (not Φ).
         mode: Mode,
     },
+    /// hilock's cancel (`spec/SPEC.md` 1.13): the local user withdraws its pending
+    /// request, try or upgrade of `lock`. Answered at once with [`Output::Cancelled`]; no
+    /// [`Output::Granted`], [`Output::Upgraded`] or [`Output::WouldBlock`] of the withdrawn
+    /// request follows. A request or try keeps running in the protocol: when its grant or
+    /// the token arrives the site releases at once (Rule 5), and a busy answer to a try
+    /// ends it without output. An upgrade (Rule 7 waits at the token node, nothing is in
+    /// flight) is withdrawn at once: the site keeps U. Nothing pending (or already
+    /// cancelled): [`crate::KernelError::NotPending`].
+    Cancel {
+        /// The lock.
+        lock: LockId,
+    },
     /// User API `RequestUnlock()` (Fig. 2.7).
     Release {
         /// The lock.
@@ -261,6 +273,12 @@ pub enum Output<M> {
     },
     /// The local user's U → W upgrade completed (Rule 7).
     Upgraded {
+        /// The lock.
+        lock: LockId,
+    },
+    /// The local user's [`Input::Cancel`] was accepted (`spec/SPEC.md` 1.13): its pending
+    /// request, try or upgrade of `lock` is withdrawn; no grant of it follows.
+    Cancelled {
         /// The lock.
         lock: LockId,
     },

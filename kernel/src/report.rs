@@ -138,6 +138,12 @@ named_rules! {
     TryWouldBlock = "try would block",
     /// A busy answer for a try request that is no longer pending was dropped.
     StaleBusy = "stale busy",
+    /// hilock's cancel (`spec/SPEC.md` 1.13): the local user withdrew its pending request,
+    /// try or upgrade (`Cancelled`); the grant or token of a cancelled request arrived and
+    /// the site released at once (Rule 5, no `Granted`); a busy answer or the site's own
+    /// returning try ended a cancelled try; or an `Acquire`/`TryAcquire` took a cancelled
+    /// request of the same mode back.
+    Cancel = "cancel",
 }
 
 /// The rules of one engine, named: an enum of at most 64 variants (`#[repr(u8)]`, declared

@@ -297,14 +297,14 @@ impl InversionConfig {
                     Output::Send { to, .. } => c.sent.push((n, to.0, t)),
                     // A grant begins a stretch of critical-section code.
                     Output::Granted { .. } | Output::Upgraded { .. } => c.start[n as usize] = t,
-                    Output::WouldBlock { .. } => {}
+                    Output::WouldBlock { .. } | Output::Cancelled { .. } => {}
                 }
             }
         }
         for o in outputs {
             match o {
-                // The inversion model issues no try-lock.
-                Output::Send { .. } | Output::WouldBlock { .. } => {}
+                // The inversion model issues no try-lock and no cancel.
+                Output::Send { .. } | Output::WouldBlock { .. } | Output::Cancelled { .. } => {}
                 Output::Granted { .. } | Output::Upgraded { .. } => {
                     st.waiting[n as usize] = false;
                     if n == D {

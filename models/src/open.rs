@@ -134,6 +134,7 @@ fn fits<const L: usize>(
                 (ScriptOp::Acquire(m, l), TraceInput::Acquire { lock, mode }) if m == *mode && l == *lock
             ) || matches!((op, input), (ScriptOp::Release(l), TraceInput::Release { lock }) if l == *lock)
                 || matches!((op, input), (ScriptOp::Try(m, l), TraceInput::TryAcquire { lock, mode }) if m == *mode && l == *lock)
+                || matches!((op, input), (ScriptOp::Cancel(l), TraceInput::Cancel { lock }) if l == *lock)
                 || matches!((op, input), (ScriptOp::Upgrade(l), TraceInput::Upgrade { lock }) if l == *lock)
                 || matches!((op, input), (ScriptOp::Priority(p), TraceInput::SetPriority { base }) if p == *base)
         }
@@ -162,6 +163,7 @@ fn input_text(node: &str, input: &TraceInput) -> String {
     match input {
         TraceInput::Acquire { lock, mode } => format!("{node} acquire {mode} on L{lock}"),
         TraceInput::TryAcquire { lock, mode } => format!("{node} try {mode} on L{lock}"),
+        TraceInput::Cancel { lock } => format!("{node} cancel L{lock}"),
         TraceInput::Release { lock } => format!("{node} release L{lock}"),
         TraceInput::Upgrade { lock } => format!("{node} upgrade L{lock}"),
         TraceInput::SetPriority { base } => format!("{node} priority {base}"),
@@ -270,6 +272,7 @@ pub fn trace_diagram(t: &Trace) -> (Diagram, Vec<String>, Vec<Vec<String>>) {
             }
             TraceInput::Acquire { lock, .. }
             | TraceInput::TryAcquire { lock, .. }
+            | TraceInput::Cancel { lock }
             | TraceInput::Release { lock }
             | TraceInput::Upgrade { lock } => {
                 d.local(node, line.split_once(' ').map_or("", |x| x.1).to_string());
@@ -296,6 +299,9 @@ pub fn trace_diagram(t: &Trace) -> (Diagram, Vec<String>, Vec<Vec<String>>) {
                 }
                 TraceOutput::WouldBlock { lock, mode } => {
                     format!("{} is refused {mode} on L{lock} (would block)", step.node)
+                }
+                TraceOutput::Cancelled { lock } => {
+                    format!("{} cancelled its request of L{lock}", step.node)
                 }
             });
         }

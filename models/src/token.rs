@@ -74,10 +74,16 @@
 //!   overtake the token it chases and be forwarded between two nodes for ever
 //!   (`spec/SPEC.md` 1.6). A journey is that of the newest copy of a request: the copy a
 //!   PIP reissue leaves behind (lower priority) is not counted.
+//! - `P11`, `P12` (try-lock, `spec/SPEC.md` 1.12) and `P14 no grant after Cancel`,
+//!   `P15 a cancel leaves nothing` (cancel, 1.13): the harness's properties
+//!   (`hilock_harness::properties`) over its ghost of refused tries and cancelled requests.
+//!   A `cancel` script operation races the answer to the operation before it: it is enabled
+//!   while that request is pending and skipped once the answer came.
 //! - `sometimes` properties, so a pass cannot be vacuous: a copy grant by a non-token node,
 //!   a token transfer, local queueing (Table 2.3 Q at a non-token node), a freeze delivered
 //!   (and applied), an upgrade completed, an idle relay's shortcut taken (only under
-//!   [`hilock_kernel::Forwarding::Compress`]).
+//!   [`hilock_kernel::Forwarding::Compress`]), a try refused, a cancelled request
+//!   completed.
 
 use hilock_harness::{Cluster, Order};
 use hilock_kernel::token::tables::table_2_1;
@@ -120,7 +126,7 @@ impl Network {
 }
 
 /// One operation of a node's script, written `acquire MODE [@LOCK]`, `try MODE [@LOCK]`,
-/// `release [@LOCK]` or `upgrade [@LOCK]` in JSON.
+/// `cancel [@LOCK]`, `release [@LOCK]` or `upgrade [@LOCK]` in JSON.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
 pub enum ScriptOp {
@@ -130,6 +136,14 @@ pub enum ScriptOp {
     /// script waits for the answer. Granted, it goes on; refused (`WouldBlock`), it skips
     /// its next operation if that is the `release` of the same lock.
     Try(Mode, u16),
+    /// `cancel`: hilock's cancel (`Input::Cancel`, `spec/SPEC.md` 1.13) of the request, try
+    /// or upgrade of the lock that the script's previous operation made. It races the
+    /// answer: the checker may run it at any point while that request is pending; if the
+    /// grant (or the try's refusal, or the completed upgrade) comes first, the cancel is
+    /// skipped. Cancelled (`Cancelled`), the script goes on without waiting and skips its
+    /// next operation if that is the `release` of the same lock (not after an upgrade:
+    /// U is still held).
+    Cancel(u16),
     /// `RequestUnlock()`.
     Release(u16),
     /// `RequestUpgrade()` (Rule 7); the script waits until it completes.
@@ -145,6 +159,7 @@ impl ScriptOp {
         match self {
             ScriptOp::Acquire(_, l)
             | ScriptOp::Try(_, l)
+            | ScriptOp::Cancel(l)
             | ScriptOp::Release(l)
             | ScriptOp::Upgrade(l) => l,
             ScriptOp::Priority(_) => 0,
@@ -170,6 +185,13 @@ impl std::str::FromStr for ScriptOp {
                 _ => Err(format!("unknown operation '{s}'")),
             };
         }
+        if let Some(rest) = s.trim().strip_prefix("cancel") {
+            // `cancel [@LOCK]` reads as `release [@LOCK]`.
+            return match Op::parse(&format!("release{rest}"))? {
+                Op::Release(l) => Ok(ScriptOp::Cancel(l)),
+                _ => Err(format!("unknown operation '{s}'")),
+            };
+        }
         match Op::parse(s)? {
             Op::Acquire(m, l) => Ok(ScriptOp::Acquire(m, l)),
             Op::Release(l) => Ok(ScriptOp::Release(l)),
@@ -190,6 +212,7 @@ impl fmt::Display for ScriptOp {
         let (s, l) = match self {
             ScriptOp::Acquire(m, l) => (format!("acquire {}", m.name()), *l),
             ScriptOp::Try(m, l) => (format!("try {}", m.name()), *l),
+            ScriptOp::Cancel(l) => ("cancel".to_string(), *l),
             ScriptOp::Release(l) => ("release".to_string(), *l),
             ScriptOp::Upgrade(l) => ("upgrade".to_string(), *l),
             ScriptOp::Priority(p) => return write!(f, "priority {p}"),
@@ -571,6 +594,7 @@ enum Note {
     Granted(LockId, Mode),
     Upgraded(LockId),
     WouldBlock(LockId),
+    Cancelled(LockId),
 }
 
 /// Ghost record of one outstanding request (or upgrade) of a node for a lock.
@@ -600,6 +624,9 @@ pub mod event {
     pub const SHORTCUT: u8 = 32;
     /// A try request was refused (`Output::WouldBlock`, `spec/SPEC.md` 1.12).
     pub const TRY_REFUSED: u8 = 64;
+    /// A cancelled request's answer arrived and ended it (a grant or the token released
+    /// at once, a busy answer dropped; `spec/SPEC.md` 1.13).
+    pub const CANCEL_COMPLETED: u8 = 128;
 }
 
 /// A state of the model.
@@ -748,7 +775,39 @@ impl<const L: usize> BaseModel<L> {
         match self.next_op(st, i) {
             None => false,
             Some(ScriptOp::Priority(_)) => true,
+            // A cancel runs only while the request it cancels is pending.
+            Some(ScriptOp::Cancel(l)) => st.reqs[i * L + l as usize].is_some(),
+            Some(op @ (ScriptOp::Acquire(..) | ScriptOp::Try(..))) => {
+                !st.blocked(i) && !Self::waits_for_cancel(st, i, op)
+            }
             Some(_) => !st.blocked(i),
+        }
+    }
+
+    /// Whether `op` (an acquire or try) of node `i` must wait until a cancelled request of
+    /// its lock has completed: the kernel takes a cancelled request back only for the same
+    /// mode and kind, and refuses anything else (`KernelError::CancelRunning`,
+    /// `spec/SPEC.md` 1.13) — a runtime waits then, and so does the model's user.
+    fn waits_for_cancel(st: &State<L>, i: usize, op: ScriptOp) -> bool {
+        let node = &st.cluster.site(NodeId(i as u16)).locks()[op.lock() as usize];
+        if !node.cancelled() {
+            return false;
+        }
+        !matches!(
+            (op, node.pending()),
+            (ScriptOp::Acquire(m, _), Pending::Request(e)) | (ScriptOp::Try(m, _), Pending::Try(e))
+                if e.mode == m
+        )
+    }
+
+    /// Node `n`'s request of `lock` was answered before its cancel ran: the script skips
+    /// the cancel; a refused try (`refused`) also skips the release that follows.
+    fn skip_after_answer(&self, st: &mut State<L>, n: usize, lock: LockId, refused: bool) {
+        if self.next_op(st, n) == Some(ScriptOp::Cancel(lock.0)) {
+            st.pc[n] += 1;
+        }
+        if refused && self.next_op(st, n) == Some(ScriptOp::Release(lock.0)) {
+            st.pc[n] += 1;
         }
     }
 
@@ -865,6 +924,7 @@ impl<const L: usize> BaseModel<L> {
                 Output::Granted { lock, mode } => Note::Granted(*lock, *mode),
                 Output::Upgraded { lock } => Note::Upgraded(*lock),
                 Output::WouldBlock { lock, .. } => Note::WouldBlock(*lock),
+                Output::Cancelled { lock } => Note::Cancelled(*lock),
             };
             notes.push(note).expect("a step has fewer than 64 outputs");
         };
@@ -911,6 +971,9 @@ impl<const L: usize> BaseModel<L> {
         };
         if report.rules.contains(Rule::CompressShortcut) {
             st.events |= event::SHORTCUT;
+        }
+        if !user && report.rules.contains(Rule::Cancel) {
+            st.events |= event::CANCEL_COMPLETED;
         }
         let after = &st.cluster.site(node).locks()[l];
         let has_token = after.has_token();
@@ -989,10 +1052,14 @@ impl<const L: usize> BaseModel<L> {
                         }
                     }
                 }
-                Note::Granted(lock, mode) => Self::granted(st, n, lock.idx(), mode),
+                Note::Granted(lock, mode) => {
+                    Self::granted(st, n, lock.idx(), mode);
+                    self.skip_after_answer(st, n, lock, false);
+                }
                 Note::Upgraded(lock) => {
                     st.events |= event::UPGRADED;
                     Self::granted(st, n, lock.idx(), Mode::W);
+                    self.skip_after_answer(st, n, lock, false);
                 }
                 Note::WouldBlock(lock) => {
                     // The try is over: nothing outstanding; the script skips the release
@@ -1000,7 +1067,16 @@ impl<const L: usize> BaseModel<L> {
                     st.events |= event::TRY_REFUSED;
                     st.reqs[n * L + lock.idx()] = None;
                     st.excess[n * L + lock.idx()] = NOT_TRAVELLING;
-                    if self.next_op(st, n) == Some(ScriptOp::Release(lock.0)) {
+                    self.skip_after_answer(st, n, lock, true);
+                }
+                Note::Cancelled(lock) => {
+                    // The user's wait is over (the request may still run in the protocol,
+                    // and its journey is still checked by P9); the script skips the release
+                    // that would have followed a grant — not after a cancelled upgrade,
+                    // which leaves U held.
+                    st.reqs[n * L + lock.idx()] = None;
+                    let held = st.cluster.site(node).locks()[lock.idx()].held();
+                    if held == Mode::Phi && self.next_op(st, n) == Some(ScriptOp::Release(lock.0)) {
                         st.pc[n] += 1;
                     }
                 }
@@ -1061,6 +1137,9 @@ impl<const L: usize> BaseModel<L> {
                         Output::WouldBlock { lock, mode } => {
                             format!("n{node} would block: try {mode} on L{} refused", lock.0)
                         }
+                        Output::Cancelled { lock } => {
+                            format!("n{node} cancelled its request of L{}", lock.0)
+                        }
                     };
                     s.push_str(&format!("\n  {line}"));
                 }
@@ -1102,6 +1181,7 @@ impl<const L: usize> BaseModel<L> {
                 lock: LockId(l),
                 mode,
             },
+            ScriptOp::Cancel(l) => Input::Cancel { lock: LockId(l) },
             ScriptOp::Release(l) => Input::Release { lock: LockId(l) },
             ScriptOp::Upgrade(l) => Input::Upgrade { lock: LockId(l) },
             ScriptOp::Priority(base) => Input::SetPriority { base },
@@ -1181,6 +1261,14 @@ fn p12<const L: usize>(_: &BaseModel<L>, st: &State<L>) -> bool {
     st.cluster.check_try_leaves_nothing().is_ok()
 }
 
+fn p13<const L: usize>(_: &BaseModel<L>, st: &State<L>) -> bool {
+    st.cluster.check_no_grant_after_cancel().is_ok()
+}
+
+fn p14<const L: usize>(_: &BaseModel<L>, st: &State<L>) -> bool {
+    st.cluster.check_cancel_leaves_nothing().is_ok()
+}
+
 /// What violates `property` in `st`, in words ("on L0: n1 holds R, n3 holds W"): the
 /// sentence a counterexample's verdict ends with. `None` if `st` does not violate it (or
 /// it is not one of [`SAFETY`]).
@@ -1227,6 +1315,8 @@ pub fn why_violated<const L: usize>(
         }
         p if p == SAFETY[9] => c.check_no_grant_after_would_block().err(),
         p if p == SAFETY[10] => c.check_try_leaves_nothing().err(),
+        p if p == SAFETY[11] => c.check_no_grant_after_cancel().err(),
+        p if p == SAFETY[12] => c.check_cancel_leaves_nothing().err(),
         _ => None,
     };
     violation.map(|v| v.detail)
@@ -1241,7 +1331,7 @@ fn ev<const L: usize, const E: u8>(_: &BaseModel<L>, st: &State<L>) -> bool {
 }
 
 /// Names of the properties that must hold (`always`).
-pub const SAFETY: [&str; 11] = [
+pub const SAFETY: [&str; 13] = [
     "P1 mutual exclusion",
     "P2 single token",
     "P3 owned-mode invariant",
@@ -1253,6 +1343,8 @@ pub const SAFETY: [&str; 11] = [
     "P9 bounded forwarding",
     "P11 no grant after WouldBlock",
     "P12 a try leaves nothing pending",
+    "P14 no grant after Cancel",
+    "P15 a cancel leaves nothing",
 ];
 
 /// Names of the `P6 FIFO bypass ≤ k` properties, index k.
@@ -1268,7 +1360,7 @@ pub const BYPASS: [&str; MAX_BYPASS as usize + 1] = [
 ];
 
 /// Names of the `sometimes` (reachability) properties.
-pub const REACHED: [&str; 7] = [
+pub const REACHED: [&str; 8] = [
     "reached: copy grant by a non-token node",
     "reached: token transfer",
     "reached: local queueing (Table 2.3 Q)",
@@ -1276,6 +1368,7 @@ pub const REACHED: [&str; 7] = [
     "reached: upgrade completed",
     "reached: compress shortcut",
     "reached: try refused",
+    "reached: cancelled request completed",
 ];
 
 impl<const L: usize> Model for BaseModel<L> {
@@ -1384,7 +1477,7 @@ impl<const L: usize> Model for BaseModel<L> {
                         });
                         Self::arrive(&mut st, i, l as usize);
                     }
-                    ScriptOp::Release(_) | ScriptOp::Priority(_) => {}
+                    ScriptOp::Cancel(_) | ScriptOp::Release(_) | ScriptOp::Priority(_) => {}
                 }
                 self.step(&mut st, i, StepInput::User(op));
             }
@@ -1467,6 +1560,8 @@ impl<const L: usize> Model for BaseModel<L> {
             Property::always(SAFETY[8], p9::<L>),
             Property::always(SAFETY[9], p11::<L>),
             Property::always(SAFETY[10], p12::<L>),
+            Property::always(SAFETY[11], p13::<L>),
+            Property::always(SAFETY[12], p14::<L>),
             Property::always(BYPASS[0], bypass::<L, 0>),
             Property::always(BYPASS[1], bypass::<L, 1>),
             Property::always(BYPASS[2], bypass::<L, 2>),
@@ -1482,6 +1577,7 @@ impl<const L: usize> Model for BaseModel<L> {
             Property::sometimes(REACHED[4], ev::<L, UPGRADED>),
             Property::sometimes(REACHED[5], ev::<L, SHORTCUT>),
             Property::sometimes(REACHED[6], ev::<L, TRY_REFUSED>),
+            Property::sometimes(REACHED[7], ev::<L, CANCEL_COMPLETED>),
         ]
     }
 }

@@ -822,7 +822,7 @@ pub fn render_status(s: &Status) -> String {
         )),
     }
     o.push_str(&format!(
-        "messages sent {} received {}; kernel requests {}; grants {}; waits {}; timeouts {}; busy tries {}; rejected connections {}; cut connections {}; refused messages {}; abandoned grants {}; refused clients {}\n",
+        "messages sent {} received {}; kernel requests {}; grants {}; waits {}; timeouts {}; busy tries {}; cancels {}; rejected connections {}; cut connections {}; refused messages {}; abandoned grants {}; refused clients {}\n",
         s.stats.frames_sent,
         s.stats.frames_received,
         s.stats.kernel_requests,
@@ -830,6 +830,7 @@ pub fn render_status(s: &Status) -> String {
         s.stats.waits,
         s.stats.timeouts,
         s.stats.would_block,
+        s.stats.cancels,
         s.stats.rejected_connections,
         s.stats.cut_connections,
         s.stats.kernel_rejections,

@@ -156,7 +156,7 @@ async fn five_nodes_2000_random_hierarchical_operations_satisfy_table_2_1() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_timed_out_request_granted_later_is_released_at_once() {
+async fn a_timed_out_request_is_cancelled_and_never_granted() {
     let nodes = local_cluster(3, "late", SECRET, Duration::from_secs(10))
         .await
         .unwrap();
@@ -199,16 +199,31 @@ async fn a_timed_out_request_granted_later_is_released_at_once() {
             && !text.contains("connected: the lock is busy"),
         "{e}"
     );
+    // Node 1's timed-out request was cancelled in the kernel (`spec/SPEC.md` 1.13); it
+    // still waits in node 0's queue (above). When node 0 releases, node 1's kernel
+    // releases its copy at once: no caller of node 1 is granted it, and node 2 gets W.
+    let grants_1 = nodes[1].stats().grants;
+    assert_eq!(nodes[1].stats().cancels, 1);
     drop(held);
-    // Node 1's abandoned request is granted, then released at once: node 2 gets W.
     let g = tokio::time::timeout(Duration::from_secs(5), nodes[2].lock(&path, Mode::W))
         .await
         .expect("not leaked")
         .unwrap();
     drop(g);
-    assert_eq!(nodes[1].stats().abandoned_grants, 1);
+    let s1 = nodes[1].stats();
+    assert_eq!(
+        (s1.grants, s1.abandoned_grants, s1.cancels),
+        (grants_1, 0, 1),
+        "no grant reaches node 1's callers after the cancel"
+    );
     assert_eq!(nodes[0].stats().abandoned_grants, 0);
     assert_all_idle(&nodes, Duration::from_secs(5)).await;
+    // The next request at node 1 is a new one, granted as usual.
+    let g = tokio::time::timeout(Duration::from_secs(5), nodes[1].lock(&path, Mode::R))
+        .await
+        .expect("granted")
+        .unwrap();
+    drop(g);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -231,6 +246,10 @@ async fn cancelled_hierarchical_request_releases_its_ancestors() {
         .unwrap();
     drop(w);
     assert_all_idle(&nodes, Duration::from_secs(5)).await;
+    // The pending level (/db/t) was cancelled in the kernel (`spec/SPEC.md` 1.13), not
+    // granted to node 1 and released afterwards.
+    let s1 = nodes[1].stats();
+    assert_eq!((s1.cancels, s1.abandoned_grants), (1, 0), "{s1:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -764,7 +783,7 @@ async fn status_shows_holders_local_waiters_and_the_kernel_queue() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_upgrade_waits_for_readers_and_a_guard_dropped_meanwhile_releases_after_it() {
+async fn an_upgrade_waits_for_readers_and_a_guard_dropped_meanwhile_is_withdrawn_and_released() {
     let nodes = local_cluster(2, "upgrade", SECRET, Duration::from_secs(10))
         .await
         .unwrap();
@@ -784,8 +803,25 @@ async fn an_upgrade_waits_for_readers_and_a_guard_dropped_meanwhile_releases_aft
         u.upgrade().await,
         Err(Error::NotUpgradable { mode: Mode::U, .. })
     ));
-    // Dropped while upgrading: released once the upgrade completes (Rule 7 keeps U).
+    // Dropped while upgrading: the upgrade is cancelled in the kernel (`spec/SPEC.md`
+    // 1.13: withdrawn at once, U kept) and U released, while node 1 still reads.
     drop(u);
+    let t = std::time::Instant::now();
+    loop {
+        let s = nodes[0].status().await.unwrap();
+        let l = s.locks.iter().find(|l| l.path == p).unwrap();
+        if l.held == Mode::Phi.to_string() && l.pending == Mode::Phi.to_string() {
+            break;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(2),
+            "node 0 still holds {} with {} pending while the reader reads",
+            l.held,
+            l.pending
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(nodes[0].stats().cancels, 1);
     drop(reader);
     let w = tokio::time::timeout(Duration::from_secs(5), nodes[1].lock(&p, Mode::W))
         .await

@@ -45,6 +45,11 @@ pub enum TraceInput {
         /// The mode.
         mode: Mode,
     },
+    /// hilock's cancel (`spec/SPEC.md` 1.13).
+    Cancel {
+        /// The lock.
+        lock: u16,
+    },
     /// User API `RequestUnlock`.
     Release {
         /// The lock.
@@ -121,6 +126,11 @@ pub enum TraceOutput {
         /// The mode tried.
         mode: Mode,
     },
+    /// The local cancel was accepted (`spec/SPEC.md` 1.13).
+    Cancelled {
+        /// The lock.
+        lock: u16,
+    },
 }
 
 impl TraceOutput {
@@ -140,6 +150,7 @@ impl TraceOutput {
                 lock: lock.0,
                 mode: *mode,
             },
+            Output::Cancelled { lock } => TraceOutput::Cancelled { lock: lock.0 },
         }
     }
 }
@@ -330,6 +341,7 @@ impl Trace {
             let input = match &st.input {
                 TraceInput::Acquire { mode, .. } => format!("acquire {mode}"),
                 TraceInput::TryAcquire { mode, .. } => format!("try {mode}"),
+                TraceInput::Cancel { .. } => "cancel".to_string(),
                 TraceInput::Release { .. } => "release".to_string(),
                 TraceInput::Upgrade { .. } => "upgrade".to_string(),
                 TraceInput::SetPriority { base } => format!("priority {base}"),
@@ -347,6 +359,7 @@ impl Trace {
                     TraceOutput::Granted { mode, .. } => format!("granted {mode}"),
                     TraceOutput::Upgraded { .. } => "upgraded to W".to_string(),
                     TraceOutput::WouldBlock { mode, .. } => format!("would block ({mode})"),
+                    TraceOutput::Cancelled { .. } => "cancelled".to_string(),
                 };
                 s.push_str(&format!("          {line}\n"));
             }

@@ -24,6 +24,8 @@ enum Action {
     Acquire(u16, u16, Mode),
     /// A try-lock (`Input::TryAcquire`, `spec/SPEC.md` 1.12).
     TryAcquire(u16, u16, Mode),
+    /// A cancel (`Input::Cancel`, `spec/SPEC.md` 1.13).
+    Cancel(u16, u16),
     Release(u16, u16),
     Upgrade(u16, u16),
     /// Change a site's base priority (chapter 3).
@@ -94,6 +96,17 @@ fn with_tries(base: BoxedStrategy<Action>) -> BoxedStrategy<Action> {
     prop_oneof![
         4 => base,
         1 => (0..N as u16, 0..LOCKS, mode()).prop_map(|(n, l, m)| Action::TryAcquire(n, l, m)),
+    ]
+    .boxed()
+}
+
+/// `base`'s actions with cancels (`Input::Cancel`, `spec/SPEC.md` 1.13) mixed in, one in
+/// five (most of them meet a pending request only sometimes: the others are refused with
+/// `NotPending`, changing nothing). A strategy of its own, as for the tries.
+fn with_cancels(base: BoxedStrategy<Action>) -> BoxedStrategy<Action> {
+    prop_oneof![
+        4 => base,
+        1 => (0..N as u16, 0..LOCKS).prop_map(|(n, l)| Action::Cancel(n, l)),
     ]
     .boxed()
 }
@@ -214,6 +227,11 @@ impl Harness {
                         mode: *m,
                     },
                 ),
+            ),
+            Action::Cancel(n, l) => (
+                NodeId(*n),
+                self.sys
+                    .input(NodeId(*n), Input::Cancel { lock: LockId(*l) }),
             ),
             Action::Release(n, l) => (
                 NodeId(*n),
@@ -367,9 +385,11 @@ fn report_names_what_the_step_did(what: &str, step: &Step<SpecMsg>) -> Result<()
         .outputs
         .iter()
         .any(|o| matches!(o, Output::WouldBlock { .. }));
+    // A busy answer to a cancelled try ends it without `WouldBlock` (`spec/SPEC.md` 1.13).
+    let cancel = step.rules.contains(Rule::Cancel);
     if would_block
         && !(step.rules.contains(Rule::TryRefused) || step.rules.contains(Rule::TryWouldBlock))
-        || step.rules.contains(Rule::TryWouldBlock) && !would_block
+        || step.rules.contains(Rule::TryWouldBlock) && !would_block && !cancel
     {
         return Err(format!(
             "{what}: a WouldBlock output and the try rules reported disagree: {:?} {:?}",
@@ -388,10 +408,22 @@ fn report_names_what_the_step_did(what: &str, step: &Step<SpecMsg>) -> Result<()
         Rule::GrantReceived,
         Rule::TokenReceived,
     ];
-    if granted != grant_rules.iter().any(|r| step.rules.contains(*r)) {
+    // The grant of a cancelled request is released at once, without `Granted`
+    // (`spec/SPEC.md` 1.13): its grant rule fires with `Cancel`.
+    let grant_rule = grant_rules.iter().any(|r| step.rules.contains(*r));
+    if granted && !grant_rule || grant_rule && !granted && !cancel {
         return Err(format!(
             "{what}: a Granted output and the grant rules reported disagree: {:?} {:?}",
             step.outputs, step.rules
+        ));
+    }
+    let cancelled = step
+        .outputs
+        .iter()
+        .any(|o| matches!(o, Output::Cancelled { .. }));
+    if cancelled && !cancel {
+        return Err(format!(
+            "{what}: a Cancelled output without Cancel reported"
         ));
     }
     Ok(())
@@ -473,6 +505,30 @@ proptest! {
             prop_assert!(false, "{}", e);
         }
     }
+
+    /// Random, also nonsensical, inputs with cancels (`spec/SPEC.md` 1.13) and try-locks:
+    /// no panic, typed errors, every safety property after every step (P14, no grant after
+    /// Cancel, and P15, a cancel leaves nothing, among them).
+    #[test]
+    fn random_inputs_with_cancels_keep_every_safety_property(inh in inheritance(), fwd in forwarding(), actions in prop::collection::vec(with_cancels(with_tries(action(true))), 1..200)) {
+        let mut h = Harness::with_forwarding(inh, fwd);
+        for a in &actions {
+            if let Err(e) = h.apply(a) {
+                prop_assert!(false, "{}", e);
+            }
+        }
+    }
+
+    /// Well-formed runs with cancels and try-locks, also biased towards priority changes:
+    /// after draining, every request — cancelled ones included — has completed (P4), and
+    /// P14 and P15 held after every step.
+    #[test]
+    fn runs_with_cancels_complete_every_request(inh in inheritance(), fwd in forwarding(), biased in any::<bool>(), actions in prop::collection::vec(with_cancels(with_tries(action(false))), 1..200), prio_actions in prop::collection::vec(with_cancels(with_tries(action_prio_biased())), 1..200)) {
+        let actions = if biased { prio_actions } else { actions };
+        if let Err(e) = run_and_drain(inh, fwd, &actions) {
+            prop_assert!(false, "{}", e);
+        }
+    }
 }
 
 /// The random runs are not vacuous: across a fixed set of generated runs every message kind
@@ -480,7 +536,7 @@ proptest! {
 /// are rejected with typed errors, and every [`Rule`] the kernel reports fires at least once
 /// (the rule-coverage count; the rarest, `ResyncRelease`, `StaleToken` and
 /// `OwnRequestRequeued`, fire only a few times in 4,000 runs; the try-lock's rules fire in
-/// the runs that mix in try-locks).
+/// the runs that mix in try-locks, `Cancel` in those that mix in cancels).
 #[test]
 fn random_runs_reach_every_rule() {
     use proptest::strategy::ValueTree;
@@ -492,15 +548,18 @@ fn random_runs_reach_every_rule() {
     let mut kinds = std::collections::BTreeMap::new();
     let (mut granted, mut upgraded, mut rejected) = (0u64, 0u64, 0u64);
     let mut coverage: BTreeMap<Rule, u64> = BTreeMap::new();
-    // Runs 4,000..6,000 use hilock's compressed forwarding (`spec/SPEC.md` 1.6), the others
-    // the thesis's; runs 5,000..6,000 mix in try-locks (`spec/SPEC.md` 1.12).
-    for run in 0..6000 {
+    // Runs 4,000..7,000 use hilock's compressed forwarding (`spec/SPEC.md` 1.6), the others
+    // the thesis's; runs 5,000..7,000 mix in try-locks (`spec/SPEC.md` 1.12), and runs
+    // 6,000..7,000 cancels too (1.13).
+    for run in 0..7000 {
         let (strategy, inh) = match run % 4 {
             0 | 1 => (action(true), Inheritance::None),
             2 => (action_prio_biased(), Inheritance::Pcep),
             _ => (action_prio_biased(), Inheritance::Pip),
         };
-        let strategy = if run >= 5000 {
+        let strategy = if run >= 6000 {
+            with_cancels(with_tries(strategy))
+        } else if run >= 5000 {
             with_tries(strategy)
         } else {
             strategy

@@ -62,7 +62,7 @@ fn code(src: &str) -> &str {
 }
 
 /// The token engine: every `Input` of a site (`kernel/src/msg.rs`: acquire, try-acquire,
-/// release, upgrade, set priority, deliver) is given by one of its models (`models/src/token.rs`,
+/// cancel, release, upgrade, set priority, deliver) is given by one of its models (`models/src/token.rs`,
 /// `inversion.rs`, `faults.rs`); every public function of the recovery layer's `FaultSite`
 /// is driven by an action of the fault model (`models/src/faults.rs`) or is a query.
 #[test]
@@ -72,8 +72,9 @@ fn the_token_models_drive_every_input_and_fault_operation() {
         .map(|m| read(&format!("models/src/{m}.rs")))
         .collect();
     let inputs = variants(&read("kernel/src/msg.rs"), "Input");
-    assert!(inputs.len() >= 6, "{inputs:?}");
+    assert!(inputs.len() >= 7, "{inputs:?}");
     assert!(inputs.iter().any(|i| i == "TryAcquire"), "{inputs:?}");
+    assert!(inputs.iter().any(|i| i == "Cancel"), "{inputs:?}");
     each_variant_named(&models, "Input", &inputs, "no token model");
     let faults = read("models/src/faults.rs");
     // (function, the fault model's action that drives it; "" for a query)

@@ -298,6 +298,12 @@ const PINNED: &[(&str, usize)] = &[
     ("try star3: W holder vs try W, try R", 342),
     ("try chain3: pending W vs try W", 324),
     ("try star4: R, W vs try R, try IR", 14940),
+    ("cancel star3: W holder vs cancelled W, R", 502),
+    ("cancel chain3: a cancelled W keeps a W behind it", 544),
+    (
+        "cancel star3: cancelled upgrade, taken back R, token node's W",
+        114503,
+    ),
 ];
 
 /// Checks `c` exhaustively, prints one line (with states/s), asserts the pinned state count,
@@ -1069,6 +1075,75 @@ fn try_lock_refuses_without_a_trace_and_never_grants_later() {
             .map(|p| p.name.clone())
             .collect();
         assert!(reached.contains(REACHED[6]), "{}: no try refused", c.name);
+    }
+}
+
+// --------------------------------------------------- cancel (`spec/SPEC.md` 1.13, P14, P15)
+
+/// The cancel configurations. Each `cancel` races the answer to the operation before it:
+/// the checker runs it at every point while that request is pending (or skips it once the
+/// answer came first). A star where node 1's W is cancelled while node 0 holds W (in
+/// flight, queued at the token node, or with the token on its way) and node 2 asks R; a
+/// chain 0 ← 1 ← 2 where node 1's cancelled W keeps node 2's W behind it (Table 2.3
+/// (W, W) = Q) and passes it on after its own token is released; and a star with a
+/// cancelled upgrade (node 0 keeps U), an R cancelled and asked again (taken back while it
+/// still runs, or asked anew) and the token node's own W cancelled.
+fn cancel_configs() -> Vec<ModelConfig> {
+    vec![
+        ModelConfig::star(
+            "cancel star3: W holder vs cancelled W, R",
+            &[
+                &["acquire W", "release"],
+                &["acquire W", "cancel", "release"],
+                &["acquire R", "release"],
+            ],
+        ),
+        ModelConfig::chain(
+            "cancel chain3: a cancelled W keeps a W behind it",
+            &[
+                &["acquire R", "release"],
+                &["acquire W", "cancel", "release"],
+                &["acquire W", "release"],
+            ],
+        ),
+        ModelConfig::star(
+            "cancel star3: cancelled upgrade, taken back R, token node's W",
+            &[
+                &[
+                    "acquire U",
+                    "upgrade",
+                    "cancel",
+                    "release",
+                    "acquire W",
+                    "cancel",
+                    "release",
+                ],
+                &["acquire R", "cancel", "release", "acquire R", "release"],
+                &["acquire IR", "release"],
+            ],
+        ),
+    ]
+}
+
+/// Every interleaving of the cancel configurations: P1–P5, P9, P10, P14 (no grant after
+/// Cancel) and P15 (a cancelled request leaves nothing once it completes) hold — a
+/// cancelled request still completes (P4) and every script ends with every request it did
+/// not cancel granted (P5) — and a cancelled request's answer is reached in each.
+#[test]
+fn a_cancelled_request_is_never_granted_and_leaves_nothing() {
+    for c in cancel_configs() {
+        let r = pass(&c);
+        let reached: BTreeSet<String> = r
+            .properties
+            .iter()
+            .filter(|p| p.kind == "sometimes" && p.holds)
+            .map(|p| p.name.clone())
+            .collect();
+        assert!(
+            reached.contains(REACHED[7]),
+            "{}: no cancelled request completed",
+            c.name
+        );
     }
 }
 

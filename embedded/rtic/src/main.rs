@@ -192,8 +192,8 @@ async fn run_device(
                     );
                     let _ = grants.send(Grant { node: me, mode }).await;
                 }
-                // The scenario issues neither upgrades nor try-locks.
-                Output::Upgraded { .. } | Output::WouldBlock { .. } => {
+                // The scenario issues neither upgrades nor try-locks nor cancels.
+                Output::Upgraded { .. } | Output::WouldBlock { .. } | Output::Cancelled { .. } => {
                     world.lock(|w| w.errors += 1);
                 }
             }

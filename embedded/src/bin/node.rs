@@ -95,8 +95,9 @@ fn poll(site: &mut MySite, out: &mut Outputs<Msg<Q>, O>) -> Result<(), hilock_ke
             match o {
                 Output::Send { to, msg } => transmit(*to, msg), // encode and send
                 Output::Granted { lock, .. } | Output::Upgraded { lock } => granted(*lock),
-                // This node issues no try-lock (`Input::TryAcquire`), so none is refused.
-                Output::WouldBlock { .. } => {}
+                // This node issues no try-lock (`Input::TryAcquire`) and no cancel
+                // (`Input::Cancel`), so none is refused or cancelled.
+                Output::WouldBlock { .. } | Output::Cancelled { .. } => {}
             }
         }
     }

@@ -13,16 +13,20 @@
 //! | [P10 fencing tokens increase](p10_fencing) | of two grants of a lock in conflicting modes, the later has the larger fence | none (hilock's extension: `spec/SPEC.md`, fencing tokens) | `kernel/src/token/node.rs` (`LockNode::fence`, the fence counter) | model `token`; `check_safety` on hilock sites |
 //! | [P11 no grant after WouldBlock](p11_no_grant_after_would_block) | a site whose try-lock was refused is not granted the lock until it asks again | none (hilock's try-lock: `spec/SPEC.md` 1.12) | `kernel/src/token/node.rs` (`LockNode::try_acquire`, `on_try_request`, `on_busy`) | model `token`; every caller of `check_safety` |
 //! | [P12 a try leaves nothing pending](p12_try_leaves_nothing) | after `WouldBlock` the site has nothing pending for the lock and no queue holds the try | none (hilock's try-lock: `spec/SPEC.md` 1.12) | `kernel/src/token/node.rs` (the try never enters a queue) | model `token`; `check_safety` on hilock sites |
+//! | [P14 no grant after Cancel](p14_no_grant_after_cancel) | a site that cancelled its request, try or upgrade of a lock is not granted (or upgraded) until it asks again | none (hilock's cancel: `spec/SPEC.md` 1.13) | `kernel/src/token/node.rs` (`LockNode::cancel`, `enter_or_release`, `release_cancelled`) | model `token`; every caller of `check_safety` |
+//! | [P15 a cancel leaves nothing](p15_cancel_leaves_nothing) | once a cancelled request completes the site holds what it held at the cancel and (FIFO, no faults, no PIP) no queue holds the request; while it runs it stays marked cancelled | none (hilock's cancel: `spec/SPEC.md` 1.13) | `kernel/src/token/node.rs` (the cancelled request's grant is released by Rule 5) | model `token`; `check_safety` on hilock sites |
 //!
 //! "Every caller of `check_safety`": the scenario runner (`hilock_spec::scenario`),
 //! `spec/tests/robustness.rs`, `spec/tests/embedded_script.rs` and the kernel's integration
-//! tests (`kernel/tests/`). Which of P3, P3b and P10 [`Cluster::check_safety`] checks
-//! besides P1, P2 and P11 is the protocol's [`Invariants`].
+//! tests (`kernel/tests/`). Which of P3, P3b, P10, P12 and P15 [`Cluster::check_safety`]
+//! checks besides P1, P2, P11 and P14 is the protocol's [`Invariants`].
 
 pub mod no_kernel_error;
 pub mod p10_fencing;
 pub mod p11_no_grant_after_would_block;
 pub mod p12_try_leaves_nothing;
+pub mod p14_no_grant_after_cancel;
+pub mod p15_cancel_leaves_nothing;
 pub mod p1_mutual_exclusion;
 pub mod p2_single_token;
 pub mod p3_owned_modes;
@@ -33,6 +37,8 @@ pub use no_kernel_error::NO_ERROR;
 pub use p10_fencing::{FenceBreach, FENCE};
 pub use p11_no_grant_after_would_block::P11;
 pub use p12_try_leaves_nothing::P12;
+pub use p14_no_grant_after_cancel::P14;
+pub use p15_cancel_leaves_nothing::P15;
 pub use p1_mutual_exclusion::P1;
 pub use p2_single_token::P2;
 pub use p3_owned_modes::{covers, P3};
@@ -69,8 +75,9 @@ impl<P: Protocol + Clone> Cluster<P>
 where
     P::Msg: Hash,
 {
-    /// Every safety property that applies, after any step: P1, P2, P11 and the protocol's
-    /// own invariants ([`Invariants`], e.g. P3, P3b, P10 and P12 for hilock sites), each where the
+    /// Every safety property that applies, after any step: P1, P2, P11, P14 and the
+    /// protocol's own invariants ([`Invariants`], e.g. P3, P3b, P10, P12 and P15 for hilock
+    /// sites), each where the
     /// cluster's faults allow it. (No kernel error is separate,
     /// [`Cluster::check_no_kernel_error`]: a driver that feeds nonsense on purpose expects
     /// rejections.)
@@ -81,6 +88,7 @@ where
         self.check_mutual_exclusion()?;
         self.check_single_token()?;
         self.check_no_grant_after_would_block()?;
+        self.check_no_grant_after_cancel()?;
         P::invariants(self)
     }
 }
@@ -113,7 +121,8 @@ impl<const N: usize, const L: usize, const Q: usize> Invariants for Site<N, L, Q
         c.check_owned_records()?;
         c.check_frozen_reach_children()?;
         c.check_fences()?;
-        c.check_try_leaves_nothing()
+        c.check_try_leaves_nothing()?;
+        c.check_cancel_leaves_nothing()
     }
 }
 

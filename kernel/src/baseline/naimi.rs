@@ -141,6 +141,8 @@ impl<const N: usize, const L: usize> NaimiSite<N, L> {
             | Input::TryAcquire { lock, .. }
             | Input::Release { lock }
             | Input::Upgrade { lock } => lock,
+            // The baselines have no cancel (`spec/SPEC.md` 1.13): refused, nothing changes.
+            Input::Cancel { lock } => return Err(KernelError::CancelUnsupported(lock)),
             // Plain Naimi-Trehel has no priorities.
             Input::SetPriority { .. } => return Ok(Report::default()),
             Input::Deliver { from, msg } => {
@@ -202,7 +204,7 @@ impl<const N: usize, const L: usize> NaimiSite<N, L> {
                     s.send_token(lock, n, out)?;
                 }
             }
-            Input::SetPriority { .. } => {}
+            Input::SetPriority { .. } | Input::Cancel { .. } => {}
             Input::Upgrade { .. } => {
                 if s.pending != Mode::Phi {
                     return Err(KernelError::AlreadyPending(lock));

@@ -172,6 +172,8 @@ impl<const N: usize, const L: usize, const P: usize, const Q: usize> PrioNaimiSi
             | Input::TryAcquire { lock, .. }
             | Input::Release { lock }
             | Input::Upgrade { lock } => lock,
+            // The baselines have no cancel (`spec/SPEC.md` 1.13): refused, nothing changes.
+            Input::Cancel { lock } => return Err(KernelError::CancelUnsupported(lock)),
             Input::SetPriority { base } => {
                 if base as usize >= P {
                     return Err(KernelError::InvalidMode);
@@ -270,7 +272,7 @@ impl<const N: usize, const L: usize, const P: usize, const Q: usize> PrioNaimiSi
                 s.held = Mode::W;
                 push(out, Output::Upgraded { lock })
             }
-            Input::SetPriority { .. } => Ok(()),
+            Input::SetPriority { .. } | Input::Cancel { .. } => Ok(()),
             Input::Deliver {
                 msg: PrioNaimiMsg::Request { req, .. },
                 ..

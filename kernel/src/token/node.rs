@@ -258,6 +258,10 @@ pub struct LockNode<const N: usize, const Q: usize> {
     pub(crate) routes: [Option<QueueEntry>; 5],
     /// [`ReleaseRule::KeepIntention`]: the intention mode kept while idle (Φ: none).
     pub(crate) kept: Mode,
+    /// hilock's cancel (`spec/SPEC.md` 1.13): the pending request or try was cancelled by
+    /// the local user; it keeps running in the protocol and is released (or ended) when
+    /// its answer arrives. Only ever `true` while `pending` is a request or a try.
+    pub(crate) cancelled: bool,
 }
 
 /// Where a step's effects go: this site's id, the lock, and the output buffer.
@@ -314,6 +318,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
             shortcut: None,
             routes: [None; 5],
             kept: Mode::Phi,
+            cancelled: false,
         }
     }
 
@@ -372,6 +377,12 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
     /// differ, since a PIP reissue raises it while older copies are still travelling).
     pub fn is_pending(&self, e: QueueEntry) -> bool {
         same_request(self.pending, e)
+    }
+
+    /// Whether the pending request or try was cancelled by the local user and still runs
+    /// in the protocol (`spec/SPEC.md` 1.13).
+    pub fn cancelled(&self) -> bool {
+        self.cancelled
     }
 
     /// The serial of this site's newest request (or try) for the lock (0: none yet).
@@ -494,6 +505,9 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         cx: &mut Ctx<'_, Q, S>,
         mode: Mode,
     ) -> Result<(), KernelError> {
+        if self.adopt_cancelled(cx, mode, false)? {
+            return Ok(());
+        }
         let entry = self.new_request(cx, mode)?;
         self.shortcut = None;
         self.forget_routes();
@@ -595,6 +609,9 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         cx: &mut Ctx<'_, Q, S>,
         mode: Mode,
     ) -> Result<(), KernelError> {
+        if self.adopt_cancelled(cx, mode, true)? {
+            return Ok(());
+        }
         let entry = self.new_request(cx, mode)?;
         // No bypass: a conflicting request waiting here goes first (`queue_conflicts`).
         let waits_here = self.queue_conflicts(mode);
@@ -613,6 +630,104 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
             self.forward_try(cx, entry)?;
         }
         Ok(())
+    }
+
+    /// hilock's cancel (`spec/SPEC.md` 1.13), a new `Acquire` (`tried`: `TryAcquire`) of
+    /// `mode` while a cancelled request still runs in the protocol: a request (a try) of
+    /// the same mode is taken back — it is the user's again, no message is sent and its
+    /// grant will be `Granted` — and `true` is returned; any other mode or kind is
+    /// [`KernelError::CancelRunning`] (nothing changes; the user asks again once the
+    /// cancelled request has completed). Without a cancelled request: `false`.
+    fn adopt_cancelled<S: Sink<Output<Msg<Q>>>>(
+        &mut self,
+        cx: &mut Ctx<'_, Q, S>,
+        mode: Mode,
+        tried: bool,
+    ) -> Result<bool, KernelError> {
+        if !self.cancelled {
+            return Ok(false);
+        }
+        if mode == Mode::Phi {
+            return Err(KernelError::InvalidMode);
+        }
+        match self.pending {
+            Pending::Request(e) if !tried && e.mode == mode => {}
+            Pending::Try(e) if tried && e.mode == mode => {}
+            _ => return Err(KernelError::CancelRunning(cx.lock)),
+        }
+        self.cancelled = false;
+        cx.fire(Rule::Cancel);
+        Ok(true)
+    }
+
+    /// hilock's cancel (`spec/SPEC.md` 1.13): `Input::Cancel`. A pending request or try
+    /// is marked cancelled and keeps running in the protocol (its queue entries, the
+    /// requests kept behind it by Rule 4.1 and the freezes it caused stay as they are);
+    /// when its grant or the token arrives the site releases at once by Rule 5
+    /// ([`LockNode::enter_or_release`]), and a busy answer ends a cancelled try without
+    /// output. A pending upgrade (Rule 7: the token node waits for its children's
+    /// releases; nothing of it is in flight) is withdrawn at once: the site keeps U, the
+    /// modes frozen only for the upgrade are no longer frozen (Table 2.4 recomputed) and
+    /// the queue is served as after a release (Rule 5.1: copies compatible with U).
+    /// [`Output::Cancelled`] in every case. Nothing pending, or a request already
+    /// cancelled: [`KernelError::NotPending`], nothing changes.
+    pub(crate) fn cancel<S: Sink<Output<Msg<Q>>>>(
+        &mut self,
+        cx: &mut Ctx<'_, Q, S>,
+    ) -> Result<(), KernelError> {
+        match self.pending {
+            Pending::None => Err(KernelError::NotPending(cx.lock)),
+            Pending::Request(_) | Pending::Try(_) if self.cancelled => {
+                Err(KernelError::NotPending(cx.lock))
+            }
+            Pending::Request(_) | Pending::Try(_) => {
+                self.cancelled = true;
+                cx.fire(Rule::Cancel);
+                cx.emit(Output::Cancelled { lock: cx.lock })
+            }
+            Pending::Upgrade => {
+                let f0 = self.frozen;
+                self.pending = Pending::None;
+                cx.fire(Rule::Cancel);
+                cx.emit(Output::Cancelled { lock: cx.lock })?;
+                self.recompute_frozen(cx.variant, cx.effective);
+                self.check_queue(cx)?;
+                self.finish_freeze(cx, f0)
+            }
+        }
+    }
+
+    /// The site has just entered `mode` for its pending request (`ReceiveGrant`,
+    /// `ReceiveToken`, Rule 3.2 for its own queued request): the user is told
+    /// ([`Output::Granted`]) — unless the request was cancelled (`spec/SPEC.md` 1.13):
+    /// then no output, and the site releases at once by Rule 5 ([`LockNode::release_cancelled`]).
+    fn enter_or_release<S: Sink<Output<Msg<Q>>>>(
+        &mut self,
+        cx: &mut Ctx<'_, Q, S>,
+        mode: Mode,
+    ) -> Result<(), KernelError> {
+        if self.cancelled {
+            self.release_cancelled(cx)
+        } else {
+            cx.emit(Output::Granted {
+                lock: cx.lock,
+                mode,
+            })
+        }
+    }
+
+    /// hilock's cancel (`spec/SPEC.md` 1.13): the grant or token of a cancelled request
+    /// arrived and the site entered its mode; it releases at once by the release rule
+    /// (`RequestUnlock`, Rule 5: M_H = Φ; a non-token node tells its parent its new owned
+    /// mode, Rule 5.2, or keeps an intention mode under [`ReleaseRule::KeepIntention`]).
+    /// The caller then serves the queue as after a release.
+    fn release_cancelled<S: Sink<Output<Msg<Q>>>>(
+        &mut self,
+        cx: &mut Ctx<'_, Q, S>,
+    ) -> Result<(), KernelError> {
+        self.cancelled = false;
+        cx.fire(Rule::Cancel);
+        self.give_up_held(cx)
     }
 
     /// Whether a request waiting in this node's queue conflicts with `mode`: a try for
@@ -634,12 +749,22 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
             return Err(KernelError::UpgradePending(cx.lock));
         }
         let f0 = self.frozen;
+        self.give_up_held(cx)?;
+        self.check_queue(cx)?;
+        self.finish_freeze(cx, f0)
+    }
+
+    /// Rule 5 (`RequestUnlock`, Fig. 2.7): M_H = Φ; a non-token node whose owned mode
+    /// changed tells its parent (Rule 5.2, or keeps an intention mode under
+    /// [`ReleaseRule::KeepIntention`]). The caller then serves the queue (Rule 5.1).
+    fn give_up_held<S: Sink<Output<Msg<Q>>>>(
+        &mut self,
+        cx: &mut Ctx<'_, Q, S>,
+    ) -> Result<(), KernelError> {
         let before = self.owned();
         self.held = Mode::Phi;
         cx.fire(Rule::Rule5Release);
-        self.release_or_keep(cx, before)?;
-        self.check_queue(cx)?;
-        self.finish_freeze(cx, f0)
+        self.release_or_keep(cx, before)
     }
 
     /// `RequestUpgrade()`, Fig. 2.11: Rule 7. Only a U holder may upgrade; a U holder is
@@ -737,6 +862,11 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
                 return self.forward_try(cx, entry);
             }
             self.pending = Pending::None;
+            if core::mem::take(&mut self.cancelled) {
+                // A cancelled try ends here, neither granted nor refused (`spec/SPEC.md` 1.13).
+                cx.fire(Rule::Cancel);
+                return Ok(());
+            }
             if waits_here || !self.enter_at_token(cx, entry.mode, entry.prio)? {
                 refuse_own_try(cx, entry.mode)?;
             }
@@ -791,6 +921,11 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         }
         self.pending = Pending::None;
         cx.fire(Rule::TryWouldBlock);
+        if core::mem::take(&mut self.cancelled) {
+            // A cancelled try: the user was answered by `Cancelled` (`spec/SPEC.md` 1.13).
+            cx.fire(Rule::Cancel);
+            return Ok(());
+        }
         cx.emit(Output::WouldBlock {
             lock: cx.lock,
             mode: entry.mode,
@@ -849,10 +984,15 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         } else {
             frozen
         };
-        cx.emit(Output::Granted {
-            lock: cx.lock,
-            mode: entry.mode,
-        })?;
+        // A cancelled request is released after the resync below (`spec/SPEC.md` 1.13), so
+        // that the granter's record is first made exact for the mode it granted.
+        let cancelled = self.cancelled;
+        if !cancelled {
+            cx.emit(Output::Granted {
+                lock: cx.lock,
+                mode: entry.mode,
+            })?;
+        }
         let now = self.owned();
         if cx.variant.release_epochs && now != recorded {
             // The granter's record is not our owned mode (a release of ours crossed the
@@ -866,6 +1006,9 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
                     epoch,
                 },
             )?;
+        }
+        if cancelled {
+            self.release_cancelled(cx)?;
         }
         self.check_queue(cx)?;
         self.finish_freeze(cx, f0)
@@ -923,10 +1066,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
             self.held_fence = self.fence;
             self.pending = Pending::None;
             cx.fire(Rule::TokenReceived);
-            cx.emit(Output::Granted {
-                lock: cx.lock,
-                mode: entry.mode,
-            })?;
+            self.enter_or_release(cx, entry.mode)?;
         } else {
             self.stale.tokens = self.stale.tokens.wrapping_add(1);
             cx.fire(Rule::StaleToken);
@@ -1655,10 +1795,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
                     self.held_fence = self.next_fence();
                     self.pending = Pending::None;
                     cx.fire(Rule::Rule3_2OwnGrant);
-                    cx.emit(Output::Granted {
-                        lock: cx.lock,
-                        mode: head.mode,
-                    })?;
+                    self.enter_or_release(cx, head.mode)?;
                 }
                 continue;
             }

@@ -491,12 +491,14 @@ impl<const Q: usize, S: Sink<Output<Stamped<Msg<Q>>>>> Sink<Output<Msg<Q>>> for 
             Output::Granted { lock, mode } => Output::Granted { lock, mode },
             Output::Upgraded { lock } => Output::Upgraded { lock },
             Output::WouldBlock { lock, mode } => Output::WouldBlock { lock, mode },
+            Output::Cancelled { lock } => Output::Cancelled { lock },
         };
         self.out.put(stamped).map_err(|o| match o {
             Output::Send { to, msg } => Output::Send { to, msg: msg.msg },
             Output::Granted { lock, mode } => Output::Granted { lock, mode },
             Output::Upgraded { lock } => Output::Upgraded { lock },
             Output::WouldBlock { lock, mode } => Output::WouldBlock { lock, mode },
+            Output::Cancelled { lock } => Output::Cancelled { lock },
         })
     }
 }
@@ -585,6 +587,7 @@ impl<const N: usize, const L: usize, const Q: usize> FaultSite<N, L, Q> {
             killed.pending[l] = n.pending != Pending::None;
             n.held = Mode::Phi;
             n.pending = Pending::None;
+            n.cancelled = false;
             n.token = None;
             n.queue.clear();
         }
@@ -670,13 +673,16 @@ impl<const N: usize, const L: usize, const Q: usize> FaultSite<N, L, Q> {
             if let Pending::Try(e) = n.pending {
                 // A try request of an earlier epoch is gone with its epoch (its messages
                 // are refused as stale) and the plan queues no try: it is refused here
-                // (`spec/SPEC.md` 1.12). The room was checked above: this cannot fail.
+                // (`spec/SPEC.md` 1.12) — silently if the user cancelled it (1.13). The
+                // room was checked above: this cannot fail.
                 n.pending = Pending::None;
-                sink.put(Output::WouldBlock {
-                    lock: p.lock,
-                    mode: e.mode,
-                })
-                .map_err(|_| RecoveryError::OutputsFull)?;
+                if !core::mem::take(&mut n.cancelled) {
+                    sink.put(Output::WouldBlock {
+                        lock: p.lock,
+                        mode: e.mode,
+                    })
+                    .map_err(|_| RecoveryError::OutputsFull)?;
+                }
             }
             reset_links(n, self.variant.forget_shortcuts);
             n.generation_seen = p.generation;
@@ -776,6 +782,7 @@ impl<const N: usize, const L: usize, const Q: usize> Protocol for FaultSite<N, L
             }
             Input::Acquire { lock, mode } => Input::Acquire { lock, mode },
             Input::TryAcquire { lock, mode } => Input::TryAcquire { lock, mode },
+            Input::Cancel { lock } => Input::Cancel { lock },
             Input::Release { lock } => Input::Release { lock },
             Input::Upgrade { lock } => Input::Upgrade { lock },
             Input::SetPriority { base } => Input::SetPriority { base },

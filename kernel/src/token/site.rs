@@ -200,6 +200,7 @@ impl<const N: usize, const L: usize, const Q: usize> Site<N, L, Q> {
         let lock = match input {
             Input::Acquire { lock, .. }
             | Input::TryAcquire { lock, .. }
+            | Input::Cancel { lock }
             | Input::Release { lock }
             | Input::Upgrade { lock } => Some(lock),
             Input::SetPriority { .. } => None,
@@ -255,6 +256,7 @@ impl<const N: usize, const L: usize, const Q: usize> Site<N, L, Q> {
         match input {
             Input::Acquire { mode, .. } => node.acquire(cx, mode),
             Input::TryAcquire { mode, .. } => node.try_acquire(cx, mode),
+            Input::Cancel { .. } => node.cancel(cx),
             Input::Release { .. } => node.release(cx),
             Input::Upgrade { .. } => node.upgrade(cx),
             Input::SetPriority { .. } => Ok(()),

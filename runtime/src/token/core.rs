@@ -39,6 +39,13 @@ pub(super) enum Cmd {
         path: String,
         hold: u64,
     },
+    /// The caller of request `ticket` for `path` gave up (its future was dropped or timed
+    /// out): a local waiter leaves the queue; a request given to the kernel is cancelled
+    /// there (`Input::Cancel`, `spec/SPEC.md` 1.13; [`Core::pump`]).
+    Cancel {
+        path: String,
+        ticket: u64,
+    },
     Upgrade {
         path: String,
         hold: u64,
@@ -262,8 +269,8 @@ impl Core {
         }
     }
 
-    /// Answer a caller's request with `err` now; a kernel request already out stays in
-    /// the protocol and is released when granted (as for a caller that gave up).
+    /// Answer a caller's request with `err` now; a kernel request already out is then
+    /// cancelled in the kernel like that of a caller that gave up ([`Core::pump`]).
     fn fail_requesting(e: &mut LockEntry, err: Error) {
         if let Some(w) = e.requesting.as_mut() {
             let (gone, _) = oneshot::channel();
@@ -370,6 +377,14 @@ impl Core {
                 }
             },
             Cmd::Release { path, hold } => self.release(&path, hold),
+            Cmd::Cancel { path, ticket } => {
+                if let Some(e) = self.locks.get_mut(&path) {
+                    // A local waiter leaves at once; the kernel request, if it is this
+                    // one, is cancelled by the pump (its reply is closed by now).
+                    e.waiters.retain(|w| w.ticket != ticket);
+                    self.pump(&path);
+                }
+            }
             Cmd::Upgrade { path, hold, reply } => self.upgrade(&path, hold, reply),
             Cmd::Deliver { from, epoch, frame } => {
                 // Numbered as it arrives (in the link's order), before it may be held back.
@@ -420,7 +435,6 @@ impl Core {
                     if e.requesting.is_some() && k.parent() == Some(NodeId(peer)) {
                         if refused {
                             e.dead_end.get_or_insert(peer);
-                            dead.push(path.clone());
                         } else {
                             Self::fail_requesting(
                                 e,
@@ -430,6 +444,8 @@ impl Core {
                                 },
                             );
                         }
+                        // Either way the request is cancelled in the kernel (`pump`).
+                        dead.push(path.clone());
                     }
                 }
                 for path in dead {
@@ -781,6 +797,7 @@ impl Core {
                 Output::Granted { mode, .. } => self.granted(path, mode),
                 Output::Upgraded { .. } => self.upgraded(path),
                 Output::WouldBlock { .. } => self.would_block(path),
+                Output::Cancelled { .. } => self.cancelled(path),
             }
         }
     }
@@ -1028,6 +1045,50 @@ impl Core {
         }
     }
 
+    /// The kernel accepted the cancel of the site's request or upgrade
+    /// (`Output::Cancelled`, `spec/SPEC.md` 1.13): its caller has gone; a request may still
+    /// run in the protocol, and the kernel itself releases its grant when it comes — no
+    /// grant of it reaches this node's callers; an upgrade is withdrawn and U kept (a
+    /// kernel request and an issued upgrade are never out together: the one needs M_H = Φ,
+    /// the other U).
+    fn cancelled(&mut self, path: &str) {
+        let e = self.locks.get_mut(path).expect("entry exists");
+        if e.upgrading.as_ref().is_some_and(|u| u.issued) {
+            // A withdrawn upgrade (its holder released): the site keeps U.
+            e.upgrading = None;
+        } else {
+            e.requesting = None;
+        }
+        self.shared.counters.cancels.fetch_add(1, Relaxed);
+    }
+
+    /// The kernel request of a caller that has gone (timeout, dropped future, a failed
+    /// peer) is cancelled (`Input::Cancel`, `spec/SPEC.md` 1.13), unless the node takes no
+    /// kernel step now (frozen for an epoch change: after the install, whose pumps come
+    /// here again).
+    fn cancel_abandoned(&mut self, path: &str) {
+        if self.frozen {
+            return;
+        }
+        let e = self.locks.get_mut(path).expect("entry exists");
+        if !e.requesting.as_ref().is_some_and(|w| w.reply.is_closed()) {
+            return;
+        }
+        if let Err(error) = self.kstep(path, Input::Cancel { lock: LOCK }) {
+            warn!(%path, %error, "kernel refused a cancel");
+        }
+    }
+
+    /// Whether `w`'s request must wait for a cancelled request of the site that still runs
+    /// in the protocol: the kernel takes it back for the same mode (no message) and refuses
+    /// any other (`CancelRunning`); the next step on the lock after the cancelled request
+    /// completed pumps again.
+    fn waits_for_cancelled(e: &LockEntry, w: &Waiter) -> bool {
+        let k = e.site.site().lock(LOCK).expect("one lock per site");
+        k.cancelled()
+            && !matches!(k.pending(), hilock_kernel::Pending::Request(q) if q.mode == w.mode)
+    }
+
     /// Gives waiter `w` to `path`'s site as its request (`Acquire`, or `TryAcquire` for a
     /// try-lock). The site's base priority carries over between requests: it is set first
     /// only when it changes (most requests keep priority 0). A kernel refusal is answered
@@ -1080,10 +1141,12 @@ impl Core {
             self.give(path, w);
             return;
         }
+        let cancelled_runs = e.site.site().lock(LOCK).is_ok_and(|k| k.cancelled());
         let idle = free
             && e.waiters.is_empty()
             && e.holders.is_empty()
             && e.held == Mode::Phi
+            && !cancelled_runs
             && admitted
             && !frozen;
         if !idle {
@@ -1137,17 +1200,28 @@ impl Core {
         if e.holders.len() == before {
             return;
         }
+        let mut withdraw = false;
         match &e.upgrading {
-            Some(u) if u.hold == hold && u.issued => {
-                // Rule 7 keeps U until W is granted; release then.
+            Some(u) if u.hold == hold && u.issued && self.frozen => {
+                // No kernel step until the next epoch is installed: Rule 7 keeps U until W
+                // is granted; release then.
                 e.holders.push((hold, Mode::U));
                 e.release_when_upgraded = true;
                 return;
             }
+            // The upgrade is withdrawn in the kernel at once (`Input::Cancel`, `spec/SPEC.md`
+            // 1.13: the site keeps U, `Core::cancelled`), and U is released below.
+            Some(u) if u.hold == hold && u.issued => withdraw = true,
             // The upgrade had not reached the kernel yet: it is dropped with its holder.
             Some(u) if u.hold == hold => e.upgrading = None,
             _ => {}
         }
+        if withdraw {
+            if let Err(error) = self.kstep(path, Input::Cancel { lock: LOCK }) {
+                warn!(%path, %error, "kernel refused to cancel an upgrade");
+            }
+        }
+        let e = self.locks.get_mut(path).expect("entry exists");
         if e.holders.is_empty() {
             self.kernel_release(path);
         } else {
@@ -1208,6 +1282,9 @@ impl Core {
     /// waiter's request goes to the kernel.
     fn pump(&mut self, path: &str) {
         let me = NodeId(self.shared.id);
+        if self.locks.contains_key(path) {
+            self.cancel_abandoned(path);
+        }
         loop {
             let Some(e) = self.locks.get_mut(path) else {
                 return;
@@ -1253,6 +1330,9 @@ impl Core {
                 continue;
             }
             if !e.holders.is_empty() || e.held != Mode::Phi || !self.admitted || self.frozen {
+                return;
+            }
+            if Self::waits_for_cancelled(e, e.waiters.front().expect("front exists")) {
                 return;
             }
             let w = e.waiters.pop_front().expect("front exists");

@@ -92,6 +92,12 @@ impl Handle {
             "Grants that arrived for callers that had given up, released at once",
             c.abandoned_grants.load(Relaxed),
         );
+        counter(
+            &mut r,
+            "cancels",
+            "Kernel requests cancelled because their caller gave up",
+            c.cancels.load(Relaxed),
+        );
         let sent = Family::<Labels, Counter>::default();
         let received = Family::<Labels, Counter>::default();
         for (i, kind) in MSG_KINDS.iter().enumerate() {

@@ -16,7 +16,9 @@
 //!   here, except nested ones ([`Options::nested`]). The kernel releases when the last
 //!   local holder does.
 //! - **Timeouts and cancellation.** A request whose caller gave up (timeout, or the future
-//!   was dropped) stays in the protocol until it is granted, and is then released at once.
+//!   was dropped) is cancelled: a local waiter leaves the node's queue, a kernel request
+//!   is given `Input::Cancel` (`spec/SPEC.md` 1.13), after which no grant of it reaches a
+//!   caller (the kernel releases it when it comes).
 //! - **Hierarchy.** [`Node::lock`] takes the intention mode on every ancestor path first,
 //!   outermost first (see [`intention`]); all guards take locks in that order.
 //!
@@ -252,6 +254,8 @@ pub(crate) struct Counters {
     /// Lock requests that timed out.
     pub(crate) timeouts: AtomicU64,
     pub(crate) would_block: AtomicU64,
+    /// Kernel requests cancelled because their caller gave up (`Input::Cancel`).
+    pub(crate) cancels: AtomicU64,
     /// Protocol messages sent and delivered, by kind ([`MSG_KINDS`]).
     pub(crate) sent_by_kind: [AtomicU64; MSG_KINDS.len()],
     pub(crate) received_by_kind: [AtomicU64; MSG_KINDS.len()],
@@ -332,6 +336,11 @@ pub struct Stats {
     /// refused try, whatever level of the hierarchy refused it).
     #[serde(default)]
     pub would_block: u64,
+    /// Kernel requests cancelled (`Input::Cancel`, `spec/SPEC.md` 1.13) because their
+    /// caller gave up (timeout, dropped future, failed peer); none of them is granted to a
+    /// caller later.
+    #[serde(default)]
+    pub cancels: u64,
     /// Client connections refused (too many clients, or no file descriptor left).
     #[serde(default)]
     pub clients_refused: u64,
@@ -958,6 +967,14 @@ impl Handle {
                     reply,
                 })
                 .map_err(|_| Error::Stopped)?;
+            // Until this level is answered, giving up (a timeout, an error below, or the
+            // future dropped) cancels it at the node (`spec/SPEC.md` 1.13).
+            let mut pending = CancelOnDrop {
+                tx: &self.tx,
+                path: p,
+                ticket,
+                armed: true,
+            };
             // Membership through etcd: a request that waits on a peer that left fails
             // (now, or as soon as a peer it waits on leaves), naming the peer.
             let answer = if matches!(*self.shared.lease.borrow(), NodeLease::Static) {
@@ -973,9 +990,8 @@ impl Handle {
                 loop {
                     gone.borrow_and_update();
                     if let Some((peer, reason)) = self.waits_on_gone(p).await {
-                        // Closed, the request is abandoned (as on a timeout: the core
-                        // releases it when it is granted); a grant sent before the close
-                        // is taken, not lost.
+                        // Closed, the request is abandoned (as on a timeout: the node
+                        // cancels it); a grant sent before the close is taken, not lost.
                         rx.close();
                         match rx.try_recv() {
                             Ok(granted) => break Ok(Ok(granted)),
@@ -995,6 +1011,10 @@ impl Handle {
                     }
                 }
             };
+            if let Ok(Ok(_)) = &answer {
+                // Answered by the node: granted, or refused with nothing left pending.
+                pending.armed = false;
+            }
             match answer {
                 Ok(Ok(Ok((hold, fence)))) => guard.held.push((p.to_string(), m, hold, fence)),
                 Ok(Ok(Err(Error::PeerRestarted { path, peer }))) => {
@@ -1003,15 +1023,18 @@ impl Handle {
                 Ok(Ok(Err(e))) => return Err(e),
                 Ok(Err(_)) => return Err(Error::Stopped),
                 // Closing `rx` (after asking where the request stands) marks the request
-                // abandoned: the core releases it when it is granted. A grant that arrived
-                // in the meantime (while `explain` waited) is put in the guard, whose drop
-                // releases it, instead of being dropped with `rx` and left held.
+                // abandoned, and `pending`'s drop has the node cancel it in the kernel
+                // (`Input::Cancel`): it is never granted to a caller afterwards. A grant
+                // that arrived in the meantime (while `explain` waited) is put in the
+                // guard, whose drop releases it, instead of being dropped with `rx` and
+                // left held.
                 Err(_) => {
                     self.shared.counters.timeouts.fetch_add(1, Relaxed);
                     let after = start.elapsed();
                     let waiting = self.explain(p, ticket).await;
                     rx.close();
                     if let Ok(Ok((hold, fence))) = rx.try_recv() {
+                        pending.armed = false;
                         guard.held.push((p.to_string(), m, hold, fence));
                     }
                     return Err(Error::Timeout {
@@ -1064,6 +1087,7 @@ impl Handle {
             waits: c.waits.load(Relaxed),
             timeouts: c.timeouts.load(Relaxed),
             would_block: c.would_block.load(Relaxed),
+            cancels: c.cancels.load(Relaxed),
             clients_refused: c.clients_refused.load(Relaxed),
             cut_connections: c.cut_connections.load(Relaxed),
         }
@@ -1121,7 +1145,8 @@ impl Guard {
 
     /// Upgrade U → W (Rule 7) with the node's default timeout. The ancestors already hold
     /// IW, which W needs. On timeout the upgrade stays pending in the protocol and the
-    /// guard keeps U; dropping the guard then releases once the upgrade completes.
+    /// guard keeps U; dropping the guard then withdraws the upgrade (`Input::Cancel`,
+    /// `spec/SPEC.md` 1.13) and releases U at once.
     pub async fn upgrade(&mut self) -> Result<(), Error> {
         let t = self.handle.shared.request_timeout;
         self.upgrade_within(t).await
@@ -1165,6 +1190,28 @@ impl Guard {
                     waiting,
                 })
             }
+        }
+    }
+}
+
+/// A level of a hierarchical request that the node has not answered yet: dropped armed
+/// (the caller gave up: a timeout, or its future was dropped), it tells the node to
+/// cancel the request ([`Cmd::Cancel`]; `spec/SPEC.md` 1.13).
+struct CancelOnDrop<'a> {
+    tx: &'a mpsc::UnboundedSender<Cmd>,
+    path: &'a str,
+    ticket: u64,
+    armed: bool,
+}
+
+impl Drop for CancelOnDrop<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            // A stopped node has nothing to cancel.
+            let _ = self.tx.send(Cmd::Cancel {
+                path: self.path.to_string(),
+                ticket: self.ticket,
+            });
         }
     }
 }

@@ -75,6 +75,8 @@ pub enum TIn<M> {
         /// The mode.
         mode: Mode,
     },
+    /// `Input::Cancel` (`spec/SPEC.md` 1.13).
+    Cancel,
     /// `Input::Release`.
     Release,
     /// `Input::Upgrade`.
@@ -304,6 +306,10 @@ impl Recorder {
                     },
                     seq: None,
                 },
+                Output::Cancelled { lock } => TOut {
+                    o: Output::Cancelled { lock: *lock },
+                    seq: None,
+                },
             })
             .collect()
     }
@@ -322,6 +328,7 @@ impl Recorder {
         let input = match *input {
             Input::Acquire { mode, .. } => TIn::Acquire { mode },
             Input::TryAcquire { mode, .. } => TIn::TryAcquire { mode },
+            Input::Cancel { .. } => TIn::Cancel,
             Input::Release { .. } => TIn::Release,
             Input::Upgrade { .. } => TIn::Upgrade,
             Input::SetPriority { base } => TIn::SetPriority { base },
@@ -366,6 +373,7 @@ pub(crate) fn copy_input<'a>(i: &Input<'a, SMsg>) -> Input<'a, SMsg> {
     match *i {
         Input::Acquire { lock, mode } => Input::Acquire { lock, mode },
         Input::TryAcquire { lock, mode } => Input::TryAcquire { lock, mode },
+        Input::Cancel { lock } => Input::Cancel { lock },
         Input::Release { lock } => Input::Release { lock },
         Input::Upgrade { lock } => Input::Upgrade { lock },
         Input::SetPriority { base } => Input::SetPriority { base },
@@ -796,6 +804,7 @@ fn unstamp(o: &Output<SMsg>, g: Epoch) -> Result<Output<KMsg>, String> {
             lock: *lock,
             mode: *mode,
         },
+        Output::Cancelled { lock } => Output::Cancelled { lock: *lock },
     })
 }
 
@@ -822,6 +831,7 @@ fn apply(
     let result = match &r.input {
         TIn::Acquire { mode } => cluster.input(me, Input::Acquire { lock, mode: *mode }),
         TIn::TryAcquire { mode } => cluster.input(me, Input::TryAcquire { lock, mode: *mode }),
+        TIn::Cancel => cluster.input(me, Input::Cancel { lock }),
         TIn::Release => cluster.input(me, Input::Release { lock }),
         TIn::Upgrade => cluster.input(me, Input::Upgrade { lock }),
         TIn::SetPriority { base } => cluster.input(me, Input::SetPriority { base: *base }),
