@@ -798,6 +798,8 @@ impl Core {
                 Output::Upgraded { .. } => self.upgraded(path),
                 Output::WouldBlock { .. } => self.would_block(path),
                 Output::Cancelled { .. } => self.cancelled(path),
+                // Answered within the step that the caller's downgrade ran.
+                Output::Downgraded { .. } => {}
             }
         }
     }
