@@ -338,3 +338,27 @@ fn a_fault_site_downgrades_and_the_baseline_refuses_to() {
     );
     assert!(out.is_empty() && n == before);
 }
+
+/// `spec/SPEC.md` 1.14 with 1.7: under `ReleaseRule::KeepIntention` a copy holder that
+/// downgrades R → IR still tells its parent at once (the rule keeps an intention mode
+/// only once nothing is held), so the IW waiting at the token node is granted.
+#[test]
+fn keep_intention_still_sends_the_release_of_a_downgrade() {
+    use hilock_kernel::{ReleaseRule, Variant};
+    let v = Variant {
+        release: ReleaseRule::KeepIntention,
+        ..Variant::HILOCK
+    };
+    let mut c = Cluster::new(
+        (0..4)
+            .map(|i| S::new(NodeId(i), NodeId(0)).unwrap().with_variant(v))
+            .collect(),
+    );
+    acquire(&mut c, 0, Mode::R);
+    assert!(granted(&acquire(&mut c, 1, Mode::R), 1, Mode::R));
+    release(&mut c, 0);
+    assert!(!granted(&acquire(&mut c, 2, Mode::IW), 2, Mode::IW));
+    let st = step(&mut c, 1, downgrade(Mode::IR));
+    assert_eq!(releases(&st, 1), vec![Mode::IR], "{st:?}");
+    assert!(granted(&settle(&mut c), 2, Mode::IW));
+}

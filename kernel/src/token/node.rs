@@ -770,8 +770,8 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
     /// hilock's downgrade (`spec/SPEC.md` 1.14): `Input::Downgrade`. The holder converts
     /// its held mode to the weaker `mode` ([`Mode::downgrades_to`]) in place: M_H = `mode`,
     /// the hold keeps its fence, [`Output::Downgraded`]; then what Rule 5 does after a
-    /// release — a non-token node whose owned mode changed tells its parent (Rule 5.2, or
-    /// keeps an intention mode under [`ReleaseRule::KeepIntention`]), the queue is served
+    /// release — a non-token node whose owned mode changed tells its parent (Rule 5.2;
+    /// [`ReleaseRule::KeepIntention`] keeps nothing while a mode is held), the queue is served
     /// (Rule 5.1) and, at the token node, Table 2.4 recomputed. A W holder is always the
     /// token node (no copy of W can be granted, Table 2.2), so W → U leaves U at the token
     /// node as Rule 7 requires. Validated first, nothing changes on an error: nothing held
