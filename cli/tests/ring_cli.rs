@@ -743,7 +743,10 @@ async fn next_run_of_11_frees(
         "{path}: {err}"
     );
     assert_eq!(err.trim_end().lines().count(), 1, "one line: {err:?}");
-    assert!(!ran.exists(), "{path}: the refused run's command did not run");
+    assert!(
+        !ran.exists(),
+        "{path}: the refused run's command did not run"
+    );
     assert!(took < Duration::from_secs(5), "{path}: refused in {took:?}");
     let args = [
         "--client-id",
@@ -1401,7 +1404,11 @@ async fn duplicate_ids() {
     assert!(holds >= 20, "too few holds to say anything: {holds}");
     for (id, c) in &codes {
         if *id != 1 {
-            assert_eq!(c.keys().copied().collect::<Vec<_>>(), vec![0], "id {id}: {c:?}");
+            assert_eq!(
+                c.keys().copied().collect::<Vec<_>>(),
+                vec![0],
+                "id {id}: {c:?}"
+            );
         }
     }
     assert!(
