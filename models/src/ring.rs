@@ -902,7 +902,21 @@ impl RingModel {
                 let h: Vec<String> = self
                     .keys()
                     .into_iter()
-                    .map(|k| format!("key {}: {:?}", k.0, Self::holders(st, k)))
+                    .map(|k| {
+                        // By id; with the incarnation where two holders share an id.
+                        let hs = Self::holders(st, k);
+                        let names: Vec<String> = hs
+                            .iter()
+                            .map(|h| {
+                                if hs.iter().filter(|o| o.client == h.client).count() > 1 {
+                                    format!("{:?} (incarnation {})", h.client, h.incarnation)
+                                } else {
+                                    format!("{:?}", h.client)
+                                }
+                            })
+                            .collect();
+                        format!("key {}: [{}]", k.0, names.join(", "))
+                    })
                     .collect();
                 format!("two clients hold one lock: {}", h.join("; "))
             }
