@@ -15,7 +15,8 @@ pub enum BakeryCommand {
     /// as under `hilock lock` (its own process group, a lease watchdog). Exits with the
     /// command's status; 2 (and one line on stderr) if the lock is not granted in time; 77
     /// if its lease runs out while the command runs (the command is killed then); 78 if
-    /// another running client holds the client id (the command does not run).
+    /// another running client holds the client id, or (without --client-id) every id is in
+    /// use (the command does not run).
     Lock {
         /// The lock's name.
         name: String,
@@ -23,8 +24,10 @@ pub enum BakeryCommand {
         #[arg(long, value_delimiter = ',', default_value = "127.0.0.1:6379")]
         replicas: Vec<String>,
         /// This client's id, 1..=31; refused (exit 78) while another running client holds it.
+        /// Without it, the first id in a random order that no running client holds is
+        /// registered and used.
         #[arg(long, env = "HILOCK_CLIENT_ID")]
-        client_id: u16,
+        client_id: Option<u16>,
         /// The lease: others pass an entry that stops changing 1.3 leases after they saw it.
         #[arg(long, default_value_t = 2000)]
         lease_ms: u64,
@@ -149,9 +152,10 @@ pub fn bakery(command: BakeryCommand) -> Result<ExitCode, String> {
             kill_grace_ms,
             command,
         } => {
+            // The id is settled by its registration (`lock`); 1 until then.
             let opts = hilock_runtime::bakery::Options {
                 lease: Duration::from_millis(lease_ms),
-                ..hilock_runtime::bakery::Options::new(client_id)
+                ..hilock_runtime::bakery::Options::new(client_id.unwrap_or(1))
             };
             let timeout = Duration::from_millis(timeout_ms);
             let grace = Duration::from_millis(kill_grace_ms);
@@ -161,7 +165,7 @@ pub fn bakery(command: BakeryCommand) -> Result<ExitCode, String> {
                 macro_rules! with_n {
                     ($($n:literal)*) => {
                         match replicas.len() {
-                            $($n => lock::<$n>(&name, &replicas, opts, timeout, grace, &command).await,)*
+                            $($n => lock::<$n>(&name, &replicas, client_id, opts, timeout, grace, &command).await,)*
                             n => Err(format!("{n} replicas: between 1 and 7 are supported")),
                         }
                     };
@@ -180,31 +184,64 @@ const OWN_MARGIN_DIVISOR: u32 = 10;
 /// (`docs/faults.md`, "Bakery": the lease watchdog).
 const WATCHDOG_MARGIN_DIVISOR: u32 = 20;
 
+/// The client ids a bakery client may use (its column of the kernel's `Client<N, 1, 32>`).
+const CLIENT_IDS: std::ops::RangeInclusive<u16> = 1..=31;
+
 /// `hilock bakery lock`: registers the client id on the replicas (refused with
-/// [`EXIT_ID_IN_USE`] while another client holds it), acquires `name`, runs `command`
-/// under it ([`crate::run_under_lock::run`]) while renewing the lease and the
-/// registration, then releases both.
+/// [`EXIT_ID_IN_USE`] while another client holds it; without `client_id`, the first id in a
+/// random order whose registration succeeds), acquires `name`, runs `command` under it
+/// ([`crate::run_under_lock::run`]) while renewing the lease and the registration, then
+/// releases both.
 async fn lock<const N: usize>(
     name: &str,
     addrs: &[String],
-    opts: hilock_runtime::bakery::Options,
+    client_id: Option<u16>,
+    mut opts: hilock_runtime::bakery::Options,
     timeout: Duration,
     grace: Duration,
     command: &[String],
 ) -> Result<ExitCode, String> {
     use hilock_runtime::bakery::ident::{RegisterError, Registration};
-    let mut lock = hilock_runtime::bakery::BakeryLock::<N>::redis(name, addrs, opts)
-        .map_err(|e| e.to_string())?;
-    let id = opts.client_id;
+    use rand::seq::SliceRandom;
     let prefix = format!("hilock:bakery:{name}");
-    let reg = match Registration::register(addrs, &prefix, id, opts.lease, opts.call_timeout).await
-    {
-        Ok(r) => r,
-        Err(e @ RegisterError::InUse { .. }) => {
-            eprintln!("hilock: lock {name}: {e}; the command did not run");
-            return Ok(ExitCode::from(EXIT_ID_IN_USE));
+    // A derived id is as safe as a given one: it is used only once its registration on a
+    // majority succeeded, which no other running client can hold at the same time.
+    let mut ids: Vec<u16> = match client_id {
+        Some(id) => vec![id],
+        None => CLIENT_IDS.collect(),
+    };
+    ids.shuffle(&mut rand::rng());
+    let mut registered = None;
+    for &id in &ids {
+        match Registration::register(addrs, &prefix, id, opts.lease, opts.call_timeout).await {
+            Ok(r) => {
+                registered = Some((id, r));
+                break;
+            }
+            Err(e @ RegisterError::InUse { .. }) if client_id.is_some() => {
+                eprintln!("hilock: lock {name}: {e}; the command did not run");
+                return Ok(ExitCode::from(EXIT_ID_IN_USE));
+            }
+            Err(RegisterError::InUse { .. }) => continue,
+            Err(e) => return Err(format!("lock {name}: {e}")),
         }
-        Err(e) => return Err(format!("lock {name}: {e}")),
+    }
+    let Some((id, mut reg)) = registered else {
+        eprintln!(
+            "hilock: lock {name}: every client id {}..={} is in use by a running client (or \
+             by one whose registration has not run out yet); the command did not run",
+            CLIENT_IDS.start(),
+            CLIENT_IDS.end()
+        );
+        return Ok(ExitCode::from(EXIT_ID_IN_USE));
+    };
+    opts.client_id = id;
+    let mut lock = match hilock_runtime::bakery::BakeryLock::<N>::redis(name, addrs, opts) {
+        Ok(l) => l,
+        Err(e) => {
+            reg.give_back().await;
+            return Err(e.to_string());
+        }
     };
     let mut kept = reg.keep();
     let lapsed = |until: tokio::time::Instant| {

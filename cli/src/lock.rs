@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use crate::node::ClientAt;
 use crate::run_under_lock::{
-    Event, Watch, EXIT_BUSY, EXIT_LEASE_LOST, EXIT_LOCK_LOST, EXIT_NODE_GONE,
+    Event, Watch, EXIT_BUSY, EXIT_ID_IN_USE, EXIT_LEASE_LOST, EXIT_LOCK_LOST, EXIT_NODE_GONE,
 };
 
 /// How much longer than the lock timeout the command waits for the node's answer.
@@ -38,6 +38,14 @@ pub enum LockRequest {
     },
 }
 
+/// Who a ring's `hilock lock` is: `--client-id` and `--take-over`.
+pub struct RingId {
+    /// `--client-id`.
+    pub client_id: Option<u8>,
+    /// `--take-over`: a hold of a killed earlier run with the id is taken over.
+    pub take_over: bool,
+}
+
 #[allow(clippy::too_many_arguments)]
 pub fn lock(
     what: LockRequest,
@@ -46,7 +54,7 @@ pub fn lock(
     timeout_ms: Option<u64>,
     priority: u8,
     kill_grace_ms: u64,
-    client_id: Option<u8>,
+    ring_id: RingId,
 ) -> Result<ExitCode, String> {
     // A ring configuration: the ring client is the lock's holder (no node socket).
     if let Some(c) = &at.config {
@@ -69,7 +77,7 @@ pub fn lock(
                 &path,
                 &mode,
                 command,
-                client_id,
+                ring_id,
                 timeout_ms,
                 kill_grace_ms,
             );
@@ -316,16 +324,21 @@ const RING_CHECK: std::time::Duration = std::time::Duration::from_secs(1);
 /// longer this hold — another client holds it, or it was unlocked —, 75 when the ring
 /// does not answer within the timeout), and unlocks at the end. The ring's locks are
 /// exclusive: a mode other than W is refused.
+///
+/// Another running client with the same id holding the lock (the ring answers InUse): exit
+/// [`EXIT_ID_IN_USE`] with one line, the command not run. With `--take-over` a hold of the
+/// id's is taken over instead: the operator vouches that the run that left it is dead.
 fn ring_lock(
     cfg: &hilock_runtime::Config,
     path: &str,
     mode: &str,
     command: &[String],
-    client_id: Option<u8>,
+    ring_id: RingId,
     timeout_ms: u64,
     kill_grace_ms: u64,
 ) -> Result<ExitCode, String> {
-    let id = client_id
+    let id = ring_id
+        .client_id
         .ok_or("a ring lock needs --client-id N (0..=255, no two running clients may share one)")?;
     // The ring's locks are exclusive (one holder per key, the Chord lock paper): only W is served.
     let m = hilock_kernel::Mode::parse(mode)
@@ -353,19 +366,21 @@ fn ring_lock(
         let mut client = tokio::time::timeout(limit, connect)
             .await
             .map_err(|_| format!("no view of the ring within {limit:?}"))??;
-        // A client id is one numbering: an earlier run with this id (killed while holding
-        // `path`) may have locked it with a higher request number than this run's first.
-        match tokio::time::timeout(limit, client.resume(path)).await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => return Err(format!("lock on {path}: the ring did not answer ({e})")),
-            Err(_) => {
-                return Err(format!(
-                    "lock on {path}: the ring did not answer within {timeout_ms} ms"
-                ))
-            }
-        }
-        match client.acquire(path, limit).await {
+        let acquired = if ring_id.take_over {
+            client.acquire_taking_over(path, limit).await
+        } else {
+            client.acquire(path, limit).await
+        };
+        match acquired {
             Ok(true) => {}
+            Err(hilock_runtime::ring::ClientError::IdInUse { .. }) => {
+                eprintln!(
+                    "hilock: lock on {path}: another process with client id {id} holds it; \
+                     give each running client its own --client-id (if that process is dead, \
+                     run again with --take-over); the command did not run"
+                );
+                return Ok(ExitCode::from(EXIT_ID_IN_USE));
+            }
             Ok(false) => {
                 return Err(format!(
                     "lock on {path} not granted within {timeout_ms} ms: another client holds it"

@@ -107,8 +107,9 @@ enum Command {
     /// key; the ring's locks are exclusive: MODE must be W), reads the lock's entry every
     /// second while the command runs (never taking it again) and unlocks it at the end;
     /// 76 if it is no longer this hold (another client got it, or it was unlocked), 75 if
-    /// the ring did not answer within the timeout. HILOCK_FENCE is the hold's fencing
-    /// token (the entry's version); no lease.
+    /// the ring did not answer within the timeout; 78 (one line, the command not run) if
+    /// another process with the same --client-id holds the lock. HILOCK_FENCE is the
+    /// hold's fencing token (the entry's version); no lease.
     ///
     /// With --txn: `hilock lock --txn /a:W /b:R -- cmd args` takes every `PATH:R|W` in one
     /// transaction of the agents engine (Wiger's locks, deadlocks detected and resolved) and
@@ -147,11 +148,16 @@ enum Command {
         #[arg(long, default_value_t = DEFAULT_KILL_GRACE_MS)]
         kill_grace_ms: u64,
         /// With the --config of a ring (`engine = "ring"`): this client's id on the ring,
-        /// 0..=255. No two running clients may share one: the ring's lock belongs to the
-        /// id (a lock left by a killed `hilock lock` is taken over by the next one with
-        /// its id).
+        /// 0..=255. No two running clients may share one: a run whose id another running
+        /// client holds the lock with exits 78 without running the command (a lock left by
+        /// a killed `hilock lock` stays held until a run with its id and --take-over).
         #[arg(long)]
         client_id: Option<u8>,
+        /// With a ring's --client-id: take over the lock if a killed earlier run with this
+        /// client id left it held. Only when that run is dead: the ring cannot tell a dead
+        /// run from a live one, and a live one would lose its lock (exit 76).
+        #[arg(long, requires = "client_id")]
+        take_over: bool,
     },
     /// Internal: the first program `hilock lock` starts in the command's process group; it
     /// waits until the node knows the group, then executes the command.
@@ -322,6 +328,7 @@ fn main() -> ExitCode {
             priority,
             kill_grace_ms,
             client_id,
+            take_over,
         } => match lock::lock(
             if txn {
                 LockRequest::Txn {
@@ -344,7 +351,10 @@ fn main() -> ExitCode {
             timeout_ms,
             priority,
             kill_grace_ms,
-            client_id,
+            lock::RingId {
+                client_id,
+                take_over,
+            },
         ) {
             Ok(code) => return code,
             Err(e) => Err(e),

@@ -34,7 +34,9 @@ pub const EXIT_LOCK_LOST: u8 = 76;
 pub const EXIT_LEASE_LOST: u8 = 77;
 
 /// `hilock bakery lock`: the client id is in use by another running client (or by an
-/// earlier run whose registration has not yet run out); the command did not run.
+/// earlier run whose registration has not yet run out); `hilock lock` on a ring: another
+/// process with the client id (a running one, or a killed run: `--take-over`) holds the
+/// lock. The command did not run.
 pub const EXIT_ID_IN_USE: u8 = 78;
 
 /// `hilock lock --try`: the lock could not be taken without waiting (it is busy); the

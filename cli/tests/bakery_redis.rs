@@ -2114,3 +2114,73 @@ fn queue_a_failing_command_stops_the_worker_and_leaves_its_item() {
     assert_eq!(code, Some(0), "{err}");
     assert_eq!(check_queue_log(&log, &pushed, &[]), Vec::<String>::new());
 }
+
+/// Without `--client-id`, `hilock bakery lock` registers the first id (in a random order)
+/// that no running client holds: three such clients at once each get their own, and their
+/// commands never overlap (each makes a directory only it may make). With every id 1..=31
+/// registered by other clients (`Registration::register`, the code the command calls), it
+/// exits 78 with one line and its command does not run; once one id is given back it runs.
+#[test]
+fn a_client_without_an_id_registers_a_free_one() {
+    use hilock_runtime::bakery::ident::Registration;
+    if !have_redis() {
+        return;
+    }
+    let reps = Replicas::start(3);
+    let addrs = reps.addrs.join(",");
+    let dir = tempfile::tempdir().unwrap();
+    let inside = dir.path().join("inside");
+    let no_id = |script: &str| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_hilock"));
+        c.args(["bakery", "lock", "anon", "--replicas", &addrs])
+            .args(["--lease-ms", "1000", "--timeout-ms", "10000"])
+            .env_remove("HILOCK_CLIENT_ID")
+            .args(["--", "sh", "-c", script]);
+        c
+    };
+    let script = format!(
+        "mkdir {0} || exit 9; sleep 0.3; rmdir {0}",
+        inside.display()
+    );
+    let clients: Vec<Reap> = (0..3)
+        .map(|_| Reap(no_id(&script).spawn().unwrap()))
+        .collect();
+    for mut c in clients {
+        assert_eq!(c.0.wait().unwrap().code(), Some(0), "a client failed");
+    }
+
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let mut regs: Vec<Registration> = rt.block_on(async {
+        let mut regs = Vec::new();
+        for id in 1..=31 {
+            regs.push(
+                Registration::register(
+                    &reps.addrs,
+                    "hilock:bakery:anon",
+                    id,
+                    Duration::from_secs(30),
+                    Duration::from_secs(2),
+                )
+                .await
+                .expect("a free id"),
+            );
+        }
+        regs
+    });
+    let ran = dir.path().join("ran");
+    let out = no_id(&format!("touch {}", ran.display())).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(78), "{err}");
+    assert!(err.contains("every client id 1..=31 is in use"), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err:?}");
+    assert!(!ran.exists(), "the command ran");
+    rt.block_on(regs[16].give_back());
+    let out = no_id(&format!("touch {}", ran.display())).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(ran.exists());
+    rt.block_on(async {
+        for r in &mut regs {
+            r.give_back().await;
+        }
+    });
+}

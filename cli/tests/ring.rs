@@ -846,9 +846,11 @@ async fn after_timeout() {
 /// A node forgets a client's connection when it closes: 8 clients connect, each locks a
 /// path, and the node keeps 8 answer connections and 8 more connection readers; once they
 /// are dropped (their sockets closed) both return to what they were before. The locks of
-/// the closed connections stay held (a lock belongs to the client id, not to a connection;
-/// `docs/faults.md`, "Ring engine"): another client is refused them, a new client with the
-/// same id releases them.
+/// the closed connections stay held (a lock belongs to the client's incarnation, not to a
+/// connection; `docs/faults.md`, "Ring engine"): another client is refused them; a new
+/// client with the same id (another incarnation) is refused them as `IdInUse`, its unlock
+/// frees nothing, and its take-over (`RingClient::take_over`) followed by its unlock
+/// releases them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_forgets_closed_client_connections_and_keeps_their_locks() {
     let _ports = PORTS.lock().await;
@@ -888,6 +890,19 @@ async fn forget_closed() {
         let mut same = RingClient::connect(id, addrs.clone(), membership.addr())
             .await
             .unwrap();
+        assert!(
+            matches!(
+                same.lock(&path).await,
+                Err(hilock_runtime::ring::ClientError::IdInUse { .. })
+            ),
+            "{path}: held by another process with id {id}"
+        );
+        same.unlock(&path).await.unwrap();
+        assert!(
+            !other.lock(&path).await.unwrap(),
+            "{path}: another incarnation's unlock frees nothing"
+        );
+        assert!(same.take_over(&path).await.unwrap(), "{path} taken over");
         same.unlock(&path).await.unwrap();
         assert!(other.lock(&path).await.unwrap(), "{path} released");
         other.unlock(&path).await.unwrap();

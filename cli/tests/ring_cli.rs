@@ -708,10 +708,12 @@ async fn lock_cmd(
     )
 }
 
-/// `hilock lock --client-id 11 PATH W -- sh -c CHECK` (client 11's next run) exits 0, and
-/// `other` can take `path` afterwards: the run took over the lock an earlier client 11
-/// left and released it. `CHECK` is the next run's command (`true` when there is nothing to
-/// check); its exit status is the run's.
+/// `hilock lock --client-id 11 PATH W -- true` (client 11's next run, without
+/// `--take-over`) exits 78 with one line that says what to do and does not run its
+/// command; `hilock lock --client-id 11 --take-over PATH W -- sh -c CHECK` then exits 0,
+/// and `other` can take `path` afterwards: the run took over the lock an earlier client 11
+/// left and released it. `CHECK` is the take-over run's command (`true` when there is
+/// nothing to check); its exit status is the run's.
 async fn next_run_of_11_frees(
     config: &Path,
     other: &mut RingClient,
@@ -719,9 +721,37 @@ async fn next_run_of_11_frees(
     check: &str,
     limit: Duration,
 ) {
+    let ran = std::env::temp_dir().join(format!("hilock-ring-cli-{}-ran", std::process::id()));
+    let _ = std::fs::remove_file(&ran);
+    let touch = format!("touch {}", ran.display());
+    let plain = [
+        "--client-id",
+        "11",
+        "--timeout-ms",
+        "2000",
+        path,
+        "W",
+        "--",
+        "sh",
+        "-c",
+        &touch,
+    ];
+    let (code, err, took) = lock_cmd(&plain, config, limit).await;
+    assert_eq!(code, Some(78), "{path}: {err}");
+    assert!(
+        err.contains("client id 11") && err.contains("--take-over"),
+        "{path}: {err}"
+    );
+    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err:?}");
+    assert!(
+        !ran.exists(),
+        "{path}: the refused run's command did not run"
+    );
+    assert!(took < Duration::from_secs(5), "{path}: refused in {took:?}");
     let args = [
         "--client-id",
         "11",
+        "--take-over",
         "--timeout-ms",
         "2000",
         path,
@@ -750,14 +780,17 @@ async fn next_run_of_11_frees(
 /// - a path held by another client: exit 2 after `--timeout-ms`, one line;
 /// - a bad mode, a mode other than W (the ring's locks are exclusive), a path without a
 ///   top-level element, no `--client-id`: exit 2, one line;
-/// - the lock unlocked under the command by a client with the same id, nobody else
-///   taking it: the next check finds the hold gone (it does not take the lock again),
-///   the command's group is killed, exit 76, the lock free afterwards;
-/// - the lock taken away while the command runs (a client with the same id unlocks it,
-///   another takes it): the next check fails, the command's group is killed, exit 76;
+/// - the lock taken over and unlocked under the command by a client with the same id
+///   (`RingClient::take_over`), nobody else taking it: the next check finds the hold gone
+///   or another's (it does not take the lock again), the command's group is killed, exit
+///   76, the lock free afterwards;
+/// - the lock taken away while the command runs (a client with the same id takes it over
+///   and unlocks it, another takes it): the next check fails, the command's group is
+///   killed, exit 76;
 /// - `hilock lock` killed (SIGKILL) while holding: its command and the command's background
 ///   process are gone within a second; the lock stays held; the next run with its client
-///   id is granted it and releases it;
+///   id exits 78 (another process with the id holds it) without running its command, and
+///   the next with `--take-over` is granted it and releases it;
 /// - the ring's nodes killed under a held lock: exit 75 within the timeout and a check;
 /// - the ring's nodes dead (the service up): exit 2 within the timeout, one line; the
 ///   service dead too: exit 2 at once, one line.
@@ -951,15 +984,19 @@ async fn lock_on_ring() {
         assert!(t.elapsed() < limit, "the wrapper starts its command");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    // Client 12 again, in this process: it continues the wrapper's numbering (the wrapper
-    // may have been refused, and asked again, before it was granted the lock).
+    // Client 12 again, in this process: another incarnation of the id, which takes the
+    // wrapper's hold over and unlocks it.
     let mut same12 = RingClient::connect(12, slots.clone(), maddr).await.unwrap();
-    same12.resume("/released").await.unwrap();
+    assert!(same12.take_over("/released").await.unwrap());
     same12.unlock("/released").await.unwrap();
     let t = Instant::now();
     let (code, err, _) = wrapper.await.unwrap();
     assert_eq!(code, Some(76), "{err}");
-    assert!(err.contains("no longer records this hold"), "{err}");
+    // A check between the take-over and the unlock finds this process's hold.
+    assert!(
+        err.contains("no longer records this hold") || err.contains("granted it to another"),
+        "{err}"
+    );
     assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
     assert!(!released.exists(), "the command was killed");
     assert!(
@@ -980,9 +1017,9 @@ async fn lock_on_ring() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let mut same_id = RingClient::connect(9, slots.clone(), maddr).await.unwrap();
-    same_id.resume("/lost").await.unwrap();
     let t = Instant::now();
     loop {
+        assert!(same_id.take_over("/lost").await.unwrap());
         same_id.unlock("/lost").await.unwrap();
         if other.lock("/lost").await.unwrap() {
             break;
@@ -1002,13 +1039,13 @@ async fn lock_on_ring() {
     assert!(!lost.exists(), "the command was killed");
     other.unlock("/lost").await.unwrap();
 
-    // A lock left by a killed `hilock lock` stays held; the next run with its client id
-    // takes it over and releases it.
+    // A lock left by a killed `hilock lock` stays held; the next run with its client id is
+    // refused (exit 78: the ring cannot tell the killed run from a live one), and the next
+    // with `--take-over` takes it over and releases it.
     // The killed run's command writes its pid and that of a process it started in the
     // background; both are gone within a second of the kill (the parent-death signal kills
-    // the command, the lease watchdog the rest of its group), and the next run's command
-    // (granted again to client 11: a re-grant) fails if either is still alive, so the two
-    // commands never overlap.
+    // the command, the lease watchdog the rest of its group), and the take-over run's
+    // command fails if either is still alive, so the two commands never overlap.
     let pid_file = dir.path().join("killed.pid");
     let cmd = format!("sleep 20 & echo $! $$ > {}; wait", pid_file.display());
     let mut killed = tokio::process::Command::new(BIN)
@@ -1061,10 +1098,9 @@ async fn lock_on_ring() {
 
     // The same after an earlier incarnation whose request numbers ran ahead: client 11, in
     // this process, makes six requests, locks /ahead with its seventh and goes away. The
-    // next `hilock lock` with id 11 numbers from 1 and continues after 7
-    // (`RingClient::resume`), so its unlock frees the lock. Without that its unlock
-    // (request 2) was taken for a stale retry of a request before 7: answered Released
-    // from the entry, the lock left held.
+    // next `hilock lock --take-over` with id 11 is another incarnation, whose requests the
+    // ring numbers apart from the earlier one's: its unlock frees the lock (not taken for a
+    // stale retry of a request before 7).
     {
         let mut earlier = RingClient::connect(11, slots.clone(), maddr).await.unwrap();
         for _ in 0..3 {
@@ -1203,4 +1239,180 @@ async fn lock_on_ring() {
         assert_eq!(err.trim_end().lines().count(), 1, "one line: {err:?}");
         assert!(took < Duration::from_secs(4), "{gone} gone: {took:?}");
     }
+}
+
+/// Two processes given one ring client id (`docs/engines/ring.md`, "A duplicate client
+/// id"; `RingServer::step`, "Incarnations"), against three `hilock node` processes:
+/// - `hilock lock --client-id 1` holds a path while its command runs; a second `hilock
+///   lock --client-id 1` on the path exits 78 within a few seconds with one line that
+///   names the id and what to do, and its command does not run; the first exits 0;
+/// - four loops of `hilock lock` processes with client ids 1, 1, 2 and 3 on one path for
+///   8 s, each command a hold of 20 ms that logs its start and end: replayed through the
+///   history checker, 0 violations and 0 overlapping holds; the loops with id 1 are
+///   refused (78) while the other holds the path, every run of ids 2 and 3 exits 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_live_run_with_a_client_id_in_use_exits_78_and_never_enters() {
+    tokio::time::timeout(Duration::from_secs(120), duplicate_ids())
+        .await
+        .expect("the test ended within 120 s");
+}
+
+async fn duplicate_ids() {
+    let dir = tempfile::tempdir().unwrap();
+    let addrs: Vec<SocketAddr> = (0..3).map(|_| free_port()).collect();
+    let maddr = free_port();
+    let cfg = dir.path().join("ring.toml");
+    std::fs::write(&cfg, ring_toml(&addrs, maddr, &[0, 1, 2], 1000)).unwrap();
+    let _service = spawn(&["ring", "membership"], &cfg);
+    let mut adm = admin(maddr).await;
+    let _nodes: Vec<Proc> = (0..3)
+        .map(|i| spawn(&["node", "--id", &i.to_string()], &cfg))
+        .collect();
+    let limit = Duration::from_secs(20);
+    adm.wait_for(limit, |s| s.up == 0b111).await.unwrap();
+
+    // One live run holds /dup; a second with its id is refused.
+    let running = dir.path().join("first.running");
+    let second_ran = dir.path().join("second.ran");
+    let first = spawn_w(
+        &cfg,
+        "1",
+        &[],
+        "/dup",
+        format!("touch {}; sleep 3", running.display()),
+        limit,
+    );
+    let t = Instant::now();
+    while !running.exists() {
+        assert!(t.elapsed() < limit, "the first run's command starts");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (code, err, took) = lock_cmd(
+        &[
+            "--client-id",
+            "1",
+            "--timeout-ms",
+            "2000",
+            "/dup",
+            "W",
+            "--",
+            "sh",
+            "-c",
+            &format!("touch {}", second_ran.display()),
+        ],
+        &cfg,
+        limit,
+    )
+    .await;
+    assert_eq!(code, Some(78), "{err}");
+    assert!(
+        err.contains("client id 1") && err.contains("its own --client-id"),
+        "{err}"
+    );
+    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err:?}");
+    assert!(took < Duration::from_secs(5), "refused in {took:?}");
+    assert!(!second_ran.exists(), "the second run's command did not run");
+    let (code, err, _) = first.await.unwrap();
+    assert_eq!(code, Some(0), "{err}");
+    println!("a second run with client id 1 refused in {took:?} (exit 78)");
+
+    // Four loops, ids 1, 1, 2, 3.
+    let log = dir.path().join("holds.log");
+    let script = format!(
+        "echo \"start $0 $(date +%s%N)\" >> {l}; sleep 0.02; echo \"end $0 $(date +%s%N)\" >> {l}",
+        l = log.display()
+    );
+    let run_for = Duration::from_secs(8);
+    let loops: Vec<_> = [1u8, 1, 2, 3]
+        .into_iter()
+        .enumerate()
+        .map(|(i, id)| {
+            let (cfg, script) = (cfg.clone(), script.clone());
+            tokio::spawn(async move {
+                let t = Instant::now();
+                let mut codes: std::collections::BTreeMap<i32, usize> = Default::default();
+                while t.elapsed() < run_for {
+                    let id = id.to_string();
+                    let tag = format!("loop{i}");
+                    let args = [
+                        "--client-id",
+                        &id,
+                        "--timeout-ms",
+                        "10000",
+                        "/dups",
+                        "W",
+                        "--",
+                        "sh",
+                        "-c",
+                        &script,
+                        &tag,
+                    ];
+                    let (code, err, _) = lock_cmd(&args, &cfg, limit).await;
+                    *codes.entry(code.unwrap_or(-1)).or_default() += 1;
+                    match code {
+                        Some(0) => {}
+                        // The other loop with this id holds it: ask again soon.
+                        Some(78) => tokio::time::sleep(Duration::from_millis(20)).await,
+                        _ => panic!("loop {i} (id {id}): {code:?} {err}"),
+                    }
+                }
+                (id, codes)
+            })
+        })
+        .collect();
+    let mut codes = Vec::new();
+    for l in loops {
+        codes.push(l.await.unwrap());
+    }
+    let mut events: Vec<(u128, bool, usize)> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            (
+                w[2].parse().unwrap(),
+                w[0] == "start",
+                w[1].trim_start_matches("loop").parse().unwrap(),
+            )
+        })
+        .collect();
+    events.sort();
+    let oracle = Oracle::default();
+    let (mut inside, mut overlaps, mut holds) = (0usize, 0usize, 0u64);
+    let mut op = [0u64; 4];
+    for &(_, start, l) in &events {
+        if start {
+            holds += 1;
+            op[l] = holds;
+            oracle.register_path(holds, l as u16, "/dups", Mode::W);
+            if inside > 0 {
+                overlaps += 1;
+            }
+            inside += 1;
+        } else {
+            oracle.exit(op[l]);
+            inside -= 1;
+        }
+    }
+    println!(
+        "ids 1, 1, 2, 3 for {run_for:?}: {holds} holds, exit codes {codes:?}, {overlaps} \
+         overlapping holds, {} violations",
+        oracle.violations().len()
+    );
+    assert_eq!(overlaps, 0, "holds overlap: {events:?}");
+    assert_eq!(oracle.violations(), Vec::<String>::new());
+    assert!(holds >= 20, "too few holds to say anything: {holds}");
+    for (id, c) in &codes {
+        if *id != 1 {
+            assert_eq!(
+                c.keys().copied().collect::<Vec<_>>(),
+                vec![0],
+                "id {id}: {c:?}"
+            );
+        }
+    }
+    assert!(
+        codes.iter().any(|(_, c)| c.contains_key(&78)),
+        "the duplicated id was never refused: {codes:?}"
+    );
 }

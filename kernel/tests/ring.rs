@@ -67,6 +67,7 @@ fn a_client_request_fits_a_buffer_of_one_and_numbers_count_up() {
     assert_eq!(out[0].to, Addr::Node(NodeId(1)));
     let token = Token {
         client: ClientId(1),
+        incarnation: 0,
         seq: 1,
     };
     let mut none = heapless::Vec::<Out<4>, 0>::new();
@@ -107,6 +108,7 @@ fn a_timed_out_request_is_resent_to_the_new_service_node() {
             msg: ChordMsg::Request {
                 token: Token {
                     client: ClientId(3),
+                    incarnation: 0,
                     seq: 1
                 },
                 op: Op::Lock,
@@ -249,6 +251,7 @@ fn after_the_predecessor_left_its_keys_are_backed_up_on_the_successor() {
         },
         token: Token {
             client: ClientId(2),
+            incarnation: 0,
             seq: 1,
         },
     };
@@ -467,6 +470,7 @@ fn the_copies_owed_to_a_reconnected_peer_fit_exact_room() {
 fn alone_ask(s: &mut RS, client: u8, seq: u64, op: Op) -> (hilock_kernel::ring::Report, Answer) {
     let token = Token {
         client: ClientId(client),
+        incarnation: 0,
         seq,
     };
     let view = View {
@@ -532,11 +536,13 @@ fn a_replica_takes_only_newer_versions() {
     let write = |s: &mut RS, client: u8, n: u32| {
         let token = Token {
             client: ClientId(client),
+            incarnation: 0,
             seq: 1,
         };
         let slot = Slot {
             key: Key(10),
             holder: Some(ClientId(client)),
+            incarnation: 0,
             version: Version { epoch: 0, n },
             writer: Some(token),
         };
@@ -579,6 +585,7 @@ fn a_join_hands_the_moved_arcs_over_with_their_entries() {
         let lock = ChordMsg::Request {
             token: Token {
                 client: ClientId(c),
+                incarnation: 0,
                 seq: 1,
             },
             op: Op::Lock,
@@ -605,6 +612,7 @@ fn a_join_hands_the_moved_arcs_over_with_their_entries() {
     let forty = hilock_kernel::ring::Slot {
         key: Key(40),
         holder: Some(ClientId(3)),
+        incarnation: 0,
         version: hilock_kernel::ring::Version { epoch: 0, n: 1 },
         writer: None,
     };
@@ -613,6 +621,7 @@ fn a_join_hands_the_moved_arcs_over_with_their_entries() {
         slot: forty,
         token: Token {
             client: ClientId(3),
+            incarnation: 0,
             seq: 1,
         },
     };
@@ -682,11 +691,13 @@ fn a_server_hands_over_only_the_arcs_it_has() {
 fn c1_entry(view: View, key: u16, n: u32) -> (hilock_kernel::ring::Slot, Token) {
     let token = Token {
         client: ClientId(1),
+        incarnation: 0,
         seq: u64::from(n),
     };
     let slot = hilock_kernel::ring::Slot {
         key: Key(key),
         holder: Some(ClientId(1)),
+        incarnation: 0,
         version: hilock_kernel::ring::Version {
             epoch: view.epoch,
             n,
@@ -824,6 +835,7 @@ fn every_vnode_error_has_its_own_text() {
 fn req(client: u8, seq: u64, op: Op, key: u16, view: View) -> (Addr, ChordMsg<4>) {
     let token = Token {
         client: ClientId(client),
+        incarnation: 0,
         seq,
     };
     (
@@ -1047,6 +1059,7 @@ fn an_old_acknowledgement_does_not_complete_a_later_write_of_the_key() {
         key: Key(10),
         token: Token {
             client: ClientId(1),
+            incarnation: 0,
             seq: 1,
         },
     };

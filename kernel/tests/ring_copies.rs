@@ -32,6 +32,7 @@ fn server() -> S {
 fn tok(client: u8, seq: u64) -> Token {
     Token {
         client: ClientId(client),
+        incarnation: 0,
         seq,
     }
 }

@@ -22,6 +22,7 @@ const B: NodeId = NodeId(2);
 const C1: Addr = Addr::Client(ClientId(1));
 const TOKEN: Token = Token {
     client: ClientId(1),
+    incarnation: 0,
     seq: 1,
 };
 

@@ -37,6 +37,7 @@ fn with_memory() -> S {
 fn tok(client: u8, seq: u64) -> Token {
     Token {
         client: ClientId(client),
+        incarnation: 0,
         seq,
     }
 }

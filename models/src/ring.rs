@@ -25,13 +25,16 @@
 //! model's clients may run several lock/unlock rounds ([`RingModel::rounds`]), give up a
 //! request they wait for (`Abandon`: [`ChordClient::abandon`], the request stays in
 //! flight and may still be served) and ask again, and restart as a new incarnation of the
-//! same client id (`Restart`: a new [`ChordClient`] that first reads the key's entry from
-//! its primary and continues after the request the ring records,
-//! [`ChordClient::resume_after`], as `RingClient::resume` does); the network may duplicate
+//! same client id (`Restart`: a new [`ChordClient`] with a new incarnation, which first
+//! reads the key's entry from its primary and continues after the request the ring
+//! records, [`ChordClient::resume_after`], and whose next lock is a take-over,
+//! [`Op::TakeOver`], as `hilock lock --take-over`'s); the network may duplicate
 //! a client's request (`Duplicate`). Each is bounded per run by its field
 //! ([`RingModel::abandons`], [`RingModel::restarts`], [`RingModel::duplicates`]). A client
 //! that gave up or restarted asks for the lock again and then unlocks it: it does not know
-//! whether it holds, so it holds only once it is granted again.
+//! whether it holds, so it holds only once it is granted again. Clients may share a
+//! client id ([`RingModel::ids`]): two processes given one id, two incarnations to the
+//! ring, counted as two holders.
 //!
 //! # Partitions and pauses (hilock variant)
 //! `Isolate(n)` cuts node `n` off from everybody (the other nodes, the membership service
@@ -74,8 +77,8 @@
 //! - sometimes: `a lock is granted`, `the membership changed`.
 
 use hilock_kernel::ring::{
-    Addr, Answer, Change, ChordClient, ChordMsg, ClientEvent, ClientId, Entry, Key, NodeId, Op,
-    Out, PaperNode, RetryFence, Ring, RingServer, Version, View,
+    Addr, Answer, Change, ChordClient, ChordMsg, ClientEvent, ClientId, Entry, Holder, Key, NodeId,
+    Op, Out, PaperNode, RetryFence, Ring, RingServer, Version, View,
 };
 use serde::{Deserialize, Serialize};
 use stateright::{Checker, HasDiscoveries, Model, Path, Property};
@@ -113,7 +116,8 @@ pub const ONE_SERVER: &str = "one server per key: no answer from a replaced serv
 pub const FENCES: &str = "fences strictly increase per key";
 /// Property name: the key's primary in the service's view (live, serving, with that view
 /// installed) names as a key's holder only a client that is locking, holding or unlocking
-/// that key, or one that gave a request up or restarted (which may hold without knowing).
+/// that key, or one that gave a request up or restarted (which may hold without knowing,
+/// or whose killed incarnation left the hold until the restarted run takes it over).
 /// A late copy of a refused lock served after the key became free broke it
 /// (`ring-late-duplicate-locks-for-nobody`); `ONE_SERVER` sees that only once another
 /// client is refused.
@@ -166,6 +170,11 @@ pub struct RingModel {
     pub initial: u16,
     /// The key each client locks and then unlocks.
     pub clients: Vec<u16>,
+    /// Each client's id (empty: client `i` has id `i + 1`). Clients given one id are two
+    /// processes with one client id: two incarnations ([`ChordClient::with_incarnation`];
+    /// the model gives client `i` incarnation `i`), which the ring must keep apart.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ids: Vec<u8>,
     /// Slots that may join.
     #[serde(default)]
     pub joins: u16,
@@ -316,6 +325,20 @@ pub struct CState {
     /// It gave up a request or restarted in this run: the ring may record it as the
     /// holder while it does not hold (an abandoned lock served late).
     pub unsure: bool,
+    /// It restarted and has not been granted since: its next lock is a take-over
+    /// ([`Op::TakeOver`]) of the hold its killed incarnation may have left.
+    pub take_over: bool,
+}
+
+impl CState {
+    /// Whether `h` is this client or one of its earlier incarnations (a restart adds
+    /// [`CL`] to the incarnation): a hold it may have without knowing, as a client that
+    /// gave a request up may be granted it late, or one its killed incarnation left (held
+    /// until its take-over).
+    fn lineage(&self, h: Holder) -> bool {
+        let now = self.c.incarnation();
+        h.client == self.c.id() && h.incarnation <= now && (now - h.incarnation) % CL as u64 == 0
+    }
 }
 
 /// A state.
@@ -388,12 +411,13 @@ pub enum RAction {
     /// A client gives up the request it waits for ([`ChordClient::abandon`]) and asks for
     /// the lock again.
     Abandon(usize),
-    /// A client restarts as a new incarnation that resumes after the request the ring
-    /// records ([`ChordClient::resume_after`]) and asks for the lock again. Enabled once
-    /// no message from or to the old incarnation is in flight: a new incarnation that
-    /// numbers its requests again while one of the killed process's requests is still
-    /// on its way can reuse that request's number, and the two are then one request to
-    /// the ring (not covered: client ids are not incarnation-unique).
+    /// A client restarts as a new incarnation (a killed run's successor) that resumes
+    /// after the request the ring records ([`ChordClient::resume_after`]) and takes the
+    /// lock over ([`Op::TakeOver`]: the killed incarnation may have left it held). Enabled
+    /// once no message from or to the old incarnation is in flight: a take-over vouches
+    /// that the old run is dead, and a request of the killed process still on its way
+    /// (its own take-over) could take the hold back for the dead incarnation (not
+    /// covered: `hilock lock --take-over` is for a run whose wrapper is gone).
     Restart(usize),
     /// The network delivers a copy of a client's request besides the request.
     Duplicate(Addr, Addr, Msg),
@@ -440,12 +464,24 @@ impl RingModel {
     }
 }
 
-/// A saved step without the entries' `writer` fields ([`Slot::writer`](hilock_kernel::ring::Slot::writer)),
+/// A saved step without the incarnations (`Token::incarnation`, `Slot::incarnation`),
+/// without the entries' `writer` fields ([`Slot::writer`](hilock_kernel::ring::Slot::writer)),
 /// which traces saved before the retry fence do not have, and without the replies'
 /// `epoch` fields (`ChordMsg::Reply`), which traces saved before replies named their
 /// request's view do not have: the same action, written before or after those fields
 /// existed, has one key.
 pub fn step_key(step: &str) -> String {
+    // Incarnations (`Token::incarnation`, `Slot::incarnation`): traces saved before them
+    // have none, and every client of such a trace is its id's only incarnation.
+    const I: &str = ", incarnation: ";
+    let mut bare = String::with_capacity(step.len());
+    let mut rest = step;
+    while let Some(i) = rest.find(I) {
+        bare.push_str(&rest[..i]);
+        rest = rest[i + I.len()..].trim_start_matches(|c: char| c.is_ascii_digit());
+    }
+    bare.push_str(rest);
+    let step = bare.as_str();
     const E: &str = ", epoch: ";
     let mut plain = String::with_capacity(step.len());
     let mut rest = step;
@@ -526,6 +562,7 @@ impl RingModel {
             idents: default_idents(),
             initial,
             clients,
+            ids: Vec::new(),
             joins: 0,
             leaves: 0,
             crashable: 0,
@@ -582,6 +619,16 @@ impl RingModel {
         if self.clients.is_empty() || self.clients.len() > CL {
             return Err(format!("{} clients: 1 to {CL}", self.clients.len()));
         }
+        if !self.ids.is_empty() && self.ids.len() != self.clients.len() {
+            return Err(format!(
+                "{} ids for {} clients: one per client, or none",
+                self.ids.len(),
+                self.clients.len()
+            ));
+        }
+        if let Some(id) = self.ids.iter().find(|id| usize::from(**id) >= CL) {
+            return Err(format!("id {id}: the servers remember ids below {CL}"));
+        }
         if let Some(k) = self.clients.iter().find(|k| **k >= 64) {
             return Err(format!("key {k}: keys are below 2^6 = 64"));
         }
@@ -603,10 +650,15 @@ impl RingModel {
             .map_err(|e| format!("slot {i}: {e:?}"))?;
         }
         for i in 0..self.clients.len() {
-            ChordClient::<NS>::new(ClientId(i as u8 + 1), ring, view)
+            ChordClient::<NS>::new(self.id(i), ring, view)
                 .map_err(|e| format!("client {}: {e:?}", i + 1))?;
         }
         Ok(())
+    }
+
+    /// Client `i`'s id.
+    fn id(&self, i: usize) -> ClientId {
+        ClientId(self.ids.get(i).copied().unwrap_or(i as u8 + 1))
     }
 
     /// Exhaustive check of every property (two threads).
@@ -653,12 +705,13 @@ impl RingModel {
         }
     }
 
-    /// Clients holding each key.
-    fn holders(st: &RState, k: Key) -> Vec<ClientId> {
+    /// Clients holding each key, by id and incarnation: two processes with one id are
+    /// two holders.
+    fn holders(st: &RState, k: Key) -> Vec<Holder> {
         st.clients
             .iter()
             .filter(|c| c.stage == 2 && Key(c.key) == k)
-            .map(|c| c.c.id())
+            .map(|c| c.c.holder())
             .collect()
     }
 
@@ -673,7 +726,7 @@ impl RingModel {
     }
 
     /// Whether the lock of `c` on `k` is recorded somewhere.
-    fn recorded(st: &RState, k: Key, c: ClientId) -> bool {
+    fn recorded(st: &RState, k: Key, c: Holder) -> bool {
         let locked = Entry {
             key: k,
             locked: true,
@@ -682,7 +735,7 @@ impl RingModel {
             st.alive & (1 << i) != 0
                 && match n {
                     RNode::Paper(p) => p.olock().contains(&locked) || p.olock_b().contains(&locked),
-                    RNode::Hilock(s) => s.holder(k) == Some(c),
+                    RNode::Hilock(s) => s.holding(k) == Some(c),
                 }
         });
         let in_flight = st.net.iter().any(|(_, _, m)| match m {
@@ -692,9 +745,9 @@ impl RingModel {
             ChordMsg::FetchReply { entries } | ChordMsg::BackupDump { entries } => {
                 entries.contains(&locked)
             }
-            ChordMsg::Replicate { slot, .. } => slot.key == k && slot.holder == Some(c),
+            ChordMsg::Replicate { slot, .. } => slot.key == k && slot.holding() == Some(c),
             ChordMsg::Transfer { slots, .. } => {
-                slots.iter().any(|s| s.key == k && s.holder == Some(c))
+                slots.iter().any(|s| s.key == k && s.holding() == Some(c))
             }
             _ => false,
         });
@@ -712,9 +765,10 @@ impl RingModel {
                 return true;
             };
             let serving = st.alive & (1 << p.0) != 0 && !s.stopped() && s.view() == st.view;
-            match s.holder(k) {
+            match s.holding(k) {
                 Some(h) if serving => st.clients.iter().any(|c| {
-                    c.c.id() == h && ((Key(c.key) == k && (1..=3).contains(&c.stage)) || c.unsure)
+                    (c.c.holder() == h && Key(c.key) == k && (1..=3).contains(&c.stage))
+                        || (c.unsure && c.lineage(h))
                 }),
                 _ => true,
             }
@@ -733,8 +787,8 @@ impl RingModel {
     /// naming `c` in a live node's table or in a replica write or hand-over in flight.
     /// `None` where nothing records the hold (`LOST` judges that) and for the paper's
     /// server, whose table has no versions.
-    fn fence(st: &RState, k: Key, c: ClientId) -> Option<Version> {
-        let ours = |s: &hilock_kernel::ring::Slot| s.key == k && s.holder == Some(c);
+    fn fence(st: &RState, k: Key, c: Holder) -> Option<Version> {
+        let ours = |s: &hilock_kernel::ring::Slot| s.key == k && s.holding() == Some(c);
         let tables = st.nodes.iter().enumerate().filter_map(|(i, n)| match n {
             RNode::Hilock(s) if st.alive & (1 << i) != 0 => {
                 s.slots().iter().find(|s| ours(s)).map(|s| s.version)
@@ -752,7 +806,7 @@ impl RingModel {
     }
 
     /// Client `c` was just granted `k`: its fence must be larger than the last grant's.
-    fn take_fence(&self, st: &mut RState, k: Key, c: ClientId) {
+    fn take_fence(&self, st: &mut RState, k: Key, c: Holder) {
         let Some(f) = Self::fence(st, k, c) else {
             return;
         };
@@ -763,7 +817,7 @@ impl RingModel {
                     st.fence_error = Some(format!(
                         "c{} was granted key {} with fence {}.{}, not above the previous \
                          grant's {}.{}",
-                        c.0, k.0, f.epoch, f.n, before.epoch, before.n
+                        c.client.0, k.0, f.epoch, f.n, before.epoch, before.n
                     ));
                 }
                 st.fences[i].1 = f;
@@ -848,7 +902,21 @@ impl RingModel {
                 let h: Vec<String> = self
                     .keys()
                     .into_iter()
-                    .map(|k| format!("key {}: {:?}", k.0, Self::holders(st, k)))
+                    .map(|k| {
+                        // By id; with the incarnation where two holders share an id.
+                        let hs = Self::holders(st, k);
+                        let names: Vec<String> = hs
+                            .iter()
+                            .map(|h| {
+                                if hs.iter().filter(|o| o.client == h.client).count() > 1 {
+                                    format!("{:?} (incarnation {})", h.client, h.incarnation)
+                                } else {
+                                    format!("{:?}", h.client)
+                                }
+                            })
+                            .collect();
+                        format!("key {}: [{}]", k.0, names.join(", "))
+                    })
                     .collect();
                 format!("two clients hold one lock: {}", h.join("; "))
             }
@@ -866,10 +934,10 @@ impl RingModel {
                         let RNode::Hilock(s) = &st.nodes[p.0 as usize] else {
                             return None;
                         };
-                        let c = s.holder(k)?;
+                        let c = s.holding(k)?;
                         Some(format!(
-                            "n{} names c{} as holder of key {}",
-                            self.idents[p.0 as usize], c.0, k.0
+                            "n{} names c{} (incarnation {}) as holder of key {}",
+                            self.idents[p.0 as usize], c.client.0, c.incarnation, k.0
                         ))
                     })
                     .collect();
@@ -1021,6 +1089,20 @@ impl RingModel {
     }
 }
 
+/// Whether `m` is of client `c`'s incarnation: its request or the answer to it, or a
+/// server message about its request.
+fn of_client<const N: usize>(c: &ChordClient<N>, m: &Msg) -> bool {
+    match m {
+        ChordMsg::Request { token, .. }
+        | ChordMsg::Reply { token, .. }
+        | ChordMsg::BackupModify { token, .. }
+        | ChordMsg::BackupAck { token }
+        | ChordMsg::Replicate { token, .. }
+        | ChordMsg::ReplicaAck { token, .. } => token.holder() == c.holder(),
+        _ => false,
+    }
+}
+
 impl RNode {
     fn step(&mut self, from: Addr, msg: &Msg, out: &mut Outs) -> Result<(), String> {
         match self {
@@ -1055,12 +1137,15 @@ impl Model for RingModel {
             .iter()
             .enumerate()
             .map(|(i, k)| CState {
-                c: ChordClient::new(ClientId(i as u8 + 1), ring, view).expect("client"),
+                c: ChordClient::new(self.id(i), ring, view)
+                    .expect("client")
+                    .with_incarnation(i as u64),
                 stage: 0,
                 target: NodeId(0),
                 key: *k,
                 rounds: self.rounds.saturating_sub(1),
                 unsure: false,
+                take_over: false,
             })
             .collect();
         vec![RState {
@@ -1093,16 +1178,14 @@ impl Model for RingModel {
             if matches!(c.stage, 0 | 2) {
                 actions.push(RAction::Start(i));
             }
-            let mentions = st.net.iter().any(|(f, t, m)| {
-                let of_c = *f == Addr::Client(c.c.id())
-                    || *t == Addr::Client(c.c.id())
-                    || matches!(m, ChordMsg::BackupModify { token, .. } | ChordMsg::BackupAck { token } | ChordMsg::Replicate { token, .. } | ChordMsg::ReplicaAck { token, .. } if token.client == c.c.id());
-                of_c && !Self::blocked(st, *f, *t)
-            });
+            let mentions = st
+                .net
+                .iter()
+                .any(|(f, t, m)| of_client(&c.c, m) && !Self::blocked(st, *f, *t));
             // Nothing of its request can reach it: its node crashed, is cut off or stopped,
             // or neither the network nor the node has it any more (lost in a cut).
             let waits = matches!(&st.nodes[c.target.0 as usize],
-                RNode::Hilock(s) if s.waits_for(c.c.id()));
+                RNode::Hilock(s) if s.waits_for(c.c.holder()));
             let unanswering = st.alive & (1 << c.target.0) == 0
                 || st.cut & (1 << c.target.0) != 0
                 || Self::stopped(st, c.target)
@@ -1119,10 +1202,9 @@ impl Model for RingModel {
             // one, and the requests it sent were served or lost. (A request of the killed
             // process still in flight when the new one starts numbering again could share
             // its request number: outside the promise, `RAction::Restart`.)
-            let in_flight = st
-                .net
-                .iter()
-                .any(|(f, t, _)| *f == Addr::Client(c.c.id()) || *t == Addr::Client(c.c.id()));
+            let in_flight = st.net.iter().any(|(f, t, m)| {
+                (*f == Addr::Client(c.c.id()) || *t == Addr::Client(c.c.id())) && of_client(&c.c, m)
+            });
             if st.restarts < self.restarts && (1..=3).contains(&c.stage) && !in_flight {
                 actions.push(RAction::Restart(i));
             }
@@ -1235,7 +1317,11 @@ impl Model for RingModel {
         match action {
             RAction::Start(i) => {
                 let c = &mut st.clients[i];
-                let op = if c.stage == 0 { Op::Lock } else { Op::Unlock };
+                let op = match (c.stage, c.take_over) {
+                    (0, false) => Op::Lock,
+                    (0, true) => Op::TakeOver,
+                    _ => Op::Unlock,
+                };
                 let mut out = Outs::new();
                 if let Err(e) = c.c.start(op, Key(c.key), &mut out) {
                     st.error = Some(format!("client start: {e}"));
@@ -1288,7 +1374,6 @@ impl Model for RingModel {
                 st.net.remove(pos);
                 match to {
                     Addr::Client(cid) => {
-                        let i = st.clients.iter().position(|c| c.c.id() == cid)?;
                         let ChordMsg::Reply {
                             token,
                             epoch,
@@ -1296,6 +1381,16 @@ impl Model for RingModel {
                         } = msg
                         else {
                             st.error = Some("a client got a server message".into());
+                            return Some(st);
+                        };
+                        // The incarnation it answers; none any more (it restarted): lost
+                        // with its connections.
+                        let Some(i) = st
+                            .clients
+                            .iter()
+                            .position(|c| c.c.id() == cid && c.c.holder() == token.holder())
+                        else {
+                            st.net.sort();
                             return Some(st);
                         };
                         let c = &mut st.clients[i];
@@ -1310,11 +1405,13 @@ impl Model for RingModel {
                         };
                         match c.c.on_reply(token, epoch, answer, &mut out) {
                             Ok((ClientEvent::Done(op, key, a), _)) => {
-                                if (op, a) == (Op::Lock, Answer::Granted) {
+                                let lock = matches!(op, Op::Lock | Op::TakeOver);
+                                if lock && a == Answer::Granted {
                                     granted = Some(key);
+                                    c.take_over = false;
                                 }
-                                c.stage = match (op, a) {
-                                    (Op::Lock, Answer::Granted) => 2,
+                                c.stage = match (lock, a) {
+                                    (true, Answer::Granted) => 2,
                                     _ if c.rounds > 0 => {
                                         c.rounds -= 1;
                                         0
@@ -1334,14 +1431,14 @@ impl Model for RingModel {
                             }
                         }
                         if let Some(key) = granted {
-                            self.take_fence(&mut st, key, cid);
+                            self.take_fence(&mut st, key, token.holder());
                         }
                     }
                     Addr::Node(n) => {
                         let mut out = Outs::new();
                         let asked = match (&msg, &st.nodes[n.0 as usize]) {
                             (ChordMsg::Request { token, key, .. }, RNode::Hilock(s)) => {
-                                Some((*token, *key, s.holder(*key)))
+                                Some((*token, *key, s.holding(*key)))
                             }
                             _ => None,
                         };
@@ -1367,20 +1464,21 @@ impl Model for RingModel {
                             let refused = out.iter().any(|o| {
                                 matches!(o.msg, ChordMsg::Reply {
                                     token: t,
-                                    answer: Answer::Refused,
+                                    answer: Answer::Refused | Answer::InUse,
                                     ..
                                 } if t == token)
                             });
                             let holds = st.clients.iter().any(|c| {
-                                c.c.id() == h
+                                (c.c.holder() == h
                                     && Key(c.key) == key
-                                    && ((1..=3).contains(&c.stage) || c.unsure)
+                                    && (1..=3).contains(&c.stage))
+                                    || (c.unsure && c.lineage(h))
                             });
                             if refused && !holds && st.stale.is_none() {
                                 st.stale = Some(format!(
                                     "n{} refused key {} to c{}: its table names c{} as holder, \
                                      who does not hold it",
-                                    self.idents[n.0 as usize], key.0, token.client.0, h.0
+                                    self.idents[n.0 as usize], key.0, token.client.0, h.client.0
                                 ));
                             }
                         }
@@ -1489,7 +1587,12 @@ impl Model for RingModel {
                         .and_then(|e| e.writer),
                     RNode::Paper(_) => return None,
                 };
-                let mut c = ChordClient::new(id, ring, st.view).ok()?;
+                // A new process: a new incarnation of the id (distinct from every other
+                // client's, which are their indices below `CL`).
+                let incarnation = st.clients[i].c.incarnation() + CL as u64;
+                let mut c = ChordClient::new(id, ring, st.view)
+                    .ok()?
+                    .with_incarnation(incarnation);
                 if let Some(w) = writer.filter(|w| w.client == id) {
                     if let Err(e) = c.resume_after(w) {
                         st.error = Some(format!("client resume_after: {e}"));
@@ -1499,6 +1602,7 @@ impl Model for RingModel {
                 cs.c = c;
                 cs.stage = 0;
                 cs.unsure = true;
+                cs.take_over = true;
                 st.restarts += 1;
             }
             RAction::Duplicate(from, to, msg) => {

@@ -187,7 +187,9 @@ enum Cov {
 const RING_API: &[(&str, Cov)] = &[
     // ChordClient
     ("new", Cov::Action("Restart")),
+    ("with_incarnation", Cov::Action("Restart")),
     ("id", Cov::Query),
+    ("incarnation", Cov::Query),
     ("view", Cov::Query),
     ("waiting", Cov::Query),
     ("seq", Cov::Query),
@@ -204,7 +206,9 @@ const RING_API: &[(&str, Cov)] = &[
     ("without_request_memory", Cov::Sabotage),
     ("merging_late_hand_overs", Cov::Sabotage),
     ("slots", Cov::Query),
+    // `ChordClient::holder` and `RingServer::holder`.
     ("holder", Cov::Query),
+    ("holding", Cov::Query),
     ("settled_in", Cov::Query),
     ("pending", Cov::Query),
     ("stop", Cov::Action("Expire")),
@@ -249,7 +253,7 @@ fn the_model_drives_every_public_operation_of_the_ring() {
             Cov::Query => {}
         }
     }
-    for op in ["Op::Lock", "Op::Unlock"] {
+    for op in ["Op::Lock", "Op::Unlock", "Op::TakeOver"] {
         assert!(model.contains(op), "the model's clients never send {op}");
     }
 }

@@ -46,7 +46,7 @@ const PINNED: &[(&str, usize)] = &[
         12_109_783,
     ),
     ("hilock r1: 2 nodes, 2 clients x 2 rounds, 1 abandon", 28558),
-    ("hilock r1: 2 nodes, 2 clients x 2 rounds, 1 restart", 11168),
+    ("hilock r1: 2 nodes, 2 clients x 2 rounds, 1 restart", 11644),
     (
         "hilock r1: 2 nodes, 2 clients x 2 rounds, 1 duplicate",
         20528,
@@ -58,6 +58,10 @@ const PINNED: &[(&str, usize)] = &[
     (
         "hilock r2: 3 nodes, n21 crashes and is started again, 2 clients on key 10",
         2_966_546,
+    ),
+    (
+        "hilock r1: 2 nodes, clients 1, 1 (two incarnations) and 2 x 2 rounds, 1 abandon",
+        1_989_456,
     ),
 ];
 
@@ -760,7 +764,9 @@ fn clients_that_repeat_and_abandon_keep_one_holder() {
     check_pinned(&abandoning(), ALL, &[GRANTED]);
 }
 
-/// Clients restarted as new incarnations that resume keep one holder per key.
+/// Clients restarted as new incarnations keep one holder per key: the new incarnation
+/// takes its killed predecessor's hold over (`Op::TakeOver`, as `hilock lock --take-over`)
+/// once nothing of the killed one is in flight.
 #[test]
 fn restarted_clients_that_resume_keep_one_holder() {
     check_pinned(
@@ -781,6 +787,53 @@ fn restarted_clients_that_resume_keep_one_holder() {
 #[test]
 fn duplicated_requests_keep_one_holder() {
     check_pinned(&duplicating(), ALL, &[GRANTED]);
+}
+
+/// Two processes given one client id (two incarnations of id 1, `RingModel::ids`) and a
+/// client with id 2, on one key (two nodes, r = 1), each locking and unlocking twice, one
+/// request given up: mutual exclusion counts holders by id and incarnation. The ring answers
+/// a lock of a key held by the other incarnation `InUse` and writes nothing
+/// (`RingServer::step`, "Incarnations"); before, it was a re-grant to the holder's id, and
+/// both processes held the key.
+fn shared_id() -> RingModel {
+    let mut m = repeating(
+        "hilock r1: 2 nodes, clients 1, 1 (two incarnations) and 2 x 2 rounds, 1 abandon",
+        2,
+        1,
+        0,
+        0,
+    );
+    m.clients = vec![10, 10, 10];
+    m.ids = vec![1, 1, 2];
+    m
+}
+
+/// Two processes with one client id never hold one key together, and every other property
+/// holds (the model's clients given one id are two incarnations, `Holder`).
+#[test]
+fn two_processes_with_one_client_id_keep_one_holder() {
+    check_pinned(&shared_id(), ALL, &[GRANTED]);
+}
+
+/// A take-over is for a dead run only (`hilock lock --take-over`, `docs/engines/ring.md`):
+/// a process with id 1 restarted (`Restart`, whose next lock is `Op::TakeOver`) while the
+/// other process with id 1 lives takes the key from it, and both hold it. The ring cannot
+/// tell the two cases apart; the operator vouches for the dead run. (The restart of a
+/// client whose id nobody else runs keeps one holder: `restarted_clients_that_resume_keep_one_holder`.)
+#[test]
+fn a_take_over_from_a_live_process_with_the_id_gives_two_holders() {
+    let mut m = shared_id();
+    m.name = "hilock r1: 2 nodes, clients 1, 1 and 2, 1 restart taking over".into();
+    m.rounds = 1;
+    m.abandons = 0;
+    m.restarts = 1;
+    let r = m.refute(MUTEX);
+    let t = r.trace.expect("two holders");
+    assert!(
+        t.steps.iter().any(|s| s.contains("TakeOver")),
+        "{:?}",
+        t.steps
+    );
 }
 
 fn duplicating() -> RingModel {

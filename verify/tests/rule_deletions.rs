@@ -883,6 +883,17 @@ const ROWS: &[Row] = &[
         target: "prio",
         filter: "rule_8_2_merged_queue_is_in_priority_order",
     },
+    Row {
+        rule: "ring incarnations: a lock of a key another incarnation of the id holds is not a re-grant (InUse)",
+        rules: &[],
+        file: "kernel/src/ring/replicated.rs",
+        from: "            (Op::Lock | Op::TakeOver, h) if h == me => (me, Answer::Granted, true),",
+        to: "            (Op::Lock | Op::TakeOver, h) if h.map(|h| h.client) == Some(token.client) => (me, Answer::Granted, true),",
+        also: &[],
+        package: "verify",
+        target: "ring",
+        filter: "two_processes_with_one_client_id_keep_one_holder",
+    },
 ];
 
 /// Rows whose deletion no check turns red with pins off, each with what is known about

@@ -5,8 +5,8 @@
 //! an earlier request apart).
 
 use super::{
-    room, send, Addr, Answer, ChordError, ChordMsg, ClientId, Key, Op, Out, Report, Ring, Rule,
-    Token, View,
+    room, send, Addr, Answer, ChordError, ChordMsg, ClientId, Holder, Key, Op, Out, Report, Ring,
+    Rule, Token, View,
 };
 use crate::msg::Sink;
 
@@ -25,6 +25,8 @@ pub enum ClientEvent {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct ChordClient<const N: usize> {
     id: ClientId,
+    /// Its incarnation ([`Token::incarnation`]).
+    incarnation: u64,
     ring: Ring<N>,
     view: View,
     seq: u64,
@@ -39,6 +41,7 @@ impl<const N: usize> ChordClient<N> {
         ring.check_view(view)?;
         Ok(ChordClient {
             id,
+            incarnation: 0,
             ring,
             view,
             seq: 0,
@@ -47,9 +50,31 @@ impl<const N: usize> ChordClient<N> {
         })
     }
 
+    /// The client as incarnation `incarnation` of its id: a number its process drew at
+    /// its start, different from every other process's with the id (the runtime: the
+    /// clock's nanoseconds and the process id). The ring grants a key held by another
+    /// incarnation of the id to none but an [`Op::TakeOver`] ([`Answer::InUse`]), so two
+    /// processes given one client id are never both holders. Requests carry it
+    /// ([`Token::incarnation`]); 0 for [`ChordClient::new`].
+    pub fn with_incarnation(mut self, incarnation: u64) -> Self {
+        self.incarnation = incarnation;
+        self
+    }
+
     /// Its id.
     pub fn id(&self) -> ClientId {
         self.id
+    }
+    /// Its incarnation.
+    pub fn incarnation(&self) -> u64 {
+        self.incarnation
+    }
+    /// Its id and incarnation: what a key's entry names when it holds the key.
+    pub fn holder(&self) -> Holder {
+        Holder {
+            client: self.id,
+            incarnation: self.incarnation,
+        }
     }
     /// The view it routes with.
     pub fn view(&self) -> View {
@@ -81,6 +106,7 @@ impl<const N: usize> ChordClient<N> {
             .ok_or(ChordError::BadView)?;
         let token = Token {
             client: self.id,
+            incarnation: self.incarnation,
             seq: self.seq,
         };
         let view = self.view;
@@ -164,13 +190,12 @@ impl<const N: usize> ChordClient<N> {
         self.waiting.take()
     }
 
-    /// A new incarnation of this client id continues its request numbers after `last`, a
-    /// request of an earlier incarnation that the ring records ([`super::Slot::writer`]
-    /// of an entry): its later requests are then after `last`, not stale retries of it
-    /// ([`Token::precedes`], the ring server's retry fence). Without it, a client that
-    /// starts numbering at 1 again after its earlier incarnation locked a key with a higher
-    /// number has its unlock of that key taken for a stale retry: answered Released from
-    /// the entry, and nothing freed. Numbers only move forward: a `last` this client is
+    /// This client continues its request numbers after `last`, a request of its id that
+    /// the ring records ([`super::Slot::writer`] of an entry): its later requests are then
+    /// numbered after `last`. The ring compares the numbers of one incarnation only
+    /// ([`Token::precedes`]), so a new incarnation needs this no more for its requests to
+    /// be served; it keeps one client id's numbers rising across its runs, as an operator
+    /// reading the entries sees them. Numbers only move forward: a `last` this client is
     /// already at or after changes nothing.
     ///
     /// Errors, with nothing changed: a request waits ([`ChordError::Busy`]); `last` is
@@ -182,11 +207,7 @@ impl<const N: usize> ChordClient<N> {
         if last.client != self.id {
             return Err(ChordError::BadSender);
         }
-        let now = Token {
-            client: self.id,
-            seq: self.seq,
-        };
-        if now.precedes(last) {
+        if self.seq < last.seq {
             self.seq = last.seq;
         }
         Ok(())
@@ -213,7 +234,7 @@ impl<const N: usize> ChordClient<N> {
             rep.insert(Rule::Stale);
             return Ok((ClientEvent::Ignored, rep));
         };
-        if token.client != self.id || token.seq != self.seq || epoch != self.sent_in {
+        if token.holder() != self.holder() || token.seq != self.seq || epoch != self.sent_in {
             rep.insert(Rule::Stale);
             return Ok((ClientEvent::Ignored, rep));
         }
@@ -254,6 +275,7 @@ mod tests {
         c.start(Op::Lock, Key(24), &mut out).unwrap();
         let late = Token {
             client: ClientId(1),
+            incarnation: 0,
             seq: c.seq(),
         };
         assert_eq!(
@@ -295,6 +317,7 @@ mod tests {
         );
         let t = Token {
             client: ClientId(1),
+            incarnation: 0,
             seq: 1,
         };
         let v1 = v0.join(super::super::NodeId(2));
@@ -307,6 +330,7 @@ mod tests {
         );
         let t0 = Token {
             client: ClientId(1),
+            incarnation: 0,
             seq: 0,
         };
         let (e, _) = c.on_reply(t0, 1, Answer::Granted, &mut out).unwrap();

@@ -64,14 +64,23 @@ pub enum Op {
     Unlock,
     /// `c_dellock` / `s_dellock` (paper only).
     Delete,
+    /// hilock: a lock that takes over a hold of the asking client id by another
+    /// incarnation (a killed run of the same client id; the asker vouches that it is
+    /// dead), as a lock otherwise. Not in the Chord lock paper; its server refuses it.
+    TakeOver,
 }
 
-/// A request's identity: the client and its request number.
+/// A request's identity: the client, its incarnation and its request number.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Token {
     /// The client.
     pub client: ClientId,
+    /// The client's incarnation: a number its process drew at its start
+    /// ([`ChordClient::with_incarnation`]; the runtime draws it from the clock and the
+    /// process id), so that two processes given one client id are two holders to the
+    /// ring, not one. Not in the Chord lock paper: hilock's.
+    pub incarnation: u64,
     /// Its request number: 1 for a client's first request, one more for each later one
     /// ([`ChordClient::start`]), continued across incarnations
     /// ([`ChordClient::resume_after`]). 64 bits, so a client never runs out of numbers:
@@ -85,9 +94,32 @@ impl Token {
     /// request, however many requests lie between the two. A client's requests are one at
     /// a time ([`ChordClient`] refuses a second while one waits), so a copy of `self` still
     /// arriving after `later` was served is a stale retry.
+    ///
+    /// Only requests of one incarnation compare: request numbers are an incarnation's
+    /// own, and a new one (a restarted process) numbers from its own start.
     pub fn precedes(self, later: Token) -> bool {
-        self.client == later.client && self.seq < later.seq
+        self.holder() == later.holder() && self.seq < later.seq
     }
+
+    /// Who sent it: the client id and its incarnation.
+    pub fn holder(self) -> Holder {
+        Holder {
+            client: self.client,
+            incarnation: self.incarnation,
+        }
+    }
+}
+
+/// Who holds a key: a client id and its incarnation ([`Token::incarnation`]). Two
+/// processes with one client id are two holders: neither is granted a key the other
+/// holds ([`Answer::InUse`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct Holder {
+    /// The client id.
+    pub client: ClientId,
+    /// Its incarnation.
+    pub incarnation: u64,
 }
 
 /// The answer to a request.
@@ -109,6 +141,10 @@ pub enum Answer {
     /// hilock: the server does not have this key's arc yet, or a write on it is in
     /// progress; ask again.
     Retry,
+    /// hilock: another incarnation of the asking client id holds the key (two processes
+    /// were given one client id). Nothing is written; the lock is not granted while that
+    /// hold lasts, and only [`Op::TakeOver`] takes it over.
+    InUse,
 }
 
 /// One row of the paper's lock table: `(oid, islocked)`.
@@ -141,6 +177,8 @@ pub struct Slot {
     pub key: Key,
     /// Who holds it (`None`: free).
     pub holder: Option<ClientId>,
+    /// The holder's incarnation ([`Token::incarnation`]; 0 while the key is free).
+    pub incarnation: u64,
     /// Its version.
     pub version: Version,
     /// The newest request of the client that set `holder` (its lock, or the unlock that
@@ -150,6 +188,16 @@ pub struct Slot {
     /// it is a stale retry and is answered from the entry, not applied
     /// ([`Rule::Superseded`]; `spec/counterexamples/ring/ring-short-cut-join-stale-retry.json`).
     pub writer: Option<Token>,
+}
+
+impl Slot {
+    /// Who holds it: the holder and its incarnation.
+    pub fn holding(&self) -> Option<Holder> {
+        self.holder.map(|client| Holder {
+            client,
+            incarnation: self.incarnation,
+        })
+    }
 }
 
 /// Where a message goes.
@@ -352,11 +400,17 @@ pub enum Rule {
     /// request number of the same client, or the same number answered Refused — answered
     /// again and not applied ([`RingServer::step`], "Copies").
     CopyAnswered,
+    /// hilock: a lock of a key held by another incarnation of the asking client id
+    /// answered [`Answer::InUse`], nothing written.
+    IdInUse,
+    /// hilock: [`Op::TakeOver`] took the key over from another incarnation of the
+    /// asking client id.
+    TakenOver,
 }
 
 impl Rule {
     /// All rules, in declaration order.
-    pub const ALL: [Rule; 27] = [
+    pub const ALL: [Rule; 29] = [
         Rule::LockRefused,
         Rule::LockLocal,
         Rule::UnlockNotLocked,
@@ -384,6 +438,8 @@ impl Rule {
         Rule::LeaseLost,
         Rule::Superseded,
         Rule::CopyAnswered,
+        Rule::IdInUse,
+        Rule::TakenOver,
     ];
 }
 
@@ -421,6 +477,8 @@ impl crate::report::RuleName for Rule {
             Rule::LeaseLost => "lease lost: stopped",
             Rule::Superseded => "stale retry answered from the entry",
             Rule::CopyAnswered => "copy of an answered request answered again",
+            Rule::IdInUse => "held by another incarnation of the client id: in use",
+            Rule::TakenOver => "taken over from another incarnation of the client id",
         }
     }
 }

@@ -189,6 +189,8 @@ impl<const N: usize, const T: usize> Server<T> for PaperNode<N, T> {
                     Op::Lock => true,
                     Op::Unlock => false,
                     Op::Delete => return Ok(()),
+                    // hilock's: the paper's server has no incarnations.
+                    Op::TakeOver => return Err(ChordError::WrongVariant),
                 };
                 if get_islocked(&self.olock, *key) == locked {
                     return Ok(());
@@ -255,7 +257,8 @@ impl<const N: usize, const T: usize> Server<T> for PaperNode<N, T> {
                 let succ = self.succ();
                 let to = Addr::Client(token.client);
                 let (locked, answer, rule) = match op {
-                    Op::Lock => (true, Answer::Granted, Rule::LockLocal),
+                    // Refused by `check`.
+                    Op::Lock | Op::TakeOver => (true, Answer::Granted, Rule::LockLocal),
                     Op::Unlock => (false, Answer::Released, Rule::UnlockLocal),
                     Op::Delete => {
                         // (c)1–2.
@@ -441,6 +444,7 @@ mod tests {
     };
     const C: Token = Token {
         client: super::super::ClientId(1),
+        incarnation: 0,
         seq: 1,
     };
 

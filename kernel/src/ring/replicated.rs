@@ -10,7 +10,8 @@
 //!   ([`ChordMsg::ReplicaNack`]); installing a view answers every write still waiting
 //!   with a redirect, so a write of an old view completes only if every replica of the old
 //!   view had it before leaving that view.
-//! - A retried request is answered from the entry: a lock held by the asking client is
+//! - A retried request is answered from the entry: a lock held by the asking client (the
+//!   same id and incarnation, [`super::Holder`]) is
 //!   [`Answer::Granted`] again, an unlock of a lock it does not hold is
 //!   [`Answer::Released`] — a request is never served twice. The entry is written again
 //!   (new version, same holder) and replicated before that answer: the first attempt may
@@ -38,8 +39,8 @@
 //! of the current view has installed it and is ready for all its arcs.
 
 use super::{
-    node_sender, send, Addr, Answer, ChordError, ChordMsg, Key, NodeId, Op, Out, Report, Ring,
-    Rule, Server, Slot, Token, Version, View,
+    node_sender, send, Addr, Answer, ChordError, ChordMsg, Holder, Key, NodeId, Op, Out, Report,
+    Ring, Rule, Server, Slot, Token, Version, View,
 };
 use crate::msg::Sink;
 
@@ -74,14 +75,17 @@ pub enum RetryFence {
     Latest,
 }
 
-/// The newest request of one client this server answered in its current view
-/// ([`RingServer`]'s request memory).
+/// The newest request of one client id this server answered in its current view
+/// ([`RingServer`]'s request memory), of the incarnation it heard from last.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 struct Answered {
+    /// The incarnation that sent it.
+    incarnation: u64,
     /// Its request number.
     seq: u64,
-    /// Whether it was a lock answered [`Answer::Refused`].
-    refused: bool,
+    /// The refusal it was answered with, if it was a lock answered [`Answer::Refused`] or
+    /// [`Answer::InUse`].
+    refusal: Option<Answer>,
 }
 
 /// One server of hilock's ring: slots `N`, table capacity `T`, and the client ids below
@@ -124,6 +128,8 @@ enum Decision {
     Retry,
     /// Held by another client.
     Refused,
+    /// Held by another incarnation of the asking client id: [`Answer::InUse`].
+    InUse,
     /// A stale retry: older than the request that set the entry ([`Slot::writer`]);
     /// answered from the entry, nothing written.
     Superseded(Answer),
@@ -132,10 +138,12 @@ enum Decision {
     Copy(Answer),
     /// Write the entry and answer once the replicas `need` acknowledged.
     Write {
-        holder: Option<super::ClientId>,
+        holder: Option<Holder>,
         writer: Option<Token>,
         answer: Answer,
         idempotent: bool,
+        /// An [`Op::TakeOver`] that takes the key from another incarnation.
+        taken_over: bool,
         need: u16,
     },
 }
@@ -234,12 +242,17 @@ impl<const N: usize, const T: usize, const C: usize> RingServer<N, T, C> {
     pub fn slots(&self) -> &[Slot] {
         &self.slots
     }
-    /// Who holds `key` in this server's table.
+    /// Who holds `key` in this server's table (the client id; [`RingServer::holding`]
+    /// with its incarnation).
     pub fn holder(&self, key: Key) -> Option<super::ClientId> {
+        self.holding(key).map(|h| h.client)
+    }
+    /// Who holds `key` in this server's table: the client id and its incarnation.
+    pub fn holding(&self, key: Key) -> Option<Holder> {
         self.slots
             .iter()
             .find(|s| s.key == key)
-            .and_then(|s| s.holder)
+            .and_then(|s| s.holding())
     }
     /// Whether it has every arc it holds in its view, and its view is `v`.
     pub fn settled_in(&self, v: View) -> bool {
@@ -267,9 +280,10 @@ impl<const N: usize, const T: usize, const C: usize> RingServer<N, T, C> {
     pub fn stopped(&self) -> bool {
         self.stopped
     }
-    /// Whether a write of `client`'s is waiting for acknowledgements here.
-    pub fn waits_for(&self, client: super::ClientId) -> bool {
-        self.pending.iter().any(|p| p.token.client == client)
+    /// Whether a write of `client`'s (that incarnation of the id) is waiting for
+    /// acknowledgements here.
+    pub fn waits_for(&self, client: Holder) -> bool {
+        self.pending.iter().any(|p| p.token.holder() == client)
     }
 
     /// The link to `peer` was (re)established: sends `peer` again the
@@ -429,12 +443,15 @@ impl<const N: usize, const T: usize, const C: usize> RingServer<N, T, C> {
         }
         // The primary holds the key's arc in `v`, so installing keeps its entry.
         let entry = self.slots.iter().find(|s| s.key == key);
-        let holder = entry.and_then(|s| s.holder);
+        let holder = entry.and_then(|s| s.holding());
         let last = entry.and_then(|s| s.writer);
-        let me = Some(token.client);
+        let me = Some(token.holder());
+        // Held by another incarnation of the asking client id.
+        let twin = holder.is_some_and(|h| h.client == token.client) && holder != me;
         let from_entry = match op {
-            Op::Lock if holder == me => Answer::Granted,
-            Op::Lock => Answer::Refused,
+            Op::Lock | Op::TakeOver if holder == me => Answer::Granted,
+            Op::Lock if twin => Answer::InUse,
+            Op::Lock | Op::TakeOver => Answer::Refused,
             _ => Answer::Released,
         };
         // A copy (see `step`, "Copies"): installing `v` would clear the memory.
@@ -443,8 +460,8 @@ impl<const N: usize, const T: usize, const C: usize> RingServer<N, T, C> {
             if token.seq < a.seq {
                 return Decision::Copy(from_entry);
             }
-            if token.seq == a.seq && a.refused {
-                return Decision::Copy(Answer::Refused);
+            if let (true, Some(refusal)) = (token.seq == a.seq, a.refusal) {
+                return Decision::Copy(refusal);
             }
         }
         // A stale retry: a later request of this client set the entry, so the client has
@@ -458,10 +475,18 @@ impl<const N: usize, const T: usize, const C: usize> RingServer<N, T, C> {
         // A request whose outcome the entry already shows (a retry after a redirect, whose
         // first write may never have reached the replicas) is written again, so that it is
         // answered only once every replica has it.
+        //
+        // A lock of a key held by another incarnation of the same client id is not a
+        // re-grant: that is another process given the id (or a killed run's hold), and
+        // granting it made two holders. It is answered InUse and nothing is written; only
+        // a take-over, whose asker vouches that the other incarnation is dead, takes the
+        // key from it. An unlock frees only its own incarnation's hold.
         let (holder, answer, idempotent) = match (op, holder) {
-            (Op::Lock, h) if h == me => (me, Answer::Granted, true),
-            (Op::Lock, Some(_)) => return Decision::Refused,
-            (Op::Lock, None) => (me, Answer::Granted, false),
+            (Op::Lock | Op::TakeOver, h) if h == me => (me, Answer::Granted, true),
+            (Op::Lock, Some(_)) if twin => return Decision::InUse,
+            (Op::TakeOver, Some(_)) if twin => (me, Answer::Granted, false),
+            (Op::Lock | Op::TakeOver, Some(_)) => return Decision::Refused,
+            (Op::Lock | Op::TakeOver, None) => (me, Answer::Granted, false),
             (_, h) if h == me => (None, Answer::Released, false),
             (_, h) => (h, Answer::Released, true),
         };
@@ -471,9 +496,9 @@ impl<const N: usize, const T: usize, const C: usize> RingServer<N, T, C> {
         // the holder, a repeated unlock of the last holder), so that the client's older
         // requests still in flight stay stale retries. Another client's idempotent rewrite
         // (an unlock of a lock it does not hold) keeps it.
-        let same_client = last.is_some_and(|w| w.client == token.client);
+        let same_client = last.is_some_and(|w| w.holder() == token.holder());
         let follows = self.fence == RetryFence::Latest && same_client;
-        let writer = if entry.is_none() || holder != entry.and_then(|s| s.holder) || follows {
+        let writer = if entry.is_none() || holder != entry.and_then(|s| s.holding()) || follows {
             Some(token)
         } else {
             last
@@ -483,12 +508,13 @@ impl<const N: usize, const T: usize, const C: usize> RingServer<N, T, C> {
             writer,
             answer,
             idempotent,
+            taken_over: twin && op == Op::TakeOver,
             need,
         }
     }
 
     /// The newest request of `token`'s client this server answered in its view, if the
-    /// memory is on.
+    /// memory is on and that request was of `token`'s incarnation.
     fn answered(&self, token: Token) -> Option<Answered> {
         if !self.memory {
             return None;
@@ -497,16 +523,21 @@ impl<const N: usize, const T: usize, const C: usize> RingServer<N, T, C> {
             .get(usize::from(token.client.0))
             .copied()
             .flatten()
+            .filter(|a| a.incarnation == token.incarnation)
     }
 
-    /// Remembers that `token` was answered (`refused`: with [`Answer::Refused`]) in this
-    /// view, unless a later request of its client was.
-    fn remember(&mut self, token: Token, refused: bool) {
+    /// Remembers that `token` was answered (`refusal`: with [`Answer::Refused`] or
+    /// [`Answer::InUse`]) in this view, unless a later request of its incarnation was. A
+    /// request of another incarnation of the id takes the row: the memory has one row per
+    /// client id, of the incarnation it heard from last (`step`, "Copies").
+    fn remember(&mut self, token: Token, answer: Answer) {
+        let refusal = matches!(answer, Answer::Refused | Answer::InUse).then_some(answer);
         if let Some(row) = self.answered.get_mut(usize::from(token.client.0)) {
-            if row.is_none_or(|a| a.seq < token.seq) {
+            if row.is_none_or(|a| a.incarnation != token.incarnation || a.seq < token.seq) {
                 *row = Some(Answered {
+                    incarnation: token.incarnation,
                     seq: token.seq,
-                    refused,
+                    refusal,
                 });
             }
         }
@@ -588,6 +619,23 @@ impl<const N: usize, const T: usize, const C: usize> RingServer<N, T, C> {
     /// other server, and this one once it installed a newer view, redirects it). A copy
     /// sent into a newer view is the client's newest, and the client takes an answer
     /// only from a copy sent in its newest view ([`super::ChordClient::on_reply`]).
+    ///
+    /// Request numbers are an incarnation's own ([`Token::incarnation`]): the row holds
+    /// the incarnation it was written by, a request of another incarnation of the id is
+    /// not compared with it and takes the row over. One incarnation per id is the normal
+    /// case (a restarted process's predecessor is dead); while two processes share an id,
+    /// a late copy of the one's request after the other's was answered is not recognised
+    /// by the memory (the retry fence and the holder's incarnation still judge it, so it
+    /// never makes a second holder: [`Answer::InUse`]).
+    ///
+    /// # Incarnations
+    /// A key held by incarnation `i` of client id `c` is granted to no other incarnation
+    /// of `c` by a lock ([`Answer::InUse`], [`Rule::IdInUse`], nothing written) and freed
+    /// only by `i`'s unlock (another incarnation's unlock is answered Released and frees
+    /// nothing); [`Op::TakeOver`] of another incarnation of `c` makes it the holder
+    /// ([`Rule::TakenOver`]), for the run that replaces a killed one. Without this a
+    /// second process given the id was granted the key as a re-grant to the holder, and
+    /// both ran under it.
     ///
     /// # Hand-over
     /// An arc this server holds in its new view and did not hold in the previous one is
@@ -722,13 +770,19 @@ impl<const N: usize, const T: usize, const C: usize> Server<T> for RingServer<N,
                         return rep;
                     }
                     Decision::Refused => {
-                        self.remember(*token, true);
+                        self.remember(*token, Answer::Refused);
                         reply(out, Answer::Refused);
                         rep.insert(Rule::LockRefused);
                         return rep;
                     }
+                    Decision::InUse => {
+                        self.remember(*token, Answer::InUse);
+                        reply(out, Answer::InUse);
+                        rep.insert(Rule::IdInUse);
+                        return rep;
+                    }
                     Decision::Superseded(answer) => {
-                        self.remember(*token, answer == Answer::Refused);
+                        self.remember(*token, answer);
                         reply(out, answer);
                         rep.insert(Rule::Superseded);
                         return rep;
@@ -743,19 +797,24 @@ impl<const N: usize, const T: usize, const C: usize> Server<T> for RingServer<N,
                         writer,
                         answer,
                         idempotent,
+                        taken_over,
                         need,
                     } => {
                         if idempotent {
                             rep.insert(Rule::Idempotent);
                         }
-                        self.remember(*token, false);
+                        if taken_over {
+                            rep.insert(Rule::TakenOver);
+                        }
+                        self.remember(*token, answer);
                         (holder, writer, answer, need)
                     }
                 };
                 self.clock = self.clock.wrapping_add(1);
                 let slot = Slot {
                     key: *key,
-                    holder,
+                    holder: holder.map(|h| h.client),
+                    incarnation: holder.map_or(0, |h| h.incarnation),
                     version: Version {
                         epoch: self.view.epoch,
                         n: self.clock,
@@ -902,6 +961,7 @@ mod tests {
         ChordMsg::Request {
             token: Token {
                 client: ClientId(1),
+                incarnation: 0,
                 seq,
             },
             op: Op::Lock,
@@ -910,6 +970,14 @@ mod tests {
         }
     }
     const C1: Addr = Addr::Client(ClientId(1));
+
+    /// Client 1's incarnation 0, the asker of [`lock`].
+    fn req_holder() -> Holder {
+        Holder {
+            client: ClientId(1),
+            incarnation: 0,
+        }
+    }
 
     #[test]
     fn a_write_is_answered_after_the_replica_and_a_retry_is_not_served_twice() {
@@ -957,6 +1025,7 @@ mod tests {
         let req = ChordMsg::Request {
             token: Token {
                 client: ClientId(1),
+                incarnation: 0,
                 seq: 2,
             },
             op: Op::Lock,
@@ -989,9 +1058,11 @@ mod tests {
         let entry = |c: u8, epoch: u16| Slot {
             key: Key(24),
             holder: Some(ClientId(c)),
+            incarnation: 0,
             version: Version { epoch, n: 1 },
             writer: Some(Token {
                 client: ClientId(c),
+                incarnation: 0,
                 seq: 1,
             }),
         };
@@ -1032,6 +1103,7 @@ mod tests {
             let req = ChordMsg::Request {
                 token: Token {
                     client: ClientId(1),
+                    incarnation: 0,
                     seq: u64::from(k),
                 },
                 op: Op::Lock,
@@ -1045,6 +1117,7 @@ mod tests {
         let fifth = ChordMsg::Request {
             token: Token {
                 client: ClientId(1),
+                incarnation: 0,
                 seq: 9,
             },
             op: Op::Lock,
@@ -1056,6 +1129,7 @@ mod tests {
         let again = ChordMsg::Request {
             token: Token {
                 client: ClientId(1),
+                incarnation: 0,
                 seq: 10,
             },
             op: Op::Unlock,
@@ -1069,6 +1143,7 @@ mod tests {
             keys.map(|k| Slot {
                 key: Key(k),
                 holder: None,
+                incarnation: 0,
                 version: Version::default(),
                 writer: None,
             })
@@ -1084,11 +1159,13 @@ mod tests {
             slot: Slot {
                 key: Key(30),
                 holder: Some(ClientId(1)),
+                incarnation: 0,
                 version: Version { epoch: 1, n: 1 },
                 writer: None,
             },
             token: Token {
                 client: ClientId(1),
+                incarnation: 0,
                 seq: 1,
             },
         };
@@ -1123,6 +1200,7 @@ mod tests {
             let req = ChordMsg::Request {
                 token: Token {
                     client: ClientId(k as u8),
+                    incarnation: 0,
                     seq: 1,
                 },
                 op: Op::Lock,
@@ -1138,6 +1216,7 @@ mod tests {
         let req = ChordMsg::Request {
             token: Token {
                 client: ClientId(20),
+                incarnation: 0,
                 seq: 1,
             },
             op: Op::Lock,
@@ -1175,6 +1254,7 @@ mod tests {
         let req = ChordMsg::Request {
             token: Token {
                 client: ClientId(1),
+                incarnation: 0,
                 seq: 3,
             },
             op: Op::Lock,
@@ -1182,9 +1262,9 @@ mod tests {
             view: V,
         };
         b.step(C1, &req, &mut out).unwrap();
-        assert!(b.waits_for(ClientId(1)));
+        assert!(b.waits_for(req_holder()));
         b.stop();
-        assert!(!b.waits_for(ClientId(1)));
+        assert!(!b.waits_for(req_holder()));
         let m = out.pop().unwrap();
         assert_eq!(m.to, Addr::Node(NodeId(1)));
         let rep = a.step(Addr::Node(NodeId(0)), &m.msg, &mut out).unwrap();

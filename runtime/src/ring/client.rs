@@ -40,6 +40,14 @@ pub enum ClientError {
     Membership(std::io::Error),
     /// The key's primary does not record the lock as held by this client.
     NotHeld(String),
+    /// Another incarnation of this client id (another process given the id, or a killed
+    /// run's hold) holds the key ([`Answer::InUse`]): not granted.
+    IdInUse {
+        /// The client id.
+        id: u8,
+        /// The key.
+        key: Key,
+    },
 }
 
 impl std::fmt::Display for ClientError {
@@ -48,6 +56,11 @@ impl std::fmt::Display for ClientError {
             ClientError::Kernel(e) => write!(f, "ring client: {e}"),
             ClientError::Timeout { op, key } => write!(f, "{op:?} of key {} not answered", key.0),
             ClientError::Membership(e) => write!(f, "membership service: {e}"),
+            ClientError::IdInUse { id, key } => write!(
+                f,
+                "key {} is held by another process with client id {id}",
+                key.0
+            ),
             ClientError::NotHeld(path) => {
                 write!(
                     f,
@@ -144,9 +157,12 @@ impl RingClient {
             }
         };
         let (tx, rx) = mpsc::unbounded_channel();
-        let mut kc = ChordClient::new(ClientId(id), ring(), v)?;
+        // This process's incarnation of the id: drawn at random, so that another process
+        // given the same id is another holder to the ring (`Answer::InUse`).
+        let mut kc = ChordClient::new(ClientId(id), ring(), v)?.with_incarnation(rand::random());
         kc.resume_after(Token {
             client: ClientId(id),
+            incarnation: kc.incarnation(),
             seq: clock_seq(),
         })?;
         Ok(RingClient {
@@ -169,16 +185,39 @@ impl RingClient {
         self.kc.id()
     }
 
+    /// Its incarnation of the id: a random number drawn when it connected
+    /// ([`ChordClient::with_incarnation`](hilock_kernel::ring::ChordClient::with_incarnation)).
+    pub fn incarnation(&self) -> u64 {
+        self.kc.incarnation()
+    }
+
     /// The number of its newest request (before the first: where its numbering starts,
     /// [`clock_seq`] at [`connect_to`](Self::connect_to)).
     pub fn seq(&self) -> u64 {
         self.kc.seq()
     }
 
-    /// `c_lock(path)`: `true` if granted, `false` if somebody holds it.
+    /// `c_lock(path)`: `true` if granted, `false` if another client holds it;
+    /// [`ClientError::IdInUse`] if another incarnation of this client id holds it.
     pub async fn lock(&mut self, path: &str) -> Result<bool, ClientError> {
-        match self.call(Op::Lock, super::key_of(path)).await? {
+        self.lock_as(Op::Lock, path).await
+    }
+
+    /// [`Op::TakeOver`] of `path`: as [`RingClient::lock`], but a hold of another
+    /// incarnation of this client id is taken over (the caller vouches that the process
+    /// that held it is dead: a killed `hilock lock` whose lock stayed held).
+    pub async fn take_over(&mut self, path: &str) -> Result<bool, ClientError> {
+        self.lock_as(Op::TakeOver, path).await
+    }
+
+    async fn lock_as(&mut self, op: Op, path: &str) -> Result<bool, ClientError> {
+        let key = super::key_of(path);
+        match self.call(op, key).await? {
             Answer::Granted => Ok(true),
+            Answer::InUse => Err(ClientError::IdInUse {
+                id: self.id().0,
+                key,
+            }),
             _ => Ok(false),
         }
     }
@@ -223,10 +262,10 @@ impl RingClient {
 
     /// Continues this client's request numbers after the request the ring records for
     /// `path` if an earlier incarnation of this client id wrote it
-    /// ([`ChordClient::resume_after`](hilock_kernel::ring::ChordClient::resume_after)):
-    /// a client id is one numbering, and a new process with the id of one that was killed
-    /// while holding `path` must not have its unlock taken for a stale retry (answered
-    /// Released, the lock left held). Reads the entry like [`RingClient::recorded`]
+    /// ([`ChordClient::resume_after`](hilock_kernel::ring::ChordClient::resume_after)),
+    /// so that one id's numbers keep rising across its runs. The ring judges retries per
+    /// incarnation, so this is not what lets a new run take a killed run's hold over
+    /// ([`RingClient::take_over`] is). Reads the entry like [`RingClient::recorded`]
     /// (bounded the same way); sends no request.
     pub async fn resume(&mut self, path: &str) -> Result<(), ClientError> {
         if let Some(Slot {
@@ -245,7 +284,7 @@ impl RingClient {
     /// fencing token. An error if the ring does not record this client as the holder.
     pub async fn grant(&mut self, path: &str) -> Result<Grant, ClientError> {
         match self.recorded(path).await? {
-            Some(s) if s.holder == Some(self.id()) => Ok(Grant {
+            Some(s) if s.holding() == Some(self.kc.holder()) => Ok(Grant {
                 writer: s.writer,
                 fence: (u64::from(s.version.epoch) << 32) | u64::from(s.version.n),
             }),
@@ -262,7 +301,27 @@ impl RingClient {
     /// lock is asked again 5 ms later, the pause doubling up to 200 ms. `Ok(true)`: granted;
     /// `Ok(false)`: another client held it until the end. Each request is bounded by what
     /// is left of `limit` (an error then: the last request may have been granted unseen).
+    /// [`ClientError::IdInUse`] at once if another incarnation of this id holds it.
     pub async fn acquire(&mut self, path: &str, limit: Duration) -> Result<bool, ClientError> {
+        self.acquire_as(Op::Lock, path, limit).await
+    }
+
+    /// [`RingClient::acquire`] with [`RingClient::take_over`]'s requests: a hold of
+    /// another incarnation of this id is taken over.
+    pub async fn acquire_taking_over(
+        &mut self,
+        path: &str,
+        limit: Duration,
+    ) -> Result<bool, ClientError> {
+        self.acquire_as(Op::TakeOver, path, limit).await
+    }
+
+    async fn acquire_as(
+        &mut self,
+        op: Op,
+        path: &str,
+        limit: Duration,
+    ) -> Result<bool, ClientError> {
         let end = tokio::time::Instant::now() + limit;
         let mut pause = Duration::from_millis(5);
         let bound = self.limit;
@@ -272,7 +331,7 @@ impl RingClient {
                 break Ok(false);
             }
             self.limit = left;
-            match self.lock(path).await {
+            match self.lock_as(op, path).await {
                 Ok(false) => {}
                 r => break r,
             }
@@ -428,14 +487,10 @@ impl RingClient {
 }
 
 /// Where a new client's request numbers start: the wall clock in microseconds since the
-/// Unix epoch. A client id is one numbering across processes, and a ring server takes a
-/// request numbered below one of the same client id it answered in its view for an old
-/// copy (answered again, not served; `RingServer::step`, "Copies"), so a new process with
-/// the id of an earlier one must number on past every request the earlier one sent — not
-/// only past the one a key's entry records ([`RingClient::resume`]). A process sends far
-/// fewer than one request per microsecond, so the clock is ahead of every number an
-/// earlier process with the id used, as long as the clock does not go back by more than
-/// the time between the two processes' starts.
+/// Unix epoch, so that one client id's request numbers keep rising across its processes
+/// (as the entries' writers show them) while the clock does not go back. The ring judges
+/// copies and stale retries per incarnation ([`RingClient::incarnation`]), so a new
+/// process's requests are served whatever it numbers them.
 pub fn clock_seq() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -458,13 +513,13 @@ pub struct Grant {
 /// Why a [`Held`] lock is no longer known to be held.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Loss {
-    /// A check was refused: another client holds the key (the ring lost the entry — more
-    /// than `r` adjacent nodes failed at once —, or a process with the same client id
-    /// released it).
+    /// A check found another holder of the key: another client (the ring lost the entry —
+    /// more than `r` adjacent nodes failed at once), or another incarnation of this client
+    /// id that took the hold over ([`RingClient::take_over`]: a run started with
+    /// `--take-over` while this one was alive).
     Taken(String),
-    /// A check found the key free or held under another request of this client id (it
-    /// was unlocked under the command — by a process with the same client id —, or the
-    /// ring lost the entry).
+    /// A check found the key free or held under another request of this incarnation (the
+    /// ring lost the entry; another process cannot unlock it).
     Released(String),
     /// A check was not answered within its bound (the ring is unreachable).
     Unreachable(String),
@@ -503,12 +558,12 @@ impl Held {
                 tokio::select! {
                     _ = &mut released => break,
                     _ = tokio::time::sleep(every), if checking => {
-                        let me = client.id();
+                        let me = client.kc.holder();
                         let loss = match client.recorded(&path).await {
-                            Ok(Some(s)) if s.holder == Some(me) && s.writer == grant.writer => {
+                            Ok(Some(s)) if s.holding() == Some(me) && s.writer == grant.writer => {
                                 continue
                             }
-                            Ok(Some(s)) if s.holder.is_some_and(|h| h != me) => Loss::Taken(
+                            Ok(Some(s)) if s.holding().is_some_and(|h| h != me) => Loss::Taken(
                                 format!("lock on {path} lost: the ring granted it to another client"),
                             ),
                             Ok(_) => Loss::Released(format!(

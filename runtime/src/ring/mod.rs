@@ -654,8 +654,8 @@ mod tests {
     use super::*;
 
     /// A new client numbers on from the clock ([`clock_seq`]): a later client with the same
-    /// id starts past where an earlier one started, so its requests are not taken for old
-    /// copies of the earlier one's.
+    /// id starts past where an earlier one started; and it draws its own incarnation, so
+    /// the ring tells the two apart.
     #[tokio::test]
     async fn a_new_client_numbers_its_requests_on_from_the_clock() {
         let nodes = std::sync::Arc::new(vec![None; SLOTS]);
@@ -674,6 +674,11 @@ mod tests {
             .await
             .unwrap();
         assert!(second.seq() > first.seq() + 1000, "{}", second.seq());
+        assert_ne!(
+            first.incarnation(),
+            second.incarnation(),
+            "two processes with one id are two incarnations"
+        );
     }
 
     #[test]

@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hilock_kernel::ring::{Addr, ClientId, NodeId, Slot, View};
+use hilock_kernel::ring::{Addr, ChordMsg, ClientId, NodeId, Slot, View};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 use tokio::task::{JoinHandle, JoinSet};
@@ -38,7 +38,8 @@ pub struct Snapshot {
     pub lease_lost: bool,
     /// Suspicions of its predecessor it reported to the membership service.
     pub suspicions: u64,
-    /// Clients it keeps an answer connection for: one per client id whose connection is
+    /// Clients it keeps an answer connection for: one per client incarnation (a client id
+    /// and the incarnation its process drew) that sent a request on a connection still
     /// open (a closed connection is forgotten; its client's locks are not touched).
     pub clients: usize,
     /// Tasks reading a connection or the membership frames that have not ended yet (an
@@ -291,7 +292,9 @@ async fn run(
             }
         };
     }
-    let mut clients: HashMap<ClientId, mpsc::UnboundedSender<Frame>> = HashMap::new();
+    // Answer connections by client id and incarnation: two processes given one client id
+    // each get the answers to their own requests.
+    let mut clients: HashMap<(ClientId, u64), mpsc::UnboundedSender<Frame>> = HashMap::new();
     let mut links: HashMap<NodeId, mpsc::UnboundedSender<Frame>> = HashMap::new();
     let mut snap = Snapshot {
         view: Some(server.view()),
@@ -382,22 +385,17 @@ async fn run(
             ev = ev_rx.recv() => {
                 let Some(ev) = ev else { return };
                 let (from, msg) = match ev {
-                    Ev::Open(Addr::Client(c), tx) => {
-                        clients.insert(c, tx);
-                        snap.clients = clients.len();
-                        snap_tx.send_replace(snap.clone());
-                        continue;
-                    }
+                    // A client's answer connection is known from its first request (which
+                    // names its incarnation).
+                    Ev::Open(Addr::Client(_), _) => continue,
                     Ev::Closed(c) => {
                         // Forget the client's answer connection if it was the one that
                         // closed: its reader has ended, so this map holds the connection's
                         // only sender (a connection the client opened since is still read,
                         // its reader holds another). The client's locks stay as they are:
-                        // a lock belongs to the client id, not to a connection
+                        // a lock belongs to the client's incarnation, not to a connection
                         // (`docs/faults.md`, "Ring engine").
-                        if clients.get(&c).is_some_and(|tx| tx.strong_count() == 1) {
-                            clients.remove(&c);
-                        }
+                        clients.retain(|(id, _), tx| *id != c || tx.strong_count() > 1);
                         snap.clients = clients.len();
                         snap_tx.send_replace(snap.clone());
                         continue;
@@ -440,9 +438,13 @@ async fn run(
                         continue;
                     }
                     Ev::Client(c, tx, Frame::Msg(m)) => {
-                        // Answers go to the connection of the client's latest request (a
-                        // client that dialled again, or a second process with its id).
-                        clients.insert(c, tx);
+                        // Answers go to the connection of the incarnation's latest request
+                        // (a client that dialled again).
+                        let incarnation = match &*m {
+                            ChordMsg::Request { token, .. } => token.incarnation,
+                            _ => 0,
+                        };
+                        clients.insert((c, incarnation), tx);
                         snap.clients = clients.len();
                         (Addr::Client(c), *m)
                     }
@@ -480,7 +482,11 @@ async fn run(
                         }
                         Addr::Client(c) => {
                             snap.replies += 1;
-                            if let Some(tx) = clients.get(&c) {
+                            let incarnation = match &o.msg {
+                                ChordMsg::Reply { token, .. } => token.incarnation,
+                                _ => 0,
+                            };
+                            if let Some(tx) = clients.get(&(c, incarnation)) {
                                 let _ = tx.send(Frame::Msg(Box::new(o.msg)));
                             }
                         }
