@@ -629,7 +629,10 @@ impl TokenSim {
             }
             Output::Granted { .. } => granted = true,
             // The simulator issues no try-lock.
-            Output::Upgraded { .. } | Output::WouldBlock { .. } | Output::Cancelled { .. } => {}
+            Output::Upgraded { .. }
+            | Output::WouldBlock { .. }
+            | Output::Cancelled { .. }
+            | Output::Downgraded { .. } => {}
         };
         match (input, from) {
             (Some(input), _) => {

@@ -375,10 +375,14 @@ impl Protocol for BakerySite {
                     }
                     Some(BInput::Wake)
                 }
-                // No priorities, no try-lock and no cancel in the bakery simulator.
+                // No priorities, no try-lock, no cancel and no downgrade in the bakery
+                // simulator.
                 (
                     Role::Client { .. },
-                    Input::SetPriority { .. } | Input::TryAcquire { .. } | Input::Cancel { .. },
+                    Input::SetPriority { .. }
+                    | Input::TryAcquire { .. }
+                    | Input::Cancel { .. }
+                    | Input::Downgrade { .. },
                 ) => return Err(KernelError::InvalidMode),
             };
             match client_input {

@@ -958,7 +958,10 @@ where
                 events.push(Reverse((at, *seq, Ev::Deliver(key.0, key.1))));
             }
             Output::Granted { .. } => granted = true,
-            Output::Upgraded { .. } | Output::WouldBlock { .. } | Output::Cancelled { .. } => {}
+            Output::Upgraded { .. }
+            | Output::WouldBlock { .. }
+            | Output::Cancelled { .. }
+            | Output::Downgraded { .. } => {}
         };
         let r = match (input, from) {
             (Some(input), _) => cluster
@@ -1376,7 +1379,10 @@ pub fn naimi_sequential(n: usize, warmup: u64, requests: u64, seed: u64) -> Sequ
                 }
             }
             Output::Granted { .. } => granted = true,
-            Output::Upgraded { .. } | Output::WouldBlock { .. } | Output::Cancelled { .. } => {}
+            Output::Upgraded { .. }
+            | Output::WouldBlock { .. }
+            | Output::Cancelled { .. }
+            | Output::Downgraded { .. } => {}
         };
         let acquire = Input::Acquire {
             lock,

@@ -148,6 +148,7 @@ fn describe(input: &Input<'_, FwMsg>, names: &[&str]) -> Line {
         Input::Acquire { lock, mode } => write!(s, "acquire {mode} @{}", lock.0),
         Input::TryAcquire { lock, mode } => write!(s, "try {mode} @{}", lock.0),
         Input::Cancel { lock } => write!(s, "cancel @{}", lock.0),
+        Input::Downgrade { lock, mode } => write!(s, "downgrade {mode} @{}", lock.0),
         Input::Release { lock } => write!(s, "release @{}", lock.0),
         Input::Upgrade { lock } => write!(s, "upgrade @{}", lock.0),
         Input::SetPriority { base } => write!(s, "priority {base}"),

@@ -24,7 +24,7 @@ pub const WINDOW: usize = 16 * 1024;
 const PATTERN: u32 = 0xDEAD_BEEF;
 
 /// Kinds of step, for per-kind figures.
-pub const KINDS: [&str; 12] = [
+pub const KINDS: [&str; 13] = [
     "acquire",
     "release",
     "upgrade",
@@ -37,6 +37,7 @@ pub const KINDS: [&str; 12] = [
     "try acquire",
     "deliver busy",
     "cancel",
+    "downgrade",
 ];
 
 fn kind(input: &Input<'_, FwMsg>) -> usize {
@@ -47,6 +48,7 @@ fn kind(input: &Input<'_, FwMsg>) -> usize {
         Input::SetPriority { .. } => 3,
         Input::TryAcquire { .. } => 9,
         Input::Cancel { .. } => 11,
+        Input::Downgrade { .. } => 12,
         Input::Deliver { msg, .. } => match msg.kind() {
             MsgKind::Request => 4,
             MsgKind::Grant => 5,

@@ -623,6 +623,7 @@ where
             Input::Acquire { lock, .. }
             | Input::TryAcquire { lock, .. }
             | Input::Upgrade { lock }
+            | Input::Downgrade { lock, .. }
             | Input::Release { lock } => Some(lock),
             _ => None,
         };
@@ -682,6 +683,8 @@ where
                 let held = self.sites[from.idx()].site.held(lock).unwrap_or(Mode::Phi);
                 self.note_cancelled(from, lock, held)
             }
+            // A downgrade keeps the hold and its fence (`spec/SPEC.md` 1.14): no grant.
+            Output::Downgraded { .. } => {}
         }
     }
 

@@ -29,11 +29,17 @@ pub enum KernelError {
     CancelRunning(LockId),
     /// `Cancel` on a protocol that has no cancel (the Naimi-Trehel baselines).
     CancelUnsupported(LockId),
-    /// `Release` while this site holds nothing.
+    /// `Downgrade` to a mode that is not weaker than the held one (`spec/SPEC.md` 1.14,
+    /// [`crate::Mode::downgrades_to`]).
+    NotWeaker(LockId),
+    /// `Downgrade` on a protocol that has no downgrade (the Naimi-Trehel baselines).
+    DowngradeUnsupported(LockId),
+    /// `Release` or `Downgrade` while this site holds nothing.
     NotHeld(LockId),
     /// `Upgrade` while this site does not hold the lock in U (Rule 7).
     NotHoldingU(LockId),
-    /// `Release` of U while the upgrade to W is pending (Rule 7 keeps U until W is granted).
+    /// `Release` or `Downgrade` of U while the upgrade to W is pending (Rule 7 keeps U
+    /// until W is granted).
     UpgradePending(LockId),
     /// A message that is a duplicate of one already delivered (a token whose generation or
     /// a grant whose epoch was already seen).
@@ -75,6 +81,15 @@ impl fmt::Display for KernelError {
             ),
             KernelError::CancelUnsupported(l) => {
                 write!(f, "lock {l}: this protocol cannot cancel a request")
+            }
+            KernelError::NotWeaker(l) => {
+                write!(
+                    f,
+                    "lock {l}: downgrade needs a weaker mode than the held one"
+                )
+            }
+            KernelError::DowngradeUnsupported(l) => {
+                write!(f, "lock {l}: this protocol cannot downgrade a hold")
             }
             KernelError::NotHeld(l) => write!(f, "lock {l} is not held here"),
             KernelError::NotHoldingU(l) => write!(f, "upgrade needs lock {l} held in U"),

@@ -73,6 +73,26 @@ impl Mode {
         self.strength() < other.strength()
     }
 
+    /// hilock's downgrade (`spec/SPEC.md` 1.14): whether a holder of `self` may convert
+    /// to `to` in place. `to` is not Φ, strictly weaker (inequation 2.1) and conflicts
+    /// with no mode that `self` is compatible with (Table 2.1), so no other holder can
+    /// conflict with it: W → U, R, IW, IR; U → R, IR; R → IR; IW → IR. IW → R is
+    /// refused although R is weaker: R conflicts with another site's IW.
+    pub const fn downgrades_to(self, to: Mode) -> bool {
+        if matches!(to, Mode::Phi) || !to.weaker_than(self) {
+            return false;
+        }
+        let mut i = 0;
+        while i < Mode::REQUESTABLE.len() {
+            let c = Mode::REQUESTABLE[i];
+            if conflicts(to, c) && !conflicts(self, c) {
+                return false;
+            }
+            i += 1;
+        }
+        true
+    }
+
     /// Short name as in the thesis: `Φ`, `IR`, `R`, `U`, `IW`, `W`.
     pub const fn symbol(self) -> &'static str {
         match self {
@@ -327,6 +347,27 @@ mod tests {
         }
         assert_eq!(U.strength(), IW.strength());
         assert!(conflicts(U, IW), "equal strength but conflicting");
+    }
+
+    #[test]
+    fn downgrade_pairs_are_the_weaker_modes_that_conflict_with_less() {
+        use Mode::*;
+        let want = [
+            (W, U),
+            (W, R),
+            (W, IW),
+            (W, IR),
+            (U, R),
+            (U, IR),
+            (R, IR),
+            (IW, IR),
+        ];
+        for a in Mode::ALL {
+            for b in Mode::ALL {
+                assert_eq!(a.downgrades_to(b), want.contains(&(a, b)), "{a} -> {b}");
+            }
+        }
+        assert!(!IW.downgrades_to(R), "R conflicts with another IW");
     }
 
     /// The lemma behind "local knowledge is sufficient" (end of section 2.3): for a weaker,

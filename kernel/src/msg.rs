@@ -228,6 +228,22 @@ pub enum Input<'a, M> {
         /// The lock.
         lock: LockId,
     },
+    /// hilock's downgrade (`spec/SPEC.md` 1.14, the DLM's down-conversion): the local
+    /// holder of `lock` converts its held mode to the weaker `mode` without releasing it
+    /// ([`Mode::downgrades_to`]: W → U, R, IW, IR; U → R, IR; R → IR; IW → IR). M_H =
+    /// `mode` and the hold keeps its fence; then what Rule 5 does after a release: a
+    /// non-token node whose owned mode changed tells its parent (Rule 5.2,
+    /// [`Msg::Release`]) and the queue is served (Rule 5.1). Answered at once with
+    /// [`Output::Downgraded`]. Nothing held: [`crate::KernelError::NotHeld`]; Φ:
+    /// [`crate::KernelError::InvalidMode`]; not a weaker mode:
+    /// [`crate::KernelError::NotWeaker`]; an upgrade pending:
+    /// [`crate::KernelError::UpgradePending`] (nothing changes).
+    Downgrade {
+        /// The lock.
+        lock: LockId,
+        /// The weaker mode to hold from now on (not Φ).
+        mode: Mode,
+    },
     /// User API `RequestUnlock()` (Fig. 2.7).
     Release {
         /// The lock.
@@ -281,6 +297,14 @@ pub enum Output<M> {
     Cancelled {
         /// The lock.
         lock: LockId,
+    },
+    /// The local user's [`Input::Downgrade`] was accepted (`spec/SPEC.md` 1.14): the site
+    /// holds `lock` in `mode` now, with the fence of the same hold.
+    Downgraded {
+        /// The lock.
+        lock: LockId,
+        /// The mode now held.
+        mode: Mode,
     },
     /// The local user's [`Input::TryAcquire`] was refused: granting it would have meant
     /// waiting. Nothing of the request is left in the protocol; no grant follows.

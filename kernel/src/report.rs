@@ -144,6 +144,9 @@ named_rules! {
     /// returning try ended a cancelled try; or an `Acquire`/`TryAcquire` took a cancelled
     /// request of the same mode back.
     Cancel = "cancel",
+    /// hilock's downgrade (`spec/SPEC.md` 1.14): the local holder converted its held mode
+    /// to a weaker one (`Downgraded`); Rule 5.2 and Rule 5.1 then fire as after a release.
+    Downgrade = "downgrade",
 }
 
 /// The rules of one engine, named: an enum of at most 64 variants (`#[repr(u8)]`, declared

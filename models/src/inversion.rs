@@ -297,14 +297,19 @@ impl InversionConfig {
                     Output::Send { to, .. } => c.sent.push((n, to.0, t)),
                     // A grant begins a stretch of critical-section code.
                     Output::Granted { .. } | Output::Upgraded { .. } => c.start[n as usize] = t,
-                    Output::WouldBlock { .. } | Output::Cancelled { .. } => {}
+                    Output::WouldBlock { .. }
+                    | Output::Cancelled { .. }
+                    | Output::Downgraded { .. } => {}
                 }
             }
         }
         for o in outputs {
             match o {
                 // The inversion model issues no try-lock and no cancel.
-                Output::Send { .. } | Output::WouldBlock { .. } | Output::Cancelled { .. } => {}
+                Output::Send { .. }
+                | Output::WouldBlock { .. }
+                | Output::Cancelled { .. }
+                | Output::Downgraded { .. } => {}
                 Output::Granted { .. } | Output::Upgraded { .. } => {
                     st.waiting[n as usize] = false;
                     if n == D {

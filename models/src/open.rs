@@ -135,6 +135,7 @@ fn fits<const L: usize>(
             ) || matches!((op, input), (ScriptOp::Release(l), TraceInput::Release { lock }) if l == *lock)
                 || matches!((op, input), (ScriptOp::Try(m, l), TraceInput::TryAcquire { lock, mode }) if m == *mode && l == *lock)
                 || matches!((op, input), (ScriptOp::Cancel(l), TraceInput::Cancel { lock }) if l == *lock)
+                || matches!((op, input), (ScriptOp::Downgrade(m, l), TraceInput::Downgrade { lock, mode }) if m == *mode && l == *lock)
                 || matches!((op, input), (ScriptOp::Upgrade(l), TraceInput::Upgrade { lock }) if l == *lock)
                 || matches!((op, input), (ScriptOp::Priority(p), TraceInput::SetPriority { base }) if p == *base)
         }
@@ -164,6 +165,7 @@ fn input_text(node: &str, input: &TraceInput) -> String {
         TraceInput::Acquire { lock, mode } => format!("{node} acquire {mode} on L{lock}"),
         TraceInput::TryAcquire { lock, mode } => format!("{node} try {mode} on L{lock}"),
         TraceInput::Cancel { lock } => format!("{node} cancel L{lock}"),
+        TraceInput::Downgrade { lock, mode } => format!("{node} downgrade L{lock} to {mode}"),
         TraceInput::Release { lock } => format!("{node} release L{lock}"),
         TraceInput::Upgrade { lock } => format!("{node} upgrade L{lock}"),
         TraceInput::SetPriority { base } => format!("{node} priority {base}"),
@@ -273,6 +275,7 @@ pub fn trace_diagram(t: &Trace) -> (Diagram, Vec<String>, Vec<Vec<String>>) {
             TraceInput::Acquire { lock, .. }
             | TraceInput::TryAcquire { lock, .. }
             | TraceInput::Cancel { lock }
+            | TraceInput::Downgrade { lock, .. }
             | TraceInput::Release { lock }
             | TraceInput::Upgrade { lock } => {
                 d.local(node, line.split_once(' ').map_or("", |x| x.1).to_string());
@@ -302,6 +305,9 @@ pub fn trace_diagram(t: &Trace) -> (Diagram, Vec<String>, Vec<Vec<String>>) {
                 }
                 TraceOutput::Cancelled { lock } => {
                     format!("{} cancelled its request of L{lock}", step.node)
+                }
+                TraceOutput::Downgraded { lock, mode } => {
+                    format!("{} downgraded L{lock} to {mode}", step.node)
                 }
             });
         }

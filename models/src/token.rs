@@ -126,7 +126,8 @@ impl Network {
 }
 
 /// One operation of a node's script, written `acquire MODE [@LOCK]`, `try MODE [@LOCK]`,
-/// `cancel [@LOCK]`, `release [@LOCK]` or `upgrade [@LOCK]` in JSON.
+/// `cancel [@LOCK]`, `downgrade MODE [@LOCK]`, `release [@LOCK]` or `upgrade [@LOCK]` in
+/// JSON.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
 pub enum ScriptOp {
@@ -144,6 +145,10 @@ pub enum ScriptOp {
     /// next operation if that is the `release` of the same lock (not after an upgrade:
     /// U is still held).
     Cancel(u16),
+    /// `downgrade MODE`: hilock's downgrade (`Input::Downgrade`, `spec/SPEC.md` 1.14) of
+    /// the mode the script holds to the weaker `MODE`; answered at once (`Downgraded`),
+    /// the script goes on holding `MODE` (its next `release` releases it).
+    Downgrade(Mode, u16),
     /// `RequestUnlock()`.
     Release(u16),
     /// `RequestUpgrade()` (Rule 7); the script waits until it completes.
@@ -160,6 +165,7 @@ impl ScriptOp {
             ScriptOp::Acquire(_, l)
             | ScriptOp::Try(_, l)
             | ScriptOp::Cancel(l)
+            | ScriptOp::Downgrade(_, l)
             | ScriptOp::Release(l)
             | ScriptOp::Upgrade(l) => l,
             ScriptOp::Priority(_) => 0,
@@ -182,6 +188,13 @@ impl std::str::FromStr for ScriptOp {
             // `try MODE [@LOCK]` reads as `acquire MODE [@LOCK]`.
             return match Op::parse(&format!("acquire {rest}"))? {
                 Op::Acquire(m, l) => Ok(ScriptOp::Try(m, l)),
+                _ => Err(format!("unknown operation '{s}'")),
+            };
+        }
+        if let Some(rest) = s.trim_start().strip_prefix("downgrade ") {
+            // `downgrade MODE [@LOCK]` reads as `acquire MODE [@LOCK]`.
+            return match Op::parse(&format!("acquire {rest}"))? {
+                Op::Acquire(m, l) => Ok(ScriptOp::Downgrade(m, l)),
                 _ => Err(format!("unknown operation '{s}'")),
             };
         }
@@ -213,6 +226,7 @@ impl fmt::Display for ScriptOp {
             ScriptOp::Acquire(m, l) => (format!("acquire {}", m.name()), *l),
             ScriptOp::Try(m, l) => (format!("try {}", m.name()), *l),
             ScriptOp::Cancel(l) => ("cancel".to_string(), *l),
+            ScriptOp::Downgrade(m, l) => (format!("downgrade {}", m.name()), *l),
             ScriptOp::Release(l) => ("release".to_string(), *l),
             ScriptOp::Upgrade(l) => ("upgrade".to_string(), *l),
             ScriptOp::Priority(p) => return write!(f, "priority {p}"),
@@ -595,6 +609,8 @@ enum Note {
     Upgraded(LockId),
     WouldBlock(LockId),
     Cancelled(LockId),
+    /// A downgrade answered (it keeps the hold: nothing to record).
+    Downgraded,
 }
 
 /// Ghost record of one outstanding request (or upgrade) of a node for a lock.
@@ -925,6 +941,7 @@ impl<const L: usize> BaseModel<L> {
                 Output::Upgraded { lock } => Note::Upgraded(*lock),
                 Output::WouldBlock { lock, .. } => Note::WouldBlock(*lock),
                 Output::Cancelled { lock } => Note::Cancelled(*lock),
+                Output::Downgraded { .. } => Note::Downgraded,
             };
             notes.push(note).expect("a step has fewer than 64 outputs");
         };
@@ -1069,6 +1086,7 @@ impl<const L: usize> BaseModel<L> {
                     st.excess[n * L + lock.idx()] = NOT_TRAVELLING;
                     self.skip_after_answer(st, n, lock, true);
                 }
+                Note::Downgraded => {}
                 Note::Cancelled(lock) => {
                     // The user's wait is over (the request may still run in the protocol,
                     // and its journey is still checked by P9); the script skips the release
@@ -1140,6 +1158,9 @@ impl<const L: usize> BaseModel<L> {
                         Output::Cancelled { lock } => {
                             format!("n{node} cancelled its request of L{}", lock.0)
                         }
+                        Output::Downgraded { lock, mode } => {
+                            format!("n{node} downgraded L{} to {mode}", lock.0)
+                        }
                     };
                     s.push_str(&format!("\n  {line}"));
                 }
@@ -1182,6 +1203,10 @@ impl<const L: usize> BaseModel<L> {
                 mode,
             },
             ScriptOp::Cancel(l) => Input::Cancel { lock: LockId(l) },
+            ScriptOp::Downgrade(mode, l) => Input::Downgrade {
+                lock: LockId(l),
+                mode,
+            },
             ScriptOp::Release(l) => Input::Release { lock: LockId(l) },
             ScriptOp::Upgrade(l) => Input::Upgrade { lock: LockId(l) },
             ScriptOp::Priority(base) => Input::SetPriority { base },
@@ -1477,7 +1502,10 @@ impl<const L: usize> Model for BaseModel<L> {
                         });
                         Self::arrive(&mut st, i, l as usize);
                     }
-                    ScriptOp::Cancel(_) | ScriptOp::Release(_) | ScriptOp::Priority(_) => {}
+                    ScriptOp::Cancel(_)
+                    | ScriptOp::Downgrade(..)
+                    | ScriptOp::Release(_)
+                    | ScriptOp::Priority(_) => {}
                 }
                 self.step(&mut st, i, StepInput::User(op));
             }

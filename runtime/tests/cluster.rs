@@ -1253,3 +1253,65 @@ async fn a_refused_hierarchical_or_local_try_lock_releases_what_it_took() {
     assert_eq!(nodes[1].stats().would_block, 1);
     assert_eq!(nodes[0].stats().would_block, 1);
 }
+
+/// `spec/SPEC.md` 1.14 in the runtime: a W holder on `/dN/x` (IW on `/dN`) downgrades to R
+/// (IR on `/dN`, the intention mode of R) without releasing; a reader on the other node,
+/// waiting meanwhile, is granted while the downgraded guard still holds R, whose fence is
+/// unchanged. A downgrade to a mode that is not weaker is refused, and so is one of a U
+/// guard whose upgrade waits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_downgraded_writer_lets_a_reader_on_another_node_in_while_it_still_reads() {
+    let nodes = local_cluster(2, "downgrade", SECRET, Duration::from_secs(10))
+        .await
+        .unwrap();
+    let root = path_rooted_at("d", 0, 2);
+    let p = format!("{root}/x");
+    let mut w = nodes[0].lock(&p, Mode::W).await.unwrap();
+    let fence = w.fence();
+    assert_eq!(
+        w.locks().collect::<Vec<_>>(),
+        vec![(root.as_str(), Mode::IW), (p.as_str(), Mode::W)]
+    );
+    let reader = {
+        let (n, p) = (nodes[1].handle(), p.clone());
+        tokio::spawn(async move { n.lock(&p, Mode::R).await })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!reader.is_finished(), "R waits while W is held");
+    assert!(matches!(
+        w.downgrade(Mode::W).await,
+        Err(Error::NotDowngradable {
+            mode: Mode::W,
+            to: Mode::W,
+            ..
+        })
+    ));
+    w.downgrade(Mode::R).await.unwrap();
+    assert_eq!(
+        w.locks().collect::<Vec<_>>(),
+        vec![(root.as_str(), Mode::IR), (p.as_str(), Mode::R)]
+    );
+    assert_eq!(w.fence(), fence);
+    let r = tokio::time::timeout(Duration::from_secs(5), reader)
+        .await
+        .expect("the reader is granted once W is downgraded")
+        .unwrap()
+        .unwrap();
+    assert_eq!((r.mode(), w.mode()), (Mode::R, Mode::R));
+    drop(w);
+    // A U guard whose upgrade waits for the reader cannot downgrade: refused, U kept.
+    let mut u = nodes[0].lock(&p, Mode::U).await.unwrap();
+    let e = u
+        .upgrade_within(Duration::from_millis(200))
+        .await
+        .unwrap_err();
+    assert!(matches!(e, Error::Timeout { .. }), "{e}");
+    assert!(matches!(
+        u.downgrade(Mode::R).await,
+        Err(Error::NotDowngradable { mode: Mode::U, .. })
+    ));
+    assert_eq!(u.mode(), Mode::U);
+    drop(r);
+    drop(u);
+    assert_all_idle(&nodes, Duration::from_secs(5)).await;
+}

@@ -50,6 +50,13 @@ pub enum TraceInput {
         /// The lock.
         lock: u16,
     },
+    /// hilock's downgrade (`spec/SPEC.md` 1.14).
+    Downgrade {
+        /// The lock.
+        lock: u16,
+        /// The weaker mode.
+        mode: Mode,
+    },
     /// User API `RequestUnlock`.
     Release {
         /// The lock.
@@ -131,6 +138,13 @@ pub enum TraceOutput {
         /// The lock.
         lock: u16,
     },
+    /// The local downgrade was accepted (`spec/SPEC.md` 1.14).
+    Downgraded {
+        /// The lock.
+        lock: u16,
+        /// The mode now held.
+        mode: Mode,
+    },
 }
 
 impl TraceOutput {
@@ -151,6 +165,10 @@ impl TraceOutput {
                 mode: *mode,
             },
             Output::Cancelled { lock } => TraceOutput::Cancelled { lock: lock.0 },
+            Output::Downgraded { lock, mode } => TraceOutput::Downgraded {
+                lock: lock.0,
+                mode: *mode,
+            },
         }
     }
 }
@@ -342,6 +360,7 @@ impl Trace {
                 TraceInput::Acquire { mode, .. } => format!("acquire {mode}"),
                 TraceInput::TryAcquire { mode, .. } => format!("try {mode}"),
                 TraceInput::Cancel { .. } => "cancel".to_string(),
+                TraceInput::Downgrade { mode, .. } => format!("downgrade {mode}"),
                 TraceInput::Release { .. } => "release".to_string(),
                 TraceInput::Upgrade { .. } => "upgrade".to_string(),
                 TraceInput::SetPriority { base } => format!("priority {base}"),
@@ -360,6 +379,7 @@ impl Trace {
                     TraceOutput::Upgraded { .. } => "upgraded to W".to_string(),
                     TraceOutput::WouldBlock { mode, .. } => format!("would block ({mode})"),
                     TraceOutput::Cancelled { .. } => "cancelled".to_string(),
+                    TraceOutput::Downgraded { mode, .. } => format!("downgraded to {mode}"),
                 };
                 s.push_str(&format!("          {line}\n"));
             }

@@ -26,6 +26,8 @@ enum Action {
     TryAcquire(u16, u16, Mode),
     /// A cancel (`Input::Cancel`, `spec/SPEC.md` 1.13).
     Cancel(u16, u16),
+    /// A downgrade (`Input::Downgrade`, `spec/SPEC.md` 1.14).
+    Downgrade(u16, u16, Mode),
     Release(u16, u16),
     Upgrade(u16, u16),
     /// Change a site's base priority (chapter 3).
@@ -107,6 +109,17 @@ fn with_cancels(base: BoxedStrategy<Action>) -> BoxedStrategy<Action> {
     prop_oneof![
         4 => base,
         1 => (0..N as u16, 0..LOCKS).prop_map(|(n, l)| Action::Cancel(n, l)),
+    ]
+    .boxed()
+}
+
+/// `base`'s actions with downgrades (`Input::Downgrade`, `spec/SPEC.md` 1.14) to a random
+/// mode mixed in, one in five (most meet no hold they weaken and are refused, changing
+/// nothing). A strategy of its own, as for the tries.
+fn with_downgrades(base: BoxedStrategy<Action>) -> BoxedStrategy<Action> {
+    prop_oneof![
+        4 => base,
+        1 => (0..N as u16, 0..LOCKS, mode()).prop_map(|(n, l, m)| Action::Downgrade(n, l, m)),
     ]
     .boxed()
 }
@@ -232,6 +245,16 @@ impl Harness {
                 NodeId(*n),
                 self.sys
                     .input(NodeId(*n), Input::Cancel { lock: LockId(*l) }),
+            ),
+            Action::Downgrade(n, l, m) => (
+                NodeId(*n),
+                self.sys.input(
+                    NodeId(*n),
+                    Input::Downgrade {
+                        lock: LockId(*l),
+                        mode: *m,
+                    },
+                ),
             ),
             Action::Release(n, l) => (
                 NodeId(*n),
@@ -426,6 +449,16 @@ fn report_names_what_the_step_did(what: &str, step: &Step<SpecMsg>) -> Result<()
             "{what}: a Cancelled output without Cancel reported"
         ));
     }
+    let downgraded = step
+        .outputs
+        .iter()
+        .any(|o| matches!(o, Output::Downgraded { .. }));
+    if downgraded != step.rules.contains(Rule::Downgrade) {
+        return Err(format!(
+            "{what}: a Downgraded output and the Downgrade rule disagree: {:?} {:?}",
+            step.outputs, step.rules
+        ));
+    }
     Ok(())
 }
 
@@ -519,6 +552,27 @@ proptest! {
         }
     }
 
+    /// Random, also nonsensical, inputs with downgrades (`spec/SPEC.md` 1.14), cancels and
+    /// try-locks: no panic, typed errors, every safety property after every step.
+    #[test]
+    fn random_inputs_with_downgrades_keep_every_safety_property(inh in inheritance(), fwd in forwarding(), actions in prop::collection::vec(with_downgrades(with_cancels(with_tries(action(true)))), 1..200)) {
+        let mut h = Harness::with_forwarding(inh, fwd);
+        for a in &actions {
+            if let Err(e) = h.apply(a) {
+                prop_assert!(false, "{}", e);
+            }
+        }
+    }
+
+    /// Well-formed runs with downgrades, cancels and try-locks: after draining, every
+    /// request has completed (P4), with every safety property held after every step.
+    #[test]
+    fn runs_with_downgrades_complete_every_request(inh in inheritance(), fwd in forwarding(), actions in prop::collection::vec(with_downgrades(with_cancels(with_tries(action(false)))), 1..200)) {
+        if let Err(e) = run_and_drain(inh, fwd, &actions) {
+            prop_assert!(false, "{}", e);
+        }
+    }
+
     /// Well-formed runs with cancels and try-locks, also biased towards priority changes:
     /// after draining, every request — cancelled ones included — has completed (P4), and
     /// P14 and P15 held after every step.
@@ -536,7 +590,8 @@ proptest! {
 /// are rejected with typed errors, and every [`Rule`] the kernel reports fires at least once
 /// (the rule-coverage count; the rarest, `ResyncRelease`, `StaleToken` and
 /// `OwnRequestRequeued`, fire only a few times in 4,000 runs; the try-lock's rules fire in
-/// the runs that mix in try-locks, `Cancel` in those that mix in cancels).
+/// the runs that mix in try-locks, `Cancel` in those that mix in cancels, `Downgrade` in
+/// those that mix in downgrades).
 #[test]
 fn random_runs_reach_every_rule() {
     use proptest::strategy::ValueTree;
@@ -549,22 +604,24 @@ fn random_runs_reach_every_rule() {
     let (mut granted, mut upgraded, mut rejected) = (0u64, 0u64, 0u64);
     let mut coverage: BTreeMap<Rule, u64> = BTreeMap::new();
     // Runs 4,000..7,000 use hilock's compressed forwarding (`spec/SPEC.md` 1.6), the others
-    // the thesis's; runs 5,000..7,000 mix in try-locks (`spec/SPEC.md` 1.12), and runs
-    // 6,000..7,000 cancels too (1.13).
-    for run in 0..7000 {
+    // the thesis's; runs 5,000..8,000 mix in try-locks (`spec/SPEC.md` 1.12), runs
+    // 6,000..8,000 cancels too (1.13), and runs 7,000..8,000 downgrades too (1.14).
+    for run in 0..8000 {
         let (strategy, inh) = match run % 4 {
             0 | 1 => (action(true), Inheritance::None),
             2 => (action_prio_biased(), Inheritance::Pcep),
             _ => (action_prio_biased(), Inheritance::Pip),
         };
-        let strategy = if run >= 6000 {
+        let strategy = if run >= 7000 {
+            with_downgrades(with_cancels(with_tries(strategy)))
+        } else if run >= 6000 {
             with_cancels(with_tries(strategy))
         } else if run >= 5000 {
             with_tries(strategy)
         } else {
             strategy
         };
-        let fwd = if run < 4000 {
+        let fwd = if !(4000..7000).contains(&run) {
             Forwarding::Thesis
         } else {
             Forwarding::Compress

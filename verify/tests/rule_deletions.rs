@@ -595,6 +595,17 @@ const ROWS: &[Row] = &[
         filter: "a_cancelled_request_is_never_granted_and_leaves_nothing",
     },
     Row {
+        rule: "downgrade (SPEC 1.14): a non-token node tells its parent its new owned mode (Rule 5.2)",
+        rules: &[Rule::Downgrade],
+        file: "kernel/src/token/node.rs",
+        from: "            mode,\n        })?;\n        self.release_or_keep(cx, before)?;\n",
+        to: "            mode,\n        })?;\n        let _ = before;\n",
+        also: &[],
+        package: "verify",
+        target: "token",
+        filter: "a_downgrade_keeps_every_property",
+    },
+    Row {
         rule: "Rule 1 / Table 2.1: IR conflicts with W",
         rules: &[],
         file: "kernel/src/mode.rs",

@@ -304,6 +304,8 @@ const PINNED: &[(&str, usize)] = &[
         "cancel star3: cancelled upgrade, taken back R, token node's W",
         114503,
     ),
+    ("downgrade star3: W to R, then R and IW", 361),
+    ("downgrade chain3: R to IR lets an IW in", 1065),
 ];
 
 /// Checks `c` exhaustively, prints one line (with states/s), asserts the pinned state count,
@@ -1144,6 +1146,44 @@ fn a_cancelled_request_is_never_granted_and_leaves_nothing() {
             "{}: no cancelled request completed",
             c.name
         );
+    }
+}
+
+// ------------------------------------------------------- downgrade (`spec/SPEC.md` 1.14)
+
+/// The downgrade configurations. A star where whichever node holds W (always the token
+/// node) downgrades to R while a reader and an IW writer ask (Rule 5.1 serves the reader
+/// at once; the IW waits for R to go); and a chain 0 ← 1 ← 2 where node 1 downgrades an R
+/// copy (or the token, whichever it got) to IR while node 0 reads and node 2 asks IW:
+/// node 1's Rule 5.2 release lets the token node grant the IW while node 1 still holds IR.
+fn downgrade_configs() -> Vec<ModelConfig> {
+    vec![
+        ModelConfig::star(
+            "downgrade star3: W to R, then R and IW",
+            &[
+                &["acquire W", "downgrade R", "release"],
+                &["acquire R", "release"],
+                &["acquire IW", "release"],
+            ],
+        ),
+        ModelConfig::chain(
+            "downgrade chain3: R to IR lets an IW in",
+            &[
+                &["acquire R", "release"],
+                &["acquire R", "downgrade IR", "release"],
+                &["acquire IW", "release"],
+            ],
+        ),
+    ]
+}
+
+/// Every interleaving of the downgrade configurations: P1–P5, P3 (the parent's record of a
+/// downgrading child follows its Rule 5.2 release), P3b, P9 and P10 hold, and every script
+/// ends (a downgrade never leaves a request waiting for ever).
+#[test]
+fn a_downgrade_keeps_every_property() {
+    for c in downgrade_configs() {
+        pass(&c);
     }
 }
 

@@ -192,8 +192,12 @@ async fn run_device(
                     );
                     let _ = grants.send(Grant { node: me, mode }).await;
                 }
-                // The scenario issues neither upgrades nor try-locks nor cancels.
-                Output::Upgraded { .. } | Output::WouldBlock { .. } | Output::Cancelled { .. } => {
+                // The scenario issues neither upgrades nor try-locks nor cancels nor
+                // downgrades.
+                Output::Upgraded { .. }
+                | Output::WouldBlock { .. }
+                | Output::Cancelled { .. }
+                | Output::Downgraded { .. } => {
                     world.lock(|w| w.errors += 1);
                 }
             }

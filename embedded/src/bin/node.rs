@@ -95,9 +95,12 @@ fn poll(site: &mut MySite, out: &mut Outputs<Msg<Q>, O>) -> Result<(), hilock_ke
             match o {
                 Output::Send { to, msg } => transmit(*to, msg), // encode and send
                 Output::Granted { lock, .. } | Output::Upgraded { lock } => granted(*lock),
-                // This node issues no try-lock (`Input::TryAcquire`) and no cancel
-                // (`Input::Cancel`), so none is refused or cancelled.
-                Output::WouldBlock { .. } | Output::Cancelled { .. } => {}
+                // This node issues no try-lock (`Input::TryAcquire`), no cancel
+                // (`Input::Cancel`) and no downgrade (`Input::Downgrade`), so none is
+                // refused, cancelled or downgraded.
+                Output::WouldBlock { .. }
+                | Output::Cancelled { .. }
+                | Output::Downgraded { .. } => {}
             }
         }
     }

@@ -143,6 +143,8 @@ impl<const N: usize, const L: usize> NaimiSite<N, L> {
             | Input::Upgrade { lock } => lock,
             // The baselines have no cancel (`spec/SPEC.md` 1.13): refused, nothing changes.
             Input::Cancel { lock } => return Err(KernelError::CancelUnsupported(lock)),
+            // Nor a downgrade (`spec/SPEC.md` 1.14): refused, nothing changes.
+            Input::Downgrade { lock, .. } => return Err(KernelError::DowngradeUnsupported(lock)),
             // Plain Naimi-Trehel has no priorities.
             Input::SetPriority { .. } => return Ok(Report::default()),
             Input::Deliver { from, msg } => {
@@ -204,7 +206,7 @@ impl<const N: usize, const L: usize> NaimiSite<N, L> {
                     s.send_token(lock, n, out)?;
                 }
             }
-            Input::SetPriority { .. } | Input::Cancel { .. } => {}
+            Input::SetPriority { .. } | Input::Cancel { .. } | Input::Downgrade { .. } => {}
             Input::Upgrade { .. } => {
                 if s.pending != Mode::Phi {
                     return Err(KernelError::AlreadyPending(lock));

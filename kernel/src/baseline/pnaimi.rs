@@ -174,6 +174,8 @@ impl<const N: usize, const L: usize, const P: usize, const Q: usize> PrioNaimiSi
             | Input::Upgrade { lock } => lock,
             // The baselines have no cancel (`spec/SPEC.md` 1.13): refused, nothing changes.
             Input::Cancel { lock } => return Err(KernelError::CancelUnsupported(lock)),
+            // Nor a downgrade (`spec/SPEC.md` 1.14): refused, nothing changes.
+            Input::Downgrade { lock, .. } => return Err(KernelError::DowngradeUnsupported(lock)),
             Input::SetPriority { base } => {
                 if base as usize >= P {
                     return Err(KernelError::InvalidMode);
@@ -272,7 +274,7 @@ impl<const N: usize, const L: usize, const P: usize, const Q: usize> PrioNaimiSi
                 s.held = Mode::W;
                 push(out, Output::Upgraded { lock })
             }
-            Input::SetPriority { .. } | Input::Cancel { .. } => Ok(()),
+            Input::SetPriority { .. } | Input::Cancel { .. } | Input::Downgrade { .. } => Ok(()),
             Input::Deliver {
                 msg: PrioNaimiMsg::Request { req, .. },
                 ..

@@ -767,6 +767,46 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         self.release_or_keep(cx, before)
     }
 
+    /// hilock's downgrade (`spec/SPEC.md` 1.14): `Input::Downgrade`. The holder converts
+    /// its held mode to the weaker `mode` ([`Mode::downgrades_to`]) in place: M_H = `mode`,
+    /// the hold keeps its fence, [`Output::Downgraded`]; then what Rule 5 does after a
+    /// release — a non-token node whose owned mode changed tells its parent (Rule 5.2;
+    /// [`ReleaseRule::KeepIntention`] keeps nothing while a mode is held), the queue is served
+    /// (Rule 5.1) and, at the token node, Table 2.4 recomputed. A W holder is always the
+    /// token node (no copy of W can be granted, Table 2.2), so W → U leaves U at the token
+    /// node as Rule 7 requires. Validated first, nothing changes on an error: nothing held
+    /// ([`KernelError::NotHeld`]), Φ ([`KernelError::InvalidMode`]), not weaker
+    /// ([`KernelError::NotWeaker`]), an upgrade pending ([`KernelError::UpgradePending`]).
+    pub(crate) fn downgrade<S: Sink<Output<Msg<Q>>>>(
+        &mut self,
+        cx: &mut Ctx<'_, Q, S>,
+        mode: Mode,
+    ) -> Result<(), KernelError> {
+        if mode == Mode::Phi {
+            return Err(KernelError::InvalidMode);
+        }
+        if self.held == Mode::Phi {
+            return Err(KernelError::NotHeld(cx.lock));
+        }
+        if self.pending == Pending::Upgrade {
+            return Err(KernelError::UpgradePending(cx.lock));
+        }
+        if !self.held.downgrades_to(mode) {
+            return Err(KernelError::NotWeaker(cx.lock));
+        }
+        let f0 = self.frozen;
+        let before = self.owned();
+        self.held = mode;
+        cx.fire(Rule::Downgrade);
+        cx.emit(Output::Downgraded {
+            lock: cx.lock,
+            mode,
+        })?;
+        self.release_or_keep(cx, before)?;
+        self.check_queue(cx)?;
+        self.finish_freeze(cx, f0)
+    }
+
     /// `RequestUpgrade()`, Fig. 2.11: Rule 7. Only a U holder may upgrade; a U holder is
     /// always the token node (no copy of U can be granted, Table 2.2).
     pub(crate) fn upgrade<S: Sink<Output<Msg<Q>>>>(

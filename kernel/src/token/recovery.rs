@@ -492,6 +492,7 @@ impl<const Q: usize, S: Sink<Output<Stamped<Msg<Q>>>>> Sink<Output<Msg<Q>>> for 
             Output::Upgraded { lock } => Output::Upgraded { lock },
             Output::WouldBlock { lock, mode } => Output::WouldBlock { lock, mode },
             Output::Cancelled { lock } => Output::Cancelled { lock },
+            Output::Downgraded { lock, mode } => Output::Downgraded { lock, mode },
         };
         self.out.put(stamped).map_err(|o| match o {
             Output::Send { to, msg } => Output::Send { to, msg: msg.msg },
@@ -499,6 +500,7 @@ impl<const Q: usize, S: Sink<Output<Stamped<Msg<Q>>>>> Sink<Output<Msg<Q>>> for 
             Output::Upgraded { lock } => Output::Upgraded { lock },
             Output::WouldBlock { lock, mode } => Output::WouldBlock { lock, mode },
             Output::Cancelled { lock } => Output::Cancelled { lock },
+            Output::Downgraded { lock, mode } => Output::Downgraded { lock, mode },
         })
     }
 }
@@ -783,6 +785,7 @@ impl<const N: usize, const L: usize, const Q: usize> Protocol for FaultSite<N, L
             Input::Acquire { lock, mode } => Input::Acquire { lock, mode },
             Input::TryAcquire { lock, mode } => Input::TryAcquire { lock, mode },
             Input::Cancel { lock } => Input::Cancel { lock },
+            Input::Downgrade { lock, mode } => Input::Downgrade { lock, mode },
             Input::Release { lock } => Input::Release { lock },
             Input::Upgrade { lock } => Input::Upgrade { lock },
             Input::SetPriority { base } => Input::SetPriority { base },

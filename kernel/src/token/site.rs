@@ -201,6 +201,7 @@ impl<const N: usize, const L: usize, const Q: usize> Site<N, L, Q> {
             Input::Acquire { lock, .. }
             | Input::TryAcquire { lock, .. }
             | Input::Cancel { lock }
+            | Input::Downgrade { lock, .. }
             | Input::Release { lock }
             | Input::Upgrade { lock } => Some(lock),
             Input::SetPriority { .. } => None,
@@ -257,6 +258,7 @@ impl<const N: usize, const L: usize, const Q: usize> Site<N, L, Q> {
             Input::Acquire { mode, .. } => node.acquire(cx, mode),
             Input::TryAcquire { mode, .. } => node.try_acquire(cx, mode),
             Input::Cancel { .. } => node.cancel(cx),
+            Input::Downgrade { mode, .. } => node.downgrade(cx, mode),
             Input::Release { .. } => node.release(cx),
             Input::Upgrade { .. } => node.upgrade(cx),
             Input::SetPriority { .. } => Ok(()),

@@ -52,6 +52,15 @@ pub(super) enum Cmd {
         /// The fencing token of the W hold.
         reply: Reply<u64>,
     },
+    /// Hold `hold` of `path` converts to the weaker `mode` (`Input::Downgrade`,
+    /// `spec/SPEC.md` 1.14).
+    Downgrade {
+        path: String,
+        hold: u64,
+        mode: Mode,
+        /// Answered once done (the hold keeps its fencing token).
+        reply: Reply<()>,
+    },
     Deliver {
         from: NodeId,
         /// The sender's epoch when it sent the message.
@@ -386,6 +395,12 @@ impl Core {
                 }
             }
             Cmd::Upgrade { path, hold, reply } => self.upgrade(&path, hold, reply),
+            Cmd::Downgrade {
+                path,
+                hold,
+                mode,
+                reply,
+            } => self.downgrade(&path, hold, mode, reply),
             Cmd::Deliver { from, epoch, frame } => {
                 // Numbered as it arrives (in the link's order), before it may be held back.
                 let seq = match self.trace.as_mut() {
@@ -798,6 +813,8 @@ impl Core {
                 Output::Upgraded { .. } => self.upgraded(path),
                 Output::WouldBlock { .. } => self.would_block(path),
                 Output::Cancelled { .. } => self.cancelled(path),
+                // Answered within the step that the caller's downgrade ran.
+                Output::Downgraded { .. } => {}
             }
         }
     }
@@ -1227,6 +1244,54 @@ impl Core {
         } else {
             self.try_upgrade(path);
         }
+        self.pump(path);
+    }
+
+    /// Hold `hold` converts to the weaker `mode` (`spec/SPEC.md` 1.14). The site's kernel
+    /// hold covers every local holder: it is downgraded (`Input::Downgrade`) to the
+    /// strongest mode the local holders keep, if that is weaker — the kernel then serves
+    /// its queue and tells the parent (Rule 5.2) in the same step — and local waiters that
+    /// may now share the hold join it. No kernel step while recovery has frozen the node or
+    /// an upgrade is under way: the kernel keeps the stronger mode, which still covers
+    /// every local holder, until the hold ends.
+    fn downgrade(&mut self, path: &str, hold: u64, mode: Mode, reply: Reply<()>) {
+        let Some(e) = self.locks.get_mut(path) else {
+            let _ = reply.send(Err(Error::Stopped));
+            return;
+        };
+        let Some(i) = e.holders.iter().position(|h| h.0 == hold) else {
+            let _ = reply.send(Err(Error::Stopped));
+            return;
+        };
+        let from = e.holders[i].1;
+        let upgrading = e.upgrading.as_ref().is_some_and(|u| u.hold == hold);
+        if !from.downgrades_to(mode) || upgrading {
+            let _ = reply.send(Err(Error::NotDowngradable {
+                path: path.to_string(),
+                mode: from,
+                to: mode,
+            }));
+            return;
+        }
+        e.holders[i].1 = mode;
+        let keep = e
+            .holders
+            .iter()
+            .try_fold(Mode::Phi, |a, &(_, m)| strongest(a, m))
+            .unwrap_or(e.held);
+        if keep != e.held && e.held.downgrades_to(keep) && e.upgrading.is_none() && !self.frozen {
+            match self.kstep(
+                path,
+                Input::Downgrade {
+                    lock: LOCK,
+                    mode: keep,
+                },
+            ) {
+                Ok(()) => self.locks.get_mut(path).expect("entry exists").held = keep,
+                Err(error) => warn!(%path, %error, "kernel refused a downgrade"),
+            }
+        }
+        let _ = reply.send(Ok(()));
         self.pump(path);
     }
 

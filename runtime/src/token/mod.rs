@@ -99,6 +99,16 @@ pub enum Error {
         /// The mode the guard holds.
         mode: Mode,
     },
+    /// `downgrade` to a mode that is not weaker than the guard's (`spec/SPEC.md` 1.14), or
+    /// while the guard's upgrade is under way.
+    NotDowngradable {
+        /// The guard's path.
+        path: String,
+        /// The mode the guard holds.
+        mode: Mode,
+        /// The mode asked for.
+        to: Mode,
+    },
     /// The kernel refused the operation (a bug in the runtime's bookkeeping if it happens).
     Kernel {
         /// The lock.
@@ -181,6 +191,10 @@ impl std::fmt::Display for Error {
             Error::NotUpgradable { path, mode } => {
                 write!(f, "{path} is held in {mode}; only a U guard can upgrade")
             }
+            Error::NotDowngradable { path, mode, to } => write!(
+                f,
+                "{path} is held in {mode}, which cannot be downgraded to {to}"
+            ),
             Error::Kernel { path, error } => write!(f, "{path}: kernel refused: {error}"),
             Error::Stopped => write!(f, "the node has stopped"),
             Error::WouldBlock { path, mode } => {
@@ -1191,6 +1205,51 @@ impl Guard {
                 })
             }
         }
+    }
+}
+
+impl Guard {
+    /// Downgrade the requested path to the weaker `mode` without releasing it
+    /// (`Input::Downgrade`, `spec/SPEC.md` 1.14; W → U, R, IW, IR; U → R, IR; R → IR;
+    /// IW → IR), then each ancestor to the intention mode of `mode` where that is weaker
+    /// (W on `/a/b` under IW on `/a` becomes R under IR). Innermost first, so an ancestor
+    /// always covers what is held below it. Answered at once: a downgrade never waits.
+    /// The fencing tokens are kept. Requests of other nodes that the weaker modes admit
+    /// are granted meanwhile (the kernel serves its queue and tells its parent, Rule 5).
+    /// A mode that is not weaker, or a guard whose upgrade is under way, is
+    /// [`Error::NotDowngradable`] and changes nothing.
+    pub async fn downgrade(&mut self, mode: Mode) -> Result<(), Error> {
+        let Some(last) = self.held.len().checked_sub(1) else {
+            return Err(Error::Stopped);
+        };
+        let (path, from) = (self.held[last].0.clone(), self.held[last].1);
+        if !from.downgrades_to(mode) {
+            return Err(Error::NotDowngradable {
+                path,
+                mode: from,
+                to: mode,
+            });
+        }
+        for i in (0..=last).rev() {
+            let to = if i == last { mode } else { intention(mode) };
+            let (path, held, hold, _) = self.held[i].clone();
+            if !held.downgrades_to(to) {
+                continue;
+            }
+            let (reply, rx) = oneshot::channel();
+            self.handle
+                .tx
+                .send(Cmd::Downgrade {
+                    path,
+                    hold,
+                    mode: to,
+                    reply,
+                })
+                .map_err(|_| Error::Stopped)?;
+            rx.await.map_err(|_| Error::Stopped)??;
+            self.held[i].1 = to;
+        }
+        Ok(())
     }
 }
 

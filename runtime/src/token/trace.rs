@@ -77,6 +77,11 @@ pub enum TIn<M> {
     },
     /// `Input::Cancel` (`spec/SPEC.md` 1.13).
     Cancel,
+    /// `Input::Downgrade` (`spec/SPEC.md` 1.14).
+    Downgrade {
+        /// The weaker mode.
+        mode: Mode,
+    },
     /// `Input::Release`.
     Release,
     /// `Input::Upgrade`.
@@ -310,6 +315,13 @@ impl Recorder {
                     o: Output::Cancelled { lock: *lock },
                     seq: None,
                 },
+                Output::Downgraded { lock, mode } => TOut {
+                    o: Output::Downgraded {
+                        lock: *lock,
+                        mode: *mode,
+                    },
+                    seq: None,
+                },
             })
             .collect()
     }
@@ -329,6 +341,7 @@ impl Recorder {
             Input::Acquire { mode, .. } => TIn::Acquire { mode },
             Input::TryAcquire { mode, .. } => TIn::TryAcquire { mode },
             Input::Cancel { .. } => TIn::Cancel,
+            Input::Downgrade { mode, .. } => TIn::Downgrade { mode },
             Input::Release { .. } => TIn::Release,
             Input::Upgrade { .. } => TIn::Upgrade,
             Input::SetPriority { base } => TIn::SetPriority { base },
@@ -374,6 +387,7 @@ pub(crate) fn copy_input<'a>(i: &Input<'a, SMsg>) -> Input<'a, SMsg> {
         Input::Acquire { lock, mode } => Input::Acquire { lock, mode },
         Input::TryAcquire { lock, mode } => Input::TryAcquire { lock, mode },
         Input::Cancel { lock } => Input::Cancel { lock },
+        Input::Downgrade { lock, mode } => Input::Downgrade { lock, mode },
         Input::Release { lock } => Input::Release { lock },
         Input::Upgrade { lock } => Input::Upgrade { lock },
         Input::SetPriority { base } => Input::SetPriority { base },
@@ -805,6 +819,10 @@ fn unstamp(o: &Output<SMsg>, g: Epoch) -> Result<Output<KMsg>, String> {
             mode: *mode,
         },
         Output::Cancelled { lock } => Output::Cancelled { lock: *lock },
+        Output::Downgraded { lock, mode } => Output::Downgraded {
+            lock: *lock,
+            mode: *mode,
+        },
     })
 }
 
@@ -832,6 +850,7 @@ fn apply(
         TIn::Acquire { mode } => cluster.input(me, Input::Acquire { lock, mode: *mode }),
         TIn::TryAcquire { mode } => cluster.input(me, Input::TryAcquire { lock, mode: *mode }),
         TIn::Cancel => cluster.input(me, Input::Cancel { lock }),
+        TIn::Downgrade { mode } => cluster.input(me, Input::Downgrade { lock, mode: *mode }),
         TIn::Release => cluster.input(me, Input::Release { lock }),
         TIn::Upgrade => cluster.input(me, Input::Upgrade { lock }),
         TIn::SetPriority { base } => cluster.input(me, Input::SetPriority { base: *base }),
