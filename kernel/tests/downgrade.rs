@@ -7,73 +7,11 @@
 
 use hilock_harness::Cluster;
 use hilock_kernel::token::recovery::{FaultSite, Stamped};
-use hilock_kernel::{
-    Input, KernelError, LockId, Mode, Msg, NaimiSite, NodeId, Output, Pending, Rule, Site,
-};
+use hilock_kernel::{Input, KernelError, Mode, Msg, NaimiSite, NodeId, Output, Pending, Rule};
 
-type S = Site<4, 1, 4>;
-const L: LockId = LockId(0);
-type Log = Vec<(u16, Output<Msg<4>>)>;
-
-/// A star of four around node 0 (the token holder).
-fn star() -> Cluster<S> {
-    Cluster::new(
-        (0..4)
-            .map(|i| S::new(NodeId(i), NodeId(0)).unwrap())
-            .collect(),
-    )
-}
-
-/// The chain 0 ← 1 ← 2, with 3 a child of 0.
-fn chain() -> Cluster<S> {
-    Cluster::new(
-        (0..4)
-            .map(|i| {
-                let parent = match i {
-                    0 => None,
-                    2 => Some(NodeId(1)),
-                    _ => Some(NodeId(0)),
-                };
-                S::with_parents(NodeId(i), |_| parent).unwrap()
-            })
-            .collect(),
-    )
-}
-
-/// The outputs of the input at `at` alone (its messages stay in flight); every safety
-/// property is checked after it.
-fn step(c: &mut Cluster<S>, at: u16, input: Input<'_, Msg<4>>) -> Log {
-    let step = c.input(NodeId(at), input).unwrap();
-    c.check_safety().unwrap();
-    step.outputs.into_iter().map(|o| (at, o)).collect()
-}
-
-/// Every message in flight delivered (oldest first), with the outputs of each delivery;
-/// every safety property is checked after every step.
-fn settle(c: &mut Cluster<S>) -> Log {
-    let mut log = Vec::new();
-    c.settle(1000, |c, _, _, step| {
-        log.extend(step.outputs.iter().map(|o| (step.node.0, o.clone())));
-        Ok(c.check_safety()?)
-    })
-    .unwrap();
-    log
-}
-
-/// The input at `at` and every delivery it causes.
-fn run(c: &mut Cluster<S>, at: u16, input: Input<'_, Msg<4>>) -> Log {
-    let mut log = step(c, at, input);
-    log.extend(settle(c));
-    log
-}
-
-fn acquire(c: &mut Cluster<S>, at: u16, mode: Mode) -> Log {
-    run(c, at, Input::Acquire { lock: L, mode })
-}
-
-fn release(c: &mut Cluster<S>, at: u16) -> Log {
-    run(c, at, Input::Release { lock: L })
-}
+#[path = "common/star.rs"]
+mod star;
+use star::*;
 
 fn downgrade<M>(mode: Mode) -> Input<'static, M> {
     Input::Downgrade { lock: L, mode }

@@ -7,43 +7,21 @@
 //! The memory is of one view: a server drops it when it installs a newer one.
 
 use hilock_kernel::ring::{
-    Addr, Answer, ChordError, ChordMsg, ClientId, Key, NodeId, Op, Out, Report, Ring, RingServer,
-    Rule, Token, View,
+    Addr, Answer, ChordError, ChordMsg, ClientId, Key, NodeId, Op, Report, RingServer, Rule, Token,
+    View,
 };
 
-type S = RingServer<3, 4>;
-type O = heapless::Vec<Out<4>, 32>;
-
-/// n8 alone: key 10's primary with no replica, so a write is answered at once.
-const ALONE: View = View {
-    epoch: 0,
-    members: 0b001,
-};
-const K: Key = Key(10);
-
-fn ring() -> Ring<3> {
-    Ring::new(6, [8, 21, 32]).unwrap()
-}
+#[path = "common/ring_one.rs"]
+mod ring_one;
+use ring_one::*;
 
 fn server() -> S {
-    S::new(NodeId(0), ring(), 1, ALONE).unwrap()
+    alone()
 }
 
+/// Request `seq` of client `client` (its one incarnation).
 fn tok(client: u8, seq: u64) -> Token {
-    Token {
-        client: ClientId(client),
-        incarnation: 0,
-        seq,
-    }
-}
-
-fn request(token: Token, op: Op, view: View) -> ChordMsg<4> {
-    ChordMsg::Request {
-        token,
-        op,
-        key: K,
-        view,
-    }
+    token(client, 0, seq)
 }
 
 /// `op` of `token` on key 10 routed with `view`: the rules that fired and the one reply
@@ -70,11 +48,6 @@ fn ask_in(s: &mut S, token: Token, op: Op, view: View) -> (Report, u16, Answer) 
         .collect();
     assert_eq!(replies.len(), 1, "one reply: {out:?}");
     (rep, replies[0].0, replies[0].1)
-}
-
-fn ask(s: &mut S, token: Token, op: Op) -> (Report, Answer) {
-    let (rep, _, a) = ask_in(s, token, op, ALONE);
-    (rep, a)
 }
 
 /// The saved defect in one server: c1 holds; c2's lock (request 1) is refused; c1

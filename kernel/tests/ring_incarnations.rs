@@ -6,75 +6,26 @@
 //! killed one) takes the hold over. Before, a lock of the holder's id was a re-grant to the
 //! holder, and two processes given one id both held the key.
 
-use hilock_kernel::ring::{
-    Addr, Answer, ChordMsg, ClientId, Holder, Key, NodeId, Op, Out, Report, Ring, RingServer, Rule,
-    Token, View,
-};
+use hilock_kernel::ring::{Addr, Answer, ChordMsg, ClientId, Holder, NodeId, Op, Out, Rule, View};
 
-type S = RingServer<3, 4>;
-type O = heapless::Vec<Out<4>, 32>;
+#[path = "common/ring_one.rs"]
+mod ring_one;
+use ring_one::*;
 
-/// n8 alone: key 10's primary with no replica, so a write is answered at once.
-const ALONE: View = View {
-    epoch: 0,
-    members: 0b001,
-};
 /// n8 and n21: key 10 is n21's, replicated on n8.
 const PAIR: View = View {
     epoch: 0,
     members: 0b011,
 };
-const K: Key = Key(10);
-
-fn ring() -> Ring<3> {
-    Ring::new(6, [8, 21, 32]).unwrap()
-}
 
 fn server() -> S {
-    S::new(NodeId(0), ring(), 1, ALONE).unwrap()
-}
-
-/// Request `seq` of incarnation `incarnation` of client `client`.
-fn tok(client: u8, incarnation: u64, seq: u64) -> Token {
-    Token {
-        client: ClientId(client),
-        incarnation,
-        seq,
-    }
+    alone()
 }
 
 fn holder(client: u8, incarnation: u64) -> Holder {
     Holder {
         client: ClientId(client),
         incarnation,
-    }
-}
-
-fn request(token: Token, op: Op, view: View) -> ChordMsg<4> {
-    ChordMsg::Request {
-        token,
-        op,
-        key: K,
-        view,
-    }
-}
-
-/// `op` of `token` on key 10: the rules that fired and the one reply.
-fn ask(s: &mut S, token: Token, op: Op) -> (Report, Answer) {
-    let mut out = O::new();
-    let rep = s
-        .step(
-            Addr::Client(token.client),
-            &request(token, op, ALONE),
-            &mut out,
-        )
-        .unwrap();
-    assert_eq!(out.len(), 1, "one reply and nothing else: {out:?}");
-    match out[0].msg {
-        ChordMsg::Reply {
-            token: t, answer, ..
-        } if t == token && out[0].to == Addr::Client(token.client) => (rep, answer),
-        ref m => panic!("not the reply: {m:?}"),
     }
 }
 
@@ -85,30 +36,30 @@ fn ask(s: &mut S, token: Token, op: Op) -> (Report, Answer) {
 #[test]
 fn a_lock_of_a_key_another_incarnation_holds_is_in_use_and_writes_nothing() {
     let mut s = server();
-    assert_eq!(ask(&mut s, tok(1, 7, 5), Op::Lock).1, Answer::Granted);
+    assert_eq!(ask(&mut s, token(1, 7, 5), Op::Lock).1, Answer::Granted);
     assert_eq!(s.holding(K), Some(holder(1, 7)));
     let before = s.slots().to_vec();
-    let (rep, a) = ask(&mut s, tok(1, 9, 1), Op::Lock);
+    let (rep, a) = ask(&mut s, token(1, 9, 1), Op::Lock);
     assert_eq!(a, Answer::InUse);
     assert!(
         rep.contains(Rule::IdInUse) && !rep.contains(Rule::WriteStarted),
         "{rep:?}"
     );
     assert_eq!(s.slots(), &before[..], "nothing written");
-    let (rep, a) = ask(&mut s, tok(1, 9, 2), Op::Unlock);
+    let (rep, a) = ask(&mut s, token(1, 9, 2), Op::Unlock);
     assert_eq!(a, Answer::Released);
     assert!(rep.contains(Rule::Idempotent), "{rep:?}");
     assert_eq!(s.holding(K), Some(holder(1, 7)), "not freed");
     for seq in [3, 100] {
-        assert_eq!(ask(&mut s, tok(1, 9, seq), Op::Lock).1, Answer::InUse);
+        assert_eq!(ask(&mut s, token(1, 9, seq), Op::Lock).1, Answer::InUse);
     }
     // The holder's own requests keep their behaviour: a re-grant, then the unlock.
-    let (rep, a) = ask(&mut s, tok(1, 7, 6), Op::Lock);
+    let (rep, a) = ask(&mut s, token(1, 7, 6), Op::Lock);
     assert_eq!(a, Answer::Granted);
     assert!(rep.contains(Rule::Idempotent), "{rep:?}");
-    assert_eq!(ask(&mut s, tok(1, 7, 7), Op::Unlock).1, Answer::Released);
+    assert_eq!(ask(&mut s, token(1, 7, 7), Op::Unlock).1, Answer::Released);
     assert_eq!(s.holding(K), None);
-    assert_eq!(ask(&mut s, tok(1, 9, 101), Op::Lock).1, Answer::Granted);
+    assert_eq!(ask(&mut s, token(1, 9, 101), Op::Lock).1, Answer::Granted);
     assert_eq!(s.holding(K), Some(holder(1, 9)));
 }
 
@@ -119,33 +70,33 @@ fn a_lock_of_a_key_another_incarnation_holds_is_in_use_and_writes_nothing() {
 #[test]
 fn a_take_over_moves_the_hold_to_the_new_incarnation_of_the_id_only() {
     let mut s = server();
-    assert_eq!(ask(&mut s, tok(1, 7, 5), Op::Lock).1, Answer::Granted);
-    assert_eq!(ask(&mut s, tok(2, 0, 1), Op::TakeOver).1, Answer::Refused);
-    let (rep, a) = ask(&mut s, tok(1, 9, 1), Op::TakeOver);
+    assert_eq!(ask(&mut s, token(1, 7, 5), Op::Lock).1, Answer::Granted);
+    assert_eq!(ask(&mut s, token(2, 0, 1), Op::TakeOver).1, Answer::Refused);
+    let (rep, a) = ask(&mut s, token(1, 9, 1), Op::TakeOver);
     assert_eq!(a, Answer::Granted);
     assert!(
         rep.contains(Rule::TakenOver) && rep.contains(Rule::WriteStarted),
         "{rep:?}"
     );
     assert_eq!(s.holding(K), Some(holder(1, 9)));
-    assert_eq!(s.slots()[0].writer, Some(tok(1, 9, 1)));
-    assert_eq!(ask(&mut s, tok(1, 7, 6), Op::Unlock).1, Answer::Released);
+    assert_eq!(s.slots()[0].writer, Some(token(1, 9, 1)));
+    assert_eq!(ask(&mut s, token(1, 7, 6), Op::Unlock).1, Answer::Released);
     assert_eq!(
         s.holding(K),
         Some(holder(1, 9)),
         "the old run frees nothing"
     );
-    assert_eq!(ask(&mut s, tok(1, 7, 7), Op::Lock).1, Answer::InUse);
+    assert_eq!(ask(&mut s, token(1, 7, 7), Op::Lock).1, Answer::InUse);
     // A repeated take-over of the holder is a re-grant.
-    let (rep, a) = ask(&mut s, tok(1, 9, 2), Op::TakeOver);
+    let (rep, a) = ask(&mut s, token(1, 9, 2), Op::TakeOver);
     assert_eq!(a, Answer::Granted);
     assert!(
         rep.contains(Rule::Idempotent) && !rep.contains(Rule::TakenOver),
         "{rep:?}"
     );
-    assert_eq!(ask(&mut s, tok(1, 9, 3), Op::Unlock).1, Answer::Released);
+    assert_eq!(ask(&mut s, token(1, 9, 3), Op::Unlock).1, Answer::Released);
     assert_eq!(s.holding(K), None);
-    assert_eq!(ask(&mut s, tok(2, 0, 2), Op::TakeOver).1, Answer::Granted);
+    assert_eq!(ask(&mut s, token(2, 0, 2), Op::TakeOver).1, Answer::Granted);
     assert_eq!(s.holder(K), Some(ClientId(2)));
 }
 
@@ -156,17 +107,17 @@ fn a_take_over_moves_the_hold_to_the_new_incarnation_of_the_id_only() {
 #[test]
 fn copies_and_stale_retries_are_judged_per_incarnation() {
     let mut s = server();
-    assert_eq!(ask(&mut s, tok(1, 7, 50), Op::Lock).1, Answer::Granted);
-    let (rep, a) = ask(&mut s, tok(1, 9, 1), Op::Lock);
+    assert_eq!(ask(&mut s, token(1, 7, 50), Op::Lock).1, Answer::Granted);
+    let (rep, a) = ask(&mut s, token(1, 9, 1), Op::Lock);
     assert_eq!(a, Answer::InUse);
     assert!(!rep.contains(Rule::CopyAnswered), "{rep:?}");
-    let (rep, a) = ask(&mut s, tok(1, 9, 1), Op::Lock);
+    let (rep, a) = ask(&mut s, token(1, 9, 1), Op::Lock);
     assert_eq!(a, Answer::InUse);
     assert!(rep.contains(Rule::CopyAnswered), "{rep:?}");
     // Incarnation 7 unlocks (request 51); its lock, request 50, arrives again: a stale
     // retry of incarnation 7 (the memory's row is incarnation 9's), not applied.
-    assert_eq!(ask(&mut s, tok(1, 7, 51), Op::Unlock).1, Answer::Released);
-    let (rep, a) = ask(&mut s, tok(1, 7, 50), Op::Lock);
+    assert_eq!(ask(&mut s, token(1, 7, 51), Op::Unlock).1, Answer::Released);
+    let (rep, a) = ask(&mut s, token(1, 7, 50), Op::Lock);
     assert!(
         rep.contains(Rule::Superseded) || rep.contains(Rule::CopyAnswered),
         "{rep:?}"
@@ -174,7 +125,7 @@ fn copies_and_stale_retries_are_judged_per_incarnation() {
     assert_eq!(a, Answer::Refused);
     assert_eq!(s.holding(K), None);
     // Incarnation 9's next request, numbered far below incarnation 7's, is served.
-    assert_eq!(ask(&mut s, tok(1, 9, 2), Op::Lock).1, Answer::Granted);
+    assert_eq!(ask(&mut s, token(1, 9, 2), Op::Lock).1, Answer::Granted);
     assert_eq!(s.holding(K), Some(holder(1, 9)));
 }
 
@@ -188,7 +139,7 @@ fn a_replica_keeps_the_holders_incarnation() {
     let mut out = O::new();
     p.step(
         Addr::Client(ClientId(1)),
-        &request(tok(1, 7, 1), Op::Lock, PAIR),
+        &request(token(1, 7, 1), Op::Lock, PAIR),
         &mut out,
     )
     .unwrap();
@@ -207,7 +158,7 @@ fn a_replica_keeps_the_holders_incarnation() {
     out.clear();
     r.step(
         Addr::Client(ClientId(1)),
-        &request(tok(1, 9, 1), Op::Lock, alone),
+        &request(token(1, 9, 1), Op::Lock, alone),
         &mut out,
     )
     .unwrap();

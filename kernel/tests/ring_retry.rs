@@ -8,19 +8,12 @@
 //! holds it (`spec/counterexamples/ring/ring-short-cut-join-stale-retry.json`).
 
 use hilock_kernel::ring::{
-    Addr, Answer, ChordMsg, ClientId, Key, NodeId, Op, Out, RetryFence, Ring, RingServer, Rule,
-    Token, View,
+    Addr, Answer, ChordMsg, ClientId, NodeId, Op, RetryFence, Ring, Rule, Token, View,
 };
 
-type S = RingServer<3, 4>;
-type O = heapless::Vec<Out<4>, 32>;
-
-/// n8 alone: it is key 10's primary with no replica, so a write is answered at once.
-const ALONE: View = View {
-    epoch: 0,
-    members: 0b001,
-};
-const K: Key = Key(10);
+#[path = "common/ring_one.rs"]
+mod ring_one;
+use ring_one::*;
 
 /// n8 with the retry fence alone: the request memory, which within one view answers most
 /// of the copies below before the fence looks at them (`kernel/tests/ring_copies.rs`), is
@@ -31,34 +24,12 @@ fn server() -> S {
 
 /// n8 as shipped.
 fn with_memory() -> S {
-    S::new(NodeId(0), Ring::new(6, [8, 21, 32]).unwrap(), 1, ALONE).unwrap()
+    alone()
 }
 
+/// Request `seq` of client `client` (its one incarnation).
 fn tok(client: u8, seq: u64) -> Token {
-    Token {
-        client: ClientId(client),
-        incarnation: 0,
-        seq,
-    }
-}
-
-/// `op` of `token` on key 10: the rules that fired and the one reply.
-fn ask(s: &mut S, token: Token, op: Op) -> (hilock_kernel::ring::Report, Answer) {
-    let mut out = O::new();
-    let msg = ChordMsg::Request {
-        token,
-        op,
-        key: K,
-        view: ALONE,
-    };
-    let rep = s.step(Addr::Client(token.client), &msg, &mut out).unwrap();
-    assert_eq!(out.len(), 1, "one reply and nothing else: {out:?}");
-    match out[0].msg {
-        ChordMsg::Reply {
-            token: t, answer, ..
-        } if t == token => (rep, answer),
-        ref m => panic!("not the reply: {m:?}"),
-    }
+    token(client, 0, seq)
 }
 
 /// The saved defect in one server: c1's lock (request 1) is granted, c1 unlocks

@@ -6,62 +6,16 @@
 
 use hilock_harness::Cluster;
 use hilock_kernel::{
-    Forwarding, Frozen, Input, KernelError, LockId, Mode, Msg, NodeId, Output, Pending, QueueEntry,
-    Rule, Site, Variant,
+    Forwarding, Frozen, Input, KernelError, Mode, Msg, NodeId, Output, Pending, QueueEntry, Rule,
+    Variant,
 };
 
-type S = Site<4, 1, 4>;
-const L: LockId = LockId(0);
-
-/// A star of four around node 0 (the token holder).
-fn star() -> Cluster<S> {
-    Cluster::new(
-        (0..4)
-            .map(|i| S::new(NodeId(i), NodeId(0)).unwrap())
-            .collect(),
-    )
-}
-
-/// A chain 0 (token) ← 1 ← 2, and 3 a child of 0.
-fn chain() -> Cluster<S> {
-    Cluster::new(
-        (0..4)
-            .map(|i| {
-                let parent = match i {
-                    0 => None,
-                    2 => Some(NodeId(1)),
-                    _ => Some(NodeId(0)),
-                };
-                S::with_parents(NodeId(i), |_| parent).unwrap()
-            })
-            .collect(),
-    )
-}
-
-/// Every output of the input at `at` and of the deliveries it causes (oldest first), with
-/// the node that produced it; every safety property is checked after every step.
-fn run(c: &mut Cluster<S>, at: u16, input: Input<'_, Msg<4>>) -> Vec<(u16, Output<Msg<4>>)> {
-    let step = c.input(NodeId(at), input).unwrap();
-    c.check_safety().unwrap();
-    let mut log: Vec<(u16, Output<Msg<4>>)> = step.outputs.into_iter().map(|o| (at, o)).collect();
-    c.settle(1000, |c, _, _, step| {
-        log.extend(step.outputs.iter().map(|o| (step.node.0, o.clone())));
-        Ok(c.check_safety()?)
-    })
-    .unwrap();
-    log
-}
-
-fn acquire(c: &mut Cluster<S>, at: u16, mode: Mode) -> Vec<(u16, Output<Msg<4>>)> {
-    run(c, at, Input::Acquire { lock: L, mode })
-}
+#[path = "common/star.rs"]
+mod star;
+use star::*;
 
 fn try_acquire(c: &mut Cluster<S>, at: u16, mode: Mode) -> Vec<(u16, Output<Msg<4>>)> {
     run(c, at, Input::TryAcquire { lock: L, mode })
-}
-
-fn release(c: &mut Cluster<S>, at: u16) -> Vec<(u16, Output<Msg<4>>)> {
-    run(c, at, Input::Release { lock: L })
 }
 
 /// Whether `log` has a `Granted` (`WouldBlock`) output of node `n`.

@@ -5,7 +5,7 @@
 
 use super::Violation;
 use crate::Cluster;
-use hilock_kernel::Site;
+use hilock_kernel::{LockId, NodeId, Site};
 
 /// After `WouldBlock`, nothing of the try is pending or queued anywhere.
 pub const P12: &str = "P12 a try leaves nothing pending";
@@ -29,22 +29,28 @@ impl<const N: usize, const L: usize, const Q: usize> Cluster<Site<N, L, Q>> {
                 });
             }
             let serial = node.serial();
-            for (m, s) in self.live() {
-                let Ok(other) = s.lock(lock) else { continue };
-                if other
-                    .queue()
-                    .iter()
-                    .any(|e| e.requester == n && e.serial == serial)
-                {
-                    return Err(Violation {
-                        property: P12,
-                        detail: format!(
-                            "{m}'s queue of {lock} holds {n}'s refused try (serial {serial})"
-                        ),
-                    });
-                }
+            if let Some(m) = self.queued_at(n, lock, serial) {
+                return Err(Violation {
+                    property: P12,
+                    detail: format!(
+                        "{m}'s queue of {lock} holds {n}'s refused try (serial {serial})"
+                    ),
+                });
             }
         }
         Ok(())
+    }
+
+    /// A live site whose queue of `lock` holds the entry of `n`'s request `serial`, if any
+    /// (P12 for a refused try, P15 for a cancelled request).
+    pub(crate) fn queued_at(&self, n: NodeId, lock: LockId, serial: u32) -> Option<NodeId> {
+        self.live().find_map(|(m, s)| {
+            let other = s.lock(lock).ok()?;
+            other
+                .queue()
+                .iter()
+                .any(|e| e.requester == n && e.serial == serial)
+                .then_some(m)
+        })
     }
 }

@@ -55,20 +55,13 @@ impl<const N: usize, const L: usize, const Q: usize> Cluster<Site<N, L, Q>> {
                 continue;
             }
             let serial = node.serial();
-            for (m, s) in self.live() {
-                let Ok(other) = s.lock(lock) else { continue };
-                if other
-                    .queue()
-                    .iter()
-                    .any(|e| e.requester == n && e.serial == serial)
-                {
-                    return Err(Violation {
-                        property: P15,
-                        detail: format!(
-                            "{m}'s queue of {lock} holds {n}'s cancelled request (serial {serial})"
-                        ),
-                    });
-                }
+            if let Some(m) = self.queued_at(n, lock, serial) {
+                return Err(Violation {
+                    property: P15,
+                    detail: format!(
+                        "{m}'s queue of {lock} holds {n}'s cancelled request (serial {serial})"
+                    ),
+                });
             }
         }
         Ok(())

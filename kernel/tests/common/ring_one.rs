@@ -1,0 +1,71 @@
+//! What the tests of one ring server's copies, retries and incarnations share: the ring
+//! n8, n21, n32 on a 6-bit circle, n8 alone as key 10's primary with no replica (so a write
+//! is answered at once), and a request to it answered by exactly one reply. Each test file
+//! includes it with `#[path = "common/ring_one.rs"] mod ring_one;`.
+#![allow(dead_code)]
+
+use hilock_kernel::ring::{
+    Addr, Answer, ChordMsg, ClientId, Key, NodeId, Op, Out, Report, Ring, RingServer, Token, View,
+};
+
+/// A server of the three-node ring with request memories for every client id.
+pub type S = RingServer<3, 4>;
+/// Room for a step's outputs.
+pub type O = heapless::Vec<Out<4>, 32>;
+
+/// n8 alone: key 10's primary with no replica, so a write is answered at once.
+pub const ALONE: View = View {
+    epoch: 0,
+    members: 0b001,
+};
+/// The key every test locks.
+pub const K: Key = Key(10);
+
+/// The ring n8, n21, n32 on a 6-bit circle.
+pub fn ring() -> Ring<3> {
+    Ring::new(6, [8, 21, 32]).unwrap()
+}
+
+/// n8 as shipped, alone in its view.
+pub fn alone() -> S {
+    S::new(NodeId(0), ring(), 1, ALONE).unwrap()
+}
+
+/// Request `seq` of incarnation `incarnation` of client `client`.
+pub fn token(client: u8, incarnation: u64, seq: u64) -> Token {
+    Token {
+        client: ClientId(client),
+        incarnation,
+        seq,
+    }
+}
+
+/// `op` of `token` on key 10, routed with `view`.
+pub fn request(token: Token, op: Op, view: View) -> ChordMsg<4> {
+    ChordMsg::Request {
+        token,
+        op,
+        key: K,
+        view,
+    }
+}
+
+/// `op` of `token` on key 10 at n8 alone: the rules that fired and the one reply, which is
+/// the step's only output.
+pub fn ask(s: &mut S, token: Token, op: Op) -> (Report, Answer) {
+    let mut out = O::new();
+    let rep = s
+        .step(
+            Addr::Client(token.client),
+            &request(token, op, ALONE),
+            &mut out,
+        )
+        .unwrap();
+    assert_eq!(out.len(), 1, "one reply and nothing else: {out:?}");
+    match out[0].msg {
+        ChordMsg::Reply {
+            token: t, answer, ..
+        } if t == token && out[0].to == Addr::Client(token.client) => (rep, answer),
+        ref m => panic!("not the reply: {m:?}"),
+    }
+}
