@@ -666,6 +666,15 @@ impl RingModel {
         self.run(HasDiscoveries::All, 2, None)
     }
 
+    /// Exhaustive check of every property, depth-first (two threads): the same states
+    /// as [`RingModel::check`], but the checker keeps only the fingerprints of the states
+    /// it visited and the path it is on, not a breadth-first frontier of whole states, so
+    /// the largest configurations fit in a few GB. A depth-first counterexample is not
+    /// the shortest; use it for configurations that pass.
+    pub fn check_depth_first(&self) -> RingReport {
+        self.run_with(HasDiscoveries::All, 2, None, true)
+    }
+
     /// Search until `property` is refuted (one thread: the same trace every run).
     pub fn refute(&self, property: &'static str) -> RingReport {
         self.run(
@@ -681,14 +690,31 @@ impl RingModel {
         threads: usize,
         want: Option<&'static str>,
     ) -> RingReport {
+        self.run_with(finish, threads, want, false)
+    }
+
+    fn run_with(
+        &self,
+        finish: HasDiscoveries,
+        threads: usize,
+        want: Option<&'static str>,
+        depth_first: bool,
+    ) -> RingReport {
         let t = Instant::now();
-        let checker = self
-            .clone()
-            .checker()
-            .threads(threads)
-            .finish_when(finish)
-            .spawn_bfs()
-            .join();
+        let builder = self.clone().checker().threads(threads).finish_when(finish);
+        if depth_first {
+            self.report(&builder.spawn_dfs().join(), t, want)
+        } else {
+            self.report(&builder.spawn_bfs().join(), t, want)
+        }
+    }
+
+    fn report(
+        &self,
+        checker: &impl Checker<Self>,
+        t: Instant,
+        want: Option<&'static str>,
+    ) -> RingReport {
         let elapsed = t.elapsed();
         let discovered: BTreeSet<String> = checker
             .discoveries()
