@@ -53,6 +53,8 @@ pub mod mode;
 pub mod msg;
 pub mod protocol;
 pub mod report;
+#[cfg(feature = "serde")]
+mod serde_array;
 pub mod ring;
 pub mod token;
 pub mod tree;
