@@ -235,16 +235,17 @@ fn a_sigterm_rolling_restart_of_a_static_cluster_leaves_every_path_usable() {
         }
         let stopped = c.term(id);
         let log = c.log(id);
-        let line = log
-            .lines()
-            .find(|l| l.contains("suspended:"))
-            .unwrap_or_else(|| panic!("node {id} logs its suspend:\n{log}"));
-        assert!(c.snapshot(id).exists(), "{line}");
+        let saved = c.snapshot(id).exists();
         let t = Instant::now();
         c.start_node(id, &config);
         let started = t.elapsed();
         let slowest = take_everything(&c, &paths, &mut last, &format!("after node {id}'s restart"));
         let took = t.elapsed();
+        let line = log
+            .lines()
+            .find(|l| l.contains("suspended:"))
+            .unwrap_or_else(|| panic!("node {id} logs its suspend:\n{log}"));
+        assert!(saved, "{line}");
         eprintln!(
             "node {id}: exited {stopped:?} after SIGTERM; back and every path taken from \
              every node {took:?} after its start ({started:?} to its socket, slowest grant \
@@ -358,4 +359,135 @@ fn a_mismatching_or_corrupted_snapshot_is_a_one_line_error() {
     std::fs::write(&file, "{}").unwrap();
     let e = start_fails(&c.config());
     assert!(e.contains("not a snapshot"), "{e}");
+}
+
+/// `hilock status --json` of node `id`.
+fn status_json(c: &Cluster, id: usize) -> serde_json::Value {
+    let out = hilock()
+        .args(["status", "--json", "--socket"])
+        .arg(c.socket(id))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// Waits (at most 10 s) until `path`'s queue at node `id` holds a request of `from`.
+fn wait_queued(c: &Cluster, id: usize, path: &str, from: usize) {
+    let t = Instant::now();
+    loop {
+        let s = status_json(c, id);
+        let queued = s["locks"].as_array().unwrap().iter().any(|l| {
+            l["path"] == path
+                && l["queue"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|q| q.as_str().unwrap().starts_with(&format!("{from}:")))
+        });
+        if queued {
+            return;
+        }
+        assert!(t.elapsed() < Duration::from_secs(10), "{s}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn signal(p: &Proc, sig: &str) {
+    assert!(Command::new("kill")
+        .args([sig, &p.0.id().to_string()])
+        .status()
+        .unwrap()
+        .success());
+}
+
+/// `hilock lock path W` at node `node` in the background, printing its fence.
+fn lock_in_background(c: &Cluster, node: usize, path: &str) -> Proc {
+    Proc(
+        hilock()
+            .args(["lock", path, "W", "--timeout-ms", "10000", "--socket"])
+            .arg(c.socket(node))
+            .args(["--", "sh", "-c", "echo $HILOCK_FENCE"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    )
+}
+
+/// The fence a background `hilock lock` printed; it must succeed within 10 s.
+fn background_fence(mut p: Proc) -> u64 {
+    use std::io::Read;
+    let st = wait_exit(&mut p, Duration::from_secs(10));
+    let (mut out, mut err) = (String::new(), String::new());
+    p.0.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+    p.0.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    assert!(st.success(), "{err}");
+    out.trim().parse().unwrap_or_else(|_| panic!("{out:?} {err}"))
+}
+
+/// Messages of either side wait for a suspended node: node 1 suspends while the grant of
+/// its lock to node 2 (stopped with SIGSTOP) is not acknowledged — it is saved and resent
+/// by the resumed run — and node 0 asks node 1 for a lock while it is down — node 0 keeps
+/// the request and resends it. Both are granted once node 1 is back, with fences above
+/// the earlier ones.
+#[test]
+fn messages_of_either_side_wait_for_a_suspended_node_and_are_delivered_after_it_resumes() {
+    let mut c = start();
+    let p = path_at("/h", 1);
+    let q = path_at("/q", 1);
+    let marker = c.dir.path().join("held");
+    let holder = Proc(
+        hilock()
+            .args(["lock", &p, "W", "--socket"])
+            .arg(c.socket(1))
+            .args([
+                "--",
+                "sh",
+                "-c",
+                &format!("echo $HILOCK_FENCE > {0}.tmp; mv {0}.tmp {0}; sleep 30", marker.display()),
+            ])
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let t = Instant::now();
+    while !marker.exists() {
+        assert!(t.elapsed() < Duration::from_secs(10), "node 1 holds {p}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let held: u64 = std::fs::read_to_string(&marker).unwrap().trim().parse().unwrap();
+    let waiter = lock_in_background(&c, 2, &p);
+    wait_queued(&c, 1, &p, 2);
+    signal(&c.nodes[2], "-STOP");
+    c.term(1);
+    drop(holder);
+    let log = c.log(1);
+    let line = log
+        .lines()
+        .find(|l| l.contains("suspended:"))
+        .unwrap_or_else(|| panic!("node 1 logs its suspend:\n{log}"));
+    let kept: usize = line
+        .split("locks, ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{line}"));
+    assert!(kept >= 1, "the hand-over to the stopped node 2 is kept: {line}");
+    // Node 0 asks the suspended node 1 for `q` (its token is there).
+    let asker = lock_in_background(&c, 0, &q);
+    std::thread::sleep(Duration::from_millis(300));
+    signal(&c.nodes[2], "-CONT");
+    let t = Instant::now();
+    c.start_node(1, &c.config());
+    let to_2 = background_fence(waiter);
+    let took_2 = t.elapsed();
+    let to_0 = background_fence(asker);
+    let took_0 = t.elapsed();
+    eprintln!(
+        "{line}\nnode 2 granted {p} (fence {to_2}, node 1 held {held}) {took_2:?} and node 0 \
+         granted {q} (fence {to_0}) {took_0:?} after node 1's start"
+    );
+    assert!(to_2 > held, "{to_2} after {held}");
+    assert!(c.log(1).contains("resumed from"), "{}", c.log(1));
 }
