@@ -284,7 +284,6 @@ fn a_resumed_node_killed_and_started_again_is_refused_as_a_new_run() {
     let resumed = r.unwrap_or_else(|o| panic!("{}", text(&o.stderr)));
     assert!(resumed > before, "{resumed} after {before}");
     c.kill(2);
-    assert!(!c.snapshot(2).exists());
     c.start_node(2, &config);
     let t = Instant::now();
     loop {
@@ -310,6 +309,7 @@ fn a_resumed_node_killed_and_started_again_is_refused_as_a_new_run() {
         "the second start does not resume:\n{}",
         c.log(2)
     );
+    assert!(!c.snapshot(2).exists());
 }
 
 /// A snapshot written by another node or cluster, or corrupted, is not resumed: the node
@@ -490,4 +490,30 @@ fn messages_of_either_side_wait_for_a_suspended_node_and_are_delivered_after_it_
     );
     assert!(to_2 > held, "{to_2} after {held}");
     assert!(c.log(1).contains("resumed from"), "{}", c.log(1));
+}
+
+/// The agents engine's state (`hilock lock --txn`) is not saved: a node whose agents
+/// engine has exchanged messages does not suspend; it stops as without `state_dir`,
+/// saying why, and its next start is a new run.
+#[test]
+fn a_node_that_used_the_agents_engine_does_not_suspend() {
+    let mut c = start();
+    // From nodes 0 and 1: whichever node is the locks' home, node 0's engine exchanges
+    // messages with another node's.
+    for id in [0, 1] {
+        let out = hilock()
+            .args(["lock", "--txn", "/acct/1:W", "/acct/2:W", "--socket"])
+            .arg(c.socket(id))
+            .args(["--", "true"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", text(&out.stderr));
+    }
+    c.term(0);
+    let log = c.log(0);
+    assert!(
+        log.contains("not suspended (the agents engine has been used"),
+        "{log}"
+    );
+    assert!(!c.snapshot(0).exists());
 }
