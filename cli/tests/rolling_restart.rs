@@ -78,11 +78,17 @@ impl Cluster {
 
 /// A 3-node static cluster with `state_dir = "state-{id}"`.
 fn start() -> Cluster {
+    start_with("", &[0, 1, 2])
+}
+
+/// The cluster with `extra` configuration lines, of which the nodes `up` are started.
+fn start_with(extra: &str, up: &[usize]) -> Cluster {
     let dir = tempfile::tempdir().unwrap();
     let mut toml = String::from(
         "cluster = \"resume\"\nsecret = \"resume test secret\"\nrequest_timeout_ms = 10000\n\
          state_dir = \"state-{id}\"\n",
     );
+    toml.push_str(extra);
     toml.push_str(&format!(
         "client = \"{}\"\n",
         dir.path().join("n{id}.sock").display()
@@ -95,13 +101,22 @@ fn start() -> Cluster {
     }
     std::fs::write(dir.path().join("cluster.toml"), toml).unwrap();
     let file = dir.path().join("cluster.toml");
-    let nodes = (0..3).map(|id| spawn(dir.path(), &file, id, 0)).collect();
+    // A node not started is a `true` that has exited.
+    let nodes = (0..3)
+        .map(|id| {
+            if up.contains(&id) {
+                spawn(dir.path(), &file, id, 0)
+            } else {
+                Proc(Command::new("true").spawn().unwrap())
+            }
+        })
+        .collect();
     let c = Cluster {
         dir,
         nodes,
         runs: vec![0; 3],
     };
-    for id in 0..3 {
+    for &id in up {
         wait_serving(&c.socket(id));
     }
     c
@@ -310,6 +325,10 @@ fn a_resumed_node_killed_and_started_again_is_refused_as_a_new_run() {
         c.log(2)
     );
     assert!(!c.snapshot(2).exists());
+    // The refused run does not suspend either.
+    c.term(2);
+    assert!(c.log(2).contains("not suspended ("), "{}", c.log(2));
+    assert!(!c.snapshot(2).exists());
 }
 
 /// A snapshot written by another node or cluster, or corrupted, is not resumed: the node
@@ -515,5 +534,26 @@ fn a_node_that_used_the_agents_engine_does_not_suspend() {
         log.contains("not suspended (the agents engine has been used"),
         "{log}"
     );
+    assert!(!c.snapshot(0).exists());
+}
+
+/// A node that has not agreed on the run's generation with every node yet (its peers
+/// never started), and a node that records its steps (`record`), stop as without
+/// `state_dir`: their next start is a new run.
+#[test]
+fn a_node_without_the_generation_or_with_record_does_not_suspend() {
+    let mut c = start_with("", &[0]);
+    c.term(0);
+    assert!(
+        c.log(0).contains("not suspended (waiting for the generation"),
+        "{}",
+        c.log(0)
+    );
+    assert!(!c.snapshot(0).exists());
+    let mut c = start_with("record = \"trace-{id}.jsonl\"\n", &[0, 1, 2]);
+    let (r, _) = lock(&c, 0, &path_at("/r", 1));
+    r.unwrap_or_else(|o| panic!("{}", text(&o.stderr)));
+    c.term(0);
+    assert!(c.log(0).contains("not suspended (`record` is on"), "{}", c.log(0));
     assert!(!c.snapshot(0).exists());
 }

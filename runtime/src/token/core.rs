@@ -325,6 +325,10 @@ impl Core {
         if self.fenced.is_some() || self.awaiting || self.frozen || self.rejoining {
             return Err(self.not_serving().unwrap_or_default());
         }
+        if !self.held_back.is_empty() {
+            // Delivered and acknowledged, but not given to the kernel: not in a site.
+            return Err(format!("{} messages held back", self.held_back.len()));
+        }
         let paths: Vec<String> = self.locks.keys().cloned().collect();
         for path in &paths {
             let e = self.locks.get_mut(path).expect("known");
