@@ -1253,9 +1253,16 @@ fn fences_keep_growing_across_a_restart_of_the_whole_cluster() {
         assert!(again[1] > again[0], "{again:?}");
         let generation = |f: u64| f >> 32;
         if resume {
-            assert_eq!(generation(again[0]), generation(first[2]), "{again:?} after {first:?}");
+            assert_eq!(
+                generation(again[0]),
+                generation(first[2]),
+                "{again:?} after {first:?}"
+            );
         } else {
-            assert!(generation(again[0]) > generation(first[2]), "{again:?} after {first:?}");
+            assert!(
+                generation(again[0]) > generation(first[2]),
+                "{again:?} after {first:?}"
+            );
         }
         first = [again[0], again[1], again[1]];
     }

@@ -209,7 +209,10 @@ fn take_everything(c: &Cluster, paths: &[String], last: &mut [u64], when: &str) 
                     text(&out.stderr).trim()
                 ),
             };
-            assert!(f > *last, "{when}: {p} at node {node}: fence {f} after {last}");
+            assert!(
+                f > *last,
+                "{when}: {p} at node {node}: fence {f} after {last}"
+            );
             *last = f;
             slowest = slowest.max(took);
         }
@@ -308,7 +311,11 @@ fn a_resumed_node_killed_and_started_again_is_refused_as_a_new_run() {
             Err(out) => {
                 let e = text(&out.stderr);
                 if e.contains("refused") {
-                    eprintln!("the new run is refused after {:?}: {}", t.elapsed(), e.trim());
+                    eprintln!(
+                        "the new run is refused after {:?}: {}",
+                        t.elapsed(),
+                        e.trim()
+                    );
                     break;
                 }
                 assert!(
@@ -363,7 +370,11 @@ fn a_mismatching_or_corrupted_snapshot_is_a_one_line_error() {
     // Another cluster's configuration with the same state directory.
     let other = c.dir.path().join("other.toml");
     let toml = std::fs::read_to_string(c.config()).unwrap();
-    std::fs::write(&other, toml.replace("cluster = \"resume\"", "cluster = \"other\"")).unwrap();
+    std::fs::write(
+        &other,
+        toml.replace("cluster = \"resume\"", "cluster = \"other\""),
+    )
+    .unwrap();
     let e = start_fails(&other);
     assert!(e.contains("written by node 1 of cluster \"resume\""), "{e}");
     assert!(file.exists(), "a refused snapshot stays");
@@ -442,7 +453,9 @@ fn background_fence(mut p: Proc) -> u64 {
     p.0.stdout.take().unwrap().read_to_string(&mut out).unwrap();
     p.0.stderr.take().unwrap().read_to_string(&mut err).unwrap();
     assert!(st.success(), "{err}");
-    out.trim().parse().unwrap_or_else(|_| panic!("{out:?} {err}"))
+    out.trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("{out:?} {err}"))
 }
 
 /// Messages of either side wait for a suspended node: node 1 suspends while the grant of
@@ -464,7 +477,10 @@ fn messages_of_either_side_wait_for_a_suspended_node_and_are_delivered_after_it_
                 "--",
                 "sh",
                 "-c",
-                &format!("echo $HILOCK_FENCE > {0}.tmp; mv {0}.tmp {0}; sleep 30", marker.display()),
+                &format!(
+                    "echo $HILOCK_FENCE > {0}.tmp; mv {0}.tmp {0}; sleep 30",
+                    marker.display()
+                ),
             ])
             .stderr(Stdio::null())
             .spawn()
@@ -475,7 +491,11 @@ fn messages_of_either_side_wait_for_a_suspended_node_and_are_delivered_after_it_
         assert!(t.elapsed() < Duration::from_secs(10), "node 1 holds {p}");
         std::thread::sleep(Duration::from_millis(10));
     }
-    let held: u64 = std::fs::read_to_string(&marker).unwrap().trim().parse().unwrap();
+    let held: u64 = std::fs::read_to_string(&marker)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
     let waiter = lock_in_background(&c, 2, &p);
     wait_queued(&c, 1, &p, 2);
     signal(&c.nodes[2], "-STOP");
@@ -492,7 +512,10 @@ fn messages_of_either_side_wait_for_a_suspended_node_and_are_delivered_after_it_
         .and_then(|r| r.split(' ').next())
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("{line}"));
-    assert!(kept >= 1, "the hand-over to the stopped node 2 is kept: {line}");
+    assert!(
+        kept >= 1,
+        "the hand-over to the stopped node 2 is kept: {line}"
+    );
     // Node 0 asks the suspended node 1 for `q` (its token is there).
     let asker = lock_in_background(&c, 0, &q);
     std::thread::sleep(Duration::from_millis(300));
@@ -545,7 +568,8 @@ fn a_node_without_the_generation_or_with_record_does_not_suspend() {
     let mut c = start_with("", &[0]);
     c.term(0);
     assert!(
-        c.log(0).contains("not suspended (waiting for the generation"),
+        c.log(0)
+            .contains("not suspended (waiting for the generation"),
         "{}",
         c.log(0)
     );
@@ -554,6 +578,10 @@ fn a_node_without_the_generation_or_with_record_does_not_suspend() {
     let (r, _) = lock(&c, 0, &path_at("/r", 1));
     r.unwrap_or_else(|o| panic!("{}", text(&o.stderr)));
     c.term(0);
-    assert!(c.log(0).contains("not suspended (`record` is on"), "{}", c.log(0));
+    assert!(
+        c.log(0).contains("not suspended (`record` is on"),
+        "{}",
+        c.log(0)
+    );
     assert!(!c.snapshot(0).exists());
 }

@@ -53,9 +53,9 @@ pub mod mode;
 pub mod msg;
 pub mod protocol;
 pub mod report;
+pub mod ring;
 #[cfg(feature = "serde")]
 mod serde_array;
-pub mod ring;
 pub mod token;
 pub mod tree;
 

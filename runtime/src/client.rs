@@ -787,7 +787,11 @@ pub fn render_status(s: &Status) -> String {
         s.membership,
         if s.recovery { " (recovery on)" } else { "" },
         s.run,
-        if s.resumed { " (resumed after a suspend)" } else { "" },
+        if s.resumed {
+            " (resumed after a suspend)"
+        } else {
+            ""
+        },
         s.epoch
     ));
     let l = &s.lease;

@@ -662,7 +662,9 @@ impl Node {
         }
         let recorder = match &config.record {
             Some(_) if resumed.is_some() => {
-                tracing::warn!("a resumed run records no trace (`record`): a trace starts with its run");
+                tracing::warn!(
+                    "a resumed run records no trace (`record`): a trace starts with its run"
+                );
                 None
             }
             Some(file) => Some(trace::Recorder::open(
@@ -921,7 +923,9 @@ impl Node {
         };
         if let Some(why) = why_not {
             self.finish().await;
-            return Err(format!("not suspended ({why}): the next start is a new run"));
+            return Err(format!(
+                "not suspended ({why}): the next start is a new run"
+            ));
         }
         // Nothing is delivered or acknowledged from here on. Every delivery before this
         // took the link's inbound lock, and its command is in the core's queue ahead of
@@ -932,7 +936,9 @@ impl Node {
         }
         let (reply, rx) = oneshot::channel();
         let core = match self.tx.send(Cmd::Suspend { reply }) {
-            Ok(()) => rx.await.unwrap_or_else(|_| Err("the core has stopped".into())),
+            Ok(()) => rx
+                .await
+                .unwrap_or_else(|_| Err("the core has stopped".into())),
             Err(_) => Err("the core has stopped".into()),
         };
         // The senders stop; what they had not numbered yet is numbered below.
@@ -940,8 +946,7 @@ impl Node {
         let agents = AGENTS_KIND;
         let c = &self.shared.counters;
         let core = core.and_then(|r| {
-            if c.sent_by_kind[agents].load(Relaxed) + c.received_by_kind[agents].load(Relaxed) > 0
-            {
+            if c.sent_by_kind[agents].load(Relaxed) + c.received_by_kind[agents].load(Relaxed) > 0 {
                 Err("the agents engine has been used; its state is not saved".to_string())
             } else {
                 Ok(r)

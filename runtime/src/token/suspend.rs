@@ -179,8 +179,7 @@ fn parse(text: &[u8], me: &Identity) -> Result<Snapshot, String> {
     if hex(&Sha256::digest(body.as_bytes())) != digest {
         return Err("corrupted (its SHA-256 does not match)".into());
     }
-    let s: Snapshot =
-        serde_json::from_str(body).map_err(|e| format!("does not decode: {e}"))?;
+    let s: Snapshot = serde_json::from_str(body).map_err(|e| format!("does not decode: {e}"))?;
     if s.identity != *me {
         return Err(format!(
             "written by node {} of cluster {:?} with nodes {:?}, but this is node {} of \
@@ -205,7 +204,10 @@ fn parse(text: &[u8], me: &Identity) -> Result<Snapshot, String> {
         let mut last = 0;
         for (seq, b) in &k.unacked {
             if *seq <= last || *seq >= k.next_seq {
-                return Err(format!("link to node {}: message number {seq} out of order", k.peer));
+                return Err(format!(
+                    "link to node {}: message number {seq} out of order",
+                    k.peer
+                ));
             }
             last = *seq;
             unhex(b).map_err(|e| format!("link to node {}: {e}", k.peer))?;
@@ -268,9 +270,16 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let file = write(d.path(), &snapshot()).unwrap();
         let text = std::fs::read_to_string(&file).unwrap();
-        std::fs::write(&file, text.replacen("\"run\":11259375", "\"run\":11259376", 1)).unwrap();
+        std::fs::write(
+            &file,
+            text.replacen("\"run\":11259375", "\"run\":11259376", 1),
+        )
+        .unwrap();
         let e = take(d.path(), &me()).unwrap_err();
-        assert!(e.contains("corrupted") && e.contains(FILE) && !e.contains('\n'), "{e}");
+        assert!(
+            e.contains("corrupted") && e.contains(FILE) && !e.contains('\n'),
+            "{e}"
+        );
         assert!(file.exists(), "a refused snapshot is left for the operator");
         write(d.path(), &snapshot()).unwrap();
         let mut other = me();
@@ -278,6 +287,8 @@ mod tests {
         let e = take(d.path(), &other).unwrap_err();
         assert!(e.contains("written by node 1"), "{e}");
         std::fs::write(&file, "garbage").unwrap();
-        assert!(take(d.path(), &me()).unwrap_err().contains("not a snapshot"));
+        assert!(take(d.path(), &me())
+            .unwrap_err()
+            .contains("not a snapshot"));
     }
 }
