@@ -360,7 +360,7 @@ fn a_mismatching_or_corrupted_snapshot_is_a_one_line_error() {
             .unwrap();
         let e = text(&out.stderr);
         eprintln!("{:?} after {:?}: {}", out.status, t.elapsed(), e.trim());
-        assert!(!out.status.success());
+        assert_eq!(out.status.code(), Some(2), "{e}");
         assert!(t.elapsed() < Duration::from_secs(5));
         assert_eq!(e.trim_end().lines().count(), 1, "{e}");
         assert!(!e.contains("panicked"), "{e}");

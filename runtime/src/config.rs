@@ -314,7 +314,7 @@ pub struct Config {
     /// fence of the earlier runs (`docs/faults.md`, "Fences across restarts"). With it
     /// the nodes grant nothing until every node of the cluster has told its generation.
     /// It also holds a suspended run (`suspended`): `hilock node` stopped with SIGTERM
-    /// or Ctrl-C suspends instead of leaving ([`crate::Node::suspend`]), and its next
+    /// suspends instead of leaving ([`crate::Node::suspend`]), and its next
     /// start with the same configuration resumes the same run, which its peers let in
     /// (`docs/faults.md`, "Suspend and resume"; a rolling restart,
     /// `docs/operations.md`). `None`: off, every run's fences start at 1, and a restarted
