@@ -75,6 +75,7 @@ pub fn node(config: &std::path::Path, id: Option<u16>) -> Result<Ended, String> 
         return hilock_runtime::ring::serve_config(&cfg).map(Ended::Stopped);
     }
     let within = cfg.etcd_rejoin_timeout;
+    let suspend = cfg.state_dir.is_some();
     runtime()?.block_on(async {
         let mut node = hilock_runtime::Node::start(cfg)
             .await
@@ -129,7 +130,16 @@ pub fn node(config: &std::path::Path, id: Option<u16>) -> Result<Ended, String> 
             tracing::info!(took = ?t.elapsed(), "rejoined as a new run");
         }
         tracing::info!("stopping");
-        node.shutdown().await;
+        if suspend {
+            // Static membership with a state directory: the next start resumes this run
+            // (`Node::suspend`).
+            match node.suspend().await {
+                Ok(line) => tracing::info!("{line}"),
+                Err(line) => tracing::warn!("{line}"),
+            }
+        } else {
+            node.shutdown().await;
+        }
         Ok(Ended::Stopped(String::new()))
     })
 }

@@ -1202,8 +1202,11 @@ fn hilock_lock_exports_a_growing_fencing_token() {
     assert!(w > r0.max(r1), "W fence {w} after R fences {r0}, {r1}");
 }
 
-/// Static membership with `state_dir`: the whole cluster stopped and started again with
-/// the same state directories issues fences above every fence of the run before.
+/// Static membership with `state_dir`: the whole cluster killed and started again with
+/// the same state directories — each node a new run — issues fences above every fence of
+/// the run before (a new generation); stopped with SIGTERM instead, every node suspends
+/// and the same run resumes, its fences going on from where they were (the same
+/// generation).
 #[test]
 fn fences_keep_growing_across_a_restart_of_the_whole_cluster() {
     let mut c = start_with(3, "state_dir = \"state-{id}\"\n");
@@ -1220,15 +1223,22 @@ fn fences_keep_growing_across_a_restart_of_the_whole_cluster() {
     let mut first = [fence(&c, 0), fence(&c, 1), fence(&c, 2)];
     assert!(first[0] < first[1] && first[1] < first[2], "{first:?}");
     let file = c.config();
-    for round in 1..=2 {
+    for round in 1..=3 {
+        // Rounds 1 and 2 kill every node (new runs); round 3 stops them with SIGTERM.
+        let resume = round == 3;
         for id in 0..3 {
-            let pid = c.nodes[id].0.id().to_string();
-            assert!(Command::new("kill")
-                .args(["-TERM", &pid])
-                .status()
-                .unwrap()
-                .success());
-            assert!(wait_exit(&mut c.nodes[id].0, Duration::from_secs(10)).success());
+            if resume {
+                let pid = c.nodes[id].0.id().to_string();
+                assert!(Command::new("kill")
+                    .args(["-TERM", &pid])
+                    .status()
+                    .unwrap()
+                    .success());
+                assert!(wait_exit(&mut c.nodes[id].0, Duration::from_secs(10)).success());
+            } else {
+                let _ = c.nodes[id].0.kill();
+                let _ = c.nodes[id].0.wait();
+            }
             let _ = std::fs::remove_file(c.socket(id));
         }
         for id in 0..3 {
@@ -1241,6 +1251,19 @@ fn fences_keep_growing_across_a_restart_of_the_whole_cluster() {
         eprintln!("run {round}: fences {first:?}, after the restart {again:?}");
         assert!(again[0] > first[2], "{again:?} after {first:?}");
         assert!(again[1] > again[0], "{again:?}");
+        let generation = |f: u64| f >> 32;
+        if resume {
+            assert_eq!(
+                generation(again[0]),
+                generation(first[2]),
+                "{again:?} after {first:?}"
+            );
+        } else {
+            assert!(
+                generation(again[0]) > generation(first[2]),
+                "{again:?} after {first:?}"
+            );
+        }
         first = [again[0], again[1], again[1]];
     }
 }

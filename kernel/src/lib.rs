@@ -54,6 +54,8 @@ pub mod msg;
 pub mod protocol;
 pub mod report;
 pub mod ring;
+#[cfg(feature = "serde")]
+mod serde_array;
 pub mod token;
 pub mod tree;
 

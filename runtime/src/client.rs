@@ -783,10 +783,15 @@ pub fn render_status(s: &Status) -> String {
         s.id, s.cluster, s.listen
     );
     o.push_str(&format!(
-        "membership {}{}; run {}; epoch {}\n",
+        "membership {}{}; run {}{}; epoch {}\n",
         s.membership,
         if s.recovery { " (recovery on)" } else { "" },
         s.run,
+        if s.resumed {
+            " (resumed after a suspend)"
+        } else {
+            ""
+        },
         s.epoch
     ));
     let l = &s.lease;

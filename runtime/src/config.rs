@@ -14,7 +14,9 @@
 //! metrics_addr = "127.0.0.1:9464"   # Prometheus metrics over HTTP (default: off)
 //! state_dir = "state-{id}"          # static membership: where the node keeps its
 //!                                   # generation, so fences grow across restarts of the
-//!                                   # whole cluster (default: off; relative to this file)
+//!                                   # whole cluster, and where SIGTERM suspends the
+//!                                   # node's run for its next start to resume
+//!                                   # (default: off; relative to this file)
 //! record = "trace/node-{id}.jsonl"   # append one JSON line per kernel step, for
 //!                                   # `hilock trace-check` (default: off; relative to this file)
 //!
@@ -311,7 +313,12 @@ pub struct Config {
     /// (`generation`), so that the fences of a run of the whole cluster are above every
     /// fence of the earlier runs (`docs/faults.md`, "Fences across restarts"). With it
     /// the nodes grant nothing until every node of the cluster has told its generation.
-    /// `None`: off, every run's fences start at 1.
+    /// It also holds a suspended run (`suspended`): `hilock node` stopped with SIGTERM
+    /// suspends instead of leaving ([`crate::Node::suspend`]), and its next
+    /// start with the same configuration resumes the same run, which its peers let in
+    /// (`docs/faults.md`, "Suspend and resume"; a rolling restart,
+    /// `docs/operations.md`). `None`: off, every run's fences start at 1, and a restarted
+    /// node is a new run that its peers refuse.
     pub state_dir: Option<PathBuf>,
     /// Token engine: append one JSON line per kernel step this node takes to this file,
     /// for `hilock trace-check` (`crate::token::trace`; `docs/verification.md`, "Trace

@@ -227,6 +227,7 @@ pub struct Stale {
 /// One lock as seen by one site: parent pointer, token, held/owned/pending modes, the
 /// copyset (children with their owned modes), the local queue and the frozen modes.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct LockNode<const N: usize, const Q: usize> {
     pub(crate) parent: Option<NodeId>,
     /// `Some(generation)` at the token node.
@@ -236,6 +237,7 @@ pub struct LockNode<const N: usize, const Q: usize> {
     pub(crate) pending: Pending,
     pub(crate) frozen: Frozen,
     pub(crate) queue: heapless::Vec<QueueEntry, Q>,
+    #[cfg_attr(feature = "serde", serde(with = "crate::serde_array"))]
     pub(crate) peers: [Peer; N],
     /// The copyset (Definition 4) as a sorted list of the children with a non-Φ record, and
     /// how many children have each owned mode (indexed by [`Mode::index`]): derived from

@@ -461,6 +461,7 @@ pub struct Killed<const L: usize> {
 
 /// A [`Site`] of the base protocol with an epoch and a lease: the unit of the fault model.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct FaultSite<const N: usize, const L: usize, const Q: usize> {
     site: Site<N, L, Q>,
     epoch: Epoch,

@@ -48,10 +48,12 @@ use crate::token::prio::{Inheritance, Priority};
 /// parent, release to an old parent, a token, a resync release, a grant signal). A sink
 /// with less room is refused before anything changes.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Site<const N: usize, const L: usize, const Q: usize> {
     me: NodeId,
     variant: Variant,
     prio: Priorities<L>,
+    #[cfg_attr(feature = "serde", serde(with = "crate::serde_array"))]
     locks: [LockNode<N, Q>; L],
 }
 
@@ -61,14 +63,17 @@ pub type DefaultSite = Site<8, 4, 8>;
 /// A site's priorities (chapter 3): base β, effective ξ, and per lock the inherited
 /// priority ξ(lock) (PIP) and the ceiling C_i (PCEP).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Priorities<const L: usize> {
     /// Base priority β(self).
     pub base: Priority,
     /// Effective priority ξ(self); new requests carry it.
     pub effective: Priority,
     /// ξ(lock): the highest priority inherited through each lock while it is held (PIP).
+    #[cfg_attr(feature = "serde", serde(with = "crate::serde_array"))]
     pub inherited: [Priority; L],
     /// C_i: the priority ceiling of each lock (PCEP).
+    #[cfg_attr(feature = "serde", serde(with = "crate::serde_array"))]
     pub ceiling: [Priority; L],
 }
 

@@ -15,6 +15,7 @@ use tracing::warn;
 use super::generation;
 use super::recover::{all_members, new_site, static_site};
 use super::status::CoreState;
+use super::suspend::SavedLock;
 use super::trace::{How, Recorder};
 use super::{kind_index, Error, LockStatus, Shared};
 use crate::config::MAX_NODES;
@@ -111,6 +112,15 @@ pub(super) enum Cmd {
         path: String,
         peer: u16,
         serial: u32,
+    },
+    /// The node suspends (`super::suspend`): every local caller's hold is released,
+    /// every waiter fails ([`Error::Stopped`]) and every kernel request is cancelled; then
+    /// the answer is the run's generation and every lock's site, and the core takes no
+    /// step any more. `Err` (and nothing changed but the callers' end) if this run cannot
+    /// be resumed: it is refused, or has not agreed on a generation.
+    Suspend {
+        #[allow(clippy::type_complexity)]
+        reply: oneshot::Sender<Result<(u32, Vec<SavedLock>), String>>,
     },
     /// The installed epoch, its members, and whether this run is still rejoining
     /// (recovery, `super::recover`).
@@ -248,6 +258,8 @@ pub(super) struct Core {
     trace: Option<Box<Recorder>>,
     /// The number of the message the next `Deliver` step takes (recording).
     trace_seq: u64,
+    /// Suspended (`Cmd::Suspend`): the core task ends.
+    suspended: bool,
 }
 
 impl Core {
@@ -275,7 +287,90 @@ impl Core {
             held_back: Vec::new(),
             trace: trace.map(Box::new),
             trace_seq: 0,
+            suspended: false,
         }
+    }
+
+    /// The core of a resumed run (`super::suspend`): the run's generation is agreed
+    /// already (`generation`), and its locks are the saved ones.
+    pub(super) fn resume(shared: Arc<Shared>, generation: u32, locks: Vec<SavedLock>) -> Core {
+        let mut core = Core::new(shared, false, None);
+        core.offers.clear();
+        core.awaiting = false;
+        core.frozen = false;
+        core.epoch = generation;
+        for l in locks {
+            core.locks.insert(
+                l.path,
+                LockEntry {
+                    site: Box::new(l.site),
+                    held: Mode::Phi,
+                    holders: Vec::new(),
+                    waiters: VecDeque::new(),
+                    requesting: None,
+                    upgrading: None,
+                    release_when_upgraded: false,
+                    dead_end: l.dead_end,
+                    told: l.told,
+                },
+            );
+        }
+        core
+    }
+
+    /// `Cmd::Suspend`: see there.
+    fn suspend(&mut self) -> Result<(u32, Vec<SavedLock>), String> {
+        // Not admitted yet is fine (the resumed run is let in again); a refused run, or one
+        // without the run's generation, cannot come back.
+        if self.fenced.is_some() || self.awaiting || self.frozen || self.rejoining {
+            return Err(self.not_serving().unwrap_or_default());
+        }
+        if !self.held_back.is_empty() {
+            // Delivered and acknowledged, but not given to the kernel: not in a site.
+            return Err(format!("{} messages held back", self.held_back.len()));
+        }
+        let paths: Vec<String> = self.locks.keys().cloned().collect();
+        for path in &paths {
+            let e = self.locks.get_mut(path).expect("known");
+            for w in e.waiters.drain(..) {
+                let _ = w.reply.send(Err(Error::Stopped));
+            }
+            Self::fail_requesting(e, Error::Stopped);
+            let holds: Vec<u64> = e.holders.iter().map(|h| h.0).collect();
+            for hold in holds {
+                self.release(path, hold);
+            }
+            self.pump(path);
+        }
+        for (path, e) in &self.locks {
+            let k = e.site.site().lock(LOCK).expect("one lock per site");
+            let idle = e.holders.is_empty()
+                && e.waiters.is_empty()
+                && e.requesting.is_none()
+                && e.upgrading.is_none()
+                && e.held == Mode::Phi
+                && k.held() == Mode::Phi
+                && (matches!(k.pending(), hilock_kernel::Pending::None) || k.cancelled());
+            if !idle {
+                return Err(format!(
+                    "{path} is still held or requested in the kernel after its callers ended \
+                     (held {}, pending {})",
+                    k.held(),
+                    k.pending_mode()
+                ));
+            }
+        }
+        let locks = std::mem::take(&mut self.locks)
+            .into_iter()
+            .map(|(path, e)| SavedLock {
+                path,
+                site: *e.site,
+                dead_end: e.dead_end,
+                told: e.told,
+            })
+            .collect();
+        self.suspended = true;
+        Ok((self.epoch, locks))
     }
 
     /// Answer a caller's request with `err` now; a kernel request already out is then
@@ -291,6 +386,9 @@ impl Core {
         self.agree();
         while let Some(cmd) = rx.recv().await {
             self.handle(cmd);
+            if self.suspended {
+                return;
+            }
         }
     }
 
@@ -505,6 +603,10 @@ impl Core {
             }
             Cmd::Flush { reply } => {
                 let _ = reply.send(());
+            }
+            Cmd::Suspend { reply } => {
+                let r = self.suspend();
+                let _ = reply.send(r);
             }
             Cmd::Epoch { reply } => {
                 let _ = reply.send((self.epoch, self.members, self.rejoining));

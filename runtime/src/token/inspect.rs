@@ -110,6 +110,7 @@ impl Handle {
             .into(),
             recovery: s.recovery,
             run: format!("{:016x}", s.incarnation),
+            resumed: s.resumed,
             epoch: core.epoch,
             lease: lease_status(&lease, tokio::time::Instant::now()),
             serving,

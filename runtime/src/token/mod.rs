@@ -40,6 +40,7 @@ mod metrics;
 mod net;
 mod recover;
 mod status;
+mod suspend;
 pub mod trace;
 
 use std::net::SocketAddr;
@@ -63,7 +64,7 @@ use self::core::{Cmd, Core};
 pub use self::handshake::{HANDSHAKE_TIMEOUT, MAX_PENDING_HANDSHAKES};
 pub use self::lease::NodeLease;
 pub use self::metrics::CONTENT_TYPE as METRICS_CONTENT_TYPE;
-use self::net::{accept, dial, Inbound, PeerLink};
+use self::net::{accept, dial, Inbound, Outbox, PeerLink};
 pub use self::net::{HAND_OVER, HEARTBEAT, SILENT_AFTER};
 pub use self::status::{LeaseStatus, LockStatus, PeerStatus, Status, PROBE_WAIT};
 
@@ -403,8 +404,13 @@ struct Shared {
     /// Where the metrics are served (`metrics_addr`), if they are.
     metrics_addr: Option<SocketAddr>,
     /// Static membership with a state directory: the directory, and the generation this
-    /// run offers (`generation`).
+    /// run offers (`generation`; a resumed run: the run's generation).
     state: Option<(std::path::PathBuf, u32)>,
+    /// The node suspends ([`Node::suspend`]): the peer connections deliver and acknowledge
+    /// nothing more.
+    suspending: AtomicBool,
+    /// This run was resumed from a suspend (`suspend`).
+    resumed: bool,
 }
 
 /// The agents engine sends on the same peer links (see [`crate::agents::Net`]).
@@ -519,31 +525,59 @@ impl Node {
             Some(l) => Some(l.local_addr()?),
             None => None,
         };
+        let bad = |e: String| std::io::Error::new(std::io::ErrorKind::InvalidData, e);
+        // A suspended run of this node comes back (`suspend`): its file is deleted before
+        // anything else happens.
+        let resumed = match &config.state_dir {
+            Some(dir) => suspend::take(dir, &suspend::Identity::of(&config)).map_err(bad)?,
+            None => None,
+        };
         let mut tasks = JoinSet::new();
         let mut peers = Vec::new();
-        let mut outboxes = Vec::new();
+        let mut dialed = Vec::new();
         for n in &config.nodes {
             if n.id == config.id {
                 peers.push(None);
                 continue;
             }
             let (tx, rx) = mpsc::unbounded_channel();
+            let saved = resumed
+                .as_ref()
+                .and_then(|(s, _)| s.links.iter().find(|l| l.peer == n.id))
+                .cloned()
+                .unwrap_or_default();
+            let mut out = Outbox::default();
+            if resumed.is_some() {
+                out.next_seq = saved.next_seq.max(1);
+                for (seq, b) in &saved.unacked {
+                    let b = suspend::unhex(b).map_err(bad)?;
+                    out.unacked.push_back((*seq, Bytes::from(b)));
+                }
+            }
+            let sent = out.next_seq - 1;
+            let acked = out.unacked.front().map_or(sent, |(s, _)| s - 1);
             peers.push(Some(PeerLink {
                 addr: n.addr,
                 connected: AtomicBool::new(false),
                 incoming: AtomicBool::new(false),
-                sent: AtomicU64::new(0),
-                acked: AtomicU64::new(0),
+                sent: AtomicU64::new(sent),
+                acked: AtomicU64::new(acked),
                 received: AtomicU64::new(0),
                 resent: AtomicU64::new(0),
                 duplicates: AtomicU64::new(0),
                 dropped: AtomicU64::new(0),
                 welcomed: AtomicBool::new(false),
                 silent: AtomicBool::new(false),
-                inbound: std::sync::Mutex::new(Inbound::default()),
-                refused: std::sync::Mutex::new(None),
+                inbound: std::sync::Mutex::new(Inbound {
+                    incarnation: saved.peer_run,
+                    delivered: saved.delivered,
+                    conn: 0,
+                }),
+                refused: std::sync::Mutex::new(saved.refused),
                 down_since: std::sync::Mutex::new(None),
                 tx,
+                rx: tokio::sync::Mutex::new(rx),
+                out: std::sync::Mutex::new(out),
                 heard: std::sync::Mutex::new(None),
                 pings: AtomicU64::new(0),
                 ping_now: tokio::sync::Notify::new(),
@@ -551,11 +585,14 @@ impl Node {
                 run_gen: AtomicU64::new(0),
                 connections: AtomicU64::new(0),
             }));
-            outboxes.push((n.id, rx));
+            dialed.push(n.id);
         }
         let state = match &config.state_dir {
+            Some(dir) if resumed.is_some() => {
+                // The run's generation is agreed already: no offer.
+                resumed.as_ref().map(|(s, _)| (dir.clone(), s.generation))
+            }
             Some(dir) => {
-                let bad = |e: String| std::io::Error::new(std::io::ErrorKind::InvalidData, e);
                 let last = generation::read(dir).map_err(bad)?;
                 let offer = last.checked_add(1).ok_or_else(|| {
                     bad(format!(
@@ -582,7 +619,10 @@ impl Node {
         };
         config.metrics = metrics_addr;
         let (agents_inbox, agents_rx) = crate::agents::inbox(config.id, config.n());
-        let incarnation = rand::random();
+        let incarnation = match &resumed {
+            Some((s, _)) => s.run,
+            None => rand::random(),
+        };
         let (session, first_lease) = lease::Session::start(&config, incarnation).await?;
         let shared = Arc::new(Shared {
             id: config.id,
@@ -607,6 +647,8 @@ impl Node {
             held_back_max: config.etcd_held_back_max,
             metrics_addr,
             state,
+            suspending: AtomicBool::new(false),
+            resumed: resumed.is_some(),
         });
         tasks.spawn(crate::agents::run(shared.clone(), agents_rx));
         let (tx, rx) = mpsc::unbounded_channel();
@@ -619,6 +661,12 @@ impl Node {
             );
         }
         let recorder = match &config.record {
+            Some(_) if resumed.is_some() => {
+                tracing::warn!(
+                    "a resumed run records no trace (`record`): a trace starts with its run"
+                );
+                None
+            }
             Some(file) => Some(trace::Recorder::open(
                 file,
                 config.id,
@@ -627,10 +675,24 @@ impl Node {
             )?),
             None => None,
         };
-        tasks.spawn(Core::new(shared.clone(), rejoining, recorder).run(rx));
+        let core = match resumed {
+            Some((s, file)) => {
+                info!(
+                    run = format!("{incarnation:016x}"),
+                    generation = s.generation,
+                    "resumed from {}: {} locks, {} unacknowledged messages to resend (the file is deleted)",
+                    file.display(),
+                    s.locks.len(),
+                    s.unacked()
+                );
+                Core::resume(shared.clone(), s.generation, s.locks)
+            }
+            None => Core::new(shared.clone(), rejoining, recorder),
+        };
+        tasks.spawn(core.run(rx));
         session.follow(&shared, &tx, &mut tasks);
-        for (peer, rx) in outboxes {
-            tasks.spawn(dial(shared.clone(), peer, rx, tx.clone()));
+        for peer in dialed {
+            tasks.spawn(dial(shared.clone(), peer, tx.clone()));
         }
         tasks.spawn(accept(shared.clone(), listener, tx.clone()));
         let mut node = Node {
@@ -787,6 +849,15 @@ impl Node {
     /// (for at most [`HAND_OVER`]). Locks held by this node that nobody waits for stay
     /// with it (the protocol cannot recover them).
     pub async fn shutdown(mut self) {
+        self.hand_over().await;
+        self.finish().await;
+    }
+
+    /// The first half of a stop: clients of the client socket that hold a lock are told
+    /// it is lost, their commands killed and their locks released, and the messages that
+    /// hand the released locks over are sent and acknowledged (for at most
+    /// [`HAND_OVER`]).
+    async fn hand_over(&mut self) {
         self.shared.stopping.send_replace(true);
         if let Some(c) = self.client.take() {
             let _ = c.await;
@@ -809,6 +880,11 @@ impl Node {
             }
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
+    }
+
+    /// The second half of a stop: every task ends, the sockets close, an etcd lease is
+    /// given up.
+    async fn finish(mut self) {
         self.tasks.shutdown().await;
         // A lost lease is not revoked again (etcd may not answer; `etcd_answers` revoked
         // it where etcd did).
@@ -816,6 +892,121 @@ impl Node {
         if let Some(s) = self.session.take().filter(|_| !lost) {
             s.leave().await;
         }
+    }
+
+    /// Stops the node so that its next start with the same configuration resumes this
+    /// run (static membership with [`Config::state_dir`]; `docs/faults.md`, "Suspend and
+    /// resume"). As [`Node::shutdown`], the client socket's holders lose their locks and
+    /// the released locks are handed over; then every local caller's request is withdrawn
+    /// (`Input::Cancel`), the peer connections deliver and acknowledge nothing more, and
+    /// the run — its incarnation, generation, every lock's kernel site and each link's
+    /// channel state with the messages not acknowledged yet — is written to
+    /// `state_dir/suspended`. To the peers this is a pause of a node they know: the
+    /// resumed run is let in, and the messages of either side not acknowledged are
+    /// resent. Returns the one line to log: what was saved and where.
+    ///
+    /// `Err` (one line) when this run cannot be resumed, after a stop like
+    /// [`Node::shutdown`] (the next start is a new run, refused as before): no
+    /// `state_dir`, membership through etcd, `record` on, the agents engine has been
+    /// used (its state is not saved), the run is refused or has not agreed on its
+    /// generation yet, or the file cannot be written.
+    pub async fn suspend(mut self) -> Result<String, String> {
+        self.hand_over().await;
+        let why_not = if self.shared.state.is_none() {
+            Some("no state_dir".to_string())
+        } else if !matches!(*self.shared.lease.borrow(), NodeLease::Static) {
+            Some("membership through etcd".into())
+        } else if self.config.record.is_some() {
+            Some("`record` is on (a trace starts with its run)".into())
+        } else {
+            None
+        };
+        if let Some(why) = why_not {
+            self.finish().await;
+            return Err(format!(
+                "not suspended ({why}): the next start is a new run"
+            ));
+        }
+        // Nothing is delivered or acknowledged from here on. Every delivery before this
+        // took the link's inbound lock, and its command is in the core's queue ahead of
+        // the suspend below: the saved state covers every acknowledged message.
+        self.shared.suspending.store(true, Relaxed);
+        for p in self.shared.peers.iter().flatten() {
+            drop(p.inbound.lock().expect("inbound lock"));
+        }
+        let (reply, rx) = oneshot::channel();
+        let core = match self.tx.send(Cmd::Suspend { reply }) {
+            Ok(()) => rx
+                .await
+                .unwrap_or_else(|_| Err("the core has stopped".into())),
+            Err(_) => Err("the core has stopped".into()),
+        };
+        // The senders stop; what they had not numbered yet is numbered below.
+        self.tasks.shutdown().await;
+        let agents = AGENTS_KIND;
+        let c = &self.shared.counters;
+        let core = core.and_then(|r| {
+            if c.sent_by_kind[agents].load(Relaxed) + c.received_by_kind[agents].load(Relaxed) > 0 {
+                Err("the agents engine has been used; its state is not saved".to_string())
+            } else {
+                Ok(r)
+            }
+        });
+        let r = match core {
+            Ok((generation, locks)) => self.save(generation, locks),
+            Err(why) => Err(why),
+        };
+        self.finish().await;
+        r.map_err(|why| format!("not suspended ({why}): the next start is a new run"))
+    }
+
+    /// Writes the suspended run (`Node::suspend`); the tasks have stopped.
+    fn save(&self, generation: u32, locks: Vec<suspend::SavedLock>) -> Result<String, String> {
+        let Some((dir, _)) = &self.shared.state else {
+            return Err("no state_dir".into());
+        };
+        let mut links = Vec::new();
+        for (i, p) in self.shared.peers.iter().enumerate() {
+            let Some(p) = p else { continue };
+            let mut out = p.outbox();
+            if let Ok(mut rx) = p.rx.try_lock() {
+                while let Ok(b) = rx.try_recv() {
+                    let seq = out.next_seq;
+                    out.next_seq += 1;
+                    out.unacked.push_back((seq, b));
+                }
+            } else {
+                return Err(format!("the link to node {i} is still in use"));
+            }
+            let inb = p.inbound.lock().expect("inbound lock");
+            links.push(suspend::SavedLink {
+                peer: i as u16,
+                next_seq: out.next_seq,
+                unacked: out
+                    .unacked
+                    .iter()
+                    .map(|(s, b)| (*s, suspend::hex(b)))
+                    .collect(),
+                peer_run: inb.incarnation,
+                delivered: inb.delivered,
+                refused: p.refused(),
+            });
+        }
+        let snapshot = suspend::Snapshot {
+            identity: suspend::Identity::of(&self.config),
+            run: self.shared.incarnation,
+            generation,
+            locks,
+            links,
+        };
+        let file = suspend::write(dir, &snapshot)?;
+        Ok(format!(
+            "suspended: {} locks, {} unacknowledged messages kept in {}; start again with the \
+             same config to resume",
+            snapshot.locks.len(),
+            snapshot.unacked(),
+            file.display()
+        ))
     }
 }
 

@@ -36,6 +36,25 @@ pub(super) struct Inbound {
     pub(super) conn: u64,
 }
 
+/// The sending side's state of the channel to one peer: the number of the next message
+/// and the messages sent but not acknowledged, oldest first, with their numbers. Kept in
+/// the link (not in the dialing task) so that a suspending node can save it
+/// ([`Node::suspend`](super::Node::suspend)).
+#[derive(Debug)]
+pub(super) struct Outbox {
+    pub(super) next_seq: u64,
+    pub(super) unacked: VecDeque<(u64, Bytes)>,
+}
+
+impl Default for Outbox {
+    fn default() -> Self {
+        Outbox {
+            next_seq: 1,
+            unacked: VecDeque::new(),
+        }
+    }
+}
+
 pub(super) struct PeerLink {
     pub(super) addr: SocketAddr,
     /// This node's connection to the peer is up (handshake done, not seen closed).
@@ -60,6 +79,12 @@ pub(super) struct PeerLink {
     /// one, or before the first).
     pub(super) down_since: std::sync::Mutex<Option<Instant>>,
     pub(super) tx: mpsc::UnboundedSender<Bytes>,
+    /// The messages given to `tx` that the dialing task has not numbered yet: the dialing
+    /// task holds the lock while it runs; a suspending node reads what is left once the
+    /// task has stopped.
+    pub(super) rx: tokio::sync::Mutex<mpsc::UnboundedReceiver<Bytes>>,
+    /// Numbered messages: the next number and those not acknowledged yet.
+    pub(super) out: std::sync::Mutex<Outbox>,
     /// When this node last heard from the peer on its connection (the Welcome or an
     /// acknowledgement).
     pub(super) heard: std::sync::Mutex<Option<Instant>>,
@@ -161,6 +186,11 @@ impl PeerLink {
         }
     }
 
+    /// The link's outbound state.
+    pub(super) fn outbox(&self) -> std::sync::MutexGuard<'_, Outbox> {
+        self.out.lock().expect("outbox lock")
+    }
+
     pub(super) fn refuse(&self, reason: String) {
         self.refused
             .lock()
@@ -235,26 +265,19 @@ pub const SILENT_AFTER: Duration = Duration::from_secs(1);
 
 /// The sending side of the link to `peer`: connect (with backoff), authenticate, send
 /// numbered messages, keep them until acknowledged, resend after a reconnect.
-pub(super) async fn dial(
-    shared: Arc<Shared>,
-    peer: u16,
-    mut rx: mpsc::UnboundedReceiver<Bytes>,
-    core: mpsc::UnboundedSender<Cmd>,
-) {
+pub(super) async fn dial(shared: Arc<Shared>, peer: u16, core: mpsc::UnboundedSender<Cmd>) {
     let link = shared.peers[usize::from(peer)]
         .as_ref()
         .expect("dial only peers");
+    let mut rx = link.rx.lock().await;
     let mut backoff = Duration::from_millis(10);
-    // Messages sent but not acknowledged, oldest first, with their numbers.
-    let mut unacked: VecDeque<(u64, Bytes)> = VecDeque::new();
-    let mut next_seq = 1u64;
     let mut was_up = false;
     let mut run_gen = link.run_gen.load(Relaxed);
     loop {
         if let Some(reason) = link.refused() {
             // A new run of that node (or this node is one): nothing more goes to it.
             warn!(peer, %reason, "not talking to peer any more");
-            unacked.clear();
+            link.outbox().unacked.clear();
             while rx.recv().await.is_some() {
                 link.dropped.fetch_add(1, Relaxed);
             }
@@ -303,12 +326,15 @@ pub(super) async fn dial(
             // The peer is a new run (`Shared::adopt_run`): the old run's messages are not
             // resent, the numbering starts afresh.
             run_gen = g;
-            link.dropped.fetch_add(unacked.len() as u64, Relaxed);
-            unacked.clear();
-            next_seq = 1;
+            let mut out = link.outbox();
+            link.dropped.fetch_add(out.unacked.len() as u64, Relaxed);
+            out.unacked.clear();
+            out.next_seq = 1;
+            drop(out);
             link.acked.store(0, Relaxed);
             link.sent.store(0, Relaxed);
         }
+        let next_seq = link.outbox().next_seq;
         if delivered >= next_seq {
             // The acceptor claims messages this node never sent: not the same channel.
             warn!(
@@ -318,9 +344,13 @@ pub(super) async fn dial(
             tokio::time::sleep(Duration::from_millis(500)).await;
             continue;
         }
-        while unacked.front().is_some_and(|(s, _)| *s <= delivered) {
-            unacked.pop_front();
-        }
+        let resend: Vec<(u64, Bytes)> = {
+            let mut out = link.outbox();
+            while out.unacked.front().is_some_and(|(s, _)| *s <= delivered) {
+                out.unacked.pop_front();
+            }
+            out.unacked.iter().cloned().collect()
+        };
         link.acked.fetch_max(delivered, Relaxed);
         link.connected.store(true, Release);
         link.came_up();
@@ -332,15 +362,15 @@ pub(super) async fn dial(
         }
         was_up = true;
         if link.connections.fetch_add(1, Relaxed) > 0 {
-            info!(peer, addr = %link.addr, resend = unacked.len(), "reconnected to peer");
+            info!(peer, addr = %link.addr, resend = resend.len(), "reconnected to peer");
         } else {
-            info!(peer, addr = %link.addr, resend = unacked.len(), "connected to peer");
+            info!(peer, addr = %link.addr, resend = resend.len(), "connected to peer");
         }
         let mut heard = Instant::now();
         *link.heard.lock().expect("heard lock") = Some(heard);
         let mut check = tokio::time::interval(HEARTBEAT);
         let err = 'conn: {
-            for (seq, b) in &unacked {
+            for (seq, b) in &resend {
                 if let Err(e) = fr.send(Bytes::from(wire::envelope(*seq, b))).await {
                     break 'conn e.to_string();
                 }
@@ -350,9 +380,15 @@ pub(super) async fn dial(
                 tokio::select! {
                     m = rx.recv() => {
                         let Some(b) = m else { return };
-                        let seq = next_seq;
-                        next_seq += 1;
-                        unacked.push_back((seq, b.clone()));
+                        // Numbered and kept in the same poll as it is taken from the
+                        // channel: a task stopped at an await never loses a message.
+                        let seq = {
+                            let mut out = link.outbox();
+                            let seq = out.next_seq;
+                            out.next_seq += 1;
+                            out.unacked.push_back((seq, b.clone()));
+                            seq
+                        };
                         if let Err(e) = fr.send(Bytes::from(wire::envelope(seq, &b))).await {
                             break 'conn e.to_string();
                         }
@@ -374,7 +410,7 @@ pub(super) async fn dial(
                         None => break 'conn "peer closed the connection".to_string(),
                         Some(Err(e)) => break 'conn e.to_string(),
                         Some(Ok(b)) => match wire::decode::<wire::Ack>(&b) {
-                            Ok(a) if a.delivered < next_seq && a.ping <= link.pings.load(Relaxed) => {
+                            Ok(a) if a.delivered < link.outbox().next_seq && a.ping <= link.pings.load(Relaxed) => {
                                 heard = Instant::now();
                                 *link.heard.lock().expect("heard lock") = Some(heard);
                                 link.pong.send_if_modified(|p| {
@@ -389,9 +425,11 @@ pub(super) async fn dial(
                                     link.came_up();
                                     info!(peer, addr = %link.addr, "peer answers again");
                                 }
-                                while unacked.front().is_some_and(|(s, _)| *s <= a.delivered) {
-                                    unacked.pop_front();
+                                let mut out = link.outbox();
+                                while out.unacked.front().is_some_and(|(s, _)| *s <= a.delivered) {
+                                    out.unacked.pop_front();
                                 }
+                                drop(out);
                                 link.acked.fetch_max(a.delivered, Relaxed);
                             }
                             Ok(a) => break 'conn format!("acknowledgement of message {} or probe {} never sent", a.delivered, a.ping),
@@ -405,7 +443,8 @@ pub(super) async fn dial(
         link.went_down(Instant::now());
         link.silent.store(false, Relaxed);
         link.pong.send_modify(|p| p.1 += 1);
-        warn!(peer, addr = %link.addr, error = %err, unacked = unacked.len(), "lost the connection to peer; reconnecting");
+        let unacked = link.outbox().unacked.len();
+        warn!(peer, addr = %link.addr, error = %err, unacked, "lost the connection to peer; reconnecting");
     }
 }
 
@@ -641,6 +680,15 @@ async fn serve_peer(
         }
         let d = {
             let mut inb = link.inbound.lock().expect("inbound lock");
+            if shared.suspending.load(Relaxed) {
+                // The node suspends (`Node::suspend`): nothing more is delivered or
+                // acknowledged; the peer keeps the message and resends it to the resumed
+                // run.
+                if shared.recovery && matches!(cmd, Ok(Cmd::Deliver { .. })) {
+                    shared.unread.fetch_sub(1, Relaxed);
+                }
+                break None;
+            }
             if inb.conn != conn {
                 if shared.recovery && matches!(cmd, Ok(Cmd::Deliver { .. })) {
                     shared.unread.fetch_sub(1, Relaxed);

@@ -29,6 +29,9 @@ pub struct Status {
     /// This run of the node (its incarnation, drawn at start), 16 hex digits as in the logs.
     #[serde(default)]
     pub run: String,
+    /// This run was resumed from a suspend ([`Node::suspend`](super::Node::suspend)).
+    #[serde(default)]
+    pub resumed: bool,
     /// The installed epoch (recovery; 0 without it).
     #[serde(default)]
     pub epoch: u32,
