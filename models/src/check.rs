@@ -525,6 +525,46 @@ pub fn check_shortest(
     }
 }
 
+/// [`check`] depth-first on `threads` checker threads: the same states and verdicts, but
+/// the checker keeps the fingerprints of the states it visited and the paths it is on, not
+/// a breadth-first frontier of whole states, so a configuration of tens of millions of
+/// states fits in a few GB (`docs/verification.md`, "Larger configurations"). It stops at
+/// the first violation it meets; that counterexample is not a shortest one, and the
+/// `sometimes` properties of a failing configuration are not all searched for.
+pub fn check_depth_first(
+    config: &ModelConfig,
+    threads: usize,
+    progress: impl FnMut(usize, usize, usize),
+) -> Result<CheckReport, String> {
+    match config.locks {
+        1 => check_depth_first_l::<1>(config, threads, progress),
+        2 => check_depth_first_l::<2>(config, threads, progress),
+        n => Err(format!("locks must be 1 or 2, not {n}")),
+    }
+}
+
+fn check_depth_first_l<const L: usize>(
+    config: &ModelConfig,
+    threads: usize,
+    mut progress: impl FnMut(usize, usize, usize),
+) -> Result<CheckReport, String> {
+    let model = config.clone().into_model_with::<L>()?;
+    let t = Instant::now();
+    // A configuration that breaks a safety property stops at its first violation; one
+    // that passes runs to the end. (Not `AnyFailures`: the P6 bypass bounds are `always`
+    // properties that fail below the configuration's bound.)
+    let checker = model
+        .clone()
+        .checker()
+        .threads(threads)
+        .finish_when(stateright::HasDiscoveries::AnyOf(
+            SAFETY.iter().copied().collect(),
+        ))
+        .spawn_dfs();
+    let checker = run_to_end(checker, &mut progress);
+    Ok(report_l(config, &model, &checker, t, false))
+}
+
 fn check_l<const L: usize>(
     config: &ModelConfig,
     mut progress: impl FnMut(usize, usize, usize),
@@ -533,6 +573,18 @@ fn check_l<const L: usize>(
     let model = config.clone().into_model_with::<L>()?;
     let t = Instant::now();
     let checker = run_to_end(model.clone().checker().spawn_bfs(), &mut progress);
+    Ok(report_l(config, &model, &checker, t, shortest))
+}
+
+/// The report of a finished check of `model` (started at `t`).
+fn report_l<const L: usize>(
+    config: &ModelConfig,
+    model: &BaseModel<L>,
+    checker: &impl Checker<BaseModel<L>>,
+    t: Instant,
+    shortest: bool,
+) -> CheckReport {
+    let model = model.clone();
     // The run that ends in a violation of `name`: the checker's cut at its first
     // violation, or a shortest one.
     let first_failure = |model: &BaseModel<L>, name: &str, path: &Path<State<L>, Action>| {
@@ -585,7 +637,7 @@ fn check_l<const L: usize>(
         }),
         _ => None,
     };
-    Ok(CheckReport {
+    CheckReport {
         config: config.name.clone(),
         states: checker.state_count(),
         unique_states: checker.unique_state_count(),
@@ -594,7 +646,7 @@ fn check_l<const L: usize>(
         properties,
         fifo_bound: fifo_bound.map(|k| k as u8),
         fifo_witness,
-    })
+    }
 }
 
 /// Serves the Stateright Explorer for `config` on `addr` (blocks for as long as the server
