@@ -57,6 +57,14 @@ pub enum TraceInput {
         /// The weaker mode.
         mode: Mode,
     },
+    /// hilock's lock value block (`spec/SPEC.md` 1.15): the W holder writes a block whose
+    /// every byte is `value` (the models write small values).
+    SetValue {
+        /// The lock.
+        lock: u16,
+        /// Every byte of the block written.
+        value: u8,
+    },
     /// User API `RequestUnlock`.
     Release {
         /// The lock.
@@ -361,6 +369,7 @@ impl Trace {
                 TraceInput::TryAcquire { mode, .. } => format!("try {mode}"),
                 TraceInput::Cancel { .. } => "cancel".to_string(),
                 TraceInput::Downgrade { mode, .. } => format!("downgrade {mode}"),
+                TraceInput::SetValue { value, .. } => format!("write {value}"),
                 TraceInput::Release { .. } => "release".to_string(),
                 TraceInput::Upgrade { .. } => "upgrade".to_string(),
                 TraceInput::SetPriority { base } => format!("priority {base}"),
