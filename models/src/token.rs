@@ -210,7 +210,7 @@ impl std::str::FromStr for ScriptOp {
             let v: u8 = v
                 .parse()
                 .map_err(|_| format!("'{s}': the value is a number 0..=255"))?;
-            return match Op::parse(&format!("release {lock}").trim_end())? {
+            return match Op::parse(format!("release {lock}").trim_end())? {
                 Op::Release(l) => Ok(ScriptOp::Write(v, l)),
                 _ => Err(format!("unknown operation '{s}'")),
             };
