@@ -258,6 +258,38 @@ fn a_regenerated_tokens_value_is_not_valid_until_the_next_write() {
     assert_eq!(Protocol::value(&f[0], L), Ok(written(4)));
 }
 
+/// `spec/SPEC.md` 1.15, recovery that keeps the token: node 0 (the token node) wrote 8
+/// under W and holds R after a downgrade; node 1 dies. The plan keeps the token at node 0
+/// (not regenerated), and its block stays valid with 8.
+#[test]
+fn a_recovery_that_keeps_the_token_keeps_its_value() {
+    let mut c = star();
+    acquire(&mut c, 0, Mode::W);
+    run(&mut c, 0, set_value(8));
+    run(
+        &mut c,
+        0,
+        Input::Downgrade {
+            lock: L,
+            mode: Mode::R,
+        },
+    );
+    let mut f: Vec<FaultSite<4, 1, 4>> = [0, 2, 3]
+        .iter()
+        .map(|&n| FaultSite::new(c.site(NodeId(n)).clone()))
+        .collect();
+    let members = [true, false, true, true];
+    let reports: Vec<LockReport<4>> = f.iter().map(|s| s.report(L).unwrap()).collect();
+    let plan = rebuild::<4, 4>(1, &members, &reports).unwrap();
+    assert_eq!((plan.root, plan.regenerated), (NodeId(0), false));
+    let mut out: heapless::Vec<Output<Stamped<Msg<4>>>, 64> = heapless::Vec::new();
+    for s in &mut f {
+        s.install(1, core::slice::from_ref(&plan), &mut out)
+            .unwrap();
+    }
+    assert_eq!(Protocol::value(&f[0], L), Ok(written(8)));
+}
+
 /// `FaultSite` passes a write to its site; the Naimi-Trehel baseline has no value block
 /// and refuses it with `ValueUnsupported`, changing nothing.
 #[test]
