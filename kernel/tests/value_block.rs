@@ -326,3 +326,23 @@ fn a_fault_site_writes_and_the_baseline_refuses_to() {
     assert!(out.is_empty() && n == before);
     assert_eq!(Protocol::value(&n, L), Ok(None));
 }
+
+/// `spec/SPEC.md` 1.15, the block in traces (JSON): 64 hex digits when valid, `null` when
+/// not; both read back as they were, and other text is refused.
+#[test]
+fn a_value_block_reads_back_from_its_json_text() {
+    let v = ValueBlock::new([0xab; VALUE_LEN]);
+    let text = serde_json::to_string(&v).unwrap();
+    assert_eq!(text, format!("\"{}\"", "ab".repeat(VALUE_LEN)));
+    assert_eq!(serde_json::from_str::<ValueBlock>(&text).unwrap(), v);
+    let text = serde_json::to_string(&ValueBlock::NOT_VALID).unwrap();
+    assert_eq!(text, "null");
+    assert_eq!(
+        serde_json::from_str::<ValueBlock>(&text).unwrap(),
+        ValueBlock::NOT_VALID
+    );
+    assert!(serde_json::from_str::<ValueBlock>("\"abc\"").is_err());
+    assert!(
+        serde_json::from_str::<ValueBlock>(&format!("\"{}\"", "zz".repeat(VALUE_LEN))).is_err()
+    );
+}
