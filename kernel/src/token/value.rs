@@ -15,7 +15,7 @@ pub const VALUE_LEN: usize = 32;
 ///
 /// With the `serde` feature a human-readable format (JSON: traces, counterexamples) writes
 /// a valid block as 64 lowercase hex digits and a block that is not valid as `null`; a
-/// binary one (postcard: the wire, [`crate::codec`]) writes the 32 bytes and the flag.
+/// binary one (postcard: the wire and the `codec` module) writes the 32 bytes and the flag.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "codec", derive(postcard::experimental::max_size::MaxSize))]
 pub struct ValueBlock {
