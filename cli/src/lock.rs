@@ -90,6 +90,19 @@ pub fn lock(
     };
     let grace = std::time::Duration::from_millis(kill_grace_ms);
     current_thread()?.block_on(async {
+        // A W lock of the token engine: the command may leave a new value block in this
+        // file (`docs/cli.md`, "The value block"; `spec/SPEC.md` 1.15).
+        let value_out = match &what {
+            LockRequest::Lock { mode, .. }
+                if hilock_kernel::Mode::parse(mode) == Some(hilock_kernel::Mode::W) =>
+            {
+                let f = std::env::temp_dir().join(format!("hilock-value-{}", std::process::id()));
+                // A file left by an earlier process with this pid is not this command's.
+                let _ = std::fs::remove_file(&f);
+                Some(f)
+            }
+            _ => None,
+        };
         let (req, path) = match what {
             LockRequest::Lock {
                 path,
@@ -148,6 +161,8 @@ pub fn lock(
             // paused node cannot keep the command running past it.
             lease: lease_deadline(&reply),
             path: path.clone(),
+            value: reply.value.clone(),
+            value_out: value_out.clone(),
         };
         crate::run_under_lock::run(command, &path, reply.fence, grace, &mut watch).await
     })
@@ -172,6 +187,10 @@ struct NodeWatch {
     line: Vec<u8>,
     lease: Option<(tokio::time::Instant, std::time::Duration)>,
     path: String,
+    /// The lock value block of the hold in hex, empty if not valid (`spec/SPEC.md` 1.15).
+    value: Option<String>,
+    /// A W hold: the file the command may write a new value block to.
+    value_out: Option<std::path::PathBuf>,
 }
 
 impl Watch for NodeWatch {
@@ -269,9 +288,37 @@ impl Watch for NodeWatch {
         self.lease.map(|(end, grace)| end + grace / 2)
     }
 
+    fn env(&self) -> Vec<(&'static str, String)> {
+        let mut env = Vec::new();
+        if let Some(v) = &self.value {
+            env.push(("HILOCK_VALUE", v.clone()));
+        }
+        if let Some(f) = &self.value_out {
+            env.push(("HILOCK_VALUE_OUT", f.display().to_string()));
+        }
+        env
+    }
+
     async fn release(&mut self) {
         use tokio::io::AsyncWriteExt;
-        if let Ok(mut rel) = serde_json::to_vec(&hilock_runtime::client::Request::Release) {
+        // A new value block the command left (hex), checked here so that a bad one is
+        // reported to the user; the node writes it before it releases.
+        let value = self.value_out.as_ref().and_then(|f| {
+            let text = std::fs::read_to_string(f).ok()?;
+            let _ = std::fs::remove_file(f);
+            match hilock_runtime::client::parse_value_hex(&text) {
+                Ok(_) => Some(text.trim().to_string()),
+                Err(e) => {
+                    eprintln!(
+                        "hilock: {}: the value block was not written: {e}",
+                        f.display()
+                    );
+                    None
+                }
+            }
+        });
+        let release = hilock_runtime::client::Request::Release { value };
+        if let Ok(mut rel) = serde_json::to_vec(&release) {
             rel.push(b'\n');
             let _ = self.w.write_all(&rel).await;
         }

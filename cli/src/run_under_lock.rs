@@ -8,7 +8,8 @@
 //! command's status, 128+N for signal N). When the lock is lost first, the group is killed
 //! (SIGTERM, SIGKILL after the grace) and the exit code says why ([`EXIT_NODE_GONE`],
 //! [`EXIT_LOCK_LOST`], [`EXIT_LEASE_LOST`]). `HILOCK_FENCE` is the hold's fencing token,
-//! `HILOCK_LOCK` the lock's path.
+//! `HILOCK_LOCK` the lock's path, and the holder may add more ([`Watch::env`]: the token
+//! engine's lock value block, `HILOCK_VALUE` and `HILOCK_VALUE_OUT`).
 //!
 //! **The lease watchdog.** A paused, hung or killed wrapper cannot kill anything, so the
 //! wrapper also starts `hilock lock-watchdog PGID` in a process group of its own, before
@@ -65,6 +66,10 @@ pub(crate) trait Watch {
     fn kill_by(&self) -> Option<tokio::time::Instant>;
     /// The command ended: release the lock.
     async fn release(&mut self);
+    /// Further environment of the command (none unless the holder says).
+    fn env(&self) -> Vec<(&'static str, String)> {
+        Vec::new()
+    }
 }
 
 /// Kill every process of group `pgid`: SIGTERM, then SIGKILL after `grace`; reap `child`
@@ -121,7 +126,11 @@ pub(crate) async fn run(
         .arg(gate_fd.to_string())
         .arg("--")
         .args(command)
-        .env("HILOCK_LOCK", path);
+        .env("HILOCK_LOCK", path)
+        // A lock's value block is the holder's to give (an outer lock's is not this one's).
+        .env_remove("HILOCK_VALUE")
+        .env_remove("HILOCK_VALUE_OUT")
+        .envs(watch.env());
     // The fencing token of this hold, for the command to pass to a storage service.
     if let Some(fence) = fence {
         cmd.env("HILOCK_FENCE", fence.to_string());

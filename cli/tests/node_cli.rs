@@ -1202,6 +1202,46 @@ fn hilock_lock_exports_a_growing_fencing_token() {
     assert!(w > r0.max(r1), "W fence {w} after R fences {r0}, {r1}");
 }
 
+/// The lock value block through `hilock lock` (`docs/cli.md`, "The value block";
+/// `spec/SPEC.md` 1.15): a command reads the block as 64 hex digits in `HILOCK_VALUE`
+/// (zeros before any write); a W command that writes hex to the file named in
+/// `HILOCK_VALUE_OUT` sets it at the release, and an R command on the other node reads it.
+/// An R command has no `HILOCK_VALUE_OUT`; a W command that writes nothing leaves the value
+/// as it was, and one that writes a bad value is told on stderr and changes nothing.
+#[test]
+fn hilock_lock_passes_the_value_block_to_the_next_holder() {
+    let c = start(2);
+    let value = |node: usize, mode: &str, script: &str| -> String {
+        let out = run(&mut lock_cmd(&c.socket(node), "/value/v", mode, script));
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        text(&out.stdout).trim().to_string()
+    };
+    let zeros = "0".repeat(64);
+    assert_eq!(value(1, "R", "echo \"$HILOCK_VALUE\""), zeros);
+    assert_eq!(
+        value(1, "R", "echo \"[${HILOCK_VALUE_OUT-none}]\""),
+        "[none]"
+    );
+    value(0, "W", "printf 68656c6c6f > \"$HILOCK_VALUE_OUT\"");
+    let hello = format!("68656c6c6f{}", "0".repeat(54));
+    assert_eq!(value(1, "R", "echo \"$HILOCK_VALUE\""), hello);
+    assert_eq!(value(1, "W", "echo \"$HILOCK_VALUE\""), hello);
+    assert_eq!(value(0, "R", "echo \"$HILOCK_VALUE\""), hello);
+    let out = run(&mut lock_cmd(
+        &c.socket(0),
+        "/value/v",
+        "W",
+        "printf xyz > \"$HILOCK_VALUE_OUT\"",
+    ));
+    assert!(out.status.success());
+    assert!(
+        text(&out.stderr).contains("the value block was not written"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(value(1, "R", "echo \"$HILOCK_VALUE\""), hello);
+}
+
 /// Static membership with `state_dir`: the whole cluster killed and started again with
 /// the same state directories — each node a new run — issues fences above every fence of
 /// the run before (a new generation); stopped with SIGTERM instead, every node suspends

@@ -24,7 +24,7 @@ pub const WINDOW: usize = 16 * 1024;
 const PATTERN: u32 = 0xDEAD_BEEF;
 
 /// Kinds of step, for per-kind figures.
-pub const KINDS: [&str; 13] = [
+pub const KINDS: [&str; 14] = [
     "acquire",
     "release",
     "upgrade",
@@ -38,6 +38,7 @@ pub const KINDS: [&str; 13] = [
     "deliver busy",
     "cancel",
     "downgrade",
+    "set value",
 ];
 
 fn kind(input: &Input<'_, FwMsg>) -> usize {
@@ -49,6 +50,7 @@ fn kind(input: &Input<'_, FwMsg>) -> usize {
         Input::TryAcquire { .. } => 9,
         Input::Cancel { .. } => 11,
         Input::Downgrade { .. } => 12,
+        Input::SetValue { .. } => 13,
         Input::Deliver { msg, .. } => match msg.kind() {
             MsgKind::Request => 4,
             MsgKind::Grant => 5,

@@ -34,7 +34,7 @@
 use crate::VecSink;
 use hilock_kernel::{
     Input, KernelError, LockId, Mode, MsgKind, NodeId, Output, Protocol, Report, RuleSet, Sink,
-    Site,
+    Site, VALUE_LEN,
 };
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt;
@@ -330,6 +330,11 @@ pub struct Cluster<P: Protocol> {
     /// `TryAcquire`, `Upgrade`) or releases; and the first grant to one of them.
     pub(crate) cancelled: BTreeMap<(NodeId, LockId), Mode>,
     pub(crate) cancel_breach: Option<(NodeId, LockId, Mode)>,
+    /// Ghost history for the value block property (P16): per lock, the last value written
+    /// (`SetValue` accepted), and the first grant of a valid block that read another
+    /// (node, lock, mode, first byte read, first byte of the last value written).
+    pub(crate) written: BTreeMap<LockId, [u8; VALUE_LEN]>,
+    pub(crate) value_breach: Option<(NodeId, LockId, Mode, u8, u8)>,
     // Bookkeeping (not state).
     seq: u64,
     sent: u64,
@@ -356,6 +361,8 @@ impl<P: Protocol> Clone for Cluster<P> {
             try_breach: self.try_breach,
             cancelled: self.cancelled.clone(),
             cancel_breach: self.cancel_breach,
+            written: self.written.clone(),
+            value_breach: self.value_breach,
             seq: self.seq,
             sent: self.sent,
             steps: self.steps,
@@ -389,6 +396,8 @@ where
             && self.try_breach == o.try_breach
             && self.cancelled == o.cancelled
             && self.cancel_breach == o.cancel_breach
+            && self.written == o.written
+            && self.value_breach == o.value_breach
     }
 }
 impl<P: Protocol + Eq> Eq for Cluster<P> where P::Msg: Eq {}
@@ -413,6 +422,8 @@ where
         self.try_breach.hash(h);
         self.cancelled.hash(h);
         self.cancel_breach.hash(h);
+        self.written.hash(h);
+        self.value_breach.hash(h);
     }
 }
 
@@ -454,6 +465,8 @@ where
             try_breach: None,
             cancelled: BTreeMap::new(),
             cancel_breach: None,
+            written: BTreeMap::new(),
+            value_breach: None,
             seq: 0,
             sent: 0,
             steps: 0,
@@ -627,6 +640,10 @@ where
             | Input::Release { lock } => Some(lock),
             _ => None,
         };
+        let wrote = match input {
+            Input::SetValue { lock, value } => Some((lock, value)),
+            _ => None,
+        };
         let slot = &mut self.sites[node.idx()];
         // The cached hash is stale once the site may have changed.
         slot.hash = AtomicU64::new(0);
@@ -647,6 +664,10 @@ where
                     // Asked again (or released what a cancelled upgrade left held): the
                     // cancel is history.
                     self.cancelled.remove(&(node, lock));
+                }
+                if let Some((lock, value)) = wrote {
+                    // P16's ghost: the last value written (`spec/SPEC.md` 1.15).
+                    self.written.insert(lock, value);
                 }
                 self.steps += 1;
                 self.rules = self.rules.union(r.rules);
@@ -671,10 +692,12 @@ where
             Output::Granted { lock, mode } => {
                 self.note_try_grant(from, lock, mode);
                 self.note_cancelled_grant(from, lock, mode);
+                self.note_value(from, lock, mode);
                 self.note_fence(from, lock, mode)
             }
             Output::Upgraded { lock } => {
                 self.note_cancelled_grant(from, lock, Mode::W);
+                self.note_value(from, lock, Mode::W);
                 self.note_fence(from, lock, Mode::W)
             }
             Output::WouldBlock { lock, .. } => self.note_would_block(from, lock),

@@ -23,6 +23,7 @@
 use crate::mode::Mode;
 use crate::msg::{LockId, Msg, MsgKind, QueueEntry};
 use crate::token::prio::Frozen;
+use crate::token::value::ValueBlock;
 use core::fmt;
 use postcard::experimental::max_size::MaxSize;
 
@@ -65,6 +66,7 @@ const MODE: usize = Mode::POSTCARD_MAX_SIZE;
 const FROZEN: usize = Frozen::POSTCARD_MAX_SIZE;
 const U32: usize = u32::POSTCARD_MAX_SIZE;
 const U64: usize = u64::POSTCARD_MAX_SIZE;
+const VALUE: usize = ValueBlock::POSTCARD_MAX_SIZE;
 
 const fn max(a: usize, b: usize) -> usize {
     if a > b {
@@ -80,12 +82,13 @@ impl<const Q: usize> Msg<Q> {
     pub const MAX_REQUEST: usize = TAG + LOCK + ENTRY + U32;
     /// The largest frame of a [`Msg::Busy`]: lock, entry.
     pub const MAX_BUSY: usize = TAG + LOCK + ENTRY;
-    /// The largest frame of a [`Msg::Grant`]: lock, entry, epoch, recorded, frozen, fence.
-    pub const MAX_GRANT: usize = TAG + LOCK + ENTRY + U32 + MODE + FROZEN + U64;
+    /// The largest frame of a [`Msg::Grant`]: lock, entry, epoch, recorded, frozen, fence,
+    /// value block.
+    pub const MAX_GRANT: usize = TAG + LOCK + ENTRY + U32 + MODE + FROZEN + U64 + VALUE;
     /// The largest frame of a [`Msg::Token`]: lock, entry, generation, sender_owned, epoch,
-    /// frozen, the queue (its length's varint and `Q` entries), fence.
+    /// frozen, the queue (its length's varint and `Q` entries), fence, value block.
     pub const MAX_TOKEN: usize =
-        TAG + LOCK + ENTRY + U32 + MODE + U32 + FROZEN + varint_len(Q) + Q * ENTRY + U64;
+        TAG + LOCK + ENTRY + U32 + MODE + U32 + FROZEN + varint_len(Q) + Q * ENTRY + U64 + VALUE;
     /// The largest frame of a [`Msg::Release`]: lock, owned, epoch.
     pub const MAX_RELEASE: usize = TAG + LOCK + MODE + U32;
     /// The largest frame of a [`Msg::Freeze`]: lock, modes.

@@ -34,6 +34,11 @@ pub enum KernelError {
     NotWeaker(LockId),
     /// `Downgrade` on a protocol that has no downgrade (the Naimi-Trehel baselines).
     DowngradeUnsupported(LockId),
+    /// `SetValue` while this site does not hold the lock in W (`spec/SPEC.md` 1.15): only
+    /// the W holder writes the value block.
+    NotWriter(LockId),
+    /// `SetValue` on a protocol that has no value block (the Naimi-Trehel baselines).
+    ValueUnsupported(LockId),
     /// `Release` or `Downgrade` while this site holds nothing.
     NotHeld(LockId),
     /// `Upgrade` while this site does not hold the lock in U (Rule 7).
@@ -90,6 +95,12 @@ impl fmt::Display for KernelError {
             }
             KernelError::DowngradeUnsupported(l) => {
                 write!(f, "lock {l}: this protocol cannot downgrade a hold")
+            }
+            KernelError::NotWriter(l) => {
+                write!(f, "lock {l}: only its W holder writes the value block")
+            }
+            KernelError::ValueUnsupported(l) => {
+                write!(f, "lock {l}: this protocol has no value block")
             }
             KernelError::NotHeld(l) => write!(f, "lock {l} is not held here"),
             KernelError::NotHoldingU(l) => write!(f, "upgrade needs lock {l} held in U"),

@@ -70,6 +70,7 @@ pub use token::keep::ReleaseRule;
 pub use token::node::{Forwarding, LockNode, Peer, Pending, Stale, Variant};
 pub use token::prio::{Frozen, Inheritance, Priority};
 pub use token::site::{DefaultSite, Priorities, Site};
+pub use token::value::{ValueBlock, VALUE_LEN};
 
 /// The README's code blocks, compiled and run as doctests (`cargo test --doc -p
 /// hilock-kernel`), so the kernel example there cannot drift from the API.

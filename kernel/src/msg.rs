@@ -2,6 +2,7 @@
 
 use crate::mode::Mode;
 use crate::token::prio::{Frozen, Priority};
+use crate::token::value::{ValueBlock, VALUE_LEN};
 use core::fmt;
 
 /// A node (site) of the system: an index `0..N`.
@@ -89,6 +90,8 @@ pub enum Msg<const Q: usize> {
         frozen: Frozen,
         /// The fencing token of this grant ([`crate::LockNode::fence`]).
         fence: u64,
+        /// The granter's value block (`spec/SPEC.md` 1.15): the requester's from now on.
+        value: ValueBlock,
     },
     /// Rule 3.2: the token, with the sender's queue; the requester becomes the token node
     /// and the sender becomes its child if it still owns a mode.
@@ -109,6 +112,8 @@ pub enum Msg<const Q: usize> {
         queue: heapless::Vec<QueueEntry, Q>,
         /// The fencing counter carried with the token: the fence of this transfer.
         fence: u64,
+        /// The token node's value block (`spec/SPEC.md` 1.15), carried with the token.
+        value: ValueBlock,
     },
     /// Rule 5.2: the sender's owned mode changed; `owned` is its new owned mode (Φ: the
     /// sender leaves the copyset). `epoch` names the link the sender believes it is on.
@@ -243,6 +248,18 @@ pub enum Input<'a, M> {
         lock: LockId,
         /// The weaker mode to hold from now on (not Φ).
         mode: Mode,
+    },
+    /// hilock's lock value block (`spec/SPEC.md` 1.15, the DLM's LVB): the local W
+    /// holder of `lock` writes its value block; the block is valid from now on. The token
+    /// carries it and every later grant a copy of it, so the next holders read it
+    /// ([`crate::Site::value`]). No output. Only W may write: a U holder is compatible
+    /// with R copies that grant further copies of the old value. Not held in W:
+    /// [`crate::KernelError::NotWriter`] (nothing changes).
+    SetValue {
+        /// The lock.
+        lock: LockId,
+        /// The new value.
+        value: [u8; VALUE_LEN],
     },
     /// User API `RequestUnlock()` (Fig. 2.7).
     Release {

@@ -5,6 +5,7 @@ use crate::error::KernelError;
 use crate::mode::Mode;
 use crate::msg::{Input, LockId, MsgKind, NodeId, Output, Sink};
 use crate::report::Report;
+use crate::token::value::ValueBlock;
 
 /// A site of a token-based locking protocol, driven sans-IO: one input in, outputs appended
 /// to `out`. On `Err` neither the state nor `out` has changed: every step validates its
@@ -42,6 +43,13 @@ pub trait Protocol {
     /// The fencing token of this site's current hold of `lock` (`None`: nothing held, or
     /// a protocol without fencing tokens). Read it right after the step that granted.
     fn fence(&self, lock: LockId) -> Result<Option<u64>, KernelError> {
+        let _ = lock;
+        Ok(None)
+    }
+
+    /// The lock value block this site's hold of `lock` reads (`spec/SPEC.md` 1.15; `None`:
+    /// nothing held, or a protocol without value blocks).
+    fn value(&self, lock: LockId) -> Result<Option<ValueBlock>, KernelError> {
         let _ = lock;
         Ok(None)
     }

@@ -147,6 +147,9 @@ named_rules! {
     /// hilock's downgrade (`spec/SPEC.md` 1.14): the local holder converted its held mode
     /// to a weaker one (`Downgraded`); Rule 5.2 and Rule 5.1 then fire as after a release.
     Downgrade = "downgrade",
+    /// hilock's lock value block (`spec/SPEC.md` 1.15): the local W holder wrote the lock's
+    /// value block (`SetValue`).
+    SetValue = "set value",
 }
 
 /// The rules of one engine, named: an enum of at most 64 variants (`#[repr(u8)]`, declared

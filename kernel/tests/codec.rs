@@ -8,7 +8,9 @@
 //!     cargo test -p hilock-kernel --test codec frame_table -- --nocapture
 
 use hilock_kernel::codec::{decode, encode, CodecError};
-use hilock_kernel::{Frozen, LockId, Mode, ModeSet, Msg, MsgKind, NodeId, QueueEntry};
+use hilock_kernel::{
+    Frozen, LockId, Mode, ModeSet, Msg, MsgKind, NodeId, QueueEntry, ValueBlock, VALUE_LEN,
+};
 
 const KINDS: [MsgKind; 6] = [
     MsgKind::Request,
@@ -52,6 +54,7 @@ fn message<const Q: usize>(
             recorded: Mode::W,
             frozen,
             fence,
+            value: ValueBlock::new([0xff; VALUE_LEN]),
         },
         MsgKind::Token => Msg::Token {
             lock,
@@ -62,6 +65,7 @@ fn message<const Q: usize>(
             frozen,
             queue: (0..Q).map(entry).collect(),
             fence,
+            value: ValueBlock::new([0xff; VALUE_LEN]),
         },
         MsgKind::Release => Msg::Release {
             lock,
@@ -195,5 +199,5 @@ fn frame_table() {
     println!("{}", row::<8>());
     println!("{}", row::<16>());
     println!("{}", row::<32>());
-    assert_eq!(frame_len(&largest::<2>(MsgKind::Token)), 63);
+    assert_eq!(frame_len(&largest::<2>(MsgKind::Token)), 96);
 }

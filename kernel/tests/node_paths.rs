@@ -6,7 +6,7 @@
 use hilock_harness::Cluster;
 use hilock_kernel::{
     Frozen, Inheritance, Input, KernelError, LockId, Mode, ModeSet, Msg, NodeId, Output, Outputs,
-    Pending, QueueEntry, Rule, Site, Variant,
+    Pending, QueueEntry, Rule, Site, ValueBlock, Variant,
 };
 use proptest::prelude::*;
 use std::collections::BTreeSet;
@@ -199,6 +199,7 @@ fn stale_grants_are_counted() {
         recorded: Mode::R,
         frozen: Frozen::EMPTY,
         fence: 0,
+        value: ValueBlock::INITIAL,
     };
     let site = c.site_mut(NodeId(1));
     for k in 1..=2u32 {
@@ -238,6 +239,7 @@ fn token_msg(e: QueueEntry, sender_owned: Mode, queue: &[QueueEntry]) -> Msg<4> 
         frozen: Frozen::EMPTY,
         queue: heapless::Vec::from_slice(queue).unwrap(),
         fence: 1,
+        value: ValueBlock::INITIAL,
     }
 }
 
@@ -335,6 +337,7 @@ fn grant(e: QueueEntry, epoch: u32, frozen: Frozen) -> Msg<4> {
         recorded: e.mode,
         frozen,
         fence: 1,
+        value: ValueBlock::INITIAL,
     }
 }
 

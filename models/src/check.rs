@@ -696,6 +696,7 @@ pub fn trace_of<const L: usize>(
                     ScriptOp::Try(mode, lock) => TraceInput::TryAcquire { lock, mode },
                     ScriptOp::Cancel(lock) => TraceInput::Cancel { lock },
                     ScriptOp::Downgrade(mode, lock) => TraceInput::Downgrade { lock, mode },
+                    ScriptOp::Write(value, lock) => TraceInput::SetValue { lock, value },
                     ScriptOp::Release(lock) => TraceInput::Release { lock },
                     ScriptOp::Upgrade(lock) => TraceInput::Upgrade { lock },
                     ScriptOp::Priority(base) => TraceInput::SetPriority { base },

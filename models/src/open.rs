@@ -136,6 +136,7 @@ fn fits<const L: usize>(
                 || matches!((op, input), (ScriptOp::Try(m, l), TraceInput::TryAcquire { lock, mode }) if m == *mode && l == *lock)
                 || matches!((op, input), (ScriptOp::Cancel(l), TraceInput::Cancel { lock }) if l == *lock)
                 || matches!((op, input), (ScriptOp::Downgrade(m, l), TraceInput::Downgrade { lock, mode }) if m == *mode && l == *lock)
+                || matches!((op, input), (ScriptOp::Write(v, l), TraceInput::SetValue { lock, value }) if v == *value && l == *lock)
                 || matches!((op, input), (ScriptOp::Upgrade(l), TraceInput::Upgrade { lock }) if l == *lock)
                 || matches!((op, input), (ScriptOp::Priority(p), TraceInput::SetPriority { base }) if p == *base)
         }
@@ -166,6 +167,7 @@ fn input_text(node: &str, input: &TraceInput) -> String {
         TraceInput::TryAcquire { lock, mode } => format!("{node} try {mode} on L{lock}"),
         TraceInput::Cancel { lock } => format!("{node} cancel L{lock}"),
         TraceInput::Downgrade { lock, mode } => format!("{node} downgrade L{lock} to {mode}"),
+        TraceInput::SetValue { lock, value } => format!("{node} write {value} to L{lock}"),
         TraceInput::Release { lock } => format!("{node} release L{lock}"),
         TraceInput::Upgrade { lock } => format!("{node} upgrade L{lock}"),
         TraceInput::SetPriority { base } => format!("{node} priority {base}"),
@@ -276,6 +278,7 @@ pub fn trace_diagram(t: &Trace) -> (Diagram, Vec<String>, Vec<Vec<String>>) {
             | TraceInput::TryAcquire { lock, .. }
             | TraceInput::Cancel { lock }
             | TraceInput::Downgrade { lock, .. }
+            | TraceInput::SetValue { lock, .. }
             | TraceInput::Release { lock }
             | TraceInput::Upgrade { lock } => {
                 d.local(node, line.split_once(' ').map_or("", |x| x.1).to_string());

@@ -89,6 +89,7 @@ use hilock_harness::{Cluster, Order};
 use hilock_kernel::token::tables::table_2_1;
 use hilock_kernel::{
     Frozen, Input, KernelError, LockId, Mode, Msg, MsgKind, NodeId, Output, Pending, Rule, Variant,
+    VALUE_LEN,
 };
 use hilock_spec::system::{ModelSite, SpecMsg, MODEL_NODES};
 use hilock_spec::trace::describe_msg;
@@ -126,8 +127,8 @@ impl Network {
 }
 
 /// One operation of a node's script, written `acquire MODE [@LOCK]`, `try MODE [@LOCK]`,
-/// `cancel [@LOCK]`, `downgrade MODE [@LOCK]`, `release [@LOCK]` or `upgrade [@LOCK]` in
-/// JSON.
+/// `cancel [@LOCK]`, `downgrade MODE [@LOCK]`, `write V [@LOCK]`, `release [@LOCK]` or
+/// `upgrade [@LOCK]` in JSON.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
 pub enum ScriptOp {
@@ -149,6 +150,10 @@ pub enum ScriptOp {
     /// the mode the script holds to the weaker `MODE`; answered at once (`Downgraded`),
     /// the script goes on holding `MODE` (its next `release` releases it).
     Downgrade(Mode, u16),
+    /// `write V`: hilock's lock value block (`Input::SetValue`, `spec/SPEC.md` 1.15): the
+    /// script, holding W, writes a block whose every byte is `V` (small values, 1–3, keep
+    /// the state space small); no answer, the script goes on.
+    Write(u8, u16),
     /// `RequestUnlock()`.
     Release(u16),
     /// `RequestUpgrade()` (Rule 7); the script waits until it completes.
@@ -166,6 +171,7 @@ impl ScriptOp {
             | ScriptOp::Try(_, l)
             | ScriptOp::Cancel(l)
             | ScriptOp::Downgrade(_, l)
+            | ScriptOp::Write(_, l)
             | ScriptOp::Release(l)
             | ScriptOp::Upgrade(l) => l,
             ScriptOp::Priority(_) => 0,
@@ -198,6 +204,17 @@ impl std::str::FromStr for ScriptOp {
                 _ => Err(format!("unknown operation '{s}'")),
             };
         }
+        if let Some(rest) = s.trim().strip_prefix("write ") {
+            // `write V [@LOCK]`: V is a byte, the lock reads as in `release [@LOCK]`.
+            let (v, lock) = rest.split_once(' ').unwrap_or((rest, ""));
+            let v: u8 = v
+                .parse()
+                .map_err(|_| format!("'{s}': the value is a number 0..=255"))?;
+            return match Op::parse(format!("release {lock}").trim_end())? {
+                Op::Release(l) => Ok(ScriptOp::Write(v, l)),
+                _ => Err(format!("unknown operation '{s}'")),
+            };
+        }
         if let Some(rest) = s.trim().strip_prefix("cancel") {
             // `cancel [@LOCK]` reads as `release [@LOCK]`.
             return match Op::parse(&format!("release{rest}"))? {
@@ -227,6 +244,7 @@ impl fmt::Display for ScriptOp {
             ScriptOp::Try(m, l) => (format!("try {}", m.name()), *l),
             ScriptOp::Cancel(l) => ("cancel".to_string(), *l),
             ScriptOp::Downgrade(m, l) => (format!("downgrade {}", m.name()), *l),
+            ScriptOp::Write(v, l) => (format!("write {v}"), *l),
             ScriptOp::Release(l) => ("release".to_string(), *l),
             ScriptOp::Upgrade(l) => ("upgrade".to_string(), *l),
             ScriptOp::Priority(p) => return write!(f, "priority {p}"),
@@ -1207,6 +1225,10 @@ impl<const L: usize> BaseModel<L> {
                 lock: LockId(l),
                 mode,
             },
+            ScriptOp::Write(v, l) => Input::SetValue {
+                lock: LockId(l),
+                value: [v; VALUE_LEN],
+            },
             ScriptOp::Release(l) => Input::Release { lock: LockId(l) },
             ScriptOp::Upgrade(l) => Input::Upgrade { lock: LockId(l) },
             ScriptOp::Priority(base) => Input::SetPriority { base },
@@ -1294,6 +1316,10 @@ fn p14<const L: usize>(_: &BaseModel<L>, st: &State<L>) -> bool {
     st.cluster.check_cancel_leaves_nothing().is_ok()
 }
 
+fn p16<const L: usize>(_: &BaseModel<L>, st: &State<L>) -> bool {
+    st.cluster.check_value_block().is_ok()
+}
+
 /// What violates `property` in `st`, in words ("on L0: n1 holds R, n3 holds W"): the
 /// sentence a counterexample's verdict ends with. `None` if `st` does not violate it (or
 /// it is not one of [`SAFETY`]).
@@ -1342,6 +1368,7 @@ pub fn why_violated<const L: usize>(
         p if p == SAFETY[10] => c.check_try_leaves_nothing().err(),
         p if p == SAFETY[11] => c.check_no_grant_after_cancel().err(),
         p if p == SAFETY[12] => c.check_cancel_leaves_nothing().err(),
+        p if p == SAFETY[13] => c.check_value_block().err(),
         _ => None,
     };
     violation.map(|v| v.detail)
@@ -1356,7 +1383,7 @@ fn ev<const L: usize, const E: u8>(_: &BaseModel<L>, st: &State<L>) -> bool {
 }
 
 /// Names of the properties that must hold (`always`).
-pub const SAFETY: [&str; 13] = [
+pub const SAFETY: [&str; 14] = [
     "P1 mutual exclusion",
     "P2 single token",
     "P3 owned-mode invariant",
@@ -1370,6 +1397,7 @@ pub const SAFETY: [&str; 13] = [
     "P12 a try leaves nothing pending",
     "P14 no grant after Cancel",
     "P15 a cancel leaves nothing",
+    "P16 a valid value block is the last one written",
 ];
 
 /// Names of the `P6 FIFO bypass ≤ k` properties, index k.
@@ -1504,6 +1532,7 @@ impl<const L: usize> Model for BaseModel<L> {
                     }
                     ScriptOp::Cancel(_)
                     | ScriptOp::Downgrade(..)
+                    | ScriptOp::Write(..)
                     | ScriptOp::Release(_)
                     | ScriptOp::Priority(_) => {}
                 }
@@ -1590,6 +1619,7 @@ impl<const L: usize> Model for BaseModel<L> {
             Property::always(SAFETY[10], p12::<L>),
             Property::always(SAFETY[11], p13::<L>),
             Property::always(SAFETY[12], p14::<L>),
+            Property::always(SAFETY[13], p16::<L>),
             Property::always(BYPASS[0], bypass::<L, 0>),
             Property::always(BYPASS[1], bypass::<L, 1>),
             Property::always(BYPASS[2], bypass::<L, 2>),

@@ -92,8 +92,38 @@ pub enum Request {
         /// The group id (the pid of its leader, a child of the client).
         pgid: i32,
     },
-    /// After a grant: release the lock.
-    Release,
+    /// After a grant: release the lock. A W hold given `value` (64 hex digits or fewer,
+    /// zero-padded on the right) first writes it as the lock's value block
+    /// ([`crate::Guard::set_value`], `spec/SPEC.md` 1.15).
+    Release {
+        /// The new value block, in hex.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        value: Option<String>,
+    },
+}
+
+/// The lock value block (`spec/SPEC.md` 1.15) as 64 lowercase hex digits.
+pub fn value_hex(value: &[u8; hilock_kernel::VALUE_LEN]) -> String {
+    value.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A value block from at most 64 hex digits (surrounding whitespace ignored), zero-padded
+/// on the right.
+pub fn parse_value_hex(text: &str) -> Result<[u8; hilock_kernel::VALUE_LEN], String> {
+    let t = text.trim();
+    let mut v = [0u8; hilock_kernel::VALUE_LEN];
+    if t.len() > 2 * v.len() || t.len() % 2 != 0 {
+        return Err(format!(
+            "a value block is an even number of hex digits, at most {}: {} given",
+            2 * v.len(),
+            t.len()
+        ));
+    }
+    for (i, b) in v.iter_mut().enumerate().take(t.len() / 2) {
+        *b = u8::from_str_radix(&t[2 * i..2 * i + 2], 16)
+            .map_err(|_| format!("not a hex digit pair: {:?}", &t[2 * i..2 * i + 2]))?;
+    }
+    Ok(v)
 }
 
 /// A reply.
@@ -129,6 +159,11 @@ pub struct Reply {
     /// A try-lock was refused: the lock could not be taken without waiting.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub busy: bool,
+    /// The lock value block of the granted hold (`spec/SPEC.md` 1.15) in hex
+    /// ([`value_hex`]); empty when the block is not valid (a recovery regenerated the
+    /// lock's token and nobody has written since).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
 }
 
 impl Reply {
@@ -144,6 +179,7 @@ impl Reply {
             lease_grace_ms: None,
             lease_lost: false,
             busy: false,
+            value: None,
         }
     }
 
@@ -159,6 +195,7 @@ impl Reply {
             lease_grace_ms: None,
             lease_lost: false,
             busy: false,
+            value: None,
         }
     }
 }
@@ -398,7 +435,7 @@ async fn client(node: Handle, s: UnixStream) {
             };
             let _ = write_reply(&mut w, &reply).await;
         }
-        Request::Child { .. } | Request::Release => {
+        Request::Child { .. } | Request::Release { .. } => {
             let _ = write_reply(&mut w, &Reply::error("no lock held on this connection")).await;
         }
         Request::Txn {
@@ -458,9 +495,15 @@ async fn client(node: Handle, s: UnixStream) {
             };
             let locks = guard.locks().map(|(p, m)| format!("{p}:{m}")).collect();
             let lease = node.lease().borrow().deadline_ms();
+            let value = guard
+                .value()
+                .await
+                .ok()
+                .map(|b| b.get().map(value_hex).unwrap_or_default());
             let reply = Reply {
                 locks: Some(locks),
                 fence: Some(guard.fence()),
+                value,
                 lease_until_ms: lease.map(|l| l.0),
                 lease_grace_ms: lease.map(|l| l.1),
                 ..Reply::ok()
@@ -468,6 +511,7 @@ async fn client(node: Handle, s: UnixStream) {
             if write_reply(&mut w, &reply).await.is_err() {
                 return;
             }
+            let mut value = None;
             let release = hold(
                 &node,
                 &mut r,
@@ -475,10 +519,20 @@ async fn client(node: Handle, s: UnixStream) {
                 peer_pid,
                 &path,
                 std::future::pending(),
+                &mut value,
             )
             .await;
             if release {
-                drop(guard);
+                if let Some(v) = value {
+                    // `spec/SPEC.md` 1.15: the W holder's value goes with its release.
+                    let mut guard = guard;
+                    if let Err(e) = guard.set_value(v).await {
+                        warn!(%path, error = %e, "the value block given with the release was not written");
+                    }
+                    drop(guard);
+                } else {
+                    drop(guard);
+                }
             } else {
                 // A process of the command survived SIGKILL while the node stops: never
                 // release under it (the lock goes with this node).
@@ -553,7 +607,19 @@ async fn txn(
         return;
     }
     let lost = async { t.lost().await.to_string() };
-    if hold(node, &mut r, &mut w, peer_pid, &names.join(" "), lost).await {
+    // A transaction writes no value block: a value given with its release is ignored.
+    let mut ignored = None;
+    if hold(
+        node,
+        &mut r,
+        &mut w,
+        peer_pid,
+        &names.join(" "),
+        lost,
+        &mut ignored,
+    )
+    .await
+    {
         drop(t);
     } else {
         std::mem::forget(t);
@@ -572,7 +638,8 @@ const STOP_KILL_WAIT: Duration = Duration::from_millis(80);
 /// node stops, or its etcd lease is lost, a registered group is killed (SIGTERM, SIGKILL
 /// [`STOP_TERM_GRACE`] later) before the release; `false` if a process of it is still
 /// alive [`STOP_KILL_WAIT`] after the SIGKILL: then the lock must not be released. While
-/// the node's lease is valid, every renewal is passed on to the client.
+/// the node's lease is valid, every renewal is passed on to the client. A release that
+/// carries a value block leaves it in `value` for the caller to write before it releases.
 async fn hold(
     node: &Handle,
     r: &mut BufReader<tokio::net::unix::OwnedReadHalf>,
@@ -580,6 +647,7 @@ async fn hold(
     peer_pid: Option<i32>,
     path: &str,
     lost: impl std::future::Future<Output = String>,
+    value: &mut Option<[u8; hilock_kernel::VALUE_LEN]>,
 ) -> bool {
     let mut stop = node.stopping();
     let mut lost = std::pin::pin!(lost);
@@ -627,6 +695,15 @@ async fn hold(
                         if write_reply(w, &Reply::ok()).await.is_err() {
                             return kill_group(node, pgid, path).await;
                         }
+                    }
+                    // A release with a value block for the holder to write first
+                    // (`spec/SPEC.md` 1.15); a value that does not parse is dropped.
+                    Ok(Request::Release { value: Some(v) }) => {
+                        match parse_value_hex(&v) {
+                            Ok(v) => *value = Some(v),
+                            Err(e) => warn!(%path, error = %e, "a release's value block was dropped"),
+                        }
+                        return true;
                     }
                     // A release, or anything else: release.
                     _ => return true,

@@ -51,4 +51,5 @@ pub mod wire;
 mod ports;
 
 pub use config::{Config, NodeAddr, MAX_NODES};
+pub use hilock_kernel::{ValueBlock, VALUE_LEN};
 pub use token::{intention, Error, Guard, Handle, Node, Options, Stats, Status};

@@ -47,7 +47,8 @@
 //! Version 4 added `Payload::Ping` and `Ack::ping` (version 3 nodes could decode
 //! neither); version 5 the epoch stamp of every kernel message; version 6
 //! `Payload::DeadEnd` and `Payload::Generation`; version 7 the try-lock's kernel messages
-//! `Msg::TryRequest` and `Msg::Busy` (`spec/SPEC.md` 1.12).
+//! `Msg::TryRequest` and `Msg::Busy` (`spec/SPEC.md` 1.12); version 8 the lock value
+//! block carried by `Msg::Grant` and `Msg::Token` (`spec/SPEC.md` 1.15).
 
 use hilock_kernel::token::recovery::{FaultSite, Stamped};
 use hilock_kernel::{LockId, Msg, NodeId};
@@ -58,7 +59,7 @@ use sha2::{Digest, Sha256};
 use crate::config::MAX_NODES;
 
 /// The protocol version carried by the handshake.
-pub const PROTOCOL_VERSION: u32 = 7;
+pub const PROTOCOL_VERSION: u32 = 8;
 
 /// Largest frame accepted (bytes). A token carries at most [`MAX_NODES`] queue entries,
 /// far below this.
@@ -364,8 +365,9 @@ pub(crate) fn codec() -> tokio_util::codec::LengthDelimitedCodec {
         .new_codec()
 }
 
-/// Check the size bound in [`MAX_FRAME`] against the largest message.
-const _: () = assert!(MAX_NODES * 16 + 64 < MAX_FRAME);
+/// Check the size bound in [`MAX_FRAME`] against the largest message (a token's queue of
+/// [`MAX_NODES`] entries, its other fields and the value block, `spec/SPEC.md` 1.15).
+const _: () = assert!(MAX_NODES * 16 + 64 + hilock_kernel::VALUE_LEN + 1 < MAX_FRAME);
 
 #[cfg(test)]
 mod tests {

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
-use hilock_kernel::{LockId, Mode, Msg, NodeId};
+use hilock_kernel::{LockId, Mode, Msg, NodeId, ValueBlock, VALUE_LEN};
 use hilock_runtime::oracle::{local_cluster, Oracle};
 use hilock_runtime::wire::{self, Frame, Hello, Side, PROTOCOL_VERSION};
 use hilock_runtime::{Config, Error, Node, NodeAddr, Options};
@@ -1313,5 +1313,50 @@ async fn a_downgraded_writer_lets_a_reader_on_another_node_in_while_it_still_rea
     assert_eq!(u.mode(), Mode::U);
     drop(r);
     drop(u);
+    assert_all_idle(&nodes, Duration::from_secs(5)).await;
+}
+
+/// `spec/SPEC.md` 1.15 in the runtime (three nodes on 127.0.0.1): a W guard on node 0
+/// writes the lock value block and releases; the next R holder, on node 2, reads it, and
+/// so does a reader on node 1 granted beside it. Before the first write a holder reads the
+/// initial block (all zero, valid). Only a W guard writes: an R guard and a U guard are
+/// refused with `Error::NotWriter`; the U guard writes once upgraded, and the next reader
+/// reads that value.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_value_written_under_w_is_read_by_the_next_reader_on_another_node() {
+    let nodes = local_cluster(3, "value", SECRET, Duration::from_secs(10))
+        .await
+        .unwrap();
+    let root = path_rooted_at("v", 0, 3);
+    let p = format!("{root}/x");
+    let mut w = nodes[0].lock(&p, Mode::W).await.unwrap();
+    assert_eq!(w.value().await.unwrap(), ValueBlock::INITIAL);
+    let mut v = [0u8; VALUE_LEN];
+    v[..5].copy_from_slice(b"hello");
+    w.set_value(v).await.unwrap();
+    assert_eq!(w.value().await.unwrap().get(), Some(&v));
+    drop(w);
+    let mut r2 = nodes[2].lock(&p, Mode::R).await.unwrap();
+    assert_eq!(r2.value().await.unwrap().get(), Some(&v));
+    let r1 = nodes[1].lock(&p, Mode::R).await.unwrap();
+    assert_eq!(r1.value().await.unwrap().get(), Some(&v));
+    assert!(matches!(
+        r2.set_value([1; VALUE_LEN]).await,
+        Err(Error::NotWriter { mode: Mode::R, .. })
+    ));
+    drop(r1);
+    drop(r2);
+    let mut u = nodes[1].lock(&p, Mode::U).await.unwrap();
+    assert!(matches!(
+        u.set_value([2; VALUE_LEN]).await,
+        Err(Error::NotWriter { mode: Mode::U, .. })
+    ));
+    assert_eq!(u.value().await.unwrap().get(), Some(&v));
+    u.upgrade().await.unwrap();
+    u.set_value([2; VALUE_LEN]).await.unwrap();
+    drop(u);
+    let r0 = nodes[0].lock(&p, Mode::R).await.unwrap();
+    assert_eq!(r0.value().await.unwrap().get(), Some(&[2; VALUE_LEN]));
+    drop(r0);
     assert_all_idle(&nodes, Duration::from_secs(5)).await;
 }

@@ -28,6 +28,10 @@ pub struct Trace {
 }
 
 /// What a step's input was.
+// A delivered message is inline (since the value block, `spec/SPEC.md` 1.15, a `Grant` or
+// `Token` is some 200 bytes): traces are built and read a step at a time, never stored in
+// bulk in memory, so a box would buy nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum TraceInput {
@@ -56,6 +60,14 @@ pub enum TraceInput {
         lock: u16,
         /// The weaker mode.
         mode: Mode,
+    },
+    /// hilock's lock value block (`spec/SPEC.md` 1.15): the W holder writes a block whose
+    /// every byte is `value` (the models write small values).
+    SetValue {
+        /// The lock.
+        lock: u16,
+        /// Every byte of the block written.
+        value: u8,
     },
     /// User API `RequestUnlock`.
     Release {
@@ -104,6 +116,8 @@ pub struct TraceStep {
 }
 
 /// An output of a step, with node names.
+// A sent message is inline, as in [`TraceInput`].
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum TraceOutput {
@@ -361,6 +375,7 @@ impl Trace {
                 TraceInput::TryAcquire { mode, .. } => format!("try {mode}"),
                 TraceInput::Cancel { .. } => "cancel".to_string(),
                 TraceInput::Downgrade { mode, .. } => format!("downgrade {mode}"),
+                TraceInput::SetValue { value, .. } => format!("write {value}"),
                 TraceInput::Release { .. } => "release".to_string(),
                 TraceInput::Upgrade { .. } => "upgrade".to_string(),
                 TraceInput::SetPriority { base } => format!("priority {base}"),

@@ -606,6 +606,17 @@ const ROWS: &[Row] = &[
         filter: "a_downgrade_keeps_every_property",
     },
     Row {
+        rule: "value block (SPEC 1.15): every copy grant carries its granter's value block",
+        rules: &[Rule::SetValue],
+        file: "kernel/src/token/node.rs",
+        from: "                // `spec/SPEC.md` 1.15: every copy carries the granter's value block.\n                value: self.value,\n",
+        to: "                value: ValueBlock::INITIAL,\n",
+        also: &[],
+        package: "verify",
+        target: "token",
+        filter: "a_value_block_reads_the_last_value_written",
+    },
+    Row {
         rule: "Rule 1 / Table 2.1: IR conflicts with W",
         rules: &[],
         file: "kernel/src/mode.rs",

@@ -307,6 +307,8 @@ const PINNED: &[(&str, usize)] = &[
     ("downgrade star3: W to R, then R and IW", 361),
     ("downgrade chain3: R to IR lets an IW in", 1065),
     ("unordered star3 R/W (<= 18 msgs)", 7813),
+    ("value star3: W writes, U upgrades and writes, R reads", 803),
+    ("value chain3: a copy holder grants the written value", 1769),
 ];
 
 /// Checks `c` exhaustively, prints one line (with states/s), asserts the pinned state count,
@@ -1240,6 +1242,45 @@ fn downgrade_configs() -> Vec<ModelConfig> {
 #[test]
 fn a_downgrade_keeps_every_property() {
     for c in downgrade_configs() {
+        pass(&c);
+    }
+}
+
+// ------------------------------------------------ value block (`spec/SPEC.md` 1.15, P16)
+
+/// Value block configurations (`spec/SPEC.md` 1.15). Star: node 0 writes 1 under W and
+/// releases, node 2 takes U — compatible with node 1's R copy, so it may not write yet —
+/// upgrades to W (Rule 7) and writes 2, node 1 reads whichever came last before its grant.
+/// Chain 0 ← 1 ← 2: node 0 writes 1 and downgrades to R; node 1's R copy can then grant
+/// node 2's R request itself (Rule 3.1), with the value it was granted; node 1 later
+/// writes 2 under W.
+fn value_configs() -> Vec<ModelConfig> {
+    vec![
+        ModelConfig::star(
+            "value star3: W writes, U upgrades and writes, R reads",
+            &[
+                &["acquire W", "write 1", "release"],
+                &["acquire R", "release"],
+                &["acquire U", "upgrade", "write 2", "release"],
+            ],
+        ),
+        ModelConfig::chain(
+            "value chain3: a copy holder grants the written value",
+            &[
+                &["acquire W", "write 1", "downgrade R", "release"],
+                &["acquire R", "release", "acquire W", "write 2", "release"],
+                &["acquire R", "release"],
+            ],
+        ),
+    ]
+}
+
+/// Every interleaving of the value block configurations: P16 (every grant of a valid block
+/// reads the last value a W holder wrote before it) with P1–P5, P3b, P9, P10 and no kernel
+/// error (no write is refused: each comes from a W holder).
+#[test]
+fn a_value_block_reads_the_last_value_written() {
+    for c in value_configs() {
         pass(&c);
     }
 }

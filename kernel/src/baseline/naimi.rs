@@ -145,6 +145,8 @@ impl<const N: usize, const L: usize> NaimiSite<N, L> {
             Input::Cancel { lock } => return Err(KernelError::CancelUnsupported(lock)),
             // Nor a downgrade (`spec/SPEC.md` 1.14): refused, nothing changes.
             Input::Downgrade { lock, .. } => return Err(KernelError::DowngradeUnsupported(lock)),
+            // Nor a value block (`spec/SPEC.md` 1.15).
+            Input::SetValue { lock, .. } => return Err(KernelError::ValueUnsupported(lock)),
             // Plain Naimi-Trehel has no priorities.
             Input::SetPriority { .. } => return Ok(Report::default()),
             Input::Deliver { from, msg } => {
@@ -206,7 +208,10 @@ impl<const N: usize, const L: usize> NaimiSite<N, L> {
                     s.send_token(lock, n, out)?;
                 }
             }
-            Input::SetPriority { .. } | Input::Cancel { .. } | Input::Downgrade { .. } => {}
+            Input::SetPriority { .. }
+            | Input::Cancel { .. }
+            | Input::Downgrade { .. }
+            | Input::SetValue { .. } => {}
             Input::Upgrade { .. } => {
                 if s.pending != Mode::Phi {
                     return Err(KernelError::AlreadyPending(lock));

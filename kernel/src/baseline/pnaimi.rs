@@ -176,6 +176,8 @@ impl<const N: usize, const L: usize, const P: usize, const Q: usize> PrioNaimiSi
             Input::Cancel { lock } => return Err(KernelError::CancelUnsupported(lock)),
             // Nor a downgrade (`spec/SPEC.md` 1.14): refused, nothing changes.
             Input::Downgrade { lock, .. } => return Err(KernelError::DowngradeUnsupported(lock)),
+            // Nor a value block (`spec/SPEC.md` 1.15).
+            Input::SetValue { lock, .. } => return Err(KernelError::ValueUnsupported(lock)),
             Input::SetPriority { base } => {
                 if base as usize >= P {
                     return Err(KernelError::InvalidMode);
@@ -274,7 +276,10 @@ impl<const N: usize, const L: usize, const P: usize, const Q: usize> PrioNaimiSi
                 s.held = Mode::W;
                 push(out, Output::Upgraded { lock })
             }
-            Input::SetPriority { .. } | Input::Cancel { .. } | Input::Downgrade { .. } => Ok(()),
+            Input::SetPriority { .. }
+            | Input::Cancel { .. }
+            | Input::Downgrade { .. }
+            | Input::SetValue { .. } => Ok(()),
             Input::Deliver {
                 msg: PrioNaimiMsg::Request { req, .. },
                 ..

@@ -7,6 +7,7 @@
 //! - [`site`]: a site with `L` locks and the single entry point [`site::Site::step`];
 //! - [`prio`]: priorities, frozen thresholds (Rule 6_PRIO) and inheritance (PCEP, PIP);
 //! - [`keep`]: the release rules (the thesis's eager release, or intentions kept);
+//! - [`value`]: the lock value block (`spec/SPEC.md` 1.15);
 //! - [`recovery`]: epochs, leases and the recovery transitions of the fault model
 //!   (`docs/faults.md`, "The recovery mechanism").
 
@@ -16,3 +17,4 @@ pub mod prio;
 pub mod recovery;
 pub mod site;
 pub mod tables;
+pub mod value;

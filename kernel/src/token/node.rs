@@ -23,6 +23,7 @@ use crate::token::prio::{Frozen, Inheritance, Priority};
 use crate::token::tables::{
     frozen_by, grantable, grantable_set, queue_or_forward_prio, tokenable, QueueOrForward,
 };
+use crate::token::value::{ValueBlock, VALUE_LEN};
 
 /// When a non-token node tells its parent that its owned mode dropped (Rule 5.2).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -264,6 +265,9 @@ pub struct LockNode<const N: usize, const Q: usize> {
     /// the local user; it keeps running in the protocol and is released (or ended) when
     /// its answer arrives. Only ever `true` while `pending` is a request or a try.
     pub(crate) cancelled: bool,
+    /// hilock's lock value block (`spec/SPEC.md` 1.15): at the token node the lock's
+    /// current block (it travels with the token), elsewhere the block of the last grant.
+    pub(crate) value: ValueBlock,
 }
 
 /// Where a step's effects go: this site's id, the lock, and the output buffer.
@@ -321,6 +325,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
             routes: [None; 5],
             kept: Mode::Phi,
             cancelled: false,
+            value: ValueBlock::INITIAL,
         }
     }
 
@@ -358,6 +363,12 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
     fn next_fence(&mut self) -> u64 {
         self.fence = self.fence.saturating_add(1);
         self.fence
+    }
+    /// The lock value block this site's hold reads (`spec/SPEC.md` 1.15): `Some` while
+    /// the site holds the lock — the block of its grant, or of the token, as written by
+    /// the last W holder before it — `None` while it holds nothing.
+    pub fn value(&self) -> Option<ValueBlock> {
+        (self.held != Mode::Phi).then_some(self.value)
     }
     /// Held mode M_H (Definition 2).
     pub fn held(&self) -> Mode {
@@ -809,6 +820,25 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         self.finish_freeze(cx, f0)
     }
 
+    /// hilock's lock value block (`spec/SPEC.md` 1.15): `Input::SetValue`. The W holder —
+    /// always the token node (no copy of W can be granted, Table 2.2) — writes the block,
+    /// valid from now on; the token and every later grant carry it. Only W writes: a U
+    /// holder may have R copies beside it (Table 2.1) that grant further copies of the old
+    /// value (Rule 3.1), so a reader granted after a write by U could read the older value.
+    /// Not held in W: [`KernelError::NotWriter`], nothing changes.
+    pub(crate) fn set_value<S: Sink<Output<Msg<Q>>>>(
+        &mut self,
+        cx: &mut Ctx<'_, Q, S>,
+        value: [u8; VALUE_LEN],
+    ) -> Result<(), KernelError> {
+        if self.held != Mode::W {
+            return Err(KernelError::NotWriter(cx.lock));
+        }
+        self.value = ValueBlock::new(value);
+        cx.fire(Rule::SetValue);
+        Ok(())
+    }
+
     /// `RequestUpgrade()`, Fig. 2.11: Rule 7. Only a U holder may upgrade; a U holder is
     /// always the token node (no copy of U can be granted, Table 2.2).
     pub(crate) fn upgrade<S: Sink<Output<Msg<Q>>>>(
@@ -985,6 +1015,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         recorded: Mode,
         frozen: Frozen,
         fence: u64,
+        value: ValueBlock,
     ) -> Result<(), KernelError> {
         let link = self.peer_mut(from)?;
         if epoch <= link.child_epoch {
@@ -1019,6 +1050,8 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         self.held = entry.mode;
         self.fence = self.fence.max(fence);
         self.held_fence = self.fence;
+        // `spec/SPEC.md` 1.15: the copy reads the granter's value block.
+        self.value = value;
         self.pending = Pending::None;
         cx.fire(Rule::GrantReceived);
         self.frozen = if reattach {
@@ -1069,6 +1102,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         sender_frozen: Frozen,
         queue: &[QueueEntry],
         fence: u64,
+        value: ValueBlock,
     ) -> Result<(), KernelError> {
         if generation <= self.generation_seen || self.has_token() {
             return Err(KernelError::Duplicate(cx.lock));
@@ -1100,6 +1134,8 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         self.token = Some(generation);
         self.kept = Mode::Phi;
         self.fence = self.fence.max(fence);
+        // `spec/SPEC.md` 1.15: the token node keeps the lock's value block.
+        self.value = value;
         self.set_child(from, sender_owned)?;
         self.peer_mut(from)?.parent_epoch = epoch;
         cx.fire(Rule::Rule8_2Merge);
@@ -1426,6 +1462,8 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
                 recorded,
                 frozen,
                 fence,
+                // `spec/SPEC.md` 1.15: every copy carries the granter's value block.
+                value: self.value,
             },
         )
     }
@@ -1465,6 +1503,8 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
                 frozen,
                 queue,
                 fence,
+                // `spec/SPEC.md` 1.15: the value block travels with the token.
+                value: self.value,
             },
         )
     }

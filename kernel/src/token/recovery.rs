@@ -43,6 +43,7 @@ use crate::report::{Report, RuleSet};
 use crate::token::node::{sort_by_priority, Ctx, LockNode, Peer, Pending};
 use crate::token::prio::Frozen;
 use crate::token::site::Site;
+use crate::token::value::ValueBlock;
 use core::fmt;
 
 /// An epoch: the number of a membership the membership service installed (0 at start).
@@ -704,6 +705,9 @@ impl<const N: usize, const L: usize, const Q: usize> FaultSite<N, L, Q> {
                 // the high 32 bits; `docs/faults.md`, "The recovery mechanism", "Installing
                 // an epoch").
                 n.fence = n.fence.max(u64::from(epoch) << 32);
+                // The last value written may have been lost with the token node: the
+                // value block is not valid until the next write (`spec/SPEC.md` 1.15).
+                n.value = ValueBlock::NOT_VALID;
             }
             for &(c, m) in &p.holds {
                 if c != me {
@@ -787,6 +791,7 @@ impl<const N: usize, const L: usize, const Q: usize> Protocol for FaultSite<N, L
             Input::TryAcquire { lock, mode } => Input::TryAcquire { lock, mode },
             Input::Cancel { lock } => Input::Cancel { lock },
             Input::Downgrade { lock, mode } => Input::Downgrade { lock, mode },
+            Input::SetValue { lock, value } => Input::SetValue { lock, value },
             Input::Release { lock } => Input::Release { lock },
             Input::Upgrade { lock } => Input::Upgrade { lock },
             Input::SetPriority { base } => Input::SetPriority { base },
@@ -808,6 +813,9 @@ impl<const N: usize, const L: usize, const Q: usize> Protocol for FaultSite<N, L
     }
     fn is_pending(&self, lock: LockId) -> Result<bool, KernelError> {
         Ok(self.site.lock(lock)?.pending_mode() != Mode::Phi)
+    }
+    fn value(&self, lock: LockId) -> Result<Option<ValueBlock>, KernelError> {
+        self.site.value(lock)
     }
     fn kind(msg: &Self::Msg) -> MsgKind {
         msg.msg.kind()

@@ -7,6 +7,7 @@ use crate::protocol::Protocol;
 use crate::report::{Report, Rule, RuleSet};
 use crate::token::node::{Ctx, LockNode, Pending, Variant};
 use crate::token::prio::{Inheritance, Priority};
+use crate::token::value::ValueBlock;
 
 /// One site of the hierarchical protocol.
 ///
@@ -178,6 +179,14 @@ impl<const N: usize, const L: usize, const Q: usize> Site<N, L, Q> {
             .ok_or(KernelError::UnknownLock(lock))
     }
 
+    /// The lock value block this site's hold of `lock` reads (`spec/SPEC.md` 1.15):
+    /// `Some` while the site holds `lock` (the block of its grant or of the token, as the
+    /// last W holder before it wrote it; see [`ValueBlock::get`] for a block that is not
+    /// valid), `None` while it holds nothing.
+    pub fn value(&self, lock: LockId) -> Result<Option<ValueBlock>, KernelError> {
+        Ok(self.lock(lock)?.value())
+    }
+
     /// All locks.
     pub fn locks(&self) -> &[LockNode<N, Q>; L] {
         &self.locks
@@ -207,6 +216,7 @@ impl<const N: usize, const L: usize, const Q: usize> Site<N, L, Q> {
             | Input::TryAcquire { lock, .. }
             | Input::Cancel { lock }
             | Input::Downgrade { lock, .. }
+            | Input::SetValue { lock, .. }
             | Input::Release { lock }
             | Input::Upgrade { lock } => Some(lock),
             Input::SetPriority { .. } => None,
@@ -264,6 +274,7 @@ impl<const N: usize, const L: usize, const Q: usize> Site<N, L, Q> {
             Input::TryAcquire { mode, .. } => node.try_acquire(cx, mode),
             Input::Cancel { .. } => node.cancel(cx),
             Input::Downgrade { mode, .. } => node.downgrade(cx, mode),
+            Input::SetValue { value, .. } => node.set_value(cx, value),
             Input::Release { .. } => node.release(cx),
             Input::Upgrade { .. } => node.upgrade(cx),
             Input::SetPriority { .. } => Ok(()),
@@ -275,8 +286,9 @@ impl<const N: usize, const L: usize, const Q: usize> Site<N, L, Q> {
                     recorded,
                     frozen,
                     fence,
+                    value,
                     ..
-                } => node.on_grant(cx, from, *entry, *epoch, *recorded, *frozen, *fence),
+                } => node.on_grant(cx, from, *entry, *epoch, *recorded, *frozen, *fence, *value),
                 Msg::Token {
                     entry,
                     generation,
@@ -285,6 +297,7 @@ impl<const N: usize, const L: usize, const Q: usize> Site<N, L, Q> {
                     frozen,
                     queue,
                     fence,
+                    value,
                     ..
                 } => node.on_token(
                     cx,
@@ -296,6 +309,7 @@ impl<const N: usize, const L: usize, const Q: usize> Site<N, L, Q> {
                     *frozen,
                     queue,
                     *fence,
+                    *value,
                 ),
                 Msg::Release { owned, epoch, .. } => node.on_release(cx, from, *owned, *epoch),
                 Msg::Freeze { modes, .. } => node.on_freeze(cx, from, *modes),
@@ -379,6 +393,9 @@ impl<const N: usize, const L: usize, const Q: usize> Protocol for Site<N, L, Q> 
     }
     fn fence(&self, lock: LockId) -> Result<Option<u64>, KernelError> {
         Ok(self.lock(lock)?.fence())
+    }
+    fn value(&self, lock: LockId) -> Result<Option<ValueBlock>, KernelError> {
+        Site::value(self, lock)
     }
     fn kind(msg: &Msg<Q>) -> MsgKind {
         msg.kind()

@@ -8,7 +8,9 @@ use std::sync::Arc;
 use bytes::Bytes;
 use hilock_kernel::mode::strongest;
 use hilock_kernel::token::recovery::{Epoch, LockReport, Plan, Stamped};
-use hilock_kernel::{compatible, Input, KernelError, Mode, NodeId, Output, Priority, Protocol};
+use hilock_kernel::{
+    compatible, Input, KernelError, Mode, NodeId, Output, Priority, Protocol, ValueBlock, VALUE_LEN,
+};
 use tokio::sync::{mpsc, oneshot};
 use tracing::warn;
 
@@ -52,6 +54,20 @@ pub(super) enum Cmd {
         hold: u64,
         /// The fencing token of the W hold.
         reply: Reply<u64>,
+    },
+    /// The lock value block the site's hold of `path` reads (`spec/SPEC.md` 1.15);
+    /// `None` while the site holds nothing.
+    Value {
+        path: String,
+        reply: Reply<Option<ValueBlock>>,
+    },
+    /// Hold `hold` of `path`, a W hold, writes the lock value block (`Input::SetValue`,
+    /// `spec/SPEC.md` 1.15).
+    SetValue {
+        path: String,
+        hold: u64,
+        value: [u8; VALUE_LEN],
+        reply: Reply<()>,
     },
     /// Hold `hold` of `path` converts to the weaker `mode` (`Input::Downgrade`,
     /// `spec/SPEC.md` 1.14).
@@ -493,6 +509,19 @@ impl Core {
                 }
             }
             Cmd::Upgrade { path, hold, reply } => self.upgrade(&path, hold, reply),
+            Cmd::Value { path, reply } => {
+                let value = self
+                    .locks
+                    .get(&path)
+                    .and_then(|e| e.site.site().value(LOCK).ok().flatten());
+                let _ = reply.send(Ok(value));
+            }
+            Cmd::SetValue {
+                path,
+                hold,
+                value,
+                reply,
+            } => self.set_value(&path, hold, value, reply),
             Cmd::Downgrade {
                 path,
                 hold,
@@ -1395,6 +1424,32 @@ impl Core {
         }
         let _ = reply.send(Ok(()));
         self.pump(path);
+    }
+
+    /// Hold `hold`, which must hold W, writes the lock value block (`spec/SPEC.md` 1.15).
+    /// A W hold is the node's only local holder and the kernel holds W for it, so the
+    /// kernel accepts the write; any other hold is [`Error::NotWriter`] and changes nothing.
+    fn set_value(&mut self, path: &str, hold: u64, value: [u8; VALUE_LEN], reply: Reply<()>) {
+        let Some(e) = self.locks.get(path) else {
+            let _ = reply.send(Err(Error::Stopped));
+            return;
+        };
+        let Some(&(_, mode)) = e.holders.iter().find(|h| h.0 == hold) else {
+            let _ = reply.send(Err(Error::Stopped));
+            return;
+        };
+        if mode != Mode::W {
+            let _ = reply.send(Err(Error::NotWriter {
+                path: path.to_string(),
+                mode,
+            }));
+            return;
+        }
+        let r = self.kstep(path, Input::SetValue { lock: LOCK, value });
+        let _ = reply.send(r.map_err(|error| Error::Kernel {
+            path: path.to_string(),
+            error,
+        }));
     }
 
     fn upgrade(&mut self, path: &str, hold: u64, reply: Reply<u64>) {

@@ -49,7 +49,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use hilock_kernel::{KernelError, Mode, Priority};
+use hilock_kernel::{KernelError, Mode, Priority, ValueBlock, VALUE_LEN};
 use serde::{Deserialize, Serialize};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot};
@@ -95,6 +95,14 @@ pub enum Error {
     },
     /// `upgrade` on a guard that does not hold its lock in U alone.
     NotUpgradable {
+        /// The guard's path.
+        path: String,
+        /// The mode the guard holds.
+        mode: Mode,
+    },
+    /// `set_value` on a guard that does not hold W (`spec/SPEC.md` 1.15: only the W holder
+    /// writes the lock value block).
+    NotWriter {
         /// The guard's path.
         path: String,
         /// The mode the guard holds.
@@ -195,6 +203,10 @@ impl std::fmt::Display for Error {
             Error::NotDowngradable { path, mode, to } => write!(
                 f,
                 "{path} is held in {mode}, which cannot be downgraded to {to}"
+            ),
+            Error::NotWriter { path, mode } => write!(
+                f,
+                "{path} is held in {mode}; only a W guard writes the value block"
             ),
             Error::Kernel { path, error } => write!(f, "{path}: kernel refused: {error}"),
             Error::Stopped => write!(f, "the node has stopped"),
@@ -1400,6 +1412,49 @@ impl Guard {
 }
 
 impl Guard {
+    /// The lock value block of the requested path (`spec/SPEC.md` 1.15; the DLM's LVB):
+    /// the 32 bytes the last W holder wrote before this hold was granted (all zero if none
+    /// ever did), or a block that is not valid ([`ValueBlock::get`] is `None`, the DLM's
+    /// `IVVALBLK`) when a recovery regenerated the lock's token and nobody has written
+    /// since. Read from the node's kernel site at the call.
+    pub async fn value(&self) -> Result<ValueBlock, Error> {
+        let path = self.path().to_string();
+        let (reply, rx) = oneshot::channel();
+        self.handle
+            .tx
+            .send(Cmd::Value {
+                path: path.clone(),
+                reply,
+            })
+            .map_err(|_| Error::Stopped)?;
+        rx.await.map_err(|_| Error::Stopped)??.ok_or(Error::Stopped)
+    }
+
+    /// Write the lock value block of the requested path (`Input::SetValue`,
+    /// `spec/SPEC.md` 1.15): only a W guard may, [`Error::NotWriter`] otherwise (nothing
+    /// changes). The value travels with the lock's token and with every copy granted from
+    /// it, so the next holders on every node read it ([`Guard::value`]) once this guard
+    /// releases or downgrades. Writing again replaces it.
+    pub async fn set_value(&mut self, value: [u8; VALUE_LEN]) -> Result<(), Error> {
+        let Some((path, mode, hold, _)) = self.held.last().cloned() else {
+            return Err(Error::Stopped);
+        };
+        if mode != Mode::W {
+            return Err(Error::NotWriter { path, mode });
+        }
+        let (reply, rx) = oneshot::channel();
+        self.handle
+            .tx
+            .send(Cmd::SetValue {
+                path,
+                hold,
+                value,
+                reply,
+            })
+            .map_err(|_| Error::Stopped)?;
+        rx.await.map_err(|_| Error::Stopped)?
+    }
+
     /// Downgrade the requested path to the weaker `mode` without releasing it
     /// (`Input::Downgrade`, `spec/SPEC.md` 1.14; W → U, R, IW, IR; U → R, IR; R → IR;
     /// IW → IR), then each ancestor to the intention mode of `mode` where that is weaker

@@ -38,7 +38,7 @@ use std::path::{Path, PathBuf};
 
 use hilock_harness::Cluster;
 use hilock_kernel::token::recovery::Epoch;
-use hilock_kernel::{Input, KernelError, Mode, NodeId, Output, Priority, Site, Variant};
+use hilock_kernel::{Input, KernelError, Mode, NodeId, Output, Priority, Site, Variant, VALUE_LEN};
 use serde::{Deserialize, Serialize};
 
 use crate::config::MAX_NODES;
@@ -81,6 +81,11 @@ pub enum TIn<M> {
     Downgrade {
         /// The weaker mode.
         mode: Mode,
+    },
+    /// `Input::SetValue` (`spec/SPEC.md` 1.15).
+    SetValue {
+        /// The value written.
+        value: [u8; VALUE_LEN],
     },
     /// `Input::Release`.
     Release,
@@ -342,6 +347,7 @@ impl Recorder {
             Input::TryAcquire { mode, .. } => TIn::TryAcquire { mode },
             Input::Cancel { .. } => TIn::Cancel,
             Input::Downgrade { mode, .. } => TIn::Downgrade { mode },
+            Input::SetValue { value, .. } => TIn::SetValue { value },
             Input::Release { .. } => TIn::Release,
             Input::Upgrade { .. } => TIn::Upgrade,
             Input::SetPriority { base } => TIn::SetPriority { base },
@@ -388,6 +394,7 @@ pub(crate) fn copy_input<'a>(i: &Input<'a, SMsg>) -> Input<'a, SMsg> {
         Input::TryAcquire { lock, mode } => Input::TryAcquire { lock, mode },
         Input::Cancel { lock } => Input::Cancel { lock },
         Input::Downgrade { lock, mode } => Input::Downgrade { lock, mode },
+        Input::SetValue { lock, value } => Input::SetValue { lock, value },
         Input::Release { lock } => Input::Release { lock },
         Input::Upgrade { lock } => Input::Upgrade { lock },
         Input::SetPriority { base } => Input::SetPriority { base },
@@ -851,6 +858,13 @@ fn apply(
         TIn::TryAcquire { mode } => cluster.input(me, Input::TryAcquire { lock, mode: *mode }),
         TIn::Cancel => cluster.input(me, Input::Cancel { lock }),
         TIn::Downgrade { mode } => cluster.input(me, Input::Downgrade { lock, mode: *mode }),
+        TIn::SetValue { value } => cluster.input(
+            me,
+            Input::SetValue {
+                lock,
+                value: *value,
+            },
+        ),
         TIn::Release => cluster.input(me, Input::Release { lock }),
         TIn::Upgrade => cluster.input(me, Input::Upgrade { lock }),
         TIn::SetPriority { base } => cluster.input(me, Input::SetPriority { base: *base }),
