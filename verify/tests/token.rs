@@ -958,14 +958,50 @@ fn mix_and_upgrade_on_a_star_of_five() {
     );
 }
 
-/// Mix and upgrade on a chain of five: every request forwarded through the chain.
+/// Mix and upgrade on a chain of five refutes P9 under hilock's default forwarding
+/// (`Forwarding::ClassPointers`, `spec/SPEC.md` 1.6, "A stale class pointer"): a relay's
+/// pointer to a requester whose request was served meanwhile sends another request one
+/// hop off its parent path. The depth-first search stops at the first violation (a few
+/// minutes) and writes its trace to `target/counterexamples/`; the saved one is
+/// `spec/counterexamples/class-pointers-stale-pointer.json`
+/// ([`class_pointers_exceed_the_forwarding_bound_through_a_stale_pointer`]). Every other
+/// safety property held on all 182,233,701 states of a search that went on past P9 (once,
+/// 22.5 min, 2.6 GB; not pinned).
 #[test]
 #[ignore]
-fn mix_and_upgrade_on_a_chain_of_five() {
-    pass_depth_first(
-        &ModelConfig::chain("large mix+upgrade chain5", &LARGE_S5),
-        0,
-    );
+fn mix_and_upgrade_on_a_chain_of_five_refutes_p9_through_a_stale_pointer() {
+    let c = ModelConfig::chain("large mix+upgrade chain5", &LARGE_S5);
+    let r = check_depth_first(&c, 2, |_, _, _| {}).unwrap_or_else(|e| panic!("{e}"));
+    println!("{}", r.render());
+    assert_eq!(r.violations(), ["P9 bounded forwarding"], "{}", c.name);
+    let open = hilock_models::open::save_for_explorer(&c, &r, &explorer_dir())
+        .unwrap_or_else(|e| format!("(cannot save for the Explorer: {e})\n"));
+    println!("{open}");
+}
+
+/// The saved counterexample of
+/// [`mix_and_upgrade_on_a_chain_of_five_refutes_p9_through_a_stale_pointer`], replayed
+/// through the kernel: it ends where P9 (`spec/SPEC.md` 1.6) is violated and every other
+/// safety property holds. n0, an idle relay, keeps a class pointer to n1 from n1's IR
+/// request; the token node n3 grants that request and freezes IR for its upgrade, and n0
+/// sends n4's IR to n1, which may not grant a frozen copy, instead of its parent n3: 8
+/// `Request` messages with 3 token transfers on a chain of 5 (bound 4 + 3).
+#[test]
+fn class_pointers_exceed_the_forwarding_bound_through_a_stale_pointer() {
+    let file = "class-pointers-stale-pointer";
+    let read =
+        |p: PathBuf| std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    let trace: hilock_spec::trace::Trace =
+        serde_json::from_str(&read(counterexample_path(file))).unwrap();
+    let config = counterexample_path(file)
+        .parent()
+        .unwrap()
+        .join("configs")
+        .join(format!("{file}.json"));
+    let c = ModelConfig::from_json(&read(config)).unwrap();
+    assert_eq!(c.variant, Variant::HILOCK, "hilock's default forwarding");
+    let opened = hilock_models::open::open_base(&c, &trace).expect("the trace replays");
+    assert_eq!(opened.violated, ["P9 bounded forwarding"]);
 }
 
 /// R, R and W on a star of three over an unordered network (no FIFO channel), at most
