@@ -315,14 +315,7 @@ const PINNED: &[(&str, usize)] = &[
 /// and returns the report.
 fn run(c: &ModelConfig) -> CheckReport {
     let r = check(c, |_, _, _| {}).unwrap_or_else(|e| panic!("{}: {e}", c.name));
-    println!(
-        "{:<44} {:>9} unique states {:>9.2?} {:>9.0} states/s  P6 k = {}",
-        c.name,
-        r.unique_states,
-        r.elapsed,
-        r.unique_states as f64 / r.elapsed.as_secs_f64().max(1e-9),
-        r.fifo_bound.map_or("> 7".to_string(), |k| k.to_string())
-    );
+    print_line(c, &r);
     let pinned = PINNED
         .iter()
         .find(|(n, _)| *n == c.name)
@@ -337,6 +330,33 @@ fn run(c: &ModelConfig) -> CheckReport {
     r
 }
 
+/// One line per check: unique states, time, states per second and the FIFO bound.
+fn print_line(c: &ModelConfig, r: &CheckReport) {
+    println!(
+        "{:<44} {:>9} unique states {:>9.2?} {:>9.0} states/s  P6 k = {}",
+        c.name,
+        r.unique_states,
+        r.elapsed,
+        r.unique_states as f64 / r.elapsed.as_secs_f64().max(1e-9),
+        r.fifo_bound.map_or("> 7".to_string(), |k| k.to_string())
+    );
+}
+
+/// Fails with the violated properties, their traces, and the command that opens each
+/// counterexample in the Stateright Explorer, unless every property holds.
+fn fail_unless_ok(c: &ModelConfig, r: &CheckReport) {
+    if !r.ok() {
+        let open = hilock_models::open::save_for_explorer(c, r, &explorer_dir())
+            .unwrap_or_else(|e| format!("(cannot save for the Explorer: {e})\n"));
+        panic!(
+            "{}: {:?} violated\n{}{open}",
+            c.name,
+            r.violations(),
+            r.render()
+        );
+    }
+}
+
 /// Where a failing check writes its configuration and counterexamples for the Explorer.
 fn explorer_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/counterexamples")
@@ -346,16 +366,7 @@ fn explorer_dir() -> PathBuf {
 /// that opens each counterexample in the Stateright Explorer.
 fn pass(c: &ModelConfig) -> CheckReport {
     let r = run(c);
-    if !r.ok() {
-        let open = hilock_models::open::save_for_explorer(c, &r, &explorer_dir())
-            .unwrap_or_else(|e| format!("(cannot save for the Explorer: {e})\n"));
-        panic!(
-            "{}: {:?} violated\n{}{open}",
-            c.name,
-            r.violations(),
-            r.render()
-        );
-    }
+    fail_unless_ok(c, &r);
     r
 }
 
@@ -922,24 +933,8 @@ fn pass_depth_first(c: &ModelConfig, pinned: usize) {
         }
     };
     let r = check_depth_first(c, 2, progress).unwrap_or_else(|e| panic!("{}: {e}", c.name));
-    println!(
-        "{:<44} {:>9} unique states {:>9.2?} {:>9.0} states/s  P6 k = {}",
-        c.name,
-        r.unique_states,
-        r.elapsed,
-        r.unique_states as f64 / r.elapsed.as_secs_f64().max(1e-9),
-        r.fifo_bound.map_or("> 7".to_string(), |k| k.to_string())
-    );
-    if !r.ok() {
-        let open = hilock_models::open::save_for_explorer(c, &r, &explorer_dir())
-            .unwrap_or_else(|e| format!("(cannot save for the Explorer: {e})\n"));
-        panic!(
-            "{}: {:?} violated\n{}{open}",
-            c.name,
-            r.violations(),
-            r.render()
-        );
-    }
+    print_line(c, &r);
+    fail_unless_ok(c, &r);
     verify::assert_pinned!(
         r.unique_states,
         pinned,
