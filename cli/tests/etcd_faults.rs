@@ -337,10 +337,18 @@ fn usable_text(what: &str, t: Option<Duration>) -> String {
 /// `hilock status --json` of node `id`, `after` the fault at `t0`, in one line.
 async fn status_at(nodes: &Nodes, id: usize, t0: Instant, after: Duration) -> String {
     tokio::time::sleep_until(t0 + after).await;
-    format!(
-        "node {id}: {}",
-        status_summary(&status_now(&nodes.socket(id)).await)
-    )
+    let asked = Instant::now();
+    let s = status_summary(&status_now(&nodes.socket(id)).await);
+    // A stopped node answers only once it runs again.
+    if asked.elapsed() > Duration::from_millis(500) {
+        format!(
+            "node {id} (asked {:.1} s after the fault, answered {:.1} s after it): {s}",
+            (asked - t0).as_secs_f64(),
+            t0.elapsed().as_secs_f64()
+        )
+    } else {
+        format!("node {id}: {s}")
+    }
 }
 
 /// Every path of the workload probed from `from` after the fault at `t0` with recovery;
