@@ -240,6 +240,10 @@ impl Verdict<'_> {
         }
         let after = out.iter().filter(|o| o.answered >= self.t0).count();
         let granted = out.iter().filter(|o| o.kind == Kind::Granted).count();
+        let cut = out
+            .iter()
+            .filter(|o| o.text.ends_with(etcd_cluster::CUT_DURING_THE_HOLD))
+            .count();
         let slowest = out
             .iter()
             .filter(|o| o.kind != Kind::NodeKilled)
@@ -249,7 +253,7 @@ impl Verdict<'_> {
         eprintln!(
             "{}: {} requests ({after} answered after the fault), by kind {kinds:?}; slowest \
              answer {slowest:.3?}; {} pairs and {} fences checked, violations {:?}, fence \
-             regressions {}, requests lost {}",
+             regressions {}, requests lost {}; {cut} grants cut by their node during the hold",
             self.name,
             out.len(),
             rec.oracle.checks(),
@@ -1424,4 +1428,103 @@ fn the_checker_counts_a_fence_regression_across_a_restart() {
         "{:?}",
         rec.oracle.violations()
     );
+}
+
+/// A lock held through a node's client socket when that node is stopped with SIGTERM and
+/// not started again (default configuration, recovery on): node 4's client holds
+/// `/sig<i>` (token at node 4) in R, its stream open, never released; node 4 gets a
+/// SIGTERM and node 1 asks for the path in W at once. Asserted: node 1 is granted W
+/// within 5 s, and only after node 4's client saw its connection end (the node ends its
+/// clients' holds before their locks are handed over).
+///
+/// DEFECT shown by this test (ignored so that the suite stays green; run it with
+/// `--ignored`): red in 8 of 15 runs. Node 1's W times out after 5 s, and so do W
+/// requests asked again from node 1 and node 0 for 10 s each, 5 s and 15 s after the
+/// SIGTERM ("a member left and epoch 1 is being installed (recovery): this node takes no
+/// protocol step until it is", or "the token is at node 4 or beyond it; node 4 is
+/// unreachable"); the installed epoch is still 0 25 s after the SIGTERM. In the green runs
+/// W is granted 3–49 ms after the SIGTERM, after node 4's client saw its connection end.
+/// The rolling restart (f) does not show it: there the node is started again at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "DEFECT: after a SIGTERM of a token node the epoch without it is often never installed"]
+async fn a_lock_held_at_a_node_stopped_with_sigterm_is_granted_elsewhere() {
+    let name = "a_lock_held_at_a_node_stopped_with_sigterm_is_granted_elsewhere";
+    serial(async {
+        let Some(mut cl) = Cluster::start(name, "s", None, true).await else {
+            return;
+        };
+        let path = rooted_at("/sig", 4, N);
+        let (reply, mut stream) = hilock_runtime::client::request(
+            &cl.nodes.socket(4),
+            &etcd_cluster::lock_req(&path, "R", 3_000),
+        )
+        .await
+        .expect("node 4 answers");
+        assert!(
+            reply.ok,
+            "node 4's client is granted {path} in R: {:?}",
+            reply.error
+        );
+        let t0 = Instant::now();
+        // The end of node 4's client stream, as the client sees it.
+        let cut = tokio::spawn(async move {
+            use tokio::io::AsyncReadExt;
+            let mut buf = [0u8; 256];
+            loop {
+                match stream.read(&mut buf).await {
+                    Ok(0) | Err(_) => return Instant::now(),
+                    Ok(_) => {}
+                }
+            }
+        });
+        cl.nodes.signal(4, "TERM");
+        let socket1 = cl.nodes.socket(1);
+        let w = async {
+            let r = hilock_runtime::client::request(
+                &socket1,
+                &etcd_cluster::lock_req(&path, "W", 5_000),
+            )
+            .await;
+            (Instant::now(), r.map(|(r, _)| (r.ok, r.error)))
+        };
+        let (granted_at, w) = w.await;
+        let cut_at = tokio::time::timeout(Duration::from_secs(5), cut).await;
+        let code = tokio::task::block_in_place(|| cl.nodes.reap(4, Duration::from_secs(5)));
+        let cut_at = cut_at.ok().and_then(|r| r.ok());
+        eprintln!(
+            "{name}: node 4 exit {code:?}; node 4's client saw its connection end {:?} after \
+             the SIGTERM; node 1 answered W {:.3?} after it: {w:?}",
+            cut_at.map(|c| c - t0),
+            granted_at - t0
+        );
+        let ok = matches!(w, Ok((true, _)));
+        if !ok {
+            // How long the path stays unusable: asked again, from node 1 and node 0.
+            for i in [1usize, 0] {
+                let again = Instant::now();
+                let r = hilock_runtime::client::request(
+                    &cl.nodes.socket(i),
+                    &etcd_cluster::lock_req(&path, "W", 10_000),
+                )
+                .await
+                .map(|(r, _)| (r.ok, r.error));
+                eprintln!(
+                    "{name}: node {i} asked W again {:.3?} after the SIGTERM, answered {:.3?} \
+                     later: {r:?}",
+                    again - t0,
+                    again.elapsed()
+                );
+            }
+            eprintln!(
+                "{name}: epoch now {:?}",
+                cl.obs.current_epoch().await.map(|e| e.epoch)
+            );
+        }
+        assert!(ok, "node 1 is granted {path} in W after node 4 left");
+        assert!(
+            cut_at.is_some_and(|c| c <= granted_at),
+            "node 1 was granted W before node 4's client saw its R hold end"
+        );
+    })
+    .await;
 }

@@ -668,10 +668,12 @@ impl Recorder {
                 } else {
                     self.settle();
                     register(&self.oracle, op, node as u16, &reply);
-                    tokio::time::sleep(hold).await;
+                    let mut stream = stream;
+                    let cut = hold_or_cut(&mut stream, hold).await;
                     self.oracle.exit(op);
                     drop(stream);
-                    (Kind::Granted, format!("{:?}", reply.locks))
+                    let cut = if cut { CUT_DURING_THE_HOLD } else { "" };
+                    (Kind::Granted, format!("{:?}{cut}", reply.locks))
                 }
             }
             Ok(Ok((reply, _))) => {
@@ -700,6 +702,28 @@ impl Recorder {
             text,
         });
         kind
+    }
+}
+
+/// The text of a grant whose connection the node ended while it was held.
+pub const CUT_DURING_THE_HOLD: &str = " (cut during the hold)";
+
+/// Holds a granted lock for `hold`, the client watching its connection meanwhile: `true`
+/// if the node ended it first (a node stopped with SIGTERM ends its clients' connections,
+/// and so their holds, before it hands their locks over: the client knows its hold has
+/// ended when it sees that). The hold then ends there.
+async fn hold_or_cut(stream: &mut tokio::net::UnixStream, hold: Duration) -> bool {
+    use tokio::io::AsyncReadExt;
+    if hold.is_zero() {
+        return false;
+    }
+    let mut buf = [0u8; 256];
+    let end = Instant::now() + hold;
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep_until(end) => return false,
+            n = stream.read(&mut buf) => if matches!(n, Ok(0) | Err(_)) { return true },
+        }
     }
 }
 
