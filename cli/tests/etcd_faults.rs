@@ -1443,7 +1443,7 @@ fn the_checker_counts_a_fence_regression_across_a_restart() {
 /// SIGTERM ("a member left and epoch 1 is being installed (recovery): this node takes no
 /// protocol step until it is", or "the token is at node 4 or beyond it; node 4 is
 /// unreachable"); the installed epoch is still 0 25 s after the SIGTERM. In the green runs
-/// W is granted 3–49 ms after the SIGTERM, after node 4's client saw its connection end.
+/// W is granted 2–49 ms after the SIGTERM, after node 4's client saw its connection end.
 /// The rolling restart (f) does not show it: there the node is started again at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "DEFECT: after a SIGTERM of a token node the epoch without it is often never installed"]
