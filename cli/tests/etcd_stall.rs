@@ -28,7 +28,7 @@ mod ports;
 use std::path::Path;
 use std::time::Duration;
 
-use etcd_cluster::{lock_req, rooted_at, Nodes, Wrapper, TTL_S};
+use etcd_cluster::{lock_req, rooted_at, status_json, until_serving, Nodes, Wrapper, TTL_S};
 use hilock_runtime::client::{request, Request};
 use tokio::net::UnixStream;
 use tokio::time::Instant;
@@ -52,36 +52,6 @@ async fn status(socket: &Path) -> Option<serde_json::Value> {
             .ok()?
             .ok()?;
     reply.status
-}
-
-/// `hilock status --json` of the node at `socket`, as an operator runs it.
-fn status_json(socket: &Path) -> Option<serde_json::Value> {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_hilock"))
-        .args(["status", "--json", "--timeout-ms", "2000", "--socket"])
-        .arg(socket)
-        .output()
-        .ok()?;
-    serde_json::from_slice(&out.stdout).ok()
-}
-
-/// Waits (at most `within`) until the node at `socket` says it serves and its run is not
-/// `not_run`; the run then and when it was seen.
-async fn until_serving(
-    socket: &Path,
-    not_run: &str,
-    within: Duration,
-) -> Option<(String, Instant)> {
-    let t = Instant::now();
-    while t.elapsed() < within {
-        if let Some(v) = status(socket).await {
-            let run = v["run"].as_str().unwrap_or_default();
-            if v["serving"] == true && run != not_run {
-                return Some((run.to_string(), Instant::now()));
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    None
 }
 
 /// A lock request's answer.

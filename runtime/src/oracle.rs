@@ -71,6 +71,8 @@ pub struct Oracle {
     checks: AtomicU64,
     same_node: AtomicU64,
     fence_checks: AtomicU64,
+    /// Grants whose fence was not above an ended conflicting hold's (also in `violations`).
+    fence_regressions: AtomicU64,
 }
 
 impl Oracle {
@@ -101,6 +103,7 @@ impl Oracle {
                 for m in Mode::REQUESTABLE {
                     match ended[m as usize] {
                         Some(e) if e >= f && !compatible(m, mode) => {
+                            self.fence_regressions.fetch_add(1, Relaxed);
                             self.violations.lock().expect("oracle lock").push(format!(
                                 "{path}: node {node} granted {mode} with fence {f}, not above \
                                  fence {e} of an earlier {m} hold"
@@ -151,6 +154,14 @@ impl Oracle {
     /// Grants whose fence was compared with the holds of their path that had ended.
     pub fn fence_checks(&self) -> u64 {
         self.fence_checks.load(Relaxed)
+    }
+
+    /// Fence regressions so far: grants whose fence was not above the fence of a hold of
+    /// the same path, in a conflicting mode, that had ended before (each is also one of
+    /// [`Oracle::violations`]). The holds are the checker's, whichever node or run of a
+    /// node granted them.
+    pub fn fence_regressions(&self) -> u64 {
+        self.fence_regressions.load(Relaxed)
     }
 
     /// Pairs checked so far.
@@ -209,5 +220,6 @@ mod tests {
         assert_eq!(o.violations().len(), 1, "{:?}", o.violations());
         assert!(o.violations()[0].contains("fence 7, not above fence 7 of an earlier IR hold"));
         assert_eq!(o.fence_checks(), 4);
+        assert_eq!(o.fence_regressions(), 1);
     }
 }

@@ -260,6 +260,21 @@ impl Nodes {
             .is_some_and(|c| c.try_wait().unwrap().is_none())
     }
 
+    /// SIGTERM node `id` and reap it once it has exited (a graceful leave); its exit code,
+    /// `None` if it did not exit within `within` (it is then killed) or died by a signal.
+    pub fn terminate(&mut self, id: usize, within: Duration) -> Option<i32> {
+        self.signal(id, "TERM");
+        self.reap(id, within)
+    }
+
+    /// Node `id`'s exit code once it has exited (after a signal the test sent), waiting at
+    /// most `within` (it is then killed); the process is reaped either way.
+    pub fn reap(&mut self, id: usize, within: Duration) -> Option<i32> {
+        let code = self.exit_code(id, within);
+        self.kill(id);
+        code
+    }
+
     /// Starts node `id` again right after [`Nodes::kill`] without waiting for its socket.
     pub fn respawn(&mut self, id: usize) {
         assert!(self.kids[id].is_none(), "node {id} was stopped first");
@@ -549,6 +564,8 @@ pub struct Recorder {
     /// the command is dead.
     commands: Mutex<Vec<(u64, i32)>>,
     killed: Mutex<HashSet<usize>>,
+    /// Killed nodes the test starts again: their clients wait instead of stopping.
+    returning: Mutex<HashSet<usize>>,
 }
 
 impl Recorder {
@@ -585,6 +602,29 @@ impl Recorder {
     /// The test started node `id` again: its answers count again.
     pub fn restarted(&self, id: usize) {
         self.killed.lock().unwrap().remove(&id);
+        self.returning.lock().unwrap().remove(&id);
+    }
+
+    /// The test stops node `id` and starts it again: as [`Recorder::killed`], but the
+    /// workload's clients of node `id` wait for [`Recorder::restarted`] instead of stopping.
+    pub fn restarting(&self, id: usize) {
+        self.returning.lock().unwrap().insert(id);
+        self.killed(id);
+    }
+
+    fn is_returning(&self, id: usize) -> bool {
+        self.returning.lock().unwrap().contains(&id)
+    }
+
+    /// Requests lost: no answer (neither grant nor error) within their timeout plus
+    /// [`ANSWER_SLACK`].
+    pub fn lost(&self) -> usize {
+        self.outcomes
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|o| o.kind == Kind::NoAnswer)
+            .count()
     }
 
     fn is_killed(&self, id: usize) -> bool {
@@ -628,10 +668,12 @@ impl Recorder {
                 } else {
                     self.settle();
                     register(&self.oracle, op, node as u16, &reply);
-                    tokio::time::sleep(hold).await;
+                    let mut stream = stream;
+                    let cut = hold_or_cut(&mut stream, hold).await;
                     self.oracle.exit(op);
                     drop(stream);
-                    (Kind::Granted, format!("{:?}", reply.locks))
+                    let cut = if cut { CUT_DURING_THE_HOLD } else { "" };
+                    (Kind::Granted, format!("{:?}{cut}", reply.locks))
                 }
             }
             Ok(Ok((reply, _))) => {
@@ -663,6 +705,28 @@ impl Recorder {
     }
 }
 
+/// The text of a grant whose connection the node ended while it was held.
+pub const CUT_DURING_THE_HOLD: &str = " (cut during the hold)";
+
+/// Holds a granted lock for `hold`, the client watching its connection meanwhile: `true`
+/// if the node ended it first (a node stopped with SIGTERM ends its clients' connections,
+/// and so their holds, before it hands their locks over: the client knows its hold has
+/// ended when it sees that). The hold then ends there.
+async fn hold_or_cut(stream: &mut tokio::net::UnixStream, hold: Duration) -> bool {
+    use tokio::io::AsyncReadExt;
+    if hold.is_zero() {
+        return false;
+    }
+    let mut buf = [0u8; 256];
+    let end = Instant::now() + hold;
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep_until(end) => return false,
+            n = stream.read(&mut buf) => if matches!(n, Ok(0) | Err(_)) { return true },
+        }
+    }
+}
+
 /// Timeout of each workload request and probe: above the lease TTL + 1 s, so that a request
 /// waiting on a dead node's direct link fails with `PeerGone` before it times out.
 pub const WORK_TIMEOUT_MS: u64 = 3_000;
@@ -671,7 +735,7 @@ pub const WORK_TIMEOUT_MS: u64 = 3_000;
 /// sockets: on each node, `clients` clients loop over a non-critical section of 5–15 ms and
 /// an access — IR 80 % (R on `/airline/e<k>`, IR on `/airline`), R 10 %, U 4 %, IW 5 % (W
 /// on an entry, IW on `/airline`), W 1 % on the table — held 2 ms; 8 entries. A client
-/// of a killed node stops.
+/// of a killed node stops; of a node being restarted ([`Recorder::restarting`]), waits.
 pub struct Airline {
     stop: Arc<AtomicBool>,
     tasks: tokio::task::JoinSet<()>,
@@ -688,7 +752,14 @@ impl Airline {
                 let (socket, rec, stop) = (nodes.socket(node), rec.clone(), stop.clone());
                 tasks.spawn(async move {
                     let mut rng = StdRng::seed_from_u64(node as u64 * 1_000 + c as u64);
-                    while !stop.load(Relaxed) && !rec.is_killed(node) {
+                    while !stop.load(Relaxed) {
+                        if rec.is_killed(node) {
+                            if !rec.is_returning(node) {
+                                break;
+                            }
+                            tokio::time::sleep(Duration::from_millis(10)).await;
+                            continue;
+                        }
                         let ncs = Duration::from_millis(rng.random_range(5..15));
                         tokio::time::sleep(ncs).await;
                         let mut x = rng.random_range(0..100u32);
@@ -808,4 +879,95 @@ pub fn restored_text(p: &Probed, window: Duration) -> String {
         Some((t, n)) => format!("{:.3} s (granted at node {n})", t.as_secs_f64()),
         None => format!("not restored within {} s", window.as_secs_f64()),
     }
+}
+
+/// The paths the workload locks: `/airline` and its entries.
+pub fn airline_paths() -> Vec<String> {
+    std::iter::once("/airline".to_string())
+        .chain((0..ENTRIES).map(|e| format!("/airline/e{e}")))
+        .collect()
+}
+
+/// Time from `t0` until every path of the workload ([`airline_paths`]) has been granted in
+/// W to a [`probe`] from one of `from`; `None` if one was not within `window`.
+pub async fn all_usable(
+    nodes: &Nodes,
+    rec: &Arc<Recorder>,
+    from: &[usize],
+    t0: Instant,
+    window: Duration,
+) -> Option<Duration> {
+    let paths = airline_paths();
+    let found = futures_util::future::join_all(
+        paths.iter().map(|p| probe(nodes, rec, p, from, t0, window)),
+    )
+    .await;
+    found
+        .iter()
+        .map(|p| p.restored.map(|(t, _)| t))
+        .try_fold(Duration::ZERO, |m, t| t.map(|t| m.max(t)))
+}
+
+/// `hilock status --json` of the node at `socket`, as an operator runs it (`None` if it
+/// does not answer within 2 s: stopped, or between two runs).
+pub fn status_json(socket: &std::path::Path) -> Option<serde_json::Value> {
+    let out = Command::new(env!("CARGO_BIN_EXE_hilock"))
+        .args(["status", "--json", "--timeout-ms", "2000", "--socket"])
+        .arg(socket)
+        .output()
+        .ok()?;
+    serde_json::from_slice(&out.stdout).ok()
+}
+
+/// [`status_json`] from a test's runtime (the command runs on a blocking thread).
+pub async fn status_now(socket: &std::path::Path) -> Option<serde_json::Value> {
+    let socket = socket.to_path_buf();
+    tokio::task::spawn_blocking(move || status_json(&socket))
+        .await
+        .unwrap()
+}
+
+/// One line of `hilock status --json` (`docs/operations.md`, "`hilock status`"):
+/// membership, lease state, serving (and why not), epoch, run; "no answer" for `None`.
+pub fn status_summary(v: &Option<serde_json::Value>) -> String {
+    let Some(v) = v else {
+        return "no answer".to_string();
+    };
+    let serving = if v["serving"].as_bool() == Some(true) {
+        "serving yes".to_string()
+    } else {
+        format!("serving NO ({})", v["not_serving"].as_str().unwrap_or("?"))
+    };
+    let run = v["run"].as_str().unwrap_or("?");
+    format!(
+        "membership {}, lease {}, {serving}, epoch {}, run {}",
+        v["membership"].as_str().unwrap_or("?"),
+        v["lease"]["state"].as_str().unwrap_or("?"),
+        v["epoch"],
+        &run[..run.len().min(6)]
+    )
+}
+
+/// Waits (at most `within`) until the node at `socket` says it serves and its run is not
+/// `not_run`; the run then and when it was seen.
+pub async fn until_serving(
+    socket: impl AsRef<std::path::Path>,
+    not_run: &str,
+    within: Duration,
+) -> Option<(String, Instant)> {
+    let socket = socket.as_ref();
+    let t = Instant::now();
+    while t.elapsed() < within {
+        let asked = tokio::time::timeout(Duration::from_secs(2), request(socket, &Request::Status));
+        if let Ok(Ok((reply, _))) = asked.await {
+            if let Some(v) = reply.status {
+                let run = v["run"].as_str().unwrap_or_default();
+                if v["serving"].as_bool() == Some(true) && run != not_run {
+                    return Some((run.to_string(), Instant::now()));
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    None
 }
