@@ -905,7 +905,7 @@ fn example_configurations() {
 
 // ------------------------------------------------------------------ larger (--ignored)
 
-/// The mix+upgrade workload of [`larger_configurations`].
+/// The mix+upgrade workload of the larger token configurations (thesis mix with U → W).
 const LARGE_S5: [&[&str]; 5] = [
     &["acquire R", "release", "acquire W", "release"],
     &["acquire IR", "release", "acquire IW", "release"],
