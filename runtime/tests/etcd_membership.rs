@@ -132,6 +132,49 @@ fn two_nodes_join_and_see_each_other() {
     });
 }
 
+/// A member that joins and leaves while a watcher does not look at its view is gone from
+/// `members` at the watcher's next look but is in `seen`, with the first run of its id:
+/// a new run of that id that joins later is in `members`, the first run stays in `seen`.
+#[test]
+fn a_member_that_joined_and_left_between_two_looks_is_seen() {
+    let Some(etcd) = etcd::start_healthy("a_member_that_joined_and_left_between_two_looks_is_seen")
+    else {
+        return;
+    };
+    let o = opts(&etcd.addr, Duration::from_secs(2));
+    run(Duration::from_secs(30), async {
+        let a = Membership::join(&o, "c", m(0, 10)).await.unwrap();
+        let mut w = a.members();
+        view_until(&mut w, Duration::from_secs(5), |v| {
+            v.connected && ids(v) == [0]
+        })
+        .await;
+        // Node 1 joins and leaves, then node 2 joins, without a look at node 0's view.
+        let b = Membership::join(&o, "c", m(1, 11)).await.unwrap();
+        b.leave().await.unwrap();
+        let _c = Membership::join(&o, "c", m(2, 20)).await.unwrap();
+        view_until(&mut w, Duration::from_secs(2), |v| ids(v) == [0, 2]).await;
+        {
+            let v = w.borrow();
+            assert_eq!(
+                v.seen.values().copied().collect::<Vec<_>>(),
+                [m(0, 10), m(1, 11), m(2, 20)],
+                "node 1's run was seen"
+            );
+        }
+        let _b2 = Membership::join(&o, "c", m(1, 12)).await.unwrap();
+        view_until(&mut w, Duration::from_secs(2), |v| {
+            v.members.get(&1) == Some(&m(1, 12))
+        })
+        .await;
+        assert_eq!(
+            w.borrow().seen[&1],
+            m(1, 11),
+            "the first run of node 1 stays"
+        );
+    });
+}
+
 /// Node 1 reaches etcd through a proxy and is cut off: its own "lease lost" fires (within
 /// its local lease) before node 0 sees it leave (within TTL + 1 s of the cut); the
 /// leadership node 1 held passes to node 0; node 1 can no longer install or lead.

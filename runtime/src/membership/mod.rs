@@ -262,6 +262,11 @@ pub struct MemberView {
     /// Whether the watch is connected; `false`: etcd is unreachable and the view may be
     /// behind.
     pub connected: bool,
+    /// Every member the watch has seen since it started, the first run of each id: a
+    /// member that joined and left between two looks at the view is here, though never
+    /// in `members` at a look (a watcher sees only the latest view). Members that joined
+    /// and left while the watch was not connected are not.
+    pub seen: BTreeMap<u16, Member>,
 }
 
 /// Why a lease was lost.
@@ -945,10 +950,13 @@ async fn follow_members(
         members: BTreeMap::new(),
         revision: r.header().map(|h| h.revision()).unwrap_or(0),
         connected: true,
+        // What the watch saw before it was cut off stays seen.
+        seen: tx.borrow().seen.clone(),
     };
     for kv in r.kvs() {
         let m: Member = parse(kv.key(), kv.value())?;
         view.members.insert(m.id, m);
+        view.seen.entry(m.id).or_insert(m);
     }
     tx.send_replace(view.clone());
     let mut stream = timed(
@@ -987,6 +995,7 @@ async fn follow_members(
                 EventType::Put => {
                     let m: Member = parse(kv.key(), kv.value())?;
                     view.members.insert(m.id, m);
+                    view.seen.entry(m.id).or_insert(m);
                 }
                 EventType::Delete => {
                     let id = std::str::from_utf8(&kv.key()[prefix.len()..])

@@ -315,8 +315,13 @@ pub(super) mod etcd {
         if !v.connected {
             return Ok(false);
         }
+        // Epoch 0 names no runs: each member's is the first one the member watch saw
+        // (`MemberView::seen`), also one that joined and left since the last look — taken
+        // from the view at this look, such a run would count as not started (up) here
+        // while the members that did see it leave freeze, report and wait for this
+        // node's report for good.
         if epoch == 0 {
-            for (&id, mb) in &v.members {
+            for (&id, mb) in &v.seen {
                 if usize::from(id) < n {
                     runs.entry(id).or_insert(mb.incarnation);
                 }
@@ -324,7 +329,7 @@ pub(super) mod etcd {
         }
         // What etcd says of each member of this epoch: a member whose key is gone (or
         // held by another run) has crashed — its lease ended at etcd, so (3.1) it stopped
-        // granting and its holders' commands died before. A node of epoch 0 not yet seen
+        // granting and its holders' commands died before. A node of epoch 0 never seen
         // has not started yet: it counts as up.
         //
         // A new run holding the key of a member (its old run's lease ended), or the key of
