@@ -650,7 +650,9 @@ fn the_saved_stale_retry_is_served_only_without_the_guards() {
     let retry = steps
         .iter()
         .position(|s| {
-            s.contains("Node(NodeId(2)), Request { token: Token { client: ClientId(1), seq: 1 }")
+            // Traces saved before client incarnations name no `incarnation` in the token.
+            s.contains("Node(NodeId(2)), Request { token: Token { client: ClientId(1),")
+                && s.contains("seq: 1 }, op: Lock")
         })
         .expect("the stale retry in the trace");
     let (stuck, at) = servers
