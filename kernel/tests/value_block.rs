@@ -8,8 +8,7 @@
 use hilock_harness::Cluster;
 use hilock_kernel::token::recovery::{rebuild, FaultSite, LockReport, Stamped};
 use hilock_kernel::{
-    Input, KernelError, Mode, Msg, NaimiSite, NodeId, Output, Protocol, Rule, Site, ValueBlock,
-    VALUE_LEN,
+    Input, KernelError, Mode, Msg, NodeId, Output, Protocol, Rule, Site, ValueBlock, VALUE_LEN,
 };
 
 #[path = "common/star.rs"]
@@ -307,23 +306,7 @@ fn a_fault_site_writes_and_the_baseline_refuses_to() {
     .unwrap();
     Protocol::step(&mut f, set_value(6), &mut out).unwrap();
     assert_eq!(Protocol::value(&f, L), Ok(written(6)));
-    let mut n = NaimiSite::<4, 1>::new(NodeId(0), NodeId(0)).unwrap();
-    let mut out = heapless::Vec::<_, 8>::new();
-    n.step(
-        Input::Acquire {
-            lock: L,
-            mode: Mode::W,
-        },
-        &mut out,
-    )
-    .unwrap();
-    let before = n.clone();
-    out.clear();
-    assert_eq!(
-        n.step(set_value(6), &mut out),
-        Err(KernelError::ValueUnsupported(L))
-    );
-    assert!(out.is_empty() && n == before);
+    let n = baseline_refuses(true, set_value(6), KernelError::ValueUnsupported(L));
     assert_eq!(Protocol::value(&n, L), Ok(None));
 }
 

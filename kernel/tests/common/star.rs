@@ -76,3 +76,30 @@ pub fn acquire(c: &mut Cluster<S>, at: u16, mode: Mode) -> Log {
 pub fn release(c: &mut Cluster<S>, at: u16) -> Log {
     run(c, at, Input::Release { lock: L })
 }
+
+/// The Naimi-Trehel baseline (`NaimiSite`, node 0 holding the token, W held first when
+/// `holding_w`) refuses `input` with `err`: no output, the site unchanged. The baseline has
+/// no try, cancel, downgrade or value block.
+pub fn baseline_refuses(
+    holding_w: bool,
+    input: Input<'_, hilock_kernel::NaimiMsg>,
+    err: hilock_kernel::KernelError,
+) -> hilock_kernel::NaimiSite<4, 1> {
+    let mut n = hilock_kernel::NaimiSite::<4, 1>::new(NodeId(0), NodeId(0)).unwrap();
+    let mut out = heapless::Vec::<_, 8>::new();
+    if holding_w {
+        n.step(
+            Input::Acquire {
+                lock: L,
+                mode: Mode::W,
+            },
+            &mut out,
+        )
+        .unwrap();
+        out.clear();
+    }
+    let before = n.clone();
+    assert_eq!(n.step(input, &mut out), Err(err));
+    assert!(out.is_empty() && n == before);
+    n
+}
