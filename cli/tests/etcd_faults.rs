@@ -1134,6 +1134,56 @@ fn restarting_node(o: &Outcome, from: Instant, to: Instant) -> bool {
         )
 }
 
+/// A 5-node cluster in the default configuration (recovery on) after 1.5 s of the airline
+/// workload on every node: the cluster, the node ids, each node's run and the workload.
+/// `None` (after one printed line) where etcd cannot be had.
+async fn started_under_workload(
+    name: &str,
+    tag: &str,
+) -> Option<(Cluster, Vec<usize>, Vec<String>, Airline)> {
+    let cl = Cluster::start(name, tag, None, true).await?;
+    let all: Vec<usize> = (0..N).collect();
+    let old = runs_of(&cl.nodes, &all).await;
+    let work = cl.airline(&all);
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    Some((cl, all, old, work))
+}
+
+/// Waits, beside `beside`, until every node of `ids` serves again as a run other than its
+/// `old` one (within [`SERVE_WITHIN`]; a node that does not fails the test with its log),
+/// then tells the recorder each restarted. Returns when each served, and what `beside`
+/// returned.
+async fn serving_again<T>(
+    nodes: &Nodes,
+    rec: &Recorder,
+    ids: &[usize],
+    old: &[String],
+    beside: impl std::future::Future<Output = T>,
+) -> (Vec<Instant>, T) {
+    let back = futures_util::future::join_all(
+        ids.iter()
+            .map(|&i| until_serving(nodes.socket(i), &old[i], SERVE_WITHIN)),
+    );
+    let (back, t) = tokio::join!(back, beside);
+    let back = ids
+        .iter()
+        .zip(back)
+        .map(|(&i, b)| {
+            b.unwrap_or_else(|| {
+                panic!(
+                    "node {i} serves again as a new run; its log:\n{}",
+                    nodes.log(i)
+                )
+            })
+            .1
+        })
+        .collect();
+    for &i in ids {
+        rec.restarted(i);
+    }
+    (back, t)
+}
+
 /// (f) A rolling restart with SIGTERM, default configuration (recovery on): under the
 /// workload on all five nodes, each node in turn is stopped with SIGTERM (a graceful
 /// leave), reaped, started again with the same configuration and waited for until it
@@ -1144,12 +1194,9 @@ fn restarting_node(o: &Outcome, from: Instant, to: Instant) -> bool {
 async fn sigterm_rolling_restart_of_every_node_in_turn() {
     let name = "sigterm_rolling_restart_of_every_node_in_turn";
     serial(async {
-        let Some(mut cl) = Cluster::start(name, "f", None, true).await else {
+        let Some((mut cl, all, _, work)) = started_under_workload(name, "f").await else {
             return;
         };
-        let all: Vec<usize> = (0..N).collect();
-        let work = cl.airline(&all);
-        tokio::time::sleep(Duration::from_millis(1_500)).await;
         let first = Instant::now();
         let mut windows = Vec::new();
         let mut usable = Duration::ZERO;
@@ -1224,13 +1271,9 @@ async fn sigterm_rolling_restart_of_every_node_in_turn() {
 async fn all_five_nodes_restarted() {
     let name = "all_five_nodes_restarted";
     serial(async {
-        let Some(mut cl) = Cluster::start(name, "g", None, true).await else {
+        let Some((mut cl, all, old, work)) = started_under_workload(name, "g").await else {
             return;
         };
-        let all: Vec<usize> = (0..N).collect();
-        let old = runs_of(&cl.nodes, &all).await;
-        let work = cl.airline(&all);
-        tokio::time::sleep(Duration::from_millis(1_500)).await;
         let t0 = Instant::now();
         for &i in &all {
             cl.rec.restarting(i);
@@ -1246,10 +1289,6 @@ async fn all_five_nodes_restarted() {
             cl.nodes.respawn(i);
         }
         let nodes = &cl.nodes;
-        let back = futures_util::future::join_all(
-            all.iter()
-                .map(|&i| until_serving(nodes.socket(i), &old[i], SERVE_WITHIN)),
-        );
         // Node 0's first answer to `hilock status --json` after its start.
         let starting = async {
             loop {
@@ -1260,27 +1299,13 @@ async fn all_five_nodes_restarted() {
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
         };
-        let (back, usable, starting) = tokio::join!(
-            back,
-            all_usable(nodes, &cl.rec, &all, t0, USABLE_WINDOW),
-            starting
-        );
-        let back: Vec<Instant> = back
-            .into_iter()
-            .enumerate()
-            .map(|(i, b)| {
-                b.unwrap_or_else(|| {
-                    panic!(
-                        "node {i} serves again as a new run; its log:\n{}",
-                        nodes.log(i)
-                    )
-                })
-                .1
-            })
-            .collect();
-        for &i in &all {
-            cl.rec.restarted(i);
-        }
+        let (back, (usable, starting)) = serving_again(nodes, &cl.rec, &all, &old, async {
+            tokio::join!(
+                all_usable(nodes, &cl.rec, &all, t0, USABLE_WINDOW),
+                starting
+            )
+        })
+        .await;
         let serving = back.iter().max().copied().unwrap();
         let after = status_at(&cl.nodes, 0, t0, Duration::ZERO).await;
         tokio::time::sleep(Duration::from_millis(1_000)).await;
@@ -1319,13 +1344,9 @@ async fn all_five_nodes_restarted() {
 async fn etcd_sigstop_of_twice_the_lease_then_sigcont() {
     let name = "etcd_sigstop_of_twice_the_lease_then_sigcont";
     serial(async {
-        let Some(mut cl) = Cluster::start(name, "h", None, true).await else {
+        let Some((mut cl, all, old, work)) = started_under_workload(name, "h").await else {
             return;
         };
-        let all: Vec<usize> = (0..N).collect();
-        let old = runs_of(&cl.nodes, &all).await;
-        let work = cl.airline(&all);
-        tokio::time::sleep(Duration::from_millis(1_500)).await;
         let t0 = Instant::now();
         cl.etcd.pause();
         let stall = Duration::from_secs(2 * u64::from(TTL_S));
@@ -1342,30 +1363,16 @@ async fn etcd_sigstop_of_twice_the_lease_then_sigcont() {
             }
             cl.etcd.resume();
             let cont = Instant::now();
-            let back = futures_util::future::join_all(
-                all.iter()
-                    .map(|&i| until_serving(nodes.socket(i), &old[i], SERVE_WITHIN)),
-            );
             // From the SIGCONT: during the stall every path is refused once the leases are
             // lost (a probe from the SIGSTOP would be granted before that).
-            let (back, usable) =
-                tokio::join!(back, all_usable(nodes, &cl.rec, &all, cont, USABLE_WINDOW));
-            let back: Vec<Instant> = back
-                .into_iter()
-                .enumerate()
-                .map(|(i, b)| {
-                    b.unwrap_or_else(|| {
-                        panic!(
-                            "node {i} serves again as a new run; its log:\n{}",
-                            nodes.log(i)
-                        )
-                    })
-                    .1
-                })
-                .collect();
-            for &i in &all {
-                cl.rec.restarted(i);
-            }
+            let (back, usable) = serving_again(
+                nodes,
+                &cl.rec,
+                &all,
+                &old,
+                all_usable(nodes, &cl.rec, &all, cont, USABLE_WINDOW),
+            )
+            .await;
             (cont, back, usable)
         };
         let (during, (cont, back, usable)) = tokio::join!(during, resume);
