@@ -1516,22 +1516,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         entry: QueueEntry,
     ) -> Result<(), KernelError> {
         let parent = self.route(cx, entry)?;
-        cx.fire(if entry.requester == cx.me {
-            Rule::Rule2Request
-        } else {
-            Rule::Rule4_1Forward
-        });
-        let link = self.peer_mut(parent)?;
-        link.requests_sent = link.requests_sent.wrapping_add(1);
-        let hop = link.requests_sent;
-        cx.send(
-            parent,
-            Msg::Request {
-                lock: cx.lock,
-                entry,
-                hop,
-            },
-        )
+        self.send_request(cx, parent, entry, false)
     }
 
     /// Rule 2 / Rule 4.1 (F) for a try request: to the parent. It neither uses nor updates
@@ -1544,20 +1529,33 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         entry: QueueEntry,
     ) -> Result<(), KernelError> {
         let parent = self.parent.ok_or(KernelError::NoParent(cx.lock))?;
+        self.send_request(cx, parent, entry, true)
+    }
+
+    /// Rule 2 (our own request) or Rule 4.1 (F) (another node's): send `entry` to `to`,
+    /// numbered with the link's next request `hop`; a `TryRequest` if `try_request`.
+    fn send_request<S: Sink<Output<Msg<Q>>>>(
+        &mut self,
+        cx: &mut Ctx<'_, Q, S>,
+        to: NodeId,
+        entry: QueueEntry,
+        try_request: bool,
+    ) -> Result<(), KernelError> {
         cx.fire(if entry.requester == cx.me {
             Rule::Rule2Request
         } else {
             Rule::Rule4_1Forward
         });
-        let link = self.peer_mut(parent)?;
+        let link = self.peer_mut(to)?;
         link.requests_sent = link.requests_sent.wrapping_add(1);
         let hop = link.requests_sent;
+        let lock = cx.lock;
         cx.send(
-            parent,
-            Msg::TryRequest {
-                lock: cx.lock,
-                entry,
-                hop,
+            to,
+            if try_request {
+                Msg::TryRequest { lock, entry, hop }
+            } else {
+                Msg::Request { lock, entry, hop }
             },
         )
     }
