@@ -267,8 +267,8 @@ fn duplicated_requests_pass() {
     );
 }
 
-/// Two rounds with a copied request: a copy of a write of the first round may land after
-/// the client's write of the same column in the second round, and must lose there.
+/// Two rounds with a copied request: a copy of a write of round one may land after
+/// the client's write of the same column in round two, and must lose there.
 #[test]
 fn duplicated_requests_two_rounds_pass() {
     pass(
