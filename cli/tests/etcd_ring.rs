@@ -566,19 +566,7 @@ async fn restart_within_lease() {
     let started = killed.elapsed();
     r.procs[victim.idx()] = Some(running);
     let (a, b) = (one.await.unwrap().unwrap(), two.await.unwrap().unwrap());
-    let mut events: Vec<(u128, bool, u16)> = std::fs::read_to_string(&log)
-        .unwrap()
-        .lines()
-        .map(|l| {
-            let w: Vec<&str> = l.split_whitespace().collect();
-            (
-                w[2].parse().unwrap(),
-                w[0] == "start",
-                w[1].parse().unwrap(),
-            )
-        })
-        .collect();
-    events.sort();
+    let events = ring_load::hold_events(&log, "");
     let order: Vec<(bool, u16)> = events.iter().map(|e| (e.1, e.2)).collect();
     assert_eq!(
         order,

@@ -509,19 +509,7 @@ async fn restart_within_lease() {
     let (code2, err2, _) = two.await.unwrap();
     let granted = killed.elapsed();
 
-    let mut events: Vec<(u128, bool, u16)> = std::fs::read_to_string(&log)
-        .unwrap()
-        .lines()
-        .map(|l| {
-            let w: Vec<&str> = l.split_whitespace().collect();
-            (
-                w[2].parse().unwrap(),
-                w[0] == "start",
-                w[1].parse().unwrap(),
-            )
-        })
-        .collect();
-    events.sort();
+    let events = ring_load::hold_events(&log, "");
     let order: Vec<(bool, u16)> = events.iter().map(|e| (e.1, e.2)).collect();
     assert_eq!(
         order,
@@ -850,20 +838,8 @@ async fn lock_on_ring() {
         let (code, err, _) = r.await.unwrap();
         assert_eq!(code, Some(0), "{err}");
     }
-    let mut events: Vec<(u128, bool, u16)> = std::fs::read_to_string(&log)
-        .unwrap()
-        .lines()
-        .map(|l| {
-            let w: Vec<&str> = l.split_whitespace().collect();
-            (
-                w[2].parse().unwrap(),
-                w[0] == "start",
-                w[1].parse().unwrap(),
-            )
-        })
-        .collect();
+    let events = ring_load::hold_events(&log, "");
     assert_eq!(events.len(), 2 * modes.len(), "every command ran once");
-    events.sort();
     let oracle = Oracle::default();
     let mut inside = 0;
     for &(_, start, id) in &events {
@@ -1364,27 +1340,16 @@ async fn duplicate_ids() {
     for l in loops {
         codes.push(l.await.unwrap());
     }
-    let mut events: Vec<(u128, bool, usize)> = std::fs::read_to_string(&log)
-        .unwrap()
-        .lines()
-        .map(|l| {
-            let w: Vec<&str> = l.split_whitespace().collect();
-            (
-                w[2].parse().unwrap(),
-                w[0] == "start",
-                w[1].trim_start_matches("loop").parse().unwrap(),
-            )
-        })
-        .collect();
-    events.sort();
+    let events = ring_load::hold_events(&log, "loop");
     let oracle = Oracle::default();
     let (mut inside, mut overlaps, mut holds) = (0usize, 0usize, 0u64);
     let mut op = [0u64; 4];
-    for &(_, start, l) in &events {
+    for &(_, start, id) in &events {
+        let l = usize::from(id);
         if start {
             holds += 1;
             op[l] = holds;
-            oracle.register_path(holds, l as u16, "/dups", Mode::W);
+            oracle.register_path(holds, id, "/dups", Mode::W);
             if inside > 0 {
                 overlaps += 1;
             }

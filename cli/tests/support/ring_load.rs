@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 use std::net::SocketAddr;
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -227,4 +228,24 @@ pub fn holders_of(v: View, path: &str) -> Vec<NodeId> {
         .filter(|i| set & (1 << i) != 0)
         .map(NodeId)
         .collect()
+}
+
+/// The hold log the tests' commands append to (`start ID NANOS` when the command starts
+/// under the lock, `end ID NANOS` when it ends), sorted by time: `(nanos, start, id)`, with
+/// `prefix` taken off each id.
+pub fn hold_events(log: &Path, prefix: &str) -> Vec<(u128, bool, u16)> {
+    let mut events: Vec<(u128, bool, u16)> = std::fs::read_to_string(log)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            (
+                w[2].parse().unwrap(),
+                w[0] == "start",
+                w[1].trim_start_matches(prefix).parse().unwrap(),
+            )
+        })
+        .collect();
+    events.sort();
+    events
 }
