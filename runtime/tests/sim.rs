@@ -7,15 +7,18 @@
 //! clock — and an in-process client that takes locks through `Node::lock_with`,
 //! `Node::try_lock_with` and guards (upgrades included). The seed chooses the cluster's
 //! size, the network's latencies, the workload and the faults: link stalls (`hold` and
-//! `release`: TCP keeps the bytes), cuts (`partition` and `repair`: the segments sent
-//! meanwhile are lost, so the receiver sees a gap and the channel must reconnect and
-//! resend), paused nodes (all of a node's links stalled) and crashed nodes (static
-//! membership cannot bring one back: it stays down).
+//! `release`: TCP keeps the bytes), resets of the connections between two nodes
+//! ([`Node::sim_reset`]: both ends see an error, the links reconnect and resend what was
+//! not acknowledged), cuts (`partition` and `repair`: turmoil loses the segments sent
+//! meanwhile and never retransmits, so those connections stay silent), paused nodes (all
+//! of a node's links stalled) and crashed nodes (static membership cannot bring one back:
+//! it stays down).
 //!
 //! A run passes when the history checker ([`Oracle`]) saw no two holds Table 2.1 forbids
 //! (nor a fence regression), the kernel steps every node recorded replay through the real
-//! kernel ([`trace::check`]), no request failed but by timing out or by being busy, and at
-//! least one lock was granted (unless a node crashed). A failing seed is printed with the command that replays it
+//! kernel ([`trace::check`]) — and, where no link was cut and no node crashed, every
+//! message sent was delivered by the end —, no request failed but by timing out or by
+//! being busy, and at least one lock was granted (unless a node crashed). A failing seed is printed with the command that replays it
 //! (with its event log); the same seed gives the same event log and records, byte for byte.
 
 use std::cell::RefCell;
@@ -45,6 +48,10 @@ const MODES: [Mode; 5] = [Mode::IR, Mode::R, Mode::U, Mode::IW, Mode::W];
 /// How long a simulated request waits before it gives up.
 const REQUEST_TIMEOUT: Duration = Duration::from_millis(1500);
 
+/// How long the nodes run on after the last fault has ended (and every client is done):
+/// time to reconnect (backoff at most 0.5 s) and resend.
+const SETTLE: Duration = Duration::from_secs(2);
+
 /// The simulated time a run may take at most (a run that has not ended by then fails).
 const SIM_LIMIT: Duration = Duration::from_secs(120);
 
@@ -59,6 +66,9 @@ enum Fault {
     Pause(usize),
     /// The node's host crashes and stays down.
     Crash(usize),
+    /// The connections between two nodes are reset (both ends see an error; the links
+    /// reconnect and resend what was not acknowledged).
+    Reset(usize, usize),
 }
 
 /// What one seed's simulation does.
@@ -73,6 +83,25 @@ struct Plan {
 }
 
 impl Plan {
+    /// Whether every message sent must have been delivered by the end: no link was cut
+    /// (turmoil drops the segments and never retransmits: such a connection stays silent,
+    /// and a dialer waits on a silent connection) and no node crashed.
+    fn heals(&self) -> bool {
+        !self
+            .faults
+            .iter()
+            .any(|f| matches!(f.2, Fault::Cut(..) | Fault::Crash(_)))
+    }
+
+    /// When the last fault ends.
+    fn last_heal(&self) -> Duration {
+        self.faults
+            .iter()
+            .map(|f| f.0 + f.1)
+            .max()
+            .unwrap_or_default()
+    }
+
     fn of(seed: u64) -> Plan {
         let mut r = StdRng::seed_from_u64(seed ^ 0x5eed_0ffa_u64);
         let n = r.random_range(2..=4);
@@ -80,15 +109,16 @@ impl Plan {
         let max_latency = min_latency + Duration::from_micros(r.random_range(0..=10_000));
         let mut faults = Vec::new();
         let mut crashed = false;
-        for _ in 0..r.random_range(0..=4) {
+        for _ in 0..r.random_range(0..=5) {
             let at = Duration::from_millis(r.random_range(0..=300));
             let lasts = Duration::from_millis(r.random_range(1..=1_500));
             let a = r.random_range(0..n);
             let b = (a + r.random_range(1..n)) % n;
-            let f = match r.random_range(0..10) {
-                0..=3 => Fault::Stall(a, b),
-                4..=6 => Fault::Cut(a, b),
-                7 | 8 => Fault::Pause(a),
+            let f = match r.random_range(0..12) {
+                0..=2 => Fault::Stall(a, b),
+                3..=5 => Fault::Reset(a, b),
+                6 | 7 => Fault::Cut(a, b),
+                8..=10 => Fault::Pause(a),
                 _ if !crashed && n > 2 => {
                     crashed = true;
                     Fault::Crash(a)
@@ -98,6 +128,17 @@ impl Plan {
             faults.push((at, lasts, f));
         }
         faults.sort_by_key(|f| f.0);
+        // Several resets in a row: the links reconnect while they resend.
+        if let Some(&(at, _, Fault::Reset(a, b))) = faults.first() {
+            for k in 1..r.random_range(1..=4u64) {
+                faults.push((
+                    at + Duration::from_millis(3 * k),
+                    Duration::ZERO,
+                    Fault::Reset(a, b),
+                ));
+            }
+            faults.sort_by_key(|f| f.0);
+        }
         Plan {
             n,
             min_latency,
@@ -115,6 +156,8 @@ struct World {
     /// Hosts whose client has finished its operations.
     done: usize,
     crashed: Vec<usize>,
+    /// Resets asked of each node's host (the peers' addresses).
+    resets: BTreeMap<usize, Vec<IpAddr>>,
     /// Set by the driver once every live client is done: the nodes stop.
     stop: bool,
     grants: u64,
@@ -167,7 +210,22 @@ async fn node_host(
     // turmoil binds the unspecified address only (the host's own address is not bindable).
     c.listen = SocketAddr::new(IpAddr::from([0, 0, 0, 0]), PORT);
     c.record = Some(dir.join(format!("node-{id}.jsonl")));
-    let node = Node::start_sim(c, seed.wrapping_mul(31).wrapping_add(id as u64)).await?;
+    let node = Rc::new(Node::start_sim(c, seed.wrapping_mul(31).wrapping_add(id as u64)).await?);
+    // Resets the driver asks of this node, applied within a simulated millisecond.
+    let resetter = {
+        let (node, world) = (node.clone(), world.clone());
+        tokio::task::spawn_local(async move {
+            loop {
+                let asked = world.borrow_mut().resets.remove(&id).unwrap_or_default();
+                for peer in asked {
+                    let n = node.sim_reset(peer);
+                    let line = format!("{} n{id} reset {n} connections with {peer}", now());
+                    world.borrow_mut().log.push(line);
+                }
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        })
+    };
     let mut r = StdRng::seed_from_u64(seed.wrapping_mul(1_000_003).wrapping_add(id as u64));
     let log =
         |w: &Rc<RefCell<World>>, s: String| w.borrow_mut().log.push(format!("{} n{id} {s}", now()));
@@ -245,7 +303,12 @@ async fn node_host(
     while !world.borrow().stop {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    node.shutdown().await;
+    resetter.abort();
+    let _ = resetter.await;
+    match Rc::try_unwrap(node) {
+        Ok(node) => node.shutdown().await,
+        Err(_) => return Err("the node is still shared".into()),
+    }
     Ok(())
 }
 
@@ -285,11 +348,14 @@ fn run_seed(seed: u64, dir: &Path) -> Outcome {
     }
     {
         let (world, n) = (world.clone(), plan.n);
+        // Every fault has ended and the links had time to reconnect and resend.
+        let settled = plan.last_heal() + SETTLE;
         sim.client("driver", async move {
             loop {
                 {
                     let mut w = world.borrow_mut();
-                    if w.done + w.crashed.len() >= n {
+                    let t = turmoil::sim_elapsed().unwrap_or_default();
+                    if w.done + w.crashed.len() >= n && t >= settled {
                         w.stop = true;
                         break;
                     }
@@ -307,7 +373,7 @@ fn run_seed(seed: u64, dir: &Path) -> Outcome {
     let mut events: Vec<(Duration, bool, Fault)> = Vec::new();
     for &(at, lasts, f) in &plan.faults {
         events.push((at, true, f));
-        if !matches!(f, Fault::Crash(_)) {
+        if !matches!(f, Fault::Crash(_) | Fault::Reset(..)) {
             events.push((at + lasts, false, f));
         }
     }
@@ -341,6 +407,10 @@ fn run_seed(seed: u64, dir: &Path) -> Outcome {
                         }
                     }
                 }
+                (Fault::Reset(a, b), true) => {
+                    world.borrow_mut().resets.entry(a).or_default().push(ips[b]);
+                }
+                (Fault::Reset(..), false) => {}
                 (Fault::Crash(a), _) => {
                     if !world.borrow().crashed.contains(&a) {
                         world.borrow_mut().crashed.push(a);
@@ -379,7 +449,16 @@ fn run_seed(seed: u64, dir: &Path) -> Outcome {
     }
     if failure.is_none() {
         match trace::check(&files) {
-            Ok(Ok(summary)) => log.push(summary.to_string()),
+            Ok(Ok(summary)) => {
+                log.push(summary.to_string());
+                if summary.in_flight > 0 && plan.heals() {
+                    failure = Some(format!(
+                        "trace validation: {} messages sent were never delivered, though every \
+                         fault healed",
+                        summary.in_flight
+                    ));
+                }
+            }
             Ok(Err(rejection)) => failure = Some(format!("trace validation: {rejection}")),
             Err(e) => failure = Some(format!("trace validation could not read: {e}")),
         }
@@ -483,7 +562,7 @@ fn the_seed_in_hilock_sim_seed_passes() {
 fn a_seed_replays_byte_for_byte() {
     // Seeds with each kind of fault, and the first seed.
     let mut seeds = vec![0];
-    for want in ["Stall", "Cut", "Pause", "Crash"] {
+    for want in ["Stall", "Cut", "Pause", "Crash", "Reset"] {
         let s = (1..10_000)
             .find(|&s| format!("{:?}", Plan::of(s).faults).contains(want))
             .expect("a seed with the fault");

@@ -552,7 +552,25 @@ impl Node {
             .map_err(|e| {
                 std::io::Error::new(e.kind(), format!("cannot listen on {}: {e}", config.listen))
             })?;
-        Self::start_with(config, Listener::Sim(listener), Entropy::seeded(seed)).await
+        let resets = Arc::new(transport::sim::Resets::default());
+        Self::start_with(
+            config,
+            Listener::Sim(listener, resets),
+            Entropy::seeded(seed),
+        )
+        .await
+    }
+
+    /// Simulation (feature `sim`): reset this node's open connections with the node at
+    /// `peer` (both directions), as a network or a peer's kernel resetting them would; both
+    /// ends see an error and the links reconnect. Returns how many were reset (none for a
+    /// node not started with [`Node::start_sim`]).
+    #[cfg(feature = "sim")]
+    pub fn sim_reset(&self, peer: std::net::IpAddr) -> usize {
+        match &self.shared.network {
+            Network::Sim(resets) => resets.reset(peer),
+            Network::Tcp => 0,
+        }
     }
 
     async fn start_with(

@@ -17,18 +17,19 @@ use tokio::net::{TcpListener, TcpStream};
 use crate::wire;
 
 /// Which network a node's peer links use.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub(super) enum Network {
     /// The operating system's TCP (tokio).
     Tcp,
-    /// turmoil's simulated TCP (inside a turmoil simulation only).
+    /// turmoil's simulated TCP (inside a turmoil simulation only), with the node's
+    /// connections that the simulation may reset.
     #[cfg(feature = "sim")]
-    Sim,
+    Sim(std::sync::Arc<sim::Resets>),
 }
 
 impl Network {
     /// Open a connection to `addr`.
-    pub(super) async fn connect(self, addr: SocketAddr) -> io::Result<Stream> {
+    pub(super) async fn connect(&self, addr: SocketAddr) -> io::Result<Stream> {
         match self {
             Network::Tcp => {
                 let s = TcpStream::connect(addr).await?;
@@ -36,7 +37,10 @@ impl Network {
                 Ok(Stream::Tcp(s))
             }
             #[cfg(feature = "sim")]
-            Network::Sim => Ok(Stream::Sim(turmoil::net::TcpStream::connect(addr).await?)),
+            Network::Sim(resets) => {
+                let s = turmoil::net::TcpStream::connect(addr).await?;
+                Ok(Stream::Sim(resets.track(s, addr.ip())))
+            }
         }
     }
 }
@@ -46,7 +50,7 @@ impl Network {
 pub(super) enum Stream {
     Tcp(TcpStream),
     #[cfg(feature = "sim")]
-    Sim(turmoil::net::TcpStream),
+    Sim(sim::SimStream),
 }
 
 impl AsyncRead for Stream {
@@ -97,7 +101,7 @@ impl AsyncWrite for Stream {
 pub(super) enum Listener {
     Tcp(TcpListener),
     #[cfg(feature = "sim")]
-    Sim(turmoil::net::TcpListener),
+    Sim(turmoil::net::TcpListener, std::sync::Arc<sim::Resets>),
 }
 
 impl std::fmt::Debug for Listener {
@@ -117,9 +121,9 @@ impl Listener {
                 Ok((Stream::Tcp(s), a))
             }
             #[cfg(feature = "sim")]
-            Listener::Sim(l) => {
+            Listener::Sim(l, resets) => {
                 let (s, a) = l.accept().await?;
-                Ok((Stream::Sim(s), a))
+                Ok((Stream::Sim(resets.track(s, a.ip())), a))
             }
         }
     }
@@ -128,7 +132,7 @@ impl Listener {
         match self {
             Listener::Tcp(l) => l.local_addr(),
             #[cfg(feature = "sim")]
-            Listener::Sim(l) => l.local_addr(),
+            Listener::Sim(l, _) => l.local_addr(),
         }
     }
 
@@ -136,7 +140,7 @@ impl Listener {
         match self {
             Listener::Tcp(_) => Network::Tcp,
             #[cfg(feature = "sim")]
-            Listener::Sim(_) => Network::Sim,
+            Listener::Sim(_, resets) => Network::Sim(resets.clone()),
         }
     }
 }
@@ -183,6 +187,133 @@ impl Entropy {
                 let mut r = r.lock().unwrap_or_else(|e| e.into_inner());
                 r.random()
             }
+        }
+    }
+}
+
+/// The simulated streams, which the simulation can reset (a connection reset by the network
+/// or by the peer's kernel: both sides see an error, and the links reconnect and resend).
+#[cfg(feature = "sim")]
+pub(super) mod sim {
+    use std::io;
+    use std::net::IpAddr;
+    use std::pin::Pin;
+    use std::sync::{Arc, Mutex, Weak};
+    use std::task::{Context, Poll, Waker};
+
+    use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+    /// One stream's reset flag and the tasks waiting on it.
+    #[derive(Debug, Default)]
+    struct Cut {
+        reset: bool,
+        read: Option<Waker>,
+        write: Option<Waker>,
+    }
+
+    /// A node's simulated connections, by peer address.
+    #[derive(Debug, Default)]
+    pub(crate) struct Resets {
+        streams: Mutex<Vec<(IpAddr, Weak<Mutex<Cut>>)>>,
+    }
+
+    impl Resets {
+        pub(super) fn track(&self, inner: turmoil::net::TcpStream, peer: IpAddr) -> SimStream {
+            let cut = Arc::new(Mutex::new(Cut::default()));
+            let mut s = self.streams.lock().unwrap_or_else(|e| e.into_inner());
+            s.retain(|(_, w)| w.strong_count() > 0);
+            s.push((peer, Arc::downgrade(&cut)));
+            SimStream { inner, cut }
+        }
+
+        /// Resets every open connection with `peer`; returns how many.
+        pub(crate) fn reset(&self, peer: IpAddr) -> usize {
+            let s = self.streams.lock().unwrap_or_else(|e| e.into_inner());
+            let mut n = 0;
+            for (_, w) in s.iter().filter(|(p, _)| *p == peer) {
+                if let Some(c) = w.upgrade() {
+                    let mut c = c.lock().unwrap_or_else(|e| e.into_inner());
+                    if !c.reset {
+                        c.reset = true;
+                        n += 1;
+                    }
+                    for w in [c.read.take(), c.write.take()].into_iter().flatten() {
+                        w.wake();
+                    }
+                }
+            }
+            n
+        }
+    }
+
+    /// A turmoil stream the simulation can reset. Dropping it after a reset sends turmoil's
+    /// RST to the peer, whose side of the connection fails too.
+    #[derive(Debug)]
+    pub(crate) struct SimStream {
+        inner: turmoil::net::TcpStream,
+        cut: Arc<Mutex<Cut>>,
+    }
+
+    impl SimStream {
+        /// Whether the stream was reset; if not, `cx` is woken when it is.
+        fn reset(&self, cx: &Context<'_>, read: bool) -> bool {
+            let mut c = self.cut.lock().unwrap_or_else(|e| e.into_inner());
+            if c.reset {
+                return true;
+            }
+            let slot = if read { &mut c.read } else { &mut c.write };
+            match slot {
+                Some(w) if w.will_wake(cx.waker()) => {}
+                _ => *slot = Some(cx.waker().clone()),
+            }
+            false
+        }
+    }
+
+    fn reset_error() -> io::Error {
+        io::Error::new(
+            io::ErrorKind::ConnectionReset,
+            "connection reset (simulated)",
+        )
+    }
+
+    impl AsyncRead for SimStream {
+        fn poll_read(
+            self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+            buf: &mut ReadBuf<'_>,
+        ) -> Poll<io::Result<()>> {
+            let s = self.get_mut();
+            if s.reset(cx, true) {
+                return Poll::Ready(Err(reset_error()));
+            }
+            Pin::new(&mut s.inner).poll_read(cx, buf)
+        }
+    }
+
+    impl AsyncWrite for SimStream {
+        fn poll_write(
+            self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+            buf: &[u8],
+        ) -> Poll<io::Result<usize>> {
+            let s = self.get_mut();
+            if s.reset(cx, false) {
+                return Poll::Ready(Err(reset_error()));
+            }
+            Pin::new(&mut s.inner).poll_write(cx, buf)
+        }
+
+        fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+            let s = self.get_mut();
+            if s.reset(cx, false) {
+                return Poll::Ready(Err(reset_error()));
+            }
+            Pin::new(&mut s.inner).poll_flush(cx)
+        }
+
+        fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
         }
     }
 }
