@@ -926,7 +926,7 @@ fn features(row: &Row) -> Vec<&'static str> {
     TARGET_FEATURES
         .iter()
         .filter(|(p, t, _)| *p == row.package && *t == row.target)
-        .flat_map(|(_, _, f)| ["--features", f])
+        .flat_map(|&(_, _, f)| ["--features", f])
         .collect()
 }
 
