@@ -427,7 +427,7 @@ struct Shared {
     resumed: bool,
     /// The network of the peer links (real TCP, or turmoil's simulated one).
     network: Network,
-    /// The handshake's nonces come from here.
+    /// The handshake's nonces (and this run's number) come from here.
     entropy: Entropy,
 }
 
@@ -528,8 +528,9 @@ impl Node {
     }
 
     /// Start a node inside a turmoil simulation (feature `sim`): its peer links run over
-    /// turmoil's simulated TCP (listening on `config.listen`, which must be this host's
-    /// simulated address or the unspecified one), its clock is the simulation's, and its
+    /// turmoil's simulated TCP (listening on `config.listen`, which must be an unspecified
+    /// address such as `0.0.0.0:PORT`: turmoil binds no other), its clock is the
+    /// simulation's, and its
     /// run number and handshake nonces come from a generator seeded with `seed` — so that
     /// the same seed replays the same run. Static membership only; neither the metrics
     /// endpoint nor the client socket is served (they are real sockets).
