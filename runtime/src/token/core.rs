@@ -1,7 +1,7 @@
 //! The core task: one kernel site per lock path, the local holders and waiters of each,
 //! and the node's answers to its callers.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
@@ -246,7 +246,9 @@ impl LockEntry {
 
 pub(super) struct Core {
     shared: Arc<Shared>,
-    locks: HashMap<String, LockEntry>,
+    /// Ordered by path: walking the locks (on admission, in a new generation) sends in the
+    /// same order every run (a simulated run replays exactly).
+    locks: BTreeMap<String, LockEntry>,
     out: Box<KOutputs>,
     next_hold: u64,
     /// A majority of the cluster has let this run in (until then requests wait).
@@ -292,7 +294,7 @@ impl Core {
             offers,
             awaiting,
             shared,
-            locks: HashMap::new(),
+            locks: BTreeMap::new(),
             out: Box::default(),
             next_hold: 1,
             fenced: None,

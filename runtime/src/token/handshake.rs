@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
-use tokio::net::TcpStream;
 use tokio::time::timeout;
 use tokio_util::codec::{Framed, LengthDelimitedCodec};
 
+use super::transport::Stream;
 use super::Shared;
 use crate::wire::{self, codec, Hello, Side, Transcript, PROTOCOL_VERSION};
 
@@ -43,14 +43,13 @@ pub(super) async fn connect(
     shared: &Shared,
     peer: u16,
     addr: SocketAddr,
-) -> Result<(Framed<TcpStream, LengthDelimitedCodec>, u64), ConnectError> {
-    let s = timeout(HANDSHAKE_TIMEOUT, TcpStream::connect(addr))
+) -> Result<(Framed<Stream, LengthDelimitedCodec>, u64), ConnectError> {
+    let s = timeout(HANDSHAKE_TIMEOUT, shared.network.connect(addr))
         .await
         .map_err(|_| "connect timed out".to_string())?
         .map_err(|e| e.to_string())?;
-    let _ = s.set_nodelay(true);
     let mut fr = Framed::new(s, codec());
-    let nd = wire::nonce();
+    let nd = shared.entropy.nonce();
     let hello = Hello::Dial {
         version: PROTOCOL_VERSION,
         cluster: shared.cluster.clone(),
@@ -137,7 +136,7 @@ pub(super) fn is_cut(reason: &str) -> bool {
     reason.starts_with(CUT)
 }
 
-async fn next_hello(fr: &mut Framed<TcpStream, LengthDelimitedCodec>) -> Result<Hello, String> {
+async fn next_hello(fr: &mut Framed<Stream, LengthDelimitedCodec>) -> Result<Hello, String> {
     match timeout(HANDSHAKE_TIMEOUT, fr.next()).await {
         Err(_) => Err(format!("{CUT} (nothing within {HANDSHAKE_TIMEOUT:?})")),
         Ok(None) => Err(format!("{CUT} (closed)")),
@@ -155,7 +154,7 @@ async fn next_hello(fr: &mut Framed<TcpStream, LengthDelimitedCodec>) -> Result<
 /// and incarnation. (The Welcome or Refused is the caller's.)
 pub(super) async fn handshake_accept(
     shared: &Shared,
-    fr: &mut Framed<TcpStream, LengthDelimitedCodec>,
+    fr: &mut Framed<Stream, LengthDelimitedCodec>,
 ) -> Result<(u16, u64), String> {
     let (from, nd, id) = match next_hello(fr).await? {
         Hello::Dial {
@@ -190,7 +189,7 @@ pub(super) async fn handshake_accept(
         }
         other => return Err(format!("expected a Dial, got {other:?}")),
     };
-    let na = wire::nonce();
+    let na = shared.entropy.nonce();
     let tr = Transcript {
         cluster: &shared.cluster,
         from,

@@ -42,6 +42,7 @@ mod recover;
 mod status;
 mod suspend;
 pub mod trace;
+mod transport;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
@@ -67,6 +68,7 @@ pub use self::metrics::CONTENT_TYPE as METRICS_CONTENT_TYPE;
 use self::net::{accept, dial, Inbound, Outbox, PeerLink};
 pub use self::net::{HAND_OVER, HEARTBEAT, SILENT_AFTER};
 pub use self::status::{LeaseStatus, LockStatus, PeerStatus, Status, PROBE_WAIT};
+use self::transport::{Entropy, Listener, Network};
 
 /// Errors of the lock API.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -423,6 +425,10 @@ struct Shared {
     suspending: AtomicBool,
     /// This run was resumed from a suspend (`suspend`).
     resumed: bool,
+    /// The network of the peer links (real TCP, or turmoil's simulated one).
+    network: Network,
+    /// The handshake's nonces (and this run's number) come from here.
+    entropy: Entropy,
 }
 
 /// The agents engine sends on the same peer links (see [`crate::agents::Net`]).
@@ -518,6 +524,61 @@ impl Node {
 
     /// Start a node on a listener bound already (e.g. to port 0).
     pub async fn start_on(config: Config, listener: TcpListener) -> std::io::Result<Node> {
+        Self::start_with(config, Listener::Tcp(listener), Entropy::os()).await
+    }
+
+    /// Start a node inside a turmoil simulation (feature `sim`): its peer links run over
+    /// turmoil's simulated TCP (listening on `config.listen`, which must be an unspecified
+    /// address such as `0.0.0.0:PORT`: turmoil binds no other), its clock is the
+    /// simulation's, and its
+    /// run number and handshake nonces come from a generator seeded with `seed` — so that
+    /// the same seed replays the same run. Static membership only; neither the metrics
+    /// endpoint nor the client socket is served (they are real sockets).
+    #[cfg(feature = "sim")]
+    pub async fn start_sim(config: Config, seed: u64) -> std::io::Result<Node> {
+        if config.metrics.is_some() || config.client.is_some() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "a simulated node serves neither metrics nor a client socket",
+            ));
+        }
+        if !matches!(config.membership, crate::config::Membership::Static) {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "a simulated node has static membership only",
+            ));
+        }
+        let listener = turmoil::net::TcpListener::bind(config.listen)
+            .await
+            .map_err(|e| {
+                std::io::Error::new(e.kind(), format!("cannot listen on {}: {e}", config.listen))
+            })?;
+        let resets = Arc::new(transport::sim::Resets::default());
+        Self::start_with(
+            config,
+            Listener::Sim(listener, resets),
+            Entropy::seeded(seed),
+        )
+        .await
+    }
+
+    /// Simulation (feature `sim`): reset this node's open connections with the node at
+    /// `peer` (both directions), as a network or a peer's kernel resetting them would; both
+    /// ends see an error and the links reconnect. Returns how many were reset (none for a
+    /// node not started with [`Node::start_sim`]).
+    #[cfg(feature = "sim")]
+    pub fn sim_reset(&self, peer: std::net::IpAddr) -> usize {
+        match &self.shared.network {
+            Network::Sim(resets) => resets.reset(peer),
+            Network::Tcp => 0,
+        }
+    }
+
+    async fn start_with(
+        config: Config,
+        listener: Listener,
+        entropy: Entropy,
+    ) -> std::io::Result<Node> {
         config
             .validate()
             .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
@@ -633,7 +694,7 @@ impl Node {
         let (agents_inbox, agents_rx) = crate::agents::inbox(config.id, config.n());
         let incarnation = match &resumed {
             Some((s, _)) => s.run,
-            None => rand::random(),
+            None => entropy.run(),
         };
         let (session, first_lease) = lease::Session::start(&config, incarnation).await?;
         let shared = Arc::new(Shared {
@@ -661,6 +722,8 @@ impl Node {
             state,
             suspending: AtomicBool::new(false),
             resumed: resumed.is_some(),
+            network: listener.network(),
+            entropy,
         });
         tasks.spawn(crate::agents::run(shared.clone(), agents_rx));
         let (tx, rx) = mpsc::unbounded_channel();

@@ -13,7 +13,6 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
 use hilock_kernel::NodeId;
-use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
@@ -22,6 +21,7 @@ use tracing::{debug, info, warn};
 
 use super::core::Cmd;
 use super::handshake::{connect, handshake_accept, is_cut, ConnectError, MAX_PENDING_HANDSHAKES};
+use super::transport::{Listener, Stream};
 use super::Shared;
 use crate::wire::{self, check_frame, codec, Hello};
 
@@ -378,32 +378,23 @@ pub(super) async fn dial(shared: Arc<Shared>, peer: u16, core: mpsc::UnboundedSe
             }
             loop {
                 tokio::select! {
-                    m = rx.recv() => {
-                        let Some(b) = m else { return };
-                        // Numbered and kept in the same poll as it is taken from the
-                        // channel: a task stopped at an await never loses a message.
-                        let seq = {
-                            let mut out = link.outbox();
-                            let seq = out.next_seq;
-                            out.next_seq += 1;
-                            out.unacked.push_back((seq, b.clone()));
-                            seq
-                        };
-                        if let Err(e) = fr.send(Bytes::from(wire::envelope(seq, &b))).await {
-                            break 'conn e.to_string();
+                    // In a fixed order (`biased`), so that a simulated run replays exactly (tokio's
+                    // random choice cannot be seeded); the periodic check and the probes are ready at most
+                    // once per period or request, the peer's acknowledgements at most once per message
+                    // sent: none of them starves sending, and reading them first never leaves the peer
+                    // blocked on writing to this node.
+                    biased;
+                    _ = check.tick() => {
+                        if heard.elapsed() > SILENT_AFTER && !link.silent.swap(true, Relaxed) {
+                            link.connected.store(false, Relaxed);
+                            link.went_down(heard);
+                            warn!(peer, addr = %link.addr, "peer not answering (stopped, hung or cut off; waiting for it)");
                         }
                     }
                     _ = link.ping_now.notified() => {
                         let ping = wire::Envelope { seq: 0, frame: wire::Payload::Ping(link.pings.load(Relaxed)) };
                         if let Err(e) = fr.send(Bytes::from(wire::encode(&ping))).await {
                             break 'conn e.to_string();
-                        }
-                    }
-                    _ = check.tick() => {
-                        if heard.elapsed() > SILENT_AFTER && !link.silent.swap(true, Relaxed) {
-                            link.connected.store(false, Relaxed);
-                            link.went_down(heard);
-                            warn!(peer, addr = %link.addr, "peer not answering (stopped, hung or cut off; waiting for it)");
                         }
                     }
                     r = fr.next() => match r {
@@ -436,6 +427,21 @@ pub(super) async fn dial(shared: Arc<Shared>, peer: u16, core: mpsc::UnboundedSe
                             Err(e) => break 'conn format!("bad acknowledgement: {e}"),
                         },
                     },
+                    m = rx.recv() => {
+                        let Some(b) = m else { return };
+                        // Numbered and kept in the same poll as it is taken from the
+                        // channel: a task stopped at an await never loses a message.
+                        let seq = {
+                            let mut out = link.outbox();
+                            let seq = out.next_seq;
+                            out.next_seq += 1;
+                            out.unacked.push_back((seq, b.clone()));
+                            seq
+                        };
+                        if let Err(e) = fr.send(Bytes::from(wire::envelope(seq, &b))).await {
+                            break 'conn e.to_string();
+                        }
+                    }
                 }
             }
         };
@@ -452,13 +458,17 @@ pub(super) async fn dial(shared: Arc<Shared>, peer: u16, core: mpsc::UnboundedSe
 /// owns (stopping the node stops them).
 pub(super) async fn accept(
     shared: Arc<Shared>,
-    listener: TcpListener,
+    listener: Listener,
     core: mpsc::UnboundedSender<Cmd>,
 ) {
     let mut conns = JoinSet::new();
     let pending = Arc::new(tokio::sync::Semaphore::new(MAX_PENDING_HANDSHAKES));
     loop {
         tokio::select! {
+            // A fixed order (`biased`) for simulated runs to replay; finished connections
+            // are reaped first (at most one per connection accepted).
+            biased;
+            Some(_) = conns.join_next(), if !conns.is_empty() => {}
             r = listener.accept() => match r {
                 Ok((s, addr)) => {
                     let Ok(permit) = pending.clone().try_acquire_owned() else {
@@ -470,7 +480,6 @@ pub(super) async fn accept(
                         }
                         continue;
                     };
-                    let _ = s.set_nodelay(true);
                     conns.spawn(serve_peer(shared.clone(), s, addr, core.clone(), permit));
                 }
                 Err(e) => {
@@ -481,7 +490,6 @@ pub(super) async fn accept(
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
             },
-            Some(_) = conns.join_next(), if !conns.is_empty() => {}
         }
     }
 }
@@ -489,7 +497,7 @@ pub(super) async fn accept(
 /// Acknowledges on an inbound connection every message delivered up to `delivered`, with
 /// the newest probe received on it (`ping`, 0: none). False when the connection is gone.
 async fn send_ack(
-    fr: &mut Framed<TcpStream, LengthDelimitedCodec>,
+    fr: &mut Framed<Stream, LengthDelimitedCodec>,
     delivered: u64,
     ping: u64,
 ) -> bool {
@@ -500,7 +508,7 @@ async fn send_ack(
 
 async fn serve_peer(
     shared: Arc<Shared>,
-    s: TcpStream,
+    s: Stream,
     addr: SocketAddr,
     core: mpsc::UnboundedSender<Cmd>,
     permit: tokio::sync::OwnedSemaphorePermit,
@@ -582,7 +590,9 @@ async fn serve_peer(
     let mut beat = tokio::time::interval_at(Instant::now() + HEARTBEAT, HEARTBEAT);
     let reason = loop {
         let b = tokio::select! {
-            b = fr.next() => b,
+            // A fixed order (`biased`) for simulated runs to replay: the timers first, each
+            // ready at most once per period or per delivery, so the frames are never starved.
+            biased;
             _ = beat.tick() => {
                 let d = link.inbound.lock().expect("inbound lock").delivered;
                 if !send_ack(&mut fr, d, ping).await {
@@ -602,6 +612,7 @@ async fn serve_peer(
                 }
                 continue;
             }
+            b = fr.next() => b,
         };
         let b = match b {
             None => break None,
