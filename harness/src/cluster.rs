@@ -341,6 +341,8 @@ pub struct Cluster<P: Protocol> {
     /// (node, lock, waiting mode, priority, how).
     pub(crate) told: BTreeMap<(NodeId, LockId), ModeSet>,
     pub(crate) blocking_breach: Option<(NodeId, LockId, Mode, Priority, BlockingBreach)>,
+    /// The locks of which an upgrade was withdrawn by a cancel (P17's allowance).
+    pub(crate) upgrade_withdrawn: BTreeSet<LockId>,
     // Bookkeeping (not state).
     seq: u64,
     sent: u64,
@@ -371,6 +373,7 @@ impl<P: Protocol> Clone for Cluster<P> {
             value_breach: self.value_breach,
             told: self.told.clone(),
             blocking_breach: self.blocking_breach,
+            upgrade_withdrawn: self.upgrade_withdrawn.clone(),
             seq: self.seq,
             sent: self.sent,
             steps: self.steps,
@@ -408,6 +411,7 @@ where
             && self.value_breach == o.value_breach
             && self.told == o.told
             && self.blocking_breach == o.blocking_breach
+            && self.upgrade_withdrawn == o.upgrade_withdrawn
     }
 }
 impl<P: Protocol + Eq> Eq for Cluster<P> where P::Msg: Eq {}
@@ -436,6 +440,7 @@ where
         self.value_breach.hash(h);
         self.told.hash(h);
         self.blocking_breach.hash(h);
+        self.upgrade_withdrawn.hash(h);
     }
 }
 
@@ -481,6 +486,7 @@ where
             value_breach: None,
             told: BTreeMap::new(),
             blocking_breach: None,
+            upgrade_withdrawn: BTreeSet::new(),
             seq: 0,
             sent: 0,
             steps: 0,
@@ -727,6 +733,10 @@ where
             Output::Cancelled { lock } => {
                 // A cancel leaves the held mode as it was (Φ, or U for an upgrade).
                 let held = self.sites[from.idx()].site.held(lock).unwrap_or(Mode::Phi);
+                if held == Mode::U {
+                    // A U holder's cancel withdraws its upgrade (P17's allowance).
+                    self.note_upgrade_withdrawn(lock);
+                }
                 self.note_cancelled(from, lock, held)
             }
             // A downgrade keeps the hold and its fence (`spec/SPEC.md` 1.14): no grant.

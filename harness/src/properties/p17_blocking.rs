@@ -6,7 +6,11 @@
 //! keeps a ghost of the waiting modes each hold was told about, emptied when the site
 //! releases the lock (an accepted `Release`) or is granted it again. The waiter is looked
 //! for only without faults: a crashed or injected history may leave a freeze naming a
-//! request that no live site still has.
+//! request that no live site still has. One waiter may vanish without being granted: a
+//! Rule 7 upgrade withdrawn by a cancel (`spec/SPEC.md` 1.13) ends at once at the token
+//! node while a freeze naming its W may still be on its way to a copy holder; so once an
+//! upgrade of a lock has been cancelled, a notification of W on that lock needs no waiter
+//! (the ghost remembers the lock for the rest of the run).
 
 use super::Violation;
 use crate::Cluster;
@@ -51,11 +55,18 @@ where
                     && !self.crashed.contains(&n)
                     && self.site(n).pending_mode(lock) == Ok(mode)
             });
-            (!waiter && self.faults.none()).then_some(BlockingBreach::NoWaiter)
+            let withdrawn = mode == Mode::W && self.upgrade_withdrawn.contains(&lock);
+            (!waiter && !withdrawn && self.faults.none()).then_some(BlockingBreach::NoWaiter)
         };
         if let Some(b) = breach {
             self.blocking_breach = Some((node, lock, mode, prio, b));
         }
+    }
+
+    /// The ghost of P17: an upgrade of `lock` was withdrawn by a cancel (`spec/SPEC.md`
+    /// 1.13); a freeze naming its W may still be in flight.
+    pub(crate) fn note_upgrade_withdrawn(&mut self, lock: LockId) {
+        self.upgrade_withdrawn.insert(lock);
     }
 
     /// The ghost of P17: `node`'s hold of `lock` ended (or a new one began).

@@ -789,9 +789,9 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
     ) -> Result<(), KernelError> {
         let before = self.owned();
         self.held = Mode::Phi;
+        cx.fire(Rule::Rule5Release);
         // `spec/SPEC.md` 1.16: the next hold is told again.
         self.told = ModeSet::EMPTY;
-        cx.fire(Rule::Rule5Release);
         self.release_or_keep(cx, before)
     }
 
