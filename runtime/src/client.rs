@@ -655,6 +655,7 @@ const STOP_KILL_WAIT: Duration = Duration::from_millis(80);
 /// alive [`STOP_KILL_WAIT`] after the SIGKILL: then the lock must not be released. While
 /// the node's lease is valid, every renewal is passed on to the client. A release that
 /// carries a value block leaves it in `value` for the caller to write before it releases.
+#[allow(clippy::too_many_arguments)]
 async fn hold(
     node: &Handle,
     r: &mut BufReader<tokio::net::unix::OwnedReadHalf>,
