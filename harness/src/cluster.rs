@@ -341,6 +341,8 @@ pub struct Cluster<P: Protocol> {
     /// (node, lock, waiting mode, priority, how).
     pub(crate) told: BTreeMap<(NodeId, LockId), ModeSet>,
     pub(crate) blocking_breach: Option<(NodeId, LockId, Mode, Priority, BlockingBreach)>,
+    /// The first notification told while no waiter existed (P17, judged per variant).
+    pub(crate) blocking_no_waiter: Option<(NodeId, LockId, Mode, Priority)>,
     /// The locks of which an upgrade was withdrawn by a cancel (P17's allowance).
     pub(crate) upgrade_withdrawn: BTreeSet<LockId>,
     // Bookkeeping (not state).
@@ -374,6 +376,7 @@ impl<P: Protocol> Clone for Cluster<P> {
             told: self.told.clone(),
             blocking_breach: self.blocking_breach,
             upgrade_withdrawn: self.upgrade_withdrawn.clone(),
+            blocking_no_waiter: self.blocking_no_waiter,
             seq: self.seq,
             sent: self.sent,
             steps: self.steps,
@@ -412,6 +415,7 @@ where
             && self.told == o.told
             && self.blocking_breach == o.blocking_breach
             && self.upgrade_withdrawn == o.upgrade_withdrawn
+            && self.blocking_no_waiter == o.blocking_no_waiter
     }
 }
 impl<P: Protocol + Eq> Eq for Cluster<P> where P::Msg: Eq {}
@@ -441,6 +445,7 @@ where
         self.told.hash(h);
         self.blocking_breach.hash(h);
         self.upgrade_withdrawn.hash(h);
+        self.blocking_no_waiter.hash(h);
     }
 }
 
@@ -487,6 +492,7 @@ where
             told: BTreeMap::new(),
             blocking_breach: None,
             upgrade_withdrawn: BTreeSet::new(),
+            blocking_no_waiter: None,
             seq: 0,
             sent: 0,
             steps: 0,

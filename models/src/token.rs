@@ -1328,7 +1328,7 @@ fn p16<const L: usize>(_: &BaseModel<L>, st: &State<L>) -> bool {
 }
 
 fn p17<const L: usize>(_: &BaseModel<L>, st: &State<L>) -> bool {
-    st.cluster.check_blocking().is_ok()
+    st.cluster.check_blocking().is_ok() && st.cluster.check_blocking_waiter().is_ok()
 }
 
 /// What violates `property` in `st`, in words ("on L0: n1 holds R, n3 holds W"): the
@@ -1380,7 +1380,7 @@ pub fn why_violated<const L: usize>(
         p if p == SAFETY[11] => c.check_no_grant_after_cancel().err(),
         p if p == SAFETY[12] => c.check_cancel_leaves_nothing().err(),
         p if p == SAFETY[13] => c.check_value_block().err(),
-        p if p == SAFETY[14] => c.check_blocking().err(),
+        p if p == SAFETY[14] => c.check_blocking().and(c.check_blocking_waiter()).err(),
         _ => None,
     };
     violation.map(|v| v.detail)

@@ -20,8 +20,9 @@
 //!
 //! "Every caller of `check_safety`": the scenario runner (`hilock_spec::scenario`),
 //! `spec/tests/robustness.rs`, `spec/tests/embedded_script.rs` and the kernel's integration
-//! tests (`kernel/tests/`). Which of P3, P3b, P10, P12 and P15 [`Cluster::check_safety`]
-//! checks besides P1, P2, P11, P14 and P16 is the protocol's [`Invariants`].
+//! tests (`kernel/tests/`). Which of P3, P3b, P10, P12, P15 and P17's waiter
+//! [`Cluster::check_safety`] checks besides P1, P2, P11, P14, P16 and P17 is the protocol's
+//! [`Invariants`].
 
 pub mod no_kernel_error;
 pub mod p10_fencing;
@@ -130,7 +131,8 @@ impl<const N: usize, const L: usize, const Q: usize> Invariants for Site<N, L, Q
         c.check_frozen_reach_children()?;
         c.check_fences()?;
         c.check_try_leaves_nothing()?;
-        c.check_cancel_leaves_nothing()
+        c.check_cancel_leaves_nothing()?;
+        c.check_blocking_waiter()
     }
 }
 

@@ -10,11 +10,15 @@
 //! Rule 7 upgrade withdrawn by a cancel (`spec/SPEC.md` 1.13) ends at once at the token
 //! node while a freeze naming its W may still be on its way to a copy holder; so once an
 //! upgrade of a lock has been cancelled, a notification of W on that lock needs no waiter
-//! (the ghost remembers the lock for the rest of the run).
+//! (the ghost remembers the lock for the rest of the run). Nor is the waiter looked for
+//! under PIP: a reissue (section 3.7.2) leaves older copies of a request in queues, and a
+//! token node may tell its hold of a copy whose request was served meanwhile (the random
+//! runs of `spec/tests/robustness.rs` found it; P15 excludes PIP for the same copies).
+//! That part of P17 is [`Cluster::check_blocking_waiter`], for hilock sites.
 
 use super::Violation;
 use crate::Cluster;
-use hilock_kernel::{conflicts, LockId, Mode, NodeId, Priority, Protocol};
+use hilock_kernel::{conflicts, Inheritance, LockId, Mode, NodeId, Priority, Protocol, Site};
 use std::hash::Hash;
 
 /// Every blocking notification goes to a conflicting holder while its waiter exists, at
@@ -56,7 +60,10 @@ where
                     && self.site(n).pending_mode(lock) == Ok(mode)
             });
             let withdrawn = mode == Mode::W && self.upgrade_withdrawn.contains(&lock);
-            (!waiter && !withdrawn && self.faults.none()).then_some(BlockingBreach::NoWaiter)
+            if !waiter && !withdrawn && self.faults.none() && self.blocking_no_waiter.is_none() {
+                self.blocking_no_waiter = Some((node, lock, mode, prio));
+            }
+            None
         };
         if let Some(b) = breach {
             self.blocking_breach = Some((node, lock, mode, prio, b));
@@ -74,12 +81,22 @@ where
         self.told.remove(&(node, lock));
     }
 
-    /// P17: every blocking notification so far went to a holder of a conflicting mode
-    /// while a request for the waiting mode was pending elsewhere, once per hold.
+    /// P17, for every protocol: every blocking notification so far went to a holder of a
+    /// conflicting mode, once per holder, waiting mode and hold.
     pub fn check_blocking(&self) -> Result<(), Violation> {
         let Some((node, lock, mode, prio, breach)) = self.blocking_breach else {
             return Ok(());
         };
+        Self::blocking_violation(node, lock, mode, prio, breach)
+    }
+
+    fn blocking_violation(
+        node: NodeId,
+        lock: LockId,
+        mode: Mode,
+        prio: Priority,
+        breach: BlockingBreach,
+    ) -> Result<(), Violation> {
         let why = match breach {
             BlockingBreach::NotBlocking(held) => {
                 format!("it holds {held}, which does not conflict with {mode}")
@@ -93,5 +110,20 @@ where
                 "{node} was told a request for {lock} {mode} (priority {prio}) waits, but {why}"
             ),
         })
+    }
+}
+
+impl<const N: usize, const L: usize, const Q: usize> Cluster<Site<N, L, Q>> {
+    /// P17's waiter: every blocking notification so far was told while another site had
+    /// a request for the waiting mode pending (checked without faults, not under PIP, and
+    /// not for a W once an upgrade of the lock was cancelled).
+    pub fn check_blocking_waiter(&self) -> Result<(), Violation> {
+        let Some((node, lock, mode, prio)) = self.blocking_no_waiter else {
+            return Ok(());
+        };
+        if self.site(node).variant().inheritance == Inheritance::Pip {
+            return Ok(());
+        }
+        Self::blocking_violation(node, lock, mode, prio, BlockingBreach::NoWaiter)
     }
 }
