@@ -632,7 +632,8 @@ impl TokenSim {
             Output::Upgraded { .. }
             | Output::WouldBlock { .. }
             | Output::Cancelled { .. }
-            | Output::Downgraded { .. } => {}
+            | Output::Downgraded { .. }
+            | Output::Blocking { .. } => {}
         };
         match (input, from) {
             (Some(input), _) => {

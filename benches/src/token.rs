@@ -961,7 +961,8 @@ where
             Output::Upgraded { .. }
             | Output::WouldBlock { .. }
             | Output::Cancelled { .. }
-            | Output::Downgraded { .. } => {}
+            | Output::Downgraded { .. }
+            | Output::Blocking { .. } => {}
         };
         let r = match (input, from) {
             (Some(input), _) => cluster
@@ -1382,7 +1383,8 @@ pub fn naimi_sequential(n: usize, warmup: u64, requests: u64, seed: u64) -> Sequ
             Output::Upgraded { .. }
             | Output::WouldBlock { .. }
             | Output::Cancelled { .. }
-            | Output::Downgraded { .. } => {}
+            | Output::Downgraded { .. }
+            | Output::Blocking { .. } => {}
         };
         let acquire = Input::Acquire {
             lock,

@@ -31,6 +31,9 @@ pub enum LockRequest {
         mode: String,
         /// `--try`: refused at once (exit [`EXIT_BUSY`]) instead of waiting.
         try_lock: bool,
+        /// `--signal-waiters`: send the command's process group SIGUSR1 when a conflicting
+        /// request of another node waits (`spec/SPEC.md` 1.16; token engine).
+        signal_waiters: bool,
     },
     Txn {
         locks: Vec<String>,
@@ -64,12 +67,18 @@ pub fn lock(
                 path,
                 mode,
                 try_lock,
+                signal_waiters,
             } = what
             else {
                 return Err("--txn is the agents engine's: a ring takes one PATH MODE".into());
             };
             if try_lock {
                 return Err("--try is the token engine's: a ring has no try-lock".into());
+            }
+            if signal_waiters {
+                return Err(
+                    "--signal-waiters is the token engine's: a ring tells no holder".into(),
+                );
             }
             let timeout_ms = timeout_ms.unwrap_or(cfg.request_timeout.as_millis() as u64);
             return ring_lock(
@@ -103,11 +112,19 @@ pub fn lock(
             }
             _ => None,
         };
+        let signal_waiters = matches!(
+            what,
+            LockRequest::Lock {
+                signal_waiters: true,
+                ..
+            }
+        );
         let (req, path) = match what {
             LockRequest::Lock {
                 path,
                 mode,
                 try_lock,
+                ..
             } => (
                 hilock_runtime::client::Request::Lock {
                     path: path.clone(),
@@ -163,6 +180,7 @@ pub fn lock(
             path: path.clone(),
             value: reply.value.clone(),
             value_out: value_out.clone(),
+            signal_waiters,
         };
         crate::run_under_lock::run(command, &path, reply.fence, grace, &mut watch).await
     })
@@ -191,6 +209,9 @@ struct NodeWatch {
     value: Option<String>,
     /// A W hold: the file the command may write a new value block to.
     value_out: Option<std::path::PathBuf>,
+    /// `--signal-waiters`: a blocking notification from the node (`spec/SPEC.md` 1.16)
+    /// becomes SIGUSR1 to the command's group; without it the line is ignored.
+    signal_waiters: bool,
 }
 
 impl Watch for NodeWatch {
@@ -243,6 +264,13 @@ impl Watch for NodeWatch {
                             self.line.clear();
                             let parsed = serde_json::from_str::<hilock_runtime::client::Reply>(&text).ok();
                             if let Some(p) = parsed.as_ref().filter(|p| p.ok && !p.lost) {
+                                // A conflicting request waits (`spec/SPEC.md` 1.16).
+                                if let Some(mode) = p.blocking.clone() {
+                                    if self.signal_waiters {
+                                        return Event::Blocking(mode, p.blocking_priority.unwrap_or(0));
+                                    }
+                                    continue;
+                                }
                                 // A renewal of the node's lease.
                                 if p.lease_until_ms.is_some() {
                                     self.lease = lease_deadline(p);

@@ -130,6 +130,12 @@ enum Command {
         /// queued at any node and is never granted later. Token engine only.
         #[arg(long = "try", conflicts_with = "txn")]
         try_lock: bool,
+        /// Send the command's process group SIGUSR1 when a request of another node for a
+        /// conflicting mode waits for this lock (at most once per hold; the DLM's blocking
+        /// AST). A command that does not handle SIGUSR1 dies of it, hence opt-in. Token
+        /// engine only.
+        #[arg(long, conflicts_with = "txn")]
+        signal_waiters: bool,
         /// The command and its arguments.
         #[arg(last = true, required = true)]
         command: Vec<String>,
@@ -322,6 +328,7 @@ fn main() -> ExitCode {
             txn,
             abort_on_deadlock,
             try_lock,
+            signal_waiters,
             command,
             at,
             timeout_ms,
@@ -341,6 +348,7 @@ fn main() -> ExitCode {
                     path: locks.pop().unwrap_or_default(),
                     mode,
                     try_lock,
+                    signal_waiters,
                 }
             } else {
                 eprintln!("hilock: lock takes PATH MODE (or --txn PATH:MODE…)");

@@ -50,6 +50,10 @@ pub(crate) enum Event {
     Lost(u8, String, Option<Duration>),
     /// A renewal moved [`Watch::kill_by`].
     Renewed,
+    /// A request of another node for this mode (with this priority) waits for the hold,
+    /// and the command asked to be told (`hilock lock --signal-waiters`, `spec/SPEC.md`
+    /// 1.16): the command's process group gets SIGUSR1.
+    Blocking(String, u8),
 }
 
 /// What holds the lock while the command runs: the node (token and agents engines), the
@@ -163,6 +167,10 @@ pub(crate) async fn run(
             biased;
             ev = watch.next() => match ev {
                 Event::Lost(code, why, cap) => break (code, why, cap),
+                Event::Blocking(mode, prio) => {
+                    tracing::debug!(%path, %mode, prio, "a conflicting request waits: SIGUSR1 to the command");
+                    let _ = hilock_runtime::proc::signal_group(pgid, libc::SIGUSR1);
+                }
                 Event::Renewed => {
                     if let Err(e) = dog.arm(watch.kill_by()).await {
                         break (

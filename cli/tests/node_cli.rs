@@ -2022,3 +2022,52 @@ fn dump_merges_every_nodes_locks_and_names_the_nodes_that_do_not_answer() {
     );
     assert!(e.contains("; node 1 (") && e.contains("; node 2 ("), "{e}");
 }
+
+/// `hilock lock --signal-waiters` (`spec/SPEC.md` 1.16, `docs/cli.md`): node 0's W
+/// command traps SIGUSR1 and writes a file when it comes; node 1's `hilock lock` for R
+/// waits, and the file appears. Without the flag the same command is not signalled while
+/// the same reader waits. Each holder then finishes and the reader is granted.
+#[test]
+fn hilock_lock_signal_waiters_sends_sigusr1_when_another_node_waits() {
+    let c = start(2);
+    for (i, flag) in [true, false].into_iter().enumerate() {
+        let dir = c.dir.path();
+        let (ready, told, done) = (
+            dir.join(format!("ready{i}")),
+            dir.join(format!("told{i}")),
+            dir.join(format!("done{i}")),
+        );
+        let script = format!(
+            "trap 'echo usr1 > {told}' USR1; echo ready > {ready}; \
+             while [ ! -f {done} ]; do sleep 0.05; done",
+            told = told.display(),
+            ready = ready.display(),
+            done = done.display()
+        );
+        let path = format!("/blk{i}/x");
+        let mut holder = hilock();
+        holder
+            .args(["lock", &path, "W", "--socket"])
+            .arg(c.socket(0));
+        if flag {
+            holder.arg("--signal-waiters");
+        }
+        holder.args(["--", "sh", "-c", &script]);
+        let mut holder = holder.stdout(Stdio::null()).spawn().unwrap();
+        wait_file(&ready);
+        let mut reader = lock_cmd(&c.socket(1), &path, "R", "true")
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        wait_pending(&c, 1, &path, "R");
+        if flag {
+            assert_eq!(wait_file(&told), "usr1\n");
+        } else {
+            std::thread::sleep(Duration::from_millis(500));
+            assert!(!told.exists(), "signalled without --signal-waiters");
+        }
+        std::fs::write(&done, "").unwrap();
+        assert!(wait_exit(&mut holder, Duration::from_secs(10)).success());
+        assert!(wait_exit(&mut reader, Duration::from_secs(10)).success());
+    }
+}

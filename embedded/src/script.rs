@@ -251,9 +251,12 @@ const FIG_2_8_STEPS: &[StepRules] = &[
     at(B, &[Rule::Rule5Release]),
     at(D, &[Rule::Rule2Request]),
     at(B, &[Rule::Rule4_1Forward]),
-    at(A, &[Rule::Rule4_2Queue, Rule::Rule6FreezeSent]),
+    at(
+        A,
+        &[Rule::Rule4_2Queue, Rule::Rule6FreezeSent, Rule::Blocking],
+    ),
     at(B, &[Rule::Rule6FreezeSent, Rule::Rule6FreezeApplied]),
-    at(C, &[Rule::Rule6FreezeApplied]),
+    at(C, &[Rule::Rule6FreezeApplied, Rule::Blocking]),
     at(E, &[Rule::Rule2Request]),
     at(B, &[Rule::Rule4_1Forward]),
     at(A, &[Rule::Rule4_2Queue]),
@@ -261,7 +264,10 @@ const FIG_2_8_STEPS: &[StepRules] = &[
     at(C, &[Rule::Rule5Release, Rule::Rule5_2Propagate]),
     at(B, &[Rule::Rule5_2Propagate, Rule::Rule5_2Apply]),
     at(A, &[Rule::Rule3_2TokenTransfer, Rule::Rule5_2Apply]),
-    at(D, &[Rule::Rule8_2Merge, Rule::TokenReceived]),
+    at(
+        D,
+        &[Rule::Rule8_2Merge, Rule::TokenReceived, Rule::Blocking],
+    ),
     at(D, &[Rule::Rule3_2TokenTransfer, Rule::Rule5Release]),
     at(E, &[Rule::Rule8_2Merge, Rule::TokenReceived]),
 ];
@@ -293,11 +299,19 @@ const FIG_3_4_PIP_STEPS: &[StepRules] = &[
     at(C, &[Rule::Rule2Request]),
     at(
         D,
-        &[Rule::Rule4_2Queue, Rule::Rule6FreezeSent, Rule::PipInherit],
+        &[
+            Rule::Rule4_2Queue,
+            Rule::Rule6FreezeSent,
+            Rule::PipInherit,
+            Rule::Blocking,
+        ],
     ),
-    at(B, &[Rule::Rule6FreezeApplied, Rule::PipInherit]),
+    at(
+        B,
+        &[Rule::Rule6FreezeApplied, Rule::PipInherit, Rule::Blocking],
+    ),
     at(B, &[Rule::Rule2Request]),
-    at(A, &[Rule::Rule4_2Queue, Rule::PipInherit]),
+    at(A, &[Rule::Rule4_2Queue, Rule::PipInherit, Rule::Blocking]),
     at(D, &[Rule::Rule2Request]),
     at(B, &[Rule::Rule4_1Forward]),
     at(

@@ -31,10 +31,11 @@
 //! Sites and channels live on the heap and every step's outputs go to a growable
 //! [`VecSink`], so a cluster of 1,024 sites needs no large stack.
 
+use crate::properties::BlockingBreach;
 use crate::VecSink;
 use hilock_kernel::{
-    Input, KernelError, LockId, Mode, MsgKind, NodeId, Output, Protocol, Report, RuleSet, Sink,
-    Site, VALUE_LEN,
+    Input, KernelError, LockId, Mode, ModeSet, MsgKind, NodeId, Output, Priority, Protocol, Report,
+    RuleSet, Sink, Site, VALUE_LEN,
 };
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt;
@@ -335,6 +336,15 @@ pub struct Cluster<P: Protocol> {
     /// (node, lock, mode, first byte read, first byte of the last value written).
     pub(crate) written: BTreeMap<LockId, [u8; VALUE_LEN]>,
     pub(crate) value_breach: Option<(NodeId, LockId, Mode, u8, u8)>,
+    /// Ghost history for the blocking property (P17): per (node, lock), the waiting modes
+    /// its current hold was told about (`Output::Blocking`), and the first breach
+    /// (node, lock, waiting mode, priority, how).
+    pub(crate) told: BTreeMap<(NodeId, LockId), ModeSet>,
+    pub(crate) blocking_breach: Option<(NodeId, LockId, Mode, Priority, BlockingBreach)>,
+    /// The first notification told while no waiter existed (P17, judged per variant).
+    pub(crate) blocking_no_waiter: Option<(NodeId, LockId, Mode, Priority)>,
+    /// The locks of which an upgrade was withdrawn by a cancel (P17's allowance).
+    pub(crate) upgrade_withdrawn: BTreeSet<LockId>,
     // Bookkeeping (not state).
     seq: u64,
     sent: u64,
@@ -363,6 +373,10 @@ impl<P: Protocol> Clone for Cluster<P> {
             cancel_breach: self.cancel_breach,
             written: self.written.clone(),
             value_breach: self.value_breach,
+            told: self.told.clone(),
+            blocking_breach: self.blocking_breach,
+            upgrade_withdrawn: self.upgrade_withdrawn.clone(),
+            blocking_no_waiter: self.blocking_no_waiter,
             seq: self.seq,
             sent: self.sent,
             steps: self.steps,
@@ -398,6 +412,10 @@ where
             && self.cancel_breach == o.cancel_breach
             && self.written == o.written
             && self.value_breach == o.value_breach
+            && self.told == o.told
+            && self.blocking_breach == o.blocking_breach
+            && self.upgrade_withdrawn == o.upgrade_withdrawn
+            && self.blocking_no_waiter == o.blocking_no_waiter
     }
 }
 impl<P: Protocol + Eq> Eq for Cluster<P> where P::Msg: Eq {}
@@ -424,6 +442,10 @@ where
         self.cancel_breach.hash(h);
         self.written.hash(h);
         self.value_breach.hash(h);
+        self.told.hash(h);
+        self.blocking_breach.hash(h);
+        self.upgrade_withdrawn.hash(h);
+        self.blocking_no_waiter.hash(h);
     }
 }
 
@@ -467,6 +489,10 @@ where
             cancel_breach: None,
             written: BTreeMap::new(),
             value_breach: None,
+            told: BTreeMap::new(),
+            blocking_breach: None,
+            upgrade_withdrawn: BTreeSet::new(),
+            blocking_no_waiter: None,
             seq: 0,
             sent: 0,
             steps: 0,
@@ -640,6 +666,10 @@ where
             | Input::Release { lock } => Some(lock),
             _ => None,
         };
+        let released = match input {
+            Input::Release { lock } => Some(lock),
+            _ => None,
+        };
         let wrote = match input {
             Input::SetValue { lock, value } => Some((lock, value)),
             _ => None,
@@ -664,6 +694,10 @@ where
                     // Asked again (or released what a cancelled upgrade left held): the
                     // cancel is history.
                     self.cancelled.remove(&(node, lock));
+                }
+                if let Some(lock) = released {
+                    // P17's ghost: the hold ended (`spec/SPEC.md` 1.16).
+                    self.forget_told(node, lock);
                 }
                 if let Some((lock, value)) = wrote {
                     // P16's ghost: the last value written (`spec/SPEC.md` 1.15).
@@ -690,6 +724,7 @@ where
         match o {
             Output::Send { to, msg } => self.route(from, to, msg),
             Output::Granted { lock, mode } => {
+                self.forget_told(from, lock);
                 self.note_try_grant(from, lock, mode);
                 self.note_cancelled_grant(from, lock, mode);
                 self.note_value(from, lock, mode);
@@ -704,10 +739,15 @@ where
             Output::Cancelled { lock } => {
                 // A cancel leaves the held mode as it was (Φ, or U for an upgrade).
                 let held = self.sites[from.idx()].site.held(lock).unwrap_or(Mode::Phi);
+                if held == Mode::U {
+                    // A U holder's cancel withdraws its upgrade (P17's allowance).
+                    self.note_upgrade_withdrawn(lock);
+                }
                 self.note_cancelled(from, lock, held)
             }
             // A downgrade keeps the hold and its fence (`spec/SPEC.md` 1.14): no grant.
             Output::Downgraded { .. } => {}
+            Output::Blocking { lock, mode, prio } => self.note_blocking(from, lock, mode, prio),
         }
     }
 

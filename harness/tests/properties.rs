@@ -6,7 +6,7 @@ use hilock_harness::properties;
 use std::path::Path;
 
 /// The name of every property the harness checks, as violations report it.
-const NAMES: [&str; 12] = [
+const NAMES: [&str; 13] = [
     properties::P1,
     properties::P2,
     properties::P3,
@@ -19,6 +19,7 @@ const NAMES: [&str; 12] = [
     properties::P14,
     properties::P15,
     properties::P16,
+    properties::P17,
 ];
 
 #[test]

@@ -13,7 +13,7 @@
 //!
 //! ```
 //! use hilock_kernel::{Frozen, LockId, Mode, Msg, MsgKind};
-//! let msg: Msg<8> = Msg::Freeze { lock: LockId(1), modes: Frozen::EMPTY };
+//! let msg: Msg<8> = Msg::Freeze { lock: LockId(1), modes: Frozen::EMPTY, waiting: Frozen::EMPTY };
 //! let mut buf = [0u8; Msg::<8>::MAX_FRAME];
 //! let frame = hilock_kernel::codec::encode(&msg, &mut buf).unwrap();
 //! assert!(frame.len() <= Msg::<8>::max_frame(MsgKind::Freeze));
@@ -91,8 +91,8 @@ impl<const Q: usize> Msg<Q> {
         TAG + LOCK + ENTRY + U32 + MODE + U32 + FROZEN + varint_len(Q) + Q * ENTRY + U64 + VALUE;
     /// The largest frame of a [`Msg::Release`]: lock, owned, epoch.
     pub const MAX_RELEASE: usize = TAG + LOCK + MODE + U32;
-    /// The largest frame of a [`Msg::Freeze`]: lock, modes.
-    pub const MAX_FREEZE: usize = TAG + LOCK + FROZEN;
+    /// The largest frame of a [`Msg::Freeze`]: lock, modes, waiting modes.
+    pub const MAX_FREEZE: usize = TAG + LOCK + FROZEN + FROZEN;
     /// The largest frame of any message: a buffer of this many bytes holds every one.
     pub const MAX_FRAME: usize = max(
         max(max(Self::MAX_REQUEST, Self::MAX_GRANT), Self::MAX_TOKEN),

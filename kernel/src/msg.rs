@@ -132,6 +132,13 @@ pub enum Msg<const Q: usize> {
         lock: LockId,
         /// The frozen modes with thresholds.
         modes: Frozen,
+        /// hilock's blocking notification (`spec/SPEC.md` 1.16): the modes requested by the
+        /// requests that wait at the token node (its queue and a waiting Rule 7 upgrade),
+        /// each with the highest priority waiting for it, so that a copy holder can name
+        /// the waiter its hold blocks ([`Output::Blocking`]). A relay passes on what it
+        /// received. Absent from frames saved before it: nothing waits.
+        #[cfg_attr(feature = "serde", serde(default))]
+        waiting: Frozen,
     },
     /// hilock's try-lock (`spec/SPEC.md` 1.12): a request that must not wait. It travels
     /// the route of a [`Msg::Request`] (Rules 2, 4.1 F) and is granted where a request
@@ -322,6 +329,21 @@ pub enum Output<M> {
         lock: LockId,
         /// The mode now held.
         mode: Mode,
+    },
+    /// hilock's blocking notification (`spec/SPEC.md` 1.16, the DLM's blocking AST): the
+    /// local user holds `lock`, and a request for `mode` — which conflicts with the held
+    /// mode (Table 2.1) — waits for it, at priority `prio` (the highest priority known
+    /// here to wait for `mode`). Emitted at the token node when it queues such a request
+    /// (Rule 4.2, or the queue that arrives with the token, Rule 8.2) and at a copy
+    /// holder when a freeze naming such a request arrives (Rule 6, Table 2.4). At most
+    /// once per waiting mode per hold; a new hold is told again.
+    Blocking {
+        /// The lock.
+        lock: LockId,
+        /// The mode a waiting request asks for.
+        mode: Mode,
+        /// The priority of that request.
+        prio: Priority,
     },
     /// The local user's [`Input::TryAcquire`] was refused: granting it would have meant
     /// waiting. Nothing of the request is left in the protocol; no grant follows.

@@ -40,6 +40,13 @@ pub trait Protocol {
     /// Whether a request of this site for `lock` (or an upgrade) is outstanding.
     fn is_pending(&self, lock: LockId) -> Result<bool, KernelError>;
 
+    /// The mode of this site's pending request for `lock` (W for a Rule 7 upgrade; Φ if
+    /// none, or a protocol that does not say).
+    fn pending_mode(&self, lock: LockId) -> Result<Mode, KernelError> {
+        let _ = lock;
+        Ok(Mode::Phi)
+    }
+
     /// The fencing token of this site's current hold of `lock` (`None`: nothing held, or
     /// a protocol without fencing tokens). Read it right after the step that granted.
     fn fence(&self, lock: LockId) -> Result<Option<u64>, KernelError> {

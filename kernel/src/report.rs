@@ -150,6 +150,9 @@ named_rules! {
     /// hilock's lock value block (`spec/SPEC.md` 1.15): the local W holder wrote the lock's
     /// value block (`SetValue`).
     SetValue = "set value",
+    /// hilock's blocking notification (`spec/SPEC.md` 1.16): the local holder was told
+    /// that a request for a conflicting mode waits (`Blocking`).
+    Blocking = "blocking",
 }
 
 /// The rules of one engine, named: an enum of at most 64 variants (`#[repr(u8)]`, declared

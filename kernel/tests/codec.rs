@@ -75,6 +75,7 @@ fn message<const Q: usize>(
         MsgKind::Freeze => Msg::Freeze {
             lock,
             modes: frozen,
+            waiting: frozen,
         },
         MsgKind::Busy => Msg::Busy {
             lock,

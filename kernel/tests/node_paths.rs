@@ -280,6 +280,7 @@ fn stale_freezes_requests_and_tokens_are_counted() {
     let freeze = Msg::Freeze {
         lock: L,
         modes: Frozen::EMPTY,
+        waiting: Frozen::EMPTY,
     };
     for k in 1..=3 {
         let (out, rules) = deliver_report(&mut site, 2, &freeze);
@@ -411,7 +412,11 @@ fn a_grant_merges_frozen_modes_from_the_same_parent_and_replaces_them_from_a_new
 #[test]
 fn freezes_apply_only_from_the_parent_to_an_owner() {
     let f = Frozen::of(ModeSet::of(&[Mode::W]), 0);
-    let freeze = Msg::Freeze { lock: L, modes: f };
+    let freeze = Msg::Freeze {
+        lock: L,
+        modes: f,
+        waiting: Frozen::EMPTY,
+    };
     // Owning IR under parent 0: a freeze from 2 (our child, not our parent) is stale.
     let mut site = owning_through_a_child(Frozen::EMPTY);
     deliver_to(&mut site, 2, &freeze).unwrap();
@@ -463,6 +468,7 @@ fn only_pip_inherits_from_freezes_and_queued_requests() {
     let freeze = Msg::Freeze {
         lock: L,
         modes: Frozen::of(ModeSet::of(&[Mode::R]), 6),
+        waiting: Frozen::EMPTY,
     };
     let w = Msg::Request {
         lock: L,
@@ -598,6 +604,7 @@ fn pip_reports_inheritance_only_for_a_higher_priority() {
     let freeze = Msg::Freeze {
         lock: L,
         modes: Frozen::of(ModeSet::of(&[Mode::R]), 0),
+        waiting: Frozen::EMPTY,
     };
     let (r, _) = step_report(&mut child, 0, &freeze);
     assert!(r.rules.contains(Rule::Rule6FreezeApplied));

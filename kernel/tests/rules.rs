@@ -292,7 +292,9 @@ fn rule_6_freeze_reaches_children_that_could_grant() {
         freeze[0].2,
         Msg::Freeze {
             lock: L,
-            modes: Frozen::of(ModeSet::of(&[Mode::IR, Mode::R]), 0)
+            modes: Frozen::of(ModeSet::of(&[Mode::IR, Mode::R]), 0),
+            // `spec/SPEC.md` 1.16: the freeze names the W request that waits.
+            waiting: Frozen::of(ModeSet::of(&[Mode::W]), 0),
         }
     );
     assert_eq!(
@@ -549,6 +551,7 @@ fn typed_errors_for_inputs_that_do_not_fit() {
     let msg = Msg::Freeze {
         lock: L,
         modes: Frozen::EMPTY,
+        waiting: Frozen::EMPTY,
     };
     assert_eq!(
         a.step(

@@ -299,7 +299,8 @@ impl InversionConfig {
                     Output::Granted { .. } | Output::Upgraded { .. } => c.start[n as usize] = t,
                     Output::WouldBlock { .. }
                     | Output::Cancelled { .. }
-                    | Output::Downgraded { .. } => {}
+                    | Output::Downgraded { .. }
+                    | Output::Blocking { .. } => {}
                 }
             }
         }
@@ -309,7 +310,8 @@ impl InversionConfig {
                 Output::Send { .. }
                 | Output::WouldBlock { .. }
                 | Output::Cancelled { .. }
-                | Output::Downgraded { .. } => {}
+                | Output::Downgraded { .. }
+                | Output::Blocking { .. } => {}
                 Output::Granted { .. } | Output::Upgraded { .. } => {
                     st.waiting[n as usize] = false;
                     if n == D {

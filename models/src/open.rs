@@ -312,6 +312,12 @@ pub fn trace_diagram(t: &Trace) -> (Diagram, Vec<String>, Vec<Vec<String>>) {
                 TraceOutput::Downgraded { lock, mode } => {
                     format!("{} downgraded L{lock} to {mode}", step.node)
                 }
+                TraceOutput::Blocking { lock, mode, prio } => {
+                    format!(
+                        "{} is told a request for {mode} (priority {prio}) waits on L{lock}",
+                        step.node
+                    )
+                }
             });
         }
         if let Some(e) = &step.error {

@@ -627,7 +627,8 @@ enum Note {
     Upgraded(LockId),
     WouldBlock(LockId),
     Cancelled(LockId),
-    /// A downgrade answered (it keeps the hold: nothing to record).
+    /// A downgrade answered (it keeps the hold) or a blocking notification: nothing to
+    /// record.
     Downgraded,
 }
 
@@ -959,7 +960,9 @@ impl<const L: usize> BaseModel<L> {
                 Output::Upgraded { lock } => Note::Upgraded(*lock),
                 Output::WouldBlock { lock, .. } => Note::WouldBlock(*lock),
                 Output::Cancelled { lock } => Note::Cancelled(*lock),
-                Output::Downgraded { .. } => Note::Downgraded,
+                // A blocking notification changes no ghost of the model (P17's ghost is the
+                // cluster's, `spec/SPEC.md` 1.16).
+                Output::Downgraded { .. } | Output::Blocking { .. } => Note::Downgraded,
             };
             notes.push(note).expect("a step has fewer than 64 outputs");
         };
@@ -1179,6 +1182,10 @@ impl<const L: usize> BaseModel<L> {
                         Output::Downgraded { lock, mode } => {
                             format!("n{node} downgraded L{} to {mode}", lock.0)
                         }
+                        Output::Blocking { lock, mode, prio } => format!(
+                            "n{node} told a request for {mode} (priority {prio}) waits on L{}",
+                            lock.0
+                        ),
                     };
                     s.push_str(&format!("\n  {line}"));
                 }
@@ -1320,6 +1327,10 @@ fn p16<const L: usize>(_: &BaseModel<L>, st: &State<L>) -> bool {
     st.cluster.check_value_block().is_ok()
 }
 
+fn p17<const L: usize>(_: &BaseModel<L>, st: &State<L>) -> bool {
+    st.cluster.check_blocking().is_ok() && st.cluster.check_blocking_waiter().is_ok()
+}
+
 /// What violates `property` in `st`, in words ("on L0: n1 holds R, n3 holds W"): the
 /// sentence a counterexample's verdict ends with. `None` if `st` does not violate it (or
 /// it is not one of [`SAFETY`]).
@@ -1369,6 +1380,7 @@ pub fn why_violated<const L: usize>(
         p if p == SAFETY[11] => c.check_no_grant_after_cancel().err(),
         p if p == SAFETY[12] => c.check_cancel_leaves_nothing().err(),
         p if p == SAFETY[13] => c.check_value_block().err(),
+        p if p == SAFETY[14] => c.check_blocking().and(c.check_blocking_waiter()).err(),
         _ => None,
     };
     violation.map(|v| v.detail)
@@ -1383,7 +1395,7 @@ fn ev<const L: usize, const E: u8>(_: &BaseModel<L>, st: &State<L>) -> bool {
 }
 
 /// Names of the properties that must hold (`always`).
-pub const SAFETY: [&str; 14] = [
+pub const SAFETY: [&str; 15] = [
     "P1 mutual exclusion",
     "P2 single token",
     "P3 owned-mode invariant",
@@ -1398,6 +1410,7 @@ pub const SAFETY: [&str; 14] = [
     "P14 no grant after Cancel",
     "P15 a cancel leaves nothing",
     "P16 a valid value block is the last one written",
+    "P17 a blocking notification names a waiter, once per hold",
 ];
 
 /// Names of the `P6 FIFO bypass ≤ k` properties, index k.
@@ -1620,6 +1633,7 @@ impl<const L: usize> Model for BaseModel<L> {
             Property::always(SAFETY[11], p13::<L>),
             Property::always(SAFETY[12], p14::<L>),
             Property::always(SAFETY[13], p16::<L>),
+            Property::always(SAFETY[14], p17::<L>),
             Property::always(BYPASS[0], bypass::<L, 0>),
             Property::always(BYPASS[1], bypass::<L, 1>),
             Property::always(BYPASS[2], bypass::<L, 2>),

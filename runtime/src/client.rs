@@ -164,6 +164,13 @@ pub struct Reply {
     /// lock's token and nobody has written since).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub value: Option<String>,
+    /// While held, a line of its own: a request of another node for this mode waits for
+    /// the hold (`spec/SPEC.md` 1.16, [`crate::Guard::blocking`]); written once per hold.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blocking: Option<String>,
+    /// With `blocking`: the waiting request's priority.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blocking_priority: Option<u8>,
 }
 
 impl Reply {
@@ -180,6 +187,8 @@ impl Reply {
             lease_lost: false,
             busy: false,
             value: None,
+            blocking: None,
+            blocking_priority: None,
         }
     }
 
@@ -196,6 +205,8 @@ impl Reply {
             lease_lost: false,
             busy: false,
             value: None,
+            blocking: None,
+            blocking_priority: None,
         }
     }
 }
@@ -519,6 +530,8 @@ async fn client(node: Handle, s: UnixStream) {
                 peer_pid,
                 &path,
                 std::future::pending(),
+                // `spec/SPEC.md` 1.16: a conflicting request of another node waits.
+                async { guard.blocking().await.ok() },
                 &mut value,
             )
             .await;
@@ -616,6 +629,8 @@ async fn txn(
         peer_pid,
         &names.join(" "),
         lost,
+        // The agents engine has no blocking notification (`spec/SPEC.md` 1.16).
+        std::future::pending(),
         &mut ignored,
     )
     .await
@@ -640,6 +655,7 @@ const STOP_KILL_WAIT: Duration = Duration::from_millis(80);
 /// alive [`STOP_KILL_WAIT`] after the SIGKILL: then the lock must not be released. While
 /// the node's lease is valid, every renewal is passed on to the client. A release that
 /// carries a value block leaves it in `value` for the caller to write before it releases.
+#[allow(clippy::too_many_arguments)]
 async fn hold(
     node: &Handle,
     r: &mut BufReader<tokio::net::unix::OwnedReadHalf>,
@@ -647,10 +663,13 @@ async fn hold(
     peer_pid: Option<i32>,
     path: &str,
     lost: impl std::future::Future<Output = String>,
+    blocked: impl std::future::Future<Output = Option<crate::Blocked>>,
     value: &mut Option<[u8; hilock_kernel::VALUE_LEN]>,
 ) -> bool {
     let mut stop = node.stopping();
     let mut lost = std::pin::pin!(lost);
+    let mut blocked = std::pin::pin!(blocked);
+    let mut told = false;
     let mut group: Option<i32> = None;
     let mut lease = node.lease();
     let mut follow_lease = !matches!(*lease.borrow(), crate::token::NodeLease::Static);
@@ -707,6 +726,24 @@ async fn hold(
                     }
                     // A release, or anything else: release.
                     _ => return true,
+                }
+            }
+            b = &mut blocked, if !told => {
+                // `spec/SPEC.md` 1.16: one line per hold; a client that does not know it
+                // reads an `ok` line without a lease and goes on.
+                told = true;
+                if let Some(b) = b {
+                    let note = Reply {
+                        blocking: Some(b.mode.to_string()),
+                        blocking_priority: Some(b.prio),
+                        ..Reply::ok()
+                    };
+                    if write_reply(w, &note).await.is_err() {
+                        return match group {
+                            Some(g) => kill_group(node, g, path).await,
+                            None => true,
+                        };
+                    }
                 }
             }
             _ = stopped(&mut stop) => {

@@ -52,4 +52,4 @@ mod ports;
 
 pub use config::{Config, NodeAddr, MAX_NODES};
 pub use hilock_kernel::{ValueBlock, VALUE_LEN};
-pub use token::{intention, Error, Guard, Handle, Node, Options, Stats, Status};
+pub use token::{intention, Blocked, Error, Guard, Handle, Node, Options, Stats, Status};

@@ -48,7 +48,8 @@
 //! neither); version 5 the epoch stamp of every kernel message; version 6
 //! `Payload::DeadEnd` and `Payload::Generation`; version 7 the try-lock's kernel messages
 //! `Msg::TryRequest` and `Msg::Busy` (`spec/SPEC.md` 1.12); version 8 the lock value
-//! block carried by `Msg::Grant` and `Msg::Token` (`spec/SPEC.md` 1.15).
+//! block carried by `Msg::Grant` and `Msg::Token` (`spec/SPEC.md` 1.15); version 9 the
+//! waiting modes carried by `Msg::Freeze` (`spec/SPEC.md` 1.16).
 
 use hilock_kernel::token::recovery::{FaultSite, Stamped};
 use hilock_kernel::{LockId, Msg, NodeId};
@@ -59,7 +60,7 @@ use sha2::{Digest, Sha256};
 use crate::config::MAX_NODES;
 
 /// The protocol version carried by the handshake.
-pub const PROTOCOL_VERSION: u32 = 8;
+pub const PROTOCOL_VERSION: u32 = 9;
 
 /// Largest frame accepted (bytes). A token carries at most [`MAX_NODES`] queue entries,
 /// far below this.

@@ -1360,3 +1360,64 @@ async fn a_value_written_under_w_is_read_by_the_next_reader_on_another_node() {
     drop(r0);
     assert_all_idle(&nodes, Duration::from_secs(5)).await;
 }
+
+/// `spec/SPEC.md` 1.16, `Guard::blocking`: node 0 holds W; node 1's R request waits for it,
+/// and node 0's guard is told (R, priority 0) — also when it asks after the notification
+/// came. Once the guard is dropped, node 1 is granted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_w_holder_is_told_when_a_reader_on_another_node_waits() {
+    let nodes = local_cluster(2, "blocking", SECRET, Duration::from_secs(10))
+        .await
+        .unwrap();
+    let root = path_rooted_at("b", 0, 2);
+    let p = format!("{root}/x");
+    let w = nodes[0].lock(&p, Mode::W).await.unwrap();
+    let reader = {
+        let (n, p) = (nodes[1].handle(), p.clone());
+        tokio::spawn(async move { n.lock(&p, Mode::R).await })
+    };
+    let told = tokio::time::timeout(Duration::from_secs(5), w.blocking())
+        .await
+        .expect("the W holder is told that R waits")
+        .unwrap();
+    assert_eq!((told.mode, told.prio), (Mode::R, 0));
+    // Asked again: the hold was already told, so it resolves at once.
+    let again = tokio::time::timeout(Duration::from_millis(500), w.blocking())
+        .await
+        .expect("a notification already told resolves at once")
+        .unwrap();
+    assert_eq!(again.mode, Mode::R);
+    assert!(!reader.is_finished(), "the reader waits while W is held");
+    drop(w);
+    let r = tokio::time::timeout(Duration::from_secs(5), reader)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    drop(r);
+    assert_all_idle(&nodes, Duration::from_secs(5)).await;
+}
+
+/// `spec/SPEC.md` 1.16: nobody conflicts — node 0 holds R and node 1 is granted R beside
+/// it — so `Guard::blocking` on either does not resolve.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_notification_while_nobody_conflicts() {
+    let nodes = local_cluster(2, "noblocking", SECRET, Duration::from_secs(10))
+        .await
+        .unwrap();
+    let root = path_rooted_at("nb", 0, 2);
+    let p = format!("{root}/x");
+    let r0 = nodes[0].lock(&p, Mode::R).await.unwrap();
+    let r1 = nodes[1].lock(&p, Mode::R).await.unwrap();
+    for g in [&r0, &r1] {
+        assert!(
+            tokio::time::timeout(Duration::from_millis(300), g.blocking())
+                .await
+                .is_err(),
+            "a compatible reader is no waiter"
+        );
+    }
+    drop(r0);
+    drop(r1);
+    assert_all_idle(&nodes, Duration::from_secs(5)).await;
+}

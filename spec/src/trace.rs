@@ -159,6 +159,15 @@ pub enum TraceOutput {
         /// The mode now held.
         mode: Mode,
     },
+    /// A request for a conflicting mode waits for the local hold (`spec/SPEC.md` 1.16).
+    Blocking {
+        /// The lock.
+        lock: u16,
+        /// The waiting mode.
+        mode: Mode,
+        /// Its priority.
+        prio: u8,
+    },
 }
 
 impl TraceOutput {
@@ -182,6 +191,11 @@ impl TraceOutput {
             Output::Downgraded { lock, mode } => TraceOutput::Downgraded {
                 lock: lock.0,
                 mode: *mode,
+            },
+            Output::Blocking { lock, mode, prio } => TraceOutput::Blocking {
+                lock: lock.0,
+                mode: *mode,
+                prio: *prio,
             },
         }
     }
@@ -395,6 +409,9 @@ impl Trace {
                     TraceOutput::WouldBlock { mode, .. } => format!("would block ({mode})"),
                     TraceOutput::Cancelled { .. } => "cancelled".to_string(),
                     TraceOutput::Downgraded { mode, .. } => format!("downgraded to {mode}"),
+                    TraceOutput::Blocking { mode, prio, .. } => {
+                        format!("blocking: a request for {mode} (priority {prio}) waits")
+                    }
                 };
                 s.push_str(&format!("          {line}\n"));
             }

@@ -618,6 +618,17 @@ const ROWS: &[Row] = &[
         filter: "a_value_block_reads_the_last_value_written",
     },
     Row {
+        rule: "blocking notification (SPEC 1.16): a hold is told each waiting mode once",
+        rules: &[Rule::Blocking],
+        file: "kernel/src/token/node.rs",
+        from: "        self.told.insert(mode);\n",
+        to: "",
+        also: &[],
+        package: "verify",
+        target: "token",
+        filter: "a_blocking_notification_names_a_waiter_once_per_hold",
+    },
+    Row {
         rule: "Rule 1 / Table 2.1: IR conflicts with W",
         rules: &[],
         file: "kernel/src/mode.rs",

@@ -73,8 +73,8 @@ const PINNED: &[(&str, usize)] = &[
     ("pair W/W star4", 7524),
     ("50 pair configurations:", 799042),
     ("star3-r-w", 415),
-    ("upgrade-chain4", 92447),
-    ("release-race-literal", 71127),
+    ("upgrade-chain4", 94564),
+    ("release-race-literal", 71172),
     ("fifo star3 R,R,W", 415),
     ("fifo star3 R,R,W (no freezing)", 372),
     ("fifo star4 R,R,W,R", 10320),
@@ -83,18 +83,18 @@ const PINNED: &[(&str, usize)] = &[
     ("fifo chain4 R,IR,W,IR (no freezing)", 11870),
     ("fifo star4 IW,IW,R,IW", 10424),
     ("fifo star4 IW,IW,R,IW (no freezing)", 8121),
-    ("fifo star4 upgrade vs IR,R", 429981),
+    ("fifo star4 upgrade vs IR,R", 432242),
     ("fifo star4 upgrade vs IR,R (no freezing)", 140076),
     ("fifo star4 R repeated vs W", 6972),
     ("fifo star4 R repeated vs W (no freezing)", 4914),
     ("fifo R copies below a child vs W", 127530),
-    ("fifo R copies below a child vs W (no freezing)", 87848),
+    ("fifo R copies below a child vs W (no freezing)", 87869),
     ("stranded request, literal Check_requests_on_queue", 195689),
     (
         "stranded request, literal Check_requests_on_queue (hilock)",
         195635,
     ),
-    ("release race, literal HandleRelease", 71127),
+    ("release race, literal HandleRelease", 71172),
     ("release race, literal HandleRelease (hilock)", 70857),
     (
         "tokenable request from a non-child, literal token branch",
@@ -104,12 +104,12 @@ const PINNED: &[(&str, usize)] = &[
         "tokenable request from a non-child, literal token branch (hilock)",
         52,
     ),
-    ("mix star4", 367517),
-    ("mix chain4", 773686),
+    ("mix star4", 368560),
+    ("mix chain4", 775449),
     ("mix star5", 466964),
     ("mix chain5", 1430276),
     ("mix tree5 (0 <- 1 <- 2, 0 <- 3 <- 4)", 680927),
-    ("mix chain4 (no freezing)", 434995),
+    ("mix chain4 (no freezing)", 435038),
     ("PIP stale reissue, star of 3", 14010),
     (
         "PIP stale copy served by a token transfer, star of 4",
@@ -121,9 +121,9 @@ const PINNED: &[(&str, usize)] = &[
     ("unordered star3 R/W (<= 14 msgs)", 3928),
     ("unordered chain3 IR/R/W (<= 14 msgs)", 4036),
     ("chain3 IR/R/W (FIFO)", 595),
-    ("upgrade star4", 41670),
-    ("upgrade chain4", 92447),
-    ("upgrade by a chain leaf with IW, W contenders", 25743),
+    ("upgrade star4", 42759),
+    ("upgrade chain4", 94564),
+    ("upgrade by a chain leaf with IW, W contenders", 25910),
     ("naive path reversal, idle relay", 1247),
     ("naive path reversal, idle relay (hilock)", 687),
     ("relay star4: idle n0; W, R, R", 679),
@@ -180,14 +180,14 @@ const PINNED: &[(&str, usize)] = &[
     ("pair W/IW star4 (compress)", 10427),
     ("pair W/W chain4 (compress)", 5507),
     ("pair W/W star4 (compress)", 7524),
-    ("upgrade star4 (compress)", 41154),
-    ("upgrade chain4 (compress)", 89755),
+    ("upgrade star4 (compress)", 42243),
+    ("upgrade chain4 (compress)", 91890),
     (
         "upgrade by a chain leaf with IW, W contenders (compress)",
-        25443,
+        25610,
     ),
-    ("mix star4 (compress)", 364955),
-    ("mix chain4 (compress)", 767479),
+    ("mix star4 (compress)", 365998),
+    ("mix chain4 (compress)", 769250),
     ("mix star5 (compress)", 460613),
     ("mix chain5 (compress)", 1405266),
     ("mix tree5 (0 <- 1 <- 2, 0 <- 3 <- 4) (compress)", 672145),
@@ -197,7 +197,7 @@ const PINNED: &[(&str, usize)] = &[
     ("fifo star4 R,R,W,R (compress)", 10320),
     ("fifo chain4 R,IR,W,IR (compress)", 15136),
     ("fifo star4 IW,IW,R,IW (compress)", 10362),
-    ("fifo star4 upgrade vs IR,R (compress)", 426573),
+    ("fifo star4 upgrade vs IR,R (compress)", 428855),
     ("fifo star4 R repeated vs W (compress)", 6972),
     ("fifo R copies below a child vs W (compress)", 127530),
     ("PIP stale reissue, star of 3 (compress)", 14064),
@@ -210,7 +210,7 @@ const PINNED: &[(&str, usize)] = &[
     ("relay star5: idle n0; W, IR, IR, IW (compress)", 19054),
     ("relay star4: idle n0; W, U, IW (compress)", 575),
     ("leave old parent, chain4 (compress)", 84026),
-    ("compressed forwarding:", 5448119),
+    ("compressed forwarding:", 5456606),
     ("pair IR/IR chain4 (thesis)", 12096),
     ("pair IR/IR star4 (thesis)", 12576),
     ("pair IR/R chain4 (thesis)", 21342),
@@ -261,14 +261,14 @@ const PINNED: &[(&str, usize)] = &[
     ("pair W/IW star4 (thesis)", 9853),
     ("pair W/W chain4 (thesis)", 5440),
     ("pair W/W star4 (thesis)", 7284),
-    ("upgrade star4 (thesis)", 40154),
-    ("upgrade chain4 (thesis)", 83296),
+    ("upgrade star4 (thesis)", 41234),
+    ("upgrade chain4 (thesis)", 85309),
     (
         "upgrade by a chain leaf with IW, W contenders (thesis)",
-        23890,
+        24045,
     ),
-    ("mix star4 (thesis)", 356245),
-    ("mix chain4 (thesis)", 729576),
+    ("mix star4 (thesis)", 357288),
+    ("mix chain4 (thesis)", 731559),
     ("mix star5 (thesis)", 434172),
     ("mix chain5 (thesis)", 1327288),
     ("mix tree5 (0 <- 1 <- 2, 0 <- 3 <- 4) (thesis)", 639706),
@@ -278,7 +278,7 @@ const PINNED: &[(&str, usize)] = &[
     ("fifo star4 R,R,W,R (thesis)", 9960),
     ("fifo chain4 R,IR,W,IR (thesis)", 14787),
     ("fifo star4 IW,IW,R,IW (thesis)", 10176),
-    ("fifo star4 upgrade vs IR,R (thesis)", 395592),
+    ("fifo star4 upgrade vs IR,R (thesis)", 397977),
     ("fifo star4 R repeated vs W (thesis)", 6897),
     ("fifo R copies below a child vs W (thesis)", 120786),
     ("PIP stale reissue, star of 3 (thesis)", 12897),
@@ -291,10 +291,10 @@ const PINNED: &[(&str, usize)] = &[
     ("relay star5: idle n0; W, IR, IR, IW (thesis)", 17280),
     ("relay star4: idle n0; W, U, IW (thesis)", 535),
     ("leave old parent, chain4 (thesis)", 80673),
-    ("thesis forwarding:", 5152073),
-    ("class pointers:", 5512227),
-    ("ordered pointers, mix star4", 372537),
-    ("ordered pointers, mix star4 (hilock)", 367517),
+    ("thesis forwarding:", 5160732),
+    ("class pointers:", 5520667),
+    ("ordered pointers, mix star4", 373516),
+    ("ordered pointers, mix star4 (hilock)", 368560),
     ("try star3: W holder vs try W, try R", 342),
     ("try chain3: pending W vs try W", 324),
     ("try star4: R, W vs try R, try IR", 14940),
@@ -302,13 +302,18 @@ const PINNED: &[(&str, usize)] = &[
     ("cancel chain3: a cancelled W keeps a W behind it", 544),
     (
         "cancel star3: cancelled upgrade, taken back R, token node's W",
-        114503,
+        115284,
     ),
-    ("downgrade star3: W to R, then R and IW", 361),
-    ("downgrade chain3: R to IR lets an IW in", 1065),
+    ("downgrade star3: W to R, then R and IW", 383),
+    ("downgrade chain3: R to IR lets an IW in", 1102),
     ("unordered star3 R/W (<= 18 msgs)", 7813),
     ("value star3: W writes, U upgrades and writes, R reads", 803),
-    ("value chain3: a copy holder grants the written value", 1769),
+    ("value chain3: a copy holder grants the written value", 1926),
+    ("blocking star4: W holder, R, R and IW wait, W again", 16719),
+    (
+        "blocking chain3: R copies told by the freeze of an upgrade",
+        1456,
+    ),
 ];
 
 /// Checks `c` exhaustively, prints one line (with states/s), asserts the pinned state count,
@@ -1316,6 +1321,49 @@ fn a_value_block_reads_the_last_value_written() {
     }
 }
 
+// ------------------------------------------ blocking notification (`spec/SPEC.md` 1.16, P17)
+
+/// Blocking notification configurations (`spec/SPEC.md` 1.16). Star: node 0 holds W while
+/// nodes 1 and 2 ask for R and node 3 for IW — the token node is told of each waiting mode
+/// once (Rule 4.2), not of the second R — and node 0 later holds W again, a new hold told
+/// again. Chain 0 ← 1 ← 2:
+/// node 1 holds an R copy that it may grant node 2 (Rule 3.1) while node 0 upgrades from U
+/// (Rule 7) and asks for W again: the freezes (Rule 6, Table 2.4) name W to the copy
+/// holders, through node 1 to node 2.
+fn blocking_configs() -> Vec<ModelConfig> {
+    vec![
+        ModelConfig::star(
+            "blocking star4: W holder, R, R and IW wait, W again",
+            &[
+                &["acquire W", "release", "acquire W", "release"],
+                &["acquire R", "release"],
+                &["acquire R", "release"],
+                &["acquire IW", "release"],
+            ],
+        ),
+        ModelConfig::chain(
+            "blocking chain3: R copies told by the freeze of an upgrade",
+            &[
+                &["acquire U", "upgrade", "release"],
+                &["acquire R", "release"],
+                &["acquire R", "release"],
+            ],
+        ),
+    ]
+}
+
+/// Every interleaving of the blocking configurations: P17 (every `Blocking` output goes to
+/// a holder of a conflicting mode while a request for the waiting mode is pending
+/// elsewhere, at most once per holder, waiting mode and hold) with P1–P5, P3b, P9, P10 and
+/// no kernel error. (That notifications are emitted in them is what the deliberate breaks
+/// in `docs/verification.md` show: each turns P17 red here.)
+#[test]
+fn a_blocking_notification_names_a_waiter_once_per_hold() {
+    for c in blocking_configs() {
+        pass(&c);
+    }
+}
+
 // ------------------------------------------------ forwarding (`spec/SPEC.md` 1.6, P9)
 
 /// Configurations with an idle relay: the token leaves n0, which has nothing to do, and
@@ -1554,7 +1602,7 @@ fn duplicate_configs() -> Vec<(ModelConfig, usize)> {
             361,
         ),
         (named(pair_configs().swap_remove(0), 2), 338541),
-        (named(upgrade_configs().swap_remove(0), 1), 354176),
+        (named(upgrade_configs().swap_remove(0), 1), 366955),
         (named(pip_configs().swap_remove(0), 1), 94178),
         (named(try_configs().swap_remove(0), 2), 4834),
     ]

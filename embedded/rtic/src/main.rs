@@ -200,6 +200,9 @@ async fn run_device(
                 | Output::Downgraded { .. } => {
                     world.lock(|w| w.errors += 1);
                 }
+                // A holder told that a conflicting request waits (`spec/SPEC.md` 1.16):
+                // the scenario's holders release on their own schedule.
+                Output::Blocking { .. } => {}
             }
         }
     }

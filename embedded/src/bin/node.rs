@@ -97,10 +97,12 @@ fn poll(site: &mut MySite, out: &mut Outputs<Msg<Q>, O>) -> Result<(), hilock_ke
                 Output::Granted { lock, .. } | Output::Upgraded { lock } => granted(*lock),
                 // This node issues no try-lock (`Input::TryAcquire`), no cancel
                 // (`Input::Cancel`) and no downgrade (`Input::Downgrade`), so none is
-                // refused, cancelled or downgraded.
+                // refused, cancelled or downgraded; its holders release on their own
+                // schedule, so a blocking notification (`spec/SPEC.md` 1.16) is ignored.
                 Output::WouldBlock { .. }
                 | Output::Cancelled { .. }
-                | Output::Downgraded { .. } => {}
+                | Output::Downgraded { .. }
+                | Output::Blocking { .. } => {}
             }
         }
     }

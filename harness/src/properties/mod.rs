@@ -16,11 +16,13 @@
 //! | [P14 no grant after Cancel](p14_no_grant_after_cancel) | a site that cancelled its request, try or upgrade of a lock is not granted (or upgraded) until it asks again | none (hilock's cancel: `spec/SPEC.md` 1.13) | `kernel/src/token/node.rs` (`LockNode::cancel`, `enter_or_release`, `release_cancelled`) | model `token`; every caller of `check_safety` |
 //! | [P15 a cancel leaves nothing](p15_cancel_leaves_nothing) | once a cancelled request completes the site holds what it held at the cancel and (FIFO, no faults, no PIP) no queue holds the request; while it runs it stays marked cancelled | none (hilock's cancel: `spec/SPEC.md` 1.13) | `kernel/src/token/node.rs` (the cancelled request's grant is released by Rule 5) | model `token`; `check_safety` on hilock sites |
 //! | [P16 a valid value block is the last one written](p16_value_block) | every grant (and completed upgrade) whose value block is valid reads the last value a W holder wrote before it | none (hilock's lock value block: `spec/SPEC.md` 1.15) | `kernel/src/token/node.rs` (`LockNode::set_value`, the block carried by `Msg::Token` and `Msg::Grant`), `kernel/src/token/recovery.rs` (a regenerated token's block is not valid) | model `token`; every caller of `check_safety` |
+//! | [P17 a blocking notification names a waiter, once per hold](p17_blocking) | every `Blocking` goes to a holder of a conflicting mode while a request for the waiting mode is pending at another site, at most once per holder, waiting mode and hold | none (hilock's blocking notification: `spec/SPEC.md` 1.16; Rule 6, Table 2.4) | `kernel/src/token/node.rs` (`LockNode::tell_blocking`, the `waiting` modes of `Msg::Freeze`) | model `token`; every caller of `check_safety` |
 //!
 //! "Every caller of `check_safety`": the scenario runner (`hilock_spec::scenario`),
 //! `spec/tests/robustness.rs`, `spec/tests/embedded_script.rs` and the kernel's integration
-//! tests (`kernel/tests/`). Which of P3, P3b, P10, P12 and P15 [`Cluster::check_safety`]
-//! checks besides P1, P2, P11, P14 and P16 is the protocol's [`Invariants`].
+//! tests (`kernel/tests/`). Which of P3, P3b, P10, P12, P15 and P17's waiter
+//! [`Cluster::check_safety`] checks besides P1, P2, P11, P14, P16 and P17 is the protocol's
+//! [`Invariants`].
 
 pub mod no_kernel_error;
 pub mod p10_fencing;
@@ -29,6 +31,7 @@ pub mod p12_try_leaves_nothing;
 pub mod p14_no_grant_after_cancel;
 pub mod p15_cancel_leaves_nothing;
 pub mod p16_value_block;
+pub mod p17_blocking;
 pub mod p1_mutual_exclusion;
 pub mod p2_single_token;
 pub mod p3_owned_modes;
@@ -42,6 +45,7 @@ pub use p12_try_leaves_nothing::P12;
 pub use p14_no_grant_after_cancel::P14;
 pub use p15_cancel_leaves_nothing::P15;
 pub use p16_value_block::P16;
+pub use p17_blocking::{BlockingBreach, P17};
 pub use p1_mutual_exclusion::P1;
 pub use p2_single_token::P2;
 pub use p3_owned_modes::{covers, P3};
@@ -78,7 +82,7 @@ impl<P: Protocol + Clone> Cluster<P>
 where
     P::Msg: Hash,
 {
-    /// Every safety property that applies, after any step: P1, P2, P11, P14, P16 and the
+    /// Every safety property that applies, after any step: P1, P2, P11, P14, P16, P17 and the
     /// protocol's own invariants ([`Invariants`], e.g. P3, P3b, P10, P12 and P15 for hilock
     /// sites), each where the
     /// cluster's faults allow it. (No kernel error is separate,
@@ -93,6 +97,7 @@ where
         self.check_no_grant_after_would_block()?;
         self.check_no_grant_after_cancel()?;
         self.check_value_block()?;
+        self.check_blocking()?;
         P::invariants(self)
     }
 }
@@ -126,7 +131,8 @@ impl<const N: usize, const L: usize, const Q: usize> Invariants for Site<N, L, Q
         c.check_frozen_reach_children()?;
         c.check_fences()?;
         c.check_try_leaves_nothing()?;
-        c.check_cancel_leaves_nothing()
+        c.check_cancel_leaves_nothing()?;
+        c.check_blocking_waiter()
     }
 }
 

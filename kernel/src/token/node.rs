@@ -268,6 +268,10 @@ pub struct LockNode<const N: usize, const Q: usize> {
     /// hilock's lock value block (`spec/SPEC.md` 1.15): at the token node the lock's
     /// current block (it travels with the token), elsewhere the block of the last grant.
     pub(crate) value: ValueBlock,
+    /// hilock's blocking notification (`spec/SPEC.md` 1.16): the waiting modes the
+    /// current hold was told about ([`Output::Blocking`]); emptied when the hold ends.
+    #[cfg_attr(feature = "serde", serde(default, skip_serializing_if = "no_modes"))]
+    pub(crate) told: ModeSet,
 }
 
 /// Where a step's effects go: this site's id, the lock, and the output buffer.
@@ -286,6 +290,9 @@ pub(crate) struct Ctx<'o, const Q: usize, S> {
     pub granted: bool,
     /// The sender of the delivered message, if the step delivers one.
     pub sender: Option<NodeId>,
+    /// The waiting modes a delivered [`Msg::Freeze`] named (`spec/SPEC.md` 1.16): a
+    /// relay passes them on with the freezes it sends in the same step.
+    pub waiting: Frozen,
 }
 
 impl<const Q: usize, S: Sink<Output<Msg<Q>>>> Ctx<'_, Q, S> {
@@ -326,6 +333,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
             kept: Mode::Phi,
             cancelled: false,
             value: ValueBlock::INITIAL,
+            told: ModeSet::EMPTY,
         }
     }
 
@@ -369,6 +377,11 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
     /// the last W holder before it — `None` while it holds nothing.
     pub fn value(&self) -> Option<ValueBlock> {
         (self.held != Mode::Phi).then_some(self.value)
+    }
+    /// The waiting modes the current hold was told about ([`Output::Blocking`],
+    /// `spec/SPEC.md` 1.16); empty while nothing is held.
+    pub fn told(&self) -> ModeSet {
+        self.told
     }
     /// Held mode M_H (Definition 2).
     pub fn held(&self) -> Mode {
@@ -777,6 +790,8 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         let before = self.owned();
         self.held = Mode::Phi;
         cx.fire(Rule::Rule5Release);
+        // `spec/SPEC.md` 1.16: the next hold is told again.
+        self.told = ModeSet::EMPTY;
         self.release_or_keep(cx, before)
     }
 
@@ -1168,9 +1183,13 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         self.queue = merged;
         self.recompute_frozen(cx.variant, cx.effective);
         self.check_queue(cx)?;
+        // `spec/SPEC.md` 1.16, Rule 8.2: requests that arrived with the token and wait
+        // behind the hold it granted here.
+        self.tell_queue(cx)?;
         // Tell the children what is newly frozen: the old token node already respects
         // `sender_frozen`, our other children what we had frozen before.
         let frozen = self.frozen;
+        let waiting = self.waiting(cx);
         for &c in &self.copyset {
             let child = NodeId(c);
             let rec = self.peer(child)?.child_owned;
@@ -1183,6 +1202,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
                     Msg::Freeze {
                         lock: cx.lock,
                         modes: m,
+                        waiting,
                     },
                 )?;
             }
@@ -1226,6 +1246,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
                 Msg::Freeze {
                     lock: cx.lock,
                     modes: newly,
+                    waiting: self.waiting(cx),
                 },
             )?;
         }
@@ -1240,6 +1261,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         cx: &mut Ctx<'_, Q, S>,
         from: NodeId,
         modes: Frozen,
+        waiting: Frozen,
     ) -> Result<(), KernelError> {
         if self.has_token() || self.parent != Some(from) || self.owned() == Mode::Phi {
             self.stale.freezes = self.stale.freezes.wrapping_add(1);
@@ -1249,6 +1271,13 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         let f0 = self.frozen;
         self.frozen = self.frozen.merge(modes);
         cx.fire(Rule::Rule6FreezeApplied);
+        // `spec/SPEC.md` 1.16, Rule 6 (Table 2.4): the freeze names the requests waiting at
+        // the token node; a copy holder is told of those its hold blocks, and passes the
+        // names on with the freezes it sends its own children.
+        cx.waiting = waiting;
+        for m in waiting.modes().iter() {
+            self.tell_blocking(cx, m, waiting.threshold(m).unwrap_or(0))?;
+        }
         self.give_back_on_freeze(cx)?;
         // PIP, HandleFreeze (Fig. 3.8): a holder that a queued request waits for inherits
         // the highest threshold (Lemma 1: the freeze reaches every conflicting holder).
@@ -1279,6 +1308,8 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         if conflict {
             self.inherit_at_token(cx, entry);
         }
+        // `spec/SPEC.md` 1.16, Rule 4.2: the holder here is told that it blocks the request.
+        self.tell_blocking(cx, entry.mode, entry.prio)?;
         self.recompute_frozen(cx.variant, cx.effective);
         Ok(())
     }
@@ -1940,6 +1971,64 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         self.frozen = f;
     }
 
+    /// hilock's blocking notification (`spec/SPEC.md` 1.16): the requests a [`Msg::Freeze`]
+    /// sent now names as waiting. At the token node its queue and a waiting upgrade
+    /// (Rule 7, W at the site's effective priority), each mode with the highest priority
+    /// waiting for it — the requests Table 2.4 freezes for; at a relay what the freeze
+    /// delivered in this step named ([`Ctx::waiting`]).
+    fn waiting<S>(&self, cx: &Ctx<'_, Q, S>) -> Frozen {
+        if !self.has_token() {
+            return cx.waiting;
+        }
+        let mut w = Frozen::EMPTY;
+        if self.pending == Pending::Upgrade {
+            w.freeze(ModeSet::of(&[Mode::W]), cx.effective);
+        }
+        for e in &self.queue {
+            w.freeze(ModeSet::of(&[e.mode]), e.prio);
+        }
+        w
+    }
+
+    /// hilock's blocking notification (`spec/SPEC.md` 1.16, the DLM's blocking AST): a
+    /// request for `mode` at priority `prio` waits; if it conflicts with the mode held here
+    /// (Table 2.1) and this hold was not yet told about `mode`, [`Output::Blocking`].
+    /// At most once per waiting mode per hold ([`LockNode::told`]).
+    fn tell_blocking<S: Sink<Output<Msg<Q>>>>(
+        &mut self,
+        cx: &mut Ctx<'_, Q, S>,
+        mode: Mode,
+        prio: Priority,
+    ) -> Result<(), KernelError> {
+        if self.held == Mode::Phi || !conflicts(self.held, mode) || self.told.contains(mode) {
+            return Ok(());
+        }
+        self.told.insert(mode);
+        cx.fire(Rule::Blocking);
+        cx.emit(Output::Blocking {
+            lock: cx.lock,
+            mode,
+            prio,
+        })
+    }
+
+    /// [`LockNode::tell_blocking`] for every request waiting in this node's queue (Rule
+    /// 8.2: the queue that arrived with the token), the first of each mode at its
+    /// highest priority.
+    fn tell_queue<S: Sink<Output<Msg<Q>>>>(
+        &mut self,
+        cx: &mut Ctx<'_, Q, S>,
+    ) -> Result<(), KernelError> {
+        let mut w = Frozen::EMPTY;
+        for e in &self.queue {
+            w.freeze(ModeSet::of(&[e.mode]), e.prio);
+        }
+        for m in w.modes().iter() {
+            self.tell_blocking(cx, m, w.threshold(m).unwrap_or(0))?;
+        }
+        Ok(())
+    }
+
     /// Rule 6, invariant 2.3: send the modes frozen during this step to each child that
     /// could grant them ("only if the child is potential granter … and the mode is not
     /// already frozen", footnote a of Fig. 2.4).
@@ -1952,6 +2041,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         if delta.is_empty() {
             return Ok(());
         }
+        let waiting = self.waiting(cx);
         for &c in &self.copyset {
             let child = NodeId(c);
             let rec = self.peer(child)?.child_owned;
@@ -1963,12 +2053,19 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
                     Msg::Freeze {
                         lock: cx.lock,
                         modes: m,
+                        waiting,
                     },
                 )?;
             }
         }
         Ok(())
     }
+}
+
+/// Whether `m` is empty (serde's `skip_serializing_if` takes a reference).
+#[cfg(feature = "serde")]
+fn no_modes(m: &ModeSet) -> bool {
+    m.is_empty()
 }
 
 /// The token node's own try that would wait (Rule 4.2 would queue it): refused at once,

@@ -36,7 +36,7 @@
 //! what it prevents (`spec/counterexamples/faults/*.json`).
 
 use crate::error::KernelError;
-use crate::mode::{conflicts, Mode};
+use crate::mode::{conflicts, Mode, ModeSet};
 use crate::msg::{Input, LockId, Msg, MsgKind, NodeId, Output, QueueEntry, Sink};
 use crate::protocol::Protocol;
 use crate::report::{Report, RuleSet};
@@ -495,6 +495,7 @@ impl<const Q: usize, S: Sink<Output<Stamped<Msg<Q>>>>> Sink<Output<Msg<Q>>> for 
             Output::WouldBlock { lock, mode } => Output::WouldBlock { lock, mode },
             Output::Cancelled { lock } => Output::Cancelled { lock },
             Output::Downgraded { lock, mode } => Output::Downgraded { lock, mode },
+            Output::Blocking { lock, mode, prio } => Output::Blocking { lock, mode, prio },
         };
         self.out.put(stamped).map_err(|o| match o {
             Output::Send { to, msg } => Output::Send { to, msg: msg.msg },
@@ -503,6 +504,7 @@ impl<const Q: usize, S: Sink<Output<Stamped<Msg<Q>>>>> Sink<Output<Msg<Q>>> for 
             Output::WouldBlock { lock, mode } => Output::WouldBlock { lock, mode },
             Output::Cancelled { lock } => Output::Cancelled { lock },
             Output::Downgraded { lock, mode } => Output::Downgraded { lock, mode },
+            Output::Blocking { lock, mode, prio } => Output::Blocking { lock, mode, prio },
         })
     }
 }
@@ -590,6 +592,7 @@ impl<const N: usize, const L: usize, const Q: usize> FaultSite<N, L, Q> {
             killed.held[l] = n.held;
             killed.pending[l] = n.pending != Pending::None;
             n.held = Mode::Phi;
+            n.told = ModeSet::EMPTY;
             n.pending = Pending::None;
             n.cancelled = false;
             n.token = None;
@@ -731,6 +734,7 @@ impl<const N: usize, const L: usize, const Q: usize> FaultSite<N, L, Q> {
                 rules: RuleSet::EMPTY,
                 granted: false,
                 sender: None,
+                waiting: Frozen::EMPTY,
             };
             // The room was checked for every lock: these cannot fail.
             n.check_queue(&mut cx)
@@ -813,6 +817,9 @@ impl<const N: usize, const L: usize, const Q: usize> Protocol for FaultSite<N, L
     }
     fn is_pending(&self, lock: LockId) -> Result<bool, KernelError> {
         Ok(self.site.lock(lock)?.pending_mode() != Mode::Phi)
+    }
+    fn pending_mode(&self, lock: LockId) -> Result<Mode, KernelError> {
+        Ok(self.site.lock(lock)?.pending_mode())
     }
     fn value(&self, lock: LockId) -> Result<Option<ValueBlock>, KernelError> {
         self.site.value(lock)

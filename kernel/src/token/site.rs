@@ -6,7 +6,7 @@ use crate::msg::{Input, LockId, Msg, MsgKind, NodeId, Output, Sink};
 use crate::protocol::Protocol;
 use crate::report::{Report, Rule, RuleSet};
 use crate::token::node::{Ctx, LockNode, Pending, Variant};
-use crate::token::prio::{Inheritance, Priority};
+use crate::token::prio::{Frozen, Inheritance, Priority};
 use crate::token::value::ValueBlock;
 
 /// One site of the hierarchical protocol.
@@ -46,7 +46,11 @@ use crate::token::value::ValueBlock;
 /// A step appends at most [`Site::MAX_OUTPUTS`] = `N + Q + L + 6` outputs to the caller's
 /// [`Sink`]: one message per queued request (grant or forward), one freeze per child, one
 /// reissued request per lock (PIP), and a bounded number of others (forward/release to the
-/// parent, release to an old parent, a token, a resync release, a grant signal). A sink
+/// parent, release to an old parent, a token, a resync release, a grant signal). A
+/// blocking notification (`spec/SPEC.md` 1.16) fits in these: at the token node it is
+/// told for a request that stays queued — one output for that request instead of its
+/// grant or forward — and at a copy holder a freeze tells at most three (the modes that
+/// conflict with a held IW) in a step that serves no request of its own. A sink
 /// with less room is refused before anything changes.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
@@ -245,6 +249,7 @@ impl<const N: usize, const L: usize, const Q: usize> Site<N, L, Q> {
                 Input::Deliver { from, .. } => Some(from),
                 _ => None,
             },
+            waiting: Frozen::EMPTY,
         };
         self.apply(lock, input, &mut cx)?;
         Ok(Report { rules: cx.rules })
@@ -312,7 +317,7 @@ impl<const N: usize, const L: usize, const Q: usize> Site<N, L, Q> {
                     *value,
                 ),
                 Msg::Release { owned, epoch, .. } => node.on_release(cx, from, *owned, *epoch),
-                Msg::Freeze { modes, .. } => node.on_freeze(cx, from, *modes),
+                Msg::Freeze { modes, waiting, .. } => node.on_freeze(cx, from, *modes, *waiting),
                 Msg::TryRequest { entry, hop, .. } => node.on_try_request(cx, from, *entry, *hop),
                 Msg::Busy { entry, .. } => node.on_busy(cx, *entry),
             },
@@ -390,6 +395,9 @@ impl<const N: usize, const L: usize, const Q: usize> Protocol for Site<N, L, Q> 
     }
     fn is_pending(&self, lock: LockId) -> Result<bool, KernelError> {
         Ok(self.lock(lock)?.pending_mode() != Mode::Phi)
+    }
+    fn pending_mode(&self, lock: LockId) -> Result<Mode, KernelError> {
+        Ok(self.lock(lock)?.pending_mode())
     }
     fn fence(&self, lock: LockId) -> Result<Option<u64>, KernelError> {
         Ok(self.lock(lock)?.fence())

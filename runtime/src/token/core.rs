@@ -9,7 +9,8 @@ use bytes::Bytes;
 use hilock_kernel::mode::strongest;
 use hilock_kernel::token::recovery::{Epoch, LockReport, Plan, Stamped};
 use hilock_kernel::{
-    compatible, Input, KernelError, Mode, NodeId, Output, Priority, Protocol, ValueBlock, VALUE_LEN,
+    compatible, conflicts, Input, KernelError, Mode, NodeId, Output, Priority, Protocol,
+    ValueBlock, VALUE_LEN,
 };
 use tokio::sync::{mpsc, oneshot};
 use tracing::warn;
@@ -60,6 +61,14 @@ pub(super) enum Cmd {
     Value {
         path: String,
         reply: Reply<Option<ValueBlock>>,
+    },
+    /// Answer `reply` once a request that hold `hold` of `path` blocks waits (the
+    /// kernel's `Output::Blocking`, `spec/SPEC.md` 1.16): at once if the site's current
+    /// hold was already told about a mode conflicting with the holder's.
+    Blocking {
+        path: String,
+        hold: u64,
+        reply: oneshot::Sender<Blocked>,
     },
     /// Hold `hold` of `path`, a W hold, writes the lock value block (`Input::SetValue`,
     /// `spec/SPEC.md` 1.15).
@@ -187,6 +196,16 @@ struct Upgrading {
     issued: bool,
 }
 
+/// A blocking notification (`spec/SPEC.md` 1.16, the DLM's blocking AST): a request of
+/// another node for `mode`, at priority `prio`, waits for a hold of this node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Blocked {
+    /// The mode the waiting request asks for (it conflicts with the hold's, Table 2.1).
+    pub mode: Mode,
+    /// The waiting request's priority (0 without priorities).
+    pub prio: Priority,
+}
+
 struct LockEntry {
     site: Box<LockSite>,
     /// The kernel's held mode M_H: covers every local holder's mode.
@@ -205,6 +224,11 @@ struct LockEntry {
     /// Requests of other nodes queued here that were told about `dead_end`
     /// ([`wire::Payload::DeadEnd`]): requester and serial.
     told: Vec<(NodeId, u32)>,
+    /// The kernel's blocking notifications (`Output::Blocking`, `spec/SPEC.md` 1.16) to
+    /// the site's current hold: waiting mode and priority. Emptied when the hold ends.
+    blocking: Vec<Blocked>,
+    /// Local holders waiting for a blocking notification ([`super::Guard::blocking`]).
+    watchers: Vec<(u64, oneshot::Sender<Blocked>)>,
 }
 
 impl LockEntry {
@@ -330,6 +354,8 @@ impl Core {
                     release_when_upgraded: false,
                     dead_end: l.dead_end,
                     told: l.told,
+                    blocking: Vec::new(),
+                    watchers: Vec::new(),
                 },
             );
         }
@@ -448,6 +474,8 @@ impl Core {
                     release_when_upgraded: false,
                     dead_end: None,
                     told: Vec::new(),
+                    blocking: Vec::new(),
+                    watchers: Vec::new(),
                 },
             );
         }
@@ -524,6 +552,7 @@ impl Core {
                 value,
                 reply,
             } => self.set_value(&path, hold, value, reply),
+            Cmd::Blocking { path, hold, reply } => self.watch_blocking(&path, hold, reply),
             Cmd::Downgrade {
                 path,
                 hold,
@@ -948,6 +977,7 @@ impl Core {
                 Output::Cancelled { .. } => self.cancelled(path),
                 // Answered within the step that the caller's downgrade ran.
                 Output::Downgraded { .. } => {}
+                Output::Blocking { mode, prio, .. } => self.blocking(path, Blocked { mode, prio }),
             }
         }
     }
@@ -1338,6 +1368,49 @@ impl Core {
         }
         if let Some(e) = self.locks.get_mut(path) {
             e.held = Mode::Phi;
+            // `spec/SPEC.md` 1.16: the next hold is told again.
+            e.blocking.clear();
+        }
+    }
+
+    /// The kernel told the site's hold of `path` that a request for `b.mode` waits
+    /// (`Output::Blocking`, `spec/SPEC.md` 1.16): kept for the hold, and every local holder
+    /// waiting for it whose mode conflicts with `b.mode` is answered.
+    fn blocking(&mut self, path: &str, b: Blocked) {
+        let Some(e) = self.locks.get_mut(path) else {
+            return;
+        };
+        e.blocking.push(b);
+        let holders = &e.holders;
+        let mine = |h: u64| holders.iter().find(|x| x.0 == h).map(|x| x.1);
+        let mut kept = Vec::new();
+        for (hold, reply) in e.watchers.drain(..) {
+            match mine(hold) {
+                Some(m) if conflicts(m, b.mode) => {
+                    let _ = reply.send(b);
+                }
+                Some(_) if !reply.is_closed() => kept.push((hold, reply)),
+                _ => {}
+            }
+        }
+        e.watchers = kept;
+    }
+
+    /// [`Cmd::Blocking`]: answered at once with the first notification of the site's
+    /// current hold that conflicts with hold `hold`'s mode, else when one comes. A hold
+    /// that is not (or no longer) held here is not answered: `reply` is dropped.
+    fn watch_blocking(&mut self, path: &str, hold: u64, reply: oneshot::Sender<Blocked>) {
+        let Some(e) = self.locks.get_mut(path) else {
+            return;
+        };
+        let Some(&(_, mode)) = e.holders.iter().find(|h| h.0 == hold) else {
+            return;
+        };
+        match e.blocking.iter().find(|b| conflicts(mode, b.mode)) {
+            Some(&b) => {
+                let _ = reply.send(b);
+            }
+            None => e.watchers.push((hold, reply)),
         }
     }
 
@@ -1350,6 +1423,7 @@ impl Core {
         if e.holders.len() == before {
             return;
         }
+        e.watchers.retain(|w| w.0 != hold);
         let mut withdraw = false;
         match &e.upgrading {
             Some(u) if u.hold == hold && u.issued && self.frozen => {

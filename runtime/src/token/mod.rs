@@ -61,6 +61,7 @@ use tracing::info;
 use crate::config::Config;
 use crate::wire::{self, ancestors, check_path};
 
+pub use self::core::Blocked;
 use self::core::{Cmd, Core};
 pub use self::handshake::{HANDSHAKE_TIMEOUT, MAX_PENDING_HANDSHAKES};
 pub use self::lease::NodeLease;
@@ -1475,6 +1476,27 @@ impl Guard {
 }
 
 impl Guard {
+    /// Waits until another node's request that this guard's hold of the requested path
+    /// blocks is waiting (`spec/SPEC.md` 1.16, the DLM's blocking AST), and says which
+    /// mode it asks for and at what priority. It resolves at once if the node's kernel
+    /// hold of the path was already told about a mode conflicting with this guard's;
+    /// otherwise never while nobody conflicts. The kernel tells a hold at most once per
+    /// waiting mode, so a holder that wants to give way releases or downgrades
+    /// ([`Guard::downgrade`]) rather than polling. Only the requested path is watched (not
+    /// the intention modes on its ancestors), and only requests of other nodes (callers on
+    /// this node wait in its local queue). [`Error::Stopped`] if the node stops.
+    pub async fn blocking(&self) -> Result<Blocked, Error> {
+        let Some((path, _, hold, _)) = self.held.last().cloned() else {
+            return Err(Error::Stopped);
+        };
+        let (reply, rx) = oneshot::channel();
+        self.handle
+            .tx
+            .send(Cmd::Blocking { path, hold, reply })
+            .map_err(|_| Error::Stopped)?;
+        rx.await.map_err(|_| Error::Stopped)
+    }
+
     /// The lock value block of the requested path (`spec/SPEC.md` 1.15; the DLM's LVB):
     /// the 32 bytes the last W holder wrote before this hold was granted (all zero if none
     /// ever did), or a block that is not valid ([`ValueBlock::get`] is `None`, the DLM's

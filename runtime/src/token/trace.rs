@@ -327,6 +327,14 @@ impl Recorder {
                     },
                     seq: None,
                 },
+                Output::Blocking { lock, mode, prio } => TOut {
+                    o: Output::Blocking {
+                        lock: *lock,
+                        mode: *mode,
+                        prio: *prio,
+                    },
+                    seq: None,
+                },
             })
             .collect()
     }
@@ -829,6 +837,11 @@ fn unstamp(o: &Output<SMsg>, g: Epoch) -> Result<Output<KMsg>, String> {
         Output::Downgraded { lock, mode } => Output::Downgraded {
             lock: *lock,
             mode: *mode,
+        },
+        Output::Blocking { lock, mode, prio } => Output::Blocking {
+            lock: *lock,
+            mode: *mode,
+            prio: *prio,
         },
     })
 }

@@ -1,0 +1,129 @@
+//! P17, a blocking notification names a real waiter, once: every `Output::Blocking { lock,
+//! mode, prio }` (`spec/SPEC.md` 1.16, the DLM's blocking AST) goes to a site that holds
+//! `lock` in a mode conflicting with `mode` (Table 2.1), while another site has a request
+//! (or a Rule 7 upgrade) for `mode` pending — the waiter exists at that step — and no hold
+//! is told about the same waiting mode twice ([`Cluster::check_blocking`]). The cluster
+//! keeps a ghost of the waiting modes each hold was told about, emptied when the site
+//! releases the lock (an accepted `Release`) or is granted it again. The waiter is looked
+//! for only without faults: a crashed or injected history may leave a freeze naming a
+//! request that no live site still has. One waiter may vanish without being granted: a
+//! Rule 7 upgrade withdrawn by a cancel (`spec/SPEC.md` 1.13) ends at once at the token
+//! node while a freeze naming its W may still be on its way to a copy holder; so once an
+//! upgrade of a lock has been cancelled, a notification of W on that lock needs no waiter
+//! (the ghost remembers the lock for the rest of the run). Nor is the waiter looked for
+//! under PIP: a reissue (section 3.7.2) leaves older copies of a request in queues, and a
+//! token node may tell its hold of a copy whose request was served meanwhile (the random
+//! runs of `spec/tests/robustness.rs` found it; P15 excludes PIP for the same copies).
+//! That part of P17 is [`Cluster::check_blocking_waiter`], for hilock sites.
+
+use super::Violation;
+use crate::Cluster;
+use hilock_kernel::{conflicts, Inheritance, LockId, Mode, NodeId, Priority, Protocol, Site};
+use std::hash::Hash;
+
+/// Every blocking notification goes to a conflicting holder while its waiter exists, at
+/// most once per holder, waiting mode and hold.
+pub const P17: &str = "P17 a blocking notification names a waiter, once per hold";
+
+/// How a blocking notification broke P17.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BlockingBreach {
+    /// The site does not hold the lock in a mode that conflicts with the waiting mode.
+    NotBlocking(Mode),
+    /// No other site has a request for the waiting mode pending.
+    NoWaiter,
+    /// The same hold was told about the same waiting mode before.
+    Twice,
+}
+
+impl<P: Protocol + Clone> Cluster<P>
+where
+    P::Msg: Hash,
+{
+    /// The ghost of P17: `node`'s step (already applied) emitted `Blocking { lock, mode,
+    /// prio }`.
+    pub(crate) fn note_blocking(&mut self, node: NodeId, lock: LockId, mode: Mode, prio: Priority) {
+        if self.blocking_breach.is_some() {
+            return;
+        }
+        let held = self.site(node).held(lock).unwrap_or(Mode::Phi);
+        let told = self.told.entry((node, lock)).or_default();
+        let breach = if held == Mode::Phi || !conflicts(held, mode) {
+            Some(BlockingBreach::NotBlocking(held))
+        } else if told.contains(mode) {
+            Some(BlockingBreach::Twice)
+        } else {
+            told.insert(mode);
+            let waiter = (0..self.len()).map(|i| NodeId(i as u16)).any(|n| {
+                n != node
+                    && !self.crashed.contains(&n)
+                    && self.site(n).pending_mode(lock) == Ok(mode)
+            });
+            let withdrawn = mode == Mode::W && self.upgrade_withdrawn.contains(&lock);
+            if !waiter && !withdrawn && self.faults.none() && self.blocking_no_waiter.is_none() {
+                self.blocking_no_waiter = Some((node, lock, mode, prio));
+            }
+            None
+        };
+        if let Some(b) = breach {
+            self.blocking_breach = Some((node, lock, mode, prio, b));
+        }
+    }
+
+    /// The ghost of P17: an upgrade of `lock` was withdrawn by a cancel (`spec/SPEC.md`
+    /// 1.13); a freeze naming its W may still be in flight.
+    pub(crate) fn note_upgrade_withdrawn(&mut self, lock: LockId) {
+        self.upgrade_withdrawn.insert(lock);
+    }
+
+    /// The ghost of P17: `node`'s hold of `lock` ended (or a new one began).
+    pub(crate) fn forget_told(&mut self, node: NodeId, lock: LockId) {
+        self.told.remove(&(node, lock));
+    }
+
+    /// P17, for every protocol: every blocking notification so far went to a holder of a
+    /// conflicting mode, once per holder, waiting mode and hold.
+    pub fn check_blocking(&self) -> Result<(), Violation> {
+        let Some((node, lock, mode, prio, breach)) = self.blocking_breach else {
+            return Ok(());
+        };
+        Self::blocking_violation(node, lock, mode, prio, breach)
+    }
+
+    fn blocking_violation(
+        node: NodeId,
+        lock: LockId,
+        mode: Mode,
+        prio: Priority,
+        breach: BlockingBreach,
+    ) -> Result<(), Violation> {
+        let why = match breach {
+            BlockingBreach::NotBlocking(held) => {
+                format!("it holds {held}, which does not conflict with {mode}")
+            }
+            BlockingBreach::NoWaiter => format!("no other site has a request for {mode} pending"),
+            BlockingBreach::Twice => "its hold was told about that mode before".to_string(),
+        };
+        Err(Violation {
+            property: P17,
+            detail: format!(
+                "{node} was told a request for {lock} {mode} (priority {prio}) waits, but {why}"
+            ),
+        })
+    }
+}
+
+impl<const N: usize, const L: usize, const Q: usize> Cluster<Site<N, L, Q>> {
+    /// P17's waiter: every blocking notification so far was told while another site had
+    /// a request for the waiting mode pending (checked without faults, not under PIP, and
+    /// not for a W once an upgrade of the lock was cancelled).
+    pub fn check_blocking_waiter(&self) -> Result<(), Violation> {
+        let Some((node, lock, mode, prio)) = self.blocking_no_waiter else {
+            return Ok(());
+        };
+        if self.site(node).variant().inheritance == Inheritance::Pip {
+            return Ok(());
+        }
+        Self::blocking_violation(node, lock, mode, prio, BlockingBreach::NoWaiter)
+    }
+}
