@@ -31,7 +31,6 @@
 //! Sites and channels live on the heap and every step's outputs go to a growable
 //! [`VecSink`], so a cluster of 1,024 sites needs no large stack.
 
-use crate::properties::BlockingBreach;
 use crate::VecSink;
 use hilock_kernel::{
     Input, KernelError, LockId, Mode, ModeSet, MsgKind, NodeId, Output, Priority, Protocol, Report,
@@ -42,6 +41,18 @@ use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+
+/// How a blocking notification broke P17 (`crate::properties::p17_blocking`; kept with
+/// the cluster's ghost state, so that the cluster does not depend on the property's module).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BlockingBreach {
+    /// The site does not hold the lock in a mode that conflicts with the waiting mode.
+    NotBlocking(Mode),
+    /// No other site has a request for the waiting mode pending.
+    NoWaiter,
+    /// The same hold was told about the same waiting mode before.
+    Twice,
+}
 
 /// How a channel orders its messages.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]

@@ -33,7 +33,7 @@ const PINNED: &[(&str, usize)] = &[
     ("U+upgrade R IW, 1 crash, 1 restart", 105835),
     ("W W R, every fault once", 986643),
     ("4 nodes W R R IW, 1 crash", 160_124),
-    ("4 nodes W W R IW, 1 crash, 1 restart", 1_513_861),
+    ("4 nodes W W R IW, 1 crash, 1 restart", 1_648_914),
     ("4 nodes W R R IW, 1 crash, thesis", 161_758),
     ("4 nodes W R R IW, 1 crash, compress", 160_124),
 ];

@@ -38,6 +38,7 @@ pub mod p3_owned_modes;
 pub mod p3b_frozen_modes;
 pub mod p4_no_deadlock;
 
+pub use crate::cluster::BlockingBreach;
 pub use no_kernel_error::NO_ERROR;
 pub use p10_fencing::{FenceBreach, FENCE};
 pub use p11_no_grant_after_would_block::P11;
@@ -45,7 +46,7 @@ pub use p12_try_leaves_nothing::P12;
 pub use p14_no_grant_after_cancel::P14;
 pub use p15_cancel_leaves_nothing::P15;
 pub use p16_value_block::P16;
-pub use p17_blocking::{BlockingBreach, P17};
+pub use p17_blocking::P17;
 pub use p1_mutual_exclusion::P1;
 pub use p2_single_token::P2;
 pub use p3_owned_modes::{covers, P3};

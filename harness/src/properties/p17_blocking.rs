@@ -17,6 +17,7 @@
 //! That part of P17 is [`Cluster::check_blocking_waiter`], for hilock sites.
 
 use super::Violation;
+use crate::cluster::BlockingBreach;
 use crate::Cluster;
 use hilock_kernel::{conflicts, Inheritance, LockId, Mode, NodeId, Priority, Protocol, Site};
 use std::hash::Hash;
@@ -24,17 +25,6 @@ use std::hash::Hash;
 /// Every blocking notification goes to a conflicting holder while its waiter exists, at
 /// most once per holder, waiting mode and hold.
 pub const P17: &str = "P17 a blocking notification names a waiter, once per hold";
-
-/// How a blocking notification broke P17.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum BlockingBreach {
-    /// The site does not hold the lock in a mode that conflicts with the waiting mode.
-    NotBlocking(Mode),
-    /// No other site has a request for the waiting mode pending.
-    NoWaiter,
-    /// The same hold was told about the same waiting mode before.
-    Twice,
-}
 
 impl<P: Protocol + Clone> Cluster<P>
 where
