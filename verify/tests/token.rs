@@ -954,7 +954,7 @@ fn pass_depth_first(c: &ModelConfig, pinned: usize) {
 fn mix_and_upgrade_on_a_star_of_five() {
     pass_depth_first(
         &ModelConfig::star("large mix+upgrade star5", &LARGE_S5),
-        69_579_367,
+        69_971_819,
     );
 }
 
