@@ -186,19 +186,27 @@ impl Etcd {
 
     /// Joins as `me`: grants a lease of `ttl`, creates the member key bound to it (refused
     /// while another lease holds `me.id`'s key), and starts the keep-alive, which holds the
-    /// lease valid for `local` after each renewal it sent.
-    pub(crate) fn join(
+    /// lease valid for `local` after each renewal it sent. A node cut from the stand-in
+    /// waits for the heal, at most the timeout of a call to etcd.
+    pub(crate) async fn join(
         &self,
         me: Member,
         ttl: Duration,
         local: Duration,
     ) -> Result<Lessee, String> {
-        let t = now()?;
+        // The local lease counts from before the grant was sent.
         let sent = Instant::now();
-        let mut s = self.state();
-        if s.cut.contains(&me.id) {
-            return Err(format!("node {} is cut from the simulated etcd", me.id));
+        while self.state().cut.contains(&me.id) {
+            if sent.elapsed() >= TIMEOUT {
+                return Err(format!(
+                    "node {} is cut from the simulated etcd: no answer within {TIMEOUT:?}",
+                    me.id
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
         }
+        let t = now()?;
+        let mut s = self.state();
         if let Some((m, _)) = s.members.get(&me.id) {
             return Err(format!(
                 "node {} is still a member (incarnation {:#018x})",

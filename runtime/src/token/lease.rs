@@ -128,7 +128,7 @@ impl Session {
         let _ = (incarnation, join);
         #[cfg(feature = "sim")]
         if let Some(etcd) = join.sim {
-            return Session::start_sim(config, incarnation, &etcd);
+            return Session::start_sim(config, incarnation, &etcd).await;
         }
         match &config.membership {
             crate::config::Membership::Static => Ok((Session::none(), NodeLease::Static)),
@@ -225,7 +225,7 @@ impl Session {
     /// Joins the simulation's stand-in for etcd with the configuration's lease TTL and
     /// grace (`membership = "etcd"`; its endpoints are not used). No recovery.
     #[cfg(feature = "sim")]
-    fn start_sim(
+    async fn start_sim(
         config: &Config,
         incarnation: u64,
         etcd: &crate::leases::sim::Etcd,
@@ -251,6 +251,7 @@ impl Session {
         };
         let m = etcd
             .join(me, ttl, local)
+            .await
             .map_err(|e| std::io::Error::other(format!("cannot join the simulated etcd: {e}")))?;
         let first = match *m.lease().borrow() {
             crate::leases::LeaseState::Valid { until } => NodeLease::Valid {

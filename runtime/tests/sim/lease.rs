@@ -40,7 +40,8 @@ pub fn plan(seed: u64) -> Plan {
     p.leased = true;
     let mut r = StdRng::seed_from_u64(seed ^ 0x1ea5_ed00_u64);
     for _ in 0..r.random_range(1..=2) {
-        let at = Duration::from_millis(r.random_range(0..=500));
+        // After the nodes have joined (a node cut before it joins does not start).
+        let at = Duration::from_millis(r.random_range(20..=500));
         let lasts = Duration::from_millis(r.random_range(300..=2_500));
         p.faults
             .push((at, lasts, Fault::EtcdCut(r.random_range(0..p.n))));
