@@ -337,3 +337,85 @@ impl Lessee {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn member(id: u16) -> Member {
+        Member { id, incarnation: 7 }
+    }
+
+    fn in_view(v: &watch::Receiver<MemberView>, id: u16) -> bool {
+        v.borrow().members.contains_key(&id)
+    }
+
+    /// Cut node 0 at 1 s: its lease is lost within its local lease, its view is
+    /// disconnected and falls behind, its key goes at the TTL after its last renewal (node
+    /// 1 sees it gone then, not before), the heal brings its view up to date; node 1's
+    /// leave revokes its lease at once.
+    #[test]
+    fn a_cut_node_loses_its_lease_and_its_key_goes_a_ttl_after_its_last_renewal() {
+        let mut sim = turmoil::Builder::new()
+            .tick_duration(Duration::from_millis(1))
+            .simulation_duration(Duration::from_secs(30))
+            .build();
+        sim.client("nodes", async {
+            let etcd = Etcd::new();
+            tokio::task::spawn_local(etcd.clone().run());
+            let ttl = Duration::from_secs(2);
+            let local = super::super::local_lease(ttl, Duration::from_millis(300), 100)?;
+            let n0 = etcd.join(member(0), ttl, local).await?;
+            let n1 = etcd.join(member(1), ttl, local).await?;
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            // Renewed meanwhile (every third of the local lease).
+            let start = Instant::now() - Duration::from_secs(1);
+            for n in [&n0, &n1] {
+                match *n.lease().borrow() {
+                    LeaseState::Valid { until } => assert!(until > start + local),
+                    other => panic!("not renewed: {other:?}"),
+                }
+            }
+            let (v0, v1) = (n0.members(), n1.members());
+            assert!(in_view(&v1, 0) && in_view(&v0, 1));
+            let cut = now()?;
+            etcd.cut(0);
+            assert!(!v0.borrow().connected);
+            let mut l0 = n0.lease();
+            let lost = tokio::time::timeout(local, l0.wait_for(|l| l.is_lost()))
+                .await
+                .is_ok();
+            assert!(lost, "the lease was not lost within the local lease");
+            assert_eq!(*l0.borrow(), LeaseState::Lost(LostReason::NotRenewed));
+            assert!(in_view(&v1, 0), "gone at etcd before the TTL");
+            let mut v1c = v1.clone();
+            v1c.wait_for(|v| !v.members.contains_key(&0)).await?;
+            let ended = etcd.ended();
+            assert_eq!(ended.len(), 1);
+            let e = ended[0];
+            assert_eq!((e.node, e.lease, e.how), (0, n0.lease_id(), Ended::Expired));
+            // The TTL after the last renewal, which was at most a third of the local lease
+            // before the cut.
+            assert!(
+                e.at >= cut + ttl - local / 3 && e.at <= cut + ttl,
+                "{e:?} cut {cut:?}"
+            );
+            assert!(in_view(&v0, 0), "a cut node's view falls behind");
+            etcd.heal(0);
+            assert!(v0.borrow().connected && !in_view(&v0, 0));
+            let at = now()?;
+            n1.leave();
+            let ended = etcd.ended();
+            assert_eq!(ended.len(), 2);
+            assert_eq!(
+                (ended[1].node, ended[1].how, ended[1].at),
+                (1, Ended::Revoked, at)
+            );
+            assert!(!in_view(&v0, 1));
+            Ok(())
+        });
+        if let Err(e) = sim.run() {
+            panic!("{e}");
+        }
+    }
+}
