@@ -124,8 +124,10 @@ impl Session {
         incarnation: u64,
         join: Join,
     ) -> std::io::Result<(Session, NodeLease)> {
-        #[cfg(not(any(feature = "etcd", feature = "sim")))]
-        let _ = (incarnation, join);
+        #[cfg(not(feature = "etcd"))]
+        let _ = incarnation;
+        #[cfg(not(feature = "sim"))]
+        let _ = join;
         #[cfg(feature = "sim")]
         if let Some(etcd) = join.sim {
             return Session::start_sim(config, incarnation, &etcd).await;
@@ -193,14 +195,10 @@ impl Session {
                     local = ?m.local_lease(),
                     "joined the cluster through etcd"
                 );
-                Ok((
-                    Session {
-                        etcd: Some(std::sync::Arc::new(m)),
-                        recovery: config.etcd_recovery,
-                        ..Session::none()
-                    },
-                    first,
-                ))
+                let mut session = Session::none();
+                session.etcd = Some(std::sync::Arc::new(m));
+                session.recovery = config.etcd_recovery;
+                Ok((session, first))
             }
             #[cfg(not(feature = "etcd"))]
             crate::config::Membership::Etcd { .. } => Err(std::io::Error::new(
@@ -263,13 +261,9 @@ impl Session {
                 reason: lost_reason(m.lease_id(), config.id, r, m.local_lease()),
             },
         };
-        Ok((
-            Session {
-                sim: Some(m),
-                ..Session::none()
-            },
-            first,
-        ))
+        let mut session = Session::none();
+        session.sim = Some(m);
+        Ok((session, first))
     }
 
     /// Starts following the lease and the member list (nothing when static).
