@@ -1,8 +1,8 @@
 //! Node leases and the member list as a node's lease path sees them, whatever keeps them:
-//! etcd ([`crate::membership`], feature `etcd`) or the simulation's stand-in for it
-//! ([`sim`], feature `sim`). Both publish a node's lease as a [`LeaseState`] and the member
+//! etcd (`membership`, feature `etcd`) or the simulation's stand-in for it
+//! (`sim`, feature `sim`). Both publish a node's lease as a [`LeaseState`] and the member
 //! list as a [`MemberView`], and both keep the lease alive with the same loop
-//! ([`keep_alive`]): the node treats its lease as valid for the local lease
+//! (`keep_alive`): the node treats its lease as valid for the local lease
 //! ([`local_lease`]) after it *sent* its last successful renewal, and publishes
 //! [`LeaseState::Lost`] once, for good, when that has passed without a renewal or the
 //! service answers that the lease is gone.
@@ -50,7 +50,7 @@ pub enum LostReason {
     NotRenewed,
     /// etcd answered that the lease no longer exists (expired or revoked there).
     Expired,
-    /// The node left ([`Membership::leave`]).
+    /// The node left (`Membership::leave`, or the simulated etcd's leave).
     Left,
 }
 

@@ -4,10 +4,10 @@
 //!
 //! One [`Etcd`] is shared by the simulated nodes of a simulation. It keeps what the node's
 //! lease path uses of etcd: a lease per joined node with its TTL, renewed by the node's
-//! keep-alive ([`super::keep_alive`], the loop the etcd membership runs), and the node's
+//! keep-alive (`leases::keep_alive`, the loop the etcd membership runs), and the node's
 //! member key bound to it, which is deleted when the lease expires or is revoked; every
 //! node follows the member list through a [`MemberView`] of its own. Leases expire on the
-//! simulation's clock ([`Etcd::run`], the lessor, runs on a host of the simulation). A fault
+//! simulation's clock ([`Etcd::run`], the lessor, runs as a task of the simulation). A fault
 //! can cut a node from it ([`Etcd::cut`]): the node's renewals wait unanswered (until its
 //! keep-alive gives up on them) and its member view is disconnected and falls behind, as
 //! with an etcd the node cannot reach; [`Etcd::heal`] ends that. Every lease that ended is
@@ -27,7 +27,7 @@ use tokio::time::Instant;
 use super::{LeaseState, LostReason, Member, MemberView};
 
 /// How long a node's call to the stand-in waits for an answer (as
-/// [`EtcdOptions::timeout`](crate::membership) does by default).
+/// `membership::EtcdOptions::timeout` does by default).
 const TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The simulation's clock: the time since the simulation started (`Err` outside one).

@@ -104,6 +104,11 @@ pub(super) struct Join {
     pub(super) sim: Option<crate::leases::sim::Etcd>,
 }
 
+#[cfg(any(feature = "etcd", feature = "sim"))]
+type LeaseWatch = tokio::sync::watch::Receiver<crate::leases::LeaseState>;
+#[cfg(any(feature = "etcd", feature = "sim"))]
+type MembersWatch = tokio::sync::watch::Receiver<crate::leases::MemberView>;
+
 /// The node's membership session: the etcd membership it joined, or its lease at the
 /// simulation's stand-in (nothing when static).
 pub(super) struct Session {
@@ -273,47 +278,48 @@ impl Session {
         core: &tokio::sync::mpsc::UnboundedSender<super::core::Cmd>,
         tasks: &mut tokio::task::JoinSet<()>,
     ) {
-        #[cfg(feature = "sim")]
-        if let Some(m) = &self.sim {
+        #[cfg(any(feature = "etcd", feature = "sim"))]
+        if let Some((lease, id, local, members)) = self.watches() {
             tasks.spawn(follow::follow_lease(
                 shared.clone(),
                 core.clone(),
-                m.lease(),
-                m.lease_id(),
-                m.local_lease(),
+                lease,
+                id,
+                local,
             ));
-            tasks.spawn(follow::follow_members(
-                shared.clone(),
-                core.clone(),
-                m.members(),
-            ));
-        }
-        #[cfg(feature = "etcd")]
-        if let Some(m) = &self.etcd {
-            tasks.spawn(follow::follow_lease(
-                shared.clone(),
-                core.clone(),
-                m.lease(),
-                m.lease_id(),
-                m.local_lease(),
-            ));
-            if self.recovery {
+            #[cfg(feature = "etcd")]
+            if let Some(m) = self.etcd.as_ref().filter(|_| self.recovery) {
                 tasks.spawn(super::recover::etcd::run(
                     shared.clone(),
                     core.clone(),
                     m.clone(),
-                    m.members(),
+                    members,
                 ));
-            } else {
-                tasks.spawn(follow::follow_members(
-                    shared.clone(),
-                    core.clone(),
-                    m.members(),
-                ));
+                return;
             }
+            tasks.spawn(follow::follow_members(
+                shared.clone(),
+                core.clone(),
+                members,
+            ));
         }
         #[cfg(not(any(feature = "etcd", feature = "sim")))]
         let _ = (shared, core, tasks);
+    }
+
+    /// What the node follows of the membership it joined (etcd's or the simulated etcd's):
+    /// its lease's state, the lease id, the local lease and the member list.
+    #[cfg(any(feature = "etcd", feature = "sim"))]
+    fn watches(&self) -> Option<(LeaseWatch, i64, Duration, MembersWatch)> {
+        #[cfg(feature = "sim")]
+        if let Some(m) = &self.sim {
+            return Some((m.lease(), m.lease_id(), m.local_lease(), m.members()));
+        }
+        #[cfg(feature = "etcd")]
+        if let Some(m) = &self.etcd {
+            return Some((m.lease(), m.lease_id(), m.local_lease(), m.members()));
+        }
+        None
     }
 
     /// `etcd_recovery` is on (the node installs epochs; a new run of a known node may
