@@ -140,3 +140,41 @@ pub fn check(holds: &[Hold], ended: &[LeaseEnd]) -> Result<(), String> {
     }
     Ok(())
 }
+
+/// `Node::start_sim_leased` runs etcd membership without recovery: it refuses a static
+/// configuration and one with `etcd_recovery`.
+#[test]
+fn a_node_on_the_simulated_etcd_needs_etcd_membership_without_recovery() {
+    let mut sim = turmoil::Builder::new().build();
+    sim.client("n0", async {
+        let c = || {
+            let addr = std::net::SocketAddr::new(turmoil::lookup("n0"), super::PORT);
+            let mut c = Config::new(
+                "sim",
+                b"a simulated cluster's secret".to_vec(),
+                0,
+                vec![hilock_runtime::NodeAddr { id: 0, addr }],
+            )?;
+            c.listen = std::net::SocketAddr::new([0, 0, 0, 0].into(), super::PORT);
+            Ok::<_, Box<dyn std::error::Error>>(c)
+        };
+        let refused = |r: std::io::Result<Node>, what: &str| match r {
+            Ok(_) => panic!("{what}: started"),
+            Err(e) => e.to_string(),
+        };
+        let e = refused(start(c()?, 1, Etcd::new()).await, "static");
+        assert!(e.contains("membership = \"etcd\""), "{e}");
+        let mut r = c()?;
+        configure(&mut r);
+        r.etcd_recovery = true;
+        let e = refused(start(r, 1, Etcd::new()).await, "etcd_recovery");
+        assert!(e.contains("etcd_recovery is not simulated"), "{e}");
+        let mut ok = c()?;
+        configure(&mut ok);
+        start(ok, 1, Etcd::new()).await?.shutdown().await;
+        Ok(())
+    });
+    if let Err(e) = sim.run() {
+        panic!("{e}");
+    }
+}
