@@ -28,6 +28,8 @@
 //! - [`client`]: the local client socket behind `hilock lock` and `hilock status`;
 //! - `membership` (feature `etcd`): node leases, the member list, epochs and the recovery
 //!   leader through etcd;
+//! - `leases` (feature `etcd` or `sim`): the lease state and member view the node follows,
+//!   the keep-alive loop, and (feature `sim`) the simulation's stand-in for etcd;
 //! - [`proc`]: the process group of `hilock lock`'s command (kill it, see it gone);
 //! - [`oracle`]: the history checker of `hilock demo` and the tests, and the loopback
 //!   cluster they run it on.
@@ -36,6 +38,8 @@ pub mod agents;
 pub mod bakery;
 pub mod client;
 pub mod config;
+#[cfg(any(feature = "etcd", feature = "sim"))]
+pub mod leases;
 #[cfg(feature = "etcd")]
 pub mod membership;
 pub mod oracle;

@@ -21,9 +21,15 @@
 //! being busy, and at least one lock was granted (unless a node crashed). A failing seed is printed with the command that replays it
 //! (with its event log); the same seed gives the same event log and records, byte for byte.
 //!
-//! Not simulated: etcd membership, the node leases and recovery (`token/lease.rs`,
-//! `membership/`) — a simulated node has static membership only —, the client socket, the
-//! metrics endpoint, signals and process groups; real processes test those (`cli/tests/`).
+//! Leased seeds (`sim/lease.rs`) run the same plans with etcd membership on the
+//! simulation's stand-in for etcd ([`Node::start_sim_leased`]), with cuts from it added:
+//! the node's lease path (`token/lease.rs`) runs — leases lost, holders told their lock is
+//! lost, peers gone — and a lease check holds every hold to its lease. 1,000 leased seeds
+//! run beside the 1,000 plain ones (about 44 s more in the test profile on 2 cores).
+//!
+//! Not simulated: the etcd client itself, recovery (`etcd_recovery`) and epochs, a paused
+//! process (a paused node's timers go on), the client socket, the metrics endpoint, signals
+//! and process groups; real processes test those (`cli/tests/`).
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -34,11 +40,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hilock_kernel::Mode;
+use hilock_runtime::leases::sim::Ended;
 use hilock_runtime::oracle::Oracle;
 use hilock_runtime::token::trace;
 use hilock_runtime::{Config, Error, Node, NodeAddr, Options};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+
+#[path = "sim/lease.rs"]
+mod lease;
 
 /// The peer port of every simulated node.
 const PORT: u16 = 7100;
@@ -73,6 +83,8 @@ enum Fault {
     /// The connections between two nodes are reset (both ends see an error; the links
     /// reconnect and resend what was not acknowledged).
     Reset(usize, usize),
+    /// A node is cut from the simulated etcd (leased seeds, [`lease`]).
+    EtcdCut(usize),
 }
 
 /// What one seed's simulation does.
@@ -84,6 +96,8 @@ struct Plan {
     /// Each fault with when it starts and how long it lasts.
     faults: Vec<(Duration, Duration, Fault)>,
     ops: usize,
+    /// The nodes run on the simulated etcd ([`lease::plan`]).
+    leased: bool,
 }
 
 impl Plan {
@@ -149,6 +163,7 @@ impl Plan {
             max_latency,
             faults,
             ops: r.random_range(8..=24),
+            leased: false,
         }
     }
 }
@@ -168,6 +183,12 @@ struct World {
     timeouts: u64,
     busy: u64,
     failures: Vec<String>,
+    /// Leased seeds: every hold, requests refused by a lost lease, requests failed by a
+    /// peer gone, holds ended because the lease was lost.
+    holds: Vec<lease::Hold>,
+    refused: u64,
+    gone: u64,
+    told_lost: u64,
 }
 
 fn now() -> String {
@@ -187,6 +208,9 @@ struct Outcome {
     records: BTreeMap<usize, Vec<u8>>,
     /// Why the run failed, if it did.
     failure: Option<String>,
+    /// Leased seeds: leases expired at the simulated etcd, requests refused by a lost
+    /// lease, requests failed by a peer gone, holders told their lock is lost.
+    leases: [u64; 4],
 }
 
 /// One node's host: start the node, run the client's operations, wait for the stop.
@@ -197,6 +221,7 @@ async fn node_host(
     dir: PathBuf,
     world: Rc<RefCell<World>>,
     oracle: Arc<Oracle>,
+    etcd: Option<hilock_runtime::leases::sim::Etcd>,
 ) -> turmoil::Result {
     let addrs: Vec<NodeAddr> = (0..plan.n)
         .map(|i| NodeAddr {
@@ -214,7 +239,19 @@ async fn node_host(
     // turmoil binds the unspecified address only (the host's own address is not bindable).
     c.listen = SocketAddr::new(IpAddr::from([0, 0, 0, 0]), PORT);
     c.record = Some(dir.join(format!("node-{id}.jsonl")));
-    let node = Rc::new(Node::start_sim(c, seed.wrapping_mul(31).wrapping_add(id as u64)).await?);
+    let node_seed = seed.wrapping_mul(31).wrapping_add(id as u64);
+    let node = Rc::new(match etcd {
+        Some(etcd) => {
+            lease::configure(&mut c);
+            lease::start(c, node_seed, etcd).await?
+        }
+        None => Node::start_sim(c, node_seed).await?,
+    });
+    let (gap, hold) = if plan.leased {
+        lease::SPACING
+    } else {
+        (8_000, 12_000)
+    };
     // Resets the driver asks of this node, applied within a simulated millisecond.
     let resetter = {
         let (node, world) = (node.clone(), world.clone());
@@ -235,7 +272,7 @@ async fn node_host(
         |w: &Rc<RefCell<World>>, s: String| w.borrow_mut().log.push(format!("{} n{id} {s}", now()));
     let work = async {
         for k in 0..plan.ops {
-            tokio::time::sleep(Duration::from_micros(r.random_range(0..=8_000))).await;
+            tokio::time::sleep(Duration::from_micros(r.random_range(0..=gap))).await;
             let op = ((id as u64) << 32) | k as u64;
             let path = PATHS[r.random_range(0..PATHS.len())];
             let mode = MODES[r.random_range(0..MODES.len())];
@@ -263,6 +300,8 @@ async fn node_host(
                     match &e {
                         Error::Timeout { .. } => w.timeouts += 1,
                         Error::WouldBlock { .. } => w.busy += 1,
+                        Error::Refused { .. } if plan.leased => w.refused += 1,
+                        Error::PeerGone { .. } if plan.leased => w.gone += 1,
                         _ => w.failures.push(format!("n{id} op {k}: {path} {mode}: {e}")),
                     }
                     w.log.push(format!("{} n{id} op {k}: {e}", now()));
@@ -270,6 +309,15 @@ async fn node_host(
                 }
             };
             oracle.enter(op, id as u16, &guard);
+            let granted = turmoil::sim_elapsed().unwrap_or_default();
+            let lease_id = lease::lease_id(&node);
+            if plan.leased {
+                if let Err(why) = lease::live(&node) {
+                    let mut w = world.borrow_mut();
+                    w.failures
+                        .push(format!("n{id} op {k}: {path} {mode} granted, but {why}"));
+                }
+            }
             {
                 let mut w = world.borrow_mut();
                 w.grants += 1;
@@ -279,25 +327,49 @@ async fn node_host(
                     guard.fence()
                 ));
             }
-            tokio::time::sleep(Duration::from_micros(r.random_range(0..=12_000))).await;
-            if mode == Mode::U && r.random_bool(0.5) {
-                match guard.upgrade_within(REQUEST_TIMEOUT).await {
-                    Ok(()) => {
-                        oracle.change(op, id as u16, &guard);
-                        log(&world, format!("op {k}: upgraded to {}", guard.mode()));
-                        tokio::time::sleep(Duration::from_micros(r.random_range(0..=5_000))).await;
-                    }
-                    Err(e) => {
-                        let mut w = world.borrow_mut();
-                        match &e {
-                            Error::Timeout { .. } => w.timeouts += 1,
-                            _ => w
-                                .failures
-                                .push(format!("n{id} op {k}: upgrade {path}: {e}")),
+            // A holder is told its lock is lost when its node's lease is (leased seeds).
+            let held = async {
+                tokio::time::sleep(Duration::from_micros(r.random_range(0..=hold))).await;
+                if mode == Mode::U && r.random_bool(0.5) {
+                    match guard.upgrade_within(REQUEST_TIMEOUT).await {
+                        Ok(()) => {
+                            oracle.change(op, id as u16, &guard);
+                            log(&world, format!("op {k}: upgraded to {}", guard.mode()));
+                            tokio::time::sleep(Duration::from_micros(r.random_range(0..=5_000)))
+                                .await;
                         }
-                        w.log.push(format!("{} n{id} op {k}: upgrade: {e}", now()));
+                        Err(e) => {
+                            let mut w = world.borrow_mut();
+                            match &e {
+                                Error::Timeout { .. } => w.timeouts += 1,
+                                Error::Refused { .. } if plan.leased => w.refused += 1,
+                                Error::PeerGone { .. } if plan.leased => w.gone += 1,
+                                _ => w
+                                    .failures
+                                    .push(format!("n{id} op {k}: upgrade {path}: {e}")),
+                            }
+                            w.log.push(format!("{} n{id} op {k}: upgrade: {e}", now()));
+                        }
                     }
                 }
+            };
+            let told_lost = tokio::select! {
+                biased;
+                () = lease::lost(&node) => true,
+                () = held => false,
+            };
+            if told_lost {
+                world.borrow_mut().told_lost += 1;
+                log(&world, format!("op {k}: told the lock is lost (lease)"));
+            }
+            if plan.leased {
+                world.borrow_mut().holds.push(lease::Hold {
+                    node: id,
+                    lease: lease_id,
+                    op,
+                    granted,
+                    ended: turmoil::sim_elapsed().unwrap_or_default(),
+                });
             }
             oracle.exit(op);
             drop(guard);
@@ -342,7 +414,12 @@ async fn node_host(
 
 /// Run one seed with its records in `dir`.
 fn run_seed(seed: u64, dir: &Path) -> Outcome {
-    let plan = Plan::of(seed);
+    run_plan(seed, Plan::of(seed), dir)
+}
+
+/// Run `plan`, the plan of `seed`, with its records in `dir`.
+fn run_plan(seed: u64, plan: Plan, dir: &Path) -> Outcome {
+    let etcd = plan.leased.then(hilock_runtime::leases::sim::Etcd::new);
     let world = Rc::new(RefCell::new(World::default()));
     let oracle = Arc::new(Oracle::default());
     world
@@ -357,11 +434,12 @@ fn run_seed(seed: u64, dir: &Path) -> Outcome {
         .max_message_latency(plan.max_latency)
         .build();
     for id in 0..plan.n {
-        let (plan, dir, world, oracle) = (
+        let (plan, dir, world, oracle, etcd) = (
             plan.clone(),
             dir.to_path_buf(),
             world.clone(),
             oracle.clone(),
+            etcd.clone(),
         );
         sim.host(host_name(id), move || {
             node_host(
@@ -371,6 +449,7 @@ fn run_seed(seed: u64, dir: &Path) -> Outcome {
                 dir.clone(),
                 world.clone(),
                 oracle.clone(),
+                etcd.clone(),
             )
         });
     }
@@ -378,7 +457,13 @@ fn run_seed(seed: u64, dir: &Path) -> Outcome {
         let (world, n) = (world.clone(), plan.n);
         // Every fault has ended and the links had time to reconnect and resend.
         let settled = plan.last_heal() + SETTLE;
+        // The stand-in's lessor runs beside the driver (a host of its own would cost every
+        // simulation step a runtime more).
+        let etcd = etcd.clone();
         sim.client("driver", async move {
+            if let Some(etcd) = etcd {
+                tokio::task::spawn_local(etcd.run());
+            }
             loop {
                 {
                     let mut w = world.borrow_mut();
@@ -429,7 +514,18 @@ fn run_seed(seed: u64, dir: &Path) -> Outcome {
                 (Fault::Stall(a, b), false) => sim.release(ips[a], ips[b]),
                 (Fault::Cut(a, b), true) => sim.partition(ips[a], ips[b]),
                 (Fault::Cut(a, b), false) => sim.repair(ips[a], ips[b]),
-                (Fault::Pause(a), start) => {
+                (Fault::Pause(a) | Fault::EtcdCut(a), start) => {
+                    // A paused node does not reach the simulated etcd either.
+                    if let Some(etcd) = &etcd {
+                        if start {
+                            etcd.cut(a as u16);
+                        } else {
+                            etcd.heal(a as u16);
+                        }
+                    }
+                    if matches!(f, Fault::EtcdCut(_)) {
+                        continue;
+                    }
                     for (b, &other) in ips.iter().enumerate() {
                         if b != a {
                             if start {
@@ -476,8 +572,20 @@ fn run_seed(seed: u64, dir: &Path) -> Outcome {
         w.busy,
         oracle.checks()
     ));
+    let ended = etcd.as_ref().map(|e| e.ended()).unwrap_or_default();
+    if plan.leased {
+        log.push(format!(
+            "leases ended {:?}; refused {} gone {} told lost {}",
+            ended, w.refused, w.gone, w.told_lost
+        ));
+    }
     if failure.is_none() && !violations.is_empty() {
         failure = Some(format!("history checker: {}", violations.join("; ")));
+    }
+    if failure.is_none() {
+        if let Err(e) = lease::check(&w.holds, &ended) {
+            failure = Some(format!("lease check: {e}"));
+        }
     }
     if failure.is_none() {
         match trace::check(&files) {
@@ -515,6 +623,12 @@ fn run_seed(seed: u64, dir: &Path) -> Outcome {
         log: text,
         records,
         failure,
+        leases: [
+            ended.iter().filter(|e| e.how == Ended::Expired).count() as u64,
+            w.refused,
+            w.gone,
+            w.told_lost,
+        ],
     }
 }
 
@@ -522,26 +636,38 @@ fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|v| v.parse().ok())
 }
 
+/// Run `seed`, leased ([`lease::plan`]) or not, with its records in `dir`.
+fn run(seed: u64, leased: bool, dir: &Path) -> Outcome {
+    match leased {
+        true => run_plan(seed, lease::plan(seed), dir),
+        false => run_seed(seed, dir),
+    }
+}
+
 /// The command that replays `seed` and prints its event log.
-fn replay_command(seed: u64) -> String {
+fn replay_command(seed: u64, leased: bool) -> String {
     format!(
         "HILOCK_SIM_SEED={seed} cargo test -p hilock-runtime --features sim --test sim \
-         the_seed_in_hilock_sim_seed_passes -- --nocapture"
+         the_{}seed_in_hilock_sim_seed_passes -- --nocapture",
+        if leased { "leased_" } else { "" }
     )
 }
 
 /// Run `count` seeds from `first`; a failing seed panics with the command that replays it.
-fn run_seeds(first: u64, count: u64) {
+/// Returns the sums of the seeds' lease counts ([`Outcome::leases`]).
+fn run_seeds(first: u64, count: u64, leased: bool) -> [u64; 4] {
     let every = env_u64("HILOCK_SIM_PROGRESS").unwrap_or(1_000).max(1);
     let started = std::time::Instant::now();
     let mut grants = 0u64;
+    let mut leases = [0u64; 4];
+    let what = if leased { "leased seeds" } else { "seeds" };
     for seed in first..first + count {
         let dir = tempfile::tempdir().expect("temp dir");
-        let o = run_seed(seed, dir.path());
+        let o = run(seed, leased, dir.path());
         if let Some(why) = o.failure {
             panic!(
                 "seed {seed} failed: {why}\nreplay it (with its event log): {}",
-                replay_command(seed)
+                replay_command(seed, leased)
             );
         }
         grants += o
@@ -549,25 +675,36 @@ fn run_seeds(first: u64, count: u64) {
             .lines()
             .filter(|l| l.contains(": granted fence"))
             .count() as u64;
+        for (sum, k) in leases.iter_mut().zip(o.leases) {
+            *sum += k;
+        }
         let k = seed - first + 1;
         if k % every == 0 {
             eprintln!(
-                "sim: {k}/{count} seeds passed ({first}..={seed}), {grants} grants, {:.1?}",
+                "sim: {k}/{count} {what} passed ({first}..={seed}), {grants} grants, {:.1?}",
                 started.elapsed()
             );
         }
     }
     eprintln!(
-        "sim: {count} seeds from {first} passed: {grants} grants in {:.1?}",
+        "sim: {count} {what} from {first} passed: {grants} grants in {:.1?}",
         started.elapsed()
     );
+    if leased {
+        eprintln!(
+            "sim: {} leases expired, {} requests refused by a lost lease, {} failed by a \
+             peer gone, {} holders told their lock is lost",
+            leases[0], leases[1], leases[2], leases[3]
+        );
+    }
+    leases
 }
 
 #[test]
 fn a_thousand_seeds_pass_the_history_checker_and_trace_validation() {
     let first = env_u64("HILOCK_SIM_FIRST").unwrap_or(0);
     let count = env_u64("HILOCK_SIM_SEEDS").unwrap_or(1_000);
-    run_seeds(first, count);
+    run_seeds(first, count, false);
 }
 
 /// `cargo test -p hilock-runtime --features sim --test sim -- --ignored --nocapture`
@@ -575,15 +712,38 @@ fn a_thousand_seeds_pass_the_history_checker_and_trace_validation() {
 #[ignore = "100,000 seeds (minutes): run it with --ignored"]
 fn a_hundred_thousand_seeds_pass_the_history_checker_and_trace_validation() {
     let first = env_u64("HILOCK_SIM_FIRST").unwrap_or(0);
-    run_seeds(first, 100_000);
+    run_seeds(first, 100_000, false);
+}
+
+#[test]
+fn a_thousand_leased_seeds_pass_and_exercise_the_lease_path() {
+    let first = env_u64("HILOCK_SIM_FIRST").unwrap_or(0);
+    let count = env_u64("HILOCK_SIM_SEEDS").unwrap_or(1_000);
+    let [expired, refused, gone, told] = run_seeds(first, count, true);
+    if count >= 1_000 {
+        assert!(expired > 0, "no lease expired at the simulated etcd");
+        assert!(refused > 0, "no request was refused by a lost lease");
+        assert!(gone > 0, "no request failed by a peer gone");
+        assert!(told > 0, "no holder was told its lock is lost");
+    }
 }
 
 /// Replays `HILOCK_SIM_SEED` (seed 1 without it) and prints its event log.
 #[test]
 fn the_seed_in_hilock_sim_seed_passes() {
+    replay(false);
+}
+
+/// Replays `HILOCK_SIM_SEED` (seed 1 without it) as a leased seed and prints its event log.
+#[test]
+fn the_leased_seed_in_hilock_sim_seed_passes() {
+    replay(true);
+}
+
+fn replay(leased: bool) {
     let seed = env_u64("HILOCK_SIM_SEED").unwrap_or(1);
     let dir = tempfile::tempdir().expect("temp dir");
-    let o = run_seed(seed, dir.path());
+    let o = run(seed, leased, dir.path());
     println!("{}", o.log);
     if let Some(why) = o.failure {
         panic!("seed {seed} failed: {why}");
@@ -601,11 +761,35 @@ fn a_seed_replays_byte_for_byte() {
             .expect("a seed with the fault");
         seeds.push(s);
     }
-    // Each seed runs twice, after different seeds each time (forwards, then backwards), so
-    // that state the process keeps from one simulation to the next would show.
+    replays_byte_for_byte(&seeds, false);
+}
+
+#[test]
+fn a_leased_seed_replays_byte_for_byte() {
+    // The first leased seed, the first whose run lost a lease while a lock was held, and
+    // the first with a pause.
+    let mut seeds = vec![0];
+    let lost = (1..10_000)
+        .find(|&s| {
+            let d = tempfile::tempdir().unwrap();
+            run(s, true, d.path()).leases[3] > 0
+        })
+        .expect("a leased seed that told a holder its lock is lost");
+    seeds.push(lost);
+    let paused = (1..10_000)
+        .find(|&s| format!("{:?}", lease::plan(s).faults).contains("Pause"))
+        .expect("a leased seed with a pause");
+    seeds.push(paused);
+    replays_byte_for_byte(&seeds, true);
+}
+
+/// Runs each seed twice, after different seeds each time (forwards, then backwards), so
+/// that state the process keeps from one simulation to the next would show, and compares
+/// the event logs and records.
+fn replays_byte_for_byte(seeds: &[u64], leased: bool) {
     let run = |seed: u64| {
         let d = tempfile::tempdir().unwrap();
-        let o = run_seed(seed, d.path());
+        let o = run(seed, leased, d.path());
         assert_eq!(o.failure, None, "seed {seed}");
         assert!(!o.records.is_empty(), "seed {seed}: no records");
         o

@@ -1,6 +1,6 @@
 //! The rule-deletion table of `docs/verification.md`, executable: for each row, a copy of
 //! the workspace with one rule's effect deleted or weakened in the kernel (or, for the
-//! runtime's lossless channel, in the node's peer links), and the named
+//! runtime's lossless channel and the node's lease, in the runtime), and the named
 //! check that must turn red on it. A check that stays green on its row's mutation does not
 //! check that rule.
 //!
@@ -927,6 +927,31 @@ const ROWS: &[Row] = &[
         package: "hilock-runtime",
         target: "sim",
         filter: "a_thousand_seeds_pass_the_history_checker_and_trace_validation",
+    },
+    Row {
+        rule: "node lease: the local lease ends the grace before etcd can expire the lease",
+        rules: &[],
+        file: "runtime/src/leases.rs",
+        from: "local_lease(ms(ttl), ms(grace), rho_ppm)",
+        to: "local_lease(ms(ttl), 0, rho_ppm)",
+        also: &[],
+        package: "hilock-runtime",
+        target: "sim",
+        filter: "a_thousand_leased_seeds_pass_and_exercise_the_lease_path",
+    },
+    Row {
+        rule: "node lease: a node whose lease is lost, or whose local lease has ended, grants nothing",
+        rules: &[],
+        file: "runtime/src/token/lease.rs",
+        from: "NodeLease::Valid { until, lease, .. } if now >= *until => Err(format!(",
+        to: "NodeLease::Valid { until, lease, .. } if false && now >= *until => Err(format!(",
+        also: &[(
+            "                LeaseState::Lost(why) => {\n                    let reason",
+            "                LeaseState::Lost(_) if true => return,\n                LeaseState::Lost(why) => {\n                    let reason",
+        )],
+        package: "hilock-runtime",
+        target: "sim",
+        filter: "a_thousand_leased_seeds_pass_and_exercise_the_lease_path",
     },
 ];
 

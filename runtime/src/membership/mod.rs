@@ -49,6 +49,8 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+pub use crate::leases::{LeaseState, LostReason, Member, MemberView};
+
 /// How a node uses etcd.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EtcdOptions {
@@ -95,21 +97,10 @@ impl EtcdOptions {
         }
     }
 
-    /// The local lease for a TTL (`recovery::local_lease` in milliseconds).
+    /// The local lease for a TTL ([`crate::leases::local_lease`]).
     pub fn local_lease(&self, ttl_s: u64) -> Result<Duration, Error> {
-        let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
-        hilock_kernel::token::recovery::local_lease(
-            ttl_s.saturating_mul(1000),
-            ms(self.grace),
-            self.rho_ppm,
-        )
-        .map(Duration::from_millis)
-        .map_err(|e| {
-            Error::Config(format!(
-                "etcd lease TTL {ttl_s} s with grace {:?} and drift {} ppm leaves no local lease ({e:?})",
-                self.grace, self.rho_ppm
-            ))
-        })
+        crate::leases::local_lease(Duration::from_secs(ttl_s), self.grace, self.rho_ppm)
+            .map_err(|e| Error::Config(format!("etcd {e}")))
     }
 
     fn check(&self) -> Result<(), Error> {
@@ -242,57 +233,6 @@ async fn timed<T>(
         }),
         Ok(Err(e)) => Err(classify(op, e)),
         Ok(Ok(v)) => Ok(v),
-    }
-}
-
-/// A live node, as its member key says.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct Member {
-    pub id: u16,
-    pub incarnation: u64,
-}
-
-/// The member list as a watcher sees it.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct MemberView {
-    /// The live members by id.
-    pub members: BTreeMap<u16, Member>,
-    /// etcd's revision this view is at.
-    pub revision: i64,
-    /// Whether the watch is connected; `false`: etcd is unreachable and the view may be
-    /// behind.
-    pub connected: bool,
-    /// Every member the watch has seen since it started, the first run of each id: a
-    /// member that joined and left between two looks at the view is here, though never
-    /// in `members` at a look (a watcher sees only the latest view). Members that joined
-    /// and left while the watch was not connected are not.
-    pub seen: BTreeMap<u16, Member>,
-}
-
-/// Why a lease was lost.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LostReason {
-    /// No renewal was answered before the local lease ended (etcd unreachable, or this
-    /// process was paused).
-    NotRenewed,
-    /// etcd answered that the lease no longer exists (expired or revoked there).
-    Expired,
-    /// The node left ([`Membership::leave`]).
-    Left,
-}
-
-/// A node's lease, as the node must act on it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LeaseState {
-    /// Valid until then (local clock).
-    Valid { until: Instant },
-    /// Lost for good: stop granting, kill the holders' commands.
-    Lost(LostReason),
-}
-
-impl LeaseState {
-    pub fn is_lost(&self) -> bool {
-        matches!(self, LeaseState::Lost(_))
     }
 }
 
@@ -504,8 +444,12 @@ impl Membership {
             until: sent + local,
         });
         let (members_tx, members) = watch::channel(MemberView::default());
-        let keeper = tokio::spawn(keep_alive(
-            client.clone(),
+        let keeper = tokio::spawn(crate::leases::keep_alive(
+            Keeper {
+                client: client.clone(),
+                stream: None,
+                lease: lease_id,
+            },
             lease_id,
             local,
             o.timeout,
@@ -861,59 +805,22 @@ async fn renew(
     }
 }
 
-/// Keeps the lease alive every third of the local lease; publishes `Lost` when the local
-/// lease ends without a renewal or etcd says the lease is gone.
-async fn keep_alive(
-    mut client: Client,
+/// The keep-alive stream of a lease ([`crate::leases::keep_alive`]); a renewal that failed
+/// or timed out (its future dropped) leaves no stream, and the next one opens a new one.
+struct Keeper {
+    client: Client,
+    stream: Option<(LeaseKeeper, LeaseKeepAliveStream)>,
     lease: i64,
-    local: Duration,
-    timeout: Duration,
-    mut valid_until: Instant,
-    tx: watch::Sender<LeaseState>,
-) {
-    let period = (local / 3).max(Duration::from_millis(50));
-    let retry = (period / 4).max(Duration::from_millis(25));
-    let mut stream = None;
-    let mut next = Instant::now() + period;
-    let lost = |r: LostReason| {
-        tx.send_replace(LeaseState::Lost(r));
-        tracing::warn!(lease, ?r, "etcd lease lost");
-    };
-    loop {
-        tokio::select! {
-            _ = tokio::time::sleep_until(next) => {}
-            _ = tokio::time::sleep_until(valid_until) => return lost(LostReason::NotRenewed),
-        }
-        // After a pause the deadline may have passed while nothing ran: that comes first.
-        if Instant::now() >= valid_until {
-            return lost(LostReason::NotRenewed);
-        }
-        let sent = Instant::now();
-        let r = tokio::select! {
-            r = tokio::time::timeout(timeout, renew(&mut client, &mut stream, lease)) => r,
-            _ = tokio::time::sleep_until(valid_until) => return lost(LostReason::NotRenewed),
-        };
-        if Instant::now() >= valid_until {
-            return lost(LostReason::NotRenewed);
-        }
-        match r {
-            Ok(Ok(ttl)) if ttl > 0 => {
-                valid_until = sent + local;
-                tx.send_replace(LeaseState::Valid { until: valid_until });
-                next = sent + period;
-            }
-            Ok(Ok(_)) => return lost(LostReason::Expired),
-            Ok(Err(e)) => {
-                tracing::debug!(lease, "etcd lease renewal failed: {e}");
-                stream = None;
-                next = Instant::now() + retry;
-            }
-            Err(_) => {
-                tracing::debug!(lease, "etcd lease renewal: no answer within {timeout:?}");
-                stream = None;
-                next = Instant::now() + retry;
-            }
-        }
+}
+
+impl crate::leases::Renew for Keeper {
+    async fn renew(&mut self) -> Result<i64, String> {
+        let mut stream = self.stream.take();
+        let ttl = renew(&mut self.client, &mut stream, self.lease)
+            .await
+            .map_err(|e| e.to_string())?;
+        self.stream = stream;
+        Ok(ttl)
     }
 }
 

@@ -86,18 +86,39 @@ impl NodeLease {
     }
 }
 
+/// The drift bound ρ the nodes on the simulated etcd assume (`EtcdOptions::new`'s, of
+/// `membership`), parts per million.
+#[cfg(feature = "sim")]
+const RHO_PPM: u32 = 100;
+
 /// How long after a lease's TTL etcd may take to delete its keys (its lessor looks for
 /// expired leases every 0.5 s, then revokes them through raft).
 #[cfg(feature = "etcd")]
 const EXPIRY_SWEEP: Duration = Duration::from_secs(2);
 
-/// The node's membership session: the etcd membership it joined (nothing when static).
+/// Where a node with `membership = "etcd"` joins: etcd (the default), or the
+/// simulation's stand-in for it ([`Node::start_sim_leased`](super::Node::start_sim_leased)).
+#[derive(Default)]
+pub(super) struct Join {
+    #[cfg(feature = "sim")]
+    pub(super) sim: Option<crate::leases::sim::Etcd>,
+}
+
+#[cfg(any(feature = "etcd", feature = "sim"))]
+type LeaseWatch = tokio::sync::watch::Receiver<crate::leases::LeaseState>;
+#[cfg(any(feature = "etcd", feature = "sim"))]
+type MembersWatch = tokio::sync::watch::Receiver<crate::leases::MemberView>;
+
+/// The node's membership session: the etcd membership it joined, or its lease at the
+/// simulation's stand-in (nothing when static).
 pub(super) struct Session {
     #[cfg(feature = "etcd")]
     etcd: Option<std::sync::Arc<crate::membership::Membership>>,
     /// `etcd_recovery`: install a new epoch when a member's lease ends.
     #[cfg(feature = "etcd")]
     recovery: bool,
+    #[cfg(feature = "sim")]
+    sim: Option<crate::leases::sim::Lessee>,
 }
 
 impl Session {
@@ -106,19 +127,18 @@ impl Session {
     pub(super) async fn start(
         config: &Config,
         incarnation: u64,
+        join: Join,
     ) -> std::io::Result<(Session, NodeLease)> {
         #[cfg(not(feature = "etcd"))]
         let _ = incarnation;
+        #[cfg(not(feature = "sim"))]
+        let _ = join;
+        #[cfg(feature = "sim")]
+        if let Some(etcd) = join.sim {
+            return Session::start_sim(config, incarnation, &etcd).await;
+        }
         match &config.membership {
-            crate::config::Membership::Static => Ok((
-                Session {
-                    #[cfg(feature = "etcd")]
-                    etcd: None,
-                    #[cfg(feature = "etcd")]
-                    recovery: false,
-                },
-                NodeLease::Static,
-            )),
+            crate::config::Membership::Static => Ok((Session::none(), NodeLease::Static)),
             #[cfg(feature = "etcd")]
             crate::config::Membership::Etcd { .. } => {
                 use crate::membership::{EtcdOptions, LeaseState, Member, Membership};
@@ -180,13 +200,10 @@ impl Session {
                     local = ?m.local_lease(),
                     "joined the cluster through etcd"
                 );
-                Ok((
-                    Session {
-                        etcd: Some(std::sync::Arc::new(m)),
-                        recovery: config.etcd_recovery,
-                    },
-                    first,
-                ))
+                let mut session = Session::none();
+                session.etcd = Some(std::sync::Arc::new(m));
+                session.recovery = config.etcd_recovery;
+                Ok((session, first))
             }
             #[cfg(not(feature = "etcd"))]
             crate::config::Membership::Etcd { .. } => Err(std::io::Error::new(
@@ -196,6 +213,64 @@ impl Session {
         }
     }
 
+    /// No membership (static).
+    fn none() -> Session {
+        Session {
+            #[cfg(feature = "etcd")]
+            etcd: None,
+            #[cfg(feature = "etcd")]
+            recovery: false,
+            #[cfg(feature = "sim")]
+            sim: None,
+        }
+    }
+
+    /// Joins the simulation's stand-in for etcd with the configuration's lease TTL and
+    /// grace (`membership = "etcd"`; its endpoints are not used). No recovery.
+    #[cfg(feature = "sim")]
+    async fn start_sim(
+        config: &Config,
+        incarnation: u64,
+        etcd: &crate::leases::sim::Etcd,
+    ) -> std::io::Result<(Session, NodeLease)> {
+        let crate::config::Membership::Etcd { ttl_s, grace, .. } = config.membership else {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "a node on the simulated etcd needs membership = \"etcd\" (its lease TTL and grace)",
+            ));
+        };
+        if config.etcd_recovery {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "etcd_recovery is not simulated",
+            ));
+        }
+        let ttl = Duration::from_secs(u64::from(ttl_s));
+        let local =
+            crate::leases::local_lease(ttl, grace, RHO_PPM).map_err(std::io::Error::other)?;
+        let me = crate::leases::Member {
+            id: config.id,
+            incarnation,
+        };
+        let m = etcd
+            .join(me, ttl, local)
+            .await
+            .map_err(|e| std::io::Error::other(format!("cannot join the simulated etcd: {e}")))?;
+        let first = match *m.lease().borrow() {
+            crate::leases::LeaseState::Valid { until } => NodeLease::Valid {
+                until,
+                grace,
+                lease: m.lease_id(),
+            },
+            crate::leases::LeaseState::Lost(r) => NodeLease::Lost {
+                reason: lost_reason(m.lease_id(), config.id, r, m.local_lease()),
+            },
+        };
+        let mut session = Session::none();
+        session.sim = Some(m);
+        Ok((session, first))
+    }
+
     /// Starts following the lease and the member list (nothing when static).
     pub(super) fn follow(
         &self,
@@ -203,32 +278,48 @@ impl Session {
         core: &tokio::sync::mpsc::UnboundedSender<super::core::Cmd>,
         tasks: &mut tokio::task::JoinSet<()>,
     ) {
-        #[cfg(feature = "etcd")]
-        if let Some(m) = &self.etcd {
-            tasks.spawn(etcd::follow_lease(
+        #[cfg(any(feature = "etcd", feature = "sim"))]
+        if let Some((lease, id, local, members)) = self.watches() {
+            tasks.spawn(follow::follow_lease(
                 shared.clone(),
                 core.clone(),
-                m.lease(),
-                m.lease_id(),
-                m.local_lease(),
+                lease,
+                id,
+                local,
             ));
-            if self.recovery {
+            #[cfg(feature = "etcd")]
+            if let Some(m) = self.etcd.as_ref().filter(|_| self.recovery) {
                 tasks.spawn(super::recover::etcd::run(
                     shared.clone(),
                     core.clone(),
                     m.clone(),
-                    m.members(),
+                    members,
                 ));
-            } else {
-                tasks.spawn(etcd::follow_members(
-                    shared.clone(),
-                    core.clone(),
-                    m.members(),
-                ));
+                return;
             }
+            tasks.spawn(follow::follow_members(
+                shared.clone(),
+                core.clone(),
+                members,
+            ));
         }
-        #[cfg(not(feature = "etcd"))]
+        #[cfg(not(any(feature = "etcd", feature = "sim")))]
         let _ = (shared, core, tasks);
+    }
+
+    /// What the node follows of the membership it joined (etcd's or the simulated etcd's):
+    /// its lease's state, the lease id, the local lease and the member list.
+    #[cfg(any(feature = "etcd", feature = "sim"))]
+    fn watches(&self) -> Option<(LeaseWatch, i64, Duration, MembersWatch)> {
+        #[cfg(feature = "sim")]
+        if let Some(m) = &self.sim {
+            return Some((m.lease(), m.lease_id(), m.local_lease(), m.members()));
+        }
+        #[cfg(feature = "etcd")]
+        if let Some(m) = &self.etcd {
+            return Some((m.lease(), m.lease_id(), m.local_lease(), m.members()));
+        }
+        None
     }
 
     /// `etcd_recovery` is on (the node installs epochs; a new run of a known node may
@@ -254,7 +345,7 @@ impl Session {
         false
     }
 
-    /// The etcd lease id of this run (`None` when static).
+    /// The etcd lease id of this run (`None` when static or on the simulated etcd).
     pub(super) fn lease_id(&self) -> Option<i64> {
         #[cfg(feature = "etcd")]
         return self.etcd.as_ref().map(|m| m.lease_id());
@@ -264,6 +355,10 @@ impl Session {
 
     /// Leaves the membership (revokes the lease: peers see this node gone at once).
     pub(super) async fn leave(self) {
+        #[cfg(feature = "sim")]
+        if let Some(m) = self.sim {
+            m.leave();
+        }
         #[cfg(feature = "etcd")]
         if let Some(m) = self.etcd {
             // The node's tasks, which hold the other references, have stopped.
@@ -319,9 +414,9 @@ pub(super) async fn etcd_answers(
     }
 }
 
-#[cfg(feature = "etcd")]
-fn lost_reason(lease: i64, id: u16, why: crate::membership::LostReason, local: Duration) -> String {
-    use crate::membership::LostReason;
+#[cfg(any(feature = "etcd", feature = "sim"))]
+fn lost_reason(lease: i64, id: u16, why: crate::leases::LostReason, local: Duration) -> String {
+    use crate::leases::LostReason;
     let why = match why {
         LostReason::NotRenewed => format!(
             "not renewed within its local lease of {local:.1?}: etcd unreachable, or this process \
@@ -336,8 +431,9 @@ fn lost_reason(lease: i64, id: u16, why: crate::membership::LostReason, local: D
     )
 }
 
-#[cfg(feature = "etcd")]
-mod etcd {
+/// Following the lease and the member list, from etcd or the simulated etcd.
+#[cfg(any(feature = "etcd", feature = "sim"))]
+mod follow {
     use std::collections::BTreeMap;
     use std::sync::atomic::Ordering::Relaxed;
     use std::sync::Arc;
@@ -347,7 +443,7 @@ mod etcd {
     use tracing::warn;
 
     use super::{lost_reason, NodeLease};
-    use crate::membership::{LeaseState, MemberView};
+    use crate::leases::{LeaseState, MemberView};
     use crate::token::core::Cmd;
     use crate::token::Shared;
 

@@ -525,7 +525,13 @@ impl Node {
 
     /// Start a node on a listener bound already (e.g. to port 0).
     pub async fn start_on(config: Config, listener: TcpListener) -> std::io::Result<Node> {
-        Self::start_with(config, Listener::Tcp(listener), Entropy::os()).await
+        Self::start_with(
+            config,
+            Listener::Tcp(listener),
+            Entropy::os(),
+            lease::Join::default(),
+        )
+        .await
     }
 
     /// Start a node inside a turmoil simulation (feature `sim`): its peer links run over
@@ -537,16 +543,37 @@ impl Node {
     /// endpoint nor the client socket is served (they are real sockets).
     #[cfg(feature = "sim")]
     pub async fn start_sim(config: Config, seed: u64) -> std::io::Result<Node> {
+        if !matches!(config.membership, crate::config::Membership::Static) {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "Node::start_sim runs static membership only (Node::start_sim_leased: etcd's)",
+            ));
+        }
+        Self::start_sim_on(config, seed, lease::Join::default()).await
+    }
+
+    /// [`Node::start_sim`] with a lease: the node joins `etcd`, the simulation's stand-in
+    /// for etcd ([`crate::leases::sim::Etcd`]), with the lease TTL and grace of its
+    /// `membership = "etcd"` configuration (the endpoints are not used, `etcd_recovery`
+    /// is refused), and runs the lease path of a node with etcd membership
+    /// (`token/lease.rs`): its lease is [`NodeLease::Valid`] while its keep-alive renews it,
+    /// it is lost for good when a renewal does not come back within the local lease, and a
+    /// peer whose member key the stand-in deletes is gone ([`Error::PeerGone`]).
+    #[cfg(feature = "sim")]
+    pub async fn start_sim_leased(
+        config: Config,
+        seed: u64,
+        etcd: crate::leases::sim::Etcd,
+    ) -> std::io::Result<Node> {
+        Self::start_sim_on(config, seed, lease::Join { sim: Some(etcd) }).await
+    }
+
+    #[cfg(feature = "sim")]
+    async fn start_sim_on(config: Config, seed: u64, join: lease::Join) -> std::io::Result<Node> {
         if config.metrics.is_some() || config.client.is_some() {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::InvalidInput,
                 "a simulated node serves neither metrics nor a client socket",
-            ));
-        }
-        if !matches!(config.membership, crate::config::Membership::Static) {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::InvalidInput,
-                "a simulated node has static membership only",
             ));
         }
         let listener = turmoil::net::TcpListener::bind(config.listen)
@@ -559,6 +586,7 @@ impl Node {
             config,
             Listener::Sim(listener, resets),
             Entropy::seeded(seed),
+            join,
         )
         .await
     }
@@ -579,6 +607,7 @@ impl Node {
         config: Config,
         listener: Listener,
         entropy: Entropy,
+        join: lease::Join,
     ) -> std::io::Result<Node> {
         config
             .validate()
@@ -697,7 +726,7 @@ impl Node {
             Some((s, _)) => s.run,
             None => entropy.run(),
         };
-        let (session, first_lease) = lease::Session::start(&config, incarnation).await?;
+        let (session, first_lease) = lease::Session::start(&config, incarnation, join).await?;
         let shared = Arc::new(Shared {
             id: config.id,
             cluster: config.cluster.clone(),
