@@ -263,6 +263,18 @@ pub const HEARTBEAT: Duration = Duration::from_millis(200);
 /// long (stopped, hung, or its network gone silently) is shown as not connected.
 pub const SILENT_AFTER: Duration = Duration::from_secs(1);
 
+/// A peer that has not acknowledged anything on this node's connection to it for this long
+/// gets a new connection: the dialer drops the silent one and reconnects, and the reconnect
+/// resends everything not acknowledged. A connection whose segments the network dropped (a
+/// NAT or firewall that forgot the flow, a cut link, a half-open connection to a host that
+/// rebooted) would otherwise carry nothing until the kernel's retransmission timeout,
+/// about 15 minutes, even after the network has healed. 3 s is 15 heartbeats
+/// ([`HEARTBEAT`], 200 ms) and 3 × [`SILENT_AFTER`]: a peer shown as not answering is given
+/// two more seconds on its connection (a stall whose bytes TCP keeps, a short pause, a
+/// loaded machine) before the connection is given up; a connection given up too early
+/// costs a handshake and a resend, never a message (`wire.rs`, "Lossless channel").
+pub const REDIAL_AFTER: Duration = Duration::from_secs(3);
+
 /// The sending side of the link to `peer`: connect (with backoff), authenticate, send
 /// numbered messages, keep them until acknowledged, resend after a reconnect.
 pub(super) async fn dial(shared: Arc<Shared>, peer: u16, core: mpsc::UnboundedSender<Cmd>) {
@@ -368,11 +380,14 @@ pub(super) async fn dial(shared: Arc<Shared>, peer: u16, core: mpsc::UnboundedSe
         }
         let mut heard = Instant::now();
         *link.heard.lock().expect("heard lock") = Some(heard);
+        // The last acknowledgement that took a message off `unacked` or found nothing
+        // there (or the connection's start): [`REDIAL_AFTER`] counts from it.
+        let mut progress = heard;
         let mut check = tokio::time::interval(HEARTBEAT);
         let err = 'conn: {
             for (seq, b) in &resend {
-                if let Err(e) = fr.send(Bytes::from(wire::envelope(*seq, b))).await {
-                    break 'conn e.to_string();
+                if let Err(e) = send_within(&mut fr, Bytes::from(wire::envelope(*seq, b))).await {
+                    break 'conn e;
                 }
                 link.resent.fetch_add(1, Relaxed);
             }
@@ -390,11 +405,19 @@ pub(super) async fn dial(shared: Arc<Shared>, peer: u16, core: mpsc::UnboundedSe
                             link.went_down(heard);
                             warn!(peer, addr = %link.addr, "peer not answering (stopped, hung or cut off; waiting for it)");
                         }
+                        let waited = progress.elapsed();
+                        if waited > REDIAL_AFTER {
+                            // The connection may be dead without a sign (segments dropped,
+                            // in one direction or both): a new one resends what this one
+                            // did not get acknowledged.
+                            let unacked = link.outbox().unacked.len();
+                            break 'conn format!("no acknowledgement for {waited:.1?} ({unacked} messages waiting for one); redialing");
+                        }
                     }
                     _ = link.ping_now.notified() => {
                         let ping = wire::Envelope { seq: 0, frame: wire::Payload::Ping(link.pings.load(Relaxed)) };
-                        if let Err(e) = fr.send(Bytes::from(wire::encode(&ping))).await {
-                            break 'conn e.to_string();
+                        if let Err(e) = send_within(&mut fr, Bytes::from(wire::encode(&ping))).await {
+                            break 'conn e;
                         }
                     }
                     r = fr.next() => match r {
@@ -417,8 +440,12 @@ pub(super) async fn dial(shared: Arc<Shared>, peer: u16, core: mpsc::UnboundedSe
                                     info!(peer, addr = %link.addr, "peer answers again");
                                 }
                                 let mut out = link.outbox();
+                                let waiting = out.unacked.len();
                                 while out.unacked.front().is_some_and(|(s, _)| *s <= a.delivered) {
                                     out.unacked.pop_front();
+                                }
+                                if out.unacked.len() < waiting || out.unacked.is_empty() {
+                                    progress = heard;
                                 }
                                 drop(out);
                                 link.acked.fetch_max(a.delivered, Relaxed);
@@ -438,8 +465,8 @@ pub(super) async fn dial(shared: Arc<Shared>, peer: u16, core: mpsc::UnboundedSe
                             out.unacked.push_back((seq, b.clone()));
                             seq
                         };
-                        if let Err(e) = fr.send(Bytes::from(wire::envelope(seq, &b))).await {
-                            break 'conn e.to_string();
+                        if let Err(e) = send_within(&mut fr, Bytes::from(wire::envelope(seq, &b))).await {
+                            break 'conn e;
                         }
                     }
                 }
@@ -451,6 +478,23 @@ pub(super) async fn dial(shared: Arc<Shared>, peer: u16, core: mpsc::UnboundedSe
         link.pong.send_modify(|p| p.1 += 1);
         let unacked = link.outbox().unacked.len();
         warn!(peer, addr = %link.addr, error = %err, unacked, "lost the connection to peer; reconnecting");
+    }
+}
+
+/// Sends `frame` on this node's connection to a peer, waiting at most [`REDIAL_AFTER`]: a
+/// write that waits longer (the peer has read nothing of this connection for that long,
+/// or the network dropped what was sent and the window never reopens) gives the connection
+/// up, as a silence does. The dialing task reads no acknowledgement while it writes.
+async fn send_within(
+    fr: &mut Framed<Stream, LengthDelimitedCodec>,
+    frame: Bytes,
+) -> Result<(), String> {
+    match tokio::time::timeout(REDIAL_AFTER, fr.send(frame)).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err(format!(
+            "a write waited {REDIAL_AFTER:?} (the peer reads nothing); redialing"
+        )),
     }
 }
 
