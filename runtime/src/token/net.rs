@@ -812,3 +812,39 @@ async fn serve_peer(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::transport::Stream;
+    use super::*;
+
+    /// A write to a peer that reads nothing (its window closed, as on a connection whose
+    /// segments the network drops) gives the connection up after [`REDIAL_AFTER`] instead
+    /// of waiting for the kernel to give up.
+    #[tokio::test]
+    async fn a_write_the_peer_never_reads_gives_the_connection_up() {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let s = tokio::net::TcpStream::connect(l.local_addr().unwrap())
+            .await
+            .unwrap();
+        // Kept open and never read.
+        let (_peer, _) = l.accept().await.unwrap();
+        let mut fr = Framed::new(Stream::Tcp(s), codec());
+        let frame = Bytes::from(vec![0u8; wire::MAX_FRAME / 2]);
+        let (e, waited) = tokio::time::timeout(3 * REDIAL_AFTER, async {
+            loop {
+                let at = Instant::now();
+                if let Err(e) = send_within(&mut fr, frame.clone()).await {
+                    return (e, at.elapsed());
+                }
+            }
+        })
+        .await
+        .expect("a blocked write is given up");
+        assert!(e.contains("redialing"), "{e}");
+        assert!(
+            waited >= REDIAL_AFTER && waited < 2 * REDIAL_AFTER,
+            "{waited:?}"
+        );
+    }
+}
