@@ -606,6 +606,95 @@ async fn garbage_and_bad_handshakes_are_refused_and_the_node_keeps_serving() {
         .starts_with("refused"));
 }
 
+/// A dialer that gives a silent connection up connects again (`REDIAL_AFTER`): the node
+/// takes the channel over on the new connection, from what it delivered, and closes the
+/// connection it replaces at its next heartbeat instead of holding it until the kernel
+/// gives up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replaced_connection_from_a_peer_is_closed_at_the_next_heartbeat() {
+    // A 2-node cluster with node 1 absent: the test speaks as node 1.
+    let l0 = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let free = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addrs = vec![
+        NodeAddr {
+            id: 0,
+            addr: l0.local_addr().unwrap(),
+        },
+        NodeAddr {
+            id: 1,
+            addr: free.local_addr().unwrap(),
+        },
+    ];
+    drop(free);
+    let n0 = Node::start_on(
+        Config::new("redial", SECRET.to_vec(), 0, addrs).unwrap(),
+        l0,
+    )
+    .await
+    .unwrap();
+    let a0 = n0.listen_addr();
+    let release = |seq| {
+        Bytes::from(wire::encode(&wire::Envelope {
+            seq,
+            frame: wire::Payload::Token(Frame {
+                path: "/redial".into(),
+                msg: Msg::Release {
+                    lock: LockId(0),
+                    owned: Mode::Phi,
+                    epoch: 0,
+                },
+            }),
+        }))
+    };
+    // The next acknowledgement of a message (heartbeats may come first).
+    async fn acked(c: &mut Conn) -> u64 {
+        loop {
+            let b = tokio::time::timeout(Duration::from_secs(3), c.next())
+                .await
+                .expect("an acknowledgement")
+                .expect("open")
+                .unwrap();
+            let a = wire::decode::<wire::Ack>(&b).unwrap();
+            if a.delivered > 0 {
+                return a.delivered;
+            }
+        }
+    }
+    let mut old = handshake(a0, "redial", 1, 0, SECRET).await;
+    let b = old.next().await.unwrap().unwrap();
+    assert_eq!(
+        wire::decode::<Hello>(&b).unwrap(),
+        Hello::Welcome { delivered: 0 }
+    );
+    old.send(release(1)).await.unwrap();
+    assert_eq!(acked(&mut old).await, 1);
+    // The old connection stays open, unread by the node's peer from now on (silent).
+    let mut new = handshake(a0, "redial", 1, 0, SECRET).await;
+    let b = new.next().await.unwrap().unwrap();
+    assert_eq!(
+        wire::decode::<Hello>(&b).unwrap(),
+        Hello::Welcome { delivered: 1 }
+    );
+    let t = std::time::Instant::now();
+    let closed = tokio::time::timeout(Duration::from_secs(1), async {
+        loop {
+            match old.next().await {
+                None | Some(Err(_)) => return,
+                Some(Ok(_)) => {} // a heartbeat sent before the new connection took over
+            }
+        }
+    })
+    .await;
+    assert!(
+        closed.is_ok(),
+        "the replaced connection is still open after 1 s (heartbeats every 200 ms)"
+    );
+    let took = t.elapsed();
+    new.send(release(2)).await.unwrap();
+    assert_eq!(acked(&mut new).await, 2);
+    eprintln!("the replaced connection was closed {took:?} after the new one was welcomed");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_api_input_is_a_typed_error() {
     let nodes = local_cluster(1, "api", SECRET, Duration::from_secs(5))

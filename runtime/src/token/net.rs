@@ -481,10 +481,10 @@ pub(super) async fn dial(shared: Arc<Shared>, peer: u16, core: mpsc::UnboundedSe
     }
 }
 
-/// Sends `frame` on this node's connection to a peer, waiting at most [`REDIAL_AFTER`]: a
+/// Sends `frame` on a peer connection (either side), waiting at most [`REDIAL_AFTER`]: a
 /// write that waits longer (the peer has read nothing of this connection for that long,
 /// or the network dropped what was sent and the window never reopens) gives the connection
-/// up, as a silence does. The dialing task reads no acknowledgement while it writes.
+/// up, as a silence does. A task reads nothing from its connection while it writes.
 async fn send_within(
     fr: &mut Framed<Stream, LengthDelimitedCodec>,
     frame: Bytes,
@@ -539,15 +539,19 @@ pub(super) async fn accept(
 }
 
 /// Acknowledges on an inbound connection every message delivered up to `delivered`, with
-/// the newest probe received on it (`ping`, 0: none). False when the connection is gone.
+/// the newest probe received on it (`ping`, 0: none). False when the connection is gone
+/// (or the write waited [`REDIAL_AFTER`], [`send_within`]).
 async fn send_ack(
     fr: &mut Framed<Stream, LengthDelimitedCodec>,
     delivered: u64,
     ping: u64,
 ) -> bool {
-    fr.send(Bytes::from(wire::encode(&wire::Ack { delivered, ping })))
-        .await
-        .is_ok()
+    send_within(
+        fr,
+        Bytes::from(wire::encode(&wire::Ack { delivered, ping })),
+    )
+    .await
+    .is_ok()
 }
 
 async fn serve_peer(
@@ -638,7 +642,16 @@ async fn serve_peer(
             // ready at most once per period or per delivery, so the frames are never starved.
             biased;
             _ = beat.tick() => {
-                let d = link.inbound.lock().expect("inbound lock").delivered;
+                let d = {
+                    let inb = link.inbound.lock().expect("inbound lock");
+                    if inb.conn != conn {
+                        // A newer connection from the peer took over (its dialer gave this
+                        // one up, [`REDIAL_AFTER`]): closed now, not held until the kernel
+                        // gives it up.
+                        break None;
+                    }
+                    inb.delivered
+                };
                 if !send_ack(&mut fr, d, ping).await {
                     break None;
                 }
