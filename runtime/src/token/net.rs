@@ -263,8 +263,9 @@ pub const HEARTBEAT: Duration = Duration::from_millis(200);
 /// long (stopped, hung, or its network gone silently) is shown as not connected.
 pub const SILENT_AFTER: Duration = Duration::from_secs(1);
 
-/// A peer that has not acknowledged anything on this node's connection to it for this long
-/// gets a new connection: the dialer drops the silent one and reconnects, and the reconnect
+/// A connection to a peer on which no acknowledgement has taken a message off this node's
+/// unacknowledged ones (or found none waiting) for this long, or on which a write has
+/// waited this long, is given up: the dialer drops it and reconnects, and the reconnect
 /// resends everything not acknowledged. A connection whose segments the network dropped (a
 /// NAT or firewall that forgot the flow, a cut link, a half-open connection to a host that
 /// rebooted) would otherwise carry nothing until the kernel's retransmission timeout,
