@@ -71,7 +71,8 @@ pub(super) struct PeerLink {
     /// The peer has welcomed this node's run at least once.
     pub(super) welcomed: AtomicBool,
     /// The connection to the peer is open but the peer has not answered for
-    /// [`SILENT_AFTER`].
+    /// [`SILENT_AFTER`] — or this node gave that connection up for its silence
+    /// ([`REDIAL_AFTER`]) and has no new one yet.
     pub(super) silent: AtomicBool,
     pub(super) inbound: std::sync::Mutex<Inbound>,
     pub(super) refused: std::sync::Mutex<Option<String>>,
@@ -365,6 +366,7 @@ pub(super) async fn dial(shared: Arc<Shared>, peer: u16, core: mpsc::UnboundedSe
             out.unacked.iter().cloned().collect()
         };
         link.acked.fetch_max(delivered, Relaxed);
+        link.silent.store(false, Relaxed);
         link.connected.store(true, Release);
         link.came_up();
         if !link.welcomed.swap(true, Relaxed) {
@@ -384,6 +386,9 @@ pub(super) async fn dial(shared: Arc<Shared>, peer: u16, core: mpsc::UnboundedSe
         // The last acknowledgement that took a message off `unacked` or found nothing
         // there (or the connection's start): [`REDIAL_AFTER`] counts from it.
         let mut progress = heard;
+        // Whether this connection was given up for the silence: the peer is still shown as
+        // not answering (not as reconnecting) until a connection to it is up again.
+        let mut gave_up = false;
         let mut check = tokio::time::interval(HEARTBEAT);
         let err = 'conn: {
             for (seq, b) in &resend {
@@ -412,6 +417,7 @@ pub(super) async fn dial(shared: Arc<Shared>, peer: u16, core: mpsc::UnboundedSe
                             // in one direction or both): a new one resends what this one
                             // did not get acknowledged.
                             let unacked = link.outbox().unacked.len();
+                            gave_up = true;
                             break 'conn format!("no acknowledgement for {waited:.1?} ({unacked} messages waiting for one); redialing");
                         }
                     }
@@ -475,7 +481,9 @@ pub(super) async fn dial(shared: Arc<Shared>, peer: u16, core: mpsc::UnboundedSe
         };
         link.connected.store(false, Relaxed);
         link.went_down(Instant::now());
-        link.silent.store(false, Relaxed);
+        if !gave_up {
+            link.silent.store(false, Relaxed);
+        }
         link.pong.send_modify(|p| p.1 += 1);
         let unacked = link.outbox().unacked.len();
         warn!(peer, addr = %link.addr, error = %err, unacked, "lost the connection to peer; reconnecting");
