@@ -409,7 +409,7 @@ pub(super) async fn dial(shared: Arc<Shared>, peer: u16, core: mpsc::UnboundedSe
                         if heard.elapsed() > SILENT_AFTER && !link.silent.swap(true, Relaxed) {
                             link.connected.store(false, Relaxed);
                             link.went_down(heard);
-                            warn!(peer, addr = %link.addr, "peer not answering (stopped, hung or cut off; waiting for it)");
+                            warn!(peer, addr = %link.addr, "peer not answering (stopped, hung or cut off; a new connection if it acknowledges nothing for {REDIAL_AFTER:?})");
                         }
                         let waited = progress.elapsed();
                         if waited > REDIAL_AFTER {
