@@ -891,8 +891,10 @@ fn a_stopped_peer_is_shown_not_answering_and_named_in_errors() {
     sig("-STOP");
     wait_peer_state(&c, 0, 1, "not answering");
     // Status probes the peer; the errors use the node's own silence check, which notices
-    // a peer silent for SILENT_AFTER (1 s, checked every HEARTBEAT, 200 ms).
-    std::thread::sleep(Duration::from_millis(2000));
+    // a peer silent for SILENT_AFTER (1 s, checked every HEARTBEAT, 200 ms). Past
+    // REDIAL_AFTER (3 s) node 0 has given its connection up and dials again: the peer is
+    // still named as not answering, not as reconnecting.
+    std::thread::sleep(Duration::from_millis(3500));
     let out = run(hilock()
         .args(["lock", &on1, "W", "--timeout-ms", "500", "--socket"])
         .arg(c.socket(0))

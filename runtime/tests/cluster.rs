@@ -341,6 +341,37 @@ async fn handshake(
     c
 }
 
+/// Listeners on free ports for nodes `0..n` and their addresses; the last node's listener
+/// is closed at once, so that a test can speak as (or pretend to be) that node.
+async fn cluster_with_the_last_node_absent(n: u16) -> (Vec<TcpListener>, Vec<NodeAddr>) {
+    let (mut ls, mut addrs) = (Vec::new(), Vec::new());
+    for id in 0..n {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        addrs.push(NodeAddr {
+            id,
+            addr: l.local_addr().unwrap(),
+        });
+        ls.push(l);
+    }
+    ls.pop();
+    (ls, addrs)
+}
+
+/// Envelope number `seq`: a `Release` of `path` (its lock 0, owned mode Φ, epoch 0).
+fn release_envelope(path: &str, seq: u64) -> Bytes {
+    Bytes::from(wire::encode(&wire::Envelope {
+        seq,
+        frame: wire::Payload::Token(Frame {
+            path: path.into(),
+            msg: Msg::Release {
+                lock: LockId(0),
+                owned: Mode::Phi,
+                epoch: 0,
+            },
+        }),
+    }))
+}
+
 /// The node closes the connection within a few seconds.
 async fn assert_closed(mut c: Conn) {
     let r = tokio::time::timeout(Duration::from_secs(7), async {
@@ -358,24 +389,8 @@ async fn assert_closed(mut c: Conn) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn garbage_and_bad_handshakes_are_refused_and_the_node_keeps_serving() {
     // A 3-node cluster with node 2 absent: the test speaks as (or pretends to be) node 2.
-    let l0 = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let l1 = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let free = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addrs = vec![
-        NodeAddr {
-            id: 0,
-            addr: l0.local_addr().unwrap(),
-        },
-        NodeAddr {
-            id: 1,
-            addr: l1.local_addr().unwrap(),
-        },
-        NodeAddr {
-            id: 2,
-            addr: free.local_addr().unwrap(),
-        },
-    ];
-    drop(free);
+    let (mut ls, addrs) = cluster_with_the_last_node_absent(3).await;
+    let (l1, l0) = (ls.pop().unwrap(), ls.pop().unwrap());
     let cfg = |id| Config::new("faults", SECRET.to_vec(), id, addrs.clone()).unwrap();
     let n0 = Node::start_on(cfg(0), l0).await.unwrap();
     let n1 = Node::start_on(cfg(1), l1).await.unwrap();
@@ -480,19 +495,7 @@ async fn garbage_and_bad_handshakes_are_refused_and_the_node_keeps_serving() {
     // The numbered channel, speaking as node 2 (run 77): message 1 is delivered, a second
     // message 1 is dropped as a duplicate, message 3 (a gap) closes the connection; the
     // next connection's Welcome names 1 as delivered.
-    let release = |seq| {
-        Bytes::from(wire::encode(&wire::Envelope {
-            seq,
-            frame: wire::Payload::Token(Frame {
-                path: "/dup".into(),
-                msg: Msg::Release {
-                    lock: LockId(0),
-                    owned: Mode::Phi,
-                    epoch: 0,
-                },
-            }),
-        }))
-    };
+    let release = |seq| release_envelope("/dup", seq);
     let peer2 = |s: hilock_runtime::Status| s.peers.into_iter().find(|p| p.id == 2).unwrap();
     let mut c = handshake(a0, "faults", 2, 0, SECRET).await;
     let b = c.next().await.unwrap().unwrap();
@@ -604,6 +607,72 @@ async fn garbage_and_bad_handshakes_are_refused_and_the_node_keeps_serving() {
     assert!(peer2(n0.status().await.unwrap())
         .state
         .starts_with("refused"));
+}
+
+/// A dialer that gives a silent connection up connects again (`REDIAL_AFTER`): the node
+/// takes the channel over on the new connection, from what it delivered, and closes the
+/// connection it replaces at its next heartbeat instead of holding it until the kernel
+/// gives up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replaced_connection_from_a_peer_is_closed_at_the_next_heartbeat() {
+    // A 2-node cluster with node 1 absent: the test speaks as node 1.
+    let (mut ls, addrs) = cluster_with_the_last_node_absent(2).await;
+    let l0 = ls.pop().unwrap();
+    let n0 = Node::start_on(
+        Config::new("redial", SECRET.to_vec(), 0, addrs).unwrap(),
+        l0,
+    )
+    .await
+    .unwrap();
+    let a0 = n0.listen_addr();
+    let release = |seq| release_envelope("/redial", seq);
+    // The next acknowledgement of a message (heartbeats may come first).
+    async fn acked(c: &mut Conn) -> u64 {
+        loop {
+            let b = tokio::time::timeout(Duration::from_secs(3), c.next())
+                .await
+                .expect("an acknowledgement")
+                .expect("open")
+                .unwrap();
+            let a = wire::decode::<wire::Ack>(&b).unwrap();
+            if a.delivered > 0 {
+                return a.delivered;
+            }
+        }
+    }
+    let mut old = handshake(a0, "redial", 1, 0, SECRET).await;
+    let b = old.next().await.unwrap().unwrap();
+    assert_eq!(
+        wire::decode::<Hello>(&b).unwrap(),
+        Hello::Welcome { delivered: 0 }
+    );
+    old.send(release(1)).await.unwrap();
+    assert_eq!(acked(&mut old).await, 1);
+    // The old connection stays open, unread by the node's peer from now on (silent).
+    let mut new = handshake(a0, "redial", 1, 0, SECRET).await;
+    let b = new.next().await.unwrap().unwrap();
+    assert_eq!(
+        wire::decode::<Hello>(&b).unwrap(),
+        Hello::Welcome { delivered: 1 }
+    );
+    let t = std::time::Instant::now();
+    let closed = tokio::time::timeout(Duration::from_secs(1), async {
+        loop {
+            match old.next().await {
+                None | Some(Err(_)) => return,
+                Some(Ok(_)) => {} // a heartbeat sent before the new connection took over
+            }
+        }
+    })
+    .await;
+    assert!(
+        closed.is_ok(),
+        "the replaced connection is still open after 1 s (heartbeats every 200 ms)"
+    );
+    let took = t.elapsed();
+    new.send(release(2)).await.unwrap();
+    assert_eq!(acked(&mut new).await, 2);
+    eprintln!("the replaced connection was closed {took:?} after the new one was welcomed");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

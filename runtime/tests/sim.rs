@@ -10,14 +10,15 @@
 //! `release`: TCP keeps the bytes), resets of the connections between two nodes
 //! ([`Node::sim_reset`]: both ends see an error, the links reconnect and resend what was
 //! not acknowledged), cuts (`partition` and `repair`: turmoil loses the segments sent
-//! meanwhile and never retransmits, so those connections stay silent), paused nodes (all
+//! meanwhile and never retransmits, so those connections stay silent until the dialers
+//! give them up and redial, [`REDIAL_AFTER`]), paused nodes (all
 //! of a node's links stalled) and crashed nodes (static membership cannot bring one back:
 //! it stays down).
 //!
 //! A run passes when the history checker ([`Oracle`]) saw no two holds Table 2.1 forbids
 //! (nor a fence regression), the kernel steps every node recorded replay through the real
-//! kernel ([`trace::check`]) — and, where no link was cut and no node crashed, every
-//! message sent was delivered by the end —, no request failed but by timing out or by
+//! kernel ([`trace::check`]) — and, where no node crashed, every message sent was
+//! delivered by the end (cut links included) —, no request failed but by timing out or by
 //! being busy, and at least one lock was granted (unless a node crashed). A failing seed is printed with the command that replays it
 //! (with its event log); the same seed gives the same event log and records, byte for byte.
 //!
@@ -42,7 +43,7 @@ use std::time::Duration;
 use hilock_kernel::Mode;
 use hilock_runtime::leases::sim::Ended;
 use hilock_runtime::oracle::Oracle;
-use hilock_runtime::token::trace;
+use hilock_runtime::token::{trace, HEARTBEAT, REDIAL_AFTER};
 use hilock_runtime::{Config, Error, Node, NodeAddr, Options};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -63,7 +64,8 @@ const MODES: [Mode; 5] = [Mode::IR, Mode::R, Mode::U, Mode::IW, Mode::W];
 const REQUEST_TIMEOUT: Duration = Duration::from_millis(1500);
 
 /// How long the nodes run on after the last fault has ended (and every client is done):
-/// time to reconnect (backoff at most 0.5 s) and resend.
+/// time to reconnect (backoff at most 0.5 s) and resend. A cut ends, for this, once its
+/// silent connections are given up ([`Plan::last_heal`]).
 const SETTLE: Duration = Duration::from_secs(2);
 
 /// The simulated time a run may take at most (a run that has not ended by then fails).
@@ -101,21 +103,23 @@ struct Plan {
 }
 
 impl Plan {
-    /// Whether every message sent must have been delivered by the end: no link was cut
-    /// (turmoil drops the segments and never retransmits: such a connection stays silent,
-    /// and a dialer waits on a silent connection) and no node crashed.
+    /// Whether every message sent must have been delivered by the end: no node crashed.
+    /// (A cut link's connections stay silent — turmoil drops the segments and never
+    /// retransmits — until the dialers give them up and redial, [`REDIAL_AFTER`].)
     fn heals(&self) -> bool {
-        !self
-            .faults
-            .iter()
-            .any(|f| matches!(f.2, Fault::Cut(..) | Fault::Crash(_)))
+        !self.faults.iter().any(|f| matches!(f.2, Fault::Crash(_)))
     }
 
-    /// When the last fault ends.
+    /// When the last fault ends. A cut ends for the links no earlier than when their
+    /// dialers give its silent connections up: [`REDIAL_AFTER`] after the last
+    /// acknowledgement, seen at the next check ([`HEARTBEAT`]).
     fn last_heal(&self) -> Duration {
         self.faults
             .iter()
-            .map(|f| f.0 + f.1)
+            .map(|&(at, lasts, f)| match f {
+                Fault::Cut(..) => (at + lasts).max(at + REDIAL_AFTER + HEARTBEAT),
+                _ => at + lasts,
+            })
             .max()
             .unwrap_or_default()
     }

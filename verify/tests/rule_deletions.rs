@@ -953,6 +953,17 @@ const ROWS: &[Row] = &[
         target: "sim",
         filter: "a_thousand_leased_seeds_pass_and_exercise_the_lease_path",
     },
+    Row {
+        rule: "lossless channel: a connection that acknowledges nothing for REDIAL_AFTER is given up and redialed, not waited on",
+        rules: &[],
+        file: "runtime/src/token/net.rs",
+        from: "                        if waited > REDIAL_AFTER {",
+        to: "                        if false && waited > REDIAL_AFTER {",
+        also: &[],
+        package: "hilock-runtime",
+        target: "sim",
+        filter: "a_thousand_seeds_pass_the_history_checker_and_trace_validation",
+    },
 ];
 
 /// The features a row's test target needs (`required-features`), by package and target.

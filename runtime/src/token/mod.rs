@@ -67,7 +67,7 @@ pub use self::handshake::{HANDSHAKE_TIMEOUT, MAX_PENDING_HANDSHAKES};
 pub use self::lease::NodeLease;
 pub use self::metrics::CONTENT_TYPE as METRICS_CONTENT_TYPE;
 use self::net::{accept, dial, Inbound, Outbox, PeerLink};
-pub use self::net::{HAND_OVER, HEARTBEAT, SILENT_AFTER};
+pub use self::net::{HAND_OVER, HEARTBEAT, REDIAL_AFTER, SILENT_AFTER};
 pub use self::status::{LeaseStatus, LockStatus, PeerStatus, Status, PROBE_WAIT};
 use self::transport::{Entropy, Listener, Network};
 

@@ -71,7 +71,8 @@ pub(super) struct PeerLink {
     /// The peer has welcomed this node's run at least once.
     pub(super) welcomed: AtomicBool,
     /// The connection to the peer is open but the peer has not answered for
-    /// [`SILENT_AFTER`].
+    /// [`SILENT_AFTER`] — or this node gave that connection up for its silence
+    /// ([`REDIAL_AFTER`]) and has no new one yet.
     pub(super) silent: AtomicBool,
     pub(super) inbound: std::sync::Mutex<Inbound>,
     pub(super) refused: std::sync::Mutex<Option<String>>,
@@ -263,6 +264,19 @@ pub const HEARTBEAT: Duration = Duration::from_millis(200);
 /// long (stopped, hung, or its network gone silently) is shown as not connected.
 pub const SILENT_AFTER: Duration = Duration::from_secs(1);
 
+/// A connection to a peer on which no acknowledgement has taken a message off this node's
+/// unacknowledged ones (or found none waiting) for this long, or on which a write has
+/// waited this long, is given up: the dialer drops it and reconnects, and the reconnect
+/// resends everything not acknowledged. A connection whose segments the network dropped (a
+/// NAT or firewall that forgot the flow, a cut link, a half-open connection to a host that
+/// rebooted) would otherwise carry nothing until the kernel's retransmission timeout,
+/// about 15 minutes, even after the network has healed. 3 s is 15 heartbeats
+/// ([`HEARTBEAT`], 200 ms) and 3 × [`SILENT_AFTER`]: a peer shown as not answering is given
+/// two more seconds on its connection (a stall whose bytes TCP keeps, a short pause, a
+/// loaded machine) before the connection is given up; a connection given up too early
+/// costs a handshake and a resend, never a message (`wire.rs`, "Lossless channel").
+pub const REDIAL_AFTER: Duration = Duration::from_secs(3);
+
 /// The sending side of the link to `peer`: connect (with backoff), authenticate, send
 /// numbered messages, keep them until acknowledged, resend after a reconnect.
 pub(super) async fn dial(shared: Arc<Shared>, peer: u16, core: mpsc::UnboundedSender<Cmd>) {
@@ -352,6 +366,7 @@ pub(super) async fn dial(shared: Arc<Shared>, peer: u16, core: mpsc::UnboundedSe
             out.unacked.iter().cloned().collect()
         };
         link.acked.fetch_max(delivered, Relaxed);
+        link.silent.store(false, Relaxed);
         link.connected.store(true, Release);
         link.came_up();
         if !link.welcomed.swap(true, Relaxed) {
@@ -368,11 +383,17 @@ pub(super) async fn dial(shared: Arc<Shared>, peer: u16, core: mpsc::UnboundedSe
         }
         let mut heard = Instant::now();
         *link.heard.lock().expect("heard lock") = Some(heard);
+        // The last acknowledgement that took a message off `unacked` or found nothing
+        // there (or the connection's start): [`REDIAL_AFTER`] counts from it.
+        let mut progress = heard;
+        // Whether this connection was given up for the silence: the peer is still shown as
+        // not answering (not as reconnecting) until a connection to it is up again.
+        let mut gave_up = false;
         let mut check = tokio::time::interval(HEARTBEAT);
         let err = 'conn: {
             for (seq, b) in &resend {
-                if let Err(e) = fr.send(Bytes::from(wire::envelope(*seq, b))).await {
-                    break 'conn e.to_string();
+                if let Err(e) = send_within(&mut fr, Bytes::from(wire::envelope(*seq, b))).await {
+                    break 'conn e;
                 }
                 link.resent.fetch_add(1, Relaxed);
             }
@@ -388,13 +409,22 @@ pub(super) async fn dial(shared: Arc<Shared>, peer: u16, core: mpsc::UnboundedSe
                         if heard.elapsed() > SILENT_AFTER && !link.silent.swap(true, Relaxed) {
                             link.connected.store(false, Relaxed);
                             link.went_down(heard);
-                            warn!(peer, addr = %link.addr, "peer not answering (stopped, hung or cut off; waiting for it)");
+                            warn!(peer, addr = %link.addr, "peer not answering (stopped, hung or cut off; a new connection if it acknowledges nothing for {REDIAL_AFTER:?})");
+                        }
+                        let waited = progress.elapsed();
+                        if waited > REDIAL_AFTER {
+                            // The connection may be dead without a sign (segments dropped,
+                            // in one direction or both): a new one resends what this one
+                            // did not get acknowledged.
+                            let unacked = link.outbox().unacked.len();
+                            gave_up = true;
+                            break 'conn format!("no acknowledgement for {waited:.1?} ({unacked} messages waiting for one); redialing");
                         }
                     }
                     _ = link.ping_now.notified() => {
                         let ping = wire::Envelope { seq: 0, frame: wire::Payload::Ping(link.pings.load(Relaxed)) };
-                        if let Err(e) = fr.send(Bytes::from(wire::encode(&ping))).await {
-                            break 'conn e.to_string();
+                        if let Err(e) = send_within(&mut fr, Bytes::from(wire::encode(&ping))).await {
+                            break 'conn e;
                         }
                     }
                     r = fr.next() => match r {
@@ -417,8 +447,12 @@ pub(super) async fn dial(shared: Arc<Shared>, peer: u16, core: mpsc::UnboundedSe
                                     info!(peer, addr = %link.addr, "peer answers again");
                                 }
                                 let mut out = link.outbox();
+                                let waiting = out.unacked.len();
                                 while out.unacked.front().is_some_and(|(s, _)| *s <= a.delivered) {
                                     out.unacked.pop_front();
+                                }
+                                if out.unacked.len() < waiting || out.unacked.is_empty() {
+                                    progress = heard;
                                 }
                                 drop(out);
                                 link.acked.fetch_max(a.delivered, Relaxed);
@@ -438,8 +472,8 @@ pub(super) async fn dial(shared: Arc<Shared>, peer: u16, core: mpsc::UnboundedSe
                             out.unacked.push_back((seq, b.clone()));
                             seq
                         };
-                        if let Err(e) = fr.send(Bytes::from(wire::envelope(seq, &b))).await {
-                            break 'conn e.to_string();
+                        if let Err(e) = send_within(&mut fr, Bytes::from(wire::envelope(seq, &b))).await {
+                            break 'conn e;
                         }
                     }
                 }
@@ -447,10 +481,29 @@ pub(super) async fn dial(shared: Arc<Shared>, peer: u16, core: mpsc::UnboundedSe
         };
         link.connected.store(false, Relaxed);
         link.went_down(Instant::now());
-        link.silent.store(false, Relaxed);
+        if !gave_up {
+            link.silent.store(false, Relaxed);
+        }
         link.pong.send_modify(|p| p.1 += 1);
         let unacked = link.outbox().unacked.len();
         warn!(peer, addr = %link.addr, error = %err, unacked, "lost the connection to peer; reconnecting");
+    }
+}
+
+/// Sends `frame` on a peer connection (either side), waiting at most [`REDIAL_AFTER`]: a
+/// write that waits longer (the peer has read nothing of this connection for that long,
+/// or the network dropped what was sent and the window never reopens) gives the connection
+/// up, as a silence does. A task reads nothing from its connection while it writes.
+async fn send_within(
+    fr: &mut Framed<Stream, LengthDelimitedCodec>,
+    frame: Bytes,
+) -> Result<(), String> {
+    match tokio::time::timeout(REDIAL_AFTER, fr.send(frame)).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err(format!(
+            "a write waited {REDIAL_AFTER:?} (the peer reads nothing); redialing"
+        )),
     }
 }
 
@@ -495,15 +548,19 @@ pub(super) async fn accept(
 }
 
 /// Acknowledges on an inbound connection every message delivered up to `delivered`, with
-/// the newest probe received on it (`ping`, 0: none). False when the connection is gone.
+/// the newest probe received on it (`ping`, 0: none). False when the connection is gone
+/// (or the write waited [`REDIAL_AFTER`], [`send_within`]).
 async fn send_ack(
     fr: &mut Framed<Stream, LengthDelimitedCodec>,
     delivered: u64,
     ping: u64,
 ) -> bool {
-    fr.send(Bytes::from(wire::encode(&wire::Ack { delivered, ping })))
-        .await
-        .is_ok()
+    send_within(
+        fr,
+        Bytes::from(wire::encode(&wire::Ack { delivered, ping })),
+    )
+    .await
+    .is_ok()
 }
 
 async fn serve_peer(
@@ -594,7 +651,16 @@ async fn serve_peer(
             // ready at most once per period or per delivery, so the frames are never starved.
             biased;
             _ = beat.tick() => {
-                let d = link.inbound.lock().expect("inbound lock").delivered;
+                let d = {
+                    let inb = link.inbound.lock().expect("inbound lock");
+                    if inb.conn != conn {
+                        // A newer connection from the peer took over (its dialer gave this
+                        // one up, [`REDIAL_AFTER`]): closed now, not held until the kernel
+                        // gives it up.
+                        break None;
+                    }
+                    inb.delivered
+                };
                 if !send_ack(&mut fr, d, ping).await {
                     break None;
                 }
@@ -766,5 +832,41 @@ async fn serve_peer(
         } else {
             debug!(%addr, peer = from, %reason, "closing connection from peer");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::transport::Stream;
+    use super::*;
+
+    /// A write to a peer that reads nothing (its window closed, as on a connection whose
+    /// segments the network drops) gives the connection up after [`REDIAL_AFTER`] instead
+    /// of waiting for the kernel to give up.
+    #[tokio::test]
+    async fn a_write_the_peer_never_reads_gives_the_connection_up() {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let s = tokio::net::TcpStream::connect(l.local_addr().unwrap())
+            .await
+            .unwrap();
+        // Kept open and never read.
+        let (_peer, _) = l.accept().await.unwrap();
+        let mut fr = Framed::new(Stream::Tcp(s), codec());
+        let frame = Bytes::from(vec![0u8; wire::MAX_FRAME / 2]);
+        let (e, waited) = tokio::time::timeout(3 * REDIAL_AFTER, async {
+            loop {
+                let at = Instant::now();
+                if let Err(e) = send_within(&mut fr, frame.clone()).await {
+                    return (e, at.elapsed());
+                }
+            }
+        })
+        .await
+        .expect("a blocked write is given up");
+        assert!(e.contains("redialing"), "{e}");
+        assert!(
+            waited >= REDIAL_AFTER && waited < 2 * REDIAL_AFTER,
+            "{waited:?}"
+        );
     }
 }
