@@ -189,7 +189,7 @@ async fn peer_state(node: &Node, peer: u16) -> (bool, String) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn random_connection_cuts_lose_nothing_and_break_no_exclusion() {
-    const N: usize = 3;
+    const N: usize = 5;
     const CUTS: u64 = 100;
     let records = tempfile::tempdir().unwrap();
     let (nodes, proxies) = proxied_cluster(N, Duration::from_secs(60), records.path()).await;
