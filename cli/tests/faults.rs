@@ -4,6 +4,8 @@
 //! grant and its release and flags any overlap Table 2.1 forbids and any hold whose fencing
 //! token is not above that of an earlier conflicting hold of its path that had ended; every
 //! request must be granted (none lost) and every kernel message delivered exactly once.
+//! Every node records its kernel steps (`record`), and each run ends with `hilock
+//! trace-check` on the records: what the nodes did replays through the kernel.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
@@ -545,8 +547,9 @@ impl Procs {
         let dir = tempfile::tempdir().unwrap();
         let mut toml = format!(
             "cluster = \"procs\"\nsecret = \"process fault secret\"\nrequest_timeout_ms = {timeout_ms}\n\
-             client = \"{}\"\n",
-            dir.path().join("n{id}.sock").display()
+             client = \"{}\"\nrecord = \"{}\"\n",
+            dir.path().join("n{id}.sock").display(),
+            dir.path().join("node-{id}.jsonl").display()
         );
         for (id, a) in addrs.iter().enumerate() {
             toml.push_str(&format!("[[nodes]]\nid = {id}\naddr = \"{a}\"\n"));
@@ -610,6 +613,44 @@ impl Procs {
             .unwrap()
             .success();
         assert!(ok, "kill -{sig} {}", self.pid(id));
+    }
+
+    /// Stops every node with SIGTERM (a node releases what it holds and exits; each record
+    /// line is written when its step is taken), then validates the records the nodes wrote
+    /// (`record` in the configuration) with `hilock trace-check`: its exit code and its
+    /// output. A node that has not exited 10 s after the signal is killed (its record then
+    /// ends where it was).
+    fn stop_and_check(&mut self) -> (Option<i32>, String) {
+        for id in 0..self.kids.len() {
+            if self.kids[id].is_some() {
+                self.signal(id, "TERM");
+            }
+        }
+        let t = Instant::now();
+        for c in self.kids.iter_mut().flatten() {
+            while c.try_wait().unwrap().is_none() {
+                if t.elapsed() > Duration::from_secs(10) {
+                    let _ = c.kill();
+                    let _ = c.wait();
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        let files: Vec<_> = (0..self.kids.len())
+            .map(|id| self.dir.path().join(format!("node-{id}.jsonl")))
+            .collect();
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_hilock"))
+            .arg("trace-check")
+            .args(&files)
+            .output()
+            .unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.code(), text)
     }
 
     /// SIGKILL node `id` and reap it.
@@ -746,7 +787,7 @@ fn process_clients(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sigstopped_node_resumes_without_violation_loss_or_storm() {
     const TIMEOUT_MS: u64 = 20_000;
-    let procs = Procs::start(3, TIMEOUT_MS);
+    let mut procs = Procs::start(3, TIMEOUT_MS);
     let (oracle, tally, stop) = (
         Arc::new(Oracle::default()),
         Arc::new(Tally::default()),
@@ -821,6 +862,11 @@ async fn a_sigstopped_node_resumes_without_violation_loss_or_storm() {
         frames <= 30 * granted,
         "{frames} frames for {granted} grants"
     );
+    // What the nodes did is a behaviour of the kernel (`docs/verification.md`, "Trace
+    // validation").
+    let (code, out) = procs.stop_and_check();
+    eprintln!("{out}");
+    assert_eq!(code, Some(0), "{out}");
 }
 
 /// A node killed with SIGKILL under load and restarted at once with fresh state: it is
@@ -963,6 +1009,15 @@ async fn a_sigkilled_node_restarted_under_load_causes_no_double_grant_or_storm()
         .await
         .unwrap();
     assert!(reply.ok, "{q} served after the restart: {:?}", reply.error);
+    drop(_s);
+    // The records validate up to node 2's new run, where the check stops (exit 3).
+    let (code, out) = procs.stop_and_check();
+    eprintln!("{out}");
+    assert_eq!(code, Some(3), "{out}");
+    assert!(
+        out.contains("stopped: node 2 at ") && out.contains("a new run"),
+        "{out}"
+    );
 }
 
 /// Runs `ip ARGS…`; `Err` with its stderr if it fails.
@@ -1065,7 +1120,7 @@ async fn a_partition_between_network_namespaces_heals_without_violation_loss_or_
     let addrs: Vec<SocketAddr> = (0..3)
         .map(|i| format!("10.201.{net}.{}:7400", i + 1).parse().unwrap())
         .collect();
-    let procs = Procs::start_at(&addrs, ns.names.clone(), TIMEOUT_MS);
+    let mut procs = Procs::start_at(&addrs, ns.names.clone(), TIMEOUT_MS);
     let (oracle, tally, stop) = (
         Arc::new(Oracle::default()),
         Arc::new(Tally::default()),
@@ -1130,5 +1185,8 @@ async fn a_partition_between_network_namespaces_heals_without_violation_loss_or_
         f1 - f0,
         g1 - g0
     );
+    let (code, out) = procs.stop_and_check();
+    eprintln!("{out}");
+    assert_eq!(code, Some(0), "{out}");
     drop(procs);
 }
