@@ -7,6 +7,9 @@
 //! Every node records its kernel steps (`record`), and each run ends with `hilock
 //! trace-check` on the records: what the nodes did replays through the kernel.
 
+#[path = "support/records.rs"]
+mod records;
+
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
@@ -621,30 +624,8 @@ impl Procs {
     /// output. A node that has not exited 10 s after the signal is killed (its record then
     /// ends where it was).
     fn stop_and_check(&mut self) -> (Option<i32>, String) {
-        for id in 0..self.kids.len() {
-            if self.kids[id].is_some() {
-                self.signal(id, "TERM");
-            }
-        }
-        let t = Instant::now();
-        for c in self.kids.iter_mut().flatten() {
-            while c.try_wait().unwrap().is_none() {
-                if t.elapsed() > Duration::from_secs(10) {
-                    let _ = c.kill();
-                    let _ = c.wait();
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-        }
-        let files: Vec<_> = (0..self.kids.len())
-            .map(|id| self.dir.path().join(format!("node-{id}.jsonl")))
-            .collect();
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_hilock"))
-            .arg("trace-check")
-            .args(&files)
-            .output()
-            .unwrap();
+        records::terminate(self.kids.iter_mut().flatten());
+        let out = records::trace_check(&records::record_files(self.dir.path(), self.kids.len()));
         let text = format!(
             "{}{}",
             String::from_utf8_lossy(&out.stdout),

@@ -5,25 +5,20 @@
 
 #[path = "../../runtime/tests/support/ports.rs"]
 mod ports;
+#[path = "support/procs.rs"]
+mod procs;
+#[path = "support/records.rs"]
+mod records;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use ports::free_port;
+use procs::Proc;
 
 fn hilock() -> Command {
     Command::new(env!("CARGO_BIN_EXE_hilock"))
-}
-
-/// Kills the node process when the test ends, however it ends.
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 fn text(b: &[u8]) -> String {
@@ -178,33 +173,18 @@ fn try_locks(dir: &Path) {
     assert_eq!(try_db(), Some(0), "a try on a free /db");
 }
 
-/// Stops the nodes (SIGTERM: releases travel, then the node exits); every record line is
-/// written when its step is taken.
+/// Stops the nodes (SIGTERM: releases travel, then the node exits; a node not gone in
+/// 10 s is killed); every record line is written when its step is taken.
 fn stop(nodes: &mut [Proc]) {
-    for p in nodes.iter() {
-        assert!(Command::new("kill")
-            .arg(p.0.id().to_string())
-            .status()
-            .unwrap()
-            .success());
-    }
-    for p in nodes.iter_mut() {
-        let _ = p.0.wait();
-    }
+    records::terminate(nodes.iter_mut().map(|p| &mut p.0));
 }
 
 fn record_files(dir: &Path) -> Vec<PathBuf> {
-    (0..NODES)
-        .map(|id| dir.join(format!("node-{id}.jsonl")))
-        .collect()
+    records::record_files(dir, NODES)
 }
 
 fn trace_check(dir: &Path) -> Output {
-    hilock()
-        .arg("trace-check")
-        .args(record_files(dir))
-        .output()
-        .unwrap()
+    records::trace_check(&record_files(dir))
 }
 
 fn lines(dir: &Path, node: usize) -> Vec<String> {
