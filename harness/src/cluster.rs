@@ -292,9 +292,14 @@ impl WordHasher {
 
 impl Hasher for WordHasher {
     fn write(&mut self, bytes: &[u8]) {
-        for chunk in bytes.chunks(8) {
+        let mut words = bytes.chunks_exact(8);
+        for word in &mut words {
+            self.mix(u64::from_le_bytes(word.try_into().expect("8 bytes")));
+        }
+        let rest = words.remainder();
+        if !rest.is_empty() {
             let mut w = [0u8; 8];
-            w[..chunk.len()].copy_from_slice(chunk);
+            w[..rest.len()].copy_from_slice(rest);
             self.mix(u64::from_le_bytes(w));
         }
     }
@@ -331,7 +336,22 @@ impl Hasher for WordHasher {
 /// The messages in flight: one vector, sorted by channel (`(from, to)`), each channel's
 /// messages contiguous and in channel order (head first). No empty channel is stored, so
 /// equal networks are equal vectors; a clone is one allocation.
-type Net<M> = Vec<((NodeId, NodeId), InFlight<M>)>;
+type Net<M> = Vec<(Link, InFlight<M>)>;
+
+/// A channel `from → to` as one word, `from` in the high half: ordered as `(from, to)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct Link(u32);
+
+impl Link {
+    #[inline(always)]
+    fn new(from: NodeId, to: NodeId) -> Self {
+        Link(u32::from(from.0) << 16 | u32::from(to.0))
+    }
+    #[inline(always)]
+    fn nodes(self) -> (NodeId, NodeId) {
+        (NodeId((self.0 >> 16) as u16), NodeId(self.0 as u16))
+    }
+}
 
 /// Steps a copy of a site that another cluster shares (the model checker's states share
 /// most sites), and keeps the copy if the step is accepted. Out of line: a copy of a large
@@ -456,9 +476,16 @@ impl<P: Protocol> Cluster<P> {
 
     /// Where channel `from → to` is in the network (empty if no message is in flight on it).
     fn span(&self, from: NodeId, to: NodeId) -> std::ops::Range<usize> {
-        let link = (from, to);
-        let lo = self.net.partition_point(|(k, _)| *k < link);
-        let hi = lo + self.net[lo..].partition_point(|(k, _)| *k == link);
+        // A scan: few messages are in flight.
+        let link = Link::new(from, to).0;
+        let mut lo = 0;
+        while lo < self.net.len() && self.net[lo].0 .0 < link {
+            lo += 1;
+        }
+        let mut hi = lo;
+        while hi < self.net.len() && self.net[hi].0 .0 == link {
+            hi += 1;
+        }
         lo..hi
     }
 
@@ -466,9 +493,10 @@ impl<P: Protocol> Cluster<P> {
     /// head first.
     pub(crate) fn busy(
         &self,
-    ) -> impl Iterator<Item = ((NodeId, NodeId), &[((NodeId, NodeId), InFlight<P::Msg>)])> + '_
-    {
-        self.net.chunk_by(|a, b| a.0 == b.0).map(|c| (c[0].0, c))
+    ) -> impl Iterator<Item = ((NodeId, NodeId), &[(Link, InFlight<P::Msg>)])> + '_ {
+        self.net
+            .chunk_by(|a, b| a.0 .0 == b.0 .0)
+            .map(|c| (c[0].0.nodes(), c))
     }
 
     /// Every message in flight, with its channel.
@@ -501,7 +529,7 @@ where
         self.sites.hash(h);
         h.write_usize(self.net.len());
         for (link, m) in &self.net {
-            link.hash(h);
+            h.write_u32(link.0);
             m.hash(h);
         }
         self.order.hash(h);
@@ -824,7 +852,7 @@ where
                 span.start + self.net[span].partition_point(|(_, x)| x.key <= m.key)
             }
         };
-        self.net.insert(at, ((from, to), m));
+        self.net.insert(at, (Link::new(from, to), m));
     }
 
     fn collect(
@@ -892,7 +920,7 @@ where
         Some(r.map_err(|e| {
             let msg = P::Msg::clone(&m.msg);
             let at = self.span(from, to).start;
-            self.net.insert(at, ((from, to), m));
+            self.net.insert(at, (Link::new(from, to), m));
             (e, msg)
         }))
     }
@@ -1081,7 +1109,7 @@ where
         }
         self.faults.crashed = true;
         let before = self.net.len();
-        self.net.retain(|((_, to), _)| *to != node);
+        self.net.retain(|(link, _)| link.nodes().1 != node);
         before - self.net.len()
     }
 
@@ -1133,7 +1161,10 @@ where
 
     /// Every message in flight: (from, to, message).
     pub fn messages(&self) -> impl Iterator<Item = (NodeId, NodeId, &P::Msg)> + '_ {
-        self.net.iter().map(|((f, t), m)| (*f, *t, &*m.msg))
+        self.net.iter().map(|(link, m)| {
+            let (f, t) = link.nodes();
+            (f, t, &*m.msg)
+        })
     }
 
     /// The channel whose head message was sent first, if any message is in flight.
@@ -1192,7 +1223,12 @@ where
         lock: LockId,
         kind: impl Fn(MsgKind) -> bool,
     ) -> bool {
-        !self.in_flight_on(a, b, lock, &kind) && !self.in_flight_on(b, a, lock, &kind)
+        // One pass over the network for both directions.
+        let (ab, ba) = (Link::new(a, b), Link::new(b, a));
+        !self
+            .net
+            .iter()
+            .any(|(k, m)| (*k == ab || *k == ba) && m.lock == lock && kind(m.kind))
     }
 
     /// The live (not crashed) sites, with their node ids.
