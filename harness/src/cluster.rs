@@ -337,6 +337,8 @@ impl Hasher for WordHasher {
 /// messages contiguous and in channel order (head first). No empty channel is stored, so
 /// equal networks are equal vectors; a clone is one allocation.
 type Net<M> = Vec<(Link, InFlight<M>)>;
+/// Messages of the network (a channel's, for example).
+type Flights<M> = [(Link, InFlight<M>)];
 
 /// A channel `from → to` as one word, `from` in the high half: ordered as `(from, to)`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -491,9 +493,7 @@ impl<P: Protocol> Cluster<P> {
 
     /// The channels with a message in flight, in (from, to) order, each with its messages
     /// head first.
-    pub(crate) fn busy(
-        &self,
-    ) -> impl Iterator<Item = ((NodeId, NodeId), &[(Link, InFlight<P::Msg>)])> + '_ {
+    pub(crate) fn busy(&self) -> impl Iterator<Item = ((NodeId, NodeId), &Flights<P::Msg>)> + '_ {
         self.net
             .chunk_by(|a, b| a.0 .0 == b.0 .0)
             .map(|c| (c[0].0.nodes(), c))
