@@ -172,11 +172,11 @@ pub struct FenceBreach {
 /// its own delivery will be a second one.
 /// The message is shared (`Arc`): cloning a cluster copies no message, and a large message
 /// (the simulator's token carries a queue of up to 1,024 entries) is copied once when sent.
-/// The message's content key ([`content_key`]), kind and lock are computed once, when it is
-/// sent: equal messages have equal keys, so the key stands for the message in the hash, and
-/// unequal keys decide equality without comparing the messages; the properties that look
-/// for a kind of message in flight (P2, P3) read the kind and lock without following the
-/// `Arc`.
+/// The message's content key (a hash of its content), kind and lock are computed once, when
+/// it is sent: equal messages have equal keys, so the key stands for the message in the
+/// hash, and unequal keys decide equality without comparing the messages; the properties
+/// that look for a kind of message in flight (P2, P3) read the kind and lock without
+/// following the `Arc`.
 #[derive(Clone, Debug)]
 pub struct InFlight<M> {
     /// Global send order.
