@@ -19,11 +19,13 @@
 //! assumption holds (P3 exact needs FIFO delivery without faults, for example).
 //!
 //! # As a model state
-//! `Clone + Hash + Eq` and canonical: channels in a `BTreeMap`, empty channels removed, the
-//! sites behind `Arc`s with a cached hash (a step copies and rehashes only the site it
-//! changes, which is what makes cloning and fingerprinting a state cheap). Equality and hash
-//! cover the sites, the messages in flight (in channel order), the order discipline, the
-//! crashed nodes, the faults and the first kernel error. They do **not** cover the
+//! `Clone + Hash + Eq` and canonical: the messages in flight in one vector sorted by channel
+//! (no empty channel stored), each with its content key computed when it was sent; the sites
+//! and the ghost history of the properties behind `Arc`s with a cached hash (a step copies
+//! and rehashes only the site it changes, and the ghost only when it changes it, which is
+//! what makes cloning and fingerprinting a state cheap). Equality and hash cover the sites,
+//! the messages in flight (in channel order), the order discipline, the crashed nodes, the
+//! faults, the first kernel error and the ghost history. They do **not** cover the
 //! bookkeeping a run observes: the send order of the messages (used only for "oldest first"
 //! delivery), the counts of messages sent and steps taken, and the rules fired so far.
 //!
@@ -36,7 +38,7 @@ use hilock_kernel::{
     Input, KernelError, LockId, Mode, ModeSet, MsgKind, NodeId, Output, Priority, Protocol, Report,
     RuleSet, Sink, Site, VALUE_LEN,
 };
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -170,6 +172,11 @@ pub struct FenceBreach {
 /// its own delivery will be a second one.
 /// The message is shared (`Arc`): cloning a cluster copies no message, and a large message
 /// (the simulator's token carries a queue of up to 1,024 entries) is copied once when sent.
+/// The message's content key (a hash of its content), kind and lock are computed once, when
+/// it is sent: equal messages have equal keys, so the key stands for the message in the
+/// hash, and unequal keys decide equality without comparing the messages; the properties
+/// that look for a kind of message in flight (P2, P3) read the kind and lock without
+/// following the `Arc`.
 #[derive(Clone, Debug)]
 pub struct InFlight<M> {
     /// Global send order.
@@ -178,17 +185,38 @@ pub struct InFlight<M> {
     pub msg: Arc<M>,
     /// A copy of it was delivered already.
     pub copied: bool,
+    /// The content key of `msg`.
+    key: u64,
+    /// The kind of `msg`.
+    pub(crate) kind: MsgKind,
+    /// The lock of `msg`.
+    pub(crate) lock: LockId,
+}
+
+impl<M: Hash> InFlight<M> {
+    fn new(seq: u64, msg: M, kind: MsgKind, lock: LockId) -> Self {
+        InFlight {
+            seq,
+            key: content_key(&msg),
+            msg: Arc::new(msg),
+            copied: false,
+            kind,
+            lock,
+        }
+    }
 }
 
 impl<M: PartialEq> PartialEq for InFlight<M> {
     fn eq(&self, other: &Self) -> bool {
-        self.msg == other.msg && self.copied == other.copied
+        self.key == other.key
+            && self.copied == other.copied
+            && (Arc::ptr_eq(&self.msg, &other.msg) || self.msg == other.msg)
     }
 }
 impl<M: Eq> Eq for InFlight<M> {}
-impl<M: Hash> Hash for InFlight<M> {
+impl<M> Hash for InFlight<M> {
     fn hash<H: Hasher>(&self, h: &mut H) {
-        self.msg.hash(h);
+        h.write_u64(self.key);
         if self.copied {
             true.hash(h);
         }
@@ -201,6 +229,15 @@ impl<M: Hash> Hash for InFlight<M> {
 struct Slot<P> {
     site: Arc<P>,
     hash: AtomicU64,
+}
+
+impl<P> Slot<P> {
+    fn new(value: P) -> Self {
+        Slot {
+            site: Arc::new(value),
+            hash: AtomicU64::new(0),
+        }
+    }
 }
 
 impl<P> Clone for Slot<P> {
@@ -245,7 +282,7 @@ fn content_key<T: Hash + ?Sized>(value: &T) -> u64 {
 struct WordHasher(u64);
 
 impl WordHasher {
-    #[inline]
+    #[inline(always)]
     fn mix(&mut self, word: u64) {
         self.0 = (self.0 ^ word)
             .wrapping_mul(0x9E37_79B9_7F4A_7C15)
@@ -255,24 +292,34 @@ impl WordHasher {
 
 impl Hasher for WordHasher {
     fn write(&mut self, bytes: &[u8]) {
-        for chunk in bytes.chunks(8) {
+        let mut words = bytes.chunks_exact(8);
+        for word in &mut words {
+            self.mix(u64::from_le_bytes(word.try_into().expect("8 bytes")));
+        }
+        let rest = words.remainder();
+        if !rest.is_empty() {
             let mut w = [0u8; 8];
-            w[..chunk.len()].copy_from_slice(chunk);
+            w[..rest.len()].copy_from_slice(rest);
             self.mix(u64::from_le_bytes(w));
         }
     }
+    #[inline(always)]
     fn write_u8(&mut self, i: u8) {
         self.mix(u64::from(i));
     }
+    #[inline(always)]
     fn write_u16(&mut self, i: u16) {
         self.mix(u64::from(i));
     }
+    #[inline(always)]
     fn write_u32(&mut self, i: u32) {
         self.mix(u64::from(i));
     }
+    #[inline(always)]
     fn write_u64(&mut self, i: u64) {
         self.mix(i);
     }
+    #[inline(always)]
     fn write_usize(&mut self, i: usize) {
         self.mix(i as u64);
     }
@@ -286,7 +333,27 @@ impl Hasher for WordHasher {
     }
 }
 
-type Channel<M> = VecDeque<InFlight<M>>;
+/// The messages in flight: one vector, sorted by channel (`(from, to)`), each channel's
+/// messages contiguous and in channel order (head first). No empty channel is stored, so
+/// equal networks are equal vectors; a clone is one allocation.
+type Net<M> = Vec<(Link, InFlight<M>)>;
+/// Messages of the network (a channel's, for example).
+type Flights<M> = [(Link, InFlight<M>)];
+
+/// A channel `from → to` as one word, `from` in the high half: ordered as `(from, to)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct Link(u32);
+
+impl Link {
+    #[inline(always)]
+    fn new(from: NodeId, to: NodeId) -> Self {
+        Link(u32::from(from.0) << 16 | u32::from(to.0))
+    }
+    #[inline(always)]
+    fn nodes(self) -> (NodeId, NodeId) {
+        (NodeId((self.0 >> 16) as u16), NodeId(self.0 as u16))
+    }
+}
 
 /// Steps a copy of a site that another cluster shares (the model checker's states share
 /// most sites), and keeps the copy if the step is accepted. Out of line: a copy of a large
@@ -317,19 +384,15 @@ const SMALL_OUTPUTS: usize = 32;
 /// See [`SMALL_OUTPUTS`].
 const SMALL_OUTPUT_BYTES: usize = 512;
 
-/// Sites of one protocol and the channels between them. See the [module](self) docs.
-#[derive(Debug)]
-pub struct Cluster<P: Protocol> {
-    sites: Vec<Slot<P>>,
-    pub(crate) channels: BTreeMap<(NodeId, NodeId), Channel<P::Msg>>,
-    pub(crate) order: Order,
-    pub(crate) locks: u16,
-    pub(crate) crashed: BTreeSet<NodeId>,
-    pub(crate) faults: Faults,
-    pub(crate) error: Option<StepError>,
+/// The ghost history the properties keep (part of the state: equality and hash cover it).
+/// A cluster keeps it behind one `Arc` ([`Slot`]): most steps change none of it, so a clone
+/// shares it and a fingerprint reuses its cached hash.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub(crate) struct Ghost {
     /// Ghost history for the fencing property: per lock, the largest fence granted in
     /// each mode (indexed by `Mode as usize`), and the first grant that broke the order.
-    pub(crate) fences: BTreeMap<LockId, [Option<u64>; 6]>,
+    /// (A vector sorted by lock: few locks are granted, and a copy is one small allocation.)
+    pub(crate) fences: Vec<(LockId, [Option<u64>; 6])>,
     pub(crate) fence_breach: Option<FenceBreach>,
     /// Ghost history for the try-lock properties: the (node, lock) pairs whose last try
     /// was refused (`Output::WouldBlock`) and which have asked for nothing since, and the
@@ -356,6 +419,21 @@ pub struct Cluster<P: Protocol> {
     pub(crate) blocking_no_waiter: Option<(NodeId, LockId, Mode, Priority)>,
     /// The locks of which an upgrade was withdrawn by a cancel (P17's allowance).
     pub(crate) upgrade_withdrawn: BTreeSet<LockId>,
+}
+
+/// Sites of one protocol and the channels between them. See the [module](self) docs.
+#[derive(Debug)]
+pub struct Cluster<P: Protocol> {
+    sites: Vec<Slot<P>>,
+    net: Net<P::Msg>,
+    pub(crate) order: Order,
+    pub(crate) locks: u16,
+    pub(crate) crashed: BTreeSet<NodeId>,
+    pub(crate) faults: Faults,
+    pub(crate) error: Option<StepError>,
+    /// The ghost history of the properties, shared between clones until a step changes it
+    /// (with its hash cached, like a site's).
+    ghost: Slot<Ghost>,
     // Bookkeeping (not state).
     seq: u64,
     sent: u64,
@@ -370,24 +448,13 @@ impl<P: Protocol> Clone for Cluster<P> {
     fn clone(&self) -> Self {
         Cluster {
             sites: self.sites.clone(),
-            channels: self.channels.clone(),
+            net: self.net.clone(),
             order: self.order,
             locks: self.locks,
             crashed: self.crashed.clone(),
             faults: self.faults,
             error: self.error,
-            fences: self.fences.clone(),
-            fence_breach: self.fence_breach.clone(),
-            refused: self.refused.clone(),
-            try_breach: self.try_breach,
-            cancelled: self.cancelled.clone(),
-            cancel_breach: self.cancel_breach,
-            written: self.written.clone(),
-            value_breach: self.value_breach,
-            told: self.told.clone(),
-            blocking_breach: self.blocking_breach,
-            upgrade_withdrawn: self.upgrade_withdrawn.clone(),
-            blocking_no_waiter: self.blocking_no_waiter,
+            ghost: self.ghost.clone(),
             seq: self.seq,
             sent: self.sent,
             steps: self.steps,
@@ -398,9 +465,43 @@ impl<P: Protocol> Clone for Cluster<P> {
 }
 
 impl<P: Protocol> Cluster<P> {
-    /// The channels with a message in flight.
-    pub(crate) fn busy(&self) -> impl Iterator<Item = (&(NodeId, NodeId), &Channel<P::Msg>)> + '_ {
-        self.channels.iter().filter(|(_, q)| !q.is_empty())
+    /// The ghost history of the properties.
+    pub(crate) fn ghost(&self) -> &Ghost {
+        &self.ghost.site
+    }
+
+    /// The ghost history for a change (copied first if another cluster shares it).
+    pub(crate) fn ghost_mut(&mut self) -> &mut Ghost {
+        self.ghost.hash = AtomicU64::new(0);
+        Arc::make_mut(&mut self.ghost.site)
+    }
+
+    /// Where channel `from → to` is in the network (empty if no message is in flight on it).
+    fn span(&self, from: NodeId, to: NodeId) -> std::ops::Range<usize> {
+        // A scan: few messages are in flight.
+        let link = Link::new(from, to).0;
+        let mut lo = 0;
+        while lo < self.net.len() && self.net[lo].0 .0 < link {
+            lo += 1;
+        }
+        let mut hi = lo;
+        while hi < self.net.len() && self.net[hi].0 .0 == link {
+            hi += 1;
+        }
+        lo..hi
+    }
+
+    /// The channels with a message in flight, in (from, to) order, each with its messages
+    /// head first.
+    pub(crate) fn busy(&self) -> impl Iterator<Item = ((NodeId, NodeId), &Flights<P::Msg>)> + '_ {
+        self.net
+            .chunk_by(|a, b| a.0 .0 == b.0 .0)
+            .map(|c| (c[0].0.nodes(), c))
+    }
+
+    /// Every message in flight, with its channel.
+    pub(crate) fn in_flight_all(&self) -> impl Iterator<Item = &InFlight<P::Msg>> + '_ {
+        self.net.iter().map(|(_, m)| m)
     }
 }
 
@@ -410,23 +511,12 @@ where
 {
     fn eq(&self, o: &Self) -> bool {
         self.sites == o.sites
-            && self.busy().eq(o.busy())
+            && self.net == o.net
             && self.order == o.order
             && self.crashed == o.crashed
             && self.faults == o.faults
             && self.error == o.error
-            && self.fences == o.fences
-            && self.fence_breach == o.fence_breach
-            && self.refused == o.refused
-            && self.try_breach == o.try_breach
-            && self.cancelled == o.cancelled
-            && self.cancel_breach == o.cancel_breach
-            && self.written == o.written
-            && self.value_breach == o.value_breach
-            && self.told == o.told
-            && self.blocking_breach == o.blocking_breach
-            && self.upgrade_withdrawn == o.upgrade_withdrawn
-            && self.blocking_no_waiter == o.blocking_no_waiter
+            && self.ghost == o.ghost
     }
 }
 impl<P: Protocol + Eq> Eq for Cluster<P> where P::Msg: Eq {}
@@ -437,26 +527,16 @@ where
 {
     fn hash<H: Hasher>(&self, h: &mut H) {
         self.sites.hash(h);
-        h.write_usize(self.busy().count());
-        for c in self.busy() {
-            c.hash(h);
+        h.write_usize(self.net.len());
+        for (link, m) in &self.net {
+            h.write_u32(link.0);
+            m.hash(h);
         }
         self.order.hash(h);
         self.crashed.hash(h);
         self.faults.hash(h);
         self.error.hash(h);
-        self.fences.hash(h);
-        self.fence_breach.hash(h);
-        self.refused.hash(h);
-        self.try_breach.hash(h);
-        self.cancelled.hash(h);
-        self.cancel_breach.hash(h);
-        self.written.hash(h);
-        self.value_breach.hash(h);
-        self.told.hash(h);
-        self.blocking_breach.hash(h);
-        self.upgrade_withdrawn.hash(h);
-        self.blocking_no_waiter.hash(h);
+        self.ghost.hash(h);
     }
 }
 
@@ -486,24 +566,13 @@ where
                     hash: AtomicU64::new(0),
                 })
                 .collect(),
-            channels: BTreeMap::new(),
+            net: Vec::new(),
             order: Order::Fifo,
             locks,
             crashed: BTreeSet::new(),
             faults: Faults::default(),
             error: None,
-            fences: BTreeMap::new(),
-            fence_breach: None,
-            refused: BTreeSet::new(),
-            try_breach: None,
-            cancelled: BTreeMap::new(),
-            cancel_breach: None,
-            written: BTreeMap::new(),
-            value_breach: None,
-            told: BTreeMap::new(),
-            blocking_breach: None,
-            upgrade_withdrawn: BTreeSet::new(),
-            blocking_no_waiter: None,
+            ghost: Slot::new(Ghost::default()),
             seq: 0,
             sent: 0,
             steps: 0,
@@ -697,14 +766,17 @@ where
         };
         match report {
             Ok(r) => {
-                if let Some(lock) = asked {
+                // The ghost is changed (and so copied if shared) only where it changes.
+                if let Some(lock) = asked.filter(|l| self.ghost().refused.contains(&(node, *l))) {
                     // A new request: the refusal of an earlier try is history.
-                    self.refused.remove(&(node, lock));
+                    self.ghost_mut().refused.remove(&(node, lock));
                 }
-                if let Some(lock) = asked_or_released {
+                if let Some(lock) =
+                    asked_or_released.filter(|l| self.ghost().cancelled.contains_key(&(node, *l)))
+                {
                     // Asked again (or released what a cancelled upgrade left held): the
                     // cancel is history.
-                    self.cancelled.remove(&(node, lock));
+                    self.ghost_mut().cancelled.remove(&(node, lock));
                 }
                 if let Some(lock) = released {
                     // P17's ghost: the hold ended (`spec/SPEC.md` 1.16).
@@ -712,7 +784,9 @@ where
                 }
                 if let Some((lock, value)) = wrote {
                     // P16's ghost: the last value written (`spec/SPEC.md` 1.15).
-                    self.written.insert(lock, value);
+                    if self.ghost().written.get(&lock) != Some(&value) {
+                        self.ghost_mut().written.insert(lock, value);
+                    }
                 }
                 self.steps += 1;
                 self.rules = self.rules.union(r.rules);
@@ -769,27 +843,16 @@ where
         if !self.crashed.is_empty() && self.crashed.contains(&to) {
             return;
         }
-        let seq = self.seq;
-        let q = self.channels.entry((from, to)).or_default();
-        match self.order {
-            Order::Fifo => q.push_back(InFlight {
-                seq,
-                msg: Arc::new(msg),
-                copied: false,
-            }),
+        let (kind, lock) = (P::kind(&msg), P::lock_of(&msg));
+        let m = InFlight::new(self.seq, msg, kind, lock);
+        let span = self.span(from, to);
+        let at = match self.order {
+            Order::Fifo => span.end,
             Order::Unordered => {
-                let k = content_key(&msg);
-                let at = q.partition_point(|x| content_key(&x.msg) <= k);
-                q.insert(
-                    at,
-                    InFlight {
-                        seq,
-                        msg: Arc::new(msg),
-                        copied: false,
-                    },
-                );
+                span.start + self.net[span].partition_point(|(_, x)| x.key <= m.key)
             }
-        }
+        };
+        self.net.insert(at, (Link::new(from, to), m));
     }
 
     fn collect(
@@ -828,15 +891,8 @@ where
 
     /// Takes message `index` (0 = oldest) of channel `from → to` out of the network.
     fn take(&mut self, from: NodeId, to: NodeId, index: usize) -> Option<InFlight<P::Msg>> {
-        // An emptied channel leaves the map: iterating the busy channels (oldest first
-        // delivery, the model's actions) then costs what is in flight, not every link ever
-        // used. (Equality and hash skip empty channels all the same.)
-        let q = self.channels.get_mut(&(from, to))?;
-        let m = q.remove(index)?;
-        if q.is_empty() {
-            self.channels.remove(&(from, to));
-        }
-        Some(m)
+        let span = self.span(from, to);
+        (index < span.len()).then(|| self.net.remove(span.start + index).1)
     }
 
     /// Deliver the oldest message on channel `from → to`, if any. A message the kernel
@@ -863,7 +919,8 @@ where
         let r = self.run(to, Input::Deliver { from, msg: &m.msg }, true, see);
         Some(r.map_err(|e| {
             let msg = P::Msg::clone(&m.msg);
-            self.channels.entry((from, to)).or_default().push_front(m);
+            let at = self.span(from, to).start;
+            self.net.insert(at, (Link::new(from, to), m));
             (e, msg)
         }))
     }
@@ -960,15 +1017,17 @@ where
     /// Whether a copy of message `index` of channel `from → to` was delivered already
     /// ([`Cluster::duplicate`]): delivering it is then a second delivery.
     pub fn is_copied(&self, from: NodeId, to: NodeId, index: usize) -> bool {
-        self.channels
-            .get(&(from, to))
-            .and_then(|q| q.get(index))
-            .is_some_and(|m| m.copied)
+        let span = self.span(from, to);
+        index < span.len() && self.net[span.start + index].1.copied
     }
 
     /// A copy of message `index` of channel `from → to`, which is marked as copied.
     fn copy_of(&mut self, from: NodeId, to: NodeId, index: usize) -> Option<P::Msg> {
-        let m = self.channels.get_mut(&(from, to))?.get_mut(index)?;
+        let span = self.span(from, to);
+        if index >= span.len() {
+            return None;
+        }
+        let m = &mut self.net[span.start + index].1;
         m.copied = true;
         self.faults.duplicated = true;
         Some(P::Msg::clone(&m.msg))
@@ -1049,16 +1108,9 @@ where
             return 0;
         }
         self.faults.crashed = true;
-        let mut lost = 0;
-        self.channels.retain(|(_, to), q| {
-            if *to == node {
-                lost += q.len();
-                false
-            } else {
-                true
-            }
-        });
-        lost
+        let before = self.net.len();
+        self.net.retain(|(link, _)| link.nodes().1 != node);
+        before - self.net.len()
     }
 
     /// Restart crashed `node` with the state `site` (e.g. a fresh site, or one recovered
@@ -1071,8 +1123,13 @@ where
             site: Arc::new(site),
             hash: AtomicU64::new(0),
         };
-        self.refused.retain(|(n, _)| *n != node);
-        self.cancelled.retain(|(n, _), _| *n != node);
+        let g = self.ghost();
+        if g.refused.iter().any(|(n, _)| *n == node) || g.cancelled.keys().any(|(n, _)| *n == node)
+        {
+            let g = self.ghost_mut();
+            g.refused.retain(|(n, _)| *n != node);
+            g.cancelled.retain(|(n, _), _| *n != node);
+        }
         true
     }
 
@@ -1080,16 +1137,12 @@ where
 
     /// Messages in flight on channel `from → to`, head first.
     pub fn channel(&self, from: NodeId, to: NodeId) -> impl Iterator<Item = &P::Msg> + '_ {
-        self.channels
-            .get(&(from, to))
-            .into_iter()
-            .flatten()
-            .map(|m| &*m.msg)
+        self.net[self.span(from, to)].iter().map(|(_, m)| &*m.msg)
     }
 
     /// Number of messages in flight on channel `from → to`.
     pub fn channel_len(&self, from: NodeId, to: NodeId) -> usize {
-        self.channels.get(&(from, to)).map_or(0, |q| q.len())
+        self.span(from, to).len()
     }
 
     /// The channels with a message in flight, in (from, to) order, each with its messages
@@ -1097,33 +1150,34 @@ where
     pub fn channels(
         &self,
     ) -> impl Iterator<Item = ((NodeId, NodeId), impl Iterator<Item = &P::Msg> + '_)> + '_ {
-        self.busy().map(|(k, q)| (*k, q.iter().map(|m| &*m.msg)))
+        self.busy()
+            .map(|(k, q)| (k, q.iter().map(|(_, m)| &*m.msg)))
     }
 
     /// Channels with a message in flight.
     pub fn busy_channels(&self) -> Vec<(NodeId, NodeId)> {
-        self.busy().map(|(k, _)| *k).collect()
+        self.busy().map(|(k, _)| k).collect()
     }
 
     /// Every message in flight: (from, to, message).
     pub fn messages(&self) -> impl Iterator<Item = (NodeId, NodeId, &P::Msg)> + '_ {
-        self.channels
-            .iter()
-            .flat_map(|((f, t), q)| q.iter().map(move |m| (*f, *t, &*m.msg)))
+        self.net.iter().map(|(link, m)| {
+            let (f, t) = link.nodes();
+            (f, t, &*m.msg)
+        })
     }
 
     /// The channel whose head message was sent first, if any message is in flight.
     pub fn oldest_channel(&self) -> Option<(NodeId, NodeId)> {
-        self.channels
-            .iter()
-            .filter_map(|(k, q)| q.front().map(|m| (m.seq, *k)))
+        self.busy()
+            .map(|(k, q)| (q[0].1.seq, k))
             .min()
             .map(|(_, k)| k)
     }
 
     /// Number of messages in flight.
     pub fn in_flight(&self) -> usize {
-        self.channels.values().map(|q| q.len()).sum()
+        self.net.len()
     }
 
     /// Delivers the oldest message in flight until the network is empty, calling `check`
@@ -1155,10 +1209,9 @@ where
         lock: LockId,
         kind: impl Fn(MsgKind) -> bool,
     ) -> bool {
-        self.channels.get(&(a, b)).is_some_and(|q| {
-            q.iter()
-                .any(|m| P::lock_of(&m.msg) == lock && kind(P::kind(&m.msg)))
-        })
+        self.net[self.span(a, b)]
+            .iter()
+            .any(|(_, m)| m.lock == lock && kind(m.kind))
     }
 
     /// Whether the link between `a` and `b` carries no message of `lock` that satisfies
@@ -1170,7 +1223,12 @@ where
         lock: LockId,
         kind: impl Fn(MsgKind) -> bool,
     ) -> bool {
-        !self.in_flight_on(a, b, lock, &kind) && !self.in_flight_on(b, a, lock, &kind)
+        // One pass over the network for both directions.
+        let (ab, ba) = (Link::new(a, b), Link::new(b, a));
+        !self
+            .net
+            .iter()
+            .any(|(k, m)| (*k == ab || *k == ba) && m.lock == lock && kind(m.kind))
     }
 
     /// The live (not crashed) sites, with their node ids.

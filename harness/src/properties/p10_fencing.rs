@@ -29,12 +29,20 @@ where
             _ if P::FENCED => 0,
             _ => return,
         };
-        let seen = self.fences.entry(lock).or_insert([None; 6]);
-        if self.fence_breach.is_none() {
+        let g = self.ghost_mut();
+        let at = match g.fences.binary_search_by_key(&lock, |(l, _)| *l) {
+            Ok(at) => at,
+            Err(at) => {
+                g.fences.insert(at, (lock, [None; 6]));
+                at
+            }
+        };
+        let seen = &mut g.fences[at].1;
+        if g.fence_breach.is_none() {
             for m in Mode::REQUESTABLE {
                 match seen[m as usize] {
                     Some(f) if f >= fence && (table_2_1(m, mode) || table_2_1(mode, m)) => {
-                        self.fence_breach = Some(FenceBreach {
+                        g.fence_breach = Some(FenceBreach {
                             node,
                             lock,
                             mode,
@@ -58,7 +66,7 @@ where
     /// counter again (the runtime refuses such a node instead: `docs/faults.md`, "Static
     /// cluster (the default)").
     pub fn check_fences(&self) -> Result<(), Violation> {
-        match &self.fence_breach {
+        match &self.ghost().fence_breach {
             Some(b) if !self.faults.crashed => Err(Violation {
                 property: FENCE,
                 detail: format!(
@@ -72,6 +80,10 @@ where
 
     /// The fencing ghost: per lock, the largest fence granted so far in each mode.
     pub fn fences_granted(&self, lock: LockId) -> Option<[Option<u64>; 6]> {
-        self.fences.get(&lock).copied()
+        let fences = &self.ghost().fences;
+        fences
+            .binary_search_by_key(&lock, |(l, _)| *l)
+            .ok()
+            .map(|at| fences[at].1)
     }
 }

@@ -18,21 +18,24 @@ where
 {
     /// The ghost history of P11 and P12: `node`'s try of `lock` was refused.
     pub(crate) fn note_would_block(&mut self, node: NodeId, lock: LockId) {
-        self.refused.insert((node, lock));
+        if !self.ghost().refused.contains(&(node, lock)) {
+            self.ghost_mut().refused.insert((node, lock));
+        }
     }
 
     /// The ghost history of P11: `node` was granted `lock` in `mode`; a breach if its
     /// last try was refused and it has not asked since.
     pub(crate) fn note_try_grant(&mut self, node: NodeId, lock: LockId, mode: Mode) {
-        if self.try_breach.is_none() && self.refused.contains(&(node, lock)) {
-            self.try_breach = Some((node, lock, mode));
+        let g = self.ghost();
+        if g.try_breach.is_none() && g.refused.contains(&(node, lock)) {
+            self.ghost_mut().try_breach = Some((node, lock, mode));
         }
     }
 
     /// P11, no grant after WouldBlock: no site was granted a lock after its try of the lock
     /// was refused, unless it asked again in between.
     pub fn check_no_grant_after_would_block(&self) -> Result<(), Violation> {
-        match self.try_breach {
+        match self.ghost().try_breach {
             None => Ok(()),
             Some((n, l, m)) => Err(Violation {
                 property: P11,
@@ -43,6 +46,6 @@ where
 
     /// The (node, lock) pairs whose last try was refused, with nothing asked since.
     pub fn refused_tries(&self) -> impl Iterator<Item = (NodeId, LockId)> + '_ {
-        self.refused.iter().copied()
+        self.ghost().refused.iter().copied()
     }
 }

@@ -15,7 +15,7 @@ impl<const N: usize, const L: usize, const Q: usize> Cluster<Site<N, L, Q>> {
     /// has nothing pending for the lock and no live site's queue of the lock holds an entry
     /// of the node with the try's serial (the node's newest, since it asked nothing since).
     pub fn check_try_leaves_nothing(&self) -> Result<(), Violation> {
-        for &(n, lock) in &self.refused {
+        for &(n, lock) in &self.ghost().refused {
             if self.crashed.contains(&n) {
                 continue;
             }

@@ -20,21 +20,24 @@ where
     /// The ghost history of P14 and P15: `node` cancelled what it had pending for `lock`
     /// while it held `held` (Φ; U for an upgrade).
     pub(crate) fn note_cancelled(&mut self, node: NodeId, lock: LockId, held: Mode) {
-        self.cancelled.insert((node, lock), held);
+        if self.ghost().cancelled.get(&(node, lock)) != Some(&held) {
+            self.ghost_mut().cancelled.insert((node, lock), held);
+        }
     }
 
     /// The ghost history of P14: `node` was granted `lock` in `mode` (W: an upgrade); a
     /// breach if it cancelled and has not asked since.
     pub(crate) fn note_cancelled_grant(&mut self, node: NodeId, lock: LockId, mode: Mode) {
-        if self.cancel_breach.is_none() && self.cancelled.contains_key(&(node, lock)) {
-            self.cancel_breach = Some((node, lock, mode));
+        let g = self.ghost();
+        if g.cancel_breach.is_none() && g.cancelled.contains_key(&(node, lock)) {
+            self.ghost_mut().cancel_breach = Some((node, lock, mode));
         }
     }
 
     /// P14, no grant after Cancel: no site was granted a lock (or completed an upgrade)
     /// after it cancelled its request of the lock, unless it asked again in between.
     pub fn check_no_grant_after_cancel(&self) -> Result<(), Violation> {
-        match self.cancel_breach {
+        match self.ghost().cancel_breach {
             None => Ok(()),
             Some((n, l, m)) => Err(Violation {
                 property: P14,
@@ -46,6 +49,6 @@ where
     /// The (node, lock) pairs whose last request was cancelled, with nothing asked since,
     /// and the mode each held at the cancel.
     pub fn cancelled_requests(&self) -> impl Iterator<Item = ((NodeId, LockId), Mode)> + '_ {
-        self.cancelled.iter().map(|(k, m)| (*k, *m))
+        self.ghost().cancelled.iter().map(|(k, m)| (*k, *m))
     }
 }

@@ -23,7 +23,7 @@ impl<const N: usize, const L: usize, const Q: usize> Cluster<Site<N, L, Q>> {
     /// entry of the node with the request's serial.
     pub fn check_cancel_leaves_nothing(&self) -> Result<(), Violation> {
         let exact = self.order == Order::Fifo && self.faults.none();
-        for (&(n, lock), &held) in &self.cancelled {
+        for (&(n, lock), &held) in &self.ghost().cancelled {
             if self.crashed.contains(&n) {
                 continue;
             }

@@ -23,7 +23,7 @@ where
     /// the site reports the block its hold reads). A protocol without value blocks reports
     /// none and is not checked.
     pub(crate) fn note_value(&mut self, node: NodeId, lock: LockId, mode: Mode) {
-        if self.value_breach.is_some() {
+        if self.ghost().value_breach.is_some() {
             return;
         }
         let Ok(Some(block)) = self.site(node).value(lock) else {
@@ -34,19 +34,23 @@ where
         };
         let last = self.value_written(lock);
         if *read != last {
-            self.value_breach = Some((node, lock, mode, read[0], last[0]));
+            self.ghost_mut().value_breach = Some((node, lock, mode, read[0], last[0]));
         }
     }
 
     /// The ghost: the last value written to `lock` (all zero before the first write).
     pub fn value_written(&self, lock: LockId) -> [u8; VALUE_LEN] {
-        self.written.get(&lock).copied().unwrap_or([0; VALUE_LEN])
+        self.ghost()
+            .written
+            .get(&lock)
+            .copied()
+            .unwrap_or([0; VALUE_LEN])
     }
 
     /// P16: every grant (and completed upgrade) so far whose value block was valid read the
     /// last value written to the lock before the grant.
     pub fn check_value_block(&self) -> Result<(), Violation> {
-        match self.value_breach {
+        match self.ghost().value_breach {
             Some((node, lock, mode, read, last)) => Err(Violation {
                 property: P16,
                 detail: format!(

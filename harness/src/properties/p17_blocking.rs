@@ -33,48 +33,61 @@ where
     /// The ghost of P17: `node`'s step (already applied) emitted `Blocking { lock, mode,
     /// prio }`.
     pub(crate) fn note_blocking(&mut self, node: NodeId, lock: LockId, mode: Mode, prio: Priority) {
-        if self.blocking_breach.is_some() {
+        if self.ghost().blocking_breach.is_some() {
             return;
         }
         let held = self.site(node).held(lock).unwrap_or(Mode::Phi);
-        let told = self.told.entry((node, lock)).or_default();
+        let told = self.ghost().told.get(&(node, lock)).copied();
+        let mut no_waiter = false;
         let breach = if held == Mode::Phi || !conflicts(held, mode) {
             Some(BlockingBreach::NotBlocking(held))
-        } else if told.contains(mode) {
+        } else if told.is_some_and(|t| t.contains(mode)) {
             Some(BlockingBreach::Twice)
         } else {
-            told.insert(mode);
             let waiter = (0..self.len()).map(|i| NodeId(i as u16)).any(|n| {
                 n != node
                     && !self.crashed.contains(&n)
                     && self.site(n).pending_mode(lock) == Ok(mode)
             });
-            let withdrawn = mode == Mode::W && self.upgrade_withdrawn.contains(&lock);
-            if !waiter && !withdrawn && self.faults.none() && self.blocking_no_waiter.is_none() {
-                self.blocking_no_waiter = Some((node, lock, mode, prio));
-            }
+            let g = self.ghost();
+            let withdrawn = mode == Mode::W && g.upgrade_withdrawn.contains(&lock);
+            no_waiter =
+                !waiter && !withdrawn && self.faults.none() && g.blocking_no_waiter.is_none();
             None
         };
+        // The hold's told modes (an entry even for a breach), and what was seen.
+        let g = self.ghost_mut();
+        let told = g.told.entry((node, lock)).or_default();
+        if breach.is_none() {
+            told.insert(mode);
+        }
+        if no_waiter {
+            g.blocking_no_waiter = Some((node, lock, mode, prio));
+        }
         if let Some(b) = breach {
-            self.blocking_breach = Some((node, lock, mode, prio, b));
+            g.blocking_breach = Some((node, lock, mode, prio, b));
         }
     }
 
     /// The ghost of P17: an upgrade of `lock` was withdrawn by a cancel (`spec/SPEC.md`
     /// 1.13); a freeze naming its W may still be in flight.
     pub(crate) fn note_upgrade_withdrawn(&mut self, lock: LockId) {
-        self.upgrade_withdrawn.insert(lock);
+        if !self.ghost().upgrade_withdrawn.contains(&lock) {
+            self.ghost_mut().upgrade_withdrawn.insert(lock);
+        }
     }
 
     /// The ghost of P17: `node`'s hold of `lock` ended (or a new one began).
     pub(crate) fn forget_told(&mut self, node: NodeId, lock: LockId) {
-        self.told.remove(&(node, lock));
+        if self.ghost().told.contains_key(&(node, lock)) {
+            self.ghost_mut().told.remove(&(node, lock));
+        }
     }
 
     /// P17, for every protocol: every blocking notification so far went to a holder of a
     /// conflicting mode, once per holder, waiting mode and hold.
     pub fn check_blocking(&self) -> Result<(), Violation> {
-        let Some((node, lock, mode, prio, breach)) = self.blocking_breach else {
+        let Some((node, lock, mode, prio, breach)) = self.ghost().blocking_breach else {
             return Ok(());
         };
         Self::blocking_violation(node, lock, mode, prio, breach)
@@ -108,7 +121,7 @@ impl<const N: usize, const L: usize, const Q: usize> Cluster<Site<N, L, Q>> {
     /// a request for the waiting mode pending (checked without faults, not under PIP, and
     /// not for a W once an upgrade of the lock was cancelled).
     pub fn check_blocking_waiter(&self) -> Result<(), Violation> {
-        let Some((node, lock, mode, prio)) = self.blocking_no_waiter else {
+        let Some((node, lock, mode, prio)) = self.ghost().blocking_no_waiter else {
             return Ok(());
         };
         if self.site(node).variant().inheritance == Inheritance::Pip {

@@ -26,12 +26,8 @@ where
                 .filter(|(_, s)| s.has_token(lock).unwrap_or(false))
                 .count();
             let in_flight = self
-                .channels
-                .values()
-                .flatten()
-                .filter(|m| {
-                    !m.copied && P::kind(&m.msg) == MsgKind::Token && P::lock_of(&m.msg) == lock
-                })
+                .in_flight_all()
+                .filter(|m| !m.copied && m.kind == MsgKind::Token && m.lock == lock)
                 .count();
             let n = at_sites + in_flight;
             if n > 1 || (n == 0 && !lossy) {

@@ -28,7 +28,7 @@ where
     /// users will issue nothing more that could unblock a request: e.g. every script has
     /// ended, or nothing is held), no request is pending.
     pub fn check_no_deadlock(&self, users_idle: bool) -> Result<(), Violation> {
-        if !users_idle || self.busy().next().is_some() {
+        if !users_idle || self.in_flight() > 0 {
             return Ok(());
         }
         match self.pending() {

@@ -227,7 +227,13 @@ pub struct Stale {
 
 /// One lock as seen by one site: parent pointer, token, held/owned/pending modes, the
 /// copyset (children with their owned modes), the local queue and the frozen modes.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+///
+/// Its `Hash` is not derived: it writes the fields packed into few words (a model checker
+/// fingerprints every state it generates, and a derived hash writes each small field on
+/// its own) and leaves out `copyset` and `owned_count`, which `peers` determines. Equal
+/// nodes hash equally, and the packing is injective, so unequal nodes differ in the words
+/// written.
+#[derive(Clone, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct LockNode<const N: usize, const Q: usize> {
     pub(crate) parent: Option<NodeId>,
@@ -272,6 +278,63 @@ pub struct LockNode<const N: usize, const Q: usize> {
     /// current hold was told about ([`Output::Blocking`]); emptied when the hold ends.
     #[cfg_attr(feature = "serde", serde(default, skip_serializing_if = "no_modes"))]
     pub(crate) told: ModeSet,
+}
+
+/// A queue entry or none in one word, injectively: the mode is stored plus one, so `None`
+/// (all zero) differs from every entry.
+fn entry_word(e: Option<&QueueEntry>) -> u64 {
+    e.map_or(0, |e| {
+        u64::from(e.requester.0)
+            | (u64::from(e.mode as u8) + 1) << 16
+            | u64::from(e.prio) << 24
+            | u64::from(e.serial) << 32
+    })
+}
+
+impl<const N: usize, const Q: usize> core::hash::Hash for LockNode<N, Q> {
+    fn hash<H: core::hash::Hasher>(&self, h: &mut H) {
+        let (pending, entry) = match &self.pending {
+            Pending::None => (0u64, None),
+            Pending::Request(e) => (1, Some(e)),
+            Pending::Upgrade => (2, None),
+            Pending::Try(e) => (3, Some(e)),
+        };
+        // The small fields: parent (17 bits with its tag), held, kept, cancelled, the kind
+        // of pending, the told modes, whether the token is here, and the queue's length.
+        h.write_u64(
+            self.parent.map_or(0, |p| 1 << 16 | u64::from(p.0))
+                | u64::from(self.held as u8) << 17
+                | u64::from(self.kept as u8) << 20
+                | u64::from(self.cancelled) << 23
+                | pending << 24
+                | u64::from(self.told.bits()) << 26
+                | u64::from(self.token.is_some()) << 34
+                | (self.queue.len() as u64) << 35,
+        );
+        h.write_u64(u64::from(self.token.unwrap_or(0)) | u64::from(self.generation_seen) << 32);
+        h.write_u64(entry_word(entry));
+        h.write_u64(self.frozen.word());
+        h.write_u64(u64::from(self.next_serial));
+        let s = &self.stale;
+        h.write_u64(u64::from(s.releases) | u64::from(s.freezes) << 32);
+        h.write_u64(u64::from(s.grants) | u64::from(s.tokens) << 32);
+        h.write_u64(u64::from(s.requests) | u64::from(s.busies) << 32);
+        h.write_u64(self.fence);
+        h.write_u64(self.held_fence);
+        h.write_u64(entry_word(self.shortcut.as_ref()));
+        for r in &self.routes {
+            h.write_u64(entry_word(r.as_ref()));
+        }
+        for e in &self.queue {
+            h.write_u64(entry_word(Some(e)));
+        }
+        for p in &self.peers {
+            h.write_u64(u64::from(p.child_owned as u8) | u64::from(p.parent_epoch) << 32);
+            h.write_u64(u64::from(p.child_epoch) | u64::from(p.requests_sent) << 32);
+            h.write_u64(u64::from(p.requests_seen) | u64::from(p.requests_window) << 32);
+        }
+        self.value.hash(h);
+    }
 }
 
 /// Where a step's effects go: this site's id, the lock, and the output buffer.
