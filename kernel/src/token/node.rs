@@ -284,16 +284,55 @@ pub struct LockNode<const N: usize, const Q: usize> {
 /// (all zero) differs from every entry.
 fn entry_word(e: Option<&QueueEntry>) -> u64 {
     e.map_or(0, |e| {
-        u64::from(e.requester.0)
-            | (u64::from(e.mode as u8) + 1) << 16
-            | u64::from(e.prio) << 24
-            | u64::from(e.serial) << 32
+        let QueueEntry {
+            requester,
+            mode,
+            serial,
+            prio,
+        } = e;
+        u64::from(requester.0)
+            | (u64::from(*mode as u8) + 1) << 16
+            | u64::from(*prio) << 24
+            | u64::from(*serial) << 32
     })
 }
 
 impl<const N: usize, const Q: usize> core::hash::Hash for LockNode<N, Q> {
     fn hash<H: core::hash::Hasher>(&self, h: &mut H) {
-        let (pending, entry) = match &self.pending {
+        // Every field named: a field added to `LockNode` (or to `Peer`, `Stale`,
+        // `QueueEntry`) does not compile here until the hash writes it, so a model checker
+        // that takes the hash for the state's identity cannot merge states that differ in it.
+        let LockNode {
+            parent,
+            token,
+            generation_seen,
+            held,
+            pending,
+            frozen,
+            queue,
+            peers,
+            copyset: _,
+            owned_count: _,
+            next_serial,
+            stale,
+            fence,
+            held_fence,
+            shortcut,
+            routes,
+            kept,
+            cancelled,
+            value,
+            told,
+        } = self;
+        let Stale {
+            releases,
+            freezes,
+            grants,
+            tokens,
+            requests,
+            busies,
+        } = stale;
+        let (pending, entry) = match pending {
             Pending::None => (0u64, None),
             Pending::Request(e) => (1, Some(e)),
             Pending::Upgrade => (2, None),
@@ -302,38 +341,45 @@ impl<const N: usize, const Q: usize> core::hash::Hash for LockNode<N, Q> {
         // The small fields: parent (17 bits with its tag), held, kept, cancelled, the kind
         // of pending, the told modes, whether the token is here, and the queue's length.
         h.write_u64(
-            self.parent.map_or(0, |p| 1 << 16 | u64::from(p.0))
-                | u64::from(self.held as u8) << 17
-                | u64::from(self.kept as u8) << 20
-                | u64::from(self.cancelled) << 23
+            parent.map_or(0, |p| 1 << 16 | u64::from(p.0))
+                | u64::from(*held as u8) << 17
+                | u64::from(*kept as u8) << 20
+                | u64::from(*cancelled) << 23
                 | pending << 24
-                | u64::from(self.told.bits()) << 26
-                | u64::from(self.token.is_some()) << 34
-                | (self.queue.len() as u64) << 35,
+                | u64::from(told.bits()) << 26
+                | u64::from(token.is_some()) << 34
+                | (queue.len() as u64) << 35,
         );
-        h.write_u64(u64::from(self.token.unwrap_or(0)) | u64::from(self.generation_seen) << 32);
+        h.write_u64(u64::from(token.unwrap_or(0)) | u64::from(*generation_seen) << 32);
         h.write_u64(entry_word(entry));
-        h.write_u64(self.frozen.word());
-        h.write_u64(u64::from(self.next_serial));
-        let s = &self.stale;
-        h.write_u64(u64::from(s.releases) | u64::from(s.freezes) << 32);
-        h.write_u64(u64::from(s.grants) | u64::from(s.tokens) << 32);
-        h.write_u64(u64::from(s.requests) | u64::from(s.busies) << 32);
-        h.write_u64(self.fence);
-        h.write_u64(self.held_fence);
-        h.write_u64(entry_word(self.shortcut.as_ref()));
-        for r in &self.routes {
+        h.write_u64(frozen.word());
+        h.write_u64(u64::from(*next_serial));
+        h.write_u64(u64::from(*releases) | u64::from(*freezes) << 32);
+        h.write_u64(u64::from(*grants) | u64::from(*tokens) << 32);
+        h.write_u64(u64::from(*requests) | u64::from(*busies) << 32);
+        h.write_u64(*fence);
+        h.write_u64(*held_fence);
+        h.write_u64(entry_word(shortcut.as_ref()));
+        for r in routes {
             h.write_u64(entry_word(r.as_ref()));
         }
-        for e in &self.queue {
+        for e in queue {
             h.write_u64(entry_word(Some(e)));
         }
-        for p in &self.peers {
-            h.write_u64(u64::from(p.child_owned as u8) | u64::from(p.parent_epoch) << 32);
-            h.write_u64(u64::from(p.child_epoch) | u64::from(p.requests_sent) << 32);
-            h.write_u64(u64::from(p.requests_seen) | u64::from(p.requests_window) << 32);
+        for p in peers {
+            let Peer {
+                child_owned,
+                parent_epoch,
+                child_epoch,
+                requests_sent,
+                requests_seen,
+                requests_window,
+            } = p;
+            h.write_u64(u64::from(*child_owned as u8) | u64::from(*parent_epoch) << 32);
+            h.write_u64(u64::from(*child_epoch) | u64::from(*requests_sent) << 32);
+            h.write_u64(u64::from(*requests_seen) | u64::from(*requests_window) << 32);
         }
-        self.value.hash(h);
+        value.hash(h);
     }
 }
 

@@ -21,8 +21,9 @@ pub struct Frozen {
 impl Frozen {
     /// The whole value in one word, injectively (for `LockNode`'s hash).
     pub(crate) fn word(self) -> u64 {
-        let mut w = u64::from(self.set.bits());
-        for (i, t) in self.threshold.iter().enumerate() {
+        let Frozen { set, threshold } = self;
+        let mut w = u64::from(set.bits());
+        for (i, t) in threshold.iter().enumerate() {
             w |= u64::from(*t) << (8 * (i + 1));
         }
         w
