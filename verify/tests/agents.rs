@@ -4,6 +4,11 @@
 //! unsafe are refuted with named counterexamples saved under
 //! `spec/counterexamples/agents-*.json`.
 
+/// The model checker clones a state per successor: mimalloc's allocation is cheaper than
+/// glibc's for that pattern (`docs/benchmarks.md`, "Model checking throughput").
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use hilock_kernel::agents::LockMode::{Read as R, Write as W};
 use hilock_kernel::agents::{AgentVariant, Req, Resolver, ServerVariant, SurrenderTo};
 use hilock_models::agents::AgentsTrace;
@@ -472,7 +477,7 @@ fn four_cycle_each_deadlock_resolved_by_one_surrender() {
         return;
     }
     let m = four_cycle();
-    let r = m.check_dfs();
+    let r = m.check_dfs_with(2, Some(std::time::Duration::from_secs(30)));
     println!("{}", r.summary());
     assert!(r.ok(), "{}: violated {:?}", m.name, r.violations());
     for reached in ["a surrender", "a forward", "every transaction commits"] {
