@@ -56,6 +56,8 @@ use hilock_kernel::agents::{
 use serde::Serialize;
 use stateright::{Checker, HasDiscoveries, Model, Path, Property};
 use std::collections::BTreeMap;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Path depth in the model.
@@ -222,17 +224,77 @@ pub enum NetMsg {
     Down(u16),
 }
 
+/// A server or an agent in a state: shared with the state it came from until a step changes
+/// it (most steps change one process), with its hash computed when it is made or changed.
+/// A state hashes as the hashes of its parts (the checker hashed every whole process of
+/// every successor before, a third of its time); two states are equal only if their parts
+/// are. Different parts with equal hashes would make states that differ only in them
+/// collide in the checker's fingerprint, as two different states can collide anyway.
+#[derive(Clone, Debug)]
+pub struct Part<T> {
+    hash: u64,
+    val: Arc<T>,
+}
+
+impl<T: Hash> Part<T> {
+    /// `val` with its hash.
+    pub fn new(val: T) -> Self {
+        Part {
+            hash: Self::hash_of(&val),
+            val: Arc::new(val),
+        }
+    }
+
+    fn hash_of(val: &T) -> u64 {
+        let mut h = std::hash::DefaultHasher::new(); // fixed keys: the same in every run
+        val.hash(&mut h);
+        h.finish()
+    }
+
+    /// Applies `f` to the value (copied first if another state shares it) and hashes
+    /// the result.
+    pub fn update<R>(&mut self, f: impl FnOnce(&mut T) -> R) -> R
+    where
+        T: Clone,
+    {
+        let r = f(Arc::make_mut(&mut self.val));
+        self.hash = Self::hash_of(&self.val);
+        r
+    }
+}
+
+impl<T> std::ops::Deref for Part<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.val
+    }
+}
+
+impl<T: PartialEq> PartialEq for Part<T> {
+    fn eq(&self, other: &Self) -> bool {
+        self.hash == other.hash && (Arc::ptr_eq(&self.val, &other.val) || self.val == other.val)
+    }
+}
+
+impl<T: Eq> Eq for Part<T> {}
+
+impl<T> Hash for Part<T> {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        state.write_u64(self.hash);
+    }
+}
+
 /// A state.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct AState {
     /// The servers.
-    pub servers: Vec<MServer>,
+    pub servers: Vec<Part<MServer>>,
     /// The agents.
-    pub agents: Vec<MAgent>,
+    pub agents: Vec<Part<MAgent>>,
     /// Per agent: locks of its script asked so far.
     pub asked: Vec<u8>,
     /// Messages in flight per (from, to).
-    pub net: BTreeMap<(Proc, Proc), Vec<NetMsg>>,
+    pub net: BTreeMap<(Proc, Proc), Part<Vec<NetMsg>>>,
     /// Ghost: an agent surrendered without a real cycle (its index).
     pub phantom: Option<u16>,
     /// Ghost: a kernel error.
@@ -509,7 +571,12 @@ impl AgentsModel {
                 return; // a message to a dead process is lost
             }
         }
-        st.net.entry((from, to)).or_default().push(m);
+        match st.net.get_mut(&(from, to)) {
+            Some(ch) => ch.update(|ch| ch.push(m)),
+            None => {
+                st.net.insert((from, to), Part::new(vec![m]));
+            }
+        }
     }
 
     /// Steps agent `a` with `input`, routes its outputs, and lets the client ask its next
@@ -522,7 +589,7 @@ impl AgentsModel {
         log: &mut StepLog,
     ) {
         let mut out = VecSink::default();
-        match st.agents[a].step(input, &mut out) {
+        match st.agents[a].update(|ag| ag.step(input, &mut out)) {
             Ok(r) => {
                 self.note(st, a, r, &out.0, log);
             }
@@ -540,15 +607,17 @@ impl AgentsModel {
             st.asked[a] += 1;
             log.out(|| format!("client of A{a} asks {} {}", path_str(&s.path), s.mode));
             let mut out = VecSink::default();
-            match st.agents[a].step(
-                AgentInput::Lock {
-                    path: s.path,
-                    mode: s.mode,
-                    servers: s.servers,
-                    req: s.req,
-                },
-                &mut out,
-            ) {
+            match st.agents[a].update(|ag| {
+                ag.step(
+                    AgentInput::Lock {
+                        path: s.path,
+                        mode: s.mode,
+                        servers: s.servers,
+                        req: s.req,
+                    },
+                    &mut out,
+                )
+            }) {
                 Ok(r) => self.note(st, a, r, &out.0, log),
                 Err(e) => {
                     st.error = Some(format!("A{a}: {e}"));
@@ -641,7 +710,7 @@ impl AgentsModel {
 
     fn server_step(&self, st: &mut AState, s: usize, msg: &ServerMsg<MD>, log: &mut StepLog) {
         let mut out: VecSink<Announce<MD, MQ>> = VecSink::default();
-        match st.servers[s].step(msg, &mut out) {
+        match st.servers[s].update(|srv| srv.step(msg, &mut out)) {
             Ok(r) if !log.quiet => log.rules = format!("S{s}: {r}"),
             Ok(_) => {}
             Err(e) => {
@@ -680,7 +749,7 @@ impl AgentsModel {
                 if i >= ch.len() || Carried::of(&ch[i]) != what {
                     return None;
                 }
-                let m = ch.remove(i);
+                let m = ch.update(|ch| ch.remove(i));
                 if ch.is_empty() {
                     st.net.remove(&(from, to));
                 }
@@ -1191,15 +1260,17 @@ impl Model for AgentsModel {
         let n = self.scripts.len();
         let mut st = AState {
             servers: (0..self.servers)
-                .map(|s| MServer::new(ServerId(s)).with_variant(self.server_variant))
+                .map(|s| Part::new(MServer::new(ServerId(s)).with_variant(self.server_variant)))
                 .collect(),
             agents: (0..n)
                 .map(|a| {
-                    MAgent::new(
-                        hilock_kernel::agents::AgentId(a as u16),
-                        self.scripts[a].abort_on_deadlock,
+                    Part::new(
+                        MAgent::new(
+                            hilock_kernel::agents::AgentId(a as u16),
+                            self.scripts[a].abort_on_deadlock,
+                        )
+                        .with_variant(self.agent_variant),
                     )
-                    .with_variant(self.agent_variant)
                 })
                 .collect(),
             asked: vec![0; n],
@@ -1218,15 +1289,17 @@ impl Model for AgentsModel {
             if let Some(s) = self.scripts[a].steps.first().copied() {
                 st.asked[a] = 1;
                 let mut out = VecSink::default();
-                if let Err(e) = st.agents[a].step(
-                    AgentInput::Lock {
-                        path: s.path,
-                        mode: s.mode,
-                        servers: s.servers,
-                        req: s.req,
-                    },
-                    &mut out,
-                ) {
+                if let Err(e) = st.agents[a].update(|ag| {
+                    ag.step(
+                        AgentInput::Lock {
+                            path: s.path,
+                            mode: s.mode,
+                            servers: s.servers,
+                            req: s.req,
+                        },
+                        &mut out,
+                    )
+                }) {
                     st.error = Some(format!("A{a}: {e}"));
                 }
                 self.route(&mut st, a, out.0, &mut log);
@@ -1300,7 +1373,7 @@ impl Model for AgentsModel {
             s.push_str(&format!("\nA{k}: {}", agent_str(ag)));
         }
         for ((from, to), ch) in &st.net {
-            for m in ch {
+            for m in ch.iter() {
                 s.push_str(&format!("\nin flight {from} → {to}: {}", msg_str(m)));
             }
         }
