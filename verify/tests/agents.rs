@@ -408,7 +408,7 @@ fn majority_locks_can_surrender_without_a_deadlock() {
 }
 
 /// The seed's rule on [`three_by_three`]: every deadlock resolved by one surrender, none
-/// without a deadlock, none stays (752,707 states, about 11 s in the test profile on the
+/// without a deadlock, none stays (752,707 states, about 8 s in the test profile on the
 /// shared 2-core machine: behind `--ignored`, listed in `docs/verification.md`).
 #[test]
 #[ignore]
@@ -467,11 +467,11 @@ fn majority_over_three_servers_with_one_down_commits_and_all_aborts_naming_it() 
 /// two threads ([`AgentsModel::check_dfs_with`], a progress line every 30 s): breadth-first
 /// it was stopped after about 6 min (test profile) at 12 GB resident on the shared 2-core,
 /// 23 GB machine, as its frontier holds whole states; depth-first the checker keeps a
-/// fingerprint per state, and the run took 640 s (606 s CPU, the machine's other work leaving it 95 % of
-/// one core) and 1.33 GB peak. Behind `--ignored` (too long for CI), run in the
-/// release profile: `cargo test --release -p verify --test agents four_cycle -- --ignored
-/// --nocapture` (`docs/verification.md`, "Larger configurations"). The 4-cycle also runs on
-/// real nodes in `runtime/tests/agents.rs`
+/// fingerprint per state: 384 s (414 s CPU beside another build) and 1.37 GB peak in the
+/// release profile. Behind `--ignored` (too long for CI), run in the release profile:
+/// `cargo test --release -p verify --test agents four_cycle -- --ignored --nocapture`
+/// (`docs/verification.md`, "Larger configurations"). The 4-cycle also runs on real nodes
+/// in `runtime/tests/agents.rs`
 /// `two_three_and_four_cycles_and_a_hierarchical_cycle_are_resolved`.
 #[test]
 #[ignore]
