@@ -56,7 +56,9 @@ use hilock_kernel::agents::{
 use serde::Serialize;
 use stateright::{Checker, HasDiscoveries, Model, Path, Property};
 use std::collections::BTreeMap;
-use std::time::Instant;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// Path depth in the model.
 pub const MD: usize = 2;
@@ -222,17 +224,77 @@ pub enum NetMsg {
     Down(u16),
 }
 
+/// A server or an agent in a state: shared with the state it came from until a step changes
+/// it (most steps change one process), with its hash computed when it is made or changed.
+/// A state hashes as the hashes of its parts (the checker hashed every whole process of
+/// every successor before, a third of its time); two states are equal only if their parts
+/// are. Different parts with equal hashes would make states that differ only in them
+/// collide in the checker's fingerprint, as two different states can collide anyway.
+#[derive(Clone, Debug)]
+pub struct Part<T> {
+    hash: u64,
+    val: Arc<T>,
+}
+
+impl<T: Hash> Part<T> {
+    /// `val` with its hash.
+    pub fn new(val: T) -> Self {
+        Part {
+            hash: Self::hash_of(&val),
+            val: Arc::new(val),
+        }
+    }
+
+    fn hash_of(val: &T) -> u64 {
+        let mut h = std::hash::DefaultHasher::new(); // fixed keys: the same in every run
+        val.hash(&mut h);
+        h.finish()
+    }
+
+    /// Applies `f` to the value (copied first if another state shares it) and hashes
+    /// the result.
+    pub fn update<R>(&mut self, f: impl FnOnce(&mut T) -> R) -> R
+    where
+        T: Clone,
+    {
+        let r = f(Arc::make_mut(&mut self.val));
+        self.hash = Self::hash_of(&self.val);
+        r
+    }
+}
+
+impl<T> std::ops::Deref for Part<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.val
+    }
+}
+
+impl<T: PartialEq> PartialEq for Part<T> {
+    fn eq(&self, other: &Self) -> bool {
+        self.hash == other.hash && (Arc::ptr_eq(&self.val, &other.val) || self.val == other.val)
+    }
+}
+
+impl<T: Eq> Eq for Part<T> {}
+
+impl<T> Hash for Part<T> {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        state.write_u64(self.hash);
+    }
+}
+
 /// A state.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct AState {
     /// The servers.
-    pub servers: Vec<MServer>,
+    pub servers: Vec<Part<MServer>>,
     /// The agents.
-    pub agents: Vec<MAgent>,
+    pub agents: Vec<Part<MAgent>>,
     /// Per agent: locks of its script asked so far.
     pub asked: Vec<u8>,
     /// Messages in flight per (from, to).
-    pub net: BTreeMap<(Proc, Proc), Vec<NetMsg>>,
+    pub net: BTreeMap<(Proc, Proc), Part<Vec<NetMsg>>>,
     /// Ghost: an agent surrendered without a real cycle (its index).
     pub phantom: Option<u16>,
     /// Ghost: a kernel error.
@@ -353,6 +415,26 @@ pub struct StepLog {
     pub rules: String,
     /// Outputs in words.
     pub outputs: Vec<String>,
+    /// Nothing is written (the checker's transitions: the words are only for traces, and
+    /// formatting and allocating them was among the largest costs in `perf` of a check).
+    quiet: bool,
+}
+
+impl StepLog {
+    /// A log that writes nothing.
+    fn quiet() -> Self {
+        StepLog {
+            quiet: true,
+            ..StepLog::default()
+        }
+    }
+
+    /// Records output `f()` unless quiet.
+    fn out(&mut self, f: impl FnOnce() -> String) {
+        if !self.quiet {
+            self.outputs.push(f());
+        }
+    }
 }
 
 fn path_str(p: &LockPath<MD>) -> String {
@@ -489,7 +571,12 @@ impl AgentsModel {
                 return; // a message to a dead process is lost
             }
         }
-        st.net.entry((from, to)).or_default().push(m);
+        match st.net.get_mut(&(from, to)) {
+            Some(ch) => ch.update(|ch| ch.push(m)),
+            None => {
+                st.net.insert((from, to), Part::new(vec![m]));
+            }
+        }
     }
 
     /// Steps agent `a` with `input`, routes its outputs, and lets the client ask its next
@@ -502,7 +589,7 @@ impl AgentsModel {
         log: &mut StepLog,
     ) {
         let mut out = VecSink::default();
-        match st.agents[a].step(input, &mut out) {
+        match st.agents[a].update(|ag| ag.step(input, &mut out)) {
             Ok(r) => {
                 self.note(st, a, r, &out.0, log);
             }
@@ -518,21 +605,19 @@ impl AgentsModel {
         {
             let s = self.scripts[a].steps[st.asked[a] as usize];
             st.asked[a] += 1;
-            log.outputs.push(format!(
-                "client of A{a} asks {} {}",
-                path_str(&s.path),
-                s.mode
-            ));
+            log.out(|| format!("client of A{a} asks {} {}", path_str(&s.path), s.mode));
             let mut out = VecSink::default();
-            match st.agents[a].step(
-                AgentInput::Lock {
-                    path: s.path,
-                    mode: s.mode,
-                    servers: s.servers,
-                    req: s.req,
-                },
-                &mut out,
-            ) {
+            match st.agents[a].update(|ag| {
+                ag.step(
+                    AgentInput::Lock {
+                        path: s.path,
+                        mode: s.mode,
+                        servers: s.servers,
+                        req: s.req,
+                    },
+                    &mut out,
+                )
+            }) {
                 Ok(r) => self.note(st, a, r, &out.0, log),
                 Err(e) => {
                     st.error = Some(format!("A{a}: {e}"));
@@ -587,7 +672,7 @@ impl AgentsModel {
         if r.contains(Rule::Forward) {
             st.forwarded = true;
         }
-        if !r.is_empty() {
+        if !r.is_empty() && !log.quiet {
             if !log.rules.is_empty() {
                 log.rules.push_str("; ");
             }
@@ -601,35 +686,33 @@ impl AgentsModel {
             match o {
                 AgentOutput::ToServer { server, msg } => {
                     let m = NetMsg::ToServer(msg);
-                    log.outputs
-                        .push(format!("A{a} → S{}: {}", server.0, msg_str(&m)));
+                    log.out(|| format!("A{a} → S{}: {}", server.0, msg_str(&m)));
                     Self::send(st, me, Proc::Server(server.0), m);
                 }
                 AgentOutput::ToAgent { agent, info } => {
                     let m = NetMsg::Info(info);
-                    log.outputs
-                        .push(format!("A{a} → A{}: {}", agent.0, msg_str(&m)));
+                    log.out(|| format!("A{a} → A{}: {}", agent.0, msg_str(&m)));
                     Self::send(st, me, Proc::Agent(agent.0), m);
                 }
-                AgentOutput::Granted { path, mode } => log.outputs.push(format!(
-                    "client of A{a}: granted {} {mode}",
-                    path_str(&path)
-                )),
-                AgentOutput::Revoked { path } => log
-                    .outputs
-                    .push(format!("client of A{a}: revoked {}", path_str(&path))),
-                AgentOutput::HaveAll => log.outputs.push(format!("client of A{a}: have all")),
-                AgentOutput::Aborted { reason } => log
-                    .outputs
-                    .push(format!("client of A{a}: aborted ({reason:?})")),
+                AgentOutput::Granted { path, mode } => {
+                    log.out(|| format!("client of A{a}: granted {} {mode}", path_str(&path)))
+                }
+                AgentOutput::Revoked { path } => {
+                    log.out(|| format!("client of A{a}: revoked {}", path_str(&path)))
+                }
+                AgentOutput::HaveAll => log.out(|| format!("client of A{a}: have all")),
+                AgentOutput::Aborted { reason } => {
+                    log.out(|| format!("client of A{a}: aborted ({reason:?})"))
+                }
             }
         }
     }
 
     fn server_step(&self, st: &mut AState, s: usize, msg: &ServerMsg<MD>, log: &mut StepLog) {
         let mut out: VecSink<Announce<MD, MQ>> = VecSink::default();
-        match st.servers[s].step(msg, &mut out) {
-            Ok(r) => log.rules = format!("S{s}: {r}"),
+        match st.servers[s].update(|srv| srv.step(msg, &mut out)) {
+            Ok(r) if !log.quiet => log.rules = format!("S{s}: {r}"),
+            Ok(_) => {}
             Err(e) => {
                 st.error = Some(format!("S{s}: {e}"));
                 return;
@@ -637,16 +720,23 @@ impl AgentsModel {
         }
         for an in out.0 {
             let m = NetMsg::Info(an.info);
-            log.outputs
-                .push(format!("S{s} → A{}: {}", an.to.0, msg_str(&m)));
+            log.out(|| format!("S{s} → A{}: {}", an.to.0, msg_str(&m)));
             Self::send(st, Proc::Server(s as u16), Proc::Agent(an.to.0), m);
         }
     }
 
     /// Applies `action` to `last` (the transition of the model, with a log for traces).
     pub fn apply(&self, last: &AState, action: AgentAction) -> Option<(AState, StepLog)> {
+        self.apply_logged(last, action, StepLog::default())
+    }
+
+    fn apply_logged(
+        &self,
+        last: &AState,
+        action: AgentAction,
+        mut log: StepLog,
+    ) -> Option<(AState, StepLog)> {
         let mut st = last.clone();
-        let mut log = StepLog::default();
         match action {
             AgentAction::Deliver {
                 from,
@@ -659,11 +749,13 @@ impl AgentsModel {
                 if i >= ch.len() || Carried::of(&ch[i]) != what {
                     return None;
                 }
-                let m = ch.remove(i);
+                let m = ch.update(|ch| ch.remove(i));
                 if ch.is_empty() {
                     st.net.remove(&(from, to));
                 }
-                log.action = format!("{from} → {to}: {}", msg_str(&m));
+                if !log.quiet {
+                    log.action = format!("{from} → {to}: {}", msg_str(&m));
+                }
                 match (to, m) {
                     (Proc::Server(s), NetMsg::ToServer(msg)) => {
                         self.server_step(&mut st, s as usize, &msg, &mut log)
@@ -681,14 +773,18 @@ impl AgentsModel {
                 }
             }
             AgentAction::Finish { agent } => {
-                log.action = format!("client of A{agent} ends the transaction");
+                if !log.quiet {
+                    log.action = format!("client of A{agent} ends the transaction");
+                }
                 self.agent_step(&mut st, agent as usize, AgentInput::Finish, &mut log);
             }
             AgentAction::Crash { server } => {
                 if st.down & (1 << server) != 0 || self.crash != Some(server) {
                     return None;
                 }
-                log.action = format!("S{server} crashes");
+                if !log.quiet {
+                    log.action = format!("S{server} crashes");
+                }
                 st.down |= 1 << server;
                 st.net.retain(|(_, to), _| *to != Proc::Server(server));
                 for a in 0..st.agents.len() {
@@ -850,6 +946,9 @@ impl AgentsModel {
     }
 
     fn update_ghost(&self, st: &mut AState) {
+        if st.targeted.is_empty() {
+            return; // nothing to forget: spare the graph (most states)
+        }
         let g = self.true_graph(st);
         let now: Vec<(u64, u64)> = self.deadlocks(&g).into_iter().map(|(_, s)| s).collect();
         st.targeted.retain(|s| now.contains(s));
@@ -857,17 +956,16 @@ impl AgentsModel {
 
     /// Mutual exclusion on one state: `Err` says what is violated.
     pub fn exclusion(&self, st: &AState) -> Result<(), String> {
-        let beliefs: Vec<Vec<(ServerId, LockPath<MD>, LockMode)>> =
-            st.agents.iter().map(|a| a.believed().collect()).collect();
-        for (x, bx) in beliefs.iter().enumerate() {
-            for (y, by) in beliefs.iter().enumerate().skip(x + 1) {
-                for (s, p, m) in bx {
-                    for (t, q, n) in by {
-                        if s == t && p.related(q) && !m.compatible(*n) {
+        // Checked in every state: without a heap allocation.
+        for (x, ax) in st.agents.iter().enumerate() {
+            for (y, ay) in st.agents.iter().enumerate().skip(x + 1) {
+                for (s, p, m) in ax.believed() {
+                    for (t, q, n) in ay.believed() {
+                        if s == t && p.related(&q) && !m.compatible(n) {
                             return Err(format!(
                                 "A{x} believes it holds {} {m} and A{y} {} {n} on S{}",
-                                path_str(p),
-                                path_str(q),
+                                path_str(&p),
+                                path_str(&q),
                                 s.0
                             ));
                         }
@@ -879,7 +977,7 @@ impl AgentsModel {
             if st.down & (1 << i) != 0 {
                 continue;
             }
-            let e: Vec<QEntry<MD>> = s.entries().filter(|e| e.granted).collect();
+            let e: heapless::Vec<QEntry<MD>, MQ> = s.entries().filter(|e| e.granted).collect();
             for (k, a) in e.iter().enumerate() {
                 for b in &e[k + 1..] {
                     if a.agent != b.agent && a.path.related(&b.path) && !a.mode.compatible(b.mode) {
@@ -891,10 +989,23 @@ impl AgentsModel {
         Ok(())
     }
 
+    /// Whether no action is enabled (what [`Model::actions`] would list, without listing
+    /// it: this is checked in every state).
     fn terminal(&self, st: &AState) -> bool {
-        let mut v = Vec::new();
-        self.actions(st, &mut v);
-        v.is_empty()
+        if st.error.is_some() || Self::max_version(st) > self.max_version {
+            return true;
+        }
+        // Every channel in `net` holds a message (an emptied one is removed), and its
+        // first can be delivered under either delivery.
+        if st.net.values().any(|ch| !ch.is_empty()) {
+            return false;
+        }
+        if self.crash.is_some_and(|s| st.down & (1 << s) == 0) {
+            return false;
+        }
+        !st.agents.iter().enumerate().any(|(a, ag)| {
+            ag.status() == Status::HaveAll && st.asked[a] as usize == self.scripts[a].steps.len()
+        })
     }
 
     fn all_ended(st: &AState) -> bool {
@@ -925,6 +1036,41 @@ impl AgentsModel {
     /// with far less memory (no breadth-first frontier), for the larger configurations.
     pub fn check_dfs(&self) -> AgentsReport {
         self.run_with(HasDiscoveries::All, true)
+    }
+
+    /// [`Self::check_dfs`] on `threads` threads (the same states, in another order), with
+    /// a line on standard error every `progress` (states so far, their rate, the deepest
+    /// path) while it runs.
+    pub fn check_dfs_with(&self, threads: usize, progress: Option<Duration>) -> AgentsReport {
+        let t = Instant::now();
+        let mut checker = self
+            .clone()
+            .checker()
+            .finish_when(HasDiscoveries::All)
+            .threads(threads)
+            .spawn_dfs();
+        let handles = checker.handles();
+        if let Some(every) = progress {
+            let mut next = every;
+            while !handles.iter().all(|h| h.is_finished()) {
+                std::thread::sleep(Duration::from_millis(50));
+                if t.elapsed() >= next {
+                    let n = checker.unique_state_count();
+                    eprintln!(
+                        "{}: {n} unique states after {:.0} s ({:.0}/s), depth {}",
+                        self.name,
+                        t.elapsed().as_secs_f64(),
+                        n as f64 / t.elapsed().as_secs_f64(),
+                        checker.max_depth()
+                    );
+                    next += every;
+                }
+            }
+        }
+        for h in handles {
+            h.join().expect("a checker thread panicked");
+        }
+        self.report(&checker, t, Counterexample::Cut)
     }
 
     fn run(&self, finish: HasDiscoveries) -> AgentsReport {
@@ -1114,15 +1260,17 @@ impl Model for AgentsModel {
         let n = self.scripts.len();
         let mut st = AState {
             servers: (0..self.servers)
-                .map(|s| MServer::new(ServerId(s)).with_variant(self.server_variant))
+                .map(|s| Part::new(MServer::new(ServerId(s)).with_variant(self.server_variant)))
                 .collect(),
             agents: (0..n)
                 .map(|a| {
-                    MAgent::new(
-                        hilock_kernel::agents::AgentId(a as u16),
-                        self.scripts[a].abort_on_deadlock,
+                    Part::new(
+                        MAgent::new(
+                            hilock_kernel::agents::AgentId(a as u16),
+                            self.scripts[a].abort_on_deadlock,
+                        )
+                        .with_variant(self.agent_variant),
                     )
-                    .with_variant(self.agent_variant)
                 })
                 .collect(),
             asked: vec![0; n],
@@ -1135,21 +1283,23 @@ impl Model for AgentsModel {
             extra_surrender: None,
             down: 0,
         };
-        let mut log = StepLog::default();
+        let mut log = StepLog::quiet();
         for a in 0..n {
             // Every client asks its first lock: as if the agent held all of nothing.
             if let Some(s) = self.scripts[a].steps.first().copied() {
                 st.asked[a] = 1;
                 let mut out = VecSink::default();
-                if let Err(e) = st.agents[a].step(
-                    AgentInput::Lock {
-                        path: s.path,
-                        mode: s.mode,
-                        servers: s.servers,
-                        req: s.req,
-                    },
-                    &mut out,
-                ) {
+                if let Err(e) = st.agents[a].update(|ag| {
+                    ag.step(
+                        AgentInput::Lock {
+                            path: s.path,
+                            mode: s.mode,
+                            servers: s.servers,
+                            req: s.req,
+                        },
+                        &mut out,
+                    )
+                }) {
                     st.error = Some(format!("A{a}: {e}"));
                 }
                 self.route(&mut st, a, out.0, &mut log);
@@ -1190,7 +1340,8 @@ impl Model for AgentsModel {
     }
 
     fn next_state(&self, last: &AState, action: AgentAction) -> Option<AState> {
-        self.apply(last, action).map(|(st, _)| st)
+        self.apply_logged(last, action, StepLog::quiet())
+            .map(|(st, _)| st)
     }
 
     fn format_action(&self, a: &AgentAction) -> String {
@@ -1222,7 +1373,7 @@ impl Model for AgentsModel {
             s.push_str(&format!("\nA{k}: {}", agent_str(ag)));
         }
         for ((from, to), ch) in &st.net {
-            for m in ch {
+            for m in ch.iter() {
                 s.push_str(&format!("\nin flight {from} → {to}: {}", msg_str(m)));
             }
         }
@@ -1279,7 +1430,7 @@ impl Model for AgentsModel {
             Property::always(EXCLUSION, |m: &Self, st: &AState| m.exclusion(st).is_ok()),
             Property::always(NO_ERROR, |_, st: &AState| st.error.is_none()),
             Property::always(NO_DEADLOCK, |m: &Self, st: &AState| {
-                st.error.is_some() || !m.terminal(st) || Self::all_ended(st)
+                st.error.is_some() || Self::all_ended(st) || !m.terminal(st)
             }),
             Property::always(NO_PHANTOM, |_, st: &AState| st.phantom.is_none()),
             Property::always(ONE_SURRENDER, |_, st: &AState| st.extra_surrender.is_none()),

@@ -4,6 +4,11 @@
 //! unsafe are refuted with named counterexamples saved under
 //! `spec/counterexamples/agents-*.json`.
 
+/// The model checker clones a state per successor: mimalloc's allocation is cheaper than
+/// glibc's for that pattern (`docs/benchmarks.md`, "Model checking throughput").
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use hilock_kernel::agents::LockMode::{Read as R, Write as W};
 use hilock_kernel::agents::{AgentVariant, Req, Resolver, ServerVariant, SurrenderTo};
 use hilock_models::agents::AgentsTrace;
@@ -403,7 +408,7 @@ fn majority_locks_can_surrender_without_a_deadlock() {
 }
 
 /// The seed's rule on [`three_by_three`]: every deadlock resolved by one surrender, none
-/// without a deadlock, none stays (752,707 states, about 65 s in the test profile on the
+/// without a deadlock, none stays (752,707 states, about 8 s in the test profile on the
 /// shared 2-core machine: behind `--ignored`, listed in `docs/verification.md`).
 #[test]
 #[ignore]
@@ -458,27 +463,27 @@ fn majority_over_three_servers_with_one_down_commits_and_all_aborts_naming_it() 
 }
 
 /// The 4-cycle: every property, a surrender, a forward and every transaction committed
-/// reached. Checked depth-first ([`AgentsModel::check_dfs`]): breadth-first it was stopped
-/// after about 6 min (test profile) at 12 GB resident on the shared 2-core, 23 GB machine.
-/// NOT RUN TO THE END depth-first either: stopped after about 11 min (8.7 min CPU) at
-/// 0.6 GB resident, still growing; so it has no pinned count and has not been seen to pass; behind `--ignored` and `HILOCK_AGENTS_4CYCLE=1` (so that a plain
-/// `--ignored` run does not take the machine's memory), listed in `docs/verification.md`. The 4-cycle runs on real nodes in
-/// `runtime/tests/agents.rs` `two_three_and_four_cycles_and_a_hierarchical_cycle_are_resolved`.
+/// reached, 81,243,725 states (230,681,274 generated, depth 47). Checked depth-first on
+/// two threads ([`AgentsModel::check_dfs_with`], a progress line every 30 s): breadth-first
+/// it was stopped after about 6 min (test profile) at 12 GB resident on the shared 2-core,
+/// 23 GB machine, as its frontier holds whole states; depth-first the checker keeps a
+/// fingerprint per state: 384 s (414 s CPU beside another build) and 1.37 GB peak in the
+/// release profile. Behind `--ignored` (too long for CI), run in the release profile:
+/// `cargo test --release -p verify --test agents four_cycle -- --ignored --nocapture`
+/// (`docs/verification.md`, "Larger configurations"). The 4-cycle also runs on real nodes
+/// in `runtime/tests/agents.rs`
+/// `two_three_and_four_cycles_and_a_hierarchical_cycle_are_resolved`.
 #[test]
 #[ignore]
 fn four_cycle_each_deadlock_resolved_by_one_surrender() {
-    if std::env::var_os("HILOCK_AGENTS_4CYCLE").is_none() {
-        println!("skipped: set HILOCK_AGENTS_4CYCLE=1 to run the 4-cycle (more than 11 min)");
-        return;
-    }
     let m = four_cycle();
-    let r = m.check_dfs();
+    let r = m.check_dfs_with(2, Some(std::time::Duration::from_secs(30)));
     println!("{}", r.summary());
     assert!(r.ok(), "{}: violated {:?}", m.name, r.violations());
     for reached in ["a surrender", "a forward", "every transaction commits"] {
         assert!(!r.unreached().contains(&reached), "{reached} not reached");
     }
-    println!("unique states: {} (not pinned yet)", r.unique_states);
+    verify::assert_pinned!(r.unique_states, 81_243_725, "unique states changed");
 }
 
 /// Found while building the runtime, fixed in the kernel since:
