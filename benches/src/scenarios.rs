@@ -139,14 +139,14 @@ pub fn all() -> Vec<Scenario> {
         op: Op::Acquire(Mode::R),
     });
 
-    // Rule 3.1: the token node holds IR; B's IR request gets a copy.
+    // Rule 3.2: the token node holds IR; B's IR request gets a copy.
     let mut net = Net::new();
     net.act(A, acq(Mode::IR));
     net.act(B, acq(Mode::IR));
     let (f, _, m) = net.take();
     v.push(Scenario {
         name: "copy_grant",
-        what: "Deliver(Request IR) at the token site holding IR: Rule 3.1 grants a copy",
+        what: "Deliver(Request IR) at the token site holding IR: Rule 3.2 grants a copy",
         site: net.site(A).clone(),
         op: Op::Deliver(f, m),
     });
