@@ -128,6 +128,18 @@ pub struct LockStep {
     pub req: Req,
 }
 
+impl LockStep {
+    /// The agent's input for this lock: its client asks for it.
+    fn input(self) -> AgentInput<'static, MD, MQ> {
+        AgentInput::Lock {
+            path: self.path,
+            mode: self.mode,
+            servers: self.servers,
+            req: self.req,
+        }
+    }
+}
+
 /// One client.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Script {
@@ -607,17 +619,7 @@ impl AgentsModel {
             st.asked[a] += 1;
             log.out(|| format!("client of A{a} asks {} {}", path_str(&s.path), s.mode));
             let mut out = VecSink::default();
-            match st.agents[a].update(|ag| {
-                ag.step(
-                    AgentInput::Lock {
-                        path: s.path,
-                        mode: s.mode,
-                        servers: s.servers,
-                        req: s.req,
-                    },
-                    &mut out,
-                )
-            }) {
+            match st.agents[a].update(|ag| ag.step(s.input(), &mut out)) {
                 Ok(r) => self.note(st, a, r, &out.0, log),
                 Err(e) => {
                     st.error = Some(format!("A{a}: {e}"));
@@ -1289,17 +1291,7 @@ impl Model for AgentsModel {
             if let Some(s) = self.scripts[a].steps.first().copied() {
                 st.asked[a] = 1;
                 let mut out = VecSink::default();
-                if let Err(e) = st.agents[a].update(|ag| {
-                    ag.step(
-                        AgentInput::Lock {
-                            path: s.path,
-                            mode: s.mode,
-                            servers: s.servers,
-                            req: s.req,
-                        },
-                        &mut out,
-                    )
-                }) {
+                if let Err(e) = st.agents[a].update(|ag| ag.step(s.input(), &mut out)) {
                     st.error = Some(format!("A{a}: {e}"));
                 }
                 self.route(&mut st, a, out.0, &mut log);
