@@ -238,6 +238,16 @@ impl<P> Slot<P> {
             hash: AtomicU64::new(0),
         }
     }
+
+    /// The value for a change: copied first if another cluster shares it, its cached hash
+    /// dropped.
+    fn get_mut(&mut self) -> &mut P
+    where
+        P: Clone,
+    {
+        self.hash = AtomicU64::new(0);
+        Arc::make_mut(&mut self.site)
+    }
 }
 
 impl<P> Clone for Slot<P> {
@@ -472,8 +482,7 @@ impl<P: Protocol> Cluster<P> {
 
     /// The ghost history for a change (copied first if another cluster shares it).
     pub(crate) fn ghost_mut(&mut self) -> &mut Ghost {
-        self.ghost.hash = AtomicU64::new(0);
-        Arc::make_mut(&mut self.ghost.site)
+        self.ghost.get_mut()
     }
 
     /// Where channel `from → to` is in the network (empty if no message is in flight on it).
@@ -559,13 +568,7 @@ where
                 .unwrap_or(u16::MAX)
         });
         Cluster {
-            sites: sites
-                .into_iter()
-                .map(|s| Slot {
-                    site: Arc::new(s),
-                    hash: AtomicU64::new(0),
-                })
-                .collect(),
+            sites: sites.into_iter().map(Slot::new).collect(),
             net: Vec::new(),
             order: Order::Fifo,
             locks,
@@ -625,9 +628,7 @@ where
     /// # Panics
     /// If `node` is not a node of the cluster.
     pub fn site_mut(&mut self, node: NodeId) -> &mut P {
-        let slot = &mut self.sites[node.idx()];
-        slot.hash = AtomicU64::new(0);
-        Arc::make_mut(&mut slot.site)
+        self.sites[node.idx()].get_mut()
     }
 
     /// The faults applied so far.
@@ -1119,10 +1120,7 @@ where
         if site.id() != node || !self.crashed.remove(&node) {
             return false;
         }
-        self.sites[node.idx()] = Slot {
-            site: Arc::new(site),
-            hash: AtomicU64::new(0),
-        };
+        self.sites[node.idx()] = Slot::new(site);
         let g = self.ghost();
         if g.refused.iter().any(|(n, _)| *n == node) || g.cancelled.keys().any(|(n, _)| *n == node)
         {
