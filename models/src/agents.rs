@@ -994,7 +994,7 @@ impl AgentsModel {
     /// Whether no action is enabled (what [`Model::actions`] would list, without listing
     /// it: this is checked in every state).
     fn terminal(&self, st: &AState) -> bool {
-        if st.error.is_some() || Self::max_version(st) > self.max_version {
+        if self.halted(st) {
             return true;
         }
         // Every channel in `net` holds a message (an emptied one is removed), and its
@@ -1002,12 +1002,25 @@ impl AgentsModel {
         if st.net.values().any(|ch| !ch.is_empty()) {
             return false;
         }
-        if self.crash.is_some_and(|s| st.down & (1 << s) == 0) {
-            return false;
-        }
-        !st.agents.iter().enumerate().any(|(a, ag)| {
-            ag.status() == Status::HaveAll && st.asked[a] as usize == self.scripts[a].steps.len()
-        })
+        self.may_crash(st).is_none() && !(0..st.agents.len()).any(|a| self.may_finish(st, a))
+    }
+
+    /// Whether no step is taken from `st` at all: a kernel error, or the version bound
+    /// passed.
+    fn halted(&self, st: &AState) -> bool {
+        st.error.is_some() || Self::max_version(st) > self.max_version
+    }
+
+    /// The server that may crash in `st` (the configured one, while it is up).
+    fn may_crash(&self, st: &AState) -> Option<u16> {
+        self.crash.filter(|s| st.down & (1 << s) == 0)
+    }
+
+    /// Whether agent `a`'s client may end its transaction: it holds all it asked for, and
+    /// asked for every lock of its script.
+    fn may_finish(&self, st: &AState, a: usize) -> bool {
+        st.agents[a].status() == Status::HaveAll
+            && st.asked[a] as usize == self.scripts[a].steps.len()
     }
 
     fn all_ended(st: &AState) -> bool {
@@ -1301,7 +1314,7 @@ impl Model for AgentsModel {
     }
 
     fn actions(&self, st: &AState, actions: &mut Vec<AgentAction>) {
-        if st.error.is_some() || Self::max_version(st) > self.max_version {
+        if self.halted(st) {
             return;
         }
         for (&(from, to), ch) in &st.net {
@@ -1318,14 +1331,11 @@ impl Model for AgentsModel {
                 })
             }
         }
-        if let Some(server) = self.crash {
-            if st.down & (1 << server) == 0 {
-                actions.push(AgentAction::Crash { server });
-            }
+        if let Some(server) = self.may_crash(st) {
+            actions.push(AgentAction::Crash { server });
         }
-        for (a, ag) in st.agents.iter().enumerate() {
-            if ag.status() == Status::HaveAll && st.asked[a] as usize == self.scripts[a].steps.len()
-            {
+        for a in 0..st.agents.len() {
+            if self.may_finish(st, a) {
                 actions.push(AgentAction::Finish { agent: a as u16 });
             }
         }
