@@ -141,7 +141,7 @@ impl Session {
             crate::config::Membership::Static => Ok((Session::none(), NodeLease::Static)),
             #[cfg(feature = "etcd")]
             crate::config::Membership::Etcd { .. } => {
-                use crate::membership::{EtcdOptions, LeaseState, Member, Membership};
+                use crate::membership::{EtcdOptions, Member, Membership};
                 let o = EtcdOptions::of_config(config).map_err(std::io::Error::other)?;
                 let me = Member {
                     id: config.id,
@@ -184,16 +184,13 @@ impl Session {
                 let m = m.map_err(|e| {
                     std::io::Error::other(format!("cannot join the cluster through etcd: {e}"))
                 })?;
-                let first = match *m.lease().borrow() {
-                    LeaseState::Valid { until } => NodeLease::Valid {
-                        until,
-                        grace: o.grace,
-                        lease: m.lease_id(),
-                    },
-                    LeaseState::Lost(r) => NodeLease::Lost {
-                        reason: lost_reason(m.lease_id(), config.id, r, m.local_lease()),
-                    },
-                };
+                let first = NodeLease::joined(
+                    *m.lease().borrow(),
+                    o.grace,
+                    m.lease_id(),
+                    config.id,
+                    m.local_lease(),
+                );
                 tracing::info!(
                     lease = format!("{:#x}", m.lease_id()),
                     ttl = ?m.ttl(),
@@ -256,16 +253,13 @@ impl Session {
             .join(me, ttl, local)
             .await
             .map_err(|e| std::io::Error::other(format!("cannot join the simulated etcd: {e}")))?;
-        let first = match *m.lease().borrow() {
-            crate::leases::LeaseState::Valid { until } => NodeLease::Valid {
-                until,
-                grace,
-                lease: m.lease_id(),
-            },
-            crate::leases::LeaseState::Lost(r) => NodeLease::Lost {
-                reason: lost_reason(m.lease_id(), config.id, r, m.local_lease()),
-            },
-        };
+        let first = NodeLease::joined(
+            *m.lease().borrow(),
+            grace,
+            m.lease_id(),
+            config.id,
+            m.local_lease(),
+        );
         let mut session = Session::none();
         session.sim = Some(m);
         Ok((session, first))
@@ -411,6 +405,30 @@ pub(super) async fn etcd_answers(
     {
         let _ = (config, lease, within);
         Err("membership through etcd needs a hilock built with `--features etcd`".into())
+    }
+}
+
+#[cfg(any(feature = "etcd", feature = "sim"))]
+impl NodeLease {
+    /// The lease of node `id` as it joined (etcd's or the simulated etcd's): `state` of
+    /// lease `lease`, with the grace for holders' commands and the local lease.
+    fn joined(
+        state: crate::leases::LeaseState,
+        grace: Duration,
+        lease: i64,
+        id: u16,
+        local: Duration,
+    ) -> NodeLease {
+        match state {
+            crate::leases::LeaseState::Valid { until } => NodeLease::Valid {
+                until,
+                grace,
+                lease,
+            },
+            crate::leases::LeaseState::Lost(r) => NodeLease::Lost {
+                reason: lost_reason(lease, id, r, local),
+            },
+        }
     }
 }
 
