@@ -187,6 +187,10 @@ const WATCHDOG_MARGIN_DIVISOR: u32 = 20;
 /// The client ids a bakery client may use (its column of the kernel's `Client<N, 1, 32>`).
 const CLIENT_IDS: std::ops::RangeInclusive<u16> = 1..=31;
 
+/// The pause between two registrations that got no majority (`hilock bakery lock` waits
+/// for the replicas until its timeout).
+const REGISTER_RETRY: Duration = Duration::from_millis(100);
+
 /// `hilock bakery lock`: registers the client id on the replicas (refused with
 /// [`EXIT_ID_IN_USE`] while another client holds it; without `client_id`, the first id in a
 /// random order whose registration succeeds), acquires `name`, runs `command` under it
@@ -211,20 +215,41 @@ async fn lock<const N: usize>(
         None => CLIENT_IDS.collect(),
     };
     ids.shuffle(&mut rand::rng());
+    // Replicas that do not answer (a majority down or paused) are waited for until the
+    // timeout, as the lock itself is: a registration that got no majority gave back what it
+    // took, so it can be tried again.
+    let deadline = tokio::time::Instant::now() + timeout;
     let mut registered = None;
-    for &id in &ids {
-        match Registration::register(addrs, &prefix, id, opts.lease, opts.call_timeout).await {
-            Ok(r) => {
-                registered = Some((id, r));
-                break;
+    'search: loop {
+        let mut no_quorum = None;
+        for &id in &ids {
+            match Registration::register(addrs, &prefix, id, opts.lease, opts.call_timeout).await {
+                Ok(r) => {
+                    registered = Some((id, r));
+                    break 'search;
+                }
+                Err(e @ RegisterError::InUse { .. }) if client_id.is_some() => {
+                    eprintln!("hilock: lock {name}: {e}; the command did not run");
+                    return Ok(ExitCode::from(EXIT_ID_IN_USE));
+                }
+                Err(RegisterError::InUse { .. }) => continue,
+                Err(e @ RegisterError::NoQuorum(_)) => {
+                    no_quorum = Some(e);
+                    break;
+                }
+                Err(e) => return Err(format!("lock {name}: {e}")),
             }
-            Err(e @ RegisterError::InUse { .. }) if client_id.is_some() => {
-                eprintln!("hilock: lock {name}: {e}; the command did not run");
-                return Ok(ExitCode::from(EXIT_ID_IN_USE));
-            }
-            Err(RegisterError::InUse { .. }) => continue,
-            Err(e) => return Err(format!("lock {name}: {e}")),
         }
+        let Some(e) = no_quorum else {
+            break;
+        };
+        if tokio::time::Instant::now() + REGISTER_RETRY >= deadline {
+            return Err(format!(
+                "lock {name}: {e} (gave up after {} ms)",
+                timeout.as_millis()
+            ));
+        }
+        tokio::time::sleep(REGISTER_RETRY).await;
     }
     let Some((id, mut reg)) = registered else {
         eprintln!(
@@ -255,7 +280,8 @@ async fn lock<const N: usize>(
     };
     // Waiting in line writes the id's column: only while the registration holds.
     let acquired = {
-        let acquire = lock.acquire(timeout);
+        // The timeout covers the registration and the wait in line together.
+        let acquire = lock.acquire(deadline.saturating_duration_since(tokio::time::Instant::now()));
         tokio::pin!(acquire);
         loop {
             let until = kept.until();

@@ -351,7 +351,7 @@ fn main() -> ExitCode {
                     signal_waiters,
                 }
             } else {
-                eprintln!("hilock: lock takes PATH MODE (or --txn PATH:MODE…)");
+                eprintln!("hilock: error: lock takes PATH MODE (or --txn PATH:MODE…)");
                 return ExitCode::from(2);
             },
             &command,

@@ -134,6 +134,8 @@ pub(crate) async fn run(
         // A lock's value block is the holder's to give (an outer lock's is not this one's).
         .env_remove("HILOCK_VALUE")
         .env_remove("HILOCK_VALUE_OUT")
+        // Nor is an outer lock's fencing token: a hold without one (`--txn`) passes none.
+        .env_remove("HILOCK_FENCE")
         .envs(watch.env());
     // The fencing token of this hold, for the command to pass to a storage service.
     if let Some(fence) = fence {

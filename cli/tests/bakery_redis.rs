@@ -736,6 +736,43 @@ fn the_command_names_the_missing_replicas_and_exits_2() {
     assert!(dead.iter().all(|a| err.contains(a.as_str())), "{err}");
 }
 
+/// `hilock bakery lock` waits for a majority of replicas that do not answer until its
+/// `--timeout-ms`, in the client id's registration too: two of three replicas paused
+/// (SIGSTOP) for 1.5 s, well inside a 10 s timeout, and the command runs once they are
+/// back. (It gave up after one 500 ms round, about 1 s, with exit 2.)
+#[test]
+fn registration_waits_for_paused_replicas_until_the_timeout() {
+    if !have_redis() {
+        return;
+    }
+    let r = Replicas::start(3);
+    let pids: Vec<u32> = r.children[..2]
+        .iter()
+        .map(|c| c.as_ref().unwrap().id())
+        .collect();
+    for &p in &pids {
+        signal(p, "-STOP");
+    }
+    let mut child = bakery_lock(&r.addrs.join(","), "paused", 5, 2000, "echo granted")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(child.try_wait().unwrap().is_none(), "still waiting");
+    for &p in &pids {
+        signal(p, "-CONT");
+    }
+    let t = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        assert!(t.elapsed() < Duration::from_secs(20), "exits within 20 s");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "granted");
+}
+
 /// The bakery's cost as clients grow (`docs/benchmarks.md`, "Over 3 local `redis-server`
 /// replicas"): round trips (quorum operations) and latency per acquire as clients grow,
 /// over 3 fresh local replicas, R = W = 2, hold 1 ms, no pause between rounds.

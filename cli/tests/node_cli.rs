@@ -707,6 +707,64 @@ fn the_command_dies_with_the_lock_and_exit_codes_say_why() {
     assert_eq!(text(&out.stderr).trim_end().lines().count(), 1);
 }
 
+/// Ctrl-C (SIGINT) of `hilock lock` while its request waits: the wrapper dies of the
+/// signal (130 in a shell) without a word, its command never runs, and the node withdraws the
+/// request when the client's connection closes — nothing of it is held later: once the
+/// holder is done, the other node gets the lock.
+#[test]
+fn an_interrupted_waiting_hilock_lock_never_runs_its_command_and_leaves_no_hold() {
+    let c = start(2);
+    let held = c.dir.path().join("held");
+    let ran = c.dir.path().join("ran");
+    let mut holder = Proc(
+        lock_cmd(
+            &c.socket(0),
+            "/int",
+            "W",
+            &format!("echo up > {}; sleep 1.5", held.display()),
+        )
+        .spawn()
+        .unwrap(),
+    );
+    wait_file(&held);
+    let mut waiter = Proc(
+        lock_cmd(
+            &c.socket(1),
+            "/int",
+            "W",
+            &format!("touch {}", ran.display()),
+        )
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap(),
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(waiter.0.try_wait().unwrap().is_none(), "the request waits");
+    let pid = waiter.0.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-INT", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let st = wait_exit(&mut waiter.0, Duration::from_secs(10));
+    // The wrapper dies of the signal, as a shell's `$?` of 130 says.
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&st),
+        Some(2),
+        "{st:?}"
+    );
+    let mut e = String::new();
+    std::io::Read::read_to_string(waiter.0.stderr.as_mut().unwrap(), &mut e).unwrap();
+    assert_eq!(e, "", "nothing on stderr");
+    assert!(wait_exit(&mut holder.0, Duration::from_secs(10)).success());
+    let out = run(hilock()
+        .args(["lock", "/int", "W", "--timeout-ms", "5000", "--socket"])
+        .arg(c.socket(0))
+        .args(["--", "true"]));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(!ran.exists(), "the interrupted command never ran");
+}
+
 fn wait_exit(c: &mut Child, wait: Duration) -> std::process::ExitStatus {
     let t = Instant::now();
     loop {
@@ -1135,8 +1193,25 @@ fn hilock_lock_txn_runs_commands_under_both_locks_across_nodes() {
             .arg(c.socket(0))
             .args(["--", "true"]));
         assert_eq!(out.status.code(), Some(2), "{bad:?}");
-        assert_eq!(text(&out.stderr).trim_end().lines().count(), 1, "{bad:?}");
+        let err = text(&out.stderr);
+        assert_eq!(err.trim_end().lines().count(), 1, "{bad:?}");
+        assert!(err.starts_with("hilock: error: "), "{bad:?}: {err}");
     }
+}
+
+/// `hilock lock --txn` passes no fencing token (the agents engine has none): its command
+/// sees `HILOCK_FENCE` unset, even when it was set in the caller's environment — as it is
+/// inside an outer `hilock lock`, whose token would otherwise pass for this hold's.
+#[test]
+fn hilock_lock_txn_hides_an_inherited_fencing_token() {
+    let c = start(1);
+    let out = run(hilock()
+        .env("HILOCK_FENCE", "999")
+        .args(["lock", "--txn", "/fenceless:W", "--socket"])
+        .arg(c.socket(0))
+        .args(["--", "sh", "-c", "echo \"fence=${HILOCK_FENCE-unset}\""]));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout).trim(), "fence=unset");
 }
 
 /// `hilock lock --txn --abort-on-deadlock` twice at once, the same two locks in opposite

@@ -558,6 +558,14 @@ impl Config {
                 ));
             }
         }
+        for (i, n) in self.nodes.iter().enumerate() {
+            if let Some(other) = self.nodes[..i].iter().find(|o| o.addr == n.addr) {
+                return Err(format!(
+                    "nodes {} and {} have the same address {}",
+                    other.id, n.id, n.addr
+                ));
+            }
+        }
         if usize::from(self.id) >= self.nodes.len() {
             return Err(format!("id {} is not one of the configured nodes", self.id));
         }
@@ -604,6 +612,18 @@ addr = "127.0.0.1:7100"
 id = 1
 addr = "127.0.0.1:7101"
 "#;
+
+    /// Two nodes on one address would each reach itself when it dials the other, and the
+    /// handshake would refuse every such link ("addressed to node 1, this is node 0") for
+    /// as long as the node ran: the file is refused instead, in one line.
+    #[test]
+    fn two_nodes_with_one_address_are_refused() {
+        let twin = GOOD.replace("127.0.0.1:7101", "127.0.0.1:7100");
+        assert_eq!(
+            Config::from_toml(&twin, None).unwrap_err(),
+            "nodes 0 and 1 have the same address 127.0.0.1:7100"
+        );
+    }
 
     #[test]
     fn record_is_off_by_default_takes_the_id_and_sits_beside_the_file() {

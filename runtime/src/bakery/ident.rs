@@ -55,8 +55,10 @@ pub enum RegisterError {
         /// The longest time to live left of the other registration, in milliseconds.
         left_ms: u64,
     },
-    /// No majority answered (each missing replica with the reason).
+    /// No majority answered (each missing replica with the reason): worth trying again.
     NoQuorum(String),
+    /// A replica address or the lease is unusable: trying again cannot help.
+    Invalid(String),
 }
 
 impl std::fmt::Display for RegisterError {
@@ -68,6 +70,7 @@ impl std::fmt::Display for RegisterError {
                  that stopped without giving it back; its registration ends within {left_ms} ms)"
             ),
             RegisterError::NoQuorum(e) => write!(f, "client id registration: {e}"),
+            RegisterError::Invalid(e) => write!(f, "client id registration: {e}"),
         }
     }
 }
@@ -113,11 +116,11 @@ impl Registration {
             .map(|a| {
                 redis::Client::open(format!("redis://{a}/"))
                     .map(|c| (a.clone(), c))
-                    .map_err(|e| RegisterError::NoQuorum(format!("bad replica address '{a}': {e}")))
+                    .map_err(|e| RegisterError::Invalid(format!("bad replica address '{a}': {e}")))
             })
             .collect::<Result<Vec<_>, _>>()?;
         if ttl < Duration::from_millis(4) {
-            return Err(RegisterError::NoQuorum(
+            return Err(RegisterError::Invalid(
                 "the lease must be at least 4 ms".into(),
             ));
         }
