@@ -92,6 +92,13 @@ pub fn lock(
             );
         }
     }
+    if ring_id.client_id.is_some() {
+        return Err(
+            "--client-id is the ring's (a --config with engine = \"ring\"): a node of the \
+             token engine knows its clients by their connection"
+                .into(),
+        );
+    }
     let socket = at.socket()?;
     let timeout_ms = match timeout_ms {
         Some(t) => t,
@@ -332,8 +339,23 @@ impl Watch for NodeWatch {
         // A new value block the command left (hex), checked here so that a bad one is
         // reported to the user; the node writes it before it releases.
         let value = self.value_out.as_ref().and_then(|f| {
-            let text = std::fs::read_to_string(f).ok()?;
-            let _ = std::fs::remove_file(f);
+            let text = match std::fs::read_to_string(f) {
+                Ok(text) => {
+                    let _ = std::fs::remove_file(f);
+                    text
+                }
+                // No file: the command wrote no value.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
+                Err(e) => {
+                    eprintln!(
+                        "hilock: {}: the value block was not written: {e}",
+                        f.display()
+                    );
+                    // Whatever the command made there (an empty directory) goes with it.
+                    let _ = std::fs::remove_file(f).or_else(|_| std::fs::remove_dir(f));
+                    return None;
+                }
+            };
             match hilock_runtime::client::parse_value_hex(&text) {
                 Ok(_) => Some(text.trim().to_string()),
                 Err(e) => {

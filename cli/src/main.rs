@@ -136,8 +136,8 @@ enum Command {
         /// engine only.
         #[arg(long, conflicts_with = "txn")]
         signal_waiters: bool,
-        /// The command and its arguments.
-        #[arg(last = true, required = true)]
+        /// The command and its arguments, after `--`.
+        #[arg(last = true)]
         command: Vec<String>,
         #[command(flatten)]
         at: ClientAt,
@@ -324,6 +324,23 @@ fn main() -> ExitCode {
         } => hilock_runtime::ring::serve(id, &peers, membership).map(|s| (s, true)),
         Command::Ring { command } => ring::ring(command),
         Command::Lock {
+            ref locks,
+            txn,
+            ref command,
+            ..
+        } if command.is_empty() || (!txn && locks.len() != 2) => {
+            eprintln!(
+                "hilock: error: {}; the command goes after `--`: hilock lock PATH MODE -- CMD \
+                 ARGS… (or --txn PATH:MODE… -- CMD ARGS…)",
+                if command.is_empty() {
+                    "no command to run"
+                } else {
+                    "lock takes PATH MODE"
+                }
+            );
+            return ExitCode::from(2);
+        }
+        Command::Lock {
             mut locks,
             txn,
             abort_on_deadlock,
@@ -342,7 +359,7 @@ fn main() -> ExitCode {
                     locks,
                     abort_on_deadlock,
                 }
-            } else if locks.len() == 2 {
+            } else {
                 let mode = locks.pop().unwrap_or_default();
                 LockRequest::Lock {
                     path: locks.pop().unwrap_or_default(),
@@ -350,9 +367,6 @@ fn main() -> ExitCode {
                     try_lock,
                     signal_waiters,
                 }
-            } else {
-                eprintln!("hilock: error: lock takes PATH MODE (or --txn PATH:MODE…)");
-                return ExitCode::from(2);
             },
             &command,
             &at,

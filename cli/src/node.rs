@@ -74,6 +74,12 @@ pub fn node(config: &std::path::Path, id: Option<u16>) -> Result<Ended, String> 
     if cfg.engine == hilock_runtime::config::Engine::Ring {
         return hilock_runtime::ring::serve_config(&cfg).map(Ended::Stopped);
     }
+    if cfg.client.is_none() {
+        tracing::warn!(
+            "no client socket: the file has no `client` key, so `hilock lock` and `hilock \
+             status` cannot reach this node"
+        );
+    }
     let within = cfg.etcd_rejoin_timeout;
     let suspend = cfg.state_dir.is_some();
     runtime()?.block_on(async {

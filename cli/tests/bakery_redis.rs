@@ -773,6 +773,52 @@ fn registration_waits_for_paused_replicas_until_the_timeout() {
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "granted");
 }
 
+/// A timeout says in words where the client waited, not the kernel's `Phase` in Rust
+/// syntax: a lock behind another client's hold names that client; a queue worker with no
+/// item says that no item could be taken (`docs/cli.md`, "`hilock bakery queue`").
+#[test]
+fn timeouts_say_where_the_client_waited_in_words() {
+    if !have_redis() {
+        return;
+    }
+    let r = Replicas::start(3);
+    let addrs = r.addrs.join(",");
+    let mut holder = bakery_lock(&addrs, "words", 3, 2000, "echo held; sleep 3")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert_eq!(
+        first_line(&mut holder, Duration::from_secs(10)).trim(),
+        "held"
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_hilock"))
+        .args(["bakery", "lock", "words", "--replicas", &addrs])
+        .args(["--client-id", "4", "--timeout-ms", "500", "--", "true"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("lock not granted within") && err.contains("client 3"),
+        "{err}"
+    );
+    assert!(!err.contains('{'), "{err}");
+    let out = Command::new(env!("CARGO_BIN_EXE_hilock"))
+        .args(["bakery", "queue", "work", "empty", "--replicas", &addrs])
+        .args(["--client-id", "5", "--timeout-ms", "500", "--", "true"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("no item could be taken within 500 ms"),
+        "{err}"
+    );
+    assert!(!err.contains("Scan"), "{err}");
+    let _ = holder.kill();
+    let _ = holder.wait();
+}
+
 /// The bakery's cost as clients grow (`docs/benchmarks.md`, "Over 3 local `redis-server`
 /// replicas"): round trips (quorum operations) and latency per acquire as clients grow,
 /// over 3 fresh local replicas, R = W = 2, hold 1 ms, no pause between rounds.

@@ -1186,6 +1186,10 @@ fn hilock_lock_txn_runs_commands_under_both_locks_across_nodes() {
         vec!["lock", "--txn", "/a"],
         vec!["lock", "--txn", "a:W"],
         vec!["lock", "/a"],
+        // Forgotten `--` before the command.
+        vec!["lock", "/a", "W", "echo", "hi"],
+        // A ring's client id given to a token node.
+        vec!["lock", "/a", "W", "--client-id", "3"],
     ] {
         let out = run(hilock()
             .args(&bad)
@@ -1197,6 +1201,15 @@ fn hilock_lock_txn_runs_commands_under_both_locks_across_nodes() {
         assert_eq!(err.trim_end().lines().count(), 1, "{bad:?}");
         assert!(err.starts_with("hilock: error: "), "{bad:?}: {err}");
     }
+    // The command without `--`: the line says where it goes.
+    let out = run(hilock()
+        .args(["lock", "/a", "W", "--socket"])
+        .arg(c.socket(0))
+        .args(["echo", "hi"]));
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(err.contains("goes after `--`"), "{err}");
 }
 
 /// `hilock lock --txn` passes no fencing token (the agents engine has none): its command
@@ -1316,6 +1329,26 @@ fn hilock_lock_passes_the_value_block_to_the_next_holder() {
         "{}",
         text(&out.stderr)
     );
+    assert_eq!(value(1, "R", "echo \"$HILOCK_VALUE\""), hello);
+    // Not hex (a character of two bytes among them), or a directory instead of a file:
+    // reported, the value unchanged, nothing left behind, the command's status kept.
+    for (script, says) in [
+        ("printf 'a\u{e9}b' > \"$HILOCK_VALUE_OUT\"", "is not one"),
+        (
+            "mkdir \"$HILOCK_VALUE_OUT\"; echo \"$HILOCK_VALUE_OUT\"",
+            "not written",
+        ),
+    ] {
+        let out = run(&mut lock_cmd(&c.socket(0), "/value/v", "W", script));
+        let err = text(&out.stderr);
+        assert!(out.status.success(), "{script}: {err}");
+        assert!(
+            err.contains("the value block was not written") && err.contains(says),
+            "{script}: {err}"
+        );
+        let left = text(&out.stdout).trim().to_string();
+        assert!(left.is_empty() || !Path::new(&left).exists(), "{left} left");
+    }
     assert_eq!(value(1, "R", "echo \"$HILOCK_VALUE\""), hello);
 }
 

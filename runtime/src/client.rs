@@ -112,6 +112,10 @@ pub fn value_hex(value: &[u8; hilock_kernel::VALUE_LEN]) -> String {
 pub fn parse_value_hex(text: &str) -> Result<[u8; hilock_kernel::VALUE_LEN], String> {
     let t = text.trim();
     let mut v = [0u8; hilock_kernel::VALUE_LEN];
+    // Every character a hex digit (one byte each), or the one line says which is not.
+    if let Some(c) = t.chars().find(|c| !c.is_ascii_hexdigit()) {
+        return Err(format!("a value block is hex digits; {c:?} is not one"));
+    }
     if t.len() > 2 * v.len() || t.len() % 2 != 0 {
         return Err(format!(
             "a value block is an even number of hex digits, at most {}: {} given",
@@ -119,11 +123,20 @@ pub fn parse_value_hex(text: &str) -> Result<[u8; hilock_kernel::VALUE_LEN], Str
             t.len()
         ));
     }
-    for (i, b) in v.iter_mut().enumerate().take(t.len() / 2) {
-        *b = u8::from_str_radix(&t[2 * i..2 * i + 2], 16)
-            .map_err(|_| format!("not a hex digit pair: {:?}", &t[2 * i..2 * i + 2]))?;
+    for (b, pair) in v.iter_mut().zip(t.as_bytes().chunks_exact(2)) {
+        *b = (hex_digit(pair[0]) << 4) | hex_digit(pair[1]);
     }
     Ok(v)
+}
+
+/// The value of an ASCII hex digit (anything else counts 0; checked before).
+fn hex_digit(c: u8) -> u8 {
+    match c {
+        b'0'..=b'9' => c - b'0',
+        b'a'..=b'f' => c - b'a' + 10,
+        b'A'..=b'F' => c - b'A' + 10,
+        _ => 0,
+    }
 }
 
 /// A reply.

@@ -31,8 +31,8 @@
 use super::redis::RedisReplica;
 use super::store::{Delivery, QuorumStore, ReplicaBackend, ReplicaError, Scope, COLUMNS, ROWS};
 use hilock_kernel::bakery::{
-    BakeryError, Client, ClientId, ClientOutput, Config, Family, Input, Program, ReplicaId, Reply,
-    Request, Row, Ticket, Ts, Variant,
+    BakeryError, Client, ClientId, ClientOutput, Config, Family, Input, Phase, Program, ReplicaId,
+    Reply, Request, Row, Ticket, Ts, Variant,
 };
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
@@ -106,7 +106,7 @@ pub enum Error {
         /// How long it waited.
         waited: Duration,
         /// Where the client was.
-        phase: String,
+        phase: Phase,
     },
     /// The lease ran out while holding: the fencing token is no longer valid.
     Lost {
@@ -133,10 +133,17 @@ impl fmt::Display for Error {
                 "{what}: {got} of the {need} answers it needs; missing: {}",
                 missing.join("; ")
             ),
+            Error::Timeout { waited, phase } if is_queue(*phase) => write!(
+                f,
+                "no item could be taken within {} ms ({})",
+                waited.as_millis(),
+                phase_text(*phase)
+            ),
             Error::Timeout { waited, phase } => write!(
                 f,
-                "lock not granted within {} ms (still {phase})",
-                waited.as_millis()
+                "lock not granted within {} ms (still {})",
+                waited.as_millis(),
+                phase_text(*phase)
             ),
             Error::Lost { token } => write!(
                 f,
@@ -530,7 +537,7 @@ impl<const N: usize, const K: usize> Driver<N, K> {
         }
         Error::Timeout {
             waited: start.elapsed(),
-            phase: format!("{:?}", self.client.phase()),
+            phase: self.client.phase(),
         }
     }
 
@@ -724,5 +731,43 @@ impl<const N: usize> BakeryLock<N> {
         }
         self.client.advance_clock(Ts(max));
         Ok(())
+    }
+}
+
+/// Whether a client in `phase` works a queue (scans for, gives up or removes an item).
+fn is_queue(phase: Phase) -> bool {
+    matches!(
+        phase,
+        Phase::Scan | Phase::ScanSleep | Phase::GiveUp | Phase::ReadDetails | Phase::Remove { .. }
+    )
+}
+
+/// Where a client stands, in words, for a timeout's message (the bakery algorithm's lines,
+/// `kernel/src/bakery/client.rs`).
+fn phase_text(phase: Phase) -> String {
+    match phase {
+        Phase::Idle => "not started".into(),
+        Phase::Scan => "scanning for a free item".into(),
+        Phase::ScanSleep => "no item was free".into(),
+        Phase::Choose => "choosing a number (line 1)".into(),
+        Phase::ReadMax => "reading the numbers to take a larger one (line 2)".into(),
+        Phase::TakeNumber => "writing its number (line 4)".into(),
+        Phase::Unchoose => "ending its choice (line 5)".into(),
+        Phase::ReadChoosing => "reading who is choosing (line 6)".into(),
+        Phase::ReadNumbers => "reading the numbers (line 7)".into(),
+        Phase::WaitChoosing { id, .. } => {
+            format!("waiting for client {id} to finish choosing its number (lines 9-11)")
+        }
+        Phase::RereadNumbers { id } => {
+            format!("reading the numbers again before comparing with client {id}")
+        }
+        Phase::WaitNumber { id, .. } => {
+            format!("waiting for client {id}, whose number comes first (lines 13-15)")
+        }
+        Phase::GiveUp => "giving up an item another worker handles".into(),
+        Phase::ReadDetails => "checking that the item still exists".into(),
+        Phase::Held => "holding".into(),
+        Phase::Exit => "releasing (line 19)".into(),
+        Phase::Remove { .. } => "removing a finished item".into(),
     }
 }
