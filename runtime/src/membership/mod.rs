@@ -186,19 +186,19 @@ fn classify(op: &'static str, e: etcd_client::Error) -> Error {
     match e {
         E::TransportError(_) | E::IoError(_) | E::EndpointError(_) => Error::Unreachable {
             op,
-            detail: e.to_string(),
+            detail: innermost(&e),
         },
         // gRPC codes 1 (cancelled), 4 (deadline exceeded), 14 (unavailable): no answer.
         E::GRpcStatus(ref s) if matches!(i32::from(s.code()), 1 | 4 | 14) => Error::Unreachable {
             op,
-            detail: e.to_string(),
+            detail: innermost(s),
         },
         // A status that only wraps a broken connection (code "unknown", message "transport
         // error", an I/O error underneath: etcd stopped while the channel was open).
         E::GRpcStatus(ref s) if s.message() == "transport error" || io_underneath(s) => {
             Error::Unreachable {
                 op,
-                detail: e.to_string(),
+                detail: innermost(s),
             }
         }
         _ => Error::Etcd {
@@ -234,6 +234,17 @@ async fn timed<T>(
         Ok(Err(e)) => Err(classify(op, e)),
         Ok(Ok(v)) => Ok(v),
     }
+}
+
+/// What an error says at the bottom of its chain of causes ("Connection refused (os error
+/// 111)"), rather than the transport layers' own text around it, which prints them in Rust
+/// syntax (`tonic::transport::Error(Transport, ConnectError(…))`).
+fn innermost(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut e = e;
+    while let Some(s) = e.source() {
+        e = s;
+    }
+    e.to_string()
 }
 
 /// An installed epoch, as read from etcd.
@@ -1004,6 +1015,27 @@ impl Observer {
 #[cfg(test)]
 mod tests {
     use super::io_underneath;
+
+    /// etcd not running: the error names the cause in words, not the transport layers in
+    /// Rust syntax (an operator saw `tonic::transport::Error(Transport, ConnectError(…`).
+    #[tokio::test]
+    async fn an_unreachable_etcd_is_reported_in_words() {
+        let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = closed.local_addr().unwrap();
+        drop(closed);
+        let o = super::EtcdOptions::new(vec![addr.to_string()]);
+        // The client connects lazily: the first call meets the closed port.
+        let e = match super::connect(&o).await {
+            Err(e) => e.to_string(),
+            Ok(mut c) => super::timed(o.timeout, "status", c.status())
+                .await
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default(),
+        };
+        assert!(e.starts_with("etcd unreachable ("), "{e}");
+        assert!(!e.contains("tonic") && !e.contains('{') && !e.contains("Os"), "{e}");
+    }
 
     /// An error that wraps another, as tonic's status wraps a transport error that wraps
     /// hyper's, which wraps the I/O error of a broken pipe.
