@@ -18,7 +18,8 @@ pub enum RingCommand {
     },
     /// Ask the membership service to let slot ID join (its node must be running: `hilock
     /// node --config F --id ID`) and wait until the new view is settled: every node of the
-    /// change installed it and holds every entry it must. Exit 2 (one line) on timeout.
+    /// change installed it and holds every entry it must. Exit 2 (one line) on timeout, and
+    /// at once for a slot the `--config` file has no node for.
     Join {
         /// The slot.
         #[arg(long)]
@@ -31,7 +32,8 @@ pub enum RingCommand {
     },
     /// Ask the membership service for the graceful leave of slot ID (its entries are
     /// handed over while clients hold locks; its process exits once the change is done)
-    /// and wait until the new view is settled. Exit 2 (one line) on timeout.
+    /// and wait until the new view is settled. Exit 2 (one line) on timeout, and at once for
+    /// a slot the `--config` file has no node for.
     Leave {
         /// The slot.
         #[arg(long)]
@@ -81,10 +83,24 @@ fn ring_config(file: &std::path::Path) -> Result<hilock_runtime::config::RingCon
 }
 
 impl RingAt {
-    fn membership(&self) -> Result<std::net::SocketAddr, String> {
+    /// The membership service to ask for a change of slot `id`. With `--config`, a slot
+    /// the file has no node for is refused at once: no node of the file can run in it, so
+    /// the change would only wait out the timeout.
+    fn membership_for(&self, id: u16) -> Result<std::net::SocketAddr, String> {
         match (&self.config, self.membership) {
             (_, Some(m)) => Ok(m),
-            (Some(c), None) => Ok(ring_config(c)?.membership),
+            (Some(c), None) => {
+                let ring = ring_config(c)?;
+                let n = hilock_runtime::Config::from_file(c, Some(0))?.nodes.len();
+                if usize::from(id) >= n {
+                    return Err(format!(
+                        "--id {id}: {} has no slot {id} (its nodes are slots 0 to {})",
+                        c.display(),
+                        n - 1
+                    ));
+                }
+                Ok(ring.membership)
+            }
             (None, None) => Err("give --config or --membership".into()),
         }
     }
@@ -108,13 +124,13 @@ pub fn ring(command: RingCommand) -> Result<(String, bool), String> {
         )
         .map(|s| (s, true)),
         RingCommand::Join { id, at, timeout_ms } => hilock_runtime::ring::change(
-            at.membership()?,
+            at.membership_for(id)?,
             hilock_runtime::ring::Request::Join(id),
             ms(timeout_ms),
         )
         .map(|s| (s, true)),
         RingCommand::Leave { id, at, timeout_ms } => hilock_runtime::ring::change(
-            at.membership()?,
+            at.membership_for(id)?,
             hilock_runtime::ring::Request::Leave(id),
             ms(timeout_ms),
         )

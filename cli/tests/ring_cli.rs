@@ -309,6 +309,41 @@ async fn join_and_leave() {
     assert_eq!(err.trim_end().lines().count(), 1, "one line: {err:?}");
 }
 
+/// `hilock ring join|leave --config F --id SLOT` of a slot the file has no node for is
+/// refused at once, the membership service running: exit 2 and one line naming the slot,
+/// long before `--timeout-ms` (no node of the file can run in the slot, so the change
+/// would only wait the timeout out).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ring_join_and_leave_of_a_slot_the_file_has_no_node_for_are_refused_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let addrs = [free_port(), free_port()];
+    let maddr = free_port();
+    let cfg = dir.path().join("ring.toml");
+    std::fs::write(&cfg, ring_toml(&addrs, maddr, &[0, 1], 1000)).unwrap();
+    let _service = spawn(&["ring", "membership"], &cfg);
+    admin(maddr).await;
+    for verb in ["join", "leave"] {
+        let t = Instant::now();
+        let (code, out, err) = ring_cmd(
+            &[verb, "--id", "9", "--timeout-ms", "3000"],
+            &cfg,
+            Duration::from_secs(10),
+        )
+        .await;
+        assert_eq!(code, Some(2), "{verb}: {out} {err}");
+        assert!(
+            err.contains("no slot 9") && err.contains("slots 0 to 1"),
+            "{verb}: {err}"
+        );
+        assert_eq!(err.trim_end().lines().count(), 1, "one line: {err:?}");
+        assert!(
+            t.elapsed() < Duration::from_millis(1500),
+            "{verb}: refused after {:?}, not at once",
+            t.elapsed()
+        );
+    }
+}
+
 /// `kill -SIG pid` of our own child (`STOP`, `CONT`).
 fn signal(p: &Proc, sig: &str) {
     let st = Command::new("kill")

@@ -44,6 +44,7 @@ pub use node::{RingNode, Snapshot};
 
 use futures_util::{SinkExt, StreamExt};
 use hilock_kernel::ring::{hash, Addr, ChordMsg, Key, NodeId, Out, Ring, RingServer, View};
+use hilock_kernel::Sink;
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -65,8 +66,45 @@ pub const R: u8 = 2;
 pub type Server = RingServer<SLOTS, TABLE>;
 /// The kernel message.
 pub type Msg = ChordMsg<TABLE>;
-/// A step's outputs.
-pub(crate) type Outs = heapless::Vec<Out<TABLE>, { Server::MAX_OUTPUTS }>;
+/// A step's outputs, kept on the heap. An [`Out`] carries its message inline (a
+/// hand-over or a dump holds up to [`TABLE`] entries: the kernel has no heap), so one is
+/// about 3.5 KiB and the room a step needs, [`Server::MAX_OUTPUTS`] of them, about
+/// 340 KiB. As a stack value (a `heapless::Vec`, plus the copies a debug build makes of
+/// it) that overflowed the 2 MiB stack of a tokio worker thread as soon as a node had a
+/// peer. A node allocates one buffer and reuses it for every step.
+pub(crate) struct Outs {
+    outs: Vec<Out<TABLE>>,
+    room: usize,
+}
+
+impl Outs {
+    /// An empty buffer taking at most `room` outputs (the kernel checks the room it needs
+    /// before it sends anything, as with a `heapless::Vec` of that capacity).
+    pub(crate) fn with_room(room: usize) -> Self {
+        Outs {
+            outs: Vec::new(),
+            room,
+        }
+    }
+
+    /// Takes the outputs out in order, leaving the buffer empty (its memory is kept).
+    pub(crate) fn drain(&mut self) -> std::vec::Drain<'_, Out<TABLE>> {
+        self.outs.drain(..)
+    }
+}
+
+impl Sink<Out<TABLE>> for Outs {
+    fn room(&self) -> usize {
+        self.room.saturating_sub(self.outs.len())
+    }
+    fn put(&mut self, t: Out<TABLE>) -> Result<(), Out<TABLE>> {
+        if self.outs.len() >= self.room {
+            return Err(t);
+        }
+        self.outs.push(t);
+        Ok(())
+    }
+}
 
 /// The ring every process uses.
 pub fn ring() -> Ring<SLOTS> {

@@ -304,6 +304,8 @@ async fn run(
         ..Snapshot::default()
     };
     let mut last_status = None;
+    // The step's outputs: one buffer on the heap for the node's life (see [`Outs`]).
+    let mut out = Outs::with_room(Server::MAX_OUTPUTS);
     report(&server, &mtx, &mut last_status);
     snap_tx.send_replace(snap.clone());
     loop {
@@ -446,10 +448,10 @@ async fn run(
                         };
                         clients.insert((c, incarnation), tx);
                         snap.clients = clients.len();
-                        (Addr::Client(c), *m)
+                        (Addr::Client(c), m)
                     }
                     Ev::Client(..) => continue,
-                    Ev::Frame(from, Frame::Msg(m)) => (from, *m),
+                    Ev::Frame(from, Frame::Msg(m)) => (from, m),
                     Ev::Frame(..) => continue,
                 };
                 // The clock first: the wait for this event may have been a pause.
@@ -461,7 +463,6 @@ async fn run(
                     server.stop();
                     snap.lease_lost = true;
                 }
-                let mut out = Outs::new();
                 snap.steps += 1;
                 let before = server.view();
                 if let Err(e) = server.step(from, &msg, &mut out) {
@@ -475,7 +476,7 @@ async fn run(
                 if server.view().epoch != before.epoch && joined != 0 {
                     links.retain(|n, _| joined & (1 << n.0) == 0);
                 }
-                for o in out {
+                for o in out.drain() {
                     match o.to {
                         Addr::Node(n) => {
                             send_node(&mut links, &server, me, &peers, n, Frame::Msg(Box::new(o.msg)));
@@ -542,8 +543,8 @@ fn send_node(
 /// Queues on `tx` the copies of every write in progress that peer `p` has not
 /// acknowledged (duplicates are acknowledged again by the replica, not applied twice).
 fn resend_owed(server: &Server, me: NodeId, p: NodeId, tx: &mpsc::UnboundedSender<Frame>) {
-    let mut again =
-        heapless::Vec::<hilock_kernel::ring::Out<{ super::TABLE }>, { super::TABLE }>::new();
+    // On the heap, as a step's outputs are ([`Outs`]): room for one copy per entry.
+    let mut again = Outs::with_room(super::TABLE);
     match server.reconnected(p, &mut again) {
         Ok(0) => {}
         Ok(k) => {
@@ -552,7 +553,7 @@ fn resend_owed(server: &Server, me: NodeId, p: NodeId, tx: &mpsc::UnboundedSende
                 me.0,
                 p.0
             );
-            for o in again {
+            for o in again.drain() {
                 let _ = tx.send(Frame::Msg(Box::new(o.msg)));
             }
         }
@@ -580,4 +581,106 @@ fn link(
         }
     });
     tx
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ring::{key_of, Membership, RingClient, SLOTS};
+
+    /// The stack of the worker threads the nodes run on: an eighth of tokio's 2 MiB
+    /// default. A step's outputs kept on the stack (about 340 KiB, see [`Outs`]) do not fit
+    /// in it at any optimisation level, so a node that keeps them there overflows it (the
+    /// test process aborts with "thread 'ring-small-stack' has overflowed its stack"). In
+    /// a debug build that buffer, its copies and a reconnection's buffer made the node's
+    /// frames about 2.4 MiB, past tokio's default, as soon as it had a peer.
+    const SMALL_STACK: usize = 256 * 1024;
+
+    /// Three ring nodes, their membership service and two clients run as tasks on worker
+    /// threads with a [`SMALL_STACK`]: two nodes link to each other and serve a lock on
+    /// each one's keys, a third joins (a hand-over to it) while both are held, and the
+    /// locks are refused to another client, released and granted again; no server refused
+    /// an input.
+    #[test]
+    fn ring_nodes_link_serve_and_hand_over_on_worker_threads_with_a_small_stack() {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("ring-small-stack")
+            .thread_stack_size(SMALL_STACK)
+            .enable_all()
+            .build()
+            .unwrap();
+        // `block_on` runs its future on this thread: everything is spawned onto the workers.
+        rt.block_on(async {
+            let run = tokio::time::timeout(Duration::from_secs(30), small_stack_ring());
+            tokio::spawn(run)
+                .await
+                .expect("the ring's task ended normally")
+                .expect("the small-stack ring test ended within 30 s");
+        });
+    }
+
+    async fn small_stack_ring() {
+        let mut listeners = Vec::new();
+        let mut addrs: Vec<Option<SocketAddr>> = vec![None; SLOTS];
+        for a in addrs.iter_mut().take(3) {
+            let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            *a = Some(l.local_addr().unwrap());
+            listeners.push(l);
+        }
+        let addrs = Arc::new(addrs);
+        let membership = Membership::start(TcpListener::bind("127.0.0.1:0").await.unwrap(), 0b11)
+            .await
+            .unwrap();
+        let maddr = membership.addr();
+        let mut listeners = listeners.into_iter();
+        let mut nodes = Vec::new();
+        for id in 0..2 {
+            let l = listeners.next().unwrap();
+            nodes.push(RingNode::start(id, l, addrs.clone(), maddr).await.unwrap());
+        }
+        let limit = Duration::from_secs(10);
+        let v = membership
+            .wait_for(limit, |v| v.members == 0b11)
+            .await
+            .unwrap();
+        // A path whose primary is each node.
+        let paths: Vec<String> = (0..2u16)
+            .map(|n| {
+                (0..)
+                    .map(|k| format!("/small{k}/x"))
+                    .find(|p| ring().lookup(v, key_of(p)) == Some(NodeId(n)))
+                    .unwrap()
+            })
+            .collect();
+        let mut holder = RingClient::connect(1, addrs.clone(), maddr).await.unwrap();
+        let mut other = RingClient::connect(2, addrs.clone(), maddr).await.unwrap();
+        holder.limit = limit;
+        other.limit = limit;
+        for p in &paths {
+            assert!(holder.lock(p).await.unwrap(), "{p} granted");
+        }
+        nodes.push(
+            RingNode::start(2, listeners.next().unwrap(), addrs.clone(), maddr)
+                .await
+                .unwrap(),
+        );
+        membership.join(2);
+        membership
+            .wait_for(limit, |v| v.members == 0b111)
+            .await
+            .expect("slot 2 joined and the ring settled");
+        for p in &paths {
+            assert!(!other.lock(p).await.unwrap(), "{p} stays held");
+            holder.unlock(p).await.unwrap();
+            assert!(other.lock(p).await.unwrap(), "{p} granted once released");
+            other.unlock(p).await.unwrap();
+        }
+        for n in &nodes {
+            let s = n.snapshot();
+            assert!(s.steps > 0, "node {} stepped", n.id());
+            assert!(s.errors.is_empty(), "node {}: {:?}", n.id(), s.errors);
+            assert!(!n.stopped(), "node {} runs", n.id());
+        }
+    }
 }
