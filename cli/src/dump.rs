@@ -45,15 +45,17 @@ impl Answer {
     }
 }
 
-/// The arguments of `hilock dump`.
+/// The arguments of `hilock dump`: one of `--config` and `--socket` (clap's usage line
+/// names both when neither is given).
 #[derive(clap::Args, Debug)]
+#[command(group(clap::ArgGroup::new("nodes").required(true).multiple(false)))]
 pub struct DumpArgs {
     /// The cluster's configuration file: every node of its `[[nodes]]`, at its `client`
     /// socket.
-    #[arg(long, conflicts_with = "socket", required_unless_present = "socket")]
+    #[arg(long, group = "nodes")]
     config: Option<PathBuf>,
     /// …or the nodes' client sockets (one or more).
-    #[arg(long, num_args = 1..)]
+    #[arg(long, num_args = 1.., group = "nodes")]
     socket: Vec<PathBuf>,
     /// Print JSON (format hilock-dump/1).
     #[arg(long)]

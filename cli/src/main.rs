@@ -100,7 +100,9 @@ enum Command {
     /// command's status (128+N if signal N killed it); 2 (and one line on stderr) if the
     /// lock is not granted; 75 if the connection to the node closed while the command ran,
     /// 76 if the node reported the lock lost and 77 if the node's etcd lease was lost or
-    /// not renewed in time (membership through etcd; the command's group was killed first).
+    /// not renewed in time (membership through etcd; the command's group was killed first);
+    /// 78 if a ring's --client-id is in use; 79 if --try found the lock busy. docs/cli.md
+    /// has the table.
     ///
     /// With the --config of a ring (`engine = "ring"`, the Chord lock paper) and --client-id: the
     /// ring client itself holds the lock of the path's top-level element (its placement

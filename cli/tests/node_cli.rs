@@ -1978,6 +1978,20 @@ fn dump_merges_every_nodes_locks_and_names_the_nodes_that_do_not_answer() {
         "{b}"
     );
 
+    // Neither --config nor --socket: clap's usage line names both ways; both at once are
+    // refused too.
+    let out = run(hilock().arg("dump"));
+    assert_eq!(out.status.code(), Some(2));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("--config") && err.contains("--socket"),
+        "{err}"
+    );
+    let out = run(hilock()
+        .args(["dump", "--config", "x.toml", "--socket"])
+        .arg(c.socket(0)));
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+
     // Only the nodes at the sockets given: node 1's own request is not shown, its entry
     // in node 0's queue is.
     let out = run(hilock()

@@ -1034,7 +1034,10 @@ mod tests {
                 .unwrap_or_default(),
         };
         assert!(e.starts_with("etcd unreachable ("), "{e}");
-        assert!(!e.contains("tonic") && !e.contains('{') && !e.contains("Os"), "{e}");
+        assert!(
+            !e.contains("tonic") && !e.contains('{') && !e.contains("Os"),
+            "{e}"
+        );
     }
 
     /// An error that wraps another, as tonic's status wraps a transport error that wraps
