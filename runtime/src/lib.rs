@@ -55,5 +55,7 @@ pub mod wire;
 mod ports;
 
 pub use config::{Config, NodeAddr, MAX_NODES};
-pub use hilock_kernel::{ValueBlock, VALUE_LEN};
+/// The modes and priorities every lock call takes, from the kernel (one dependency is
+/// enough to use the runtime).
+pub use hilock_kernel::{Mode, Priority, ValueBlock, VALUE_LEN};
 pub use token::{intention, Blocked, Error, Guard, Handle, Node, Options, Stats, Status};

@@ -851,6 +851,97 @@ async fn status_shows_holders_local_waiters_and_the_kernel_queue() {
     assert_all_idle(&nodes, Duration::from_secs(5)).await;
 }
 
+/// A guard's upgrade that timed out stays pending (Rule 7): when it completes with nobody
+/// waiting for it, the node takes the hold back to U, so the guard (still U) and the node
+/// agree and a reader on another node is admitted beside it; a later upgrade of the guard
+/// waits for a pending one and gets W with a new fence. (Before, the node kept W behind
+/// the guard's back: readers were refused, and the guard could neither write nor upgrade.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timed_out_upgrade_that_completes_later_leaves_the_guard_and_node_in_u() {
+    let nodes = local_cluster(3, "late-upgrade", SECRET, Duration::from_secs(10))
+        .await
+        .unwrap();
+    let p = path_rooted_at("lu", 0, 3);
+    let mut u = nodes[0].lock(&p, Mode::U).await.unwrap();
+    let reader = nodes[1].lock(&p, Mode::R).await.unwrap();
+    let e = u
+        .upgrade_within(Duration::from_millis(200))
+        .await
+        .unwrap_err();
+    assert!(matches!(e, Error::Timeout { .. }), "{e}");
+    // The reader leaves: the pending upgrade completes, and nobody waits for it.
+    drop(reader);
+    let t = std::time::Instant::now();
+    let r = loop {
+        match nodes[2].try_lock(&p, Mode::R).await {
+            Ok(r) => break r,
+            Err(e) => assert!(
+                t.elapsed() < Duration::from_secs(3),
+                "node 0 kept W behind its U guard: {e}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(u.mode(), Mode::U);
+    let f = u.fence();
+    // A new upgrade (after the reader on node 2 leaves) is granted with a larger fence.
+    let leave = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        drop(r);
+    });
+    u.upgrade_within(Duration::from_secs(5)).await.unwrap();
+    assert_eq!(u.mode(), Mode::W);
+    assert!(u.fence() > f);
+    u.set_value([1; 32]).await.unwrap();
+    leave.await.unwrap();
+    drop(u);
+    assert_all_idle(&nodes, Duration::from_secs(5)).await;
+}
+
+/// A timeout of `Duration::MAX` ("as long as it takes") is a timeout, not an overflow
+/// of the clock: the lock and the try-lock are granted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timeout_of_duration_max_waits_and_does_not_panic() {
+    let nodes = local_cluster(2, "forever", SECRET, Duration::from_secs(10))
+        .await
+        .unwrap();
+    let forever = hilock_runtime::Options {
+        timeout: Some(Duration::MAX),
+        ..Default::default()
+    };
+    let p = path_rooted_at("fv", 1, 2);
+    drop(
+        nodes[0]
+            .lock_with(&p, Mode::W, forever.clone())
+            .await
+            .unwrap(),
+    );
+    drop(nodes[0].try_lock_with(&p, Mode::R, forever).await.unwrap());
+    assert_all_idle(&nodes, Duration::from_secs(5)).await;
+}
+
+/// A second upgrade call of a guard whose first one timed out waits for that same pending
+/// upgrade and is granted when the reader leaves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_upgrade_waits_for_the_pending_one() {
+    let nodes = local_cluster(2, "reupgrade", SECRET, Duration::from_secs(10))
+        .await
+        .unwrap();
+    let p = path_rooted_at("ru", 0, 2);
+    let mut u = nodes[0].lock(&p, Mode::U).await.unwrap();
+    let reader = nodes[1].lock(&p, Mode::R).await.unwrap();
+    assert!(u.upgrade_within(Duration::from_millis(200)).await.is_err());
+    let leave = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        drop(reader);
+    });
+    u.upgrade_within(Duration::from_secs(5)).await.unwrap();
+    assert_eq!(u.mode(), Mode::W);
+    leave.await.unwrap();
+    drop(u);
+    assert_all_idle(&nodes, Duration::from_secs(5)).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_upgrade_waits_for_readers_and_a_guard_dropped_meanwhile_is_withdrawn_and_released() {
     let nodes = local_cluster(2, "upgrade", SECRET, Duration::from_secs(10))
@@ -867,10 +958,11 @@ async fn an_upgrade_waits_for_readers_and_a_guard_dropped_meanwhile_is_withdrawn
         .unwrap_err();
     assert!(matches!(e, Error::Timeout { .. }), "{e}");
     assert_eq!(u.mode(), Mode::U);
-    // The first upgrade is still pending in the protocol: a second one is refused.
+    // The first upgrade is still pending in the protocol: a second call waits for it (and
+    // times out the same way while the reader reads).
     assert!(matches!(
-        u.upgrade().await,
-        Err(Error::NotUpgradable { mode: Mode::U, .. })
+        u.upgrade_within(Duration::from_millis(100)).await,
+        Err(Error::Timeout { .. })
     ));
     // Dropped while upgrading: the upgrade is cancelled in the kernel (`spec/SPEC.md`
     // 1.13: withdrawn at once, U kept) and U released, while node 1 still reads.

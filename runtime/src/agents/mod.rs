@@ -606,7 +606,10 @@ impl Transaction {
 
     /// One call: asks for `asks` and waits until the transaction holds every lock.
     async fn call(&mut self, asks: Vec<Ask>) -> Result<(), TxnError> {
-        let deadline = tokio::time::Instant::now() + self.timeout;
+        let now = tokio::time::Instant::now();
+        let deadline = now
+            .checked_add(self.timeout)
+            .unwrap_or_else(|| now + Duration::from_secs(30 * 365 * 86_400));
         let names: Vec<&str> = asks.iter().map(|a| a.name.as_str()).collect();
         let names = names.join(", ");
         let rx = self.request(asks)?;

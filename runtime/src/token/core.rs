@@ -1343,18 +1343,26 @@ impl Core {
     fn upgraded(&mut self, path: &str) {
         let e = self.locks.get_mut(path).expect("entry exists");
         e.held = Mode::W;
+        let fence = e.fence();
+        let mut untold = None;
         if let Some(u) = e.upgrading.take() {
             for h in e.holders.iter_mut().filter(|h| h.0 == u.hold) {
                 h.1 = Mode::W;
             }
-            if let Some(r) = u.reply {
-                let _ = r.send(Ok(e.fence()));
+            if !u.reply.is_some_and(|r| r.send(Ok(fence)).is_ok()) {
+                untold = Some(u.hold);
             }
         }
         if e.release_when_upgraded {
             e.release_when_upgraded = false;
             e.holders.clear();
             self.kernel_release(path);
+        } else if let Some(hold) = untold {
+            // Nobody waits for this upgrade any more (its guard's upgrade timed out, or the
+            // future was dropped), and that guard still holds U: the hold goes back to U
+            // at once (W → U, `spec/SPEC.md` 1.14), so that guard and node agree.
+            let (reply, _) = oneshot::channel();
+            self.downgrade(path, hold, Mode::U, reply);
         }
     }
 
@@ -1534,6 +1542,17 @@ impl Core {
             return;
         };
         let mine = e.holders.iter().find(|h| h.0 == hold).map(|h| h.1);
+        if let Some(u) = e.upgrading.as_mut().filter(|u| {
+            u.hold == hold
+                && mine == Some(Mode::U)
+                && u.reply.as_ref().is_none_or(|r| r.is_closed())
+        }) {
+            // This guard's earlier upgrade timed out and still waits in the protocol: this
+            // call waits for it.
+            u.reply = Some(reply);
+            self.try_upgrade(path);
+            return;
+        }
         if mine != Some(Mode::U) || e.held != Mode::U || e.upgrading.is_some() {
             let _ = reply.send(Err(Error::NotUpgradable {
                 path: path.to_string(),

@@ -237,7 +237,9 @@ impl std::error::Error for Error {}
 /// Options of a lock request.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Options {
-    /// The request's priority (chapter 3; higher is served first; 0 by default).
+    /// The request's priority (chapter 3; among the requests of different nodes, higher
+    /// is served first; 0 by default). Callers waiting on one node are served in order of
+    /// arrival.
     pub priority: Priority,
     /// Give up after this long (whole hierarchy); `None`: the node's `request_timeout`.
     pub timeout: Option<Duration>,
@@ -490,8 +492,11 @@ impl Shared {
     }
 }
 
-/// A running node. Dropping it (or [`Node::shutdown`]) stops every task of the node; the
-/// guards it handed out then release nothing (the node is gone).
+/// A running node. [`Node::shutdown`] hands the released locks over and stops every task;
+/// dropping the node stops every task at once, so a release that had not been sent yet is
+/// lost and the tokens this node holds stay with it (other nodes wait for them until a
+/// recovery, `docs/faults.md`). The guards it handed out then release nothing (the node is
+/// gone).
 pub struct Node {
     shared: Arc<Shared>,
     tx: mpsc::UnboundedSender<Cmd>,
@@ -1254,7 +1259,11 @@ impl Handle {
         self.lease_check()?;
         let wait = opts.timeout.unwrap_or(self.shared.request_timeout);
         let start = Instant::now();
-        let deadline = start + wait;
+        // A timeout too long for the clock (`Duration::MAX`: "wait as long as it takes")
+        // waits about 30 years instead of overflowing.
+        let deadline = start
+            .checked_add(wait)
+            .unwrap_or_else(|| start + Duration::from_secs(30 * 365 * 86_400));
         let mut guard = Guard {
             handle: self.clone(),
             held: Vec::new(),
@@ -1455,8 +1464,10 @@ impl Guard {
 
     /// Upgrade U → W (Rule 7) with the node's default timeout. The ancestors already hold
     /// IW, which W needs. On timeout the upgrade stays pending in the protocol and the
-    /// guard keeps U; dropping the guard then withdraws the upgrade (`Input::Cancel`,
-    /// `spec/SPEC.md` 1.13) and releases U at once.
+    /// guard keeps U: a later `upgrade` waits for that same upgrade; if it completes while
+    /// nobody waits for it, the node takes the hold back to U at once (so the guard and
+    /// the node agree: readers are admitted beside it again); dropping the guard withdraws
+    /// it (`Input::Cancel`, `spec/SPEC.md` 1.13) and releases U at once.
     pub async fn upgrade(&mut self) -> Result<(), Error> {
         let t = self.handle.shared.request_timeout;
         self.upgrade_within(t).await
