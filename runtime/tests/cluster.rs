@@ -910,12 +910,7 @@ async fn a_timeout_of_duration_max_waits_and_does_not_panic() {
         ..Default::default()
     };
     let p = path_rooted_at("fv", 1, 2);
-    drop(
-        nodes[0]
-            .lock_with(&p, Mode::W, forever.clone())
-            .await
-            .unwrap(),
-    );
+    drop(nodes[0].lock_with(&p, Mode::W, forever).await.unwrap());
     drop(nodes[0].try_lock_with(&p, Mode::R, forever).await.unwrap());
     assert_all_idle(&nodes, Duration::from_secs(5)).await;
 }

@@ -1349,7 +1349,7 @@ impl Core {
             for h in e.holders.iter_mut().filter(|h| h.0 == u.hold) {
                 h.1 = Mode::W;
             }
-            if !u.reply.is_some_and(|r| r.send(Ok(fence)).is_ok()) {
+            if u.reply.is_none_or(|r| r.send(Ok(fence)).is_err()) {
                 untold = Some(u.hold);
             }
         }
