@@ -915,6 +915,49 @@ async fn a_timeout_of_duration_max_waits_and_does_not_panic() {
     assert_all_idle(&nodes, Duration::from_secs(5)).await;
 }
 
+/// Two nodes started with different secrets: neither proves the secret to the other, and
+/// each counts the other's answer as a rejected connection (not as a cut: the peer is
+/// up, it is the file that is wrong).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_secret_counts_as_rejected_on_both_nodes() {
+    let mut listeners = Vec::new();
+    let mut addrs = Vec::new();
+    for id in 0..2u16 {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        addrs.push(NodeAddr {
+            id,
+            addr: l.local_addr().unwrap(),
+        });
+        listeners.push(l);
+    }
+    let l1 = listeners.pop().unwrap();
+    let l0 = listeners.pop().unwrap();
+    let n0 = Node::start_on(
+        Config::new("sec", SECRET.to_vec(), 0, addrs.clone()).unwrap(),
+        l0,
+    )
+    .await
+    .unwrap();
+    let n1 = Node::start_on(
+        Config::new("sec", b"another secret entirely".to_vec(), 1, addrs).unwrap(),
+        l1,
+    )
+    .await
+    .unwrap();
+    let t = std::time::Instant::now();
+    while n0.stats().rejected_connections == 0 || n1.stats().rejected_connections == 0 {
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "rejected {} and {}",
+            n0.stats().rejected_connections,
+            n1.stats().rejected_connections
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    n0.shutdown().await;
+    n1.shutdown().await;
+}
+
 /// A second upgrade call of a guard whose first one timed out waits for that same pending
 /// upgrade and is granted when the reader leaves.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -27,6 +27,10 @@ pub(super) enum ConnectError {
     Refused(String),
     /// The peer is a new run of a node this node knew.
     Restarted(String),
+    /// The peer answered but did not prove the cluster's secret: a wrong secret on one
+    /// side (or not a node of this cluster). Counted as a rejected connection and logged;
+    /// tried again later (the operator may fix the file and restart).
+    Unauthenticated(String),
     /// Anything else (not reachable, timeout, bad handshake): try again later.
     Other(String),
 }
@@ -77,9 +81,9 @@ pub(super) async fn connect(
                 ia: incarnation,
             };
             if !tr.verify(&shared.secret, Side::Accept, &tag) {
-                return Err("peer failed authentication (wrong cluster secret?)"
-                    .to_string()
-                    .into());
+                return Err(ConnectError::Unauthenticated(
+                    "peer failed authentication (wrong cluster secret?)".to_string(),
+                ));
             }
             (nonce, incarnation)
         }

@@ -344,7 +344,9 @@ pub struct Stats {
     pub kernel_requests: u64,
     /// Grants delivered to callers (local sharing included).
     pub grants: u64,
-    /// Connections closed for a bad handshake or a bad frame.
+    /// Connections closed for a bad handshake or a bad frame, on either side: a peer that
+    /// dialled in and one this node dialled (a wrong cluster secret shows here on both
+    /// nodes, with a warning in the log).
     pub rejected_connections: u64,
     /// Delivered messages the kernel refused (logged and dropped).
     pub kernel_rejections: u64,

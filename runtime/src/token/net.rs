@@ -322,6 +322,15 @@ pub(super) async fn dial(shared: Arc<Shared>, peer: u16, core: mpsc::UnboundedSe
                 let _ = core.send(Cmd::PeerRestarted { peer });
                 continue;
             }
+            Err(ConnectError::Unauthenticated(e)) => {
+                let n = shared.reject();
+                if n.is_power_of_two() {
+                    warn!(peer, addr = %link.addr, error = %e, rejected = n, "peer rejected: handshake failed (logged for the 1st, 2nd, 4th, 8th ... rejected connection)");
+                }
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_millis(500));
+                continue;
+            }
             Err(ConnectError::Other(e)) => {
                 if was_up {
                     warn!(peer, addr = %link.addr, error = %e, "cannot reconnect to peer");
