@@ -901,3 +901,124 @@ fn docs_cli_md_documents_every_subcommand() {
         "docs/cli.md does not document: {missing:?}"
     );
 }
+
+/// `hilock check` on `file` (relative to the repository) with the object at JSON pointer
+/// `at` changed by `edit`: exit 2 and one line on stderr that names `field`, before
+/// anything is checked.
+fn check_refuses_the_field(
+    file: &str,
+    at: &str,
+    field: &str,
+    edit: impl FnOnce(&mut serde_json::Map<String, serde_json::Value>),
+) {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(root.join(file)).unwrap()).unwrap();
+    edit(
+        v.pointer_mut(at)
+            .and_then(|o| o.as_object_mut())
+            .unwrap_or_else(|| panic!("{file}: no object at {at}")),
+    );
+    let dir =
+        std::env::temp_dir().join(format!("hilock-cli-field-{}-{}", std::process::id(), field));
+    std::fs::create_dir_all(&dir).unwrap();
+    let f = dir.join("config.json");
+    std::fs::write(&f, v.to_string()).unwrap();
+    let out = hilock(&["check", f.to_str().unwrap(), "--out", dir.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{file} {at} {field}: {err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{file} {at}: {err}");
+    assert!(err.contains(field), "{file} {at}: {err}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// Renames the field `from` (one with a default, so that only the misspelling can be
+/// refused) to `to`.
+fn rename(
+    from: &'static str,
+    to: &'static str,
+) -> impl FnOnce(&mut serde_json::Map<String, serde_json::Value>) {
+    move |o| {
+        let v = o.remove(from).unwrap_or_else(|| panic!("no field {from}"));
+        o.insert(to.to_string(), v);
+    }
+}
+
+/// Adds a field `name` (a number) next to the right one.
+fn add(name: &'static str) -> impl FnOnce(&mut serde_json::Map<String, serde_json::Value>) {
+    move |o| {
+        o.insert(name.to_string(), serde_json::json!(1));
+    }
+}
+
+#[test]
+fn check_refuses_a_misspelled_field_in_a_base_model_variant() {
+    let f = "spec/counterexamples/configs/naive-reversal-cycle.json";
+    check_refuses_the_field(
+        f,
+        "/variant",
+        "forwardng",
+        rename("forwarding", "forwardng"),
+    );
+}
+
+#[test]
+fn check_refuses_a_misspelled_field_in_a_bakery_configuration() {
+    let f = "spec/counterexamples/configs/bakery-literal.json";
+    check_refuses_the_field(f, "", "replica_crashs", add("replica_crashs"));
+    check_refuses_the_field(f, "", "bogus", add("bogus"));
+    check_refuses_the_field(f, "/variant", "item_exist", add("item_exist"));
+    check_refuses_the_field(f, "/mode/Lock", "round", add("round"));
+}
+
+#[test]
+fn check_refuses_a_misspelled_field_in_a_tree_variant() {
+    let f = "spec/counterexamples/configs/tree-slides.json";
+    check_refuses_the_field(f, "/variant", "promote", add("promote"));
+}
+
+#[test]
+fn check_refuses_a_misspelled_field_in_an_agents_variant() {
+    let f = "spec/counterexamples/configs/agents-self-wait.json";
+    check_refuses_the_field(
+        f,
+        "/agent_variant",
+        "skip_outdate",
+        rename("skip_outdated", "skip_outdate"),
+    );
+    check_refuses_the_field(
+        f,
+        "/server_variant",
+        "grant_coverd",
+        rename("grant_covered", "grant_coverd"),
+    );
+}
+
+#[test]
+fn check_refuses_a_misspelled_field_in_a_ring_variant() {
+    let f = "models/configs/ring-r1-restart.json";
+    check_refuses_the_field(f, "/variant/Hilock", "replicas", add("replicas"));
+}
+
+#[test]
+fn check_refuses_a_misspelled_field_in_a_fault_model_variant() {
+    let f = "models/configs/faults-wwr-crash-reinstall.json";
+    check_refuses_the_field(f, "", "forget_shortcut", |o| {
+        o.insert(
+            "variant".into(),
+            serde_json::json!({"epoch_check": true, "kill_before_regrant": true,
+                "install_once": true, "forget_shortcut": true}),
+        );
+    });
+}
+
+#[test]
+fn check_refuses_a_misspelled_field_in_an_inversion_bound() {
+    let f = "spec/counterexamples/configs/inversion-no-inheritance.json";
+    check_refuses_the_field(f, "", "sektions", |o| {
+        o.insert(
+            "blocking".into(),
+            serde_json::json!({"hops": 1, "sections": 1, "sektions": 1}),
+        );
+    });
+}

@@ -122,6 +122,7 @@ pub const REACHED: [&str; 6] = [ENTERS, FINISHES, AFTER_CRASH, LEASE_LOST, HORIZ
 
 /// What the clients run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub enum Mode {
     /// The lock (row 0), `rounds` critical sections per client.
     Lock {
@@ -137,6 +138,7 @@ pub enum Mode {
 
 /// When time passes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub enum Timing {
     /// Never (no leases).
     None,
@@ -192,6 +194,7 @@ fn is_zero(n: &u8) -> bool {
 
 /// A configuration of the model.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct BakeryModel {
     /// Name.
     pub name: String,

@@ -129,6 +129,7 @@ pub const CHANGED: &str = "the membership changed";
 
 /// Which server.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub enum Variant {
     /// Fig. 2 literally.
     Paper,
