@@ -1022,3 +1022,40 @@ fn check_refuses_a_misspelled_field_in_an_inversion_bound() {
         );
     });
 }
+
+/// An agents configuration with no server, or whose script names a server that is not
+/// there, is one line and exit 2 for `check` and `explore` (not an index out of bounds).
+#[test]
+fn check_and_explore_refuse_agents_servers_out_of_range() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let base: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(root.join("spec/counterexamples/configs/agents-self-wait.json"))
+            .unwrap(),
+    )
+    .unwrap();
+    let dir = std::env::temp_dir().join(format!("hilock-cli-servers-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut none = base.clone();
+    none["servers"] = serde_json::json!(0);
+    let mut beyond = base.clone();
+    beyond["scripts"][1]["locks"][0]["servers"] = serde_json::json!(2);
+    let mut crash = base.clone();
+    crash["crash"] = serde_json::json!(3);
+    for (name, config, says) in [
+        ("none.json", none, "at least one server"),
+        ("beyond.json", beyond, "agent 1's lock 0 names server S1"),
+        ("crash.json", crash, "names server S3"),
+    ] {
+        let f = dir.join(name);
+        std::fs::write(&f, config.to_string()).unwrap();
+        for cmd in ["check", "explore"] {
+            let args = [cmd, f.to_str().unwrap(), "--port", "1"];
+            let out = hilock(&args[..if cmd == "check" { 2 } else { 4 }]);
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{cmd} {name}: {err}");
+            assert_eq!(err.trim_end().lines().count(), 1, "{cmd} {name}: {err}");
+            assert!(err.contains(says), "{cmd} {name}: {err}");
+        }
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}

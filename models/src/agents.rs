@@ -502,13 +502,16 @@ impl AgentsModel {
         servers: u16,
         scripts: &[(&[ScriptLock], bool)],
     ) -> Result<AgentsModel, AgentError> {
-        if servers as usize > MAX_SERVERS_MODEL {
+        if servers == 0 || servers as usize > MAX_SERVERS_MODEL {
             return Err(AgentError::BadServers);
         }
         let mut sc = Vec::new();
         for (steps, abort) in scripts {
             let mut v = Vec::new();
             for (keys, mode, srv, req) in steps.iter() {
+                if srv >> servers != 0 {
+                    return Err(AgentError::BadServers);
+                }
                 v.push(LockStep {
                     path: LockPath::new(keys)?,
                     mode: *mode,

@@ -656,8 +656,46 @@ impl TreeConfig {
 }
 
 impl AgentsConfig {
+    /// The configuration's error, if its servers do not fit: no server, or a script or the
+    /// crash naming a server that is not there.
+    fn check_servers(&self) -> Result<(), String> {
+        let n = u32::from(self.servers);
+        if n == 0 {
+            return Err("\"servers\": 0: an agents configuration needs at least one server".into());
+        }
+        let max = crate::agents::MAX_SERVERS_MODEL;
+        if n as usize > max {
+            return Err(format!(
+                "\"servers\": {n}: the agents model has at most {max} servers"
+            ));
+        }
+        let range = if n == 1 {
+            "there is only S0".to_string()
+        } else {
+            format!("there are S0 to S{}", n - 1)
+        };
+        for (a, s) in self.scripts.iter().enumerate() {
+            for (k, l) in s.locks.iter().enumerate() {
+                if l.servers >> n != 0 {
+                    let out = (n..32).find(|b| l.servers & (1 << b) != 0).unwrap_or(n);
+                    return Err(format!(
+                        "agent {a}'s lock {k} names server S{out} (\"servers\": {}, a bit set), \
+                         but {range}",
+                        l.servers
+                    ));
+                }
+            }
+        }
+        if let Some(c) = self.crash.filter(|c| u32::from(*c) >= n) {
+            return Err(format!("\"crash\": {c} names server S{c}, but {range}"));
+        }
+        Ok(())
+    }
+
     /// The model.
     pub fn model(&self) -> Result<AgentsModel, String> {
+        self.check_servers()
+            .map_err(|e| format!("bad agents configuration: {e}"))?;
         let locks: Vec<Vec<ScriptLock>> = self
             .scripts
             .iter()
