@@ -676,7 +676,7 @@ fn a_trace_that_does_not_fit_gives_one_line() {
     explore_fails(
         &tree,
         &counterexamples().join("tree-undo.json"),
-        "step 4 ('u1: InsertUser latches t') cannot happen in configuration 'literal slides, height 2'",
+        "a trace of another configuration: its \"variant\" is",
     );
     std::fs::remove_dir_all(&dir).ok();
 }
@@ -1057,5 +1057,82 @@ fn check_and_explore_refuse_agents_servers_out_of_range() {
             assert!(err.contains(says), "{cmd} {name}: {err}");
         }
     }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// A trace whose every action the model enables, but of another configuration of the same
+/// model, or whose steps do not do what it recorded, or that records a violation its last
+/// state does not show, is one line and exit 2, naming the field or the first step that
+/// differs.
+#[test]
+fn explore_refuses_a_trace_that_does_not_do_what_it_recorded() {
+    let dir = std::env::temp_dir().join(format!("hilock-cli-recorded-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let read = |p: std::path::PathBuf| -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
+    };
+    let write = |name: &str, v: &serde_json::Value| {
+        let f = dir.join(name);
+        std::fs::write(&f, v.to_string()).unwrap();
+        f
+    };
+    // The fault and ring models: the configuration the trace embeds, one budget more.
+    for (model, file, field) in [
+        ("faults", "faults/no-epoch-check.json", "reinstalls"),
+        (
+            "ring",
+            "ring/ring-late-duplicate-locks-for-nobody.json",
+            "restarts",
+        ),
+    ] {
+        let trace = read(counterexamples().join(file));
+        let mut config = trace["config"].clone();
+        config["model"] = model.into();
+        let own = write(&format!("{model}-own.json"), &config);
+        let n = config[field].as_u64().unwrap_or(0);
+        config[field] = (n + 1).into();
+        let other = write(&format!("{model}-other.json"), &config);
+        let t = counterexamples().join(file);
+        explore_fails(
+            &other,
+            &t,
+            &format!("a trace of another configuration: its \"{field}\" is {n}"),
+        );
+        if model == "faults" {
+            // A state the model does not reach there.
+            let mut changed = trace.clone();
+            let lines = changed["steps"][2]["state"].as_array_mut().unwrap();
+            lines[0] = format!("{} (changed)", lines[0].as_str().unwrap()).into();
+            explore_fails(&own, &write("faults-state.json", &changed), "step 2 (");
+        }
+    }
+    // The base model: a step whose outputs or state differ from the model's.
+    let config = counterexamples().join("configs/release-race-literal.json");
+    let race = read(counterexamples().join("release-race-literal.json"));
+    let mut quiet = race.clone();
+    quiet["steps"][0]["outputs"] = serde_json::json!([]);
+    explore_fails(
+        &config,
+        &write("quiet.json", &quiet),
+        "step 0 (n1 acquire IR on L0) does not do what the trace recorded",
+    );
+    let mut state = race.clone();
+    state["steps"][3]["state"]["pending"] = "W".into();
+    explore_fails(&config, &write("state.json", &state), "step 3 (");
+    // A verdict without the steps that lead to it.
+    let mut empty = race.clone();
+    empty["steps"] = serde_json::json!([]);
+    explore_fails(
+        &config,
+        &write("empty.json", &empty),
+        "the trace records P1 mutual exclusion violated, but its last state (after 0 steps)",
+    );
+    let mut empty = read(counterexamples().join("tree-slides.json"));
+    empty["steps"] = serde_json::json!([]);
+    explore_fails(
+        &counterexamples().join("configs/tree-slides.json"),
+        &write("tree-empty.json", &empty),
+        "but its last state (after 0 steps)",
+    );
     std::fs::remove_dir_all(&dir).ok();
 }

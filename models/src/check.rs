@@ -688,63 +688,10 @@ pub fn trace_of<const L: usize>(
         let Some(action) = action else {
             continue;
         };
-        let mut cluster = state.cluster.clone();
-        let (node, lock, input, r) = match action {
-            Action::Run { node: i, op } => {
-                let ti = match op {
-                    ScriptOp::Acquire(mode, lock) => TraceInput::Acquire { lock, mode },
-                    ScriptOp::Try(mode, lock) => TraceInput::TryAcquire { lock, mode },
-                    ScriptOp::Cancel(lock) => TraceInput::Cancel { lock },
-                    ScriptOp::Downgrade(mode, lock) => TraceInput::Downgrade { lock, mode },
-                    ScriptOp::Write(value, lock) => TraceInput::SetValue { lock, value },
-                    ScriptOp::Release(lock) => TraceInput::Release { lock },
-                    ScriptOp::Upgrade(lock) => TraceInput::Upgrade { lock },
-                    ScriptOp::Priority(base) => TraceInput::SetPriority { base },
-                };
-                let node = NodeId(u16::from(i));
-                let r = cluster.input(node, BaseModel::<L>::input_of(op));
-                (node, op.lock(), ti, r)
-            }
-            Action::Deliver {
-                from, to, index, ..
-            }
-            | Action::Duplicate {
-                from, to, index, ..
-            } => {
-                let (f, t) = (NodeId(u16::from(from)), NodeId(u16::from(to)));
-                let copy = matches!(action, Action::Duplicate { .. });
-                let delivered = if copy {
-                    cluster.duplicate(f, t, index as usize)
-                } else {
-                    cluster.deliver_at(f, t, index as usize)
-                };
-                let Some((msg, r)) = delivered else {
-                    break;
-                };
-                let lock = msg.lock().0;
-                let ti = TraceInput::Deliver {
-                    from: names[from as usize].clone(),
-                    msg,
-                    copy,
-                };
-                (t, lock, ti, r)
-            }
+        let Some(step) = record_step(&state, action, &names, steps.len()) else {
+            break;
         };
-        let outputs = r.as_ref().map_or(&[][..], |s| &s.outputs[..]);
-        steps.push(TraceStep {
-            index: steps.len(),
-            node: names[node.idx()].clone(),
-            input,
-            outputs: outputs
-                .iter()
-                .map(|o| TraceOutput::from_output(o, &names))
-                .collect(),
-            error: r.as_ref().err().map(|e| match e.kernel() {
-                Some(k) => k.to_string(),
-                None => e.to_string(),
-            }),
-            state: NodeSnapshot::of(cluster.site(node), hilock_kernel::LockId(lock), &names),
-        });
+        steps.push(step);
     }
     Trace {
         format: TRACE_FORMAT.to_string(),
@@ -753,4 +700,70 @@ pub fn trace_of<const L: usize>(
         steps,
         verdict: Some(verdict.to_string()),
     }
+}
+
+/// The step `action` takes from `state` as a `hilock-trace/1` step numbered `index`: its
+/// input, outputs, error and the stepping node's state of the lock afterwards (`None` if a
+/// delivery finds no message there).
+pub fn record_step<const L: usize>(
+    state: &State<L>,
+    action: Action,
+    names: &[String],
+    at: usize,
+) -> Option<TraceStep> {
+    let mut cluster = state.cluster.clone();
+    let (node, lock, input, r) = match action {
+        Action::Run { node: i, op } => {
+            let ti = match op {
+                ScriptOp::Acquire(mode, lock) => TraceInput::Acquire { lock, mode },
+                ScriptOp::Try(mode, lock) => TraceInput::TryAcquire { lock, mode },
+                ScriptOp::Cancel(lock) => TraceInput::Cancel { lock },
+                ScriptOp::Downgrade(mode, lock) => TraceInput::Downgrade { lock, mode },
+                ScriptOp::Write(value, lock) => TraceInput::SetValue { lock, value },
+                ScriptOp::Release(lock) => TraceInput::Release { lock },
+                ScriptOp::Upgrade(lock) => TraceInput::Upgrade { lock },
+                ScriptOp::Priority(base) => TraceInput::SetPriority { base },
+            };
+            let node = NodeId(u16::from(i));
+            let r = cluster.input(node, BaseModel::<L>::input_of(op));
+            (node, op.lock(), ti, r)
+        }
+        Action::Deliver {
+            from, to, index, ..
+        }
+        | Action::Duplicate {
+            from, to, index, ..
+        } => {
+            let (f, t) = (NodeId(u16::from(from)), NodeId(u16::from(to)));
+            let copy = matches!(action, Action::Duplicate { .. });
+            let delivered = if copy {
+                cluster.duplicate(f, t, index as usize)
+            } else {
+                cluster.deliver_at(f, t, index as usize)
+            };
+            let (msg, r) = delivered?;
+            let lock = msg.lock().0;
+            let ti = TraceInput::Deliver {
+                from: names[from as usize].clone(),
+                msg,
+                copy,
+            };
+            (t, lock, ti, r)
+        }
+    };
+    let outputs = r.as_ref().map_or(&[][..], |s| &s.outputs[..]);
+    Some(TraceStep {
+        index: at,
+        node: names[node.idx()].clone(),
+        input,
+        outputs: outputs
+            .iter()
+            .map(|o| TraceOutput::from_output(o, names))
+            .collect(),
+        error: r.as_ref().err().map(|e| match e.kernel() {
+            Some(k) => k.to_string(),
+            None => e.to_string(),
+        }),
+        state: NodeSnapshot::of(cluster.site(node), hilock_kernel::LockId(lock), names),
+    })
 }
