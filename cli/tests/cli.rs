@@ -1136,3 +1136,83 @@ fn explore_refuses_a_trace_that_does_not_do_what_it_recorded() {
     );
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// Every failing property's verdict says in words what violates it, naming the
+/// transaction, agent, member or node: an agents check's second surrender and
+/// transactions that never end, a base-model P5 stopped by a kernel error, a fault model's
+/// member whose request is lost.
+#[test]
+fn check_names_what_violates_in_every_verdict() {
+    let dir = std::env::temp_dir().join(format!("hilock-cli-verdicts-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let faults = {
+        let v: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(counterexamples().join("faults/no-epoch-check.json")).unwrap(),
+        )
+        .unwrap();
+        let mut c = v["config"].clone();
+        c["model"] = "faults".into();
+        let f = dir.join("faults-no-epoch-check.json");
+        std::fs::write(&f, c.to_string()).unwrap();
+        f
+    };
+    let base = dir.join("release-first.json");
+    std::fs::write(
+        &base,
+        r#"{"name": "release first", "nodes": 2, "token": 0, "parents": [null, 0],
+            "scripts": [["release"], []]}"#,
+    )
+    .unwrap();
+    for (config, words) in [
+        (
+            counterexamples().join("configs/agents-no-ack.json"),
+            &[
+                "A2 surrendered on a deadlock a surrender had already been made for",
+                "no action is enabled and these transactions never end: A2 (Running)",
+            ][..],
+        ),
+        (
+            faults,
+            &["quiescent, but n0, a live member, has run 1 of its 2 operations"][..],
+        ),
+        (
+            base,
+            &[
+                "P5 liveness violated: nothing is in flight and no script can run, but the kernel \
+               rejected a step (n0: ",
+            ][..],
+        ),
+    ] {
+        let out = hilock(&[
+            "check",
+            config.to_str().unwrap(),
+            "--out",
+            dir.join("out").to_str().unwrap(),
+        ]);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(1), "{text}");
+        for w in words {
+            assert!(text.contains(w), "{}: {w}: {text}", config.display());
+        }
+        // No verdict line is empty, and no name is left out.
+        let lines: Vec<&str> = text.lines().collect();
+        for (i, l) in lines.iter().enumerate() {
+            if l.ends_with("VIOLATED") && !config.ends_with("release-first.json") {
+                let why = lines.get(i + 1).copied().unwrap_or_default();
+                assert!(
+                    why.starts_with("    ") && !why.trim().is_empty(),
+                    "{l}: {text}"
+                );
+            }
+        }
+        assert!(!text.contains("but  has"), "{text}");
+    }
+    for e in std::fs::read_dir(dir.join("out")).unwrap() {
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(e.unwrap().path()).unwrap()).unwrap();
+        if let Some(why) = v.get("violation") {
+            assert!(why.as_str().is_some_and(|w| !w.is_empty()), "{v}");
+        }
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -1228,6 +1228,21 @@ impl AgentsModel {
                 "a server's version counter reached {}",
                 Self::max_version(&st)
             ),
+            (ONE_SURRENDER, Some(st)) => format!(
+                "A{} surrendered on a deadlock a surrender had already been made for (a second \
+                 surrender for one deadlock)",
+                st.extra_surrender.unwrap_or(0)
+            ),
+            (ENDS, Some(st)) => format!(
+                "no action is enabled and these transactions never end: {}",
+                st.agents
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, a)| !a.status().ended())
+                    .map(|(k, a)| format!("A{k} ({:?})", a.status()))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
             _ => String::new(),
         };
         AgentsTrace {

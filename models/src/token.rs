@@ -1360,9 +1360,21 @@ pub fn why_violated<const L: usize>(
                 .filter(|&i| st.blocked(i) || st.pc[i] as usize != m.cfg.scripts[i].len())
                 .map(|i| format!("n{i}"))
                 .collect();
+            let mut why = Vec::new();
+            if let Some(e) = c.error() {
+                why.push(format!("the kernel rejected a step ({e})"));
+            }
+            match waiting.len() {
+                0 => {}
+                1 => why.push(format!("{} has not finished its script", waiting[0])),
+                _ => why.push(format!(
+                    "{} have not finished their scripts",
+                    waiting.join(", ")
+                )),
+            }
             return Some(format!(
-                "nothing is in flight and no script can run, but {} has not finished its script",
-                waiting.join(", ")
+                "nothing is in flight and no script can run, but {}",
+                why.join(", and ")
             ));
         }
         p if p == SAFETY[6] => c.check_no_kernel_error().err(),
