@@ -190,7 +190,8 @@ pub fn check(path: &Path, out_dir: &Path) -> Result<(String, bool), String> {
         .collect();
     if let (Some(w), Some(k)) = (&report.fifo_witness, report.fifo_bound) {
         let what = format!(
-            "the P6 witness: a request bypassed {k}×, the least bound k = {k} reached, not broken"
+            "the P6 witness: a request bypassed {}, the least bound k = {k} reached, not broken",
+            hilock_models::check::times(k as usize)
         );
         traces.push(("P6 bypass witness".to_string(), w, what));
     }
@@ -363,7 +364,9 @@ fn serve_explorer(
 /// Prints where a replayed trace opens: its last state's URL on stdout.
 fn announce(start: Option<(&hilock_models::open::Opened, &Path)>, port: u16) {
     if let Some((o, t)) = start {
-        let verdict = if o.violated.is_empty() {
+        let verdict = if let Some(w) = o.witness.as_ref().filter(|_| o.violated.is_empty()) {
+            format!("the witness, not a failure: {w}")
+        } else if o.violated.is_empty() {
             "no property fails there".to_string()
         } else {
             format!(

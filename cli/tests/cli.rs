@@ -1216,3 +1216,57 @@ fn check_names_what_violates_in_every_verdict() {
     }
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// A passing configuration's P6 witness trace is labelled as the witness, not as a
+/// failure: by `hilock replay` (its verdict), `replay --html` (title and heading) and
+/// `explore --trace` (its last state).
+#[test]
+fn a_p6_witness_is_labelled_a_witness_by_replay_and_explore() {
+    let dir = std::env::temp_dir().join(format!("hilock-cli-witness-{}", std::process::id()));
+    let config = configs().join("upgrade-chain4.json");
+    let out = hilock(&[
+        "check",
+        config.to_str().unwrap(),
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    let witness = dir.join("upgrade-chain4.p6-bypass-witness.trace.json");
+    assert!(witness.exists(), "{text}");
+    assert!(text.contains("a request bypassed once"), "{text}");
+    let html = dir.join("w.html");
+    let out = hilock(&[
+        "replay",
+        witness.to_str().unwrap(),
+        "--html",
+        html.to_str().unwrap(),
+    ]);
+    let replay = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{replay}");
+    let verdict = replay
+        .lines()
+        .find(|l| l.starts_with("verdict:"))
+        .unwrap_or_default();
+    assert!(
+        verdict.contains("P6 witness: a request is bypassed once") && !verdict.contains("violated"),
+        "{replay}"
+    );
+    let page = std::fs::read_to_string(&html).unwrap();
+    for tag in ["title", "h1"] {
+        let at = page.find(&format!("<{tag}>")).expect(tag);
+        let end = page[at..].find(&format!("</{tag}>")).expect(tag) + at;
+        assert!(
+            page[at..end].contains("P6 witness") && !page[at..end].contains("violated"),
+            "{}",
+            &page[at..end]
+        );
+    }
+    let (_, line, err) = explore_url(&config, &witness);
+    assert!(line.contains("/#/steps/0/"), "{line} {err}");
+    assert!(
+        err.contains("the witness, not a failure") && !err.contains("fails"),
+        "{err}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -38,6 +38,8 @@ pub struct Opened {
     pub violated: Vec<String>,
     /// The actions in words.
     pub texts: Vec<String>,
+    /// The verdict of a witness trace (its last state is not a failure: the P6 witness).
+    pub witness: Option<String>,
 }
 
 /// The Explorer URL of an encoded path on `127.0.0.1:port`.
@@ -330,18 +332,27 @@ fn open_l<const L: usize>(model: &BaseModel<L>, trace: &Trace) -> Result<Opened,
             ));
         }
     }
+    // The P6 bounds measure the least bound k; a state past one is not a failure.
     let violated = model
         .properties()
         .into_iter()
         .filter(|p| {
-            p.expectation == stateright::Expectation::Always && !(p.condition)(model, &last)
+            p.expectation == stateright::Expectation::Always
+                && !crate::token::BYPASS.contains(&p.name)
+                && !(p.condition)(model, &last)
         })
         .map(|p| p.name.to_string())
         .collect();
+    let witness = trace
+        .verdict
+        .as_ref()
+        .filter(|v| v.starts_with(crate::check::WITNESS_VERDICT))
+        .cloned();
     Ok(Opened {
         encoded: path.encode(model),
         steps: actions.len(),
         violated,
+        witness,
         texts,
     })
 }
@@ -914,6 +925,7 @@ where
         encoded: path.encode(m),
         steps: actions.len(),
         violated,
+        witness: None,
         texts,
     })
 }

@@ -1609,11 +1609,21 @@ impl<const L: usize> Model for BaseModel<L> {
             .collect();
         // Numbered as the trace, the diagram's rows and `hilock replay` number it: the
         // steps taken before it.
+        // The P6 bounds measure the least bound k: a request bypassed here is a witness,
+        // not a failure.
+        let bypassed = match next.max_bypass() {
+            0 => String::new(),
+            k => format!(
+                "\nP6: a request has been bypassed {} (the P6 bounds measure the least bound k: \
+                 not a failure)",
+                crate::check::times(k.into())
+            ),
+        };
         Some(format!(
-            "step {}: {}{}{why}\n\n{next:?}",
+            "step {}: {}{}{why}{bypassed}\n\n{next:?}",
             last.cluster.steps(),
             self.explain(last, action),
-            crate::check::violations_line(self, &next)
+            crate::check::violations_line_except(self, &next, &BYPASS)
         ))
     }
 
