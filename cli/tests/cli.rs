@@ -1270,3 +1270,32 @@ fn a_p6_witness_is_labelled_a_witness_by_replay_and_explore() {
     );
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// `hilock replay` of a trace with a step by a node the trace does not list is one line
+/// and exit 2, as `hilock explore` refuses it (not drawn on another node's lane).
+#[test]
+fn replay_refuses_a_step_by_an_unknown_node() {
+    let dir = std::env::temp_dir().join(format!("hilock-cli-unknown-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut v: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(counterexamples().join("release-race-literal.json")).unwrap(),
+    )
+    .unwrap();
+    v["steps"][2]["node"] = "n9".into();
+    let f = dir.join("n9.json");
+    std::fs::write(&f, v.to_string()).unwrap();
+    for html in [false, true] {
+        let page = dir.join("x.html");
+        let mut args = vec!["replay", f.to_str().unwrap()];
+        if html {
+            args.extend(["--html", page.to_str().unwrap()]);
+        }
+        let out = hilock(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+        assert!(err.contains("step 2: unknown node 'n9'"), "{err}");
+        assert!(!page.exists());
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -428,6 +428,32 @@ pub fn trace_diagram(t: &Trace) -> (Diagram, Vec<String>, Vec<Vec<String>>) {
     (d, texts, details)
 }
 
+/// The first step of `t` that names a node the trace does not list (as its stepping node,
+/// a delivery's sender or a message's receiver), in words.
+fn unknown_node(t: &Trace) -> Option<String> {
+    let known = |n: &str| t.nodes.iter().any(|x| x == n);
+    t.steps.iter().enumerate().find_map(|(i, step)| {
+        let from = match &step.input {
+            TraceInput::Deliver { from, .. } => Some(from.as_str()),
+            _ => None,
+        };
+        let to = step.outputs.iter().filter_map(|o| match o {
+            TraceOutput::Send { to, .. } => Some(to.as_str()),
+            _ => None,
+        });
+        std::iter::once(step.node.as_str())
+            .chain(from)
+            .chain(to)
+            .find(|n| !known(n))
+            .map(|n| {
+                format!(
+                    "step {i}: unknown node '{n}' (the trace's nodes are {})",
+                    t.nodes.join(", ")
+                )
+            })
+    })
+}
+
 /// A saved trace drawn: what [`diagram_of`] returns.
 #[derive(Clone, Debug)]
 pub struct Drawn {
@@ -451,6 +477,7 @@ pub fn diagram_of(text: &str) -> Result<Drawn, String> {
         serde_json::from_str(text).map_err(|e| format!("not a JSON trace: {e}"))?;
     if format_of(&v) == Some(TRACE_FORMAT) {
         let t = parse_base_trace(text)?;
+        unknown_node(&t).map_or(Ok(()), Err)?;
         let (diagram, steps, details) = trace_diagram(&t);
         let title = format!(
             "{}{}",
