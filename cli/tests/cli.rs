@@ -1299,3 +1299,36 @@ fn replay_refuses_a_step_by_an_unknown_node() {
     }
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// The time `hilock check` prints on stderr is its whole wall time: the search, the
+/// shortest counterexamples and the traces (not the search alone).
+#[test]
+fn check_reports_its_whole_wall_time() {
+    let dir = std::env::temp_dir().join(format!("hilock-cli-walltime-{}", std::process::id()));
+    let config = counterexamples().join("configs/agents-no-ack.json");
+    let start = std::time::Instant::now();
+    let out = hilock(&[
+        "check",
+        config.to_str().unwrap(),
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    let wall = start.elapsed().as_secs_f64();
+    let err = String::from_utf8_lossy(&out.stderr);
+    let printed = err
+        .lines()
+        .find_map(|l| l.strip_prefix("checked in "))
+        .unwrap_or_else(|| panic!("{err}"));
+    let secs = if let Some(ms) = printed.strip_suffix("ms") {
+        ms.parse::<f64>().unwrap() / 1e3
+    } else if let Some(us) = printed.strip_suffix("µs") {
+        us.parse::<f64>().unwrap() / 1e6
+    } else {
+        printed.strip_suffix('s').unwrap().parse::<f64>().unwrap()
+    };
+    assert!(
+        secs >= 0.8 * wall && secs <= wall,
+        "printed {printed}, the process took {wall:.3}s"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}

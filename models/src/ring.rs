@@ -716,7 +716,6 @@ impl RingModel {
         t: Instant,
         want: Option<&'static str>,
     ) -> RingReport {
-        let elapsed = t.elapsed();
         let discovered: BTreeSet<String> = checker
             .discoveries()
             .keys()
@@ -726,7 +725,8 @@ impl RingModel {
         RingReport {
             config: self.name.clone(),
             unique_states: checker.unique_state_count(),
-            elapsed,
+            // The whole check: the search and the counterexamples' traces.
+            elapsed: t.elapsed(),
             discovered,
             trace,
         }
