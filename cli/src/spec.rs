@@ -294,6 +294,12 @@ fn progress_on_stderr() -> impl FnMut(usize, usize, usize) {
 /// work.
 fn prepare_out_dir(dir: &Path) -> Result<(), String> {
     let refuse = |e: std::io::Error| format!("--out {}: cannot write there: {e}", dir.display());
+    if dir.exists() && !dir.is_dir() {
+        return Err(format!(
+            "--out {}: cannot write there: it is not a directory",
+            dir.display()
+        ));
+    }
     std::fs::create_dir_all(dir).map_err(refuse)?;
     let probe = dir.join(format!(".hilock-check-{}", std::process::id()));
     std::fs::write(&probe, b"").map_err(refuse)?;

@@ -518,7 +518,7 @@ fn check_and_explore_take_ring_and_fault_configurations() {
         ),
         (
             &faults,
-            "faults-no-kill.p1-mutual-exclusion--live-leases-.trace.json",
+            "faults-no-kill.p1-mutual-exclusion-live-leases.trace.json",
             "hilock-faults-trace/1",
             "P1 mutual exclusion violated: on L0: n0 holds W, n1 holds W",
             "P1 mutual exclusion (live leases)",
@@ -1330,5 +1330,26 @@ fn check_reports_its_whole_wall_time() {
         secs >= 0.8 * wall && secs <= wall,
         "printed {printed}, the process took {wall:.3}s"
     );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// `--out FILE` where FILE is an existing file: refused before the check, saying it is not
+/// a directory.
+#[test]
+fn check_out_an_existing_file_says_it_is_not_a_directory() {
+    let dir = std::env::temp_dir().join(format!("hilock-cli-outfile-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("a-file");
+    std::fs::write(&file, b"").unwrap();
+    let out = hilock(&[
+        "check",
+        configs().join("star3-r-w.json").to_str().unwrap(),
+        "--out",
+        file.to_str().unwrap(),
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("is not a directory"), "{err}");
+    assert!(!err.contains("os error"), "{err}");
     std::fs::remove_dir_all(&dir).ok();
 }

@@ -269,14 +269,33 @@ impl<C> PropertyReport<C> {
     /// The report's line for this property: its name and `holds` / `VIOLATED` (`always`,
     /// `eventually`) or `reached` / `not reached` (`sometimes`).
     pub fn line(&self) -> String {
+        self.line_in(NAME_COLUMN)
+    }
+
+    /// [`PropertyReport::line`] with the name padded to `width` characters (the verdict
+    /// after one space at least).
+    pub fn line_in(&self, width: usize) -> String {
         let verdict = match (self.kind.as_str(), self.holds) {
             ("sometimes", true) => "reached",
             ("sometimes", false) => "not reached",
             (_, true) => "holds",
             (_, false) => "VIOLATED",
         };
-        format!("  {:<45} {verdict}\n", self.name)
+        format!("  {:<width$} {verdict}\n", self.name)
     }
+}
+
+/// The width of the report's column of property names: 45 characters, or the longest
+/// name's.
+const NAME_COLUMN: usize = 45;
+
+/// The column width for `properties`' names: the longest one's, and at least
+/// [`NAME_COLUMN`], so that every verdict starts in the same column.
+pub fn name_column<C>(properties: &[PropertyReport<C>]) -> usize {
+    properties
+        .iter()
+        .map(|p| p.name.chars().count())
+        .fold(NAME_COLUMN, usize::max)
 }
 
 /// The result of a check of the models that report through [`PropertyReport`] (agents,
@@ -485,8 +504,9 @@ impl CheckReport {
             "{}: {} unique states ({} generated, depth {})\n",
             self.config, self.unique_states, self.states, self.max_depth
         );
+        let width = name_column(&self.properties);
         for p in &self.properties {
-            s.push_str(&p.line());
+            s.push_str(&p.line_in(width));
         }
         match self.fifo_bound {
             Some(k) => s.push_str(&format!("  P6 FIFO bypass: least bound k = {k}\n")),
@@ -797,6 +817,33 @@ pub fn record_step<const L: usize>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn report(name: &str, holds: bool) -> PropertyReport<()> {
+        PropertyReport {
+            name: name.to_string(),
+            kind: "always".into(),
+            holds,
+            counterexample: None,
+        }
+    }
+
+    #[test]
+    fn every_verdict_of_a_report_starts_in_one_column_after_the_longest_name() {
+        let long = "P17 a blocking notification names a waiter, once per hold";
+        let props = [report("P1 mutual exclusion", true), report(long, false)];
+        let width = name_column(&props);
+        let lines: Vec<String> = props.iter().map(|p| p.line_in(width)).collect();
+        assert_eq!(lines[1], format!("  {long} VIOLATED\n"));
+        let at = |l: &str, v: &str| l.find(v).map(|i| l[..i].chars().count());
+        assert_eq!(
+            at(&lines[0], "holds"),
+            at(&lines[1], "VIOLATED"),
+            "{lines:?}"
+        );
+        // Short names keep the usual column.
+        let short = [report("P1 mutual exclusion", true)];
+        assert_eq!(short[0].line_in(name_column(&short)), short[0].line());
+    }
 
     #[test]
     fn counts_read_once_twice_and_n_times() {

@@ -611,16 +611,21 @@ fn step_details(step: &serde_json::Value) -> Vec<String> {
 }
 
 /// A name as part of a file name: `P1 mutual exclusion` → `p1-mutual-exclusion`.
+/// Every other character is a hyphen, one for a run of them, none at either end
+/// (`P17 a …, once per hold` → `p17-a-…-once-per-hold`).
 pub fn slug(name: &str) -> String {
-    name.chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() {
-                c.to_ascii_lowercase()
-            } else {
-                '-'
-            }
-        })
-        .collect()
+    let mut s = String::new();
+    for c in name.chars() {
+        if c.is_ascii_alphanumeric() {
+            s.push(c.to_ascii_lowercase());
+        } else if !s.is_empty() && !s.ends_with('-') {
+            s.push('-');
+        }
+    }
+    while s.ends_with('-') {
+        s.pop();
+    }
+    s
 }
 
 /// Writes the configuration and every counterexample of `report` into `dir`
@@ -1242,8 +1247,9 @@ impl OtherCheck {
             r.config, r.unique_states, r.states, r.max_depth
         );
         let mut traces = Vec::new();
+        let width = crate::check::name_column(&r.properties);
         for p in &r.properties {
-            text.push_str(&p.line());
+            text.push_str(&p.line_in(width));
             if let Some(t) = &p.counterexample {
                 let v =
                     serde_json::to_value(t).map_err(|e| format!("cannot encode a trace: {e}"))?;
@@ -1307,5 +1313,24 @@ pub fn check_other(
                 progress,
             ))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_slug_has_single_hyphens_and_none_at_either_end() {
+        assert_eq!(
+            slug("P17 a blocking notification names a waiter, once per hold"),
+            "p17-a-blocking-notification-names-a-waiter-once-per-hold"
+        );
+        assert_eq!(
+            slug("P1 mutual exclusion (live leases)"),
+            "p1-mutual-exclusion-live-leases"
+        );
+        assert_eq!(slug("P6 FIFO bypass ≤ 0"), "p6-fifo-bypass-0");
+        assert_eq!(slug("P1 mutual exclusion"), "p1-mutual-exclusion");
     }
 }

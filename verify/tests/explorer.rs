@@ -237,9 +237,9 @@ fn a_failing_check_prints_how_to_open_it() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../target/test-explorer-failing-check");
     let text = hilock_models::open::save_for_explorer(&cfg, &r, &dir).expect("saved");
-    let config = dir.join("tokenable-request-from-a-non-child--literal-token-branch.config.json");
+    let config = dir.join("tokenable-request-from-a-non-child-literal-token-branch.config.json");
     let trace = dir
-        .join("tokenable-request-from-a-non-child--literal-token-branch.p4-no-deadlock.trace.json");
+        .join("tokenable-request-from-a-non-child-literal-token-branch.p4-no-deadlock.trace.json");
     let cmd = format!(
         "hilock explore {} --trace {}",
         config.display(),
