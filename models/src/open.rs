@@ -505,7 +505,7 @@ pub fn diagram_of(text: &str) -> Result<Drawn, String> {
         .ok_or_else(|| format!("a {format} trace without steps"))?;
     // A step is an object with its `action` (none for a fault trace's last state) or,
     // in a ring trace, the action's text itself.
-    let texts: Vec<String> = steps
+    let mut texts: Vec<String> = steps
         .iter()
         .filter_map(|s| s.as_str().or_else(|| s.get("action")?.as_str()))
         .map(str::to_string)
@@ -516,19 +516,30 @@ pub fn diagram_of(text: &str) -> Result<Drawn, String> {
         .map(step_details)
         .collect();
     if format == crate::ring::TRACE_FORMAT {
-        // Its actions are Rust expressions (`Deliver(Client(…), Node(…), …)`), not the
-        // `A → B: …` texts the lanes are read from: the steps only.
-        let title = format!(
-            "ring — {}: {}",
-            v.get("property").and_then(|m| m.as_str()).unwrap_or(""),
-            v.get("violation").and_then(|m| m.as_str()).unwrap_or("")
-        );
-        return Ok(Drawn {
-            title,
-            diagram: Diagram::default(),
-            steps: texts,
-            details,
-        });
+        // Its steps are the actions' Rust expressions (`Deliver(Client(…), Node(…), …)`):
+        // replayed through the configuration the trace embeds, they read as the model
+        // words them (`c2 → n21: Request Lock`), and are drawn as the other models' are.
+        // A trace that does not replay keeps its steps as they are, without a diagram.
+        let replayed = v
+            .get("config")
+            .and_then(|c| serde_json::from_value::<RingModel>(c.clone()).ok())
+            .and_then(|c| open_other(&OtherConfig::Ring(c), &v).ok());
+        match replayed {
+            Some(o) => texts = o.texts,
+            None => {
+                let title = format!(
+                    "ring — {}: {}",
+                    v.get("property").and_then(|m| m.as_str()).unwrap_or(""),
+                    v.get("violation").and_then(|m| m.as_str()).unwrap_or("")
+                );
+                return Ok(Drawn {
+                    title,
+                    diagram: Diagram::default(),
+                    steps: texts,
+                    details,
+                });
+            }
+        }
     }
     // Lanes in order of appearance, clients and agents first.
     let mut d = Diagram::default();
@@ -567,7 +578,13 @@ pub fn diagram_of(text: &str) -> Result<Drawn, String> {
     }
     let title = format!(
         "{} — {}: {}",
-        v.get("model").and_then(|m| m.as_str()).unwrap_or(format),
+        v.get("model")
+            .and_then(|m| m.as_str())
+            .unwrap_or(if format == crate::ring::TRACE_FORMAT {
+                "ring"
+            } else {
+                format
+            }),
         v.get("property").and_then(|m| m.as_str()).unwrap_or(""),
         v.get("violation").and_then(|m| m.as_str()).unwrap_or("")
     );
