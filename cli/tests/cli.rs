@@ -518,7 +518,7 @@ fn check_and_explore_take_ring_and_fault_configurations() {
         ),
         (
             &faults,
-            "faults-no-kill.p1-mutual-exclusion--live-leases-.trace.json",
+            "faults-no-kill.p1-mutual-exclusion-live-leases.trace.json",
             "hilock-faults-trace/1",
             "P1 mutual exclusion violated: on L0: n0 holds W, n1 holds W",
             "P1 mutual exclusion (live leases)",
@@ -676,7 +676,7 @@ fn a_trace_that_does_not_fit_gives_one_line() {
     explore_fails(
         &tree,
         &counterexamples().join("tree-undo.json"),
-        "step 4 ('u1: InsertUser latches t') cannot happen in configuration 'literal slides, height 2'",
+        "a trace of another configuration: its \"variant\" is",
     );
     std::fs::remove_dir_all(&dir).ok();
 }
@@ -900,4 +900,456 @@ fn docs_cli_md_documents_every_subcommand() {
         missing.is_empty(),
         "docs/cli.md does not document: {missing:?}"
     );
+}
+
+/// `hilock check` on `file` (relative to the repository) with the object at JSON pointer
+/// `at` changed by `edit`: exit 2 and one line on stderr that names `field`, before
+/// anything is checked.
+fn check_refuses_the_field(
+    file: &str,
+    at: &str,
+    field: &str,
+    edit: impl FnOnce(&mut serde_json::Map<String, serde_json::Value>),
+) {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(root.join(file)).unwrap()).unwrap();
+    edit(
+        v.pointer_mut(at)
+            .and_then(|o| o.as_object_mut())
+            .unwrap_or_else(|| panic!("{file}: no object at {at}")),
+    );
+    let dir =
+        std::env::temp_dir().join(format!("hilock-cli-field-{}-{}", std::process::id(), field));
+    std::fs::create_dir_all(&dir).unwrap();
+    let f = dir.join("config.json");
+    std::fs::write(&f, v.to_string()).unwrap();
+    let out = hilock(&["check", f.to_str().unwrap(), "--out", dir.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{file} {at} {field}: {err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{file} {at}: {err}");
+    assert!(err.contains(field), "{file} {at}: {err}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// Renames the field `from` (one with a default, so that only the misspelling can be
+/// refused) to `to`.
+fn rename(
+    from: &'static str,
+    to: &'static str,
+) -> impl FnOnce(&mut serde_json::Map<String, serde_json::Value>) {
+    move |o| {
+        let v = o.remove(from).unwrap_or_else(|| panic!("no field {from}"));
+        o.insert(to.to_string(), v);
+    }
+}
+
+/// Adds a field `name` (a number) next to the right one.
+fn add(name: &'static str) -> impl FnOnce(&mut serde_json::Map<String, serde_json::Value>) {
+    move |o| {
+        o.insert(name.to_string(), serde_json::json!(1));
+    }
+}
+
+#[test]
+fn check_refuses_a_misspelled_field_in_a_base_model_variant() {
+    let f = "spec/counterexamples/configs/naive-reversal-cycle.json";
+    check_refuses_the_field(
+        f,
+        "/variant",
+        "forwardng",
+        rename("forwarding", "forwardng"),
+    );
+}
+
+#[test]
+fn check_refuses_a_misspelled_field_in_a_bakery_configuration() {
+    let f = "spec/counterexamples/configs/bakery-literal.json";
+    check_refuses_the_field(f, "", "replica_crashs", add("replica_crashs"));
+    check_refuses_the_field(f, "", "bogus", add("bogus"));
+    check_refuses_the_field(f, "/variant", "item_exist", add("item_exist"));
+    check_refuses_the_field(f, "/mode/Lock", "round", add("round"));
+}
+
+#[test]
+fn check_refuses_a_misspelled_field_in_a_tree_variant() {
+    let f = "spec/counterexamples/configs/tree-slides.json";
+    check_refuses_the_field(f, "/variant", "promote", add("promote"));
+}
+
+#[test]
+fn check_refuses_a_misspelled_field_in_an_agents_variant() {
+    let f = "spec/counterexamples/configs/agents-self-wait.json";
+    check_refuses_the_field(
+        f,
+        "/agent_variant",
+        "skip_outdate",
+        rename("skip_outdated", "skip_outdate"),
+    );
+    check_refuses_the_field(
+        f,
+        "/server_variant",
+        "grant_coverd",
+        rename("grant_covered", "grant_coverd"),
+    );
+}
+
+#[test]
+fn check_refuses_a_misspelled_field_in_a_ring_variant() {
+    let f = "models/configs/ring-r1-restart.json";
+    check_refuses_the_field(f, "/variant/Hilock", "replicas", add("replicas"));
+}
+
+#[test]
+fn check_refuses_a_misspelled_field_in_a_fault_model_variant() {
+    let f = "models/configs/faults-wwr-crash-reinstall.json";
+    check_refuses_the_field(f, "", "forget_shortcut", |o| {
+        o.insert(
+            "variant".into(),
+            serde_json::json!({"epoch_check": true, "kill_before_regrant": true,
+                "install_once": true, "forget_shortcut": true}),
+        );
+    });
+}
+
+#[test]
+fn check_refuses_a_misspelled_field_in_an_inversion_bound() {
+    let f = "spec/counterexamples/configs/inversion-no-inheritance.json";
+    check_refuses_the_field(f, "", "sektions", |o| {
+        o.insert(
+            "blocking".into(),
+            serde_json::json!({"hops": 1, "sections": 1, "sektions": 1}),
+        );
+    });
+}
+
+/// An agents configuration with no server, or whose script names a server that is not
+/// there, is one line and exit 2 for `check` and `explore` (not an index out of bounds).
+#[test]
+fn check_and_explore_refuse_agents_servers_out_of_range() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let base: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(root.join("spec/counterexamples/configs/agents-self-wait.json"))
+            .unwrap(),
+    )
+    .unwrap();
+    let dir = std::env::temp_dir().join(format!("hilock-cli-servers-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut none = base.clone();
+    none["servers"] = serde_json::json!(0);
+    let mut beyond = base.clone();
+    beyond["scripts"][1]["locks"][0]["servers"] = serde_json::json!(2);
+    let mut crash = base.clone();
+    crash["crash"] = serde_json::json!(3);
+    for (name, config, says) in [
+        ("none.json", none, "at least one server"),
+        ("beyond.json", beyond, "agent 1's lock 0 names server S1"),
+        ("crash.json", crash, "names server S3"),
+    ] {
+        let f = dir.join(name);
+        std::fs::write(&f, config.to_string()).unwrap();
+        for cmd in ["check", "explore"] {
+            let args = [cmd, f.to_str().unwrap(), "--port", "1"];
+            let out = hilock(&args[..if cmd == "check" { 2 } else { 4 }]);
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{cmd} {name}: {err}");
+            assert_eq!(err.trim_end().lines().count(), 1, "{cmd} {name}: {err}");
+            assert!(err.contains(says), "{cmd} {name}: {err}");
+        }
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// A trace whose every action the model enables, but of another configuration of the same
+/// model, or whose steps do not do what it recorded, or that records a violation its last
+/// state does not show, is one line and exit 2, naming the field or the first step that
+/// differs.
+#[test]
+fn explore_refuses_a_trace_that_does_not_do_what_it_recorded() {
+    let dir = std::env::temp_dir().join(format!("hilock-cli-recorded-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let read = |p: std::path::PathBuf| -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
+    };
+    let write = |name: &str, v: &serde_json::Value| {
+        let f = dir.join(name);
+        std::fs::write(&f, v.to_string()).unwrap();
+        f
+    };
+    // The fault and ring models: the configuration the trace embeds, one budget more.
+    for (model, file, field) in [
+        ("faults", "faults/no-epoch-check.json", "reinstalls"),
+        (
+            "ring",
+            "ring/ring-late-duplicate-locks-for-nobody.json",
+            "restarts",
+        ),
+    ] {
+        let trace = read(counterexamples().join(file));
+        let mut config = trace["config"].clone();
+        config["model"] = model.into();
+        let own = write(&format!("{model}-own.json"), &config);
+        let n = config[field].as_u64().unwrap_or(0);
+        config[field] = (n + 1).into();
+        let other = write(&format!("{model}-other.json"), &config);
+        let t = counterexamples().join(file);
+        explore_fails(
+            &other,
+            &t,
+            &format!("a trace of another configuration: its \"{field}\" is {n}"),
+        );
+        if model == "faults" {
+            // A state the model does not reach there.
+            let mut changed = trace.clone();
+            let lines = changed["steps"][2]["state"].as_array_mut().unwrap();
+            lines[0] = format!("{} (changed)", lines[0].as_str().unwrap()).into();
+            explore_fails(&own, &write("faults-state.json", &changed), "step 2 (");
+        }
+    }
+    // The base model: a step whose outputs or state differ from the model's.
+    let config = counterexamples().join("configs/release-race-literal.json");
+    let race = read(counterexamples().join("release-race-literal.json"));
+    let mut quiet = race.clone();
+    quiet["steps"][0]["outputs"] = serde_json::json!([]);
+    explore_fails(
+        &config,
+        &write("quiet.json", &quiet),
+        "step 0 (n1 acquire IR on L0) does not do what the trace recorded",
+    );
+    let mut state = race.clone();
+    state["steps"][3]["state"]["pending"] = "W".into();
+    explore_fails(&config, &write("state.json", &state), "step 3 (");
+    // A verdict without the steps that lead to it.
+    let mut empty = race.clone();
+    empty["steps"] = serde_json::json!([]);
+    explore_fails(
+        &config,
+        &write("empty.json", &empty),
+        "the trace records P1 mutual exclusion violated, but its last state (after 0 steps)",
+    );
+    let mut empty = read(counterexamples().join("tree-slides.json"));
+    empty["steps"] = serde_json::json!([]);
+    explore_fails(
+        &counterexamples().join("configs/tree-slides.json"),
+        &write("tree-empty.json", &empty),
+        "but its last state (after 0 steps)",
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// Every failing property's verdict says in words what violates it, naming the
+/// transaction, agent, member or node: an agents check's second surrender and
+/// transactions that never end, a base-model P5 stopped by a kernel error, a fault model's
+/// member whose request is lost.
+#[test]
+fn check_names_what_violates_in_every_verdict() {
+    let dir = std::env::temp_dir().join(format!("hilock-cli-verdicts-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let faults = {
+        let v: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(counterexamples().join("faults/no-epoch-check.json")).unwrap(),
+        )
+        .unwrap();
+        let mut c = v["config"].clone();
+        c["model"] = "faults".into();
+        let f = dir.join("faults-no-epoch-check.json");
+        std::fs::write(&f, c.to_string()).unwrap();
+        f
+    };
+    let base = dir.join("release-first.json");
+    std::fs::write(
+        &base,
+        r#"{"name": "release first", "nodes": 2, "token": 0, "parents": [null, 0],
+            "scripts": [["release"], []]}"#,
+    )
+    .unwrap();
+    for (config, words) in [
+        (
+            counterexamples().join("configs/agents-no-ack.json"),
+            &[
+                "A2 surrendered on a deadlock a surrender had already been made for",
+                "no action is enabled and these transactions never end: A2 (Running)",
+            ][..],
+        ),
+        (
+            faults,
+            &["quiescent, but n0, a live member, has run 1 of its 2 operations"][..],
+        ),
+        (
+            base,
+            &[
+                "P5 liveness violated: nothing is in flight and no script can run, but the kernel \
+               rejected a step (n0: ",
+            ][..],
+        ),
+    ] {
+        let out = hilock(&[
+            "check",
+            config.to_str().unwrap(),
+            "--out",
+            dir.join("out").to_str().unwrap(),
+        ]);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(1), "{text}");
+        for w in words {
+            assert!(text.contains(w), "{}: {w}: {text}", config.display());
+        }
+        // No verdict line is empty, and no name is left out.
+        let lines: Vec<&str> = text.lines().collect();
+        for (i, l) in lines.iter().enumerate() {
+            if l.ends_with("VIOLATED") && !config.ends_with("release-first.json") {
+                let why = lines.get(i + 1).copied().unwrap_or_default();
+                assert!(
+                    why.starts_with("    ") && !why.trim().is_empty(),
+                    "{l}: {text}"
+                );
+            }
+        }
+        assert!(!text.contains("but  has"), "{text}");
+    }
+    for e in std::fs::read_dir(dir.join("out")).unwrap() {
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(e.unwrap().path()).unwrap()).unwrap();
+        if let Some(why) = v.get("violation") {
+            assert!(why.as_str().is_some_and(|w| !w.is_empty()), "{v}");
+        }
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// A passing configuration's P6 witness trace is labelled as the witness, not as a
+/// failure: by `hilock replay` (its verdict), `replay --html` (title and heading) and
+/// `explore --trace` (its last state).
+#[test]
+fn a_p6_witness_is_labelled_a_witness_by_replay_and_explore() {
+    let dir = std::env::temp_dir().join(format!("hilock-cli-witness-{}", std::process::id()));
+    let config = configs().join("upgrade-chain4.json");
+    let out = hilock(&[
+        "check",
+        config.to_str().unwrap(),
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    let witness = dir.join("upgrade-chain4.p6-bypass-witness.trace.json");
+    assert!(witness.exists(), "{text}");
+    assert!(text.contains("a request bypassed once"), "{text}");
+    let html = dir.join("w.html");
+    let out = hilock(&[
+        "replay",
+        witness.to_str().unwrap(),
+        "--html",
+        html.to_str().unwrap(),
+    ]);
+    let replay = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{replay}");
+    let verdict = replay
+        .lines()
+        .find(|l| l.starts_with("verdict:"))
+        .unwrap_or_default();
+    assert!(
+        verdict.contains("P6 witness: a request is bypassed once") && !verdict.contains("violated"),
+        "{replay}"
+    );
+    let page = std::fs::read_to_string(&html).unwrap();
+    for tag in ["title", "h1"] {
+        let at = page.find(&format!("<{tag}>")).expect(tag);
+        let end = page[at..].find(&format!("</{tag}>")).expect(tag) + at;
+        assert!(
+            page[at..end].contains("P6 witness") && !page[at..end].contains("violated"),
+            "{}",
+            &page[at..end]
+        );
+    }
+    let (_, line, err) = explore_url(&config, &witness);
+    assert!(line.contains("/#/steps/0/"), "{line} {err}");
+    assert!(
+        err.contains("the witness, not a failure") && !err.contains("fails"),
+        "{err}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// `hilock replay` of a trace with a step by a node the trace does not list is one line
+/// and exit 2, as `hilock explore` refuses it (not drawn on another node's lane).
+#[test]
+fn replay_refuses_a_step_by_an_unknown_node() {
+    let dir = std::env::temp_dir().join(format!("hilock-cli-unknown-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut v: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(counterexamples().join("release-race-literal.json")).unwrap(),
+    )
+    .unwrap();
+    v["steps"][2]["node"] = "n9".into();
+    let f = dir.join("n9.json");
+    std::fs::write(&f, v.to_string()).unwrap();
+    for html in [false, true] {
+        let page = dir.join("x.html");
+        let mut args = vec!["replay", f.to_str().unwrap()];
+        if html {
+            args.extend(["--html", page.to_str().unwrap()]);
+        }
+        let out = hilock(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+        assert!(err.contains("step 2: unknown node 'n9'"), "{err}");
+        assert!(!page.exists());
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// The time `hilock check` prints on stderr is its whole wall time: the search, the
+/// shortest counterexamples and the traces (not the search alone).
+#[test]
+fn check_reports_its_whole_wall_time() {
+    let dir = std::env::temp_dir().join(format!("hilock-cli-walltime-{}", std::process::id()));
+    let config = counterexamples().join("configs/agents-no-ack.json");
+    let start = std::time::Instant::now();
+    let out = hilock(&[
+        "check",
+        config.to_str().unwrap(),
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    let wall = start.elapsed().as_secs_f64();
+    let err = String::from_utf8_lossy(&out.stderr);
+    let printed = err
+        .lines()
+        .find_map(|l| l.strip_prefix("checked in "))
+        .unwrap_or_else(|| panic!("{err}"));
+    let secs = if let Some(ms) = printed.strip_suffix("ms") {
+        ms.parse::<f64>().unwrap() / 1e3
+    } else if let Some(us) = printed.strip_suffix("µs") {
+        us.parse::<f64>().unwrap() / 1e6
+    } else {
+        printed.strip_suffix('s').unwrap().parse::<f64>().unwrap()
+    };
+    assert!(
+        secs >= 0.8 * wall && secs <= wall,
+        "printed {printed}, the process took {wall:.3}s"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// `--out FILE` where FILE is an existing file: refused before the check, saying it is not
+/// a directory.
+#[test]
+fn check_out_an_existing_file_says_it_is_not_a_directory() {
+    let dir = std::env::temp_dir().join(format!("hilock-cli-outfile-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("a-file");
+    std::fs::write(&file, b"").unwrap();
+    let out = hilock(&[
+        "check",
+        configs().join("star3-r-w.json").to_str().unwrap(),
+        "--out",
+        file.to_str().unwrap(),
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("is not a directory"), "{err}");
+    assert!(!err.contains("os error"), "{err}");
+    std::fs::remove_dir_all(&dir).ok();
 }

@@ -502,13 +502,16 @@ impl AgentsModel {
         servers: u16,
         scripts: &[(&[ScriptLock], bool)],
     ) -> Result<AgentsModel, AgentError> {
-        if servers as usize > MAX_SERVERS_MODEL {
+        if servers == 0 || servers as usize > MAX_SERVERS_MODEL {
             return Err(AgentError::BadServers);
         }
         let mut sc = Vec::new();
         for (steps, abort) in scripts {
             let mut v = Vec::new();
             for (keys, mode, srv, req) in steps.iter() {
+                if srv >> servers != 0 {
+                    return Err(AgentError::BadServers);
+                }
                 v.push(LockStep {
                     path: LockPath::new(keys)?,
                     mode: *mode,
@@ -1120,7 +1123,6 @@ impl AgentsModel {
         t: Instant,
         which: Counterexample,
     ) -> AgentsReport {
-        let elapsed = t.elapsed();
         let properties = crate::check::property_reports(
             self,
             checker,
@@ -1135,7 +1137,8 @@ impl AgentsModel {
             states: checker.state_count(),
             unique_states: checker.unique_state_count(),
             max_depth: checker.max_depth(),
-            elapsed,
+            // The whole check: the search and the counterexamples' traces.
+            elapsed: t.elapsed(),
             properties,
         }
     }
@@ -1224,6 +1227,21 @@ impl AgentsModel {
             (BOUNDED, Some(st)) => format!(
                 "a server's version counter reached {}",
                 Self::max_version(&st)
+            ),
+            (ONE_SURRENDER, Some(st)) => format!(
+                "A{} surrendered on a deadlock a surrender had already been made for (a second \
+                 surrender for one deadlock)",
+                st.extra_surrender.unwrap_or(0)
+            ),
+            (ENDS, Some(st)) => format!(
+                "no action is enabled and these transactions never end: {}",
+                st.agents
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, a)| !a.status().ended())
+                    .map(|(k, a)| format!("A{k} ({:?})", a.status()))
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ),
             _ => String::new(),
         };

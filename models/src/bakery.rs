@@ -122,6 +122,7 @@ pub const REACHED: [&str; 6] = [ENTERS, FINISHES, AFTER_CRASH, LEASE_LOST, HORIZ
 
 /// What the clients run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub enum Mode {
     /// The lock (row 0), `rounds` critical sections per client.
     Lock {
@@ -137,6 +138,7 @@ pub enum Mode {
 
 /// When time passes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub enum Timing {
     /// Never (no leases).
     None,
@@ -192,6 +194,7 @@ fn is_zero(n: &u8) -> bool {
 
 /// A configuration of the model.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct BakeryModel {
     /// Name.
     pub name: String,
@@ -853,7 +856,6 @@ impl<const K: usize, const C: usize> BakerySystem<K, C> {
             .finish_when(finish)
             .spawn_bfs()
             .join();
-        let elapsed = t.elapsed();
         let properties = crate::check::property_reports(
             self,
             &checker,
@@ -868,7 +870,8 @@ impl<const K: usize, const C: usize> BakerySystem<K, C> {
             states: checker.state_count(),
             unique_states: checker.unique_state_count(),
             max_depth: checker.max_depth(),
-            elapsed,
+            // The whole check: the search and the counterexamples' traces.
+            elapsed: t.elapsed(),
             properties,
         }
     }

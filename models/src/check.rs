@@ -162,10 +162,17 @@ where
 /// a property "✅ Safety holds" at every state off the paths its own search recorded, even
 /// at a state that violates it).
 pub fn violations_line<M: Model>(model: &M, st: &M::State) -> String {
+    violations_line_except(model, st, &[])
+}
+
+/// [`violations_line`] without the properties named in `skip` (the base model's P6 bypass
+/// bounds, which measure the least bound rather than require one).
+pub fn violations_line_except<M: Model>(model: &M, st: &M::State, skip: &[&str]) -> String {
     let v: Vec<&str> = model
         .properties()
         .into_iter()
         .filter(|p| p.expectation == Expectation::Always && !(p.condition)(model, st))
+        .filter(|p| !skip.contains(&p.name))
         .map(|p| p.name)
         .collect();
     if v.is_empty() {
@@ -262,14 +269,33 @@ impl<C> PropertyReport<C> {
     /// The report's line for this property: its name and `holds` / `VIOLATED` (`always`,
     /// `eventually`) or `reached` / `not reached` (`sometimes`).
     pub fn line(&self) -> String {
+        self.line_in(NAME_COLUMN)
+    }
+
+    /// [`PropertyReport::line`] with the name padded to `width` characters (the verdict
+    /// after one space at least).
+    pub fn line_in(&self, width: usize) -> String {
         let verdict = match (self.kind.as_str(), self.holds) {
             ("sometimes", true) => "reached",
             ("sometimes", false) => "not reached",
             (_, true) => "holds",
             (_, false) => "VIOLATED",
         };
-        format!("  {:<45} {verdict}\n", self.name)
+        format!("  {:<width$} {verdict}\n", self.name)
     }
+}
+
+/// The width of the report's column of property names: 45 characters, or the longest
+/// name's.
+const NAME_COLUMN: usize = 45;
+
+/// The column width for `properties`' names: the longest one's, and at least
+/// [`NAME_COLUMN`], so that every verdict starts in the same column.
+pub fn name_column<C>(properties: &[PropertyReport<C>]) -> usize {
+    properties
+        .iter()
+        .map(|p| p.name.chars().count())
+        .fold(NAME_COLUMN, usize::max)
 }
 
 /// The result of a check of the models that report through [`PropertyReport`] (agents,
@@ -394,7 +420,6 @@ where
         model.clone().checker().threads(1).spawn_bfs(),
         &mut progress,
     );
-    let elapsed = t.elapsed();
     let names = |e: Expectation| -> Vec<&'static str> {
         model
             .properties()
@@ -417,7 +442,8 @@ where
         states: checker.state_count(),
         unique_states: checker.unique_state_count(),
         max_depth: checker.max_depth(),
-        elapsed,
+        // The whole check: the search and the counterexamples' traces.
+        elapsed: t.elapsed(),
         properties,
     }
 }
@@ -478,8 +504,9 @@ impl CheckReport {
             "{}: {} unique states ({} generated, depth {})\n",
             self.config, self.unique_states, self.states, self.max_depth
         );
+        let width = name_column(&self.properties);
         for p in &self.properties {
-            s.push_str(&p.line());
+            s.push_str(&p.line_in(width));
         }
         match self.fifo_bound {
             Some(k) => s.push_str(&format!("  P6 FIFO bypass: least bound k = {k}\n")),
@@ -629,10 +656,7 @@ fn report_l<const L: usize>(
             trace_of(
                 &model,
                 &first_failure(&model, BYPASS[k - 1], &path),
-                &format!(
-                    "{} violated: a request is bypassed {k} times",
-                    BYPASS[k - 1]
-                ),
+                &witness_verdict(k),
             )
         }),
         _ => None,
@@ -647,6 +671,28 @@ fn report_l<const L: usize>(
         fifo_bound: fifo_bound.map(|k| k as u8),
         fifo_witness,
     }
+}
+
+/// The start of the verdict of a P6 witness trace: its last state is a witness of the
+/// least FIFO bypass bound, not a failure.
+pub const WITNESS_VERDICT: &str = "P6 witness";
+
+/// `once`, `twice`, `3 times`.
+pub fn times(k: usize) -> String {
+    match k {
+        1 => "once".to_string(),
+        2 => "twice".to_string(),
+        k => format!("{k} times"),
+    }
+}
+
+/// The verdict of the P6 witness trace of a least bypass bound `k` (≥ 1).
+fn witness_verdict(k: usize) -> String {
+    format!(
+        "{WITNESS_VERDICT}: a request is bypassed {}, the least bound k = {k} reached, \
+         not broken",
+        times(k)
+    )
 }
 
 /// Serves the Stateright Explorer for `config` on `addr` (blocks for as long as the server
@@ -688,63 +734,10 @@ pub fn trace_of<const L: usize>(
         let Some(action) = action else {
             continue;
         };
-        let mut cluster = state.cluster.clone();
-        let (node, lock, input, r) = match action {
-            Action::Run { node: i, op } => {
-                let ti = match op {
-                    ScriptOp::Acquire(mode, lock) => TraceInput::Acquire { lock, mode },
-                    ScriptOp::Try(mode, lock) => TraceInput::TryAcquire { lock, mode },
-                    ScriptOp::Cancel(lock) => TraceInput::Cancel { lock },
-                    ScriptOp::Downgrade(mode, lock) => TraceInput::Downgrade { lock, mode },
-                    ScriptOp::Write(value, lock) => TraceInput::SetValue { lock, value },
-                    ScriptOp::Release(lock) => TraceInput::Release { lock },
-                    ScriptOp::Upgrade(lock) => TraceInput::Upgrade { lock },
-                    ScriptOp::Priority(base) => TraceInput::SetPriority { base },
-                };
-                let node = NodeId(u16::from(i));
-                let r = cluster.input(node, BaseModel::<L>::input_of(op));
-                (node, op.lock(), ti, r)
-            }
-            Action::Deliver {
-                from, to, index, ..
-            }
-            | Action::Duplicate {
-                from, to, index, ..
-            } => {
-                let (f, t) = (NodeId(u16::from(from)), NodeId(u16::from(to)));
-                let copy = matches!(action, Action::Duplicate { .. });
-                let delivered = if copy {
-                    cluster.duplicate(f, t, index as usize)
-                } else {
-                    cluster.deliver_at(f, t, index as usize)
-                };
-                let Some((msg, r)) = delivered else {
-                    break;
-                };
-                let lock = msg.lock().0;
-                let ti = TraceInput::Deliver {
-                    from: names[from as usize].clone(),
-                    msg,
-                    copy,
-                };
-                (t, lock, ti, r)
-            }
+        let Some(step) = record_step(&state, action, &names, steps.len()) else {
+            break;
         };
-        let outputs = r.as_ref().map_or(&[][..], |s| &s.outputs[..]);
-        steps.push(TraceStep {
-            index: steps.len(),
-            node: names[node.idx()].clone(),
-            input,
-            outputs: outputs
-                .iter()
-                .map(|o| TraceOutput::from_output(o, &names))
-                .collect(),
-            error: r.as_ref().err().map(|e| match e.kernel() {
-                Some(k) => k.to_string(),
-                None => e.to_string(),
-            }),
-            state: NodeSnapshot::of(cluster.site(node), hilock_kernel::LockId(lock), &names),
-        });
+        steps.push(step);
     }
     Trace {
         format: TRACE_FORMAT.to_string(),
@@ -752,5 +745,112 @@ pub fn trace_of<const L: usize>(
         nodes: names,
         steps,
         verdict: Some(verdict.to_string()),
+    }
+}
+
+/// The step `action` takes from `state` as a `hilock-trace/1` step numbered `index`: its
+/// input, outputs, error and the stepping node's state of the lock afterwards (`None` if a
+/// delivery finds no message there).
+pub fn record_step<const L: usize>(
+    state: &State<L>,
+    action: Action,
+    names: &[String],
+    at: usize,
+) -> Option<TraceStep> {
+    let mut cluster = state.cluster.clone();
+    let (node, lock, input, r) = match action {
+        Action::Run { node: i, op } => {
+            let ti = match op {
+                ScriptOp::Acquire(mode, lock) => TraceInput::Acquire { lock, mode },
+                ScriptOp::Try(mode, lock) => TraceInput::TryAcquire { lock, mode },
+                ScriptOp::Cancel(lock) => TraceInput::Cancel { lock },
+                ScriptOp::Downgrade(mode, lock) => TraceInput::Downgrade { lock, mode },
+                ScriptOp::Write(value, lock) => TraceInput::SetValue { lock, value },
+                ScriptOp::Release(lock) => TraceInput::Release { lock },
+                ScriptOp::Upgrade(lock) => TraceInput::Upgrade { lock },
+                ScriptOp::Priority(base) => TraceInput::SetPriority { base },
+            };
+            let node = NodeId(u16::from(i));
+            let r = cluster.input(node, BaseModel::<L>::input_of(op));
+            (node, op.lock(), ti, r)
+        }
+        Action::Deliver {
+            from, to, index, ..
+        }
+        | Action::Duplicate {
+            from, to, index, ..
+        } => {
+            let (f, t) = (NodeId(u16::from(from)), NodeId(u16::from(to)));
+            let copy = matches!(action, Action::Duplicate { .. });
+            let delivered = if copy {
+                cluster.duplicate(f, t, index as usize)
+            } else {
+                cluster.deliver_at(f, t, index as usize)
+            };
+            let (msg, r) = delivered?;
+            let lock = msg.lock().0;
+            let ti = TraceInput::Deliver {
+                from: names[from as usize].clone(),
+                msg,
+                copy,
+            };
+            (t, lock, ti, r)
+        }
+    };
+    let outputs = r.as_ref().map_or(&[][..], |s| &s.outputs[..]);
+    Some(TraceStep {
+        index: at,
+        node: names[node.idx()].clone(),
+        input,
+        outputs: outputs
+            .iter()
+            .map(|o| TraceOutput::from_output(o, names))
+            .collect(),
+        error: r.as_ref().err().map(|e| match e.kernel() {
+            Some(k) => k.to_string(),
+            None => e.to_string(),
+        }),
+        state: NodeSnapshot::of(cluster.site(node), hilock_kernel::LockId(lock), names),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(name: &str, holds: bool) -> PropertyReport<()> {
+        PropertyReport {
+            name: name.to_string(),
+            kind: "always".into(),
+            holds,
+            counterexample: None,
+        }
+    }
+
+    #[test]
+    fn every_verdict_of_a_report_starts_in_one_column_after_the_longest_name() {
+        let long = "P17 a blocking notification names a waiter, once per hold";
+        let props = [report("P1 mutual exclusion", true), report(long, false)];
+        let width = name_column(&props);
+        let lines: Vec<String> = props.iter().map(|p| p.line_in(width)).collect();
+        assert_eq!(lines[1], format!("  {long} VIOLATED\n"));
+        let at = |l: &str, v: &str| l.find(v).map(|i| l[..i].chars().count());
+        assert_eq!(
+            at(&lines[0], "holds"),
+            at(&lines[1], "VIOLATED"),
+            "{lines:?}"
+        );
+        // Short names keep the usual column.
+        let short = [report("P1 mutual exclusion", true)];
+        assert_eq!(short[0].line_in(name_column(&short)), short[0].line());
+    }
+
+    #[test]
+    fn counts_read_once_twice_and_n_times() {
+        assert_eq!(times(1), "once");
+        assert_eq!(times(2), "twice");
+        assert_eq!(times(3), "3 times");
+        assert!(witness_verdict(1).contains("bypassed once"));
+        assert!(!witness_verdict(1).contains("violated"));
     }
 }

@@ -550,7 +550,10 @@ impl FaultModel {
                 if no_lost(self, st) {
                     Ok(())
                 } else {
-                    Err("quiescent, but a live member's script did not finish".into())
+                    Err(format!(
+                        "quiescent, but {}",
+                        stuck_members(self, st).join(", and ")
+                    ))
                 }
             }
             NO_ERROR => no_error(st),
@@ -579,7 +582,6 @@ impl FaultModel {
             .finish_when(finish)
             .spawn_bfs()
             .join();
-        let elapsed = t.elapsed();
         let properties = property_reports(
             self,
             &checker,
@@ -594,7 +596,8 @@ impl FaultModel {
             states: checker.state_count(),
             unique_states: checker.unique_state_count(),
             max_depth: checker.max_depth(),
-            elapsed,
+            // The whole check: the search and the counterexamples' traces.
+            elapsed: t.elapsed(),
             properties,
         }
     }
@@ -657,17 +660,32 @@ fn one_token(st: &FState) -> Result<(), String> {
 }
 
 fn no_lost(m: &FaultModel, st: &FState) -> bool {
-    !m.quiescent(st)
-        || (0..m.cfg.n()).all(|i| {
+    !m.quiescent(st) || stuck_members(m, st).is_empty()
+}
+
+/// The live members (up, of the current epoch) whose script did not finish or whose
+/// request is still pending, in words: `n1 has run 1 of its 2 operations and waits for W`.
+fn stuck_members(m: &FaultModel, st: &FState) -> Vec<String> {
+    (0..m.cfg.n())
+        .filter_map(|i| {
             let s = st.cluster.site(NodeId(i as u16));
             let live = st.members[i]
                 && FaultModel::up(st, i)
                 && s.standing() == Standing::Member
                 && s.epoch() == st.epoch;
-            !live
-                || (st.pc[i] as usize == m.cfg.scripts[i].len()
-                    && s.site().locks()[0].pending_mode() == Mode::Phi)
+            let (done, all) = (st.pc[i] as usize, m.cfg.scripts[i].len());
+            let pending = s.site().locks()[0].pending_mode();
+            if !live || (done == all && pending == Mode::Phi) {
+                return None;
+            }
+            let ran = format!("n{i}, a live member, has run {done} of its {all} operations");
+            Some(if pending == Mode::Phi {
+                ran
+            } else {
+                format!("{ran} and its request for {pending} is still pending")
+            })
         })
+        .collect()
 }
 
 fn no_error(st: &FState) -> Result<(), String> {

@@ -38,6 +38,8 @@ pub struct Opened {
     pub violated: Vec<String>,
     /// The actions in words.
     pub texts: Vec<String>,
+    /// The verdict of a witness trace (its last state is not a failure: the P6 witness).
+    pub witness: Option<String>,
 }
 
 /// The Explorer URL of an encoded path on `127.0.0.1:port`.
@@ -179,6 +181,26 @@ fn input_text(node: &str, input: &TraceInput) -> String {
     }
 }
 
+/// An output of the step of node `name` (index `node`) in words.
+fn output_text(name: &str, node: usize, o: &TraceOutput) -> String {
+    match o {
+        TraceOutput::Send { to, msg } => {
+            let label = Delivered::of(msg).label(node as u8);
+            format!("{name} sends {label} to {to}")
+        }
+        TraceOutput::Granted { lock, mode } => format!("{name} is granted {mode} on L{lock}"),
+        TraceOutput::Upgraded { lock } => format!("{name} is upgraded to W on L{lock}"),
+        TraceOutput::WouldBlock { lock, mode } => {
+            format!("{name} is refused {mode} on L{lock} (would block)")
+        }
+        TraceOutput::Cancelled { lock } => format!("{name} cancelled its request of L{lock}"),
+        TraceOutput::Downgraded { lock, mode } => format!("{name} downgraded L{lock} to {mode}"),
+        TraceOutput::Blocking { lock, mode, prio } => {
+            format!("{name} is told a request for {mode} (priority {prio}) waits on L{lock}")
+        }
+    }
+}
+
 fn open_l<const L: usize>(model: &BaseModel<L>, trace: &Trace) -> Result<Opened, String> {
     let cfg = &model.cfg;
     let other = source_config(trace)
@@ -205,9 +227,71 @@ fn open_l<const L: usize>(model: &BaseModel<L>, trace: &Trace) -> Result<Opened,
             .ok_or_else(|| format!("step {i}: unknown node '{}'", step.node))?;
         let mut enabled = Vec::new();
         model.actions(&st, &mut enabled);
-        let Some(a) = enabled
+        let candidates: Vec<Action> = enabled
             .iter()
-            .find(|a| fits(&st, &trace.nodes, node, &step.input, a))
+            .filter(|a| fits(&st, &trace.nodes, node, &step.input, a))
+            .copied()
+            .collect();
+        // The step must also do what the trace recorded: the same outputs, error and
+        // state of the node afterwards.
+        let does = |a: &Action| {
+            crate::check::record_step(&st, *a, &trace.nodes, i).map(|r| {
+                let mut differs = Vec::new();
+                if r.outputs != step.outputs {
+                    let text = |o: &[TraceOutput]| {
+                        let t: Vec<String> =
+                            o.iter().map(|o| output_text(&step.node, node, o)).collect();
+                        if t.is_empty() {
+                            "nothing".to_string()
+                        } else {
+                            t.join("; ")
+                        }
+                    };
+                    differs.push(format!(
+                        "it outputs {}, the trace records {}",
+                        text(&r.outputs),
+                        text(&step.outputs)
+                    ));
+                }
+                if r.error != step.error {
+                    let text = |e: &Option<String>| match e {
+                        Some(e) => format!("the error '{e}'"),
+                        None => "no error".to_string(),
+                    };
+                    differs.push(format!(
+                        "it gives {}, the trace records {}",
+                        text(&r.error),
+                        text(&step.error)
+                    ));
+                }
+                if r.state != step.state {
+                    differs.push(format!(
+                        "{}'s state afterwards is {}, the trace records {}",
+                        step.node,
+                        r.state.line(),
+                        step.state.line()
+                    ));
+                }
+                differs
+            })
+        };
+        if let (Some(first), None) = (
+            candidates.first(),
+            candidates
+                .iter()
+                .find(|a| does(a).is_some_and(|d| d.is_empty())),
+        ) {
+            let differs = does(first).unwrap_or_default().join("; ");
+            return Err(format!(
+                "step {i} ({}) does not do what the trace recorded in configuration '{}'{other}: \
+                 {differs}",
+                input_text(&step.node, &step.input),
+                cfg.name
+            ));
+        }
+        let Some(a) = candidates
+            .iter()
+            .find(|a| does(a).is_some_and(|d| d.is_empty()))
             .copied()
         else {
             let what: Vec<String> = enabled.iter().map(|a| a.to_string()).collect();
@@ -231,18 +315,44 @@ fn open_l<const L: usize>(model: &BaseModel<L>, trace: &Trace) -> Result<Opened,
     let path = Path::from_actions(model, init, actions.iter())
         .ok_or_else(|| "the replayed path is not a path of the model".to_string())?;
     let last = path.last_state().clone();
+    // A trace that records a property violated must end where it is.
+    if let Some(p) = trace
+        .verdict
+        .as_deref()
+        .and_then(|v| v.split_once(" violated"))
+        .map(|(p, _)| p)
+        .filter(|p| crate::token::SAFETY.contains(p))
+    {
+        if crate::token::why_violated(model, &last, p).is_none() {
+            return Err(format!(
+                "the trace records {p} violated, but its last state (after {} steps) in \
+                 configuration '{}'{other} does not violate it",
+                trace.steps.len(),
+                cfg.name
+            ));
+        }
+    }
+    // The P6 bounds measure the least bound k; a state past one is not a failure.
     let violated = model
         .properties()
         .into_iter()
         .filter(|p| {
-            p.expectation == stateright::Expectation::Always && !(p.condition)(model, &last)
+            p.expectation == stateright::Expectation::Always
+                && !crate::token::BYPASS.contains(&p.name)
+                && !(p.condition)(model, &last)
         })
         .map(|p| p.name.to_string())
         .collect();
+    let witness = trace
+        .verdict
+        .as_ref()
+        .filter(|v| v.starts_with(crate::check::WITNESS_VERDICT))
+        .cloned();
     Ok(Opened {
         encoded: path.encode(model),
         steps: actions.len(),
         violated,
+        witness,
         texts,
     })
 }
@@ -291,34 +401,11 @@ pub fn trace_diagram(t: &Trace) -> (Diagram, Vec<String>, Vec<Vec<String>>) {
         };
         let mut lines = Vec::new();
         for o in &step.outputs {
-            lines.push(match o {
-                TraceOutput::Send { to, msg } => {
-                    let label = Delivered::of(msg).label(node as u8);
-                    d.send(node, lane(to), format!("{msg:?}"), label.clone());
-                    format!("{} sends {label} to {to}", step.node)
-                }
-                TraceOutput::Granted { lock, mode } => {
-                    format!("{} is granted {mode} on L{lock}", step.node)
-                }
-                TraceOutput::Upgraded { lock } => {
-                    format!("{} is upgraded to W on L{lock}", step.node)
-                }
-                TraceOutput::WouldBlock { lock, mode } => {
-                    format!("{} is refused {mode} on L{lock} (would block)", step.node)
-                }
-                TraceOutput::Cancelled { lock } => {
-                    format!("{} cancelled its request of L{lock}", step.node)
-                }
-                TraceOutput::Downgraded { lock, mode } => {
-                    format!("{} downgraded L{lock} to {mode}", step.node)
-                }
-                TraceOutput::Blocking { lock, mode, prio } => {
-                    format!(
-                        "{} is told a request for {mode} (priority {prio}) waits on L{lock}",
-                        step.node
-                    )
-                }
-            });
+            if let TraceOutput::Send { to, msg } = o {
+                let label = Delivered::of(msg).label(node as u8);
+                d.send(node, lane(to), format!("{msg:?}"), label);
+            }
+            lines.push(output_text(&step.node, node, o));
         }
         if let Some(e) = &step.error {
             lines.push(format!("rejected: {e}"));
@@ -339,6 +426,32 @@ pub fn trace_diagram(t: &Trace) -> (Diagram, Vec<String>, Vec<Vec<String>>) {
         details.push(lines);
     }
     (d, texts, details)
+}
+
+/// The first step of `t` that names a node the trace does not list (as its stepping node,
+/// a delivery's sender or a message's receiver), in words.
+fn unknown_node(t: &Trace) -> Option<String> {
+    let known = |n: &str| t.nodes.iter().any(|x| x == n);
+    t.steps.iter().enumerate().find_map(|(i, step)| {
+        let from = match &step.input {
+            TraceInput::Deliver { from, .. } => Some(from.as_str()),
+            _ => None,
+        };
+        let to = step.outputs.iter().filter_map(|o| match o {
+            TraceOutput::Send { to, .. } => Some(to.as_str()),
+            _ => None,
+        });
+        std::iter::once(step.node.as_str())
+            .chain(from)
+            .chain(to)
+            .find(|n| !known(n))
+            .map(|n| {
+                format!(
+                    "step {i}: unknown node '{n}' (the trace's nodes are {})",
+                    t.nodes.join(", ")
+                )
+            })
+    })
 }
 
 /// A saved trace drawn: what [`diagram_of`] returns.
@@ -364,6 +477,7 @@ pub fn diagram_of(text: &str) -> Result<Drawn, String> {
         serde_json::from_str(text).map_err(|e| format!("not a JSON trace: {e}"))?;
     if format_of(&v) == Some(TRACE_FORMAT) {
         let t = parse_base_trace(text)?;
+        unknown_node(&t).map_or(Ok(()), Err)?;
         let (diagram, steps, details) = trace_diagram(&t);
         let title = format!(
             "{}{}",
@@ -391,7 +505,7 @@ pub fn diagram_of(text: &str) -> Result<Drawn, String> {
         .ok_or_else(|| format!("a {format} trace without steps"))?;
     // A step is an object with its `action` (none for a fault trace's last state) or,
     // in a ring trace, the action's text itself.
-    let texts: Vec<String> = steps
+    let mut texts: Vec<String> = steps
         .iter()
         .filter_map(|s| s.as_str().or_else(|| s.get("action")?.as_str()))
         .map(str::to_string)
@@ -402,19 +516,30 @@ pub fn diagram_of(text: &str) -> Result<Drawn, String> {
         .map(step_details)
         .collect();
     if format == crate::ring::TRACE_FORMAT {
-        // Its actions are Rust expressions (`Deliver(Client(…), Node(…), …)`), not the
-        // `A → B: …` texts the lanes are read from: the steps only.
-        let title = format!(
-            "ring — {}: {}",
-            v.get("property").and_then(|m| m.as_str()).unwrap_or(""),
-            v.get("violation").and_then(|m| m.as_str()).unwrap_or("")
-        );
-        return Ok(Drawn {
-            title,
-            diagram: Diagram::default(),
-            steps: texts,
-            details,
-        });
+        // Its steps are the actions' Rust expressions (`Deliver(Client(…), Node(…), …)`):
+        // replayed through the configuration the trace embeds, they read as the model
+        // words them (`c2 → n21: Request Lock`), and are drawn as the other models' are.
+        // A trace that does not replay keeps its steps as they are, without a diagram.
+        let replayed = v
+            .get("config")
+            .and_then(|c| serde_json::from_value::<RingModel>(c.clone()).ok())
+            .and_then(|c| open_other(&OtherConfig::Ring(c), &v).ok());
+        match replayed {
+            Some(o) => texts = o.texts,
+            None => {
+                let title = format!(
+                    "ring — {}: {}",
+                    v.get("property").and_then(|m| m.as_str()).unwrap_or(""),
+                    v.get("violation").and_then(|m| m.as_str()).unwrap_or("")
+                );
+                return Ok(Drawn {
+                    title,
+                    diagram: Diagram::default(),
+                    steps: texts,
+                    details,
+                });
+            }
+        }
     }
     // Lanes in order of appearance, clients and agents first.
     let mut d = Diagram::default();
@@ -453,7 +578,13 @@ pub fn diagram_of(text: &str) -> Result<Drawn, String> {
     }
     let title = format!(
         "{} — {}: {}",
-        v.get("model").and_then(|m| m.as_str()).unwrap_or(format),
+        v.get("model")
+            .and_then(|m| m.as_str())
+            .unwrap_or(if format == crate::ring::TRACE_FORMAT {
+                "ring"
+            } else {
+                format
+            }),
         v.get("property").and_then(|m| m.as_str()).unwrap_or(""),
         v.get("violation").and_then(|m| m.as_str()).unwrap_or("")
     );
@@ -497,16 +628,21 @@ fn step_details(step: &serde_json::Value) -> Vec<String> {
 }
 
 /// A name as part of a file name: `P1 mutual exclusion` → `p1-mutual-exclusion`.
+/// Every other character is a hyphen, one for a run of them, none at either end
+/// (`P17 a …, once per hold` → `p17-a-…-once-per-hold`).
 pub fn slug(name: &str) -> String {
-    name.chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() {
-                c.to_ascii_lowercase()
-            } else {
-                '-'
-            }
-        })
-        .collect()
+    let mut s = String::new();
+    for c in name.chars() {
+        if c.is_ascii_alphanumeric() {
+            s.push(c.to_ascii_lowercase());
+        } else if !s.is_empty() && !s.ends_with('-') {
+            s.push('-');
+        }
+    }
+    while s.ends_with('-') {
+        s.pop();
+    }
+    s
 }
 
 /// Writes the configuration and every counterexample of `report` into `dir`
@@ -656,8 +792,46 @@ impl TreeConfig {
 }
 
 impl AgentsConfig {
+    /// The configuration's error, if its servers do not fit: no server, or a script or the
+    /// crash naming a server that is not there.
+    fn check_servers(&self) -> Result<(), String> {
+        let n = u32::from(self.servers);
+        if n == 0 {
+            return Err("\"servers\": 0: an agents configuration needs at least one server".into());
+        }
+        let max = crate::agents::MAX_SERVERS_MODEL;
+        if n as usize > max {
+            return Err(format!(
+                "\"servers\": {n}: the agents model has at most {max} servers"
+            ));
+        }
+        let range = if n == 1 {
+            "there is only S0".to_string()
+        } else {
+            format!("there are S0 to S{}", n - 1)
+        };
+        for (a, s) in self.scripts.iter().enumerate() {
+            for (k, l) in s.locks.iter().enumerate() {
+                if l.servers >> n != 0 {
+                    let out = (n..32).find(|b| l.servers & (1 << b) != 0).unwrap_or(n);
+                    return Err(format!(
+                        "agent {a}'s lock {k} names server S{out} (\"servers\": {}, a bit set), \
+                         but {range}",
+                        l.servers
+                    ));
+                }
+            }
+        }
+        if let Some(c) = self.crash.filter(|c| u32::from(*c) >= n) {
+            return Err(format!("\"crash\": {c} names server S{c}, but {range}"));
+        }
+        Ok(())
+    }
+
     /// The model.
     pub fn model(&self) -> Result<AgentsModel, String> {
+        self.check_servers()
+            .map_err(|e| format!("bad agents configuration: {e}"))?;
         let locks: Vec<Vec<ScriptLock>> = self
             .scripts
             .iter()
@@ -724,11 +898,17 @@ impl OtherConfig {
 
 /// Replays the steps of a model trace: each must be an enabled action whose text and
 /// state afterwards `fits` the recorded step.
+///
+/// A trace that records an `always` property (`property`) violated must end in a state
+/// that violates it, and `end` says what differs between the last state and the trace's
+/// record of it, if anything.
 fn replay_steps<M>(
     m: &M,
     name: &str,
     steps: &[serde_json::Value],
     fits: impl Fn(&M::State, &M::Action, &serde_json::Value) -> bool,
+    property: Option<&str>,
+    end: impl Fn(&M::State) -> Option<String>,
 ) -> Result<Opened, String>
 where
     M: Model,
@@ -765,16 +945,36 @@ where
     let path = Path::from_actions(m, init, actions.iter())
         .ok_or_else(|| "the replayed path is not a path of the model".to_string())?;
     let last = path.last_state().clone();
-    let violated = m
+    if let Some(differs) = end(&last) {
+        return Err(format!(
+            "the last state (after step {}) differs from the trace's in configuration \
+             '{name}': {differs}",
+            actions.len().saturating_sub(1)
+        ));
+    }
+    let violated: Vec<String> = m
         .properties()
         .into_iter()
         .filter(|p| p.expectation == stateright::Expectation::Always && !(p.condition)(m, &last))
         .map(|p| p.name.to_string())
         .collect();
+    if let Some(p) = property.filter(|p| {
+        m.properties()
+            .iter()
+            .any(|q| q.expectation == stateright::Expectation::Always && q.name == *p)
+            && !violated.iter().any(|v| v == p)
+    }) {
+        return Err(format!(
+            "the trace records '{p}' violated, but its last state (after {} steps) in \
+             configuration '{name}' does not violate it",
+            actions.len()
+        ));
+    }
     Ok(Opened {
         encoded: path.encode(m),
         steps: actions.len(),
         violated,
+        witness: None,
         texts,
     })
 }
@@ -803,61 +1003,195 @@ pub fn open_other(cfg: &OtherConfig, trace: &serde_json::Value) -> Result<Opened
         .and_then(|s| s.as_array())
         .ok_or_else(|| format!("a {} trace without steps", cfg.trace_format()))?;
     let name = &cfg.name();
+    if let Some(differs) = config_difference(cfg, trace)? {
+        return Err(format!(
+            "a trace of another configuration: {differs} (configuration '{name}')"
+        ));
+    }
+    let property = trace.get("property").and_then(|p| p.as_str());
     match cfg {
         OtherConfig::Tree(c) => {
             let m = c.model()?;
-            replay_steps(&m, name, steps, |s, a, j| m.fits_step(s, a, j))
+            replay_steps(
+                &m,
+                name,
+                steps,
+                |s, a, j| m.fits_step(s, a, j),
+                property,
+                nothing,
+            )
         }
         OtherConfig::Agents(c) => {
             let m = c.model()?;
-            replay_steps(&m, name, steps, |s, a, j| m.fits_step(s, a, j))
+            replay_steps(
+                &m,
+                name,
+                steps,
+                |s, a, j| m.fits_step(s, a, j),
+                property,
+                nothing,
+            )
         }
-        OtherConfig::Bakery(c) => bakery_open(c, name, steps),
+        OtherConfig::Bakery(c) => bakery_open(c, name, steps, property),
         OtherConfig::Inversion(c) => {
             c.validate()?;
-            replay_steps(c, name, steps, |s, a, j| c.fits_step(s, a, j))
+            replay_steps(
+                c,
+                name,
+                steps,
+                |s, a, j| c.fits_step(s, a, j),
+                property,
+                nothing,
+            )
         }
         OtherConfig::Ring(c) => {
             c.validate()?;
             // Each step is the action's text (`format!("{a:?}")`), compared by `step_key`.
-            replay_steps(c, name, steps, |_, a, j| {
-                j.as_str().map(crate::ring::step_key)
-                    == Some(crate::ring::step_key(&format!("{a:?}")))
-            })
+            replay_steps(
+                c,
+                name,
+                steps,
+                |_, a, j| {
+                    j.as_str().map(crate::ring::step_key)
+                        == Some(crate::ring::step_key(&format!("{a:?}")))
+                },
+                property,
+                nothing,
+            )
         }
         OtherConfig::Faults(c) => {
             c.validate()?;
             let m = c.clone().into_model();
-            // The last step is the last state, with no action after it.
-            let steps: Vec<serde_json::Value> = steps
+            // Each step records the state before its action; the last step is the last
+            // state, with no action after it.
+            let lines = |st: &crate::faults::FState| -> serde_json::Value {
+                format!("{st:?}").lines().collect::<Vec<_>>().into()
+            };
+            let (with, last): (Vec<serde_json::Value>, Vec<serde_json::Value>) = steps
                 .iter()
-                .filter(|j| j.get("action").is_some())
                 .cloned()
-                .collect();
-            replay_steps(&m, name, &steps, |_, a, j| {
-                j["action"].as_str() == Some(a.to_string().as_str())
-            })
+                .partition(|j| j.get("action").is_some());
+            replay_steps(
+                &m,
+                name,
+                &with,
+                |st, a, j| {
+                    j["action"].as_str() == Some(a.to_string().as_str())
+                        && j.get("state") == Some(&lines(st))
+                },
+                property,
+                |st| {
+                    let recorded = last.last()?.get("state")?;
+                    (*recorded != lines(st)).then(|| {
+                        format!(
+                            "the model's is {}, the trace records {}",
+                            lines(st),
+                            recorded
+                        )
+                    })
+                },
+            )
         }
     }
 }
 
-fn bakery_open(c: &BakeryModel, name: &str, steps: &[serde_json::Value]) -> Result<Opened, String> {
+/// Nothing differs (a model whose trace does not record its last state apart).
+fn nothing<S>(_: &S) -> Option<String> {
+    None
+}
+
+/// Where the configuration a trace embeds (its `config`; a tree trace's `height` and
+/// `variant`, an agents trace's variants and delivery) differs from `cfg`, in words: the
+/// first field that differs, its name aside (`None`: the same, or nothing embedded).
+fn config_difference(
+    cfg: &OtherConfig,
+    trace: &serde_json::Value,
+) -> Result<Option<String>, String> {
+    use serde_json::{json, Value};
+    // Parsed and written again, so that fields left at their defaults compare equal.
+    fn normal<T: Serialize + serde::de::DeserializeOwned>(
+        embedded: Option<&Value>,
+        ours: &T,
+    ) -> Result<Option<(Value, Value)>, String> {
+        let Some(e) = embedded else {
+            return Ok(None);
+        };
+        let theirs: T = serde_json::from_value(e.clone())
+            .map_err(|e| format!("the trace's configuration does not parse: {e}"))?;
+        let to = |v: &T| serde_json::to_value(v).map_err(|e| e.to_string());
+        Ok(Some((to(&theirs)?, to(ours)?)))
+    }
+    let pair = match cfg {
+        OtherConfig::Ring(c) => normal(trace.get("config"), c)?,
+        OtherConfig::Faults(c) => normal(trace.get("config"), c)?,
+        OtherConfig::Bakery(c) => normal(trace.get("config"), c)?,
+        OtherConfig::Inversion(c) => normal(trace.get("config"), c)?,
+        OtherConfig::Tree(c) => Some((
+            json!({"height": trace.get("height"), "variant": trace.get("variant")}),
+            json!({"height": c.height, "variant": c.variant}),
+        )),
+        OtherConfig::Agents(c) => Some((
+            json!({
+                "agent_variant": trace.get("agent_variant"),
+                "server_variant": trace.get("server_variant"),
+                "delivery": trace.get("delivery"),
+            }),
+            json!({
+                "agent_variant": format!("{:?}", c.agent_variant),
+                "server_variant": format!("{:?}", c.server_variant),
+                "delivery": c.delivery,
+            }),
+        )),
+    };
+    let Some((Value::Object(theirs), Value::Object(ours))) = pair else {
+        return Ok(None);
+    };
+    let keys: std::collections::BTreeSet<&String> = theirs.keys().chain(ours.keys()).collect();
+    let show = |v: Option<&Value>| v.map_or("absent".to_string(), Value::to_string);
+    let differs = keys
+        .into_iter()
+        .filter(|k| k.as_str() != "name")
+        .find(|k| theirs.get(*k) != ours.get(*k))
+        .map(|k| {
+            format!(
+                "its \"{k}\" is {}, the configuration's is {}",
+                show(theirs.get(k)),
+                show(ours.get(k))
+            )
+        });
+    Ok(differs)
+}
+
+fn bakery_open(
+    c: &BakeryModel,
+    name: &str,
+    steps: &[serde_json::Value],
+    property: Option<&str>,
+) -> Result<Opened, String> {
     fn go<const K: usize, const C: usize>(
         m: BakerySystem<K, C>,
         name: &str,
         steps: &[serde_json::Value],
+        property: Option<&str>,
     ) -> Result<Opened, String> {
         m.validate()?;
-        replay_steps(&m, name, steps, |s, a, j| m.fits_step(s, a, j))
+        replay_steps(
+            &m,
+            name,
+            steps,
+            |s, a, j| m.fits_step(s, a, j),
+            property,
+            nothing,
+        )
     }
     let m = c.clone();
     match m.sizes() {
-        (1, 3) => go(BakerySystem::<1, 3>(m), name, steps),
-        (1, 4) => go(BakerySystem::<1, 4>(m), name, steps),
-        (2, 3) => go(BakerySystem::<2, 3>(m), name, steps),
-        (2, 4) => go(BakerySystem::<2, 4>(m), name, steps),
-        (3, 3) => go(BakerySystem::<3, 3>(m), name, steps),
-        _ => go(BakerySystem::<3, 4>(m), name, steps),
+        (1, 3) => go(BakerySystem::<1, 3>(m), name, steps, property),
+        (1, 4) => go(BakerySystem::<1, 4>(m), name, steps, property),
+        (2, 3) => go(BakerySystem::<2, 3>(m), name, steps, property),
+        (2, 4) => go(BakerySystem::<2, 4>(m), name, steps, property),
+        (3, 3) => go(BakerySystem::<3, 3>(m), name, steps, property),
+        _ => go(BakerySystem::<3, 4>(m), name, steps, property),
     }
 }
 
@@ -930,8 +1264,9 @@ impl OtherCheck {
             r.config, r.unique_states, r.states, r.max_depth
         );
         let mut traces = Vec::new();
+        let width = crate::check::name_column(&r.properties);
         for p in &r.properties {
-            text.push_str(&p.line());
+            text.push_str(&p.line_in(width));
             if let Some(t) = &p.counterexample {
                 let v =
                     serde_json::to_value(t).map_err(|e| format!("cannot encode a trace: {e}"))?;
@@ -995,5 +1330,24 @@ pub fn check_other(
                 progress,
             ))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_slug_has_single_hyphens_and_none_at_either_end() {
+        assert_eq!(
+            slug("P17 a blocking notification names a waiter, once per hold"),
+            "p17-a-blocking-notification-names-a-waiter-once-per-hold"
+        );
+        assert_eq!(
+            slug("P1 mutual exclusion (live leases)"),
+            "p1-mutual-exclusion-live-leases"
+        );
+        assert_eq!(slug("P6 FIFO bypass ≤ 0"), "p6-fifo-bypass-0");
+        assert_eq!(slug("P1 mutual exclusion"), "p1-mutual-exclusion");
     }
 }

@@ -129,6 +129,7 @@ pub const CHANGED: &str = "the membership changed";
 
 /// Which server.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub enum Variant {
     /// Fig. 2 literally.
     Paper,
@@ -454,6 +455,44 @@ pub fn msg_label(m: &Msg) -> String {
 }
 
 impl RingModel {
+    /// An action in words, as the paper tells its steps: `c2 → n21: Request Lock` (a
+    /// delivery: sender, receiver, message), `c1: times out and resends`, `n32: crashes`.
+    pub fn action_text(&self, a: &RAction) -> String {
+        let node = |n: NodeId| self.addr_name(Addr::Node(n));
+        // Client `i` by its id, as its messages name it.
+        let client = |i: usize| self.addr_name(Addr::Client(self.id(i)));
+        match a {
+            RAction::Start(c) => format!("{}: asks for its next lock operation", client(*c)),
+            RAction::Deliver(f, t, m) => format!(
+                "{} → {}: {}",
+                self.addr_name(*f),
+                self.addr_name(*t),
+                msg_label(m)
+            ),
+            RAction::Duplicate(f, t, m) => format!(
+                "{} → {}: {} (a copy)",
+                self.addr_name(*f),
+                self.addr_name(*t),
+                msg_label(m)
+            ),
+            RAction::Join(n) => format!("{}: joins the ring", node(*n)),
+            RAction::Leave(n) => format!("{}: leaves the ring", node(*n)),
+            RAction::Crash(n) => format!("{}: crashes", node(*n)),
+            RAction::Detect(n) => format!("{}: the service removes it (crashed)", node(*n)),
+            RAction::Timeout(c) => format!("{}: times out and resends its request", client(*c)),
+            RAction::Isolate(n) => format!("{}: is cut off from the others", node(*n)),
+            RAction::Heal(n) => format!("{}: the cut ends", node(*n)),
+            RAction::Expire(n) => format!("{}: its lease runs out", node(*n)),
+            RAction::Suspect(n) => format!(
+                "{}: installs the view without its suspected predecessor",
+                node(*n)
+            ),
+            RAction::Abandon(c) => format!("{}: gives up its request and asks again", client(*c)),
+            RAction::Restart(c) => format!("{}: restarts as a new incarnation", client(*c)),
+            RAction::Reboot(n) => format!("{}: its slot starts a new process", node(*n)),
+        }
+    }
+
     /// An address in the diagram's and the step text's words: `c2`, `n21`, `chord`.
     pub fn addr_name(&self, a: Addr) -> String {
         match a {
@@ -715,7 +754,6 @@ impl RingModel {
         t: Instant,
         want: Option<&'static str>,
     ) -> RingReport {
-        let elapsed = t.elapsed();
         let discovered: BTreeSet<String> = checker
             .discoveries()
             .keys()
@@ -725,7 +763,8 @@ impl RingModel {
         RingReport {
             config: self.name.clone(),
             unique_states: checker.unique_state_count(),
-            elapsed,
+            // The whole check: the search and the counterexamples' traces.
+            elapsed: t.elapsed(),
             discovered,
             trace,
         }
@@ -1652,9 +1691,17 @@ impl Model for RingModel {
 
     /// The action, what violates each `always` property that fails after it (in words),
     /// each message in flight on a line of its own, then the state.
+    fn format_action(&self, action: &RAction) -> String {
+        self.action_text(action)
+    }
+
     fn format_step(&self, last: &RState, action: RAction) -> Option<String> {
         let next = self.next_state(last, action.clone())?;
-        let mut s = format!("{action:?}{}", crate::check::violations_line(self, &next));
+        let mut s = format!(
+            "{}{}",
+            self.action_text(&action),
+            crate::check::violations_line(self, &next)
+        );
         for p in self.properties() {
             if p.expectation == stateright::Expectation::Always && !(p.condition)(self, &next) {
                 s.push_str(&format!(

@@ -1360,9 +1360,21 @@ pub fn why_violated<const L: usize>(
                 .filter(|&i| st.blocked(i) || st.pc[i] as usize != m.cfg.scripts[i].len())
                 .map(|i| format!("n{i}"))
                 .collect();
+            let mut why = Vec::new();
+            if let Some(e) = c.error() {
+                why.push(format!("the kernel rejected a step ({e})"));
+            }
+            match waiting.len() {
+                0 => {}
+                1 => why.push(format!("{} has not finished its script", waiting[0])),
+                _ => why.push(format!(
+                    "{} have not finished their scripts",
+                    waiting.join(", ")
+                )),
+            }
             return Some(format!(
-                "nothing is in flight and no script can run, but {} has not finished its script",
-                waiting.join(", ")
+                "nothing is in flight and no script can run, but {}",
+                why.join(", and ")
             ));
         }
         p if p == SAFETY[6] => c.check_no_kernel_error().err(),
@@ -1597,11 +1609,21 @@ impl<const L: usize> Model for BaseModel<L> {
             .collect();
         // Numbered as the trace, the diagram's rows and `hilock replay` number it: the
         // steps taken before it.
+        // The P6 bounds measure the least bound k: a request bypassed here is a witness,
+        // not a failure.
+        let bypassed = match next.max_bypass() {
+            0 => String::new(),
+            k => format!(
+                "\nP6: a request has been bypassed {} (the P6 bounds measure the least bound k: \
+                 not a failure)",
+                crate::check::times(k.into())
+            ),
+        };
         Some(format!(
-            "step {}: {}{}{why}\n\n{next:?}",
+            "step {}: {}{}{why}{bypassed}\n\n{next:?}",
             last.cluster.steps(),
             self.explain(last, action),
-            crate::check::violations_line(self, &next)
+            crate::check::violations_line_except(self, &next, &BYPASS)
         ))
     }
 

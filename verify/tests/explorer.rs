@@ -237,9 +237,9 @@ fn a_failing_check_prints_how_to_open_it() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../target/test-explorer-failing-check");
     let text = hilock_models::open::save_for_explorer(&cfg, &r, &dir).expect("saved");
-    let config = dir.join("tokenable-request-from-a-non-child--literal-token-branch.config.json");
+    let config = dir.join("tokenable-request-from-a-non-child-literal-token-branch.config.json");
     let trace = dir
-        .join("tokenable-request-from-a-non-child--literal-token-branch.p4-no-deadlock.trace.json");
+        .join("tokenable-request-from-a-non-child-literal-token-branch.p4-no-deadlock.trace.json");
     let cmd = format!(
         "hilock explore {} --trace {}",
         config.display(),
@@ -259,4 +259,47 @@ fn a_failing_check_prints_how_to_open_it() {
     let opened = hilock_models::open::open_base(&cfg2, &t).expect("replays");
     assert!(opened.violated.iter().any(|p| p == "P4 no deadlock"));
     assert!(text.contains(&opened.encoded));
+}
+
+/// A passing configuration's P6 witness (a request bypassed k times, the least bound k
+/// reached) opens as the witness: no property fails at its last state, and the Explorer's
+/// step text says the request was bypassed instead of `⚠ violates: P6 FIFO bypass ≤ 0`.
+#[test]
+fn a_p6_witness_opens_as_a_witness_not_a_failure() {
+    use stateright::Model;
+    let text = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../models/configs/upgrade-chain4.json"),
+    )
+    .expect("configuration");
+    let cfg = ModelConfig::from_json(&text).expect("configuration");
+    let report = hilock_models::check::check_shortest(&cfg, |_, _, _| {}).expect("check");
+    assert_eq!(report.fifo_bound, Some(1));
+    let w = report.fifo_witness.expect("a witness");
+    let verdict = w.verdict.clone().unwrap_or_default();
+    assert!(
+        verdict.starts_with(hilock_models::check::WITNESS_VERDICT) && !verdict.contains("violated"),
+        "{verdict}"
+    );
+    let opened = hilock_models::open::open_base(&cfg, &w).expect("it replays");
+    assert!(opened.violated.is_empty(), "{:?}", opened.violated);
+    assert_eq!(opened.witness.as_deref(), Some(verdict.as_str()));
+    // The Explorer's text of the last step.
+    let model = cfg.clone().into_model_with::<1>().expect("model");
+    let mut st = model.init_states().remove(0);
+    let mut last = None;
+    for i in opened.encoded.split('/').skip(1) {
+        let mut actions = Vec::new();
+        model.actions(&st, &mut actions);
+        let a = actions[i.parse::<usize>().expect("index")];
+        last = Some((st.clone(), a));
+        st = model.next_state(&st, a).expect("enabled");
+    }
+    let (before, a) = last.expect("a step");
+    let step = model.format_step(&before, a).expect("text");
+    assert!(!step.contains("⚠ violates"), "{step}");
+    assert!(
+        step.contains("P6: a request has been bypassed once"),
+        "{step}"
+    );
 }

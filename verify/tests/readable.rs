@@ -1,5 +1,5 @@
 //! Every action of every model reads as words in the Stateright Explorer: a breadth-first
-//! walk of a small run of each model (base, inversion, tree, agents, bakery) renders every
+//! walk of a small run of each model (base, inversion, tree, agents, bakery, ring) renders every
 //! enabled action with `Model::format_action` and `Model::format_step`, and no text is the
 //! action's `Debug` form or contains a bare enum variant with indices (`Run(0)`,
 //! `Deliver { from: 1, .. }`, `Deliver(1, 0)`). The sequence diagram (`Model::as_svg`) of
@@ -240,4 +240,47 @@ fn bakery_model_actions_read_like_the_seed() {
     );
     let svg = diagram(&m, 8, &["c1", "c2", "r0"]);
     assert!(svg.contains("class=\"msg\""), "an arrow: {svg}");
+}
+
+#[test]
+fn ring_model_actions_read_like_the_paper() {
+    let text = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../models/configs/ring-r1-restart.json"),
+    )
+    .expect("example configuration");
+    let hilock_models::open::OtherConfig::Ring(m) =
+        serde_json::from_str(&text).expect("configuration")
+    else {
+        panic!("a ring configuration");
+    };
+    let texts = walk(&m, 400);
+    assert!(
+        texts
+            .iter()
+            .any(|t| t.starts_with("c1 → n") && t.contains(": Request")),
+        "{texts:?}"
+    );
+    assert!(
+        texts
+            .iter()
+            .any(|t| t == "c1: asks for its next lock operation"),
+        "{texts:?}"
+    );
+    // A saved ring trace (its steps are the actions' Rust expressions) replays, through
+    // the configuration it embeds, as words and as a diagram with arrows.
+    let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../spec/counterexamples/ring/ring-late-duplicate-locks-for-nobody.json");
+    let drawn = hilock_models::open::diagram_of(&std::fs::read_to_string(file).expect("trace"))
+        .expect("it draws");
+    assert!(!drawn.steps.is_empty());
+    for step in &drawn.steps {
+        assert!(debug_shape(step).is_none(), "step '{step}' reads as Rust");
+    }
+    assert!(
+        drawn.diagram.lanes.iter().any(|l| l == "c1"),
+        "{:?}",
+        drawn.diagram.lanes
+    );
+    assert!(drawn.title.starts_with("ring — "), "{}", drawn.title);
 }

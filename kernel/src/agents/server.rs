@@ -19,6 +19,7 @@ pub enum SurrenderTo {
 /// The server's algorithm variant.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(deny_unknown_fields))]
 pub struct ServerVariant {
     /// Surrender rule.
     pub surrender: SurrenderTo,

@@ -30,6 +30,7 @@ pub enum Resolver {
 /// unsound, kept so that the model checker can refute them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(deny_unknown_fields))]
 pub struct AgentVariant {
     /// Ignore information not newer than the version kept ("It is [not safe] to
     /// disregard the version information").

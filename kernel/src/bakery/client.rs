@@ -51,6 +51,7 @@ use super::{BakeryError, Renaming, ReplicaId, Sink, Ticket};
 /// The corrections of hilock; every flag `false` is the seed as written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(deny_unknown_fields))]
 pub struct Variant {
     /// Line 13 compares tickets `(number, id)`; literally `number_hash[id] < client_number`,
     /// so two clients that drew the same number both pass each other.
@@ -122,6 +123,7 @@ impl Default for Variant {
 /// Which algorithm of the seed the client runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(deny_unknown_fields))]
 pub enum Program {
     /// "Locking a row": the lock is the row `row`.
     Lock {
@@ -140,6 +142,7 @@ pub enum Program {
 /// A client's parameters.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(deny_unknown_fields))]
 pub struct Config {
     /// Read quorum R.
     pub r: u8,

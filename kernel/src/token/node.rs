@@ -90,6 +90,7 @@ pub struct Peer {
 /// [`Variant::HILOCK`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(deny_unknown_fields))]
 pub struct Variant {
     /// When a non-token node releases its owned mode (`spec/SPEC.md` 1.7; default: the
     /// thesis's eager Rule 5.2; [`ReleaseRule::KeepIntention`] keeps an idle intention mode).

@@ -93,6 +93,7 @@ pub enum Liveness {
 /// is a deliberately broken variant for the model checker.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(deny_unknown_fields))]
 pub struct RecoveryVariant {
     /// A site accepts only messages of its own epoch. `false`: the epoch stamp is ignored.
     pub epoch_check: bool,

@@ -69,6 +69,7 @@ pub type DefaultSite = Site<8, 4, 8>;
 /// priority ξ(lock) (PIP) and the ceiling C_i (PCEP).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(deny_unknown_fields))]
 pub struct Priorities<const L: usize> {
     /// Base priority β(self).
     pub base: Priority,

@@ -58,6 +58,7 @@ pub enum Demotion {
 /// Which reading of the slides' pseudocode the operations run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(deny_unknown_fields))]
 pub struct TreeVariant {
     /// Promotion rule.
     pub promotion: Promotion,
