@@ -1030,6 +1030,18 @@ impl AgentsModel {
         st.agents.iter().all(|a| a.status().ended())
     }
 
+    /// The transactions of `st` that have not ended, with where each stands, for a
+    /// verdict.
+    fn unended(st: &AState) -> String {
+        st.agents
+            .iter()
+            .enumerate()
+            .filter(|(_, a)| !a.status().ended())
+            .map(|(k, a)| format!("A{k} ({:?})", a.status()))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
     fn max_version(st: &AState) -> u32 {
         st.servers
             .iter()
@@ -1202,13 +1214,7 @@ impl AgentsModel {
             (NO_ERROR, Some(st)) => st.error.unwrap_or_default(),
             (NO_DEADLOCK, Some(st)) => format!(
                 "no action is enabled and these transactions have not ended: {}",
-                st.agents
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, a)| !a.status().ended())
-                    .map(|(k, a)| format!("A{k} ({:?})", a.status()))
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                Self::unended(&st)
             ),
             (NO_PHANTOM, Some(st)) => format!(
                 "A{} surrendered (or aborted on deadlock) with no entry it gives up on a cycle \
@@ -1235,13 +1241,7 @@ impl AgentsModel {
             ),
             (ENDS, Some(st)) => format!(
                 "no action is enabled and these transactions never end: {}",
-                st.agents
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, a)| !a.status().ended())
-                    .map(|(k, a)| format!("A{k} ({:?})", a.status()))
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                Self::unended(&st)
             ),
             _ => String::new(),
         };

@@ -322,5 +322,8 @@ fn shortcuts_kept_across_an_install_lose_a_request() {
         "forget_shortcuts off: an idle relay's ClassPointers pointer to a node that crashed \
          survives the epoch install; a request sent along it is lost",
     );
-    assert!(v.contains("a live member") && v.contains("still pending"), "{v}");
+    assert!(
+        v.contains("a live member") && v.contains("still pending"),
+        "{v}"
+    );
 }
