@@ -290,7 +290,7 @@ impl<C> PropertyReport<C> {
 const NAME_COLUMN: usize = 45;
 
 /// The column width for `properties`' names: the longest one's, and at least
-/// [`NAME_COLUMN`], so that every verdict starts in the same column.
+/// `NAME_COLUMN`, so that every verdict starts in the same column.
 pub fn name_column<C>(properties: &[PropertyReport<C>]) -> usize {
     properties
         .iter()
