@@ -104,7 +104,27 @@ pub enum Request {
 
 /// The lock value block (`spec/SPEC.md` 1.15) as 64 lowercase hex digits.
 pub fn value_hex(value: &[u8; hilock_kernel::VALUE_LEN]) -> String {
-    value.iter().map(|b| format!("{b:02x}")).collect()
+    hex(value)
+}
+
+/// Bytes as lowercase hex digits (value blocks, a suspended node's snapshot).
+pub(crate) fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// The bytes of an even number of hex digits.
+pub(crate) fn unhex(s: &str) -> Result<Vec<u8>, String> {
+    if s.len() % 2 != 0 {
+        return Err("odd number of hex digits".into());
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| {
+            s.get(i..i + 2)
+                .and_then(|d| u8::from_str_radix(d, 16).ok())
+                .ok_or_else(|| format!("not hex: {:?}", s.get(i..i + 2).unwrap_or("")))
+        })
+        .collect()
 }
 
 /// A value block from at most 64 hex digits (surrounding whitespace ignored), zero-padded
@@ -123,20 +143,9 @@ pub fn parse_value_hex(text: &str) -> Result<[u8; hilock_kernel::VALUE_LEN], Str
             t.len()
         ));
     }
-    for (b, pair) in v.iter_mut().zip(t.as_bytes().chunks_exact(2)) {
-        *b = (hex_digit(pair[0]) << 4) | hex_digit(pair[1]);
-    }
+    let bytes = unhex(t)?;
+    v[..bytes.len()].copy_from_slice(&bytes);
     Ok(v)
-}
-
-/// The value of an ASCII hex digit (anything else counts 0; checked before).
-fn hex_digit(c: u8) -> u8 {
-    match c {
-        b'0'..=b'9' => c - b'0',
-        b'a'..=b'f' => c - b'a' + 10,
-        b'A'..=b'F' => c - b'A' + 10,
-        _ => 0,
-    }
 }
 
 /// A reply.

@@ -660,7 +660,7 @@ impl Node {
             if resumed.is_some() {
                 out.next_seq = saved.next_seq.max(1);
                 for (seq, b) in &saved.unacked {
-                    let b = suspend::unhex(b).map_err(bad)?;
+                    let b = crate::client::unhex(b).map_err(bad)?;
                     out.unacked.push_back((*seq, Bytes::from(b)));
                 }
             }
@@ -1097,7 +1097,7 @@ impl Node {
                 unacked: out
                     .unacked
                     .iter()
-                    .map(|(s, b)| (*s, suspend::hex(b)))
+                    .map(|(s, b)| (*s, crate::client::hex(b)))
                     .collect(),
                 peer_run: inb.incarnation,
                 delivered: inb.delivered,

@@ -22,6 +22,7 @@ use hilock_kernel::NodeId;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use crate::client::{hex, unhex};
 use crate::config::Config;
 use crate::wire::LockSite;
 
@@ -100,24 +101,6 @@ impl Snapshot {
     pub(crate) fn unacked(&self) -> usize {
         self.links.iter().map(|l| l.unacked.len()).sum()
     }
-}
-
-pub(crate) fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
-pub(crate) fn unhex(s: &str) -> Result<Vec<u8>, String> {
-    if s.len() % 2 != 0 {
-        return Err("odd number of hex digits".into());
-    }
-    (0..s.len())
-        .step_by(2)
-        .map(|i| {
-            s.get(i..i + 2)
-                .and_then(|d| u8::from_str_radix(d, 16).ok())
-                .ok_or_else(|| format!("not hex: {:?}", s.get(i..i + 2).unwrap_or("")))
-        })
-        .collect()
 }
 
 /// Writes `s` to `dir/suspended` durably (temporary file, fsync, rename, fsync the
