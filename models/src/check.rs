@@ -4,7 +4,7 @@
 
 use crate::token::{Action, BaseModel, ModelConfig, ScriptOp, State, BYPASS, REACHED, SAFETY};
 use hilock_kernel::NodeId;
-use hilock_spec::trace::{NodeSnapshot, Trace, TraceInput, TraceOutput, TraceStep, TRACE_FORMAT};
+use hilock_spec::trace::{Trace, TraceInput, TraceStep, TRACE_FORMAT};
 use serde::Serialize;
 use stateright::{Checker, Expectation, Model, Path};
 use std::net::SocketAddr;
@@ -797,21 +797,15 @@ pub fn record_step<const L: usize>(
             (t, lock, ti, r)
         }
     };
-    let outputs = r.as_ref().map_or(&[][..], |s| &s.outputs[..]);
-    Some(TraceStep {
-        index: at,
-        node: names[node.idx()].clone(),
+    Some(TraceStep::of(
+        at,
+        node,
         input,
-        outputs: outputs
-            .iter()
-            .map(|o| TraceOutput::from_output(o, names))
-            .collect(),
-        error: r.as_ref().err().map(|e| match e.kernel() {
-            Some(k) => k.to_string(),
-            None => e.to_string(),
-        }),
-        state: NodeSnapshot::of(cluster.site(node), hilock_kernel::LockId(lock), names),
-    })
+        &r,
+        cluster.site(node),
+        hilock_kernel::LockId(lock),
+        names,
+    ))
 }
 
 #[cfg(test)]

@@ -20,7 +20,7 @@
 //! node's next operation that is not waiting for a grant, then `"*"`, until nothing moves.
 
 use crate::system::{SpecMsg, System, MAX_LOCKS, MAX_NODES};
-use crate::trace::{NodeSnapshot, Trace, TraceInput, TraceOutput, TraceStep, TRACE_FORMAT};
+use crate::trace::{NodeSnapshot, Trace, TraceInput, TraceStep, TRACE_FORMAT};
 use hilock_harness::{Step, StepError};
 use hilock_kernel::{Inheritance, Input, LockId, Mode, NodeId, Output, Variant};
 use serde::{Deserialize, Serialize};
@@ -501,21 +501,16 @@ impl Runner<'_> {
                 self.waiting[node.idx()][lock.idx()] = false;
             }
         }
-        let error = r.as_ref().err().map(|e| match e.kernel() {
-            Some(k) => k.to_string(),
-            None => e.to_string(),
-        });
-        let step = TraceStep {
-            index: self.steps.len(),
-            node: names[node.idx()].clone(),
+        let step = TraceStep::of(
+            self.steps.len(),
+            node,
             input,
-            outputs: outputs
-                .iter()
-                .map(|o| TraceOutput::from_output(o, names))
-                .collect(),
-            error: error.clone(),
-            state: NodeSnapshot::of(self.sys.site(node), lock, names),
-        };
+            r,
+            self.sys.site(node),
+            lock,
+            names,
+        );
+        let error = step.error.clone();
         self.steps.push(step);
         if let Some(e) = error {
             return Err(format!(

@@ -4,7 +4,8 @@
 //! `hilock replay` prints one step by step.
 
 use crate::system::SpecMsg;
-use hilock_kernel::{LockId, Mode, Output, Pending, Site};
+use hilock_harness::{Step, StepError};
+use hilock_kernel::{LockId, Mode, NodeId, Output, Pending, Site};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -113,6 +114,37 @@ pub struct TraceStep {
     pub error: Option<String>,
     /// The stepping node's state of the lock after the step.
     pub state: NodeSnapshot,
+}
+
+impl TraceStep {
+    /// Step `index` of a run through the harness: `node` took `input` and the harness
+    /// answered `r` (its outputs, or the kernel's rejection), and `site` is that node
+    /// afterwards, whose state of `lock` the step records.
+    pub fn of<const N: usize, const L: usize, const Q: usize>(
+        index: usize,
+        node: NodeId,
+        input: TraceInput,
+        r: &Result<Step<SpecMsg>, StepError>,
+        site: &Site<N, L, Q>,
+        lock: LockId,
+        names: &[String],
+    ) -> Self {
+        let outputs: &[Output<SpecMsg>] = r.as_ref().map_or(&[], |s| &s.outputs);
+        TraceStep {
+            index,
+            node: names[node.idx()].clone(),
+            input,
+            outputs: outputs
+                .iter()
+                .map(|o| TraceOutput::from_output(o, names))
+                .collect(),
+            error: r.as_ref().err().map(|e| match e.kernel() {
+                Some(k) => k.to_string(),
+                None => e.to_string(),
+            }),
+            state: NodeSnapshot::of(site, lock, names),
+        }
+    }
 }
 
 /// An output of a step, with node names.
