@@ -275,13 +275,14 @@ fn open_l<const L: usize>(model: &BaseModel<L>, trace: &Trace) -> Result<Opened,
                 differs
             })
         };
-        if let (Some(first), None) = (
-            candidates.first(),
-            candidates
-                .iter()
-                .find(|a| does(a).is_some_and(|d| d.is_empty())),
-        ) {
-            let differs = does(first).unwrap_or_default().join("; ");
+        // Each candidate stepped once: what differs from the record (`None`: a delivery
+        // that finds no message there).
+        let differences: Vec<Option<Vec<String>>> = candidates.iter().map(does).collect();
+        let doing = differences
+            .iter()
+            .position(|d| d.as_ref().is_some_and(|d| d.is_empty()));
+        if let (Some(first), None) = (differences.first(), doing) {
+            let differs = first.clone().unwrap_or_default().join("; ");
             return Err(format!(
                 "step {i} ({}) does not do what the trace recorded in configuration '{}'{other}: \
                  {differs}",
@@ -289,11 +290,7 @@ fn open_l<const L: usize>(model: &BaseModel<L>, trace: &Trace) -> Result<Opened,
                 cfg.name
             ));
         }
-        let Some(a) = candidates
-            .iter()
-            .find(|a| does(a).is_some_and(|d| d.is_empty()))
-            .copied()
-        else {
+        let Some(a) = doing.map(|k| candidates[k]) else {
             let what: Vec<String> = enabled.iter().map(|a| a.to_string()).collect();
             return Err(format!(
                 "step {i} ({}) cannot happen in configuration '{}'{other}; enabled there: {}",
@@ -952,18 +949,19 @@ where
             actions.len().saturating_sub(1)
         ));
     }
-    let violated: Vec<String> = m
+    let always: Vec<_> = m
         .properties()
         .into_iter()
-        .filter(|p| p.expectation == stateright::Expectation::Always && !(p.condition)(m, &last))
+        .filter(|p| p.expectation == stateright::Expectation::Always)
+        .collect();
+    let violated: Vec<String> = always
+        .iter()
+        .filter(|p| !(p.condition)(m, &last))
         .map(|p| p.name.to_string())
         .collect();
-    if let Some(p) = property.filter(|p| {
-        m.properties()
-            .iter()
-            .any(|q| q.expectation == stateright::Expectation::Always && q.name == *p)
-            && !violated.iter().any(|v| v == p)
-    }) {
+    if let Some(p) =
+        property.filter(|p| always.iter().any(|q| q.name == *p) && !violated.iter().any(|v| v == p))
+    {
         return Err(format!(
             "the trace records '{p}' violated, but its last state (after {} steps) in \
              configuration '{name}' does not violate it",
@@ -1082,13 +1080,9 @@ pub fn open_other(cfg: &OtherConfig, trace: &serde_json::Value) -> Result<Opened
                 property,
                 |st| {
                     let recorded = last.last()?.get("state")?;
-                    (*recorded != lines(st)).then(|| {
-                        format!(
-                            "the model's is {}, the trace records {}",
-                            lines(st),
-                            recorded
-                        )
-                    })
+                    let ours = lines(st);
+                    (*recorded != ours)
+                        .then(|| format!("the model's is {ours}, the trace records {recorded}"))
                 },
             )
         }
