@@ -73,7 +73,14 @@ pub struct RingAt {
 
 /// The `[ring]` table of `file` (any node's id will do: the table is the cluster's).
 fn ring_config(file: &std::path::Path) -> Result<hilock_runtime::config::RingConfig, String> {
-    let cfg = hilock_runtime::Config::from_file(file, Some(0))?;
+    ring_of(hilock_runtime::Config::from_file(file, Some(0))?, file)
+}
+
+/// The `[ring]` table of `cfg`, read from `file`.
+fn ring_of(
+    cfg: hilock_runtime::Config,
+    file: &std::path::Path,
+) -> Result<hilock_runtime::config::RingConfig, String> {
     cfg.ring.ok_or_else(|| {
         format!(
             "{}: not a ring configuration (engine = \"ring\" and a [ring] table)",
@@ -90,8 +97,9 @@ impl RingAt {
         match (&self.config, self.membership) {
             (_, Some(m)) => Ok(m),
             (Some(c), None) => {
-                let ring = ring_config(c)?;
-                let n = hilock_runtime::Config::from_file(c, Some(0))?.nodes.len();
+                let cfg = hilock_runtime::Config::from_file(c, Some(0))?;
+                let n = cfg.nodes.len();
+                let ring = ring_of(cfg, c)?;
                 if usize::from(id) >= n {
                     return Err(format!(
                         "--id {id}: {} has no slot {id} (its nodes are slots 0 to {})",
