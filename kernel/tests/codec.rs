@@ -176,6 +176,24 @@ fn frames_that_are_not_one_whole_message_are_refused() {
     assert_eq!(decode::<8>(&[7, 0, 0, 0]), Err(CodecError::Malformed));
 }
 
+/// The codec has no checksum (`docs/embedding.md`, "The transport contract": frames must
+/// arrive intact): a frame with one bit flipped can decode into another valid message.
+#[test]
+fn a_flipped_bit_can_decode_into_another_valid_message() {
+    let release = largest::<8>(MsgKind::Release);
+    let mut buf = [0u8; Msg::<8>::MAX_FRAME];
+    let frame = encode(&release, &mut buf).unwrap().to_vec();
+    let other = (0..frame.len() * 8).find_map(|bit| {
+        let mut f = frame.clone();
+        f[bit / 8] ^= 1 << (bit % 8);
+        decode::<8>(&f).ok().filter(|m| *m != release)
+    });
+    assert!(
+        other.is_some(),
+        "every one-bit change of {frame:?} was refused"
+    );
+}
+
 fn row<const Q: usize>() -> String {
     let mut s = format!("| {Q} |");
     for kind in KINDS {

@@ -917,7 +917,8 @@ async fn a_timeout_of_duration_max_waits_and_does_not_panic() {
 
 /// Two nodes started with different secrets: neither proves the secret to the other, and
 /// each counts the other's answer as a rejected connection (not as a cut: the peer is
-/// up, it is the file that is wrong).
+/// up, it is the file that is wrong); a request that needs the other node times out with
+/// the reason.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wrong_secret_counts_as_rejected_on_both_nodes() {
     let mut listeners = Vec::new();
@@ -954,6 +955,18 @@ async fn a_wrong_secret_counts_as_rejected_on_both_nodes() {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    // A request that needs the other node times out naming the reason, not "not reached".
+    let p = path_rooted_at("sec", 1, 2);
+    let opts = Options {
+        timeout: Some(Duration::from_millis(300)),
+        ..Options::default()
+    };
+    let e = n0
+        .lock_with(&p, Mode::W, opts)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("wrong cluster secret"), "{e}");
     n0.shutdown().await;
     n1.shutdown().await;
 }

@@ -685,6 +685,7 @@ impl Node {
                 }),
                 refused: std::sync::Mutex::new(saved.refused),
                 down_since: std::sync::Mutex::new(None),
+                last_failure: std::sync::Mutex::new(None),
                 tx,
                 rx: tokio::sync::Mutex::new(rx),
                 out: std::sync::Mutex::new(out),

@@ -79,6 +79,9 @@ pub(super) struct PeerLink {
     /// When this node last lost its working connection to the peer (`None` while it has
     /// one, or before the first).
     pub(super) down_since: std::sync::Mutex<Option<Instant>>,
+    /// Why the last attempt to connect to the peer failed (`None` after a success): told
+    /// in [`PeerLink::describe`], so that a timeout names a wrong secret or a refused port.
+    pub(super) last_failure: std::sync::Mutex<Option<String>>,
     pub(super) tx: mpsc::UnboundedSender<Bytes>,
     /// The messages given to `tx` that the dialing task has not numbered yet: the dialing
     /// task holds the lock while it runs; a suspending node reads what is left once the
@@ -119,6 +122,12 @@ impl PeerLink {
 
     pub(super) fn came_up(&self) {
         *self.down_since.lock().expect("down_since lock") = None;
+        *self.last_failure.lock().expect("last_failure lock") = None;
+    }
+
+    /// The last attempt to connect failed for `why`.
+    fn failed(&self, why: &str) {
+        *self.last_failure.lock().expect("last_failure lock") = Some(why.to_string());
     }
 
     /// The peer's state for people: connected, not answering for how long, unreachable
@@ -133,13 +142,24 @@ impl PeerLink {
         } else if self.silent.load(Relaxed) {
             let t = since.map_or(Duration::ZERO, |s| s.elapsed());
             format!("node {id} has not answered for {t:.1?} (stopped, hung or cut off)")
-        } else if let Some(s) = since {
-            format!(
-                "node {id} is unreachable for {:.1?} (reconnecting)",
-                s.elapsed()
-            )
         } else {
-            format!("node {id} has not been reached yet")
+            let last = match self
+                .last_failure
+                .lock()
+                .expect("last_failure lock")
+                .as_deref()
+            {
+                Some(why) => format!("; last attempt: {why}"),
+                None => String::new(),
+            };
+            match since {
+                Some(s) => format!(
+                    "node {id} is unreachable for {:.1?} (reconnecting{last})",
+                    s.elapsed()
+                ),
+                None if last.is_empty() => format!("node {id} has not been reached yet"),
+                None => format!("node {id} has not been reached yet ({})", &last[2..]),
+            }
         }
     }
 
@@ -323,6 +343,7 @@ pub(super) async fn dial(shared: Arc<Shared>, peer: u16, core: mpsc::UnboundedSe
                 continue;
             }
             Err(ConnectError::Unauthenticated(e)) => {
+                link.failed(&e);
                 let n = shared.reject();
                 if n.is_power_of_two() {
                     warn!(peer, addr = %link.addr, error = %e, rejected = n, "peer rejected: handshake failed (logged for the 1st, 2nd, 4th, 8th ... rejected connection)");
@@ -332,6 +353,7 @@ pub(super) async fn dial(shared: Arc<Shared>, peer: u16, core: mpsc::UnboundedSe
                 continue;
             }
             Err(ConnectError::Other(e)) => {
+                link.failed(&e);
                 if was_up {
                     warn!(peer, addr = %link.addr, error = %e, "cannot reconnect to peer");
                     was_up = false;
