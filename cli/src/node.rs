@@ -86,14 +86,8 @@ pub fn node(config: &std::path::Path, id: Option<u16>) -> Result<Ended, String> 
         let mut node = hilock_runtime::Node::start(cfg)
             .await
             .map_err(|e| e.to_string())?;
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            .map_err(|e| format!("cannot wait for SIGTERM: {e}"))?;
-        let stop = async {
-            tokio::select! {
-                r = tokio::signal::ctrl_c() => r.map_err(|e| format!("cannot wait for Ctrl-C: {e}")),
-                _ = term.recv() => Ok(()),
-            }
-        };
+        let mut signals = hilock_runtime::proc::StopSignals::new()?;
+        let stop = signals.recv();
         tokio::pin!(stop);
         // Each run serves until it is stopped or its etcd lease is lost; a lost lease is
         // followed by a new run in this process as soon as etcd answers (with recovery).

@@ -232,20 +232,22 @@ fn hilock_lock_times_out_with_one_line_and_exit_2() {
         assert_eq!(out.status.code(), Some(2), "{args:?}");
         assert_eq!(text(&out.stderr).trim_end().lines().count(), 1, "{args:?}");
     }
-    // SIGTERM stops a node cleanly: its client socket goes away.
-    let pid = c.nodes[1].0.id().to_string();
-    assert!(Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .unwrap()
-        .success());
-    let t = Instant::now();
-    while c.socket(1).exists() {
-        assert!(
-            t.elapsed() < Duration::from_secs(10),
-            "node 1 stops on SIGTERM"
-        );
-        std::thread::sleep(Duration::from_millis(20));
+    // SIGTERM and SIGHUP stop a node cleanly: its client socket goes away.
+    for (node, sig) in [(1, "-HUP"), (0, "-TERM")] {
+        let pid = c.nodes[node].0.id().to_string();
+        assert!(Command::new("kill")
+            .args([sig, &pid])
+            .status()
+            .unwrap()
+            .success());
+        let t = Instant::now();
+        while c.socket(node).exists() {
+            assert!(
+                t.elapsed() < Duration::from_secs(10),
+                "node {node} stops on {sig}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 }
 

@@ -578,6 +578,12 @@ impl Config {
             if endpoints.is_empty() || endpoints.iter().any(|e| e.trim().is_empty()) {
                 return Err("etcd_endpoints must name at least one endpoint".into());
             }
+            if let Some(e) = endpoints.iter().find(|e| e.starts_with("https://")) {
+                return Err(format!(
+                    "etcd endpoint {e}: TLS to etcd is not supported; use http:// on a \
+                     trusted network, or a local TLS proxy in front of etcd"
+                ));
+            }
             if *ttl_s < 2 {
                 return Err("etcd_lease_ttl_s must be at least 2".into());
             }
@@ -734,6 +740,13 @@ addr = "127.0.0.1:7101"
             (
                 GOOD.replace("id = 1\n[[", "id = 1\nmembership = \"zk\"\n[["),
                 "one of",
+            ),
+            (
+                GOOD.replace(
+                    "id = 1\n[[",
+                    "id = 1\nmembership = \"etcd\"\netcd_endpoints = [\"https://127.0.0.1:2379\"]\n[[",
+                ),
+                "TLS to etcd is not supported",
             ),
             (
                 GOOD.replace("id = 1\n[[", "id = 1\netcd_lease_ttl_s = 5\n[["),

@@ -454,3 +454,31 @@ fn a_lease_revoked_at_etcd_is_lost_at_the_next_renewal() {
         assert_eq!(b.lead().await, Err(Error::LeaseLost));
     });
 }
+
+/// With two endpoints of which the first is a closed port (an etcd member that is down),
+/// every join succeeds and the lease is renewed through the one that answers for three
+/// TTLs (`docs/faults.md`, "With etcd membership"). etcd-client alone sends each call to
+/// either endpoint: most joins failed with "Connection refused".
+#[test]
+fn a_down_endpoint_among_several_is_not_used() {
+    let Some(etcd) = etcd::start_healthy("a_down_endpoint_among_several_is_not_used") else {
+        return;
+    };
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let down = closed.local_addr().unwrap().to_string();
+    drop(closed);
+    let mut o = opts(&etcd.addr, Duration::from_secs(2));
+    o.endpoints.insert(0, down);
+    run(Duration::from_secs(60), async {
+        for id in 0..6 {
+            let j = Membership::join(&o, "down", m(id, 100 + u64::from(id)))
+                .await
+                .unwrap_or_else(|e| panic!("join {id}: {e}"));
+            j.leave().await.unwrap();
+        }
+        let a = Membership::join(&o, "down", m(7, 7)).await.unwrap();
+        tokio::time::sleep(Duration::from_secs(3 * u64::from(TTL_S))).await;
+        assert!(!a.lease().borrow().is_lost(), "{:?}", *a.lease().borrow());
+        a.leave().await.unwrap();
+    });
+}

@@ -318,19 +318,125 @@ fn json<T: Serialize>(v: &T) -> Vec<u8> {
     serde_json::to_vec(v).expect("plain structs serialise")
 }
 
-async fn connect(o: &EtcdOptions) -> Result<Client, Error> {
-    let opts = ConnectOptions::new()
+fn connect_options(o: &EtcdOptions) -> ConnectOptions {
+    ConnectOptions::new()
         .with_connect_timeout(o.timeout)
         .with_timeout(o.timeout)
         // HTTP/2 pings: a connection to a stopped or paused etcd is found dead.
         .with_keep_alive(Duration::from_millis(500), o.timeout)
-        .with_keep_alive_while_idle(true);
-    timed(
+        .with_keep_alive_while_idle(true)
+}
+
+/// How often the endpoints of a client with more than one are probed ([`Endpoints`]).
+const PROBE_EVERY: Duration = Duration::from_millis(500);
+
+/// The longest one probe of an endpoint may take.
+const PROBE_TIMEOUT: Duration = Duration::from_millis(400);
+
+/// With more than one endpoint, the task that keeps only those that answer in the
+/// client's set: etcd-client sends each call to any endpoint it was given, a stopped one
+/// too, and does not try another, so with one of three etcd members down a node failed to
+/// join two times in three. Every [`PROBE_EVERY`] each endpoint is asked for its status
+/// on a connection of its own; one that does not answer is taken out of the set (never
+/// the last one), one that answers again is put back. Dropping it stops the task.
+struct Endpoints(Option<JoinHandle<()>>);
+
+impl Drop for Endpoints {
+    fn drop(&mut self) {
+        if let Some(t) = &self.0 {
+            t.abort();
+        }
+    }
+}
+
+/// Whether `endpoint` answers a status request within [`PROBE_TIMEOUT`] (`probe` is its
+/// own client, made on first use).
+async fn answers(o: &EtcdOptions, endpoint: &str, probe: &mut Option<Client>) -> bool {
+    if probe.is_none() {
+        *probe = Client::connect([endpoint], Some(connect_options(o)))
+            .await
+            .ok();
+    }
+    let Some(c) = probe else { return false };
+    matches!(
+        tokio::time::timeout(PROBE_TIMEOUT.min(o.timeout), c.status()).await,
+        Ok(Ok(_))
+    )
+}
+
+/// A client of `o`'s endpoints: with more than one, of those that answer now (all of them
+/// if none does, so that the first call reports why), kept so by [`Endpoints`].
+async fn connect(o: &EtcdOptions) -> Result<(Client, Endpoints), Error> {
+    if o.endpoints.len() <= 1 {
+        let c = timed(
+            o.timeout,
+            "connect",
+            Client::connect(&o.endpoints, Some(connect_options(o))),
+        )
+        .await?;
+        return Ok((c, Endpoints(None)));
+    }
+    let mut probes: Vec<Option<Client>> = vec![None; o.endpoints.len()];
+    let live: Vec<bool> = futures_util::future::join_all(
+        o.endpoints
+            .iter()
+            .zip(probes.iter_mut())
+            .map(|(e, p)| answers(o, e, p)),
+    )
+    .await;
+    let mut set: Vec<bool> = if live.iter().any(|&l| l) {
+        live
+    } else {
+        vec![true; o.endpoints.len()]
+    };
+    let first: Vec<&String> = o
+        .endpoints
+        .iter()
+        .zip(&set)
+        .filter_map(|(e, &l)| l.then_some(e))
+        .collect();
+    let client = timed(
         o.timeout,
         "connect",
-        Client::connect(&o.endpoints, Some(opts)),
+        Client::connect(first, Some(connect_options(o))),
     )
-    .await
+    .await?;
+    let (c, o) = (client.clone(), o.clone());
+    let task = tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(PROBE_EVERY).await;
+            let live: Vec<bool> = futures_util::future::join_all(
+                o.endpoints
+                    .iter()
+                    .zip(probes.iter_mut())
+                    .map(|(e, p)| answers(&o, e, p)),
+            )
+            .await;
+            for (i, e) in o.endpoints.iter().enumerate() {
+                if live[i] && !set[i] {
+                    if c.add_endpoint(e).await.is_ok() {
+                        tracing::info!(endpoint = %e, "etcd endpoint answers again; using it");
+                        set[i] = true;
+                    }
+                } else if !live[i] && set[i] && set.iter().filter(|&&x| x).count() > 1 {
+                    if c.remove_endpoint(endpoint_uri(e)).await.is_ok() {
+                        tracing::warn!(endpoint = %e, "etcd endpoint does not answer; not using it until it does");
+                        set[i] = false;
+                    }
+                }
+            }
+        }
+    });
+    Ok((client, Endpoints(Some(task))))
+}
+
+/// The URI etcd-client keys an endpoint by (it adds `http://` to `HOST:PORT`).
+fn endpoint_uri(e: &str) -> String {
+    if e.contains("://") {
+        e.to_string()
+    } else {
+        format!("http://{e}")
+    }
 }
 
 /// One node's membership: its lease, kept alive by a task, and the member list, kept by a
@@ -349,6 +455,8 @@ pub struct Membership {
     members: watch::Receiver<MemberView>,
     tasks: Vec<JoinHandle<()>>,
     previous_run: Option<u64>,
+    /// Keeps the client's endpoints to those that answer.
+    _endpoints: Endpoints,
 }
 
 impl fmt::Debug for Membership {
@@ -389,7 +497,7 @@ impl Membership {
 
     async fn join_within(o: &EtcdOptions, cluster: &str, me: Member) -> Result<Membership, Error> {
         let keys = Keys::new(cluster);
-        let mut client = connect(o).await?;
+        let (mut client, endpoints) = connect(o).await?;
         // The local lease counts from before the grant was sent.
         let sent = Instant::now();
         let grant = timed(
@@ -486,6 +594,7 @@ impl Membership {
             members,
             tasks: vec![keeper, watcher],
             previous_run,
+            _endpoints: endpoints,
         })
     }
 
@@ -750,7 +859,7 @@ async fn lease_left(client: &mut Client, lease: i64, timeout: Duration) -> Optio
 /// no longer has the lease; [`Error::Unreachable`] while etcd does not answer — so `Ok`
 /// says that etcd answers.
 pub async fn revoke_lease(o: &EtcdOptions, lease: i64) -> Result<(), Error> {
-    let mut client = connect(o).await?;
+    let (mut client, _endpoints) = connect(o).await?;
     match tokio::time::timeout(o.timeout, client.lease_revoke(lease)).await {
         Err(_) => Err(Error::Unreachable {
             op: "lease revoke",
@@ -976,6 +1085,7 @@ pub struct Observer {
     client: Client,
     keys: Keys,
     timeout: Duration,
+    _endpoints: std::sync::Arc<Endpoints>,
 }
 
 impl fmt::Debug for Observer {
@@ -994,10 +1104,12 @@ impl Observer {
                 "etcd endpoints must not be empty, the timeout not zero".into(),
             ));
         }
+        let (client, endpoints) = connect(o).await?;
         Ok(Observer {
-            client: connect(o).await?,
+            client,
             keys: Keys::new(cluster),
             timeout: o.timeout,
+            _endpoints: std::sync::Arc::new(endpoints),
         })
     }
 
@@ -1027,7 +1139,7 @@ mod tests {
         // The client connects lazily: the first call meets the closed port.
         let e = match super::connect(&o).await {
             Err(e) => e.to_string(),
-            Ok(mut c) => super::timed(o.timeout, "status", c.status())
+            Ok((mut c, _)) => super::timed(o.timeout, "status", c.status())
                 .await
                 .err()
                 .map(|e| e.to_string())

@@ -608,16 +608,14 @@ pub fn serve_config(cfg: &crate::Config) -> Result<String, String> {
         let l = TcpListener::bind(me)
             .await
             .map_err(|e| format!("listen on {me}: {e}"))?;
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            .map_err(|e| format!("cannot wait for SIGTERM: {e}"))?;
+        let mut signals = crate::proc::StopSignals::new()?;
         let (node, leave) =
             start_node_leavable(id, l, Arc::new(addrs), &o, &cluster, initial).await?;
         let mut asked = false;
         while !node.stopped() {
             tokio::select! {
                 _ = tokio::time::sleep(Duration::from_millis(20)) => {}
-                _ = term.recv() => asked = true,
-                _ = tokio::signal::ctrl_c() => asked = true,
+                _ = signals.recv() => asked = true,
             }
             if asked && *leave.0.borrow() {
                 return Ok(format!(

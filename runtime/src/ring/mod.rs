@@ -506,12 +506,7 @@ pub fn membership_service(cfg: &crate::config::RingConfig) -> Result<String, Str
             m.addr(),
             slots_of(cfg.members)
         );
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            .map_err(|e| format!("cannot wait for SIGTERM: {e}"))?;
-        tokio::select! {
-            r = tokio::signal::ctrl_c() => r.map_err(|e| format!("cannot wait for Ctrl-C: {e}"))?,
-            _ = term.recv() => {}
-        }
+        crate::proc::StopSignals::new()?.recv().await?;
         Ok(String::new())
     })
 }

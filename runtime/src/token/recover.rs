@@ -214,6 +214,10 @@ pub(super) mod etcd {
         // The incarnation of each member of the installed epoch (epoch 0: as first seen).
         let mut runs: BTreeMap<u16, u64> = BTreeMap::new();
         let mut reported: Option<u32> = None;
+        // Failed looks in a row: each waits twice as long as the one before (up to IDLE),
+        // and only the 1st, 2nd, 4th, 8th … is logged, so an etcd that does not answer
+        // does not flood the log.
+        let mut failures: u32 = 0;
         loop {
             {
                 // The runs holding the member keys, for the peer links (`Shared::adopt_run`).
@@ -226,14 +230,26 @@ pub(super) mod etcd {
                         .collect();
                 }
             }
-            let busy = match step(&shared, &core, &m, &view, &mut runs, &mut reported).await {
-                Ok(b) => b,
+            let wait = match step(&shared, &core, &m, &view, &mut runs, &mut reported).await {
+                Ok(busy) => {
+                    if failures > 0 {
+                        info!(failures, "recovery: etcd answers again");
+                        failures = 0;
+                    }
+                    if busy {
+                        BUSY
+                    } else {
+                        IDLE
+                    }
+                }
                 Err(e) => {
-                    warn!(error = %e, "recovery: {e}");
-                    true
+                    failures = failures.saturating_add(1);
+                    if failures.is_power_of_two() {
+                        warn!(failures, "recovery: {e} (trying again; logged for the 1st, 2nd, 4th ... failure in a row)");
+                    }
+                    (BUSY * 2u32.saturating_pow(failures.min(6))).min(IDLE)
                 }
             };
-            let wait = if busy { BUSY } else { IDLE };
             tokio::select! {
                 r = view.changed() => if r.is_err() { return },
                 _ = shared.nudge.notified() => {}
