@@ -11,6 +11,10 @@ use crate::run_under_lock::{
 /// How much longer than the lock timeout the command waits for the node's answer.
 const ANSWER_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
 
+/// How late the wrapper's own lease timer may fire before the wrapper, not the node, is
+/// taken to have stopped: a timer fires within milliseconds when the process runs.
+const WRAPPER_LATE: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// Default of `hilock lock --kill-grace-ms`.
 pub const DEFAULT_KILL_GRACE_MS: u64 = 2000;
 
@@ -303,15 +307,25 @@ impl Watch for NodeWatch {
                 }
                 _ = tokio::time::sleep_until(lease_end.unwrap_or_else(tokio::time::Instant::now)), if lease_end.is_some() => {
                     // The node did not renew its lease in time (paused, hung, or cut off
-                    // from etcd): the command must be gone within the lease's grace.
-                    return Event::Lost(
-                        EXIT_LEASE_LOST,
+                    // from etcd), or this process did not run to hear of it: the command
+                    // must be gone within the lease's grace.
+                    let late = lease_end.map_or(std::time::Duration::ZERO, |e| {
+                        tokio::time::Instant::now().saturating_duration_since(e)
+                    });
+                    let why = if late > WRAPPER_LATE {
+                        format!(
+                            "lock on {path} lost: this hilock lock process did not run for \
+                             {late:.1?} past the end of the node's lease (it was paused or \
+                             starved), so it could not pass the node's renewals on; the \
+                             command's watchdog killed it"
+                        )
+                    } else {
                         format!(
                             "lock on {path} lost: the node's etcd lease was not renewed in time \
                              (the node is paused, hung or cut off from etcd)"
-                        ),
-                        cap,
-                    );
+                        )
+                    };
+                    return Event::Lost(EXIT_LEASE_LOST, why, cap);
                 }
             }
         }

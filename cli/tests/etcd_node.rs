@@ -568,3 +568,143 @@ async fn status_and_metrics_show_the_lease_and_serving_before_and_after_a_lease_
         .await
         .expect("test body ends within 60 s");
 }
+
+/// `hilock lock` itself paused (SIGSTOP) past the node's lease while the node, running,
+/// renews it: the renewals cannot reach the command's watchdog, which kills the command at
+/// the deadline it last had; resumed, the wrapper exits 77 saying that it did not run —
+/// not that the node's lease was not renewed, which would send the operator to a healthy
+/// node (`docs/faults.md`, "With etcd membership").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_wrapper_says_that_it_was_paused_not_the_node() {
+    let name = "a_paused_wrapper_says_that_it_was_paused_not_the_node";
+    let Some(etcd) = etcd::start_healthy(name) else {
+        return;
+    };
+    let body = async {
+        let cluster = "pausedwrapper";
+        let listen = etcd_cluster::free_addrs(3);
+        let nodes = Nodes::start_configured(
+            cluster,
+            &vec![etcd.addr.clone(); 3],
+            REQUEST_TIMEOUT_MS,
+            &listen,
+            |_, j| listen[j],
+            "",
+        );
+        let (_obs, _view) = all_members(&etcd.addr, cluster, 3).await;
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_hilock"))
+            .args(["lock", "/w", "W", "--socket"])
+            .arg(nodes.socket(0))
+            .args(["--timeout-ms", "10000", "--", "sleep", "100"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let wrapper = child.id() as i32;
+        let t = Instant::now();
+        let sleep = loop {
+            if let Some(pid) = etcd_cluster::child_named(wrapper, "sleep") {
+                break pid;
+            }
+            assert!(t.elapsed() < Duration::from_secs(10), "the command starts");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        let kill = |sig: &str| {
+            assert!(std::process::Command::new("kill")
+                .args([sig, &wrapper.to_string()])
+                .status()
+                .unwrap()
+                .success())
+        };
+        kill("-STOP");
+        tokio::time::sleep(Duration::from_secs(u64::from(TTL_S) + 1)).await;
+        let dead = !etcd_cluster::pid_alive(sleep);
+        kill("-CONT");
+        let out = tokio::task::block_in_place(|| child.wait_with_output()).unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            dead,
+            "the watchdog killed the command while the wrapper was stopped"
+        );
+        assert_eq!(out.status.code(), Some(77), "{err}");
+        assert!(
+            err.contains("this hilock lock process did not run")
+                && !err.contains("the node is paused"),
+            "{err}"
+        );
+        let s = tokio::task::block_in_place(|| {
+            std::process::Command::new(env!("CARGO_BIN_EXE_hilock"))
+                .args(["status", "--json", "--socket"])
+                .arg(nodes.socket(0))
+                .output()
+                .unwrap()
+        });
+        let v: serde_json::Value = serde_json::from_slice(&s.stdout).unwrap();
+        assert_eq!(v["serving"], true, "the node was healthy all along: {v}");
+    };
+    tokio::time::timeout(Duration::from_secs(60), body)
+        .await
+        .expect("test body ends within 60 s");
+}
+
+/// A node that joins etcd and then cannot bind its client socket (here: a running node's)
+/// exits 2 with one line and leaves no member key behind: its lease is revoked on the way
+/// out, so a corrected start joins at once instead of waiting out the TTL as "an earlier
+/// run of this node" (`docs/faults.md`, "With etcd membership").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_that_fails_after_joining_etcd_leaves_no_member_key() {
+    let name = "a_start_that_fails_after_joining_etcd_leaves_no_member_key";
+    let Some(etcd) = etcd::start_healthy(name) else {
+        return;
+    };
+    let body = async {
+        let nodes = Nodes::start_direct(
+            "failedstart",
+            std::slice::from_ref(&etcd.addr),
+            10_000,
+            "",
+            "hilock=error",
+        );
+        // Another cluster's node 0 whose client socket is node 0's of the running cluster.
+        let toml = std::fs::read_to_string(nodes.config(0))
+            .unwrap()
+            .replace("cluster = \"failedstart\"", "cluster = \"failedstart2\"");
+        let listen = etcd_cluster::free_addrs(1)[0];
+        let toml = toml
+            .lines()
+            .map(|l| {
+                if l.starts_with("addr = ") {
+                    format!("addr = \"{listen}\"")
+                } else {
+                    l.to_string()
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("bad.toml");
+        std::fs::write(&file, toml).unwrap();
+        let out = tokio::task::block_in_place(|| {
+            std::process::Command::new(env!("CARGO_BIN_EXE_hilock"))
+                .args(["node", "--config"])
+                .arg(&file)
+                .output()
+                .unwrap()
+        });
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(err.contains("in use"), "{err}");
+        let o = hilock_runtime::membership::EtcdOptions::new(vec![etcd.addr.clone()]);
+        let obs = hilock_runtime::membership::Observer::connect(&o, "failedstart2")
+            .await
+            .unwrap();
+        let members = obs.list_members().await.unwrap();
+        assert!(
+            members.is_empty(),
+            "a member key stayed behind: {members:?}"
+        );
+    };
+    tokio::time::timeout(Duration::from_secs(60), body)
+        .await
+        .expect("test body ends within 60 s");
+}

@@ -298,11 +298,17 @@ pub fn fit_open_files(config: &mut crate::Config) -> Option<String> {
         config.max_clients = room.max(1);
         let line = format!(
             "open-file limit {} (hard {}) leaves room for {room} clients after {keep} descriptors \
-             for peers and the node: max_clients lowered from {was} to {} (raise the hard limit, \
-             e.g. LimitNOFILE= in the systemd unit, to serve more)",
+             for peers and the node: max_clients lowered from {was} to {}{} (raise the hard \
+             limit, e.g. LimitNOFILE= in the systemd unit, to serve more)",
             show(soft),
             show(hard),
-            config.max_clients
+            config.max_clients,
+            if room == 0 {
+                ", the least the node serves (clients may then be refused for want of \
+                 descriptors)"
+            } else {
+                ""
+            }
         );
         warn!("{line}");
         Some(line)

@@ -276,6 +276,43 @@ pub fn raise_open_files() -> std::io::Result<(u64, u64, u64)> {
     Ok((soft, soft, hard))
 }
 
+/// The signals that stop a long-running hilock process (`hilock node`, the ring's
+/// membership service and nodes): Ctrl-C (SIGINT), SIGTERM and SIGHUP (a closed terminal,
+/// or a supervisor's hang-up), all handled the same way, so that none of them ends the
+/// process without its clean stop (`docs/cli.md`, `hilock node`).
+pub struct StopSignals {
+    term: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
+}
+
+impl std::fmt::Debug for StopSignals {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("StopSignals")
+    }
+}
+
+impl StopSignals {
+    /// Starts listening (from now on the three signals no longer end the process).
+    pub fn new() -> Result<StopSignals, String> {
+        use tokio::signal::unix::{signal, SignalKind};
+        Ok(StopSignals {
+            term: signal(SignalKind::terminate())
+                .map_err(|e| format!("cannot wait for SIGTERM: {e}"))?,
+            hup: signal(SignalKind::hangup())
+                .map_err(|e| format!("cannot wait for SIGHUP: {e}"))?,
+        })
+    }
+
+    /// Resolves when one of the three arrives.
+    pub async fn recv(&mut self) -> Result<(), String> {
+        tokio::select! {
+            r = tokio::signal::ctrl_c() => r.map_err(|e| format!("cannot wait for Ctrl-C: {e}")),
+            _ = self.term.recv() => Ok(()),
+            _ = self.hup.recv() => Ok(()),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -324,36 +361,5 @@ mod tests {
         assert!(wait_group_gone(pid, Instant::now() + Duration::from_secs(5)).await);
         assert!(!signal_group(pid, 0).unwrap_or(false) || !group_alive(pid));
         assert!(signal_group(1, libc::SIGKILL).is_err());
-    }
-}
-
-/// The signals that stop a long-running hilock process (`hilock node`, the ring's
-/// membership service and nodes): Ctrl-C (SIGINT), SIGTERM and SIGHUP (a closed terminal,
-/// or a supervisor's hang-up), all handled the same way, so that none of them ends the
-/// process without its clean stop (`docs/cli.md`, `hilock node`).
-pub struct StopSignals {
-    term: tokio::signal::unix::Signal,
-    hup: tokio::signal::unix::Signal,
-}
-
-impl StopSignals {
-    /// Starts listening (from now on the three signals no longer end the process).
-    pub fn new() -> Result<StopSignals, String> {
-        use tokio::signal::unix::{signal, SignalKind};
-        Ok(StopSignals {
-            term: signal(SignalKind::terminate())
-                .map_err(|e| format!("cannot wait for SIGTERM: {e}"))?,
-            hup: signal(SignalKind::hangup())
-                .map_err(|e| format!("cannot wait for SIGHUP: {e}"))?,
-        })
-    }
-
-    /// Resolves when one of the three arrives.
-    pub async fn recv(&mut self) -> Result<(), String> {
-        tokio::select! {
-            r = tokio::signal::ctrl_c() => r.map_err(|e| format!("cannot wait for Ctrl-C: {e}")),
-            _ = self.term.recv() => Ok(()),
-            _ = self.hup.recv() => Ok(()),
-        }
     }
 }

@@ -413,16 +413,17 @@ async fn connect(o: &EtcdOptions) -> Result<(Client, Endpoints), Error> {
             )
             .await;
             for (i, e) in o.endpoints.iter().enumerate() {
-                if live[i] && !set[i] {
-                    if c.add_endpoint(e).await.is_ok() {
-                        tracing::info!(endpoint = %e, "etcd endpoint answers again; using it");
-                        set[i] = true;
-                    }
-                } else if !live[i] && set[i] && set.iter().filter(|&&x| x).count() > 1 {
-                    if c.remove_endpoint(endpoint_uri(e)).await.is_ok() {
-                        tracing::warn!(endpoint = %e, "etcd endpoint does not answer; not using it until it does");
-                        set[i] = false;
-                    }
+                let others = set.iter().filter(|&&x| x).count() > 1;
+                if live[i] && !set[i] && c.add_endpoint(e).await.is_ok() {
+                    tracing::info!(endpoint = %e, "etcd endpoint answers again; using it");
+                    set[i] = true;
+                } else if !live[i]
+                    && set[i]
+                    && others
+                    && c.remove_endpoint(endpoint_uri(e)).await.is_ok()
+                {
+                    tracing::warn!(endpoint = %e, "etcd endpoint does not answer; not using it until it does");
+                    set[i] = false;
                 }
             }
         }

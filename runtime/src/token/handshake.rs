@@ -105,7 +105,8 @@ pub(super) async fn connect(
             Some(k) if k != ia => {
                 return Err(ConnectError::Restarted(format!(
                     "node {peer} restarted (run {ia:016x}, was {k:016x}) and lost the state the \
-                     protocol needs (tokens, copies, queues); restart the whole cluster"
+                     protocol needs (tokens, copies, queues); {}",
+                    super::RESTART_ALL
                 )))
             }
             _ => inb.incarnation = Some(ia),

@@ -162,7 +162,7 @@ impl Session {
                     let deadline = Instant::now() + *left + EXPIRY_SWEEP;
                     tracing::warn!(
                         id,
-                        incarnation = format!("{incarnation:#018x}"),
+                        run = format!("{incarnation:016x}"),
                         "an earlier run of this node still holds its member key; its etcd \
                          lease ends within {} s: waiting that long before joining (and up to \
                          {EXPIRY_SWEEP:?} more for etcd to delete the key)",
@@ -181,8 +181,18 @@ impl Session {
                         }
                     }
                 }
-                let m = m.map_err(|e| {
-                    std::io::Error::other(format!("cannot join the cluster through etcd: {e}"))
+                let m = m.map_err(|e| match e {
+                    // Still in use after its lease should have ended: that run is alive.
+                    crate::membership::Error::IdInUse {
+                        id, incarnation, ..
+                    } => std::io::Error::other(format!(
+                        "cannot join the cluster through etcd: another run of node {id} \
+                             (run {incarnation:016x}) is alive and renews its lease; stop it \
+                             first, or start this one with another id"
+                    )),
+                    e => {
+                        std::io::Error::other(format!("cannot join the cluster through etcd: {e}"))
+                    }
                 })?;
                 let first = NodeLease::joined(
                     *m.lease().borrow(),

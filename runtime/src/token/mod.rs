@@ -220,7 +220,7 @@ impl std::fmt::Display for Error {
             Error::PeerRestarted { path, peer } => write!(
                 f,
                 "{path}: node {peer} restarted with fresh state and is refused; the protocol \
-                 cannot recover its tokens and copies (restart the whole cluster)"
+                 cannot recover its tokens and copies ({RESTART_ALL})"
             ),
             Error::PeerGone { path, peer, reason } => write!(
                 f,
@@ -233,6 +233,13 @@ impl std::fmt::Display for Error {
 }
 
 impl std::error::Error for Error {}
+
+/// What to do when a static cluster refuses a new run of a node (said in every message
+/// about it): a whole-cluster restart as a new run, which `state_dir` prevents unless the
+/// snapshots go too (`docs/operations.md`, "Rolling restart of a static cluster").
+pub(crate) const RESTART_ALL: &str = "restart the whole cluster as a new run (stop every \
+     node; with state_dir, also remove every node's state_dir/suspended), or run with \
+     membership = \"etcd\", whose recovery takes a restarted node back";
 
 /// Options of a lock request.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -293,7 +300,8 @@ pub(crate) struct Counters {
     pub(crate) received_by_kind: [AtomicU64; MSG_KINDS.len()],
     /// Renewals of this node's etcd lease seen (membership through etcd).
     pub(crate) lease_renewals: AtomicU64,
-    /// This node's etcd lease lost (0 or 1 per run).
+    /// This node's etcd lease lost (at most once per run; the runs of a process share the
+    /// counters).
     pub(crate) lease_losses: AtomicU64,
     /// Epochs installed (recovery: each one rebuilds the locks of members that left).
     pub(crate) epochs_installed: AtomicU64,
@@ -392,7 +400,9 @@ struct Shared {
     request_timeout: Duration,
     listen: SocketAddr,
     peers: Vec<Option<PeerLink>>,
-    counters: Counters,
+    /// Shared by the runs of one process (a rejoin keeps counting where the run before
+    /// stopped: a lost lease stays visible in the metrics).
+    counters: Arc<Counters>,
     /// Set when the node stops: clients holding locks are told they are lost.
     stopping: tokio::sync::watch::Sender<bool>,
     /// This run of the node (random, drawn at start).
@@ -537,6 +547,7 @@ impl Node {
             Listener::Tcp(listener),
             Entropy::os(),
             lease::Join::default(),
+            Arc::default(),
         )
         .await
     }
@@ -594,6 +605,7 @@ impl Node {
             Listener::Sim(listener, resets),
             Entropy::seeded(seed),
             join,
+            Arc::default(),
         )
         .await
     }
@@ -615,6 +627,7 @@ impl Node {
         listener: Listener,
         entropy: Entropy,
         join: lease::Join,
+        counters: Arc<Counters>,
     ) -> std::io::Result<Node> {
         config
             .validate()
@@ -743,7 +756,7 @@ impl Node {
             request_timeout: config.request_timeout,
             listen,
             peers,
-            counters: Counters::default(),
+            counters,
             stopping: tokio::sync::watch::Sender::new(false),
             incarnation,
             welcomed: std::sync::atomic::AtomicUsize::new(0),
@@ -817,11 +830,21 @@ impl Node {
             config: config.clone(),
         };
         if let Some(l) = metrics {
-            info!(addr = ?node.shared.metrics_addr, "serving metrics at /metrics");
+            if let Some(addr) = node.shared.metrics_addr {
+                info!(%addr, "serving metrics at http://{addr}/metrics");
+            }
             node.tasks.spawn(metrics::serve(node.handle(), l));
         }
         if let Some(path) = &config.client {
-            let l = crate::client::bind(path)?;
+            let l = match crate::client::bind(path) {
+                Ok(l) => l,
+                Err(e) => {
+                    // Joined already (etcd membership): leave at once, so that no member
+                    // key stays behind for the next start to wait out.
+                    node.shutdown().await;
+                    return Err(e);
+                }
+            };
             let h = node.handle();
             node.client = Some(tokio::spawn(crate::client::serve(
                 h,
@@ -943,6 +966,7 @@ impl Node {
     /// etcd recovery"). Call it once [`Node::etcd_answers`] said etcd answers.
     pub async fn rejoin(mut self) -> std::io::Result<Node> {
         let config = self.config.clone();
+        let counters = self.shared.counters.clone();
         // The lease is lost: nothing to revoke on the way out (etcd_answers did).
         self.session = None;
         self.shutdown().await;
@@ -952,7 +976,14 @@ impl Node {
                 format!("cannot listen on {} again: {e}", config.listen),
             )
         })?;
-        Self::start_on(config, listener).await
+        Self::start_with(
+            config,
+            Listener::Tcp(listener),
+            Entropy::os(),
+            lease::Join::default(),
+            counters,
+        )
+        .await
     }
 
     /// Stop every task of the node and close its sockets. Clients of the client socket

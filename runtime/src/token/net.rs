@@ -246,10 +246,13 @@ impl Shared {
                  {}",
                 self.id,
                 if self.recovery {
-                    "this run does not hold its member key in etcd yet (try again)"
+                    "this run does not hold its member key in etcd yet (try again)".to_string()
                 } else {
-                    "the protocol cannot take back the old run's tokens and copies: restart the \
-                     whole cluster (or run with `etcd_recovery`)"
+                    format!(
+                        "the protocol cannot take back the old run's tokens and copies: \
+                         {}",
+                        super::RESTART_ALL
+                    )
                 }
             ));
         }
@@ -449,7 +452,11 @@ pub(super) async fn dial(shared: Arc<Shared>, peer: u16, core: mpsc::UnboundedSe
                             // did not get acknowledged.
                             let unacked = link.outbox().unacked.len();
                             gave_up = true;
-                            break 'conn format!("no acknowledgement for {waited:.1?} ({unacked} messages waiting for one); redialing");
+                            break 'conn if unacked == 0 {
+                                format!("nothing heard for {waited:.1?} (no message waiting for an acknowledgement); redialing")
+                            } else {
+                                format!("no acknowledgement for {waited:.1?} ({unacked} messages waiting for one); redialing")
+                            };
                         }
                     }
                     _ = link.ping_now.notified() => {

@@ -324,7 +324,10 @@ pub(super) mod etcd {
                 reply,
             })
             .await?;
-            info!(epoch = plans.epoch, locks, result = ?r, "recovery: installed epoch");
+            // A failure is logged by the loop that calls this, once.
+            if r.is_ok() {
+                info!(epoch = plans.epoch, locks, "recovery: installed epoch");
+            }
             return r.map(|()| false);
         }
         let v = view.borrow().clone();

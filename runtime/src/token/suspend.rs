@@ -139,7 +139,8 @@ pub(crate) fn take(dir: &Path, me: &Identity) -> Result<Option<(Snapshot, PathBu
     let s = parse(&text, me).map_err(|e| {
         format!(
             "{}: {e}; remove it to start this node as a new run (which the cluster refuses \
-             until the whole cluster restarts)",
+             until the whole cluster restarts as a new run: stop every node and remove every \
+             node's state_dir/suspended)",
             file.display()
         )
     })?;
