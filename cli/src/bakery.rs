@@ -96,6 +96,61 @@ pub enum QueueCommand {
     },
 }
 
+/// The shortest and the longest lease: below 100 ms the lease's ticks (a tenth of it) are
+/// shorter than a replica's round trip on a loaded machine and a lock is lost as it is
+/// taken; above an hour redis's millisecond arithmetic is out of range.
+const LEASE_MS: std::ops::RangeInclusive<u64> = 100..=3_600_000;
+
+fn check_lease(lease_ms: u64) -> Result<(), String> {
+    if LEASE_MS.contains(&lease_ms) {
+        Ok(())
+    } else {
+        Err(format!(
+            "--lease-ms {lease_ms}: the lease must be between {} and {} ms",
+            LEASE_MS.start(),
+            LEASE_MS.end()
+        ))
+    }
+}
+
+/// Every replica once: a host:port, none named twice by the addresses it resolves to
+/// (`localhost:6379` and `127.0.0.1:6379` are one replica), since a replica named twice
+/// would count twice toward a majority.
+fn check_replicas(addrs: &[String]) -> Result<(), String> {
+    use std::net::ToSocketAddrs;
+    if addrs.is_empty() || addrs.len() > 7 {
+        return Err(format!(
+            "--replicas: {} replicas given; between 1 and 7 are supported",
+            addrs.len()
+        ));
+    }
+    let mut seen: Vec<(std::net::SocketAddr, &str)> = Vec::new();
+    for a in addrs {
+        if a.trim().is_empty() {
+            return Err("--replicas: an empty entry (a stray comma?)".into());
+        }
+        let resolved = a
+            .to_socket_addrs()
+            .map_err(|e| format!("--replicas: '{a}' is not a reachable host:port ({e})"))?;
+        for r in resolved {
+            if let Some((_, other)) = seen.iter().find(|(s, o)| *s == r && *o != a) {
+                return Err(format!(
+                    "--replicas: '{other}' and '{a}' are the same replica ({r}); each replica \
+                     counts once toward a majority"
+                ));
+            }
+            if let Some((_, other)) = seen.iter().find(|(s, _)| *s == r) {
+                return Err(format!(
+                    "--replicas: '{other}' is named twice; each replica counts once toward a \
+                     majority"
+                ));
+            }
+            seen.push((r, a));
+        }
+    }
+    Ok(())
+}
+
 fn bakery_queue(command: QueueCommand) -> Result<ExitCode, String> {
     let ms = std::time::Duration::from_millis;
     match command {
@@ -124,6 +179,8 @@ fn bakery_queue(command: QueueCommand) -> Result<ExitCode, String> {
             timeout_ms,
             command,
         } => {
+            check_lease(lease_ms)?;
+            check_replicas(&replicas)?;
             let opts = hilock_runtime::bakery::Options {
                 lease: ms(lease_ms),
                 ..hilock_runtime::bakery::Options::new(client_id)
@@ -152,6 +209,8 @@ pub fn bakery(command: BakeryCommand) -> Result<ExitCode, String> {
             kill_grace_ms,
             command,
         } => {
+            check_lease(lease_ms)?;
+            check_replicas(&replicas)?;
             // The id is settled by its registration (`lock`); 1 until then.
             let opts = hilock_runtime::bakery::Options {
                 lease: Duration::from_millis(lease_ms),
@@ -205,7 +264,7 @@ async fn lock<const N: usize>(
     grace: Duration,
     command: &[String],
 ) -> Result<ExitCode, String> {
-    use hilock_runtime::bakery::ident::{RegisterError, Registration};
+    use hilock_runtime::bakery::ident::{agree_lease, RegisterError, Registration};
     use rand::seq::SliceRandom;
     let prefix = format!("hilock:bakery:{name}");
     // A derived id is as safe as a given one: it is used only once its registration on a
@@ -222,7 +281,15 @@ async fn lock<const N: usize>(
     let mut registered = None;
     'search: loop {
         let mut no_quorum = None;
-        for &id in &ids {
+        match agree_lease(addrs, &prefix, opts.lease, opts.call_timeout).await {
+            Ok(()) => {}
+            Err(e @ RegisterError::NoQuorum(_)) => no_quorum = Some(e),
+            Err(e) => return Err(format!("lock {name}: {e}")),
+        }
+        for &id in ids
+            .iter()
+            .take(if no_quorum.is_some() { 0 } else { ids.len() })
+        {
             match Registration::register(addrs, &prefix, id, opts.lease, opts.call_timeout).await {
                 Ok(r) => {
                     registered = Some((id, r));

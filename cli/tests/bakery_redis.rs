@@ -981,6 +981,96 @@ fn first_line(child: &mut Child, limit: Duration) -> String {
     rx.recv_timeout(limit).expect("a first line in time")
 }
 
+/// Every client of a lock (and every worker of a queue) must count the same lease: a
+/// client with a 500 ms lease passed the entry of one holding with a 2 s lease after 1.7 s
+/// and both ran their commands at once. The first client sets the lease on the replicas;
+/// one with another lease exits 2 with one line naming both, its command not run. The
+/// same for a queue's workers.
+#[test]
+fn clients_with_another_lease_than_the_first_are_refused() {
+    if !have_redis() {
+        return;
+    }
+    let reps = Replicas::start(3);
+    let addrs = reps.addrs.join(",");
+    let dir = tempfile::tempdir().unwrap();
+    let ran = dir.path().join("ran");
+    let out = bakery_lock(&addrs, "lease", 15, 2000, "true")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let out = bakery_lock(
+        &addrs,
+        "lease",
+        16,
+        500,
+        &format!("touch {}", ran.display()),
+    )
+    .output()
+    .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err:?}");
+    assert!(
+        err.contains("lease of 2000 ms") && err.contains("500 ms"),
+        "{err}"
+    );
+    assert!(!ran.exists(), "the command ran");
+    // The same lease as the first: granted.
+    let out = bakery_lock(&addrs, "lease", 16, 2000, "true")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    // A queue: its first worker's lease.
+    push_all(&reps.addrs, "leaseq", 2);
+    let one = ["--max-items", "1"];
+    let cmd = vec!["true".to_string()];
+    let mut a = spawn_worker_with(&reps.addrs, "leaseq", 1, 600, &one, &cmd);
+    let (code, err) = finish(&mut a, Duration::from_secs(20));
+    assert_eq!(code, Some(0), "{err}");
+    let mut b = spawn_worker_with(&reps.addrs, "leaseq", 2, 2000, &one, &cmd);
+    let (code, err) = finish(&mut b, Duration::from_secs(20));
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("lease of 600 ms"), "{err}");
+}
+
+/// A replica named twice would count twice toward a majority (one live server of three
+/// names granted a lock): `--replicas` naming one server twice, by the same text or by
+/// two names of one address, exits 2 with one line before anything is written.
+#[test]
+fn a_replica_named_twice_is_refused() {
+    let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = free.local_addr().unwrap().port();
+    drop(free);
+    for (replicas, says) in [
+        (
+            format!("127.0.0.1:{port},127.0.0.1:{port},127.0.0.1:1"),
+            "named twice",
+        ),
+        (
+            format!("localhost:{port},127.0.0.1:{port},127.0.0.1:1"),
+            "the same replica",
+        ),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_hilock"))
+            .args([
+                "bakery",
+                "lock",
+                "twice",
+                "--replicas",
+                &replicas,
+                "--",
+                "true",
+            ])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{replicas}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{replicas}: {err:?}");
+        assert!(err.contains(says), "{replicas}: {err}");
+    }
+}
+
 /// A client id in use is refused: while one `hilock bakery lock --client-id 1` holds the
 /// lock, a second with id 1 exits 78 with one line naming the id, and its command never
 /// runs; once the first ends (and gives its registration back) id 1 is granted at once.

@@ -283,6 +283,91 @@ impl Registration {
     }
 }
 
+/// Sets `KEYS[1]` to `ARGV[1]` unless it is set; returns what it holds then.
+pub const AGREE_SCRIPT: &str = r#"
+local v = redis.call('GET', KEYS[1])
+if v then return v end
+redis.call('SET', KEYS[1], ARGV[1])
+return ARGV[1]
+"#;
+
+/// The key that holds the lease every client of the lock or queue `prefix` uses.
+pub fn lease_key(prefix: &str) -> String {
+    format!("{prefix}:lease")
+}
+
+/// Agrees on the lease with the other clients of the lock or queue whose keys start with
+/// `prefix`, before anything else is written: the first client to reach a replica sets
+/// `PREFIX:lease` there (it is never changed or deleted by hilock), and a client may go on
+/// only when a majority of the replicas hold its own lease. Any two majorities share a
+/// replica, which holds one value, so two clients with different leases cannot both go on.
+///
+/// Why: a client counts the other clients' entries as given up after watching them
+/// unchanged for 1.3 of *its own* leases. A client with a 500 ms lease passed the entry of
+/// one holding the lock with a 2 s lease within 1.7 s, and both ran their commands at once.
+/// [`RegisterError::Invalid`] names both leases; [`RegisterError::NoQuorum`] if no
+/// majority answered.
+pub async fn agree_lease(
+    addrs: &[String],
+    prefix: &str,
+    lease: Duration,
+    call_timeout: Duration,
+) -> Result<(), RegisterError> {
+    let ours = lease.as_millis().to_string();
+    let key = lease_key(prefix);
+    let script = redis::Script::new(AGREE_SCRIPT);
+    let calls = addrs.iter().map(|a| {
+        let (script, key, ours) = (&script, &key, &ours);
+        async move {
+            let call = async {
+                let client = redis::Client::open(format!("redis://{a}/"))
+                    .map_err(|e| format!("bad replica address '{a}': {e}"))?;
+                let mut c = client
+                    .get_multiplexed_async_connection()
+                    .await
+                    .map_err(|e| e.to_string())?;
+                script
+                    .key(key)
+                    .arg(ours)
+                    .invoke_async::<String>(&mut c)
+                    .await
+                    .map_err(|e| e.to_string())
+            };
+            match tokio::time::timeout(call_timeout, call).await {
+                Ok(r) => r,
+                Err(_) => Err(format!("no answer within {} ms", call_timeout.as_millis())),
+            }
+        }
+    });
+    let answers = join_all(calls).await;
+    let majority = addrs.len() / 2 + 1;
+    if answers
+        .iter()
+        .filter(|a| a.as_deref() == Ok(ours.as_str()))
+        .count()
+        >= majority
+    {
+        return Ok(());
+    }
+    if let Some(other) = answers.iter().flatten().find(|v| **v != ours) {
+        return Err(RegisterError::Invalid(format!(
+            "its clients use a lease of {other} ms (set by the first one); this one asks for \
+             {ours} ms, and clients with different leases would not exclude each other: pass \
+             --lease-ms {other} (to change the lease, stop every client and delete the key \
+             {key} on every replica)"
+        )));
+    }
+    let missing: Vec<String> = answers
+        .iter()
+        .zip(addrs)
+        .filter_map(|(a, addr)| a.as_ref().err().map(|e| format!("{addr} ({e})")))
+        .collect();
+    Err(RegisterError::NoQuorum(format!(
+        "the lease: fewer than {majority} replicas answered; missing: {}",
+        missing.join("; ")
+    )))
+}
+
 /// A plain integer reply, or the claim script's `{took, pttl}`.
 fn decode(v: &redis::Value) -> Answer {
     match v {

@@ -446,6 +446,15 @@ async fn work_n<const N: usize>(
     command: &[String],
 ) -> Result<i32, String> {
     let (prog, args) = command.split_first().ok_or("no command given")?;
+    // Every worker of the queue counts leases alike (`ident::agree_lease`).
+    super::ident::agree_lease(
+        addrs,
+        &format!("hilock:bakery:q:{name}"),
+        opts.lease,
+        opts.call_timeout,
+    )
+    .await
+    .map_err(|e| format!("queue {name}: {e}"))?;
     let mut q = BakeryQueue::<N>::redis(name, addrs, opts).map_err(|e| e.to_string())?;
     let mut worked = 0u64;
     while limits.max_items.is_none_or(|m| worked < m) {
