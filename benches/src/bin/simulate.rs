@@ -2,7 +2,7 @@
 //! files next to each figure they reproduce.
 //!
 //! ```sh
-//! cargo run --release -p hilock-benches --bin simulate -- --out docs/figures
+//! cargo run --release -p hilock-benches --bin simulate -- --out docs/figures --mix entry-intention
 //! cargo run --release -p hilock-benches --bin simulate -- --out /tmp/fig --quick
 //! ```
 //!
