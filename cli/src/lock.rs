@@ -392,7 +392,7 @@ impl Watch for NodeWatch {
 
 /// The ring client holds the lock (`engine = "ring"`): it checks it while the command runs
 /// ([`hilock_runtime::ring::Held`]) and unlocks it at the end.
-struct RingWatch(hilock_runtime::ring::Held);
+struct RingWatch(hilock_runtime::ring::Held, Option<String>);
 
 impl Watch for RingWatch {
     async fn started(&mut self, _: i32) -> Result<(), String> {
@@ -416,10 +416,14 @@ impl Watch for RingWatch {
 
     async fn release(&mut self) {
         if let Err(e) = self.0.release().await {
-            eprintln!("hilock: the ring lock was not released: {e}");
+            self.1 = Some(e.to_string());
         }
     }
 }
+
+/// The exit code when the command ran but the ring did not answer its unlock: the key
+/// stays locked by this client id until it is taken over.
+const EXIT_NOT_RELEASED: u8 = 1;
 
 /// How often `hilock lock` on a ring asks its held lock again.
 const RING_CHECK: std::time::Duration = std::time::Duration::from_secs(1);
@@ -506,18 +510,27 @@ fn ring_lock(
                 return Err(format!("lock on {path}: granted, but {e}"));
             }
         };
-        let mut watch = RingWatch(hilock_runtime::ring::Held::start(
-            client,
-            path.to_string(),
-            grant,
-            RING_CHECK,
-            limit,
-        ));
+        let mut watch = RingWatch(
+            hilock_runtime::ring::Held::start(client, path.to_string(), grant, RING_CHECK, limit),
+            None,
+        );
         let r =
             crate::run_under_lock::run(command, path, Some(grant.fence), grace, &mut watch).await;
         if r.is_err() {
             watch.release().await;
         }
-        r
+        match (r, watch.1) {
+            // A key left locked for nobody must not look like success.
+            (Ok(code), Some(e)) => {
+                eprintln!(
+                    "hilock: the command ended (exit {code:?}) but the ring did not answer the \
+                     unlock of {path} ({e}): the key stays locked by client id {id} \
+                     until it is released or taken over (hilock lock --client-id {id} \
+                     --take-over {path} W -- true)"
+                );
+                Ok(ExitCode::from(EXIT_NOT_RELEASED))
+            }
+            (r, _) => r,
+        }
     })
 }

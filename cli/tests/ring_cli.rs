@@ -1416,3 +1416,63 @@ async fn duplicate_ids() {
         "the duplicated id was never refused: {codes:?}"
     );
 }
+
+/// The command ran, but its key's primary stops (SIGSTOP) before the unlock: the unlock is
+/// not answered within `--timeout-ms`, so the key stays locked by the client's id. `hilock
+/// lock` exits 1 (not 0: a key left locked for nobody must not look like success) with one
+/// line naming the path and the take-over that frees it; after SIGCONT that take-over does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unanswered_unlock_exits_1_and_names_the_take_over() {
+    tokio::time::timeout(Duration::from_secs(90), unanswered_unlock())
+        .await
+        .expect("the test ended within 90 s");
+}
+
+async fn unanswered_unlock() {
+    const PATH: &str = "/unlock/unanswered";
+    let dir = tempfile::tempdir().unwrap();
+    let addrs: Vec<SocketAddr> = (0..3).map(|_| free_port()).collect();
+    let maddr = free_port();
+    let cfg = dir.path().join("ring.toml");
+    std::fs::write(&cfg, ring_toml(&addrs, maddr, &[0, 1, 2], 10_000)).unwrap();
+    let _service = spawn(&["ring", "membership"], &cfg);
+    let mut adm = admin(maddr).await;
+    let procs: Vec<Proc> = (0..3)
+        .map(|i| spawn(&["node", "--id", &i.to_string()], &cfg))
+        .collect();
+    let limit = Duration::from_secs(20);
+    let v = adm.wait_for(limit, |s| s.up == 0b111).await.unwrap().view;
+    let primary = &procs[ring().lookup(v, key_of(PATH)).unwrap().idx()];
+    let stop = format!("kill -STOP {}", primary.0.id());
+    let (code, err, _) = lock_cmd(
+        &[
+            "--client-id",
+            "31",
+            "--timeout-ms",
+            "1000",
+            PATH,
+            "W",
+            "--",
+            "sh",
+            "-c",
+            &stop,
+        ],
+        &cfg,
+        limit,
+    )
+    .await;
+    signal(primary, "CONT");
+    assert_eq!(code, Some(1), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err:?}");
+    assert!(
+        err.contains(PATH) && err.contains("--client-id 31 --take-over"),
+        "{err}"
+    );
+    let (code, err, _) = lock_cmd(
+        &["--client-id", "31", "--take-over", PATH, "W", "--", "true"],
+        &cfg,
+        limit,
+    )
+    .await;
+    assert_eq!(code, Some(0), "the take-over frees it: {err}");
+}

@@ -466,7 +466,22 @@ async fn run(
                 snap.steps += 1;
                 let before = server.view();
                 if let Err(e) = server.step(from, &msg, &mut out) {
-                    tracing::warn!("ring node {}: {msg:?} from {from:?} refused: {e}", me.0);
+                    let full = if e == hilock_kernel::ring::ChordError::TableFull {
+                        format!(
+                            " (a node's table holds {} keys, its own and its replicas', and \
+                             keeps a released key for its fence: docs/engines/ring.md, \
+                             \"Limits\")",
+                            super::TABLE
+                        )
+                    } else {
+                        String::new()
+                    };
+                    tracing::warn!(
+                        "ring node {}: refused {} from {}: {e}{full}",
+                        me.0,
+                        words(&msg),
+                        addr_words(from)
+                    );
                     snap.errors.push(format!("{msg:?} from {from:?}: {e}"));
                 }
                 // A member that joins may be a new process at the address of a crashed
@@ -682,5 +697,34 @@ mod tests {
             assert!(s.errors.is_empty(), "node {}: {:?}", n.id(), s.errors);
             assert!(!n.stopped(), "node {} runs", n.id());
         }
+    }
+}
+
+/// A message in words for the log, not in its Rust form.
+fn words(msg: &super::Msg) -> String {
+    match msg {
+        ChordMsg::Request { token, op, key, .. } => {
+            format!("client {}'s {op:?} of key {}", token.client.0, key.0)
+        }
+        ChordMsg::Replicate { slot, token, .. } => format!(
+            "the replica write of key {} for client {}",
+            slot.key.0, token.client.0
+        ),
+        ChordMsg::Reply { token, .. } => format!("an answer to client {}", token.client.0),
+        ChordMsg::ReplicaAck { key, .. } => format!("a replica's acknowledgement of key {}", key.0),
+        other => {
+            let name = format!("{other:?}");
+            let name = name.split([' ', '(', '{']).next().unwrap_or("").to_string();
+            format!("a {name} message")
+        }
+    }
+}
+
+/// Where a message came from, in words.
+fn addr_words(a: Addr) -> String {
+    match a {
+        Addr::Node(n) => format!("node {}", n.0),
+        Addr::Client(c) => format!("client {}", c.0),
+        Addr::Chord => "the membership service".to_string(),
     }
 }
