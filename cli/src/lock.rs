@@ -84,6 +84,14 @@ pub fn lock(
                     "--signal-waiters is the token engine's: a ring tells no holder".into(),
                 );
             }
+            if priority != 0 {
+                return Err("--priority is the token engine's: a ring serves no priorities".into());
+            }
+            if at.id.is_some() {
+                return Err(
+                    "--id names a token node: a ring's client is named by --client-id".into(),
+                );
+            }
             let timeout_ms = timeout_ms.unwrap_or(cfg.request_timeout.as_millis() as u64);
             return ring_lock(
                 &cfg,
@@ -478,9 +486,12 @@ fn ring_lock(
                 .await
                 .map_err(|e| format!("{source}: {e}"))
         };
-        let mut client = tokio::time::timeout(limit, connect)
+        // Getting a view and each exchange of the held lock (its checks, its unlock) are
+        // given at least a second: `--timeout-ms 0` bounds the wait for the lock only.
+        let answer = limit.max(ANSWER_GRACE);
+        let mut client = tokio::time::timeout(answer, connect)
             .await
-            .map_err(|_| format!("no view of the ring within {limit:?}"))??;
+            .map_err(|_| format!("no view of the ring within {answer:?}"))??;
         let acquired = if ring_id.take_over {
             client.acquire_taking_over(path, limit).await
         } else {
@@ -511,7 +522,7 @@ fn ring_lock(
             }
         };
         let mut watch = RingWatch(
-            hilock_runtime::ring::Held::start(client, path.to_string(), grant, RING_CHECK, limit),
+            hilock_runtime::ring::Held::start(client, path.to_string(), grant, RING_CHECK, answer),
             None,
         );
         let r =
@@ -521,9 +532,9 @@ fn ring_lock(
         }
         match (r, watch.1) {
             // A key left locked for nobody must not look like success.
-            (Ok(code), Some(e)) => {
+            (Ok(_), Some(e)) => {
                 eprintln!(
-                    "hilock: the command ended (exit {code:?}) but the ring did not answer the \
+                    "hilock: the command ended but the ring did not answer the \
                      unlock of {path} ({e}): the key stays locked by client id {id} \
                      until it is released or taken over (hilock lock --client-id {id} \
                      --take-over {path} W -- true)"

@@ -1421,6 +1421,8 @@ async fn duplicate_ids() {
 /// not answered within `--timeout-ms`, so the key stays locked by the client's id. `hilock
 /// lock` exits 1 (not 0: a key left locked for nobody must not look like success) with one
 /// line naming the path and the take-over that frees it; after SIGCONT that take-over does.
+/// Before that, on a free key: `--timeout-ms 0` is granted; `--priority` and `--id` are
+/// refused with one line.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unanswered_unlock_exits_1_and_names_the_take_over() {
     tokio::time::timeout(Duration::from_secs(90), unanswered_unlock())
@@ -1443,6 +1445,32 @@ async fn unanswered_unlock() {
     let limit = Duration::from_secs(20);
     let v = adm.wait_for(limit, |s| s.up == 0b111).await.unwrap().view;
     let primary = &procs[ring().lookup(v, key_of(PATH)).unwrap().idx()];
+    // A free key with --timeout-ms 0 is asked once and granted (it was refused without
+    // asking, as held by another client); --priority and --id are the token engine's.
+    let (code, err, _) = lock_cmd(
+        &[
+            "--client-id",
+            "30",
+            "--timeout-ms",
+            "0",
+            PATH,
+            "W",
+            "--",
+            "true",
+        ],
+        &cfg,
+        limit,
+    )
+    .await;
+    assert_eq!(code, Some(0), "{err}");
+    for extra in [["--priority", "3"], ["--id", "1"]] {
+        let mut args = vec!["--client-id", "30"];
+        args.extend(extra);
+        args.extend([PATH, "W", "--", "true"]);
+        let (code, err, _) = lock_cmd(&args, &cfg, limit).await;
+        assert_eq!(code, Some(2), "{extra:?}: {err}");
+        assert!(err.contains(extra[0]), "{extra:?}: {err}");
+    }
     let stop = format!("kill -STOP {}", primary.0.id());
     let (code, err, _) = lock_cmd(
         &[

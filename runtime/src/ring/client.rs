@@ -325,12 +325,16 @@ impl RingClient {
         let end = tokio::time::Instant::now() + limit;
         let mut pause = Duration::from_millis(5);
         let bound = self.limit;
+        // Asked at least once, even with a zero limit (then within the client's own bound
+        // for one answer): "not granted" must come from the ring, not from the clock.
+        let mut first = true;
         let r = loop {
             let left = end.saturating_duration_since(tokio::time::Instant::now());
-            if left.is_zero() {
+            if left.is_zero() && !first {
                 break Ok(false);
             }
-            self.limit = left;
+            self.limit = if left.is_zero() { bound } else { left };
+            first = false;
             match self.lock_as(op, path).await {
                 Ok(false) => {}
                 r => break r,

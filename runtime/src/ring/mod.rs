@@ -349,6 +349,16 @@ pub enum Request {
     Leave(u16),
 }
 
+impl std::fmt::Display for Request {
+    /// `join of slot 7`, `leave of slot 3`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Request::Join(n) => write!(f, "join of slot {n}"),
+            Request::Leave(n) => write!(f, "leave of slot {n}"),
+        }
+    }
+}
+
 /// What the membership service says of itself.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MembershipState {
@@ -462,7 +472,7 @@ pub fn change(membership: SocketAddr, r: Request, limit: Duration) -> Result<Str
     if membership == crate::config::NO_SERVICE {
         // `--config` of a ring whose view is in etcd: there is no service to ask.
         return Err(format!(
-            "{r:?}: this ring's view is kept in etcd (membership = \"etcd\"), there is no membership service to ask: a node joins by starting with its slot (`hilock node --config F --id N`) and leaves gracefully on SIGTERM; `hilock status --config F` shows the view"
+            "{r}: this ring's view is kept in etcd (membership = \"etcd\"), there is no membership service to ask: a node joins by starting with its slot (`hilock node --config F --id N`) and leaves gracefully on SIGTERM; `hilock status --config F` shows the view"
         ));
     }
     rt.block_on(async move {
@@ -480,7 +490,7 @@ pub fn change(membership: SocketAddr, r: Request, limit: Duration) -> Result<Str
         let s = a
             .wait_for(left, |s| s.view.has(NodeId(n)) == join)
             .await
-            .map_err(|e| format!("{r:?}: {e}"))?;
+            .map_err(|e| format!("{r}: {e}"))?;
         Ok(format!(
             "{} {n}: view epoch {} members {}\n",
             if join { "joined" } else { "left" },
@@ -493,6 +503,13 @@ pub fn change(membership: SocketAddr, r: Request, limit: Duration) -> Result<Str
 /// `hilock ring membership`: runs the membership service on `cfg`'s `[ring]` address until
 /// Ctrl-C or SIGTERM.
 pub fn membership_service(cfg: &crate::config::RingConfig) -> Result<String, String> {
+    if cfg.membership == crate::config::NO_SERVICE {
+        return Err(
+            "this ring's view is kept in etcd (membership = \"etcd\"): it has no membership \
+             service to run; start its nodes (`hilock node --config F --id N`)"
+                .to_string(),
+        );
+    }
     let rt = tokio::runtime::Runtime::new().map_err(|e| format!("tokio: {e}"))?;
     rt.block_on(async move {
         let l = tokio::net::TcpListener::bind(cfg.membership)
