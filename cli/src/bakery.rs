@@ -51,7 +51,8 @@ pub enum BakeryCommand {
 
 #[derive(Subcommand, Debug)]
 pub enum QueueCommand {
-    /// Enqueue ITEM (any text, up to 1 MiB) in the queue NAME; prints the item's key.
+    /// Enqueue ITEM (any text; one argument, so at most 128 KiB on Linux) in the queue NAME;
+    /// prints the item's key.
     Push {
         /// The queue's name.
         name: String,
@@ -94,6 +95,108 @@ pub enum QueueCommand {
         #[arg(last = true, required = true)]
         command: Vec<String>,
     },
+}
+
+/// What `hilock bakery queue work` does besides the command.
+#[derive(Clone, Copy, Debug)]
+struct WorkLimits {
+    /// Stop after this many items.
+    max_items: Option<u64>,
+    /// Stop when a refresh of the window finds no pending item.
+    exit_when_empty: bool,
+    /// Give up waiting for the next item after this long.
+    wait: Option<Duration>,
+}
+
+/// `hilock bakery queue work`: takes items one after the other and runs the command for
+/// each as `hilock lock` runs its command (its own process group, the parent-death
+/// signal, the lease watchdog, the signals passed on: a killed or stopped worker's command
+/// dies before another worker can take its item), with `HILOCK_ITEM` (the payload),
+/// `HILOCK_ITEM_KEY` and `HILOCK_FENCE`, renewing the lease while it runs; removes the
+/// item when the command exits 0. A command that fails stops the worker with its status
+/// (the item is left: another worker takes it over after the lease). A lost lease kills
+/// the command, is said on stderr, and the worker goes on with the next item.
+async fn work<const N: usize>(
+    name: &str,
+    addrs: &[String],
+    opts: hilock_runtime::bakery::Options,
+    limits: WorkLimits,
+    command: &[String],
+) -> Result<ExitCode, String> {
+    use hilock_runtime::bakery::ident::agree_lease;
+    if command.is_empty() {
+        return Err("no command given".into());
+    }
+    // Every worker of the queue counts leases alike (`ident::agree_lease`).
+    agree_lease(
+        addrs,
+        &format!("hilock:bakery:q:{name}"),
+        opts.lease,
+        opts.call_timeout,
+    )
+    .await
+    .map_err(|e| format!("queue {name}: {e}"))?;
+    let mut q = hilock_runtime::bakery::BakeryQueue::<N>::redis(name, addrs, opts)
+        .map_err(|e| e.to_string())?;
+    let mut worked = 0u64;
+    while limits.max_items.is_none_or(|m| worked < m) {
+        let Some(t) = q
+            .next(limits.wait, limits.exit_when_empty)
+            .await
+            .map_err(|e| e.to_string())?
+        else {
+            break;
+        };
+        let fence = t.token.as_u64();
+        let mut watch = BakeryWatch {
+            told: None,
+            lock: &mut q,
+            kept: None,
+            name: format!("item {}", t.item),
+            timeout: Duration::from_secs(30),
+            lease: opts.lease,
+            fence,
+            env: Vec::new(),
+        };
+        watch.told = Some(watch.lease_end());
+        watch.env = vec![
+            ("HILOCK_ITEM", t.payload.clone()),
+            ("HILOCK_ITEM_KEY", t.item.clone()),
+        ];
+        let ended = crate::run_under_lock::run_to_end(
+            command,
+            &format!("{name}/{}", t.item),
+            Some(fence),
+            Duration::from_secs(2),
+            &mut watch,
+        )
+        .await?;
+        match ended {
+            crate::run_under_lock::Ended::Lost(_) => {
+                // Said on stderr by the wrapper (the lease ran out, the group was killed).
+                // The kernel counts the lease down too and goes back to scanning; then on
+                // with the next item.
+                let _ = q.hold(Box::pin(tokio::time::sleep(opts.lease))).await;
+                continue;
+            }
+            crate::run_under_lock::Ended::Exited(0) => {
+                q.done(Duration::from_secs(30))
+                    .await
+                    .map_err(|e| format!("removing item {}: {e}", t.item))?;
+                worked += 1;
+            }
+            other => {
+                eprintln!(
+                    "hilock: the command failed on item {} ({}); the item is left to another \
+                     worker after the lease",
+                    t.item,
+                    other.describe()
+                );
+                return Ok(other.code());
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// The shortest and the longest lease: below 100 ms the lease's ticks (a tenth of it) are
@@ -185,15 +288,20 @@ fn bakery_queue(command: QueueCommand) -> Result<ExitCode, String> {
                 lease: ms(lease_ms),
                 ..hilock_runtime::bakery::Options::new(client_id)
             };
-            let limits = hilock_runtime::bakery::queue::WorkLimits {
+            let limits = WorkLimits {
                 max_items,
                 exit_when_empty,
                 wait: timeout_ms.map(ms),
             };
-            let code = runtime()?.block_on(hilock_runtime::bakery::queue::work_command(
-                &name, &replicas, opts, limits, &command,
-            ))?;
-            Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)))
+            macro_rules! with_n {
+                ($($n:literal)*) => {
+                    match replicas.len() {
+                        $($n => crate::lock::current_thread()?.block_on(work::<$n>(&name, &replicas, opts, limits, &command)),)*
+                        n => Err(format!("{n} replicas: between 1 and 7 are supported")),
+                    }
+                };
+            }
+            with_n!(1 2 3 4 5 6 7)
         }
     }
 }
@@ -374,8 +482,9 @@ async fn lock<const N: usize>(
     let mut watch = BakeryWatch {
         told: None,
         lock,
-        kept,
-        name: name.to_string(),
+        kept: Some(kept),
+        env: Vec::new(),
+        name: format!("lock {name}"),
         timeout,
         lease: opts.lease,
         fence: token.as_u64(),
@@ -389,32 +498,75 @@ async fn lock<const N: usize>(
     r
 }
 
-/// The bakery client holds the lock: it renews its lease and its id's registration while
-/// the command runs, and counts the lock lost a tenth of a lease before the earlier of
-/// their ends.
-struct BakeryWatch<const N: usize> {
-    lock: hilock_runtime::bakery::BakeryLock<N>,
-    kept: hilock_runtime::bakery::ident::Kept,
+/// What a bakery client holds while a command runs: the lock, or a queue's item.
+trait Leased {
+    /// The end of the hold's lease (`None`: nothing leased).
+    fn lease_end(&self) -> Option<tokio::time::Instant>;
+    /// Keeps the hold for `tick` (renewing the lease); `Err` once the lease ran out.
+    async fn hold_for(&mut self, tick: Duration) -> Result<(), String>;
+    /// The command ended: give the hold back (an item is not: whether it is done depends
+    /// on the command's status, which the caller knows).
+    async fn let_go(&mut self, timeout: Duration) -> Result<(), String>;
+}
+
+impl<const N: usize> Leased for hilock_runtime::bakery::BakeryLock<N> {
+    fn lease_end(&self) -> Option<tokio::time::Instant> {
+        hilock_runtime::bakery::BakeryLock::lease_end(self)
+    }
+    async fn hold_for(&mut self, tick: Duration) -> Result<(), String> {
+        self.hold(Box::pin(tokio::time::sleep(tick)))
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+    async fn let_go(&mut self, timeout: Duration) -> Result<(), String> {
+        self.release(timeout).await.map_err(|e| e.to_string())
+    }
+}
+
+impl<const N: usize> Leased for &mut hilock_runtime::bakery::BakeryQueue<N> {
+    fn lease_end(&self) -> Option<tokio::time::Instant> {
+        hilock_runtime::bakery::BakeryQueue::lease_end(self)
+    }
+    async fn hold_for(&mut self, tick: Duration) -> Result<(), String> {
+        self.hold(Box::pin(tokio::time::sleep(tick)))
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+    async fn let_go(&mut self, _: Duration) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+/// The bakery client holds the lock (or an item): it renews its lease and its id's
+/// registration (a lock's) while the command runs, and counts the hold lost a tenth of a
+/// lease before the earlier of their ends.
+struct BakeryWatch<L: Leased> {
+    lock: L,
+    kept: Option<hilock_runtime::bakery::ident::Kept>,
     name: String,
     timeout: Duration,
     lease: Duration,
     fence: u64,
     /// The lease end the watchdog was last told.
     told: Option<tokio::time::Instant>,
+    /// The command's further environment (a queue item's).
+    env: Vec<(&'static str, String)>,
 }
 
-impl<const N: usize> BakeryWatch<N> {
-    /// The earlier of the lock's lease end and the registration's end.
+impl<L: Leased> BakeryWatch<L> {
+    /// The earlier of the lease end and the registration's end.
     fn lease_end(&self) -> tokio::time::Instant {
         let lock = self
             .lock
             .lease_end()
             .unwrap_or_else(tokio::time::Instant::now);
-        lock.min(self.kept.until())
+        self.kept.as_ref().map_or(lock, |k| lock.min(k.until()))
     }
 }
 
-impl<const N: usize> Watch for BakeryWatch<N> {
+impl<L: Leased> Watch for BakeryWatch<L> {
     async fn started(&mut self, _: i32) -> Result<(), String> {
         Ok(())
     }
@@ -430,29 +582,35 @@ impl<const N: usize> Watch for BakeryWatch<N> {
             let own = end
                 .checked_sub(self.lease / OWN_MARGIN_DIVISOR)
                 .unwrap_or(end);
+            let renewed = async {
+                match self.kept.as_mut() {
+                    Some(k) => k.renewed().await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 biased;
                 _ = tokio::time::sleep_until(own) => {
                     return Event::Lost(
                         EXIT_LEASE_LOST,
                         format!(
-                            "lock {}: the lease ran out before it was renewed (fence {} is no \
+                            "{}: the lease ran out before it was renewed (fence {} is no \
                              longer valid)",
                             self.name, self.fence
                         ),
                         Some(Duration::ZERO),
                     );
                 }
-                r = self.lock.hold(Box::pin(tokio::time::sleep(tick))) => {
+                r = self.lock.hold_for(tick) => {
                     if let Err(e) = r {
                         return Event::Lost(
                             EXIT_LEASE_LOST,
-                            format!("lock {}: {e}", self.name),
+                            format!("{}: {e}", self.name),
                             Some(Duration::ZERO),
                         );
                     }
                 }
-                _ = self.kept.renewed() => {}
+                _ = renewed => {}
             }
         }
     }
@@ -465,17 +623,25 @@ impl<const N: usize> Watch for BakeryWatch<N> {
         )
     }
 
+    fn env(&self) -> Vec<(&'static str, String)> {
+        self.env.clone()
+    }
+
     async fn release(&mut self) {
-        if let Err(e) = self.lock.release(self.timeout).await {
+        if let Err(e) = self.lock.let_go(self.timeout).await {
             eprintln!(
-                "hilock: warning: release of '{}' failed ({e}); the entry expires after its lease",
+                "hilock: warning: release of {} failed ({e}); the entry expires after its lease",
                 self.name
             );
             // The release's writes may still be on their way: as after a give-up, the id's
             // registration runs out rather than being given back.
-            self.kept.lapse();
+            if let Some(k) = self.kept.as_mut() {
+                k.lapse();
+            }
             return;
         }
-        self.kept.end().await;
+        if let Some(k) = self.kept.as_mut() {
+            k.end().await;
+        }
     }
 }

@@ -98,6 +98,33 @@ async fn kill_group(pgid: i32, child: &mut tokio::process::Child, grace: Duratio
     wait_group_gone(pgid, Instant::now() + Duration::from_secs(10)).await;
 }
 
+/// How a command run under a lock ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Ended {
+    /// It exited with this status (128+N if signal N killed it).
+    Exited(u8),
+    /// The lock was lost first and its group killed; the exit code says why.
+    Lost(u8),
+}
+
+impl Ended {
+    /// The wrapper's exit code.
+    pub(crate) fn code(self) -> ExitCode {
+        match self {
+            Ended::Exited(c) | Ended::Lost(c) => ExitCode::from(c),
+        }
+    }
+
+    /// In words, for a line on stderr.
+    pub(crate) fn describe(self) -> String {
+        match self {
+            Ended::Exited(c) if c > 128 => format!("killed by signal {}", c - 128),
+            Ended::Exited(c) => format!("exit status {c}"),
+            Ended::Lost(c) => format!("the hold was lost, exit {c}"),
+        }
+    }
+}
+
 /// Runs `command` under a held lock (`path`, `fence`) as the module's text says; `grace`
 /// is the time between SIGTERM and SIGKILL. Call it on a current-thread runtime: the
 /// command's parent-death signal is tied to the thread that starts it.
@@ -108,6 +135,19 @@ pub(crate) async fn run(
     grace: Duration,
     watch: &mut impl Watch,
 ) -> Result<ExitCode, String> {
+    run_to_end(command, path, fence, grace, watch)
+        .await
+        .map(Ended::code)
+}
+
+/// [`run`], saying how the command ended.
+pub(crate) async fn run_to_end(
+    command: &[String],
+    path: &str,
+    fence: Option<u64>,
+    grace: Duration,
+    watch: &mut impl Watch,
+) -> Result<Ended, String> {
     use tokio::signal::unix::{signal, SignalKind};
     // From now on the signals that would stop the wrapper go to the command's group; the
     // wrapper stays to release the lock when the command is gone.
@@ -192,11 +232,11 @@ pub(crate) async fn run(
                 dog.stop().await;
                 watch.release().await;
                 use std::os::unix::process::ExitStatusExt;
-                return Ok(match (st.code(), st.signal()) {
-                    (Some(c), _) => ExitCode::from(u8::try_from(c).unwrap_or(1)),
-                    (None, Some(s)) => ExitCode::from(128u8.saturating_add(s as u8)),
-                    (None, None) => ExitCode::from(1),
-                });
+                return Ok(Ended::Exited(match (st.code(), st.signal()) {
+                    (Some(c), _) => u8::try_from(c).unwrap_or(1),
+                    (None, Some(s)) => 128u8.saturating_add(s as u8),
+                    (None, None) => 1,
+                }));
             }
             Some(s) = sig_rx.recv() => {
                 let _ = hilock_runtime::proc::signal_group(pgid, s);
@@ -207,7 +247,7 @@ pub(crate) async fn run(
     kill_group(pgid, &mut child, cap.map_or(grace, |c| grace.min(c))).await;
     dog.stop().await;
     eprintln!("hilock: {why}; the command's process group was killed");
-    Ok(ExitCode::from(code))
+    Ok(Ended::Lost(code))
 }
 
 /// The wrapper's end of `hilock lock-watchdog`: its stdin, where each line moves the

@@ -1034,6 +1034,57 @@ fn clients_with_another_lease_than_the_first_are_refused() {
     assert!(err.contains("lease of 600 ms"), "{err}");
 }
 
+/// A queue worker killed (SIGKILL) while its command works on an item takes the command
+/// with it, grandchildren too: the command runs as under `hilock lock` (its own process
+/// group, the lease watchdog), so no second worker can take the item over while the first
+/// one's command still runs. Before, the command ran on, orphaned, and another worker took
+/// the item 2.6 s later.
+#[test]
+fn a_killed_worker_takes_its_command_with_it() {
+    if !have_redis() {
+        return;
+    }
+    let reps = Replicas::start(3);
+    push_all(&reps.addrs, "kq", 1);
+    let dir = tempfile::tempdir().unwrap();
+    let pidf = dir.path().join("pid");
+    let cmd = vec![
+        "sh".to_string(),
+        "-c".to_string(),
+        format!("sleep 30 & echo $! > {}; wait", pidf.display()),
+    ];
+    let mut w = spawn_worker_with(&reps.addrs, "kq", 1, 600, &[], &cmd);
+    let t = Instant::now();
+    let pid: i32 = loop {
+        if let Some(p) = std::fs::read_to_string(&pidf)
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+        {
+            break p;
+        }
+        assert!(t.elapsed() < Duration::from_secs(10), "the command starts");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    w.0.kill().unwrap();
+    let _ = w.0.wait();
+    let killed = Instant::now();
+    let gone = || match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(s) => s
+            .rsplit(')')
+            .next()
+            .is_some_and(|r| r.trim_start().starts_with('Z')),
+    };
+    while !gone() {
+        assert!(
+            killed.elapsed() < Duration::from_secs(3),
+            "the command's child still runs {:?} after its worker was killed",
+            killed.elapsed()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// A replica named twice would count twice toward a majority (one live server of three
 /// names granted a lock): `--replicas` naming one server twice, by the same text or by
 /// two names of one address, exits 2 with one line before anything is written.

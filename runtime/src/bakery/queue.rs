@@ -363,6 +363,11 @@ impl<const N: usize> BakeryQueue<N> {
         }
     }
 
+    /// The end of the item's lease while one is held (see [`super::Driver::lease_end`]).
+    pub fn lease_end(&self) -> Option<Instant> {
+        self.d.lease_end()
+    }
+
     /// Holds the item while `work` runs (renewing the lease); [`Error::Lost`] as soon as
     /// the lease runs out — the kernel has then gone back to scanning, and `work` must stop.
     pub async fn hold<F: std::future::Future + Unpin>(
@@ -401,105 +406,4 @@ pub async fn push_command(
     push(name, &replicas, payload, 0, opts.call_timeout, timeout)
         .await
         .map_err(|e| e.to_string())
-}
-
-/// What `hilock bakery queue work` does besides the command.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct WorkLimits {
-    /// Stop after this many items.
-    pub max_items: Option<u64>,
-    /// Stop when a refresh of the window finds no pending item.
-    pub exit_when_empty: bool,
-    /// Give up waiting for the next item after this long.
-    pub wait: Option<Duration>,
-}
-
-/// `hilock bakery queue work`: takes items one after the other and runs `command` for
-/// each with `HILOCK_ITEM` (the payload), `HILOCK_ITEM_KEY` and `HILOCK_FENCE` set, renewing
-/// the lease while it runs; removes the item when the command exits 0. A command that
-/// fails stops the worker with its status (the item is left: another worker takes it over
-/// after the lease). A lost lease kills the command, is said on stderr, and the worker
-/// goes on with the next item.
-pub async fn work_command(
-    name: &str,
-    addrs: &[String],
-    opts: Options,
-    limits: WorkLimits,
-    command: &[String],
-) -> Result<i32, String> {
-    macro_rules! with_n {
-        ($($n:literal)*) => {
-            match addrs.len() {
-                $($n => work_n::<$n>(name, addrs, opts, limits, command).await,)*
-                n => Err(format!("{n} replicas: between 1 and 7 are supported")),
-            }
-        };
-    }
-    with_n!(1 2 3 4 5 6 7)
-}
-
-async fn work_n<const N: usize>(
-    name: &str,
-    addrs: &[String],
-    opts: Options,
-    limits: WorkLimits,
-    command: &[String],
-) -> Result<i32, String> {
-    let (prog, args) = command.split_first().ok_or("no command given")?;
-    // Every worker of the queue counts leases alike (`ident::agree_lease`).
-    super::ident::agree_lease(
-        addrs,
-        &format!("hilock:bakery:q:{name}"),
-        opts.lease,
-        opts.call_timeout,
-    )
-    .await
-    .map_err(|e| format!("queue {name}: {e}"))?;
-    let mut q = BakeryQueue::<N>::redis(name, addrs, opts).map_err(|e| e.to_string())?;
-    let mut worked = 0u64;
-    while limits.max_items.is_none_or(|m| worked < m) {
-        let Some(t) = q
-            .next(limits.wait, limits.exit_when_empty)
-            .await
-            .map_err(|e| e.to_string())?
-        else {
-            break;
-        };
-        let mut child = tokio::process::Command::new(prog)
-            .args(args)
-            .env("HILOCK_ITEM", &t.payload)
-            .env("HILOCK_ITEM_KEY", &t.item)
-            .env("HILOCK_FENCE", t.token.as_u64().to_string())
-            .spawn()
-            .map_err(|e| format!("cannot run {prog}: {e}"))?;
-        match q.hold(Box::pin(child.wait())).await {
-            Ok(status) => {
-                let status = status.map_err(|e| format!("waiting for {prog}: {e}"))?;
-                if !status.success() {
-                    eprintln!(
-                        "hilock: {prog} failed on item {} ({status}); the item is left to another worker after the lease",
-                        t.item
-                    );
-                    return Ok(status.code().unwrap_or(1));
-                }
-                q.done(Duration::from_secs(30))
-                    .await
-                    .map_err(|e| format!("removing item {}: {e}", t.item))?;
-                worked += 1;
-            }
-            Err(Error::Lost { token }) => {
-                let _ = child.kill().await;
-                eprintln!(
-                    "hilock: the lease of item {} ran out while {prog} ran (fence {} is no longer valid); the command was killed, going on",
-                    t.item,
-                    token.as_u64()
-                );
-            }
-            Err(e) => {
-                let _ = child.kill().await;
-                return Err(format!("{e}; the command was killed"));
-            }
-        }
-    }
-    Ok(0)
 }

@@ -598,6 +598,35 @@ fn link(
     tx
 }
 
+/// A message in words for the log, not in its Rust form.
+fn words(msg: &super::Msg) -> String {
+    match msg {
+        ChordMsg::Request { token, op, key, .. } => {
+            format!("client {}'s {op:?} of key {}", token.client.0, key.0)
+        }
+        ChordMsg::Replicate { slot, token, .. } => format!(
+            "the replica write of key {} for client {}",
+            slot.key.0, token.client.0
+        ),
+        ChordMsg::Reply { token, .. } => format!("an answer to client {}", token.client.0),
+        ChordMsg::ReplicaAck { key, .. } => format!("a replica's acknowledgement of key {}", key.0),
+        other => {
+            let name = format!("{other:?}");
+            let name = name.split([' ', '(', '{']).next().unwrap_or("").to_string();
+            format!("a {name} message")
+        }
+    }
+}
+
+/// Where a message came from, in words.
+fn addr_words(a: Addr) -> String {
+    match a {
+        Addr::Node(n) => format!("node {}", n.0),
+        Addr::Client(c) => format!("client {}", c.0),
+        Addr::Chord => "the membership service".to_string(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -697,34 +726,5 @@ mod tests {
             assert!(s.errors.is_empty(), "node {}: {:?}", n.id(), s.errors);
             assert!(!n.stopped(), "node {} runs", n.id());
         }
-    }
-}
-
-/// A message in words for the log, not in its Rust form.
-fn words(msg: &super::Msg) -> String {
-    match msg {
-        ChordMsg::Request { token, op, key, .. } => {
-            format!("client {}'s {op:?} of key {}", token.client.0, key.0)
-        }
-        ChordMsg::Replicate { slot, token, .. } => format!(
-            "the replica write of key {} for client {}",
-            slot.key.0, token.client.0
-        ),
-        ChordMsg::Reply { token, .. } => format!("an answer to client {}", token.client.0),
-        ChordMsg::ReplicaAck { key, .. } => format!("a replica's acknowledgement of key {}", key.0),
-        other => {
-            let name = format!("{other:?}");
-            let name = name.split([' ', '(', '{']).next().unwrap_or("").to_string();
-            format!("a {name} message")
-        }
-    }
-}
-
-/// Where a message came from, in words.
-fn addr_words(a: Addr) -> String {
-    match a {
-        Addr::Node(n) => format!("node {}", n.0),
-        Addr::Client(c) => format!("client {}", c.0),
-        Addr::Chord => "the membership service".to_string(),
     }
 }
