@@ -773,6 +773,37 @@ fn registration_waits_for_paused_replicas_until_the_timeout() {
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "granted");
 }
 
+/// One replica of three paused (SIGSTOP): a quorum still answers, so the lock is taken as
+/// if all were up, even with a 500 ms lease. The registration waited for every replica's
+/// answer (or its 500 ms call timeout) at each renewal, so with a 500 ms or 1,000 ms lease
+/// the registration lapsed and the lock failed, and with the default lease it took 2 s.
+#[test]
+fn one_paused_replica_of_three_costs_nothing() {
+    if !have_redis() {
+        return;
+    }
+    let r = Replicas::start(3);
+    let paused = r.children[1].as_ref().unwrap().id();
+    signal(paused, "-STOP");
+    let mut times = Vec::new();
+    for (lease, id) in [(500, 6), (2000, 7)] {
+        let name = format!("onepaused{lease}");
+        let t = Instant::now();
+        let out = bakery_lock(&r.addrs.join(","), &name, id, lease, "echo granted")
+            .output()
+            .unwrap();
+        times.push(t.elapsed());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "lease {lease}: {err}");
+        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "granted");
+    }
+    signal(paused, "-CONT");
+    eprintln!("one replica of three paused: lock and command took {times:?}");
+    for t in &times {
+        assert!(*t < Duration::from_millis(1800), "took {times:?}");
+    }
+}
+
 /// A timeout says in words where the client waited, not the kernel's `Phase` in Rust
 /// syntax (a lock behind another client's hold: "waiting for client 3, whose number comes
 /// first"); a queue worker with no item says that no item could be taken (`docs/cli.md`, "`hilock bakery queue`").
