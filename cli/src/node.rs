@@ -72,7 +72,10 @@ pub fn node(config: &std::path::Path, id: Option<u16>) -> Result<Ended, String> 
     // Room for max_clients: the soft open-file limit raised, or max_clients lowered.
     hilock_runtime::client::fit_open_files(&mut cfg);
     if cfg.engine == hilock_runtime::config::Engine::Ring {
-        return hilock_runtime::ring::serve_config(&cfg).map(Ended::Stopped);
+        return hilock_runtime::ring::serve_config(&cfg).map(|end| match end {
+            hilock_runtime::ring::NodeEnd::Stopped(s) => Ended::Stopped(s),
+            hilock_runtime::ring::NodeEnd::Lost(why) => Ended::LeaseLost(why),
+        });
     }
     if cfg.client.is_none() {
         tracing::warn!(

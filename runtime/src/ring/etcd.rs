@@ -598,7 +598,7 @@ pub async fn read_view(o: &EtcdOptions, cluster: &str) -> Result<(View, u16), St
 /// node (joining the view if its slot is not in it) until its lease is lost, it was
 /// removed from the view, or — on SIGTERM or Ctrl-C — it has left the ring gracefully
 /// ([`Leave`]; a second signal ends it at once).
-pub fn serve_config(cfg: &crate::Config) -> Result<String, String> {
+pub fn serve_config(cfg: &crate::Config) -> Result<super::NodeEnd, String> {
     let (addrs, _) = super::slot_addrs(cfg)?;
     let o = EtcdOptions::of_config(cfg)?;
     let initial = cfg.ring.as_ref().map_or(0, |r| r.members);
@@ -618,9 +618,9 @@ pub fn serve_config(cfg: &crate::Config) -> Result<String, String> {
                 _ = signals.recv() => asked = true,
             }
             if asked && *leave.0.borrow() {
-                return Ok(format!(
+                return Ok(super::NodeEnd::Stopped(format!(
                     "ring node {id}: stopped during its graceful leave\n"
-                ));
+                )));
             }
             if asked {
                 tracing::info!("ring node {id}: leaving the ring gracefully");
@@ -628,6 +628,15 @@ pub fn serve_config(cfg: &crate::Config) -> Result<String, String> {
                 asked = false;
             }
         }
-        Ok(format!("ring node {id} stopped\n"))
+        // Asked to leave (a signal): stopped; otherwise on its own (its etcd lease lost,
+        // removed from the view, etcd's view unreadable).
+        Ok(if *leave.0.borrow() {
+            super::NodeEnd::Stopped(format!("ring node {id} left the ring and stopped\n"))
+        } else {
+            super::NodeEnd::Lost(format!(
+                "ring node {id}: its etcd lease was lost or it was removed from the view (the \
+                 log says which); it stopped"
+            ))
+        })
     })
 }

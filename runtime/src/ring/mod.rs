@@ -530,7 +530,17 @@ pub fn membership_service(cfg: &crate::config::RingConfig) -> Result<String, Str
 
 /// `hilock node --config F` with `engine = "ring"`: runs the ring node of `cfg.id` (see
 /// [`serve`]).
-pub fn serve_config(cfg: &crate::Config) -> Result<String, String> {
+/// How a ring node's process ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NodeEnd {
+    /// It was asked to (a signal, or `hilock ring leave`) and stopped or left: exit 0.
+    Stopped(String),
+    /// On its own: its lease ran out or the membership service went away; the process
+    /// exits 75 (`docs/cli.md`), so that a supervisor restarts it.
+    Lost(String),
+}
+
+pub fn serve_config(cfg: &crate::Config) -> Result<NodeEnd, String> {
     if cfg.membership != crate::config::Membership::Static {
         #[cfg(feature = "etcd")]
         return etcd::serve_config(cfg);
@@ -674,7 +684,10 @@ pub fn serve(id: u16, peers: &str, membership: SocketAddr) -> Result<String, Str
         .copied()
         .flatten()
         .ok_or_else(|| format!("--id {id}: no such slot in --peers"))?;
-    run_node(id, addrs, me, membership)
+    match run_node(id, addrs, me, membership)? {
+        NodeEnd::Stopped(s) => Ok(s),
+        NodeEnd::Lost(why) => Err(why),
+    }
 }
 
 /// Runs node `id` listening on `me` until it has left or the service went away.
@@ -683,7 +696,7 @@ fn run_node(
     addrs: Vec<Option<SocketAddr>>,
     me: SocketAddr,
     membership: SocketAddr,
-) -> Result<String, String> {
+) -> Result<NodeEnd, String> {
     let rt = tokio::runtime::Runtime::new().map_err(|e| format!("tokio: {e}"))?;
     rt.block_on(async move {
         let l = tokio::net::TcpListener::bind(me)
@@ -695,7 +708,20 @@ fn run_node(
         while !node.stopped() {
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
-        Ok(format!("ring node {id} stopped\n"))
+        let s = node.snapshot();
+        let member = s.view.is_some_and(|v| v.has(NodeId(id)));
+        Ok(if s.lease_lost {
+            NodeEnd::Lost(format!(
+                "ring node {id}: its lease ran out (the process was paused, or cut off from \
+                 the membership service at {membership}); it stopped"
+            ))
+        } else if member {
+            NodeEnd::Lost(format!(
+                "ring node {id}: the membership service at {membership} went away; it stopped"
+            ))
+        } else {
+            NodeEnd::Stopped(format!("ring node {id} left the ring and stopped\n"))
+        })
     })
 }
 
