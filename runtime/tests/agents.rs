@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use hilock_runtime::agents::{home, LockMode, Req, Transaction, TxnError, TxnOptions};
+use hilock_runtime::config::{Config, NodeAddr};
 use hilock_runtime::oracle::local_cluster;
 use hilock_runtime::Node;
 use rand::rngs::StdRng;
@@ -777,4 +778,98 @@ async fn five_nodes_200_random_hierarchical_transactions_no_exclusion_violation(
         Duration::from_secs(60),
     )
     .await;
+}
+
+/// A static cluster whose node `restart` is shut down and started again with fresh state
+/// on the same address: the nodes, the new run last.
+async fn cluster_with_a_restarted_node(n: usize, name: &str) -> (Vec<Node>, Vec<NodeAddr>) {
+    let mut listeners = Vec::new();
+    for _ in 0..n {
+        listeners.push(tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap());
+    }
+    let addrs: Vec<NodeAddr> = listeners
+        .iter()
+        .enumerate()
+        .map(|(i, l)| NodeAddr {
+            id: i as u16,
+            addr: l.local_addr().unwrap(),
+        })
+        .collect();
+    let mut nodes = Vec::new();
+    for (i, l) in listeners.into_iter().enumerate() {
+        let c = Config::new(name, SECRET.to_vec(), i as u16, addrs.clone()).unwrap();
+        nodes.push(Node::start_on(c, l).await.unwrap());
+    }
+    (nodes, addrs)
+}
+
+/// Binds `addr` again once the old node's sockets are gone (bounded).
+async fn rebind(addr: std::net::SocketAddr) -> tokio::net::TcpListener {
+    let t = std::time::Instant::now();
+    loop {
+        match tokio::net::TcpListener::bind(addr).await {
+            Ok(l) => return l,
+            Err(e) => {
+                assert!(t.elapsed() < Duration::from_secs(5), "{addr}: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+/// The home node of a `--txn` lock is restarted with fresh state (a new run, refused by
+/// its peers) while a client of another node holds the lock in W: the restarted node's
+/// lock server grants nothing from its empty table; its own client's transaction fails
+/// with one clear line instead of being granted beside the holder.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_home_node_grants_no_txn_lock_and_its_clients_are_refused() {
+    let (mut nodes, addrs) = cluster_with_a_restarted_node(3, "agents-restart").await;
+    for node in &nodes {
+        let t = std::time::Instant::now();
+        while !node
+            .status()
+            .await
+            .unwrap()
+            .peers
+            .iter()
+            .all(|p| p.connected)
+        {
+            assert!(t.elapsed() < Duration::from_secs(5), "peers connect");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    let h = homed("h", 2, 3);
+    let mut x = nodes[0].transaction(opts(false)).unwrap();
+    x.lock(&h, W).await.unwrap();
+    let old = nodes.pop().unwrap();
+    let addr2 = old.listen_addr();
+    old.shutdown().await;
+    let l = rebind(addr2).await;
+    let c = Config::new("agents-restart", SECRET.to_vec(), 2, addrs.clone()).unwrap();
+    let fresh = Node::start_on(c, l).await.unwrap();
+    // Asked at once, before the new run has heard from any peer: not granted.
+    let mut y = fresh.transaction(opts(false)).unwrap();
+    let t = std::time::Instant::now();
+    let got = tokio::time::timeout(Duration::from_secs(5), y.lock(&h, W))
+        .await
+        .expect("answered within 5 s");
+    eprintln!(
+        "the restarted node answered after {:?}: {got:?}",
+        t.elapsed()
+    );
+    match got {
+        Err(TxnError::NotServing(reason)) => {
+            let line = TxnError::NotServing(reason.clone()).to_string();
+            assert!(line.starts_with("this node serves no lock: "), "{line}");
+            assert!(reason.contains("refused"), "{reason}");
+            assert!(!line.contains('\n'), "{line}");
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    assert!(fresh.handle().agent_entries().await.unwrap().is_empty());
+    // Later transactions of the refused run are refused at once too.
+    let mut z = fresh.transaction(opts(false)).unwrap();
+    assert!(matches!(z.lock(&h, R).await, Err(TxnError::NotServing(_))));
+    drop(x);
+    fresh.shutdown().await;
 }

@@ -72,6 +72,13 @@ pub(crate) struct Engine {
     agents: HashMap<AgentId, Local>,
     work: VecDeque<Work>,
     links: Vec<Watch>,
+    /// A majority of the cluster has let this run in: calls are served; until then they
+    /// wait here (as the token core's requests do).
+    admitted: bool,
+    /// Calls that wait for the admission.
+    parked: Vec<(AgentId, Vec<Ask>, Reply<()>)>,
+    /// The cluster refused this run (for good): the reason every call is answered with.
+    fenced: Option<String>,
 }
 
 /// The engine's task: commands and frames in, and a look at the peer links every
@@ -102,6 +109,10 @@ impl Engine {
             server: Box::new(RtServer::new(ServerId(me))),
             agents: HashMap::new(),
             work: VecDeque::new(),
+            // As the token core: a node alone is its own majority.
+            admitted: n / 2 < 1,
+            parked: Vec::new(),
+            fenced: None,
             links: vec![
                 Watch {
                     since: Some(Instant::now()),
@@ -140,6 +151,15 @@ impl Engine {
             }
             Cmd::Lock { id, locks, reply } => self.lock(id, locks, reply),
             Cmd::Finish { id, reply } => self.finish(id, reply),
+            Cmd::Admitted => {
+                if !self.admitted && self.fenced.is_none() {
+                    self.admitted = true;
+                    for (id, locks, reply) in std::mem::take(&mut self.parked) {
+                        self.lock(id, locks, reply);
+                    }
+                }
+            }
+            Cmd::Fenced { reason } => self.fence(reason),
             Cmd::Agents { reply } => {
                 let v = self
                     .agents
@@ -209,6 +229,11 @@ impl Engine {
     }
 
     fn net_frame(&mut self, from: u16, f: AgentFrame) {
+        if self.fenced.is_some() {
+            // A refused run serves nothing (its peers do not talk to it anyway).
+            debug!(from, "agents: a frame for a refused run; dropped");
+            return;
+        }
         match f {
             AgentFrame::ToServer(msg) => self.server_step(from, msg),
             AgentFrame::Info { to, info } => self.agent_info(to, &info),
@@ -397,6 +422,40 @@ impl Engine {
         l.ended = Some(err);
     }
 
+    /// The cluster refused this run: every call waiting or to come is answered with
+    /// `reason`, every local transaction aborts (its entries are released), and the lock
+    /// server forgets every entry: an empty lock table of a new run must grant nothing.
+    fn fence(&mut self, reason: String) {
+        if self.fenced.is_some() {
+            return;
+        }
+        warn!(%reason, "agents: this run of the node is refused; its lock server serves nothing");
+        self.fenced = Some(reason.clone());
+        let err = TxnError::NotServing(reason);
+        for (_, _, reply) in std::mem::take(&mut self.parked) {
+            let _ = reply.send(Err(err.clone()));
+        }
+        let ids: Vec<AgentId> = self.agents.keys().copied().collect();
+        for id in ids {
+            let Some(l) = self.agents.get_mut(&id) else {
+                continue;
+            };
+            if l.ended.is_some() || l.agent.status().ended() {
+                continue;
+            }
+            l.refused = Some(err.clone());
+            let _ = self.agent_step(id, AgentInput::Finish);
+        }
+        self.drain();
+        let mut held: Vec<AgentId> = self.server.entries().map(|e| e.agent).collect();
+        held.sort();
+        held.dedup();
+        for a in held {
+            let mut out: VecSink<Announce<DEPTH, { super::QUEUE }>> = VecSink::default();
+            let _ = self.server.step(&ServerMsg::Release { agent: a }, &mut out);
+        }
+    }
+
     /// One call's locks, asked of the agent one after the other within this engine step:
     /// no queue reaches the agent in between, so it reports holding all of them (and the
     /// client is told) only once it has every one.
@@ -407,6 +466,14 @@ impl Engine {
         };
         if let Some(e) = &l.ended {
             let _ = reply.send(Err(e.clone()));
+            return;
+        }
+        if let Some(reason) = &self.fenced {
+            let _ = reply.send(Err(TxnError::NotServing(reason.clone())));
+            return;
+        }
+        if !self.admitted {
+            self.parked.push((id, locks, reply));
             return;
         }
         let input = |a: &Ask| AgentInput::Lock {
@@ -449,6 +516,10 @@ impl Engine {
     }
 
     fn finish(&mut self, id: AgentId, reply: Option<Reply<()>>) {
+        // A call parked until the admission is withdrawn with its transaction.
+        for (_, _, w) in self.parked.extract_if(.., |(a, _, _)| *a == id) {
+            let _ = w.send(Err(TxnError::Ended));
+        }
         let r = match self.agents.get(&id) {
             None => Err(TxnError::Ended),
             Some(l) if l.ended.is_some() => Err(l.ended.clone().unwrap_or(TxnError::Ended)),
@@ -595,7 +666,10 @@ mod tests {
 
     fn engine() -> (Engine, Arc<FakeNet>) {
         let net = Arc::new(FakeNet::default());
-        (Engine::new(net.clone(), None), net)
+        let mut e = Engine::new(net.clone(), None);
+        // Node 1 has let this run in.
+        e.handle(Cmd::Admitted);
+        (e, net)
     }
 
     #[test]

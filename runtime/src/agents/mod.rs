@@ -166,6 +166,9 @@ pub enum TxnError {
     IdsExhausted,
     /// The cluster has more nodes than the agents engine can name ([`MAX_SERVERS`]).
     ClusterTooLarge,
+    /// This run of the node serves no lock: the cluster refused it (a restarted node of a
+    /// static cluster, or a lost lease); the reason says which.
+    NotServing(String),
 }
 
 impl std::fmt::Display for TxnError {
@@ -200,6 +203,7 @@ impl std::fmt::Display for TxnError {
                 f,
                 "the agents engine serves clusters of at most {MAX_SERVERS} nodes"
             ),
+            TxnError::NotServing(reason) => write!(f, "this node serves no lock: {reason}"),
         }
     }
 }
@@ -350,6 +354,10 @@ pub(crate) enum Cmd {
     Entries {
         reply: oneshot::Sender<Vec<(u16, String, LockMode, bool)>>,
     },
+    /// A majority of the cluster has let this run of the node in: calls are served.
+    Admitted,
+    /// The cluster refused this run of the node (for good): nothing is served any more.
+    Fenced { reason: String },
 }
 
 /// One lock of a call.
@@ -400,6 +408,16 @@ pub(crate) fn inbox(me: u16, n: usize) -> (Inbox, EngineRx) {
 }
 
 impl Inbox {
+    /// A majority of the cluster has let this run in (the token core's admission).
+    pub(crate) fn admitted(&self) {
+        let _ = self.tx.send(Cmd::Admitted);
+    }
+
+    /// The cluster refused this run (the token core's fence): the engine serves nothing.
+    pub(crate) fn fenced(&self, reason: String) {
+        let _ = self.tx.send(Cmd::Fenced { reason });
+    }
+
     /// A frame from `from` for the engine; `false` if the engine has stopped.
     pub(crate) fn deliver(&self, from: u16, frame: Box<AgentFrame>) -> bool {
         self.tx.send(Cmd::Net { from, frame }).is_ok()
