@@ -79,13 +79,21 @@ pub(crate) struct Engine {
     parked: Vec<(AgentId, Vec<Ask>, Reply<()>)>,
     /// The cluster refused this run (for good): the reason every call is answered with.
     fenced: Option<String>,
+    /// The node runs with `state_dir`: the engine is off (a suspend could not carry its
+    /// state), and drops what peers send it.
+    state_dir: bool,
 }
 
 /// The engine's task: commands and frames in, and a look at the peer links every
 /// [`LINK_CHECK`].
 pub(crate) async fn run(net: Arc<dyn Net>, rx: EngineRx) {
-    let EngineRx { mut rx, counters } = rx;
+    let EngineRx {
+        mut rx,
+        counters,
+        state_dir,
+    } = rx;
     let mut e = Engine::new(net, Some(counters));
+    e.state_dir = state_dir;
     let mut tick = tokio::time::interval(LINK_CHECK);
     loop {
         tokio::select! {
@@ -113,6 +121,7 @@ impl Engine {
             admitted: n / 2 < 1,
             parked: Vec::new(),
             fenced: None,
+            state_dir: false,
             links: vec![
                 Watch {
                     since: Some(Instant::now()),
@@ -232,6 +241,15 @@ impl Engine {
         if self.fenced.is_some() {
             // A refused run serves nothing (its peers do not talk to it anyway).
             debug!(from, "agents: a frame for a refused run; dropped");
+            return;
+        }
+        if self.state_dir {
+            // A peer without state_dir (a cluster whose nodes disagree on it, which the
+            // token engine never serves): this node keeps no agents state to suspend.
+            warn!(
+                from,
+                "agents: a frame for a node with state_dir (the engine is off); dropped"
+            );
             return;
         }
         match f {

@@ -169,6 +169,9 @@ pub enum TxnError {
     /// This run of the node serves no lock: the cluster refused it (a restarted node of a
     /// static cluster, or a lost lease); the reason says which.
     NotServing(String),
+    /// The node runs with `state_dir`: a suspend saves the token engine's state only, so
+    /// the agents engine is off (see `docs/engines/agents.md`, "Running it").
+    StateDir,
 }
 
 impl std::fmt::Display for TxnError {
@@ -204,6 +207,10 @@ impl std::fmt::Display for TxnError {
                 "the agents engine serves clusters of at most {MAX_SERVERS} nodes"
             ),
             TxnError::NotServing(reason) => write!(f, "this node serves no lock: {reason}"),
+            TxnError::StateDir => f.write_str(
+                "transactions are off on a cluster with state_dir: a suspend cannot carry \
+                 the agents engine's locks (run transactions on a cluster without state_dir)",
+            ),
         }
     }
 }
@@ -377,6 +384,8 @@ pub struct Inbox {
     me: u16,
     n: usize,
     next: Arc<AtomicU32>,
+    /// The node runs with `state_dir`: no transaction starts ([`TxnError::StateDir`]).
+    state_dir: bool,
 }
 
 impl std::fmt::Debug for Inbox {
@@ -389,10 +398,12 @@ impl std::fmt::Debug for Inbox {
 pub(crate) struct EngineRx {
     rx: mpsc::UnboundedReceiver<Cmd>,
     counters: Arc<Counters>,
+    state_dir: bool,
 }
 
-/// A new engine inbox for node `me` of `n`, and the receiver [`run`] reads.
-pub(crate) fn inbox(me: u16, n: usize) -> (Inbox, EngineRx) {
+/// A new engine inbox for node `me` of `n`, and the receiver [`run`] reads; with
+/// `state_dir` the engine is off (no transaction starts, peers' frames are dropped).
+pub(crate) fn inbox(me: u16, n: usize, state_dir: bool) -> (Inbox, EngineRx) {
     let (tx, rx) = mpsc::unbounded_channel();
     let counters = Arc::new(Counters::default());
     (
@@ -402,8 +413,13 @@ pub(crate) fn inbox(me: u16, n: usize) -> (Inbox, EngineRx) {
             me,
             n,
             next: Arc::new(AtomicU32::new(0)),
+            state_dir,
         },
-        EngineRx { rx, counters },
+        EngineRx {
+            rx,
+            counters,
+            state_dir,
+        },
     )
 }
 
@@ -429,6 +445,9 @@ impl Inbox {
     }
 
     fn next_id(&self) -> Result<AgentId, TxnError> {
+        if self.state_dir {
+            return Err(TxnError::StateDir);
+        }
         if self.n > MAX_SERVERS {
             return Err(TxnError::ClusterTooLarge);
         }
