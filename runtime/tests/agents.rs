@@ -873,3 +873,36 @@ async fn a_restarted_home_node_grants_no_txn_lock_and_its_clients_are_refused() 
     drop(x);
     fresh.shutdown().await;
 }
+
+/// A run of a node starts at most `⌊(65535 − node) / n⌋ + 1` transactions (the kernel's
+/// 16-bit agent references, never reused in a run): node 1 of 3 starts 21,845, then every
+/// start fails with one line that gives the number and says what to do; the other nodes
+/// go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_starts_its_share_of_transaction_references_then_fails_saying_so() {
+    use hilock_runtime::agents::txn_cap;
+    assert_eq!(
+        [txn_cap(0, 1), txn_cap(0, 3), txn_cap(1, 3), txn_cap(2, 3)],
+        [65536, 21846, 21845, 21845]
+    );
+    assert_eq!([txn_cap(0, 32), txn_cap(31, 32)], [2048, 2048]);
+    let nodes = cluster(3, "agents-cap").await;
+    for i in 0..21845 {
+        drop(
+            nodes[1]
+                .transaction(opts(false))
+                .unwrap_or_else(|e| panic!("transaction {i}: {e}")),
+        );
+    }
+    for _ in 0..2 {
+        let e = nodes[1].transaction(opts(false)).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "node 1 has started the 21845 transactions one run of a node may start in a \
+             cluster of 3 nodes; restart the whole cluster to start more"
+        );
+    }
+    let mut t = nodes[0].transaction(opts(false)).unwrap();
+    t.lock(&homed("cap", 1, 3), W).await.unwrap();
+    t.commit().await.unwrap();
+}

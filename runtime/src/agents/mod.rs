@@ -162,8 +162,16 @@ pub enum TxnError {
     /// The node stopped.
     Stopped,
     /// This node has started as many transactions as its share of the kernel's 16-bit
-    /// agent references allows (a run of a node never reuses one).
-    IdsExhausted,
+    /// agent references allows (a run of a node never reuses one): node `node` of `n`
+    /// starts at most [`txn_cap`]`(node, n)` = `count` transactions per run.
+    IdsExhausted {
+        /// The node.
+        node: u16,
+        /// Nodes in the cluster.
+        n: usize,
+        /// Transactions it started in this run (its cap).
+        count: usize,
+    },
     /// The cluster has more nodes than the agents engine can name ([`MAX_SERVERS`]).
     ClusterTooLarge,
     /// This run of the node serves no lock: the cluster refused it (a restarted node of a
@@ -199,9 +207,11 @@ impl std::fmt::Display for TxnError {
             }
             TxnError::Ended => f.write_str("the transaction has ended"),
             TxnError::Stopped => f.write_str("the node stopped"),
-            TxnError::IdsExhausted => {
-                f.write_str("this run of the node has used all its transaction references")
-            }
+            TxnError::IdsExhausted { node, n, count } => write!(
+                f,
+                "node {node} has started the {count} transactions one run of a node may start \
+                 in a cluster of {n} nodes; restart the whole cluster to start more"
+            ),
             TxnError::ClusterTooLarge => write!(
                 f,
                 "the agents engine serves clusters of at most {MAX_SERVERS} nodes"
@@ -456,9 +466,21 @@ impl Inbox {
             .checked_mul(self.n)
             .and_then(|x| x.checked_add(usize::from(self.me)))
             .filter(|&x| x <= usize::from(u16::MAX))
-            .ok_or(TxnError::IdsExhausted)?;
+            .ok_or(TxnError::IdsExhausted {
+                node: self.me,
+                n: self.n,
+                count: txn_cap(self.me, self.n),
+            })?;
         Ok(AgentId(id as u16))
     }
+}
+
+/// How many transactions node `node` of a cluster of `n` nodes starts in one run: its
+/// references are `k·n + node` up to 65535 (the kernel's 16-bit agent ids, never reused
+/// in a run), so `⌊(65535 − node) / n⌋ + 1`.
+pub fn txn_cap(node: u16, n: usize) -> usize {
+    let n = n.max(1);
+    (usize::from(u16::MAX).saturating_sub(usize::from(node))) / n + 1
 }
 
 /// The key of one path element: the first two bytes of its SHA-256.
