@@ -906,3 +906,26 @@ async fn a_node_starts_its_share_of_transaction_references_then_fails_saying_so(
     t.lock(&homed("cap", 1, 3), W).await.unwrap();
     t.commit().await.unwrap();
 }
+
+/// The token engine's locks and the agents engine's are separate namespaces: a token W
+/// lock on a path and a transaction's W lock on the same path are held at once, both
+/// ways round (nothing excludes them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn token_and_txn_locks_on_the_same_path_do_not_exclude_each_other() {
+    use hilock_runtime::Mode;
+    let nodes = cluster(3, "agents-namespaces").await;
+    let p = homed("ns", 1, 3);
+    let g = nodes[0].lock(&p, Mode::W).await.unwrap();
+    let mut t = nodes[2].transaction(opts(false)).unwrap();
+    tokio::time::timeout(Duration::from_secs(2), t.lock(&p, W))
+        .await
+        .expect("the transaction does not wait for the token lock")
+        .unwrap();
+    drop(g);
+    let g = tokio::time::timeout(Duration::from_secs(2), nodes[1].lock(&p, Mode::W))
+        .await
+        .expect("the token lock does not wait for the transaction")
+        .unwrap();
+    drop(g);
+    t.commit().await.unwrap();
+}
