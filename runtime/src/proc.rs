@@ -331,6 +331,7 @@ mod tests {
 /// membership service and nodes): Ctrl-C (SIGINT), SIGTERM and SIGHUP (a closed terminal,
 /// or a supervisor's hang-up), all handled the same way, so that none of them ends the
 /// process without its clean stop (`docs/cli.md`, `hilock node`).
+#[derive(Debug)]
 pub struct StopSignals {
     term: tokio::signal::unix::Signal,
     hup: tokio::signal::unix::Signal,

@@ -418,11 +418,13 @@ async fn connect(o: &EtcdOptions) -> Result<(Client, Endpoints), Error> {
                         tracing::info!(endpoint = %e, "etcd endpoint answers again; using it");
                         set[i] = true;
                     }
-                } else if !live[i] && set[i] && set.iter().filter(|&&x| x).count() > 1 {
-                    if c.remove_endpoint(endpoint_uri(e)).await.is_ok() {
-                        tracing::warn!(endpoint = %e, "etcd endpoint does not answer; not using it until it does");
-                        set[i] = false;
-                    }
+                } else if !live[i]
+                    && set[i]
+                    && set.iter().filter(|&&x| x).count() > 1
+                    && c.remove_endpoint(endpoint_uri(e)).await.is_ok()
+                {
+                    tracing::warn!(endpoint = %e, "etcd endpoint does not answer; not using it until it does");
+                    set[i] = false;
                 }
             }
         }
