@@ -340,12 +340,13 @@ async fn bad_input_is_a_typed_error_and_changes_nothing() {
     }
     // Too deep for the kernel's path capacity.
     let deep = format!("/{}", ["x"; 9].join("/"));
-    assert!(matches!(
-        t.lock(&deep, W).await,
-        Err(TxnError::Refused(
-            hilock_kernel::agents::AgentError::PathTooDeep
-        ))
-    ));
+    match t.lock(&deep, W).await {
+        Err(e @ TxnError::InvalidPath(_)) => assert_eq!(
+            e.to_string(),
+            format!("invalid lock path: {deep} has 9 elements; a lock path has at most 8")
+        ),
+        other => panic!("{other:?}"),
+    }
     // The same lock again: the kernel's agent refuses it.
     assert!(matches!(
         t.lock(&a, R).await,
@@ -928,4 +929,39 @@ async fn token_and_txn_locks_on_the_same_path_do_not_exclude_each_other() {
         .unwrap();
     drop(g);
     t.commit().await.unwrap();
+}
+
+/// The engine's fixed capacities are named in words: a call of more than 32 locks, and a
+/// lock server that holds its 128 entries.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_engines_capacities_are_named_in_words() {
+    let nodes = cluster(3, "agents-limits").await;
+    let on1: Vec<String> = (0..)
+        .map(|i| format!("/q{i}"))
+        .filter(|p| home(p, 3) == 1)
+        .take(160)
+        .collect();
+    let mut t = nodes[0].transaction(opts(false)).unwrap();
+    let many: Vec<(String, LockMode)> = on1[..33].iter().map(|p| (p.clone(), R)).collect();
+    let e = t.lock_all(&many).await.unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "refused: a transaction takes at most 32 locks and hears of at most 32 queues"
+    );
+    drop(t);
+    // Four transactions of 32 locks each fill node 1's server (128 entries).
+    let mut held = Vec::new();
+    for chunk in on1[..128].chunks(32) {
+        let mut t = nodes[0].transaction(opts(false)).unwrap();
+        let locks: Vec<(String, LockMode)> = chunk.iter().map(|p| (p.clone(), R)).collect();
+        t.lock_all(&locks).await.unwrap();
+        held.push(t);
+    }
+    let mut t = nodes[2].transaction(opts(false)).unwrap();
+    let e = t.lock(&on1[150], R).await.unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "transaction aborted: the lock server of node 1 is full (it keeps at most 128 entries \
+         and 128 locks at once, of all transactions together)"
+    );
 }

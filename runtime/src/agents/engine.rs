@@ -214,6 +214,16 @@ impl Engine {
                     .collect();
                 let _ = reply.send(v);
             }
+            Cmd::Pending { id, reply } => {
+                let v = self.agents.get(&id).map_or_else(Vec::new, |l| {
+                    l.agent
+                        .requests()
+                        .filter(|(_, _, held, _)| !held)
+                        .map(|(p, _, _, _)| l.name(&p))
+                        .collect()
+                });
+                let _ = reply.send(v);
+            }
             Cmd::Entries { reply } => {
                 let v = self
                     .server
@@ -535,7 +545,11 @@ impl Engine {
 
     fn finish(&mut self, id: AgentId, reply: Option<Reply<()>>) {
         // A call parked until the admission is withdrawn with its transaction.
-        for (_, _, w) in self.parked.extract_if(.., |(a, _, _)| *a == id) {
+        let (gone, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut self.parked)
+            .into_iter()
+            .partition(|(a, _, _)| *a == id);
+        self.parked = kept;
+        for (_, _, w) in gone {
             let _ = w.send(Err(TxnError::Ended));
         }
         let r = match self.agents.get(&id) {
