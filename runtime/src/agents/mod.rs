@@ -36,6 +36,10 @@
 //!   longer so that an agent stops counting a server before that server can give its locks
 //!   to others; like every lease, this assumes the two nodes' clocks run at similar rates
 //!   and that neither is paused for longer than the difference.
+//! - This run of the node is refused by the cluster (a restart with fresh state): the token
+//!   core tells the engine, which then serves nothing ([`TxnError::NotServing`]); until a
+//!   majority has let the run in, lock calls wait. A node with `state_dir` runs no
+//!   transaction ([`TxnError::StateDir`]): a suspend cannot carry the engine's state.
 
 mod engine;
 
