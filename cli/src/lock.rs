@@ -104,6 +104,11 @@ pub fn lock(
             );
         }
     }
+    // A transaction's locks are checked before anything starts: their number, each path
+    // and mode, no lock twice (one line, exit 2).
+    if let LockRequest::Txn { locks, .. } = &what {
+        hilock_runtime::agents::parse_txn(locks)?;
+    }
     if ring_id.client_id.is_some() {
         return Err(
             "--client-id is the ring's (a --config with engine = \"ring\"): a node of the \

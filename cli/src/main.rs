@@ -148,9 +148,9 @@ enum Command {
         /// if the node has not answered by then.
         #[arg(long)]
         timeout_ms: Option<u64>,
-        /// Request priority (0..=255, higher first).
-        #[arg(long, default_value_t = 0)]
-        priority: u8,
+        /// Request priority (0..=255, higher first; default 0). Token engine only.
+        #[arg(long, conflicts_with = "txn")]
+        priority: Option<u8>,
         /// When the lock is lost or the command exits leaving processes in its group: how
         /// long after SIGTERM before SIGKILL, in milliseconds.
         #[arg(long, default_value_t = DEFAULT_KILL_GRACE_MS)]
@@ -373,7 +373,7 @@ fn main() -> ExitCode {
             &command,
             &at,
             timeout_ms,
-            priority,
+            priority.unwrap_or(0),
             kill_grace_ms,
             lock::RingId {
                 client_id,

@@ -2197,3 +2197,135 @@ fn hilock_lock_signal_waiters_sends_sigusr1_when_another_node_waits() {
         assert!(wait_exit(&mut reader, Duration::from_secs(10)).success());
     }
 }
+
+/// `hilock lock --txn` checks its lock list before it starts a transaction: more than 32
+/// locks, a path deeper than 8 elements, a lock twice, a `:` in a path element, and the
+/// token engine's `--priority`, `--try`, `--signal-waiters` are each refused with exit 2
+/// and, but for the flags' usage errors, one line naming the problem; the command never
+/// runs.
+#[test]
+fn hilock_lock_txn_refuses_a_bad_lock_list_before_starting() {
+    let c = start(1);
+    let marker = c.dir.path().join("ran");
+    let txn = |args: &[String]| {
+        run(hilock()
+            .args(["lock", "--txn"])
+            .args(args)
+            .arg("--socket")
+            .arg(c.socket(0))
+            .args(["--", "touch"])
+            .arg(&marker))
+    };
+    let many: Vec<String> = (0..40).map(|i| format!("/m{i}:W")).collect();
+    let deep = format!("/{}:W", ["d"; 9].join("/"));
+    let cases: Vec<(Vec<String>, &str)> = vec![
+        (many, "a transaction takes at most 32 locks (asked 40)"),
+        (
+            vec![deep.clone()],
+            "has 9 elements; a lock path has at most 8",
+        ),
+        (
+            vec!["/a:R".into(), "/a:R".into()],
+            "lock /a appears twice in the transaction",
+        ),
+        (
+            vec!["/a:R".into(), "/b:W".into(), "/a:W".into()],
+            "lock /a appears twice in the transaction",
+        ),
+        (
+            vec!["/a:W:R".into()],
+            "/a:W:R: a path element may not contain ':'",
+        ),
+    ];
+    for (args, want) in cases {
+        let out = txn(&args);
+        let e = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {e}");
+        assert_eq!(e.trim().lines().count(), 1, "{e}");
+        assert!(e.contains(want), "{args:?}: {e}");
+        assert!(!e.contains("agent A"), "no internal names: {e}");
+    }
+    // The token engine's flags are usage errors with --txn.
+    for flag in [&["--priority", "5"][..], &["--try"], &["--signal-waiters"]] {
+        let mut args: Vec<String> = flag.iter().map(|a| a.to_string()).collect();
+        args.push("/p:W".into());
+        let out = txn(&args);
+        assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+        assert!(text(&out.stderr).contains(flag[0]), "{}", text(&out.stderr));
+    }
+    assert!(!marker.exists(), "no command ran");
+    // A good list still runs.
+    assert!(txn(&["/a:R".into(), "/a/b:W".into()]).status.success());
+    assert!(marker.exists());
+}
+
+/// A `--txn` that times out exits 2 with one line that says "timed out" and names only the
+/// locks it was not granted.
+#[test]
+fn hilock_lock_txn_timeout_names_only_the_locks_not_granted() {
+    let c = start(1);
+    let holder = hilock()
+        .args(["lock", "--txn", "/held:W", "--socket"])
+        .arg(c.socket(0))
+        .args(["--", "sleep", "3"])
+        .spawn()
+        .unwrap();
+    let _holder = Proc(holder);
+    std::thread::sleep(Duration::from_millis(500));
+    let out = run(hilock()
+        .args([
+            "lock",
+            "--txn",
+            "/free:W",
+            "/held:W",
+            "--timeout-ms",
+            "400",
+            "--socket",
+        ])
+        .arg(c.socket(0))
+        .args(["--", "true"]));
+    let e = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{e}");
+    assert_eq!(e.trim().lines().count(), 1, "{e}");
+    assert!(
+        e.contains("timed out after 400 ms: /held not granted"),
+        "{e}"
+    );
+    assert!(!e.contains("/free"), "{e}");
+}
+
+/// A `--txn` hold whose lock server dies: the node aborts the transaction once the server
+/// has been unreachable 1.5 s, the command's group is killed and the wrapper exits 76 with
+/// one line naming the node whose lock server is down.
+#[test]
+fn hilock_lock_txn_exits_76_when_the_lock_server_of_its_lock_is_down() {
+    let mut c = start(3);
+    let p = (0..)
+        .map(|i| format!("/down{i}"))
+        .find(|p| hilock_runtime::agents::home(p, 3) == 2)
+        .unwrap();
+    let marker = c.dir.path().join("held");
+    let holder = hilock()
+        .args(["lock", "--txn", &format!("{p}:W"), "--socket"])
+        .arg(c.socket(0))
+        .args(["--", "sh", "-c"])
+        .arg(format!("touch {}; sleep 30", marker.display()))
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    while !marker.exists() {
+        assert!(t.elapsed() < Duration::from_secs(10), "the command runs");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let _ = c.nodes[2].0.kill();
+    let _ = c.nodes[2].0.wait();
+    let t = Instant::now();
+    let out = holder.wait_with_output().unwrap();
+    let e = text(&out.stderr);
+    eprintln!("exit {:?} after {:?}: {e}", out.status.code(), t.elapsed());
+    assert_eq!(out.status.code(), Some(76), "{e}");
+    assert!(t.elapsed() < Duration::from_secs(10));
+    assert_eq!(e.trim().lines().count(), 1, "{e}");
+    assert!(e.contains("the lock server of node 2 is down"), "{e}");
+}

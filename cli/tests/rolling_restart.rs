@@ -534,30 +534,56 @@ fn messages_of_either_side_wait_for_a_suspended_node_and_are_delivered_after_it_
     assert!(c.log(1).contains("resumed from"), "{}", c.log(1));
 }
 
-/// The agents engine's state (`hilock lock --txn`) is not saved: a node whose agents
-/// engine has exchanged messages does not suspend; it stops as without `state_dir`,
-/// saying why, and its next start is a new run.
+/// A suspend cannot carry the agents engine's state, so on a cluster with `state_dir`
+/// `hilock lock --txn` is refused at every node (exit 2, one line, the command does not
+/// run, no agents message is sent); afterwards the whole cluster stopped with SIGTERM
+/// still suspends and resumes as the same run, fences going on.
 #[test]
-fn a_node_that_used_the_agents_engine_does_not_suspend() {
+fn txn_is_refused_with_state_dir_and_the_whole_cluster_still_resumes() {
     let mut c = start();
-    // From nodes 0 and 1: whichever node is the locks' home, node 0's engine exchanges
-    // messages with another node's.
-    for id in [0, 1] {
-        let out = hilock()
+    let p = path_at("/t", 1);
+    let (r, _) = lock(&c, 0, &p);
+    let before = r.unwrap_or_else(|o| panic!("{}", text(&o.stderr)));
+    let marker = c.dir.path().join("ran");
+    let txn = |c: &Cluster, id: usize| {
+        hilock()
             .args(["lock", "--txn", "/acct/1:W", "/acct/2:W", "--socket"])
             .arg(c.socket(id))
-            .args(["--", "true"])
+            .args(["--", "touch"])
+            .arg(&marker)
             .output()
-            .unwrap();
-        assert!(out.status.success(), "{}", text(&out.stderr));
+            .unwrap()
+    };
+    for id in 0..3 {
+        let out = txn(&c, id);
+        let e = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "node {id}: {e}");
+        assert_eq!(e.trim().lines().count(), 1, "{e}");
+        assert!(e.contains("state_dir"), "{e}");
+        assert!(!e.contains("Txn") && !e.contains("StateDir"), "{e}");
+        assert!(!marker.exists(), "the command did not run");
     }
-    c.term(0);
-    let log = c.log(0);
-    assert!(
-        log.contains("not suspended (the agents engine has been used"),
-        "{log}"
-    );
-    assert!(!c.snapshot(0).exists());
+    let config = c.config();
+    for id in 0..3 {
+        c.term(id);
+        assert!(
+            c.snapshot(id).exists(),
+            "node {id} suspends:\n{}",
+            c.log(id)
+        );
+    }
+    for id in 0..3 {
+        c.start_node(id, &config);
+    }
+    let mut last = before;
+    for id in 0..3 {
+        let (r, _) = lock(&c, id, &p);
+        let f = r.unwrap_or_else(|o| panic!("node {id}: {}", text(&o.stderr)));
+        assert!(f > last, "fence {f} after {last}");
+        last = f;
+        assert!(c.log(id).contains("resumed from"), "{}", c.log(id));
+    }
+    assert_eq!(txn(&c, 2).status.code(), Some(2));
 }
 
 /// A node that has not agreed on the run's generation with every node yet (its peers

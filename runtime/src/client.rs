@@ -595,24 +595,13 @@ async fn txn(
     timeout_ms: Option<u64>,
     abort_on_deadlock: bool,
 ) {
-    let mut parsed = Vec::new();
-    for l in &locks {
-        match crate::agents::parse_lock(l) {
-            Ok(x) => parsed.push(x),
-            Err(e) => {
-                let _ = write_reply(&mut w, &Reply::error(e)).await;
-                return;
-            }
+    let parsed = match crate::agents::parse_txn(&locks) {
+        Ok(x) => x,
+        Err(e) => {
+            let _ = write_reply(&mut w, &Reply::error(e)).await;
+            return;
         }
-    }
-    if parsed.is_empty() {
-        let _ = write_reply(
-            &mut w,
-            &Reply::error("a transaction needs at least one lock"),
-        )
-        .await;
-        return;
-    }
+    };
     let opts = crate::agents::TxnOptions {
         abort_on_deadlock,
         timeout: timeout_ms.map(Duration::from_millis),

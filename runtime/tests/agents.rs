@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use hilock_runtime::agents::{home, LockMode, Req, Transaction, TxnError, TxnOptions};
+use hilock_runtime::config::{Config, NodeAddr};
 use hilock_runtime::oracle::local_cluster;
 use hilock_runtime::Node;
 use rand::rngs::StdRng;
@@ -339,12 +340,13 @@ async fn bad_input_is_a_typed_error_and_changes_nothing() {
     }
     // Too deep for the kernel's path capacity.
     let deep = format!("/{}", ["x"; 9].join("/"));
-    assert!(matches!(
-        t.lock(&deep, W).await,
-        Err(TxnError::Refused(
-            hilock_kernel::agents::AgentError::PathTooDeep
-        ))
-    ));
+    match t.lock(&deep, W).await {
+        Err(e @ TxnError::InvalidPath(_)) => assert_eq!(
+            e.to_string(),
+            format!("invalid lock path: {deep} has 9 elements; a lock path has at most 8")
+        ),
+        other => panic!("{other:?}"),
+    }
     // The same lock again: the kernel's agent refuses it.
     assert!(matches!(
         t.lock(&a, R).await,
@@ -777,4 +779,189 @@ async fn five_nodes_200_random_hierarchical_transactions_no_exclusion_violation(
         Duration::from_secs(60),
     )
     .await;
+}
+
+/// A static cluster whose node `restart` is shut down and started again with fresh state
+/// on the same address: the nodes, the new run last.
+async fn cluster_with_a_restarted_node(n: usize, name: &str) -> (Vec<Node>, Vec<NodeAddr>) {
+    let mut listeners = Vec::new();
+    for _ in 0..n {
+        listeners.push(tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap());
+    }
+    let addrs: Vec<NodeAddr> = listeners
+        .iter()
+        .enumerate()
+        .map(|(i, l)| NodeAddr {
+            id: i as u16,
+            addr: l.local_addr().unwrap(),
+        })
+        .collect();
+    let mut nodes = Vec::new();
+    for (i, l) in listeners.into_iter().enumerate() {
+        let c = Config::new(name, SECRET.to_vec(), i as u16, addrs.clone()).unwrap();
+        nodes.push(Node::start_on(c, l).await.unwrap());
+    }
+    (nodes, addrs)
+}
+
+/// Binds `addr` again once the old node's sockets are gone (bounded).
+async fn rebind(addr: std::net::SocketAddr) -> tokio::net::TcpListener {
+    let t = std::time::Instant::now();
+    loop {
+        match tokio::net::TcpListener::bind(addr).await {
+            Ok(l) => return l,
+            Err(e) => {
+                assert!(t.elapsed() < Duration::from_secs(5), "{addr}: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+/// The home node of a `--txn` lock is restarted with fresh state (a new run, refused by
+/// its peers) while a client of another node holds the lock in W: the restarted node's
+/// lock server grants nothing from its empty table; its own client's transaction fails
+/// with one clear line instead of being granted beside the holder.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_home_node_grants_no_txn_lock_and_its_clients_are_refused() {
+    let (mut nodes, addrs) = cluster_with_a_restarted_node(3, "agents-restart").await;
+    for node in &nodes {
+        let t = std::time::Instant::now();
+        while !node
+            .status()
+            .await
+            .unwrap()
+            .peers
+            .iter()
+            .all(|p| p.connected)
+        {
+            assert!(t.elapsed() < Duration::from_secs(5), "peers connect");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    let h = homed("h", 2, 3);
+    let mut x = nodes[0].transaction(opts(false)).unwrap();
+    x.lock(&h, W).await.unwrap();
+    let old = nodes.pop().unwrap();
+    let addr2 = old.listen_addr();
+    old.shutdown().await;
+    let l = rebind(addr2).await;
+    let c = Config::new("agents-restart", SECRET.to_vec(), 2, addrs.clone()).unwrap();
+    let fresh = Node::start_on(c, l).await.unwrap();
+    // Asked at once, before the new run has heard from any peer: not granted.
+    let mut y = fresh.transaction(opts(false)).unwrap();
+    let t = std::time::Instant::now();
+    let got = tokio::time::timeout(Duration::from_secs(5), y.lock(&h, W))
+        .await
+        .expect("answered within 5 s");
+    eprintln!(
+        "the restarted node answered after {:?}: {got:?}",
+        t.elapsed()
+    );
+    match got {
+        Err(TxnError::NotServing(reason)) => {
+            let line = TxnError::NotServing(reason.clone()).to_string();
+            assert!(line.starts_with("this node serves no lock: "), "{line}");
+            assert!(reason.contains("refused"), "{reason}");
+            assert!(!line.contains('\n'), "{line}");
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    assert!(fresh.handle().agent_entries().await.unwrap().is_empty());
+    // Later transactions of the refused run are refused at once too.
+    let mut z = fresh.transaction(opts(false)).unwrap();
+    assert!(matches!(z.lock(&h, R).await, Err(TxnError::NotServing(_))));
+    drop(x);
+    fresh.shutdown().await;
+}
+
+/// A run of a node starts at most `⌊(65535 − node) / n⌋ + 1` transactions (the kernel's
+/// 16-bit agent references, never reused in a run): node 1 of 3 starts 21,845, then every
+/// start fails with one line that gives the number and says what to do; the other nodes
+/// go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_starts_its_share_of_transaction_references_then_fails_saying_so() {
+    use hilock_runtime::agents::txn_cap;
+    assert_eq!(
+        [txn_cap(0, 1), txn_cap(0, 3), txn_cap(1, 3), txn_cap(2, 3)],
+        [65536, 21846, 21845, 21845]
+    );
+    assert_eq!([txn_cap(0, 32), txn_cap(31, 32)], [2048, 2048]);
+    let nodes = cluster(3, "agents-cap").await;
+    for i in 0..21845 {
+        drop(
+            nodes[1]
+                .transaction(opts(false))
+                .unwrap_or_else(|e| panic!("transaction {i}: {e}")),
+        );
+    }
+    for _ in 0..2 {
+        let e = nodes[1].transaction(opts(false)).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "node 1 has started the 21845 transactions one run of a node may start in a \
+             cluster of 3 nodes; restart the whole cluster to start more"
+        );
+    }
+    let mut t = nodes[0].transaction(opts(false)).unwrap();
+    t.lock(&homed("cap", 1, 3), W).await.unwrap();
+    t.commit().await.unwrap();
+}
+
+/// The token engine's locks and the agents engine's are separate namespaces: a token W
+/// lock on a path and a transaction's W lock on the same path are held at once, both
+/// ways round (nothing excludes them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn token_and_txn_locks_on_the_same_path_do_not_exclude_each_other() {
+    use hilock_runtime::Mode;
+    let nodes = cluster(3, "agents-namespaces").await;
+    let p = homed("ns", 1, 3);
+    let g = nodes[0].lock(&p, Mode::W).await.unwrap();
+    let mut t = nodes[2].transaction(opts(false)).unwrap();
+    tokio::time::timeout(Duration::from_secs(2), t.lock(&p, W))
+        .await
+        .expect("the transaction does not wait for the token lock")
+        .unwrap();
+    drop(g);
+    let g = tokio::time::timeout(Duration::from_secs(2), nodes[1].lock(&p, Mode::W))
+        .await
+        .expect("the token lock does not wait for the transaction")
+        .unwrap();
+    drop(g);
+    t.commit().await.unwrap();
+}
+
+/// The engine's fixed capacities are named in words: a call of more than 32 locks, and a
+/// lock server that holds its 128 entries.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_engines_capacities_are_named_in_words() {
+    let nodes = cluster(3, "agents-limits").await;
+    let on1: Vec<String> = (0..)
+        .map(|i| format!("/q{i}"))
+        .filter(|p| home(p, 3) == 1)
+        .take(160)
+        .collect();
+    let mut t = nodes[0].transaction(opts(false)).unwrap();
+    let many: Vec<(String, LockMode)> = on1[..33].iter().map(|p| (p.clone(), R)).collect();
+    let e = t.lock_all(&many).await.unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "refused: a transaction takes at most 32 locks and hears of at most 32 queues"
+    );
+    drop(t);
+    // Four transactions of 32 locks each fill node 1's server (128 entries).
+    let mut held = Vec::new();
+    for chunk in on1[..128].chunks(32) {
+        let mut t = nodes[0].transaction(opts(false)).unwrap();
+        let locks: Vec<(String, LockMode)> = chunk.iter().map(|p| (p.clone(), R)).collect();
+        t.lock_all(&locks).await.unwrap();
+        held.push(t);
+    }
+    let mut t = nodes[2].transaction(opts(false)).unwrap();
+    let e = t.lock(&on1[150], R).await.unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "transaction aborted: the lock server of node 1 is full (it keeps at most 128 entries \
+         and 128 locks at once, of all transactions together)"
+    );
 }

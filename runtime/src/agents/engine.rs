@@ -72,13 +72,28 @@ pub(crate) struct Engine {
     agents: HashMap<AgentId, Local>,
     work: VecDeque<Work>,
     links: Vec<Watch>,
+    /// A majority of the cluster has let this run in: calls are served; until then they
+    /// wait here (as the token core's requests do).
+    admitted: bool,
+    /// Calls that wait for the admission.
+    parked: Vec<(AgentId, Vec<Ask>, Reply<()>)>,
+    /// The cluster refused this run (for good): the reason every call is answered with.
+    fenced: Option<String>,
+    /// The node runs with `state_dir`: the engine is off (a suspend could not carry its
+    /// state), and drops what peers send it.
+    state_dir: bool,
 }
 
 /// The engine's task: commands and frames in, and a look at the peer links every
 /// [`LINK_CHECK`].
 pub(crate) async fn run(net: Arc<dyn Net>, rx: EngineRx) {
-    let EngineRx { mut rx, counters } = rx;
+    let EngineRx {
+        mut rx,
+        counters,
+        state_dir,
+    } = rx;
     let mut e = Engine::new(net, Some(counters));
+    e.state_dir = state_dir;
     let mut tick = tokio::time::interval(LINK_CHECK);
     loop {
         tokio::select! {
@@ -102,6 +117,11 @@ impl Engine {
             server: Box::new(RtServer::new(ServerId(me))),
             agents: HashMap::new(),
             work: VecDeque::new(),
+            // As the token core: a node alone is its own majority.
+            admitted: n / 2 < 1,
+            parked: Vec::new(),
+            fenced: None,
+            state_dir: false,
             links: vec![
                 Watch {
                     since: Some(Instant::now()),
@@ -140,6 +160,15 @@ impl Engine {
             }
             Cmd::Lock { id, locks, reply } => self.lock(id, locks, reply),
             Cmd::Finish { id, reply } => self.finish(id, reply),
+            Cmd::Admitted => {
+                if !self.admitted && self.fenced.is_none() {
+                    self.admitted = true;
+                    for (id, locks, reply) in std::mem::take(&mut self.parked) {
+                        self.lock(id, locks, reply);
+                    }
+                }
+            }
+            Cmd::Fenced { reason } => self.fence(reason),
             Cmd::Agents { reply } => {
                 let v = self
                     .agents
@@ -185,6 +214,16 @@ impl Engine {
                     .collect();
                 let _ = reply.send(v);
             }
+            Cmd::Pending { id, reply } => {
+                let v = self.agents.get(&id).map_or_else(Vec::new, |l| {
+                    l.agent
+                        .requests()
+                        .filter(|(_, _, held, _)| !held)
+                        .map(|(p, _, _, _)| l.name(&p))
+                        .collect()
+                });
+                let _ = reply.send(v);
+            }
             Cmd::Entries { reply } => {
                 let v = self
                     .server
@@ -209,6 +248,20 @@ impl Engine {
     }
 
     fn net_frame(&mut self, from: u16, f: AgentFrame) {
+        if self.fenced.is_some() {
+            // A refused run serves nothing (its peers do not talk to it anyway).
+            debug!(from, "agents: a frame for a refused run; dropped");
+            return;
+        }
+        if self.state_dir {
+            // A peer without state_dir (a cluster whose nodes disagree on it, which the
+            // token engine never serves): this node keeps no agents state to suspend.
+            warn!(
+                from,
+                "agents: a frame for a node with state_dir (the engine is off); dropped"
+            );
+            return;
+        }
         match f {
             AgentFrame::ToServer(msg) => self.server_step(from, msg),
             AgentFrame::Info { to, info } => self.agent_info(to, &info),
@@ -397,6 +450,40 @@ impl Engine {
         l.ended = Some(err);
     }
 
+    /// The cluster refused this run: every call waiting or to come is answered with
+    /// `reason`, every local transaction aborts (its entries are released), and the lock
+    /// server forgets every entry: an empty lock table of a new run must grant nothing.
+    fn fence(&mut self, reason: String) {
+        if self.fenced.is_some() {
+            return;
+        }
+        warn!(%reason, "agents: this run of the node is refused; its lock server serves nothing");
+        self.fenced = Some(reason.clone());
+        let err = TxnError::NotServing(reason);
+        for (_, _, reply) in std::mem::take(&mut self.parked) {
+            let _ = reply.send(Err(err.clone()));
+        }
+        let ids: Vec<AgentId> = self.agents.keys().copied().collect();
+        for id in ids {
+            let Some(l) = self.agents.get_mut(&id) else {
+                continue;
+            };
+            if l.ended.is_some() || l.agent.status().ended() {
+                continue;
+            }
+            l.refused = Some(err.clone());
+            let _ = self.agent_step(id, AgentInput::Finish);
+        }
+        self.drain();
+        let mut held: Vec<AgentId> = self.server.entries().map(|e| e.agent).collect();
+        held.sort();
+        held.dedup();
+        for a in held {
+            let mut out: VecSink<Announce<DEPTH, { super::QUEUE }>> = VecSink::default();
+            let _ = self.server.step(&ServerMsg::Release { agent: a }, &mut out);
+        }
+    }
+
     /// One call's locks, asked of the agent one after the other within this engine step:
     /// no queue reaches the agent in between, so it reports holding all of them (and the
     /// client is told) only once it has every one.
@@ -407,6 +494,14 @@ impl Engine {
         };
         if let Some(e) = &l.ended {
             let _ = reply.send(Err(e.clone()));
+            return;
+        }
+        if let Some(reason) = &self.fenced {
+            let _ = reply.send(Err(TxnError::NotServing(reason.clone())));
+            return;
+        }
+        if !self.admitted {
+            self.parked.push((id, locks, reply));
             return;
         }
         let input = |a: &Ask| AgentInput::Lock {
@@ -449,6 +544,14 @@ impl Engine {
     }
 
     fn finish(&mut self, id: AgentId, reply: Option<Reply<()>>) {
+        // A call parked until the admission is withdrawn with its transaction.
+        let (gone, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut self.parked)
+            .into_iter()
+            .partition(|(a, _, _)| *a == id);
+        self.parked = kept;
+        for (_, _, w) in gone {
+            let _ = w.send(Err(TxnError::Ended));
+        }
         let r = match self.agents.get(&id) {
             None => Err(TxnError::Ended),
             Some(l) if l.ended.is_some() => Err(l.ended.clone().unwrap_or(TxnError::Ended)),
@@ -604,7 +707,10 @@ mod tests {
 
     fn engine() -> (Engine, Arc<FakeNet>) {
         let net = Arc::new(FakeNet::default());
-        (Engine::new(net.clone(), None), net)
+        let mut e = Engine::new(net.clone(), None);
+        // Node 1 has let this run in.
+        e.handle(Cmd::Admitted);
+        (e, net)
     }
 
     #[test]

@@ -36,6 +36,10 @@
 //!   longer so that an agent stops counting a server before that server can give its locks
 //!   to others; like every lease, this assumes the two nodes' clocks run at similar rates
 //!   and that neither is paused for longer than the difference.
+//! - This run of the node is refused by the cluster (a restart with fresh state): the token
+//!   core tells the engine, which then serves nothing ([`TxnError::NotServing`]); until a
+//!   majority has let the run in, lock calls wait. A node with `state_dir` runs no
+//!   transaction ([`TxnError::StateDir`]): a suspend cannot carry the engine's state.
 
 mod engine;
 
@@ -152,7 +156,8 @@ pub enum TxnError {
     },
     /// No grant within the wait; the transaction was aborted.
     Timeout {
-        /// The lock waited for (a `lock_all`'s locks, separated by `, `).
+        /// The locks of the transaction not granted when the wait ended, separated by
+        /// `, `.
         path: String,
         /// How long.
         after: Duration,
@@ -162,17 +167,48 @@ pub enum TxnError {
     /// The node stopped.
     Stopped,
     /// This node has started as many transactions as its share of the kernel's 16-bit
-    /// agent references allows (a run of a node never reuses one).
-    IdsExhausted,
+    /// agent references allows (a run of a node never reuses one): node `node` of `n`
+    /// starts at most [`txn_cap`]`(node, n)` = `count` transactions per run.
+    IdsExhausted {
+        /// The node.
+        node: u16,
+        /// Nodes in the cluster.
+        n: usize,
+        /// Transactions it started in this run (its cap).
+        count: usize,
+    },
     /// The cluster has more nodes than the agents engine can name ([`MAX_SERVERS`]).
-    ClusterTooLarge,
+    ClusterTooLarge {
+        /// Nodes in the cluster.
+        n: usize,
+    },
+    /// This run of the node serves no lock: the cluster refused it (a restarted node of a
+    /// static cluster, or a lost lease); the reason says which.
+    NotServing(String),
+    /// The node runs with `state_dir`: a suspend saves the token engine's state only, so
+    /// the agents engine is off (see `docs/engines/agents.md`, "Running it").
+    StateDir,
 }
 
 impl std::fmt::Display for TxnError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             TxnError::InvalidPath(e) => write!(f, "invalid lock path: {e}"),
-            TxnError::Refused(e) => write!(f, "refused: {e}"),
+            TxnError::Refused(e) => match e {
+                AgentError::Full => write!(
+                    f,
+                    "refused: a transaction takes at most {LOCKS} locks and hears of at most \
+                     {LOCKS} queues"
+                ),
+                AgentError::PathTooDeep => {
+                    write!(f, "refused: a lock path has at most {DEPTH} elements")
+                }
+                AgentError::AlreadyQueued(_) => f.write_str(
+                    "refused: the transaction has asked for that lock already (a read then \
+                     a write is the one upgrade)",
+                ),
+                e => write!(f, "refused: {e}"),
+            },
             TxnError::BadNodes(e) => write!(f, "bad node list: {e}"),
             TxnError::Deadlock => f.write_str(
                 "transaction aborted: a deadlock needed a lock it already held (abort_on_deadlock)",
@@ -181,24 +217,39 @@ impl std::fmt::Display for TxnError {
                 f,
                 "transaction aborted: the lock server of node {node} is down and too few remain"
             ),
+            TxnError::ServerRefused {
+                node,
+                error: AgentError::Full,
+            } => write!(
+                f,
+                "transaction aborted: the lock server of node {node} is full (it keeps at most \
+                 {QUEUE} entries and {RECORDS} locks at once, of all transactions together)"
+            ),
             TxnError::ServerRefused { node, error } => write!(
                 f,
                 "transaction aborted: the lock server of node {node} refused a request: {error}"
             ),
-            TxnError::Timeout { path, after } => {
-                write!(
-                    f,
-                    "transaction aborted: {path} not granted within {after:?}"
-                )
-            }
+            TxnError::Timeout { path, after } => write!(
+                f,
+                "timed out after {} ms: {path} not granted; the transaction was aborted",
+                after.as_millis()
+            ),
             TxnError::Ended => f.write_str("the transaction has ended"),
             TxnError::Stopped => f.write_str("the node stopped"),
-            TxnError::IdsExhausted => {
-                f.write_str("this run of the node has used all its transaction references")
-            }
-            TxnError::ClusterTooLarge => write!(
+            TxnError::IdsExhausted { node, n, count } => write!(
                 f,
-                "the agents engine serves clusters of at most {MAX_SERVERS} nodes"
+                "node {node} has started the {count} transactions one run of a node may start \
+                 in a cluster of {n} nodes; restart the whole cluster to start more"
+            ),
+            TxnError::ClusterTooLarge { n } => write!(
+                f,
+                "the agents engine serves clusters of at most {MAX_SERVERS} nodes (this one has \
+                 {n})"
+            ),
+            TxnError::NotServing(reason) => write!(f, "this node serves no lock: {reason}"),
+            TxnError::StateDir => f.write_str(
+                "transactions are off on a cluster with state_dir: a suspend cannot carry \
+                 the agents engine's locks (run transactions on a cluster without state_dir)",
             ),
         }
     }
@@ -346,10 +397,19 @@ pub(crate) enum Cmd {
     },
     /// The local agents in words, for diagnostics.
     Agents { reply: oneshot::Sender<Vec<String>> },
+    /// The locks transaction `id` has asked for and does not hold yet, by name.
+    Pending {
+        id: AgentId,
+        reply: oneshot::Sender<Vec<String>>,
+    },
     /// The server's entries, for tests and status: `(agent, path, mode, granted)`.
     Entries {
         reply: oneshot::Sender<Vec<(u16, String, LockMode, bool)>>,
     },
+    /// A majority of the cluster has let this run of the node in: calls are served.
+    Admitted,
+    /// The cluster refused this run of the node (for good): nothing is served any more.
+    Fenced { reason: String },
 }
 
 /// One lock of a call.
@@ -369,6 +429,8 @@ pub struct Inbox {
     me: u16,
     n: usize,
     next: Arc<AtomicU32>,
+    /// The node runs with `state_dir`: no transaction starts ([`TxnError::StateDir`]).
+    state_dir: bool,
 }
 
 impl std::fmt::Debug for Inbox {
@@ -381,10 +443,12 @@ impl std::fmt::Debug for Inbox {
 pub(crate) struct EngineRx {
     rx: mpsc::UnboundedReceiver<Cmd>,
     counters: Arc<Counters>,
+    state_dir: bool,
 }
 
-/// A new engine inbox for node `me` of `n`, and the receiver [`run`] reads.
-pub(crate) fn inbox(me: u16, n: usize) -> (Inbox, EngineRx) {
+/// A new engine inbox for node `me` of `n`, and the receiver [`run`] reads; with
+/// `state_dir` the engine is off (no transaction starts, peers' frames are dropped).
+pub(crate) fn inbox(me: u16, n: usize, state_dir: bool) -> (Inbox, EngineRx) {
     let (tx, rx) = mpsc::unbounded_channel();
     let counters = Arc::new(Counters::default());
     (
@@ -394,12 +458,27 @@ pub(crate) fn inbox(me: u16, n: usize) -> (Inbox, EngineRx) {
             me,
             n,
             next: Arc::new(AtomicU32::new(0)),
+            state_dir,
         },
-        EngineRx { rx, counters },
+        EngineRx {
+            rx,
+            counters,
+            state_dir,
+        },
     )
 }
 
 impl Inbox {
+    /// A majority of the cluster has let this run in (the token core's admission).
+    pub(crate) fn admitted(&self) {
+        let _ = self.tx.send(Cmd::Admitted);
+    }
+
+    /// The cluster refused this run (the token core's fence): the engine serves nothing.
+    pub(crate) fn fenced(&self, reason: String) {
+        let _ = self.tx.send(Cmd::Fenced { reason });
+    }
+
     /// A frame from `from` for the engine; `false` if the engine has stopped.
     pub(crate) fn deliver(&self, from: u16, frame: Box<AgentFrame>) -> bool {
         self.tx.send(Cmd::Net { from, frame }).is_ok()
@@ -411,17 +490,32 @@ impl Inbox {
     }
 
     fn next_id(&self) -> Result<AgentId, TxnError> {
+        if self.state_dir {
+            return Err(TxnError::StateDir);
+        }
         if self.n > MAX_SERVERS {
-            return Err(TxnError::ClusterTooLarge);
+            return Err(TxnError::ClusterTooLarge { n: self.n });
         }
         let k = self.next.fetch_add(1, Relaxed) as usize;
         let id = k
             .checked_mul(self.n)
             .and_then(|x| x.checked_add(usize::from(self.me)))
             .filter(|&x| x <= usize::from(u16::MAX))
-            .ok_or(TxnError::IdsExhausted)?;
+            .ok_or(TxnError::IdsExhausted {
+                node: self.me,
+                n: self.n,
+                count: txn_cap(self.me, self.n),
+            })?;
         Ok(AgentId(id as u16))
     }
+}
+
+/// How many transactions node `node` of a cluster of `n` nodes starts in one run: its
+/// references are `k·n + node` up to 65535 (the kernel's 16-bit agent ids, never reused
+/// in a run), so `⌊(65535 − node) / n⌋ + 1`.
+pub fn txn_cap(node: u16, n: usize) -> usize {
+    let n = n.max(1);
+    (usize::from(u16::MAX).saturating_sub(usize::from(node))) / n + 1
 }
 
 /// The key of one path element: the first two bytes of its SHA-256.
@@ -434,6 +528,12 @@ fn key(element: &str) -> u16 {
 pub fn lock_path(path: &str) -> Result<LockPath<DEPTH>, TxnError> {
     crate::wire::check_path(path).map_err(TxnError::InvalidPath)?;
     let keys: Vec<u16> = path[1..].split('/').map(key).collect();
+    if keys.len() > DEPTH {
+        return Err(TxnError::InvalidPath(format!(
+            "{path} has {} elements; a lock path has at most {DEPTH}",
+            keys.len()
+        )));
+    }
     LockPath::new(&keys).map_err(TxnError::Refused)
 }
 
@@ -453,14 +553,54 @@ pub fn parse_mode(s: &str) -> Option<LockMode> {
     }
 }
 
-/// Parse `/path:R` or `/path:W` (the `hilock lock --txn` argument).
+/// Parse `/path:R` or `/path:W` (the `hilock lock --txn` argument). A path element may
+/// not contain `:` (`/a:W:R` is refused, not read as the path `/a:W`).
 pub fn parse_lock(s: &str) -> Result<(String, LockMode), String> {
     let (p, m) = s
         .rsplit_once(':')
-        .ok_or_else(|| format!("{s:?}: expected PATH:R or PATH:W"))?;
-    let mode = parse_mode(m).ok_or_else(|| format!("{s:?}: mode must be R or W"))?;
-    lock_path(p).map_err(|e| format!("{s:?}: {e}"))?;
+        .ok_or_else(|| format!("{s}: expected PATH:R or PATH:W"))?;
+    let mode = parse_mode(m).ok_or_else(|| format!("{s}: the mode must be R or W"))?;
+    if p.contains(':') {
+        return Err(format!(
+            "{s}: a path element may not contain ':' (expected PATH:R or PATH:W)"
+        ));
+    }
+    lock_path(p).map_err(|e| format!("{s}: {e}"))?;
     Ok((p.to_string(), mode))
+}
+
+/// Parse and check the locks of one transaction (`hilock lock --txn`) before it starts:
+/// at least one, at most [`LOCKS`], each `PATH:R|W` with a path of at most [`DEPTH`]
+/// elements, no path twice (nor two paths the engine would take for one lock). One line.
+pub fn parse_txn(locks: &[String]) -> Result<Vec<(String, LockMode)>, String> {
+    if locks.is_empty() {
+        return Err("a transaction needs at least one lock".into());
+    }
+    if locks.len() > LOCKS {
+        return Err(format!(
+            "a transaction takes at most {LOCKS} locks (asked {})",
+            locks.len()
+        ));
+    }
+    let mut seen: Vec<(LockPath<DEPTH>, String)> = Vec::new();
+    let mut out = Vec::new();
+    for l in locks {
+        let (p, m) = parse_lock(l)?;
+        let k = lock_path(&p).map_err(|e| format!("{l}: {e}"))?;
+        if let Some((_, q)) = seen.iter().find(|(x, _)| *x == k) {
+            return Err(if *q == p {
+                format!("lock {p} appears twice in the transaction")
+            } else {
+                format!(
+                    "locks {q} and {p} are one lock to the agents engine (their hashed \
+                     elements are equal); take one of them"
+                )
+            });
+        }
+        seen.push((k, p.clone()));
+        out.push((p, m));
+    }
+    Ok(out)
 }
 
 impl crate::token::Handle {
@@ -667,10 +807,19 @@ impl Transaction {
         let r = match tokio::time::timeout_at(deadline, rx).await {
             Ok(Ok(r)) => r,
             Ok(Err(_)) => Err(TxnError::Stopped),
-            Err(_) => Err(TxnError::Timeout {
-                path: name.to_string(),
-                after: self.timeout,
-            }),
+            Err(_) => {
+                // Name only the locks still not granted (the others were).
+                let (reply, pending) = oneshot::channel();
+                let _ = self.inbox.tx.send(Cmd::Pending { id: self.id, reply });
+                let path = match pending.await {
+                    Ok(p) if !p.is_empty() => p.join(", "),
+                    _ => name.to_string(),
+                };
+                Err(TxnError::Timeout {
+                    path,
+                    after: self.timeout,
+                })
+            }
         };
         if let Err(e) = &r {
             if !matches!(e, TxnError::Refused(_)) {
@@ -719,5 +868,32 @@ impl Transaction {
 impl Drop for Transaction {
     fn drop(&mut self) {
         self.finish(None);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cluster_of_more_than_32_nodes_starts_no_transaction() {
+        let (i, _rx) = inbox(0, 33, false);
+        assert_eq!(
+            i.next_id().unwrap_err().to_string(),
+            "the agents engine serves clusters of at most 32 nodes (this one has 33)"
+        );
+        let (i, _rx) = inbox(31, 32, false);
+        assert_eq!(i.next_id(), Ok(AgentId(31)));
+    }
+
+    #[test]
+    fn a_paths_home_is_sha256_of_slash_and_top_element_first_8_bytes_mod_n() {
+        for (path, n) in [("/h1", 3), ("/accounts/17/x", 5), ("/a", 7), ("/zz/y", 32)] {
+            let top = format!("/{}", path[1..].split('/').next().unwrap());
+            let d = Sha256::digest(top.as_bytes());
+            let want = u64::from_be_bytes(d[..8].try_into().unwrap()) % n as u64;
+            assert_eq!(u64::from(home(path, n)), want, "{path}");
+        }
+        assert_eq!(home("/a/b", 5), home("/a/c/d", 5));
     }
 }

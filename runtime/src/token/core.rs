@@ -569,6 +569,7 @@ impl Core {
             }
             Cmd::Admitted => {
                 self.admitted = true;
+                self.shared.agents.admitted();
                 let paths: Vec<String> = self.locks.keys().cloned().collect();
                 for p in paths {
                     self.pump(&p);
@@ -576,6 +577,8 @@ impl Core {
             }
             Cmd::Fenced { reason } => {
                 warn!(%reason, "this run of the node is refused by the cluster; serving nothing");
+                // The agents engine's lock server serves nothing either.
+                self.shared.agents.fenced(reason.clone());
                 for e in self.locks.values_mut() {
                     for w in e.waiters.drain(..) {
                         let _ = w.reply.send(Err(Error::Refused {

@@ -742,7 +742,8 @@ impl Node {
             None => None,
         };
         config.metrics = metrics_addr;
-        let (agents_inbox, agents_rx) = crate::agents::inbox(config.id, config.n());
+        let (agents_inbox, agents_rx) =
+            crate::agents::inbox(config.id, config.n(), config.state_dir.is_some());
         let incarnation = match &resumed {
             Some((s, _)) => s.run,
             None => entropy.run(),
@@ -1051,8 +1052,7 @@ impl Node {
     ///
     /// `Err` (one line) when this run cannot be resumed, after a stop like
     /// [`Node::shutdown`] (the next start is a new run, refused as before): no
-    /// `state_dir`, membership through etcd, `record` on, the agents engine has been
-    /// used (its state is not saved), the run is refused or has not agreed on its
+    /// `state_dir`, membership through etcd, `record` on, the run is refused or has not agreed on its
     /// generation yet, or the file cannot be written.
     pub async fn suspend(mut self) -> Result<String, String> {
         self.hand_over().await;
@@ -1087,15 +1087,8 @@ impl Node {
         };
         // The senders stop; what they had not numbered yet is numbered below.
         self.tasks.shutdown().await;
-        let agents = AGENTS_KIND;
-        let c = &self.shared.counters;
-        let core = core.and_then(|r| {
-            if c.sent_by_kind[agents].load(Relaxed) + c.received_by_kind[agents].load(Relaxed) > 0 {
-                Err("the agents engine has been used; its state is not saved".to_string())
-            } else {
-                Ok(r)
-            }
-        });
+        // With state_dir the agents engine is off (`TxnError::StateDir`): it has no state
+        // to save.
         let r = match core {
             Ok((generation, locks)) => self.save(generation, locks),
             Err(why) => Err(why),
