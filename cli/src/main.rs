@@ -323,7 +323,15 @@ fn main() -> ExitCode {
             id,
             peers,
             membership,
-        } => hilock_runtime::ring::serve(id, &peers, membership).map(|s| (s, true)),
+        } => match hilock_runtime::ring::serve(id, &peers, membership) {
+            Ok(hilock_runtime::ring::NodeEnd::Stopped(s)) => Ok((s, true)),
+            // On its own (lease, service gone): as `hilock node` says it.
+            Ok(hilock_runtime::ring::NodeEnd::Lost(line)) => {
+                eprintln!("hilock: error: {line}");
+                return ExitCode::from(node::EXIT_LEASE_LOST);
+            }
+            Err(e) => Err(e),
+        },
         Command::Ring { command } => ring::ring(command),
         Command::Lock {
             ref locks,

@@ -138,7 +138,15 @@ impl Membership {
         let r = tokio::time::timeout(limit, st.wait_for(|(v, s)| *s && f(*v))).await;
         match r {
             Ok(Ok(v)) => Ok(v.0),
-            _ => Err(format!("view {:?} after {limit:?}", self.view())),
+            _ => {
+                let (v, settled) = self.view();
+                Err(format!(
+                    "view {} {}{} after {limit:?}",
+                    v.epoch,
+                    super::slots_of(v.members),
+                    if settled { "" } else { " (not settled)" }
+                ))
+            }
         }
     }
 }
@@ -303,7 +311,16 @@ impl State {
             self.suspected_at.remove(&n);
             self.expires.remove(&n);
         }
-        tracing::info!("ring membership: {c:?}: view {new:?}");
+        let what = match c {
+            Change::Join(n) => format!("slot {n} joins"),
+            Change::Leave(n) => format!("slot {n} leaves"),
+            Change::Remove(n) => format!("slot {n} removed"),
+        };
+        tracing::info!(
+            "ring membership: {what}: view {} {}",
+            new.epoch,
+            super::slots_of(new.members)
+        );
         self.announce(new);
     }
 }

@@ -668,7 +668,7 @@ pub(crate) async fn dial(
 /// `hilock ring-node`: runs node `id` of the ring whose slots are at `peers`
 /// (comma-separated, slot order) until it has left gracefully or the membership service at
 /// `membership` went away.
-pub fn serve(id: u16, peers: &str, membership: SocketAddr) -> Result<String, String> {
+pub fn serve(id: u16, peers: &str, membership: SocketAddr) -> Result<NodeEnd, String> {
     let mut addrs: Vec<Option<SocketAddr>> = vec![None; SLOTS];
     for (i, p) in peers.split(',').enumerate() {
         let a = p
@@ -684,10 +684,7 @@ pub fn serve(id: u16, peers: &str, membership: SocketAddr) -> Result<String, Str
         .copied()
         .flatten()
         .ok_or_else(|| format!("--id {id}: no such slot in --peers"))?;
-    match run_node(id, addrs, me, membership)? {
-        NodeEnd::Stopped(s) => Ok(s),
-        NodeEnd::Lost(why) => Err(why),
-    }
+    run_node(id, addrs, me, membership)
 }
 
 /// Runs node `id` listening on `me` until it has left or the service went away.
