@@ -156,13 +156,12 @@ async fn work<const N: usize>(
             timeout: Duration::from_secs(30),
             lease: opts.lease,
             fence,
-            env: Vec::new(),
+            env: vec![
+                ("HILOCK_ITEM", t.payload.clone()),
+                ("HILOCK_ITEM_KEY", t.item.clone()),
+            ],
         };
         watch.told = Some(watch.lease_end());
-        watch.env = vec![
-            ("HILOCK_ITEM", t.payload.clone()),
-            ("HILOCK_ITEM_KEY", t.item.clone()),
-        ];
         let ended = crate::run_under_lock::run_to_end(
             command,
             &format!("{name}/{}", t.item),
@@ -172,14 +171,14 @@ async fn work<const N: usize>(
         )
         .await?;
         match ended {
-            crate::run_under_lock::Ended::Lost(_) => {
+            crate::run_under_lock::Outcome::Lost(_) => {
                 // Said on stderr by the wrapper (the lease ran out, the group was killed).
                 // The kernel counts the lease down too and goes back to scanning; then on
                 // with the next item.
                 let _ = q.hold(Box::pin(tokio::time::sleep(opts.lease))).await;
                 continue;
             }
-            crate::run_under_lock::Ended::Exited(0) => {
+            crate::run_under_lock::Outcome::Exited(0) => {
                 q.done(Duration::from_secs(30))
                     .await
                     .map_err(|e| format!("removing item {}: {e}", t.item))?;
@@ -232,21 +231,26 @@ fn check_replicas(addrs: &[String]) -> Result<(), String> {
         if a.trim().is_empty() {
             return Err("--replicas: an empty entry (a stray comma?)".into());
         }
-        let resolved = a
+        let mut resolved: Vec<std::net::SocketAddr> = a
             .to_socket_addrs()
-            .map_err(|e| format!("--replicas: '{a}' is not a reachable host:port ({e})"))?;
+            .map_err(|e| format!("--replicas: '{a}' is not a reachable host:port ({e})"))?
+            .collect();
+        // A name may resolve to one address more than once: that is not a second replica.
+        resolved.sort_unstable();
+        resolved.dedup();
         for r in resolved {
-            if let Some((_, other)) = seen.iter().find(|(s, o)| *s == r && *o != a) {
-                return Err(format!(
-                    "--replicas: '{other}' and '{a}' are the same replica ({r}); each replica \
-                     counts once toward a majority"
-                ));
-            }
             if let Some((_, other)) = seen.iter().find(|(s, _)| *s == r) {
-                return Err(format!(
-                    "--replicas: '{other}' is named twice; each replica counts once toward a \
-                     majority"
-                ));
+                return Err(if *other == a {
+                    format!(
+                        "--replicas: '{a}' is named twice; each replica counts once toward a \
+                         majority"
+                    )
+                } else {
+                    format!(
+                        "--replicas: '{other}' and '{a}' are the same replica ({r}); each \
+                         replica counts once toward a majority"
+                    )
+                });
             }
             seen.push((r, a));
         }
@@ -387,17 +391,19 @@ async fn lock<const N: usize>(
     // took, so it can be tried again.
     let deadline = tokio::time::Instant::now() + timeout;
     let mut registered = None;
+    // The lease is agreed once; the ids are tried only after that.
+    let mut agreed = false;
     'search: loop {
         let mut no_quorum = None;
-        match agree_lease(addrs, &prefix, opts.lease, opts.call_timeout).await {
-            Ok(()) => {}
-            Err(e @ RegisterError::NoQuorum(_)) => no_quorum = Some(e),
-            Err(e) => return Err(format!("lock {name}: {e}")),
+        if !agreed {
+            match agree_lease(addrs, &prefix, opts.lease, opts.call_timeout).await {
+                Ok(()) => agreed = true,
+                Err(e @ RegisterError::NoQuorum(_)) => no_quorum = Some(e),
+                Err(e) => return Err(format!("lock {name}: {e}")),
+            }
         }
-        for &id in ids
-            .iter()
-            .take(if no_quorum.is_some() { 0 } else { ids.len() })
-        {
+        let tried: &[u16] = if agreed { &ids } else { &[] };
+        for &id in tried {
             match Registration::register(addrs, &prefix, id, opts.lease, opts.call_timeout).await {
                 Ok(r) => {
                     registered = Some((id, r));

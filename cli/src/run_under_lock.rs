@@ -100,27 +100,27 @@ async fn kill_group(pgid: i32, child: &mut tokio::process::Child, grace: Duratio
 
 /// How a command run under a lock ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Ended {
+pub(crate) enum Outcome {
     /// It exited with this status (128+N if signal N killed it).
     Exited(u8),
     /// The lock was lost first and its group killed; the exit code says why.
     Lost(u8),
 }
 
-impl Ended {
+impl Outcome {
     /// The wrapper's exit code.
     pub(crate) fn code(self) -> ExitCode {
         match self {
-            Ended::Exited(c) | Ended::Lost(c) => ExitCode::from(c),
+            Outcome::Exited(c) | Outcome::Lost(c) => ExitCode::from(c),
         }
     }
 
     /// In words, for a line on stderr.
     pub(crate) fn describe(self) -> String {
         match self {
-            Ended::Exited(c) if c > 128 => format!("killed by signal {}", c - 128),
-            Ended::Exited(c) => format!("exit status {c}"),
-            Ended::Lost(c) => format!("the hold was lost, exit {c}"),
+            Outcome::Exited(c) if c > 128 => format!("killed by signal {}", c - 128),
+            Outcome::Exited(c) => format!("exit status {c}"),
+            Outcome::Lost(c) => format!("the hold was lost, exit {c}"),
         }
     }
 }
@@ -137,7 +137,7 @@ pub(crate) async fn run(
 ) -> Result<ExitCode, String> {
     run_to_end(command, path, fence, grace, watch)
         .await
-        .map(Ended::code)
+        .map(Outcome::code)
 }
 
 /// [`run`], saying how the command ended.
@@ -147,7 +147,7 @@ pub(crate) async fn run_to_end(
     fence: Option<u64>,
     grace: Duration,
     watch: &mut impl Watch,
-) -> Result<Ended, String> {
+) -> Result<Outcome, String> {
     use tokio::signal::unix::{signal, SignalKind};
     // From now on the signals that would stop the wrapper go to the command's group; the
     // wrapper stays to release the lock when the command is gone.
@@ -232,7 +232,7 @@ pub(crate) async fn run_to_end(
                 dog.stop().await;
                 watch.release().await;
                 use std::os::unix::process::ExitStatusExt;
-                return Ok(Ended::Exited(match (st.code(), st.signal()) {
+                return Ok(Outcome::Exited(match (st.code(), st.signal()) {
                     (Some(c), _) => u8::try_from(c).unwrap_or(1),
                     (None, Some(s)) => 128u8.saturating_add(s as u8),
                     (None, None) => 1,
@@ -247,7 +247,7 @@ pub(crate) async fn run_to_end(
     kill_group(pgid, &mut child, cap.map_or(grace, |c| grace.min(c))).await;
     dog.stop().await;
     eprintln!("hilock: {why}; the command's process group was killed");
-    Ok(Ended::Lost(code))
+    Ok(Outcome::Lost(code))
 }
 
 /// The wrapper's end of `hilock lock-watchdog`: its stdin, where each line moves the

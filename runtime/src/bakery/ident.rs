@@ -229,7 +229,6 @@ impl Registration {
         script: &str,
         enough: impl Fn(&[Option<Answer>]) -> bool,
     ) -> Vec<Answer> {
-        use futures_util::stream::{FuturesUnordered, StreamExt};
         let script = redis::Script::new(script);
         let ttl_ms = self.ttl.as_millis().to_string();
         let calls = self
@@ -260,37 +259,19 @@ impl Registration {
                             .await
                             .map_err(|e| e.to_string())
                     };
-                    let r = match tokio::time::timeout(limit, call).await {
-                        Ok(r) => r,
-                        Err(_) => Err(format!("no answer within {} ms", limit.as_millis())),
-                    };
-                    if r.is_err() {
-                        *conn = None;
+                    match within(limit, call).await {
+                        Ok(v) => decode(&v),
+                        Err(e) => {
+                            *conn = None;
+                            Answer::Failed(e)
+                        }
                     }
-                    r
                 }
             });
-        let mut pending: FuturesUnordered<_> = calls
-            .enumerate()
-            .map(|(i, f)| async move { (i, f.await) })
-            .collect();
-        let mut answers: Vec<Option<Answer>> = (0..self.replicas.len()).map(|_| None).collect();
-        while let Some((i, r)) = pending.next().await {
-            answers[i] = Some(match r {
-                Ok(v) => decode(&v),
-                Err(e) => Answer::Failed(e),
-            });
-            if enough(&answers) {
-                break;
-            }
-        }
-        answers
+        gather(calls, enough)
+            .await
             .into_iter()
-            .map(|a| {
-                a.unwrap_or_else(|| {
-                    Answer::Failed("not waited for: a majority had answered".to_string())
-                })
-            })
+            .map(|a| a.unwrap_or_else(|| Answer::Failed(NOT_WAITED.to_string())))
             .collect()
     }
 
@@ -373,36 +354,25 @@ pub async fn agree_lease(
                     .await
                     .map_err(|e| e.to_string())
             };
-            match tokio::time::timeout(call_timeout, call).await {
-                Ok(r) => r,
-                Err(_) => Err(format!("no answer within {} ms", call_timeout.as_millis())),
-            }
+            within(call_timeout, call).await
         }
     });
     // Until a majority agrees (a stopped replica then costs nothing), or every one answered.
     let majority = addrs.len() / 2 + 1;
-    let mut pending: futures_util::stream::FuturesUnordered<_> = calls
-        .enumerate()
-        .map(|(i, f)| async move { (i, f.await) })
-        .collect();
-    let mut answers: Vec<Result<String, String>> =
-        vec![Err("not waited for: a majority had answered".to_string()); addrs.len()];
-    let mut agreed = 0;
-    while let Some((i, r)) = futures_util::StreamExt::next(&mut pending).await {
-        agreed += usize::from(r.as_deref() == Ok(ours.as_str()));
-        answers[i] = r;
-        if agreed >= majority {
-            break;
-        }
-    }
-    if answers
-        .iter()
-        .filter(|a| a.as_deref() == Ok(ours.as_str()))
-        .count()
-        >= majority
-    {
+    let agreeing = |answers: &[Option<Result<String, String>>]| {
+        answers
+            .iter()
+            .filter(|a| matches!(a, Some(Ok(v)) if *v == ours))
+            .count()
+    };
+    let answers = gather(calls, |a| agreeing(a) >= majority).await;
+    if agreeing(&answers) >= majority {
         return Ok(());
     }
+    let answers: Vec<Result<String, String>> = answers
+        .into_iter()
+        .map(|a| a.unwrap_or_else(|| Err(NOT_WAITED.to_string())))
+        .collect();
     if let Some(other) = answers.iter().flatten().find(|v| **v != ours) {
         return Err(RegisterError::Invalid(format!(
             "its clients use a lease of {other} ms (set by the first one); this one asks for \
@@ -420,6 +390,42 @@ pub async fn agree_lease(
         "the lease: fewer than {majority} replicas answered; missing: {}",
         missing.join("; ")
     )))
+}
+
+/// What a replica not waited for is said to have answered ([`gather`]).
+const NOT_WAITED: &str = "not waited for: a majority had answered";
+
+/// `call` within `limit`, its error or the timeout in words.
+async fn within<T>(
+    limit: Duration,
+    call: impl std::future::Future<Output = Result<T, String>>,
+) -> Result<T, String> {
+    match tokio::time::timeout(limit, call).await {
+        Ok(r) => r,
+        Err(_) => Err(format!("no answer within {} ms", limit.as_millis())),
+    }
+}
+
+/// Runs `calls` (one per replica) at once and keeps each answer at its replica's place,
+/// until every one answered or `enough` holds of the answers so far; the replicas not
+/// waited for are `None`.
+async fn gather<T, F: std::future::Future<Output = T>>(
+    calls: impl Iterator<Item = F>,
+    enough: impl Fn(&[Option<T>]) -> bool,
+) -> Vec<Option<T>> {
+    use futures_util::stream::{FuturesUnordered, StreamExt};
+    let mut pending: FuturesUnordered<_> = calls
+        .enumerate()
+        .map(|(i, f)| async move { (i, f.await) })
+        .collect();
+    let mut answers: Vec<Option<T>> = (0..pending.len()).map(|_| None).collect();
+    while let Some((i, r)) = pending.next().await {
+        answers[i] = Some(r);
+        if enough(&answers) {
+            break;
+        }
+    }
+    answers
 }
 
 /// A plain integer reply, or the claim script's `{took, pttl}`.

@@ -364,6 +364,17 @@ async fn answers(o: &EtcdOptions, endpoint: &str, probe: &mut Option<Client>) ->
     )
 }
 
+/// Which of `o`'s endpoints answer now, asked at once (`probes[i]`: endpoint `i`'s client).
+async fn probe_all(o: &EtcdOptions, probes: &mut [Option<Client>]) -> Vec<bool> {
+    futures_util::future::join_all(
+        o.endpoints
+            .iter()
+            .zip(probes.iter_mut())
+            .map(|(e, p)| answers(o, e, p)),
+    )
+    .await
+}
+
 /// A client of `o`'s endpoints: with more than one, of those that answer now (all of them
 /// if none does, so that the first call reports why), kept so by [`Endpoints`].
 async fn connect(o: &EtcdOptions) -> Result<(Client, Endpoints), Error> {
@@ -377,13 +388,7 @@ async fn connect(o: &EtcdOptions) -> Result<(Client, Endpoints), Error> {
         return Ok((c, Endpoints(None)));
     }
     let mut probes: Vec<Option<Client>> = vec![None; o.endpoints.len()];
-    let live: Vec<bool> = futures_util::future::join_all(
-        o.endpoints
-            .iter()
-            .zip(probes.iter_mut())
-            .map(|(e, p)| answers(o, e, p)),
-    )
-    .await;
+    let live = probe_all(o, &mut probes).await;
     let mut set: Vec<bool> = if live.iter().any(|&l| l) {
         live
     } else {
@@ -405,13 +410,7 @@ async fn connect(o: &EtcdOptions) -> Result<(Client, Endpoints), Error> {
     let task = tokio::spawn(async move {
         loop {
             tokio::time::sleep(PROBE_EVERY).await;
-            let live: Vec<bool> = futures_util::future::join_all(
-                o.endpoints
-                    .iter()
-                    .zip(probes.iter_mut())
-                    .map(|(e, p)| answers(&o, e, p)),
-            )
-            .await;
+            let live = probe_all(&o, &mut probes).await;
             for (i, e) in o.endpoints.iter().enumerate() {
                 let others = set.iter().filter(|&&x| x).count() > 1;
                 if live[i] && !set[i] && c.add_endpoint(e).await.is_ok() {
