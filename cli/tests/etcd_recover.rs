@@ -20,7 +20,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use etcd_cluster::{all_members, lock_req, register, rooted_at, Nodes, TTL_S};
-use hilock_runtime::client::{request, Reply};
+use hilock_runtime::agents::{AGENTS_GONE_AFTER, RESTART_GRACE};
+use hilock_runtime::client::{request, Reply, Request};
 use hilock_runtime::oracle::Oracle;
 use tokio::net::UnixStream;
 use tokio::time::Instant;
@@ -236,4 +237,95 @@ async fn killing_the_token_node_grants_the_waiting_requests_of_the_survivors_in_
     tokio::time::timeout(Duration::from_secs(90), body)
         .await
         .expect("test body ends within 90 s");
+}
+
+/// The agents engine (`hilock lock --txn`) under etcd recovery (`docs/faults.md`, "Agents
+/// engine"). Node 2's transaction holds `/p…` in W on node 0's lock server; node 2 is
+/// killed and started again at once. Its new run is back before node 0 would count the old
+/// run's agents as gone (4 s of silence, and the link is up again before that), so node 0
+/// must release the dead agents' entries when the new run replaces the old one on the link:
+/// node 1's transaction for `/p…` in W is then granted (red before: the dead agent's entry
+/// stayed and node 1's transaction timed out). The new run's own lock server grants
+/// nothing for `RESTART_GRACE` after it starts (red without it: node 2's transaction on a
+/// path homed at node 2 was granted at once).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_node_frees_its_old_transactions_locks_and_waits_before_granting() {
+    let name = "a_restarted_node_frees_its_old_transactions_locks_and_waits_before_granting";
+    let Some(etcd) = etcd::start_healthy(name) else {
+        return;
+    };
+    let body = async {
+        let (cluster, n) = ("recover-txn", 3);
+        let mut nodes = Nodes::start_direct(
+            cluster,
+            &vec![etcd.addr.clone(); n],
+            REQUEST_TIMEOUT_MS,
+            "etcd_recovery = true\n",
+            "hilock=info",
+        );
+        let (_obs, _) = all_members(&etcd.addr, cluster, n).await;
+        let (p, q) = (rooted_at("/p", 0, n), rooted_at("/q", 2, n));
+        assert_eq!(hilock_runtime::agents::home(&p, n), 0);
+        assert_eq!(hilock_runtime::agents::home(&q, n), 2);
+        let txn = |path: &str, ms| Request::Txn {
+            locks: vec![format!("{path}:W")],
+            timeout_ms: Some(ms),
+            abort_on_deadlock: false,
+        };
+        let (held, _s2) = request(&nodes.socket(2), &txn(&p, 10_000)).await.unwrap();
+        assert!(held.ok, "{:?}", held.error);
+        let killed = Instant::now();
+        nodes.kill(2);
+        nodes.restart(2);
+        let back = Instant::now();
+        let own = {
+            let (socket, req) = (nodes.socket(2), txn(&q, 10_000));
+            tokio::spawn(async move {
+                let r = request(&socket, &req).await.unwrap();
+                (Instant::now(), r)
+            })
+        };
+        let (reply, _s1) = request(&nodes.socket(1), &txn(&p, 6_000)).await.unwrap();
+        let granted = killed.elapsed();
+        let (own_at, (own_reply, _s2q)) = own.await.unwrap();
+        eprintln!(
+            "node 2 killed at 0, back after {:.3?}; node 1 granted {p} after {granted:.3?}: {} \
+             {:?}; node 2's new run granted {q} {:.3?} after it was back",
+            back - killed,
+            reply.ok,
+            reply.error,
+            own_at - back
+        );
+        assert!(
+            own_reply.ok && own_at - back >= RESTART_GRACE - Duration::from_millis(300),
+            "node 2's new run grants nothing for about {RESTART_GRACE:?}: {:?} after {:?}",
+            own_reply.error,
+            own_at - back
+        );
+        if back - killed >= AGENTS_GONE_AFTER {
+            eprintln!(
+                "{name}: node 2 took {:?} to come back, longer than the {AGENTS_GONE_AFTER:?} \
+                 of silence after which node 0 frees its agents anyway; this run shows nothing \
+                 about the release at a new run",
+                back - killed
+            );
+            return;
+        }
+        assert!(
+            reply.ok,
+            "node 1 is granted {p} once node 2's new run replaced the old one: {:?}; node 0's \
+             log:\n{}",
+            reply.error,
+            nodes
+                .log(0)
+                .lines()
+                .filter(|l| l.contains("agents") || l.contains("run"))
+                .take(20)
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+    };
+    tokio::time::timeout(Duration::from_secs(60), body)
+        .await
+        .expect("test body ends within 60 s");
 }

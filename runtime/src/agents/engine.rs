@@ -17,7 +17,8 @@ use tracing::{debug, warn};
 
 use super::{
     AgentFrame, Ask, Cmd, Counters, EngineRx, Inbox, Info, Link, Net, Reply, RtAgent, RtServer,
-    TxnError, TxnView, AGENTS_GONE_AFTER, DEPTH, LINK_CHECK, MAX_SERVERS, SERVER_DOWN_AFTER,
+    TxnError, TxnView, AGENTS_GONE_AFTER, DEPTH, LINK_CHECK, MAX_SERVERS, RESTART_GRACE,
+    SERVER_DOWN_AFTER,
 };
 
 /// A message between processes of this node (one FIFO queue keeps each pair in order).
@@ -82,6 +83,11 @@ pub(crate) struct Engine {
     /// The node runs with `state_dir`: the engine is off (a suspend could not carry its
     /// state), and drops what peers send it.
     state_dir: bool,
+    /// Until then the lock server takes no request ([`RESTART_GRACE`]); what reaches it
+    /// meanwhile waits in `deferred`, in order, and is served at the first look at the
+    /// links after it.
+    serve_from: Option<Instant>,
+    deferred: VecDeque<(u16, ServerMsg<DEPTH>)>,
 }
 
 /// The engine's task: commands and frames in, and a look at the peer links every
@@ -91,9 +97,13 @@ pub(crate) async fn run(net: Arc<dyn Net>, rx: EngineRx) {
         mut rx,
         counters,
         state_dir,
+        recovery,
     } = rx;
     let mut e = Engine::new(net, Some(counters));
     e.state_dir = state_dir;
+    if recovery {
+        e.serve_from = Some(Instant::now() + RESTART_GRACE);
+    }
     let mut tick = tokio::time::interval(LINK_CHECK);
     loop {
         tokio::select! {
@@ -122,6 +132,8 @@ impl Engine {
             parked: Vec::new(),
             fenced: None,
             state_dir: false,
+            serve_from: None,
+            deferred: VecDeque::new(),
             links: vec![
                 Watch {
                     since: Some(Instant::now()),
@@ -169,6 +181,7 @@ impl Engine {
                 }
             }
             Cmd::Fenced { reason } => self.fence(reason),
+            Cmd::PeerRestarted { peer } => self.peer_restarted(peer),
             Cmd::Agents { reply } => {
                 let v = self
                     .agents
@@ -303,6 +316,10 @@ impl Engine {
 
     /// A message for this node's server from an agent of node `from`.
     fn server_step(&mut self, from: u16, msg: ServerMsg<DEPTH>) {
+        if self.serve_from.is_some() {
+            self.deferred.push_back((from, msg));
+            return;
+        }
         let agent = msg.agent();
         if self.owner(agent) != from {
             // Only a node's own agents speak from it.
@@ -583,6 +600,18 @@ impl Engine {
     /// Peers unreachable for [`SERVER_DOWN_AFTER`] are dead servers for the running agents;
     /// for [`AGENTS_GONE_AFTER`], this node's server releases their agents.
     pub(crate) fn check_links(&mut self, now: Instant) {
+        if self.serve_from.is_some_and(|t| now >= t) {
+            self.serve_from = None;
+            if !self.deferred.is_empty() {
+                debug!(
+                    requests = self.deferred.len(),
+                    "agents: the lock server serves what reached it since the start"
+                );
+            }
+            while let Some((from, msg)) = self.deferred.pop_front() {
+                self.server_step(from, msg);
+            }
+        }
         for p in 0..self.n.min(MAX_SERVERS.max(self.n)) {
             let p16 = p as u16;
             if p16 == self.me {
@@ -629,6 +658,26 @@ impl Engine {
             }
         }
         self.drain();
+    }
+
+    /// A new run of `peer` replaced its old run (etcd recovery): the old run's lock server
+    /// forgot every entry, so a transaction here that used it no longer holds what it was
+    /// told it holds there (the kernel counts the server as down, rule A8, and aborts what
+    /// can no longer be had), and the old run's agents are gone, so this node's server
+    /// releases their entries at once. Runs before any frame of the new run is handled.
+    fn peer_restarted(&mut self, peer: u16) {
+        warn!(
+            peer,
+            "agents: a new run of the node replaced its old run; its lock server's entries \
+             and its agents are gone"
+        );
+        if usize::from(peer) < MAX_SERVERS {
+            let ids: Vec<AgentId> = self.agents.keys().copied().collect();
+            for a in ids {
+                let _ = self.agent_step(a, AgentInput::ServerDown(ServerId(peer)));
+            }
+        }
+        self.release_node(peer);
     }
 
     /// This node's server releases every entry of node `p`'s agents.
@@ -821,5 +870,91 @@ mod tests {
         });
         assert_eq!(done.try_recv().unwrap(), Ok(()));
         assert!(entries(&e).is_empty());
+    }
+
+    /// A transaction of node 0 holding W on `path(9)` at node 1's lock server (node 1's
+    /// announcement delivered), answered `Ok`.
+    fn holding_at_node_1(e: &mut Engine) -> watch::Receiver<TxnView> {
+        let (view, rx) = watch::channel(TxnView::default());
+        e.handle(Cmd::Begin {
+            id: AgentId(0),
+            abort_on_deadlock: false,
+            view,
+        });
+        let (reply, mut got) = oneshot::channel();
+        e.handle(Cmd::Lock {
+            id: AgentId(0),
+            locks: vec![Ask {
+                path: path(9),
+                name: "/k".into(),
+                mode: LockMode::Write,
+                servers: Servers::one(ServerId(1)),
+                req: Req::All,
+            }],
+            reply,
+        });
+        let mut queue = heapless::Vec::new();
+        let _ = queue.push(QEntry {
+            agent: AgentId(0),
+            path: path(9),
+            mode: LockMode::Write,
+            granted: true,
+        });
+        e.handle(Cmd::Net {
+            from: 1,
+            frame: Box::new(AgentFrame::Info {
+                to: AgentId(0),
+                info: Box::new(Info {
+                    server: ServerId(1),
+                    path: path(9),
+                    version: 1,
+                    cause: AgentId(0),
+                    surrender: false,
+                    queue,
+                }),
+            }),
+        });
+        assert_eq!(got.try_recv().unwrap(), Ok(()));
+        rx
+    }
+
+    /// A new run of node 1 (etcd recovery) has an empty lock table: node 0's transaction
+    /// that holds a lock there is aborted at once, naming node 1, and node 0's server
+    /// releases what node 1's old agents held (`Cmd::PeerRestarted`; rule A8 in the
+    /// kernel decides the abort). Without it, the transaction kept W while node 1's new
+    /// run could grant it again, and the old agent's W here blocked the path for 4 s.
+    #[test]
+    fn a_new_run_of_a_peer_aborts_the_transactions_on_its_server_and_frees_its_old_agents() {
+        let (mut e, _net) = engine();
+        // Node 1's agent 1 holds W on path 7 at this node's server.
+        e.handle(request(1, 7));
+        assert_eq!(entries(&e), vec![(1, true)]);
+        let view = holding_at_node_1(&mut e);
+        e.handle(Cmd::PeerRestarted { peer: 1 });
+        assert_eq!(
+            view.borrow().aborted,
+            Some(TxnError::ServerDown { node: 1 }),
+            "the transaction no longer holds what node 1's old run granted"
+        );
+        assert!(entries(&e).is_empty(), "the old run's agent is released");
+    }
+
+    /// With etcd recovery the lock server takes no request for [`RESTART_GRACE`] after
+    /// the start (requests wait, in order) and serves them at the first look at the links
+    /// after it: by then a peer's transaction that held a lock on this node's previous run
+    /// has aborted.
+    #[test]
+    fn with_recovery_the_server_grants_nothing_before_the_restart_grace() {
+        let (mut e, net) = engine();
+        let start = Instant::now();
+        e.serve_from = Some(start + RESTART_GRACE);
+        e.handle(request(1, 7));
+        e.handle(request(3, 7));
+        e.check_links(start + RESTART_GRACE - LINK_CHECK);
+        assert!(entries(&e).is_empty(), "nothing granted in the grace");
+        assert!(net.0.lock().unwrap().is_empty(), "nothing announced");
+        e.check_links(start + RESTART_GRACE);
+        assert_eq!(entries(&e), vec![(1, true), (3, false)], "served in order");
+        assert!(!net.0.lock().unwrap().is_empty(), "the grant is announced");
     }
 }

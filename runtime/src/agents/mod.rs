@@ -36,6 +36,11 @@
 //!   longer so that an agent stops counting a server before that server can give its locks
 //!   to others; like every lease, this assumes the two nodes' clocks run at similar rates
 //!   and that neither is paused for longer than the difference.
+//! - A new run of a peer replaces its old run (a restart under etcd recovery): the engine
+//!   hears it before any frame of the new run, counts the old run's server as down for the
+//!   running agents and releases the old run's agents' entries on this node's server at
+//!   once. With etcd recovery a node's own server takes no request for [`RESTART_GRACE`]
+//!   after it starts.
 //! - This run of the node is refused by the cluster (a restart with fresh state): the token
 //!   core tells the engine, which then serves nothing ([`TxnError::NotServing`]); until a
 //!   majority has let the run in, lock calls wait. A node with `state_dir` runs no
@@ -72,6 +77,13 @@ pub const SERVER_DOWN_AFTER: Duration = Duration::from_millis(1500);
 pub const AGENTS_GONE_AFTER: Duration = Duration::from_secs(4);
 /// How often the engine looks at the peer links.
 pub const LINK_CHECK: Duration = Duration::from_millis(50);
+/// With etcd recovery, a node's lock server takes no request for this long after the node
+/// starts: a peer whose transaction held a lock on the server of this node's earlier run
+/// has by then either counted that run as down (its link to it was gone for
+/// [`SERVER_DOWN_AFTER`], looked at every [`LINK_CHECK`]) or met this run on the link and
+/// aborted the transaction at once (`Cmd::PeerRestarted`). The new run's table is empty:
+/// granting from it earlier could give such a lock a second holder.
+pub const RESTART_GRACE: Duration = Duration::from_millis(1600);
 /// Default wait for a lock, after which the transaction aborts.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -410,6 +422,9 @@ pub(crate) enum Cmd {
     Admitted,
     /// The cluster refused this run of the node (for good): nothing is served any more.
     Fenced { reason: String },
+    /// A new run of node `peer` replaced its old run on the link (etcd recovery): the old
+    /// run's lock server and agents are gone.
+    PeerRestarted { peer: u16 },
 }
 
 /// One lock of a call.
@@ -444,6 +459,8 @@ pub(crate) struct EngineRx {
     rx: mpsc::UnboundedReceiver<Cmd>,
     counters: Arc<Counters>,
     state_dir: bool,
+    /// The node runs with etcd recovery: its lock server waits [`RESTART_GRACE`].
+    pub(crate) recovery: bool,
 }
 
 /// A new engine inbox for node `me` of `n`, and the receiver [`run`] reads; with
@@ -464,6 +481,7 @@ pub(crate) fn inbox(me: u16, n: usize, state_dir: bool) -> (Inbox, EngineRx) {
             rx,
             counters,
             state_dir,
+            recovery: false,
         },
     )
 }
@@ -477,6 +495,12 @@ impl Inbox {
     /// The cluster refused this run (the token core's fence): the engine serves nothing.
     pub(crate) fn fenced(&self, reason: String) {
         let _ = self.tx.send(Cmd::Fenced { reason });
+    }
+
+    /// A new run of `peer` replaced its old run on the link (etcd recovery; sent before
+    /// any frame of the new run is delivered).
+    pub(crate) fn peer_restarted(&self, peer: u16) {
+        let _ = self.tx.send(Cmd::PeerRestarted { peer });
     }
 
     /// A frame from `from` for the engine; `false` if the engine has stopped.

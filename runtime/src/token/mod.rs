@@ -742,7 +742,7 @@ impl Node {
             None => None,
         };
         config.metrics = metrics_addr;
-        let (agents_inbox, agents_rx) =
+        let (agents_inbox, mut agents_rx) =
             crate::agents::inbox(config.id, config.n(), config.state_dir.is_some());
         let incarnation = match &resumed {
             Some((s, _)) => s.run,
@@ -777,6 +777,7 @@ impl Node {
             network: listener.network(),
             entropy,
         });
+        agents_rx.recovery = shared.recovery;
         tasks.spawn(crate::agents::run(shared.clone(), agents_rx));
         let (tx, rx) = mpsc::unbounded_channel();
         let rejoining = session.rejoining();

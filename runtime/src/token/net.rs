@@ -260,6 +260,8 @@ impl Shared {
         inb.delivered = 0;
         inb.conn += 1;
         link.run_gen.fetch_add(1, Relaxed);
+        // The agents engine hears of it before any frame of the new run (same queue).
+        self.agents.peer_restarted(peer);
         info!(
             peer,
             old = format!("{known:016x}"),
