@@ -22,12 +22,27 @@ use std::time::Duration;
 use etcd_cluster::{all_members, lock_req, register, rooted_at, Nodes, TTL_S};
 use hilock_runtime::agents::{AGENTS_GONE_AFTER, RESTART_GRACE};
 use hilock_runtime::client::{request, Reply, Request};
+use hilock_runtime::membership::Membership;
 use hilock_runtime::oracle::Oracle;
 use tokio::net::UnixStream;
 use tokio::time::Instant;
 
 /// Requests wait this long unless granted or failed first: far above the recovery time.
 const REQUEST_TIMEOUT_MS: u64 = 30_000;
+
+/// `n` nodes of `cluster` with etcd recovery, logging at info, once all are members; and
+/// the test's own view of the members (kept for the test's length).
+async fn recovering_nodes(etcd: &str, cluster: &str, n: usize) -> (Nodes, Membership) {
+    let nodes = Nodes::start_direct(
+        cluster,
+        &vec![etcd.to_string(); n],
+        REQUEST_TIMEOUT_MS,
+        "etcd_recovery = true\n",
+        "hilock=info",
+    );
+    let (observer, _) = all_members(etcd, cluster, n).await;
+    (nodes, observer)
+}
 
 /// A lock request on node `node` that registers its grant with the oracle; the grant's
 /// time and the held stream (dropping it releases).
@@ -65,14 +80,7 @@ async fn killing_the_token_node_grants_the_waiting_requests_of_the_survivors_in_
     };
     let body = async {
         let (cluster, n) = ("recover", 4);
-        let mut nodes = Nodes::start_direct(
-            cluster,
-            &vec![etcd.addr.clone(); n],
-            REQUEST_TIMEOUT_MS,
-            "etcd_recovery = true\n",
-            "hilock=info",
-        );
-        let (_obs, _) = all_members(&etcd.addr, cluster, n).await;
+        let (mut nodes, _obs) = recovering_nodes(&etcd.addr, cluster, n).await;
         let oracle = Arc::new(Oracle::default());
         let (p, h, fresh) = (
             rooted_at("/p", 3, n),
@@ -256,14 +264,7 @@ async fn a_restarted_node_frees_its_old_transactions_locks_and_waits_before_gran
     };
     let body = async {
         let (cluster, n) = ("recover-txn", 3);
-        let mut nodes = Nodes::start_direct(
-            cluster,
-            &vec![etcd.addr.clone(); n],
-            REQUEST_TIMEOUT_MS,
-            "etcd_recovery = true\n",
-            "hilock=info",
-        );
-        let (_obs, _) = all_members(&etcd.addr, cluster, n).await;
+        let (mut nodes, _obs) = recovering_nodes(&etcd.addr, cluster, n).await;
         let (p, q) = (rooted_at("/p", 0, n), rooted_at("/q", 2, n));
         assert_eq!(hilock_runtime::agents::home(&p, n), 0);
         assert_eq!(hilock_runtime::agents::home(&q, n), 2);

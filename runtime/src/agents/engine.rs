@@ -814,27 +814,41 @@ mod tests {
         assert_eq!(e.counters.server_refusals.load(Relaxed), 3);
     }
 
-    #[test]
-    fn a_stale_queue_is_ignored_and_the_transaction_keeps_its_lock() {
-        let (mut e, _net) = engine();
-        let (view, _rx) = watch::channel(TxnView::default());
+    /// Transaction 0 begins and asks for W on `path(k)` at `server`'s lock server: its
+    /// view and the call's answer.
+    fn lock_w(
+        e: &mut Engine,
+        k: u16,
+        server: u16,
+    ) -> (
+        watch::Receiver<TxnView>,
+        oneshot::Receiver<Result<(), TxnError>>,
+    ) {
+        let (view, rx) = watch::channel(TxnView::default());
         e.handle(Cmd::Begin {
             id: AgentId(0),
             abort_on_deadlock: false,
             view,
         });
-        let (reply, mut got) = oneshot::channel();
+        let (reply, got) = oneshot::channel();
         e.handle(Cmd::Lock {
             id: AgentId(0),
             locks: vec![Ask {
-                path: path(7),
+                path: path(k),
                 name: "/k".into(),
                 mode: LockMode::Write,
-                servers: Servers::one(ServerId(0)),
+                servers: Servers::one(ServerId(server)),
                 req: Req::All,
             }],
             reply,
         });
+        (rx, got)
+    }
+
+    #[test]
+    fn a_stale_queue_is_ignored_and_the_transaction_keeps_its_lock() {
+        let (mut e, _net) = engine();
+        let (_view, mut got) = lock_w(&mut e, 7, 0);
         assert_eq!(got.try_recv().unwrap(), Ok(()));
         // An older version of the queue (another agent holding) arrives late.
         let mut queue = heapless::Vec::new();
@@ -875,24 +889,7 @@ mod tests {
     /// A transaction of node 0 holding W on `path(9)` at node 1's lock server (node 1's
     /// announcement delivered), answered `Ok`.
     fn holding_at_node_1(e: &mut Engine) -> watch::Receiver<TxnView> {
-        let (view, rx) = watch::channel(TxnView::default());
-        e.handle(Cmd::Begin {
-            id: AgentId(0),
-            abort_on_deadlock: false,
-            view,
-        });
-        let (reply, mut got) = oneshot::channel();
-        e.handle(Cmd::Lock {
-            id: AgentId(0),
-            locks: vec![Ask {
-                path: path(9),
-                name: "/k".into(),
-                mode: LockMode::Write,
-                servers: Servers::one(ServerId(1)),
-                req: Req::All,
-            }],
-            reply,
-        });
+        let (rx, mut got) = lock_w(e, 9, 1);
         let mut queue = heapless::Vec::new();
         let _ = queue.push(QEntry {
             agent: AgentId(0),
