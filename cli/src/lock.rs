@@ -59,7 +59,7 @@ pub fn lock(
     command: &[String],
     at: &ClientAt,
     timeout_ms: Option<u64>,
-    priority: u8,
+    priority: Option<u8>,
     kill_grace_ms: u64,
     ring_id: RingId,
 ) -> Result<ExitCode, String> {
@@ -84,7 +84,7 @@ pub fn lock(
                     "--signal-waiters is the token engine's: a ring tells no holder".into(),
                 );
             }
-            if priority != 0 {
+            if priority.is_some() {
                 return Err("--priority is the token engine's: a ring serves no priorities".into());
             }
             if at.id.is_some() {
@@ -153,7 +153,7 @@ pub fn lock(
                 hilock_runtime::client::Request::Lock {
                     path: path.clone(),
                     mode,
-                    priority,
+                    priority: priority.unwrap_or(0),
                     timeout_ms: Some(timeout_ms),
                     // Run by a command under another `hilock lock` (which sets HILOCK_LOCK).
                     nested: std::env::var_os("HILOCK_LOCK").is_some(),

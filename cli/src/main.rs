@@ -381,7 +381,7 @@ fn main() -> ExitCode {
             &command,
             &at,
             timeout_ms,
-            priority.unwrap_or(0),
+            priority,
             kill_grace_ms,
             lock::RingId {
                 client_id,

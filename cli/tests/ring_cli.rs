@@ -1465,7 +1465,8 @@ async fn unanswered_unlock() {
     )
     .await;
     assert_eq!(code, Some(0), "{err}");
-    for extra in [["--priority", "3"], ["--id", "1"]] {
+    // `--priority 0` too: the ring has no priorities at all, not a default one.
+    for extra in [["--priority", "3"], ["--priority", "0"], ["--id", "1"]] {
         let mut args = vec!["--client-id", "30"];
         args.extend(extra);
         args.extend([PATH, "W", "--", "true"]);
