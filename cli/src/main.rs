@@ -315,7 +315,7 @@ fn main() -> ExitCode {
             Ok(node::Ended::Stopped(s)) => Ok((s, true)),
             Ok(node::Ended::LeaseLost(line)) => {
                 eprintln!("hilock: error: {line}");
-                return ExitCode::from(node::EXIT_LEASE_LOST);
+                return ExitCode::from(node::EXIT_STOPPED);
             }
             Err(e) => Err(e),
         },
@@ -328,7 +328,7 @@ fn main() -> ExitCode {
             // On its own (lease, service gone): as `hilock node` says it.
             Ok(hilock_runtime::ring::NodeEnd::Lost(line)) => {
                 eprintln!("hilock: error: {line}");
-                return ExitCode::from(node::EXIT_LEASE_LOST);
+                return ExitCode::from(node::EXIT_STOPPED);
             }
             Err(e) => Err(e),
         },

@@ -52,17 +52,19 @@ pub const DEFAULT_STATUS_TIMEOUT_MS: u64 = 5000;
 /// `request_timeout_ms` too).
 const DEFAULT_LOCK_TIMEOUT_MS: u64 = 30_000;
 
-/// `hilock node`'s exit status when its etcd lease was lost and it could not rejoin
-/// (`etcd_recovery = false`, or etcd did not answer within `etcd_rejoin_timeout_ms`, or the
-/// new run could not start): EX_TEMPFAIL, "try again" — a supervisor's
-/// `Restart=on-failure` starts it again (`docs/operations.md`, "An etcd stall").
-pub const EXIT_LEASE_LOST: u8 = 75;
+/// The exit status of `hilock node` and `hilock ring-node` when the node stopped on its
+/// own: its etcd lease was lost and it could not rejoin (`etcd_recovery = false`, or etcd
+/// did not answer within `etcd_rejoin_timeout_ms`, or the new run could not start), or a
+/// ring node's lease ran out or its membership service went away. EX_TEMPFAIL, "try
+/// again": a supervisor's `Restart=on-failure` starts it again (`docs/operations.md`, "An
+/// etcd stall").
+pub const EXIT_STOPPED: u8 = 75;
 
 /// How `hilock node` ended.
 pub enum Ended {
     /// Stopped by SIGTERM or Ctrl-C (or a ring node's own end): exit 0.
     Stopped(String),
-    /// Lease lost and not rejoined: [`EXIT_LEASE_LOST`], with the one line to print.
+    /// Lease lost and not rejoined: [`EXIT_STOPPED`], with the one line to print.
     LeaseLost(String),
 }
 

@@ -200,7 +200,7 @@ fn hilock_lock_runs_commands_under_mutual_exclusion_across_processes() {
 
 #[test]
 fn hilock_lock_times_out_with_one_line_and_exit_2() {
-    let c = start(2);
+    let c = start(3);
     let holder = lock_cmd(&c.socket(0), "/t", "W", "sleep 3")
         .spawn()
         .unwrap();
@@ -232,8 +232,19 @@ fn hilock_lock_times_out_with_one_line_and_exit_2() {
         assert_eq!(out.status.code(), Some(2), "{args:?}");
         assert_eq!(text(&out.stderr).trim_end().lines().count(), 1, "{args:?}");
     }
-    // SIGTERM and SIGHUP stop a node cleanly: its client socket goes away.
-    for (node, sig) in [(1, "-HUP"), (0, "-TERM")] {
+    // HILOCK_SOCKET names the node's socket when --socket and --config are not given.
+    let out = run(hilock().env("HILOCK_SOCKET", c.socket(2)).args([
+        "lock",
+        "/env",
+        "W",
+        "--timeout-ms",
+        "2000",
+        "--",
+        "true",
+    ]));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    // SIGTERM, SIGINT (Ctrl-C) and SIGHUP stop a node cleanly: its client socket goes away.
+    for (node, sig) in [(1, "-HUP"), (2, "-INT"), (0, "-TERM")] {
         let pid = c.nodes[node].0.id().to_string();
         assert!(Command::new("kill")
             .args([sig, &pid])
@@ -706,6 +717,16 @@ fn the_command_dies_with_the_lock_and_exit_codes_say_why() {
         .arg(c.socket(0))
         .args(["--", "/nonexistent/command"]));
     assert_eq!(out.status.code(), Some(127));
+    assert_eq!(text(&out.stderr).trim_end().lines().count(), 1);
+    // A command that exists but cannot be executed (no execute permission): 126, one line.
+    let plain = c.dir.path().join("not-executable");
+    std::fs::write(&plain, "#!/bin/sh\ntrue\n").unwrap();
+    let out = run(hilock()
+        .args(["lock", "/g", "W", "--socket"])
+        .arg(c.socket(0))
+        .arg("--")
+        .arg(&plain));
+    assert_eq!(out.status.code(), Some(126), "{}", text(&out.stderr));
     assert_eq!(text(&out.stderr).trim_end().lines().count(), 1);
 }
 

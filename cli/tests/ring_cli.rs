@@ -1465,14 +1465,27 @@ async fn unanswered_unlock() {
     )
     .await;
     assert_eq!(code, Some(0), "{err}");
+    // The token engine's flags, and --txn: refused with one line naming the flag.
     // `--priority 0` too: the ring has no priorities at all, not a default one.
-    for extra in [["--priority", "3"], ["--priority", "0"], ["--id", "1"]] {
+    let txn_lock = format!("{PATH}:W");
+    for extra in [
+        &["--priority", "3"][..],
+        &["--priority", "0"],
+        &["--id", "1"],
+        &["--try"],
+        &["--signal-waiters"],
+        &["--txn", &txn_lock],
+    ] {
         let mut args = vec!["--client-id", "30"];
         args.extend(extra);
-        args.extend([PATH, "W", "--", "true"]);
+        if extra[0] != "--txn" {
+            args.extend([PATH, "W"]);
+        }
+        args.extend(["--", "true"]);
         let (code, err, _) = lock_cmd(&args, &cfg, limit).await;
         assert_eq!(code, Some(2), "{extra:?}: {err}");
         assert!(err.contains(extra[0]), "{extra:?}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{extra:?}: {err}");
     }
     let stop = format!("kill -STOP {}", primary.0.id());
     let (code, err, _) = lock_cmd(

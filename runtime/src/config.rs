@@ -733,6 +733,16 @@ addr = "127.0.0.1:7101"
             (GOOD.replace("127.0.0.1:7100", "nowhere"), "line"),
             (format!("{GOOD}\nbogus = 1\n"), "bogus"),
             (GOOD.replace("[[nodes]]", "[[nodez]]"), "nodez"),
+            // More nodes than MAX_NODES (`docs/engines/token.md`, "at most 64 nodes").
+            (
+                format!(
+                    "cluster = \"c\"\nsecret = \"0123456789\"\nid = 0\n{}",
+                    (0..=MAX_NODES)
+                        .map(|i| format!("[[nodes]]\nid = {i}\naddr = \"127.0.0.1:{}\"\n", 7000 + i))
+                        .collect::<String>()
+                ),
+                "65 nodes configured; at most 64",
+            ),
             (
                 GOOD.replace("id = 1\n[[", "id = 1\nmembership = \"etcd\"\n[["),
                 "needs etcd_endpoints",

@@ -675,6 +675,18 @@ pub fn serve(id: u16, peers: &str, membership: SocketAddr) -> Result<NodeEnd, St
             .trim()
             .parse()
             .map_err(|e| format!("--peers: {p:?} is not an address: {e}"))?;
+        let a: SocketAddr = a;
+        if a.ip().is_unspecified() {
+            return Err(format!(
+                "--peers: slot {i} is {a}, which other nodes cannot dial; give each slot the \
+                 address the others reach it at"
+            ));
+        }
+        if let Some(j) = addrs.iter().position(|b| *b == Some(a)) {
+            return Err(format!(
+                "--peers: slots {j} and {i} have the same address {a}"
+            ));
+        }
         *addrs
             .get_mut(i)
             .ok_or_else(|| format!("--peers: more than {SLOTS} addresses"))? = Some(a);
@@ -684,6 +696,12 @@ pub fn serve(id: u16, peers: &str, membership: SocketAddr) -> Result<NodeEnd, St
         .copied()
         .flatten()
         .ok_or_else(|| format!("--id {id}: no such slot in --peers"))?;
+    if membership == me {
+        return Err(format!(
+            "--membership {membership} is slot {id}'s own address in --peers: the membership \
+             service (`hilock ring membership`) listens on an address of its own"
+        ));
+    }
     run_node(id, addrs, me, membership)
 }
 
@@ -725,6 +743,31 @@ fn run_node(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `hilock ring-node` refuses, before it binds or dials anything, a slot list in which
+    /// two slots share an address, a slot others cannot dial, and a membership service at
+    /// the node's own address (which it would wait on for ever).
+    #[test]
+    fn ring_node_refuses_shared_unreachable_and_own_addresses() {
+        let m: SocketAddr = "127.0.0.1:9".parse().unwrap();
+        let err = |id, peers: &str, m| match serve(id, peers, m) {
+            Err(e) => e,
+            Ok(_) => panic!("{peers} accepted"),
+        };
+        let e = err(0, "127.0.0.1:7301,127.0.0.1:7301", m);
+        assert_eq!(
+            e,
+            "--peers: slots 0 and 1 have the same address 127.0.0.1:7301"
+        );
+        let e = err(0, "0.0.0.0:7301", m);
+        assert!(e.contains("slot 0 is 0.0.0.0:7301"), "{e}");
+        let e = err(
+            1,
+            "127.0.0.1:7301,127.0.0.1:7302",
+            "127.0.0.1:7302".parse().unwrap(),
+        );
+        assert!(e.contains("slot 1's own address"), "{e}");
+    }
 
     /// A new client numbers on from the clock ([`clock_seq`]): a later client with the same
     /// id starts past where an earlier one started; and it draws its own incarnation, so
