@@ -526,6 +526,39 @@ pub async fn run(opts: DemoOptions) -> Result<DemoReport, String> {
 mod tests {
     use super::*;
 
+    /// `hilock demo` exits 1 when its report is not ok (`docs/cli.md`, "Exit codes"): a
+    /// violation found by the history checker, a lock left held or queued on some node, a
+    /// failed access or a refused message each fail the run, and the report names it.
+    #[test]
+    fn a_violation_a_leftover_lock_a_failure_or_a_refusal_fails_the_demo() {
+        assert!(DemoReport::default().ok());
+        let bad = [
+            DemoReport {
+                violations: vec!["n0 W and n1 R on /db at once".into()],
+                ..Default::default()
+            },
+            DemoReport {
+                leaked: vec!["node 0: /db held W".into()],
+                ..Default::default()
+            },
+            DemoReport {
+                failed: 1,
+                ..Default::default()
+            },
+            DemoReport {
+                rejected: 1,
+                ..Default::default()
+            },
+        ];
+        for r in bad {
+            assert!(!r.ok(), "{r:?}");
+            let text = r.to_string();
+            for line in r.violations.iter().chain(&r.leaked) {
+                assert!(text.contains(line.as_str()), "{text}");
+            }
+        }
+    }
+
     #[test]
     fn the_mix_is_the_thesis_mix() {
         let mut rng = StdRng::seed_from_u64(3);
