@@ -123,19 +123,10 @@ pub fn lock(
     };
     let grace = std::time::Duration::from_millis(kill_grace_ms);
     current_thread()?.block_on(async {
-        // A W lock of the token engine: the command may leave a new value block in this
-        // file (`docs/cli.md`, "The value block"; `spec/SPEC.md` 1.15).
-        let value_out = match &what {
-            LockRequest::Lock { mode, .. }
-                if hilock_kernel::Mode::parse(mode) == Some(hilock_kernel::Mode::W) =>
-            {
-                let f = std::env::temp_dir().join(format!("hilock-value-{}", std::process::id()));
-                // A file left by an earlier process with this pid is not this command's.
-                let _ = std::fs::remove_file(&f);
-                Some(f)
-            }
-            _ => None,
-        };
+        // A W lock of the token engine: the command may leave a new value block in a file
+        // (`docs/cli.md`, "The value block"; `spec/SPEC.md` 1.15), made once it holds.
+        let writes_value = matches!(&what, LockRequest::Lock { mode, .. }
+            if hilock_kernel::Mode::parse(mode) == Some(hilock_kernel::Mode::W));
         let signal_waiters = matches!(
             what,
             LockRequest::Lock {
@@ -192,6 +183,21 @@ pub fn lock(
         if !reply.ok {
             return Err(reply.error.unwrap_or_else(|| "lock refused".into()));
         }
+        let value_out = if writes_value {
+            // In a directory of its own that only this user may enter, under a name no one
+            // can guess: nobody else can plant the value, or a link, in its place.
+            let dir = std::env::temp_dir().join(format!(
+                "hilock-value-{}-{:016x}",
+                std::process::id(),
+                rand::random::<u64>()
+            ));
+            std::os::unix::fs::DirBuilderExt::mode(&mut std::fs::DirBuilder::new(), 0o700)
+                .create(&dir)
+                .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+            Some(dir.join("value"))
+        } else {
+            None
+        };
         let (r, w) = stream.into_split();
         let mut watch = NodeWatch {
             r: tokio::io::BufReader::new(r),
@@ -203,8 +209,10 @@ pub fn lock(
             lease: lease_deadline(&reply),
             path: path.clone(),
             value: reply.value.clone(),
-            value_out: value_out.clone(),
+            value_out,
             signal_waiters,
+            early_blocking: None,
+            succeeded: false,
         };
         crate::run_under_lock::run(command, &path, reply.fence, grace, &mut watch).await
     })
@@ -231,11 +239,27 @@ struct NodeWatch {
     path: String,
     /// The lock value block of the hold in hex, empty if not valid (`spec/SPEC.md` 1.15).
     value: Option<String>,
-    /// A W hold: the file the command may write a new value block to.
+    /// A W hold: the file the command may write a new value block to, in a directory of
+    /// its own (removed with the watch).
     value_out: Option<std::path::PathBuf>,
+    /// The command exited 0: only then is the value block it left written.
+    succeeded: bool,
     /// `--signal-waiters`: a blocking notification from the node (`spec/SPEC.md` 1.16)
     /// becomes SIGUSR1 to the command's group; without it the line is ignored.
     signal_waiters: bool,
+    /// A blocking notification that came before the node's answer to the group's
+    /// registration (a waiter queued before the grant, Rule 8.2): the command gets it in
+    /// `HILOCK_BLOCKING` as it starts ([`Watch::start_env`]).
+    early_blocking: Option<(String, u8)>,
+}
+
+impl Drop for NodeWatch {
+    /// The value file's directory goes with the hold, whatever the command left in it.
+    fn drop(&mut self) {
+        if let Some(dir) = self.value_out.as_ref().and_then(|f| f.parent()) {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
 }
 
 impl Watch for NodeWatch {
@@ -260,6 +284,13 @@ impl Watch for NodeWatch {
                     self.lease = lease_deadline(&a);
                     continue;
                 }
+                if let (true, Some(mode)) = (a.ok && !a.lost, a.blocking.clone()) {
+                    // A waiter already queued when the lock was granted: the node tells
+                    // at once, maybe before it answers the registration (once per hold).
+                    self.early_blocking
+                        .get_or_insert((mode, a.blocking_priority.unwrap_or(0)));
+                    continue;
+                }
                 break if a.ok {
                     Ok(())
                 } else {
@@ -270,6 +301,15 @@ impl Watch for NodeWatch {
         registered
             .await
             .map_err(|e: String| format!("the node did not register the command: {e}"))
+    }
+
+    /// A waiter already queued at the grant is told in `HILOCK_BLOCKING` (its mode): a
+    /// SIGUSR1 at the command's start would come before it could trap it.
+    fn start_env(&mut self) -> Vec<(&'static str, String)> {
+        match self.early_blocking.take() {
+            Some((mode, _)) if self.signal_waiters => vec![("HILOCK_BLOCKING", mode)],
+            _ => Vec::new(),
+        }
     }
 
     async fn next(&mut self) -> Event {
@@ -361,16 +401,32 @@ impl Watch for NodeWatch {
         env
     }
 
+    fn ended(&mut self, success: bool) {
+        self.succeeded = success;
+    }
+
     async fn release(&mut self) {
         use tokio::io::AsyncWriteExt;
         // A new value block the command left (hex), checked here so that a bad one is
-        // reported to the user; the node writes it before it releases.
+        // reported to the user; the node writes it before it releases. Only a command that
+        // exited 0 writes one: a failed or killed command's update may be half done.
+        let succeeded = self.succeeded;
         let value = self.value_out.as_ref().and_then(|f| {
             let text = match std::fs::read_to_string(f) {
-                Ok(text) => {
-                    let _ = std::fs::remove_file(f);
-                    text
+                Ok(_) if !succeeded => {
+                    eprintln!(
+                        "hilock: the command failed: the value block it left was not written"
+                    );
+                    return None;
                 }
+                Ok(text) if text.trim().is_empty() => {
+                    eprintln!(
+                        "hilock: {} is empty: the value block was not written",
+                        f.display()
+                    );
+                    return None;
+                }
+                Ok(text) => text,
                 // No file: the command wrote no value.
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
                 Err(e) => {
@@ -378,8 +434,6 @@ impl Watch for NodeWatch {
                         "hilock: {}: the value block was not written: {e}",
                         f.display()
                     );
-                    // Whatever the command made there (an empty directory) goes with it.
-                    let _ = std::fs::remove_file(f).or_else(|_| std::fs::remove_dir(f));
                     return None;
                 }
             };

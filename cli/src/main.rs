@@ -64,7 +64,7 @@ enum Command {
         #[arg(long, value_name = "DIR")]
         record: Option<PathBuf>,
     },
-    /// Run a node until Ctrl-C or SIGTERM (logs on stderr; RUST_LOG=hilock=debug for more).
+    /// Run a node until Ctrl-C, SIGTERM or SIGHUP (logs on stderr; RUST_LOG=hilock=debug for more).
     /// The file names the engine: `engine = "token"` (the default) or `engine = "ring"` (a
     /// node of the ring of the Chord lock paper, which runs until its graceful leave is done or the
     /// membership service goes away). With `membership = "etcd"`, a run whose etcd lease is
@@ -104,6 +104,11 @@ enum Command {
     /// 78 if a ring's --client-id is in use; 79 if --try found the lock busy. docs/cli.md
     /// has the table.
     ///
+    /// The command's environment (token engine): HILOCK_FENCE, the hold's fencing token;
+    /// HILOCK_VALUE, the lock's value block in hex; for a W hold HILOCK_VALUE_OUT, a file
+    /// in which a command that exits 0 may leave a new value block (docs/cli.md, "The
+    /// value block").
+    ///
     /// With the --config of a ring (`engine = "ring"`, the Chord lock paper) and --client-id: the
     /// ring client itself holds the lock of the path's top-level element (its placement
     /// key; the ring's locks are exclusive: MODE must be W), reads the lock's entry every
@@ -128,14 +133,17 @@ enum Command {
         #[arg(long, requires = "txn")]
         abort_on_deadlock: bool,
         /// Try-lock: if the lock (or an ancestor's intention mode) cannot be taken without
-        /// waiting, exit 79 at once without running the command; the request leaves nothing
-        /// queued at any node and is never granted later. Token engine only.
+        /// waiting, exit 79 without running the command, once the deciding node has
+        /// answered (one round trip; a node on the way that does not answer makes it fail
+        /// at --timeout-ms, exit 2); the request leaves nothing queued at any node and is
+        /// never granted later. Token engine only.
         #[arg(long = "try", conflicts_with = "txn")]
         try_lock: bool,
         /// Send the command's process group SIGUSR1 when a request of another node for a
         /// conflicting mode waits for this lock (at most once per hold; the DLM's blocking
-        /// AST). A command that does not handle SIGUSR1 dies of it, hence opt-in. Token
-        /// engine only.
+        /// AST). A command that does not handle SIGUSR1 dies of it, hence opt-in. A waiter
+        /// already queued at the grant is told in HILOCK_BLOCKING (its mode) as the command
+        /// starts, not by the signal. Token engine only.
         #[arg(long, conflicts_with = "txn")]
         signal_waiters: bool,
         /// The command and its arguments, after `--`.
@@ -152,7 +160,8 @@ enum Command {
         #[arg(long, conflicts_with = "txn")]
         priority: Option<u8>,
         /// When the lock is lost or the command exits leaving processes in its group: how
-        /// long after SIGTERM before SIGKILL, in milliseconds.
+        /// long after SIGTERM before SIGKILL, in milliseconds. A stopping node kills the
+        /// group itself first, 40 ms after its own SIGTERM.
         #[arg(long, default_value_t = DEFAULT_KILL_GRACE_MS)]
         kill_grace_ms: u64,
         /// With the --config of a ring (`engine = "ring"`): this client's id on the ring,

@@ -68,10 +68,19 @@ pub(crate) trait Watch {
     /// When the command must be dead unless a renewal moves this: the watchdog's deadline.
     /// `None`: the hold has no lease.
     fn kill_by(&self) -> Option<tokio::time::Instant>;
+    /// The command ended, with exit status 0 or not (before [`Watch::release`]).
+    fn ended(&mut self, success: bool) {
+        let _ = success;
+    }
     /// The command ended: release the lock.
     async fn release(&mut self);
     /// Further environment of the command (none unless the holder says).
     fn env(&self) -> Vec<(&'static str, String)> {
+        Vec::new()
+    }
+    /// Environment the holder learnt after [`Watch::started`], given to the command as it
+    /// starts (after its spawn, before it runs).
+    fn start_env(&mut self) -> Vec<(&'static str, String)> {
         Vec::new()
     }
 }
@@ -176,6 +185,7 @@ pub(crate) async fn run_to_end(
         .env_remove("HILOCK_VALUE_OUT")
         // Nor is an outer lock's fencing token: a hold without one (`--txn`) passes none.
         .env_remove("HILOCK_FENCE")
+        .env_remove("HILOCK_BLOCKING")
         .envs(watch.env());
     // The fencing token of this hold, for the command to pass to a storage service.
     if let Some(fence) = fence {
@@ -198,7 +208,11 @@ pub(crate) async fn run_to_end(
             return Err(e);
         }
     };
-    std::io::Write::write_all(&mut gate_w, b"x")
+    let mut gate = b"x".to_vec();
+    for (k, v) in watch.start_env() {
+        gate.extend_from_slice(format!("{k}={v}\n").as_bytes());
+    }
+    std::io::Write::write_all(&mut gate_w, &gate)
         .map_err(|e| format!("cannot start the command: {e}"))?;
     drop(gate_w);
     let lost = loop {
@@ -230,6 +244,7 @@ pub(crate) async fn run_to_end(
                     kill_group(pgid, &mut child, grace).await;
                 }
                 dog.stop().await;
+                watch.ended(st.success());
                 watch.release().await;
                 use std::os::unix::process::ExitStatusExt;
                 return Ok(Outcome::Exited(match (st.code(), st.signal()) {
@@ -385,9 +400,15 @@ pub fn watchdog(pgid: i32, deadline_ms: Option<u64>) -> ExitCode {
 /// without a byte, the wrapper is gone: exit without running CMD.
 pub fn exec_gated(fd: i32, command: &[String]) -> ExitCode {
     use std::os::unix::process::CommandExt;
-    match hilock_runtime::proc::wait_gate(fd) {
-        Ok(true) => {}
-        Ok(false) => {
+    // The gate's byte, then `NAME=value` lines the wrapper learnt once the group was
+    // registered (`Watch::start_env`).
+    let late: Vec<(String, String)> = match hilock_runtime::proc::wait_gate(fd) {
+        Ok(Some(got)) => String::from_utf8_lossy(&got[1..])
+            .lines()
+            .filter_map(|l| l.split_once('='))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        Ok(None) => {
             eprintln!("hilock: the lock wrapper went away before the command started");
             return ExitCode::from(EXIT_NODE_GONE);
         }
@@ -395,9 +416,10 @@ pub fn exec_gated(fd: i32, command: &[String]) -> ExitCode {
             eprintln!("hilock: cannot wait to start the command: {e}");
             return ExitCode::from(2);
         }
-    }
+    };
     let e = std::process::Command::new(&command[0])
         .args(&command[1..])
+        .envs(late)
         .exec();
     eprintln!("hilock: cannot run {}: {e}", command[0]);
     ExitCode::from(if e.kind() == std::io::ErrorKind::NotFound {

@@ -1008,7 +1008,9 @@ fn path_at(prefix: &str, n: usize, node: u16) -> String {
 /// Static membership: node 2 is killed and started again (a new run, refused by its
 /// peers). A request whose route to the lock's token runs through node 2 — straight from
 /// the requester, or forwarded by another node — fails at once naming node 2, instead of
-/// waiting out the 10 s request timeout; a lock whose token is elsewhere is still granted.
+/// waiting out the 10 s request timeout; so does a try-lock (red before: it waited out its
+/// timeout, and every later try of the path said "busy"); a lock whose token is elsewhere
+/// is still granted.
 #[test]
 fn a_request_routed_through_a_restarted_node_fails_at_once_naming_it() {
     let mut c = start(3);
@@ -1072,6 +1074,32 @@ fn a_request_routed_through_a_restarted_node_fails_at_once_naming_it() {
                 "{e}"
             );
         }
+    }
+    // A try-lock routed to node 2 fails the same way, at once, each time: not the
+    // request's timeout, and not "busy" for a try that never came back.
+    let tried = path_at("/tried", 3, 2);
+    for attempt in 0..2 {
+        let t = Instant::now();
+        let out = run(hilock()
+            .args([
+                "lock",
+                &tried,
+                "W",
+                "--try",
+                "--timeout-ms",
+                "5000",
+                "--socket",
+            ])
+            .arg(c.socket(0))
+            .args(["--", "true"]));
+        let (took, e) = (t.elapsed(), text(&out.stderr));
+        eprintln!("try {tried}, attempt {attempt}: {took:?}: {}", e.trim());
+        assert_eq!(out.status.code(), Some(2), "{e}");
+        assert!(took < Duration::from_secs(2), "{took:?}");
+        assert!(
+            e.contains("node 2 restarted with fresh state and is refused"),
+            "{e}"
+        );
     }
     for node in [0, 1] {
         let (out, took) = timed(node, &elsewhere);
@@ -1320,7 +1348,8 @@ fn hilock_lock_exports_a_growing_fencing_token() {
 /// (zeros before any write); a W command that writes hex to the file named in
 /// `HILOCK_VALUE_OUT` sets it at the release, and an R command on the other node reads it.
 /// An R command has no `HILOCK_VALUE_OUT`; a W command that writes nothing leaves the value
-/// as it was, and one that writes a bad value is told on stderr and changes nothing.
+/// as it was, and one that writes a bad value, an empty file, or fails is told on stderr
+/// and changes nothing.
 #[test]
 fn hilock_lock_passes_the_value_block_to_the_next_holder() {
     let c = start(2);
@@ -1373,6 +1402,41 @@ fn hilock_lock_passes_the_value_block_to_the_next_holder() {
         assert!(left.is_empty() || !Path::new(&left).exists(), "{left} left");
     }
     assert_eq!(value(1, "R", "echo \"$HILOCK_VALUE\""), hello);
+    // A command that fails (or is killed) leaves its update half done: its value is not
+    // written, and its status is passed on. An empty file writes nothing either.
+    for (script, code, says) in [
+        (
+            "printf 3333 > \"$HILOCK_VALUE_OUT\"; exit 3",
+            3,
+            "the command failed",
+        ),
+        (
+            "printf 4444 > \"$HILOCK_VALUE_OUT\"; kill -9 $$",
+            128 + 9,
+            "the command failed",
+        ),
+        (": > \"$HILOCK_VALUE_OUT\"", 0, "is empty"),
+    ] {
+        let out = run(&mut lock_cmd(&c.socket(0), "/value/v", "W", script));
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(code), "{script}: {err}");
+        assert!(
+            err.contains(says) && err.contains("was not written"),
+            "{script}: {err}"
+        );
+        assert_eq!(value(1, "R", "echo \"$HILOCK_VALUE\""), hello, "{script}");
+    }
+    // The file is in a directory of its own (mode 700, a name with a random part), gone
+    // after the hold: no other user can plant a value or a link there.
+    let out = value(
+        0,
+        "W",
+        "d=$(dirname \"$HILOCK_VALUE_OUT\"); echo \"$(stat -c %a \"$d\") $d\"",
+    );
+    let (mode, dir) = out.split_once(' ').unwrap();
+    assert_eq!(mode, "700", "{out}");
+    assert!(dir.len() > "/tmp/hilock-value-".len() + 17, "{dir}");
+    assert!(!Path::new(dir).exists(), "{dir} left");
 }
 
 /// Static membership with `state_dir`: the whole cluster killed and started again with
@@ -2217,6 +2281,67 @@ fn hilock_lock_signal_waiters_sends_sigusr1_when_another_node_waits() {
         assert!(wait_exit(&mut holder, Duration::from_secs(10)).success());
         assert!(wait_exit(&mut reader, Duration::from_secs(10)).success());
     }
+}
+
+/// `hilock lock --signal-waiters` when the waiter was queued before the grant (Rule 8.2:
+/// the queue arrives with the token, `spec/SPEC.md` 1.16): node 1 holds `/q` in W, node 0
+/// asks for W with the flag, node 2 for R behind it; when node 1 releases, node 0 is
+/// granted with node 2's R already waiting, and its command starts with
+/// `HILOCK_BLOCKING=R` (a SIGUSR1 then would come before it could trap it). Red before:
+/// the note came right behind the grant and was dropped with the client's read buffer, or
+/// taken for the node's answer to the command's registration.
+#[test]
+fn signal_waiters_tells_a_holder_of_a_waiter_queued_before_its_grant() {
+    let c = start(3);
+    let dir = c.dir.path();
+    let (held, done1, ready, told, done0) = (
+        dir.join("held"),
+        dir.join("done1"),
+        dir.join("ready"),
+        dir.join("told"),
+        dir.join("done0"),
+    );
+    let first = format!(
+        "echo held > {held}; while [ ! -f {done1} ]; do sleep 0.05; done",
+        held = held.display(),
+        done1 = done1.display()
+    );
+    let mut first = lock_cmd(&c.socket(1), "/q", "W", &first)
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_file(&held);
+    let script = format!(
+        "trap 'echo usr1 >> {told}' USR1; echo \"${{HILOCK_BLOCKING-none}}\" > {ready}; \
+         while [ ! -f {done0} ]; do sleep 0.05; done",
+        told = told.display(),
+        ready = ready.display(),
+        done0 = done0.display()
+    );
+    let mut holder = hilock()
+        .args(["lock", "/q", "W", "--signal-waiters", "--socket"])
+        .arg(c.socket(0))
+        .args(["--", "sh", "-c", &script])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_pending(&c, 0, "/q", "W");
+    let mut reader = lock_cmd(&c.socket(2), "/q", "R", "true")
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_pending(&c, 2, "/q", "R");
+    std::fs::write(&done1, "").unwrap();
+    assert!(wait_exit(&mut first, Duration::from_secs(10)).success());
+    assert_eq!(wait_file(&ready), "R\n", "the queued reader is told");
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        !told.exists(),
+        "told once, at the start, not by SIGUSR1 as well"
+    );
+    std::fs::write(&done0, "").unwrap();
+    assert!(wait_exit(&mut holder, Duration::from_secs(10)).success());
+    assert!(wait_exit(&mut reader, Duration::from_secs(10)).success());
 }
 
 /// `hilock lock --txn` checks its lock list before it starts a transaction: more than 32

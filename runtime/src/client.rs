@@ -884,14 +884,37 @@ pub async fn request(socket: &Path, req: &Request) -> Result<(Reply, UnixStream)
     // A node that refuses the connection (too many clients) has answered and closed
     // already: the write may fail, the answer is still there to read.
     let written = s.write_all(&line).await.map_err(|e| e.to_string());
-    // The node sends nothing after its reply line, so the buffer can be dropped after it.
-    let mut r = BufReader::new(s);
     let mut reply = Vec::new();
-    let read = (&mut r)
-        .take(MAX_REPLY)
-        .read_until(b'\n', &mut reply)
-        .await
-        .map_err(|e| e.to_string());
+    let read = if matches!(req, Request::Lock { .. } | Request::Txn { .. }) {
+        // A hold's connection goes on after the reply (lease renewals, a blocking note, the
+        // loss of the lock), maybe in the same packet: read the reply byte by byte, so that
+        // nothing after it is taken from the stream and lost.
+        let mut read = Ok(0);
+        while reply.len() < MAX_REPLY as usize {
+            match s.read_u8().await {
+                Ok(b) => {
+                    reply.push(b);
+                    if b == b'\n' {
+                        break;
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => break,
+                Err(e) => {
+                    read = Err(e.to_string());
+                    break;
+                }
+            }
+        }
+        read.map(|_: usize| reply.len())
+    } else {
+        // The node sends nothing after this reply: the buffer can be dropped after it.
+        let mut r = BufReader::new(&mut s);
+        (&mut r)
+            .take(MAX_REPLY)
+            .read_until(b'\n', &mut reply)
+            .await
+            .map_err(|e| e.to_string())
+    };
     if reply.is_empty() {
         written?;
         read?;
@@ -902,7 +925,6 @@ pub async fn request(socket: &Path, req: &Request) -> Result<(Reply, UnixStream)
         Some(_) if reply.len() + 1 >= MAX_REPLY as usize => return Err("reply too long".into()),
         Some(_) => return Err("the node closed the connection without a reply".into()),
     }
-    let s = r.into_inner();
     let r: Reply = serde_json::from_slice(&reply).map_err(|e| format!("bad reply: {e}"))?;
     Ok((r, s))
 }

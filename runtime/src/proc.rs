@@ -150,28 +150,36 @@ pub fn pipe() -> std::io::Result<(std::os::fd::OwnedFd, std::fs::File)> {
     Ok((r, w))
 }
 
-/// Wait for one byte on the inherited file descriptor `fd` (`Ok(false)`: end of file, the
-/// writer is gone), then mark `fd` close-on-exec so the command does not inherit it.
-pub fn wait_gate(fd: i32) -> std::io::Result<bool> {
-    let mut b = [0u8; 1];
-    let n = loop {
-        // SAFETY: `b` is a valid, writable buffer of 1 byte for the whole call.
+/// Waits on the read end `fd` of a start gate: the first byte opens it, and what follows
+/// until the writer closes its end (at most 4 KiB) is returned with it; `None` if the
+/// writer closed without a byte (it is gone). `fd` is closed when this process executes
+/// another program.
+pub fn wait_gate(fd: i32) -> std::io::Result<Option<Vec<u8>>> {
+    let mut got = Vec::new();
+    let mut b = [0u8; 256];
+    loop {
+        // SAFETY: `b` is a valid, writable buffer of `b.len()` bytes for the whole call.
         #[allow(unsafe_code)]
-        let n = unsafe { libc::read(fd, b.as_mut_ptr().cast(), 1) };
-        if n >= 0 {
-            break n;
-        }
-        let e = std::io::Error::last_os_error();
-        if e.kind() != std::io::ErrorKind::Interrupted {
+        let n = unsafe { libc::read(fd, b.as_mut_ptr().cast(), b.len()) };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
             return Err(e);
         }
-    };
+        let n = n as usize;
+        if n == 0 || got.len() + n > 4096 {
+            break;
+        }
+        got.extend_from_slice(&b[..n]);
+    }
     // SAFETY: fcntl on a descriptor number has no memory-safety preconditions.
     #[allow(unsafe_code)]
     unsafe {
         libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
     }
-    Ok(n == 1)
+    Ok((!got.is_empty()).then_some(got))
 }
 
 /// The system's monotonic clock (`CLOCK_MONOTONIC`, the clock of [`std::time::Instant`] on

@@ -1144,7 +1144,9 @@ impl Core {
             // Nothing reaches a refused peer (its link drops what it is given): a request
             // sent there is never answered. This node's own fails here; the requester of a
             // forwarded one is told.
-            if let hilock_kernel::Msg::Request { entry, .. } = &msg.msg {
+            if let hilock_kernel::Msg::Request { entry, .. }
+            | hilock_kernel::Msg::TryRequest { entry, .. } = &msg.msg
+            {
                 if entry.requester.0 == self.shared.id {
                     if let Some(e) = self.locks.get_mut(path) {
                         e.dead_end.get_or_insert(to.0);
