@@ -7,7 +7,7 @@
 use hilock_harness::Cluster;
 use hilock_kernel::token::recovery::{rebuild, FaultSite, LockReport, Plan, Stamped};
 use hilock_kernel::{
-    Input, LockId, Mode, Msg, MsgKind, NodeId, Output, Outputs, ReleaseRule, Site, Variant,
+    Input, LockId, Mode, ModeSet, Msg, MsgKind, NodeId, Output, Outputs, ReleaseRule, Site, Variant,
 };
 
 type S = Site<4, 1, 4>;
@@ -368,4 +368,175 @@ fn a_token_reaching_a_keeper_drops_the_kept_mode() {
     );
     assert!(n.kept_invariant());
     assert_eq!(n.owned(), Mode::Phi);
+}
+
+/// `Acquire` of `mode` on the lock.
+fn acquire(mode: Mode) -> Input<'static, Msg<4>> {
+    Input::Acquire { lock: L, mode }
+}
+
+/// A chain of four, 0 ← 1 ← 2 (node 3 idle under 0), token at 0.
+fn chain(release: ReleaseRule) -> Cluster<S> {
+    let v = Variant {
+        release,
+        ..Variant::HILOCK
+    };
+    Cluster::new(
+        (0..4u16)
+            .map(|i| {
+                let parent = match i {
+                    0 => None,
+                    2 => Some(NodeId(1)),
+                    _ => Some(NodeId(0)),
+                };
+                S::with_parents(NodeId(i), |_| parent)
+                    .unwrap()
+                    .with_variant(v)
+            })
+            .collect(),
+    )
+}
+
+/// Delivers the oldest message on `from → to`; returns the kinds of the messages sent.
+fn deliver(c: &mut Cluster<S>, from: u16, to: u16) -> Vec<MsgKind> {
+    let (_, r) = c.deliver(NodeId(from), NodeId(to)).unwrap();
+    c.check_safety().unwrap();
+    r.unwrap()
+        .outputs
+        .iter()
+        .filter_map(|o| match o {
+            Output::Send { msg, .. } => Some(msg.kind()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Runs `input` at `at` without delivering anything; whether `at` was granted.
+fn step(c: &mut Cluster<S>, at: u16, input: Input<'_, Msg<4>>) -> bool {
+    let s = c.input(NodeId(at), input).unwrap();
+    c.check_safety().unwrap();
+    s.outputs
+        .iter()
+        .any(|o| matches!(o, Output::Granted { .. }))
+}
+
+/// The chain 0 ← 1 ← 2 with 0 holding IW and 1 keeping IW (a copy taken and released);
+/// then 2 asks for R, which goes to 1.
+fn keeper_with_r_below() -> Cluster<S> {
+    let mut c = chain(ReleaseRule::KeepIntention);
+    run(&mut c, 0, acquire(Mode::IW));
+    run(&mut c, 1, acquire(Mode::IW));
+    run(&mut c, 1, Input::Release { lock: L });
+    assert_eq!(node(&c, 1).kept(), Mode::IW);
+    assert!(!step(
+        &mut c,
+        2,
+        Input::Acquire {
+            lock: L,
+            mode: Mode::R
+        }
+    ));
+    c
+}
+
+/// FIFO for kept modes (`LockNode::pass_on`, Rule 4.1 F under `KeepIntention`): a keeper
+/// that passes on a request conflicting with its kept mode gives the mode back first — its
+/// `Release` goes ahead of the request — so its next IW is a request (Rule 2) that waits
+/// at the token node behind the R (Rule 4.2, IW frozen by Table 2.4) instead of a local
+/// grant that overtakes it while the token node's `Freeze` is on its way (P6, the model's
+/// "keep chain3: IW, IW twice, R"). Without the rule node 1 keeps IW, passes R on and
+/// re-enters at once.
+#[test]
+fn a_keeper_gives_back_before_passing_on_a_conflicting_request() {
+    use MsgKind::*;
+    let mut c = keeper_with_r_below();
+    assert_eq!(deliver(&mut c, 2, 1), vec![Release, Request]);
+    assert_eq!(
+        (node(&c, 1).kept(), node(&c, 1).owned()),
+        (Mode::Phi, Mode::Phi)
+    );
+    assert!(
+        !step(&mut c, 1, acquire(Mode::IW)),
+        "no Rule 2 grant after R passed"
+    );
+    // At the token node: the release, then R (queued behind 0's IW, IW frozen), then the
+    // IW of node 1 (frozen: queued behind R). No freeze is sent: 1's record is Φ.
+    assert_eq!(deliver(&mut c, 1, 0), Vec::<MsgKind>::new());
+    assert_eq!(deliver(&mut c, 1, 0), Vec::<MsgKind>::new());
+    assert_eq!(deliver(&mut c, 1, 0), Vec::<MsgKind>::new());
+    let queued: Vec<(u16, Mode)> = node(&c, 0)
+        .queue()
+        .iter()
+        .map(|e| (e.requester.0, e.mode))
+        .collect();
+    assert_eq!(queued, vec![(2, Mode::R), (1, Mode::IW)]);
+    // 0 releases: R is served first, then (after 2 releases) the IW of node 1.
+    run(&mut c, 0, Input::Release { lock: L });
+    assert_eq!(node(&c, 2).held(), Mode::R);
+    assert_eq!(node(&c, 1).held(), Mode::Phi);
+    run(&mut c, 2, Input::Release { lock: L });
+    assert_eq!(node(&c, 1).held(), Mode::IW);
+}
+
+/// The same rule for a node that still holds IW when the R passes through it: it passes R
+/// on (its owned IW keeps the request on the parent link) and remembers that IW may not
+/// be kept (`passed`), so its release is the eager `Release(Φ)` and its next IW a request
+/// — not a Rule 2 re-entry ahead of R. Without the rule it would keep IW and re-enter.
+#[test]
+fn a_holder_that_passed_on_a_conflicting_request_does_not_keep() {
+    use MsgKind::*;
+    let mut c = chain(ReleaseRule::KeepIntention);
+    run(&mut c, 0, acquire(Mode::IW));
+    run(&mut c, 1, acquire(Mode::IW));
+    assert_eq!(node(&c, 1).held(), Mode::IW);
+    step(
+        &mut c,
+        2,
+        Input::Acquire {
+            lock: L,
+            mode: Mode::R,
+        },
+    );
+    assert_eq!(deliver(&mut c, 2, 1), vec![Request]);
+    assert_eq!(node(&c, 1).passed(), ModeSet::of(&[Mode::IW]));
+    let (k, _) = run(&mut c, 1, Input::Release { lock: L });
+    assert!(k.contains(&Release), "{k:?}");
+    assert_eq!(
+        (node(&c, 1).kept(), node(&c, 1).owned()),
+        (Mode::Phi, Mode::Phi)
+    );
+    assert!(
+        node(&c, 1).passed().is_empty(),
+        "emptied with the owned mode"
+    );
+    assert!(
+        !step(&mut c, 1, acquire(Mode::IW)),
+        "a request, not a Rule 2 grant"
+    );
+}
+
+/// Passing on a request that conflicts with no intention mode it keeps (an IW past a
+/// kept IR) changes nothing: the keeper keeps IR and re-enters by Rule 2.
+#[test]
+fn a_compatible_request_passing_by_leaves_the_kept_mode() {
+    use MsgKind::*;
+    let mut c = chain(ReleaseRule::KeepIntention);
+    run(&mut c, 0, acquire(Mode::IR));
+    run(&mut c, 1, acquire(Mode::IR));
+    run(&mut c, 1, Input::Release { lock: L });
+    step(
+        &mut c,
+        2,
+        Input::Acquire {
+            lock: L,
+            mode: Mode::IW,
+        },
+    );
+    assert_eq!(deliver(&mut c, 2, 1), vec![Request]);
+    assert_eq!(node(&c, 1).kept(), Mode::IR);
+    assert!(node(&c, 1).passed().is_empty());
+    assert!(
+        step(&mut c, 1, acquire(Mode::IR)),
+        "Rule 2 under the kept IR"
+    );
 }

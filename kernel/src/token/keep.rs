@@ -10,7 +10,23 @@
 //! - the node's own request needs a mode that the kept mode does not cover (Rule 2 sends a
 //!   request; the kept mode is released just before it);
 //! - the node becomes the token node (a stale token, `LockNode::on_token`), or a new
-//!   epoch is installed (recovery rebuilds the tree from held modes only).
+//!   epoch is installed (recovery rebuilds the tree from held modes only);
+//! - the node passes on (Rule 4.1 F) another node's request for a mode that conflicts with
+//!   the kept mode (`LockNode::pass_on`).
+//!
+//! **FIFO (P6).** A node that passes a conflicting request on knows that the request will
+//! wait at the token node (Rule 4.2, Table 2.4 freezes the kept mode) or be granted there;
+//! re-entering by Rule 2 from the kept mode before the `Freeze` arrives would grant a
+//! conflicting mode past it — a bypass the eager release cannot make, since its next
+//! request travels behind the passed one on the same FIFO link. So the kept mode goes back
+//! before the request is passed on (its `Release` is ahead of it on the link), and a node
+//! that passes such a request while it owns a mode or waits for one does not keep the
+//! conflicting intention modes when they are released (`passed`), until its owned mode
+//! drops to Φ (the eager `Release(Φ)` then follows the passed request on the link, and any
+//! later mode comes by a request behind it). What a node cannot see — a conflicting
+//! request that reaches the token node by another path while the `Freeze` is on its way —
+//! stays a window of one bypass (`verify/tests/keep_intention.rs`,
+//! `kept_mode_reentry_races_the_freeze`).
 //!
 //! No new message is needed for the recall: whenever the token node queues a request that
 //! conflicts with an intention mode it could have granted (the only modes a node keeps),
@@ -27,7 +43,7 @@
 
 use crate::error::KernelError;
 use crate::mode::{conflicts, Mode, ModeSet};
-use crate::msg::{Msg, Output, Sink};
+use crate::msg::{Msg, Output, QueueEntry, Sink};
 use crate::token::node::{Ctx, LockNode, Pending};
 use crate::token::tables::grantable_set;
 
@@ -49,6 +65,17 @@ pub fn recall_set(owned: Mode, requested: Mode) -> ModeSet {
     out
 }
 
+/// The intention modes (the only modes a node keeps) that conflict with `mode` (Table 2.1).
+fn intentions_conflicting(mode: Mode) -> ModeSet {
+    let mut out = ModeSet::EMPTY;
+    for m in [Mode::IR, Mode::IW] {
+        if conflicts(m, mode) {
+            out.insert(m);
+        }
+    }
+    out
+}
+
 impl<const N: usize, const Q: usize> LockNode<N, Q> {
     /// The intention mode this node keeps while idle ([`ReleaseRule::KeepIntention`]; Φ
     /// under the thesis's eager release).
@@ -56,19 +83,29 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         self.kept
     }
 
+    /// The intention modes this node may not keep until its owned mode drops to Φ: a
+    /// request that conflicts with them passed through it (`LockNode::pass_on`; empty
+    /// under the thesis's eager release).
+    pub fn passed(&self) -> ModeSet {
+        self.passed
+    }
+
     /// P3 restated for [`ReleaseRule::KeepIntention`]: a kept mode is Φ, or IR/IW at a
-    /// non-token node that has no request pending and nothing frozen.
+    /// non-token node that has no request pending, nothing frozen and passed on no request
+    /// that conflicts with it.
     pub fn kept_invariant(&self) -> bool {
         self.kept == Mode::Phi
             || (matches!(self.kept, Mode::IR | Mode::IW)
                 && !self.has_token()
                 && self.pending == Pending::None
-                && self.frozen.is_empty())
+                && self.frozen.is_empty()
+                && !self.passed.contains(self.kept))
     }
 
     /// Rule 5.2 under the variant's release rule, after the held mode or a child's record
     /// dropped (`before`: the owned mode before). A non-token node that holds nothing, has
-    /// nothing pending and nothing frozen and owned an intention mode keeps it (no message);
+    /// nothing pending and nothing frozen and owned an intention mode keeps it (no message),
+    /// unless it passed on a request that conflicts with that mode (`LockNode::pass_on`);
     /// otherwise the kept mode is dropped and the thesis's release is sent if the owned
     /// mode changed.
     pub(crate) fn release_or_keep<S: Sink<Output<Msg<Q>>>>(
@@ -83,6 +120,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
             && self.pending == Pending::None
             && self.frozen.is_empty()
             && matches!(before, Mode::IR | Mode::IW)
+            && !self.passed.contains(before)
         {
             self.kept = before;
             return Ok(());
@@ -103,6 +141,36 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         let before = self.owned();
         self.kept = Mode::Phi;
         self.after_owned_change(cx, before)
+    }
+
+    /// Rule 4.1 (F) under [`ReleaseRule::KeepIntention`], before another node's request
+    /// `entry` is passed on: FIFO for kept modes (P6). The request will wait at the token
+    /// node behind, or be granted before, whatever this node asks for next; re-entering by
+    /// Rule 2 from a kept mode that conflicts with it (Table 2.1) would overtake it while
+    /// the token node's `Freeze` (Rule 6, Table 2.4) is on its way. So a kept mode that
+    /// conflicts with it is given back first — the eager Rule 5.2 release goes ahead of the
+    /// request on the link to the parent, which then need not freeze it — and, while this
+    /// node still owns a mode or waits for one (a grant may be on its way), the intention
+    /// modes that conflict with the request are not kept at a later release (`passed`,
+    /// emptied when the owned mode drops to Φ). An idle node that owns nothing asks by a
+    /// request of its own before it can enter, as under the eager release. Nothing happens
+    /// to this node's own requests, nor under the thesis's eager release.
+    pub(crate) fn pass_on<S: Sink<Output<Msg<Q>>>>(
+        &mut self,
+        cx: &mut Ctx<'_, Q, S>,
+        entry: QueueEntry,
+    ) -> Result<(), KernelError> {
+        if !cx.variant.release.keeps() || entry.requester == cx.me {
+            return Ok(());
+        }
+        let conflicting = intentions_conflicting(entry.mode);
+        if conflicting.contains(self.kept) {
+            self.give_back(cx)?;
+        }
+        if self.owned() != Mode::Phi || self.pending != Pending::None {
+            self.passed = self.passed.union(conflicting);
+        }
+        Ok(())
     }
 
     /// `HandleFreeze` (Fig. 2.9) under [`ReleaseRule::KeepIntention`]: a freeze means a

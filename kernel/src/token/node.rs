@@ -268,6 +268,12 @@ pub struct LockNode<const N: usize, const Q: usize> {
     pub(crate) routes: [Option<QueueEntry>; 5],
     /// [`ReleaseRule::KeepIntention`]: the intention mode kept while idle (Φ: none).
     pub(crate) kept: Mode,
+    /// [`ReleaseRule::KeepIntention`]: the intention modes this node may not keep, because
+    /// it passed on (Rule 4.1 F) a request that conflicts with them while it owned a mode
+    /// (`keep.rs`, `LockNode::pass_on`); emptied when the owned mode drops to Φ. Always
+    /// empty under the thesis's eager release.
+    #[cfg_attr(feature = "serde", serde(default, skip_serializing_if = "no_modes"))]
+    pub(crate) passed: ModeSet,
     /// hilock's cancel (`spec/SPEC.md` 1.13): the pending request or try was cancelled by
     /// the local user; it keeps running in the protocol and is released (or ended) when
     /// its answer arrives. Only ever `true` while `pending` is a request or a try.
@@ -321,6 +327,7 @@ impl<const N: usize, const Q: usize> core::hash::Hash for LockNode<N, Q> {
             shortcut,
             routes,
             kept,
+            passed,
             cancelled,
             value,
             told,
@@ -354,7 +361,8 @@ impl<const N: usize, const Q: usize> core::hash::Hash for LockNode<N, Q> {
         h.write_u64(u64::from(token.unwrap_or(0)) | u64::from(*generation_seen) << 32);
         h.write_u64(entry_word(entry));
         h.write_u64(frozen.word());
-        h.write_u64(u64::from(*next_serial));
+        // The modes not to keep beside the serial (0 under the eager release: the same word).
+        h.write_u64(u64::from(*next_serial) | u64::from(passed.bits()) << 32);
         h.write_u64(u64::from(*releases) | u64::from(*freezes) << 32);
         h.write_u64(u64::from(*grants) | u64::from(*tokens) << 32);
         h.write_u64(u64::from(*requests) | u64::from(*busies) << 32);
@@ -441,6 +449,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
             shortcut: None,
             routes: [None; 5],
             kept: Mode::Phi,
+            passed: ModeSet::EMPTY,
             cancelled: false,
             value: ValueBlock::INITIAL,
             told: ModeSet::EMPTY,
@@ -1258,6 +1267,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         self.parent = None;
         self.token = Some(generation);
         self.kept = Mode::Phi;
+        self.passed = ModeSet::EMPTY;
         self.fence = self.fence.max(fence);
         // `spec/SPEC.md` 1.15: the token node keeps the lock's value block.
         self.value = value;
@@ -1656,6 +1666,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         cx: &mut Ctx<'_, Q, S>,
         entry: QueueEntry,
     ) -> Result<(), KernelError> {
+        self.pass_on(cx, entry)?;
         let parent = self.route(cx, entry)?;
         self.send_request(cx, parent, entry, false)
     }
@@ -1966,6 +1977,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
             }
             if now == Mode::Phi {
                 self.frozen = Frozen::EMPTY;
+                self.passed = ModeSet::EMPTY;
             }
         }
         Ok(())

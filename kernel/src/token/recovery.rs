@@ -762,6 +762,7 @@ fn reset_links<const N: usize, const Q: usize>(n: &mut LockNode<N, Q>, forget_sh
     // records the members' held modes only, so the kept mode is dropped here (else this
     // node would own more than its new record and could re-enter against a W grant).
     n.kept = Mode::Phi;
+    n.passed = crate::mode::ModeSet::EMPTY;
     if forget_shortcuts {
         n.shortcut = None;
         n.forget_routes();
