@@ -916,14 +916,25 @@ pub async fn request(socket: &Path, req: &Request) -> Result<(Reply, UnixStream)
             .map_err(|e| e.to_string())
     };
     if reply.is_empty() {
-        written?;
-        read?;
+        let at = |e: String| format!("the node's client socket {}: {e}", socket.display());
+        written.map_err(at)?;
+        read.map_err(at)?;
     }
     match reply.pop() {
         Some(b'\n') => {}
-        None => return Err("the node closed the connection without a reply".into()),
+        None => {
+            return Err(format!(
+                "the node closed the connection without a reply (client socket {})",
+                socket.display()
+            ))
+        }
         Some(_) if reply.len() + 1 >= MAX_REPLY as usize => return Err("reply too long".into()),
-        Some(_) => return Err("the node closed the connection without a reply".into()),
+        Some(_) => {
+            return Err(format!(
+                "the node closed the connection without a reply (client socket {})",
+                socket.display()
+            ))
+        }
     }
     let r: Reply = serde_json::from_slice(&reply).map_err(|e| format!("bad reply: {e}"))?;
     Ok((r, s))
@@ -1031,4 +1042,41 @@ pub fn render_status(s: &Status) -> String {
         ));
     }
     o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A socket that accepts the connection and closes it without a word: the error names
+    /// the socket, a lock's request and a status request alike.
+    #[tokio::test]
+    async fn a_socket_that_closes_at_once_is_named_in_the_error() {
+        let dir = std::env::temp_dir().join(format!(
+            "hilock-client-test-{}-{:x}",
+            std::process::id(),
+            rand::random::<u32>()
+        ));
+        std::fs::create_dir(&dir).unwrap();
+        let socket = dir.join("s.sock");
+        let l = tokio::net::UnixListener::bind(&socket).unwrap();
+        tokio::spawn(async move {
+            while let Ok((s, _)) = l.accept().await {
+                drop(s);
+            }
+        });
+        let lock = Request::Lock {
+            path: "/a".into(),
+            mode: "W".into(),
+            priority: 0,
+            timeout_ms: None,
+            nested: false,
+            try_lock: false,
+        };
+        for req in [lock, Request::Status] {
+            let e = request(&socket, &req).await.unwrap_err();
+            assert!(e.contains(&socket.display().to_string()), "{e}");
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
