@@ -2370,7 +2370,8 @@ fn queue_a_failing_command_stops_the_worker_and_leaves_its_item() {
 /// that no running client holds: three such clients at once each get their own, and their
 /// commands never overlap (each makes a directory only it may make). With every id 1..=31
 /// registered by other clients (`Registration::register`, the code the command calls), it
-/// exits 78 with one line and its command does not run; once one id is given back it runs.
+/// exits 78 with one line and its command does not run (and so does a client given a held
+/// id through `HILOCK_CLIENT_ID`); once one id is given back it runs.
 #[test]
 fn a_client_without_an_id_registers_a_free_one() {
     use hilock_runtime::bakery::ident::Registration;
@@ -2424,6 +2425,15 @@ fn a_client_without_an_id_registers_a_free_one() {
     assert_eq!(out.status.code(), Some(78), "{err}");
     assert!(err.contains("every client id 1..=31 is in use"), "{err}");
     assert_eq!(err.trim_end().lines().count(), 1, "one line: {err:?}");
+    assert!(!ran.exists(), "the command ran");
+    // HILOCK_CLIENT_ID names the id as --client-id does: id 5 is held, so it is refused.
+    let out = no_id(&format!("touch {}", ran.display()))
+        .env("HILOCK_CLIENT_ID", "5")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(78), "{err}");
+    assert!(err.contains("client id 5 is in use"), "{err}");
     assert!(!ran.exists(), "the command ran");
     rt.block_on(regs[16].give_back());
     let out = no_id(&format!("touch {}", ran.display())).output().unwrap();
