@@ -5,7 +5,9 @@
 # (`paxos check 3`, release profile as Stateright's bench.sh builds it). Both are pinned
 # to CPU 0 with taskset, so Stateright's example, which starts one checker thread per
 # CPU it may use, runs one thread too. Prints each rate in unique states per second and
-# their ratio. docs/benchmarks.md, "Model checking throughput", has the figures.
+# their ratio, and the ceiling of Stateright's own loop: a model whose states cost nothing
+# (verify/tests/checker_ceiling.rs) checked with one property and with as many as the
+# token model has. docs/benchmarks.md, "Model checking throughput", has the figures.
 #
 #   bash verify/throughput.sh
 set -euo pipefail
@@ -24,12 +26,16 @@ echo "building Stateright's Paxos example ($(basename "$(dirname "$manifest")"))
 (cd "$copy/stateright" && CARGO_TARGET_DIR="$target/stateright-examples" cargo build -q --release --example paxos 2> "$copy/build.log") ||
   { cat "$copy/build.log" >&2; exit 1; }
 echo "building the token model's checks (test profile)" >&2
-bin=$(cargo test -q -p verify --test token --no-run --message-format json 2> /dev/null |
-  python3 -c 'import json,sys
+test_bin() {
+  cargo test -q -p verify --test "$1" --no-run --message-format json 2> /dev/null |
+    python3 -c 'import json,sys
 for l in sys.stdin:
     m = json.loads(l)
-    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "token":
-        print(m["executable"])')
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == sys.argv[1]:
+        print(m["executable"])' "$1"
+}
+bin=$(test_bin token)
+ceiling_bin=$(test_bin checker_ceiling)
 
 now() { date +%s.%N; }
 t0=$(now)
@@ -51,3 +57,9 @@ print(int(u), t)')
 token_rate=$(python3 -c "print(round($token_unique / $token_secs))")
 echo "hilock token model, mix configurations: $token_unique unique states in $token_secs s: $token_rate states/s"
 echo "ratio token / paxos: $(python3 -c "print(round($token_rate / $paxos_rate, 2))")"
+
+ceiling=$(cd verify && taskset -c 0 "$ceiling_bin" --ignored --nocapture --test-threads 1 2>&1 | grep -o 'ceiling: .*')
+echo "$ceiling" | sed 's/^ceiling:/Stateright on a model that costs nothing,/'
+ceiling_rate=$(tail -1 <<< "$ceiling" | sed -E 's/.*: ([0-9]+) states\/s$/\1/')
+echo "ratio token / that ceiling: $(python3 -c "print(round($token_rate / $ceiling_rate, 2))")"
+echo "at 500,000 states/s a model would have $(python3 -c "print(round(1e9 / 500000 - 1e9 / $ceiling_rate))") ns per state for its own work (at most 0: out of reach)"
