@@ -932,3 +932,74 @@ async fn wait_snapshot(
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// More distinct keys than a node's table holds, locked and released one after another,
+/// are all granted: a three-node ring (r = 2: every node holds every key, as primary or
+/// replica) serves 3 · `TABLE` distinct keys, each released entry reclaimed when a new
+/// key needs its room (`RingServer::step`, "Reclaim"; `docs/engines/ring.md`, "Limits").
+/// Before, every node refused the 65th key for ever ("lock table full").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn more_distinct_keys_than_a_table_holds_are_all_granted_one_after_another() {
+    let _ports = PORTS.lock().await;
+    tokio::time::timeout(Duration::from_secs(60), many_keys())
+        .await
+        .expect("the many-keys test ended within 60 s");
+}
+
+async fn many_keys() {
+    use hilock_runtime::ring::TABLE;
+    let mut listeners = Vec::new();
+    let mut addrs: Vec<Option<SocketAddr>> = vec![None; SLOTS];
+    for a in addrs.iter_mut().take(3) {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        *a = Some(l.local_addr().unwrap());
+        listeners.push(l);
+    }
+    let addrs = Arc::new(addrs);
+    let membership = Membership::start(TcpListener::bind("127.0.0.1:0").await.unwrap(), 0b111)
+        .await
+        .unwrap();
+    let mut nodes = Vec::new();
+    for (i, l) in listeners.into_iter().enumerate() {
+        nodes.push(
+            RingNode::start(i as u16, l, addrs.clone(), membership.addr())
+                .await
+                .unwrap(),
+        );
+    }
+    membership
+        .wait_for(Duration::from_secs(10), |v| v.members == 0b111)
+        .await
+        .unwrap();
+    let mut c = RingClient::connect(1, addrs.clone(), membership.addr())
+        .await
+        .unwrap();
+    c.limit = Duration::from_secs(2);
+    let mut keys = std::collections::BTreeSet::new();
+    let t = Instant::now();
+    for i in 0.. {
+        if keys.len() > 3 * TABLE {
+            break;
+        }
+        // Placed by its first path element: one element per path, so distinct keys.
+        let path = format!("/many{i}");
+        keys.insert(key_of(&path));
+        let granted = c.lock(&path).await;
+        assert!(
+            matches!(granted, Ok(true)),
+            "{path} (distinct key {}): {granted:?}; node errors: {:?}",
+            keys.len(),
+            nodes
+                .iter()
+                .map(|n| n.snapshot().errors)
+                .collect::<Vec<_>>()
+        );
+        c.unlock(&path).await.unwrap();
+    }
+    println!("{} distinct keys in {:?}", keys.len(), t.elapsed());
+    for n in &nodes {
+        let s = n.snapshot();
+        assert!(s.errors.is_empty(), "{:?}", s.errors);
+        assert!(s.slots.len() <= TABLE, "{}", s.slots.len());
+    }
+}

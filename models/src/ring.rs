@@ -36,6 +36,13 @@
 //! client id ([`RingModel::ids`]): two processes given one id, two incarnations to the
 //! ring, counted as two holders.
 //!
+//! # Small tables (hilock variant)
+//! A configuration may give each server a table smaller than the keys its clients use
+//! ([`RingModel::table`]) and each client a second key for its later rounds
+//! ([`RingModel::later`]): a new key on a full table then takes the place of a released
+//! one (`RingServer::step`, "Reclaim"), at primaries and replicas, and every property
+//! must hold as with room for every key.
+//!
 //! # Partitions and pauses (hilock variant)
 //! `Isolate(n)` cuts node `n` off from everybody (the other nodes, the membership service
 //! and the clients) until `Heal(n)`: every message to or from it, in flight or sent
@@ -234,9 +241,22 @@ pub struct RingModel {
     /// `RingClient` does every 100 ms. Copies of one request then travel in two views.
     #[serde(default)]
     pub resend_on_new_view: bool,
+    /// Entries each hilock server's table holds at most (`RingServer::with_table`; 0: all
+    /// [`T`]). Below the number of keys the clients use, a new key takes the place of a
+    /// released one (`RingServer::step`, "Reclaim").
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub table: u8,
+    /// The key each client locks from its second round on (empty: its first key
+    /// throughout), so that a client uses two keys, one after the other.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub later: Vec<u16>,
     /// Test-only: break a check on purpose (see the tests).
     #[serde(default)]
     pub sabotage: Sabotage,
+}
+
+fn is_zero(n: &u8) -> bool {
+    *n == 0
 }
 
 fn default_idents() -> [u16; NS] {
@@ -617,6 +637,8 @@ impl RingModel {
             duplicates: 0,
             reboots: 0,
             resend_on_new_view: false,
+            table: 0,
+            later: Vec::new(),
             sabotage: Sabotage::None,
         }
     }
@@ -668,7 +690,17 @@ impl RingModel {
         if let Some(id) = self.ids.iter().find(|id| usize::from(**id) >= CL) {
             return Err(format!("id {id}: the servers remember ids below {CL}"));
         }
-        if let Some(k) = self.clients.iter().find(|k| **k >= 64) {
+        if usize::from(self.table) > T {
+            return Err(format!("table {}: at most {T} entries", self.table));
+        }
+        if !self.later.is_empty() && self.later.len() != self.clients.len() {
+            return Err(format!(
+                "{} later keys for {} clients: one per client, or none",
+                self.later.len(),
+                self.clients.len()
+            ));
+        }
+        if let Some(k) = self.clients.iter().chain(&self.later).find(|k| **k >= 64) {
             return Err(format!("key {k}: keys are below 2^6 = 64"));
         }
         if self.rounds == 0 {
@@ -781,7 +813,11 @@ impl RingModel {
     }
 
     fn keys(&self) -> BTreeSet<Key> {
-        self.clients.iter().map(|k| Key(*k)).collect()
+        self.clients
+            .iter()
+            .chain(&self.later)
+            .map(|k| Key(*k))
+            .collect()
     }
 
     fn mutex_ok(&self, st: &RState) -> bool {
@@ -1110,7 +1146,10 @@ impl RingModel {
 
     /// Node `id`'s hilock server, new in `view`, with the configuration's sabotage.
     fn server(&self, id: NodeId, r: u8, view: View) -> RingServer<NS, T, CL> {
-        let s = RingServer::new(id, self.ring(), r, view).expect("server");
+        let mut s = RingServer::new(id, self.ring(), r, view).expect("server");
+        if self.table != 0 {
+            s = s.with_table(usize::from(self.table)).expect("table size");
+        }
         match self.sabotage {
             Sabotage::NoRetryFence => s.without_retry_fence().without_request_memory(),
             Sabotage::WriterFollowsHolder => s
@@ -1479,6 +1518,9 @@ impl Model for RingModel {
                                     (true, Answer::Granted) => 2,
                                     _ if c.rounds > 0 => {
                                         c.rounds -= 1;
+                                        if let Some(k) = self.later.get(i) {
+                                            c.key = *k;
+                                        }
                                         0
                                     }
                                     _ => 4,

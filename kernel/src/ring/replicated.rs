@@ -34,6 +34,10 @@
 //!   of an arc it is ready for already is not merged ([`RingServer::step`], "Hand-over"),
 //!   entries of arcs it no longer holds are dropped.
 //!
+//! - A released entry is reclaimed when its room is needed ([`RingServer::step`],
+//!   "Reclaim"): a new key on a full table takes the place of a free entry of a ready
+//!   arc; the request floor of its client keeps the entry's retry guard.
+//!
 //! The membership service (etcd in cluster mode; the model's `Chord` actor) announces
 //! views with [`ChordMsg::NewView`] and starts the next change only when every live member
 //! of the current view has installed it and is ready for all its arcs.
@@ -88,6 +92,41 @@ struct Answered {
     refusal: Option<Answer>,
 }
 
+/// What a reclaimed entry's writer ([`Slot::writer`]) guarded, kept per client id for
+/// the rest of the view ([`RingServer::step`], "Reclaim"): a request of that client
+/// numbered `seq` or below, for a key without an entry, is a stale retry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct Floor {
+    /// The incarnation the writers were of; `None` once writers of two incarnations of the
+    /// id were folded in: then `seq` is compared with every incarnation's numbers.
+    incarnation: Option<u64>,
+    /// The highest request number of the folded writers.
+    seq: u64,
+}
+
+impl Floor {
+    /// The floor once `w` is folded in.
+    fn with(row: Option<Floor>, w: Token) -> Floor {
+        match row {
+            None => Floor {
+                incarnation: Some(w.incarnation),
+                seq: w.seq,
+            },
+            Some(f) => Floor {
+                incarnation: f.incarnation.filter(|i| *i == w.incarnation),
+                seq: f.seq.max(w.seq),
+            },
+        }
+    }
+
+    /// Whether `token` is numbered at or below this floor (of its incarnation). At: a
+    /// free entry's writer is the unlock that freed it (or a later unlock of its client),
+    /// and a copy of it is answered Released from the free key, as the entry answered it.
+    fn covers(self, token: Token) -> bool {
+        self.incarnation.is_none_or(|i| i == token.incarnation) && token.seq <= self.seq
+    }
+}
+
 /// One server of hilock's ring: slots `N`, table capacity `T`, and the client ids below
 /// `C` it serves (its request memory has one row per client id; 256, the default, is
 /// every [`ClientId`](super::ClientId)).
@@ -116,6 +155,11 @@ pub struct RingServer<const N: usize, const T: usize, const C: usize = 256> {
     /// Whether a hand-over of an arc that is ready already is still merged (only for
     /// [`RingServer::merging_late_hand_overs`]).
     late_hand_overs: bool,
+    /// Per client id, the request floor of the entries reclaimed in the current view
+    /// (cleared when it installs a newer view): see [`RingServer::step`], "Reclaim".
+    floors: [Option<Floor>; C],
+    /// Entries the table holds at most: `T`, but for [`RingServer::with_table`].
+    limit: usize,
 }
 
 /// What a request comes to, decided from the state as it is after the request's view is
@@ -187,7 +231,21 @@ impl<const N: usize, const T: usize, const C: usize> RingServer<N, T, C> {
             answered: [None; C],
             memory: true,
             late_hand_overs: false,
+            floors: [None; C],
+            limit: T,
         })
+    }
+
+    /// The server with a table of at most `entries` entries (at most `T`): so that the
+    /// model checker and the tests fill a table, and watch entries reclaimed, with a few
+    /// keys ([`RingServer::step`], "Reclaim"). Errors: 0 entries, or more than `T`
+    /// ([`ChordError::TableFull`]: no table of that size).
+    pub fn with_table(mut self, entries: usize) -> Result<Self, ChordError> {
+        if entries == 0 || entries > T {
+            return Err(ChordError::TableFull);
+        }
+        self.limit = entries;
+        Ok(self)
     }
 
     /// The server without its request memory: a copy of a request it already answered
@@ -377,7 +435,10 @@ impl<const N: usize, const T: usize, const C: usize> RingServer<N, T, C> {
         Key(self.ring.ident(NodeId(arc as u16)).unwrap_or(0))
     }
 
-    /// Writes `s` unless the entry is newer. Room was checked ([`RingServer::fits`]).
+    /// Writes `s` unless the entry is newer; a new key on a full table takes the place of
+    /// a reclaimed entry ([`RingServer::reclaim_one`]), or, with no entry spare, is
+    /// reclaimed as it is written (it is spare itself: [`RingServer::fits`] checked the
+    /// room).
     fn upsert(&mut self, s: Slot) {
         match self.slots.iter_mut().find(|x| x.key == s.key) {
             Some(x) => {
@@ -386,7 +447,59 @@ impl<const N: usize, const T: usize, const C: usize> RingServer<N, T, C> {
                 }
             }
             None => {
+                if self.slots.len() >= self.limit && !self.reclaim_one() {
+                    self.fold(s);
+                    return;
+                }
                 let _ = self.slots.push(s);
+            }
+        }
+    }
+
+    /// Whether entry `s` may be reclaimed once `v` is installed ([`RingServer::step`],
+    /// "Reclaim"): the key is free, its arc is ready or in `soon` (a hand-over still to
+    /// come for it would otherwise write an older entry back; `soon` are the arcs a
+    /// hand-over being merged makes ready, for its own entries only), and its writer's
+    /// guard fits the request floors (a client id below `C`, or a writer of an older
+    /// view, which guards nothing any more).
+    fn spare(&self, s: &Slot, v: View, soon: u16) -> bool {
+        let newer = v.epoch > self.view.epoch;
+        let (ready, epoch) = if newer {
+            (self.ready & self.covered(v), v.epoch)
+        } else {
+            (self.ready, self.view.epoch)
+        };
+        let ready = ready | soon;
+        let guarded =
+            s.version.epoch < epoch || s.writer.is_none_or(|w| usize::from(w.client.0) < C);
+        s.holder.is_none() && ready & (1 << self.ring.arc_of(s.key)) != 0 && guarded
+    }
+
+    /// Drops the spare entry written longest ago (the lowest version, then the lowest
+    /// key), if there is one, and says whether it did.
+    fn reclaim_one(&mut self) -> bool {
+        let view = self.view;
+        let victim = self
+            .slots
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| self.spare(s, view, 0))
+            .min_by_key(|(_, s)| (s.version, s.key))
+            .map(|(i, _)| i);
+        let Some(i) = victim else {
+            return false;
+        };
+        let s = self.slots.remove(i);
+        self.fold(s);
+        true
+    }
+
+    /// Folds the writer of reclaimed entry `s` into the request floors, if `s` was
+    /// written in this view (an older writer guards nothing any more: "Reclaim").
+    fn fold(&mut self, s: Slot) {
+        if let (true, Some(w)) = (s.version.epoch == self.view.epoch, s.writer) {
+            if let Some(row) = self.floors.get_mut(usize::from(w.client.0)) {
+                *row = Some(Floor::with(*row, w));
             }
         }
     }
@@ -400,9 +513,12 @@ impl<const N: usize, const T: usize, const C: usize> RingServer<N, T, C> {
         }
     }
 
-    /// Whether the entries of `keys` fit into the table as it is once `v` is installed
-    /// (installing drops the entries of arcs no longer held).
-    fn fits(&self, v: View, keys: impl Iterator<Item = Key>) -> Result<(), ChordError> {
+    /// Whether the entries `new` fit into the table as it is once `v` is installed
+    /// (installing drops the entries of arcs no longer held), reclaiming spare entries
+    /// ([`RingServer::spare`]) where room is needed, or a new entry itself if it is spare
+    /// and no other is (its arc ready, or in `soon`: a hand-over's arcs, which it makes
+    /// ready).
+    fn fits(&self, v: View, new: impl Iterator<Item = Slot>, soon: u16) -> Result<(), ChordError> {
         let kept: &dyn Fn(&Slot) -> bool = if v.epoch > self.view.epoch {
             let cov = self.covered(v);
             &move |s: &Slot| cov & (1 << self.ring.arc_of(s.key)) != 0
@@ -410,13 +526,25 @@ impl<const N: usize, const T: usize, const C: usize> RingServer<N, T, C> {
             &|_: &Slot| true
         };
         let mut len = self.slots.iter().filter(|s| kept(s)).count();
+        let mut spare = self
+            .slots
+            .iter()
+            .filter(|s| kept(s) && self.spare(s, v, 0))
+            .count();
         let mut seen: heapless::Vec<Key, T> = heapless::Vec::new();
-        for k in keys {
+        for n in new {
+            let k = n.key;
             if seen.contains(&k) || self.slots.iter().any(|s| s.key == k && kept(s)) {
                 continue;
             }
-            len += 1;
-            if len > T || seen.push(k).is_err() {
+            if len < self.limit {
+                len += 1;
+            } else if spare > 0 {
+                spare -= 1;
+            } else if !self.spare(&n, v, soon) {
+                return Err(ChordError::TableFull);
+            }
+            if seen.push(k).is_err() {
                 return Err(ChordError::TableFull);
             }
         }
@@ -469,7 +597,18 @@ impl<const N: usize, const T: usize, const C: usize> RingServer<N, T, C> {
         // client released the lock here). Serving it would lock again what the client
         // released, or free what it locked again; it is answered from the entry and
         // nothing is written.
-        if self.fence != RetryFence::Off && last.is_some_and(|w| token.precedes(w)) {
+        //
+        // A key without an entry may have had one, reclaimed in this view: its writer's
+        // guard is the client's request floor ("Reclaim").
+        let floored = !newer
+            && entry.is_none()
+            && self
+                .floors
+                .get(usize::from(token.client.0))
+                .copied()
+                .flatten()
+                .is_some_and(|f| f.covers(token));
+        if self.fence != RetryFence::Off && (last.is_some_and(|w| token.precedes(w)) || floored) {
             return Decision::Superseded(from_entry);
         }
         // A request whose outcome the entry already shows (a retry after a redirect, whose
@@ -593,6 +732,9 @@ impl<const N: usize, const T: usize, const C: usize> RingServer<N, T, C> {
         // The memory is of this view's requests: a request of an older view is redirected
         // from now on, never served here.
         self.answered = [None; C];
+        // So are the request floors: they guard against copies of this view's requests
+        // ("Reclaim").
+        self.floors = [None; C];
         let cov = self.covered(v);
         self.ready &= cov;
         let ring = self.ring;
@@ -656,6 +798,49 @@ impl<const N: usize, const T: usize, const C: usize> RingServer<N, T, C> {
     /// hand-over keeps its own newer unacknowledged entry until the key is written again
     /// in the new view.
     ///
+    /// # Reclaim
+    /// Not in the Chord lock paper, whose table rows are deleted only by `s_dellock`
+    /// (Fig. 2(c)): hilock's. A new key on a full table (`T` entries, or
+    /// [`RingServer::with_table`]'s) takes the place of a spare entry: a free key (no
+    /// holder) of an arc this server is ready for; the one written longest ago goes. With
+    /// none spare, a new entry that is spare itself (an unlock's, a replica write freeing
+    /// the key, a free key of the arcs a hand-over makes ready) is reclaimed as it is
+    /// written: its table has no room for a free key, and a key without an entry is free. Only then is [`ChordError::TableFull`] answered:
+    /// every entry names a holder or is of an arc not handed over yet, and so does the new
+    /// one. A free entry whose write is still waiting for its replicas
+    /// (an unlock, or an unlock's copy written again) is spare too: the write in progress
+    /// keeps its own copy of the entry for the replicas and for a resend, its client is
+    /// answered when they acknowledge it, and the key answers Retry until then; a key
+    /// without an entry is free, as the write says. Reclaiming when room is needed, not at
+    /// release, keeps every entry (its version and writer) for as long as there is room,
+    /// so that nothing is given up that is not needed. A dropped entry held two things:
+    ///
+    /// - Its version, which orders the key's writes for merges. The next holder's fence
+    ///   does not grow from it: a write's version is the writing server's view epoch and
+    ///   its own counter ([`Version`]), and in one epoch a key has one primary, whose
+    ///   counter only grows; a later epoch is larger whatever the counter. So a key written
+    ///   again after its entry was dropped still gets a larger version than every earlier
+    ///   write of it. What the version also did, keep an older copy of the entry from
+    ///   being merged over it, is why only an arc that is ready loses entries: a ready arc
+    ///   takes no hand-over, and a replica write of this view comes from the key's one
+    ///   primary, which writes the key again only once the earlier write is acknowledged.
+    /// - Its writer ([`Slot::writer`]), the retry fence: a request of that client numbered
+    ///   below it is stale. A client numbers its requests across keys, one at a time
+    ///   ([`Token::seq`]), so the writer's guard is folded into the client id's request
+    ///   floor, the highest reclaimed writer's number, and a request for a key without an
+    ///   entry numbered at or below the floor is answered from the (free) key and not
+    ///   applied ([`Rule::Superseded`]; at: the writer itself, an unlock, answered
+    ///   Released as the entry answered a copy of it, but not written again). The floor is per incarnation; once writers of two
+    ///   incarnations of one id are folded, it compares every incarnation's numbers
+    ///   (stricter: the runtime's clients number from the clock, so a later process
+    ///   numbers above an earlier one's). Floors are kept for the current view only,
+    ///   and travel in no message: a request is served only in the view it was routed
+    ///   with, and a client routes with ever newer views, so a stale copy is older than
+    ///   a writer of its own view (or of a later one, whose servers redirect it); in this
+    ///   view the key's writes are this server's, so this server's floor holds every
+    ///   writer that can make the copy stale. An entry written in an older view is
+    ///   dropped without a floor.
+    ///
     /// A new incarnation of a client id must number on after every request the earlier
     /// one sent ([`super::ChordClient::resume_after`]), or its requests are taken for
     /// copies. Errors, besides those of each message: a request of a client id not below
@@ -692,12 +877,30 @@ impl<const N: usize, const T: usize, const C: usize> Server<T> for RingServer<N,
                 if self.stopped {
                     return Ok(());
                 }
-                if let Decision::Write { need, .. } = self.decide(*token, *op, *key, *view) {
+                if let Decision::Write {
+                    need,
+                    holder,
+                    writer,
+                    ..
+                } = self.decide(*token, *op, *key, *view)
+                {
                     let pending_full = self.after(*view) == self.view && self.pending.is_full();
                     if need != 0 && pending_full {
                         return Err(ChordError::TableFull);
                     }
-                    self.fits(*view, core::iter::once(*key))?;
+                    // The entry as `apply` writes it, but for the counter, which no room
+                    // depends on.
+                    let slot = Slot {
+                        key: *key,
+                        holder: holder.map(|h| h.client),
+                        incarnation: holder.map_or(0, |h| h.incarnation),
+                        version: Version {
+                            epoch: self.after(*view).epoch,
+                            n: 0,
+                        },
+                        writer,
+                    };
+                    self.fits(*view, core::iter::once(slot), 0)?;
                 }
                 Ok(())
             }
@@ -710,7 +913,7 @@ impl<const N: usize, const T: usize, const C: usize> Server<T> for RingServer<N,
                 {
                     return Ok(());
                 }
-                self.fits(*view, core::iter::once(slot.key))
+                self.fits(*view, core::iter::once(*slot), 0)
             }
             ChordMsg::ReplicaAck { view, .. } | ChordMsg::ReplicaNack { view } => {
                 node_sender::<N>(from)?;
@@ -730,8 +933,8 @@ impl<const N: usize, const T: usize, const C: usize> Server<T> for RingServer<N,
                 let moved = slots
                     .iter()
                     .filter(|s| take & (1 << self.ring.arc_of(s.key)) != 0)
-                    .map(|s| s.key);
-                self.fits(*view, moved)
+                    .copied();
+                self.fits(*view, moved, take)
             }
             ChordMsg::NewView(v) => {
                 if from != Addr::Chord {
@@ -1139,10 +1342,10 @@ mod tests {
         let mut b = a.clone();
         assert!(b.step(C1, &again, &mut out).is_ok());
         out.clear();
-        let slots = |keys: core::ops::Range<u16>| {
+        let slots = |keys: core::ops::Range<u16>, holder: Option<ClientId>| {
             keys.map(|k| Slot {
                 key: Key(k),
-                holder: None,
+                holder,
                 incarnation: 0,
                 version: Version::default(),
                 writer: None,
@@ -1150,8 +1353,9 @@ mod tests {
             .collect()
         };
         // A joiner (node 2, not ready for any arc) with one entry, a replica write of key
-        // 30 (its own arc in `v1`), handed four more keys: 10 to 13, node 1's arc, which
-        // node 2 replicates in `v1`.
+        // 30 (its own arc in `v1`), handed four more held keys: 10 to 13, node 1's arc,
+        // which node 2 replicates in `v1`. (Free ones would fit: with no room, a free
+        // entry of the arcs a hand-over makes ready is not stored, "Reclaim".)
         let v1 = V.join(NodeId(2));
         let mut j = S::new(NodeId(2), ring(), 1, V).unwrap();
         let write = ChordMsg::Replicate {
@@ -1174,7 +1378,7 @@ mod tests {
         let t = ChordMsg::Transfer {
             view: v1,
             arcs: 0b111,
-            slots: slots(10..14),
+            slots: slots(10..14, Some(ClientId(2))),
         };
         let joiner = j.clone();
         assert_eq!(
@@ -1183,12 +1387,21 @@ mod tests {
         );
         assert_eq!(j, joiner);
         assert!(out.is_empty());
+        let t = ChordMsg::Transfer {
+            view: v1,
+            arcs: 0b111,
+            slots: slots(10..14, None),
+        };
+        j.step(Addr::Node(NodeId(1)), &t, &mut out).unwrap();
+        assert_eq!(j.slots().len(), 4);
+        assert!(j.settled_in(v1));
+        out.clear();
         // A hand-over of arcs this server is ready for is not merged, so it cannot
         // overflow the table either.
         let t = ChordMsg::Transfer {
             view: alone,
             arcs: 0b111,
-            slots: slots(4..6),
+            slots: slots(4..6, None),
         };
         let rep = a.step(Addr::Node(NodeId(1)), &t, &mut out).unwrap();
         assert!(rep.contains(Rule::TransferMerged));

@@ -468,9 +468,10 @@ async fn run(
                 if let Err(e) = server.step(from, &msg, &mut out) {
                     let full = if e == hilock_kernel::ring::ChordError::TableFull {
                         format!(
-                            " (a node's table holds {} keys, its own and its replicas', and \
-                             keeps a released key for its fence: docs/engines/ring.md, \
-                             \"Limits\")",
+                            " (a node's table holds {} keys, its own and its replicas'; a \
+                             released key's entry makes room for a new one, so each entry \
+                             is held or waits for its arc's hand-over, or as many writes \
+                             wait for replicas: docs/engines/ring.md, \"Limits\")",
                             super::TABLE
                         )
                     } else {
