@@ -62,4 +62,7 @@ ceiling=$(cd verify && taskset -c 0 "$ceiling_bin" --ignored --nocapture --test-
 echo "$ceiling" | sed 's/^ceiling:/Stateright on a model that costs nothing,/'
 ceiling_rate=$(tail -1 <<< "$ceiling" | sed -E 's/.*: ([0-9]+) states\/s$/\1/')
 echo "ratio token / that ceiling: $(python3 -c "print(round($token_rate / $ceiling_rate, 2))")"
-echo "at 500,000 states/s a model would have $(python3 -c "print(round(1e9 / 500000 - 1e9 / $ceiling_rate))") ns per state for its own work (at most 0: out of reach)"
+python3 -c "
+left = 1e9 / 500000 - 1e9 / $ceiling_rate
+print(f'at 500,000 states/s a model would have {left:.0f} ns per state for its own work'
+      + (' (none: out of reach whatever the model)' if left <= 0 else ''))"
