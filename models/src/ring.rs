@@ -246,7 +246,7 @@ pub struct RingModel {
     /// released one (`RingServer::step`, "Reclaim").
     #[serde(default, skip_serializing_if = "is_zero")]
     pub table: u8,
-    /// The key each client locks from its second round on (empty: its first key
+    /// The key each client locks after its first lock (empty: its first key
     /// throughout), so that a client uses two keys, one after the other.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub later: Vec<u16>,
