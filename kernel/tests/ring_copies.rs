@@ -164,10 +164,7 @@ fn the_memory_is_dropped_with_the_view() {
 /// (`ChordClient::on_reply` takes only answers to copies sent in its newest view).
 #[test]
 fn a_reply_names_the_epoch_its_request_was_routed_with() {
-    let two = View {
-        epoch: 0,
-        members: 0b011,
-    };
+    let two = PAIR;
     // n21 is key 10's primary in {n8, n21}, replicated on n8: the write waits.
     let mut p = S::new(NodeId(1), ring(), 1, two).unwrap();
     let mut out = O::new();

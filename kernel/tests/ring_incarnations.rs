@@ -12,12 +12,6 @@ use hilock_kernel::ring::{Addr, Answer, ChordMsg, ClientId, Holder, NodeId, Op, 
 mod ring_one;
 use ring_one::*;
 
-/// n8 and n21: key 10 is n21's, replicated on n8.
-const PAIR: View = View {
-    epoch: 0,
-    members: 0b011,
-};
-
 fn server() -> S {
     alone()
 }

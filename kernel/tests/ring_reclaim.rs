@@ -5,35 +5,12 @@
 //! Before, a full table refused every new key for ever ("lock table full").
 
 use hilock_kernel::ring::{
-    Addr, Answer, ChordError, ChordMsg, ClientId, Key, NodeId, Op, Report, Rule, Slot, Token,
-    Version, View,
+    Addr, Answer, ChordError, ChordMsg, ClientId, Key, NodeId, Op, Rule, Slot, Token, Version, View,
 };
 
 #[path = "common/ring_one.rs"]
 mod ring_one;
 use ring_one::*;
-
-/// `op` of `token` on `key` at n8 alone (every key is its own, no replica): the rules
-/// that fired and the one reply.
-fn ask_key(s: &mut S, token: Token, op: Op, key: u16) -> (Report, Answer) {
-    let mut out = O::new();
-    let msg = ChordMsg::Request {
-        token,
-        op,
-        key: Key(key),
-        view: ALONE,
-    };
-    let rep = s
-        .step(Addr::Client(token.client), &msg, &mut out)
-        .unwrap_or_else(|e| panic!("{op:?} of key {key} by {token:?}: {e}"));
-    assert_eq!(out.len(), 1, "one reply and nothing else: {out:?}");
-    match out[0].msg {
-        ChordMsg::Reply {
-            token: t, answer, ..
-        } if t == token => (rep, answer),
-        ref m => panic!("not the reply: {m:?}"),
-    }
-}
 
 /// The entry of `key`, if the table has one.
 fn entry(s: &S, key: u16) -> Option<Slot> {
@@ -192,10 +169,7 @@ fn a_free_entry_of_an_arc_not_handed_over_yet_is_not_reclaimed() {
     // n32 joins n8 and n21 (r = 1): in `v1` it replicates n21's arc (keys 9 to 21),
     // which is not ready at n32 until its hand-over comes; n21's replica writes of keys
     // 12 to 15 (each freed) fill its table first.
-    let v0 = View {
-        epoch: 0,
-        members: 0b011,
-    };
+    let v0 = PAIR;
     let v1 = v0.join(NodeId(2));
     let mut j = S::new(NodeId(2), ring(), 1, v0).unwrap();
     let mut out = O::new();
@@ -231,10 +205,7 @@ fn a_free_entry_of_an_arc_not_handed_over_yet_is_not_reclaimed() {
 #[test]
 fn a_free_entry_with_a_write_in_progress_is_reclaimed_and_the_write_completes() {
     // n8 and n21, r = 1: n8 is the primary of keys 22 to 63 and 0 to 8, n21 the replica.
-    let v = View {
-        epoch: 0,
-        members: 0b011,
-    };
+    let v = PAIR;
     let mut p = S::new(NodeId(0), ring(), 1, v).unwrap();
     let mut r = S::new(NodeId(1), ring(), 1, v).unwrap();
     // `op` of `t` on `k` at n8, its replica write applied at n21; n21's acknowledgement,
@@ -286,10 +257,7 @@ fn a_free_entry_with_a_write_in_progress_is_reclaimed_and_the_write_completes() 
 #[test]
 fn a_free_replica_write_on_a_table_of_holders_is_acknowledged_without_an_entry() {
     // n8 and n21, r = 1: n21 replicates n8's keys (22 to 63 and 0 to 8).
-    let v = View {
-        epoch: 0,
-        members: 0b011,
-    };
+    let v = PAIR;
     let mut r = S::new(NodeId(1), ring(), 1, v).unwrap();
     let write = |k: u16, holder: Option<u8>, n: u32| ChordMsg::Replicate {
         view: v,

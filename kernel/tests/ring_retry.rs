@@ -8,7 +8,7 @@
 //! holds it (`spec/counterexamples/ring/ring-short-cut-join-stale-retry.json`).
 
 use hilock_kernel::ring::{
-    Addr, Answer, ChordMsg, ClientId, NodeId, Op, RetryFence, Ring, Rule, Token, View,
+    Addr, Answer, ChordMsg, ClientId, NodeId, Op, RetryFence, Ring, Rule, Token,
 };
 
 #[path = "common/ring_one.rs"]
@@ -121,10 +121,7 @@ fn request_numbers_compare_as_integers_and_only_within_a_client() {
 #[test]
 fn the_writer_is_replicated_with_the_entry() {
     let ring = Ring::new(6, [8, 21, 32]).unwrap();
-    let v = View {
-        epoch: 0,
-        members: 0b011,
-    };
+    let v = PAIR;
     let mut p = S::new(NodeId(1), ring, 1, v).unwrap();
     let mut b = S::new(NodeId(0), ring, 1, v).unwrap();
     let mut out = O::new();

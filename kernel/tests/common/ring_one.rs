@@ -18,6 +18,12 @@ pub const ALONE: View = View {
     epoch: 0,
     members: 0b001,
 };
+/// n8 and n21: key 10 is n21's, replicated on n8; n8's keys (22 to 63 and 0 to 8) are
+/// replicated on n21.
+pub const PAIR: View = View {
+    epoch: 0,
+    members: 0b011,
+};
 /// The key every test locks.
 pub const K: Key = Key(10);
 
@@ -53,14 +59,22 @@ pub fn request(token: Token, op: Op, view: View) -> ChordMsg<4> {
 /// `op` of `token` on key 10 at n8 alone: the rules that fired and the one reply, which is
 /// the step's only output.
 pub fn ask(s: &mut S, token: Token, op: Op) -> (Report, Answer) {
+    ask_key(s, token, op, K.0)
+}
+
+/// `op` of `token` on `key` at n8 alone (every key is its own, no replica): the rules that
+/// fired and the one reply to the client, which is the step's only output.
+pub fn ask_key(s: &mut S, token: Token, op: Op, key: u16) -> (Report, Answer) {
     let mut out = O::new();
+    let msg = ChordMsg::Request {
+        token,
+        op,
+        key: Key(key),
+        view: ALONE,
+    };
     let rep = s
-        .step(
-            Addr::Client(token.client),
-            &request(token, op, ALONE),
-            &mut out,
-        )
-        .unwrap();
+        .step(Addr::Client(token.client), &msg, &mut out)
+        .unwrap_or_else(|e| panic!("{op:?} of key {key} by {token:?}: {e}"));
     assert_eq!(out.len(), 1, "one reply and nothing else: {out:?}");
     match out[0].msg {
         ChordMsg::Reply {
