@@ -433,26 +433,7 @@ async fn engine_comparison() {
     }
     // Ring engine.
     {
-        let mut addrs: Vec<Option<SocketAddr>> = vec![None; SLOTS];
-        let mut ls = Vec::new();
-        for a in addrs.iter_mut().take(NODES) {
-            let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-            *a = Some(l.local_addr().unwrap());
-            ls.push(l);
-        }
-        let addrs = Arc::new(addrs);
-        let m = Membership::start(TcpListener::bind("127.0.0.1:0").await.unwrap(), 0b11_1111)
-            .await
-            .unwrap();
-        let mut nodes = Vec::new();
-        for (i, l) in ls.into_iter().enumerate() {
-            nodes.push(
-                RingNode::start(i as u16, l, addrs.clone(), m.addr())
-                    .await
-                    .unwrap(),
-            );
-        }
-        m.wait_for(Duration::from_secs(5), |_| true).await.unwrap();
+        let (nodes, m, addrs) = ring_of(NODES).await;
         let count = |nodes: &[RingNode]| -> u64 {
             nodes
                 .iter()
@@ -732,24 +713,41 @@ async fn cut_from_successor() {
     c.unlock(&path).await.unwrap();
 }
 
+/// A ring of `n` nodes in this process (slots 0..n, its membership service), once every
+/// one of them is a member: the nodes, the service and the slots' addresses.
+async fn ring_of(n: usize) -> (Vec<RingNode>, Membership, Arc<Vec<Option<SocketAddr>>>) {
+    let mut listeners = Vec::new();
+    let mut addrs: Vec<Option<SocketAddr>> = vec![None; SLOTS];
+    for a in addrs.iter_mut().take(n) {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        *a = Some(l.local_addr().unwrap());
+        listeners.push(l);
+    }
+    let addrs = Arc::new(addrs);
+    let all = (1u16 << n) - 1;
+    let membership = Membership::start(TcpListener::bind("127.0.0.1:0").await.unwrap(), all)
+        .await
+        .unwrap();
+    let mut nodes = Vec::new();
+    for (i, l) in listeners.into_iter().enumerate() {
+        nodes.push(
+            RingNode::start(i as u16, l, addrs.clone(), membership.addr())
+                .await
+                .unwrap(),
+        );
+    }
+    membership
+        .wait_for(Duration::from_secs(10), |v| v.members == all)
+        .await
+        .unwrap();
+    (nodes, membership, addrs)
+}
+
 /// A one-node ring in this process (slot 0, its membership service): the node, the
 /// service's address and the slots' addresses.
 async fn one_node_ring() -> (RingNode, Membership, Arc<Vec<Option<SocketAddr>>>) {
-    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let mut addrs: Vec<Option<SocketAddr>> = vec![None; SLOTS];
-    addrs[0] = Some(l.local_addr().unwrap());
-    let addrs = Arc::new(addrs);
-    let membership = Membership::start(TcpListener::bind("127.0.0.1:0").await.unwrap(), 0b1)
-        .await
-        .unwrap();
-    let node = RingNode::start(0, l, addrs.clone(), membership.addr())
-        .await
-        .unwrap();
-    membership
-        .wait_for(Duration::from_secs(10), |v| v.members == 0b1)
-        .await
-        .unwrap();
-    (node, membership, addrs)
+    let (mut nodes, membership, addrs) = ring_of(1).await;
+    (nodes.remove(0), membership, addrs)
 }
 
 /// A proxy to `to` that forwards everything a client sends and, while `mute` is set,
@@ -948,29 +946,7 @@ async fn more_distinct_keys_than_a_table_holds_are_all_granted_one_after_another
 
 async fn many_keys() {
     use hilock_runtime::ring::TABLE;
-    let mut listeners = Vec::new();
-    let mut addrs: Vec<Option<SocketAddr>> = vec![None; SLOTS];
-    for a in addrs.iter_mut().take(3) {
-        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        *a = Some(l.local_addr().unwrap());
-        listeners.push(l);
-    }
-    let addrs = Arc::new(addrs);
-    let membership = Membership::start(TcpListener::bind("127.0.0.1:0").await.unwrap(), 0b111)
-        .await
-        .unwrap();
-    let mut nodes = Vec::new();
-    for (i, l) in listeners.into_iter().enumerate() {
-        nodes.push(
-            RingNode::start(i as u16, l, addrs.clone(), membership.addr())
-                .await
-                .unwrap(),
-        );
-    }
-    membership
-        .wait_for(Duration::from_secs(10), |v| v.members == 0b111)
-        .await
-        .unwrap();
+    let (nodes, membership, addrs) = ring_of(3).await;
     let mut c = RingClient::connect(1, addrs.clone(), membership.addr())
         .await
         .unwrap();

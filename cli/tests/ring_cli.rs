@@ -166,6 +166,42 @@ async fn admin(m: SocketAddr) -> Admin {
     }
 }
 
+/// Three `hilock node` processes of a ring (slots 0–2, lease `lease_ms`) and its `hilock
+/// ring membership` process, configured in `dir/ring.toml`, once all three are up.
+struct ThreeNodes {
+    addrs: Vec<SocketAddr>,
+    maddr: SocketAddr,
+    cfg: std::path::PathBuf,
+    service: Proc,
+    nodes: Vec<Proc>,
+    view: hilock_kernel::ring::View,
+}
+
+async fn three_nodes(dir: &Path, lease_ms: u64) -> ThreeNodes {
+    let addrs: Vec<SocketAddr> = (0..3).map(|_| free_port()).collect();
+    let maddr = free_port();
+    let cfg = dir.join("ring.toml");
+    std::fs::write(&cfg, ring_toml(&addrs, maddr, &[0, 1, 2], lease_ms)).unwrap();
+    let service = spawn(&["ring", "membership"], &cfg);
+    let mut adm = admin(maddr).await;
+    let nodes = (0..3)
+        .map(|i| spawn(&["node", "--id", &i.to_string()], &cfg))
+        .collect();
+    let view = adm
+        .wait_for(Duration::from_secs(20), |s| s.up == 0b111)
+        .await
+        .unwrap()
+        .view;
+    ThreeNodes {
+        addrs,
+        maddr,
+        cfg,
+        service,
+        nodes,
+        view,
+    }
+}
+
 fn spawn(args: &[&str], config: &Path) -> Proc {
     Proc(
         Command::new(BIN)
@@ -828,17 +864,16 @@ async fn hilock_lock_on_a_ring_serializes_conflicting_modes_and_fails_clearly() 
 
 async fn lock_on_ring() {
     let dir = tempfile::tempdir().unwrap();
-    let addrs: Vec<SocketAddr> = (0..3).map(|_| free_port()).collect();
-    let maddr = free_port();
-    let cfg = dir.path().join("ring.toml");
-    std::fs::write(&cfg, ring_toml(&addrs, maddr, &[0, 1, 2], 1000)).unwrap();
-    let mut service = Some(spawn(&["ring", "membership"], &cfg));
-    let mut adm = admin(maddr).await;
-    let mut nodes: Vec<Proc> = (0..3)
-        .map(|i| spawn(&["node", "--id", &i.to_string()], &cfg))
-        .collect();
+    let ThreeNodes {
+        addrs,
+        maddr,
+        cfg,
+        service,
+        mut nodes,
+        ..
+    } = three_nodes(dir.path(), 1000).await;
+    let mut service = Some(service);
     let limit = Duration::from_secs(20);
-    adm.wait_for(limit, |s| s.up == 0b111).await.unwrap();
 
     // Four processes, conflicting modes, one path.
     const PATH: &str = "/flights/UA93";
@@ -1272,17 +1307,13 @@ async fn a_second_live_run_with_a_client_id_in_use_exits_78_and_never_enters() {
 
 async fn duplicate_ids() {
     let dir = tempfile::tempdir().unwrap();
-    let addrs: Vec<SocketAddr> = (0..3).map(|_| free_port()).collect();
-    let maddr = free_port();
-    let cfg = dir.path().join("ring.toml");
-    std::fs::write(&cfg, ring_toml(&addrs, maddr, &[0, 1, 2], 1000)).unwrap();
-    let _service = spawn(&["ring", "membership"], &cfg);
-    let mut adm = admin(maddr).await;
-    let _nodes: Vec<Proc> = (0..3)
-        .map(|i| spawn(&["node", "--id", &i.to_string()], &cfg))
-        .collect();
+    let ThreeNodes {
+        cfg,
+        service: _service,
+        nodes: _nodes,
+        ..
+    } = three_nodes(dir.path(), 1000).await;
     let limit = Duration::from_secs(20);
-    adm.wait_for(limit, |s| s.up == 0b111).await.unwrap();
 
     // One live run holds /dup; a second with its id is refused.
     let running = dir.path().join("first.running");
@@ -1435,17 +1466,14 @@ async fn an_unanswered_unlock_exits_1_and_names_the_take_over() {
 async fn unanswered_unlock() {
     const PATH: &str = "/unlock/unanswered";
     let dir = tempfile::tempdir().unwrap();
-    let addrs: Vec<SocketAddr> = (0..3).map(|_| free_port()).collect();
-    let maddr = free_port();
-    let cfg = dir.path().join("ring.toml");
-    std::fs::write(&cfg, ring_toml(&addrs, maddr, &[0, 1, 2], 10_000)).unwrap();
-    let _service = spawn(&["ring", "membership"], &cfg);
-    let mut adm = admin(maddr).await;
-    let procs: Vec<Proc> = (0..3)
-        .map(|i| spawn(&["node", "--id", &i.to_string()], &cfg))
-        .collect();
+    let ThreeNodes {
+        cfg,
+        service: _service,
+        nodes: procs,
+        view: v,
+        ..
+    } = three_nodes(dir.path(), 10_000).await;
     let limit = Duration::from_secs(20);
-    let v = adm.wait_for(limit, |s| s.up == 0b111).await.unwrap().view;
     let primary = &procs[ring().lookup(v, key_of(PATH)).unwrap().idx()];
     // A free key with --timeout-ms 0 is asked once and granted (it was refused without
     // asking, as held by another client); --priority and --id are the token engine's.

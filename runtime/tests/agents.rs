@@ -2,6 +2,10 @@
 //! classic cases, failures, bad input, and many random transactions that deadlock often,
 //! checked by a history checker.
 
+#[path = "support/connected.rs"]
+mod connected;
+use connected::{wait_all_connected, wait_connected};
+
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
@@ -23,20 +27,7 @@ async fn cluster(n: usize, name: &str) -> Vec<Node> {
     let nodes = local_cluster(n, name, SECRET, Duration::from_secs(30))
         .await
         .unwrap();
-    let t = std::time::Instant::now();
-    for node in &nodes {
-        while !node
-            .status()
-            .await
-            .unwrap()
-            .peers
-            .iter()
-            .all(|p| p.connected)
-        {
-            assert!(t.elapsed() < Duration::from_secs(5), "peers connect");
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    }
+    wait_all_connected(&nodes).await;
     nodes
 }
 
@@ -826,18 +817,7 @@ async fn rebind(addr: std::net::SocketAddr) -> tokio::net::TcpListener {
 async fn a_restarted_home_node_grants_no_txn_lock_and_its_clients_are_refused() {
     let (mut nodes, addrs) = cluster_with_a_restarted_node(3, "agents-restart").await;
     for node in &nodes {
-        let t = std::time::Instant::now();
-        while !node
-            .status()
-            .await
-            .unwrap()
-            .peers
-            .iter()
-            .all(|p| p.connected)
-        {
-            assert!(t.elapsed() < Duration::from_secs(5), "peers connect");
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        wait_connected(node).await;
     }
     let h = homed("h", 2, 3);
     let mut x = nodes[0].transaction(opts(false)).unwrap();

@@ -1,6 +1,10 @@
 //! Real nodes over TCP on 127.0.0.1: random hierarchical locking checked by the oracle,
 //! timeouts that release late grants, a killed peer, and hostile connections.
 
+#[path = "support/connected.rs"]
+mod connected;
+use connected::wait_connected;
+
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
@@ -36,22 +40,6 @@ async fn assert_all_idle(nodes: &[Node], wait: Duration) {
         }
         assert!(t.elapsed() < wait, "locks left busy: {busy:#?}");
         tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-/// `node` has a connection to every peer (nodes dial each other at start), within 5 s.
-async fn wait_connected(node: &Node) {
-    let t = std::time::Instant::now();
-    while !node
-        .status()
-        .await
-        .unwrap()
-        .peers
-        .iter()
-        .all(|p| p.connected)
-    {
-        assert!(t.elapsed() < Duration::from_secs(5), "peers connect");
-        tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
 
