@@ -644,12 +644,7 @@ impl Engine {
                         "agents: lock server unreachable; counting it as down"
                     );
                 }
-                if p < MAX_SERVERS {
-                    let ids: Vec<AgentId> = self.agents.keys().copied().collect();
-                    for a in ids {
-                        let _ = self.agent_step(a, AgentInput::ServerDown(ServerId(p16)));
-                    }
-                }
+                self.server_down(p16);
             }
             let w = &mut self.links[p];
             if !w.released && (gone || down_for >= AGENTS_GONE_AFTER) {
@@ -671,13 +666,19 @@ impl Engine {
             "agents: a new run of the node replaced its old run; its lock server's entries \
              and its agents are gone"
         );
-        if usize::from(peer) < MAX_SERVERS {
+        self.server_down(peer);
+        self.release_node(peer);
+    }
+
+    /// Every running agent counts the lock server of node `p` as down (rule A8 decides
+    /// which transactions abort); a node beyond the kernel's servers serves none.
+    fn server_down(&mut self, p: u16) {
+        if usize::from(p) < MAX_SERVERS {
             let ids: Vec<AgentId> = self.agents.keys().copied().collect();
             for a in ids {
-                let _ = self.agent_step(a, AgentInput::ServerDown(ServerId(peer)));
+                let _ = self.agent_step(a, AgentInput::ServerDown(ServerId(p)));
             }
         }
-        self.release_node(peer);
     }
 
     /// This node's server releases every entry of node `p`'s agents.
