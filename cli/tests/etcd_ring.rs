@@ -1029,3 +1029,119 @@ async fn lock_on_etcd_ring() {
     );
     eprintln!("{name}: {text}");
 }
+
+/// A second SIGTERM during a graceful leave ends the node at once (`docs/cli.md`, "hilock
+/// node"; `ring::etcd::serve_config`): with another member paused (SIGSTOP), the new view
+/// cannot settle, so the leaver is still leaving 400 ms after its first SIGTERM; the
+/// second one ends it (status 0) long before the paused member's lease could run out and
+/// let the leave finish.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_signal_ends_a_graceful_leave_at_once() {
+    tokio::time::timeout(Duration::from_secs(30), second_signal())
+        .await
+        .expect("the test ended within 30 s");
+}
+
+async fn second_signal() {
+    let Some(mut r) = start_ring(
+        "a_second_signal_ends_a_graceful_leave_at_once",
+        "ring-second-signal",
+        3,
+    )
+    .await
+    else {
+        return;
+    };
+    let paused = r.procs[2].take().unwrap();
+    signal(&paused, "STOP");
+    let mut leaver = r.procs[0].take().unwrap();
+    let t = Instant::now();
+    signal(&leaver, "TERM");
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(
+        leaver.0.try_wait().unwrap().is_none(),
+        "the leaver is still leaving 400 ms after its SIGTERM (a member is paused)"
+    );
+    signal(&leaver, "TERM");
+    let second = Instant::now();
+    let st = loop {
+        if let Some(st) = leaver.0.try_wait().unwrap() {
+            break st;
+        }
+        assert!(
+            second.elapsed() < Duration::from_millis(700),
+            "the second SIGTERM ends the leave at once"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    println!(
+        "second SIGTERM: the leaver exited {st} {:?} after it ({:?} after the first)",
+        second.elapsed(),
+        t.elapsed()
+    );
+    assert!(st.success(), "a node asked to stop exits 0: {st}");
+    assert!(
+        t.elapsed() < earliest_expiry(&r.o),
+        "ended before the paused member's lease could run out"
+    );
+    signal(&paused, "CONT");
+}
+
+/// A member of the first view whose node never starts is removed by the leader only once
+/// it has been missing for two TTLs (`ring::etcd::lead`): earlier, its arcs would have no
+/// member that has them. Slots 0 and 1 of the view [0, 1, 2] start; slot 2 never does.
+/// etcd's view keeps slot 2 for two TTLs after the nodes started, then the view [0, 1]
+/// is installed and settles.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_never_seen_alive_is_removed_after_two_ttls() {
+    tokio::time::timeout(Duration::from_secs(30), never_seen())
+        .await
+        .expect("the test ended within 30 s");
+}
+
+async fn never_seen() {
+    let test = "a_member_never_seen_alive_is_removed_after_two_ttls";
+    let Some(e) = etcd::start_healthy(test) else {
+        return;
+    };
+    let o = options(&e);
+    let dir = tempfile::tempdir().unwrap();
+    let addrs: Vec<SocketAddr> = (0..3).map(|_| free_port()).collect();
+    let cfg = dir.path().join("ring.toml");
+    std::fs::write(
+        &cfg,
+        ring_toml("ring-never-seen", &e.addr, &addrs, &[0, 1, 2]),
+    )
+    .unwrap();
+    let started = Instant::now();
+    let _procs = [spawn_node(0, &cfg), spawn_node(1, &cfg)];
+    let two_ttls = Duration::from_secs(2 * u64::from(TTL_S));
+    let mut removed = None;
+    while started.elapsed() < two_ttls + Duration::from_secs(6) {
+        if let Ok((v, _)) = ring_etcd::read_view(&o, "ring-never-seen").await {
+            if v.epoch > 0 && !v.has(NodeId(2)) {
+                removed = Some(started.elapsed());
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let removed = removed.expect("slot 2 removed from the view");
+    println!("slot 2, never started: removed from the view {removed:?} after the nodes started");
+    assert!(
+        removed >= two_ttls,
+        "removed {removed:?} after the start: before two TTLs ({two_ttls:?})"
+    );
+    let v = wait_view(
+        &o,
+        "ring-never-seen",
+        &addrs,
+        Duration::from_secs(10),
+        |v, _| v.members == 0b011,
+    )
+    .await;
+    assert!(
+        v.epoch >= 2,
+        "the view without slot 2 is a new epoch: {v:?}"
+    );
+}
