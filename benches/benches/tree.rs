@@ -74,8 +74,10 @@ fn benches(c: &mut Criterion, t: &mut Big) {
         for h in HEIGHTS {
             let w = setup(t, h, scenario);
             let before = t.clone_regions();
-            let ins = latches(t, Op::insert(t, w, ME, TreeVariant::HILOCK).expect("op"));
-            let rem = latches(t, Op::remove(t, w, ME, TreeVariant::HILOCK).expect("op"));
+            let op = Op::insert(t, w, ME, TreeVariant::HILOCK).expect("op");
+            let ins = latches(t, op);
+            let op = Op::remove(t, w, ME, TreeVariant::HILOCK).expect("op");
+            let rem = latches(t, op);
             assert_eq!(t.clone_regions(), before, "the pair restores the tree");
             println!("latches {scenario} h={h}: insert {ins}, remove {rem}");
         }

@@ -147,7 +147,7 @@ fn tree_slide_14_insert_locks_higher_and_counts_up() {
     // the whole grey path: a fifth user at 001 demotes u1's 00
     let u5 = UserId(5);
     let w = at(&t, "001");
-    let op = Op::insert(&t, w, u5, TreeVariant::HILOCK).unwrap();
+    let op = Op::insert(&mut t, w, u5, TreeVariant::HILOCK).unwrap();
     let (o, order) = run_op(&mut t, op);
     assert_eq!(o, granted(&t, "001"));
     assert_eq!(grey(&t, ""), 5);
@@ -191,7 +191,11 @@ fn tree_slide_15_demotion() {
     // demotion recurses t → 0 → 00, where 000 and 001 split
     let mut t = T::complete(3).unwrap();
     ins(&mut t, "000", U2);
-    let mut op = Op::insert(&t, at(&t, "001"), U1, TreeVariant::HILOCK).unwrap();
+    let mut op = {
+        let w = at(&t, "001");
+        Op::insert(&mut t, w, U1, TreeVariant::HILOCK)
+    }
+    .unwrap();
     let mut demoted = Vec::new();
     while op.outcome().is_none() {
         if let Step::Progress(p) = op.step(&mut t).unwrap() {
@@ -222,7 +226,7 @@ fn tree_slide_16_failed_insert_is_undone() {
         ins(&mut t, "111", U3);
         let before = t.clone();
         let w = at(&t, "001");
-        let mut op = Op::insert(&t, w, U4, variant).unwrap();
+        let mut op = Op::insert(&mut t, w, U4, variant).unwrap();
         let mut undo_started = false;
         let mut counts_inflated = false;
         while op.outcome().is_none() {
@@ -259,7 +263,7 @@ fn tree_slide_16_failed_insert_is_undone() {
         ins(&mut t, "000", U1);
         ins(&mut t, "111", U3);
         let w = at(&t, "000");
-        let mut op = Op::insert(&t, w, U2, variant).unwrap();
+        let mut op = Op::insert(&mut t, w, U2, variant).unwrap();
         let mut demotions = 0;
         while op.outcome().is_none() {
             if let Step::Progress(p) = op.step(&mut t).unwrap() {
@@ -299,7 +303,7 @@ fn tree_slide_18_remove_with_and_without_promotion() {
     // child 0 is white, so the root stays latched while the owner left is looked for
     // below: at 1 (2 → 1) the other child 11 is black(u3), promoted to the root
     let w = at(&t, "10");
-    let op = Op::remove(&t, w, U2, TreeVariant::HILOCK).unwrap();
+    let op = Op::remove(&mut t, w, U2, TreeVariant::HILOCK).unwrap();
     let (o, order) = run_op(&mut t, op);
     assert_eq!(o, Outcome::Released);
     // latches: t (count 2 → 1), 0 (the other child: white), 1 (count 2 → 1), 11 (black)
@@ -313,8 +317,10 @@ fn tree_slide_18_remove_with_and_without_promotion() {
     let mut t = T::complete(2).unwrap();
     ins(&mut t, "00", U1);
     ins(&mut t, "11", U2);
-    let op = Op::remove(&t, at(&t, "00"), U1, TreeVariant::HILOCK).unwrap();
-    let (o, order) = run_op(&mut t.clone(), op);
+    let mut copy = t.clone();
+    let w = at(&t, "00");
+    let op = Op::remove(&mut copy, w, U1, TreeVariant::HILOCK).unwrap();
+    let (o, order) = run_op(&mut copy, op);
     assert_eq!(o, Outcome::Released);
     assert_eq!(
         order,
@@ -390,7 +396,11 @@ fn tree_slide_21_removals_between_failure_and_undo() {
     let mut t = T::complete(2).unwrap();
     ins(&mut t, "00", U1);
     ins(&mut t, "10", U3);
-    let mut op = Op::insert(&t, at(&t, "00"), U4, TreeVariant::HILOCK).unwrap();
+    let mut op = {
+        let w = at(&t, "00");
+        Op::insert(&mut t, w, U4, TreeVariant::HILOCK)
+    }
+    .unwrap();
     loop {
         let Step::Progress(p) = op.step(&mut t).unwrap() else {
             panic!()
@@ -412,7 +422,11 @@ fn tree_slide_21_removals_between_failure_and_undo() {
     let mut t = T::complete(2).unwrap();
     ins(&mut t, "00", U1);
     ins(&mut t, "10", U3);
-    let mut op = Op::insert(&t, at(&t, "00"), U4, TreeVariant::HILOCK).unwrap();
+    let mut op = {
+        let w = at(&t, "00");
+        Op::insert(&mut t, w, U4, TreeVariant::HILOCK)
+    }
+    .unwrap();
     while !matches!(op.step(&mut t).unwrap(), Step::Progress(p) if p.undo_started) {}
     rem(&mut t, "00", U1);
     rem(&mut t, "10", U3);
@@ -432,8 +446,16 @@ fn tree_slide_13_handshake_latches() {
     ins(&mut t, "01", U2);
     ins(&mut t, "11", U3);
     // u2 leaves: root 3 → 2, then 0: 2 → 1, the other child 00 is black: promote
-    let mut a = Op::remove(&t, at(&t, "01"), U2, TreeVariant::HILOCK).unwrap();
-    let mut b = Op::insert(&t, at(&t, "10"), U4, TreeVariant::HILOCK).unwrap();
+    let mut a = {
+        let w = at(&t, "01");
+        Op::remove(&mut t, w, U2, TreeVariant::HILOCK)
+    }
+    .unwrap();
+    let mut b = {
+        let w = at(&t, "10");
+        Op::insert(&mut t, w, U4, TreeVariant::HILOCK)
+    }
+    .unwrap();
     assert!(matches!(a.step(&mut t).unwrap(), Step::Progress(_))); // root
     assert_eq!(
         b.step(&mut t).unwrap(),
@@ -455,7 +477,11 @@ fn tree_slide_13_handshake_latches() {
     assert_eq!(t.latched(), 0);
     audit(&t, &[(U1, "00"), (U3, "11"), (U4, "10")]);
     // whole operations refuse to run while latches are held
-    let mut c = Op::insert(&t, at(&t, "01"), U2, TreeVariant::HILOCK).unwrap();
+    let mut c = {
+        let w = at(&t, "01");
+        Op::insert(&mut t, w, U2, TreeVariant::HILOCK)
+    }
+    .unwrap();
     c.step(&mut t).unwrap();
     assert!(matches!(
         t.insert_user(at(&t, "01"), UserId(9)),
@@ -539,9 +565,9 @@ fn tree_errors() {
     assert_eq!(empty.at(""), Err(TreeError::OutsideTree(TreeNodeId(0))));
     assert_eq!(t.at("0x"), Err(TreeError::OutsideTree(at(&t, "0"))));
     // an op used on a smaller tree
-    let big = T::complete(5).unwrap();
+    let mut big = T::complete(5).unwrap();
     let mut small = T::complete(1).unwrap();
-    let mut op = Op::insert(&big, TreeNodeId(40), U1, TreeVariant::HILOCK).unwrap();
+    let mut op = Op::insert(&mut big, TreeNodeId(40), U1, TreeVariant::HILOCK).unwrap();
     let r = (0..10).map(|_| op.step(&mut small)).find(|r| r.is_err());
     assert!(r.is_some());
     assert_eq!(small.latched(), 0);
@@ -869,9 +895,9 @@ proptest! {
                 pc[u] += 1;
                 if k % 2 == 0 {
                     let w = leaf(&t, scripts[u][k / 2]);
-                    ops[u] = Some(Op::insert(&t, w, user, TreeVariant::HILOCK).unwrap());
+                    ops[u] = Some(Op::insert(&mut t, w, user, TreeVariant::HILOCK).unwrap());
                 } else if let Some(w) = held[u].take() {
-                    ops[u] = Some(Op::remove(&t, w, user, TreeVariant::HILOCK).unwrap());
+                    ops[u] = Some(Op::remove(&mut t, w, user, TreeVariant::HILOCK).unwrap());
                 }
                 continue;
             }
@@ -940,7 +966,7 @@ proptest! {
                 }
                 2 => {
                     if !pending.iter().any(|o| o.user() == u) {
-                        if let Ok(op) = Op::insert(&t, n, u, variant) {
+                        if let Ok(op) = Op::insert(&mut t, n, u, variant) {
                             pending.push(op);
                         }
                     }

@@ -86,6 +86,8 @@ fn tree_errors_and_violations_have_distinct_texts() {
         TreeError::InvalidDocument { item: 5 },
         TreeError::NotOwner { user: u, node: n },
         TreeError::Busy { node: n, holder: u },
+        TreeError::OperationInProgress { user: u },
+        TreeError::TooManyOperations { capacity: 7 },
         TreeError::Inconsistent(n),
         TreeError::Finished,
     ];
@@ -152,7 +154,11 @@ fn a_whole_operation_waits_for_no_one_it_is_refused_while_latches_are_held() {
     t.insert_user(t.at("111").unwrap(), UserId(2)).unwrap();
     let root = t.at("").unwrap();
     // u3 at "110": through the grey root into "1", u2's black region, which it demotes
-    let mut op = Op::insert(&t, t.at("110").unwrap(), UserId(3), TreeVariant::HILOCK).unwrap();
+    let mut op = {
+        let w = t.at("110").unwrap();
+        Op::insert(&mut t, w, UserId(3), TreeVariant::HILOCK)
+    }
+    .unwrap();
     // step the insert off the root: it then latches only nodes inside subtree "1"
     while op.held().contains(&Some(root)) || op.taken() == 0 {
         assert!(matches!(op.step(&mut t), Ok(Step::Progress(_))));
@@ -203,33 +209,47 @@ fn an_operation_counts_its_latches_demotions_and_promotions() {
     let leaf = |t: &T, p: &str| t.at(p).unwrap();
     t.insert_user(leaf(&t, "00"), UserId(1)).unwrap();
     // u2 at "11": the root (black, u1) is demoted
-    let op = Op::insert(&t, leaf(&t, "11"), UserId(2), TreeVariant::HILOCK).unwrap();
+    let op = {
+        let w = leaf(&t, "11");
+        Op::insert(&mut t, w, UserId(2), TreeVariant::HILOCK)
+    }
+    .unwrap();
     let (o, dem, _, undo) = run_counted(&mut t, op);
     assert!(matches!(o, Outcome::Granted { .. }), "{o:?}");
     assert!(dem >= 1 && !undo);
     // u3 at "00", u1's leaf: fails and undoes its grey counts
-    let op = Op::insert(&t, leaf(&t, "00"), UserId(3), TreeVariant::HILOCK).unwrap();
+    let op = {
+        let w = leaf(&t, "00");
+        Op::insert(&mut t, w, UserId(3), TreeVariant::HILOCK)
+    }
+    .unwrap();
     let (o, _, _, undo) = run_counted(&mut t, op);
     assert_eq!(o, Outcome::Failed { holder: UserId(1) });
     assert!(undo, "the failed insert never started its undo");
     let (u1, u2) = (leaf(&t, "00"), leaf(&t, "11"));
     assert_eq!(t.audit(&[(UserId(1), u1), (UserId(2), u2)]), Ok(()));
     // u2 leaves: u1 is promoted back to the root
-    let op = Op::remove(&t, leaf(&t, "11"), UserId(2), TreeVariant::HILOCK).unwrap();
+    let op = {
+        let w = leaf(&t, "11");
+        Op::remove(&mut t, w, UserId(2), TreeVariant::HILOCK)
+    }
+    .unwrap();
     let (_, _, prom, _) = run_counted(&mut t, op);
     assert!(prom >= 1, "no promotion");
 }
 
-/// `Op::abort` → `()`: an operation that meets an error ends (`Vanished`, nothing left to
-/// take); here a second operation of the same user finds the user's own latch.
+/// An operation that meets an error ends (`Vanished`, nothing left to take); here a copy
+/// of an operation, stepped beside it in the same tree, finds its user's own latch. The
+/// tree and the other copy's latch stay.
 #[test]
 fn an_operation_that_fails_is_finished() {
     let mut t = T::complete(2).unwrap();
     t.insert_user(t.at("00").unwrap(), UserId(1)).unwrap();
     let w = t.at("11").unwrap();
-    let mut a = Op::insert(&t, w, UserId(3), TreeVariant::HILOCK).unwrap();
-    let mut b = Op::insert(&t, w, UserId(3), TreeVariant::HILOCK).unwrap();
+    let mut a = Op::insert(&mut t, w, UserId(3), TreeVariant::HILOCK).unwrap();
+    let mut b = a;
     assert!(matches!(a.step(&mut t), Ok(Step::Progress(_))));
+    let before = format!("{t:?}");
     let root = t.at("").unwrap();
     assert_eq!(
         b.step(&mut t),
@@ -241,6 +261,7 @@ fn an_operation_that_fails_is_finished() {
     assert_eq!(b.outcome(), Some(Outcome::Vanished));
     assert_eq!(b.want(), None);
     assert_eq!(b.step(&mut t), Err(TreeError::Finished));
+    assert_eq!(format!("{t:?}"), before, "the copy changed the tree");
 }
 
 /// `is_empty` → `true`, `height` → `0`/`1`: the structure queries of an empty tree, a
@@ -370,7 +391,7 @@ fn an_insert_that_fails_at_the_root_runs_no_undo() {
     let mut t = T::complete(2).unwrap();
     let l00 = t.at("00").unwrap();
     t.insert_user(l00, UserId(1)).unwrap();
-    let op = Op::insert(&t, l00, UserId(2), TreeVariant::HILOCK).unwrap();
+    let op = Op::insert(&mut t, l00, UserId(2), TreeVariant::HILOCK).unwrap();
     let (o, _, _, undo) = run_counted(&mut t, op);
     assert_eq!(o, Outcome::Failed { holder: UserId(1) });
     assert!(!undo, "an undo pass after a failure at the root");
@@ -388,7 +409,11 @@ fn the_counted_undo_stops_where_the_insert_failed_after_a_concurrent_demotion() 
     let at = |t: &T, p: &str| t.at(p).unwrap();
     t.insert_user(at(&t, "00"), UserId(1)).unwrap();
     t.insert_user(at(&t, "11"), UserId(4)).unwrap();
-    let mut a = Op::insert(&t, at(&t, "00"), UserId(3), TreeVariant::HILOCK).unwrap();
+    let mut a = {
+        let w = at(&t, "00");
+        Op::insert(&mut t, w, UserId(3), TreeVariant::HILOCK)
+    }
+    .unwrap();
     let mut undo = false;
     while !undo {
         let Ok(Step::Progress(p)) = a.step(&mut t) else {
@@ -397,7 +422,11 @@ fn the_counted_undo_stops_where_the_insert_failed_after_a_concurrent_demotion() 
         assert!(p.outcome.is_none());
         undo = p.undo_started;
     }
-    let b = Op::insert(&t, at(&t, "01"), UserId(2), TreeVariant::HILOCK).unwrap();
+    let b = {
+        let w = at(&t, "01");
+        Op::insert(&mut t, w, UserId(2), TreeVariant::HILOCK)
+    }
+    .unwrap();
     let (o, dem, _, _) = run_counted(&mut t, b);
     assert_eq!(
         o,
@@ -432,7 +461,7 @@ fn tree_nodes_report_size_depth_and_latch() {
     assert_eq!(t.node(t.at("0").unwrap()).unwrap().depth(), 1);
     assert_eq!(r.latch(), None);
     t.insert_user(t.at("00").unwrap(), UserId(1)).unwrap();
-    let mut op = Op::insert(&t, leaf, UserId(3), TreeVariant::HILOCK).unwrap();
+    let mut op = Op::insert(&mut t, leaf, UserId(3), TreeVariant::HILOCK).unwrap();
     let mut seen = 0;
     while op.outcome().is_none() {
         assert!(matches!(op.step(&mut t), Ok(Step::Progress(_))));
@@ -442,4 +471,73 @@ fn tree_nodes_report_size_depth_and_latch() {
         }
     }
     assert!(seen > 0, "the insert held no latch between its steps");
+}
+
+/// One operation per user at a time (slide 13: a latch names its user, so two operations
+/// of one user could not tell each other's latches from their own): a second operation
+/// of a user whose operation is in progress is refused when it is made, and the tree is
+/// left as it was. Before this, it took the root after the first had moved on, counted
+/// itself on the grey root, met the first's latch and ended, leaving the root's grey count
+/// one too high (`TreeViolation::GreyCount`).
+#[test]
+fn a_second_operation_of_a_user_is_refused_while_its_first_runs() {
+    let mut t = TreeLock::<32>::complete(3).unwrap();
+    t.insert_user(t.at("000").unwrap(), UserId(1)).unwrap();
+    t.insert_user(t.at("111").unwrap(), UserId(2)).unwrap();
+    let (a_leaf, b_leaf) = (t.at("010").unwrap(), t.at("011").unwrap());
+    let mut a = Op::insert(&mut t, a_leaf, UserId(3), TreeVariant::HILOCK).unwrap();
+    let refused = Some(TreeError::OperationInProgress { user: UserId(3) });
+    // made, not stepped yet: it holds no latch, and a whole operation is refused too
+    let before = format!("{t:?}");
+    assert_eq!(t.insert_user(b_leaf, UserId(3)).err(), refused, "whole");
+    assert_eq!(
+        format!("{t:?}"),
+        before,
+        "a refused operation changed the tree"
+    );
+    assert!(matches!(a.step(&mut t), Ok(Step::Progress(_))));
+    assert!(matches!(a.step(&mut t), Ok(Step::Progress(_))));
+    // off the root: a second operation could take it
+    assert_eq!(t.node(t.at("").unwrap()).unwrap().latch(), None);
+    let after = format!("{t:?}");
+    let b = Op::insert(&mut t, b_leaf, UserId(3), TreeVariant::HILOCK);
+    assert_eq!(b.err(), refused, "stepped");
+    assert_eq!(
+        format!("{t:?}"),
+        after,
+        "a refused operation changed the tree"
+    );
+    while a.outcome().is_none() {
+        assert!(matches!(a.step(&mut t), Ok(Step::Progress(_))));
+    }
+    let (u1, u2) = (t.at("000").unwrap(), t.at("111").unwrap());
+    assert_eq!(
+        t.audit(&[(UserId(1), u1), (UserId(2), u2), (UserId(3), a_leaf)]),
+        Ok(())
+    );
+    // finished: the user may operate again
+    let b = Op::insert(&mut t, b_leaf, UserId(3), TreeVariant::HILOCK);
+    assert!(b.is_ok(), "{b:?}");
+}
+
+/// At most `CAP` operations run at once (`TreeLock::begin`): one more is refused with
+/// `TooManyOperations` and changes nothing; once one finishes, another may start.
+#[test]
+fn operations_beyond_the_capacity_are_refused() {
+    let mut t = TreeLock::<3>::complete(1).unwrap();
+    let (l, r) = (t.at("0").unwrap(), t.at("1").unwrap());
+    let mut ops: Vec<Op> = (1..=3)
+        .map(|u| Op::insert(&mut t, l, UserId(u), TreeVariant::HILOCK).unwrap())
+        .collect();
+    let before = format!("{t:?}");
+    assert_eq!(
+        Op::insert(&mut t, r, UserId(4), TreeVariant::HILOCK).err(),
+        Some(TreeError::TooManyOperations { capacity: 3 })
+    );
+    assert_eq!(format!("{t:?}"), before);
+    let first = &mut ops[0];
+    while first.outcome().is_none() {
+        assert!(matches!(first.step(&mut t), Ok(Step::Progress(_))));
+    }
+    assert!(Op::insert(&mut t, r, UserId(4), TreeVariant::HILOCK).is_ok());
 }

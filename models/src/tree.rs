@@ -22,6 +22,13 @@
 //!   request inside, black ⇒ exactly its owner's, grey ⇒ at least two and counted,
 //!   exclusivity and maximality.
 //! - `no kernel error`: the kernel accepted every operation and step.
+//! - `one operation per user at a time`: a user whose operation is in progress may start
+//!   another (the model offers, at every such state, an insert of the leaf its operation
+//!   is for: a client that repeats); the kernel refuses it
+//!   ([`hilock_kernel::tree::TreeError::OperationInProgress`]) and the tree stays as it
+//!   was. A latch names its user (slide 13), so a second operation of the user could not
+//!   tell the first's latches from its own. The refusal changes nothing, so it adds no
+//!   state.
 //! - `no deadlock`: whenever an operation is in progress, one of them can take its next
 //!   latch.
 //! - `every operation completes`: in a state with no enabled action every user has
@@ -54,8 +61,10 @@ pub const NO_ERROR: &str = "no kernel error";
 pub const NO_DEADLOCK: &str = "no deadlock";
 /// Property name.
 pub const COMPLETES: &str = "every operation completes";
+/// Property name.
+pub const ONE_OP: &str = "one operation per user at a time";
 /// The `always` properties.
-pub const SAFETY: [&str; 4] = [P8, NO_ERROR, NO_DEADLOCK, COMPLETES];
+pub const SAFETY: [&str; 5] = [P8, NO_ERROR, NO_DEADLOCK, COMPLETES, ONE_OP];
 /// The `sometimes` properties.
 pub const REACHED: [&str; 6] = [
     "demotion",
@@ -333,6 +342,12 @@ impl TreeModel {
                         .unwrap_or_default()
                 )
             }
+            TreeAction::Again { user, leaf } => {
+                format!(
+                    "u{user}: InsertUser({}) again while its operation runs",
+                    name(t, leaf)
+                )
+            }
         }
     }
 }
@@ -472,6 +487,9 @@ pub struct TreeState {
     pub error: Option<TreeError>,
     /// Ghost: a remove found no region of its user (a bug).
     pub vanished: Option<u16>,
+    /// Ghost: this user's second operation, started while its first ran, was not refused
+    /// or its refusal changed the tree (a bug).
+    pub second: Option<u16>,
 }
 
 /// A model action.
@@ -494,6 +512,14 @@ pub enum TreeAction {
         /// The user.
         user: u16,
     },
+    /// User `user`, whose operation is in progress, starts `InsertUser(leaf)` again (the
+    /// kernel must refuse it and change nothing; then this action has no next state).
+    Again {
+        /// The user.
+        user: u16,
+        /// The leaf.
+        leaf: TreeNodeId,
+    },
 }
 
 impl Model for TreeModel {
@@ -507,6 +533,7 @@ impl Model for TreeModel {
             last: Last::default(),
             error: None,
             vanished: None,
+            second: None,
         }]
     }
 
@@ -525,6 +552,10 @@ impl Model for TreeModel {
                     if free {
                         actions.push(TreeAction::Step { user });
                     }
+                    actions.push(TreeAction::Again {
+                        user,
+                        leaf: op.target(),
+                    });
                 }
                 None if us.held.is_some() => actions.push(TreeAction::Remove { user }),
                 None if us.round < self.rounds => {
@@ -542,16 +573,30 @@ impl Model for TreeModel {
         st.last = Last::default();
         match action {
             TreeAction::Insert { user, leaf } => {
-                match Op::insert(&st.tree, leaf, UserId(user), self.variant) {
+                match Op::insert(&mut st.tree, leaf, UserId(user), self.variant) {
                     Ok(op) => st.users[user as usize].op = Some(op),
                     Err(e) => st.error = Some(e),
                 }
             }
             TreeAction::Remove { user } => {
                 let leaf = st.users[user as usize].held?;
-                match Op::remove(&st.tree, leaf, UserId(user), self.variant) {
+                match Op::remove(&mut st.tree, leaf, UserId(user), self.variant) {
                     Ok(op) => st.users[user as usize].op = Some(op),
                     Err(e) => st.error = Some(e),
+                }
+            }
+            TreeAction::Again { user, leaf } => {
+                let before = st.tree.clone();
+                match Op::insert(&mut st.tree, leaf, UserId(user), self.variant) {
+                    Err(TreeError::OperationInProgress { user: u })
+                        if u == UserId(user) && st.tree == before =>
+                    {
+                        return None
+                    }
+                    _ => {
+                        st.tree = before;
+                        st.second = Some(user);
+                    }
                 }
             }
             TreeAction::Step { user } => {
@@ -611,6 +656,10 @@ impl Model for TreeModel {
             }
             TreeAction::Remove { user } => format!("u{user}: RemoveUser of its leaf starts"),
             TreeAction::Step { user } => format!("u{user}: its operation takes the next latch"),
+            TreeAction::Again { user, leaf } => format!(
+                "u{user}: InsertUser({}) again while its operation runs",
+                name(&self.tree, leaf)
+            ),
         }
     }
 
@@ -655,7 +704,8 @@ impl Model for TreeModel {
                 let user = match a {
                     TreeAction::Insert { user, .. }
                     | TreeAction::Remove { user }
-                    | TreeAction::Step { user } => user,
+                    | TreeAction::Step { user }
+                    | TreeAction::Again { user, .. } => user,
                 };
                 let text = self.describe(&st, &a);
                 let text = text
@@ -675,6 +725,7 @@ impl Model for TreeModel {
             Property::always(COMPLETES, |m: &Self, st: &TreeState| {
                 !m.terminal(st) || m.finished(st) || st.error.is_some()
             }),
+            Property::always(ONE_OP, |_, st: &TreeState| st.second.is_none()),
             Property::sometimes("demotion", |_, st: &TreeState| st.last.demoted.is_some()),
             Property::sometimes("promotion", |_, st: &TreeState| st.last.promoted.is_some()),
             Property::sometimes("promotion of an owner found below", |_, st: &TreeState| {

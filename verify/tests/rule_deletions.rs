@@ -332,6 +332,17 @@ const ROWS: &[Row] = &[
         filter: "tree_p8_hilock_three_users_height_3",
     },
     Row {
+        rule: "Tree handshake (slide 13): a latch names its user, so one operation per user runs at a time",
+        rules: &[],
+        file: "kernel/src/tree/ops.rs",
+        from: "            Ok(_) => Err(TreeError::OperationInProgress { user: u }),",
+        to: "            Ok(_) => Ok(()),",
+        also: &[],
+        package: "verify",
+        target: "tree",
+        filter: "tree_p8_hilock_three_users_height_3",
+    },
+    Row {
         rule: "Rule 2: a request the owned mode does not cover is sent to the parent",
         rules: &[Rule::Rule2Request],
         file: "kernel/src/token/node.rs",

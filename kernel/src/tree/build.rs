@@ -44,6 +44,7 @@ impl<const CAP: usize> TreeLock<CAP> {
         TreeLock {
             nodes: heapless::Vec::new(),
             latched: 0,
+            running: heapless::Vec::new(),
         }
     }
 
@@ -60,6 +61,7 @@ impl<const CAP: usize> TreeLock<CAP> {
     pub fn set_complete(&mut self, height: u32) -> Result<(), TreeError> {
         self.nodes.clear();
         self.latched = 0;
+        self.running.clear();
         let needed = if height >= 62 {
             u64::MAX
         } else {

@@ -40,6 +40,18 @@ pub enum TreeError {
         /// Its holder.
         holder: UserId,
     },
+    /// [`Op::insert`](super::Op::insert) or [`Op::remove`](super::Op::remove) (or a
+    /// whole operation) for a user whose earlier operation has not finished: a user runs
+    /// one operation at a time. Nothing changed.
+    OperationInProgress {
+        /// The user.
+        user: UserId,
+    },
+    /// More operations in progress at once than the tree's capacity `CAP`. Nothing changed.
+    TooManyOperations {
+        /// `CAP`.
+        capacity: u32,
+    },
     /// The tree's state contradicts the colouring (e.g. a grey leaf or a grey count that
     /// would fall below zero) at this node. Only a broken variant gets here.
     Inconsistent(TreeNodeId),
@@ -63,6 +75,13 @@ impl fmt::Display for TreeError {
             }
             TreeError::Busy { node, holder } => {
                 write!(f, "node {node} is latched by an operation of {holder}")
+            }
+            TreeError::OperationInProgress { user } => write!(
+                f,
+                "an operation of {user} is in progress: a user runs one operation at a time"
+            ),
+            TreeError::TooManyOperations { capacity } => {
+                write!(f, "more than {capacity} operations in progress at once")
             }
             TreeError::Inconsistent(n) => write!(f, "inconsistent colouring at node {n}"),
             TreeError::Finished => write!(f, "the operation has finished"),

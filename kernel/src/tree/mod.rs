@@ -215,6 +215,10 @@ pub struct Region {
 pub struct TreeLock<const CAP: usize> {
     nodes: heapless::Vec<Node, CAP>,
     latched: u32,
+    /// The users with an [`Op`] in progress, in ascending order: one operation per user at
+    /// a time, because a latch names its user (slide 13) and two operations of one user
+    /// could not tell each other's latches from their own.
+    running: heapless::Vec<UserId, CAP>,
 }
 
 impl<const CAP: usize> Default for TreeLock<CAP> {

@@ -30,7 +30,7 @@ impl<const CAP: usize> TreeLock<CAP> {
                 return Ok(Outcome::AlreadyHeld { region: r.node });
             }
         }
-        let mut op = Op::insert(self, w, u, variant)?;
+        let mut op = Op::insert(&mut *self, w, u, variant)?;
         self.run(&mut op)
     }
 
@@ -49,7 +49,7 @@ impl<const CAP: usize> TreeLock<CAP> {
         variant: TreeVariant,
     ) -> Result<Outcome, TreeError> {
         self.idle()?;
-        let mut op = Op::remove(self, w, u, variant)?;
+        let mut op = Op::remove(&mut *self, w, u, variant)?;
         self.run(&mut op)
     }
 
@@ -126,6 +126,27 @@ impl<const CAP: usize> TreeLock<CAP> {
             if node.latch.take().is_some() {
                 self.latched = self.latched.saturating_sub(1);
             }
+        }
+    }
+
+    /// Records that an operation of `u` starts; refused, changing nothing, while one of
+    /// `u`'s runs or when `CAP` are running.
+    fn begin(&mut self, u: UserId) -> Result<(), TreeError> {
+        match self.running.binary_search(&u) {
+            Ok(_) => Err(TreeError::OperationInProgress { user: u }),
+            Err(i) => self
+                .running
+                .insert(i, u)
+                .map_err(|_| TreeError::TooManyOperations {
+                    capacity: u32::try_from(CAP).unwrap_or(u32::MAX),
+                }),
+        }
+    }
+
+    /// Records that `u`'s operation ended.
+    fn end(&mut self, u: UserId) {
+        if let Ok(i) = self.running.binary_search(&u) {
+            self.running.remove(i);
         }
     }
 }
@@ -254,8 +275,12 @@ pub struct Op {
 
 impl Op {
     /// An insert of user `u` at leaf `w` (slide 16). The first latch is the root.
+    ///
+    /// The tree records the operation until it finishes: step it to its end. Refused,
+    /// changing nothing, while another operation of `u` runs
+    /// ([`TreeError::OperationInProgress`]).
     pub fn insert<const CAP: usize>(
-        tree: &TreeLock<CAP>,
+        tree: &mut TreeLock<CAP>,
         w: TreeNodeId,
         u: UserId,
         variant: TreeVariant,
@@ -263,13 +288,14 @@ impl Op {
         if !tree.node(w)?.is_leaf() {
             return Err(TreeError::NotALeaf(w));
         }
+        tree.begin(u)?;
         Ok(Op::new(OpKind::Insert, Phase::Insert, w, u, variant))
     }
 
     /// A remove of user `u` from the region holding leaf `w` (slide 20; the guard
-    /// `w.owner = u` is checked here).
+    /// `w.owner = u` is checked here). Recorded and refused as [`Op::insert`].
     pub fn remove<const CAP: usize>(
-        tree: &TreeLock<CAP>,
+        tree: &mut TreeLock<CAP>,
         w: TreeNodeId,
         u: UserId,
         variant: TreeVariant,
@@ -278,7 +304,10 @@ impl Op {
             return Err(TreeError::NotALeaf(w));
         }
         match tree.holder(w) {
-            Some(r) if r.owner == u => Ok(Op::new(OpKind::Remove, Phase::Remove, w, u, variant)),
+            Some(r) if r.owner == u => {
+                tree.begin(u)?;
+                Ok(Op::new(OpKind::Remove, Phase::Remove, w, u, variant))
+            }
             _ => Err(TreeError::NotOwner { user: u, node: w }),
         }
     }
@@ -367,9 +396,15 @@ impl Op {
             if h != self.user {
                 return Ok(Step::Blocked { node: n, holder: h });
             }
-            // our own latch: only an operation of the same user running concurrently
-            // would get here
-            self.abort(tree);
+            // Our own user's latch: the tree runs one operation per user
+            // (`TreeLock::begin`), so only a copy of this operation stepped beside it in the
+            // same tree gets here. That copy ends; the tree, and the latches the other copy
+            // holds, stay as they are.
+            self.cur = None;
+            self.keep = None;
+            self.side = None;
+            self.want = None;
+            self.phase = Phase::Done(Outcome::Vanished);
             return Err(TreeError::Busy { node: n, holder: h });
         }
         tree.take_latch(n, self.user)?;
@@ -394,6 +429,7 @@ impl Op {
     /// Ends the operation after an error: every latch released.
     fn abort<const CAP: usize>(&mut self, tree: &mut TreeLock<CAP>) {
         self.release_all(tree);
+        tree.end(self.user);
         self.want = None;
         self.phase = Phase::Done(Outcome::Vanished);
     }
@@ -409,6 +445,7 @@ impl Op {
 
     fn finish<const CAP: usize>(&mut self, tree: &mut TreeLock<CAP>, p: &mut Progress, o: Outcome) {
         self.release_all(tree);
+        tree.end(self.user);
         let o = self.pending.take().unwrap_or(o);
         self.want = None;
         self.phase = Phase::Done(o);
