@@ -1168,7 +1168,7 @@ fn check_names_what_violates_in_every_verdict() {
             counterexamples().join("configs/agents-no-ack.json"),
             &[
                 "A2 surrendered on a deadlock a surrender had already been made for",
-                "no action is enabled and these transactions never end: A2 (Running)",
+                "no action is enabled and these transactions never end: A0 (Running), A2 (Running)",
             ][..],
         ),
         (

@@ -1239,6 +1239,13 @@ impl AgentsModel {
                  surrender for one deadlock)",
                 st.extra_surrender.unwrap_or(0)
             ),
+            (ENDS, Some(st)) if Self::max_version(&st) > self.max_version => format!(
+                "the search stops here, a server's version counter past the bound ({} > {}), \
+                 with these transactions not ended: {}",
+                Self::max_version(&st),
+                self.max_version,
+                Self::unended(&st)
+            ),
             (ENDS, Some(st)) => format!(
                 "no action is enabled and these transactions never end: {}",
                 Self::unended(&st)
@@ -1449,13 +1456,22 @@ impl Model for AgentsModel {
         vec![
             Property::always(EXCLUSION, |m: &Self, st: &AState| m.exclusion(st).is_ok()),
             Property::always(NO_ERROR, |_, st: &AState| st.error.is_none()),
+            // A state past the version bound is a cut of the search (`BOUNDED` reports
+            // it), not a deadlock: its actions are not listed, not absent.
             Property::always(NO_DEADLOCK, |m: &Self, st: &AState| {
-                st.error.is_some() || Self::all_ended(st) || !m.terminal(st)
+                st.error.is_some()
+                    || Self::all_ended(st)
+                    || Self::max_version(st) > m.max_version
+                    || !m.terminal(st)
             }),
             Property::always(NO_PHANTOM, |_, st: &AState| st.phantom.is_none()),
             Property::always(ONE_SURRENDER, |_, st: &AState| st.extra_surrender.is_none()),
             Property::always(OUTCOME, |m: &Self, st: &AState| {
-                m.outcomes.is_empty() || st.error.is_some() || !m.terminal(st) || m.outcomes_fit(st)
+                m.outcomes.is_empty()
+                    || st.error.is_some()
+                    || Self::max_version(st) > m.max_version
+                    || !m.terminal(st)
+                    || m.outcomes_fit(st)
             }),
             Property::eventually(ENDS, |_, st: &AState| Self::all_ended(st)),
             Property::always(BOUNDED, |m: &Self, st: &AState| {
