@@ -346,6 +346,47 @@ fn hilock_lock_try_exits_79_at_once_and_is_never_granted_later() {
     assert!(ran.exists());
 }
 
+/// `hilock lock --try` at a node that grants nothing yet is not "busy" (`docs/cli.md`,
+/// exit 79): node 0 of a two-node cluster runs alone, so no majority has let it in; a try
+/// exits 2 with one line saying why, and CMD does not run.
+#[test]
+fn hilock_lock_try_at_a_node_not_let_in_yet_exits_2_not_79() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut toml = format!(
+        "cluster = \"cli\"\nsecret = \"cli test secret\"\nclient = \"{}\"\n",
+        dir.path().join("n{id}.sock").display()
+    );
+    for id in 0..2 {
+        toml.push_str(&format!(
+            "[[nodes]]\nid = {id}\naddr = \"127.0.0.1:{}\"\n",
+            free_port()
+        ));
+    }
+    let file = dir.path().join("cluster.toml");
+    std::fs::write(&file, toml).unwrap();
+    let _n0 = spawn_node(&file, 0);
+    let socket = dir.path().join("n0.sock");
+    let t = Instant::now();
+    while !socket.exists() {
+        assert!(t.elapsed() < Duration::from_secs(20), "node 0's socket");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let ran = dir.path().join("ran");
+    let out = run(hilock()
+        .args(["lock", "--try", "/t", "W", "--socket"])
+        .arg(&socket)
+        .args(["--", "touch"])
+        .arg(&ran));
+    let e = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{e}");
+    assert!(
+        e.contains("grants nothing yet") && e.contains("majority") && !e.contains("busy"),
+        "{e}"
+    );
+    assert_eq!(e.trim_end().lines().count(), 1, "{e}");
+    assert!(!ran.exists(), "CMD did not run");
+}
+
 #[test]
 fn config_errors_give_one_line_and_a_nonzero_exit() {
     let dir = tempfile::tempdir().unwrap();

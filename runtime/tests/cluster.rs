@@ -1417,6 +1417,40 @@ async fn a_refused_try_lock_leaves_nothing_and_is_never_granted() {
     assert_all_idle(&nodes, Duration::from_secs(5)).await;
 }
 
+/// A try-lock at a node that grants nothing yet is not "busy" (`Handle::try_lock_with`):
+/// node 0 of two starts alone, so no majority has let it in; its try of a free path is
+/// answered `NotServing` naming why, not `WouldBlock`, and leaves nothing behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_try_lock_at_a_node_not_let_in_yet_is_not_serving_rather_than_busy() {
+    let (mut ls, addrs) = cluster_with_the_last_node_absent(2).await;
+    let n0 = Node::start_on(
+        Config::new("alone", SECRET.to_vec(), 0, addrs).unwrap(),
+        ls.remove(0),
+    )
+    .await
+    .unwrap();
+    let e = n0
+        .try_lock("/alone/x", Mode::R)
+        .await
+        .map(|_| ())
+        .expect_err("not served");
+    assert!(
+        matches!(&e, Error::NotServing { path, reason }
+            if path == "/alone" && reason.contains("majority")),
+        "{e:?}"
+    );
+    assert!(!e.to_string().contains("busy"), "{e}");
+    assert_eq!(n0.stats().would_block, 0);
+    for p in ["/alone", "/alone/x"] {
+        let s = n0.status().await.unwrap();
+        assert!(
+            s.locks.iter().filter(|l| l.path == p).all(|l| l.is_idle()),
+            "{s:?}"
+        );
+    }
+    n0.shutdown().await;
+}
+
 /// A hierarchical try-lock refused at the leaf releases the intention modes it took on
 /// the ancestors; a local caller's try is refused at once where it would wait for another
 /// local holder of the same node.

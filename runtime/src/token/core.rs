@@ -1313,6 +1313,7 @@ impl Core {
     fn try_acquire(&mut self, path: &str, w: Waiter) {
         let me = NodeId(self.shared.id);
         let (admitted, frozen) = (self.admitted, self.frozen);
+        let not_serving = self.not_serving();
         let e = self.locks.get_mut(path).expect("entry exists");
         e.waiters.retain(|w| !w.reply.is_closed());
         if e.dead_end.is_some() {
@@ -1335,9 +1336,16 @@ impl Core {
             && admitted
             && !frozen;
         if !idle {
-            let _ = w.reply.send(Err(Error::WouldBlock {
-                path: path.to_string(),
-                mode: w.mode,
+            // Not serving: the lock may be free; say why rather than "busy".
+            let _ = w.reply.send(Err(match not_serving {
+                Some(reason) => Error::NotServing {
+                    path: path.to_string(),
+                    reason,
+                },
+                None => Error::WouldBlock {
+                    path: path.to_string(),
+                    mode: w.mode,
+                },
             }));
             return;
         }

@@ -153,6 +153,17 @@ pub enum Error {
         /// The mode tried on it.
         mode: Mode,
     },
+    /// A try-lock ([`Handle::try_lock`]) at a node that grants nothing yet: a majority of
+    /// the cluster has not let it in (it just started), an epoch is being installed
+    /// (recovery), or it waits for its peers' generations (`state_dir`). The lock may well
+    /// be free: a try does not wait for the node, so ask again (or use [`Handle::lock`],
+    /// which waits). Nothing of the request is left anywhere.
+    NotServing {
+        /// The lock tried.
+        path: String,
+        /// Why the node grants nothing now.
+        reason: String,
+    },
     /// Membership through etcd: a peer this request waited on (the lock's token or the
     /// request's path is at it, as this node knows it) has left the cluster — its etcd
     /// lease ended.
@@ -217,6 +228,11 @@ impl std::fmt::Display for Error {
                 write!(f, "busy: {path} cannot be taken in {mode} without waiting")
             }
             Error::Refused { reason } => write!(f, "this node serves no lock: {reason}"),
+            Error::NotServing { path, reason } => write!(
+                f,
+                "{path}: this node grants nothing yet ({reason}); a try-lock does not wait for \
+                 it, and the lock may be free: ask again, or lock and wait"
+            ),
             Error::PeerRestarted { path, peer } => write!(
                 f,
                 "{path}: node {peer} restarted with fresh state and is refused; the protocol \
@@ -1244,7 +1260,9 @@ impl Handle {
     /// if a local hold covers it, or by a kernel `TryAcquire` that is granted; if a local
     /// caller would have to wait for it, or the kernel answers `WouldBlock`, the ancestors
     /// already taken are released and the answer is [`Error::WouldBlock`]: nothing of the
-    /// request stays queued at this node or any other, and nothing is granted later.
+    /// request stays queued at this node or any other, and nothing is granted later. At a
+    /// node that grants nothing yet (not let in by a majority, an epoch being installed)
+    /// the answer is [`Error::NotServing`], not "busy".
     /// `opts.timeout` bounds the wait for the answers (a try that meets a peer that does
     /// not answer times out like a lock).
     pub async fn try_lock_with(
