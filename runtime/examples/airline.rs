@@ -4,8 +4,7 @@
 
 use std::time::Duration;
 
-use hilock_kernel::Mode;
-use hilock_runtime::{Config, Node, NodeAddr, Options};
+use hilock_runtime::{Config, Mode, Node, NodeAddr, Options};
 use tokio::net::TcpListener;
 
 #[tokio::main]

@@ -4,19 +4,24 @@
 //! lock API. The `hilock` command (package `hilock`, `cli/`) is built on it.
 //!
 //! ```no_run
-//! use hilock_runtime::{Config, Node, NodeAddr};
-//! use hilock_kernel::Mode;
+//! use hilock_runtime::{Config, Mode, Node, NodeAddr};
 //! # async fn f() -> Result<(), Box<dyn std::error::Error>> {
 //! let nodes = vec![
 //!     NodeAddr { id: 0, addr: "127.0.0.1:7100".parse()? },
 //!     NodeAddr { id: 1, addr: "127.0.0.1:7101".parse()? },
 //! ];
 //! let node = Node::start(Config::new("airline", "a long shared secret", 0, nodes)?).await?;
+//! // Node 1 runs the same with id 1: a node grants nothing until a majority of the
+//! // configured nodes (here both) has let it in.
 //! // IW on /db and /db/flights, then W on /db/flights/UA93; released on drop.
 //! let guard = node.lock("/db/flights/UA93", Mode::W).await?;
 //! drop(guard);
 //! # Ok(()) }
 //! ```
+//!
+//! `runtime/examples/airline.rs` runs three nodes in one process on 127.0.0.1
+//! (`cargo run -p hilock-runtime --example airline`); [`oracle::local_cluster`] starts such
+//! a loopback cluster for tests.
 //!
 //! The engines, one module each: [`token`] (the default: the node, its lock API
 //! [`Node::lock`], [`Guard`], and its tasks), [`agents`] (transactions over many locks on

@@ -267,11 +267,15 @@ pub struct Options {
     /// Give up after this long (whole hierarchy); `None`: the node's `request_timeout`.
     pub timeout: Option<Duration>,
     /// The caller already holds a lock of this node (it nests, like a `hilock lock` run
-    /// under another). A nested request shares the node's current hold whenever Table 2.1
-    /// allows, even ahead of local waiters and of remote requests that wait for the lock,
-    /// so that a caller never waits for a hold of its own (e.g. IW on `/db` for `/db/b`
-    /// while it holds `/db/a` in W). Requests that are not nested do not overtake waiting
-    /// requests.
+    /// under another). A nested request shares the node's current hold of a lock when that
+    /// hold covers its mode, even ahead of local waiters and of remote requests that wait
+    /// for the lock, so that it does not queue behind requests that wait for its own
+    /// caller (e.g. IW on `/db` for `/db/b` while it holds `/db/a` in W). Requests that are
+    /// not nested do not overtake waiting requests. A mode the node's hold does not cover
+    /// needs a stronger hold, which waits until the node's holders are gone — its own
+    /// caller among them, so it waits for itself until its timeout: under R on `/db/x`
+    /// (IR on `/db`) a nested W on `/db/y` needs IW on `/db`, which IR does not cover.
+    /// Take the stronger lock first (W on `/db/y` before R on `/db/x`).
     pub nested: bool,
 }
 
@@ -1008,8 +1012,20 @@ impl Node {
     /// that hold a lock are told first that it is lost, the commands they registered are
     /// killed, and their locks are released; the messages that hand the released locks
     /// over to waiting nodes are sent and acknowledged before the node's connections close
-    /// (for at most [`HAND_OVER`]). Locks held by this node that nobody waits for stay
-    /// with it (the protocol cannot recover them).
+    /// (for at most [`HAND_OVER`]).
+    ///
+    /// Nothing else is handed over. With static membership the protocol cannot take a
+    /// token back from a node that does not come back, so these stay with the stopped
+    /// node and their paths cannot be locked by anyone (with etcd recovery, the next
+    /// epoch regenerates them):
+    /// - the locks of in-process [`Guard`]s still alive (a guard's holder may still be in
+    ///   its critical section, so the node does not release under it): drop them first;
+    /// - every token at this node, including that of every path whose token starts here
+    ///   (`SHA-256(path) mod n`, [`crate::wire::initial_holder`]) and that nobody used yet;
+    /// - the grants of this node's requests still waiting: they arrive at a stopped node.
+    ///
+    /// [`Node::suspend`] (with `state_dir`) stops a node so that the cluster gets all of
+    /// it back when it starts again.
     pub async fn shutdown(mut self) {
         self.hand_over().await;
         self.finish().await;
