@@ -10,7 +10,9 @@
 //! first is asked at the start; each next one as soon as the agent reports holding every
 //! lock so far (`txn.lock(…).await`); a read followed by a write of the same path is an
 //! upgrade. When the agent holds the whole script the client may end the transaction
-//! ([`AgentAction::Finish`]), which releases everything. An aborted transaction is not
+//! ([`AgentAction::Finish`]), which releases everything. With [`AgentsModel::give_up`] one
+//! client per run may also end it while it waits for a lock it asked for (a timeout, a
+//! dropped transaction): the same `Finish`, which aborts it. An aborted transaction is not
 //! retried.
 //!
 //! # Properties
@@ -204,6 +206,12 @@ pub struct AgentsModel {
     pub crash: Option<u16>,
     /// Per agent, how its transaction must end (checked where no action is enabled).
     pub outcomes: Vec<(u16, Outcome)>,
+    /// A client may give up while it waits (one per run; any of them): `Finish` of a
+    /// transaction that does not hold every lock it asked for (a timeout, a dropped transaction; the runtime's
+    /// `hilock lock --txn` past its `--timeout-ms`), which aborts it
+    /// (`AbortReason::Client`) while its queue entries, surrenders and announcements are
+    /// still in flight.
+    pub give_up: bool,
 }
 
 /// A process.
@@ -534,6 +542,7 @@ impl AgentsModel {
             max_version: 40,
             crash: None,
             outcomes: Vec::new(),
+            give_up: false,
         })
     }
 
@@ -548,6 +557,14 @@ impl AgentsModel {
     /// The same configuration where server `server` may crash at any point.
     pub fn with_crash(mut self, server: u16, name: &str) -> Self {
         self.crash = Some(server);
+        self.name = name.to_string();
+        self
+    }
+
+    /// The same configuration where every client may give up while it waits
+    /// ([`AgentsModel::give_up`]).
+    pub fn with_give_up(mut self, name: &str) -> Self {
+        self.give_up = true;
         self.name = name.to_string();
         self
     }
@@ -779,7 +796,11 @@ impl AgentsModel {
             }
             AgentAction::Finish { agent } => {
                 if !log.quiet {
-                    log.action = format!("client of A{agent} ends the transaction");
+                    log.action = if st.agents[agent as usize].status() == Status::HaveAll {
+                        format!("client of A{agent} ends the transaction")
+                    } else {
+                        format!("client of A{agent} gives up waiting and ends the transaction")
+                    };
                 }
                 self.agent_step(&mut st, agent as usize, AgentInput::Finish, &mut log);
             }
@@ -879,14 +900,22 @@ impl AgentsModel {
     /// cycle of the entry wait-for graph (see the module doc, `no phantom deadlock`): one
     /// on server `moved.0` on a path related to `moved.1` (the entries a surrender of
     /// that lock moves), or any (`None`: an abort, which releases every entry). Agent `a`
-    /// counts as live even if it has just aborted.
+    /// counts as live even if it has just aborted, and so does an agent whose client gave
+    /// up ([`AgentsModel::give_up`]): its entries stay in the queues, as waiting as they
+    /// were, until its release reaches each server, and no agent can tell them apart.
     pub fn real_cycle(
         &self,
         st: &AState,
         a: usize,
         moved: Option<(ServerId, LockPath<MD>)>,
     ) -> bool {
-        let live = |x: usize| x == a || !st.agents[x].status().ended();
+        let live = |x: usize| {
+            x == a
+                || matches!(
+                    st.agents[x].status(),
+                    Status::Running | Status::HaveAll | Status::Aborted(AbortReason::Client)
+                )
+        };
         let mut all: Vec<(ServerId, QEntry<MD>)> = Vec::new();
         for (i, s) in st.servers.iter().enumerate() {
             if st.down & (1 << i) == 0 {
@@ -1022,8 +1051,21 @@ impl AgentsModel {
     /// Whether agent `a`'s client may end its transaction: it holds all it asked for, and
     /// asked for every lock of its script.
     fn may_finish(&self, st: &AState, a: usize) -> bool {
-        st.agents[a].status() == Status::HaveAll
-            && st.asked[a] as usize == self.scripts[a].steps.len()
+        match st.agents[a].status() {
+            Status::HaveAll => st.asked[a] as usize == self.scripts[a].steps.len(),
+            // Gives up while it waits for a lock it asked for; one client per run, so
+            // that the others must get their locks (a release the give-up failed to send
+            // leaves them waiting: "no deadlock remains" fails).
+            Status::Running => {
+                self.give_up
+                    && st.asked[a] > 0
+                    && !st
+                        .agents
+                        .iter()
+                        .any(|x| x.status() == Status::Aborted(AbortReason::Client))
+            }
+            _ => false,
+        }
     }
 
     fn all_ended(st: &AState) -> bool {

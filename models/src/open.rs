@@ -759,6 +759,9 @@ pub struct AgentsConfig {
     /// A server that may crash.
     #[serde(default)]
     pub crash: Option<u16>,
+    /// Clients may give up while they wait ([`AgentsModel::give_up`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub give_up: bool,
 }
 
 fn seed_agent() -> AgentVariant {
@@ -850,6 +853,7 @@ impl AgentsConfig {
             .with_delivery(self.delivery, &self.name)
             .with_max_version(self.max_version);
         m.crash = self.crash;
+        m.give_up = self.give_up;
         Ok(m)
     }
 }
