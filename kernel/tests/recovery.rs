@@ -211,6 +211,34 @@ fn install_refuses_a_pending_try() {
     assert_eq!(s.site().lock(L0).unwrap().pending(), Pending::None);
 }
 
+/// A try request cancelled (`spec/SPEC.md` 1.13) and still pending when an epoch is
+/// installed ends with its epoch, silently: `install` answers no `WouldBlock` for it (the
+/// user was told `Cancelled`) and leaves nothing pending.
+#[test]
+fn install_ends_a_cancelled_try_without_an_answer() {
+    let mut s = site(1);
+    let mut out = Out::new();
+    s.step(
+        Input::TryAcquire {
+            lock: L0,
+            mode: Mode::W,
+        },
+        &mut out,
+    )
+    .unwrap();
+    s.step(Input::Cancel { lock: L0 }, &mut out).unwrap();
+    let mut installed: heapless::Vec<Output<Stamped<Msg<4>>>, 16> = heapless::Vec::new();
+    s.install(1, core::slice::from_ref(&plain_plan()), &mut installed)
+        .unwrap();
+    assert!(
+        !installed
+            .iter()
+            .any(|o| matches!(o, Output::WouldBlock { .. })),
+        "{installed:?}"
+    );
+    assert_eq!(s.site().lock(L0).unwrap().pending(), Pending::None);
+}
+
 /// The epoch and the recovery variant a site reports are its own.
 #[test]
 fn a_fault_site_reports_its_epoch_and_variant() {
