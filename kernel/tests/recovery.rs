@@ -182,11 +182,8 @@ fn install_needs_exactly_l_times_a_steps_outputs() {
     assert_eq!(s.epoch(), 1);
 }
 
-/// A try request pending when an epoch is installed is refused (`spec/SPEC.md` 1.12): its
-/// messages belong to the old epoch and the plan queues no try, so `install` answers
-/// `WouldBlock` and leaves nothing pending.
-#[test]
-fn install_refuses_a_pending_try() {
+/// Site 1 with a try of `L0` in W pending, and the outputs so far.
+fn pending_try() -> (FS, Out) {
     let mut s = site(1);
     let mut out = Out::new();
     s.step(
@@ -201,9 +198,24 @@ fn install_refuses_a_pending_try() {
         s.site().lock(L0).unwrap().pending(),
         Pending::Try(_)
     ));
-    let mut installed: heapless::Vec<Output<Stamped<Msg<4>>>, 16> = heapless::Vec::new();
+    (s, out)
+}
+
+/// `plain_plan` installed as epoch 1 at `s`: its outputs.
+fn install_plain(s: &mut FS) -> heapless::Vec<Output<Stamped<Msg<4>>>, 16> {
+    let mut installed = heapless::Vec::new();
     s.install(1, core::slice::from_ref(&plain_plan()), &mut installed)
         .unwrap();
+    installed
+}
+
+/// A try request pending when an epoch is installed is refused (`spec/SPEC.md` 1.12): its
+/// messages belong to the old epoch and the plan queues no try, so `install` answers
+/// `WouldBlock` and leaves nothing pending.
+#[test]
+fn install_refuses_a_pending_try() {
+    let (mut s, _) = pending_try();
+    let installed = install_plain(&mut s);
     assert!(installed.contains(&Output::WouldBlock {
         lock: L0,
         mode: Mode::W
@@ -216,20 +228,9 @@ fn install_refuses_a_pending_try() {
 /// user was told `Cancelled`) and leaves nothing pending.
 #[test]
 fn install_ends_a_cancelled_try_without_an_answer() {
-    let mut s = site(1);
-    let mut out = Out::new();
-    s.step(
-        Input::TryAcquire {
-            lock: L0,
-            mode: Mode::W,
-        },
-        &mut out,
-    )
-    .unwrap();
+    let (mut s, mut out) = pending_try();
     s.step(Input::Cancel { lock: L0 }, &mut out).unwrap();
-    let mut installed: heapless::Vec<Output<Stamped<Msg<4>>>, 16> = heapless::Vec::new();
-    s.install(1, core::slice::from_ref(&plain_plan()), &mut installed)
-        .unwrap();
+    let installed = install_plain(&mut s);
     assert!(
         !installed
             .iter()
