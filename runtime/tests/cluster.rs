@@ -905,8 +905,8 @@ async fn a_timeout_of_duration_max_waits_and_does_not_panic() {
 
 /// Two nodes started with different secrets: neither proves the secret to the other, and
 /// each counts the other's answer as a rejected connection (not as a cut: the peer is
-/// up, it is the file that is wrong); a request that needs the other node times out with
-/// the reason.
+/// up, it is the file that is wrong); a request that needs the other node, or one that
+/// waits for this node to be let in, times out with the reason.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wrong_secret_counts_as_rejected_on_both_nodes() {
     let mut listeners = Vec::new();
@@ -955,6 +955,17 @@ async fn a_wrong_secret_counts_as_rejected_on_both_nodes() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("wrong cluster secret"), "{e}");
+    // So does one whose token is here: node 0 waits to be let in, and says why not.
+    let p = path_rooted_at("sec", 0, 2);
+    let e = n0
+        .lock_with(&p, Mode::W, opts)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("let it in") && e.contains("wrong cluster secret"),
+        "{e}"
+    );
     n0.shutdown().await;
     n1.shutdown().await;
 }

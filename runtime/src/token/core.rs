@@ -867,7 +867,24 @@ impl Core {
                 self.missing_offers()
             ));
         } else if !self.admitted {
-            parts.push("this node is waiting for a majority of the cluster to let it in".into());
+            // Say why the others do not answer: a wrong secret shows only here.
+            let peers: Vec<String> = self
+                .shared
+                .peers
+                .iter()
+                .enumerate()
+                .filter_map(|(i, l)| l.as_ref().map(|l| (i, l)))
+                .filter(|(_, l)| !l.connected.load(Relaxed))
+                .map(|(i, l)| l.describe(i as u16))
+                .collect();
+            parts.push(if peers.is_empty() {
+                "this node is waiting for a majority of the cluster to let it in".into()
+            } else {
+                format!(
+                    "this node is waiting for a majority of the cluster to let it in ({})",
+                    peers.join("; ")
+                )
+            });
         } else if self.frozen {
             parts.push(format!(
                 "a member left and epoch {} is being installed (recovery): this node takes \
