@@ -135,6 +135,24 @@ impl Oracle {
         self.register(op, node, guard.path(), guard.mode(), Some(guard.fence()));
     }
 
+    /// Before `guard.downgrade(mode)`: from now on `op` holds the guard's path in `mode`
+    /// and its ancestors in [`crate::intention`]`(mode)` (where that is weaker), with the
+    /// same fences. Call it *before* the downgrade: the node lets other nodes in as soon
+    /// as it starts it, so their grants, registered while the stronger modes still stood
+    /// here, would read as overlaps.
+    pub fn downgrade(&self, op: u64, node: u16, guard: &Guard, mode: Mode) {
+        let last = guard.path();
+        for (p, held, f) in guard.fenced_locks() {
+            let to = if p == last {
+                mode
+            } else {
+                crate::intention(mode)
+            };
+            let to = if held.downgrades_to(to) { to } else { held };
+            self.register(op, node, p, to, Some(f));
+        }
+    }
+
     /// Unregister operation `op` (before its guard is dropped).
     pub fn exit(&self, op: u64) {
         let mut held = self.held.lock().expect("oracle lock");

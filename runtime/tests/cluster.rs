@@ -1499,6 +1499,43 @@ async fn a_refused_hierarchical_or_local_try_lock_releases_what_it_took() {
     assert_eq!(nodes[0].stats().would_block, 1);
 }
 
+/// The history checker across a downgrade (`Oracle::downgrade`, registered before the
+/// call): a W holder downgrades to R while a reader on another node waits; the reader is
+/// granted during or right after the downgrade, and the oracle sees no overlap (R beside
+/// R, IR beside IR) and checks the pair.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_oracle_registered_before_a_downgrade_sees_no_overlap() {
+    let nodes = local_cluster(2, "odown", SECRET, Duration::from_secs(10))
+        .await
+        .unwrap();
+    let oracle = Arc::new(Oracle::default());
+    let root = path_rooted_at("od", 0, 2);
+    let p = format!("{root}/x");
+    let mut w = nodes[0].lock(&p, Mode::W).await.unwrap();
+    oracle.enter(1, 0, &w);
+    let reader = {
+        let (n, p, o) = (nodes[1].handle(), p.clone(), oracle.clone());
+        tokio::spawn(async move {
+            let g = n.lock(&p, Mode::R).await.unwrap();
+            o.enter(2, 1, &g);
+            g
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    oracle.downgrade(1, 0, &w, Mode::R);
+    w.downgrade(Mode::R).await.unwrap();
+    let r = tokio::time::timeout(Duration::from_secs(5), reader)
+        .await
+        .expect("granted")
+        .unwrap();
+    assert_eq!(oracle.violations(), Vec::<String>::new());
+    assert!(oracle.checks() >= 2, "{}", oracle.checks());
+    oracle.exit(2);
+    drop(r);
+    oracle.exit(1);
+    drop(w);
+}
+
 /// `spec/SPEC.md` 1.14 in the runtime: a W holder on `/dN/x` (IW on `/dN`) downgrades to R
 /// (IR on `/dN`, the intention mode of R) without releasing; a reader on the other node,
 /// waiting meanwhile, is granted while the downgraded guard still holds R, whose fence is
