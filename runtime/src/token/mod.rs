@@ -71,8 +71,9 @@ pub use self::net::{HAND_OVER, HEARTBEAT, REDIAL_AFTER, SILENT_AFTER};
 pub use self::status::{LeaseStatus, LockStatus, PeerStatus, Status, PROBE_WAIT};
 use self::transport::{Entropy, Listener, Network};
 
-/// Errors of the lock API.
+/// Errors of the lock API. New kinds of failure may be added: match with a `_` arm.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Error {
     /// The path is not a valid lock path.
     InvalidPath(String),
