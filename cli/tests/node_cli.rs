@@ -1149,6 +1149,63 @@ fn a_request_routed_through_a_restarted_node_fails_at_once_naming_it() {
     }
 }
 
+/// A request that timed out while its token node was down still runs in the kernel; when
+/// that node comes back as a new run (refused), the lock is a dead end for it too
+/// (`docs/faults.md`, "A node restarted with fresh state is refused"): every later request
+/// of that node fails at once naming the refused node, and so does a request of a third
+/// node queued behind it. Red before: both waited out their 5 s timeout.
+#[test]
+fn a_request_that_timed_out_towards_a_crashed_node_is_a_dead_end_once_it_is_refused() {
+    let mut c = start(3);
+    for peer in [1, 2] {
+        wait_peer_state(&c, 0, peer, "connected");
+    }
+    // Its token starts at node 1; node 0 takes it, so node 1 points at node 0 and node 2
+    // still at node 1.
+    let p = path_at("/sp", 3, 1);
+    let held = c.dir.path().join("held");
+    let _holder = Proc(
+        lock_cmd(
+            &c.socket(0),
+            &p,
+            "W",
+            &format!("echo held > {}; sleep 30", held.display()),
+        )
+        .spawn()
+        .unwrap(),
+    );
+    wait_file(&held);
+    let file = c.config();
+    let _ = c.nodes[0].0.kill();
+    let _ = c.nodes[0].0.wait();
+    let timed = |c: &Cluster, node: usize, ms: &str| {
+        let t = Instant::now();
+        let out = run(hilock()
+            .args(["lock", &p, "W", "--timeout-ms", ms, "--socket"])
+            .arg(c.socket(node))
+            .args(["--", "true"]));
+        (out.status.code(), text(&out.stderr), t.elapsed())
+    };
+    let (code, e, _) = timed(&c, 1, "1500");
+    assert_eq!(code, Some(2), "{e}");
+    assert!(e.contains("timed out"), "{e}");
+    std::fs::remove_file(c.socket(0)).unwrap();
+    c.nodes[0] = spawn_node(&file, 0);
+    wait_socket(&c, 0);
+    wait_peer_state(&c, 1, 0, "refused");
+    wait_peer_state(&c, 2, 0, "refused");
+    for node in [1, 1, 2] {
+        let (code, e, took) = timed(&c, node, "5000");
+        eprintln!("node {node}: {took:?}: {}", e.trim());
+        assert_eq!(code, Some(2), "{e}");
+        assert!(took < Duration::from_secs(2), "node {node}: {took:?}");
+        assert!(
+            e.contains("node 0 restarted with fresh state and is refused"),
+            "{e}"
+        );
+    }
+}
+
 /// `hilock status` probes every peer for the call: a peer stopped with SIGSTOP a moment
 /// ago (long before the one-second silence check could notice) is already shown as not
 /// answering, never as connected; after SIGCONT it is shown connected at once.

@@ -608,7 +608,14 @@ impl Core {
                 let mut dead = Vec::new();
                 for (path, e) in self.locks.iter_mut() {
                     let k = e.site.site().lock(LOCK).expect("one lock per site");
-                    if e.requesting.is_some() && k.parent() == Some(NodeId(peer)) {
+                    // A request whose caller gave up (timed out while the peer was down)
+                    // still runs in the kernel, and later callers would wait behind it.
+                    let running = matches!(
+                        k.pending(),
+                        hilock_kernel::Pending::Request(_) | hilock_kernel::Pending::Try(_)
+                    );
+                    let waits_on_it = e.requesting.is_some() || (refused && running);
+                    if waits_on_it && !k.has_token() && k.parent() == Some(NodeId(peer)) {
                         if refused {
                             e.dead_end.get_or_insert(peer);
                         } else {
