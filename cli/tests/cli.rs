@@ -802,6 +802,61 @@ fn replay_html_shows_grants_and_every_node_per_step() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// `hilock replay --html` of a fault-model trace lists under each step every node's state
+/// after it (the trace records the state each action is taken from): the acquire at step 0
+/// shows n1 pending W, the install at step 5, the last one, shows the violating state of
+/// epoch 1. The membership service's steps are drawn on a lane named `membership`.
+#[test]
+fn replay_html_of_a_fault_trace_shows_the_state_after_each_step() {
+    let dir = std::env::temp_dir().join(format!("hilock-cli-faults-html-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (svg, html) = (dir.join("f.svg"), dir.join("f.html"));
+    let out = hilock(&[
+        "replay",
+        counterexamples()
+            .join("faults/no-kill-before-regrant.json")
+            .to_str()
+            .unwrap(),
+        "--svg",
+        svg.to_str().unwrap(),
+        "--html",
+        html.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let html = std::fs::read_to_string(&html).expect("HTML written");
+    let step = |k: usize| -> &str {
+        let at = html
+            .find(&format!("<li value=\"{k}\">"))
+            .unwrap_or_else(|| panic!("no step {k}: {html}"));
+        let end = html[at..].find("</ul></li>").map_or(html.len(), |e| at + e);
+        &html[at..end]
+    };
+    let s0 = step(0);
+    assert!(s0.starts_with("<li value=\"0\">n1 acquire W"), "{s0}");
+    assert!(
+        s0.contains("<li>n1: Member epoch 0 M_H Φ M_P W parent n0 script at 1</li>"),
+        "{s0}"
+    );
+    let s5 = step(5);
+    for what in [
+        "the membership service installs the next epoch",
+        "<li>epoch 1 members {n0,n2}</li>",
+        "<li>n0: Member epoch 1 M_H W M_P Φ token g2 script at 1</li>",
+        "<li>n1: Member epoch 0 M_H W M_P Φ token g1 (cut off) script at 1</li>",
+    ] {
+        assert!(s5.contains(what), "step 5 shows {what}: {s5}");
+    }
+    assert!(!html.contains("<li value=\"6\">"), "{html}");
+    let svg = std::fs::read_to_string(&svg).expect("SVG written");
+    assert!(svg.contains(">membership</text>"), "{svg}");
+    assert!(!svg.contains(">the</text>"), "{svg}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 /// A configuration the model cannot be built from is one line and exit 2, before anything
 /// is checked or served: a base-model one with too many nodes, a ring whose slots are not
 /// a ring (two at 8), a fault model with more nodes than it has room for.
