@@ -361,7 +361,15 @@ fn serve_explorer(
             Some((open(t, &tt)?, t))
         }
     };
-    drop(std::net::TcpListener::bind(addr).map_err(|e| format!("cannot listen on {addr}: {e}"))?);
+    let listener =
+        std::net::TcpListener::bind(addr).map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+    // Port 0: the system's choice of a free port, which the Explorer's server (it binds
+    // the address itself and does not say which port it got) is then given.
+    let addr = listener
+        .local_addr()
+        .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+    let port = addr.port();
+    drop(listener);
     eprintln!(
         "Stateright Explorer for {} on http://{addr}/ (Ctrl-C to stop)",
         path.display()

@@ -600,6 +600,75 @@ fn explore_opens_a_saved_counterexample_at_its_last_state() {
     }
 }
 
+/// `hilock explore --port 0` serves on a port the system chooses and prints that port, in
+/// the Explorer's address on stderr and in the trace's URL on stdout, where it answers.
+#[test]
+fn explore_on_port_0_prints_the_port_it_serves_on() {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let name = "token-branch-literal";
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_hilock"))
+        .args([
+            "explore",
+            counterexamples()
+                .join(format!("configs/{name}.json"))
+                .to_str()
+                .unwrap(),
+            "--trace",
+            counterexamples()
+                .join(format!("{name}.json"))
+                .to_str()
+                .unwrap(),
+            "--port",
+            "0",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("hilock runs");
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut first = String::new();
+    err.read_line(&mut first).expect("stderr");
+    let mut url = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut url)
+        .expect("stdout");
+    let port: u16 = first
+        .split("http://127.0.0.1:")
+        .nth(1)
+        .and_then(|r| r.split('/').next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no port in {first}"));
+    assert_ne!(port, 0, "{first}");
+    assert!(
+        url.starts_with(&format!("http://127.0.0.1:{port}/#/steps/0/")),
+        "{url} {first}"
+    );
+    // The Explorer answers there.
+    let t = std::time::Instant::now();
+    let page = loop {
+        let got = std::net::TcpStream::connect(("127.0.0.1", port)).and_then(|mut s| {
+            write!(
+                s,
+                "GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+            )?;
+            let mut body = String::new();
+            s.read_to_string(&mut body)?;
+            Ok(body)
+        });
+        match got {
+            Ok(b) => break b,
+            Err(e) if t.elapsed() < std::time::Duration::from_secs(20) => {
+                let _ = e;
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            Err(e) => panic!("nothing answers on port {port}: {e}"),
+        }
+    };
+    child.kill().ok();
+    child.wait().ok();
+    assert!(page.starts_with("HTTP/1.1 200"), "{page}");
+}
+
 /// One line naming the mismatch, exit 2, for a trace that does not fit the configuration.
 fn explore_fails(config: &std::path::Path, trace: &std::path::Path, expect: &str) {
     let port = free_port().to_string();
