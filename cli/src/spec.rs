@@ -83,8 +83,20 @@ pub fn scenario(path: &Path, json: bool) -> Result<(String, bool), String> {
         .map_err(|e| format!("{}: {e}", path.display()))?;
     let passed = report.passed();
     let out = if json {
-        serde_json::to_string_pretty(&report.trace)
-            .map_err(|e| format!("cannot encode the trace: {e}"))?
+        // A failing expectation is the trace's verdict, and each mismatch a line on
+        // stderr, as the text mode prints them.
+        let mut trace = report.trace.clone();
+        if !passed {
+            for m in &report.mismatches {
+                eprintln!("MISMATCH {m}");
+            }
+            trace.verdict = Some(format!(
+                "FAIL: {} expectation(s) do not match: {}",
+                report.mismatches.len(),
+                report.mismatches.join("; ")
+            ));
+        }
+        serde_json::to_string_pretty(&trace).map_err(|e| format!("cannot encode the trace: {e}"))?
     } else {
         let mut s = report.trace.render();
         s.push_str("\nfinal states (M_O, M_H, M_P):\n");

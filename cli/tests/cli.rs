@@ -123,6 +123,19 @@ fn a_mismatching_expectation_exits_1() {
     let out = hilock(&["scenario", f.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stdout).contains("MISMATCH"));
+    // With --json: the trace's verdict names the mismatch, and stderr says it.
+    let mismatch = "final state: B.owned: expected W, found R";
+    let out = hilock(&["scenario", "--json", f.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("a JSON trace");
+    assert_eq!(v["format"], "hilock-trace/1");
+    let verdict = v["verdict"].as_str().unwrap_or_default();
+    assert!(
+        verdict.starts_with("FAIL: 1 expectation(s) do not match: ") && verdict.contains(mismatch),
+        "{verdict}"
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err, format!("MISMATCH {mismatch}\n"));
     std::fs::remove_dir_all(&dir).ok();
 }
 
