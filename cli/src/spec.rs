@@ -207,6 +207,7 @@ pub fn check(path: &Path, out_dir: &Path) -> Result<(String, bool), String> {
         );
         traces.push(("P6 bypass witness".to_string(), w, what));
     }
+    let mut unwritten = Vec::new();
     for (name, trace, what) in traces {
         let file = out_dir.join(format!(
             "{stem}.{}.trace.json",
@@ -214,7 +215,10 @@ pub fn check(path: &Path, out_dir: &Path) -> Result<(String, bool), String> {
         ));
         let json = serde_json::to_string_pretty(trace)
             .map_err(|e| format!("cannot encode the trace: {e}"))?;
-        std::fs::write(&file, json).map_err(|e| format!("{}: {e}", file.display()))?;
+        if let Err(e) = std::fs::write(&file, json) {
+            not_written(&mut text, &mut unwritten, &name, &file, e);
+            continue;
+        }
         text.push_str(&format!(
             "trace of '{name}' written to {} (hilock replay prints it)\n",
             file.display()
@@ -232,6 +236,40 @@ pub fn check(path: &Path, out_dir: &Path) -> Result<(String, bool), String> {
     // The whole wall time: the search, the shortest counterexamples, the traces written
     // and replayed.
     eprintln!("checked in {:.2?}", start.elapsed());
+    finish_check(text, ok, &unwritten)
+}
+
+#[cfg(feature = "models")]
+/// A trace `hilock check` could not write (a directory in its place, a full disk, …): the
+/// report says so under the property and the check goes on with the next trace.
+fn not_written(
+    text: &mut String,
+    unwritten: &mut Vec<String>,
+    name: &str,
+    file: &Path,
+    e: std::io::Error,
+) {
+    text.push_str(&format!(
+        "trace of '{name}' NOT written: {}: {e}\n",
+        file.display()
+    ));
+    unwritten.push(format!("cannot write {}: {e}", file.display()));
+}
+
+#[cfg(feature = "models")]
+/// The end of `hilock check`: the report however the traces went; each trace not written
+/// is a line on stderr. A failing check exits 1 as always; a passing one whose witness was
+/// not written prints its report and exits 2 (an error, not a failed property).
+fn finish_check(text: String, ok: bool, unwritten: &[String]) -> Result<(String, bool), String> {
+    for u in unwritten {
+        eprintln!("hilock: error: {u}");
+    }
+    if ok && !unwritten.is_empty() {
+        print!("{text}");
+        use std::io::Write;
+        let _ = std::io::stdout().flush();
+        return Err(format!("{} trace(s) not written (above)", unwritten.len()));
+    }
     Ok((text, ok))
 }
 
@@ -257,6 +295,7 @@ fn check_other(
         .map_err(|e| format!("{}: {e}", path.display()))?;
     let mut text = report.text;
     let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("check");
+    let mut unwritten = Vec::new();
     for (name, trace) in &report.traces {
         let file = out_dir.join(format!(
             "{stem}.{}.trace.json",
@@ -264,7 +303,10 @@ fn check_other(
         ));
         let json = serde_json::to_string_pretty(trace)
             .map_err(|e| format!("cannot encode the trace: {e}"))?;
-        std::fs::write(&file, json + "\n").map_err(|e| format!("{}: {e}", file.display()))?;
+        if let Err(e) = std::fs::write(&file, json + "\n") {
+            not_written(&mut text, &mut unwritten, name, &file, e);
+            continue;
+        }
         text.push_str(&format!(
             "trace of '{name}' written to {} (hilock replay prints it)\n",
             file.display()
@@ -279,7 +321,7 @@ fn check_other(
     }
     // The whole wall time, as for the base model.
     eprintln!("checked in {:.2?}", start.elapsed());
-    Ok((text, report.ok))
+    finish_check(text, report.ok, &unwritten)
 }
 
 #[cfg(feature = "models")]

@@ -324,6 +324,84 @@ fn check_prepares_its_out_directory_and_labels_a_witness_as_a_witness() {
     std::fs::remove_dir_all(&base).ok();
 }
 
+/// A trace `hilock check` cannot write (a directory where its file goes) does not lose the
+/// report: it is printed, saying the trace was not written, the other traces are written,
+/// stderr names the file, and the failing check exits 1; for the base and the fault model.
+#[test]
+fn check_prints_its_report_when_a_trace_cannot_be_written() {
+    let base = std::env::temp_dir().join(format!("hilock-check-unwritable-{}", std::process::id()));
+    let faults = failing_configs(&base.join("configs")).1;
+    for (config, blocked, written) in [
+        (
+            configs().join("release-race-literal.json"),
+            "release-race-literal.p1-mutual-exclusion.trace.json",
+            Some("release-race-literal.p3-owned-mode-invariant.trace.json"),
+        ),
+        (
+            faults,
+            "faults-no-kill.p1-mutual-exclusion-live-leases.trace.json",
+            None,
+        ),
+    ] {
+        let out_dir = base.join("out");
+        std::fs::create_dir_all(out_dir.join(blocked)).unwrap();
+        let out = hilock(&[
+            "check",
+            config.to_str().unwrap(),
+            "--out",
+            out_dir.to_str().unwrap(),
+        ]);
+        let (text, err) = (
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
+        assert_eq!(out.status.code(), Some(1), "{text}{err}");
+        assert!(
+            text.contains("VIOLATED") || text.contains("violated"),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!("NOT written: {}", out_dir.join(blocked).display())),
+            "{text}"
+        );
+        assert!(
+            err.contains(&format!(
+                "hilock: error: cannot write {}: ",
+                out_dir.join(blocked).display()
+            )),
+            "{err}"
+        );
+        if let Some(w) = written {
+            assert!(out_dir.join(w).is_file(), "{w} written: {text}");
+        }
+        std::fs::remove_dir_all(&out_dir).ok();
+    }
+    // A passing check whose P6 witness cannot be written: the report, then exit 2.
+    let out_dir = base.join("out");
+    let blocked = out_dir.join("upgrade-chain4.p6-bypass-witness.trace.json");
+    std::fs::create_dir_all(&blocked).unwrap();
+    let out = hilock(&[
+        "check",
+        configs().join("upgrade-chain4.json").to_str().unwrap(),
+        "--out",
+        out_dir.to_str().unwrap(),
+    ]);
+    let (text, err) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(out.status.code(), Some(2), "{text}{err}");
+    assert!(
+        text.contains("upgrade-chain4: ") && text.contains("NOT written"),
+        "{text}"
+    );
+    assert!(
+        err.contains(&format!("cannot write {}: ", blocked.display())),
+        "{err}"
+    );
+    std::fs::remove_dir_all(&base).ok();
+}
+
 /// `hilock check` accepts every model `hilock explore` serves: a tree, agents, bakery and
 /// inversion configuration whose literal rules fail each exit 1, say what violates the
 /// property in words under it, and write their counterexamples in the model's trace
