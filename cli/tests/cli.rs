@@ -413,7 +413,7 @@ fn check_accepts_every_model_the_explorer_serves() {
         (
             "tree-w-sibling",
             "no-kernel-error",
-            "user u2 does not own the region of node t5",
+            "user u2 does not own the region of node t10",
         ),
         (
             "agents-self-wait",
