@@ -266,7 +266,7 @@ pub enum Command {
     Explore {
         /// The model configuration (JSON).
         file: PathBuf,
-        /// The port.
+        /// The port (0: a free port, printed).
         #[arg(long, default_value_t = 3000)]
         port: u16,
         /// A trace of this configuration (in its model's trace format, e.g. a

@@ -83,8 +83,20 @@ pub fn scenario(path: &Path, json: bool) -> Result<(String, bool), String> {
         .map_err(|e| format!("{}: {e}", path.display()))?;
     let passed = report.passed();
     let out = if json {
-        serde_json::to_string_pretty(&report.trace)
-            .map_err(|e| format!("cannot encode the trace: {e}"))?
+        // A failing expectation is the trace's verdict, and each mismatch a line on
+        // stderr, as the text mode prints them.
+        let mut trace = report.trace.clone();
+        if !passed {
+            for m in &report.mismatches {
+                eprintln!("MISMATCH {m}");
+            }
+            trace.verdict = Some(format!(
+                "FAIL: {} expectation(s) do not match: {}",
+                report.mismatches.len(),
+                report.mismatches.join("; ")
+            ));
+        }
+        serde_json::to_string_pretty(&trace).map_err(|e| format!("cannot encode the trace: {e}"))?
     } else {
         let mut s = report.trace.render();
         s.push_str("\nfinal states (M_O, M_H, M_P):\n");
@@ -195,6 +207,7 @@ pub fn check(path: &Path, out_dir: &Path) -> Result<(String, bool), String> {
         );
         traces.push(("P6 bypass witness".to_string(), w, what));
     }
+    let mut unwritten = Vec::new();
     for (name, trace, what) in traces {
         let file = out_dir.join(format!(
             "{stem}.{}.trace.json",
@@ -202,7 +215,10 @@ pub fn check(path: &Path, out_dir: &Path) -> Result<(String, bool), String> {
         ));
         let json = serde_json::to_string_pretty(trace)
             .map_err(|e| format!("cannot encode the trace: {e}"))?;
-        std::fs::write(&file, json).map_err(|e| format!("{}: {e}", file.display()))?;
+        if let Err(e) = std::fs::write(&file, json) {
+            not_written(&mut text, &mut unwritten, &name, &file, e);
+            continue;
+        }
         text.push_str(&format!(
             "trace of '{name}' written to {} (hilock replay prints it)\n",
             file.display()
@@ -220,6 +236,40 @@ pub fn check(path: &Path, out_dir: &Path) -> Result<(String, bool), String> {
     // The whole wall time: the search, the shortest counterexamples, the traces written
     // and replayed.
     eprintln!("checked in {:.2?}", start.elapsed());
+    finish_check(text, ok, &unwritten)
+}
+
+#[cfg(feature = "models")]
+/// A trace `hilock check` could not write (a directory in its place, a full disk, …): the
+/// report says so under the property and the check goes on with the next trace.
+fn not_written(
+    text: &mut String,
+    unwritten: &mut Vec<String>,
+    name: &str,
+    file: &Path,
+    e: std::io::Error,
+) {
+    text.push_str(&format!(
+        "trace of '{name}' NOT written: {}: {e}\n",
+        file.display()
+    ));
+    unwritten.push(format!("cannot write {}: {e}", file.display()));
+}
+
+#[cfg(feature = "models")]
+/// The end of `hilock check`: the report however the traces went; each trace not written
+/// is a line on stderr. A failing check exits 1 as always; a passing one whose witness was
+/// not written prints its report and exits 2 (an error, not a failed property).
+fn finish_check(text: String, ok: bool, unwritten: &[String]) -> Result<(String, bool), String> {
+    for u in unwritten {
+        eprintln!("hilock: error: {u}");
+    }
+    if ok && !unwritten.is_empty() {
+        print!("{text}");
+        use std::io::Write;
+        let _ = std::io::stdout().flush();
+        return Err(format!("{} trace(s) not written (above)", unwritten.len()));
+    }
     Ok((text, ok))
 }
 
@@ -245,6 +295,7 @@ fn check_other(
         .map_err(|e| format!("{}: {e}", path.display()))?;
     let mut text = report.text;
     let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("check");
+    let mut unwritten = Vec::new();
     for (name, trace) in &report.traces {
         let file = out_dir.join(format!(
             "{stem}.{}.trace.json",
@@ -252,7 +303,10 @@ fn check_other(
         ));
         let json = serde_json::to_string_pretty(trace)
             .map_err(|e| format!("cannot encode the trace: {e}"))?;
-        std::fs::write(&file, json + "\n").map_err(|e| format!("{}: {e}", file.display()))?;
+        if let Err(e) = std::fs::write(&file, json + "\n") {
+            not_written(&mut text, &mut unwritten, name, &file, e);
+            continue;
+        }
         text.push_str(&format!(
             "trace of '{name}' written to {} (hilock replay prints it)\n",
             file.display()
@@ -267,7 +321,7 @@ fn check_other(
     }
     // The whole wall time, as for the base model.
     eprintln!("checked in {:.2?}", start.elapsed());
-    Ok((text, report.ok))
+    finish_check(text, report.ok, &unwritten)
 }
 
 #[cfg(feature = "models")]
@@ -361,7 +415,15 @@ fn serve_explorer(
             Some((open(t, &tt)?, t))
         }
     };
-    drop(std::net::TcpListener::bind(addr).map_err(|e| format!("cannot listen on {addr}: {e}"))?);
+    let listener =
+        std::net::TcpListener::bind(addr).map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+    // Port 0: the system's choice of a free port, which the Explorer's server (it binds
+    // the address itself and does not say which port it got) is then given.
+    let addr = listener
+        .local_addr()
+        .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+    let port = addr.port();
+    drop(listener);
     eprintln!(
         "Stateright Explorer for {} on http://{addr}/ (Ctrl-C to stop)",
         path.display()

@@ -123,6 +123,19 @@ fn a_mismatching_expectation_exits_1() {
     let out = hilock(&["scenario", f.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stdout).contains("MISMATCH"));
+    // With --json: the trace's verdict names the mismatch, and stderr says it.
+    let mismatch = "final state: B.owned: expected W, found R";
+    let out = hilock(&["scenario", "--json", f.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("a JSON trace");
+    assert_eq!(v["format"], "hilock-trace/1");
+    let verdict = v["verdict"].as_str().unwrap_or_default();
+    assert!(
+        verdict.starts_with("FAIL: 1 expectation(s) do not match: ") && verdict.contains(mismatch),
+        "{verdict}"
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err, format!("MISMATCH {mismatch}\n"));
     std::fs::remove_dir_all(&dir).ok();
 }
 
@@ -311,6 +324,84 @@ fn check_prepares_its_out_directory_and_labels_a_witness_as_a_witness() {
     std::fs::remove_dir_all(&base).ok();
 }
 
+/// A trace `hilock check` cannot write (a directory where its file goes) does not lose the
+/// report: it is printed, saying the trace was not written, the other traces are written,
+/// stderr names the file, and the failing check exits 1; for the base and the fault model.
+#[test]
+fn check_prints_its_report_when_a_trace_cannot_be_written() {
+    let base = std::env::temp_dir().join(format!("hilock-check-unwritable-{}", std::process::id()));
+    let faults = failing_configs(&base.join("configs")).1;
+    for (config, blocked, written) in [
+        (
+            configs().join("release-race-literal.json"),
+            "release-race-literal.p1-mutual-exclusion.trace.json",
+            Some("release-race-literal.p3-owned-mode-invariant.trace.json"),
+        ),
+        (
+            faults,
+            "faults-no-kill.p1-mutual-exclusion-live-leases.trace.json",
+            None,
+        ),
+    ] {
+        let out_dir = base.join("out");
+        std::fs::create_dir_all(out_dir.join(blocked)).unwrap();
+        let out = hilock(&[
+            "check",
+            config.to_str().unwrap(),
+            "--out",
+            out_dir.to_str().unwrap(),
+        ]);
+        let (text, err) = (
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
+        assert_eq!(out.status.code(), Some(1), "{text}{err}");
+        assert!(
+            text.contains("VIOLATED") || text.contains("violated"),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!("NOT written: {}", out_dir.join(blocked).display())),
+            "{text}"
+        );
+        assert!(
+            err.contains(&format!(
+                "hilock: error: cannot write {}: ",
+                out_dir.join(blocked).display()
+            )),
+            "{err}"
+        );
+        if let Some(w) = written {
+            assert!(out_dir.join(w).is_file(), "{w} written: {text}");
+        }
+        std::fs::remove_dir_all(&out_dir).ok();
+    }
+    // A passing check whose P6 witness cannot be written: the report, then exit 2.
+    let out_dir = base.join("out");
+    let blocked = out_dir.join("upgrade-chain4.p6-bypass-witness.trace.json");
+    std::fs::create_dir_all(&blocked).unwrap();
+    let out = hilock(&[
+        "check",
+        configs().join("upgrade-chain4.json").to_str().unwrap(),
+        "--out",
+        out_dir.to_str().unwrap(),
+    ]);
+    let (text, err) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(out.status.code(), Some(2), "{text}{err}");
+    assert!(
+        text.contains("upgrade-chain4: ") && text.contains("NOT written"),
+        "{text}"
+    );
+    assert!(
+        err.contains(&format!("cannot write {}: ", blocked.display())),
+        "{err}"
+    );
+    std::fs::remove_dir_all(&base).ok();
+}
+
 /// `hilock check` accepts every model `hilock explore` serves: a tree, agents, bakery and
 /// inversion configuration whose literal rules fail each exit 1, say what violates the
 /// property in words under it, and write their counterexamples in the model's trace
@@ -322,7 +413,7 @@ fn check_accepts_every_model_the_explorer_serves() {
         (
             "tree-w-sibling",
             "no-kernel-error",
-            "user u2 does not own the region of node t5",
+            "user u2 does not own the region of node t10",
         ),
         (
             "agents-self-wait",
@@ -600,6 +691,75 @@ fn explore_opens_a_saved_counterexample_at_its_last_state() {
     }
 }
 
+/// `hilock explore --port 0` serves on a port the system chooses and prints that port, in
+/// the Explorer's address on stderr and in the trace's URL on stdout, where it answers.
+#[test]
+fn explore_on_port_0_prints_the_port_it_serves_on() {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let name = "token-branch-literal";
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_hilock"))
+        .args([
+            "explore",
+            counterexamples()
+                .join(format!("configs/{name}.json"))
+                .to_str()
+                .unwrap(),
+            "--trace",
+            counterexamples()
+                .join(format!("{name}.json"))
+                .to_str()
+                .unwrap(),
+            "--port",
+            "0",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("hilock runs");
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut first = String::new();
+    err.read_line(&mut first).expect("stderr");
+    let mut url = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut url)
+        .expect("stdout");
+    let port: u16 = first
+        .split("http://127.0.0.1:")
+        .nth(1)
+        .and_then(|r| r.split('/').next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no port in {first}"));
+    assert_ne!(port, 0, "{first}");
+    assert!(
+        url.starts_with(&format!("http://127.0.0.1:{port}/#/steps/0/")),
+        "{url} {first}"
+    );
+    // The Explorer answers there.
+    let t = std::time::Instant::now();
+    let page = loop {
+        let got = std::net::TcpStream::connect(("127.0.0.1", port)).and_then(|mut s| {
+            write!(
+                s,
+                "GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+            )?;
+            let mut body = String::new();
+            s.read_to_string(&mut body)?;
+            Ok(body)
+        });
+        match got {
+            Ok(b) => break b,
+            Err(e) if t.elapsed() < std::time::Duration::from_secs(20) => {
+                let _ = e;
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            Err(e) => panic!("nothing answers on port {port}: {e}"),
+        }
+    };
+    child.kill().ok();
+    child.wait().ok();
+    assert!(page.starts_with("HTTP/1.1 200"), "{page}");
+}
+
 /// One line naming the mismatch, exit 2, for a trace that does not fit the configuration.
 fn explore_fails(config: &std::path::Path, trace: &std::path::Path, expect: &str) {
     let port = free_port().to_string();
@@ -799,6 +959,61 @@ fn replay_html_shows_grants_and_every_node_per_step() {
     assert!(step(17).contains("n0 sends freeze"), "{}", step(17));
     assert!(html.contains(">21</text>") && !html.contains(">22</text>"));
     assert_eq!(html.matches("class=\"inflight\"").count(), 1, "{html}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// `hilock replay --html` of a fault-model trace lists under each step every node's state
+/// after it (the trace records the state each action is taken from): the acquire at step 0
+/// shows n1 pending W, the install at step 5, the last one, shows the violating state of
+/// epoch 1. The membership service's steps are drawn on a lane named `membership`.
+#[test]
+fn replay_html_of_a_fault_trace_shows_the_state_after_each_step() {
+    let dir = std::env::temp_dir().join(format!("hilock-cli-faults-html-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (svg, html) = (dir.join("f.svg"), dir.join("f.html"));
+    let out = hilock(&[
+        "replay",
+        counterexamples()
+            .join("faults/no-kill-before-regrant.json")
+            .to_str()
+            .unwrap(),
+        "--svg",
+        svg.to_str().unwrap(),
+        "--html",
+        html.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let html = std::fs::read_to_string(&html).expect("HTML written");
+    let step = |k: usize| -> &str {
+        let at = html
+            .find(&format!("<li value=\"{k}\">"))
+            .unwrap_or_else(|| panic!("no step {k}: {html}"));
+        let end = html[at..].find("</ul></li>").map_or(html.len(), |e| at + e);
+        &html[at..end]
+    };
+    let s0 = step(0);
+    assert!(s0.starts_with("<li value=\"0\">n1 acquire W"), "{s0}");
+    assert!(
+        s0.contains("<li>n1: Member epoch 0 M_H Φ M_P W parent n0 script at 1</li>"),
+        "{s0}"
+    );
+    let s5 = step(5);
+    for what in [
+        "the membership service installs the next epoch",
+        "<li>epoch 1 members {n0,n2}</li>",
+        "<li>n0: Member epoch 1 M_H W M_P Φ token g2 script at 1</li>",
+        "<li>n1: Member epoch 0 M_H W M_P Φ token g1 (cut off) script at 1</li>",
+    ] {
+        assert!(s5.contains(what), "step 5 shows {what}: {s5}");
+    }
+    assert!(!html.contains("<li value=\"6\">"), "{html}");
+    let svg = std::fs::read_to_string(&svg).expect("SVG written");
+    assert!(svg.contains(">membership</text>"), "{svg}");
+    assert!(!svg.contains(">the</text>"), "{svg}");
     std::fs::remove_dir_all(&dir).ok();
 }
 

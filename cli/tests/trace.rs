@@ -405,6 +405,48 @@ fn an_unreadable_record_exits_2() {
     );
 }
 
+/// The same node's file given twice is a file-set problem, exit 2, one line naming the
+/// node: not a rejected trace.
+#[test]
+fn a_node_file_given_twice_exits_2_naming_the_node() {
+    let mut files = record_files(recorded());
+    files.push(files[0].clone());
+    let out = records::trace_check(&files);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{}{stderr}", text(&out.stdout));
+    assert!(text(&out.stdout).is_empty(), "{}", text(&out.stdout));
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("node 0's records are given twice"),
+        "{stderr}"
+    );
+}
+
+/// A node's file left out while the others deliver its messages is a file-set problem,
+/// exit 2, one line saying whose records are missing: not "a message never sent".
+#[test]
+fn a_missing_node_file_exits_2_naming_the_node() {
+    let sender = (0..NODES)
+        .flat_map(|n| lines(recorded(), n))
+        .find_map(|l| delivery(&json(&l)))
+        .map(|(_, from)| from as usize)
+        .expect("a delivery");
+    let files: Vec<PathBuf> = record_files(recorded())
+        .into_iter()
+        .enumerate()
+        .filter(|(n, _)| *n != sender)
+        .map(|(_, f)| f)
+        .collect();
+    let out = records::trace_check(&files);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{}{stderr}", text(&out.stdout));
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains(&format!("no records of node {sender} were given")),
+        "{stderr}"
+    );
+}
+
 /// A node killed with SIGKILL and started again is a new run (static membership refuses
 /// it): the check validates the records up to it and stops there, exit 3, naming it.
 #[test]

@@ -869,6 +869,16 @@ impl Model for FaultModel {
         action.to_string()
     }
 
+    /// The Explorer's text of a step: the action, the properties its state violates (as the
+    /// other models mark them) and the state after it.
+    fn format_step(&self, last: &FState, action: FaultAction) -> Option<String> {
+        let next = self.next_state(last, action)?;
+        let mut s = action.to_string();
+        s.push_str(&crate::check::violations_line(self, &next));
+        s.push_str(&format!("\n\n{next:?}"));
+        Some(s)
+    }
+
     fn properties(&self) -> Vec<Property<Self>> {
         vec![
             Property::always(P1, |_, st: &FState| {

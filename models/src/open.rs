@@ -507,11 +507,31 @@ pub fn diagram_of(text: &str) -> Result<Drawn, String> {
         .filter_map(|s| s.as_str().or_else(|| s.get("action")?.as_str()))
         .map(str::to_string)
         .collect();
-    let details: Vec<Vec<String>> = steps
+    let mut details: Vec<Vec<String>> = steps
         .iter()
         .filter(|s| s.is_string() || s.get("action").is_some_and(|a| a.is_string()))
         .map(step_details)
         .collect();
+    if format == crate::faults::TRACE_FORMAT {
+        // A fault trace records at each step the state its action is taken from, and the
+        // last (violating) state as a step without an action: the state after step k is
+        // the one recorded at step k + 1, one line per node and message.
+        details = (0..texts.len())
+            .map(|k| {
+                steps
+                    .get(k + 1)
+                    .and_then(|s| s.get("state")?.as_array())
+                    .map(|lines| {
+                        lines
+                            .iter()
+                            .filter_map(|l| l.as_str())
+                            .map(str::to_string)
+                            .collect()
+                    })
+                    .unwrap_or_default()
+            })
+            .collect();
+    }
     if format == crate::ring::TRACE_FORMAT {
         // Its steps are the actions' Rust expressions (`Deliver(Client(…), Node(…), …)`):
         // replayed through the configuration the trace embeds, they read as the model
@@ -560,6 +580,17 @@ pub fn diagram_of(text: &str) -> Result<Drawn, String> {
             let (a, b) = (lane(&mut d, a), lane(&mut d, b));
             let label = label.split_once(" [").map_or(label, |x| x.0);
             d.message(a, b, label);
+        } else if let Some(what) = t.strip_prefix("the membership service ") {
+            // The fault model's oracle (`… installs the next epoch`, `the current plan
+            // reaches n1 again`) has a lane of its own.
+            let at = lane(&mut d, "membership");
+            d.local(at, what);
+        } else if let Some(n) = t
+            .strip_prefix("the current plan reaches ")
+            .and_then(|r| r.strip_suffix(" again"))
+        {
+            let (m, n) = (lane(&mut d, "membership"), lane(&mut d, n));
+            d.message(m, n, "the current plan again");
         } else if let Some((who, label)) = t.split_once(": ") {
             let at = lane(&mut d, who);
             d.local(at, label);

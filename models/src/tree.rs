@@ -167,9 +167,13 @@ impl TreeModel {
                     Some(r) if r.owner == UserId(u as u16) => {}
                     other => {
                         return Err(format!(
-                            "u{u} was granted {} but it is held by {:?}",
+                            "u{u} was granted {} but {}",
                             name(t, l),
-                            other.map(|r| format!("{} (region {})", r.owner, name(t, r.node)))
+                            other.map_or("nobody holds it".to_string(), |r| format!(
+                                "it is held by {} (region {})",
+                                r.owner,
+                                name(t, r.node)
+                            ))
                         ))
                     }
                 }
@@ -180,11 +184,18 @@ impl TreeModel {
             let ok = held.is_some_and(|l| t.contains(r.node, l) && r.original == Some(l));
             if !ok {
                 return Err(format!(
-                    "region {} belongs to {}, whose request is {:?} (original request {:?})",
+                    "region {} belongs to {}, {} ({})",
                     name(t, r.node),
                     r.owner,
-                    held.map(|l| name(t, l)),
-                    r.original.map(|l| name(t, l))
+                    held.map_or("who requests no leaf".to_string(), |l| format!(
+                        "whose request is {}",
+                        name(t, l)
+                    )),
+                    r.original
+                        .map_or("no original request".to_string(), |l| format!(
+                            "original request {}",
+                            name(t, l)
+                        ))
                 ));
             }
         }
@@ -285,7 +296,10 @@ impl TreeModel {
         let last = states.last().cloned();
         let violation = match (property, last) {
             (P8, Some(st)) => self.p8(&st).err().unwrap_or_default(),
-            (NO_ERROR, Some(st)) => st.error.map(|e| e.to_string()).unwrap_or_default(),
+            (NO_ERROR, Some(st)) => st
+                .error
+                .map(|e| describe_error(&st.tree, e))
+                .unwrap_or_default(),
             (NO_DEADLOCK, _) => "every operation in progress waits for a latch".into(),
             (COMPLETES, _) => "no action is enabled but an operation has not finished".into(),
             _ => String::new(),
@@ -374,9 +388,12 @@ fn describe_violation<const CAP: usize>(
     match v {
         V::WhiteOccupied(n) => format!("white {} has a request inside", name(t, n)),
         V::BlackNotSole(n) => format!(
-            "black {} (owner {:?}) does not hold exactly its owner's request",
+            "black {} (owner {}) does not hold exactly its owner's request",
             name(t, n),
-            t.node(n).ok().and_then(|x| x.owner())
+            t.node(n)
+                .ok()
+                .and_then(|x| x.owner())
+                .map_or("none".to_string(), |u| u.to_string())
         ),
         V::GreyUnderTwo(n) => format!(
             "grey {} (count {}) has fewer than two owners below",
@@ -401,6 +418,27 @@ fn describe_violation<const CAP: usize>(
             name(t, region),
             name(t, largest)
         ),
+        other => other.to_string(),
+    }
+}
+
+/// A kernel error in words, its nodes by their slide-10 paths ([`name`]) as the traces
+/// name them, not by their index.
+fn describe_error<const CAP: usize>(t: &TreeLock<CAP>, e: TreeError) -> String {
+    match e {
+        TreeError::OutsideTree(n) => format!("node {} is not in the tree", name(t, n)),
+        TreeError::NotALeaf(n) => format!("node {} is not a leaf", name(t, n)),
+        TreeError::NotOwner { user, node } => {
+            format!(
+                "user {user} does not own the region of node {}",
+                name(t, node)
+            )
+        }
+        TreeError::Busy { node, holder } => format!(
+            "node {} is latched by an operation of {holder}",
+            name(t, node)
+        ),
+        TreeError::Inconsistent(n) => format!("inconsistent colouring at node {}", name(t, n)),
         other => other.to_string(),
     }
 }
@@ -692,7 +730,7 @@ impl Model for TreeModel {
             );
         }
         if let Some(e) = next.error {
-            let _ = write!(s, "\nkernel error: {e}");
+            let _ = write!(s, "\nkernel error: {}", describe_error(&next.tree, e));
         }
         Some(s)
     }

@@ -219,6 +219,64 @@ fn saved_ring_and_fault_counterexamples_open_with_their_configuration() {
     assert!(n >= 8, "{n} traces");
 }
 
+/// The Explorer's text of the last step of every saved fault-model counterexample marks the
+/// violation as the other models' do: `⚠ violates: <property>` and the note that the
+/// Properties pane does not judge that state, above the state after the step.
+#[test]
+fn the_explorer_marks_a_fault_counterexamples_violation() {
+    use stateright::Model;
+    let mut n = 0;
+    for e in std::fs::read_dir(counterexamples().join("faults")).expect("counterexamples") {
+        let p = e.expect("entry").path();
+        if p.extension().is_none_or(|x| x != "json") {
+            continue;
+        }
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&p).expect("trace")).expect("JSON");
+        let cfg: hilock_models::faults::FaultConfig =
+            serde_json::from_value(v["config"].clone()).expect("configuration");
+        let mut other = v["config"].clone();
+        other["model"] = "faults".into();
+        let other: hilock_models::open::OtherConfig =
+            serde_json::from_value(other).expect("configuration");
+        let opened = hilock_models::open::open_other(&other, &v).expect("it replays");
+        let model = cfg.into_model();
+        let mut st = model.init_states().remove(0);
+        let mut last = None;
+        for i in opened.encoded.split('/').skip(1) {
+            let mut actions = Vec::new();
+            model.actions(&st, &mut actions);
+            let a = actions[i.parse::<usize>().expect("index")];
+            last = Some((st.clone(), a));
+            st = model.next_state(&st, a).expect("enabled");
+        }
+        let (before, a) = last.expect("a step");
+        let step = model.format_step(&before, a).expect("text");
+        let property = v["property"].as_str().expect("property");
+        let last_state = v["steps"]
+            .as_array()
+            .and_then(|s| s.last())
+            .and_then(|s| s["state"].as_array())
+            .expect("the last state");
+        assert!(
+            step.contains(&format!("⚠ violates: {property}")),
+            "{}: {step}",
+            p.display()
+        );
+        assert!(
+            step.contains(hilock_models::check::PANE_NOTE),
+            "{}: {step}",
+            p.display()
+        );
+        for line in last_state {
+            let line = line.as_str().expect("a line");
+            assert!(step.contains(line), "{}: {line} in {step}", p.display());
+        }
+        n += 1;
+    }
+    assert!(n >= 4, "{n} traces");
+}
+
 /// A failing check (here the literal token branch, which deadlocks) writes its
 /// configuration and counterexamples for the Explorer and says how to open each: the
 /// command and the URL of the failing state.

@@ -168,6 +168,14 @@ fn save(file: &str, r: &TreeReport, note: &str) -> String {
         .join("../spec/counterexamples")
         .join(file);
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    // The verdict is in words: the nodes by their slide-10 paths, no Rust `Option`s.
+    for debug in ["Some(", "None", "UserId", "TreeNodeId"] {
+        assert!(
+            !trace.violation.contains(debug),
+            "{file}: {}",
+            trace.violation
+        );
+    }
     let json = serde_json::to_string_pretty(&trace).unwrap() + "\n";
     std::fs::write(&path, json).unwrap();
     println!(

@@ -505,6 +505,8 @@ pub fn check(files: &[PathBuf]) -> Result<Result<Summary, Rejection>, String> {
     let mut paths: BTreeMap<String, PathRecs> = BTreeMap::new();
     // Nodes whose later run begins at (file, line): nothing of it is replayed.
     let mut late: BTreeMap<u16, String> = BTreeMap::new();
+    // Per node: the file its records are in (a node's records are one file).
+    let mut file_of: BTreeMap<u16, usize> = BTreeMap::new();
     for (fi, path) in files.iter().enumerate() {
         let text = std::fs::read_to_string(path)
             .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
@@ -536,6 +538,15 @@ pub fn check(files: &[PathBuf]) -> Result<Result<Summary, Rejection>, String> {
                     ));
                 }
                 n = Some(*m);
+            }
+            let f0 = *file_of.entry(node).or_insert(fi);
+            if f0 != fi {
+                return Err(format!(
+                    "node {node}'s records are given twice, in {} and in {}: give each \
+                     node's file once",
+                    names[f0],
+                    path.display()
+                ));
             }
             let first = *runs.entry(node).or_insert(run);
             if first != run {
@@ -619,6 +630,21 @@ pub fn check(files: &[PathBuf]) -> Result<Result<Summary, Rejection>, String> {
     };
     if let Some(&node) = runs.keys().find(|&&k| usize::from(k) >= n) {
         return Err(format!("node {node} is not a node of a cluster of {n}"));
+    }
+    // A delivery from a node whose file was not given: a missing file, not a message
+    // never sent.
+    for pr in paths.values() {
+        for r in pr.steps.values().flatten() {
+            if let TIn::Deliver { from, .. } = &r.input {
+                if !runs.contains_key(from) {
+                    return Err(format!(
+                        "no records of node {from} were given, but node {} at {}:{} \
+                         delivers a message from it: give every node's file of the run",
+                        r.node, names[r.file], r.line
+                    ));
+                }
+            }
+        }
     }
     let mut summary = Summary {
         nodes: runs.len(),
