@@ -213,6 +213,7 @@ pub fn lock(
             signal_waiters,
             early_blocking: None,
             succeeded: false,
+            grace_ms: kill_grace_ms,
         };
         crate::run_under_lock::run(command, &path, reply.fence, grace, &mut watch).await
     })
@@ -244,6 +245,9 @@ struct NodeWatch {
     value_out: Option<std::path::PathBuf>,
     /// The command exited 0: only then is the value block it left written.
     succeeded: bool,
+    /// `--kill-grace-ms`: the node gives the command as long between SIGTERM and SIGKILL
+    /// when it stops (at most `client::MAX_STOP_GRACE`).
+    grace_ms: u64,
     /// `--signal-waiters`: a blocking notification from the node (`spec/SPEC.md` 1.16)
     /// becomes SIGUSR1 to the command's group; without it the line is ignored.
     signal_waiters: bool,
@@ -266,8 +270,11 @@ impl Watch for NodeWatch {
     async fn started(&mut self, pgid: i32) -> Result<(), String> {
         use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
         // Register the group with the node and wait for its answer.
-        let mut line = serde_json::to_vec(&hilock_runtime::client::Request::Child { pgid })
-            .map_err(|e| e.to_string())?;
+        let mut line = serde_json::to_vec(&hilock_runtime::client::Request::Child {
+            pgid,
+            grace_ms: Some(self.grace_ms),
+        })
+        .map_err(|e| e.to_string())?;
         line.push(b'\n');
         let registered = async {
             self.w.write_all(&line).await.map_err(|e| e.to_string())?;

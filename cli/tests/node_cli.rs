@@ -601,16 +601,19 @@ fn epoch_ns() -> u128 {
 }
 
 /// SIGTERM of a node while one of its clients holds a lock another node waits for: the
-/// holder's command (which ignores SIGTERM) is dead before the other node is granted, the
-/// other node is granted
+/// holder's command (which ignores SIGTERM, run with `--kill-grace-ms 50`) is dead before
+/// the other node is granted, the other node is granted
 /// (its command started) within 200 ms, and the stopped node has exited within 200 ms.
 #[test]
 fn sigterm_of_a_node_kills_its_command_and_hands_the_lock_over_within_200_ms() {
     let mut c = start(2);
     let f = c.dir.path().join("pids");
     let mut holder = Proc(
-        // The command ignores SIGTERM: the wrapper's own kill would wait out its 2 s grace.
-        lock_cmd(&c.socket(0), "/t", "W", &sleepers(&f, "trap '' TERM; "))
+        // The command ignores SIGTERM: the node kills it after the 50 ms it was given.
+        hilock()
+            .args(["lock", "/t", "W", "--kill-grace-ms", "50", "--socket"])
+            .arg(c.socket(0))
+            .args(["--", "sh", "-c", &sleepers(&f, "trap '' TERM; ")])
             .stderr(Stdio::piped())
             .spawn()
             .unwrap(),
@@ -653,6 +656,69 @@ fn sigterm_of_a_node_kills_its_command_and_hands_the_lock_over_within_200_ms() {
     let st = wait_exit(&mut holder.0, Duration::from_secs(10));
     assert_eq!(st.code(), Some(76));
     assert!(held.iter().all(|&p| !running(p)), "{held:?}");
+}
+
+/// SIGTERM of a node gives each holder's command the `--kill-grace-ms` its `hilock lock`
+/// was given (at most 10 s) between SIGTERM and SIGKILL, as the wrapper's own kill does:
+/// a command that traps SIGTERM and needs 300 ms to clean up finishes its cleanup under
+/// the lock, before the waiting node is granted. Red before: the node sent SIGKILL 40 ms
+/// after SIGTERM and the cleanup never ran.
+#[test]
+fn sigterm_of_a_node_gives_the_command_its_kill_grace_to_clean_up() {
+    let mut c = start(2);
+    let (started, cleaned) = (c.dir.path().join("started"), c.dir.path().join("cleaned"));
+    let script = format!(
+        "trap 'sleep 0.3; date +%s%N > {1}; exit 0' TERM; echo up > {0}; \
+         while true; do sleep 0.05; done",
+        started.display(),
+        cleaned.display()
+    );
+    let mut holder = Proc(
+        hilock()
+            .args(["lock", "/g", "W", "--kill-grace-ms", "3000", "--socket"])
+            .arg(c.socket(0))
+            .args(["--", "sh", "-c", &script])
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    wait_file(&started);
+    let granted = c.dir.path().join("granted");
+    let mut waiter = Proc(
+        lock_cmd(
+            &c.socket(1),
+            "/g",
+            "W",
+            &format!("date +%s%N > {}", granted.display()),
+        )
+        .spawn()
+        .unwrap(),
+    );
+    wait_pending(&c, 1, "/g", "W");
+    let pid = c.nodes[0].0.id().to_string();
+    let t = Instant::now();
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let node_st = wait_exit(&mut c.nodes[0].0, Duration::from_secs(10));
+    let exited = t.elapsed();
+    assert!(node_st.success(), "{node_st:?}");
+    assert!(wait_exit(&mut waiter.0, Duration::from_secs(10)).success());
+    let read = |p: &Path| -> u128 {
+        std::fs::read_to_string(p)
+            .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    eprintln!("SIGTERM: node exited after {exited:?}");
+    let (clean, grant) = (read(&cleaned), read(&granted));
+    assert!(clean < grant, "the cleanup ran under the lock");
+    assert!(exited >= Duration::from_millis(250), "{exited:?}");
+    assert!(exited < Duration::from_secs(3), "{exited:?}");
+    let _ = wait_exit(&mut holder.0, Duration::from_secs(10));
 }
 
 #[test]

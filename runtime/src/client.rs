@@ -9,7 +9,9 @@
 //!   With `"try":true` it is a try-lock ([`crate::Handle::try_lock_with`]): if taking the
 //!   lock would mean waiting, the node answers `{"ok":false,"busy":true,"error":"busy: …"}`
 //!   at once and nothing of the request is left.
-//! - While it holds the lock, a client may send `{"op":"child","pgid":G}` once: G is a
+//! - While it holds the lock, a client may send `{"op":"child","pgid":G,"grace_ms":T}`
+//!   once (`grace_ms` optional: how long G may take between SIGTERM and SIGKILL when the
+//!   node stops, at most [`MAX_STOP_GRACE`]; 40 ms without it): G is a
 //!   process group whose leader is a child of the client (checked with the socket's peer
 //!   credentials and `/proc`); the node answers `{"ok":true}`. If the connection then
 //!   closes without a `release` line (the client died), the node kills group G with
@@ -91,6 +93,10 @@ pub enum Request {
     Child {
         /// The group id (the pid of its leader, a child of the client).
         pgid: i32,
+        /// How long the command may take between SIGTERM and SIGKILL when the node stops
+        /// (`hilock lock --kill-grace-ms`); at most [`MAX_STOP_GRACE`]. Absent: 40 ms.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        grace_ms: Option<u64>,
     },
     /// After a grant: release the lock. A W hold given `value` (64 hex digits or fewer,
     /// zero-padded on the right) first writes it as the lock's value block
@@ -326,8 +332,8 @@ pub fn fit_open_files(config: &mut crate::Config) -> Option<String> {
     }
 }
 
-/// How long a stopping node gives its clients to hear that their locks are lost and their
-/// commands to be killed.
+/// How long a stopping node gives its clients to hear that their locks are lost, beyond
+/// the time their commands are given to die.
 const STOP_NOTICE: Duration = Duration::from_millis(150);
 
 /// Serve clients until the node stops. When it stops, every client that holds a lock is
@@ -382,7 +388,10 @@ pub async fn serve(node: Handle, listener: UnixListener, path: PathBuf, max_clie
         counters.clients.store(conns.len() as u64, Relaxed);
     }
     drop(listener);
-    let _ = tokio::time::timeout(STOP_NOTICE, async {
+    // Each holder's command has the grace its client asked for (at most
+    // `MAX_STOP_GRACE`), then SIGKILL: its hold ends, and its lock is released, only once
+    // the command is gone. Aborting the task earlier would release under a live command.
+    let _ = tokio::time::timeout(MAX_STOP_GRACE + STOP_KILL_WAIT + STOP_NOTICE, async {
         while conns.join_next().await.is_some() {}
     })
     .await;
@@ -658,8 +667,15 @@ async fn txn(
     }
 }
 
-/// How long a stopping node gives a registered command between SIGTERM and SIGKILL.
+/// How long a stopping node gives a registered command between SIGTERM and SIGKILL when
+/// its client gave none, and always when the node's etcd lease is lost (then the lock may
+/// be granted elsewhere soon).
 const STOP_TERM_GRACE: Duration = Duration::from_millis(40);
+
+/// The longest grace between SIGTERM and SIGKILL a client may ask a stopping node to give
+/// its command ([`Request::Child`]'s `grace_ms`): a node's stop waits at most this long
+/// for its holders' commands.
+pub const MAX_STOP_GRACE: Duration = Duration::from_secs(10);
 
 /// How long a stopping node waits after SIGKILL for the command's group to be gone.
 const STOP_KILL_WAIT: Duration = Duration::from_millis(80);
@@ -688,6 +704,7 @@ async fn hold(
     let mut blocked = std::pin::pin!(blocked);
     let mut told = false;
     let mut group: Option<i32> = None;
+    let mut grace = stop_grace(None);
     let mut lease = node.lease();
     let mut follow_lease = !matches!(*lease.borrow(), crate::token::NodeLease::Static);
     // A lease lost between the grant and now: the change is seen below at once.
@@ -712,7 +729,7 @@ async fn hold(
                 let req = serde_json::from_slice::<Request>(line.trim_ascii_end());
                 line.clear();
                 match req {
-                    Ok(Request::Child { pgid }) if group.is_none() => {
+                    Ok(Request::Child { pgid, grace_ms }) if group.is_none() => {
                         let ok = peer_pid
                             .is_some_and(|p| crate::proc::is_group_leader_child_of(pgid, p));
                         if !ok {
@@ -727,7 +744,8 @@ async fn hold(
                             return true;
                         }
                         group = Some(pgid);
-                        debug!(%path, pgid, "client registered its command's process group");
+                        grace = stop_grace(grace_ms);
+                        debug!(%path, pgid, ?grace, "client registered its command's process group");
                         if write_reply(w, &Reply::ok()).await.is_err() {
                             return kill_group(node, pgid, path).await;
                         }
@@ -773,9 +791,10 @@ async fn hold(
                 )
                 .await;
                 // The wrapper kills the group too when it reads this; the node does not
-                // wait for it: the command must be gone before the lock is handed over.
+                // wait for it: the command must be gone before the lock is handed over. It
+                // has the grace its client asked for to clean up.
                 return match group {
-                    Some(g) => stop_group(g, path).await,
+                    Some(g) => stop_group(g, path, grace).await,
                     None => true,
                 };
             }
@@ -808,9 +827,10 @@ async fn hold(
                         )
                         .await;
                         // The node's word first, then the kill, then (on return) the
-                        // release: the command is gone before the lock is.
+                        // release: the command is gone before the lock is. No grace: the
+                        // lease is gone, the lock may soon be granted elsewhere.
                         return match group {
-                            Some(g) => stop_group(g, path).await,
+                            Some(g) => stop_group(g, path, STOP_TERM_GRACE).await,
                             None => true,
                         };
                     }
@@ -831,12 +851,20 @@ async fn hold(
     }
 }
 
-/// The node stops while a command holds a lock: kill its group quickly (SIGTERM, then
-/// SIGKILL after [`STOP_TERM_GRACE`]); whether no process of it is left.
-async fn stop_group(pgid: i32, path: &str) -> bool {
+/// The grace a stopping node gives a registered command between SIGTERM and SIGKILL: what
+/// its client asked for, at most [`MAX_STOP_GRACE`]; [`STOP_TERM_GRACE`] if it asked none.
+fn stop_grace(asked_ms: Option<u64>) -> Duration {
+    asked_ms.map_or(STOP_TERM_GRACE, |ms| {
+        Duration::from_millis(ms).min(MAX_STOP_GRACE)
+    })
+}
+
+/// The node stops while a command holds a lock: kill its group (SIGTERM, then SIGKILL
+/// after `grace`); whether no process of it is left.
+async fn stop_group(pgid: i32, path: &str, grace: Duration) -> bool {
     let _ = crate::proc::signal_group(pgid, libc::SIGTERM);
     let now = std::time::Instant::now();
-    if crate::proc::wait_group_gone(pgid, now + STOP_TERM_GRACE).await {
+    if crate::proc::wait_group_gone(pgid, now + grace).await {
         return true;
     }
     let _ = crate::proc::signal_group(pgid, libc::SIGKILL);
@@ -864,7 +892,7 @@ async fn kill_group(node: &Handle, pgid: i32, path: &str) -> bool {
                 debug!(%path, pgid, after = ?started.elapsed(), "dead client's process group is gone; releasing");
                 return true;
             },
-            _ = stopped(&mut stop) => return stop_group(pgid, path).await,
+            _ = stopped(&mut stop) => return stop_group(pgid, path, STOP_TERM_GRACE).await,
         }
         warn!(%path, pgid, after = ?started.elapsed(), "the dead client's process group is still alive; the lock stays held");
     }
@@ -1047,6 +1075,16 @@ pub fn render_status(s: &Status) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A stopping node gives a command the grace its client asked for, at most 10 s; 40 ms
+    /// to one that asked none (`docs/cli.md`, "hilock node").
+    #[test]
+    fn a_stopping_node_gives_the_asked_grace_up_to_ten_seconds() {
+        assert_eq!(stop_grace(None), Duration::from_millis(40));
+        assert_eq!(stop_grace(Some(2000)), Duration::from_secs(2));
+        assert_eq!(stop_grace(Some(60_000)), Duration::from_secs(10));
+        assert_eq!(MAX_STOP_GRACE, Duration::from_secs(10));
+    }
 
     /// A socket that accepts the connection and closes it without a word: the error names
     /// the socket, a lock's request and a status request alike.
