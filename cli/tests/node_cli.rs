@@ -402,6 +402,11 @@ fn config_errors_give_one_line_and_a_nonzero_exit() {
             "id 3",
         ),
         ("not toml at all [", "line"),
+        // An unknown key at the start of line 4 is reported on line 4.
+        (
+            "cluster = \"c\"\nsecret=\"0123456789\"\nid=0\nmax_client=3\n[[nodes]]\nid=0\naddr=\"127.0.0.1:1\"\n",
+            "line 4: unknown field `max_client`",
+        ),
     ] {
         std::fs::write(&bad, content).unwrap();
         let out = run(hilock().args(["node", "--config"]).arg(&bad));
