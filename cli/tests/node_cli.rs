@@ -916,7 +916,14 @@ fn every_client_command_gives_up_within_its_timeout_and_logs_are_plain() {
         assert_eq!(st.code(), Some(2), "{args:?}");
         let mut e = String::new();
         std::io::Read::read_to_string(child.0.stderr.as_mut().unwrap(), &mut e).unwrap();
-        assert!(e.contains("no answer from the node"), "{e}");
+        // Names the socket that did not answer.
+        assert!(
+            e.contains(&format!(
+                "no answer from the node at {} within",
+                sock.display()
+            )),
+            "{e}"
+        );
         assert_eq!(e.trim_end().lines().count(), 1, "{e}");
         assert!(
             took >= Duration::from_millis(300) && took < Duration::from_millis(limit),
@@ -969,6 +976,48 @@ fn every_client_command_gives_up_within_its_timeout_and_logs_are_plain() {
     let _ = node.0.wait();
     let s = std::fs::read_to_string(&log).unwrap();
     assert!(!s.contains('\u{1b}'), "no ANSI escape codes: {s:?}");
+}
+
+/// A second `hilock node` with the id of a running node cannot listen on that node's peer
+/// address: it exits 2 at once, one line asking whether that node runs.
+#[test]
+fn a_second_node_with_a_running_nodes_id_is_asked_about_it() {
+    let c = start(1);
+    let t = Instant::now();
+    let mut second = Proc(
+        hilock()
+            .args(["node", "--id", "0", "--config"])
+            .arg(c.config())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let st = loop {
+        if let Some(st) = second.0.try_wait().unwrap() {
+            break st;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "the second node exits"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert_eq!(st.code(), Some(2));
+    let mut e = String::new();
+    std::io::Read::read_to_string(second.0.stderr.as_mut().unwrap(), &mut e).unwrap();
+    let e: Vec<&str> = e
+        .lines()
+        .filter(|l| l.starts_with("hilock: error"))
+        .collect();
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert!(e[0].contains("cannot listen on 127.0.0.1:"), "{e:?}");
+    assert!(
+        e[0].ends_with("(is another hilock node with id 0 running?)"),
+        "{e:?}"
+    );
+    // The first node still serves.
+    let out = run(&mut lock_cmd(&c.socket(0), "/still", "W", "true"));
+    assert!(out.status.success(), "{}", text(&out.stderr));
 }
 
 fn peer_json(c: &Cluster, node: usize, peer: u64) -> serde_json::Value {
