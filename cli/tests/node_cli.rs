@@ -426,6 +426,33 @@ fn config_errors_give_one_line_and_a_nonzero_exit() {
     assert!(text(&out.stderr).contains("is `hilock node` running?"));
 }
 
+/// `hilock --version` names the optional features built in: `etcd` exactly when this
+/// test binary's package was built with it (the same feature set as the binary's).
+#[test]
+fn version_names_the_optional_features_built_in() {
+    let out = run(hilock().arg("--version"));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let mut features = Vec::new();
+    if cfg!(feature = "models") {
+        features.push("models");
+    }
+    if cfg!(feature = "etcd") {
+        features.push("etcd");
+    }
+    let features = if features.is_empty() {
+        "none".to_string()
+    } else {
+        features.join(", ")
+    };
+    assert_eq!(
+        text(&out.stdout),
+        format!(
+            "hilock {} (features: {features})\n",
+            env!("CARGO_PKG_VERSION")
+        )
+    );
+}
+
 /// Wait for `file` to exist (the command wrote it), within 10 s.
 fn wait_file(file: &Path) -> String {
     let t = Instant::now();
