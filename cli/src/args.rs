@@ -10,10 +10,32 @@ use crate::lock::DEFAULT_KILL_GRACE_MS;
 use crate::node::{ClientAt, DEFAULT_STATUS_TIMEOUT_MS};
 use crate::ring::RingCommand;
 
+/// `hilock --version`'s text after the name: the package version and the optional build
+/// features built in (`cli/Cargo.toml`), e.g. `0.1.0 (features: models, etcd)`, so that an
+/// operator sees whether this binary runs `membership = "etcd"`.
+fn version() -> &'static str {
+    static V: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    V.get_or_init(|| {
+        let on: Vec<&str> = [
+            ("models", cfg!(feature = "models")),
+            ("etcd", cfg!(feature = "etcd")),
+        ]
+        .into_iter()
+        .filter_map(|(name, on)| on.then_some(name))
+        .collect();
+        let on = if on.is_empty() {
+            "none".to_string()
+        } else {
+            on.join(", ")
+        };
+        format!("{} (features: {on})", env!("CARGO_PKG_VERSION"))
+    })
+}
+
 #[derive(Parser, Debug)]
 #[command(
     name = "hilock",
-    version,
+    version = version(),
     about = "Peer-to-peer multi-mode hierarchical locking (Desai & Mueller), machine-checked"
 )]
 pub struct Cli {

@@ -69,8 +69,8 @@ pub struct DumpArgs {
 }
 
 /// `hilock dump` from the command line: the table (or JSON) on stdout; exit 0 if every
-/// node answered, 1 with one line on stderr naming the others if some did not, 2 with one
-/// line if none did or the request is wrong.
+/// node answered and serves, 1 with one line on stderr naming the others if some did not
+/// answer or serve no lock, 2 with one line if none answered or the request is wrong.
 pub fn run(a: DumpArgs) -> std::process::ExitCode {
     match dump(a.config.as_deref(), &a.socket, a.json, a.all, a.timeout_ms) {
         Ok(Dump { out, missing }) => {
@@ -90,8 +90,8 @@ pub fn run(a: DumpArgs) -> std::process::ExitCode {
     }
 }
 
-/// The dump's output: the text (or JSON) for stdout, and, when some nodes did not answer,
-/// the one line for stderr that names them.
+/// The dump's output: the text (or JSON) for stdout, and, when some nodes did not answer
+/// or serve no lock, the one line for stderr that names them.
 pub struct Dump {
     pub out: String,
     pub missing: Option<String>,
@@ -163,8 +163,18 @@ pub fn dump(
         return Err(format!("node {} answered on two sockets", w[0]));
     }
     let locks = merge(&statuses, all)?;
-    let missing_line = (!missing.is_empty()).then(|| {
-        format!(
+    // A node that answers but grants nothing (refused after a restart with fresh state,
+    // not let in yet, frozen, …) is no more a healthy node than one that is silent.
+    let idle_nodes: Vec<(&Answer, &str)> = answered
+        .iter()
+        .filter_map(|a| {
+            let s = a.status.as_ref().ok()?;
+            (!s.serving).then(|| (*a, s.not_serving.as_deref().unwrap_or("serving: no")))
+        })
+        .collect();
+    let mut problems = Vec::new();
+    if !missing.is_empty() {
+        problems.push(format!(
             "{} of {} nodes did not answer: {}",
             missing.len(),
             answers.len(),
@@ -173,8 +183,21 @@ pub fn dump(
                 .map(|a| a.name())
                 .collect::<Vec<_>>()
                 .join(", ")
-        )
-    });
+        ));
+    }
+    if !idle_nodes.is_empty() {
+        problems.push(format!(
+            "{} of {} nodes answered but serve no lock: {}",
+            idle_nodes.len(),
+            answers.len(),
+            idle_nodes
+                .iter()
+                .map(|(a, why)| format!("{} ({why})", a.name()))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    let missing_line = (!problems.is_empty()).then(|| problems.join("; "));
     let out = if json {
         let doc = json!({
             "format": FORMAT,
@@ -453,6 +476,7 @@ fn node_json(a: &Answer) -> Value {
             "answered": true,
             "epoch": s.epoch,
             "serving": s.serving,
+            "not_serving": s.not_serving,
         }),
         Err(e) => json!({
             "id": a.id(),
@@ -463,7 +487,8 @@ fn node_json(a: &Answer) -> Value {
     }
 }
 
-/// The text: a header line, the table, and one line per node that did not answer.
+/// The text: a header line, the table, and one line per node that did not answer or
+/// answered but serves no lock.
 fn render(cluster: &str, answers: &[Answer], locks: &[Lock]) -> String {
     let answered: Vec<String> = answers
         .iter()
@@ -502,8 +527,14 @@ fn render(cluster: &str, answers: &[Answer], locks: &[Lock]) -> String {
         o.push_str("(no locks in use)\n");
     }
     for a in answers {
-        if let Err(e) = &a.status {
-            o.push_str(&format!("not answering: {}: {e}\n", a.name()));
+        match &a.status {
+            Err(e) => o.push_str(&format!("not answering: {}: {e}\n", a.name())),
+            Ok(s) if !s.serving => o.push_str(&format!(
+                "not serving: {}: {}\n",
+                a.name(),
+                s.not_serving.as_deref().unwrap_or("serving: no")
+            )),
+            Ok(_) => {}
         }
     }
     o

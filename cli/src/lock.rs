@@ -171,7 +171,12 @@ pub fn lock(
         let (reply, stream) =
             tokio::time::timeout(wait, hilock_runtime::client::request(&socket, &req))
                 .await
-                .map_err(|_| format!("no answer from the node within {wait:?}"))??;
+                .map_err(|_| {
+                    format!(
+                        "no answer from the node at {} within {wait:?}",
+                        socket.display()
+                    )
+                })??;
         if !reply.ok && reply.busy {
             // `--try` refused: one line, the command does not run.
             eprintln!(

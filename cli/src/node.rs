@@ -166,7 +166,12 @@ pub fn status(at: &ClientAt, json: bool, timeout_ms: u64) -> Result<(String, boo
             hilock_runtime::client::request(&socket, &hilock_runtime::client::Request::Status),
         )
         .await
-        .map_err(|_| format!("no answer from the node within {wait:?}"))??;
+        .map_err(|_| {
+            format!(
+                "no answer from the node at {} within {wait:?}",
+                socket.display()
+            )
+        })??;
         if !reply.ok {
             return Err(reply.error.unwrap_or_else(|| "status refused".into()));
         }

@@ -422,8 +422,7 @@ impl Config {
             let msg = e.message().to_string();
             match e.span() {
                 Some(s) => {
-                    let line = text[..s.start.min(text.len())].lines().count().max(1);
-                    format!("line {line}: {msg}")
+                    format!("line {}: {msg}", line_of(text, s.start))
                 }
                 None => msg,
             }
@@ -603,6 +602,16 @@ impl Config {
     }
 }
 
+/// The 1-based line of byte offset `pos` in `text`: one more than the newlines before it
+/// (an offset at the start of a line is on that line, not the one before).
+fn line_of(text: &str, pos: usize) -> usize {
+    text.as_bytes()[..pos.min(text.len())]
+        .iter()
+        .filter(|&&b| b == b'\n')
+        .count()
+        + 1
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -715,6 +724,22 @@ addr = "127.0.0.1:7101"
         let zero = etcd.replacen("id = 1\n", "id = 1\netcd_rejoin_timeout_ms = 0\n", 1);
         let e = Config::from_toml(&zero, None).unwrap_err();
         assert!(e.contains("etcd_rejoin_timeout_ms"), "{e}");
+    }
+
+    /// An error names the line the offending key or value is on, counted from 1: a key
+    /// at the start of line 7 is line 7, as is a value in the middle of it.
+    #[test]
+    fn config_errors_name_the_line_of_the_key() {
+        let text = "cluster = \"c\"\nsecret = \"0123456789\"\nid = 0\n\n\n\nmax_client = 3\n[[nodes]]\nid = 0\naddr = \"127.0.0.1:7100\"\n";
+        let e = Config::from_toml(text, None).unwrap_err();
+        assert!(e.starts_with("line 7: unknown field `max_client`"), "{e}");
+        let e = Config::from_toml(&text.replace("max_client = 3", "id = \"x\""), None).unwrap_err();
+        assert!(e.starts_with("line 7: "), "{e}");
+        let e = Config::from_toml("bogus = 1\n", None).unwrap_err();
+        assert!(e.starts_with("line 1: "), "{e}");
+        assert_eq!(line_of("a\nb\n", 2), 2);
+        assert_eq!(line_of("a\nb\n", 1), 1);
+        assert_eq!(line_of("a\nb\n", 99), 3);
     }
 
     #[test]

@@ -551,13 +551,27 @@ impl std::fmt::Debug for Node {
     }
 }
 
+/// The one line for a peer address the node cannot listen on (`again`: "" or " again"):
+/// in use, it is most likely taken by a node of the same id that runs already.
+fn listen_failed(config: &Config, e: std::io::Error, again: &str) -> std::io::Error {
+    let hint = if e.kind() == std::io::ErrorKind::AddrInUse {
+        format!(" (is another hilock node with id {} running?)", config.id)
+    } else {
+        String::new()
+    };
+    std::io::Error::new(
+        e.kind(),
+        format!("cannot listen on {}{again}: {e}{hint}", config.listen),
+    )
+}
+
 impl Node {
     /// Start a node: listen on `config.listen`, dial every peer, serve the client socket
     /// if one is configured.
     pub async fn start(config: Config) -> std::io::Result<Node> {
-        let listener = TcpListener::bind(config.listen).await.map_err(|e| {
-            std::io::Error::new(e.kind(), format!("cannot listen on {}: {e}", config.listen))
-        })?;
+        let listener = TcpListener::bind(config.listen)
+            .await
+            .map_err(|e| listen_failed(&config, e, ""))?;
         Self::start_on(config, listener).await
     }
 
@@ -993,12 +1007,9 @@ impl Node {
         // The lease is lost: nothing to revoke on the way out (etcd_answers did).
         self.session = None;
         self.shutdown().await;
-        let listener = TcpListener::bind(config.listen).await.map_err(|e| {
-            std::io::Error::new(
-                e.kind(),
-                format!("cannot listen on {} again: {e}", config.listen),
-            )
-        })?;
+        let listener = TcpListener::bind(config.listen)
+            .await
+            .map_err(|e| listen_failed(&config, e, " again"))?;
         Self::start_with(
             config,
             Listener::Tcp(listener),
