@@ -632,6 +632,25 @@ fn epoch_ns() -> u128 {
         .as_nanos()
 }
 
+/// SIGTERM to node 0, whose holder `waiter` waits for: asserts node 0 exits 0 and the
+/// waiter's command then runs and succeeds; the signal's wall-clock time (ns) and how long
+/// node 0 took to exit.
+fn sigterm_node_0(c: &mut Cluster, waiter: &mut Proc) -> (u128, Duration) {
+    let pid = c.nodes[0].0.id().to_string();
+    let termed = epoch_ns();
+    let t = Instant::now();
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let node_st = wait_exit(&mut c.nodes[0].0, Duration::from_secs(15));
+    let exited = t.elapsed();
+    assert!(node_st.success(), "{node_st:?}");
+    assert!(wait_exit(&mut waiter.0, Duration::from_secs(10)).success());
+    (termed, exited)
+}
+
 /// SIGTERM of a node while one of its clients holds a lock another node waits for: the
 /// holder's command (which ignores SIGTERM, run with `--kill-grace-ms 50`) is dead before
 /// the other node is granted, the other node is granted
@@ -659,18 +678,7 @@ fn sigterm_of_a_node_kills_its_command_and_hands_the_lock_over_within_200_ms() {
     );
     let mut waiter = Proc(lock_cmd(&c.socket(1), "/t", "W", &check).spawn().unwrap());
     wait_pending(&c, 1, "/t", "W");
-    let pid = c.nodes[0].0.id().to_string();
-    let termed = epoch_ns();
-    let t = Instant::now();
-    assert!(Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .unwrap()
-        .success());
-    let node_st = wait_exit(&mut c.nodes[0].0, Duration::from_secs(5));
-    let exited = t.elapsed();
-    assert!(node_st.success(), "{node_st:?}");
-    assert!(wait_exit(&mut waiter.0, Duration::from_secs(10)).success());
+    let (termed, exited) = sigterm_node_0(&mut c, &mut waiter);
     let s = std::fs::read_to_string(&seen).unwrap();
     let granted: u128 = s.lines().next().unwrap().trim().parse().unwrap();
     let handed_over = Duration::from_nanos((granted - termed) as u64);
@@ -727,17 +735,7 @@ fn sigterm_of_a_node_gives_the_command_its_kill_grace_to_clean_up() {
         .unwrap(),
     );
     wait_pending(&c, 1, "/g", "W");
-    let pid = c.nodes[0].0.id().to_string();
-    let t = Instant::now();
-    assert!(Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .unwrap()
-        .success());
-    let node_st = wait_exit(&mut c.nodes[0].0, Duration::from_secs(10));
-    let exited = t.elapsed();
-    assert!(node_st.success(), "{node_st:?}");
-    assert!(wait_exit(&mut waiter.0, Duration::from_secs(10)).success());
+    let (_, exited) = sigterm_node_0(&mut c, &mut waiter);
     let read = |p: &Path| -> u128 {
         std::fs::read_to_string(p)
             .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
