@@ -862,22 +862,7 @@ fn replay_writes_the_sequence_diagram() {
             dir.join(format!("{name}.svg")),
             dir.join(format!("{name}.html")),
         );
-        let out = hilock(&[
-            "replay",
-            counterexamples()
-                .join(format!("{name}.json"))
-                .to_str()
-                .unwrap(),
-            "--svg",
-            svg.to_str().unwrap(),
-            "--html",
-            html.to_str().unwrap(),
-        ]);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        replay_drawn(&counterexamples().join(format!("{name}.json")), &svg, &html);
         let svg = std::fs::read_to_string(&svg).expect("SVG written");
         assert!(svg.starts_with("<svg"), "{name}");
         for l in lanes {
@@ -962,21 +947,11 @@ fn replay_html_shows_grants_and_every_node_per_step() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
-/// `hilock replay --html` of a fault-model trace lists under each step every node's state
-/// after it (the trace records the state each action is taken from): the acquire at step 0
-/// shows n1 pending W, the install at step 5, the last one, shows the violating state of
-/// epoch 1. The membership service's steps are drawn on a lane named `membership`.
-#[test]
-fn replay_html_of_a_fault_trace_shows_the_state_after_each_step() {
-    let dir = std::env::temp_dir().join(format!("hilock-cli-faults-html-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let (svg, html) = (dir.join("f.svg"), dir.join("f.html"));
+/// `hilock replay FILE --svg SVG --html HTML`, asserted to succeed.
+fn replay_drawn(file: &std::path::Path, svg: &std::path::Path, html: &std::path::Path) {
     let out = hilock(&[
         "replay",
-        counterexamples()
-            .join("faults/no-kill-before-regrant.json")
-            .to_str()
-            .unwrap(),
+        file.to_str().unwrap(),
         "--svg",
         svg.to_str().unwrap(),
         "--html",
@@ -986,6 +961,22 @@ fn replay_html_of_a_fault_trace_shows_the_state_after_each_step() {
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `hilock replay --html` of a fault-model trace lists under each step every node's state
+/// after it (the trace records the state each action is taken from): the acquire at step 0
+/// shows n1 pending W, the install at step 5, the last one, shows the violating state of
+/// epoch 1. The membership service's steps are drawn on a lane named `membership`.
+#[test]
+fn replay_html_of_a_fault_trace_shows_the_state_after_each_step() {
+    let dir = std::env::temp_dir().join(format!("hilock-cli-faults-html-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (svg, html) = (dir.join("f.svg"), dir.join("f.html"));
+    replay_drawn(
+        &counterexamples().join("faults/no-kill-before-regrant.json"),
+        &svg,
+        &html,
     );
     let html = std::fs::read_to_string(&html).expect("HTML written");
     let step = |k: usize| -> &str {
