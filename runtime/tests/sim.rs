@@ -18,8 +18,8 @@
 //! A run passes when the history checker ([`Oracle`]) saw no two holds Table 2.1 forbids
 //! (nor a fence regression), the kernel steps every node recorded replay through the real
 //! kernel ([`trace::check`]) — and, where no node crashed, every message sent was
-//! delivered by the end (cut links included) —, no request failed but by timing out or by
-//! being busy, and at least one lock was granted (unless a node crashed). A failing seed is printed with the command that replays it
+//! delivered by the end (cut links included) —, no request failed but by timing out, by
+//! being busy or by a try at a node not let in yet, and at least one lock was granted (unless a node crashed). A failing seed is printed with the command that replays it
 //! (with its event log); the same seed gives the same event log and records, byte for byte.
 //!
 //! Leased seeds (`sim/lease.rs`) run the same plans with etcd membership on the
@@ -303,7 +303,9 @@ async fn node_host(
                     let mut w = world.borrow_mut();
                     match &e {
                         Error::Timeout { .. } => w.timeouts += 1,
-                        Error::WouldBlock { .. } => w.busy += 1,
+                        // A refused try: busy, or at a node no majority has let in yet
+                        // (`NotServing`: at the start, before the nodes have met).
+                        Error::WouldBlock { .. } | Error::NotServing { .. } => w.busy += 1,
                         Error::Refused { .. } if plan.leased => w.refused += 1,
                         Error::PeerGone { .. } if plan.leased => w.gone += 1,
                         _ => w.failures.push(format!("n{id} op {k}: {path} {mode}: {e}")),
