@@ -107,6 +107,26 @@ fn explorer_serves_page_status_and_states() {
     assert!(status.contains("404"), "an invalid action index: {status}");
 }
 
+/// The Explorer's text of the last step of the path `encoded` (`#/steps/…`'s action
+/// indices): each index picks among the actions enabled in the state reached so far.
+fn last_step_text<M: stateright::Model>(model: &M, encoded: &str) -> String
+where
+    M::State: Clone + std::fmt::Debug,
+    M::Action: Copy,
+{
+    let mut st = model.init_states().remove(0);
+    let mut last = None;
+    for i in encoded.split('/').skip(1) {
+        let mut actions = Vec::new();
+        model.actions(&st, &mut actions);
+        let a = actions[i.parse::<usize>().expect("index")];
+        last = Some((st.clone(), a));
+        st = model.next_state(&st, a).expect("enabled");
+    }
+    let (before, a) = last.expect("a step");
+    model.format_step(&before, a).expect("text")
+}
+
 fn counterexamples() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../spec/counterexamples")
 }
@@ -224,7 +244,6 @@ fn saved_ring_and_fault_counterexamples_open_with_their_configuration() {
 /// Properties pane does not judge that state, above the state after the step.
 #[test]
 fn the_explorer_marks_a_fault_counterexamples_violation() {
-    use stateright::Model;
     let mut n = 0;
     for e in std::fs::read_dir(counterexamples().join("faults")).expect("counterexamples") {
         let p = e.expect("entry").path();
@@ -241,17 +260,7 @@ fn the_explorer_marks_a_fault_counterexamples_violation() {
             serde_json::from_value(other).expect("configuration");
         let opened = hilock_models::open::open_other(&other, &v).expect("it replays");
         let model = cfg.into_model();
-        let mut st = model.init_states().remove(0);
-        let mut last = None;
-        for i in opened.encoded.split('/').skip(1) {
-            let mut actions = Vec::new();
-            model.actions(&st, &mut actions);
-            let a = actions[i.parse::<usize>().expect("index")];
-            last = Some((st.clone(), a));
-            st = model.next_state(&st, a).expect("enabled");
-        }
-        let (before, a) = last.expect("a step");
-        let step = model.format_step(&before, a).expect("text");
+        let step = last_step_text(&model, &opened.encoded);
         let property = v["property"].as_str().expect("property");
         let last_state = v["steps"]
             .as_array()
@@ -324,7 +333,6 @@ fn a_failing_check_prints_how_to_open_it() {
 /// step text says the request was bypassed instead of `⚠ violates: P6 FIFO bypass ≤ 0`.
 #[test]
 fn a_p6_witness_opens_as_a_witness_not_a_failure() {
-    use stateright::Model;
     let text = std::fs::read_to_string(
         std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("../models/configs/upgrade-chain4.json"),
@@ -344,17 +352,7 @@ fn a_p6_witness_opens_as_a_witness_not_a_failure() {
     assert_eq!(opened.witness.as_deref(), Some(verdict.as_str()));
     // The Explorer's text of the last step.
     let model = cfg.clone().into_model_with::<1>().expect("model");
-    let mut st = model.init_states().remove(0);
-    let mut last = None;
-    for i in opened.encoded.split('/').skip(1) {
-        let mut actions = Vec::new();
-        model.actions(&st, &mut actions);
-        let a = actions[i.parse::<usize>().expect("index")];
-        last = Some((st.clone(), a));
-        st = model.next_state(&st, a).expect("enabled");
-    }
-    let (before, a) = last.expect("a step");
-    let step = model.format_step(&before, a).expect("text");
+    let step = last_step_text(&model, &opened.encoded);
     assert!(!step.contains("⚠ violates"), "{step}");
     assert!(
         step.contains("P6: a request has been bypassed once"),
