@@ -604,7 +604,7 @@ fn check_and_explore_take_ring_and_fault_configurations() {
             &ring,
             "ring-paper-leave.at-most-one-holder-per-lock.trace.json",
             "hilock-ring-trace/1",
-            "two clients hold one lock: key 10: [ClientId(1), ClientId(2)]",
+            "two clients hold one lock: key 10: c1 and c2",
             "at most one holder per lock",
         ),
         (

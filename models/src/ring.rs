@@ -85,7 +85,7 @@
 
 use hilock_kernel::ring::{
     Addr, Answer, Change, ChordClient, ChordMsg, ClientEvent, ClientId, Entry, Holder, Key, NodeId,
-    Op, Out, PaperNode, RetryFence, Ring, RingServer, Version, View,
+    Op, Out, PaperNode, RetryFence, Ring, RingServer, Slot, Version, View,
 };
 use serde::{Deserialize, Serialize};
 use stateright::{Checker, HasDiscoveries, Model, Path, Property};
@@ -513,6 +513,15 @@ impl RingModel {
         }
     }
 
+    /// A view in words: `epoch 1 {n8, n21}` (members by their identifiers).
+    pub fn view_words(&self, v: View) -> String {
+        let members: Vec<String> = (0..NS)
+            .filter(|&i| v.members & (1 << i) != 0)
+            .map(|i| format!("n{}", self.idents[i]))
+            .collect();
+        format!("epoch {} {{{}}}", v.epoch, members.join(", "))
+    }
+
     /// An address in the diagram's and the step text's words: `c2`, `n21`, `chord`.
     pub fn addr_name(&self, a: Addr) -> String {
         match a {
@@ -670,7 +679,7 @@ impl RingModel {
     /// least one member at the start and one client.
     pub fn validate(&self) -> Result<(), String> {
         let ring = Ring::<NS>::new(6, self.idents)
-            .map_err(|e| format!("idents {:?}: not a ring of m = 6: {e:?}", self.idents))?;
+            .map_err(|e| format!("identifiers {:?}: not a ring of m = 6: {e}", self.idents))?;
         if self.initial == 0 || self.initial >> NS != 0 {
             return Err(format!(
                 "initial {:#06b}: one bit per slot of {NS}, at least one set",
@@ -718,11 +727,11 @@ impl RingModel {
                     RingServer::<NS, T, CL>::new(id, ring, r, view).map(|_| ())
                 }
             }
-            .map_err(|e| format!("slot {i}: {e:?}"))?;
+            .map_err(|e| format!("slot {i}: {e}"))?;
         }
         for i in 0..self.clients.len() {
             ChordClient::<NS>::new(self.id(i), ring, view)
-                .map_err(|e| format!("client {}: {e:?}", i + 1))?;
+                .map_err(|e| format!("client {}: {e}", i + 1))?;
         }
         Ok(())
     }
@@ -981,19 +990,22 @@ impl RingModel {
                 };
                 match n {
                     RNode::Paper(p) => format!(
-                        "n{}{up}: olock {:?} olock_b {:?}",
+                        "n{}{up}: olock [{}] olock_b [{}]",
                         self.idents[i],
-                        p.olock(),
-                        p.olock_b()
+                        entries_words(p.olock()),
+                        entries_words(p.olock_b())
                     ),
                     RNode::Hilock(s) => format!(
-                        "n{}{up}{}{}: view {} {:#06b} {:?}",
+                        "n{}{up}{}{}: view {}, table [{}]",
                         self.idents[i],
                         if st.cut & (1 << i) != 0 { " (cut)" } else { "" },
                         if s.stopped() { " (stopped)" } else { "" },
-                        s.view().epoch,
-                        s.view().members,
+                        self.view_words(s.view()),
                         s.slots()
+                            .iter()
+                            .map(slot_words)
+                            .collect::<Vec<_>>()
+                            .join(", ")
                     ),
                 }
             })
@@ -1010,13 +1022,13 @@ impl RingModel {
                             .iter()
                             .map(|h| {
                                 if hs.iter().filter(|o| o.client == h.client).count() > 1 {
-                                    format!("{:?} (incarnation {})", h.client, h.incarnation)
+                                    format!("c{} (incarnation {})", h.client.0, h.incarnation)
                                 } else {
-                                    format!("{:?}", h.client)
+                                    format!("c{}", h.client.0)
                                 }
                             })
                             .collect();
-                        format!("key {}: [{}]", k.0, names.join(", "))
+                        format!("key {}: {}", k.0, names.join(" and "))
                     })
                     .collect();
                 format!("two clients hold one lock: {}", h.join("; "))
@@ -1059,12 +1071,13 @@ impl RingModel {
                     .iter()
                     .filter(|c| c.stage != 4)
                     .map(|c| {
-                        format!(
-                            "c{} stage {} waits for {:?}",
-                            c.c.id().0,
-                            c.stage,
-                            c.c.waiting()
-                        )
+                        let waits = match c.c.waiting() {
+                            Some((op, k)) => {
+                                format!("waits for its {} of key {}", op_words(op), k.0)
+                            }
+                            None => "waits for nothing".to_string(),
+                        };
+                        format!("c{} stage {} {waits}", c.c.id().0, c.stage)
                     })
                     .collect();
                 format!("no step left, unanswered: {}", w.join(", "))
@@ -1208,12 +1221,62 @@ fn of_client<const N: usize>(c: &ChordClient<N>, m: &Msg) -> bool {
 }
 
 impl RNode {
-    fn step(&mut self, from: Addr, msg: &Msg, out: &mut Outs) -> Result<(), String> {
+    /// Steps the node with `msg` from `from`; the error names the message and its sender
+    /// (`names`: [`RingModel::addr_name`]).
+    fn step(
+        &mut self,
+        from: Addr,
+        msg: &Msg,
+        out: &mut Outs,
+        names: impl Fn(Addr) -> String,
+    ) -> Result<(), String> {
         match self {
             RNode::Paper(p) => p.step(from, msg, out).map(|_| ()),
             RNode::Hilock(s) => s.step(from, msg, out).map(|_| ()),
         }
-        .map_err(|e| format!("{msg:?} from {from:?}: {e}"))
+        .map_err(|e| format!("{} from {}: {e}", msg_label(msg), names(from)))
+    }
+}
+
+/// The paper's table entries (`olock`, `olock_b`) in words: `key 10 locked, key 12 free`.
+fn entries_words(entries: &[Entry]) -> String {
+    entries
+        .iter()
+        .map(|e| {
+            let state = if e.locked { "locked" } else { "free" };
+            format!("key {} {state}", e.key.0)
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// A hilock table entry in words: `key 10 held by c1 (incarnation 0), version 0.2,
+/// last request c1 no. 3` (the version is the epoch, then the writer's counter).
+fn slot_words(e: &Slot) -> String {
+    let holder = match e.holder {
+        Some(c) => format!("held by c{} (incarnation {})", c.0, e.incarnation),
+        None => "free".to_string(),
+    };
+    let writer = match e.writer {
+        Some(w) => format!(
+            ", last request c{} no. {} (incarnation {})",
+            w.client.0, w.seq, w.incarnation
+        ),
+        None => String::new(),
+    };
+    format!(
+        "key {} {holder}, version {}.{}{writer}",
+        e.key.0, e.version.epoch, e.version.n
+    )
+}
+
+/// An operation in words.
+fn op_words(op: Op) -> &'static str {
+    match op {
+        Op::Lock => "lock",
+        Op::Unlock => "unlock",
+        Op::Delete => "delete",
+        Op::TakeOver => "take-over lock",
     }
 }
 
@@ -1561,7 +1624,9 @@ impl Model for RingModel {
                             }
                             _ => false,
                         };
-                        if let Err(e) = st.nodes[n.0 as usize].step(from, &msg, &mut out) {
+                        if let Err(e) =
+                            st.nodes[n.0 as usize].step(from, &msg, &mut out, |a| self.addr_name(a))
+                        {
                             st.error = Some(e);
                         }
                         if applied && self.sabotage == Sabotage::NoReack {
@@ -1666,7 +1731,9 @@ impl Model for RingModel {
                 let v = s.view().leave(p);
                 let mut out = Outs::new();
                 if let Err(e) =
-                    st.nodes[n.0 as usize].step(Addr::Chord, &ChordMsg::NewView(v), &mut out)
+                    st.nodes[n.0 as usize].step(Addr::Chord, &ChordMsg::NewView(v), &mut out, |a| {
+                        self.addr_name(a)
+                    })
                 {
                     st.error = Some(e);
                 }

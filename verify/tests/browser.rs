@@ -350,7 +350,7 @@ fn the_explorer_shows_the_other_models_counterexamples_in_chromium() {
     let dom = check_in_browser(&bin, "ring/ring-paper-leave-window-duplicates", true, 2);
     assert!(sloped(&dom) > 0, "ring: arrows from their send rows");
     for what in [
-        "at most one holder per lock: two clients hold one lock: key 10: [ClientId(1), ClientId(2)]",
+        "at most one holder per lock: two clients hold one lock: key 10: c1 and c2",
         "in flight n32 → n8: BackupInsert",
         "in flight n32 → n8: Fetch",
         ">BackupInsert</text>",
