@@ -75,8 +75,8 @@ pub enum QueueCommand {
         /// The redis-server replicas, host:port,... (1 to 7; quorums are majorities).
         #[arg(long, value_delimiter = ',', default_value = "127.0.0.1:6379")]
         replicas: Vec<String>,
-        /// This worker's id, 1..=31; no two running workers (or lock clients of the
-        /// same replicas' queue) may share one.
+        /// This worker's id, 1..=31; refused (exit 78) while another running worker of
+        /// the queue holds it.
         #[arg(long, env = "HILOCK_CLIENT_ID")]
         client_id: u16,
         /// The lease of the item being worked on.
@@ -123,35 +123,99 @@ async fn work<const N: usize>(
     limits: WorkLimits,
     command: &[String],
 ) -> Result<ExitCode, String> {
-    use hilock_runtime::bakery::ident::agree_lease;
+    use hilock_runtime::bakery::ident::{agree_lease, RegisterError, Registration};
     if command.is_empty() {
         return Err("no command given".into());
     }
+    let prefix = format!("hilock:bakery:q:{name}");
     // Every worker of the queue counts leases alike (`ident::agree_lease`).
-    agree_lease(
-        addrs,
-        &format!("hilock:bakery:q:{name}"),
-        opts.lease,
-        opts.call_timeout,
-    )
-    .await
-    .map_err(|e| format!("queue {name}: {e}"))?;
+    agree_lease(addrs, &prefix, opts.lease, opts.call_timeout)
+        .await
+        .map_err(|e| format!("queue {name}: {e}"))?;
+    // Two workers with one id would write one column: both could take the same item with
+    // the same fence. The id is registered as `hilock bakery lock` registers it, and kept
+    // while the worker runs.
+    let id = opts.client_id;
+    let mut worked = 0u64;
+    loop {
+        let mut kept =
+            match Registration::register(addrs, &prefix, id, opts.lease, opts.call_timeout).await {
+                Ok(r) => r.keep(),
+                Err(e @ RegisterError::InUse { .. }) => {
+                    eprintln!("hilock: queue {name}: {e}; no further item is taken");
+                    return Ok(ExitCode::from(EXIT_ID_IN_USE));
+                }
+                Err(e) => return Err(format!("queue {name}: {e}")),
+            };
+        let r = work_items::<N>(name, addrs, opts, limits, command, &mut kept, &mut worked).await;
+        match r {
+            // Nothing of this worker is on its way to a replica.
+            Ok(Some(code)) => {
+                kept.end().await;
+                return Ok(code);
+            }
+            // The registration ran out (the worker was paused or cut off for longer than
+            // a lease): another worker may have used the id since. As a new worker would,
+            // it starts again with a new client, once what the old one sent has landed
+            // (the registration is not given back; one lease more, as after a lock's
+            // give-up), and a new registration.
+            Ok(None) => {
+                kept.lapse();
+                eprintln!(
+                    "hilock: queue {name}: the registration of client id {id} ran out (the \
+                     worker was paused or cut off for longer than its lease); it registers \
+                     again after one lease"
+                );
+                tokio::time::sleep(opts.lease).await;
+            }
+            // Writes of an interrupted step may still be on their way: the registration
+            // runs out (a lease) instead of being given back.
+            Err(e) => {
+                kept.lapse();
+                return Err(e);
+            }
+        }
+    }
+}
+
+/// The items of [`work`] while `kept` holds the worker's id, with a new client of the
+/// queue: `Some(code)` when the worker is done, `None` when the registration ran out.
+async fn work_items<const N: usize>(
+    name: &str,
+    addrs: &[String],
+    opts: hilock_runtime::bakery::Options,
+    limits: WorkLimits,
+    command: &[String],
+    kept: &mut hilock_runtime::bakery::ident::Kept,
+    worked: &mut u64,
+) -> Result<Option<ExitCode>, String> {
     let mut q = hilock_runtime::bakery::BakeryQueue::<N>::redis(name, addrs, opts)
         .map_err(|e| e.to_string())?;
-    let mut worked = 0u64;
-    while limits.max_items.is_none_or(|m| worked < m) {
-        let Some(t) = q
-            .next(limits.wait, limits.exit_when_empty)
-            .await
-            .map_err(|e| e.to_string())?
-        else {
+    while limits.max_items.is_none_or(|m| *worked < m) {
+        // Waiting for an item writes the id's column: only while the registration holds.
+        let next = {
+            let next = q.next(limits.wait, limits.exit_when_empty);
+            tokio::pin!(next);
+            loop {
+                tokio::select! {
+                    biased;
+                    _ = tokio::time::sleep_until(kept.until()) => break None,
+                    _ = kept.renewed() => continue,
+                    r = &mut next => break Some(r.map_err(|e| e.to_string())),
+                }
+            }
+        };
+        let Some(next) = next else {
+            return Ok(None);
+        };
+        let Some(t) = next? else {
             break;
         };
         let fence = t.token.as_u64();
         let mut watch = BakeryWatch {
             told: None,
             lock: &mut q,
-            kept: None,
+            kept: Some(KeptRef::Borrowed(kept)),
             name: format!("item {}", t.item),
             timeout: Duration::from_secs(30),
             lease: opts.lease,
@@ -170,6 +234,10 @@ async fn work<const N: usize>(
             &mut watch,
         )
         .await?;
+        if kept.until() <= tokio::time::Instant::now() {
+            // The hold was lost with the registration (said on stderr by the wrapper).
+            return Ok(None);
+        }
         match ended {
             crate::run_under_lock::Outcome::Lost(_) => {
                 // Said on stderr by the wrapper (the lease ran out, the group was killed).
@@ -182,7 +250,7 @@ async fn work<const N: usize>(
                 q.done(Duration::from_secs(30))
                     .await
                     .map_err(|e| format!("removing item {}: {e}", t.item))?;
-                worked += 1;
+                *worked += 1;
             }
             other => {
                 eprintln!(
@@ -191,17 +259,30 @@ async fn work<const N: usize>(
                     t.item,
                     other.describe()
                 );
-                return Ok(other.code());
+                return Ok(Some(other.code()));
             }
         }
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(Some(ExitCode::SUCCESS))
 }
 
 /// The shortest and the longest lease: below 100 ms the lease's ticks (a tenth of it) are
 /// shorter than a replica's round trip on a loaded machine and a lock is lost as it is
 /// taken; above an hour redis's millisecond arithmetic is out of range.
 const LEASE_MS: std::ops::RangeInclusive<u64> = 100..=3_600_000;
+
+/// A client id is a column of the bakery: 1 to 31 (refused before any replica is asked).
+fn check_client_id(id: u16) -> Result<(), String> {
+    if CLIENT_IDS.contains(&id) {
+        Ok(())
+    } else {
+        Err(format!(
+            "client id {id}: a client id is {} to {}",
+            CLIENT_IDS.start(),
+            CLIENT_IDS.end()
+        ))
+    }
+}
 
 fn check_lease(lease_ms: u64) -> Result<(), String> {
     if LEASE_MS.contains(&lease_ms) {
@@ -288,6 +369,7 @@ fn bakery_queue(command: QueueCommand) -> Result<ExitCode, String> {
         } => {
             check_lease(lease_ms)?;
             check_replicas(&replicas)?;
+            check_client_id(client_id)?;
             let opts = hilock_runtime::bakery::Options {
                 lease: ms(lease_ms),
                 ..hilock_runtime::bakery::Options::new(client_id)
@@ -323,6 +405,9 @@ pub fn bakery(command: BakeryCommand) -> Result<ExitCode, String> {
         } => {
             check_lease(lease_ms)?;
             check_replicas(&replicas)?;
+            if let Some(id) = client_id {
+                check_client_id(id)?;
+            }
             // The id is settled by its registration (`lock`); 1 until then.
             let opts = hilock_runtime::bakery::Options {
                 lease: Duration::from_millis(lease_ms),
@@ -488,7 +573,7 @@ async fn lock<const N: usize>(
     let mut watch = BakeryWatch {
         told: None,
         lock,
-        kept: Some(kept),
+        kept: Some(KeptRef::Owned(kept)),
         env: Vec::new(),
         name: format!("lock {name}"),
         timeout,
@@ -545,12 +630,36 @@ impl<const N: usize> Leased for &mut hilock_runtime::bakery::BakeryQueue<N> {
     }
 }
 
+/// The registration of a client's id, as a [`BakeryWatch`] holds it.
+enum KeptRef<'k> {
+    /// A lock's: given back (or left to lapse) when the lock is released.
+    Owned(hilock_runtime::bakery::ident::Kept),
+    /// A queue worker's: kept across its items, given back when the worker ends.
+    Borrowed(&'k mut hilock_runtime::bakery::ident::Kept),
+}
+
+impl KeptRef<'_> {
+    fn get(&self) -> &hilock_runtime::bakery::ident::Kept {
+        match self {
+            KeptRef::Owned(k) => k,
+            KeptRef::Borrowed(k) => k,
+        }
+    }
+
+    fn get_mut(&mut self) -> &mut hilock_runtime::bakery::ident::Kept {
+        match self {
+            KeptRef::Owned(k) => k,
+            KeptRef::Borrowed(k) => k,
+        }
+    }
+}
+
 /// The bakery client holds the lock (or an item): it renews its lease and its id's
-/// registration (a lock's) while the command runs, and counts the hold lost a tenth of a
-/// lease before the earlier of their ends.
-struct BakeryWatch<L: Leased> {
+/// registration while the command runs, and counts the hold lost a tenth of a lease
+/// before the earlier of their ends.
+struct BakeryWatch<'k, L: Leased> {
     lock: L,
-    kept: Option<hilock_runtime::bakery::ident::Kept>,
+    kept: Option<KeptRef<'k>>,
     name: String,
     timeout: Duration,
     lease: Duration,
@@ -561,18 +670,20 @@ struct BakeryWatch<L: Leased> {
     env: Vec<(&'static str, String)>,
 }
 
-impl<L: Leased> BakeryWatch<L> {
+impl<L: Leased> BakeryWatch<'_, L> {
     /// The earlier of the lease end and the registration's end.
     fn lease_end(&self) -> tokio::time::Instant {
         let lock = self
             .lock
             .lease_end()
             .unwrap_or_else(tokio::time::Instant::now);
-        self.kept.as_ref().map_or(lock, |k| lock.min(k.until()))
+        self.kept
+            .as_ref()
+            .map_or(lock, |k| lock.min(k.get().until()))
     }
 }
 
-impl<L: Leased> Watch for BakeryWatch<L> {
+impl<L: Leased> Watch for BakeryWatch<'_, L> {
     async fn started(&mut self, _: i32) -> Result<(), String> {
         Ok(())
     }
@@ -590,7 +701,7 @@ impl<L: Leased> Watch for BakeryWatch<L> {
                 .unwrap_or(end);
             let renewed = async {
                 match self.kept.as_mut() {
-                    Some(k) => k.renewed().await,
+                    Some(k) => k.get_mut().renewed().await,
                     None => std::future::pending().await,
                 }
             };
@@ -641,12 +752,12 @@ impl<L: Leased> Watch for BakeryWatch<L> {
             );
             // The release's writes may still be on their way: as after a give-up, the id's
             // registration runs out rather than being given back.
-            if let Some(k) = self.kept.as_mut() {
+            if let Some(KeptRef::Owned(k)) = self.kept.as_mut() {
                 k.lapse();
             }
             return;
         }
-        if let Some(k) = self.kept.as_mut() {
+        if let Some(KeptRef::Owned(k)) = self.kept.as_mut() {
             k.end().await;
         }
     }

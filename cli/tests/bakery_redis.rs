@@ -1836,6 +1836,44 @@ fn queue_four_workers_work_every_item_exactly_once() {
     assert_eq!(ends(&log), 16);
 }
 
+/// Two workers started with one `--client-id` would write one column of the bakery
+/// (`docs/faults.md`, "Client ids"): both could take the same item with the same fence. The
+/// second is refused with exit 78 and one line while the first runs, and takes nothing;
+/// the first works every item exactly once. Once the first ended (and gave its id back),
+/// the id is free again.
+#[test]
+fn a_second_worker_with_an_id_in_use_is_refused() {
+    if !have_redis() {
+        return;
+    }
+    let reps = Replicas::start(3);
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("history");
+    let pushed = push_all(&reps.addrs, "dupq", 6);
+    let mut first = spawn_worker(&reps.addrs, "dupq", 7, 2000, &logging(&log, 200));
+    let t = Instant::now();
+    while !std::fs::read_to_string(&log).is_ok_and(|s| s.starts_with("start")) {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "the first worker starts"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let mut second = spawn_worker(&reps.addrs, "dupq", 7, 2000, &logging(&log, 200));
+    let (code, err) = finish(&mut second, Duration::from_secs(10));
+    assert_eq!(code, Some(78), "{err}");
+    assert!(err.contains("client id 7 is in use"), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err:?}");
+    let (code, err) = finish(&mut first, Duration::from_secs(60));
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(check_queue_log(&log, &pushed, &[]), Vec::<String>::new());
+    assert_eq!(ends(&log), 6);
+    // Given back at the end: a new worker with the id runs (and finds nothing to do).
+    let mut again = spawn_worker(&reps.addrs, "dupq", 7, 2000, &logging(&log, 1));
+    let (code, err) = finish(&mut again, Duration::from_secs(10));
+    assert_eq!(code, Some(0), "{err}");
+}
+
 /// A replica killed while three workers drain 16 items: every item is still worked
 /// exactly once.
 #[test]
@@ -1868,7 +1906,8 @@ fn queue_tolerates_a_killed_replica() {
 /// A worker SIGSTOPped (with its command) while it works on an item: two other workers do
 /// the rest and take that item over once its lease has run out (not before); when the
 /// stopped worker continues it learns that its lease is gone, kills its command, says so
-/// in one line and exits when the queue is empty. The item has one unfinished execution
+/// in one line, says in a second that its id's registration ran out too and that it
+/// registers again, and exits when the queue is empty. The item has one unfinished execution
 /// (fence f) and one complete one (fence > f); every other item exactly one.
 #[test]
 fn queue_takes_over_a_stopped_worker_s_item_after_its_lease() {
@@ -1920,7 +1959,10 @@ fn queue_takes_over_a_stopped_worker_s_item_after_its_lease() {
         err.contains(&first) && err.contains("lease") && err.contains("killed"),
         "{err}"
     );
-    assert_eq!(err.lines().count(), 1, "{err}");
+    // The wrapper's line, and the worker's: its id's registration ran out while it was
+    // stopped, so it went on only with a new registration.
+    assert_eq!(err.lines().count(), 2, "{err}");
+    assert!(err.contains("registers again"), "{err}");
     assert_eq!(
         check_queue_log(&log, &pushed, std::slice::from_ref(&first)),
         Vec::<String>::new()

@@ -68,8 +68,7 @@ impl std::fmt::Display for RegisterError {
                 "client id {id} is in use: another running client holds it (or an earlier run \
                  that stopped without giving it back; its registration ends within {left_ms} ms)"
             ),
-            RegisterError::NoQuorum(e) => write!(f, "client id registration: {e}"),
-            RegisterError::Invalid(e) => write!(f, "client id registration: {e}"),
+            RegisterError::NoQuorum(e) | RegisterError::Invalid(e) => f.write_str(e),
         }
     }
 }
@@ -115,12 +114,16 @@ impl Registration {
             .map(|a| {
                 redis::Client::open(format!("redis://{a}/"))
                     .map(|c| (a.clone(), c))
-                    .map_err(|e| RegisterError::Invalid(format!("bad replica address '{a}': {e}")))
+                    .map_err(|e| {
+                        RegisterError::Invalid(format!(
+                            "client id registration: bad replica address '{a}': {e}"
+                        ))
+                    })
             })
             .collect::<Result<Vec<_>, _>>()?;
         if ttl < Duration::from_millis(4) {
             return Err(RegisterError::Invalid(
-                "the lease must be at least 4 ms".into(),
+                "client id registration: the lease must be at least 4 ms".into(),
             ));
         }
         let token = format!("{:032x}", rand::random::<u128>());
@@ -158,7 +161,7 @@ impl Registration {
             })
             .collect();
         Err(RegisterError::NoQuorum(format!(
-            "{took} of the {} replicas it needs took it; missing: {}",
+            "client id registration: {took} of the {} replicas it needs took it; missing: {}",
             reg.majority(),
             missing.join("; ")
         )))
@@ -387,7 +390,7 @@ pub async fn agree_lease(
         .filter_map(|(a, addr)| a.as_ref().err().map(|e| format!("{addr} ({e})")))
         .collect();
     Err(RegisterError::NoQuorum(format!(
-        "the lease: fewer than {majority} replicas answered; missing: {}",
+        "agreeing on the lease: fewer than {majority} replicas answered; missing: {}",
         missing.join("; ")
     )))
 }
