@@ -3,8 +3,9 @@
 //! `hilock_kernel::token::recovery`.
 //!
 //! The sites are [`FaultSite`]s in the one harness ([`Cluster`]); the model re-implements no
-//! rule. It runs each node's script, delivers messages (FIFO), and plays the membership
-//! service as an **atomic oracle**: one [`FaultAction::Install`] computes the next
+//! rule. It runs each node's script, delivers messages (FIFO), and by default plays the
+//! membership service as an **atomic oracle** (the runtime's stages: "Staged install"
+//! below): one [`FaultAction::Install`] computes the next
 //! membership ([`next_members`]), collects every new member's report
 //! ([`FaultSite::report`]), rebuilds the lock ([`rebuild`]) and installs the plan at every
 //! member ([`FaultSite::install`]) in one step. Fault actions, each within a budget of the
@@ -24,19 +25,49 @@
 //!
 //! The oracle installs only when the membership changes, and only when it can hear every
 //! member of the new epoch (a suspected member is waited for until its lease expired).
-//! Epochs only grow and every budget is finite, so the state graph is finite and acyclic.
+//! Epochs only grow and every budget is finite, so the state graph is finite and acyclic
+//! (so it is with staged installs: a freeze ends only with an install of a later epoch or
+//! with a fault).
+//!
+//! # Staged install
+//! With [`FaultConfig::staged_install`] the single [`FaultAction::Install`] is replaced by
+//! the stages the runtime goes through (`runtime/src/token/recover.rs`), each a model
+//! action, with every fault action still enabled between them:
+//!
+//! - [`FaultAction::Freeze`]: a member of the next membership ([`next_members`], as soon as
+//!   the service sees the change) that the service hears and that has installed the
+//!   recorded epoch (or a new incarnation) writes its [`FaultSite::report`] and freezes:
+//!   it runs no script step and takes no delivery (messages to it stay in flight) until it
+//!   installs;
+//! - [`FaultAction::Lead`]: once every member of the next membership has reported, the
+//!   recovery leader runs [`rebuild`] on the reports given at freeze time and records the
+//!   plan of the next epoch (the runtime's compare-and-swap: one plan per epoch). Which
+//!   node leads is not modelled: the rebuild is a pure function of the reports, and a
+//!   leader that fails before its compare-and-swap has recorded nothing;
+//! - [`FaultAction::InstallAt`]: a member named by the recorded plan, up and heard,
+//!   runs [`FaultSite::install`] at its own time and unfreezes.
+//!
+//! A member that reported may crash, be cut off or expire before the leader records or
+//! before it installs (its report and its pending install are then gone; the next epoch
+//! removes it); a member that installed sends to one that has not (which is frozen: the
+//! message stays in flight until it installs, as the runtime holds it back); a node that
+//! has not frozen yet runs and sends. [`FaultConfig::no_freeze`] sabotages the freeze (a node that reported
+//! keeps stepping) to show what the freeze prevents.
 //!
 //! # Properties
 //! - [`P1`]: no two nodes that are up hold conflicting modes (Table 2.1). A node that is
 //!   up holds something only while its lease is valid on its own clock (expiry kills), so
-//!   this is mutual exclusion among the holders with a live lease.
+//!   this is mutual exclusion among the holders with a live lease. A frozen node keeps its
+//!   holds (its holders' commands go on), so it counts like any other.
 //! - [`ONE_TOKEN`]: per epoch at most one token: at the up members of that epoch plus the
-//!   tokens of that epoch in flight.
+//!   tokens of that epoch in flight (staged install: plus the recorded plan's token while
+//!   its root, up, has not installed the plan).
 //! - [`NO_LOST`] (liveness, over quiescent states — no message deliverable, no script can
-//!   run, no lease expiry or install pending): every up member of the current epoch ran
-//!   its script to the end and has no request pending. As in the base model, the graph is
-//!   acyclic and finite, so this is "every request of a live member is eventually granted"
-//!   on every path.
+//!   run, no lease expiry or install pending; staged install: no freeze, record or install
+//!   enabled): every up member of the current epoch ran its script to the end and has no
+//!   request pending (staged install: and is neither frozen nor behind the recorded
+//!   epoch). As in the base model, the graph is acyclic and finite, so this is "every
+//!   request of a live member is eventually granted" on every path.
 //! - [`NO_ERROR`]: every input and recovery transition the model gave was accepted (a
 //!   message of an earlier epoch, or to a node that is not a member, is dropped by design).
 //! - `sometimes`: a token regenerated, a lease expired while holding, a request granted
@@ -46,7 +77,8 @@ use crate::check::{property_reports, Counterexample};
 use crate::token::ScriptOp;
 use hilock_harness::Cluster;
 use hilock_kernel::token::recovery::{
-    next_members, rebuild, Epoch, FaultSite, Liveness, Plan, RecoveryVariant, Stamped, Standing,
+    next_members, rebuild, Epoch, FaultSite, Liveness, LockReport, Plan, RecoveryVariant, Stamped,
+    Standing,
 };
 use hilock_kernel::{
     Forwarding, Input, KernelError, LockId, Mode, MsgKind, NodeId, Output, ReleaseRule, Site,
@@ -124,10 +156,24 @@ pub struct FaultConfig {
     /// default: the thesis's eager Rule 5.2). Not serialized while it is the default.
     #[serde(default, skip_serializing_if = "ReleaseRule::is_eager")]
     pub release: ReleaseRule,
+    /// Install each epoch in the runtime's stages ([`FaultAction::Freeze`],
+    /// [`FaultAction::Lead`], [`FaultAction::InstallAt`]; see the module docs) instead of
+    /// the atomic [`FaultAction::Install`]. Default `false`; not serialized while `false`.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub staged_install: bool,
+    /// Sabotage of a staged install: a node that reported keeps stepping (it runs its
+    /// script and takes deliveries) until it installs, so its report goes stale. Only with
+    /// `staged_install`. Default `false`; not serialized while `false`.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub no_freeze: bool,
 }
 
 fn hilock_recovery() -> RecoveryVariant {
     RecoveryVariant::HILOCK
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 impl FaultConfig {
@@ -142,6 +188,9 @@ impl FaultConfig {
         }
         if let Some(op) = self.scripts.iter().flatten().find(|op| op.lock() != 0) {
             return Err(format!("'{op}': the fault model has one lock, lock 0"));
+        }
+        if self.no_freeze && !self.staged_install {
+            return Err("no_freeze needs staged_install".into());
         }
         Ok(())
     }
@@ -169,6 +218,8 @@ impl FaultConfig {
             variant: RecoveryVariant::HILOCK,
             forwarding: Forwarding::default(),
             release: ReleaseRule::Eager,
+            staged_install: false,
+            no_freeze: false,
         };
         c.validate().unwrap_or_else(|e| panic!("{e}"));
         c
@@ -195,6 +246,17 @@ impl FaultConfig {
         self.suspicions = suspicions;
         self.restarts = restarts;
         self.reinstalls = reinstalls;
+        self
+    }
+    /// With the runtime's staged install instead of the atomic oracle.
+    pub fn with_staged_install(mut self) -> Self {
+        self.staged_install = true;
+        self
+    }
+    /// With a staged install whose nodes do not freeze when they report (a sabotage).
+    pub fn without_freeze(mut self) -> Self {
+        self.staged_install = true;
+        self.no_freeze = true;
         self
     }
     /// With recovery variant `v`.
@@ -233,7 +295,8 @@ pub struct FState {
     pub cluster: Cluster<FSite>,
     /// Per node, its next script operation.
     pub pc: [u8; MODEL_NODES],
-    /// The oracle's epoch.
+    /// The oracle's epoch (staged install: the last epoch the leader recorded, which some
+    /// of its members may not have installed yet).
     pub epoch: Epoch,
     /// The oracle's members of `epoch`.
     pub members: [bool; MODEL_NODES],
@@ -243,8 +306,18 @@ pub struct FState {
     pub restarted: [bool; MODEL_NODES],
     /// Fault budgets used: crashes, suspicions, restarts, reinstalls.
     pub used: [u8; 4],
-    /// The plan of the current epoch (for [`FaultAction::Reinstall`]).
+    /// The plan of the current epoch (for [`FaultAction::Reinstall`]; staged install: the
+    /// recorded plan that [`FaultAction::InstallAt`] installs).
     pub plan: Option<Plan<QUEUE>>,
+    /// Staged install: per node, whether it reported and froze ([`FaultAction::Freeze`])
+    /// and has not installed since.
+    pub frozen: [bool; MODEL_NODES],
+    /// Staged install: per node, the report it gave when it froze, until the leader used
+    /// it ([`FaultAction::Lead`]).
+    pub reports: [Option<LockReport<QUEUE>>; MODEL_NODES],
+    /// Staged install: per node, whether the recorded plan of `epoch` names it and it has
+    /// not installed that plan yet ([`FaultAction::InstallAt`]).
+    pub to_install: [bool; MODEL_NODES],
     /// Whether an install happened (for [`AFTER_INSTALL`]).
     pub installed: bool,
     /// A recovery transition the kernel rejected (a violation of [`NO_ERROR`]).
@@ -282,6 +355,14 @@ pub enum FaultAction {
     Expire(u8),
     /// The oracle installs the next epoch.
     Install,
+    /// Staged install: a member of the next epoch sees the membership change, writes its
+    /// report and freezes (no kernel step until it installs).
+    Freeze(u8),
+    /// Staged install: every member of the next epoch has reported; the recovery leader
+    /// rebuilds from the reports and records the plan of the next epoch (once per epoch).
+    Lead,
+    /// Staged install: a frozen member named by the recorded plan installs it and unfreezes.
+    InstallAt(u8),
     /// A crashed or expired node restarts as a new incarnation.
     Restart(u8),
     /// The current plan is delivered again to a member.
@@ -302,6 +383,14 @@ impl fmt::Display for FaultAction {
             FaultAction::Suspect(n) => write!(f, "n{n} is cut off (partition or pause)"),
             FaultAction::Expire(n) => write!(f, "n{n}'s lease expires on its own clock"),
             FaultAction::Install => write!(f, "the membership service installs the next epoch"),
+            FaultAction::Freeze(n) => {
+                write!(f, "n{n} sees the membership change, reports and freezes")
+            }
+            FaultAction::Lead => write!(
+                f,
+                "the recovery leader rebuilds from the reports and records the next epoch"
+            ),
+            FaultAction::InstallAt(n) => write!(f, "n{n} installs the recorded plan and unfreezes"),
             FaultAction::Restart(n) => write!(f, "n{n} restarts (new incarnation)"),
             FaultAction::Reinstall(n) => write!(f, "the current plan reaches n{n} again"),
         }
@@ -348,6 +437,11 @@ impl fmt::Debug for FState {
             }
             if self.suspected[i] {
                 f.write_str(" (cut off)")?;
+            }
+            if self.to_install[i] {
+                write!(f, " (frozen, epoch {} to install)", self.epoch)?;
+            } else if self.frozen[i] {
+                f.write_str(" (frozen, reported)")?;
             }
             writeln!(f, " script at {}", self.pc[i])?;
         }
@@ -404,7 +498,7 @@ impl FaultModel {
     }
 
     fn runnable(&self, st: &FState, i: usize) -> Option<ScriptOp> {
-        if !Self::up(st, i) || Self::standing(st, i) != Standing::Member {
+        if !Self::up(st, i) || Self::standing(st, i) != Standing::Member || !self.steps(st, i) {
             return None;
         }
         let op = *self.cfg.scripts[i].get(st.pc[i] as usize)?;
@@ -412,7 +506,15 @@ impl FaultModel {
         (l.pending_mode() == Mode::Phi).then_some(op)
     }
 
-    /// The oracle's view of each node.
+    /// Whether node `i` takes kernel steps (runs its script, takes deliveries): not while
+    /// it is frozen (staged install), unless freezing is sabotaged (`no_freeze`).
+    fn steps(&self, st: &FState, i: usize) -> bool {
+        !st.frozen[i] || self.cfg.no_freeze
+    }
+
+    /// The oracle's view of each node. A new incarnation named by the recorded plan (staged
+    /// install, not installed yet) is a member of that epoch: `Up`, as the runtime counts
+    /// a run the installed epoch names.
     fn view(st: &FState) -> [Liveness; MODEL_NODES] {
         core::array::from_fn(|i| {
             if i >= st.cluster.len() || st.cluster.is_down(Self::node(i)) {
@@ -420,6 +522,7 @@ impl FaultModel {
             } else {
                 match Self::standing(st, i) {
                     Standing::Expired => Liveness::Expired,
+                    Standing::Joining if st.to_install[i] => Liveness::Up,
                     Standing::Joining => Liveness::Joining,
                     Standing::Member if st.suspected[i] => Liveness::Suspected,
                     Standing::Member => Liveness::Up,
@@ -436,11 +539,78 @@ impl FaultModel {
         (heard && new.iter().any(|m| *m)).then_some(new)
     }
 
-    /// The deliverable channel heads: not to or from a cut-off node.
-    fn deliverable(st: &FState) -> Vec<(u8, u8, MsgKind, Epoch)> {
+    /// Staged install: the next membership as soon as the service sees a change. Unlike
+    /// [`FaultModel::next`] a member the service cannot hear does not hold it back: the
+    /// others freeze and report, and the leader waits for that member's report (or its
+    /// lease expiry, which removes it).
+    fn change(&self, st: &FState) -> Option<[bool; MODEL_NODES]> {
+        let new = next_members(&st.members, &Self::view(st), self.cfg.variant)?;
+        new.iter().any(|m| *m).then_some(new)
+    }
+
+    /// Staged install: whether node `i`, a member of the next epoch `new`, can report and
+    /// freeze now: it is up, the service hears it, it is not frozen and it has installed
+    /// the recorded epoch (or it is a new incarnation, which reports an empty lock).
+    fn can_freeze(st: &FState, i: usize, new: &[bool; MODEL_NODES]) -> bool {
+        new[i]
+            && Self::up(st, i)
+            && !st.suspected[i]
+            && !st.frozen[i]
+            && !st.to_install[i]
+            && match Self::standing(st, i) {
+                Standing::Member => st.cluster.site(Self::node(i)).epoch() == st.epoch,
+                Standing::Joining => true,
+                Standing::Expired => false,
+            }
+    }
+
+    /// Staged install: the next membership, if the leader can record it now: every member
+    /// of it has reported.
+    fn lead(&self, st: &FState) -> Option<[bool; MODEL_NODES]> {
+        let new = self.change(st)?;
+        (0..MODEL_NODES)
+            .all(|i| !new[i] || st.reports[i].is_some())
+            .then_some(new)
+    }
+
+    /// Staged install: whether node `i` can install the recorded plan now (it is named by
+    /// it, up and heard).
+    fn can_install_at(st: &FState, i: usize) -> bool {
+        st.to_install[i] && Self::up(st, i) && !st.suspected[i]
+    }
+
+    /// The membership service's actions: [`FaultAction::Install`] (atomic), or the stages
+    /// of a staged install.
+    fn recovery_actions(&self, st: &FState, out: &mut Vec<FaultAction>) {
+        if !self.cfg.staged_install {
+            if self.next(st).is_some() {
+                out.push(FaultAction::Install);
+            }
+            return;
+        }
+        if let Some(new) = self.change(st) {
+            for i in (0..self.cfg.n()).filter(|i| Self::can_freeze(st, *i, &new)) {
+                out.push(FaultAction::Freeze(i as u8));
+            }
+        }
+        if self.lead(st).is_some() {
+            out.push(FaultAction::Lead);
+        }
+        for i in (0..self.cfg.n()).filter(|i| Self::can_install_at(st, *i)) {
+            out.push(FaultAction::InstallAt(i as u8));
+        }
+    }
+
+    /// The deliverable channel heads: not to or from a cut-off node; staged install: not
+    /// to a frozen node (unless `no_freeze`). A message of a later epoch than its
+    /// receiver's, which the runtime holds back, needs no rule here: every member of the
+    /// recorded epoch is frozen until it installs it, and its delivery would be a kernel
+    /// error ([`NO_ERROR`]).
+    fn deliverable(&self, st: &FState) -> Vec<(u8, u8, MsgKind, Epoch)> {
         st.cluster
             .channels()
             .filter(|((a, b), _)| !st.suspected[a.idx()] && !st.suspected[b.idx()])
+            .filter(|((_, b), _)| self.steps(st, b.idx()))
             .filter_map(|((a, b), mut q)| {
                 q.next()
                     .map(|m| (a.0 as u8, b.0 as u8, m.msg.kind(), m.epoch))
@@ -448,14 +618,25 @@ impl FaultModel {
             .collect()
     }
 
-    /// No script can run, nothing can be delivered, no expiry or install is pending.
+    /// No script can run, nothing can be delivered, no expiry or install is pending
+    /// (staged install: no node can freeze, the leader cannot record, no node can install).
     pub fn quiescent(&self, st: &FState) -> bool {
+        let mut recovery = Vec::new();
+        self.recovery_actions(st, &mut recovery);
         (0..self.cfg.n()).all(|i| self.runnable(st, i).is_none())
-            && Self::deliverable(st).is_empty()
+            && self.deliverable(st).is_empty()
             && (0..self.cfg.n()).all(|i| {
                 !(st.suspected[i] && Self::up(st, i) && Self::standing(st, i) == Standing::Member)
             })
-            && self.next(st).is_none()
+            && recovery.is_empty()
+    }
+
+    /// Staged install: node `i` crashed, expired or restarted: its report (bound to its
+    /// lease in the runtime) is gone, and it installs nothing any more.
+    fn forget(st: &mut FState, i: usize) {
+        st.frozen[i] = false;
+        st.reports[i] = None;
+        st.to_install[i] = false;
     }
 
     fn note_grants(st: &mut FState, node: usize, outputs: &[Output<FMsg>]) {
@@ -510,6 +691,63 @@ impl FaultModel {
             }
         }
         st.plan = Some(plan);
+    }
+
+    /// Staged install, [`FaultAction::Freeze`]: node `i` writes its report and freezes.
+    fn freeze(st: &mut FState, i: usize) {
+        match st.cluster.site(Self::node(i)).report(L0) {
+            Ok(r) => {
+                st.reports[i] = Some(r);
+                st.frozen[i] = true;
+            }
+            Err(e) => st.error = Some(format!("report of n{i}: {e}")),
+        }
+    }
+
+    /// Staged install, [`FaultAction::Lead`]: the leader rebuilds the lock for epoch
+    /// `epoch + 1` from the reports the members of `new` gave when they froze, and records
+    /// the plan (compare-and-swap on the epoch in the runtime: one plan per epoch). Nobody
+    /// has installed it yet.
+    fn lead_to(&self, st: &mut FState, new: [bool; MODEL_NODES]) {
+        let epoch = st.epoch + 1;
+        let reports: Vec<LockReport<QUEUE>> = (0..MODEL_NODES)
+            .filter(|i| new[*i])
+            .filter_map(|i| st.reports[i].clone())
+            .collect();
+        let plan = match rebuild::<MODEL_NODES, QUEUE>(epoch, &new, &reports) {
+            Ok(p) => p,
+            Err(e) => {
+                st.error = Some(format!("rebuild for epoch {epoch}: {e}"));
+                return;
+            }
+        };
+        if plan.regenerated {
+            st.events |= ev::REGENERATED;
+        }
+        st.epoch = epoch;
+        st.members = new;
+        st.reports = Default::default();
+        st.to_install = new;
+        st.plan = Some(plan);
+    }
+
+    /// Staged install, [`FaultAction::InstallAt`]: node `i` installs the recorded plan and
+    /// unfreezes (the messages it held back become deliverable).
+    fn install_at(st: &mut FState, i: usize) {
+        let Some(plan) = st.plan.clone() else {
+            return;
+        };
+        let epoch = st.epoch;
+        st.installed = true;
+        st.frozen[i] = false;
+        st.to_install[i] = false;
+        let r = st.cluster.transition(Self::node(i), |s, out| {
+            s.install(epoch, core::slice::from_ref(&plan), out)
+        });
+        match r {
+            Ok((_, outputs)) => Self::note_grants(st, i, &outputs),
+            Err(e) => st.error = Some(format!("install at n{i}: {e:?}")),
+        }
     }
 
     /// A counterexample or witness path as a trace.
@@ -638,8 +876,17 @@ pub struct FaultTrace {
 /// The result of a check.
 pub type FaultReport = crate::check::ModelReport<FaultTrace>;
 
+/// Staged install: a node frozen for the next epoch keeps its token (of its own epoch) and
+/// is counted as before; the recorded plan's token of the recorded epoch is counted while
+/// its root has not installed the plan (up: a crash loses it), as a token on its way to
+/// the root — so no other token of that epoch may appear meanwhile.
 fn one_token(st: &FState) -> Result<(), String> {
     let mut count: std::collections::BTreeMap<Epoch, usize> = Default::default();
+    if let Some(p) = &st.plan {
+        if st.to_install[p.root.idx()] {
+            *count.entry(p.epoch).or_default() += 1;
+        }
+    }
     for (i, s) in st.cluster.sites().enumerate() {
         let up = !st.cluster.is_down(NodeId(i as u16));
         if up && s.standing() == Standing::Member && s.site().locks()[0].has_token() {
@@ -665,6 +912,11 @@ fn no_lost(m: &FaultModel, st: &FState) -> bool {
 
 /// The live members (up, of the current epoch) whose script did not finish or whose
 /// request is still pending, in words: `n1 has run 1 of its 2 operations and waits for W`.
+///
+/// Staged install: a member of the recorded epoch that has not installed it, or that is
+/// frozen, is live too (it is up and its lease valid) and stuck: quiescence (no freeze,
+/// record or install possible) with a member frozen, or named by a plan it never
+/// installs, is a lost epoch change.
 fn stuck_members(m: &FaultModel, st: &FState) -> Vec<String> {
     (0..m.cfg.n())
         .filter_map(|i| {
@@ -672,9 +924,16 @@ fn stuck_members(m: &FaultModel, st: &FState) -> Vec<String> {
             let live = st.members[i]
                 && FaultModel::up(st, i)
                 && s.standing() == Standing::Member
-                && s.epoch() == st.epoch;
+                && (s.epoch() == st.epoch || m.cfg.staged_install);
             let (done, all) = (st.pc[i] as usize, m.cfg.scripts[i].len());
             let pending = s.site().locks()[0].pending_mode();
+            let waiting = st.frozen[i] || s.epoch() != st.epoch;
+            if live && waiting {
+                return Some(format!(
+                    "n{i}, a live member, is frozen or has not installed epoch {}",
+                    st.epoch
+                ));
+            }
             if !live || (done == all && pending == Mode::Phi) {
                 return None;
             }
@@ -724,6 +983,9 @@ impl Model for FaultModel {
             restarted: [false; MODEL_NODES],
             used: [0; 4],
             plan: None,
+            frozen: [false; MODEL_NODES],
+            reports: Default::default(),
+            to_install: [false; MODEL_NODES],
             installed: false,
             error: None,
             events: 0,
@@ -740,7 +1002,7 @@ impl Model for FaultModel {
                 out.push(FaultAction::Run { node: i as u8, op });
             }
         }
-        for (from, to, kind, epoch) in Self::deliverable(st) {
+        for (from, to, kind, epoch) in self.deliverable(st) {
             out.push(FaultAction::Deliver {
                 from,
                 to,
@@ -772,14 +1034,14 @@ impl Model for FaultModel {
                 && st.members[i]
                 && standing == Standing::Member
                 && st.plan.is_some()
+                && !st.frozen[i]
+                && !st.to_install[i]
                 && st.used[REINSTALL] < self.cfg.reinstalls
             {
                 out.push(FaultAction::Reinstall(id));
             }
         }
-        if self.next(st).is_some() {
-            out.push(FaultAction::Install);
-        }
+        self.recovery_actions(st, out);
     }
 
     fn next_state(&self, last: &FState, action: FaultAction) -> Option<FState> {
@@ -811,6 +1073,7 @@ impl Model for FaultModel {
             FaultAction::Crash(n) => {
                 st.cluster.crash(Self::node(n.into()));
                 st.used[CRASH] += 1;
+                Self::forget(&mut st, n.into());
             }
             FaultAction::Suspect(n) => {
                 st.suspected[n as usize] = true;
@@ -824,10 +1087,36 @@ impl Model for FaultModel {
                 if killed.held[0] != Mode::Phi {
                     st.events |= ev::KILLED;
                 }
+                Self::forget(&mut st, n.into());
             }
             FaultAction::Install => {
+                if self.cfg.staged_install {
+                    return None;
+                }
                 let new = self.next(&st)?;
                 self.install(&mut st, new);
+            }
+            FaultAction::Freeze(n) => {
+                let i = n as usize;
+                let new = self.change(&st)?;
+                if !self.cfg.staged_install || !Self::can_freeze(&st, i, &new) {
+                    return None;
+                }
+                Self::freeze(&mut st, i);
+            }
+            FaultAction::Lead => {
+                if !self.cfg.staged_install {
+                    return None;
+                }
+                let new = self.lead(&st)?;
+                self.lead_to(&mut st, new);
+            }
+            FaultAction::InstallAt(n) => {
+                let i = n as usize;
+                if !self.cfg.staged_install || !Self::can_install_at(&st, i) {
+                    return None;
+                }
+                Self::install_at(&mut st, i);
             }
             FaultAction::Restart(n) => {
                 let i = n as usize;
@@ -842,6 +1131,7 @@ impl Model for FaultModel {
                 st.pc[i] = 0;
                 st.suspected[i] = false;
                 st.restarted[i] = true;
+                Self::forget(&mut st, i);
                 st.used[RESTART] += 1;
             }
             FaultAction::Reinstall(n) => {

@@ -2,8 +2,10 @@
 //! installation (`hilock_models::faults`, driving `hilock_kernel::token::recovery`; the design is
 //! `docs/faults.md`, "The recovery mechanism (kernel and model)").
 //!
-//! hilock's recovery passes with pinned state counts; each safeguard removed gives its
-//! named counterexample, written to `spec/counterexamples/faults/*.json` (a directory of
+//! hilock's recovery keeps every property with pinned state counts, with the atomic install
+//! and with the runtime's staged install (`FaultConfig::staged_install`), except one staged
+//! configuration kept as a counterexample (a new incarnation lost before it reports); each
+//! safeguard removed gives its named counterexample, written to `spec/counterexamples/faults/*.json` (a directory of
 //! their own: each trace embeds its configuration, with none in
 //! `spec/counterexamples/configs/`; `verify/tests/explorer.rs` opens each through it). Larger
 //! configurations are `#[ignore]`d with their time noted
@@ -36,6 +38,17 @@ const PINNED: &[(&str, usize)] = &[
     ("4 nodes W W R IW, 1 crash, 1 restart", 1_648_914),
     ("4 nodes W R R IW, 1 crash, thesis", 161_758),
     ("4 nodes W R R IW, 1 crash, compress", 160_124),
+    ("W W R, 1 crash, staged install", 7837),
+    ("W W R, 1 crash, 1 restart, staged install", 98065),
+    (
+        "W W R, 1 partition or pause, 1 restart, staged install",
+        103_459,
+    ),
+    (
+        "U+upgrade R IW, 1 crash, 1 restart, staged install",
+        276_634,
+    ),
+    ("4 nodes W R R IW, 1 crash, staged install", 423_253),
 ];
 
 fn wwr(name: &str) -> FaultConfig {
@@ -326,4 +339,120 @@ fn shortcuts_kept_across_an_install_lose_a_request() {
         v.contains("a live member") && v.contains("still pending"),
         "{v}"
     );
+}
+
+// ------------------------------------------------ staged install (the runtime's stages)
+
+/// The runtime's install in stages (`FaultConfig::staged_install`): each survivor freezes
+/// and reports, the leader records the plan once every member of the next epoch has
+/// reported, and each member installs at its own time, while the next node may crash
+/// between any two stages. Every survivor's request is still granted.
+#[test]
+fn staged_install_recovers_a_crash() {
+    pass(
+        wwr("W W R, 1 crash, staged install")
+            .with_faults(1, 0, 0, 0)
+            .with_staged_install(),
+        &[REGENERATED, AFTER_INSTALL],
+    );
+}
+
+/// A staged install with a crash and a restart: a member that reported may crash before
+/// it installs, and its new incarnation is let in by the next epoch.
+#[test]
+fn staged_install_recovers_a_crash_and_restart() {
+    pass(
+        wwr("W W R, 1 crash, 1 restart, staged install")
+            .with_faults(1, 0, 1, 0)
+            .with_staged_install(),
+        &[REGENERATED, AFTER_INSTALL, REJOINED],
+    );
+}
+
+/// A partition or pause between the stages: a member cut off before it reported is waited
+/// for until its own lease has expired (the leader records nothing without its report); one
+/// cut off after it reported cannot install until its lease expires and the next epoch
+/// removes it.
+#[test]
+fn staged_install_waits_for_a_cut_off_member() {
+    pass(
+        wwr("W W R, 1 partition or pause, 1 restart, staged install")
+            .with_faults(0, 1, 1, 0)
+            .with_staged_install(),
+        &[REGENERATED, KILLED, AFTER_INSTALL, REJOINED],
+    );
+}
+
+/// Rule 7 and four nodes with copies under a staged install.
+#[test]
+fn staged_install_with_an_upgrade_and_with_four_nodes() {
+    pass(
+        FaultConfig::new(
+            "U+upgrade R IW, 1 crash, 1 restart, staged install",
+            &[
+                &["acquire U", "upgrade", "release"],
+                &["acquire R", "release"],
+                &["acquire IW", "release"],
+            ],
+        )
+        .with_faults(1, 0, 1, 0)
+        .with_staged_install(),
+        &[REGENERATED, AFTER_INSTALL, REJOINED],
+    );
+    pass(
+        four_nodes_one_crash(
+            "4 nodes W R R IW, 1 crash, staged install",
+            Forwarding::default(),
+        )
+        .with_staged_install(),
+        &[REGENERATED, AFTER_INSTALL],
+    );
+}
+
+/// A new incarnation of a node outside the epoch asks to join; the survivors freeze and
+/// report; it crashes before it reports. The membership the survivors froze for is then
+/// the current one again (`next_members` gives no next epoch), so no leader records a plan
+/// and nothing ever unfreezes them: quiescent with every live member frozen. The runtime
+/// does the same (`runtime/src/token/recover.rs`: a core unfreezes only by an install, and
+/// a look that finds no next membership does nothing). The atomic oracle cannot show it:
+/// it decides, reports and installs in one step.
+#[test]
+fn staged_install_joiner_lost_before_its_report_freezes_the_survivors() {
+    let v = refuted(
+        wwr("W W R, every fault once, staged install")
+            .with_faults(1, 1, 1, 1)
+            .with_staged_install(),
+        NO_LOST,
+        "staged-joiner-lost-before-report",
+        "staged install: n2 is cut off and its lease expires; epoch 1 removes it. Its new \
+         incarnation asks to join, and n0 and n1, having installed epoch 1, freeze and \
+         report for epoch 2. The new incarnation crashes before it reports: the next \
+         membership is epoch 1's again, no leader records a plan, and n0 and n1 stay \
+         frozen. The runtime has the same defect (a frozen core unfreezes only by an \
+         install).",
+    );
+    assert!(v.contains("is frozen"), "{v}");
+}
+
+// ------------------------------------------------------- staged install: freeze removed
+
+/// Without the freeze (`FaultConfig::no_freeze`) a node that reported keeps stepping.
+/// n0 sends the token to n1 and n2 crashes; n0 and n1 report while the token is in flight,
+/// so neither reports it and the plan regenerates it at n0. n1, still stepping after its
+/// report, takes the old token and holds W; n0 installs the regenerated token and is
+/// granted W too. The atomic oracle reports and installs in one step, so the same
+/// configuration keeps every property there (`crash_of_any_node_is_recovered`).
+#[test]
+fn staged_install_without_freeze_breaks_mutual_exclusion() {
+    let v = refuted(
+        wwr("W W R, 1 crash, staged install, no freeze")
+            .with_faults(1, 0, 0, 0)
+            .without_freeze(),
+        P1,
+        "staged-install-no-freeze",
+        "no_freeze: a node that reported keeps stepping until it installs. The token is in \
+         flight from n0 to n1 when both report, so the plan regenerates it at n0; n1 then \
+         takes the old token and holds W, and n0's install grants W again.",
+    );
+    assert!(v.contains("holds W"), "{v}");
 }
