@@ -330,3 +330,90 @@ async fn a_restarted_node_frees_its_old_transactions_locks_and_waits_before_gran
         .await
         .expect("test body ends within 60 s");
 }
+
+/// A new run of a removed node asks to join (its member key appears) and dies before it
+/// reports (its key goes): the survivors froze and reported for the epoch that was to let
+/// it in. A frozen node is unfrozen only by an install, so they install that epoch with
+/// the membership as it is (`next_members_after_reports`; the fault model's
+/// `staged-joiner-lost-before-report` shows what happens without). Red before: the
+/// survivors stayed frozen at epoch 1 for good and a lock request at node 0 timed out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_joiner_that_dies_before_its_report_leaves_no_member_frozen() {
+    use hilock_runtime::membership::{EtcdOptions, Member};
+    let name = "a_joiner_that_dies_before_its_report_leaves_no_member_frozen";
+    let Some(etcd) = etcd::start_healthy(name) else {
+        return;
+    };
+    let body = async {
+        let (cluster, n) = ("recover-joiner", 3);
+        let (mut nodes, obs) = recovering_nodes(&etcd.addr, cluster, n).await;
+        let epoch_is = |want: u32, ids: &'static [u16]| {
+            let obs = &obs;
+            async move {
+                let t = Instant::now();
+                loop {
+                    if let Ok(e) = obs.current_epoch().await {
+                        let got: Vec<u16> = e.members.iter().map(|mb| mb.id).collect();
+                        if e.epoch == want && got == ids {
+                            return t.elapsed();
+                        }
+                        assert!(e.epoch <= want, "epoch {} {got:?}", e.epoch);
+                    }
+                    assert!(
+                        t.elapsed() < Duration::from_secs(u64::from(TTL_S) + 10),
+                        "epoch {want} with {ids:?} not installed"
+                    );
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+        };
+        // Node 2 dies; epoch 1 is nodes 0 and 1.
+        nodes.kill(2);
+        epoch_is(1, &[0, 1]).await;
+        // A new run of node 2 takes its member key: the survivors freeze and report.
+        let mut o = EtcdOptions::new(vec![etcd.addr.clone()]);
+        o.ttl_s = TTL_S;
+        let joiner = Membership::join(
+            &o,
+            cluster,
+            Member {
+                id: 2,
+                incarnation: 77,
+            },
+        )
+        .await
+        .unwrap();
+        let t = Instant::now();
+        loop {
+            let reports = joiner.reports().await.unwrap();
+            let of_epoch_1 = |id: u16| {
+                reports.get(&id).is_some_and(|r| {
+                    serde_json::from_slice::<serde_json::Value>(r).is_ok_and(|v| v["epoch"] == 1)
+                })
+            };
+            if of_epoch_1(0) && of_epoch_1(1) {
+                break;
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(10),
+                "nodes 0 and 1 report"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        // It dies before it reports: its lease, and with it its member key, goes.
+        joiner.leave().await.unwrap();
+        let took = epoch_is(2, &[0, 1]).await;
+        println!("epoch 2 (nodes 0 and 1) installed {took:?} after the joiner died");
+        // Both serve again.
+        for node in [0usize, 1] {
+            let path = rooted_at("/after", node as u16, n);
+            let (reply, _held) = request(&nodes.socket(node), &lock_req(&path, "W", 5_000))
+                .await
+                .unwrap();
+            assert!(reply.ok, "node {node}: {:?}", reply.error);
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(60), body)
+        .await
+        .expect("test body ends within 60 s");
+}

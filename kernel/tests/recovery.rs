@@ -364,7 +364,44 @@ fn an_old_saved_recovery_variant_forgets_shortcuts() {
     let old = r#"{"epoch_check":true,"kill_before_regrant":true,"install_once":true}"#;
     let v: RecoveryVariant = serde_json::from_str(old).unwrap();
     assert!(v.forget_shortcuts);
-    let off = r#"{"epoch_check":true,"kill_before_regrant":true,"install_once":true,"forget_shortcuts":false}"#;
+    assert!(v.install_after_reports);
+    let off = r#"{"epoch_check":true,"kill_before_regrant":true,"install_once":true,"forget_shortcuts":false,"install_after_reports":false}"#;
     let v: RecoveryVariant = serde_json::from_str(off).unwrap();
     assert!(!v.forget_shortcuts);
+    assert!(!v.install_after_reports);
+}
+
+/// The epoch members froze for comes even when the change that started it went away (a
+/// new run asked to join and died before its report): with a report of the next epoch and
+/// no change, the membership as it is; no report, or the safeguard off, no epoch; a
+/// change, the change (`docs/faults.md`, "Installing an epoch").
+#[test]
+fn an_epoch_members_froze_for_comes_without_a_change() {
+    use hilock_kernel::token::recovery::{
+        next_members, next_members_after_reports, Liveness, RecoveryVariant,
+    };
+    let h = RecoveryVariant::HILOCK;
+    let current = [true, true, false];
+    let same = [Liveness::Up; 3];
+    assert_eq!(next_members(&current, &same, h), None);
+    assert_eq!(
+        next_members_after_reports(&current, &same, h, true),
+        Some(current)
+    );
+    assert_eq!(next_members_after_reports(&current, &same, h, false), None);
+    let off = RecoveryVariant {
+        install_after_reports: false,
+        ..h
+    };
+    assert_eq!(next_members_after_reports(&current, &same, off, true), None);
+    let joining = [Liveness::Up, Liveness::Up, Liveness::Joining];
+    assert_eq!(
+        next_members_after_reports(&current, &joining, h, true),
+        Some([true, true, true])
+    );
+    let crashed = [Liveness::Up, Liveness::Crashed, Liveness::Up];
+    assert_eq!(
+        next_members_after_reports(&current, &crashed, h, false),
+        Some([true, false, false])
+    );
 }

@@ -77,8 +77,8 @@ use crate::check::{property_reports, Counterexample};
 use crate::token::ScriptOp;
 use hilock_harness::Cluster;
 use hilock_kernel::token::recovery::{
-    next_members, rebuild, Epoch, FaultSite, Liveness, LockReport, Plan, RecoveryVariant, Stamped,
-    Standing,
+    next_members, next_members_after_reports, rebuild, Epoch, FaultSite, Liveness, LockReport,
+    Plan, RecoveryVariant, Stamped, Standing,
 };
 use hilock_kernel::{
     Forwarding, Input, KernelError, LockId, Mode, MsgKind, NodeId, Output, ReleaseRule, Site,
@@ -543,8 +543,14 @@ impl FaultModel {
     /// [`FaultModel::next`] a member the service cannot hear does not hold it back: the
     /// others freeze and report, and the leader waits for that member's report (or its
     /// lease expiry, which removes it).
+    ///
+    /// Once a member has reported (it is frozen), the epoch it froze for comes even when
+    /// the change went away ([`next_members_after_reports`]), as the runtime's recovery
+    /// task decides it.
     fn change(&self, st: &FState) -> Option<[bool; MODEL_NODES]> {
-        let new = next_members(&st.members, &Self::view(st), self.cfg.variant)?;
+        let reported = st.reports.iter().any(Option::is_some);
+        let new =
+            next_members_after_reports(&st.members, &Self::view(st), self.cfg.variant, reported)?;
         new.iter().any(|m| *m).then_some(new)
     }
 

@@ -3,8 +3,7 @@
 //! `docs/faults.md`, "The recovery mechanism (kernel and model)").
 //!
 //! hilock's recovery keeps every property with pinned state counts, with the atomic install
-//! and with the runtime's staged install (`FaultConfig::staged_install`), except one staged
-//! configuration kept as a counterexample (a new incarnation lost before it reports); each
+//! and with the runtime's staged install (`FaultConfig::staged_install`); each
 //! safeguard removed gives its named counterexample, written to `spec/counterexamples/faults/*.json` (a directory of
 //! their own: each trace embeds its configuration, with none in
 //! `spec/counterexamples/configs/`; `verify/tests/explorer.rs` opens each through it). Larger
@@ -49,6 +48,7 @@ const PINNED: &[(&str, usize)] = &[
         276_634,
     ),
     ("4 nodes W R R IW, 1 crash, staged install", 423_253),
+    ("W W R, every fault once, staged install", 3_289_981),
 ];
 
 fn wwr(name: &str) -> FaultConfig {
@@ -409,27 +409,45 @@ fn staged_install_with_an_upgrade_and_with_four_nodes() {
     );
 }
 
-/// A new incarnation of a node outside the epoch asks to join; the survivors freeze and
-/// report; it crashes before it reports. The membership the survivors froze for is then
-/// the current one again (`next_members` gives no next epoch), so no leader records a plan
-/// and nothing ever unfreezes them: quiescent with every live member frozen. The runtime
-/// does the same (`runtime/src/token/recover.rs`: a core unfreezes only by an install, and
-/// a look that finds no next membership does nothing). The atomic oracle cannot show it:
-/// it decides, reports and installs in one step.
+/// Every fault once with the staged install. Among its paths: a new incarnation of a node
+/// outside the epoch asks to join, the survivors freeze and report, and it crashes before
+/// it reports — the membership they froze for is the current one again, and they install
+/// the epoch they froze for with it (`RecoveryVariant::install_after_reports`,
+/// `next_members_after_reports`); every property holds.
 #[test]
-fn staged_install_joiner_lost_before_its_report_freezes_the_survivors() {
-    let v = refuted(
+fn staged_install_every_fault_once() {
+    pass(
         wwr("W W R, every fault once, staged install")
             .with_faults(1, 1, 1, 1)
             .with_staged_install(),
+        &[REGENERATED, KILLED, AFTER_INSTALL, REJOINED],
+    );
+}
+
+/// Without `install_after_reports`: the joiner that crashes before its report leaves the
+/// survivors frozen for good. `next_members` gives no next epoch, so no leader records a
+/// plan and nothing ever unfreezes them: quiescent with every live member frozen. The
+/// atomic oracle cannot show it: it decides, reports and installs in one step. (The
+/// runtime's recovery task had this defect: `runtime/src/token/recover.rs`; test
+/// `a_joiner_that_dies_before_its_report_leaves_no_member_frozen` in
+/// `cli/tests/etcd_recover.rs`.)
+#[test]
+fn staged_install_without_install_after_reports_freezes_the_survivors() {
+    let v = refuted(
+        wwr("W W R, every fault once, staged install, no install after reports")
+            .with_faults(1, 1, 1, 1)
+            .with_staged_install()
+            .with_variant(RecoveryVariant {
+                install_after_reports: false,
+                ..H
+            }),
         NO_LOST,
         "staged-joiner-lost-before-report",
-        "staged install: n2 is cut off and its lease expires; epoch 1 removes it. Its new \
-         incarnation asks to join, and n0 and n1, having installed epoch 1, freeze and \
-         report for epoch 2. The new incarnation crashes before it reports: the next \
-         membership is epoch 1's again, no leader records a plan, and n0 and n1 stay \
-         frozen. The runtime has the same defect (a frozen core unfreezes only by an \
-         install).",
+        "install_after_reports off, staged install: n2 is cut off and its lease expires; \
+         epoch 1 removes it. Its new incarnation asks to join, and n0 and n1, having \
+         installed epoch 1, freeze and report for epoch 2. The new incarnation crashes \
+         before it reports: the next membership is epoch 1's again, no leader records a \
+         plan, and n0 and n1 stay frozen.",
     );
     assert!(v.contains("is frozen"), "{v}");
 }

@@ -110,6 +110,13 @@ pub struct RecoveryVariant {
     /// `class-pointers-pointer-to-crashed-node`, `verify/tests/faults.rs`).
     #[cfg_attr(feature = "serde", serde(default = "yes"))]
     pub forget_shortcuts: bool,
+    /// Once a member has frozen and reported for the next epoch, that epoch is installed
+    /// even if the change that started it went away ([`next_members_after_reports`]): only
+    /// an install unfreezes a member. `false`: a new incarnation that asked to join and
+    /// died before its report leaves the members that froze for it frozen for good
+    /// (counterexample `staged-joiner-lost-before-report`, `verify/tests/faults.rs`).
+    #[cfg_attr(feature = "serde", serde(default = "yes"))]
+    pub install_after_reports: bool,
 }
 
 #[cfg(feature = "serde")]
@@ -124,6 +131,7 @@ impl RecoveryVariant {
         kill_before_regrant: true,
         install_once: true,
         forget_shortcuts: true,
+        install_after_reports: true,
     };
 }
 
@@ -230,6 +238,22 @@ pub fn next_members<const N: usize>(
     });
     let joining = view.contains(&Liveness::Joining);
     (next != *current || joining).then_some(next)
+}
+
+/// The membership of the next epoch when members may have frozen and reported for it
+/// already (`reported`: some member's report for the next epoch exists): [`next_members`],
+/// and, where that finds no change, the membership as it is — a member that froze is
+/// unfrozen only by an install, so the epoch it froze for must come even when the change
+/// that started it went away (a new incarnation asked to join and died before its own
+/// report). Without [`RecoveryVariant::install_after_reports`], [`next_members`] alone.
+pub fn next_members_after_reports<const N: usize>(
+    current: &[bool; N],
+    view: &[Liveness; N],
+    variant: RecoveryVariant,
+    reported: bool,
+) -> Option<[bool; N]> {
+    next_members(current, view, variant)
+        .or_else(|| (reported && variant.install_after_reports).then_some(*current))
 }
 
 /// Parts per million.

@@ -3,10 +3,12 @@
 //! lock rebuilt by the kernel's recovery transitions — the runtime decides nothing itself:
 //!
 //! 1. every survivor that sees a member of its epoch gone computes the next membership
-//!    ([`recovery::next_members`]), **freezes** its core (no kernel step until the new
-//!    epoch is installed: local kernel requests and releases wait, delivered messages are
-//!    held back) and writes its [`FaultSite::report`] of every lock it knows to its report
-//!    key in etcd (bound to its lease);
+//!    ([`recovery::next_members`]; once a member froze, the epoch it froze for comes
+//!    even if the change went away: [`recovery::next_members_after_reports`]), **freezes**
+//!    its core (no kernel step until the new epoch is installed: local kernel requests and
+//!    releases wait, delivered messages are held back) and writes its
+//!    [`FaultSite::report`] of every lock it knows to its report key in etcd (bound to its
+//!    lease);
 //! 2. the recovery leader (a key bound to its lease, created only where none exists:
 //!    [`Membership::lead`]) waits for the reports of every member of the next epoch, runs
 //!    [`recovery::rebuild`] per lock (a member without a lock reports what its lazily
@@ -188,7 +190,9 @@ pub(super) mod etcd {
     use std::sync::Arc;
     use std::time::Duration;
 
-    use hilock_kernel::token::recovery::{next_members, Liveness, RecoveryVariant};
+    use hilock_kernel::token::recovery::{
+        next_members, next_members_after_reports, Liveness, RecoveryVariant,
+    };
     use tokio::sync::{mpsc, oneshot, watch};
     use tracing::{info, warn};
 
@@ -371,7 +375,19 @@ pub(super) mod etcd {
                 (false, _, None) => Liveness::Up,
             }
         });
-        let Some(next) = next_members(&members, &liveness, RecoveryVariant::HILOCK) else {
+        // A member that froze and reported for the next epoch is unfrozen only by an
+        // install: once any member did (this node, or another whose report is in etcd),
+        // that epoch comes even if the change that started it went away — a new run asked
+        // to join and died before its own report (`next_members_after_reports`; the fault
+        // model's `staged-joiner-lost-before-report`). The reports are read only when
+        // nothing else calls for an epoch.
+        let changed = next_members(&members, &liveness, RecoveryVariant::HILOCK).is_some();
+        let reported_next = !changed
+            && (*reported == Some(epoch)
+                || !next_reports(n, m, epoch, &members, &v).await?.is_empty());
+        let Some(next) =
+            next_members_after_reports(&members, &liveness, RecoveryVariant::HILOCK, reported_next)
+        else {
             return Ok(false);
         };
         if !next[usize::from(shared.id)] {
