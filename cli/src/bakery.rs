@@ -370,6 +370,7 @@ fn bakery_queue(command: QueueCommand) -> Result<ExitCode, String> {
             check_lease(lease_ms)?;
             check_replicas(&replicas)?;
             check_client_id(client_id)?;
+            hilock_runtime::bakery::queue::check_name(&name).map_err(|e| e.to_string())?;
             let opts = hilock_runtime::bakery::Options {
                 lease: ms(lease_ms),
                 ..hilock_runtime::bakery::Options::new(client_id)
@@ -408,6 +409,7 @@ pub fn bakery(command: BakeryCommand) -> Result<ExitCode, String> {
             if let Some(id) = client_id {
                 check_client_id(id)?;
             }
+            hilock_runtime::bakery::lock::check_name(&name).map_err(|e| e.to_string())?;
             // The id is settled by its registration (`lock`); 1 until then.
             let opts = hilock_runtime::bakery::Options {
                 lease: Duration::from_millis(lease_ms),

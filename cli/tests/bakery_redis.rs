@@ -1116,6 +1116,50 @@ fn a_killed_worker_takes_its_command_with_it() {
     }
 }
 
+/// A lock or queue name the replicas' keys cannot carry (empty, longer than 200 bytes) is
+/// refused before anything is written: one line, exit 2, and no key on the replica (the
+/// lease agreement used to write `hilock:bakery::lease` first).
+#[test]
+fn a_bad_name_is_refused_before_anything_is_written() {
+    if !have_redis() {
+        return;
+    }
+    let reps = Replicas::start(1);
+    let addr = reps.addrs[0].clone();
+    let long = "x".repeat(201);
+    for (name, args) in [
+        ("lock ''", vec!["lock", "", "--client-id", "1"]),
+        ("lock LONG", vec!["lock", &long, "--client-id", "1"]),
+        (
+            "queue work ''",
+            vec!["queue", "work", "", "--client-id", "1"],
+        ),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_hilock"))
+            .arg("bakery")
+            .args(&args)
+            .args(["--replicas", &addr, "--", "true"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{name}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{name}: {err:?}");
+        assert!(
+            err.contains("name must have 1 to 200 bytes"),
+            "{name}: {err}"
+        );
+    }
+    let keys: Vec<String> = bounded(10, async {
+        let mut c = raw(&addr).await;
+        redis::cmd("KEYS")
+            .arg("*")
+            .query_async(&mut c)
+            .await
+            .unwrap()
+    });
+    assert_eq!(keys, Vec::<String>::new());
+}
+
 /// A replica named twice would count twice toward a majority (one live server of three
 /// names granted a lock): `--replicas` naming one server twice, by the same text or by
 /// two names of one address, exits 2 with one line before anything is written.
@@ -1834,6 +1878,37 @@ fn queue_four_workers_work_every_item_exactly_once() {
     }
     assert_eq!(check_queue_log(&log, &pushed, &[]), Vec::<String>::new());
     assert_eq!(ends(&log), 16);
+    // What stays of the done items on the replicas (`docs/cli.md`, "hilock bakery
+    // queue"): four keys per item (three row hashes of tombstones, the payload), every
+    // item in the done set, none in the index — on a majority at least (a write returns
+    // once a majority applied it; the third replica may miss the last ones).
+    let mut complete = 0;
+    for addr in &reps.addrs {
+        let (item_keys, done, index): (Vec<String>, usize, usize) = bounded(10, async {
+            let mut c = raw(addr).await;
+            let keys: Vec<String> = redis::cmd("KEYS")
+                .arg("hilock:bakery:q:jobs:0*")
+                .query_async(&mut c)
+                .await
+                .unwrap();
+            let done: usize = redis::cmd("SCARD")
+                .arg("hilock:bakery:q:jobs:done")
+                .query_async(&mut c)
+                .await
+                .unwrap();
+            let index: usize = redis::cmd("ZCARD")
+                .arg("hilock:bakery:q:jobs:items")
+                .query_async(&mut c)
+                .await
+                .unwrap();
+            (keys, done, index)
+        });
+        assert!(item_keys.len() <= 16 * 4, "{addr}: {item_keys:?}");
+        if (item_keys.len(), done, index) == (16 * 4, 16, 0) {
+            complete += 1;
+        }
+    }
+    assert!(complete >= 2, "fewer than a majority hold every done item");
 }
 
 /// Two workers started with one `--client-id` would write one column of the bakery

@@ -232,6 +232,16 @@ impl<const N: usize> BakeryLock<N> {
     }
 }
 
+/// Refuses a lock name the replicas' keys cannot carry (before anything is written).
+pub fn check_name(name: &str) -> Result<(), Error> {
+    if name.is_empty() || name.len() > 200 {
+        return Err(Error::Config(
+            "the lock name must have 1 to 200 bytes".into(),
+        ));
+    }
+    Ok(())
+}
+
 /// The redis replicas at `addrs` as backends with `K` rows.
 pub fn redis_replicas<const K: usize>(
     addrs: &[String],
@@ -260,10 +270,8 @@ impl<const N: usize, const K: usize> Driver<N, K> {
                 replicas.len()
             )));
         }
-        if name.is_empty() || name.len() > 200 {
-            return Err(Error::Config(
-                "the lock name must have 1 to 200 bytes".into(),
-            ));
+        if let Scope::Lock(n) = &*scope {
+            check_name(n)?;
         }
         let majority = (N / 2 + 1) as u8;
         let pick = |q: u8| if q == 0 { majority } else { q };

@@ -61,7 +61,8 @@ pub fn valid_item_key(key: &str) -> bool {
 /// Largest payload accepted by [`push`].
 pub const MAX_PAYLOAD: usize = 1 << 20;
 
-fn check_name(name: &str) -> Result<(), Error> {
+/// Refuses a queue name the replicas' keys cannot carry (before anything is written).
+pub fn check_name(name: &str) -> Result<(), Error> {
     if name.is_empty() || name.len() > 200 || name.contains(|c: char| c.is_control()) {
         return Err(Error::Config(
             "the queue name must have 1 to 200 bytes and no control characters".into(),
