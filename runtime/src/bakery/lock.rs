@@ -261,9 +261,6 @@ impl<const N: usize, const K: usize> Driver<N, K> {
         opts: Options,
         program: Program,
     ) -> Result<Self, Error> {
-        let name = match &*scope {
-            Scope::Lock(n) | Scope::Queue { name: n, .. } => n.clone(),
-        };
         if replicas.len() != N {
             return Err(Error::Config(format!(
                 "{} replicas given, {N} expected",
