@@ -32,6 +32,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
 use std::time::Duration;
 
 use hilock_kernel::Mode;
@@ -44,6 +45,13 @@ use crate::token::{Handle, Options, Status};
 
 /// How long a new client connection may stay silent before its request.
 pub const FIRST_LINE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How many connections beyond `max_clients` are held open at once to see whether they
+/// ask for the status (`hilock status` must work on a full node); more are refused at once.
+const STATUS_ONLY: usize = 8;
+
+/// How long such a connection has to send its request before it is refused.
+const STATUS_ONLY_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Longest request line accepted.
 const MAX_LINE: usize = 16 * 1024;
@@ -351,13 +359,19 @@ pub async fn serve(node: Handle, listener: UnixListener, path: PathBuf, max_clie
     let mut stop = node.stopping();
     let counters = node.counters();
     let mut spare = std::fs::File::open("/dev/null").ok();
-    let too_many = format!(
+    let too_many: Arc<str> = format!(
         "too many clients: this node serves {max_clients} connections at once (max_clients); \
          try again later"
-    );
+    )
+    .into();
+    // Connections beyond `max_clients` that may still ask for the status.
+    let mut over = tokio::task::JoinSet::new();
     loop {
         tokio::select! {
             r = listener.accept() => match r {
+                Ok((s, _)) if conns.len() >= max_clients && over.len() < STATUS_ONLY => {
+                    over.spawn(status_only(node.clone(), s, too_many.clone(), max_clients));
+                }
                 Ok((s, _)) if conns.len() >= max_clients => refuse(counters, s, &too_many, max_clients),
                 Ok((s, _)) => { conns.spawn(client(node.clone(), s)); }
                 Err(e) => {
@@ -383,11 +397,13 @@ pub async fn serve(node: Handle, listener: UnixListener, path: PathBuf, max_clie
                 }
             },
             Some(_) = conns.join_next(), if !conns.is_empty() => {}
+            Some(_) = over.join_next(), if !over.is_empty() => {}
             _ = stopped(&mut stop) => break,
         }
         counters.clients.store(conns.len() as u64, Relaxed);
     }
     drop(listener);
+    over.shutdown().await;
     // Each holder's command has the grace its client asked for (at most
     // `MAX_STOP_GRACE`), then SIGKILL: its hold ends, and its lock is released, only once
     // the command is gone. Aborting the task earlier would release under a live command.
@@ -406,6 +422,11 @@ fn refuse(counters: &crate::token::Counters, s: UnixStream, why: &str, max_clien
     let mut line = serde_json::to_vec(&Reply::error(why)).unwrap_or_default();
     line.push(b'\n');
     let _ = s.try_write(&line);
+    count_refused(counters, why, max_clients);
+}
+
+/// Counts a refused client (logged for the 1st, 2nd, 4th … only).
+fn count_refused(counters: &crate::token::Counters, why: &str, max_clients: usize) {
     let refused = counters.clients_refused.fetch_add(1, Relaxed) + 1;
     if refused.is_power_of_two() {
         warn!(max_clients, refused, reason = %why, "refusing client connections (logged for the 1st, 2nd, 4th ... refusal)");
@@ -431,57 +452,75 @@ async fn write_reply(w: &mut (impl AsyncWriteExt + Unpin), r: &Reply) -> std::io
     w.write_all(&line).await
 }
 
-async fn client(node: Handle, s: UnixStream) {
-    let peer_pid = s.peer_cred().ok().and_then(|c| c.pid());
-    let (r, mut w) = s.into_split();
-    let mut r = BufReader::new(r);
+/// A connection's first line, its request; else why not: `Some(text)` to answer (none
+/// within `within`, a line too long, not a request), `None` where nobody is left to tell
+/// (the client closed, a read failed).
+async fn read_request(
+    r: &mut BufReader<tokio::net::unix::OwnedReadHalf>,
+    within: Duration,
+) -> Result<Request, Option<String>> {
     let mut line = String::new();
-    let first = tokio::time::timeout(
-        FIRST_LINE_TIMEOUT,
-        (&mut r).take(MAX_LINE as u64).read_line(&mut line),
-    )
-    .await;
+    let first = tokio::time::timeout(within, r.take(MAX_LINE as u64).read_line(&mut line)).await;
     let Ok(first) = first else {
-        let _ = write_reply(
-            &mut w,
-            &Reply::error(format!("no request within {FIRST_LINE_TIMEOUT:?}")),
-        )
-        .await;
-        return;
+        return Err(Some(format!("no request within {within:?}")));
     };
     match first {
-        Ok(0) => return,
+        Ok(0) => return Err(None),
         Ok(_) if !line.ends_with('\n') => {
-            let _ = write_reply(
-                &mut w,
-                &Reply::error("request line too long or unterminated"),
-            )
-            .await;
-            return;
+            return Err(Some("request line too long or unterminated".into()));
         }
         Ok(_) => {}
         Err(e) => {
             debug!(error = %e, "client read failed");
-            return;
+            return Err(None);
         }
     }
-    let req: Request = match serde_json::from_str(line.trim_end()) {
-        Ok(r) => r,
-        Err(e) => {
-            let _ = write_reply(&mut w, &Reply::error(format!("bad request: {e}"))).await;
+    serde_json::from_str(line.trim_end()).map_err(|e| Some(format!("bad request: {e}")))
+}
+
+/// The node's status as a reply.
+async fn status_reply(node: &Handle) -> Reply {
+    match node.status().await {
+        Ok(s) => Reply {
+            status: serde_json::to_value(s).ok(),
+            ..Reply::ok()
+        },
+        Err(e) => Reply::error(e),
+    }
+}
+
+/// A connection beyond `max_clients`: served only if it asks for the status (an operator
+/// must see a node that is full), else answered `why` and closed.
+async fn status_only(node: Handle, s: UnixStream, why: Arc<str>, max_clients: usize) {
+    let (r, mut w) = s.into_split();
+    let mut r = BufReader::new(r);
+    match read_request(&mut r, STATUS_ONLY_TIMEOUT).await {
+        Ok(Request::Status) => {
+            let _ = write_reply(&mut w, &status_reply(&node).await).await;
+        }
+        _ => {
+            count_refused(node.counters(), &why, max_clients);
+            let _ = write_reply(&mut w, &Reply::error(&*why)).await;
+        }
+    }
+}
+
+async fn client(node: Handle, s: UnixStream) {
+    let peer_pid = s.peer_cred().ok().and_then(|c| c.pid());
+    let (r, mut w) = s.into_split();
+    let mut r = BufReader::new(r);
+    let req = match read_request(&mut r, FIRST_LINE_TIMEOUT).await {
+        Ok(req) => req,
+        Err(why) => {
+            if let Some(why) = why {
+                let _ = write_reply(&mut w, &Reply::error(why)).await;
+            }
             return;
         }
     };
     match req {
         Request::Status => {
-            let reply = match node.status().await {
-                Ok(s) => Reply {
-                    status: serde_json::to_value(s).ok(),
-                    ..Reply::ok()
-                },
-                Err(e) => Reply::error(e),
-            };
-            let _ = write_reply(&mut w, &reply).await;
+            let _ = write_reply(&mut w, &status_reply(&node).await).await;
         }
         Request::Child { .. } | Request::Release { .. } => {
             let _ = write_reply(&mut w, &Reply::error("no lock held on this connection")).await;
