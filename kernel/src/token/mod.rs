@@ -8,6 +8,7 @@
 //! - [`prio`]: priorities, frozen thresholds (Rule 6_PRIO) and inheritance (PCEP, PIP);
 //! - [`keep`]: the release rules (the thesis's eager release, or intentions kept);
 //! - [`value`]: the lock value block (`spec/SPEC.md` 1.15);
+//! - [`wrap`]: the comparison of counters that wrap (hops, epochs, generations, serials);
 //! - [`recovery`]: epochs, leases and the recovery transitions of the fault model
 //!   (`docs/faults.md`, "The recovery mechanism").
 
@@ -18,3 +19,4 @@ pub mod recovery;
 pub mod site;
 pub mod tables;
 pub mod value;
+pub mod wrap;

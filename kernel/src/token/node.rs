@@ -24,6 +24,7 @@ use crate::token::tables::{
     frozen_by, grantable, grantable_set, queue_or_forward_prio, tokenable, QueueOrForward,
 };
 use crate::token::value::{ValueBlock, VALUE_LEN};
+use crate::token::wrap;
 
 /// When a non-token node tells its parent that its owned mode dropped (Rule 5.2).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -1152,7 +1153,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         value: ValueBlock,
     ) -> Result<(), KernelError> {
         let link = self.peer_mut(from)?;
-        if epoch <= link.child_epoch {
+        if !wrap::newer(epoch, link.child_epoch) {
             return Err(KernelError::Duplicate(cx.lock));
         }
         link.child_epoch = epoch;
@@ -1238,7 +1239,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         fence: u64,
         value: ValueBlock,
     ) -> Result<(), KernelError> {
-        if generation <= self.generation_seen || self.has_token() {
+        if !wrap::newer(generation, self.generation_seen) || self.has_token() {
             return Err(KernelError::Duplicate(cx.lock));
         }
         self.peer(from)?;
@@ -1524,10 +1525,13 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         else {
             return Ok(false);
         };
-        if queued.serial < entry.serial {
+        if wrap::newer(entry.serial, queued.serial) {
             return Ok(false);
         }
-        if queued.serial > entry.serial || entry.prio <= queued.prio || entry.mode != queued.mode {
+        if wrap::newer(queued.serial, entry.serial)
+            || entry.prio <= queued.prio
+            || entry.mode != queued.mode
+        {
             // An older request of that node, or a copy of this one that is not more urgent
             // than what waits here: nothing to do.
             self.stale.requests = self.stale.requests.wrapping_add(1);
@@ -1895,17 +1899,18 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         hop: u32,
     ) -> Result<(), KernelError> {
         let link = self.peer_mut(from)?;
-        if hop > link.requests_seen {
+        // Hop numbers wrap (`super::wrap`): newer is "ahead modulo 2^32".
+        if wrap::newer(hop, link.requests_seen) {
             // The old newest moves to bit `shift - 1`; bits that leave the 32-bit window are
             // forgotten (a shift of exactly 32 keeps the old newest: `1 << 31`).
-            let shift = hop - link.requests_seen;
+            let shift = hop.wrapping_sub(link.requests_seen);
             link.requests_window = link.requests_window.checked_shl(shift).unwrap_or(0)
                 | 1u32.checked_shl(shift - 1).unwrap_or(0);
             link.requests_seen = hop;
             return Ok(());
         }
-        let back = link.requests_seen - hop;
-        if hop == 0 || back == 0 || back > 32 || link.requests_window & (1 << (back - 1)) != 0 {
+        let back = link.requests_seen.wrapping_sub(hop);
+        if back == 0 || back > 32 || link.requests_window & (1 << (back - 1)) != 0 {
             return Err(KernelError::Duplicate(lock));
         }
         link.requests_window |= 1 << (back - 1);
@@ -1931,7 +1936,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
             .iter_mut()
             .find(|x| x.requester == entry.requester)
         {
-            if x.serial >= entry.serial {
+            if !wrap::newer(entry.serial, x.serial) {
                 return Err(KernelError::Duplicate(lock));
             }
             *x = entry;

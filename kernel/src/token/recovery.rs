@@ -362,7 +362,14 @@ pub fn rebuild<const N: usize, const Q: usize>(
     let lock = first.lock;
     let mut seen = [false; N];
     let mut token: Option<(NodeId, u32)> = None;
-    let mut generation = 0u32;
+    // The newest generation reported (generations wrap: `super::wrap`); a report of
+    // generation 0 without the token (a new incarnation's) says nothing.
+    let mut generation: Option<u32> = None;
+    let mut newest = |g: u32| {
+        if g != 0 {
+            generation = Some(generation.map_or(g, |n| super::wrap::newest(n, g)));
+        }
+    };
     for r in reports {
         let i = r.node.idx();
         if i >= N {
@@ -389,9 +396,9 @@ pub fn rebuild<const N: usize, const Q: usize>(
                 return Err(RecoveryError::TwoTokens(lock));
             }
             token = Some((r.node, g));
-            generation = generation.max(g);
+            newest(g);
         }
-        generation = generation.max(r.generation_seen);
+        newest(r.generation_seen);
         if r.pending == Pending::Upgrade && r.token.is_none() {
             return Err(RecoveryError::UpgradeWithoutToken(r.node));
         }
@@ -418,7 +425,8 @@ pub fn rebuild<const N: usize, const Q: usize>(
         Some((n, g)) => (n, g, false),
         None => {
             let root = (0..N).find(|&i| members[i]).unwrap_or(0);
-            (NodeId(root as u16), generation.wrapping_add(1), true)
+            let above = generation.unwrap_or(0).wrapping_add(1);
+            (NodeId(root as u16), above, true)
         }
     };
     let pending_of = |n: NodeId| {
@@ -1121,6 +1129,25 @@ mod tests {
         r[2].token = Some(9);
         let p = rebuild::<4, 4>(3, &m, &r).unwrap();
         assert_eq!((p.root, p.generation, p.regenerated), (NodeId(3), 9, false));
+    }
+
+    /// Generations wrap (`super::super::wrap`): reported just below and at `u32::MAX`, the
+    /// regenerated token's is the next one, 0, which every member takes as newer; a new
+    /// incarnation's report of 0 says nothing.
+    #[test]
+    fn a_token_regenerated_across_the_wrap_is_newer_than_every_generation_seen() {
+        let m = [false, true, true, true];
+        let mut r = [report(1, 2), report(2, 2), report(3, 2)];
+        r[0].generation_seen = u32::MAX - 1;
+        r[1].generation_seen = u32::MAX;
+        r[2].generation_seen = 0;
+        let p = rebuild::<4, 4>(3, &m, &r).unwrap();
+        assert_eq!((p.generation, p.regenerated), (0, true));
+        assert!(crate::token::wrap::newer(p.generation, u32::MAX));
+        r[1].generation_seen = 5;
+        r[0].generation_seen = u32::MAX - 2;
+        let p = rebuild::<4, 4>(3, &m, &r).unwrap();
+        assert_eq!(p.generation, 6);
     }
 
     #[test]
