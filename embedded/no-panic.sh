@@ -59,7 +59,13 @@ fi
 # function whose name does not (the panic functions' calls among themselves are one path).
 "$objdump" -d --no-show-raw-insn -C "$elf" |
   awk '/^[0-9a-f]+ </ { fn = $0 }
-       /\t(bl|b|b\.w|blx)\t.*<[^>]*panic[^>]*>/ { if (fn !~ /panic/) print "  " $1 " in " fn " -> " $NF }' >"$log"
+       /\t(bl|b|b\.w|blx)\t.*<[^>]*panic[^>]*>/ {
+         if (fn !~ /panic/) {
+           # The callee as <name> (llvm-objdump 14 and later put "@ imm = #..." after it).
+           match($0, /<[^>]*panic[^>]*>/)
+           print "  " $1 " in " fn " -> " substr($0, RSTART, RLENGTH)
+         }
+       }' >"$log"
 sites=$(wc -l <"$log")
 cat "$log"
 echo "no-panic: call sites into panic functions in the node image: $sites"

@@ -25,6 +25,7 @@ taken or not.
 """
 
 import re
+import os
 import subprocess
 import sys
 
@@ -39,6 +40,9 @@ opts = sys.argv[1:]
 if len(args) < 2:
     die("usage: stack-bound.py ELF SYMBOL [--objdump PATH] [--nm PATH] [--why]")
 elf, wanted = args[0], args[1]
+if not os.path.isfile(elf):
+    die(f"no image at {elf}: build it first (see docs/benchmarks.md, \"Static stack bound\"; "
+        "with CARGO_TARGET_DIR set, the image is under that directory)")
 
 
 def opt(name, default):
