@@ -671,18 +671,9 @@ impl FaultModel {
                 }
             }
         }
-        let plan = match rebuild::<MODEL_NODES, QUEUE>(epoch, &new, &reports) {
-            Ok(p) => p,
-            Err(e) => {
-                st.error = Some(format!("rebuild for epoch {epoch}: {e}"));
-                return;
-            }
+        let Some(plan) = Self::record(st, epoch, new, &reports) else {
+            return;
         };
-        if plan.regenerated {
-            st.events |= ev::REGENERATED;
-        }
-        st.epoch = epoch;
-        st.members = new;
         st.installed = true;
         for i in (0..MODEL_NODES).filter(|i| new[*i]) {
             let r = st.cluster.transition(Self::node(i), |s, out| {
@@ -697,6 +688,30 @@ impl FaultModel {
             }
         }
         st.plan = Some(plan);
+    }
+
+    /// The leader's rebuild for `epoch` with `new` from `reports`: the epoch and its
+    /// members become current (the atomic install and the staged install's lead share
+    /// it); `None` with the rebuild's error kept.
+    fn record(
+        st: &mut FState,
+        epoch: Epoch,
+        new: [bool; MODEL_NODES],
+        reports: &[LockReport<QUEUE>],
+    ) -> Option<Plan<QUEUE>> {
+        let plan = match rebuild::<MODEL_NODES, QUEUE>(epoch, &new, reports) {
+            Ok(p) => p,
+            Err(e) => {
+                st.error = Some(format!("rebuild for epoch {epoch}: {e}"));
+                return None;
+            }
+        };
+        if plan.regenerated {
+            st.events |= ev::REGENERATED;
+        }
+        st.epoch = epoch;
+        st.members = new;
+        Some(plan)
     }
 
     /// Staged install, [`FaultAction::Freeze`]: node `i` writes its report and freezes.
@@ -720,18 +735,9 @@ impl FaultModel {
             .filter(|i| new[*i])
             .filter_map(|i| st.reports[i].clone())
             .collect();
-        let plan = match rebuild::<MODEL_NODES, QUEUE>(epoch, &new, &reports) {
-            Ok(p) => p,
-            Err(e) => {
-                st.error = Some(format!("rebuild for epoch {epoch}: {e}"));
-                return;
-            }
+        let Some(plan) = Self::record(st, epoch, new, &reports) else {
+            return;
         };
-        if plan.regenerated {
-            st.events |= ev::REGENERATED;
-        }
-        st.epoch = epoch;
-        st.members = new;
         st.reports = Default::default();
         st.to_install = new;
         st.plan = Some(plan);
