@@ -1693,10 +1693,18 @@ fn hilock_lock_passes_the_value_block_to_the_next_holder() {
 /// the same state directories — each node a new run — issues fences above every fence of
 /// the run before (a new generation); stopped with SIGTERM instead, every node suspends
 /// and the same run resumes, its fences going on from where they were (the same
-/// generation).
+/// generation). Each generation starts its locks with a value block that is not valid
+/// (`docs/cli.md`, "The value block": `HILOCK_VALUE` empty), from the first start on.
 #[test]
 fn fences_keep_growing_across_a_restart_of_the_whole_cluster() {
     let mut c = start_with(3, "state_dir = \"state-{id}\"\n");
+    let out = run(&mut lock_cmd(
+        &c.socket(1),
+        "/v",
+        "R",
+        "echo \"[$HILOCK_VALUE]\"",
+    ));
+    assert_eq!(text(&out.stdout).trim(), "[]", "{}", text(&out.stderr));
     let out_file = c.dir.path().join("fence");
     let fence = |c: &Cluster, node: usize| -> u64 {
         let script = format!("echo $HILOCK_FENCE > {}", out_file.display());
