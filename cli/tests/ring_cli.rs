@@ -1540,11 +1540,25 @@ async fn unanswered_unlock() {
         err.contains(PATH) && err.contains("--client-id 31 --take-over"),
         "{err}"
     );
-    let (code, err, _) = lock_cmd(
-        &["--client-id", "31", "--take-over", PATH, "W", "--", "true"],
-        &cfg,
-        limit,
-    )
-    .await;
-    assert_eq!(code, Some(0), "the take-over frees it: {err}");
+    // The key as `hilock ring status` shows key ranges: in hex.
+    let key = format!("key {:#06x}", key_of(PATH).0);
+    assert!(err.contains(&key), "{err} names {key}");
+    // The take-over as printed runs (its `--config` included) and frees the key.
+    let printed = err
+        .rsplit_once("(hilock ")
+        .and_then(|(_, c)| c.trim_end().strip_suffix(')'))
+        .unwrap_or_else(|| panic!("no take-over command in {err}"));
+    let words: Vec<&str> = printed.split_whitespace().collect();
+    let out = tokio::process::Command::new(BIN)
+        .args(&words)
+        .env("RUST_LOG", "hilock=warn")
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(limit, out).await.unwrap().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "the printed take-over `hilock {printed}` frees it: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

@@ -603,14 +603,16 @@ fn link(
 fn words(msg: &super::Msg) -> String {
     match msg {
         ChordMsg::Request { token, op, key, .. } => {
-            format!("client {}'s {op:?} of key {}", token.client.0, key.0)
+            format!("client {}'s {op:?} of key {:#06x}", token.client.0, key.0)
         }
         ChordMsg::Replicate { slot, token, .. } => format!(
-            "the replica write of key {} for client {}",
+            "the replica write of key {:#06x} for client {}",
             slot.key.0, token.client.0
         ),
         ChordMsg::Reply { token, .. } => format!("an answer to client {}", token.client.0),
-        ChordMsg::ReplicaAck { key, .. } => format!("a replica's acknowledgement of key {}", key.0),
+        ChordMsg::ReplicaAck { key, .. } => {
+            format!("a replica's acknowledgement of key {:#06x}", key.0)
+        }
         other => {
             let name = format!("{other:?}");
             let name = name.split([' ', '(', '{']).next().unwrap_or("").to_string();
