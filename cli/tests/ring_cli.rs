@@ -203,19 +203,37 @@ async fn three_nodes(dir: &Path, lease_ms: u64) -> ThreeNodes {
 }
 
 fn spawn(args: &[&str], config: &Path) -> Proc {
-    Proc(
-        Command::new(BIN)
-            .args(args)
-            .arg("--config")
-            .arg(config)
-            .stdout(Stdio::null())
-            .env(
-                "RUST_LOG",
-                std::env::var("RING_LOG").unwrap_or("hilock=warn".into()),
-            )
-            .spawn()
-            .expect("hilock starts"),
-    )
+    Proc(command(args, config).spawn().expect("hilock starts"))
+}
+
+/// `hilock ARGS --config F`, its stdout discarded, logs as `RING_LOG` says ([`spawn`]).
+fn command(args: &[&str], config: &Path) -> Command {
+    let mut c = Command::new(BIN);
+    c.args(args)
+        .arg("--config")
+        .arg(config)
+        .stdout(Stdio::null())
+        .env(
+            "RUST_LOG",
+            std::env::var("RING_LOG").unwrap_or("hilock=warn".into()),
+        );
+    c
+}
+
+/// A ring of `n` slots with `members` in its first view, in `dir/ring.toml`: its
+/// membership service running, and an administrator's connection to it.
+async fn ring_of(
+    dir: &Path,
+    n: usize,
+    members: &[u16],
+) -> (Vec<SocketAddr>, std::path::PathBuf, Proc, Admin) {
+    let addrs: Vec<SocketAddr> = (0..n).map(|_| free_port()).collect();
+    let maddr = free_port();
+    let cfg = dir.join("ring.toml");
+    std::fs::write(&cfg, ring_toml(&addrs, maddr, members, 1000)).unwrap();
+    let service = spawn(&["ring", "membership"], &cfg);
+    let adm = admin(maddr).await;
+    (addrs, cfg, service, adm)
 }
 
 /// Runs `hilock ring ARGS --config F` to its end (at most `limit`): its exit code, stdout
@@ -343,6 +361,58 @@ async fn join_and_leave() {
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("not settled after"), "{err}");
     assert_eq!(err.trim_end().lines().count(), 1, "one line: {err:?}");
+}
+
+/// A second ring node with a running node's id — `hilock node --config F --id 0` and
+/// `hilock ring-node --id 0 …` — exits 2 with the one line a token node gives: "cannot
+/// listen on ADDR: Address already in use (is another hilock node with id 0 running?)".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_ring_node_with_a_running_nodes_id_is_asked_about_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (addrs, cfg, _service, mut adm) = ring_of(dir.path(), 2, &[0, 1]).await;
+    let limit = Duration::from_secs(15);
+    let _nodes: Vec<Proc> = (0..2)
+        .map(|i| spawn(&["node", "--id", &i.to_string()], &cfg))
+        .collect();
+    adm.wait_for(limit, |s| s.up == 0b11).await.unwrap();
+    let maddr = hilock_runtime::Config::from_file(&cfg, Some(0))
+        .unwrap()
+        .ring
+        .unwrap()
+        .membership
+        .to_string();
+    let peers = format!("{},{}", addrs[0], addrs[1]);
+    let file = command(&["node", "--id", "0"], &cfg);
+    let mut bare = Command::new(BIN);
+    bare.args([
+        "ring-node",
+        "--id",
+        "0",
+        "--peers",
+        &peers,
+        "--membership",
+        &maddr,
+    ]);
+    for (what, c) in [("node", file), ("ring-node", bare)] {
+        let out = tokio::process::Command::from(c).kill_on_drop(true).output();
+        let out = tokio::time::timeout(limit, out)
+            .await
+            .expect("the second node exits")
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{what}: {err}");
+        assert_eq!(
+            err.trim_end().lines().count(),
+            1,
+            "{what}: one line: {err:?}"
+        );
+        let err = err.trim_end();
+        assert!(
+            err.starts_with(&format!("hilock: error: cannot listen on {}: ", addrs[0]))
+                && err.ends_with("(is another hilock node with id 0 running?)"),
+            "{what}: {err}"
+        );
+    }
 }
 
 /// `hilock ring join|leave --config F --id SLOT` of a slot the file has no node for is

@@ -705,6 +705,19 @@ pub fn serve(id: u16, peers: &str, membership: SocketAddr) -> Result<NodeEnd, St
     run_node(id, addrs, me, membership)
 }
 
+/// The listener of ring node `id` at `me`; an address in use is most likely a node of
+/// the same slot that runs already, and the one line says so (as a token node's does).
+pub(crate) async fn bind_node(id: u16, me: SocketAddr) -> Result<tokio::net::TcpListener, String> {
+    tokio::net::TcpListener::bind(me).await.map_err(|e| {
+        let hint = if e.kind() == std::io::ErrorKind::AddrInUse {
+            format!(" (is another hilock node with id {id} running?)")
+        } else {
+            String::new()
+        };
+        format!("cannot listen on {me}: {e}{hint}")
+    })
+}
+
 /// Runs node `id` listening on `me` until it has left or the service went away.
 fn run_node(
     id: u16,
@@ -714,9 +727,7 @@ fn run_node(
 ) -> Result<NodeEnd, String> {
     let rt = tokio::runtime::Runtime::new().map_err(|e| format!("tokio: {e}"))?;
     rt.block_on(async move {
-        let l = tokio::net::TcpListener::bind(me)
-            .await
-            .map_err(|e| format!("listen on {me}: {e}"))?;
+        let l = bind_node(id, me).await?;
         let node = RingNode::start(id, l, std::sync::Arc::new(addrs), membership)
             .await
             .map_err(|e| format!("membership service at {membership}: {e}"))?;
