@@ -220,6 +220,18 @@ fn command(args: &[&str], config: &Path) -> Command {
     c
 }
 
+/// Waits at most `limit` for `p` to exit: its status code.
+async fn exit_of(p: &mut Proc, limit: Duration) -> Option<i32> {
+    let t = Instant::now();
+    loop {
+        if let Some(st) = p.0.try_wait().unwrap() {
+            return st.code();
+        }
+        assert!(t.elapsed() < limit, "the process exits within {limit:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// A ring of `n` slots with `members` in its first view, in `dir/ring.toml`: its
 /// membership service running, and an administrator's connection to it.
 async fn ring_of(
@@ -361,6 +373,47 @@ async fn join_and_leave() {
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("not settled after"), "{err}");
     assert_eq!(err.trim_end().lines().count(), 1, "one line: {err:?}");
+}
+
+/// A ring node that is not a member (started, never joined) whose membership service is
+/// killed stops on its own as a member does: exit 75, "the membership service at … went
+/// away; it stopped" (exit 0 is for a requested leave only).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_non_member_whose_membership_service_goes_away_exits_75() {
+    let dir = tempfile::tempdir().unwrap();
+    let (addrs, cfg, service, mut adm) = ring_of(dir.path(), 2, &[0]).await;
+    let limit = Duration::from_secs(15);
+    let mut nodes: Vec<Proc> = (0..2)
+        .map(|i| {
+            let mut c = command(&["node", "--id", &i.to_string()], &cfg);
+            Proc(c.stderr(Stdio::piped()).spawn().unwrap())
+        })
+        .collect();
+    adm.wait_for(limit, |s| s.up == 0b11).await.unwrap();
+    // Both serve (granted their first lease: a node whose service goes away before that
+    // did not start, exit 2).
+    let t = Instant::now();
+    for a in &addrs {
+        while hilock_runtime::ring::probe(*a, Duration::from_millis(200))
+            .await
+            .is_none()
+        {
+            assert!(t.elapsed() < limit, "node at {a} serves");
+        }
+    }
+    drop(service);
+    for (i, p) in nodes.iter_mut().enumerate() {
+        assert_eq!(exit_of(p, limit).await, Some(75), "node {i}");
+        let mut err = String::new();
+        std::io::Read::read_to_string(p.0.stderr.as_mut().unwrap(), &mut err).unwrap();
+        let last = err.trim_end().lines().last().unwrap_or("");
+        assert!(
+            last.starts_with(&format!(
+                "hilock: error: ring node {i}: the membership service at"
+            )) && last.ends_with("went away; it stopped"),
+            "node {i}: {err}"
+        );
+    }
 }
 
 /// A second ring node with a running node's id — `hilock node --config F --id 0` and

@@ -734,19 +734,20 @@ fn run_node(
         while !node.stopped() {
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
+        // Only the service's word that its graceful leave is done is a stop it was asked
+        // for; a member or not, a node whose service went away stopped on its own.
         let s = node.snapshot();
-        let member = s.view.is_some_and(|v| v.has(NodeId(id)));
-        Ok(if s.lease_lost {
+        Ok(if s.left {
+            NodeEnd::Stopped(format!("ring node {id} left the ring and stopped\n"))
+        } else if s.lease_lost {
             NodeEnd::Lost(format!(
                 "ring node {id}: its lease ran out (the process was paused, or cut off from \
                  the membership service at {membership}); it stopped"
             ))
-        } else if member {
+        } else {
             NodeEnd::Lost(format!(
                 "ring node {id}: the membership service at {membership} went away; it stopped"
             ))
-        } else {
-            NodeEnd::Stopped(format!("ring node {id} left the ring and stopped\n"))
         })
     })
 }

@@ -45,6 +45,9 @@ pub struct Snapshot {
     /// Tasks reading a connection or the membership frames that have not ended yet (an
     /// ended one is reaped at once).
     pub readers: usize,
+    /// The membership service told it its graceful leave is done ([`Frame::Left`]): it
+    /// stopped because it was asked to.
+    pub left: bool,
 }
 
 /// A running ring node.
@@ -427,7 +430,11 @@ async fn run(
                         continue;
                     }
                     Ev::MembershipGone => return,
-                    Ev::Frame(Addr::Chord, Frame::Left) => return,
+                    Ev::Frame(Addr::Chord, Frame::Left) => {
+                        snap.left = true;
+                        snap_tx.send_replace(snap.clone());
+                        return;
+                    }
                     Ev::Frame(Addr::Chord, Frame::Lease { seq, ms }) => {
                         if let Some(t) = lease.sent.remove(&seq) {
                             let until = t + Duration::from_millis(ms.into()).mul_f64(1.0 - RHO);
