@@ -468,6 +468,106 @@ async fn a_second_ring_node_with_a_running_nodes_id_is_asked_about_it() {
     }
 }
 
+/// `hilock ring status` tells a member that does not answer: after kill -9 of node 2
+/// (lease 10 s: still a member), exit 1 (as `hilock dump` when a node does not answer),
+/// the text says "not settled: member [2] not answering", the JSON has `"settled": false`
+/// and `"down": [2]`. `hilock status --config F --id 2` is refused with one line (a ring's
+/// status covers every slot). With the membership service not answering too (SIGSTOP),
+/// it still prints what the nodes report (their view, their entries) and the service's
+/// error, exit 1; with every node down as well, exit 2 and one line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ring_status_tells_a_member_or_the_service_that_does_not_answer() {
+    tokio::time::timeout(Duration::from_secs(90), status_of_a_broken_ring())
+        .await
+        .expect("the test ended within 90 s");
+}
+
+async fn status_of_a_broken_ring() {
+    let dir = tempfile::tempdir().unwrap();
+    let ThreeNodes {
+        cfg,
+        maddr,
+        service,
+        mut nodes,
+        view,
+        ..
+    } = three_nodes(dir.path(), 10_000).await;
+    let limit = Duration::from_secs(20);
+    let (code, out, err) = ring_cmd(&["status"], &cfg, limit).await;
+    assert_eq!(code, Some(0), "{out} {err}");
+    assert!(out.lines().next().unwrap().ends_with(", settled"), "{out}");
+
+    drop(nodes.pop()); // kill -9 of node 2
+    let (code, out, err) = ring_cmd(&["status"], &cfg, limit).await;
+    assert_eq!(code, Some(1), "{out} {err}");
+    assert!(
+        out.lines()
+            .next()
+            .unwrap()
+            .ends_with(", not settled: member [2] not answering or without a lease"),
+        "{out}"
+    );
+    let (code, out, err) = ring_cmd(&["status", "--json"], &cfg, limit).await;
+    assert_eq!(code, Some(1), "{out} {err}");
+    let doc: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(doc["settled"], false, "{out}");
+    assert_eq!(doc["down"], serde_json::json!([2]), "{out}");
+    assert_eq!(doc["members"], serde_json::json!([0, 1, 2]), "{out}");
+    assert!(doc["nodes"][2]["node"].is_null(), "{out}");
+
+    let by_id = tokio::process::Command::new(BIN)
+        .args(["status", "--id", "2", "--config"])
+        .arg(&cfg)
+        .kill_on_drop(true)
+        .output();
+    let by_id = tokio::time::timeout(limit, by_id).await.unwrap().unwrap();
+    let err = String::from_utf8_lossy(&by_id.stderr);
+    assert_eq!(by_id.status.code(), Some(2), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err:?}");
+    assert!(
+        err.contains("--id 2") && err.contains("without --id"),
+        "{err}"
+    );
+
+    // A paused service (its nodes run on while their lease lasts).
+    signal(&service, "STOP");
+    let quick = ["--timeout-ms", "1000"];
+    let (code, out, err) = ring_cmd(&["status", "--json", quick[0], quick[1]], &cfg, limit).await;
+    assert_eq!(code, Some(1), "{out} {err}");
+    let doc: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(
+        doc["membership_error"]
+            .as_str()
+            .is_some_and(|e| e.contains(&maddr.to_string())),
+        "{out}"
+    );
+    assert_eq!(doc["epoch"], view.epoch, "{out}");
+    assert_eq!(doc["down"], serde_json::json!([2]), "{out}");
+    for i in 0..2 {
+        assert_eq!(
+            doc["nodes"][i]["node"]["epoch"], view.epoch,
+            "node {i}: {out}"
+        );
+    }
+    let (code, out, _) = ring_cmd(&["status", quick[0], quick[1]], &cfg, limit).await;
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.starts_with("ring: 16-bit identifiers, r = 2; no view from the membership service"),
+        "{out}"
+    );
+    assert_eq!(
+        out.lines().filter(|l| l.contains("node: epoch")).count(),
+        2,
+        "{out}"
+    );
+
+    drop(nodes);
+    let (code, out, err) = ring_cmd(&["status", quick[0], quick[1]], &cfg, limit).await;
+    assert_eq!(code, Some(2), "{out} {err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err:?}");
+    assert!(err.contains("no node of the file answers either"), "{err}");
+}
+
 /// `hilock ring join|leave --config F --id SLOT` of a slot the file has no node for is
 /// refused at once, the membership service running: exit 2 and one line naming the slot,
 /// long before `--timeout-ms` (no node of the file can run in the slot, so the change

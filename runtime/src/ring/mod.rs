@@ -196,8 +196,13 @@ pub async fn probe(addr: SocketAddr, limit: Duration) -> Option<NodeReport> {
 /// `hilock ring status`: the service's view, each slot's identifier, the key range it
 /// serves as primary (`(from, to]` on the identifier circle, the kernel's `lookup`), the
 /// replica set of that range (the kernel's `replicas`, r + 1 members) and what the node
-/// itself reports (its view, its entries). JSON (format `hilock-ring-status/1`) or text.
-pub fn status(cfg: &crate::Config, json: bool, limit: Duration) -> Result<String, String> {
+/// itself reports (its view, its entries). JSON (format `hilock-ring-status/1`) or text,
+/// and whether all is well: `false` when a member does not answer or has lost its lease
+/// (`down`; the ring is not settled then, whatever the service says), or when the
+/// membership service (the view's source) does not answer — then the view shown is the
+/// latest any node reports, and `membership_error` says what failed. An error only when
+/// neither the service nor any node answers.
+pub fn status(cfg: &crate::Config, json: bool, limit: Duration) -> Result<(String, bool), String> {
     let ringcfg = cfg
         .ring
         .as_ref()
@@ -207,30 +212,31 @@ pub fn status(cfg: &crate::Config, json: bool, limit: Duration) -> Result<String
         .build()
         .map_err(|e| format!("tokio: {e}"))?;
     rt.block_on(async move {
-        let st = match &cfg.membership {
-            crate::config::Membership::Static => {
-                Admin::connect(ringcfg.membership, limit).await?.state()
-            }
+        let reports =
+            futures_util::future::join_all(cfg.nodes.iter().map(|n| probe(n.addr, limit))).await;
+        let service: Result<MembershipState, String> = match &cfg.membership {
+            crate::config::Membership::Static => Admin::connect(ringcfg.membership, limit)
+                .await
+                .map(|a| a.state()),
             #[cfg(feature = "etcd")]
             crate::config::Membership::Etcd { .. } => {
                 let o = crate::membership::EtcdOptions::of_config(cfg)?;
-                let (view, up) =
-                    tokio::time::timeout(limit, etcd::read_view(&o, &cfg.cluster))
-                        .await
-                        .map_err(|_| format!("etcd: no answer within {limit:?}"))??;
-                // Settled: every live member answers the probe settled in this view.
-                let mut settled = true;
-                for n in &cfg.nodes {
-                    if view.has(NodeId(n.id)) && up & (1 << n.id) != 0 {
-                        let r = probe(n.addr, limit).await;
-                        settled &= r.is_some_and(|r| r.view == view && r.settled);
+                match tokio::time::timeout(limit, etcd::read_view(&o, &cfg.cluster)).await {
+                    Err(_) => Err(format!("etcd: no answer within {limit:?}")),
+                    Ok(Err(e)) => Err(e),
+                    Ok(Ok((view, up))) => {
+                        // Settled: every live member answers the probe settled in this view.
+                        let settled = cfg.nodes.iter().zip(&reports).all(|(n, r)| {
+                            !(view.has(NodeId(n.id)) && up & (1 << n.id) != 0)
+                                || r.as_ref().is_some_and(|r| r.view == view && r.settled)
+                        });
+                        Ok(MembershipState {
+                            view,
+                            settled,
+                            up,
+                            queued: 0,
+                        })
                     }
-                }
-                MembershipState {
-                    view,
-                    settled,
-                    up,
-                    queued: 0,
                 }
             }
             #[cfg(not(feature = "etcd"))]
@@ -238,13 +244,31 @@ pub fn status(cfg: &crate::Config, json: bool, limit: Duration) -> Result<String
                 return Err("membership = \"etcd\" needs a hilock built with --features etcd".into())
             }
         };
-        let v = st.view;
+        // Without the service: the latest view a node reports.
+        let (st, service_error) = match service {
+            Ok(st) => (Some(st), None),
+            Err(e) => (None, Some(e)),
+        };
+        let v = match (&st, reports.iter().flatten().map(|r| r.view).max_by_key(|v| v.epoch)) {
+            (Some(st), _) => st.view,
+            (None, Some(v)) => v,
+            (None, None) => {
+                return Err(format!(
+                    "{}; no node of the file answers either",
+                    service_error.unwrap_or_default()
+                ))
+            }
+        };
         let r = ring();
         let mut nodes = Vec::new();
-        for n in &cfg.nodes {
+        let mut down = Vec::new();
+        for (n, report) in cfg.nodes.iter().zip(reports) {
             let id = NodeId(n.id);
             let ident = r.ident(id).ok_or("slot out of range")?;
             let member = v.has(id);
+            if member && report.as_ref().is_none_or(|x| x.lease_lost) {
+                down.push(n.id);
+            }
             let (from, replicas) = if member {
                 let p = r.prev(v, id).and_then(|p| r.ident(p)).unwrap_or(ident);
                 let set = r.replicas(v, Key(ident), R + 1);
@@ -253,13 +277,13 @@ pub fn status(cfg: &crate::Config, json: bool, limit: Duration) -> Result<String
             } else {
                 (None, Vec::new())
             };
-            let report = probe(n.addr, limit).await;
             nodes.push(serde_json::json!({
                 "slot": n.id,
                 "addr": n.addr.to_string(),
                 "ident": ident,
                 "member": member,
-                "up": st.up & (1 << n.id) != 0,
+                // Connected to the service (unknown without it).
+                "up": st.map(|st| st.up & (1 << n.id) != 0),
                 // The primary range (from, to]; a lone member serves the whole circle.
                 "range": from.map(|f| [f, ident]),
                 "replicas": replicas,
@@ -273,26 +297,52 @@ pub fn status(cfg: &crate::Config, json: bool, limit: Duration) -> Result<String
                 })),
             }));
         }
-        let doc = serde_json::json!({
+        let settled = st.is_some_and(|st| st.settled) && down.is_empty();
+        let mut doc = serde_json::json!({
             "format": "hilock-ring-status/1",
             "bits": BITS,
             "r": R,
             "epoch": v.epoch,
             "members": (0..16u16).filter(|i| v.members & (1 << i) != 0).collect::<Vec<_>>(),
-            "settled": st.settled,
+            "settled": settled,
+            "down": down,
             "nodes": nodes,
         });
+        if let Some(e) = &service_error {
+            doc["membership_error"] = serde_json::json!(e);
+        }
+        let ok = service_error.is_none() && down.is_empty();
         if json {
             return serde_json::to_string_pretty(&doc)
-                .map(|s| s + "\n")
+                .map(|s| (s + "\n", ok))
                 .map_err(|e| e.to_string());
         }
-        let mut out = format!(
-            "ring: {BITS}-bit identifiers, r = {R}; view epoch {} members {}, {}\n",
-            v.epoch,
-            slots_of(v.members),
-            if st.settled { "settled" } else { "changing" }
-        );
+        let how = if !down.is_empty() {
+            format!(
+                "not settled: member{} {} not answering or without a lease",
+                if down.len() == 1 { "" } else { "s" },
+                slots_of(down.iter().fold(0, |b, i| b | 1 << i))
+            )
+        } else if settled {
+            "settled".to_string()
+        } else if st.is_some() {
+            "changing".to_string()
+        } else {
+            "not settled".to_string()
+        };
+        let mut out = match &service_error {
+            None => format!(
+                "ring: {BITS}-bit identifiers, r = {R}; view epoch {} members {}, {how}\n",
+                v.epoch,
+                slots_of(v.members),
+            ),
+            Some(e) => format!(
+                "ring: {BITS}-bit identifiers, r = {R}; no view from the membership service \
+                 ({e}); the latest view a node reports: epoch {} members {}, {how}\n",
+                v.epoch,
+                slots_of(v.members),
+            ),
+        };
         for n in doc["nodes"].as_array().into_iter().flatten() {
             let range = match n["range"].as_array() {
                 Some(a) => format!(
@@ -321,7 +371,7 @@ pub fn status(cfg: &crate::Config, json: bool, limit: Duration) -> Result<String
                 n["ident"].as_u64().unwrap_or(0)
             ));
         }
-        Ok(out)
+        Ok((out, ok))
     })
 }
 
