@@ -371,8 +371,92 @@ async fn join_and_leave() {
     )
     .await;
     assert_eq!(code, Some(2), "{err}");
-    assert!(err.contains("not settled after"), "{err}");
+    assert!(
+        err.contains("withdrawn") && err.contains("is not connected"),
+        "{err}"
+    );
     assert_eq!(err.trim_end().lines().count(), 1, "one line: {err:?}");
+}
+
+/// `hilock ring join` of a slot whose node does not run, `--timeout-ms 1500`: exit 2 and
+/// one line saying the join is withdrawn because the node is not connected; the node
+/// started afterwards stays out of the view (the join did not happen later). `hilock ring
+/// leave` of that running non-member: exit 2, one line "not a member", and the node keeps
+/// running. A join still queued (asked without a timeout, its node down) is withdrawn by
+/// a leave of the slot, which says so; the node started afterwards stays out. A join
+/// asked with the node running then joins it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timed_out_join_is_withdrawn_and_a_leave_of_a_non_member_says_so() {
+    tokio::time::timeout(Duration::from_secs(90), withdrawn_join())
+        .await
+        .expect("the test ended within 90 s");
+}
+
+/// Once slot 2's node is connected, slot 2 is not in the view for 2.5 s.
+async fn stays_out(adm: &mut Admin, why: &str) {
+    adm.wait_for(Duration::from_secs(15), |s| s.up & 0b100 != 0)
+        .await
+        .unwrap();
+    let joined = adm
+        .wait_for(Duration::from_millis(2500), |s| s.view.has(NodeId(2)))
+        .await;
+    assert!(joined.is_err(), "{why}: slot 2 joined: {joined:?}");
+}
+
+async fn withdrawn_join() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, cfg, _service, mut adm) = ring_of(dir.path(), 3, &[0, 1]).await;
+    let _nodes: Vec<Proc> = (0..2)
+        .map(|i| spawn(&["node", "--id", &i.to_string()], &cfg))
+        .collect();
+    let limit = Duration::from_secs(15);
+    adm.wait_for(limit, |s| s.up == 0b11).await.unwrap();
+    let (code, out, err) =
+        ring_cmd(&["join", "--id", "2", "--timeout-ms", "1500"], &cfg, limit).await;
+    assert_eq!(code, Some(2), "{out} {err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err:?}");
+    assert!(
+        err.contains("join of slot 2 withdrawn after")
+            && err.contains("node 2 is not connected to the membership service"),
+        "{err}"
+    );
+    let mut two = spawn(&["node", "--id", "2"], &cfg);
+    stays_out(&mut adm, "after the timed-out join").await;
+
+    let (code, out, err) = ring_cmd(&["leave", "--id", "2"], &cfg, limit).await;
+    assert_eq!(code, Some(2), "{out} {err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err:?}");
+    assert!(
+        err.contains("slot 2 is not a member") && !err.contains("withdrawn"),
+        "{err}"
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        two.0.try_wait().unwrap().is_none(),
+        "the non-member runs on"
+    );
+
+    // A join still queued, its node down: a leave withdraws it.
+    drop(two);
+    adm.wait_for(limit, |s| s.up == 0b11).await.unwrap();
+    adm.ask(hilock_runtime::ring::Request::Join(2)).unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let (code, out, err) = ring_cmd(&["leave", "--id", "2"], &cfg, limit).await;
+    assert_eq!(code, Some(2), "{out} {err}");
+    assert!(
+        err.contains("slot 2 is not a member")
+            && err.contains("its join, which was still queued, is withdrawn"),
+        "{err}"
+    );
+    let _two = spawn(&["node", "--id", "2"], &cfg);
+    stays_out(&mut adm, "after the leave").await;
+
+    let (code, out, err) = ring_cmd(&["join", "--id", "2"], &cfg, limit).await;
+    assert_eq!(code, Some(0), "{out} {err}");
+    assert!(
+        out.starts_with("joined 2: view epoch 1 members [0, 1, 2]"),
+        "{out}"
+    );
 }
 
 /// A ring node that is not a member (started, never joined) whose membership service is

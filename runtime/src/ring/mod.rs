@@ -161,6 +161,31 @@ pub enum Frame {
     Suspect(u16),
     /// Node → a status probe (a connection that said `Hello(Chord)`): what it holds.
     Report(NodeReport),
+    /// Admin → membership: withdraw a change asked for that has not started yet.
+    Withdraw(Request),
+    /// Membership → admin: the answer to its [`Frame::Ask`] or [`Frame::Withdraw`].
+    Answer(Answer),
+}
+
+/// The membership service's answer to an administrator's request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Answer {
+    /// The change is queued (a join waits for its node to connect, every change for the
+    /// one before it to settle).
+    Queued,
+    /// A leave of a slot that is not a member of `view`: nothing to leave. `withdrew`: a
+    /// join of the slot was still queued and is withdrawn.
+    NotMember {
+        /// The service's view.
+        view: View,
+        /// A queued join of the slot was withdrawn.
+        withdrew: bool,
+    },
+    /// The slot is not one of the ring's [`SLOTS`].
+    NoSuchSlot,
+    /// To a [`Frame::Withdraw`]: the change was still queued and is withdrawn (`true`), or
+    /// it is not queued (`false`: it started, or was never asked).
+    Withdrawn(bool),
 }
 
 /// What a node tells `hilock ring status`.
@@ -465,11 +490,46 @@ impl Admin {
         self.last
     }
 
-    /// Asks for `r`.
+    /// Asks for `r` (the answer is not waited for: [`Admin::ask_answered`] does).
     pub fn ask(&self, r: Request) -> Result<(), String> {
         self.tx
             .send(Frame::Ask(r))
             .map_err(|_| "the membership connection closed".to_string())
+    }
+
+    /// Asks for `r` and waits at most `limit` for the service's [`Answer`].
+    pub async fn ask_answered(&mut self, r: Request, limit: Duration) -> Result<Answer, String> {
+        self.ask(r)?;
+        self.answer(limit).await
+    }
+
+    /// Withdraws `r` if it has not started; waits at most `limit` for the answer: whether
+    /// it was still queued (and is withdrawn now).
+    pub async fn withdraw(&mut self, r: Request, limit: Duration) -> Result<bool, String> {
+        self.tx
+            .send(Frame::Withdraw(r))
+            .map_err(|_| "the membership connection closed".to_string())?;
+        match self.answer(limit).await? {
+            Answer::Withdrawn(w) => Ok(w),
+            other => Err(format!("the membership service answered {other:?}")),
+        }
+    }
+
+    /// The next [`Answer`] (states read meanwhile are kept), at most `limit`.
+    async fn answer(&mut self, limit: Duration) -> Result<Answer, String> {
+        let go = async {
+            loop {
+                match self.reader.next().await {
+                    Some(Frame::State(s)) => self.last = s,
+                    Some(Frame::Answer(a)) => return Ok(a),
+                    Some(_) => {}
+                    None => return Err("the membership service closed the connection".to_string()),
+                }
+            }
+        };
+        tokio::time::timeout(limit, go)
+            .await
+            .map_err(|_| format!("the membership service did not answer within {limit:?}"))?
     }
 
     /// Waits until the state is settled and satisfies `f`, at most `limit`.
@@ -478,6 +538,24 @@ impl Admin {
         limit: Duration,
         f: impl Fn(&MembershipState) -> bool,
     ) -> Result<MembershipState, String> {
+        match self.wait_until(limit, f).await? {
+            Some(s) => Ok(s),
+            None => Err(format!(
+                "not settled after {limit:?}: view epoch {} members {}, settled {}, up {}",
+                self.last.view.epoch,
+                slots_of(self.last.view.members),
+                self.last.settled,
+                slots_of(self.last.up)
+            )),
+        }
+    }
+
+    /// [`Admin::wait_for`], with `None` when `limit` passed.
+    async fn wait_until(
+        &mut self,
+        limit: Duration,
+        f: impl Fn(&MembershipState) -> bool,
+    ) -> Result<Option<MembershipState>, String> {
         let go = async {
             loop {
                 if self.last.settled && f(&self.last) {
@@ -491,14 +569,8 @@ impl Admin {
             }
         };
         match tokio::time::timeout(limit, go).await {
-            Ok(r) => r,
-            Err(_) => Err(format!(
-                "not settled after {limit:?}: view epoch {} members {}, settled {}, up {}",
-                self.last.view.epoch,
-                slots_of(self.last.view.members),
-                self.last.settled,
-                slots_of(self.last.up)
-            )),
+            Ok(r) => r.map(Some),
+            Err(_) => Ok(None),
         }
     }
 }
@@ -512,8 +584,17 @@ pub fn slots_of(bits: u16) -> String {
     format!("[{}]", v.join(", "))
 }
 
+/// How long `hilock ring join|leave` waits for the service's answer to a withdrawal.
+const WITHDRAW_WAIT: Duration = Duration::from_secs(2);
+
 /// `hilock ring join|leave`: asks the service at `membership` for `r` and waits until the
 /// view has (join) or has not (leave) the slot and every node involved is settled.
+///
+/// A leave of a slot that is not a member is refused at once (one line, saying so); a
+/// join of the slot still queued is withdrawn by it, and the line says that too. A change
+/// that has not started when `limit` passes is withdrawn (the line says why it did not
+/// start: for a join, most often that the slot's node is not connected to the service);
+/// one that started completes on its own, and the line says that.
 pub fn change(membership: SocketAddr, r: Request, limit: Duration) -> Result<String, String> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -535,18 +616,76 @@ pub fn change(membership: SocketAddr, r: Request, limit: Duration) -> Result<Str
         if usize::from(n) >= SLOTS {
             return Err(format!("--id {n}: the ring has {SLOTS} slots"));
         }
-        a.ask(r)?;
-        let left = limit.saturating_sub(t0.elapsed());
-        let s = a
-            .wait_for(left, |s| s.view.has(NodeId(n)) == join)
+        // The service answers at once; a `limit` shorter than that still gets its answer.
+        let answer = a
+            .ask_answered(r, limit.saturating_sub(t0.elapsed()).max(WITHDRAW_WAIT))
             .await
             .map_err(|e| format!("{r}: {e}"))?;
-        Ok(format!(
-            "{} {n}: view epoch {} members {}\n",
-            if join { "joined" } else { "left" },
+        match answer {
+            Answer::Queued => {}
+            Answer::NotMember { view, withdrew } => {
+                return Err(format!(
+                    "{r}: slot {n} is not a member of view epoch {} members {}, so it has \
+                     nothing to leave{}",
+                    view.epoch,
+                    slots_of(view.members),
+                    if withdrew {
+                        "; its join, which was still queued, is withdrawn"
+                    } else {
+                        ""
+                    }
+                ))
+            }
+            other => return Err(format!("{r}: the membership service answered {other:?}")),
+        }
+        let left = limit.saturating_sub(t0.elapsed());
+        let done = a
+            .wait_until(left, |s| s.view.has(NodeId(n)) == join)
+            .await
+            .map_err(|e| format!("{r}: {e}"))?;
+        if let Some(s) = done {
+            return Ok(format!(
+                "{} {n}: view epoch {} members {}\n",
+                if join { "joined" } else { "left" },
+                s.view.epoch,
+                slots_of(s.view.members)
+            ));
+        }
+        // Timed out: withdraw the change unless it started.
+        let took = t0.elapsed();
+        let withdrawn = a.withdraw(r, WITHDRAW_WAIT).await;
+        let s = a.state();
+        let now = format!(
+            "view epoch {} members {}, {}, nodes connected {}",
             s.view.epoch,
-            slots_of(s.view.members)
-        ))
+            slots_of(s.view.members),
+            if s.settled { "settled" } else { "changing" },
+            slots_of(s.up)
+        );
+        Err(match withdrawn {
+            Ok(true) if join && s.up & (1 << n) == 0 => format!(
+                "{r} withdrawn after {took:.1?}: node {n} is not connected to the membership \
+                 service at {membership} (it does not run, or cannot reach the service): start \
+                 it, then join again ({now})"
+            ),
+            Ok(true) => format!(
+                "{r} withdrawn after {took:.1?}: it did not start, the change before it has \
+                 not settled ({now}); `hilock ring status` shows which node holds it up"
+            ),
+            Ok(false) => format!(
+                "{r} started but has not settled after {took:.1?} ({now}): it completes on \
+                 its own; `hilock ring status` shows which node holds it up"
+            ),
+            Err(e) => format!(
+                "{r} not done after {took:.1?} ({now}), and its withdrawal was not answered \
+                 ({e}): it may still happen{}",
+                if join {
+                    format!("; `hilock ring leave --id {n}` withdraws a join still queued")
+                } else {
+                    String::new()
+                }
+            ),
+        })
     })
 }
 
