@@ -77,11 +77,15 @@ pub enum Command {
         #[arg(long, value_name = "DIR")]
         record: Option<PathBuf>,
     },
-    /// Run a node until Ctrl-C, SIGTERM or SIGHUP (logs on stderr; RUST_LOG=hilock=debug for more).
-    /// The file names the engine: `engine = "token"` (the default) or `engine = "ring"` (a
-    /// node of the ring of the Chord lock paper, which runs until its graceful leave is done or the
-    /// membership service goes away). With `membership = "etcd"`, a run whose etcd lease is
-    /// lost is replaced by a new run as soon as etcd answers again; exit 75 if it cannot be.
+    /// Run a node from a configuration file until Ctrl-C, SIGTERM or SIGHUP.
+    ///
+    /// Logs on stderr (RUST_LOG=hilock=debug for more). The file names the engine: `engine =
+    /// "token"` (the default) or `engine = "ring"` (a node of the ring of the Chord lock
+    /// paper, which runs until its graceful leave is done or the membership service goes
+    /// away). With `membership = "etcd"`, a run whose etcd lease is lost is replaced by a
+    /// new run as soon as etcd answers again. The node exits 75 when it stopped on its own:
+    /// that new run could not start, or a ring node's lease ran out or its membership
+    /// service went away.
     Node {
         /// The configuration file (TOML).
         #[arg(long)]

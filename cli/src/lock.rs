@@ -95,6 +95,7 @@ pub fn lock(
             let timeout_ms = timeout_ms.unwrap_or(cfg.request_timeout.as_millis() as u64);
             return ring_lock(
                 &cfg,
+                c,
                 &path,
                 &mode,
                 command,
@@ -522,8 +523,10 @@ const RING_CHECK: std::time::Duration = std::time::Duration::from_secs(1);
 /// Another running client with the same id holding the lock (the ring answers InUse): exit
 /// [`EXIT_ID_IN_USE`] with one line, the command not run. With `--take-over` a hold of the
 /// id's is taken over instead: the operator vouches that the run that left it is dead.
+#[allow(clippy::too_many_arguments)]
 fn ring_lock(
     cfg: &hilock_runtime::Config,
+    file: &std::path::Path,
     path: &str,
     mode: &str,
     command: &[String],
@@ -607,12 +610,25 @@ fn ring_lock(
                 eprintln!(
                     "hilock: the command ended but the ring did not answer the \
                      unlock of {path} ({e}): the key stays locked by client id {id} \
-                     until it is released or taken over (hilock lock --client-id {id} \
-                     --take-over {path} W -- true)"
+                     until it is released or taken over (hilock lock --config {} \
+                     --client-id {id} --take-over {} W -- true)",
+                    shell_word(&file.to_string_lossy()),
+                    shell_word(path)
                 );
                 Ok(ExitCode::from(EXIT_NOT_RELEASED))
             }
             (r, _) => r,
         }
     })
+}
+
+/// `s` as one word of a POSIX shell command line: as it is when it holds only characters
+/// no shell treats specially, in single quotes otherwise (a `'` inside as `'\''`).
+fn shell_word(s: &str) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "/._-+,:=@%".contains(c);
+    if !s.is_empty() && s.chars().all(plain) {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', "'\\''"))
+    }
 }

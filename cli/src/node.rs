@@ -154,8 +154,14 @@ pub fn status(at: &ClientAt, json: bool, timeout_ms: u64) -> Result<(String, boo
     if let Some(c) = &at.config {
         let cfg = hilock_runtime::Config::from_file(c, Some(at.id.unwrap_or(0)))?;
         if cfg.engine == hilock_runtime::config::Engine::Ring {
+            if let Some(id) = at.id {
+                return Err(format!(
+                    "--id {id}: a ring's status covers every slot (`hilock ring status`); run \
+                     it without --id"
+                ));
+            }
             let wait = std::time::Duration::from_millis(timeout_ms);
-            return hilock_runtime::ring::status(&cfg, json, wait).map(|s| (s, true));
+            return hilock_runtime::ring::status(&cfg, json, wait);
         }
     }
     let socket = at.socket()?;

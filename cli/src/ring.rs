@@ -129,8 +129,7 @@ pub fn ring(command: RingCommand) -> Result<(String, bool), String> {
             &hilock_runtime::Config::from_file(&config, Some(0))?,
             json,
             ms(timeout_ms),
-        )
-        .map(|s| (s, true)),
+        ),
         RingCommand::Join { id, at, timeout_ms } => hilock_runtime::ring::change(
             at.membership_for(id)?,
             hilock_runtime::ring::Request::Join(id),

@@ -1051,8 +1051,9 @@ fn check_rejects_a_bad_configuration_with_one_line() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
-/// The subcommands `hilock ARGS --help` lists (clap's "Commands:" section, without `help`).
-fn subcommands(args: &[&str]) -> Vec<String> {
+/// The subcommands `hilock ARGS --help` lists (clap's "Commands:" section, without `help`)
+/// and the summary it gives each.
+fn summaries(args: &[&str]) -> Vec<(String, String)> {
     let mut a = args.to_vec();
     a.push("--help");
     let out = hilock(&a);
@@ -1062,10 +1063,42 @@ fn subcommands(args: &[&str]) -> Vec<String> {
         .skip_while(|l| l.trim() != "Commands:")
         .skip(1)
         .take_while(|l| !l.trim().is_empty())
-        .filter_map(|l| l.split_whitespace().next())
-        .filter(|c| *c != "help")
-        .map(str::to_string)
+        .filter_map(|l| {
+            let (c, rest) = l
+                .trim()
+                .split_once(char::is_whitespace)
+                .unwrap_or((l.trim(), ""));
+            (c != "help").then(|| (c.to_string(), rest.trim().to_string()))
+        })
         .collect()
+}
+
+/// The subcommands `hilock ARGS --help` lists (clap's "Commands:" section, without `help`).
+fn subcommands(args: &[&str]) -> Vec<String> {
+    summaries(args).into_iter().map(|(c, _)| c).collect()
+}
+
+/// `hilock node`'s summary in `hilock --help` is one whole sentence, the first line of
+/// `hilock node --help`, whose text ends with a whole sentence too. (clap takes a doc
+/// comment's first paragraph as the summary and drops its final period: a paragraph of
+/// several sentences shows there as text cut off after its last one.)
+#[test]
+fn the_node_summary_in_help_is_one_whole_sentence() {
+    let summary = summaries(&[])
+        .into_iter()
+        .find_map(|(c, s)| (c == "node").then_some(s))
+        .expect("hilock --help lists node");
+    assert_eq!(
+        summary,
+        "Run a node from a configuration file until Ctrl-C, SIGTERM or SIGHUP"
+    );
+    let help = String::from_utf8(hilock(&["node", "--help"]).stdout).unwrap();
+    assert!(help.starts_with(&format!("{summary}.\n\n")), "{help}");
+    let text = help.split("\nUsage:").next().unwrap().trim_end();
+    assert!(
+        text.ends_with("its membership service went away."),
+        "{text}"
+    );
 }
 
 /// `docs/cli.md` documents every subcommand clap knows: a `### \`hilock NAME` section for

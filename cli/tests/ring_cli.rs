@@ -203,19 +203,49 @@ async fn three_nodes(dir: &Path, lease_ms: u64) -> ThreeNodes {
 }
 
 fn spawn(args: &[&str], config: &Path) -> Proc {
-    Proc(
-        Command::new(BIN)
-            .args(args)
-            .arg("--config")
-            .arg(config)
-            .stdout(Stdio::null())
-            .env(
-                "RUST_LOG",
-                std::env::var("RING_LOG").unwrap_or("hilock=warn".into()),
-            )
-            .spawn()
-            .expect("hilock starts"),
-    )
+    Proc(command(args, config).spawn().expect("hilock starts"))
+}
+
+/// `hilock ARGS --config F`, its stdout discarded, logs as `RING_LOG` says ([`spawn`]).
+fn command(args: &[&str], config: &Path) -> Command {
+    let mut c = Command::new(BIN);
+    c.args(args)
+        .arg("--config")
+        .arg(config)
+        .stdout(Stdio::null())
+        .env(
+            "RUST_LOG",
+            std::env::var("RING_LOG").unwrap_or("hilock=warn".into()),
+        );
+    c
+}
+
+/// Waits at most `limit` for `p` to exit: its status code.
+async fn exit_of(p: &mut Proc, limit: Duration) -> Option<i32> {
+    let t = Instant::now();
+    loop {
+        if let Some(st) = p.0.try_wait().unwrap() {
+            return st.code();
+        }
+        assert!(t.elapsed() < limit, "the process exits within {limit:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A ring of `n` slots with `members` in its first view, in `dir/ring.toml`: its
+/// membership service running, and an administrator's connection to it.
+async fn ring_of(
+    dir: &Path,
+    n: usize,
+    members: &[u16],
+) -> (Vec<SocketAddr>, std::path::PathBuf, Proc, Admin) {
+    let addrs: Vec<SocketAddr> = (0..n).map(|_| free_port()).collect();
+    let maddr = free_port();
+    let cfg = dir.join("ring.toml");
+    std::fs::write(&cfg, ring_toml(&addrs, maddr, members, 1000)).unwrap();
+    let service = spawn(&["ring", "membership"], &cfg);
+    let adm = admin(maddr).await;
+    (addrs, cfg, service, adm)
 }
 
 /// Runs `hilock ring ARGS --config F` to its end (at most `limit`): its exit code, stdout
@@ -341,8 +371,285 @@ async fn join_and_leave() {
     )
     .await;
     assert_eq!(code, Some(2), "{err}");
-    assert!(err.contains("not settled after"), "{err}");
+    assert!(
+        err.contains("withdrawn") && err.contains("is not connected"),
+        "{err}"
+    );
     assert_eq!(err.trim_end().lines().count(), 1, "one line: {err:?}");
+}
+
+/// `hilock ring join` of a slot whose node does not run, `--timeout-ms 1500`: exit 2 and
+/// one line saying the join is withdrawn because the node is not connected; the node
+/// started afterwards stays out of the view (the join did not happen later). `hilock ring
+/// leave` of that running non-member: exit 2, one line "not a member", and the node keeps
+/// running. A join still queued (asked without a timeout, its node down) is withdrawn by
+/// a leave of the slot, which says so; the node started afterwards stays out. A join
+/// asked with the node running then joins it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timed_out_join_is_withdrawn_and_a_leave_of_a_non_member_says_so() {
+    tokio::time::timeout(Duration::from_secs(90), withdrawn_join())
+        .await
+        .expect("the test ended within 90 s");
+}
+
+/// Once slot 2's node is connected, slot 2 is not in the view for 2.5 s.
+async fn stays_out(adm: &mut Admin, why: &str) {
+    adm.wait_for(Duration::from_secs(15), |s| s.up & 0b100 != 0)
+        .await
+        .unwrap();
+    let joined = adm
+        .wait_for(Duration::from_millis(2500), |s| s.view.has(NodeId(2)))
+        .await;
+    assert!(joined.is_err(), "{why}: slot 2 joined: {joined:?}");
+}
+
+async fn withdrawn_join() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, cfg, _service, mut adm) = ring_of(dir.path(), 3, &[0, 1]).await;
+    let _nodes: Vec<Proc> = (0..2)
+        .map(|i| spawn(&["node", "--id", &i.to_string()], &cfg))
+        .collect();
+    let limit = Duration::from_secs(15);
+    adm.wait_for(limit, |s| s.up == 0b11).await.unwrap();
+    let (code, out, err) =
+        ring_cmd(&["join", "--id", "2", "--timeout-ms", "1500"], &cfg, limit).await;
+    assert_eq!(code, Some(2), "{out} {err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err:?}");
+    assert!(
+        err.contains("join of slot 2 withdrawn after")
+            && err.contains("node 2 is not connected to the membership service"),
+        "{err}"
+    );
+    let mut two = spawn(&["node", "--id", "2"], &cfg);
+    stays_out(&mut adm, "after the timed-out join").await;
+
+    let (code, out, err) = ring_cmd(&["leave", "--id", "2"], &cfg, limit).await;
+    assert_eq!(code, Some(2), "{out} {err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err:?}");
+    assert!(
+        err.contains("slot 2 is not a member") && !err.contains("withdrawn"),
+        "{err}"
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        two.0.try_wait().unwrap().is_none(),
+        "the non-member runs on"
+    );
+
+    // A join still queued, its node down: a leave withdraws it.
+    drop(two);
+    adm.wait_for(limit, |s| s.up == 0b11).await.unwrap();
+    adm.ask(hilock_runtime::ring::Request::Join(2)).unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let (code, out, err) = ring_cmd(&["leave", "--id", "2"], &cfg, limit).await;
+    assert_eq!(code, Some(2), "{out} {err}");
+    assert!(
+        err.contains("slot 2 is not a member")
+            && err.contains("its join, which was still queued, is withdrawn"),
+        "{err}"
+    );
+    let _two = spawn(&["node", "--id", "2"], &cfg);
+    stays_out(&mut adm, "after the leave").await;
+
+    let (code, out, err) = ring_cmd(&["join", "--id", "2"], &cfg, limit).await;
+    assert_eq!(code, Some(0), "{out} {err}");
+    assert!(
+        out.starts_with("joined 2: view epoch 1 members [0, 1, 2]"),
+        "{out}"
+    );
+}
+
+/// A ring node that is not a member (started, never joined) whose membership service is
+/// killed stops on its own as a member does: exit 75, "the membership service at … went
+/// away; it stopped" (exit 0 is for a requested leave only).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_non_member_whose_membership_service_goes_away_exits_75() {
+    let dir = tempfile::tempdir().unwrap();
+    let (addrs, cfg, service, mut adm) = ring_of(dir.path(), 2, &[0]).await;
+    let limit = Duration::from_secs(15);
+    let mut nodes: Vec<Proc> = (0..2)
+        .map(|i| {
+            let mut c = command(&["node", "--id", &i.to_string()], &cfg);
+            Proc(c.stderr(Stdio::piped()).spawn().unwrap())
+        })
+        .collect();
+    adm.wait_for(limit, |s| s.up == 0b11).await.unwrap();
+    // Both serve (granted their first lease: a node whose service goes away before that
+    // did not start, exit 2).
+    let t = Instant::now();
+    for a in &addrs {
+        while hilock_runtime::ring::probe(*a, Duration::from_millis(200))
+            .await
+            .is_none()
+        {
+            assert!(t.elapsed() < limit, "node at {a} serves");
+        }
+    }
+    drop(service);
+    for (i, p) in nodes.iter_mut().enumerate() {
+        assert_eq!(exit_of(p, limit).await, Some(75), "node {i}");
+        let mut err = String::new();
+        std::io::Read::read_to_string(p.0.stderr.as_mut().unwrap(), &mut err).unwrap();
+        let last = err.trim_end().lines().last().unwrap_or("");
+        assert!(
+            last.starts_with(&format!(
+                "hilock: error: ring node {i}: the membership service at"
+            )) && last.ends_with("went away; it stopped"),
+            "node {i}: {err}"
+        );
+    }
+}
+
+/// A second ring node with a running node's id — `hilock node --config F --id 0` and
+/// `hilock ring-node --id 0 …` — exits 2 with the one line a token node gives: "cannot
+/// listen on ADDR: Address already in use (is another hilock node with id 0 running?)".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_ring_node_with_a_running_nodes_id_is_asked_about_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (addrs, cfg, _service, mut adm) = ring_of(dir.path(), 2, &[0, 1]).await;
+    let limit = Duration::from_secs(15);
+    let _nodes: Vec<Proc> = (0..2)
+        .map(|i| spawn(&["node", "--id", &i.to_string()], &cfg))
+        .collect();
+    adm.wait_for(limit, |s| s.up == 0b11).await.unwrap();
+    let maddr = hilock_runtime::Config::from_file(&cfg, Some(0))
+        .unwrap()
+        .ring
+        .unwrap()
+        .membership
+        .to_string();
+    let peers = format!("{},{}", addrs[0], addrs[1]);
+    let file = command(&["node", "--id", "0"], &cfg);
+    let mut bare = Command::new(BIN);
+    bare.args([
+        "ring-node",
+        "--id",
+        "0",
+        "--peers",
+        &peers,
+        "--membership",
+        &maddr,
+    ]);
+    for (what, c) in [("node", file), ("ring-node", bare)] {
+        let out = tokio::process::Command::from(c).kill_on_drop(true).output();
+        let out = tokio::time::timeout(limit, out)
+            .await
+            .expect("the second node exits")
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{what}: {err}");
+        assert_eq!(
+            err.trim_end().lines().count(),
+            1,
+            "{what}: one line: {err:?}"
+        );
+        let err = err.trim_end();
+        assert!(
+            err.starts_with(&format!("hilock: error: cannot listen on {}: ", addrs[0]))
+                && err.ends_with("(is another hilock node with id 0 running?)"),
+            "{what}: {err}"
+        );
+    }
+}
+
+/// `hilock ring status` tells a member that does not answer: after kill -9 of node 2
+/// (lease 10 s: still a member), exit 1 (as `hilock dump` when a node does not answer),
+/// the text says "not settled: member [2] not answering", the JSON has `"settled": false`
+/// and `"down": [2]`. `hilock status --config F --id 2` is refused with one line (a ring's
+/// status covers every slot). With the membership service not answering too (SIGSTOP),
+/// it still prints what the nodes report (their view, their entries) and the service's
+/// error, exit 1; with every node down as well, exit 2 and one line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ring_status_tells_a_member_or_the_service_that_does_not_answer() {
+    tokio::time::timeout(Duration::from_secs(90), status_of_a_broken_ring())
+        .await
+        .expect("the test ended within 90 s");
+}
+
+async fn status_of_a_broken_ring() {
+    let dir = tempfile::tempdir().unwrap();
+    let ThreeNodes {
+        cfg,
+        maddr,
+        service,
+        mut nodes,
+        view,
+        ..
+    } = three_nodes(dir.path(), 10_000).await;
+    let limit = Duration::from_secs(20);
+    let (code, out, err) = ring_cmd(&["status"], &cfg, limit).await;
+    assert_eq!(code, Some(0), "{out} {err}");
+    assert!(out.lines().next().unwrap().ends_with(", settled"), "{out}");
+
+    drop(nodes.pop()); // kill -9 of node 2
+    let (code, out, err) = ring_cmd(&["status"], &cfg, limit).await;
+    assert_eq!(code, Some(1), "{out} {err}");
+    assert!(
+        out.lines()
+            .next()
+            .unwrap()
+            .ends_with(", not settled: member [2] not answering or without a lease"),
+        "{out}"
+    );
+    let (code, out, err) = ring_cmd(&["status", "--json"], &cfg, limit).await;
+    assert_eq!(code, Some(1), "{out} {err}");
+    let doc: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(doc["settled"], false, "{out}");
+    assert_eq!(doc["down"], serde_json::json!([2]), "{out}");
+    assert_eq!(doc["members"], serde_json::json!([0, 1, 2]), "{out}");
+    assert!(doc["nodes"][2]["node"].is_null(), "{out}");
+
+    let by_id = tokio::process::Command::new(BIN)
+        .args(["status", "--id", "2", "--config"])
+        .arg(&cfg)
+        .kill_on_drop(true)
+        .output();
+    let by_id = tokio::time::timeout(limit, by_id).await.unwrap().unwrap();
+    let err = String::from_utf8_lossy(&by_id.stderr);
+    assert_eq!(by_id.status.code(), Some(2), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err:?}");
+    assert!(
+        err.contains("--id 2") && err.contains("without --id"),
+        "{err}"
+    );
+
+    // A paused service (its nodes run on while their lease lasts).
+    signal(&service, "STOP");
+    let quick = ["--timeout-ms", "1000"];
+    let (code, out, err) = ring_cmd(&["status", "--json", quick[0], quick[1]], &cfg, limit).await;
+    assert_eq!(code, Some(1), "{out} {err}");
+    let doc: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(
+        doc["membership_error"]
+            .as_str()
+            .is_some_and(|e| e.contains(&maddr.to_string())),
+        "{out}"
+    );
+    assert_eq!(doc["epoch"], view.epoch, "{out}");
+    assert_eq!(doc["down"], serde_json::json!([2]), "{out}");
+    for i in 0..2 {
+        assert_eq!(
+            doc["nodes"][i]["node"]["epoch"], view.epoch,
+            "node {i}: {out}"
+        );
+    }
+    let (code, out, _) = ring_cmd(&["status", quick[0], quick[1]], &cfg, limit).await;
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.starts_with("ring: 16-bit identifiers, r = 2; no view from the membership service"),
+        "{out}"
+    );
+    assert_eq!(
+        out.lines().filter(|l| l.contains("node: epoch")).count(),
+        2,
+        "{out}"
+    );
+
+    drop(nodes);
+    let (code, out, err) = ring_cmd(&["status", quick[0], quick[1]], &cfg, limit).await;
+    assert_eq!(code, Some(2), "{out} {err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err:?}");
+    assert!(err.contains("no node of the file answers either"), "{err}");
 }
 
 /// `hilock ring join|leave --config F --id SLOT` of a slot the file has no node for is
@@ -1540,11 +1847,25 @@ async fn unanswered_unlock() {
         err.contains(PATH) && err.contains("--client-id 31 --take-over"),
         "{err}"
     );
-    let (code, err, _) = lock_cmd(
-        &["--client-id", "31", "--take-over", PATH, "W", "--", "true"],
-        &cfg,
-        limit,
-    )
-    .await;
-    assert_eq!(code, Some(0), "the take-over frees it: {err}");
+    // The key as `hilock ring status` shows key ranges: in hex.
+    let key = format!("key {:#06x}", key_of(PATH).0);
+    assert!(err.contains(&key), "{err} names {key}");
+    // The take-over as printed runs (its `--config` included) and frees the key.
+    let printed = err
+        .rsplit_once("(hilock ")
+        .and_then(|(_, c)| c.trim_end().strip_suffix(')'))
+        .unwrap_or_else(|| panic!("no take-over command in {err}"));
+    let words: Vec<&str> = printed.split_whitespace().collect();
+    let out = tokio::process::Command::new(BIN)
+        .args(&words)
+        .env("RUST_LOG", "hilock=warn")
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(limit, out).await.unwrap().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "the printed take-over `hilock {printed}` frees it: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

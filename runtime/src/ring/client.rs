@@ -54,11 +54,13 @@ impl std::fmt::Display for ClientError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             ClientError::Kernel(e) => write!(f, "ring client: {e}"),
-            ClientError::Timeout { op, key } => write!(f, "{op:?} of key {} not answered", key.0),
+            ClientError::Timeout { op, key } => {
+                write!(f, "{op:?} of key {:#06x} not answered", key.0)
+            }
             ClientError::Membership(e) => write!(f, "membership service: {e}"),
             ClientError::IdInUse { id, key } => write!(
                 f,
-                "key {} is held by another process with client id {id}",
+                "key {:#06x} is held by another process with client id {id}",
                 key.0
             ),
             ClientError::NotHeld(path) => {

@@ -605,9 +605,7 @@ pub fn serve_config(cfg: &crate::Config) -> Result<super::NodeEnd, String> {
     let rt = tokio::runtime::Runtime::new().map_err(|e| format!("tokio: {e}"))?;
     let (id, me, cluster) = (cfg.id, cfg.listen, cfg.cluster.clone());
     rt.block_on(async move {
-        let l = TcpListener::bind(me)
-            .await
-            .map_err(|e| format!("listen on {me}: {e}"))?;
+        let l = super::bind_node(id, me).await?;
         let mut signals = crate::proc::StopSignals::new()?;
         let (node, leave) =
             start_node_leavable(id, l, Arc::new(addrs), &o, &cluster, initial).await?;

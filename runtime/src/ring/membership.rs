@@ -34,7 +34,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::{JoinHandle, JoinSet};
 
 use super::{
-    read_peer, ring, Frame, MembershipState, Request, DEFAULT_LEASE, RHO, TICKS_PER_LEASE,
+    read_peer, ring, Answer, Frame, MembershipState, Request, DEFAULT_LEASE, RHO, TICKS_PER_LEASE,
 };
 use std::time::Duration;
 use tokio::time::Instant;
@@ -49,6 +49,9 @@ enum Change {
 enum Ev {
     Open(Addr, mpsc::UnboundedSender<Frame>),
     Frame(Addr, Frame),
+    /// A frame from an administrator (`hilock ring join|leave`), and its connection (the
+    /// answer goes there).
+    Admin(mpsc::UnboundedSender<Frame>, Frame),
     Closed(Addr),
     Ask(Change),
 }
@@ -262,6 +265,47 @@ impl State {
         grant
     }
 
+    /// An administrator asks for `r`. A leave of a slot that is not a member is refused
+    /// (there is nothing to leave), and withdraws a join of the slot still queued: the
+    /// slot stays out.
+    fn ask(&mut self, r: Request) -> Answer {
+        let (Request::Join(n) | Request::Leave(n)) = r;
+        if n >= 16 {
+            return Answer::NoSuchSlot;
+        }
+        match r {
+            Request::Join(n) => self.queue.push_back(Change::Join(n)),
+            Request::Leave(n) if !self.view.has(NodeId(n)) => {
+                let before = self.queue.len();
+                self.queue.retain(|c| *c != Change::Join(n));
+                let withdrew = self.queue.len() < before;
+                if withdrew {
+                    tracing::info!("ring membership: leave of slot {n}, not a member: its queued join is withdrawn");
+                }
+                return Answer::NotMember {
+                    view: self.view,
+                    withdrew,
+                };
+            }
+            Request::Leave(n) => self.queue.push_back(Change::Leave(n)),
+        }
+        Answer::Queued
+    }
+
+    /// An administrator withdraws `r`: removed from the queue if it has not started.
+    fn withdraw(&mut self, r: Request) -> Answer {
+        let c = match r {
+            Request::Join(n) => Change::Join(n),
+            Request::Leave(n) => Change::Leave(n),
+        };
+        let Some(i) = self.queue.iter().position(|x| *x == c) else {
+            return Answer::Withdrawn(false);
+        };
+        self.queue.remove(i);
+        tracing::info!("ring membership: {r} withdrawn before it started");
+        Answer::Withdrawn(true)
+    }
+
     /// Starts the next change if the current one is done.
     fn advance(&mut self) {
         if !self.settled() {
@@ -394,7 +438,10 @@ async fn run(
                 let Ok((s, _)) = acc else { continue };
                 let ev_tx = ev_tx.clone();
                 readers.spawn(async move {
-                    if let Some(from) = read_peer(s, ev_tx.clone(), Ev::Open, |a, _, f| Ev::Frame(a, f)).await {
+                    if let Some(from) = read_peer(s, ev_tx.clone(), Ev::Open, |a, tx, f| match a {
+                        Addr::Chord => Ev::Admin(tx.clone(), f),
+                        _ => Ev::Frame(a, f),
+                    }).await {
                         let _ = ev_tx.send(Ev::Closed(from));
                     }
                 });
@@ -418,11 +465,13 @@ async fn run(
                         let _ = tx.send(Frame::State(st.state()));
                         st.admins.push(tx);
                     }
-                    Ev::Frame(Addr::Chord, Frame::Ask(r)) => match r {
-                        Request::Join(n) if n < 16 => st.queue.push_back(Change::Join(n)),
-                        Request::Leave(n) if n < 16 => st.queue.push_back(Change::Leave(n)),
-                        _ => {}
-                    },
+                    Ev::Admin(tx, Frame::Ask(r)) => {
+                        let _ = tx.send(Frame::Answer(st.ask(r)));
+                    }
+                    Ev::Admin(tx, Frame::Withdraw(r)) => {
+                        let _ = tx.send(Frame::Answer(st.withdraw(r)));
+                    }
+                    Ev::Admin(..) => {}
                     Ev::Frame(Addr::Node(n), Frame::Status { view, settled }) => {
                         st.status.insert(n.0, (view, settled));
                     }

@@ -161,6 +161,31 @@ pub enum Frame {
     Suspect(u16),
     /// Node → a status probe (a connection that said `Hello(Chord)`): what it holds.
     Report(NodeReport),
+    /// Admin → membership: withdraw a change asked for that has not started yet.
+    Withdraw(Request),
+    /// Membership → admin: the answer to its [`Frame::Ask`] or [`Frame::Withdraw`].
+    Answer(Answer),
+}
+
+/// The membership service's answer to an administrator's request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Answer {
+    /// The change is queued (a join waits for its node to connect, every change for the
+    /// one before it to settle).
+    Queued,
+    /// A leave of a slot that is not a member of `view`: nothing to leave. `withdrew`: a
+    /// join of the slot was still queued and is withdrawn.
+    NotMember {
+        /// The service's view.
+        view: View,
+        /// A queued join of the slot was withdrawn.
+        withdrew: bool,
+    },
+    /// The slot is not one of the ring's [`SLOTS`].
+    NoSuchSlot,
+    /// To a [`Frame::Withdraw`]: the change was still queued and is withdrawn (`true`), or
+    /// it is not queued (`false`: it started, or was never asked).
+    Withdrawn(bool),
 }
 
 /// What a node tells `hilock ring status`.
@@ -196,8 +221,13 @@ pub async fn probe(addr: SocketAddr, limit: Duration) -> Option<NodeReport> {
 /// `hilock ring status`: the service's view, each slot's identifier, the key range it
 /// serves as primary (`(from, to]` on the identifier circle, the kernel's `lookup`), the
 /// replica set of that range (the kernel's `replicas`, r + 1 members) and what the node
-/// itself reports (its view, its entries). JSON (format `hilock-ring-status/1`) or text.
-pub fn status(cfg: &crate::Config, json: bool, limit: Duration) -> Result<String, String> {
+/// itself reports (its view, its entries). JSON (format `hilock-ring-status/1`) or text,
+/// and whether all is well: `false` when a member does not answer or has lost its lease
+/// (`down`; the ring is not settled then, whatever the service says), or when the
+/// membership service (the view's source) does not answer — then the view shown is the
+/// latest any node reports, and `membership_error` says what failed. An error only when
+/// neither the service nor any node answers.
+pub fn status(cfg: &crate::Config, json: bool, limit: Duration) -> Result<(String, bool), String> {
     let ringcfg = cfg
         .ring
         .as_ref()
@@ -207,30 +237,31 @@ pub fn status(cfg: &crate::Config, json: bool, limit: Duration) -> Result<String
         .build()
         .map_err(|e| format!("tokio: {e}"))?;
     rt.block_on(async move {
-        let st = match &cfg.membership {
-            crate::config::Membership::Static => {
-                Admin::connect(ringcfg.membership, limit).await?.state()
-            }
+        let reports =
+            futures_util::future::join_all(cfg.nodes.iter().map(|n| probe(n.addr, limit))).await;
+        let service: Result<MembershipState, String> = match &cfg.membership {
+            crate::config::Membership::Static => Admin::connect(ringcfg.membership, limit)
+                .await
+                .map(|a| a.state()),
             #[cfg(feature = "etcd")]
             crate::config::Membership::Etcd { .. } => {
                 let o = crate::membership::EtcdOptions::of_config(cfg)?;
-                let (view, up) =
-                    tokio::time::timeout(limit, etcd::read_view(&o, &cfg.cluster))
-                        .await
-                        .map_err(|_| format!("etcd: no answer within {limit:?}"))??;
-                // Settled: every live member answers the probe settled in this view.
-                let mut settled = true;
-                for n in &cfg.nodes {
-                    if view.has(NodeId(n.id)) && up & (1 << n.id) != 0 {
-                        let r = probe(n.addr, limit).await;
-                        settled &= r.is_some_and(|r| r.view == view && r.settled);
+                match tokio::time::timeout(limit, etcd::read_view(&o, &cfg.cluster)).await {
+                    Err(_) => Err(format!("etcd: no answer within {limit:?}")),
+                    Ok(Err(e)) => Err(e),
+                    Ok(Ok((view, up))) => {
+                        // Settled: every live member answers the probe settled in this view.
+                        let settled = cfg.nodes.iter().zip(&reports).all(|(n, r)| {
+                            !(view.has(NodeId(n.id)) && up & (1 << n.id) != 0)
+                                || r.as_ref().is_some_and(|r| r.view == view && r.settled)
+                        });
+                        Ok(MembershipState {
+                            view,
+                            settled,
+                            up,
+                            queued: 0,
+                        })
                     }
-                }
-                MembershipState {
-                    view,
-                    settled,
-                    up,
-                    queued: 0,
                 }
             }
             #[cfg(not(feature = "etcd"))]
@@ -238,13 +269,31 @@ pub fn status(cfg: &crate::Config, json: bool, limit: Duration) -> Result<String
                 return Err("membership = \"etcd\" needs a hilock built with --features etcd".into())
             }
         };
-        let v = st.view;
+        // Without the service: the latest view a node reports.
+        let (st, service_error) = match service {
+            Ok(st) => (Some(st), None),
+            Err(e) => (None, Some(e)),
+        };
+        let v = match (&st, reports.iter().flatten().map(|r| r.view).max_by_key(|v| v.epoch)) {
+            (Some(st), _) => st.view,
+            (None, Some(v)) => v,
+            (None, None) => {
+                return Err(format!(
+                    "{}; no node of the file answers either",
+                    service_error.unwrap_or_default()
+                ))
+            }
+        };
         let r = ring();
         let mut nodes = Vec::new();
-        for n in &cfg.nodes {
+        let mut down = Vec::new();
+        for (n, report) in cfg.nodes.iter().zip(reports) {
             let id = NodeId(n.id);
             let ident = r.ident(id).ok_or("slot out of range")?;
             let member = v.has(id);
+            if member && report.as_ref().is_none_or(|x| x.lease_lost) {
+                down.push(n.id);
+            }
             let (from, replicas) = if member {
                 let p = r.prev(v, id).and_then(|p| r.ident(p)).unwrap_or(ident);
                 let set = r.replicas(v, Key(ident), R + 1);
@@ -253,13 +302,13 @@ pub fn status(cfg: &crate::Config, json: bool, limit: Duration) -> Result<String
             } else {
                 (None, Vec::new())
             };
-            let report = probe(n.addr, limit).await;
             nodes.push(serde_json::json!({
                 "slot": n.id,
                 "addr": n.addr.to_string(),
                 "ident": ident,
                 "member": member,
-                "up": st.up & (1 << n.id) != 0,
+                // Connected to the service (unknown without it).
+                "up": st.map(|st| st.up & (1 << n.id) != 0),
                 // The primary range (from, to]; a lone member serves the whole circle.
                 "range": from.map(|f| [f, ident]),
                 "replicas": replicas,
@@ -273,26 +322,52 @@ pub fn status(cfg: &crate::Config, json: bool, limit: Duration) -> Result<String
                 })),
             }));
         }
-        let doc = serde_json::json!({
+        let settled = st.is_some_and(|st| st.settled) && down.is_empty();
+        let mut doc = serde_json::json!({
             "format": "hilock-ring-status/1",
             "bits": BITS,
             "r": R,
             "epoch": v.epoch,
             "members": (0..16u16).filter(|i| v.members & (1 << i) != 0).collect::<Vec<_>>(),
-            "settled": st.settled,
+            "settled": settled,
+            "down": down,
             "nodes": nodes,
         });
+        if let Some(e) = &service_error {
+            doc["membership_error"] = serde_json::json!(e);
+        }
+        let ok = service_error.is_none() && down.is_empty();
         if json {
             return serde_json::to_string_pretty(&doc)
-                .map(|s| s + "\n")
+                .map(|s| (s + "\n", ok))
                 .map_err(|e| e.to_string());
         }
-        let mut out = format!(
-            "ring: {BITS}-bit identifiers, r = {R}; view epoch {} members {}, {}\n",
-            v.epoch,
-            slots_of(v.members),
-            if st.settled { "settled" } else { "changing" }
-        );
+        let how = if !down.is_empty() {
+            format!(
+                "not settled: member{} {} not answering or without a lease",
+                if down.len() == 1 { "" } else { "s" },
+                slots_of(down.iter().fold(0, |b, i| b | 1 << i))
+            )
+        } else if settled {
+            "settled".to_string()
+        } else if st.is_some() {
+            "changing".to_string()
+        } else {
+            "not settled".to_string()
+        };
+        let mut out = match &service_error {
+            None => format!(
+                "ring: {BITS}-bit identifiers, r = {R}; view epoch {} members {}, {how}\n",
+                v.epoch,
+                slots_of(v.members),
+            ),
+            Some(e) => format!(
+                "ring: {BITS}-bit identifiers, r = {R}; no view from the membership service \
+                 ({e}); the latest view a node reports: epoch {} members {}, {how}\n",
+                v.epoch,
+                slots_of(v.members),
+            ),
+        };
         for n in doc["nodes"].as_array().into_iter().flatten() {
             let range = match n["range"].as_array() {
                 Some(a) => format!(
@@ -321,7 +396,7 @@ pub fn status(cfg: &crate::Config, json: bool, limit: Duration) -> Result<String
                 n["ident"].as_u64().unwrap_or(0)
             ));
         }
-        Ok(out)
+        Ok((out, ok))
     })
 }
 
@@ -415,11 +490,46 @@ impl Admin {
         self.last
     }
 
-    /// Asks for `r`.
+    /// Asks for `r` (the answer is not waited for: [`Admin::ask_answered`] does).
     pub fn ask(&self, r: Request) -> Result<(), String> {
         self.tx
             .send(Frame::Ask(r))
             .map_err(|_| "the membership connection closed".to_string())
+    }
+
+    /// Asks for `r` and waits at most `limit` for the service's [`Answer`].
+    pub async fn ask_answered(&mut self, r: Request, limit: Duration) -> Result<Answer, String> {
+        self.ask(r)?;
+        self.answer(limit).await
+    }
+
+    /// Withdraws `r` if it has not started; waits at most `limit` for the answer: whether
+    /// it was still queued (and is withdrawn now).
+    pub async fn withdraw(&mut self, r: Request, limit: Duration) -> Result<bool, String> {
+        self.tx
+            .send(Frame::Withdraw(r))
+            .map_err(|_| "the membership connection closed".to_string())?;
+        match self.answer(limit).await? {
+            Answer::Withdrawn(w) => Ok(w),
+            other => Err(format!("the membership service answered {other:?}")),
+        }
+    }
+
+    /// The next [`Answer`] (states read meanwhile are kept), at most `limit`.
+    async fn answer(&mut self, limit: Duration) -> Result<Answer, String> {
+        let go = async {
+            loop {
+                match self.reader.next().await {
+                    Some(Frame::State(s)) => self.last = s,
+                    Some(Frame::Answer(a)) => return Ok(a),
+                    Some(_) => {}
+                    None => return Err("the membership service closed the connection".to_string()),
+                }
+            }
+        };
+        tokio::time::timeout(limit, go)
+            .await
+            .map_err(|_| format!("the membership service did not answer within {limit:?}"))?
     }
 
     /// Waits until the state is settled and satisfies `f`, at most `limit`.
@@ -428,6 +538,24 @@ impl Admin {
         limit: Duration,
         f: impl Fn(&MembershipState) -> bool,
     ) -> Result<MembershipState, String> {
+        match self.wait_until(limit, f).await? {
+            Some(s) => Ok(s),
+            None => Err(format!(
+                "not settled after {limit:?}: view epoch {} members {}, settled {}, up {}",
+                self.last.view.epoch,
+                slots_of(self.last.view.members),
+                self.last.settled,
+                slots_of(self.last.up)
+            )),
+        }
+    }
+
+    /// [`Admin::wait_for`], with `None` when `limit` passed.
+    async fn wait_until(
+        &mut self,
+        limit: Duration,
+        f: impl Fn(&MembershipState) -> bool,
+    ) -> Result<Option<MembershipState>, String> {
         let go = async {
             loop {
                 if self.last.settled && f(&self.last) {
@@ -441,14 +569,8 @@ impl Admin {
             }
         };
         match tokio::time::timeout(limit, go).await {
-            Ok(r) => r,
-            Err(_) => Err(format!(
-                "not settled after {limit:?}: view epoch {} members {}, settled {}, up {}",
-                self.last.view.epoch,
-                slots_of(self.last.view.members),
-                self.last.settled,
-                slots_of(self.last.up)
-            )),
+            Ok(r) => r.map(Some),
+            Err(_) => Ok(None),
         }
     }
 }
@@ -462,8 +584,17 @@ pub fn slots_of(bits: u16) -> String {
     format!("[{}]", v.join(", "))
 }
 
+/// How long `hilock ring join|leave` waits for the service's answer to a withdrawal.
+const WITHDRAW_WAIT: Duration = Duration::from_secs(2);
+
 /// `hilock ring join|leave`: asks the service at `membership` for `r` and waits until the
 /// view has (join) or has not (leave) the slot and every node involved is settled.
+///
+/// A leave of a slot that is not a member is refused at once (one line, saying so); a
+/// join of the slot still queued is withdrawn by it, and the line says that too. A change
+/// that has not started when `limit` passes is withdrawn (the line says why it did not
+/// start: for a join, most often that the slot's node is not connected to the service);
+/// one that started completes on its own, and the line says that.
 pub fn change(membership: SocketAddr, r: Request, limit: Duration) -> Result<String, String> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -485,18 +616,76 @@ pub fn change(membership: SocketAddr, r: Request, limit: Duration) -> Result<Str
         if usize::from(n) >= SLOTS {
             return Err(format!("--id {n}: the ring has {SLOTS} slots"));
         }
-        a.ask(r)?;
-        let left = limit.saturating_sub(t0.elapsed());
-        let s = a
-            .wait_for(left, |s| s.view.has(NodeId(n)) == join)
+        // The service answers at once; a `limit` shorter than that still gets its answer.
+        let answer = a
+            .ask_answered(r, limit.saturating_sub(t0.elapsed()).max(WITHDRAW_WAIT))
             .await
             .map_err(|e| format!("{r}: {e}"))?;
-        Ok(format!(
-            "{} {n}: view epoch {} members {}\n",
-            if join { "joined" } else { "left" },
+        match answer {
+            Answer::Queued => {}
+            Answer::NotMember { view, withdrew } => {
+                return Err(format!(
+                    "{r}: slot {n} is not a member of view epoch {} members {}, so it has \
+                     nothing to leave{}",
+                    view.epoch,
+                    slots_of(view.members),
+                    if withdrew {
+                        "; its join, which was still queued, is withdrawn"
+                    } else {
+                        ""
+                    }
+                ))
+            }
+            other => return Err(format!("{r}: the membership service answered {other:?}")),
+        }
+        let left = limit.saturating_sub(t0.elapsed());
+        let done = a
+            .wait_until(left, |s| s.view.has(NodeId(n)) == join)
+            .await
+            .map_err(|e| format!("{r}: {e}"))?;
+        if let Some(s) = done {
+            return Ok(format!(
+                "{} {n}: view epoch {} members {}\n",
+                if join { "joined" } else { "left" },
+                s.view.epoch,
+                slots_of(s.view.members)
+            ));
+        }
+        // Timed out: withdraw the change unless it started.
+        let took = t0.elapsed();
+        let withdrawn = a.withdraw(r, WITHDRAW_WAIT).await;
+        let s = a.state();
+        let now = format!(
+            "view epoch {} members {}, {}, nodes connected {}",
             s.view.epoch,
-            slots_of(s.view.members)
-        ))
+            slots_of(s.view.members),
+            if s.settled { "settled" } else { "changing" },
+            slots_of(s.up)
+        );
+        Err(match withdrawn {
+            Ok(true) if join && s.up & (1 << n) == 0 => format!(
+                "{r} withdrawn after {took:.1?}: node {n} is not connected to the membership \
+                 service at {membership} (it does not run, or cannot reach the service): start \
+                 it, then join again ({now})"
+            ),
+            Ok(true) => format!(
+                "{r} withdrawn after {took:.1?}: it did not start, the change before it has \
+                 not settled ({now}); `hilock ring status` shows which node holds it up"
+            ),
+            Ok(false) => format!(
+                "{r} started but has not settled after {took:.1?} ({now}): it completes on \
+                 its own; `hilock ring status` shows which node holds it up"
+            ),
+            Err(e) => format!(
+                "{r} not done after {took:.1?} ({now}), and its withdrawal was not answered \
+                 ({e}): it may still happen{}",
+                if join {
+                    format!("; `hilock ring leave --id {n}` withdraws a join still queued")
+                } else {
+                    String::new()
+                }
+            ),
+        })
     })
 }
 
@@ -705,6 +894,19 @@ pub fn serve(id: u16, peers: &str, membership: SocketAddr) -> Result<NodeEnd, St
     run_node(id, addrs, me, membership)
 }
 
+/// The listener of ring node `id` at `me`; an address in use is most likely a node of
+/// the same slot that runs already, and the one line says so (as a token node's does).
+pub(crate) async fn bind_node(id: u16, me: SocketAddr) -> Result<tokio::net::TcpListener, String> {
+    tokio::net::TcpListener::bind(me).await.map_err(|e| {
+        let hint = if e.kind() == std::io::ErrorKind::AddrInUse {
+            format!(" (is another hilock node with id {id} running?)")
+        } else {
+            String::new()
+        };
+        format!("cannot listen on {me}: {e}{hint}")
+    })
+}
+
 /// Runs node `id` listening on `me` until it has left or the service went away.
 fn run_node(
     id: u16,
@@ -714,28 +916,27 @@ fn run_node(
 ) -> Result<NodeEnd, String> {
     let rt = tokio::runtime::Runtime::new().map_err(|e| format!("tokio: {e}"))?;
     rt.block_on(async move {
-        let l = tokio::net::TcpListener::bind(me)
-            .await
-            .map_err(|e| format!("listen on {me}: {e}"))?;
+        let l = bind_node(id, me).await?;
         let node = RingNode::start(id, l, std::sync::Arc::new(addrs), membership)
             .await
             .map_err(|e| format!("membership service at {membership}: {e}"))?;
         while !node.stopped() {
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
+        // Only the service's word that its graceful leave is done is a stop it was asked
+        // for; a member or not, a node whose service went away stopped on its own.
         let s = node.snapshot();
-        let member = s.view.is_some_and(|v| v.has(NodeId(id)));
-        Ok(if s.lease_lost {
+        Ok(if s.left {
+            NodeEnd::Stopped(format!("ring node {id} left the ring and stopped\n"))
+        } else if s.lease_lost {
             NodeEnd::Lost(format!(
                 "ring node {id}: its lease ran out (the process was paused, or cut off from \
                  the membership service at {membership}); it stopped"
             ))
-        } else if member {
+        } else {
             NodeEnd::Lost(format!(
                 "ring node {id}: the membership service at {membership} went away; it stopped"
             ))
-        } else {
-            NodeEnd::Stopped(format!("ring node {id} left the ring and stopped\n"))
         })
     })
 }

@@ -45,6 +45,9 @@ pub struct Snapshot {
     /// Tasks reading a connection or the membership frames that have not ended yet (an
     /// ended one is reaped at once).
     pub readers: usize,
+    /// The membership service told it its graceful leave is done ([`Frame::Left`]): it
+    /// stopped because it was asked to.
+    pub left: bool,
 }
 
 /// A running ring node.
@@ -427,7 +430,11 @@ async fn run(
                         continue;
                     }
                     Ev::MembershipGone => return,
-                    Ev::Frame(Addr::Chord, Frame::Left) => return,
+                    Ev::Frame(Addr::Chord, Frame::Left) => {
+                        snap.left = true;
+                        snap_tx.send_replace(snap.clone());
+                        return;
+                    }
                     Ev::Frame(Addr::Chord, Frame::Lease { seq, ms }) => {
                         if let Some(t) = lease.sent.remove(&seq) {
                             let until = t + Duration::from_millis(ms.into()).mul_f64(1.0 - RHO);
@@ -603,14 +610,16 @@ fn link(
 fn words(msg: &super::Msg) -> String {
     match msg {
         ChordMsg::Request { token, op, key, .. } => {
-            format!("client {}'s {op:?} of key {}", token.client.0, key.0)
+            format!("client {}'s {op:?} of key {:#06x}", token.client.0, key.0)
         }
         ChordMsg::Replicate { slot, token, .. } => format!(
-            "the replica write of key {} for client {}",
+            "the replica write of key {:#06x} for client {}",
             slot.key.0, token.client.0
         ),
         ChordMsg::Reply { token, .. } => format!("an answer to client {}", token.client.0),
-        ChordMsg::ReplicaAck { key, .. } => format!("a replica's acknowledgement of key {}", key.0),
+        ChordMsg::ReplicaAck { key, .. } => {
+            format!("a replica's acknowledgement of key {:#06x}", key.0)
+        }
         other => {
             let name = format!("{other:?}");
             let name = name.split([' ', '(', '{']).next().unwrap_or("").to_string();
