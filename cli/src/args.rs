@@ -133,7 +133,9 @@ pub enum Command {
     /// 76 if it is no longer this hold (another client got it, or it was unlocked), 75 if
     /// the ring did not answer within the timeout; 78 (one line, the command not run) if
     /// another process with the same --client-id holds the lock. HILOCK_FENCE is the
-    /// hold's fencing token (the entry's version); no lease.
+    /// hold's fencing token (the entry's version); no lease. Exit 1 if the command ran but
+    /// the ring did not answer its final unlock (the key may stay locked; the line names the
+    /// take-over command).
     ///
     /// With --txn: `hilock lock --txn /a:W /b:R -- cmd args` takes every `PATH:R|W` in one
     /// transaction of the agents engine (Wiger's locks, deadlocks detected and resolved) and
@@ -234,8 +236,8 @@ pub enum Command {
         timeout_ms: u64,
     },
     /// Print every lock the cluster knows, merged by path from every node's status (like
-    /// `dlm_tool lockdump`). Exit 0 if every node answered, 1 if some did not (named on
-    /// stderr), 2 if none did. Token engine only.
+    /// `dlm_tool lockdump`). Exit 0 if every node answered, 1 if some did not or answered
+    /// but serves no lock (named on stderr), 2 if none did. Token engine only.
     Dump(dump::DumpArgs),
     /// Print the specification: modes, Tables 2.1–2.4 (literal and derived) and the rules.
     Spec {
