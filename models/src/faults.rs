@@ -34,8 +34,9 @@
 //! the stages the runtime goes through (`runtime/src/token/recover.rs`), each a model
 //! action, with every fault action still enabled between them:
 //!
-//! - [`FaultAction::Freeze`]: a member of the next membership ([`next_members`], as soon as
-//!   the service sees the change) that the service hears and that has installed the
+//! - [`FaultAction::Freeze`]: a member of the next membership ([`next_members`] as soon as
+//!   the service sees the change; once a member has reported, the epoch it froze for even
+//!   if the change went away: [`next_members_after_reports`]) that the service hears and that has installed the
 //!   recorded epoch (or a new incarnation) writes its [`FaultSite::report`] and freezes:
 //!   it runs no script step and takes no delivery (messages to it stay in flight) until it
 //!   installs;
