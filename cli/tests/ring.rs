@@ -514,9 +514,9 @@ async fn ring_node_processes_survive_kill_9_of_a_primary_under_load() {
 async fn processes() {
     let mut addrs: Vec<Option<SocketAddr>> = vec![None; SLOTS];
     for a in addrs.iter_mut().take(7) {
-        // A free port: bound and released; the child binds it again.
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        *a = Some(l.local_addr().unwrap());
+        // A port of the tests' own range (`ports::free_port`): the kernel's ephemeral
+        // ports, bound and released one after the other, gave two slots one port.
+        *a = Some(ports::free_addr());
     }
     let peers: Vec<String> = addrs.iter().flatten().map(|a| a.to_string()).collect();
     let peers = peers.join(",");
