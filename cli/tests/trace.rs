@@ -298,7 +298,12 @@ fn a_changed_grant_mode_is_rejected_naming_the_node_and_record() {
         })
         .expect("some node was granted IR");
     let mut ls = lines(recorded(), node);
-    ls[i] = line.replacen("\"mode\":\"IR\"}", "\"mode\":\"IW\"}", 1);
+    // Only the grant's mode: the same line's input may name IR too (a request for IR).
+    ls[i] = line.replacen(
+        "\"Granted\":{\"lock\":0,\"mode\":\"IR\"}",
+        "\"Granted\":{\"lock\":0,\"mode\":\"IW\"}",
+        1,
+    );
     assert_ne!(ls[i], line);
     let dir = tampered(node, &ls);
     let out = trace_check(dir.path());
