@@ -193,22 +193,13 @@ async fn work_items<const N: usize>(
         .map_err(|e| e.to_string())?;
     while limits.max_items.is_none_or(|m| *worked < m) {
         // Waiting for an item writes the id's column: only while the registration holds.
-        let next = {
-            let next = q.next(limits.wait, limits.exit_when_empty);
-            tokio::pin!(next);
-            loop {
-                tokio::select! {
-                    biased;
-                    _ = tokio::time::sleep_until(kept.until()) => break None,
-                    _ = kept.renewed() => continue,
-                    r = &mut next => break Some(r.map_err(|e| e.to_string())),
-                }
-            }
-        };
-        let Some(next) = next else {
+        let Ok(next) = kept
+            .while_held(q.next(limits.wait, limits.exit_when_empty))
+            .await
+        else {
             return Ok(None);
         };
-        let Some(t) = next? else {
+        let Some(t) = next.map_err(|e| e.to_string())? else {
             break;
         };
         let fence = t.token.as_u64();
@@ -547,19 +538,13 @@ async fn lock<const N: usize>(
         )
     };
     // Waiting in line writes the id's column: only while the registration holds.
-    let acquired = {
-        // The timeout covers the registration and the wait in line together.
-        let acquire = lock.acquire(deadline.saturating_duration_since(tokio::time::Instant::now()));
-        tokio::pin!(acquire);
-        loop {
-            let until = kept.until();
-            tokio::select! {
-                biased;
-                _ = tokio::time::sleep_until(until) => break Err(lapsed(until)),
-                _ = kept.renewed() => continue,
-                r = &mut acquire => break r.map_err(|e| e.to_string()),
-            }
-        }
+    // The timeout covers the registration and the wait in line together.
+    let acquired = match kept
+        .while_held(lock.acquire(deadline.saturating_duration_since(tokio::time::Instant::now())))
+        .await
+    {
+        Ok(r) => r.map_err(|e| e.to_string()),
+        Err(until) => Err(lapsed(until)),
     };
     let token = match acquired {
         Ok(t) => t,

@@ -7,6 +7,8 @@
 //! Every node records its kernel steps (`record`), and each run ends with `hilock
 //! trace-check` on the records: what the nodes did replays through the kernel.
 
+#[path = "../../runtime/tests/support/ports.rs"]
+mod ports;
 #[path = "support/records.rs"]
 mod records;
 
@@ -534,14 +536,9 @@ struct Procs {
 
 impl Procs {
     fn start(n: usize, timeout_ms: u64) -> Procs {
-        let addrs = (0..n)
-            .map(|_| {
-                std::net::TcpListener::bind("127.0.0.1:0")
-                    .unwrap()
-                    .local_addr()
-                    .unwrap()
-            })
-            .collect::<Vec<_>>();
+        // Ports of the tests' own range: a port bound and released here could be taken as
+        // the local end of an outgoing connection before the child binds it.
+        let addrs = (0..n).map(|_| ports::free_addr()).collect::<Vec<_>>();
         Self::start_at(&addrs, Vec::new(), timeout_ms)
     }
 

@@ -628,10 +628,9 @@ async fn a_node_cut_from_its_successor_only_is_removed_after_its_lease() {
 
 async fn cut_from_successor() {
     const LEASE: Duration = Duration::from_millis(1000);
-    let free = || {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap()
-    };
+    // Ports the child processes bind: from the tests' own range (`ports::free_addr`), which
+    // no outgoing connection takes in between.
+    let free = ports::free_addr;
     let mut addrs: Vec<Option<SocketAddr>> = vec![None; SLOTS];
     for a in addrs.iter_mut().take(4) {
         *a = Some(free());

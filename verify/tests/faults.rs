@@ -409,6 +409,12 @@ fn staged_install_with_an_upgrade_and_with_four_nodes() {
     );
 }
 
+/// W W R with every fault once (crash, partition or pause, restart, duplicated install)
+/// and the staged install: the configuration pinned in `staged_install_every_fault_once`.
+fn every_fault_once_staged(name: &str) -> FaultConfig {
+    wwr(name).with_faults(1, 1, 1, 1).with_staged_install()
+}
+
 /// Every fault once with the staged install. Among its paths: a new incarnation of a node
 /// outside the epoch asks to join, the survivors freeze and report, and it crashes before
 /// it reports — the membership they froze for is the current one again, and they install
@@ -417,9 +423,7 @@ fn staged_install_with_an_upgrade_and_with_four_nodes() {
 #[test]
 fn staged_install_every_fault_once() {
     pass(
-        wwr("W W R, every fault once, staged install")
-            .with_faults(1, 1, 1, 1)
-            .with_staged_install(),
+        every_fault_once_staged("W W R, every fault once, staged install"),
         &[REGENERATED, KILLED, AFTER_INSTALL, REJOINED],
     );
 }
@@ -434,13 +438,13 @@ fn staged_install_every_fault_once() {
 #[test]
 fn staged_install_without_install_after_reports_freezes_the_survivors() {
     let v = refuted(
-        wwr("W W R, every fault once, staged install, no install after reports")
-            .with_faults(1, 1, 1, 1)
-            .with_staged_install()
-            .with_variant(RecoveryVariant {
-                install_after_reports: false,
-                ..H
-            }),
+        every_fault_once_staged(
+            "W W R, every fault once, staged install, no install after reports",
+        )
+        .with_variant(RecoveryVariant {
+            install_after_reports: false,
+            ..H
+        }),
         NO_LOST,
         "staged-joiner-lost-before-report",
         "install_after_reports off, staged install: n2 is cut off and its lease expires; \

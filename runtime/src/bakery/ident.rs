@@ -467,6 +467,26 @@ impl Kept {
         }
     }
 
+    /// Runs `work` while the registration holds: `Ok` with its result, or `Err(until)` (the
+    /// instant the registration ended) if it ran out first; `work` is then dropped. For
+    /// work that writes the id's column (waiting in line): it must not go on once another
+    /// client may hold the id.
+    pub async fn while_held<T>(
+        &mut self,
+        work: impl std::future::Future<Output = T>,
+    ) -> Result<T, Instant> {
+        tokio::pin!(work);
+        loop {
+            let until = self.until();
+            tokio::select! {
+                biased;
+                _ = tokio::time::sleep_until(until) => return Err(until),
+                _ = self.renewed() => continue,
+                r = &mut work => return Ok(r),
+            }
+        }
+    }
+
     /// Stops the renewals without giving the registration back: it runs out at
     /// [`Kept::until`]. For a client that gave up with requests still in flight: a new
     /// client with its id may start only once they are gone (`docs/faults.md`, "Bakery").

@@ -381,14 +381,22 @@ pub(super) mod etcd {
         // to join and died before its own report (`next_members_after_reports`; the fault
         // model's `staged-joiner-lost-before-report`). The reports are read only when
         // nothing else calls for an epoch.
-        let changed = next_members(&members, &liveness, RecoveryVariant::HILOCK).is_some();
-        let reported_next = !changed
-            && (*reported == Some(epoch)
-                || !next_reports(n, m, epoch, &members, &v).await?.is_empty());
-        let Some(next) =
-            next_members_after_reports(&members, &liveness, RecoveryVariant::HILOCK, reported_next)
-        else {
-            return Ok(false);
+        let next = match next_members(&members, &liveness, RecoveryVariant::HILOCK) {
+            Some(next) => next,
+            None => {
+                let reported_next = *reported == Some(epoch)
+                    || !next_reports(n, m, epoch, &members, &v).await?.is_empty();
+                let after = next_members_after_reports(
+                    &members,
+                    &liveness,
+                    RecoveryVariant::HILOCK,
+                    reported_next,
+                );
+                let Some(next) = after else {
+                    return Ok(false);
+                };
+                next
+            }
         };
         if !next[usize::from(shared.id)] {
             return Err("this node is not in the next epoch".into());
