@@ -503,8 +503,9 @@ async fn a_non_member_whose_membership_service_goes_away_exits_75() {
 /// A second ring node with a running node's id — `hilock node --config F --id 0` and
 /// `hilock ring-node --id 0 …` — exits 2 with the one line a token node gives: "cannot
 /// listen on ADDR: Address already in use (is another hilock node with id 0 running?)".
+/// A second `hilock ring membership` of the file asks the same of the service.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_second_ring_node_with_a_running_nodes_id_is_asked_about_it() {
+async fn a_second_ring_node_or_service_is_asked_about_the_running_one() {
     let dir = tempfile::tempdir().unwrap();
     let (addrs, cfg, _service, mut adm) = ring_of(dir.path(), 2, &[0, 1]).await;
     let limit = Duration::from_secs(15);
@@ -550,6 +551,22 @@ async fn a_second_ring_node_with_a_running_nodes_id_is_asked_about_it() {
             "{what}: {err}"
         );
     }
+    let out = tokio::process::Command::from(command(&["ring", "membership"], &cfg))
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(limit, out)
+        .await
+        .expect("the second service exits")
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    let err = err.trim_end();
+    assert_eq!(err.lines().count(), 1, "one line: {err:?}");
+    assert!(
+        err.starts_with(&format!("hilock: error: cannot listen on {maddr}: "))
+            && err.ends_with("(is this ring's membership service running already?)"),
+        "{err}"
+    );
 }
 
 /// `hilock ring status` tells a member that does not answer: after kill -9 of node 2

@@ -703,7 +703,14 @@ pub fn membership_service(cfg: &crate::config::RingConfig) -> Result<String, Str
     rt.block_on(async move {
         let l = tokio::net::TcpListener::bind(cfg.membership)
             .await
-            .map_err(|e| format!("listen on {}: {e}", cfg.membership))?;
+            .map_err(|e| {
+                let hint = if e.kind() == std::io::ErrorKind::AddrInUse {
+                    " (is this ring's membership service running already?)"
+                } else {
+                    ""
+                };
+                format!("cannot listen on {}: {e}{hint}", cfg.membership)
+            })?;
         let m = Membership::start_with_lease(l, cfg.members, cfg.lease)
             .await
             .map_err(|e| e.to_string())?;
