@@ -459,6 +459,53 @@ async fn withdrawn_join() {
     );
 }
 
+/// Ctrl-C (SIGINT), SIGTERM or SIGHUP of a `hilock ring join` whose join is queued (its node does
+/// not run): exit 2 and one line, "join of slot 2 interrupted after …: withdrawn, it does
+/// not happen later"; the node started afterwards stays out of the view. (Before, the
+/// process died of the signal and the join stayed queued: the node joined when it started.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interrupted_join_is_withdrawn() {
+    tokio::time::timeout(Duration::from_secs(90), interrupted_join())
+        .await
+        .expect("the test ended within 90 s");
+}
+
+async fn interrupted_join() {
+    let limit = Duration::from_secs(15);
+    for sig in ["INT", "TERM", "HUP"] {
+        let dir = tempfile::tempdir().unwrap();
+        let (_, cfg, _service, mut adm) = ring_of(dir.path(), 3, &[0, 1]).await;
+        let _nodes: Vec<Proc> = (0..2)
+            .map(|i| spawn(&["node", "--id", &i.to_string()], &cfg))
+            .collect();
+        adm.wait_for(limit, |s| s.up == 0b11).await.unwrap();
+        let mut join = Proc(
+            command(&["ring", "join", "--id", "2"], &cfg)
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap(),
+        );
+        adm.wait_for(limit, |s| s.queued > 0).await.unwrap();
+        signal(&join, sig);
+        let code = exit_of(&mut join, limit).await;
+        let mut err = String::new();
+        std::io::Read::read_to_string(&mut join.0.stderr.take().unwrap(), &mut err).unwrap();
+        assert_eq!(code, Some(2), "SIG{sig}: {err}");
+        assert_eq!(
+            err.trim_end().lines().count(),
+            1,
+            "SIG{sig}: one line: {err:?}"
+        );
+        assert!(
+            err.contains("join of slot 2 interrupted after")
+                && err.contains("withdrawn, it does not happen later"),
+            "SIG{sig}: {err}"
+        );
+        let _two = spawn(&["node", "--id", "2"], &cfg);
+        stays_out(&mut adm, &format!("after SIG{sig}")).await;
+    }
+}
+
 /// A ring node that is not a member (started, never joined) whose membership service is
 /// killed stops on its own as a member does: exit 75, "the membership service at … went
 /// away; it stopped" (exit 0 is for a requested leave only).

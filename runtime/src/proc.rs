@@ -285,10 +285,12 @@ pub fn raise_open_files() -> std::io::Result<(u64, u64, u64)> {
 }
 
 /// The signals that stop a long-running hilock process (`hilock node`, the ring's
-/// membership service and nodes): Ctrl-C (SIGINT), SIGTERM and SIGHUP (a closed terminal,
-/// or a supervisor's hang-up), all handled the same way, so that none of them ends the
-/// process without its clean stop (`docs/cli.md`, `hilock node`).
+/// membership service and nodes, a waiting `hilock ring join` or `leave`): Ctrl-C
+/// (SIGINT), SIGTERM and SIGHUP (a closed terminal, or a supervisor's hang-up), all
+/// handled the same way, so that none of them ends the process without its clean stop
+/// (`docs/cli.md`, `hilock node`).
 pub struct StopSignals {
+    int: tokio::signal::unix::Signal,
     term: tokio::signal::unix::Signal,
     hup: tokio::signal::unix::Signal,
 }
@@ -304,6 +306,8 @@ impl StopSignals {
     pub fn new() -> Result<StopSignals, String> {
         use tokio::signal::unix::{signal, SignalKind};
         Ok(StopSignals {
+            int: signal(SignalKind::interrupt())
+                .map_err(|e| format!("cannot wait for Ctrl-C: {e}"))?,
             term: signal(SignalKind::terminate())
                 .map_err(|e| format!("cannot wait for SIGTERM: {e}"))?,
             hup: signal(SignalKind::hangup())
@@ -314,7 +318,7 @@ impl StopSignals {
     /// Resolves when one of the three arrives.
     pub async fn recv(&mut self) -> Result<(), String> {
         tokio::select! {
-            r = tokio::signal::ctrl_c() => r.map_err(|e| format!("cannot wait for Ctrl-C: {e}")),
+            _ = self.int.recv() => Ok(()),
             _ = self.term.recv() => Ok(()),
             _ = self.hup.recv() => Ok(()),
         }

@@ -1,5 +1,5 @@
 //! Child processes and ports of the process-level tests (`#[path = "support/procs.rs"] mod
-//! procs;`): one copy instead of one per test file (duplicates D2).
+//! procs;`): one copy for every test file.
 #![allow(dead_code)]
 
 use std::net::SocketAddr;

@@ -608,6 +608,9 @@ pub fn change(membership: SocketAddr, r: Request, limit: Duration) -> Result<Str
     }
     rt.block_on(async move {
         let t0 = tokio::time::Instant::now();
+        // From here Ctrl-C, SIGTERM and SIGHUP no longer end the process: once the change is
+        // asked for, an interruption withdraws it as the timeout does.
+        let mut stop = crate::proc::StopSignals::new()?;
         let mut a = Admin::connect(membership, limit).await?;
         let (n, join) = match r {
             Request::Join(n) => (n, true),
@@ -639,10 +642,15 @@ pub fn change(membership: SocketAddr, r: Request, limit: Duration) -> Result<Str
             other => return Err(format!("{r}: the membership service answered {other:?}")),
         }
         let left = limit.saturating_sub(t0.elapsed());
-        let done = a
-            .wait_until(left, |s| s.view.has(NodeId(n)) == join)
-            .await
-            .map_err(|e| format!("{r}: {e}"))?;
+        let (done, interrupted) = tokio::select! {
+            done = a.wait_until(left, |s| s.view.has(NodeId(n)) == join) => {
+                (done.map_err(|e| format!("{r}: {e}"))?, false)
+            }
+            r = stop.recv() => {
+                r?;
+                (None, true)
+            }
+        };
         if let Some(s) = done {
             return Ok(format!(
                 "{} {n}: view epoch {} members {}\n",
@@ -651,8 +659,13 @@ pub fn change(membership: SocketAddr, r: Request, limit: Duration) -> Result<Str
                 slots_of(s.view.members)
             ));
         }
-        // Timed out: withdraw the change unless it started.
+        // Timed out or interrupted: withdraw the change unless it started.
         let took = t0.elapsed();
+        let ended = if interrupted {
+            "interrupted"
+        } else {
+            "not done"
+        };
         let withdrawn = a.withdraw(r, WITHDRAW_WAIT).await;
         let s = a.state();
         let now = format!(
@@ -663,6 +676,9 @@ pub fn change(membership: SocketAddr, r: Request, limit: Duration) -> Result<Str
             slots_of(s.up)
         );
         Err(match withdrawn {
+            Ok(true) if interrupted => format!(
+                "{r} interrupted after {took:.1?}: withdrawn, it does not happen later ({now})"
+            ),
             Ok(true) if join && s.up & (1 << n) == 0 => format!(
                 "{r} withdrawn after {took:.1?}: node {n} is not connected to the membership \
                  service at {membership} (it does not run, or cannot reach the service): start \
@@ -672,12 +688,16 @@ pub fn change(membership: SocketAddr, r: Request, limit: Duration) -> Result<Str
                 "{r} withdrawn after {took:.1?}: it did not start, the change before it has \
                  not settled ({now}); `hilock ring status` shows which node holds it up"
             ),
+            Ok(false) if interrupted => format!(
+                "{r} interrupted after {took:.1?}, but it had started ({now}): it completes \
+                 on its own; `hilock ring status` shows when"
+            ),
             Ok(false) => format!(
                 "{r} started but has not settled after {took:.1?} ({now}): it completes on \
                  its own; `hilock ring status` shows which node holds it up"
             ),
             Err(e) => format!(
-                "{r} not done after {took:.1?} ({now}), and its withdrawal was not answered \
+                "{r} {ended} after {took:.1?} ({now}), and its withdrawal was not answered \
                  ({e}): it may still happen{}",
                 if join {
                     format!("; `hilock ring leave --id {n}` withdraws a join still queued")
