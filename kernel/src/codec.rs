@@ -88,7 +88,7 @@ impl<const Q: usize> Msg<Q> {
     /// The largest frame of a [`Msg::Token`]: lock, entry, generation, sender_owned, epoch,
     /// frozen, the queue (its length's varint and `Q` entries), fence, value block.
     pub const MAX_TOKEN: usize =
-        TAG + LOCK + ENTRY + U32 + MODE + U32 + FROZEN + varint_len(Q) + Q * ENTRY + U64 + VALUE;
+        TAG + LOCK + ENTRY + U64 + MODE + U32 + FROZEN + varint_len(Q) + Q * ENTRY + U64 + VALUE;
     /// The largest frame of a [`Msg::Release`]: lock, owned, epoch.
     pub const MAX_RELEASE: usize = TAG + LOCK + MODE + U32;
     /// The largest frame of a [`Msg::Freeze`]: lock, modes, waiting modes.

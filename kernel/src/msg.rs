@@ -101,7 +101,7 @@ pub enum Msg<const Q: usize> {
         /// The request being answered.
         entry: QueueEntry,
         /// Generation of the token (incremented by every transfer); detects duplicates.
-        generation: u32,
+        generation: u64,
         /// The mode the sender still owns (its subtree, without the requester's).
         sender_owned: Mode,
         /// Attachment counter of the new (requester → sender) parent/child link.

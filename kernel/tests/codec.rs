@@ -59,7 +59,8 @@ fn message<const Q: usize>(
         MsgKind::Token => Msg::Token {
             lock,
             entry: entry(0),
-            generation: counter,
+            // A u64 as the fence: any value in a long run.
+            generation: fence,
             sender_owned: Mode::W,
             epoch: counter,
             frozen,
@@ -218,5 +219,5 @@ fn frame_table() {
     println!("{}", row::<8>());
     println!("{}", row::<16>());
     println!("{}", row::<32>());
-    assert_eq!(frame_len(&largest::<2>(MsgKind::Token)), 96);
+    assert_eq!(frame_len(&largest::<2>(MsgKind::Token)), 101);
 }

@@ -192,7 +192,7 @@ const ROWS: &[Row] = &[
         rule: "token generations: a token whose generation was seen is refused (a duplicating network)",
         rules: &[],
         file: "kernel/src/token/node.rs",
-        from: "        if !wrap::newer(generation, self.generation_seen) || self.has_token() {",
+        from: "        if !wrap::newer_generation(generation, self.generation_seen) || self.has_token() {",
         to: "        if self.has_token() {",
         also: &[],
         package: "verify",

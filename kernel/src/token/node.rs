@@ -240,8 +240,8 @@ pub struct Stale {
 pub struct LockNode<const N: usize, const Q: usize> {
     pub(crate) parent: Option<NodeId>,
     /// `Some(generation)` at the token node.
-    pub(crate) token: Option<u32>,
-    pub(crate) generation_seen: u32,
+    pub(crate) token: Option<u64>,
+    pub(crate) generation_seen: u64,
     pub(crate) held: Mode,
     pub(crate) pending: Pending,
     pub(crate) frozen: Frozen,
@@ -359,7 +359,8 @@ impl<const N: usize, const Q: usize> core::hash::Hash for LockNode<N, Q> {
                 | u64::from(token.is_some()) << 34
                 | (queue.len() as u64) << 35,
         );
-        h.write_u64(u64::from(token.unwrap_or(0)) | u64::from(*generation_seen) << 32);
+        h.write_u64(token.unwrap_or(0));
+        h.write_u64(*generation_seen);
         h.write_u64(entry_word(entry));
         h.write_u64(frozen.word());
         // The modes not to keep beside the serial (0 under the eager release: the same word).
@@ -467,7 +468,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         self.token.is_some()
     }
     /// Generation of the token held here, if any.
-    pub fn token_generation(&self) -> Option<u32> {
+    pub fn token_generation(&self) -> Option<u64> {
         self.token
     }
     /// The fencing token of the current hold (`None` while nothing is held).
@@ -1231,7 +1232,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         cx: &mut Ctx<'_, Q, S>,
         from: NodeId,
         entry: QueueEntry,
-        generation: u32,
+        generation: u64,
         sender_owned: Mode,
         epoch: u32,
         sender_frozen: Frozen,
@@ -1239,7 +1240,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         fence: u64,
         value: ValueBlock,
     ) -> Result<(), KernelError> {
-        if !wrap::newer(generation, self.generation_seen) || self.has_token() {
+        if !wrap::newer_generation(generation, self.generation_seen) || self.has_token() {
             return Err(KernelError::Duplicate(cx.lock));
         }
         self.peer(from)?;

@@ -301,9 +301,9 @@ pub struct LockReport<const Q: usize> {
     /// Its pending request or upgrade.
     pub pending: Pending,
     /// `Some(generation)` if it holds the token.
-    pub token: Option<u32>,
+    pub token: Option<u64>,
     /// The highest token generation it has seen.
-    pub generation_seen: u32,
+    pub generation_seen: u64,
     /// Its local queue, head first.
     pub queue: heapless::Vec<QueueEntry, Q>,
 }
@@ -337,7 +337,7 @@ pub struct Plan<const Q: usize> {
     /// The token node of the new epoch (every other member's parent).
     pub root: NodeId,
     /// The token's generation.
-    pub generation: u32,
+    pub generation: u64,
     /// Whether the token was regenerated (no member reported it).
     pub regenerated: bool,
     /// The members with the mode each holds (the root's copyset is built from them).
@@ -361,13 +361,13 @@ pub fn rebuild<const N: usize, const Q: usize>(
     let first = reports.first().ok_or(RecoveryError::NoMembers)?;
     let lock = first.lock;
     let mut seen = [false; N];
-    let mut token: Option<(NodeId, u32)> = None;
+    let mut token: Option<(NodeId, u64)> = None;
     // The newest generation reported (generations wrap: `super::wrap`); a report of
     // generation 0 without the token (a new incarnation's) says nothing.
-    let mut generation: Option<u32> = None;
-    let mut newest = |g: u32| {
+    let mut generation: Option<u64> = None;
+    let mut newest = |g: u64| {
         if g != 0 {
-            generation = Some(generation.map_or(g, |n| super::wrap::newest(n, g)));
+            generation = Some(generation.map_or(g, |n| super::wrap::newest_generation(n, g)));
         }
     };
     for r in reports {
@@ -1131,21 +1131,21 @@ mod tests {
         assert_eq!((p.root, p.generation, p.regenerated), (NodeId(3), 9, false));
     }
 
-    /// Generations wrap (`super::super::wrap`): reported just below and at `u32::MAX`, the
-    /// regenerated token's is the next one, 0, which every member takes as newer; a new
-    /// incarnation's report of 0 says nothing.
+    /// Generations are compared modulo 2^64 (`super::super::wrap::newer_generation`):
+    /// reported just below and at `u64::MAX`, the regenerated token's is the next one, 0,
+    /// which every member takes as newer; a new incarnation's report of 0 says nothing.
     #[test]
     fn a_token_regenerated_across_the_wrap_is_newer_than_every_generation_seen() {
         let m = [false, true, true, true];
         let mut r = [report(1, 2), report(2, 2), report(3, 2)];
-        r[0].generation_seen = u32::MAX - 1;
-        r[1].generation_seen = u32::MAX;
+        r[0].generation_seen = u64::MAX - 1;
+        r[1].generation_seen = u64::MAX;
         r[2].generation_seen = 0;
         let p = rebuild::<4, 4>(3, &m, &r).unwrap();
         assert_eq!((p.generation, p.regenerated), (0, true));
-        assert!(crate::token::wrap::newer(p.generation, u32::MAX));
+        assert!(crate::token::wrap::newer_generation(p.generation, u64::MAX));
         r[1].generation_seen = 5;
-        r[0].generation_seen = u32::MAX - 2;
+        r[0].generation_seen = u64::MAX - 2;
         let p = rebuild::<4, 4>(3, &m, &r).unwrap();
         assert_eq!(p.generation, 6);
     }
