@@ -150,14 +150,30 @@ fn lock_rounds(dir: &Path, rounds: usize) {
 /// goes to the token node and comes back `Busy`: exit 79) and, once node 0 released, one
 /// the kernel grants.
 fn try_locks(dir: &Path) {
+    // The holder's command says it runs (`held`), then keeps /db until the test has made
+    // its try (`done`; at most 60 s, so a failed test leaves no holder behind).
+    let (held, done) = (dir.join("held"), dir.join("done"));
+    let script = format!(
+        "touch {0}; i=0; while [ ! -e {1} ] && [ $i -lt 3000 ]; do sleep 0.02; i=$((i+1)); done",
+        held.display(),
+        done.display()
+    );
     let mut holder = hilock()
         .args(["lock", "/db", "W", "--socket"])
         .arg(sock(dir, 0))
-        .args(["--", "sh", "-c", "sleep 0.5"])
+        .args(["--", "sh", "-c", &script])
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(150));
+    // The try must come while node 0 holds /db: wait until the holder's command runs.
+    let t = Instant::now();
+    while !held.exists() {
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "node 0 is granted /db"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
     let try_db = || {
         hilock()
             .args(["lock", "--try", "/db", "W", "--socket"])
@@ -168,7 +184,9 @@ fn try_locks(dir: &Path) {
             .unwrap()
             .code()
     };
-    assert_eq!(try_db(), Some(79), "a try while node 0 holds /db");
+    let refused = try_db();
+    std::fs::write(&done, "").unwrap();
+    assert_eq!(refused, Some(79), "a try while node 0 holds /db");
     assert!(holder.wait().unwrap().success());
     assert_eq!(try_db(), Some(0), "a try on a free /db");
 }
