@@ -803,7 +803,8 @@ fn the_command_dies_with_the_lock_and_exit_codes_say_why() {
     assert_eq!(e.trim_end().lines().count(), 1, "{e}");
 
     // The node stops (SIGTERM): it reports the loss, the wrapper exits 76; the node
-    // itself is gone within a second.
+    // itself is gone promptly (at once on an idle machine; the bound is half the 10 s
+    // request timeout).
     let mut c = start(1);
     let f = c.dir.path().join("pids");
     let mut wrapper = Proc(
@@ -822,7 +823,7 @@ fn the_command_dies_with_the_lock_and_exit_codes_say_why() {
         .status()
         .unwrap()
         .success());
-    let node_st = wait_exit(&mut c.nodes[0].0, Duration::from_secs(1));
+    let node_st = wait_exit(&mut c.nodes[0].0, Duration::from_secs(5));
     assert!(node_st.success(), "{node_st:?}");
     let st = wait_exit(&mut wrapper.0, Duration::from_secs(10));
     assert_eq!(st.code(), Some(76));
@@ -1240,10 +1241,12 @@ fn a_request_routed_through_a_restarted_node_fails_at_once_naming_it() {
     wait_socket(&c, 2);
     wait_peer_state(&c, 0, 2, "refused");
     wait_peer_state(&c, 1, 2, "refused");
+    // A request that failed at once comes back in milliseconds; one that waited would take
+    // the node's 10 s request timeout at least (the client's own is 20 s).
     let timed = |node: usize, path: &str| {
         let t = Instant::now();
         let out = run(hilock()
-            .args(["lock", path, "W", "--timeout-ms", "5000", "--socket"])
+            .args(["lock", path, "W", "--timeout-ms", "20000", "--socket"])
             .arg(c.socket(node))
             .args(["--", "true"]));
         (out, t.elapsed())
@@ -1270,7 +1273,7 @@ fn a_request_routed_through_a_restarted_node_fails_at_once_naming_it() {
             );
             assert!(!out.status.success(), "{path} granted at node {node}");
             assert!(
-                took < Duration::from_secs(2),
+                took < Duration::from_secs(5),
                 "{path} at node {node}: {took:?}"
             );
             assert!(
@@ -1291,7 +1294,7 @@ fn a_request_routed_through_a_restarted_node_fails_at_once_naming_it() {
                 "W",
                 "--try",
                 "--timeout-ms",
-                "5000",
+                "20000",
                 "--socket",
             ])
             .arg(c.socket(0))
@@ -1299,7 +1302,7 @@ fn a_request_routed_through_a_restarted_node_fails_at_once_naming_it() {
         let (took, e) = (t.elapsed(), text(&out.stderr));
         eprintln!("try {tried}, attempt {attempt}: {took:?}: {}", e.trim());
         assert_eq!(out.status.code(), Some(2), "{e}");
-        assert!(took < Duration::from_secs(2), "{took:?}");
+        assert!(took < Duration::from_secs(5), "{took:?}");
         assert!(
             e.contains("node 2 restarted with fresh state and is refused"),
             "{e}"
