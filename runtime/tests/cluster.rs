@@ -223,7 +223,24 @@ async fn cancelled_hierarchical_request_releases_its_ancestors() {
     // Node 1 gets IW on /db, then waits for /db/t; dropping the future cancels it.
     let h = nodes[1].handle();
     let f = tokio::spawn(async move { h.lock("/db/t", Mode::R).await });
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The cancel must find /db granted and /db/t pending: wait until node 1 shows that.
+    let t = std::time::Instant::now();
+    loop {
+        let st = nodes[1].status().await.unwrap();
+        if st
+            .locks
+            .iter()
+            .any(|l| l.path == "/db/t" && l.pending == "R")
+        {
+            break;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "node 1's request for /db/t is pending: {:?}",
+            st.locks
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     f.abort();
     let _ = f.await;
     drop(g);
