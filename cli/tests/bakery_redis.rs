@@ -777,6 +777,9 @@ fn registration_waits_for_paused_replicas_until_the_timeout() {
 /// if all were up, even with a 500 ms lease. The registration waited for every replica's
 /// answer (or its 500 ms call timeout) at each renewal, so with a 500 ms or 1,000 ms lease
 /// the registration lapsed and the lock failed, and with the default lease it took 2 s.
+/// Each call must succeed; the fastest of up to three calls a lease must take less than
+/// 1.8 s (about 1 s on an idle machine): a descheduled call can overrun that once, a
+/// client that waits at each renewal overruns it every time.
 #[test]
 fn one_paused_replica_of_three_costs_nothing() {
     if !have_redis() {
@@ -786,21 +789,32 @@ fn one_paused_replica_of_three_costs_nothing() {
     let paused = r.children[1].as_ref().unwrap().id();
     signal(paused, "-STOP");
     let mut times = Vec::new();
-    for (lease, id) in [(500, 6), (2000, 7)] {
-        let name = format!("onepaused{lease}");
-        let t = Instant::now();
-        let out = bakery_lock(&r.addrs.join(","), &name, id, lease, "echo granted")
-            .output()
-            .unwrap();
-        times.push(t.elapsed());
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(0), "lease {lease}: {err}");
-        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "granted");
+    for (lease, first_id) in [(500, 6), (2000, 7)] {
+        for attempt in 0..3u16 {
+            let name = format!("onepaused{lease}-{attempt}");
+            let id = first_id + 2 * attempt;
+            let t = Instant::now();
+            let out = bakery_lock(&r.addrs.join(","), &name, id, lease, "echo granted")
+                .output()
+                .unwrap();
+            let took = t.elapsed();
+            times.push((lease, took));
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(0), "lease {lease}: {err}");
+            assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "granted");
+            if took < Duration::from_millis(1800) {
+                break;
+            }
+        }
     }
     signal(paused, "-CONT");
-    eprintln!("one replica of three paused: lock and command took {times:?}");
-    for t in &times {
-        assert!(*t < Duration::from_millis(1800), "took {times:?}");
+    eprintln!("one replica of three paused: (lease, lock and command) took {times:?}");
+    for lease in [500, 2000] {
+        let fastest = times.iter().filter(|t| t.0 == lease).map(|t| t.1).min();
+        assert!(
+            fastest.is_some_and(|t| t < Duration::from_millis(1800)),
+            "took {times:?}"
+        );
     }
 }
 

@@ -4,6 +4,8 @@
 
 #[path = "support/connected.rs"]
 mod connected;
+#[path = "support/ports.rs"]
+mod ports;
 use connected::{wait_all_connected, wait_connected};
 
 use std::collections::HashSet;
@@ -777,7 +779,13 @@ async fn five_nodes_200_random_hierarchical_transactions_no_exclusion_violation(
 async fn cluster_with_a_restarted_node(n: usize, name: &str) -> (Vec<Node>, Vec<NodeAddr>) {
     let mut listeners = Vec::new();
     for _ in 0..n {
-        listeners.push(tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap());
+        // Below the ephemeral range: the restarted node binds its address again, and no
+        // outgoing connection (a peer dialling it meanwhile) can hold that port then.
+        listeners.push(
+            tokio::net::TcpListener::bind(ports::free_addr())
+                .await
+                .unwrap(),
+        );
     }
     let addrs: Vec<NodeAddr> = listeners
         .iter()

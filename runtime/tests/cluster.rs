@@ -223,7 +223,24 @@ async fn cancelled_hierarchical_request_releases_its_ancestors() {
     // Node 1 gets IW on /db, then waits for /db/t; dropping the future cancels it.
     let h = nodes[1].handle();
     let f = tokio::spawn(async move { h.lock("/db/t", Mode::R).await });
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The cancel must find /db granted and /db/t pending: wait until node 1 shows that.
+    let t = std::time::Instant::now();
+    loop {
+        let st = nodes[1].status().await.unwrap();
+        if st
+            .locks
+            .iter()
+            .any(|l| l.path == "/db/t" && l.pending == "R")
+        {
+            break;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "node 1's request for /db/t is pending: {:?}",
+            st.locks
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     f.abort();
     let _ = f.await;
     drop(g);
@@ -737,7 +754,22 @@ async fn a_higher_priority_request_is_served_first() {
             tokio::time::sleep(Duration::from_millis(20)).await;
             drop(g);
         }));
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        // The next request starts once this one is queued at node 0, the token holder:
+        // they arrive in the order asked, and all wait there before the release.
+        let queued = format!("{i}:W@{prio}");
+        let t = std::time::Instant::now();
+        loop {
+            let st = nodes[0].status().await.unwrap();
+            let l = st.locks.iter().find(|l| l.path == path);
+            if l.is_some_and(|l| l.queue.contains(&queued)) {
+                break;
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(30),
+                "{queued} queued at node 0: {l:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
     }
     drop(held);
     let mut order = Vec::new();

@@ -16,10 +16,13 @@
 //! test prints one line saying it is skipped. Everything runs on 127.0.0.1, Chromium with a
 //! fresh profile, no network services, and a time limit.
 
+#[path = "../../runtime/tests/support/ports.rs"]
+mod ports;
+
 use hilock_models::check::explore;
 use hilock_models::token::ModelConfig;
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -179,11 +182,10 @@ fn serve(name: &str) -> (hilock_models::open::Opened, String, String) {
         }
         None => std::fs::read_to_string(cx.join(format!("configs/{name}.json"))).expect("config"),
     };
-    let port = TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port();
-    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    // A free port below the ephemeral range, which no outgoing connection takes before
+    // the Explorer binds it.
+    let addr = ports::free_addr();
+    let port = addr.port();
     let v: serde_json::Value = serde_json::from_str(&cfg_text).expect("JSON");
     let (opened, property) = if v.get("model").is_none() {
         let cfg = ModelConfig::from_json(&cfg_text).expect("configuration");

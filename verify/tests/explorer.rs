@@ -2,10 +2,13 @@
 //! calls the same `hilock_models::check::explore`): its page, its status JSON and its state
 //! API answer over plain HTTP.
 
+#[path = "../../runtime/tests/support/ports.rs"]
+mod ports;
+
 use hilock_models::check::explore;
 use hilock_models::token::ModelConfig;
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 /// `GET path` over HTTP/1.1 with `Connection: close`; returns (status line, body).
@@ -33,11 +36,9 @@ fn explorer_serves_page_status_and_states() {
     )
     .expect("example configuration");
     let cfg = ModelConfig::from_json(&text).expect("valid configuration");
-    // A free port: bind port 0, read the port, release it.
-    let addr = {
-        let l = TcpListener::bind("127.0.0.1:0").expect("bind");
-        l.local_addr().expect("addr")
-    };
+    // A free port below the ephemeral range, which no outgoing connection takes before
+    // the Explorer binds it.
+    let addr = ports::free_addr();
     // `explore` blocks while it serves: run it on a thread the test process abandons.
     std::thread::spawn(move || {
         if let Err(e) = explore(&cfg, addr) {

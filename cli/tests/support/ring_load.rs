@@ -158,6 +158,19 @@ impl Load {
     }
 }
 
+/// Waits (at most `limit`) until the load's `grants` pass `before`: the load goes on (the
+/// clients are granted again), `what` says after what.
+pub async fn until_grants_pass(grants: &AtomicU64, before: u64, limit: Duration, what: &str) {
+    let t = std::time::Instant::now();
+    while grants.load(Relaxed) <= before {
+        assert!(
+            t.elapsed() < limit,
+            "the load goes on after {what}: no grant in {limit:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 /// What every ring test under load sets up: the history checker, client [`HOLDER`]
 /// holding [`HELD`] throughout (registered with the checker as operation `held_op`),
 /// client [`CONTENDER`] to be refused it, and the [`Load`].
