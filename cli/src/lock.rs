@@ -387,8 +387,8 @@ impl Watch for NodeWatch {
                         )
                     } else {
                         format!(
-                            "lock on {path} lost: the node's etcd lease was not renewed in time \
-                             (the node is paused, hung or cut off from etcd)"
+                            "lock on {path} lost: the node did not renew the hold's lease in \
+                             time (the node is paused or hung, or cut off from etcd)"
                         )
                     };
                     return Event::Lost(EXIT_LEASE_LOST, why, cap);

@@ -1534,6 +1534,62 @@ fn hilock_lock_txn_runs_commands_under_both_locks_across_nodes() {
     assert!(err.contains("goes after `--`"), "{err}");
 }
 
+/// A `--txn` hold on a paused node. The node's peers release its agents' entries 4 s after
+/// they last heard from it (`AGENTS_GONE_AFTER`), paused or not, so the hold has a lease of
+/// its own (`HOLD_LEASE`, 2 s, renewed by the node while it runs): the command of a
+/// transaction whose node is stopped with SIGSTOP is killed (exit 77) before a transaction
+/// on another node is granted the same lock, and the two commands never overlap. (Without
+/// the lease both held /a in W for about a second, and the first wrapper exited 0.)
+#[test]
+fn a_paused_nodes_txn_command_dies_before_its_lock_passes_on() {
+    let c = start(3);
+    let dir = c.dir.path();
+    let (held, beats, got) = (dir.join("held"), dir.join("beats"), dir.join("got"));
+    // The first holder writes a time stamp every 20 ms for as long as it runs.
+    let beat = format!(
+        "echo in > {}; while :; do date +%s%N >> {}; sleep 0.02; done",
+        held.display(),
+        beats.display()
+    );
+    let mut first = hilock()
+        .args(["lock", "--txn", "/a:W", "--socket"])
+        .arg(c.socket(2))
+        .args(["--", "sh", "-c", &beat])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_file(&held);
+    let pid = c.nodes[2].0.id().to_string();
+    let sig = |s: &str| {
+        assert!(Command::new("kill")
+            .args([s, &pid])
+            .status()
+            .unwrap()
+            .success())
+    };
+    sig("-STOP");
+    let second = run(hilock()
+        .args(["lock", "--txn", "/a:W", "--timeout-ms", "20000", "--socket"])
+        .arg(c.socket(0))
+        .args(["--", "sh", "-c", &format!("date +%s%N > {}", got.display())]));
+    sig("-CONT");
+    assert_eq!(second.status.code(), Some(0), "{}", text(&second.stderr));
+    let code = first.wait().unwrap().code();
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut first.stderr.take().unwrap(), &mut err).unwrap();
+    assert_eq!(code, Some(77), "{err}");
+    assert!(err.contains("did not renew the hold's lease"), "{err}");
+    let stamp = |s: &str| s.trim().parse::<u128>().unwrap();
+    let last = std::fs::read_to_string(&beats).unwrap();
+    let last = stamp(last.lines().last().unwrap());
+    let granted = stamp(&std::fs::read_to_string(&got).unwrap());
+    assert!(
+        last < granted,
+        "the first command ran {} ms into the second's hold",
+        (last - granted) / 1_000_000
+    );
+}
+
 /// `hilock lock --txn` passes no fencing token (the agents engine has none): its command
 /// sees `HILOCK_FENCE` unset, even when it was set in the caller's environment — as it is
 /// inside an outer `hilock lock`, whose token would otherwise pass for this hold's.

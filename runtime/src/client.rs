@@ -609,6 +609,7 @@ async fn client(node: Handle, s: UnixStream) {
                 // `spec/SPEC.md` 1.16: a conflicting request of another node waits.
                 async { guard.blocking().await.ok() },
                 &mut value,
+                false,
             )
             .await;
             if release {
@@ -674,11 +675,13 @@ async fn txn(
         return;
     }
     let names: Vec<String> = parsed.iter().map(|(p, m)| format!("{p}:{m}")).collect();
-    let lease = node.lease().borrow().deadline_ms();
+    // The hold has a lease of its own, whatever the membership: peers release a silent
+    // node's entries after `AGENTS_GONE_AFTER`, a paused node's too.
+    let (until, grace) = txn_lease(node);
     let reply = Reply {
         locks: Some(names.clone()),
-        lease_until_ms: lease.map(|l| l.0),
-        lease_grace_ms: lease.map(|l| l.1),
+        lease_until_ms: Some(until),
+        lease_grace_ms: Some(grace),
         ..Reply::ok()
     };
     if write_reply(&mut w, &reply).await.is_err() {
@@ -697,6 +700,7 @@ async fn txn(
         // The agents engine has no blocking notification (`spec/SPEC.md` 1.16).
         std::future::pending(),
         &mut ignored,
+        true,
     )
     .await
     {
@@ -737,6 +741,7 @@ async fn hold(
     lost: impl std::future::Future<Output = String>,
     blocked: impl std::future::Future<Output = Option<crate::Blocked>>,
     value: &mut Option<[u8; hilock_kernel::VALUE_LEN]>,
+    txn: bool,
 ) -> bool {
     let mut stop = node.stopping();
     let mut lost = std::pin::pin!(lost);
@@ -748,6 +753,9 @@ async fn hold(
     let mut follow_lease = !matches!(*lease.borrow(), crate::token::NodeLease::Static);
     // A lease lost between the grant and now: the change is seen below at once.
     lease.mark_changed();
+    // A transaction's own lease ([`txn_lease`]), renewed every quarter of it.
+    let mut renew = tokio::time::interval(crate::agents::HOLD_LEASE / 4);
+    renew.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // Bytes, not a String: `read_until` keeps what it read when another branch wins, so
     // no part of a line is lost to a lease renewal.
     let mut line = Vec::new();
@@ -848,6 +856,16 @@ async fn hold(
                 .await;
                 return true;
             }
+            _ = renew.tick(), if txn => {
+                let (until, grace) = txn_lease(node);
+                let renewal = Reply {
+                    lease_until_ms: Some(until),
+                    lease_grace_ms: Some(grace),
+                    ..Reply::ok()
+                };
+                // A client that is gone is seen by the read above.
+                let _ = write_reply(w, &renewal).await;
+            }
             changed = lease.changed(), if follow_lease => {
                 if changed.is_err() {
                     follow_lease = false;
@@ -874,7 +892,8 @@ async fn hold(
                         };
                     }
                     l => {
-                        if let Some((until, grace)) = l.deadline_ms() {
+                        let renewed = if txn { Some(txn_lease(node)) } else { l.deadline_ms() };
+                        if let Some((until, grace)) = renewed {
                             let renewal = Reply {
                                 lease_until_ms: Some(until),
                                 lease_grace_ms: Some(grace),
@@ -887,6 +906,23 @@ async fn hold(
                 }
             }
         }
+    }
+}
+
+/// The lease of a transaction's hold from now ([`crate::agents::HOLD_LEASE`]), cut to the
+/// node's etcd lease where that ends first: its end in `CLOCK_MONOTONIC` milliseconds and
+/// its grace in milliseconds, as a [`Reply`] carries them.
+fn txn_lease(node: &Handle) -> (u64, u64) {
+    let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+    let own = (
+        crate::proc::instant_to_monotonic_ms(
+            tokio::time::Instant::now() + crate::agents::HOLD_LEASE,
+        ),
+        ms(crate::agents::HOLD_LEASE_GRACE),
+    );
+    match node.lease().borrow().deadline_ms() {
+        Some((until, grace)) if until < own.0 => (until, grace.min(own.1)),
+        _ => own,
     }
 }
 

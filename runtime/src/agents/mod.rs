@@ -77,6 +77,20 @@ pub const SERVER_DOWN_AFTER: Duration = Duration::from_millis(1500);
 pub const AGENTS_GONE_AFTER: Duration = Duration::from_secs(4);
 /// How often the engine looks at the peer links.
 pub const LINK_CHECK: Duration = Duration::from_millis(50);
+/// The lease of a transaction's hold at its client (`hilock lock --txn`): the node renews
+/// it every quarter of it while it runs, and the client kills its command once it ends
+/// without a renewal, within half of [`HOLD_LEASE_GRACE`]. A paused or hung node renews
+/// nothing, and its peers release its agents' entries [`AGENTS_GONE_AFTER`] after they last
+/// heard from it (a heartbeat comes at least every 200 ms, `token::net::HEARTBEAT`), so the
+/// command is gone before another transaction can be granted its locks.
+pub const HOLD_LEASE: Duration = Duration::from_secs(2);
+/// The grace of [`HOLD_LEASE`]: by how much later the command must be gone.
+pub const HOLD_LEASE_GRACE: Duration = Duration::from_secs(1);
+const _: () = assert!(
+    HOLD_LEASE.as_millis() + HOLD_LEASE_GRACE.as_millis() / 2 + 200 + 1000
+        <= AGENTS_GONE_AFTER.as_millis(),
+    "a paused node's command must be gone a second before its peers release its entries"
+);
 /// With etcd recovery, a node's lock server takes no request for this long after the node
 /// starts: a peer whose transaction held a lock on the server of this node's earlier run
 /// has by then either counted that run as down (its link to it was gone for
