@@ -21,6 +21,11 @@ use super::{
     SERVER_DOWN_AFTER,
 };
 
+/// Local messages (between this node's agents and its lock server) delivered per turn of
+/// the engine's task; the rest wait for the next turn, after the frames and calls that came
+/// in meanwhile.
+const DRAIN_BUDGET: usize = 4096;
+
 /// A message between processes of this node (one FIFO queue keeps each pair in order).
 enum Work {
     ToServer(ServerMsg<DEPTH>),
@@ -106,12 +111,18 @@ pub(crate) async fn run(net: Arc<dyn Net>, rx: EngineRx) {
     }
     let mut tick = tokio::time::interval(LINK_CHECK);
     loop {
+        if e.has_work() {
+            // Local messages left by the budget: the node's other tasks run first (the
+            // peer links among them), then this task goes on after any new input.
+            tokio::task::yield_now().await;
+        }
         tokio::select! {
             c = rx.recv() => {
                 let Some(c) = c else { return };
                 e.handle(c);
             }
             _ = tick.tick() => e.check_links(Instant::now()),
+            () = std::future::ready(()), if e.has_work() => e.drain(),
         }
     }
 }
@@ -249,8 +260,21 @@ impl Engine {
         self.drain();
     }
 
+    fn has_work(&self) -> bool {
+        !self.work.is_empty()
+    }
+
+    /// Delivers the local messages waiting, at most [`DRAIN_BUDGET`] of them. A node's
+    /// agents and its lock server can answer each other for ever: an agent that surrenders a
+    /// lock outside the cycle it sees decides again on the acknowledgement, which a local
+    /// server sends at once, while the update that would end the cycle is a frame from a
+    /// peer. Unbounded, this call never returned: the node answered no client, its peer
+    /// links starved, and what it sent piled up in memory.
     fn drain(&mut self) {
-        while let Some(w) = self.work.pop_front() {
+        for _ in 0..DRAIN_BUDGET {
+            let Some(w) = self.work.pop_front() else {
+                return;
+            };
             self.counters.local_messages.fetch_add(1, Relaxed);
             match w {
                 Work::ToServer(msg) => self.server_step(self.me, msg),
@@ -491,7 +515,10 @@ impl Engine {
             l.refused = Some(err.clone());
             let _ = self.agent_step(id, AgentInput::Finish);
         }
-        self.drain();
+        // Everything, not a turn's budget: the agents are finished, so their messages end.
+        while self.has_work() {
+            self.drain();
+        }
         let mut held: Vec<AgentId> = self.server.entries().map(|e| e.agent).collect();
         held.sort();
         held.dedup();
@@ -753,6 +780,24 @@ mod tests {
 
     fn entries(e: &Engine) -> Vec<(u16, bool)> {
         e.server.entries().map(|x| (x.agent.0, x.granted)).collect()
+    }
+
+    /// One call of `drain` delivers at most `DRAIN_BUDGET` local messages and leaves the
+    /// rest for the task's next turn, so the engine's task always comes back to its frames,
+    /// calls and link checks (a node's agents and server answering each other for ever kept
+    /// it inside one call: the node wedged).
+    #[test]
+    fn a_drain_delivers_at_most_its_budget() {
+        let (mut e, _) = engine();
+        for _ in 0..DRAIN_BUDGET + 10 {
+            // A release of an agent the server does not know: it changes nothing.
+            e.work
+                .push_back(Work::ToServer(ServerMsg::Release { agent: AgentId(0) }));
+        }
+        e.drain();
+        assert_eq!(e.work.len(), 10);
+        e.drain();
+        assert!(!e.has_work());
     }
 
     fn engine() -> (Engine, Arc<FakeNet>) {
