@@ -148,7 +148,10 @@ pub enum Command {
         /// Take the locks as one transaction of the agents engine.
         #[arg(long)]
         txn: bool,
-        /// With --txn: abort instead of surrendering a lock already reported held.
+        /// With --txn: abort instead of surrendering a lock already reported held. A --txn
+        /// asks for all its locks in one call and none is reported held before all are,
+        /// then asks nothing more, so no deadlock makes it abort: here the flag changes
+        /// nothing (it matters in the Rust API, where a transaction asks again later).
         #[arg(long, requires = "txn")]
         abort_on_deadlock: bool,
         /// Try-lock: if the lock (or an ancestor's intention mode) cannot be taken without
