@@ -36,6 +36,16 @@ impl Cluster {
     fn config(&self) -> PathBuf {
         self.dir.path().join("cluster.toml")
     }
+
+    /// `kill SIG pid` of node `id` (e.g. `-STOP`, `-CONT`, `-TERM`).
+    fn signal(&self, id: usize, sig: &str) {
+        let pid = self.nodes[id].0.id().to_string();
+        assert!(Command::new("kill")
+            .args([sig, &pid])
+            .status()
+            .unwrap()
+            .success());
+    }
 }
 
 fn start(n: usize) -> Cluster {
@@ -265,12 +275,7 @@ fn hilock_lock_times_out_with_one_line_and_exit_2() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     // SIGTERM, SIGINT (Ctrl-C) and SIGHUP stop a node cleanly: its client socket goes away.
     for (node, sig) in [(1, "-HUP"), (2, "-INT"), (0, "-TERM")] {
-        let pid = c.nodes[node].0.id().to_string();
-        assert!(Command::new("kill")
-            .args([sig, &pid])
-            .status()
-            .unwrap()
-            .success());
+        c.signal(node, sig);
         let t = Instant::now();
         while c.socket(node).exists() {
             assert!(
@@ -653,14 +658,9 @@ fn epoch_ns() -> u128 {
 /// waiter's command then runs and succeeds; the signal's wall-clock time (ns) and how long
 /// node 0 took to exit.
 fn sigterm_node_0(c: &mut Cluster, waiter: &mut Proc) -> (u128, Duration) {
-    let pid = c.nodes[0].0.id().to_string();
     let termed = epoch_ns();
     let t = Instant::now();
-    assert!(Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .unwrap()
-        .success());
+    c.signal(0, "-TERM");
     let node_st = wait_exit(&mut c.nodes[0].0, Duration::from_secs(15));
     let exited = t.elapsed();
     assert!(node_st.success(), "{node_st:?}");
@@ -817,12 +817,7 @@ fn the_command_dies_with_the_lock_and_exit_codes_say_why() {
             .unwrap(),
     );
     let held = pids(&wait_file(&f));
-    let pid = c.nodes[0].0.id().to_string();
-    assert!(Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .unwrap()
-        .success());
+    c.signal(0, "-TERM");
     let node_st = wait_exit(&mut c.nodes[0].0, Duration::from_secs(5));
     assert!(node_st.success(), "{node_st:?}");
     let st = wait_exit(&mut wrapper.0, Duration::from_secs(10));
@@ -1166,14 +1161,7 @@ fn a_stopped_peer_is_shown_not_answering_and_named_in_errors() {
         .map(|i| format!("/s{i}"))
         .find(|p| hilock_runtime::wire::initial_holder(p, 2) == hilock_kernel::NodeId(1))
         .unwrap();
-    let pid = c.nodes[1].0.id().to_string();
-    let sig = |s: &str| {
-        assert!(Command::new("kill")
-            .args([s, &pid])
-            .status()
-            .unwrap()
-            .success())
-    };
+    let sig = |s: &str| c.signal(1, s);
     sig("-STOP");
     wait_peer_state(&c, 0, 1, "not answering");
     // Status probes the peer; the errors use the node's own silence check, which notices
@@ -1380,13 +1368,7 @@ fn status_never_shows_a_just_stopped_peer_as_connected() {
     let c = start(2);
     wait_peer_state(&c, 0, 1, "connected");
     let pid = c.nodes[1].0.id().to_string();
-    let sig = |s: &str| {
-        assert!(Command::new("kill")
-            .args([s, &pid])
-            .status()
-            .unwrap()
-            .success())
-    };
+    let sig = |s: &str| c.signal(1, s);
     for round in 0..5 {
         sig("-STOP");
         // kill(2) only queues SIGSTOP: one thread takes it and then stops the others, so
@@ -1559,14 +1541,7 @@ fn a_paused_nodes_txn_command_dies_before_its_lock_passes_on() {
         .spawn()
         .unwrap();
     wait_file(&held);
-    let pid = c.nodes[2].0.id().to_string();
-    let sig = |s: &str| {
-        assert!(Command::new("kill")
-            .args([s, &pid])
-            .status()
-            .unwrap()
-            .success())
-    };
+    let sig = |s: &str| c.signal(2, s);
     sig("-STOP");
     let second = run(hilock()
         .args(["lock", "--txn", "/a:W", "--timeout-ms", "20000", "--socket"])
@@ -1800,12 +1775,7 @@ fn fences_keep_growing_across_a_restart_of_the_whole_cluster() {
         let resume = round == 3;
         for id in 0..3 {
             if resume {
-                let pid = c.nodes[id].0.id().to_string();
-                assert!(Command::new("kill")
-                    .args(["-TERM", &pid])
-                    .status()
-                    .unwrap()
-                    .success());
+                c.signal(id, "-TERM");
                 assert!(wait_exit(&mut c.nodes[id].0, Duration::from_secs(10)).success());
             } else {
                 let _ = c.nodes[id].0.kill();

@@ -1125,7 +1125,7 @@ fn an_agent_on_a_cycle_still_tells_where_it_waits() {
 
 // transaction.rs, `Agent::forward` (A5, each version once): whom a version was sent to is
 // recorded for agents of any id. The record was a 64-bit mask, so agents from 64 on heard
-// a queue again at every evaluation — a runtime's ids pass 64 within a few dozen
+// a queue again at every evaluation — a runtime's ids go beyond 64 within a few dozen
 // transactions, and the repeats made a message storm.
 #[test]
 fn an_agent_beyond_64_is_told_once() {
