@@ -1485,6 +1485,16 @@ fn hilock_lock_txn_runs_commands_under_both_locks_across_nodes() {
             "critical sections overlap: {lines:?}"
         );
     }
+    // `hilock status` counts each node's transactions; nothing is left in its lock server.
+    for id in 0..2 {
+        let out = run(hilock().args(["status", "--socket"]).arg(c.socket(id)));
+        let s = text(&out.stdout);
+        assert!(
+            s.contains("transactions (--txn): begun 3 committed 3 aborted 0")
+                && s.contains("entries at this node's lock server 0"),
+            "node {id}: {s}"
+        );
+    }
     for bad in [
         vec!["lock", "--txn", "/a:X"],
         vec!["lock", "--txn", "/a"],

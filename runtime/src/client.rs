@@ -704,7 +704,9 @@ async fn txn(
     )
     .await
     {
-        drop(t);
+        // Every lock was held until the client let go: a commit (`AgentStats::committed`),
+        // which releases them all.
+        let _ = t.commit().await;
     } else {
         std::mem::forget(t);
     }
@@ -1108,6 +1110,19 @@ pub fn render_status(s: &Status) -> String {
         s.stats.kernel_rejections,
         s.stats.abandoned_grants,
         s.stats.clients_refused
+    ));
+    let a = &s.agents;
+    o.push_str(&format!(
+        "transactions (--txn): begun {} committed {} aborted {} (deadlock {}, servers down {}, other {}); surrenders {}; locks revoked {}; entries at this node's lock server {}\n",
+        a.begun,
+        a.committed,
+        a.aborted_deadlock + a.aborted_server_down + a.aborted_other,
+        a.aborted_deadlock,
+        a.aborted_server_down,
+        a.aborted_other,
+        a.surrenders,
+        a.revoked,
+        s.txn_entries
     ));
     o.push_str("peers:\n");
     for p in &s.peers {

@@ -119,6 +119,8 @@ impl Handle {
             metrics: s.metrics_addr.map(|a| format!("http://{a}/metrics")),
             peers,
             stats: self.stats(),
+            agents: self.agent_stats(),
+            txn_entries: self.agent_entries().await.map_or(0, |e| e.len()),
             locks,
         })
     }

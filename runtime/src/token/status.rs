@@ -54,6 +54,14 @@ pub struct Status {
     pub peers: Vec<PeerStatus>,
     /// Counters.
     pub stats: Stats,
+    /// The agents engine's counters (`hilock lock --txn` transactions begun here, and the
+    /// surrenders and messages of this node's agents and lock server).
+    #[serde(default)]
+    pub agents: crate::agents::AgentStats,
+    /// Entries in this node's agents lock server now (granted or waiting, of any node's
+    /// transactions).
+    #[serde(default)]
+    pub txn_entries: usize,
     /// Every lock this node has seen, by path.
     pub locks: Vec<LockStatus>,
 }
