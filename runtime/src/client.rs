@@ -677,12 +677,9 @@ async fn txn(
     let names: Vec<String> = parsed.iter().map(|(p, m)| format!("{p}:{m}")).collect();
     // The hold has a lease of its own, whatever the membership: peers release a silent
     // node's entries after `AGENTS_GONE_AFTER`, a paused node's too.
-    let (until, grace) = txn_lease(node);
     let reply = Reply {
         locks: Some(names.clone()),
-        lease_until_ms: Some(until),
-        lease_grace_ms: Some(grace),
-        ..Reply::ok()
+        ..lease_reply(txn_lease(node))
     };
     if write_reply(&mut w, &reply).await.is_err() {
         return;
@@ -755,9 +752,13 @@ async fn hold(
     let mut follow_lease = !matches!(*lease.borrow(), crate::token::NodeLease::Static);
     // A lease lost between the grant and now: the change is seen below at once.
     lease.mark_changed();
-    // A transaction's own lease ([`txn_lease`]), renewed every quarter of it.
-    let mut renew = tokio::time::interval(crate::agents::HOLD_LEASE / 4);
-    renew.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // A transaction's own lease ([`txn_lease`]), renewed every quarter of it; a timer for
+    // transactions only.
+    let mut renew = txn.then(|| {
+        let mut i = tokio::time::interval(crate::agents::HOLD_LEASE / 4);
+        i.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        i
+    });
     // Bytes, not a String: `read_until` keeps what it read when another branch wins, so
     // no part of a line is lost to a lease renewal.
     let mut line = Vec::new();
@@ -858,15 +859,9 @@ async fn hold(
                 .await;
                 return true;
             }
-            _ = renew.tick(), if txn => {
-                let (until, grace) = txn_lease(node);
-                let renewal = Reply {
-                    lease_until_ms: Some(until),
-                    lease_grace_ms: Some(grace),
-                    ..Reply::ok()
-                };
+            _ = tick(&mut renew) => {
                 // A client that is gone is seen by the read above.
-                let _ = write_reply(w, &renewal).await;
+                let _ = write_reply(w, &lease_reply(txn_lease(node))).await;
             }
             changed = lease.changed(), if follow_lease => {
                 if changed.is_err() {
@@ -895,19 +890,34 @@ async fn hold(
                     }
                     l => {
                         let renewed = if txn { Some(txn_lease(node)) } else { l.deadline_ms() };
-                        if let Some((until, grace)) = renewed {
-                            let renewal = Reply {
-                                lease_until_ms: Some(until),
-                                lease_grace_ms: Some(grace),
-                                ..Reply::ok()
-                            };
+                        if let Some(lease) = renewed {
                             // A client that is gone is seen by the read above.
-                            let _ = write_reply(w, &renewal).await;
+                            let _ = write_reply(w, &lease_reply(lease)).await;
                         }
                     }
                 }
             }
         }
+    }
+}
+
+/// The next tick of `i`; never without a timer.
+async fn tick(i: &mut Option<tokio::time::Interval>) {
+    match i {
+        Some(i) => {
+            i.tick().await;
+        }
+        None => std::future::pending().await,
+    }
+}
+
+/// An `ok` line carrying a lease's end and grace (`(until, grace)` in milliseconds, as
+/// [`txn_lease`] and `NodeLease::deadline_ms` give them): a grant's or a renewal's.
+fn lease_reply((until, grace): (u64, u64)) -> Reply {
+    Reply {
+        lease_until_ms: Some(until),
+        lease_grace_ms: Some(grace),
+        ..Reply::ok()
     }
 }
 

@@ -739,7 +739,11 @@ impl<const D: usize, const Q: usize, const K: usize> Agent<D, Q, K> {
         let targets = g.waits_for(me);
         for t in g.members(targets) {
             for v in self.views.iter_mut() {
-                if v.awaiting > 0 || v.info.has(t) || v.sent.binary_search(&t).is_ok() {
+                // Where `t` goes in the sorted record; already there: sent this version.
+                let Err(at) = v.sent.binary_search(&t) else {
+                    continue;
+                };
+                if v.awaiting > 0 || v.info.has(t) {
                     continue;
                 }
                 let relevant = v.info.queue.iter().enumerate().any(|(i, w)| {
@@ -754,9 +758,7 @@ impl<const D: usize, const Q: usize, const K: usize> Agent<D, Q, K> {
                         info: v.info.clone(),
                     });
                     // Kept sorted: the same agents sent to are the same state.
-                    if let Err(i) = v.sent.binary_search(&t) {
-                        let _ = v.sent.insert(i, t);
-                    }
+                    let _ = v.sent.insert(at, t);
                     report.insert(Rule::Forward);
                 }
             }

@@ -724,12 +724,11 @@ pub fn membership_service(cfg: &crate::config::RingConfig) -> Result<String, Str
         let l = tokio::net::TcpListener::bind(cfg.membership)
             .await
             .map_err(|e| {
-                let hint = if e.kind() == std::io::ErrorKind::AddrInUse {
-                    " (is this ring's membership service running already?)"
-                } else {
-                    ""
-                };
-                format!("cannot listen on {}: {e}{hint}", cfg.membership)
+                cannot_listen(
+                    cfg.membership,
+                    &e,
+                    "is this ring's membership service running already?",
+                )
             })?;
         let m = Membership::start_with_lease(l, cfg.members, cfg.lease)
             .await
@@ -925,13 +924,22 @@ pub fn serve(id: u16, peers: &str, membership: SocketAddr) -> Result<NodeEnd, St
 /// the same slot that runs already, and the one line says so (as a token node's does).
 pub(crate) async fn bind_node(id: u16, me: SocketAddr) -> Result<tokio::net::TcpListener, String> {
     tokio::net::TcpListener::bind(me).await.map_err(|e| {
-        let hint = if e.kind() == std::io::ErrorKind::AddrInUse {
-            format!(" (is another hilock node with id {id} running?)")
-        } else {
-            String::new()
-        };
-        format!("cannot listen on {me}: {e}{hint}")
+        cannot_listen(
+            me,
+            &e,
+            &format!("is another hilock node with id {id} running?"),
+        )
     })
+}
+
+/// The one line for an address this process cannot listen on; an address in use is most
+/// likely taken by the process `in_use` asks about, and the line ends with that question.
+fn cannot_listen(addr: SocketAddr, e: &std::io::Error, in_use: &str) -> String {
+    if e.kind() == std::io::ErrorKind::AddrInUse {
+        format!("cannot listen on {addr}: {e} ({in_use})")
+    } else {
+        format!("cannot listen on {addr}: {e}")
+    }
 }
 
 /// Runs node `id` listening on `me` until it has left or the service went away.
