@@ -2066,6 +2066,89 @@ fn the_metrics_endpoint_counts_grants_waits_timeouts_and_messages() {
     assert!(status.contains("404"), "{status}");
 }
 
+/// The metrics endpoint counts the agents engine's transactions (`hilock lock --txn`) by
+/// outcome and shows the entries in the node's agents lock server (`docs/operations.md`,
+/// "Metrics"): one committed, one that timed out behind a held lock, two entries while a
+/// transaction holds two locks.
+#[test]
+fn the_metrics_endpoint_counts_transactions_by_outcome_and_lock_server_entries() {
+    let c = start_with(1, "metrics_addr = \"127.0.0.1:0\"\n");
+    let out = run(hilock()
+        .args(["status", "--json", "--socket"])
+        .arg(c.socket(0)));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let url = v["metrics"].as_str().expect("the metrics URL").to_string();
+    let node = ("node", "0");
+    let get = |t: &str, n: &str| scrape::metric(t, n, &[node]).unwrap_or(-1.0);
+    let ended = |t: &str, outcome: &str| {
+        scrape::metric(
+            t,
+            "hilock_agents_transactions_ended_total",
+            &[node, ("outcome", outcome)],
+        )
+        .unwrap_or(-1.0)
+    };
+    let before = scrape::scrape(&url);
+    assert_eq!(get(&before, "hilock_agents_entries"), 0.0, "{before}");
+    let txn = |locks: &[&str], extra: &[&str], script: &str| {
+        let mut cmd = hilock();
+        cmd.args(["lock", "--txn"])
+            .args(locks)
+            .args(extra)
+            .arg("--socket")
+            .arg(c.socket(0))
+            .args(["--", "sh", "-c", script]);
+        cmd
+    };
+    let out = run(&mut txn(&["/m:R", "/m/a:W"], &[], "true"));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let file = c.dir.path().join("held");
+    let mut holder = Proc(
+        txn(
+            &["/h:W", "/h2:W"],
+            &[],
+            &format!("echo held > {}; sleep 3", file.display()),
+        )
+        .spawn()
+        .unwrap(),
+    );
+    wait_file(&file);
+    let held = scrape::scrape(&url);
+    assert_eq!(get(&held, "hilock_agents_entries"), 2.0, "{held}");
+    let out = run(&mut txn(&["/h:W"], &["--timeout-ms", "300"], "true"));
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    let _ = holder.0.wait();
+    // The holder's commit reaches the node as its wrapper ends.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut after = scrape::scrape(&url);
+    while ended(&after, "committed") < ended(&before, "committed") + 2.0
+        && Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_millis(50));
+        after = scrape::scrape(&url);
+    }
+    assert_eq!(
+        get(&after, "hilock_agents_transactions_begun_total"),
+        get(&before, "hilock_agents_transactions_begun_total") + 3.0,
+        "{after}"
+    );
+    assert_eq!(
+        ended(&after, "committed"),
+        ended(&before, "committed") + 2.0,
+        "{after}"
+    );
+    assert_eq!(
+        ended(&after, "other"),
+        ended(&before, "other") + 1.0,
+        "{after}"
+    );
+    assert_eq!(ended(&after, "deadlock"), 0.0, "{after}");
+    assert!(
+        get(&after, "hilock_agents_local_messages_total") > 0.0,
+        "{after}"
+    );
+}
+
 /// One node started under `ulimit` with the given shell command before `exec` (logging at
 /// info to `log`), its client socket `sock`.
 fn start_limited(dir: &Path, ulimit: &str, name: &str) -> (Proc, PathBuf, PathBuf) {

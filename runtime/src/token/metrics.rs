@@ -264,11 +264,99 @@ impl Handle {
                 count(core.queued),
             );
         }
+        self.agent_metrics(&mut r).await;
         let mut out = String::new();
         if let Err(e) = encode(&mut out, &r) {
             warn!(error = %e, "cannot encode the metrics");
         }
         out
+    }
+}
+
+impl Handle {
+    /// The agents engine's counters (`hilock lock --txn` transactions of this node, its
+    /// agents' and its lock server's work) and its lock server's entries now.
+    async fn agent_metrics(&self, r: &mut Registry) {
+        let a = self.agent_stats();
+        counter(
+            r,
+            "agents_transactions_begun",
+            "Transactions (hilock lock --txn) begun at this node",
+            a.begun,
+        );
+        let ended = Family::<Labels, Counter>::default();
+        for (outcome, v) in [
+            ("committed", a.committed),
+            ("deadlock", a.aborted_deadlock),
+            ("servers_down", a.aborted_server_down),
+            ("other", a.aborted_other),
+        ] {
+            ended
+                .get_or_create(&vec![("outcome".to_string(), outcome.to_string())])
+                .inc_by(v);
+        }
+        r.register(
+            "agents_transactions_ended",
+            "Transactions of this node ended, by outcome (committed, or aborted and why)",
+            ended,
+        );
+        for (name, help, v) in [
+            (
+                "agents_surrenders",
+                "Surrenders this node's agents decided on (rule A5)",
+                a.surrenders,
+            ),
+            (
+                "agents_surrenders_applied",
+                "Surrenders this node's lock server applied",
+                a.surrenders_done,
+            ),
+            (
+                "agents_surrenders_refused",
+                "Surrenders this node's lock server refused (nothing held there any more)",
+                a.surrenders_refused,
+            ),
+            (
+                "agents_revoked",
+                "Locks reported to a client and later surrendered",
+                a.revoked,
+            ),
+            (
+                "agents_forwards",
+                "Agent steps that forwarded dependency information (rule A7)",
+                a.forwards,
+            ),
+            (
+                "agents_frames_sent",
+                "Agents frames sent to other nodes",
+                a.frames_sent,
+            ),
+            (
+                "agents_frames_received",
+                "Agents frames received from other nodes",
+                a.frames_received,
+            ),
+            (
+                "agents_local_messages",
+                "Messages between this node's lock server and its agents",
+                a.local_messages,
+            ),
+            (
+                "agents_peers_released",
+                "Lock server entries released because their node was unreachable",
+                a.peers_released,
+            ),
+        ] {
+            counter(r, name, help, v);
+        }
+        if let Ok(Ok(e)) = tokio::time::timeout(CORE_WAIT, self.agent_entries()).await {
+            gauge(
+                r,
+                "agents_entries",
+                "Entries (granted or waiting) in this node's agents lock server",
+                count(e.len()),
+            );
+        }
     }
 }
 
