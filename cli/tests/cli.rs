@@ -658,6 +658,69 @@ fn check_and_explore_take_ring_and_fault_configurations() {
     std::fs::remove_dir_all(&base).ok();
 }
 
+/// Saved fault-model counterexamples, their configurations given `"model": "faults"`, are
+/// checked by `hilock check` (`docs/faults.md`, "Counterexamples"): each exits 1 with the
+/// saved property VIOLATED. `token-regenerated-twice` has no end to its states (two tokens
+/// of one epoch keep moving): the check searches to 3× the depth of its first violation and
+/// says so, where an exhaustive search never ended. In `staged-install-no-freeze` the saved
+/// P1 breach lies deeper than the first violation, which a check that stopped there would
+/// miss.
+#[test]
+fn check_finds_the_saved_violation_also_where_the_states_have_no_end() {
+    let base = std::env::temp_dir().join(format!("hilock-check-faults-{}", std::process::id()));
+    std::fs::create_dir_all(&base).unwrap();
+    let dir = counterexamples().join("faults");
+    for name in [
+        "token-regenerated-twice",
+        "staged-install-no-freeze",
+        "no-epoch-check",
+    ] {
+        let file = dir.join(format!("{name}.json"));
+        let saved: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+        let mut config = saved["config"].clone();
+        config["model"] = "faults".into();
+        let path = base.join(file.file_name().unwrap());
+        std::fs::write(&path, config.to_string()).unwrap();
+        let stdout = base.join("stdout");
+        let mut child = Command::new(env!("CARGO_BIN_EXE_hilock"))
+            .args(["check", path.to_str().unwrap(), "--out"])
+            .arg(base.join("out"))
+            .stdout(std::fs::File::create(&stdout).unwrap())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            if std::time::Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("{}: the check did not end in 120 s", file.display());
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        };
+        let text = std::fs::read_to_string(&stdout).unwrap();
+        assert_eq!(status.code(), Some(1), "{}: {text}", file.display());
+        let property = saved["property"].as_str().unwrap();
+        assert!(
+            text.lines()
+                .any(|l| l.trim_start().starts_with(property) && l.ends_with("VIOLATED")),
+            "{}: {property}: {text}",
+            file.display()
+        );
+        if name == "token-regenerated-twice" {
+            assert!(
+                text.contains("searched every state of depth below"),
+                "{text}"
+            );
+        }
+    }
+    std::fs::remove_dir_all(&base).ok();
+}
+
 fn counterexamples() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../spec/counterexamples")
 }

@@ -398,9 +398,15 @@ fn run_to_end<M: Model, C: Checker<M>>(
     checker
 }
 
-/// An exhaustive breadth-first check of `model` with every property, reported through
+/// A breadth-first check of `model` with every property, reported through
 /// [`property_reports`] (the model's `always`, `eventually` and `sometimes` properties in
-/// its order), each `always` counterexample a shortest run. One checker thread:
+/// its order), each `always` counterexample a shortest run. The search is exhaustive
+/// unless an `always` or `eventually` property fails: a configuration that breaks a
+/// property can have no end to its states (two tokens of one epoch in the fault model keep
+/// moving), so the search first stops at the first violation, at depth `d`, and then
+/// searches again every state of depth below [`DEPTH_AFTER_VIOLATION`] × `d`. The second
+/// value is that bound when the second search reached it (the verdicts then hold for the
+/// states below it), `None` when the search was exhaustive. One checker thread:
 /// Stateright's BFS then visits the states in the same order on every run, so the
 /// counterexamples are the same, step for step (with more threads, which thread meets a
 /// violation first decides which path is kept). `progress` is called as in [`check`].
@@ -409,17 +415,13 @@ pub fn check_model<M, C>(
     config: &str,
     trace: impl Fn(&str, &Path<M::State, M::Action>) -> C,
     mut progress: impl FnMut(usize, usize, usize),
-) -> ModelReport<C>
+) -> (ModelReport<C>, Option<usize>)
 where
     M: Model + Clone + Send + Sync + 'static,
     M::State: Clone + PartialEq + std::hash::Hash + Send + Sync + std::fmt::Debug,
     M::Action: Clone + PartialEq + std::fmt::Debug + Send + Sync,
 {
     let t = Instant::now();
-    let checker = run_to_end(
-        model.clone().checker().threads(1).spawn_bfs(),
-        &mut progress,
-    );
     let names = |e: Expectation| -> Vec<&'static str> {
         model
             .properties()
@@ -427,6 +429,37 @@ where
             .filter(|p| p.expectation == e)
             .map(|p| p.name)
             .collect()
+    };
+    let failures: Vec<&'static str> = names(Expectation::Always)
+        .into_iter()
+        .chain(names(Expectation::Eventually))
+        .collect();
+    let first = run_to_end(
+        model
+            .clone()
+            .checker()
+            .threads(1)
+            .finish_when(stateright::HasDiscoveries::AnyOf(
+                failures.iter().copied().collect(),
+            ))
+            .spawn_bfs(),
+        &mut progress,
+    );
+    let (checker, bound) = if failures.iter().any(|p| first.discovery(p).is_some()) {
+        let bound = DEPTH_AFTER_VIOLATION * first.max_depth().max(1);
+        let checker = run_to_end(
+            model
+                .clone()
+                .checker()
+                .threads(1)
+                .target_max_depth(bound)
+                .spawn_bfs(),
+            &mut progress,
+        );
+        let reached = checker.max_depth() >= bound;
+        (checker, reached.then_some(bound))
+    } else {
+        (first, None)
     };
     let properties = property_reports(
         model,
@@ -437,16 +470,21 @@ where
         Counterexample::Shortest,
         trace,
     );
-    ModelReport {
+    let report = ModelReport {
         config: config.to_string(),
         states: checker.state_count(),
         unique_states: checker.unique_state_count(),
         max_depth: checker.max_depth(),
-        // The whole check: the search and the counterexamples' traces.
+        // The whole check: the searches and the counterexamples' traces.
         elapsed: t.elapsed(),
         properties,
-    }
+    };
+    (report, bound)
 }
+
+/// [`check_model`] searches a configuration that breaks a property to this many times the
+/// depth of its first violation.
+pub const DEPTH_AFTER_VIOLATION: usize = 3;
 
 /// The result of [`check`].
 #[derive(Clone, Debug, Serialize)]

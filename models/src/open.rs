@@ -1287,7 +1287,12 @@ pub struct OtherCheck {
 }
 
 impl OtherCheck {
-    fn of<C: Serialize>(r: crate::check::ModelReport<C>) -> Result<OtherCheck, String> {
+    /// `bound`: the depth below which a check of a configuration with no end to its states
+    /// searched ([`crate::check::check_model`]), which the text then says.
+    fn of<C: Serialize>(
+        r: crate::check::ModelReport<C>,
+        bound: Option<usize>,
+    ) -> Result<OtherCheck, String> {
         let mut text = format!(
             "{}: {} unique states ({} generated, depth {})\n",
             r.config, r.unique_states, r.states, r.max_depth
@@ -1305,6 +1310,14 @@ impl OtherCheck {
                 }
                 traces.push((p.name.clone(), v));
             }
+        }
+        if let Some(bound) = bound {
+            text.push_str(&format!(
+                "searched every state of depth below {bound} ({}× the depth of the first \
+                 violation; a configuration that breaks a property can have no end to its \
+                 states): the verdicts above hold for those\n",
+                crate::check::DEPTH_AFTER_VIOLATION
+            ));
         }
         Ok(OtherCheck {
             ok: r.ok(),
@@ -1325,39 +1338,27 @@ pub fn check_other(
 ) -> Result<OtherCheck, String> {
     use crate::check::check_model;
     match cfg {
-        OtherConfig::Tree(c) => OtherCheck::of(c.model()?.check_shortest()),
-        OtherConfig::Agents(c) => OtherCheck::of(c.model()?.check_shortest()),
+        OtherConfig::Tree(c) => OtherCheck::of(c.model()?.check_shortest(), None),
+        OtherConfig::Agents(c) => OtherCheck::of(c.model()?.check_shortest(), None),
         OtherConfig::Bakery(c) => {
             cfg.validate()?;
-            OtherCheck::of(c.check_on_one_thread())
+            OtherCheck::of(c.check_on_one_thread(), None)
         }
         OtherConfig::Inversion(c) => {
             c.validate()?;
-            OtherCheck::of(check_model(
-                c,
-                &c.name(),
-                |p, path| c.trace(p, path),
-                progress,
-            ))
+            let (report, bound) = check_model(c, &c.name(), |p, path| c.trace(p, path), progress);
+            OtherCheck::of(report, bound)
         }
         OtherConfig::Ring(c) => {
             c.validate()?;
-            OtherCheck::of(check_model(
-                c,
-                &c.name,
-                |p, path| c.trace(p, path),
-                progress,
-            ))
+            let (report, bound) = check_model(c, &c.name, |p, path| c.trace(p, path), progress);
+            OtherCheck::of(report, bound)
         }
         OtherConfig::Faults(c) => {
             c.validate()?;
             let m = c.clone().into_model();
-            OtherCheck::of(check_model(
-                &m,
-                &c.name,
-                |p, path| m.trace(p, path),
-                progress,
-            ))
+            let (report, bound) = check_model(&m, &c.name, |p, path| m.trace(p, path), progress);
+            OtherCheck::of(report, bound)
         }
     }
 }
