@@ -980,6 +980,16 @@ fn run_node(
 mod tests {
     use super::*;
 
+    /// A lock is its 16-bit key (`docs/engines/ring.md`, "Limits"): two top-level names
+    /// that hash alike are one lock, whatever lies below them.
+    #[test]
+    fn two_top_level_names_that_hash_alike_are_one_lock() {
+        assert_eq!(key_of("/acct215"), key_of("/acct506"));
+        assert_eq!(key_of("/acct215/a"), key_of("/acct506/b/c"));
+        assert_eq!(key_of("/acct215").0, 35878);
+        assert_ne!(key_of("/acct215"), key_of("/acct216"));
+    }
+
     /// `hilock ring-node` refuses, before it binds or dials anything, a slot list in which
     /// two slots share an address, a slot others cannot dial, and a membership service at
     /// the node's own address (which it would wait on for ever).
