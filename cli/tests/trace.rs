@@ -92,6 +92,25 @@ fn start_recording(dir: &Path) -> Vec<Proc> {
     for id in 0..NODES {
         wait_socket(dir, id);
     }
+    // A node grants nothing (a try-lock there fails at once) until a majority let its run
+    // in: wait until every one serves.
+    for id in 0..NODES {
+        let t = Instant::now();
+        loop {
+            let out = hilock()
+                .args(["status", "--json", "--socket"])
+                .arg(sock(dir, id))
+                .output()
+                .unwrap();
+            let serving = serde_json::from_slice::<serde_json::Value>(&out.stdout)
+                .is_ok_and(|v| v["serving"] == true);
+            if serving {
+                break;
+            }
+            assert!(t.elapsed() < Duration::from_secs(20), "node {id} serves");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
     nodes
 }
 
@@ -119,6 +138,7 @@ fn lock_rounds(dir: &Path, rounds: usize) {
                     .arg(sock(dir, id))
                     .args(["--", "sh", "-c", "sleep 0.02"])
                     .stdout(Stdio::null())
+                    .stderr(Stdio::piped())
                     .spawn()
                     .unwrap(),
             );
@@ -131,16 +151,18 @@ fn lock_rounds(dir: &Path, rounds: usize) {
                     .arg(sock(dir, (k + round + 1) % NODES))
                     .args(["--", "sh", "-c", "sleep 0.02"])
                     .stdout(Stdio::null())
-                    .stderr(Stdio::null())
+                    .stderr(Stdio::piped())
                     .spawn()
                     .unwrap(),
             );
         }
-        for mut k in kids {
-            let code = k.wait().unwrap().code();
+        for k in kids {
+            let out = k.wait_with_output().unwrap();
+            let code = out.status.code();
             assert!(
                 matches!(code, Some(0) | Some(79)),
-                "a lock client failed: {code:?}"
+                "a lock client failed: {code:?}: {}",
+                text(&out.stderr)
             );
         }
     }
@@ -593,4 +615,101 @@ fn a_site_recorded_with_another_initial_parent_is_rejected() {
     );
     assert!(stdout.contains(&at), "{at} in {stdout}");
     assert!(stdout.contains("started with parent None"), "{stdout}");
+}
+
+/// A node's delivery recorded as coming from itself is rejected at that record, not at
+/// another node's delivery of a message the tampered node sends later
+/// (`docs/cli.md`, "`hilock trace-check`").
+#[test]
+fn a_delivery_from_the_node_itself_is_rejected_at_that_record() {
+    let (node, i, mut v) = (0..NODES)
+        .find_map(|n| {
+            lines(recorded(), n)
+                .into_iter()
+                .enumerate()
+                .map(|(i, l)| (i, json(&l)))
+                .find(|(_, v)| delivery(v).is_some_and(|(_, from)| from != n as u64))
+                .map(|(i, v)| (n, i, v))
+        })
+        .expect("a delivery");
+    v["input"]["deliver"]["from"] = serde_json::json!(node);
+    let mut ls = lines(recorded(), node);
+    ls[i] = v.to_string();
+    let dir = tampered(node, &ls);
+    let out = trace_check(dir.path());
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}{}", text(&out.stderr));
+    let at = format!(
+        "node {node} at {}:{}:",
+        dir.path().join(format!("node-{node}.jsonl")).display(),
+        i + 1
+    );
+    assert!(stdout.contains(&at), "{at} in {stdout}");
+    assert!(stdout.contains(", itself"), "{stdout}");
+}
+
+/// A node's file cut short: the rejection names a delivery of a message of that node and
+/// says where its records end — not a delivery that waits for a node that waits for it.
+#[test]
+fn a_file_cut_short_is_named_by_the_rejection() {
+    for node in 0..NODES {
+        let ls = lines(recorded(), node);
+        let cut = ls.len() / 2;
+        let dir = tampered(node, &ls[..cut]);
+        let out = trace_check(dir.path());
+        let stdout = text(&out.stdout);
+        if out.status.code() == Some(0) {
+            // Nothing of what the node did after the cut was awaited by another node.
+            continue;
+        }
+        assert_eq!(out.status.code(), Some(1), "{stdout}{}", text(&out.stderr));
+        let end = format!(
+            "end at {}:",
+            dir.path().join(format!("node-{node}.jsonl")).display()
+        );
+        assert!(
+            stdout.contains(&format!("from node {node} that was never sent"))
+                && stdout.contains(&end),
+            "node {node} cut at line {cut}: {stdout}"
+        );
+    }
+}
+
+/// A site created again (a recovery) after any step of any node stops the check: exit 3,
+/// never a rejection, also for the records of nodes that wait for the stopped node only
+/// through another node (`docs/cli.md`, exit code 3).
+#[test]
+fn a_site_created_again_after_any_step_stops_the_check_and_rejects_nothing() {
+    let mut tried = 0;
+    for node in 0..NODES {
+        let ls = lines(recorded(), node);
+        let steps: Vec<usize> = (0..ls.len())
+            .filter(|&i| json(&ls[i])["t"] == "step")
+            .collect();
+        for &i in steps.iter().skip(2).step_by(7) {
+            let path = json(&ls[i])["path"].clone();
+            let mut site = ls
+                .iter()
+                .map(|l| json(l))
+                .find(|v| v["t"] == "site" && v["path"] == path)
+                .expect("the path's site line");
+            site["how"] = "recovered".into();
+            site["epoch"] = 1.into();
+            let mut new = ls.clone();
+            new.insert(i + 1, site.to_string());
+            let dir = tampered(node, &new);
+            let out = trace_check(dir.path());
+            let stdout = text(&out.stdout);
+            assert_eq!(
+                out.status.code(),
+                Some(3),
+                "node {node}, site again after line {}: {stdout}{}",
+                i + 1,
+                text(&out.stderr)
+            );
+            assert!(stdout.contains("stopped: "), "{stdout}");
+            tried += 1;
+        }
+    }
+    assert!(tried >= NODES, "{tried} places tried");
 }

@@ -579,11 +579,16 @@ pub fn check(files: &[PathBuf]) -> Result<Result<Summary, Rejection>, String> {
                     }
                     let stepped = pr.steps.get(&node).is_some_and(|s| !s.is_empty());
                     if how != How::Static || stepped {
+                        let what = if stepped {
+                            "created again after steps were taken"
+                        } else {
+                            "not built from the configuration"
+                        };
                         pr.stopped.insert(
                             node,
                             format!(
-                                "{}: the site is created again ({how:?}, epoch {epoch}) after \
-                                 steps were taken; the rest of the path is not replayed",
+                                "{}: the site is {what} ({how:?}, epoch {epoch}); the rest of \
+                                 the path is not replayed",
                                 at(&p)
                             ),
                         );
@@ -735,6 +740,8 @@ fn replay_path(
     }
     let mut cluster = Cluster::new(sites);
     let mut links = Links::default();
+    // Per node: its last record replayed (file, line).
+    let mut replayed: BTreeMap<u16, (usize, usize)> = BTreeMap::new();
     loop {
         // Deliveries first, then other local inputs, releases last: a hold lasts as long
         // as the records allow, so the properties are checked where holds overlap most.
@@ -775,56 +782,122 @@ fn replay_path(
             .expect("picked a node with a record");
         apply(&mut cluster, &mut links, &r, g, summary).map_err(|reason| reject(&r, reason))?;
         summary.steps += 1;
+        replayed.insert(node, (r.file, r.line));
     }
     // Nothing applicable: every remaining head is a delivery whose message is not at the
-    // head of its link.
-    let mut worst: Option<(u8, Rejection)> = None;
-    for q in pr.steps.values() {
-        let Some(r) = q.front() else { continue };
+    // head of its link. A head that waits for a message its sender has not sent yet, while
+    // the sender has records left, waits for the sender: what is wrong is where that chain
+    // of waits ends — a record at fault, a sender whose records end, or one the check
+    // stopped at (then nothing is wrong: the records after it are not replayed).
+    enum Wait {
+        /// A record at fault: its rank (lower is worse) and why.
+        Root(u8, String),
+        /// The message would come from this node's records not replayed yet.
+        Sender(u16),
+        /// The sender's records stopped (recovery, a new run).
+        Stopped(u16),
+    }
+    let wait = |r: &Rec| -> Option<Wait> {
         let TIn::Deliver { from, seq, .. } = &r.input else {
-            continue;
+            return None;
         };
         let link = (*from, r.node);
-        let (rank, reason) = match (links.delivered.get(&link), links.flight.get(&link).and_then(|q| q.front())) {
-            (Some(&(d, fi, line)), _) if *seq <= d => (
-                0,
-                format!(
-                    "delivers message #{seq} from node {from} again (delivered up to #{d}, last at {}:{line})",
-                    names[fi]
+        Some(
+            match (
+                links.delivered.get(&link),
+                links.flight.get(&link).and_then(|q| q.front()),
+            ) {
+                _ if *from == r.node => Wait::Root(
+                    0,
+                    format!("delivers message #{seq} from node {from}, itself"),
                 ),
-            ),
-            (_, Some(&(h, fi, line))) => (
-                1,
-                format!(
-                    "delivers message #{seq} from node {from} out of FIFO order: #{h} (sent at {}:{line}) is at the head of the link and no record delivers it first (a missing record?)",
-                    names[fi]
-                ),
-            ),
-            _ => {
-                // The sender's records end before that message: it was never sent, unless
-                // the check stopped at the sender.
-                if late.contains_key(from) || pr.stopped.contains_key(from) {
-                    summary.stopped.push(format!(
-                        "node {} at {}:{}: {} records on {path} not replayed: they wait for \
-                         messages of node {from}, whose records stopped",
-                        r.node,
-                        names[r.file],
-                        r.line,
-                        q.len()
-                    ));
-                    continue;
-                }
-                (
-                    2,
+                (Some(&(d, fi, line)), _) if *seq <= d => Wait::Root(
+                    0,
                     format!(
-                        "delivers message #{seq} from node {from} that was never sent (node {from} sent {} on this link)",
-                        links.sent.get(&link).copied().unwrap_or(0)
+                        "delivers message #{seq} from node {from} again (delivered up to #{d}, last at {}:{line})",
+                        names[fi]
                     ),
-                )
+                ),
+                (_, Some(&(h, fi, line))) => Wait::Root(
+                    1,
+                    format!(
+                        "delivers message #{seq} from node {from} out of FIFO order: #{h} (sent at {}:{line}) is at the head of the link and no record delivers it first (a missing record?)",
+                        names[fi]
+                    ),
+                ),
+                _ if late.contains_key(from) || pr.stopped.contains_key(from) => {
+                    Wait::Stopped(*from)
+                }
+                _ if pr.steps.get(from).is_some_and(|q| !q.is_empty()) => Wait::Sender(*from),
+                _ => {
+                    let end = match replayed.get(from) {
+                        Some(&(fi, line)) => {
+                            format!("its records on {path} end at {}:{line}", names[fi])
+                        }
+                        None => format!("it has no records on {path}"),
+                    };
+                    Wait::Root(
+                        2,
+                        format!(
+                            "delivers message #{seq} from node {from} that was never sent (node {from} sent {} on this link; {end})",
+                            links.sent.get(&link).copied().unwrap_or(0)
+                        ),
+                    )
+                }
+            },
+        )
+    };
+    let mut worst: Option<(u8, Rejection)> = None;
+    for (&node, q) in &pr.steps {
+        let Some(r) = q.front() else { continue };
+        // Follow the waits from this node's head to where they end.
+        let mut chain = vec![node];
+        let mut head = r;
+        let end = loop {
+            match wait(head) {
+                None => break None,
+                Some(Wait::Sender(f)) if chain.contains(&f) => {
+                    break Some(Wait::Root(
+                        1,
+                        format!(
+                            "waits for a message of node {f}, whose records wait for this \
+                             node's (nodes {chain:?}): a cycle of deliveries, a record missing \
+                             or out of order"
+                        ),
+                    ))
+                }
+                Some(Wait::Sender(f)) => {
+                    chain.push(f);
+                    match pr.steps.get(&f).and_then(|q| q.front()) {
+                        Some(next) => head = next,
+                        None => break None,
+                    }
+                }
+                other => break other,
             }
         };
-        if worst.as_ref().is_none_or(|(w, _)| rank < *w) {
-            worst = Some((rank, reject(r, reason)));
+        match end {
+            Some(Wait::Root(rank, reason)) => {
+                if worst.as_ref().is_none_or(|(w, _)| rank < *w) {
+                    worst = Some((rank, reject(head, reason)));
+                }
+            }
+            Some(Wait::Stopped(s)) => {
+                let through = if chain.len() > 1 {
+                    format!(" (through nodes {:?})", &chain[1..])
+                } else {
+                    String::new()
+                };
+                summary.stopped.push(format!(
+                    "node {} at {}:{}: {} records on {path} not replayed: they wait for \
+                     messages of node {s}{through}, whose records stopped",
+                    r.node,
+                    names[r.file],
+                    r.line,
+                    q.len()
+                ));
+            }
+            Some(Wait::Sender(_)) | None => {}
         }
     }
     if let Some((_, rej)) = worst {
