@@ -721,6 +721,32 @@ fn check_finds_the_saved_violation_also_where_the_states_have_no_end() {
     std::fs::remove_dir_all(&base).ok();
 }
 
+/// A base-model configuration whose token holder is given a parent is refused (exit 2, one
+/// line naming the entry), as `hilock scenario` refuses one; it was checked as if the
+/// entry were `null`.
+#[test]
+fn check_refuses_a_configuration_whose_token_holder_has_a_parent() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(configs().join("star3-r-w.json")).unwrap();
+    let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    v["parents"] = serde_json::json!([1, 0, 0]);
+    let path = dir.path().join("parent.json");
+    std::fs::write(&path, v.to_string()).unwrap();
+    let out = hilock(&[
+        "check",
+        path.to_str().unwrap(),
+        "--out",
+        dir.path().to_str().unwrap(),
+    ]);
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{e}");
+    assert_eq!(e.trim().lines().count(), 1, "{e}");
+    assert!(
+        e.contains("parents[0] is 1, but node 0 holds the token and has no parent"),
+        "{e}"
+    );
+}
+
 fn counterexamples() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../spec/counterexamples")
 }

@@ -275,7 +275,7 @@ pub struct ModelConfig {
     pub locks: usize,
     /// The initial token holder of every lock.
     pub token: u16,
-    /// Initial parent of every node (`parents[token]` is ignored, write `null`); the
+    /// Initial parent of every node (`parents[token]` must be `null`); the
     /// pointers must form a tree rooted at the token holder.
     pub parents: Vec<Option<u16>>,
     /// Per node, its script (`"acquire R"`, `"try W"`, `"release"`, `"upgrade"`,
@@ -408,6 +408,12 @@ impl ModelConfig {
         }
         if self.parents.len() != n || self.scripts.len() != n {
             return Err(format!("parents and scripts must have {n} entries each"));
+        }
+        if let Some(p) = self.parents[self.token as usize] {
+            return Err(format!(
+                "parents[{t}] is {p}, but node {t} holds the token and has no parent: write null",
+                t = self.token
+            ));
         }
         for i in 0..n {
             if i == self.token as usize {
