@@ -354,6 +354,16 @@ pub async fn run(opts: DemoOptions) -> Result<DemoReport, String> {
         return Err("--seconds must be in (0, 86400]".into());
     }
     if let Some(dir) = &opts.record {
+        // The directory is created (parents too); an existing file in its place, or one
+        // that cannot be created, is named here rather than failing the start.
+        if dir.exists() && !dir.is_dir() {
+            return Err(format!(
+                "--record {}: it is a file, not a directory",
+                dir.display()
+            ));
+        }
+        std::fs::create_dir_all(dir)
+            .map_err(|e| format!("--record {}: cannot create it: {e}", dir.display()))?;
         // Each node appends: a directory of earlier records would mix runs.
         for id in 0..opts.nodes {
             let f = dir.join(format!("node-{id}.jsonl"));

@@ -261,14 +261,15 @@ fn not_written(
 /// is a line on stderr. A failing check exits 1 as always; a passing one whose witness was
 /// not written prints its report and exits 2 (an error, not a failed property).
 fn finish_check(text: String, ok: bool, unwritten: &[String]) -> Result<(String, bool), String> {
-    for u in unwritten {
-        eprintln!("hilock: error: {u}");
-    }
     if ok && !unwritten.is_empty() {
         print!("{text}");
         use std::io::Write;
         let _ = std::io::stdout().flush();
-        return Err(format!("{} trace(s) not written (above)", unwritten.len()));
+        // One line: the error `main` prints.
+        return Err(unwritten.join("; "));
+    }
+    for u in unwritten {
+        eprintln!("hilock: error: {u}");
     }
     Ok((text, ok))
 }

@@ -399,6 +399,13 @@ fn check_prints_its_report_when_a_trace_cannot_be_written() {
         err.contains(&format!("cannot write {}: ", blocked.display())),
         "{err}"
     );
+    assert_eq!(
+        err.lines()
+            .filter(|l| l.starts_with("hilock: error:"))
+            .count(),
+        1,
+        "one error line: {err}"
+    );
     std::fs::remove_dir_all(&base).ok();
 }
 
@@ -745,6 +752,39 @@ fn check_refuses_a_configuration_whose_token_holder_has_a_parent() {
         e.contains("parents[0] is 1, but node 0 holds the token and has no parent"),
         "{e}"
     );
+}
+
+/// An unknown script operation is refused with one line that lists every operation a
+/// base-model script takes.
+#[test]
+fn check_names_every_script_operation_when_one_is_unknown() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(configs().join("star3-r-w.json")).unwrap();
+    let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    v["scripts"][0][0] = "grab R".into();
+    let path = dir.path().join("op.json");
+    std::fs::write(&path, v.to_string()).unwrap();
+    let out = hilock(&[
+        "check",
+        path.to_str().unwrap(),
+        "--out",
+        dir.path().to_str().unwrap(),
+    ]);
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{e}");
+    assert_eq!(e.trim().lines().count(), 1, "{e}");
+    for op in [
+        "'acquire MODE'",
+        "'try MODE'",
+        "'release'",
+        "'upgrade'",
+        "'downgrade MODE'",
+        "'cancel'",
+        "'write V'",
+        "'priority N'",
+    ] {
+        assert!(e.contains(op), "{op}: {e}");
+    }
 }
 
 fn counterexamples() -> std::path::PathBuf {

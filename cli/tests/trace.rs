@@ -434,6 +434,34 @@ fn a_demo_run_recorded_with_record_validates() {
         .unwrap();
     assert_eq!(again.status.code(), Some(2));
     assert!(text(&again.stderr).contains("record into an empty directory"));
+    // A file where the directory goes, and a directory that cannot be created: one line
+    // naming it.
+    let file = dir.path().join("node-0.jsonl");
+    for (record, words) in [
+        (file.clone(), "it is a file, not a directory"),
+        (file.join("sub"), "cannot create it"),
+    ] {
+        let out = hilock()
+            .args([
+                "demo",
+                "--nodes",
+                "3",
+                "--requests",
+                "10",
+                "--quiet",
+                "--record",
+            ])
+            .arg(&record)
+            .output()
+            .unwrap();
+        let e = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{e}");
+        assert_eq!(e.trim().lines().count(), 1, "{e}");
+        assert!(
+            e.contains(&format!("--record {}: {words}", record.display())),
+            "{e}"
+        );
+    }
 }
 
 #[test]

@@ -222,7 +222,18 @@ impl std::str::FromStr for ScriptOp {
                 _ => Err(format!("unknown operation '{s}'")),
             };
         }
-        match Op::parse(s)? {
+        let op = Op::parse(s).map_err(|e| {
+            if e.starts_with("unknown operation") {
+                format!(
+                    "unknown operation '{s}' (expected 'acquire MODE', 'try MODE', 'release', \
+                     'upgrade', 'downgrade MODE', 'cancel', 'write V' (each with an optional \
+                     @LOCK) or 'priority N')"
+                )
+            } else {
+                e
+            }
+        })?;
+        match op {
             Op::Acquire(m, l) => Ok(ScriptOp::Acquire(m, l)),
             Op::Release(l) => Ok(ScriptOp::Release(l)),
             Op::Upgrade(l) => Ok(ScriptOp::Upgrade(l)),
