@@ -741,3 +741,37 @@ fn a_site_created_again_after_any_step_stops_the_check_and_rejects_nothing() {
     }
     assert!(tried >= NODES, "{tried} places tried");
 }
+
+/// Records that lack what every run writes are refused, not validated: a step with no
+/// `site` line of its node for that path before it (exit 1, naming the step), and a run's
+/// records without their `run` line (exit 2, one line).
+#[test]
+fn records_without_their_site_or_run_line_are_refused() {
+    let node = 1;
+    let ls = lines(recorded(), node);
+    let no_site: Vec<String> = ls
+        .iter()
+        .filter(|l| !l.starts_with("{\"t\":\"site\""))
+        .cloned()
+        .collect();
+    let dir = tampered(node, &no_site);
+    let out = trace_check(dir.path());
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}{}", text(&out.stderr));
+    assert!(
+        stdout.contains(&format!("trace rejected: node {node} at "))
+            && stdout.contains("no `site` line of the node"),
+        "{stdout}"
+    );
+    let no_run: Vec<String> = ls
+        .iter()
+        .filter(|l| !l.starts_with("{\"t\":\"run\""))
+        .cloned()
+        .collect();
+    let dir = tampered(node, &no_run);
+    let out = trace_check(dir.path());
+    let e = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{e}");
+    assert_eq!(e.trim().lines().count(), 1, "{e}");
+    assert!(e.contains("before that run's `run` line"), "{e}");
+}

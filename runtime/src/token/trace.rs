@@ -507,6 +507,8 @@ pub fn check(files: &[PathBuf]) -> Result<Result<Summary, Rejection>, String> {
     let mut late: BTreeMap<u16, String> = BTreeMap::new();
     // Per node: the file its records are in (a node's records are one file).
     let mut file_of: BTreeMap<u16, usize> = BTreeMap::new();
+    // The runs whose `run` line was read.
+    let mut begun: std::collections::BTreeSet<(u16, u64)> = Default::default();
     for (fi, path) in files.iter().enumerate() {
         let text = std::fs::read_to_string(path)
             .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
@@ -530,14 +532,28 @@ pub fn check(files: &[PathBuf]) -> Result<Result<Summary, Rejection>, String> {
                         path.display()
                     ));
                 }
-                if n.is_some_and(|n| n != *m) || *m == 0 || *m > MAX_NODES {
+                if *m == 0 || *m > MAX_NODES {
                     return Err(format!(
-                        "{}:{line}: node {node} runs in a cluster of {m} nodes, not {}",
-                        path.display(),
-                        n.unwrap_or(0)
+                        "{}:{line}: node {node} runs in a cluster of {m} nodes; a cluster has \
+                         1 to {MAX_NODES}",
+                        path.display()
+                    ));
+                }
+                if let Some(n) = n.filter(|n| n != m) {
+                    return Err(format!(
+                        "{}:{line}: node {node} runs in a cluster of {m} nodes, an earlier \
+                         record's in one of {n}",
+                        path.display()
                     ));
                 }
                 n = Some(*m);
+                begun.insert((node, run));
+            } else if !begun.contains(&(node, run)) {
+                return Err(format!(
+                    "{}:{line}: a record of node {node}'s run {run:#x} before that run's `run` \
+                     line (each run's records begin with it)",
+                    path.display()
+                ));
             }
             let f0 = *file_of.entry(node).or_insert(fi);
             if f0 != fi {
@@ -613,9 +629,20 @@ pub fn check(files: &[PathBuf]) -> Result<Result<Summary, Rejection>, String> {
                     err,
                     ..
                 } => {
-                    let pr = paths.entry(p).or_default();
+                    let pr = paths.entry(p.clone()).or_default();
                     if pr.stopped.contains_key(&node) {
                         continue;
+                    }
+                    if !pr.epoch.contains_key(&node) {
+                        return Ok(Err(Rejection {
+                            file: names[fi].clone(),
+                            line,
+                            node,
+                            reason: format!(
+                                "step {i} on {p}: no `site` line of the node for {p} before \
+                                 it (a missing record?)"
+                            ),
+                        }));
                     }
                     pr.steps.entry(node).or_default().push_back(Rec {
                         file: fi,
