@@ -1130,8 +1130,8 @@ fn a_killed_worker_takes_its_command_with_it() {
     }
 }
 
-/// A lock or queue name the replicas' keys cannot carry (empty, longer than 200 bytes) is
-/// refused before anything is written: one line, exit 2, and no key on the replica (the
+/// A lock or queue name the replicas' keys cannot carry (empty, longer than 200 bytes, a
+/// `:`) is refused before anything is written: one line, exit 2, and no key on the replica (the
 /// lease agreement used to write `hilock:bakery::lease` first).
 #[test]
 fn a_bad_name_is_refused_before_anything_is_written() {
@@ -1172,6 +1172,22 @@ fn a_bad_name_is_refused_before_anything_is_written() {
             .unwrap()
     });
     assert_eq!(keys, Vec::<String>::new());
+    // A ':' would let two names share keys: lock 'q:jobs' and queue 'jobs'.
+    for args in [
+        vec!["lock", "q:jobs", "--client-id", "1"],
+        vec!["queue", "work", "a:b", "--client-id", "1"],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_hilock"))
+            .arg("bakery")
+            .args(&args)
+            .args(["--replicas", &addr, "--", "true"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err:?}");
+        assert!(err.contains("has a ':'"), "{args:?}: {err}");
+    }
 }
 
 /// A replica named twice would count twice toward a majority (one live server of three

@@ -390,7 +390,8 @@ pub async fn agree_lease(
         .filter_map(|(a, addr)| a.as_ref().err().map(|e| format!("{addr} ({e})")))
         .collect();
     Err(RegisterError::NoQuorum(format!(
-        "agreeing on the lease: fewer than {majority} replicas answered; missing: {}",
+        "agreeing on the lease: {} of the {majority} replicas it needs answered; missing: {}",
+        answers.iter().filter(|a| a.is_ok()).count(),
         missing.join("; ")
     )))
 }

@@ -239,6 +239,13 @@ pub fn check_name(name: &str) -> Result<(), Error> {
             "the lock name must have 1 to 200 bytes".into(),
         ));
     }
+    if name.contains(':') {
+        return Err(Error::Config(format!(
+            "the lock name '{name}' has a ':': the replicas' keys are hilock:bakery:NAME:…, \
+             so it could share keys with another lock or queue (lock 'q:jobs' with queue \
+             'jobs')"
+        )));
+    }
     Ok(())
 }
 
@@ -703,9 +710,19 @@ impl<const N: usize> BakeryLock<N> {
                 _ = sleep_until(deadline) => None,
             };
             let Some(d) = d else {
+                if answered >= need as usize {
+                    // R answers move the clock far enough; the others were waited for
+                    // only to read more.
+                    break;
+                }
                 let missing = (0..N)
                     .filter(|&r| got[r] < 2)
-                    .map(|r| self.describe(r, failed[r].clone()))
+                    .map(|r| {
+                        let why = failed[r].clone().unwrap_or_else(|| {
+                            "no answer before the deadline (--timeout-ms)".into()
+                        });
+                        self.describe(r, Some(why))
+                    })
                     .collect();
                 return Err(Error::NoQuorum {
                     what: "read of the lock's entries at start".into(),

@@ -68,6 +68,12 @@ pub fn check_name(name: &str) -> Result<(), Error> {
             "the queue name must have 1 to 200 bytes and no control characters".into(),
         ));
     }
+    if name.contains(':') {
+        return Err(Error::Config(format!(
+            "the queue name '{name}' has a ':': the replicas' keys are \
+             hilock:bakery:q:NAME:ITEM:…, so it could share keys with another queue"
+        )));
+    }
     Ok(())
 }
 
