@@ -728,16 +728,14 @@ fn check_finds_the_saved_violation_also_where_the_states_have_no_end() {
     std::fs::remove_dir_all(&base).ok();
 }
 
-/// A base-model configuration whose token holder is given a parent is refused (exit 2, one
-/// line naming the entry), as `hilock scenario` refuses one; it was checked as if the
-/// entry were `null`.
-#[test]
-fn check_refuses_a_configuration_whose_token_holder_has_a_parent() {
+/// `hilock check` of `models/configs/star3-r-w.json` changed by `edit`: it must be refused
+/// (exit 2) with one line on stderr, which is returned.
+fn check_refuses_star3_with(edit: impl FnOnce(&mut serde_json::Value)) -> String {
     let dir = tempfile::tempdir().unwrap();
     let text = std::fs::read_to_string(configs().join("star3-r-w.json")).unwrap();
     let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
-    v["parents"] = serde_json::json!([1, 0, 0]);
-    let path = dir.path().join("parent.json");
+    edit(&mut v);
+    let path = dir.path().join("edited.json");
     std::fs::write(&path, v.to_string()).unwrap();
     let out = hilock(&[
         "check",
@@ -745,9 +743,18 @@ fn check_refuses_a_configuration_whose_token_holder_has_a_parent() {
         "--out",
         dir.path().to_str().unwrap(),
     ]);
-    let e = String::from_utf8_lossy(&out.stderr);
+    let e = String::from_utf8_lossy(&out.stderr).into_owned();
     assert_eq!(out.status.code(), Some(2), "{e}");
     assert_eq!(e.trim().lines().count(), 1, "{e}");
+    e
+}
+
+/// A base-model configuration whose token holder is given a parent is refused (exit 2, one
+/// line naming the entry), as `hilock scenario` refuses one; it was checked as if the
+/// entry were `null`.
+#[test]
+fn check_refuses_a_configuration_whose_token_holder_has_a_parent() {
+    let e = check_refuses_star3_with(|v| v["parents"] = serde_json::json!([1, 0, 0]));
     assert!(
         e.contains("parents[0] is 1, but node 0 holds the token and has no parent"),
         "{e}"
@@ -758,21 +765,7 @@ fn check_refuses_a_configuration_whose_token_holder_has_a_parent() {
 /// base-model script takes.
 #[test]
 fn check_names_every_script_operation_when_one_is_unknown() {
-    let dir = tempfile::tempdir().unwrap();
-    let text = std::fs::read_to_string(configs().join("star3-r-w.json")).unwrap();
-    let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
-    v["scripts"][0][0] = "grab R".into();
-    let path = dir.path().join("op.json");
-    std::fs::write(&path, v.to_string()).unwrap();
-    let out = hilock(&[
-        "check",
-        path.to_str().unwrap(),
-        "--out",
-        dir.path().to_str().unwrap(),
-    ]);
-    let e = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{e}");
-    assert_eq!(e.trim().lines().count(), 1, "{e}");
+    let e = check_refuses_star3_with(|v| v["scripts"][0][0] = "grab R".into());
     for op in [
         "'acquire MODE'",
         "'try MODE'",

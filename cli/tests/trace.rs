@@ -249,6 +249,43 @@ fn tampered(node: usize, new: &[String]) -> tempfile::TempDir {
     dir
 }
 
+/// `trace-check` of the records with node `node`'s lines replaced by `ls`: it must exit 1
+/// naming node `node`'s record at `line` (1-based). Its output.
+fn rejected_at(node: usize, ls: &[String], line: usize) -> String {
+    let dir = tampered(node, ls);
+    let out = trace_check(dir.path());
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}{}", text(&out.stderr));
+    let at = format!(
+        "node {node} at {}:{line}:",
+        dir.path().join(format!("node-{node}.jsonl")).display()
+    );
+    assert!(stdout.contains(&at), "{at} in {stdout}");
+    stdout
+}
+
+/// The first record, by node and line, that `find` accepts (given its node): its node,
+/// line index and record.
+fn first_record(
+    find: impl Fn(usize, &serde_json::Value) -> bool,
+) -> Option<(usize, usize, serde_json::Value)> {
+    (0..NODES).find_map(|n| {
+        lines(recorded(), n)
+            .iter()
+            .map(|l| json(l))
+            .enumerate()
+            .find(|(_, v)| find(n, v))
+            .map(|(i, v)| (n, i, v))
+    })
+}
+
+/// [`rejected_at`] with node `node`'s line at index `i` replaced by `v`, rejected there.
+fn rejected_with(node: usize, i: usize, v: &serde_json::Value) -> String {
+    let mut ls = lines(recorded(), node);
+    ls[i] = v.to_string();
+    rejected_at(node, &ls, i + 1)
+}
+
 fn json(line: &str) -> serde_json::Value {
     serde_json::from_str(line).unwrap()
 }
@@ -312,17 +349,9 @@ fn a_removed_delivery_is_rejected_naming_the_node_and_record() {
         .expect("a node delivered two messages of one sender in a row on a path");
     let mut ls = lines(recorded(), node);
     ls.remove(gone);
-    let dir = tampered(node, &ls);
-    let out = trace_check(dir.path());
-    let stdout = text(&out.stdout);
-    assert_eq!(out.status.code(), Some(1), "{stdout}{}", text(&out.stderr));
     // The record after the removed one is the first that cannot be applied: its line in
     // the tampered file is its old line number minus one (1-based: `next`).
-    let at = format!(
-        "node {node} at {}:{next}:",
-        dir.path().join(format!("node-{node}.jsonl")).display()
-    );
-    assert!(stdout.contains(&at), "{at} in {stdout}");
+    let stdout = rejected_at(node, &ls, next);
     assert!(stdout.contains("out of FIFO order"), "{stdout}");
 }
 
@@ -345,16 +374,7 @@ fn a_changed_grant_mode_is_rejected_naming_the_node_and_record() {
         1,
     );
     assert_ne!(ls[i], line);
-    let dir = tampered(node, &ls);
-    let out = trace_check(dir.path());
-    let stdout = text(&out.stdout);
-    assert_eq!(out.status.code(), Some(1), "{stdout}{}", text(&out.stderr));
-    let at = format!(
-        "node {node} at {}:{}:",
-        dir.path().join(format!("node-{node}.jsonl")).display(),
-        i + 1
-    );
-    assert!(stdout.contains(&at), "{at} in {stdout}");
+    let stdout = rejected_at(node, &ls, i + 1);
     assert!(stdout.contains("divergence"), "{stdout}");
     assert!(stdout.contains("mode: IW"), "{stdout}");
 }
@@ -371,35 +391,24 @@ fn a_duplicated_delivery_is_rejected() {
         .expect("a delivery");
     let mut ls = lines(recorded(), node);
     ls.insert(i + 1, ls[i].clone());
-    let dir = tampered(node, &ls);
-    let out = trace_check(dir.path());
-    let stdout = text(&out.stdout);
-    assert_eq!(out.status.code(), Some(1), "{stdout}{}", text(&out.stderr));
-    let at = format!(
-        "node {node} at {}:{}:",
-        dir.path().join(format!("node-{node}.jsonl")).display(),
-        i + 2
-    );
-    assert!(stdout.contains(&at), "{at} in {stdout}");
+    let stdout = rejected_at(node, &ls, i + 2);
     assert!(stdout.contains("again"), "{stdout}");
+}
+
+/// `hilock demo` on 3 nodes with `requests` requests, recording into `dir`.
+fn demo_recording(requests: u32, dir: &Path) -> Output {
+    hilock()
+        .args(["demo", "--nodes", "3", "--requests", &requests.to_string()])
+        .args(["--quiet", "--record"])
+        .arg(dir)
+        .output()
+        .unwrap()
 }
 
 #[test]
 fn a_demo_run_recorded_with_record_validates() {
     let dir = tempfile::tempdir().unwrap();
-    let out = hilock()
-        .args([
-            "demo",
-            "--nodes",
-            "3",
-            "--requests",
-            "150",
-            "--quiet",
-            "--record",
-        ])
-        .arg(dir.path())
-        .output()
-        .unwrap();
+    let out = demo_recording(150, dir.path());
     assert!(
         out.status.success(),
         "{}{}",
@@ -418,49 +427,28 @@ fn a_demo_run_recorded_with_record_validates() {
         text(&check.stderr)
     );
     assert!(stdout.contains("3 nodes"), "{stdout}");
-    // A second run into the same directory would mix two runs' records: refused.
-    let again = hilock()
-        .args([
-            "demo",
-            "--nodes",
-            "3",
-            "--requests",
-            "10",
-            "--quiet",
-            "--record",
-        ])
-        .arg(dir.path())
-        .output()
-        .unwrap();
-    assert_eq!(again.status.code(), Some(2));
-    assert!(text(&again.stderr).contains("record into an empty directory"));
-    // A file where the directory goes, and a directory that cannot be created: one line
-    // naming it.
+    // A second run into the same directory would mix two runs' records: refused. A file
+    // where the directory goes, and a directory that cannot be created: named.
     let file = dir.path().join("node-0.jsonl");
     for (record, words) in [
-        (file.clone(), "it is a file, not a directory"),
-        (file.join("sub"), "cannot create it"),
+        (
+            dir.path().to_path_buf(),
+            format!("{} exists: record into an empty directory", file.display()),
+        ),
+        (
+            file.clone(),
+            format!("--record {}: it is a file, not a directory", file.display()),
+        ),
+        (
+            file.join("sub"),
+            format!("--record {}: cannot create it", file.join("sub").display()),
+        ),
     ] {
-        let out = hilock()
-            .args([
-                "demo",
-                "--nodes",
-                "3",
-                "--requests",
-                "10",
-                "--quiet",
-                "--record",
-            ])
-            .arg(&record)
-            .output()
-            .unwrap();
+        let out = demo_recording(10, &record);
         let e = text(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{e}");
         assert_eq!(e.trim().lines().count(), 1, "{e}");
-        assert!(
-            e.contains(&format!("--record {}: {words}", record.display())),
-            "{e}"
-        );
+        assert!(e.contains(&words), "{e}");
     }
 }
 
@@ -595,16 +583,7 @@ fn a_delivery_of_a_message_never_sent_is_rejected() {
     v["input"]["deliver"]["seq"] = serde_json::json!(seq + 1);
     let mut ls = lines(recorded(), node);
     ls.push(v.to_string());
-    let dir = tampered(node, &ls);
-    let out = trace_check(dir.path());
-    let stdout = text(&out.stdout);
-    assert_eq!(out.status.code(), Some(1), "{stdout}{}", text(&out.stderr));
-    let at = format!(
-        "node {node} at {}:{}:",
-        dir.path().join(format!("node-{node}.jsonl")).display(),
-        ls.len()
-    );
-    assert!(stdout.contains(&at), "{at} in {stdout}");
+    let stdout = rejected_at(node, &ls, ls.len());
     assert!(
         stdout.contains(&format!("delivers message #{} ", seq + 1))
             && stdout.contains(&format!(
@@ -619,29 +598,10 @@ fn a_delivery_of_a_message_never_sent_is_rejected() {
 /// recorded start: a node that records another initial parent is rejected.
 #[test]
 fn a_site_recorded_with_another_initial_parent_is_rejected() {
-    let (node, i, line) = (0..NODES)
-        .find_map(|n| {
-            lines(recorded(), n)
-                .into_iter()
-                .enumerate()
-                .find(|(_, l)| l.starts_with("{\"t\":\"site\"") && !l.contains("\"parent\":null"))
-                .map(|(i, l)| (n, i, l))
-        })
+    let (node, i, mut v) = first_record(|_, v| v["t"] == "site" && !v["parent"].is_null())
         .expect("a node that does not start with a token");
-    let mut v = json(&line);
     v["parent"] = serde_json::Value::Null;
-    let mut ls = lines(recorded(), node);
-    ls[i] = v.to_string();
-    let dir = tampered(node, &ls);
-    let out = trace_check(dir.path());
-    let stdout = text(&out.stdout);
-    assert_eq!(out.status.code(), Some(1), "{stdout}{}", text(&out.stderr));
-    let at = format!(
-        "node {node} at {}:{}:",
-        dir.path().join(format!("node-{node}.jsonl")).display(),
-        i + 1
-    );
-    assert!(stdout.contains(&at), "{at} in {stdout}");
+    let stdout = rejected_with(node, i, &v);
     assert!(stdout.contains("started with parent None"), "{stdout}");
 }
 
@@ -650,29 +610,11 @@ fn a_site_recorded_with_another_initial_parent_is_rejected() {
 /// (`docs/cli.md`, "`hilock trace-check`").
 #[test]
 fn a_delivery_from_the_node_itself_is_rejected_at_that_record() {
-    let (node, i, mut v) = (0..NODES)
-        .find_map(|n| {
-            lines(recorded(), n)
-                .into_iter()
-                .enumerate()
-                .map(|(i, l)| (i, json(&l)))
-                .find(|(_, v)| delivery(v).is_some_and(|(_, from)| from != n as u64))
-                .map(|(i, v)| (n, i, v))
-        })
-        .expect("a delivery");
+    let (node, i, mut v) =
+        first_record(|n, v| delivery(v).is_some_and(|(_, from)| from != n as u64))
+            .expect("a delivery");
     v["input"]["deliver"]["from"] = serde_json::json!(node);
-    let mut ls = lines(recorded(), node);
-    ls[i] = v.to_string();
-    let dir = tampered(node, &ls);
-    let out = trace_check(dir.path());
-    let stdout = text(&out.stdout);
-    assert_eq!(out.status.code(), Some(1), "{stdout}{}", text(&out.stderr));
-    let at = format!(
-        "node {node} at {}:{}:",
-        dir.path().join(format!("node-{node}.jsonl")).display(),
-        i + 1
-    );
-    assert!(stdout.contains(&at), "{at} in {stdout}");
+    let stdout = rejected_with(node, i, &v);
     assert!(stdout.contains(", itself"), "{stdout}");
 }
 
@@ -748,13 +690,14 @@ fn a_site_created_again_after_any_step_stops_the_check_and_rejects_nothing() {
 #[test]
 fn records_without_their_site_or_run_line_are_refused() {
     let node = 1;
-    let ls = lines(recorded(), node);
-    let no_site: Vec<String> = ls
-        .iter()
-        .filter(|l| !l.starts_with("{\"t\":\"site\""))
-        .cloned()
-        .collect();
-    let dir = tampered(node, &no_site);
+    let without = |kind: &str| {
+        let kept: Vec<String> = lines(recorded(), node)
+            .into_iter()
+            .filter(|l| !l.starts_with(&format!("{{\"t\":\"{kind}\"")))
+            .collect();
+        tampered(node, &kept)
+    };
+    let dir = without("site");
     let out = trace_check(dir.path());
     let stdout = text(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{stdout}{}", text(&out.stderr));
@@ -763,12 +706,7 @@ fn records_without_their_site_or_run_line_are_refused() {
             && stdout.contains("no `site` line of the node"),
         "{stdout}"
     );
-    let no_run: Vec<String> = ls
-        .iter()
-        .filter(|l| !l.starts_with("{\"t\":\"run\""))
-        .cloned()
-        .collect();
-    let dir = tampered(node, &no_run);
+    let dir = without("run");
     let out = trace_check(dir.path());
     let e = text(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{e}");
