@@ -165,6 +165,9 @@ pub struct RingServer<const N: usize, const T: usize, const C: usize = 256> {
     floors: [Option<Floor>; C],
     /// Entries the table holds at most: `T`, but for [`RingServer::with_table`].
     limit: usize,
+    /// Whether an unlock behind its own lock's write waits for it (off only for
+    /// [`RingServer::without_deferred_unlocks`]).
+    defer: bool,
 }
 
 /// What a request comes to, decided from the state as it is after the request's view is
@@ -241,6 +244,7 @@ impl<const N: usize, const T: usize, const C: usize> RingServer<N, T, C> {
             late_hand_overs: false,
             floors: [None; C],
             limit: T,
+            defer: true,
         })
     }
 
@@ -293,6 +297,15 @@ impl<const N: usize, const T: usize, const C: usize> RingServer<N, T, C> {
     /// it.
     pub fn with_retry_fence(mut self, fence: RetryFence) -> Self {
         self.fence = fence;
+        self
+    }
+
+    /// The server as it was before "Given-up locks" ([`RingServer::step`]): an unlock
+    /// that reaches its own lock's write in progress is answered Retry, which a client
+    /// that gave the lock up never follows. Kept only so that the model checker shows the
+    /// rule matters (the model's `Sabotage::NoDeferredUnlock`); no deployment wants it.
+    pub fn without_deferred_unlocks(mut self) -> Self {
+        self.defer = false;
         self
     }
 
@@ -587,7 +600,7 @@ impl<const N: usize, const T: usize, const C: usize> RingServer<N, T, C> {
                     && p.answer == Answer::Granted
                     && p.token.precedes(token)
             });
-            return if op == Op::Unlock && own {
+            return if self.defer && op == Op::Unlock && own {
                 Decision::Defer
             } else {
                 Decision::Retry
@@ -967,7 +980,7 @@ impl<const N: usize, const T: usize, const C: usize> RingServer<N, T, C> {
         };
         self.clock = self.clock.wrapping_add(1);
         let slot = Slot {
-            key: key,
+            key,
             holder: holder.map(|h| h.client),
             incarnation: holder.map_or(0, |h| h.incarnation),
             version: Version {
