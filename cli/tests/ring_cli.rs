@@ -2073,3 +2073,79 @@ async fn given_up_lock() {
         }
     }
 }
+
+/// A node whose lock table is full refuses a new key and says so: with every one of the
+/// `TABLE` entries of each node held (three nodes, r = 2: every node holds every key), a
+/// `hilock lock` of one more key exits 2 at once, long before its timeout, with one line
+/// that says "lock table full" and names the key (`docs/engines/ring.md`, "Limits").
+/// Before, the node logged the refusal and sent nothing: the run waited out its timeout
+/// and said the ring did not answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_lock_table_refuses_a_new_key_with_one_line() {
+    tokio::time::timeout(Duration::from_secs(90), full_table())
+        .await
+        .expect("the test ended within 90 s");
+}
+
+async fn full_table() {
+    use hilock_runtime::ring::TABLE;
+    let dir = tempfile::tempdir().unwrap();
+    let ThreeNodes {
+        addrs,
+        maddr,
+        cfg,
+        service: _service,
+        nodes: _nodes,
+        ..
+    } = three_nodes(dir.path(), 10_000).await;
+    let mut holder = RingClient::connect(
+        50,
+        std::sync::Arc::new(addrs.iter().copied().map(Some).collect()),
+        maddr,
+    )
+    .await
+    .unwrap();
+    holder.limit = Duration::from_secs(5);
+    let mut held = std::collections::BTreeSet::new();
+    for i in 0.. {
+        if held.len() == TABLE {
+            break;
+        }
+        let path = format!("/full{i}");
+        if held.contains(&key_of(&path)) {
+            continue;
+        }
+        assert!(matches!(holder.lock(&path).await, Ok(true)), "{path}");
+        held.insert(key_of(&path));
+    }
+    let path = (0..)
+        .map(|i| format!("/more{i}"))
+        .find(|p| !held.contains(&key_of(p)))
+        .unwrap();
+    let (code, err, took) = lock_cmd(
+        &[
+            "--client-id",
+            "51",
+            "--timeout-ms",
+            "8000",
+            &path,
+            "W",
+            "--",
+            "true",
+        ],
+        &cfg,
+        Duration::from_secs(20),
+    )
+    .await;
+    assert_eq!(code, Some(2), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err:?}");
+    let key = format!("{:#06x}", key_of(&path).0);
+    assert!(
+        err.contains("lock table full") && err.contains(&key) && err.contains(&path),
+        "{err}"
+    );
+    assert!(
+        took < Duration::from_secs(4),
+        "refused at once, not timed out: {took:?}"
+    );
+}

@@ -40,6 +40,15 @@ pub enum ClientError {
     Membership(std::io::Error),
     /// The key's primary does not record the lock as held by this client.
     NotHeld(String),
+    /// A node refused the request (its lock table is full): nothing was written.
+    Refused {
+        /// What was asked.
+        op: Op,
+        /// The key.
+        key: Key,
+        /// The node's words.
+        why: String,
+    },
     /// Another incarnation of this client id (another process given the id, or a killed
     /// run's hold) holds the key ([`Answer::InUse`]): not granted.
     IdInUse {
@@ -58,6 +67,9 @@ impl std::fmt::Display for ClientError {
                 write!(f, "{op:?} of key {:#06x} not answered", key.0)
             }
             ClientError::Membership(e) => write!(f, "membership service: {e}"),
+            ClientError::Refused { op, key, why } => {
+                write!(f, "{op:?} of key {:#06x} refused: {why}", key.0)
+            }
             ClientError::IdInUse { id, key } => write!(
                 f,
                 "key {:#06x} is held by another process with client id {id}",
@@ -486,6 +498,16 @@ impl RingClient {
                 return Err(ClientError::Timeout { op, key });
             };
             let mut out = COuts::new();
+            if let Some(Frame::Refused { token, why }) = &f {
+                let ours = token.holder() == self.kc.holder() && token.seq == self.kc.seq();
+                if ours && self.kc.waiting().is_some() {
+                    // Refused, so not given up: nothing of it is served later.
+                    self.kc.abandon();
+                    let why = why.clone();
+                    return Err(ClientError::Refused { op, key, why });
+                }
+                continue;
+            }
             let reply = match f {
                 Some(Frame::Msg(m)) => match *m {
                     ChordMsg::Reply {
