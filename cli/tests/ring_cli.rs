@@ -2149,3 +2149,42 @@ async fn full_table() {
         "refused at once, not timed out: {took:?}"
     );
 }
+
+/// `HILOCK_SOCKET` left set in the shell does not get in the way of `--config`: the
+/// variable names a token node's socket and is read only without `--config`, so a ring
+/// lock runs (before, clap refused the run: "'--config' cannot be used with '--socket'",
+/// an option the user never gave).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hilock_socket_in_the_environment_is_ignored_with_a_config() {
+    tokio::time::timeout(Duration::from_secs(60), socket_env())
+        .await
+        .expect("the test ended within 60 s");
+}
+
+async fn socket_env() {
+    let dir = tempfile::tempdir().unwrap();
+    let ThreeNodes {
+        cfg,
+        service: _service,
+        nodes: _nodes,
+        ..
+    } = three_nodes(dir.path(), 10_000).await;
+    let out = tokio::process::Command::new(BIN)
+        .args(["lock", "--config"])
+        .arg(&cfg)
+        .args(["--client-id", "3", "/e", "W", "--", "true"])
+        .env("HILOCK_SOCKET", "/x")
+        .env("RUST_LOG", "hilock=warn")
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(20), out)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
