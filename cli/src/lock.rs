@@ -505,6 +505,10 @@ impl Watch for RingWatch {
 /// stays locked by this client id until it is taken over.
 const EXIT_NOT_RELEASED: u8 = 1;
 
+/// How long `hilock lock` on a ring waits for the answer to the unlock it sends after a
+/// lock it gave up ([`hilock_runtime::ring::RingClient::give_up`]).
+const GIVE_UP: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// How often `hilock lock` on a ring asks its held lock again.
 const RING_CHECK: std::time::Duration = std::time::Duration::from_secs(1);
 
@@ -566,11 +570,63 @@ fn ring_lock(
         let mut client = tokio::time::timeout(answer, connect)
             .await
             .map_err(|_| format!("no view of the ring within {answer:?}"))??;
-        let acquired = if ring_id.take_over {
-            client.acquire_taking_over(path, limit).await
-        } else {
-            client.acquire(path, limit).await
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut sigs = [
+            SignalKind::interrupt(),
+            SignalKind::terminate(),
+            SignalKind::hangup(),
+        ]
+        .map(|k| signal(k).map_err(|e| format!("signal handler: {e}")));
+        let [Ok(int), Ok(term), Ok(hup)] = &mut sigs else {
+            return Err("signal handler: cannot be installed".into());
         };
+        let acquiring = async {
+            if ring_id.take_over {
+                client.acquire_taking_over(path, limit).await
+            } else {
+                client.acquire(path, limit).await
+            }
+        };
+        // Interrupted while the request waits: the lock is given up, and so is anything
+        // of it the ring may still grant (an unlock sent after it), before the exit.
+        let acquired = tokio::select! {
+            r = acquiring => Ok(r),
+            _ = int.recv() => Err(2),
+            _ = term.recv() => Err(15),
+            _ = hup.recv() => Err(1),
+        };
+        let take_over = || {
+            format!(
+                "hilock lock --config {} --client-id {id} --take-over {} W -- true",
+                shell_word(&file.to_string_lossy()),
+                shell_word(path)
+            )
+        };
+        let acquired = match acquired {
+            Ok(r) => r,
+            Err(signo) => {
+                if let Err(e) = client.give_up(GIVE_UP).await {
+                    eprintln!(
+                        "hilock: lock on {path} given up (signal {signo}), but the ring did not \
+                         answer its unlock ({e}): the key may stay held by client id {id} \
+                         until it is taken over ({})",
+                        take_over()
+                    );
+                }
+                return Ok(ExitCode::from(128 + signo));
+            }
+        };
+        if acquired.is_err() {
+            if let Err(e) = client.give_up(GIVE_UP).await {
+                let why = acquired.err().map(|e| e.to_string()).unwrap_or_default();
+                return Err(format!(
+                    "lock on {path}: the ring did not answer ({why}), nor the unlock sent \
+                     after it ({e}): the key may stay held by client id {id} until it is \
+                     taken over ({})",
+                    take_over()
+                ));
+            }
+        }
         match acquired {
             Ok(true) => {}
             Err(hilock_runtime::ring::ClientError::IdInUse { .. }) => {
@@ -585,6 +641,9 @@ fn ring_lock(
                 return Err(format!(
                     "lock on {path} not granted within {timeout_ms} ms: another client holds it"
                 ))
+            }
+            Err(e @ hilock_runtime::ring::ClientError::Refused { .. }) => {
+                return Err(format!("lock on {path}: {e}"))
             }
             Err(e) => return Err(format!("lock on {path}: the ring did not answer ({e})")),
         }

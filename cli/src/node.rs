@@ -7,8 +7,8 @@ use crate::{init_logs, runtime};
 /// Where the node's client socket is.
 #[derive(clap::Args, Debug)]
 pub struct ClientAt {
-    /// The node's client socket.
-    #[arg(long, env = "HILOCK_SOCKET")]
+    /// The node's client socket [env: HILOCK_SOCKET, used only without --config].
+    #[arg(long)]
     pub socket: Option<PathBuf>,
     /// …or the node's configuration file (its `client` entry).
     #[arg(long, conflicts_with = "socket")]
@@ -32,12 +32,19 @@ impl ClientAt {
         }
     }
 
+    /// The socket: `--socket`, else the `client` entry of `--config`'s file, else
+    /// `HILOCK_SOCKET`. The variable is read only without `--config`: a file given on the
+    /// command line names its own node (a ring's has no socket at all), and a variable
+    /// left set in the shell must not turn its use into a conflict with `--socket`.
     pub fn socket(&self) -> Result<PathBuf, String> {
         if let Some(s) = &self.socket {
             return Ok(s.clone());
         }
         let Some(c) = &self.config else {
-            return Err("give --socket (or HILOCK_SOCKET) or --config".into());
+            return match std::env::var_os("HILOCK_SOCKET") {
+                Some(s) if !s.is_empty() => Ok(PathBuf::from(s)),
+                _ => Err("give --socket (or HILOCK_SOCKET) or --config".into()),
+            };
         };
         let cfg = hilock_runtime::Config::from_file(c, self.id)?;
         cfg.client

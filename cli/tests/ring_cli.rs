@@ -1925,3 +1925,266 @@ async fn unanswered_unlock() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// A lock given up is freed: its key's primary, then a replica of it, is paused (SIGSTOP)
+/// while `hilock lock --timeout-ms 300` waits; it exits 2 without running its command,
+/// and, once the paused node goes on (SIGCONT) and serves the lock late, another client id
+/// is granted the key within a few seconds: the run sent an unlock after the lock it gave
+/// up, which the node serves after it. The same for a run interrupted (SIGINT) while it
+/// waits: exit 130. Before, the late lock stayed held by the gone run's id until a
+/// `--take-over`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_given_up_while_its_node_is_paused_is_freed_after_it() {
+    tokio::time::timeout(Duration::from_secs(120), given_up_lock())
+        .await
+        .expect("the test ended within 120 s");
+}
+
+async fn given_up_lock() {
+    let dir = tempfile::tempdir().unwrap();
+    let ThreeNodes {
+        cfg,
+        service: _service,
+        nodes: procs,
+        view: v,
+        ..
+    } = three_nodes(dir.path(), 10_000).await;
+    let limit = Duration::from_secs(20);
+    // Another client id is granted `path` within a few seconds (asked until then).
+    let next_run_gets = |path: &'static str, id: &'static str| {
+        let cfg = cfg.clone();
+        async move {
+            let t = Instant::now();
+            loop {
+                let (code, err, _) = lock_cmd(
+                    &[
+                        "--client-id",
+                        id,
+                        "--timeout-ms",
+                        "500",
+                        path,
+                        "W",
+                        "--",
+                        "true",
+                    ],
+                    &cfg,
+                    limit,
+                )
+                .await;
+                if code == Some(0) {
+                    return;
+                }
+                assert!(
+                    t.elapsed() < Duration::from_secs(8),
+                    "{path} is still held for the run that gave it up: {err}"
+                );
+            }
+        }
+    };
+    // (path, client id, the next run's, pause a replica, the signal while it waits).
+    type Case = (
+        &'static str,
+        &'static str,
+        &'static str,
+        bool,
+        Option<(&'static str, i32)>,
+    );
+    let cases: [Case; 5] = [
+        ("/given-up/primary", "40", "41", false, None),
+        ("/given-up/replica", "42", "43", true, None),
+        (
+            "/given-up/interrupted",
+            "44",
+            "45",
+            false,
+            Some(("INT", 130)),
+        ),
+        (
+            "/given-up/terminated",
+            "46",
+            "47",
+            false,
+            Some(("TERM", 143)),
+        ),
+        ("/given-up/hung-up", "48", "49", true, Some(("HUP", 129))),
+    ];
+    for (path, id, next, replica, sig) in cases {
+        let primary = ring().lookup(v, key_of(path)).unwrap();
+        let paused = if replica {
+            ring().next(v, primary).unwrap()
+        } else {
+            primary
+        };
+        let paused = &procs[paused.idx()];
+        signal(paused, "STOP");
+        let (code, err) = if let Some((sig, _)) = sig {
+            let run = tokio::process::Command::new(BIN)
+                .args(["lock", "--config"])
+                .arg(&cfg)
+                .args(["--client-id", id, "--timeout-ms", "10000", path, "W"])
+                .args(["--", "echo", "RAN"])
+                .env("RUST_LOG", "hilock=warn")
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .kill_on_drop(true)
+                .spawn()
+                .unwrap();
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let pid = run.id().unwrap().to_string();
+            assert!(Command::new("kill")
+                .args([&format!("-{sig}"), &pid])
+                .status()
+                .unwrap()
+                .success());
+            let out = tokio::time::timeout(limit, run.wait_with_output())
+                .await
+                .expect("the interrupted run ends")
+                .unwrap();
+            assert!(!String::from_utf8_lossy(&out.stdout).contains("RAN"));
+            (
+                out.status.code(),
+                String::from_utf8_lossy(&out.stderr).into_owned(),
+            )
+        } else {
+            let script = "echo RAN >&2".to_string();
+            let (code, err, _) = spawn_w(&cfg, id, &["--timeout-ms", "300"], path, script, limit)
+                .await
+                .unwrap();
+            (code, err)
+        };
+        signal(paused, "CONT");
+        let want = sig.map_or(2, |(_, code)| code);
+        assert_eq!(code, Some(want), "{path}: {err}");
+        assert!(!err.contains("RAN"), "{path}: the command ran: {err}");
+        next_run_gets(path, next).await;
+        // The unlock was not answered while the node was paused: one line says the key
+        // may stay held and names the take-over that frees it.
+        assert!(
+            err.trim_end().lines().count() <= 1,
+            "{path}: one line: {err:?}"
+        );
+        if want == 2 || !err.is_empty() {
+            assert!(
+                err.contains("may stay held")
+                    && !err.contains("  ")
+                    && err.contains(&format!("--client-id {id} --take-over")),
+                "{path}: {err}"
+            );
+        }
+    }
+}
+
+/// A node whose lock table is full refuses a new key and says so: with every one of the
+/// `TABLE` entries of each node held (three nodes, r = 2: every node holds every key), a
+/// `hilock lock` of one more key exits 2 at once, long before its timeout, with one line
+/// that says "lock table full" and names the key (`docs/engines/ring.md`, "Limits").
+/// Before, the node logged the refusal and sent nothing: the run waited out its timeout
+/// and said the ring did not answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_lock_table_refuses_a_new_key_with_one_line() {
+    tokio::time::timeout(Duration::from_secs(90), full_table())
+        .await
+        .expect("the test ended within 90 s");
+}
+
+async fn full_table() {
+    use hilock_runtime::ring::TABLE;
+    let dir = tempfile::tempdir().unwrap();
+    let ThreeNodes {
+        addrs,
+        maddr,
+        cfg,
+        service: _service,
+        nodes: _nodes,
+        ..
+    } = three_nodes(dir.path(), 10_000).await;
+    let mut holder = RingClient::connect(
+        50,
+        std::sync::Arc::new(addrs.iter().copied().map(Some).collect()),
+        maddr,
+    )
+    .await
+    .unwrap();
+    holder.limit = Duration::from_secs(5);
+    let mut held = std::collections::BTreeSet::new();
+    for i in 0.. {
+        if held.len() == TABLE {
+            break;
+        }
+        let path = format!("/full{i}");
+        if held.contains(&key_of(&path)) {
+            continue;
+        }
+        assert!(matches!(holder.lock(&path).await, Ok(true)), "{path}");
+        held.insert(key_of(&path));
+    }
+    let path = (0..)
+        .map(|i| format!("/more{i}"))
+        .find(|p| !held.contains(&key_of(p)))
+        .unwrap();
+    let (code, err, took) = lock_cmd(
+        &[
+            "--client-id",
+            "51",
+            "--timeout-ms",
+            "8000",
+            &path,
+            "W",
+            "--",
+            "true",
+        ],
+        &cfg,
+        Duration::from_secs(20),
+    )
+    .await;
+    assert_eq!(code, Some(2), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err:?}");
+    let key = format!("{:#06x}", key_of(&path).0);
+    assert!(
+        err.contains("lock table full") && err.contains(&key) && err.contains(&path),
+        "{err}"
+    );
+    assert!(
+        took < Duration::from_secs(4),
+        "refused at once, not timed out: {took:?}"
+    );
+}
+
+/// `HILOCK_SOCKET` left set in the shell does not get in the way of `--config`: the
+/// variable names a token node's socket and is read only without `--config`, so a ring
+/// lock runs (before, clap refused the run: "'--config' cannot be used with '--socket'",
+/// an option the user never gave).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hilock_socket_in_the_environment_is_ignored_with_a_config() {
+    tokio::time::timeout(Duration::from_secs(60), socket_env())
+        .await
+        .expect("the test ended within 60 s");
+}
+
+async fn socket_env() {
+    let dir = tempfile::tempdir().unwrap();
+    let ThreeNodes {
+        cfg,
+        service: _service,
+        nodes: _nodes,
+        ..
+    } = three_nodes(dir.path(), 10_000).await;
+    let out = tokio::process::Command::new(BIN)
+        .args(["lock", "--config"])
+        .arg(&cfg)
+        .args(["--client-id", "3", "/e", "W", "--", "true"])
+        .env("HILOCK_SOCKET", "/x")
+        .env("RUST_LOG", "hilock=warn")
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(20), out)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -79,6 +79,10 @@
 //! - `no lock recorded for nobody` (hilock variant): the key's primary in the service's
 //!   view names as holder only a client locking, holding or unlocking the key (or one
 //!   that gave a request up or restarted).
+//! - `no key held for a client that gave up and unlocked` (hilock variant): once nothing
+//!   is in flight, no live node names as holder a client that gave its lock up, sent an
+//!   unlock and stopped (`GiveUp`, [`RingModel::give_ups`]; its unlock follows the lock
+//!   copies it sent to the same node, as on the runtime's one connection).
 //! - `every request answered` (eventually; Stateright 0.31 evaluates it at terminal
 //!   states): every client finished its lock/unlock.
 //! - sometimes: `a lock is granted`, `the membership changed`.
@@ -129,6 +133,10 @@ pub const FENCES: &str = "fences strictly increase per key";
 /// (`ring-late-duplicate-locks-for-nobody`); `ONE_SERVER` sees that only once another
 /// client is refused.
 pub const NOBODY: &str = "no lock recorded for nobody";
+/// Property name: once nothing is in flight, no live node records as holder a client that
+/// gave its lock up and sent an unlock (`GiveUp`, as `hilock lock` does on a timeout or a
+/// signal: `RingClient::give_up`).
+pub const GAVE_UP: &str = "no key held for a client that gave up and unlocked";
 /// `sometimes`.
 pub const GRANTED: &str = "a lock is granted";
 /// `sometimes`.
@@ -225,6 +233,11 @@ pub struct RingModel {
     /// Most `Abandon` actions in a run (a client gives up the request it waits for).
     #[serde(default)]
     pub abandons: u8,
+    /// Most `GiveUp` actions in a run: a client waiting for its lock gives it up, sends
+    /// an unlock of the key and stops (its process exits: it follows no answer, asks
+    /// nothing again), as `hilock lock` on a timeout or a signal.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub give_ups: u8,
     /// Most `Restart` actions in a run (a client restarts as a new incarnation).
     #[serde(default)]
     pub restarts: u8,
@@ -316,6 +329,14 @@ pub enum Sabotage {
     /// unacknowledged entry then names a client it refused (the defect
     /// `ring-join-after-crash-stale-first-transfer`).
     LateHandOverMerged,
+    /// `GiveUp` sends no unlock: the client only gives its lock up and stops (the
+    /// runtime's client before `RingClient::give_up`), and the lock, served late, stays
+    /// held for it.
+    GiveUpWithoutUnlock,
+    /// The servers answer an unlock that reaches its own lock's write in progress Retry
+    /// ([`RingServer::without_deferred_unlocks`]), which a client that gave up never
+    /// follows.
+    NoDeferredUnlock,
 }
 
 /// A ring node of either variant. One configuration has nodes of one variant only, so
@@ -335,7 +356,8 @@ pub enum RNode {
 pub struct CState {
     /// Kernel client.
     pub c: ChordClient<NS>,
-    /// 0 idle, 1 locking, 2 holding, 3 unlocking, 4 done.
+    /// 0 idle, 1 locking, 2 holding, 3 unlocking, 4 done, 5 gone (it gave its lock up,
+    /// sent an unlock and stopped: `GiveUp`).
     pub stage: u8,
     /// The node its last request went to.
     pub target: NodeId,
@@ -391,6 +413,8 @@ pub struct RState {
     pub stale: Option<String>,
     /// `Abandon` actions so far.
     pub abandons: u8,
+    /// `GiveUp` actions so far.
+    pub give_ups: u8,
     /// `Restart` actions so far.
     pub restarts: u8,
     /// `Duplicate` actions so far.
@@ -432,6 +456,9 @@ pub enum RAction {
     /// A client gives up the request it waits for ([`ChordClient::abandon`]) and asks for
     /// the lock again.
     Abandon(usize),
+    /// A client waiting for its lock gives it up ([`ChordClient::abandon`]), sends an
+    /// unlock of the key and stops: the process is gone, nothing answers it any more.
+    GiveUp(usize),
     /// A client restarts as a new incarnation (a killed run's successor) that resumes
     /// after the request the ring records ([`ChordClient::resume_after`]) and takes the
     /// lock over ([`Op::TakeOver`]: the killed incarnation may have left it held). Enabled
@@ -508,6 +535,7 @@ impl RingModel {
                 node(*n)
             ),
             RAction::Abandon(c) => format!("{}: gives up its request and asks again", client(*c)),
+            RAction::GiveUp(c) => format!("{}: gives up its lock, unlocks and stops", client(*c)),
             RAction::Restart(c) => format!("{}: restarts as a new incarnation", client(*c)),
             RAction::Reboot(n) => format!("{}: its slot starts a new process", node(*n)),
         }
@@ -642,6 +670,7 @@ impl RingModel {
             short_cuts: false,
             rounds: 1,
             abandons: 0,
+            give_ups: 0,
             restarts: 0,
             duplicates: 0,
             reboots: 0,
@@ -937,7 +966,41 @@ impl RingModel {
     }
 
     fn finished(st: &RState) -> bool {
-        st.clients.iter().all(|c| c.stage == 4)
+        st.clients.iter().all(|c| matches!(c.stage, 4 | 5))
+    }
+
+    /// Whether `m` is the unlock of a client that gave up (`GiveUp`) and a request it
+    /// sent before is still on its way to the same node: the runtime sends both on one
+    /// connection (`RingClient::give_up`), which delivers them in order. The network
+    /// reorders every other message.
+    fn behind(st: &RState, m: &(Addr, Addr, Msg)) -> bool {
+        let (Addr::Client(cid), ChordMsg::Request { token, .. }) = (m.0, &m.2) else {
+            return false;
+        };
+        let gone = st
+            .clients
+            .iter()
+            .any(|c| c.stage == 5 && c.c.id() == cid && c.c.holder() == token.holder());
+        gone && st.net.iter().any(|(f, t, o)| {
+            *f == m.0
+                && *t == m.1
+                && matches!(o, ChordMsg::Request { token: e, .. } if e.precedes(*token))
+        })
+    }
+
+    /// `GAVE_UP`: with nothing in flight, no live node names a client that gave up.
+    fn gave_up_ok(st: &RState) -> bool {
+        if !st.net.is_empty() {
+            return true;
+        }
+        st.clients.iter().filter(|c| c.stage == 5).all(|c| {
+            st.nodes.iter().enumerate().all(|(i, n)| match n {
+                RNode::Hilock(s) if st.alive & (1 << i) != 0 => {
+                    s.slots().iter().all(|e| e.holding() != Some(c.c.holder()))
+                }
+                _ => true,
+            })
+        })
     }
 
     /// Follows `steps` (actions as a saved trace names them, `format!("{action:?}")`,
@@ -1170,6 +1233,7 @@ impl RingModel {
                 .without_request_memory(),
             Sabotage::NoRequestMemory => s.without_request_memory(),
             Sabotage::LateHandOverMerged => s.merging_late_hand_overs(),
+            Sabotage::NoDeferredUnlock => s.without_deferred_unlocks(),
             _ => s,
         }
     }
@@ -1329,6 +1393,7 @@ impl Model for RingModel {
             isolations: 0,
             stale: None,
             abandons: 0,
+            give_ups: 0,
             restarts: 0,
             duplicates: 0,
             reboots: 0,
@@ -1358,11 +1423,18 @@ impl Model for RingModel {
                 || Self::stopped(st, c.target)
                 || (self.hilock() && !waits);
             let newer_view = self.resend_on_new_view && st.view.epoch > c.c.sent_in();
-            if c.c.waiting().is_some() && ((!mentions && unanswering) || newer_view) {
+            let gone = c.stage == 5;
+            if !gone && c.c.waiting().is_some() && ((!mentions && unanswering) || newer_view) {
                 actions.push(RAction::Timeout(i));
             }
-            if st.abandons < self.abandons && c.c.waiting().is_some() {
+            if !gone && st.abandons < self.abandons && c.c.waiting().is_some() {
                 actions.push(RAction::Abandon(i));
+            }
+            if st.give_ups < self.give_ups
+                && c.stage == 1
+                && matches!(c.c.waiting(), Some((Op::Lock | Op::TakeOver, _)))
+            {
+                actions.push(RAction::GiveUp(i));
             }
             // A new incarnation starts once nothing of the old one is in flight: its
             // connections are closed (the runtime's transport), so no reply reaches the new
@@ -1388,7 +1460,7 @@ impl Model for RingModel {
         }
         let mut seen = BTreeSet::new();
         for m in &st.net {
-            if !Self::blocked(st, m.0, m.1) && seen.insert(m) {
+            if !Self::blocked(st, m.0, m.1) && !Self::behind(st, m) && seen.insert(m) {
                 actions.push(RAction::Deliver(m.0, m.1, m.2.clone()));
             }
         }
@@ -1560,6 +1632,11 @@ impl Model for RingModel {
                             st.net.sort();
                             return Some(st);
                         };
+                        // A client that gave up and stopped: its process is gone.
+                        if st.clients[i].stage == 5 {
+                            st.net.sort();
+                            return Some(st);
+                        }
                         let c = &mut st.clients[i];
                         let mut out = Outs::new();
                         let mut granted = None;
@@ -1747,6 +1824,29 @@ impl Model for RingModel {
                 c.unsure = true;
                 st.abandons += 1;
             }
+            RAction::GiveUp(i) => {
+                let c = &mut st.clients[i];
+                c.c.abandon()?;
+                c.stage = 5;
+                c.unsure = true;
+                st.give_ups += 1;
+                if self.sabotage != Sabotage::GiveUpWithoutUnlock {
+                    // `RingClient::give_up`: an unlock routed as the lock was.
+                    let mut out = Outs::new();
+                    if let Err(e) = c.c.start(Op::Unlock, Key(c.key), &mut out) {
+                        st.error = Some(format!("client give-up: {e}"));
+                        return Some(st);
+                    }
+                    for o in out {
+                        if let Addr::Node(n) = o.to {
+                            c.target = n;
+                            if st.alive & (1 << n.0) != 0 {
+                                st.net.push((Addr::Client(c.c.id()), o.to, o.msg));
+                            }
+                        }
+                    }
+                }
+            }
             RAction::Restart(i) => {
                 let key = Key(st.clients[i].key);
                 let id = st.clients[i].c.id();
@@ -1877,6 +1977,7 @@ impl Model for RingModel {
                 RAction::Start(c)
                 | RAction::Timeout(c)
                 | RAction::Abandon(c)
+                | RAction::GiveUp(c)
                 | RAction::Restart(c) => d.local(*c, word(a)),
                 RAction::Join(n)
                 | RAction::Leave(n)
@@ -1901,6 +2002,7 @@ impl Model for RingModel {
             Property::always(ONE_SERVER, |_, st: &RState| st.stale.is_none()),
             Property::always(FENCES, |_, st: &RState| st.fence_error.is_none()),
             Property::always(NOBODY, |m: &Self, st: &RState| m.nobody_ok(st)),
+            Property::always(GAVE_UP, |_, st: &RState| Self::gave_up_ok(st)),
             Property::eventually(LIVE, |_, st: &RState| Self::finished(st)),
             Property::sometimes(GRANTED, |_, st: &RState| {
                 st.clients.iter().any(|c| c.stage == 2)

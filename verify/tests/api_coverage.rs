@@ -207,6 +207,7 @@ const RING_API: &[(&str, Cov)] = &[
     ("with_retry_fence", Cov::Sabotage),
     ("without_request_memory", Cov::Sabotage),
     ("merging_late_hand_overs", Cov::Sabotage),
+    ("without_deferred_unlocks", Cov::Sabotage),
     ("with_table", Cov::Config),
     ("slots", Cov::Query),
     // `ChordClient::holder` and `RingServer::holder`.

@@ -15,8 +15,8 @@
 
 use hilock_kernel::ring::ChordMsg;
 use hilock_models::ring::{
-    step_key, RingModel, RingReport, Sabotage, Takeover, Variant, CHANGED, FENCES, GRANTED, LIVE,
-    LOST, MUTEX, NOBODY, NO_ERROR, ONE_SERVER,
+    step_key, RingModel, RingReport, Sabotage, Takeover, Variant, CHANGED, FENCES, GAVE_UP,
+    GRANTED, LIVE, LOST, MUTEX, NOBODY, NO_ERROR, ONE_SERVER,
 };
 use std::path::PathBuf;
 
@@ -49,8 +49,9 @@ const PINNED: &[(&str, usize)] = &[
     ("hilock r1: 2 nodes, 2 clients x 2 rounds, 1 restart", 11644),
     (
         "hilock r1: 2 nodes, 2 clients x 2 rounds, 1 duplicate",
-        20528,
+        20252,
     ),
+    ("hilock r1: 2 nodes, 2 clients x 2 rounds, 1 give-up", 6328),
     (
         "hilock r2: 2 nodes + join, 2 clients on key 24, resend on a new view",
         821_016,
@@ -818,6 +819,58 @@ fn restarted_clients_that_resume_keep_one_holder() {
 #[test]
 fn duplicated_requests_keep_one_holder() {
     check_pinned(&duplicating(), ALL, &[GRANTED]);
+}
+
+/// A client that gives its lock up while it waits sends an unlock of the key and stops
+/// (`RingModel::give_ups`, `hilock lock` on a timeout or a signal); its lock may still be
+/// served after that, at a primary or replica that was slow.
+fn giving_up() -> RingModel {
+    let mut m = repeating(
+        "hilock r1: 2 nodes, 2 clients x 2 rounds, 1 give-up",
+        2,
+        0,
+        0,
+        0,
+    );
+    m.give_ups = 1;
+    m
+}
+
+/// Once nothing is in flight no key is held for a client that gave its lock up and
+/// unlocked, and every other property holds.
+#[test]
+fn a_client_that_gives_up_and_unlocks_leaves_nothing_held() {
+    let mut holds = ALL.to_vec();
+    holds.push(GAVE_UP);
+    check_pinned(&giving_up(), &holds, &[GRANTED]);
+}
+
+/// Without the unlock (the runtime's client before `RingClient::give_up`: it only
+/// abandoned the request), the lock served late stays held for the gone client.
+#[test]
+fn a_give_up_without_an_unlock_goes_red() {
+    let mut m = giving_up();
+    m.sabotage = Sabotage::GiveUpWithoutUnlock;
+    let r = m.check();
+    println!(
+        "{}: {} states, discovered {:?}",
+        r.config, r.unique_states, r.discovered
+    );
+    assert!(r.found(GAVE_UP), "{:?}", r.discovered);
+}
+
+/// With the unlock but servers that answer it Retry while its own lock is being written
+/// (`RingServer::without_deferred_unlocks`), the unlock is lost and the lock stays held.
+#[test]
+fn a_give_up_unlock_answered_retry_goes_red() {
+    let mut m = giving_up();
+    m.sabotage = Sabotage::NoDeferredUnlock;
+    let r = m.check();
+    println!(
+        "{}: {} states, discovered {:?}",
+        r.config, r.unique_states, r.discovered
+    );
+    assert!(r.found(GAVE_UP), "{:?}", r.discovered);
 }
 
 /// Two processes given one client id (two incarnations of id 1, `RingModel::ids`) and a

@@ -406,11 +406,15 @@ pub enum Rule {
     /// hilock: [`Op::TakeOver`] took the key over from another incarnation of the
     /// asking client id.
     TakenOver,
+    /// hilock: an unlock by the client whose lock of the key is still being written (it
+    /// gave the lock up) waits for that write and is served when it is acknowledged
+    /// ([`RingServer::step`], "Given-up locks").
+    UnlockDeferred,
 }
 
 impl Rule {
     /// All rules, in declaration order.
-    pub const ALL: [Rule; 29] = [
+    pub const ALL: [Rule; 30] = [
         Rule::LockRefused,
         Rule::LockLocal,
         Rule::UnlockNotLocked,
@@ -440,6 +444,7 @@ impl Rule {
         Rule::CopyAnswered,
         Rule::IdInUse,
         Rule::TakenOver,
+        Rule::UnlockDeferred,
     ];
 }
 
@@ -479,6 +484,7 @@ impl crate::report::RuleName for Rule {
             Rule::CopyAnswered => "copy of an answered request answered again",
             Rule::IdInUse => "held by another incarnation of the client id: in use",
             Rule::TakenOver => "taken over from another incarnation of the client id",
+            Rule::UnlockDeferred => "unlock of a lock being written: served after it",
         }
     }
 }

@@ -56,6 +56,11 @@ struct Pending {
     answer: Answer,
     /// Replicas that have not acknowledged yet (bit per slot).
     need: u16,
+    /// An unlock of the key by the write's own client (a later request of the same
+    /// incarnation) that arrived while the write waited: served as soon as the write is
+    /// acknowledged, with the view it was routed with ([`RingServer::step`], "Given-up
+    /// locks").
+    then: Option<(Token, View)>,
 }
 
 /// Which requests of a client the ring server takes for stale retries and answers from
@@ -160,6 +165,9 @@ pub struct RingServer<const N: usize, const T: usize, const C: usize = 256> {
     floors: [Option<Floor>; C],
     /// Entries the table holds at most: `T`, but for [`RingServer::with_table`].
     limit: usize,
+    /// Whether an unlock behind its own lock's write waits for it (off only for
+    /// [`RingServer::without_deferred_unlocks`]).
+    defer: bool,
 }
 
 /// What a request comes to, decided from the state as it is after the request's view is
@@ -170,6 +178,9 @@ enum Decision {
     Redirect,
     /// Arc not here yet, or a write on the key pending: retry.
     Retry,
+    /// An unlock by the client whose lock of the key is being written: served once that
+    /// write is acknowledged ("Given-up locks").
+    Defer,
     /// Held by another client.
     Refused,
     /// Held by another incarnation of the asking client id: [`Answer::InUse`].
@@ -233,6 +244,7 @@ impl<const N: usize, const T: usize, const C: usize> RingServer<N, T, C> {
             late_hand_overs: false,
             floors: [None; C],
             limit: T,
+            defer: true,
         })
     }
 
@@ -285,6 +297,15 @@ impl<const N: usize, const T: usize, const C: usize> RingServer<N, T, C> {
     /// it.
     pub fn with_retry_fence(mut self, fence: RetryFence) -> Self {
         self.fence = fence;
+        self
+    }
+
+    /// The server as it was before "Given-up locks" ([`RingServer::step`]): an unlock
+    /// that reaches its own lock's write in progress is answered Retry, which a client
+    /// that gave the lock up never follows. Kept only so that the model checker shows the
+    /// rule matters (the model's `Sabotage::NoDeferredUnlock`); no deployment wants it.
+    pub fn without_deferred_unlocks(mut self) -> Self {
+        self.defer = false;
         self
     }
 
@@ -341,7 +362,9 @@ impl<const N: usize, const T: usize, const C: usize> RingServer<N, T, C> {
     /// Whether a write of `client`'s (that incarnation of the id) is waiting for
     /// acknowledgements here.
     pub fn waits_for(&self, client: Holder) -> bool {
-        self.pending.iter().any(|p| p.token.holder() == client)
+        self.pending.iter().any(|p| {
+            p.token.holder() == client || p.then.is_some_and(|(t, _)| t.holder() == client)
+        })
     }
 
     /// The link to `peer` was (re)established: sends `peer` again the
@@ -566,8 +589,22 @@ impl<const N: usize, const T: usize, const C: usize> RingServer<N, T, C> {
             self.ready
         };
         let busy = !newer && self.pending.iter().any(|p| p.slot.key == key);
-        if ready & (1 << self.ring.arc_of(key)) == 0 || busy {
+        if ready & (1 << self.ring.arc_of(key)) == 0 {
             return Decision::Retry;
+        }
+        if busy {
+            // Given-up locks: an unlock of the lock this client's write in progress grants.
+            let own = self.pending.iter().any(|p| {
+                p.slot.key == key
+                    && p.then.is_none()
+                    && p.answer == Answer::Granted
+                    && p.token.precedes(token)
+            });
+            return if self.defer && op == Op::Unlock && own {
+                Decision::Defer
+            } else {
+                Decision::Retry
+            };
         }
         // The primary holds the key's arc in `v`, so installing keeps its entry.
         let entry = self.slots.iter().find(|s| s.key == key);
@@ -779,6 +816,21 @@ impl<const N: usize, const T: usize, const C: usize> RingServer<N, T, C> {
     /// second process given the id was granted the key as a re-grant to the holder, and
     /// both ran under it.
     ///
+    /// # Given-up locks
+    /// A client that gives a lock up before its answer (its bound passed, it was
+    /// interrupted) sends an unlock of the key on the same connection and stops; nothing
+    /// of it asks again. A write of a key in progress makes every other request of the key
+    /// answer [`Answer::Retry`], which such a client never follows: its lock, served when
+    /// the paused primary (or replica) went on, stayed held for nobody. So an unlock by
+    /// the very client (same incarnation, a later request number) whose lock of the key is
+    /// the write in progress waits for that write ([`Rule::UnlockDeferred`], one per
+    /// write) and is served as a new request the moment the write is acknowledged; its
+    /// answer goes to the client as any other. A view installed before that drops it
+    /// unanswered (its client asks nothing again; the step's output bound has no room for
+    /// a second redirect per write): a lock given up while its write is redirected by a
+    /// view change may stay held until `--take-over`. Any other request of a key being
+    /// written is answered Retry.
+    ///
     /// # Hand-over
     /// An arc this server holds in its new view and did not hold in the previous one is
     /// ready — its keys served — once the first [`ChordMsg::Transfer`] of it arrives; its
@@ -852,6 +904,111 @@ impl<const N: usize, const T: usize, const C: usize> RingServer<N, T, C> {
         out: &mut S,
     ) -> Result<Report, ChordError> {
         super::step(self, from, msg, out)
+    }
+
+    /// Serves a request routed with `view` once `view` is installed (from a client, or an
+    /// unlock that waited for a write of its key: "Given-up locks").
+    fn serve<S: Sink<Out<T>>>(
+        &mut self,
+        token: Token,
+        op: Op,
+        key: Key,
+        view: View,
+        out: &mut S,
+        rep: &mut Report,
+    ) {
+        let reply = |out: &mut S, a| answer(out, token, view.epoch, a);
+        let (holder, writer, answer, need) = match self.decide(token, op, key, view) {
+            Decision::Redirect => {
+                reply(out, Answer::Redirect(self.view));
+                rep.insert(Rule::Redirected);
+                return;
+            }
+            Decision::Retry => {
+                reply(out, Answer::Retry);
+                rep.insert(Rule::RetryLater);
+                return;
+            }
+            Decision::Defer => {
+                if let Some(p) = self.pending.iter_mut().find(|p| p.slot.key == key) {
+                    p.then = Some((token, view));
+                }
+                self.remember(token, Answer::Released);
+                rep.insert(Rule::UnlockDeferred);
+                return;
+            }
+            Decision::Refused => {
+                self.remember(token, Answer::Refused);
+                reply(out, Answer::Refused);
+                rep.insert(Rule::LockRefused);
+                return;
+            }
+            Decision::InUse => {
+                self.remember(token, Answer::InUse);
+                reply(out, Answer::InUse);
+                rep.insert(Rule::IdInUse);
+                return;
+            }
+            Decision::Superseded(answer) => {
+                self.remember(token, answer);
+                reply(out, answer);
+                rep.insert(Rule::Superseded);
+                return;
+            }
+            Decision::Copy(answer) => {
+                reply(out, answer);
+                rep.insert(Rule::CopyAnswered);
+                return;
+            }
+            Decision::Write {
+                holder,
+                writer,
+                answer,
+                idempotent,
+                taken_over,
+                need,
+            } => {
+                if idempotent {
+                    rep.insert(Rule::Idempotent);
+                }
+                if taken_over {
+                    rep.insert(Rule::TakenOver);
+                }
+                self.remember(token, answer);
+                (holder, writer, answer, need)
+            }
+        };
+        self.clock = self.clock.wrapping_add(1);
+        let slot = Slot {
+            key,
+            holder: holder.map(|h| h.client),
+            incarnation: holder.map_or(0, |h| h.incarnation),
+            version: Version {
+                epoch: self.view.epoch,
+                n: self.clock,
+            },
+            writer,
+        };
+        self.upsert(slot);
+        rep.insert(Rule::WriteStarted);
+        if need == 0 {
+            reply(out, answer);
+            rep.insert(Rule::WriteAcknowledged);
+            return;
+        }
+        // Room checked.
+        let _ = self.pending.push(Pending {
+            slot,
+            token,
+            answer,
+            need,
+            then: None,
+        });
+        for y in 0..N {
+            if need & (1 << y) != 0 {
+                self.replicate(out, NodeId(y as u16), slot, token);
+            }
+        }
     }
 }
 
@@ -960,89 +1117,7 @@ impl<const N: usize, const T: usize, const C: usize> Server<T> for RingServer<N,
                     return rep;
                 }
                 self.install(*view, out, &mut rep);
-                let reply = |out: &mut S, a| answer(out, *token, view.epoch, a);
-                let (holder, writer, answer, need) = match self.decide(*token, *op, *key, *view) {
-                    Decision::Redirect => {
-                        reply(out, Answer::Redirect(self.view));
-                        rep.insert(Rule::Redirected);
-                        return rep;
-                    }
-                    Decision::Retry => {
-                        reply(out, Answer::Retry);
-                        rep.insert(Rule::RetryLater);
-                        return rep;
-                    }
-                    Decision::Refused => {
-                        self.remember(*token, Answer::Refused);
-                        reply(out, Answer::Refused);
-                        rep.insert(Rule::LockRefused);
-                        return rep;
-                    }
-                    Decision::InUse => {
-                        self.remember(*token, Answer::InUse);
-                        reply(out, Answer::InUse);
-                        rep.insert(Rule::IdInUse);
-                        return rep;
-                    }
-                    Decision::Superseded(answer) => {
-                        self.remember(*token, answer);
-                        reply(out, answer);
-                        rep.insert(Rule::Superseded);
-                        return rep;
-                    }
-                    Decision::Copy(answer) => {
-                        reply(out, answer);
-                        rep.insert(Rule::CopyAnswered);
-                        return rep;
-                    }
-                    Decision::Write {
-                        holder,
-                        writer,
-                        answer,
-                        idempotent,
-                        taken_over,
-                        need,
-                    } => {
-                        if idempotent {
-                            rep.insert(Rule::Idempotent);
-                        }
-                        if taken_over {
-                            rep.insert(Rule::TakenOver);
-                        }
-                        self.remember(*token, answer);
-                        (holder, writer, answer, need)
-                    }
-                };
-                self.clock = self.clock.wrapping_add(1);
-                let slot = Slot {
-                    key: *key,
-                    holder: holder.map(|h| h.client),
-                    incarnation: holder.map_or(0, |h| h.incarnation),
-                    version: Version {
-                        epoch: self.view.epoch,
-                        n: self.clock,
-                    },
-                    writer,
-                };
-                self.upsert(slot);
-                rep.insert(Rule::WriteStarted);
-                if need == 0 {
-                    reply(out, answer);
-                    rep.insert(Rule::WriteAcknowledged);
-                    return rep;
-                }
-                // Room checked.
-                let _ = self.pending.push(Pending {
-                    slot,
-                    token: *token,
-                    answer,
-                    need,
-                });
-                for y in 0..N {
-                    if need & (1 << y) != 0 {
-                        self.replicate(out, NodeId(y as u16), slot, *token);
-                    }
-                }
+                self.serve(*token, *op, *key, *view, out, &mut rep);
                 rep
             }
             ChordMsg::Replicate { view, slot, token } => {
@@ -1091,6 +1166,12 @@ impl<const N: usize, const T: usize, const C: usize> Server<T> for RingServer<N,
                             let p = self.pending.remove(i);
                             answer(out, p.token, p.slot.version.epoch, p.answer);
                             rep.insert(Rule::WriteAcknowledged);
+                            // The unlock that waited for this write: served now (room:
+                            // the write's place in the pending list is free, and the key's
+                            // entry is there to be written over).
+                            if let Some((t, v)) = p.then {
+                                self.serve(t, Op::Unlock, *key, v, out, &mut rep);
+                            }
                         }
                     }
                     _ => rep.insert(Rule::Stale),
@@ -1200,6 +1281,68 @@ mod tests {
         let rep = a.step(C1, &lock(2, V), &mut out).unwrap();
         assert!(rep.contains(Rule::Idempotent), "{rep:?}");
         assert_eq!(out.len(), 1);
+    }
+
+    /// "Given-up locks": the unlock a client sends after giving up its lock, which
+    /// reaches the primary while that lock is still being written, is served once the
+    /// write is acknowledged; it is not answered Retry (the client asks nothing again).
+    /// Another client's request of the key, and a second unlock, are still answered Retry.
+    #[test]
+    fn an_unlock_behind_its_own_lock_being_written_is_served_after_it() {
+        let mut a = S::new(NodeId(1), ring(), 1, V).unwrap();
+        let mut b = S::new(NodeId(0), ring(), 1, V).unwrap();
+        let mut out = O::new();
+        a.step(C1, &lock(1, V), &mut out).unwrap();
+        let rep1 = out.pop().unwrap();
+        let unlock = |client: u8, seq: u64| ChordMsg::Request {
+            token: Token {
+                client: ClientId(client),
+                incarnation: 0,
+                seq,
+            },
+            op: Op::Unlock,
+            key: Key(10),
+            view: V,
+        };
+        let c2 = Addr::Client(ClientId(2));
+        let rep = a.step(c2, &unlock(2, 1), &mut out).unwrap();
+        assert!(rep.contains(Rule::RetryLater), "another client's: {rep:?}");
+        out.clear();
+        let rep = a.step(C1, &unlock(1, 2), &mut out).unwrap();
+        assert!(rep.contains(Rule::UnlockDeferred), "{rep:?}");
+        assert!(out.is_empty(), "not answered yet: {out:?}");
+        assert!(a.waits_for(req_holder()));
+        let rep = a.step(C1, &unlock(1, 3), &mut out).unwrap();
+        assert!(rep.contains(Rule::RetryLater), "one per write: {rep:?}");
+        out.clear();
+        b.step(Addr::Node(NodeId(1)), &rep1.msg, &mut out).unwrap();
+        let ack = out.pop().unwrap();
+        let rep = a.step(Addr::Node(NodeId(0)), &ack.msg, &mut out).unwrap();
+        assert!(rep.contains(Rule::WriteAcknowledged), "{rep:?}");
+        assert!(matches!(
+            out[0].msg,
+            ChordMsg::Reply {
+                answer: Answer::Granted,
+                ..
+            }
+        ));
+        assert_eq!(a.holder(Key(10)), None, "the unlock is written at once");
+        let rep2 = out.pop().unwrap();
+        assert!(matches!(rep2.msg, ChordMsg::Replicate { .. }), "{rep2:?}");
+        out.clear();
+        b.step(Addr::Node(NodeId(1)), &rep2.msg, &mut out).unwrap();
+        assert_eq!(b.holder(Key(10)), None);
+        let ack = out.pop().unwrap();
+        a.step(Addr::Node(NodeId(0)), &ack.msg, &mut out).unwrap();
+        assert!(matches!(
+            out.pop().unwrap().msg,
+            ChordMsg::Reply {
+                answer: Answer::Released,
+                token: Token { seq: 2, .. },
+                ..
+            }
+        ));
+        assert_eq!(a.pending(), 0);
     }
 
     #[test]

@@ -40,6 +40,15 @@ pub enum ClientError {
     Membership(std::io::Error),
     /// The key's primary does not record the lock as held by this client.
     NotHeld(String),
+    /// A node refused the request (its lock table is full): nothing was written.
+    Refused {
+        /// What was asked.
+        op: Op,
+        /// The key.
+        key: Key,
+        /// The node's words.
+        why: String,
+    },
     /// Another incarnation of this client id (another process given the id, or a killed
     /// run's hold) holds the key ([`Answer::InUse`]): not granted.
     IdInUse {
@@ -58,6 +67,9 @@ impl std::fmt::Display for ClientError {
                 write!(f, "{op:?} of key {:#06x} not answered", key.0)
             }
             ClientError::Membership(e) => write!(f, "membership service: {e}"),
+            ClientError::Refused { op, key, why } => {
+                write!(f, "{op:?} of key {:#06x} refused: {why}", key.0)
+            }
             ClientError::IdInUse { id, key } => write!(
                 f,
                 "key {:#06x} is held by another process with client id {id}",
@@ -98,6 +110,9 @@ pub struct RingClient {
     pub limit: Duration,
     /// Requests sent again (redirect, retry or a node gone).
     pub resent: u64,
+    /// The key of a lock this client gave up after sending it (its bound passed, or its
+    /// caller stopped waiting): the ring may still grant it ([`RingClient::give_up`]).
+    given_up: Option<Key>,
 }
 
 /// Where a client's views come from.
@@ -179,6 +194,7 @@ impl RingClient {
             tasks,
             limit: Duration::from_secs(20),
             resent: 0,
+            given_up: None,
         })
     }
 
@@ -405,9 +421,40 @@ impl RingClient {
         if r.is_err() {
             // Past its bound: give the request up so that the next one can start (without
             // this every later request was refused as `Busy`); a late answer is ignored.
-            self.kc.abandon();
+            self.abandon();
         }
         r
+    }
+
+    /// Gives up the request it waits for, if any; a lock given up is remembered for
+    /// [`RingClient::give_up`].
+    fn abandon(&mut self) {
+        if let Some((Op::Lock | Op::TakeOver, key)) = self.kc.abandon() {
+            self.given_up = Some(key);
+        }
+    }
+
+    /// Frees what a lock this client gave up may leave held: after a lock request that
+    /// was not answered (a timeout, an error after it went out) or whose wait its caller
+    /// dropped (an interrupted [`RingClient::acquire`]), the ring may still grant it — its
+    /// primary or a replica was paused with the request on its way. This sends an unlock
+    /// of that key, routed as the lock was (on the same connection, so a node that
+    /// serves the lock later serves the unlock after it; the server keeps an unlock that
+    /// reaches its own lock's write in progress until that write is done: `RingServer`,
+    /// "Given-up locks"), and waits at most `limit` for its answer. `Ok(None)`: no lock
+    /// was given up; `Ok(Some(key))`: the unlock of `key` was answered (nothing of the
+    /// lock is held); an error: it was not, and the key may stay held by this client id
+    /// until a `--take-over` run frees it.
+    pub async fn give_up(&mut self, limit: Duration) -> Result<Option<Key>, ClientError> {
+        self.abandon();
+        let Some(key) = self.given_up.take() else {
+            return Ok(None);
+        };
+        let bound = self.limit;
+        self.limit = limit;
+        let r = self.call(Op::Unlock, key).await;
+        self.limit = bound;
+        r.map(|_| Some(key))
     }
 
     async fn exchange(
@@ -448,6 +495,16 @@ impl RingClient {
                 return Err(ClientError::Timeout { op, key });
             };
             let mut out = COuts::new();
+            if let Some(Frame::Refused { token, why }) = &f {
+                let ours = token.holder() == self.kc.holder() && token.seq == self.kc.seq();
+                if ours && self.kc.waiting().is_some() {
+                    // Refused, so not given up: nothing of it is served later.
+                    self.kc.abandon();
+                    let why = why.clone();
+                    return Err(ClientError::Refused { op, key, why });
+                }
+                continue;
+            }
             let reply = match f {
                 Some(Frame::Msg(m)) => match *m {
                     ChordMsg::Reply {

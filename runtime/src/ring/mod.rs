@@ -165,6 +165,14 @@ pub enum Frame {
     Withdraw(Request),
     /// Membership → admin: the answer to its [`Frame::Ask`] or [`Frame::Withdraw`].
     Answer(Answer),
+    /// Node → client: the node's kernel refused the client's request `token` (its lock
+    /// table is full: `ChordError::TableFull`), with why, in words; nothing was written.
+    Refused {
+        /// The request refused.
+        token: hilock_kernel::ring::Token,
+        /// Why, naming the key.
+        why: String,
+    },
 }
 
 /// The membership service's answer to an administrator's request.

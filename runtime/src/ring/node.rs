@@ -491,6 +491,13 @@ async fn run(
                         addr_words(from)
                     );
                     snap.errors.push(format!("{msg:?} from {from:?}: {e}"));
+                    // The client is told, not left to wait for its whole bound.
+                    if let (Addr::Client(c), ChordMsg::Request { token, .. }) = (from, &*msg) {
+                        if let Some(tx) = clients.get(&(c, token.incarnation)) {
+                            let why = format!("node {}: {e}{full}", me.0);
+                            let _ = tx.send(Frame::Refused { token: *token, why });
+                        }
+                    }
                 }
                 // A member that joins may be a new process at the address of a crashed
                 // one: a link dialled to the old process would lose the first frame
