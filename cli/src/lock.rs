@@ -110,6 +110,11 @@ pub fn lock(
     if let LockRequest::Txn { locks, .. } = &what {
         hilock_runtime::agents::parse_txn(locks)?;
     }
+    // A path the node would refuse (or one too long to reach it in a request line) is
+    // refused here, in the node's words.
+    if let LockRequest::Lock { path, .. } = &what {
+        hilock_runtime::wire::check_path(path).map_err(|e| format!("invalid lock path: {e}"))?;
+    }
     if ring_id.client_id.is_some() {
         return Err(
             "--client-id is the ring's (a --config with engine = \"ring\"): a node of the \
@@ -179,11 +184,19 @@ pub fn lock(
                     )
                 })??;
         if !reply.ok && reply.busy {
-            // `--try` refused: one line, the command does not run.
-            eprintln!(
-                "hilock: {}; the command did not run",
-                reply.error.unwrap_or_else(|| format!("busy: {path}"))
-            );
+            // `--try` refused: one line, the command does not run. The node names the lock
+            // that is busy, which may be an ancestor whose intention mode the path needs.
+            let error = reply.error.unwrap_or_else(|| format!("busy: {path}"));
+            let named = error
+                .strip_prefix("busy: ")
+                .and_then(|e| e.split_once(' '))
+                .is_some_and(|(busy, _)| busy == path);
+            let whose = if named {
+                String::new()
+            } else {
+                format!(" (an ancestor of {path})")
+            };
+            eprintln!("hilock: {error}{whose}; the command did not run");
             return Ok(std::process::ExitCode::from(EXIT_BUSY));
         }
         if !reply.ok {

@@ -212,8 +212,18 @@ pub(crate) async fn run_to_end(
     for (k, v) in watch.start_env() {
         gate.extend_from_slice(format!("{k}={v}\n").as_bytes());
     }
-    std::io::Write::write_all(&mut gate_w, &gate)
-        .map_err(|e| format!("cannot start the command: {e}"))?;
+    if let Err(e) = std::io::Write::write_all(&mut gate_w, &gate) {
+        kill_group(pgid, &mut child, grace).await;
+        return Err(if e.kind() == std::io::ErrorKind::BrokenPipe {
+            // The command's process died before it read its go-ahead: its group was
+            // killed, which the node does when it gives the lock up (it is stopping).
+            "the command was killed before it started (the node gave the lock up: is it \
+             stopping?); it did not run"
+                .into()
+        } else {
+            format!("cannot start the command: {e}")
+        });
+    }
     drop(gate_w);
     let lost = loop {
         tokio::select! {

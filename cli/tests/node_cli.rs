@@ -1125,6 +1125,81 @@ fn a_second_node_with_a_running_nodes_id_is_asked_about_it() {
     assert!(out.status.success(), "{}", text(&out.stderr));
 }
 
+/// A `metrics_addr` whose port is taken (two nodes on one host sharing a configuration
+/// file) stops the node at start with one line that says how to give each its own.
+#[test]
+fn a_metrics_port_in_use_is_refused_with_a_hint() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("metrics.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "cluster = \"m\"\nsecret = \"cli test secret\"\nclient = \"{}\"\n\
+             metrics_addr = \"{}\"\n[[nodes]]\nid = 0\naddr = \"127.0.0.1:{}\"\n",
+            dir.path().join("n.sock").display(),
+            taken.local_addr().unwrap(),
+            free_port()
+        ),
+    )
+    .unwrap();
+    let out = run(hilock()
+        .args(["node", "--id", "0", "--config"])
+        .arg(&file)
+        .env("RUST_LOG", "off"));
+    let e = text(&out.stderr);
+    let errors: Vec<&str> = e
+        .lines()
+        .filter(|l| l.starts_with("hilock: error"))
+        .collect();
+    assert_eq!(out.status.code(), Some(2), "{e}");
+    assert_eq!(errors.len(), 1, "{e}");
+    assert!(
+        errors[0].contains("(metrics_addr)") && errors[0].contains("give \"127.0.0.1:0\""),
+        "{e}"
+    );
+}
+
+/// `hilock --try` refused because an ancestor is held says which path it was for; a path
+/// longer than a node takes is refused before it is sent, in the node's words.
+#[test]
+fn a_busy_try_names_its_path_and_a_long_path_is_refused_at_once() {
+    let c = start(2);
+    wait_peer_state(&c, 1, 0, "connected");
+    let (held, done) = (c.dir.path().join("held"), c.dir.path().join("done"));
+    let mut holder = Proc(
+        lock_cmd(&c.socket(0), "/t", "W", &hold_until(&held, &done))
+            .spawn()
+            .unwrap(),
+    );
+    wait_file(&held);
+    let try_lock = |path: &str, mode: &str| {
+        run(hilock()
+            .args(["lock", "--try", path, mode, "--socket"])
+            .arg(c.socket(1))
+            .args(["--", "true"]))
+    };
+    let below = try_lock("/t/sub", "R");
+    let itself = try_lock("/t", "W");
+    std::fs::write(&done, "").unwrap();
+    let _ = holder.0.wait();
+    let e = text(&below.stderr);
+    assert_eq!(below.status.code(), Some(79), "{e}");
+    assert!(
+        e.contains("busy: /t ") && e.contains("(an ancestor of /t/sub)"),
+        "{e}"
+    );
+    let e = text(&itself.stderr);
+    assert_eq!(itself.status.code(), Some(79), "{e}");
+    assert!(e.contains("busy: /t ") && !e.contains("ancestor"), "{e}");
+    let long = format!("/{}", "x".repeat(40_000));
+    let out = run(&mut lock_cmd(&c.socket(0), &long, "W", "true"));
+    let e = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{e}");
+    assert_eq!(e.trim().lines().count(), 1, "{e}");
+    assert!(e.contains("lock path longer than 1024 bytes"), "{e}");
+}
+
 fn peer_json(c: &Cluster, node: usize, peer: u64) -> serde_json::Value {
     let out = run(hilock()
         .args(["status", "--json", "--timeout-ms", "2000", "--socket"])

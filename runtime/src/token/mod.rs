@@ -674,7 +674,16 @@ impl Node {
             Some(addr) => Some(TcpListener::bind(addr).await.map_err(|e| {
                 std::io::Error::new(
                     e.kind(),
-                    format!("cannot listen for metrics on {addr} (metrics_addr): {e}"),
+                    if e.kind() == std::io::ErrorKind::AddrInUse {
+                        format!(
+                            "cannot listen for metrics on {addr} (metrics_addr): {e} (nodes \
+                             on one host that share a configuration file need their own \
+                             port each: give \"127.0.0.1:0\" for a free one, shown by \
+                             hilock status)"
+                        )
+                    } else {
+                        format!("cannot listen for metrics on {addr} (metrics_addr): {e}")
+                    },
                 )
             })?),
             None => None,
