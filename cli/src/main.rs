@@ -37,6 +37,13 @@ pub fn init_logs(default: &str) {
 }
 
 fn main() -> ExitCode {
+    // An empty variable is an unset one (`HILOCK_CLIENT_ID=` in a script means "none"),
+    // not a value that fails to parse. Before any thread starts.
+    for var in ["HILOCK_CLIENT_ID"] {
+        if std::env::var_os(var).is_some_and(|v| v.is_empty()) {
+            std::env::remove_var(var);
+        }
+    }
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Demo {

@@ -2508,7 +2508,8 @@ fn queue_a_failing_command_stops_the_worker_and_leaves_its_item() {
 }
 
 /// Without `--client-id`, `hilock bakery lock` registers the first id (in a random order)
-/// that no running client holds: three such clients at once each get their own, and their
+/// that no running client holds (also with `HILOCK_CLIENT_ID` set but empty): three such
+/// clients at once each get their own, and their
 /// commands never overlap (each makes a directory only it may make). With every id 1..=31
 /// registered by other clients (`Registration::register`, the code the command calls), it
 /// exits 78 with one line and its command does not run (and so does a client given a held
@@ -2535,8 +2536,15 @@ fn a_client_without_an_id_registers_a_free_one() {
         "mkdir {0} || exit 9; sleep 0.3; rmdir {0}",
         inside.display()
     );
+    // An empty HILOCK_CLIENT_ID is no id too.
     let clients: Vec<Reap> = (0..3)
-        .map(|_| Reap(no_id(&script).spawn().unwrap()))
+        .map(|i| {
+            let mut c = no_id(&script);
+            if i == 0 {
+                c.env("HILOCK_CLIENT_ID", "");
+            }
+            Reap(c.spawn().unwrap())
+        })
         .collect();
     for mut c in clients {
         assert_eq!(c.0.wait().unwrap().code(), Some(0), "a client failed");
