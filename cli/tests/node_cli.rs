@@ -126,6 +126,19 @@ fn hold_until(held: &Path, done: &Path) -> String {
     )
 }
 
+/// Node 0 of `c` holds `path` in W (a [`hold_until`] command) until the returned file is
+/// made; this returns once the command runs.
+fn held_at_node_0(c: &Cluster, path: &str) -> (Proc, PathBuf) {
+    let (held, done) = (c.dir.path().join("held"), c.dir.path().join("done"));
+    let holder = Proc(
+        lock_cmd(&c.socket(0), path, "W", &hold_until(&held, &done))
+            .spawn()
+            .unwrap(),
+    );
+    wait_file(&held);
+    (holder, done)
+}
+
 /// A reader's command: it appends `in` to `file`, waits until two lines say `in` (the
 /// other reader runs too; at most 30 s), then appends `out`.
 fn overlapping_reader(file: &Path) -> String {
@@ -306,13 +319,7 @@ fn hilock_lock_try_exits_79_at_once_and_is_never_granted_later() {
     let c = start(2);
     wait_peer_state(&c, 1, 0, "connected");
     // Node 0 holds /t until the try is answered.
-    let (held, done) = (c.dir.path().join("held"), c.dir.path().join("done"));
-    let mut holder = Proc(
-        lock_cmd(&c.socket(0), "/t", "W", &hold_until(&held, &done))
-            .spawn()
-            .unwrap(),
-    );
-    wait_file(&held);
+    let (mut holder, done) = held_at_node_0(&c, "/t");
     let ran = c.dir.path().join("ran");
     let touch = format!("touch {}", ran.display());
     let t = Instant::now();
@@ -1166,13 +1173,7 @@ fn a_metrics_port_in_use_is_refused_with_a_hint() {
 fn a_busy_try_names_its_path_and_a_long_path_is_refused_at_once() {
     let c = start(2);
     wait_peer_state(&c, 1, 0, "connected");
-    let (held, done) = (c.dir.path().join("held"), c.dir.path().join("done"));
-    let mut holder = Proc(
-        lock_cmd(&c.socket(0), "/t", "W", &hold_until(&held, &done))
-            .spawn()
-            .unwrap(),
-    );
-    wait_file(&held);
+    let (mut holder, done) = held_at_node_0(&c, "/t");
     let try_lock = |path: &str, mode: &str| {
         run(hilock()
             .args(["lock", "--try", path, mode, "--socket"])

@@ -1303,6 +1303,19 @@ impl RNode {
 }
 
 /// The paper's table entries (`olock`, `olock_b`) in words: `key 10 locked, key 12 free`.
+/// A client's outputs onto the network: each request to a node becomes the client's
+/// target, and is in flight unless that node is down (`alive`, a bit per node).
+fn send_from(c: &mut CState, alive: u16, net: &mut Vec<(Addr, Addr, Msg)>, out: Outs) {
+    for o in out {
+        if let Addr::Node(n) = o.to {
+            c.target = n;
+            if alive & (1 << n.0) != 0 {
+                net.push((Addr::Client(c.c.id()), o.to, o.msg));
+            }
+        }
+    }
+}
+
 fn entries_words(entries: &[Entry]) -> String {
     entries
         .iter()
@@ -1567,14 +1580,7 @@ impl Model for RingModel {
                     return Some(st);
                 }
                 c.stage += 1;
-                for o in out {
-                    if let Addr::Node(n) = o.to {
-                        c.target = n;
-                        if st.alive & (1 << n.0) != 0 {
-                            st.net.push((Addr::Client(c.c.id()), o.to, o.msg));
-                        }
-                    }
-                }
+                send_from(c, st.alive, &mut st.net, out);
             }
             RAction::Timeout(i) => {
                 let mut view = st.view;
@@ -1596,14 +1602,7 @@ impl Model for RingModel {
                     st.error = Some(format!("client timeout: {e}"));
                     return Some(st);
                 }
-                for o in out {
-                    if let Addr::Node(n) = o.to {
-                        c.target = n;
-                        if st.alive & (1 << n.0) != 0 {
-                            st.net.push((Addr::Client(c.c.id()), o.to, o.msg));
-                        }
-                    }
-                }
+                send_from(c, st.alive, &mut st.net, out);
             }
             RAction::Deliver(from, to, msg) => {
                 let pos = st
@@ -1837,14 +1836,7 @@ impl Model for RingModel {
                         st.error = Some(format!("client give-up: {e}"));
                         return Some(st);
                     }
-                    for o in out {
-                        if let Addr::Node(n) = o.to {
-                            c.target = n;
-                            if st.alive & (1 << n.0) != 0 {
-                                st.net.push((Addr::Client(c.c.id()), o.to, o.msg));
-                            }
-                        }
-                    }
+                    send_from(c, st.alive, &mut st.net, out);
                 }
             }
             RAction::Restart(i) => {

@@ -846,31 +846,21 @@ fn a_client_that_gives_up_and_unlocks_leaves_nothing_held() {
 }
 
 /// Without the unlock (the runtime's client before `RingClient::give_up`: it only
-/// abandoned the request), the lock served late stays held for the gone client.
+/// abandoned the request), or with it but servers that answer it Retry while its own lock
+/// is being written (`RingServer::without_deferred_unlocks`), the lock served late stays
+/// held for the gone client.
 #[test]
-fn a_give_up_without_an_unlock_goes_red() {
-    let mut m = giving_up();
-    m.sabotage = Sabotage::GiveUpWithoutUnlock;
-    let r = m.check();
-    println!(
-        "{}: {} states, discovered {:?}",
-        r.config, r.unique_states, r.discovered
-    );
-    assert!(r.found(GAVE_UP), "{:?}", r.discovered);
-}
-
-/// With the unlock but servers that answer it Retry while its own lock is being written
-/// (`RingServer::without_deferred_unlocks`), the unlock is lost and the lock stays held.
-#[test]
-fn a_give_up_unlock_answered_retry_goes_red() {
-    let mut m = giving_up();
-    m.sabotage = Sabotage::NoDeferredUnlock;
-    let r = m.check();
-    println!(
-        "{}: {} states, discovered {:?}",
-        r.config, r.unique_states, r.discovered
-    );
-    assert!(r.found(GAVE_UP), "{:?}", r.discovered);
+fn a_give_up_without_an_unlock_or_its_deferral_goes_red() {
+    for sabotage in [Sabotage::GiveUpWithoutUnlock, Sabotage::NoDeferredUnlock] {
+        let mut m = giving_up();
+        m.sabotage = sabotage;
+        let r = m.check();
+        println!(
+            "{sabotage:?}: {}: {} states, discovered {:?}",
+            r.config, r.unique_states, r.discovered
+        );
+        assert!(r.found(GAVE_UP), "{sabotage:?}: {:?}", r.discovered);
+    }
 }
 
 /// Two processes given one client id (two incarnations of id 1, `RingModel::ids`) and a
