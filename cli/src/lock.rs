@@ -580,9 +580,15 @@ fn ring_lock(
         // Getting a view and each exchange of the held lock (its checks, its unlock) are
         // given at least a second: `--timeout-ms 0` bounds the wait for the lock only.
         let answer = limit.max(ANSWER_GRACE);
-        let mut client = tokio::time::timeout(answer, connect)
-            .await
-            .map_err(|_| format!("no view of the ring within {answer:?}"))??;
+        let mut client = tokio::time::timeout(answer, connect).await.map_err(|_| {
+            let from = match hilock_runtime::ring::slot_addrs(cfg) {
+                Ok((_, m)) if m != hilock_runtime::config::NO_SERVICE => {
+                    format!(" from its membership service at {m} (is it running?)")
+                }
+                _ => " from etcd".to_string(),
+            };
+            format!("no view of the ring within {answer:?}{from}")
+        })??;
         use tokio::signal::unix::{signal, SignalKind};
         let mut sigs = [
             SignalKind::interrupt(),

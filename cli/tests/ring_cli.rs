@@ -2188,3 +2188,41 @@ async fn socket_env() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// A membership service that takes the connection and never answers (paused, or not a
+/// hilock service): `hilock lock` gives up after its wait for a view with one line that
+/// names the service's address.
+#[test]
+fn a_silent_membership_service_is_named_when_no_view_comes() {
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("ring.toml");
+    let addrs = [free_port(), free_port()];
+    let m = silent.local_addr().unwrap();
+    std::fs::write(&cfg, ring_toml(&addrs, m, &[0, 1], 1000)).unwrap();
+    let out = Command::new(BIN)
+        .args(["lock", "--config"])
+        .arg(&cfg)
+        .args([
+            "--client-id",
+            "3",
+            "--timeout-ms",
+            "1000",
+            "/a",
+            "W",
+            "--",
+            "true",
+        ])
+        .output()
+        .unwrap();
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{e}");
+    assert_eq!(e.trim_end().lines().count(), 1, "{e}");
+    assert!(
+        e.contains("no view of the ring within 1s")
+            && e.contains(&format!(
+                "from its membership service at {m} (is it running?)"
+            )),
+        "{e}"
+    );
+}
