@@ -184,19 +184,11 @@ pub fn lock(
                     )
                 })??;
         if !reply.ok && reply.busy {
-            // `--try` refused: one line, the command does not run. The node names the lock
-            // that is busy, which may be an ancestor whose intention mode the path needs.
-            let error = reply.error.unwrap_or_else(|| format!("busy: {path}"));
-            let named = error
-                .strip_prefix("busy: ")
-                .and_then(|e| e.split_once(' '))
-                .is_some_and(|(busy, _)| busy == path);
-            let whose = if named {
-                String::new()
-            } else {
-                format!(" (an ancestor of {path})")
-            };
-            eprintln!("hilock: {error}{whose}; the command did not run");
+            // `--try` refused: one line, the command does not run.
+            eprintln!(
+                "hilock: {}; the command did not run",
+                reply.error.unwrap_or_else(|| format!("busy: {path}"))
+            );
             return Ok(std::process::ExitCode::from(EXIT_BUSY));
         }
         if !reply.ok {
@@ -589,16 +581,7 @@ fn ring_lock(
             };
             format!("no view of the ring within {answer:?}{from}")
         })??;
-        use tokio::signal::unix::{signal, SignalKind};
-        let mut sigs = [
-            SignalKind::interrupt(),
-            SignalKind::terminate(),
-            SignalKind::hangup(),
-        ]
-        .map(|k| signal(k).map_err(|e| format!("signal handler: {e}")));
-        let [Ok(int), Ok(term), Ok(hup)] = &mut sigs else {
-            return Err("signal handler: cannot be installed".into());
-        };
+        let mut signals = hilock_runtime::proc::StopSignals::new()?;
         let acquiring = async {
             if ring_id.take_over {
                 client.acquire_taking_over(path, limit).await
@@ -610,15 +593,13 @@ fn ring_lock(
         // of it the ring may still grant (an unlock sent after it), before the exit.
         let acquired = tokio::select! {
             r = acquiring => Ok(r),
-            _ = int.recv() => Err(2),
-            _ = term.recv() => Err(15),
-            _ = hup.recv() => Err(1),
+            signo = signals.recv() => Err(signo?),
         };
         let take_over = || {
             format!(
                 "hilock lock --config {} --client-id {id} --take-over {} W -- true",
-                shell_word(&file.to_string_lossy()),
-                shell_word(path)
+                hilock_spec::shell_word(&file.to_string_lossy()),
+                hilock_spec::shell_word(path)
             )
         };
         let acquired = match acquired {
@@ -688,25 +669,12 @@ fn ring_lock(
                 eprintln!(
                     "hilock: the command ended but the ring did not answer the \
                      unlock of {path} ({e}): the key stays locked by client id {id} \
-                     until it is released or taken over (hilock lock --config {} \
-                     --client-id {id} --take-over {} W -- true)",
-                    shell_word(&file.to_string_lossy()),
-                    shell_word(path)
+                     until it is released or taken over ({})",
+                    take_over()
                 );
                 Ok(ExitCode::from(EXIT_NOT_RELEASED))
             }
             (r, _) => r,
         }
     })
-}
-
-/// `s` as one word of a POSIX shell command line: as it is when it holds only characters
-/// no shell treats specially, in single quotes otherwise (a `'` inside as `'\''`).
-fn shell_word(s: &str) -> String {
-    let plain = |c: char| c.is_ascii_alphanumeric() || "/._-+,:=@%".contains(c);
-    if !s.is_empty() && s.chars().all(plain) {
-        s.to_string()
-    } else {
-        format!("'{}'", s.replace('\'', "'\\''"))
-    }
 }

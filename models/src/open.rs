@@ -58,23 +58,10 @@ pub fn how_to_open_at(config: &FsPath, trace: &FsPath, encoded: &str, what: &str
     format!(
         "  open it in the Stateright Explorer: hilock explore {} --trace {}\n  \
          then browse {} ({what})\n",
-        shell_word(&config.display().to_string()),
-        shell_word(&trace.display().to_string()),
+        hilock_spec::shell_word(&config.display().to_string()),
+        hilock_spec::shell_word(&trace.display().to_string()),
         url(DEFAULT_PORT, encoded)
     )
-}
-
-/// `s` as one word a POSIX shell reads back as `s`: as it is when it has only characters
-/// no shell treats specially, otherwise in single quotes (a `'` inside as `'\''`).
-pub fn shell_word(s: &str) -> String {
-    let plain = !s.is_empty()
-        && s.chars()
-            .all(|c| c.is_ascii_alphanumeric() || "/._-+,:=@%".contains(c));
-    if plain {
-        s.to_string()
-    } else {
-        format!("'{}'", s.replace('\'', "'\\''"))
-    }
 }
 
 /// The format tag of a trace file's JSON, if it has one.
@@ -1379,21 +1366,6 @@ pub fn check_other(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// The printed `hilock explore` command pastes into a shell as it is, also for paths
-    /// with spaces or quotes.
-    #[test]
-    fn a_path_with_spaces_or_quotes_is_one_shell_word() {
-        assert_eq!(shell_word("/tmp/a-b_c.json"), "/tmp/a-b_c.json");
-        assert_eq!(shell_word("/tmp/my dir/c.json"), "'/tmp/my dir/c.json'");
-        assert_eq!(shell_word("it's"), "'it'\\''s'");
-        let out = std::process::Command::new("sh")
-            .arg("-c")
-            .arg(format!("printf %s {}", shell_word("a b'c$d")))
-            .output()
-            .unwrap();
-        assert_eq!(String::from_utf8_lossy(&out.stdout), "a b'c$d");
-    }
 
     #[test]
     fn a_slug_has_single_hyphens_and_none_at_either_end() {

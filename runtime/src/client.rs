@@ -568,12 +568,19 @@ async fn client(node: Handle, s: UnixStream) {
             let guard = match guard {
                 Ok(g) => g,
                 Err(e) => {
-                    let busy = matches!(e, crate::token::Error::WouldBlock { .. });
+                    // A busy ancestor (whose intention mode the path needs) is named as one.
+                    let (busy, error) = match &e {
+                        crate::token::Error::WouldBlock { path: busy, .. } if *busy != path => {
+                            (true, format!("{e} (an ancestor of {path})"))
+                        }
+                        crate::token::Error::WouldBlock { .. } => (true, e.to_string()),
+                        _ => (false, e.to_string()),
+                    };
                     let _ = write_reply(
                         &mut w,
                         &Reply {
                             busy,
-                            ..Reply::error(e)
+                            ..Reply::error(error)
                         },
                     )
                     .await;

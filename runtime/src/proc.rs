@@ -315,12 +315,13 @@ impl StopSignals {
         })
     }
 
-    /// Resolves when one of the three arrives.
-    pub async fn recv(&mut self) -> Result<(), String> {
+    /// Resolves when one of the three arrives, with its number (SIGINT 2, SIGTERM 15,
+    /// SIGHUP 1: a process that exits for it says 128 + that number).
+    pub async fn recv(&mut self) -> Result<u8, String> {
         tokio::select! {
-            _ = self.int.recv() => Ok(()),
-            _ = self.term.recv() => Ok(()),
-            _ = self.hup.recv() => Ok(()),
+            _ = self.int.recv() => Ok(2),
+            _ = self.term.recv() => Ok(15),
+            _ = self.hup.recv() => Ok(1),
         }
     }
 }
