@@ -9,6 +9,7 @@
 //! (`hilock-benches`) and the kernel's integration tests.
 
 pub mod cluster;
+pub mod engines;
 pub mod properties;
 pub mod sink;
 

@@ -67,6 +67,13 @@ pub enum KernelError {
     /// The site is not a member of the current epoch: its lease expired, or it is a new
     /// incarnation waiting to be let in ([`crate::token::recovery`]).
     NotMember,
+    /// The engine behind this site does not take this input (a host-side adapter of an
+    /// engine other than the token engine: the tree has no waiting acquire, for example).
+    Unsupported(LockId),
+    /// The engine took back a lock its user was told it holds, or ended the user's hold of
+    /// it (a host-side adapter whose interface has no revocation: the agents engine's
+    /// revoke or abort).
+    Revoked(LockId),
 }
 
 impl fmt::Display for KernelError {
@@ -116,6 +123,12 @@ impl fmt::Display for KernelError {
             KernelError::StaleEpoch(l) => write!(f, "lock {l}: message from an earlier epoch"),
             KernelError::FutureEpoch(l) => write!(f, "lock {l}: message from a later epoch"),
             KernelError::NotMember => write!(f, "this site is not a member of the current epoch"),
+            KernelError::Unsupported(l) => {
+                write!(f, "lock {l}: this engine does not take that input")
+            }
+            KernelError::Revoked(l) => {
+                write!(f, "lock {l}: the engine took back a lock its user holds")
+            }
         }
     }
 }

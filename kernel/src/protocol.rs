@@ -21,6 +21,12 @@ pub trait Protocol {
     /// after a grant). The harness then counts a grant without one as a breach of P10.
     const FENCED: bool = false;
 
+    /// Whether a token stands for each lock ([`Protocol::has_token`] is true at one site,
+    /// or a token message is in flight). The harness checks P2 (one token per lock) only
+    /// then; an engine without tokens (a lock server's queue, a quorum store, a document
+    /// tree) says `false`.
+    const TOKENS: bool = true;
+
     /// This site's node id.
     fn id(&self) -> NodeId;
 
