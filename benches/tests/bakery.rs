@@ -3,7 +3,8 @@
 //! clients over three simulated replicas, driven through the one harness, next to the token
 //! engine on the same one-lock workload.
 
-use hilock_benches::bakery::{self, Workload, OPS_ACQUIRE, OPS_RELEASE, QUORUM, REPLICAS};
+use hilock_benches::bakery::{self, Workload};
+use hilock_harness::engines::bakery::{OPS_ACQUIRE, OPS_RELEASE, QUORUM, REPLICAS};
 use hilock_kernel::bakery::Variant;
 
 fn small(clients: usize, seed: u64) -> Workload {

@@ -1,11 +1,13 @@
-//! Checks of the ring engine in the airline simulator (`hilock_benches::ringair`): the
-//! messages of one uncontended lock are exactly the network hops of the kernel's protocol
-//! (client request, answer, a write and an acknowledgement per remote replica; nothing for
-//! the node's own server or replica), a contended lock is refused and granted after the
-//! release through the poll input, and a whole run checks mutual exclusion at every grant.
+//! Checks of the ring engine in the airline simulator (`hilock_benches::ringair`, its sites
+//! `hilock_harness::engines::ring`): the messages of one uncontended lock are exactly the
+//! network hops of the kernel's protocol (client request, answer, a write and an
+//! acknowledgement per remote replica; nothing for the node's own server or replica), a
+//! contended lock is refused and granted after the release through the poll input, and a
+//! whole run checks mutual exclusion at every grant.
 
-use hilock_benches::ringair::{self, entry_key, RingMsg, RingSite, R};
+use hilock_benches::ringair;
 use hilock_benches::token::{Config, Proto, ENTRIES};
+use hilock_harness::engines::ring::{self, entry_key, RingMsg, RingSite, R};
 use hilock_harness::Cluster;
 use hilock_kernel::ring::View;
 use hilock_kernel::{Input, LockId, Mode, NodeId, Output, Protocol};
@@ -35,7 +37,7 @@ fn settle(c: &mut Cluster<RingSite>, sent: &mut u64, granted: &mut Vec<(NodeId, 
 #[test]
 fn an_uncontended_lock_costs_the_remote_hops_of_request_answer_and_replication() {
     let n = 5;
-    let ring = ringair::ring().unwrap();
+    let ring = ring::ring().unwrap();
     let view = View {
         epoch: 0,
         members: (1 << n) - 1,

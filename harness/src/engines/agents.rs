@@ -34,6 +34,7 @@
 //! announcement or another agent's forward), addressed by its reference so that a queue
 //! for a transaction that has ended is dropped. Agent `A{k}` runs on node `k % nodes`.
 
+use super::adapter::all_or_nothing;
 use crate::properties::{Invariants, P1};
 use crate::{Cluster, VecSink, Violation};
 use hilock_kernel::agents::{
@@ -428,17 +429,7 @@ impl Protocol for AgentsSite {
         if out.room() < Self::MAX_OUTPUTS {
             return Err(KernelError::OutputsFull);
         }
-        let before = self.clone();
-        let mut outs = Vec::new();
-        if let Err(e) = self.apply(input, &mut outs) {
-            *self = before;
-            return Err(e);
-        }
-        for o in outs {
-            // Cannot fail: MAX_OUTPUTS bounds a step's outputs and the room was checked.
-            let _ = out.put(o);
-        }
-        Ok(Report::default())
+        all_or_nothing(self, out, |site, outs| site.apply(input, outs))
     }
 
     fn held(&self, lock: LockId) -> Result<Mode, KernelError> {

@@ -28,6 +28,7 @@
 //! - Channels are FIFO (the harness's default): a `RemoveUser` overtaken by the same
 //!   user's next `InsertUser` of that leaf would remove the new hold.
 
+use super::adapter::all_or_nothing;
 use crate::properties::{Invariants, P1};
 use crate::{Cluster, Violation};
 use hilock_kernel::tree::{Outcome, TreeError, TreeLock, TreeNodeId, TreeVariant, UserId};
@@ -273,17 +274,7 @@ impl Protocol for TreeSite {
         if out.room() < Self::MAX_OUTPUTS {
             return Err(KernelError::OutputsFull);
         }
-        let before = self.clone();
-        let mut outs = Vec::new();
-        if let Err(e) = self.apply(input, &mut outs) {
-            *self = before;
-            return Err(e);
-        }
-        for o in outs {
-            // Cannot fail: one output at most, and the room was checked.
-            let _ = out.put(o);
-        }
-        Ok(Report::default())
+        all_or_nothing(self, out, |site, outs| site.apply(input, outs))
     }
 
     fn held(&self, lock: LockId) -> Result<Mode, KernelError> {

@@ -1,7 +1,6 @@
-//! What the simulator's stand-in sites ([`crate::bakery`], [`crate::central`],
-//! [`crate::ringair`]) share as [`Protocol`](hilock_kernel::Protocol) sites of the one
-//! harness: their step is all-or-nothing, and each serves exclusive (W-only) locks
-//! without a token.
+//! What the stand-in sites ([`super::bakery`], [`super::central`], [`super::ring`]) share
+//! as [`Protocol`](hilock_kernel::Protocol) sites of the one harness: their step is
+//! all-or-nothing, and each serves exclusive (W-only) locks without a token.
 //!
 //! These sites are host-side adapters around kernel engines (or, for the central server,
 //! a stand-in with no kernel engine), so unlike the kernel's own `step` they may keep a
@@ -51,7 +50,7 @@ pub fn exclusive_held(known: bool, held: bool, error: KernelError) -> Result<Mod
 #[cfg(test)]
 mod tests {
     use super::*;
-    use hilock_harness::VecSink;
+    use crate::VecSink;
     use hilock_kernel::{LockId, NodeId};
 
     /// A sink with room for `n` outputs.
