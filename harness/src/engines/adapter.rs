@@ -1,6 +1,7 @@
-//! What the stand-in sites ([`super::bakery`], [`super::central`], [`super::ring`]) share
-//! as [`Protocol`](hilock_kernel::Protocol) sites of the one harness: their step is
-//! all-or-nothing, and each serves exclusive (W-only) locks without a token.
+//! What the engine sites of [`super`] share as [`Protocol`](hilock_kernel::Protocol) sites
+//! of the one harness: their step is all-or-nothing ([`all_or_nothing`], every site), and
+//! the bakery, central and ring sites serve exclusive (W-only) locks without a token
+//! ([`exclusive_held`]).
 //!
 //! These sites are host-side adapters around kernel engines (or, for the central server,
 //! a stand-in with no kernel engine), so unlike the kernel's own `step` they may keep a
@@ -9,14 +10,19 @@
 use hilock_kernel::{KernelError, Mode, Output, Report, Sink};
 
 /// Runs `f` on `site`, which collects its outputs in a vector, and hands them to `out`
-/// only if `f` succeeded and they all fit. On an error (from `f`, or
-/// [`KernelError::OutputsFull`] when `out` has too little room) `site` is as it was
-/// before the call and `out` is untouched.
+/// only if `f` succeeded and they all fit. A sink with less room than `max` (the site's
+/// `Protocol::MAX_OUTPUTS`) is refused before anything runs, as the kernel's steps refuse
+/// it. On an error (from `f`, or [`KernelError::OutputsFull`] when `out` has too little
+/// room) `site` is as it was before the call and `out` is untouched.
 pub fn all_or_nothing<T: Clone, M, S: Sink<Output<M>>>(
     site: &mut T,
     out: &mut S,
+    max: usize,
     f: impl FnOnce(&mut T, &mut Vec<Output<M>>) -> Result<(), KernelError>,
 ) -> Result<Report, KernelError> {
+    if out.room() < max {
+        return Err(KernelError::OutputsFull);
+    }
     let before = site.clone();
     let mut sends = Vec::new();
     let r = f(site, &mut sends).and_then(|()| {
@@ -82,7 +88,7 @@ mod tests {
         let mut site = 7u32;
         let mut out = Small(Vec::new(), 1);
         assert_eq!(
-            all_or_nothing(&mut site, &mut out, two_sends),
+            all_or_nothing(&mut site, &mut out, 0, two_sends),
             Err(KernelError::OutputsFull)
         );
         assert_eq!((site, out.0.len()), (7, 0));
@@ -91,16 +97,23 @@ mod tests {
             Err(KernelError::UnknownLock(LockId(3)))
         };
         assert_eq!(
-            all_or_nothing(&mut site, &mut out, failing),
+            all_or_nothing(&mut site, &mut out, 0, failing),
             Err(KernelError::UnknownLock(LockId(3)))
         );
         assert_eq!(site, 7);
         let mut out: VecSink<Output<u8>> = VecSink::new();
         assert_eq!(
-            all_or_nothing(&mut site, &mut out, two_sends),
+            all_or_nothing(&mut site, &mut out, 0, two_sends),
             Ok(Report::default())
         );
         assert_eq!((site, out.0.len()), (8, 2));
+        // Less room than the site's most outputs: refused before the step runs.
+        let mut out = Small(Vec::new(), 2);
+        assert_eq!(
+            all_or_nothing(&mut site, &mut out, 3, two_sends),
+            Err(KernelError::OutputsFull)
+        );
+        assert_eq!((site, out.0.len()), (8, 0));
     }
 
     #[test]

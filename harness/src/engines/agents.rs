@@ -426,10 +426,9 @@ impl Protocol for AgentsSite {
         input: Input<'_, AgentsMsg>,
         out: &mut S,
     ) -> Result<Report, KernelError> {
-        if out.room() < Self::MAX_OUTPUTS {
-            return Err(KernelError::OutputsFull);
-        }
-        all_or_nothing(self, out, |site, outs| site.apply(input, outs))
+        all_or_nothing(self, out, Self::MAX_OUTPUTS, |site, outs| {
+            site.apply(input, outs)
+        })
     }
 
     fn held(&self, lock: LockId) -> Result<Mode, KernelError> {

@@ -284,11 +284,8 @@ impl Protocol for BakerySite {
         input: Input<'_, BakeryMsg>,
         out: &mut S,
     ) -> Result<Report, KernelError> {
-        if out.room() < Self::MAX_OUTPUTS {
-            return Err(KernelError::OutputsFull);
-        }
         let id = self.id;
-        all_or_nothing(self, out, |site, sends| {
+        all_or_nothing(self, out, Self::MAX_OUTPUTS, |site, sends| {
             // First what the input asks of the kernel client (checks that change nothing),
             // then the step.
             let client_input: Option<BInput<'_, 1, COLUMNS>> = match (&mut site.role, input) {

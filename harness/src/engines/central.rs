@@ -132,7 +132,7 @@ impl Protocol for CentralSite {
         out: &mut S,
     ) -> Result<Report, KernelError> {
         let (id, leader) = (self.id, self.leader);
-        all_or_nothing(self, out, |site, sends| {
+        all_or_nothing(self, out, Self::MAX_OUTPUTS, |site, sends| {
             let send = |to: NodeId, msg: CentralMsg, v: &mut Vec<Output<CentralMsg>>| {
                 v.push(Output::Send { to, msg })
             };

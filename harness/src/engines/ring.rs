@@ -265,7 +265,7 @@ impl Protocol for RingSite {
         input: Input<'_, RingMsg>,
         out: &mut S,
     ) -> Result<Report, KernelError> {
-        all_or_nothing(self, out, |site, sends| {
+        all_or_nothing(self, out, Self::MAX_OUTPUTS, |site, sends| {
             let first = match input {
                 Input::Acquire { lock, mode } => {
                     let l = lock.idx();
