@@ -124,6 +124,39 @@ fn a_passed_on_token_is_a_duplicate<P: Protocol>(mut s: P, t1: P::Msg, next: Opt
     assert_eq!(s.has_token(L), Ok(false), "no second token");
 }
 
+/// Token generations are `u64`, compared modulo 2^64 (as the token engine's): `s` (n1)
+/// gets the token at generation 2^32 − 3 and passes it to n2 (2^32 − 2); the token moves
+/// on through other nodes past 2^32 and comes back to `s` at 2^32 + 2. With `u32`
+/// generations the moves wrapped past 0, the token came back at 2, and `s`, which had seen
+/// 2^32 − 2, refused it as a duplicate: the lock was lost once the generations wrapped.
+fn generations_pass_two_to_the_32<P: Protocol>(
+    mut s: P,
+    token: impl Fn(u64) -> P::Msg,
+    next: Option<P::Msg>,
+) {
+    let (n0, n2) = (NodeId(0), NodeId(2));
+    one(&mut s, w()).unwrap(); // request to n0
+    let t = token(u64::from(u32::MAX - 2));
+    one(&mut s, Input::Deliver { from: n0, msg: &t }).unwrap(); // granted
+    if let Some(req) = &next {
+        one(&mut s, Input::Deliver { from: n2, msg: req }).unwrap(); // n2 asks
+    }
+    one(&mut s, Input::Release { lock: L }).unwrap(); // token (gen 2^32 − 2) to n2
+    assert_eq!(s.has_token(L), Ok(false));
+    one(&mut s, w()).unwrap(); // s asks again
+    let back = token((1 << 32) + 2);
+    one(
+        &mut s,
+        Input::Deliver {
+            from: n2,
+            msg: &back,
+        },
+    )
+    .unwrap();
+    assert_eq!(s.has_token(L), Ok(true), "the token came back");
+    assert_eq!(s.held(L), Ok(Mode::W));
+}
+
 /// `Protocol::is_pending` reports a request of `s` (not the token holder) on its way (the
 /// harness's liveness check and the demo read it).
 fn is_pending_reports_a_waiting_request<P: Protocol>(mut s: P) {
@@ -169,6 +202,19 @@ fn naimi_rejects_a_stale_token() {
         requester: NodeId(2),
     };
     a_passed_on_token_is_a_duplicate(naimi(1), t1, Some(req));
+}
+
+#[test]
+fn naimi_generations_pass_two_to_the_32() {
+    let token = |generation| NaimiMsg::Token {
+        lock: L,
+        generation,
+    };
+    let req = NaimiMsg::Request {
+        lock: L,
+        requester: NodeId(2),
+    };
+    generations_pass_two_to_the_32(naimi(1), token, Some(req));
 }
 
 #[test]
@@ -226,7 +272,7 @@ fn pnaimi_upgrade_u_to_w() {
     upgrade_u_to_w(pnaimi(0));
 }
 
-fn token(generation: u32, queue: &[(u16, u8)]) -> PrioNaimiMsg<6> {
+fn token(generation: u64, queue: &[(u16, u8)]) -> PrioNaimiMsg<6> {
     PrioNaimiMsg::Token {
         lock: L,
         generation,
@@ -244,6 +290,16 @@ fn token(generation: u32, queue: &[(u16, u8)]) -> PrioNaimiMsg<6> {
 #[test]
 fn pnaimi_rejects_a_stale_token() {
     a_passed_on_token_is_a_duplicate(pnaimi(1), token(1, &[(2, 0)]), None);
+}
+
+/// n2 waits in the first token's queue; the token comes back with an empty one.
+#[test]
+fn pnaimi_generations_pass_two_to_the_32() {
+    let tok = |generation| {
+        let waiting: &[(u16, u8)] = if generation < 1 << 32 { &[(2, 0)] } else { &[] };
+        token(generation, waiting)
+    };
+    generations_pass_two_to_the_32(pnaimi(1), tok, None);
 }
 
 /// The merge at the token's receiver keeps every requester once and never queues the

@@ -9,6 +9,7 @@ use crate::mode::Mode;
 use crate::msg::{Input, LockId, MsgKind, NodeId, Output, Sink};
 use crate::protocol::Protocol;
 use crate::report::Report;
+use crate::token::wrap::newer_generation;
 
 /// A Naimi-Trehel message.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -25,8 +26,9 @@ pub enum NaimiMsg {
     Token {
         /// The lock.
         lock: LockId,
-        /// Generation of the token (incremented by every transfer); detects duplicates.
-        generation: u32,
+        /// Generation of the token (incremented by every transfer); detects duplicates. A
+        /// `u64` compared modulo 2^64 ([`newer_generation`]), as the token engine's.
+        generation: u64,
     },
 }
 
@@ -47,9 +49,9 @@ pub struct NaimiLock {
     /// Next node to receive the token after this one.
     pub next: Option<NodeId>,
     /// `Some(generation)` while the token is here.
-    pub token: Option<u32>,
+    pub token: Option<u64>,
     /// Highest token generation seen.
-    pub generation_seen: u32,
+    pub generation_seen: u64,
     /// Mode requested and not yet granted (Φ if none).
     pub pending: Mode,
     /// Mode held (Φ if none); always exclusive.
@@ -260,7 +262,7 @@ impl<const N: usize, const L: usize> NaimiSite<N, L> {
                 msg: NaimiMsg::Token { generation, .. },
                 ..
             } => {
-                if *generation <= s.generation_seen || s.token.is_some() {
+                if !newer_generation(*generation, s.generation_seen) || s.token.is_some() {
                     return Err(KernelError::Duplicate(lock));
                 }
                 s.generation_seen = *generation;

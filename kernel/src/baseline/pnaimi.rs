@@ -23,6 +23,7 @@ use crate::msg::{Input, LockId, MsgKind, NodeId, Output, Outputs, Sink};
 use crate::protocol::Protocol;
 use crate::report::Report;
 use crate::token::prio::Priority;
+use crate::token::wrap::newer_generation;
 
 /// A request of the prioritized protocol.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -49,8 +50,9 @@ pub enum PrioNaimiMsg<const Q: usize> {
     Token {
         /// The lock.
         lock: LockId,
-        /// Token generation (detects duplicates).
-        generation: u32,
+        /// Token generation (detects duplicates; a `u64` compared modulo 2^64,
+        /// [`newer_generation`]).
+        generation: u64,
         /// The remaining queue, highest priority first.
         queue: heapless::Vec<PrioRequest, Q>,
     },
@@ -71,9 +73,9 @@ pub struct PrioNaimiLock<const P: usize, const Q: usize> {
     /// Probable owner per priority level (`None`: this node).
     pub owner: [Option<NodeId>; P],
     /// `Some(generation)` while the token is here.
-    pub token: Option<u32>,
+    pub token: Option<u64>,
     /// Highest token generation seen.
-    pub generation_seen: u32,
+    pub generation_seen: u64,
     /// Pending request's mode (Φ if none) and priority.
     pub pending: (Mode, Priority),
     /// Held mode (Φ if none).
@@ -321,7 +323,7 @@ impl<const N: usize, const L: usize, const P: usize, const Q: usize> PrioNaimiSi
                     },
                 ..
             } => {
-                if *generation <= s.generation_seen || s.token.is_some() {
+                if !newer_generation(*generation, s.generation_seen) || s.token.is_some() {
                     return Err(KernelError::Duplicate(lock));
                 }
                 // The token's queue first (its entries are older), then ours; then a stable
