@@ -71,11 +71,6 @@ pub struct RingAt {
     membership: Option<std::net::SocketAddr>,
 }
 
-/// The `[ring]` table of `file` (any node's id will do: the table is the cluster's).
-fn ring_config(file: &std::path::Path) -> Result<hilock_runtime::config::RingConfig, String> {
-    ring_of(hilock_runtime::Config::from_file(file, Some(0))?, file)
-}
-
 /// The `[ring]` table of `cfg`, read from `file`.
 fn ring_of(
     cfg: hilock_runtime::Config,
@@ -119,7 +114,10 @@ pub fn ring(command: RingCommand) -> Result<(String, bool), String> {
     let ms = std::time::Duration::from_millis;
     match command {
         RingCommand::Membership { config } => {
-            hilock_runtime::ring::membership_service(&ring_config(&config)?).map(|s| (s, true))
+            // Any node's id will do: the `[ring]` table and the slots are the cluster's.
+            let cfg = hilock_runtime::Config::from_file(&config, Some(0))?;
+            ring_of(cfg.clone(), &config)?;
+            hilock_runtime::ring::membership_service(&cfg).map(|s| (s, true))
         }
         RingCommand::Status {
             config,

@@ -747,6 +747,97 @@ async fn ring_join_and_leave_of_a_slot_the_file_has_no_node_for_are_refused_at_o
     }
 }
 
+/// A `hilock ring-node` whose `--peers` swaps slots 0 and 1 (its own slot 2 in place) is
+/// refused when it connects to the membership service, whose file says otherwise: exit 2
+/// within seconds and one line naming each slot and both its addresses, before it was
+/// granted a lease or counted as connected. `hilock ring join --id 2` then fails at once
+/// (exit 2, one line naming the slots) instead of waiting out `--timeout-ms`; the members
+/// keep running in the first view. Node 2 started from the file afterwards joins.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ring_node_whose_peers_order_differs_is_refused_and_its_join_fails_at_once() {
+    tokio::time::timeout(Duration::from_secs(90), swapped_peers())
+        .await
+        .expect("the test ended within 90 s");
+}
+
+async fn swapped_peers() {
+    let dir = tempfile::tempdir().unwrap();
+    let (addrs, cfg, _service, mut adm) = ring_of(dir.path(), 3, &[0, 1]).await;
+    let limit = Duration::from_secs(15);
+    let _members: Vec<Proc> = (0..2)
+        .map(|i| spawn(&["node", "--id", &i.to_string()], &cfg))
+        .collect();
+    let first = adm.wait_for(limit, |s| s.up == 0b11).await.unwrap().view;
+    let maddr = hilock_runtime::Config::from_file(&cfg, Some(0))
+        .unwrap()
+        .ring
+        .unwrap()
+        .membership;
+    let swapped = format!("{},{},{}", addrs[1], addrs[0], addrs[2]);
+    let t = Instant::now();
+    let out = tokio::process::Command::new(BIN)
+        .args(["ring-node", "--id", "2", "--peers", &swapped])
+        .args(["--membership", &maddr.to_string()])
+        .env("RUST_LOG", "hilock=warn")
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(5), out)
+        .await
+        .expect("the node with swapped --peers exits within 5 s")
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    let err = err.trim_end();
+    assert_eq!(err.lines().count(), 1, "one line: {err:?}");
+    assert_eq!(
+        err,
+        format!(
+            "hilock: error: ring node 2: slot 0 is {} here but {} at the membership service \
+             at {maddr}, slot 1 is {} here but {} there: start every node with the same \
+             --peers order",
+            addrs[1], addrs[0], addrs[0], addrs[1]
+        )
+    );
+    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+    let (code, out, err) = ring_cmd(
+        &["join", "--id", "2", "--timeout-ms", "20000"],
+        &cfg,
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(code, Some(2), "{out} {err}");
+    let err = err.trim_end();
+    assert_eq!(err.lines().count(), 1, "one line: {err:?}");
+    assert!(
+        err.starts_with("hilock: error: join of slot 2: its node was refused: ")
+            && err.contains(&format!(
+                "slot 0 is {} at that node but {} at the membership service",
+                addrs[1], addrs[0]
+            ))
+            && err.contains(&format!(
+                "slot 1 is {} at that node but {}",
+                addrs[0], addrs[1]
+            ))
+            && err.ends_with("start every node with the same --peers order"),
+        "{err}"
+    );
+    // Nothing changed: both members connected, the first view, settled.
+    let s = adm.wait_for(limit, |s| s.up == 0b11).await.unwrap();
+    assert_eq!(s.view, first, "{s:?}");
+    assert_eq!(s.queued, 0, "{s:?}");
+    // Node 2 from the file (the service's addresses) is let in and joins.
+    let _two = spawn(&["node", "--id", "2"], &cfg);
+    adm.wait_for(limit, |s| s.up == 0b111).await.unwrap();
+    let (code, out, err) = ring_cmd(
+        &["join", "--id", "2", "--timeout-ms", "20000"],
+        &cfg,
+        Duration::from_secs(30),
+    )
+    .await;
+    assert_eq!(code, Some(0), "{out} {err}");
+    assert!(out.starts_with("joined 2: "), "{out}");
+}
+
 /// `kill -SIG pid` of our own child (`STOP`, `CONT`).
 fn signal(p: &Proc, sig: &str) {
     let st = Command::new("kill")

@@ -22,6 +22,15 @@
 //! member holding a lease is a new run with an empty table: it gets no lease until the
 //! earlier run's lease ran out and the slot was removed, then the view without its slot
 //! and its join (`State::restarted`).
+//!
+//! # Slot addresses
+//! A node sends its address of every slot ([`Frame::Peers`]) right after its `Hello`, and
+//! the service answers it only then. A service started with the ring's slot addresses
+//! ([`Membership::start_with_slots`]: `hilock ring membership` gives its file's
+//! `[[nodes]]`) refuses a node whose addresses differ in any slot — two slots swapped in
+//! its `--peers` — with [`Frame::Misplaced`] before anything else: it is not counted as
+//! connected, gets no view and no lease, so the ring never routes to it. A join of that
+//! slot is then answered [`Answer::Misplaced`] until a node of the slot is let in.
 
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
@@ -34,7 +43,8 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::{JoinHandle, JoinSet};
 
 use super::{
-    read_peer, ring, Answer, Frame, MembershipState, Request, DEFAULT_LEASE, RHO, TICKS_PER_LEASE,
+    read_peer, ring, slot_diffs, Answer, Frame, MembershipState, Request, SlotDiff, DEFAULT_LEASE,
+    RHO, TICKS_PER_LEASE,
 };
 use std::time::Duration;
 use tokio::time::Instant;
@@ -52,6 +62,8 @@ enum Ev {
     /// A frame from an administrator (`hilock ring join|leave`), and its connection (the
     /// answer goes there).
     Admin(mpsc::UnboundedSender<Frame>, Frame),
+    /// A node's slot addresses ([`Frame::Peers`]), and its connection.
+    Peers(u16, mpsc::UnboundedSender<Frame>, Vec<Option<SocketAddr>>),
     Closed(Addr),
     Ask(Change),
 }
@@ -79,6 +91,27 @@ impl Membership {
         initial: u16,
         lease: Duration,
     ) -> std::io::Result<Membership> {
+        Self::start_inner(listener, initial, lease, None).await
+    }
+
+    /// [`Membership::start_with_lease`] for the ring whose slot `i` is at `slots[i]`
+    /// (`None`: no such node): a node whose slot addresses differ is refused
+    /// ([`Frame::Misplaced`]).
+    pub async fn start_with_slots(
+        listener: TcpListener,
+        initial: u16,
+        lease: Duration,
+        slots: Vec<Option<SocketAddr>>,
+    ) -> std::io::Result<Membership> {
+        Self::start_inner(listener, initial, lease, Some(slots)).await
+    }
+
+    async fn start_inner(
+        listener: TcpListener,
+        initial: u16,
+        lease: Duration,
+        slots: Option<Vec<Option<SocketAddr>>>,
+    ) -> std::io::Result<Membership> {
         if lease < Duration::from_millis(50) || lease > Duration::from_secs(600) {
             return Err(std::io::Error::other("the lease must be 50 ms to 600 s"));
         }
@@ -97,6 +130,7 @@ impl Membership {
             listener,
             view,
             lease,
+            slots,
             ask.clone(),
             rx,
             state_tx,
@@ -186,6 +220,9 @@ struct State {
     /// Slots whose new run connected while an earlier run of the slot was a member
     /// granted a lease (bit per slot): see [`State::restarted`].
     restarting: u16,
+    /// Slots whose latest node was refused for its slot addresses, and how they differed
+    /// (cleared when a node of the slot is let in).
+    misplaced: HashMap<u16, Vec<SlotDiff>>,
 }
 
 impl State {
@@ -274,6 +311,9 @@ impl State {
             return Answer::NoSuchSlot;
         }
         match r {
+            Request::Join(n) if self.up & (1 << n) == 0 && self.misplaced.contains_key(&n) => {
+                return Answer::Misplaced(self.misplaced[&n].clone());
+            }
             Request::Join(n) => self.queue.push_back(Change::Join(n)),
             Request::Leave(n) if !self.view.has(NodeId(n)) => {
                 let before = self.queue.len();
@@ -374,6 +414,7 @@ async fn run(
     listener: TcpListener,
     view: View,
     lease: Duration,
+    slots: Option<Vec<Option<SocketAddr>>>,
     ev_tx: mpsc::UnboundedSender<Ev>,
     mut rx: mpsc::UnboundedReceiver<Ev>,
     state_tx: watch::Sender<(View, bool)>,
@@ -395,6 +436,7 @@ async fn run(
         suspected_at: HashMap::new(),
         granted: 0,
         restarting: 0,
+        misplaced: HashMap::new(),
     };
     // The service counts a lease L·(1 + RHO) from a renewal's receipt; every first member
     // is counted as holding one from now.
@@ -438,9 +480,10 @@ async fn run(
                 let Ok((s, _)) = acc else { continue };
                 let ev_tx = ev_tx.clone();
                 readers.spawn(async move {
-                    if let Some(from) = read_peer(s, ev_tx.clone(), Ev::Open, |a, tx, f| match a {
-                        Addr::Chord => Ev::Admin(tx.clone(), f),
-                        _ => Ev::Frame(a, f),
+                    if let Some(from) = read_peer(s, ev_tx.clone(), Ev::Open, |a, tx, f| match (a, f) {
+                        (Addr::Chord, f) => Ev::Admin(tx.clone(), f),
+                        (Addr::Node(n), Frame::Peers(p)) => Ev::Peers(n.0, tx.clone(), p),
+                        (a, f) => Ev::Frame(a, f),
                     }).await {
                         let _ = ev_tx.send(Ev::Closed(from));
                     }
@@ -449,7 +492,24 @@ async fn run(
             ev = rx.recv() => {
                 let Some(ev) = ev else { return };
                 match ev {
-                    Ev::Open(Addr::Node(n), tx) => {
+                    // A node is answered once it sent its slot addresses.
+                    Ev::Open(Addr::Node(_), _) => {}
+                    Ev::Peers(n, tx, peers) => {
+                        let diffs = match &slots {
+                            Some(ours) if n < 16 => slot_diffs(&peers, ours),
+                            _ => Vec::new(),
+                        };
+                        if !diffs.is_empty() {
+                            tracing::warn!(
+                                "ring membership: node {n} refused: {}",
+                                super::misplaced_words(&diffs, "at that node", "here")
+                            );
+                            let _ = tx.send(Frame::Misplaced(diffs.clone()));
+                            st.misplaced.insert(n, diffs);
+                            continue;
+                        }
+                        st.misplaced.remove(&n);
+                        let n = NodeId(n);
                         if n.0 < 16 {
                             st.restarted(n.0);
                         }

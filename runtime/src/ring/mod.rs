@@ -17,7 +17,8 @@
 //!
 //! # Transport
 //! Length-delimited frames (postcard) over TCP. Every connection starts with
-//! [`Frame::Hello`] naming the sender; a node sends to a peer on the connection it dialed,
+//! [`Frame::Hello`] naming the sender (a node's connection to the membership service then
+//! with [`Frame::Peers`], its slot addresses: see [`Membership`]); a node sends to a peer on the connection it dialed,
 //! and answers a client on the connection the client dialed. A connection that breaks is
 //! not re-established for the messages it carried: a peer that closed is down (the model's
 //! crash: its messages are gone). The links are not authenticated (loopback only so far).
@@ -173,10 +174,67 @@ pub enum Frame {
         /// Why, naming the key.
         why: String,
     },
+    /// Node → membership, right after its `Hello`: its address of every slot (`[i]`: slot
+    /// `i`, `None`: no address given), which the service compares with its own before it
+    /// answers the node at all. Appended after every earlier frame, so theirs keep their
+    /// encoding.
+    Peers(Vec<Option<SocketAddr>>),
+    /// Membership → a node whose [`Frame::Peers`] disagree with the service's: every slot
+    /// that differs. The node is not let in (no view, no lease) and stops.
+    Misplaced(Vec<SlotDiff>),
+}
+
+/// A slot whose address differs between a node and the membership service.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SlotDiff {
+    /// The slot.
+    pub slot: u16,
+    /// Its address at the node (`None`: none given).
+    pub node: Option<SocketAddr>,
+    /// Its address at the membership service.
+    pub service: Option<SocketAddr>,
+}
+
+/// The slots whose address differs between `node` and `service` (missing entries are
+/// `None`), in slot order.
+pub fn slot_diffs(node: &[Option<SocketAddr>], service: &[Option<SocketAddr>]) -> Vec<SlotDiff> {
+    let at = |v: &[Option<SocketAddr>], i: usize| v.get(i).copied().flatten();
+    (0..node.len().max(service.len()))
+        .filter(|i| at(node, *i) != at(service, *i))
+        .map(|i| SlotDiff {
+            slot: i as u16,
+            node: at(node, i),
+            service: at(service, i),
+        })
+        .collect()
+}
+
+/// `diffs` in words: `slot 0 is A here but B at the membership service, slot 1 is B here
+/// but A there: start every node with the same --peers order` (`here` and `service` name
+/// the two sides).
+pub fn misplaced_words(diffs: &[SlotDiff], here: &str, service: &str) -> String {
+    let addr = |a: Option<SocketAddr>| a.map_or("no address".to_string(), |a| a.to_string());
+    let parts: Vec<String> = diffs
+        .iter()
+        .enumerate()
+        .map(|(k, d)| {
+            format!(
+                "slot {} is {} {here} but {} {}",
+                d.slot,
+                addr(d.node),
+                addr(d.service),
+                if k == 0 { service } else { "there" }
+            )
+        })
+        .collect();
+    format!(
+        "{}: start every node with the same --peers order",
+        parts.join(", ")
+    )
 }
 
 /// The membership service's answer to an administrator's request.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Answer {
     /// The change is queued (a join waits for its node to connect, every change for the
     /// one before it to settle).
@@ -194,6 +252,9 @@ pub enum Answer {
     /// To a [`Frame::Withdraw`]: the change was still queued and is withdrawn (`true`), or
     /// it is not queued (`false`: it started, or was never asked).
     Withdrawn(bool),
+    /// To the join of a slot whose node was refused ([`Frame::Misplaced`]) and no node of
+    /// the slot was let in since: the slots that differed. Nothing is queued.
+    Misplaced(Vec<SlotDiff>),
 }
 
 /// What a node tells `hilock ring status`.
@@ -647,6 +708,12 @@ pub fn change(membership: SocketAddr, r: Request, limit: Duration) -> Result<Str
                     }
                 ))
             }
+            Answer::Misplaced(diffs) => {
+                return Err(format!(
+                    "{r}: its node was refused: {}",
+                    misplaced_words(&diffs, "at that node", "at the membership service")
+                ))
+            }
             other => return Err(format!("{r}: the membership service answered {other:?}")),
         }
         let left = limit.saturating_sub(t0.elapsed());
@@ -718,8 +785,13 @@ pub fn change(membership: SocketAddr, r: Request, limit: Duration) -> Result<Str
 }
 
 /// `hilock ring membership`: runs the membership service on `cfg`'s `[ring]` address until
-/// Ctrl-C or SIGTERM.
-pub fn membership_service(cfg: &crate::config::RingConfig) -> Result<String, String> {
+/// Ctrl-C or SIGTERM; it lets in only nodes whose slot addresses are `cfg`'s `[[nodes]]`.
+pub fn membership_service(file: &crate::Config) -> Result<String, String> {
+    let (slots, _) = slot_addrs(file)?;
+    let cfg = file
+        .ring
+        .as_ref()
+        .ok_or("not a ring configuration (engine = \"ring\" and a [ring] table)")?;
     if cfg.membership == crate::config::NO_SERVICE {
         return Err(
             "this ring's view is kept in etcd (membership = \"etcd\"): it has no membership \
@@ -738,7 +810,7 @@ pub fn membership_service(cfg: &crate::config::RingConfig) -> Result<String, Str
                     "is this ring's membership service running already?",
                 )
             })?;
-        let m = Membership::start_with_lease(l, cfg.members, cfg.lease)
+        let m = Membership::start_with_slots(l, cfg.members, cfg.lease, slots)
             .await
             .map_err(|e| e.to_string())?;
         tracing::info!(
@@ -962,7 +1034,11 @@ fn run_node(
         let l = bind_node(id, me).await?;
         let node = RingNode::start(id, l, std::sync::Arc::new(addrs), membership)
             .await
-            .map_err(|e| format!("membership service at {membership}: {e}"))?;
+            .map_err(|e| match e.kind() {
+                // Refused by the service (`Frame::Misplaced`): the line is whole.
+                std::io::ErrorKind::InvalidInput => e.to_string(),
+                _ => format!("membership service at {membership}: {e}"),
+            })?;
         while !node.stopped() {
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }

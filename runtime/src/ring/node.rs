@@ -74,7 +74,9 @@ enum Ev {
 
 impl RingNode {
     /// Starts node `id` on `listener`; `peers[i]` is slot `i`'s address (`None`: no such
-    /// node); `membership` is the membership service's address.
+    /// node); `membership` is the membership service's address. A service whose slot
+    /// addresses differ refuses it ([`Frame::Misplaced`]): an error of kind
+    /// [`std::io::ErrorKind::InvalidInput`] naming each slot and both its addresses.
     pub async fn start(
         id: u16,
         listener: TcpListener,
@@ -84,9 +86,21 @@ impl RingNode {
         let addr = listener.local_addr()?;
         let me = Addr::Node(NodeId(id));
         let (mut mreader, mtx) = dial(membership, me).await?;
-        // The membership service answers with the current view.
+        // Its slot addresses first: the membership service answers with the current view,
+        // or refuses a node whose addresses differ from its own.
+        let _ = mtx.send(Frame::Peers(peers.to_vec()));
         let mut view = match mreader.next().await {
             Some(Frame::Current(v)) => v,
+            Some(Frame::Misplaced(diffs)) => {
+                let at = format!("at the membership service at {membership}");
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    format!(
+                        "ring node {id}: {}",
+                        super::misplaced_words(&diffs, "here", &at)
+                    ),
+                ));
+            }
             other => {
                 return Err(std::io::Error::other(format!(
                     "membership answered {other:?}"
