@@ -1035,8 +1035,9 @@ fn run_node(
         let node = RingNode::start(id, l, std::sync::Arc::new(addrs), membership)
             .await
             .map_err(|e| match e.kind() {
-                // Refused by the service (`Frame::Misplaced`): the line is whole.
-                std::io::ErrorKind::InvalidInput => e.to_string(),
+                // Refused by the service (`Frame::Misplaced`), or a service that did not
+                // answer: the line is whole and names the service.
+                std::io::ErrorKind::InvalidInput | std::io::ErrorKind::TimedOut => e.to_string(),
                 _ => format!("membership service at {membership}: {e}"),
             })?;
         while !node.stopped() {

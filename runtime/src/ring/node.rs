@@ -72,24 +72,57 @@ enum Ev {
     MembershipGone,
 }
 
+/// How long a starting node waits for the membership service to take its connection and
+/// answer it; the service answers at once, so a silent one is not a ring's service (or
+/// not of this version).
+const FIRST_ANSWER: Duration = Duration::from_secs(10);
+
 impl RingNode {
     /// Starts node `id` on `listener`; `peers[i]` is slot `i`'s address (`None`: no such
     /// node); `membership` is the membership service's address. A service whose slot
     /// addresses differ refuses it ([`Frame::Misplaced`]): an error of kind
-    /// [`std::io::ErrorKind::InvalidInput`] naming each slot and both its addresses.
+    /// [`std::io::ErrorKind::InvalidInput`] naming each slot and both its addresses. A
+    /// service that does not answer within [`FIRST_ANSWER`] is an error of kind
+    /// [`std::io::ErrorKind::TimedOut`] naming it.
     pub async fn start(
         id: u16,
         listener: TcpListener,
         peers: Arc<Vec<Option<SocketAddr>>>,
         membership: SocketAddr,
     ) -> std::io::Result<RingNode> {
+        Self::start_waiting(id, listener, peers, membership, FIRST_ANSWER).await
+    }
+
+    /// [`RingNode::start`], waiting `first_answer` for the membership service.
+    async fn start_waiting(
+        id: u16,
+        listener: TcpListener,
+        peers: Arc<Vec<Option<SocketAddr>>>,
+        membership: SocketAddr,
+        first_answer: Duration,
+    ) -> std::io::Result<RingNode> {
         let addr = listener.local_addr()?;
         let me = Addr::Node(NodeId(id));
-        let (mut mreader, mtx) = dial(membership, me).await?;
+        let silent = || {
+            std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!(
+                    "the membership service at {membership} did not answer within {} ms: is it a \
+                     hilock ring membership service of this version?",
+                    first_answer.as_millis()
+                ),
+            )
+        };
+        let (mut mreader, mtx) = tokio::time::timeout(first_answer, dial(membership, me))
+            .await
+            .map_err(|_| silent())??;
         // Its slot addresses first: the membership service answers with the current view,
         // or refuses a node whose addresses differ from its own.
         let _ = mtx.send(Frame::Peers(peers.to_vec()));
-        let mut view = match mreader.next().await {
+        let first = tokio::time::timeout(first_answer, mreader.next())
+            .await
+            .map_err(|_| silent())?;
+        let mut view = match first {
             Some(Frame::Current(v)) => v,
             Some(Frame::Misplaced(diffs)) => {
                 let at = format!("at the membership service at {membership}");
@@ -670,6 +703,32 @@ mod tests {
     /// a debug build that buffer, its copies and a reconnection's buffer made the node's
     /// frames about 2.4 MiB, past tokio's default, as soon as it had a peer.
     const SMALL_STACK: usize = 256 * 1024;
+
+    /// A "membership service" that takes the connection and never answers (another
+    /// program at that port, or a service of an older version) ends the start with one
+    /// error naming it once the wait for the first answer is over ([`FIRST_ANSWER`], here
+    /// 300 ms), instead of a wait for ever.
+    #[tokio::test]
+    async fn a_silent_membership_service_ends_the_start_with_an_error() {
+        let silent = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let at = silent.local_addr().unwrap();
+        let accept = tokio::spawn(async move { silent.accept().await.map(|(s, _)| s) });
+        let me = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let mut peers = vec![None; SLOTS];
+        peers[0] = Some(me.local_addr().unwrap());
+        let wait = Duration::from_millis(300);
+        let started = Instant::now();
+        let run = RingNode::start_waiting(0, me, Arc::new(peers), at, wait);
+        let e = match tokio::time::timeout(Duration::from_secs(10), run).await {
+            Ok(Err(e)) => e,
+            Ok(Ok(_)) => panic!("started without a membership service"),
+            Err(_) => panic!("still waiting after 10 s"),
+        };
+        assert_eq!(e.kind(), std::io::ErrorKind::TimedOut, "{e}");
+        assert!(e.to_string().contains(&at.to_string()), "{e}");
+        assert!(started.elapsed() >= wait);
+        accept.abort();
+    }
 
     /// Three ring nodes, their membership service and two clients run as tasks on worker
     /// threads with a [`SMALL_STACK`]: two nodes link to each other and serve a lock on
