@@ -82,7 +82,7 @@ impl RingNode {
     /// node); `membership` is the membership service's address. A service whose slot
     /// addresses differ refuses it ([`Frame::Misplaced`]): an error of kind
     /// [`std::io::ErrorKind::InvalidInput`] naming each slot and both its addresses. A
-    /// service that does not answer within [`FIRST_ANSWER`] is an error of kind
+    /// service that does not answer within 10 s is an error of kind
     /// [`std::io::ErrorKind::TimedOut`] naming it.
     pub async fn start(
         id: u16,
