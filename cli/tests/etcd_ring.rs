@@ -1168,3 +1168,113 @@ async fn never_seen() {
         "the view without slot 2 is a new epoch: {v:?}"
     );
 }
+
+/// `hilock lock PATH W --config F --client-id C -- sh -c 'echo $HILOCK_FENCE > OUT'`: the
+/// fence of one hold, which must be granted.
+fn fence_of_a_hold(r: &Ring, client: &str, out: &Path) -> u64 {
+    let st = Command::new(BIN)
+        .args(["lock", "--config"])
+        .arg(&r.cfg)
+        .args([
+            "--client-id",
+            client,
+            "--timeout-ms",
+            "15000",
+            "/again",
+            "W",
+        ])
+        .args([
+            "--",
+            "sh",
+            "-c",
+            &format!("echo $HILOCK_FENCE > {}", out.display()),
+        ])
+        .env("RUST_LOG", "hilock=warn")
+        .status()
+        .unwrap();
+    assert!(st.success(), "hilock lock {client}: {st}");
+    let text = std::fs::read_to_string(out).unwrap();
+    text.trim()
+        .parse()
+        .unwrap_or_else(|e| panic!("HILOCK_FENCE is a number: {text:?}: {e}"))
+}
+
+/// Waits until no member key of `r`'s cluster is left in etcd (every lease expired).
+async fn wait_no_member(r: &Ring, limit: Duration) {
+    let t = Instant::now();
+    while ring_etcd::read_view(&r.o, r.cluster).await.unwrap().1 != 0 {
+        assert!(
+            t.elapsed() < limit,
+            "member keys still in etcd after {limit:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The whole ring stopped and started again (`ring::etcd::start_again`, `docs/faults.md`,
+/// "Ring engine"). SIGTERM to every node at once: each exits 0, the last member too (it
+/// has nobody to hand its entries to; before, it kept waiting for a view that could not
+/// settle). All three started again at once: one run starts the ring again with itself
+/// at the next epoch, the others join, the view of the three settles and a lock is
+/// granted with a larger fence than before. Then kill -9 of every node, the member keys
+/// expire, and the three started again come back the same way (before, the first run
+/// joined a view whose other members were dead and never settled, and the others gave up
+/// after 30 s: the ring never came back).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ring_whose_every_node_stopped_starts_again() {
+    tokio::time::timeout(Duration::from_secs(60), every_node_stopped())
+        .await
+        .expect("the test ended within 60 s");
+}
+
+async fn every_node_stopped() {
+    let name = "a_ring_whose_every_node_stopped_starts_again";
+    let Some(mut r) = start_ring(name, "ring-all-stopped", 3).await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("fence");
+    let mut fence = fence_of_a_hold(&r, "1", &out);
+    let all = 0b111;
+    let limit = Duration::from_secs(15);
+    for round in ["SIGTERM", "kill -9"] {
+        let mut procs: Vec<Proc> = r.procs.iter_mut().map(|p| p.take().unwrap()).collect();
+        if round == "SIGTERM" {
+            for p in &procs {
+                signal(p, "TERM");
+            }
+            let t = Instant::now();
+            for (i, p) in procs.iter_mut().enumerate() {
+                let st = loop {
+                    if let Some(st) = p.0.try_wait().unwrap() {
+                        break st;
+                    }
+                    assert!(t.elapsed() < limit, "node {i} still running after SIGTERM");
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                };
+                assert!(st.success(), "node {i} asked to stop exits 0: {st}");
+            }
+        }
+        drop(procs); // kill -9 (no-op for the exited ones) and reap
+        wait_no_member(&r, limit).await;
+        let before = ring_etcd::read_view(&r.o, r.cluster).await.unwrap().0;
+        for i in 0..3u16 {
+            r.procs[usize::from(i)] = Some(spawn_node(i, &r.cfg));
+        }
+        let back = wait_view(&r.o, r.cluster, &r.addrs, limit, |v, live| {
+            v.members == all && live == all && v.epoch > before.epoch
+        })
+        .await;
+        status_shows(&r, back);
+        let again = fence_of_a_hold(&r, "2", &out);
+        println!(
+            "{round} of every node: view {} back, fence {fence} then {again}",
+            back.epoch
+        );
+        assert!(
+            again > fence,
+            "{round}: a fence after the restart is larger"
+        );
+        fence = again;
+    }
+}

@@ -183,11 +183,8 @@ async fn restart(
     );
     let t0 = Instant::now();
     while v.has(NodeId(id)) {
-        if v.members.count_ones() <= 1 {
-            return Err(format!(
-                "slot {id} is the only member of the ring's view in etcd (epoch {}) and an earlier run of it ended: its entries are gone",
-                v.epoch
-            ));
+        if serving(m, v, id).await? == 0 {
+            return start_again(m, cluster, id, e, v).await;
         }
         if t0.elapsed() > m.ttl() * 10 {
             return Err(format!(
@@ -214,6 +211,65 @@ async fn restart(
         v = view_of(cluster, &e)?.ok_or("etcd: the ring's view is gone")?;
     }
     Ok((e, v))
+}
+
+/// The members of `view` other than `id` that serve it (bit per slot): their member key is
+/// in etcd and so is their report (`reports/<slot>`, which a node writes once it runs and
+/// which goes with its lease). A new run of a slot that waits to start has a member key
+/// but no report yet.
+async fn serving(m: &Membership, view: View, id: u16) -> Result<u16, String> {
+    let e = |x: crate::membership::Error| format!("etcd: {x}");
+    let live = m.list_members().await.map_err(e)?;
+    let reports = m.reports().await.map_err(e)?;
+    Ok((0..SLOTS as u16)
+        .filter(|i| *i != id && view.has(NodeId(*i)))
+        .filter(|i| live.contains_key(i) && reports.contains_key(i))
+        .fold(0, |b, i| b | 1 << i))
+}
+
+/// The whole ring stopped: no member of `view` serves it, and this slot's earlier run is
+/// gone too (its member key expired), so every replica of every entry is gone with them
+/// (r + 1 crashes lose the locks, `docs/faults.md`). Nobody can hand this run its arcs
+/// and no live member could ever settle the view, so the ring starts again here: this run
+/// installs the next epoch with itself alone (compare-and-swap: of several runs starting
+/// at once one wins, the others then find their slot outside the view and join) and
+/// starts with an empty table. The epoch keeps growing, and with it every fence.
+async fn start_again(
+    m: &Membership,
+    cluster: &str,
+    id: u16,
+    e: EpochView,
+    v: View,
+) -> Result<(EpochView, View), String> {
+    match m.install_epoch(&e, &record(1 << id), VIEW_TAG).await {
+        Ok(installed) => {
+            let fresh = view_of(cluster, &installed)?.ok_or("etcd: the ring's view is gone")?;
+            tracing::warn!(
+                "ring node {id}: no member of the view {} {} serves it any more (every one \
+                 stopped, its entries with it): the ring starts again with this node, view {} {}",
+                v.epoch,
+                slots_of(v.members),
+                fresh.epoch,
+                slots_of(fresh.members)
+            );
+            Ok((installed, fresh))
+        }
+        Err(crate::membership::Error::StaleEpoch { .. }) => {
+            // Another run started the ring again first: this one joins it.
+            let e = m.current_epoch().await.map_err(|e| format!("etcd: {e}"))?;
+            let v = view_of(cluster, &e)?.ok_or("etcd: the ring's view is gone")?;
+            if v.has(NodeId(id)) {
+                return Err(format!(
+                    "slot {id}: the ring's view in etcd changed to epoch {} members {} while this \
+                     run started the ring again",
+                    v.epoch,
+                    slots_of(v.members)
+                ));
+            }
+            Ok((e, v))
+        }
+        Err(x) => Err(format!("etcd: starting the ring again at slot {id}: {x}")),
+    }
 }
 
 /// Whether every live member of `view` (but `except`) reported in etcd that it installed
@@ -429,9 +485,20 @@ async fn bridge(
                         }
                         continue;
                     }
+                    if leaving && has && view.members.count_ones() == 1 {
+                        // The last member: nobody to hand its entries to. They end with it;
+                        // the view stays in etcd, and the slot's next run starts the ring
+                        // again from it (`start_again`).
+                        tracing::warn!(
+                            "ring node {me}: the last member of the view {} {}: its entries end with it",
+                            view.epoch,
+                            slots_of(view.members)
+                        );
+                        return true;
+                    }
                     let next = match (has, leaving) {
                         (false, false) => Some(view.join(NodeId(me))),
-                        (true, true) if view.members.count_ones() > 1 => Some(view.leave(NodeId(me))),
+                        (true, true) => Some(view.leave(NodeId(me))),
                         _ => None,
                     };
                     if let Some(next) = next {
@@ -607,8 +674,16 @@ pub fn serve_config(cfg: &crate::Config) -> Result<super::NodeEnd, String> {
     rt.block_on(async move {
         let l = super::bind_node(id, me).await?;
         let mut signals = crate::proc::StopSignals::new()?;
-        let (node, leave) =
-            start_node_leavable(id, l, Arc::new(addrs), &o, &cluster, initial).await?;
+        // A signal while the node starts (it may wait for the view to settle before its
+        // slot's earlier run can be removed) ends it at once.
+        let (node, leave) = tokio::select! {
+            started = start_node_leavable(id, l, Arc::new(addrs), &o, &cluster, initial) => started?,
+            _ = signals.recv() => {
+                return Ok(super::NodeEnd::Stopped(format!(
+                    "ring node {id}: stopped before it started serving\n"
+                )));
+            }
+        };
         let mut asked = false;
         while !node.stopped() {
             tokio::select! {

@@ -256,7 +256,8 @@ impl std::error::Error for Error {}
 /// snapshots go too (`docs/operations.md`, "Rolling restart of a static cluster").
 pub(crate) const RESTART_ALL: &str = "restart the whole cluster as a new run (stop every \
      node; with state_dir, also remove every node's state_dir/suspended), or run with \
-     membership = \"etcd\", whose recovery takes a restarted node back";
+     membership = \"etcd\" and etcd_recovery (the default with etcd), whose recovery takes \
+     a restarted node back";
 
 /// Options of a lock request.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
