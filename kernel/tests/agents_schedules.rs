@@ -272,3 +272,53 @@ fn an_agents_site_refuses_what_a_transaction_cannot_do() {
     c.settle(100, |_, _, _, _| Ok(())).unwrap();
     assert_eq!(c.site(NodeId(0)).server().entries().count(), 0);
 }
+
+/// A lock the client was told it holds and that its agent then finds lost (here a forged,
+/// newer queue of its server shows another agent ahead) cannot be said through
+/// `Protocol`, whose outputs have no revocation: the site refuses the delivery with
+/// `KernelError::Revoked` naming the lock (a delivery the harness records as a kernel
+/// error) and keeps its state (`harness/src/engines/agents.rs`, "The driving contract").
+#[test]
+fn a_lost_told_lock_is_a_step_error_not_a_silent_change() {
+    use hilock_harness::engines::agents::AgentsMsg;
+    use hilock_kernel::agents::{AgentId, LockInfo, LockMode, QEntry, ServerId};
+    let mut c = Cluster::new(AgentsSite::cluster(2, 1, PATHS).unwrap());
+    let (n0, n1, l0) = (NodeId(0), NodeId(1), LockId(0));
+    c.input(n1, Input::Acquire { lock: l0, mode: W }).unwrap();
+    c.settle(100, |_, _, _, _| Ok(())).unwrap();
+    assert_eq!(c.site(n1).held(l0), Ok(W));
+    let (me, _, path, _) = c.site(n1).told().next().unwrap();
+    let entry = |agent, granted| QEntry {
+        agent,
+        path,
+        mode: LockMode::Write,
+        granted,
+    };
+    let mut queue = heapless::Vec::new();
+    queue.push(entry(AgentId(9), true)).unwrap();
+    queue.push(entry(me, false)).unwrap();
+    let info = LockInfo {
+        server: ServerId(0),
+        path,
+        version: 1_000,
+        cause: AgentId(9),
+        surrender: false,
+        queue,
+    };
+    let lost = AgentsMsg::Info {
+        to: me,
+        info: Box::new(info),
+    };
+    let before = c.site(n1).clone();
+    let r = c.inject(n0, n1, &lost);
+    assert_eq!(
+        r.err().and_then(|e| e.kernel()),
+        Some(KernelError::Revoked(l0))
+    );
+    assert_eq!(*c.site(n1), before);
+    assert_eq!(
+        c.site(n1).held(l0),
+        Ok(W),
+        "still told, as before the delivery"
+    );
+}
