@@ -1443,6 +1443,16 @@ fn a_request_that_timed_out_towards_a_crashed_node_is_a_dead_end_once_it_is_refu
 fn status_never_shows_a_just_stopped_peer_as_connected() {
     let c = start(2);
     wait_peer_state(&c, 0, 1, "connected");
+    // Node 0's link to node 1 can be up before node 1's link to node 0 (a loaded machine
+    // starts node 1 later): wait for that one too, which the rounds below assert open.
+    let t = Instant::now();
+    while peer_json(&c, 0, 1)["incoming"] != true {
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "node 1 never dialled node 0"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
     let pid = c.nodes[1].0.id().to_string();
     let sig = |s: &str| c.signal(1, s);
     for round in 0..5 {
