@@ -185,6 +185,18 @@ impl AgentsSite {
         })
     }
 
+    /// The mode of `lock` in the running transaction if it is where `hold` says (Φ if
+    /// not): what `held`, `is_pending` and `pending_mode` answer.
+    fn mode_in(&self, lock: LockId, hold: Hold) -> Result<Mode, KernelError> {
+        self.path(lock)?;
+        Ok(self
+            .txn
+            .iter()
+            .flat_map(|t| t.locks.iter())
+            .find(|e| e.0 == lock && e.2 == hold)
+            .map_or(Mode::Phi, |e| mode_of(e.1)))
+    }
+
     fn home(&self, path: &LockPath<D>) -> ServerId {
         ServerId(path.keys().first().map_or(0, |k| k % self.servers))
     }
@@ -245,11 +257,14 @@ impl AgentsSite {
                 }
             }
         }
-        for path in told {
-            let lock = self.lock_of_path(&path).ok_or(KernelError::InvalidMode)?;
-            let Some(txn) = self.txn.as_mut() else {
-                return Ok(());
-            };
+        let told = told
+            .iter()
+            .map(|p| self.lock_of_path(p).ok_or(KernelError::InvalidMode))
+            .collect::<Result<Vec<_>, _>>()?;
+        let Some(txn) = self.txn.as_mut() else {
+            return Ok(());
+        };
+        for lock in told {
             if let Some(e) = txn.locks.iter_mut().find(|e| e.0 == lock) {
                 if e.2 == Hold::Pending {
                     e.2 = Hold::Held;
@@ -432,13 +447,7 @@ impl Protocol for AgentsSite {
     }
 
     fn held(&self, lock: LockId) -> Result<Mode, KernelError> {
-        self.path(lock)?;
-        Ok(self
-            .txn
-            .iter()
-            .flat_map(|t| t.locks.iter())
-            .find(|e| e.0 == lock && e.2 == Hold::Held)
-            .map_or(Mode::Phi, |e| mode_of(e.1)))
+        self.mode_in(lock, Hold::Held)
     }
 
     fn has_token(&self, lock: LockId) -> Result<bool, KernelError> {
@@ -446,22 +455,11 @@ impl Protocol for AgentsSite {
     }
 
     fn is_pending(&self, lock: LockId) -> Result<bool, KernelError> {
-        self.path(lock)?;
-        Ok(self
-            .txn
-            .iter()
-            .flat_map(|t| t.locks.iter())
-            .any(|e| e.0 == lock && e.2 == Hold::Pending))
+        self.mode_in(lock, Hold::Pending).map(|m| m != Mode::Phi)
     }
 
     fn pending_mode(&self, lock: LockId) -> Result<Mode, KernelError> {
-        self.path(lock)?;
-        Ok(self
-            .txn
-            .iter()
-            .flat_map(|t| t.locks.iter())
-            .find(|e| e.0 == lock && e.2 == Hold::Pending)
-            .map_or(Mode::Phi, |e| mode_of(e.1)))
+        self.mode_in(lock, Hold::Pending)
     }
 
     fn kind(msg: &AgentsMsg) -> MsgKind {

@@ -139,10 +139,7 @@ impl TreeSite {
             | Input::SetValue { lock, .. }
             | Input::Upgrade { lock } => lock,
             Input::SetPriority { .. } => return Err(KernelError::Unsupported(LockId(0))),
-            Input::Deliver { msg, .. } => match *msg {
-                TreeMsg::Insert(l) | TreeMsg::Remove(l) | TreeMsg::Granted(l) => l,
-                TreeMsg::Failed(l) => l,
-            },
+            Input::Deliver { msg, .. } => <Self as Protocol>::lock_of(msg),
         };
         let leaf = self.leaf(lock)?;
         match (&mut self.role, input) {
