@@ -183,7 +183,9 @@ async fn restart(
     );
     let t0 = Instant::now();
     while v.has(NodeId(id)) {
-        if serving(m, v, id).await? == 0 {
+        // One read of the members and reports serves both questions below.
+        let heard = Heard::read(m).await.map_err(|x| format!("etcd: {x}"))?;
+        if heard.serving(v, id) == 0 {
             return start_again(m, cluster, id, e, v).await;
         }
         if t0.elapsed() > m.ttl() * 10 {
@@ -194,7 +196,7 @@ async fn restart(
                 m.ttl() * 10
             ));
         }
-        if settled(m, v, Some(id)).await.unwrap_or(false) {
+        if heard.settled(v, Some(id)) {
             match m
                 .install_epoch(&e, &record(v.leave(NodeId(id)).members), VIEW_TAG)
                 .await
@@ -211,20 +213,6 @@ async fn restart(
         v = view_of(cluster, &e)?.ok_or("etcd: the ring's view is gone")?;
     }
     Ok((e, v))
-}
-
-/// The members of `view` other than `id` that serve it (bit per slot): their member key is
-/// in etcd and so is their report (`reports/<slot>`, which a node writes once it runs and
-/// which goes with its lease). A new run of a slot that waits to start has a member key
-/// but no report yet.
-async fn serving(m: &Membership, view: View, id: u16) -> Result<u16, String> {
-    let e = |x: crate::membership::Error| format!("etcd: {x}");
-    let live = m.list_members().await.map_err(e)?;
-    let reports = m.reports().await.map_err(e)?;
-    Ok((0..SLOTS as u16)
-        .filter(|i| *i != id && view.has(NodeId(*i)))
-        .filter(|i| live.contains_key(i) && reports.contains_key(i))
-        .fold(0, |b, i| b | 1 << i))
 }
 
 /// The whole ring stopped: no member of `view` serves it, and this slot's earlier run is
@@ -272,25 +260,54 @@ async fn start_again(
     }
 }
 
-/// Whether every live member of `view` (but `except`) reported in etcd that it installed
-/// `view` and has every arc it holds in it (the static service's `settled`).
+/// What etcd says of the ring's nodes at one read: the live member keys and the reports.
+struct Heard {
+    live: BTreeMap<u16, Member>,
+    reports: BTreeMap<u16, Vec<u8>>,
+}
+
+impl Heard {
+    async fn read(m: &Membership) -> Result<Heard, crate::membership::Error> {
+        Ok(Heard {
+            live: m.list_members().await?,
+            reports: m.reports().await?,
+        })
+    }
+
+    /// Whether every live member of `view` (but `except`) reported that it installed
+    /// `view` and has every arc it holds in it (the static service's `settled`).
+    fn settled(&self, view: View, except: Option<u16>) -> bool {
+        let want = Report {
+            epoch: view.epoch,
+            members: view.members,
+            settled: true,
+        };
+        (0..SLOTS as u16)
+            .filter(|i| view.has(NodeId(*i)) && self.live.contains_key(i) && Some(*i) != except)
+            .all(|i| {
+                self.reports
+                    .get(&i)
+                    .and_then(|b| serde_json::from_slice::<Report>(b).ok())
+                    == Some(want)
+            })
+    }
+
+    /// The members of `view` other than `id` that serve it (bit per slot): their member
+    /// key is in etcd and so is their report (`reports/<slot>`, which a node writes once it
+    /// runs and which goes with its lease). A new run of a slot that waits to start has a
+    /// member key but no report yet.
+    fn serving(&self, view: View, id: u16) -> u16 {
+        (0..SLOTS as u16)
+            .filter(|i| *i != id && view.has(NodeId(*i)))
+            .filter(|i| self.live.contains_key(i) && self.reports.contains_key(i))
+            .fold(0, |b, i| b | 1 << i)
+    }
+}
+
+/// [`Heard::settled`] on a fresh read of etcd.
 async fn settled(m: &Membership, view: View, except: Option<u16>) -> Result<bool, String> {
-    let e = |x: crate::membership::Error| x.to_string();
-    let live = m.list_members().await.map_err(e)?;
-    let reports: BTreeMap<u16, Vec<u8>> = m.reports().await.map_err(e)?;
-    let want = Report {
-        epoch: view.epoch,
-        members: view.members,
-        settled: true,
-    };
-    Ok((0..SLOTS as u16)
-        .filter(|i| view.has(NodeId(*i)) && live.contains_key(i) && Some(*i) != except)
-        .all(|i| {
-            reports
-                .get(&i)
-                .and_then(|b| serde_json::from_slice::<Report>(b).ok())
-                == Some(want)
-        }))
+    let heard = Heard::read(m).await.map_err(|x| x.to_string())?;
+    Ok(heard.settled(view, except))
 }
 
 /// Starts node `id` of the ring on `listener` with its membership in etcd (cluster
