@@ -2458,12 +2458,28 @@ fn dump_merges_every_nodes_locks_and_names_the_nodes_that_do_not_answer() {
                 .any(|q| q["node"] == node && q["mode"] == mode)
         })
     };
+    // The dump asks every node at once and each answers at its own moment, so one dump can
+    // show node 1's request queued at the token node and not yet pending at node 1 (which
+    // answered before it was asked to lock): wait for both.
+    let pending = |v: &serde_json::Value, path: &str, node: u64| {
+        dumped(v, path).is_some_and(|l| {
+            l["pending"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|p| p["node"] == node)
+        })
+    };
     let t = Instant::now();
     let v = loop {
         let (out, _) = dump(&c, &["--json"]);
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         // Exit 0 once every node serves (a node is let in by the others after it starts).
-        if out.status.code() == Some(0) && queued(&v, "/a", 1, "R") && queued(&v, "/b/c", 0, "W") {
+        if out.status.code() == Some(0)
+            && queued(&v, "/a", 1, "R")
+            && pending(&v, "/a", 1)
+            && queued(&v, "/b/c", 0, "W")
+        {
             break v;
         }
         assert!(
