@@ -1278,3 +1278,127 @@ async fn every_node_stopped() {
         fence = again;
     }
 }
+
+/// Waits until `p` exits (within `limit`) and returns its status.
+async fn exit_of(p: &mut Proc, what: &str, limit: Duration) -> std::process::ExitStatus {
+    let t = Instant::now();
+    loop {
+        if let Some(st) = p.0.try_wait().unwrap() {
+            return st;
+        }
+        assert!(t.elapsed() < limit, "{what} still running after {limit:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A new slot started first into a ring whose every member stopped
+/// (`ring::etcd::before_joining`, `docs/engines/ring.md`, "Faults"): members 0 and 1 are
+/// killed with -9 and their member keys expire; slot 2, never a member, is started
+/// alone. No member of the view has a member key for two TTLs, so it starts the ring
+/// again with itself at the next epoch; the old members started later join it, and a
+/// hold's fence is larger than before. (Before, slot 2 joined the dead view `{0, 1, 2}`
+/// and never settled, and the old members, started later, waited for it.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_slot_started_first_after_every_member_stopped_starts_the_ring_again() {
+    tokio::time::timeout(Duration::from_secs(60), new_slot_first())
+        .await
+        .expect("the test ended within 60 s");
+}
+
+async fn new_slot_first() {
+    let name = "a_new_slot_started_first_after_every_member_stopped_starts_the_ring_again";
+    let Some(mut r) = start_ring_of(name, "ring-new-slot-first", 3, 2).await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("fence");
+    let fence = fence_of_a_hold(&r, "1", &out);
+    let limit = Duration::from_secs(15);
+    drop(r.procs[0].take());
+    drop(r.procs[1].take());
+    wait_no_member(&r, limit).await;
+    let before = ring_etcd::read_view(&r.o, r.cluster).await.unwrap().0;
+    r.procs[2] = Some(spawn_node(2, &r.cfg));
+    let alone = wait_view(&r.o, r.cluster, &r.addrs, limit, |v, live| {
+        v.members == 0b100 && live == 0b100 && v.epoch > before.epoch
+    })
+    .await;
+    for i in 0..2 {
+        r.procs[i] = Some(spawn_node(i as u16, &r.cfg));
+    }
+    let back = wait_view(&r.o, r.cluster, &r.addrs, limit, |v, live| {
+        v.members == 0b111 && live == 0b111 && v.epoch > alone.epoch
+    })
+    .await;
+    status_shows(&r, back);
+    let again = fence_of_a_hold(&r, "2", &out);
+    println!(
+        "view {} {{0, 1}} dead, slot 2 alone at {}, all three at {}; fence {fence} then {again}",
+        before.epoch, alone.epoch, back.epoch
+    );
+    assert!(again > fence, "a fence after the restart is larger");
+}
+
+/// A node that joined a view whose other members stopped (`ring::etcd::bridge`): members 0
+/// and 1 are paused (SIGSTOP) and slot 2 joins the view while their member keys still
+/// live, so it waits for arcs that nobody can hand over once their leases expire. No
+/// other member serves the view and slot 2 is not settled in it, so after two TTLs it
+/// ends with exit 75 and gives its lease back; its next run (a supervisor's restart)
+/// starts the ring again alone. The paused members, woken, find their leases lost and
+/// exit 75; started again, they join. (Before, slot 2 waited for ever.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_joiner_whose_view_nobody_else_serves_ends_and_its_next_run_starts_again() {
+    tokio::time::timeout(Duration::from_secs(60), joiner_of_a_dead_view())
+        .await
+        .expect("the test ended within 60 s");
+}
+
+async fn joiner_of_a_dead_view() {
+    let name = "a_joiner_whose_view_nobody_else_serves_ends_and_its_next_run_starts_again";
+    let Some(mut r) = start_ring_of(name, "ring-joiner-dead-view", 3, 2).await else {
+        return;
+    };
+    let limit = Duration::from_secs(15);
+    for p in r.procs.iter().flatten() {
+        signal(p, "STOP");
+    }
+    r.procs[2] = Some(spawn_node(2, &r.cfg));
+    let t = Instant::now();
+    loop {
+        let (v, _) = ring_etcd::read_view(&r.o, r.cluster).await.unwrap();
+        if v.members == 0b111 {
+            break;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(TTL_S.into()),
+            "slot 2 joins the view while the paused members' keys live (view {} {:#b})",
+            v.epoch,
+            v.members
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let st = exit_of(r.procs[2].as_mut().unwrap(), "slot 2", limit).await;
+    assert_eq!(
+        st.code(),
+        Some(75),
+        "the joiner of a dead view exits 75: {st}"
+    );
+    let before = ring_etcd::read_view(&r.o, r.cluster).await.unwrap().0;
+    r.procs[2] = Some(spawn_node(2, &r.cfg));
+    let alone = wait_view(&r.o, r.cluster, &r.addrs, limit, |v, live| {
+        v.members == 0b100 && live == 0b100 && v.epoch > before.epoch
+    })
+    .await;
+    for i in 0..2 {
+        let p = r.procs[i].as_mut().unwrap();
+        signal(p, "CONT");
+        let st = exit_of(p, &format!("woken node {i}"), limit).await;
+        assert_eq!(st.code(), Some(75), "woken node {i} exits 75: {st}");
+        r.procs[i] = Some(spawn_node(i as u16, &r.cfg));
+    }
+    let back = wait_view(&r.o, r.cluster, &r.addrs, limit, |v, live| {
+        v.members == 0b111 && live == 0b111 && v.epoch > alone.epoch
+    })
+    .await;
+    status_shows(&r, back);
+}

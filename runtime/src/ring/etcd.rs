@@ -152,6 +152,9 @@ async fn first_view(
                 // with an empty table: its slot leaves the view first, then it joins.
                 return restart(m, cluster, id, e, v).await;
             }
+            if !v.has(NodeId(id)) {
+                return before_joining(m, cluster, id, e, v).await;
+            }
             return Ok((e, v));
         }
         match m.install_epoch(&e, &record(initial), VIEW_TAG).await {
@@ -215,8 +218,37 @@ async fn restart(
     Ok((e, v))
 }
 
-/// The whole ring stopped: no member of `view` serves it, and this slot's earlier run is
-/// gone too (its member key expired), so every replica of every entry is gone with them
+/// A new slot (not in the view) joins from a view that a live member serves. If no member
+/// of the view has a member key in etcd for two TTLs (the wait [`lead`] gives a first
+/// member whose node has not started yet), every member stopped and nobody could ever
+/// settle the view with this slot in it: the ring starts again with this run
+/// ([`start_again`]). Before, such a run joined the dead view and never settled, and the
+/// view's own slots, started later, waited for it.
+async fn before_joining(
+    m: &Membership,
+    cluster: &str,
+    id: u16,
+    mut e: EpochView,
+    mut v: View,
+) -> Result<(EpochView, View), String> {
+    let t0 = Instant::now();
+    loop {
+        let live = m.list_members().await.map_err(|x| format!("etcd: {x}"))?;
+        if v.has(NodeId(id)) || (0..SLOTS as u16).any(|i| v.has(NodeId(i)) && live.contains_key(&i))
+        {
+            return Ok((e, v));
+        }
+        if t0.elapsed() >= m.ttl() * 2 {
+            return start_again(m, cluster, id, e, v).await;
+        }
+        tokio::time::sleep(POLL).await;
+        e = m.current_epoch().await.map_err(|x| format!("etcd: {x}"))?;
+        v = view_of(cluster, &e)?.ok_or("etcd: the ring's view is gone")?;
+    }
+}
+
+/// The whole ring stopped: no member of `view` serves it, and this slot is new or its
+/// earlier run is gone too (its member key expired), so every replica of every entry is gone with them
 /// (r + 1 crashes lose the locks, `docs/faults.md`). Nobody can hand this run its arcs
 /// and no live member could ever settle the view, so the ring starts again here: this run
 /// installs the next epoch with itself alone (compare-and-swap: of several runs starting
@@ -428,7 +460,8 @@ async fn bridge(
         }
     };
     let (m, ctl) = (&owned, &ctl);
-    // Returns whether the node left gracefully.
+    // Returns whether the lease goes at once: the node left gracefully, or it ends for
+    // its next run to start the ring again.
     let follow = async move {
         let mut tick = tokio::time::interval(POLL);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -436,6 +469,8 @@ async fn bridge(
         let mut put: Option<Report> = None;
         let mut member = view.has(NodeId(me));
         let mut seen = Seen::default();
+        // Since when no member of the view served it while this node waited to join.
+        let mut unserved: Option<Instant> = None;
         if !member {
             tracing::info!(
                 "ring node {me}: not in the view {} {}: joining",
@@ -513,6 +548,35 @@ async fn bridge(
                         );
                         return true;
                     }
+                    // A view no other member serves, which this node is not settled in
+                    // (it waits to join it, or joined it and waits for arcs): every other
+                    // member stopped, and nobody can hand this node its arcs ("settled"
+                    // holds of nobody, so a join would go through). After two TTLs the
+                    // node ends (exit 75) and gives its lease back at once; its next run
+                    // starts the ring again (`before_joining`, `restart`).
+                    let unsettled = !has
+                        || mine.is_none_or(|r| {
+                            !r.settled || r.epoch != view.epoch || r.members != view.members
+                        });
+                    if !leaving && unsettled {
+                        if let Ok(h) = Heard::read(m).await {
+                            if h.serving(view, me) == 0 {
+                                let t = *unserved.get_or_insert_with(Instant::now);
+                                if t.elapsed() >= m.ttl() * 2 {
+                                    tracing::warn!(
+                                        "ring node {me}: no other member of the view {} {} serves it and this node is not settled in it; the node ends, and its next run starts the ring again",
+                                        view.epoch,
+                                        slots_of(view.members)
+                                    );
+                                    return true;
+                                }
+                                continue;
+                            }
+                            unserved = None;
+                        }
+                    } else {
+                        unserved = None;
+                    }
                     let next = match (has, leaving) {
                         (false, false) => Some(view.join(NodeId(me))),
                         (true, true) => Some(view.leave(NodeId(me))),
@@ -549,7 +613,8 @@ async fn bridge(
         l = follow => l,
     };
     if left {
-        // The member key, its reports and the leader key (if held) go at once; the node
+        // The member key, its reports and the leader key (if held) go at once (so a next
+        // run of the slot need not wait for the lease to expire); the node
         // ends when `ctl` is dropped, after this.
         if let Err(e) = owned.leave().await {
             tracing::warn!("ring node {me}: revoking the lease after leaving: {e}");
@@ -724,8 +789,8 @@ pub fn serve_config(cfg: &crate::Config) -> Result<super::NodeEnd, String> {
             super::NodeEnd::Stopped(format!("ring node {id} left the ring and stopped\n"))
         } else {
             super::NodeEnd::Lost(format!(
-                "ring node {id}: its etcd lease was lost or it was removed from the view (the \
-                 log says which); it stopped"
+                "ring node {id}: its etcd lease was lost, it was removed from the view, or no \
+                 member of the view it waited to join served it (the log says which); it stopped"
             ))
         })
     })
