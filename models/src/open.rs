@@ -89,7 +89,17 @@ pub fn parse_base_trace(text: &str) -> Result<Trace, String> {
             ))
         }
     }
-    serde_json::from_value(v).map_err(|e| format!("a {TRACE_FORMAT} trace of an older shape: {e}"))
+    let t: Trace = serde_json::from_value(v)
+        .map_err(|e| format!("a {TRACE_FORMAT} trace of an older shape: {e}"))?;
+    // Every reader prints a step by its `index`: one out of place would name another step.
+    if let Some((i, s)) = t.steps.iter().enumerate().find(|(i, s)| s.index != *i) {
+        return Err(format!(
+            "the step at position {i} is numbered {}: a trace's steps are numbered 0, 1, … in \
+             order",
+            s.index
+        ));
+    }
+    Ok(t)
 }
 
 fn model_of_format(f: &str) -> &'static str {
@@ -1379,5 +1389,22 @@ mod tests {
         );
         assert_eq!(slug("P6 FIFO bypass ≤ 0"), "p6-fifo-bypass-0");
         assert_eq!(slug("P1 mutual exclusion"), "p1-mutual-exclusion");
+    }
+
+    /// A stored trace whose steps are renumbered is refused by every reader (`hilock
+    /// replay`, `hilock explore --trace`), naming the first step out of place.
+    #[test]
+    fn a_trace_whose_steps_are_misnumbered_is_refused() {
+        let text = include_str!("../../spec/counterexamples/release-race-literal.json");
+        let t = parse_base_trace(text).expect("the stored trace reads");
+        assert!(t.steps.len() >= 3);
+        let mut v: serde_json::Value = serde_json::from_str(text).unwrap();
+        v["steps"][2]["index"] = serde_json::json!(7);
+        let err = parse_base_trace(&v.to_string()).unwrap_err();
+        assert!(
+            err.contains("the step at position 2 is numbered 7"),
+            "{err}"
+        );
+        assert!(diagram_of(&v.to_string()).is_err());
     }
 }
