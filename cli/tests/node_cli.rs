@@ -261,6 +261,8 @@ fn hilock_lock_times_out_with_one_line_and_exit_2() {
     // never granted to a caller there.
     let v = status_json(&c, 1);
     assert_eq!(v["stats"]["cancels"], 1, "{v}");
+    // A serving node's `not_serving` is there, `null` (docs/operations.md): one schema.
+    assert_eq!(v.get("not_serving"), Some(&serde_json::Value::Null), "{v}");
     // Bad input: one line, exit 2.
     for args in [
         vec!["lock", "/t", "X"],

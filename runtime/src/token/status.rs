@@ -41,8 +41,8 @@ pub struct Status {
     /// Whether the node grants locks now.
     #[serde(default)]
     pub serving: bool,
-    /// Why it does not, if so.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Why it does not, if so (`null` when it serves: the field is always there).
+    #[serde(default)]
     pub not_serving: Option<String>,
     /// Locks whose token is at this node.
     #[serde(default)]
