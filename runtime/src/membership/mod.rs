@@ -768,6 +768,20 @@ impl Membership {
         Ok(())
     }
 
+    /// Deletes this node's recovery reports (`reports/<id>`): once the epoch they were
+    /// written for is installed, nobody reads them again, and every idle look of every
+    /// member reads the whole prefix.
+    pub async fn delete_report(&self) -> Result<(), Error> {
+        let key = format!("{}{:05}", self.keys.reports, self.me.id);
+        timed(
+            self.timeout,
+            "delete report",
+            self.client.clone().delete(key, None),
+        )
+        .await?;
+        Ok(())
+    }
+
     /// Every live node's recovery reports, by node id.
     pub async fn reports(&self) -> Result<BTreeMap<u16, Vec<u8>>, Error> {
         let prefix = self.keys.reports.clone();

@@ -331,6 +331,14 @@ pub(super) mod etcd {
             // A failure is logged by the loop that calls this, once.
             if r.is_ok() {
                 info!(epoch = plans.epoch, locks, "recovery: installed epoch");
+                // This node's report (its locks, for the epoch now installed) is read by
+                // nobody any more; left, every idle look of every member would read it.
+                if reported.is_some() {
+                    if let Err(e) = m.delete_report().await {
+                        tracing::debug!("recovery: deleting the report: {e}");
+                    }
+                    *reported = None;
+                }
             }
             return r.map(|()| false);
         }
