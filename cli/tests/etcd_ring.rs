@@ -1243,15 +1243,8 @@ async fn every_node_stopped() {
             for p in &procs {
                 signal(p, "TERM");
             }
-            let t = Instant::now();
             for (i, p) in procs.iter_mut().enumerate() {
-                let st = loop {
-                    if let Some(st) = p.0.try_wait().unwrap() {
-                        break st;
-                    }
-                    assert!(t.elapsed() < limit, "node {i} still running after SIGTERM");
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                };
+                let st = exit_of(p, &format!("node {i} asked to stop"), limit).await;
                 assert!(st.success(), "node {i} asked to stop exits 0: {st}");
             }
         }
@@ -1292,7 +1285,7 @@ async fn exit_of(p: &mut Proc, what: &str, limit: Duration) -> std::process::Exi
 }
 
 /// A new slot started first into a ring whose every member stopped
-/// (`ring::etcd::before_joining`, `docs/engines/ring.md`, "Faults"): members 0 and 1 are
+/// (`ring::etcd::before_joining`, `docs/engines/ring.md`, "Under faults"): members 0 and 1 are
 /// killed with -9 and their member keys expire; slot 2, never a member, is started
 /// alone. No member of the view has a member key for two TTLs, so it starts the ring
 /// again with itself at the next epoch; the old members started later join it, and a
