@@ -430,23 +430,22 @@ impl Watch for NodeWatch {
         // exited 0 writes one: a failed or killed command's update may be half done.
         let succeeded = self.succeeded;
         let value = self.value_out.as_ref().and_then(|f| {
-            let text = match std::fs::read_to_string(f) {
-                Ok(_) if !succeeded => {
+            let text = match read_value_out(f) {
+                Ok(None) => return None,
+                Ok(Some(_)) if !succeeded => {
                     eprintln!(
                         "hilock: the command failed: the value block it left was not written"
                     );
                     return None;
                 }
-                Ok(text) if text.trim().is_empty() => {
+                Ok(Some(text)) if text.trim().is_empty() => {
                     eprintln!(
                         "hilock: {} is empty: the value block was not written",
                         f.display()
                     );
                     return None;
                 }
-                Ok(text) => text,
-                // No file: the command wrote no value.
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
+                Ok(Some(text)) => text,
                 Err(e) => {
                     eprintln!(
                         "hilock: {}: the value block was not written: {e}",
@@ -473,6 +472,46 @@ impl Watch for NodeWatch {
         }
         let _ = self.w.shutdown().await;
     }
+}
+
+/// The most of a `HILOCK_VALUE_OUT` file read: 64 hex digits and room for whitespace.
+const VALUE_OUT_MAX: u64 = 4096;
+
+/// The value block a command left in `f` (`HILOCK_VALUE_OUT`, `docs/cli.md`): `None` if it
+/// left no file. Only a regular file is read, and at most [`VALUE_OUT_MAX`] bytes of it: a
+/// FIFO would hold the release (and the lock) for ever and a link to a device could be
+/// endless, so a link is not followed and anything but a regular file is refused; the
+/// open does not wait.
+fn read_value_out(f: &std::path::Path) -> Result<Option<String>, String> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(f)
+    {
+        Ok(file) => file,
+        // No file: the command wrote no value.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+            return Err("a symbolic link, not a regular file".into())
+        }
+        Err(e) => return Err(e.to_string()),
+    };
+    let meta = file.metadata().map_err(|e| e.to_string())?;
+    if !meta.is_file() {
+        return Err("not a regular file".into());
+    }
+    let mut text = String::new();
+    file.take(VALUE_OUT_MAX + 1)
+        .read_to_string(&mut text)
+        .map_err(|e| e.to_string())?;
+    if text.len() as u64 > VALUE_OUT_MAX {
+        return Err(format!(
+            "more than {VALUE_OUT_MAX} bytes (a value block is at most 64 hex digits)"
+        ));
+    }
+    Ok(Some(text))
 }
 
 /// The ring client holds the lock (`engine = "ring"`): it checks it while the command runs

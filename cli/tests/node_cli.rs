@@ -1788,7 +1788,21 @@ fn hilock_lock_passes_the_value_block_to_the_next_holder() {
         ("printf 'a\u{e9}b' > \"$HILOCK_VALUE_OUT\"", "is not one"),
         (
             "mkdir \"$HILOCK_VALUE_OUT\"; echo \"$HILOCK_VALUE_OUT\"",
-            "not written",
+            "not a regular file",
+        ),
+        // A FIFO held the release, and so the lock, for ever (the read waited for a
+        // writer); a link to /dev/zero was read without end.
+        (
+            "mkfifo \"$HILOCK_VALUE_OUT\"; echo \"$HILOCK_VALUE_OUT\"",
+            "not a regular file",
+        ),
+        (
+            "ln -s /dev/zero \"$HILOCK_VALUE_OUT\"; echo \"$HILOCK_VALUE_OUT\"",
+            "a symbolic link",
+        ),
+        (
+            "head -c 100000 /dev/zero | tr '\\0' a > \"$HILOCK_VALUE_OUT\"",
+            "more than 4096 bytes",
         ),
     ] {
         let out = run(&mut lock_cmd(&c.socket(0), "/value/v", "W", script));
