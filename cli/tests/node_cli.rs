@@ -1438,6 +1438,64 @@ fn a_request_that_timed_out_towards_a_crashed_node_is_a_dead_end_once_it_is_refu
     }
 }
 
+/// Requests made while a token node was dead, then refused as a new run (`docs/faults.md`,
+/// "A node restarted with fresh state is refused"). Both paths start with their token at
+/// node 0; node 1 takes them, so node 0 points at node 1 and node 2 at node 0; node 1 is
+/// killed. On `/a…` node 0's try and node 2's request (which node 0 forwards to node 1)
+/// time out; on `/b…` node 0's request does. Node 1 comes back and is refused. Then every
+/// request and try of node 2 fails at once naming node 1. Red before: on `/a…` node 2's
+/// request waited out its 5 s (node 0 had forwarded it to node 1 before the refusal, and
+/// the link dropped it untold) and its tries said "busy" (exit 79); on `/b…` node 2's first
+/// try, which node 0 answers, said "busy".
+#[test]
+fn requests_made_while_a_token_node_was_dead_fail_at_once_once_it_is_refused() {
+    let mut c = start(3);
+    for peer in [1, 2] {
+        wait_peer_state(&c, 0, peer, "connected");
+    }
+    let (a, b) = (path_at("/a", 3, 0), path_at("/b", 3, 0));
+    for p in [&a, &b] {
+        let out = run(&mut lock_cmd(&c.socket(1), p, "W", "true"));
+        assert!(out.status.success(), "{}", text(&out.stderr));
+    }
+    let file = c.config();
+    let _ = c.nodes[1].0.kill();
+    let _ = c.nodes[1].0.wait();
+    let ask = |c: &Cluster, node: usize, path: &str, try_: bool, ms: &str| {
+        let t = Instant::now();
+        let mut cmd = hilock();
+        cmd.args(["lock", path, "R", "--timeout-ms", ms]);
+        if try_ {
+            cmd.arg("--try");
+        }
+        let out = run(cmd.arg("--socket").arg(c.socket(node)).args(["--", "true"]));
+        (out.status.code(), text(&out.stderr), t.elapsed())
+    };
+    for (node, path, try_) in [(0, &a, true), (2, &a, false), (0, &b, false)] {
+        let (code, e, _) = ask(&c, node, path, try_, "1000");
+        assert_eq!(code, Some(2), "node {node}, {path}: {e}");
+        assert!(e.contains("timed out"), "node {node}, {path}: {e}");
+    }
+    std::fs::remove_file(c.socket(1)).unwrap();
+    c.nodes[1] = spawn_node(&file, 1);
+    wait_socket(&c, 1);
+    wait_peer_state(&c, 0, 1, "refused");
+    wait_peer_state(&c, 2, 1, "refused");
+    for (path, try_) in [(&b, true), (&a, false), (&a, true), (&b, false)] {
+        let (code, e, took) = ask(&c, 2, path, try_, "5000");
+        eprintln!("node 2, {path}, try {try_}: {took:?}: {}", e.trim());
+        assert_eq!(code, Some(2), "{path}, try {try_}: {e}");
+        assert!(
+            took < Duration::from_secs(2),
+            "{path}, try {try_}: {took:?}"
+        );
+        assert!(
+            e.contains("node 1 restarted with fresh state and is refused"),
+            "{path}, try {try_}: {e}"
+        );
+    }
+}
+
 /// `hilock status` probes every peer for the call: a peer stopped with SIGSTOP a moment
 /// ago (long before the one-second silence check could notice) is already shown as not
 /// answering, never as connected; after SIGCONT it is shown connected at once.

@@ -138,6 +138,14 @@ pub(super) enum Cmd {
         peer: u16,
         serial: u32,
     },
+    /// A request (of `requester`, `serial`) for `path` that this node sent to `peer` before
+    /// it was refused, and that `peer` never received (the link dropped it).
+    LostRequest {
+        path: String,
+        peer: u16,
+        requester: NodeId,
+        serial: u32,
+    },
     /// The node suspends (`super::suspend`): every local caller's hold is released,
     /// every waiter fails ([`Error::Stopped`]) and every kernel request is cancelled; then
     /// the answer is the run's generation and every lock's site, and the core takes no
@@ -661,6 +669,18 @@ impl Core {
                     self.pump(&path);
                 }
             }
+            Cmd::LostRequest {
+                path,
+                peer,
+                requester,
+                serial,
+            } => {
+                if requester.0 == self.shared.id {
+                    self.handle(Cmd::DeadEnd { path, peer, serial });
+                } else {
+                    self.dead_end(requester, &path, peer, serial);
+                }
+            }
             Cmd::Parent { path, reply } => {
                 let parent = self
                     .locks
@@ -1030,6 +1050,17 @@ impl Core {
             epoch,
             msg: frame.msg,
         };
+        // A try of another node for a lock whose request here went to a refused peer: the
+        // lock is a dead end here (`Core::pump`), and the try would be answered "busy" —
+        // which tells a script to try again, for ever. Its requester is told first, so
+        // that its caller fails at once naming the refused node (the answer still follows).
+        if let (Some(peer), hilock_kernel::Msg::TryRequest { entry, .. }) =
+            (self.locks.get(&path).and_then(|e| e.dead_end), &msg.msg)
+        {
+            if entry.requester.0 != self.shared.id {
+                self.dead_end(entry.requester, &path, peer, entry.serial);
+            }
+        }
         self.trace_seq = seq;
         match self.kstep(&path, Input::Deliver { from, msg: &msg }) {
             Ok(()) => {}

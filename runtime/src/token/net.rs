@@ -302,6 +302,25 @@ pub const SILENT_AFTER: Duration = Duration::from_secs(1);
 /// costs a handshake and a resend, never a message (`wire.rs`, "Lossless channel").
 pub const REDIAL_AFTER: Duration = Duration::from_secs(3);
 
+/// A message for the refused `peer` that it will never receive: if it is a lock request
+/// (`Request`, `TryRequest`), the core tells its requester ([`Cmd::LostRequest`]).
+fn lost_requests(peer: u16, b: &[u8], core: &mpsc::UnboundedSender<Cmd>) {
+    let frame = match wire::decode::<wire::Payload>(b) {
+        Ok(wire::Payload::Token(f) | wire::Payload::Stamped(_, f)) => f,
+        _ => return,
+    };
+    if let hilock_kernel::Msg::Request { entry, .. }
+    | hilock_kernel::Msg::TryRequest { entry, .. } = frame.msg
+    {
+        let _ = core.send(Cmd::LostRequest {
+            path: frame.path,
+            peer,
+            requester: entry.requester,
+            serial: entry.serial,
+        });
+    }
+}
+
 /// The sending side of the link to `peer`: connect (with backoff), authenticate, send
 /// numbered messages, keep them until acknowledged, resend after a reconnect.
 pub(super) async fn dial(shared: Arc<Shared>, peer: u16, core: mpsc::UnboundedSender<Cmd>) {
@@ -314,10 +333,17 @@ pub(super) async fn dial(shared: Arc<Shared>, peer: u16, core: mpsc::UnboundedSe
     let mut run_gen = link.run_gen.load(Relaxed);
     loop {
         if let Some(reason) = link.refused() {
-            // A new run of that node (or this node is one): nothing more goes to it.
+            // A new run of that node (or this node is one): nothing more goes to it. The
+            // lock requests among what it never received are lost there: their
+            // requesters are told (`lost_requests`), also for those the kernel handed
+            // over before the peer was refused.
             warn!(peer, %reason, "not talking to peer any more");
-            link.outbox().unacked.clear();
-            while rx.recv().await.is_some() {
+            let unacked = std::mem::take(&mut link.outbox().unacked);
+            for (_, b) in &unacked {
+                lost_requests(peer, b, &core);
+            }
+            while let Some(b) = rx.recv().await {
+                lost_requests(peer, &b, &core);
                 link.dropped.fetch_add(1, Relaxed);
             }
             return;
