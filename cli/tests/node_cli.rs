@@ -1719,6 +1719,107 @@ fn a_paused_nodes_txn_command_dies_before_its_lock_passes_on() {
         "the first command ran {} ms into the second's hold",
         (last - granted) / 1_000_000
     );
+    // The killed command did not run to its end: its transaction is not counted committed
+    // (docs/operations.md; before, node 2 said "begun 1 committed 1").
+    let t = Instant::now();
+    loop {
+        let out = run(hilock().args(["status", "--socket"]).arg(c.socket(2)));
+        let s = text(&out.stdout);
+        if s.contains("transactions (--txn): begun 1 committed 0 aborted 1") {
+            break;
+        }
+        assert!(t.elapsed() < Duration::from_secs(10), "node 2: {s}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A `--txn` that waits on a paused node (`runtime/src/agents/engine.rs`, `Engine::turn`;
+/// `docs/engines/agents.md`, "Under faults"). A on node 0 holds `/w…` (served by node 0);
+/// B on node 1 waits for it; node 1 is stopped (SIGSTOP), A ends and node 0's server
+/// grants B while node 1 cannot hear it; 4 s later node 0 releases node 1's agents and C
+/// on node 0 is granted. Node 1 resumes: the grant to B arrives late, but the node, which
+/// did not run for more than 1.5 s, counts node 0's server as down first and B aborts; no
+/// two commands overlap. (Before, B ran inside C's hold and both exited 0.)
+#[test]
+fn a_paused_nodes_waiting_txn_is_not_granted_once_its_entries_are_released() {
+    let c = start(3);
+    let dir = c.dir.path();
+    let log = dir.join("log");
+    let w = (0..)
+        .map(|i| format!("/w{i}"))
+        .find(|p| hilock_runtime::agents::home(p, 3) == 0)
+        .unwrap();
+    let txn = |node: usize, name: &str, secs: u32| {
+        let script = format!(
+            "echo \"{name} start $(date +%s%N)\" >> {l}; sleep {secs}; \
+             echo \"{name} end $(date +%s%N)\" >> {l}",
+            l = log.display()
+        );
+        hilock()
+            .args(["lock", "--txn", &format!("{w}:W"), "--timeout-ms", "30000"])
+            .arg("--socket")
+            .arg(c.socket(node))
+            .args(["--", "sh", "-c", &script])
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let logged = |what: &str| {
+        let t = Instant::now();
+        while !std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .contains(what)
+        {
+            assert!(t.elapsed() < Duration::from_secs(20), "{what} within 20 s");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    let a = txn(0, "A", 2);
+    logged("A start");
+    let b = txn(1, "B", 1);
+    std::thread::sleep(Duration::from_millis(500));
+    c.signal(1, "-STOP");
+    std::thread::sleep(Duration::from_millis(2500));
+    let cc = txn(0, "C", 4);
+    logged("C start");
+    c.signal(1, "-CONT");
+    let mut ends = Vec::new();
+    for (name, p) in [("A", a), ("B", b), ("C", cc)] {
+        let out = p.wait_with_output().unwrap();
+        eprintln!(
+            "{name}: {:?} {}",
+            out.status.code(),
+            text(&out.stderr).trim()
+        );
+        ends.push((name, out.status.code()));
+    }
+    let text_log = std::fs::read_to_string(&log).unwrap();
+    eprintln!("{text_log}");
+    let at = |what: &str| {
+        text_log
+            .lines()
+            .find_map(|l| l.strip_prefix(what))
+            .map(|t| t.trim().parse::<u128>().unwrap())
+    };
+    let spans: Vec<(&str, u128, u128)> = ["A", "B", "C"]
+        .into_iter()
+        .filter_map(|n| {
+            let s = at(&format!("{n} start"))?;
+            Some((n, s, at(&format!("{n} end")).unwrap_or(u128::MAX)))
+        })
+        .collect();
+    for (i, x) in spans.iter().enumerate() {
+        for y in &spans[i + 1..] {
+            assert!(
+                x.2 < y.1 || y.2 < x.1,
+                "{} and {} held {w} in W at once: {text_log}",
+                x.0,
+                y.0
+            );
+        }
+    }
+    assert_eq!(ends[0].1, Some(0), "A");
+    assert_eq!(ends[2].1, Some(0), "C");
 }
 
 /// `hilock lock --txn` passes no fencing token (the agents engine has none): its command

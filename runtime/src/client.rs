@@ -616,6 +616,7 @@ async fn client(node: Handle, s: UnixStream) {
                 // `spec/SPEC.md` 1.16: a conflicting request of another node waits.
                 async { guard.blocking().await.ok() },
                 &mut value,
+                &mut false,
                 false,
             )
             .await;
@@ -694,7 +695,8 @@ async fn txn(
     let lost = async { t.lost().await.to_string() };
     // A transaction writes no value block: a value given with its release is ignored.
     let mut ignored = None;
-    if hold(
+    let mut released = false;
+    if !hold(
         node,
         &mut r,
         &mut w,
@@ -704,16 +706,20 @@ async fn txn(
         // The agents engine has no blocking notification (`spec/SPEC.md` 1.16).
         std::future::pending(),
         &mut ignored,
+        &mut released,
         true,
     )
     .await
     {
-        // Every lock was held until the client let go: a commit (`AgentStats::committed`),
-        // which releases them all.
-        let _ = t.commit().await;
-    } else {
         std::mem::forget(t);
+    } else if released {
+        // Every lock was held until the client released them after its command ran to
+        // its end: a commit (`AgentStats::committed`), which releases them all.
+        let _ = t.commit().await;
     }
+    // Otherwise the client went away without a release (its command was killed: the
+    // hold's lease ran out, or the client was): dropping the transaction aborts it and
+    // releases every lock.
 }
 
 /// How long a stopping node gives a registered command between SIGTERM and SIGKILL when
@@ -736,7 +742,8 @@ const STOP_KILL_WAIT: Duration = Duration::from_millis(80);
 /// [`STOP_TERM_GRACE`] later) before the release; `false` if a process of it is still
 /// alive [`STOP_KILL_WAIT`] after the SIGKILL: then the lock must not be released. While
 /// the node's lease is valid, every renewal is passed on to the client. A release that
-/// carries a value block leaves it in `value` for the caller to write before it releases.
+/// carries a value block leaves it in `value` for the caller to write before it releases;
+/// `released` says whether the client asked for the release (not gone without one).
 #[allow(clippy::too_many_arguments)]
 async fn hold(
     node: &Handle,
@@ -747,6 +754,7 @@ async fn hold(
     lost: impl std::future::Future<Output = String>,
     blocked: impl std::future::Future<Output = Option<crate::Blocked>>,
     value: &mut Option<[u8; hilock_kernel::VALUE_LEN]>,
+    released: &mut bool,
     txn: bool,
 ) -> bool {
     let mut stop = node.stopping();
@@ -814,6 +822,11 @@ async fn hold(
                             Ok(v) => *value = Some(v),
                             Err(e) => warn!(%path, error = %e, "a release's value block was dropped"),
                         }
+                        *released = true;
+                        return true;
+                    }
+                    Ok(Request::Release { value: None }) => {
+                        *released = true;
                         return true;
                     }
                     // A release, or anything else: release.

@@ -93,6 +93,8 @@ pub(crate) struct Engine {
     /// links after it.
     serve_from: Option<Instant>,
     deferred: VecDeque<(u16, ServerMsg<DEPTH>)>,
+    /// When the engine's task last ran ([`Engine::turn`]; at least every [`LINK_CHECK`]).
+    last_turn: Instant,
 }
 
 /// The engine's task: commands and frames in, and a look at the peer links every
@@ -119,10 +121,17 @@ pub(crate) async fn run(net: Arc<dyn Net>, rx: EngineRx) {
         tokio::select! {
             c = rx.recv() => {
                 let Some(c) = c else { return };
+                e.turn(Instant::now());
                 e.handle(c);
             }
-            _ = tick.tick() => e.check_links(Instant::now()),
-            () = std::future::ready(()), if e.has_work() => e.drain(),
+            _ = tick.tick() => {
+                e.turn(Instant::now());
+                e.check_links(Instant::now());
+            }
+            () = std::future::ready(()), if e.has_work() => {
+                e.turn(Instant::now());
+                e.drain();
+            }
         }
     }
 }
@@ -153,7 +162,35 @@ impl Engine {
                 n
             ],
             net,
+            last_turn: Instant::now(),
         }
+    }
+
+    /// Called first at every turn of the engine's task, which turns at least every
+    /// [`LINK_CHECK`]: a task that did not run for [`SERVER_DOWN_AFTER`] (the node was
+    /// paused, or starved) counts every other lock server as down for its running agents
+    /// (rule A8 aborts what can no longer be had), as if every link had been down that
+    /// long. Its peers saw no heartbeat meanwhile, and may have released its agents'
+    /// entries ([`AGENTS_GONE_AFTER`]) while a grant to one of them waited on the link: a
+    /// transaction granted by that late message would share the lock with the
+    /// transaction the server granted it to after the release.
+    pub(crate) fn turn(&mut self, now: Instant) {
+        let gap = now.saturating_duration_since(self.last_turn);
+        self.last_turn = now;
+        if gap < SERVER_DOWN_AFTER || self.agents.is_empty() {
+            return;
+        }
+        warn!(
+            gap_ms = gap.as_millis() as u64,
+            "agents: this node did not run for {gap:?}; its running transactions count every \
+             other lock server as down"
+        );
+        for p in 0..self.n.min(MAX_SERVERS) {
+            if p as u16 != self.me {
+                self.server_down(p as u16);
+            }
+        }
+        self.drain();
     }
 
     /// One command, then every local message it caused.
