@@ -137,6 +137,12 @@ async fn work<const N: usize>(
     // while the worker runs.
     let id = opts.client_id;
     let mut worked = 0u64;
+    // SIGINT, SIGTERM and SIGHUP end the worker while it waits (for an item, or to
+    // register again): once a command ran, its signal handling (passed on to the group)
+    // stays installed in this process, and the signals would otherwise do nothing. A
+    // signal while a command runs goes to the command; one left pending ends the worker
+    // at its next wait.
+    let mut signals = hilock_runtime::proc::StopSignals::new()?;
     loop {
         let mut kept =
             match Registration::register(addrs, &prefix, id, opts.lease, opts.call_timeout).await {
@@ -147,26 +153,52 @@ async fn work<const N: usize>(
                 }
                 Err(e) => return Err(format!("queue {name}: {e}")),
             };
-        let r = work_items::<N>(name, addrs, opts, limits, command, &mut kept, &mut worked).await;
+        let r = work_items::<N>(
+            name,
+            addrs,
+            opts,
+            limits,
+            command,
+            &mut kept,
+            &mut worked,
+            &mut signals,
+        )
+        .await;
         match r {
             // Nothing of this worker is on its way to a replica.
-            Ok(Some(code)) => {
+            Ok(Worked::Done(code)) => {
                 kept.end().await;
                 return Ok(code);
+            }
+            // A wait for an item was cut short: its writes may still be on their way, so
+            // the registration runs out (a lease) instead of being given back.
+            Ok(Worked::Stopped(sig)) => {
+                kept.lapse();
+                eprintln!(
+                    "hilock: queue {name}: stopped by signal {sig} while waiting for an item"
+                );
+                return Ok(ExitCode::from(128 + sig));
             }
             // The registration ran out (the worker was paused or cut off for longer than
             // a lease): another worker may have used the id since. As a new worker would,
             // it starts again with a new client, once what the old one sent has landed
             // (the registration is not given back; one lease more, as after a lock's
             // give-up), and a new registration.
-            Ok(None) => {
+            Ok(Worked::Lapsed) => {
                 kept.lapse();
                 eprintln!(
                     "hilock: queue {name}: the registration of client id {id} ran out (the \
                      worker was paused or cut off for longer than its lease); it registers \
                      again after one lease"
                 );
-                tokio::time::sleep(opts.lease).await;
+                tokio::select! {
+                    () = tokio::time::sleep(opts.lease) => {}
+                    sig = signals.recv() => {
+                        let sig = sig?;
+                        eprintln!("hilock: queue {name}: stopped by signal {sig}");
+                        return Ok(ExitCode::from(128 + sig));
+                    }
+                }
             }
             // Writes of an interrupted step may still be on their way: the registration
             // runs out (a lease) instead of being given back.
@@ -178,8 +210,19 @@ async fn work<const N: usize>(
     }
 }
 
+/// How [`work_items`] ended.
+enum Worked {
+    /// The worker is done, with this exit code.
+    Done(ExitCode),
+    /// The registration ran out.
+    Lapsed,
+    /// A signal (its number) came while the worker waited for an item.
+    Stopped(u8),
+}
+
 /// The items of [`work`] while `kept` holds the worker's id, with a new client of the
-/// queue: `Some(code)` when the worker is done, `None` when the registration ran out.
+/// queue.
+#[allow(clippy::too_many_arguments)]
 async fn work_items<const N: usize>(
     name: &str,
     addrs: &[String],
@@ -188,16 +231,18 @@ async fn work_items<const N: usize>(
     command: &[String],
     kept: &mut hilock_runtime::bakery::ident::Kept,
     worked: &mut u64,
-) -> Result<Option<ExitCode>, String> {
+    signals: &mut hilock_runtime::proc::StopSignals,
+) -> Result<Worked, String> {
     let mut q = hilock_runtime::bakery::BakeryQueue::<N>::redis(name, addrs, opts)
         .map_err(|e| e.to_string())?;
     while limits.max_items.is_none_or(|m| *worked < m) {
         // Waiting for an item writes the id's column: only while the registration holds.
-        let Ok(next) = kept
-            .while_held(q.next(limits.wait, limits.exit_when_empty))
-            .await
-        else {
-            return Ok(None);
+        let next = tokio::select! {
+            next = kept.while_held(q.next(limits.wait, limits.exit_when_empty)) => next,
+            sig = signals.recv() => return Ok(Worked::Stopped(sig?)),
+        };
+        let Ok(next) = next else {
+            return Ok(Worked::Lapsed);
         };
         let Some(t) = next.map_err(|e| e.to_string())? else {
             break;
@@ -227,7 +272,7 @@ async fn work_items<const N: usize>(
         .await?;
         if kept.until() <= tokio::time::Instant::now() {
             // The hold was lost with the registration (said on stderr by the wrapper).
-            return Ok(None);
+            return Ok(Worked::Lapsed);
         }
         match ended {
             crate::run_under_lock::Outcome::Lost(_) => {
@@ -250,11 +295,11 @@ async fn work_items<const N: usize>(
                     t.item,
                     other.describe()
                 );
-                return Ok(Some(other.code()));
+                return Ok(Worked::Done(other.code()));
             }
         }
     }
-    Ok(Some(ExitCode::SUCCESS))
+    Ok(Worked::Done(ExitCode::SUCCESS))
 }
 
 /// The shortest and the longest lease: below 100 ms the lease's ticks (a tenth of it) are

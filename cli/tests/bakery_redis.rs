@@ -1077,6 +1077,28 @@ fn clients_with_another_lease_than_the_first_are_refused() {
     let (code, err) = finish(&mut b, Duration::from_secs(20));
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("lease of 600 ms"), "{err}");
+    // A lease entry that is no number of ms (foreign, or malformed): said so, not taken
+    // for a lease to pass (before: "pass --lease-ms abc").
+    bounded(10, async {
+        for addr in &reps.addrs {
+            let mut c = raw(addr).await;
+            let _: () = redis::cmd("SET")
+                .arg("hilock:bakery:foreignlease:lease")
+                .arg("abc")
+                .query_async(&mut c)
+                .await
+                .unwrap();
+        }
+    });
+    let out = bakery_lock(&addrs, "foreignlease", 17, 2000, "true")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("malformed or foreign entry") && !err.contains("--lease-ms abc"),
+        "{err}"
+    );
 }
 
 /// A queue worker killed (SIGKILL) while its command works on an item takes the command
@@ -1933,6 +1955,43 @@ fn queue_four_workers_work_every_item_exactly_once() {
         }
     }
     assert!(complete >= 2, "fewer than a majority hold every done item");
+}
+
+/// A worker that has run a command and waits for the next item ends on SIGTERM, SIGINT or
+/// SIGHUP (`docs/cli.md`, "hilock bakery queue"): exit 128 + N, one line. (Before, the
+/// command's signal handling, passed on to its group, stayed installed after the command,
+/// and the waiting worker did nothing on SIGTERM or SIGINT: only SIGKILL ended it.)
+#[test]
+fn a_waiting_worker_that_ran_a_command_stops_on_a_signal() {
+    if !have_redis() {
+        return;
+    }
+    let reps = Replicas::start(3);
+    let dir = tempfile::tempdir().unwrap();
+    for (queue, sig, code) in [("sigterm", "TERM", 143), ("sigint", "INT", 130)] {
+        let log = dir.path().join(queue);
+        push_item(&reps.addrs, queue, "one");
+        let child = Command::new(env!("CARGO_BIN_EXE_hilock"))
+            .args(["bakery", "queue", "work", queue, "--replicas"])
+            .arg(reps.addrs.join(","))
+            .args(["--client-id", "1", "--lease-ms", "1000", "--"])
+            .args(logging(&log, 20))
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut w = WorkerProc(child);
+        let t = Instant::now();
+        while ends(&log) < 1 {
+            assert!(t.elapsed() < Duration::from_secs(20), "the item was worked");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        signal(w.0.id(), &format!("-{sig}"));
+        let (got, err) = finish(&mut w, Duration::from_secs(5));
+        assert_eq!(got, Some(code), "SIG{sig}: {err}");
+        assert!(err.contains("stopped by signal"), "SIG{sig}: {err}");
+    }
 }
 
 /// Two workers started with one `--client-id` would write one column of the bakery

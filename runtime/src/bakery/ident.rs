@@ -377,6 +377,15 @@ pub async fn agree_lease(
         .map(|a| a.unwrap_or_else(|| Err(NOT_WAITED.to_string())))
         .collect();
     if let Some(other) = answers.iter().flatten().find(|v| **v != ours) {
+        // Only a number of milliseconds is a lease a client set: anything else there is a
+        // foreign or malformed entry, and "pass --lease-ms abc" would be no advice.
+        if other.parse::<u64>().is_err() {
+            return Err(RegisterError::Invalid(format!(
+                "malformed or foreign entry at {key}: {other:?} is not a lease in ms (the \
+                 first client of the name writes its --lease-ms there); delete the key on \
+                 every replica, or pick another name"
+            )));
+        }
         return Err(RegisterError::Invalid(format!(
             "its clients use a lease of {other} ms (set by the first one); this one asks for \
              {ours} ms, and clients with different leases would not exclude each other: pass \
