@@ -1338,20 +1338,25 @@ async fn new_slot_first() {
 /// other member serves the view and slot 2 is not settled in it, so after two TTLs it
 /// ends with exit 75 and gives its lease back; its next run (a supervisor's restart)
 /// starts the ring again alone. The paused members, woken, find their leases lost and
-/// exit 75; started again, they join. (Before, slot 2 waited for ever.)
+/// exit 75; started again, they join. (Before, slot 2 waited for ever.) Leases of
+/// [`JOINER_TTL_S`], so that slot 2 surely joins before the paused members' keys expire.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_joiner_whose_view_nobody_else_serves_ends_and_its_next_run_starts_again() {
-    tokio::time::timeout(Duration::from_secs(60), joiner_of_a_dead_view())
+    tokio::time::timeout(Duration::from_secs(90), joiner_of_a_dead_view())
         .await
-        .expect("the test ended within 60 s");
+        .expect("the test ended within 90 s");
 }
+
+/// The etcd lease TTL of [`a_joiner_whose_view_nobody_else_serves_ends_and_its_next_run_starts_again`].
+const JOINER_TTL_S: u32 = 5;
 
 async fn joiner_of_a_dead_view() {
     let name = "a_joiner_whose_view_nobody_else_serves_ends_and_its_next_run_starts_again";
-    let Some(mut r) = start_ring_of(name, "ring-joiner-dead-view", 3, 2).await else {
+    let Some(mut r) = start_ring_ttl(name, "ring-joiner-dead-view", 3, 2, JOINER_TTL_S).await
+    else {
         return;
     };
-    let limit = Duration::from_secs(15);
+    let limit = Duration::from_secs(30);
     for p in r.procs.iter().flatten() {
         signal(p, "STOP");
     }
@@ -1363,7 +1368,7 @@ async fn joiner_of_a_dead_view() {
             break;
         }
         assert!(
-            t.elapsed() < Duration::from_secs(TTL_S.into()),
+            t.elapsed() < Duration::from_secs(JOINER_TTL_S.into()),
             "slot 2 joins the view while the paused members' keys live (view {} {:#b})",
             v.epoch,
             v.members
