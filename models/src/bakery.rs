@@ -462,6 +462,32 @@ impl BakeryModel {
         self.dispatch_with(finish, threads, Counterexample::Cut)
     }
 
+    /// [`crate::check::check_model`] of this configuration (`hilock check`): progress
+    /// through `progress`, the first violation stops the search, which then goes on to
+    /// [`crate::check::DEPTH_AFTER_VIOLATION`] times its depth for the shortest
+    /// counterexamples; the bound reached, if the search stopped there.
+    pub fn check_with_progress(
+        &self,
+        progress: impl FnMut(usize, usize, usize),
+    ) -> (BakeryReport, Option<usize>) {
+        fn run<const K: usize, const C: usize>(
+            s: BakerySystem<K, C>,
+            progress: impl FnMut(usize, usize, usize),
+        ) -> (BakeryReport, Option<usize>) {
+            let name = s.name.clone();
+            crate::check::check_model(&s, &name, |p, path| s.trace(p, path), progress)
+        }
+        let m = self.clone();
+        match self.sizes() {
+            (1, 3) => run(BakerySystem::<1, 3>(m), progress),
+            (1, 4) => run(BakerySystem::<1, 4>(m), progress),
+            (2, 3) => run(BakerySystem::<2, 3>(m), progress),
+            (2, 4) => run(BakerySystem::<2, 4>(m), progress),
+            (3, 3) => run(BakerySystem::<3, 3>(m), progress),
+            _ => run(BakerySystem::<3, 4>(m), progress),
+        }
+    }
+
     fn dispatch_with(
         &self,
         finish: HasDiscoveries,

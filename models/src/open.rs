@@ -1348,11 +1348,23 @@ pub fn check_other(
 ) -> Result<OtherCheck, String> {
     use crate::check::check_model;
     match cfg {
-        OtherConfig::Tree(c) => OtherCheck::of(c.model()?.check_shortest(), None),
-        OtherConfig::Agents(c) => OtherCheck::of(c.model()?.check_shortest(), None),
+        // Every model alike: progress, and a failing configuration's search stops at its
+        // first violation and then goes on only to a bound (a saved counterexample's full
+        // space can be too large to search).
+        OtherConfig::Tree(c) => {
+            let m = c.model()?;
+            let (report, bound) = check_model(&m, &c.name, |p, path| m.trace(p, path), progress);
+            OtherCheck::of(report, bound)
+        }
+        OtherConfig::Agents(c) => {
+            let m = c.model()?;
+            let (report, bound) = check_model(&m, &c.name, |p, path| m.trace(p, path), progress);
+            OtherCheck::of(report, bound)
+        }
         OtherConfig::Bakery(c) => {
             cfg.validate()?;
-            OtherCheck::of(c.check_on_one_thread(), None)
+            let (report, bound) = c.check_with_progress(progress);
+            OtherCheck::of(report, bound)
         }
         OtherConfig::Inversion(c) => {
             c.validate()?;
@@ -1389,6 +1401,36 @@ mod tests {
         );
         assert_eq!(slug("P6 FIFO bypass ≤ 0"), "p6-fifo-bypass-0");
         assert_eq!(slug("P1 mutual exclusion"), "p1-mutual-exclusion");
+    }
+
+    /// `hilock check` reports the progress of a tree, agents or bakery check as of every
+    /// other model (before, these three ran silent however long they took), and stops a
+    /// failing one at a bound after its first violation.
+    #[test]
+    fn every_model_s_check_reports_its_progress() {
+        for (file, text) in [
+            (
+                "tree-slides",
+                include_str!("../../spec/counterexamples/configs/tree-slides.json"),
+            ),
+            (
+                "agents-self-wait",
+                include_str!("../../spec/counterexamples/configs/agents-self-wait.json"),
+            ),
+            (
+                "bakery-literal",
+                include_str!("../../spec/counterexamples/configs/bakery-literal.json"),
+            ),
+        ] {
+            let cfg: OtherConfig = serde_json::from_str(text).expect(file);
+            let mut calls = 0;
+            let r = check_other(&cfg, |_, _, _| calls += 1).expect(file);
+            assert!(calls >= 1, "{file}: no progress");
+            assert!(
+                !r.ok,
+                "{file}: the saved counterexample's configuration fails"
+            );
+        }
     }
 
     /// A stored trace whose steps are renumbered is refused by every reader (`hilock
