@@ -453,6 +453,22 @@ async fn withdrawn_join() {
         out.starts_with("joined 2: view epoch 1 members [0, 1, 2]"),
         "{out}"
     );
+
+    // Down to one member; its leave is refused at once (before, it was queued and the
+    // line said it "completes on its own", which it never did).
+    for n in ["2", "1"] {
+        let (code, out, err) = ring_cmd(&["leave", "--id", n], &cfg, limit).await;
+        assert_eq!(code, Some(0), "leave {n}: {out} {err}");
+    }
+    let t = std::time::Instant::now();
+    let (code, out, err) = ring_cmd(&["leave", "--id", "0"], &cfg, limit).await;
+    assert_eq!(code, Some(2), "{out} {err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err:?}");
+    assert!(
+        err.contains("slot 0 is the only member") && !err.contains("completes on its own"),
+        "{err}"
+    );
+    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
 }
 
 /// Ctrl-C (SIGINT), SIGTERM or SIGHUP of a `hilock ring join` whose join is queued (its node does

@@ -660,7 +660,8 @@ const WITHDRAW_WAIT: Duration = Duration::from_secs(2);
 /// view has (join) or has not (leave) the slot and every node involved is settled.
 ///
 /// A leave of a slot that is not a member is refused at once (one line, saying so); a
-/// join of the slot still queued is withdrawn by it, and the line says that too. A change
+/// join of the slot still queued is withdrawn by it, and the line says that too. So is a
+/// leave of the view's only member. A change
 /// that has not started when `limit` passes is withdrawn (the line says why it did not
 /// start: for a join, most often that the slot's node is not connected to the service);
 /// one that started completes on its own, and the line says that.
@@ -687,6 +688,17 @@ pub fn change(membership: SocketAddr, r: Request, limit: Duration) -> Result<Str
         };
         if usize::from(n) >= SLOTS {
             return Err(format!("--id {n}: the ring has {SLOTS} slots"));
+        }
+        // The service does not empty the view: a leave of its only member would be queued
+        // and never start.
+        let view = a.state().view;
+        if !join && view.members == 1 << n {
+            return Err(format!(
+                "{r}: slot {n} is the only member of view epoch {} members {}: nobody could \
+                 take its entries over; stop its node instead (its locks end with it)",
+                view.epoch,
+                slots_of(view.members)
+            ));
         }
         // The service answers at once; a `limit` shorter than that still gets its answer.
         let answer = a
