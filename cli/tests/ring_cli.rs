@@ -122,6 +122,14 @@ fn the_engine_is_named_in_the_config_and_ring_errors_are_clear() {
             GOOD.replace("members = [0, 2]", "members = []"),
             "at least one node",
         ),
+        (
+            GOOD.replace("members = [0, 2]", "members = [0, 0, 2]"),
+            "ring member 0 is named twice",
+        ),
+        (
+            GOOD.replace("127.0.0.1:7300", "127.0.0.1:7201"),
+            "[ring] membership 127.0.0.1:7201 is node 1's address",
+        ),
         (GOOD.replace("lease_ms = 700", "lease_ms = 0"), "lease_ms 0"),
         (GOOD.replace("lease_ms = 700", "lease = 700"), "lease"),
         (

@@ -212,6 +212,9 @@ fn ring_part(
                         "ring member {i} is not one of the configured nodes"
                     ));
                 }
+                if bits & (1 << i) != 0 {
+                    return Err(format!("ring member {i} is named twice in [ring] members"));
+                }
                 bits |= 1 << i;
             }
             if bits == 0 {
@@ -222,7 +225,18 @@ fn ring_part(
     };
     // With etcd the views and leases are etcd's: no service address, no lease_ms.
     let membership = match (etcd, r.membership) {
-        (false, Some(m)) => m,
+        (false, Some(m)) => {
+            // The service would take a node's port, and that node would fail with a
+            // misleading "is another hilock node with id N running?".
+            if let Some(n) = nodes.iter().find(|n| n.addr == m) {
+                return Err(format!(
+                    "[ring] membership {m} is node {}'s address: the membership service needs \
+                     an address of its own",
+                    n.id
+                ));
+            }
+            m
+        }
         (false, None) => {
             return Err("[ring] needs `membership = \"host:port\"` (the membership service)".into())
         }
