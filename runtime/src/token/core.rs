@@ -138,8 +138,9 @@ pub(super) enum Cmd {
         peer: u16,
         serial: u32,
     },
-    /// A request (of `requester`, `serial`) for `path` that this node sent to `peer` before
-    /// it was refused, and that `peer` never received (the link dropped it).
+    /// A request (of `requester`, `serial`) for `path` that this node sent to the refused
+    /// `peer`, before or after its refusal, and that `peer` never received (the link
+    /// dropped it).
     LostRequest {
         path: String,
         peer: u16,
@@ -1195,22 +1196,8 @@ impl Core {
             return;
         };
         let kind = kind_index(&msg.msg);
-        if p.refused().is_some() {
-            // Nothing reaches a refused peer (its link drops what it is given): a request
-            // sent there is never answered. This node's own fails here; the requester of a
-            // forwarded one is told.
-            if let hilock_kernel::Msg::Request { entry, .. }
-            | hilock_kernel::Msg::TryRequest { entry, .. } = &msg.msg
-            {
-                if entry.requester.0 == self.shared.id {
-                    if let Some(e) = self.locks.get_mut(path) {
-                        e.dead_end.get_or_insert(to.0);
-                    }
-                } else {
-                    self.dead_end(entry.requester, path, to.0, entry.serial);
-                }
-            }
-        }
+        // Nothing reaches a refused peer: its link drops what it is given, and reports every
+        // lock request among it ([`Cmd::LostRequest`]), sent before the refusal or after.
         let bytes = Bytes::from(wire::encode(&wire::Payload::stamped(path.to_string(), msg)));
         if p.tx.send(bytes).is_ok() {
             p.sent.fetch_add(1, Relaxed);

@@ -335,8 +335,8 @@ pub(super) async fn dial(shared: Arc<Shared>, peer: u16, core: mpsc::UnboundedSe
         if let Some(reason) = link.refused() {
             // A new run of that node (or this node is one): nothing more goes to it. The
             // lock requests among what it never received are lost there: their
-            // requesters are told (`lost_requests`), also for those the kernel handed
-            // over before the peer was refused.
+            // requesters are told (`lost_requests`), for those the kernel handed over
+            // before the refusal and after it (the one place that tells them).
             warn!(peer, %reason, "not talking to peer any more");
             let unacked = std::mem::take(&mut link.outbox().unacked);
             for (_, b) in &unacked {
