@@ -815,21 +815,19 @@ async fn hold(
                             return kill_group(node, pgid, path).await;
                         }
                     }
-                    // A release with a value block for the holder to write first
+                    // A release, maybe with a value block for the holder to write first
                     // (`spec/SPEC.md` 1.15); a value that does not parse is dropped.
-                    Ok(Request::Release { value: Some(v) }) => {
-                        match parse_value_hex(&v) {
-                            Ok(v) => *value = Some(v),
-                            Err(e) => warn!(%path, error = %e, "a release's value block was dropped"),
+                    Ok(Request::Release { value: v }) => {
+                        if let Some(v) = v {
+                            match parse_value_hex(&v) {
+                                Ok(v) => *value = Some(v),
+                                Err(e) => warn!(%path, error = %e, "a release's value block was dropped"),
+                            }
                         }
                         *released = true;
                         return true;
                     }
-                    Ok(Request::Release { value: None }) => {
-                        *released = true;
-                        return true;
-                    }
-                    // A release, or anything else: release.
+                    // Anything else: release (not asked for: `released` stays false).
                     _ => return true,
                 }
             }

@@ -558,6 +558,8 @@ async fn bridge(
                         || mine.is_none_or(|r| {
                             !r.settled || r.epoch != view.epoch || r.members != view.members
                         });
+                    // That read serves the join below too.
+                    let mut heard = None;
                     if !leaving && unsettled {
                         if let Ok(h) = Heard::read(m).await {
                             if h.serving(view, me) == 0 {
@@ -573,6 +575,7 @@ async fn bridge(
                                 continue;
                             }
                             unserved = None;
+                            heard = Some(h);
                         }
                     } else {
                         unserved = None;
@@ -583,7 +586,11 @@ async fn bridge(
                         _ => None,
                     };
                     if let Some(next) = next {
-                        if settled(m, view, None).await.unwrap_or(false) {
+                        let ready = match &heard {
+                            Some(h) => h.settled(view, None),
+                            None => settled(m, view, None).await.unwrap_or(false),
+                        };
+                        if ready {
                             match m.install_epoch(&base, &record(next.members), VIEW_TAG).await {
                                 Ok(e) => {
                                     tracing::info!(
