@@ -131,8 +131,9 @@ pub enum Command {
     /// key; the ring's locks are exclusive: MODE must be W), reads the lock's entry every
     /// second while the command runs (never taking it again) and unlocks it at the end;
     /// 76 if it is no longer this hold (another client got it, or it was unlocked), 75 if
-    /// the ring did not answer within the timeout; 78 (one line, the command not run) if
-    /// another process with the same --client-id holds the lock. HILOCK_FENCE is the
+    /// the ring did not answer within the timeout or its membership service went away;
+    /// 78 (one line, the command not run) if another process with the same --client-id
+    /// holds the lock. HILOCK_FENCE is the
     /// hold's fencing token (the entry's version); no lease. Exit 1 if the command ran but
     /// the ring did not answer its final unlock (the key may stay locked; the line names the
     /// take-over command).

@@ -23,7 +23,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 /// The connection to the node closed while the command ran (the node stopped or crashed;
-/// ring: the ring did not answer within the timeout); the command's group was killed.
+/// ring: the ring did not answer within the timeout, or its membership service went
+/// away); the command's group was killed.
 pub const EXIT_NODE_GONE: u8 = 75;
 
 /// The lock was lost (the node reported it; ring: the entry no longer shows this hold);

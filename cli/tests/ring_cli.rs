@@ -567,6 +567,60 @@ async fn a_non_member_whose_membership_service_goes_away_exits_75() {
     }
 }
 
+/// A `hilock lock` holding a static ring's lock ends with 75 and kills its command as
+/// soon as the membership service goes away, not a check bound later: the ring's nodes
+/// stop with the service, and a ring started again (its epochs from 0 again) would grant
+/// the lock to another client while the old command still ran (`docs/faults.md`, "Ring
+/// engine"). Before, the holder's checks waited out their bound (here 20 s) for an answer
+/// of the view they knew.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ring_holder_whose_membership_service_goes_away_ends_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let (addrs, cfg, service, mut adm) = ring_of(dir.path(), 2, &[0, 1]).await;
+    let limit = Duration::from_secs(15);
+    let _nodes: Vec<Proc> = (0..2)
+        .map(|i| spawn(&["node", "--id", &i.to_string()], &cfg))
+        .collect();
+    adm.wait_for(limit, |s| s.up == 0b11).await.unwrap();
+    let t = Instant::now();
+    for a in &addrs {
+        while hilock_runtime::ring::probe(*a, Duration::from_millis(200))
+            .await
+            .is_none()
+        {
+            assert!(t.elapsed() < limit, "node at {a} serves");
+        }
+    }
+    let log = dir.path().join("held");
+    let script = format!("echo in >> {0}; sleep 30; echo out >> {0}", log.display());
+    let holder = spawn_w(
+        &cfg,
+        "7",
+        &["--timeout-ms", "20000"],
+        "/svc",
+        script,
+        Duration::from_secs(60),
+    );
+    while !std::fs::read_to_string(&log).is_ok_and(|s| s.contains("in")) {
+        assert!(t.elapsed() < Duration::from_secs(30), "the command started");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let gone = Instant::now();
+    drop(service);
+    let (code, err, _) = holder.await.unwrap();
+    let took = gone.elapsed();
+    assert_eq!(code, Some(75), "{err}");
+    assert!(
+        took < Duration::from_secs(5),
+        "ended when the service went away, not 20 s later: {took:?}"
+    );
+    assert!(
+        err.contains("lock on /svc lost: the membership service at") && err.contains("went away"),
+        "{err}"
+    );
+    assert!(!std::fs::read_to_string(&log).unwrap().contains("out"));
+}
+
 /// A second ring node with a running node's id — `hilock node --config F --id 0` and
 /// `hilock ring-node --id 0 …` — exits 2 with the one line a token node gives: "cannot
 /// listen on ADDR: Address already in use (is another hilock node with id 0 running?)".

@@ -38,6 +38,10 @@ pub enum ClientError {
     },
     /// The membership service is unreachable.
     Membership(std::io::Error),
+    /// The connection to the membership service closed: every node of a static ring
+    /// stops when its own connection to the service closes, and a restarted ring has
+    /// none of the old ring's locks (`docs/faults.md`, "Ring engine").
+    ServiceGone(SocketAddr),
     /// The key's primary does not record the lock as held by this client.
     NotHeld(String),
     /// A node refused the request (its lock table is full): nothing was written.
@@ -67,6 +71,11 @@ impl std::fmt::Display for ClientError {
                 write!(f, "{op:?} of key {:#06x} not answered", key.0)
             }
             ClientError::Membership(e) => write!(f, "membership service: {e}"),
+            ClientError::ServiceGone(a) => write!(
+                f,
+                "the membership service at {a} went away (the ring's nodes stop with it \
+                 and a restarted ring has none of its locks)"
+            ),
             ClientError::Refused { op, key, why } => {
                 write!(f, "{op:?} of key {:#06x} refused: {why}", key.0)
             }
@@ -102,6 +111,9 @@ pub struct RingClient {
     tx: mpsc::UnboundedSender<(NodeId, Option<Frame>)>,
     rx: mpsc::UnboundedReceiver<(NodeId, Option<Frame>)>,
     view: watch::Receiver<View>,
+    /// The membership service whose connection [`RingClient::view`] follows (static
+    /// mode): its sender is dropped when that connection closes.
+    service: Option<SocketAddr>,
     target: Option<NodeId>,
     /// The end of the request in progress (bounds its dials too).
     deadline: tokio::time::Instant,
@@ -147,6 +159,10 @@ impl RingClient {
         views: Views,
     ) -> Result<RingClient, ClientError> {
         let mut tasks = JoinSet::new();
+        let service = match views {
+            Views::Service(a) => Some(a),
+            Views::Watch(_) => None,
+        };
         let (v, view) = match views {
             Views::Watch(w) => {
                 let v = *w.borrow();
@@ -189,6 +205,7 @@ impl RingClient {
             tx,
             rx,
             view,
+            service,
             target: None,
             deadline: tokio::time::Instant::now(),
             tasks,
@@ -251,6 +268,7 @@ impl RingClient {
         let end = tokio::time::Instant::now() + self.limit;
         let mut newest = *self.view.borrow();
         loop {
+            self.service_alive()?;
             let v = *self.view.borrow();
             if v.epoch > newest.epoch {
                 newest = v;
@@ -275,6 +293,15 @@ impl RingClient {
             }
             let left = end.saturating_duration_since(tokio::time::Instant::now());
             tokio::time::sleep(Duration::from_millis(50).min(left)).await;
+        }
+    }
+
+    /// `Err(ClientError::ServiceGone)` once the connection to the membership service
+    /// closed (static mode; never with views from a follower).
+    fn service_alive(&self) -> Result<(), ClientError> {
+        match self.service {
+            Some(a) if self.view.has_changed().is_err() => Err(ClientError::ServiceGone(a)),
+            _ => Ok(()),
         }
     }
 
@@ -584,7 +611,8 @@ pub enum Loss {
     /// A check found the key free or held under another request of this incarnation (the
     /// ring lost the entry; another process cannot unlock it).
     Released(String),
-    /// A check was not answered within its bound (the ring is unreachable).
+    /// A check was not answered within its bound (the ring is unreachable), or the
+    /// connection to the static ring's membership service closed.
     Unreachable(String),
 }
 
@@ -593,7 +621,9 @@ pub enum Loss {
 /// takes the lock again), reports the first check that does not find the same hold (the
 /// holder this client, set by the same request, [`Grant::writer`]) or is not answered,
 /// and unlocks when released. The checks and the unlock never overlap: a release asked
-/// during a check waits for its end.
+/// during a check waits for its end. With a static ring's membership service, the close
+/// of the connection to it is a loss at once ([`ClientError::ServiceGone`]): the ring's
+/// nodes stop with it, and a ring started again knows nothing of this hold.
 #[derive(Debug)]
 pub struct Held {
     lost: mpsc::UnboundedReceiver<Loss>,
@@ -620,6 +650,18 @@ impl Held {
             loop {
                 tokio::select! {
                     _ = &mut released => break,
+                    gone = client.view.changed(), if checking && client.service.is_some() => {
+                        if gone.is_ok() {
+                            continue;
+                        }
+                        checking = false;
+                        if let Some(a) = client.service {
+                            let _ = lost_tx.send(Loss::Unreachable(format!(
+                                "lock on {path} lost: {}",
+                                ClientError::ServiceGone(a)
+                            )));
+                        }
+                    }
                     _ = tokio::time::sleep(every), if checking => {
                         let me = client.kc.holder();
                         let loss = match client.recorded(&path).await {
