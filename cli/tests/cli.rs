@@ -761,6 +761,35 @@ fn check_refuses_a_configuration_whose_token_holder_has_a_parent() {
     );
 }
 
+/// A base-model configuration on the unordered network without `max_messages` is refused
+/// (exit 2, one line saying why): a request can overtake the token it chases and be
+/// forwarded for ever, so its search had no end (`models/src/token.rs`, the module doc).
+/// With the bound, the report says that longer runs were not explored.
+#[test]
+fn check_refuses_an_unbounded_unordered_network_and_names_the_bound_it_is_given() {
+    let e = check_refuses_star3_with(|v| v["network"] = "unordered".into());
+    assert!(e.contains("an unordered network needs max_messages"), "{e}");
+    let dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(configs().join("star3-r-w.json")).unwrap();
+    let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    v["network"] = "unordered".into();
+    v["max_messages"] = 6.into();
+    let path = dir.path().join("bounded.json");
+    std::fs::write(&path, v.to_string()).unwrap();
+    let out = hilock(&[
+        "check",
+        path.to_str().unwrap(),
+        "--out",
+        dir.path().to_str().unwrap(),
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(matches!(out.status.code(), Some(0 | 1)), "{out:?}");
+    assert!(
+        text.contains("bounded: runs that send more than 6 messages were not explored"),
+        "{text}"
+    );
+}
+
 /// An unknown script operation is refused with one line that lists every operation a
 /// base-model script takes.
 #[test]

@@ -508,6 +508,10 @@ pub struct CheckReport {
     /// Counterexample for `P6 FIFO bypass ≤ fifo_bound − 1`, if the bound is above 0.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fifo_witness: Option<Trace>,
+    /// The configuration's [`ModelConfig::max_messages`]: runs that send more messages
+    /// were not explored, and the verdicts hold for the shorter runs only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_messages: Option<u16>,
 }
 
 impl CheckReport {
@@ -542,6 +546,12 @@ impl CheckReport {
             "{}: {} unique states ({} generated, depth {})\n",
             self.config, self.unique_states, self.states, self.max_depth
         );
+        if let Some(m) = self.max_messages {
+            s.push_str(&format!(
+                "  bounded: runs that send more than {m} messages were not explored \
+                 (max_messages); the verdicts hold for the shorter runs\n"
+            ));
+        }
         let width = name_column(&self.properties);
         for p in &self.properties {
             s.push_str(&p.line_in(width));
@@ -708,6 +718,7 @@ fn report_l<const L: usize>(
         properties,
         fifo_bound: fifo_bound.map(|k| k as u8),
         fifo_witness,
+        max_messages: config.max_messages,
     }
 }
 

@@ -299,9 +299,10 @@ pub struct ModelConfig {
     #[serde(default)]
     pub variant: Variant,
     /// Optional bound on the number of messages sent in a run: states beyond it are not
-    /// explored (a Stateright boundary). Needed on the unordered network, where a request
-    /// can overtake the token it chases and be forwarded around forever (the state space is
-    /// then infinite); `None` (the default, and what every FIFO configuration uses) explores
+    /// explored (a Stateright boundary). Required on the unordered network
+    /// ([`ModelConfig::validate`] refuses one without it), where a request can overtake
+    /// the token it chases and be forwarded around forever (the state space is then
+    /// infinite); `None` (the default, and what every FIFO configuration uses) explores
     /// everything.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_messages: Option<u16>,
@@ -444,6 +445,14 @@ impl ModelConfig {
             if at != self.token as usize {
                 return Err(format!("the parents of node {i} form a cycle"));
             }
+        }
+        if self.network == Network::Unordered && self.max_messages.is_none() {
+            return Err(
+                "an unordered network needs max_messages: a request can overtake the \
+                 token it chases and be forwarded between two nodes for ever, so the search \
+                 would not end"
+                    .into(),
+            );
         }
         for (i, s) in self.scripts.iter().enumerate() {
             if s.len() > 250 {
