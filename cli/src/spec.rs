@@ -125,6 +125,29 @@ pub fn scenario(path: &Path, json: bool) -> Result<(String, bool), String> {
 /// `hilock-trace/1` trace in full, another model's trace by its action texts) and writes
 /// its sequence diagram to the files given.
 pub fn replay(path: &Path, svg: Option<&Path>, html: Option<&Path>) -> Result<String, String> {
+    // A diagram written over the trace (or the SVG over the HTML) would lose it.
+    let same = |a: &Path, b: &Path| {
+        let (Ok(a), Ok(b)) = (std::fs::canonicalize(a), std::fs::canonicalize(b)) else {
+            return false;
+        };
+        a == b
+    };
+    for f in [svg, html].into_iter().flatten() {
+        if same(f, path) {
+            return Err(format!(
+                "{}: is the trace being replayed; write the diagram to another file",
+                f.display()
+            ));
+        }
+    }
+    if let (Some(a), Some(b)) = (svg, html) {
+        if a == b || same(a, b) {
+            return Err(format!(
+                "{}: given for both --svg and --html; give each its own file",
+                a.display()
+            ));
+        }
+    }
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let hilock_models::open::Drawn {
         title,

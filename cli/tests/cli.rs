@@ -969,7 +969,11 @@ fn a_trace_that_does_not_fit_gives_one_line() {
     }
     let old = dir.join("old.json");
     std::fs::write(&old, v.to_string()).unwrap();
-    explore_fails(&star3, &old, "a hilock-trace/1 trace of an older shape");
+    explore_fails(
+        &star3,
+        &old,
+        "a malformed hilock-trace/1 trace (of an older shape",
+    );
     // Not a configuration.
     explore_fails(
         &counterexamples().join("tree-slides.json"),
@@ -1688,6 +1692,77 @@ fn replay_refuses_a_step_by_an_unknown_node() {
         assert!(!page.exists());
     }
     std::fs::remove_dir_all(&dir).ok();
+}
+
+/// `hilock replay` refuses, with one line and exit 2, what it would misdraw or lose: a node
+/// the trace does not list named in a step's recorded state (its parent, a child, a queued
+/// requester), a model trace whose step is not a step object, and a diagram file that is
+/// the trace itself or is given for both `--svg` and `--html` (the trace stays as it was).
+#[test]
+fn replay_refuses_unknown_state_nodes_non_steps_and_writing_over_its_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let base =
+        std::fs::read_to_string(counterexamples().join("release-race-literal.json")).unwrap();
+    let refused = |text: &str, extra: &[&str], want: &str| {
+        let f = dir.path().join("t.json");
+        std::fs::write(&f, text).unwrap();
+        let mut args = vec!["replay", f.to_str().unwrap()];
+        args.extend(extra);
+        let out = hilock(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{want}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+        assert!(err.contains(want), "{want}: {err}");
+        assert_eq!(
+            std::fs::read_to_string(&f).unwrap(),
+            text,
+            "the trace is kept"
+        );
+    };
+    for edit in [
+        serde_json::json!({"parent": "n9"}),
+        serde_json::json!({"children": {"n9": "R"}}),
+        serde_json::json!({"queue": ["n9:W"]}),
+    ] {
+        let mut v: serde_json::Value = serde_json::from_str(&base).unwrap();
+        for (k, x) in edit.as_object().unwrap() {
+            v["steps"][3]["state"][k] = x.clone();
+        }
+        refused(&v.to_string(), &[], "step 3: unknown node 'n9'");
+    }
+    let agents = std::fs::read_to_string(counterexamples().join("agents-swap.json")).unwrap();
+    for not_a_step in [serde_json::json!(5), serde_json::json!("S0: grant")] {
+        let mut v: serde_json::Value = serde_json::from_str(&agents).unwrap();
+        v["steps"][1] = not_a_step;
+        refused(
+            &v.to_string(),
+            &[],
+            "step 1 of this hilock-agents-trace/1 trace is not a step",
+        );
+    }
+    let f = dir.path().join("t.json");
+    let page = dir.path().join("p.html");
+    refused(
+        &base,
+        &["--svg", f.to_str().unwrap()],
+        "is the trace being replayed",
+    );
+    refused(
+        &base,
+        &["--html", f.to_str().unwrap()],
+        "is the trace being replayed",
+    );
+    refused(
+        &base,
+        &[
+            "--svg",
+            page.to_str().unwrap(),
+            "--html",
+            page.to_str().unwrap(),
+        ],
+        "given for both --svg and --html",
+    );
+    assert!(!page.exists());
 }
 
 /// The time `hilock check` prints on stderr is its whole wall time: the search, the

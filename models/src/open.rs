@@ -89,8 +89,9 @@ pub fn parse_base_trace(text: &str) -> Result<Trace, String> {
             ))
         }
     }
-    let t: Trace = serde_json::from_value(v)
-        .map_err(|e| format!("a {TRACE_FORMAT} trace of an older shape: {e}"))?;
+    let t: Trace = serde_json::from_value(v).map_err(|e| {
+        format!("a malformed {TRACE_FORMAT} trace (of an older shape, or edited): {e}")
+    })?;
     // Every reader prints a step by its `index`: one out of place would name another step.
     if let Some((i, s)) = t.steps.iter().enumerate().find(|(i, s)| s.index != *i) {
         return Err(format!(
@@ -448,9 +449,19 @@ fn unknown_node(t: &Trace) -> Option<String> {
             TraceOutput::Send { to, .. } => Some(to.as_str()),
             _ => None,
         });
+        // The state it records names nodes too: its parent, its children, its queue's
+        // requesters (`NODE:MODE`).
+        let st = &step.state;
+        let queued = st
+            .queue
+            .iter()
+            .map(|e| e.rsplit_once(':').map_or(e.as_str(), |(n, _)| n));
         std::iter::once(step.node.as_str())
             .chain(from)
             .chain(to)
+            .chain(st.parent.as_deref())
+            .chain(st.children.keys().map(String::as_str))
+            .chain(queued)
             .find(|n| !known(n))
             .map(|n| {
                 format!(
@@ -511,7 +522,19 @@ pub fn diagram_of(text: &str) -> Result<Drawn, String> {
         .and_then(|s| s.as_array())
         .ok_or_else(|| format!("a {format} trace without steps"))?;
     // A step is an object with its `action` (none for a fault trace's last state) or,
-    // in a ring trace, the action's text itself.
+    // in a ring trace, the action's text itself. Anything else is not a step.
+    let ring = format == crate::ring::TRACE_FORMAT;
+    if let Some((i, _)) = steps.iter().enumerate().find(|(_, s)| match s {
+        serde_json::Value::String(_) => !ring,
+        serde_json::Value::Object(o) => o.get("action").is_some_and(|a| !a.is_string()),
+        _ => true,
+    }) {
+        return Err(format!(
+            "step {i} of this {format} trace is not a step (an object with a text \
+             \"action\"{})",
+            if ring { ", or the action's text" } else { "" }
+        ));
+    }
     let mut texts: Vec<String> = steps
         .iter()
         .filter_map(|s| s.as_str().or_else(|| s.get("action")?.as_str()))
