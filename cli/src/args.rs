@@ -219,6 +219,9 @@ pub enum Command {
         /// The first deadline, CLOCK_MONOTONIC milliseconds.
         #[arg(long)]
         deadline_ms: Option<u64>,
+        /// The hold's value-file directory, removed if the wrapper dies.
+        #[arg(long)]
+        scratch: Option<std::path::PathBuf>,
     },
     /// The bakery lock of the bakery design over redis-server replicas (quorum reads and writes,
     /// leases); no hilock node needed.

@@ -278,6 +278,10 @@ impl Drop for NodeWatch {
 }
 
 impl Watch for NodeWatch {
+    fn scratch(&self) -> Option<&std::path::Path> {
+        self.value_out.as_ref().and_then(|f| f.parent())
+    }
+
     async fn started(&mut self, pgid: i32) -> Result<(), String> {
         use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
         // Register the group with the node and wait for its answer.

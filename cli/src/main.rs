@@ -140,9 +140,11 @@ fn main() -> ExitCode {
             Err(e) => Err(e),
         },
         Command::ExecGated { fd, command } => return run_under_lock::exec_gated(fd, &command),
-        Command::LockWatchdog { pgid, deadline_ms } => {
-            return run_under_lock::watchdog(pgid, deadline_ms)
-        }
+        Command::LockWatchdog {
+            pgid,
+            deadline_ms,
+            scratch,
+        } => return run_under_lock::watchdog(pgid, deadline_ms, scratch.as_deref()),
         Command::Status {
             at,
             json,

@@ -84,6 +84,11 @@ pub(crate) trait Watch {
     fn start_env(&mut self) -> Vec<(&'static str, String)> {
         Vec::new()
     }
+    /// A directory of the hold's own (the token engine's `HILOCK_VALUE_OUT` directory)
+    /// that the holder removes at its end, and the watchdog removes if the wrapper dies.
+    fn scratch(&self) -> Option<&std::path::Path> {
+        None
+    }
 }
 
 /// Kill every process of group `pgid`: SIGTERM, then SIGKILL after `grace`; reap `child`
@@ -202,7 +207,7 @@ pub(crate) async fn run_to_end(
         kill_group(pgid, &mut child, grace).await;
         return Err(e);
     }
-    let mut dog = match Watchdog::start(&exe, pgid, watch.kill_by()).await {
+    let mut dog = match Watchdog::start(&exe, pgid, watch.kill_by(), watch.scratch()).await {
         Ok(d) => d,
         Err(e) => {
             kill_group(pgid, &mut child, grace).await;
@@ -285,12 +290,13 @@ struct Watchdog {
 }
 
 impl Watchdog {
-    /// Starts the watchdog of group `pgid` with the deadline `kill_by` and waits (at most
-    /// 5 s) until it runs.
+    /// Starts the watchdog of group `pgid` with the deadline `kill_by` (and the hold's
+    /// `scratch` directory, [`Watch::scratch`]) and waits (at most 5 s) until it runs.
     async fn start(
         exe: &std::path::Path,
         pgid: i32,
         kill_by: Option<tokio::time::Instant>,
+        scratch: Option<&std::path::Path>,
     ) -> Result<Watchdog, String> {
         use tokio::io::AsyncBufReadExt;
         let mut cmd = tokio::process::Command::new(exe);
@@ -300,6 +306,9 @@ impl Watchdog {
             .stdout(std::process::Stdio::piped())
             // Its own group: a stop or Ctrl-C of the wrapper's group does not reach it.
             .process_group(0);
+        if let Some(dir) = scratch {
+            cmd.arg("--scratch").arg(dir);
+        }
         if let Some(at) = kill_by {
             cmd.arg("--deadline-ms")
                 .arg(hilock_runtime::proc::instant_to_monotonic_ms(at).to_string());
@@ -350,10 +359,16 @@ impl Watchdog {
     }
 }
 
-/// `hilock lock-watchdog PGID [--deadline-ms MS]`: SIGKILL process group PGID when the
-/// deadline ([`hilock_runtime::proc::monotonic`] milliseconds) passes, or when stdin ends
-/// without `stop` (the wrapper died). Prints `ready` once it watches.
-pub fn watchdog(pgid: i32, deadline_ms: Option<u64>) -> ExitCode {
+/// `hilock lock-watchdog PGID [--deadline-ms MS] [--scratch DIR]`: SIGKILL process group
+/// PGID when the deadline ([`hilock_runtime::proc::monotonic`] milliseconds) passes, or
+/// when stdin ends without `stop` (the wrapper died); in that second case also remove DIR,
+/// the hold's directory the dead wrapper can no longer remove (its value file may hold a
+/// value block that was never written). Prints `ready` once it watches.
+pub fn watchdog(
+    pgid: i32,
+    deadline_ms: Option<u64>,
+    scratch: Option<&std::path::Path>,
+) -> ExitCode {
     use std::io::{BufRead, Write};
     use std::sync::mpsc::RecvTimeoutError;
     if pgid <= 1 {
@@ -401,10 +416,29 @@ pub fn watchdog(pgid: i32, deadline_ms: Option<u64>) -> ExitCode {
                 }
             }
             Err(RecvTimeoutError::Timeout) => {}
-            // The wrapper is gone without a `stop`: its command must not outlive it.
-            Err(RecvTimeoutError::Disconnected) => return kill(),
+            // The wrapper is gone without a `stop`: its command must not outlive it, nor
+            // its directory.
+            Err(RecvTimeoutError::Disconnected) => {
+                let code = kill();
+                if let Some(dir) = scratch.filter(|d| is_value_dir(d)) {
+                    let _ = std::fs::remove_dir_all(dir);
+                }
+                return code;
+            }
         }
     }
+}
+
+/// Whether `dir` is a directory (not a link) that `hilock lock` made for a value file:
+/// `hilock-value-…` in the temporary directory. The watchdog removes nothing else.
+fn is_value_dir(dir: &std::path::Path) -> bool {
+    let named = dir
+        .file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.starts_with("hilock-value-"));
+    named
+        && dir.parent() == Some(std::env::temp_dir().as_path())
+        && std::fs::symlink_metadata(dir).is_ok_and(|m| m.is_dir())
 }
 
 /// `hilock exec-gated FD -- CMD…`: wait for one byte on FD, then become CMD. If FD ends

@@ -2012,6 +2012,59 @@ fn hilock_lock_passes_the_value_block_to_the_next_holder() {
     assert!(!Path::new(dir).exists(), "{dir} left");
 }
 
+/// A W wrapper killed with SIGKILL while its command runs cannot remove the directory of
+/// its `HILOCK_VALUE_OUT` file; its lease watchdog, which sees it die, removes it with the
+/// command's group: no value that was never written is left in the temporary directory,
+/// and the next holder reads the value as it was.
+#[test]
+fn a_killed_w_wrappers_value_directory_goes_with_it() {
+    let c = start(2);
+    let mark = c.dir.path().join("mark");
+    let script = format!(
+        "printf 02 > \"$HILOCK_VALUE_OUT\"; echo \"$HILOCK_VALUE_OUT\" > {}; sleep 30",
+        mark.display()
+    );
+    let mut w = lock_cmd(&c.socket(0), "/value/k", "W", &script)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    let file = loop {
+        let s = std::fs::read_to_string(&mark).unwrap_or_default();
+        if s.ends_with('\n') {
+            break std::path::PathBuf::from(s.trim());
+        }
+        assert!(t.elapsed() < Duration::from_secs(20), "the command started");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let dir = file.parent().unwrap().to_path_buf();
+    assert!(file.exists(), "{}", file.display());
+    w.kill().unwrap();
+    w.wait().unwrap();
+    let t = Instant::now();
+    while dir.exists() {
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "{} left after its wrapper died",
+            dir.display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = run(&mut lock_cmd(
+        &c.socket(1),
+        "/value/k",
+        "R",
+        "echo \"$HILOCK_VALUE\"",
+    ));
+    assert_eq!(
+        text(&out.stdout).trim(),
+        "0".repeat(64),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
 /// Static membership with `state_dir`: the whole cluster killed and started again with
 /// the same state directories — each node a new run — issues fences above every fence of
 /// the run before (a new generation); stopped with SIGTERM instead, every node suspends
