@@ -11,6 +11,10 @@ use crate::run_under_lock::{
 /// How much longer than the lock timeout the command waits for the node's answer.
 const ANSWER_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
 
+/// How long the command still reads the node's answer once its bound has passed: an
+/// answer that came while the command was stopped is in the socket already.
+const LATE_READ: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// How late the wrapper's own lease timer may fire before the wrapper, not the node, is
 /// taken to have stopped: a timer fires within milliseconds when the process runs.
 const WRAPPER_LATE: std::time::Duration = std::time::Duration::from_millis(500);
@@ -174,15 +178,20 @@ pub fn lock(
             }
         };
         let wait = std::time::Duration::from_millis(timeout_ms).saturating_add(ANSWER_GRACE);
-        let (reply, stream) =
-            tokio::time::timeout(wait, hilock_runtime::client::request(&socket, &req))
-                .await
-                .map_err(|_| {
-                    format!(
-                        "no answer from the node at {} within {wait:?}",
-                        socket.display()
-                    )
-                })??;
+        let asked = hilock_runtime::client::request(&socket, &req);
+        tokio::pin!(asked);
+        let answered = match tokio::time::timeout(wait, &mut asked).await {
+            Ok(r) => Some(r),
+            // The bound passed — perhaps while this process was stopped (SIGSTOP) and the
+            // node's answer waited in the socket: read what is there before giving up.
+            Err(_) => tokio::time::timeout(LATE_READ, &mut asked).await.ok(),
+        };
+        let (reply, stream) = answered.ok_or_else(|| {
+            format!(
+                "no answer from the node at {} within {wait:?}",
+                socket.display()
+            )
+        })??;
         if !reply.ok && reply.busy {
             // `--try` refused: one line, the command does not run.
             eprintln!(

@@ -2065,6 +2065,44 @@ fn a_killed_w_wrappers_value_directory_goes_with_it() {
     );
 }
 
+/// A `hilock lock` stopped (SIGSTOP) past its own bound (timeout + 1 s) while its node
+/// granted the lock within the timeout reads the grant when it is continued and runs its
+/// command: before, its timer fired first and it said "no answer from the node" about an
+/// answer waiting in its socket.
+#[test]
+fn a_wrapper_stopped_past_its_bound_reads_the_grant_that_came_in_time() {
+    let c = start(2);
+    let mut holder = Proc(
+        lock_cmd(&c.socket(0), "/stopped", "W", "sleep 0.5")
+            .spawn()
+            .unwrap(),
+    );
+    std::thread::sleep(Duration::from_millis(100));
+    let waiter = hilock()
+        .args(["lock", "/stopped", "W", "--timeout-ms", "1000", "--socket"])
+        .arg(c.socket(1))
+        .args(["--", "sh", "-c", "echo ran"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    let pid = waiter.id().to_string();
+    let signal = |sig: &str| {
+        assert!(Command::new("kill")
+            .args([sig, &pid])
+            .status()
+            .is_ok_and(|s| s.success()));
+    };
+    signal("-STOP");
+    std::thread::sleep(Duration::from_secs(3));
+    signal("-CONT");
+    assert!(holder.0.wait().unwrap().success());
+    let out = waiter.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout).trim(), "ran");
+}
+
 /// Static membership with `state_dir`: the whole cluster killed and started again with
 /// the same state directories — each node a new run — issues fences above every fence of
 /// the run before (a new generation); stopped with SIGTERM instead, every node suspends
