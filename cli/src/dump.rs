@@ -302,6 +302,24 @@ struct Lock {
 
 const NONE: &str = "Φ";
 
+/// A lock path as a cell of the text: its whitespace and `%` written `%XX` (each byte of
+/// their UTF-8), so that the line splits into its cells at whitespace (a path may hold
+/// any character but a control character; `--json` keeps it as it is).
+fn path_cell(path: &str) -> String {
+    let mut cell = String::with_capacity(path.len());
+    for c in path.chars() {
+        if c.is_whitespace() || c == '%' {
+            let mut b = [0; 4];
+            for byte in c.encode_utf8(&mut b).bytes() {
+                cell.push_str(&format!("%{byte:02X}"));
+            }
+        } else {
+            cell.push(c);
+        }
+    }
+    cell
+}
+
 /// Merge the nodes' lock entries by path (paths sorted, nodes in id order); locks idle at
 /// every node that answered ([`idle`]) only with `all`.
 fn merge(statuses: &[&Status], all: bool) -> Result<Vec<Lock>, String> {
@@ -439,7 +457,7 @@ impl Lock {
             }
         };
         [
-            self.path.clone(),
+            path_cell(&self.path),
             if self.token.is_empty() {
                 "?".to_string()
             } else {

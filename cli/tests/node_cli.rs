@@ -2644,6 +2644,31 @@ fn dump(c: &Cluster, args: &[&str]) -> (Output, Duration) {
     (out, t.elapsed())
 }
 
+/// `hilock dump`'s text keeps every lock on one line of six cells split at whitespace: a
+/// path with a space, a no-break space and a `%` is written with those as `%XX`; `--json`
+/// names the path as it is.
+#[test]
+fn dump_writes_a_path_with_spaces_as_one_cell() {
+    let c = start(1);
+    let mark = c.dir.path().join("held");
+    let path = "/a b/c\u{a0}d%";
+    let script = format!("echo in > {}; sleep 30", mark.display());
+    let _holder = Proc(lock_cmd(&c.socket(0), path, "W", &script).spawn().unwrap());
+    wait_file(&mark);
+    let (out, _) = dump(&c, &[]);
+    let text = text(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    for (cell, held) in [("/a%20b", "0:IW(1)"), ("/a%20b/c%C2%A0d%25", "0:W(1)")] {
+        let line = dump_line(&text, cell);
+        let cells: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(cells.len(), 6, "{line}");
+        assert_eq!(cells[2], held, "{line}");
+    }
+    let (out, _) = dump(&c, &["--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(dumped(&v, path).is_some(), "{v}");
+}
+
 /// `hilock dump --json`'s lock `path`, if listed.
 fn dumped<'a>(v: &'a serde_json::Value, path: &str) -> Option<&'a serde_json::Value> {
     v["locks"]
