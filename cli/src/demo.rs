@@ -364,15 +364,24 @@ pub async fn run(opts: DemoOptions) -> Result<DemoReport, String> {
         }
         std::fs::create_dir_all(dir)
             .map_err(|e| format!("--record {}: cannot create it: {e}", dir.display()))?;
-        // Each node appends: a directory of earlier records would mix runs.
-        for id in 0..opts.nodes {
-            let f = dir.join(format!("node-{id}.jsonl"));
-            if f.exists() {
-                return Err(format!(
-                    "{} exists: record into an empty directory",
-                    f.display()
-                ));
-            }
+        // Each node appends: a directory of earlier records would mix runs, and so would
+        // a record of a node this run does not have (`trace-check DIR/*.jsonl`).
+        let entries = std::fs::read_dir(dir)
+            .map_err(|e| format!("--record {}: cannot read it: {e}", dir.display()))?;
+        let mut earlier: Vec<std::path::PathBuf> = entries
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|f| {
+                f.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with("node-") && n.ends_with(".jsonl"))
+            })
+            .collect();
+        earlier.sort();
+        if let Some(f) = earlier.first() {
+            return Err(format!(
+                "{} exists: record into an empty directory",
+                f.display()
+            ));
         }
     }
     let nodes = local_cluster_recording(

@@ -450,6 +450,15 @@ fn a_demo_run_recorded_with_record_validates() {
         assert_eq!(e.trim().lines().count(), 1, "{e}");
         assert!(e.contains(&words), "{e}");
     }
+    // Another run's record of a node this run does not have (a 6-node run's node 5)
+    // would be checked with this run's by `trace-check DIR/*.jsonl`: refused too.
+    let other = tempfile::tempdir().unwrap();
+    let five = other.path().join("node-5.jsonl");
+    std::fs::write(&five, "").unwrap();
+    let out = demo_recording(10, other.path());
+    let e = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{e}");
+    assert!(e.contains(&format!("{} exists", five.display())), "{e}");
 }
 
 #[test]
