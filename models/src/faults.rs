@@ -321,7 +321,8 @@ pub struct FState {
     pub to_install: [bool; MODEL_NODES],
     /// Whether an install happened (for [`AFTER_INSTALL`]).
     pub installed: bool,
-    /// A recovery transition the kernel rejected (a violation of [`NO_ERROR`]).
+    /// A script input or recovery transition the kernel rejected (a violation of
+    /// [`NO_ERROR`]).
     pub error: Option<String>,
     /// What the last step did.
     pub events: u8,
@@ -1067,8 +1068,14 @@ impl Model for FaultModel {
                     return None;
                 }
                 st.pc[i] += 1;
-                let step = st.cluster.input(Self::node(i), kernel_input(op)).ok()?;
-                Self::note_grants(&mut st, i, &step.outputs);
+                // A script step the kernel refuses (a second acquire, a release of nothing)
+                // is kept as the model's error (`no kernel error`), not dropped.
+                match st.cluster.input(Self::node(i), kernel_input(op)) {
+                    Ok(step) => Self::note_grants(&mut st, i, &step.outputs),
+                    Err(e) => {
+                        st.error.get_or_insert_with(|| format!("n{i} {op}: {e}"));
+                    }
+                }
             }
             FaultAction::Deliver { from, to, .. } => {
                 let mut outputs = Vec::new();

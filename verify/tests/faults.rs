@@ -18,7 +18,7 @@ static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use hilock_kernel::token::recovery::RecoveryVariant;
 use hilock_kernel::Forwarding;
 use hilock_models::faults::{
-    FaultConfig, FaultModel, FaultReport, AFTER_INSTALL, KILLED, NO_LOST, ONE_TOKEN, P1,
+    FaultConfig, FaultModel, FaultReport, AFTER_INSTALL, KILLED, NO_ERROR, NO_LOST, ONE_TOKEN, P1,
     REGENERATED, REJOINED, SAFETY,
 };
 use std::path::PathBuf;
@@ -114,6 +114,24 @@ fn refuted(c: FaultConfig, property: &'static str, file: &str, note: &str) -> St
         trace.violation
     );
     trace.violation
+}
+
+// ------------------------------------------------------------ the model's own checks
+
+/// A script step the kernel refuses (a second `acquire W` while holding W) violates `no
+/// kernel error`, as it does in the base model, instead of being a transition the model
+/// silently leaves out (it was: such a configuration passed every property).
+#[test]
+fn a_script_step_the_kernel_refuses_violates_no_kernel_error() {
+    let c = FaultConfig::new(
+        "W twice",
+        &[&["acquire W", "acquire W"], &["acquire R", "release"]],
+    );
+    let r = c.into_model().check();
+    let p = r.property(NO_ERROR).expect("a known property");
+    assert!(!p.holds, "{}", r.summary());
+    let t = p.counterexample.as_ref().expect("a counterexample");
+    assert!(t.violation.contains("already held"), "{}", t.violation);
 }
 
 // ------------------------------------------------------------------ hilock: passes
