@@ -1936,6 +1936,84 @@ mod tests {
         ));
     }
 
+    /// "Full replicas" with two replicas (r = 2, tables of 1): n32 is full (its own key
+    /// 24, held), n8 has room. n21's lock of key 10 is refused by n32; the free entry is
+    /// sent only once n8 answered the lock too, so n8 never gets the free entry before the
+    /// lock (which could then be applied over it once the free entry was reclaimed).
+    #[test]
+    fn a_lock_is_given_back_only_once_every_other_replica_answered_it() {
+        let all = View {
+            epoch: 0,
+            members: 0b111,
+        };
+        let new = |i: u16| S::new(NodeId(i), ring(), 2, all).unwrap().with_table(1);
+        let (mut n8, mut n21, mut n32) = (new(0).unwrap(), new(1).unwrap(), new(2).unwrap());
+        let (n8a, n21a, n32a) = (
+            Addr::Node(NodeId(0)),
+            Addr::Node(NodeId(1)),
+            Addr::Node(NodeId(2)),
+        );
+        let mut out = O::new();
+        let req = |c: u8, k: u16| ChordMsg::Request {
+            token: Token {
+                client: ClientId(c),
+                incarnation: 0,
+                seq: 1,
+            },
+            op: Op::Lock,
+            key: Key(k),
+            view: all,
+        };
+        // c2's lock of key 24 fills n32 (its writes to the others stay in flight).
+        n32.step(Addr::Client(ClientId(2)), &req(2, 24), &mut out)
+            .unwrap();
+        out.clear();
+        n21.step(C1, &req(1, 10), &mut out).unwrap();
+        let to = |n: Addr, out: &O| out.iter().find(|o| o.to == n).cloned().unwrap();
+        let (w32, w8) = (to(n32a, &out), to(n8a, &out));
+        out.clear();
+        n32.step(n21a, &w32.msg, &mut out).unwrap();
+        let refusal = out.pop().unwrap();
+        let rep = n21.step(n32a, &refusal.msg, &mut out).unwrap();
+        assert!(rep.contains(Rule::ReplicaFull), "{rep:?}");
+        assert!(
+            out.is_empty(),
+            "nothing sent while n8 may still apply the lock: {out:?}"
+        );
+        assert_eq!(n21.holder(Key(10)), Some(ClientId(1)));
+        n8.step(n21a, &w8.msg, &mut out).unwrap();
+        assert_eq!(n8.holder(Key(10)), Some(ClientId(1)));
+        let ack = out.pop().unwrap();
+        let rep = n21.step(n8a, &ack.msg, &mut out).unwrap();
+        assert!(rep.contains(Rule::GivenBack), "{rep:?}");
+        assert_eq!(n21.holder(Key(10)), None);
+        let (b32, b8) = (to(n32a, &out), to(n8a, &out));
+        assert_eq!(out.len(), 2, "the free entry to both replicas: {out:?}");
+        out.clear();
+        for (s, m) in [(&mut n32, b32), (&mut n8, b8)] {
+            s.step(n21a, &m.msg, &mut out).unwrap();
+            assert_eq!(s.holder(Key(10)), None);
+        }
+        let acks: heapless::Vec<Out<4>, 32> = out.iter().cloned().collect();
+        out.clear();
+        for (from, a) in [(n32a, &acks[0]), (n8a, &acks[1])] {
+            n21.step(from, &a.msg, &mut out).unwrap();
+        }
+        assert!(
+            matches!(
+                out.as_slice(),
+                [Out {
+                    msg: ChordMsg::Reply {
+                        answer: Answer::Full,
+                        ..
+                    },
+                    ..
+                }]
+            ),
+            "{out:?}"
+        );
+    }
+
     #[test]
     fn bad_configurations_are_refused() {
         assert_eq!(
