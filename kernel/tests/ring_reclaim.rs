@@ -43,7 +43,8 @@ fn a_released_key_is_reclaimed_when_the_table_is_full() {
 }
 
 /// Only a free entry is reclaimed: with every entry naming a holder a new key is answered
-/// Full and nothing is written; once one holder releases, the new key takes that entry's place.
+/// Full and nothing is written; once one holder releases, the new key takes that entry's
+/// place.
 #[test]
 fn a_held_key_is_never_reclaimed() {
     let mut s = alone();

@@ -753,7 +753,8 @@ impl<const N: usize, const T: usize, const C: usize> RingServer<N, T, C> {
     }
 
     /// Remembers that `token` was answered (`refusal`: with [`Answer::Refused`],
-    /// [`Answer::InUse`] or [`Answer::Full`]) in this view, unless a later request of its incarnation was. A
+    /// [`Answer::InUse`] or [`Answer::Full`]) in this view, unless a later request of its
+    /// incarnation was. A
     /// request of another incarnation of the id takes the row: the memory has one row per
     /// client id, of the incarnation it heard from last (`step`, "Copies").
     fn remember(&mut self, token: Token, answer: Answer) {
@@ -911,7 +912,8 @@ impl<const N: usize, const T: usize, const C: usize> RingServer<N, T, C> {
     /// written: its table has no room for a free key, and a key without an entry is free.
     /// Only then is there no room: every entry names a holder or is of an arc not handed
     /// over yet, and so does the new one (a lock is answered [`Answer::Full`], "Full
-    /// replicas"; a hand-over is refused with [`ChordError::TableFull`]). A free entry whose write is still waiting for its replicas
+    /// replicas"; a hand-over is refused with [`ChordError::TableFull`]). A free entry
+    /// whose write is still waiting for its replicas
     /// (an unlock, or an unlock's copy written again) is spare too: the write in progress
     /// keeps its own copy of the entry for the replicas and for a resend, its client is
     /// answered when they acknowledge it, and the key answers Retry until then; a key
@@ -950,7 +952,7 @@ impl<const N: usize, const T: usize, const C: usize> RingServer<N, T, C> {
     /// on its primary and its `r` replicas, and each server's table holds its own keys and
     /// its replicas' together, so a replica can be full of held keys while the primary
     /// has room. Only a write that adds an entry with a holder for a key the table has no
-    /// entry of can find no room ([`RingServer::fits`]): a key already there is written
+    /// entry of can find no room (`fits`): a key already there is written
     /// over, and a free entry is spare where its arc is ready (it is reclaimed as it is
     /// written, a key without an entry being free).
     ///
@@ -960,8 +962,8 @@ impl<const N: usize, const T: usize, const C: usize> RingServer<N, T, C> {
     /// - A replica with no room for a write applies nothing and answers
     ///   [`ChordMsg::ReplicaFull`] with the write's version ([`Rule::ReplicaFull`]). For
     ///   a write that grants the lock, the primary waits until every other replica
-    ///   answered it, then gives the lock back ([`Rule::GivenBack`]): it writes the key free again (a new version, the
-    ///   same writer) and replicates that like any write; the key answers Retry
+    ///   answered it, then gives the lock back ([`Rule::GivenBack`]): it writes the key
+    ///   free again (a new version, the same writer) and replicates that like any write; the key answers Retry
     ///   meanwhile, and the client is answered Full only once every replica acknowledged
     ///   the free entry. Waiting for the others first keeps this server's one rule for a
     ///   key's writes, that the next is sent only once the last was answered by every
@@ -997,9 +999,9 @@ impl<const N: usize, const T: usize, const C: usize> RingServer<N, T, C> {
     /// Gives back the lock written by pending write `i`, which a replica had no room for
     /// ("Full replicas"): the key is written free again (a new version, the same writer)
     /// and sent to every replica of the key, and the write's client is to be answered
-    /// [`Answer::Full`] once they all acknowledged it. The free entry fits everywhere: a
-    /// free key's entry is spare at a server ready for its arc, and one without an entry
-    /// is free.
+    /// [`Answer::Full`] once they all acknowledged it. The free entry fits at every server
+    /// ready for the key's arc: a free key's entry is spare there, and a key without an
+    /// entry is free (a joiner not ready yet may refuse it: "Full replicas").
     fn give_back<S: Sink<Out<T>>>(&mut self, i: usize, out: &mut S, rep: &mut Report) {
         let Some(p) = self.pending.get(i).copied() else {
             return;
