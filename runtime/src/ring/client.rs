@@ -40,7 +40,8 @@ pub enum ClientError {
     Membership(std::io::Error),
     /// The key's primary does not record the lock as held by this client.
     NotHeld(String),
-    /// A node refused the request (its lock table is full): nothing was written.
+    /// A node's kernel refused the request (as many of its writes wait for their replicas
+    /// as its table holds): nothing was written.
     Refused {
         /// What was asked.
         op: Op,
