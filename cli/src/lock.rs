@@ -694,9 +694,10 @@ fn ring_lock(
                     "lock on {path} not granted within {timeout_ms} ms: another client holds it"
                 ))
             }
-            Err(e @ hilock_runtime::ring::ClientError::Refused { .. }) => {
-                return Err(format!("lock on {path}: {e}"))
-            }
+            Err(
+                e @ (hilock_runtime::ring::ClientError::Refused { .. }
+                | hilock_runtime::ring::ClientError::TableFull { .. }),
+            ) => return Err(format!("lock on {path}: {e}")),
             Err(e) => return Err(format!("lock on {path}: the ring did not answer ({e})")),
         }
         let grant = match client.grant(path).await {

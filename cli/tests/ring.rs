@@ -976,3 +976,89 @@ async fn many_keys() {
         assert!(s.slots.len() <= TABLE, "{}", s.slots.len());
     }
 }
+
+/// A replica whose table is full of held keys while the key's primary has room (four
+/// nodes, r = 2: a key's entry is on its primary P and the next two members A and B).
+/// Half a table of held keys whose primary is A and half of keys whose primary is E (the
+/// member after B) fill A's table, and only half of P's and B's. A lock of a key of P is
+/// then written at P and refused by A: P writes the key back free and the client gets
+/// `ClientError::TableFull` at once, nothing held anywhere, no node error. Once one of
+/// the held keys is released the key is granted. Before, A's refusal was an error of its
+/// step that answered nothing: the lock waited out its bound, and the key answered Retry
+/// for ever after (`RingServer::step`, "Full replicas"; `docs/engines/ring.md`,
+/// "Limits").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_a_full_replica_refuses_ends_table_full_and_leaves_nothing_held() {
+    let _ports = PORTS.lock().await;
+    tokio::time::timeout(Duration::from_secs(60), full_replica())
+        .await
+        .expect("the full-replica test ended within 60 s");
+}
+
+async fn full_replica() {
+    use hilock_runtime::ring::{ClientError, TABLE};
+    let (nodes, membership, addrs) = ring_of(4).await;
+    let v = View {
+        epoch: 0,
+        members: 0b1111,
+    };
+    let r = ring();
+    let star = "/star";
+    let p = r.lookup(v, key_of(star)).unwrap();
+    let a = r.next(v, p).unwrap();
+    let b = r.next(v, a).unwrap();
+    let e = r.next(v, b).unwrap();
+    let mut holder = RingClient::connect(1, addrs.clone(), membership.addr())
+        .await
+        .unwrap();
+    holder.limit = Duration::from_secs(2);
+    let mut held = Vec::new();
+    let mut keys = std::collections::BTreeSet::from([key_of(star)]);
+    for primary in [a, e] {
+        let mut n = 0;
+        for i in 0.. {
+            if n == TABLE / 2 {
+                break;
+            }
+            let path = format!("/fill{i}");
+            let k = key_of(&path);
+            if r.lookup(v, k) != Some(primary) || !keys.insert(k) {
+                continue;
+            }
+            assert!(matches!(holder.lock(&path).await, Ok(true)), "{path}");
+            held.push(path);
+            n += 1;
+        }
+    }
+    let slots = |n: NodeId| nodes[n.0 as usize].snapshot().slots.len();
+    assert_eq!(slots(a), TABLE, "A is full");
+    assert!(slots(p) < TABLE && slots(b) < TABLE, "P and B have room");
+    let mut asker = RingClient::connect(2, addrs.clone(), membership.addr())
+        .await
+        .unwrap();
+    asker.limit = Duration::from_secs(5);
+    let t = Instant::now();
+    let got = asker.lock(star).await;
+    assert!(
+        matches!(got, Err(ClientError::TableFull { key }) if key == key_of(star)),
+        "{got:?}"
+    );
+    assert!(got.unwrap_err().to_string().contains("lock table full"));
+    assert!(
+        t.elapsed() < Duration::from_secs(2),
+        "at once: {:?}",
+        t.elapsed()
+    );
+    for n in &nodes {
+        let s = n.snapshot();
+        assert!(s.errors.is_empty(), "{:?}", s.errors);
+        let star = s.slots.iter().find(|e| e.key == key_of(star));
+        assert!(star.is_none_or(|e| e.holder.is_none()), "{star:?}");
+    }
+    holder.unlock(&held[0]).await.unwrap();
+    assert!(
+        matches!(asker.lock(star).await, Ok(true)),
+        "granted once a key is free"
+    );
+    asker.unlock(star).await.unwrap();
+}

@@ -718,7 +718,7 @@ fn replica_copy(from: u16, view: View, key: u16, n: u32) -> (Addr, ChordMsg<4>) 
 
 // replicated.rs, `check` of a replica write: the early `Ok` for a write of an older view
 // or of an arc the server does not hold (answered by `apply` with a NACK or as stale), and
-// the table-full check of the others (`view.epoch < v.epoch` with `<` → `==`/`>`/`<=`,
+// the room check of the others (`view.epoch < v.epoch` with `<` → `==`/`>`/`<=`,
 // `||` → `&&`, the arc test `&` → `|`/`^`, `<<` → `>>`, `== 0` → `!= 0`). n32 (one
 // replica) holds arcs 1 and 2; its table of 4 is full of n21's keys 11..14.
 #[test]
@@ -727,10 +727,22 @@ fn a_full_replica_refuses_a_new_write_and_still_answers_stale_ones() {
     let copy = replica_copy;
     let mut out = PO::new();
     let before = s.clone();
-    // A new key of a held arc: refused.
+    // A new key of a held arc: refused with a message to the primary, nothing applied.
     let (from, m) = copy(1, ALL, 15, 15);
-    assert_eq!(s.step(from, &m, &mut out), Err(ChordError::TableFull));
+    let rep = s.step(from, &m, &mut out).unwrap();
+    assert!(rep.contains(Rule::ReplicaFull), "{rep:?}");
     assert_eq!(s, before);
+    assert_eq!(
+        out.as_slice(),
+        [Out {
+            to: Addr::Node(NodeId(1)),
+            msg: ChordMsg::ReplicaFull {
+                view: ALL,
+                key: Key(15),
+                version: hilock_kernel::ring::Version { epoch: 0, n: 15 },
+            }
+        }]
+    );
     // A key of arc 0, which n32 does not hold: stale, nothing written.
     out.clear();
     let (from, m) = copy(0, ALL, 40, 1);
@@ -882,16 +894,25 @@ fn only_answer(out: &[Out<4>]) -> Option<Answer> {
 #[test]
 fn a_request_is_decided_and_its_room_counted_in_the_view_it_installs() {
     // n32 in the full ring holds arcs 1 and 2; its table is full. n21 leaves: key 10
-    // (arc 1) is n32's now, and a new entry does not fit. Decided in the old view, the
-    // request would be redirected, and the full table would go unnoticed.
+    // (arc 1) is n32's now, and a new entry does not fit: answered Full. Decided in the
+    // old view, the request would be redirected, and the full table would go unnoticed.
     let mut s = n32_with(ALL, 1, &[11, 12, 25, 30]);
     let before = s.clone();
     let v1 = ALL.leave(NodeId(1));
     let mut out = PO::new();
     let (from, m) = req(2, 1, Op::Lock, 10, v1);
-    assert_eq!(s.step(from, &m, &mut out), Err(ChordError::TableFull));
-    assert_eq!(s, before);
-    assert!(out.is_empty());
+    let rep = s.step(from, &m, &mut out).unwrap();
+    assert!(rep.contains(Rule::NoRoom), "{rep:?}");
+    assert_eq!(s.slots(), before.slots());
+    let answers: Vec<Answer> = out
+        .iter()
+        .filter_map(|o| match o.msg {
+            ChordMsg::Reply { answer, .. } => Some(answer),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(answers, [Answer::Full], "{out:?}");
+    out.clear();
 
     // A view of the server's own epoch is the server's view: key 26 is n32's in it, so
     // the request is served (the forged view would send it to n8) ...
@@ -914,9 +935,7 @@ fn a_request_is_decided_and_its_room_counted_in_the_view_it_installs() {
     );
     // ... and its room is counted in the server's table, all of it.
     let mut s = before.clone();
-    out.clear();
-    assert_eq!(s.step(from, &m, &mut out), Err(ChordError::TableFull));
-    assert_eq!(s, before);
+    answered_full(&mut s, from, &m);
 
     // n32 of {n8, n32} holds every arc, and key 40 of arc 0 besides 25, 30 and 31 of arc 2:
     // full. n21 joins and takes arc 0 from n32: installing the view drops key 40, so key 26
@@ -936,9 +955,27 @@ fn a_request_is_decided_and_its_room_counted_in_the_view_it_installs() {
     // With keys 10 (arc 1) and 25, 30, 31 instead, installing drops nothing: full.
     let mut s = n32_with(v0, 0, &[10, 25, 30, 31]);
     let before = s.clone();
-    out.clear();
-    assert_eq!(s.step(from, &m, &mut out), Err(ChordError::TableFull));
-    assert_eq!(s, before);
+    answered_full(&mut s, from, &m);
+    assert_eq!(s.slots(), before.slots());
+}
+
+/// `m` from `from` is a lock `s` has no room for: answered Full, nothing written.
+fn answered_full(s: &mut RS, from: Addr, m: &ChordMsg<4>) {
+    let before = s.slots().to_vec();
+    let mut out = PO::new();
+    let rep = s.step(from, m, &mut out).unwrap();
+    assert!(rep.contains(Rule::NoRoom), "{rep:?}");
+    assert_eq!(s.slots(), before.as_slice());
+    let full = out.iter().any(|o| {
+        matches!(
+            o.msg,
+            ChordMsg::Reply {
+                answer: Answer::Full,
+                ..
+            }
+        )
+    });
+    assert!(full, "{out:?}");
 }
 
 // replicated.rs, `decide`: a key with a write in progress is busy (`newer = v !=

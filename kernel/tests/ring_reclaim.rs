@@ -5,7 +5,7 @@
 //! Before, a full table refused every new key for ever ("lock table full").
 
 use hilock_kernel::ring::{
-    Addr, Answer, ChordError, ChordMsg, ClientId, Key, NodeId, Op, Rule, Slot, Token, Version, View,
+    Addr, Answer, ChordMsg, ClientId, Key, NodeId, Op, Rule, Slot, Token, Version, View,
 };
 
 #[path = "common/ring_one.rs"]
@@ -42,8 +42,9 @@ fn a_released_key_is_reclaimed_when_the_table_is_full() {
     assert_eq!(keys, [6, 7, 8, 9], "the newest four stay");
 }
 
-/// Only a free entry is reclaimed: with every entry naming a holder a new key is refused
-/// and nothing changes; once one holder releases, the new key takes that entry's place.
+/// Only a free entry is reclaimed: with every entry naming a holder a new key is answered
+/// Full and nothing is written; once one holder releases, the new key takes that entry's
+/// place.
 #[test]
 fn a_held_key_is_never_reclaimed() {
     let mut s = alone();
@@ -59,18 +60,21 @@ fn a_held_key_is_never_reclaimed() {
         key: Key(4),
         view: ALONE,
     };
-    assert_eq!(
-        s.step(Addr::Client(ClientId(9)), &fifth, &mut out),
-        Err(ChordError::TableFull)
+    let rep = s.step(Addr::Client(ClientId(9)), &fifth, &mut out).unwrap();
+    assert!(rep.contains(Rule::NoRoom), "{rep:?}");
+    assert_eq!(s.slots(), before.slots());
+    assert!(
+        matches!(out.as_slice(), [o] if matches!(o.msg, ChordMsg::Reply { answer: Answer::Full, .. })),
+        "{out:?}"
     );
-    assert_eq!(s, before);
-    assert!(out.is_empty());
     assert_eq!(
         ask_key(&mut s, token(3, 0, 2), Op::Unlock, 2).1,
         Answer::Released
     );
+    // A copy of the request answered Full is answered so again; the next is served.
+    assert_eq!(ask_key(&mut s, token(9, 0, 1), Op::Lock, 4).1, Answer::Full);
     assert_eq!(
-        ask_key(&mut s, token(9, 0, 1), Op::Lock, 4).1,
+        ask_key(&mut s, token(9, 0, 2), Op::Lock, 4).1,
         Answer::Granted
     );
     assert_eq!(entry(&s, 2), None, "the released key's entry went");
@@ -191,9 +195,13 @@ fn a_free_entry_of_an_arc_not_handed_over_yet_is_not_reclaimed() {
     assert_eq!(j.slots().len(), 4);
     let before = j.clone();
     out.clear();
-    assert_eq!(
-        j.step(Addr::Node(NodeId(1)), &free(16, 9), &mut out),
-        Err(ChordError::TableFull)
+    let rep = j
+        .step(Addr::Node(NodeId(1)), &free(16, 9), &mut out)
+        .unwrap();
+    assert!(rep.contains(Rule::ReplicaFull), "{rep:?}");
+    assert!(
+        matches!(out.as_slice(), [o] if matches!(o.msg, ChordMsg::ReplicaFull { key: Key(16), .. })),
+        "{out:?}"
     );
     assert_eq!(j, before);
 }
@@ -292,9 +300,13 @@ fn a_free_replica_write_on_a_table_of_holders_is_acknowledged_without_an_entry()
     assert_eq!(entry(&r, 34), None);
     let before = r.clone();
     out.clear();
-    assert_eq!(
-        r.step(Addr::Node(NodeId(0)), &write(35, Some(5), 6), &mut out),
-        Err(ChordError::TableFull)
+    let rep = r
+        .step(Addr::Node(NodeId(0)), &write(35, Some(5), 6), &mut out)
+        .unwrap();
+    assert!(rep.contains(Rule::ReplicaFull), "{rep:?}");
+    assert!(
+        matches!(out.as_slice(), [o] if matches!(o.msg, ChordMsg::ReplicaFull { key: Key(35), .. })),
+        "{out:?}"
     );
     assert_eq!(r, before);
 }

@@ -41,7 +41,9 @@
 //! ([`RingModel::table`]) and each client a second key for its later rounds
 //! ([`RingModel::later`]): a new key on a full table then takes the place of a released
 //! one (`RingServer::step`, "Reclaim"), at primaries and replicas, and every property
-//! must hold as with room for every key.
+//! must hold as with room for every key. A table may also fill with held keys: a lock
+//! that finds no room, at its primary or at a replica, is answered `Full` and leaves
+//! nothing held (`RingServer::step`, "Full replicas"; [`STUCK`]).
 //!
 //! # Partitions and pauses (hilock variant)
 //! `Isolate(n)` cuts node `n` off from everybody (the other nodes, the membership service
@@ -83,13 +85,18 @@
 //!   is in flight, no live node names as holder a client that gave its lock up, sent an
 //!   unlock and stopped (`GiveUp`, [`RingModel::give_ups`]; its unlock follows the lock
 //!   copies it sent to the same node, as on the runtime's one connection).
+//! - `a key answers Retry only while its write can end` (hilock variant): a primary that
+//!   answers Retry for a key it is writing has a message of that write in flight (or a
+//!   node down, cut off or stopped, which a view change or a heal resolves). A write
+//!   nothing will answer any more makes its key answer Retry for ever, a cycle the
+//!   `eventually` property cannot see (Stateright 0.31 judges it at terminal states).
 //! - `every request answered` (eventually; Stateright 0.31 evaluates it at terminal
 //!   states): every client finished its lock/unlock.
 //! - sometimes: `a lock is granted`, `the membership changed`.
 
 use hilock_kernel::ring::{
     Addr, Answer, Change, ChordClient, ChordMsg, ClientEvent, ClientId, Entry, Holder, Key, NodeId,
-    Op, Out, PaperNode, RetryFence, Ring, RingServer, Slot, Version, View,
+    Op, Out, PaperNode, RetryFence, Ring, RingServer, Slot, Token, Version, View,
 };
 use serde::{Deserialize, Serialize};
 use stateright::{Checker, HasDiscoveries, Model, Path, Property};
@@ -137,6 +144,12 @@ pub const NOBODY: &str = "no lock recorded for nobody";
 /// gave its lock up and sent an unlock (`GiveUp`, as `hilock lock` does on a timeout or a
 /// signal: `RingClient::give_up`).
 pub const GAVE_UP: &str = "no key held for a client that gave up and unlocked";
+/// Property name: a primary answers Retry for a key it is writing only while something
+/// of that write is in flight (its replica writes, their acknowledgements or refusals,
+/// a newer view on its way to it), or a node is down, cut off or stopped. A replica that
+/// refused a lock for want of room, and a primary that ignored the refusal, left the
+/// key answering Retry for ever (`Sabotage::IgnoreFullReplica`).
+pub const STUCK: &str = "a key answers Retry only while its write can end";
 /// `sometimes`.
 pub const GRANTED: &str = "a lock is granted";
 /// `sometimes`.
@@ -337,6 +350,10 @@ pub enum Sabotage {
     /// ([`RingServer::without_deferred_unlocks`]), which a client that gave up never
     /// follows.
     NoDeferredUnlock,
+    /// A primary ignores a replica's refusal of its write for want of room
+    /// ([`RingServer::ignoring_full_replicas`]): the write waits for ever and its key
+    /// answers Retry for ever ([`STUCK`]).
+    IgnoreFullReplica,
 }
 
 /// A ring node of either variant. One configuration has nodes of one variant only, so
@@ -425,6 +442,8 @@ pub struct RState {
     pub fences: Vec<(Key, Version)>,
     /// The first grant whose fence is not larger than the one before (`FENCES`).
     pub fence_error: Option<String>,
+    /// The first Retry answered for a key whose write nothing will end (`STUCK`).
+    pub stuck: Option<String>,
 }
 
 /// An action.
@@ -965,6 +984,46 @@ impl RingModel {
         }
     }
 
+    /// `STUCK`: node `n` just answered `token`'s request for `key` (its outputs `out`);
+    /// if that was Retry for a write of `key` in progress at `n`, something of the write
+    /// must be in flight, or a node down, cut off or stopped.
+    fn judge_retry(&self, st: &mut RState, n: NodeId, token: Token, key: Key, out: &Outs) {
+        let retry = out.iter().any(|o| {
+            matches!(o.msg, ChordMsg::Reply { token: t, answer: Answer::Retry, .. } if t == token)
+        });
+        let RNode::Hilock(s) = &st.nodes[n.0 as usize] else {
+            return;
+        };
+        let Some(w) = s.writing(key) else {
+            return;
+        };
+        if !retry || st.stuck.is_some() {
+            return;
+        }
+        let me = Addr::Node(n);
+        let moving = st.net.iter().any(|(f, t, m)| match m {
+            ChordMsg::Replicate { slot, .. } => *f == me && slot.key == key,
+            ChordMsg::ReplicaAck { key: k, .. } | ChordMsg::ReplicaFull { key: k, .. } => {
+                *t == me && *k == key
+            }
+            ChordMsg::ReplicaNack { .. } | ChordMsg::NewView(_) => *t == me,
+            _ => false,
+        });
+        let trouble = st.cut != 0
+            || (0..NS).any(|i| {
+                let bit = 1u16 << i;
+                (s.view().members & bit != 0 && st.alive & bit == 0)
+                    || Self::stopped(st, NodeId(i as u16))
+            });
+        if !moving && !trouble {
+            st.stuck = Some(format!(
+                "n{} answered c{} Retry for key {}: its write of version {}.{} waits, and \
+                 nothing of it is in flight",
+                self.idents[n.0 as usize], token.client.0, key.0, w.version.epoch, w.version.n
+            ));
+        }
+    }
+
     fn finished(st: &RState) -> bool {
         st.clients.iter().all(|c| matches!(c.stage, 4 | 5))
     }
@@ -1100,6 +1159,7 @@ impl RingModel {
             NO_ERROR => st.error.clone().unwrap_or_default(),
             ONE_SERVER => st.stale.clone().unwrap_or_default(),
             FENCES => st.fence_error.clone().unwrap_or_default(),
+            STUCK => st.stuck.clone().unwrap_or_default(),
             NOBODY => {
                 let ring = self.ring();
                 let h: Vec<String> = self
@@ -1234,6 +1294,7 @@ impl RingModel {
             Sabotage::NoRequestMemory => s.without_request_memory(),
             Sabotage::LateHandOverMerged => s.merging_late_hand_overs(),
             Sabotage::NoDeferredUnlock => s.without_deferred_unlocks(),
+            Sabotage::IgnoreFullReplica => s.ignoring_full_replicas(),
             _ => s,
         }
     }
@@ -1412,6 +1473,7 @@ impl Model for RingModel {
             reboots: 0,
             fences: Vec::new(),
             fence_error: None,
+            stuck: None,
         }]
     }
 
@@ -1730,6 +1792,9 @@ impl Model for RingModel {
                                 ));
                             }
                         }
+                        if let Some((token, key, _)) = asked {
+                            self.judge_retry(&mut st, n, token, key, &out);
+                        }
                         self.send_all(&mut st, n, out);
                     }
                     Addr::Chord => return None,
@@ -1995,6 +2060,7 @@ impl Model for RingModel {
             Property::always(FENCES, |_, st: &RState| st.fence_error.is_none()),
             Property::always(NOBODY, |m: &Self, st: &RState| m.nobody_ok(st)),
             Property::always(GAVE_UP, |_, st: &RState| Self::gave_up_ok(st)),
+            Property::always(STUCK, |_, st: &RState| st.stuck.is_none()),
             Property::eventually(LIVE, |_, st: &RState| Self::finished(st)),
             Property::sometimes(GRANTED, |_, st: &RState| {
                 st.clients.iter().any(|c| c.stage == 2)

@@ -208,6 +208,7 @@ const RING_API: &[(&str, Cov)] = &[
     ("without_request_memory", Cov::Sabotage),
     ("merging_late_hand_overs", Cov::Sabotage),
     ("without_deferred_unlocks", Cov::Sabotage),
+    ("ignoring_full_replicas", Cov::Sabotage),
     ("with_table", Cov::Config),
     ("slots", Cov::Query),
     // `ChordClient::holder` and `RingServer::holder`.
@@ -215,6 +216,7 @@ const RING_API: &[(&str, Cov)] = &[
     ("holding", Cov::Query),
     ("settled_in", Cov::Query),
     ("pending", Cov::Query),
+    ("writing", Cov::Query),
     ("stop", Cov::Action("Expire")),
     ("stopped", Cov::Query),
     ("waits_for", Cov::Query),

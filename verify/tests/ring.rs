@@ -16,7 +16,7 @@
 use hilock_kernel::ring::ChordMsg;
 use hilock_models::ring::{
     step_key, RingModel, RingReport, Sabotage, Takeover, Variant, CHANGED, FENCES, GAVE_UP,
-    GRANTED, LIVE, LOST, MUTEX, NOBODY, NO_ERROR, ONE_SERVER,
+    GRANTED, LIVE, LOST, MUTEX, NOBODY, NO_ERROR, ONE_SERVER, STUCK,
 };
 use std::path::PathBuf;
 
@@ -80,6 +80,10 @@ const PINNED: &[(&str, usize)] = &[
         "hilock r2: 3 nodes, 2 crashes, tables of 1, a client on key 10 then 24",
         33742,
     ),
+    (
+        "hilock r1: 3 nodes, tables of 1, clients on keys 10 and 24, 1 duplicate",
+        2705,
+    ),
 ];
 
 const H2: Variant = Variant::Hilock { r: 2 };
@@ -89,7 +93,9 @@ fn pass(m: &RingModel) -> RingReport {
 }
 
 /// Every property but those the configuration is known to break.
-const ALL: &[&str] = &[MUTEX, LOST, NO_ERROR, LIVE, ONE_SERVER, FENCES, NOBODY];
+const ALL: &[&str] = &[
+    MUTEX, LOST, NO_ERROR, LIVE, ONE_SERVER, FENCES, NOBODY, STUCK,
+];
 
 /// Checks `m` exhaustively: the properties `holds` hold, the `sometimes` properties
 /// `reached` are reached (the check is not vacuous), and the state count is `PINNED`'s.
@@ -1112,4 +1118,62 @@ fn reclaimed_entries_around_a_join_keep_every_property() {
 #[test]
 fn reclaimed_entries_across_crashes_keep_every_property() {
     check_pinned(&reclaim_crashes(), ALL, &[GRANTED, CHANGED]);
+}
+
+/// Three nodes (r = 1: a key's entry is on its primary and the next member) with tables of
+/// one entry, client 1 on key 10 (primary n21, replica n32) and client 2 on key 24
+/// (primary n32, replica n8), one request copied by the network. n32 holds both keys'
+/// entries; n21 only key 10's. So while c2 holds key 24, n21 has room for c1's lock of key
+/// 10 but its replica n32 has none, and while c1 holds key 10, n32 has no room for c2's.
+fn full_replica() -> RingModel {
+    let mut m = RingModel::new(
+        "hilock r1: 3 nodes, tables of 1, clients on keys 10 and 24, 1 duplicate",
+        Variant::Hilock { r: 1 },
+        0b0111,
+        vec![10, 24],
+    );
+    m.duplicates = 1;
+    m.table = 1;
+    m
+}
+
+/// A lock whose primary has room but whose replica's table is full of held keys is given
+/// up: the primary writes the key back free, and answers the client Full once every
+/// replica has that; a lock that finds its primary's own table full is answered Full and
+/// writes nothing. A copy of the request is never granted later (`NOBODY`), and every
+/// request is answered.
+#[test]
+fn a_lock_refused_by_a_full_replica_is_given_back_and_answered_full() {
+    check_pinned(&full_replica(), ALL, &[GRANTED]);
+}
+
+/// A primary that ignores its replica's refusal (`Sabotage::IgnoreFullReplica`, the
+/// server before "Full replicas" as far as the primary goes) leaves its lock's write
+/// waiting for ever: the key answers Retry with nothing of the write in flight (`STUCK`),
+/// a cycle `LIVE` does not see. Before the refusal was a message, the replica's step was
+/// an error (`NO_ERROR`) that answered nothing, with the same end.
+#[test]
+fn a_refusal_of_a_full_replica_ignored_leaves_the_key_answering_retry_goes_red() {
+    let mut m = full_replica();
+    m.sabotage = Sabotage::IgnoreFullReplica;
+    let r = m.refute(STUCK);
+    let t = r
+        .trace
+        .unwrap_or_else(|| panic!("{}: {STUCK} not refuted", m.name));
+    println!(
+        "{STUCK} after {} steps ({} states): {}",
+        t.steps.len(),
+        r.unique_states,
+        t.violation
+    );
+    assert!(
+        t.steps.iter().any(|s| s.contains("ReplicaFull")),
+        "{:?}",
+        t.steps
+    );
+    assert!(
+        t.violation.contains("answered c1 Retry for key 10"),
+        "{}",
+        t.violation
+    );
 }

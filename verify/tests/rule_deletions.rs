@@ -951,6 +951,17 @@ const ROWS: &[Row] = &[
         filter: "two_processes_with_one_client_id_keep_one_holder",
     },
     Row {
+        rule: "ring full replicas: a lock a full replica refuses is given back (the key written free, answered Full)",
+        rules: &[],
+        file: "kernel/src/ring/replicated.rs",
+        from: "                        if self.pending[i].need == 0 {\n                            self.give_back(i, out, &mut rep);\n                        }",
+        to: "",
+        also: &[],
+        package: "verify",
+        target: "ring",
+        filter: "a_lock_refused_by_a_full_replica_is_given_back_and_answered_full",
+    },
+    Row {
         rule: "lossless channel: the envelopes not acknowledged are resent after a reconnect, not dropped with the numbering resumed",
         rules: &[],
         file: "runtime/src/token/net.rs",

@@ -222,6 +222,11 @@ impl<const N: usize> ChordClient<N> {
     /// granted by the new primary, which never saw the old copy; a refusal of the old copy
     /// by the old primary must not end it, or the grant locks the key for a client that
     /// no longer waits for it.
+    ///
+    /// Every answer but [`Answer::Redirect`] and [`Answer::Retry`] ends the request
+    /// ([`ClientEvent::Done`]); [`Answer::Full`] ends a lock not granted, for want of room
+    /// in a table that keeps the key's entry, with nothing of it left held: asking again
+    /// is a new request.
     pub fn on_reply<const T: usize, S: Sink<Out<T>>>(
         &mut self,
         token: Token,
@@ -294,6 +299,31 @@ mod tests {
             "the answer to the given-up request"
         );
         assert_eq!(c.waiting(), Some((Op::Lock, Key(25))));
+    }
+
+    /// A lock answered Full (no room for the key's entry) ends, not granted, and the
+    /// client is free for its next request; a late copy of that answer is ignored.
+    #[test]
+    fn a_lock_answered_full_ends_the_request() {
+        let ring = Ring::new(6, [8, 21, 32]).unwrap();
+        let v0 = View {
+            epoch: 0,
+            members: 0b111,
+        };
+        let mut c = ChordClient::new(ClientId(1), ring, v0).unwrap();
+        let mut out: heapless::Vec<Out<2>, 4> = heapless::Vec::new();
+        c.start(Op::Lock, Key(10), &mut out).unwrap();
+        let t = Token {
+            client: ClientId(1),
+            incarnation: 0,
+            seq: c.seq(),
+        };
+        let (e, _) = c.on_reply(t, 0, Answer::Full, &mut out).unwrap();
+        assert_eq!(e, ClientEvent::Done(Op::Lock, Key(10), Answer::Full));
+        assert_eq!(c.waiting(), None);
+        let (e, _) = c.on_reply(t, 0, Answer::Full, &mut out).unwrap();
+        assert_eq!(e, ClientEvent::Ignored);
+        assert_eq!(out.len(), 1, "nothing sent again: {out:?}");
     }
 
     #[test]

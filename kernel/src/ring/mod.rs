@@ -145,6 +145,14 @@ pub enum Answer {
     /// were given one client id). Nothing is written; the lock is not granted while that
     /// hold lasts, and only [`Op::TakeOver`] takes it over.
     InUse,
+    /// hilock: a lock of a key with no holder that a table has no room for: the
+    /// primary's own table, or a replica's, is full of held keys (and of keys whose arc
+    /// is not handed over yet). Not granted, and nothing of it is left: a primary with no
+    /// room writes nothing; a primary whose replica refused the write
+    /// ([`ChordMsg::ReplicaFull`]) writes the key back free and answers only once every
+    /// replica has that ([`RingServer::step`], "Full replicas"). The request ends; asking
+    /// again may find room once a key is released.
+    Full,
 }
 
 /// One row of the paper's lock table: `(oid, islocked)`.
@@ -326,6 +334,18 @@ pub enum ChordMsg<const T: usize> {
     },
     /// hilock: the membership service announces a view.
     NewView(View),
+    /// hilock: a replica refuses a write of its view because its table has no room for
+    /// the entry (a new key with a holder, every entry held): nothing applied. The
+    /// primary gives its write up ([`RingServer::step`], "Full replicas"). Last, so
+    /// that every earlier message keeps its encoding.
+    ReplicaFull {
+        /// The replica's view.
+        view: View,
+        /// The key.
+        key: Key,
+        /// The version of the write refused.
+        version: Version,
+    },
 }
 
 /// A message on its way.
@@ -410,11 +430,21 @@ pub enum Rule {
     /// gave the lock up) waits for that write and is served when it is acknowledged
     /// ([`RingServer::step`], "Given-up locks").
     UnlockDeferred,
+    /// hilock: a lock of a new key on a table full of held keys answered
+    /// [`Answer::Full`], nothing written.
+    NoRoom,
+    /// hilock: a replica with no room for a write's entry refused it
+    /// ([`ChordMsg::ReplicaFull`]), nothing applied.
+    ReplicaFull,
+    /// hilock: a lock refused by a full replica given back: the key written free again
+    /// and replicated, the client to be answered [`Answer::Full`] once every replica has
+    /// it ([`RingServer::step`], "Full replicas").
+    GivenBack,
 }
 
 impl Rule {
     /// All rules, in declaration order.
-    pub const ALL: [Rule; 30] = [
+    pub const ALL: [Rule; 33] = [
         Rule::LockRefused,
         Rule::LockLocal,
         Rule::UnlockNotLocked,
@@ -445,6 +475,9 @@ impl Rule {
         Rule::IdInUse,
         Rule::TakenOver,
         Rule::UnlockDeferred,
+        Rule::NoRoom,
+        Rule::ReplicaFull,
+        Rule::GivenBack,
     ];
 }
 
@@ -485,6 +518,9 @@ impl crate::report::RuleName for Rule {
             Rule::IdInUse => "held by another incarnation of the client id: in use",
             Rule::TakenOver => "taken over from another incarnation of the client id",
             Rule::UnlockDeferred => "unlock of a lock being written: served after it",
+            Rule::NoRoom => "lock of a new key on a full table: answered full",
+            Rule::ReplicaFull => "replica table full: write refused",
+            Rule::GivenBack => "lock refused by a full replica: key written back free",
         }
     }
 }
@@ -507,7 +543,9 @@ pub enum ChordError {
     BadSender,
     /// A message this kind of node does not handle.
     WrongVariant,
-    /// A lock table, or the pending list, is full.
+    /// A lock table, or the pending list, is full: a hand-over that brings more held
+    /// keys than fit, or more writes than the pending list holds (a lock that finds no
+    /// room is answered [`Answer::Full`], not refused with this).
     TableFull,
     /// `r` is 0 or not below the number of slots.
     BadReplication,

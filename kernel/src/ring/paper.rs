@@ -239,6 +239,7 @@ impl<const N: usize, const T: usize> Server<T> for PaperNode<N, T> {
             | ChordMsg::Replicate { .. }
             | ChordMsg::ReplicaAck { .. }
             | ChordMsg::ReplicaNack { .. }
+            | ChordMsg::ReplicaFull { .. }
             | ChordMsg::Transfer { .. }
             | ChordMsg::NewView(_) => Err(ChordError::WrongVariant),
         }

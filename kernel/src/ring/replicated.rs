@@ -37,6 +37,13 @@
 //! - A released entry is reclaimed when its room is needed ([`RingServer::step`],
 //!   "Reclaim"): a new key on a full table takes the place of a free entry of a ready
 //!   arc; the request floor of its client keeps the entry's retry guard.
+//! - A lock that finds no room is answered [`Answer::Full`] and leaves nothing held
+//!   ([`RingServer::step`], "Full replicas"): a primary whose own table is full of held
+//!   keys writes nothing; a replica whose table is full refuses the primary's write
+//!   ([`ChordMsg::ReplicaFull`]), and the primary writes the key back free, replicates
+//!   that, and answers Full once every replica has it. Before, the replica applied
+//!   nothing and answered nothing: the write waited for ever, the key answered Retry for
+//!   ever, and no take-over could free it.
 //!
 //! The membership service (etcd in cluster mode; the model's `Chord` actor) announces
 //! views with [`ChordMsg::NewView`] and starts the next change only when every live member
@@ -61,6 +68,9 @@ struct Pending {
     /// acknowledged, with the view it was routed with ([`RingServer::step`], "Given-up
     /// locks").
     then: Option<(Token, View)>,
+    /// A replica refused the write for want of room: once every other replica answered
+    /// it, the lock is given back instead of granted.
+    refused: bool,
 }
 
 /// Which requests of a client the ring server takes for stale retries and answers from
@@ -92,8 +102,8 @@ struct Answered {
     incarnation: u64,
     /// Its request number.
     seq: u64,
-    /// The refusal it was answered with, if it was a lock answered [`Answer::Refused`] or
-    /// [`Answer::InUse`].
+    /// The refusal it was answered with, if it was a lock answered [`Answer::Refused`],
+    /// [`Answer::InUse`] or [`Answer::Full`].
     refusal: Option<Answer>,
 }
 
@@ -168,6 +178,9 @@ pub struct RingServer<const N: usize, const T: usize, const C: usize = 256> {
     /// Whether an unlock behind its own lock's write waits for it (off only for
     /// [`RingServer::without_deferred_unlocks`]).
     defer: bool,
+    /// Whether a lock refused by a full replica is given back (off only for
+    /// [`RingServer::ignoring_full_replicas`]).
+    give_back: bool,
 }
 
 /// What a request comes to, decided from the state as it is after the request's view is
@@ -185,6 +198,9 @@ enum Decision {
     Refused,
     /// Held by another incarnation of the asking client id: [`Answer::InUse`].
     InUse,
+    /// A lock of a new key that the table has no room for: [`Answer::Full`], nothing
+    /// written.
+    Full,
     /// A stale retry: older than the request that set the entry ([`Slot::writer`]);
     /// answered from the entry, nothing written.
     Superseded(Answer),
@@ -245,6 +261,7 @@ impl<const N: usize, const T: usize, const C: usize> RingServer<N, T, C> {
             floors: [None; C],
             limit: T,
             defer: true,
+            give_back: true,
         })
     }
 
@@ -309,6 +326,16 @@ impl<const N: usize, const T: usize, const C: usize> RingServer<N, T, C> {
         self
     }
 
+    /// The server as it was before "Full replicas" ([`RingServer::step`]) at the primary:
+    /// a replica's refusal of a write for want of room ([`ChordMsg::ReplicaFull`]) is
+    /// ignored, so the write waits for ever and its key answers Retry for ever. Kept only
+    /// so that the model checker shows the give-back matters (the model's
+    /// `Sabotage::IgnoreFullReplica`); no deployment wants it.
+    pub fn ignoring_full_replicas(mut self) -> Self {
+        self.give_back = false;
+        self
+    }
+
     /// This server.
     pub fn id(&self) -> NodeId {
         self.id
@@ -340,6 +367,14 @@ impl<const N: usize, const T: usize, const C: usize> RingServer<N, T, C> {
     /// Writes waiting for acknowledgements.
     pub fn pending(&self) -> usize {
         self.pending.len()
+    }
+    /// The entry as written by the write of `key` waiting for acknowledgements, if there
+    /// is one.
+    pub fn writing(&self, key: Key) -> Option<Slot> {
+        self.pending
+            .iter()
+            .find(|p| p.slot.key == key)
+            .map(|p| p.slot)
     }
 
     /// The server lost its lease with the membership service (it could not renew it in
@@ -679,6 +714,21 @@ impl<const N: usize, const T: usize, const C: usize> RingServer<N, T, C> {
         } else {
             last
         };
+        // Room: the entry as `serve` writes it, but for the counter, which no room depends
+        // on. Only a new key with a holder can find none ("Reclaim", "Full replicas").
+        let slot = Slot {
+            key,
+            holder: holder.map(|h| h.client),
+            incarnation: holder.map_or(0, |h| h.incarnation),
+            version: Version {
+                epoch: v.epoch,
+                n: 0,
+            },
+            writer,
+        };
+        if self.fits(view, core::iter::once(slot), 0).is_err() {
+            return Decision::Full;
+        }
         Decision::Write {
             holder,
             writer,
@@ -702,12 +752,14 @@ impl<const N: usize, const T: usize, const C: usize> RingServer<N, T, C> {
             .filter(|a| a.incarnation == token.incarnation)
     }
 
-    /// Remembers that `token` was answered (`refusal`: with [`Answer::Refused`] or
-    /// [`Answer::InUse`]) in this view, unless a later request of its incarnation was. A
+    /// Remembers that `token` was answered (`refusal`: with [`Answer::Refused`],
+    /// [`Answer::InUse`] or [`Answer::Full`]) in this view, unless a later request of its
+    /// incarnation was. A
     /// request of another incarnation of the id takes the row: the memory has one row per
     /// client id, of the incarnation it heard from last (`step`, "Copies").
     fn remember(&mut self, token: Token, answer: Answer) {
-        let refusal = matches!(answer, Answer::Refused | Answer::InUse).then_some(answer);
+        let refusal =
+            matches!(answer, Answer::Refused | Answer::InUse | Answer::Full).then_some(answer);
         if let Some(row) = self.answered.get_mut(usize::from(token.client.0)) {
             if row.is_none_or(|a| a.incarnation != token.incarnation || a.seq < token.seq) {
                 *row = Some(Answered {
@@ -857,9 +909,11 @@ impl<const N: usize, const T: usize, const C: usize> RingServer<N, T, C> {
     /// holder) of an arc this server is ready for; the one written longest ago goes. With
     /// none spare, a new entry that is spare itself (an unlock's, a replica write freeing
     /// the key, a free key of the arcs a hand-over makes ready) is reclaimed as it is
-    /// written: its table has no room for a free key, and a key without an entry is free. Only then is [`ChordError::TableFull`] answered:
-    /// every entry names a holder or is of an arc not handed over yet, and so does the new
-    /// one. A free entry whose write is still waiting for its replicas
+    /// written: its table has no room for a free key, and a key without an entry is free.
+    /// Only then is there no room: every entry names a holder or is of an arc not handed
+    /// over yet, and so does the new one (a lock is answered [`Answer::Full`], "Full
+    /// replicas"; a hand-over is refused with [`ChordError::TableFull`]). A free entry
+    /// whose write is still waiting for its replicas
     /// (an unlock, or an unlock's copy written again) is spare too: the write in progress
     /// keeps its own copy of the entry for the replicas and for a resend, its client is
     /// answered when they acknowledge it, and the key answers Retry until then; a key
@@ -893,6 +947,42 @@ impl<const N: usize, const T: usize, const C: usize> RingServer<N, T, C> {
     ///   writer that can make the copy stale. An entry written in an older view is
     ///   dropped without a floor.
     ///
+    /// # Full replicas
+    /// Not in the Chord lock paper, whose tables have no bound: hilock's. A key's entry is
+    /// on its primary and its `r` replicas, and each server's table holds its own keys and
+    /// its replicas' together, so a replica can be full of held keys while the primary
+    /// has room. Only a write that adds an entry with a holder for a key the table has no
+    /// entry of can find no room (`fits`): a key already there is written
+    /// over, and a free entry is spare where its arc is ready (it is reclaimed as it is
+    /// written, a key without an entry being free).
+    ///
+    /// - A lock whose primary has no room is answered [`Answer::Full`] ([`Rule::NoRoom`])
+    ///   and writes nothing, as a refusal; the request memory keeps the answer, so a copy
+    ///   of the request is answered Full again, never served ("Copies").
+    /// - A replica with no room for a write applies nothing and answers
+    ///   [`ChordMsg::ReplicaFull`] with the write's version ([`Rule::ReplicaFull`]). For
+    ///   a write that grants the lock, the primary waits until every other replica
+    ///   answered it, then gives the lock back ([`Rule::GivenBack`]): it writes the key
+    ///   free again (a new version, the same writer) and replicates that like any write; the key answers Retry
+    ///   meanwhile, and the client is answered Full only once every replica acknowledged
+    ///   the free entry. Waiting for the others first keeps this server's one rule for a
+    ///   key's writes, that the next is sent only once the last was answered by every
+    ///   replica, so a replica never gets the free entry before the lock, which could
+    ///   then be applied over it once the free entry was reclaimed. The request memory
+    ///   keeps the answer Full, so a copy of the request is not served; a primary that
+    ///   stops or crashes in between leaves the client unanswered, and its retry is
+    ///   answered by the new primary from whatever entry it has (granted again, with
+    ///   every replica, or Full).
+    ///
+    /// Every refused write that grants the lock is given back so, a re-grant or a
+    /// take-over too (a replica lacks the key's entry only if it never had the hold, and
+    /// a hold is answered Granted only once every replica has it: nobody who was
+    /// answered holds the key). Before this the replica refused the write as an error,
+    /// applying nothing and answering nothing: the write waited for ever, its key
+    /// answered Retry for ever, and no take-over could free it. Still not given back: a
+    /// free entry refused by a joiner whose table is full of held entries and entries of
+    /// arcs not handed over to it yet; that write waits, as before.
+    ///
     /// A new incarnation of a client id must number on after every request the earlier
     /// one sent ([`super::ChordClient::resume_after`]), or its requests are taken for
     /// copies. Errors, besides those of each message: a request of a client id not below
@@ -904,6 +994,63 @@ impl<const N: usize, const T: usize, const C: usize> RingServer<N, T, C> {
         out: &mut S,
     ) -> Result<Report, ChordError> {
         super::step(self, from, msg, out)
+    }
+
+    /// Gives back the lock written by pending write `i`, which a replica had no room for
+    /// ("Full replicas"): the key is written free again (a new version, the same writer)
+    /// and sent to every replica of the key, and the write's client is to be answered
+    /// [`Answer::Full`] once they all acknowledged it. The free entry fits at every server
+    /// ready for the key's arc: a free key's entry is spare there, and a key without an
+    /// entry is free (a joiner not ready yet may refuse it: "Full replicas").
+    fn give_back<S: Sink<Out<T>>>(&mut self, i: usize, out: &mut S, rep: &mut Report) {
+        let Some(p) = self.pending.get(i).copied() else {
+            return;
+        };
+        self.clock = self.clock.wrapping_add(1);
+        let slot = Slot {
+            holder: None,
+            incarnation: 0,
+            version: Version {
+                epoch: self.view.epoch,
+                n: self.clock,
+            },
+            ..p.slot
+        };
+        self.upsert(slot);
+        // The request's answer is Full now: a copy of it is answered so ("Copies").
+        let t = p.token;
+        if let Some(row) = self.answered.get_mut(usize::from(t.client.0)) {
+            if row.is_none_or(|a| a.incarnation != t.incarnation || a.seq <= t.seq) {
+                *row = Some(Answered {
+                    incarnation: t.incarnation,
+                    seq: t.seq,
+                    refusal: Some(Answer::Full),
+                });
+            }
+        }
+        let need = self.ring.replicas(self.view, slot.key, self.copies()) & !(1 << self.id.0);
+        if let Some(w) = self.pending.get_mut(i) {
+            w.slot = slot;
+            w.answer = Answer::Full;
+            w.need = need;
+            w.refused = false;
+        }
+        rep.insert(Rule::GivenBack);
+        if need == 0 {
+            // No replica in this view (cannot happen: the refusal came from one):
+            // answered at once, and the unlock that waited for the lock served.
+            let p = self.pending.remove(i);
+            answer(out, p.token, p.slot.version.epoch, Answer::Full);
+            if let Some((t, v)) = p.then {
+                self.serve(t, Op::Unlock, slot.key, v, out, rep);
+            }
+            return;
+        }
+        for y in 0..N {
+            if need & (1 << y) != 0 {
+                self.replicate(out, NodeId(y as u16), slot, p.token);
+            }
+        }
     }
 
     /// Serves a request routed with `view` once `view` is installed (from a client, or an
@@ -947,6 +1094,12 @@ impl<const N: usize, const T: usize, const C: usize> RingServer<N, T, C> {
                 self.remember(token, Answer::InUse);
                 reply(out, Answer::InUse);
                 rep.insert(Rule::IdInUse);
+                return;
+            }
+            Decision::Full => {
+                self.remember(token, Answer::Full);
+                reply(out, Answer::Full);
+                rep.insert(Rule::NoRoom);
                 return;
             }
             Decision::Superseded(answer) => {
@@ -1003,6 +1156,7 @@ impl<const N: usize, const T: usize, const C: usize> RingServer<N, T, C> {
             answer,
             need,
             then: None,
+            refused: false,
         });
         for y in 0..N {
             if need & (1 << y) != 0 {
@@ -1034,43 +1188,25 @@ impl<const N: usize, const T: usize, const C: usize> Server<T> for RingServer<N,
                 if self.stopped {
                     return Ok(());
                 }
-                if let Decision::Write {
-                    need,
-                    holder,
-                    writer,
-                    ..
-                } = self.decide(*token, *op, *key, *view)
-                {
+                // A lock the table has no room for is answered Full (`decide`).
+                if let Decision::Write { need, .. } = self.decide(*token, *op, *key, *view) {
                     let pending_full = self.after(*view) == self.view && self.pending.is_full();
                     if need != 0 && pending_full {
                         return Err(ChordError::TableFull);
                     }
-                    // The entry as `apply` writes it, but for the counter, which no room
-                    // depends on.
-                    let slot = Slot {
-                        key: *key,
-                        holder: holder.map(|h| h.client),
-                        incarnation: holder.map_or(0, |h| h.incarnation),
-                        version: Version {
-                            epoch: self.after(*view).epoch,
-                            n: 0,
-                        },
-                        writer,
-                    };
-                    self.fits(*view, core::iter::once(slot), 0)?;
                 }
                 Ok(())
             }
             ChordMsg::Replicate { view, slot, .. } => {
+                // A write with no room is refused with a message (`apply`), not an error.
                 node_sender::<N>(from)?;
                 self.ring.check_view(*view)?;
-                self.ring.check_key(slot.key)?;
-                let v = self.after(*view);
-                if view.epoch < v.epoch || self.covered(v) & (1 << self.ring.arc_of(slot.key)) == 0
-                {
-                    return Ok(());
-                }
-                self.fits(*view, core::iter::once(*slot), 0)
+                self.ring.check_key(slot.key)
+            }
+            ChordMsg::ReplicaFull { view, key, .. } => {
+                node_sender::<N>(from)?;
+                self.ring.check_view(*view)?;
+                self.ring.check_key(*key)
             }
             ChordMsg::ReplicaAck { view, .. } | ChordMsg::ReplicaNack { view } => {
                 node_sender::<N>(from)?;
@@ -1137,6 +1273,17 @@ impl<const N: usize, const T: usize, const C: usize> Server<T> for RingServer<N,
                 // not applied twice.
                 if self.slots.iter().any(|s| s == slot) {
                     rep.insert(Rule::Idempotent);
+                } else if self.fits(self.view, core::iter::once(*slot), 0).is_err() {
+                    // No room: refused, nothing applied; the primary gives the write up
+                    // ("Full replicas").
+                    let full = ChordMsg::ReplicaFull {
+                        view: self.view,
+                        key: slot.key,
+                        version: slot.version,
+                    };
+                    send(out, from, full);
+                    rep.insert(Rule::ReplicaFull);
+                    return rep;
                 } else {
                     self.upsert(*slot);
                     rep.insert(Rule::Replicated);
@@ -1162,7 +1309,11 @@ impl<const N: usize, const T: usize, const C: usize> Server<T> for RingServer<N,
                 match (view.epoch == self.view.epoch, i) {
                     (true, Some(i)) => {
                         self.pending[i].need &= !from_bit;
-                        if self.pending[i].need == 0 {
+                        if self.pending[i].need == 0 && self.pending[i].refused {
+                            // Every replica answered the lock, one with no room: given
+                            // back ("Full replicas").
+                            self.give_back(i, out, &mut rep);
+                        } else if self.pending[i].need == 0 {
                             let p = self.pending.remove(i);
                             answer(out, p.token, p.slot.version.epoch, p.answer);
                             rep.insert(Rule::WriteAcknowledged);
@@ -1181,6 +1332,31 @@ impl<const N: usize, const T: usize, const C: usize> Server<T> for RingServer<N,
             ChordMsg::ReplicaNack { view } => {
                 self.install(*view, out, &mut rep);
                 rep.insert(Rule::Stale);
+                rep
+            }
+            ChordMsg::ReplicaFull { view, key, version } => {
+                self.install(*view, out, &mut rep);
+                let from_bit = match from {
+                    Addr::Node(y) => 1u16 << y.0,
+                    _ => 0,
+                };
+                let i = self.pending.iter().position(|p| {
+                    p.slot.key == *key && p.slot.version == *version && p.answer == Answer::Granted
+                });
+                match (view.epoch == self.view.epoch && self.give_back, i) {
+                    (true, Some(i)) => {
+                        self.pending[i].need &= !from_bit;
+                        self.pending[i].refused = true;
+                        rep.insert(Rule::ReplicaFull);
+                        // Given back once no acknowledgement of the lock is still to come:
+                        // a replica then has it, or has refused it, before the free entry
+                        // is sent ("Full replicas").
+                        if self.pending[i].need == 0 {
+                            self.give_back(i, out, &mut rep);
+                        }
+                    }
+                    _ => rep.insert(Rule::Stale),
+                }
                 rep
             }
             ChordMsg::Transfer { view, arcs, slots } => {
@@ -1433,9 +1609,9 @@ mod tests {
         }
     }
 
-    /// The check finds a full table before anything changes: a request for a new key on
-    /// a full table, a transfer to a joiner that brings more keys than fit, and a full
-    /// pending list.
+    /// The check finds a full table before anything changes: a transfer to a joiner that
+    /// brings more keys than fit. A request for a new key on a full table is answered
+    /// Full and writes nothing.
     #[test]
     fn a_full_table_is_refused_and_changes_nothing() {
         // Alone in the view: every arc is this server's, no replica.
@@ -1470,7 +1646,18 @@ mod tests {
             key: Key(4),
             view: alone,
         };
-        assert_eq!(a.step(C1, &fifth, &mut out), Err(ChordError::TableFull));
+        // A fifth key: answered Full, nothing written.
+        let mut full = a.clone();
+        let rep = full.step(C1, &fifth, &mut out).unwrap();
+        assert!(rep.contains(Rule::NoRoom), "{rep:?}");
+        assert_eq!(full.slots(), a.slots());
+        assert!(matches!(
+            out.pop().unwrap().msg,
+            ChordMsg::Reply {
+                answer: Answer::Full,
+                ..
+            }
+        ));
         // The same key again is a write over its own entry: it fits.
         let again = ChordMsg::Request {
             token: Token {
@@ -1550,7 +1737,7 @@ mod tests {
         assert!(rep.contains(Rule::TransferMerged));
         assert_eq!(a, before);
         assert!(out.is_empty());
-        // Pending full: four writes waiting for the replica of a two-member view.
+        // Four writes waiting for the replica of a two-member view.
         let mut p = S::new(NodeId(1), ring(), 1, V).unwrap();
         for k in 9..13u16 {
             let req = ChordMsg::Request {
@@ -1579,12 +1766,12 @@ mod tests {
             key: Key(13),
             view: V,
         };
-        assert_eq!(
-            p.step(Addr::Client(ClientId(20)), &req, &mut out),
-            Err(ChordError::TableFull)
-        );
-        assert_eq!(p, before);
-        assert!(out.is_empty());
+        // Its table is full of the four held keys too: the lock is answered Full.
+        let rep = p.step(Addr::Client(ClientId(20)), &req, &mut out).unwrap();
+        assert!(rep.contains(Rule::NoRoom), "{rep:?}");
+        assert_eq!(p.slots(), before.slots());
+        assert_eq!(p.pending(), 4);
+        assert_eq!(out.len(), 1);
     }
 
     /// A server that lost its lease answers no request and changes nothing for it, but
@@ -1629,6 +1816,204 @@ mod tests {
         out.clear();
         let rep = b.step(Addr::Node(NodeId(1)), &ack.msg, &mut out).unwrap();
         assert!(rep.contains(Rule::Stale) && out.is_empty());
+    }
+
+    /// "Full replicas": three servers (r = 1) with tables of 2. n32 (slot 2) is the
+    /// replica of n21's key 10 and the primary of key 24; with both held its table is
+    /// full, while n21 has room for a lock of key 12. The replica refuses that write
+    /// (before, it was refused as an error: nothing applied, nothing answered, the key
+    /// answered Retry for ever); n21 writes the key back free, replicates that, and
+    /// answers Full once n32 acknowledged it. A copy of the request is answered Full
+    /// again, and nothing is held for the client anywhere.
+    #[test]
+    fn a_lock_a_full_replica_refuses_is_given_back_and_answered_full() {
+        let all = View {
+            epoch: 0,
+            members: 0b111,
+        };
+        let new = |i: u16| S::new(NodeId(i), ring(), 1, all).unwrap().with_table(2);
+        let (mut n21, mut n32) = (new(1).unwrap(), new(2).unwrap());
+        let mut n8 = new(0).unwrap();
+        let mut out = O::new();
+        let req = |c: u8, seq: u64, op: Op, k: u16| ChordMsg::Request {
+            token: Token {
+                client: ClientId(c),
+                incarnation: 0,
+                seq,
+            },
+            op,
+            key: Key(k),
+            view: all,
+        };
+        let (n8a, n21a, n32a) = (
+            Addr::Node(NodeId(0)),
+            Addr::Node(NodeId(1)),
+            Addr::Node(NodeId(2)),
+        );
+        // c1 locks key 10 (n21, replica n32); c2 locks key 24 (n32, replica n8).
+        n21.step(C1, &req(1, 1, Op::Lock, 10), &mut out).unwrap();
+        let w = out.pop().unwrap();
+        n32.step(n21a, &w.msg, &mut out).unwrap();
+        let ack = out.pop().unwrap();
+        n21.step(n32a, &ack.msg, &mut out).unwrap();
+        out.clear();
+        let c2 = Addr::Client(ClientId(2));
+        n32.step(c2, &req(2, 1, Op::Lock, 24), &mut out).unwrap();
+        let w = out.pop().unwrap();
+        n8.step(n32a, &w.msg, &mut out).unwrap();
+        let ack = out.pop().unwrap();
+        n32.step(n8a, &ack.msg, &mut out).unwrap();
+        out.clear();
+        assert_eq!(n32.slots().len(), 2);
+        // c3 locks key 12: n21 has room, n32 has none.
+        let c3 = Addr::Client(ClientId(3));
+        let lock12 = req(3, 1, Op::Lock, 12);
+        let rep = n21.step(c3, &lock12, &mut out).unwrap();
+        assert!(rep.contains(Rule::WriteStarted), "{rep:?}");
+        let w = out.pop().unwrap();
+        let before = n32.clone();
+        let rep = n32.step(n21a, &w.msg, &mut out).unwrap();
+        assert!(rep.contains(Rule::ReplicaFull), "{rep:?}");
+        assert_eq!(n32.slots(), before.slots(), "nothing applied");
+        let refusal = out.pop().unwrap();
+        assert!(out.is_empty());
+        assert!(
+            matches!(refusal.msg, ChordMsg::ReplicaFull { key: Key(12), .. }),
+            "{refusal:?}"
+        );
+        // The primary gives the lock back: key 12 free, written again, still Retry.
+        let rep = n21.step(n32a, &refusal.msg, &mut out).unwrap();
+        assert!(rep.contains(Rule::GivenBack), "{rep:?}");
+        assert_eq!(n21.holder(Key(12)), None);
+        let back = out.pop().unwrap();
+        assert!(
+            out.is_empty(),
+            "no answer before the replica has it: {out:?}"
+        );
+        let rep = n21.step(c3, &req(3, 1, Op::Lock, 12), &mut out).unwrap();
+        assert!(rep.contains(Rule::RetryLater), "{rep:?}");
+        out.clear();
+        let rep = n32.step(n21a, &back.msg, &mut out).unwrap();
+        assert!(rep.contains(Rule::Replicated), "a free entry fits: {rep:?}");
+        let ack = out.pop().unwrap();
+        n21.step(n32a, &ack.msg, &mut out).unwrap();
+        assert_eq!(
+            out.pop().map(|o| o.msg),
+            Some(ChordMsg::Reply {
+                token: Token {
+                    client: ClientId(3),
+                    incarnation: 0,
+                    seq: 1
+                },
+                epoch: 0,
+                answer: Answer::Full,
+            })
+        );
+        assert_eq!(n21.pending(), 0);
+        // A copy of the request is answered Full again; nothing names c3 anywhere.
+        let rep = n21.step(c3, &lock12, &mut out).unwrap();
+        assert!(rep.contains(Rule::CopyAnswered), "{rep:?}");
+        assert!(matches!(
+            out.pop().unwrap().msg,
+            ChordMsg::Reply {
+                answer: Answer::Full,
+                ..
+            }
+        ));
+        for s in [&n8, &n21, &n32] {
+            assert_eq!(s.holder(Key(12)), None);
+        }
+        // A lock of a new key at n32, its own table full: Full, nothing written.
+        out.clear();
+        let before = n32.clone();
+        let rep = n32.step(c3, &req(3, 2, Op::Lock, 30), &mut out).unwrap();
+        assert!(rep.contains(Rule::NoRoom), "{rep:?}");
+        assert_eq!(n32.slots(), before.slots());
+        assert!(matches!(
+            out.pop().unwrap().msg,
+            ChordMsg::Reply {
+                answer: Answer::Full,
+                ..
+            }
+        ));
+    }
+
+    /// "Full replicas" with two replicas (r = 2, tables of 1): n32 is full (its own key
+    /// 24, held), n8 has room. n21's lock of key 10 is refused by n32; the free entry is
+    /// sent only once n8 answered the lock too, so n8 never gets the free entry before the
+    /// lock (which could then be applied over it once the free entry was reclaimed).
+    #[test]
+    fn a_lock_is_given_back_only_once_every_other_replica_answered_it() {
+        let all = View {
+            epoch: 0,
+            members: 0b111,
+        };
+        let new = |i: u16| S::new(NodeId(i), ring(), 2, all).unwrap().with_table(1);
+        let (mut n8, mut n21, mut n32) = (new(0).unwrap(), new(1).unwrap(), new(2).unwrap());
+        let (n8a, n21a, n32a) = (
+            Addr::Node(NodeId(0)),
+            Addr::Node(NodeId(1)),
+            Addr::Node(NodeId(2)),
+        );
+        let mut out = O::new();
+        let req = |c: u8, k: u16| ChordMsg::Request {
+            token: Token {
+                client: ClientId(c),
+                incarnation: 0,
+                seq: 1,
+            },
+            op: Op::Lock,
+            key: Key(k),
+            view: all,
+        };
+        // c2's lock of key 24 fills n32 (its writes to the others stay in flight).
+        n32.step(Addr::Client(ClientId(2)), &req(2, 24), &mut out)
+            .unwrap();
+        out.clear();
+        n21.step(C1, &req(1, 10), &mut out).unwrap();
+        let to = |n: Addr, out: &O| out.iter().find(|o| o.to == n).cloned().unwrap();
+        let (w32, w8) = (to(n32a, &out), to(n8a, &out));
+        out.clear();
+        n32.step(n21a, &w32.msg, &mut out).unwrap();
+        let refusal = out.pop().unwrap();
+        let rep = n21.step(n32a, &refusal.msg, &mut out).unwrap();
+        assert!(rep.contains(Rule::ReplicaFull), "{rep:?}");
+        assert!(
+            out.is_empty(),
+            "nothing sent while n8 may still apply the lock: {out:?}"
+        );
+        assert_eq!(n21.holder(Key(10)), Some(ClientId(1)));
+        n8.step(n21a, &w8.msg, &mut out).unwrap();
+        assert_eq!(n8.holder(Key(10)), Some(ClientId(1)));
+        let ack = out.pop().unwrap();
+        let rep = n21.step(n8a, &ack.msg, &mut out).unwrap();
+        assert!(rep.contains(Rule::GivenBack), "{rep:?}");
+        assert_eq!(n21.holder(Key(10)), None);
+        let (b32, b8) = (to(n32a, &out), to(n8a, &out));
+        assert_eq!(out.len(), 2, "the free entry to both replicas: {out:?}");
+        out.clear();
+        for (s, m) in [(&mut n32, b32), (&mut n8, b8)] {
+            s.step(n21a, &m.msg, &mut out).unwrap();
+            assert_eq!(s.holder(Key(10)), None);
+        }
+        let acks: heapless::Vec<Out<4>, 32> = out.iter().cloned().collect();
+        out.clear();
+        for (from, a) in [(n32a, &acks[0]), (n8a, &acks[1])] {
+            n21.step(from, &a.msg, &mut out).unwrap();
+        }
+        assert!(
+            matches!(
+                out.as_slice(),
+                [Out {
+                    msg: ChordMsg::Reply {
+                        answer: Answer::Full,
+                        ..
+                    },
+                    ..
+                }]
+            ),
+            "{out:?}"
+        );
     }
 
     #[test]

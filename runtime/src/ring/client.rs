@@ -44,7 +44,8 @@ pub enum ClientError {
     ServiceGone(SocketAddr),
     /// The key's primary does not record the lock as held by this client.
     NotHeld(String),
-    /// A node refused the request (its lock table is full): nothing was written.
+    /// A node's kernel refused the request (as many of its writes wait for their replicas
+    /// as its table holds): nothing was written.
     Refused {
         /// What was asked.
         op: Op,
@@ -52,6 +53,13 @@ pub enum ClientError {
         key: Key,
         /// The node's words.
         why: String,
+    },
+    /// The ring has no room for the lock ([`Answer::Full`]): a table of a node that keeps
+    /// the key's entry (its primary, or one of its replicas) is full of held keys. Not
+    /// granted, and nothing of it is held: the ring gave the key back before answering.
+    TableFull {
+        /// The key.
+        key: Key,
     },
     /// Another incarnation of this client id (another process given the id, or a killed
     /// run's hold) holds the key ([`Answer::InUse`]): not granted.
@@ -79,6 +87,14 @@ impl std::fmt::Display for ClientError {
             ClientError::Refused { op, key, why } => {
                 write!(f, "{op:?} of key {:#06x} refused: {why}", key.0)
             }
+            ClientError::TableFull { key } => write!(
+                f,
+                "key {:#06x} not granted: lock table full (a node that keeps the key's \
+                 entry, its primary or a replica, has all {TABLE} entries held; nothing of \
+                 the lock is left held, and it may be granted once keys are released: \
+                 docs/engines/ring.md, \"Limits\")",
+                key.0
+            ),
             ClientError::IdInUse { id, key } => write!(
                 f,
                 "key {:#06x} is held by another process with client id {id}",
@@ -233,7 +249,8 @@ impl RingClient {
     }
 
     /// `c_lock(path)`: `true` if granted, `false` if another client holds it;
-    /// [`ClientError::IdInUse`] if another incarnation of this client id holds it.
+    /// [`ClientError::IdInUse`] if another incarnation of this client id holds it;
+    /// [`ClientError::TableFull`] if the ring has no room for it.
     pub async fn lock(&mut self, path: &str) -> Result<bool, ClientError> {
         self.lock_as(Op::Lock, path).await
     }
@@ -253,6 +270,7 @@ impl RingClient {
                 id: self.id().0,
                 key,
             }),
+            Answer::Full => Err(ClientError::TableFull { key }),
             _ => Ok(false),
         }
     }
@@ -346,7 +364,8 @@ impl RingClient {
     /// lock is asked again 5 ms later, the pause doubling up to 200 ms. `Ok(true)`: granted;
     /// `Ok(false)`: another client held it until the end. Each request is bounded by what
     /// is left of `limit` (an error then: the last request may have been granted unseen).
-    /// [`ClientError::IdInUse`] at once if another incarnation of this id holds it.
+    /// [`ClientError::IdInUse`] at once if another incarnation of this id holds it, and
+    /// [`ClientError::TableFull`] at once if the ring has no room for it.
     pub async fn acquire(&mut self, path: &str, limit: Duration) -> Result<bool, ClientError> {
         self.acquire_as(Op::Lock, path, limit).await
     }

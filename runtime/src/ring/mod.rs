@@ -166,8 +166,10 @@ pub enum Frame {
     Withdraw(Request),
     /// Membership → admin: the answer to its [`Frame::Ask`] or [`Frame::Withdraw`].
     Answer(Answer),
-    /// Node → client: the node's kernel refused the client's request `token` (its lock
-    /// table is full: `ChordError::TableFull`), with why, in words; nothing was written.
+    /// Node → client: the node's kernel refused the client's request `token` (as many of
+    /// its writes wait for their replicas as its table holds: `ChordError::TableFull`),
+    /// with why, in words; nothing was written. A lock its table has no room for is not
+    /// refused so: it is answered `Answer::Full`.
     Refused {
         /// The request refused.
         token: hilock_kernel::ring::Token,

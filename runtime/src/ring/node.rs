@@ -554,6 +554,17 @@ async fn run(
                     links.retain(|n, _| joined & (1 << n.0) == 0);
                 }
                 for o in out.drain() {
+                    if let (Addr::Node(p), ChordMsg::ReplicaFull { key, .. }) = (o.to, &o.msg) {
+                        tracing::warn!(
+                            "ring node {}: no room for node {}'s write of key {:#06x}: its \
+                             table of {} entries is full of held keys; refused, and the \
+                             primary gives the lock back (docs/engines/ring.md, \"Limits\")",
+                            me.0,
+                            p.0,
+                            key.0,
+                            super::TABLE
+                        );
+                    }
                     match o.to {
                         Addr::Node(n) => {
                             send_node(&mut links, &server, me, &peers, n, Frame::Msg(Box::new(o.msg)));
