@@ -300,16 +300,17 @@ impl Watch for NodeWatch {
         })
         .map_err(|e| e.to_string())?;
         line.push(b'\n');
+        // A connection the node closed (a write refused, a read failed) is a node that
+        // stops: said so, as an answer of its that says it gave the lock up.
+        let closed =
+            |e: std::io::Error| format!("the node closed the connection ({e}): is it stopping?");
         let registered = async {
-            self.w.write_all(&line).await.map_err(|e| e.to_string())?;
+            self.w.write_all(&line).await.map_err(closed)?;
             loop {
                 let mut answer = String::new();
-                self.r
-                    .read_line(&mut answer)
-                    .await
-                    .map_err(|e| e.to_string())?;
+                self.r.read_line(&mut answer).await.map_err(closed)?;
                 let a: hilock_runtime::client::Reply = serde_json::from_str(answer.trim_end())
-                    .map_err(|_| "the node closed the connection".to_string())?;
+                    .map_err(|_| "the node closed the connection: is it stopping?".to_string())?;
                 if a.ok && a.lease_until_ms.is_some() {
                     // A lease renewal, not the answer.
                     self.lease = lease_deadline(&a);

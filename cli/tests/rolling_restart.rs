@@ -338,6 +338,60 @@ fn a_resumed_node_killed_and_started_again_is_refused_as_a_new_run() {
     assert!(!c.snapshot(2).exists());
 }
 
+/// A node started while another process holds its `state_dir` — its previous run, which
+/// closes its peer port when it stops and writes its suspended run only after that —
+/// waits for that process to let go, then resumes the run as the same run. Before, a start
+/// in that window found no snapshot yet and came up as a new run, which the cluster
+/// refused (`docs/faults.md`, "Suspend and resume"). Here the test holds the lock the
+/// stopping run would.
+#[test]
+fn a_start_while_the_previous_run_holds_state_dir_waits_and_resumes_it() {
+    let mut c = start();
+    let p = path_at("/g", 2);
+    let (r, _) = lock(&c, 2, &p);
+    let before = r.unwrap_or_else(|o| panic!("{}", text(&o.stderr)));
+    c.term(2);
+    assert!(c.snapshot(2).exists());
+    let held = std::fs::File::open(c.dir.path().join("state-2/lock")).unwrap();
+    held.lock().unwrap();
+    let _ = std::fs::remove_file(c.socket(2));
+    c.runs[2] += 1;
+    c.nodes[2] = spawn(c.dir.path(), &c.config(), 2, c.runs[2]);
+    std::thread::sleep(Duration::from_millis(700));
+    assert!(
+        !c.socket(2).exists(),
+        "serves only once state_dir is its own"
+    );
+    assert!(c.snapshot(2).exists(), "the snapshot is not taken yet");
+    assert!(
+        c.log(2).contains("is locked by another process"),
+        "{}",
+        c.log(2)
+    );
+    drop(held);
+    wait_serving(&c.socket(2));
+    let (r, _) = lock(&c, 2, &p);
+    let after = r.unwrap_or_else(|o| panic!("{}", text(&o.stderr)));
+    assert!(after > before, "{after} after {before}");
+    assert!(c.log(2).contains("resumed from"), "{}", c.log(2));
+}
+
+/// A suspend that cannot write its temporary file (a directory in its place) says so,
+/// naming that file, not `suspended`, and the node stops as without `state_dir`.
+#[test]
+fn a_suspend_that_cannot_write_names_the_file_in_the_way() {
+    let mut c = start();
+    let tmp = c.dir.path().join("state-1/suspended.tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    c.term(1);
+    let log = c.log(1);
+    assert!(
+        log.contains(&format!("not suspended (cannot write {}", tmp.display())),
+        "{log}"
+    );
+    assert!(!c.snapshot(1).exists());
+}
+
 /// A snapshot written by another node or cluster, or corrupted, is not resumed: the node
 /// exits non-zero at once with one line naming the file, without a panic; a refused
 /// snapshot is left in place.

@@ -540,6 +540,59 @@ pub struct Node {
     /// The configuration this run started from, with the addresses it bound (a new run
     /// started by [`Node::rejoin`] binds the same ones).
     config: Config,
+    /// The lock on `state_dir/lock` ([`lock_state_dir`]), held until the node is dropped:
+    /// after a suspend, once its file is written.
+    _state_lock: Option<std::fs::File>,
+}
+
+/// How long a start waits for another process to let go of its `state_dir`.
+const STATE_DIR_WAIT: Duration = Duration::from_secs(20);
+
+/// Locks `dir/lock` for this process (an advisory lock the system drops when the process
+/// exits), waiting at most [`STATE_DIR_WAIT`] for the process that holds it: the node's
+/// previous run stopping with SIGTERM writes its suspended run there until it exits, and
+/// a start before that would find no snapshot and come up as a new run, which the cluster
+/// refuses. `Err`: one line.
+async fn lock_state_dir(dir: &std::path::Path, id: u16) -> std::io::Result<std::fs::File> {
+    let file = dir.join("lock");
+    let failed = |what: &str, e: std::io::Error| {
+        std::io::Error::new(e.kind(), format!("cannot {what} {}: {e}", file.display()))
+    };
+    std::fs::create_dir_all(dir).map_err(|e| failed("create the directory of", e))?;
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&file)
+        .map_err(|e| failed("open", e))?;
+    let start = Instant::now();
+    let mut told = false;
+    loop {
+        match f.try_lock() {
+            Ok(()) => return Ok(f),
+            Err(std::fs::TryLockError::Error(e)) => return Err(failed("lock", e)),
+            Err(std::fs::TryLockError::WouldBlock) => {}
+        }
+        if start.elapsed() >= STATE_DIR_WAIT {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::AddrInUse,
+                format!(
+                    "{} is locked by another process for {STATE_DIR_WAIT:?}: is another \
+                     hilock node with id {id} running?",
+                    file.display()
+                ),
+            ));
+        }
+        if !told {
+            told = true;
+            tracing::warn!(
+                "{} is locked by another process (this node's previous run still \
+                 stopping?): waiting for it, at most {STATE_DIR_WAIT:?}",
+                file.display()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 impl std::fmt::Debug for Node {
@@ -694,6 +747,12 @@ impl Node {
             None => None,
         };
         let bad = |e: String| std::io::Error::new(std::io::ErrorKind::InvalidData, e);
+        // One process at a time uses the state directory: a previous run still writing
+        // its suspended run is waited for.
+        let state_lock = match &config.state_dir {
+            Some(dir) => Some(lock_state_dir(dir, config.id).await?),
+            None => None,
+        };
         // A suspended run of this node comes back (`suspend`): its file is deleted before
         // anything else happens.
         let resumed = match &config.state_dir {
@@ -875,6 +934,7 @@ impl Node {
             client: None,
             session: Some(session),
             config: config.clone(),
+            _state_lock: state_lock,
         };
         if let Some(l) = metrics {
             if let Some(addr) = node.shared.metrics_addr {

@@ -109,13 +109,15 @@ pub(crate) fn write(dir: &Path, s: &Snapshot) -> Result<PathBuf, String> {
     let file = dir.join(FILE);
     let tmp = dir.join(format!("{FILE}.tmp"));
     let err = |what: &str, e: std::io::Error| format!("cannot {what} {}: {e}", file.display());
+    // The temporary file's own failures name it: it is the file in the way.
+    let tmp_err = |what: &str, e: std::io::Error| format!("cannot {what} {}: {e}", tmp.display());
     let body = serde_json::to_string(s).map_err(|e| format!("cannot encode the snapshot: {e}"))?;
     let digest = hex(&Sha256::digest(body.as_bytes()));
     std::fs::create_dir_all(dir).map_err(|e| err("create the directory of", e))?;
-    let mut f = std::fs::File::create(&tmp).map_err(|e| err("write", e))?;
+    let mut f = std::fs::File::create(&tmp).map_err(|e| tmp_err("write", e))?;
     f.write_all(format!("{MAGIC} sha256={digest}\n{body}\n").as_bytes())
-        .map_err(|e| err("write", e))?;
-    f.sync_all().map_err(|e| err("sync", e))?;
+        .map_err(|e| tmp_err("write", e))?;
+    f.sync_all().map_err(|e| tmp_err("sync", e))?;
     drop(f);
     std::fs::rename(&tmp, &file).map_err(|e| err("replace", e))?;
     sync_dir(dir).map_err(|e| err("sync the directory of", e))?;
