@@ -125,12 +125,22 @@ pub fn scenario(path: &Path, json: bool) -> Result<(String, bool), String> {
 /// `hilock-trace/1` trace in full, another model's trace by its action texts) and writes
 /// its sequence diagram to the files given.
 pub fn replay(path: &Path, svg: Option<&Path>, html: Option<&Path>) -> Result<String, String> {
-    // A diagram written over the trace (or the SVG over the HTML) would lose it.
+    // A diagram written over the trace (or the SVG over the HTML) would lose it: the same
+    // file is the same inode (a hard link too), and a file not there yet is named by its
+    // directory's real path and its name (`./a.svg` is `a.svg`).
     let same = |a: &Path, b: &Path| {
-        let (Ok(a), Ok(b)) = (std::fs::canonicalize(a), std::fs::canonicalize(b)) else {
-            return false;
+        use std::os::unix::fs::MetadataExt;
+        if let (Ok(x), Ok(y)) = (std::fs::metadata(a), std::fs::metadata(b)) {
+            return x.dev() == y.dev() && x.ino() == y.ino();
+        }
+        let real = |p: &Path| {
+            let dir = match p.parent() {
+                Some(d) if !d.as_os_str().is_empty() => d,
+                _ => Path::new("."),
+            };
+            Some(std::fs::canonicalize(dir).ok()?.join(p.file_name()?))
         };
-        a == b
+        matches!((real(a), real(b)), (Some(x), Some(y)) if x == y)
     };
     for f in [svg, html].into_iter().flatten() {
         if same(f, path) {
@@ -141,7 +151,7 @@ pub fn replay(path: &Path, svg: Option<&Path>, html: Option<&Path>) -> Result<St
         }
     }
     if let (Some(a), Some(b)) = (svg, html) {
-        if a == b || same(a, b) {
+        if same(a, b) {
             return Err(format!(
                 "{}: given for both --svg and --html; give each its own file",
                 a.display()

@@ -938,17 +938,46 @@ fn a_trace_that_does_not_fit_gives_one_line() {
     std::fs::create_dir_all(&dir).unwrap();
     let star3 = configs().join("star3-r-w.json");
     let race = counterexamples().join("release-race-literal.json");
-    // Another configuration: 4 nodes against 3.
+    // Another configuration, by the name the trace gives it (even where the steps would
+    // replay, as they do under the race's configuration with another name).
     explore_fails(
         &star3,
         &race,
-        "the trace has 4 nodes, configuration 'star3-r-w' has 3",
+        "the trace is of configuration 'release race, literal HandleRelease', not 'star3-r-w'",
     );
-    // Another configuration with the same nodes: the first step that cannot happen.
+    let renamed = |config: &str| {
+        let text = std::fs::read_to_string(configs().join(config)).unwrap();
+        let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        v["name"] = "release race, literal HandleRelease".into();
+        let f = dir.join(config);
+        std::fs::write(&f, v.to_string()).unwrap();
+        f
+    };
+    let mut v: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(counterexamples().join("configs/release-race-literal.json"))
+            .unwrap(),
+    )
+    .unwrap();
+    v["name"] = "other".into();
+    let other = dir.join("other-name.json");
+    std::fs::write(&other, v.to_string()).unwrap();
     explore_fails(
-        &configs().join("upgrade-chain4.json"),
+        &other,
         &race,
-        "step 1 (n2 acquire IR on L0) cannot happen in configuration 'upgrade-chain4'",
+        "the trace is of configuration 'release race, literal HandleRelease', not 'other'",
+    );
+    // A configuration of that name but 4 nodes against 3.
+    explore_fails(
+        &renamed("star3-r-w.json"),
+        &race,
+        "the trace has 4 nodes, configuration 'release race, literal HandleRelease' has 3",
+    );
+    // The same nodes: the first step that cannot happen.
+    explore_fails(
+        &renamed("upgrade-chain4.json"),
+        &race,
+        "step 1 (n2 acquire IR on L0) cannot happen in configuration 'release race, literal \
+         HandleRelease'",
     );
     // Another model's trace.
     explore_fails(
@@ -1759,6 +1788,26 @@ fn replay_refuses_unknown_state_nodes_non_steps_and_writing_over_its_input() {
             page.to_str().unwrap(),
             "--html",
             page.to_str().unwrap(),
+        ],
+        "given for both --svg and --html",
+    );
+    // The same files under other names: a hard link to the trace, `DIR/./p.html`.
+    let link = dir.path().join("link.json");
+    std::fs::write(&f, &base).unwrap();
+    std::fs::hard_link(&f, &link).unwrap();
+    refused(
+        &base,
+        &["--svg", link.to_str().unwrap()],
+        "is the trace being replayed",
+    );
+    let dotted = dir.path().join(".").join("p.html");
+    refused(
+        &base,
+        &[
+            "--svg",
+            page.to_str().unwrap(),
+            "--html",
+            dotted.to_str().unwrap(),
         ],
         "given for both --svg and --html",
     );

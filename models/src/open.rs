@@ -214,13 +214,18 @@ fn output_text(name: &str, node: usize, o: &TraceOutput) -> String {
 
 fn open_l<const L: usize>(model: &BaseModel<L>, trace: &Trace) -> Result<Opened, String> {
     let cfg = &model.cfg;
-    let other = source_config(trace)
-        .filter(|n| *n != cfg.name)
-        .map(|n| format!(" (the trace names configuration '{n}')"))
-        .unwrap_or_default();
+    // A trace the checker wrote names its configuration: one of another is refused even
+    // where its steps would replay (a variant that changes nothing on its path, another
+    // script that starts the same way), since its verdict is about that configuration.
+    if let Some(n) = source_config(trace).filter(|n| *n != cfg.name) {
+        return Err(format!(
+            "the trace is of configuration '{n}', not '{}': open it with that configuration",
+            cfg.name
+        ));
+    }
     if trace.nodes.len() != cfg.nodes {
         return Err(format!(
-            "the trace has {} nodes, configuration '{}' has {}{other}",
+            "the trace has {} nodes, configuration '{}' has {}",
             trace.nodes.len(),
             cfg.name,
             cfg.nodes
@@ -295,7 +300,7 @@ fn open_l<const L: usize>(model: &BaseModel<L>, trace: &Trace) -> Result<Opened,
         if let (Some(first), None) = (differences.first(), doing) {
             let differs = first.clone().unwrap_or_default().join("; ");
             return Err(format!(
-                "step {i} ({}) does not do what the trace recorded in configuration '{}'{other}: \
+                "step {i} ({}) does not do what the trace recorded in configuration '{}': \
                  {differs}",
                 input_text(&step.node, &step.input),
                 cfg.name
@@ -304,7 +309,7 @@ fn open_l<const L: usize>(model: &BaseModel<L>, trace: &Trace) -> Result<Opened,
         let Some(a) = doing.map(|k| candidates[k]) else {
             let what: Vec<String> = enabled.iter().map(|a| a.to_string()).collect();
             return Err(format!(
-                "step {i} ({}) cannot happen in configuration '{}'{other}; enabled there: {}",
+                "step {i} ({}) cannot happen in configuration '{}'; enabled there: {}",
                 input_text(&step.node, &step.input),
                 cfg.name,
                 if what.is_empty() {
@@ -334,7 +339,7 @@ fn open_l<const L: usize>(model: &BaseModel<L>, trace: &Trace) -> Result<Opened,
         if crate::token::why_violated(model, &last, p).is_none() {
             return Err(format!(
                 "the trace records {p} violated, but its last state (after {} steps) in \
-                 configuration '{}'{other} does not violate it",
+                 configuration '{}' does not violate it",
                 trace.steps.len(),
                 cfg.name
             ));
