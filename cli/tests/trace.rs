@@ -461,6 +461,19 @@ fn a_demo_run_recorded_with_record_validates() {
     assert!(e.contains(&format!("{} exists", five.display())), "{e}");
 }
 
+/// A step record whose number is not the one after the node's record before it (the
+/// recorder numbers a run's steps 1, 2, … over every path) is rejected at that record,
+/// even where the replay finds nothing wrong with it (a number edited by hand).
+#[test]
+fn a_step_numbered_out_of_turn_is_rejected_at_that_record() {
+    let (node, i, mut v) =
+        first_record(|_, v| v["t"] == "step" && v["i"].as_u64() > Some(2)).expect("a third step");
+    v["i"] = 999_999.into();
+    let stdout = rejected_with(node, i, &v);
+    assert!(stdout.contains("step 999999 on"), "{stdout}");
+    assert!(stdout.contains("numbered 1, 2, …"), "{stdout}");
+}
+
 #[test]
 fn an_unreadable_record_exits_2() {
     let dir = tempfile::tempdir().unwrap();

@@ -509,6 +509,10 @@ pub fn check(files: &[PathBuf]) -> Result<Result<Summary, Rejection>, String> {
     let mut file_of: BTreeMap<u16, usize> = BTreeMap::new();
     // The runs whose `run` line was read.
     let mut begun: std::collections::BTreeSet<(u16, u64)> = Default::default();
+    // Per node: the number of its last step record (the recorder numbers a run's steps
+    // 1, 2, … over every path).
+    let mut numbered: BTreeMap<u16, u64> = BTreeMap::new();
+    let mut misnumbered: Option<Rejection> = None;
     for (fi, path) in files.iter().enumerate() {
         let text = std::fs::read_to_string(path)
             .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
@@ -629,6 +633,21 @@ pub fn check(files: &[PathBuf]) -> Result<Result<Summary, Rejection>, String> {
                     err,
                     ..
                 } => {
+                    let last = numbered.insert(node, i).unwrap_or(0);
+                    if i != last.wrapping_add(1) && misnumbered.is_none() {
+                        // Told only if the replay finds nothing: a record missing or
+                        // repeated is named better by what it breaks there.
+                        misnumbered = Some(Rejection {
+                            file: names[fi].clone(),
+                            line,
+                            node,
+                            reason: format!(
+                                "step {i} on {p}: the node's steps are numbered 1, 2, … and \
+                                 the record before is step {last} (a record missing, repeated \
+                                 or out of order)"
+                            ),
+                        });
+                    }
                     let pr = paths.entry(p.clone()).or_default();
                     if pr.stopped.contains_key(&node) {
                         continue;
@@ -690,7 +709,10 @@ pub fn check(files: &[PathBuf]) -> Result<Result<Summary, Rejection>, String> {
             return Ok(Err(r));
         }
     }
-    Ok(Ok(summary))
+    Ok(match misnumbered {
+        Some(r) => Err(r),
+        None => Ok(summary),
+    })
 }
 
 /// A message's sequence number and where it was recorded (file, line).
