@@ -1759,6 +1759,17 @@ fn replay_refuses_unknown_state_nodes_non_steps_and_writing_over_its_input() {
         }
         refused(&v.to_string(), &[], "step 3: unknown node 'n9'");
     }
+    for (nodes, want) in [
+        (
+            serde_json::json!(["n0", "n0", "n1", "n2", "n3"]),
+            "names node 'n0' twice",
+        ),
+        (serde_json::json!([]), "names no node"),
+    ] {
+        let mut v: serde_json::Value = serde_json::from_str(&base).unwrap();
+        v["nodes"] = nodes;
+        refused(&v.to_string(), &[], want);
+    }
     let agents = std::fs::read_to_string(counterexamples().join("agents-swap.json")).unwrap();
     for not_a_step in [serde_json::json!(5), serde_json::json!("S0: grant")] {
         let mut v: serde_json::Value = serde_json::from_str(&agents).unwrap();

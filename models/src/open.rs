@@ -92,6 +92,20 @@ pub fn parse_base_trace(text: &str) -> Result<Trace, String> {
     let t: Trace = serde_json::from_value(v).map_err(|e| {
         format!("a malformed {TRACE_FORMAT} trace (of an older shape, or edited): {e}")
     })?;
+    // Nodes are named by their place in `nodes`: a name given twice names two nodes.
+    if t.nodes.is_empty() {
+        return Err("the trace names no node (\"nodes\" is empty)".into());
+    }
+    if let Some((i, n)) = t
+        .nodes
+        .iter()
+        .enumerate()
+        .find(|(i, n)| t.nodes[..*i].contains(n))
+    {
+        return Err(format!(
+            "the trace names node '{n}' twice (\"nodes\"[{i}]): each node has one name"
+        ));
+    }
     // Every reader prints a step by its `index`: one out of place would name another step.
     if let Some((i, s)) = t.steps.iter().enumerate().find(|(i, s)| s.index != *i) {
         return Err(format!(
