@@ -41,9 +41,8 @@
 //!   ([`RingServer::step`], "Full replicas"): a primary whose own table is full of held
 //!   keys writes nothing; a replica whose table is full refuses the primary's write
 //!   ([`ChordMsg::ReplicaFull`]), and the primary writes the key back free, replicates
-//!   that, and answers Full once every replica has it. Before, the replica applied
-//!   nothing and answered nothing: the write waited for ever, the key answered Retry for
-//!   ever, and no take-over could free it.
+//!   that, and answers Full once every replica has it (a refusal left unanswered would
+//!   keep the write waiting for ever, its key answering Retry, beyond any take-over).
 //!
 //! The membership service (etcd in cluster mode; the model's `Chord` actor) announces
 //! views with [`ChordMsg::NewView`] and starts the next change only when every live member
@@ -977,11 +976,9 @@ impl<const N: usize, const T: usize, const C: usize> RingServer<N, T, C> {
     /// Every refused write that grants the lock is given back so, a re-grant or a
     /// take-over too (a replica lacks the key's entry only if it never had the hold, and
     /// a hold is answered Granted only once every replica has it: nobody who was
-    /// answered holds the key). Before this the replica refused the write as an error,
-    /// applying nothing and answering nothing: the write waited for ever, its key
-    /// answered Retry for ever, and no take-over could free it. Still not given back: a
-    /// free entry refused by a joiner whose table is full of held entries and entries of
-    /// arcs not handed over to it yet; that write waits, as before.
+    /// answered holds the key). Still not given back: a free entry refused by a joiner
+    /// whose table is full of held entries and entries of arcs not handed over to it yet;
+    /// that write waits.
     ///
     /// A new incarnation of a client id must number on after every request the earlier
     /// one sent ([`super::ChordClient::resume_after`]), or its requests are taken for
