@@ -352,8 +352,29 @@ fn a_start_while_the_previous_run_holds_state_dir_waits_and_resumes_it() {
     let before = r.unwrap_or_else(|o| panic!("{}", text(&o.stderr)));
     c.term(2);
     assert!(c.snapshot(2).exists());
-    let held = std::fs::File::open(c.dir.path().join("state-2/lock")).unwrap();
-    held.lock().unwrap();
+    // flock(1) holds the lock (flock(2)) as the stopping run's process would; `-o`: only
+    // flock itself, not its `sleep`, has the file open, so killing it lets go.
+    let lock_file = c.dir.path().join("state-2/lock");
+    let mut held = Command::new("flock")
+        .arg("-o")
+        .arg(&lock_file)
+        .args(["sleep", "60"])
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    while Command::new("flock")
+        .arg("-n")
+        .arg(&lock_file)
+        .arg("true")
+        .status()
+        .is_ok_and(|s| s.success())
+    {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "flock(1) holds the lock"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
     let _ = std::fs::remove_file(c.socket(2));
     c.runs[2] += 1;
     c.nodes[2] = spawn(c.dir.path(), &c.config(), 2, c.runs[2]);
@@ -368,7 +389,8 @@ fn a_start_while_the_previous_run_holds_state_dir_waits_and_resumes_it() {
         "{}",
         c.log(2)
     );
-    drop(held);
+    held.kill().unwrap();
+    let _ = held.wait();
     wait_serving(&c.socket(2));
     let (r, _) = lock(&c, 2, &p);
     let after = r.unwrap_or_else(|o| panic!("{}", text(&o.stderr)));

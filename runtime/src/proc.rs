@@ -12,7 +12,8 @@
 //! This is the one place of the runtime with `unsafe` code: `pre_exec` (the hook that runs
 //! in the forked child before `exec`) is an unsafe API, and the `libc` calls in it
 //! (`prctl`, `getppid`, `fcntl`, all async-signal-safe) have no safe std equivalent; nor
-//! have `getrlimit` and `setrlimit`.
+//! have `getrlimit` and `setrlimit`, nor `flock` at the workspace's minimum Rust
+//! ([`try_lock_exclusive`]).
 
 use std::time::{Duration, Instant};
 
@@ -65,6 +66,28 @@ pub fn signal_group(pgid: i32, sig: i32) -> std::io::Result<bool> {
     }
     let e = std::io::Error::last_os_error();
     if e.raw_os_error() == Some(libc::ESRCH) {
+        Ok(false)
+    } else {
+        Err(e)
+    }
+}
+
+/// Takes an exclusive advisory lock (`flock(2)`) on `file` without waiting: `Ok(true)` if
+/// taken, `Ok(false)` if another open file description holds it (another process, or
+/// another open of the file). The system drops the lock when the description is closed,
+/// so when its process ends. (`File::try_lock` does this from Rust 1.89, above the
+/// workspace's minimum.)
+pub fn try_lock_exclusive(file: &std::fs::File) -> std::io::Result<bool> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: flock has no memory-safety preconditions; the descriptor is open for as long
+    // as `file` is borrowed.
+    #[allow(unsafe_code)]
+    let r = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if r == 0 {
+        return Ok(true);
+    }
+    let e = std::io::Error::last_os_error();
+    if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
         Ok(false)
     } else {
         Err(e)

@@ -568,10 +568,8 @@ async fn lock_state_dir(dir: &std::path::Path, id: u16) -> std::io::Result<std::
     let start = Instant::now();
     let mut told = false;
     loop {
-        match f.try_lock() {
-            Ok(()) => return Ok(f),
-            Err(std::fs::TryLockError::Error(e)) => return Err(failed("lock", e)),
-            Err(std::fs::TryLockError::WouldBlock) => {}
+        if crate::proc::try_lock_exclusive(&f).map_err(|e| failed("lock", e))? {
+            return Ok(f);
         }
         if start.elapsed() >= STATE_DIR_WAIT {
             return Err(std::io::Error::new(
