@@ -333,7 +333,8 @@ async fn a_node_cut_from_etcd_stops_granting_and_kills_its_holders_commands() {
 /// A peer killed with SIGKILL while it holds a path's token, with `etcd_recovery = false`:
 /// the requests of the other nodes that wait on it fail with an error naming it within the
 /// lease TTL + 1 s of the kill (not at their 30 s timeout), a new request for that path
-/// fails at once, and a path whose token is elsewhere is still served.
+/// fails at once, so do try-locks (not "busy"), and a path whose token is elsewhere is
+/// still served.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_peer_fails_the_requests_waiting_on_it_naming_it_within_ttl_plus_1s() {
     let name = "a_killed_peer_fails_the_requests_waiting_on_it_naming_it_within_ttl_plus_1s";
@@ -377,6 +378,17 @@ async fn a_killed_peer_fails_the_requests_waiting_on_it_naming_it_within_ttl_plu
             .await
             .unwrap();
         let again_in = fast.elapsed();
+        // So do try-locks there, each naming node 1: the request stranded at node 0 does
+        // not make them "busy" (which tells a script to try again for ever).
+        let mut tries = Vec::new();
+        for _ in 0..2 {
+            let mut req = lock_req(&at1, "W");
+            if let Request::Lock { try_lock, .. } = &mut req {
+                *try_lock = true;
+            }
+            let (r, _) = request(&nodes.socket(0), &req).await.unwrap();
+            tries.push(r);
+        }
         let (other, _s) = request(&nodes.socket(2), &lock_req(&at0, "W"))
             .await
             .unwrap();
@@ -410,6 +422,13 @@ async fn a_killed_peer_fails_the_requests_waiting_on_it_naming_it_within_ttl_plu
             "a new request waiting on node 1 fails naming it"
         );
         assert!(again_in < Duration::from_secs(1), "at once: {again_in:?}");
+        for t in &tries {
+            let e = t.error.clone().unwrap_or_default();
+            assert!(
+                !t.ok && !t.busy && e.contains("node 1 has left the cluster"),
+                "a try names node 1, not busy: {e}"
+            );
+        }
         assert!(
             other.ok,
             "a lock whose token is at node 0: {:?}",

@@ -64,6 +64,43 @@ async fn take(
     (at, reply, stream)
 }
 
+/// A try-lock out to the token node when that node is killed is refused by the
+/// survivors' install of the next epoch (`spec/SPEC.md` 1.12): that is a recovery, not a
+/// busy lock, so the answer says so and is not `busy` (`hilock lock --try` exits 2, not
+/// 79); nothing of it is held, and a try after the install is granted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_try_out_when_its_token_node_dies_is_refused_as_a_recovery_not_busy() {
+    let name = "a_try_out_when_its_token_node_dies_is_refused_as_a_recovery_not_busy";
+    let Some(etcd) = etcd::start_healthy(name) else {
+        return;
+    };
+    let body = async {
+        let n = 3;
+        let (mut nodes, _obs) = recovering_nodes(&etcd.addr, "try-recover", n).await;
+        let t = rooted_at("/t", 2, n);
+        let try_req = || {
+            let mut req = lock_req(&t, "W", REQUEST_TIMEOUT_MS);
+            if let Request::Lock { try_lock, .. } = &mut req {
+                *try_lock = true;
+            }
+            req
+        };
+        nodes.kill(2);
+        let killed = Instant::now();
+        let (reply, _s) = request(&nodes.socket(0), &try_req()).await.unwrap();
+        let after = killed.elapsed();
+        let e = reply.error.clone().unwrap_or_default();
+        eprintln!("the try was answered {after:?} after the kill: {e}");
+        assert!(!reply.ok && !reply.busy, "not granted, not busy: {e}");
+        assert!(e.contains("(recovery) while the try was out"), "{e}");
+        let (again, _s2) = request(&nodes.socket(0), &try_req()).await.unwrap();
+        assert!(again.ok, "a try after the install: {:?}", again.error);
+    };
+    tokio::time::timeout(Duration::from_secs(60), body)
+        .await
+        .expect("test body ends within 60 s");
+}
+
 /// Four nodes; node 3 is the token node of `/p…` and holds it in W. Nodes 0, 1 and 2 ask
 /// for it in W and wait on node 3; node 1 holds `/h…` (token at node 3 too) in R; clients
 /// on nodes 0–2 lock `/w/e0..3` throughout. Node 3 is killed (SIGKILL): the survivors

@@ -293,6 +293,9 @@ pub(super) struct Core {
     members: [bool; MAX_NODES],
     /// Reported for the next epoch: no kernel step until it is installed (recovery).
     frozen: bool,
+    /// The epoch whose install's outputs are being acted on ([`Core::would_block`]: a try
+    /// the install refuses was not found busy).
+    installing: Option<Epoch>,
     /// A new run of this node that rejoins (recovery): frozen, every site it creates is
     /// empty ([`FaultSite::joining`](hilock_kernel::token::recovery::FaultSite::joining)) until an
     /// epoch that includes this run is installed.
@@ -331,6 +334,7 @@ impl Core {
             out: Box::default(),
             next_hold: 1,
             fenced: None,
+            installing: None,
             epoch: 0,
             members: all_members(shared_n),
             frozen: rejoining || awaiting,
@@ -1120,6 +1124,7 @@ impl Core {
         let planned: std::collections::HashSet<String> =
             plans.iter().map(|(p, _)| p.clone()).collect();
         let rebuilt = plans.len();
+        self.installing = Some(epoch);
         for (path, plan) in plans {
             let e = self.locks.get_mut(&path).expect("created above");
             self.out.clear();
@@ -1133,6 +1138,7 @@ impl Core {
                 Err(err) => errors.push(format!("{path}: {err}")),
             }
         }
+        self.installing = None;
         let others: Vec<String> = self
             .locks
             .keys()
@@ -1260,12 +1266,24 @@ impl Core {
     /// The kernel refused the site's try request (`Output::WouldBlock`): its caller gets
     /// [`Error::WouldBlock`]; nothing of it is left in the protocol.
     fn would_block(&mut self, path: &str) {
+        let installing = self.installing;
         let e = self.locks.get_mut(path).expect("entry exists");
         match e.requesting.take() {
             Some(w) => {
-                let _ = w.reply.send(Err(Error::WouldBlock {
-                    path: path.to_string(),
-                    mode: w.mode,
+                // An install refuses a try still out (`spec/SPEC.md` 1.12): the lock was
+                // not found busy, the cluster recovered meanwhile.
+                let _ = w.reply.send(Err(match installing {
+                    Some(epoch) => Error::NotServing {
+                        path: path.to_string(),
+                        reason: format!(
+                            "the cluster installed epoch {epoch} (recovery) while the try was \
+                             out; nothing of it is held"
+                        ),
+                    },
+                    None => Error::WouldBlock {
+                        path: path.to_string(),
+                        mode: w.mode,
+                    },
                 }));
             }
             None => warn!(%path, "kernel refused a try nobody asked for"),

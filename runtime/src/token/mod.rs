@@ -1481,6 +1481,15 @@ impl Handle {
                 Ok(Ok(Err(Error::PeerRestarted { path, peer }))) => {
                     return Err(self.peer_error(path, peer))
                 }
+                // A try refused as busy where the lock waits on a peer that left (an earlier
+                // request of this node stranded there: etcd membership without recovery):
+                // that peer is why, as for a lock request, and no try will ever succeed.
+                Ok(Ok(Err(Error::WouldBlock { path, mode }))) => {
+                    return Err(match self.waits_on_gone(&path).await {
+                        Some((peer, reason)) => Error::PeerGone { path, peer, reason },
+                        None => Error::WouldBlock { path, mode },
+                    })
+                }
                 Ok(Ok(Err(e))) => return Err(e),
                 Ok(Err(_)) => return Err(Error::Stopped),
                 // Closing `rx` (after asking where the request stands) marks the request
