@@ -1735,3 +1735,26 @@ async fn no_notification_while_nobody_conflicts() {
     drop(r1);
     assert_all_idle(&nodes, Duration::from_secs(5)).await;
 }
+
+/// A timeout that names a peer without a working connection says what becomes of that
+/// peer's tokens: with etcd recovery the survivors take them back once its lease ends;
+/// without, the protocol cannot (it said "cannot" with recovery on too).
+#[test]
+fn a_timeout_with_a_silent_peer_says_whether_recovery_takes_its_tokens_back() {
+    let timeout = |recovers| Error::Timeout {
+        path: "/t".into(),
+        mode: Mode::W,
+        after: Duration::from_millis(1200),
+        disconnected: vec![0],
+        recovers,
+        waiting: String::new(),
+    };
+    let with = timeout(true).to_string();
+    assert!(
+        with.contains("with etcd recovery the survivors take its tokens back")
+            && !with.contains("cannot take back"),
+        "{with}"
+    );
+    let without = timeout(false).to_string();
+    assert!(without.contains("cannot take back the tokens"), "{without}");
+}

@@ -91,6 +91,9 @@ pub enum Error {
         after: Duration,
         /// Peers without a working connection at that moment.
         disconnected: Vec<u16>,
+        /// `etcd_recovery` is on: the survivors take back the tokens of a peer whose etcd
+        /// lease ends.
+        recovers: bool,
         /// Where the request stood: its place in this node's queue, who holds the lock
         /// here or was granted it from here (node and mode), or the peer its request went
         /// to and that peer's state (connected, not answering for how long, unreachable
@@ -188,6 +191,7 @@ impl std::fmt::Display for Error {
                 mode,
                 after,
                 disconnected,
+                recovers,
                 waiting,
             } => {
                 write!(
@@ -202,13 +206,18 @@ impl std::fmt::Display for Error {
                 } else {
                     write!(
                         f,
-                        " (no working connection to node{} {}: not answering, which may be a cut-off as well as a stop; the protocol cannot take back the tokens of a node that does not come back)",
+                        " (no working connection to node{} {}: not answering, which may be a cut-off as well as a stop; {})",
                         if disconnected.len() > 1 { "s" } else { "" },
                         disconnected
                             .iter()
                             .map(|d| d.to_string())
                             .collect::<Vec<_>>()
-                            .join(", ")
+                            .join(", "),
+                        if *recovers {
+                            "with etcd recovery the survivors take its tokens back once its etcd lease ends"
+                        } else {
+                            "the protocol cannot take back the tokens of a node that does not come back"
+                        }
                     )
                 }
             }
@@ -1512,6 +1521,7 @@ impl Handle {
                         mode: m,
                         after,
                         disconnected: self.shared.disconnected(),
+                        recovers: self.shared.recovery,
                         waiting,
                     });
                 }
@@ -1659,6 +1669,7 @@ impl Guard {
                     mode: Mode::W,
                     after: wait,
                     disconnected: self.handle.shared.disconnected(),
+                    recovers: self.handle.shared.recovery,
                     waiting,
                 })
             }
