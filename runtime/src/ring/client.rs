@@ -36,6 +36,12 @@ pub enum ClientError {
         /// The key.
         key: Key,
     },
+    /// A read of the key's entry ([`RingClient::recorded`]: a hold's check) was not
+    /// answered within the bound by a primary that serves it.
+    Unread {
+        /// The key.
+        key: Key,
+    },
     /// The membership service is unreachable.
     Membership(std::io::Error),
     /// The connection to the membership service closed: every node of a static ring
@@ -78,6 +84,11 @@ impl std::fmt::Display for ClientError {
             ClientError::Timeout { op, key } => {
                 write!(f, "{op:?} of key {:#06x} not answered", key.0)
             }
+            ClientError::Unread { key } => write!(
+                f,
+                "no primary that serves key {:#06x} answered the read of its entry",
+                key.0
+            ),
             ClientError::Membership(e) => write!(f, "membership service: {e}"),
             ClientError::ServiceGone(a) => write!(
                 f,
@@ -293,7 +304,7 @@ impl RingClient {
             }
             let left = end.saturating_duration_since(tokio::time::Instant::now());
             if left.is_zero() {
-                return Err(ClientError::Timeout { op: Op::Lock, key });
+                return Err(ClientError::Unread { key });
             }
             let primary = ring().lookup(newest, key);
             let addr = primary.and_then(|n| self.nodes.get(n.idx()).copied().flatten());
