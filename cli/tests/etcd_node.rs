@@ -382,10 +382,7 @@ async fn a_killed_peer_fails_the_requests_waiting_on_it_naming_it_within_ttl_plu
         // not make them "busy" (which tells a script to try again for ever).
         let mut tries = Vec::new();
         for _ in 0..2 {
-            let mut req = lock_req(&at1, "W");
-            if let Request::Lock { try_lock, .. } = &mut req {
-                *try_lock = true;
-            }
+            let req = etcd_cluster::try_req(&at1, "W", REQUEST_TIMEOUT_MS);
             let (r, _) = request(&nodes.socket(0), &req).await.unwrap();
             tries.push(r);
         }

@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use etcd_cluster::{all_members, lock_req, register, rooted_at, Nodes, TTL_S};
+use etcd_cluster::{all_members, lock_req, register, rooted_at, try_req, Nodes, TTL_S};
 use hilock_runtime::agents::{AGENTS_GONE_AFTER, RESTART_GRACE};
 use hilock_runtime::client::{request, Reply, Request};
 use hilock_runtime::membership::Membership;
@@ -78,13 +78,7 @@ async fn a_try_out_when_its_token_node_dies_is_refused_as_a_recovery_not_busy() 
         let n = 3;
         let (mut nodes, _obs) = recovering_nodes(&etcd.addr, "try-recover", n).await;
         let t = rooted_at("/t", 2, n);
-        let try_req = || {
-            let mut req = lock_req(&t, "W", REQUEST_TIMEOUT_MS);
-            if let Request::Lock { try_lock, .. } = &mut req {
-                *try_lock = true;
-            }
-            req
-        };
+        let try_req = || try_req(&t, "W", REQUEST_TIMEOUT_MS);
         nodes.kill(2);
         let killed = Instant::now();
         let (reply, _s) = request(&nodes.socket(0), &try_req()).await.unwrap();

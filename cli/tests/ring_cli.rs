@@ -256,6 +256,19 @@ async fn ring_of(
     (addrs, cfg, service, adm)
 }
 
+/// Waits (at most `limit`) until every node at `addrs` answers a probe (it serves).
+async fn until_serving(addrs: &[SocketAddr], limit: Duration) {
+    let t = Instant::now();
+    for a in addrs {
+        while hilock_runtime::ring::probe(*a, Duration::from_millis(200))
+            .await
+            .is_none()
+        {
+            assert!(t.elapsed() < limit, "node at {a} serves");
+        }
+    }
+}
+
 /// Runs `hilock ring ARGS --config F` to its end (at most `limit`): its exit code, stdout
 /// and stderr.
 async fn ring_cmd(args: &[&str], config: &Path, limit: Duration) -> (Option<i32>, String, String) {
@@ -543,15 +556,7 @@ async fn a_non_member_whose_membership_service_goes_away_exits_75() {
     adm.wait_for(limit, |s| s.up == 0b11).await.unwrap();
     // Both serve (granted their first lease: a node whose service goes away before that
     // did not start, exit 2).
-    let t = Instant::now();
-    for a in &addrs {
-        while hilock_runtime::ring::probe(*a, Duration::from_millis(200))
-            .await
-            .is_none()
-        {
-            assert!(t.elapsed() < limit, "node at {a} serves");
-        }
-    }
+    until_serving(&addrs, limit).await;
     drop(service);
     for (i, p) in nodes.iter_mut().enumerate() {
         assert_eq!(exit_of(p, limit).await, Some(75), "node {i}");
@@ -582,15 +587,7 @@ async fn a_ring_holder_whose_membership_service_goes_away_ends_at_once() {
         .map(|i| spawn(&["node", "--id", &i.to_string()], &cfg))
         .collect();
     adm.wait_for(limit, |s| s.up == 0b11).await.unwrap();
-    let t = Instant::now();
-    for a in &addrs {
-        while hilock_runtime::ring::probe(*a, Duration::from_millis(200))
-            .await
-            .is_none()
-        {
-            assert!(t.elapsed() < limit, "node at {a} serves");
-        }
-    }
+    until_serving(&addrs, limit).await;
     let log = dir.path().join("held");
     let script = format!("echo in >> {0}; sleep 30; echo out >> {0}", log.display());
     let holder = spawn_w(
@@ -601,6 +598,7 @@ async fn a_ring_holder_whose_membership_service_goes_away_ends_at_once() {
         script,
         Duration::from_secs(60),
     );
+    let t = Instant::now();
     while !std::fs::read_to_string(&log).is_ok_and(|s| s.contains("in")) {
         assert!(t.elapsed() < Duration::from_secs(30), "the command started");
         tokio::time::sleep(Duration::from_millis(20)).await;

@@ -61,11 +61,17 @@ pub fn signal_group(pgid: i32, sig: i32) -> std::io::Result<bool> {
     // SAFETY: killpg has no memory-safety preconditions; a bad group is an error code.
     #[allow(unsafe_code)]
     let r = unsafe { libc::killpg(pgid, sig) };
+    done_unless(r, libc::ESRCH)
+}
+
+/// A libc call's result `r`: `Ok(true)` if it succeeded, `Ok(false)` if it failed with
+/// `errno` `no` (the expected "not now"), the error otherwise.
+fn done_unless(r: libc::c_int, no: libc::c_int) -> std::io::Result<bool> {
     if r == 0 {
         return Ok(true);
     }
     let e = std::io::Error::last_os_error();
-    if e.raw_os_error() == Some(libc::ESRCH) {
+    if e.raw_os_error() == Some(no) {
         Ok(false)
     } else {
         Err(e)
@@ -83,15 +89,7 @@ pub fn try_lock_exclusive(file: &std::fs::File) -> std::io::Result<bool> {
     // as `file` is borrowed.
     #[allow(unsafe_code)]
     let r = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-    if r == 0 {
-        return Ok(true);
-    }
-    let e = std::io::Error::last_os_error();
-    if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
-        Ok(false)
-    } else {
-        Err(e)
-    }
+    done_unless(r, libc::EWOULDBLOCK)
 }
 
 /// Wait until no process of group `pgid` is alive, polling `/proc` every few milliseconds;

@@ -436,13 +436,22 @@ pub async fn all_members(
 }
 
 pub fn lock_req(path: &str, mode: &str, timeout_ms: u64) -> Request {
+    request_of(path, mode, timeout_ms, false)
+}
+
+/// [`lock_req`] as a try-lock (`hilock lock --try`).
+pub fn try_req(path: &str, mode: &str, timeout_ms: u64) -> Request {
+    request_of(path, mode, timeout_ms, true)
+}
+
+fn request_of(path: &str, mode: &str, timeout_ms: u64, try_lock: bool) -> Request {
     Request::Lock {
         path: path.into(),
         mode: mode.into(),
         priority: 0,
         timeout_ms: Some(timeout_ms),
         nested: false,
-        try_lock: false,
+        try_lock,
     }
 }
 
