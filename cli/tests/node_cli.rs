@@ -1784,6 +1784,7 @@ fn a_paused_nodes_waiting_txn_is_not_granted_once_its_entries_are_released() {
     logged("C start");
     c.signal(1, "-CONT");
     let mut ends = Vec::new();
+    let mut b_err = String::new();
     for (name, p) in [("A", a), ("B", b), ("C", cc)] {
         let out = p.wait_with_output().unwrap();
         eprintln!(
@@ -1791,8 +1792,16 @@ fn a_paused_nodes_waiting_txn_is_not_granted_once_its_entries_are_released() {
             out.status.code(),
             text(&out.stderr).trim()
         );
+        if name == "B" {
+            b_err = text(&out.stderr);
+        }
         ends.push((name, out.status.code()));
     }
+    // B's abort names its own node's stall, not a server that never went down.
+    assert!(
+        b_err.contains("this node did not run for") && !b_err.contains("is down"),
+        "{b_err}"
+    );
     let text_log = std::fs::read_to_string(&log).unwrap();
     eprintln!("{text_log}");
     let at = |what: &str| {
@@ -3207,6 +3216,31 @@ fn signal_waiters_tells_a_holder_of_a_waiter_queued_before_its_grant() {
     std::fs::write(&done0, "").unwrap();
     assert!(wait_exit(&mut holder, Duration::from_secs(10)).success());
     assert!(wait_exit(&mut reader, Duration::from_secs(10)).success());
+}
+
+/// A `--txn` at every documented limit at once — 32 locks, each path 1024 bytes — is one
+/// request the node takes (a request line is at most 64 KiB), and it runs: before, 17
+/// such locks were refused as "request line too long or unterminated" (16 KiB).
+#[test]
+fn a_txn_of_the_most_locks_with_the_longest_paths_is_taken() {
+    let c = start(1);
+    let marker = c.dir.path().join("ran");
+    let locks: Vec<String> = (0..32)
+        .map(|i| {
+            let head = format!("/l{i:02}");
+            format!("{head}{}:W", "y".repeat(1024 - head.len()))
+        })
+        .collect();
+    assert!(locks.iter().all(|l| l.len() == 1024 + 2));
+    let out = run(hilock()
+        .args(["lock", "--txn"])
+        .args(&locks)
+        .arg("--socket")
+        .arg(c.socket(0))
+        .args(["--", "touch"])
+        .arg(&marker));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(marker.exists());
 }
 
 /// `hilock lock --txn` checks its lock list before it starts a transaction: more than 32

@@ -53,8 +53,9 @@ const STATUS_ONLY: usize = 8;
 /// How long such a connection has to send its request before it is refused.
 const STATUS_ONLY_TIMEOUT: Duration = Duration::from_secs(1);
 
-/// Longest request line accepted.
-const MAX_LINE: usize = 16 * 1024;
+/// Longest request line accepted: room for a transaction of the most locks, each of the
+/// longest path (32 × 1024 bytes and their JSON).
+const MAX_LINE: usize = 64 * 1024;
 
 /// Longest reply line a client reads (a status of many locks is long).
 const MAX_REPLY: u64 = 16 * 1024 * 1024;
@@ -467,7 +468,10 @@ async fn read_request(
     match first {
         Ok(0) => return Err(None),
         Ok(_) if !line.ends_with('\n') => {
-            return Err(Some("request line too long or unterminated".into()));
+            return Err(Some(format!(
+                "request line longer than {} KiB or unterminated",
+                MAX_LINE / 1024
+            )));
         }
         Ok(_) => {}
         Err(e) => {

@@ -95,6 +95,9 @@ pub(crate) struct Engine {
     deferred: VecDeque<(u16, ServerMsg<DEPTH>)>,
     /// When the engine's task last ran ([`Engine::turn`]; at least every [`LINK_CHECK`]).
     last_turn: Instant,
+    /// While [`Engine::turn`] counts the other servers down after this node's own stall:
+    /// how long it was (an abort then names the stall, not a server).
+    stalled: Option<std::time::Duration>,
 }
 
 /// The engine's task: commands and frames in, and a look at the peer links every
@@ -163,6 +166,7 @@ impl Engine {
             ],
             net,
             last_turn: Instant::now(),
+            stalled: None,
         }
     }
 
@@ -185,12 +189,14 @@ impl Engine {
             "agents: this node did not run for {gap:?}; its running transactions count every \
              other lock server as down"
         );
+        self.stalled = Some(gap);
         for p in 0..self.n.min(MAX_SERVERS) {
             if p as u16 != self.me {
                 self.server_down(p as u16);
             }
         }
         self.drain();
+        self.stalled = None;
     }
 
     /// One command, then every local message it caused.
@@ -501,6 +507,7 @@ impl Engine {
     }
 
     fn aborted(&mut self, id: AgentId, reason: AbortReason) {
+        let stalled = self.stalled;
         let Some(l) = self.agents.get_mut(&id) else {
             return;
         };
@@ -516,7 +523,12 @@ impl Engine {
             }
             (None, AbortReason::ServersDown(s)) => {
                 c.aborted_server_down.fetch_add(1, Relaxed);
-                TxnError::ServerDown { node: s.0 }
+                match stalled {
+                    Some(gap) => TxnError::Stalled {
+                        for_ms: u64::try_from(gap.as_millis()).unwrap_or(u64::MAX),
+                    },
+                    None => TxnError::ServerDown { node: s.0 },
+                }
             }
             (None, AbortReason::Client) => {
                 c.aborted_other.fetch_add(1, Relaxed);

@@ -173,6 +173,13 @@ pub enum TxnError {
         /// The node.
         node: u16,
     },
+    /// Aborted: this node's engine did not run for `for_ms` ms (the node was paused or
+    /// starved), more than a lock server may be silent, so its running transactions counted
+    /// every other lock server as down: a grant sent meanwhile may be stale.
+    Stalled {
+        /// How long the engine did not run.
+        for_ms: u64,
+    },
     /// Aborted: the lock server of `node` refused a request of this transaction.
     ServerRefused {
         /// The node.
@@ -242,6 +249,11 @@ impl std::fmt::Display for TxnError {
             TxnError::ServerDown { node } => write!(
                 f,
                 "transaction aborted: the lock server of node {node} is down and too few remain"
+            ),
+            TxnError::Stalled { for_ms } => write!(
+                f,
+                "transaction aborted: this node did not run for {for_ms} ms (paused or \
+                 starved), so it counted every other lock server as down"
             ),
             TxnError::ServerRefused {
                 node,
@@ -609,7 +621,8 @@ pub fn parse_lock(s: &str) -> Result<(String, LockMode), String> {
 
 /// Parse and check the locks of one transaction (`hilock lock --txn`) before it starts:
 /// at least one, at most [`LOCKS`], each `PATH:R|W` with a path of at most [`DEPTH`]
-/// elements, no path twice (nor two paths the engine would take for one lock). One line.
+/// elements, no path twice; two paths the engine takes for one lock (their hashed elements
+/// are equal) are that lock once, in the stronger mode. One line.
 pub fn parse_txn(locks: &[String]) -> Result<Vec<(String, LockMode)>, String> {
     if locks.is_empty() {
         return Err("a transaction needs at least one lock".into());
@@ -626,14 +639,18 @@ pub fn parse_txn(locks: &[String]) -> Result<Vec<(String, LockMode)>, String> {
         let (p, m) = parse_lock(l)?;
         let k = lock_path(&p).map_err(|e| format!("{l}: {e}"))?;
         if let Some((_, q)) = seen.iter().find(|(x, _)| *x == k) {
-            return Err(if *q == p {
-                format!("lock {p} appears twice in the transaction")
-            } else {
-                format!(
-                    "locks {q} and {p} are one lock to the agents engine (their hashed \
-                     elements are equal); take one of them"
-                )
-            });
+            if *q == p {
+                return Err(format!("lock {p} appears twice in the transaction"));
+            }
+            // Two paths whose hashed elements are equal are one lock to the engine (a
+            // collision: more waiting, never less exclusion): taken once, under the first
+            // path, in the stronger of the two modes.
+            if m == LockMode::Write {
+                if let Some(e) = out.iter_mut().find(|(x, _)| x == q) {
+                    e.1 = LockMode::Write;
+                }
+            }
+            continue;
         }
         seen.push((k, p.clone()));
         out.push((p, m));
@@ -912,6 +929,35 @@ impl Drop for Transaction {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Two paths whose hashed elements collide are one lock to the engine (`docs/engines/
+    /// agents.md`, "a collision makes two locks one"): in one transaction that lock is
+    /// taken once, under the first path, in the stronger mode, not refused.
+    #[test]
+    fn colliding_paths_in_one_transaction_are_taken_as_one_lock_in_the_stronger_mode() {
+        let (a, b) = ("/a/c93", "/a/c437");
+        assert_eq!(
+            lock_path(a).unwrap(),
+            lock_path(b).unwrap(),
+            "the two collide"
+        );
+        let txn = |l: &[&str]| parse_txn(&l.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+        assert_eq!(
+            txn(&["/a/c93:R", "/a/c437:W", "/b:R"]),
+            Ok(vec![
+                (a.to_string(), LockMode::Write),
+                ("/b".to_string(), LockMode::Read)
+            ])
+        );
+        assert_eq!(
+            txn(&["/a/c93:W", "/a/c437:R"]),
+            Ok(vec![(a.to_string(), LockMode::Write)])
+        );
+        assert_eq!(
+            txn(&["/a/c93:R", "/a/c93:W"]),
+            Err("lock /a/c93 appears twice in the transaction".to_string())
+        );
+    }
 
     #[test]
     fn a_cluster_of_more_than_32_nodes_starts_no_transaction() {
