@@ -65,8 +65,9 @@ impl std::fmt::Display for RegisterError {
         match self {
             RegisterError::InUse { id, left_ms } => write!(
                 f,
-                "client id {id} is in use: another running client holds it (or an earlier run \
-                 that stopped without giving it back; its registration ends within {left_ms} ms)"
+                "client id {id} is in use: another running client holds it, renewing its \
+                 registration (or an earlier run that stopped without giving it back: then \
+                 the registration ends within {left_ms} ms)"
             ),
             RegisterError::NoQuorum(e) | RegisterError::Invalid(e) => f.write_str(e),
         }
