@@ -633,6 +633,8 @@ impl TokenSim {
             | Output::WouldBlock { .. }
             | Output::Cancelled { .. }
             | Output::Downgraded { .. }
+            | Output::Converted { .. }
+            | Output::ConvertBusy { .. }
             | Output::Blocking { .. } => {}
         };
         match (input, from) {

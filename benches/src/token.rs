@@ -962,6 +962,8 @@ where
             | Output::WouldBlock { .. }
             | Output::Cancelled { .. }
             | Output::Downgraded { .. }
+            | Output::Converted { .. }
+            | Output::ConvertBusy { .. }
             | Output::Blocking { .. } => {}
         };
         let r = match (input, from) {
@@ -1384,6 +1386,8 @@ pub fn naimi_sequential(n: usize, warmup: u64, requests: u64, seed: u64) -> Sequ
             | Output::WouldBlock { .. }
             | Output::Cancelled { .. }
             | Output::Downgraded { .. }
+            | Output::Converted { .. }
+            | Output::ConvertBusy { .. }
             | Output::Blocking { .. } => {}
         };
         let acquire = Input::Acquire {

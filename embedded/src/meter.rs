@@ -24,7 +24,7 @@ pub const WINDOW: usize = 16 * 1024;
 const PATTERN: u32 = 0xDEAD_BEEF;
 
 /// Kinds of step, for per-kind figures.
-pub const KINDS: [&str; 14] = [
+pub const KINDS: [&str; 15] = [
     "acquire",
     "release",
     "upgrade",
@@ -39,6 +39,7 @@ pub const KINDS: [&str; 14] = [
     "cancel",
     "downgrade",
     "set value",
+    "convert",
 ];
 
 fn kind(input: &Input<'_, FwMsg>) -> usize {
@@ -51,6 +52,7 @@ fn kind(input: &Input<'_, FwMsg>) -> usize {
         Input::Cancel { .. } => 11,
         Input::Downgrade { .. } => 12,
         Input::SetValue { .. } => 13,
+        Input::Convert { .. } => 14,
         Input::Deliver { msg, .. } => match msg.kind() {
             MsgKind::Request => 4,
             MsgKind::Grant => 5,

@@ -744,6 +744,7 @@ where
             | Input::TryAcquire { lock, .. }
             | Input::Upgrade { lock }
             | Input::Downgrade { lock, .. }
+            | Input::Convert { lock, .. }
             | Input::Release { lock } => Some(lock),
             _ => None,
         };
@@ -833,6 +834,16 @@ where
             }
             // A downgrade keeps the hold and its fence (`spec/SPEC.md` 1.14): no grant.
             Output::Downgraded { .. } => {}
+            // A conversion in place (`spec/SPEC.md` 1.17) is a grant of the new mode to the
+            // holder: it reads the value block and its fence, and no cancelled request
+            // may have it.
+            Output::Converted { lock, mode } => {
+                self.note_cancelled_grant(from, lock, mode);
+                self.note_value(from, lock, mode);
+                self.note_fence(from, lock, mode)
+            }
+            // A refused conversion changes nothing.
+            Output::ConvertBusy { .. } => {}
             Output::Blocking { lock, mode, prio } => self.note_blocking(from, lock, mode, prio),
         }
     }

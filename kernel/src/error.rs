@@ -34,6 +34,8 @@ pub enum KernelError {
     NotWeaker(LockId),
     /// `Downgrade` on a protocol that has no downgrade (the Naimi-Trehel baselines).
     DowngradeUnsupported(LockId),
+    /// `Convert` on a protocol that has no conversion (the Naimi-Trehel baselines).
+    ConvertUnsupported(LockId),
     /// `SetValue` while this site does not hold the lock in W (`spec/SPEC.md` 1.15): only
     /// the W holder writes the value block.
     NotWriter(LockId),
@@ -102,6 +104,9 @@ impl fmt::Display for KernelError {
             }
             KernelError::DowngradeUnsupported(l) => {
                 write!(f, "lock {l}: this protocol cannot downgrade a hold")
+            }
+            KernelError::ConvertUnsupported(l) => {
+                write!(f, "lock {l}: this protocol cannot convert a hold")
             }
             KernelError::NotWriter(l) => {
                 write!(f, "lock {l}: only its W holder writes the value block")

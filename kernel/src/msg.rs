@@ -256,6 +256,27 @@ pub enum Input<'a, M> {
         /// The weaker mode to hold from now on (not Φ).
         mode: Mode,
     },
+    /// hilock's conversion (`spec/SPEC.md` 1.17, the DLM's `LKF_CONVERT` with
+    /// `LKF_NOQUEUE`): the local holder of `lock` converts its held mode to `mode` without
+    /// releasing it, in place or not at all. A weaker `mode` ([`Mode::downgrades_to`]) is a
+    /// downgrade, answered [`Output::Downgraded`] as [`Input::Downgrade`] is. Any other
+    /// `mode` is converted only where this
+    /// site may grant it itself, at once: at the token node if `mode` is compatible with
+    /// every other hold (Table 2.1) and neither frozen nor in conflict with a waiting
+    /// request, with a new fence (Rule 3.2); at a non-token node if its owned mode covers
+    /// `mode` (Table 2.2) and `mode` is not frozen (Rule 2). Answered
+    /// at once with [`Output::Converted`], or [`Output::ConvertBusy`] and nothing changes:
+    /// a conversion never waits, so it can neither deadlock with another nor pass a waiting
+    /// request. Nothing held: [`crate::KernelError::NotHeld`]; Φ:
+    /// [`crate::KernelError::InvalidMode`]; the held mode:
+    /// [`crate::KernelError::AlreadyHeld`]; an upgrade pending:
+    /// [`crate::KernelError::UpgradePending`] (nothing changes).
+    Convert {
+        /// The lock.
+        lock: LockId,
+        /// The mode to hold from now on (not Φ).
+        mode: Mode,
+    },
     /// hilock's lock value block (`spec/SPEC.md` 1.15, the DLM's LVB): the local W
     /// holder of `lock` writes its value block; the block is valid from now on. The token
     /// carries it and every later grant a copy of it, so the next holders read it
@@ -330,6 +351,25 @@ pub enum Output<M> {
         /// The mode now held.
         mode: Mode,
     },
+    /// The local user's [`Input::Convert`] was done (`spec/SPEC.md` 1.17): the site holds
+    /// `lock` in `mode` now (not a weaker mode: that is [`Output::Downgraded`]), with a new
+    /// fence at the token node and, at a non-token node, the fence of the grant of its
+    /// owned mode (as a Rule 2 grant).
+    Converted {
+        /// The lock.
+        lock: LockId,
+        /// The mode now held.
+        mode: Mode,
+    },
+    /// The local user's [`Input::Convert`] to `mode` was refused: converting in place would
+    /// have meant waiting (another hold, a frozen mode or a waiting request conflicts, or
+    /// this site cannot grant `mode` itself). The hold is unchanged.
+    ConvertBusy {
+        /// The lock.
+        lock: LockId,
+        /// The mode that was asked for.
+        mode: Mode,
+    },
     /// hilock's blocking notification (`spec/SPEC.md` 1.16, the DLM's blocking AST): the
     /// local user holds `lock`, and a request for `mode` — which conflicts with the held
     /// mode (Table 2.1) — waits for it, at priority `prio` (the highest priority known
@@ -353,6 +393,59 @@ pub enum Output<M> {
         /// The mode that was tried.
         mode: Mode,
     },
+}
+
+impl<M> Output<M> {
+    /// The same output with the message of a `Send` mapped by `f` (every other output
+    /// carries no message and is kept as it is): how a wrapper stamps or unstamps
+    /// messages.
+    pub fn map_msg<N>(self, f: impl FnOnce(M) -> N) -> Output<N> {
+        match self {
+            Output::Send { to, msg } => Output::Send { to, msg: f(msg) },
+            Output::Granted { lock, mode } => Output::Granted { lock, mode },
+            Output::Upgraded { lock } => Output::Upgraded { lock },
+            Output::Cancelled { lock } => Output::Cancelled { lock },
+            Output::Downgraded { lock, mode } => Output::Downgraded { lock, mode },
+            Output::Converted { lock, mode } => Output::Converted { lock, mode },
+            Output::ConvertBusy { lock, mode } => Output::ConvertBusy { lock, mode },
+            Output::Blocking { lock, mode, prio } => Output::Blocking { lock, mode, prio },
+            Output::WouldBlock { lock, mode } => Output::WouldBlock { lock, mode },
+        }
+    }
+
+    /// The output with a reference to its message.
+    pub fn as_ref(&self) -> Output<&M> {
+        match self {
+            Output::Send { to, msg } => Output::Send { to: *to, msg },
+            Output::Granted { lock, mode } => Output::Granted {
+                lock: *lock,
+                mode: *mode,
+            },
+            Output::Upgraded { lock } => Output::Upgraded { lock: *lock },
+            Output::Cancelled { lock } => Output::Cancelled { lock: *lock },
+            Output::Downgraded { lock, mode } => Output::Downgraded {
+                lock: *lock,
+                mode: *mode,
+            },
+            Output::Converted { lock, mode } => Output::Converted {
+                lock: *lock,
+                mode: *mode,
+            },
+            Output::ConvertBusy { lock, mode } => Output::ConvertBusy {
+                lock: *lock,
+                mode: *mode,
+            },
+            Output::Blocking { lock, mode, prio } => Output::Blocking {
+                lock: *lock,
+                mode: *mode,
+                prio: *prio,
+            },
+            Output::WouldBlock { lock, mode } => Output::WouldBlock {
+                lock: *lock,
+                mode: *mode,
+            },
+        }
+    }
 }
 
 /// The outputs of steps: a fixed-capacity buffer that the caller drains (or clears).

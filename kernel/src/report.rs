@@ -147,6 +147,12 @@ named_rules! {
     /// hilock's downgrade (`spec/SPEC.md` 1.14): the local holder converted its held mode
     /// to a weaker one (`Downgraded`); Rule 5.2 and Rule 5.1 then fire as after a release.
     Downgrade = "downgrade",
+    /// hilock's conversion (`spec/SPEC.md` 1.17): the local holder converted its held mode
+    /// in place (`Converted`).
+    Convert = "convert",
+    /// hilock's conversion (`spec/SPEC.md` 1.17): a conversion that would have waited was
+    /// refused (`ConvertBusy`); nothing changed.
+    ConvertBusy = "convert busy",
     /// hilock's lock value block (`spec/SPEC.md` 1.15): the local W holder wrote the lock's
     /// value block (`SetValue`).
     SetValue = "set value",

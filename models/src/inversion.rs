@@ -300,17 +300,21 @@ impl InversionConfig {
                     Output::WouldBlock { .. }
                     | Output::Cancelled { .. }
                     | Output::Downgraded { .. }
+                    | Output::Converted { .. }
+                    | Output::ConvertBusy { .. }
                     | Output::Blocking { .. } => {}
                 }
             }
         }
         for o in outputs {
             match o {
-                // The inversion model issues no try-lock and no cancel.
+                // The inversion model issues no try-lock, cancel or conversion.
                 Output::Send { .. }
                 | Output::WouldBlock { .. }
                 | Output::Cancelled { .. }
                 | Output::Downgraded { .. }
+                | Output::Converted { .. }
+                | Output::ConvertBusy { .. }
                 | Output::Blocking { .. } => {}
                 Output::Granted { .. } | Output::Upgraded { .. } => {
                     st.waiting[n as usize] = false;

@@ -163,6 +163,7 @@ fn fits<const L: usize>(
                 || matches!((op, input), (ScriptOp::Try(m, l), TraceInput::TryAcquire { lock, mode }) if m == *mode && l == *lock)
                 || matches!((op, input), (ScriptOp::Cancel(l), TraceInput::Cancel { lock }) if l == *lock)
                 || matches!((op, input), (ScriptOp::Downgrade(m, l), TraceInput::Downgrade { lock, mode }) if m == *mode && l == *lock)
+                || matches!((op, input), (ScriptOp::Convert(m, l), TraceInput::Convert { lock, mode }) if m == *mode && l == *lock)
                 || matches!((op, input), (ScriptOp::Write(v, l), TraceInput::SetValue { lock, value }) if v == *value && l == *lock)
                 || matches!((op, input), (ScriptOp::Upgrade(l), TraceInput::Upgrade { lock }) if l == *lock)
                 || matches!((op, input), (ScriptOp::Priority(p), TraceInput::SetPriority { base }) if p == *base)
@@ -194,6 +195,7 @@ fn input_text(node: &str, input: &TraceInput) -> String {
         TraceInput::TryAcquire { lock, mode } => format!("{node} try {mode} on L{lock}"),
         TraceInput::Cancel { lock } => format!("{node} cancel L{lock}"),
         TraceInput::Downgrade { lock, mode } => format!("{node} downgrade L{lock} to {mode}"),
+        TraceInput::Convert { lock, mode } => format!("{node} convert L{lock} to {mode}"),
         TraceInput::SetValue { lock, value } => format!("{node} write {value} to L{lock}"),
         TraceInput::Release { lock } => format!("{node} release L{lock}"),
         TraceInput::Upgrade { lock } => format!("{node} upgrade L{lock}"),
@@ -220,6 +222,10 @@ fn output_text(name: &str, node: usize, o: &TraceOutput) -> String {
         }
         TraceOutput::Cancelled { lock } => format!("{name} cancelled its request of L{lock}"),
         TraceOutput::Downgraded { lock, mode } => format!("{name} downgraded L{lock} to {mode}"),
+        TraceOutput::Converted { lock, mode } => format!("{name} converted L{lock} to {mode}"),
+        TraceOutput::ConvertBusy { lock, mode } => {
+            format!("{name} is refused the conversion of L{lock} to {mode} (busy)")
+        }
         TraceOutput::Blocking { lock, mode, prio } => {
             format!("{name} is told a request for {mode} (priority {prio}) waits on L{lock}")
         }
@@ -415,6 +421,7 @@ pub fn trace_diagram(t: &Trace) -> (Diagram, Vec<String>, Vec<Vec<String>>) {
             | TraceInput::TryAcquire { lock, .. }
             | TraceInput::Cancel { lock }
             | TraceInput::Downgrade { lock, .. }
+            | TraceInput::Convert { lock, .. }
             | TraceInput::SetValue { lock, .. }
             | TraceInput::Release { lock }
             | TraceInput::Upgrade { lock } => {

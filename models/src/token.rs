@@ -127,8 +127,8 @@ impl Network {
 }
 
 /// One operation of a node's script, written `acquire MODE [@LOCK]`, `try MODE [@LOCK]`,
-/// `cancel [@LOCK]`, `downgrade MODE [@LOCK]`, `write V [@LOCK]`, `release [@LOCK]` or
-/// `upgrade [@LOCK]` in JSON.
+/// `cancel [@LOCK]`, `downgrade MODE [@LOCK]`, `convert MODE [@LOCK]`, `write V [@LOCK]`,
+/// `release [@LOCK]` or `upgrade [@LOCK]` in JSON.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
 pub enum ScriptOp {
@@ -150,6 +150,13 @@ pub enum ScriptOp {
     /// the mode the script holds to the weaker `MODE`; answered at once (`Downgraded`),
     /// the script goes on holding `MODE` (its next `release` releases it).
     Downgrade(Mode, u16),
+    /// `convert MODE`: hilock's conversion in place (`Input::Convert`, `spec/SPEC.md`
+    /// 1.17) of the mode the script holds to `MODE`; answered at once, converted
+    /// (`Converted`, or `Downgraded` for a weaker mode) or refused (`ConvertBusy`, the
+    /// old mode still held). The script goes on holding what it holds (its next `release`
+    /// releases it); refused, it skips its next operation if that is a `write` of the same
+    /// lock (only W writes).
+    Convert(Mode, u16),
     /// `write V`: hilock's lock value block (`Input::SetValue`, `spec/SPEC.md` 1.15): the
     /// script, holding W, writes a block whose every byte is `V` (small values, 1–3, keep
     /// the state space small); no answer, the script goes on.
@@ -171,6 +178,7 @@ impl ScriptOp {
             | ScriptOp::Try(_, l)
             | ScriptOp::Cancel(l)
             | ScriptOp::Downgrade(_, l)
+            | ScriptOp::Convert(_, l)
             | ScriptOp::Write(_, l)
             | ScriptOp::Release(l)
             | ScriptOp::Upgrade(l) => l,
@@ -204,6 +212,13 @@ impl std::str::FromStr for ScriptOp {
                 _ => Err(format!("unknown operation '{s}'")),
             };
         }
+        if let Some(rest) = s.trim_start().strip_prefix("convert ") {
+            // `convert MODE [@LOCK]` reads as `acquire MODE [@LOCK]`.
+            return match Op::parse(&format!("acquire {rest}"))? {
+                Op::Acquire(m, l) => Ok(ScriptOp::Convert(m, l)),
+                _ => Err(format!("unknown operation '{s}'")),
+            };
+        }
         if let Some(rest) = s.trim().strip_prefix("write ") {
             // `write V [@LOCK]`: V is a byte, the lock reads as in `release [@LOCK]`.
             let (v, lock) = rest.split_once(' ').unwrap_or((rest, ""));
@@ -226,8 +241,8 @@ impl std::str::FromStr for ScriptOp {
             if e.starts_with("unknown operation") {
                 format!(
                     "unknown operation '{s}' (expected 'acquire MODE', 'try MODE', 'release', \
-                     'upgrade', 'downgrade MODE', 'cancel', 'write V' (each with an optional \
-                     @LOCK) or 'priority N')"
+                     'upgrade', 'downgrade MODE', 'convert MODE', 'cancel', 'write V' (each \
+                     with an optional @LOCK) or 'priority N')"
                 )
             } else {
                 e
@@ -255,6 +270,7 @@ impl fmt::Display for ScriptOp {
             ScriptOp::Try(m, l) => (format!("try {}", m.name()), *l),
             ScriptOp::Cancel(l) => ("cancel".to_string(), *l),
             ScriptOp::Downgrade(m, l) => (format!("downgrade {}", m.name()), *l),
+            ScriptOp::Convert(m, l) => (format!("convert {}", m.name()), *l),
             ScriptOp::Write(v, l) => (format!("write {v}"), *l),
             ScriptOp::Release(l) => ("release".to_string(), *l),
             ScriptOp::Upgrade(l) => ("upgrade".to_string(), *l),
@@ -653,6 +669,10 @@ enum Note {
     Upgraded(LockId),
     WouldBlock(LockId),
     Cancelled(LockId),
+    /// A conversion in place (`spec/SPEC.md` 1.17): a grant of the new mode to a holder.
+    Converted(LockId, Mode),
+    /// A conversion refused (`spec/SPEC.md` 1.17): the hold is unchanged.
+    ConvertBusy(LockId),
     /// A downgrade answered (it keeps the hold) or a blocking notification: nothing to
     /// record.
     Downgraded,
@@ -672,22 +692,26 @@ pub struct Req {
 /// What the last step did (for the `sometimes` properties).
 pub mod event {
     /// A non-token node sent a copy grant (Rule 3.1).
-    pub const COPY_BY_CHILD: u8 = 1;
+    pub const COPY_BY_CHILD: u16 = 1;
     /// The token was sent (Rule 3.2).
-    pub const TOKEN_TRANSFER: u8 = 2;
+    pub const TOKEN_TRANSFER: u16 = 2;
     /// A non-token node queued another node's request (Rule 4.1, Table 2.3 Q).
-    pub const LOCAL_QUEUE: u8 = 4;
+    pub const LOCAL_QUEUE: u16 = 4;
     /// A delivered `Freeze` changed the receiver's frozen modes (Rule 6).
-    pub const FREEZE_DELIVERED: u8 = 8;
+    pub const FREEZE_DELIVERED: u16 = 8;
     /// An upgrade U → W completed (Rule 7).
-    pub const UPGRADED: u8 = 16;
+    pub const UPGRADED: u16 = 16;
     /// An idle relay used its shortcut ([`hilock_kernel::Forwarding::Compress`]).
-    pub const SHORTCUT: u8 = 32;
+    pub const SHORTCUT: u16 = 32;
     /// A try request was refused (`Output::WouldBlock`, `spec/SPEC.md` 1.12).
-    pub const TRY_REFUSED: u8 = 64;
+    pub const TRY_REFUSED: u16 = 64;
     /// A cancelled request's answer arrived and ended it (a grant or the token released
     /// at once, a busy answer dropped; `spec/SPEC.md` 1.13).
-    pub const CANCEL_COMPLETED: u8 = 128;
+    pub const CANCEL_COMPLETED: u16 = 128;
+    /// A conversion was done in place (`Output::Converted`, `spec/SPEC.md` 1.17).
+    pub const CONVERTED: u16 = 256;
+    /// A conversion was refused (`Output::ConvertBusy`, `spec/SPEC.md` 1.17).
+    pub const CONVERT_REFUSED: u16 = 512;
 }
 
 /// A state of the model.
@@ -700,7 +724,7 @@ pub struct State<const L: usize> {
     /// Per node and lock (`n * L + l`), the outstanding request.
     pub reqs: [Option<Req>; MAX_NODES * MAX_LOCKS],
     /// [`event`] bits of the last step.
-    pub events: u8,
+    pub events: u16,
     /// Messages sent so far (kept only when [`ModelConfig::max_messages`] is set).
     pub sent: u16,
     /// Copies the network delivered so far ([`Action::Duplicate`]).
@@ -986,6 +1010,8 @@ impl<const L: usize> BaseModel<L> {
                 Output::Upgraded { lock } => Note::Upgraded(*lock),
                 Output::WouldBlock { lock, .. } => Note::WouldBlock(*lock),
                 Output::Cancelled { lock } => Note::Cancelled(*lock),
+                Output::Converted { lock, mode } => Note::Converted(*lock, *mode),
+                Output::ConvertBusy { lock, .. } => Note::ConvertBusy(*lock),
                 // A blocking notification changes no ghost of the model (P17's ghost is the
                 // cluster's, `spec/SPEC.md` 1.16).
                 Output::Downgraded { .. } | Output::Blocking { .. } => Note::Downgraded,
@@ -1134,6 +1160,23 @@ impl<const L: usize> BaseModel<L> {
                     self.skip_after_answer(st, n, lock, true);
                 }
                 Note::Downgraded => {}
+                Note::Converted(lock, mode) => {
+                    // For P6 a conversion is a request that arrives and is granted at once:
+                    // it passes every conflicting request that arrived before it.
+                    st.events |= event::CONVERTED;
+                    st.reqs[n * L + lock.idx()] = Some(Req {
+                        mode,
+                        arrival: 0,
+                        bypass: 0,
+                    });
+                    Self::granted(st, n, lock.idx(), mode);
+                }
+                Note::ConvertBusy(lock) => {
+                    st.events |= event::CONVERT_REFUSED;
+                    if matches!(self.next_op(st, n), Some(ScriptOp::Write(_, l)) if l == lock.0) {
+                        st.pc[n] += 1;
+                    }
+                }
                 Note::Cancelled(lock) => {
                     // The user's wait is over (the request may still run in the protocol,
                     // and its journey is still checked by P9); the script skips the release
@@ -1208,6 +1251,12 @@ impl<const L: usize> BaseModel<L> {
                         Output::Downgraded { lock, mode } => {
                             format!("n{node} downgraded L{} to {mode}", lock.0)
                         }
+                        Output::Converted { lock, mode } => {
+                            format!("n{node} converted L{} to {mode}", lock.0)
+                        }
+                        Output::ConvertBusy { lock, mode } => {
+                            format!("n{node} refused the conversion of L{} to {mode}", lock.0)
+                        }
                         Output::Blocking { lock, mode, prio } => format!(
                             "n{node} told a request for {mode} (priority {prio}) waits on L{}",
                             lock.0
@@ -1255,6 +1304,10 @@ impl<const L: usize> BaseModel<L> {
             },
             ScriptOp::Cancel(l) => Input::Cancel { lock: LockId(l) },
             ScriptOp::Downgrade(mode, l) => Input::Downgrade {
+                lock: LockId(l),
+                mode,
+            },
+            ScriptOp::Convert(mode, l) => Input::Convert {
                 lock: LockId(l),
                 mode,
             },
@@ -1428,7 +1481,7 @@ fn bypass<const L: usize, const K: u8>(_: &BaseModel<L>, st: &State<L>) -> bool 
     st.max_bypass() <= K
 }
 
-fn ev<const L: usize, const E: u8>(_: &BaseModel<L>, st: &State<L>) -> bool {
+fn ev<const L: usize, const E: u16>(_: &BaseModel<L>, st: &State<L>) -> bool {
     st.events & E != 0
 }
 
@@ -1464,7 +1517,7 @@ pub const BYPASS: [&str; MAX_BYPASS as usize + 1] = [
 ];
 
 /// Names of the `sometimes` (reachability) properties.
-pub const REACHED: [&str; 8] = [
+pub const REACHED: [&str; 10] = [
     "reached: copy grant by a non-token node",
     "reached: token transfer",
     "reached: local queueing (Table 2.3 Q)",
@@ -1473,6 +1526,8 @@ pub const REACHED: [&str; 8] = [
     "reached: compress shortcut",
     "reached: try refused",
     "reached: cancelled request completed",
+    "reached: conversion in place",
+    "reached: conversion refused",
 ];
 
 impl<const L: usize> Model for BaseModel<L> {
@@ -1583,6 +1638,7 @@ impl<const L: usize> Model for BaseModel<L> {
                     }
                     ScriptOp::Cancel(_)
                     | ScriptOp::Downgrade(..)
+                    | ScriptOp::Convert(..)
                     | ScriptOp::Write(..)
                     | ScriptOp::Release(_)
                     | ScriptOp::Priority(_) => {}
@@ -1698,6 +1754,8 @@ impl<const L: usize> Model for BaseModel<L> {
             Property::sometimes(REACHED[5], ev::<L, SHORTCUT>),
             Property::sometimes(REACHED[6], ev::<L, TRY_REFUSED>),
             Property::sometimes(REACHED[7], ev::<L, CANCEL_COMPLETED>),
+            Property::sometimes(REACHED[8], ev::<L, CONVERTED>),
+            Property::sometimes(REACHED[9], ev::<L, CONVERT_REFUSED>),
         ]
     }
 }

@@ -1568,6 +1568,76 @@ async fn the_oracle_registered_before_a_downgrade_sees_no_overlap() {
     drop(w);
 }
 
+/// `spec/SPEC.md` 1.17 (`Guard::convert`): node 0 takes R on `/cN/x` first (it gets the
+/// tokens), so with nobody else holding it converts to W in place — the ancestor `/cN`
+/// IR → IW first — with a larger fence, and writes the value block that a reader on node 1
+/// then reads. On a second path `/eN/y` node 0 again holds R with the tokens while node 1
+/// holds an R copy: node 0's R → W is refused at once as busy, every level keeping its mode
+/// and the path its fence, and so is node 1's (a copy holder cannot take W in place); once
+/// node 1 has let go, node 0's succeeds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guard_converts_r_to_w_in_place_or_is_told_busy_at_once() {
+    let nodes = local_cluster(2, "convert", SECRET, Duration::from_secs(10))
+        .await
+        .unwrap();
+    let root = path_rooted_at("c", 0, 2);
+    let p = format!("{root}/x");
+    let mut g = nodes[0].lock(&p, Mode::R).await.unwrap();
+    let fence = g.fence();
+    g.convert(Mode::W).await.unwrap();
+    assert_eq!(
+        g.locks().collect::<Vec<_>>(),
+        vec![(root.as_str(), Mode::IW), (p.as_str(), Mode::W)]
+    );
+    assert!(g.fence() > fence, "{} > {fence}", g.fence());
+    g.set_value([9; VALUE_LEN]).await.unwrap();
+    drop(g);
+    let r = nodes[1].lock(&p, Mode::R).await.unwrap();
+    assert_eq!(r.value().await.unwrap().get(), Some(&[9; VALUE_LEN]));
+    drop(r);
+
+    let q = format!("{}/y", path_rooted_at("e", 0, 2));
+    let mut g = nodes[0].lock(&q, Mode::R).await.unwrap();
+    let mut r = nodes[1].lock(&q, Mode::R).await.unwrap();
+    let (before, fence) = (
+        g.locks()
+            .map(|(p, m)| (p.to_string(), m))
+            .collect::<Vec<_>>(),
+        g.fence(),
+    );
+    let started = tokio::time::Instant::now();
+    let e = g.convert(Mode::W).await.unwrap_err();
+    assert!(
+        matches!(&e, Error::WouldBlock { path, mode: Mode::W } if *path == q),
+        "{e}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "answered at once"
+    );
+    let after: Vec<_> = g.locks().map(|(p, m)| (p.to_string(), m)).collect();
+    assert_eq!(
+        after, before,
+        "a refused conversion changes no level's mode"
+    );
+    assert_eq!(g.fence(), fence);
+    let e = r.convert(Mode::W).await.unwrap_err();
+    assert!(matches!(e, Error::WouldBlock { .. }), "{e}");
+    assert_eq!(r.mode(), Mode::R);
+    drop(r);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        match g.convert(Mode::W).await {
+            Ok(()) => break,
+            Err(Error::WouldBlock { .. }) if tokio::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(20)).await
+            }
+            Err(e) => panic!("node 1's R was released: {e}"),
+        }
+    }
+    assert_eq!(g.mode(), Mode::W);
+}
+
 /// `spec/SPEC.md` 1.14 in the runtime: a W holder on `/dN/x` (IW on `/dN`) downgrades to R
 /// (IR on `/dN`, the intention mode of R) without releasing; a reader on the other node,
 /// waiting meanwhile, is granted while the downgraded guard still holds R, whose fence is

@@ -62,6 +62,13 @@ pub enum TraceInput {
         /// The weaker mode.
         mode: Mode,
     },
+    /// hilock's conversion in place (`spec/SPEC.md` 1.17).
+    Convert {
+        /// The lock.
+        lock: u16,
+        /// The mode asked for.
+        mode: Mode,
+    },
     /// hilock's lock value block (`spec/SPEC.md` 1.15): the W holder writes a block whose
     /// every byte is `value` (the models write small values).
     SetValue {
@@ -191,6 +198,20 @@ pub enum TraceOutput {
         /// The mode now held.
         mode: Mode,
     },
+    /// The local conversion was done in place (`spec/SPEC.md` 1.17).
+    Converted {
+        /// The lock.
+        lock: u16,
+        /// The mode now held.
+        mode: Mode,
+    },
+    /// The local conversion was refused; the hold is unchanged (`spec/SPEC.md` 1.17).
+    ConvertBusy {
+        /// The lock.
+        lock: u16,
+        /// The mode asked for.
+        mode: Mode,
+    },
     /// A request for a conflicting mode waits for the local hold (`spec/SPEC.md` 1.16).
     Blocking {
         /// The lock.
@@ -221,6 +242,14 @@ impl TraceOutput {
             },
             Output::Cancelled { lock } => TraceOutput::Cancelled { lock: lock.0 },
             Output::Downgraded { lock, mode } => TraceOutput::Downgraded {
+                lock: lock.0,
+                mode: *mode,
+            },
+            Output::Converted { lock, mode } => TraceOutput::Converted {
+                lock: lock.0,
+                mode: *mode,
+            },
+            Output::ConvertBusy { lock, mode } => TraceOutput::ConvertBusy {
                 lock: lock.0,
                 mode: *mode,
             },
@@ -421,6 +450,7 @@ impl Trace {
                 TraceInput::TryAcquire { mode, .. } => format!("try {mode}"),
                 TraceInput::Cancel { .. } => "cancel".to_string(),
                 TraceInput::Downgrade { mode, .. } => format!("downgrade {mode}"),
+                TraceInput::Convert { mode, .. } => format!("convert {mode}"),
                 TraceInput::SetValue { value, .. } => format!("write {value}"),
                 TraceInput::Release { .. } => "release".to_string(),
                 TraceInput::Upgrade { .. } => "upgrade".to_string(),
@@ -441,6 +471,10 @@ impl Trace {
                     TraceOutput::WouldBlock { mode, .. } => format!("would block ({mode})"),
                     TraceOutput::Cancelled { .. } => "cancelled".to_string(),
                     TraceOutput::Downgraded { mode, .. } => format!("downgraded to {mode}"),
+                    TraceOutput::Converted { mode, .. } => format!("converted to {mode}"),
+                    TraceOutput::ConvertBusy { mode, .. } => {
+                        format!("conversion to {mode} refused (busy)")
+                    }
                     TraceOutput::Blocking { mode, prio, .. } => {
                         format!("blocking: a request for {mode} (priority {prio}) waits")
                     }

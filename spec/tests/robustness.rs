@@ -28,6 +28,8 @@ enum Action {
     Cancel(u16, u16),
     /// A downgrade (`Input::Downgrade`, `spec/SPEC.md` 1.14).
     Downgrade(u16, u16, Mode),
+    /// A conversion in place (`Input::Convert`, `spec/SPEC.md` 1.17).
+    Convert(u16, u16, Mode),
     /// A write of the lock value block, every byte the given one (`Input::SetValue`,
     /// `spec/SPEC.md` 1.15).
     SetValue(u16, u16, u8),
@@ -116,13 +118,15 @@ fn with_cancels(base: BoxedStrategy<Action>) -> BoxedStrategy<Action> {
     .boxed()
 }
 
-/// `base`'s actions with downgrades (`Input::Downgrade`, `spec/SPEC.md` 1.14) to a random
-/// mode mixed in, one in five (most meet no hold they weaken and are refused, changing
-/// nothing). A strategy of its own, as for the tries.
+/// `base`'s actions with downgrades (`Input::Downgrade`, `spec/SPEC.md` 1.14) and
+/// conversions in place (`Input::Convert`, 1.17) to a random mode mixed in, one in five
+/// (most meet no hold and are refused, changing nothing). A strategy of its own, as for the
+/// tries.
 fn with_downgrades(base: BoxedStrategy<Action>) -> BoxedStrategy<Action> {
     prop_oneof![
-        4 => base,
+        8 => base,
         1 => (0..N as u16, 0..LOCKS, mode()).prop_map(|(n, l, m)| Action::Downgrade(n, l, m)),
+        1 => (0..N as u16, 0..LOCKS, mode()).prop_map(|(n, l, m)| Action::Convert(n, l, m)),
     ]
     .boxed()
 }
@@ -265,6 +269,16 @@ impl Harness {
                 self.sys.input(
                     NodeId(*n),
                     Input::Downgrade {
+                        lock: LockId(*l),
+                        mode: *m,
+                    },
+                ),
+            ),
+            Action::Convert(n, l, m) => (
+                NodeId(*n),
+                self.sys.input(
+                    NodeId(*n),
+                    Input::Convert {
                         lock: LockId(*l),
                         mode: *m,
                     },
@@ -483,6 +497,21 @@ fn report_names_what_the_step_did(what: &str, step: &Step<SpecMsg>) -> Result<()
             step.outputs, step.rules
         ));
     }
+    for (rule, done) in [(Rule::Convert, true), (Rule::ConvertBusy, false)] {
+        let out = step.outputs.iter().any(|o| {
+            if done {
+                matches!(o, Output::Converted { .. })
+            } else {
+                matches!(o, Output::ConvertBusy { .. })
+            }
+        });
+        if out != step.rules.contains(rule) {
+            return Err(format!(
+                "{what}: a conversion's output and the {rule:?} rule disagree: {:?} {:?}",
+                step.outputs, step.rules
+            ));
+        }
+    }
     Ok(())
 }
 
@@ -636,8 +665,9 @@ proptest! {
 /// are rejected with typed errors, and every [`Rule`] the kernel reports fires at least once
 /// (the rule-coverage count; the rarest, `ResyncRelease`, `StaleToken` and
 /// `OwnRequestRequeued`, fire only a few times in 4,000 runs; the try-lock's rules fire in
-/// the runs that mix in try-locks, `Cancel` in those that mix in cancels, `Downgrade` in
-/// those that mix in downgrades, `SetValue` in those that mix in writes).
+/// the runs that mix in try-locks, `Cancel` in those that mix in cancels, `Downgrade`,
+/// `Convert` and `ConvertBusy` in those that mix in downgrades and conversions, `SetValue`
+/// in those that mix in writes).
 #[test]
 fn random_runs_reach_every_rule() {
     use proptest::strategy::ValueTree;
@@ -651,7 +681,8 @@ fn random_runs_reach_every_rule() {
     let mut coverage: BTreeMap<Rule, u64> = BTreeMap::new();
     // Runs 4,000..7,000 use hilock's compressed forwarding (`spec/SPEC.md` 1.6), the others
     // the thesis's; runs 5,000..9,000 mix in try-locks (`spec/SPEC.md` 1.12), runs
-    // 6,000..9,000 cancels too (1.13), runs 7,000..9,000 downgrades too (1.14), and runs
+    // 6,000..9,000 cancels too (1.13), runs 7,000..9,000 downgrades and conversions too
+    // (1.14, 1.17), and runs
     // 8,000..9,000 writes of the value block too (1.15).
     for run in 0..9000 {
         let (strategy, inh) = match run % 4 {

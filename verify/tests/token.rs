@@ -13,7 +13,7 @@ static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use hilock_kernel::{Forwarding, Mode, Variant};
 use hilock_models::check::{check, check_depth_first, CheckReport};
-use hilock_models::token::{ModelConfig, Network, REACHED};
+use hilock_models::token::{ModelConfig, Network, ScriptOp, REACHED};
 use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -307,6 +307,8 @@ const PINNED: &[(&str, usize)] = &[
     ),
     ("downgrade star3: W to R, then R and IW", 383),
     ("downgrade chain3: R to IR lets an IW in", 1102),
+    ("convert star3: R to W beside a reader and an IW", 613),
+    ("convert chain3: IR back to R under a child's R copy", 6884),
     ("unordered star3 R/W (<= 18 msgs)", 7813),
     ("value star3: W writes, U upgrades and writes, R reads", 803),
     ("value chain3: a copy holder grants the written value", 1926),
@@ -1311,6 +1313,85 @@ fn downgrade_configs() -> Vec<ModelConfig> {
 fn a_downgrade_keeps_every_property() {
     for c in downgrade_configs() {
         pass(&c);
+    }
+}
+
+// --------------------------------------------- conversion in place (`spec/SPEC.md` 1.17)
+
+/// The conversion configurations. Star: node 0 holds R and converts to W (done only while
+/// it is the token node and nobody else holds or waits for a conflicting mode: Rule 3.2's
+/// own grant), writes the value block if it got W and releases, while node 1 reads and
+/// node 2 asks for IW. Chain 0 ← 1 ← 2: node 1 holds R (a copy while node 0 reads, or the
+/// token), downgrades to IR and converts back to R — as a copy holder done without a
+/// message when its child node 2's R copy makes it own R (Rule 2, Table 2.2), refused
+/// otherwise — while node 0, after its read, asks for IW, which R conflicts with (the
+/// conversion may not pass it once its freeze arrived).
+fn convert_configs() -> Vec<ModelConfig> {
+    vec![
+        ModelConfig::star(
+            "convert star3: R to W beside a reader and an IW",
+            &[
+                &["acquire R", "convert W", "write 1", "release"],
+                &["acquire R", "release"],
+                &["acquire IW", "release"],
+            ],
+        ),
+        ModelConfig::chain(
+            "convert chain3: IR back to R under a child's R copy",
+            &[
+                &["acquire R", "release", "acquire IW", "release"],
+                &["acquire R", "downgrade IR", "convert R", "release"],
+                &["acquire R", "release"],
+            ],
+        ),
+    ]
+}
+
+/// Every interleaving of the conversion configurations: P1 (a converted hold is
+/// compatible with every other), P10 (a conversion at the token node takes a fence above
+/// every conflicting grant before it), P16 (a converted W writes what the next reader
+/// reads), P3–P5, P9 and no kernel error; both answers are reached in each, a refused
+/// conversion (`ConvertBusy`) leaving the script holding its old mode, and every script
+/// ends. P6: for the bypass count a conversion is a request granted at once, and it passes
+/// a waiting request no more often than what a user without it would do — release and ask
+/// again (the same scripts with each `convert M` replaced by `release`, `acquire M`): the
+/// FIFO bounds are equal (star 0 and 0; chain 2 and 2: a copy holder enters before the
+/// freeze of a waiting IW reaches it, as Rule 2 lets it).
+#[test]
+fn a_conversion_in_place_keeps_every_property() {
+    for c in convert_configs() {
+        let r = pass(&c);
+        let reached: BTreeSet<String> = r
+            .properties
+            .iter()
+            .filter(|p| p.kind == "sometimes" && p.holds)
+            .map(|p| p.name.clone())
+            .collect();
+        for p in [REACHED[8], REACHED[9]] {
+            assert!(reached.contains(p), "{}: {p} never", c.name);
+        }
+        let mut again = c.clone();
+        again.name = format!("{} (release and ask again)", c.name);
+        for script in &mut again.scripts {
+            *script = script
+                .iter()
+                .flat_map(|op| match *op {
+                    ScriptOp::Convert(m, l) => vec![ScriptOp::Release(l), ScriptOp::Acquire(m, l)],
+                    op => vec![op],
+                })
+                .collect();
+        }
+        let (without, _) = checked(&again);
+        fail_unless_ok(&again, &without);
+        println!(
+            "{}: P6 k = {:?}; released and asked again: k = {:?}",
+            c.name, r.fifo_bound, without.fifo_bound
+        );
+        assert!(
+            r.fifo_bound.is_some() && r.fifo_bound <= without.fifo_bound,
+            "{}: conversions pass waiting requests more often than a release and a new request",
+            c.name
+        );
     }
 }
 

@@ -193,11 +193,13 @@ async fn run_device(
                     let _ = grants.send(Grant { node: me, mode }).await;
                 }
                 // The scenario issues neither upgrades nor try-locks nor cancels nor
-                // downgrades.
+                // downgrades nor conversions.
                 Output::Upgraded { .. }
                 | Output::WouldBlock { .. }
                 | Output::Cancelled { .. }
-                | Output::Downgraded { .. } => {
+                | Output::Downgraded { .. }
+                | Output::Converted { .. }
+                | Output::ConvertBusy { .. } => {
                     world.lock(|w| w.errors += 1);
                 }
                 // A holder told that a conflicting request waits (`spec/SPEC.md` 1.16):

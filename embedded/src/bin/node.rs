@@ -96,12 +96,15 @@ fn poll(site: &mut MySite, out: &mut Outputs<Msg<Q>, O>) -> Result<(), hilock_ke
                 Output::Send { to, msg } => transmit(*to, msg), // encode and send
                 Output::Granted { lock, .. } | Output::Upgraded { lock } => granted(*lock),
                 // This node issues no try-lock (`Input::TryAcquire`), no cancel
-                // (`Input::Cancel`) and no downgrade (`Input::Downgrade`), so none is
-                // refused, cancelled or downgraded; its holders release on their own
-                // schedule, so a blocking notification (`spec/SPEC.md` 1.16) is ignored.
+                // (`Input::Cancel`), no downgrade (`Input::Downgrade`) and no conversion
+                // (`Input::Convert`), so none is refused, cancelled, downgraded or
+                // converted; its holders release on their own schedule, so a blocking
+                // notification (`spec/SPEC.md` 1.16) is ignored.
                 Output::WouldBlock { .. }
                 | Output::Cancelled { .. }
                 | Output::Downgraded { .. }
+                | Output::Converted { .. }
+                | Output::ConvertBusy { .. }
                 | Output::Blocking { .. } => {}
             }
         }

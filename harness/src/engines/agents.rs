@@ -392,6 +392,7 @@ impl AgentsSite {
             Input::TryAcquire { lock, .. } => Err(KernelError::Unsupported(lock)),
             Input::Cancel { lock } => Err(KernelError::CancelUnsupported(lock)),
             Input::Downgrade { lock, .. } => Err(KernelError::DowngradeUnsupported(lock)),
+            Input::Convert { lock, .. } => Err(KernelError::ConvertUnsupported(lock)),
             Input::SetValue { lock, .. } => Err(KernelError::ValueUnsupported(lock)),
             Input::Upgrade { lock } => Err(KernelError::NotHoldingU(lock)),
             Input::SetPriority { .. } => Err(KernelError::Unsupported(LockId(0))),

@@ -371,14 +371,15 @@ impl Protocol for BakerySite {
                     }
                     Some(BInput::Wake)
                 }
-                // No priorities, no try-lock, no cancel, no downgrade and no value block
-                // in the bakery simulator.
+                // No priorities, no try-lock, no cancel, no downgrade, no conversion and no
+                // value block in the bakery simulator.
                 (
                     Role::Client { .. },
                     Input::SetPriority { .. }
                     | Input::TryAcquire { .. }
                     | Input::Cancel { .. }
                     | Input::Downgrade { .. }
+                    | Input::Convert { .. }
                     | Input::SetValue { .. },
                 ) => return Err(KernelError::InvalidMode),
             };

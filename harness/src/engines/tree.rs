@@ -136,6 +136,7 @@ impl TreeSite {
             | Input::Release { lock }
             | Input::Cancel { lock }
             | Input::Downgrade { lock, .. }
+            | Input::Convert { lock, .. }
             | Input::SetValue { lock, .. }
             | Input::Upgrade { lock } => lock,
             Input::SetPriority { .. } => return Err(KernelError::Unsupported(LockId(0))),
@@ -237,6 +238,7 @@ impl TreeSite {
             }
             (_, Input::Cancel { .. }) => Err(KernelError::CancelUnsupported(lock)),
             (_, Input::Downgrade { .. }) => Err(KernelError::DowngradeUnsupported(lock)),
+            (_, Input::Convert { .. }) => Err(KernelError::ConvertUnsupported(lock)),
             (_, Input::SetValue { .. }) => Err(KernelError::ValueUnsupported(lock)),
             _ => Err(KernelError::Unsupported(lock)),
         }

@@ -147,6 +147,8 @@ impl<const N: usize, const L: usize> NaimiSite<N, L> {
             Input::Cancel { lock } => return Err(KernelError::CancelUnsupported(lock)),
             // Nor a downgrade (`spec/SPEC.md` 1.14): refused, nothing changes.
             Input::Downgrade { lock, .. } => return Err(KernelError::DowngradeUnsupported(lock)),
+            // Nor a conversion (`spec/SPEC.md` 1.17).
+            Input::Convert { lock, .. } => return Err(KernelError::ConvertUnsupported(lock)),
             // Nor a value block (`spec/SPEC.md` 1.15).
             Input::SetValue { lock, .. } => return Err(KernelError::ValueUnsupported(lock)),
             // Plain Naimi-Trehel has no priorities.
@@ -213,6 +215,7 @@ impl<const N: usize, const L: usize> NaimiSite<N, L> {
             Input::SetPriority { .. }
             | Input::Cancel { .. }
             | Input::Downgrade { .. }
+            | Input::Convert { .. }
             | Input::SetValue { .. } => {}
             Input::Upgrade { .. } => {
                 if s.pending != Mode::Phi {

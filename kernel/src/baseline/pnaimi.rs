@@ -178,6 +178,8 @@ impl<const N: usize, const L: usize, const P: usize, const Q: usize> PrioNaimiSi
             Input::Cancel { lock } => return Err(KernelError::CancelUnsupported(lock)),
             // Nor a downgrade (`spec/SPEC.md` 1.14): refused, nothing changes.
             Input::Downgrade { lock, .. } => return Err(KernelError::DowngradeUnsupported(lock)),
+            // Nor a conversion (`spec/SPEC.md` 1.17).
+            Input::Convert { lock, .. } => return Err(KernelError::ConvertUnsupported(lock)),
             // Nor a value block (`spec/SPEC.md` 1.15).
             Input::SetValue { lock, .. } => return Err(KernelError::ValueUnsupported(lock)),
             Input::SetPriority { base } => {
@@ -281,6 +283,7 @@ impl<const N: usize, const L: usize, const P: usize, const Q: usize> PrioNaimiSi
             Input::SetPriority { .. }
             | Input::Cancel { .. }
             | Input::Downgrade { .. }
+            | Input::Convert { .. }
             | Input::SetValue { .. } => Ok(()),
             Input::Deliver {
                 msg: PrioNaimiMsg::Request { req, .. },

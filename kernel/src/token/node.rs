@@ -956,6 +956,72 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         self.finish_freeze(cx, f0)
     }
 
+    /// hilock's conversion (`spec/SPEC.md` 1.17): `Input::Convert`, in place or not at all
+    /// (the DLM's `LKF_CONVERT | LKF_NOQUEUE`). A weaker mode is a downgrade
+    /// (`Downgraded`, [`LockNode::downgrade`]). Any other
+    /// mode is converted only where the site could grant it as a request at once:
+    /// - the token node (Rule 3.2, own grant): `mode` compatible with every other hold
+    ///   (the children's owned modes and a kept mode, Table 2.1), not frozen (Rule 6) and
+    ///   conflicting with no request waiting in the queue (no bypass, as the try-lock's);
+    ///   the hold takes a new fence, since `mode` may conflict with holds the old one did
+    ///   not;
+    /// - a non-token node (Rule 2): its owned mode covers `mode` (Table 2.2) and `mode` is
+    ///   not frozen; the parent's record of the node does not grow, and the hold takes
+    ///   the fence a Rule 2 grant gets (that of the grant of the owned mode).
+    ///
+    /// Otherwise [`Output::ConvertBusy`] and nothing changes: a conversion never waits, so
+    /// two converters cannot deadlock (the DLM's `EDEADLK` case cannot arise). Validated
+    /// first: nothing held ([`KernelError::NotHeld`]), Φ ([`KernelError::InvalidMode`]),
+    /// the held mode ([`KernelError::AlreadyHeld`]), an upgrade pending
+    /// ([`KernelError::UpgradePending`]).
+    pub(crate) fn convert<S: Sink<Output<Msg<Q>>>>(
+        &mut self,
+        cx: &mut Ctx<'_, Q, S>,
+        mode: Mode,
+    ) -> Result<(), KernelError> {
+        if mode == Mode::Phi {
+            return Err(KernelError::InvalidMode);
+        }
+        if self.held == Mode::Phi {
+            return Err(KernelError::NotHeld(cx.lock));
+        }
+        if self.pending == Pending::Upgrade {
+            return Err(KernelError::UpgradePending(cx.lock));
+        }
+        if mode == self.held {
+            return Err(KernelError::AlreadyHeld(cx.lock));
+        }
+        if self.held.downgrades_to(mode) {
+            return self.downgrade(cx, mode);
+        }
+        let lock = cx.lock;
+        let prio = cx.effective;
+        let in_place = if self.has_token() {
+            compatible(combine(self.kept, self.children_owned()), mode)
+                && !self.frozen.blocks(mode, prio)
+                && !self.queue_conflicts(mode)
+        } else {
+            grantable(self.owned(), mode) && !self.frozen.blocks(mode, prio)
+        };
+        if !in_place {
+            cx.fire(Rule::ConvertBusy);
+            return cx.emit(Output::ConvertBusy { lock, mode });
+        }
+        let f0 = self.frozen;
+        let before = self.owned();
+        self.held = mode;
+        self.held_fence = if self.has_token() {
+            self.next_fence()
+        } else {
+            self.fence
+        };
+        cx.fire(Rule::Convert);
+        cx.emit(Output::Converted { lock, mode })?;
+        self.release_or_keep(cx, before)?;
+        self.check_queue(cx)?;
+        self.finish_freeze(cx, f0)
+    }
+
     /// hilock's lock value block (`spec/SPEC.md` 1.15): `Input::SetValue`. The W holder —
     /// always the token node (no copy of W can be granted, Table 2.2) — writes the block,
     /// valid from now on; the token and every later grant carry it. Only W writes: a U

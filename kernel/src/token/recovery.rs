@@ -515,30 +515,11 @@ impl<const Q: usize, S: Sink<Output<Stamped<Msg<Q>>>>> Sink<Output<Msg<Q>>> for 
         self.out.room()
     }
     fn put(&mut self, o: Output<Msg<Q>>) -> Result<(), Output<Msg<Q>>> {
-        let stamped = match o {
-            Output::Send { to, msg } => Output::Send {
-                to,
-                msg: Stamped {
-                    epoch: self.epoch,
-                    msg,
-                },
-            },
-            Output::Granted { lock, mode } => Output::Granted { lock, mode },
-            Output::Upgraded { lock } => Output::Upgraded { lock },
-            Output::WouldBlock { lock, mode } => Output::WouldBlock { lock, mode },
-            Output::Cancelled { lock } => Output::Cancelled { lock },
-            Output::Downgraded { lock, mode } => Output::Downgraded { lock, mode },
-            Output::Blocking { lock, mode, prio } => Output::Blocking { lock, mode, prio },
-        };
-        self.out.put(stamped).map_err(|o| match o {
-            Output::Send { to, msg } => Output::Send { to, msg: msg.msg },
-            Output::Granted { lock, mode } => Output::Granted { lock, mode },
-            Output::Upgraded { lock } => Output::Upgraded { lock },
-            Output::WouldBlock { lock, mode } => Output::WouldBlock { lock, mode },
-            Output::Cancelled { lock } => Output::Cancelled { lock },
-            Output::Downgraded { lock, mode } => Output::Downgraded { lock, mode },
-            Output::Blocking { lock, mode, prio } => Output::Blocking { lock, mode, prio },
-        })
+        let epoch = self.epoch;
+        let stamped = o.map_msg(|msg| Stamped { epoch, msg });
+        self.out
+            .put(stamped)
+            .map_err(|o| o.map_msg(|stamped| stamped.msg))
     }
 }
 
@@ -829,6 +810,7 @@ impl<const N: usize, const L: usize, const Q: usize> Protocol for FaultSite<N, L
             Input::TryAcquire { lock, mode } => Input::TryAcquire { lock, mode },
             Input::Cancel { lock } => Input::Cancel { lock },
             Input::Downgrade { lock, mode } => Input::Downgrade { lock, mode },
+            Input::Convert { lock, mode } => Input::Convert { lock, mode },
             Input::SetValue { lock, value } => Input::SetValue { lock, value },
             Input::Release { lock } => Input::Release { lock },
             Input::Upgrade { lock } => Input::Upgrade { lock },

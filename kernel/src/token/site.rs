@@ -221,6 +221,7 @@ impl<const N: usize, const L: usize, const Q: usize> Site<N, L, Q> {
             | Input::TryAcquire { lock, .. }
             | Input::Cancel { lock }
             | Input::Downgrade { lock, .. }
+            | Input::Convert { lock, .. }
             | Input::SetValue { lock, .. }
             | Input::Release { lock }
             | Input::Upgrade { lock } => Some(lock),
@@ -280,6 +281,7 @@ impl<const N: usize, const L: usize, const Q: usize> Site<N, L, Q> {
             Input::TryAcquire { mode, .. } => node.try_acquire(cx, mode),
             Input::Cancel { .. } => node.cancel(cx),
             Input::Downgrade { mode, .. } => node.downgrade(cx, mode),
+            Input::Convert { mode, .. } => node.convert(cx, mode),
             Input::SetValue { value, .. } => node.set_value(cx, value),
             Input::Release { .. } => node.release(cx),
             Input::Upgrade { .. } => node.upgrade(cx),

@@ -87,6 +87,15 @@ pub(super) enum Cmd {
         /// Answered once done (the hold keeps its fencing token).
         reply: Reply<()>,
     },
+    /// Hold `hold` of `path` converts to `mode`, not weaker, in place or not at all
+    /// (`Input::Convert`, `spec/SPEC.md` 1.17).
+    Convert {
+        path: String,
+        hold: u64,
+        mode: Mode,
+        /// Answered with the hold's fence once converted, or [`Error::WouldBlock`].
+        reply: Reply<u64>,
+    },
     Deliver {
         from: NodeId,
         /// The sender's epoch when it sent the message.
@@ -572,6 +581,16 @@ impl Core {
                 mode,
                 reply,
             } => self.downgrade(&path, hold, mode, reply),
+            Cmd::Convert {
+                path,
+                hold,
+                mode,
+                reply,
+            } => {
+                let r = self.convert(&path, hold, mode);
+                let _ = reply.send(r);
+                self.pump(&path);
+            }
             Cmd::Deliver { from, epoch, frame } => {
                 // Numbered as it arrives (in the link's order), before it may be held back.
                 let seq = match self.trace.as_mut() {
@@ -1027,8 +1046,10 @@ impl Core {
                 Output::Upgraded { .. } => self.upgraded(path),
                 Output::WouldBlock { .. } => self.would_block(path),
                 Output::Cancelled { .. } => self.cancelled(path),
-                // Answered within the step that the caller's downgrade ran.
-                Output::Downgraded { .. } => {}
+                // Answered within the step that the caller's downgrade or conversion ran.
+                Output::Downgraded { .. }
+                | Output::Converted { .. }
+                | Output::ConvertBusy { .. } => {}
                 Output::Blocking { mode, prio, .. } => self.blocking(path, Blocked { mode, prio }),
             }
         }
@@ -1581,6 +1602,74 @@ impl Core {
         }
         let _ = reply.send(Ok(()));
         self.pump(path);
+    }
+
+    /// Hold `hold` converts to `mode` — not weaker: [`super::Guard::convert`] downgrades
+    /// those — in place or not at all (`spec/SPEC.md` 1.17). The site's kernel hold covers
+    /// every local holder, so the conversion is refused ([`Error::WouldBlock`], nothing
+    /// changes) while recovery has frozen the node or an upgrade is under way, when
+    /// another local holder's mode conflicts with `mode` or a local caller waiting for a
+    /// conflicting mode would be passed; where the kernel hold already covers the new
+    /// modes it is done here unless a remote request waits for a conflicting mode (frozen,
+    /// or in this site's queue) — else the kernel converts its hold to the strongest mode
+    /// of the local holders (`Input::Convert`), and a `ConvertBusy` is a refusal.
+    /// Answered with the fence of the hold.
+    fn convert(&mut self, path: &str, hold: u64, mode: Mode) -> Result<u64, Error> {
+        let busy = || Error::WouldBlock {
+            path: path.to_string(),
+            mode,
+        };
+        let Some(e) = self.locks.get_mut(path) else {
+            return Err(Error::Stopped);
+        };
+        let Some(i) = e.holders.iter().position(|h| h.0 == hold) else {
+            return Err(Error::Stopped);
+        };
+        if e.holders[i].1 == mode {
+            return Ok(e.fence());
+        }
+        if self.frozen || e.upgrading.is_some() || e.waiters.iter().any(|w| conflicts(w.mode, mode))
+        {
+            return Err(busy());
+        }
+        let Ok(keep) = e
+            .holders
+            .iter()
+            .enumerate()
+            .try_fold(Mode::Phi, |a, (j, &(_, m))| {
+                strongest(a, if j == i { mode } else { m })
+            })
+        else {
+            return Err(busy());
+        };
+        if keep == e.held {
+            let k = e.site.site().lock(LOCK).expect("one lock per site");
+            if k.frozen().contains(mode) || k.queue().iter().any(|q| conflicts(q.mode, mode)) {
+                return Err(busy());
+            }
+        } else {
+            if let Err(error) = self.kstep(
+                path,
+                Input::Convert {
+                    lock: LOCK,
+                    mode: keep,
+                },
+            ) {
+                return Err(Error::Kernel {
+                    path: path.to_string(),
+                    error,
+                });
+            }
+            let e = self.locks.get_mut(path).expect("entry exists");
+            let k = e.site.site().lock(LOCK).expect("one lock per site");
+            if k.held() != keep {
+                return Err(busy());
+            }
+            e.held = keep;
+        }
+        let e = self.locks.get_mut(path).expect("entry exists");
+        e.holders[i].1 = mode;
+        Ok(e.fence())
     }
 
     /// Hold `hold`, which must hold W, writes the lock value block (`spec/SPEC.md` 1.15).

@@ -1784,6 +1784,101 @@ impl Guard {
         }
         Ok(())
     }
+
+    /// Convert the requested path to `mode` in place or not at all (`Input::Convert`,
+    /// `spec/SPEC.md` 1.17; the DLM's `LKF_CONVERT | LKF_NOQUEUE`): a weaker mode is
+    /// [`Guard::downgrade`]; any other is done only where no waiting is needed, and is
+    /// [`Error::WouldBlock`] otherwise, the guard keeping every mode it had and the path
+    /// its fence (an ancestor converted and taken back keeps the newer fence of its hold).
+    /// The ancestors are converted first, outermost first, to the intention mode of
+    /// `mode` where they hold less (R → W on `/a/b` under IR on `/a` makes `/a` IW), then
+    /// the path; a refusal at any level takes the levels already converted back. A
+    /// level is converted at once where the node's own hold covers it, or where the node
+    /// holds the lock's token and no other node holds or waits for a conflicting mode;
+    /// a conversion to U or W therefore succeeds only on the node that holds the path's
+    /// token (the last node to take it in a mode that needed the token). Answered at
+    /// once: a conversion never waits, so two guards converting cannot deadlock. The
+    /// path's fence is that of the converted hold (a new one where the node's hold grew).
+    pub async fn convert(&mut self, mode: Mode) -> Result<(), Error> {
+        let Some(last) = self.held.len().checked_sub(1) else {
+            return Err(Error::Stopped);
+        };
+        let from = self.held[last].1;
+        if from.downgrades_to(mode) {
+            return self.downgrade(mode).await;
+        }
+        let requested = self.held[last].0.clone();
+        if mode == Mode::Phi {
+            return Err(Error::WouldBlock {
+                path: requested,
+                mode,
+            });
+        }
+        let mut done: Vec<(usize, Mode)> = Vec::new();
+        for i in 0..=last {
+            let (path, held, hold, _) = self.held[i].clone();
+            // An ancestor holds an intention mode, compatible with every other one: it
+            // takes the stronger of the two.
+            let to = match hilock_kernel::mode::strongest(held, intention(mode)) {
+                Ok(to) if i < last => to,
+                _ => mode,
+            };
+            if to == held {
+                continue;
+            }
+            let (reply, rx) = oneshot::channel();
+            self.handle
+                .tx
+                .send(Cmd::Convert {
+                    path,
+                    hold,
+                    mode: to,
+                    reply,
+                })
+                .map_err(|_| Error::Stopped)?;
+            match rx.await.map_err(|_| Error::Stopped)? {
+                Ok(fence) => {
+                    done.push((i, held));
+                    self.held[i].1 = to;
+                    self.held[i].3 = fence;
+                }
+                Err(e) => {
+                    self.undo_conversions(done).await;
+                    return Err(match e {
+                        Error::WouldBlock { .. } => Error::WouldBlock {
+                            path: requested,
+                            mode,
+                        },
+                        e => e,
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Takes the ancestor levels a refused [`Guard::convert`] converted back to the modes
+    /// they held (each a downgrade, answered at once), innermost first.
+    async fn undo_conversions(&mut self, done: Vec<(usize, Mode)>) {
+        for (i, old) in done.into_iter().rev() {
+            let (path, _, hold, _) = self.held[i].clone();
+            let (reply, rx) = oneshot::channel();
+            if self
+                .handle
+                .tx
+                .send(Cmd::Downgrade {
+                    path,
+                    hold,
+                    mode: old,
+                    reply,
+                })
+                .is_ok()
+                && matches!(rx.await, Ok(Ok(())))
+            {
+                self.held[i].1 = old;
+            }
+        }
+    }
 }
 
 /// A level of a hierarchical request that the node has not answered yet: dropped armed

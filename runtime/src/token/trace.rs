@@ -82,6 +82,11 @@ pub enum TIn<M> {
         /// The weaker mode.
         mode: Mode,
     },
+    /// `Input::Convert` (`spec/SPEC.md` 1.17).
+    Convert {
+        /// The mode asked for.
+        mode: Mode,
+    },
     /// `Input::SetValue` (`spec/SPEC.md` 1.15).
     SetValue {
         /// The value written.
@@ -287,54 +292,15 @@ impl Recorder {
         let n = self.n;
         let sent = Self::counters(&mut self.sent, n, path);
         out.iter()
-            .map(|o| match o {
-                Output::Send { to, msg } => {
-                    let seq = sent.get_mut(to.idx()).map(|k| {
+            .map(|o| {
+                let seq = match o {
+                    Output::Send { to, .. } => sent.get_mut(to.idx()).map(|k| {
                         *k += 1;
                         *k
-                    });
-                    TOut {
-                        o: Output::Send { to: *to, msg },
-                        seq,
-                    }
-                }
-                Output::Granted { lock, mode } => TOut {
-                    o: Output::Granted {
-                        lock: *lock,
-                        mode: *mode,
-                    },
-                    seq: None,
-                },
-                Output::Upgraded { lock } => TOut {
-                    o: Output::Upgraded { lock: *lock },
-                    seq: None,
-                },
-                Output::WouldBlock { lock, mode } => TOut {
-                    o: Output::WouldBlock {
-                        lock: *lock,
-                        mode: *mode,
-                    },
-                    seq: None,
-                },
-                Output::Cancelled { lock } => TOut {
-                    o: Output::Cancelled { lock: *lock },
-                    seq: None,
-                },
-                Output::Downgraded { lock, mode } => TOut {
-                    o: Output::Downgraded {
-                        lock: *lock,
-                        mode: *mode,
-                    },
-                    seq: None,
-                },
-                Output::Blocking { lock, mode, prio } => TOut {
-                    o: Output::Blocking {
-                        lock: *lock,
-                        mode: *mode,
-                        prio: *prio,
-                    },
-                    seq: None,
-                },
+                    }),
+                    _ => None,
+                };
+                TOut { o: o.as_ref(), seq }
             })
             .collect()
     }
@@ -355,6 +321,7 @@ impl Recorder {
             Input::TryAcquire { mode, .. } => TIn::TryAcquire { mode },
             Input::Cancel { .. } => TIn::Cancel,
             Input::Downgrade { mode, .. } => TIn::Downgrade { mode },
+            Input::Convert { mode, .. } => TIn::Convert { mode },
             Input::SetValue { value, .. } => TIn::SetValue { value },
             Input::Release { .. } => TIn::Release,
             Input::Upgrade { .. } => TIn::Upgrade,
@@ -402,6 +369,7 @@ pub(crate) fn copy_input<'a>(i: &Input<'a, SMsg>) -> Input<'a, SMsg> {
         Input::TryAcquire { lock, mode } => Input::TryAcquire { lock, mode },
         Input::Cancel { lock } => Input::Cancel { lock },
         Input::Downgrade { lock, mode } => Input::Downgrade { lock, mode },
+        Input::Convert { lock, mode } => Input::Convert { lock, mode },
         Input::SetValue { lock, value } => Input::SetValue { lock, value },
         Input::Release { lock } => Input::Release { lock },
         Input::Upgrade { lock } => Input::Upgrade { lock },
@@ -959,39 +927,15 @@ fn replay_path(
 /// The recorded output as the base protocol's: a `Send`'s stamp must be the run's
 /// generation `g` (the epoch the node's site was in).
 fn unstamp(o: &Output<SMsg>, g: Epoch) -> Result<Output<KMsg>, String> {
-    Ok(match o {
-        Output::Send { to, msg } => {
-            if msg.epoch != g {
-                return Err(format!(
-                    "a message to node {} is stamped epoch {}, the site is in epoch {g}",
-                    to.0, msg.epoch
-                ));
-            }
-            Output::Send {
-                to: *to,
-                msg: msg.msg.clone(),
-            }
+    if let Output::Send { to, msg } = o {
+        if msg.epoch != g {
+            return Err(format!(
+                "a message to node {} is stamped epoch {}, the site is in epoch {g}",
+                to.0, msg.epoch
+            ));
         }
-        Output::Granted { lock, mode } => Output::Granted {
-            lock: *lock,
-            mode: *mode,
-        },
-        Output::Upgraded { lock } => Output::Upgraded { lock: *lock },
-        Output::WouldBlock { lock, mode } => Output::WouldBlock {
-            lock: *lock,
-            mode: *mode,
-        },
-        Output::Cancelled { lock } => Output::Cancelled { lock: *lock },
-        Output::Downgraded { lock, mode } => Output::Downgraded {
-            lock: *lock,
-            mode: *mode,
-        },
-        Output::Blocking { lock, mode, prio } => Output::Blocking {
-            lock: *lock,
-            mode: *mode,
-            prio: *prio,
-        },
-    })
+    }
+    Ok(o.as_ref().map_msg(|m| m.msg.clone()))
 }
 
 fn short<T: std::fmt::Debug>(v: &T) -> String {
@@ -1019,6 +963,7 @@ fn apply(
         TIn::TryAcquire { mode } => cluster.input(me, Input::TryAcquire { lock, mode: *mode }),
         TIn::Cancel => cluster.input(me, Input::Cancel { lock }),
         TIn::Downgrade { mode } => cluster.input(me, Input::Downgrade { lock, mode: *mode }),
+        TIn::Convert { mode } => cluster.input(me, Input::Convert { lock, mode: *mode }),
         TIn::SetValue { value } => cluster.input(
             me,
             Input::SetValue {
