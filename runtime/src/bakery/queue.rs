@@ -19,6 +19,10 @@
 //! row of the window", an approximate order, as the seed allows ("(approximate) order").
 //! Each refresh is one round trip more per scan ([`Stats::ops`](super::Stats) counts it).
 //!
+//! An index entry that cannot be an item key is not hilock's: the listing skips it and
+//! names it, and the driver reports it once
+//! ([`Driver::on_malformed`](super::Driver::on_malformed)).
+//!
 //! Listings also return the largest write timestamp each replica saw in the queue; the
 //! kernel's Lamport clock is moved past it (`Client::advance_clock`) so that a restarted
 //! worker under an earlier run's id writes above that run's cells (and a reused row never
@@ -185,7 +189,12 @@ impl<const N: usize, const K: usize> Driver<N, K> {
         for (r, a) in answers {
             let from = hilock_kernel::bakery::ReplicaId(r as u8);
             match a {
-                Ok(Ok(l)) => listings.push(l),
+                Ok(Ok(l)) => {
+                    for f in &l.foreign {
+                        self.note_malformed(from, &format!("foreign entry: {f}; skipped"));
+                    }
+                    listings.push(l)
+                }
                 Ok(Err(e)) => self.note_failure(from, &e),
                 Err(_) => self.note_failure(from, &super::ReplicaError::Timeout(ct)),
             }
@@ -281,6 +290,12 @@ impl<const N: usize> BakeryQueue<N> {
     /// The counters.
     pub fn stats(&self) -> &super::Stats {
         &self.d.stats
+    }
+
+    /// Calls `report` with each malformed or foreign entry met, once per entry and replica,
+    /// when it is met (see [`Driver::on_malformed`](super::Driver::on_malformed)).
+    pub fn on_malformed(&mut self, report: impl Fn(&str) + Send + Sync + 'static) {
+        self.d.on_malformed(report);
     }
 
     /// Runs the worker loop until it holds an item (and has its payload): `Ok(None)` if
