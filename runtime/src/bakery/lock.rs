@@ -34,7 +34,7 @@ use hilock_kernel::bakery::{
     BakeryError, Client, ClientId, ClientOutput, Config, Family, Input, Phase, Program, ReplicaId,
     Reply, Request, Row, Ticket, Ts, Variant,
 };
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
@@ -209,6 +209,9 @@ pub struct Driver<const N: usize, const K: usize> {
     pub(crate) pending_scan: Vec<(ReplicaId, Request)>,
     /// Queue: stop with [`Error::QueueEmpty`] when a refresh finds nothing pending.
     pub(crate) stop_when_empty: bool,
+    /// Queue: items a replica reported done that another replica still lists as pending
+    /// ([`Self::refresh_window`]).
+    pub(crate) finished: BTreeSet<String>,
     /// Told each malformed or foreign entry once ([`Driver::on_malformed`]).
     reporter: Option<Reporter>,
 }
@@ -336,6 +339,7 @@ impl<const N: usize, const K: usize> Driver<N, K> {
             stats: Stats::default(),
             pending_scan: Vec::new(),
             stop_when_empty: false,
+            finished: BTreeSet::new(),
             reporter: None,
         })
     }

@@ -19,8 +19,13 @@
 //! row of the window", an approximate order, as the seed allows ("(approximate) order").
 //! Each refresh is one round trip more per scan ([`Stats::ops`](super::Stats) counts it).
 //!
-//! An index entry that cannot be an item key is not hilock's: the listing skips it and
-//! names it, and the driver reports it once
+//! A replica can miss a write for good (one that reached `W` others is not sent to it
+//! again: a paused replica), among them the delete of an item's marker: it then lists the
+//! done item as pending for ever. The driver remembers an item some replica reported done
+//! for as long as another still lists it as pending, and never puts it in the window
+//! again; without that, such items came back into the window as soon as they left it and
+//! a worker's window never got empty. An index entry that cannot be an item key is not
+//! hilock's: the listing skips it and names it, and the driver reports it once
 //! ([`Driver::on_malformed`](super::Driver::on_malformed)).
 //!
 //! Listings also return the largest write timestamp each replica saw in the queue; the
@@ -205,12 +210,17 @@ impl<const N: usize, const K: usize> Driver<N, K> {
         }
         let clock = listings.iter().map(|l| l.clock).max().unwrap_or(0);
         self.client.advance_clock(Ts(clock));
-        let done: BTreeSet<&str> = listings
+        // Done: what a replica reports done now, and what one reported done before while
+        // another still lists it as pending (that one missed the marker's delete, e.g. a
+        // replica that was paused: without this memory such an item comes back into the
+        // window as soon as it leaves it, and the window of a worker never gets empty).
+        let mut done: BTreeSet<&str> = listings
             .iter()
             .flat_map(|l| l.items.iter())
             .filter(|i| i.done)
             .map(|i| i.key.as_str())
             .collect();
+        done.extend(self.finished.iter().map(String::as_str));
         let mut window: Vec<Option<String>> = old
             .iter()
             .map(|i| i.clone().filter(|k| !done.contains(k.as_str())))
@@ -232,6 +242,15 @@ impl<const N: usize, const K: usize> Driver<N, K> {
             }
         }
         let empty = window.iter().all(Option::is_none);
+        // Kept only while some replica still lists it as pending: at most the listings'
+        // length.
+        let finished: BTreeSet<String> = listings
+            .iter()
+            .flat_map(|l| l.items.iter())
+            .filter(|i| !i.done && done.contains(i.key.as_str()))
+            .map(|i| i.key.clone())
+            .collect();
+        self.finished = finished;
         self.scope = Arc::new(Scope::Queue {
             name,
             items: window,
