@@ -235,6 +235,11 @@ async fn work_items<const N: usize>(
 ) -> Result<Worked, String> {
     let mut q = hilock_runtime::bakery::BakeryQueue::<N>::redis(name, addrs, opts)
         .map_err(|e| e.to_string())?;
+    // Each entry that is not hilock's, once, when it is met: a foreign index entry is
+    // skipped; a malformed cell makes its replica's answer count as missing, which can
+    // leave the worker waiting (or exit 2 at --timeout-ms) if too few replicas remain.
+    let queue = name.to_string();
+    q.on_malformed(move |text| eprintln!("hilock: queue {queue}: {text}"));
     while limits.max_items.is_none_or(|m| *worked < m) {
         // Waiting for an item writes the id's column: only while the registration holds.
         let next = tokio::select! {
@@ -572,6 +577,10 @@ async fn lock<const N: usize>(
             return Err(e.to_string());
         }
     };
+    // Each entry that is not hilock's, once, when it is met: that replica's answer counts
+    // as missing.
+    let lock_name = name.to_string();
+    lock.on_malformed(move |text| eprintln!("hilock: lock {lock_name}: {text}"));
     let mut kept = reg.keep();
     let lapsed = |until: tokio::time::Instant| {
         format!(

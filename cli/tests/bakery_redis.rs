@@ -600,6 +600,40 @@ fn a_foreign_entry_is_reported_and_never_trusted() {
     });
 }
 
+/// `hilock bakery lock` names a foreign entry on one replica of three once, on one line
+/// naming the replica and the entry, and runs its command (the other two replicas make
+/// the quorum).
+#[test]
+fn the_lock_command_names_a_foreign_entry_once() {
+    if !have_redis() {
+        return;
+    }
+    let reps = Replicas::start(3);
+    bounded(20, async {
+        let mut c0 = raw(&reps.addrs[0]).await;
+        let _: () = redis::cmd("HSET")
+            .arg(key("fl", Family::Number))
+            .arg("7")
+            .arg("999999 not ours")
+            .query_async(&mut c0)
+            .await
+            .unwrap();
+    });
+    let out = bakery_lock(&reps.addrs.join(","), "fl", 1, 1000, "echo ran")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "ran");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    let want = format!(
+        "hilock: lock fl: replica {}: malformed or foreign entry: hilock:bakery:fl:number: \
+         number field '7' = '999999 not ours'; its answer counts as missing",
+        reps.addrs[0]
+    );
+    assert_eq!(err.trim_end(), want);
+}
+
 /// The Lua script's last-write-wins equals the kernel's `Cell::merge` on every ordered
 /// pair of cells with timestamps 1..2 (tombstones, numbers and released numbers).
 #[test]
@@ -2063,6 +2097,177 @@ fn queue_tolerates_a_killed_replica() {
     }
     assert!(before < 16, "the replica died after the run");
     assert_eq!(check_queue_log(&log, &pushed, &[]), Vec::<String>::new());
+}
+
+/// Entries of a queue that are not hilock's (`docs/cli.md`, "hilock bakery queue"): every
+/// replica's index holds `bogus:key`, replica 0's also 16 entries that sort before every
+/// item key (a whole listing's worth), and replica 1 a foreign field in the row of one
+/// item. The worker skips the foreign index entries, reads replica 0's index on past them,
+/// counts replica 1's answers about that row as missing (the other two make the quorum),
+/// works every item exactly once and exits 0 when only the foreign entries are left; it
+/// says each entry once, on one line naming the replica and the entry.
+#[test]
+fn foreign_queue_entries_are_named_once_and_skipped() {
+    if !have_redis() {
+        return;
+    }
+    let reps = Replicas::start(3);
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("history");
+    let pushed = push_all(&reps.addrs, "fe", 4);
+    let first = pushed.keys().min().unwrap().clone();
+    bounded(20, async {
+        for (r, addr) in reps.addrs.iter().enumerate() {
+            let mut c = raw(addr).await;
+            let add = |entry: String| {
+                let mut cmd = redis::cmd("ZADD");
+                cmd.arg("hilock:bakery:q:fe:items").arg(0).arg(entry);
+                cmd
+            };
+            let _: () = add("bogus:key".into()).query_async(&mut c).await.unwrap();
+            if r == 0 {
+                for i in 0..16 {
+                    let _: () = add(format!("-:{i:02}")).query_async(&mut c).await.unwrap();
+                }
+            }
+            if r == 1 {
+                let _: () = redis::cmd("HSET")
+                    .arg(format!("hilock:bakery:q:fe:{first}:number"))
+                    .arg("9")
+                    .arg("not ours")
+                    .query_async(&mut c)
+                    .await
+                    .unwrap();
+            }
+        }
+    });
+    let mut w = spawn_worker(&reps.addrs, "fe", 1, 2000, &logging(&log, 5));
+    let (code, err) = finish(&mut w, Duration::from_secs(20));
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(check_queue_log(&log, &pushed, &[]), Vec::<String>::new());
+    let lines: Vec<&str> = err.lines().collect();
+    let said = |addr: &str, what: &str| {
+        lines
+            .iter()
+            .filter(|l| {
+                l.starts_with(&format!("hilock: queue fe: replica {addr}: ")) && l.contains(what)
+            })
+            .count()
+    };
+    for addr in &reps.addrs {
+        assert_eq!(said(addr, "foreign entry: hilock:bakery:q:fe:items: entry 'bogus:key' is not an item key; skipped"), 1, "{err}");
+    }
+    for i in 0..16 {
+        assert_eq!(
+            said(&reps.addrs[0], &format!("entry '-:{i:02}'")),
+            1,
+            "{err}"
+        );
+    }
+    assert_eq!(
+        said(
+            &reps.addrs[1],
+            &format!("{first}:number: number field '9' = 'not ours'; its answer counts as missing")
+        ),
+        1,
+        "{err}"
+    );
+    assert_eq!(lines.len(), 3 + 16 + 1, "{err}");
+}
+
+/// With a foreign field in an item's row on two replicas of three, no scan gets its
+/// quorum: the worker names each entry once while it waits, and at `--timeout-ms` exits 2
+/// with one error line naming both replicas and why.
+#[test]
+fn a_worker_short_of_quorum_by_foreign_entries_names_them_at_its_timeout() {
+    if !have_redis() {
+        return;
+    }
+    let reps = Replicas::start(3);
+    let key = push_item(&reps.addrs, "fq2", "job");
+    bounded(20, async {
+        for addr in &reps.addrs[..2] {
+            let mut c = raw(addr).await;
+            let _: () = redis::cmd("HSET")
+                .arg(format!("hilock:bakery:q:fq2:{key}:number"))
+                .arg("9")
+                .arg("not ours")
+                .query_async(&mut c)
+                .await
+                .unwrap();
+        }
+    });
+    let child = Command::new(env!("CARGO_BIN_EXE_hilock"))
+        .args(["bakery", "queue", "work", "fq2", "--replicas"])
+        .arg(reps.addrs.join(","))
+        .args(["--client-id", "1", "--timeout-ms", "1500", "--", "true"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut w = WorkerProc(child);
+    let (code, err) = finish(&mut w, Duration::from_secs(20));
+    assert_eq!(code, Some(2), "{err}");
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 3, "{err}");
+    for addr in &reps.addrs[..2] {
+        let prefix = format!("hilock: queue fq2: replica {addr}: malformed or foreign entry: ");
+        assert_eq!(
+            lines[..2].iter().filter(|l| l.starts_with(&prefix)).count(),
+            1,
+            "{err}"
+        );
+    }
+    let last = lines[2];
+    assert!(last.starts_with("hilock: error: "), "{err}");
+    for addr in &reps.addrs[..2] {
+        assert!(last.contains(addr.as_str()), "{err}");
+    }
+    assert!(last.contains("malformed or foreign entry"), "{err}");
+}
+
+/// One replica of three SIGSTOPped for 3 s while three `--exit-when-empty` workers run,
+/// then continued: every item is worked exactly once and every worker exits 0 once the
+/// queue is empty, within 20 s (`--timeout-ms` is 30 s). The paused replica misses the
+/// removal of some items for good and lists them as pending; a worker that forgot which of
+/// them the others had reported done swapped them in and out of its window and never
+/// exited. Three runs, as a run need not leave such items behind.
+#[test]
+fn workers_exit_when_empty_after_a_replica_was_paused() {
+    if !have_redis() {
+        return;
+    }
+    for run in 0..3 {
+        let reps = Replicas::start(3);
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("history");
+        let pushed = push_all(&reps.addrs, "pq", 24);
+        let mut workers: Vec<_> = (1..=3u16)
+            .map(|id| spawn_worker(&reps.addrs, "pq", id, 2000, &logging(&log, 20)))
+            .collect();
+        let t = Instant::now();
+        while ends(&log) < 3 {
+            assert!(t.elapsed() < Duration::from_secs(30), "no progress");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let pid = reps.children[2].as_ref().unwrap().id();
+        signal(pid, "-STOP");
+        std::thread::sleep(Duration::from_secs(3));
+        signal(pid, "-CONT");
+        assert!(
+            ends(&log) < 24,
+            "run {run}: every item was done before the replica was continued"
+        );
+        for w in &mut workers {
+            let (code, err) = finish(w, Duration::from_secs(20));
+            assert_eq!(code, Some(0), "run {run}: {err}");
+        }
+        assert_eq!(
+            check_queue_log(&log, &pushed, &[]),
+            Vec::<String>::new(),
+            "run {run}"
+        );
+    }
 }
 
 /// A worker SIGSTOPped (with its command) while it works on an item: two other workers do

@@ -8,11 +8,11 @@
 //!
 //! Failures: a replica that does not answer within `Options::call_timeout`, cannot be
 //! reached, or answers something that does not decode (a foreign or malformed entry,
-//! reported in [`Stats::malformed`] and never passed to the client) counts as missing; the
-//! same request is sent to it again with exponential backoff (10 ms doubling to 1 s) while
-//! the operation is outstanding. When the caller's deadline passes with an operation short
-//! of its quorum, the error ([`Error::NoQuorum`]) names every replica that did not answer
-//! and why.
+//! reported once in [`Stats::malformed`] and to [`Driver::on_malformed`]'s callback, and
+//! never passed to the client) counts as missing; the same request is sent to it again
+//! with exponential backoff (10 ms doubling to 1 s) while the operation is outstanding.
+//! When the caller's deadline passes with an operation short of its quorum, the error
+//! ([`Error::NoQuorum`]) names every replica that did not answer and why.
 //!
 //! Time: one tick is `lease / LEASE_TICKS`; the kernel counts a holder's lease down from
 //! the start of the write that (re)wrote its entry and renews it when `RENEW_BELOW` ticks
@@ -34,7 +34,7 @@ use hilock_kernel::bakery::{
     BakeryError, Client, ClientId, ClientOutput, Config, Family, Input, Phase, Program, ReplicaId,
     Reply, Request, Row, Ticket, Ts, Variant,
 };
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
@@ -171,7 +171,7 @@ pub struct Stats {
     pub sleeps: u64,
     /// Attempts abandoned because the lease ran out while waiting.
     pub abandoned: u64,
-    /// Malformed or foreign entries met, with the replica.
+    /// Malformed or foreign entries met, each once, with the replica.
     pub malformed: Vec<String>,
 }
 
@@ -209,6 +209,21 @@ pub struct Driver<const N: usize, const K: usize> {
     pub(crate) pending_scan: Vec<(ReplicaId, Request)>,
     /// Queue: stop with [`Error::QueueEmpty`] when a refresh finds nothing pending.
     pub(crate) stop_when_empty: bool,
+    /// Queue: items a replica reported done that another replica still lists as pending
+    /// ([`Self::refresh_window`]).
+    pub(crate) finished: BTreeSet<String>,
+    /// Told each malformed or foreign entry once ([`Driver::on_malformed`]).
+    reporter: Option<Reporter>,
+}
+
+/// The callback of [`Driver::on_malformed`].
+#[derive(Clone)]
+struct Reporter(Arc<dyn Fn(&str) + Send + Sync>);
+
+impl fmt::Debug for Reporter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Reporter")
+    }
 }
 
 impl<const N: usize> BakeryLock<N> {
@@ -324,6 +339,8 @@ impl<const N: usize, const K: usize> Driver<N, K> {
             stats: Stats::default(),
             pending_scan: Vec::new(),
             stop_when_empty: false,
+            finished: BTreeSet::new(),
+            reporter: None,
         })
     }
 
@@ -375,13 +392,35 @@ impl<const N: usize, const K: usize> Driver<N, K> {
 
     pub(crate) fn note_failure(&mut self, from: ReplicaId, e: &ReplicaError) {
         if let ReplicaError::Malformed(m) = e {
-            let text = format!("{}: {m}", self.store.addr(from));
-            tracing::warn!("bakery: {text}");
-            self.stats.malformed.push(text);
+            self.note_malformed(
+                from,
+                &format!("malformed or foreign entry: {m}; its answer counts as missing"),
+            );
         }
         if let Some(f) = self.failures.get_mut(from.0 as usize) {
             *f = Some(e.to_string());
         }
+    }
+
+    /// A malformed or foreign entry met on replica `from`: reported once (the first time
+    /// this text is met) in [`Stats::malformed`], as a warning and to the reporter
+    /// ([`Self::on_malformed`]).
+    pub(crate) fn note_malformed(&mut self, from: ReplicaId, what: &str) {
+        let text = format!("replica {}: {what}", self.store.addr(from));
+        if self.stats.malformed.contains(&text) {
+            return;
+        }
+        tracing::warn!("bakery: {text}");
+        if let Some(r) = &self.reporter {
+            (r.0)(&text);
+        }
+        self.stats.malformed.push(text);
+    }
+
+    /// Calls `report` with each malformed or foreign entry met, once per entry and replica
+    /// (the text names the replica and the entry), when it is met.
+    pub fn on_malformed(&mut self, report: impl Fn(&str) + Send + Sync + 'static) {
+        self.reporter = Some(Reporter(Arc::new(report)));
     }
 
     fn jitter(&mut self, d: Duration) -> Duration {

@@ -19,6 +19,15 @@
 //! row of the window", an approximate order, as the seed allows ("(approximate) order").
 //! Each refresh is one round trip more per scan ([`Stats::ops`](super::Stats) counts it).
 //!
+//! A replica can miss a write for good (one that reached `W` others is not sent to it
+//! again: a paused replica), among them the delete of an item's marker: it then lists the
+//! done item as pending for ever. The driver remembers an item some replica reported done
+//! for as long as another still lists it as pending, and never puts it in the window
+//! again; without that, such items came back into the window as soon as they left it and
+//! a worker's window never got empty. An index entry that cannot be an item key is not
+//! hilock's: the listing skips it and names it, and the driver reports it once
+//! ([`Driver::on_malformed`](super::Driver::on_malformed)).
+//!
 //! Listings also return the largest write timestamp each replica saw in the queue; the
 //! kernel's Lamport clock is moved past it (`Client::advance_clock`) so that a restarted
 //! worker under an earlier run's id writes above that run's cells (and a reused row never
@@ -185,7 +194,12 @@ impl<const N: usize, const K: usize> Driver<N, K> {
         for (r, a) in answers {
             let from = hilock_kernel::bakery::ReplicaId(r as u8);
             match a {
-                Ok(Ok(l)) => listings.push(l),
+                Ok(Ok(l)) => {
+                    for f in &l.foreign {
+                        self.note_malformed(from, &format!("foreign entry: {f}; skipped"));
+                    }
+                    listings.push(l)
+                }
                 Ok(Err(e)) => self.note_failure(from, &e),
                 Err(_) => self.note_failure(from, &super::ReplicaError::Timeout(ct)),
             }
@@ -196,12 +210,17 @@ impl<const N: usize, const K: usize> Driver<N, K> {
         }
         let clock = listings.iter().map(|l| l.clock).max().unwrap_or(0);
         self.client.advance_clock(Ts(clock));
-        let done: BTreeSet<&str> = listings
+        // Done: what a replica reports done now, and what one reported done before while
+        // another still lists it as pending (that one missed the marker's delete, e.g. a
+        // replica that was paused: without this memory such an item comes back into the
+        // window as soon as it leaves it, and the window of a worker never gets empty).
+        let mut done: BTreeSet<&str> = listings
             .iter()
             .flat_map(|l| l.items.iter())
             .filter(|i| i.done)
             .map(|i| i.key.as_str())
             .collect();
+        done.extend(self.finished.iter().map(String::as_str));
         let mut window: Vec<Option<String>> = old
             .iter()
             .map(|i| i.clone().filter(|k| !done.contains(k.as_str())))
@@ -223,6 +242,15 @@ impl<const N: usize, const K: usize> Driver<N, K> {
             }
         }
         let empty = window.iter().all(Option::is_none);
+        // Kept only while some replica still lists it as pending: at most the listings'
+        // length.
+        let finished: BTreeSet<String> = listings
+            .iter()
+            .flat_map(|l| l.items.iter())
+            .filter(|i| !i.done && done.contains(i.key.as_str()))
+            .map(|i| i.key.clone())
+            .collect();
+        self.finished = finished;
         self.scope = Arc::new(Scope::Queue {
             name,
             items: window,
@@ -281,6 +309,12 @@ impl<const N: usize> BakeryQueue<N> {
     /// The counters.
     pub fn stats(&self) -> &super::Stats {
         &self.d.stats
+    }
+
+    /// Calls `report` with each malformed or foreign entry met, once per entry and replica,
+    /// when it is met (see [`Driver::on_malformed`](super::Driver::on_malformed)).
+    pub fn on_malformed(&mut self, report: impl Fn(&str) + Send + Sync + 'static) {
+        self.d.on_malformed(report);
     }
 
     /// Runs the worker loop until it holds an item (and has its payload): `Ok(None)` if

@@ -99,6 +99,10 @@ redis.call('ZADD', KEYS[5], 'GT', 1, 'max')
 return 1
 "#;
 
+/// How many pages of the index (of the listing's limit each) a listing reads past the
+/// first when foreign entries took places in it.
+const FOREIGN_PAGES: usize = 16;
+
 /// The hash of `family` of the lock `lock`.
 pub fn key(lock: &str, family: Family) -> String {
     format!("hilock:bakery:{lock}:{}", family.name())
@@ -339,17 +343,40 @@ impl RedisReplica {
         } else {
             pipe.query_async(&mut conn).await
         };
-        let (pending, clock, done) = self.settle(r).await?;
+        let (mut page, clock, done) = self.settle(r).await?;
+        // An entry that cannot be an item key is not hilock's: it is skipped (and said in
+        // `foreign`), and the index is read on past it until `limit` item keys are found,
+        // the index ends or `FOREIGN_PAGES` further pages were read.
+        let index = queue_key(&queue, "items");
+        let page_len = limit.max(1);
         let mut items = Vec::new();
-        for key in pending {
-            if !super::queue::valid_item_key(&key) {
-                return Err(ReplicaError::Malformed(format!(
-                    "{}: item '{}'",
-                    queue_key(&queue, "items"),
-                    key.chars().take(60).collect::<String>()
-                )));
+        let mut foreign = Vec::new();
+        let mut start = 0;
+        for extra in 0..=FOREIGN_PAGES {
+            let full = page.len() >= page_len;
+            for key in page {
+                if super::queue::valid_item_key(&key) {
+                    if items.len() < limit {
+                        items.push(Listed { key, done: false });
+                    }
+                } else {
+                    foreign.push(format!(
+                        "{index}: entry '{}' is not an item key",
+                        key.chars().take(60).collect::<String>()
+                    ));
+                }
             }
-            items.push(Listed { key, done: false });
+            if items.len() >= limit || !full || foreign.is_empty() || extra == FOREIGN_PAGES {
+                break;
+            }
+            start += page_len;
+            let r = redis::cmd("ZRANGE")
+                .arg(&index)
+                .arg(start as i64)
+                .arg((start + page_len) as i64 - 1)
+                .query_async::<Vec<String>>(&mut conn)
+                .await;
+            page = self.settle(r).await?;
         }
         for (k, d) in known.iter().zip(done) {
             if d == 1 {
@@ -369,7 +396,11 @@ impl RedisReplica {
                 )))
             }
         };
-        Ok(Listing { items, clock })
+        Ok(Listing {
+            items,
+            clock,
+            foreign,
+        })
     }
 
     async fn get_payload(

@@ -100,6 +100,9 @@ pub struct Listing {
     pub items: Vec<Listed>,
     /// Largest write timestamp of the queue.
     pub clock: u32,
+    /// Index entries that cannot be item keys (not hilock's), each described with where
+    /// it is: skipped, never listed in `items`.
+    pub foreign: Vec<String>,
 }
 
 fn no_queue<T: Send + 'static>() -> BoxFuture<'static, Result<T, ReplicaError>> {
@@ -135,7 +138,8 @@ pub trait ReplicaBackend<const K: usize = 1>: Send + Sync + fmt::Debug + 'static
         let _ = (queue, item, payload);
         no_queue()
     }
-    /// The lowest `limit` pending keys of `queue`, and which of `known` are done here.
+    /// The lowest `limit` pending keys of `queue`, and which of `known` are done here; index
+    /// entries that cannot be item keys are skipped and named in [`Listing::foreign`].
     fn list(
         self: Arc<Self>,
         queue: Arc<str>,
