@@ -149,7 +149,7 @@ fn describe(input: &Input<'_, FwMsg>, names: &[&str]) -> Line {
         Input::TryAcquire { lock, mode } => write!(s, "try {mode} @{}", lock.0),
         Input::Cancel { lock } => write!(s, "cancel @{}", lock.0),
         Input::Downgrade { lock, mode } => write!(s, "downgrade {mode} @{}", lock.0),
-        Input::Convert { lock, mode } => write!(s, "convert {mode} @{}", lock.0),
+        Input::Convert { lock, mode, wait } => write!(s, "convert {mode} wait={wait} @{}", lock.0),
         Input::SetValue { lock, value } => write!(s, "set value {:02x}.. @{}", value[0], lock.0),
         Input::Release { lock } => write!(s, "release @{}", lock.0),
         Input::Upgrade { lock } => write!(s, "upgrade @{}", lock.0),

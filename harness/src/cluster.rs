@@ -427,8 +427,9 @@ pub(crate) struct Ghost {
     pub(crate) blocking_breach: Option<(NodeId, LockId, Mode, Priority, BlockingBreach)>,
     /// The first notification told while no waiter existed (P17, judged per variant).
     pub(crate) blocking_no_waiter: Option<(NodeId, LockId, Mode, Priority)>,
-    /// The locks of which an upgrade was withdrawn by a cancel (P17's allowance).
-    pub(crate) upgrade_withdrawn: BTreeSet<LockId>,
+    /// The locks and modes of which an upgrade (W) or a conversion was withdrawn by a
+    /// cancel (P17's allowance).
+    pub(crate) upgrade_withdrawn: BTreeMap<LockId, ModeSet>,
 }
 
 /// Sites of one protocol and the channels between them. See the [module](self) docs.
@@ -756,6 +757,17 @@ where
             Input::SetValue { lock, value } => Some((lock, value)),
             _ => None,
         };
+        // A holder's cancel withdraws its waiting upgrade or conversion: the mode it waited
+        // for (P17's allowance).
+        let withdrawn = match input {
+            Input::Cancel { lock } => {
+                let site = &self.sites[node.idx()].site;
+                let held = site.held(lock).unwrap_or(Mode::Phi);
+                let waits = site.pending_mode(lock).unwrap_or(Mode::Phi);
+                (held != Mode::Phi && waits != Mode::Phi).then_some((lock, waits))
+            }
+            _ => None,
+        };
         let slot = &mut self.sites[node.idx()];
         // The cached hash is stale once the site may have changed.
         slot.hash = AtomicU64::new(0);
@@ -783,6 +795,9 @@ where
                 if let Some(lock) = released {
                     // P17's ghost: the hold ended (`spec/SPEC.md` 1.16).
                     self.forget_told(node, lock);
+                }
+                if let Some((lock, mode)) = withdrawn {
+                    self.note_upgrade_withdrawn(lock, mode);
                 }
                 if let Some((lock, value)) = wrote {
                     // P16's ghost: the last value written (`spec/SPEC.md` 1.15).
@@ -824,12 +839,9 @@ where
             }
             Output::WouldBlock { lock, .. } => self.note_would_block(from, lock),
             Output::Cancelled { lock } => {
-                // A cancel leaves the held mode as it was (Φ, or U for an upgrade).
+                // A cancel leaves the held mode as it was (Φ, or the mode an upgrade or a
+                // conversion would have left; its withdrawal was noted by the step).
                 let held = self.sites[from.idx()].site.held(lock).unwrap_or(Mode::Phi);
-                if held == Mode::U {
-                    // A U holder's cancel withdraws its upgrade (P17's allowance).
-                    self.note_upgrade_withdrawn(lock);
-                }
                 self.note_cancelled(from, lock, held)
             }
             // A downgrade keeps the hold and its fence (`spec/SPEC.md` 1.14): no grant.

@@ -256,26 +256,32 @@ pub enum Input<'a, M> {
         /// The weaker mode to hold from now on (not Φ).
         mode: Mode,
     },
-    /// hilock's conversion (`spec/SPEC.md` 1.17, the DLM's `LKF_CONVERT` with
-    /// `LKF_NOQUEUE`): the local holder of `lock` converts its held mode to `mode` without
-    /// releasing it, in place or not at all. A weaker `mode` ([`Mode::downgrades_to`]) is a
-    /// downgrade, answered [`Output::Downgraded`] as [`Input::Downgrade`] is. Any other
-    /// `mode` is converted only where this
-    /// site may grant it itself, at once: at the token node if `mode` is compatible with
-    /// every other hold (Table 2.1) and neither frozen nor in conflict with a waiting
-    /// request, with a new fence (Rule 3.2); at a non-token node if its owned mode covers
-    /// `mode` (Table 2.2) and `mode` is not frozen (Rule 2). Answered
-    /// at once with [`Output::Converted`], or [`Output::ConvertBusy`] and nothing changes:
-    /// a conversion never waits, so it can neither deadlock with another nor pass a waiting
-    /// request. Nothing held: [`crate::KernelError::NotHeld`]; Φ:
+    /// hilock's conversion (`spec/SPEC.md` 1.17, the DLM's `LKF_CONVERT`; without `wait`
+    /// with `LKF_NOQUEUE`): the local holder of `lock` converts its held mode to `mode`
+    /// without releasing it. A weaker `mode` ([`Mode::downgrades_to`]) is a downgrade,
+    /// answered [`Output::Downgraded`] as [`Input::Downgrade`] is. Any other `mode` is
+    /// converted at once where this site may grant it itself: at the token node if `mode`
+    /// is compatible with every other hold (Table 2.1) and neither frozen nor in conflict
+    /// with a waiting request, with a new fence (Rule 3.2); at a non-token node if its
+    /// owned mode covers `mode` (Table 2.2) and `mode` is not frozen (Rule 2). Answered
+    /// [`Output::Converted`]; else, with `wait` at the token node, the conversion waits
+    /// (below); else [`Output::ConvertBusy`] and nothing changes. A conversion never passes
+    /// a waiting request, and only the token node's waits, so two conversions never wait
+    /// for each other. Nothing held: [`crate::KernelError::NotHeld`]; Φ:
     /// [`crate::KernelError::InvalidMode`]; the held mode:
-    /// [`crate::KernelError::AlreadyHeld`]; an upgrade pending:
+    /// [`crate::KernelError::AlreadyHeld`]; an upgrade or conversion waiting:
     /// [`crate::KernelError::UpgradePending`] (nothing changes).
     Convert {
         /// The lock.
         lock: LockId,
         /// The mode to hold from now on (not Φ).
         mode: Mode,
+        /// Whether the conversion may wait (the DLM's `LKF_CONVERT` without
+        /// `LKF_NOQUEUE`): at the token node, where no frozen mode and no waiting request
+        /// conflicts with `mode` but another hold does, it waits for those holds to end
+        /// (`Pending::Convert`, Rule 7's wait for any mode), and `Converted` comes when
+        /// they have; [`Input::Cancel`] withdraws it. Everywhere else as without it.
+        wait: bool,
     },
     /// hilock's lock value block (`spec/SPEC.md` 1.15, the DLM's LVB): the local W
     /// holder of `lock` writes its value block; the block is valid from now on. The token

@@ -153,6 +153,9 @@ named_rules! {
     /// hilock's conversion (`spec/SPEC.md` 1.17): a conversion that would have waited was
     /// refused (`ConvertBusy`); nothing changed.
     ConvertBusy = "convert busy",
+    /// hilock's conversion (`spec/SPEC.md` 1.17): the token node's conversion waits for
+    /// the holds it conflicts with (`Pending::Convert`, Rule 7's wait for any mode).
+    ConvertWaits = "convert waits",
     /// hilock's lock value block (`spec/SPEC.md` 1.15): the local W holder wrote the lock's
     /// value block (`SetValue`).
     SetValue = "set value",

@@ -3,7 +3,9 @@
 //! could grant the new mode as a request at once (the token node: compatible with every
 //! other hold, not frozen, no conflicting request queued; a non-token node: covered by its
 //! owned mode, Table 2.2, and not frozen), `ConvertBusy` with nothing changed otherwise,
-//! `Downgraded` for a weaker mode. Every step runs in the one harness with every safety
+//! `Downgraded` for a weaker mode. With `wait`, the token node's conversion that only
+//! other holds stand in the way of waits for them (`Pending::Convert`, Rule 7's wait) and
+//! is answered `Converted` when they have gone. Every step runs in the one harness with every safety
 //! property checked after it (P1 mutual exclusion, P3 owned-mode invariant, P10 fencing
 //! tokens, P16 value block among them).
 
@@ -15,8 +17,22 @@ use hilock_kernel::{Input, KernelError, Mode, Msg, NodeId, Output, Pending, Rule
 mod star;
 use star::*;
 
+/// A conversion that does not wait (`wait: false`, the DLM's `LKF_NOQUEUE`).
 fn convert<M>(mode: Mode) -> Input<'static, M> {
-    Input::Convert { lock: L, mode }
+    Input::Convert {
+        lock: L,
+        mode,
+        wait: false,
+    }
+}
+
+/// A conversion that may wait at the token node.
+fn convert_waiting<M>(mode: Mode) -> Input<'static, M> {
+    Input::Convert {
+        lock: L,
+        mode,
+        wait: true,
+    }
 }
 
 fn node(c: &Cluster<S>, n: u16) -> &hilock_kernel::LockNode<4, 4> {
@@ -224,4 +240,143 @@ fn a_fault_site_converts_and_the_baseline_refuses_to() {
     );
     assert_eq!(f.site().lock(L).unwrap().held(), Mode::W);
     baseline_refuses(true, convert(Mode::R), KernelError::ConvertUnsupported(L));
+}
+
+/// `spec/SPEC.md` 1.17, a waiting conversion (Rule 7's wait for any mode): node 0 (the
+/// token node) holds R beside node 1's R copy and converts to W with `wait`. Nothing is
+/// answered yet, the conversion waits (`Pending::Convert(W)`), and what W conflicts with
+/// freezes (Table 2.4): node 2's new R waits behind it instead of joining the readers.
+/// Node 0 cannot release meanwhile (`UpgradePending`). When node 1 releases, node 0 is
+/// converted to W with a new fence, and node 2's R comes after node 0's release.
+#[test]
+fn a_waiting_conversion_goes_before_a_later_reader() {
+    let mut c = star();
+    acquire(&mut c, 0, Mode::R);
+    let fence = node(&c, 0).fence().unwrap();
+    assert!(granted(&acquire(&mut c, 1, Mode::R), 1, Mode::R));
+    let st = c.input(NodeId(0), convert_waiting(Mode::W)).unwrap();
+    c.check_safety().unwrap();
+    assert!(st.rules.contains(Rule::ConvertWaits), "{:?}", st.rules);
+    assert!(!st
+        .outputs
+        .iter()
+        .any(|o| matches!(o, Output::Converted { .. } | Output::ConvertBusy { .. })));
+    assert_eq!(node(&c, 0).pending(), Pending::Convert(Mode::W));
+    assert!(node(&c, 0).frozen().contains(Mode::R));
+    settle(&mut c);
+    assert!(!granted(&acquire(&mut c, 2, Mode::R), 2, Mode::R));
+    let mut site = c.site(NodeId(0)).clone();
+    let mut out: heapless::Vec<Output<Msg<4>>, 32> = heapless::Vec::new();
+    assert_eq!(
+        site.step(Input::Release { lock: L }, &mut out),
+        Err(KernelError::UpgradePending(L))
+    );
+    let log = release(&mut c, 1);
+    assert!(
+        log.contains(&(
+            0,
+            Output::Converted {
+                lock: L,
+                mode: Mode::W
+            }
+        )),
+        "{log:?}"
+    );
+    assert!(!granted(&log, 2, Mode::R));
+    assert_eq!(node(&c, 0).held(), Mode::W);
+    assert!(node(&c, 0).fence().unwrap() > fence);
+    assert!(granted(&release(&mut c, 0), 2, Mode::R));
+}
+
+/// `spec/SPEC.md` 1.17 with 1.13: a waiting conversion is withdrawn by `Cancel`. Node 0
+/// keeps R, the modes frozen only for it are unfrozen, node 2's R that waited behind it
+/// is granted, and no `Converted` follows when node 1 releases.
+#[test]
+fn a_cancelled_waiting_conversion_keeps_the_old_mode_and_lets_the_reader_in() {
+    let mut c = star();
+    acquire(&mut c, 0, Mode::R);
+    assert!(granted(&acquire(&mut c, 1, Mode::R), 1, Mode::R));
+    run(&mut c, 0, convert_waiting(Mode::W));
+    assert!(!granted(&acquire(&mut c, 2, Mode::R), 2, Mode::R));
+    let log = run(&mut c, 0, Input::Cancel { lock: L });
+    assert!(log.contains(&(0, Output::Cancelled { lock: L })), "{log:?}");
+    assert!(granted(&log, 2, Mode::R), "{log:?}");
+    assert_eq!(
+        (node(&c, 0).held(), node(&c, 0).pending()),
+        (Mode::R, Pending::None)
+    );
+    let log = release(&mut c, 1);
+    assert!(!log
+        .iter()
+        .any(|(_, o)| matches!(o, Output::Converted { .. })));
+    assert_eq!(node(&c, 0).held(), Mode::R);
+}
+
+/// `spec/SPEC.md` 1.17: a conversion waits only where nothing that already waits conflicts
+/// with it, and only at the token node. Node 0 (the token node) holds R while node 1's W
+/// waits in its queue: even with `wait`, R → W is refused rather than queued ahead of that
+/// W. A copy holder (node 1 holding an R copy of node 0's R) has no token to wait with:
+/// refused too.
+#[test]
+fn a_conversion_waits_neither_past_a_waiting_request_nor_at_a_copy_holder() {
+    let mut c = star();
+    acquire(&mut c, 0, Mode::R);
+    assert!(!granted(&acquire(&mut c, 1, Mode::W), 1, Mode::W));
+    let st = c.input(NodeId(0), convert_waiting(Mode::W)).unwrap();
+    assert_eq!(
+        st.outputs,
+        vec![Output::ConvertBusy {
+            lock: L,
+            mode: Mode::W
+        }]
+    );
+    assert_eq!(node(&c, 0).pending(), Pending::None);
+    assert!(granted(&release(&mut c, 0), 1, Mode::W));
+    release(&mut c, 1);
+    let mut c = star();
+    acquire(&mut c, 0, Mode::R);
+    assert!(granted(&acquire(&mut c, 1, Mode::R), 1, Mode::R));
+    let st = c.input(NodeId(1), convert_waiting(Mode::W)).unwrap();
+    assert_eq!(
+        st.outputs,
+        vec![Output::ConvertBusy {
+            lock: L,
+            mode: Mode::W
+        }]
+    );
+    assert_eq!(node(&c, 1).pending(), Pending::None);
+}
+
+/// `spec/SPEC.md` 1.17, the token stays for a waiting conversion: node 0 (the token node)
+/// holds IR beside node 1's IR copy and converts to W with `wait`. Node 2, at a higher
+/// priority, asks for R: it passes the conversion's freeze (Rule 6_PRIO) and R is stronger
+/// than node 0's IR and compatible with it, so Rule 3.2 would send node 2 the token and
+/// node 0's conversion would wait at a node that can no longer complete it. It waits
+/// instead; when node 1 releases, node 0 is converted to W, and node 2 gets R after node 0
+/// releases.
+#[test]
+fn a_waiting_conversion_keeps_the_token_from_a_higher_priority_request() {
+    let mut c = star();
+    acquire(&mut c, 0, Mode::IR);
+    assert!(granted(&acquire(&mut c, 1, Mode::IR), 1, Mode::IR));
+    run(&mut c, 0, convert_waiting(Mode::W));
+    assert_eq!(node(&c, 0).pending(), Pending::Convert(Mode::W));
+    run(&mut c, 2, Input::SetPriority { base: 3 });
+    assert!(!granted(&acquire(&mut c, 2, Mode::R), 2, Mode::R));
+    assert!(
+        node(&c, 0).has_token(),
+        "the token stays with the converter"
+    );
+    let log = release(&mut c, 1);
+    assert!(
+        log.contains(&(
+            0,
+            Output::Converted {
+                lock: L,
+                mode: Mode::W
+            }
+        )),
+        "{log:?}"
+    );
+    assert!(granted(&release(&mut c, 0), 2, Mode::R));
 }

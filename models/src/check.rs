@@ -814,7 +814,7 @@ pub fn record_step<const L: usize>(
                 ScriptOp::Try(mode, lock) => TraceInput::TryAcquire { lock, mode },
                 ScriptOp::Cancel(lock) => TraceInput::Cancel { lock },
                 ScriptOp::Downgrade(mode, lock) => TraceInput::Downgrade { lock, mode },
-                ScriptOp::Convert(mode, lock) => TraceInput::Convert { lock, mode },
+                ScriptOp::Convert(mode, lock, wait) => TraceInput::Convert { lock, mode, wait },
                 ScriptOp::Write(value, lock) => TraceInput::SetValue { lock, value },
                 ScriptOp::Release(lock) => TraceInput::Release { lock },
                 ScriptOp::Upgrade(lock) => TraceInput::Upgrade { lock },

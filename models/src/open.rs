@@ -163,7 +163,7 @@ fn fits<const L: usize>(
                 || matches!((op, input), (ScriptOp::Try(m, l), TraceInput::TryAcquire { lock, mode }) if m == *mode && l == *lock)
                 || matches!((op, input), (ScriptOp::Cancel(l), TraceInput::Cancel { lock }) if l == *lock)
                 || matches!((op, input), (ScriptOp::Downgrade(m, l), TraceInput::Downgrade { lock, mode }) if m == *mode && l == *lock)
-                || matches!((op, input), (ScriptOp::Convert(m, l), TraceInput::Convert { lock, mode }) if m == *mode && l == *lock)
+                || matches!((op, input), (ScriptOp::Convert(m, l, w), TraceInput::Convert { lock, mode, wait }) if m == *mode && l == *lock && w == *wait)
                 || matches!((op, input), (ScriptOp::Write(v, l), TraceInput::SetValue { lock, value }) if v == *value && l == *lock)
                 || matches!((op, input), (ScriptOp::Upgrade(l), TraceInput::Upgrade { lock }) if l == *lock)
                 || matches!((op, input), (ScriptOp::Priority(p), TraceInput::SetPriority { base }) if p == *base)
@@ -195,7 +195,10 @@ fn input_text(node: &str, input: &TraceInput) -> String {
         TraceInput::TryAcquire { lock, mode } => format!("{node} try {mode} on L{lock}"),
         TraceInput::Cancel { lock } => format!("{node} cancel L{lock}"),
         TraceInput::Downgrade { lock, mode } => format!("{node} downgrade L{lock} to {mode}"),
-        TraceInput::Convert { lock, mode } => format!("{node} convert L{lock} to {mode}"),
+        TraceInput::Convert { lock, mode, wait } => {
+            let how = if *wait { "convert" } else { "try to convert" };
+            format!("{node} {how} L{lock} to {mode}")
+        }
         TraceInput::SetValue { lock, value } => format!("{node} write {value} to L{lock}"),
         TraceInput::Release { lock } => format!("{node} release L{lock}"),
         TraceInput::Upgrade { lock } => format!("{node} upgrade L{lock}"),

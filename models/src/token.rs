@@ -127,8 +127,8 @@ impl Network {
 }
 
 /// One operation of a node's script, written `acquire MODE [@LOCK]`, `try MODE [@LOCK]`,
-/// `cancel [@LOCK]`, `downgrade MODE [@LOCK]`, `convert MODE [@LOCK]`, `write V [@LOCK]`,
-/// `release [@LOCK]` or `upgrade [@LOCK]` in JSON.
+/// `cancel [@LOCK]`, `downgrade MODE [@LOCK]`, `convert MODE [@LOCK]`, `try-convert MODE
+/// [@LOCK]`, `write V [@LOCK]`, `release [@LOCK]` or `upgrade [@LOCK]` in JSON.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
 pub enum ScriptOp {
@@ -150,13 +150,15 @@ pub enum ScriptOp {
     /// the mode the script holds to the weaker `MODE`; answered at once (`Downgraded`),
     /// the script goes on holding `MODE` (its next `release` releases it).
     Downgrade(Mode, u16),
-    /// `convert MODE`: hilock's conversion in place (`Input::Convert`, `spec/SPEC.md`
-    /// 1.17) of the mode the script holds to `MODE`; answered at once, converted
-    /// (`Converted`, or `Downgraded` for a weaker mode) or refused (`ConvertBusy`, the
-    /// old mode still held). The script goes on holding what it holds (its next `release`
-    /// releases it); refused, it skips its next operation if that is a `write` of the same
-    /// lock (only W writes).
-    Convert(Mode, u16),
+    /// `convert MODE` (`wait`) or `try-convert MODE`: hilock's conversion (`Input::Convert`,
+    /// `spec/SPEC.md` 1.17) of the mode the script holds to `MODE`. `try-convert` is
+    /// answered at once: converted (`Converted`, or `Downgraded` for a weaker mode) or
+    /// refused (`ConvertBusy`, the old mode still held). `convert` may wait at the token
+    /// node (`Pending::Convert`): the script then waits for `Converted`, as for an upgrade
+    /// (a `cancel` may withdraw it). The script goes on holding what it holds (its next
+    /// `release` releases it); refused, it skips its next operation if that is a `write`
+    /// of the same lock (only W writes).
+    Convert(Mode, u16, bool),
     /// `write V`: hilock's lock value block (`Input::SetValue`, `spec/SPEC.md` 1.15): the
     /// script, holding W, writes a block whose every byte is `V` (small values, 1–3, keep
     /// the state space small); no answer, the script goes on.
@@ -178,7 +180,7 @@ impl ScriptOp {
             | ScriptOp::Try(_, l)
             | ScriptOp::Cancel(l)
             | ScriptOp::Downgrade(_, l)
-            | ScriptOp::Convert(_, l)
+            | ScriptOp::Convert(_, l, _)
             | ScriptOp::Write(_, l)
             | ScriptOp::Release(l)
             | ScriptOp::Upgrade(l) => l,
@@ -212,12 +214,14 @@ impl std::str::FromStr for ScriptOp {
                 _ => Err(format!("unknown operation '{s}'")),
             };
         }
-        if let Some(rest) = s.trim_start().strip_prefix("convert ") {
-            // `convert MODE [@LOCK]` reads as `acquire MODE [@LOCK]`.
-            return match Op::parse(&format!("acquire {rest}"))? {
-                Op::Acquire(m, l) => Ok(ScriptOp::Convert(m, l)),
-                _ => Err(format!("unknown operation '{s}'")),
-            };
+        for (word, wait) in [("convert ", true), ("try-convert ", false)] {
+            if let Some(rest) = s.trim_start().strip_prefix(word) {
+                // `[try-]convert MODE [@LOCK]` reads as `acquire MODE [@LOCK]`.
+                return match Op::parse(&format!("acquire {rest}"))? {
+                    Op::Acquire(m, l) => Ok(ScriptOp::Convert(m, l, wait)),
+                    _ => Err(format!("unknown operation '{s}'")),
+                };
+            }
         }
         if let Some(rest) = s.trim().strip_prefix("write ") {
             // `write V [@LOCK]`: V is a byte, the lock reads as in `release [@LOCK]`.
@@ -241,8 +245,8 @@ impl std::str::FromStr for ScriptOp {
             if e.starts_with("unknown operation") {
                 format!(
                     "unknown operation '{s}' (expected 'acquire MODE', 'try MODE', 'release', \
-                     'upgrade', 'downgrade MODE', 'convert MODE', 'cancel', 'write V' (each \
-                     with an optional @LOCK) or 'priority N')"
+                     'upgrade', 'downgrade MODE', 'convert MODE', 'try-convert MODE', 'cancel', \
+                     'write V' (each with an optional @LOCK) or 'priority N')"
                 )
             } else {
                 e
@@ -270,7 +274,8 @@ impl fmt::Display for ScriptOp {
             ScriptOp::Try(m, l) => (format!("try {}", m.name()), *l),
             ScriptOp::Cancel(l) => ("cancel".to_string(), *l),
             ScriptOp::Downgrade(m, l) => (format!("downgrade {}", m.name()), *l),
-            ScriptOp::Convert(m, l) => (format!("convert {}", m.name()), *l),
+            ScriptOp::Convert(m, l, true) => (format!("convert {}", m.name()), *l),
+            ScriptOp::Convert(m, l, false) => (format!("try-convert {}", m.name()), *l),
             ScriptOp::Write(v, l) => (format!("write {v}"), *l),
             ScriptOp::Release(l) => ("release".to_string(), *l),
             ScriptOp::Upgrade(l) => ("upgrade".to_string(), *l),
@@ -712,6 +717,9 @@ pub mod event {
     pub const CONVERTED: u16 = 256;
     /// A conversion was refused (`Output::ConvertBusy`, `spec/SPEC.md` 1.17).
     pub const CONVERT_REFUSED: u16 = 512;
+    /// A conversion began to wait at the token node (`Pending::Convert`, `spec/SPEC.md`
+    /// 1.17).
+    pub const CONVERT_WAITED: u16 = 1024;
 }
 
 /// A state of the model.
@@ -1161,18 +1169,24 @@ impl<const L: usize> BaseModel<L> {
                 }
                 Note::Downgraded => {}
                 Note::Converted(lock, mode) => {
-                    // For P6 a conversion is a request that arrives and is granted at once:
-                    // it passes every conflicting request that arrived before it.
+                    // For P6 a conversion done at once is a request that arrives and is
+                    // granted at once: it passes every conflicting request that arrived
+                    // before it. One that waited arrived when it began to wait.
                     st.events |= event::CONVERTED;
-                    st.reqs[n * L + lock.idx()] = Some(Req {
-                        mode,
-                        arrival: 0,
-                        bypass: 0,
-                    });
+                    let k = n * L + lock.idx();
+                    if st.reqs[k].is_none() {
+                        st.reqs[k] = Some(Req {
+                            mode,
+                            arrival: 0,
+                            bypass: 0,
+                        });
+                    }
                     Self::granted(st, n, lock.idx(), mode);
+                    self.skip_after_answer(st, n, lock, false);
                 }
                 Note::ConvertBusy(lock) => {
                     st.events |= event::CONVERT_REFUSED;
+                    self.skip_after_answer(st, n, lock, false);
                     if matches!(self.next_op(st, n), Some(ScriptOp::Write(_, l)) if l == lock.0) {
                         st.pc[n] += 1;
                     }
@@ -1307,9 +1321,10 @@ impl<const L: usize> BaseModel<L> {
                 lock: LockId(l),
                 mode,
             },
-            ScriptOp::Convert(mode, l) => Input::Convert {
+            ScriptOp::Convert(mode, l, wait) => Input::Convert {
                 lock: LockId(l),
                 mode,
+                wait,
             },
             ScriptOp::Write(v, l) => Input::SetValue {
                 lock: LockId(l),
@@ -1517,7 +1532,7 @@ pub const BYPASS: [&str; MAX_BYPASS as usize + 1] = [
 ];
 
 /// Names of the `sometimes` (reachability) properties.
-pub const REACHED: [&str; 10] = [
+pub const REACHED: [&str; 11] = [
     "reached: copy grant by a non-token node",
     "reached: token transfer",
     "reached: local queueing (Table 2.3 Q)",
@@ -1526,8 +1541,9 @@ pub const REACHED: [&str; 10] = [
     "reached: compress shortcut",
     "reached: try refused",
     "reached: cancelled request completed",
-    "reached: conversion in place",
+    "reached: conversion done",
     "reached: conversion refused",
+    "reached: conversion waited",
 ];
 
 impl<const L: usize> Model for BaseModel<L> {
@@ -1644,6 +1660,21 @@ impl<const L: usize> Model for BaseModel<L> {
                     | ScriptOp::Priority(_) => {}
                 }
                 self.step(&mut st, i, StepInput::User(op));
+                if let ScriptOp::Convert(mode, l, true) = op {
+                    // A conversion that waits at the token node (`Pending::Convert`) has
+                    // arrived there, as an upgrade has: the script waits for its answer.
+                    let node = &st.cluster.site(NodeId(i as u16)).locks()[l as usize];
+                    if node.pending() == Pending::Convert(mode) {
+                        st.events |= event::CONVERT_WAITED;
+                        st.reqs[i * L + l as usize] = Some(Req {
+                            mode,
+                            arrival: 0,
+                            bypass: 0,
+                        });
+                        Self::arrive(&mut st, i, l as usize);
+                        Self::normalise(&mut st);
+                    }
+                }
             }
             Action::Deliver {
                 from,
@@ -1756,6 +1787,7 @@ impl<const L: usize> Model for BaseModel<L> {
             Property::sometimes(REACHED[7], ev::<L, CANCEL_COMPLETED>),
             Property::sometimes(REACHED[8], ev::<L, CONVERTED>),
             Property::sometimes(REACHED[9], ev::<L, CONVERT_REFUSED>),
+            Property::sometimes(REACHED[10], ev::<L, CONVERT_WAITED>),
         ]
     }
 }

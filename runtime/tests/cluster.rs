@@ -1584,7 +1584,7 @@ async fn a_guard_converts_r_to_w_in_place_or_is_told_busy_at_once() {
     let p = format!("{root}/x");
     let mut g = nodes[0].lock(&p, Mode::R).await.unwrap();
     let fence = g.fence();
-    g.convert(Mode::W).await.unwrap();
+    g.try_convert(Mode::W).await.unwrap();
     assert_eq!(
         g.locks().collect::<Vec<_>>(),
         vec![(root.as_str(), Mode::IW), (p.as_str(), Mode::W)]
@@ -1606,7 +1606,7 @@ async fn a_guard_converts_r_to_w_in_place_or_is_told_busy_at_once() {
         g.fence(),
     );
     let started = tokio::time::Instant::now();
-    let e = g.convert(Mode::W).await.unwrap_err();
+    let e = g.try_convert(Mode::W).await.unwrap_err();
     assert!(
         matches!(&e, Error::WouldBlock { path, mode: Mode::W } if *path == q),
         "{e}"
@@ -1621,13 +1621,13 @@ async fn a_guard_converts_r_to_w_in_place_or_is_told_busy_at_once() {
         "a refused conversion changes no level's mode"
     );
     assert_eq!(g.fence(), fence);
-    let e = r.convert(Mode::W).await.unwrap_err();
+    let e = r.try_convert(Mode::W).await.unwrap_err();
     assert!(matches!(e, Error::WouldBlock { .. }), "{e}");
     assert_eq!(r.mode(), Mode::R);
     drop(r);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
     loop {
-        match g.convert(Mode::W).await {
+        match g.try_convert(Mode::W).await {
             Ok(()) => break,
             Err(Error::WouldBlock { .. }) if tokio::time::Instant::now() < deadline => {
                 tokio::time::sleep(Duration::from_millis(20)).await

@@ -62,12 +62,15 @@ pub enum TraceInput {
         /// The weaker mode.
         mode: Mode,
     },
-    /// hilock's conversion in place (`spec/SPEC.md` 1.17).
+    /// hilock's conversion (`spec/SPEC.md` 1.17).
     Convert {
         /// The lock.
         lock: u16,
         /// The mode asked for.
         mode: Mode,
+        /// Whether it may wait (`Input::Convert::wait`).
+        #[serde(default)]
+        wait: bool,
     },
     /// hilock's lock value block (`spec/SPEC.md` 1.15): the W holder writes a block whose
     /// every byte is `value` (the models write small values).
@@ -309,6 +312,7 @@ impl NodeSnapshot {
                 Pending::None => Mode::Phi,
                 Pending::Request(e) | Pending::Try(e) => e.mode,
                 Pending::Upgrade => Mode::W,
+                Pending::Convert(m) => m,
             },
             children: n
                 .children()
@@ -450,7 +454,9 @@ impl Trace {
                 TraceInput::TryAcquire { mode, .. } => format!("try {mode}"),
                 TraceInput::Cancel { .. } => "cancel".to_string(),
                 TraceInput::Downgrade { mode, .. } => format!("downgrade {mode}"),
-                TraceInput::Convert { mode, .. } => format!("convert {mode}"),
+                TraceInput::Convert { mode, wait, .. } => {
+                    format!("{}convert {mode}", if *wait { "" } else { "try-" })
+                }
                 TraceInput::SetValue { value, .. } => format!("write {value}"),
                 TraceInput::Release { .. } => "release".to_string(),
                 TraceInput::Upgrade { .. } => "upgrade".to_string(),

@@ -28,8 +28,8 @@ enum Action {
     Cancel(u16, u16),
     /// A downgrade (`Input::Downgrade`, `spec/SPEC.md` 1.14).
     Downgrade(u16, u16, Mode),
-    /// A conversion in place (`Input::Convert`, `spec/SPEC.md` 1.17).
-    Convert(u16, u16, Mode),
+    /// A conversion (`Input::Convert`, `spec/SPEC.md` 1.17), waiting or not.
+    Convert(u16, u16, Mode, bool),
     /// A write of the lock value block, every byte the given one (`Input::SetValue`,
     /// `spec/SPEC.md` 1.15).
     SetValue(u16, u16, u8),
@@ -126,7 +126,8 @@ fn with_downgrades(base: BoxedStrategy<Action>) -> BoxedStrategy<Action> {
     prop_oneof![
         8 => base,
         1 => (0..N as u16, 0..LOCKS, mode()).prop_map(|(n, l, m)| Action::Downgrade(n, l, m)),
-        1 => (0..N as u16, 0..LOCKS, mode()).prop_map(|(n, l, m)| Action::Convert(n, l, m)),
+        1 => (0..N as u16, 0..LOCKS, mode(), any::<bool>())
+            .prop_map(|(n, l, m, w)| Action::Convert(n, l, m, w)),
     ]
     .boxed()
 }
@@ -274,13 +275,14 @@ impl Harness {
                     },
                 ),
             ),
-            Action::Convert(n, l, m) => (
+            Action::Convert(n, l, m, w) => (
                 NodeId(*n),
                 self.sys.input(
                     NodeId(*n),
                     Input::Convert {
                         lock: LockId(*l),
                         mode: *m,
+                        wait: *w,
                     },
                 ),
             ),

@@ -309,6 +309,11 @@ const PINNED: &[(&str, usize)] = &[
     ("downgrade chain3: R to IR lets an IW in", 1102),
     ("convert star3: R to W beside a reader and an IW", 613),
     ("convert chain3: IR back to R under a child's R copy", 6884),
+    (
+        "convert star3: R to W waits for a reader, a reader behind it",
+        1151,
+    ),
+    ("convert star3: IR to W waits, cancelled, an R asks", 1087),
     ("unordered star3 R/W (<= 18 msgs)", 7813),
     ("value star3: W writes, U upgrades and writes, R reads", 803),
     ("value chain3: a copy holder grants the written value", 1926),
@@ -1331,16 +1336,32 @@ fn convert_configs() -> Vec<ModelConfig> {
         ModelConfig::star(
             "convert star3: R to W beside a reader and an IW",
             &[
-                &["acquire R", "convert W", "write 1", "release"],
+                &["acquire R", "try-convert W", "write 1", "release"],
                 &["acquire R", "release"],
                 &["acquire IW", "release"],
+            ],
+        ),
+        ModelConfig::star(
+            "convert star3: R to W waits for a reader, a reader behind it",
+            &[
+                &["acquire R", "convert W", "write 1", "release"],
+                &["acquire R", "release"],
+                &["acquire R", "release"],
+            ],
+        ),
+        ModelConfig::star(
+            "convert star3: IR to W waits, cancelled, an R asks",
+            &[
+                &["acquire IR", "convert W", "cancel", "release"],
+                &["acquire IR", "release"],
+                &["acquire R", "release"],
             ],
         ),
         ModelConfig::chain(
             "convert chain3: IR back to R under a child's R copy",
             &[
                 &["acquire R", "release", "acquire IW", "release"],
-                &["acquire R", "downgrade IR", "convert R", "release"],
+                &["acquire R", "downgrade IR", "try-convert R", "release"],
                 &["acquire R", "release"],
             ],
         ),
@@ -1358,7 +1379,7 @@ fn convert_configs() -> Vec<ModelConfig> {
 /// FIFO bounds are equal (star 0 and 0; chain 2 and 2: a copy holder enters before the
 /// freeze of a waiting IW reaches it, as Rule 2 lets it).
 #[test]
-fn a_conversion_in_place_keeps_every_property() {
+fn a_conversion_keeps_every_property() {
     for c in convert_configs() {
         let r = pass(&c);
         let reached: BTreeSet<String> = r
@@ -1370,13 +1391,27 @@ fn a_conversion_in_place_keeps_every_property() {
         for p in [REACHED[8], REACHED[9]] {
             assert!(reached.contains(p), "{}: {p} never", c.name);
         }
+        let waits = c
+            .scripts
+            .iter()
+            .flatten()
+            .any(|op| matches!(op, ScriptOp::Convert(_, _, true)));
+        assert_eq!(
+            reached.contains(REACHED[10]),
+            waits,
+            "{}: {}",
+            c.name,
+            REACHED[10]
+        );
         let mut again = c.clone();
         again.name = format!("{} (release and ask again)", c.name);
         for script in &mut again.scripts {
             *script = script
                 .iter()
                 .flat_map(|op| match *op {
-                    ScriptOp::Convert(m, l) => vec![ScriptOp::Release(l), ScriptOp::Acquire(m, l)],
+                    ScriptOp::Convert(m, l, _) => {
+                        vec![ScriptOp::Release(l), ScriptOp::Acquire(m, l)]
+                    }
                     op => vec![op],
                 })
                 .collect();

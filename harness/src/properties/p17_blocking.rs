@@ -7,10 +7,11 @@
 //! releases the lock (an accepted `Release`) or is granted it again. The waiter is looked
 //! for only without faults: a crashed or injected history may leave a freeze naming a
 //! request that no live site still has. One waiter may vanish without being granted: a
-//! Rule 7 upgrade withdrawn by a cancel (`spec/SPEC.md` 1.13) ends at once at the token
-//! node while a freeze naming its W may still be on its way to a copy holder; so once an
-//! upgrade of a lock has been cancelled, a notification of W on that lock needs no waiter
-//! (the ghost remembers the lock for the rest of the run). Nor is the waiter looked for
+//! Rule 7 upgrade (or a conversion, 1.17) withdrawn by a cancel (`spec/SPEC.md` 1.13) ends
+//! at once at the token node while a freeze naming its W (its mode) may still be on its way
+//! to a copy holder; so once an upgrade or conversion of a lock has been cancelled, a
+//! notification of its mode on that lock needs no waiter (the ghost remembers the lock and
+//! mode for the rest of the run). Nor is the waiter looked for
 //! under PIP: a reissue (section 3.7.2) leaves older copies of a request in queues, and a
 //! token node may tell its hold of a copy whose request was served meanwhile (the random
 //! runs of `spec/tests/robustness.rs` found it; P15 excludes PIP for the same copies).
@@ -50,7 +51,10 @@ where
                     && self.site(n).pending_mode(lock) == Ok(mode)
             });
             let g = self.ghost();
-            let withdrawn = mode == Mode::W && g.upgrade_withdrawn.contains(&lock);
+            let withdrawn = g
+                .upgrade_withdrawn
+                .get(&lock)
+                .is_some_and(|s| s.contains(mode));
             no_waiter =
                 !waiter && !withdrawn && self.faults.none() && g.blocking_no_waiter.is_none();
             None
@@ -69,11 +73,17 @@ where
         }
     }
 
-    /// The ghost of P17: an upgrade of `lock` was withdrawn by a cancel (`spec/SPEC.md`
-    /// 1.13); a freeze naming its W may still be in flight.
-    pub(crate) fn note_upgrade_withdrawn(&mut self, lock: LockId) {
-        if !self.ghost().upgrade_withdrawn.contains(&lock) {
-            self.ghost_mut().upgrade_withdrawn.insert(lock);
+    /// The ghost of P17: an upgrade (`mode` W) or a conversion to `mode` of `lock` was
+    /// withdrawn by a cancel (`spec/SPEC.md` 1.13, 1.17); a freeze naming `mode` may still
+    /// be in flight.
+    pub(crate) fn note_upgrade_withdrawn(&mut self, lock: LockId, mode: Mode) {
+        let known = self.ghost().upgrade_withdrawn.get(&lock);
+        if !known.is_some_and(|s| s.contains(mode)) {
+            self.ghost_mut()
+                .upgrade_withdrawn
+                .entry(lock)
+                .or_default()
+                .insert(mode);
         }
     }
 

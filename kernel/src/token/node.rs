@@ -200,6 +200,9 @@ pub enum Pending {
     Request(QueueEntry),
     /// The site holds U and waits for W (Rule 7; M_P = W).
     Upgrade,
+    /// The token node holds a mode and waits to convert it to this one (`spec/SPEC.md`
+    /// 1.17; M_P = the mode): Rule 7's wait, for any target mode.
+    Convert(Mode),
     /// A try request for `entry.mode` is outstanding (`spec/SPEC.md` 1.12): it ends in a
     /// grant or a [`Msg::Busy`]; it is never queued, and the site keeps no other request
     /// behind it.
@@ -346,6 +349,7 @@ impl<const N: usize, const Q: usize> core::hash::Hash for LockNode<N, Q> {
             Pending::Request(e) => (1, Some(e)),
             Pending::Upgrade => (2, None),
             Pending::Try(e) => (3, Some(e)),
+            Pending::Convert(m) => (4 + *m as u64, None),
         };
         // The small fields: parent (17 bits with its tag), held, kept, cancelled, the kind
         // of pending, the told modes, whether the token is here, and the queue's length.
@@ -512,12 +516,35 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
     pub fn pending(&self) -> Pending {
         self.pending
     }
-    /// Pending mode M_P (Φ if none; W while an upgrade waits).
+    /// Pending mode M_P (Φ if none; W while an upgrade waits, the target mode while a
+    /// conversion waits).
     pub fn pending_mode(&self) -> Mode {
         match self.pending {
             Pending::None => Mode::Phi,
             Pending::Request(e) | Pending::Try(e) => e.mode,
             Pending::Upgrade => Mode::W,
+            Pending::Convert(m) => m,
+        }
+    }
+
+    /// Whether the token stays here for a waiting conversion (`spec/SPEC.md` 1.17): a
+    /// request that would take it (Rule 3.2) waits until the conversion is done or
+    /// withdrawn. A request of a higher priority passes the freeze of the conversion (Rule
+    /// 6_PRIO) and may be tokenable while the held mode is weak (IR → W waiting, R asked),
+    /// and the token node would leave with the conversion still pending. (A Rule 7
+    /// upgrade holds U: no mode compatible with U is stronger than it but W, so no
+    /// request can take the token from it.)
+    fn keeps_token_for_conversion(&self) -> bool {
+        matches!(self.pending, Pending::Convert(_))
+    }
+
+    /// The mode a waiting upgrade (W, Rule 7) or conversion (`spec/SPEC.md` 1.17) of the
+    /// held mode waits for; `None` if neither waits.
+    pub fn converting(&self) -> Option<Mode> {
+        match self.pending {
+            Pending::Upgrade => Some(Mode::W),
+            Pending::Convert(m) => Some(m),
+            _ => None,
         }
     }
     /// Whether `e` is this site's pending request (same serial and mode; its priority may
@@ -832,7 +859,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
                 cx.fire(Rule::Cancel);
                 cx.emit(Output::Cancelled { lock: cx.lock })
             }
-            Pending::Upgrade => {
+            Pending::Upgrade | Pending::Convert(_) => {
                 let f0 = self.frozen;
                 self.pending = Pending::None;
                 cx.fire(Rule::Cancel);
@@ -892,7 +919,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         if self.held == Mode::Phi {
             return Err(KernelError::NotHeld(cx.lock));
         }
-        if self.pending == Pending::Upgrade {
+        if self.converting().is_some() {
             return Err(KernelError::UpgradePending(cx.lock));
         }
         let f0 = self.frozen;
@@ -937,7 +964,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         if self.held == Mode::Phi {
             return Err(KernelError::NotHeld(cx.lock));
         }
-        if self.pending == Pending::Upgrade {
+        if self.converting().is_some() {
             return Err(KernelError::UpgradePending(cx.lock));
         }
         if !self.held.downgrades_to(mode) {
@@ -956,8 +983,8 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         self.finish_freeze(cx, f0)
     }
 
-    /// hilock's conversion (`spec/SPEC.md` 1.17): `Input::Convert`, in place or not at all
-    /// (the DLM's `LKF_CONVERT | LKF_NOQUEUE`). A weaker mode is a downgrade
+    /// hilock's conversion (`spec/SPEC.md` 1.17): `Input::Convert` (the DLM's
+    /// `LKF_CONVERT`, without `wait` with `LKF_NOQUEUE`). A weaker mode is a downgrade
     /// (`Downgraded`, [`LockNode::downgrade`]). Any other
     /// mode is converted only where the site could grant it as a request at once:
     /// - the token node (Rule 3.2, own grant): `mode` compatible with every other hold
@@ -969,15 +996,20 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
     ///   not frozen; the parent's record of the node does not grow, and the hold takes
     ///   the fence a Rule 2 grant gets (that of the grant of the owned mode).
     ///
-    /// Otherwise [`Output::ConvertBusy`] and nothing changes: a conversion never waits, so
-    /// two converters cannot deadlock (the DLM's `EDEADLK` case cannot arise). Validated
-    /// first: nothing held ([`KernelError::NotHeld`]), Φ ([`KernelError::InvalidMode`]),
-    /// the held mode ([`KernelError::AlreadyHeld`]), an upgrade pending
+    /// Otherwise, with `wait`, at the token node and with nothing frozen or queued that
+    /// conflicts with `mode`, it waits for the other holds as Rule 7's upgrade waits
+    /// ([`Pending::Convert`]; `check_queue_at_token` completes it, and the token stays
+    /// meanwhile: [`LockNode::keeps_token_for_conversion`]). Else [`Output::ConvertBusy`]
+    /// and nothing changes: only the token node waits, so two converters never wait for
+    /// each other (the DLM's `EDEADLK` case cannot arise). Validated first: nothing held
+    /// ([`KernelError::NotHeld`]), Φ ([`KernelError::InvalidMode`]), the held mode
+    /// ([`KernelError::AlreadyHeld`]), an upgrade or conversion waiting
     /// ([`KernelError::UpgradePending`]).
     pub(crate) fn convert<S: Sink<Output<Msg<Q>>>>(
         &mut self,
         cx: &mut Ctx<'_, Q, S>,
         mode: Mode,
+        wait: bool,
     ) -> Result<(), KernelError> {
         if mode == Mode::Phi {
             return Err(KernelError::InvalidMode);
@@ -985,7 +1017,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         if self.held == Mode::Phi {
             return Err(KernelError::NotHeld(cx.lock));
         }
-        if self.pending == Pending::Upgrade {
+        if self.converting().is_some() {
             return Err(KernelError::UpgradePending(cx.lock));
         }
         if mode == self.held {
@@ -996,14 +1028,25 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         }
         let lock = cx.lock;
         let prio = cx.effective;
-        let in_place = if self.has_token() {
-            compatible(combine(self.kept, self.children_owned()), mode)
-                && !self.frozen.blocks(mode, prio)
-                && !self.queue_conflicts(mode)
-        } else {
-            grantable(self.owned(), mode) && !self.frozen.blocks(mode, prio)
-        };
+        let token = self.has_token();
+        // Nothing that waits here conflicts with `mode`: the conversion passes no waiter.
+        let unfrozen = !self.frozen.blocks(mode, prio) && (!token || !self.queue_conflicts(mode));
+        let in_place = unfrozen
+            && if token {
+                compatible(combine(self.kept, self.children_owned()), mode)
+            } else {
+                grantable(self.owned(), mode)
+            };
         if !in_place {
+            if wait && token && unfrozen {
+                // Rule 7's wait for any mode: the modes `mode` conflicts with freeze (Table
+                // 2.4), and `check_queue_at_token` converts once the children let it.
+                let f0 = self.frozen;
+                self.pending = Pending::Convert(mode);
+                cx.fire(Rule::ConvertWaits);
+                self.recompute_frozen(cx.variant, cx.effective);
+                return self.finish_freeze(cx, f0);
+            }
             cx.fire(Rule::ConvertBusy);
             return cx.emit(Output::ConvertBusy { lock, mode });
         }
@@ -1516,7 +1559,11 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
             return Ok(false);
         }
         let is_child = self.peer(entry.requester)?.child_owned != Mode::Phi;
-        if tokenable(mo, entry.mode) && (cx.variant.tokenable_transfers || is_child) {
+        let transfer = tokenable(mo, entry.mode) && (cx.variant.tokenable_transfers || is_child);
+        if transfer && self.keeps_token_for_conversion() {
+            return Ok(false);
+        }
+        if transfer {
             self.transfer_token(cx, entry)?;
         } else if grantable(mo, entry.mode) {
             self.copy_grant(cx, entry)?;
@@ -2074,21 +2121,31 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         cx: &mut Ctx<'_, Q, S>,
     ) -> Result<(), KernelError> {
         loop {
-            if self.pending == Pending::Upgrade && self.children_owned() == Mode::Phi {
-                self.held = Mode::W;
-                self.held_fence = self.next_fence();
-                self.pending = Pending::None;
-                cx.fire(Rule::Rule7UpgradeDone);
-                cx.emit(Output::Upgraded { lock: cx.lock })?;
+            if let Some(to) = self.converting() {
+                if compatible(combine(self.kept, self.children_owned()), to) {
+                    let upgrade = self.pending == Pending::Upgrade;
+                    self.held = to;
+                    self.held_fence = self.next_fence();
+                    self.pending = Pending::None;
+                    if upgrade {
+                        cx.fire(Rule::Rule7UpgradeDone);
+                        cx.emit(Output::Upgraded { lock: cx.lock })?;
+                    } else {
+                        cx.fire(Rule::Convert);
+                        cx.emit(Output::Converted {
+                            lock: cx.lock,
+                            mode: to,
+                        })?;
+                    }
+                }
             }
             let Some(&head) = self.queue.first() else {
                 break;
             };
             let mo = self.owned();
-            let upgrade_freeze = if self.pending == Pending::Upgrade && cx.variant.freezing {
-                Frozen::of(frozen_by(mo, Mode::W), cx.effective)
-            } else {
-                Frozen::EMPTY
+            let upgrade_freeze = match self.converting() {
+                Some(to) if cx.variant.freezing => Frozen::of(frozen_by(mo, to), cx.effective),
+                _ => Frozen::EMPTY,
             };
             if !compatible(mo, head.mode) || upgrade_freeze.blocks(head.mode, head.prio) {
                 break;
@@ -2105,11 +2162,13 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
                 continue;
             }
             let is_child = self.peer(head.requester)?.child_owned != Mode::Phi;
-            if tokenable(mo, head.mode) && (cx.variant.tokenable_transfers || is_child) {
+            let transfer = tokenable(mo, head.mode) && (cx.variant.tokenable_transfers || is_child);
+            if transfer && !self.keeps_token_for_conversion() {
                 return self.transfer_token(cx, head);
             }
-            if !grantable(mo, head.mode) {
-                // Literal Fig. 2.5: neither branch applies; the head waits.
+            if transfer || !grantable(mo, head.mode) {
+                // Literal Fig. 2.5: neither branch applies; the head waits (and so does a
+                // request that needs the token while a conversion waits for it here).
                 insert_at(&mut self.queue, 0, head).map_err(|_| KernelError::QueueFull(cx.lock))?;
                 break;
             }
@@ -2156,8 +2215,8 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         }
         let mo = self.owned();
         let mut f = Frozen::EMPTY;
-        if self.pending == Pending::Upgrade {
-            f.freeze(frozen_by(mo, Mode::W), upgrade_prio);
+        if let Some(to) = self.converting() {
+            f.freeze(frozen_by(mo, to), upgrade_prio);
         }
         for e in &self.queue {
             f.freeze(frozen_by(mo, e.mode), e.prio);
@@ -2175,8 +2234,8 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
             return cx.waiting;
         }
         let mut w = Frozen::EMPTY;
-        if self.pending == Pending::Upgrade {
-            w.freeze(ModeSet::of(&[Mode::W]), cx.effective);
+        if let Some(to) = self.converting() {
+            w.freeze(ModeSet::of(&[to]), cx.effective);
         }
         for e in &self.queue {
             w.freeze(ModeSet::of(&[e.mode]), e.prio);

@@ -399,7 +399,7 @@ pub fn rebuild<const N: usize, const Q: usize>(
             newest(g);
         }
         newest(r.generation_seen);
-        if r.pending == Pending::Upgrade && r.token.is_none() {
+        if matches!(r.pending, Pending::Upgrade | Pending::Convert(_)) && r.token.is_none() {
             return Err(RecoveryError::UpgradeWithoutToken(r.node));
         }
         if r.queue
@@ -810,7 +810,7 @@ impl<const N: usize, const L: usize, const Q: usize> Protocol for FaultSite<N, L
             Input::TryAcquire { lock, mode } => Input::TryAcquire { lock, mode },
             Input::Cancel { lock } => Input::Cancel { lock },
             Input::Downgrade { lock, mode } => Input::Downgrade { lock, mode },
-            Input::Convert { lock, mode } => Input::Convert { lock, mode },
+            Input::Convert { lock, mode, wait } => Input::Convert { lock, mode, wait },
             Input::SetValue { lock, value } => Input::SetValue { lock, value },
             Input::Release { lock } => Input::Release { lock },
             Input::Upgrade { lock } => Input::Upgrade { lock },

@@ -281,7 +281,7 @@ impl<const N: usize, const L: usize, const Q: usize> Site<N, L, Q> {
             Input::TryAcquire { mode, .. } => node.try_acquire(cx, mode),
             Input::Cancel { .. } => node.cancel(cx),
             Input::Downgrade { mode, .. } => node.downgrade(cx, mode),
-            Input::Convert { mode, .. } => node.convert(cx, mode),
+            Input::Convert { mode, wait, .. } => node.convert(cx, mode, wait),
             Input::SetValue { value, .. } => node.set_value(cx, value),
             Input::Release { .. } => node.release(cx),
             Input::Upgrade { .. } => node.upgrade(cx),

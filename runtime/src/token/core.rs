@@ -87,7 +87,7 @@ pub(super) enum Cmd {
         /// Answered once done (the hold keeps its fencing token).
         reply: Reply<()>,
     },
-    /// Hold `hold` of `path` converts to `mode`, not weaker, in place or not at all
+    /// Hold `hold` of `path` converts to `mode`, not weaker, at once or not at all
     /// (`Input::Convert`, `spec/SPEC.md` 1.17).
     Convert {
         path: String,
@@ -1604,7 +1604,7 @@ impl Core {
         self.pump(path);
     }
 
-    /// Hold `hold` converts to `mode` — not weaker: [`super::Guard::convert`] downgrades
+    /// Hold `hold` converts to `mode` — not weaker: [`super::Guard::try_convert`] downgrades
     /// those — in place or not at all (`spec/SPEC.md` 1.17). The site's kernel hold covers
     /// every local holder, so the conversion is refused ([`Error::WouldBlock`], nothing
     /// changes) while recovery has frozen the node or an upgrade is under way, when
@@ -1653,6 +1653,7 @@ impl Core {
                 Input::Convert {
                     lock: LOCK,
                     mode: keep,
+                    wait: false,
                 },
             ) {
                 return Err(Error::Kernel {

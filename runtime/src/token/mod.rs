@@ -1785,8 +1785,8 @@ impl Guard {
         Ok(())
     }
 
-    /// Convert the requested path to `mode` in place or not at all (`Input::Convert`,
-    /// `spec/SPEC.md` 1.17; the DLM's `LKF_CONVERT | LKF_NOQUEUE`): a weaker mode is
+    /// Convert the requested path to `mode` at once or not at all (`Input::Convert` without
+    /// `wait`, `spec/SPEC.md` 1.17; the DLM's `LKF_CONVERT | LKF_NOQUEUE`): a weaker mode is
     /// [`Guard::downgrade`]; any other is done only where no waiting is needed, and is
     /// [`Error::WouldBlock`] otherwise, the guard keeping every mode it had and the path
     /// its fence (an ancestor converted and taken back keeps the newer fence of its hold).
@@ -1799,7 +1799,7 @@ impl Guard {
     /// token (the last node to take it in a mode that needed the token). Answered at
     /// once: a conversion never waits, so two guards converting cannot deadlock. The
     /// path's fence is that of the converted hold (a new one where the node's hold grew).
-    pub async fn convert(&mut self, mode: Mode) -> Result<(), Error> {
+    pub async fn try_convert(&mut self, mode: Mode) -> Result<(), Error> {
         let Some(last) = self.held.len().checked_sub(1) else {
             return Err(Error::Stopped);
         };
@@ -1857,7 +1857,7 @@ impl Guard {
         Ok(())
     }
 
-    /// Takes the ancestor levels a refused [`Guard::convert`] converted back to the modes
+    /// Takes the ancestor levels a refused [`Guard::try_convert`] converted back to the modes
     /// they held (each a downgrade, answered at once), innermost first.
     async fn undo_conversions(&mut self, done: Vec<(usize, Mode)>) {
         for (i, old) in done.into_iter().rev() {

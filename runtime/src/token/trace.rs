@@ -86,6 +86,8 @@ pub enum TIn<M> {
     Convert {
         /// The mode asked for.
         mode: Mode,
+        /// Whether it may wait.
+        wait: bool,
     },
     /// `Input::SetValue` (`spec/SPEC.md` 1.15).
     SetValue {
@@ -321,7 +323,7 @@ impl Recorder {
             Input::TryAcquire { mode, .. } => TIn::TryAcquire { mode },
             Input::Cancel { .. } => TIn::Cancel,
             Input::Downgrade { mode, .. } => TIn::Downgrade { mode },
-            Input::Convert { mode, .. } => TIn::Convert { mode },
+            Input::Convert { mode, wait, .. } => TIn::Convert { mode, wait },
             Input::SetValue { value, .. } => TIn::SetValue { value },
             Input::Release { .. } => TIn::Release,
             Input::Upgrade { .. } => TIn::Upgrade,
@@ -369,7 +371,7 @@ pub(crate) fn copy_input<'a>(i: &Input<'a, SMsg>) -> Input<'a, SMsg> {
         Input::TryAcquire { lock, mode } => Input::TryAcquire { lock, mode },
         Input::Cancel { lock } => Input::Cancel { lock },
         Input::Downgrade { lock, mode } => Input::Downgrade { lock, mode },
-        Input::Convert { lock, mode } => Input::Convert { lock, mode },
+        Input::Convert { lock, mode, wait } => Input::Convert { lock, mode, wait },
         Input::SetValue { lock, value } => Input::SetValue { lock, value },
         Input::Release { lock } => Input::Release { lock },
         Input::Upgrade { lock } => Input::Upgrade { lock },
@@ -963,7 +965,14 @@ fn apply(
         TIn::TryAcquire { mode } => cluster.input(me, Input::TryAcquire { lock, mode: *mode }),
         TIn::Cancel => cluster.input(me, Input::Cancel { lock }),
         TIn::Downgrade { mode } => cluster.input(me, Input::Downgrade { lock, mode: *mode }),
-        TIn::Convert { mode } => cluster.input(me, Input::Convert { lock, mode: *mode }),
+        TIn::Convert { mode, wait } => cluster.input(
+            me,
+            Input::Convert {
+                lock,
+                mode: *mode,
+                wait: *wait,
+            },
+        ),
         TIn::SetValue { value } => cluster.input(
             me,
             Input::SetValue {
