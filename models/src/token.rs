@@ -482,6 +482,27 @@ impl ModelConfig {
             if let Some(op) = s.iter().find(|op| op.lock() as usize >= self.locks) {
                 return Err(format!("node {i}: '{op}' names a lock that does not exist"));
             }
+            // A cancel withdraws what the operation before it left pending on its lock: a
+            // request, try, upgrade or waiting conversion of that lock.
+            for (k, op) in s.iter().enumerate() {
+                let ScriptOp::Cancel(l) = *op else { continue };
+                let cancels = k.checked_sub(1).and_then(|p| s.get(p)).is_some_and(|prev| {
+                    prev.lock() == l
+                        && matches!(
+                            prev,
+                            ScriptOp::Acquire(..)
+                                | ScriptOp::Try(..)
+                                | ScriptOp::Upgrade(_)
+                                | ScriptOp::Convert(_, _, true)
+                        )
+                });
+                if !cancels {
+                    return Err(format!(
+                        "node {i}: '{op}' (operation {k}) must follow an acquire, try, upgrade \
+                         or convert of its lock: it withdraws what that operation left pending"
+                    ));
+                }
+            }
         }
         Ok(())
     }
@@ -1136,9 +1157,12 @@ impl<const L: usize> BaseModel<L> {
                     if is_current {
                         let k = r.idx() * L + lock.idx();
                         // A user operation of the requester (Rule 2, a PIP reissue) starts a
-                        // journey, and so does a send by a node that had queued the request
-                        // (its journey ended there); every other send continues one.
-                        if (user && r == node) || st.excess[k] == NOT_TRAVELLING {
+                        // journey, and so does a PIP reissue in a step that delivered a
+                        // message (the request that made the site inherit a priority), and a
+                        // send by a node that had queued the request (its journey ended
+                        // there); every other send continues one.
+                        let reissued = r == node && report.rules.contains(Rule::PipReissue);
+                        if (user && r == node) || reissued || st.excess[k] == NOT_TRAVELLING {
                             // A token in flight when the journey starts counts as a move.
                             let in_flight = st
                                 .cluster
@@ -1664,7 +1688,13 @@ impl<const L: usize> Model for BaseModel<L> {
                     // A conversion that waits at the token node (`Pending::Convert`) has
                     // arrived there, as an upgrade has: the script waits for its answer.
                     let node = &st.cluster.site(NodeId(i as u16)).locks()[l as usize];
-                    if node.pending() == Pending::Convert(mode) {
+                    if node.pending() != Pending::Convert(mode) {
+                        // Answered at once (a downgrade, for a weaker mode, included): the
+                        // cancel that would have withdrawn the wait is skipped.
+                        if self.next_op(&st, i) == Some(ScriptOp::Cancel(l)) {
+                            st.pc[i] += 1;
+                        }
+                    } else {
                         st.events |= event::CONVERT_WAITED;
                         st.reqs[i * L + l as usize] = Some(Req {
                             mode,

@@ -1086,6 +1086,29 @@ fn pip_stale_reissued_request_is_not_lost() {
     verify::assert_pinned!(r.unique_states, 14010);
 }
 
+/// P9 with a PIP reissue caused by a delivery (Fig. 3.8): node 0 waits for IR on lock 0
+/// (its request relayed n0 → n1 → n3) while holding R on lock 1; node 2's W on lock 1
+/// arrives, node 0 inherits priority 5 and reissues its IR, whose new copy travels the same
+/// two hops. The journey is that of the newest copy (`models/src/token.rs`, P9): the model's
+/// ghost restarted it only for a reissue in a user's step and added the two journeys (4 > 3
+/// hops: a false P9 violation).
+#[test]
+fn a_pip_reissue_in_a_delivery_starts_a_new_journey() {
+    let c = ModelConfig::star(
+        "PIP reissue by a delivery, star of 4, 2 locks",
+        &[
+            &["acquire R @1", "acquire IR", "release", "release @1"],
+            &["acquire IR", "release"],
+            &["priority 5", "acquire W @1", "release @1"],
+            &["priority 2", "acquire R", "release"],
+        ],
+    )
+    .with_locks(2)
+    .with_variant(pip());
+    let (r, _) = checked(&c);
+    fail_unless_ok(&c, &r);
+}
+
 /// The two PIP configurations (stale reissue, stale copy served by a token transfer).
 fn pip_configs() -> Vec<ModelConfig> {
     let a = ModelConfig::star(
@@ -1430,6 +1453,36 @@ fn a_conversion_keeps_every_property() {
     }
 }
 
+/// `spec/SPEC.md` 1.17 with 1.13 in the model's scripts: a `cancel` after a `convert` that
+/// was answered at once — here a downgrade, W to R — has nothing to withdraw and is
+/// skipped, so every script ends (the checker reported P5 when it waited for ever); and a
+/// `cancel` that follows nothing it could withdraw is refused when the configuration is
+/// read, not reported as a protocol violation.
+#[test]
+fn a_cancel_after_a_conversion_answered_at_once_is_skipped() {
+    let c = ModelConfig::star(
+        "convert star2: W to R (a downgrade), then cancel",
+        &[
+            &["acquire W", "convert R", "cancel", "release"],
+            &["acquire R", "release"],
+        ],
+    );
+    let (r, _) = checked(&c);
+    fail_unless_ok(&c, &r);
+    for script in [
+        &["cancel", "acquire R", "release"][..],
+        &["acquire R", "release", "cancel"],
+        &["acquire R", "try-convert W", "cancel", "release"],
+    ] {
+        let bad = ModelConfig::star("a cancel with nothing to withdraw", &[script, &["release"]]);
+        let e = bad.validate().unwrap_err();
+        assert!(
+            e.contains("must follow an acquire, try, upgrade or convert"),
+            "{e}"
+        );
+    }
+}
+
 // ------------------------------------------------ value block (`spec/SPEC.md` 1.15, P16)
 
 /// Value block configurations (`spec/SPEC.md` 1.15). Star: node 0 writes 1 under W and
@@ -1510,6 +1563,40 @@ fn a_blocking_notification_names_a_waiter_once_per_hold() {
     for c in blocking_configs() {
         pass(&c);
     }
+}
+
+/// A known hole in P17 (`spec/SPEC.md` 1.16, "What it guarantees"), kept red here until it
+/// is closed: in the chain 0 ← 1 ← 2, node 0's waiting Rule 7 upgrade freezes IR and R; node
+/// 1 relays the freeze to node 2, which meanwhile releases its R and takes IR again (by
+/// way of the token), and node 0's upgrade completes. The freeze still in flight then
+/// reaches node 2's new hold and tells it of a W that no longer waits, and leaves IR and
+/// R frozen there. A site cannot tell this stale freeze from a current one (its hold is
+/// new, its parent the same). P1–P5 hold; only the hint is wrong (a `hilock lock
+/// --signal-waiters` command would get one SIGUSR1 too many).
+#[test]
+fn a_freeze_in_flight_can_tell_a_new_hold_of_a_waiter_that_is_gone() {
+    let c = ModelConfig::chain(
+        "blocking chain3: a stale freeze reaches a new hold",
+        &[
+            &[
+                "acquire U",
+                "upgrade",
+                "release",
+                "acquire U",
+                "upgrade",
+                "release",
+            ],
+            &["acquire R", "release", "acquire R", "release"],
+            &["acquire R", "release", "acquire IR", "release"],
+        ],
+    );
+    let (r, _) = checked(&c);
+    assert_eq!(
+        r.violations(),
+        vec!["P17 a blocking notification names a waiter, once per hold"],
+        "{}",
+        r.render()
+    );
 }
 
 // ------------------------------------------------ forwarding (`spec/SPEC.md` 1.6, P9)
