@@ -801,11 +801,26 @@ fn check_names_every_script_operation_when_one_is_unknown() {
         "'release'",
         "'upgrade'",
         "'downgrade MODE'",
+        "'convert MODE'",
+        "'try-convert MODE'",
         "'cancel'",
         "'write V'",
         "'priority N'",
     ] {
         assert!(e.contains(op), "{op}: {e}");
+    }
+}
+
+/// A malformed operation of any form is named as it was written, not as the form it is
+/// read as (`try-convert W W` reads as `acquire W W`, `cancelx` as `releasex`).
+#[test]
+fn check_names_a_malformed_operation_as_written() {
+    for (op, shown, rewritten) in [
+        ("try-convert W W", "'try-convert W W'", "'acquire W W'"),
+        ("cancelx", "'cancelx'", "'releasex'"),
+    ] {
+        let e = check_refuses_star3_with(|v| v["scripts"][0][0] = op.into());
+        assert!(e.contains(shown) && !e.contains(rewritten), "{op}: {e}");
     }
 }
 

@@ -200,26 +200,44 @@ impl std::str::FromStr for ScriptOp {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
         use hilock_spec::scenario::Op;
+        // Each form reads as `acquire …` or `release …`; an error names what was written,
+        // not the rewritten text.
+        let unknown = || {
+            format!(
+                "unknown operation '{s}' (expected 'acquire MODE', 'try MODE', 'release', \
+                 'upgrade', 'downgrade MODE', 'convert MODE', 'try-convert MODE', 'cancel', \
+                 'write V' (each with an optional @LOCK) or 'priority N')"
+            )
+        };
+        let parse = |text: &str| {
+            Op::parse(text).map_err(|e| {
+                if e.starts_with("unknown operation") {
+                    unknown()
+                } else {
+                    e
+                }
+            })
+        };
         if let Some(rest) = s.trim_start().strip_prefix("try ") {
             // `try MODE [@LOCK]` reads as `acquire MODE [@LOCK]`.
-            return match Op::parse(&format!("acquire {rest}"))? {
+            return match parse(&format!("acquire {rest}"))? {
                 Op::Acquire(m, l) => Ok(ScriptOp::Try(m, l)),
-                _ => Err(format!("unknown operation '{s}'")),
+                _ => Err(unknown()),
             };
         }
         if let Some(rest) = s.trim_start().strip_prefix("downgrade ") {
             // `downgrade MODE [@LOCK]` reads as `acquire MODE [@LOCK]`.
-            return match Op::parse(&format!("acquire {rest}"))? {
+            return match parse(&format!("acquire {rest}"))? {
                 Op::Acquire(m, l) => Ok(ScriptOp::Downgrade(m, l)),
-                _ => Err(format!("unknown operation '{s}'")),
+                _ => Err(unknown()),
             };
         }
         for (word, wait) in [("convert ", true), ("try-convert ", false)] {
             if let Some(rest) = s.trim_start().strip_prefix(word) {
                 // `[try-]convert MODE [@LOCK]` reads as `acquire MODE [@LOCK]`.
-                return match Op::parse(&format!("acquire {rest}"))? {
+                return match parse(&format!("acquire {rest}"))? {
                     Op::Acquire(m, l) => Ok(ScriptOp::Convert(m, l, wait)),
-                    _ => Err(format!("unknown operation '{s}'")),
+                    _ => Err(unknown()),
                 };
             }
         }
@@ -229,29 +247,19 @@ impl std::str::FromStr for ScriptOp {
             let v: u8 = v
                 .parse()
                 .map_err(|_| format!("'{s}': the value is a number 0..=255"))?;
-            return match Op::parse(format!("release {lock}").trim_end())? {
+            return match parse(format!("release {lock}").trim_end())? {
                 Op::Release(l) => Ok(ScriptOp::Write(v, l)),
-                _ => Err(format!("unknown operation '{s}'")),
+                _ => Err(unknown()),
             };
         }
         if let Some(rest) = s.trim().strip_prefix("cancel") {
             // `cancel [@LOCK]` reads as `release [@LOCK]`.
-            return match Op::parse(&format!("release{rest}"))? {
+            return match parse(&format!("release{rest}"))? {
                 Op::Release(l) => Ok(ScriptOp::Cancel(l)),
-                _ => Err(format!("unknown operation '{s}'")),
+                _ => Err(unknown()),
             };
         }
-        let op = Op::parse(s).map_err(|e| {
-            if e.starts_with("unknown operation") {
-                format!(
-                    "unknown operation '{s}' (expected 'acquire MODE', 'try MODE', 'release', \
-                     'upgrade', 'downgrade MODE', 'convert MODE', 'try-convert MODE', 'cancel', \
-                     'write V' (each with an optional @LOCK) or 'priority N')"
-                )
-            } else {
-                e
-            }
-        })?;
+        let op = parse(s)?;
         match op {
             Op::Acquire(m, l) => Ok(ScriptOp::Acquire(m, l)),
             Op::Release(l) => Ok(ScriptOp::Release(l)),
