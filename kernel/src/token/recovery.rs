@@ -170,7 +170,7 @@ pub enum RecoveryError {
     TwoTokens(LockId),
     /// Two members report holds that conflict (Table 2.1): P1 was already broken.
     ConflictingHolds(LockId),
-    /// A member reports a pending upgrade without holding the token.
+    /// A member reports a pending upgrade or conversion without holding the token.
     UpgradeWithoutToken(NodeId),
     /// A reported queue entry is invalid (unknown requester, or Φ).
     BadEntry(LockId),
@@ -206,7 +206,10 @@ impl fmt::Display for RecoveryError {
                 write!(f, "members hold conflicting modes of {l}")
             }
             RecoveryError::UpgradeWithoutToken(n) => {
-                write!(f, "{n} reports a pending upgrade without the token")
+                write!(
+                    f,
+                    "{n} reports a pending upgrade or conversion without the token"
+                )
             }
             RecoveryError::BadEntry(l) => write!(f, "invalid queue entry reported for {l}"),
             RecoveryError::QueueOverflow(l) => write!(f, "the rebuilt queue of {l} does not fit"),
@@ -1057,12 +1060,14 @@ mod tests {
             rebuild::<4, 4>(1, &m, &r),
             Err(RecoveryError::TwoTokens(L0))
         );
-        let mut r = ok.clone();
-        r[1].pending = Pending::Upgrade;
-        assert_eq!(
-            rebuild::<4, 4>(1, &m, &r),
-            Err(RecoveryError::UpgradeWithoutToken(NodeId(1)))
-        );
+        for pending in [Pending::Upgrade, Pending::Convert(Mode::W)] {
+            let mut r = ok.clone();
+            r[1].pending = pending;
+            assert_eq!(
+                rebuild::<4, 4>(1, &m, &r),
+                Err(RecoveryError::UpgradeWithoutToken(NodeId(1)))
+            );
+        }
         let mut r = ok.clone();
         r[1].queue.push(entry(7, Mode::R, 1)).unwrap();
         assert_eq!(rebuild::<4, 4>(1, &m, &r), Err(RecoveryError::BadEntry(L0)));
