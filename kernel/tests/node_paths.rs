@@ -793,24 +793,19 @@ fn an_own_try_that_comes_back_goes_on_to_the_parent() {
     assert_eq!(site.lock(L).unwrap().pending(), Pending::Try(e));
 }
 
-/// A node's own pending try that comes back after the token reached it (here a token
-/// answering no pending request, kept as a stale token) is decided as the token node's
-/// own try: granted where Rule 3.2 would grant it, refused with `WouldBlock` where Rule
-/// 4.2 would queue it (the sender of the token still owns R) — either way in that one
-/// output, with nothing sent, and no longer pending.
+/// A stale token (one answering no pending request) that reaches a node whose try is still
+/// travelling makes it the token node, and the token node decides that try at once
+/// (`on_token`, `spec/SPEC.md` 1.12, "A stale token decides the try"): granted where Rule
+/// 3.2 would grant it, refused with `WouldBlock` where Rule 4.2 would queue it (the sender
+/// of the token still owns R) — either way in that step, with nothing sent, and no longer
+/// pending. The copy of the try that comes back afterwards is stale: no output at all.
 #[test]
-fn an_own_try_that_comes_back_to_the_token_is_decided_there() {
+fn a_stale_token_decides_the_pending_try_and_its_copy_is_stale_after() {
     for (sender_owned, granted) in [(Mode::Phi, true), (Mode::R, false)] {
         let (mut site, e) = pending_try(Mode::W);
         let token = token_msg(entry(1, Mode::W, e.serial + 7, 0), sender_owned, &[]);
-        deliver_to(&mut site, 0, &token).unwrap();
+        let out = deliver_to(&mut site, 0, &token).unwrap();
         assert!(site.lock(L).unwrap().has_token());
-        let back = Msg::TryRequest {
-            lock: L,
-            entry: e,
-            hop: 1,
-        };
-        let out = deliver_to(&mut site, 2, &back).unwrap();
         let outcome = out.iter().find_map(|o| match o {
             Output::Granted { mode, .. } => Some(Ok(*mode)),
             Output::WouldBlock { mode, .. } => Some(Err(*mode)),
@@ -821,6 +816,14 @@ fn an_own_try_that_comes_back_to_the_token_is_decided_there() {
         assert_eq!(out.len(), 1, "decided here, nothing sent: {out:?}");
         assert_eq!(site.lock(L).unwrap().pending(), Pending::None);
         let held = if granted { Mode::W } else { Mode::Phi };
+        assert_eq!(site.lock(L).unwrap().held(), held);
+        let back = Msg::TryRequest {
+            lock: L,
+            entry: e,
+            hop: 1,
+        };
+        let out = deliver_to(&mut site, 2, &back).unwrap();
+        assert!(out.is_empty(), "the copy is stale: {out:?}");
         assert_eq!(site.lock(L).unwrap().held(), held);
     }
 }

@@ -945,3 +945,59 @@ fn regression_pip_raised_record_gets_the_frozen_modes() {
     ];
     run_and_drain(Inheritance::Pip, Forwarding::Thesis, &actions).unwrap();
 }
+
+/// Fixed regression for a try that outlived its token (`spec/SPEC.md` 1.12, 1.13, P4): the
+/// run `runs_with_writes_complete_every_request` shrank to after 400,000 cases. n3 asked
+/// for U on L1, raised its priority (a PIP reissue of the request) and cancelled it; the
+/// first copy was answered with the token (released: cancelled), and the reissue, served
+/// later, brought the token back to n3 while n3's new try for IR travelled on. A node
+/// holding IR on the way copy-granted the try, and n3, now the token node, dropped that
+/// grant as stale: the try was never answered. The token node now decides its own try when
+/// such a stale token arrives, as when the try comes back to it.
+#[test]
+fn a_stale_token_decides_the_receivers_travelling_try() {
+    let actions = vec![
+        Action::TryAcquire(1, 1, Mode::IR),
+        Action::Acquire(0, 0, Mode::IW),
+        Action::Deliver(0),
+        Action::Deliver(0),
+        Action::Acquire(3, 1, Mode::U),
+        Action::TryAcquire(2, 0, Mode::IR),
+        Action::Release(1, 1),
+        Action::Acquire(3, 0, Mode::IR),
+        Action::SetPriority(3, 1),
+        Action::Cancel(3, 1),
+        Action::Deliver(0),
+        Action::Deliver(0),
+        Action::Deliver(0),
+        Action::Deliver(1051016502865779324),
+        Action::Deliver(7606259179704057613),
+        Action::Deliver(4878347563280133191),
+        Action::TryAcquire(2, 1, Mode::U),
+        Action::Deliver(6323315943146732),
+        Action::TryAcquire(1, 1, Mode::IR),
+        Action::Deliver(18977832830636),
+        Action::TryAcquire(0, 1, Mode::R),
+        Action::Acquire(0, 0, Mode::IR),
+        Action::Deliver(168705975506995285),
+        Action::Deliver(11645993334129364897),
+        Action::Deliver(6840405550872943682),
+        Action::Deliver(5989673329784320813),
+        Action::Acquire(1, 0, Mode::R),
+        Action::Deliver(1102092274090946287),
+        Action::Deliver(3563392448240992858),
+        Action::Deliver(0),
+        Action::Deliver(0),
+        Action::Deliver(2497043714966631769),
+        Action::Deliver(2269445438336641063),
+        Action::Acquire(0, 0, Mode::IR),
+        Action::TryAcquire(3, 1, Mode::IR),
+        Action::Deliver(8932728414398518505),
+        Action::Deliver(4982443184046170065),
+        Action::Acquire(0, 0, Mode::IR),
+        Action::Acquire(0, 0, Mode::IR),
+        Action::Acquire(0, 0, Mode::IR),
+        Action::Acquire(0, 0, Mode::IR),
+    ];
+    run_and_drain(Inheritance::Pip, Forwarding::Thesis, &actions).unwrap();
+}

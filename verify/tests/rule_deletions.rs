@@ -134,6 +134,17 @@ const ROWS: &[Row] = &[
         filter: "a_stale_token_requeues_the_current_request_kept_at_another_node",
     },
     Row {
+        rule: "own try decided on a stale token: the token node answers the try still travelling (on_token)",
+        rules: &[Rule::OwnRequestRequeued],
+        file: "kernel/src/token/node.rs",
+        from: "        if let Pending::Try(p) = own {",
+        to: "        if let (false, Pending::Try(p)) = (true, own) {",
+        also: &[],
+        package: "hilock-spec",
+        target: "robustness",
+        filter: "a_stale_token_decides_the_receivers_travelling_try",
+    },
+    Row {
         rule: "no grant to the parent: a non-token node never serves a request of its parent (may_serve)",
         rules: &[],
         file: "kernel/src/token/node.rs",

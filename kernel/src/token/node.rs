@@ -1173,21 +1173,13 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
                 cx.fire(Rule::StaleRequest);
                 return Ok(());
             }
-            // Our own try came back to us: on to the parent, or (the token moved here
-            // meanwhile) decided here as the token node's own try.
+            // Our own try came back to us: on to the parent. (A token node decides its try
+            // when the token arrives, `on_token`; were one still pending here, it is
+            // decided the same way.)
             if !self.has_token() {
                 return self.forward_try(cx, entry);
             }
-            self.pending = Pending::None;
-            if core::mem::take(&mut self.cancelled) {
-                // A cancelled try ends here, neither granted nor refused (`spec/SPEC.md` 1.13).
-                cx.fire(Rule::Cancel);
-                return Ok(());
-            }
-            if waits_here || !self.enter_at_token(cx, entry.mode, entry.prio)? {
-                refuse_own_try(cx, entry.mode)?;
-            }
-            return Ok(());
+            return self.decide_own_try(cx, entry);
         }
         if self.has_token() {
             // Rule 3.2; where Rule 4.2 would queue it (and Rule 6 freeze for it): refused.
@@ -1205,6 +1197,28 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
             // Rule 4.1, Table 3.2 F.
             self.forward_try(cx, entry)
         }
+    }
+
+    /// The token node's own try `entry` (pending here): granted at once where Rule 3.2 allows
+    /// it and no queued request conflicts, refused ([`Output::WouldBlock`]) otherwise; a
+    /// cancelled one just ends (`spec/SPEC.md` 1.12, 1.13). Copies of the try still in
+    /// flight are stale from here on (`StaleRequest`, `StaleGrant`, `StaleBusy`).
+    fn decide_own_try<S: Sink<Output<Msg<Q>>>>(
+        &mut self,
+        cx: &mut Ctx<'_, Q, S>,
+        entry: QueueEntry,
+    ) -> Result<(), KernelError> {
+        let waits_here = self.queue_conflicts(entry.mode);
+        self.pending = Pending::None;
+        if core::mem::take(&mut self.cancelled) {
+            // A cancelled try ends here, neither granted nor refused (`spec/SPEC.md` 1.13).
+            cx.fire(Rule::Cancel);
+            return Ok(());
+        }
+        if waits_here || !self.enter_at_token(cx, entry.mode, entry.prio)? {
+            refuse_own_try(cx, entry.mode)?;
+        }
+        Ok(())
     }
 
     /// The answer to a try request that would have to wait: [`Msg::Busy`] to its requester.
@@ -1413,6 +1427,14 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         }
         self.queue = merged;
         self.recompute_frozen(cx.variant, cx.effective);
+        if let Pending::Try(p) = own {
+            // The token answered an older, withdrawn request of ours while our try travels
+            // on: as the token node we decide the try now (as when it comes back to us).
+            // Otherwise a copy grant for it, arriving here at the token node, is dropped as
+            // stale and the try never ends (P4; found by a 400,000-case random run).
+            cx.fire(Rule::OwnRequestRequeued);
+            self.decide_own_try(cx, p)?;
+        }
         self.check_queue(cx)?;
         // `spec/SPEC.md` 1.16, Rule 8.2: requests that arrived with the token and wait
         // behind the hold it granted here.
