@@ -119,6 +119,21 @@ fn start_with(extra: &str, up: &[usize]) -> Cluster {
     for &id in up {
         wait_serving(&c.socket(id));
     }
+    // The socket is up before the nodes agree on the run's generation; a node stopped
+    // before that does not suspend, so a test that stops one first waits for the agreement.
+    if up.len() == 3 {
+        for &id in up {
+            let t = Instant::now();
+            while !c.log(id).contains("every node offered a generation") {
+                assert!(
+                    t.elapsed() < Duration::from_secs(20),
+                    "node {id} agrees on a generation:\n{}",
+                    c.log(id)
+                );
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+    }
     c
 }
 
