@@ -123,36 +123,50 @@ async fn work<const N: usize>(
     limits: WorkLimits,
     command: &[String],
 ) -> Result<ExitCode, String> {
-    use hilock_runtime::bakery::ident::{agree_lease, RegisterError, Registration};
+    use hilock_runtime::bakery::ident::{agree_lease, Incarnation, Registration};
     if command.is_empty() {
         return Err("no command given".into());
     }
     let prefix = format!("hilock:bakery:q:{name}");
-    // Every worker of the queue counts leases alike (`ident::agree_lease`).
-    agree_lease(addrs, &prefix, opts.lease, opts.call_timeout)
-        .await
-        .map_err(|e| format!("queue {name}: {e}"))?;
+    // SIGINT, SIGTERM and SIGHUP end the worker while it waits (for the replicas, for an
+    // item, or to register again): once a command ran, its signal handling (passed on to
+    // the group) stays installed in this process, and the signals would otherwise do
+    // nothing. A signal while a command runs goes to the command; one left pending ends
+    // the worker at its next wait.
+    let mut signals = hilock_runtime::proc::StopSignals::new()?;
+    let stopped = |sig: u8| -> Result<ExitCode, String> {
+        eprintln!("hilock: queue {name}: stopped by signal {sig}");
+        Ok(ExitCode::from(128 + sig))
+    };
+    // Every worker of the queue counts leases alike (`ident::agree_lease`). Replicas that
+    // do not answer are waited for as an item is (`--timeout-ms`).
+    let agree = || agree_lease(addrs, &prefix, opts.lease, opts.call_timeout);
+    match until_majority(name, limits.wait, &mut signals, agree).await? {
+        Reached::Got(()) => {}
+        Reached::Signal(sig) => return stopped(sig),
+        Reached::InUse(e) => return Err(format!("queue {name}: {e}")),
+    }
     // Two workers with one id would write one column: both could take the same item with
     // the same fence. The id is registered as `hilock bakery lock` registers it, and kept
     // while the worker runs.
     let id = opts.client_id;
     let mut worked = 0u64;
-    // SIGINT, SIGTERM and SIGHUP end the worker while it waits (for an item, or to
-    // register again): once a command ran, its signal handling (passed on to the group)
-    // stays installed in this process, and the signals would otherwise do nothing. A
-    // signal while a command runs goes to the command; one left pending ends the worker
-    // at its next wait.
-    let mut signals = hilock_runtime::proc::StopSignals::new()?;
+    // One token for every attempt, also after a lapse (`ident`: a replica that executes
+    // an earlier attempt late holds this worker's own token, not another's).
+    let incarnation = Incarnation::new();
     loop {
-        let mut kept =
-            match Registration::register(addrs, &prefix, id, opts.lease, opts.call_timeout).await {
-                Ok(r) => r.keep(),
-                Err(e @ RegisterError::InUse { .. }) => {
-                    eprintln!("hilock: queue {name}: {e}; no further item is taken");
-                    return Ok(ExitCode::from(EXIT_ID_IN_USE));
-                }
-                Err(e) => return Err(format!("queue {name}: {e}")),
-            };
+        let register = || {
+            let (prefix, lease, ct) = (&prefix, opts.lease, opts.call_timeout);
+            Registration::register_as(addrs, prefix, id, lease, ct, incarnation.clone())
+        };
+        let mut kept = match until_majority(name, limits.wait, &mut signals, register).await? {
+            Reached::Got(r) => r.keep(),
+            Reached::InUse(e) => {
+                eprintln!("hilock: queue {name}: {e}; no further item is taken");
+                return Ok(ExitCode::from(EXIT_ID_IN_USE));
+            }
+            Reached::Signal(sig) => return stopped(sig),
+        };
         let r = work_items::<N>(
             name,
             addrs,
@@ -193,11 +207,7 @@ async fn work<const N: usize>(
                 );
                 tokio::select! {
                     () = tokio::time::sleep(opts.lease) => {}
-                    sig = signals.recv() => {
-                        let sig = sig?;
-                        eprintln!("hilock: queue {name}: stopped by signal {sig}");
-                        return Ok(ExitCode::from(128 + sig));
-                    }
+                    sig = signals.recv() => return stopped(sig?),
                 }
             }
             // Writes of an interrupted step may still be on their way: the registration
@@ -206,6 +216,57 @@ async fn work<const N: usize>(
                 kept.lapse();
                 return Err(e);
             }
+        }
+    }
+}
+
+/// What [`until_majority`] ended with.
+enum Reached<T> {
+    /// A majority answered: what the attempt gave.
+    Got(T),
+    /// The id is in use ([`RegisterError::InUse`]).
+    InUse(hilock_runtime::bakery::ident::RegisterError),
+    /// A signal (its number) came while waiting.
+    Signal(u8),
+}
+
+/// Runs `attempt` (agreeing on the lease, or registering the id) until a majority of the
+/// replicas answered it: again every [`REGISTER_RETRY`] while it got none (an attempt that
+/// got no majority gave back what it took), saying so once on stderr after
+/// [`WAIT_NOTICE`], until `wait` (none: for ever; then one line naming the missing replicas
+/// and exit 2) or a stop signal.
+async fn until_majority<T, F, Fut>(
+    name: &str,
+    wait: Option<Duration>,
+    signals: &mut hilock_runtime::proc::StopSignals,
+    mut attempt: F,
+) -> Result<Reached<T>, String>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, hilock_runtime::bakery::ident::RegisterError>>,
+{
+    use hilock_runtime::bakery::ident::RegisterError;
+    let start = tokio::time::Instant::now();
+    let mut said = false;
+    loop {
+        let e = match attempt().await {
+            Ok(t) => return Ok(Reached::Got(t)),
+            Err(e @ RegisterError::InUse { .. }) => return Ok(Reached::InUse(e)),
+            Err(RegisterError::Invalid(e)) => return Err(format!("queue {name}: {e}")),
+            Err(RegisterError::NoQuorum(e)) => e,
+        };
+        if let Some(w) = wait.filter(|w| start.elapsed() + REGISTER_RETRY >= *w) {
+            return Err(format!(
+                "queue {name}: {e} (gave up after {} ms)",
+                w.as_millis()
+            ));
+        }
+        if start.elapsed() >= WAIT_NOTICE && !std::mem::replace(&mut said, true) {
+            eprintln!("hilock: queue {name}: waiting for a majority of the replicas: {e}");
+        }
+        tokio::select! {
+            () = tokio::time::sleep(REGISTER_RETRY) => {}
+            sig = signals.recv() => return Ok(Reached::Signal(sig?)),
         }
     }
 }
@@ -490,6 +551,10 @@ const CLIENT_IDS: std::ops::RangeInclusive<u16> = 1..=31;
 /// for the replicas until its timeout).
 const REGISTER_RETRY: Duration = Duration::from_millis(100);
 
+/// How long a queue worker waits for a majority of the replicas before it says so (a
+/// shorter wait ends with one line: the answer or the error).
+const WAIT_NOTICE: Duration = Duration::from_secs(1);
+
 /// `hilock bakery lock`: registers the client id on the replicas (refused with
 /// [`EXIT_ID_IN_USE`] while another client holds it; without `client_id`, the first id in a
 /// random order whose registration succeeds), acquires `name`, runs `command` under it
@@ -504,7 +569,7 @@ async fn lock<const N: usize>(
     grace: Duration,
     command: &[String],
 ) -> Result<ExitCode, String> {
-    use hilock_runtime::bakery::ident::{agree_lease, RegisterError, Registration};
+    use hilock_runtime::bakery::ident::{agree_lease, Incarnation, RegisterError, Registration};
     use rand::seq::SliceRandom;
     let prefix = format!("hilock:bakery:{name}");
     // A derived id is as safe as a given one: it is used only once its registration on a
@@ -519,8 +584,11 @@ async fn lock<const N: usize>(
     // took, so it can be tried again.
     let deadline = tokio::time::Instant::now() + timeout;
     let mut registered = None;
-    // The lease is agreed once; the ids are tried only after that.
+    // The lease is agreed once; the ids are tried only after that, each attempt with one
+    // token (`ident`: a paused replica that executes an earlier attempt late holds this
+    // client's own token, which must not count as the id in use).
     let mut agreed = false;
+    let incarnation = Incarnation::new();
     'search: loop {
         let mut no_quorum = None;
         if !agreed {
@@ -532,7 +600,17 @@ async fn lock<const N: usize>(
         }
         let tried: &[u16] = if agreed { &ids } else { &[] };
         for &id in tried {
-            match Registration::register(addrs, &prefix, id, opts.lease, opts.call_timeout).await {
+            let again = incarnation.clone();
+            match Registration::register_as(
+                addrs,
+                &prefix,
+                id,
+                opts.lease,
+                opts.call_timeout,
+                again,
+            )
+            .await
+            {
                 Ok(r) => {
                     registered = Some((id, r));
                     break 'search;

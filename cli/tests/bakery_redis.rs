@@ -2070,6 +2070,88 @@ fn a_second_worker_with_an_id_in_use_is_refused() {
     assert_eq!(code, Some(0), "{err}");
 }
 
+/// A worker started while two replicas of three are paused (SIGSTOP) waits for a majority
+/// until its `--timeout-ms`, says so in one line, and works the item once they continue.
+/// Before, agreeing on the lease was tried once: the worker exited 2 after the 500 ms call
+/// timeout whatever its `--timeout-ms` (`docs/cli.md`, "`hilock bakery queue`").
+#[test]
+fn a_worker_started_during_a_majority_outage_waits_for_the_replicas() {
+    if !have_redis() {
+        return;
+    }
+    let reps = Replicas::start(3);
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("history");
+    push_item(&reps.addrs, "late", "one");
+    let pids: Vec<u32> = reps.children[..2]
+        .iter()
+        .map(|c| c.as_ref().unwrap().id())
+        .collect();
+    for &p in &pids {
+        signal(p, "-STOP");
+    }
+    let mut w = spawn_worker(&reps.addrs, "late", 1, 1000, &logging(&log, 20));
+    std::thread::sleep(Duration::from_millis(1500));
+    let early = w.0.try_wait().unwrap();
+    for &p in &pids {
+        signal(p, "-CONT");
+    }
+    assert_eq!(early, None, "the worker waits for a majority");
+    let (code, err) = finish(&mut w, Duration::from_secs(20));
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(ends(&log), 1, "{err}");
+    let waits = err.lines().filter(|l| l.contains("waiting for a majority"));
+    assert_eq!(waits.count(), 1, "one line: {err}");
+}
+
+/// An idle worker (no `--exit-when-empty`) whose registration runs out while two replicas
+/// of three are paused for longer than its lease registers again once they continue and
+/// takes the item pushed then. Before, the new registration was tried once: it exited 2
+/// (no majority) or 78 (the replica still up held the worker's own earlier registration,
+/// taken for another client's) (`docs/faults.md`, "Bakery").
+#[test]
+fn an_idle_worker_outlives_a_majority_outage_longer_than_its_lease() {
+    if !have_redis() {
+        return;
+    }
+    let reps = Replicas::start(3);
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("history");
+    use std::os::unix::process::CommandExt;
+    let child = Command::new(env!("CARGO_BIN_EXE_hilock"))
+        .args(["bakery", "queue", "work", "idle", "--replicas"])
+        .arg(reps.addrs.join(","))
+        .args(["--client-id", "2", "--lease-ms", "1000", "--max-items", "1"])
+        .arg("--")
+        .args(logging(&log, 20))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    let mut w = WorkerProc(child);
+    std::thread::sleep(Duration::from_millis(1000));
+    let pids: Vec<u32> = reps.children[..2]
+        .iter()
+        .map(|c| c.as_ref().unwrap().id())
+        .collect();
+    for &p in &pids {
+        signal(p, "-STOP");
+    }
+    std::thread::sleep(Duration::from_millis(2500));
+    let during = w.0.try_wait().unwrap();
+    for &p in &pids {
+        signal(p, "-CONT");
+    }
+    assert_eq!(during, None, "the worker waits out the outage");
+    std::thread::sleep(Duration::from_millis(500));
+    push_item(&reps.addrs, "idle", "after");
+    let (code, err) = finish(&mut w, Duration::from_secs(20));
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(ends(&log), 1, "{err}");
+    assert!(err.contains("ran out"), "{err}");
+}
+
 /// A replica killed while three workers drain 16 items: every item is still worked
 /// exactly once.
 #[test]

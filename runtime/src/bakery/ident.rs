@@ -18,6 +18,13 @@
 //! client that ends gives its keys back at once (a script that deletes a key only while it
 //! holds its own token).
 //!
+//! A client that tries again — its attempt got no majority, or its registration ran out
+//! while it kept running (paused, or cut off from a majority) — registers with the same
+//! token ([`Registration::register_as`]): a replica that holds it took no other client's
+//! since, so it counts as taken. With a new token each time, a paused replica that
+//! executes an earlier attempt when it continues holds the client's own token, and the
+//! client was refused as if another held the id.
+//!
 //! Not covered: a replica that restarts without its data forgets the registrations it held
 //! (as it forgets the bakery's own entries).
 
@@ -83,6 +90,18 @@ enum Answer {
     Failed(String),
 }
 
+/// A registration's incarnation token (random, one per client run).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Incarnation(String);
+
+impl Incarnation {
+    /// A new random token: one per client run.
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> Incarnation {
+        Incarnation(format!("{:032x}", rand::random::<u128>()))
+    }
+}
+
 /// The id `id` registered on the replicas with one incarnation token.
 #[derive(Debug)]
 pub struct Registration {
@@ -102,13 +121,39 @@ pub fn client_key(prefix: &str, id: u16) -> String {
 }
 
 impl Registration {
-    /// Registers client `id` under `prefix` on the replicas `addrs` for `ttl`.
+    /// Registers client `id` under `prefix` on the replicas `addrs` for `ttl`, with a new
+    /// incarnation token.
     pub async fn register(
         addrs: &[String],
         prefix: &str,
         id: u16,
         ttl: Duration,
         call_timeout: Duration,
+    ) -> Result<Registration, RegisterError> {
+        Self::claim(addrs, prefix, id, ttl, call_timeout, Incarnation::new()).await
+    }
+
+    /// [`Registration::register`] with `incarnation`, this client run's token for every
+    /// attempt (see the module's text): a replica that holds it counts as taken, so
+    /// [`RegisterError::InUse`] means that another client holds the id.
+    pub async fn register_as(
+        addrs: &[String],
+        prefix: &str,
+        id: u16,
+        ttl: Duration,
+        call_timeout: Duration,
+        incarnation: Incarnation,
+    ) -> Result<Registration, RegisterError> {
+        Self::claim(addrs, prefix, id, ttl, call_timeout, incarnation).await
+    }
+
+    async fn claim(
+        addrs: &[String],
+        prefix: &str,
+        id: u16,
+        ttl: Duration,
+        call_timeout: Duration,
+        incarnation: Incarnation,
     ) -> Result<Registration, RegisterError> {
         let replicas = addrs
             .iter()
@@ -127,7 +172,7 @@ impl Registration {
                 "client id registration: the lease must be at least 4 ms".into(),
             ));
         }
-        let token = format!("{:032x}", rand::random::<u128>());
+        let token = incarnation.0;
         let mut reg = Registration {
             conns: vec![None; replicas.len()],
             replicas,
