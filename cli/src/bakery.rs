@@ -134,6 +134,7 @@ async fn work<const N: usize>(
     // nothing. A signal while a command runs goes to the command; one left pending ends
     // the worker at its next wait.
     let mut signals = hilock_runtime::proc::StopSignals::new()?;
+    let what = format!("queue {name}");
     let stopped = |sig: u8| -> Result<ExitCode, String> {
         eprintln!("hilock: queue {name}: stopped by signal {sig}");
         Ok(ExitCode::from(128 + sig))
@@ -141,7 +142,7 @@ async fn work<const N: usize>(
     // Every worker of the queue counts leases alike (`ident::agree_lease`). Replicas that
     // do not answer are waited for as an item is (`--timeout-ms`).
     let agree = || agree_lease(addrs, &prefix, opts.lease, opts.call_timeout);
-    match until_majority(name, limits.wait, &mut signals, agree).await? {
+    match until_majority(&what, limits.wait, Some(&mut signals), agree).await? {
         Reached::Got(()) => {}
         Reached::Signal(sig) => return stopped(sig),
         Reached::InUse(e) => return Err(format!("queue {name}: {e}")),
@@ -159,14 +160,15 @@ async fn work<const N: usize>(
             let (prefix, lease, ct) = (&prefix, opts.lease, opts.call_timeout);
             Registration::register_as(addrs, prefix, id, lease, ct, incarnation.clone())
         };
-        let mut kept = match until_majority(name, limits.wait, &mut signals, register).await? {
-            Reached::Got(r) => r.keep(),
-            Reached::InUse(e) => {
-                eprintln!("hilock: queue {name}: {e}; no further item is taken");
-                return Ok(ExitCode::from(EXIT_ID_IN_USE));
-            }
-            Reached::Signal(sig) => return stopped(sig),
-        };
+        let mut kept =
+            match until_majority(&what, limits.wait, Some(&mut signals), register).await? {
+                Reached::Got(r) => r.keep(),
+                Reached::InUse(e) => {
+                    eprintln!("hilock: queue {name}: {e}; no further item is taken");
+                    return Ok(ExitCode::from(EXIT_ID_IN_USE));
+                }
+                Reached::Signal(sig) => return stopped(sig),
+            };
         let r = work_items::<N>(
             name,
             addrs,
@@ -234,11 +236,11 @@ enum Reached<T> {
 /// replicas answered it: again every [`REGISTER_RETRY`] while it got none (an attempt that
 /// got no majority gave back what it took), saying so once on stderr after
 /// [`WAIT_NOTICE`], until `wait` (none: for ever; then one line naming the missing replicas
-/// and exit 2) or a stop signal.
+/// and exit 2) or a stop signal. `what`: "queue NAME" or "lock NAME", for the lines.
 async fn until_majority<T, F, Fut>(
-    name: &str,
+    what: &str,
     wait: Option<Duration>,
-    signals: &mut hilock_runtime::proc::StopSignals,
+    mut signals: Option<&mut hilock_runtime::proc::StopSignals>,
     mut attempt: F,
 ) -> Result<Reached<T>, String>
 where
@@ -252,21 +254,24 @@ where
         let e = match attempt().await {
             Ok(t) => return Ok(Reached::Got(t)),
             Err(e @ RegisterError::InUse { .. }) => return Ok(Reached::InUse(e)),
-            Err(RegisterError::Invalid(e)) => return Err(format!("queue {name}: {e}")),
+            Err(RegisterError::Invalid(e)) => return Err(format!("{what}: {e}")),
             Err(RegisterError::NoQuorum(e)) => e,
         };
         if let Some(w) = wait.filter(|w| start.elapsed() + REGISTER_RETRY >= *w) {
-            return Err(format!(
-                "queue {name}: {e} (gave up after {} ms)",
-                w.as_millis()
-            ));
+            return Err(format!("{what}: {e} (gave up after {} ms)", w.as_millis()));
         }
         if start.elapsed() >= WAIT_NOTICE && !std::mem::replace(&mut said, true) {
-            eprintln!("hilock: queue {name}: waiting for a majority of the replicas: {e}");
+            eprintln!("hilock: {what}: waiting for a majority of the replicas: {e}");
         }
+        let signal = async {
+            match signals.as_deref_mut() {
+                Some(s) => s.recv().await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             () = tokio::time::sleep(REGISTER_RETRY) => {}
-            sig = signals.recv() => return Ok(Reached::Signal(sig?)),
+            sig = signal => return Ok(Reached::Signal(sig?)),
         }
     }
 }
@@ -648,18 +653,6 @@ async fn lock<const N: usize>(
         return Ok(ExitCode::from(EXIT_ID_IN_USE));
     };
     opts.client_id = id;
-    let mut lock = match hilock_runtime::bakery::BakeryLock::<N>::redis(name, addrs, opts) {
-        Ok(l) => l,
-        Err(e) => {
-            reg.give_back().await;
-            return Err(e.to_string());
-        }
-    };
-    // Each entry that is not hilock's, once, when it is met: that replica's answer counts
-    // as missing.
-    let lock_name = name.to_string();
-    lock.on_malformed(move |text| eprintln!("hilock: lock {lock_name}: {text}"));
-    let mut kept = reg.keep();
     let lapsed = |until: tokio::time::Instant| {
         format!(
             "lock {name}: the registration of client id {id} was not renewed in time \
@@ -669,24 +662,56 @@ async fn lock<const N: usize>(
                 .as_millis()
         )
     };
-    // Waiting in line writes the id's column: only while the registration holds.
-    // The timeout covers the registration and the wait in line together.
-    let acquired = match kept
-        .while_held(lock.acquire(deadline.saturating_duration_since(tokio::time::Instant::now())))
-        .await
-    {
-        Ok(r) => r.map_err(|e| e.to_string()),
-        Err(until) => Err(lapsed(until)),
-    };
-    let token = match acquired {
-        Ok(t) => t,
-        Err(e) => {
-            // Requests of the given-up acquire may still be on their way to a replica; a new
-            // client with this id must not start before they land, or one of them may
+    let left = || deadline.saturating_duration_since(tokio::time::Instant::now());
+    let (lock, kept, token) = loop {
+        let mut lock = match hilock_runtime::bakery::BakeryLock::<N>::redis(name, addrs, opts) {
+            Ok(l) => l,
+            Err(e) => {
+                reg.give_back().await;
+                return Err(e.to_string());
+            }
+        };
+        // Each entry that is not hilock's, once, when it is met: that replica's answer
+        // counts as missing.
+        let lock_name = name.to_string();
+        lock.on_malformed(move |text| eprintln!("hilock: lock {lock_name}: {text}"));
+        let mut kept = reg.keep();
+        // Waiting in line writes the id's column: only while the registration holds.
+        // The timeout covers the registration and the wait in line together.
+        let acquired = match kept.while_held(lock.acquire(left())).await {
+            Ok(r) => r.map_err(|e| (e.to_string(), false)),
+            Err(until) => Err((lapsed(until), true)),
+        };
+        match acquired {
+            Ok(t) => break (lock, kept, t),
+            // Requests of the given-up acquire may still be on their way to a replica; a
+            // new client with this id must not start before they land, or one of them may
             // overwrite its column (`spec/counterexamples/bakery-restart-in-flight.json`).
             // So the registration runs out (one lease) instead of being given back.
-            kept.lapse();
-            return Err(e);
+            Err((e, true)) if left() > opts.lease + REGISTER_RETRY => {
+                // The registration ran out while waiting in line (paused, or no majority
+                // for longer than a lease): as a new client, one lease later.
+                kept.lapse();
+                eprintln!("hilock: {e}; it waits in line again after one lease");
+                tokio::time::sleep(opts.lease).await;
+                let register = || {
+                    let (prefix, lease, ct) = (&prefix, opts.lease, opts.call_timeout);
+                    Registration::register_as(addrs, prefix, id, lease, ct, incarnation.clone())
+                };
+                let what = format!("lock {name}");
+                reg = match until_majority(&what, Some(left()), None, register).await? {
+                    Reached::Got(r) => r,
+                    Reached::InUse(e) => {
+                        eprintln!("hilock: lock {name}: {e}; the command did not run");
+                        return Ok(ExitCode::from(EXIT_ID_IN_USE));
+                    }
+                    Reached::Signal(sig) => return Ok(ExitCode::from(128 + sig)),
+                };
+            }
+            Err((e, _)) => {
+                kept.lapse();
+                return Err(e);
+            }
         }
     };
     let mut watch = BakeryWatch {

@@ -807,6 +807,58 @@ fn registration_waits_for_paused_replicas_until_the_timeout() {
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "granted");
 }
 
+/// A client waiting in line whose registration runs out while two replicas of three are
+/// paused for longer than its lease waits in line again as a new client, one lease later,
+/// once a majority answers, and runs its command within its `--timeout-ms`. Before, it
+/// exited 2 ("the registration of client id 2 was not renewed in time") although its
+/// timeout had 7 s left (`docs/cli.md`, "`hilock bakery lock`").
+#[test]
+fn a_waiting_client_outlives_a_majority_outage_longer_than_its_lease() {
+    if !have_redis() {
+        return;
+    }
+    let r = Replicas::start(3);
+    let addrs = r.addrs.join(",");
+    let mut holder = bakery_lock(&addrs, "outage", 1, 1000, "echo held; sleep 1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert_eq!(
+        first_line(&mut holder, Duration::from_secs(10)).trim(),
+        "held"
+    );
+    let mut waiter = bakery_lock(&addrs, "outage", 2, 1000, "echo granted")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let pids: Vec<u32> = r.children[..2]
+        .iter()
+        .map(|c| c.as_ref().unwrap().id())
+        .collect();
+    for &p in &pids {
+        signal(p, "-STOP");
+    }
+    std::thread::sleep(Duration::from_millis(2500));
+    let during = waiter.try_wait().unwrap();
+    for &p in &pids {
+        signal(p, "-CONT");
+    }
+    let _ = holder.wait();
+    let t = Instant::now();
+    while during.is_none() && waiter.try_wait().unwrap().is_none() {
+        assert!(t.elapsed() < Duration::from_secs(20), "exits within 20 s");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = waiter.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "granted");
+    assert!(err.contains("waits in line again"), "{err}");
+}
+
 /// One replica of three paused (SIGSTOP): a quorum still answers, so the lock is taken as
 /// if all were up, even with a 500 ms lease. The registration waited for every replica's
 /// answer (or its 500 ms call timeout) at each renewal, so with a 500 ms or 1,000 ms lease
