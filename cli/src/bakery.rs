@@ -226,7 +226,7 @@ async fn work<const N: usize>(
 enum Reached<T> {
     /// A majority answered: what the attempt gave.
     Got(T),
-    /// The id is in use ([`RegisterError::InUse`]).
+    /// The id is in use ([`hilock_runtime::bakery::ident::RegisterError::InUse`]).
     InUse(hilock_runtime::bakery::ident::RegisterError),
     /// A signal (its number) came while waiting.
     Signal(u8),

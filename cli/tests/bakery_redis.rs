@@ -780,13 +780,7 @@ fn registration_waits_for_paused_replicas_until_the_timeout() {
         return;
     }
     let r = Replicas::start(3);
-    let pids: Vec<u32> = r.children[..2]
-        .iter()
-        .map(|c| c.as_ref().unwrap().id())
-        .collect();
-    for &p in &pids {
-        signal(p, "-STOP");
-    }
+    let pids = stop_first(&r, 2);
     let mut child = bakery_lock(&r.addrs.join(","), "paused", 5, 2000, "echo granted")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -794,9 +788,7 @@ fn registration_waits_for_paused_replicas_until_the_timeout() {
         .unwrap();
     std::thread::sleep(Duration::from_millis(1500));
     assert!(child.try_wait().unwrap().is_none(), "still waiting");
-    for &p in &pids {
-        signal(p, "-CONT");
-    }
+    continue_all(&pids);
     let t = Instant::now();
     while child.try_wait().unwrap().is_none() {
         assert!(t.elapsed() < Duration::from_secs(20), "exits within 20 s");
@@ -834,18 +826,10 @@ fn a_waiting_client_outlives_a_majority_outage_longer_than_its_lease() {
         .spawn()
         .unwrap();
     std::thread::sleep(Duration::from_millis(300));
-    let pids: Vec<u32> = r.children[..2]
-        .iter()
-        .map(|c| c.as_ref().unwrap().id())
-        .collect();
-    for &p in &pids {
-        signal(p, "-STOP");
-    }
+    let pids = stop_first(&r, 2);
     std::thread::sleep(Duration::from_millis(2500));
     let during = waiter.try_wait().unwrap();
-    for &p in &pids {
-        signal(p, "-CONT");
-    }
+    continue_all(&pids);
     let _ = holder.wait();
     let t = Instant::now();
     while during.is_none() && waiter.try_wait().unwrap().is_none() {
@@ -857,6 +841,25 @@ fn a_waiting_client_outlives_a_majority_outage_longer_than_its_lease() {
     assert_eq!(out.status.code(), Some(0), "{err}");
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "granted");
     assert!(err.contains("waits in line again"), "{err}");
+}
+
+/// Stops (SIGSTOP) the first `n` replicas of `r`; their pids, for [`continue_all`].
+fn stop_first(r: &Replicas, n: usize) -> Vec<u32> {
+    let pids: Vec<u32> = r.children[..n]
+        .iter()
+        .map(|c| c.as_ref().unwrap().id())
+        .collect();
+    for &p in &pids {
+        signal(p, "-STOP");
+    }
+    pids
+}
+
+/// Continues (SIGCONT) the processes `pids`.
+fn continue_all(pids: &[u32]) {
+    for &p in pids {
+        signal(p, "-CONT");
+    }
 }
 
 /// One replica of three paused (SIGSTOP): a quorum still answers, so the lock is taken as
@@ -2135,19 +2138,11 @@ fn a_worker_started_during_a_majority_outage_waits_for_the_replicas() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("history");
     push_item(&reps.addrs, "late", "one");
-    let pids: Vec<u32> = reps.children[..2]
-        .iter()
-        .map(|c| c.as_ref().unwrap().id())
-        .collect();
-    for &p in &pids {
-        signal(p, "-STOP");
-    }
+    let pids = stop_first(&reps, 2);
     let mut w = spawn_worker(&reps.addrs, "late", 1, 1000, &logging(&log, 20));
     std::thread::sleep(Duration::from_millis(1500));
     let early = w.0.try_wait().unwrap();
-    for &p in &pids {
-        signal(p, "-CONT");
-    }
+    continue_all(&pids);
     assert_eq!(early, None, "the worker waits for a majority");
     let (code, err) = finish(&mut w, Duration::from_secs(20));
     assert_eq!(code, Some(0), "{err}");
@@ -2183,18 +2178,10 @@ fn an_idle_worker_outlives_a_majority_outage_longer_than_its_lease() {
         .unwrap();
     let mut w = WorkerProc(child);
     std::thread::sleep(Duration::from_millis(1000));
-    let pids: Vec<u32> = reps.children[..2]
-        .iter()
-        .map(|c| c.as_ref().unwrap().id())
-        .collect();
-    for &p in &pids {
-        signal(p, "-STOP");
-    }
+    let pids = stop_first(&reps, 2);
     std::thread::sleep(Duration::from_millis(2500));
     let during = w.0.try_wait().unwrap();
-    for &p in &pids {
-        signal(p, "-CONT");
-    }
+    continue_all(&pids);
     assert_eq!(during, None, "the worker waits out the outage");
     std::thread::sleep(Duration::from_millis(500));
     push_item(&reps.addrs, "idle", "after");

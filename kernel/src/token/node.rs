@@ -958,15 +958,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         cx: &mut Ctx<'_, Q, S>,
         mode: Mode,
     ) -> Result<(), KernelError> {
-        if mode == Mode::Phi {
-            return Err(KernelError::InvalidMode);
-        }
-        if self.held == Mode::Phi {
-            return Err(KernelError::NotHeld(cx.lock));
-        }
-        if self.converting().is_some() {
-            return Err(KernelError::UpgradePending(cx.lock));
-        }
+        self.check_change(cx.lock, mode)?;
         if !self.held.downgrades_to(mode) {
             return Err(KernelError::NotWeaker(cx.lock));
         }
@@ -981,6 +973,22 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         self.release_or_keep(cx, before)?;
         self.check_queue(cx)?;
         self.finish_freeze(cx, f0)
+    }
+
+    /// What a downgrade and a conversion to `mode` both refuse, in this order: Φ
+    /// ([`KernelError::InvalidMode`]), nothing held ([`KernelError::NotHeld`]), an upgrade
+    /// or conversion waiting ([`KernelError::UpgradePending`]).
+    fn check_change(&self, lock: LockId, mode: Mode) -> Result<(), KernelError> {
+        if mode == Mode::Phi {
+            return Err(KernelError::InvalidMode);
+        }
+        if self.held == Mode::Phi {
+            return Err(KernelError::NotHeld(lock));
+        }
+        if self.converting().is_some() {
+            return Err(KernelError::UpgradePending(lock));
+        }
+        Ok(())
     }
 
     /// hilock's conversion (`spec/SPEC.md` 1.17): `Input::Convert` (the DLM's
@@ -1011,15 +1019,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         mode: Mode,
         wait: bool,
     ) -> Result<(), KernelError> {
-        if mode == Mode::Phi {
-            return Err(KernelError::InvalidMode);
-        }
-        if self.held == Mode::Phi {
-            return Err(KernelError::NotHeld(cx.lock));
-        }
-        if self.converting().is_some() {
-            return Err(KernelError::UpgradePending(cx.lock));
-        }
+        self.check_change(cx.lock, mode)?;
         if mode == self.held {
             return Err(KernelError::AlreadyHeld(cx.lock));
         }

@@ -130,24 +130,13 @@ impl Registration {
         ttl: Duration,
         call_timeout: Duration,
     ) -> Result<Registration, RegisterError> {
-        Self::claim(addrs, prefix, id, ttl, call_timeout, Incarnation::new()).await
+        Self::register_as(addrs, prefix, id, ttl, call_timeout, Incarnation::new()).await
     }
 
     /// [`Registration::register`] with `incarnation`, this client run's token for every
     /// attempt (see the module's text): a replica that holds it counts as taken, so
     /// [`RegisterError::InUse`] means that another client holds the id.
     pub async fn register_as(
-        addrs: &[String],
-        prefix: &str,
-        id: u16,
-        ttl: Duration,
-        call_timeout: Duration,
-        incarnation: Incarnation,
-    ) -> Result<Registration, RegisterError> {
-        Self::claim(addrs, prefix, id, ttl, call_timeout, incarnation).await
-    }
-
-    async fn claim(
         addrs: &[String],
         prefix: &str,
         id: u16,
