@@ -136,7 +136,7 @@ async fn work<const N: usize>(
     let mut signals = hilock_runtime::proc::StopSignals::new()?;
     let what = format!("queue {name}");
     let stopped = |sig: u8| -> Result<ExitCode, String> {
-        eprintln!("hilock: queue {name}: stopped by signal {sig}");
+        eprintln!("hilock: {what}: stopped by signal {sig}");
         Ok(ExitCode::from(128 + sig))
     };
     // Every worker of the queue counts leases alike (`ident::agree_lease`). Replicas that
@@ -145,7 +145,7 @@ async fn work<const N: usize>(
     match until_majority(&what, limits.wait, Some(&mut signals), agree).await? {
         Reached::Got(()) => {}
         Reached::Signal(sig) => return stopped(sig),
-        Reached::InUse(e) => return Err(format!("queue {name}: {e}")),
+        Reached::InUse(e) => return Err(format!("{what}: {e}")),
     }
     // Two workers with one id would write one column: both could take the same item with
     // the same fence. The id is registered as `hilock bakery lock` registers it, and kept

@@ -1166,7 +1166,6 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
         hop: u32,
     ) -> Result<(), KernelError> {
         self.accept_request(cx.lock, from, entry, hop)?;
-        let waits_here = self.queue_conflicts(entry.mode);
         if entry.requester == cx.me {
             if !self.is_pending(entry) {
                 self.stale.requests = self.stale.requests.wrapping_add(1);
@@ -1181,6 +1180,7 @@ impl<const N: usize, const Q: usize> LockNode<N, Q> {
             }
             return self.decide_own_try(cx, entry);
         }
+        let waits_here = self.queue_conflicts(entry.mode);
         if self.has_token() {
             // Rule 3.2; where Rule 4.2 would queue it (and Rule 6 freeze for it): refused.
             if waits_here || !self.serve_at_token_now(cx, entry)? {
