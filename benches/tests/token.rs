@@ -245,3 +245,25 @@ fn per_access_split_by_lock_adds_up() {
         }
     }
 }
+
+/// The relay instruments of the forwarding rules (SPEC.md 1.6, "Forwarding"): the
+/// thesis rule never routes along a pointer, ClassPointers does; idle relays' parent ages
+/// are recorded for both lock classes, and the entry locks' token moves are counted.
+#[test]
+fn relay_instruments_see_pointers_only_under_a_pointer_rule() {
+    let run16 = |p: Proto| token::run(&Config::thesis(p, 16, 10.0, 40, 1)).expect("run");
+    let thesis = run16(Proto::HilockThesis);
+    let pointers = run16(Proto::Hilock);
+    assert_eq!(thesis.relay_via_pointer, 0);
+    assert!(pointers.relay_via_pointer > 0);
+    for st in [&thesis, &pointers] {
+        assert!(st.forwards_by_state[0] > 0);
+        let aged: u64 = st.relay_age.iter().flatten().sum();
+        assert!(aged > 0 && aged <= st.forwards_by_state[0]);
+        assert!(st.relay_age[1]
+            .iter()
+            .enumerate()
+            .any(|(k, c)| k > 0 && *c > 0));
+        assert!(st.token_moves[1] > 0 && st.token_moves[0] + st.token_moves[1] == st.msgs[2]);
+    }
+}

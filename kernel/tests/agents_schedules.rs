@@ -11,8 +11,7 @@ use hilock_harness::{Cluster, StepError};
 use hilock_kernel::agents::{AgentVariant, Resolver, ServerVariant, SurrenderTo};
 use hilock_kernel::{Input, KernelError, LockId, Mode, NodeId, Protocol};
 
-#[path = "common/rng.rs"]
-mod rng;
+use crate::rng;
 use rng::Rng;
 
 /// What one run did.

@@ -14,7 +14,7 @@ use hilock_kernel::{
     PrioNaimiSite, PrioRequest, Protocol,
 };
 
-mod common;
+use crate::common;
 
 type N5 = NaimiSite<5, 1>;
 type P6 = PrioNaimiSite<6, 1, 8, 6>;

@@ -8,8 +8,7 @@
 
 use hilock_kernel::{Input, Mode, Msg, NodeId, Output, Rule};
 
-#[path = "common/star.rs"]
-mod star;
+use crate::star;
 use star::*;
 
 /// The blocking notifications in `log`: (node told, waiting mode, priority).

@@ -9,8 +9,7 @@ use hilock_harness::Cluster;
 use hilock_kernel::token::recovery::{FaultSite, Stamped};
 use hilock_kernel::{Input, KernelError, Mode, Msg, NodeId, Output, Pending, Rule};
 
-#[path = "common/star.rs"]
-mod star;
+use crate::star;
 use star::*;
 
 fn cancel(c: &mut Cluster<S>, at: u16) -> Log {

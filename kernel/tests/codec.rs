@@ -5,7 +5,7 @@
 //!
 //! The table of `docs/benchmarks.md` ("Bounded frames") is this file's output:
 //!
-//!     cargo test -p hilock-kernel --test codec frame_table -- --nocapture
+//!     cargo test -p hilock-kernel --test kernel codec::frame_table -- --nocapture
 
 use hilock_kernel::codec::{decode, encode, CodecError};
 use hilock_kernel::{

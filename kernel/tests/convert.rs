@@ -13,8 +13,7 @@ use hilock_harness::Cluster;
 use hilock_kernel::token::recovery::{FaultSite, Stamped};
 use hilock_kernel::{Input, KernelError, Mode, Msg, NodeId, Output, Pending, Rule};
 
-#[path = "common/star.rs"]
-mod star;
+use crate::star;
 use star::*;
 
 /// A conversion that does not wait (`wait: false`, the DLM's `LKF_NOQUEUE`).

@@ -7,7 +7,7 @@ use proptest::prelude::*;
 type S = NaimiSite<5, 1>;
 const L: LockId = LockId(0);
 
-mod common;
+use crate::common;
 
 type Net = common::Net<S>;
 

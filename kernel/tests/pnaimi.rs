@@ -7,7 +7,7 @@ use proptest::prelude::*;
 type S = PrioNaimiSite<6, 1, 8, 6>;
 const L: LockId = LockId(0);
 
-mod common;
+use crate::common;
 
 type Net = common::Net<S>;
 

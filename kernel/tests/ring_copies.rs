@@ -11,8 +11,7 @@ use hilock_kernel::ring::{
     View,
 };
 
-#[path = "common/ring_one.rs"]
-mod ring_one;
+use crate::ring_one;
 use ring_one::*;
 
 fn server() -> S {

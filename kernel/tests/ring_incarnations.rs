@@ -8,8 +8,7 @@
 
 use hilock_kernel::ring::{Addr, Answer, ChordMsg, ClientId, Holder, NodeId, Op, Out, Rule, View};
 
-#[path = "common/ring_one.rs"]
-mod ring_one;
+use crate::ring_one;
 use ring_one::*;
 
 fn server() -> S {

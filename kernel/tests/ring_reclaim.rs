@@ -8,8 +8,7 @@ use hilock_kernel::ring::{
     Addr, Answer, ChordMsg, ClientId, Key, NodeId, Op, Rule, Slot, Token, Version, View,
 };
 
-#[path = "common/ring_one.rs"]
-mod ring_one;
+use crate::ring_one;
 use ring_one::*;
 
 /// The entry of `key`, if the table has one.

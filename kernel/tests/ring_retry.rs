@@ -11,8 +11,7 @@ use hilock_kernel::ring::{
     Addr, Answer, ChordMsg, ClientId, NodeId, Op, RetryFence, Ring, Rule, Token,
 };
 
-#[path = "common/ring_one.rs"]
-mod ring_one;
+use crate::ring_one;
 use ring_one::*;
 
 /// n8 with the retry fence alone: the request memory, which within one view answers most

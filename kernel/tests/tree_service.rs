@@ -11,8 +11,7 @@ use hilock_harness::{Cluster, StepError};
 use hilock_kernel::tree::{TreeLock, TreeVariant};
 use hilock_kernel::{Input, KernelError, LockId, Mode, NodeId, Output, Protocol};
 
-#[path = "common/rng.rs"]
-mod rng;
+use crate::rng;
 use rng::Rng;
 
 #[derive(Debug, Default)]

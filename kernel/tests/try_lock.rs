@@ -10,8 +10,7 @@ use hilock_kernel::{
     Variant,
 };
 
-#[path = "common/star.rs"]
-mod star;
+use crate::star;
 use star::*;
 
 fn try_acquire(c: &mut Cluster<S>, at: u16, mode: Mode) -> Vec<(u16, Output<Msg<4>>)> {

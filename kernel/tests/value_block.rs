@@ -11,8 +11,7 @@ use hilock_kernel::{
     Input, KernelError, Mode, Msg, NodeId, Output, Protocol, Rule, Site, ValueBlock, VALUE_LEN,
 };
 
-#[path = "common/star.rs"]
-mod star;
+use crate::star;
 use star::*;
 
 fn set_value<M>(v: u8) -> Input<'static, M> {

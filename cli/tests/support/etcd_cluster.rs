@@ -324,19 +324,26 @@ impl Wrapper {
             .unwrap();
         let wrapper = child.id() as i32;
         let t = Instant::now();
-        let sleep = loop {
+        // The command's name is `sleep` from the start of its exec, its environment only a
+        // moment later (the kernel sets the new name before it lays out the new stack):
+        // read until the fence is there.
+        let (sleep, fence) = loop {
             if let Some(pid) = child_named(wrapper, "sleep") {
-                break pid;
+                let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+                let fence = env
+                    .split(|&b| b == 0)
+                    .find_map(|kv| kv.strip_prefix(b"HILOCK_FENCE="))
+                    .map(|v| String::from_utf8_lossy(v).parse::<u64>().unwrap());
+                if let Some(fence) = fence {
+                    break (pid, fence);
+                }
             }
-            assert!(t.elapsed() < Duration::from_secs(10), "the command starts");
+            assert!(
+                t.elapsed() < Duration::from_secs(10),
+                "the command starts with HILOCK_FENCE in its environment"
+            );
             tokio::time::sleep(Duration::from_millis(10)).await;
         };
-        let env = std::fs::read(format!("/proc/{sleep}/environ")).unwrap();
-        let fence = env
-            .split(|&b| b == 0)
-            .find_map(|kv| kv.strip_prefix(b"HILOCK_FENCE="))
-            .map(|v| String::from_utf8_lossy(v).parse().unwrap())
-            .expect("HILOCK_FENCE in the command's environment");
         Wrapper {
             child,
             sleep,

@@ -1,8 +1,7 @@
 //! What the tests of one ring server's copies, retries and incarnations share: the ring
 //! n8, n21, n32 on a 6-bit circle, n8 alone as key 10's primary with no replica (so a write
-//! is answered at once), and a request to it answered by exactly one reply. Each test file
-//! includes it with `#[path = "common/ring_one.rs"] mod ring_one;`.
-#![allow(dead_code)]
+//! is answered at once), and a request to it answered by exactly one reply. Each file uses it as
+//! `crate::ring_one` (`kernel.rs` declares it once).
 
 use hilock_kernel::ring::{
     Addr, Answer, ChordMsg, ClientId, Key, NodeId, Op, Out, Report, Ring, RingServer, Token, View,

@@ -1,6 +1,6 @@
 //! A small deterministic generator (xorshift64*) for the seeded schedules of the tests that
-//! drive an engine through the one harness, so that a failing seed replays. Each test file
-//! includes it with `#[path = "common/rng.rs"] mod rng;`.
+//! drive an engine through the one harness, so that a failing seed replays. Each file uses it as
+//! `crate::rng` (`kernel.rs` declares it once).
 
 /// The generator.
 pub struct Rng(u64);

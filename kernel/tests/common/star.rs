@@ -1,9 +1,8 @@
 //! What the token engine's operation tests (try-lock, cancel, downgrade) share: four
 //! `Site<4, 1, 4>` of one lock in the one harness, the input helpers that run a step and
 //! every delivery it causes with every safety property checked after each step, and the
-//! log of outputs those helpers return. Each test file includes it with
-//! `#[path = "common/star.rs"] mod star;` and uses what it needs.
-#![allow(dead_code)]
+//! log of outputs those helpers return. Each file uses it as
+//! `crate::star` (`kernel.rs` declares it once).
 
 use hilock_harness::Cluster;
 use hilock_kernel::{Input, LockId, Mode, Msg, NodeId, Output, Site};
