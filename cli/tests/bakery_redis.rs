@@ -1824,6 +1824,44 @@ fn push_item(addrs: &[String], queue: &str, payload: &str) -> String {
     key
 }
 
+/// One replica of three paused (SIGSTOP): `hilock bakery queue push` returns once the two
+/// others stored the item — waiting for the paused one only as long again as they took (at
+/// least `PUSH_LINGER`, 20 ms), not its 500 ms call timeout (before, every push took
+/// 514–523 ms) — and both of them hold every item. The fastest of three pushes (each a new
+/// process) must take under 300 ms.
+#[test]
+fn a_push_does_not_wait_for_a_paused_replica() {
+    if !have_redis() {
+        return;
+    }
+    let reps = Replicas::start(3);
+    let paused = stop_first(&reps, 1);
+    let mut times = Vec::new();
+    let mut keys = Vec::new();
+    for i in 0..3 {
+        let t = Instant::now();
+        keys.push(push_item(&reps.addrs, "fastpush", &format!("item {i}")));
+        times.push(t.elapsed());
+    }
+    continue_all(&paused);
+    eprintln!("pushes with one replica of three paused took {times:?}");
+    let fastest = times.iter().min().unwrap();
+    assert!(*fastest < Duration::from_millis(300), "{times:?}");
+    for addr in &reps.addrs[1..] {
+        for key in &keys {
+            let stored: Option<String> = bounded(10, async {
+                let mut c = raw(addr).await;
+                redis::cmd("GET")
+                    .arg(format!("hilock:bakery:q:fastpush:{key}:payload"))
+                    .query_async(&mut c)
+                    .await
+                    .unwrap()
+            });
+            assert!(stored.is_some(), "{addr} lacks {key}");
+        }
+    }
+}
+
 /// The command of the queue tests: appends `start KEY FENCE ITEM` to the log (`$1`), works
 /// for `ms`, appends `end KEY FENCE`.
 fn logging(log: &std::path::Path, ms: u32) -> Vec<String> {

@@ -28,6 +28,7 @@
 //! Not covered: a replica that restarts without its data forgets the registrations it held
 //! (as it forgets the bakery's own entries).
 
+use super::store::gather;
 use std::time::Duration;
 use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
@@ -306,7 +307,7 @@ impl Registration {
                     }
                 }
             });
-        gather(calls, enough)
+        gather(calls, enough, |_| Duration::ZERO)
             .await
             .into_iter()
             .map(|a| a.unwrap_or_else(|| Answer::Failed(NOT_WAITED.to_string())))
@@ -403,7 +404,7 @@ pub async fn agree_lease(
             .filter(|a| matches!(a, Some(Ok(v)) if *v == ours))
             .count()
     };
-    let answers = gather(calls, |a| agreeing(a) >= majority).await;
+    let answers = gather(calls, |a| agreeing(a) >= majority, |_| Duration::ZERO).await;
     if agreeing(&answers) >= majority {
         return Ok(());
     }
@@ -452,28 +453,6 @@ async fn within<T>(
         Ok(r) => r,
         Err(_) => Err(format!("no answer within {} ms", limit.as_millis())),
     }
-}
-
-/// Runs `calls` (one per replica) at once and keeps each answer at its replica's place,
-/// until every one answered or `enough` holds of the answers so far; the replicas not
-/// waited for are `None`.
-async fn gather<T, F: std::future::Future<Output = T>>(
-    calls: impl Iterator<Item = F>,
-    enough: impl Fn(&[Option<T>]) -> bool,
-) -> Vec<Option<T>> {
-    use futures_util::stream::{FuturesUnordered, StreamExt};
-    let mut pending: FuturesUnordered<_> = calls
-        .enumerate()
-        .map(|(i, f)| async move { (i, f.await) })
-        .collect();
-    let mut answers: Vec<Option<T>> = (0..pending.len()).map(|_| None).collect();
-    while let Some((i, r)) = pending.next().await {
-        answers[i] = Some(r);
-        if enough(&answers) {
-            break;
-        }
-    }
-    answers
 }
 
 /// A plain integer reply, or the claim script's `{took, pttl}`.

@@ -40,7 +40,8 @@
 //! seed's "unique timestamp") and writes, atomically on each replica, the payload, the
 //! details and the `0=0` marker at timestamp 1 (the smallest: any worker's later write
 //! supersedes them) and the index entry. It returns once `W` replicas applied it (so a
-//! read quorum meets it); fewer by the deadline is an error naming the replicas.
+//! read quorum meets it) and the others had as long again ([`PUSH_LINGER`] at least) to
+//! apply it too; fewer by the deadline is an error naming the replicas.
 //!
 //! # What a worker guarantees
 //! Every pushed item is processed to completion at least once while some worker runs
@@ -51,7 +52,7 @@
 //! holds a larger fencing token. Without lost leases every item is processed exactly once.
 
 use super::lock::{redis_replicas, Driver, Error, Options, Until};
-use super::store::{Listing, ReplicaBackend, Scope, QUEUE_ROWS};
+use super::store::{gather, Listing, ReplicaBackend, Scope, QUEUE_ROWS};
 use futures_util::future::join_all;
 use hilock_kernel::bakery::{ClientOutput, Input, Phase, Program, Row, Ticket, Ts};
 use std::collections::BTreeSet;
@@ -97,9 +98,12 @@ fn fresh_key() -> String {
     format!("{:020}-{:08x}", now.as_micros(), x as u32)
 }
 
+/// How long a push waits at least for the other replicas once enough stored the item.
+pub const PUSH_LINGER: Duration = Duration::from_millis(20);
+
 /// Enqueues `payload` in the queue `name` on `replicas`; returns the item's key once `w`
-/// replicas (0: a majority) applied the push, retrying the others with backoff up to
-/// `timeout`.
+/// replicas (0: a majority) applied the push (and the others had as long again, at least
+/// [`PUSH_LINGER`]), retrying with backoff up to `timeout` while fewer did.
 pub async fn push<const K: usize>(
     name: &str,
     replicas: &[Arc<dyn ReplicaBackend<K>>],
@@ -132,17 +136,33 @@ pub async fn push<const K: usize>(
     let mut why: Vec<Option<String>> = vec![Some("not asked yet".into()); n];
     let mut backoff = Duration::from_millis(10);
     loop {
-        let asks = (0..n).filter(|&r| why[r].is_some()).map(|r| {
+        let asked: Vec<usize> = (0..n).filter(|&r| why[r].is_some()).collect();
+        let stored_before = n - asked.len();
+        let asks = asked.iter().map(|&r| {
             let call = replicas[r]
                 .clone()
                 .push(queue.clone(), item.clone(), data.clone());
-            async move { (r, tokio::time::timeout(call_timeout, call).await) }
+            async move { tokio::time::timeout(call_timeout, call).await }
         });
-        for (r, res) in join_all(asks).await {
+        // Once `need` replicas stored it, the others get as long again as that took (at
+        // least PUSH_LINGER) and are not waited for after: a paused replica costs a push
+        // that much, not its call timeout, and the item still reaches every replica that
+        // answers about as fast as the quorum.
+        let stored = |a: &[Option<Result<Result<(), _>, _>>]| {
+            stored_before + a.iter().filter(|x| matches!(x, Some(Ok(Ok(()))))).count()
+        };
+        let answers = gather(
+            asks,
+            |a| stored(a) >= need as usize,
+            |took| took.max(PUSH_LINGER).min(call_timeout),
+        )
+        .await;
+        for (&r, res) in asked.iter().zip(answers) {
             why[r] = match res {
-                Ok(Ok(())) => None,
-                Ok(Err(e)) => Some(e.to_string()),
-                Err(_) => Some(format!("no answer within {} ms", call_timeout.as_millis())),
+                Some(Ok(Ok(()))) => None,
+                Some(Ok(Err(e))) => Some(e.to_string()),
+                Some(Err(_)) => Some(format!("no answer within {} ms", call_timeout.as_millis())),
+                None => Some("not waited for: enough replicas had stored the item".into()),
             };
         }
         let got = why.iter().filter(|w| w.is_none()).count();
@@ -367,28 +387,30 @@ impl<const N: usize> BakeryQueue<N> {
         let ct = self.d.store.call_timeout();
         let mut backoff = Duration::from_millis(10);
         loop {
-            let asks = self.d.store.replicas().iter().enumerate().map(|(r, b)| {
+            let asks = self.d.store.replicas().iter().map(|b| {
                 let call = b.clone().payload(self.name.clone(), item.clone());
-                async move { (r, tokio::time::timeout(ct, call).await) }
+                async move { tokio::time::timeout(ct, call).await }
             });
-            let answers = join_all(asks).await;
+            // The first replica that has it ends the read (a paused one is not waited for).
+            let answers = gather(
+                asks,
+                |a| a.iter().any(|x| matches!(x, Some(Ok(Ok(Some(_)))))),
+                |_| Duration::ZERO,
+            )
+            .await;
             self.d.stats.ops += 1;
             let mut missing = Vec::new();
-            for (r, a) in answers {
+            for (r, a) in answers.into_iter().enumerate() {
+                let addr = self.d.store.replicas()[r].addr();
                 match a {
-                    Ok(Ok(Some(p))) => return Ok(p),
-                    Ok(Ok(None)) => missing.push(format!(
-                        "r{r} {} (no payload)",
-                        self.d.store.replicas()[r].addr()
-                    )),
-                    Ok(Err(e)) => {
-                        missing.push(format!("r{r} {} ({e})", self.d.store.replicas()[r].addr()))
-                    }
-                    Err(_) => missing.push(format!(
-                        "r{r} {} (no answer within {} ms)",
-                        self.d.store.replicas()[r].addr(),
+                    Some(Ok(Ok(Some(p)))) => return Ok(p),
+                    Some(Ok(Ok(None))) => missing.push(format!("r{r} {addr} (no payload)")),
+                    Some(Ok(Err(e))) => missing.push(format!("r{r} {addr} ({e})")),
+                    Some(Err(_)) => missing.push(format!(
+                        "r{r} {addr} (no answer within {} ms)",
                         ct.as_millis()
                     )),
+                    None => missing.push(format!("r{r} {addr} (not waited for)")),
                 }
             }
             if Instant::now() + backoff >= deadline {

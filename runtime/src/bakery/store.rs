@@ -105,6 +105,46 @@ pub struct Listing {
     pub foreign: Vec<String>,
 }
 
+/// Runs `calls` (one per replica) at once and keeps each answer at its replica's place,
+/// until every one answered, or `enough` holds of the answers so far and then
+/// `linger(how long that took)` has passed without the others answering; the replicas not
+/// waited for are `None`. (A stopped replica then costs the quorum nothing, and with a
+/// linger a write still reaches the replicas that answer about as fast as the quorum.)
+pub(crate) async fn gather<T, F: std::future::Future<Output = T>>(
+    calls: impl Iterator<Item = F>,
+    enough: impl Fn(&[Option<T>]) -> bool,
+    linger: impl Fn(Duration) -> Duration,
+) -> Vec<Option<T>> {
+    use futures_util::stream::{FuturesUnordered, StreamExt};
+    let start = tokio::time::Instant::now();
+    let mut pending: FuturesUnordered<_> = calls
+        .enumerate()
+        .map(|(i, f)| async move { (i, f.await) })
+        .collect();
+    let mut answers: Vec<Option<T>> = (0..pending.len()).map(|_| None).collect();
+    let mut until: Option<tokio::time::Instant> = None;
+    loop {
+        let next = match until {
+            None => pending.next().await,
+            Some(t) => match tokio::time::timeout_at(t, pending.next()).await {
+                Ok(next) => next,
+                Err(_) => break,
+            },
+        };
+        let Some((i, r)) = next else { break };
+        answers[i] = Some(r);
+        if until.is_none() && enough(&answers) {
+            let took = start.elapsed();
+            let more = linger(took);
+            if more.is_zero() {
+                break;
+            }
+            until = Some(start + took + more);
+        }
+    }
+    answers
+}
+
 fn no_queue<T: Send + 'static>() -> BoxFuture<'static, Result<T, ReplicaError>> {
     Box::pin(async {
         Err(ReplicaError::Refused(
