@@ -88,7 +88,9 @@ pub enum QueueCommand {
         /// Stop (exit 0) when no item is pending: none waiting and none being worked on.
         #[arg(long)]
         exit_when_empty: bool,
-        /// Give up (exit 2) when no item could be taken for this many milliseconds.
+        /// Give up (exit 2) when no item could be taken for this many milliseconds, or no
+        /// majority of the replicas answered for as long (at the start, or when the worker
+        /// registers again).
         #[arg(long)]
         timeout_ms: Option<u64>,
         /// The command and its arguments.
@@ -585,72 +587,64 @@ async fn lock<const N: usize>(
     };
     ids.shuffle(&mut rand::rng());
     // Replicas that do not answer (a majority down or paused) are waited for until the
-    // timeout, as the lock itself is: a registration that got no majority gave back what it
-    // took, so it can be tried again.
+    // timeout, as the lock itself is (`until_majority`: one line after WAIT_NOTICE): a
+    // registration that got no majority gave back what it took, so it can be tried again.
     let deadline = tokio::time::Instant::now() + timeout;
-    let mut registered = None;
     // The lease is agreed once; the ids are tried only after that, each attempt with one
     // token (`ident`: a paused replica that executes an earlier attempt late holds this
-    // client's own token, which must not count as the id in use).
-    let mut agreed = false;
+    // client's own token, which must not count as the id in use). An attempt that got no
+    // majority starts the search again at the first id.
+    let agreed = std::cell::Cell::new(false);
     let incarnation = Incarnation::new();
-    'search: loop {
-        let mut no_quorum = None;
-        if !agreed {
-            match agree_lease(addrs, &prefix, opts.lease, opts.call_timeout).await {
-                Ok(()) => agreed = true,
-                Err(e @ RegisterError::NoQuorum(_)) => no_quorum = Some(e),
-                Err(e) => return Err(format!("lock {name}: {e}")),
+    let (agreed, incarnation, ids, prefix) = (&agreed, &incarnation, &ids, &prefix);
+    let search = until_majority(
+        &format!("lock {name}"),
+        Some(timeout),
+        None,
+        || async move {
+            if !agreed.get() {
+                agree_lease(addrs, prefix, opts.lease, opts.call_timeout).await?;
+                agreed.set(true);
             }
-        }
-        let tried: &[u16] = if agreed { &ids } else { &[] };
-        for &id in tried {
-            let again = incarnation.clone();
-            match Registration::register_as(
-                addrs,
-                &prefix,
-                id,
-                opts.lease,
-                opts.call_timeout,
-                again,
-            )
-            .await
-            {
-                Ok(r) => {
-                    registered = Some((id, r));
-                    break 'search;
+            for &id in ids {
+                let again = incarnation.clone();
+                match Registration::register_as(
+                    addrs,
+                    prefix,
+                    id,
+                    opts.lease,
+                    opts.call_timeout,
+                    again,
+                )
+                .await
+                {
+                    Ok(r) => return Ok(Some((id, r))),
+                    Err(RegisterError::InUse { .. }) if client_id.is_none() => continue,
+                    Err(e) => return Err(e),
                 }
-                Err(e @ RegisterError::InUse { .. }) if client_id.is_some() => {
-                    eprintln!("hilock: lock {name}: {e}; the command did not run");
-                    return Ok(ExitCode::from(EXIT_ID_IN_USE));
-                }
-                Err(RegisterError::InUse { .. }) => continue,
-                Err(e @ RegisterError::NoQuorum(_)) => {
-                    no_quorum = Some(e);
-                    break;
-                }
-                Err(e) => return Err(format!("lock {name}: {e}")),
             }
+            Ok(None)
+        },
+    )
+    .await?;
+    let (id, mut reg) = match search {
+        Reached::Got(Some(registered)) => registered,
+        Reached::Got(None) => {
+            eprintln!(
+                "hilock: lock {name}: every client id {}..={} is in use by a running client (or \
+                 by one whose registration has not run out yet); the command did not run",
+                CLIENT_IDS.start(),
+                CLIENT_IDS.end()
+            );
+            return Ok(ExitCode::from(EXIT_ID_IN_USE));
         }
-        let Some(e) = no_quorum else {
-            break;
-        };
-        if tokio::time::Instant::now() + REGISTER_RETRY >= deadline {
-            return Err(format!(
-                "lock {name}: {e} (gave up after {} ms)",
-                timeout.as_millis()
-            ));
+        Reached::InUse(e) => {
+            eprintln!("hilock: lock {name}: {e}; the command did not run");
+            return Ok(ExitCode::from(EXIT_ID_IN_USE));
         }
-        tokio::time::sleep(REGISTER_RETRY).await;
-    }
-    let Some((id, mut reg)) = registered else {
-        eprintln!(
-            "hilock: lock {name}: every client id {}..={} is in use by a running client (or \
-             by one whose registration has not run out yet); the command did not run",
-            CLIENT_IDS.start(),
-            CLIENT_IDS.end()
-        );
-        return Ok(ExitCode::from(EXIT_ID_IN_USE));
+        // No signal is watched while registering (`None` above): SIGINT and SIGTERM end
+        // the command as they do by default.
+        Reached::Signal(sig) => return Ok(ExitCode::from(128 + sig)),
     };
     opts.client_id = id;
     let lapsed = |until: tokio::time::Instant| {

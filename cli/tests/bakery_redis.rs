@@ -773,7 +773,8 @@ fn the_command_names_the_missing_replicas_and_exits_2() {
 /// `hilock bakery lock` waits for a majority of replicas that do not answer until its
 /// `--timeout-ms`, in the client id's registration too: two of three replicas paused
 /// (SIGSTOP) for 1.5 s, well inside a 10 s timeout, and the command runs once they are
-/// back. (It gave up after one 500 ms round, about 1 s, with exit 2.)
+/// back. (It gave up after one 500 ms round, about 1 s, with exit 2.) After 1 s of waiting
+/// it says so in one line, as a queue worker does (before, it waited silently).
 #[test]
 fn registration_waits_for_paused_replicas_until_the_timeout() {
     if !have_redis() {
@@ -797,6 +798,13 @@ fn registration_waits_for_paused_replicas_until_the_timeout() {
     let out = child.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "granted");
+    let err = String::from_utf8_lossy(&out.stderr);
+    let waits: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains("waiting for a majority of the replicas"))
+        .collect();
+    assert_eq!(waits.len(), 1, "{err}");
+    assert!(waits[0].starts_with("hilock: lock paused: "), "{err}");
 }
 
 /// A client waiting in line whose registration runs out while two replicas of three are
