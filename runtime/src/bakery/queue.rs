@@ -8,9 +8,11 @@
 //! # Rows: the window
 //! The kernel client has a fixed number of rows ([`QUEUE_ROWS`]); the queue has any number
 //! of items. Before each scan the kernel starts (`scan <0.., CF=number>`, wiki 117), the
-//! driver refreshes its *window*: it lists the queue's index on every replica (the lowest
+//! driver refreshes its *window*: it lists the queue's index on the replicas (the lowest
 //! `2 · QUEUE_ROWS` pending keys and which of the window's items are done there) and
-//! needs `R` listings; an item stays in its row until some replica reports it done (the
+//! uses the first `R` listings and those that come within as long again (at least
+//! [`LINGER`](super::store::LINGER); a push reached `W`, and `R + W > N`, so `R` listings name every item, and a
+//! paused replica costs a refresh no more than that); an item stays in its row until some replica reports it done (the
 //! delete of its `0=0` marker was applied there, which happens only after it was
 //! processed), and free rows take the lowest pending keys not in the window. A row keeps
 //! its item while the kernel works on it: the window only changes before a scan, and every
@@ -40,7 +42,7 @@
 //! seed's "unique timestamp") and writes, atomically on each replica, the payload, the
 //! details and the `0=0` marker at timestamp 1 (the smallest: any worker's later write
 //! supersedes them) and the index entry. It returns once `W` replicas applied it (so a
-//! read quorum meets it) and the others had as long again ([`PUSH_LINGER`] at least) to
+//! read quorum meets it) and the others had as long again ([`LINGER`](super::store::LINGER) at least) to
 //! apply it too; fewer by the deadline is an error naming the replicas.
 //!
 //! # What a worker guarantees
@@ -52,8 +54,7 @@
 //! holds a larger fencing token. Without lost leases every item is processed exactly once.
 
 use super::lock::{redis_replicas, Driver, Error, Options, Until};
-use super::store::{gather, Listing, ReplicaBackend, Scope, QUEUE_ROWS};
-use futures_util::future::join_all;
+use super::store::{gather, linger, Listing, ReplicaBackend, Scope, QUEUE_ROWS};
 use hilock_kernel::bakery::{ClientOutput, Input, Phase, Program, Row, Ticket, Ts};
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -98,12 +99,9 @@ fn fresh_key() -> String {
     format!("{:020}-{:08x}", now.as_micros(), x as u32)
 }
 
-/// How long a push waits at least for the other replicas once enough stored the item.
-pub const PUSH_LINGER: Duration = Duration::from_millis(20);
-
 /// Enqueues `payload` in the queue `name` on `replicas`; returns the item's key once `w`
 /// replicas (0: a majority) applied the push (and the others had as long again, at least
-/// [`PUSH_LINGER`]), retrying with backoff up to `timeout` while fewer did.
+/// [`LINGER`](super::store::LINGER)), retrying with backoff up to `timeout` while fewer did.
 pub async fn push<const K: usize>(
     name: &str,
     replicas: &[Arc<dyn ReplicaBackend<K>>],
@@ -145,7 +143,7 @@ pub async fn push<const K: usize>(
             async move { tokio::time::timeout(call_timeout, call).await }
         });
         // Once `need` replicas stored it, the others get as long again as that took (at
-        // least PUSH_LINGER) and are not waited for after: a paused replica costs a push
+        // least LINGER) and are not waited for after: a paused replica costs a push
         // that much, not its call timeout, and the item still reaches every replica that
         // answers about as fast as the quorum.
         let stored = |a: &[Option<Result<Result<(), _>, _>>]| {
@@ -154,7 +152,7 @@ pub async fn push<const K: usize>(
         let answers = gather(
             asks,
             |a| stored(a) >= need as usize,
-            |took| took.max(PUSH_LINGER).min(call_timeout),
+            |took| linger(took, call_timeout),
         )
         .await;
         for (&r, res) in asked.iter().zip(answers) {
@@ -189,10 +187,10 @@ pub async fn push<const K: usize>(
 }
 
 impl<const N: usize, const K: usize> Driver<N, K> {
-    /// Before a queue scan: lists the index on every replica, moves the kernel's clock past
-    /// the queue's, rebuilds the window (see the module's doc), then sends the scan with
-    /// it. Returns whether the window is empty. With fewer than `R` listings the window is
-    /// kept as it was (the scan is still sent).
+    /// Before a queue scan: asks every replica for its listing of the index and uses the
+    /// first `R`, moves the kernel's clock past the queue's, rebuilds the window (see the
+    /// module's doc), then sends the scan with it. Returns whether the window is empty.
+    /// With fewer than `R` listings the window is kept as it was (the scan is still sent).
     pub(crate) async fn refresh_window(&mut self) -> bool {
         let Scope::Queue { name, items } = &*self.scope else {
             self.send_pending_scan();
@@ -203,39 +201,50 @@ impl<const N: usize, const K: usize> Driver<N, K> {
         let known: Arc<[String]> = old.iter().flatten().cloned().collect();
         let limit = 2 * K;
         let ct = self.store.call_timeout();
-        let asks = self.store.replicas().iter().enumerate().map(|(r, b)| {
+        let need = self.client.config().r as usize;
+        let asks = self.store.replicas().iter().map(|b| {
             let call = b.clone().list(queue.clone(), limit, known.clone());
-            async move { (r, tokio::time::timeout(ct, call).await) }
+            async move { tokio::time::timeout(ct, call).await }
         });
-        let answers = join_all(asks).await;
+        // `R` listings are enough; the others get as long again as they took (at least
+        // LINGER: what only they list, a foreign entry say, is still seen while they
+        // answer) and are not waited for after (a paused replica costs a refresh that
+        // much, not its call timeout). Replicas not waited for count as not listing.
+        let answers = gather(
+            asks,
+            |a| a.iter().filter(|x| matches!(x, Some(Ok(Ok(_))))).count() >= need,
+            |took| linger(took, ct),
+        )
+        .await;
         self.stats.ops += 1;
         self.stats.requests += N as u64;
-        let mut listings: Vec<Listing> = Vec::new();
-        for (r, a) in answers {
+        let mut listings: Vec<(u8, Listing)> = Vec::new();
+        for (r, a) in answers.into_iter().enumerate() {
             let from = hilock_kernel::bakery::ReplicaId(r as u8);
             match a {
-                Ok(Ok(l)) => {
+                Some(Ok(Ok(l))) => {
                     for f in &l.foreign {
                         self.note_malformed(from, &format!("foreign entry: {f}; skipped"));
                     }
-                    listings.push(l)
+                    listings.push((r as u8, l))
                 }
-                Ok(Err(e)) => self.note_failure(from, &e),
-                Err(_) => self.note_failure(from, &super::ReplicaError::Timeout(ct)),
+                Some(Ok(Err(e))) => self.note_failure(from, &e),
+                Some(Err(_)) => self.note_failure(from, &super::ReplicaError::Timeout(ct)),
+                None => {}
             }
         }
-        if listings.len() < self.client.config().r as usize {
+        if listings.len() < need {
             self.send_pending_scan();
             return false;
         }
-        let clock = listings.iter().map(|l| l.clock).max().unwrap_or(0);
+        let listings_of = || listings.iter().map(|(_, l)| l);
+        let clock = listings_of().map(|l| l.clock).max().unwrap_or(0);
         self.client.advance_clock(Ts(clock));
         // Done: what a replica reports done now, and what one reported done before while
         // another still lists it as pending (that one missed the marker's delete, e.g. a
         // replica that was paused: without this memory such an item comes back into the
         // window as soon as it leaves it, and the window of a worker never gets empty).
-        let mut done: BTreeSet<&str> = listings
-            .iter()
+        let mut done: BTreeSet<&str> = listings_of()
             .flat_map(|l| l.items.iter())
             .filter(|i| i.done)
             .map(|i| i.key.as_str())
@@ -245,8 +254,7 @@ impl<const N: usize, const K: usize> Driver<N, K> {
             .iter()
             .map(|i| i.clone().filter(|k| !done.contains(k.as_str())))
             .collect();
-        let mut pending: BTreeSet<&str> = listings
-            .iter()
+        let mut pending: BTreeSet<&str> = listings_of()
             .flat_map(|l| l.items.iter())
             .filter(|i| !i.done && !done.contains(i.key.as_str()))
             .map(|i| i.key.as_str())
@@ -263,9 +271,10 @@ impl<const N: usize, const K: usize> Driver<N, K> {
         }
         let empty = window.iter().all(Option::is_none);
         // Kept only while some replica still lists it as pending: at most the listings'
-        // length.
-        let finished: BTreeSet<String> = listings
-            .iter()
+        // length. (What a replica not among this refresh's listings lists is not kept: a
+        // done item only it lists may come back into the window when it answers again,
+        // until a listing reports it done.)
+        let finished: BTreeSet<String> = listings_of()
             .flat_map(|l| l.items.iter())
             .filter(|i| !i.done && done.contains(i.key.as_str()))
             .map(|i| i.key.clone())

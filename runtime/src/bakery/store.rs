@@ -105,6 +105,16 @@ pub struct Listing {
     pub foreign: Vec<String>,
 }
 
+/// How long a push or a queue listing waits at least for the other replicas once enough
+/// answered: as long again as they took, at least this, at most the call timeout.
+pub const LINGER: Duration = Duration::from_millis(20);
+
+/// The wait for the other replicas once enough answered after `took`: as long again, at
+/// least [`LINGER`], at most `call_timeout` (for [`gather`]).
+pub(crate) fn linger(took: Duration, call_timeout: Duration) -> Duration {
+    took.max(LINGER).min(call_timeout)
+}
+
 /// Runs `calls` (one per replica) at once and keeps each answer at its replica's place,
 /// until every one answered, or `enough` holds of the answers so far and then
 /// `linger(how long that took)` has passed without the others answering; the replicas not
