@@ -11,14 +11,15 @@
 //! driver refreshes its *window*: it lists the queue's index on the replicas (the lowest
 //! `2 · QUEUE_ROWS` pending keys and which of the window's items are done there) and
 //! uses the first `R` listings and those that come within as long again (at least
-//! [`LINGER`](super::store::LINGER); a push reached `W`, and `R + W > N`, so `R` listings name every item, and a
-//! paused replica costs a refresh no more than that); an item stays in its row until some replica reports it done (the
-//! delete of its `0=0` marker was applied there, which happens only after it was
-//! processed), and free rows take the lowest pending keys not in the window. A row keeps
-//! its item while the kernel works on it: the window only changes before a scan, and every
-//! request carries the window it was sent with (a retry goes to the same items). So row
-//! order is not key order once rows are reused: "lowest row key" (wiki 118) becomes "lowest
-//! row of the window", an approximate order, as the seed allows ("(approximate) order").
+//! [`LINGER`](super::store::LINGER); a push reached `W`, and `R + W > N`, so `R` listings
+//! name every item, and a paused replica costs a refresh no more than that); an item
+//! stays in its row until some replica reports it done (the delete of its `0=0` marker was
+//! applied there, which happens only after it was processed), and free rows take the
+//! lowest pending keys not in the window. A row keeps its item while the kernel works on
+//! it: the window only changes before a scan, and every request carries the window it was
+//! sent with (a retry goes to the same items). So row order is not key order once rows are
+//! reused: "lowest row key" (wiki 118) becomes "lowest row of the window", an approximate
+//! order, as the seed allows ("(approximate) order").
 //! Each refresh is one round trip more per scan ([`Stats::ops`](super::Stats) counts it).
 //!
 //! A replica can miss a write for good (one that reached `W` others is not sent to it
@@ -42,8 +43,9 @@
 //! seed's "unique timestamp") and writes, atomically on each replica, the payload, the
 //! details and the `0=0` marker at timestamp 1 (the smallest: any worker's later write
 //! supersedes them) and the index entry. It returns once `W` replicas applied it (so a
-//! read quorum meets it) and the others had as long again ([`LINGER`](super::store::LINGER) at least) to
-//! apply it too; fewer by the deadline is an error naming the replicas.
+//! read quorum meets it) and the others had as long again
+//! ([`LINGER`](super::store::LINGER) at least) to apply it too; fewer by the deadline is an
+//! error naming the replicas.
 //!
 //! # What a worker guarantees
 //! Every pushed item is processed to completion at least once while some worker runs
@@ -188,9 +190,10 @@ pub async fn push<const K: usize>(
 
 impl<const N: usize, const K: usize> Driver<N, K> {
     /// Before a queue scan: asks every replica for its listing of the index and uses the
-    /// first `R`, moves the kernel's clock past the queue's, rebuilds the window (see the
-    /// module's doc), then sends the scan with it. Returns whether the window is empty.
-    /// With fewer than `R` listings the window is kept as it was (the scan is still sent).
+    /// first `R` (and those within the linger), moves the kernel's clock past the queue's,
+    /// rebuilds the window (see the module's doc), then sends the scan with it. Returns
+    /// whether the window is empty. With fewer than `R` listings the window is kept as it
+    /// was (the scan is still sent).
     pub(crate) async fn refresh_window(&mut self) -> bool {
         let Scope::Queue { name, items } = &*self.scope else {
             self.send_pending_scan();
@@ -218,7 +221,7 @@ impl<const N: usize, const K: usize> Driver<N, K> {
         .await;
         self.stats.ops += 1;
         self.stats.requests += N as u64;
-        let mut listings: Vec<(u8, Listing)> = Vec::new();
+        let mut listings: Vec<Listing> = Vec::new();
         for (r, a) in answers.into_iter().enumerate() {
             let from = hilock_kernel::bakery::ReplicaId(r as u8);
             match a {
@@ -226,7 +229,7 @@ impl<const N: usize, const K: usize> Driver<N, K> {
                     for f in &l.foreign {
                         self.note_malformed(from, &format!("foreign entry: {f}; skipped"));
                     }
-                    listings.push((r as u8, l))
+                    listings.push(l)
                 }
                 Some(Ok(Err(e))) => self.note_failure(from, &e),
                 Some(Err(_)) => self.note_failure(from, &super::ReplicaError::Timeout(ct)),
@@ -237,14 +240,14 @@ impl<const N: usize, const K: usize> Driver<N, K> {
             self.send_pending_scan();
             return false;
         }
-        let listings_of = || listings.iter().map(|(_, l)| l);
-        let clock = listings_of().map(|l| l.clock).max().unwrap_or(0);
+        let clock = listings.iter().map(|l| l.clock).max().unwrap_or(0);
         self.client.advance_clock(Ts(clock));
         // Done: what a replica reports done now, and what one reported done before while
         // another still lists it as pending (that one missed the marker's delete, e.g. a
         // replica that was paused: without this memory such an item comes back into the
         // window as soon as it leaves it, and the window of a worker never gets empty).
-        let mut done: BTreeSet<&str> = listings_of()
+        let mut done: BTreeSet<&str> = listings
+            .iter()
             .flat_map(|l| l.items.iter())
             .filter(|i| i.done)
             .map(|i| i.key.as_str())
@@ -254,7 +257,8 @@ impl<const N: usize, const K: usize> Driver<N, K> {
             .iter()
             .map(|i| i.clone().filter(|k| !done.contains(k.as_str())))
             .collect();
-        let mut pending: BTreeSet<&str> = listings_of()
+        let mut pending: BTreeSet<&str> = listings
+            .iter()
             .flat_map(|l| l.items.iter())
             .filter(|i| !i.done && !done.contains(i.key.as_str()))
             .map(|i| i.key.as_str())
@@ -274,7 +278,8 @@ impl<const N: usize, const K: usize> Driver<N, K> {
         // length. (What a replica not among this refresh's listings lists is not kept: a
         // done item only it lists may come back into the window when it answers again,
         // until a listing reports it done.)
-        let finished: BTreeSet<String> = listings_of()
+        let finished: BTreeSet<String> = listings
+            .iter()
             .flat_map(|l| l.items.iter())
             .filter(|i| !i.done && done.contains(i.key.as_str()))
             .map(|i| i.key.clone())
