@@ -302,8 +302,8 @@ fn keep_configs() -> Vec<ModelConfig> {
 }
 
 /// Keepers below keepers: a tree of five whose two subtrees keep intention modes under
-/// each other (its own test: at 3.9 million states under the eager rule, the largest
-/// check of this file runs beside the others).
+/// each other (its own test, ignored: 3.9 million states under the eager rule and 2.3
+/// million kept, 73 s alone — the whole of this file's time in CI before it was ignored).
 fn tree_config() -> ModelConfig {
     ModelConfig::new(
         "keep tree5 (0 <- 1 <- 2, 0 <- 3 <- 4): IR, IR twice, IW, R, W",
@@ -353,7 +353,10 @@ fn kept_intention_modes_keep_every_property() {
 }
 
 /// [`tree_config`] under the kept-intention rule, as [`kept_intention_modes_keep_every_property`].
+/// Ignored (`docs/verification.md`, "Larger configurations"):
+/// `cargo test -p verify --test keep_intention tree_of_keepers -- --ignored --nocapture`.
 #[test]
+#[ignore]
 fn kept_intention_modes_in_a_tree_of_keepers() {
     let (k, e) = pass_keep(&tree_config());
     assert_ne!(k, e, "the kept-intention rule changed nothing");
