@@ -736,7 +736,7 @@ pub fn times(k: usize) -> String {
 }
 
 /// The verdict of the P6 witness trace of a least bypass bound `k` (≥ 1).
-fn witness_verdict(k: usize) -> String {
+pub fn witness_verdict(k: usize) -> String {
     format!(
         "{WITNESS_VERDICT}: a request is bypassed {}, the least bound k = {k} reached, \
          not broken",
@@ -856,45 +856,4 @@ pub fn record_step<const L: usize>(
         hilock_kernel::LockId(lock),
         names,
     ))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn report(name: &str, holds: bool) -> PropertyReport<()> {
-        PropertyReport {
-            name: name.to_string(),
-            kind: "always".into(),
-            holds,
-            counterexample: None,
-        }
-    }
-
-    #[test]
-    fn every_verdict_of_a_report_starts_in_one_column_after_the_longest_name() {
-        let long = "P17 a blocking notification names a waiter, once per hold";
-        let props = [report("P1 mutual exclusion", true), report(long, false)];
-        let width = name_column(&props);
-        let lines: Vec<String> = props.iter().map(|p| p.line_in(width)).collect();
-        assert_eq!(lines[1], format!("  {long} VIOLATED\n"));
-        let at = |l: &str, v: &str| l.find(v).map(|i| l[..i].chars().count());
-        assert_eq!(
-            at(&lines[0], "holds"),
-            at(&lines[1], "VIOLATED"),
-            "{lines:?}"
-        );
-        // Short names keep the usual column.
-        let short = [report("P1 mutual exclusion", true)];
-        assert_eq!(short[0].line_in(name_column(&short)), short[0].line());
-    }
-
-    #[test]
-    fn counts_read_once_twice_and_n_times() {
-        assert_eq!(times(1), "once");
-        assert_eq!(times(2), "twice");
-        assert_eq!(times(3), "3 times");
-        assert!(witness_verdict(1).contains("bypassed once"));
-        assert!(!witness_verdict(1).contains("violated"));
-    }
 }
