@@ -482,3 +482,24 @@ fn a_down_endpoint_among_several_is_not_used() {
         a.leave().await.unwrap();
     });
 }
+
+/// Test processes that run at the same time (as under `cargo nextest`) never hand out the
+/// same port, so no test talks to another test's etcd (`support/ports.rs`): a port whose
+/// reservation names a running process (here pid 1) is not handed out; one whose process
+/// has exited is taken over.
+#[test]
+fn a_port_reserved_by_a_running_process_is_not_handed_out() {
+    let port = ports::free_port();
+    let file = std::env::temp_dir()
+        .join("hilock-test-ports")
+        .join(port.to_string());
+    std::fs::write(&file, "1").unwrap();
+    assert!(!ports::reserve(port), "port {port} reserved by pid 1");
+    // Above Linux's largest pid (2^22): no such process.
+    std::fs::write(&file, "4194305").unwrap();
+    assert!(ports::reserve(port), "port {port}: its owner has exited");
+    assert_eq!(
+        std::fs::read_to_string(&file).unwrap(),
+        std::process::id().to_string()
+    );
+}
