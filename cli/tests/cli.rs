@@ -32,7 +32,27 @@ fn spec_json_is_valid_json_with_the_thesis_tables() {
             );
         }
     }
-    assert!(v["rules"].as_array().unwrap().len() >= 10);
+    let rules: Vec<&str> = v["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_str().unwrap())
+        .collect();
+    assert!(rules.len() >= 10, "{rules:?}");
+    // hilock's extensions of the thesis, each with its kernel functions (SPEC.md 1.12–1.17).
+    for id in [
+        "Try-lock",
+        "Cancel",
+        "Downgrade",
+        "Conversion",
+        "Value block",
+        "Blocking notification",
+    ] {
+        assert!(
+            rules.contains(&id),
+            "hilock spec --json has no rule {id}: {rules:?}"
+        );
+    }
 }
 
 #[test]

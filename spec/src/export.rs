@@ -301,5 +301,47 @@ pub fn rules() -> Vec<Rule> {
             kernel: vec!["LockNode::upgrade", "LockNode::check_queue_at_token"],
             tests: vec!["scenario fig-2.10"],
         },
+        Rule {
+            id: "Try-lock",
+            text: "hilock's extension (SPEC.md 1.12): a try is granted where a request would be, and only if no queued request that conflicts with it waits at the deciding node; where a request would be queued or frozen for, it ends in WouldBlock (Busy from another node) and leaves nothing in the protocol.",
+            tables: vec!["2.1", "2.2", "3.2"],
+            kernel: vec!["LockNode::try_acquire", "LockNode::on_try_request", "LockNode::on_busy", "LockNode::queue_conflicts"],
+            tests: vec!["kernel try_against_a_conflicting_holder_would_block_and_changes_no_queue_or_freeze", "kernel after_would_block_a_release_never_grants_the_try"],
+        },
+        Rule {
+            id: "Cancel",
+            text: "hilock's extension (SPEC.md 1.13): a pending request, try or upgrade is withdrawn at once (Cancelled) and keeps running in the protocol only as cancelled; its grant, when it comes, is released, and what waits behind it is passed on.",
+            tables: vec![],
+            kernel: vec!["LockNode::cancel"],
+            tests: vec!["kernel a_cancelled_request_is_released_when_its_grant_arrives", "kernel a_cancelled_request_passes_on_what_waits_behind_it"],
+        },
+        Rule {
+            id: "Downgrade",
+            text: "hilock's extension (SPEC.md 1.14): a hold becomes a weaker mode that conflicts with nothing the held mode is compatible with, without being released, and keeps its fence; then the site does what a release does (Rule 5): a non-token node whose owned mode fell tells its parent, the token node serves its queue.",
+            tables: vec!["2.1"],
+            kernel: vec!["LockNode::downgrade", "Mode::downgrades_to"],
+            tests: vec!["kernel a_token_node_downgrading_w_to_r_grants_the_waiting_readers_at_once", "kernel a_refused_downgrade_changes_nothing"],
+        },
+        Rule {
+            id: "Conversion",
+            text: "hilock's extension (SPEC.md 1.17): a hold becomes any other mode where the site could grant that mode to its own request at once; only at the token node may a conversion wait (as Rule 7 for any mode): it freezes what the new mode conflicts with, so later conflicting requests wait behind it, and keeps the token.",
+            tables: vec!["2.1", "2.2"],
+            kernel: vec!["LockNode::convert", "LockNode::keeps_token_for_conversion"],
+            tests: vec!["kernel a_waiting_conversion_goes_before_a_later_reader", "kernel a_token_node_converts_only_to_modes_compatible_with_the_other_holds"],
+        },
+        Rule {
+            id: "Value block",
+            text: "hilock's extension (SPEC.md 1.15): only the W holder writes the lock's value block; the token and every copy grant carry the sender's block, so a holder reads the last value written before its grant; a regenerated token's block is not valid until the next write.",
+            tables: vec!["2.1", "2.2"],
+            kernel: vec!["LockNode::set_value", "LockNode::copy_grant", "LockNode::transfer_token"],
+            tests: vec!["kernel a_reader_reads_the_last_value_written_before_its_grant", "kernel a_regenerated_tokens_value_is_not_valid_until_the_next_write"],
+        },
+        Rule {
+            id: "Blocking notification",
+            text: "hilock's extension (SPEC.md 1.16): a holder is told (Blocking) of a waiting request its hold conflicts with, at most once per waiting mode per hold: by the token node when it queues the request or receives the token with a queue, at a copy holder by the freeze that names the waiting modes.",
+            tables: vec!["2.1", "2.4"],
+            kernel: vec!["LockNode::tell_blocking", "LockNode::waiting"],
+            tests: vec!["kernel rule_4_2_the_token_holder_is_told_once_per_waiting_mode", "kernel rule_6_a_copy_holder_is_told_by_the_freeze_that_names_the_waiter"],
+        },
     ]
 }

@@ -1,5 +1,8 @@
 //! SPEC.md stays in step with the specification data: every rule and every kernel function
-//! that `hilock spec --json` lists is named in SPEC.md, and every scenario figure is listed.
+//! that `hilock spec --json` lists is named in SPEC.md, every test a rule names exists, and
+//! every scenario figure is listed.
+
+use std::path::Path;
 
 use hilock_spec::{export, scenarios_dir, Scenario};
 
@@ -21,6 +24,56 @@ fn spec_md_names_every_rule_and_kernel_function() {
             assert!(md.contains(f), "SPEC.md does not name {f} ({})", rule.id);
         }
     }
+}
+
+/// Every test a rule of `hilock spec` names as its check exists: `kernel NAME` and
+/// `PATH::tests::NAME` a function of the kernel's sources or tests, `scenario NAME` a file
+/// of `spec/scenarios/`.
+#[test]
+fn every_test_a_rule_names_exists() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut sources = String::new();
+    for dir in ["kernel/src", "kernel/tests"] {
+        let mut stack = vec![root.join(dir)];
+        while let Some(d) = stack.pop() {
+            for e in std::fs::read_dir(&d).unwrap() {
+                let p = e.unwrap().path();
+                if p.is_dir() {
+                    stack.push(p);
+                } else if p.extension().is_some_and(|x| x == "rs") {
+                    sources.push_str(&std::fs::read_to_string(&p).unwrap());
+                }
+            }
+        }
+    }
+    let scenarios: Vec<String> = std::fs::read_dir(scenarios_dir())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+        .collect();
+    let mut missing = Vec::new();
+    for rule in export::rules() {
+        assert!(!rule.tests.is_empty(), "{} names no test", rule.id);
+        for t in &rule.tests {
+            let found = match t.split_once(' ') {
+                Some(("scenario", name)) => scenarios
+                    .iter()
+                    .any(|f| f.starts_with(&format!("{name}-")) || f == &format!("{name}.json")),
+                Some(("kernel", name)) => sources.contains(&format!("fn {name}(")),
+                _ => {
+                    let name = t.rsplit("::").next().unwrap();
+                    t.contains("::tests::") && sources.contains(&format!("fn {name}("))
+                }
+            };
+            if !found {
+                missing.push(format!("{}: {t}", rule.id));
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "named tests that do not exist:\n{}",
+        missing.join("\n")
+    );
 }
 
 #[test]
