@@ -32,20 +32,11 @@ fn spec_md_names_every_rule_and_kernel_function() {
 #[test]
 fn every_test_a_rule_names_exists() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let mut sources = String::new();
-    for dir in ["kernel/src", "kernel/tests"] {
-        let mut stack = vec![root.join(dir)];
-        while let Some(d) = stack.pop() {
-            for e in std::fs::read_dir(&d).unwrap() {
-                let p = e.unwrap().path();
-                if p.is_dir() {
-                    stack.push(p);
-                } else if p.extension().is_some_and(|x| x == "rs") {
-                    sources.push_str(&std::fs::read_to_string(&p).unwrap());
-                }
-            }
-        }
-    }
+    let sources: String = ["kernel/src", "kernel/tests"]
+        .iter()
+        .flat_map(|dir| rust_files(&root.join(dir)))
+        .map(|p| std::fs::read_to_string(p).unwrap())
+        .collect();
     let scenarios: Vec<String> = std::fs::read_dir(scenarios_dir())
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
@@ -109,26 +100,29 @@ fn matching(b: &[u8], at: usize, open: u8, close: u8) -> usize {
     b.len()
 }
 
-/// Every function of `kernel/src` with the names it calls (a textual call graph: a name
-/// followed by `(` inside the body counts as a call; methods of different types with the
-/// same name are one node — the check can miss a dead function that shares a name with a
-/// live one, never the other way round).
-fn kernel_call_graph() -> std::collections::BTreeMap<String, std::collections::BTreeSet<String>> {
-    fn walk(dir: &std::path::Path, files: &mut Vec<std::path::PathBuf>) {
-        for e in std::fs::read_dir(dir).unwrap() {
+/// The `.rs` files under `dir`, at any depth.
+fn rust_files(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
             let p = e.unwrap().path();
             if p.is_dir() {
-                walk(&p, files);
+                stack.push(p);
             } else if p.extension().is_some_and(|x| x == "rs") {
                 files.push(p);
             }
         }
     }
-    let mut files = Vec::new();
-    walk(
-        &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../kernel/src"),
-        &mut files,
-    );
+    files
+}
+
+/// Every function of `kernel/src` with the names it calls (a textual call graph: a name
+/// followed by `(` inside the body counts as a call; methods of different types with the
+/// same name are one node — the check can miss a dead function that shares a name with a
+/// live one, never the other way round).
+fn kernel_call_graph() -> std::collections::BTreeMap<String, std::collections::BTreeSet<String>> {
+    let files = rust_files(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../kernel/src"));
     let ident = |b: u8| b.is_ascii_alphanumeric() || b == b'_';
     let mut graph: std::collections::BTreeMap<String, std::collections::BTreeSet<String>> =
         Default::default();
